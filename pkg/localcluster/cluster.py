@@ -1,0 +1,594 @@
+"""Running one local cluster per state directory: up, down, status, env.
+
+`up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok as detached
+processes, waits until each is really usable (etcd /health, apiserver /readyz with the admin
+certificate, the default service account that kube-controller-manager creates, kwok's fake nodes
+Ready), writes an admin kubeconfig and records what it started in ``state.json``. It is idempotent:
+on a healthy cluster it returns at once; on a stale state directory (a killed run) it stops what is
+left and starts afresh. Any failure stops everything it started and raises one ClusterError that
+names the cause and the log file, so there is never a half-started cluster left behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pkg.localcluster import process
+from pkg.localcluster.binaries import resolve_bin_dir
+from pkg.localcluster.errors import ClusterError
+from pkg.localcluster.pki import (
+    APISERVER_DNS_NAMES,
+    APISERVER_IPS,
+    CertificateAuthority,
+    service_account_key,
+)
+from pkg.localcluster.process import ProcessRecord
+from pkg.localcluster.rest import ApiError, RestClient
+
+ENV_STATE_DIR = "HARVESTER_QUOTA_STATE_DIR"
+STAGES_FILE = Path(__file__).parent / "stages" / "kwok-stages.yaml"
+STATE_VERSION = 1
+CONTEXT_NAME = "harvester-quota-local"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+DEFAULT_NODES = 4
+START_ATTEMPTS = 3
+# Budgets on a 2-core machine: the API server alone has been seen to take over 30 s to be ready.
+APISERVER_READY_TIMEOUT = 120.0
+STEP_TIMEOUT = 60.0
+
+# Stop order: the reverse of start order, so nothing loses its API server before it exits.
+START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def default_state_dir() -> Path:
+    """$HARVESTER_QUOTA_STATE_DIR, else $XDG_STATE_HOME/harvester-quota/cluster."""
+    explicit = os.environ.get(ENV_STATE_DIR)
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "harvester-quota" / "cluster"
+
+
+class _PortConflict(Exception):
+    """A component could not bind its port: another program took it after we chose it."""
+
+
+@dataclass
+class Ports:
+    """The loopback ports of one cluster, chosen free at start."""
+
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+
+    @classmethod
+    def pick(cls) -> Ports:
+        chosen: set[int] = set()
+        values: list[int] = []
+        while len(values) < 5:
+            port = process.free_port()
+            if port not in chosen:
+                chosen.add(port)
+                values.append(port)
+        return cls(*values)
+
+    def all(self) -> list[int]:
+        return list(asdict(self).values())
+
+
+@dataclass
+class ClusterInfo:
+    """Where a running local cluster is and how to reach it."""
+
+    state_dir: Path
+    kubeconfig: Path
+    server: str
+    ca_file: Path
+    client_cert: Path
+    client_key: Path
+    ports: Ports
+    nodes: list[str] = field(default_factory=list)
+    processes: list[ProcessRecord] = field(default_factory=list)
+
+    def rest(self, timeout: float = 10.0) -> RestClient:
+        """A synchronous admin client for this cluster."""
+        return RestClient(
+            host="127.0.0.1",
+            port=self.ports.apiserver,
+            ca=self.ca_file,
+            cert=self.client_cert,
+            key=self.client_key,
+            timeout=timeout,
+        )
+
+    def certificate_authority(self) -> CertificateAuthority:
+        """The cluster's CA, to sign serving certificates for webhooks the API server will call."""
+        return CertificateAuthority.load(self.ca_file, self.ca_file.with_name("ca.key"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "state_dir": str(self.state_dir),
+            "kubeconfig": str(self.kubeconfig),
+            "server": self.server,
+            "ca_file": str(self.ca_file),
+            "client_cert": str(self.client_cert),
+            "client_key": str(self.client_key),
+            "ports": asdict(self.ports),
+            "nodes": self.nodes,
+            "processes": [asdict(record) for record in self.processes],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClusterInfo:
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown state version {data.get('version')!r}")
+        return cls(
+            state_dir=Path(data["state_dir"]),
+            kubeconfig=Path(data["kubeconfig"]),
+            server=data["server"],
+            ca_file=Path(data["ca_file"]),
+            client_cert=Path(data["client_cert"]),
+            client_key=Path(data["client_key"]),
+            ports=Ports(**data["ports"]),
+            nodes=list(data["nodes"]),
+            processes=[ProcessRecord(**record) for record in data["processes"]],
+        )
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    pid: int
+    running: bool
+    log: str
+
+
+class LocalCluster:
+    """One local cluster, identified by its state directory."""
+
+    def __init__(self, state_dir: Path | None = None, *, bin_dir: Path | None = None) -> None:
+        self.state_dir = (state_dir or default_state_dir()).resolve()
+        self._bin_dir = bin_dir
+
+    # Paths ---------------------------------------------------------------------------------
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def etcd_dir(self) -> Path:
+        return self.state_dir / "etcd-data"
+
+    # Public operations -----------------------------------------------------------------------
+
+    def up(self, *, nodes: int = DEFAULT_NODES, node_pods: int = 110) -> ClusterInfo:
+        """Starts the cluster unless it already runs; returns once it is ready to use."""
+        with self._locked():
+            existing = self._read_state()
+            if existing is not None and self._healthy(existing):
+                return existing
+            if existing is not None:
+                self._stop_processes(existing.processes)
+            self._reset_runtime()
+            bin_dir = self._bin_dir or resolve_bin_dir()
+            self._write_pki()
+            for attempt in range(1, START_ATTEMPTS + 1):
+                try:
+                    info = self._start(bin_dir, nodes=nodes, node_pods=node_pods)
+                except _PortConflict:
+                    if attempt == START_ATTEMPTS:
+                        raise ClusterError(
+                            f"ports kept being taken by other programs in {START_ATTEMPTS} tries; "
+                            f"logs: {self.log_dir}"
+                        ) from None
+                    self._reset_runtime()
+                    continue
+                self._write_state(info)
+                return info
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def down(self) -> bool:
+        """Stops the cluster and removes its data; False if nothing was recorded as running."""
+        with self._locked():
+            existing = self._read_state()
+            if existing is None:
+                return False
+            self._stop_processes(existing.processes)
+            still_open = [port for port in existing.ports.all() if process.port_in_use(port)]
+            self._reset_runtime()
+            if still_open:
+                raise ClusterError(
+                    f"stopped every recorded process, but ports {still_open} still accept "
+                    "connections: another program holds them"
+                )
+            return True
+
+    def info(self) -> ClusterInfo | None:
+        """The recorded cluster, whether or not it is healthy; None if none is recorded."""
+        return self._read_state()
+
+    def status(self) -> tuple[ClusterInfo | None, list[ComponentStatus], bool]:
+        """(recorded cluster, each component's process state, API server ready)."""
+        info = self._read_state()
+        if info is None:
+            return None, [], False
+        components = [
+            ComponentStatus(record.name, record.pid, record.running(), record.log)
+            for record in info.processes
+        ]
+        return info, components, info.rest().healthy("/readyz")
+
+    # Starting ----------------------------------------------------------------------------------
+
+    def _start(self, bin_dir: Path, *, nodes: int, node_pods: int) -> ClusterInfo:
+        ports = Ports.pick()
+        info = ClusterInfo(
+            state_dir=self.state_dir,
+            kubeconfig=self.kubeconfig_path,
+            server=f"https://127.0.0.1:{ports.apiserver}",
+            ca_file=self.pki_dir / "ca.crt",
+            client_cert=self.pki_dir / "admin.crt",
+            client_key=self.pki_dir / "admin.key",
+            ports=ports,
+        )
+        try:
+            self._launch(info, bin_dir, "etcd", self._etcd_args(ports))
+            self._await(info, "etcd", lambda: _etcd_healthy(ports.etcd_client), STEP_TIMEOUT)
+            self._launch(info, bin_dir, "kube-apiserver", self._apiserver_args(ports))
+            rest = info.rest(timeout=5.0)
+            self._await(info, "kube-apiserver", rest.healthy, APISERVER_READY_TIMEOUT)
+            self._write_kubeconfig(info)
+            self._launch(info, bin_dir, "kube-controller-manager", self._kcm_args(ports))
+            self._launch(info, bin_dir, "kube-scheduler", self._scheduler_args(ports))
+            self._launch(info, bin_dir, "kwok", self._kwok_args())
+            self._await(
+                info,
+                "kube-controller-manager",
+                lambda: rest.exists("/api/v1/namespaces/default/serviceaccounts/default"),
+                STEP_TIMEOUT,
+            )
+            info.nodes = self._create_nodes(rest, nodes, node_pods)
+            self._await(info, "kwok", lambda: _nodes_ready(rest, info.nodes), STEP_TIMEOUT)
+            self._await(
+                info, "kube-scheduler", lambda: _https_ok(ports.scheduler, "/healthz"), STEP_TIMEOUT
+            )
+        except BaseException:
+            self._stop_processes(info.processes)
+            raise
+        return info
+
+    def _launch(self, info: ClusterInfo, bin_dir: Path, name: str, args: list[str]) -> None:
+        binary = str(bin_dir / name)
+        record = process.start(
+            name,
+            [binary, *args],
+            self.log_dir / f"{name}.log",
+            env=_child_env(),
+            cwd=self.state_dir,
+        )
+        info.processes.append(record)
+
+    def _await(
+        self,
+        info: ClusterInfo,
+        name: str,
+        ready: Any,
+        timeout: float,
+    ) -> None:
+        """Waits for ``ready()``; fails fast, with the log tail, if any started process died."""
+
+        def alive() -> None:
+            for record in info.processes:
+                if not record.running():
+                    tail = process.log_tail(record.log)
+                    if "address already in use" in tail:
+                        raise _PortConflict(record.name)
+                    raise ClusterError(
+                        f"{record.name} exited while the cluster was starting. "
+                        f"Last log lines:\n{tail}\nFull log: {record.log}"
+                    )
+
+        if not process.wait_for(ready, timeout=timeout, alive=alive):
+            log = self.log_dir / f"{name}.log"
+            raise ClusterError(
+                f"{name} was not ready after {timeout:.0f}s. "
+                f"Last log lines:\n{process.log_tail(log)}\nFull log: {log}"
+            )
+
+    # Component arguments -------------------------------------------------------------------------
+
+    def _etcd_args(self, ports: Ports) -> list[str]:
+        client = f"http://127.0.0.1:{ports.etcd_client}"
+        peer = f"http://127.0.0.1:{ports.etcd_peer}"
+        return [
+            "--name=harvester-quota",
+            f"--data-dir={self.etcd_dir}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=harvester-quota={peer}",
+            # A throwaway test cluster: durability across power loss is not worth the fsyncs.
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_args(self, ports: Ports) -> list[str]:
+        pki = self.pki_dir
+        return [
+            f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports.apiserver}",
+            # Without an explicit address the API server looks for a default route and refuses
+            # to start on a machine that has none; a loopback address then needs the endpoint
+            # reconciler off, since endpoints may not be loopback addresses.
+            "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ]
+
+    def _kcm_args(self, ports: Ports) -> list[str]:
+        kubeconfig = str(self.kubeconfig_path)
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports.controller_manager}",
+            f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
+            f"--root-ca-file={self.pki_dir / 'ca.crt'}",
+            "--controllers=*",
+            "--profiling=false",
+        ]
+
+    def _scheduler_args(self, ports: Ports) -> list[str]:
+        kubeconfig = str(self.kubeconfig_path)
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports.scheduler}",
+            "--profiling=false",
+        ]
+
+    def _kwok_args(self) -> list[str]:
+        return [
+            f"--kubeconfig={self.kubeconfig_path}",
+            "--manage-all-nodes=true",
+            f"--cidr={POD_CIDR}",
+            "--node-ip=10.0.0.1",
+            "--node-lease-duration-seconds=40",
+            f"--config={STAGES_FILE}",
+        ]
+
+    # Files ------------------------------------------------------------------------------------
+
+    def _write_pki(self) -> None:
+        self.pki_dir.mkdir(parents=True, exist_ok=True)
+        ca = CertificateAuthority.create()
+        ca.write(self.pki_dir / "ca.crt", self.pki_dir / "ca.key")
+        ca.issue(
+            "kube-apiserver", dns_names=APISERVER_DNS_NAMES, ip_addresses=APISERVER_IPS, server=True
+        ).write(self.pki_dir / "apiserver.crt", self.pki_dir / "apiserver.key")
+        ca.issue("admin", organizations=("system:masters",), client=True).write(
+            self.pki_dir / "admin.crt", self.pki_dir / "admin.key"
+        )
+        private, public = service_account_key()
+        (self.pki_dir / "sa.key").touch(mode=0o600)
+        (self.pki_dir / "sa.key").write_bytes(private)
+        (self.pki_dir / "sa.pub").write_bytes(public)
+
+    def _write_kubeconfig(self, info: ClusterInfo) -> None:
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": CONTEXT_NAME,
+                    "cluster": {
+                        "server": info.server,
+                        "certificate-authority-data": b64(info.ca_file),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate-data": b64(info.client_cert),
+                        "client-key-data": b64(info.client_key),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": "admin"}}
+            ],
+            "current-context": CONTEXT_NAME,
+        }
+        self.kubeconfig_path.touch(mode=0o600)
+        self.kubeconfig_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def _create_nodes(self, rest: RestClient, count: int, pods: int) -> list[str]:
+        names = [f"kwok-node-{index}" for index in range(count)]
+        for name in names:
+            try:
+                rest.post("/api/v1/nodes", _fake_node(name, pods))
+            except ApiError as error:
+                if error.status != 409:
+                    raise ClusterError(f"creating fake node {name} failed: {error}") from error
+        return names
+
+    # State ------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One `up`/`down` at a time per state directory, across processes."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with (self.state_dir / "lock").open("w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _read_state(self) -> ClusterInfo | None:
+        try:
+            data = json.loads(self.state_file.read_text())
+            return ClusterInfo.from_json(data)
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            # A state file we cannot read is a stale run of some other version: start afresh,
+            # but stop nothing we cannot identify.
+            return None
+
+    def _write_state(self, info: ClusterInfo) -> None:
+        temporary = self.state_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(info.to_json(), indent=2))
+        temporary.replace(self.state_file)
+
+    def _healthy(self, info: ClusterInfo) -> bool:
+        return all(record.running() for record in info.processes) and info.rest().healthy()
+
+    def _stop_processes(self, records: list[ProcessRecord]) -> None:
+        order = {name: index for index, name in enumerate(START_ORDER)}
+        for record in sorted(records, key=lambda r: order.get(r.name, -1), reverse=True):
+            process.stop(record)
+
+    def _reset_runtime(self) -> None:
+        """Removes everything a previous run left except the logs, which move to logs/previous."""
+        for path in (self.state_file, self.kubeconfig_path):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(self.etcd_dir, ignore_errors=True)
+        if self.log_dir.exists():
+            previous = self.state_dir / "logs.previous"
+            shutil.rmtree(previous, ignore_errors=True)
+            self.log_dir.rename(previous)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _child_env() -> dict[str, str]:
+    """The components talk only to 127.0.0.1: no proxy may intercept that."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+    }
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+def _fake_node(name: str, pods: int) -> dict[str, Any]:
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": str(pods), "ephemeral-storage": "1Ti"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+            },
+        },
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "kubeletVersion": "fake",
+                "containerRuntimeVersion": "fake",
+                "kernelVersion": "fake",
+                "kubeProxyVersion": "fake",
+                "osImage": "kwok",
+                "bootID": "",
+                "machineID": "",
+                "systemUUID": "",
+            },
+        },
+    }
+
+
+def _etcd_healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return bool(json.loads(response.read()).get("health") == "true")
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
+
+
+def _https_ok(port: int, path: str) -> bool:
+    """A component's own health endpoint answers 200 (its serving cert is self-signed)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}{path}", timeout=2, context=context
+        ) as response:
+            return bool(response.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _nodes_ready(rest: RestClient, names: list[str]) -> bool:
+    try:
+        listed = rest.get("/api/v1/nodes")
+    except (ApiError, OSError):
+        return False
+    ready = {
+        item["metadata"]["name"]
+        for item in listed.get("items", [])
+        for condition in item.get("status", {}).get("conditions", [])
+        if condition.get("type") == "Ready" and condition.get("status") == "True"
+    }
+    return set(names) <= ready

@@ -1,0 +1,201 @@
+"""Certificates for the local cluster and for webhook servers, made with `cryptography`.
+
+One CA signs everything: the API server's serving certificate, the admin client certificate (group
+system:masters) that every component and test uses, and serving certificates for webhooks on
+127.0.0.1. Every leaf carries Subject and Authority Key Identifiers: Python 3.13's default TLS
+context (VERIFY_X509_STRICT) rejects a leaf without them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+# RSA keys under 1024 bits are refused by Go >= 1.24; 2048 is the usual size and quick to make.
+KEY_BITS = 2048
+VALIDITY = datetime.timedelta(days=365)
+# Back-dating tolerates a clock that is a little behind the one that signed.
+BACKDATE = datetime.timedelta(hours=1)
+
+APISERVER_DNS_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+# 10.96.0.1 is the first address of the service range the API server is given.
+APISERVER_IPS = ("127.0.0.1", "10.96.0.1")
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A certificate and its private key, in PEM."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+    def write(self, cert_path: Path, key_path: Path) -> None:
+        cert_path.write_bytes(self.cert_pem)
+        key_path.touch(mode=0o600)
+        key_path.write_bytes(self.key_pem)
+
+
+def _new_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=KEY_BITS)
+
+
+def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+
+
+def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    return x509.Name(attributes)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+@dataclass(frozen=True)
+class CertificateAuthority:
+    """The CA of one local cluster; it signs leaves with `issue`."""
+
+    cert: x509.Certificate
+    key: rsa.RSAPrivateKey
+
+    @classmethod
+    def create(cls, common_name: str = "harvester-quota-local-ca") -> CertificateAuthority:
+        key = _new_key()
+        name = _name(common_name)
+        ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_now() - BACKDATE)
+            .not_valid_after(_now() + 10 * VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(ski, critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False
+            )
+            .sign(key, hashes.SHA256())
+        )
+        return cls(cert=cert, key=key)
+
+    @classmethod
+    def load(cls, cert_path: Path, key_path: Path) -> CertificateAuthority:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise ValueError(f"{key_path} is not an RSA key")
+        return cls(cert=cert, key=key)
+
+    @property
+    def cert_pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def key_pem(self) -> bytes:
+        return _key_pem(self.key)
+
+    def write(self, cert_path: Path, key_path: Path) -> None:
+        KeyPair(self.cert_pem, self.key_pem).write(cert_path, key_path)
+
+    def issue(
+        self,
+        common_name: str,
+        *,
+        organizations: tuple[str, ...] = (),
+        dns_names: tuple[str, ...] = (),
+        ip_addresses: tuple[str, ...] = (),
+        server: bool = False,
+        client: bool = False,
+        validity: datetime.timedelta = VALIDITY,
+    ) -> KeyPair:
+        """Signs a new leaf for a server (SANs required) and/or a client (CN is the user name)."""
+        if not server and not client:
+            raise ValueError("a certificate must be for a server, a client, or both")
+        if server and not (dns_names or ip_addresses):
+            raise ValueError("a server certificate needs at least one DNS name or IP address")
+        key = _new_key()
+        usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
+            [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+        )
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common_name, organizations))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_now() - BACKDATE)
+            .not_valid_after(_now() + validity)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=True,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
+                critical=False,
+            )
+        )
+        if dns_names or ip_addresses:
+            sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+            sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = builder.sign(self.key, hashes.SHA256())
+        return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def service_account_key() -> tuple[bytes, bytes]:
+    """A key pair for signing service-account tokens: (private PEM, public PEM)."""
+    key = _new_key()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return _key_pem(key), public

@@ -1,0 +1,166 @@
+"""Starting and stopping the cluster's processes, each in its own process group with its own log.
+
+A cluster outlives the CLI call that started it (`cluster up` returns, the processes stay), so a
+later call knows the processes only by the pid recorded in the state file. Before it signals such a
+pid it checks that the pid still runs the binary it recorded: a pid reused by an unrelated program
+after a reboot must never be killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+STOP_TIMEOUT = 10.0
+POLL_INTERVAL = 0.05
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """What the state file remembers of a started process."""
+
+    name: str
+    pid: int
+    binary: str
+    log: str
+
+    def running(self) -> bool:
+        """True while the pid is alive and still runs ``binary`` (not a zombie, not a reused pid)."""
+        return pid_runs(self.pid, self.binary)
+
+
+def pid_runs(pid: int, binary: str) -> bool:
+    """Whether ``pid`` is a live process of ``binary`` (not a zombie, not a reused pid).
+
+    A process this Python process started is judged by its Popen handle, which has no race.
+    Otherwise /proc/<pid>/exe is compared with the binary: unlike /proc/<pid>/cmdline, which reads
+    empty for a moment while execve is still setting up the new image (after Popen has already
+    returned), the exe link is switched before the exec becomes visible to the parent.
+    """
+    started = _CHILDREN.get(pid)
+    if started is not None and started[1] == binary:
+        return started[0].poll() is None
+    proc = Path(f"/proc/{pid}")
+    try:
+        stat = (proc / "stat").read_text()
+        exe = os.readlink(proc / "exe").removesuffix(" (deleted)")
+    except OSError:
+        return False
+    # The state letter follows the parenthesised command name, which may itself contain spaces.
+    state = stat.rsplit(")", 1)[1].split()[0]
+    if state in ("Z", "X"):
+        return False
+    return exe == os.path.realpath(binary)
+
+
+def start(
+    name: str,
+    argv: Sequence[str],
+    log_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> ProcessRecord:
+    """Starts ``argv`` detached in a new session (its own process group), output to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
+        log.flush()
+        child = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    _CHILDREN[child.pid] = (child, argv[0])
+    return ProcessRecord(name=name, pid=child.pid, binary=argv[0], log=str(log_path))
+
+
+# Popen objects of the processes this Python process started, by pid: the race-free way to know
+# whether they still run, and what reaps their exit status (no zombies) once they stop.
+_CHILDREN: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
+
+
+def wait_gone(record: ProcessRecord, timeout: float) -> bool:
+    """Waits until the process has exited; True if it did within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not record.running():
+            _CHILDREN.pop(record.pid, None)
+            return True
+        time.sleep(POLL_INTERVAL)
+    return not record.running()
+
+
+def _signal_group(record: ProcessRecord, sig: signal.Signals) -> None:
+    """Signals the process group the record leads, falling back to the pid alone."""
+    with contextlib.suppress(ProcessLookupError):
+        try:
+            os.killpg(record.pid, sig)
+        except PermissionError:
+            os.kill(record.pid, sig)
+
+
+def stop(record: ProcessRecord, timeout: float = STOP_TIMEOUT) -> None:
+    """SIGTERM to the process group, then SIGKILL if it has not exited after ``timeout`` seconds."""
+    if not record.running():
+        _CHILDREN.pop(record.pid, None)
+        return
+    _signal_group(record, signal.SIGTERM)
+    if wait_gone(record, timeout):
+        return
+    _signal_group(record, signal.SIGKILL)
+    wait_gone(record, STOP_TIMEOUT)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (a later bind may still race; callers retry)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def log_tail(path: str | Path, lines: int = 15) -> str:
+    """The last lines of a log, for error messages that should show the cause at once."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    *,
+    timeout: float,
+    interval: float = 0.2,
+    alive: Callable[[], None] | None = None,
+) -> bool:
+    """Polls ``condition`` until true or ``timeout``; ``alive`` raises if a process has died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if alive is not None:
+            alive()
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)

@@ -1,0 +1,135 @@
+"""The `harvester-quota` command line.
+
+Subcommands:
+  cluster build|up|down|status|env   the local test cluster (see pkg.localcluster)
+  demo                               the end-to-end demonstration `make demo` runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pkg import __version__
+from pkg.demo import run_demo
+from pkg.localcluster import ClusterError, LocalCluster, binaries
+from pkg.localcluster.cluster import DEFAULT_NODES
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _cluster(args: argparse.Namespace) -> LocalCluster:
+    return LocalCluster(Path(args.state_dir) if args.state_dir else None)
+
+
+def cmd_cluster_build(args: argparse.Namespace) -> int:
+    directory = binaries.build(force=args.force)
+    print(f"cluster binaries: {directory}")
+    return 0
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    info = cluster.up(nodes=args.nodes, node_pods=args.node_pods)
+    print(f"local cluster ready: {info.server} ({len(info.nodes)} kwok nodes)")
+    print(f"kubeconfig: {info.kubeconfig}")
+    print(f"logs: {cluster.log_dir}")
+    print('use it with: eval "$(harvester-quota cluster env)"')
+    return 0
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    if _cluster(args).down():
+        print("local cluster stopped")
+    else:
+        print("no local cluster is recorded in this state directory")
+    return 0
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    info, components, ready = _cluster(args).status()
+    if info is None:
+        print("no local cluster is recorded in this state directory")
+        return 1
+    print(f"server: {info.server}  ready: {'yes' if ready else 'NO'}")
+    print(f"kubeconfig: {info.kubeconfig}")
+    for component in components:
+        state = "running" if component.running else "NOT RUNNING"
+        print(f"  {component.name:<24} pid {component.pid:<8} {state:<12} {component.log}")
+    return 0 if ready and all(c.running for c in components) else 1
+
+
+def cmd_cluster_env(args: argparse.Namespace) -> int:
+    info = _cluster(args).info()
+    if info is None:
+        print("no local cluster is recorded; run `harvester-quota cluster up`", file=sys.stderr)
+        return 1
+    print(f"export KUBECONFIG={info.kubeconfig}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(state_dir=Path(args.state_dir) if args.state_dir else None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harvester-quota",
+        description="Keeps ResourceQuotas from blocking KubeVirt live migrations.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    cluster = commands.add_parser("cluster", help="the local test cluster")
+    cluster.add_argument(
+        "--state-dir",
+        help="where the cluster keeps its state (default: $HARVESTER_QUOTA_STATE_DIR or "
+        "~/.local/state/harvester-quota/cluster)",
+    )
+    actions = cluster.add_subparsers(dest="action", required=True)
+    build = actions.add_parser("build", help="build the cluster binaries once (Go needed)")
+    build.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build.set_defaults(handler=cmd_cluster_build)
+    up = actions.add_parser("up", help="start the cluster (idempotent); returns when ready")
+    up.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="number of kwok nodes")
+    up.add_argument("--node-pods", type=int, default=110, help="pod capacity of each node")
+    up.set_defaults(handler=cmd_cluster_up)
+    actions.add_parser("down", help="stop the cluster and delete its data").set_defaults(
+        handler=cmd_cluster_down
+    )
+    actions.add_parser("status", help="show each component").set_defaults(
+        handler=cmd_cluster_status
+    )
+    actions.add_parser("env", help="print `export KUBECONFIG=...` for eval").set_defaults(
+        handler=cmd_cluster_env
+    )
+
+    demo = commands.add_parser("demo", help="run the demonstration on a local cluster")
+    demo.add_argument("--state-dir", help="state directory of the demo's own cluster")
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except ClusterError as error:
+        print(f"harvester-quota: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

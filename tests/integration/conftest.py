@@ -1,0 +1,60 @@
+"""Fixtures for tests on the real local cluster.
+
+One cluster is started per test session (in its own state directory, so a developer's own
+`harvester-quota cluster up` is left alone) and each test gets a fresh namespace. A session that was
+killed leaves a stale state directory; the next session's `up` stops what is left and starts anew.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pkg.localcluster import ClusterInfo, LocalCluster
+from pkg.localcluster.cluster import default_state_dir
+from pkg.localcluster.rest import ApiError, RestClient
+from tests.helpers import eventually
+
+ENV_TEST_STATE_DIR = "HARVESTER_QUOTA_TEST_STATE_DIR"
+
+
+def session_state_dir() -> Path:
+    explicit = os.environ.get(ENV_TEST_STATE_DIR)
+    return Path(explicit) if explicit else default_state_dir().parent / "pytest"
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterInfo]:
+    local = LocalCluster(session_state_dir())
+    info = local.up()
+    try:
+        yield info
+    finally:
+        local.down()
+
+
+@pytest.fixture
+def rest(cluster: ClusterInfo) -> RestClient:
+    return cluster.rest()
+
+
+@pytest.fixture
+def namespace(rest: RestClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new namespace whose default service account exists (pods are admitted at once)."""
+    stem = request.node.name.lower().replace("_", "-")[:40].strip("-")
+    name = f"{stem}-{uuid.uuid4().hex[:6]}"
+    rest.post("/api/v1/namespaces", {"metadata": {"name": name}})
+    eventually(
+        lambda: rest.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        what=f"service account default in {name}",
+    )
+    yield name
+    try:
+        rest.delete(f"/api/v1/namespaces/{name}")
+    except ApiError as error:
+        if error.status != 404:
+            raise

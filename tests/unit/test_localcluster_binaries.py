@@ -1,0 +1,79 @@
+"""Finding or building the cluster binaries, and the messages when that cannot be done."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pkg.localcluster import ClusterError, binaries
+
+
+def test_override_directory_must_hold_every_binary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "etcd").write_text("#!/bin/sh\n")
+    (tmp_path / "etcd").chmod(0o755)
+    monkeypatch.setenv(binaries.ENV_BIN_DIR, str(tmp_path))
+    with pytest.raises(ClusterError) as error:
+        binaries.resolve_bin_dir()
+    assert "kube-apiserver" in str(error.value)
+    assert "etcd," not in str(error.value).split("lacks")[1].split(";")[0]
+
+
+def test_override_directory_with_every_binary_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in binaries.BINARIES:
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv(binaries.ENV_BIN_DIR, str(tmp_path))
+    assert binaries.resolve_bin_dir() == tmp_path
+    assert binaries.build() == tmp_path
+
+
+def test_cache_key_names_every_pinned_version() -> None:
+    key = binaries.cache_key()
+    for version in (binaries.K8S_VERSION, binaries.ETCD_VERSION, binaries.KWOK_VERSION):
+        assert version in key
+
+
+def test_unbuilt_cache_says_how_to_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(binaries.ENV_BIN_DIR, raising=False)
+    monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path))
+    with pytest.raises(ClusterError, match="harvester-quota cluster build"):
+        binaries.resolve_bin_dir()
+
+
+def test_missing_go_toolchain_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(binaries.ENV_BIN_DIR, raising=False)
+    monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ClusterError, match="Go toolchain is not on PATH"):
+        binaries.build(progress=lambda _: None)
+
+
+def test_old_go_toolchain_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "go"
+    fake.write_text("#!/bin/sh\necho go1.20.3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ClusterError, match=r"Go 1\.20.*needs Go >= 1\.26"):
+        binaries.find_go()
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs a Go toolchain")
+def test_unreachable_module_proxy_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an empty module cache and a proxy nobody listens on, the error names the proxy."""
+    monkeypatch.delenv(binaries.ENV_BIN_DIR, raising=False)
+    monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "modcache"))
+    monkeypatch.setenv("GOCACHE", str(tmp_path / "gocache"))
+    monkeypatch.setenv("GOPROXY", "http://127.0.0.1:9")
+    with pytest.raises(ClusterError) as error:
+        binaries.build(progress=lambda _: None)
+    message = str(error.value)
+    assert "could not download the etcd modules from GOPROXY=http://127.0.0.1:9" in message
+    assert "Full log:" in message
+    assert not (tmp_path / "cache" / "cluster-bin" / binaries.cache_key()).exists()

@@ -1,0 +1,90 @@
+"""The local cluster's certificates satisfy Go's and Python's strictest verifiers."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from pkg.localcluster.pki import CertificateAuthority
+
+
+@pytest.fixture(scope="module")
+def ca() -> CertificateAuthority:
+    return CertificateAuthority.create()
+
+
+def test_leaf_carries_key_identifiers_and_usages(ca: CertificateAuthority) -> None:
+    pair = ca.issue("svc", dns_names=("svc.local",), ip_addresses=("127.0.0.1",), server=True)
+    cert = x509.load_pem_x509_certificate(pair.cert_pem)
+    aki = cert.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+    ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    assert aki.key_identifier == ca_ski.digest
+    assert cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usages) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+
+def test_admin_client_certificate_is_in_system_masters(ca: CertificateAuthority) -> None:
+    pair = ca.issue("admin", organizations=("system:masters",), client=True)
+    cert = x509.load_pem_x509_certificate(pair.cert_pem)
+    orgs = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+    assert orgs == ["system:masters"]
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usages) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def test_server_certificate_needs_a_name(ca: CertificateAuthority) -> None:
+    with pytest.raises(ValueError, match="DNS name or IP"):
+        ca.issue("nameless", server=True)
+    with pytest.raises(ValueError, match="server, a client"):
+        ca.issue("nothing")
+
+
+def test_strict_tls_handshake_with_client_certificate(
+    ca: CertificateAuthority, tmp_path: Path
+) -> None:
+    """A real TLS 1.2+ handshake with VERIFY_X509_STRICT, the check Python 3.13 turns on."""
+    ca.write(tmp_path / "ca.crt", tmp_path / "ca.key")
+    ca.issue("server", ip_addresses=("127.0.0.1",), server=True).write(
+        tmp_path / "s.crt", tmp_path / "s.key"
+    )
+    ca.issue("admin", organizations=("system:masters",), client=True).write(
+        tmp_path / "c.crt", tmp_path / "c.key"
+    )
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(tmp_path / "s.crt", tmp_path / "s.key")
+    server_ctx.load_verify_locations(tmp_path / "ca.crt")
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    server_ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+    client_ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    client_ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+    client_ctx.load_cert_chain(tmp_path / "c.crt", tmp_path / "c.key")
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    peer_subject: list[object] = []
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with server_ctx.wrap_socket(connection, server_side=True) as tls:
+            peer_subject.append(tls.getpeercert()["subject"])
+            tls.sendall(b"ok")
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    with (
+        socket.create_connection(("127.0.0.1", port)) as raw,
+        client_ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        assert tls.recv(2) == b"ok"
+    thread.join(5)
+    listener.close()
+    assert (("commonName", "admin"),) in peer_subject[0]  # type: ignore[operator]

@@ -1,0 +1,55 @@
+"""Process handling: detached start, graceful then forced stop, pid identity."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from pkg.localcluster import process
+
+
+def test_started_process_runs_in_its_own_group_and_stops(tmp_path: Path) -> None:
+    record = process.start("sleeper", [shutil.which("sleep") or "sleep", "60"], tmp_path / "l")
+    assert record.running()
+    assert os.getpgid(record.pid) == record.pid
+    process.stop(record, timeout=5)
+    assert not record.running()
+
+
+def test_process_ignoring_sigterm_is_killed_after_the_timeout(tmp_path: Path) -> None:
+    script = "trap '' TERM; echo armed; while true; do sleep 0.1; done"
+    record = process.start("stubborn", ["/bin/bash", "-c", script], tmp_path / "log")
+    # The log's first line repeats the command; wait for the line the trap-armed shell prints.
+    assert process.wait_for(
+        lambda: process.log_tail(record.log).splitlines()[-1] == "armed", timeout=5
+    )
+    started = time.monotonic()
+    process.stop(record, timeout=0.5)
+    assert not record.running()
+    assert time.monotonic() - started >= 0.5
+
+
+def test_a_recorded_pid_running_another_binary_is_not_ours(tmp_path: Path) -> None:
+    record = process.start("sleeper", ["/bin/sleep", "30"], tmp_path / "l")
+    try:
+        stranger = process.ProcessRecord("x", record.pid, "/usr/bin/not-this-one", record.log)
+        assert not stranger.running()
+        # Only this Python process has the Popen handle; a later CLI call checks /proc.
+        foreign = process.ProcessRecord("x", os.getpid(), "/bin/sleep", record.log)
+        assert not foreign.running()
+    finally:
+        process.stop(record)
+
+
+def test_log_tail_reads_the_end_of_a_log(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("\n".join(f"line {n}" for n in range(100)))
+    assert process.log_tail(log, lines=2) == "line 98\nline 99"
+    assert process.log_tail(tmp_path / "missing") == "(no log)"
+
+
+def test_free_port_is_free() -> None:
+    port = process.free_port()
+    assert not process.port_in_use(port)
