@@ -1,0 +1,410 @@
+"""An asyncio client for any group/version/resource, speaking JSON parsed with orjson.
+
+Objects are plain dicts. Every failure becomes a typed ``ApiError`` carrying the server's message.
+Requests have a total timeout; watches have none in total (they last minutes by design) but the
+reflector gives them an inactivity deadline, so a half-open connection never hangs an informer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+
+from pkg import __version__
+from pkg.generic import errors
+from pkg.generic.config import ClientConfig
+from pkg.generic.resource import Object, Resource
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
+USER_AGENT = f"harvester-quota/{__version__} (python; aiohttp)"
+PATCH_CONTENT_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+PatchType = Literal["merge", "json", "strategic", "apply"]
+WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One line of a watch stream: ADDED, MODIFIED, DELETED, BOOKMARK or ERROR (a Status)."""
+
+    type: str
+    object: Object
+
+
+@dataclass(frozen=True)
+class ListResult:
+    """The items of a (possibly paginated) list and the resourceVersion it is consistent with."""
+
+    items: list[Object]
+    resource_version: str
+    paginated: bool
+
+
+def decode_watch_line(line: bytes) -> WatchEvent:
+    """Parses one watch event, refusing anything that is not a well-formed event.
+
+    A truncated line, an unknown event type, or a Status where an object was expected raise
+    DecodeError: the caller cannot trust the stream any more and must relist.
+    """
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        raise errors.DecodeError(
+            f"watch event is not valid JSON ({error}): {line[:200]!r}"
+        ) from error
+    if not isinstance(raw, dict) or not isinstance(raw.get("object"), dict):
+        raise errors.DecodeError(f"watch event has no object: {line[:200]!r}")
+    event_type = raw.get("type")
+    if event_type not in WATCH_EVENT_TYPES:
+        raise errors.DecodeError(f"unknown watch event type {event_type!r}")
+    obj: Object = raw["object"]
+    if event_type != "ERROR" and (obj.get("kind") == "Status" or "metadata" not in obj):
+        raise errors.DecodeError(f"{event_type} event carries a Status, not an object: {obj}")
+    return WatchEvent(event_type, obj)
+
+
+def status_error(status: Object) -> errors.ApiError:
+    """The typed error an ERROR watch event stands for."""
+    return errors.from_status(int(status.get("code") or 500), status)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+class ApiClient:
+    """Async HTTP to one API server. Create it inside the event loop; close it when done."""
+
+    def __init__(self, config: ClientConfig, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.config = config
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    # Lifecycle ----------------------------------------------------------------------------------
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self.config.ssl_context, limit=100)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+                json_serialize=lambda obj: orjson.dumps(obj).decode(),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+
+    async def __aenter__(self) -> ApiClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # Core -------------------------------------------------------------------------------------------
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {}
+        authorization = self.config.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        request_timeout: float | None = None,
+    ) -> Object:
+        """One request; returns the decoded JSON object or raises a typed ApiError."""
+        data = orjson.dumps(body) if body is not None else None
+        try:
+            async with self.session.request(
+                method,
+                self.config.host + path,
+                params=params,
+                data=data,
+                headers=self._headers(content_type if data is not None else None),
+                timeout=aiohttp.ClientTimeout(
+                    total=request_timeout or self.timeout, sock_connect=CONNECT_TIMEOUT
+                ),
+            ) as response:
+                raw = await response.read()
+                return self._decode(response, raw, method, path)
+        except aiohttp.ClientConnectorError as error:
+            raise errors.ConnectionRefused(f"{method} {path}: {error}") from error
+        except aiohttp.ClientError as error:
+            raise errors.ConnectionFailed(f"{method} {path}: {error}") from error
+        except TimeoutError as error:
+            raise errors.ConnectionFailed(f"{method} {path}: timed out") from error
+
+    def _decode(
+        self, response: aiohttp.ClientResponse, raw: bytes, method: str, path: str
+    ) -> Object:
+        try:
+            decoded = orjson.loads(raw) if raw else {}
+        except orjson.JSONDecodeError:
+            decoded = None
+        if response.status >= 400:
+            body = (
+                decoded
+                if isinstance(decoded, dict)
+                else {"message": raw[:500].decode("utf-8", "replace")}
+            )
+            raise errors.from_status(response.status, body, _retry_after(response.headers))
+        if not isinstance(decoded, dict):
+            raise errors.DecodeError(
+                f"{method} {path}: expected a JSON object, got {raw[:200]!r}",
+                status=response.status,
+            )
+        return decoded
+
+    # Reads --------------------------------------------------------------------------------------
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object:
+        return await self.request("GET", resource.path(namespace, name))
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        request_timeout: float | None = None,
+    ) -> Object:
+        """One page of a list (the raw List object, with metadata.continue when there is more)."""
+        params: dict[str, str] = {}
+        if resource_version is not None:
+            params["resourceVersion"] = resource_version
+        if limit:
+            params["limit"] = str(limit)
+        if continue_token:
+            params["continue"] = continue_token
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        return await self.request(
+            "GET", resource.path(namespace), params=params, request_timeout=request_timeout
+        )
+
+    async def list_all(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        page_size: int = 500,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        request_timeout: float | None = None,
+    ) -> ListResult:
+        """Every item, following continue tokens; an expired token restarts as one full list."""
+        items: list[Object] = []
+        token: str | None = None
+        paginated = False
+        while True:
+            try:
+                page = await self.list(
+                    resource,
+                    namespace,
+                    resource_version=resource_version if token is None else None,
+                    limit=page_size or None,
+                    continue_token=token,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                    request_timeout=request_timeout,
+                )
+            except errors.Gone:
+                if token is None:
+                    raise
+                # The snapshot the pages came from was compacted: take one unpaginated list.
+                return await self.list_all(
+                    resource,
+                    namespace,
+                    resource_version=resource_version,
+                    page_size=0,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                    request_timeout=request_timeout,
+                )
+            page_items = page.get("items")
+            if not isinstance(page_items, list):
+                raise errors.DecodeError(f"list of {resource.name} has no items array")
+            items.extend(page_items)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:
+                return ListResult(items, str(metadata.get("resourceVersion", "")), paginated)
+            paginated = True
+
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_bookmarks: bool = True,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Streams watch events until the server ends the watch (normally after timeout_seconds).
+
+        Raises the typed error for a refused watch (e.g. 410 when resource_version is too old),
+        DecodeError for a malformed line, ConnectionFailed when the connection breaks.
+        """
+        params = {"watch": "1", "allowWatchBookmarks": "true" if allow_bookmarks else "false"}
+        if resource_version is not None:
+            params["resourceVersion"] = resource_version
+        if timeout_seconds:
+            params["timeoutSeconds"] = str(timeout_seconds)
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        path = resource.path(namespace)
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout
+        )
+        try:
+            async with self.session.get(
+                self.config.host + path, params=params, headers=self._headers(), timeout=timeout
+            ) as response:
+                if response.status >= 400:
+                    self._decode(response, await response.read(), "WATCH", path)
+                async for line in _lines(response.content):
+                    yield decode_watch_line(line)
+        except aiohttp.ClientConnectorError as error:
+            raise errors.ConnectionRefused(f"WATCH {path}: {error}") from error
+        except aiohttp.ClientError as error:
+            raise errors.ConnectionFailed(f"WATCH {path}: {error}") from error
+        except TimeoutError as error:
+            raise errors.ConnectionFailed(f"WATCH {path}: no data for {read_timeout}s") from error
+
+    # Writes -------------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        resource: Resource,
+        obj: Object,
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> Object:
+        namespace = namespace or (obj.get("metadata") or {}).get("namespace")
+        params = {"dryRun": "All"} if dry_run else None
+        return await self.request("POST", resource.path(namespace), params=params, body=obj)
+
+    async def update(self, resource: Resource, obj: Object, *, subresource: str = "") -> Object:
+        """PUT the whole object; its metadata.resourceVersion makes it conditional (409 if stale)."""
+        metadata = obj.get("metadata") or {}
+        path = resource.path(metadata.get("namespace"), metadata["name"], subresource)
+        return await self.request("PUT", path, body=obj)
+
+    async def update_status(self, resource: Resource, obj: Object) -> Object:
+        return await self.update(resource, obj, subresource="status")
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = "merge",
+        subresource: str = "",
+        field_manager: str | None = None,
+        force: bool = False,
+    ) -> Object:
+        params: dict[str, str] = {}
+        if field_manager:
+            params["fieldManager"] = field_manager
+        if force:
+            params["force"] = "true"
+        return await self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            params=params or None,
+            body=patch,
+            content_type=PATCH_CONTENT_TYPES[patch_type],
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+        preconditions: Mapping[str, str] | None = None,
+    ) -> Object:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
+        if propagation_policy:
+            body["propagationPolicy"] = propagation_policy
+        if preconditions:
+            body["preconditions"] = dict(preconditions)
+        return await self.request("DELETE", resource.path(namespace, name), body=body)
+
+
+async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Splits a chunked stream into lines without a line-length limit.
+
+    aiohttp's own readline refuses lines above its buffer limit, and one watch event (a large
+    object) can exceed it; splitting chunks ourselves has no such limit and copies each byte once.
+    """
+    pending = bytearray()
+    async for chunk in content.iter_any():
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                pending += chunk[start:]
+                break
+            if pending:
+                pending += chunk[start:end]
+                line = bytes(pending)
+                pending.clear()
+            else:
+                line = chunk[start:end]
+            start = end + 1
+            if line.strip():
+                yield line
+    if pending.strip():
+        # The stream ended in the middle of an event: hand the fragment on so that decoding
+        # reports it as a truncated event instead of silently dropping it.
+        yield bytes(pending)

@@ -1,0 +1,342 @@
+"""Generic controllers in wrangler's shape, and a factory with typed access per kind.
+
+A controller watches one resource through a shared informer and runs named handlers for each changed
+key, by a fixed number of workers fed from a rate-limited workqueue:
+
+- ``on_change(name, handler)``: ``handler(key, obj)`` gets the cached object, or ``None`` once it
+  is gone; it may return the object it wrote, which the next handler then receives (chaining).
+- ``on_remove(name, handler)``: backed by the finalizer ``<prefix>/<name>``, so the handler sees
+  the object before it disappears, even if the controller was down when it was deleted.
+- ``enqueue`` is a plain add, never rate-limited: counting events as failures inflates backoff to
+  minutes (kubernetes/kubernetes#75577, rancher/lasso#5). ``enqueue_after`` delays one key.
+- A handler error re-queues the key through the rate limiter and re-runs every handler; a conflict
+  (someone wrote the object first) does the same but is only logged at debug level, because it is
+  routine; any exception is logged with the key and the handler name and never kills a worker.
+  ``RetryAfter(seconds)`` asks for a specific delay instead; ``Ignore`` ends the run quietly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from pkg.generic import errors
+from pkg.generic.client import ApiClient, PatchType
+from pkg.generic.clock import REAL_CLOCK, Clock
+from pkg.generic.informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
+from pkg.generic.resource import (
+    EVENTS,
+    LEASES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_QUOTAS,
+    SETTINGS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+    VIRTUAL_MACHINES,
+    Object,
+    Resource,
+    key_of,
+)
+from pkg.generic.store import IndexFunc, Tombstone
+from pkg.generic.workqueue import RateLimiter, RateLimitingQueue
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, Object | None], Awaitable[Object | None]]
+DEFAULT_WORKERS = 5
+DEFAULT_FINALIZER_PREFIX = "wrangler.cattle.io"
+
+
+class RetryAfter(Exception):
+    """Raised by a handler: run this key again after ``seconds``, without counting a failure."""
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        super().__init__(reason or f"retry after {seconds}s")
+        self.seconds = seconds
+
+
+class Ignore(Exception):
+    """Raised by a handler: stop this run without error (wrangler's ErrSkip)."""
+
+
+class Controller:
+    """Handlers for one resource, run by workers over a rate-limited queue of keys."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        informer: SharedInformer,
+        resource: Resource,
+        *,
+        name: str | None = None,
+        workers: int = DEFAULT_WORKERS,
+        rate_limiter: RateLimiter[str] | None = None,
+        clock: Clock = REAL_CLOCK,
+        finalizer_prefix: str = DEFAULT_FINALIZER_PREFIX,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.client = client
+        self.informer = informer
+        self.resource = resource
+        self.name = name or resource.name
+        self.workers = workers
+        self.finalizer_prefix = finalizer_prefix
+        self.queue: RateLimitingQueue[str] = RateLimitingQueue(
+            rate_limiter, name=self.name, clock=clock, registry=registry
+        )
+        self._handlers: list[tuple[str, Handler]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._watching = False
+
+    # Registration -------------------------------------------------------------------------------
+
+    def on_change(self, name: str, handler: Handler) -> None:
+        """Runs ``handler(key, obj or None)`` for every change of every object of this kind."""
+        self._handlers.append((name, handler))
+        self._watch_informer()
+        if self._tasks:
+            for key in self.informer.store.list_keys():
+                self.queue.add(key)
+
+    def on_remove(self, name: str, handler: Handler) -> None:
+        """Runs ``handler(key, obj)`` once when an object is being deleted, via a finalizer."""
+        finalizer = f"{self.finalizer_prefix}/{name}"
+
+        async def guarded(key: str, obj: Object | None) -> Object | None:
+            if obj is None:
+                return None
+            metadata = obj.get("metadata") or {}
+            finalizers: list[str] = list(metadata.get("finalizers") or [])
+            if not metadata.get("deletionTimestamp"):
+                if finalizer in finalizers:
+                    return obj
+                return await self._set_finalizers(obj, [*finalizers, finalizer])
+            if finalizer not in finalizers:
+                return obj
+            await handler(key, obj)
+            return await self._set_finalizers(obj, [f for f in finalizers if f != finalizer])
+
+        self.on_change(name, guarded)
+
+    async def _set_finalizers(self, obj: Object, finalizers: list[str]) -> Object:
+        updated = copy.deepcopy(obj)
+        updated["metadata"]["finalizers"] = finalizers
+        return await self.update(updated)
+
+    def _watch_informer(self) -> None:
+        if self._watching:
+            return
+        self._watching = True
+
+        def enqueue_object(obj: Object | Tombstone) -> None:
+            self.queue.add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
+
+        self.informer.add_event_handler(
+            ResourceEventHandler(
+                on_add=lambda obj, _initial: enqueue_object(obj),
+                on_update=lambda _old, new: enqueue_object(new),
+                on_delete=enqueue_object,
+            ),
+            name=f"controller {self.name}",
+        )
+
+    # Enqueueing -----------------------------------------------------------------------------------
+
+    def enqueue(self, namespace: str | None, name: str) -> None:
+        self.queue.add(f"{namespace}/{name}" if namespace else name)
+
+    def enqueue_key(self, key: str) -> None:
+        self.queue.add(key)
+
+    def enqueue_after(self, namespace: str | None, name: str, delay: float) -> None:
+        self.queue.add_after(f"{namespace}/{name}" if namespace else name, delay)
+
+    # Cache ----------------------------------------------------------------------------------------
+
+    def cached(self, namespace: str | None, name: str) -> Object | None:
+        return self.informer.store.get(f"{namespace}/{name}" if namespace else name)
+
+    def cached_list(self, namespace: str | None = None) -> list[Object]:
+        if namespace is None:
+            return self.informer.store.objects()
+        return self.informer.store.by_index("namespace", namespace)
+
+    def by_index(self, index: str, value: str) -> list[Object]:
+        return self.informer.store.by_index(index, value)
+
+    def add_indexer(self, name: str, function: IndexFunc) -> None:
+        if not self.informer.store.has_index(name):
+            self.informer.store.add_indexers({name: function})
+
+    # Client, bound to this resource ---------------------------------------------------------------
+
+    async def get(self, namespace: str | None, name: str) -> Object:
+        return await self.client.get(self.resource, name, namespace)
+
+    async def create(self, obj: Object) -> Object:
+        return await self.client.create(self.resource, obj)
+
+    async def update(self, obj: Object) -> Object:
+        return await self.client.update(self.resource, obj)
+
+    async def update_status(self, obj: Object) -> Object:
+        return await self.client.update_status(self.resource, obj)
+
+    async def patch(
+        self, namespace: str | None, name: str, patch: Any, patch_type: PatchType = "merge"
+    ) -> Object:
+        return await self.client.patch(self.resource, name, patch, namespace, patch_type=patch_type)
+
+    async def delete(self, namespace: str | None, name: str, **options: Any) -> Object:
+        return await self.client.delete(self.resource, name, namespace, **options)
+
+    # Running --------------------------------------------------------------------------------------
+
+    def start(self, workers: int | None = None) -> None:
+        """Starts the workers (the informer is started by its factory)."""
+        if self._tasks:
+            return
+        for index in range(workers or self.workers):
+            self._tasks.append(asyncio.ensure_future(self._worker(index)))
+
+    async def stop(self) -> None:
+        self.queue.shut_down()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def _worker(self, index: int) -> None:
+        while True:
+            key, shutdown = await self.queue.get()
+            if shutdown or key is None:
+                return
+            try:
+                await self.process(key)
+            finally:
+                self.queue.done(key)
+
+    async def process(self, key: str) -> None:
+        """Runs every handler for ``key`` once and decides whether and when it runs again."""
+        obj = self.informer.store.get(key)
+        failed = False
+        retry_after: float | None = None
+        for name, handler in list(self._handlers):
+            try:
+                result = await handler(key, obj)
+            except Ignore:
+                break
+            except RetryAfter as request:
+                retry_after = (
+                    request.seconds if retry_after is None else min(retry_after, request.seconds)
+                )
+            except errors.Conflict as conflict:
+                log.debug("%s: %s %s: conflict, requeuing: %s", self.name, name, key, conflict)
+                failed = True
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.error(
+                    "%s: handler %s failed for %s, requeuing: %s",
+                    self.name,
+                    name,
+                    key,
+                    error,
+                    exc_info=not isinstance(error, errors.ApiError),
+                )
+                failed = True
+            else:
+                if isinstance(result, dict) and (result.get("metadata") or {}).get("uid"):
+                    obj = result
+        if failed:
+            self.queue.add_rate_limited(key)
+            return
+        self.queue.forget(key)
+        if retry_after is not None:
+            self.queue.add_after(key, retry_after)
+
+
+class ControllerFactory:
+    """One controller per resource over one informer factory, with typed accessors per kind.
+
+    The accessors are one-line declarations over the same generic Controller: a kind is only
+    the place it lives in the API.
+    """
+
+    def __init__(
+        self,
+        client: ApiClient,
+        informers: SharedInformerFactory | None = None,
+        *,
+        clock: Clock = REAL_CLOCK,
+        workers: int = DEFAULT_WORKERS,
+        finalizer_prefix: str = DEFAULT_FINALIZER_PREFIX,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.client = client
+        self.informers = informers or SharedInformerFactory(client, clock=clock)
+        self._clock = clock
+        self._workers = workers
+        self._finalizer_prefix = finalizer_prefix
+        self._registry = registry
+        self._controllers: dict[Resource, Controller] = {}
+
+    def for_resource(self, resource: Resource, *, workers: int | None = None) -> Controller:
+        controller = self._controllers.get(resource)
+        if controller is None:
+            controller = Controller(
+                self.client,
+                self.informers.informer(resource),
+                resource,
+                workers=workers or self._workers,
+                clock=self._clock,
+                finalizer_prefix=self._finalizer_prefix,
+                registry=self._registry,
+            )
+            self._controllers[resource] = controller
+        return controller
+
+    def pods(self) -> Controller:
+        return self.for_resource(PODS)
+
+    def namespaces(self) -> Controller:
+        return self.for_resource(NAMESPACES)
+
+    def resource_quotas(self) -> Controller:
+        return self.for_resource(RESOURCE_QUOTAS)
+
+    def events(self) -> Controller:
+        return self.for_resource(EVENTS)
+
+    def leases(self) -> Controller:
+        return self.for_resource(LEASES)
+
+    def virtual_machines(self) -> Controller:
+        return self.for_resource(VIRTUAL_MACHINES)
+
+    def virtual_machine_instances(self) -> Controller:
+        return self.for_resource(VIRTUAL_MACHINE_INSTANCES)
+
+    def virtual_machine_instance_migrations(self) -> Controller:
+        return self.for_resource(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
+
+    def settings(self) -> Controller:
+        return self.for_resource(SETTINGS)
+
+    async def start(self, *, sync_timeout: float | None = None) -> bool:
+        """Starts informers, waits for their caches, then starts every controller's workers."""
+        self.informers.start()
+        synced = await self.informers.wait_for_cache_sync(sync_timeout)
+        for controller in self._controllers.values():
+            controller.start()
+        return synced
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(c.stop() for c in self._controllers.values()))
+        await self.informers.stop()

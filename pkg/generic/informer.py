@@ -1,0 +1,354 @@
+"""Shared informers: one list+watch per resource, however many controllers use it.
+
+The contract is client-go's SharedInformer contract:
+- the cache is updated first, then handlers are told; each handler sees the notifications of every
+  object in the order they happened (per-object ordering), never two at once;
+- a handler added late first receives the current cache as adds;
+- handlers must be quick (hand the key to a workqueue): each runs in its own task behind its own
+  queue, so a slow handler delays only itself, never the watch or the other handlers;
+- an object that vanished while the watch was down is reported as a delete with a Tombstone.
+
+Unlike client-go, a relist does not report unchanged objects (same resourceVersion) as updates,
+the behaviour lasso offers as SyncOnlyChangedObjects: level-triggered controllers gain nothing
+from thousands of no-op updates after every reconnect. Periodic resync, if asked for, does report
+every object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pkg.generic.client import ApiClient
+from pkg.generic.clock import REAL_CLOCK, Clock
+from pkg.generic.reflector import (
+    DEFAULT_INACTIVITY_TIMEOUT,
+    ClientListerWatcher,
+    ListerWatcher,
+    Reflector,
+)
+from pkg.generic.resource import Object, Resource, key_of
+from pkg.generic.store import Codec, IndexFunc, Store, Tombstone, Transform, strip_unread_fields
+
+log = logging.getLogger(__name__)
+
+HandlerResult = Awaitable[None] | None
+SLOW_LISTENER_BACKLOG = 10_000
+
+
+@dataclass
+class ResourceEventHandler:
+    """Callbacks for one consumer; any may be None. They may be plain functions or coroutines."""
+
+    on_add: Callable[[Object, bool], HandlerResult] | None = None
+    on_update: Callable[[Object, Object], HandlerResult] | None = None
+    on_delete: Callable[[Object | Tombstone], HandlerResult] | None = None
+
+
+@dataclass(slots=True)
+class _Notification:
+    kind: str  # "add" | "update" | "delete" | "synced"
+    old: Any = None
+    new: Any = None
+    initial: bool = False
+
+
+@dataclass
+class Registration:
+    """Returned by add_event_handler: remove() detaches; has_synced() once initial adds ran."""
+
+    listener: _Listener
+    informer: SharedInformer
+
+    def remove(self) -> None:
+        self.informer._remove_listener(self.listener)
+
+    def has_synced(self) -> bool:
+        return self.listener.synced
+
+
+@dataclass(eq=False)
+class _Listener:
+    handler: ResourceEventHandler
+    name: str
+    resync: bool = False
+    queue: deque[_Notification] = field(default_factory=deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    synced: bool = False
+    warned: bool = False
+
+    def push(self, notification: _Notification) -> None:
+        self.queue.append(notification)
+        self.wakeup.set()
+        if len(self.queue) > SLOW_LISTENER_BACKLOG and not self.warned:
+            self.warned = True
+            log.warning("%s: handler is %d notifications behind", self.name, len(self.queue))
+
+    async def run(self) -> None:
+        while True:
+            while not self.queue:
+                self.wakeup.clear()
+                await self.wakeup.wait()
+            notification = self.queue.popleft()
+            if notification.kind == "synced":
+                self.synced = True
+                continue
+            await self._deliver(notification)
+
+    async def _deliver(self, notification: _Notification) -> None:
+        handler = self.handler
+        try:
+            if notification.kind == "add":
+                result = (
+                    handler.on_add(notification.new, notification.initial)
+                    if handler.on_add
+                    else None
+                )
+            elif notification.kind == "update":
+                result = (
+                    handler.on_update(notification.old, notification.new)
+                    if handler.on_update
+                    else None
+                )
+            else:
+                result = handler.on_delete(notification.old) if handler.on_delete else None
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            subject = notification.new if notification.new is not None else notification.old
+            key = subject.key if isinstance(subject, Tombstone) else key_of(subject or {})
+            log.exception("%s: %s handler failed for %s", self.name, notification.kind, key)
+
+
+class SharedInformer:
+    """A cache of one resource kept by a reflector, fanning notifications out to handlers."""
+
+    def __init__(
+        self,
+        lister_watcher: ListerWatcher,
+        *,
+        name: str,
+        clock: Clock = REAL_CLOCK,
+        transform: Transform | None = strip_unread_fields,
+        indexers: dict[str, IndexFunc] | None = None,
+        codec: Codec | str = "json",
+        resync_period: float = 0.0,
+        inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.store = Store(indexers=indexers, codec=codec)
+        self._transform = transform
+        self._clock = clock
+        self._resync_period = resync_period
+        self._listeners: list[_Listener] = []
+        self._synced = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.reflector = Reflector(
+            name,
+            lister_watcher,
+            self,
+            clock=clock,
+            inactivity_timeout=inactivity_timeout,
+            rng=rng,
+        )
+
+    # Handlers -----------------------------------------------------------------------------------
+
+    def add_event_handler(
+        self, handler: ResourceEventHandler, *, resync: bool = False, name: str = ""
+    ) -> Registration:
+        """Registers ``handler``; if the cache is already filled it first gets it all as adds."""
+        listener = _Listener(handler, name=f"{self.name}/{name or 'handler'}", resync=resync)
+        self._listeners.append(listener)
+        if self._synced.is_set():
+            for obj in self.store.objects():
+                listener.push(_Notification("add", new=obj, initial=True))
+            listener.push(_Notification("synced"))
+        if self._tasks:
+            listener.task = asyncio.ensure_future(listener.run())
+        return Registration(listener, self)
+
+    def _remove_listener(self, listener: _Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+        if listener.task is not None:
+            listener.task.cancel()
+
+    def _broadcast(self, notification: _Notification) -> None:
+        for listener in self._listeners:
+            listener.push(notification)
+
+    # ReflectorSink ------------------------------------------------------------------------------
+
+    def on_list(self, items: list[Object], resource_version: str) -> None:
+        first = not self._synced.is_set()
+        transform = self._transform
+        objects = [transform(item) for item in items] if transform else items
+        for change in self.store.replace(objects):
+            if change.new is None:
+                assert change.old is not None
+                self._broadcast(_Notification("delete", old=Tombstone(change.key, change.old)))
+            elif change.old is None:
+                self._broadcast(_Notification("add", new=change.new, initial=first))
+            elif _version(change.old) != _version(change.new):
+                self._broadcast(_Notification("update", old=change.old, new=change.new))
+        if first:
+            self._broadcast(_Notification("synced"))
+            self._synced.set()
+
+    def on_event(self, event_type: str, obj: Object) -> None:
+        if self._transform:
+            obj = self._transform(obj)
+        if event_type == "DELETED":
+            self.store.delete(key_of(obj))
+            self._broadcast(_Notification("delete", old=obj))
+            return
+        old = self.store.upsert(obj)
+        if old is None:
+            self._broadcast(_Notification("add", new=obj))
+        else:
+            self._broadcast(_Notification("update", old=old, new=obj))
+
+    # Lifecycle ----------------------------------------------------------------------------------
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_for_sync(self, timeout: float | None = None) -> bool:
+        try:
+            await asyncio.wait_for(self._synced.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def start(self) -> None:
+        """Starts the reflector and the handler tasks (idempotent)."""
+        if self._tasks:
+            return
+        for listener in self._listeners:
+            if listener.task is None:
+                listener.task = asyncio.ensure_future(listener.run())
+        self._tasks.append(asyncio.ensure_future(self.reflector.run()))
+        if self._resync_period > 0:
+            self._tasks.append(asyncio.ensure_future(self._resync_loop()))
+
+    async def stop(self) -> None:
+        tasks = self._tasks + [x.task for x in self._listeners if x.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        for listener in self._listeners:
+            listener.task = None
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await self._clock.sleep(self._resync_period)
+            if not self._synced.is_set():
+                continue
+            for obj in self.store.iter():
+                for listener in self._listeners:
+                    if listener.resync:
+                        listener.push(_Notification("update", old=obj, new=obj))
+
+
+def _version(obj: Object) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+@dataclass(frozen=True)
+class InformerKey:
+    resource: Resource
+    namespace: str | None
+    label_selector: str | None
+    field_selector: str | None
+
+
+class SharedInformerFactory:
+    """Hands out one SharedInformer per (resource, namespace, selectors) and runs them all."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        *,
+        clock: Clock = REAL_CLOCK,
+        namespace: str | None = None,
+        resync_period: float = 0.0,
+        inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
+    ) -> None:
+        self.client = client
+        self._clock = clock
+        self._namespace = namespace
+        self._resync_period = resync_period
+        self._inactivity_timeout = inactivity_timeout
+        self._informers: dict[InformerKey, SharedInformer] = {}
+        self._started = False
+
+    def informer(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        indexers: dict[str, IndexFunc] | None = None,
+        transform: Transform | None = strip_unread_fields,
+        codec: Codec | str = "json",
+    ) -> SharedInformer:
+        """The shared informer for this resource; indexers asked for later are added to it."""
+        key = InformerKey(resource, namespace or self._namespace, label_selector, field_selector)
+        informer = self._informers.get(key)
+        if informer is None:
+            lister_watcher = ClientListerWatcher(
+                self.client, resource, key.namespace, label_selector, field_selector
+            )
+            informer = SharedInformer(
+                lister_watcher,
+                name=resource.name,
+                clock=self._clock,
+                transform=transform,
+                indexers=indexers,
+                codec=codec,
+                resync_period=self._resync_period,
+                inactivity_timeout=self._inactivity_timeout,
+            )
+            self._informers[key] = informer
+            if self._started:
+                informer.start()
+        elif indexers:
+            missing = {n: f for n, f in indexers.items() if not informer.store.has_index(n)}
+            if missing:
+                informer.store.add_indexers(missing)
+        return informer
+
+    @property
+    def informers(self) -> list[SharedInformer]:
+        return list(self._informers.values())
+
+    def start(self) -> None:
+        self._started = True
+        for informer in self._informers.values():
+            informer.start()
+
+    async def wait_for_cache_sync(self, timeout: float | None = None) -> bool:
+        results = await asyncio.gather(
+            *(informer.wait_for_sync(timeout) for informer in self._informers.values())
+        )
+        return all(results)
+
+    def synced(self) -> bool:
+        return all(informer.has_synced() for informer in self._informers.values())
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(informer.stop() for informer in self._informers.values()))
+        self._started = False

@@ -1,0 +1,250 @@
+"""Leader election on a coordination.k8s.io Lease, as client-go's leaderelection does it.
+
+Only one replica of the controllers may write quotas at a time (principle 1: single writer). The
+Lease records a holder and a renew time; a candidate takes it over once the holder has not renewed
+for ``lease_duration``. Expiry is judged by *local* observation time (when this process last saw the
+record change), never by comparing the holder's timestamps with our clock, so clock skew between
+machines cannot make two leaders. Defaults are controller-runtime's: 15 s lease, 10 s renew
+deadline, 2 s retry. On shutdown the leader releases the lease (holder cleared, 1 s duration) so a
+successor takes over at once instead of waiting out the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from pkg.generic import errors
+from pkg.generic.client import ApiClient
+from pkg.generic.clock import REAL_CLOCK, Clock
+from pkg.generic.resource import LEASES, Object
+
+log = logging.getLogger(__name__)
+
+JITTER_FACTOR = 1.2
+
+
+def format_micro_time(moment: datetime.datetime) -> str:
+    """Kubernetes MicroTime: RFC 3339 with microseconds, UTC, 'Z'."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class LeaderElectionConfig:
+    namespace: str
+    name: str
+    identity: str
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    release_on_cancel: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.lease_duration > self.renew_deadline > JITTER_FACTOR * self.retry_period > 0:
+            raise ValueError(
+                "leader election needs lease_duration > renew_deadline > 1.2 * retry_period > 0"
+            )
+
+
+class LeaderElector:
+    """Campaigns for the Lease, calls ``on_started_leading`` once won, renews until lost."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        config: LeaderElectionConfig,
+        *,
+        on_started_leading: Callable[[], Awaitable[None]],
+        on_stopped_leading: Callable[[], None] = lambda: None,
+        on_new_leader: Callable[[str], None] = lambda identity: None,
+        clock: Clock = REAL_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self.config = config
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._on_new_leader = on_new_leader
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._observed: Object | None = None
+        self._observed_holder = ""
+        self._observed_at = 0.0
+        self.leading = False
+
+    @property
+    def leader(self) -> str:
+        return self._observed_holder
+
+    async def run(self) -> None:
+        """Acquires, leads (running on_started_leading beside the renew loop), and on losing
+        the lease or being cancelled stops leading; releases the lease if configured."""
+        await self._acquire()
+        work = asyncio.ensure_future(self._on_started())
+        renew = asyncio.ensure_future(self._renew_loop())
+        try:
+            await asyncio.wait({work, renew}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, renew):
+                task.cancel()
+            await asyncio.gather(work, renew, return_exceptions=True)
+            self.leading = False
+            self._on_stopped()
+            if self.config.release_on_cancel:
+                await asyncio.shield(self._release())
+
+    async def _acquire(self) -> None:
+        while not await self._try_acquire_or_renew():
+            await self._clock.sleep(
+                self.config.retry_period * (1 + self._rng.random() * (JITTER_FACTOR - 1))
+            )
+        self.leading = True
+        log.info(
+            "%s became leader of lease %s/%s",
+            self.config.identity,
+            self.config.namespace,
+            self.config.name,
+        )
+
+    async def _renew_loop(self) -> None:
+        while True:
+            deadline = self._clock.monotonic() + self.config.renew_deadline
+            while True:
+                if await self._try_acquire_or_renew():
+                    break
+                if self._clock.monotonic() >= deadline:
+                    log.error(
+                        "%s could not renew the lease within %.0fs: stopping leading",
+                        self.config.identity,
+                        self.config.renew_deadline,
+                    )
+                    return
+                await self._clock.sleep(self.config.retry_period)
+            await self._clock.sleep(self.config.retry_period)
+
+    # One attempt ----------------------------------------------------------------------------------
+
+    async def _try_acquire_or_renew(self) -> bool:
+        now_wall = self._clock.now()
+        try:
+            lease = await self._client.get(LEASES, self.config.name, self.config.namespace)
+        except errors.NotFound:
+            return await self._create(now_wall)
+        except errors.ApiError as error:
+            log.warning("getting lease %s failed: %s", self.config.name, error)
+            return False
+        self._observe(lease)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        held_by_other = holder and holder != self.config.identity
+        duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration)
+        if held_by_other and self._observed_at + duration > self._clock.monotonic():
+            return False
+        return await self._update(lease, now_wall, took_over=holder != self.config.identity)
+
+    async def _create(self, now_wall: datetime.datetime) -> bool:
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.config.name, "namespace": self.config.namespace},
+            "spec": self._spec(now_wall, acquire_time=now_wall, transitions=0),
+        }
+        try:
+            created = await self._client.create(LEASES, lease)
+        except errors.ApiError as error:
+            log.info("creating lease %s failed: %s", self.config.name, error)
+            return False
+        self._observe(created)
+        return True
+
+    async def _update(self, lease: Object, now_wall: datetime.datetime, *, took_over: bool) -> bool:
+        spec = lease.get("spec") or {}
+        transitions = int(spec.get("leaseTransitions") or 0) + (1 if took_over else 0)
+        acquire = now_wall if took_over else None
+        lease = {
+            **lease,
+            "spec": self._spec(
+                now_wall, acquire_time=acquire, transitions=transitions, previous=spec
+            ),
+        }
+        try:
+            updated = await self._client.update(LEASES, lease)
+        except errors.ApiError as error:
+            log.info("updating lease %s failed: %s", self.config.name, error)
+            return False
+        self._observe(updated)
+        return True
+
+    def _spec(
+        self,
+        now_wall: datetime.datetime,
+        *,
+        acquire_time: datetime.datetime | None,
+        transitions: int,
+        previous: Object | None = None,
+    ) -> Object:
+        spec = dict(previous or {})
+        spec.update(
+            {
+                "holderIdentity": self.config.identity,
+                "leaseDurationSeconds": int(self.config.lease_duration),
+                "renewTime": format_micro_time(now_wall),
+                "leaseTransitions": transitions,
+            }
+        )
+        if acquire_time is not None:
+            spec["acquireTime"] = format_micro_time(acquire_time)
+        return spec
+
+    def _observe(self, lease: Object) -> None:
+        """Remembers when the record last changed, by our own clock (skew-proof expiry)."""
+        spec = lease.get("spec") or {}
+        fingerprint = (
+            spec.get("holderIdentity"),
+            spec.get("renewTime"),
+            spec.get("leaseTransitions"),
+        )
+        previous = self._observed.get("spec") if self._observed else None
+        previous_fingerprint = (
+            (
+                previous.get("holderIdentity"),
+                previous.get("renewTime"),
+                previous.get("leaseTransitions"),
+            )
+            if previous
+            else None
+        )
+        if fingerprint != previous_fingerprint:
+            self._observed_at = self._clock.monotonic()
+        holder = spec.get("holderIdentity") or ""
+        if holder != self._observed_holder:
+            self._observed_holder = holder
+            if holder:
+                self._on_new_leader(holder)
+        self._observed = lease
+
+    async def _release(self) -> None:
+        """Gives the lease up so that a successor does not wait out the lease duration."""
+        if (
+            self._observed is None
+            or (self._observed.get("spec") or {}).get("holderIdentity") != self.config.identity
+        ):
+            return
+        now = format_micro_time(self._clock.now())
+        lease = {**self._observed}
+        lease["spec"] = {
+            **(self._observed.get("spec") or {}),
+            "holderIdentity": "",
+            "leaseDurationSeconds": 1,
+            "renewTime": now,
+            "acquireTime": now,
+        }
+        try:
+            await self._client.update(LEASES, lease)
+            log.info("%s released lease %s", self.config.identity, self.config.name)
+        except errors.ApiError as error:
+            log.warning("releasing lease %s failed: %s", self.config.name, error)

@@ -1,0 +1,176 @@
+"""Scripted stand-ins for unit tests: a lister-watcher that plays watch streams, a recording sink."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pkg.generic.client import ListResult, WatchEvent
+from pkg.generic.resource import Object
+
+HANG = "hang"
+
+
+def pod(name: str, rv: str, namespace: str = "ns", **extra: Any) -> Object:
+    return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, **extra}}
+
+
+def event(kind: str, name: str, rv: str) -> WatchEvent:
+    if kind == "BOOKMARK":
+        return WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": rv}})
+    return WatchEvent(kind, pod(name, rv))
+
+
+def error_event(code: int, reason: str, message: str = "") -> WatchEvent:
+    status = {"kind": "Status", "code": code, "reason": reason, "message": message or reason}
+    return WatchEvent("ERROR", status)
+
+
+@dataclass
+class ScriptedListerWatcher:
+    """Answers list and watch calls from scripts, recording every call.
+
+    A watch script is a list of steps: a WatchEvent is yielded, an Exception is raised (before
+    any event if it is the first step: a refused watch), HANG waits forever (a silent connection).
+    When the scripts run out, a list fails and a watch hangs.
+    """
+
+    lists: deque[ListResult | Exception] = field(default_factory=deque)
+    watches: deque[list[Any]] = field(default_factory=deque)
+    list_calls: list[tuple[str, int]] = field(default_factory=list)
+    watch_calls: list[tuple[str, int]] = field(default_factory=list)
+    active_watches: int = 0
+
+    def add_list(self, *items: Object, rv: str, paginated: bool = False) -> None:
+        self.lists.append(ListResult(list(items), rv, paginated))
+
+    def add_list_error(self, error: Exception) -> None:
+        self.lists.append(error)
+
+    def add_watch(self, *steps: Any) -> None:
+        self.watches.append(list(steps))
+
+    async def list(self, *, resource_version: str, page_size: int) -> ListResult:
+        self.list_calls.append((resource_version, page_size))
+        if not self.lists:
+            raise ConnectionError("no scripted list left")
+        answer = self.lists.popleft()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def watch(self, *, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+        self.watch_calls.append((resource_version, timeout_seconds))
+        steps = self.watches.popleft() if self.watches else [HANG]
+        return self._play(steps)
+
+    async def _play(self, steps: list[Any]) -> AsyncIterator[WatchEvent]:
+        self.active_watches += 1
+        try:
+            for step in steps:
+                if step == HANG:
+                    await asyncio.Future()
+                elif isinstance(step, Exception):
+                    raise step
+                else:
+                    yield step
+        finally:
+            self.active_watches -= 1
+
+
+@dataclass
+class RecordingSink:
+    """Records what a reflector hands its sink."""
+
+    lists: list[tuple[list[Object], str]] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def on_list(self, items: list[Object], resource_version: str) -> None:
+        self.lists.append((items, resource_version))
+
+    def on_event(self, event_type: str, obj: Object) -> None:
+        metadata = obj["metadata"]
+        self.events.append((event_type, metadata["name"], metadata["resourceVersion"]))
+
+
+class FakeApi:
+    """An in-memory stand-in for ApiClient's object calls, with optimistic concurrency.
+
+    Unit tests only: it knows nothing of admission, quotas or watches.
+    """
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str | None, str], Object] = {}
+        self.calls: list[tuple[str, str, str]] = []
+        self.version = 0
+        self.fail_next: list[Exception] = []
+
+    def _key(self, resource: Any, namespace: str | None, name: str) -> tuple[str, str | None, str]:
+        return (resource.name, namespace if resource.namespaced else None, name)
+
+    def _bump(self, obj: Object) -> Object:
+        self.version += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+        obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
+        return obj
+
+    def _maybe_fail(self) -> None:
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+
+    async def get(self, resource: Any, name: str, namespace: str | None = None) -> Object:
+        from pkg.generic import errors
+
+        self.calls.append(("get", resource.name, name))
+        self._maybe_fail()
+        found = self.objects.get(self._key(resource, namespace, name))
+        if found is None:
+            raise errors.NotFound(f"{resource.name} {name} not found")
+        return copy.deepcopy(found)
+
+    async def create(self, resource: Any, obj: Object, namespace: str | None = None) -> Object:
+        from pkg.generic import errors
+
+        self.calls.append(("create", resource.name, obj["metadata"]["name"]))
+        self._maybe_fail()
+        metadata = obj["metadata"]
+        key = self._key(resource, namespace or metadata.get("namespace"), metadata["name"])
+        if key in self.objects:
+            raise errors.AlreadyExists(f"{metadata['name']} exists", reason="AlreadyExists")
+        stored = self._bump(copy.deepcopy(obj))
+        self.objects[key] = stored
+        return copy.deepcopy(stored)
+
+    async def update(self, resource: Any, obj: Object, *, subresource: str = "") -> Object:
+        from pkg.generic import errors
+
+        metadata = obj["metadata"]
+        self.calls.append(("update", resource.name, metadata["name"]))
+        self._maybe_fail()
+        key = self._key(resource, metadata.get("namespace"), metadata["name"])
+        current = self.objects.get(key)
+        if current is None:
+            raise errors.NotFound(f"{metadata['name']} not found")
+        if metadata.get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict("the object has been modified", reason="Conflict")
+        stored = self._bump(copy.deepcopy(obj))
+        self.objects[key] = stored
+        return copy.deepcopy(stored)
+
+    async def patch(
+        self, resource: Any, name: str, patch: Object, namespace: str | None = None, **_: Any
+    ) -> Object:
+        from pkg.generic import errors
+
+        self.calls.append(("patch", resource.name, name))
+        self._maybe_fail()
+        key = self._key(resource, namespace, name)
+        current = self.objects.get(key)
+        if current is None:
+            raise errors.NotFound(f"{name} not found")
+        current.update(copy.deepcopy(patch))
+        return copy.deepcopy(self._bump(current))

@@ -1,0 +1,237 @@
+"""The generic controller: chaining, retries through the rate limiter, finalizers, workers."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any, cast
+
+import pytest
+
+from pkg.generic import errors
+from pkg.generic.client import ApiClient
+from pkg.generic.clock import FakeClock, settle
+from pkg.generic.controller import Controller, Ignore, RetryAfter
+from pkg.generic.informer import SharedInformer
+from pkg.generic.resource import PODS, Object
+from tests.unit.fakes import HANG, FakeApi, ScriptedListerWatcher, pod
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def started(
+    clock: FakeClock, *objects: Object, api: FakeApi | None = None, workers: int = 2
+) -> tuple[Controller, ScriptedListerWatcher, SharedInformer]:
+    lw = ScriptedListerWatcher()
+    lw.add_list(*objects, rv="1")
+    lw.add_watch(HANG)
+    informer = SharedInformer(lw, name="pods", clock=clock, rng=random.Random(1))
+    controller = Controller(
+        cast(ApiClient, api or FakeApi()), informer, PODS, name="test", workers=workers, clock=clock
+    )
+    return controller, lw, informer
+
+
+async def run(controller: Controller, informer: SharedInformer) -> None:
+    informer.start()
+    await informer.wait_for_sync(1)
+    controller.start()
+    await settle(200)
+
+
+async def test_handlers_chain_and_see_none_after_delete(clock: FakeClock) -> None:
+    controller, _, informer = await started(clock, pod("a", "1"))
+    seen: list[tuple[str, str, Any]] = []
+
+    async def first(key: str, obj: Object | None) -> Object | None:
+        seen.append(("first", key, obj and obj["metadata"]["resourceVersion"]))
+        if obj is None:
+            return None
+        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": "changed", "uid": "u"}}
+
+    async def second(key: str, obj: Object | None) -> Object | None:
+        seen.append(("second", key, obj and obj["metadata"]["resourceVersion"]))
+        return obj
+
+    controller.on_change("first", first)
+    controller.on_change("second", second)
+    await run(controller, informer)
+    assert seen == [("first", "ns/a", "1"), ("second", "ns/a", "changed")]
+    seen.clear()
+    informer.on_event("DELETED", pod("a", "2"))
+    await settle(200)
+    assert seen == [("first", "ns/a", None), ("second", "ns/a", None)]
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_errors_retry_with_growing_backoff_and_success_forgets(clock: FakeClock) -> None:
+    controller, _, informer = await started(clock, pod("a", "1"))
+    attempts: list[float] = []
+
+    async def flaky(key: str, obj: Object | None) -> None:
+        attempts.append(clock.monotonic())
+        if len(attempts) < 4:
+            raise RuntimeError("transient")
+
+    controller.on_change("flaky", flaky)
+    await run(controller, informer)
+    assert len(attempts) == 1
+    assert controller.queue.num_requeues("ns/a") == 1
+    await clock.advance(1.0)
+    assert len(attempts) == 4
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(attempts)]
+    assert gaps == [0.005, 0.01, 0.02], "client-go's per-item exponential backoff from 5 ms"
+    assert controller.queue.num_requeues("ns/a") == 0
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_a_conflict_is_retried_quietly(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller, _, informer = await started(clock, pod("a", "1"))
+    calls = 0
+
+    async def racing(key: str, obj: Object | None) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise errors.Conflict("the object has been modified", reason="Conflict")
+
+    caplog.set_level("DEBUG", logger="pkg.generic.controller")
+    controller.on_change("racing", racing)
+    await run(controller, informer)
+    await clock.advance(0.1)
+    assert calls == 2
+    about_conflict = [r for r in caplog.records if "conflict" in r.getMessage().lower()]
+    assert about_conflict, "the conflict is logged"
+    assert all(record.levelname == "DEBUG" for record in about_conflict), "but only at debug"
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_an_exception_is_logged_with_its_key_and_the_worker_survives(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller, _, informer = await started(clock, pod("a", "1"), pod("b", "2"), workers=1)
+    handled: list[str] = []
+
+    async def picky(key: str, obj: Object | None) -> None:
+        if key == "ns/a":
+            raise KeyError("spec")
+        handled.append(key)
+
+    controller.on_change("picky", picky)
+    await run(controller, informer)
+    assert handled == ["ns/b"]
+    assert "handler picky failed for ns/a" in caplog.text
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_retry_after_and_ignore(clock: FakeClock) -> None:
+    controller, _, informer = await started(clock, pod("a", "1"))
+    runs: list[float] = []
+    after: list[str] = []
+
+    async def waiting(key: str, obj: Object | None) -> None:
+        runs.append(clock.monotonic())
+        if len(runs) == 1:
+            raise RetryAfter(30)
+        raise Ignore()
+
+    async def never_after_ignore(key: str, obj: Object | None) -> None:
+        after.append(key)
+
+    controller.on_change("waiting", waiting)
+    controller.on_change("after", never_after_ignore)
+    await run(controller, informer)
+    await clock.advance(29)
+    assert len(runs) == 1
+    await clock.advance(2)
+    assert len(runs) == 2
+    assert runs[1] - runs[0] == pytest.approx(30)
+    assert after == ["ns/a"], "RetryAfter does not skip later handlers, Ignore does"
+    assert controller.queue.num_requeues("ns/a") == 0
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_enqueue_is_a_plain_add(clock: FakeClock) -> None:
+    controller, _, informer = await started(clock)
+    runs: list[str] = []
+
+    async def record(key: str, obj: Object | None) -> None:
+        runs.append(key)
+
+    controller.on_change("record", record)
+    await run(controller, informer)
+    for _ in range(5):
+        controller.enqueue("ns", "x")
+        await settle(50)
+    assert runs == ["ns/x"] * 5
+    assert controller.queue.num_requeues("ns/x") == 0
+    controller.enqueue_after("ns", "y", 10)
+    await clock.advance(9)
+    assert "ns/y" not in runs
+    await clock.advance(2)
+    assert runs[-1] == "ns/y"
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_on_remove_adds_a_finalizer_then_runs_once_and_removes_it(clock: FakeClock) -> None:
+    api = FakeApi()
+    created = await api.create(PODS, pod("a", "0"))
+    controller, _, informer = await started(clock, created, api=api)
+    removed: list[str] = []
+
+    async def cleanup(key: str, obj: Object | None) -> None:
+        removed.append(key)
+
+    controller.on_remove("cleanup", cleanup)
+    await run(controller, informer)
+    stored = api.objects[("pods", "ns", "a")]
+    assert stored["metadata"]["finalizers"] == ["wrangler.cattle.io/cleanup"]
+    assert removed == []
+    deleting = {
+        **stored,
+        "metadata": {**stored["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"},
+    }
+    api.objects[("pods", "ns", "a")] = deleting
+    informer.on_event("MODIFIED", deleting)
+    await settle(200)
+    assert removed == ["ns/a"]
+    assert api.objects[("pods", "ns", "a")]["metadata"]["finalizers"] == []
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_a_key_is_never_handled_by_two_workers_at_once(clock: FakeClock) -> None:
+    controller, _lw, informer = await started(clock, workers=4)
+    running: set[str] = set()
+    overlaps = 0
+    gate = clock
+
+    async def slow(key: str, obj: Object | None) -> None:
+        nonlocal overlaps
+        if key in running:
+            overlaps += 1
+        running.add(key)
+        await gate.sleep(1)
+        running.discard(key)
+
+    controller.on_change("slow", slow)
+    await run(controller, informer)
+    for _ in range(10):
+        controller.enqueue("ns", "same")
+        controller.enqueue("ns", "other")
+        await clock.advance(0.3)
+    await clock.advance(5)
+    assert overlaps == 0
+    await controller.stop()
+    await informer.stop()

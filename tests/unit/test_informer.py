@@ -1,0 +1,229 @@
+"""Shared informer: cache first, then per-handler ordered notifications; late handlers; tombstones."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from pkg.generic.clock import FakeClock, settle
+from pkg.generic.informer import ResourceEventHandler, SharedInformer
+from pkg.generic.resource import Object
+from pkg.generic.store import Store, Tombstone
+from tests.unit.fakes import HANG, ScriptedListerWatcher, error_event, event, pod
+
+
+class Recorder:
+    """Records notifications as (kind, name, version) tuples; can be made slow."""
+
+    def __init__(self, delay: asyncio.Event | None = None) -> None:
+        self.seen: list[tuple[Any, ...]] = []
+        self.delay = delay
+
+    async def _wait(self) -> None:
+        if self.delay is not None:
+            await self.delay.wait()
+
+    def handler(self) -> ResourceEventHandler:
+        async def on_add(obj: Object, initial: bool) -> None:
+            await self._wait()
+            self.seen.append(
+                ("add", obj["metadata"]["name"], obj["metadata"]["resourceVersion"], initial)
+            )
+
+        async def on_update(old: Object, new: Object) -> None:
+            await self._wait()
+            self.seen.append(
+                (
+                    "update",
+                    new["metadata"]["name"],
+                    old["metadata"]["resourceVersion"],
+                    new["metadata"]["resourceVersion"],
+                )
+            )
+
+        async def on_delete(obj: Object | Tombstone) -> None:
+            await self._wait()
+            if isinstance(obj, Tombstone):
+                self.seen.append(("tombstone", obj.key, obj.obj["metadata"]["resourceVersion"]))
+            else:
+                self.seen.append(
+                    ("delete", obj["metadata"]["name"], obj["metadata"]["resourceVersion"])
+                )
+
+        return ResourceEventHandler(on_add, on_update, on_delete)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def informer(lw: ScriptedListerWatcher, clock: FakeClock, **options: Any) -> SharedInformer:
+    return SharedInformer(lw, name="pods", clock=clock, rng=random.Random(3), **options)
+
+
+async def test_notifications_follow_the_cache_in_order(clock: FakeClock) -> None:
+    lw = ScriptedListerWatcher()
+    lw.add_list(pod("a", "1"), rv="1")
+    lw.add_watch(
+        event("MODIFIED", "a", "2"), event("ADDED", "b", "3"), event("DELETED", "a", "4"), HANG
+    )
+    shared = informer(lw, clock)
+    recorder = Recorder()
+    shared.add_event_handler(recorder.handler())
+    shared.start()
+    await settle(200)
+    assert recorder.seen == [
+        ("add", "a", "1", True),
+        ("update", "a", "1", "2"),
+        ("add", "b", "3", False),
+        ("delete", "a", "4"),
+    ]
+    assert shared.store.list_keys() == ["ns/b"]
+    assert shared.has_synced()
+    await shared.stop()
+
+
+async def test_late_handler_first_gets_the_cache_as_adds(clock: FakeClock) -> None:
+    lw = ScriptedListerWatcher()
+    lw.add_list(pod("a", "1"), pod("b", "2"), rv="2")
+    lw.add_watch(HANG)
+    shared = informer(lw, clock)
+    shared.start()
+    await settle(100)
+    late = Recorder()
+    registration = shared.add_event_handler(late.handler())
+    assert not registration.has_synced()
+    await settle(100)
+    assert sorted(late.seen) == [("add", "a", "1", True), ("add", "b", "2", True)]
+    assert registration.has_synced()
+    await shared.stop()
+
+
+async def test_a_delete_missed_while_disconnected_arrives_as_a_tombstone(clock: FakeClock) -> None:
+    lw = ScriptedListerWatcher()
+    lw.add_list(pod("a", "1"), pod("b", "2"), pod("c", "3"), rv="3")
+    lw.add_watch(error_event(410, "Expired"))
+    # While disconnected: b was deleted, c changed, d was created, a is unchanged.
+    lw.add_list(pod("a", "1"), pod("c", "5"), pod("d", "6"), rv="6")
+    lw.add_watch(HANG)
+    shared = informer(lw, clock)
+    recorder = Recorder()
+    shared.add_event_handler(recorder.handler())
+    shared.start()
+    await settle(100)
+    recorder.seen.clear()
+    await clock.advance(2.0)
+    await settle(100)
+    assert sorted(recorder.seen) == [
+        ("add", "d", "6", False),
+        ("tombstone", "ns/b", "2"),
+        ("update", "c", "3", "5"),
+    ], "an unchanged object (a) is not reported after a relist"
+    await shared.stop()
+
+
+async def test_a_slow_handler_delays_only_itself(clock: FakeClock) -> None:
+    lw = ScriptedListerWatcher()
+    lw.add_list(rv="1")
+    lw.add_watch(event("ADDED", "a", "2"), event("ADDED", "b", "3"), HANG)
+    gate = asyncio.Event()
+    slow, fast = Recorder(delay=gate), Recorder()
+    shared = informer(lw, clock)
+    shared.add_event_handler(slow.handler())
+    shared.add_event_handler(fast.handler())
+    shared.start()
+    await settle(100)
+    assert [entry[1] for entry in fast.seen] == ["a", "b"]
+    assert slow.seen == []
+    assert len(shared.store) == 2
+    gate.set()
+    await settle(100)
+    assert [entry[1] for entry in slow.seen] == ["a", "b"]
+    await shared.stop()
+
+
+async def test_a_failing_handler_is_logged_and_the_next_notification_still_arrives(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    lw = ScriptedListerWatcher()
+    lw.add_list(rv="1")
+    lw.add_watch(event("ADDED", "bad", "2"), event("ADDED", "good", "3"), HANG)
+    seen: list[str] = []
+
+    def on_add(obj: Object, _initial: bool) -> None:
+        if obj["metadata"]["name"] == "bad":
+            raise RuntimeError("boom")
+        seen.append(obj["metadata"]["name"])
+
+    shared = informer(lw, clock)
+    shared.add_event_handler(ResourceEventHandler(on_add=on_add), name="picky")
+    shared.start()
+    await settle(100)
+    assert seen == ["good"]
+    assert "add handler failed for ns/bad" in caplog.text
+    await shared.stop()
+
+
+async def test_default_transform_strips_fields_nobody_reads(clock: FakeClock) -> None:
+    bulky = pod(
+        "a",
+        "1",
+        managedFields=[{"manager": "kubectl"}],
+        annotations={"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "me"},
+    )
+    lw = ScriptedListerWatcher()
+    lw.add_list(bulky, rv="1")
+    lw.add_watch(HANG)
+    shared = informer(lw, clock)
+    shared.start()
+    await settle(50)
+    cached = shared.store.get("ns/a")
+    assert cached is not None
+    assert "managedFields" not in cached["metadata"]
+    assert cached["metadata"]["annotations"] == {"keep": "me"}
+    await shared.stop()
+
+
+@pytest.mark.parametrize("codec", ["dict", "json", "zlib"])
+def test_store_indexes_follow_updates_and_deletes(codec: str) -> None:
+    def by_vmi(obj: Object) -> list[str]:
+        label = obj["metadata"].get("labels", {}).get("kubevirt.io/created-by")
+        return [label] if label else []
+
+    store = Store(indexers={"vmi": by_vmi}, codec=codec)
+    store.upsert(pod("source", "1", labels={"kubevirt.io/created-by": "uid-1"}))
+    store.upsert(pod("target", "2", labels={"kubevirt.io/created-by": "uid-1"}))
+    store.upsert(
+        pod("other", "3", namespace="elsewhere", labels={"kubevirt.io/created-by": "uid-2"})
+    )
+    assert store.index_keys("vmi", "uid-1") == ["ns/source", "ns/target"]
+    assert [p["metadata"]["name"] for p in store.by_index("namespace", "elsewhere")] == ["other"]
+    store.upsert(pod("target", "4", labels={"kubevirt.io/created-by": "uid-2"}))
+    assert store.index_keys("vmi", "uid-1") == ["ns/source"]
+    assert store.index_keys("vmi", "uid-2") == ["elsewhere/other", "ns/target"]
+    store.delete("ns/source")
+    assert store.index_keys("vmi", "uid-1") == []
+    assert "uid-1" not in store.indexed_values("vmi")
+
+
+def test_json_store_hands_out_copies_that_callers_may_change() -> None:
+    store = Store(codec="json")
+    store.upsert(pod("a", "1"))
+    first = store.get("ns/a")
+    assert first is not None
+    first["metadata"]["name"] = "changed"
+    again = store.get("ns/a")
+    assert again is not None and again["metadata"]["name"] == "a"
+
+
+def test_indexers_added_later_index_what_is_cached() -> None:
+    store = Store()
+    store.upsert(pod("a", "1", labels={"app": "x"}))
+    store.add_indexers({"app": lambda o: [o["metadata"]["labels"]["app"]]})
+    assert store.index_keys("app", "x") == ["ns/a"]
+    with pytest.raises(ValueError, match="exists already"):
+        store.add_indexers({"app": lambda o: []})

@@ -1,0 +1,154 @@
+"""Leader election on a Lease and the event recorder, against an in-memory API and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import cast
+
+import pytest
+
+from pkg.generic import errors
+from pkg.generic.client import ApiClient
+from pkg.generic.clock import FakeClock, settle
+from pkg.generic.events import AGGREGATE_PREFIX, WARNING, EventRecorder
+from pkg.generic.leader import LeaderElectionConfig, LeaderElector
+from pkg.generic.resource import EVENTS, LEASES
+from tests.unit.fakes import FakeApi
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def elector(
+    api: FakeApi, clock: FakeClock, identity: str, leading: list[str], *, release: bool = True
+) -> LeaderElector:
+    async def lead() -> None:
+        leading.append(identity)
+        await asyncio.Future()
+
+    return LeaderElector(
+        cast(ApiClient, api),
+        LeaderElectionConfig("kube-system", "harvester-quota", identity, release_on_cancel=release),
+        on_started_leading=lead,
+        clock=clock,
+        rng=random.Random(5),
+    )
+
+
+def holder(api: FakeApi) -> str:
+    return str(
+        api.objects[(LEASES.name, "kube-system", "harvester-quota")]["spec"]["holderIdentity"]
+    )
+
+
+def test_lease_timings_must_be_ordered() -> None:
+    with pytest.raises(ValueError, match="lease_duration > renew_deadline"):
+        LeaderElectionConfig("ns", "l", "me", lease_duration=10, renew_deadline=10)
+
+
+async def test_one_leader_and_a_prompt_handover_on_release(clock: FakeClock) -> None:
+    api, leading = FakeApi(), []
+    first = asyncio.ensure_future(elector(api, clock, "a", leading).run())
+    await settle()
+    second = asyncio.ensure_future(elector(api, clock, "b", leading).run())
+    await clock.advance(30)
+    assert leading == ["a"], "the candidate waits while the leader renews"
+    assert holder(api) == "a"
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await settle()
+    assert holder(api) == ""
+    await clock.advance(3)
+    assert leading == ["a", "b"], "a released lease is taken at the next retry"
+    second.cancel()
+    await asyncio.gather(second, return_exceptions=True)
+
+
+async def test_a_dead_leader_is_replaced_after_the_lease_duration(clock: FakeClock) -> None:
+    api, leading = FakeApi(), []
+    first = asyncio.ensure_future(elector(api, clock, "a", leading, release=False).run())
+    await settle()
+    second = asyncio.ensure_future(elector(api, clock, "b", leading).run())
+    await clock.advance(4)
+    first.cancel()  # like SIGKILL: no release
+    await asyncio.gather(first, return_exceptions=True)
+    assert holder(api) == "a"
+    await clock.advance(10)
+    assert leading == ["a"], "15 s must pass since b last saw the record change"
+    await clock.advance(8)
+    assert leading == ["a", "b"]
+    lease = api.objects[(LEASES.name, "kube-system", "harvester-quota")]
+    assert lease["spec"]["leaseTransitions"] == 1
+    second.cancel()
+    await asyncio.gather(second, return_exceptions=True)
+
+
+async def test_a_leader_that_cannot_renew_stops_leading(clock: FakeClock) -> None:
+    api, leading = FakeApi(), []
+    stopped: list[bool] = []
+    candidate = elector(api, clock, "a", leading)
+    candidate._on_stopped = lambda: stopped.append(True)
+    task = asyncio.ensure_future(candidate.run())
+    await clock.advance(1)
+    assert leading == ["a"]
+    api.fail_next = [errors.ServerError("etcd unavailable")] * 100
+    await clock.advance(12)
+    assert stopped == [True]
+    assert task.done()
+
+
+async def test_identical_events_are_counted_on_one_object(clock: FakeClock) -> None:
+    api = FakeApi()
+    recorder = EventRecorder(cast(ApiClient, api), "harvester-quota", clock=clock)
+    vmim = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "m1", "namespace": "ns", "uid": "u1"},
+    }
+    for _ in range(3):
+        await recorder.record(vmim, WARNING, "MigrationBlocked", "exceeded quota: default")
+        clock.step(1)
+    events = [o for k, o in api.objects.items() if k[0] == EVENTS.name]
+    assert len(events) == 1
+    assert events[0]["count"] == 3
+    assert events[0]["involvedObject"]["name"] == "m1"
+    assert events[0]["source"]["component"] == "harvester-quota"
+
+
+async def test_many_similar_events_are_combined(clock: FakeClock) -> None:
+    api = FakeApi()
+    recorder = EventRecorder(cast(ApiClient, api), "harvester-quota", clock=clock)
+    obj = {"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "ns", "uid": "u"}}
+    for index in range(12):
+        await recorder.record(obj, WARNING, "InvalidAnnotation", f"bad value {index}")
+    events = [o for k, o in api.objects.items() if k[0] == EVENTS.name]
+    assert len(events) == 10, "nine single events, then one for all similar ones"
+    combined = [e for e in events if e["message"].startswith(AGGREGATE_PREFIX)]
+    assert len(combined) == 1
+    assert combined[0]["count"] == 3
+    assert combined[0]["message"] == AGGREGATE_PREFIX + "bad value 11", "it shows the latest"
+
+
+async def test_event_spam_is_dropped_and_recovers_with_time(clock: FakeClock) -> None:
+    api = FakeApi()
+    recorder = EventRecorder(cast(ApiClient, api), "harvester-quota", clock=clock)
+    obj = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
+    written = [await recorder.record(obj, WARNING, "Flood", "same") for _ in range(30)]
+    assert sum(1 for w in written if w is not None) == 25
+    assert recorder.dropped == 5
+    clock.step(300)
+    assert await recorder.record(obj, WARNING, "Flood", "same") is not None
+
+
+async def test_queued_events_are_written_in_the_background(clock: FakeClock) -> None:
+    api = FakeApi()
+    recorder = EventRecorder(cast(ApiClient, api), "harvester-quota", clock=clock)
+    recorder.event(
+        {"kind": "Namespace", "metadata": {"name": "n1", "uid": "u"}}, "Normal", "Seen", "hello"
+    )
+    await recorder.close()
+    events = [o for k, o in api.objects.items() if k[0] == EVENTS.name]
+    assert [e["metadata"]["namespace"] for e in events] == ["default"], "cluster-scoped → default"
