@@ -30,6 +30,7 @@ class ProcessRecord:
     pid: int
     binary: str
     log: str
+    argv: tuple[str, ...] = ()
 
     def running(self) -> bool:
         """True while the pid is alive and still runs ``binary`` (not a zombie, not a reused pid)."""
@@ -83,7 +84,9 @@ def start(
             start_new_session=True,
         )
     _CHILDREN[child.pid] = (child, argv[0])
-    return ProcessRecord(name=name, pid=child.pid, binary=argv[0], log=str(log_path))
+    return ProcessRecord(
+        name=name, pid=child.pid, binary=argv[0], log=str(log_path), argv=tuple(argv)
+    )
 
 
 # Popen objects of the processes this Python process started, by pid: the race-free way to know

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from pkg.generic.client import ApiClient
+from pkg.generic.config import ClientConfig
 from pkg.localcluster import ClusterInfo, LocalCluster
 from pkg.localcluster.cluster import default_state_dir
 from pkg.localcluster.rest import ApiError, RestClient
@@ -58,3 +60,22 @@ def namespace(rest: RestClient, request: pytest.FixtureRequest) -> Iterator[str]
     except ApiError as error:
         if error.status != 404:
             raise
+
+
+@pytest.fixture(scope="session")
+def local_cluster(cluster: ClusterInfo) -> LocalCluster:
+    """The session cluster as a LocalCluster, for tests that restart components or compact etcd."""
+    return LocalCluster(session_state_dir())
+
+
+@pytest.fixture
+async def api(cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
+    """An asyncio client with the admin certificate, for this test's event loop."""
+    config = ClientConfig.from_files(
+        cluster.server,
+        ca_file=cluster.ca_file,
+        cert_file=cluster.client_cert,
+        key_file=cluster.client_key,
+    )
+    async with ApiClient(config) as client:
+        yield client

@@ -1,0 +1,51 @@
+"""Work queues for controllers, with client-go's ``util/workqueue`` semantics on asyncio.
+
+* ``Queue``: FIFO of keys; repeated adds collapse, a key is never processed by two workers at once,
+  and a key added while processed is queued again on ``done``.
+* ``DelayingQueue``: adds ``add_after(item, delay)``; a key parked twice keeps the earlier time.
+* ``RateLimitingQueue``: adds ``add_rate_limited``, ``forget`` and ``num_requeues`` over a
+  ``RateLimiter`` (default: ``default_controller_rate_limiter()``, as client-go's).
+
+A typical worker::
+
+    while True:
+        key, shutdown = await queue.get()
+        if key is None:  # equivalently: if shutdown
+            return
+        try:
+            await reconcile(key)
+        except Exception:
+            queue.add_rate_limited(key)
+        else:
+            queue.forget(key)
+        finally:
+            queue.done(key)
+
+Named queues export client-go's ``workqueue_*`` Prometheus metrics (``metrics`` module).
+"""
+
+from pkg.generic.workqueue.delaying_queue import MAX_WAIT, DelayingQueue
+from pkg.generic.workqueue.queue import UNFINISHED_WORK_UPDATE_PERIOD, Queue
+from pkg.generic.workqueue.rate_limiters import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    ItemFastSlowRateLimiter,
+    MaxOfRateLimiter,
+    RateLimiter,
+    default_controller_rate_limiter,
+)
+from pkg.generic.workqueue.rate_limiting_queue import RateLimitingQueue
+
+__all__ = [
+    "MAX_WAIT",
+    "UNFINISHED_WORK_UPDATE_PERIOD",
+    "BucketRateLimiter",
+    "DelayingQueue",
+    "ItemExponentialFailureRateLimiter",
+    "ItemFastSlowRateLimiter",
+    "MaxOfRateLimiter",
+    "Queue",
+    "RateLimiter",
+    "RateLimitingQueue",
+    "default_controller_rate_limiter",
+]

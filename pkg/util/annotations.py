@@ -1,0 +1,296 @@
+"""Harvester's annotation and label keys, and a tolerant reader of every key it ever wrote.
+
+We are a drop-in replacement for Harvester's quota controllers, so we read all historic keys on a
+ResourceQuota (name keys from v1.2, UID keys from v1.4.2, compensation and the resync flag from
+v1.9, the skip switch from v1.4.2) and write per-VM keys whose value stays a plain ResourceList JSON,
+so that Harvester's own readers (the VM-start check, the namespace webhook) still sum them.
+
+The mirror of Harvester's Go: `pkg/util/constants.go`, `pkg/util/annotationkey.go` and
+`pkg/util/resourcequota/utils.go`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from pkg.util import resources
+from pkg.util.resources import ResourceList
+
+__all__ = [
+    "ANNOTATION_MIGRATING_COMPENSATION",
+    "ANNOTATION_MIGRATING_NAME_PREFIX",
+    "ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED",
+    "ANNOTATION_MIGRATING_UID_PREFIX",
+    "ANNOTATION_MIGRATION_STATE",
+    "ANNOTATION_MIGRATION_UID",
+    "ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING",
+    "ANNOTATION_TIMESTAMP",
+    "CATTLE_ANNOTATION_RESOURCE_QUOTA",
+    "FALSE",
+    "HARVESTER_PREFIX",
+    "LABEL_DEFAULT_RESOURCE_QUOTA",
+    "MIGRATION_STATE_ABORTING",
+    "MIGRATION_STATE_MIGRATING",
+    "MIGRATION_STATE_PENDING",
+    "TRUE",
+    "MigrationAnnotations",
+    "is_valid_annotation_key",
+    "is_valid_qualified_name_part",
+    "legacy_migrating_vm_annotation_key",
+    "migrating_uid_annotation_key",
+    "migrating_vm_annotation_key",
+    "migrating_vm_annotation_keys",
+    "parse_migration_annotations",
+]
+
+HARVESTER_PREFIX: Final = "harvesterhci.io"
+
+# --- on the ResourceQuota --------------------------------------------------------------------------
+
+ANNOTATION_MIGRATING_NAME_PREFIX: Final = f"{HARVESTER_PREFIX}/migrating-"
+"""`harvesterhci.io/migrating-<vm name>`: room held by one migrating VM (v1.2+, kept for reading and
+deleting by v1.4.2+). Value: ResourceList JSON, e.g. '{"limits.cpu":"1","limits.memory":"1236Mi"}'.
+Harvester matches it by prefix: every key that starts with it counts as a migrating VM."""
+
+ANNOTATION_MIGRATING_UID_PREFIX: Final = f"{HARVESTER_PREFIX}/migratingUID-"
+"""`harvesterhci.io/migratingUID-<vmi uid>`: the same, keyed by VMI UID (v1.4.2+, issue #7464: a name
+key is invalid for VM names over 53 characters). Not a prefix of, nor prefixed by, the name key."""
+
+ANNOTATION_MIGRATING_COMPENSATION: Final = f"{HARVESTER_PREFIX}/migratingCompensation"
+"""Extra room (ResourceList JSON, only limits.memory is read) for VMs already over quota (v1.9+).
+Harvester treats an empty value as absent."""
+
+ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED: Final = (
+    f"{HARVESTER_PREFIX}/migratingScalingResyncNeeded"
+)
+"""Harvester v1.9's ping-pong flag between its VMIM and RQ controllers: "true" until the RQ
+controller has applied the scale-up, then "false" (the key stays)."""
+
+ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: Final = (
+    f"{HARVESTER_PREFIX}/skipResourceQuotaAutoScaling"
+)
+"""Set to exactly "true" to stop all automatic changes to that ResourceQuota (v1.4.2+)."""
+
+# --- on the VirtualMachineInstance -----------------------------------------------------------------
+
+ANNOTATION_MIGRATION_UID: Final = f"{HARVESTER_PREFIX}/migrationUID"
+"""The UID of the VMIM currently migrating this VMI."""
+
+ANNOTATION_MIGRATION_STATE: Final = f"{HARVESTER_PREFIX}/migrationState"
+"""One of the MIGRATION_STATE_* values, shown by Harvester's UI."""
+
+MIGRATION_STATE_PENDING: Final = "Pending migration"  # VMIM phase unset or Pending
+MIGRATION_STATE_MIGRATING: Final = "Migrating"  # Scheduling .. Running
+MIGRATION_STATE_ABORTING: Final = "Aborting migration"
+
+ANNOTATION_TIMESTAMP: Final = f"{HARVESTER_PREFIX}/timestamp"
+"""Harvester's "touch" annotation: writing a fresh value forces an update event."""
+
+# --- Rancher ---------------------------------------------------------------------------------------
+
+CATTLE_ANNOTATION_RESOURCE_QUOTA: Final = "field.cattle.io/resourceQuota"
+"""On the Namespace: Rancher's `{"limit": {...}}`, the base quota (see pkg.util.rancher)."""
+
+LABEL_DEFAULT_RESOURCE_QUOTA: Final = "resourcequota.management.cattle.io/default-resource-quota"
+"""On the ResourceQuota Rancher manages (value "true"). Rancher and Harvester find the RQ by this
+label only, first match; the name (default-xxxxx) is generated."""
+
+TRUE: Final = "true"
+FALSE: Final = "false"
+"""Harvester compares flags to exactly "true" (Go `==`): "True" or "TRUE" are false. So do we."""
+
+# --- key validation --------------------------------------------------------------------------------
+
+_QUALIFIED_NAME_MAX_LENGTH: Final = 63
+_DNS1123_SUBDOMAIN_MAX_LENGTH: Final = 253
+_QUALIFIED_NAME_RE: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS1123_SUBDOMAIN_RE: Final = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+_NAME_PART_CHAR_RE: Final = re.compile(r"[^-A-Za-z0-9_.]")
+
+
+def is_valid_qualified_name_part(name: str) -> bool:
+    """The name part of a label or annotation key: 1..63 chars, alphanumeric at both ends."""
+    return len(name) <= _QUALIFIED_NAME_MAX_LENGTH and bool(_QUALIFIED_NAME_RE.fullmatch(name))
+
+
+def is_valid_annotation_key(key: str) -> bool:
+    """Whether the API server accepts `key` as an annotation key (ValidateAnnotations).
+
+    A qualified name: an optional DNS-1123 subdomain prefix (at most 253 chars) and '/', then a name
+    part (see `is_valid_qualified_name_part`). Kubernetes lower-cases annotation keys before this
+    check, so capitals are fine in the prefix too.
+    """
+    lowered = key.lower()
+    prefix, slash, name = lowered.rpartition("/")
+    if slash and (
+        "/" in prefix
+        or len(prefix) > _DNS1123_SUBDOMAIN_MAX_LENGTH
+        or not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix)
+    ):
+        return False
+    return is_valid_qualified_name_part(name)
+
+
+# --- per-VM keys -----------------------------------------------------------------------------------
+
+_NAME_PART_PREFIX: Final = ANNOTATION_MIGRATING_NAME_PREFIX.split("/", 1)[1]  # "migrating-"
+_DIGEST_HEX_CHARS: Final = 10
+"""40 bits of sha256: a collision needs about a million long-named VMs in one namespace."""
+
+_READABLE_MAX: Final = _QUALIFIED_NAME_MAX_LENGTH - len(_NAME_PART_PREFIX) - 1 - _DIGEST_HEX_CHARS
+"""42: "migrating-" + readable + "-" + digest fills the 63-character name part exactly."""
+
+
+def legacy_migrating_vm_annotation_key(vm_name: str) -> str:
+    """Harvester's name key, verbatim (`GenerateAnnotationKeyMigratingVMName`).
+
+    Invalid for names over 53 characters, so it is only for reading and deleting what Harvester
+    (or a Harvester whose write failed) may have left; write `migrating_vm_annotation_key`.
+    """
+    return ANNOTATION_MIGRATING_NAME_PREFIX + vm_name
+
+
+def migrating_vm_annotation_key(vm_name: str) -> str:
+    """The per-VM key we write: always a valid annotation key, the same name always the same key.
+
+    `harvesterhci.io/migrating-<vm name>` when that is a valid key (the VM name is at most 53
+    characters), exactly as Harvester writes it. Otherwise the first 42 characters of the name
+    (without trailing '-', '.' or '_'), '-', and 10 hex characters of the sha256 of the whole name:
+    `harvesterhci.io/migrating-a-very-long-name-exceeds-the-63-length-and-11e086f797` for issue
+    #7464's 75-character name. Harvester's readers still see a `migrating-` key and sum its value.
+    The scheme must never change: a key written before an upgrade is found again by name after it.
+    """
+    if not vm_name:
+        raise ValueError("a VM name must not be empty")
+    legacy = legacy_migrating_vm_annotation_key(vm_name)
+    if is_valid_qualified_name_part(_NAME_PART_PREFIX + vm_name):
+        return legacy
+    digest = hashlib.sha256(vm_name.encode("utf-8")).hexdigest()[:_DIGEST_HEX_CHARS]
+    # A VM name (a DNS subdomain) only holds key characters; from any other text they are dropped.
+    readable = _NAME_PART_CHAR_RE.sub("", vm_name)[:_READABLE_MAX].rstrip("-_.")
+    name_part = (
+        f"{_NAME_PART_PREFIX}{readable}-{digest}" if readable else _NAME_PART_PREFIX + digest
+    )
+    return f"{HARVESTER_PREFIX}/{name_part}"
+
+
+def migrating_uid_annotation_key(vmi_uid: str) -> str:
+    """Harvester v1.4.2+'s key for a migrating VMI (`GenerateAnnotationKeyMigratingVMUID`)."""
+    return ANNOTATION_MIGRATING_UID_PREFIX + vmi_uid
+
+
+def migrating_vm_annotation_keys(vm_name: str, vmi_uid: str | None = None) -> frozenset[str]:
+    """Every key that can hold room for this VM: ours, Harvester's name key, and its UID key."""
+    keys = {legacy_migrating_vm_annotation_key(vm_name)}
+    if vm_name:
+        keys.add(migrating_vm_annotation_key(vm_name))
+    if vmi_uid:
+        keys.add(migrating_uid_annotation_key(vmi_uid))
+    return frozenset(keys)
+
+
+# --- reading a ResourceQuota's annotations ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigrationAnnotations:
+    """What Harvester (or we) recorded on one ResourceQuota.
+
+    The per-VM dicts are keyed by the full annotation key, so the caller can delete exactly what it
+    read. A key whose value does not parse is not in them but in `invalid` (key -> message), so the
+    caller can emit a Warning event and leave the quota alone; it still counts in `migrating_keys`,
+    because Harvester's checks (namespace webhook, `HasMigratingVM`) look at keys only.
+    """
+
+    name_keyed: dict[str, ResourceList] = field(default_factory=dict)
+    """`harvesterhci.io/migrating-*`: Harvester's name keys and our (possibly hashed) keys."""
+    uid_keyed: dict[str, ResourceList] = field(default_factory=dict)
+    """`harvesterhci.io/migratingUID-*`: Harvester v1.4.2+ keys."""
+    compensation: ResourceList | None = None
+    """None when absent or empty (Harvester treats "" as absent)."""
+    resync_needed: bool = False
+    """The resync flag is exactly "true"."""
+    resync_flag: str | None = None
+    """The raw resync flag, None when absent ("false" is left behind by Harvester)."""
+    skip_auto_scaling: bool = False
+    """The skip switch is exactly "true" (Harvester's test; "True" does not count)."""
+    skip_auto_scaling_value: str | None = None
+    """The raw skip switch, None when absent, so a near miss like "True" can be reported."""
+    invalid: dict[str, str] = field(default_factory=dict)
+    """Annotation key -> why its value was not understood."""
+    migrating_keys: frozenset[str] = frozenset()
+    """Every per-VM key present (name or UID), valid or not."""
+
+    @property
+    def has_migrating_vm(self) -> bool:
+        """Harvester's `HasMigratingVM`: any per-VM key present, whatever its value."""
+        return bool(self.migrating_keys)
+
+    def vm_entries(self, vm_name: str, vmi_uid: str | None = None) -> dict[str, ResourceList]:
+        """The readable per-VM entries that belong to this VM (by name, hashed name or UID)."""
+        wanted = migrating_vm_annotation_keys(vm_name, vmi_uid)
+        found = {key: value for key, value in self.name_keyed.items() if key in wanted}
+        found.update((key, value) for key, value in self.uid_keyed.items() if key in wanted)
+        return found
+
+    def migrating_total(self) -> ResourceList:
+        """The sum of all readable per-VM entries (what Harvester adds to the base)."""
+        return resources.total([*self.name_keyed.values(), *self.uid_keyed.values()])
+
+
+def parse_migration_annotations(annotations: Mapping[str, str] | None) -> MigrationAnnotations:
+    """Classify a ResourceQuota's annotations; never raises on bad values (see `invalid`)."""
+    if not annotations:
+        return MigrationAnnotations()
+    name_keyed: dict[str, ResourceList] = {}
+    uid_keyed: dict[str, ResourceList] = {}
+    invalid: dict[str, str] = {}
+    migrating_keys: set[str] = set()
+    compensation: ResourceList | None = None
+
+    for key, value in annotations.items():
+        if key.startswith(ANNOTATION_MIGRATING_UID_PREFIX):
+            target = uid_keyed
+        elif key.startswith(ANNOTATION_MIGRATING_NAME_PREFIX):
+            target = name_keyed
+        elif key == ANNOTATION_MIGRATING_COMPENSATION:
+            if value:
+                compensation = _read_resource_list(key, value, invalid)
+            continue
+        else:
+            continue
+        migrating_keys.add(key)
+        parsed = _read_resource_list(key, value, invalid)
+        if parsed is not None:
+            target[key] = parsed
+
+    resync_flag = annotations.get(ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED)
+    skip_value = annotations.get(ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING)
+    return MigrationAnnotations(
+        name_keyed=name_keyed,
+        uid_keyed=uid_keyed,
+        compensation=compensation,
+        resync_needed=resync_flag == TRUE,
+        resync_flag=resync_flag,
+        skip_auto_scaling=skip_value == TRUE,
+        skip_auto_scaling_value=skip_value,
+        invalid=invalid,
+        migrating_keys=frozenset(migrating_keys),
+    )
+
+
+def _read_resource_list(key: str, value: object, invalid: dict[str, str]) -> ResourceList | None:
+    if not isinstance(value, str):
+        invalid[key] = f"annotation value must be a string, not {type(value).__name__}"
+        return None
+    try:
+        return resources.loads(value)
+    except ValueError as err:
+        invalid[key] = str(err)
+        return None

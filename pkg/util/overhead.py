@@ -1,0 +1,635 @@
+"""The virt-launcher memory overhead, exactly as KubeVirt computes it, for KubeVirt v0.54 to v1.9.
+
+A migration target pod is admitted by quota only if its *real* usage fits, and most of that usage is
+the VMI's memory plus this overhead. KubeVirt's estimate changed many times (process sizes, video
+RAM, where the dedicated-CPU reservation sits relative to the overhead ratio, passt, ...), sometimes
+in patch releases, so the formula here is keyed by the full KubeVirt version. Every byte matches
+KubeVirt's Go code: the page-table term is rounded through kilo-units before the division by 512,
+and the overhead ratio is applied as `trunc(float64(ceil(overhead/1000)) * (ratio - 1)) * 1000`.
+
+Sources (read, not copied): kubevirt/kubevirt `GetMemoryOverhead` in
+`pkg/virt-controller/services/template.go` (v0.54, v0.55), `.../renderresources.go` (v0.56 to v1.7),
+`pkg/hypervisor/kvm/hypervisorbackend.go` (v1.8 on), `CalculateMemoryOverhead` and the network
+binding memory calculator. The version boundaries below were checked tag by tag.
+
+The VMI is the plain dict the API server returns (after KubeVirt's defaulting webhooks). Missing
+fields mean "not set", as in Go; fields of the wrong type are bad input and raise ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pkg.util.quantity import Quantity
+
+__all__ = [
+    "HARVESTER_RATIO_DEFAULT",
+    "MAIN",
+    "KubeVirtVersion",
+    "MemoryOverhead",
+    "dedicated_cpu",
+    "kubevirt_ratio_from_harvester_setting",
+    "memory_overhead",
+    "memory_overhead_details",
+    "pagetable_bytes",
+    "parse_kubevirt_version",
+    "parse_overhead_ratio",
+    "topology_vcpus",
+    "vcpu_count",
+    "wants_guaranteed_qos",
+]
+
+MI: Final = 1024 * 1024
+"""One MiB: KubeVirt writes every fixed part of the overhead in Mi."""
+
+# ----------------------------------------------------------------------------------------------
+# Versions
+
+
+@dataclass(frozen=True)
+class KubeVirtVersion:
+    """A KubeVirt release (major.minor.patch), or the development branch after v1.9.0 ("main")."""
+
+    major: int
+    minor: int
+    patch: int
+    is_main: bool = False
+
+    def at_least(self, major: int, minor: int, patch: int = 0) -> bool:
+        """Whether this release contains a change first shipped in major.minor.patch.
+
+        "main" contains every change known here (it is newer than every tag this module knows).
+        """
+        if self.is_main:
+            return True
+        return (self.major, self.minor, self.patch) >= (major, minor, patch)
+
+    def between(self, first: tuple[int, int, int], before: tuple[int, int, int]) -> bool:
+        """first <= self < before: for changes that existed only in a range of releases."""
+        return self.at_least(*first) and not self.at_least(*before)
+
+    def __str__(self) -> str:
+        return "main" if self.is_main else f"v{self.major}.{self.minor}.{self.patch}"
+
+
+MAIN: Final = KubeVirtVersion(1, 9, 0, is_main=True)
+"""KubeVirt's main branch after v1.9.0: like v1.9 but QEMU's share grew from 30Mi to 50Mi."""
+
+_OLDEST_MINOR: Final = (0, 54)  # Harvester v1.2.1 ships KubeVirt v0.54, the oldest we port
+_NEWEST_MINOR: Final = (1, 9)
+# "v1.6.3", "1.6", "0.54.0-150400.3.19.1" (a distribution's build suffix is ignored).
+_VERSION_RE: Final = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+][0-9A-Za-z.+_-]*)?")
+
+
+def parse_kubevirt_version(version: str | KubeVirtVersion) -> KubeVirtVersion:
+    """ "0.54" .. "1.9" with an optional "v" and patch ("v1.6.3", "1.8.3"), or "main".
+
+    A version without a patch means its ".0" release, as in semantic versioning ("1.5" is v1.5.0,
+    which still adds the dedicated-CPU reservation after the ratio; v1.5.3 moved it before). A
+    suffix after the patch ("-rc.1", a distribution's "-150400.3.19.1") is ignored. Anything
+    else, or a minor release outside v0.54..v1.9, raises ValueError.
+    """
+    if isinstance(version, KubeVirtVersion):
+        return version
+    if not isinstance(version, str):
+        raise ValueError(f"KubeVirt version must be a string, not {type(version).__name__}")
+    text = version.strip()
+    if text == "main":
+        return MAIN
+    match = _VERSION_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f"unknown KubeVirt version {version!r}: expected e.g. '1.6', 'v1.6.3' or 'main'"
+        )
+    major, minor = int(match.group(1)), int(match.group(2))
+    patch = int(match.group(3)) if match.group(3) is not None else 0
+    if not _OLDEST_MINOR <= (major, minor) <= _NEWEST_MINOR:
+        raise ValueError(
+            f"unknown KubeVirt version {version!r}: supported are v0.54 to v1.9 and 'main'"
+        )
+    return KubeVirtVersion(major, minor, patch)
+
+
+# ----------------------------------------------------------------------------------------------
+# The overhead ratio (KubeVirt CR spec.configuration.additionalGuestMemoryOverheadRatio)
+
+_GO_DECIMAL_FLOAT_RE: Final = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_GO_HEX_FLOAT_RE: Final = re.compile(
+    r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?\d+"
+)
+_GO_SPECIAL_FLOAT_RE: Final = re.compile(r"[+-]?(?:inf|infinity)|nan", re.IGNORECASE)
+
+
+def _go_parse_float(text: str) -> float:
+    """Go's strconv.ParseFloat(text, 64) for the inputs it accepts, or ValueError.
+
+    Go and Python both round decimal input correctly to the nearest float64, so the value is the
+    same bit pattern KubeVirt multiplies with. Unlike Python's float(), Go accepts no surrounding
+    whitespace and no underscores in a decimal number.
+    """
+    if _GO_DECIMAL_FLOAT_RE.fullmatch(text):
+        return float(text)
+    if _GO_HEX_FLOAT_RE.fullmatch(text):
+        return float.fromhex(text)
+    if _GO_SPECIAL_FLOAT_RE.fullmatch(text):
+        return float(text)
+    raise ValueError(f"invalid overhead ratio {text!r}: not a number")
+
+
+def parse_overhead_ratio(ratio: str | float | None) -> float | None:
+    """The KubeVirt overhead ratio as a float, None when unset, or ValueError.
+
+    Unset is None or "" (KubeVirt v1.1+ skips the empty string; v1.0 fails to parse it and also
+    leaves the overhead unchanged, so the result is the same). Like KubeVirt's admission webhook we
+    refuse anything that does not parse as a float64 and anything below 1.0; we also refuse NaN and
+    infinities, which that webhook lets through but which would make KubeVirt's int64 conversion
+    produce garbage.
+    """
+    if ratio is None:
+        return None
+    if isinstance(ratio, bool):
+        raise ValueError(f"invalid overhead ratio {ratio!r}: not a number")
+    if isinstance(ratio, str):
+        if ratio == "":
+            return None
+        value = _go_parse_float(ratio)
+    elif isinstance(ratio, int | float):
+        value = float(ratio)
+    else:
+        raise ValueError(f"invalid overhead ratio {ratio!r}: not a number")
+    if not math.isfinite(value):
+        raise ValueError(f"invalid overhead ratio {ratio!r}: must be a finite number")
+    if value < 1.0:
+        raise ValueError(f"invalid overhead ratio {ratio!r}: cannot be smaller than 1.0")
+    return value
+
+
+HARVESTER_RATIO_DEFAULT: Final = "1.5"
+"""Harvester's default for the `additional-guest-memory-overhead-ratio` setting (v1.4+)."""
+
+_HARVESTER_RATIO_MIN: Final = 1.0
+_HARVESTER_RATIO_MAX: Final = 10.0
+
+
+def kubevirt_ratio_from_harvester_setting(
+    value: str | None, default: str | None = HARVESTER_RATIO_DEFAULT
+) -> str | None:
+    """What Harvester writes into the KubeVirt CR for `additional-guest-memory-overhead-ratio`.
+
+    Harvester's setting controller uses the setting's value, or its default when the value is ""
+    (so an empty value means "1.5", not "unset"). An effective value of "" or one that parses as 0
+    clears the KubeVirt field (None here); any other valid value is copied as the string it is.
+    Harvester refuses values that do not parse or lie outside 1.0..10.0 (and then leaves KubeVirt
+    untouched): ValueError here.
+    """
+    effective = value if value else (default or "")
+    if effective == "":
+        return None
+    try:
+        ratio = _go_parse_float(effective)
+    except ValueError:
+        raise ValueError(
+            f"invalid additional-guest-memory-overhead-ratio {effective!r}: not a number"
+        ) from None
+    if ratio == 0.0:
+        return None
+    if not _HARVESTER_RATIO_MIN <= ratio <= _HARVESTER_RATIO_MAX:
+        raise ValueError(
+            f"invalid additional-guest-memory-overhead-ratio {effective!r}: "
+            f"must be 0 (unset) or between {_HARVESTER_RATIO_MIN} and {_HARVESTER_RATIO_MAX}"
+        )
+    return effective
+
+
+def _apply_ratio(overhead: int, ratio: float) -> int:
+    """KubeVirt's multiplyMemory: the extra bytes the ratio adds to `overhead`.
+
+    Go computes float64(overhead.ScaledValue(Kilo)) * (ratio - 1.0), truncates to int64 and scales
+    back by 1000. A Python float is the same IEEE double, the subtraction and the multiplication
+    round identically, and int() truncates toward zero like Go's conversion.
+    """
+    kilo = -(-overhead // 1000)  # ScaledValue(Kilo) rounds up
+    extra_kilo = float(kilo) * (ratio - 1.0)
+    if extra_kilo >= 2.0**63:
+        raise ValueError(f"overhead ratio {ratio!r} is too large: the overhead overflows int64")
+    return int(extra_kilo) * 1000
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the VMI
+
+
+def _mapping(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}.{key} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _sequence(parent: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
+    value = parent.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError(f"{where}.{key} must be a list, not {type(value).__name__}")
+    return value
+
+
+def _int_field(parent: Mapping[str, Any], key: str, where: str) -> int:
+    value = parent.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{where}.{key} must be an integer, not {value!r}")
+    return value
+
+
+def _bool_field(parent: Mapping[str, Any], key: str, where: str) -> bool | None:
+    value = parent.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"{where}.{key} must be true or false, not {value!r}")
+
+
+def _quantity(value: Any, where: str) -> Quantity:
+    """A quantity field: a string as the API returns it (JSON numbers are accepted, as Go does)."""
+    if isinstance(value, Quantity):
+        return value
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{where} must be a quantity string, not {value!r}")
+    try:
+        return Quantity.parse(value if isinstance(value, str) else str(value))
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def _spec(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(vmi, Mapping):
+        raise ValueError(f"a VMI must be an object, not {type(vmi).__name__}")
+    return _mapping(vmi, "spec", "vmi")
+
+
+def _domain(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_spec(vmi), "domain", "spec")
+
+
+def _devices(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_domain(vmi), "devices", "spec.domain")
+
+
+def _vmi_resource(vmi: Mapping[str, Any], kind: str, name: str) -> Quantity | None:
+    """spec.domain.resources.<kind>[name], or None when absent."""
+    resources = _mapping(_domain(vmi), "resources", "spec.domain")
+    values = _mapping(resources, kind, "spec.domain.resources")
+    raw = values.get(name)
+    if raw is None:
+        return None
+    return _quantity(raw, f"spec.domain.resources.{kind}.{name}")
+
+
+def _cpu_spec(vmi: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """spec.domain.cpu, or None when the VMI has no cpu section (Go's nil pointer)."""
+    domain = _domain(vmi)
+    if domain.get("cpu") is None:
+        return None
+    return _mapping(domain, "cpu", "spec.domain")
+
+
+def topology_vcpus(cpu: Mapping[str, Any]) -> int:
+    """KubeVirt's GetNumberOfVCPUs: sockets x cores x threads, where a zero factor is skipped."""
+    where = "spec.domain.cpu"
+    total = _int_field(cpu, "cores", where)
+    for factor in (_int_field(cpu, "sockets", where), _int_field(cpu, "threads", where)):
+        if factor != 0:
+            total = factor if total == 0 else total * factor
+    return total
+
+
+def vcpu_count(vmi: Mapping[str, Any]) -> int:
+    """The vCPU count the overhead is sized for (at least 1).
+
+    From the CPU topology when spec.domain.cpu exists (even if all its counts are 0); otherwise from
+    limits.cpu, else requests.cpu, rounded up to whole CPUs.
+    """
+    cpu = _cpu_spec(vmi)
+    if cpu is not None:
+        vcpus = topology_vcpus(cpu)
+    else:
+        limit = _vmi_resource(vmi, "limits", "cpu")
+        request = _vmi_resource(vmi, "requests", "cpu")
+        if limit is not None:
+            vcpus = limit.value()
+        elif request is not None:
+            vcpus = request.value()
+        else:
+            vcpus = 0
+    return max(vcpus, 1)
+
+
+def dedicated_cpu(vmi: Mapping[str, Any]) -> bool:
+    """VMI.IsCPUDedicated: spec.domain.cpu.dedicatedCpuPlacement."""
+    cpu = _cpu_spec(vmi)
+    return cpu is not None and bool(_bool_field(cpu, "dedicatedCpuPlacement", "spec.domain.cpu"))
+
+
+def wants_guaranteed_qos(vmi: Mapping[str, Any], version: str | KubeVirtVersion) -> bool:
+    """VMI.WantsToHaveQOSGuaranteed for that KubeVirt version.
+
+    CPU: requests.cpu is set, non-zero and equal to limits.cpu. Memory: requests.memory non-zero and
+    equal to limits.memory; from v1.7 also a memory limit without a request (KubeVirt will copy the
+    limit into the request).
+    """
+    kv = parse_kubevirt_version(version)
+    zero = Quantity.from_int(0)
+
+    def get(kind: str, name: str) -> Quantity:
+        found = _vmi_resource(vmi, kind, name)
+        return zero if found is None else found
+
+    req_mem, lim_mem = get("requests", "memory"), get("limits", "memory")
+    req_cpu, lim_cpu = get("requests", "cpu"), get("limits", "cpu")
+    memory_wants = not req_mem.is_zero() and req_mem == lim_mem
+    if kv.at_least(1, 7):
+        memory_wants = memory_wants or (req_mem.is_zero() and not lim_mem.is_zero())
+    cpu_wants = not req_cpu.is_zero() and req_cpu == lim_cpu
+    return memory_wants and cpu_wants
+
+
+def _interfaces(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    result = []
+    for index, iface in enumerate(_sequence(_devices(vmi), "interfaces", "spec.domain.devices")):
+        if not isinstance(iface, Mapping):
+            raise ValueError(f"spec.domain.devices.interfaces[{index}] must be an object")
+        result.append(iface)
+    return result
+
+
+def _has_vfio(vmi: Mapping[str, Any]) -> bool:
+    devices = _devices(vmi)
+    where = "spec.domain.devices"
+    return (
+        len(_sequence(devices, "gpus", where)) > 0
+        or len(_sequence(devices, "hostDevices", where)) > 0
+        or any(iface.get("sriov") is not None for iface in _interfaces(vmi))
+    )
+
+
+def _has_downward_metrics_disk(vmi: Mapping[str, Any]) -> bool:
+    volumes = _sequence(_spec(vmi), "volumes", "spec")
+    return any(isinstance(v, Mapping) and v.get("downwardMetrics") is not None for v in volumes)
+
+
+def _has_exec_probe(vmi: Mapping[str, Any], key: str) -> bool:
+    probe = _mapping(_spec(vmi), key, "spec")
+    return probe.get("exec") is not None
+
+
+def _is_sev(vmi: Mapping[str, Any], version: KubeVirtVersion) -> bool:
+    """SEV (and, from v1.7, SEV-SNP; SEV-ES is a SEV policy so it is covered by SEV)."""
+    launch_security = _mapping(_domain(vmi), "launchSecurity", "spec.domain")
+    if launch_security.get("sev") is not None:
+        return True
+    return version.at_least(1, 7) and launch_security.get("snp") is not None
+
+
+def _has_tpm(vmi: Mapping[str, Any], version: KubeVirtVersion) -> bool:
+    """A TPM device; from v1.4.1 / v1.5.1 one with `enabled: false` does not count."""
+    devices = _devices(vmi)
+    if devices.get("tpm") is None:
+        return False
+    honours_enabled = version.between((1, 4, 1), (1, 5, 0)) or version.at_least(1, 5, 1)
+    if not honours_enabled:
+        return True
+    enabled = _bool_field(_mapping(devices, "tpm", "spec.domain.devices"), "enabled", "tpm")
+    return enabled is None or enabled
+
+
+def _architecture(vmi: Mapping[str, Any], version: KubeVirtVersion, cluster_arch: str) -> str:
+    """v1.2+ sizes for spec.architecture (falling back to the cluster's); older for the cluster's."""
+    if version.at_least(1, 2):
+        arch = _spec(vmi).get("architecture")
+        if arch:
+            if not isinstance(arch, str):
+                raise ValueError(f"spec.architecture must be a string, not {arch!r}")
+            return arch
+    return cluster_arch
+
+
+# ----------------------------------------------------------------------------------------------
+# The formula
+
+
+def pagetable_bytes(requests_memory: int) -> int:
+    """Page tables for `requests_memory` bytes: KubeVirt rounds up to kilo-units, then //512."""
+    if requests_memory < 0:
+        raise ValueError(f"requests.memory must not be negative: {requests_memory}")
+    kilo = -(-requests_memory // 1000)
+    return kilo * 1000 // 512
+
+
+def _process_rss_mib(version: KubeVirtVersion) -> tuple[tuple[str, int], ...]:
+    """The fixed RSS of the launcher's processes, per release (changed in v0.55, v0.57, v0.58.1,
+    v1.4.1, v1.5 and on main)."""
+    launcher = 75 if not version.at_least(0, 55) else 100
+    if not version.at_least(0, 57):
+        virtlogd, daemon = 17, 33
+    elif not version.at_least(0, 58, 1):
+        virtlogd, daemon = 18, 35
+    elif not version.at_least(1, 5):
+        virtlogd, daemon = 20, 35
+    else:
+        virtlogd, daemon = 25, 35
+    if version.at_least(1, 4, 1):  # v1.4.1 raised virtqemud to 40Mi before v1.5.0 shipped
+        daemon = 40
+    daemon_name = "libvirtd" if not version.at_least(0, 59) else "virtqemud"
+    qemu = 50 if version.is_main else 30
+    return (
+        ("virt-launcher-monitor", 25 * MI),
+        ("virt-launcher", launcher * MI),
+        ("virtlogd", virtlogd * MI),
+        (daemon_name, daemon * MI),
+        ("qemu", qemu * MI),
+    )
+
+
+def _supports_ratio(version: KubeVirtVersion) -> bool:
+    """additionalGuestMemoryOverheadRatio exists from v0.58.2 and v0.59.1 (backports) on."""
+    return version.between((0, 58, 2), (0, 59, 0)) or version.at_least(0, 59, 1)
+
+
+@dataclass(frozen=True)
+class MemoryOverhead:
+    """KubeVirt's overhead for one VMI, with the parts it is made of (for logs and events)."""
+
+    version: KubeVirtVersion
+    multiplied: tuple[tuple[str, int], ...]
+    """Parts the ratio multiplies (all of them before v1.1)."""
+    ratio: float | None
+    """The ratio applied, or None (unset, or not supported by that KubeVirt version)."""
+    ratio_extra: int
+    """Bytes the ratio added."""
+    unmultiplied: tuple[tuple[str, int], ...]
+    """Parts added after the ratio: dedicated CPU in v1.1 to v1.5.2, network bindings."""
+
+    @property
+    def total(self) -> int:
+        return (
+            sum(size for _, size in self.multiplied)
+            + self.ratio_extra
+            + sum(size for _, size in self.unmultiplied)
+        )
+
+
+def _base_parts(
+    vmi: Mapping[str, Any], version: KubeVirtVersion, cluster_arch: str
+) -> list[tuple[str, int]]:
+    """What every launcher needs: page tables, process RSS, vCPUs, an IOThread, video, firmware."""
+    requests_memory = _vmi_resource(vmi, "requests", "memory")
+    pagetables = pagetable_bytes(0 if requests_memory is None else requests_memory.value())
+    parts = [("pagetables", pagetables), *_process_rss_mib(version)]
+    parts.append(("vcpus", 8 * MI * vcpu_count(vmi)))
+    parts.append(("iothread", 8 * MI))
+    autoattach_graphics = _bool_field(_devices(vmi), "autoattachGraphicsDevice", "devices")
+    if autoattach_graphics is None or autoattach_graphics:
+        parts.append(("video", (32 if version.at_least(1, 6) else 16) * MI))
+    if _architecture(vmi, version, cluster_arch) == "arm64":
+        parts.append(("arm64-uefi-pflash", 128 * MI))
+    return parts
+
+
+def _feature_parts(vmi: Mapping[str, Any], version: KubeVirtVersion) -> list[tuple[str, int]]:
+    """Optional devices and features, each with its fixed reservation."""
+    parts: list[tuple[str, int]] = []
+    if _has_vfio(vmi):
+        parts.append(("vfio", 1024 * MI))
+    if _has_downward_metrics_disk(vmi):
+        parts.append(("downward-metrics", 1 * MI))
+    probes = [key for key in ("livenessProbe", "readinessProbe") if _has_exec_probe(vmi, key)]
+    parts.extend((f"{key}-exec", 10 * MI) for key in probes)
+    if probes:
+        parts.append(("virt-probe", 100 * MI))
+    if _is_sev(vmi, version):
+        parts.append(("sev", 256 * MI))
+    if _has_tpm(vmi, version):
+        parts.append(("tpm", 53 * MI))
+    if version.between((0, 59, 0), (1, 3, 0)):
+        # An 800Mi reservation per passt interface forwarding all ports, inside the ratio.
+        parts.extend(
+            ("passt", 800 * MI)
+            for iface in _interfaces(vmi)
+            if iface.get("passt") is not None and not iface.get("ports")
+        )
+    return parts
+
+
+def memory_overhead_details(
+    vmi: Mapping[str, Any],
+    ratio: str | float | None = None,
+    kubevirt_version: str | KubeVirtVersion = "1.6",
+    *,
+    cluster_arch: str = "amd64",
+    network_bindings: Mapping[str, Any] | None = None,
+) -> MemoryOverhead:
+    """The overhead KubeVirt adds to the compute container's memory, part by part.
+
+    `ratio` is the KubeVirt CR's spec.configuration.additionalGuestMemoryOverheadRatio (validated
+    even for versions that do not have the field; they ignore it, as the API server would prune
+    it). `network_bindings` is spec.configuration.network.binding (plugins may declare
+    computeResourceOverhead.requests.memory, added after the ratio from v1.3). `cluster_arch` is
+    the cluster's default architecture, used when the VMI does not name one.
+    """
+    version = parse_kubevirt_version(kubevirt_version)
+    parsed_ratio = parse_overhead_ratio(ratio)
+    parts = _base_parts(vmi, version, cluster_arch) + _feature_parts(vmi, version)
+
+    unmultiplied: list[tuple[str, int]] = []
+    wants_dedicated = dedicated_cpu(vmi) or wants_guaranteed_qos(vmi, version)
+    if wants_dedicated and version.at_least(1, 1):
+        # v1.1 to v1.5.2 add it after the ratio; v1.5.3 moved it before, so it is multiplied.
+        (parts if version.at_least(1, 5, 3) else unmultiplied).append(("dedicated-cpu", 100 * MI))
+    if version.at_least(1, 8):
+        added = _mapping(
+            _mapping(_domain(vmi), "memory", "spec.domain"), "reservedOverhead", "memory"
+        )
+        if added.get("addedOverhead") is not None:
+            reserved = _quantity(added["addedOverhead"], "reservedOverhead.addedOverhead")
+            parts.append(("reserved-overhead", reserved.value()))
+
+    applied_ratio = parsed_ratio if _supports_ratio(version) else None
+    extra = 0
+    if applied_ratio is not None:
+        extra = _apply_ratio(sum(size for _, size in parts), applied_ratio)
+
+    unmultiplied.extend(_network_binding_memory(vmi, version, network_bindings))
+    return MemoryOverhead(
+        version=version,
+        multiplied=tuple(parts),
+        ratio=applied_ratio,
+        ratio_extra=extra,
+        unmultiplied=tuple(unmultiplied),
+    )
+
+
+def _network_binding_memory(
+    vmi: Mapping[str, Any], version: KubeVirtVersion, network_bindings: Mapping[str, Any] | None
+) -> list[tuple[str, int]]:
+    """Memory of network bindings, added after the ratio: passt 250Mi (v1.8+), plus each distinct
+    registered binding plugin's computeResourceOverhead.requests.memory (v1.3+)."""
+    if not version.at_least(1, 3):
+        return []
+    result: list[tuple[str, int]] = []
+    interfaces = _interfaces(vmi)
+    if version.at_least(1, 8) and any(i.get("passtBinding") is not None for i in interfaces):
+        result.append(("passt-binding", 250 * MI))
+    seen: set[str] = set()
+    for iface in interfaces:
+        binding = iface.get("binding")
+        if not isinstance(binding, Mapping):
+            continue
+        name = binding.get("name")
+        if not isinstance(name, str) or name in seen or not network_bindings:
+            continue
+        plugin = network_bindings.get(name)
+        if not isinstance(plugin, Mapping):
+            continue
+        seen.add(name)
+        overhead = _mapping(plugin, "computeResourceOverhead", f"binding {name}")
+        requests = _mapping(overhead, "requests", f"binding {name}.computeResourceOverhead")
+        if requests.get("memory") is not None:
+            memory = _quantity(requests["memory"], f"binding {name} requests.memory")
+            result.append((f"binding-{name}", memory.value()))
+    return result
+
+
+def memory_overhead(
+    vmi: Mapping[str, Any],
+    ratio: str | float | None = None,
+    kubevirt_version: str | KubeVirtVersion = "1.6",
+    *,
+    cluster_arch: str = "amd64",
+    network_bindings: Mapping[str, Any] | None = None,
+) -> int:
+    """KubeVirt's virt-launcher memory overhead for `vmi`, in bytes.
+
+    This is what KubeVirt adds to the compute container's memory request and limit (network binding
+    memory included). See memory_overhead_details for the parameters and the parts.
+
+    >>> vmi = {"spec": {"domain": {"cpu": {"cores": 2, "sockets": 1, "threads": 1},
+    ...        "resources": {"limits": {"cpu": "2", "memory": "4Gi"},
+    ...                      "requests": {"cpu": "200m", "memory": "2730Mi"}}}}}
+    >>> memory_overhead(vmi, "1.5", "1.6")
+    442497017
+    """
+    return memory_overhead_details(
+        vmi,
+        ratio,
+        kubevirt_version,
+        cluster_arch=cluster_arch,
+        network_bindings=network_bindings,
+    ).total

@@ -1,0 +1,241 @@
+"""Rancher's namespace quota annotation, `field.cattle.io/resourceQuota`.
+
+With Rancher, this annotation is the base quota: the only source of truth Rancher keeps (Rancher
+rewrites the ResourceQuota's `spec.hard` from it). Its value is Rancher's `NamespaceResourceQuota`
+JSON, `{"limit": {"limitsCpu": "2000m", ...}}`, whose fields map to ResourceQuota keys as in
+rancher/rancher `pkg/resourcequota/quota_validate.go`.
+
+Both Rancher and Harvester read it with Go's encoding/json into a struct, so we read it the same way:
+keys in any order and any letter case ("LimitsCpu" is limitsCpu), unknown keys ignored, null as
+absent, a duplicated key overriding (and a duplicated object merging into) the earlier one, and an
+empty value as an absent field (Rancher drops it with `omitempty`). Values are then parsed strictly
+with Go's `ParseQuantity` (no surrounding spaces).
+
+`extended` (Rancher v2.14+: resource name -> quantity) is kept apart and does not enter the base:
+Harvester's vendored Rancher API has no such field and ignores it, whatever it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, NoReturn
+
+from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from pkg.util.quantity import Quantity
+from pkg.util.resources import ResourceList, go_json_dumps
+
+__all__ = [
+    "EXTENDED_FIELD",
+    "LIMIT_FIELDS",
+    "NamespaceResourceQuota",
+    "format_namespace_resource_quota",
+    "parse_namespace_resource_quota",
+    "parse_namespace_resource_quota_details",
+]
+
+LIMIT_FIELDS: Final[tuple[tuple[str, str], ...]] = (
+    ("pods", "pods"),
+    ("services", "services"),
+    ("replicationControllers", "replicationcontrollers"),
+    ("secrets", "secrets"),
+    ("configMaps", "configmaps"),
+    ("persistentVolumeClaims", "persistentvolumeclaims"),
+    ("servicesNodePorts", "services.nodeports"),
+    ("servicesLoadBalancers", "services.loadbalancers"),
+    ("requestsCpu", "requests.cpu"),
+    ("requestsMemory", "requests.memory"),
+    ("requestsStorage", "requests.storage"),
+    ("limitsCpu", "limits.cpu"),
+    ("limitsMemory", "limits.memory"),
+)
+"""Rancher `ResourceQuotaLimit` JSON field -> ResourceQuota `hard` key, in Go field order (the order
+json.Marshal writes them)."""
+
+EXTENDED_FIELD: Final = "extended"
+_LIMIT_FIELD: Final = "limit"
+
+_RESOURCE_BY_FIELD: Final = dict(LIMIT_FIELDS)
+_FIELD_BY_RESOURCE: Final = {resource: json_field for json_field, resource in LIMIT_FIELDS}
+
+
+def _go_fold(name: str) -> str:
+    """Go's encoding/json key folding: case-insensitive, one character at a time."""
+    folded = []
+    for char in name:
+        upper = char.upper()
+        folded.append(upper.lower() if len(upper) == 1 else char)
+    return "".join(folded)
+
+
+_FIELD_BY_FOLDED_NAME: Final = {_go_fold(json_field): json_field for json_field, _ in LIMIT_FIELDS}
+_FOLDED_LIMIT: Final = _go_fold(_LIMIT_FIELD)
+_FOLDED_EXTENDED: Final = _go_fold(EXTENDED_FIELD)
+
+
+@dataclass(frozen=True)
+class NamespaceResourceQuota:
+    """The annotation, read. `limit` is the base; the rest is for callers that need more."""
+
+    limit: ResourceList = field(default_factory=dict)
+    """ResourceQuota `hard` key -> quantity, from the fixed fields only, in Go field order."""
+    raw_limit: dict[str, str] = field(default_factory=dict)
+    """ResourceQuota `hard` key -> the exact text in the annotation (e.g. "10000m")."""
+    extended: dict[str, str] = field(default_factory=dict)
+    """`extended` entries as written (resource name -> quantity text); not in `limit`."""
+    extended_error: str | None = None
+    """Why `extended` could not be read (not an object of strings); Harvester ignores it anyway."""
+
+    def extended_resources(self) -> ResourceList:
+        """`extended` as quantities, or ValueError naming the entry (as Rancher v2.14+ fails)."""
+        if self.extended_error is not None:
+            raise ValueError(self.extended_error)
+        result: ResourceList = {}
+        for name, text in self.extended.items():
+            try:
+                result[name] = Quantity.parse(text)
+            except ValueError as err:
+                raise ValueError(f"{_LIMIT_FIELD}.{EXTENDED_FIELD}[{name!r}]: {err}") from None
+        return result
+
+    def rancher_hard(self) -> ResourceList:
+        """The `spec.hard` Rancher v2.14+ derives: `extended`, then the fixed fields (they win)."""
+        return {**self.extended_resources(), **self.limit}
+
+    def canonical_text(self) -> str:
+        """The annotation as Rancher rewrites it: compact, Go field order, the values' own text."""
+        return _format_annotation(self.raw_limit, self.extended)
+
+
+class _JsonObject(list[tuple[str, object]]):
+    """A JSON object kept as its ordered pairs (duplicates included), to decode it the Go way."""
+
+
+def _invalid(text: str, reason: str) -> NoReturn:
+    raise ValueError(f"invalid {CATTLE_ANNOTATION_RESOURCE_QUOTA} annotation {text!r}: {reason}")
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_namespace_resource_quota_details(text: str) -> NamespaceResourceQuota:
+    """Read the annotation; ValueError (quoting the text and naming the field) if it is invalid.
+
+    An empty annotation (and JSON null) is an empty quota, as for Rancher and Harvester.
+    """
+    if text == "":
+        return NamespaceResourceQuota()
+    try:
+        decoded: object = json.loads(
+            text, object_pairs_hook=_JsonObject, parse_constant=_reject_constant
+        )
+    except ValueError as err:
+        _invalid(text, f"not valid JSON: {err}")
+    if decoded is None:
+        return NamespaceResourceQuota()
+    if not isinstance(decoded, _JsonObject):
+        _invalid(text, "not a JSON object")
+
+    strings: dict[str, str] = {}  # JSON field -> text, last one wins
+    extended: dict[str, str] = {}
+    extended_errors: list[str] = []
+    for key, value in decoded:
+        if _go_fold(key) == _FOLDED_LIMIT:
+            _decode_limit(text, value, strings, extended, extended_errors)
+
+    limit: ResourceList = {}
+    raw_limit: dict[str, str] = {}
+    for json_field, resource_name in LIMIT_FIELDS:
+        value_text = strings.get(json_field, "")
+        if value_text == "":  # Rancher's omitempty: an empty field is no field
+            continue
+        try:
+            limit[resource_name] = Quantity.parse(value_text)
+        except ValueError as err:
+            _invalid(text, f"field {_LIMIT_FIELD}.{json_field}: {err}")
+        raw_limit[resource_name] = value_text
+    return NamespaceResourceQuota(
+        limit=limit,
+        raw_limit=raw_limit,
+        extended=extended,
+        extended_error="; ".join(extended_errors) or None,
+    )
+
+
+def _decode_limit(
+    text: str,
+    value: object,
+    strings: dict[str, str],
+    extended: dict[str, str],
+    extended_errors: list[str],
+) -> None:
+    if value is None:  # Go leaves the struct as it is
+        return
+    if not isinstance(value, _JsonObject):
+        _invalid(text, f"field {_LIMIT_FIELD} must be a JSON object")
+    for key, item in value:
+        folded = _go_fold(key)
+        if folded == _FOLDED_EXTENDED:
+            _decode_extended(item, extended, extended_errors)
+            continue
+        json_field = _FIELD_BY_FOLDED_NAME.get(folded)
+        if json_field is None or item is None:  # unknown keys are skipped; null changes nothing
+            continue
+        if not isinstance(item, str):
+            _invalid(text, f"field {_LIMIT_FIELD}.{json_field} must be a string, not {item!r}")
+        strings[json_field] = item
+
+
+def _decode_extended(value: object, extended: dict[str, str], errors: list[str]) -> None:
+    if value is None:  # Go sets a map to nil on null
+        extended.clear()
+        return
+    if not isinstance(value, _JsonObject):
+        errors.append(f"field {_LIMIT_FIELD}.{EXTENDED_FIELD} must be a JSON object, not {value!r}")
+        return
+    for name, item in value:
+        if isinstance(item, str):
+            extended[name] = item
+        elif item is not None:
+            errors.append(f"field {_LIMIT_FIELD}.{EXTENDED_FIELD}[{name!r}] must be a string")
+
+
+def parse_namespace_resource_quota(text: str) -> ResourceList:
+    """The base quota from the annotation: ResourceQuota `hard` keys, `extended` ignored.
+
+    "" -> {}. Invalid JSON or an invalid quantity ("10000m invalid") -> ValueError naming the field.
+    """
+    return parse_namespace_resource_quota_details(text).limit
+
+
+def format_namespace_resource_quota(resources: Mapping[str, Quantity | str]) -> str:
+    """The annotation text Rancher writes for these ResourceQuota keys.
+
+    `{"limit":{...}}`, compact, fields in Go order; keys without a Rancher field go to `extended`
+    (sorted), as Rancher's reverse conversion does. A Quantity is written as Go's `String()`; a str
+    is written verbatim (to keep e.g. "10000m") once it is checked to be a valid quantity.
+    """
+    texts: dict[str, str] = {}
+    for name, value in resources.items():
+        if isinstance(value, str):
+            Quantity.parse(value)  # refuse to write what neither Rancher nor we could read back
+            texts[name] = value
+        else:
+            texts[name] = str(value)
+    fixed = {name: text for name, text in texts.items() if name in _FIELD_BY_RESOURCE}
+    extended = {name: text for name, text in texts.items() if name not in _FIELD_BY_RESOURCE}
+    return _format_annotation(fixed, extended)
+
+
+def _format_annotation(fixed: Mapping[str, str], extended: Mapping[str, str]) -> str:
+    """Go's json.Marshal of the struct: fixed fields in field order, then the sorted map."""
+    limit: dict[str, object] = {
+        json_field: fixed[resource_name]
+        for json_field, resource_name in LIMIT_FIELDS
+        if fixed.get(resource_name)
+    }
+    if extended:
+        limit[EXTENDED_FIELD] = {name: extended[name] for name in sorted(extended)}
+    return go_json_dumps({_LIMIT_FIELD: limit})
