@@ -1,6 +1,7 @@
 """The `harvester-quota` command line.
 
 Subcommands:
+  run                                the quota controllers (leader-elected)
   cluster build|up|down|status|env   the local test cluster (see pkg.localcluster)
   demo                               the end-to-end demonstration `make demo` runs
 """
@@ -8,13 +9,17 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pkg import __version__
+from pkg import __version__, app
+from pkg.config.management import Options
 from pkg.demo import run_demo
+from pkg.generic import config
+from pkg.generic.client import ApiClient
 from pkg.localcluster import ClusterError, LocalCluster, binaries
 from pkg.localcluster.cluster import DEFAULT_NODES
 
@@ -71,8 +76,37 @@ def cmd_cluster_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options(args: argparse.Namespace) -> Options:
+    return Options(
+        namespace=args.namespace,
+        mode=args.mode,
+        kubevirt_version=args.kubevirt_version,
+        workers=args.workers,
+        identity=args.identity or Options().identity,
+        lease_name=args.lease_name,
+        leader_elect=not args.no_leader_elect,
+        health_port=args.health_port,
+        harvester_compat=not args.no_harvester_compat,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
+            return await app.run(client, _options(args))
+
+    return asyncio.run(main())
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(state_dir=Path(args.state_dir) if args.state_dir else None)
+
+
+def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="kubeconfig context")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +142,34 @@ def build_parser() -> argparse.ArgumentParser:
         handler=cmd_cluster_env
     )
 
+    run = commands.add_parser("run", help="run the quota controllers (leader-elected)")
+    _add_connection_flags(run)
+    run.add_argument(
+        "--namespace", default="harvester-system", help="namespace of the leader Lease"
+    )
+    run.add_argument(
+        "--mode",
+        choices=("auto", "rancher", "standalone"),
+        default="auto",
+        help="where the base quota comes from: Rancher's namespace annotation (rancher), a base "
+        "recorded on the quota (standalone), or the first when present (auto)",
+    )
+    run.add_argument(
+        "--kubevirt-version",
+        help="KubeVirt version whose launcher pods to size (default: read from the KubeVirt CR)",
+    )
+    run.add_argument("--workers", type=int, default=5, help="workers per controller")
+    run.add_argument("--identity", help="leader-election identity (default: host name)")
+    run.add_argument("--lease-name", default="harvester-quota", help="name of the leader Lease")
+    run.add_argument("--no-leader-elect", action="store_true", help="run without a Lease")
+    run.add_argument("--health-port", type=int, default=8080, help="/healthz /readyz /metrics")
+    run.add_argument(
+        "--no-harvester-compat",
+        action="store_true",
+        help="skip Harvester's VMI migration annotations, VM timestamp touch and abort cleanup",
+    )
+    run.set_defaults(handler=cmd_run)
+
     demo = commands.add_parser("demo", help="run the demonstration on a local cluster")
     demo.add_argument("--state-dir", help="state directory of the demo's own cluster")
     demo.set_defaults(handler=cmd_demo)
@@ -124,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except ClusterError as error:
+    except (ClusterError, config.ConfigError) as error:
         print(f"harvester-quota: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -144,6 +144,38 @@ class Controller:
                 on_delete=enqueue_object,
             ),
             name=f"controller {self.name}",
+        )
+
+    def watch_related(
+        self,
+        informer: SharedInformer,
+        resolve: Callable[[Object], Iterable[str]],
+        *,
+        name: str = "related",
+    ) -> None:
+        """Enqueues this controller's keys for every change of another kind (wrangler's
+        relatedresource.Watch): ``resolve(obj)`` names the keys an object of that kind affects.
+
+        Deletes pass the last known object (or a tombstone's), so the keys it affected are
+        re-reconciled when it goes away too.
+        """
+
+        def enqueue_for(obj: Object | Tombstone) -> None:
+            subject = obj.obj if isinstance(obj, Tombstone) else obj
+            for key in resolve(subject):
+                self.queue.add(key)
+
+        def enqueue_both(old: Object, new: Object) -> None:
+            enqueue_for(old)
+            enqueue_for(new)
+
+        informer.add_event_handler(
+            ResourceEventHandler(
+                on_add=lambda obj, _initial: enqueue_for(obj),
+                on_update=enqueue_both,
+                on_delete=enqueue_for,
+            ),
+            name=f"{self.name} {name}",
         )
 
     # Enqueueing -----------------------------------------------------------------------------------

@@ -78,4 +78,5 @@ VIRTUAL_MACHINE_INSTANCES = Resource(
 VIRTUAL_MACHINE_INSTANCE_MIGRATIONS = Resource(
     "kubevirt.io", "v1", "virtualmachineinstancemigrations", "VirtualMachineInstanceMigration"
 )
+KUBEVIRTS = Resource("kubevirt.io", "v1", "kubevirts", "KubeVirt")
 SETTINGS = Resource("harvesterhci.io", "v1beta1", "settings", "Setting", namespaced=False)

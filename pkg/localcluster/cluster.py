@@ -41,6 +41,7 @@ from pkg.localcluster.rest import ApiError, RestClient
 
 ENV_STATE_DIR = "HARVESTER_QUOTA_STATE_DIR"
 STAGES_FILE = Path(__file__).parent / "stages" / "kwok-stages.yaml"
+CRDS_FILE = Path(__file__).parent / "crds" / "kubevirt-harvester.yaml"
 STATE_VERSION = 1
 CONTEXT_NAME = "harvester-quota-local"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -309,6 +310,7 @@ class LocalCluster:
             rest = info.rest(timeout=5.0)
             self._await(info, "kube-apiserver", rest.healthy, APISERVER_READY_TIMEOUT)
             self._write_kubeconfig(info)
+            crds = _install_crds(rest)
             self._launch(info, bin_dir, "kube-controller-manager", self._kcm_args(ports))
             self._launch(info, bin_dir, "kube-scheduler", self._scheduler_args(ports))
             self._launch(info, bin_dir, "kwok", self._kwok_args())
@@ -323,6 +325,7 @@ class LocalCluster:
             self._await(
                 info, "kube-scheduler", lambda: _https_ok(ports.scheduler, "/healthz"), STEP_TIMEOUT
             )
+            self._await(info, "kube-apiserver", lambda: _crds_established(rest, crds), STEP_TIMEOUT)
         except BaseException:
             self._stop_processes(info.processes)
             raise
@@ -599,6 +602,28 @@ def _fake_node(name: str, pods: int) -> dict[str, Any]:
             },
         },
     }
+
+
+def _install_crds(rest: RestClient) -> list[str]:
+    """Creates the KubeVirt and Harvester CRDs the product reads; returns their names."""
+    names = []
+    for document in yaml.safe_load_all(CRDS_FILE.read_text()):
+        names.append(document["metadata"]["name"])
+        try:
+            rest.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", document)
+        except ApiError as error:
+            if error.status != 409:
+                raise ClusterError(f"installing CRD {names[-1]} failed: {error}") from error
+    return names
+
+
+def _crds_established(rest: RestClient, names: list[str]) -> bool:
+    for name in names:
+        crd = rest.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conditions = crd.get("status", {}).get("conditions", [])
+        if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return False
+    return True
 
 
 def _etcd_post(url: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""Options and the shared context controllers are registered on (Harvester's config.Management).
+
+One API client, one informer factory, one controller factory and one event recorder per process,
+so that every controller shares each list+watch and each cache.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from pkg.controller.namespace.base import Mode
+from pkg.generic.client import ApiClient
+from pkg.generic.clock import REAL_CLOCK, Clock
+from pkg.generic.controller import ControllerFactory
+from pkg.generic.events import EventRecorder
+from pkg.generic.informer import SharedInformerFactory
+
+COMPONENT = "harvester-quota"
+
+
+@dataclass
+class Options:
+    """Everything `harvester-quota run` can be told (each has a CLI flag of the same name)."""
+
+    namespace: str = "harvester-system"
+    """Where the leader-election Lease lives."""
+    mode: Mode = "auto"
+    """auto: Rancher's namespace annotation when present, else a recorded base; rancher or
+    standalone force one of the two."""
+    kubevirt_version: str | None = None
+    """None: read status.observedKubeVirtVersion from the KubeVirt CR (default 1.6)."""
+    workers: int = 5
+    identity: str = field(default_factory=socket.gethostname)
+    lease_name: str = "harvester-quota"
+    leader_elect: bool = True
+    health_port: int = 8080
+    harvester_compat: bool = True
+    """Keep Harvester's VMI migration annotations, VM timestamp touch and abort cleanup."""
+
+
+@dataclass
+class Management:
+    """The per-process context: client, factories, recorder, clock and options."""
+
+    client: ApiClient
+    options: Options
+    clock: Clock = REAL_CLOCK
+    registry: CollectorRegistry = REGISTRY
+    informers: SharedInformerFactory = field(init=False)
+    controllers: ControllerFactory = field(init=False)
+    recorder: EventRecorder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.informers = SharedInformerFactory(self.client, clock=self.clock)
+        self.controllers = ControllerFactory(
+            self.client,
+            self.informers,
+            clock=self.clock,
+            workers=self.options.workers,
+            registry=self.registry,
+        )
+        self.recorder = EventRecorder(
+            self.client, COMPONENT, host=self.options.identity, clock=self.clock
+        )
+
+    async def start(self, sync_timeout: float | None = None) -> bool:
+        return await self.controllers.start(sync_timeout=sync_timeout)
+
+    async def stop(self) -> None:
+        await self.controllers.stop()
+        await self.recorder.close()

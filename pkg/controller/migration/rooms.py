@@ -1,0 +1,293 @@
+"""Which live migrations hold quota room in a namespace, and how much.
+
+This is design principle 3 and 4 as a pure function of what the cluster shows now:
+
+- A migration holds room from the moment its VirtualMachineInstanceMigration exists until its
+  source pod is really gone; a failed or aborted migration holds it until its target pod is gone.
+  ("Gone" means no longer charged by the quota evaluator: deleted, terminal, or past its grace
+  period.) Harvester gives the room back at "Succeeded", while the source pod still counts, which
+  is why a second migration in a full namespace was refused in the v1.2.1 seed.
+- The room is the target pod's real quota usage on every key (all containers, requests and
+  limits, pods, ephemeral storage, ...). Before the target pod exists it is the usage of the pod
+  KubeVirt would render for the VMI now, with the overhead ratio in force now.
+- Nothing is kept in memory between calls: a controller restart, a lost watch, a deleted VMI or
+  VMIM all come out right on the next call.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pkg.generic.resource import Object
+from pkg.util import resources
+from pkg.util.podusage import LauncherOptions, launcher_quota_usage, pod_counts_against_quota
+from pkg.util.podusage import pod_quota_usage as _pod_quota_usage
+from pkg.util.resources import ResourceList
+
+log = logging.getLogger(__name__)
+
+LABEL_KUBEVIRT = "kubevirt.io"
+LAUNCHER = "virt-launcher"
+LABEL_CREATED_BY = "kubevirt.io/created-by"
+LABEL_MIGRATION_JOB = "kubevirt.io/migrationJobUID"
+LABEL_VM_NAME = "vm.kubevirt.io/name"
+CONDITION_REJECTED_BY_QUOTA = "migrationRejectedByResourceQuota"
+CONDITION_ABORT_REQUESTED = "migrationAbortRequested"
+
+PHASE_SUCCEEDED = "Succeeded"
+PHASE_FAILED = "Failed"
+PHASE_PENDING = "Pending"
+FINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
+
+
+def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = obj.get("metadata")
+    return value if isinstance(value, Mapping) else {}
+
+
+def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    value = metadata(obj).get("labels")
+    return value if isinstance(value, Mapping) else {}
+
+
+def status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = obj.get("status")
+    return value if isinstance(value, Mapping) else {}
+
+
+def has_condition(obj: Mapping[str, Any], condition_type: str) -> bool:
+    conditions = status(obj).get("conditions") or []
+    return any(
+        isinstance(c, Mapping) and c.get("type") == condition_type and c.get("status") == "True"
+        for c in conditions
+    )
+
+
+def is_launcher(pod: Mapping[str, Any]) -> bool:
+    return labels(pod).get(LABEL_KUBEVIRT) == LAUNCHER
+
+
+def target_pod_index(pod: Object) -> list[str]:
+    """Pods by the migration that created them (kubevirt.io/migrationJobUID)."""
+    uid = labels(pod).get(LABEL_MIGRATION_JOB)
+    return [uid] if uid else []
+
+
+def vmi_pod_index(pod: Object) -> list[str]:
+    """Launcher pods by the VMI that owns them (kubevirt.io/created-by = VMI uid)."""
+    uid = labels(pod).get(LABEL_CREATED_BY)
+    return [uid] if uid and is_launcher(pod) else []
+
+
+@dataclass(frozen=True)
+class MigrationRoom:
+    """One migration that holds room, the room, and why it still holds it."""
+
+    migration: str
+    migration_uid: str
+    vm_name: str
+    vmi_uid: str
+    phase: str
+    room: ResourceList
+    target_pod: str | None
+    estimated: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class RoomPlan:
+    """The rooms held in one namespace and the pods they are made of."""
+
+    rooms: list[MigrationRoom] = field(default_factory=list)
+    target_pods: frozenset[str] = frozenset()
+    """Names of the target pods whose usage is a room (excluded from "used")."""
+    estimate_errors: dict[str, str] = field(default_factory=dict)
+    """Migration name -> why its room could not be estimated (a Warning event)."""
+
+    def total(self) -> ResourceList:
+        return resources.total(room.room for room in self.rooms)
+
+    @property
+    def holds_room(self) -> bool:
+        return bool(self.rooms)
+
+
+def pod_usage(pod: Mapping[str, Any], now: datetime.datetime) -> ResourceList:
+    """The pod's quota usage now ({} once it no longer counts: terminal or past its grace)."""
+    if not pod_counts_against_quota(pod, now):
+        return {}
+    return _pod_quota_usage(pod, now=now)
+
+
+def _source_pod_name(migration: Mapping[str, Any], vmi: Mapping[str, Any]) -> str | None:
+    """The migration's source pod as KubeVirt records it: on the VMIM, or on the VMI while its
+    migrationState is about this migration."""
+    own = status(migration).get("migrationState")
+    if isinstance(own, Mapping) and own.get("sourcePod"):
+        return str(own["sourcePod"])
+    shared = status(vmi).get("migrationState")
+    if (
+        isinstance(shared, Mapping)
+        and shared.get("migrationUid") == metadata(migration).get("uid")
+        and shared.get("sourcePod")
+    ):
+        return str(shared["sourcePod"])
+    return None
+
+
+def _still_counts(pod: Mapping[str, Any] | None, now: datetime.datetime) -> bool:
+    return pod is not None and pod_counts_against_quota(pod, now)
+
+
+@dataclass
+class RoomInputs:
+    """Everything about one namespace that decides its rooms."""
+
+    migrations: Sequence[Object]
+    vmis: Mapping[str, Object]
+    """VMIs of the namespace by name."""
+    pods: Sequence[Object]
+    """Every pod of the namespace (the quota charges all of them)."""
+    now: datetime.datetime
+    launcher_options: LauncherOptions = field(default_factory=LauncherOptions)
+    keys: Iterable[str] | None = None
+    """The quota keys rooms are reported on (None: every key the pod uses)."""
+
+
+def plan_rooms(inputs: RoomInputs) -> RoomPlan:
+    """Every migration of the namespace that holds room, with its room."""
+    pods_by_name = {str(metadata(p).get("name")): p for p in inputs.pods}
+    targets: dict[str, Object] = {}
+    for pod in inputs.pods:
+        for uid in target_pod_index(pod):
+            targets[uid] = pod
+    rooms: list[MigrationRoom] = []
+    errors: dict[str, str] = {}
+    for migration in inputs.migrations:
+        try:
+            room = _room_of(migration, inputs, targets, pods_by_name)
+        except ValueError as error:
+            errors[str(metadata(migration).get("name"))] = str(error)
+            continue
+        if room is not None:
+            rooms.append(room)
+    return RoomPlan(
+        rooms=rooms,
+        target_pods=frozenset(r.target_pod for r in rooms if r.target_pod and not r.estimated),
+        estimate_errors=errors,
+    )
+
+
+def _room_of(
+    migration: Object,
+    inputs: RoomInputs,
+    targets: Mapping[str, Object],
+    pods_by_name: Mapping[str, Object],
+) -> MigrationRoom | None:
+    meta = metadata(migration)
+    vmi = inputs.vmis.get(str((migration.get("spec") or {}).get("vmiName", "")))
+    if vmi is None:
+        # Nothing can be migrated, nothing will be admitted: the migration holds no room.
+        return None
+    target = targets.get(str(meta.get("uid", "")))
+    if target is not None and labels(target).get(LABEL_CREATED_BY) not in (
+        None,
+        metadata(vmi).get("uid"),
+    ):
+        # The VM restarted: this target belongs to an instance that no longer exists.
+        return None
+    reason = _holding_reason(migration, vmi, target, inputs, pods_by_name)
+    if reason is None:
+        return None
+    return _room(migration, vmi, target, reason, inputs)
+
+
+def _holding_reason(
+    migration: Object,
+    vmi: Object,
+    target: Object | None,
+    inputs: RoomInputs,
+    pods_by_name: Mapping[str, Object],
+) -> str | None:
+    """Why the migration still holds room, or None once it does not (principle 3)."""
+    phase = str(status(migration).get("phase") or "")
+    target_counts = _still_counts(target, inputs.now)
+    if phase == PHASE_SUCCEEDED:
+        source_name = _source_pod_name(migration, vmi)
+        if source_name is not None:
+            counts = _still_counts(pods_by_name.get(source_name), inputs.now)
+            return f"source pod {source_name} still counts" if counts else None
+        # KubeVirt did not record the source pod: any other launcher pod of this VMI that still
+        # counts is one the migration left behind.
+        vmi_uid = metadata(vmi).get("uid")
+        leftover = any(
+            vmi_pod_index(p) == [vmi_uid]
+            and p is not target
+            and LABEL_MIGRATION_JOB not in labels(p)
+            and _still_counts(p, inputs.now)
+            for p in inputs.pods
+        )
+        return "source pod still counts" if leftover else None
+    if phase == PHASE_FAILED:
+        return "target pod of a failed migration still counts" if target_counts else None
+    if metadata(migration).get("deletionTimestamp") and target is None:
+        return None  # aborted before a target pod was made: nothing to admit any more
+    return "migrating" if phase and phase != PHASE_PENDING else "pending"
+
+
+def _room(
+    migration: Object, vmi: Object, target: Object | None, reason: str, inputs: RoomInputs
+) -> MigrationRoom:
+    """The room: the real target pod's usage once it exists, else the rendered estimate."""
+    if target is not None and _still_counts(target, inputs.now):
+        room, estimated = pod_usage(target, inputs.now), False
+    else:
+        room, estimated = launcher_quota_usage(vmi, **inputs.launcher_options), True
+    if inputs.keys is not None:
+        room = resources.mask(room, inputs.keys)
+    return MigrationRoom(
+        migration=str(metadata(migration).get("name", "")),
+        migration_uid=str(metadata(migration).get("uid", "")),
+        vm_name=str(metadata(vmi).get("name", "")),
+        vmi_uid=str(metadata(vmi).get("uid", "")),
+        phase=str(status(migration).get("phase") or ""),
+        room=room,
+        target_pod=str(metadata(target).get("name")) if target is not None else None,
+        estimated=estimated,
+        reason=reason,
+    )
+
+
+def used_without_targets(
+    pods: Iterable[Object], target_pods: frozenset[str], now: datetime.datetime
+) -> ResourceList:
+    """The namespace's pod usage now, not counting the target pods that make up rooms."""
+    return resources.total(
+        pod_usage(pod, now) for pod in pods if str(metadata(pod).get("name")) not in target_pods
+    )
+
+
+def next_release(pods: Iterable[Object], now: datetime.datetime) -> float | None:
+    """Seconds until a terminating pod stops counting (its grace period ends), if any.
+
+    A pod that stops counting may not produce an event at that moment, so the reconcile asks to
+    run again then.
+    """
+    soonest: float | None = None
+    for pod in pods:
+        meta = metadata(pod)
+        deleted, grace = meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")
+        if not deleted or grace is None:
+            continue
+        try:
+            moment = datetime.datetime.fromisoformat(str(deleted).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        seconds = (moment - now).total_seconds() + float(grace)
+        if seconds > 0 and (soonest is None or seconds < soonest):
+            soonest = seconds
+    return soonest

@@ -1,0 +1,144 @@
+"""The base quota of a namespace: what spec.hard is when no migration holds room (principle 2).
+
+- With Rancher, the base is the namespace annotation ``field.cattle.io/resourceQuota``: the only
+  source of truth Rancher keeps, and what it resets spec.hard to on every namespace event. All its
+  fields are mapped as Rancher maps them; ``extended`` is parsed and ignored, as Harvester does.
+  Keys of spec.hard outside the annotation are not ours: they pass through untouched.
+- Without Rancher ("standalone"), the base is recorded once, from spec.hard, in an annotation of
+  ours on the quota, and follows the user's own edits of spec.hard: an edit made while no
+  migration holds room becomes the base; an edit made while one does moves the base by the same
+  amount (we know what we applied, so the difference is the user's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pkg.util import resources
+from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from pkg.util.rancher import parse_namespace_resource_quota
+from pkg.util.resources import ResourceList
+
+ANNOTATION_BASE = "harvester-quota.io/base"
+"""Standalone: the recorded base (a ResourceList JSON)."""
+ANNOTATION_APPLIED = "harvester-quota.io/applied"
+"""Standalone, while rooms are held: the managed spec.hard we last wrote, to tell user edits apart."""
+
+Mode = Literal["auto", "rancher", "standalone"]
+RANCHER = "rancher"
+STANDALONE = "standalone"
+
+
+class BaseError(ValueError):
+    """The base cannot be known; the message says why, for a Warning event. The quota is left
+    exactly as it is."""
+
+
+@dataclass(frozen=True)
+class Base:
+    """The base of the managed keys, where it came from, and whether it must be (re)recorded."""
+
+    hard: ResourceList
+    source: str
+    record: bool = False
+    notes: tuple[str, ...] = ()
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    value = (obj.get("metadata") or {}).get("annotations")
+    return value if isinstance(value, Mapping) else {}
+
+
+def spec_hard(quota: Mapping[str, Any]) -> ResourceList:
+    """spec.hard parsed (a bad value raises ValueError naming it)."""
+    return resources.parse_resource_list((quota.get("spec") or {}).get("hard") or {})
+
+
+def rancher_base(namespace: Mapping[str, Any]) -> ResourceList | None:
+    """The base from Rancher's annotation; None when the namespace has none (or it is empty)."""
+    text = _annotations(namespace).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+    if text is None or not text.strip():
+        return None
+    name = (namespace.get("metadata") or {}).get("name", "?")
+    try:
+        base = parse_namespace_resource_quota(text)
+    except ValueError as error:
+        raise BaseError(
+            f"namespace {name}: {CATTLE_ANNOTATION_RESOURCE_QUOTA} is not valid ({error}); "
+            "the quota is left as it is until the annotation is fixed"
+        ) from error
+    return base or None
+
+
+def resolve_base(
+    namespace: Mapping[str, Any],
+    quota: Mapping[str, Any],
+    *,
+    mode: Mode = "auto",
+    rooms_held: bool,
+    recorded_rooms: ResourceList | None = None,
+) -> Base | None:
+    """The base for this namespace's managed quota, or None when nothing is to be managed.
+
+    ``recorded_rooms`` is what the quota's per-VM annotations say was added (used only to adopt,
+    mid-migration, a quota nobody recorded a base for: spec.hard minus those rooms).
+    """
+    if mode != STANDALONE:
+        base = rancher_base(namespace)
+        if base is not None:
+            return Base(hard=base, source=RANCHER)
+        if mode == RANCHER:
+            return None
+    return _standalone_base(quota, rooms_held=rooms_held, recorded_rooms=recorded_rooms)
+
+
+def _standalone_base(
+    quota: Mapping[str, Any], *, rooms_held: bool, recorded_rooms: ResourceList | None
+) -> Base | None:
+    name = (quota.get("metadata") or {}).get("name", "?")
+    try:
+        hard = spec_hard(quota)
+    except ValueError as error:
+        raise BaseError(f"quota {name}: spec.hard is not valid ({error})") from error
+    notes: list[str] = []
+    recorded = _read(quota, ANNOTATION_BASE, notes)
+    if recorded is None:
+        if not hard:
+            return None
+        # First sight: adopt spec.hard, less whatever room an earlier controller recorded.
+        adopted = resources.subtract_non_negative(hard, recorded_rooms or {})
+        adopted = {key: adopted.get(key, value) for key, value in hard.items()}
+        return Base(hard=adopted, source=STANDALONE, record=True, notes=tuple(notes))
+    applied = _read(quota, ANNOTATION_APPLIED, notes) if rooms_held else None
+    followed = _follow_edits(recorded, applied if applied is not None else recorded, hard)
+    changed = not resources.equal(followed, recorded)
+    return Base(hard=followed, source=STANDALONE, record=changed, notes=tuple(notes))
+
+
+def _read(quota: Mapping[str, Any], key: str, notes: list[str]) -> ResourceList | None:
+    text = _annotations(quota).get(key)
+    if text is None:
+        return None
+    try:
+        return resources.loads(text)
+    except ValueError as error:
+        notes.append(f"ignored invalid annotation {key}: {error}")
+        return None
+
+
+def _follow_edits(
+    recorded: ResourceList, applied: ResourceList, hard: ResourceList
+) -> ResourceList:
+    """The base after the user's edits: spec.hard differs from what we applied by the edit."""
+    base: ResourceList = {}
+    for key, value in hard.items():
+        if key not in applied:
+            base[key] = value  # a key the user added
+        elif value == applied[key]:
+            base[key] = recorded.get(key, value)
+        else:
+            edited = recorded.get(key, applied[key]) + (value - applied[key])
+            base[key] = edited if edited.sign() >= 0 else value
+    return base

@@ -1,0 +1,227 @@
+"""The single writer of managed ResourceQuotas: one level-triggered reconcile per namespace.
+
+Harvester splits this between a VMIM controller that edits annotations and a ResourceQuota controller
+that recomputes spec.hard, coordinated by a resync flag the two toggle. Here one reconcile, keyed
+by namespace, reads the whole namespace from the caches (its quota, migrations, VMIs, pods, the
+overhead ratio in force), computes the desired quota (plan.py) and writes it once if it differs.
+Every input's change re-queues the namespace; nothing is remembered between runs, so a restart,
+a lost watch or Rancher resetting spec.hard all converge on the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from pkg.config.kubevirt import RATIO_SETTING, KubeVirtSettings, settings_from
+from pkg.config.management import Management
+from pkg.controller.migration.rooms import (
+    CONDITION_REJECTED_BY_QUOTA,
+    PHASE_PENDING,
+    has_condition,
+    metadata,
+    status,
+)
+from pkg.controller.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
+from pkg.generic.controller import RetryAfter
+from pkg.generic.events import NORMAL, WARNING
+from pkg.generic.informer import SharedInformer
+from pkg.generic.resource import (
+    KUBEVIRTS,
+    PODS,
+    RESOURCE_QUOTAS,
+    SETTINGS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+    Object,
+)
+from pkg.util import resources
+from pkg.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from pkg.util.podusage import launcher_quota_usage
+from pkg.util.quantity import Quantity
+
+log = logging.getLogger(__name__)
+
+HANDLER = "resourcequota-reconcile"
+
+
+def is_managed_quota(quota: Object) -> bool:
+    """The quota Rancher creates and Harvester scales: labelled, never by cattle.io/creator."""
+    labels = metadata(quota).get("labels") or {}
+    return labels.get(LABEL_DEFAULT_RESOURCE_QUOTA) == "true"
+
+
+def managed_quota(quotas: Iterable[Object]) -> Object | None:
+    """The namespace's managed quota: the first labelled one by name, as Rancher picks it."""
+    candidates = sorted(
+        (q for q in quotas if is_managed_quota(q) and not metadata(q).get("deletionTimestamp")),
+        key=lambda q: str(metadata(q).get("name")),
+    )
+    return candidates[0] if candidates else None
+
+
+def _namespace_of(obj: Object) -> list[str]:
+    namespace = metadata(obj).get("namespace")
+    return [str(namespace)] if namespace else []
+
+
+class QuotaReconciler:
+    """Registers the per-namespace reconcile on a Management's factories."""
+
+    def __init__(self, management: Management) -> None:
+        self.management = management
+        factory = management.informers
+        self.quotas = factory.informer(RESOURCE_QUOTAS)
+        self.migrations = factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
+        self.vmis = factory.informer(VIRTUAL_MACHINE_INSTANCES)
+        self.pods = factory.informer(PODS)
+        self.settings = factory.informer(SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}")
+        self.kubevirts = factory.informer(KUBEVIRTS)
+        self.namespaces = management.controllers.namespaces()
+        self.writes = 0
+
+    def register(self) -> None:
+        controller = self.namespaces
+        for informer in (self.quotas, self.migrations, self.vmis, self.pods):
+            controller.watch_related(informer, _namespace_of, name=informer.name)
+        for informer in (self.settings, self.kubevirts):
+            controller.watch_related(informer, self._managed_namespaces, name=informer.name)
+        controller.on_change(HANDLER, self.reconcile)
+
+    def _managed_namespaces(self, _changed: Object) -> list[str]:
+        """A cluster-wide setting changed: every namespace with a managed quota is affected."""
+        return sorted(
+            {
+                ns
+                for q in self.quotas.store.objects()
+                if is_managed_quota(q)
+                for ns in _namespace_of(q)
+            }
+        )
+
+    # The reconcile ------------------------------------------------------------------------------
+
+    def kubevirt_settings(self) -> KubeVirtSettings:
+        kubevirts = self.kubevirts.store.objects()
+        settings = self.settings.store.objects()
+        return settings_from(
+            kubevirts[0] if kubevirts else None,
+            settings[0] if settings else None,
+            configured_version=self.management.options.kubevirt_version,
+        )
+
+    def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
+        name = str(metadata(namespace).get("name"))
+
+        def store(informer: SharedInformer) -> list[Object]:
+            return informer.store.by_index("namespace", name)
+
+        return NamespaceSnapshot(
+            namespace=namespace,
+            quota=quota,
+            migrations=store(self.migrations),
+            vmis={str(metadata(v).get("name")): v for v in store(self.vmis)},
+            pods=store(self.pods),
+            now=self.management.clock.now(),
+            launcher_options=self.kubevirt_settings().launcher_options(quotas),
+            mode=self.management.options.mode,
+        )
+
+    async def reconcile(self, key: str, namespace: Object | None) -> Object | None:
+        if namespace is None or metadata(namespace).get("deletionTimestamp"):
+            return namespace
+        quotas = self.quotas.store.by_index("namespace", key)
+        quota = managed_quota(quotas)
+        if quota is None:
+            return namespace
+        snapshot = self.snapshot(namespace, quota, quotas)
+        plan = plan_quota(snapshot)
+        self._report_warnings(namespace, quota, plan)
+        patch = patch_for(quota, plan)
+        if patch is not None:
+            await self._write(quota, patch, plan)
+        else:
+            self._explain_blocked(snapshot, quota, plan)
+        if plan.requeue_after is not None:
+            raise RetryAfter(plan.requeue_after + 0.5, "a terminating pod stops counting then")
+        return namespace
+
+    async def _write(self, quota: Object, patch: dict[str, Any], plan: QuotaPlan) -> None:
+        meta = metadata(quota)
+        await self.management.client.patch(
+            RESOURCE_QUOTAS, str(meta["name"]), patch, str(meta["namespace"])
+        )
+        self.writes += 1
+        changes = ", ".join(
+            f"{k} {(quota.get('spec') or {}).get('hard', {}).get(k, '-')} -> {v if v is not None else '-'}"
+            for k, v in sorted((patch.get("spec") or {}).get("hard", {}).items())
+        )
+        holders = ", ".join(f"{r.vm_name} ({r.reason})" for r in plan.rooms.rooms) or "none"
+        log.info(
+            "%s/%s: %s; migrations holding room: %s",
+            meta["namespace"],
+            meta["name"],
+            changes or "annotations only",
+            holders,
+        )
+        if changes:
+            reason = "MigrationRoomReserved" if plan.holds_room else "MigrationRoomReleased"
+            self.management.recorder.event(
+                quota, NORMAL, reason, f"spec.hard {changes}; migrations holding room: {holders}"
+            )
+
+    def _report_warnings(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
+        for warning in plan.warnings:
+            log.warning("%s: %s", metadata(namespace).get("name"), warning)
+            subject = namespace if warning.startswith("namespace ") else quota
+            self.management.recorder.event(subject, WARNING, "QuotaNotScaled", warning)
+
+    def _explain_blocked(self, snapshot: NamespaceSnapshot, quota: Object, plan: QuotaPlan) -> None:
+        """A Warning on every migration KubeVirt reports refused by quota that our arithmetic
+        cannot admit either, saying which key and by how much (the quota as written is final)."""
+        hard = _quantities((quota.get("spec") or {}).get("hard"))
+        used = _quantities((quota.get("status") or {}).get("used"))
+        for migration in snapshot.migrations:
+            if str(status(migration).get("phase") or PHASE_PENDING) != PHASE_PENDING:
+                continue
+            if not has_condition(migration, CONDITION_REJECTED_BY_QUOTA):
+                continue
+            vmi = snapshot.vmis.get(str((migration.get("spec") or {}).get("vmiName")))
+            if vmi is None:
+                continue
+            needed = launcher_quota_usage(vmi, **snapshot.launcher_options)
+            short = [
+                f"{key}: needs {needed[key]}, used {used.get(key, Quantity.from_int(0))}, hard {limit}"
+                for key, limit in sorted(hard.items())
+                if key in needed and used.get(key, needed[key] * 0) + needed[key] > limit
+            ]
+            if not short:
+                continue
+            why = (
+                "auto-scaling is disabled by harvesterhci.io/skipResourceQuotaAutoScaling"
+                if plan.skipped
+                else "these keys are not part of the base this controller scales"
+                if plan.managed
+                else "the quota's base cannot be determined (see the quota's events)"
+            )
+            self.management.recorder.event(
+                migration,
+                WARNING,
+                "MigrationBlockedByQuota",
+                f"target pod does not fit quota {metadata(quota).get('name')} ({why}): "
+                + "; ".join(short),
+            )
+
+
+def _quantities(value: Any) -> resources.ResourceList:
+    try:
+        return resources.parse_resource_list(value or {})
+    except ValueError:
+        return {}
+
+
+def register(management: Management) -> QuotaReconciler:
+    reconciler = QuotaReconciler(management)
+    reconciler.register()
+    return reconciler

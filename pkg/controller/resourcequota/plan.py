@@ -1,0 +1,254 @@
+"""The desired state of a namespace's managed ResourceQuota, computed from the cluster as it is.
+
+Principle 5, per key k the base limits:
+
+    while any migration holds room on k:  hard_k = max(base_k, used_k) + sum of the rooms on k
+    otherwise:                            hard_k = base_k
+
+where used_k is what the namespace's pods are charged now, not counting the target pods that make
+up the rooms. A VM that went over its quota after the overhead ratio was raised can therefore still
+migrate (max with used), while no new VM can start above the base (the webhook keeps non-target
+pods out of the room). Keys of spec.hard that the base does not know pass through untouched.
+
+The plan also says which annotations the quota must carry: one ResourceList JSON per migrating VM
+(``harvesterhci.io/migrating-<vm>``, so Harvester's own readers still sum them), our recorded base
+in standalone mode, and nothing stale: every other historic Harvester key is removed. The caller
+writes once, only if something differs (``patch_for``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pkg.controller.migration.rooms import (
+    MigrationRoom,
+    RoomInputs,
+    RoomPlan,
+    next_release,
+    plan_rooms,
+    used_without_targets,
+)
+from pkg.controller.namespace.base import (
+    ANNOTATION_APPLIED,
+    ANNOTATION_BASE,
+    STANDALONE,
+    Base,
+    BaseError,
+    Mode,
+    resolve_base,
+)
+from pkg.generic.resource import Object
+from pkg.util import resources
+from pkg.util.annotations import (
+    HARVESTER_PREFIX,
+    migrating_vm_annotation_key,
+    parse_migration_annotations,
+)
+from pkg.util.podusage import LauncherOptions
+from pkg.util.quantity import Quantity
+from pkg.util.resources import ResourceList
+
+MIGRATING_PREFIX = f"{HARVESTER_PREFIX}/migrating"
+"""Every key Harvester ever wrote for migrations starts with this (name, UID, compensation, flag)."""
+
+
+@dataclass
+class NamespaceSnapshot:
+    """One namespace as the caches show it now."""
+
+    namespace: Object
+    quota: Object
+    migrations: Sequence[Object]
+    vmis: Mapping[str, Object]
+    pods: Sequence[Object]
+    now: datetime.datetime
+    launcher_options: LauncherOptions = field(default_factory=LauncherOptions)
+    mode: Mode = "auto"
+
+
+@dataclass
+class QuotaPlan:
+    """What the managed quota should be; ``managed`` False means leave it entirely alone."""
+
+    managed: bool
+    base: Base | None = None
+    hard: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    remove_annotations: list[str] = field(default_factory=list)
+    rooms: RoomPlan = field(default_factory=RoomPlan)
+    used: ResourceList = field(default_factory=dict)
+    skipped: bool = False
+    warnings: list[str] = field(default_factory=list)
+    requeue_after: float | None = None
+
+    @property
+    def holds_room(self) -> bool:
+        return self.rooms.holds_room and not self.skipped
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    value = (obj.get("metadata") or {}).get("annotations")
+    return value if isinstance(value, Mapping) else {}
+
+
+def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
+    """The desired spec.hard and annotations for the snapshot's managed quota."""
+    recorded = parse_migration_annotations(_annotations(snapshot.quota))
+    warnings = [f"ignored invalid annotation {key}: {why}" for key, why in recorded.invalid.items()]
+    room_plan = plan_rooms(
+        RoomInputs(
+            migrations=snapshot.migrations,
+            vmis=snapshot.vmis,
+            pods=snapshot.pods,
+            now=snapshot.now,
+            launcher_options=snapshot.launcher_options,
+        )
+    )
+    warnings += [
+        f"cannot size the room of migration {m}: {why}"
+        for m, why in room_plan.estimate_errors.items()
+    ]
+    skipped = recorded.skip_auto_scaling
+    try:
+        base = resolve_base(
+            snapshot.namespace,
+            snapshot.quota,
+            mode=snapshot.mode,
+            rooms_held=bool(recorded.migrating_keys) or room_plan.holds_room,
+            recorded_rooms=recorded.migrating_total(),
+        )
+    except BaseError as error:
+        return QuotaPlan(managed=False, warnings=[*warnings, str(error)], rooms=room_plan)
+    if base is None:
+        return QuotaPlan(managed=False, warnings=warnings, rooms=room_plan)
+    warnings += list(base.notes)
+    rooms = RoomPlan(target_pods=room_plan.target_pods) if skipped else room_plan
+    rooms = _mask_rooms(rooms, base.hard.keys())
+    used = used_without_targets(snapshot.pods, rooms.target_pods, snapshot.now)
+    managed_hard = desired_hard(base.hard, used, rooms.total())
+    plan = QuotaPlan(
+        managed=True,
+        base=base,
+        rooms=rooms,
+        used=used,
+        skipped=skipped,
+        warnings=warnings,
+        requeue_after=next_release(snapshot.pods, snapshot.now),
+    )
+    plan.hard = _full_hard(snapshot.quota, base, managed_hard)
+    plan.annotations, plan.remove_annotations = _annotation_changes(
+        snapshot.quota, base, rooms.rooms, managed_hard
+    )
+    return plan
+
+
+def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
+    wanted = list(keys)
+    rooms = [
+        MigrationRoom(**{**room.__dict__, "room": resources.mask(room.room, wanted)})
+        for room in plan.rooms
+    ]
+    return RoomPlan(rooms=rooms, target_pods=plan.target_pods, estimate_errors=plan.estimate_errors)
+
+
+def desired_hard(base: ResourceList, used: ResourceList, rooms: ResourceList) -> ResourceList:
+    """Principle 5, key by key."""
+    hard: ResourceList = {}
+    for key, base_value in base.items():
+        room = rooms.get(key)
+        if room is None or room.sign() <= 0:
+            hard[key] = base_value
+            continue
+        floor = max(base_value, used.get(key, base_value * 0))
+        # Keep the base's format (e.g. 5000Mi + bytes prints as bytes, "3" + 2015m as 5015m).
+        hard[key] = Quantity(nanos=floor.nanos, fmt=base_value.format) + room
+    return hard
+
+
+def _full_hard(quota: Mapping[str, Any], base: Base, managed: ResourceList) -> dict[str, str]:
+    """spec.hard as it should be: managed keys computed, others untouched (and the base's format
+    kept where the value is unchanged, so nothing is rewritten for formatting alone)."""
+    current = dict((quota.get("spec") or {}).get("hard") or {})
+    result: dict[str, str] = {}
+    for key, text in current.items():
+        if key not in managed:
+            result[key] = str(text)
+    for key, value in managed.items():
+        text = current.get(key)
+        if text is not None and _same(str(text), value):
+            result[key] = str(text)
+        else:
+            result[key] = str(value)
+    return result
+
+
+def _same(text: str, value: Quantity) -> bool:
+    try:
+        return Quantity.parse(text) == value
+    except ValueError:
+        return False
+
+
+def _annotation_changes(
+    quota: Mapping[str, Any],
+    base: Base,
+    rooms: Sequence[MigrationRoom],
+    managed_hard: ResourceList,
+) -> tuple[dict[str, str], list[str]]:
+    """(annotations to set, annotation keys to remove) for the quota."""
+    wanted: dict[str, str] = {}
+    per_vm: dict[str, list[ResourceList]] = {}
+    for room in rooms:
+        per_vm.setdefault(room.vm_name, []).append(room.room)
+    for vm_name, vm_rooms in per_vm.items():
+        wanted[migrating_vm_annotation_key(vm_name)] = resources.dumps(resources.total(vm_rooms))
+    if base.source == STANDALONE:
+        wanted[ANNOTATION_BASE] = resources.dumps(base.hard)
+        if rooms:
+            wanted[ANNOTATION_APPLIED] = resources.dumps(managed_hard)
+    current = _annotations(quota)
+    ours = [
+        key
+        for key in current
+        if key.startswith(MIGRATING_PREFIX) or key in (ANNOTATION_BASE, ANNOTATION_APPLIED)
+    ]
+    remove = sorted(key for key in ours if key not in wanted)
+    changed = {key: value for key, value in wanted.items() if current.get(key) != value}
+    return changed, remove
+
+
+def patch_for(quota: Mapping[str, Any], plan: QuotaPlan) -> dict[str, Any] | None:
+    """The merge patch that brings the quota to the plan, or None if it is there already."""
+    if not plan.managed:
+        return None
+    current_hard = dict((quota.get("spec") or {}).get("hard") or {})
+    hard_patch: dict[str, Any] = {}
+    for key, text in plan.hard.items():
+        current = current_hard.get(key)
+        if current is None or not _same_text(str(current), text):
+            hard_patch[key] = text
+    for key in current_hard:
+        if key not in plan.hard:
+            hard_patch[key] = None
+    annotation_patch: dict[str, Any] = dict(plan.annotations)
+    annotation_patch.update(dict.fromkeys(plan.remove_annotations))
+    if not hard_patch and not annotation_patch:
+        return None
+    patch: dict[str, Any] = {}
+    if hard_patch:
+        patch["spec"] = {"hard": hard_patch}
+    if annotation_patch:
+        patch["metadata"] = {"annotations": annotation_patch}
+    return patch
+
+
+def _same_text(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return Quantity.parse(a) == Quantity.parse(b)
+    except ValueError:
+        return False

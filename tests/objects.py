@@ -1,0 +1,171 @@
+"""Builders for the KubeVirt, Harvester and Rancher objects tests need, shaped as the API returns them.
+
+VMIs get the spec Harvester's VM mutator writes (limits, requests from the overcommit settings,
+guest memory); launcher pods get exactly the containers KubeVirt renders for the VMI (pkg.util).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from pkg.controller.migration.rooms import LABEL_CREATED_BY, LABEL_MIGRATION_JOB, LABEL_VM_NAME
+from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from pkg.util.podusage import (
+    HARVESTER_DEFAULT_OVERCOMMIT,
+    harvester_guest_memory,
+    harvester_vm_requests,
+    launcher_pod_resources,
+)
+
+Object = dict[str, Any]
+
+
+def new_uid() -> str:
+    return str(uuid.uuid4())
+
+
+def vmi(
+    name: str,
+    namespace: str = "ns",
+    *,
+    cores: int = 2,
+    memory: str = "4Gi",
+    uid: str | None = None,
+    overcommit: Mapping[str, int] = HARVESTER_DEFAULT_OVERCOMMIT,
+    ratio_set: bool = True,
+    node: str = "kwok-node-0",
+) -> Object:
+    requests = harvester_vm_requests(str(cores), memory, overcommit)
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or new_uid(),
+            "labels": {"harvesterhci.io/vmName": name},
+        },
+        "spec": {
+            "domain": {
+                "cpu": {"cores": cores, "sockets": 1, "threads": 1},
+                "memory": {
+                    "guest": str(harvester_guest_memory(memory, overhead_ratio_set=ratio_set))
+                },
+                "resources": {
+                    "limits": {"cpu": str(cores), "memory": memory},
+                    "requests": {k: str(v) for k, v in requests.items()},
+                },
+                "devices": {},
+            },
+            "evictionStrategy": "LiveMigrate",
+        },
+        "status": {"phase": "Running", "nodeName": node},
+    }
+
+
+def launcher_pod(
+    instance: Object,
+    name: str,
+    *,
+    ratio: str | None = "1.5",
+    kubevirt_version: str = "1.6",
+    node: str = "kwok-node-0",
+    migration: Object | None = None,
+    phase: str = "Running",
+    deletion_timestamp: str | None = None,
+    grace: int = 30,
+) -> Object:
+    rendered = launcher_pod_resources(instance, ratio=ratio, kubevirt_version=kubevirt_version)
+    meta = instance["metadata"]
+    labels = {
+        "kubevirt.io": "virt-launcher",
+        LABEL_CREATED_BY: meta["uid"],
+        LABEL_VM_NAME: meta["name"],
+    }
+    if migration is not None:
+        labels[LABEL_MIGRATION_JOB] = migration["metadata"]["uid"]
+    pod: Object = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "uid": new_uid(),
+            "labels": labels,
+        },
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace, **rendered["spec"]},
+        "status": {"phase": phase},
+    }
+    for container in pod["spec"]["containers"]:
+        container.setdefault("image", "virt-launcher")
+    for container in pod["spec"].get("initContainers", []):
+        container.setdefault("image", "virt-launcher")
+    if deletion_timestamp is not None:
+        pod["metadata"]["deletionTimestamp"] = deletion_timestamp
+        pod["metadata"]["deletionGracePeriodSeconds"] = grace
+    return pod
+
+
+def migration(
+    name: str,
+    instance: Object,
+    *,
+    phase: str = "Pending",
+    uid: str | None = None,
+    rejected: bool = False,
+    source_pod: str | None = None,
+) -> Object:
+    status: Object = {"phase": phase}
+    if rejected:
+        status["conditions"] = [{"type": "migrationRejectedByResourceQuota", "status": "True"}]
+    if source_pod is not None:
+        status["migrationState"] = {"sourcePod": source_pod}
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstanceMigration",
+        "metadata": {
+            "name": name,
+            "namespace": instance["metadata"]["namespace"],
+            "uid": uid or new_uid(),
+            "labels": {"kubevirt.io/vmi-name": instance["metadata"]["name"]},
+        },
+        "spec": {"vmiName": instance["metadata"]["name"]},
+        "status": status,
+    }
+
+
+def rancher_namespace(name: str, limit: Mapping[str, str]) -> Object:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "annotations": {CATTLE_ANNOTATION_RESOURCE_QUOTA: json.dumps({"limit": dict(limit)})},
+        },
+    }
+
+
+def plain_namespace(name: str) -> Object:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def managed_quota(
+    namespace: str,
+    hard: Mapping[str, str],
+    annotations: Mapping[str, str] | None = None,
+    name: str = "default-abcde",
+) -> Object:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"},
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {"hard": dict(hard)},
+    }
