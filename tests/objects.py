@@ -23,6 +23,12 @@ from pkg.util.podusage import (
 Object = dict[str, Any]
 
 
+def _name_label(key: str, name: str) -> dict[str, str]:
+    """A label whose value is a name, left out when the name is longer than a label value may
+    be (63 characters): VM names may be up to 253."""
+    return {key: name} if len(name) <= 63 else {}
+
+
 def new_uid() -> str:
     return str(uuid.uuid4())
 
@@ -46,7 +52,7 @@ def vmi(
             "name": name,
             "namespace": namespace,
             "uid": uid or new_uid(),
-            "labels": {"harvesterhci.io/vmName": name},
+            "labels": _name_label("harvesterhci.io/vmName", name),
         },
         "spec": {
             "domain": {
@@ -83,7 +89,7 @@ def launcher_pod(
     labels = {
         "kubevirt.io": "virt-launcher",
         LABEL_CREATED_BY: meta["uid"],
-        LABEL_VM_NAME: meta["name"],
+        **_name_label(LABEL_VM_NAME, meta["name"]),
     }
     if migration is not None:
         labels[LABEL_MIGRATION_JOB] = migration["metadata"]["uid"]
@@ -130,7 +136,7 @@ def migration(
             "name": name,
             "namespace": instance["metadata"]["namespace"],
             "uid": uid or new_uid(),
-            "labels": {"kubevirt.io/vmi-name": instance["metadata"]["name"]},
+            "labels": _name_label("kubevirt.io/vmi-name", instance["metadata"]["name"]),
         },
         "spec": {"vmiName": instance["metadata"]["name"]},
         "status": status,

@@ -61,7 +61,7 @@ class ClientListerWatcher:
     field_selector: str | None = None
 
     async def list(self, *, resource_version: str, page_size: int) -> ListResult:
-        return await self.client.list_all(
+        result = await self.client.list_all(
             self.resource,
             self.namespace,
             resource_version=resource_version,
@@ -70,6 +70,12 @@ class ClientListerWatcher:
             field_selector=self.field_selector,
             request_timeout=120.0,
         )
+        # List items carry no kind/apiVersion (watch events do); fill them so that every cached
+        # object can be referred to (events, owner references) the same way.
+        for item in result.items:
+            item.setdefault("apiVersion", self.resource.api_version)
+            item.setdefault("kind", self.resource.kind)
+        return result
 
     def watch(self, *, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
         return self.client.watch(

@@ -344,6 +344,24 @@ def test_a_deleted_vmi_or_a_restarted_vm_leaves_no_room() -> None:
     assert not gone.holds_room and gone.hard == V170_HARD
 
 
+def test_a_migration_older_than_its_vmi_belongs_to_an_earlier_instance() -> None:
+    """The VM restarted mid-migration and KubeVirt never finished the old VMIM: no room."""
+    restarted = vmi("vm1")
+    restarted["metadata"]["creationTimestamp"] = "2026-01-01T10:05:00Z"
+    mig = migration("m", restarted, phase="Running")
+    mig["metadata"]["creationTimestamp"] = "2026-01-01T10:00:00Z"
+    ns, quota = rancher_namespace("ns", V170_LIMIT), managed_quota("ns", V170_HARD)
+    plan = plan_quota(
+        snapshot(ns, quota, migrations=[mig], vmis=[restarted], pods=[launcher_pod(restarted, "p")])
+    )
+    assert not plan.holds_room
+    mig["metadata"]["creationTimestamp"] = "2026-01-01T10:06:00Z"
+    later = plan_quota(
+        snapshot(ns, quota, migrations=[mig], vmis=[restarted], pods=[launcher_pod(restarted, "p")])
+    )
+    assert later.holds_room
+
+
 def test_a_failed_migration_holds_room_until_its_target_pod_is_gone() -> None:
     vm = vmi("vm1")
     mig = migration("m", vm, phase="Failed")

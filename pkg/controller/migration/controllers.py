@@ -118,9 +118,12 @@ class MigrationBookkeeping:
         if not wanted:
             return
         name, namespace = str(metadata(vmi).get("name")), str(metadata(vmi).get("namespace"))
-        await self.client.patch(
-            VIRTUAL_MACHINE_INSTANCES, name, {"metadata": {"annotations": wanted}}, namespace
-        )
+        try:
+            await self.client.patch(
+                VIRTUAL_MACHINE_INSTANCES, name, {"metadata": {"annotations": wanted}}, namespace
+            )
+        except errors.NotFound:
+            return  # the VMI went away since the cache saw it: nothing to annotate
         await self._touch_vm(namespace, name)
 
     async def _touch_vm(self, namespace: str, name: str) -> None:

@@ -194,16 +194,27 @@ def _room_of(
         # Nothing can be migrated, nothing will be admitted: the migration holds no room.
         return None
     target = targets.get(str(meta.get("uid", "")))
-    if target is not None and labels(target).get(LABEL_CREATED_BY) not in (
-        None,
-        metadata(vmi).get("uid"),
-    ):
-        # The VM restarted: this target belongs to an instance that no longer exists.
+    if _of_an_earlier_instance(migration, vmi, target):
         return None
     reason = _holding_reason(migration, vmi, target, inputs, pods_by_name)
     if reason is None:
         return None
     return _room(migration, vmi, target, reason, inputs)
+
+
+def _of_an_earlier_instance(migration: Object, vmi: Object, target: Object | None) -> bool:
+    """Whether the migration belongs to a VMI of the same name that no longer exists (the VM
+    restarted): its target pod was made for another VMI uid, or the migration is older than the
+    current VMI (KubeVirt only admits a migration for an existing VMI)."""
+    if target is not None and labels(target).get(LABEL_CREATED_BY) not in (
+        None,
+        metadata(vmi).get("uid"),
+    ):
+        return True
+    migration_created = metadata(migration).get("creationTimestamp")
+    vmi_created = metadata(vmi).get("creationTimestamp")
+    # RFC 3339 UTC timestamps of the same form compare correctly as strings.
+    return bool(migration_created and vmi_created and str(migration_created) < str(vmi_created))
 
 
 def _holding_reason(

@@ -11,6 +11,7 @@ a lost watch or Rancher resetting spec.hard all converge on the next run.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -79,7 +80,8 @@ class QuotaReconciler:
         self.settings = factory.informer(SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}")
         self.kubevirts = factory.informer(KUBEVIRTS)
         self.namespaces = management.controllers.namespaces()
-        self.writes = 0
+        self.writes: Counter[str] = Counter()
+        """Quota writes per namespace (tests and the scenario report read it)."""
 
     def register(self) -> None:
         controller = self.namespaces
@@ -152,7 +154,7 @@ class QuotaReconciler:
         await self.management.client.patch(
             RESOURCE_QUOTAS, str(meta["name"]), patch, str(meta["namespace"])
         )
-        self.writes += 1
+        self.writes[str(meta["namespace"])] += 1
         changes = ", ".join(
             f"{k} {(quota.get('spec') or {}).get('hard', {}).get(k, '-')} -> {v if v is not None else '-'}"
             for k, v in sorted((patch.get("spec") or {}).get("hard", {}).items())
@@ -174,8 +176,7 @@ class QuotaReconciler:
     def _report_warnings(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
         for warning in plan.warnings:
             log.warning("%s: %s", metadata(namespace).get("name"), warning)
-            subject = namespace if warning.startswith("namespace ") else quota
-            self.management.recorder.event(subject, WARNING, "QuotaNotScaled", warning)
+            self.management.recorder.event(quota, WARNING, "QuotaNotScaled", warning)
 
     def _explain_blocked(self, snapshot: NamespaceSnapshot, quota: Object, plan: QuotaPlan) -> None:
         """A Warning on every migration KubeVirt reports refused by quota that our arithmetic
