@@ -204,7 +204,7 @@ async def test_a_vmi_deleted_mid_migration_leaks_no_room(
 ) -> None:
     await kv.set_rancher_base(V170_LIMIT)
     await kv.create_quota(V170_HARD)
-    vmi, source = await kv.start_vm("vm1")
+    vmi, _ = await kv.start_vm("vm1")
     migration = await kv.migrate(vmi)
     await eventually(lambda: kv.try_create_target(vmi, migration), what="target admitted")
     await kv.api.delete(VIRTUAL_MACHINE_INSTANCES, "vm1", kv.namespace)
