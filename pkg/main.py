@@ -2,6 +2,7 @@
 
 Subcommands:
   run                                the quota controllers (leader-elected)
+  webhook                            the validating admission webhook
   cluster build|up|down|status|env   the local test cluster (see pkg.localcluster)
   demo                               the end-to-end demonstration `make demo` runs
 """
@@ -22,6 +23,8 @@ from pkg.generic import config
 from pkg.generic.client import ApiClient
 from pkg.localcluster import ClusterError, LocalCluster, binaries
 from pkg.localcluster.cluster import DEFAULT_NODES
+from pkg.webhook import server as webhook_server
+from pkg.webhook.validators import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -98,6 +101,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def cmd_webhook(args: argparse.Namespace) -> int:
+    identities = Identities(
+        controllers=frozenset(args.controller_user or DEFAULT_CONTROLLER_USERS),
+        target_creators=frozenset(args.target_creator or DEFAULT_TARGET_CREATORS),
+    )
+
+    async def main() -> int:
+        async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
+            return await webhook_server.serve(
+                client,
+                cert_file=Path(args.cert_file),
+                key_file=Path(args.key_file),
+                host=args.host,
+                port=args.port,
+                identities=identities,
+                kubevirt_version=args.kubevirt_version,
+            )
+
+    return asyncio.run(main())
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(state_dir=Path(args.state_dir) if args.state_dir else None)
 
@@ -169,6 +193,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip Harvester's VMI migration annotations, VM timestamp touch and abort cleanup",
     )
     run.set_defaults(handler=cmd_run)
+
+    hook = commands.add_parser("webhook", help="run the validating admission webhook (HTTPS)")
+    _add_connection_flags(hook)
+    hook.add_argument(
+        "--cert-file", required=True, help="serving certificate (PEM), reloaded on change"
+    )
+    hook.add_argument("--key-file", required=True, help="its private key (PEM)")
+    hook.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    hook.add_argument("--port", type=int, default=8443, help="port to listen on")
+    hook.add_argument(
+        "--controller-user",
+        action="append",
+        help="user whose quota edits are not checked (repeatable; default: "
+        f"{DEFAULT_CONTROLLER_USERS[0]})",
+    )
+    hook.add_argument(
+        "--target-creator",
+        action="append",
+        help="user that creates migration target pods (repeatable; default: KubeVirt's controller "
+        "service accounts in harvester-system and kubevirt)",
+    )
+    hook.add_argument("--kubevirt-version", help="KubeVirt version (default: from the KubeVirt CR)")
+    hook.set_defaults(handler=cmd_webhook)
 
     demo = commands.add_parser("demo", help="run the demonstration on a local cluster")
     demo.add_argument("--state-dir", help="state directory of the demo's own cluster")

@@ -1,0 +1,103 @@
+"""AdmissionReview in and out (admission.k8s.io/v1), and the denial every validator returns.
+
+A request we cannot parse is never allowed silently and never crashes the server: if it has a
+uid we answer with a denial that says what was wrong; if it has none there is nothing to answer
+and we return HTTP 400 with the reason, which the API server reports (and its failurePolicy
+decides about).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+class Denied(Exception):
+    """Raised by a validator: the request is refused with this message (HTTP 403 in the review)."""
+
+    def __init__(self, message: str, code: int = 403) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview we can answer."""
+
+    def __init__(self, message: str, uid: str | None = None) -> None:
+        super().__init__(message)
+        self.uid = uid
+
+
+@dataclass(frozen=True)
+class Request:
+    """The parts of an AdmissionRequest the validators use."""
+
+    uid: str
+    kind: str
+    operation: str
+    namespace: str
+    name: str
+    username: str
+    groups: tuple[str, ...]
+    obj: dict[str, Any] | None
+    old: dict[str, Any] | None
+    dry_run: bool
+
+
+def parse_review(body: bytes) -> Request:
+    """Parses an AdmissionReview; raises BadReview naming what is missing or malformed."""
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadReview(f"the body is not JSON: {error}") from error
+    if not isinstance(review, dict):
+        raise BadReview("the body is not a JSON object")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("the AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("the AdmissionReview request has no uid")
+    kind = request.get("kind")
+    user_info = request.get("userInfo")
+    user: dict[str, Any] = user_info if isinstance(user_info, dict) else {}
+    obj, old = request.get("object"), request.get("oldObject")
+    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
+        raise BadReview("the request has no kind", uid)
+    for label, value in (("object", obj), ("oldObject", old)):
+        if value is not None and not isinstance(value, dict):
+            raise BadReview(f"the request's {label} is not an object", uid)
+    return Request(
+        uid=uid,
+        kind=str(kind["kind"]),
+        operation=str(request.get("operation", "")),
+        namespace=str(request.get("namespace") or ""),
+        name=str(request.get("name") or ((obj or {}).get("metadata") or {}).get("name") or ""),
+        username=str(user.get("username", "")),
+        groups=tuple(str(g) for g in user.get("groups") or ()),
+        obj=obj,
+        old=old,
+        dry_run=bool(request.get("dryRun")),
+    )
+
+
+def review_response(
+    uid: str, denied: Denied | None = None, warnings: list[str] | None = None
+) -> bytes:
+    response: dict[str, Any] = {"uid": uid, "allowed": denied is None}
+    if denied is not None:
+        response["status"] = {"code": denied.code, "reason": "Forbidden", "message": denied.message}
+    if warnings:
+        response["warnings"] = warnings[:10]
+    return orjson.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+    )
+
+
+def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+    value = ((obj or {}).get("metadata") or {}).get("annotations")
+    return value if isinstance(value, Mapping) else {}

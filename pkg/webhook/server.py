@@ -1,0 +1,335 @@
+"""`harvester-quota webhook`: the HTTPS AdmissionReview server.
+
+Four validating endpoints (/validate/namespaces, /validate/resourcequotas,
+/validate/virtualmachines, /validate/pods) over the rules in validators.py, answered from informer
+caches (no API call per request). TLS 1.2 or newer; the certificate and key files are re-read when
+they change on disk (a rotated Secret mounted in the pod), without a restart. A request that
+cannot be parsed gets a clear denial (or HTTP 400 when it has no uid to answer); a bug in a
+validator gets HTTP 500, so the API server applies the webhook's failurePolicy, chosen per
+endpoint in deploy/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import os
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+from pkg.config.kubevirt import RATIO_SETTING, KubeVirtSettings, settings_from
+from pkg.controller.resourcequota.controller import managed_quota
+from pkg.generic.client import ApiClient
+from pkg.generic.clock import REAL_CLOCK, Clock
+from pkg.generic.informer import SharedInformerFactory
+from pkg.generic.resource import (
+    KUBEVIRTS,
+    NAMESPACES,
+    PODS,
+    RESOURCE_QUOTAS,
+    SETTINGS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+    Object,
+)
+from pkg.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from pkg.webhook.admission import BadReview, Denied, Request, parse_review, review_response
+from pkg.webhook.validators import (
+    Identities,
+    Lookups,
+    validate_namespace_update,
+    validate_pod_create,
+    validate_quota_update,
+    validate_vm_start,
+)
+
+log = logging.getLogger(__name__)
+
+CERT_RELOAD_INTERVAL = 10.0
+Validator = Callable[[Request], None]
+
+
+class WebhookCaches:
+    """The informer caches the validators read (implements validators.Lookups)."""
+
+    def __init__(
+        self, client: ApiClient, *, clock: Clock = REAL_CLOCK, kubevirt_version: str | None = None
+    ) -> None:
+        self._clock = clock
+        self._kubevirt_version = kubevirt_version
+        self.factory = SharedInformerFactory(client, clock=clock)
+        self.quotas = self.factory.informer(
+            RESOURCE_QUOTAS, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
+        )
+        self.namespaces = self.factory.informer(NAMESPACES)
+        self._migrations = self.factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
+        self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
+        self.pods = self.factory.informer(PODS, label_selector="kubevirt.io=virt-launcher")
+        self.settings = self.factory.informer(
+            SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}"
+        )
+        self.kubevirts = self.factory.informer(KUBEVIRTS)
+
+    def managed_quota(self, namespace: str) -> Object | None:
+        return managed_quota(self.quotas.store.by_index("namespace", namespace))
+
+    def namespace(self, name: str) -> Object | None:
+        return self.namespaces.store.get(name)
+
+    def migrations(self, namespace: str) -> Sequence[Object]:
+        return self._migrations.store.by_index("namespace", namespace)
+
+    def vmis(self, namespace: str) -> Mapping[str, Object]:
+        return {
+            str((v.get("metadata") or {}).get("name")): v
+            for v in self._vmis.store.by_index("namespace", namespace)
+        }
+
+    def launcher_pods(self, namespace: str) -> Sequence[Object]:
+        return self.pods.store.by_index("namespace", namespace)
+
+    def kubevirt_settings(self) -> KubeVirtSettings:
+        kubevirts, settings = self.kubevirts.store.objects(), self.settings.store.objects()
+        return settings_from(
+            kubevirts[0] if kubevirts else None,
+            settings[0] if settings else None,
+            configured_version=self._kubevirt_version,
+        )
+
+    def now(self) -> datetime.datetime:
+        return self._clock.now()
+
+
+class ReloadingTLS:
+    """A server TLS context whose certificate follows the files on disk."""
+
+    def __init__(self, cert_file: Path, key_file: Path) -> None:
+        self.cert_file, self.key_file = cert_file, key_file
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._stamp: tuple[float, float] | None = None
+        self.reloads = 0
+        self.reload()
+
+    def _mtimes(self) -> tuple[float, float]:
+        return os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime
+
+    def reload(self) -> bool:
+        """Loads the files if they changed since last time; a bad pair keeps the old one."""
+        try:
+            stamp = self._mtimes()
+        except OSError as error:
+            log.error("cannot read the serving certificate: %s", error)
+            return False
+        if stamp == self._stamp:
+            return False
+        try:
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as error:
+            if self._stamp is None:
+                raise
+            log.error("new serving certificate not loaded, keeping the old one: %s", error)
+            return False
+        self._stamp = stamp
+        self.reloads += 1
+        log.info("serving certificate loaded from %s", self.cert_file)
+        return True
+
+
+@dataclass
+class WebhookMetrics:
+    registry: CollectorRegistry = REGISTRY
+    requests: Counter = field(init=False)
+    latency: Histogram = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.requests = Counter(
+            "harvester_quota_webhook_requests",
+            "Admission requests answered, by endpoint and outcome.",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "harvester_quota_webhook_seconds",
+            "Time to answer one admission request.",
+            ["endpoint"],
+            registry=self.registry,
+        )
+
+
+class WebhookServer:
+    """Routes AdmissionReviews to validators; serves /healthz and /readyz too."""
+
+    def __init__(
+        self,
+        lookups: Lookups,
+        *,
+        identities: Identities | None = None,
+        tls: ReloadingTLS | None = None,
+        host: str = "0.0.0.0",  # the API server calls in through a Service
+        port: int = 8443,
+        ready: Callable[[], bool] = lambda: True,
+        clock: Clock = REAL_CLOCK,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        self.lookups = lookups
+        self.identities = identities or Identities()
+        self.tls = tls
+        self.host, self.port = host, port
+        self._ready = ready
+        self._clock = clock
+        self.metrics = WebhookMetrics(registry)
+        self._runner: web.AppRunner | None = None
+        self._reloader: asyncio.Task[None] | None = None
+        self.validators: dict[str, tuple[str, Validator]] = {
+            "namespaces": ("Namespace", lambda r: validate_namespace_update(r, self.lookups)),
+            "resourcequotas": (
+                "ResourceQuota",
+                lambda r: validate_quota_update(r, self.lookups, self.identities),
+            ),
+            "virtualmachines": ("VirtualMachine", lambda r: validate_vm_start(r, self.lookups)),
+            "pods": ("Pod", lambda r: validate_pod_create(r, self.lookups, self.identities)),
+        }
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        for endpoint in self.validators:
+            app.router.add_post(f"/validate/{endpoint}", self._handler(endpoint))
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        return app
+
+    async def _text(self, text: str, status: int = 200) -> web.Response:
+        return web.Response(text=text, status=status)
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return await self._text("ok")
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        return (
+            await self._text("ok") if self._ready() else await self._text("caches not synced", 503)
+        )
+
+    def _handler(self, endpoint: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(http: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            try:
+                return await self.review(endpoint, await http.read())
+            finally:
+                self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+
+        return handle
+
+    async def review(self, endpoint: str, body: bytes) -> web.Response:
+        """Answers one AdmissionReview body for an endpoint."""
+        kind, validate = self.validators[endpoint]
+        try:
+            request = parse_review(body)
+            if request.kind != kind:
+                raise Denied(
+                    f"this endpoint validates {kind} objects, not {request.kind}", code=400
+                )
+            validate(request)
+        except BadReview as error:
+            log.warning("%s: unparseable AdmissionReview: %s", endpoint, error)
+            self.metrics.requests.labels(endpoint, "bad-request").inc()
+            if error.uid is None:
+                return web.Response(status=400, text=f"cannot parse the AdmissionReview: {error}")
+            denial = Denied(f"cannot parse the AdmissionReview: {error}", code=400)
+            return self._json(review_response(error.uid, denial))
+        except Denied as denial:
+            log.info(
+                "%s: denied %s %s/%s for %s: %s",
+                endpoint,
+                request.operation,
+                request.namespace,
+                request.name,
+                request.username,
+                denial.message,
+            )
+            self.metrics.requests.labels(endpoint, "denied").inc()
+            return self._json(review_response(request.uid, denial))
+        except Exception:
+            log.exception(
+                "%s: validator failed; the API server applies the failure policy", endpoint
+            )
+            self.metrics.requests.labels(endpoint, "error").inc()
+            return web.Response(status=500, text="internal error in the validator")
+        self.metrics.requests.labels(endpoint, "allowed").inc()
+        return self._json(review_response(request.uid))
+
+    @staticmethod
+    def _json(body: bytes) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    async def start(self) -> int:
+        self._runner = web.AppRunner(self.application(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, self.host, self.port, ssl_context=self.tls.context if self.tls else None
+        )
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        if self.tls is not None:
+            self._reloader = asyncio.ensure_future(self._reload_loop())
+        return self.port
+
+    async def _reload_loop(self) -> None:
+        assert self.tls is not None
+        while True:
+            await self._clock.sleep(CERT_RELOAD_INTERVAL)
+            self.tls.reload()
+
+    async def stop(self) -> None:
+        if self._reloader is not None:
+            self._reloader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloader
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+async def serve(
+    client: ApiClient,
+    *,
+    cert_file: Path,
+    key_file: Path,
+    host: str,
+    port: int,
+    identities: Identities,
+    kubevirt_version: str | None,
+) -> int:
+    """Runs the webhook until SIGTERM/SIGINT."""
+    import signal  # noqa: PLC0415 - only the CLI entry point needs signals
+
+    caches = WebhookCaches(client, kubevirt_version=kubevirt_version)
+    caches.factory.start()
+    server = WebhookServer(
+        caches,
+        identities=identities,
+        tls=ReloadingTLS(cert_file, key_file),
+        host=host,
+        port=port,
+        ready=caches.factory.synced,
+    )
+    await server.start()
+    log.info("webhook listening on %s:%d", host, server.port)
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped.set)
+    await stopped.wait()
+    await server.stop()
+    await caches.factory.stop()
+    return 0

@@ -1,0 +1,379 @@
+"""Webhook rules on fake caches, and the server's handling of bad reviews and certificates."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from pkg.config.kubevirt import KubeVirtSettings, settings_from
+from pkg.generic.resource import Object
+from pkg.localcluster.pki import CertificateAuthority
+from pkg.util.annotations import migrating_vm_annotation_key
+from pkg.util.quantity import Quantity
+from pkg.webhook.admission import Denied, Request
+from pkg.webhook.server import ReloadingTLS, WebhookServer
+from pkg.webhook.validators import (
+    Identities,
+    validate_namespace_update,
+    validate_pod_create,
+    validate_quota_update,
+    validate_vm_start,
+)
+from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
+
+KUBEVIRT_CONTROLLER = "system:serviceaccount:harvester-system:kubevirt-controller"
+
+
+@dataclass
+class FakeLookups:
+    quotas: dict[str, Object] = field(default_factory=dict)
+    namespaces: dict[str, Object] = field(default_factory=dict)
+    migration_list: list[Object] = field(default_factory=list)
+    vmi_list: list[Object] = field(default_factory=list)
+    pods: list[Object] = field(default_factory=list)
+    ratio: str = "1.5"
+
+    def managed_quota(self, namespace: str) -> Object | None:
+        return self.quotas.get(namespace)
+
+    def namespace(self, name: str) -> Object | None:
+        return self.namespaces.get(name)
+
+    def migrations(self, namespace: str) -> Sequence[Object]:
+        return self.migration_list
+
+    def vmis(self, namespace: str) -> Mapping[str, Object]:
+        return {v["metadata"]["name"]: v for v in self.vmi_list}
+
+    def launcher_pods(self, namespace: str) -> Sequence[Object]:
+        return self.pods
+
+    def kubevirt_settings(self) -> KubeVirtSettings:
+        return settings_from(None, {"value": self.ratio}, configured_version="1.6")
+
+    def now(self) -> datetime.datetime:
+        return datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def request(
+    kind: str,
+    obj: Object | None,
+    old: Object | None = None,
+    *,
+    user: str = "tenant",
+    operation: str = "UPDATE",
+    namespace: str = "ns",
+) -> Request:
+    meta = (obj or old or {}).get("metadata") or {}
+    return Request(
+        uid="u1",
+        kind=kind,
+        operation=operation,
+        namespace=namespace,
+        name=str(meta.get("name", "")),
+        username=user,
+        groups=(),
+        obj=obj,
+        old=old,
+        dry_run=False,
+    )
+
+
+def quota_with(
+    used: Mapping[str, str], hard: Mapping[str, str] | None = None, **annotations: str
+) -> Object:
+    quota = managed_quota("ns", hard or {"limits.cpu": "3", "limits.memory": "5000Mi"}, annotations)
+    quota["status"] = {"used": dict(used), "hard": dict(hard or {})}
+    return quota
+
+
+def running_vm(lookups: FakeLookups, name: str = "vm1") -> Object:
+    instance = vmi(name)
+    lookups.vmi_list.append(instance)
+    lookups.pods.append(launcher_pod(instance, f"{name}-src"))
+    return instance
+
+
+def test_lowering_the_base_below_usage_is_denied_with_numbers() -> None:
+    lookups = FakeLookups(
+        quotas={"ns": quota_with({"limits.memory": "4797464313", "limits.cpu": "2015m"})}
+    )
+    old = rancher_namespace("ns", {"limitsCpu": "3000m", "limitsMemory": "5000Mi"})
+    new = rancher_namespace("ns", {"limitsCpu": "3000m", "limitsMemory": "4000Mi"})
+    with pytest.raises(Denied) as denied:
+        validate_namespace_update(request("Namespace", new, old, namespace=""), lookups)
+    assert (
+        "limitsMemory 4000Mi is lower than what the namespace uses now (4797464313)"
+        in denied.value.message
+    )
+
+
+def test_lowering_while_a_migration_holds_room_is_denied_and_raising_is_allowed() -> None:
+    lookups = FakeLookups(quotas={"ns": quota_with({"limits.memory": "1Gi"})})
+    instance = running_vm(lookups)
+    lookups.migration_list.append(migration("m", instance))
+    old = rancher_namespace("ns", {"limitsMemory": "5000Mi"})
+    lowered = rancher_namespace("ns", {"limitsMemory": "4900Mi"})
+    with pytest.raises(
+        Denied,
+        match=r"can't lower limitsMemory from 5000Mi to 4900Mi while live migrations \(vm1\)",
+    ):
+        validate_namespace_update(request("Namespace", lowered, old), lookups)
+    raised = rancher_namespace("ns", {"limitsMemory": "6000Mi"})
+    validate_namespace_update(request("Namespace", raised, old), lookups)
+
+
+def test_keys_left_by_an_earlier_controller_count_as_held_room() -> None:
+    quota = quota_with(
+        {"limits.memory": "1Gi"}, **{"harvesterhci.io/migratingUID-x": '{"limits.memory":"1Gi"}'}
+    )
+    lookups = FakeLookups(quotas={"ns": quota})
+    with pytest.raises(Denied, match="hold room"):
+        validate_namespace_update(
+            request(
+                "Namespace",
+                rancher_namespace("ns", {"limitsMemory": "4Gi"}),
+                rancher_namespace("ns", {"limitsMemory": "5Gi"}),
+            ),
+            lookups,
+        )
+
+
+def test_invalid_or_removed_annotations() -> None:
+    lookups = FakeLookups(quotas={"ns": quota_with({})})
+    old = rancher_namespace("ns", {"limitsMemory": "5000Mi"})
+    with pytest.raises(Denied, match="10000m invalid"):
+        validate_namespace_update(
+            request("Namespace", rancher_namespace("ns", {"limitsCpu": "10000m invalid"}), old),
+            lookups,
+        )
+    removed = {"metadata": {"name": "ns", "annotations": {}}}
+    validate_namespace_update(request("Namespace", removed, old), lookups)
+
+
+def test_direct_quota_edits_follow_the_same_rules_except_for_the_controller() -> None:
+    lookups = FakeLookups(quotas={"ns": quota_with({"limits.cpu": "2015m"})})
+    instance = running_vm(lookups)
+    lookups.migration_list.append(migration("m", instance))
+    old = quota_with({}, {"limits.cpu": "5015m"})
+    reset = quota_with({}, {"limits.cpu": "3"})
+    with pytest.raises(Denied, match="can't lower limits.cpu from 5015m to 3"):
+        validate_quota_update(
+            request("ResourceQuota", reset, old, user="rancher"), lookups, Identities()
+        )
+    validate_quota_update(
+        request(
+            "ResourceQuota",
+            reset,
+            old,
+            user="system:serviceaccount:harvester-system:harvester-quota",
+        ),
+        lookups,
+        Identities(),
+    )
+    validate_quota_update(
+        request("ResourceQuota", quota_with({}, {"limits.cpu": "6"}), old, user="rancher"),
+        lookups,
+        Identities(),
+    )
+
+
+def vm_object(name: str, cores: int, memory: str, *, running: bool = True) -> Object:
+    template = vmi(name, cores=cores, memory=memory)
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "runStrategy": "RerunOnFailure" if running else "Halted",
+            "template": {"spec": template["spec"]},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("ratio", "base", "allowed"),
+    [
+        ("4.5", "5000Mi", False),  # seed v1.7.0 test 3: the VM cannot start
+        ("4.5", "6000Mi", True),  # test 4: with the quota at 6000Mi it starts (5682461313 bytes)
+        ("5.0", "5120Mi", False),  # scenario 10: 4 cores / 4Gi at ratio 5.0 refused ...
+        ("2.5", "5120Mi", True),  # ... and at 2.5 allowed
+    ],
+    ids=["v170-test3", "v170-test4", "ratio-5.0", "ratio-2.5"],
+)
+def test_vm_start_check_includes_the_overhead(ratio: str, base: str, allowed: bool) -> None:
+    lookups = FakeLookups(
+        quotas={"ns": quota_with({}, {"limits.cpu": "8", "limits.memory": base})}, ratio=ratio
+    )
+    vm = vm_object("vm1", cores=2 if base != "5120Mi" else 4, memory="4Gi")
+    if allowed:
+        validate_vm_start(request("VirtualMachine", vm, operation="CREATE"), lookups)
+        return
+    with pytest.raises(Denied) as denied:
+        validate_vm_start(request("VirtualMachine", vm, operation="CREATE"), lookups)
+    assert "limits.memory insufficient resources due to resource quota" in denied.value.message
+    assert f"of the base {Quantity.parse(base)}" in denied.value.message
+
+
+def test_vm_start_ignores_halted_and_running_vms() -> None:
+    lookups = FakeLookups(quotas={"ns": quota_with({"limits.memory": "5000Mi"})})
+    validate_vm_start(request("VirtualMachine", vm_object("vm1", 2, "4Gi", running=False)), lookups)
+    running_vm(lookups, "vm2")
+    validate_vm_start(request("VirtualMachine", vm_object("vm2", 2, "4Gi")), lookups)
+
+
+def plain_pod(name: str, cpu: str, memory: str, **labels: str) -> Object:
+    resources = {"cpu": cpu, "memory": memory}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "labels": labels},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "resources": {"limits": resources, "requests": resources},
+                }
+            ]
+        },
+    }
+
+
+def test_pods_may_not_take_the_room_a_migration_waits_for() -> None:
+    lookups = FakeLookups(
+        quotas={
+            "ns": quota_with(
+                {"limits.cpu": "2015m", "limits.memory": "4797464313"},
+                {"limits.cpu": "5015m", "limits.memory": "10040344313"},
+                **{
+                    migrating_vm_annotation_key(
+                        "vm1"
+                    ): '{"limits.cpu":"2015m","limits.memory":"4797464313"}'
+                },
+            )
+        }
+    )
+    instance = running_vm(lookups)
+    lookups.migration_list.append(migration("m", instance))
+    with pytest.raises(Denied) as denied:
+        validate_pod_create(
+            request("Pod", plain_pod("squatter", "1", "1Gi"), operation="CREATE"),
+            lookups,
+            Identities(),
+        )
+    assert "would take room reserved for the live migration of vm1" in denied.value.message
+    assert "limits.memory insufficient resources" in denied.value.message
+    small = plain_pod("small", "100m", "100Mi")
+    validate_pod_create(request("Pod", small, operation="CREATE"), lookups, Identities())
+    target = plain_pod("target", "2015m", "4797464313", **{"kubevirt.io/migrationJobUID": "x"})
+    validate_pod_create(
+        request("Pod", target, operation="CREATE", user=KUBEVIRT_CONTROLLER), lookups, Identities()
+    )
+    with pytest.raises(Denied):
+        validate_pod_create(
+            request("Pod", target, operation="CREATE", user="tenant"), lookups, Identities()
+        )
+
+
+def test_pods_are_not_checked_while_no_room_is_held() -> None:
+    lookups = FakeLookups(quotas={"ns": quota_with({"limits.cpu": "3", "limits.memory": "5000Mi"})})
+    validate_pod_create(
+        request("Pod", plain_pod("p", "1", "1Gi"), operation="CREATE"), lookups, Identities()
+    )
+
+
+def review(kind: str, obj: Any, uid: str | None = "u1") -> bytes:
+    req: dict[str, Any] = {
+        "kind": {"group": "", "version": "v1", "kind": kind},
+        "operation": "CREATE",
+        "namespace": "ns",
+        "userInfo": {"username": "tenant"},
+        "object": obj,
+    }
+    if uid is not None:
+        req["uid"] = uid
+    return json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+    ).encode()
+
+
+@pytest.fixture
+def server() -> WebhookServer:
+    return WebhookServer(FakeLookups(), registry=CollectorRegistry())
+
+
+async def test_bad_reviews_get_clear_answers(server: WebhookServer) -> None:
+    garbage = await server.review("pods", b"{not json")
+    assert garbage.status == 400 and "not JSON" in str(garbage.text)
+    no_uid = await server.review("pods", review("Pod", {}, uid=None))
+    assert no_uid.status == 400 and "no uid" in str(no_uid.text)
+    bad_object = await server.review("pods", review("Pod", ["not", "an", "object"]))
+    body = json.loads(bad_object.body)  # type: ignore[arg-type]
+    assert (
+        body["response"]["allowed"] is False
+        and "object is not an object" in body["response"]["status"]["message"]
+    )
+    wrong_kind = json.loads((await server.review("pods", review("Secret", {"metadata": {}}))).body)  # type: ignore[arg-type]
+    assert "validates Pod objects, not Secret" in wrong_kind["response"]["status"]["message"]
+    allowed = json.loads(
+        (await server.review("pods", review("Pod", plain_pod("p", "1", "1Gi")))).body
+    )  # type: ignore[arg-type]
+    assert allowed["response"] == {"uid": "u1", "allowed": True}
+
+
+async def test_a_validator_bug_becomes_http_500_for_the_failure_policy(
+    server: WebhookServer,
+) -> None:
+    def broken(_request: Request) -> None:
+        raise KeyError("spec")
+
+    server.validators["pods"] = ("Pod", broken)
+    answer = await server.review("pods", review("Pod", plain_pod("p", "1", "1Gi")))
+    assert answer.status == 500
+
+
+async def test_the_serving_certificate_is_reloaded_when_its_files_change(tmp_path: Path) -> None:
+    ca = CertificateAuthority.create()
+    ca.write(tmp_path / "ca.crt", tmp_path / "ca.key")
+    ca.issue("first", ip_addresses=("127.0.0.1",), server=True).write(
+        tmp_path / "tls.crt", tmp_path / "tls.key"
+    )
+    tls = ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server = WebhookServer(
+        FakeLookups(), tls=tls, host="127.0.0.1", port=0, registry=CollectorRegistry()
+    )
+    port = await server.start()
+    try:
+        assert await peer_common_name(port, tmp_path / "ca.crt") == "first"
+        ca.issue("second", ip_addresses=("127.0.0.1",), server=True).write(
+            tmp_path / "tls.crt", tmp_path / "tls.key"
+        )
+        import os
+
+        os.utime(tmp_path / "tls.crt", (1e9, 2e9))
+        assert tls.reload()
+        assert await peer_common_name(port, tmp_path / "ca.crt") == "second"
+        (tmp_path / "tls.key").write_text("garbage")
+        os.utime(tmp_path / "tls.key", (1e9, 3e9))
+        assert not tls.reload(), "a broken pair is refused and the old one kept"
+        assert await peer_common_name(port, tmp_path / "ca.crt") == "second"
+    finally:
+        await server.stop()
+
+
+async def peer_common_name(port: int, ca_file: Path) -> str:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    context.verify_flags |= ssl.VERIFY_X509_STRICT
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    cert = writer.get_extra_info("peercert")
+    writer.close()
+    await writer.wait_closed()
+    return str(dict(pair[0] for pair in cert["subject"])["commonName"])
