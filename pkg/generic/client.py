@@ -347,8 +347,11 @@ class ApiClient:
         subresource: str = "",
         field_manager: str | None = None,
         force: bool = False,
+        dry_run: bool = False,
     ) -> Object:
         params: dict[str, str] = {}
+        if dry_run:
+            params["dryRun"] = "All"
         if field_manager:
             params["fieldManager"] = field_manager
         if force:

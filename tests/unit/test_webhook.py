@@ -372,7 +372,7 @@ async def test_the_serving_certificate_is_reloaded_when_its_files_change(tmp_pat
 async def peer_common_name(port: int, ca_file: Path) -> str:
     context = ssl.create_default_context(cafile=str(ca_file))
     context.verify_flags |= ssl.VERIFY_X509_STRICT
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
     cert = writer.get_extra_info("peercert")
     writer.close()
     await writer.wait_closed()

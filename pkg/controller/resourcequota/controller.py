@@ -80,6 +80,9 @@ class QuotaReconciler:
         self.settings = factory.informer(SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}")
         self.kubevirts = factory.informer(KUBEVIRTS)
         self.namespaces = management.controllers.namespaces()
+        self._written: dict[str, tuple[str, Object]] = {}
+        """Namespace -> (resourceVersion we wrote over, the quota our write returned): until the
+        cache moves past the version we replaced, it is older than our own write."""
         self.writes: Counter[str] = Counter()
         """Quota writes per namespace (tests and the scenario report read it)."""
 
@@ -137,6 +140,7 @@ class QuotaReconciler:
         quota = managed_quota(quotas)
         if quota is None:
             return namespace
+        quota = self._read_own_write(key, quota)
         snapshot = self.snapshot(namespace, quota, quotas)
         plan = plan_quota(snapshot)
         self._report_warnings(namespace, quota, plan)
@@ -149,11 +153,29 @@ class QuotaReconciler:
             raise RetryAfter(plan.requeue_after + 0.5, "a terminating pod stops counting then")
         return namespace
 
+    def _read_own_write(self, namespace: str, cached: Object) -> Object:
+        """The quota as of our last write if the cache has not caught up with it yet.
+
+        Without this, a reconcile that runs between our write and its watch event sees the old
+        quota and writes the same change again: harmless, but not "one write per change".
+        """
+        written = self._written.get(namespace)
+        if written is None:
+            return cached
+        replaced_version, ours = written
+        if metadata(cached).get("uid") == metadata(ours).get("uid") and (
+            metadata(cached).get("resourceVersion") == replaced_version
+        ):
+            return ours
+        del self._written[namespace]
+        return cached
+
     async def _write(self, quota: Object, patch: dict[str, Any], plan: QuotaPlan) -> None:
         meta = metadata(quota)
-        await self.management.client.patch(
+        written = await self.management.client.patch(
             RESOURCE_QUOTAS, str(meta["name"]), patch, str(meta["namespace"])
         )
+        self._written[str(meta["namespace"])] = (str(meta.get("resourceVersion", "")), written)
         self.writes[str(meta["namespace"])] += 1
         changes = ", ".join(
             f"{k} {(quota.get('spec') or {}).get('hard', {}).get(k, '-')} -> {v if v is not None else '-'}"

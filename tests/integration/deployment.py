@@ -1,0 +1,147 @@
+"""The shipped deploy/ manifests on the local cluster: apply them, and act as their identities.
+
+The controllers and the webhook run in the test process, but as their own service accounts, with
+exactly the permissions deploy/ grants, so a missing permission fails a test.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pkg.generic import errors
+from pkg.generic.client import ApiClient
+from pkg.generic.config import ClientConfig
+from pkg.generic.resource import NAMESPACES, Object, Resource
+from pkg.localcluster import ClusterInfo
+
+MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "harvester-quota.yaml"
+SYSTEM_NAMESPACE = "harvester-system"
+CONTROLLER_USER = "system:serviceaccount:harvester-system:harvester-quota"
+KUBEVIRT_USER = "system:serviceaccount:harvester-system:kubevirt-controller"
+
+KINDS = {
+    "ServiceAccount": Resource("", "v1", "serviceaccounts", "ServiceAccount"),
+    "Service": Resource("", "v1", "services", "Service"),
+    "ClusterRole": Resource(
+        "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False
+    ),
+    "ClusterRoleBinding": Resource(
+        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
+    ),
+    "Role": Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    "Deployment": Resource("apps", "v1", "deployments", "Deployment"),
+    "ValidatingWebhookConfiguration": Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        False,
+    ),
+}
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def documents() -> Iterator[Object]:
+    for document in yaml.safe_load_all(MANIFEST.read_text()):
+        if document:
+            yield document
+
+
+async def ensure_namespace(api: ApiClient, name: str = SYSTEM_NAMESPACE) -> None:
+    with contextlib.suppress(errors.AlreadyExists):
+        await api.create(NAMESPACES, {"metadata": {"name": name}})
+
+
+async def apply(api: ApiClient, document: Object, *, dry_run: bool = False) -> Object:
+    """Server-side apply of one manifest document."""
+    resource = KINDS[document["kind"]]
+    metadata = document["metadata"]
+    return await api.patch(
+        resource,
+        metadata["name"],
+        document,
+        metadata.get("namespace"),
+        patch_type="apply",
+        field_manager="harvester-quota-tests",
+        force=True,
+        dry_run=dry_run,
+    )
+
+
+async def apply_rbac(api: ApiClient) -> None:
+    await ensure_namespace(api)
+    for document in documents():
+        if document["kind"] in RBAC_KINDS:
+            await apply(api, document)
+    # KubeVirt's controller, for the tests that create migration target pods as it would.
+    await apply(
+        api,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "kubevirt-controller", "namespace": SYSTEM_NAMESPACE},
+        },
+    )
+    await apply(
+        api,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "test-kubevirt-controller"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": "kubevirt-controller",
+                    "namespace": SYSTEM_NAMESPACE,
+                }
+            ],
+        },
+    )
+
+
+async def client_as(api: ApiClient, cluster: ClusterInfo, service_account: str) -> ApiClient:
+    """An ApiClient authenticated as a service account (a TokenRequest token)."""
+    path = f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/serviceaccounts/{service_account}/token"
+    answer = await api.request(
+        "POST",
+        path,
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    token = answer["status"]["token"]
+    return ApiClient(ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file, token=token))
+
+
+def webhook_configuration(port: int, ca_pem: bytes, namespace: str) -> Object:
+    """The shipped ValidatingWebhookConfiguration, pointed at a server on 127.0.0.1 (as envtest
+    does) and narrowed to one test namespace so that other tests never meet it."""
+    (shipped,) = [d for d in documents() if d["kind"] == "ValidatingWebhookConfiguration"]
+    configuration = copy.deepcopy(shipped)
+    configuration["metadata"]["name"] = f"harvester-quota-test-{uuid.uuid4().hex[:6]}"
+    for webhook in configuration["webhooks"]:
+        service = webhook["clientConfig"].pop("service")
+        webhook["clientConfig"]["url"] = f"https://127.0.0.1:{port}{service['path']}"
+        webhook["clientConfig"]["caBundle"] = base64.b64encode(ca_pem).decode()
+        selector: dict[str, Any] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        if webhook["rules"][0]["resources"] == ["namespaces"]:
+            webhook["objectSelector"] = selector
+        else:
+            webhook["namespaceSelector"] = selector
+    return configuration

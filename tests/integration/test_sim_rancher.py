@@ -1,0 +1,145 @@
+"""Rancher's quota sync simulator on the real local cluster: it creates the default quota, resets
+a hand-edited spec.hard on the next namespace event and on an agent restart, never on a quota edit
+alone, and deletes the quota when the project loses its resourceQuota."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pkg.generic.client import ApiClient
+from pkg.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
+from pkg.sim.rancher import Operation, Project, RancherQuotaSync
+from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+
+pytestmark = pytest.mark.integration
+
+SEED_ANNOTATION = '{"limit":{"limitsCpu":"3000m","limitsMemory":"5000Mi"}}'
+SEED_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+
+
+async def eventually(probe: Callable[[], Any], timeout: float = 20.0, what: str = "it") -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = probe()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last value {value!r}")
+        await asyncio.sleep(0.1)
+
+
+async def default_quotas(api: ApiClient, namespace: str) -> list[Object]:
+    listed = await api.list_all(
+        RESOURCE_QUOTAS, namespace, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
+    )
+    return listed.items
+
+
+async def hard_is(api: ApiClient, namespace: str, hard: dict[str, str]) -> Object | None:
+    quotas = await default_quotas(api, namespace)
+    if len(quotas) == 1 and quotas[0]["spec"].get("hard") == hard:
+        return quotas[0]
+    return None
+
+
+async def join_project(api: ApiClient, namespace: str, project: Project, quota: str | None) -> None:
+    annotations: dict[str, Any] = {"field.cattle.io/projectId": project.annotation_id}
+    if quota is not None:
+        annotations[CATTLE_ANNOTATION_RESOURCE_QUOTA] = quota
+    await api.patch(NAMESPACES, namespace, {"metadata": {"annotations": annotations}})
+
+
+async def hand_edit(api: ApiClient, quota: Object, hard: dict[str, str]) -> Object:
+    """What Harvester (or a user) does to the quota: new hard values and an annotation."""
+    quota = await api.get(
+        RESOURCE_QUOTAS, quota["metadata"]["name"], quota["metadata"]["namespace"]
+    )
+    quota["spec"]["hard"] = hard
+    quota["metadata"].setdefault("annotations", {})["harvesterhci.io/migrating-vm1"] = "{}"
+    return await api.update(RESOURCE_QUOTAS, quota)
+
+
+async def test_sync_creates_resets_on_namespace_events_and_restart(
+    api: ApiClient, namespace: str
+) -> None:
+    project = Project(f"p-{namespace[-6:]}")
+    async with RancherQuotaSync(api, projects=[project], version="2.12") as rancher:
+        await join_project(api, namespace, project, SEED_ANNOTATION)
+        quota = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
+        assert await rancher.wait_idle(10)  # its own namespace writes sync once more
+        assert quota["metadata"]["generateName"] == "default-"
+        assert quota["metadata"]["labels"] == {
+            LABEL_DEFAULT_RESOURCE_QUOTA: "true",
+            "cattle.io/creator": "norman",
+        }
+        ns = await api.get(NAMESPACES, namespace)
+        assert ns["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA] == SEED_ANNOTATION
+        status = ns["metadata"]["annotations"]["cattle.io/status"]
+        assert '"Type":"ResourceQuotaValidated","Status":"True"' in status
+        assert '"Type":"ResourceQuotaInit","Status":"True"' in status
+
+        # A quota edit alone changes nothing: Rancher has no handler on ResourceQuotas.
+        scaled = {"limits.cpu": "5", "limits.memory": "10865341313", "pods": "10"}
+        await hand_edit(api, quota, scaled)
+        await asyncio.sleep(1.0)
+        assert await rancher.wait_idle(10)
+        assert await hard_is(api, namespace, scaled)
+        assert [a.operation for a in rancher.actions_for(namespace)] == [Operation.CREATE]
+
+        # Any namespace event resets the whole spec, keeping the quota's metadata.
+        await api.patch(NAMESPACES, namespace, {"metadata": {"labels": {"touched": "yes"}}})
+        reset = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the reset")
+        assert await rancher.wait_idle(10)
+        assert reset["metadata"]["annotations"]["harvesterhci.io/migrating-vm1"] == "{}"
+        assert reset["metadata"]["uid"] == quota["metadata"]["uid"]
+
+        # So does an agent restart, without any namespace event.
+        await hand_edit(api, reset, scaled)
+        await asyncio.sleep(0.5)
+        assert await hard_is(api, namespace, scaled)
+        await rancher.agent_restart()
+        assert await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="restart reset")
+        operations = [a.operation for a in rancher.actions_for(namespace)]
+        assert operations == [Operation.CREATE, Operation.UPDATE, Operation.UPDATE]
+
+
+async def test_project_without_quota_deletes_it_and_strips_the_annotation(
+    api: ApiClient, namespace: str
+) -> None:
+    project = Project(f"p-{namespace[-6:]}")
+    async with RancherQuotaSync(api, projects=[project], version="2.14") as rancher:
+        await join_project(api, namespace, project, SEED_ANNOTATION)
+        quota = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
+        assert "cattle.io/creator" not in quota["metadata"]["labels"]  # v2.13+: wrangler clients
+
+        rancher.set_project(Project(project.id, limit=None))
+
+        async def deleted() -> bool:
+            return not await default_quotas(api, namespace)
+
+        await eventually(deleted, what="the quota's deletion")
+        ns = await api.get(NAMESPACES, namespace)
+        assert CATTLE_ANNOTATION_RESOURCE_QUOTA not in ns["metadata"].get("annotations", {})
+
+
+async def test_project_default_drops_keys_it_does_not_have(api: ApiClient, namespace: str) -> None:
+    project = Project(
+        f"p-{namespace[-6:]}",
+        namespace_default={"limits.cpu": "1", "requests.memory": "1Gi"},
+    )
+    async with RancherQuotaSync(api, projects=[project]):
+        await join_project(api, namespace, project, SEED_ANNOTATION)
+        # limits.cpu from the annotation, requests.memory from the default, limits.memory dropped.
+        expected = {"limits.cpu": "3", "requests.memory": "1Gi"}
+        await eventually(lambda: hard_is(api, namespace, expected), what="the merged quota")
+        ns = await api.get(NAMESPACES, namespace)
+        assert (
+            ns["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA]
+            == '{"limit":{"requestsMemory":"1Gi","limitsCpu":"3000m"}}'
+        )

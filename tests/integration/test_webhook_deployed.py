@@ -1,0 +1,199 @@
+"""The shipped manifests and the webhook on the real API server: every denial reaches the client."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from pkg.app import ControllerApp
+from pkg.config.management import Options
+from pkg.generic import errors
+from pkg.generic.client import ApiClient
+from pkg.generic.resource import PODS, RESOURCE_QUOTAS, VIRTUAL_MACHINES, Object
+from pkg.localcluster import ClusterInfo
+from pkg.util.quantity import Quantity
+from pkg.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
+from pkg.webhook.validators import Identities
+from tests.integration import deployment
+from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually, strip_server_fields
+from tests.objects import vmi as vmi_spec
+
+pytestmark = pytest.mark.integration
+
+V170_LIMIT = {"limitsCpu": "3000m", "limitsMemory": "5000Mi"}
+V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+
+
+async def test_every_manifest_is_accepted_by_a_server_side_dry_run(api: ApiClient) -> None:
+    await deployment.ensure_namespace(api)
+    kinds = []
+    for document in deployment.documents():
+        answer = await deployment.apply(api, document, dry_run=True)
+        assert answer["metadata"]["name"] == document["metadata"]["name"]
+        kinds.append(document["kind"])
+    assert {"Deployment", "ValidatingWebhookConfiguration", "ClusterRole", "Service"} <= set(kinds)
+
+
+@pytest.fixture
+async def stack(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, tmp_path: Path
+) -> AsyncIterator[tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp]]:
+    """Controllers and webhook running as their service accounts with deploy/'s RBAC; the
+    webhook registered with the shipped configuration. Yields (tenant, kubevirt, controllers)."""
+    await deployment.apply_rbac(api)
+    controller_api = await deployment.client_as(api, cluster, "harvester-quota")
+    webhook_api = await deployment.client_as(api, cluster, "harvester-quota-webhook")
+    kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
+    controllers = ControllerApp(
+        controller_api,
+        Options(leader_elect=False, kubevirt_version="1.6", workers=2),
+        registry=CollectorRegistry(),
+    )
+    caches = WebhookCaches(webhook_api, kubevirt_version="1.6")
+    ca = cluster.certificate_authority()
+    ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
+        tmp_path / "tls.crt", tmp_path / "tls.key"
+    )
+    server = WebhookServer(
+        caches,
+        identities=Identities(target_creators=frozenset({deployment.KUBEVIRT_USER})),
+        tls=ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key"),
+        host="127.0.0.1",
+        port=0,
+        registry=CollectorRegistry(),
+    )
+    await controllers.start()
+    caches.factory.start()
+    await caches.factory.wait_for_cache_sync(30)
+    port = await server.start()
+    configuration = deployment.webhook_configuration(port, ca.cert_pem, namespace)
+    created = await deployment.apply(api, configuration)
+    try:
+        yield KubeVirtByHand(api, namespace), KubeVirtByHand(kubevirt_api, namespace), controllers
+    finally:
+        with contextlib.suppress(errors.ApiError):
+            await api.delete(
+                deployment.KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
+            )
+        await server.stop()
+        await caches.factory.stop()
+        await controllers.stop()
+        for client in (controller_api, webhook_api, kubevirt_api):
+            await client.close()
+
+
+async def denial(action: object) -> str | None:
+    """The API server's message if the action is refused by our webhook, None if it passed."""
+    try:
+        await action  # type: ignore[misc]
+    except errors.ApiError as error:
+        if "admission webhook" in error.message:
+            return error.message
+        raise
+    return None
+
+
+async def test_lowering_the_base_below_usage_is_denied(
+    stack: tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp],
+) -> None:
+    tenant, kubevirt, _ = stack
+    await tenant.set_rancher_base(V170_LIMIT)
+    await tenant.create_quota(V170_HARD)
+    await kubevirt.start_vm("vm1")
+
+    async def try_lowering() -> str | None:
+        return await denial(
+            tenant.set_rancher_base({"limitsCpu": "3000m", "limitsMemory": "4000Mi"})
+        )
+
+    message = await eventually(try_lowering, what="the webhook to deny")
+    assert "limitsMemory 4000Mi is lower than what the namespace uses now (4797464313)" in message
+    await tenant.set_rancher_base({"limitsCpu": "4", "limitsMemory": "6000Mi"})  # raising is fine
+
+
+async def test_migration_room_is_guarded_while_targets_pass(
+    stack: tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp],
+) -> None:
+    """The controllers run as their service account (deploy/ RBAC) and raise the quota; while
+    the room is held: lowering the base, resetting spec.hard by hand and a squatting pod are all
+    denied with numbers; KubeVirt's target pod is admitted."""
+    tenant, kubevirt, controllers = stack
+    await tenant.set_rancher_base(V170_LIMIT)
+    await tenant.create_quota(V170_HARD)
+    vmi, _ = await kubevirt.start_vm("vm1")
+    migration = await kubevirt.migrate(vmi)
+
+    async def raised() -> bool:
+        hard = (await tenant.quota())["spec"]["hard"]
+        return Quantity.parse(hard["limits.cpu"]) == Quantity.parse("5015m")
+
+    await eventually(raised, what="the controllers, as their service account, to raise the quota")
+
+    async def lowering_denied() -> str | None:
+        return await denial(
+            tenant.set_rancher_base({"limitsCpu": "3000m", "limitsMemory": "4900Mi"})
+        )
+
+    message = await eventually(lowering_denied, what="the namespace webhook")
+    assert (
+        "can't lower limitsMemory from 5000Mi to 4900Mi while live migrations (vm1) hold room"
+        in message
+    )
+
+    reset = denial(
+        tenant.api.patch(
+            RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": V170_HARD}}, tenant.namespace
+        )
+    )
+    assert "can't lower limits.cpu from 5015m to 3" in str(await reset)
+
+    squatter: Object = {
+        "metadata": {"name": "squatter"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                }
+            ]
+        },
+    }
+    squat = await denial(tenant.api.create(PODS, squatter, tenant.namespace))
+    assert squat is not None and "would take room reserved for the live migration of vm1" in squat
+    assert "limits.cpu insufficient resources due to resource quota" in squat
+
+    target = await kubevirt.try_create_target(vmi, migration)
+    assert target is not None, "KubeVirt's target pod passes the webhook and quota admission"
+    assert controllers.reconciler.writes[tenant.namespace] == 1
+
+
+async def test_a_vm_that_does_not_fit_under_the_base_cannot_start(
+    stack: tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp],
+) -> None:
+    tenant, _, _ = stack
+    await tenant.set_rancher_base(V170_LIMIT)
+    await tenant.create_quota(V170_HARD)
+    template = vmi_spec("big", tenant.namespace, cores=2, memory="6Gi")
+    vm: Object = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": "big"},
+        "spec": {"runStrategy": "RerunOnFailure", "template": {"spec": template["spec"]}},
+    }
+
+    async def start() -> str | None:
+        return await denial(
+            tenant.api.create(VIRTUAL_MACHINES, strip_server_fields(vm), tenant.namespace)
+        )
+
+    message = await eventually(start, what="the VM webhook")
+    assert (
+        "VM big: limits.memory insufficient resources due to resource quota default-quota"
+        in message
+    )
+    assert "left of the base 5000Mi" in message
