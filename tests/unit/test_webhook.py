@@ -166,7 +166,7 @@ def test_direct_quota_edits_follow_the_same_rules_except_for_the_controller() ->
     lookups.migration_list.append(migration("m", instance))
     old = quota_with({}, {"limits.cpu": "5015m"})
     reset = quota_with({}, {"limits.cpu": "3"})
-    with pytest.raises(Denied, match="can't lower limits.cpu from 5015m to 3"):
+    with pytest.raises(Denied, match=r"can't lower limits\.cpu from 5015m to 3"):
         validate_quota_update(
             request("ResourceQuota", reset, old, user="rancher"), lookups, Identities()
         )
