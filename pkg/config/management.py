@@ -7,6 +7,7 @@ so that every controller shares each list+watch and each cache.
 from __future__ import annotations
 
 import socket
+import uuid
 from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -33,7 +34,9 @@ class Options:
     kubevirt_version: str | None = None
     """None: read status.observedKubeVirtVersion from the KubeVirt CR (default 1.6)."""
     workers: int = 5
-    identity: str = field(default_factory=socket.gethostname)
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4()}")
+    """Unique per process (host name plus a UUID, as client-go's users do): two processes on one
+    host must not mistake each other's Lease for their own."""
     lease_name: str = "harvester-quota"
     leader_elect: bool = True
     health_port: int = 8080

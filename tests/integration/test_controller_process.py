@@ -1,0 +1,113 @@
+"""`harvester-quota run` as a real process: killed mid-migration, restarted, nothing leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pkg.generic.client import ApiClient
+from pkg.localcluster import ClusterInfo
+from pkg.localcluster.process import free_port
+from pkg.util.quantity import Quantity
+from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
+
+pytestmark = pytest.mark.integration
+
+V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+
+
+def start_controller(cluster: ClusterInfo, lease: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pkg.main",
+            "run",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--namespace",
+            "default",
+            "--lease-name",
+            lease,
+            "--kubevirt-version",
+            "1.6",
+            "--health-port",
+            str(free_port()),
+        ],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+
+
+async def cpu_hard(kv: KubeVirtByHand) -> Quantity:
+    return Quantity.parse((await kv.quota())["spec"]["hard"]["limits.cpu"])
+
+
+async def test_a_controller_killed_mid_migration_is_replaced_without_leaking_room(
+    api: ApiClient, namespace: str, cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    kv = KubeVirtByHand(api, namespace)
+    await kv.set_rancher_base({"limitsCpu": "3000m", "limitsMemory": "5000Mi"})
+    await kv.create_quota(V170_HARD)
+    vmi, source = await kv.start_vm("vm1")
+    lease = f"controller-{uuid.uuid4().hex[:6]}"
+    log = tmp_path / "controller.log"
+    first = start_controller(cluster, lease, log)
+    try:
+        migration = await kv.migrate(vmi)
+
+        async def raised() -> bool:
+            return await cpu_hard(kv) == Quantity.parse("5015m")
+
+        await eventually(raised, timeout=60, what="the first process to raise the quota")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        # While no controller runs, the migration finishes and its source pod goes away.
+        target = await eventually(
+            lambda: kv.try_create_target(vmi, migration), what="target admitted"
+        )
+        await kv.set_phase(
+            migration,
+            "Succeeded",
+            migrationState={
+                "sourcePod": source["metadata"]["name"],
+                "targetPod": target["metadata"]["name"],
+            },
+        )
+        await kv.delete_pod(source["metadata"]["name"], grace=0)
+        await eventually(lambda: kv.pod_gone(source["metadata"]["name"]), what="source pod gone")
+        await asyncio.sleep(1)
+        assert await cpu_hard(kv) == Quantity.parse("5015m"), "nobody lowered it meanwhile"
+
+        # The killed leader never released its Lease: the next one waits it out (15 s), then
+        # recomputes the namespace from the cluster.
+        second = start_controller(cluster, lease, log)
+        try:
+
+            async def at_base() -> bool:
+                quota = await kv.quota()
+                annotations = quota["metadata"].get("annotations") or {}
+                return await cpu_hard(kv) == Quantity.parse("3") and not any(
+                    k.startswith("harvesterhci.io/migrating") for k in annotations
+                )
+
+            await eventually(
+                at_base, timeout=60, what="the second process to return the quota to its base"
+            )
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(20) == 0, "SIGTERM is a clean shutdown"
+        finally:
+            if second.poll() is None:
+                second.kill()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert "lost leadership" not in log.read_text()
