@@ -3,6 +3,7 @@
 Subcommands:
   run                                the quota controllers (leader-elected)
   webhook                            the validating admission webhook
+  scenario run|check                 replay incident scenarios on a cluster
   cluster build|up|down|status|env   the local test cluster (see pkg.localcluster)
   demo                               the end-to-end demonstration `make demo` runs
 """
@@ -15,6 +16,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pkg import __version__, app
 from pkg.config.management import Options
@@ -23,6 +25,7 @@ from pkg.generic import config
 from pkg.generic.client import ApiClient
 from pkg.localcluster import ClusterError, LocalCluster, binaries
 from pkg.localcluster.cluster import DEFAULT_NODES
+from pkg.scenario import cli as scenario_cli
 from pkg.webhook import server as webhook_server
 from pkg.webhook.validators import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 
@@ -122,6 +125,20 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def cmd_scenario_run(args: argparse.Namespace) -> int:
+    return scenario_cli.run(
+        args.file,
+        kubeconfig=args.kubeconfig,
+        report_dir=args.report,
+        strategy=args.strategy,
+        progress=not args.no_progress,
+    )
+
+
+def cmd_scenario_check(args: argparse.Namespace) -> int:
+    return scenario_cli.check(args.files)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(state_dir=Path(args.state_dir) if args.state_dir else None)
 
@@ -133,15 +150,7 @@ def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", help="kubeconfig context")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="harvester-quota",
-        description="Keeps ResourceQuotas from blocking KubeVirt live migrations.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def _add_cluster_commands(commands: Any) -> None:
     cluster = commands.add_parser("cluster", help="the local test cluster")
     cluster.add_argument(
         "--state-dir",
@@ -166,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
         handler=cmd_cluster_env
     )
 
+
+def _add_run_command(commands: Any) -> None:
     run = commands.add_parser("run", help="run the quota controllers (leader-elected)")
     _add_connection_flags(run)
     run.add_argument(
@@ -194,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=cmd_run)
 
+
+def _add_webhook_command(commands: Any) -> None:
     hook = commands.add_parser("webhook", help="run the validating admission webhook (HTTPS)")
     _add_connection_flags(hook)
     hook.add_argument(
@@ -217,9 +230,49 @@ def build_parser() -> argparse.ArgumentParser:
     hook.add_argument("--kubevirt-version", help="KubeVirt version (default: from the KubeVirt CR)")
     hook.set_defaults(handler=cmd_webhook)
 
+
+def _add_scenario_commands(commands: Any) -> None:
+    scenario = commands.add_parser("scenario", help="replay incident scenarios")
+    scenario_actions = scenario.add_subparsers(dest="action", required=True)
+    scenario_run = scenario_actions.add_parser("run", help="run one scenario file")
+    scenario_run.add_argument("file", help="scenario YAML (see scenarios/ and docs/scenarios.md)")
+    scenario_run.add_argument(
+        "--kubeconfig", help="cluster to run on (default: the local cluster, started if needed)"
+    )
+    scenario_run.add_argument("--report", default="reports", help="directory for the reports")
+    scenario_run.add_argument(
+        "--strategy",
+        choices=("ours", "harvester", "both"),
+        default="ours",
+        help="our controllers and webhook, Harvester v1.9's algorithm, or both side by side",
+    )
+    scenario_run.add_argument("--no-progress", action="store_true", help="no live table")
+    scenario_run.set_defaults(handler=cmd_scenario_run)
+    scenario_check = scenario_actions.add_parser("check", help="validate scenario files")
+    scenario_check.add_argument("files", nargs="+")
+    scenario_check.set_defaults(handler=cmd_scenario_check)
+
+
+def _add_demo_command(commands: Any) -> None:
     demo = commands.add_parser("demo", help="run the demonstration on a local cluster")
     demo.add_argument("--state-dir", help="state directory of the demo's own cluster")
     demo.set_defaults(handler=cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harvester-quota",
+        description="Keeps ResourceQuotas from blocking KubeVirt live migrations.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    _add_cluster_commands(commands)
+    _add_run_command(commands)
+    _add_webhook_command(commands)
+    _add_scenario_commands(commands)
+    _add_demo_command(commands)
     return parser
 
 

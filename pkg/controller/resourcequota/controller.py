@@ -158,14 +158,24 @@ class QuotaReconciler:
 
         Without this, a reconcile that runs between our write and its watch event sees the old
         quota and writes the same change again: harmless, but not "one write per change".
+        resourceVersions are etcd revisions on every API server we know, so "older than our
+        write" is a number comparison; were they ever opaque, only the exact version we
+        replaced counts as older.
         """
         written = self._written.get(namespace)
         if written is None:
             return cached
         replaced_version, ours = written
-        if metadata(cached).get("uid") == metadata(ours).get("uid") and (
-            metadata(cached).get("resourceVersion") == replaced_version
-        ):
+        if metadata(cached).get("uid") != metadata(ours).get("uid"):
+            del self._written[namespace]
+            return cached
+        cached_version = str(metadata(cached).get("resourceVersion", ""))
+        our_version = str(metadata(ours).get("resourceVersion", ""))
+        if cached_version.isdigit() and our_version.isdigit():
+            older = int(cached_version) < int(our_version)
+        else:
+            older = cached_version == replaced_version
+        if older:
             return ours
         del self._written[namespace]
         return cached

@@ -30,6 +30,8 @@ class KubeVirtConfig:
     - `nodes`: the only nodes to place launcher pods on (None: every Ready, schedulable node).
     - `workers`: concurrent migration reconciles.
     - `record_events`: write Kubernetes Events as virt-controller does (FailedCreate, ...).
+    - `namespaces`: when the simulator is cluster-wide, the only namespaces whose migrations it
+      plays (None: all); a scenario run leaves other runs' and other users' migrations alone.
     """
 
     kubevirt_version: str = "1.6"
@@ -40,6 +42,7 @@ class KubeVirtConfig:
     nodes: tuple[str, ...] | None = None
     workers: int = DEFAULT_WORKERS
     record_events: bool = True
+    namespaces: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         parse_kubevirt_version(self.kubevirt_version)  # ValueError naming the text

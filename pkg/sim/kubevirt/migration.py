@@ -292,8 +292,14 @@ class MigrationController:
 
     # Reconcile --------------------------------------------------------------------------------
 
+    def _in_scope(self, key: str) -> bool:
+        scope = self._config.namespaces
+        return scope is None or key.partition("/")[0] in scope
+
     async def reconcile(self, key: str) -> float | None:
         """One pass over one migration; returns when to look again (None: on the next event)."""
+        if not self._in_scope(key):
+            return None  # another run's (or a real KubeVirt's) migration: not ours to play
         vmim = self._view.migration(key)
         if vmim is None:
             return await self._gone(key)
@@ -474,7 +480,7 @@ class MigrationController:
         result = []
         for migration in self._view.all_migrations():
             key = key_of(migration)
-            if key == exclude:
+            if key == exclude or not self._in_scope(key):
                 continue
             uid = str(meta(migration).get("uid", ""))
             flight = self._flights.get(key)

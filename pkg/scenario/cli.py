@@ -1,0 +1,129 @@
+"""`harvester-quota scenario run|check`: validate scenario files, run them, write the reports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pkg.generic import config
+from pkg.generic.client import ApiClient
+from pkg.generic.config import ClientConfig
+from pkg.localcluster import ClusterInfo, LocalCluster
+from pkg.scenario import report
+from pkg.scenario.progress import ProgressTable, comparison_table
+from pkg.scenario.runner import ScenarioRun
+from pkg.scenario.schema import Scenario, ScenarioError, load
+from pkg.scenario.strategies import STRATEGIES
+
+
+def check(paths: list[str]) -> int:
+    """Validates files; prints every problem with its file and line."""
+    failed = 0
+    for path in paths:
+        try:
+            scenario = load(path)
+        except ScenarioError as error:
+            failed += 1
+            for problem in error.problems:
+                print(problem, file=sys.stderr)
+            continue
+        print(f"{path}: ok ({len(scenario.vms)} VMs, {len(scenario.steps)} steps)")
+    return 1 if failed else 0
+
+
+def _client_for(cluster: ClusterInfo) -> ApiClient:
+    return ApiClient(
+        ClientConfig.from_files(
+            cluster.server,
+            ca_file=cluster.ca_file,
+            cert_file=cluster.client_cert,
+            key_file=cluster.client_key,
+        )
+    )
+
+
+async def run_scenario(
+    scenario: Scenario,
+    *,
+    api: ApiClient,
+    cluster: ClusterInfo | None,
+    strategies: list[str],
+    report_dir: Path,
+    progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Runs the scenario once per strategy; writes DIR/<strategy>/{report.json,timeline.png} and,
+    for several strategies, DIR/comparison.{json,txt}. Returns the reports by strategy."""
+    reports: dict[str, dict[str, Any]] = {}
+    for strategy in strategies:
+        hook = ProgressTable() if progress else None
+        run = ScenarioRun(
+            scenario,
+            api,
+            cluster,
+            strategy=strategy,
+            workdir=report_dir / strategy / "work",
+            progress=hook,
+        )
+        result = await run.run()
+        reports[strategy] = report.write(result, report_dir / strategy)
+    if len(reports) > 1:
+        table = comparison_table(reports)
+        (report_dir / "comparison.txt").write_text(table + "\n")
+        (report_dir / "comparison.json").write_text(
+            json.dumps({s: r["invariants"] | {"ok": r["ok"]} for s, r in reports.items()}, indent=2)
+        )
+    return reports
+
+
+def run(
+    path: str, *, kubeconfig: str | None, report_dir: str, strategy: str, progress: bool
+) -> int:
+    try:
+        scenario = load(path)
+    except ScenarioError as error:
+        for problem in error.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    strategies = list(STRATEGIES) if strategy == "both" else [strategy]
+    directory = Path(report_dir)
+
+    async def main() -> dict[str, dict[str, Any]]:
+        if kubeconfig:
+            async with ApiClient(config.load(kubeconfig)) as api:
+                return await run_scenario(
+                    scenario,
+                    api=api,
+                    cluster=None,
+                    strategies=strategies,
+                    report_dir=directory,
+                    progress=progress,
+                )
+        info = LocalCluster().up()
+        async with _client_for(info) as api:
+            return await run_scenario(
+                scenario,
+                api=api,
+                cluster=info,
+                strategies=strategies,
+                report_dir=directory,
+                progress=progress,
+            )
+
+    reports = asyncio.run(main())
+    for name, result in reports.items():
+        failed = [c for c in result["expectations"] if not c["ok"]]
+        state = "expectations met" if not failed else f"{len(failed)} expectation(s) not met"
+        print(
+            f"{name}: {state}; report {directory / name / 'report.json'}, plot {directory / name / 'timeline.png'}"
+        )
+        for check_ in failed:
+            print(
+                f"  - {check_['expectation']}: expected {check_['expected']}, got {check_['actual']}"
+            )
+    if len(reports) > 1:
+        print()
+        print(comparison_table(reports))
+    return 0 if all(r["ok"] for r in reports.values()) else 1

@@ -1,0 +1,224 @@
+"""The two ways a scenario can be run: our controllers and webhook, or Harvester v1.9's algorithm.
+
+Both present the same small face to the runner: start, stop, and the ResourceQuota writes made per
+namespace, so a comparison counts the same thing.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections import Counter
+from pathlib import Path
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from pkg.app import ControllerApp
+from pkg.config.management import Options
+from pkg.generic import errors
+from pkg.generic.client import ApiClient
+from pkg.generic.resource import Object, Resource
+from pkg.localcluster import ClusterInfo
+from pkg.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
+from pkg.webhook.validators import Identities
+
+STRATEGIES = ("ours", "harvester")
+WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+)
+
+
+class Strategy(Protocol):
+    """What the runner needs of a strategy."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def writes(self) -> Counter[str]:
+        """ResourceQuota writes so far, per namespace."""
+        ...
+
+
+class OurStrategy:
+    """Our controllers plus our webhook, the webhook registered for the scenario's namespaces."""
+
+    name = "ours"
+
+    def __init__(
+        self,
+        api: ApiClient,
+        cluster: ClusterInfo | None,
+        *,
+        kubevirt_version: str,
+        namespaces: list[str],
+        workdir: Path,
+        users: frozenset[str],
+    ) -> None:
+        self.api, self.cluster = api, cluster
+        self.kubevirt_version = kubevirt_version
+        self.namespaces, self.workdir, self.users = namespaces, workdir, users
+        self._apps: list[ControllerApp] = []
+        self._earlier: Counter[str] = Counter()
+        self._webhook: WebhookServer | None = None
+        self._caches: WebhookCaches | None = None
+        self._configuration: str | None = None
+
+    def writes(self) -> Counter[str]:
+        total = Counter(self._earlier)
+        if self._apps:
+            total.update(self._apps[-1].reconciler.writes)
+        return total
+
+    async def start(self) -> None:
+        # The webhook runs in this process: the API server can call it only if it is local.
+        if self._webhook is None and self.cluster is not None:
+            await self._start_webhook()
+        app = ControllerApp(
+            self.api,
+            Options(leader_elect=False, kubevirt_version=self.kubevirt_version, workers=3),
+            registry=CollectorRegistry(),
+        )
+        await app.start()
+        self._apps.append(app)
+
+    async def restart(self) -> None:
+        """A controller restart: the old process's memory is gone, only the cluster remains."""
+        if self._apps:
+            old = self._apps.pop()
+            self._earlier.update(old.reconciler.writes)
+            await old.stop()
+        await self.start()
+
+    async def _start_webhook(self) -> None:
+        assert self.cluster is not None
+        self._caches = WebhookCaches(self.api, kubevirt_version=self.kubevirt_version)
+        ca = self.cluster.certificate_authority()
+        cert, key = self.workdir / "webhook.crt", self.workdir / "webhook.key"
+        ca.issue("harvester-quota-webhook", ip_addresses=("127.0.0.1",), server=True).write(
+            cert, key
+        )
+        self._webhook = WebhookServer(
+            self._caches,
+            identities=Identities(controllers=self.users, target_creators=self.users),
+            tls=ReloadingTLS(cert, key),
+            host="127.0.0.1",
+            port=0,
+            registry=CollectorRegistry(),
+        )
+        self._caches.factory.start()
+        await self._caches.factory.wait_for_cache_sync(60)
+        port = await self._webhook.start()
+        configuration = _webhook_configuration(port, ca.cert_pem, self.namespaces)
+        created = await self.api.create(WEBHOOK_CONFIGURATIONS, configuration)
+        self._configuration = str(created["metadata"]["name"])
+
+    async def stop(self) -> None:
+        for app in self._apps:
+            self._earlier.update(app.reconciler.writes)
+            await app.stop()
+        self._apps.clear()
+        if self._configuration is not None:
+            with contextlib.suppress(errors.ApiError):
+                await self.api.delete(WEBHOOK_CONFIGURATIONS, self._configuration)
+        if self._webhook is not None:
+            await self._webhook.stop()
+        if self._caches is not None:
+            await self._caches.factory.stop()
+
+
+def _webhook_configuration(port: int, ca_pem: bytes, namespaces: list[str]) -> Object:
+    """Our four validators, reached on 127.0.0.1, for the scenario's namespaces only."""
+    selector = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)}
+        ]
+    }
+
+    def webhook(resource: str, group: str, operations: list[str], scope: str) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "name": f"{resource}.harvester-quota.io",
+            "clientConfig": {
+                "url": f"https://127.0.0.1:{port}/validate/{resource}",
+                "caBundle": base64.b64encode(ca_pem).decode(),
+            },
+            "rules": [
+                {
+                    "apiGroups": [group],
+                    "apiVersions": ["v1"],
+                    "operations": operations,
+                    "resources": [resource],
+                    "scope": scope,
+                }
+            ],
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        }
+        entry["objectSelector" if resource == "namespaces" else "namespaceSelector"] = selector
+        return entry
+
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"generateName": "harvester-quota-scenario-"},
+        "webhooks": [
+            webhook("namespaces", "", ["UPDATE"], "Cluster"),
+            webhook("resourcequotas", "", ["UPDATE"], "Namespaced"),
+            webhook("virtualmachines", "kubevirt.io", ["CREATE", "UPDATE"], "Namespaced"),
+            webhook("pods", "", ["CREATE"], "Namespaced"),
+        ],
+    }
+
+
+class HarvesterStrategy:
+    """Harvester v1.9's migration and resourcequota controllers, ported as they are."""
+
+    name = "harvester"
+
+    def __init__(self, api: ApiClient, *, kubevirt_version: str) -> None:
+        self.api = api
+        self.kubevirt_version = kubevirt_version
+        self._runs: list[Any] = []
+        self._earlier: Counter[str] = Counter()
+
+    def writes(self) -> Counter[str]:
+        total = Counter(self._earlier)
+        if self._runs:
+            total.update(self._runs[-1].writes)
+        return total
+
+    def _new(self) -> Any:
+        from pkg.strategy.harvester import HarvesterStrategy as Port  # noqa: PLC0415
+
+        return Port(
+            self.api,
+            Options(leader_elect=False, kubevirt_version=self.kubevirt_version, workers=3),
+            registry=CollectorRegistry(),
+        )
+
+    async def start(self) -> None:
+        run = self._new()
+        await run.start()
+        self._runs.append(run)
+
+    async def restart(self) -> None:
+        if self._runs:
+            old = self._runs.pop()
+            self._earlier.update(old.writes)
+            await old.stop()
+        await self.start()
+
+    async def stop(self) -> None:
+        for run in self._runs:
+            self._earlier.update(run.writes)
+            await run.stop()
+        self._runs.clear()

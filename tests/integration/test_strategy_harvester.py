@@ -1,0 +1,369 @@
+"""Harvester v1.9's algorithm (pkg.strategy.harvester) on the real local cluster: real quota
+admission decides every launcher pod, the seeds' numbers come out, and so does the v1.2.1 bug.
+
+Run with your own cluster state directory, e.g.
+HARVESTER_QUOTA_TEST_STATE_DIR=$HOME/.local/state/harvester-quota/pytest-strategy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from pkg.config.management import Options
+from pkg.generic import errors
+from pkg.generic.client import ApiClient
+from pkg.generic.informer import ResourceEventHandler, SharedInformerFactory
+from pkg.generic.resource import RESOURCE_QUOTAS, VIRTUAL_MACHINE_INSTANCES, Object
+from pkg.sim.kubevirt import (
+    KubeVirtConfig,
+    KubeVirtSimulator,
+    MigrationTimings,
+    Outcome,
+    VMSpec,
+    set_overhead_ratio_setting,
+)
+from pkg.strategy.harvester import HarvesterStrategy
+from pkg.util.annotations import ANNOTATION_MIGRATING_COMPENSATION, migrating_uid_annotation_key
+from pkg.util.quantity import Quantity
+from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
+
+pytestmark = pytest.mark.integration
+
+V170_LIMIT = {"limitsCpu": "3000m", "limitsMemory": "5000Mi"}
+V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+V170_SHARE = 4737464313
+"""4Gi + KubeVirt 1.6's overhead at ratio 1.5: the compute container, Harvester's share."""
+
+V121_SHARE = 2372577281
+"""A 1-core/2Gi VM's launcher pod on KubeVirt 0.54 (the v1.2.1 seed's annotation value)."""
+
+FAST = MigrationTimings(
+    scheduling=0.05,
+    scheduled=0.05,
+    preparing_target=0.05,
+    target_ready=0.05,
+    running=0.5,
+    source_pod_grace_seconds=1,
+    failed_target_linger=1.5,
+    target_pod_grace_seconds=1,
+    limit_retry=0.3,
+    active_pods_retry=0.3,
+)
+
+
+def new_strategy(api: ApiClient, kubevirt_version: str) -> HarvesterStrategy:
+    options = Options(leader_elect=False, kubevirt_version=kubevirt_version, workers=2)
+    return HarvesterStrategy(api, options, registry=CollectorRegistry())
+
+
+@pytest.fixture
+async def kv(api: ApiClient, namespace: str) -> KubeVirtByHand:
+    return KubeVirtByHand(api, namespace)
+
+
+@pytest.fixture
+async def ratio_is_default(api: ApiClient) -> AsyncIterator[Callable[[str], Any]]:
+    """Harvester's ratio setting is cluster-wide: 1.5 before and after each test that uses it."""
+
+    async def set_ratio(value: str) -> None:
+        await set_overhead_ratio_setting(api, value)
+
+    await set_ratio("1.5")
+    yield set_ratio
+    await set_ratio("1.5")
+
+
+class HardHistory:
+    """Every spec.hard the namespace's quotas went through, seen by a watch of our own."""
+
+    def __init__(self, api: ApiClient, namespace: str) -> None:
+        self.factory = SharedInformerFactory(api, namespace=namespace)
+        self.seen: list[dict[str, Quantity]] = []
+        self.annotations: list[dict[str, str]] = []
+        informer = self.factory.informer(RESOURCE_QUOTAS)
+        informer.add_event_handler(
+            ResourceEventHandler(
+                on_add=lambda obj, _initial: self._record(obj),
+                on_update=lambda _old, new: self._record(new),
+                on_delete=lambda _obj: None,
+            )
+        )
+
+    def _record(self, quota: Object) -> None:
+        hard = {k: Quantity.parse(str(v)) for k, v in quota["spec"].get("hard", {}).items()}
+        if not self.seen or self.seen[-1] != hard:
+            self.seen.append(hard)
+        self.annotations.append(dict(quota["metadata"].get("annotations") or {}))
+
+    async def __aenter__(self) -> HardHistory:
+        self.factory.start()
+        assert await self.factory.wait_for_cache_sync(30)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.factory.stop()
+
+
+def as_quantities(values: dict[str, str | int]) -> dict[str, Quantity]:
+    return {k: Quantity.parse(str(v)) for k, v in values.items()}
+
+
+async def hard_is(kv: KubeVirtByHand, expected: dict[str, str | int], name: str) -> bool:
+    quota = await kv.api.get(RESOURCE_QUOTAS, name, kv.namespace)
+    return as_quantities(quota["spec"]["hard"]) == as_quantities(expected)
+
+
+# --- (a) seed v1.7.0 ----------------------------------------------------------------------------
+
+
+async def test_v170_migration_at_ratio_15_raises_hard_by_the_compute_share_only(
+    api: ApiClient, kv: KubeVirtByHand, ratio_is_default: Callable[[str], Any]
+) -> None:
+    """Seed v1.7.0, test 1, with KubeVirt simulated: a 2-core/4Gi VM uses 2015m/4797464313 of
+    3/5000Mi. During its migration Harvester raises hard to 5 / 5000Mi + 4737464313 = 9980344313:
+    the compute container only. The target pod (2015m, 4797464313 with its sidecar) still fits,
+    since 2015m + 2015m = 4030m <= 5 and 9594928626 <= 9980344313; afterwards hard is the base."""
+    namespace = kv.namespace
+    await kv.set_rancher_base(V170_LIMIT)
+    quota = await kv.create_quota(V170_HARD)
+    name = quota["metadata"]["name"]
+    strategy = new_strategy(api, "1.6")
+    assert await strategy.start(sync_timeout=60)
+    assert strategy.ready()
+    config = KubeVirtConfig(kubevirt_version="1.6", timings=FAST, ratio_from_setting=False)
+    try:
+        async with (
+            HardHistory(api, namespace) as history,
+            KubeVirtSimulator(api, namespace=namespace, config=config) as kubevirt,
+        ):
+            started = await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))
+            assert started.check().pod is not None
+            used = (await kv.quota(name))["status"]["used"]
+            assert as_quantities(used) == as_quantities(
+                {"limits.cpu": "2015m", "limits.memory": 4797464313}
+            )
+            migration = await kubevirt.migrate("vm1")
+            record = await kubevirt.wait_migration(migration, timeout=60)
+            # KubeVirt may try the target pod before Harvester has scaled (a refusal, retried on
+            # the quota's change), as on a real cluster.
+            assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+            await eventually(lambda: hard_is(kv, V170_HARD, name), what="hard back to the base")
+
+        scaled = {"limits.cpu": 5, "limits.memory": 5242880000 + V170_SHARE}
+        assert 5242880000 + V170_SHARE == 9980344313
+        assert as_quantities(scaled) in history.seen, history.seen
+        assert max(h["limits.memory"] for h in history.seen) == Quantity.from_int(9980344313)
+        vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+        key = migrating_uid_annotation_key(vmi["metadata"]["uid"])
+        rooms = [a[key] for a in history.annotations if key in a]
+        assert rooms and set(rooms) == {'{"limits.cpu":"2","limits.memory":"4737464313"}'}
+        final = await kv.quota(name)
+        assert final["metadata"]["annotations"] == {
+            "harvesterhci.io/migratingScalingResyncNeeded": "false"
+        }
+        assert strategy.writes[namespace] == 4, "two writers: up (2 writes), down (2 writes)"
+    finally:
+        await strategy.stop()
+
+
+async def test_v170_ratio_raised_second_migration_is_refused_then_compensated(
+    api: ApiClient, kv: KubeVirtByHand, ratio_is_default: Callable[[str], Any]
+) -> None:
+    """Seed v1.7.0, test 2, on Harvester v1.9: after the ratio goes to 4.5 the first migration
+    fits in the spare room and leaves the VM at 5682461313 of 5000Mi; the second one's target pod
+    is refused with the seed's exact message, KubeVirt flags the VMIM, Harvester compensates
+    573799041 (used + share - hard + 128Mi) and the migration completes."""
+    namespace = kv.namespace
+    await kv.set_rancher_base(V170_LIMIT)
+    name = (await kv.create_quota(V170_HARD))["metadata"]["name"]
+    strategy = new_strategy(api, "1.6")
+    await strategy.start(sync_timeout=60)
+    config = KubeVirtConfig(kubevirt_version="1.6", timings=FAST, ratio_from_setting=True)
+    try:
+        async with (
+            HardHistory(api, namespace) as history,
+            KubeVirtSimulator(api, namespace=namespace, config=config) as kubevirt,
+        ):
+            (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).check()
+            await ratio_is_default("4.5")
+            first = await kubevirt.wait_migration(await kubevirt.migrate("vm1"), timeout=60)
+            assert first.outcome is Outcome.SUCCEEDED, first.as_dict()
+            assert as_quantities({"limits.cpu": 5, "limits.memory": 10865341313}) in history.seen
+
+            async def settled_over_quota() -> bool:
+                used = (await kv.quota(name))["status"]["used"]
+                return used.get("limits.memory") == "5682461313" and await hard_is(
+                    kv, V170_HARD, name
+                )
+
+            await eventually(settled_over_quota, what="the VM alone, 105.8 % of the base")
+
+            second = await kubevirt.wait_migration(await kubevirt.migrate("vm1"), timeout=60)
+            assert second.outcome is Outcome.SUCCEEDED, second.as_dict()
+            seed_refusal = (
+                "exceeded quota: " + name + ", requested: limits.memory=5682461313, "
+                "used: limits.memory=5682461313, limited: limits.memory=10865341313"
+            )
+            assert any(seed_refusal in m for m in second.refusal_messages), second.as_dict()
+            compensations = {
+                a[ANNOTATION_MIGRATING_COMPENSATION]
+                for a in history.annotations
+                if ANNOTATION_MIGRATING_COMPENSATION in a
+            }
+            assert compensations == {'{"limits.memory":"573799041"}'}
+            assert (
+                as_quantities(
+                    {"limits.cpu": 5, "limits.memory": 5242880000 + 5622461313 + 573799041}
+                )
+                in history.seen
+            )
+            await eventually(lambda: hard_is(kv, V170_HARD, name), what="hard back to the base")
+    finally:
+        await strategy.stop()
+
+
+# --- (b) seed v1.2.1: four concurrent migrations in a full namespace -----------------------------
+
+
+async def test_v121_four_migrations_a_target_is_refused_while_a_succeeded_source_still_counts(
+    api: ApiClient, kv: KubeVirtByHand
+) -> None:
+    """Seed v1.2.1: four 1-core/2Gi VMs (KubeVirt 0.54, 2372577281 per pod) fill their quota. All
+    four VMIMs are Pending, so hard holds four shares. vm1 and vm2 migrate first; at Succeeded
+    Harvester removes their shares while their source pods still run, and vm4's target pod is
+    refused by the API server with "exceeded quota" until those source pods are gone."""
+    namespace = kv.namespace
+    full = {"limits.cpu": "4", "limits.memory": str(4 * V121_SHARE)}
+    await kv.set_rancher_base({"limitsCpu": "4", "limitsMemory": str(4 * V121_SHARE)})
+    name = (await kv.create_quota(full))["metadata"]["name"]
+    vms = ("vm1", "vm2", "vm3", "vm4")
+    instances: dict[str, Object] = {}
+    sources: dict[str, Object] = {}
+    for vm in vms:
+        instances[vm], sources[vm] = await kv.start_vm(vm, cores=1, memory="2Gi", version="0.54")
+
+    async def quota_full() -> bool:
+        status = (await kv.quota(name)).get("status", {})
+        return as_quantities(status.get("used", {})) == as_quantities(full)
+
+    await eventually(quota_full, what="4 pods using the whole quota")
+
+    strategy = new_strategy(api, "0.54")
+    await strategy.start(sync_timeout=60)
+    try:
+        migrations = {vm: await kv.migrate(instances[vm]) for vm in vms}
+
+        def shares(n: int) -> dict[str, str | int]:
+            return {"limits.cpu": n, "limits.memory": n * V121_SHARE}
+
+        await eventually(lambda: hard_is(kv, shares(8), name), what="four shares added")
+        room = (await kv.quota(name))["metadata"]["annotations"]
+        key = migrating_uid_annotation_key(instances["vm1"]["metadata"]["uid"])
+        assert room[key] == '{"limits.cpu":"1","limits.memory":"2372577281"}'
+
+        targets = {}
+        for vm in ("vm1", "vm2"):  # parallelOutboundMigrationsPerNode = 2
+            targets[vm] = await kv.create_target(
+                instances[vm], migrations[vm], version="0.54", suffix="dst"
+            )
+        await succeed(kv, migrations["vm1"], sources["vm1"], targets["vm1"])
+        await eventually(lambda: hard_is(kv, shares(7), name), what="vm1's share removed")
+        targets["vm3"] = await kv.create_target(
+            instances["vm3"], migrations["vm3"], version="0.54", suffix="dst"
+        )  # 4 sources + 3 targets = 7 <= 7
+        await succeed(kv, migrations["vm2"], sources["vm2"], targets["vm2"])
+        await eventually(lambda: hard_is(kv, shares(6), name), what="vm2's share removed")
+
+        with pytest.raises(errors.Forbidden) as refused:
+            await kv.create_target(
+                instances["vm4"], migrations["vm4"], version="0.54", suffix="dst"
+            )
+        message = refused.value.message
+        assert "exceeded quota: " + name in message, message
+        assert "requested: limits.cpu=1,limits.memory=2372577281" in message, message
+        assert f"used: limits.cpu=7,limits.memory={7 * V121_SHARE}" in message, message
+        assert f"limited: limits.cpu=6,limits.memory={6 * V121_SHARE}" in message, message
+
+        # The seed's ~31 s: the source pods of vm1 and vm2 complete; only then vm4's target fits.
+        for vm in ("vm1", "vm2"):
+            await kv.delete_pod(sources[vm]["metadata"]["name"], grace=0)
+        targets["vm4"] = await eventually(
+            lambda: kv.try_create_target(
+                instances["vm4"], migrations["vm4"], version="0.54", suffix="dst"
+            ),
+            what="vm4's target admitted once the old source pods are gone",
+        )
+        for vm in ("vm3", "vm4"):
+            await succeed(kv, migrations[vm], sources[vm], targets[vm])
+        await eventually(lambda: hard_is(kv, full, name), what="back to the base")
+        annotations = (await kv.quota(name))["metadata"]["annotations"]
+        assert not [k for k in annotations if k.startswith("harvesterhci.io/migratingUID-")]
+        assert strategy.writes[namespace] >= 8, strategy.writes
+    finally:
+        await strategy.stop()
+
+
+async def succeed(kv: KubeVirtByHand, migration: Object, source: Object, target: Object) -> None:
+    """virt-controller's walk to Succeeded; the source pod is left running (it completes later)."""
+    for phase in ("Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running"):
+        await kv.set_phase(migration, phase)
+    await kv.set_phase(
+        migration,
+        "Succeeded",
+        migrationState={
+            "sourcePod": source["metadata"]["name"],
+            "targetPod": target["metadata"]["name"],
+        },
+    )
+    await asyncio.sleep(0)
+
+
+# --- a known failure on the real cluster: a deleted VMI leaks its key ---------------------------
+
+
+async def test_vmi_deleted_mid_migration_leaves_hard_inflated(
+    api: ApiClient, kv: KubeVirtByHand
+) -> None:
+    """Scenario 15: the VMIM handler returns early when the VMI is gone, so the key stays and the
+    ResourceQuota handler keeps adding it to the base, on every later event of the quota."""
+    await kv.set_rancher_base(V170_LIMIT)
+    name = (await kv.create_quota(V170_HARD))["metadata"]["name"]
+    strategy = new_strategy(api, "1.6")
+    await strategy.start(sync_timeout=60)
+    try:
+        vmi, source = await kv.start_vm("vm1")
+        migration = await kv.migrate(vmi)
+        scaled = {"limits.cpu": 5, "limits.memory": 5242880000 + V170_SHARE}
+        await eventually(lambda: hard_is(kv, scaled, name), what="scaled up")
+        await kv.delete_pod(source["metadata"]["name"], grace=0)
+        await api.delete(VIRTUAL_MACHINE_INSTANCES, "vm1", kv.namespace)
+        await eventually(lambda: vmi_gone(api, kv.namespace), what="the VMI gone")
+        await kv.set_phase(migration, "Failed")
+        # Any later event of the quota (Harvester's handler watches quotas only):
+        await api.patch(
+            RESOURCE_QUOTAS, name, {"metadata": {"annotations": {"poke": "1"}}}, kv.namespace
+        )
+        await asyncio.sleep(2)
+        assert await hard_is(kv, scaled, name), "still base + the leaked share"
+        annotations = (await kv.quota(name))["metadata"]["annotations"]
+        assert migrating_uid_annotation_key(vmi["metadata"]["uid"]) in annotations
+        assert json.loads(annotations[migrating_uid_annotation_key(vmi["metadata"]["uid"])]) == {
+            "limits.cpu": "2",
+            "limits.memory": str(V170_SHARE),
+        }
+    finally:
+        await strategy.stop()
+
+
+async def vmi_gone(api: ApiClient, namespace: str) -> bool:
+    try:
+        await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+    except errors.NotFound:
+        return True
+    return False
