@@ -1,117 +1,91 @@
-"""`make demo`: shows, on a real local cluster, the quota admission this project exists to manage.
+"""`make demo`: the v1.2.1 evacuation incident, replayed on a real local cluster, both ways.
 
-It starts a cluster in its own state directory, lists the fake nodes, creates a namespace whose
-ResourceQuota fits one VM-sized pod, shows that a pod of that size is admitted and that a second one,
-as a migration target would be, is refused with the API server's own "exceeded quota" message, and
-stops the cluster again.
+It starts a local cluster in its own state directory, runs scenarios/v121-evacuation.yaml first with
+Harvester v1.9's algorithm and then with ours, showing a live progress table of the migrations and
+the quota, then prints the two side by side with the paths of the reports and timeline plots, and
+stops the cluster.
 """
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from pkg.localcluster import LocalCluster
 from pkg.localcluster.cluster import default_state_dir
-from pkg.localcluster.rest import ApiError, RestClient
+from pkg.scenario.cli import admin_client, run_scenario
+from pkg.scenario.progress import comparison_table, summary_row
+from pkg.scenario.schema import ScenarioError, load
 
-NAMESPACE = "demo-quota"
+SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "v121-evacuation.yaml"
+STRATEGIES = ["harvester", "ours"]
 
 
 def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _launcher_pod(name: str, cpu: str, memory: str) -> dict[str, Any]:
-    resources = {"cpu": cpu, "memory": memory}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"kubevirt.io": "virt-launcher"}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "compute",
-                    "image": "virt-launcher",
-                    "resources": {"limits": resources, "requests": resources},
-                }
-            ]
-        },
-    }
-
-
-def _wait(condition: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the cluster did not reach the expected state in time")
-        time.sleep(0.2)
-
-
-def _quota_ready(rest: RestClient) -> bool:
-    quota = rest.get(f"/api/v1/namespaces/{NAMESPACE}/resourcequotas/vm-quota")
-    return "used" in quota.get("status", {})
-
-
-def _show_quota(rest: RestClient) -> None:
-    quota = rest.get(f"/api/v1/namespaces/{NAMESPACE}/resourcequotas/vm-quota")
-    hard, used = quota["status"]["hard"], quota["status"].get("used", {})
-    for key in sorted(hard):
-        _say(f"    {key:<16} used {used.get(key, '0'):>12} of {hard[key]}")
-
-
-def _steps(rest: RestClient, nodes: list[str]) -> None:
-    listed = rest.get("/api/v1/nodes")["items"]
-    _say(f"  nodes ({len(listed)}, simulated by kwok):")
-    for node in listed:
-        ready = next(c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready")
-        _say(f"    {node['metadata']['name']:<14} Ready={ready}")
-    rest.post("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-    _wait(lambda: rest.exists(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"))
-    quota = {
-        "metadata": {"name": "vm-quota"},
-        "spec": {"hard": {"limits.cpu": "3", "limits.memory": "5000Mi"}},
-    }
-    rest.post(f"/api/v1/namespaces/{NAMESPACE}/resourcequotas", quota)
-    _wait(lambda: _quota_ready(rest))
-    _say(f"\n  namespace {NAMESPACE} with ResourceQuota vm-quota (limits.cpu 3, 5000Mi):")
-    # The v1.7.0 seed's VM: 2 cores, 4Gi, whose launcher pod counts 2015m and 4797464313 bytes.
-    pod = _launcher_pod("virt-launcher-vm1-source", "2015m", "4797464313")
-    pod["spec"]["nodeName"] = nodes[0]
-    rest.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
-    _say("  created virt-launcher-vm1-source (2015m CPU, 4797464313 bytes): admitted")
-    _wait(
-        lambda: (
-            rest.get(f"/api/v1/namespaces/{NAMESPACE}/resourcequotas/vm-quota")["status"]
-            .get("used", {})
-            .get("limits.cpu")
-            == "2015m"
-        )
+def _explain(reports: dict[str, dict[str, Any]]) -> None:
+    rows = {name: summary_row(report) for name, report in reports.items()}
+    harvester, ours = rows["harvester"], rows["ours"]
+    _say()
+    _say("What happened:")
+    _say(
+        f"  Harvester's algorithm: {harvester['blocked_by_quota']} of {harvester['migrations']} "
+        f"migrations refused by quota, {harvester['seconds_blocked']} s blocked in total. It raises "
+        "only limits.cpu and limits.memory, and gives the room back when a migration succeeds while "
+        "its source pod still counts; requests.memory stays full."
     )
-    _show_quota(rest)
-    target = _launcher_pod("virt-launcher-vm1-target", "2015m", "4797464313")
-    target["spec"]["nodeName"] = nodes[1]
-    _say("\n  creating the migration target virt-launcher-vm1-target of the same size ...")
+    _say(
+        f"  harvester-quota: {ours['blocked_by_quota']} refused, {ours['seconds_blocked']} s blocked, "
+        f"{ours['quota_writes_per_migration']} quota writes per migration, final hard == base: "
+        f"{'yes' if ours['final_hard_equals_base'] else 'NO'}."
+    )
+
+
+def run_demo(state_dir: Path | None = None, report_dir: Path = Path("reports/demo")) -> int:
     try:
-        rest.post(f"/api/v1/namespaces/{NAMESPACE}/pods", target)
-    except ApiError as error:
-        _say(f"  REFUSED by the API server ({error.status} {error.reason}):")
-        _say(f"    {error.message}")
-    else:
-        raise RuntimeError("the over-quota pod was admitted: quota admission is not working")
-    _say("\n  This is the refusal that leaves a live migration Pending during a node drain.")
-
-
-def run_demo(state_dir: Path | None = None) -> int:
+        scenario = load(SCENARIO)
+    except ScenarioError as error:
+        _say("\n".join(error.problems))
+        return 2
     cluster = LocalCluster(state_dir or default_state_dir().parent / "demo")
-    _say("== harvester-quota demo: a real local cluster and a quota that blocks a migration ==")
+    _say("== harvester-quota demo: the Harvester v1.2.1 evacuation incident, replayed ==")
+    _say(scenario.description.strip())
+    _say()
     started = time.monotonic()
     info = cluster.up()
-    _say(f"  cluster up in {time.monotonic() - started:.1f}s at {info.server}")
+    _say(f"local cluster up in {time.monotonic() - started:.1f}s ({len(info.nodes)} kwok nodes)")
+    _say()
     try:
-        _steps(info.rest(), info.nodes)
+
+        async def main() -> dict[str, dict[str, Any]]:
+            async with admin_client(info) as api:
+                return await run_scenario(
+                    scenario,
+                    api=api,
+                    cluster=info,
+                    strategies=STRATEGIES,
+                    report_dir=report_dir,
+                    progress=True,
+                )
+
+        reports = asyncio.run(main())
     finally:
         cluster.down()
-        _say("\n  cluster stopped; nothing left running")
-    return 0
+    _say()
+    _say(comparison_table(reports))
+    _explain(reports)
+    _say()
+    for name in STRATEGIES:
+        _say(f"  {name:<10} report {report_dir / name / 'report.json'}")
+        _say(f"  {'':<10} plot   {report_dir / name / 'timeline.png'}")
+    _say(f"  comparison {report_dir / 'comparison.txt'}")
+    _say("\nlocal cluster stopped; nothing left running")
+    ok = bool(reports["ours"]["ok"])
+    if not ok:
+        print("our strategy did not meet the scenario's expectations", file=sys.stderr)
+    return 0 if ok else 1

@@ -34,7 +34,7 @@ def check(paths: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _client_for(cluster: ClusterInfo) -> ApiClient:
+def admin_client(cluster: ClusterInfo) -> ApiClient:
     return ApiClient(
         ClientConfig.from_files(
             cluster.server,
@@ -102,7 +102,7 @@ def run(
                     progress=progress,
                 )
         info = LocalCluster().up()
-        async with _client_for(info) as api:
+        async with admin_client(info) as api:
             return await run_scenario(
                 scenario,
                 api=api,

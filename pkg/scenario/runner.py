@@ -34,7 +34,7 @@ from pkg.sim.kubevirt.config import KubeVirtConfig, VMStart
 from pkg.sim.kubevirt.limits import ParallelLimits
 from pkg.sim.kubevirt.objects import VMSpec
 from pkg.sim.kubevirt.phases import MigrationTimings
-from pkg.sim.kubevirt.record import MigrationRecord
+from pkg.sim.kubevirt.record import MigrationRecord, Outcome
 from pkg.sim.kubevirt.simulator import KubeVirtSimulator
 from pkg.sim.rancher.derive import Project
 from pkg.sim.rancher.simulator import RancherQuotaSync
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 RATIO_SETTING = "additional-guest-memory-overhead-ratio"
 SAMPLE_INTERVAL = 0.5
-SETTLE_TIMEOUT = 60.0
+SETTLE_TIMEOUT = 20.0
 FINAL_WAIT = 600.0
 STALE_PREFIXES = ("harvesterhci.io/migrating", "harvester-quota.io/applied")
 RANCHER_TO_HARD = dict(LIMIT_FIELDS)
@@ -130,6 +130,8 @@ class ScenarioRun:
         self._previous_ratio: Object | None = None
         self._cordoned: set[str] = set()
         self._last_base: dict[str, ResourceList] = {}
+        self._created: set[tuple[str, str]] = set()
+        """(namespace, name) of every migration this run made or a drain made."""
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -302,10 +304,20 @@ class ScenarioRun:
         self.result.migrations = self.kubevirt.records.all()
 
     async def _wait_migrations(self, timeout: float) -> None:
-        assert self.kubevirt is not None
-        try:
-            await self.kubevirt.records.wait_all_finished(timeout=timeout, source_pods_gone=True)
-        except TimeoutError:
+        """Until every migration this run created has finished and, if it succeeded, its source
+        pod is gone (a migration the simulator has not picked up yet counts as unfinished)."""
+        records = self._sim().records
+
+        def finished() -> bool:
+            for namespace, name in self._created:
+                record = records.get(namespace, name)
+                if record is None or not record.done:
+                    return False
+                if record.outcome is Outcome.SUCCEEDED and record.source_pod_gone is None:
+                    return False
+            return True
+
+        if not await records.wait_for(finished, timeout):
             self.note(f"migrations still unfinished after {timeout:.0f}s")
 
     async def _settle(self, timeout: float) -> None:
@@ -424,15 +436,18 @@ class ScenarioRun:
         return vm.name, self.namespaces[vm.namespace]
 
     async def _step_migrate(self, names: list[str]) -> None:
-        assert self.kubevirt is not None
+        kubevirt = self._sim()
         for name in names:
             vm, namespace = self._vm(name)
-            await self.kubevirt.migrate(vm, namespace)
+            self._created.add((namespace, await kubevirt.migrate(vm, namespace)))
 
     async def _step_drain(self, node: str) -> None:
         assert self.kubevirt is not None
         self._cordoned.add(node)
         keys = await self.kubevirt.drain(node)
+        for key in keys:
+            namespace, _, name = key.partition("/")
+            self._created.add((namespace, name))
         self.note(f"drain of {node}: {len(keys)} migrations")
 
     async def _step_set_ratio(self, value: str) -> None:
@@ -446,6 +461,14 @@ class ScenarioRun:
     async def _step_controller_restart(self, _value: None) -> None:
         assert self.strategy is not None
         await self.strategy.restart()
+
+    async def _step_controller_stop(self, _value: None) -> None:
+        assert self.strategy is not None
+        await self.strategy.pause()
+
+    async def _step_controller_start(self, _value: None) -> None:
+        assert self.strategy is not None
+        await self.strategy.start()
 
     async def _step_edit_quota(self, value: dict[str, Any]) -> None:
         assert self.tenant is not None

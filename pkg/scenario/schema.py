@@ -29,6 +29,8 @@ Schema (every key optional unless marked *):
       - set-ratio: "4.5"
       - rancher-agent-restart: {}   # Rancher resets every quota to its annotation
       - controller-restart: {}      # stop the strategy and start a fresh one
+      - controller-stop: {}         # the controllers are down (killed) until controller-start
+      - controller-start: {}
       - edit-quota: {namespace*, hard*: {...}}       # a user edits spec.hard
       - edit-namespace-quota: {namespace*, quota*: {...}}  # a user edits Rancher's annotation
       - delete-vmi: vm1
@@ -66,6 +68,8 @@ STEP_KINDS = (
     "set-ratio",
     "rancher-agent-restart",
     "controller-restart",
+    "controller-stop",
+    "controller-start",
     "edit-quota",
     "edit-namespace-quota",
     "delete-vmi",
@@ -533,6 +537,8 @@ _STEP_PARSERS: dict[str, Callable[[_Checker, yaml.Node, Scenario, str], Any]] = 
     "set-ratio": _set_ratio,
     "rancher-agent-restart": _empty,
     "controller-restart": _empty,
+    "controller-stop": _empty,
+    "controller-start": _empty,
     "edit-quota": _edit_quota,
     "edit-namespace-quota": _edit_quota,
     "delete-vmi": _one_vm,

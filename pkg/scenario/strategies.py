@@ -89,12 +89,16 @@ class OurStrategy:
         await app.start()
         self._apps.append(app)
 
-    async def restart(self) -> None:
-        """A controller restart: the old process's memory is gone, only the cluster remains."""
+    async def pause(self) -> None:
+        """The controllers are down (the webhook stays): nothing reconciles until resume."""
         if self._apps:
             old = self._apps.pop()
             self._earlier.update(old.reconciler.writes)
             await old.stop()
+
+    async def restart(self) -> None:
+        """A controller restart: the old process's memory is gone, only the cluster remains."""
+        await self.pause()
         await self.start()
 
     async def _start_webhook(self) -> None:
@@ -210,11 +214,14 @@ class HarvesterStrategy:
         await run.start()
         self._runs.append(run)
 
-    async def restart(self) -> None:
+    async def pause(self) -> None:
         if self._runs:
             old = self._runs.pop()
             self._earlier.update(old.writes)
             await old.stop()
+
+    async def restart(self) -> None:
+        await self.pause()
         await self.start()
 
     async def stop(self) -> None:

@@ -62,6 +62,7 @@ from pkg.sim.kubevirt.objects import (
     LauncherSettings,
     MigrationRef,
     meta,
+    name_label,
     render_launcher_pod,
     status,
     timestamp,
@@ -392,8 +393,9 @@ class MigrationController:
         finalizers = list(metadata.get("finalizers") or [])
         vmi_name = (vmim.get("spec") or {}).get("vmiName", "")
         patch: Object = {}
-        if labels.get(LABEL_VMI_NAME) != vmi_name:
-            patch["labels"] = {LABEL_VMI_NAME: vmi_name}
+        wanted_label = name_label(LABEL_VMI_NAME, vmi_name)
+        if wanted_label and labels.get(LABEL_VMI_NAME) != vmi_name:
+            patch["labels"] = wanted_label
         if ANNOTATION_LATEST_API not in annotations:
             patch["annotations"] = {ANNOTATION_LATEST_API: "v1", ANNOTATION_STORAGE_API: "v1"}
         if MIGRATION_FINALIZER not in finalizers:

@@ -171,9 +171,18 @@ def _annotations(spec: VMSpec) -> dict[str, str]:
     return annotations
 
 
+MAX_LABEL_VALUE = 63
+
+
+def name_label(key: str, name: str) -> dict[str, str]:
+    """A label carrying a name, left out when the name is longer than a label value may be:
+    VM names may be up to 253 characters (Harvester issue #7464 had one of 75)."""
+    return {key: name} if len(name) <= MAX_LABEL_VALUE else {}
+
+
 def render_vm(spec: VMSpec, namespace: str, resources: VMResources, *, running: bool) -> Object:
     """The VirtualMachine object (runStrategy RerunOnFailure when running, Halted when not)."""
-    template_labels = {LABEL_HARVESTER_VM_NAME: spec.name, **(spec.labels or {})}
+    template_labels = {**name_label(LABEL_HARVESTER_VM_NAME, spec.name), **(spec.labels or {})}
     return {
         "apiVersion": API_VERSION,
         "kind": "VirtualMachine",
@@ -279,7 +288,7 @@ def render_launcher_pod(
         **(metadata.get("labels") or {}),
         LABEL_APP: LAUNCHER,
         LABEL_CREATED_BY: str(metadata.get("uid", "")),
-        LABEL_VM_NAME: name,
+        **name_label(LABEL_VM_NAME, name),
     }
     labels.pop(LABEL_NODE_NAME, None)
     labels.pop(LABEL_MIGRATION_TARGET_NODE, None)
@@ -349,7 +358,7 @@ def render_migration(
     it: generateName `<vmi>-` (or `kubevirt-evacuation-` with the evacuation annotation)."""
     metadata: Object = {
         "namespace": namespace,
-        "labels": {LABEL_VMI_NAME: vmi_name},
+        "labels": name_label(LABEL_VMI_NAME, vmi_name),
         "annotations": {},
         "finalizers": [MIGRATION_FINALIZER],
     }

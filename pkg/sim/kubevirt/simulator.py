@@ -541,8 +541,11 @@ class KubeVirtSimulator:
             if Phase.parse(status(m).get("phase")) not in FINAL
         }
         keys = []
+        scope = self.config.namespaces
         for vmi in sorted(vmis, key=lambda v: str(meta(v).get("name"))):
             ns, name = str(meta(vmi).get("namespace")), str(meta(vmi).get("name"))
+            if scope is not None and ns not in scope:
+                continue
             if status(vmi).get("nodeName") != node or status(vmi).get("phase") != "Running":
                 continue
             if (vmi.get("spec") or {}).get("evictionStrategy") != LIVE_MIGRATE or (
@@ -550,11 +553,17 @@ class KubeVirtSimulator:
                 name,
             ) in busy:
                 continue
-            created = await self.client.create(
-                VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-                render_migration(ns, name, evacuation_node=node),
-                ns,
-            )
+            try:
+                created = await self.client.create(
+                    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+                    render_migration(ns, name, evacuation_node=node),
+                    ns,
+                )
+            except errors.ApiError as error:
+                # The evacuation controller retries a VMI it could not migrate; one refusal must
+                # not stop the drain of the others.
+                log.warning("drain of %s: cannot migrate %s/%s: %s", node, ns, name, error)
+                continue
             keys.append(f"{ns}/{meta(created).get('name')}")
         log.info("drain of %s: %d evacuation migrations", node, len(keys))
         return keys
