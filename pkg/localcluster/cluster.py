@@ -413,7 +413,9 @@ class LocalCluster:
             "--watch-cache-sizes=podtemplates#0",
         ]
 
-    def _kcm_args(self, ports: Ports) -> list[str]:
+    def _client_component_args(self, port: int) -> list[str]:
+        """What kube-controller-manager and kube-scheduler share: the admin kubeconfig for
+        everything, no leader election (one replica), a private secure port on loopback."""
         kubeconfig = str(self.kubeconfig_path)
         return [
             f"--kubeconfig={kubeconfig}",
@@ -421,24 +423,20 @@ class LocalCluster:
             f"--authorization-kubeconfig={kubeconfig}",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
-            f"--secure-port={ports.controller_manager}",
-            f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
-            f"--root-ca-file={self.pki_dir / 'ca.crt'}",
-            "--controllers=*",
+            f"--secure-port={port}",
             "--profiling=false",
         ]
 
-    def _scheduler_args(self, ports: Ports) -> list[str]:
-        kubeconfig = str(self.kubeconfig_path)
+    def _kcm_args(self, ports: Ports) -> list[str]:
         return [
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports.scheduler}",
-            "--profiling=false",
+            *self._client_component_args(ports.controller_manager),
+            f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
+            f"--root-ca-file={self.pki_dir / 'ca.crt'}",
+            "--controllers=*",
         ]
+
+    def _scheduler_args(self, ports: Ports) -> list[str]:
+        return self._client_component_args(ports.scheduler)
 
     def _kwok_args(self) -> list[str]:
         return [

@@ -1,0 +1,127 @@
+"""Watch-stream decoding and splitting, typed errors, the health server, and informer resync."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from pkg.generic import errors
+from pkg.generic.client import _lines, decode_watch_line
+from pkg.generic.clock import FakeClock, settle
+from pkg.generic.health import HealthServer
+from pkg.generic.informer import ResourceEventHandler, SharedInformer
+from pkg.generic.resource import Object
+from tests.unit.fakes import HANG, ScriptedListerWatcher, pod
+
+
+class FakeContent:
+    """Stands in for aiohttp's StreamReader: hands out scripted chunks."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+async def lines(chunks: list[bytes]) -> list[bytes]:
+    return [line async for line in _lines(FakeContent(chunks))]  # type: ignore[arg-type]
+
+
+async def test_lines_are_split_across_chunks_without_a_length_limit() -> None:
+    big = b'{"type":"ADDED","object":{"metadata":{"name":"' + b"x" * 300_000 + b'"}}}'
+    chunks = [b'{"a":1}\n{"b"', b":2}\n" + big[:1000], big[1000:] + b"\n", b"\n\n"]
+    assert await lines(chunks) == [b'{"a":1}', b'{"b":2}', big]
+
+
+async def test_a_stream_cut_mid_event_hands_the_fragment_on() -> None:
+    fragment = b'{"type":"ADDED","obj'
+    assert await lines([b'{"a":1}\n', fragment]) == [b'{"a":1}', fragment]
+    with pytest.raises(errors.DecodeError, match="not valid JSON"):
+        decode_watch_line(fragment)
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b'{"type":"EXPLODED","object":{"metadata":{}}}', "unknown watch event type"),
+        (b'{"type":"ADDED","object":{"kind":"Status","code":500}}', "carries a Status"),
+        (b'{"type":"ADDED"}', "has no object"),
+        (b"[1,2,3]", "has no object"),
+    ],
+    ids=["unknown-type", "status-as-object", "no-object", "not-an-object"],
+)
+def test_garbage_watch_events_are_refused(line: bytes, reason: str) -> None:
+    with pytest.raises(errors.DecodeError, match=reason):
+        decode_watch_line(line)
+
+
+def test_error_events_and_statuses_become_typed_errors() -> None:
+    event = decode_watch_line(
+        b'{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}'
+    )
+    assert event.type == "ERROR"
+    assert isinstance(errors.from_status(410, event.object), errors.Gone)
+    assert isinstance(errors.from_status(409, {"reason": "AlreadyExists"}), errors.AlreadyExists)
+    assert isinstance(errors.from_status(409, {"reason": "Conflict"}), errors.Conflict)
+    limited = errors.from_status(429, {"message": "slow down"}, retry_after=7.0)
+    assert isinstance(limited, errors.TooManyRequests) and limited.retry_after == 7.0
+    forbidden = errors.from_status(403, {"message": "exceeded quota: q, requested: limits.cpu=3"})
+    assert isinstance(forbidden, errors.Forbidden) and forbidden.message.startswith(
+        "exceeded quota"
+    )
+    assert isinstance(errors.from_status(503, None), errors.ServerError)
+
+
+async def test_health_endpoints() -> None:
+    registry = CollectorRegistry()
+    Counter("harvester_quota_test_total", "a test counter", registry=registry).inc()
+    ready = {"caches": False}
+    server = HealthServer(host="127.0.0.1", port=0, registry=registry)
+    server.add_readiness_check("caches", lambda: ready["caches"])
+    port = await server.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                assert response.status == 200
+            async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                assert response.status == 503 and "caches" in await response.text()
+            ready["caches"] = True
+            async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                assert response.status == 200
+            async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+                assert "harvester_quota_test_total 1.0" in await response.text()
+    finally:
+        await server.stop()
+
+
+async def test_resync_replays_the_cache_to_handlers_that_asked_for_it() -> None:
+    clock = FakeClock()
+    lw = ScriptedListerWatcher()
+    lw.add_list(pod("a", "1"), pod("b", "2"), rv="2")
+    lw.add_watch(HANG)
+    informer = SharedInformer(lw, name="pods", clock=clock, resync_period=30, rng=random.Random(1))
+    replayed: list[str] = []
+    quiet: list[str] = []
+
+    def on_update(old: Object, new: Object) -> None:
+        replayed.append(new["metadata"]["name"])
+
+    informer.add_event_handler(ResourceEventHandler(on_update=on_update), resync=True)
+    informer.add_event_handler(ResourceEventHandler(on_update=lambda o, n: quiet.append("x")))
+    informer.start()
+    await settle(100)
+    await clock.advance(29)
+    assert replayed == []
+    await clock.advance(2)
+    await settle(100)
+    assert sorted(replayed) == ["a", "b"]
+    assert quiet == [], "only handlers that asked for resync get it"
+    await informer.stop()
+    await asyncio.sleep(0)
