@@ -140,6 +140,9 @@ def cmd_scenario_check(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if not args.verbose:
+        # The demo shows a progress table; log lines would scroll it away.
+        logging.getLogger().setLevel(logging.WARNING)
     return run_demo(state_dir=Path(args.state_dir) if args.state_dir else None)
 
 
