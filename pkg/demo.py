@@ -8,7 +8,6 @@ stops the cluster.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from pkg.localcluster import LocalCluster
 from pkg.localcluster.cluster import default_state_dir
-from pkg.scenario.cli import admin_client, run_scenario
+from pkg.scenario.cli import run_on_local_cluster
 from pkg.scenario.progress import comparison_table, summary_row
 from pkg.scenario.schema import ScenarioError, load
 
@@ -61,19 +60,7 @@ def run_demo(state_dir: Path | None = None, report_dir: Path = Path("reports/dem
     _say(f"local cluster up in {time.monotonic() - started:.1f}s ({len(info.nodes)} kwok nodes)")
     _say()
     try:
-
-        async def main() -> dict[str, dict[str, Any]]:
-            async with admin_client(info) as api:
-                return await run_scenario(
-                    scenario,
-                    api=api,
-                    cluster=info,
-                    strategies=STRATEGIES,
-                    report_dir=report_dir,
-                    progress=True,
-                )
-
-        reports = asyncio.run(main())
+        reports = run_on_local_cluster(scenario, info, STRATEGIES, report_dir, progress=True)
     finally:
         cluster.down()
     _say()

@@ -78,6 +78,45 @@ async def run_scenario(
     return reports
 
 
+async def _run_with_kubeconfig(
+    scenario: Scenario, kubeconfig: str, strategies: list[str], directory: Path, progress: bool
+) -> dict[str, dict[str, Any]]:
+    """Against any cluster: the simulators run, but nothing is restarted or stopped."""
+    async with ApiClient(config.load(kubeconfig)) as api:
+        return await run_scenario(
+            scenario,
+            api=api,
+            cluster=None,
+            strategies=strategies,
+            report_dir=directory,
+            progress=progress,
+        )
+
+
+def run_on_local_cluster(
+    scenario: Scenario,
+    info: ClusterInfo,
+    strategies: list[str],
+    report_dir: Path,
+    progress: bool,
+) -> dict[str, dict[str, Any]]:
+    """On our local cluster, whose components the scenario may stop and restart (controller-stop,
+    apiserver restarts) because it knows their state directory."""
+
+    async def main() -> dict[str, dict[str, Any]]:
+        async with admin_client(info) as api:
+            return await run_scenario(
+                scenario,
+                api=api,
+                cluster=info,
+                strategies=strategies,
+                report_dir=report_dir,
+                progress=progress,
+            )
+
+    return asyncio.run(main())
+
+
 def run(
     path: str, *, kubeconfig: str | None, report_dir: str, strategy: str, progress: bool
 ) -> int:
@@ -90,29 +129,14 @@ def run(
     strategies = list(STRATEGIES) if strategy == "both" else [strategy]
     directory = Path(report_dir)
 
-    async def main() -> dict[str, dict[str, Any]]:
-        if kubeconfig:
-            async with ApiClient(config.load(kubeconfig)) as api:
-                return await run_scenario(
-                    scenario,
-                    api=api,
-                    cluster=None,
-                    strategies=strategies,
-                    report_dir=directory,
-                    progress=progress,
-                )
-        info = LocalCluster().up()
-        async with admin_client(info) as api:
-            return await run_scenario(
-                scenario,
-                api=api,
-                cluster=info,
-                strategies=strategies,
-                report_dir=directory,
-                progress=progress,
-            )
-
-    reports = asyncio.run(main())
+    if kubeconfig:
+        reports = asyncio.run(
+            _run_with_kubeconfig(scenario, kubeconfig, strategies, directory, progress)
+        )
+    else:
+        reports = run_on_local_cluster(
+            scenario, LocalCluster().up(), strategies, directory, progress
+        )
     for name, result in reports.items():
         failed = [c for c in result["expectations"] if not c["ok"]]
         state = "expectations met" if not failed else f"{len(failed)} expectation(s) not met"

@@ -60,7 +60,7 @@ _RESOURCE_BY_FIELD: Final = dict(LIMIT_FIELDS)
 _FIELD_BY_RESOURCE: Final = {resource: json_field for json_field, resource in LIMIT_FIELDS}
 
 
-def _go_fold(name: str) -> str:
+def go_fold(name: str) -> str:
     """Go's encoding/json key folding: case-insensitive, one character at a time."""
     folded = []
     for char in name:
@@ -69,9 +69,9 @@ def _go_fold(name: str) -> str:
     return "".join(folded)
 
 
-_FIELD_BY_FOLDED_NAME: Final = {_go_fold(json_field): json_field for json_field, _ in LIMIT_FIELDS}
-_FOLDED_LIMIT: Final = _go_fold(_LIMIT_FIELD)
-_FOLDED_EXTENDED: Final = _go_fold(EXTENDED_FIELD)
+_FIELD_BY_FOLDED_NAME: Final = {go_fold(json_field): json_field for json_field, _ in LIMIT_FIELDS}
+_FOLDED_LIMIT: Final = go_fold(_LIMIT_FIELD)
+_FOLDED_EXTENDED: Final = go_fold(EXTENDED_FIELD)
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def parse_namespace_resource_quota_details(text: str) -> NamespaceResourceQuota:
     extended: dict[str, str] = {}
     extended_errors: list[str] = []
     for key, value in decoded:
-        if _go_fold(key) == _FOLDED_LIMIT:
+        if go_fold(key) == _FOLDED_LIMIT:
             _decode_limit(text, value, strings, extended, extended_errors)
 
     limit: ResourceList = {}
@@ -176,7 +176,7 @@ def _decode_limit(
     if not isinstance(value, _JsonObject):
         _invalid(text, f"field {_LIMIT_FIELD} must be a JSON object")
     for key, item in value:
-        folded = _go_fold(key)
+        folded = go_fold(key)
         if folded == _FOLDED_EXTENDED:
             _decode_extended(item, extended, extended_errors)
             continue

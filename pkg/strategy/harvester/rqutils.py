@@ -38,7 +38,7 @@ from pkg.util.annotations import (
     migrating_uid_annotation_key,
 )
 from pkg.util.quantity import Quantity
-from pkg.util.rancher import LIMIT_FIELDS
+from pkg.util.rancher import LIMIT_FIELDS, go_fold
 from pkg.util.resources import ResourceList
 
 __all__ = [
@@ -266,17 +266,8 @@ def is_auto_scaling_disabled(rq: Mapping[str, Any]) -> bool:
 _FIELD_NAMES: Final = tuple(json_field for json_field, _ in LIMIT_FIELDS)
 
 
-def _go_fold(name: str) -> str:
-    """encoding/json's case-insensitive field match, one character at a time."""
-    folded = []
-    for char in name:
-        upper = char.upper()
-        folded.append(upper.lower() if len(upper) == 1 else char)
-    return "".join(folded)
-
-
-_FIELD_BY_FOLD: Final = {_go_fold(name): name for name in _FIELD_NAMES}
-_FOLDED_LIMIT: Final = _go_fold("limit")
+_FIELD_BY_FOLD: Final = {go_fold(name): name for name in _FIELD_NAMES}
+_FOLDED_LIMIT: Final = go_fold("limit")
 
 
 @dataclass(frozen=True)
@@ -335,12 +326,12 @@ def decode_namespace_resource_quota(text: str) -> RancherQuotaLimit | None:
         _type_error(text, "not a JSON object")
     fields: dict[str, str] = {}
     for key, value in decoded:
-        if _go_fold(key) != _FOLDED_LIMIT or value is None:
+        if go_fold(key) != _FOLDED_LIMIT or value is None:
             continue
         if not isinstance(value, _Pairs):
             _type_error(text, "field limit is not a JSON object")
         for inner_key, inner_value in value:
-            json_field = _FIELD_BY_FOLD.get(_go_fold(inner_key))
+            json_field = _FIELD_BY_FOLD.get(go_fold(inner_key))
             if json_field is None or inner_value is None:
                 continue
             if not isinstance(inner_value, str):
