@@ -56,13 +56,17 @@ STEP_TIMEOUT = 60.0
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 
-def default_state_dir() -> Path:
-    """$HARVESTER_QUOTA_STATE_DIR, else $XDG_STATE_HOME/harvester-quota/cluster."""
-    explicit = os.environ.get(ENV_STATE_DIR)
+def default_state_dir(name: str = "cluster", env_var: str = ENV_STATE_DIR) -> Path:
+    """$``env_var``, else $XDG_STATE_HOME/harvester-quota/``name``.
+
+    Each user of a local cluster (the CLI's, the demo's, the test session's, the benchmark's)
+    names its own directory, so that none of them stops or reuses another's cluster.
+    """
+    explicit = os.environ.get(env_var)
     if explicit:
         return Path(explicit)
     xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "harvester-quota" / "cluster"
+    return Path(xdg) / "harvester-quota" / name
 
 
 class _PortConflict(Exception):

@@ -7,7 +7,6 @@ killed leaves a stale state directory; the next session's `up` stops what is lef
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,8 +24,7 @@ ENV_TEST_STATE_DIR = "HARVESTER_QUOTA_TEST_STATE_DIR"
 
 
 def session_state_dir() -> Path:
-    explicit = os.environ.get(ENV_TEST_STATE_DIR)
-    return Path(explicit) if explicit else default_state_dir().parent / "pytest"
+    return default_state_dir("pytest", ENV_TEST_STATE_DIR)
 
 
 @pytest.fixture(scope="session")
