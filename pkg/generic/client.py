@@ -7,8 +7,9 @@ reflector gives them an inactivity deadline, so a half-open connection never han
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,11 +19,13 @@ import orjson
 from pkg import __version__
 from pkg.generic import errors
 from pkg.generic.config import ClientConfig
+from pkg.generic.listdecode import ListDecodeError, ListSplitter
 from pkg.generic.resource import Object, Resource
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 30.0
+LIST_READ_SIZE = 1 << 18
 CONNECT_TIMEOUT = 10.0
 USER_AGENT = f"harvester-quota/{__version__} (python; aiohttp)"
 PATCH_CONTENT_TYPES = {
@@ -47,7 +50,7 @@ class WatchEvent:
 class ListResult:
     """The items of a (possibly paginated) list and the resourceVersion it is consistent with."""
 
-    items: list[Object]
+    items: list[Any]  # objects, or what the caller's ``each`` made of them
     resource_version: str
     paginated: bool
 
@@ -132,6 +135,37 @@ class ApiClient:
             headers["Content-Type"] = content_type
         return headers
 
+    @contextlib.asynccontextmanager
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        content_type: str = "application/json",
+        request_timeout: float | None = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One request whose response the caller reads; transport failures become ApiErrors."""
+        try:
+            async with self.session.request(
+                method,
+                self.config.host + path,
+                params=params,
+                data=data,
+                headers=self._headers(content_type if data is not None else None),
+                timeout=aiohttp.ClientTimeout(
+                    total=request_timeout or self.timeout, sock_connect=CONNECT_TIMEOUT
+                ),
+            ) as response:
+                yield response
+        except aiohttp.ClientConnectorError as error:
+            raise errors.ConnectionRefused(f"{method} {path}: {error}") from error
+        except aiohttp.ClientError as error:
+            raise errors.ConnectionFailed(f"{method} {path}: {error}") from error
+        except TimeoutError as error:
+            raise errors.ConnectionFailed(f"{method} {path}: timed out") from error
+
     async def request(
         self,
         method: str,
@@ -144,25 +178,36 @@ class ApiClient:
     ) -> Object:
         """One request; returns the decoded JSON object or raises a typed ApiError."""
         data = orjson.dumps(body) if body is not None else None
-        try:
-            async with self.session.request(
-                method,
-                self.config.host + path,
-                params=params,
-                data=data,
-                headers=self._headers(content_type if data is not None else None),
-                timeout=aiohttp.ClientTimeout(
-                    total=request_timeout or self.timeout, sock_connect=CONNECT_TIMEOUT
-                ),
-            ) as response:
-                raw = await response.read()
-                return self._decode(response, raw, method, path)
-        except aiohttp.ClientConnectorError as error:
-            raise errors.ConnectionRefused(f"{method} {path}: {error}") from error
-        except aiohttp.ClientError as error:
-            raise errors.ConnectionFailed(f"{method} {path}: {error}") from error
-        except TimeoutError as error:
-            raise errors.ConnectionFailed(f"{method} {path}: timed out") from error
+        async with self._exchange(
+            method,
+            path,
+            params=params,
+            data=data,
+            content_type=content_type,
+            request_timeout=request_timeout,
+        ) as response:
+            return self._decode(response, await response.read(), method, path)
+
+    async def _list_page(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        each: Callable[[Object], Any] | None,
+        request_timeout: float | None,
+    ) -> tuple[Object, list[Any]]:
+        """One page decoded item by item as it arrives (see listdecode for why)."""
+        async with self._exchange(
+            "GET", path, params=params, request_timeout=request_timeout
+        ) as response:
+            if response.status >= 400:
+                self._decode(response, await response.read(), "GET", path)  # raises
+            splitter = ListSplitter(each)
+            try:
+                async for chunk in response.content.iter_chunked(LIST_READ_SIZE):
+                    splitter.feed(chunk)
+                return splitter.finish(), splitter.items
+            except ListDecodeError as error:
+                raise errors.DecodeError(f"GET {path}: {error}", status=response.status) from error
 
     def _decode(
         self, response: aiohttp.ClientResponse, raw: bytes, method: str, path: str
@@ -203,17 +248,9 @@ class ApiClient:
         request_timeout: float | None = None,
     ) -> Object:
         """One page of a list (the raw List object, with metadata.continue when there is more)."""
-        params: dict[str, str] = {}
-        if resource_version is not None:
-            params["resourceVersion"] = resource_version
-        if limit:
-            params["limit"] = str(limit)
-        if continue_token:
-            params["continue"] = continue_token
-        if label_selector:
-            params["labelSelector"] = label_selector
-        if field_selector:
-            params["fieldSelector"] = field_selector
+        params = _list_params(
+            resource_version, limit, continue_token, label_selector, field_selector
+        )
         return await self.request(
             "GET", resource.path(namespace), params=params, request_timeout=request_timeout
         )
@@ -228,23 +265,27 @@ class ApiClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         request_timeout: float | None = None,
+        each: Callable[[Object], Any] | None = None,
     ) -> ListResult:
-        """Every item, following continue tokens; an expired token restarts as one full list."""
-        items: list[Object] = []
+        """Every item, following continue tokens; an expired token restarts as one full list.
+
+        Items are decoded one at a time as the response arrives; ``each`` maps every item as it
+        is decoded (to the compact form a cache keeps, say) and ``items`` holds what it returns.
+        """
+        items: list[Any] = []
         token: str | None = None
         paginated = False
+        path = resource.path(namespace)
         while True:
+            params = _list_params(
+                resource_version if token is None else None,
+                page_size,
+                token,
+                label_selector,
+                field_selector,
+            )
             try:
-                page = await self.list(
-                    resource,
-                    namespace,
-                    resource_version=resource_version if token is None else None,
-                    limit=page_size or None,
-                    continue_token=token,
-                    label_selector=label_selector,
-                    field_selector=field_selector,
-                    request_timeout=request_timeout,
-                )
+                list_object, page_items = await self._list_page(path, params, each, request_timeout)
             except errors.Gone:
                 if token is None:
                     raise
@@ -257,12 +298,10 @@ class ApiClient:
                     label_selector=label_selector,
                     field_selector=field_selector,
                     request_timeout=request_timeout,
+                    each=each,
                 )
-            page_items = page.get("items")
-            if not isinstance(page_items, list):
-                raise errors.DecodeError(f"list of {resource.name} has no items array")
             items.extend(page_items)
-            metadata = page.get("metadata") or {}
+            metadata = list_object.get("metadata") or {}
             token = metadata.get("continue") or None
             if token is None:
                 return ListResult(items, str(metadata.get("resourceVersion", "")), paginated)
@@ -382,6 +421,27 @@ class ApiClient:
         if preconditions:
             body["preconditions"] = dict(preconditions)
         return await self.request("DELETE", resource.path(namespace, name), body=body)
+
+
+def _list_params(
+    resource_version: str | None,
+    limit: int | None,
+    continue_token: str | None,
+    label_selector: str | None,
+    field_selector: str | None,
+) -> dict[str, str]:
+    params: dict[str, str] = {}
+    if resource_version is not None:
+        params["resourceVersion"] = resource_version
+    if limit:
+        params["limit"] = str(limit)
+    if continue_token:
+        params["continue"] = continue_token
+    if label_selector:
+        params["labelSelector"] = label_selector
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    return params
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:

@@ -34,7 +34,17 @@ from pkg.generic.reflector import (
     Reflector,
 )
 from pkg.generic.resource import Object, Resource, key_of
-from pkg.generic.store import Codec, IndexFunc, Store, Tombstone, Transform, strip_unread_fields
+from pkg.generic.store import (
+    DEFAULT_CODEC,
+    Codec,
+    Encoded,
+    IndexFunc,
+    Prepared,
+    Store,
+    Tombstone,
+    Transform,
+    strip_unread_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +63,19 @@ class ResourceEventHandler:
 
 @dataclass(slots=True)
 class _Notification:
+    """What a listener is told. ``old``/``new`` are objects, Tombstones, or Encoded store values
+    decoded only when delivered (see Encoded)."""
+
     kind: str  # "add" | "update" | "delete" | "synced"
     old: Any = None
     new: Any = None
     initial: bool = False
+
+    def old_object(self) -> Any:
+        return self.old.get() if isinstance(self.old, Encoded) else self.old
+
+    def new_object(self) -> Any:
+        return self.new.get() if isinstance(self.new, Encoded) else self.new
 
 
 @dataclass
@@ -107,26 +126,35 @@ class _Listener:
         try:
             if notification.kind == "add":
                 result = (
-                    handler.on_add(notification.new, notification.initial)
+                    handler.on_add(notification.new_object(), notification.initial)
                     if handler.on_add
                     else None
                 )
             elif notification.kind == "update":
                 result = (
-                    handler.on_update(notification.old, notification.new)
+                    handler.on_update(notification.old_object(), notification.new_object())
                     if handler.on_update
                     else None
                 )
             else:
-                result = handler.on_delete(notification.old) if handler.on_delete else None
+                result = handler.on_delete(notification.old_object()) if handler.on_delete else None
             if inspect.isawaitable(result):
                 await result
         except asyncio.CancelledError:
             raise
         except Exception:
-            subject = notification.new if notification.new is not None else notification.old
-            key = subject.key if isinstance(subject, Tombstone) else key_of(subject or {})
-            log.exception("%s: %s handler failed for %s", self.name, notification.kind, key)
+            log.exception(
+                "%s: %s handler failed for %s", self.name, notification.kind, _key(notification)
+            )
+
+
+def _key(notification: _Notification) -> str:
+    subject = notification.new if notification.new is not None else notification.old
+    if isinstance(subject, Tombstone):
+        return subject.key
+    if isinstance(subject, Encoded):
+        subject = subject.get()
+    return key_of(subject or {})
 
 
 class SharedInformer:
@@ -140,7 +168,7 @@ class SharedInformer:
         clock: Clock = REAL_CLOCK,
         transform: Transform | None = strip_unread_fields,
         indexers: dict[str, IndexFunc] | None = None,
-        codec: Codec | str = "json",
+        codec: Codec | str = DEFAULT_CODEC,
         resync_period: float = 0.0,
         inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
         rng: random.Random | None = None,
@@ -190,17 +218,20 @@ class SharedInformer:
 
     # ReflectorSink ------------------------------------------------------------------------------
 
-    def on_list(self, items: list[Object], resource_version: str) -> None:
+    def prepare_listed(self, item: Object) -> Prepared:
+        """Transforms and encodes each listed item as it arrives, so its dicts can go at once."""
+        return self.store.prepare(self._transform(item) if self._transform else item)
+
+    def on_list(self, items: list[Prepared], resource_version: str) -> None:
         first = not self._synced.is_set()
-        transform = self._transform
-        objects = [transform(item) for item in items] if transform else items
-        for change in self.store.replace(objects):
+        for change in self.store.replace_prepared(items):
             if change.new is None:
                 assert change.old is not None
-                self._broadcast(_Notification("delete", old=Tombstone(change.key, change.old)))
+                tombstone = Tombstone(change.key, change.old.get())
+                self._broadcast(_Notification("delete", old=tombstone))
             elif change.old is None:
                 self._broadcast(_Notification("add", new=change.new, initial=first))
-            elif _version(change.old) != _version(change.new):
+            elif not change.unchanged:
                 self._broadcast(_Notification("update", old=change.old, new=change.new))
         if first:
             self._broadcast(_Notification("synced"))
@@ -262,10 +293,6 @@ class SharedInformer:
                         listener.push(_Notification("update", old=obj, new=obj))
 
 
-def _version(obj: Object) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
-
-
 @dataclass(frozen=True)
 class InformerKey:
     resource: Resource
@@ -303,7 +330,7 @@ class SharedInformerFactory:
         field_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
         transform: Transform | None = strip_unread_fields,
-        codec: Codec | str = "json",
+        codec: Codec | str = DEFAULT_CODEC,
     ) -> SharedInformer:
         """The shared informer for this resource; indexers asked for later are added to it."""
         key = InformerKey(resource, namespace or self._namespace, label_selector, field_selector)

@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pkg.generic import errors
 from pkg.generic.client import ApiClient, ListResult, WatchEvent, status_error
@@ -38,12 +38,17 @@ MIN_WATCH_TIMEOUT = 300
 DEFAULT_INACTIVITY_TIMEOUT = 90.0
 VERY_SHORT_WATCH = 1.0
 PAGE_SIZE = 500
+ItemHook = Callable[[Object], Any]
 
 
 class ListerWatcher(Protocol):
     """Where a reflector gets its data: the API server, or a scripted fake in unit tests."""
 
-    async def list(self, *, resource_version: str, page_size: int) -> ListResult: ...
+    async def list(
+        self, *, resource_version: str, page_size: int, each: ItemHook | None = None
+    ) -> ListResult:
+        """All items at ``resource_version``, each mapped through ``each`` as it is decoded."""
+        ...
 
     def watch(
         self, *, resource_version: str, timeout_seconds: int
@@ -60,8 +65,19 @@ class ClientListerWatcher:
     label_selector: str | None = None
     field_selector: str | None = None
 
-    async def list(self, *, resource_version: str, page_size: int) -> ListResult:
-        result = await self.client.list_all(
+    async def list(
+        self, *, resource_version: str, page_size: int, each: ItemHook | None = None
+    ) -> ListResult:
+        api_version, kind = self.resource.api_version, self.resource.kind
+
+        def fill_then_each(item: Object) -> Any:
+            # List items carry no kind/apiVersion (watch events do); fill them so that every
+            # cached object can be referred to (events, owner references) the same way.
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+            return each(item) if each else item
+
+        return await self.client.list_all(
             self.resource,
             self.namespace,
             resource_version=resource_version,
@@ -69,13 +85,8 @@ class ClientListerWatcher:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             request_timeout=120.0,
+            each=fill_then_each,
         )
-        # List items carry no kind/apiVersion (watch events do); fill them so that every cached
-        # object can be referred to (events, owner references) the same way.
-        for item in result.items:
-            item.setdefault("apiVersion", self.resource.api_version)
-            item.setdefault("kind", self.resource.kind)
-        return result
 
     def watch(self, *, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
         return self.client.watch(
@@ -91,7 +102,11 @@ class ClientListerWatcher:
 class ReflectorSink(Protocol):
     """What a reflector feeds: the informer, which updates its store and notifies handlers."""
 
-    def on_list(self, items: list[Object], resource_version: str) -> None: ...
+    def prepare_listed(self, item: Object) -> Any:
+        """Called for each listed item as it arrives; what it returns is what on_list gets."""
+        ...
+
+    def on_list(self, items: list[Any], resource_version: str) -> None: ...
 
     def on_event(self, event_type: str, obj: Object) -> None: ...
 
@@ -206,7 +221,9 @@ class Reflector:
         self.lists += 1
         try:
             result = await self._lw.list(
-                resource_version=resource_version, page_size=self._page_size(resource_version)
+                resource_version=resource_version,
+                page_size=self._page_size(resource_version),
+                each=self._sink.prepare_listed,
             )
         except errors.ApiError as error:
             if not _version_unavailable(error):
@@ -216,7 +233,11 @@ class Reflector:
             )
             self._version_unavailable = True
             resource_version = self.relist_resource_version()
-            result = await self._lw.list(resource_version=resource_version, page_size=PAGE_SIZE)
+            result = await self._lw.list(
+                resource_version=resource_version,
+                page_size=PAGE_SIZE,
+                each=self._sink.prepare_listed,
+            )
         if resource_version == "0" and result.paginated:
             self._paginated_result = True
         self._version_unavailable = False

@@ -22,7 +22,7 @@ from pkg.generic.client import ApiClient, ListResult, WatchEvent
 from pkg.generic.controller import Controller
 from pkg.generic.events import WARNING, EventRecorder
 from pkg.generic.informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
-from pkg.generic.reflector import ClientListerWatcher
+from pkg.generic.reflector import ClientListerWatcher, ItemHook
 from pkg.generic.resource import CONFIG_MAPS, EVENTS, LEASES, Object, Resource
 from pkg.generic.store import Tombstone
 from pkg.localcluster import ClusterInfo, LocalCluster
@@ -160,10 +160,14 @@ class Partition:
         self.cut.clear()
         self.connected.set()
 
-    async def list(self, *, resource_version: str, page_size: int) -> ListResult:
+    async def list(
+        self, *, resource_version: str, page_size: int, each: ItemHook | None = None
+    ) -> ListResult:
         self.list_versions.append(resource_version)
         await self.connected.wait()
-        return await self.inner.list(resource_version=resource_version, page_size=page_size)
+        return await self.inner.list(
+            resource_version=resource_version, page_size=page_size, each=each
+        )
 
     def watch(self, *, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
         return self._watch(resource_version, timeout_seconds)

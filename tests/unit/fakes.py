@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pkg.generic.client import ListResult, WatchEvent
+from pkg.generic.reflector import ItemHook
 from pkg.generic.resource import Object
 
 HANG = "hang"
@@ -54,14 +55,20 @@ class ScriptedListerWatcher:
     def add_watch(self, *steps: Any) -> None:
         self.watches.append(list(steps))
 
-    async def list(self, *, resource_version: str, page_size: int) -> ListResult:
+    async def list(
+        self, *, resource_version: str, page_size: int, each: ItemHook | None = None
+    ) -> ListResult:
         self.list_calls.append((resource_version, page_size))
         if not self.lists:
             raise ConnectionError("no scripted list left")
         answer = self.lists.popleft()
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        if each is None:
+            return answer
+        # As the client does: each item, a fresh copy as if just decoded, through ``each``.
+        items = [each(copy.deepcopy(item)) for item in answer.items]
+        return ListResult(items, answer.resource_version, answer.paginated)
 
     def watch(self, *, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
         self.watch_calls.append((resource_version, timeout_seconds))
@@ -88,6 +95,9 @@ class RecordingSink:
 
     lists: list[tuple[list[Object], str]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def prepare_listed(self, item: Object) -> Object:
+        return item
 
     def on_list(self, items: list[Object], resource_version: str) -> None:
         self.lists.append((items, resource_version))

@@ -11,7 +11,7 @@ import pytest
 from pkg.generic.clock import FakeClock, settle
 from pkg.generic.informer import ResourceEventHandler, SharedInformer
 from pkg.generic.resource import Object
-from pkg.generic.store import Store, Tombstone
+from pkg.generic.store import Encoded, Store, Tombstone
 from tests.unit.fakes import HANG, ScriptedListerWatcher, error_event, event, pod
 
 
@@ -227,3 +227,57 @@ def test_indexers_added_later_index_what_is_cached() -> None:
     assert store.index_keys("app", "x") == ["ns/a"]
     with pytest.raises(ValueError, match="exists already"):
         store.add_indexers({"app": lambda o: []})
+
+
+def test_an_index_added_between_prepare_and_replace_is_still_built() -> None:
+    """A relist prepares items while the list arrives; an indexer registered meanwhile must not
+    leave those items out of its index."""
+    store = Store()
+    prepared = [store.prepare(pod("a", "1", labels={"app": "x"}))]
+    store.add_indexers({"app": lambda o: [o["metadata"]["labels"]["app"]]})
+
+    store.replace_prepared(prepared)
+
+    assert store.index_keys("app", "x") == ["ns/a"]
+
+
+@pytest.mark.parametrize("codec", ["dict", "json", "zlib"])
+def test_replace_reports_only_what_changed(codec: str) -> None:
+    store = Store(codec=codec)
+    store.replace([pod("same", "1"), pod("changed", "2"), pod("gone", "3")])
+
+    changes = {
+        c.key: c for c in store.replace([pod("same", "1"), pod("changed", "4"), pod("new", "5")])
+    }
+
+    assert changes["ns/same"].unchanged
+    assert not changes["ns/changed"].unchanged
+    assert changes["ns/new"].old is None
+    gone = changes["ns/gone"]
+    assert gone.new is None and gone.old is not None
+    assert gone.old.get()["metadata"]["resourceVersion"] == "3"
+    assert store.list_keys() == ["ns/same", "ns/changed", "ns/new"]
+
+
+async def test_notifications_queued_after_a_list_hold_no_decoded_objects(clock: FakeClock) -> None:
+    """After a big relist every handler has one notification per object queued; they must cost
+    what the cache costs (the stored bytes), not a dict each, until they are delivered."""
+    lw = ScriptedListerWatcher()
+    lw.add_list(*(pod(f"p{index}", str(index)) for index in range(50)), rv="50")
+    lw.add_watch(HANG)
+    gate = asyncio.Event()
+    slow = Recorder(delay=gate)
+    shared = informer(lw, clock)
+    registration = shared.add_event_handler(slow.handler())
+    shared.start()
+    await settle(50)
+
+    queued = list(registration.listener.queue)
+    assert len(queued) >= 49
+    assert all(isinstance(n.new, Encoded) and n.new._object is None for n in queued[:-1])
+
+    gate.set()
+    await settle(200)
+    assert len(slow.seen) == 50
+    assert slow.seen[0] == ("add", "p0", "0", True)
+    await shared.stop()

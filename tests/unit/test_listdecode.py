@@ -1,0 +1,171 @@
+"""The streamed list decoder gives exactly what a whole decode gives, for any chunking."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pkg.generic import listdecode
+from pkg.generic.listdecode import ListDecodeError, ListSplitter, split_list
+
+
+def _pod(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "ownerReferences": [
+                {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": name},
+                {"apiVersion": "v1", "kind": "Node", "name": "n"},
+            ],
+            "annotations": {"tricky": 'x},{"metadata":{}}] and }] and [{"a":1}]'},
+        },
+        "spec": {"containers": [{"name": "compute"}, {"name": "sidecar"}]},
+        **extra,
+    }
+
+
+def _pod_list(items: list[dict[str, Any]]) -> bytes:
+    """As the API server writes a built-in kind's list: header first, items without kind."""
+    body = {
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "4711", "continue": "abc"},
+        "items": items,
+    }
+    return orjson.dumps(body)
+
+
+def _custom_resource_list(items: list[dict[str, Any]]) -> bytes:
+    """As the API server writes an unstructured list: keys sorted, metadata after the items."""
+    body = {
+        "apiVersion": "kubevirt.io/v1",
+        "items": [
+            {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", **item}
+            for item in items
+        ],
+        "kind": "VirtualMachineInstanceList",
+        "metadata": {"resourceVersion": "99", "continue": ""},
+    }
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+@pytest.mark.parametrize("encode", [_pod_list, _custom_resource_list])
+@pytest.mark.parametrize("count", [0, 1, 2, 7])
+@pytest.mark.parametrize("chunk", [1, 13, 4096])
+def test_items_and_list_metadata_match_a_whole_decode(encode: Any, count: int, chunk: int) -> None:
+    raw = encode([_pod(f"p{index}") for index in range(count)])
+    whole = orjson.loads(raw)
+
+    list_object, items = split_list(raw, chunk=chunk)
+
+    assert items == whole.pop("items")
+    assert list_object == whole
+
+
+def test_each_is_applied_as_items_arrive_and_its_results_kept() -> None:
+    raw = _pod_list([_pod("a"), _pod("b"), _pod("c")])
+    splitter = ListSplitter(lambda item: item["metadata"]["name"])
+    seen_after_first_half: list[Any] = []
+
+    splitter.feed(raw[: len(raw) // 2])
+    seen_after_first_half.extend(splitter.items)
+    splitter.feed(raw[len(raw) // 2 :])
+    splitter.finish()
+
+    assert seen_after_first_half  # at least one item was ready before the response ended
+    assert splitter.items == ["a", "b", "c"]
+
+
+def test_pretty_printed_list_falls_back_to_a_whole_decode() -> None:
+    body = {"kind": "PodList", "metadata": {"resourceVersion": "5"}, "items": [_pod("a")]}
+    raw = json.dumps(body, indent=2).encode()
+
+    list_object, items = split_list(raw, chunk=7)
+
+    assert items == [_pod("a")]
+    assert list_object["metadata"]["resourceVersion"] == "5"
+
+
+def test_items_starting_with_different_keys_still_decode() -> None:
+    items = [{"metadata": {"name": "a"}}, {"apiVersion": "v1", "metadata": {"name": "b"}}]
+    raw = orjson.dumps({"items": items, "metadata": {"resourceVersion": "1"}})
+
+    list_object, decoded = split_list(raw, chunk=5)
+
+    assert decoded == items
+    assert list_object == {"metadata": {"resourceVersion": "1"}}
+
+
+@pytest.mark.parametrize("cut", [1, 40, -200, -3, -1])
+def test_a_truncated_list_is_an_error_not_a_short_list(cut: int) -> None:
+    raw = _pod_list([_pod("a"), _pod("b")])
+
+    with pytest.raises(ListDecodeError):
+        split_list(raw[:cut], chunk=16)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"not json", b"[1,2]", b'{"kind":"Status"}', b'{"items":[1,2]}', b'{"items":{}}'],
+)
+def test_what_is_not_a_list_of_objects_is_an_error(raw: bytes) -> None:
+    with pytest.raises(ListDecodeError):
+        split_list(raw)
+
+
+def test_an_unparseable_item_stops_searching_after_bounded_tries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A corrupt item would make every later candidate fail too; the decoder gives up early and
+    lets the whole decode report the error instead of parsing ever longer prefixes."""
+    monkeypatch.setattr(listdecode, "MAX_TRIES_PER_ITEM", 3)
+    good = _pod_list([_pod(f"p{index}") for index in range(50)])
+    corrupt = good.replace(b'"name":"p1",', b'"name":"p1",,', 1)
+    attempts = 0
+    real_loads = orjson.loads
+
+    def counting_loads(data: Any) -> Any:
+        nonlocal attempts
+        attempts += 1
+        return real_loads(data)
+
+    monkeypatch.setattr(listdecode.orjson, "loads", counting_loads)
+
+    with pytest.raises(ListDecodeError):
+        split_list(corrupt, chunk=len(corrupt))
+
+    assert attempts <= 1 + 4 + 1  # item p0, four tries on p1, one whole decode
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(alphabet='{}[],:"\\ab'),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["metadata", "apiVersion", "x"]), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    items=st.lists(st.dictionaries(st.sampled_from(["metadata", "spec"]), json_values), max_size=5),
+    chunk=st.integers(min_value=1, max_value=64),
+    sort_keys=st.booleans(),
+)
+def test_any_list_of_objects_decodes_like_orjson(
+    items: list[dict[str, Any]], chunk: int, sort_keys: bool
+) -> None:
+    body = {"kind": "List", "metadata": {"resourceVersion": "3"}, "items": items}
+    raw = orjson.dumps(body, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+
+    list_object, decoded = split_list(raw, chunk=chunk)
+
+    assert decoded == items
+    assert list_object == {"kind": "List", "metadata": {"resourceVersion": "3"}}
