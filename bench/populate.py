@@ -3,7 +3,7 @@
 The pods look like what KubeVirt creates for a VM (labels, annotations, a compute container with
 KubeVirt's device resources and one log sidecar, KubeVirt's volumes, an ownerReference to the
 VirtualMachineInstance), and kwok writes their status, so every cached object carries the
-managedFields of two managers and a realistic size (about 9 KB of JSON as served).
+managedFields of two managers and a realistic size (about 11 KB of JSON as served).
 
 Population is idempotent and incremental: pod ``i`` has a fixed name, namespace and node, so the
 1k, 10k and 50k runs of one session share the pods, and ``--reuse`` on a kept cluster creates only
