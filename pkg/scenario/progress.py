@@ -134,6 +134,10 @@ def comparison_table(reports: dict[str, dict[str, Any]]) -> str:
     for key, label in ROWS:
         cells = "".join(f"{_cell(rows[s][key]):>22}" for s in strategies)
         lines.append(f"{label:<{width}}{cells}")
+    for strategy in strategies:
+        for namespace, keys in rows[strategy]["drift"].items():
+            above = ", ".join(f"{key} +{value}" for key, value in keys.items())
+            lines.append(f"drift, {strategy}, {namespace}: {above}")
     return "\n".join(lines)
 
 
@@ -141,13 +145,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict):
-        return (
-            "none"
-            if not value
-            else "; ".join(
-                f"{ns}: " + ",".join(f"{k}+{v}" for k, v in d.items()) for ns, d in value.items()
-            )[:21]
-        )
+        # The keys and amounts follow the table, in full: a cell is too narrow for them.
+        return f"{len(value)} quota(s), below" if value else "none"
     if isinstance(value, list):
         return ",".join(value) if value else "none"
     return str(value)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pkg.scenario.runner import STALE_PREFIXES, RunResult
+from pkg.scenario.schema import UNFINISHED
 from pkg.sim.kubevirt.record import MigrationRecord
 from pkg.util import resources
 from pkg.util.quantity import Quantity
@@ -36,7 +37,7 @@ def _migration(record: MigrationRecord, result: RunResult) -> dict[str, Any]:
         "vm": record.vmi,
         "namespace": result.original(record.namespace),
         "migration": record.name,
-        "outcome": record.outcome.value if record.outcome is not None else "Unfinished",
+        "outcome": record.outcome.value if record.outcome is not None else UNFINISHED,
         "blocked_seconds": round(blocked, 2) if blocked is not None else None,
         "refusals": record.refusals,
         "first_refusal": record.refusal_messages[0] if record.refusal_messages else None,
@@ -90,13 +91,9 @@ def build_report(result: RunResult) -> dict[str, Any]:
     invariants = {
         "final_hard_equals_base": all(q["final_hard_equals_base"] for q in quotas.values()),
         "no_stale_annotation": all(not q["stale_annotations"] for q in quotas.values()),
-        "every_migration_finished": all(m["outcome"] != "Unfinished" for m in migrations),
+        "every_migration_finished": all(m["outcome"] != UNFINISHED for m in migrations),
     }
-    expected = (
-        result.scenario.expect_harvester
-        if result.strategy == "harvester"
-        else result.scenario.expect
-    )
+    expected = result.scenario.expectations(result.strategy)
     checks = check_expectations(expected, migrations, quotas, writes, result)
     return {
         "scenario": result.scenario.name,

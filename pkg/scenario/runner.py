@@ -49,6 +49,8 @@ RATIO_SETTING = "additional-guest-memory-overhead-ratio"
 SAMPLE_INTERVAL = 0.5
 SETTLE_TIMEOUT = 20.0
 FINAL_WAIT = 600.0
+FINAL_WAIT_EXPECTING_UNFINISHED = 5.0
+"""When the scenario says a migration stays stuck, the end waits only this long for the others."""
 STALE_PREFIXES = ("harvesterhci.io/migrating", "harvester-quota.io/applied")
 RANCHER_TO_HARD = dict(LIMIT_FIELDS)
 
@@ -186,7 +188,11 @@ class ScenarioRun:
 
     def _new_strategy(self) -> OurStrategy | HarvesterStrategy:
         if self.strategy_name == "harvester":
-            return HarvesterStrategy(self.api, kubevirt_version=self.scenario.kubevirt_version)
+            return HarvesterStrategy(
+                self.api,
+                kubevirt_version=self.scenario.kubevirt_version,
+                compensation=self.scenario.harvester_compensation,
+            )
         return OurStrategy(
             self.api,
             self.cluster,
@@ -291,7 +297,8 @@ class ScenarioRun:
     async def _finish(self) -> None:
         """Waits for every migration, then for the quotas to settle, then takes the final look."""
         assert self.kubevirt is not None
-        await self._wait_migrations(FINAL_WAIT)
+        stuck = self.scenario.expects_unfinished(self.strategy_name)
+        await self._wait_migrations(FINAL_WAIT_EXPECTING_UNFINISHED if stuck else FINAL_WAIT)
         await self._settle(SETTLE_TIMEOUT)
         for name, real in self.namespaces.items():
             quota = await self.quota(real)

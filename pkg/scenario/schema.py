@@ -17,6 +17,8 @@ Schema (every key optional unless marked *):
       source_pod_grace: 8           # seconds a source pod keeps counting after its migration
       parallel: {cluster: 5, per_node: 2}
     rancher: {version: "2.12"}      # simulate Rancher's quota sync (absent: standalone quotas)
+    harvester: {compensation: true} # --strategy harvester: false leaves out v1.9's compensation of
+                                    # a refused migration (Harvester v1.4.2 to v1.8.2, the v1.7.0 seed)
     namespaces*:
       - name: str*
         quota: {limitsCpu: "30", ...}    # Rancher's field.cattle.io/resourceQuota limit, or
@@ -40,7 +42,8 @@ Schema (every key optional unless marked *):
       - abort: vm1                  # abort the VM's running migration
       - wait: 5 | migrations | {seconds: 5} | {for: migrations, timeout: 120}
     expect:                         # checked at the end (for our strategy)
-      outcome: Succeeded            # every migration's outcome (or {vm1: Failed, ...})
+      outcome: Succeeded            # every migration's outcome (or {vm1: Failed, ...});
+                                    # Unfinished: still running or Pending at the end
       quota_at_base: true
       no_stale_annotations: true
       max_blocked_seconds: 0
@@ -79,7 +82,8 @@ STEP_KINDS = (
     "abort",
     "wait",
 )
-OUTCOMES = ("Succeeded", "Failed", "Aborted")
+UNFINISHED = "Unfinished"
+OUTCOMES = ("Succeeded", "Failed", "Aborted", UNFINISHED)
 EXPECT_KEYS = (
     "outcome",
     "quota_at_base",
@@ -138,6 +142,7 @@ class Scenario:
     parallel_cluster: int = 5
     parallel_per_node: int = 2
     rancher: dict[str, Any] | None = None
+    harvester_compensation: bool = True
     namespaces: list[NamespaceSpec] = field(default_factory=list)
     vms: list[VM] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
@@ -146,6 +151,16 @@ class Scenario:
 
     def vm(self, name: str) -> VM:
         return next(vm for vm in self.vms if vm.name == name)
+
+    def expectations(self, strategy: str) -> dict[str, Any]:
+        return self.expect_harvester if strategy == "harvester" else self.expect
+
+    def expects_unfinished(self, strategy: str) -> bool:
+        """True when the file says a migration is still running at the end with ``strategy``:
+        waiting for it to finish would only burn the final wait."""
+        outcome = self.expectations(strategy).get("outcome")
+        wanted = outcome.values() if isinstance(outcome, dict) else [outcome]
+        return UNFINISHED in wanted
 
 
 class _Checker:
@@ -229,6 +244,12 @@ class _Checker:
             self.problem(node, f"{where} must be at least {minimum}")
         return value
 
+    def boolean(self, node: yaml.Node, where: str) -> bool:
+        text = self.scalar(node, where)
+        if text not in ("true", "false"):
+            self.problem(node, f"{where} must be true or false, not {text!r}")
+        return text == "true"
+
     def number(self, node: yaml.Node, where: str) -> float:
         text = self.scalar(node, where)
         try:
@@ -287,6 +308,7 @@ def _scenario(c: _Checker, root: yaml.Node, path: Path) -> Scenario:
             "description",
             "kubevirt",
             "rancher",
+            "harvester",
             "namespaces",
             "vms",
             "steps",
@@ -309,6 +331,12 @@ def _scenario(c: _Checker, root: yaml.Node, path: Path) -> Scenario:
             if "version" in rancher
             else "2.12"
         }
+    if "harvester" in top:
+        harvester = c.mapping(top["harvester"], "harvester", ("compensation",))
+        if "compensation" in harvester:
+            scenario.harvester_compensation = c.boolean(
+                harvester["compensation"], "harvester.compensation"
+            )
     for index, node in enumerate(
         c.sequence(top["namespaces"], "namespaces") if "namespaces" in top else []
     ):
@@ -557,10 +585,7 @@ def _expect(c: _Checker, node: yaml.Node, where: str, scenario: Scenario) -> dic
         if key == "outcome":
             result[key] = _expected_outcomes(c, value, where, scenario)
         elif key in ("quota_at_base", "no_stale_annotations"):
-            text = c.scalar(value, f"{where}.{key}")
-            if text not in ("true", "false"):
-                c.problem(value, f"{where}.{key} must be true or false")
-            result[key] = text == "true"
+            result[key] = c.boolean(value, f"{where}.{key}")
         elif key in ("max_blocked_seconds",):
             result[key] = c.number(value, f"{where}.{key}")
         elif key in ("max_writes_per_migration", "min_blocked_migrations"):

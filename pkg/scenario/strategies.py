@@ -188,9 +188,10 @@ class HarvesterStrategy:
 
     name = "harvester"
 
-    def __init__(self, api: ApiClient, *, kubevirt_version: str) -> None:
+    def __init__(self, api: ApiClient, *, kubevirt_version: str, compensation: bool = True) -> None:
         self.api = api
         self.kubevirt_version = kubevirt_version
+        self.compensation = compensation
         self._runs: list[Any] = []
         self._earlier: Counter[str] = Counter()
 
@@ -207,6 +208,7 @@ class HarvesterStrategy:
             self.api,
             Options(leader_elect=False, kubevirt_version=self.kubevirt_version, workers=3),
             registry=CollectorRegistry(),
+            compensation=self.compensation,
         )
 
     async def start(self) -> None:

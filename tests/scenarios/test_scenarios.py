@@ -21,6 +21,7 @@ HARVESTER_FAILURES = (
     "v121-evacuation",
     "v121-four-at-once",
     "v170-test2-ratio-raised",
+    "v170-test2-before-compensation",
     "vmi-deleted-mid-migration",
 )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pkg.scenario.schema import ScenarioError, load
+from pkg.scenario.schema import Scenario, ScenarioError, load
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.yaml"))
 
@@ -89,6 +89,12 @@ CASES = {
         2,
         "unknown key 'vmz' in the scenario (did you mean 'vms'?)",
     ),
+    "bad-harvester-switch": (
+        "name: ok",
+        "name: ok\nharvester: {compensation: maybe}",
+        2,
+        "harvester.compensation must be true or false, not 'maybe'",
+    ),
     "bad-wait": (
         "  - wait: migrations",
         "  - wait: {for: forever}",
@@ -105,6 +111,25 @@ def test_bad_files_are_refused_with_file_line_and_reason(
     assert old in GOOD
     found = problems(tmp_path, GOOD.replace(old, new, 1))
     assert any(f"scenario.yaml:{line}:" in p and reason in p for p in found), found
+
+
+def test_a_stuck_migration_can_be_expected_per_strategy(tmp_path: Path) -> None:
+    path = tmp_path / "stuck.yaml"
+    path.write_text(
+        GOOD.replace("name: ok", "name: ok\nharvester: {compensation: false}")
+        + "expect_harvester:\n  outcome: {vm1: Unfinished}\n"
+    )
+    scenario = load(path)
+    assert scenario.harvester_compensation is False
+    assert scenario.expects_unfinished("harvester")
+    assert not scenario.expects_unfinished("ours")
+    assert load_good(tmp_path).harvester_compensation is True
+
+
+def load_good(tmp_path: Path) -> Scenario:
+    path = tmp_path / "good.yaml"
+    path.write_text(GOOD)
+    return load(path)
 
 
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:

@@ -476,6 +476,19 @@ async def test_go_on_vmim_changed_with_compensation_result(
         assert cluster.enqueued == []
 
 
+async def test_without_compensation_a_refused_migration_is_left_as_it_is() -> None:
+    """Harvester before v1.9 (the v1.7.0 seed): nothing answers migrationRejectedByResourceQuota,
+    so the quota keeps the scale-up alone and the target pod stays refused."""
+    rq = _compensation_rq()
+    cluster = FakeCluster(
+        rq, TWO_GI_VMI, namespace(RS, '{"limit":{"limitsCpu":"1", "limitsMemory":"1Gi"}}')
+    )
+    await MigrationHandler(cluster, compensation=False).on_vmim_changed("", vmim(rejected="True"))
+    written = cluster.quota(RS)
+    assert not rqutils.has_migrating_compensation(written)
+    assert annotations(written)[FLAG] == "false"
+
+
 COMPENSATED = {UID_KEY: vm_room(2 * GI), COMPENSATION: '{"limits.memory":"555745096"}'}
 
 

@@ -150,8 +150,9 @@ def rfc3339(moment: datetime.datetime) -> str:
 class MigrationHandler:
     """`migration.Handler`: OnVmimChanged and OnVmiChanged over a HarvesterCluster."""
 
-    def __init__(self, cluster: HarvesterCluster) -> None:
+    def __init__(self, cluster: HarvesterCluster, *, compensation: bool = True) -> None:
         self.cluster = cluster
+        self.compensation = compensation
 
     # OnVmimChanged --------------------------------------------------------------------------------
 
@@ -187,7 +188,8 @@ class MigrationHandler:
     async def handle_pending_migration(self, vmi: Object, vmim: Object) -> None:
         await self.set_vmi_migration_uid_annotation(vmi, _uid(vmim), MIGRATION_STATE_PENDING)
         await self.scale_resource_quota(vmi)
-        await self.compensate_pending_migration(vmim, vmi)
+        if self.compensation:
+            await self.compensate_pending_migration(vmim, vmi)
 
     async def handle_finished_migration(self, vmi: Object, vmim: Object) -> None:
         await self.restore_resource_quota(vmim, vmi)

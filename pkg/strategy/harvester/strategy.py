@@ -66,6 +66,10 @@ class HarvesterStrategy:
 
     `registry` defaults to a private one, so that its workqueue metrics never mix with the
     product's in the process-wide registry.
+
+    `compensation=False` leaves out v1.9's compensation of a migration refused by quota, which is
+    what Harvester v1.4.2 to v1.8.2 do about it (nothing): the v1.7.0 seed's stuck migration. The
+    rest stays v1.9's (the resync flag included, so write counts are v1.9's, not v1.8's).
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class HarvesterStrategy:
         *,
         clock: Clock = REAL_CLOCK,
         registry: CollectorRegistry | None = None,
+        compensation: bool = True,
     ) -> None:
         self.client = client
         self.options = options
@@ -83,7 +88,7 @@ class HarvesterStrategy:
             client, options, clock=clock, registry=registry or CollectorRegistry()
         )
         self.cluster = InformerCluster(self.management)
-        self.migration = MigrationHandler(self.cluster)
+        self.migration = MigrationHandler(self.cluster, compensation=compensation)
         self.resource_quota = ResourceQuotaHandler(self.cluster)
         self._controller(VIRTUAL_MACHINE_INSTANCES).on_change(
             VMI_CONTROLLER, self.migration.on_vmi_changed
