@@ -329,10 +329,7 @@ class ApiClient:
             params["resourceVersion"] = resource_version
         if timeout_seconds:
             params["timeoutSeconds"] = str(timeout_seconds)
-        if label_selector:
-            params["labelSelector"] = label_selector
-        if field_selector:
-            params["fieldSelector"] = field_selector
+        _add_selectors(params, label_selector, field_selector)
         path = resource.path(namespace)
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout
@@ -437,11 +434,18 @@ def _list_params(
         params["limit"] = str(limit)
     if continue_token:
         params["continue"] = continue_token
+    _add_selectors(params, label_selector, field_selector)
+    return params
+
+
+def _add_selectors(
+    params: dict[str, str], label_selector: str | None, field_selector: str | None
+) -> None:
+    """Lists and watches of one informer must select the same objects: one place sets both."""
     if label_selector:
         params["labelSelector"] = label_selector
     if field_selector:
         params["fieldSelector"] = field_selector
-    return params
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
