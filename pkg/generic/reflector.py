@@ -256,7 +256,9 @@ class Reflector:
                 log.info("%s: watch refused (%s), re-watching in %.1fs", self.name, error, delay)
                 await self._clock.sleep(delay)
             except InactivityTimeout:
-                log.warning(
+                # Info, not warning: a quiet resource (Harvester's settings) gets here every
+                # period with nothing wrong; a dead connection is what it guards against.
+                log.info(
                     "%s: no watch event for %.0fs, re-watching from %s",
                     self.name,
                     self.inactivity_timeout,
