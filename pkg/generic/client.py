@@ -302,9 +302,18 @@ class ApiClient:
                 )
             items.extend(page_items)
             metadata = list_object.get("metadata") or {}
-            token = metadata.get("continue") or None
+            if not isinstance(metadata, dict):
+                raise errors.DecodeError(
+                    f"GET {path}: list metadata is not an object: {metadata!r}"
+                )
+            previous, token = token, metadata.get("continue") or None
             if token is None:
                 return ListResult(items, str(metadata.get("resourceVersion", "")), paginated)
+            if token == previous:
+                # Following it would fetch the same page forever, growing ``items`` each time.
+                raise errors.DecodeError(
+                    f"GET {path}: the server repeated continue token {token!r}"
+                )
             paginated = True
 
     async def watch(

@@ -251,6 +251,13 @@ class Controller:
                 return
             try:
                 await self.process(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Handlers' errors are caught in process; this is the cache itself failing (an
+                # undecodable stored object). The worker lives on and the key is retried, spaced.
+                log.exception("%s: processing %s failed, requeuing", self.name, key)
+                self.queue.add_rate_limited(key)
             finally:
                 self.queue.done(key)
 

@@ -199,8 +199,8 @@ class SharedInformer:
         listener = _Listener(handler, name=f"{self.name}/{name or 'handler'}", resync=resync)
         self._listeners.append(listener)
         if self._synced.is_set():
-            for obj in self.store.objects():
-                listener.push(_Notification("add", new=obj, initial=True))
+            for stored in self.store.encoded():
+                listener.push(_Notification("add", new=stored, initial=True))
             listener.push(_Notification("synced"))
         if self._tasks:
             listener.task = asyncio.ensure_future(listener.run())
@@ -287,10 +287,10 @@ class SharedInformer:
             await self._clock.sleep(self._resync_period)
             if not self._synced.is_set():
                 continue
-            for obj in self.store.iter():
+            for stored in self.store.encoded():
                 for listener in self._listeners:
                     if listener.resync:
-                        listener.push(_Notification("update", old=obj, new=obj))
+                        listener.push(_Notification("update", old=stored, new=stored))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import orjson
 ITEMS_OPEN: Final = b'"items":['
 ITEMS_EMPTY: Final = b'"items":[]'
 _FIRST_KEY = re.compile(rb'\{"([A-Za-z0-9_]{1,64})":')
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 MAX_TRIES_PER_ITEM: Final = 64
 """Failed candidate ends tolerated for one item before falling back (a pod has a handful)."""
 MAX_PENDING_BYTES: Final = 16 << 20
@@ -98,7 +99,13 @@ class ListSplitter:
             if len(self._buffer) > MAX_PENDING_BYTES:
                 self._whole = True
             return False
-        self._head = bytes(self._buffer[:at])
+        head = bytes(self._buffer[:at])
+        if not _is_top_level(head):
+            # An "items" array nested in something before the List's own: only a whole decode
+            # can tell which one is the List's (or that there is none).
+            self._whole = True
+            return False
+        self._head = head
         del self._buffer[: at + len(ITEMS_OPEN)]
         return True
 
@@ -173,9 +180,13 @@ class ListSplitter:
         else:
             document = self._head + ITEMS_OPEN + bytes(self._buffer)
         decoded = _loads(document)
-        rest = decoded.pop("items", None)
-        if not isinstance(rest, list):
+        if "items" not in decoded:
             raise ListDecodeError(f"not a List: no items array in {document[:200]!r}")
+        # Go encodes an empty (nil) slice as null; client-go reads that as no items.
+        rest = decoded.pop("items")
+        rest = [] if rest is None else rest
+        if not isinstance(rest, list):
+            raise ListDecodeError(f"not a List: items is not an array in {document[:200]!r}")
         for item in rest:
             self._keep(item)
         self.list_object = decoded
@@ -195,6 +206,14 @@ def _loads(document: bytes) -> dict[str, Any]:
     if not isinstance(decoded, dict):
         raise ListDecodeError(f"not a List object: {document[:200]!r}")
     return decoded
+
+
+def _is_top_level(head: bytes) -> bool:
+    """Whether the ``"items":[`` that follows ``head`` is a key of the outermost object: ``head``
+    opens exactly one more bracket than it closes, strings aside."""
+    structure = _STRING.sub(b"", head)
+    opened = structure.count(b"{") + structure.count(b"[")
+    return opened - structure.count(b"}") - structure.count(b"]") == 1
 
 
 def split_list(

@@ -151,6 +151,10 @@ class VeryShortWatch(Exception):
     """The server ended a watch at once without sending anything: treat it as a failure."""
 
 
+class StreamBroken(Exception):
+    """A watch that had worked lost its connection: re-watch from the last version, no relist."""
+
+
 class Reflector:
     """Lists and watches one resource into a sink, forever, until cancelled."""
 
@@ -177,6 +181,7 @@ class Reflector:
         self._version_unavailable = False
         self._paginated_result = False
         self._last_event_at = 0.0
+        self._events_this_watch = 0
         self.lists = 0
         self.watches = 0
 
@@ -249,11 +254,11 @@ class Reflector:
             timeout = self._rng.randint(self.min_watch_timeout, 2 * self.min_watch_timeout)
             try:
                 await self._watch_once(timeout)
-            except (errors.TooManyRequests, errors.ConnectionRefused) as error:
+            except (errors.TooManyRequests, errors.ConnectionRefused, StreamBroken) as error:
                 delay = self._backoff.next()
                 if isinstance(error, errors.TooManyRequests) and error.retry_after:
                     delay = max(delay, error.retry_after)
-                log.info("%s: watch refused (%s), re-watching in %.1fs", self.name, error, delay)
+                log.info("%s: watch ended (%s), re-watching in %.1fs", self.name, error, delay)
                 await self._clock.sleep(delay)
             except InactivityTimeout:
                 # Info, not warning: a quiet resource (Harvester's settings) gets here every
@@ -280,17 +285,27 @@ class Reflector:
         stream = self._lw.watch(
             resource_version=self.last_sync_resource_version, timeout_seconds=timeout_seconds
         )
-        events = await self._with_inactivity_deadline(self._consume(stream))
-        if events == 0 and self._clock.monotonic() - started < VERY_SHORT_WATCH:
+        self._events_this_watch = 0
+        try:
+            await self._with_inactivity_deadline(self._consume(stream))
+        except errors.ConnectionFailed as error:
+            if isinstance(error, errors.ConnectionRefused) or not self._watch_was_healthy(started):
+                raise
+            # As client-go: a stream that worked and then broke (a reset, a proxy's idle cut)
+            # resumes from the last version seen; the cache is still right up to it.
+            raise StreamBroken(str(error)) from error
+        if not self._watch_was_healthy(started):
             raise VeryShortWatch(f"{self.name}: watch closed at once with no event")
 
-    async def _consume(self, stream: AsyncIterator[WatchEvent]) -> int:
-        count = 0
+    def _watch_was_healthy(self, started: float) -> bool:
+        """It delivered something, or stayed open longer than a refused one would."""
+        return self._events_this_watch > 0 or self._clock.monotonic() - started >= VERY_SHORT_WATCH
+
+    async def _consume(self, stream: AsyncIterator[WatchEvent]) -> None:
         async for event in stream:
             self._last_event_at = self._clock.monotonic()
-            count += 1
+            self._events_this_watch += 1
             self._apply(event)
-        return count
 
     def _apply(self, event: WatchEvent) -> None:
         if event.type == "ERROR":
@@ -301,7 +316,7 @@ class Reflector:
         if version:
             self.last_sync_resource_version = str(version)
 
-    async def _with_inactivity_deadline(self, consuming: Awaitable[int]) -> int:
+    async def _with_inactivity_deadline(self, consuming: Awaitable[None]) -> None:
         """Runs the consumer; cancels it if no event arrives within the inactivity timeout."""
         consumer = asyncio.ensure_future(consuming)
         try:
@@ -315,7 +330,7 @@ class Reflector:
                     await asyncio.wait({consumer, sleeper}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     sleeper.cancel()
-            return consumer.result()
+            consumer.result()
         finally:
             if not consumer.done():
                 consumer.cancel()

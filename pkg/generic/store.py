@@ -182,6 +182,12 @@ class Store:
         decode = self._codec.decode
         return [decode(stored) for stored in self._items.values()]
 
+    def encoded(self) -> list[Encoded]:
+        """Every object as stored, each decoded only when asked for: what notifications of the
+        whole cache (a late handler's initial adds, a resync) carry."""
+        codec = self._codec
+        return [Encoded(stored, codec) for stored in self._items.values()]
+
     def iter(self) -> Iterator[Object]:
         """Decodes lazily, one object at a time (for scans over large caches)."""
         decode = self._codec.decode

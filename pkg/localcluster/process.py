@@ -96,13 +96,10 @@ _CHILDREN: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
 
 def wait_gone(record: ProcessRecord, timeout: float) -> bool:
     """Waits until the process has exited; True if it did within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not record.running():
-            _CHILDREN.pop(record.pid, None)
-            return True
-        time.sleep(POLL_INTERVAL)
-    return not record.running()
+    gone = wait_for(lambda: not record.running(), timeout=timeout, interval=POLL_INTERVAL)
+    if gone:
+        _CHILDREN.pop(record.pid, None)
+    return gone
 
 
 def _signal_group(record: ProcessRecord, sig: signal.Signals) -> None:
@@ -141,10 +138,17 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+LOG_TAIL_BYTES = 64 * 1024
+
+
 def log_tail(path: str | Path, lines: int = 15) -> str:
     """The last lines of a log, for error messages that should show the cause at once."""
     try:
-        text = Path(path).read_text(errors="replace")
+        with Path(path).open("rb") as log:
+            # The end of the file only: an API server's log grows to many megabytes.
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(0, size - LOG_TAIL_BYTES))
+            text = log.read().decode(errors="replace")
     except OSError:
         return "(no log)"
     return "\n".join(text.rstrip().splitlines()[-lines:])

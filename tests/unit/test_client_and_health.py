@@ -11,11 +11,12 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from pkg.generic import errors
-from pkg.generic.client import _lines, decode_watch_line
+from pkg.generic.client import ApiClient, _lines, decode_watch_line
 from pkg.generic.clock import FakeClock, settle
+from pkg.generic.config import ClientConfig
 from pkg.generic.health import HealthServer
 from pkg.generic.informer import ResourceEventHandler, SharedInformer
-from pkg.generic.resource import Object
+from pkg.generic.resource import PODS, Object
 from tests.unit.fakes import HANG, ScriptedListerWatcher, pod
 
 
@@ -77,6 +78,59 @@ def test_error_events_and_statuses_become_typed_errors() -> None:
         "exceeded quota"
     )
     assert isinstance(errors.from_status(503, None), errors.ServerError)
+
+
+def _paging_client(pages: list[Object]) -> tuple[ApiClient, list[dict[str, str]]]:
+    """A client whose list pages are ``pages`` in turn (the last one repeated); records params."""
+    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    requests: list[dict[str, str]] = []
+
+    async def list_page(
+        path: str, params: dict[str, str], each: object, request_timeout: object
+    ) -> tuple[Object, list[object]]:
+        await asyncio.sleep(0)  # a real page is read from the network
+        requests.append(dict(params))
+        page = pages[min(len(requests), len(pages)) - 1]
+        return {"metadata": page["metadata"]}, list(page["items"])
+
+    client._list_page = list_page  # type: ignore[method-assign,assignment]
+    return client, requests
+
+
+async def test_list_all_follows_continue_tokens() -> None:
+    client, requests = _paging_client(
+        [
+            {"metadata": {"continue": "t1"}, "items": [1]},
+            {"metadata": {"continue": "t2"}, "items": [2]},
+            {"metadata": {"resourceVersion": "7"}, "items": [3]},
+        ]
+    )
+
+    result = await client.list_all(PODS, resource_version="0")
+
+    assert (result.items, result.resource_version, result.paginated) == ([1, 2, 3], "7", True)
+    assert [request.get("continue") for request in requests] == [None, "t1", "t2"]
+
+
+async def test_a_repeated_continue_token_is_an_error_not_an_endless_list() -> None:
+    client, requests = _paging_client(
+        [
+            {"metadata": {"continue": "t1"}, "items": [1]},
+            {"metadata": {"continue": "t1"}, "items": [1]},
+        ]
+    )
+
+    with pytest.raises(errors.DecodeError, match="continue token"):
+        await asyncio.wait_for(client.list_all(PODS), 5)
+
+    assert len(requests) == 2
+
+
+async def test_list_metadata_that_is_not_an_object_is_a_decode_error() -> None:
+    client, _ = _paging_client([{"metadata": "odd", "items": []}])
+
+    with pytest.raises(errors.DecodeError, match="metadata"):
+        await client.list_all(PODS)
 
 
 async def test_health_endpoints() -> None:

@@ -133,6 +133,36 @@ async def test_an_exception_is_logged_with_its_key_and_the_worker_survives(
     await informer.stop()
 
 
+async def test_a_cache_that_cannot_be_read_is_retried_and_the_worker_survives(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    controller, _, informer = await started(clock, pod("a", "1"), pod("b", "2"), workers=1)
+    handled: list[str] = []
+
+    async def record(key: str, obj: Object | None) -> None:
+        handled.append(key)
+
+    controller.on_change("record", record)
+    real_get = informer.store.get
+
+    def broken_for_a(key: str) -> Object | None:
+        if key == "ns/a":
+            raise ValueError("undecodable stored object")
+        return real_get(key)
+
+    monkeypatch.setattr(informer.store, "get", broken_for_a)
+    await run(controller, informer)
+    assert handled == ["ns/b"], "the one worker lived on to handle the next key"
+    assert "processing ns/a failed, requeuing" in caplog.text
+    assert controller.queue.num_requeues("ns/a") == 1
+    monkeypatch.setattr(informer.store, "get", real_get)
+    await clock.advance(1.0)
+    await settle(200)
+    assert handled.count("ns/a") == 1, "retried once the cache reads again"
+    await controller.stop()
+    await informer.stop()
+
+
 async def test_retry_after_and_ignore(clock: FakeClock) -> None:
     controller, _, informer = await started(clock, pod("a", "1"))
     runs: list[float] = []

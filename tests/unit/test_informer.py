@@ -281,3 +281,26 @@ async def test_notifications_queued_after_a_list_hold_no_decoded_objects(clock: 
     assert len(slow.seen) == 50
     assert slow.seen[0] == ("add", "p0", "0", True)
     await shared.stop()
+
+
+async def test_a_late_handler_queues_the_cache_undecoded(clock: FakeClock) -> None:
+    """A handler added to a filled 50k-object cache must not decode all of it up front."""
+    lw = ScriptedListerWatcher()
+    lw.add_list(*(pod(f"p{index}", str(index)) for index in range(20)), rv="20")
+    lw.add_watch(HANG)
+    shared = informer(lw, clock)
+    shared.start()
+    await settle(50)
+    gate = asyncio.Event()
+    late = Recorder(delay=gate)
+    registration = shared.add_event_handler(late.handler())
+    await settle(20)
+
+    queued = [n for n in registration.listener.queue if n.kind == "add"]
+    assert len(queued) >= 19
+    assert all(isinstance(n.new, Encoded) and n.new._object is None for n in queued)
+
+    gate.set()
+    await settle(200)
+    assert sorted(late.seen) == sorted(("add", f"p{i}", str(i), True) for i in range(20))
+    await shared.stop()

@@ -102,6 +102,27 @@ def test_items_starting_with_different_keys_still_decode() -> None:
     assert list_object == {"metadata": {"resourceVersion": "1"}}
 
 
+@pytest.mark.parametrize("chunk", [3, 4096])
+def test_an_items_array_nested_before_the_lists_own_is_not_taken_for_it(chunk: int) -> None:
+    """Only the List's own items are items: a nested "items" array ahead of them is part of the
+    header, and the real items are neither lost nor replaced by it."""
+    decoy = [{"metadata": {"name": "decoy-" + "x" * 80}}, {"metadata": {"name": "decoy2"}}]
+    body = {"kind": "List", "metadata": {"x": {"items": decoy}}, "items": [_pod("real")]}
+    raw = orjson.dumps(body)
+
+    list_object, items = split_list(raw, chunk=chunk)
+
+    assert items == [_pod("real")]
+    assert list_object == {"kind": "List", "metadata": {"x": {"items": decoy}}}
+
+
+def test_an_object_with_only_a_nested_items_array_is_not_a_list() -> None:
+    raw = orjson.dumps({"kind": "ConfigMap", "spec": {"items": [_pod("a"), _pod("b")]}})
+
+    with pytest.raises(ListDecodeError):
+        split_list(raw, chunk=16)
+
+
 @pytest.mark.parametrize("cut", [1, 40, -200, -3, -1])
 def test_a_truncated_list_is_an_error_not_a_short_list(cut: int) -> None:
     raw = _pod_list([_pod("a"), _pod("b")])
@@ -117,6 +138,14 @@ def test_a_truncated_list_is_an_error_not_a_short_list(cut: int) -> None:
 def test_what_is_not_a_list_of_objects_is_an_error(raw: bytes) -> None:
     with pytest.raises(ListDecodeError):
         split_list(raw)
+
+
+@pytest.mark.parametrize("chunk", [1, 4096])
+def test_null_items_is_an_empty_list_as_go_encodes_it(chunk: int) -> None:
+    raw = b'{"kind":"PodList","metadata":{"resourceVersion":"7"},"items":null}'
+    list_object, items = split_list(raw, chunk=chunk)
+    assert items == []
+    assert list_object["metadata"]["resourceVersion"] == "7"
 
 
 def test_an_unparseable_item_stops_searching_after_bounded_tries(

@@ -53,3 +53,10 @@ def test_log_tail_reads_the_end_of_a_log(tmp_path: Path) -> None:
 def test_free_port_is_free() -> None:
     port = process.free_port()
     assert not process.port_in_use(port)
+
+
+def test_log_tail_of_a_large_log_reads_only_its_end(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    log.write_text("\n".join(f"line {n:07d}" for n in range(200_000)))  # ~2.4 MB
+    assert process.log_tail(log, lines=3) == "line 0199997\nline 0199998\nline 0199999"
+    assert log.stat().st_size > 20 * process.LOG_TAIL_BYTES

@@ -261,3 +261,53 @@ def test_paginated_initial_list_keeps_paginating(
     assert reflector._page_size(reflector.relist_resource_version()) == 0
     reflector._paginated_result = True
     assert reflector._page_size(reflector.relist_resource_version()) == 500
+
+
+async def test_a_stream_broken_after_events_rewatches_from_the_last_version(
+    lw: ScriptedListerWatcher, sink: RecordingSink, clock: FakeClock
+) -> None:
+    """client-go's rule: a working watch that loses its connection resumes where it was; a
+    50k-pod cache must not be relisted for a network blip."""
+    lw.add_list(rv="10")
+    lw.add_watch(event("ADDED", "a", "11"), errors.ConnectionFailed("connection reset by peer"))
+    lw.add_watch(event("ADDED", "b", "12"), HANG)
+    _, task = await start(lw, sink, clock)
+    await clock.advance(2.0)
+    assert [call[0] for call in lw.watch_calls] == ["10", "11"]
+    assert len(lw.list_calls) == 1
+    assert sink.events == [("ADDED", "a", "11"), ("ADDED", "b", "12")]
+    await stop(task)
+
+
+async def test_a_watch_that_breaks_at_once_relists_with_backoff(
+    lw: ScriptedListerWatcher, sink: RecordingSink, clock: FakeClock
+) -> None:
+    """A connection that fails before delivering anything is not a working watch: relist after
+    a backoff, and never in a loop."""
+    lw.add_list(rv="10")
+    for _ in range(50):
+        lw.add_watch(errors.ConnectionFailed("connection reset by peer"))
+        lw.add_list(rv="10")
+    _, task = await start(lw, sink, clock)
+    await settle(rounds=5000)
+    assert len(lw.list_calls) <= 2
+    await clock.advance(60.0)
+    await settle(rounds=5000)
+    assert len(lw.list_calls) < 15
+    await stop(task)
+
+
+async def test_broken_streams_rewatch_with_backoff_not_in_a_loop(
+    lw: ScriptedListerWatcher, sink: RecordingSink, clock: FakeClock
+) -> None:
+    lw.add_list(rv="10")
+    for n in range(50):
+        lw.add_watch(event("MODIFIED", "a", str(11 + n)), errors.ConnectionFailed("reset"))
+    _, task = await start(lw, sink, clock)
+    await settle(rounds=5000)
+    assert len(lw.watch_calls) <= 2
+    await clock.advance(60.0)
+    await settle(rounds=5000)
+    assert len(lw.watch_calls) < 15
+    assert len(lw.list_calls) == 1
+    await stop(task)
