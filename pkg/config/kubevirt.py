@@ -18,7 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pkg.util.overhead import kubevirt_ratio_from_harvester_setting
+from pkg.util.overhead import (
+    NEWEST_KUBEVIRT_VERSION,
+    kubevirt_ratio_from_harvester_setting,
+    parse_kubevirt_version,
+)
 from pkg.util.podusage import LauncherOptions
 
 log = logging.getLogger(__name__)
@@ -83,24 +87,80 @@ def settings_from(
     configured_version: str | None = None,
 ) -> KubeVirtSettings:
     """What KubeVirt will render with, from its CR (if visible) and Harvester's setting."""
-    configuration = _get(kubevirt, "spec", "configuration") or {}
+    configuration = _get(kubevirt, "spec", "configuration")
+    if not isinstance(configuration, Mapping):
+        configuration = {}
     if kubevirt is not None:
         raw_ratio = configuration.get("additionalGuestMemoryOverheadRatio")
         ratio = str(raw_ratio) if raw_ratio not in (None, "") else None
     else:
         ratio = ratio_from_setting(setting)
-    version = configured_version or str(
-        _get(kubevirt, "status", "observedKubeVirtVersion") or DEFAULT_KUBEVIRT_VERSION
+    version = configured_version or _known_version(
+        _get(kubevirt, "status", "observedKubeVirtVersion")
     )
-    developer = configuration.get("developerConfiguration") or {}
+    developer = configuration.get("developerConfiguration")
+    if not isinstance(developer, Mapping):
+        developer = {}
     return KubeVirtSettings(
         ratio=ratio,
         kubevirt_version=version,
-        memory_overcommit=int(developer.get("memoryOvercommit") or 100),
-        cpu_allocation_ratio=int(developer.get("cpuAllocationRatio") or 10),
+        memory_overcommit=_positive_int(developer, "memoryOvercommit", 100),
+        cpu_allocation_ratio=_positive_int(developer, "cpuAllocationRatio", 10),
         # An empty object there disables it: presence is what counts.
         serial_console_log_disabled=_get(
             configuration, "virtualMachineOptions", "disableSerialConsoleLog"
         )
         is not None,
     )
+
+
+_reported: set[str] = set()
+"""Values already logged as unusable, so a reconcile loop reports each one once, not per run."""
+
+
+def _report_once(key: str, message: str, *args: Any) -> None:
+    if key not in _reported:
+        _reported.add(key)
+        log.warning(message, *args)
+
+
+def _known_version(observed: Any) -> str:
+    """The KubeVirt CR's observed version if we know its launcher formula, else the newest we do.
+
+    A KubeVirt newer than this release (or a "devel" build) must not make every room estimate and
+    every VM-start check fail: the newest formula is the closest guess, and --kubevirt-version
+    overrides it.
+    """
+    text = str(observed) if observed not in (None, "") else DEFAULT_KUBEVIRT_VERSION
+    try:
+        parse_kubevirt_version(text)
+    except ValueError as error:
+        _report_once(
+            f"version:{text}",
+            "%s; computing launcher pods as KubeVirt %s does (set --kubevirt-version to choose)",
+            error,
+            NEWEST_KUBEVIRT_VERSION,
+        )
+        return NEWEST_KUBEVIRT_VERSION
+    return text
+
+
+def _positive_int(developer: Mapping[str, Any], key: str, default: int) -> int:
+    """A developerConfiguration number, or KubeVirt's default when it is absent or unusable."""
+    value = developer.get(key)
+    if value in (None, ""):
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number <= 0:
+        _report_once(
+            f"{key}:{value}",
+            "KubeVirt developerConfiguration.%s=%r is not a positive whole number; using %d",
+            key,
+            value,
+            default,
+        )
+        return default
+    return number

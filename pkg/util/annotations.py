@@ -290,7 +290,12 @@ def _read_resource_list(key: str, value: object, invalid: dict[str, str]) -> Res
         invalid[key] = f"annotation value must be a string, not {type(value).__name__}"
         return None
     try:
-        return resources.loads(value)
+        parsed = resources.loads(value)
     except ValueError as err:
         invalid[key] = str(err)
         return None
+    negative = resources.negative_keys(parsed)
+    if negative:
+        invalid[key] = f"negative quantities for {', '.join(negative)} in {value!r}"
+        return None
+    return parsed

@@ -81,6 +81,8 @@ MAIN: Final = KubeVirtVersion(1, 9, 0, is_main=True)
 
 _OLDEST_MINOR: Final = (0, 54)  # Harvester v1.2.1 ships KubeVirt v0.54, the oldest we port
 _NEWEST_MINOR: Final = (1, 9)
+NEWEST_KUBEVIRT_VERSION: Final = "1.9"
+"""The newest release whose launcher formula is ported: the fallback for a version we do not know."""
 # "v1.6.3", "1.6", "0.54.0-150400.3.19.1" (a distribution's build suffix is ignored).
 _VERSION_RE: Final = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+][0-9A-Za-z.+_-]*)?")
 

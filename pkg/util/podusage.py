@@ -17,6 +17,7 @@ are parameters (see `launcher_pod_resources`); nothing is read from the cluster 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import re
@@ -265,15 +266,7 @@ def _default_pod_level_resources(view: _PodView) -> _PodView:
         for name, quantity in limits.items():
             if _is_pod_level_resource(name):
                 requests.setdefault(name, quantity)
-    return _PodView(
-        containers=view.containers,
-        init_containers=view.init_containers,
-        statuses=view.statuses,
-        resize_infeasible=view.resize_infeasible,
-        pod_requests=requests,
-        pod_limits=limits,
-        overhead=view.overhead,
-    )
+    return dataclasses.replace(view, pod_requests=requests, pod_limits=limits)
 
 
 def _effective(view: _PodView, container: _Container, kind: str, use_status: bool) -> ResourceList:

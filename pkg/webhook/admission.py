@@ -71,6 +71,9 @@ def parse_review(body: bytes) -> Request:
     for label, value in (("object", obj), ("oldObject", old)):
         if value is not None and not isinstance(value, dict):
             raise BadReview(f"the request's {label} is not an object", uid)
+    groups = user.get("groups") or []
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise BadReview("the request's userInfo.groups is not a list of strings", uid)
     return Request(
         uid=uid,
         kind=str(kind["kind"]),
@@ -78,7 +81,7 @@ def parse_review(body: bytes) -> Request:
         namespace=str(request.get("namespace") or ""),
         name=str(request.get("name") or ((obj or {}).get("metadata") or {}).get("name") or ""),
         username=str(user.get("username", "")),
-        groups=tuple(str(g) for g in user.get("groups") or ()),
+        groups=tuple(groups),
         obj=obj,
         old=old,
         dry_run=bool(request.get("dryRun")),

@@ -299,6 +299,8 @@ def test_every_historic_key_is_classified() -> None:
         ("", "invalid resource list JSON"),
         ('{"limits.cpu":true}', "limits.cpu"),
         ('{"limits.cpu":NaN}', "NaN"),
+        ('{"limits.cpu":"-1"}', "negative quantities for limits.cpu"),
+        ('{"limits.cpu":"1","limits.memory":-5}', "negative quantities for limits.memory"),
     ],
 )
 def test_invalid_values_are_collected_not_raised(value: str, fragment: str) -> None:

@@ -410,6 +410,26 @@ def test_invalid_rancher_annotation_leaves_the_quota_alone_with_a_reason() -> No
     assert any("10000m invalid" in w for w in plan.warnings)
 
 
+def test_negative_rancher_limits_leave_the_quota_alone_with_a_reason() -> None:
+    # The API server refuses a negative spec.hard: writing one would fail on every retry.
+    namespace = rancher_namespace("ns", {"limitsCpu": "-1", "limitsMemory": "5000Mi"})
+    plan = plan_quota(snapshot(namespace, managed_quota("ns", V170_HARD)))
+    assert not plan.managed
+    assert patch_for(managed_quota("ns", V170_HARD), plan) is None
+    assert any("negative limits (limits.cpu)" in w for w in plan.warnings)
+
+
+def test_a_negative_recorded_room_does_not_inflate_the_adopted_base() -> None:
+    quota = managed_quota(
+        "ns", {"limits.cpu": "3"}, {"harvesterhci.io/migrating-vm1": '{"limits.cpu":"-2"}'}
+    )
+    plan = plan_quota(snapshot(plain_namespace("ns"), quota))
+    assert plan.managed and plan.base is not None
+    assert plan.base.hard == {"limits.cpu": Quantity.parse("3")}
+    assert plan.hard == {"limits.cpu": "3"}
+    assert any("negative quantities for limits.cpu" in w for w in plan.warnings)
+
+
 def test_rancher_extended_keys_and_unknown_keys_pass_through() -> None:
     namespace = rancher_namespace(
         "ns", {"limitsCpu": "3", "extended": {"requests.nvidia.com/gpu": "2"}}

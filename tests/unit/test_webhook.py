@@ -160,6 +160,14 @@ def test_invalid_or_removed_annotations() -> None:
     validate_namespace_update(request("Namespace", removed, old), lookups)
 
 
+def test_negative_rancher_limits_are_denied() -> None:
+    lookups = FakeLookups(quotas={"ns": quota_with({})})
+    old = rancher_namespace("ns", {"limitsMemory": "5000Mi"})
+    negative = rancher_namespace("ns", {"limitsCpu": "-1", "limitsMemory": "5000Mi"})
+    with pytest.raises(Denied, match=r"negative limits \(limits.cpu\)"):
+        validate_namespace_update(request("Namespace", negative, old), lookups)
+
+
 def test_direct_quota_edits_follow_the_same_rules_except_for_the_controller() -> None:
     lookups = FakeLookups(quotas={"ns": quota_with({"limits.cpu": "2015m"})})
     instance = running_vm(lookups)
@@ -327,6 +335,19 @@ async def test_bad_reviews_get_clear_answers(server: WebhookServer) -> None:
         (await server.review("pods", review("Pod", plain_pod("p", "1", "1Gi")))).body
     )  # type: ignore[arg-type]
     assert allowed["response"] == {"uid": "u1", "allowed": True}
+
+
+@pytest.mark.parametrize("groups", [5, "system:masters", [1, 2], {"a": "b"}])
+async def test_malformed_user_groups_get_a_clear_denial_not_a_500(
+    server: WebhookServer, groups: Any
+) -> None:
+    body = json.loads(review("Pod", plain_pod("p", "1", "1Gi")))
+    body["request"]["userInfo"]["groups"] = groups
+    answer = await server.review("pods", json.dumps(body).encode())
+    assert answer.status == 200
+    response = json.loads(answer.body)["response"]  # type: ignore[arg-type]
+    assert response["allowed"] is False and response["status"]["code"] == 400
+    assert "userInfo.groups is not a list of strings" in response["status"]["message"]
 
 
 async def test_a_validator_bug_becomes_http_500_for_the_failure_policy(

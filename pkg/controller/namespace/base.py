@@ -69,6 +69,12 @@ def rancher_base(namespace: Mapping[str, Any]) -> ResourceList | None:
             f"namespace {name}: {CATTLE_ANNOTATION_RESOURCE_QUOTA} is not valid ({error}); "
             "the quota is left as it is until the annotation is fixed"
         ) from error
+    negative = resources.negative_keys(base)
+    if negative:
+        raise BaseError(
+            f"namespace {name}: {CATTLE_ANNOTATION_RESOURCE_QUOTA} has negative limits "
+            f"({', '.join(negative)}); the quota is left as it is until the annotation is fixed"
+        )
     return base or None
 
 

@@ -223,7 +223,10 @@ class QuotaReconciler:
             vmi = snapshot.vmis.get(str((migration.get("spec") or {}).get("vmiName")))
             if vmi is None:
                 continue
-            needed = launcher_quota_usage(vmi, **snapshot.launcher_options)
+            try:
+                needed = launcher_quota_usage(vmi, **snapshot.launcher_options)
+            except ValueError:
+                continue  # reported already as a QuotaNotScaled warning ("cannot size the room")
             short = [
                 f"{key}: needs {needed[key]}, used {used.get(key, Quantity.from_int(0))}, hard {limit}"
                 for key, limit in sorted(hard.items())

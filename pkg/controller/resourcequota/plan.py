@@ -18,6 +18,7 @@ writes once, only if something differs (``patch_for``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,10 +149,9 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
 def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
     wanted = list(keys)
     rooms = [
-        MigrationRoom(**{**room.__dict__, "room": resources.mask(room.room, wanted)})
-        for room in plan.rooms
+        dataclasses.replace(room, room=resources.mask(room.room, wanted)) for room in plan.rooms
     ]
-    return RoomPlan(rooms=rooms, target_pods=plan.target_pods, estimate_errors=plan.estimate_errors)
+    return dataclasses.replace(plan, rooms=rooms)
 
 
 def desired_hard(base: ResourceList, used: ResourceList, rooms: ResourceList) -> ResourceList:

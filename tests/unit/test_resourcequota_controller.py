@@ -1,0 +1,59 @@
+"""The namespace reconcile's explanation of migrations refused by quota, on a recording recorder."""
+
+from __future__ import annotations
+
+import datetime
+from types import SimpleNamespace
+from typing import Any
+
+from pkg.controller.resourcequota.controller import QuotaReconciler
+from pkg.controller.resourcequota.plan import NamespaceSnapshot, plan_quota
+from tests.objects import managed_quota, migration, rancher_namespace, vmi
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+class RecordingRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []
+
+    def event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        self.events.append((str(obj["metadata"]["name"]), kind, reason, message))
+
+
+def reconciler(recorder: RecordingRecorder) -> QuotaReconciler:
+    instance = object.__new__(QuotaReconciler)
+    instance.management = SimpleNamespace(recorder=recorder)  # type: ignore[assignment]
+    return instance
+
+
+def test_an_unsizable_vmi_does_not_fail_the_explanation_of_the_others() -> None:
+    quota = managed_quota(
+        "ns",
+        {"limits.cpu": "3", "limits.memory": "5000Mi"},
+        {"harvesterhci.io/skipResourceQuotaAutoScaling": "true"},
+    )
+    quota["status"] = {"used": {"limits.cpu": "3", "limits.memory": "5000Mi"}}
+    broken = vmi("broken")
+    broken["spec"]["domain"]["resources"]["limits"]["memory"] = "4Gi invalid"
+    fine = vmi("fine")
+    snapshot = NamespaceSnapshot(
+        namespace=rancher_namespace("ns", {"limitsCpu": "3", "limitsMemory": "5000Mi"}),
+        quota=quota,
+        migrations=[
+            migration("m-broken", broken, rejected=True),
+            migration("m-fine", fine, rejected=True),
+        ],
+        vmis={"broken": broken, "fine": fine},
+        pods=[],
+        now=NOW,
+        launcher_options={"ratio": "1.5", "kubevirt_version": "1.6"},
+    )
+    plan = plan_quota(snapshot)
+    assert any("m-broken" in w and "4Gi invalid" in w for w in plan.warnings)
+    recorder = RecordingRecorder()
+    reconciler(recorder)._explain_blocked(snapshot, quota, plan)
+    assert [(name, reason) for name, _kind, reason, _ in recorder.events] == [
+        ("m-fine", "MigrationBlockedByQuota")
+    ]
+    assert "skipResourceQuotaAutoScaling" in recorder.events[0][3]
