@@ -508,38 +508,29 @@ class ScenarioRun:
             self.note(f"edit of the namespace quota denied: {denied.message}")
 
     async def _step_delete_vmi(self, name: str) -> None:
-        assert self.kubevirt is not None
-        vm, namespace = self._vm(name)
-        await self.kubevirt.delete_vmi(vm, namespace)
+        await self._sim().delete_vmi(*self._vm(name))
 
     async def _step_restart_vm(self, name: str) -> None:
-        assert self.kubevirt is not None
-        vm, namespace = self._vm(name)
-        kubevirt = self._sim()
+        kubevirt, (vm, namespace) = self._sim(), self._vm(name)
         await self._start_vm(name, lambda: kubevirt.restart_vm(vm, namespace))
 
     async def _step_start_vm(self, name: str) -> None:
-        assert self.kubevirt is not None
-        vm, namespace = self._vm(name)
-        kubevirt = self._sim()
+        kubevirt, (vm, namespace) = self._sim(), self._vm(name)
         await self._start_vm(name, lambda: kubevirt.start_vm(vm, namespace))
 
     async def _step_stop_vm(self, name: str) -> None:
-        assert self.kubevirt is not None
-        vm, namespace = self._vm(name)
-        await self.kubevirt.stop_vm(vm, namespace)
+        await self._sim().stop_vm(*self._vm(name))
 
     async def _step_abort(self, name: str) -> None:
-        assert self.kubevirt is not None
-        vm, namespace = self._vm(name)
+        kubevirt, (vm, namespace) = self._sim(), self._vm(name)
         running = [
             r
-            for r in self.kubevirt.records.all()
+            for r in kubevirt.records.all()
             if r.vmi == vm and r.namespace == namespace and not r.done
         ]
         if not running:
             raise RuntimeError(f"abort: VM {name} has no migration in progress")
-        await self.kubevirt.abort(running[-1].name, namespace)
+        await kubevirt.abort(running[-1].name, namespace)
 
     async def _step_wait(self, value: dict[str, Any]) -> None:
         if "seconds" in value:

@@ -55,6 +55,8 @@ Schema (every key optional unless marked *):
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +97,8 @@ EXPECT_KEYS = (
 )
 OVERCOMMITS = {"v1.2.1": {"cpu": 1600, "memory": 150}, "current": {"cpu": 1000, "memory": 150}}
 RANCHER_FIELDS = {json_field for json_field, _ in LIMIT_FIELDS}
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class ScenarioError(ValueError):
@@ -183,6 +187,9 @@ class _Checker:
         found: dict[str, yaml.Node] = {}
         for key_node, value_node in node.value:
             key = str(key_node.value)
+            if key in found:
+                self.problem(key_node, f"{key!r} appears twice in {where}")
+                continue
             if key not in allowed:
                 close = difflib.get_close_matches(key, allowed, n=1)
                 hint = (
@@ -220,18 +227,40 @@ class _Checker:
             return result
         for key_node, value_node in node.value:
             key = str(key_node.value)
-            reason = keys(key)
+            reason = f"{key!r} appears twice" if key in result else keys(key)
             if reason:
                 self.problem(key_node, f"{where}: {reason}")
                 continue
-            text = self.scalar(value_node, f"{where}.{key}")
-            try:
-                Quantity.parse(text)
-            except ValueError as error:
-                self.problem(value_node, f"{where}.{key}: {error}")
-                continue
-            result[key] = text
+            text = self.quantity(value_node, f"{where}.{key}")
+            if text is not None:
+                result[key] = text
         return result
+
+    def quantity(self, node: yaml.Node, where: str, *, positive: bool = False) -> str | None:
+        """A non-negative (or, with ``positive``, greater than zero) quantity; None if it is bad."""
+        if not isinstance(node, yaml.ScalarNode):
+            self.problem(node, f"{where} must be a single value")
+            return None
+        text = str(node.value)
+        try:
+            value = Quantity.parse(text)
+        except ValueError as error:
+            self.problem(node, f"{where}: {error}")
+            return None
+        if value.nanos < 0 or (positive and value.nanos == 0):
+            self.problem(node, f"{where} must be {'more than' if positive else 'at least'} 0")
+            return None
+        return text
+
+    def name(self, node: yaml.Node, where: str, pattern: re.Pattern[str] = _DNS_LABEL) -> str:
+        """A Kubernetes object name (a DNS-1123 label, or ``pattern``)."""
+        text = self.scalar(node, where)
+        if isinstance(node, yaml.ScalarNode) and (len(text) > 253 or not pattern.fullmatch(text)):
+            self.problem(
+                node,
+                f"{where} {text!r} is not a valid name (lower-case letters, digits and '-')",
+            )
+        return text
 
     def integer(self, node: yaml.Node, where: str, minimum: int = 0) -> int:
         text = self.scalar(node, where)
@@ -257,6 +286,9 @@ class _Checker:
         except ValueError:
             self.problem(node, f"{where} must be a number, not {text!r}")
             return 0.0
+        if not math.isfinite(value):
+            self.problem(node, f"{where} must be a finite number, not {text!r}")
+            return 0.0
         if value < 0:
             self.problem(node, f"{where} must not be negative")
         return value
@@ -280,7 +312,7 @@ def load(path: str | Path) -> Scenario:
     path = Path(path)
     try:
         text = path.read_text()
-    except OSError as error:
+    except (OSError, UnicodeDecodeError) as error:
         raise ScenarioError([f"{path}: cannot read the file: {error}"]) from error
     try:
         root = yaml.compose(text)
@@ -422,7 +454,7 @@ def _ratio(c: _Checker, node: yaml.Node, text: str) -> str:
 def _namespace(c: _Checker, node: yaml.Node, index: int, scenario: Scenario) -> None:
     where = f"namespaces[{index}]"
     ns = c.mapping(node, where, ("name", "quota", "hard"), ("name",))
-    name = c.scalar(ns["name"], f"{where}.name") if "name" in ns else ""
+    name = c.name(ns["name"], f"{where}.name") if "name" in ns else ""
     quota = c.quantity_map(ns["quota"], f"{where}.quota", _rancher_key) if "quota" in ns else None
     hard = c.quantity_map(ns["hard"], f"{where}.hard", _hard_key) if "hard" in ns else None
     if quota is None and hard is None:
@@ -447,24 +479,22 @@ def _vm(
         ("name", "namespace", "cores", "memory", "node", "migration_seconds"),
         ("name", "namespace"),
     )
-    name = c.scalar(vm["name"], f"{where}.name") if "name" in vm else ""
+    name = c.name(vm["name"], f"{where}.name", _DNS_SUBDOMAIN) if "name" in vm else ""
     namespace = c.scalar(vm["namespace"], f"{where}.namespace") if "namespace" in vm else ""
     if namespace and namespace not in namespaces:
         c.problem(vm["namespace"], f"{where}: namespace {namespace!r} is not declared")
     if any(existing.name == name for existing in scenario.vms):
         c.problem(node, f"VM {name!r} is declared twice (names are unique across namespaces here)")
-    memory = c.scalar(vm["memory"], f"{where}.memory") if "memory" in vm else "4Gi"
-    try:
-        Quantity.parse(memory)
-    except ValueError as error:
-        c.problem(vm.get("memory", node), f"{where}.memory: {error}")
+    memory = "4Gi"
+    if "memory" in vm:
+        memory = c.quantity(vm["memory"], f"{where}.memory", positive=True) or memory
     scenario.vms.append(
         VM(
             name=name,
             namespace=namespace,
             cores=c.integer(vm["cores"], f"{where}.cores", 1) if "cores" in vm else 2,
             memory=memory,
-            node=c.scalar(vm["node"], f"{where}.node") if "node" in vm else None,
+            node=c.name(vm["node"], f"{where}.node", _DNS_SUBDOMAIN) if "node" in vm else None,
             migration_seconds=c.number(vm["migration_seconds"], f"{where}.migration_seconds")
             if "migration_seconds" in vm
             else None,
@@ -514,7 +544,7 @@ def _empty(c: _Checker, node: yaml.Node, scenario: Scenario, kind: str) -> None:
 
 
 def _node_name(c: _Checker, node: yaml.Node, scenario: Scenario, kind: str) -> str:
-    return c.scalar(node, kind)
+    return c.name(node, kind, _DNS_SUBDOMAIN)
 
 
 def _set_ratio(c: _Checker, node: yaml.Node, scenario: Scenario, kind: str) -> str:

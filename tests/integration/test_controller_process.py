@@ -16,6 +16,7 @@ from pkg.generic.client import ApiClient
 from pkg.localcluster import ClusterInfo
 from pkg.localcluster.process import free_port
 from pkg.util.quantity import Quantity
+from tests.helpers import succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
 
 pytestmark = pytest.mark.integration
@@ -74,14 +75,7 @@ async def test_a_controller_killed_mid_migration_is_replaced_without_leaking_roo
         target = await eventually(
             lambda: kv.try_create_target(vmi, migration), what="target admitted"
         )
-        await kv.set_phase(
-            migration,
-            "Succeeded",
-            migrationState={
-                "sourcePod": source["metadata"]["name"],
-                "targetPod": target["metadata"]["name"],
-            },
-        )
+        await succeed_migration(kv, migration, source, target, walk=False)
         await kv.delete_pod(source["metadata"]["name"], grace=0)
         await eventually(lambda: kv.pod_gone(source["metadata"]["name"]), what="source pod gone")
         await asyncio.sleep(1)

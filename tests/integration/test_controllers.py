@@ -16,6 +16,7 @@ from pkg.generic.client import ApiClient
 from pkg.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS, VIRTUAL_MACHINE_INSTANCES
 from pkg.util.annotations import migrating_vm_annotation_key
 from pkg.util.quantity import Quantity
+from tests.helpers import succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
 
 pytestmark = pytest.mark.integration
@@ -103,16 +104,7 @@ async def test_room_is_held_while_the_source_pod_terminates_then_hard_is_exactly
     vmi, source = await kv.start_vm("vm1")
     migration = await kv.migrate(vmi)
     target = await eventually(lambda: kv.try_create_target(vmi, migration), what="target admitted")
-    for phase in ("Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running"):
-        await kv.set_phase(migration, phase)
-    await kv.set_phase(
-        migration,
-        "Succeeded",
-        migrationState={
-            "sourcePod": source["metadata"]["name"],
-            "targetPod": target["metadata"]["name"],
-        },
-    )
+    await succeed_migration(kv, migration, source, target)
     await kv.delete_pod(source["metadata"]["name"], grace=6)
     await asyncio.sleep(2)
     quota = await kv.quota()
@@ -150,14 +142,7 @@ async def test_rancher_reset_mid_migration_is_restored_and_30_cores_never_become
     await kv.api.patch(RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": base}}, kv.namespace)
     await eventually(scaled_up, what="the reset undone")
     target = await eventually(lambda: kv.try_create_target(vmi, migration), what="target admitted")
-    await kv.set_phase(
-        migration,
-        "Succeeded",
-        migrationState={
-            "sourcePod": source["metadata"]["name"],
-            "targetPod": target["metadata"]["name"],
-        },
-    )
+    await succeed_migration(kv, migration, source, target, walk=False)
     await kv.delete_pod(source["metadata"]["name"], grace=0)
     await eventually(lambda: hard_equals(kv, base), what="exactly 30 cores and 60Gi, never 26")
 
@@ -299,14 +284,7 @@ async def test_an_isolated_migration_writes_the_quota_exactly_twice(
     for phase in ("Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running"):
         await kv.set_phase(migration, phase)
         await asyncio.sleep(0.2)
-    await kv.set_phase(
-        migration,
-        "Succeeded",
-        migrationState={
-            "sourcePod": source["metadata"]["name"],
-            "targetPod": target["metadata"]["name"],
-        },
-    )
+    await succeed_migration(kv, migration, source, target, walk=False)
     await kv.delete_pod(source["metadata"]["name"], grace=2)
     await eventually(lambda: hard_equals(kv, V170_HARD), what="hard back to the base")
     await asyncio.sleep(2)
@@ -382,14 +360,7 @@ async def test_standalone_base_is_recorded_and_the_quota_returns_to_it(
     vmi, source = await kv.start_vm("vm1")
     migration = await kv.migrate(vmi)
     target = await eventually(lambda: kv.try_create_target(vmi, migration), what="target admitted")
-    await kv.set_phase(
-        migration,
-        "Succeeded",
-        migrationState={
-            "sourcePod": source["metadata"]["name"],
-            "targetPod": target["metadata"]["name"],
-        },
-    )
+    await succeed_migration(kv, migration, source, target, walk=False)
     await kv.delete_pod(source["metadata"]["name"], grace=0)
     await eventually(lambda: hard_equals(kv, V170_HARD), what="hard back to the recorded base")
     annotations = (await kv.quota())["metadata"]["annotations"]

@@ -5,7 +5,6 @@ alone, and deletes the quota when the project loses its resourceQuota."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,24 +13,12 @@ from pkg.generic.client import ApiClient
 from pkg.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
 from pkg.sim.rancher import Operation, Project, RancherQuotaSync
 from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from tests.helpers import eventually_async
 
 pytestmark = pytest.mark.integration
 
 SEED_ANNOTATION = '{"limit":{"limitsCpu":"3000m","limitsMemory":"5000Mi"}}'
 SEED_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
-
-
-async def eventually(probe: Callable[[], Any], timeout: float = 20.0, what: str = "it") -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = probe()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last value {value!r}")
-        await asyncio.sleep(0.1)
 
 
 async def default_quotas(api: ApiClient, namespace: str) -> list[Object]:
@@ -71,7 +58,7 @@ async def test_sync_creates_resets_on_namespace_events_and_restart(
     project = Project(f"p-{namespace[-6:]}")
     async with RancherQuotaSync(api, projects=[project], version="2.12") as rancher:
         await join_project(api, namespace, project, SEED_ANNOTATION)
-        quota = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
+        quota = await eventually_async(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
         assert await rancher.wait_idle(10)  # its own namespace writes sync once more
         assert quota["metadata"]["generateName"] == "default-"
         assert quota["metadata"]["labels"] == {
@@ -94,7 +81,7 @@ async def test_sync_creates_resets_on_namespace_events_and_restart(
 
         # Any namespace event resets the whole spec, keeping the quota's metadata.
         await api.patch(NAMESPACES, namespace, {"metadata": {"labels": {"touched": "yes"}}})
-        reset = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the reset")
+        reset = await eventually_async(lambda: hard_is(api, namespace, SEED_HARD), what="the reset")
         assert await rancher.wait_idle(10)
         assert reset["metadata"]["annotations"]["harvesterhci.io/migrating-vm1"] == "{}"
         assert reset["metadata"]["uid"] == quota["metadata"]["uid"]
@@ -104,7 +91,9 @@ async def test_sync_creates_resets_on_namespace_events_and_restart(
         await asyncio.sleep(0.5)
         assert await hard_is(api, namespace, scaled)
         await rancher.agent_restart()
-        assert await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="restart reset")
+        assert await eventually_async(
+            lambda: hard_is(api, namespace, SEED_HARD), what="restart reset"
+        )
         operations = [a.operation for a in rancher.actions_for(namespace)]
         assert operations == [Operation.CREATE, Operation.UPDATE, Operation.UPDATE]
 
@@ -115,7 +104,7 @@ async def test_project_without_quota_deletes_it_and_strips_the_annotation(
     project = Project(f"p-{namespace[-6:]}")
     async with RancherQuotaSync(api, projects=[project], version="2.14") as rancher:
         await join_project(api, namespace, project, SEED_ANNOTATION)
-        quota = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
+        quota = await eventually_async(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
         assert "cattle.io/creator" not in quota["metadata"]["labels"]  # v2.13+: wrangler clients
 
         rancher.set_project(Project(project.id, limit=None))
@@ -123,7 +112,7 @@ async def test_project_without_quota_deletes_it_and_strips_the_annotation(
         async def deleted() -> bool:
             return not await default_quotas(api, namespace)
 
-        await eventually(deleted, what="the quota's deletion")
+        await eventually_async(deleted, what="the quota's deletion")
         ns = await api.get(NAMESPACES, namespace)
         assert CATTLE_ANNOTATION_RESOURCE_QUOTA not in ns["metadata"].get("annotations", {})
 
@@ -137,7 +126,7 @@ async def test_project_default_drops_keys_it_does_not_have(api: ApiClient, names
         await join_project(api, namespace, project, SEED_ANNOTATION)
         # limits.cpu from the annotation, requests.memory from the default, limits.memory dropped.
         expected = {"limits.cpu": "3", "requests.memory": "1Gi"}
-        await eventually(lambda: hard_is(api, namespace, expected), what="the merged quota")
+        await eventually_async(lambda: hard_is(api, namespace, expected), what="the merged quota")
         ns = await api.get(NAMESPACES, namespace)
         assert (
             ns["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA]

@@ -31,6 +31,7 @@ from pkg.sim.kubevirt import (
 from pkg.strategy.harvester import HarvesterStrategy
 from pkg.util.annotations import ANNOTATION_MIGRATING_COMPENSATION, migrating_uid_annotation_key
 from pkg.util.quantity import Quantity
+from tests.helpers import succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
 
 pytestmark = pytest.mark.integration
@@ -272,12 +273,12 @@ async def test_v121_four_migrations_a_target_is_refused_while_a_succeeded_source
             targets[vm] = await kv.create_target(
                 instances[vm], migrations[vm], version="0.54", suffix="dst"
             )
-        await succeed(kv, migrations["vm1"], sources["vm1"], targets["vm1"])
+        await succeed_migration(kv, migrations["vm1"], sources["vm1"], targets["vm1"])
         await eventually(lambda: hard_is(kv, shares(7), name), what="vm1's share removed")
         targets["vm3"] = await kv.create_target(
             instances["vm3"], migrations["vm3"], version="0.54", suffix="dst"
         )  # 4 sources + 3 targets = 7 <= 7
-        await succeed(kv, migrations["vm2"], sources["vm2"], targets["vm2"])
+        await succeed_migration(kv, migrations["vm2"], sources["vm2"], targets["vm2"])
         await eventually(lambda: hard_is(kv, shares(6), name), what="vm2's share removed")
 
         with pytest.raises(errors.Forbidden) as refused:
@@ -300,28 +301,13 @@ async def test_v121_four_migrations_a_target_is_refused_while_a_succeeded_source
             what="vm4's target admitted once the old source pods are gone",
         )
         for vm in ("vm3", "vm4"):
-            await succeed(kv, migrations[vm], sources[vm], targets[vm])
+            await succeed_migration(kv, migrations[vm], sources[vm], targets[vm])
         await eventually(lambda: hard_is(kv, full, name), what="back to the base")
         annotations = (await kv.quota(name))["metadata"]["annotations"]
         assert not [k for k in annotations if k.startswith("harvesterhci.io/migratingUID-")]
         assert strategy.writes[namespace] >= 8, strategy.writes
     finally:
         await strategy.stop()
-
-
-async def succeed(kv: KubeVirtByHand, migration: Object, source: Object, target: Object) -> None:
-    """virt-controller's walk to Succeeded; the source pod is left running (it completes later)."""
-    for phase in ("Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running"):
-        await kv.set_phase(migration, phase)
-    await kv.set_phase(
-        migration,
-        "Succeeded",
-        migrationState={
-            "sourcePod": source["metadata"]["name"],
-            "targetPod": target["metadata"]["name"],
-        },
-    )
-    await asyncio.sleep(0)
 
 
 # --- a known failure on the real cluster: a deleted VMI leaks its key ---------------------------

@@ -101,6 +101,31 @@ CASES = {
         10,
         "wait.for must be migrations or quota-at-base",
     ),
+    "endless-wait": ("  - wait: migrations", "  - wait: inf", 10, "wait must be a finite number"),
+    "nan-wait": ("  - wait: migrations", "  - wait: {seconds: nan}", 10, "must be a finite number"),
+    "duplicate-key": ("name: ok", "name: ok\nname: again", 2, "'name' appears twice"),
+    "duplicate-quota-field": (
+        'limitsCpu: "3"',
+        'limitsCpu: "3", limitsCpu: "4"',
+        5,
+        "'limitsCpu' appears twice",
+    ),
+    "negative-quota": ('limitsCpu: "3"', 'limitsCpu: "-3"', 5, "limitsCpu must be at least 0"),
+    "negative-memory": (
+        "{name: vm1, namespace: ns}",
+        "{name: vm1, namespace: ns, memory: -4Gi}",
+        7,
+        "vms[0].memory must be more than 0",
+    ),
+    "empty-memory": (
+        "{name: vm1, namespace: ns}",
+        "{name: vm1, namespace: ns, memory: ''}",
+        7,
+        "vms[0].memory: invalid quantity",
+    ),
+    "bad-vm-name": ("{name: vm1,", "{name: VM_1,", 7, "vms[0].name 'VM_1' is not a valid name"),
+    "empty-namespace-name": ("  - name: ns", "  - name: ''", 4, "'' is not a valid name"),
+    "empty-drain": ("  - migrate: vm1", "  - drain: ''", 9, "drain '' is not a valid name"),
 }
 
 
@@ -146,3 +171,7 @@ def test_unreadable_and_broken_yaml(tmp_path: Path) -> None:
         load(tmp_path / "missing.yaml")
     assert "not valid YAML" in problems(tmp_path, "name: [unclosed\n")[0]
     assert "the file is empty" in problems(tmp_path, "")[0]
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe name: x\n")
+    with pytest.raises(ScenarioError, match="cannot read the file"):
+        load(binary)

@@ -34,6 +34,7 @@ from pkg.sim.kubevirt.objects import (
 )
 from pkg.sim.kubevirt.phases import Advance, Blocked, Wait
 from pkg.sim.kubevirt.record import MAX_REFUSAL_MESSAGES, Moment
+from pkg.sim.kubevirt.simulator import pod_grace_seconds
 from pkg.util.podusage import pod_quota_usage
 
 TIMINGS = MigrationTimings(
@@ -321,3 +322,10 @@ async def test_waiting_for_source_pods_too() -> None:
     log.changed()
     await clock.advance(0)
     assert waiter.result() is True
+
+
+def test_a_pod_grace_of_zero_is_kept_and_an_unset_one_is_kubernetes_default() -> None:
+    assert pod_grace_seconds({"spec": {"terminationGracePeriodSeconds": 0}}) == 0
+    assert pod_grace_seconds({"spec": {"terminationGracePeriodSeconds": 45}}) == 45
+    assert pod_grace_seconds({"spec": {}}) == 30
+    assert pod_grace_seconds({}) == 30

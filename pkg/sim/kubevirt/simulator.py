@@ -72,6 +72,14 @@ POD_GONE_POLL = 0.25
 """Seconds between looks at a stopping VM's pods (restart waits until they are gone)."""
 POD_GONE_SLACK = 30.0
 """Seconds a restart waits beyond the pods' grace period before giving up."""
+DEFAULT_POD_GRACE_SECONDS = 30
+"""Kubernetes' terminationGracePeriodSeconds when a pod leaves it unset."""
+
+
+def pod_grace_seconds(pod: Object) -> int:
+    """The pod's terminationGracePeriodSeconds (0 is a valid grace: delete at once)."""
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return DEFAULT_POD_GRACE_SECONDS if grace is None else int(grace)
 
 
 class KubeVirtSimulator:
@@ -456,9 +464,7 @@ class KubeVirtSimulator:
                 },
             )
         for pod in pods:
-            seconds = grace
-            if seconds is None:
-                seconds = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds") or 30)
+            seconds = grace if grace is not None else pod_grace_seconds(pod)
             with contextlib.suppress(errors.NotFound):
                 await self.client.delete(
                     PODS, str(meta(pod).get("name")), namespace, grace_period_seconds=seconds
@@ -479,13 +485,7 @@ class KubeVirtSimulator:
     ) -> None:
         pods = await self._pods_of(namespace, vmi_uid)
         if timeout is None:
-            longest = max(
-                (
-                    int((p.get("spec") or {}).get("terminationGracePeriodSeconds") or 30)
-                    for p in pods
-                ),
-                default=0,
-            )
+            longest = max((pod_grace_seconds(p) for p in pods), default=0)
             timeout = (grace if grace is not None else longest) + POD_GONE_SLACK
         deadline = self.clock.monotonic() + timeout
         while pods:
