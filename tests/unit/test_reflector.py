@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pytest
 
@@ -225,20 +226,29 @@ async def test_failures_never_hot_loop(
     await stop(task)
 
 
+@pytest.mark.parametrize(
+    "first_step",
+    [None, errors.ConnectionFailed("connection reset by peer")],
+    ids=["closed-with-nothing", "broken-before-any-event"],
+)
 async def test_watch_closed_at_once_counts_as_a_failure(
-    lw: ScriptedListerWatcher, sink: RecordingSink, clock: FakeClock
+    lw: ScriptedListerWatcher, sink: RecordingSink, clock: FakeClock, first_step: Any
 ) -> None:
+    """A watch that ends or breaks before delivering anything is not a working watch: relist
+    after a backoff, and never in a loop."""
     lw.add_list(rv="10")
     for _ in range(50):
-        lw.add_watch()  # ends at once with nothing
+        lw.add_watch(*([first_step] if first_step is not None else []))
         lw.add_list(rv="10")
     _, task = await start(lw, sink, clock)
     # A hot loop needs no clock time, only scheduling rounds: give it plenty before checking.
     await settle(rounds=5000)
     assert len(lw.watch_calls) <= 2
+    assert len(lw.list_calls) <= 2
     await clock.advance(60.0)
     await settle(rounds=5000)
     assert len(lw.watch_calls) < 15
+    assert 2 <= len(lw.list_calls) < 15, "each failed watch is followed by a relist"
     await stop(task)
 
 
@@ -276,24 +286,6 @@ async def test_a_stream_broken_after_events_rewatches_from_the_last_version(
     assert [call[0] for call in lw.watch_calls] == ["10", "11"]
     assert len(lw.list_calls) == 1
     assert sink.events == [("ADDED", "a", "11"), ("ADDED", "b", "12")]
-    await stop(task)
-
-
-async def test_a_watch_that_breaks_at_once_relists_with_backoff(
-    lw: ScriptedListerWatcher, sink: RecordingSink, clock: FakeClock
-) -> None:
-    """A connection that fails before delivering anything is not a working watch: relist after
-    a backoff, and never in a loop."""
-    lw.add_list(rv="10")
-    for _ in range(50):
-        lw.add_watch(errors.ConnectionFailed("connection reset by peer"))
-        lw.add_list(rv="10")
-    _, task = await start(lw, sink, clock)
-    await settle(rounds=5000)
-    assert len(lw.list_calls) <= 2
-    await clock.advance(60.0)
-    await settle(rounds=5000)
-    assert len(lw.list_calls) < 15
     await stop(task)
 
 
