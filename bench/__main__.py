@@ -22,8 +22,9 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harvester_quota.localcluster import LocalCluster
+
 from bench import cluster, informer, populate, report, workqueue
-from pkg.localcluster import LocalCluster
 
 DEFAULT_PODS = (1_000, 10_000, 50_000)
 

@@ -6,10 +6,10 @@ import os
 import time
 from pathlib import Path
 
-from pkg import localcluster
-from pkg.generic.client import ApiClient
-from pkg.generic.config import ClientConfig
-from pkg.localcluster import ClusterInfo, LocalCluster
+from harvester_quota import localcluster
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.config import ClientConfig
+from harvester_quota.localcluster import ClusterInfo, LocalCluster
 
 ENV_STATE_DIR = "HARVESTER_QUOTA_BENCH_STATE_DIR"
 NODES = 50

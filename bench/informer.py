@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harvester_quota.generic.resource import PODS
+from harvester_quota.localcluster import ClusterInfo
+
 from bench import populate
 from bench.cluster import api_client, wait_until_idle
 from bench.informer_worker import CANDIDATES
 from bench.report import median, mib
-from pkg.generic.resource import PODS
-from pkg.localcluster import ClusterInfo
 
 REPO = Path(__file__).resolve().parent.parent
 OFFICIAL = "official-informer"

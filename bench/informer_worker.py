@@ -126,11 +126,11 @@ def _ours(codec: str, *, transform: bool = True) -> Callable[..., Any]:
 
 
 async def _run_ours(candidate: str, target: Target, codec: str, transform: bool) -> Measurement:
-    from pkg.generic.client import ApiClient
-    from pkg.generic.config import ClientConfig
-    from pkg.generic.informer import ResourceEventHandler, SharedInformerFactory
-    from pkg.generic.resource import PODS, Object
-    from pkg.generic.store import strip_unread_fields
+    from harvester_quota.generic.client import ApiClient
+    from harvester_quota.generic.config import ClientConfig
+    from harvester_quota.generic.informer import ResourceEventHandler, SharedInformerFactory
+    from harvester_quota.generic.resource import PODS, Object
+    from harvester_quota.generic.store import strip_unread_fields
 
     config = ClientConfig.from_files(
         target.server,

@@ -19,9 +19,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.resource import NAMESPACES, PODS, VIRTUAL_MACHINE_INSTANCES, Object, Resource
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import (
+    NAMESPACES,
+    PODS,
+    VIRTUAL_MACHINE_INSTANCES,
+    Object,
+    Resource,
+)
 
 PODS_PER_NAMESPACE = 1000
 """A Harvester namespace with a thousand VMs is already large; it keeps 50k pods in 50 namespaces."""
@@ -396,8 +402,7 @@ def node_names(count: int) -> list[str]:
 def sample_sizes(pod: dict[str, Any]) -> dict[str, int]:
     """Bytes of JSON of one served pod, whole and without managedFields (for the report)."""
     import orjson
-
-    from pkg.generic.store import strip_unread_fields
+    from harvester_quota.generic.store import strip_unread_fields
 
     whole = len(orjson.dumps(pod))
     stripped = len(orjson.dumps(strip_unread_fields(orjson.loads(orjson.dumps(pod)))))

@@ -27,9 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from harvester_quota.generic.workqueue import Queue, RateLimitingQueue
 from prometheus_client import CollectorRegistry
-
-from pkg.generic.workqueue import Queue, RateLimitingQueue
 
 DISTINCT_KEYS = 100_000
 DUPE_DISTINCT = 10_000

@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from pkg.config.management import Management, Options
-from pkg.controller.migration.controllers import MigrationBookkeeping
-from pkg.controller.migration.controllers import register as register_bookkeeping
-from pkg.controller.resourcequota.controller import QuotaReconciler
-from pkg.controller.resourcequota.controller import register as register_reconciler
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.health import HealthServer
-from pkg.generic.leader import LeaderElectionConfig, LeaderElector
+from .config.management import Management, Options
+from .controller.migration.controllers import MigrationBookkeeping
+from .controller.migration.controllers import register as register_bookkeeping
+from .controller.resourcequota.controller import QuotaReconciler
+from .controller.resourcequota.controller import register as register_reconciler
+from .generic.client import ApiClient
+from .generic.clock import REAL_CLOCK, Clock
+from .generic.health import HealthServer
+from .generic.leader import LeaderElectionConfig, LeaderElector
 
 log = logging.getLogger(__name__)
 

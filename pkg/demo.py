@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pkg.localcluster import LocalCluster
-from pkg.localcluster.cluster import default_state_dir
-from pkg.scenario.cli import run_on_local_cluster
-from pkg.scenario.progress import comparison_table, summary_row
-from pkg.scenario.schema import ScenarioError, load
+from .localcluster import LocalCluster
+from .localcluster.cluster import default_state_dir
+from .scenario.cli import run_on_local_cluster
+from .scenario.progress import comparison_table, summary_row
+from .scenario.schema import ScenarioError, load
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "v121-evacuation.yaml"
 STRATEGIES = ["harvester", "ours"]

@@ -4,7 +4,7 @@ Subcommands:
   run                                the quota controllers (leader-elected)
   webhook                            the validating admission webhook
   scenario run|check                 replay incident scenarios on a cluster
-  cluster build|up|down|status|env   the local test cluster (see pkg.localcluster)
+  cluster build|up|down|status|env   the local test cluster (see harvester_quota.localcluster)
   demo                               the end-to-end demonstration `make demo` runs
 """
 
@@ -18,16 +18,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pkg import __version__, app
-from pkg.config.management import Options
-from pkg.demo import run_demo
-from pkg.generic import config
-from pkg.generic.client import ApiClient
-from pkg.localcluster import ClusterError, LocalCluster, binaries
-from pkg.localcluster.cluster import DEFAULT_NODES
-from pkg.scenario import cli as scenario_cli
-from pkg.webhook import server as webhook_server
-from pkg.webhook.validators import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
+from . import __version__, app
+from .config.management import Options
+from .demo import run_demo
+from .generic import config
+from .generic.client import ApiClient
+from .localcluster import ClusterError, LocalCluster, binaries
+from .localcluster.cluster import DEFAULT_NODES
+from .scenario import cli as scenario_cli
+from .webhook import server as webhook_server
+from .webhook.validators import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -1,7 +1,7 @@
 """Builders for the KubeVirt, Harvester and Rancher objects tests need, shaped as the API returns them.
 
 VMIs get the spec Harvester's VM mutator writes (limits, requests from the overcommit settings,
-guest memory); launcher pods get exactly the containers KubeVirt renders for the VMI (pkg.util).
+guest memory); launcher pods get exactly the containers KubeVirt renders for the VMI (harvester_quota.util).
 """
 
 from __future__ import annotations
@@ -11,9 +11,16 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from pkg.controller.migration.rooms import LABEL_CREATED_BY, LABEL_MIGRATION_JOB, LABEL_VM_NAME
-from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
-from pkg.util.podusage import (
+from harvester_quota.controller.migration.rooms import (
+    LABEL_CREATED_BY,
+    LABEL_MIGRATION_JOB,
+    LABEL_VM_NAME,
+)
+from harvester_quota.util.annotations import (
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    LABEL_DEFAULT_RESOURCE_QUOTA,
+)
+from harvester_quota.util.podusage import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     harvester_guest_memory,
     harvester_vm_requests,

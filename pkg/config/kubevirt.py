@@ -18,12 +18,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pkg.util.overhead import (
+from ..util.overhead import (
     NEWEST_KUBEVIRT_VERSION,
     kubevirt_ratio_from_harvester_setting,
     parse_kubevirt_version,
 )
-from pkg.util.podusage import LauncherOptions
+from ..util.podusage import LauncherOptions
 
 log = logging.getLogger(__name__)
 

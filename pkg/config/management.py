@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from pkg.controller.namespace.base import Mode
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.controller import ControllerFactory
-from pkg.generic.events import EventRecorder
-from pkg.generic.informer import SharedInformerFactory
+from ..controller.namespace.base import Mode
+from ..generic.client import ApiClient
+from ..generic.clock import REAL_CLOCK, Clock
+from ..generic.controller import ControllerFactory
+from ..generic.events import EventRecorder
+from ..generic.informer import SharedInformerFactory
 
 COMPONENT = "harvester-quota"
 

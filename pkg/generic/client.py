@@ -16,11 +16,11 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
-from pkg import __version__
-from pkg.generic import errors
-from pkg.generic.config import ClientConfig
-from pkg.generic.listdecode import ListDecodeError, ListSplitter
-from pkg.generic.resource import Object, Resource
+from .. import __version__
+from . import errors
+from .config import ClientConfig
+from .listdecode import ListDecodeError, ListSplitter
+from .resource import Object, Resource
 
 log = logging.getLogger(__name__)
 

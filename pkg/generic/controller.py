@@ -25,11 +25,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient, PatchType
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
-from pkg.generic.resource import (
+from . import errors
+from .client import ApiClient, PatchType
+from .clock import REAL_CLOCK, Clock
+from .informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
+from .resource import (
     EVENTS,
     LEASES,
     NAMESPACES,
@@ -43,8 +43,8 @@ from pkg.generic.resource import (
     Resource,
     key_of,
 )
-from pkg.generic.store import IndexFunc, Tombstone
-from pkg.generic.workqueue import RateLimiter, RateLimitingQueue
+from .store import IndexFunc, Tombstone
+from .workqueue import RateLimiter, RateLimitingQueue
 
 log = logging.getLogger(__name__)
 

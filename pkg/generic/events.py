@@ -18,10 +18,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.resource import EVENTS, Object
+from . import errors
+from .client import ApiClient
+from .clock import REAL_CLOCK, Clock
+from .resource import EVENTS, Object
 
 log = logging.getLogger(__name__)
 K = TypeVar("K")

@@ -25,16 +25,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.reflector import (
+from .client import ApiClient
+from .clock import REAL_CLOCK, Clock
+from .reflector import (
     DEFAULT_INACTIVITY_TIMEOUT,
     ClientListerWatcher,
     ListerWatcher,
     Reflector,
 )
-from pkg.generic.resource import Object, Resource, key_of
-from pkg.generic.store import (
+from .resource import Object, Resource, key_of
+from .store import (
     DEFAULT_CODEC,
     Codec,
     Encoded,

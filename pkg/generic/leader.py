@@ -18,10 +18,10 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.resource import LEASES, Object
+from . import errors
+from .client import ApiClient
+from .clock import REAL_CLOCK, Clock
+from .resource import LEASES, Object
 
 log = logging.getLogger(__name__)
 

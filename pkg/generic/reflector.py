@@ -27,10 +27,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient, ListResult, WatchEvent, status_error
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.resource import Object, Resource
+from . import errors
+from .client import ApiClient, ListResult, WatchEvent, status_error
+from .clock import REAL_CLOCK, Clock
+from .resource import Object, Resource
 
 log = logging.getLogger(__name__)
 

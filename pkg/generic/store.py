@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from pkg.generic.resource import Object, key_of
+from .resource import Object, key_of
 
 IndexFunc = Callable[[Object], Iterable[str]]
 Transform = Callable[[Object], Object]

@@ -5,7 +5,7 @@ Tests against a mock API server would prove nothing about quota admission, the q
 or webhook calls; this package runs the real ones, built from Go modules (see ``binaries``).
 """
 
-from pkg.localcluster.cluster import ClusterInfo, LocalCluster, default_state_dir
-from pkg.localcluster.errors import ClusterError
+from .cluster import ClusterInfo, LocalCluster, default_state_dir
+from .errors import ClusterError
 
 __all__ = ["ClusterError", "ClusterInfo", "LocalCluster", "default_state_dir"]

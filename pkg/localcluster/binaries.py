@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pkg.localcluster.errors import ClusterError
+from .errors import ClusterError
 
 K8S_VERSION = "v1.36.5"
 ETCD_VERSION = "v3.6.16"

@@ -27,17 +27,17 @@ from typing import Any
 
 import yaml
 
-from pkg.localcluster import process
-from pkg.localcluster.binaries import resolve_bin_dir
-from pkg.localcluster.errors import ClusterError
-from pkg.localcluster.pki import (
+from . import process
+from .binaries import resolve_bin_dir
+from .errors import ClusterError
+from .pki import (
     APISERVER_DNS_NAMES,
     APISERVER_IPS,
     CertificateAuthority,
     service_account_key,
 )
-from pkg.localcluster.process import ProcessRecord
-from pkg.localcluster.rest import ApiError, RestClient
+from .process import ProcessRecord
+from .rest import ApiError, RestClient
 
 ENV_STATE_DIR = "HARVESTER_QUOTA_STATE_DIR"
 STAGES_FILE = Path(__file__).parent / "stages" / "kwok-stages.yaml"

@@ -2,7 +2,7 @@
 
 Bootstrapping the cluster (readiness, fake nodes) and the first demo need a handful of requests made
 with the admin client certificate before any controller runs; this is all they need. Controllers use
-the asynchronous client in ``pkg.generic``.
+the asynchronous client in ``harvester_quota.generic``.
 """
 
 from __future__ import annotations

@@ -8,15 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pkg.generic import config
-from pkg.generic.client import ApiClient
-from pkg.generic.config import ClientConfig
-from pkg.localcluster import ClusterInfo, LocalCluster
-from pkg.scenario import report
-from pkg.scenario.progress import ProgressTable, comparison_table
-from pkg.scenario.runner import ScenarioRun
-from pkg.scenario.schema import Scenario, ScenarioError, load
-from pkg.scenario.strategies import STRATEGIES
+from ..generic import config
+from ..generic.client import ApiClient
+from ..generic.config import ClientConfig
+from ..localcluster import ClusterInfo, LocalCluster
+from . import report
+from .progress import ProgressTable, comparison_table
+from .runner import ScenarioRun
+from .schema import Scenario, ScenarioError, load
+from .strategies import STRATEGIES
 
 
 def check(paths: list[str]) -> int:

@@ -10,9 +10,9 @@ import sys
 import time
 from typing import Any, TextIO
 
-from pkg.scenario.runner import ScenarioRun
-from pkg.util import resources
-from pkg.util.quantity import Quantity
+from ..util import resources
+from ..util.quantity import Quantity
+from .runner import ScenarioRun
 
 PIPE_INTERVAL = 5.0
 

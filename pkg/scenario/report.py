@@ -13,12 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pkg.scenario.runner import STALE_PREFIXES, RunResult
-from pkg.scenario.schema import UNFINISHED
-from pkg.sim.kubevirt.record import MigrationRecord
-from pkg.util import resources
-from pkg.util.quantity import Quantity
-from pkg.util.resources import ResourceList
+from ..sim.kubevirt.record import MigrationRecord
+from ..util import resources
+from ..util.quantity import Quantity
+from ..util.resources import ResourceList
+from .runner import STALE_PREFIXES, RunResult
+from .schema import UNFINISHED
 
 
 def _parse(mapping: dict[str, str]) -> ResourceList:

@@ -1,7 +1,7 @@
 """Running one scenario on a cluster with one strategy, and what it observed.
 
-The runner plays everyone else in the incident: KubeVirt (pkg.sim.kubevirt), Rancher's quota sync
-(pkg.sim.rancher) when the scenario has one, and the users (a separate client identity, so the
+The runner plays everyone else in the incident: KubeVirt (harvester_quota.sim.kubevirt), Rancher's quota sync
+(harvester_quota.sim.rancher) when the scenario has one, and the users (a separate client identity, so the
 webhook validates them as tenants). It samples every managed quota twice a second for the
 timeline, applies the steps in order, waits for the migrations, lets the quotas settle, and
 checks the invariants and the file's expectations.
@@ -23,25 +23,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.config import ClientConfig
-from pkg.generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, SETTINGS, Object
-from pkg.localcluster import ClusterInfo
-from pkg.scenario.schema import Scenario, Step
-from pkg.scenario.strategies import HarvesterStrategy, OurStrategy
-from pkg.sim.kubevirt.config import KubeVirtConfig, VMStart
-from pkg.sim.kubevirt.limits import ParallelLimits
-from pkg.sim.kubevirt.objects import VMSpec
-from pkg.sim.kubevirt.phases import MigrationTimings
-from pkg.sim.kubevirt.record import MigrationRecord, Outcome
-from pkg.sim.kubevirt.simulator import KubeVirtSimulator
-from pkg.sim.rancher.derive import Project
-from pkg.sim.rancher.simulator import RancherQuotaSync
-from pkg.util import resources
-from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
-from pkg.util.rancher import LIMIT_FIELDS, parse_namespace_resource_quota
-from pkg.util.resources import ResourceList
+from ..generic import errors
+from ..generic.client import ApiClient
+from ..generic.config import ClientConfig
+from ..generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, SETTINGS, Object
+from ..localcluster import ClusterInfo
+from ..sim.kubevirt.config import KubeVirtConfig, VMStart
+from ..sim.kubevirt.limits import ParallelLimits
+from ..sim.kubevirt.objects import VMSpec
+from ..sim.kubevirt.phases import MigrationTimings
+from ..sim.kubevirt.record import MigrationRecord, Outcome
+from ..sim.kubevirt.simulator import KubeVirtSimulator
+from ..sim.rancher.derive import Project
+from ..sim.rancher.simulator import RancherQuotaSync
+from ..util import resources
+from ..util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ..util.rancher import LIMIT_FIELDS, parse_namespace_resource_quota
+from ..util.resources import ResourceList
+from .schema import Scenario, Step
+from .strategies import HarvesterStrategy, OurStrategy
 
 log = logging.getLogger(__name__)
 

@@ -64,8 +64,8 @@ from typing import Any
 
 import yaml
 
-from pkg.util.quantity import Quantity
-from pkg.util.rancher import LIMIT_FIELDS
+from ..util.quantity import Quantity
+from ..util.rancher import LIMIT_FIELDS
 
 STEP_KINDS = (
     "migrate",
@@ -396,7 +396,7 @@ def _kubevirt(c: _Checker, node: yaml.Node, scenario: Scenario) -> None:
         )
     if "version" in kv:
         scenario.kubevirt_version = c.scalar(kv["version"], "kubevirt.version")
-        from pkg.util.overhead import parse_kubevirt_version  # noqa: PLC0415
+        from ..util.overhead import parse_kubevirt_version  # noqa: PLC0415
 
         try:
             parse_kubevirt_version(scenario.kubevirt_version)

@@ -14,14 +14,14 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from pkg.app import ControllerApp
-from pkg.config.management import Options
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.resource import Object, Resource
-from pkg.localcluster import ClusterInfo
-from pkg.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
-from pkg.webhook.validators import Identities
+from ..app import ControllerApp
+from ..config.management import Options
+from ..generic import errors
+from ..generic.client import ApiClient
+from ..generic.resource import Object, Resource
+from ..localcluster import ClusterInfo
+from ..webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
+from ..webhook.validators import Identities
 
 STRATEGIES = ("ours", "harvester")
 WEBHOOK_CONFIGURATIONS = Resource(
@@ -202,7 +202,7 @@ class HarvesterStrategy:
         return total
 
     def _new(self) -> Any:
-        from pkg.strategy.harvester import HarvesterStrategy as Port  # noqa: PLC0415
+        from ..strategy.harvester import HarvesterStrategy as Port  # noqa: PLC0415
 
         return Port(
             self.api,

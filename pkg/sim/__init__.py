@@ -1,9 +1,9 @@
 """Simulators of the components harvester-quota lives beside, run against a real API server.
 
-- ``pkg.sim.kubevirt``: virt-controller and virt-handler as far as quotas see them: VMs, VMIs and
+- ``harvester_quota.sim.kubevirt``: virt-controller and virt-handler as far as quotas see them: VMs, VMIs and
   their virt-launcher pods, live migrations (target pod admission under quota, phases, parallel
   limits, abort, node drain), with the numbers the seeds report.
-- ``pkg.sim.rancher``: Rancher's namespace resource-quota sync (the default ResourceQuota derived
+- ``harvester_quota.sim.rancher``: Rancher's namespace resource-quota sync (the default ResourceQuota derived
   from ``field.cattle.io/resourceQuota``, reset on namespace events and on agent restarts).
 
 They work with or without harvester-quota's own controllers running: a namespace without a quota,

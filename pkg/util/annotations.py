@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from pkg.util import resources
-from pkg.util.resources import ResourceList
+from . import resources
+from .resources import ResourceList
 
 __all__ = [
     "ANNOTATION_MIGRATING_COMPENSATION",
@@ -93,7 +93,7 @@ ANNOTATION_TIMESTAMP: Final = f"{HARVESTER_PREFIX}/timestamp"
 # --- Rancher ---------------------------------------------------------------------------------------
 
 CATTLE_ANNOTATION_RESOURCE_QUOTA: Final = "field.cattle.io/resourceQuota"
-"""On the Namespace: Rancher's `{"limit": {...}}`, the base quota (see pkg.util.rancher)."""
+"""On the Namespace: Rancher's `{"limit": {...}}`, the base quota (see harvester_quota.util.rancher)."""
 
 LABEL_DEFAULT_RESOURCE_QUOTA: Final = "resourcequota.management.cattle.io/default-resource-quota"
 """On the ResourceQuota Rancher manages (value "true"). Rancher and Harvester find the RQ by this

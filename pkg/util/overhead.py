@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pkg.util.quantity import Quantity
+from .quantity import Quantity
 
 __all__ = [
     "HARVESTER_RATIO_DEFAULT",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, TypedDict, Unpack
 
-from pkg.util.overhead import (
+from .overhead import (
     KubeVirtVersion,
     _bool_field,
     _cpu_spec,
@@ -46,7 +46,7 @@ from pkg.util.overhead import (
     topology_vcpus,
     wants_guaranteed_qos,
 )
-from pkg.util.quantity import Quantity
+from .quantity import Quantity
 
 __all__ = [
     "HARVESTER_DEFAULT_OVERCOMMIT",

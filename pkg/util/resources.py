@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import NoReturn, TypeAlias
 
-from pkg.util.quantity import Quantity
+from .quantity import Quantity
 
 __all__ = [
     "ResourceList",

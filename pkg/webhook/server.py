@@ -25,12 +25,12 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
-from pkg.config.kubevirt import RATIO_SETTING, KubeVirtSettings, settings_from
-from pkg.controller.resourcequota.controller import managed_quota
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.informer import SharedInformerFactory
-from pkg.generic.resource import (
+from ..config.kubevirt import RATIO_SETTING, KubeVirtSettings, settings_from
+from ..controller.resourcequota.controller import managed_quota
+from ..generic.client import ApiClient
+from ..generic.clock import REAL_CLOCK, Clock
+from ..generic.informer import SharedInformerFactory
+from ..generic.resource import (
     KUBEVIRTS,
     NAMESPACES,
     PODS,
@@ -40,9 +40,9 @@ from pkg.generic.resource import (
     VIRTUAL_MACHINE_INSTANCES,
     Object,
 )
-from pkg.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
-from pkg.webhook.admission import BadReview, Denied, Request, parse_review, review_response
-from pkg.webhook.validators import (
+from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from .admission import BadReview, Denied, Request, parse_review, review_response
+from .validators import (
     Identities,
     Lookups,
     validate_namespace_update,

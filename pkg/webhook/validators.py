@@ -20,22 +20,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pkg.config.kubevirt import KubeVirtSettings
-from pkg.controller.migration.rooms import (
+from ..config.kubevirt import KubeVirtSettings
+from ..controller.migration.rooms import (
     LABEL_MIGRATION_JOB,
     RoomInputs,
     RoomPlan,
     plan_rooms,
 )
-from pkg.controller.namespace.base import ANNOTATION_BASE, BaseError, rancher_base
-from pkg.generic.resource import Object
-from pkg.util import resources
-from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, parse_migration_annotations
-from pkg.util.podusage import launcher_quota_usage, pod_quota_usage
-from pkg.util.quantity import Quantity
-from pkg.util.rancher import LIMIT_FIELDS
-from pkg.util.resources import ResourceList
-from pkg.webhook.admission import Denied, Request, annotations_of
+from ..controller.namespace.base import ANNOTATION_BASE, BaseError, rancher_base
+from ..generic.resource import Object
+from ..util import resources
+from ..util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, parse_migration_annotations
+from ..util.podusage import launcher_quota_usage, pod_quota_usage
+from ..util.quantity import Quantity
+from ..util.rancher import LIMIT_FIELDS
+from ..util.resources import ResourceList
+from .admission import Denied, Request, annotations_of
 
 DEFAULT_TARGET_CREATORS = (
     "system:serviceaccount:harvester-system:kubevirt-controller",

@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.config import ClientConfig
+from harvester_quota.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.localcluster.cluster import default_state_dir
+from harvester_quota.localcluster.rest import ApiError, RestClient
 
-from pkg.generic.client import ApiClient
-from pkg.generic.config import ClientConfig
-from pkg.localcluster import ClusterInfo, LocalCluster
-from pkg.localcluster.cluster import default_state_dir
-from pkg.localcluster.rest import ApiError, RestClient
 from tests.helpers import eventually
 
 ENV_TEST_STATE_DIR = "HARVESTER_QUOTA_TEST_STATE_DIR"

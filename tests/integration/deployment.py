@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.config import ClientConfig
-from pkg.generic.resource import NAMESPACES, Object, Resource
-from pkg.localcluster import ClusterInfo
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.config import ClientConfig
+from harvester_quota.generic.resource import NAMESPACES, Object, Resource
+from harvester_quota.localcluster import ClusterInfo
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "harvester-quota.yaml"
 SYSTEM_NAMESPACE = "harvester-system"

@@ -10,9 +10,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.resource import (
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import (
     NAMESPACES,
     PODS,
     RESOURCE_QUOTAS,
@@ -21,7 +21,11 @@ from pkg.generic.resource import (
     VIRTUAL_MACHINE_INSTANCES,
     Object,
 )
-from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from harvester_quota.util.annotations import (
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    LABEL_DEFAULT_RESOURCE_QUOTA,
+)
+
 from tests import objects
 
 T = TypeVar("T")

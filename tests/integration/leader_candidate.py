@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 import signal
 
-from pkg.generic import config
-from pkg.generic.client import ApiClient
-from pkg.generic.leader import LeaderElectionConfig, LeaderElector
+from harvester_quota.generic import config
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
 
 
 async def main(args: argparse.Namespace) -> None:

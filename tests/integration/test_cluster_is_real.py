@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.localcluster.rest import ApiError, RestClient
 
-from pkg.localcluster import ClusterInfo
-from pkg.localcluster.rest import ApiError, RestClient
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration

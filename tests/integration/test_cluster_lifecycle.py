@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from pkg.localcluster import ClusterError, LocalCluster, binaries, process
-from pkg.localcluster.cluster import Ports
-from pkg.main import main
+from harvester_quota.localcluster import ClusterError, LocalCluster, binaries, process
+from harvester_quota.localcluster.cluster import Ports
+from harvester_quota.main import main
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.localcluster.process import free_port
+from harvester_quota.util.quantity import Quantity
 
-from pkg.generic.client import ApiClient
-from pkg.localcluster import ClusterInfo
-from pkg.localcluster.process import free_port
-from pkg.util.quantity import Quantity
 from tests.helpers import succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
 
@@ -29,7 +29,7 @@ def start_controller(cluster: ClusterInfo, lease: str, log: Path) -> subprocess.
         [
             sys.executable,
             "-m",
-            "pkg.main",
+            "harvester_quota.main",
             "run",
             "--kubeconfig",
             str(cluster.kubeconfig),

@@ -8,14 +8,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from harvester_quota.app import ControllerApp
+from harvester_quota.config.management import Options
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import (
+    EVENTS,
+    PODS,
+    RESOURCE_QUOTAS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
+from harvester_quota.util.annotations import migrating_vm_annotation_key
+from harvester_quota.util.quantity import Quantity
 from prometheus_client import CollectorRegistry
 
-from pkg.app import ControllerApp
-from pkg.config.management import Options
-from pkg.generic.client import ApiClient
-from pkg.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS, VIRTUAL_MACHINE_INSTANCES
-from pkg.util.annotations import migrating_vm_annotation_key
-from pkg.util.quantity import Quantity
 from tests.helpers import succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
 

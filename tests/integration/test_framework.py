@@ -16,16 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from pkg.generic import errors
-from pkg.generic.client import ApiClient, ListResult, WatchEvent
-from pkg.generic.controller import Controller
-from pkg.generic.events import WARNING, EventRecorder
-from pkg.generic.informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
-from pkg.generic.reflector import ClientListerWatcher, ItemHook
-from pkg.generic.resource import CONFIG_MAPS, EVENTS, LEASES, Object, Resource
-from pkg.generic.store import Tombstone
-from pkg.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient, ListResult, WatchEvent
+from harvester_quota.generic.controller import Controller
+from harvester_quota.generic.events import WARNING, EventRecorder
+from harvester_quota.generic.informer import (
+    ResourceEventHandler,
+    SharedInformer,
+    SharedInformerFactory,
+)
+from harvester_quota.generic.reflector import ClientListerWatcher, ItemHook
+from harvester_quota.generic.resource import CONFIG_MAPS, EVENTS, LEASES, Object, Resource
+from harvester_quota.generic.store import Tombstone
+from harvester_quota.localcluster import ClusterInfo, LocalCluster
 
 pytestmark = pytest.mark.integration
 

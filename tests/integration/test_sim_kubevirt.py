@@ -9,10 +9,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.resource import (
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import (
     PODS,
     RESOURCE_QUOTAS,
     SETTINGS,
@@ -20,7 +19,7 @@ from pkg.generic.resource import (
     VIRTUAL_MACHINE_INSTANCES,
     Object,
 )
-from pkg.sim.kubevirt import (
+from harvester_quota.sim.kubevirt import (
     KubeVirtConfig,
     KubeVirtSimulator,
     MigrationTimings,
@@ -30,7 +29,8 @@ from pkg.sim.kubevirt import (
     VMSpec,
     set_overhead_ratio_setting,
 )
-from pkg.sim.kubevirt.objects import SETTING_OVERHEAD_RATIO
+from harvester_quota.sim.kubevirt.objects import SETTING_OVERHEAD_RATIO
+
 from tests.helpers import eventually_async
 
 pytestmark = pytest.mark.integration

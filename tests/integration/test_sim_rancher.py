@@ -8,11 +8,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
+from harvester_quota.sim.rancher import Operation, Project, RancherQuotaSync
+from harvester_quota.util.annotations import (
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    LABEL_DEFAULT_RESOURCE_QUOTA,
+)
 
-from pkg.generic.client import ApiClient
-from pkg.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
-from pkg.sim.rancher import Operation, Project, RancherQuotaSync
-from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
 from tests.helpers import eventually_async
 
 pytestmark = pytest.mark.integration

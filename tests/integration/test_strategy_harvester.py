@@ -1,4 +1,4 @@
-"""Harvester v1.9's algorithm (pkg.strategy.harvester) on the real local cluster: real quota
+"""Harvester v1.9's algorithm (harvester_quota.strategy.harvester) on the real local cluster: real quota
 admission decides every launcher pod, the seeds' numbers come out, and so does the v1.2.1 bug.
 
 Run with your own cluster state directory, e.g.
@@ -13,14 +13,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
-
-from pkg.config.management import Options
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.informer import ResourceEventHandler, SharedInformerFactory
-from pkg.generic.resource import RESOURCE_QUOTAS, VIRTUAL_MACHINE_INSTANCES, Object
-from pkg.sim.kubevirt import (
+from harvester_quota.config.management import Options
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.informer import ResourceEventHandler, SharedInformerFactory
+from harvester_quota.generic.resource import RESOURCE_QUOTAS, VIRTUAL_MACHINE_INSTANCES, Object
+from harvester_quota.sim.kubevirt import (
     KubeVirtConfig,
     KubeVirtSimulator,
     MigrationTimings,
@@ -28,9 +26,14 @@ from pkg.sim.kubevirt import (
     VMSpec,
     set_overhead_ratio_setting,
 )
-from pkg.strategy.harvester import HarvesterStrategy
-from pkg.util.annotations import ANNOTATION_MIGRATING_COMPENSATION, migrating_uid_annotation_key
-from pkg.util.quantity import Quantity
+from harvester_quota.strategy.harvester import HarvesterStrategy
+from harvester_quota.util.annotations import (
+    ANNOTATION_MIGRATING_COMPENSATION,
+    migrating_uid_annotation_key,
+)
+from harvester_quota.util.quantity import Quantity
+from prometheus_client import CollectorRegistry
+
 from tests.helpers import succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
 

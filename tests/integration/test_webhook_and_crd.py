@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.localcluster.rest import ApiError, RestClient
 
-from pkg.localcluster import ClusterInfo
-from pkg.localcluster.rest import ApiError, RestClient
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration

@@ -7,17 +7,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from harvester_quota.app import ControllerApp
+from harvester_quota.config.management import Options
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, VIRTUAL_MACHINES, Object
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
+from harvester_quota.webhook.validators import Identities
 from prometheus_client import CollectorRegistry
 
-from pkg.app import ControllerApp
-from pkg.config.management import Options
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.resource import PODS, RESOURCE_QUOTAS, VIRTUAL_MACHINES, Object
-from pkg.localcluster import ClusterInfo
-from pkg.util.quantity import Quantity
-from pkg.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
-from pkg.webhook.validators import Identities
 from tests.integration import deployment
 from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually, strip_server_fields
 from tests.objects import vmi as vmi_spec

@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from pkg.generic.client import ApiClient
-from pkg.localcluster import ClusterInfo
-from pkg.scenario import report
-from pkg.scenario.runner import ScenarioRun
-from pkg.scenario.schema import load
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.scenario import report
+from harvester_quota.scenario.runner import ScenarioRun
+from harvester_quota.scenario.schema import load
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pkg.generic.client import ListResult, WatchEvent
-from pkg.generic.reflector import ItemHook
-from pkg.generic.resource import Object
+from harvester_quota.generic.client import ListResult, WatchEvent
+from harvester_quota.generic.reflector import ItemHook
+from harvester_quota.generic.resource import Object
 
 HANG = "hang"
 
@@ -133,7 +133,7 @@ class FakeApi:
             raise self.fail_next.pop(0)
 
     async def get(self, resource: Any, name: str, namespace: str | None = None) -> Object:
-        from pkg.generic import errors
+        from harvester_quota.generic import errors
 
         self.calls.append(("get", resource.name, name))
         self._maybe_fail()
@@ -143,7 +143,7 @@ class FakeApi:
         return copy.deepcopy(found)
 
     async def create(self, resource: Any, obj: Object, namespace: str | None = None) -> Object:
-        from pkg.generic import errors
+        from harvester_quota.generic import errors
 
         self.calls.append(("create", resource.name, obj["metadata"]["name"]))
         self._maybe_fail()
@@ -156,7 +156,7 @@ class FakeApi:
         return copy.deepcopy(stored)
 
     async def update(self, resource: Any, obj: Object, *, subresource: str = "") -> Object:
-        from pkg.generic import errors
+        from harvester_quota.generic import errors
 
         metadata = obj["metadata"]
         self.calls.append(("update", resource.name, metadata["name"]))
@@ -174,7 +174,7 @@ class FakeApi:
     async def patch(
         self, resource: Any, name: str, patch: Object, namespace: str | None = None, **_: Any
     ) -> Object:
-        from pkg.generic import errors
+        from harvester_quota.generic import errors
 
         self.calls.append(("patch", resource.name, name))
         self._maybe_fail()

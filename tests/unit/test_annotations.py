@@ -5,11 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from pkg.util import annotations as ann
-from pkg.util.annotations import (
+from harvester_quota.util import annotations as ann
+from harvester_quota.util.annotations import (
     MigrationAnnotations,
     is_valid_annotation_key,
     legacy_migrating_vm_annotation_key,
@@ -18,8 +15,10 @@ from pkg.util.annotations import (
     migrating_vm_annotation_keys,
     parse_migration_annotations,
 )
-from pkg.util.quantity import Quantity
-from pkg.util.resources import ResourceList
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resources import ResourceList
+from hypothesis import given
+from hypothesis import strategies as st
 
 # Harvester's fixture for issue #7464 (vmim_controller_test.go): 75 characters.
 LONG_NAME = "a-very-long-name-exceeds-the-63-length-and-it-reports-error-in-old-version"

@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient, _lines, decode_watch_line
+from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.config import ClientConfig
+from harvester_quota.generic.health import HealthServer
+from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
+from harvester_quota.generic.resource import PODS, Object
 from prometheus_client import CollectorRegistry, Counter
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient, _lines, decode_watch_line
-from pkg.generic.clock import FakeClock, settle
-from pkg.generic.config import ClientConfig
-from pkg.generic.health import HealthServer
-from pkg.generic.informer import ResourceEventHandler, SharedInformer
-from pkg.generic.resource import PODS, Object
 from tests.unit.fakes import HANG, ScriptedListerWatcher, pod
 
 

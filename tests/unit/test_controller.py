@@ -7,13 +7,13 @@ import random
 from typing import Any, cast
 
 import pytest
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.controller import Controller, Ignore, RetryAfter
+from harvester_quota.generic.informer import SharedInformer
+from harvester_quota.generic.resource import PODS, Object
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import FakeClock, settle
-from pkg.generic.controller import Controller, Ignore, RetryAfter
-from pkg.generic.informer import SharedInformer
-from pkg.generic.resource import PODS, Object
 from tests.unit.fakes import HANG, FakeApi, ScriptedListerWatcher, pod
 
 
@@ -102,7 +102,7 @@ async def test_a_conflict_is_retried_quietly(
         if calls == 1:
             raise errors.Conflict("the object has been modified", reason="Conflict")
 
-    caplog.set_level("DEBUG", logger="pkg.generic.controller")
+    caplog.set_level("DEBUG", logger="harvester_quota.generic.controller")
     controller.on_change("racing", racing)
     await run(controller, informer)
     await clock.advance(0.1)

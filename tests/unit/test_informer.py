@@ -7,11 +7,11 @@ import random
 from typing import Any
 
 import pytest
+from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
+from harvester_quota.generic.resource import Object
+from harvester_quota.generic.store import Encoded, Store, Tombstone
 
-from pkg.generic.clock import FakeClock, settle
-from pkg.generic.informer import ResourceEventHandler, SharedInformer
-from pkg.generic.resource import Object
-from pkg.generic.store import Encoded, Store, Tombstone
 from tests.unit.fakes import HANG, ScriptedListerWatcher, error_event, event, pod
 
 

@@ -7,10 +7,9 @@ import logging
 from typing import Any
 
 import pytest
-
-from pkg.config import kubevirt
-from pkg.config.kubevirt import settings_from
-from pkg.util.overhead import NEWEST_KUBEVIRT_VERSION, parse_kubevirt_version
+from harvester_quota.config import kubevirt
+from harvester_quota.config.kubevirt import settings_from
+from harvester_quota.util.overhead import NEWEST_KUBEVIRT_VERSION, parse_kubevirt_version
 
 
 def _cr(version: Any = None, developer: Any = None, configuration: Any = None) -> dict[str, Any]:
@@ -39,7 +38,7 @@ def test_an_unknown_version_falls_back_to_the_newest_formula_with_one_warning(
 ) -> None:
     with pytest.raises(ValueError):
         parse_kubevirt_version(observed)
-    with caplog.at_level(logging.WARNING, logger="pkg.config.kubevirt"):
+    with caplog.at_level(logging.WARNING, logger="harvester_quota.config.kubevirt"):
         for _ in range(3):
             assert settings_from(_cr(observed), None).kubevirt_version == NEWEST_KUBEVIRT_VERSION
     warnings = [r for r in caplog.records if observed in r.getMessage()]

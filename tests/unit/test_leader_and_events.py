@@ -7,13 +7,13 @@ import random
 from typing import cast
 
 import pytest
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.events import AGGREGATE_PREFIX, WARNING, EventRecorder
+from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
+from harvester_quota.generic.resource import EVENTS, LEASES
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import FakeClock, settle
-from pkg.generic.events import AGGREGATE_PREFIX, WARNING, EventRecorder
-from pkg.generic.leader import LeaderElectionConfig, LeaderElector
-from pkg.generic.resource import EVENTS, LEASES
 from tests.unit.fakes import FakeApi
 
 

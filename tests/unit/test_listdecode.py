@@ -7,11 +7,10 @@ from typing import Any
 
 import orjson
 import pytest
+from harvester_quota.generic import listdecode
+from harvester_quota.generic.listdecode import ListDecodeError, ListSplitter, split_list
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pkg.generic import listdecode
-from pkg.generic.listdecode import ListDecodeError, ListSplitter, split_list
 
 
 def _pod(name: str, **extra: Any) -> dict[str, Any]:

@@ -6,8 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from pkg.localcluster import ClusterError, binaries
+from harvester_quota.localcluster import ClusterError, binaries
 
 
 def test_override_directory_must_hold_every_binary(

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-from pkg.localcluster.pki import CertificateAuthority
+from harvester_quota.localcluster.pki import CertificateAuthority
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,7 @@ import copy
 from typing import Any
 
 import pytest
-
-from pkg.util.overhead import (
+from harvester_quota.util.overhead import (
     MAIN,
     KubeVirtVersion,
     kubevirt_ratio_from_harvester_setting,

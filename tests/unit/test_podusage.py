@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
-
-from pkg.util.podusage import (
+from harvester_quota.util.podusage import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     HARVESTER_V121_OVERCOMMIT,
     harvester_guest_memory,
@@ -29,7 +28,7 @@ from pkg.util.podusage import (
     quota_constraint_violations,
     quota_usage_for,
 )
-from pkg.util.quantity import Quantity
+from harvester_quota.util.quantity import Quantity
 
 MI = 1024 * 1024
 GI = 1024 * MI

@@ -13,12 +13,11 @@ import copy
 import pickle
 
 import pytest
+from harvester_quota.util import resources
+from harvester_quota.util.quantity import MAX_INTEGER_DIGITS, Format, Quantity
+from harvester_quota.util.resources import ResourceList
 from hypothesis import given
 from hypothesis import strategies as st
-
-from pkg.util import resources
-from pkg.util.quantity import MAX_INTEGER_DIGITS, Format, Quantity
-from pkg.util.resources import ResourceList
 
 BIN = Format.BINARY_SI
 DEC = Format.DECIMAL_SI

@@ -7,11 +7,15 @@ import json
 from typing import Any
 
 import pytest
-
-from pkg.controller.namespace.base import ANNOTATION_APPLIED, ANNOTATION_BASE
-from pkg.controller.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
-from pkg.util import resources
-from pkg.util.annotations import (
+from harvester_quota.controller.namespace.base import ANNOTATION_APPLIED, ANNOTATION_BASE
+from harvester_quota.controller.resourcequota.plan import (
+    NamespaceSnapshot,
+    QuotaPlan,
+    patch_for,
+    plan_quota,
+)
+from harvester_quota.util import resources
+from harvester_quota.util.annotations import (
     ANNOTATION_MIGRATING_COMPENSATION,
     ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED,
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
@@ -19,8 +23,9 @@ from pkg.util.annotations import (
     migrating_uid_annotation_key,
     migrating_vm_annotation_key,
 )
-from pkg.util.podusage import HARVESTER_V121_OVERCOMMIT
-from pkg.util.quantity import Quantity
+from harvester_quota.util.podusage import HARVESTER_V121_OVERCOMMIT
+from harvester_quota.util.quantity import Quantity
+
 from tests.objects import (
     launcher_pod,
     managed_quota,

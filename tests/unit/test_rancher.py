@@ -8,18 +8,17 @@ what Go's json.Marshal printed for it.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from pkg.util.quantity import Format, Quantity
-from pkg.util.rancher import (
+from harvester_quota.util.quantity import Format, Quantity
+from harvester_quota.util.rancher import (
     LIMIT_FIELDS,
     NamespaceResourceQuota,
     format_namespace_resource_quota,
     parse_namespace_resource_quota,
     parse_namespace_resource_quota_details,
 )
-from pkg.util.resources import ResourceList
+from harvester_quota.util.resources import ResourceList
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def rl(**values: str) -> ResourceList:

@@ -7,10 +7,10 @@ import random
 from typing import Any
 
 import pytest
+from harvester_quota.generic import errors
+from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.reflector import Backoff, Reflector
 
-from pkg.generic import errors
-from pkg.generic.clock import FakeClock, settle
-from pkg.generic.reflector import Backoff, Reflector
 from tests.unit.fakes import HANG, RecordingSink, ScriptedListerWatcher, error_event, event, pod
 
 

@@ -6,8 +6,9 @@ import datetime
 from types import SimpleNamespace
 from typing import Any
 
-from pkg.controller.resourcequota.controller import QuotaReconciler
-from pkg.controller.resourcequota.plan import NamespaceSnapshot, plan_quota
+from harvester_quota.controller.resourcequota.controller import QuotaReconciler
+from harvester_quota.controller.resourcequota.plan import NamespaceSnapshot, plan_quota
+
 from tests.objects import managed_quota, migration, rancher_namespace, vmi
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pkg.scenario.progress import comparison_table, summary_row
+from harvester_quota.scenario.progress import comparison_table, summary_row
 
 
 def _report(*, blocked: list[float | None], writes: float, drift: dict[str, str]) -> dict[str, Any]:

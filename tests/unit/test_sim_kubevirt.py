@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from pkg.generic.clock import FakeClock
-from pkg.sim.kubevirt import (
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.sim.kubevirt import (
     InFlight,
     KubeVirtConfig,
     MigrationLog,
@@ -23,8 +22,8 @@ from pkg.sim.kubevirt import (
     render_launcher_pod,
     vm_resources,
 )
-from pkg.sim.kubevirt.config import StartRefused, VMStart
-from pkg.sim.kubevirt.objects import (
+from harvester_quota.sim.kubevirt.config import StartRefused, VMStart
+from harvester_quota.sim.kubevirt.objects import (
     LauncherSettings,
     MigrationRef,
     parse_version,
@@ -32,10 +31,10 @@ from pkg.sim.kubevirt.objects import (
     render_vm,
     render_vmi,
 )
-from pkg.sim.kubevirt.phases import Advance, Blocked, Wait
-from pkg.sim.kubevirt.record import MAX_REFUSAL_MESSAGES, Moment
-from pkg.sim.kubevirt.simulator import pod_grace_seconds
-from pkg.util.podusage import pod_quota_usage
+from harvester_quota.sim.kubevirt.phases import Advance, Blocked, Wait
+from harvester_quota.sim.kubevirt.record import MAX_REFUSAL_MESSAGES, Moment
+from harvester_quota.sim.kubevirt.simulator import pod_grace_seconds
+from harvester_quota.util.podusage import pod_quota_usage
 
 TIMINGS = MigrationTimings(
     scheduling=1.0, scheduled=2.0, preparing_target=3.0, target_ready=4.0, running=10.0

@@ -7,8 +7,7 @@ import datetime
 import json
 
 import pytest
-
-from pkg.sim.rancher import (
+from harvester_quota.sim.rancher import (
     Operation,
     Project,
     RancherFlavour,
@@ -17,7 +16,7 @@ from pkg.sim.rancher import (
     is_quota_fit,
     operation,
 )
-from pkg.sim.rancher.derive import (
+from harvester_quota.sim.rancher.derive import (
     annotation_text,
     condition_is_set,
     requested_limit,
@@ -25,7 +24,7 @@ from pkg.sim.rancher.derive import (
     spec_hard,
     zero_out,
 )
-from pkg.util.resources import parse_resource_list
+from harvester_quota.util.resources import parse_resource_list
 
 OLD = RancherFlavour.parse("2.12")
 NEW = RancherFlavour.parse("v2.14.3")

@@ -1,10 +1,10 @@
-"""Harvester v1.9's algorithm, ported (pkg.strategy.harvester): its own Go unit tests, replayed
+"""Harvester v1.9's algorithm, ported (harvester_quota.strategy.harvester): its own Go unit tests, replayed
 case by case with their numbers, then the failure scenarios of the reference notes
 (shared/reference/rancher-and-harvester-issues.md, part 2), which a faithful port must reproduce.
 
 The handlers run against `FakeCluster`, where the caches read what the clients wrote (as with
 Harvester's `fakeclients`). Failure scenarios add real quota admission arithmetic: launcher pods are
-rendered by KubeVirt's rules (pkg.util.podusage) and admitted only if used + requested <= hard on
+rendered by KubeVirt's rules (harvester_quota.util.podusage) and admitted only if used + requested <= hard on
 every key the quota limits, exactly as the API server's quota admission decides.
 """
 
@@ -19,20 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
-from pkg.config.management import Options
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.config import ClientConfig
-from pkg.generic.resource import (
+from harvester_quota.config.management import Options
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.config import ClientConfig
+from harvester_quota.generic.resource import (
     RESOURCE_QUOTAS,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
     Object,
 )
-from pkg.generic.workqueue.rate_limiters import MaxOfRateLimiter
-from pkg.strategy.harvester import HarvesterStrategy, rqutils
-from pkg.strategy.harvester.calculator import (
+from harvester_quota.generic.workqueue.rate_limiters import MaxOfRateLimiter
+from harvester_quota.strategy.harvester import HarvesterStrategy, rqutils
+from harvester_quota.strategy.harvester.calculator import (
     InsufficientResourceError,
     additional_guest_memory_overhead_ratio,
     calculate_compensation_resource_quota_with_vmi,
@@ -40,16 +39,16 @@ from pkg.strategy.harvester.calculator import (
     launcher_memory_overhead,
     namespace_resource_quota,
 )
-from pkg.strategy.harvester.cluster import HARVESTER_VENDORED_KUBEVIRT, RATIO_SETTING
-from pkg.strategy.harvester.migration import MigrationHandler, NamespaceNotFound
-from pkg.strategy.harvester.resourcequota import (
+from harvester_quota.strategy.harvester.cluster import HARVESTER_VENDORED_KUBEVIRT, RATIO_SETTING
+from harvester_quota.strategy.harvester.migration import MigrationHandler, NamespaceNotFound
+from harvester_quota.strategy.harvester.resourcequota import (
     ResourceQuotaHandler,
     SkipScaling,
     scale_resource_quota_on_demand,
 )
-from pkg.strategy.harvester.strategy import lasso_rate_limiter
-from pkg.util import resources
-from pkg.util.annotations import (
+from harvester_quota.strategy.harvester.strategy import lasso_rate_limiter
+from harvester_quota.util import resources
+from harvester_quota.util.annotations import (
     ANNOTATION_MIGRATING_COMPENSATION,
     ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED,
     ANNOTATION_MIGRATION_STATE,
@@ -61,8 +60,9 @@ from pkg.util.annotations import (
     legacy_migrating_vm_annotation_key,
     migrating_uid_annotation_key,
 )
-from pkg.util.podusage import pod_quota_usage
-from pkg.util.quantity import Quantity
+from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.quantity import Quantity
+
 from tests import objects
 
 GI = 1 << 30

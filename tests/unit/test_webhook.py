@@ -12,22 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
-
-from pkg.config.kubevirt import KubeVirtSettings, settings_from
-from pkg.generic.resource import Object
-from pkg.localcluster.pki import CertificateAuthority
-from pkg.util.annotations import migrating_vm_annotation_key
-from pkg.util.quantity import Quantity
-from pkg.webhook.admission import Denied, Request
-from pkg.webhook.server import ReloadingTLS, WebhookServer
-from pkg.webhook.validators import (
+from harvester_quota.config.kubevirt import KubeVirtSettings, settings_from
+from harvester_quota.generic.resource import Object
+from harvester_quota.localcluster.pki import CertificateAuthority
+from harvester_quota.util.annotations import migrating_vm_annotation_key
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.webhook.admission import Denied, Request
+from harvester_quota.webhook.server import ReloadingTLS, WebhookServer
+from harvester_quota.webhook.validators import (
     Identities,
     validate_namespace_update,
     validate_pod_create,
     validate_quota_update,
     validate_vm_start,
 )
+from prometheus_client import CollectorRegistry
+
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
 
 KUBEVIRT_CONTROLLER = "system:serviceaccount:harvester-system:kubevirt-controller"

@@ -8,17 +8,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from pkg.generic.clock import FakeClock, settle
-from pkg.generic.workqueue import (
+from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.workqueue import (
     MAX_WAIT,
     DelayingQueue,
     ItemExponentialFailureRateLimiter,
     Queue,
     RateLimitingQueue,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def background_tasks() -> set[asyncio.Task[object]]:

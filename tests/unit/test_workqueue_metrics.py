@@ -5,16 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from prometheus_client import REGISTRY, CollectorRegistry, Gauge, generate_latest
-
-from pkg.generic.clock import FakeClock, settle
-from pkg.generic.workqueue import (
+from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.workqueue import (
     UNFINISHED_WORK_UPDATE_PERIOD,
     DelayingQueue,
     ItemExponentialFailureRateLimiter,
     Queue,
     RateLimitingQueue,
 )
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge, generate_latest
 
 
 @pytest.fixture

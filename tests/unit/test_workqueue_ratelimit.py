@@ -6,9 +6,8 @@ import itertools
 import math
 
 import pytest
-
-from pkg.generic.clock import FakeClock
-from pkg.generic.workqueue import (
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.workqueue import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
     ItemFastSlowRateLimiter,

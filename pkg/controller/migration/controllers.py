@@ -18,8 +18,18 @@ import contextlib
 import logging
 from typing import Any
 
-from pkg.config.management import Management
-from pkg.controller.migration.rooms import (
+from ...config.management import Management
+from ...generic import errors
+from ...generic.resource import PODS, VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES, Object
+from ...util.annotations import (
+    ANNOTATION_MIGRATION_STATE,
+    ANNOTATION_MIGRATION_UID,
+    ANNOTATION_TIMESTAMP,
+    MIGRATION_STATE_ABORTING,
+    MIGRATION_STATE_MIGRATING,
+    MIGRATION_STATE_PENDING,
+)
+from .rooms import (
     CONDITION_ABORT_REQUESTED,
     FINAL_PHASES,
     LABEL_MIGRATION_JOB,
@@ -27,16 +37,6 @@ from pkg.controller.migration.rooms import (
     has_condition,
     metadata,
     status,
-)
-from pkg.generic import errors
-from pkg.generic.resource import PODS, VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES, Object
-from pkg.util.annotations import (
-    ANNOTATION_MIGRATION_STATE,
-    ANNOTATION_MIGRATION_UID,
-    ANNOTATION_TIMESTAMP,
-    MIGRATION_STATE_ABORTING,
-    MIGRATION_STATE_MIGRATING,
-    MIGRATION_STATE_PENDING,
 )
 
 log = logging.getLogger(__name__)

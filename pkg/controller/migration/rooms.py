@@ -22,11 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pkg.generic.resource import Object
-from pkg.util import resources
-from pkg.util.podusage import LauncherOptions, launcher_quota_usage, pod_counts_against_quota
-from pkg.util.podusage import pod_quota_usage as _pod_quota_usage
-from pkg.util.resources import ResourceList
+from ...generic.resource import Object
+from ...util import resources
+from ...util.podusage import LauncherOptions, launcher_quota_usage, pod_counts_against_quota
+from ...util.podusage import pod_quota_usage as _pod_quota_usage
+from ...util.resources import ResourceList
 
 log = logging.getLogger(__name__)
 

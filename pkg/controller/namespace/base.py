@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pkg.util import resources
-from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from pkg.util.rancher import parse_namespace_resource_quota
-from pkg.util.resources import ResourceList
+from ...util import resources
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ...util.rancher import parse_namespace_resource_quota
+from ...util.resources import ResourceList
 
 ANNOTATION_BASE = "harvester-quota.io/base"
 """Standalone: the recorded base (a ResourceList JSON)."""

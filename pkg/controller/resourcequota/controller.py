@@ -15,20 +15,12 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from pkg.config.kubevirt import RATIO_SETTING, KubeVirtSettings, settings_from
-from pkg.config.management import Management
-from pkg.controller.migration.rooms import (
-    CONDITION_REJECTED_BY_QUOTA,
-    PHASE_PENDING,
-    has_condition,
-    metadata,
-    status,
-)
-from pkg.controller.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
-from pkg.generic.controller import RetryAfter
-from pkg.generic.events import NORMAL, WARNING
-from pkg.generic.informer import SharedInformer
-from pkg.generic.resource import (
+from ...config.kubevirt import RATIO_SETTING, KubeVirtSettings, settings_from
+from ...config.management import Management
+from ...generic.controller import RetryAfter
+from ...generic.events import NORMAL, WARNING
+from ...generic.informer import SharedInformer
+from ...generic.resource import (
     KUBEVIRTS,
     PODS,
     RESOURCE_QUOTAS,
@@ -37,10 +29,18 @@ from pkg.generic.resource import (
     VIRTUAL_MACHINE_INSTANCES,
     Object,
 )
-from pkg.util import resources
-from pkg.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
-from pkg.util.podusage import launcher_quota_usage
-from pkg.util.quantity import Quantity
+from ...util import resources
+from ...util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.podusage import launcher_quota_usage
+from ...util.quantity import Quantity
+from ..migration.rooms import (
+    CONDITION_REJECTED_BY_QUOTA,
+    PHASE_PENDING,
+    has_condition,
+    metadata,
+    status,
+)
+from .plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pkg.controller.migration.rooms import (
+from ...generic.resource import Object
+from ...util import resources
+from ...util.annotations import (
+    HARVESTER_PREFIX,
+    migrating_vm_annotation_key,
+    parse_migration_annotations,
+)
+from ...util.podusage import LauncherOptions
+from ...util.quantity import Quantity
+from ...util.resources import ResourceList
+from ..migration.rooms import (
     MigrationRoom,
     RoomInputs,
     RoomPlan,
@@ -32,7 +42,7 @@ from pkg.controller.migration.rooms import (
     plan_rooms,
     used_without_targets,
 )
-from pkg.controller.namespace.base import (
+from ..namespace.base import (
     ANNOTATION_APPLIED,
     ANNOTATION_BASE,
     STANDALONE,
@@ -41,16 +51,6 @@ from pkg.controller.namespace.base import (
     Mode,
     resolve_base,
 )
-from pkg.generic.resource import Object
-from pkg.util import resources
-from pkg.util.annotations import (
-    HARVESTER_PREFIX,
-    migrating_vm_annotation_key,
-    parse_migration_annotations,
-)
-from pkg.util.podusage import LauncherOptions
-from pkg.util.quantity import Quantity
-from pkg.util.resources import ResourceList
 
 MIGRATING_PREFIX = f"{HARVESTER_PREFIX}/migrating"
 """Every key Harvester ever wrote for migrations starts with this (name, UID, compensation, flag)."""

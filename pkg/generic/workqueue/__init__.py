@@ -24,9 +24,9 @@ A typical worker::
 Named queues export client-go's ``workqueue_*`` Prometheus metrics (``metrics`` module).
 """
 
-from pkg.generic.workqueue.delaying_queue import MAX_WAIT, DelayingQueue
-from pkg.generic.workqueue.queue import UNFINISHED_WORK_UPDATE_PERIOD, Queue
-from pkg.generic.workqueue.rate_limiters import (
+from .delaying_queue import MAX_WAIT, DelayingQueue
+from .queue import UNFINISHED_WORK_UPDATE_PERIOD, Queue
+from .rate_limiters import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
     ItemFastSlowRateLimiter,
@@ -34,7 +34,7 @@ from pkg.generic.workqueue.rate_limiters import (
     RateLimiter,
     default_controller_rate_limiter,
 )
-from pkg.generic.workqueue.rate_limiting_queue import RateLimitingQueue
+from .rate_limiting_queue import RateLimitingQueue
 
 __all__ = [
     "MAX_WAIT",

@@ -17,9 +17,9 @@ from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.workqueue.metrics import QueueStats, new_retry_stats
-from pkg.generic.workqueue.queue import Queue
+from ..clock import REAL_CLOCK, Clock
+from .metrics import QueueStats, new_retry_stats
+from .queue import Queue
 
 T = TypeVar("T", bound=Hashable)
 

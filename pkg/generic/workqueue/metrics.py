@@ -17,7 +17,7 @@ unnamed queue's hot path free of metric work, like client-go's no-op provider.
 
 A scrape from another thread (prometheus_client's own HTTP server) reads the counts without a lock:
 each value is read atomically, but a histogram's count and buckets may be one observation apart.
-Served from the event loop (``pkg.generic.health``), a scrape is exact.
+Served from the event loop (``harvester_quota.generic.health``), a scrape is exact.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from pkg.generic.clock import Clock, RealClock
+from ..clock import Clock, RealClock
 
 T = TypeVar("T", bound=Hashable)
 

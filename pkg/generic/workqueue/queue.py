@@ -26,8 +26,8 @@ from typing import Generic, Literal, Self, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.workqueue.metrics import QueueMetrics, new_queue_metrics
+from ..clock import REAL_CLOCK, Clock
+from .metrics import QueueMetrics, new_queue_metrics
 
 T = TypeVar("T", bound=Hashable)
 
@@ -44,7 +44,7 @@ class Queue(Generic[T]):
 
     ``get`` returns ``(item, False)`` or, once the queue is shut down and empty, ``(None, True)``.
     ``None`` is therefore not a valid item. A named queue records Prometheus metrics (see
-    ``pkg.generic.workqueue.metrics``) and refreshes its unfinished-work gauges from a background
+    ``harvester_quota.generic.workqueue.metrics``) and refreshes its unfinished-work gauges from a background
     task, started on first use (or on ``async with``), idle while nothing is in progress, and
     stopped by shutdown.
     """

@@ -12,7 +12,7 @@ import math
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar
 
-from pkg.generic.clock import REAL_CLOCK, Clock
+from ..clock import REAL_CLOCK, Clock
 
 T = TypeVar("T", bound=Hashable)
 T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)

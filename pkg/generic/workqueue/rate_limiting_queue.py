@@ -13,9 +13,9 @@ from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.workqueue.delaying_queue import DelayingQueue
-from pkg.generic.workqueue.rate_limiters import RateLimiter, default_controller_rate_limiter
+from ..clock import REAL_CLOCK, Clock
+from .delaying_queue import DelayingQueue
+from .rate_limiters import RateLimiter, default_controller_rate_limiter
 
 T = TypeVar("T", bound=Hashable)
 

@@ -1,12 +1,12 @@
 """A virt-controller simulator: VMs, launcher pods, live migrations and node drains on a real API
 server (see `simulator.KubeVirtSimulator`)."""
 
-from pkg.sim.kubevirt.config import KubeVirtConfig, StartRefused, VMStart
-from pkg.sim.kubevirt.limits import InFlight, ParallelLimits, limit_reached
-from pkg.sim.kubevirt.objects import VMSpec, render_launcher_pod, vm_resources
-from pkg.sim.kubevirt.phases import MigrationTimings, Phase, next_step
-from pkg.sim.kubevirt.record import MigrationLog, MigrationRecord, Outcome
-from pkg.sim.kubevirt.simulator import KubeVirtSimulator, set_overhead_ratio_setting
+from .config import KubeVirtConfig, StartRefused, VMStart
+from .limits import InFlight, ParallelLimits, limit_reached
+from .objects import VMSpec, render_launcher_pod, vm_resources
+from .phases import MigrationTimings, Phase, next_step
+from .record import MigrationLog, MigrationRecord, Outcome
+from .simulator import KubeVirtSimulator, set_overhead_ratio_setting
 
 __all__ = [
     "InFlight",

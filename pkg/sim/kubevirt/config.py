@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pkg.sim.kubevirt.limits import ParallelLimits
-from pkg.sim.kubevirt.phases import MigrationTimings
-from pkg.util.overhead import HARVESTER_RATIO_DEFAULT, KubeVirtVersion, parse_kubevirt_version
+from ...util.overhead import HARVESTER_RATIO_DEFAULT, KubeVirtVersion, parse_kubevirt_version
+from .limits import ParallelLimits
+from .phases import MigrationTimings
 
 DEFAULT_WORKERS = 3
 """virt-controller's migration controller threads (KubeVirt's default --migration-controller-threads)."""

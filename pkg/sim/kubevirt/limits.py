@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pkg.sim.kubevirt.phases import FINAL, RUNNING_PHASES, Phase
+from .phases import FINAL, RUNNING_PHASES, Phase
 
 DEFAULT_PARALLEL_MIGRATIONS_PER_CLUSTER = 5
 DEFAULT_PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE = 2

@@ -31,23 +31,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import Clock
-from pkg.generic.events import NORMAL, WARNING, EventRecorder
-from pkg.generic.informer import ResourceEventHandler
-from pkg.generic.resource import (
+from ...generic import errors
+from ...generic.client import ApiClient
+from ...generic.clock import Clock
+from ...generic.events import NORMAL, WARNING, EventRecorder
+from ...generic.informer import ResourceEventHandler
+from ...generic.resource import (
     PODS,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
     Object,
     key_of,
 )
-from pkg.generic.store import Tombstone
-from pkg.generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
-from pkg.sim.kubevirt.config import KubeVirtConfig
-from pkg.sim.kubevirt.limits import InFlight, limit_reached
-from pkg.sim.kubevirt.objects import (
+from ...generic.store import Tombstone
+from ...generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
+from .config import KubeVirtConfig
+from .limits import InFlight, limit_reached
+from .objects import (
     ANNOTATION_EVACUATION,
     ANNOTATION_LATEST_API,
     ANNOTATION_STORAGE_API,
@@ -67,7 +67,7 @@ from pkg.sim.kubevirt.objects import (
     status,
     timestamp,
 )
-from pkg.sim.kubevirt.phases import (
+from .phases import (
     FINAL,
     HANDED_OFF,
     Advance,
@@ -76,8 +76,8 @@ from pkg.sim.kubevirt.phases import (
     Wait,
     next_step,
 )
-from pkg.sim.kubevirt.record import MigrationLog, MigrationRecord, Moment, Outcome
-from pkg.sim.kubevirt.view import ClusterView, pod_is_down, pod_is_ready
+from .record import MigrationLog, MigrationRecord, Moment, Outcome
+from .view import ClusterView, pod_is_down, pod_is_ready
 
 log = logging.getLogger(__name__)
 

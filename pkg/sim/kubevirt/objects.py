@@ -16,16 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pkg.generic.resource import Object
-from pkg.util.overhead import KubeVirtVersion, parse_kubevirt_version
-from pkg.util.podusage import (
+from ...generic.resource import Object
+from ...util.overhead import KubeVirtVersion, parse_kubevirt_version
+from ...util.podusage import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     HARVESTER_V121_OVERCOMMIT,
     harvester_guest_memory,
     harvester_vm_requests,
     launcher_pod_resources,
 )
-from pkg.util.quantity import Quantity
+from ...util.quantity import Quantity
 
 # Labels, annotations, finalizers and condition types, as KubeVirt and Harvester spell them.
 LABEL_APP: Final = "kubevirt.io"

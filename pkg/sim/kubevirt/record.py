@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.sim.kubevirt.phases import Phase
+from ...generic.clock import REAL_CLOCK, Clock
+from .phases import Phase
 
 MAX_REFUSAL_MESSAGES: Final = 20
 """Distinct refusal messages kept per migration (a blocked migration retries many times; the count

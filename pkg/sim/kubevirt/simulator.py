@@ -21,11 +21,11 @@ import itertools
 import logging
 from typing import Any
 
-from pkg.generic import errors
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.events import WARNING, EventRecorder
-from pkg.generic.resource import (
+from ...generic import errors
+from ...generic.client import ApiClient
+from ...generic.clock import REAL_CLOCK, Clock
+from ...generic.events import WARNING, EventRecorder
+from ...generic.resource import (
     NODES,
     PODS,
     SETTINGS,
@@ -34,9 +34,14 @@ from pkg.generic.resource import (
     VIRTUAL_MACHINES,
     Object,
 )
-from pkg.sim.kubevirt.config import KubeVirtConfig, VMStart
-from pkg.sim.kubevirt.migration import FINAL_VMI_PHASES, MigrationController
-from pkg.sim.kubevirt.objects import (
+from ...util.overhead import (
+    HARVESTER_RATIO_DEFAULT,
+    KubeVirtVersion,
+    kubevirt_ratio_from_harvester_setting,
+)
+from .config import KubeVirtConfig, VMStart
+from .migration import FINAL_VMI_PHASES, MigrationController
+from .objects import (
     API_VERSION,
     LABEL_CREATED_BY,
     LABEL_NODE_NAME,
@@ -57,14 +62,9 @@ from pkg.sim.kubevirt.objects import (
     timestamp,
     vm_resources,
 )
-from pkg.sim.kubevirt.phases import FINAL, Phase
-from pkg.sim.kubevirt.record import MigrationLog, MigrationRecord
-from pkg.sim.kubevirt.view import ClusterView
-from pkg.util.overhead import (
-    HARVESTER_RATIO_DEFAULT,
-    KubeVirtVersion,
-    kubevirt_ratio_from_harvester_setting,
-)
+from .phases import FINAL, Phase
+from .record import MigrationLog, MigrationRecord
+from .view import ClusterView
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import Clock
-from pkg.generic.informer import SharedInformer, SharedInformerFactory
-from pkg.generic.resource import (
+from ...generic.client import ApiClient
+from ...generic.clock import Clock
+from ...generic.informer import SharedInformer, SharedInformerFactory
+from ...generic.resource import (
     NODES,
     PODS,
     RESOURCE_QUOTAS,
@@ -16,8 +16,8 @@ from pkg.generic.resource import (
     VIRTUAL_MACHINE_INSTANCES,
     Object,
 )
-from pkg.generic.store import IndexFunc
-from pkg.sim.kubevirt.objects import (
+from ...generic.store import IndexFunc
+from .objects import (
     HOSTNAME_LABEL,
     LABEL_APP,
     LABEL_CREATED_BY,

@@ -1,6 +1,6 @@
 """Rancher's namespace resource-quota sync, simulated (see `simulator.RancherQuotaSync`)."""
 
-from pkg.sim.rancher.derive import (
+from .derive import (
     Derived,
     Operation,
     Project,
@@ -10,7 +10,7 @@ from pkg.sim.rancher.derive import (
     is_quota_fit,
     operation,
 )
-from pkg.sim.rancher.simulator import RancherQuotaSync, SyncAction
+from .simulator import RancherQuotaSync, SyncAction
 
 __all__ = [
     "Derived",

@@ -22,13 +22,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pkg.util import resources
-from pkg.util.quantity import Quantity
-from pkg.util.rancher import (
+from ...util import resources
+from ...util.quantity import Quantity
+from ...util.rancher import (
     format_namespace_resource_quota,
     parse_namespace_resource_quota_details,
 )
-from pkg.util.resources import ResourceList
+from ...util.resources import ResourceList
 
 PROJECT_ID_ANNOTATION: Final = "field.cattle.io/projectId"
 STATUS_ANNOTATION: Final = "cattle.io/status"

@@ -27,12 +27,15 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.controller import ControllerFactory
-from pkg.generic.informer import SharedInformerFactory
-from pkg.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
-from pkg.sim.rancher.derive import (
+from ...generic.client import ApiClient
+from ...generic.clock import REAL_CLOCK, Clock
+from ...generic.controller import ControllerFactory
+from ...generic.informer import SharedInformerFactory
+from ...generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
+from ...util import resources
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.resources import ResourceList
+from .derive import (
     CONDITION_INIT,
     CONDITION_VALIDATED,
     CREATOR_LABEL,
@@ -53,9 +56,6 @@ from pkg.sim.rancher.derive import (
     spec_hard,
     zero_out,
 )
-from pkg.util import resources
-from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
-from pkg.util.resources import ResourceList
 
 log = logging.getLogger(__name__)
 

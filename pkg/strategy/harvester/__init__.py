@@ -1,7 +1,7 @@
 """Harvester v1.9's own quota algorithm, ported faithfully, failures included.
 
 A second strategy next to our controllers: any scenario can run with `HarvesterStrategy` instead of
-`pkg.app.ControllerApp`, and the difference shows where Harvester fails. Nothing here is fixed or
+`harvester_quota.app.ControllerApp`, and the difference shows where Harvester fails. Nothing here is fixed or
 improved; where Harvester's Go behaves oddly, so does this port (each such place says so).
 
 What ports what (harvester/harvester after v1.9.0, PR #10197 included):
@@ -17,7 +17,7 @@ What ports what (harvester/harvester after v1.9.0, PR #10197 included):
 | `cluster.HarvesterCluster` / `InformerCluster` | the wrangler caches and clients the handlers use |
 
 The memory overhead is KubeVirt's KVM GetMemoryOverhead (Harvester calls the one of the KubeVirt it
-vendors, v1.8.3) with the ratio from Harvester's setting; here it is `pkg.util.overhead` for the
+vendors, v1.8.3) with the ratio from Harvester's setting; here it is `harvester_quota.util.overhead` for the
 cluster's KubeVirt: `Options.kubevirt_version`, else the KubeVirt CR's observedKubeVirtVersion,
 else 1.8.3.
 
@@ -60,6 +60,6 @@ Rancher resetting spec.hard mid-migration (2) is handled, as in Harvester v1.4.2
 of the quota recomputes base + keys.
 """
 
-from pkg.strategy.harvester.strategy import HarvesterStrategy
+from .strategy import HarvesterStrategy
 
 __all__ = ["HarvesterStrategy"]

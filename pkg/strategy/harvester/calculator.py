@@ -11,7 +11,7 @@ The memory share of a VM is KubeVirt's KVM `GetMemoryOverhead` of the VMI plus i
 only the compute container. The guest-console-log sidecar (15m CPU, 60M memory on KubeVirt v1.x)
 is not in it, and neither is anything but limits.cpu and limits.memory. Harvester calls the
 formula of the KubeVirt it vendors (v1.8.3) with `runtime.GOARCH`; here the formula is
-`pkg.util.overhead.memory_overhead` for the KubeVirt version the caller names (the cluster's).
+`harvester_quota.util.overhead.memory_overhead` for the KubeVirt version the caller names (the cluster's).
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pkg.strategy.harvester.rqutils import (
+from ...util import resources
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ...util.overhead import HARVESTER_RATIO_DEFAULT, _go_parse_float, memory_overhead
+from ...util.quantity import Quantity
+from ...util.resources import ResourceList
+from .rqutils import (
     ADDITIONAL_COMPENSATION_MEMORY,
     LIMITS_CPU,
     LIMITS_MEMORY,
@@ -35,11 +40,6 @@ from pkg.strategy.harvester.rqutils import (
     migrating_vm_resource_lists,
     quantity_in,
 )
-from pkg.util import resources
-from pkg.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from pkg.util.overhead import HARVESTER_RATIO_DEFAULT, _go_parse_float, memory_overhead
-from pkg.util.quantity import Quantity
-from pkg.util.resources import ResourceList
 
 __all__ = [
     "GOARCH",

@@ -18,11 +18,11 @@ import logging
 from collections import Counter
 from typing import Final, Protocol
 
-from pkg.config.management import Management
-from pkg.generic import errors
-from pkg.generic.controller import Controller
-from pkg.generic.informer import SharedInformer
-from pkg.generic.resource import (
+from ...config.management import Management
+from ...generic import errors
+from ...generic.controller import Controller
+from ...generic.informer import SharedInformer
+from ...generic.resource import (
     KUBEVIRTS,
     NAMESPACES,
     PODS,

@@ -34,17 +34,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pkg.generic import errors
-from pkg.generic.resource import Object
-from pkg.strategy.harvester import rqutils
-from pkg.strategy.harvester.calculator import (
-    additional_guest_memory_overhead_ratio,
-    calculate_compensation_resource_quota_with_vmi,
-    calculate_scale_resource_quota_with_vmi,
-    vmi_limits,
-)
-from pkg.strategy.harvester.cluster import RATIO_SETTING, HarvesterCluster
-from pkg.util.annotations import (
+from ...generic import errors
+from ...generic.resource import Object
+from ...util.annotations import (
     ANNOTATION_MIGRATION_STATE,
     ANNOTATION_MIGRATION_UID,
     ANNOTATION_TIMESTAMP,
@@ -55,7 +47,15 @@ from pkg.util.annotations import (
     MIGRATION_STATE_PENDING,
     TRUE,
 )
-from pkg.util.quantity import Quantity
+from ...util.quantity import Quantity
+from . import rqutils
+from .calculator import (
+    additional_guest_memory_overhead_ratio,
+    calculate_compensation_resource_quota_with_vmi,
+    calculate_scale_resource_quota_with_vmi,
+    vmi_limits,
+)
+from .cluster import RATIO_SETTING, HarvesterCluster
 
 __all__ = [
     "ANNOTATION_MIGRATION_TARGET",

@@ -20,20 +20,20 @@ import copy
 import logging
 from typing import Final
 
-from pkg.generic.resource import Object
-from pkg.strategy.harvester import rqutils
-from pkg.strategy.harvester.calculator import (
-    calculate_new_resource_quota_from_base_delta,
-    compensation_from_resource_quota,
-    vmim_resources_from_rq_annotation,
-)
-from pkg.strategy.harvester.cluster import HarvesterCluster
-from pkg.strategy.harvester.migration import NamespaceNotFound
-from pkg.util.annotations import (
+from ...generic.resource import Object
+from ...util.annotations import (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,
     TRUE,
 )
+from . import rqutils
+from .calculator import (
+    calculate_new_resource_quota_from_base_delta,
+    compensation_from_resource_quota,
+    vmim_resources_from_rq_annotation,
+)
+from .cluster import HarvesterCluster
+from .migration import NamespaceNotFound
 
 __all__ = ["ResourceQuotaHandler", "SkipScaling", "scale_resource_quota_on_demand"]
 

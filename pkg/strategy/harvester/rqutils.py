@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
-from pkg.generic.resource import Object
-from pkg.util import resources
-from pkg.util.annotations import (
+from ...generic.resource import Object
+from ...util import resources
+from ...util.annotations import (
     ANNOTATION_MIGRATING_COMPENSATION,
     ANNOTATION_MIGRATING_NAME_PREFIX,
     ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED,
@@ -37,9 +37,9 @@ from pkg.util.annotations import (
     legacy_migrating_vm_annotation_key,
     migrating_uid_annotation_key,
 )
-from pkg.util.quantity import Quantity
-from pkg.util.rancher import LIMIT_FIELDS, go_fold
-from pkg.util.resources import ResourceList
+from ...util.quantity import Quantity
+from ...util.rancher import LIMIT_FIELDS, go_fold
+from ...util.resources import ResourceList
 
 __all__ = [
     "ADDITIONAL_COMPENSATION_MEMORY",

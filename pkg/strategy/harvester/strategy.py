@@ -14,25 +14,25 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry
 
-from pkg.config.management import Management, Options
-from pkg.generic.client import ApiClient
-from pkg.generic.clock import REAL_CLOCK, Clock
-from pkg.generic.controller import Controller
-from pkg.generic.resource import (
+from ...config.management import Management, Options
+from ...generic.client import ApiClient
+from ...generic.clock import REAL_CLOCK, Clock
+from ...generic.controller import Controller
+from ...generic.resource import (
     RESOURCE_QUOTAS,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
     Resource,
 )
-from pkg.generic.workqueue import RateLimitingQueue
-from pkg.generic.workqueue.rate_limiters import (
+from ...generic.workqueue import RateLimitingQueue
+from ...generic.workqueue.rate_limiters import (
     ItemExponentialFailureRateLimiter,
     ItemFastSlowRateLimiter,
     MaxOfRateLimiter,
 )
-from pkg.strategy.harvester.cluster import InformerCluster
-from pkg.strategy.harvester.migration import MigrationHandler
-from pkg.strategy.harvester.resourcequota import ResourceQuotaHandler
+from .cluster import InformerCluster
+from .migration import MigrationHandler
+from .resourcequota import ResourceQuotaHandler
 
 __all__ = ["CACHE_SYNC_TIMEOUT", "HarvesterStrategy", "lasso_rate_limiter"]
 
@@ -58,7 +58,7 @@ def lasso_rate_limiter() -> MaxOfRateLimiter[str]:
 class HarvesterStrategy:
     """Harvester v1.9's migration and ResourceQuota controllers on one cluster.
 
-    Same shape as `pkg.app.ControllerApp`: `await start()` (returns once the caches are synced, or
+    Same shape as `harvester_quota.app.ControllerApp`: `await start()` (returns once the caches are synced, or
     after CACHE_SYNC_TIMEOUT), `ready()`, `await stop()`. `writes` counts ResourceQuota writes per
     namespace by both of Harvester's writers; `conflicts` counts the writes the API server refused
     because the other writer (or anyone) wrote first. Run it instead of ControllerApp, never next to
