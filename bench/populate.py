@@ -19,15 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import (
-    NAMESPACES,
-    PODS,
-    VIRTUAL_MACHINE_INSTANCES,
-    Object,
-    Resource,
-)
+from harvester_quota.generic.resource import NAMESPACES, PODS, Object, Resource
 
 PODS_PER_NAMESPACE = 1000
 """A Harvester namespace with a thousand VMs is already large; it keeps 50k pods in 50 namespaces."""

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from .config.management import Management, Options
-from .controller.migration.controllers import MigrationBookkeeping
-from .controller.migration.controllers import register as register_bookkeeping
-from .controller.resourcequota.controller import QuotaReconciler
-from .controller.resourcequota.controller import register as register_reconciler
+from .controller.migration import vmi_controller as vmi
+from .controller.migration import vmim_controller as vmim
+from .controller.resourcequota import resourcequota_controller as resourcequota
 from .generic.client import ApiClient
 from .generic.clock import REAL_CLOCK, Clock
 from .generic.health import HealthServer
@@ -40,16 +39,18 @@ class ControllerApp:
     clock: Clock = REAL_CLOCK
     registry: CollectorRegistry = REGISTRY
     management: Management = field(init=False)
-    reconciler: QuotaReconciler = field(init=False)
-    bookkeeping: MigrationBookkeeping | None = field(init=False, default=None)
+    reconciler: resourcequota.QuotaReconciler = field(init=False)
+    vmim_controller: vmim.VmimController | None = field(init=False, default=None)
+    vmi_controller: vmi.VmiController | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.management = Management(
             self.client, self.options, clock=self.clock, registry=self.registry
         )
-        self.reconciler = register_reconciler(self.management)
+        self.reconciler = resourcequota.register(self.management)
         if self.options.harvester_compat:
-            self.bookkeeping = register_bookkeeping(self.management)
+            self.vmim_controller = vmim.register(self.management)
+            self.vmi_controller = vmi.register(self.management)
 
     async def start(self) -> None:
         synced = await self.management.start(sync_timeout=CACHE_SYNC_TIMEOUT)

@@ -27,7 +27,7 @@ from .localcluster import ClusterError, LocalCluster, binaries
 from .localcluster.cluster import DEFAULT_NODES
 from .scenario import cli as scenario_cli
 from .webhook import server as webhook_server
-from .webhook.validators import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
+from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -11,21 +11,18 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from harvester_quota.controller.migration.rooms import (
-    LABEL_CREATED_BY,
-    LABEL_MIGRATION_JOB,
-    LABEL_VM_NAME,
-)
+from harvester_quota.apis.kubevirt import LABEL_VM_NAME
 from harvester_quota.util.annotations import (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,
 )
-from harvester_quota.util.podusage import (
+from harvester_quota.util.harvestervm import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     harvester_guest_memory,
     harvester_vm_requests,
-    launcher_pod_resources,
 )
+from harvester_quota.util.launcher import LauncherSettings, launcher_pod_resources
+from harvester_quota.util.resourcequota.rooms import LABEL_CREATED_BY, LABEL_MIGRATION_JOB
 
 Object = dict[str, Any]
 
@@ -91,7 +88,9 @@ def launcher_pod(
     deletion_timestamp: str | None = None,
     grace: int = 30,
 ) -> Object:
-    rendered = launcher_pod_resources(instance, ratio=ratio, kubevirt_version=kubevirt_version)
+    rendered = launcher_pod_resources(
+        instance, LauncherSettings(ratio=ratio, kubevirt_version=kubevirt_version)
+    )
     meta = instance["metadata"]
     labels = {
         "kubevirt.io": "virt-launcher",

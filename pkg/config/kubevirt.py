@@ -14,21 +14,19 @@ quota write is wrong and a third write follows. So the estimate reads what KubeV
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from ..apis.harvester import RATIO_SETTING
+from ..util.launcher import LauncherSettings
+from ..util.launcher.settings import DEFAULT_KUBEVIRT_VERSION
 from ..util.overhead import (
     NEWEST_KUBEVIRT_VERSION,
     kubevirt_ratio_from_harvester_setting,
     parse_kubevirt_version,
 )
-from ..util.podusage import LauncherOptions
 
 log = logging.getLogger(__name__)
-
-RATIO_SETTING = "additional-guest-memory-overhead-ratio"
-DEFAULT_KUBEVIRT_VERSION = "1.6"
 
 
 def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
@@ -38,32 +36,6 @@ def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
             return None
         value = value.get(part)
     return value
-
-
-@dataclass(frozen=True)
-class KubeVirtSettings:
-    """The cluster-wide part of the launcher options."""
-
-    ratio: str | None
-    kubevirt_version: str
-    memory_overcommit: int
-    cpu_allocation_ratio: int
-    serial_console_log_disabled: bool
-
-    def launcher_options(self, namespace_quotas: Iterable[Mapping[str, Any]]) -> LauncherOptions:
-        """The options for one namespace, whose quotas decide KubeVirt's automatic limits."""
-        keys: set[str] = set()
-        for quota in namespace_quotas:
-            keys.update((_get(quota, "spec", "hard") or {}).keys())
-        return LauncherOptions(
-            ratio=self.ratio,
-            kubevirt_version=self.kubevirt_version,
-            memory_overcommit=self.memory_overcommit,
-            cpu_allocation_ratio=self.cpu_allocation_ratio,
-            serial_console_log_disabled=self.serial_console_log_disabled,
-            quota_has_limits_cpu="limits.cpu" in keys,
-            quota_has_limits_memory="limits.memory" in keys,
-        )
 
 
 def ratio_from_setting(setting: Mapping[str, Any] | None) -> str | None:
@@ -85,8 +57,10 @@ def settings_from(
     setting: Mapping[str, Any] | None,
     *,
     configured_version: str | None = None,
-) -> KubeVirtSettings:
-    """What KubeVirt will render with, from its CR (if visible) and Harvester's setting."""
+) -> LauncherSettings:
+    """The cluster-wide launcher settings KubeVirt renders with, from its CR (if visible) and
+    Harvester's setting. Per-namespace parts stay at their defaults: apply
+    `LauncherSettings.for_namespace` for a namespace."""
     configuration = _get(kubevirt, "spec", "configuration")
     if not isinstance(configuration, Mapping):
         configuration = {}
@@ -101,7 +75,7 @@ def settings_from(
     developer = configuration.get("developerConfiguration")
     if not isinstance(developer, Mapping):
         developer = {}
-    return KubeVirtSettings(
+    return LauncherSettings(
         ratio=ratio,
         kubevirt_version=version,
         memory_overcommit=_positive_int(developer, "memoryOvercommit", 100),

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from ..controller.namespace.base import Mode
+from ..apis.harvester import HarvesterControllers
+from ..apis.kubevirt import KubeVirtControllers
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.controller import ControllerFactory
 from ..generic.events import EventRecorder
 from ..generic.informer import SharedInformerFactory
+from ..util.resourcequota.base import Mode
 
 COMPONENT = "harvester-quota"
 
@@ -55,6 +57,10 @@ class Management:
     informers: SharedInformerFactory = field(init=False)
     controllers: ControllerFactory = field(init=False)
     recorder: EventRecorder = field(init=False)
+    kubevirt: KubeVirtControllers = field(init=False)
+    """Typed controllers of KubeVirt's kinds on `controllers`."""
+    harvester: HarvesterControllers = field(init=False)
+    """Typed controllers of Harvester's kinds on `controllers`."""
 
     def __post_init__(self) -> None:
         self.informers = SharedInformerFactory(self.client, clock=self.clock)
@@ -65,6 +71,8 @@ class Management:
             workers=self.options.workers,
             registry=self.registry,
         )
+        self.kubevirt = KubeVirtControllers(self.controllers)
+        self.harvester = HarvesterControllers(self.controllers)
         self.recorder = EventRecorder(
             self.client, COMPONENT, host=self.options.identity, clock=self.clock
         )

@@ -35,10 +35,6 @@ from .resource import (
     NAMESPACES,
     PODS,
     RESOURCE_QUOTAS,
-    SETTINGS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-    VIRTUAL_MACHINES,
     Object,
     Resource,
     key_of,
@@ -355,18 +351,6 @@ class ControllerFactory:
 
     def leases(self) -> Controller:
         return self.for_resource(LEASES)
-
-    def virtual_machines(self) -> Controller:
-        return self.for_resource(VIRTUAL_MACHINES)
-
-    def virtual_machine_instances(self) -> Controller:
-        return self.for_resource(VIRTUAL_MACHINE_INSTANCES)
-
-    def virtual_machine_instance_migrations(self) -> Controller:
-        return self.for_resource(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
-
-    def settings(self) -> Controller:
-        return self.for_resource(SETTINGS)
 
     async def start(self, *, sync_timeout: float | None = None) -> bool:
         """Starts informers, waits for their caches, then starts every controller's workers."""

@@ -60,7 +60,8 @@ def split_key(key: str) -> tuple[str | None, str]:
     return (namespace or None), name
 
 
-# The kinds this project reads and writes.
+# Kubernetes' own kinds the framework and the controllers use. Other API groups are declared
+# above the framework (harvester_quota.apis), which knows no KubeVirt or Harvester kind.
 PODS = Resource("", "v1", "pods", "Pod")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
@@ -71,12 +72,3 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 CRDS = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
 )
-VIRTUAL_MACHINES = Resource("kubevirt.io", "v1", "virtualmachines", "VirtualMachine")
-VIRTUAL_MACHINE_INSTANCES = Resource(
-    "kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance"
-)
-VIRTUAL_MACHINE_INSTANCE_MIGRATIONS = Resource(
-    "kubevirt.io", "v1", "virtualmachineinstancemigrations", "VirtualMachineInstanceMigration"
-)
-KUBEVIRTS = Resource("kubevirt.io", "v1", "kubevirts", "KubeVirt")
-SETTINGS = Resource("harvesterhci.io", "v1beta1", "settings", "Setting", namespaced=False)

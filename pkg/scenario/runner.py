@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..apis.harvester import SETTINGS
 from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.config import ClientConfig
-from ..generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, SETTINGS, Object
+from ..generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, Object
 from ..localcluster import ClusterInfo
 from ..sim.kubevirt.config import KubeVirtConfig, VMStart
 from ..sim.kubevirt.limits import ParallelLimits

@@ -20,8 +20,8 @@ from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.resource import Object, Resource
 from ..localcluster import ClusterInfo
+from ..webhook.resources.common import Identities
 from ..webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
-from ..webhook.validators import Identities
 
 STRATEGIES = ("ours", "harvester")
 WEBHOOK_CONFIGURATIONS = Resource(

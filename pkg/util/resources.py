@@ -94,6 +94,17 @@ def parse_resource_list(mapping: Mapping[str, object] | None) -> ResourceList:
     return result
 
 
+def parse_resource_list_leniently(mapping: object) -> ResourceList:
+    """`parse_resource_list` for values already validated by the API server (a quota's spec.hard
+    or status.used as cached): {} instead of an error if it is not a valid ResourceList."""
+    if mapping is not None and not isinstance(mapping, Mapping):
+        return {}
+    try:
+        return parse_resource_list(mapping)
+    except ValueError:
+        return {}
+
+
 def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 

@@ -25,31 +25,26 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
-from ..config.kubevirt import RATIO_SETTING, KubeVirtSettings, settings_from
-from ..controller.resourcequota.controller import managed_quota
+from ..apis.harvester import RATIO_SETTING, SETTINGS
+from ..apis.kubevirt import (
+    KUBEVIRTS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
+from ..config.kubevirt import settings_from
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.informer import SharedInformerFactory
-from ..generic.resource import (
-    KUBEVIRTS,
-    NAMESPACES,
-    PODS,
-    RESOURCE_QUOTAS,
-    SETTINGS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-    Object,
-)
+from ..generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from ..util.launcher import LauncherSettings
+from ..util.resourcequota.managed import managed_quota
 from .admission import BadReview, Denied, Request, parse_review, review_response
-from .validators import (
-    Identities,
-    Lookups,
-    validate_namespace_update,
-    validate_pod_create,
-    validate_quota_update,
-    validate_vm_start,
-)
+from .resources.common import Identities, Lookups
+from .resources.namespace.validator import validate_namespace_update
+from .resources.pod.validator import validate_pod_create
+from .resources.resourcequota.validator import validate_quota_update
+from .resources.virtualmachine.validator import validate_vm_start
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +53,7 @@ Validator = Callable[[Request], None]
 
 
 class WebhookCaches:
-    """The informer caches the validators read (implements validators.Lookups)."""
+    """The informer caches the validators read (implements resources.common.Lookups)."""
 
     def __init__(
         self, client: ApiClient, *, clock: Clock = REAL_CLOCK, kubevirt_version: str | None = None
@@ -96,7 +91,7 @@ class WebhookCaches:
     def launcher_pods(self, namespace: str) -> Sequence[Object]:
         return self.pods.store.by_index("namespace", namespace)
 
-    def kubevirt_settings(self) -> KubeVirtSettings:
+    def kubevirt_settings(self) -> LauncherSettings:
         kubevirts, settings = self.kubevirts.store.objects(), self.settings.store.objects()
         return settings_from(
             kubevirts[0] if kubevirts else None,

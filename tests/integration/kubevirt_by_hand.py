@@ -10,17 +10,14 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from harvester_quota.generic import errors
-from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import (
-    NAMESPACES,
-    PODS,
-    RESOURCE_QUOTAS,
-    SETTINGS,
+from harvester_quota.apis.harvester import SETTINGS
+from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
-    Object,
 )
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.util.annotations import (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,

@@ -8,15 +8,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import (
-    EVENTS,
-    PODS,
-    RESOURCE_QUOTAS,
-    VIRTUAL_MACHINE_INSTANCES,
-)
+from harvester_quota.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.quantity import Quantity
 from prometheus_client import CollectorRegistry

@@ -9,16 +9,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from harvester_quota.generic import errors
-from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import (
-    PODS,
-    RESOURCE_QUOTAS,
-    SETTINGS,
+from harvester_quota.apis.harvester import SETTINGS
+from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
-    Object,
 )
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.sim.kubevirt import (
     KubeVirtConfig,
     KubeVirtSimulator,

@@ -13,11 +13,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES
 from harvester_quota.config.management import Options
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformerFactory
-from harvester_quota.generic.resource import RESOURCE_QUOTAS, VIRTUAL_MACHINE_INSTANCES, Object
+from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
 from harvester_quota.sim.kubevirt import (
     KubeVirtConfig,
     KubeVirtSimulator,

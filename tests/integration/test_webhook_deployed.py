@@ -7,15 +7,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINES
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, VIRTUAL_MACHINES, Object
+from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
-from harvester_quota.webhook.validators import Identities
 from prometheus_client import CollectorRegistry
 
 from tests.integration import deployment

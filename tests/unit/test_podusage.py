@@ -14,13 +14,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
-from harvester_quota.util.podusage import (
+from harvester_quota.util.harvestervm import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     HARVESTER_V121_OVERCOMMIT,
     harvester_guest_memory,
     harvester_vm_requests,
+)
+from harvester_quota.util.launcher import (
+    LauncherSettings,
     launcher_pod_resources,
     launcher_quota_usage,
+)
+from harvester_quota.util.podusage import (
     pod_counts_against_quota,
     pod_limits,
     pod_quota_usage,
@@ -281,24 +286,24 @@ def test_v121_seed_vmi_matches_the_field() -> None:
 )
 def test_harvester_v121_seed(vmi: dict[str, Any], pods: int, expected: dict[str, str]) -> None:
     """KubeVirt v0.54: no guest-console-log container, the compute container is the pod."""
-    one = launcher_quota_usage(vmi, kubevirt_version="0.54")
+    one = launcher_quota_usage(vmi, LauncherSettings(kubevirt_version="0.54"))
     used = total([one] * pods)
     assert {name: used[name] for name in expected} == {n: q(v) for n, v in expected.items()}
 
 
 def test_harvester_v121_migrating_annotation_is_the_compute_limits() -> None:
     """harvesterhci.io/migrating-vm1: {"limits.cpu":"2","limits.memory":"4531245057"}."""
-    limits = compute_container(launcher_pod_resources(V121_VM, kubevirt_version="0.54"))[
-        "resources"
-    ]["limits"]
+    limits = compute_container(
+        launcher_pod_resources(V121_VM, LauncherSettings(kubevirt_version="0.54"))
+    )["resources"]["limits"]
     assert {"cpu": limits["cpu"], "memory": limits["memory"]} == {
         "cpu": "2",
         "memory": "4531245057",
     }
     one_cpu = harvester_vmi(1, "2Gi")
-    limits = compute_container(launcher_pod_resources(one_cpu, kubevirt_version="0.54"))[
-        "resources"
-    ]["limits"]
+    limits = compute_container(
+        launcher_pod_resources(one_cpu, LauncherSettings(kubevirt_version="0.54"))
+    )["resources"]["limits"]
     assert (limits["cpu"], limits["memory"]) == ("1", "2372577281")
 
 
@@ -310,7 +315,7 @@ def test_harvester_v121_migrating_annotation_is_the_compute_limits() -> None:
     ],
 )
 def test_harvester_v170_seed_one_pod(ratio: str, limits_memory: str, compute_limit: str) -> None:
-    pod = launcher_pod_resources(V170_VM, kubevirt_version="1.6", ratio=ratio)
+    pod = launcher_pod_resources(V170_VM, LauncherSettings(kubevirt_version="1.6", ratio=ratio))
     usage = pod_quota_usage(pod)
     assert usage["limits.cpu"] == q("2015m")
     assert usage["limits.memory"] == q(limits_memory)
@@ -326,7 +331,7 @@ def test_harvester_v170_seed_one_pod(ratio: str, limits_memory: str, compute_lim
 
 def test_harvester_v170_seed_requests() -> None:
     """Not in the seed's output (its quota has limits only), but fixed by the same VMI."""
-    usage = launcher_quota_usage(V170_VM, kubevirt_version="1.6", ratio="1.5")
+    usage = launcher_quota_usage(V170_VM, LauncherSettings(kubevirt_version="1.6", ratio="1.5"))
     assert usage["requests.cpu"] == q("205m")
     assert usage["requests.memory"] == q("3340109497")
 
@@ -344,7 +349,8 @@ def test_harvester_v170_seed_migrations(
 ) -> None:
     """Source pod rendered at the ratio it started with, target at the ratio in force now."""
     used = total(
-        launcher_quota_usage(V170_VM, kubevirt_version="1.6", ratio=ratio) for ratio in ratios
+        launcher_quota_usage(V170_VM, LauncherSettings(kubevirt_version="1.6", ratio=ratio))
+        for ratio in ratios
     )
     assert used["limits.cpu"] == q(expected_cpu)
     assert used["limits.memory"] == q(expected_memory)
@@ -362,7 +368,7 @@ def test_harvester_v170_raise_misses_the_console_log(
     base: str, ratio: str, raised_hard: str
 ) -> None:
     """Harvester raises limits.memory by the compute container's limit only (not the pod's)."""
-    pod = launcher_pod_resources(V170_VM, kubevirt_version="1.6", ratio=ratio)
+    pod = launcher_pod_resources(V170_VM, LauncherSettings(kubevirt_version="1.6", ratio=ratio))
     compute_limit = q(compute_container(pod)["resources"]["limits"]["memory"])
     assert q(base) + compute_limit == q(raised_hard)
     assert pod_quota_usage(pod)["limits.memory"] - compute_limit == q("60M")
@@ -375,7 +381,7 @@ HARVESTER_7161_VM = harvester_vmi(4, "8Gi", guest="8092Mi")
 def test_harvester_7161(version: str) -> None:
     """requested: limits.cpu=4015m, limits.memory=8940039936; limited 60Gi - 8880039936 (the VM's
     share Harvester subtracted) = 54242646Ki."""
-    pod = launcher_pod_resources(HARVESTER_7161_VM, kubevirt_version=version)
+    pod = launcher_pod_resources(HARVESTER_7161_VM, LauncherSettings(kubevirt_version=version))
     usage = pod_quota_usage(pod)
     assert usage["limits.cpu"] == q("4015m")
     assert usage["limits.memory"] == q("8940039936")
@@ -458,7 +464,7 @@ def with_devices(vmi: dict[str, Any], **changes: Any) -> dict[str, Any]:
 def test_console_log_container(
     vmi: dict[str, Any], kwargs: dict[str, Any], expected: tuple[list[str], list[str]]
 ) -> None:
-    assert container_names(launcher_pod_resources(vmi, **kwargs)) == expected
+    assert container_names(launcher_pod_resources(vmi, LauncherSettings(**kwargs))) == expected
 
 
 def test_console_log_overrides_and_guaranteed_qos() -> None:
@@ -466,7 +472,7 @@ def test_console_log_overrides_and_guaranteed_qos() -> None:
         {"type": "guest-console-log", "resources": {"limits": {"memory": "100M"}}},
         {"type": "sidecar", "resources": {"limits": {"memory": "1G"}}},
     ]
-    pod = launcher_pod_resources(V170_VM, support_container_resources=overrides)
+    pod = launcher_pod_resources(V170_VM, LauncherSettings(support_container_resources=overrides))
     assert pod["spec"]["initContainers"][0]["resources"]["limits"] == {
         "cpu": "15m",
         "memory": "100M",
@@ -479,7 +485,7 @@ def test_console_log_overrides_and_guaranteed_qos() -> None:
 
 
 def test_compute_container_v16() -> None:
-    pod = launcher_pod_resources(V170_VM, ratio="1.5")
+    pod = launcher_pod_resources(V170_VM, LauncherSettings(ratio="1.5"))
     resources = compute_container(pod)["resources"]
     assert resources["limits"] == {
         "cpu": "2",
@@ -496,7 +502,7 @@ def test_compute_container_v16() -> None:
 
 
 def test_full_launcher_usage_v16() -> None:
-    usage = launcher_quota_usage(V170_VM, ratio="1.5")
+    usage = launcher_quota_usage(V170_VM, LauncherSettings(ratio="1.5"))
     assert as_strings(usage) == {
         "count/pods": "1",
         "pods": "1",
@@ -522,7 +528,11 @@ def strip_requests(vmi: dict[str, Any], *names: str) -> dict[str, Any]:
 
 
 def compute_values(vmi: dict[str, Any], kind: str, **kwargs: Any) -> dict[str, str]:
-    return dict(compute_container(launcher_pod_resources(vmi, **kwargs))["resources"][kind])
+    return dict(
+        compute_container(launcher_pod_resources(vmi, LauncherSettings(**kwargs)))["resources"][
+            kind
+        ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -628,7 +638,7 @@ def test_dedicated_cpu_v16() -> None:
     vmi["spec"]["domain"]["resources"]["requests"] = as_strings(
         harvester_vm_requests("2", "4Gi", dedicated_cpu=True)
     )
-    pod = launcher_pod_resources(vmi, ratio="1.5")
+    pod = launcher_pod_resources(vmi, LauncherSettings(ratio="1.5"))
     resources = compute_container(pod)["resources"]
     assert resources["limits"]["cpu"] == resources["requests"]["cpu"] == "3"
     assert resources["limits"]["memory"] == resources["requests"]["memory"]
@@ -666,7 +676,7 @@ def test_dedicated_cpu_limit_by_version(version: str, expected_cpu_limit: str) -
 
 def test_hugepages() -> None:
     vmi = with_domain(V170_VM, memory={"guest": "4Gi", "hugepages": {"pageSize": "2Mi"}})
-    pod = launcher_pod_resources(vmi, ratio="1.5")
+    pod = launcher_pod_resources(vmi, LauncherSettings(ratio="1.5"))
     resources = compute_container(pod)["resources"]
     # requests.memory (2730Mi) < guest, so the hugepages cover the request; memory = overhead.
     assert resources["requests"]["hugepages-2Mi"] == resources["limits"]["hugepages-2Mi"]
@@ -695,11 +705,11 @@ def test_devices() -> None:
         ],
     )
     usage = launcher_quota_usage(
-        vmi, network_resources={"sriov-net": "intel.com/sriov", "plain": ""}
+        vmi, LauncherSettings(network_resources={"sriov-net": "intel.com/sriov", "plain": ""})
     )
     assert usage["requests.nvidia.com/TU104GL"] == q("2")
     assert usage["requests.intel.com/sriov"] == q("1")
-    emulated = launcher_quota_usage(V170_VM, allow_emulation=True)
+    emulated = launcher_quota_usage(V170_VM, LauncherSettings(allow_emulation=True))
     assert "requests.devices.kubevirt.io/kvm" not in emulated
     assert "requests.devices.kubevirt.io/vhost-net" not in emulated
     assert emulated["requests.devices.kubevirt.io/tun"] == q("1")
@@ -800,7 +810,9 @@ def test_virtiofs_container(
     vmi["spec"]["volumes"].append({"name": "shared", "persistentVolumeClaim": {"claimName": "s"}})
     if guaranteed:
         vmi["spec"]["domain"]["resources"]["requests"] = {"cpu": "2", "memory": "4Gi"}
-    containers = launcher_pod_resources(vmi, kubevirt_version=version)["spec"]["containers"]
+    containers = launcher_pod_resources(vmi, LauncherSettings(kubevirt_version=version))["spec"][
+        "containers"
+    ]
     if expected is None:
         assert len(containers) == 1
     else:
@@ -820,14 +832,14 @@ def test_virtiofs_container(
 )
 def test_launcher_bad_settings(kwargs: dict[str, Any], error: str) -> None:
     with pytest.raises(ValueError, match=error):
-        launcher_quota_usage(V170_VM, **kwargs)
+        launcher_quota_usage(V170_VM, LauncherSettings(**kwargs))
 
 
 def test_launcher_is_pure() -> None:
     before = copy.deepcopy(V170_VM)
-    first = launcher_pod_resources(V170_VM, ratio="1.5")
+    first = launcher_pod_resources(V170_VM, LauncherSettings(ratio="1.5"))
     assert before == V170_VM
-    assert launcher_pod_resources(V170_VM, ratio="1.5") == first
+    assert launcher_pod_resources(V170_VM, LauncherSettings(ratio="1.5")) == first
 
 
 # --------------------------------------------------------------------------------------------
@@ -1115,7 +1127,7 @@ def test_naive_clock_is_rejected() -> None:
 
 def test_quota_usage_for_masks_to_the_quota_keys() -> None:
     usage = quota_usage_for(
-        launcher_pod_resources(V170_VM, ratio="1.5"),
+        launcher_pod_resources(V170_VM, LauncherSettings(ratio="1.5")),
         ["limits.cpu", "limits.memory", "requests.storage", "configmaps"],
     )
     assert as_strings(usage) == {"limits.cpu": "2015m", "limits.memory": "4797464313"}
@@ -1176,7 +1188,7 @@ def test_quota_constraints_on_launcher_pods(
     hard: list[str],
     expected: dict[str, list[str]],
 ) -> None:
-    the_pod = launcher_pod_resources(vmi, kubevirt_version=version, **kwargs)
+    the_pod = launcher_pod_resources(vmi, LauncherSettings(kubevirt_version=version, **kwargs))
     assert quota_constraint_violations(the_pod, hard) == expected
 
 

@@ -7,13 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from harvester_quota.controller.namespace.base import ANNOTATION_APPLIED, ANNOTATION_BASE
-from harvester_quota.controller.resourcequota.plan import (
-    NamespaceSnapshot,
-    QuotaPlan,
-    patch_for,
-    plan_quota,
-)
 from harvester_quota.util import resources
 from harvester_quota.util.annotations import (
     ANNOTATION_MIGRATING_COMPENSATION,
@@ -23,8 +16,16 @@ from harvester_quota.util.annotations import (
     migrating_uid_annotation_key,
     migrating_vm_annotation_key,
 )
-from harvester_quota.util.podusage import HARVESTER_V121_OVERCOMMIT
+from harvester_quota.util.harvestervm import HARVESTER_V121_OVERCOMMIT
+from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.base import ANNOTATION_APPLIED, ANNOTATION_BASE
+from harvester_quota.util.resourcequota.plan import (
+    NamespaceSnapshot,
+    QuotaPlan,
+    patch_for,
+    plan_quota,
+)
 
 from tests.objects import (
     launcher_pod,
@@ -58,7 +59,7 @@ def snapshot(
         vmis={v["metadata"]["name"]: v for v in vmis},
         pods=list(pods),
         now=NOW,
-        launcher_options={"ratio": ratio, "kubevirt_version": version},
+        launcher=LauncherSettings(ratio=ratio, kubevirt_version=version),
         mode=mode,  # type: ignore[arg-type]
     )
 

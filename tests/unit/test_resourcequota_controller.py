@@ -6,8 +6,9 @@ import datetime
 from types import SimpleNamespace
 from typing import Any
 
-from harvester_quota.controller.resourcequota.controller import QuotaReconciler
-from harvester_quota.controller.resourcequota.plan import NamespaceSnapshot, plan_quota
+from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
+from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 
 from tests.objects import managed_quota, migration, rancher_namespace, vmi
 
@@ -48,7 +49,7 @@ def test_an_unsizable_vmi_does_not_fail_the_explanation_of_the_others() -> None:
         vmis={"broken": broken, "fine": fine},
         pods=[],
         now=NOW,
-        launcher_options={"ratio": "1.5", "kubevirt_version": "1.6"},
+        launcher=LauncherSettings(ratio="1.5", kubevirt_version="1.6"),
     )
     plan = plan_quota(snapshot)
     assert any("m-broken" in w and "4Gi invalid" in w for w in plan.warnings)

@@ -24,7 +24,6 @@ from harvester_quota.sim.kubevirt import (
 )
 from harvester_quota.sim.kubevirt.config import StartRefused, VMStart
 from harvester_quota.sim.kubevirt.objects import (
-    LauncherSettings,
     MigrationRef,
     parse_version,
     render_migration,
@@ -34,6 +33,7 @@ from harvester_quota.sim.kubevirt.objects import (
 from harvester_quota.sim.kubevirt.phases import Advance, Blocked, Wait
 from harvester_quota.sim.kubevirt.record import MAX_REFUSAL_MESSAGES, Moment
 from harvester_quota.sim.kubevirt.simulator import pod_grace_seconds
+from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 
 TIMINGS = MigrationTimings(
@@ -151,7 +151,9 @@ def launcher_usage(spec: VMSpec, version: str, ratio: str | None) -> dict[str, s
     vm["metadata"]["uid"] = "vm-uid"
     vmi = render_vmi(vm)
     vmi["metadata"]["uid"] = "vmi-uid"
-    pod = render_launcher_pod(vmi, node="n0", settings=LauncherSettings(kubevirt, ratio))
+    pod = render_launcher_pod(
+        vmi, node="n0", settings=LauncherSettings(kubevirt_version=kubevirt, ratio=ratio)
+    )
     usage = pod_quota_usage(pod)
     return {key: str(usage[key]) for key in ("limits.cpu", "limits.memory", "requests.memory")}
 
@@ -197,7 +199,7 @@ def test_vmi_and_pods_carry_kubevirt_labels_and_owners() -> None:
     assert vmi["spec"]["domain"]["cpu"]["model"] == "host-model"
     assert vmi["spec"]["evictionStrategy"] == "LiveMigrate"
     vmi["metadata"]["uid"] = "vmi-uid"
-    settings = LauncherSettings(parse_version("1.6"), "1.5")
+    settings = LauncherSettings(kubevirt_version="1.6", ratio="1.5")
     source = render_launcher_pod(vmi, node="n0", settings=settings)
     labels = source["metadata"]["labels"]
     assert labels["kubevirt.io"] == "virt-launcher"

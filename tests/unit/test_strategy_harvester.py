@@ -19,16 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from harvester_quota.apis.kubevirt import (
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
 from harvester_quota.config.management import Options
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
-from harvester_quota.generic.resource import (
-    RESOURCE_QUOTAS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-    Object,
-)
+from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
 from harvester_quota.generic.workqueue.rate_limiters import MaxOfRateLimiter
 from harvester_quota.strategy.harvester import HarvesterStrategy, rqutils
 from harvester_quota.strategy.harvester.calculator import (

@@ -12,20 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harvester_quota.config.kubevirt import KubeVirtSettings, settings_from
+from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.resource import Object
 from harvester_quota.localcluster.pki import CertificateAuthority
 from harvester_quota.util.annotations import migrating_vm_annotation_key
+from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied, Request
+from harvester_quota.webhook.resources.common import Identities
+from harvester_quota.webhook.resources.namespace.validator import validate_namespace_update
+from harvester_quota.webhook.resources.pod.validator import validate_pod_create
+from harvester_quota.webhook.resources.resourcequota.validator import validate_quota_update
+from harvester_quota.webhook.resources.virtualmachine.validator import validate_vm_start
 from harvester_quota.webhook.server import ReloadingTLS, WebhookServer
-from harvester_quota.webhook.validators import (
-    Identities,
-    validate_namespace_update,
-    validate_pod_create,
-    validate_quota_update,
-    validate_vm_start,
-)
 from prometheus_client import CollectorRegistry
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
@@ -57,7 +56,7 @@ class FakeLookups:
     def launcher_pods(self, namespace: str) -> Sequence[Object]:
         return self.pods
 
-    def kubevirt_settings(self) -> KubeVirtSettings:
+    def kubevirt_settings(self) -> LauncherSettings:
         return settings_from(None, {"value": self.ratio}, configured_version="1.6")
 
     def now(self) -> datetime.datetime:

@@ -31,20 +31,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, VIRTUAL_MACHINE_INSTANCES
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import Clock
 from ...generic.events import NORMAL, WARNING, EventRecorder
 from ...generic.informer import ResourceEventHandler
-from ...generic.resource import (
-    PODS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-    Object,
-    key_of,
-)
+from ...generic.resource import PODS, Object, key_of
 from ...generic.store import Tombstone
 from ...generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
+from ...util.launcher import LauncherSettings
 from .config import KubeVirtConfig
 from .limits import InFlight, limit_reached
 from .objects import (
@@ -59,7 +55,6 @@ from .objects import (
     LABEL_NODE_NAME,
     LABEL_VMI_NAME,
     MIGRATION_FINALIZER,
-    LauncherSettings,
     MigrationRef,
     meta,
     name_label,

@@ -11,20 +11,21 @@ KubeVirt v0.54.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ...generic.resource import Object
-from ...util.overhead import KubeVirtVersion, parse_kubevirt_version
-from ...util.podusage import (
+from ...util.harvestervm import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     HARVESTER_V121_OVERCOMMIT,
     harvester_guest_memory,
     harvester_vm_requests,
-    launcher_pod_resources,
 )
+from ...util.launcher import LauncherSettings, launcher_pod_resources
+from ...util.overhead import KubeVirtVersion, parse_kubevirt_version
 from ...util.quantity import Quantity
 
 # Labels, annotations, finalizers and condition types, as KubeVirt and Harvester spell them.
@@ -239,17 +240,6 @@ def render_vmi(vm: Object) -> Object:
 
 
 @dataclass(frozen=True)
-class LauncherSettings:
-    """Cluster settings that shape a launcher pod: KubeVirt version, ratio in force, and whether a
-    ResourceQuota of the namespace limits limits.cpu / limits.memory (KubeVirt's auto limits)."""
-
-    kubevirt_version: KubeVirtVersion
-    ratio: str | None
-    quota_has_limits_cpu: bool = False
-    quota_has_limits_memory: bool = False
-
-
-@dataclass(frozen=True)
 class MigrationRef:
     """The migration a target pod belongs to."""
 
@@ -275,14 +265,10 @@ def render_launcher_pod(
     settings, labels and owner reference as KubeVirt sets them, the migration label on a target."""
     metadata = vmi.get("metadata") or {}
     name = str(metadata.get("name", ""))
-    version = settings.kubevirt_version
-    rendered = launcher_pod_resources(
-        vmi,
-        ratio=settings.ratio if ratio_supported(version) else None,
-        kubevirt_version=version,
-        quota_has_limits_cpu=settings.quota_has_limits_cpu,
-        quota_has_limits_memory=settings.quota_has_limits_memory,
-    )
+    version = settings.version
+    if not ratio_supported(version):
+        settings = dataclasses.replace(settings, ratio=None)
+    rendered = launcher_pod_resources(vmi, settings)
     image = launcher_image(version)
     labels = {
         **(metadata.get("labels") or {}),

@@ -21,19 +21,18 @@ import itertools
 import logging
 from typing import Any
 
+from ...apis.harvester import SETTINGS
+from ...apis.kubevirt import (
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+    VIRTUAL_MACHINES,
+)
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import REAL_CLOCK, Clock
 from ...generic.events import WARNING, EventRecorder
-from ...generic.resource import (
-    NODES,
-    PODS,
-    SETTINGS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-    VIRTUAL_MACHINES,
-    Object,
-)
+from ...generic.resource import NODES, PODS, Object
+from ...util.launcher import LauncherSettings
 from ...util.overhead import (
     HARVESTER_RATIO_DEFAULT,
     KubeVirtVersion,
@@ -48,7 +47,6 @@ from .objects import (
     LIVE_MIGRATE,
     MIGRATION_FINALIZER,
     SETTING_OVERHEAD_RATIO,
-    LauncherSettings,
     VMSpec,
     launcher_image,
     meta,
@@ -282,7 +280,10 @@ class KubeVirtSimulator:
             raise RuntimeError(f"no Ready, schedulable node to start VM {ns}/{name} on")
         has_cpu, has_memory = self.view.quota_limits_keys(ns)
         settings = LauncherSettings(
-            version, await self.overhead_ratio(version), has_cpu, has_memory
+            kubevirt_version=version,
+            ratio=await self.overhead_ratio(version),
+            quota_has_limits_cpu=has_cpu,
+            quota_has_limits_memory=has_memory,
         )
         pod = render_launcher_pod(vmi, node=node, settings=settings)
         try:

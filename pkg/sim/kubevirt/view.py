@@ -5,17 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, VIRTUAL_MACHINE_INSTANCES
 from ...generic.client import ApiClient
 from ...generic.clock import Clock
 from ...generic.informer import SharedInformer, SharedInformerFactory
-from ...generic.resource import (
-    NODES,
-    PODS,
-    RESOURCE_QUOTAS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-    Object,
-)
+from ...generic.resource import NODES, PODS, RESOURCE_QUOTAS, Object
 from ...generic.store import IndexFunc
 from .objects import (
     HOSTNAME_LABEL,

@@ -18,21 +18,18 @@ import logging
 from collections import Counter
 from typing import Final, Protocol
 
+from ...apis.harvester import SETTINGS
+from ...apis.kubevirt import (
+    KUBEVIRTS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+    VIRTUAL_MACHINES,
+)
 from ...config.management import Management
 from ...generic import errors
 from ...generic.controller import Controller
 from ...generic.informer import SharedInformer
-from ...generic.resource import (
-    KUBEVIRTS,
-    NAMESPACES,
-    PODS,
-    RESOURCE_QUOTAS,
-    SETTINGS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-    VIRTUAL_MACHINES,
-    Object,
-)
+from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 
 __all__ = [
     "HARVESTER_VENDORED_KUBEVIRT",

@@ -14,16 +14,12 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry
 
+from ...apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, VIRTUAL_MACHINE_INSTANCES
 from ...config.management import Management, Options
 from ...generic.client import ApiClient
 from ...generic.clock import REAL_CLOCK, Clock
 from ...generic.controller import Controller
-from ...generic.resource import (
-    RESOURCE_QUOTAS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-    Resource,
-)
+from ...generic.resource import RESOURCE_QUOTAS, Resource
 from ...generic.workqueue import RateLimitingQueue
 from ...generic.workqueue.rate_limiters import (
     ItemExponentialFailureRateLimiter,

@@ -22,49 +22,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...apis.kubevirt import (
+    LABEL_CREATED_BY,
+    LABEL_KUBEVIRT,
+    LABEL_MIGRATION_JOB,
+    LAUNCHER,
+    PHASE_FAILED,
+    PHASE_PENDING,
+    PHASE_SUCCEEDED,
+)
+from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
-from ...util import resources
-from ...util.podusage import LauncherOptions, launcher_quota_usage, pod_counts_against_quota
-from ...util.podusage import pod_quota_usage as _pod_quota_usage
-from ...util.resources import ResourceList
+from .. import resources
+from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quota_usage
+from ..podusage import pod_counts_against_quota
+from ..podusage import pod_quota_usage as _pod_quota_usage
+from ..resources import ResourceList
 
 log = logging.getLogger(__name__)
-
-LABEL_KUBEVIRT = "kubevirt.io"
-LAUNCHER = "virt-launcher"
-LABEL_CREATED_BY = "kubevirt.io/created-by"
-LABEL_MIGRATION_JOB = "kubevirt.io/migrationJobUID"
-LABEL_VM_NAME = "vm.kubevirt.io/name"
-CONDITION_REJECTED_BY_QUOTA = "migrationRejectedByResourceQuota"
-CONDITION_ABORT_REQUESTED = "migrationAbortRequested"
-
-PHASE_SUCCEEDED = "Succeeded"
-PHASE_FAILED = "Failed"
-PHASE_PENDING = "Pending"
-FINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
-
-
-def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = obj.get("metadata")
-    return value if isinstance(value, Mapping) else {}
-
-
-def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    value = metadata(obj).get("labels")
-    return value if isinstance(value, Mapping) else {}
-
-
-def status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = obj.get("status")
-    return value if isinstance(value, Mapping) else {}
-
-
-def has_condition(obj: Mapping[str, Any], condition_type: str) -> bool:
-    conditions = status(obj).get("conditions") or []
-    return any(
-        isinstance(c, Mapping) and c.get("type") == condition_type and c.get("status") == "True"
-        for c in conditions
-    )
 
 
 def is_launcher(pod: Mapping[str, Any]) -> bool:
@@ -153,7 +128,8 @@ class RoomInputs:
     pods: Sequence[Object]
     """Every pod of the namespace (the quota charges all of them)."""
     now: datetime.datetime
-    launcher_options: LauncherOptions = field(default_factory=LauncherOptions)
+    launcher: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
+    """The settings in force for this namespace (room estimates before a target pod exists)."""
     keys: Iterable[str] | None = None
     """The quota keys rooms are reported on (None: every key the pod uses)."""
 
@@ -257,7 +233,7 @@ def _room(
     if target is not None and _still_counts(target, inputs.now):
         room, estimated = pod_usage(target, inputs.now), False
     else:
-        room, estimated = launcher_quota_usage(vmi, **inputs.launcher_options), True
+        room, estimated = launcher_quota_usage(vmi, inputs.launcher), True
     if inputs.keys is not None:
         room = resources.mask(room, inputs.keys)
     return MigrationRoom(

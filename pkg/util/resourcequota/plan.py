@@ -25,24 +25,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...generic.resource import Object
-from ...util import resources
-from ...util.annotations import (
+from .. import resources
+from ..annotations import (
     HARVESTER_PREFIX,
     migrating_vm_annotation_key,
     parse_migration_annotations,
 )
-from ...util.podusage import LauncherOptions
-from ...util.quantity import Quantity
-from ...util.resources import ResourceList
-from ..migration.rooms import (
-    MigrationRoom,
-    RoomInputs,
-    RoomPlan,
-    next_release,
-    plan_rooms,
-    used_without_targets,
-)
-from ..namespace.base import (
+from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
+from ..quantity import Quantity
+from ..resources import ResourceList
+from .base import (
     ANNOTATION_APPLIED,
     ANNOTATION_BASE,
     STANDALONE,
@@ -50,6 +42,14 @@ from ..namespace.base import (
     BaseError,
     Mode,
     resolve_base,
+)
+from .rooms import (
+    MigrationRoom,
+    RoomInputs,
+    RoomPlan,
+    next_release,
+    plan_rooms,
+    used_without_targets,
 )
 
 MIGRATING_PREFIX = f"{HARVESTER_PREFIX}/migrating"
@@ -66,7 +66,7 @@ class NamespaceSnapshot:
     vmis: Mapping[str, Object]
     pods: Sequence[Object]
     now: datetime.datetime
-    launcher_options: LauncherOptions = field(default_factory=LauncherOptions)
+    launcher: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
     mode: Mode = "auto"
 
 
@@ -105,7 +105,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
             vmis=snapshot.vmis,
             pods=snapshot.pods,
             now=snapshot.now,
-            launcher_options=snapshot.launcher_options,
+            launcher=snapshot.launcher,
         )
     )
     warnings += [

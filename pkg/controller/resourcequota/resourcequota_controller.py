@@ -12,54 +12,32 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
-from ...config.kubevirt import RATIO_SETTING, KubeVirtSettings, settings_from
+from ...apis.harvester import RATIO_SETTING, SETTINGS
+from ...apis.kubevirt import (
+    CONDITION_REJECTED_BY_QUOTA,
+    KUBEVIRTS,
+    PHASE_PENDING,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
+from ...config.kubevirt import settings_from
 from ...config.management import Management
 from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, WARNING
 from ...generic.informer import SharedInformer
-from ...generic.resource import (
-    KUBEVIRTS,
-    PODS,
-    RESOURCE_QUOTAS,
-    SETTINGS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-    Object,
-)
-from ...util import resources
-from ...util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
-from ...util.podusage import launcher_quota_usage
+from ...generic.meta import has_condition, metadata, status
+from ...generic.resource import PODS, RESOURCE_QUOTAS, Object
+from ...util.launcher import LauncherSettings, launcher_quota_usage
 from ...util.quantity import Quantity
-from ..migration.rooms import (
-    CONDITION_REJECTED_BY_QUOTA,
-    PHASE_PENDING,
-    has_condition,
-    metadata,
-    status,
-)
-from .plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
+from ...util.resourcequota.managed import is_managed_quota, managed_quota
+from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
+from ...util.resources import parse_resource_list_leniently
 
 log = logging.getLogger(__name__)
 
 HANDLER = "resourcequota-reconcile"
-
-
-def is_managed_quota(quota: Object) -> bool:
-    """The quota Rancher creates and Harvester scales: labelled, never by cattle.io/creator."""
-    labels = metadata(quota).get("labels") or {}
-    return labels.get(LABEL_DEFAULT_RESOURCE_QUOTA) == "true"
-
-
-def managed_quota(quotas: Iterable[Object]) -> Object | None:
-    """The namespace's managed quota: the first labelled one by name, as Rancher picks it."""
-    candidates = sorted(
-        (q for q in quotas if is_managed_quota(q) and not metadata(q).get("deletionTimestamp")),
-        key=lambda q: str(metadata(q).get("name")),
-    )
-    return candidates[0] if candidates else None
 
 
 def _namespace_of(obj: Object) -> list[str]:
@@ -107,7 +85,8 @@ class QuotaReconciler:
 
     # The reconcile ------------------------------------------------------------------------------
 
-    def kubevirt_settings(self) -> KubeVirtSettings:
+    def kubevirt_settings(self) -> LauncherSettings:
+        """The cluster-wide launcher settings in force now, from the caches."""
         kubevirts = self.kubevirts.store.objects()
         settings = self.settings.store.objects()
         return settings_from(
@@ -129,7 +108,7 @@ class QuotaReconciler:
             vmis={str(metadata(v).get("name")): v for v in store(self.vmis)},
             pods=store(self.pods),
             now=self.management.clock.now(),
-            launcher_options=self.kubevirt_settings().launcher_options(quotas),
+            launcher=self.kubevirt_settings().for_namespace(quotas, namespace),
             mode=self.management.options.mode,
         )
 
@@ -213,8 +192,8 @@ class QuotaReconciler:
     def _explain_blocked(self, snapshot: NamespaceSnapshot, quota: Object, plan: QuotaPlan) -> None:
         """A Warning on every migration KubeVirt reports refused by quota that our arithmetic
         cannot admit either, saying which key and by how much (the quota as written is final)."""
-        hard = _quantities((quota.get("spec") or {}).get("hard"))
-        used = _quantities((quota.get("status") or {}).get("used"))
+        hard = parse_resource_list_leniently((quota.get("spec") or {}).get("hard"))
+        used = parse_resource_list_leniently((quota.get("status") or {}).get("used"))
         for migration in snapshot.migrations:
             if str(status(migration).get("phase") or PHASE_PENDING) != PHASE_PENDING:
                 continue
@@ -224,7 +203,7 @@ class QuotaReconciler:
             if vmi is None:
                 continue
             try:
-                needed = launcher_quota_usage(vmi, **snapshot.launcher_options)
+                needed = launcher_quota_usage(vmi, snapshot.launcher)
             except ValueError:
                 continue  # reported already as a QuotaNotScaled warning ("cannot size the room")
             short = [
@@ -248,13 +227,6 @@ class QuotaReconciler:
                 f"target pod does not fit quota {metadata(quota).get('name')} ({why}): "
                 + "; ".join(short),
             )
-
-
-def _quantities(value: Any) -> resources.ResourceList:
-    try:
-        return resources.parse_resource_list(value or {})
-    except ValueError:
-        return {}
 
 
 def register(management: Management) -> QuotaReconciler:

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...util import resources
-from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from ...util.rancher import parse_namespace_resource_quota
-from ...util.resources import ResourceList
+from .. import resources
+from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ..rancher import parse_namespace_resource_quota
+from ..resources import ResourceList
 
 ANNOTATION_BASE = "harvester-quota.io/base"
 """Standalone: the recorded base (a ResourceList JSON)."""

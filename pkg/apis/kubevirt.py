@@ -1,0 +1,60 @@
+"""KubeVirt's kinds (kubevirt.io/v1) and the labels, conditions and phases the quota model reads."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..generic.controller import Controller, ControllerFactory
+from ..generic.resource import Resource
+
+GROUP: Final = "kubevirt.io"
+
+VIRTUAL_MACHINES: Final = Resource(GROUP, "v1", "virtualmachines", "VirtualMachine")
+VIRTUAL_MACHINE_INSTANCES: Final = Resource(
+    GROUP, "v1", "virtualmachineinstances", "VirtualMachineInstance"
+)
+VIRTUAL_MACHINE_INSTANCE_MIGRATIONS: Final = Resource(
+    GROUP, "v1", "virtualmachineinstancemigrations", "VirtualMachineInstanceMigration"
+)
+KUBEVIRTS: Final = Resource(GROUP, "v1", "kubevirts", "KubeVirt")
+
+LABEL_KUBEVIRT: Final = "kubevirt.io"
+"""On launcher pods: ``virt-launcher``."""
+LAUNCHER: Final = "virt-launcher"
+LABEL_CREATED_BY: Final = "kubevirt.io/created-by"
+"""On launcher pods: the uid of the VMI they run."""
+LABEL_MIGRATION_JOB: Final = "kubevirt.io/migrationJobUID"
+"""On a migration's target pod: the uid of the VMIM that created it."""
+LABEL_VM_NAME: Final = "vm.kubevirt.io/name"
+
+CONDITION_REJECTED_BY_QUOTA: Final = "migrationRejectedByResourceQuota"
+"""On a Pending VMIM whose target pod quota admission refused (kubevirt/kubevirt#9738)."""
+CONDITION_ABORT_REQUESTED: Final = "migrationAbortRequested"
+
+PHASE_SUCCEEDED: Final = "Succeeded"
+PHASE_FAILED: Final = "Failed"
+PHASE_PENDING: Final = "Pending"
+FINAL_PHASES: Final = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
+
+
+class KubeVirtControllers:
+    """Typed access to KubeVirt's kinds on a controller factory (wrangler's generated style).
+
+    Each call returns the factory's one shared controller for the kind: calling twice gives the
+    same object, so handlers registered by different components share one queue and one cache.
+    """
+
+    def __init__(self, factory: ControllerFactory) -> None:
+        self._factory = factory
+
+    def virtual_machines(self) -> Controller:
+        return self._factory.for_resource(VIRTUAL_MACHINES)
+
+    def virtual_machine_instances(self) -> Controller:
+        return self._factory.for_resource(VIRTUAL_MACHINE_INSTANCES)
+
+    def virtual_machine_instance_migrations(self) -> Controller:
+        return self._factory.for_resource(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
+
+    def kubevirts(self) -> Controller:
+        return self._factory.for_resource(KUBEVIRTS)

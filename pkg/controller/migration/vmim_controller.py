@@ -1,0 +1,76 @@
+"""The VMIM controller (Harvester's vmim_controller.go): mirrors a migration's state onto its VMI.
+
+While a VirtualMachineInstanceMigration is pending, running or aborting, its VMI carries
+``harvesterhci.io/migrationUID`` and ``harvesterhci.io/migrationState``; when it finishes, the
+annotations are removed, but only if they are its own: re-processing an old Succeeded VMIM (at
+start-up, say) never wipes the state of a newer migration of the same VM (failure scenario 16).
+
+Unlike Harvester's, this controller writes no ResourceQuota: the room a migration needs is the
+namespace reconcile's business (controller/resourcequota).
+"""
+
+from __future__ import annotations
+
+from ...apis.kubevirt import CONDITION_ABORT_REQUESTED, FINAL_PHASES, PHASE_PENDING
+from ...config.management import Management
+from ...generic.meta import annotations_of, has_condition, metadata, namespace, spec, status
+from ...generic.resource import Object
+from ...util.annotations import (
+    ANNOTATION_MIGRATION_STATE,
+    ANNOTATION_MIGRATION_UID,
+    MIGRATION_STATE_ABORTING,
+    MIGRATION_STATE_MIGRATING,
+    MIGRATION_STATE_PENDING,
+)
+from .common import MIGRATION_ANNOTATIONS, set_vmi_annotations
+
+HANDLER = "migration-annotations"
+
+
+def migration_state(migration: Object) -> str | None:
+    """The Harvester state a VMIM's phase maps to (None once it has finished)."""
+    phase = str(status(migration).get("phase") or "")
+    if phase in FINAL_PHASES:
+        return None
+    if has_condition(migration, CONDITION_ABORT_REQUESTED):
+        return MIGRATION_STATE_ABORTING
+    if phase in ("", PHASE_PENDING):
+        return MIGRATION_STATE_PENDING
+    return MIGRATION_STATE_MIGRATING
+
+
+class VmimController:
+    """OnChange of VirtualMachineInstanceMigrations, registered on a Management."""
+
+    def __init__(self, management: Management) -> None:
+        self.management = management
+        self.vmims = management.kubevirt.virtual_machine_instance_migrations()
+        self.vmis = management.kubevirt.virtual_machine_instances()
+
+    def register(self) -> None:
+        self.vmims.on_change(HANDLER, self.on_changed)
+
+    async def on_changed(self, key: str, migration: Object | None) -> Object | None:
+        """Sets or clears the VMI's migration annotations for this VMIM (idempotent)."""
+        if migration is None:
+            return None
+        vmi = self.vmis.cached(namespace(migration), str(spec(migration).get("vmiName")))
+        if vmi is None:
+            return migration  # a leftover VMIM of a deleted VMI
+        uid = str(metadata(migration).get("uid"))
+        state = migration_state(migration)
+        if state is not None:
+            await set_vmi_annotations(
+                self.management,
+                vmi,
+                {ANNOTATION_MIGRATION_UID: uid, ANNOTATION_MIGRATION_STATE: state},
+            )
+        elif annotations_of(vmi).get(ANNOTATION_MIGRATION_UID) == uid:
+            await set_vmi_annotations(self.management, vmi, dict.fromkeys(MIGRATION_ANNOTATIONS))
+        return migration
+
+
+def register(management: Management) -> VmimController:
+    controller = VmimController(management)
+    controller.register()
+    return controller

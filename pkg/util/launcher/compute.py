@@ -1,0 +1,458 @@
+"""The compute container of the virt-launcher pod: KubeVirt's ResourceRenderer, by version.
+
+Requests and limits as KubeVirt's renderresources.go computes them: ephemeral storage, the
+virtualization devices, memory with its overhead (or hugepages), CPU from the topology and the
+allocation ratio (or pinned), automatic limits, and the device-plugin resources the VMI asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Final
+
+from ..overhead import (
+    KubeVirtVersion,
+    _bool_field,
+    _cpu_spec,
+    _devices,
+    _domain,
+    _go_parse_float,
+    _int_field,
+    _interfaces,
+    _is_sev,
+    _mapping,
+    _quantity,
+    _sequence,
+    dedicated_cpu,
+    topology_vcpus,
+)
+from ..podusage import ResourceList, resource_list_at
+from ..quantity import Quantity
+from .settings import (
+    KVM_DEVICE,
+    PR_HELPER_DEVICE,
+    SEV_DEVICE,
+    TUN_DEVICE,
+    VHOST_NET_DEVICE,
+    VHOST_VSOCK_DEVICE,
+    LauncherSettings,
+)
+
+EPHEMERAL_STORAGE_OVERHEAD: Final = "50M"
+"""KubeVirt adds 50M of ephemeral storage to the compute container's request (and limit, if set)."""
+
+DEFAULT_MEMORY_LIMITS_RATIO: Final = 2.0
+"""Auto memory limits: limit = request x the namespace label alpha.kubevirt.io/auto-memory-limits-ratio
+(KubeVirt's default when the label is absent or invalid)."""
+
+EVEN_PARITY_ANNOTATION: Final = "alpha.kubevirt.io/EmulatorThreadCompleteToEvenParity"
+HUGEPAGES_PREFIX: Final = "hugepages-"
+
+
+def one() -> Quantity:
+    """A fresh Quantity of 1 (quantities are values; callers may add to it)."""
+    return Quantity.from_int(1)
+
+
+def zero() -> Quantity:
+    """A fresh Quantity of 0."""
+    return Quantity.from_int(0)
+
+
+@dataclass
+class Renderer:
+    """KubeVirt's ResourceRenderer: the VMI's own values win over calculated ones at the end."""
+
+    vm_limits: ResourceList
+    vm_requests: ResourceList
+    calc_limits: ResourceList = field(default_factory=dict)
+    calc_requests: ResourceList = field(default_factory=dict)
+
+    def limits(self) -> ResourceList:
+        return {**self.calc_limits, **self.vm_limits}
+
+    def requests(self) -> ResourceList:
+        return {**self.calc_requests, **self.vm_requests}
+
+    def request_device(self, name: str) -> None:
+        """requestResource: one more of `name` on both lists (merged view copied to calculated)."""
+        for merged, calculated in (
+            (self.limits(), self.calc_limits),
+            (self.requests(), self.calc_requests),
+        ):
+            merged[name] = merged[name] + one() if name in merged else one()
+            calculated.update(merged)
+
+
+def _cpu_request_for(total_cpus: int, allocation_ratio: int) -> Quantity:
+    """KubeVirt formats vCPUs / cpuAllocationRatio with Go's %g (in milli below 1) and parses it."""
+    value = float(total_cpus) / float(allocation_ratio)
+    suffix = ""
+    if value < 1:
+        value *= 1000
+        suffix = "m"
+    # repr() gives the shortest digits that round-trip, the digits Go's %g prints.
+    digits = format(Decimal(repr(value)).normalize(), "f")
+    return Quantity.parse(digits + suffix)
+
+
+def _add_ephemeral_storage(requests: ResourceList, limits: ResourceList) -> None:
+    overhead = Quantity.parse(EPHEMERAL_STORAGE_OVERHEAD)
+    requests["ephemeral-storage"] = requests.get("ephemeral-storage", zero()) + overhead
+    if "ephemeral-storage" in limits:
+        limits["ephemeral-storage"] = limits["ephemeral-storage"] + overhead
+
+
+def _virtualization_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> ResourceList:
+    """getRequiredResources: tun, vhost-net, kvm and vhost-vsock, set as limits (count 1)."""
+    devices = _devices(vmi)
+    interfaces = _interfaces(vmi)
+    result: ResourceList = {}
+    autoattach_pod = _bool_field(devices, "autoattachPodInterface", "spec.domain.devices")
+    if interfaces or autoattach_pod is None or autoattach_pod:
+        result[TUN_DEVICE] = one()
+    virtio = any(iface.get("model", "") in ("", "virtio") for iface in interfaces)
+    if virtio and not s.allow_emulation:
+        result[VHOST_NET_DEVICE] = one()
+    if not s.allow_emulation:
+        result[KVM_DEVICE] = one()
+    if s.version.at_least(0, 59) and _bool_field(devices, "autoattachVSOCK", "devices"):
+        result[VHOST_VSOCK_DEVICE] = one()
+    return result
+
+
+def _memory_spec(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_domain(vmi), "memory", "spec.domain")
+
+
+def _guest_memory(vmi: Mapping[str, Any]) -> Quantity | None:
+    raw = _memory_spec(vmi).get("guest")
+    return None if raw is None else _quantity(raw, "spec.domain.memory.guest")
+
+
+def _hugepage_size(vmi: Mapping[str, Any]) -> str | None:
+    memory = _memory_spec(vmi)
+    if memory.get("hugepages") is None:
+        return None
+    page_size = _mapping(memory, "hugepages", "spec.domain.memory").get("pageSize", "")
+    if not isinstance(page_size, str):
+        raise ValueError(f"spec.domain.memory.hugepages.pageSize must be a string: {page_size!r}")
+    return page_size
+
+
+def _with_memory_requests(vmi: Mapping[str, Any], r: Renderer, overcommit: int) -> None:
+    """v1.7+: a VMI without a memory request gets its limit, else guest (or the hugepage size)
+    scaled by the cluster's memoryOvercommit percentage."""
+    limit, request = r.vm_limits.get("memory"), r.vm_requests.get("memory")
+    if limit is not None and not limit.is_zero() and (request is None or request.is_zero()):
+        r.vm_requests["memory"] = limit
+    if "memory" in r.vm_requests:
+        return
+    memory = _guest_memory(vmi)
+    if memory is None:
+        page_size = _hugepage_size(vmi)
+        if page_size is not None:
+            try:
+                memory = Quantity.parse(page_size)
+            except ValueError:
+                memory = None
+    if memory is not None and memory.value() > 0:
+        if overcommit == 100:
+            r.vm_requests["memory"] = memory
+        else:
+            r.vm_requests["memory"] = Quantity.from_int(
+                memory.value() * 100 // overcommit, memory.format
+            )
+
+
+def _with_hugepages(
+    vmi: Mapping[str, Any],
+    *,
+    requests: ResourceList,
+    limits: ResourceList,
+    hugepage_requests: ResourceList,
+    hugepage_limits: ResourceList,
+    overhead: Quantity,
+) -> None:
+    """Hugepages back the guest; the memory request/limit keep only overhead + (request - guest)."""
+    page_size = _hugepage_size(vmi) or ""
+    name = HUGEPAGES_PREFIX + page_size
+    guest = _guest_memory(vmi)
+    request = requests.get("memory", zero())
+    limit = limits.get("memory", zero())
+    hugepages = request
+    if guest is not None and request.value() > guest.value():
+        hugepages = guest
+    hugepage_requests[name] = hugepages
+    hugepage_limits[name] = hugepages
+    request_extra = Quantity.from_scaled(0, 3)
+    limit_extra = Quantity.from_scaled(0, 3)
+    if guest is not None:
+        if request.value() > guest.value():
+            request_extra = request_extra + request - guest
+        if limit.value() > guest.value():
+            limit_extra = limit_extra + limit - guest
+    requests["memory"] = request_extra + overhead
+    if "memory" in limits:
+        limits["memory"] = limit_extra + overhead
+
+
+def _with_memory_overhead(
+    vmi: Mapping[str, Any], requests: ResourceList, limits: ResourceList, overhead: Quantity
+) -> None:
+    resources = _mapping(_domain(vmi), "resources", "spec.domain")
+    overcommit_guest = _bool_field(resources, "overcommitGuestOverhead", "resources")
+    request = requests.get("memory", zero())
+    requests["memory"] = request if overcommit_guest else request + overhead
+    if "memory" in limits:
+        limits["memory"] = limits["memory"] + overhead
+
+
+def _io_threads(vmi: Mapping[str, Any]) -> tuple[int, int]:
+    """(supplementalPoolThreadCount, the same count only when ioThreadsPolicy is supplementalPool)."""
+    domain = _domain(vmi)
+    count = _int_field(
+        _mapping(domain, "ioThreads", "spec.domain"), "supplementalPoolThreadCount", "ioThreads"
+    )
+    pool = count if domain.get("ioThreadsPolicy") == "supplementalPool" else 0
+    return count, pool
+
+
+def _even_parity_requested(vmi: Mapping[str, Any]) -> bool:
+    annotations = _mapping(_mapping(vmi, "metadata", "vmi"), "annotations", "metadata")
+    return EVEN_PARITY_ANNOTATION in annotations
+
+
+def _with_cpu_pinning(vmi: Mapping[str, Any], r: Renderer, version: KubeVirtVersion) -> None:
+    """Dedicated CPUs, as each generation of KubeVirt's WithCPUPinning renders them.
+
+    Up to v1.5.1 the vCPU count is a calculated limit (the VMI's own limit wins) and the memory
+    limit becomes the memory request; v1.5.2 pins limits and requests to vCPUs + IOThreads.
+    """
+    cpu = _cpu_spec(vmi) or {}
+    vcpus = topology_vcpus(cpu)
+    modern = version.at_least(1, 5, 2)
+    if modern:
+        _pin_cpus_modern(vmi, r, vcpus)
+    elif vcpus != 0:
+        r.calc_limits["cpu"] = Quantity.from_int(vcpus, "BinarySI")
+    elif "cpu" in r.vm_limits:
+        r.vm_requests["cpu"] = r.vm_limits["cpu"]
+    elif "cpu" in r.vm_requests:
+        r.vm_limits["cpu"] = r.vm_requests["cpu"]
+
+    if _bool_field(cpu, "isolateEmulatorThread", "spec.domain.cpu"):
+        _isolate_emulator_thread(vmi, r, version)
+
+    if not modern:
+        r.vm_limits["memory"] = r.vm_requests.get("memory", zero())
+    elif "memory" in r.vm_requests:
+        r.vm_limits["memory"] = r.vm_requests["memory"]
+
+
+def _pin_cpus_modern(vmi: Mapping[str, Any], r: Renderer, vcpus: int) -> None:
+    io_count = _io_threads(vmi)[0]
+    if vcpus != 0:
+        total = Quantity.from_int(vcpus + io_count, "BinarySI")
+        r.vm_limits["cpu"] = total
+        r.vm_requests["cpu"] = total
+        return
+    extra = Quantity.from_int(io_count, "BinarySI")
+    for values in (r.vm_limits, r.vm_requests):
+        if "cpu" in values:
+            values["cpu"] = values["cpu"] + extra
+
+
+def _isolate_emulator_thread(vmi: Mapping[str, Any], r: Renderer, version: KubeVirtVersion) -> None:
+    """One more pCPU for the emulator thread (two to reach an even count, when annotated, v1.2+)."""
+    modern = version.at_least(1, 5, 2)
+    base = (r.vm_limits if modern else r.calc_limits).get("cpu", zero())
+    additional = _io_threads(vmi)[1] if version.at_least(1, 5) else 0
+    even_parity = version.at_least(1, 2) and _even_parity_requested(vmi)
+    threads = Quantity.from_int(
+        2 if even_parity and (base.value() + additional) % 2 == 0 else 1, "BinarySI"
+    )
+    # v0.56 to v0.59 raised the calculated limit; v1.0 on overwrite the VMI's own limit.
+    (r.vm_limits if version.at_least(1, 0) else r.calc_limits)["cpu"] = base + threads
+    if "cpu" in r.vm_requests:
+        r.vm_requests["cpu"] = r.vm_requests["cpu"] + threads
+
+
+def _auto_cpu_limits(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
+    """Whether KubeVirt sets limits.cpu = vCPUs for a VMI without one (v1.0+)."""
+    if "cpu" in _mapping(_mapping(_domain(vmi), "resources", "spec.domain"), "limits", "resources"):
+        return False
+    if s.version.at_least(1, 5):
+        by_quota = s.quota_has_limits_cpu
+    elif s.version.at_least(1, 1):
+        by_quota = s.quota_has_limits_cpu and s.auto_resource_limits_gate
+    else:
+        by_quota = False
+    return s.version.at_least(1, 0) and (by_quota or s.auto_cpu_limit_namespace_match)
+
+
+def _auto_memory_limits(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
+    """Whether KubeVirt sets limits.memory = request x ratio for a VMI without one (v1.1+)."""
+    if "memory" in _mapping(
+        _mapping(_domain(vmi), "resources", "spec.domain"), "limits", "resources"
+    ):
+        return False
+    if s.version.at_least(1, 5):
+        return s.quota_has_limits_memory
+    return s.version.at_least(1, 1) and s.quota_has_limits_memory and s.auto_resource_limits_gate
+
+
+def _memory_limits_ratio(value: str | float | None) -> float:
+    """The namespace label's ratio; KubeVirt falls back to 2.0 when it is absent, unparsable or < 1."""
+    if value is None:
+        return DEFAULT_MEMORY_LIMITS_RATIO
+    try:
+        ratio = _go_parse_float(value) if isinstance(value, str) else float(value)
+    except ValueError:
+        return DEFAULT_MEMORY_LIMITS_RATIO
+    if not ratio >= 1.0:  # also NaN
+        return DEFAULT_MEMORY_LIMITS_RATIO
+    return ratio
+
+
+def _device_plugin_names(vmi: Mapping[str, Any], key: str) -> list[str]:
+    names = []
+    for entry in _sequence(_devices(vmi), key, "spec.domain.devices"):
+        if isinstance(entry, Mapping):
+            name = entry.get("deviceName")
+            if isinstance(name, str) and name and entry.get("claimRequest") is None:
+                names.append(name)
+    return names
+
+
+def _has_persistent_reservation(vmi: Mapping[str, Any]) -> bool:
+    for disk in _sequence(_devices(vmi), "disks", "spec.domain.devices"):
+        lun = disk.get("lun") if isinstance(disk, Mapping) else None
+        if isinstance(lun, Mapping) and lun.get("reservation"):
+            return True
+    return False
+
+
+def _requested_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> list[str]:
+    """Device-plugin resources requested once per use, in KubeVirt's order: SR-IOV (and other
+    device-plugin) networks, GPUs, host devices, SEV, persistent reservation (v1.0+)."""
+    names = [name for name in (s.network_resources or {}).values() if name]
+    names.extend(_device_plugin_names(vmi, "gpus"))
+    names.extend(_device_plugin_names(vmi, "hostDevices"))
+    if _is_sev(vmi, s.version):
+        names.append(SEV_DEVICE)
+    if s.version.at_least(1, 0) and _has_persistent_reservation(vmi):
+        names.append(PR_HELPER_DEVICE)
+    return names
+
+
+def _bump(values: ResourceList, name: str) -> None:
+    values[name] = values[name] + one() if name in values else one()
+
+
+def _without_dedicated_cpu(vmi: Mapping[str, Any], r: Renderer, s: LauncherSettings) -> None:
+    """requests.cpu = (vCPUs + IOThreads from v1.5.2) / cpuAllocationRatio, and automatic limits."""
+    cpu = _cpu_spec(vmi)
+    vcpus = 1 if cpu is None else topology_vcpus(cpu)
+    if s.version.at_least(1, 5, 2):
+        vcpus += _io_threads(vmi)[0]
+    if vcpus != 0:
+        r.calc_requests["cpu"] = _cpu_request_for(vcpus, s.cpu_allocation_ratio)
+        if _auto_cpu_limits(vmi, s):
+            r.calc_limits["cpu"] = Quantity.parse(str(vcpus))
+
+
+def compute_resources(
+    vmi: Mapping[str, Any], s: LauncherSettings, overhead: Quantity
+) -> tuple[ResourceList, ResourceList]:
+    """The compute container's (limits, requests)."""
+    resources = _mapping(_domain(vmi), "resources", "spec.domain")
+    vm_limits = resource_list_at(resources.get("limits"), "spec.domain.resources.limits")
+    vm_requests = resource_list_at(resources.get("requests"), "spec.domain.resources.requests")
+    if not s.version.at_least(0, 56):
+        return _compute_resources_v054(vmi, s, overhead, vm_limits, vm_requests)
+
+    r = Renderer(vm_limits, vm_requests)
+    _add_ephemeral_storage(r.vm_requests, r.vm_limits)
+    r.vm_limits.update(_virtualization_devices(vmi, s))
+    if s.version.at_least(1, 7) and r.vm_requests.get("memory", zero()).is_zero():
+        _with_memory_requests(vmi, r, s.memory_overcommit)
+    if dedicated_cpu(vmi):
+        _with_cpu_pinning(vmi, r, s.version)
+    else:
+        _without_dedicated_cpu(vmi, r, s)
+    if _hugepage_size(vmi) is not None:
+        _with_hugepages(
+            vmi,
+            requests=r.vm_requests,
+            limits=r.vm_limits,
+            hugepage_requests=r.calc_requests,
+            hugepage_limits=r.calc_limits,
+            overhead=overhead,
+        )
+    else:
+        _with_memory_overhead(vmi, r.vm_requests, r.vm_limits, overhead)
+    if _auto_memory_limits(vmi, s):
+        request = r.vm_requests.get("memory", zero())
+        scaled = float(request.value()) * _memory_limits_ratio(s.auto_memory_limits_ratio)
+        r.calc_limits["memory"] = Quantity.from_int(int(scaled), request.format)
+    for name in _requested_devices(vmi, s):
+        r.request_device(name)
+    if s.version.between((1, 5, 0), (1, 5, 2)):
+        pool = _io_threads(vmi)[1]
+        if pool > 0:
+            extra = Quantity.from_int(pool, "BinarySI")
+            r.vm_limits["cpu"] = r.vm_limits["cpu"] + extra if "cpu" in r.vm_limits else extra
+    return r.limits(), r.requests()
+
+
+def _compute_resources_v054(
+    vmi: Mapping[str, Any],
+    s: LauncherSettings,
+    overhead: Quantity,
+    vm_limits: ResourceList,
+    vm_requests: ResourceList,
+) -> tuple[ResourceList, ResourceList]:
+    """v0.54 and v0.55 rendered the compute resources inline, in a slightly different order."""
+    requests: ResourceList = {}
+    dedicated = dedicated_cpu(vmi)
+    cpu = _cpu_spec(vmi)
+    if not dedicated:
+        vcpus = 1 if cpu is None else topology_vcpus(cpu)
+        if vcpus != 0:
+            requests["cpu"] = _cpu_request_for(vcpus, s.cpu_allocation_ratio)
+    requests.update(vm_requests)
+    limits = dict(vm_limits)
+    _add_ephemeral_storage(requests, limits)
+    if _hugepage_size(vmi) is not None:
+        _with_hugepages(
+            vmi,
+            requests=requests,
+            limits=limits,
+            hugepage_requests=requests,
+            hugepage_limits=limits,
+            overhead=overhead,
+        )
+    else:
+        _with_memory_overhead(vmi, requests, limits, overhead)
+    if dedicated:
+        pinned = topology_vcpus(cpu or {})
+        if pinned != 0:
+            limits["cpu"] = Quantity.from_int(pinned, "BinarySI")
+        elif "cpu" in limits:
+            requests["cpu"] = limits["cpu"]
+        elif "cpu" in requests:
+            limits["cpu"] = requests["cpu"]
+        if _bool_field(cpu or {}, "isolateEmulatorThread", "spec.domain.cpu"):
+            thread = Quantity.from_int(1, "BinarySI")
+            limits["cpu"] = limits.get("cpu", zero()) + thread
+            if "cpu" in requests:
+                requests["cpu"] = requests["cpu"] + thread
+        limits["memory"] = requests.get("memory", zero())
+    limits.update(_virtualization_devices(vmi, s))
+    for name in _requested_devices(vmi, s):
+        _bump(limits, name)
+        _bump(requests, name)
+    return limits, requests

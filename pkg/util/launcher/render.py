@@ -1,0 +1,313 @@
+"""The virt-launcher pod KubeVirt renders for a VMI, reduced to what a ResourceQuota charges.
+
+The compute container (compute.py) and every other container KubeVirt adds: container disks and
+their init containers, the kernel-boot container, virtiofs, hook sidecars, the guest-console-log
+sidecar (a native sidecar from v1.6), per KubeVirt version (template.go, renderresources.go).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ..overhead import (
+    _bool_field,
+    _devices,
+    _domain,
+    _interfaces,
+    _mapping,
+    _sequence,
+    _spec,
+    dedicated_cpu,
+    memory_overhead,
+    wants_guaranteed_qos,
+)
+from ..podusage import ResourceList, pod_quota_usage
+from ..quantity import Quantity
+from .compute import EPHEMERAL_STORAGE_OVERHEAD, compute_resources
+from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
+
+HOOK_SIDECARS_ANNOTATION: Final = "hooks.kubevirt.io/hookSidecars"
+RESTARTABLE: Final = "Always"
+"""restartPolicy of a native sidecar (an init container that keeps running)."""
+_KERNEL_BOOT_VOLUME: Final = "kernel-boot-volume"
+
+
+def _resources_dict(limits: ResourceList, requests: ResourceList) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    if limits:
+        result["limits"] = {name: str(q) for name, q in limits.items()}
+    if requests:
+        result["requests"] = {name: str(q) for name, q in requests.items()}
+    return result
+
+
+def _container(
+    name: str, limits: ResourceList, requests: ResourceList, *, restartable: bool = False
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "resources": _resources_dict(limits, requests)}
+    if restartable:
+        container["restartPolicy"] = RESTARTABLE
+    return container
+
+
+def _support_resources(
+    s: LauncherSettings,
+    container_type: str,
+    limits: Mapping[str, str],
+    requests: Mapping[str, str],
+) -> tuple[ResourceList, ResourceList]:
+    """Defaults for a support container, each overridable by supportContainerResources."""
+
+    def resolve(kind: str, defaults: Mapping[str, str]) -> ResourceList:
+        values: ResourceList = {}
+        for name, default in defaults.items():
+            override = (
+                s.support_value(container_type, kind, name) if name != "ephemeral-storage" else None
+            )
+            values[name] = override if override is not None else Quantity.parse(default)
+        return values
+
+    return resolve("limits", limits), resolve("requests", requests)
+
+
+def _serial_console_log_enabled(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
+    if not s.version.at_least(1, 1):
+        return False
+    devices = _devices(vmi)
+    if _bool_field(devices, "autoattachSerialConsole", "spec.domain.devices") is False:
+        return False
+    log_serial = _bool_field(devices, "logSerialConsole", "spec.domain.devices")
+    if log_serial is not None:
+        return log_serial
+    return not s.serial_console_log_disabled
+
+
+def _guest_console_log(
+    s: LauncherSettings, wants_dedicated: bool
+) -> tuple[ResourceList, ResourceList]:
+    limits, requests = _support_resources(
+        s, "guest-console-log", {"cpu": "15m", "memory": "60M"}, {"cpu": "5m", "memory": "35M"}
+    )
+    if wants_dedicated:
+        requests = {"cpu": limits["cpu"], "memory": limits["memory"]}
+    return limits, requests
+
+
+def _container_disk_resources(
+    s: LauncherSettings, wants_dedicated: bool
+) -> tuple[ResourceList, ResourceList]:
+    """The container-disk containers (one per containerDisk volume, plus kernel boot)."""
+    eph = Quantity.parse(EPHEMERAL_STORAGE_OVERHEAD)
+    if not s.version.at_least(1, 0):
+        if wants_dedicated:
+            return (
+                {"memory": Quantity.parse("40M"), "cpu": Quantity.parse("10m")},
+                {
+                    "cpu": Quantity.parse("10m"),
+                    "ephemeral-storage": eph,
+                    "memory": Quantity.parse("40M"),
+                },
+            )
+        return (
+            {"memory": Quantity.parse("40M"), "cpu": Quantity.parse("100m")},
+            {
+                "cpu": Quantity.parse("10m"),
+                "ephemeral-storage": eph,
+                "memory": Quantity.parse("1M"),
+            },
+        )
+    limits, requests = _support_resources(
+        s, "container-disk", {"cpu": "10m", "memory": "40M"}, {"cpu": "1m", "memory": "1M"}
+    )
+    requests["ephemeral-storage"] = eph
+    if wants_dedicated:
+        requests["cpu"], requests["memory"] = limits["cpu"], limits["memory"]
+    return limits, requests
+
+
+def _container_disk_binary_resources(
+    s: LauncherSettings, wants_dedicated: bool
+) -> tuple[ResourceList, ResourceList]:
+    """The `container-disk-binary` init container (initContainerResourceRequirementsForVMI)."""
+    if wants_dedicated:
+        limits, _ = _support_resources(s, "container-disk", {"cpu": "10m", "memory": "40M"}, {})
+        return limits, dict(limits)
+    return _support_resources(
+        s, "container-disk", {"cpu": "100m", "memory": "40M"}, {"cpu": "10m", "memory": "1M"}
+    )
+
+
+def _virtiofs_resources(
+    s: LauncherSettings, dedicated: bool, guaranteed: bool
+) -> tuple[ResourceList, ResourceList]:
+    """A virtiofsd container per shared filesystem (v0.58+; before, virtiofsd ran in compute).
+
+    v0.58 to v1.0 always used the non-dedicated values (v0.5x with a 40M memory limit); v1.1 on
+    raise the requests to the limits for dedicated CPUs / guaranteed QoS.
+    """
+    memory_limit = "80M" if s.version.at_least(1, 0) else "40M"
+    if not s.version.at_least(1, 1):
+        dedicated = guaranteed = False
+    limits, requests = _support_resources(
+        s, "virtiofs", {"memory": memory_limit, "cpu": "100m"}, {"cpu": "10m", "memory": "1M"}
+    )
+    if dedicated or guaranteed:
+        requests["cpu"] = limits["cpu"]
+    if guaranteed:
+        requests["memory"] = limits["memory"]
+    return limits, requests
+
+
+def _sidecar_resources(
+    s: LauncherSettings, wants_dedicated: bool
+) -> tuple[ResourceList, ResourceList]:
+    """Hook sidecars: nothing by default, 200m/64M (requests = limits) for dedicated/guaranteed."""
+    requests: ResourceList = {}
+    limits: ResourceList = {}
+    for name in ("cpu", "memory"):
+        request = s.support_value("sidecar", "requests", name)
+        if request is not None:
+            requests[name] = request
+    if wants_dedicated:
+        for name, default in (("cpu", "200m"), ("memory", "64M")):
+            limit = s.support_value("sidecar", "limits", name)
+            limits[name] = limit if limit is not None else Quantity.parse(default)
+            requests[name] = limits[name]
+    else:
+        for name in ("cpu", "memory"):
+            limit = s.support_value("sidecar", "limits", name)
+            if limit is not None:
+                limits[name] = limit
+    return limits, requests
+
+
+def _hook_sidecar_count(vmi: Mapping[str, Any], s: LauncherSettings) -> int:
+    """Sidecars from the hooks annotation, plus one per network binding plugin with an image."""
+    annotations = _mapping(_mapping(vmi, "metadata", "vmi"), "annotations", "metadata")
+    count = 0
+    raw = annotations.get(HOOK_SIDECARS_ANNOTATION)
+    if raw:
+        try:
+            sidecars = json.loads(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"annotation {HOOK_SIDECARS_ANNOTATION} is not valid JSON") from None
+        if not isinstance(sidecars, list):
+            raise ValueError(f"annotation {HOOK_SIDECARS_ANNOTATION} must be a JSON list")
+        count += len(sidecars)
+    if s.version.at_least(1, 1) and s.network_bindings is not None:
+        plugins: set[str] = set()
+        for iface in _interfaces(vmi):
+            binding = iface.get("binding")
+            if not isinstance(binding, Mapping):
+                continue
+            name = binding.get("name")
+            plugin = s.network_bindings.get(name) if isinstance(name, str) else None
+            if not isinstance(plugin, Mapping):
+                raise ValueError(f"couldn't find configuration for network binding: {name}")
+            if plugin.get("sidecarImage"):
+                plugins.add(str(name))
+        count += len(plugins)
+    return count
+
+
+def _volumes(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [v for v in _sequence(_spec(vmi), "volumes", "spec") if isinstance(v, Mapping)]
+
+
+def launcher_pod_resources(
+    vmi: Mapping[str, Any], settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
+) -> dict[str, Any]:
+    """The virt-launcher pod KubeVirt renders for `vmi`, reduced to what quota looks at.
+
+    Returns `{"spec": {"containers": [...], "initContainers": [...]}}`, each container with its
+    `name`, `resources` (quantity strings) and, for native sidecars, `restartPolicy: Always`; feed
+    it to `pod_quota_usage`. Requests are as KubeVirt writes them (the API server's defaulting of
+    requests from limits is applied by `pod_quota_usage`). Raises ValueError, naming the field,
+    for a VMI KubeVirt would not render.
+
+    Not modelled: the ImageVolume feature gate (container disks as image volumes), DRA claims, and
+    on main the TDX and IOMMUFD devices.
+    """
+    s = settings
+    overhead = Quantity.from_scaled(
+        memory_overhead(
+            vmi,
+            s.ratio,
+            s.version,
+            cluster_arch=s.cluster_arch,
+            network_bindings=s.network_bindings,
+        ),
+        0,
+    )
+    dedicated = dedicated_cpu(vmi)
+    wants_dedicated = dedicated or wants_guaranteed_qos(vmi, s.version)
+
+    limits, requests = compute_resources(vmi, s, overhead)
+    containers = [_container("compute", limits, requests)]
+    init_containers: list[dict[str, Any]] = []
+
+    volumes = _volumes(vmi)
+    disk_volumes = [
+        v
+        for v in volumes
+        if v.get("containerDisk") is not None and v.get("name") != _KERNEL_BOOT_VOLUME
+    ]
+    firmware = _mapping(_domain(vmi), "firmware", "spec.domain")
+    kernel_boot = _mapping(firmware, "kernelBoot", "firmware").get("container") is not None
+    disk_limits, disk_requests = _container_disk_resources(s, wants_dedicated)
+    for volume in disk_volumes:
+        containers.append(_container(f"volume{volume.get('name')}", disk_limits, disk_requests))
+    if kernel_boot:
+        containers.append(_container("kernel-boot", disk_limits, disk_requests))
+
+    console_log = _serial_console_log_enabled(vmi, s)
+    if console_log and not s.version.at_least(1, 6):
+        log_limits, log_requests = _guest_console_log(s, wants_dedicated)
+        containers.append(_container("guest-console-log", log_limits, log_requests))
+
+    if s.version.at_least(0, 58):
+        filesystems = {
+            f.get("name")
+            for f in _sequence(_devices(vmi), "filesystems", "spec.domain.devices")
+            if isinstance(f, Mapping)
+        }
+        fs_limits, fs_requests = _virtiofs_resources(s, dedicated, wants_dedicated)
+        for volume in volumes:
+            if volume.get("name") in filesystems and volume.get("containerPath") is None:
+                containers.append(
+                    _container(f"virtiofs-{volume.get('name')}", fs_limits, fs_requests)
+                )
+
+    sidecar_limits, sidecar_requests = _sidecar_resources(s, wants_dedicated)
+    for index in range(_hook_sidecar_count(vmi, s)):
+        containers.append(_container(f"hook-sidecar-{index}", sidecar_limits, sidecar_requests))
+
+    if console_log and s.version.at_least(1, 6):
+        log_limits, log_requests = _guest_console_log(s, wants_dedicated)
+        init_containers.append(
+            _container("guest-console-log", log_limits, log_requests, restartable=True)
+        )
+    if disk_volumes or kernel_boot:
+        binary_limits, binary_requests = _container_disk_binary_resources(s, wants_dedicated)
+        init_containers.append(_container("container-disk-binary", binary_limits, binary_requests))
+        for volume in disk_volumes:
+            init_containers.append(
+                _container(f"volume{volume.get('name')}-init", disk_limits, disk_requests)
+            )
+        if kernel_boot:
+            init_containers.append(_container("kernel-boot-init", disk_limits, disk_requests))
+
+    spec: dict[str, Any] = {"containers": containers}
+    if init_containers:
+        spec["initContainers"] = init_containers
+    return {"spec": spec}
+
+
+def launcher_quota_usage(
+    vmi: Mapping[str, Any], settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
+) -> ResourceList:
+    """The quota usage of the launcher pod KubeVirt would render for `vmi` with `settings`: the
+    room one migration target needs."""
+    return pod_quota_usage(launcher_pod_resources(vmi, settings))

@@ -1,0 +1,194 @@
+"""What the webhook's validators share: the caches they read, the namespace view, the checks.
+
+The rules themselves are one module per kind (Harvester's pkg/webhook/resources/<kind>), each
+guarding the base and the migration room (design principle 8):
+
+- Lowering a namespace's base (Rancher's annotation) or the managed quota's spec.hard below what
+  the namespace uses is denied at any time; lowering it while a migration holds room is denied;
+  raising is always allowed. Direct spec.hard edits by our own controller are not checked.
+- A VM may start only if its launcher pod, overhead included, fits under the base next to what the
+  namespace uses without migration targets (Harvester's "insufficient resources due to resource
+  quota" check, on every key the pod uses).
+- While a migration holds room, a pod that is not a migration target may not push the namespace's
+  usage (targets excluded) above the base: that is taking the room a target is waiting for, and
+  would let the namespace grow above its base through the raised quota. Target pods (labelled
+  kubevirt.io/migrationJobUID, created by KubeVirt's controller) always pass.
+Every denial says, with numbers, what would be exceeded.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ...generic.resource import Object
+from ...util import resources
+from ...util.annotations import parse_migration_annotations
+from ...util.launcher import LauncherSettings
+from ...util.quantity import Quantity
+from ...util.rancher import LIMIT_FIELDS
+from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, rancher_base
+from ...util.resourcequota.calculator import shortfalls
+from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms
+from ...util.resources import ResourceList, parse_resource_list_leniently
+from ..admission import Denied, annotations_of
+
+DEFAULT_TARGET_CREATORS = (
+    "system:serviceaccount:harvester-system:kubevirt-controller",
+    "system:serviceaccount:kubevirt:kubevirt-controller",
+)
+DEFAULT_CONTROLLER_USERS = ("system:serviceaccount:harvester-system:harvester-quota",)
+
+
+class Lookups(Protocol):
+    """What the validators read (the webhook's informer caches, or fakes in unit tests)."""
+
+    def managed_quota(self, namespace: str) -> Object | None: ...
+
+    def namespace(self, name: str) -> Object | None: ...
+
+    def migrations(self, namespace: str) -> Sequence[Object]: ...
+
+    def vmis(self, namespace: str) -> Mapping[str, Object]: ...
+
+    def launcher_pods(self, namespace: str) -> Sequence[Object]: ...
+
+    def kubevirt_settings(self) -> LauncherSettings: ...
+
+    def now(self) -> datetime.datetime: ...
+
+
+@dataclass(frozen=True)
+class Identities:
+    """Who may edit the managed quota freely, and who creates migration target pods."""
+
+    controllers: frozenset[str] = frozenset(DEFAULT_CONTROLLER_USERS)
+    target_creators: frozenset[str] = frozenset(DEFAULT_TARGET_CREATORS)
+
+
+@dataclass
+class NamespaceView:
+    """A namespace's quota as the validators need it."""
+
+    quota: Object
+    hard: ResourceList
+    used: ResourceList
+    rooms: RoomPlan
+    legacy_room_keys: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def holds_room(self) -> bool:
+        return self.rooms.holds_room or bool(self.legacy_room_keys)
+
+    def holders(self) -> str:
+        names = sorted({room.vm_name for room in self.rooms.rooms})
+        return ", ".join(names) if names else "an earlier controller's migrations"
+
+    def used_without_targets(self) -> ResourceList:
+        consumed = resources.total(r.room for r in self.rooms.rooms if not r.estimated)
+        return resources.subtract_non_negative(self.used, consumed)
+
+
+def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
+    settings = lookups.kubevirt_settings()
+    rooms = plan_rooms(
+        RoomInputs(
+            migrations=lookups.migrations(namespace),
+            vmis=lookups.vmis(namespace),
+            pods=lookups.launcher_pods(namespace),
+            now=lookups.now(),
+            launcher=settings.for_namespace([quota], lookups.namespace(namespace)),
+        )
+    )
+    recorded = parse_migration_annotations(annotations_of(quota))
+    return NamespaceView(
+        quota=quota,
+        hard=parse_resource_list_leniently((quota.get("spec") or {}).get("hard")),
+        used=parse_resource_list_leniently((quota.get("status") or {}).get("used")),
+        rooms=rooms,
+        legacy_room_keys=recorded.migrating_keys,
+    )
+
+
+def base_of(lookups: Lookups, namespace: str, view: NamespaceView) -> ResourceList:
+    """The base the controller works from: Rancher's annotation, else our recorded base, else
+    spec.hard less the rooms recorded on the quota (a quota adopted mid-migration)."""
+    ns = lookups.namespace(namespace)
+    try:
+        from_rancher = rancher_base(ns) if ns is not None else None
+    except BaseError:
+        from_rancher = None
+    if from_rancher is not None:
+        return from_rancher
+    text = annotations_of(view.quota).get(ANNOTATION_BASE)
+    if text:
+        try:
+            return resources.loads(text)
+        except ValueError:
+            pass
+    rooms = parse_migration_annotations(annotations_of(view.quota)).migrating_total()
+    unscaled = resources.subtract_non_negative(view.hard, rooms)
+    return {key: unscaled.get(key, value) for key, value in view.hard.items()}
+
+
+# Checks shared by the validators --------------------------------------------------------------------------------
+
+
+def _lowered(old: ResourceList, new: ResourceList) -> dict[str, tuple[Quantity | None, Quantity]]:
+    """Keys whose limit goes down (a key that appears is lowered from "no limit")."""
+    return {
+        key: (old.get(key), value)
+        for key, value in new.items()
+        if key not in old or value < old[key]
+    }
+
+
+def check_lowering(
+    what: str,
+    subject: str,
+    *,
+    old: ResourceList,
+    new: ResourceList,
+    view: NamespaceView | None,
+    names: Mapping[str, str] | None = None,
+) -> None:
+    """Denies a lowered limit while room is held, or below what the namespace uses."""
+    if view is None:
+        return
+    label = names or {}
+    for key, (before, after) in sorted(_lowered(old, new).items()):
+        shown = label.get(key, key)
+        if view.holds_room:
+            raise Denied(
+                f"{what} {subject}: can't lower {shown} from {before if before is not None else 'no limit'} "
+                f"to {after} while live migrations ({view.holders()}) hold room in this namespace; "
+                "retry when they have finished"
+            )
+        used = view.used.get(key)
+        if used is not None and after < used:
+            raise Denied(
+                f"{what} {subject}: {shown} {after} is lower than what the namespace uses now ({used}); "
+                "free resources first or choose a limit of at least that much"
+            )
+
+
+RANCHER_NAMES = {k8s: field_name for field_name, k8s in LIMIT_FIELDS}
+"""Quota key -> Rancher's field name in field.cattle.io/resourceQuota, for denial messages."""
+
+
+def check_fits_base(
+    subject: str, needed: ResourceList, base: ResourceList, view: NamespaceView
+) -> None:
+    """Denies, naming every key and its numbers, if ``needed`` does not fit under the base next
+    to what the namespace uses without migration targets."""
+    short = [
+        f"{s.key} insufficient resources due to resource quota "
+        f"{(view.quota.get('metadata') or {}).get('name')}: needs {s.needed}, "
+        f"{s.free} left of the base {s.limit} "
+        f"(in use {s.in_use}, migration targets excluded)"
+        for s in shortfalls(needed, base, view.used_without_targets())
+    ]
+    if short:
+        raise Denied(f"{subject}: " + "; ".join(short))

@@ -1,0 +1,50 @@
+"""VirtualMachine rules (Harvester's VM validator, quota part): a VM that is to run but has no
+instance yet must fit under the base, its launcher pod's overhead and sidecars included, on every
+key the pod uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ....util.launcher import launcher_quota_usage
+from ...admission import Denied, Request
+from ..common import Lookups, base_of, check_fits_base, view_of
+
+RUNNING_STRATEGIES: Final = frozenset({"Always", "RerunOnFailure", "Once"})
+
+
+def _will_run(vm: Mapping[str, Any]) -> bool:
+    spec = vm.get("spec") or {}
+    strategy = spec.get("runStrategy")
+    if strategy is not None:
+        return str(strategy) in RUNNING_STRATEGIES
+    return bool(spec.get("running"))
+
+
+def validate_vm_start(request: Request, lookups: Lookups) -> None:
+    """A VM that is to run but has no instance yet must fit under the base, overhead and
+    sidecars included (Harvester checks this on VM create and update, limits only)."""
+    vm = request.obj or {}
+    if not _will_run(vm) or request.name in lookups.vmis(request.namespace):
+        return  # halted, or already running (its pod is counted already)
+    quota = lookups.managed_quota(request.namespace)
+    if quota is None:
+        return
+    template = (vm.get("spec") or {}).get("template") or {}
+    vmi = {
+        "metadata": {"name": request.name, "namespace": request.namespace},
+        "spec": template.get("spec") or {},
+    }
+    view = view_of(lookups, request.namespace, quota)
+    settings = lookups.kubevirt_settings()
+    try:
+        needed = launcher_quota_usage(
+            vmi, settings.for_namespace([quota], lookups.namespace(request.namespace))
+        )
+    except ValueError as error:
+        raise Denied(
+            f"VM {request.name}: cannot size its launcher pod: {error}", code=422
+        ) from error
+    check_fits_base(f"VM {request.name}", needed, base_of(lookups, request.namespace, view), view)
