@@ -154,29 +154,34 @@ def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_cluster_commands(commands: Any) -> None:
-    cluster = commands.add_parser("cluster", help="the local test cluster")
-    cluster.add_argument(
-        "--state-dir",
-        help="where the cluster keeps its state (default: $HARVESTER_QUOTA_STATE_DIR or "
-        "~/.local/state/harvester-quota/cluster)",
+    state_help = (
+        "where the cluster keeps its state (default: $HARVESTER_QUOTA_STATE_DIR or "
+        "~/.local/state/harvester-quota/cluster)"
     )
+    cluster = commands.add_parser("cluster", help="the local test cluster")
+    cluster.add_argument("--state-dir", help=state_help)
+    # Accepted after the action too (`cluster up --state-dir D`); SUPPRESS keeps a value given
+    # before the action (`cluster --state-dir D up`) when it is not repeated after it.
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument("--state-dir", default=argparse.SUPPRESS, help=state_help)
     actions = cluster.add_subparsers(dest="action", required=True)
-    build = actions.add_parser("build", help="build the cluster binaries once (Go needed)")
+    build = actions.add_parser(
+        "build", parents=[state], help="build the cluster binaries once (Go needed)"
+    )
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
     build.set_defaults(handler=cmd_cluster_build)
-    up = actions.add_parser("up", help="start the cluster (idempotent); returns when ready")
+    up = actions.add_parser(
+        "up", parents=[state], help="start the cluster (idempotent); returns when ready"
+    )
     up.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="number of kwok nodes")
     up.add_argument("--node-pods", type=int, default=110, help="pod capacity of each node")
     up.set_defaults(handler=cmd_cluster_up)
-    actions.add_parser("down", help="stop the cluster and delete its data").set_defaults(
-        handler=cmd_cluster_down
-    )
-    actions.add_parser("status", help="show each component").set_defaults(
-        handler=cmd_cluster_status
-    )
-    actions.add_parser("env", help="print `export KUBECONFIG=...` for eval").set_defaults(
-        handler=cmd_cluster_env
-    )
+    for action, handler, text in (
+        ("down", cmd_cluster_down, "stop the cluster and delete its data"),
+        ("status", cmd_cluster_status, "show each component"),
+        ("env", cmd_cluster_env, "print `export KUBECONFIG=...` for eval"),
+    ):
+        actions.add_parser(action, parents=[state], help=text).set_defaults(handler=handler)
 
 
 def _add_run_command(commands: Any) -> None:

@@ -8,7 +8,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS
+
 if TYPE_CHECKING:
+    from harvester_quota.app import ControllerApp
+    from harvester_quota.strategy.harvester import HarvesterStrategy
+
     from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 T = TypeVar("T")
@@ -17,14 +23,15 @@ MIGRATION_WALK = ("Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "
 """The phases virt-controller walks a migration through before Succeeded."""
 
 
-def eventually(
+def wait_until(
     probe: Callable[[], T | None],
     *,
     timeout: float = 30.0,
     interval: float = 0.2,
     what: str = "condition",
 ) -> T:
-    """Polls ``probe`` until it returns something truthy; fails the test with ``what`` on timeout.
+    """Blocks, polling ``probe`` until it returns something truthy; fails the test with ``what``
+    on timeout. For synchronous fixtures; inside an event loop use `eventually`.
 
     Integration tests observe controllers that run in other processes (kube-controller-manager,
     kwok), so they wait for a state rather than sleeping a fixed time.
@@ -40,7 +47,7 @@ def eventually(
 
 
 @overload
-async def eventually_async(
+async def eventually(
     probe: Callable[[], Awaitable[T | None]],
     *,
     timeout: float = ...,
@@ -50,19 +57,21 @@ async def eventually_async(
 
 
 @overload
-async def eventually_async(
+async def eventually(
     probe: Callable[[], T | None], *, timeout: float = ..., interval: float = ..., what: str = ...
 ) -> T: ...
 
 
-async def eventually_async(
+async def eventually(
     probe: Callable[[], Any],
     *,
     timeout: float = 30.0,
     interval: float = 0.1,
     what: str = "condition",
 ) -> Any:
-    """`eventually` inside an event loop: ``probe`` may be plain or return an awaitable."""
+    """Polls ``probe`` (plain, or returning an awaitable) until it returns something truthy; fails
+    the test with ``what`` and the last value on timeout. The one polling helper of the async
+    tests: they wait for a state, never a fixed time."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -101,3 +110,28 @@ async def succeed_migration(
         },
     )
     await asyncio.sleep(0)
+
+
+async def caught_up(app: ControllerApp | HarvesterStrategy, namespace: str) -> bool:
+    """True when the controllers' caches hold the API server's current pods, migrations and quotas
+    of ``namespace`` and every controller queue is idle: whatever the controllers will do about
+    the cluster as it is now, they have done. Use with `eventually` where a test would otherwise
+    sleep "long enough" before asserting that something did *not* change."""
+    management = app.management
+    for resource in (PODS, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, RESOURCE_QUOTAS):
+        listed = await app.client.list(resource, namespace)
+        server = {
+            item["metadata"]["name"]: item["metadata"]["resourceVersion"]
+            for item in listed.get("items") or []
+        }
+        cached = {
+            item["metadata"]["name"]: item["metadata"]["resourceVersion"]
+            for item in management.informers.informer(resource).store.by_index(
+                "namespace", namespace
+            )
+        }
+        if server != cached:
+            return False
+    return all(
+        c.queue.len() == 0 and c.queue.in_flight() == 0 for c in management.controllers.controllers
+    )

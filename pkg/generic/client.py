@@ -18,9 +18,11 @@ import orjson
 
 from .. import __version__
 from . import errors
+from .clock import REAL_CLOCK, Clock
 from .config import ClientConfig
 from .listdecode import ListDecodeError, ListSplitter
 from .resource import Object, Resource
+from .retry import call_with_server_retries
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +98,13 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 class ApiClient:
     """Async HTTP to one API server. Create it inside the event loop; close it when done."""
 
-    def __init__(self, config: ClientConfig, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, config: ClientConfig, *, timeout: float = DEFAULT_TIMEOUT, clock: Clock = REAL_CLOCK
+    ) -> None:
         self.config = config
         self.timeout = timeout
+        self.clock = clock
+        """Paces retries the server asks for (tests pass a FakeClock)."""
         self._session: aiohttp.ClientSession | None = None
 
     # Lifecycle ----------------------------------------------------------------------------------
@@ -176,17 +182,25 @@ class ApiClient:
         content_type: str = "application/json",
         request_timeout: float | None = None,
     ) -> Object:
-        """One request; returns the decoded JSON object or raises a typed ApiError."""
+        """One request; returns the decoded JSON object or raises a typed ApiError.
+
+        A 429 or 5xx with Retry-After is retried as client-go does (see retry.py); any other
+        failure is raised at once.
+        """
         data = orjson.dumps(body) if body is not None else None
-        async with self._exchange(
-            method,
-            path,
-            params=params,
-            data=data,
-            content_type=content_type,
-            request_timeout=request_timeout,
-        ) as response:
-            return self._decode(response, await response.read(), method, path)
+
+        async def once() -> Object:
+            async with self._exchange(
+                method,
+                path,
+                params=params,
+                data=data,
+                content_type=content_type,
+                request_timeout=request_timeout,
+            ) as response:
+                return self._decode(response, await response.read(), method, path)
+
+        return await call_with_server_retries(once, clock=self.clock)
 
     async def _list_page(
         self,

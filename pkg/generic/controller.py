@@ -337,6 +337,11 @@ class ControllerFactory:
             self._controllers[resource] = controller
         return controller
 
+    @property
+    def controllers(self) -> tuple[Controller, ...]:
+        """Every controller made so far, in creation order."""
+        return tuple(self._controllers.values())
+
     def pods(self) -> Controller:
         return self.for_resource(PODS)
 

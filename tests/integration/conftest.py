@@ -18,7 +18,7 @@ from harvester_quota.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.localcluster.cluster import default_state_dir
 from harvester_quota.localcluster.rest import ApiError, RestClient
 
-from tests.helpers import eventually
+from tests.helpers import wait_until
 
 ENV_TEST_STATE_DIR = "HARVESTER_QUOTA_TEST_STATE_DIR"
 
@@ -48,7 +48,7 @@ def namespace(rest: RestClient, request: pytest.FixtureRequest) -> Iterator[str]
     stem = request.node.name.lower().replace("_", "-")[:40].strip("-")
     name = f"{stem}-{uuid.uuid4().hex[:6]}"
     rest.post("/api/v1/namespaces", {"metadata": {"name": name}})
-    eventually(
+    wait_until(
         lambda: rest.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
         what=f"service account default in {name}",
     )

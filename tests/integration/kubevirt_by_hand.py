@@ -5,9 +5,7 @@ Every pod goes through the real API server, so quota admission accepts or refuse
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from harvester_quota.apis.harvester import SETTINGS
@@ -24,22 +22,9 @@ from harvester_quota.util.annotations import (
 )
 
 from tests import objects
+from tests.helpers import eventually
 
 T = TypeVar("T")
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T | None]], *, timeout: float = 30.0, what: str = "condition"
-) -> T:
-    """Polls an async probe until it returns something truthy."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    last: T | None = None
-    while asyncio.get_running_loop().time() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value {last!r}")
 
 
 def launcher_name(vm_name: str, suffix: str) -> str:

@@ -1,6 +1,6 @@
 """A leader-election candidate run as its own process by the handover test.
 
-Prints "LEADING <identity>" when it wins; SIGTERM makes it release the lease and exit.
+Prints "OBSERVED <holder>" each time it sees a new leader and "LEADING <identity>" when it wins; SIGTERM makes it release the lease and exit.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ async def main(args: argparse.Namespace) -> None:
                 retry_period=1,
             ),
             on_started_leading=lead,
+            on_new_leader=lambda holder: print(f"OBSERVED {holder}", flush=True),
         )
         task = asyncio.ensure_future(elector.run())
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)

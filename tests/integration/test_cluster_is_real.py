@@ -8,7 +8,7 @@ import pytest
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.localcluster.rest import ApiError, RestClient
 
-from tests.helpers import eventually
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def create_quota(rest: RestClient, namespace: str, hard: dict[str, str]) -> str:
         f"/api/v1/namespaces/{namespace}/resourcequotas",
         {"metadata": {"name": "compute"}, "spec": {"hard": hard}},
     )
-    eventually(
+    wait_until(
         lambda: "used" in quota_status(rest, namespace),
         what="the quota controller to fill status.used",
     )
@@ -75,11 +75,11 @@ def test_quota_usage_is_recomputed_by_the_controller_after_a_delete(
         rest.post(pods, cpu_pod("third", "1"))
     assert "exceeded quota: compute" in refused.value.message
 
-    eventually(lambda: used_cpu(rest, namespace) == "2", what="used limits.cpu 2")
+    wait_until(lambda: used_cpu(rest, namespace) == "2", what="used limits.cpu 2")
     rest.delete(f"{pods}/first")
     # The terminating pod still counts until kwok removes it at the end of its grace period;
     # then kube-controller-manager (not this test) recomputes status.used.
-    eventually(lambda: used_cpu(rest, namespace) == "1", what="used limits.cpu back to 1")
+    wait_until(lambda: used_cpu(rest, namespace) == "1", what="used limits.cpu back to 1")
     created = rest.post(pods, cpu_pod("third", "1"))
     assert created["metadata"]["name"] == "third"
 
@@ -93,7 +93,7 @@ def test_pods_are_scheduled_and_run_on_kwok_nodes(
         pod = rest.get(f"/api/v1/namespaces/{namespace}/pods/runner")
         return pod if pod.get("status", {}).get("phase") == "Running" else None
 
-    pod = eventually(running, what="the pod to be scheduled and Running")
+    pod = wait_until(running, what="the pod to be scheduled and Running")
     assert pod["spec"]["nodeName"] in cluster.nodes
 
 
@@ -103,7 +103,7 @@ def test_terminating_pod_counts_until_its_grace_period_ends(
     create_quota(rest, namespace, {"limits.cpu": "1"})
     pods = f"/api/v1/namespaces/{namespace}/pods"
     rest.post(pods, cpu_pod("source", "1", grace=6))
-    eventually(lambda: used_cpu(rest, namespace) == "1", what="used limits.cpu 1")
+    wait_until(lambda: used_cpu(rest, namespace) == "1", what="used limits.cpu 1")
     rest.delete(f"{pods}/source")
     # Like a virt-launcher source pod after a migration: gone from the workload's point of view,
     # still charged to the quota, so a pod of the same size is refused for now.
@@ -111,6 +111,6 @@ def test_terminating_pod_counts_until_its_grace_period_ends(
         rest.post(pods, cpu_pod("target", "1"))
     assert "exceeded quota" in refused.value.message
     assert rest.exists(f"{pods}/source")
-    eventually(lambda: not rest.exists(f"{pods}/source"), timeout=30, what="grace period end")
-    eventually(lambda: used_cpu(rest, namespace) == "0", what="usage released")
+    wait_until(lambda: not rest.exists(f"{pods}/source"), timeout=30, what="grace period end")
+    wait_until(lambda: used_cpu(rest, namespace) == "0", what="usage released")
     rest.post(pods, cpu_pod("target", "1"))

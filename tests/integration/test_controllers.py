@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,8 +18,8 @@ from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.quantity import Quantity
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import succeed_migration
-from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
+from tests.helpers import caught_up, eventually, succeed_migration
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 pytestmark = pytest.mark.integration
 
@@ -107,7 +108,7 @@ async def test_room_is_held_while_the_source_pod_terminates_then_hard_is_exactly
     target = await eventually(lambda: kv.try_create_target(vmi, migration), what="target admitted")
     await succeed_migration(kv, migration, source, target)
     await kv.delete_pod(source["metadata"]["name"], grace=6)
-    await asyncio.sleep(2)
+    await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
     quota = await kv.quota()
     assert Quantity.parse(quota["spec"]["hard"]["limits.memory"]) > Quantity.parse("5000Mi"), (
         "the terminating source pod still counts, so the room is still held"
@@ -212,7 +213,12 @@ async def test_a_vm_restarted_mid_migration_leaks_no_room(
     for pod in (source, target):
         await kv.delete_pod(pod["metadata"]["name"], grace=0)
     await eventually(lambda: kv.pod_gone(target["metadata"]["name"]), what="old pods gone")
-    await asyncio.sleep(1.1)  # creation timestamps have one-second resolution
+    # Creation timestamps have one-second resolution: the new VMI must be visibly younger.
+    old_created = datetime.datetime.fromisoformat(vmi["metadata"]["creationTimestamp"])
+    await eventually(
+        lambda: datetime.datetime.now(datetime.UTC) >= old_created + datetime.timedelta(seconds=1),
+        what="a new second",
+    )
     await kv.start_vm("vm1")
     await eventually(lambda: hard_equals(kv, V170_HARD), what="hard back to the base")
     assert migrating_keys(await kv.quota()) == []
@@ -267,7 +273,7 @@ async def test_an_isolated_migration_writes_the_quota_exactly_twice(
     await kv.set_rancher_base(V170_LIMIT)
     await kv.create_quota(V170_HARD)
     vmi, source = await kv.start_vm("vm1")
-    await asyncio.sleep(1)
+    await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
     before = controllers.reconciler.writes[kv.namespace]
     spec_versions: list[dict[str, str]] = []
 
@@ -284,11 +290,11 @@ async def test_an_isolated_migration_writes_the_quota_exactly_twice(
     target = await eventually(lambda: kv.try_create_target(vmi, migration), what="target admitted")
     for phase in ("Scheduling", "Scheduled", "PreparingTarget", "TargetReady", "Running"):
         await kv.set_phase(migration, phase)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: caught_up(controllers, kv.namespace), what="phase seen")
     await succeed_migration(kv, migration, source, target, walk=False)
     await kv.delete_pod(source["metadata"]["name"], grace=2)
     await eventually(lambda: hard_equals(kv, V170_HARD), what="hard back to the base")
-    await asyncio.sleep(2)
+    await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)
     assert controllers.reconciler.writes[kv.namespace] - before == 2

@@ -13,7 +13,6 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from harvester_quota.generic import errors
@@ -30,21 +29,12 @@ from harvester_quota.generic.resource import CONFIG_MAPS, EVENTS, LEASES, Object
 from harvester_quota.generic.store import Tombstone
 from harvester_quota.localcluster import ClusterInfo, LocalCluster
 
+from tests.helpers import eventually
+
 pytestmark = pytest.mark.integration
 
 PODTEMPLATES = Resource("", "v1", "podtemplates", "PodTemplate")
 REPO = Path(__file__).resolve().parents[2]
-
-
-async def eventually(probe: Any, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last value {value!r}")
-        await asyncio.sleep(0.1)
 
 
 @dataclass
@@ -357,6 +347,13 @@ async def read_line(candidate: subprocess.Popen[str], timeout: float) -> str:
     return line.strip()
 
 
+async def read_leading(candidate: subprocess.Popen[str], timeout: float) -> str:
+    """The candidate's next LEADING line, past the OBSERVED lines it prints on the way."""
+    while (line := await read_line(candidate, timeout)).startswith("OBSERVED"):
+        continue
+    return line
+
+
 @pytest.mark.parametrize(
     "stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["graceful", "killed"]
 )
@@ -367,13 +364,14 @@ async def test_leadership_hands_over_when_the_leader_process_stops(
     first = start_candidate(cluster, lease, "first")
     second: subprocess.Popen[str] | None = None
     try:
-        assert await read_line(first, 30) == "LEADING first"
+        assert await read_leading(first, 30) == "LEADING first"
         second = start_candidate(cluster, lease, "second")
-        await asyncio.sleep(3)
+        # The second candidate is campaigning and sees the first as the leader, not itself.
+        assert await read_line(second, 30) == "OBSERVED first"
         assert second.poll() is None
         started = asyncio.get_running_loop().time()
         first.send_signal(stop_signal)
-        assert await read_line(second, 30) == "LEADING second"
+        assert await read_leading(second, 30) == "LEADING second"
         handover = asyncio.get_running_loop().time() - started
         if stop_signal == signal.SIGTERM:
             assert handover < 4, "a released lease is taken at the next retry"

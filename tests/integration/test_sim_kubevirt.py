@@ -29,7 +29,7 @@ from harvester_quota.sim.kubevirt import (
 )
 from harvester_quota.sim.kubevirt.objects import SETTING_OVERHEAD_RATIO
 
-from tests.helpers import eventually_async
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ async def create_quota(api: ApiClient, namespace: str, hard: dict[str, str]) -> 
         current = await api.get(RESOURCE_QUOTAS, name, namespace)
         return current if "used" in current.get("status", {}) else None
 
-    return await eventually_async(ready, what=f"status of quota {name}")
+    return await eventually(ready, what=f"status of quota {name}")
 
 
 async def quota_used(api: ApiClient, namespace: str, name: str) -> dict[str, str]:
@@ -105,7 +105,7 @@ async def test_vm_launcher_pod_counts_as_in_the_v170_seed(api: ApiClient, namesp
     async with simulator(api, namespace) as kubevirt:
         started = await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))
         assert started.started and started.node
-        used = await eventually_async(
+        used = await eventually(
             lambda: quota_used(api, namespace, quota["metadata"]["name"]),
             what="quota usage",
         )
@@ -137,7 +137,7 @@ async def test_v054_counts_as_in_the_v121_seed_and_flags_nothing(
     quota = await create_quota(api, namespace, {"limits.cpu": "3", "limits.memory": "60Gi"})
     async with simulator(api, namespace, kubevirt_version="0.54") as kubevirt:
         (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).check()
-        used = await eventually_async(
+        used = await eventually(
             lambda: quota_used(api, namespace, quota["metadata"]["name"]), what="quota usage"
         )
         assert used == {"limits.cpu": "2", "limits.memory": "4531245057"}
@@ -153,7 +153,7 @@ async def test_v054_counts_as_in_the_v121_seed_and_flags_nothing(
             record = kubevirt.records.get(namespace, name)
             return record is not None and record.refusals >= 3
 
-        await eventually_async(refused_thrice, what="three quota refusals")
+        await eventually(refused_thrice, what="three quota refusals")
         vmim = await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, namespace)
         assert vmim["status"] == {"phase": "Pending"}
 
@@ -177,7 +177,7 @@ async def test_migration_without_quota_walks_to_succeeded(api: ApiClient, namesp
             current = await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, namespace)
             return "finalizers" not in current["metadata"]
 
-        await eventually_async(finalizer_released, what="the migration's finalizer to go")
+        await eventually(finalizer_released, what="the migration's finalizer to go")
         vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
         state = vmi["status"]["migrationState"]
         assert vmi["status"]["nodeName"] == record.target_node
@@ -215,7 +215,7 @@ async def test_blocked_migration_proceeds_after_a_quota_raise(
             record = kubevirt.records.get(namespace, name)
             return record is not None and record.refusals >= 10
 
-        await eventually_async(refused_enough, what="ten quota refusals")
+        await eventually(refused_enough, what="ten quota refusals")
         vmim = await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, namespace)
         assert vmim["status"]["phase"] == "Pending"
         conditions = vmim["status"]["conditions"]
@@ -242,7 +242,7 @@ async def test_blocked_migration_proceeds_after_a_quota_raise(
         limits = target["spec"]["containers"][0]["resources"]["limits"]
         assert limits["memory"] == "5622461313"  # compute; + 60M guest-console-log = 5682461313
         assert await kubevirt.records.wait_all_finished(10, source_pods_gone=True)
-        used = await eventually_async(
+        used = await eventually(
             lambda: _used_memory_is(api, namespace, quota_name, "5682461313"),
             what="usage at ratio 4.5",
         )
@@ -262,7 +262,7 @@ async def test_abort_leaves_the_target_pod_for_a_while(api: ApiClient, namespace
             record = kubevirt.records.get(namespace, name)
             return record is not None and record.phase is Phase.RUNNING
 
-        await eventually_async(running, what="migration Running")
+        await eventually(running, what="migration Running")
         await kubevirt.abort(name)
         record = await kubevirt.wait_migration(name, timeout=10)
         assert record.outcome is Outcome.ABORTED
@@ -282,8 +282,8 @@ async def test_abort_leaves_the_target_pod_for_a_while(api: ApiClient, namespace
                 return True
             return False
 
-        await eventually_async(target_gone, timeout=15, what="the aborted target pod to go")
-        await eventually_async(
+        await eventually(target_gone, timeout=15, what="the aborted target pod to go")
+        await eventually(
             lambda: _migration_gone(api, namespace, name), what="the deleted migration to go"
         )
         await api.get(PODS, str(started.pod), namespace)  # the source pod lives on
@@ -335,7 +335,7 @@ async def test_vmi_deleted_mid_migration_fails_it(api: ApiClient, namespace: str
             record = kubevirt.records.get(namespace, name)
             return record is not None and record.phase is Phase.RUNNING
 
-        await eventually_async(running, what="migration Running")
+        await eventually(running, what="migration Running")
         await kubevirt.delete_vmi("vm1", grace_seconds=1)
         record = await kubevirt.wait_migration(name, timeout=10)
         assert record.outcome is Outcome.FAILED
@@ -345,10 +345,8 @@ async def test_vmi_deleted_mid_migration_fails_it(api: ApiClient, namespace: str
             listed = await api.list_all(PODS, namespace)
             return not listed.items
 
-        await eventually_async(pods_gone, what="both launcher pods to go")
-        await eventually_async(
-            lambda: _migration_gone(api, namespace, name), what="migration deleted"
-        )
+        await eventually(pods_gone, what="both launcher pods to go")
+        await eventually(lambda: _migration_gone(api, namespace, name), what="migration deleted")
 
 
 async def test_restart_and_stop(api: ApiClient, namespace: str) -> None:

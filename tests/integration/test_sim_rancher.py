@@ -4,7 +4,6 @@ alone, and deletes the quota when the project loses its resourceQuota."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from harvester_quota.util.annotations import (
     LABEL_DEFAULT_RESOURCE_QUOTA,
 )
 
-from tests.helpers import eventually_async
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +60,7 @@ async def test_sync_creates_resets_on_namespace_events_and_restart(
     project = Project(f"p-{namespace[-6:]}")
     async with RancherQuotaSync(api, projects=[project], version="2.12") as rancher:
         await join_project(api, namespace, project, SEED_ANNOTATION)
-        quota = await eventually_async(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
+        quota = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
         assert await rancher.wait_idle(10)  # its own namespace writes sync once more
         assert quota["metadata"]["generateName"] == "default-"
         assert quota["metadata"]["labels"] == {
@@ -77,26 +76,23 @@ async def test_sync_creates_resets_on_namespace_events_and_restart(
         # A quota edit alone changes nothing: Rancher has no handler on ResourceQuotas.
         scaled = {"limits.cpu": "5", "limits.memory": "10865341313", "pods": "10"}
         await hand_edit(api, quota, scaled)
-        await asyncio.sleep(1.0)
         assert await rancher.wait_idle(10)
         assert await hard_is(api, namespace, scaled)
         assert [a.operation for a in rancher.actions_for(namespace)] == [Operation.CREATE]
 
         # Any namespace event resets the whole spec, keeping the quota's metadata.
         await api.patch(NAMESPACES, namespace, {"metadata": {"labels": {"touched": "yes"}}})
-        reset = await eventually_async(lambda: hard_is(api, namespace, SEED_HARD), what="the reset")
+        reset = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the reset")
         assert await rancher.wait_idle(10)
         assert reset["metadata"]["annotations"]["harvesterhci.io/migrating-vm1"] == "{}"
         assert reset["metadata"]["uid"] == quota["metadata"]["uid"]
 
         # So does an agent restart, without any namespace event.
         await hand_edit(api, reset, scaled)
-        await asyncio.sleep(0.5)
+        assert await rancher.wait_idle(10)
         assert await hard_is(api, namespace, scaled)
         await rancher.agent_restart()
-        assert await eventually_async(
-            lambda: hard_is(api, namespace, SEED_HARD), what="restart reset"
-        )
+        assert await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="restart reset")
         operations = [a.operation for a in rancher.actions_for(namespace)]
         assert operations == [Operation.CREATE, Operation.UPDATE, Operation.UPDATE]
 
@@ -107,7 +103,7 @@ async def test_project_without_quota_deletes_it_and_strips_the_annotation(
     project = Project(f"p-{namespace[-6:]}")
     async with RancherQuotaSync(api, projects=[project], version="2.14") as rancher:
         await join_project(api, namespace, project, SEED_ANNOTATION)
-        quota = await eventually_async(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
+        quota = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
         assert "cattle.io/creator" not in quota["metadata"]["labels"]  # v2.13+: wrangler clients
 
         rancher.set_project(Project(project.id, limit=None))
@@ -115,7 +111,7 @@ async def test_project_without_quota_deletes_it_and_strips_the_annotation(
         async def deleted() -> bool:
             return not await default_quotas(api, namespace)
 
-        await eventually_async(deleted, what="the quota's deletion")
+        await eventually(deleted, what="the quota's deletion")
         ns = await api.get(NAMESPACES, namespace)
         assert CATTLE_ANNOTATION_RESOURCE_QUOTA not in ns["metadata"].get("annotations", {})
 
@@ -129,7 +125,7 @@ async def test_project_default_drops_keys_it_does_not_have(api: ApiClient, names
         await join_project(api, namespace, project, SEED_ANNOTATION)
         # limits.cpu from the annotation, requests.memory from the default, limits.memory dropped.
         expected = {"limits.cpu": "3", "requests.memory": "1Gi"}
-        await eventually_async(lambda: hard_is(api, namespace, expected), what="the merged quota")
+        await eventually(lambda: hard_is(api, namespace, expected), what="the merged quota")
         ns = await api.get(NAMESPACES, namespace)
         assert (
             ns["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA]

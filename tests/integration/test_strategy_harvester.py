@@ -7,7 +7,6 @@ HARVESTER_QUOTA_TEST_STATE_DIR=$HOME/.local/state/harvester-quota/pytest-strateg
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -35,8 +34,8 @@ from harvester_quota.util.annotations import (
 from harvester_quota.util.quantity import Quantity
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import succeed_migration
-from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually
+from tests.helpers import caught_up, eventually, succeed_migration
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 pytestmark = pytest.mark.integration
 
@@ -339,7 +338,7 @@ async def test_vmi_deleted_mid_migration_leaves_hard_inflated(
         await api.patch(
             RESOURCE_QUOTAS, name, {"metadata": {"annotations": {"poke": "1"}}}, kv.namespace
         )
-        await asyncio.sleep(2)
+        await eventually(lambda: caught_up(strategy, kv.namespace), what="the poke handled")
         assert await hard_is(kv, scaled, name), "still base + the leaked share"
         annotations = (await kv.quota(name))["metadata"]["annotations"]
         assert migrating_uid_annotation_key(vmi["metadata"]["uid"]) in annotations

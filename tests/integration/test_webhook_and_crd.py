@@ -15,7 +15,7 @@ import pytest
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.localcluster.rest import ApiError, RestClient
 
-from tests.helpers import eventually
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +114,7 @@ def test_webhook_denial_reaches_the_client(
             rest.delete(f"{configmaps}/deny-me")
             return None
 
-        message = eventually(denied, what="the webhook to be called")
+        message = wait_until(denied, what="the webhook to be called")
         assert "test webhook refuses deny-me" in message
         assert "deny-me" in _DenyPrefixed.calls
         created = rest.post(configmaps, {"metadata": {"name": "allow-me"}})
@@ -160,9 +160,9 @@ def test_custom_resources_can_be_created_and_listed(rest: RestClient, namespace:
         conditions = rest.get(f"{crds}/{crd_name}").get("status", {}).get("conditions", [])
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-    eventually(established, what="the CRD to be Established")
+    wait_until(established, what="the CRD to be Established")
     widgets = f"/apis/test.harvester-quota.io/v1/namespaces/{namespace}/widgets"
-    eventually(lambda: _served(rest, widgets), what="the new resource to be served")
+    wait_until(lambda: _served(rest, widgets), what="the new resource to be served")
     rest.post(
         widgets,
         {

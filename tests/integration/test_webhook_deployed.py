@@ -19,8 +19,9 @@ from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
 from prometheus_client import CollectorRegistry
 
+from tests.helpers import eventually
 from tests.integration import deployment
-from tests.integration.kubevirt_by_hand import KubeVirtByHand, eventually, strip_server_fields
+from tests.integration.kubevirt_by_hand import KubeVirtByHand, strip_server_fields
 from tests.objects import vmi as vmi_spec
 
 pytestmark = pytest.mark.integration

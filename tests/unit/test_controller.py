@@ -257,11 +257,14 @@ async def test_a_key_is_never_handled_by_two_workers_at_once(clock: FakeClock) -
 
     controller.on_change("slow", slow)
     await run(controller, informer)
+    added_while_running = 0
     for _ in range(10):
+        added_while_running += "ns/same" in running
         controller.enqueue("ns", "same")
         controller.enqueue("ns", "other")
         await clock.advance(0.3)
     await clock.advance(5)
+    assert added_while_running > 0, "the key was re-added while a worker held it"
     assert overlaps == 0
     await controller.stop()
     await informer.stop()

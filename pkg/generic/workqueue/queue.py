@@ -114,6 +114,10 @@ class Queue(Generic[T]):
         """How many items wait to be handed out (for information: do not gate add or get on it)."""
         return len(self._queue)
 
+    def in_flight(self) -> int:
+        """How many items are handed out and not yet done (for information, like `len`)."""
+        return len(self._processing)
+
     async def get(self) -> tuple[T, Literal[False]] | tuple[None, Literal[True]]:
         """Waits for an item and hands it out; the caller must call ``done(item)`` afterwards.
 

@@ -1,0 +1,138 @@
+"""The import layers of `pkg/` (imported as harvester_quota): no module imports upward.
+
+Read from the source with `ast`, so a new upward import fails here before anyone has to notice it
+in review. Relative and absolute (`harvester_quota.x`) imports both count; imports inside
+functions count too (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "pkg"
+IMPORT_NAME = "harvester_quota"
+
+LAYERS: dict[str, int] = {
+    "__init__": 0,
+    "generic": 1,
+    "localcluster": 1,
+    "apis": 2,
+    "util": 3,
+    "config": 4,
+    "controller": 5,
+    "webhook": 5,
+    "sim": 5,
+    "strategy": 5,
+    "app": 6,
+    "scenario": 7,
+    "demo": 8,
+    "main": 9,
+}
+"""Top-level package -> layer: a module may import its own package and lower layers only."""
+
+FORBIDDEN_SIDEWAYS: dict[str, frozenset[str]] = {
+    "controller": frozenset({"webhook", "sim", "strategy"}),
+    "webhook": frozenset({"controller", "sim", "strategy"}),
+    "sim": frozenset({"controller", "webhook", "strategy"}),
+    "strategy": frozenset({"controller", "webhook", "sim"}),
+}
+"""Packages on one layer that must not lean on each other: the webhook and the controllers share
+the pure model in util/, and the Harvester port must stay a faithful, independent baseline."""
+
+
+def _modules(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _top(parts: list[str]) -> str:
+    return parts[0] if parts else "__init__"
+
+
+def _imported_tops(path: Path, root: Path) -> set[str]:
+    """The top-level packages of `root` that `path` imports."""
+    rel = list(path.relative_to(root).with_suffix("").parts)
+    package = rel[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = package[: len(package) - (node.level - 1)]
+            target = base + (node.module.split(".") if node.module else [])
+            if not target:  # `from .. import x`: x is the module
+                found.update(_top([alias.name]) for alias in node.names)
+            else:
+                found.add(_top(target))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(IMPORT_NAME):
+            found.add(_top((node.module or "").split(".")[1:]))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == IMPORT_NAME:
+                    found.add(_top(alias.name.split(".")[1:]))
+    return found
+
+
+def _violations(root: Path = PKG) -> list[str]:
+    problems = []
+    for path in _modules(root):
+        own = _top(list(path.relative_to(root).with_suffix("").parts))
+        if own not in LAYERS:
+            problems.append(f"{path}: top-level package {own!r} has no layer in LAYERS")
+            continue
+        for target in _imported_tops(path, root) - {own}:
+            if target not in LAYERS:
+                continue  # e.g. `from .. import __version__` resolves to a name, not a package
+            if LAYERS[target] > LAYERS[own] or target in FORBIDDEN_SIDEWAYS.get(own, ()):
+                problems.append(f"{path.relative_to(root.parent)} ({own}) imports {target}")
+    return problems
+
+
+def test_no_module_imports_upward() -> None:
+    assert _violations() == []
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    """The rule itself can fail: a util module importing the controllers is caught."""
+    fake = tmp_path / "pkg"
+    (fake / "util").mkdir(parents=True)
+    (fake / "controller").mkdir()
+    (fake / "util" / "bad.py").write_text("from ..controller import thing\n")
+    (fake / "controller" / "thing.py").write_text("from harvester_quota.webhook import x\n")
+    assert sorted(_violations(fake)) == [
+        "pkg/controller/thing.py (controller) imports webhook",
+        "pkg/util/bad.py (util) imports controller",
+    ]
+
+
+KIND_WORDS = re.compile(r"kubevirt|harvesterhci|virtualmachine|vmim?\b", re.IGNORECASE)
+
+
+def test_the_framework_knows_no_kubevirt_or_harvester_kind() -> None:
+    """pkg/generic is a Kubernetes controller framework: its code (comments and docstrings
+    aside) names no KubeVirt or Harvester kind; those live in harvester_quota.apis."""
+    offenders = []
+    for path in sorted((PKG / "generic").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name | ast.Attribute | ast.FunctionDef | ast.ClassDef):
+                text = getattr(node, "id", None) or getattr(node, "attr", None) or node.name  # type: ignore[union-attr]
+                if KIND_WORDS.search(str(text)):
+                    offenders.append(f"{path.name}:{node.lineno} {text}")
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and KIND_WORDS.search(node.value)
+                and not _is_docstring(tree, node)
+            ):
+                offenders.append(f"{path.name}:{node.lineno} {node.value[:60]!r}")
+    assert offenders == []
+
+
+def _is_docstring(tree: ast.AST, constant: ast.Constant) -> bool:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            for statement in body:
+                if isinstance(statement, ast.Expr) and statement.value is constant:
+                    return True
+    return False
