@@ -136,3 +136,24 @@ def _is_docstring(tree: ast.AST, constant: ast.Constant) -> bool:
                 if isinstance(statement, ast.Expr) and statement.value is constant:
                     return True
     return False
+
+
+def _twin_paths() -> list[str]:
+    readme = (PKG.parent / "README.md").read_text()
+    table = readme.split("<!-- go-twins -->")[1].split("<!-- /go-twins -->")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    paths: list[str] = []
+    for row in rows[1:]:  # the header names the columns
+        ours_and_baseline = row.strip("|").split("|")[1:]
+        for cell in ours_and_baseline:
+            first = re.findall(r"`(pkg/[^`]+)`", cell)
+            folder = first[0].rsplit("/", 1)[0] if first else ""
+            for name in re.findall(r"`([^`]+)`", cell):
+                paths.append(name if name.startswith("pkg/") else f"{folder}/{name}")
+    return paths
+
+
+def test_every_python_twin_in_the_readme_exists() -> None:
+    paths = _twin_paths()
+    assert len(paths) > 20
+    assert [p for p in paths if not (PKG.parent / p).exists()] == []
