@@ -53,6 +53,8 @@ class ControllerApp:
             self.vmi_controller = vmi.register(self.management)
 
     async def start(self) -> None:
+        """Starts informers and controllers; returns once the caches are synced (or after
+        CACHE_SYNC_TIMEOUT, with a warning: reconciling what is known beats waiting forever)."""
         synced = await self.management.start(sync_timeout=CACHE_SYNC_TIMEOUT)
         if not synced:
             log.warning(
@@ -61,9 +63,11 @@ class ControllerApp:
         log.info("controllers started")
 
     def ready(self) -> bool:
+        """True once every informer has synced."""
         return self.management.informers.synced()
 
     async def stop(self) -> None:
+        """Stops controllers, informers and the event recorder (pending events are flushed)."""
         await self.management.stop()
 
     async def lead(self) -> None:

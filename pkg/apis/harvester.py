@@ -23,4 +23,5 @@ class HarvesterControllers:
         self._factory = factory
 
     def settings(self) -> Controller:
+        """The one shared controller of settings."""
         return self._factory.for_resource(SETTINGS)

@@ -48,13 +48,17 @@ class KubeVirtControllers:
         self._factory = factory
 
     def virtual_machines(self) -> Controller:
+        """The one shared controller of virtual machines."""
         return self._factory.for_resource(VIRTUAL_MACHINES)
 
     def virtual_machine_instances(self) -> Controller:
+        """The one shared controller of virtual machine instances."""
         return self._factory.for_resource(VIRTUAL_MACHINE_INSTANCES)
 
     def virtual_machine_instance_migrations(self) -> Controller:
+        """The one shared controller of virtual machine instance migrations."""
         return self._factory.for_resource(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
 
     def kubevirts(self) -> Controller:
+        """The one shared controller of kubevirts."""
         return self._factory.for_resource(KUBEVIRTS)

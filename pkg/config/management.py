@@ -78,8 +78,11 @@ class Management:
         )
 
     async def start(self, sync_timeout: float | None = None) -> bool:
+        """Starts the shared informers and every registered controller; True if the caches
+        synced within `sync_timeout` seconds (None: wait as long as it takes)."""
         return await self.controllers.start(sync_timeout=sync_timeout)
 
     async def stop(self) -> None:
+        """Stops controllers and informers, then closes the event recorder."""
         await self.controllers.stop()
         await self.recorder.close()

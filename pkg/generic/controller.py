@@ -177,51 +177,69 @@ class Controller:
     # Enqueueing -----------------------------------------------------------------------------------
 
     def enqueue(self, namespace: str | None, name: str) -> None:
+        """Queues the object's key now; a key already queued is not queued twice, and a key
+        being handled is handled once more after the current run (never by two workers)."""
         self.queue.add(f"{namespace}/{name}" if namespace else name)
 
     def enqueue_key(self, key: str) -> None:
+        """`enqueue` by cache key (``namespace/name`` or ``name``)."""
         self.queue.add(key)
 
     def enqueue_after(self, namespace: str | None, name: str, delay: float) -> None:
+        """Queues the key once `delay` seconds have passed on the controller's clock (an earlier
+        pending time for the same key wins, as in client-go's delaying queue)."""
         self.queue.add_after(f"{namespace}/{name}" if namespace else name, delay)
 
     # Cache ----------------------------------------------------------------------------------------
 
     def cached(self, namespace: str | None, name: str) -> Object | None:
+        """The object as the informer's cache holds it (a private copy), or None. May lag the
+        API server; never blocks."""
         return self.informer.store.get(f"{namespace}/{name}" if namespace else name)
 
     def cached_list(self, namespace: str | None = None) -> list[Object]:
+        """Every cached object, or those of one namespace, in no particular order."""
         if namespace is None:
             return self.informer.store.objects()
         return self.informer.store.by_index("namespace", namespace)
 
     def by_index(self, index: str, value: str) -> list[Object]:
+        """Cached objects whose `index` function yields `value`; KeyError for an unknown index."""
         return self.informer.store.by_index(index, value)
 
     def add_indexer(self, name: str, function: IndexFunc) -> None:
+        """Adds an index to the shared cache once; a second registration of the name is a no-op
+        (controllers sharing an informer may each ask for it)."""
         if not self.informer.store.has_index(name):
             self.informer.store.add_indexers({name: function})
 
     # Client, bound to this resource ---------------------------------------------------------------
 
     async def get(self, namespace: str | None, name: str) -> Object:
+        """GET from the API server (not the cache); typed ApiErrors as the client raises them."""
         return await self.client.get(self.resource, name, namespace)
 
     async def create(self, obj: Object) -> Object:
+        """POST `obj` (its metadata.namespace decides where); returns the stored object."""
         return await self.client.create(self.resource, obj)
 
     async def update(self, obj: Object) -> Object:
+        """PUT `obj`; its metadata.resourceVersion makes it conditional (Conflict if stale)."""
         return await self.client.update(self.resource, obj)
 
     async def update_status(self, obj: Object) -> Object:
+        """PUT `obj` to the status subresource (conditional like `update`)."""
         return await self.client.update_status(self.resource, obj)
 
     async def patch(
         self, namespace: str | None, name: str, patch: Any, patch_type: PatchType = "merge"
     ) -> Object:
+        """PATCH the object (merge patch by default); conditional only if `patch` carries a
+        metadata.resourceVersion."""
         return await self.client.patch(self.resource, name, patch, namespace, patch_type=patch_type)
 
     async def delete(self, namespace: str | None, name: str, **options: Any) -> Object:
+        """DELETE the object; `options` become DeleteOptions (gracePeriodSeconds, ...)."""
         return await self.client.delete(self.resource, name, namespace, **options)
 
     # Running --------------------------------------------------------------------------------------
@@ -234,6 +252,8 @@ class Controller:
             self._tasks.append(asyncio.ensure_future(self._worker(index)))
 
     async def stop(self) -> None:
+        """Shuts the queue down and waits for the workers to end; a handler in progress is
+        cancelled. Idempotent."""
         self.queue.shut_down()
         for task in self._tasks:
             task.cancel()
@@ -343,18 +363,23 @@ class ControllerFactory:
         return tuple(self._controllers.values())
 
     def pods(self) -> Controller:
+        """The one shared controller of pods."""
         return self.for_resource(PODS)
 
     def namespaces(self) -> Controller:
+        """The one shared controller of namespaces."""
         return self.for_resource(NAMESPACES)
 
     def resource_quotas(self) -> Controller:
+        """The one shared controller of resource quotas."""
         return self.for_resource(RESOURCE_QUOTAS)
 
     def events(self) -> Controller:
+        """The one shared controller of events."""
         return self.for_resource(EVENTS)
 
     def leases(self) -> Controller:
+        """The one shared controller of leases."""
         return self.for_resource(LEASES)
 
     async def start(self, *, sync_timeout: float | None = None) -> bool:
@@ -366,5 +391,7 @@ class ControllerFactory:
         return synced
 
     async def stop(self) -> None:
+        """Stops every controller's workers, then the informers (handlers never see a stopped
+        cache)."""
         await asyncio.gather(*(c.stop() for c in self._controllers.values()))
         await self.informers.stop()

@@ -230,79 +230,111 @@ def launcher_pod_resources(
     Not modelled: the ImageVolume feature gate (container disks as image volumes), DRA claims, and
     on main the TDX and IOMMUFD devices.
     """
-    s = settings
-    overhead = Quantity.from_scaled(
-        memory_overhead(
-            vmi,
-            s.ratio,
-            s.version,
-            cluster_arch=s.cluster_arch,
-            network_bindings=s.network_bindings,
-        ),
-        0,
-    )
-    dedicated = dedicated_cpu(vmi)
-    wants_dedicated = dedicated or wants_guaranteed_qos(vmi, s.version)
+    render = _PodRender(vmi, settings)
+    render.compute()
+    render.container_disks()
+    render.console_log()
+    render.virtiofs()
+    render.hook_sidecars()
+    render.console_log(native_sidecar=True)
+    render.container_disk_inits()
+    spec: dict[str, Any] = {"containers": render.containers}
+    if render.init_containers:
+        spec["initContainers"] = render.init_containers
+    return {"spec": spec}
 
-    limits, requests = compute_resources(vmi, s, overhead)
-    containers = [_container("compute", limits, requests)]
-    init_containers: list[dict[str, Any]] = []
 
-    volumes = _volumes(vmi)
-    disk_volumes = [
-        v
-        for v in volumes
-        if v.get("containerDisk") is not None and v.get("name") != _KERNEL_BOOT_VOLUME
-    ]
-    firmware = _mapping(_domain(vmi), "firmware", "spec.domain")
-    kernel_boot = _mapping(firmware, "kernelBoot", "firmware").get("container") is not None
-    disk_limits, disk_requests = _container_disk_resources(s, wants_dedicated)
-    for volume in disk_volumes:
-        containers.append(_container(f"volume{volume.get('name')}", disk_limits, disk_requests))
-    if kernel_boot:
-        containers.append(_container("kernel-boot", disk_limits, disk_requests))
+class _PodRender:
+    """One rendering of a launcher pod: each step appends containers in KubeVirt's order."""
 
-    console_log = _serial_console_log_enabled(vmi, s)
-    if console_log and not s.version.at_least(1, 6):
-        log_limits, log_requests = _guest_console_log(s, wants_dedicated)
-        containers.append(_container("guest-console-log", log_limits, log_requests))
+    def __init__(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> None:
+        self.vmi, self.s = vmi, settings
+        self.dedicated = dedicated_cpu(vmi)
+        self.wants_dedicated = self.dedicated or wants_guaranteed_qos(vmi, settings.version)
+        self.containers: list[dict[str, Any]] = []
+        self.init_containers: list[dict[str, Any]] = []
+        self.volumes = _volumes(vmi)
+        self.disk_volumes = [
+            v
+            for v in self.volumes
+            if v.get("containerDisk") is not None and v.get("name") != _KERNEL_BOOT_VOLUME
+        ]
+        firmware = _mapping(_domain(vmi), "firmware", "spec.domain")
+        self.kernel_boot = _mapping(firmware, "kernelBoot", "firmware").get("container") is not None
 
-    if s.version.at_least(0, 58):
+    def compute(self) -> None:
+        s = self.s
+        overhead = Quantity.from_scaled(
+            memory_overhead(
+                self.vmi,
+                s.ratio,
+                s.version,
+                cluster_arch=s.cluster_arch,
+                network_bindings=s.network_bindings,
+            ),
+            0,
+        )
+        limits, requests = compute_resources(self.vmi, s, overhead)
+        self.containers.append(_container("compute", limits, requests))
+
+    def container_disks(self) -> None:
+        limits, requests = _container_disk_resources(self.s, self.wants_dedicated)
+        for volume in self.disk_volumes:
+            self.containers.append(_container(f"volume{volume.get('name')}", limits, requests))
+        if self.kernel_boot:
+            self.containers.append(_container("kernel-boot", limits, requests))
+
+    def console_log(self, *, native_sidecar: bool = False) -> None:
+        """The guest-console-log container: a plain container before v1.6, a native sidecar
+        (a restartable init container) from v1.6; each call adds it only in its own form."""
+        if native_sidecar != self.s.version.at_least(1, 6):
+            return
+        if not _serial_console_log_enabled(self.vmi, self.s):
+            return
+        limits, requests = _guest_console_log(self.s, self.wants_dedicated)
+        if native_sidecar:
+            self.init_containers.append(
+                _container("guest-console-log", limits, requests, restartable=True)
+            )
+        else:
+            self.containers.append(_container("guest-console-log", limits, requests))
+
+    def virtiofs(self) -> None:
+        if not self.s.version.at_least(0, 58):
+            return
         filesystems = {
             f.get("name")
-            for f in _sequence(_devices(vmi), "filesystems", "spec.domain.devices")
+            for f in _sequence(_devices(self.vmi), "filesystems", "spec.domain.devices")
             if isinstance(f, Mapping)
         }
-        fs_limits, fs_requests = _virtiofs_resources(s, dedicated, wants_dedicated)
-        for volume in volumes:
+        limits, requests = _virtiofs_resources(self.s, self.dedicated, self.wants_dedicated)
+        for volume in self.volumes:
             if volume.get("name") in filesystems and volume.get("containerPath") is None:
-                containers.append(
-                    _container(f"virtiofs-{volume.get('name')}", fs_limits, fs_requests)
+                self.containers.append(
+                    _container(f"virtiofs-{volume.get('name')}", limits, requests)
                 )
 
-    sidecar_limits, sidecar_requests = _sidecar_resources(s, wants_dedicated)
-    for index in range(_hook_sidecar_count(vmi, s)):
-        containers.append(_container(f"hook-sidecar-{index}", sidecar_limits, sidecar_requests))
+    def hook_sidecars(self) -> None:
+        limits, requests = _sidecar_resources(self.s, self.wants_dedicated)
+        for index in range(_hook_sidecar_count(self.vmi, self.s)):
+            self.containers.append(_container(f"hook-sidecar-{index}", limits, requests))
 
-    if console_log and s.version.at_least(1, 6):
-        log_limits, log_requests = _guest_console_log(s, wants_dedicated)
-        init_containers.append(
-            _container("guest-console-log", log_limits, log_requests, restartable=True)
+    def container_disk_inits(self) -> None:
+        if not (self.disk_volumes or self.kernel_boot):
+            return
+        binary_limits, binary_requests = _container_disk_binary_resources(
+            self.s, self.wants_dedicated
         )
-    if disk_volumes or kernel_boot:
-        binary_limits, binary_requests = _container_disk_binary_resources(s, wants_dedicated)
-        init_containers.append(_container("container-disk-binary", binary_limits, binary_requests))
-        for volume in disk_volumes:
-            init_containers.append(
-                _container(f"volume{volume.get('name')}-init", disk_limits, disk_requests)
+        self.init_containers.append(
+            _container("container-disk-binary", binary_limits, binary_requests)
+        )
+        limits, requests = _container_disk_resources(self.s, self.wants_dedicated)
+        for volume in self.disk_volumes:
+            self.init_containers.append(
+                _container(f"volume{volume.get('name')}-init", limits, requests)
             )
-        if kernel_boot:
-            init_containers.append(_container("kernel-boot-init", disk_limits, disk_requests))
-
-    spec: dict[str, Any] = {"containers": containers}
-    if init_containers:
-        spec["initContainers"] = init_containers
-    return {"spec": spec}
+        if self.kernel_boot:
+            self.init_containers.append(_container("kernel-boot-init", limits, requests))
 
 
 def launcher_quota_usage(
