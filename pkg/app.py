@@ -20,6 +20,7 @@ from .config.management import Management, Options
 from .controller.migration import vmi_controller as vmi
 from .controller.migration import vmim_controller as vmim
 from .controller.resourcequota import resourcequota_controller as resourcequota
+from .generic import errors
 from .generic.client import ApiClient
 from .generic.clock import REAL_CLOCK, Clock
 from .generic.health import HealthServer
@@ -54,13 +55,30 @@ class ControllerApp:
 
     async def start(self) -> None:
         """Starts informers and controllers; returns once the caches are synced (or after
-        CACHE_SYNC_TIMEOUT, with a warning: reconciling what is known beats waiting forever)."""
+        CACHE_SYNC_TIMEOUT, with a warning: reconciling what is known beats waiting forever).
+
+        A required kind the API server does not serve (KubeVirt not installed) is reported once,
+        clearly; its informer keeps retrying with backoff and the process stays unready."""
+        await self._report_unserved_kinds()
         synced = await self.management.start(sync_timeout=CACHE_SYNC_TIMEOUT)
         if not synced:
             log.warning(
                 "caches not synced after %.0fs; reconciling what is known", CACHE_SYNC_TIMEOUT
             )
         log.info("controllers started")
+
+    async def _report_unserved_kinds(self) -> None:
+        try:
+            missing = await self.management.informers.unserved_required()
+        except errors.ApiError as error:
+            log.warning("cannot check which kinds the API server serves: %s", error)
+            return
+        if missing:
+            log.error(
+                "the API server does not serve %s, which this controller needs (is KubeVirt "
+                "installed?); not ready until it does",
+                ", ".join(f"{r.kind} ({r.api_version})" for r in missing),
+            )
 
     def ready(self) -> bool:
         """True once every informer has synced."""

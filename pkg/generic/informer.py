@@ -25,8 +25,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import errors
 from .client import ApiClient
 from .clock import REAL_CLOCK, Clock
+from .discovery import serves
 from .reflector import (
     DEFAULT_INACTIVITY_TIMEOUT,
     ClientListerWatcher,
@@ -47,6 +49,12 @@ from .store import (
 )
 
 log = logging.getLogger(__name__)
+
+Presence = Callable[[], Awaitable[bool]]
+"""Asks the API server whether an optional kind is served (see discovery.serves)."""
+PRESENCE_RECHECK_PERIOD = 30.0
+"""How often an optional kind's presence is asked again: a CRD installed later is listed within
+this time; one removed later empties the cache within it."""
 
 HandlerResult = Awaitable[None] | None
 SLOW_LISTENER_BACKLOG = 10_000
@@ -172,8 +180,18 @@ class SharedInformer:
         resync_period: float = 0.0,
         inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
         rng: random.Random | None = None,
+        presence: Presence | None = None,
+        presence_period: float = PRESENCE_RECHECK_PERIOD,
     ) -> None:
         self.name = name
+        self._presence = presence
+        """None: a required kind. Otherwise asked before listing and every `presence_period`
+        seconds: while it says False the informer is synced and empty."""
+        self._presence_period = presence_period
+        self._reflecting: asyncio.Task[None] | None = None
+        self.present: bool | None = None
+        """For an optional kind: whether the server served it at the last look (None: not
+        looked yet, or the look failed before any answer)."""
         self.store = Store(indexers=indexers, codec=codec)
         self._transform = transform
         self._clock = clock
@@ -189,6 +207,11 @@ class SharedInformer:
             inactivity_timeout=inactivity_timeout,
             rng=rng,
         )
+
+    @property
+    def optional(self) -> bool:
+        """True for an optional kind (an empty cache while the server does not serve it)."""
+        return self._presence is not None
 
     # Handlers -----------------------------------------------------------------------------------
 
@@ -269,7 +292,10 @@ class SharedInformer:
         for listener in self._listeners:
             if listener.task is None:
                 listener.task = asyncio.ensure_future(listener.run())
-        self._tasks.append(asyncio.ensure_future(self.reflector.run()))
+        if self._presence is None:
+            self._tasks.append(asyncio.ensure_future(self.reflector.run()))
+        else:
+            self._tasks.append(asyncio.ensure_future(self._follow_presence(self._presence)))
         if self._resync_period > 0:
             self._tasks.append(asyncio.ensure_future(self._resync_loop()))
 
@@ -281,6 +307,43 @@ class SharedInformer:
         self._tasks.clear()
         for listener in self._listeners:
             listener.task = None
+
+    async def _follow_presence(self, presence: Presence) -> None:
+        """Runs the reflector only while the optional kind is served; absent, the cache is synced
+        and empty (removing a CRD delivers deletes for what was cached). A failed look keeps the
+        current state and is retried at the next period: never a hot loop, never a guess."""
+        try:
+            while True:
+                try:
+                    present = await presence()
+                except errors.ApiError as error:
+                    log.info(
+                        "%s: cannot tell whether it is served (%s); rechecking", self.name, error
+                    )
+                else:
+                    self._apply_presence(present)
+                await self._clock.sleep(self._presence_period)
+        finally:
+            await self._stop_reflecting()
+
+    def _apply_presence(self, present: bool) -> None:
+        if present and self._reflecting is None:
+            if self.present is False:
+                log.info("%s is served now: listing it", self.name)
+            self._reflecting = asyncio.ensure_future(self.reflector.run())
+        elif not present and self.present is not False:
+            log.info("%s is not served by the API server: an empty cache until it is", self.name)
+            if self._reflecting is not None:
+                self._reflecting.cancel()
+                self._reflecting = None
+            self.on_list([], "")
+        self.present = present
+
+    async def _stop_reflecting(self) -> None:
+        if self._reflecting is not None:
+            self._reflecting.cancel()
+            await asyncio.gather(self._reflecting, return_exceptions=True)
+            self._reflecting = None
 
     async def _resync_loop(self) -> None:
         while True:
@@ -312,8 +375,10 @@ class SharedInformerFactory:
         namespace: str | None = None,
         resync_period: float = 0.0,
         inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
+        presence_period: float = PRESENCE_RECHECK_PERIOD,
     ) -> None:
         self.client = client
+        self._presence_period = presence_period
         self._clock = clock
         self._namespace = namespace
         self._resync_period = resync_period
@@ -331,8 +396,14 @@ class SharedInformerFactory:
         indexers: dict[str, IndexFunc] | None = None,
         transform: Transform | None = strip_unread_fields,
         codec: Codec | str = DEFAULT_CODEC,
+        optional: bool = False,
     ) -> SharedInformer:
-        """The shared informer for this resource; indexers asked for later are added to it."""
+        """The shared informer for this resource; indexers asked for later are added to it.
+
+        ``optional``: the kind may not be installed (a CRD); while the server does not serve it,
+        the informer is synced and empty, and it is looked for again every `presence_period`
+        seconds (30 by default). The first
+        caller's choice stands for a shared informer."""
         key = InformerKey(resource, namespace or self._namespace, label_selector, field_selector)
         informer = self._informers.get(key)
         if informer is None:
@@ -348,6 +419,8 @@ class SharedInformerFactory:
                 codec=codec,
                 resync_period=self._resync_period,
                 inactivity_timeout=self._inactivity_timeout,
+                presence=self._presence_of(resource) if optional else None,
+                presence_period=self._presence_period,
             )
             self._informers[key] = informer
             if self._started:
@@ -357,6 +430,23 @@ class SharedInformerFactory:
             if missing:
                 informer.store.add_indexers(missing)
         return informer
+
+    async def unserved_required(self) -> list[Resource]:
+        """The required (not optional) kinds of this factory's informers that the server does not
+        serve now, by discovery; raises ApiError if discovery itself fails."""
+        missing: dict[Resource, None] = {}
+        for key, informer in self._informers.items():
+            if informer.optional or key.resource in missing:
+                continue
+            if not await serves(self.client, key.resource):
+                missing[key.resource] = None
+        return list(missing)
+
+    def _presence_of(self, resource: Resource) -> Presence:
+        async def present() -> bool:
+            return await serves(self.client, resource)
+
+        return present
 
     @property
     def informers(self) -> list[SharedInformer]:

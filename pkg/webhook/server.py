@@ -69,9 +69,9 @@ class WebhookCaches:
         self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
         self.pods = self.factory.informer(PODS, label_selector="kubevirt.io=virt-launcher")
         self.settings = self.factory.informer(
-            SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}"
+            SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
-        self.kubevirts = self.factory.informer(KUBEVIRTS)
+        self.kubevirts = self.factory.informer(KUBEVIRTS, optional=True)
 
     def managed_quota(self, namespace: str) -> Object | None:
         return managed_quota(self.quotas.store.by_index("namespace", namespace))

@@ -55,8 +55,10 @@ class QuotaReconciler:
         self.migrations = factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
         self.vmis = factory.informer(VIRTUAL_MACHINE_INSTANCES)
         self.pods = factory.informer(PODS)
-        self.settings = factory.informer(SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}")
-        self.kubevirts = factory.informer(KUBEVIRTS)
+        self.settings = factory.informer(
+            SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
+        )
+        self.kubevirts = factory.informer(KUBEVIRTS, optional=True)
         self.namespaces = management.controllers.namespaces()
         self._written: dict[str, tuple[str, Object]] = {}
         """Namespace -> (resourceVersion we wrote over, the quota our write returned): until the

@@ -1,0 +1,29 @@
+"""Which resources the API server serves: the discovery client's one question, asked per group.
+
+An optional kind (a CRD that may not be installed: Harvester's Settings on a plain KubeVirt
+cluster, the KubeVirt CR where KubeVirt runs without its operator) is looked up here before an
+informer lists it, and again periodically, so a CRD installed or removed later is noticed.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .client import ApiClient
+from .resource import Resource
+
+
+async def serves(client: ApiClient, resource: Resource) -> bool:
+    """True if the API server serves ``resource`` (its group/version lists its plural).
+
+    A group/version the server does not know is a 404: False. Any other error (the server is
+    down, forbidden to read discovery) propagates, so the caller can keep what it knew.
+    """
+    path = f"/apis/{resource.group}/{resource.version}" if resource.group else "/api/v1"
+    try:
+        document = await client.request("GET", path)
+    except errors.NotFound:
+        return False
+    listed = document.get("resources")
+    if not isinstance(listed, list):
+        return False
+    return any(isinstance(r, dict) and r.get("name") == resource.plural for r in listed)
