@@ -12,10 +12,12 @@ import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS
+from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.plan import plan_quota
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import caught_up, eventually, succeed_migration
@@ -376,3 +378,28 @@ async def test_standalone_base_is_recorded_and_the_quota_returns_to_it(
         "limits.memory": "5000Mi",
     }
     assert "harvester-quota.io/applied" not in annotations
+
+
+async def test_a_quota_write_never_overwrites_an_edit_made_after_the_plan(
+    controllers: ControllerApp, kv: KubeVirtByHand
+) -> None:
+    """The write carries the resourceVersion it was planned from: a user's edit in between is
+    kept (Conflict), and the namespace is planned again from it."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
+    planned_from = await kv.quota()
+    # A key outside the base: the controller passes it through, so only our stale write could
+    # change it.
+    user_edit = {"spec": {"hard": {"pods": "20"}}}
+    await kv.api.patch(RESOURCE_QUOTAS, planned_from["metadata"]["name"], user_edit, kv.namespace)
+    stale_patch = {"spec": {"hard": {"pods": "11"}}}
+    plan = plan_quota(
+        controllers.reconciler.snapshot(
+            await kv.api.get(NAMESPACES, kv.namespace), planned_from, [planned_from]
+        )
+    )
+    with pytest.raises(errors.Conflict):
+        await controllers.reconciler._write(planned_from, stale_patch, plan)
+    await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
+    assert (await kv.quota())["spec"]["hard"]["pods"] == "20"

@@ -24,6 +24,7 @@ from ...apis.kubevirt import (
 )
 from ...config.kubevirt import settings_from
 from ...config.management import Management
+from ...generic import errors
 from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, WARNING
 from ...generic.informer import SharedInformer
@@ -162,10 +163,30 @@ class QuotaReconciler:
         return cached
 
     async def _write(self, quota: Object, patch: dict[str, Any], plan: QuotaPlan) -> None:
+        """Applies `patch` to the quota version the plan was computed from, and only to it.
+
+        The merge patch carries that resourceVersion: if anyone (a user, Rancher) changed the
+        quota since, the API server answers Conflict, nothing of theirs is overwritten, and the
+        Conflict re-queues the namespace to plan again from what they wrote.
+        """
         meta = metadata(quota)
-        written = await self.management.client.patch(
-            RESOURCE_QUOTAS, str(meta["name"]), patch, str(meta["namespace"])
-        )
+        conditional = {
+            **patch,
+            "metadata": {
+                **(patch.get("metadata") or {}),
+                "resourceVersion": str(meta.get("resourceVersion", "")),
+            },
+        }
+        try:
+            written = await self.management.client.patch(
+                RESOURCE_QUOTAS, str(meta["name"]), conditional, str(meta["namespace"])
+            )
+        except errors.Conflict:
+            self._written.pop(str(meta["namespace"]), None)
+            log.info(
+                "%s/%s changed since it was read; planning again", meta["namespace"], meta["name"]
+            )
+            raise
         self._written[str(meta["namespace"])] = (str(meta.get("resourceVersion", "")), written)
         self.writes[str(meta["namespace"])] += 1
         changes = ", ".join(
