@@ -403,3 +403,27 @@ async def test_a_quota_write_never_overwrites_an_edit_made_after_the_plan(
         await controllers.reconciler._write(planned_from, stale_patch, plan)
     await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
     assert (await kv.quota())["spec"]["hard"]["pods"] == "20"
+
+
+async def test_a_raise_is_written_to_status_hard_by_the_controller_itself(
+    controllers: ControllerApp, kv: KubeVirtByHand
+) -> None:
+    """Quota admission reads status.hard: the controller copies its raise there itself instead
+    of waiting for kube-controller-manager (managedFields tell who wrote it)."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    vmi, _source = await kv.start_vm("vm1")
+    await kv.migrate(vmi)
+    await eventually(lambda: cpu_raised(kv), what="the raise")
+    quota = await kv.quota()
+    status_writers = {
+        entry["manager"]
+        for entry in quota["metadata"].get("managedFields") or []
+        if entry.get("subresource") == "status" and "f:hard" in json.dumps(entry.get("fieldsV1"))
+    }
+    assert any(manager.startswith("harvester-quota") for manager in status_writers), status_writers
+
+
+async def cpu_raised(kv: KubeVirtByHand) -> bool:
+    hard = (await kv.quota())["spec"]["hard"]
+    return Quantity.parse(hard["limits.cpu"]) > Quantity.parse(V170_HARD["limits.cpu"])

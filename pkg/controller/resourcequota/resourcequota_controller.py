@@ -64,6 +64,8 @@ class QuotaReconciler:
         self._written: dict[str, tuple[str, Object]] = {}
         """Namespace -> (resourceVersion we wrote over, the quota our write returned): until the
         cache moves past the version we replaced, it is older than our own write."""
+        self._status_writable = True
+        """False once the API server refused a status write (no RBAC for it): not retried."""
         self.writes: Counter[str] = Counter()
         """Quota writes per namespace (tests and the scenario report read it)."""
 
@@ -187,6 +189,8 @@ class QuotaReconciler:
                 "%s/%s changed since it was read; planning again", meta["namespace"], meta["name"]
             )
             raise
+        if "spec" in patch:
+            written = await self._publish_hard(written)
         self._written[str(meta["namespace"])] = (str(meta.get("resourceVersion", "")), written)
         self.writes[str(meta["namespace"])] += 1
         changes = ", ".join(
@@ -206,6 +210,40 @@ class QuotaReconciler:
             self.management.recorder.event(
                 quota, NORMAL, reason, f"spec.hard {changes}; migrations holding room: {holders}"
             )
+
+    async def _publish_hard(self, written: Object) -> Object:
+        """Copies the new spec.hard into status.hard at once.
+
+        Quota admission checks status.hard, which kube-controller-manager copies from spec.hard
+        only a moment later: a target pod arriving in between would be refused once although the
+        room is there. Best effort: without permission on resourcequotas/status (an older
+        deploy/), kube-controller-manager's copy is what counts, and that is said once.
+        """
+        if not self._status_writable:
+            return written
+        meta = metadata(written)
+        hard = (written.get("spec") or {}).get("hard") or {}
+        try:
+            return await self.management.client.patch(
+                RESOURCE_QUOTAS,
+                str(meta["name"]),
+                {
+                    "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                    "status": {"hard": hard},
+                },
+                str(meta["namespace"]),
+                subresource="status",
+            )
+        except errors.Forbidden as error:
+            self._status_writable = False
+            log.warning(
+                "cannot write resourcequotas/status (%s): quota admission sees a raise only once "
+                "kube-controller-manager copies it; grant patch on resourcequotas/status",
+                error,
+            )
+        except errors.Conflict:
+            pass  # someone wrote after us: kube-controller-manager copies spec.hard then
+        return written
 
     def _report_warnings(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
         for warning in plan.warnings:
