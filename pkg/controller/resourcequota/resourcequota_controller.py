@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from ...apis.harvester import RATIO_SETTING, SETTINGS
@@ -24,6 +25,7 @@ from ...apis.kubevirt import (
 )
 from ...config.kubevirt import settings_from
 from ...config.management import Management
+from ...config.metrics import QuotaMetrics
 from ...generic import errors
 from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, WARNING
@@ -39,6 +41,8 @@ from ...util.resources import parse_resource_list_leniently
 log = logging.getLogger(__name__)
 
 HANDLER = "resourcequota-reconcile"
+STATUS_PUBLISH_ATTEMPTS = 3
+"""Tries at copying a raise into status.hard when the quota keeps changing under us."""
 
 
 def _namespace_of(obj: Object) -> list[str]:
@@ -64,6 +68,9 @@ class QuotaReconciler:
         self._written: dict[str, tuple[str, Object]] = {}
         """Namespace -> (resourceVersion we wrote over, the quota our write returned): until the
         cache moves past the version we replaced, it is older than our own write."""
+        self.metrics = QuotaMetrics(management.registry)
+        self._refused: dict[str, tuple[str, float]] = {}
+        """Migration uid -> (namespace, when this process first saw it refused by quota)."""
         self._status_writable = True
         """False once the API server refused a status write (no RBAC for it): not retried."""
         self.writes: Counter[str] = Counter()
@@ -118,16 +125,30 @@ class QuotaReconciler:
         )
 
     async def reconcile(self, key: str, namespace: Object | None) -> Object | None:
+        """Brings the namespace's managed quota to its plan (one conditional write at most).
+
+        Called by the namespace controller's workers, never twice at once for one namespace.
+        """
+        started = self.management.clock.monotonic()
+        try:
+            return await self._reconcile(key, namespace)
+        finally:
+            self.metrics.reconcile_seconds.observe(self.management.clock.monotonic() - started)
+
+    async def _reconcile(self, key: str, namespace: Object | None) -> Object | None:
         if namespace is None or metadata(namespace).get("deletionTimestamp"):
+            self._forget(key)
             return namespace
         quotas = self.quotas.store.by_index("namespace", key)
         quota = managed_quota(quotas)
         if quota is None:
+            self._forget(key)
             return namespace
         quota = self._read_own_write(key, quota)
         snapshot = self.snapshot(namespace, quota, quotas)
         plan = plan_quota(snapshot)
         self._report_warnings(namespace, quota, plan)
+        self._export(key, snapshot, plan)
         patch = patch_for(quota, plan)
         if patch is not None:
             await self._write(quota, patch, plan)
@@ -184,11 +205,16 @@ class QuotaReconciler:
                 RESOURCE_QUOTAS, str(meta["name"]), conditional, str(meta["namespace"])
             )
         except errors.Conflict:
+            self.metrics.quota_writes.labels("conflict").inc()
             self._written.pop(str(meta["namespace"]), None)
             log.info(
                 "%s/%s changed since it was read; planning again", meta["namespace"], meta["name"]
             )
             raise
+        except errors.ApiError:
+            self.metrics.quota_writes.labels("error").inc()
+            raise
+        self.metrics.quota_writes.labels("written").inc()
         if "spec" in patch:
             written = await self._publish_hard(written)
         self._written[str(meta["namespace"])] = (str(meta.get("resourceVersion", "")), written)
@@ -212,38 +238,85 @@ class QuotaReconciler:
             )
 
     async def _publish_hard(self, written: Object) -> Object:
-        """Copies the new spec.hard into status.hard at once.
+        """Copies the new spec.hard into status.hard at once; returns the quota as stored after.
 
         Quota admission checks status.hard, which kube-controller-manager copies from spec.hard
         only a moment later: a target pod arriving in between would be refused once although the
-        room is there. Best effort: without permission on resourcequotas/status (an older
-        deploy/), kube-controller-manager's copy is what counts, and that is said once.
+        room is there. The copy is conditional on the quota version; if the quota changed
+        meanwhile but spec.hard is still ours (an annotation, kube-controller-manager's status
+        sync), it is tried again on the fresh version, a few times; if spec.hard changed, the new
+        writer's value is theirs to publish. Without permission on resourcequotas/status (an
+        older deploy/), kube-controller-manager's copy is what counts, and that is said once.
         """
-        if not self._status_writable:
-            return written
-        meta = metadata(written)
         hard = (written.get("spec") or {}).get("hard") or {}
-        try:
-            return await self.management.client.patch(
-                RESOURCE_QUOTAS,
-                str(meta["name"]),
-                {
-                    "metadata": {"resourceVersion": meta.get("resourceVersion")},
-                    "status": {"hard": hard},
-                },
-                str(meta["namespace"]),
-                subresource="status",
-            )
-        except errors.Forbidden as error:
-            self._status_writable = False
-            log.warning(
-                "cannot write resourcequotas/status (%s): quota admission sees a raise only once "
-                "kube-controller-manager copies it; grant patch on resourcequotas/status",
-                error,
-            )
-        except errors.Conflict:
-            pass  # someone wrote after us: kube-controller-manager copies spec.hard then
-        return written
+        current = written
+        for _ in range(STATUS_PUBLISH_ATTEMPTS):
+            if not self._status_writable or (current.get("status") or {}).get("hard") == hard:
+                return current
+            if (current.get("spec") or {}).get("hard") != hard:
+                return current
+            try:
+                return await self._patch_status_hard(current, hard)
+            except errors.Forbidden as error:
+                self._status_writable = False
+                log.warning(
+                    "cannot write resourcequotas/status (%s): quota admission sees a raise only "
+                    "once kube-controller-manager copies it; grant patch on resourcequotas/status",
+                    error,
+                )
+            except errors.Conflict:
+                meta = metadata(current)
+                current = await self.management.client.get(
+                    RESOURCE_QUOTAS, str(meta["name"]), str(meta["namespace"])
+                )
+        return current
+
+    async def _patch_status_hard(self, quota: Object, hard: Any) -> Object:
+        meta = metadata(quota)
+        return await self.management.client.patch(
+            RESOURCE_QUOTAS,
+            str(meta["name"]),
+            {
+                "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                "status": {"hard": hard},
+            },
+            str(meta["namespace"]),
+            subresource="status",
+        )
+
+    # Metrics ------------------------------------------------------------------------------------
+
+    def _export(self, namespace: str, snapshot: NamespaceSnapshot, plan: QuotaPlan) -> None:
+        """Room, usage above the base and refusals of the namespace as they are now."""
+        holding = plan.rooms.rooms if plan.holds_room else []
+        self.metrics.set_room(namespace, plan.rooms.total() if holding else {}, len(holding))
+        base = plan.base.hard if plan.base is not None else {}
+        self.metrics.set_above_base(
+            namespace, {k: plan.used[k] - v for k, v in base.items() if k in plan.used}
+        )
+        self._track_refusals(namespace, snapshot.migrations)
+
+    def _track_refusals(self, namespace: str, migrations: Iterable[Object]) -> None:
+        """Counts each migration KubeVirt reports refused by quota once, and observes how long
+        it stayed refused when the condition goes (or the migration does)."""
+        now = self.management.clock.monotonic()
+        refused_now = {
+            str(metadata(m).get("uid"))
+            for m in migrations
+            if str(status(m).get("phase") or PHASE_PENDING) == PHASE_PENDING
+            and has_condition(m, CONDITION_REJECTED_BY_QUOTA)
+        }
+        for uid in refused_now - self._refused.keys():
+            self._refused[uid] = (namespace, now)
+            self.metrics.target_pods_refused.labels(namespace).inc()
+        for uid, (where, since) in list(self._refused.items()):
+            if where == namespace and uid not in refused_now:
+                self.metrics.blocked_seconds.observe(now - since)
+                del self._refused[uid]
+
+    def _forget(self, namespace: str) -> None:
+        self.metrics.forget(namespace)
+        self._track_refusals(namespace, ())
 
     def _report_warnings(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
         for warning in plan.warnings:

@@ -1,0 +1,121 @@
+"""The domain metrics operators ask for (harvester/harvester#10093), prefix ``harvester_quota_``.
+
+One `QuotaMetrics` per process, on the process's registry. Gauges carry a ``namespace`` label
+only while the namespace holds room (or is above its base): a namespace that stops doing so has
+its series removed, so the number of series follows the migrations in flight, not the cluster.
+Quantities are exported in base units (cores, bytes, counts) as float: the ``resource`` label
+says which.
+
+Not thread-safe by design: every update happens on the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..util.quantity import Quantity
+
+PREFIX = "harvester_quota"
+BLOCKED_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800)
+RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+def as_float(quantity: Quantity) -> float:
+    """A Quantity in base units (0.25 for 250m), as Prometheus wants it."""
+    return quantity.milli_value() / 1000
+
+
+class QuotaMetrics:
+    """The controller's metrics: rooms, refusals, writes, reconcile time, usage over the base."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.room = Gauge(
+            f"{PREFIX}_room",
+            "Room held for live migrations, per namespace and quota key (base units).",
+            ["namespace", "resource"],
+            registry=registry,
+        )
+        self.migrations_holding_room = Gauge(
+            f"{PREFIX}_migrations_holding_room",
+            "Live migrations holding room, per namespace.",
+            ["namespace"],
+            registry=registry,
+        )
+        self.usage_above_base = Gauge(
+            f"{PREFIX}_usage_above_base",
+            "Usage without migration targets above the base, per namespace and key (base units).",
+            ["namespace", "resource"],
+            registry=registry,
+        )
+        self.target_pods_refused = Counter(
+            f"{PREFIX}_target_pods_refused",
+            "Migrations whose target pod quota admission refused at least once "
+            "(VMIM condition migrationRejectedByResourceQuota), per namespace.",
+            ["namespace"],
+            registry=registry,
+        )
+        self.blocked_seconds = Histogram(
+            f"{PREFIX}_migration_blocked_seconds",
+            "How long a migration refused by quota stayed refused.",
+            buckets=BLOCKED_BUCKETS,
+            registry=registry,
+        )
+        self.quota_writes = Counter(
+            f"{PREFIX}_quota_writes",
+            "Writes of managed ResourceQuotas, by outcome (written, conflict, error).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.reconcile_seconds = Histogram(
+            f"{PREFIX}_reconcile_duration_seconds",
+            "Time of one namespace reconcile, writes included.",
+            buckets=RECONCILE_BUCKETS,
+            registry=registry,
+        )
+        self.rancher_denials = Counter(
+            f"{PREFIX}_rancher_denials",
+            "Quota writes denied by Rancher's protection of its default quota, per namespace.",
+            ["namespace"],
+            registry=registry,
+        )
+        self._room_keys: dict[str, set[str]] = {}
+        self._above_keys: dict[str, set[str]] = {}
+
+    def set_room(self, namespace: str, room: Mapping[str, Quantity], migrations: int) -> None:
+        """The namespace's room now; an empty room removes its series."""
+        self._replace(self.room, self._room_keys, namespace, room)
+        if migrations:
+            self.migrations_holding_room.labels(namespace).set(migrations)
+        else:
+            self._remove(self.migrations_holding_room, namespace)
+
+    def set_above_base(self, namespace: str, excess: Mapping[str, Quantity]) -> None:
+        """Usage above the base now (keys with a positive excess only)."""
+        positive = {k: v for k, v in excess.items() if v.sign() > 0}
+        self._replace(self.usage_above_base, self._above_keys, namespace, positive)
+
+    def forget(self, namespace: str) -> None:
+        """The namespace is gone or unmanaged: all its series go."""
+        self.set_room(namespace, {}, 0)
+        self.set_above_base(namespace, {})
+
+    @staticmethod
+    def _replace(
+        gauge: Gauge, known: dict[str, set[str]], namespace: str, values: Mapping[str, Quantity]
+    ) -> None:
+        for resource in known.get(namespace, set()) - set(values):
+            gauge.remove(namespace, resource)
+        for resource, value in values.items():
+            gauge.labels(namespace, resource).set(as_float(value))
+        if values:
+            known[namespace] = set(values)
+        else:
+            known.pop(namespace, None)
+
+    @staticmethod
+    def _remove(gauge: Gauge, *labels: str) -> None:
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
