@@ -19,6 +19,7 @@ from harvester_quota.localcluster.cluster import default_state_dir
 from harvester_quota.localcluster.rest import ApiError, RestClient
 
 from tests.helpers import wait_until
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 ENV_TEST_STATE_DIR = "HARVESTER_QUOTA_TEST_STATE_DIR"
 
@@ -77,3 +78,9 @@ async def api(cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
     )
     async with ApiClient(config) as client:
         yield client
+
+
+@pytest.fixture
+async def kv(api: ApiClient, namespace: str) -> KubeVirtByHand:
+    """KubeVirt's and the users' moves, made by hand in the test's own namespace."""
+    return KubeVirtByHand(api, namespace)

@@ -42,11 +42,6 @@ async def controllers(api: ApiClient) -> AsyncIterator[ControllerApp]:
     await app.stop()
 
 
-@pytest.fixture
-async def kv(api: ApiClient, namespace: str) -> KubeVirtByHand:
-    return KubeVirtByHand(api, namespace)
-
-
 async def hard_equals(kv: KubeVirtByHand, expected: dict[str, str]) -> bool:
     hard = (await kv.quota()).get("spec", {}).get("hard", {})
     return set(hard) == set(expected) and all(

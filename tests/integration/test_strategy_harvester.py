@@ -67,11 +67,6 @@ def new_strategy(api: ApiClient, kubevirt_version: str) -> HarvesterStrategy:
 
 
 @pytest.fixture
-async def kv(api: ApiClient, namespace: str) -> KubeVirtByHand:
-    return KubeVirtByHand(api, namespace)
-
-
-@pytest.fixture
 async def ratio_is_default(api: ApiClient) -> AsyncIterator[Callable[[str], Any]]:
     """Harvester's ratio setting is cluster-wide: 1.5 before and after each test that uses it."""
 
