@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__, app
+from . import __version__, app, explain
 from .config.management import Options
 from .demo import run_demo
-from .generic import config
+from .generic import config, errors
 from .generic.client import ApiClient
 from .localcluster import ClusterError, LocalCluster, binaries
 from .localcluster.cluster import DEFAULT_NODES
@@ -125,6 +125,23 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
+            try:
+                found = await explain.explain(
+                    client, args.namespace, mode=args.mode, kubevirt_version=args.kubevirt_version
+                )
+            except errors.NotFound:
+                print(f"harvester-quota: namespace {args.namespace} not found", file=sys.stderr)
+                return 1
+        render = explain.render_json if args.output == "json" else explain.render_text
+        sys.stdout.write(render(found) + ("\n" if args.output == "json" else ""))
+        return 0
+
+    return asyncio.run(main())
+
+
 def cmd_scenario_run(args: argparse.Namespace) -> int:
     return scenario_cli.run(
         args.file,
@@ -214,6 +231,23 @@ def _add_run_command(commands: Any) -> None:
     run.set_defaults(handler=cmd_run)
 
 
+def _add_explain_command(commands: Any) -> None:
+    command = commands.add_parser(
+        "explain", help="why a namespace's quota is what it is (read-only)"
+    )
+    command.add_argument("namespace")
+    _add_connection_flags(command)
+    command.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    command.add_argument(
+        "--mode",
+        choices=("auto", "rancher", "standalone"),
+        default="auto",
+        help="the controller's --mode, if not auto",
+    )
+    command.add_argument("--kubevirt-version", help="the controller's --kubevirt-version, if set")
+    command.set_defaults(handler=cmd_explain)
+
+
 def _add_webhook_command(commands: Any) -> None:
     hook = commands.add_parser("webhook", help="run the validating admission webhook (HTTPS)")
     _add_connection_flags(hook)
@@ -279,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_commands(commands)
     _add_run_command(commands)
     _add_webhook_command(commands)
+    _add_explain_command(commands)
     _add_scenario_commands(commands)
     _add_demo_command(commands)
     return parser

@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "sim": 5,
     "strategy": 5,
     "app": 6,
+    "explain": 6,
     "scenario": 7,
     "demo": 8,
     "main": 9,

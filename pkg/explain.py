@@ -1,0 +1,254 @@
+"""`harvester-quota explain NAMESPACE`: why the namespace's quota is what it is, read-only.
+
+Reads the namespace as the controller would (its quotas, migrations, VMIs, pods, the KubeVirt CR
+and Harvester's ratio setting when present) straight from the API server, runs the same plan
+(`util.resourcequota.plan`), and reports: the base and where it comes from, each migration holding
+room (why, since when, how much, which pod), usage without migration targets, desired versus
+actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported and
+any write Rancher denied. It writes nothing, so any kubeconfig that can read those kinds will do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .apis.harvester import RATIO_SETTING, SETTINGS
+from .apis.kubevirt import (
+    CONDITION_REJECTED_BY_QUOTA,
+    KUBEVIRTS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
+from .config.kubevirt import settings_from
+from .generic import errors
+from .generic.client import ApiClient
+from .generic.meta import has_condition, metadata, name, spec, status
+from .generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object, Resource
+from .util.resourcequota.base import Mode
+from .util.resourcequota.managed import managed_quota
+from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+
+RANCHER_DENIAL_REASON = "QuotaWriteDeniedByRancher"
+"""The Warning event reason the controller records when Rancher's webhook refuses a write."""
+
+
+@dataclass
+class Explanation:
+    """Everything `explain` reports, as plain data (its JSON form is `as_dict`)."""
+
+    namespace: str
+    quota: str | None
+    managed: bool
+    base_source: str | None = None
+    base: dict[str, str] = field(default_factory=dict)
+    rooms: list[dict[str, Any]] = field(default_factory=list)
+    used_without_targets: dict[str, str] = field(default_factory=dict)
+    hard: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    free_under_base: dict[str, str] = field(default_factory=dict)
+    webhook: list[str] = field(default_factory=list)
+    last_refusal: dict[str, str] | None = None
+    rancher_denials: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+async def _list(client: ApiClient, resource: Resource, namespace: str | None) -> list[Object]:
+    """Every object, or [] for a kind the server does not serve (an optional CRD)."""
+    try:
+        result = await client.list_all(resource, namespace)
+    except errors.NotFound:
+        return []
+    return list(result.items)
+
+
+async def explain(
+    client: ApiClient,
+    namespace: str,
+    *,
+    mode: Mode = "auto",
+    kubevirt_version: str | None = None,
+    now: datetime.datetime | None = None,
+) -> Explanation:
+    """Reads the namespace and explains its managed quota; raises NotFound for no namespace."""
+    ns = await client.get(NAMESPACES, namespace)
+    quotas = await _list(client, RESOURCE_QUOTAS, namespace)
+    quota = managed_quota(quotas)
+    if quota is None:
+        return Explanation(namespace, None, managed=False, warnings=["no managed ResourceQuota"])
+    kubevirts = await _list(client, KUBEVIRTS, None)
+    settings = [s for s in await _list(client, SETTINGS, None) if name(s) == RATIO_SETTING]
+    launcher = settings_from(
+        kubevirts[0] if kubevirts else None,
+        settings[0] if settings else None,
+        configured_version=kubevirt_version,
+    ).for_namespace(quotas, ns)
+    migrations = await _list(client, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace)
+    vmis = await _list(client, VIRTUAL_MACHINE_INSTANCES, namespace)
+    snapshot = NamespaceSnapshot(
+        namespace=ns,
+        quota=quota,
+        migrations=migrations,
+        vmis={name(v): v for v in vmis},
+        pods=await _list(client, PODS, namespace),
+        now=now or datetime.datetime.now(datetime.UTC),
+        launcher=launcher,
+        mode=mode,
+    )
+    plan = plan_quota(snapshot)
+    events = await _list(client, EVENTS, namespace)
+    return _explanation(namespace, quota, plan, migrations, events)
+
+
+def _explanation(
+    namespace: str,
+    quota: Object,
+    plan: QuotaPlan,
+    migrations: Sequence[Object],
+    events: Sequence[Object],
+) -> Explanation:
+    result = Explanation(namespace, name(quota), managed=plan.managed, warnings=plan.warnings)
+    actual = {str(k): str(v) for k, v in (spec(quota).get("hard") or {}).items()}
+    result.hard = {
+        key: {"desired": plan.hard.get(key), "actual": actual.get(key)}
+        for key in sorted(set(actual) | set(plan.hard))
+    }
+    if plan.base is not None:
+        result.base_source = plan.base.source
+        result.base = {k: str(v) for k, v in sorted(plan.base.hard.items())}
+        result.used_without_targets = {
+            k: str(v) for k, v in sorted(plan.used.items()) if k in plan.base.hard or k in actual
+        }
+        zero = {k: v * 0 for k, v in plan.base.hard.items()}
+        result.free_under_base = {
+            k: str(max(v - plan.used.get(k, zero[k]), zero[k]))
+            for k, v in sorted(plan.base.hard.items())
+        }
+    created = {name(m): str(metadata(m).get("creationTimestamp") or "") for m in migrations}
+    result.rooms = [
+        {
+            "migration": room.migration,
+            "vm": room.vm_name,
+            "phase": room.phase or "Pending",
+            "why": room.reason,
+            "since": created.get(room.migration, ""),
+            "room": {k: str(v) for k, v in sorted(room.room.items())},
+            "target_pod": room.target_pod,
+            "estimated": room.estimated,
+        }
+        for room in plan.rooms.rooms
+    ]
+    result.webhook = _webhook_rules(result, plan)
+    result.last_refusal = _last_refusal(migrations, events)
+    result.rancher_denials = [
+        _event_summary(e) for e in events if e.get("reason") == RANCHER_DENIAL_REASON
+    ]
+    return result
+
+
+def _webhook_rules(result: Explanation, plan: QuotaPlan) -> list[str]:
+    """The webhook's rules as they apply to this namespace now, in words."""
+    if not plan.managed or plan.base is None:
+        return ["nothing: the quota's base is unknown, so the webhook leaves it to quota admission"]
+    free = ", ".join(f"{k} {v}" for k, v in result.free_under_base.items()) or "nothing"
+    rules = [f"a VM may start only if its launcher pod fits in what is free under the base: {free}"]
+    if plan.holds_room:
+        holders = ", ".join(sorted({r.vm_name for r in plan.rooms.rooms}))
+        rules.append(
+            f"a pod that is not a migration target is denied if it needs more than {free} "
+            f"(room held for the migration of {holders})"
+        )
+        rules.append(
+            f"lowering the base or spec.hard is denied until the migration of {holders} ends"
+        )
+    else:
+        rules.append("lowering the base or spec.hard below what the namespace uses is denied")
+    return rules
+
+
+def _last_refusal(migrations: Sequence[Object], events: Sequence[Object]) -> dict[str, str] | None:
+    """KubeVirt's newest word on a target pod refused by quota: a FailedCreate event naming a
+    quota, else a VMIM that still carries the refusal condition."""
+    refusals = [
+        e
+        for e in events
+        if e.get("reason") == "FailedCreate" and "exceeded quota" in str(e.get("message"))
+    ]
+    if refusals:
+        newest = max(refusals, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime")))
+        return _event_summary(newest)
+    for migration in migrations:
+        if has_condition(migration, CONDITION_REJECTED_BY_QUOTA):
+            return {
+                "object": f"VirtualMachineInstanceMigration/{name(migration)}",
+                "message": "target pod refused by quota (condition "
+                + CONDITION_REJECTED_BY_QUOTA
+                + ")",
+                "time": _condition_time(migration),
+            }
+    return None
+
+
+def _condition_time(migration: Object) -> str:
+    for condition in status(migration).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == CONDITION_REJECTED_BY_QUOTA:
+            return str(condition.get("lastTransitionTime") or "")
+    return ""
+
+
+def _event_summary(event: Object) -> dict[str, str]:
+    involved = event.get("involvedObject") or {}
+    return {
+        "object": f"{involved.get('kind', '')}/{involved.get('name', '')}",
+        "message": str(event.get("message") or ""),
+        "time": str(event.get("lastTimestamp") or event.get("eventTime") or ""),
+    }
+
+
+def render_json(explanation: Explanation) -> str:
+    return orjson.dumps(explanation.as_dict(), option=orjson.OPT_INDENT_2).decode()
+
+
+def render_text(e: Explanation) -> str:
+    """The explanation for a terminal: sections in the order an operator asks the questions."""
+    if e.quota is None:
+        return f"namespace {e.namespace}: no managed ResourceQuota (nothing to explain)\n"
+    lines = [f"namespace {e.namespace}, quota {e.quota}"]
+    if not e.managed:
+        lines.append("  not scaled: " + ("; ".join(e.warnings) or "no base"))
+    else:
+        lines.append(f"base ({e.base_source}): " + _pairs(e.base))
+        lines.append("used without migration targets: " + _pairs(e.used_without_targets))
+    lines.append("migrations holding room:" + ("" if e.rooms else " none"))
+    for room in e.rooms:
+        pod = room["target_pod"] or "no target pod yet (estimated from the VMI)"
+        lines.append(
+            f"  {room['migration']} (VM {room['vm']}, {room['phase']}, since {room['since']}): "
+            f"{room['why']}; room {_pairs(room['room'])}; {pod}"
+        )
+    lines.append("spec.hard, desired -> actual:")
+    for key, values in e.hard.items():
+        mark = "" if values["desired"] in (None, values["actual"]) else "   (differs)"
+        lines.append(f"  {key}: {values['desired'] or '-'} -> {values['actual'] or '-'}{mark}")
+    lines.append("the webhook now:")
+    lines.extend(f"  {rule}" for rule in e.webhook)
+    refusal = e.last_refusal
+    lines.append(
+        "last refusal by quota: "
+        + (f"{refusal['time']} {refusal['object']}: {refusal['message']}" if refusal else "none")
+    )
+    lines.append(f"writes denied by Rancher: {len(e.rancher_denials) or 'none'}")
+    lines.extend(f"  {d['time']} {d['message']}" for d in e.rancher_denials)
+    lines.extend(f"warning: {w}" for w in e.warnings if e.managed)
+    return "\n".join(lines) + "\n"
+
+
+def _pairs(values: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in values.items()) or "-"

@@ -1,0 +1,88 @@
+"""`harvester-quota explain` on the real cluster: the same plan as the controller, read-only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+from harvester_quota.explain import explain, render_text
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.localcluster import ClusterInfo
+
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+
+pytestmark = pytest.mark.integration
+
+V170_LIMIT = {"limitsCpu": "3", "limitsMemory": "5000Mi"}
+V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+
+
+async def test_a_pending_migration_explained(api: ApiClient, kv: KubeVirtByHand) -> None:
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    vmi, _ = await kv.start_vm("vm1")
+    migration = await kv.migrate(vmi)
+    refused = {
+        "type": "migrationRejectedByResourceQuota",
+        "status": "True",
+        "lastTransitionTime": "2026-11-22T10:00:00Z",
+    }
+    await kv.set_phase(migration, "Pending", conditions=[refused])
+
+    found = await explain(api, kv.namespace, kubevirt_version="1.6")
+
+    assert found.quota == "default-quota" and found.managed
+    assert found.base_source is not None and "rancher" in found.base_source.lower()
+    assert found.base == {"limits.cpu": "3", "limits.memory": "5000Mi"}
+    (room,) = found.rooms
+    assert room["vm"] == "vm1" and room["why"] == "pending" and room["estimated"] is True
+    assert room["room"]["limits.cpu"] == "2015m"
+    assert found.hard["limits.cpu"] == {"desired": "5015m", "actual": "3"}, "no controller runs"
+    assert any("vm1" in rule for rule in found.webhook)
+    assert found.last_refusal is not None and "migrationRejectedByResourceQuota" in str(
+        found.last_refusal
+    )
+    text = render_text(found)
+    assert "migrations holding room:" in text and "5015m -> 3   (differs)" in text
+
+
+async def test_the_command_line_prints_json(cluster: ClusterInfo, kv: KubeVirtByHand) -> None:
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "harvester_quota.main",
+        "explain",
+        kv.namespace,
+        "-o",
+        "json",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    document = json.loads(out)
+    assert document["namespace"] == kv.namespace
+    assert document["rooms"] == [] and document["last_refusal"] is None
+
+
+async def test_an_unknown_namespace_is_exit_code_1(cluster: ClusterInfo) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "harvester_quota.main",
+        "explain",
+        "no-such-namespace",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 1
+    assert b"not found" in err
