@@ -160,3 +160,13 @@ def is_resource_version_too_large(error: ApiError) -> bool:
     if error.has_cause("ResourceVersionTooLarge"):
         return True
     return isinstance(error, ServerTimeout) and "Too large resource version" in error.message
+
+
+def denied_by_admission(error: BaseException) -> bool:
+    """Whether a 403 came from an admission plugin (a webhook or a ValidatingAdmissionPolicy
+    refusing this object) rather than from RBAC: admission denials say "denied", RBAC says
+    "cannot <verb> resource"."""
+    text = str(error)
+    return isinstance(error, Forbidden) and (
+        "denied request" in text or "denied the request" in text
+    )

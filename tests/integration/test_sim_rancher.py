@@ -7,9 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
+from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.sim.rancher import Operation, Project, RancherQuotaSync
+from harvester_quota.sim.rancher.protection import RancherProtection
 from harvester_quota.util.annotations import (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,
@@ -131,3 +134,61 @@ async def test_project_default_drops_keys_it_does_not_have(api: ApiClient, names
             ns["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA]
             == '{"limit":{"requestsMemory":"1Gi","limitsCpu":"3000m"}}'
         )
+
+
+async def test_write_protection_lets_only_rancher_write_its_default_quota(
+    api: ApiClient, namespace: str, cluster: ClusterInfo
+) -> None:
+    """Rancher 2.14.6+/2.15.2+: the default quota is Rancher's alone; the annotation is not."""
+    protection = await RancherProtection.install(
+        api, [namespace], ca_file=cluster.ca_file, name=f"rq-{namespace[-8:]}"
+    )
+    try:
+        project = Project(f"p-{namespace[-6:]}")
+        async with RancherQuotaSync(api, projects=[project], quota_client=protection.sudo):
+            await join_project(api, namespace, project, SEED_ANNOTATION)
+            quota = await eventually(
+                lambda: hard_is(api, namespace, SEED_HARD), what="Rancher's quota created"
+            )
+
+            async def denied() -> errors.ApiError | None:
+                try:
+                    await api.patch(
+                        RESOURCE_QUOTAS,
+                        quota["metadata"]["name"],
+                        {"spec": {"hard": {"limits.cpu": "5"}}},
+                        namespace,
+                        dry_run=True,
+                    )
+                except errors.Forbidden as error:
+                    return error
+                return None
+
+            # The API server takes up a new policy within about a second.
+            denial = await eventually(denied, what="the admin's write denied")
+            assert errors.denied_by_admission(denial)
+            assert "field.cattle.io/resourceQuota" in str(denial)
+            # Rancher's source of truth stays writable, and its agent copies it to the quota.
+            raised = '{"limit":{"limitsCpu":"5000m","limitsMemory":"5000Mi"}}'
+            await join_project(api, namespace, project, raised)
+            await eventually(
+                lambda: hard_is(api, namespace, {"limits.cpu": "5", "limits.memory": "5000Mi"}),
+                what="the annotation copied by Rancher's own account",
+            )
+    finally:
+        await protection.remove()
+
+    async def allowed() -> bool:
+        try:
+            await api.patch(
+                RESOURCE_QUOTAS,
+                quota["metadata"]["name"],
+                {"spec": {"hard": {"pods": "9"}}},
+                namespace,
+                dry_run=True,
+            )
+        except errors.Forbidden:
+            return False
+        return True
+
+    await eventually(allowed, what="the same write allowed once the protection is removed")

@@ -16,8 +16,9 @@ through its `field.cattle.io/projectId` annotation, `<cluster>:<project>`; other
 
 It reads the existing quota with a live list rather than from a cache (Rancher uses an informer
 cache without a handler; a live read makes tests deterministic). Not modelled: the LimitRange for
-`containerDefaultResourceLimit`, the project's `usedLimit`, moves between projects, and the
-rancher-webhook validators of v2.14.6+/v2.15.2+.
+`containerDefaultResourceLimit`, the project's `usedLimit`, and moves between projects. The
+write protection of v2.14.6+/v2.15.2+ is `protection.RancherProtection` (pass its `sudo` client
+as `quota_client`).
 """
 
 from __future__ import annotations
@@ -86,8 +87,11 @@ class RancherQuotaSync:
         version: str = DEFAULT_VERSION,
         clock: Clock = REAL_CLOCK,
         workers: int = DEFAULT_WORKERS,
+        quota_client: ApiClient | None = None,
     ) -> None:
         self.client = client
+        self.quota_client = quota_client or client
+        """Writes ResourceQuotas: Rancher's sudo account where its write protection is on."""
         self.flavour = RancherFlavour.parse(version)
         self.clock = clock
         self.workers = workers
@@ -236,7 +240,7 @@ class RancherQuotaSync:
         labels = {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}
         if self.flavour.creator_label:
             labels[CREATOR_LABEL] = "norman"
-        await self.client.create(
+        await self.quota_client.create(
             RESOURCE_QUOTAS,
             {"metadata": {"generateName": "default-", "labels": labels}, "spec": {"hard": hard}},
             _name(namespace),
@@ -256,7 +260,7 @@ class RancherQuotaSync:
             return namespace
         updated = copy.deepcopy(existing)
         updated["spec"] = spec  # the whole spec: extra keys, scopes and selectors go
-        await self.client.update(RESOURCE_QUOTAS, updated)
+        await self.quota_client.update(RESOURCE_QUOTAS, updated)
         self._record(namespace, Operation.UPDATE, spec["hard"])
         log.info("Updating default resource quota for namespace %s", _name(namespace))
         return namespace
@@ -268,7 +272,7 @@ class RancherQuotaSync:
             del stripped["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA]
             namespace = await self.client.update(NAMESPACES, stripped)
             self._written[_name(namespace)] = _version(namespace)
-        await self.client.delete(RESOURCE_QUOTAS, _name(existing), _name(namespace))
+        await self.quota_client.delete(RESOURCE_QUOTAS, _name(existing), _name(namespace))
         self._record(namespace, Operation.DELETE, None)
         log.info("Deleting default resource quota for namespace %s", _name(namespace))
         return namespace
