@@ -26,6 +26,7 @@ from .apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCES,
 )
 from .config.kubevirt import settings_from
+from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_REASON
 from .generic import errors
 from .generic.client import ApiClient
 from .generic.meta import has_condition, metadata, name, spec, status
@@ -33,9 +34,6 @@ from .generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object,
 from .util.resourcequota.base import Mode
 from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
-
-RANCHER_DENIAL_REASON = "QuotaWriteDeniedByRancher"
-"""The Warning event reason the controller records when Rancher's webhook refuses a write."""
 
 
 @dataclass

@@ -30,17 +30,22 @@ from ...generic import errors
 from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, WARNING
 from ...generic.informer import SharedInformer
-from ...generic.meta import has_condition, metadata, status
-from ...generic.resource import PODS, RESOURCE_QUOTAS, Object
+from ...generic.meta import annotations_of, has_condition, metadata, status
+from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.launcher import LauncherSettings, launcher_quota_usage
 from ...util.quantity import Quantity
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
 from ...util.resourcequota.managed import is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
+from ...util.resourcequota.rancherpath import annotation_patch
 from ...util.resources import parse_resource_list_leniently
 
 log = logging.getLogger(__name__)
 
 HANDLER = "resourcequota-reconcile"
+RANCHER_DENIAL_REASON = "QuotaWriteDeniedByRancher"
+"""Warning event reason when Rancher's webhook refuses a write of its default quota."""
 STATUS_PUBLISH_ATTEMPTS = 3
 """Tries at copying a raise into status.hard when the quota keeps changing under us."""
 
@@ -71,6 +76,9 @@ class QuotaReconciler:
         self.metrics = QuotaMetrics(management.registry)
         self._refused: dict[str, tuple[str, float]] = {}
         """Migration uid -> (namespace, when this process first saw it refused by quota)."""
+        self._rancher_protected = False
+        """True once Rancher refused a write of its default quota: raises go through its
+        annotation from then on (rancherpath.py)."""
         self._status_writable = True
         """False once the API server refused a status write (no RBAC for it): not retried."""
         self.writes: Counter[str] = Counter()
@@ -149,14 +157,107 @@ class QuotaReconciler:
         plan = plan_quota(snapshot)
         self._report_warnings(namespace, quota, plan)
         self._export(key, snapshot, plan)
+        if self._through_rancher(namespace, plan):
+            await self._write_rancher_annotation(namespace, quota, plan, snapshot)
+            return self._requeue(namespace, plan)
         patch = patch_for(quota, plan)
         if patch is not None:
-            await self._write(quota, patch, plan)
+            try:
+                await self._write(quota, patch, plan)
+            except errors.Forbidden as error:
+                if not self._rancher_refused(error, plan):
+                    raise
+                self._report_rancher_denial(namespace, quota, plan, snapshot, error)
+                await self._write_rancher_annotation(namespace, quota, plan, snapshot)
         else:
             self._explain_blocked(snapshot, quota, plan)
+        return self._requeue(namespace, plan)
+
+    def _requeue(self, namespace: Object, plan: QuotaPlan) -> Object:
         if plan.requeue_after is not None:
             raise RetryAfter(plan.requeue_after + 0.5, "a terminating pod stops counting then")
         return namespace
+
+    # Rancher's protected quota --------------------------------------------------------------------
+
+    def _through_rancher(self, namespace: Object, plan: QuotaPlan) -> bool:
+        """Whether this namespace's plan goes through Rancher's annotation: the base is Rancher's
+        and Rancher refused a quota write in this process, or a raise through it is under way
+        (recorded on the namespace, so a restarted controller finishes it)."""
+        if plan.base is None or plan.base.source != RANCHER:
+            return False
+        return self._rancher_protected or ANNOTATION_RANCHER_BASE in annotations_of(namespace)
+
+    def _rancher_refused(self, error: errors.Forbidden, plan: QuotaPlan) -> bool:
+        if not errors.denied_by_admission(error) or plan.base is None:
+            return False
+        return plan.base.source == RANCHER
+
+    def _report_rancher_denial(
+        self,
+        namespace: Object,
+        quota: Object,
+        plan: QuotaPlan,
+        snapshot: NamespaceSnapshot,
+        error: errors.ApiError,
+    ) -> None:
+        """Says where someone will look (the quota, the namespace and every migration holding
+        room) that Rancher refused the write, and what happens instead."""
+        self._rancher_protected = True
+        name = str(metadata(namespace).get("name"))
+        self.metrics.rancher_denials.labels(name).inc()
+        message = (
+            f"Rancher refused the quota write ({error.message}); raising through the namespace's "
+            "field.cattle.io/resourceQuota instead, which Rancher copies to the quota within the "
+            "project's limits"
+        )
+        log.warning("%s: %s", name, message)
+        holders = {r.migration for r in plan.rooms.rooms}
+        targets = [
+            quota,
+            namespace,
+            *(m for m in snapshot.migrations if metadata(m).get("name") in holders),
+        ]
+        for target in targets:
+            self.management.recorder.event(target, WARNING, RANCHER_DENIAL_REASON, message)
+
+    async def _write_rancher_annotation(
+        self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
+    ) -> None:
+        """Writes the plan into Rancher's annotation (conditional on the namespace's version)."""
+        changes = annotation_patch(namespace, plan)
+        if changes is None:
+            self._explain_blocked(snapshot, quota, plan)
+            return
+        name = str(metadata(namespace).get("name"))
+        try:
+            await self.management.client.patch(
+                NAMESPACES,
+                name,
+                {
+                    "metadata": {
+                        "resourceVersion": metadata(namespace).get("resourceVersion"),
+                        "annotations": changes,
+                    }
+                },
+            )
+        except errors.Conflict:
+            self.metrics.quota_writes.labels("conflict").inc()
+            raise
+        except errors.ApiError:
+            self.metrics.quota_writes.labels("error").inc()
+            raise
+        self.metrics.quota_writes.labels("written").inc()
+        self.writes[name] += 1
+        raised = changes.get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+        log.info("%s: %s set to %s through Rancher", name, CATTLE_ANNOTATION_RESOURCE_QUOTA, raised)
+        reason = "MigrationRoomReserved" if plan.holds_room else "MigrationRoomReleased"
+        self.management.recorder.event(
+            quota,
+            NORMAL,
+            reason,
+            f"{CATTLE_ANNOTATION_RESOURCE_QUOTA} set to {raised} (Rancher copies it)",
+        )
 
     def _read_own_write(self, namespace: str, cached: Object) -> Object:
         """The quota as of our last write if the cache has not caught up with it yet.

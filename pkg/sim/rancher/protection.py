@@ -16,6 +16,7 @@ agent.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,9 +26,11 @@ from typing import Any, Final
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
-from ...generic.resource import NAMESPACES, Object, Resource
+from ...generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object, Resource
 from ...util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 
+ENFORCE_TIMEOUT: Final = 15.0
+ENFORCE_POLL: Final = 0.1
 SUDO_NAMESPACE: Final = "cattle-system"
 SUDO_ACCOUNT: Final = "rancher-webhook-sudo"
 SUDO_USER: Final = f"system:serviceaccount:{SUDO_NAMESPACE}:{SUDO_ACCOUNT}"
@@ -158,7 +161,32 @@ class RancherProtection:
         await _replace(admin, BINDINGS, binding(name, namespaces))
         token = await _token(admin)
         sudo = ApiClient(ClientConfig.from_files(admin.config.host, ca_file=ca_file, token=token))
-        return cls(admin, name, sudo)
+        protection = cls(admin, name, sudo)
+        await protection._wait_enforced(sorted(namespaces)[0])
+        return protection
+
+    async def _wait_enforced(self, namespace: str, timeout: float = ENFORCE_TIMEOUT) -> None:
+        """Returns once the API server refuses a (dry-run) write of a default quota by the admin:
+        the API server takes up a new policy asynchronously, within about a second."""
+        probe = {
+            "metadata": {"name": "probe", "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}},
+            "spec": {"hard": {"pods": "1"}},
+        }
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                await self.admin.request(
+                    "POST",
+                    RESOURCE_QUOTAS.path(namespace),
+                    params={"dryRun": "All"},
+                    body=probe,
+                )
+            except errors.Forbidden:
+                return
+            if loop.time() > deadline:
+                raise TimeoutError(f"policy {self.name} not enforced after {timeout:.0f}s")
+            await asyncio.sleep(ENFORCE_POLL)
 
     async def remove(self) -> None:
         """Deletes the policy and its binding; closes the sudo client."""

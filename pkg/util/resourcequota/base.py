@@ -4,6 +4,10 @@
   source of truth Rancher keeps, and what it resets spec.hard to on every namespace event. All its
   fields are mapped as Rancher maps them; ``extended`` is parsed and ignored, as Harvester does.
   Keys of spec.hard outside the annotation are not ours: they pass through untouched.
+  Where Rancher forbids everyone else to write its quota (2.14.6+/2.15.2+), a raise goes through
+  the annotation itself (rancherpath.py); the annotation as it was is kept meanwhile in
+  ``harvester-quota.io/rancher-base``, and stays the base for as long as the annotation is what we
+  wrote (``harvester-quota.io/rancher-applied``). An edit by anyone else becomes the base.
 - Without Rancher ("standalone"), the base is recorded once, from spec.hard, in an annotation of
   ours on the quota, and follows the user's own edits of spec.hard: an edit made while no
   migration holds room becomes the base; an edit made while one does moves the base by the same
@@ -25,6 +29,12 @@ ANNOTATION_BASE = "harvester-quota.io/base"
 """Standalone: the recorded base (a ResourceList JSON)."""
 ANNOTATION_APPLIED = "harvester-quota.io/applied"
 """Standalone, while rooms are held: the managed spec.hard we last wrote, to tell user edits apart."""
+
+ANNOTATION_RANCHER_BASE = "harvester-quota.io/rancher-base"
+"""On the Namespace, while a raise goes through Rancher's annotation: that annotation's own text
+before the raise (the base)."""
+ANNOTATION_RANCHER_APPLIED = "harvester-quota.io/rancher-applied"
+"""On the Namespace, with ANNOTATION_RANCHER_BASE: the raised annotation text we wrote."""
 
 Mode = Literal["auto", "rancher", "standalone"]
 RANCHER = "rancher"
@@ -56,9 +66,20 @@ def spec_hard(quota: Mapping[str, Any]) -> ResourceList:
     return resources.parse_resource_list((quota.get("spec") or {}).get("hard") or {})
 
 
+def rancher_base_text(namespace: Mapping[str, Any]) -> str | None:
+    """The text of Rancher's annotation that is the base: the one recorded before our raise while
+    the annotation is still the raise we wrote, else the annotation itself."""
+    annotations = _annotations(namespace)
+    current = annotations.get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+    recorded = annotations.get(ANNOTATION_RANCHER_BASE)
+    if recorded is not None and current == annotations.get(ANNOTATION_RANCHER_APPLIED):
+        return recorded
+    return current
+
+
 def rancher_base(namespace: Mapping[str, Any]) -> ResourceList | None:
     """The base from Rancher's annotation; None when the namespace has none (or it is empty)."""
-    text = _annotations(namespace).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+    text = rancher_base_text(namespace)
     if text is None or not text.strip():
         return None
     name = (namespace.get("metadata") or {}).get("name", "?")

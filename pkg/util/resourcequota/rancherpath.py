@@ -1,0 +1,77 @@
+"""A raise through Rancher's own annotation, for Rancher versions that protect the default quota.
+
+Rancher 2.14.6+ and 2.15.2+ deny every write of the ResourceQuota labelled
+``resourcequota.management.cattle.io/default-resource-quota`` that does not come from Rancher's
+``rancher-webhook-sudo`` account (rancher/rancher#54690). Rancher's source of truth stays writable:
+the namespace annotation ``field.cattle.io/resourceQuota``, checked against the project's limits
+and copied to the quota by Rancher's agent. So the raise a plan wants goes there instead:
+
+- raising: the annotation gets the plan's values on the keys it limits (other fields, such as
+  ``extended``, kept as they are); the annotation's text before the first raise is recorded in
+  ``harvester-quota.io/rancher-base``, and what we wrote in ``harvester-quota.io/rancher-applied``;
+- releasing: the recorded text goes back exactly, and both records go;
+- an annotation someone else changed meanwhile is theirs: it is the base from then on
+  (base.rancher_base_text) and the stale records are dropped.
+
+Pure: `annotation_patch` computes the namespace's metadata.annotations merge patch from the
+namespace and the plan; the caller writes it (conditionally on the namespace's resourceVersion).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...generic.meta import annotations_of
+from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ..quantity import Quantity
+from ..rancher import NamespaceResourceQuota, parse_namespace_resource_quota_details
+from .base import ANNOTATION_RANCHER_APPLIED, ANNOTATION_RANCHER_BASE, rancher_base_text
+from .plan import QuotaPlan
+
+
+def raised_annotation(base_text: str, hard: Mapping[str, str]) -> str:
+    """The base annotation with the plan's values on the keys the base limits (the same text
+    as the base when the values are the base's)."""
+    details = parse_namespace_resource_quota_details(base_text)
+    fixed = dict(details.raw_limit)
+    for key, current in details.limit.items():
+        wanted = hard.get(key)
+        if wanted is not None and Quantity.parse(wanted) != current:
+            fixed[key] = wanted
+    if fixed == details.raw_limit:
+        return base_text
+    return NamespaceResourceQuota(raw_limit=fixed, extended=details.extended).canonical_text()
+
+
+def annotation_patch(namespace: Mapping[str, Any], plan: QuotaPlan) -> dict[str, Any] | None:
+    """The namespace annotations that carry the plan through Rancher, or None if they do."""
+    annotations = annotations_of(namespace)
+    current = annotations.get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+    base_text = rancher_base_text(namespace)
+    if not plan.managed or plan.base is None or current is None or base_text is None:
+        return None
+    if ANNOTATION_RANCHER_BASE in annotations and current != annotations.get(
+        ANNOTATION_RANCHER_APPLIED
+    ):
+        return {ANNOTATION_RANCHER_BASE: None, ANNOTATION_RANCHER_APPLIED: None}
+    wanted = raised_annotation(base_text, plan.hard) if plan.holds_room else base_text
+    if wanted != base_text:
+        raise_it = {
+            CATTLE_ANNOTATION_RESOURCE_QUOTA: wanted,
+            ANNOTATION_RANCHER_BASE: base_text,
+            ANNOTATION_RANCHER_APPLIED: wanted,
+        }
+        return raise_it if wanted != current else None
+    return _release(annotations, base_text)
+
+
+def _release(annotations: Mapping[str, str], base_text: str) -> dict[str, Any] | None:
+    """Back to the recorded text, records dropped (nothing to do when there are none)."""
+    if ANNOTATION_RANCHER_BASE not in annotations:
+        return None
+    return {
+        CATTLE_ANNOTATION_RESOURCE_QUOTA: base_text,
+        ANNOTATION_RANCHER_BASE: None,
+        ANNOTATION_RANCHER_APPLIED: None,
+    }

@@ -1,0 +1,105 @@
+"""Rancher 2.14.6+/2.15.2+ protects its default quota: our raise goes through its annotation.
+
+Rancher's write protection is a real ValidatingAdmissionPolicy on the local cluster; Rancher's
+agent (the simulator) writes quotas as rancher-webhook-sudo; the controller runs as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from harvester_quota.app import ControllerApp
+from harvester_quota.config.management import Options
+from harvester_quota.controller.resourcequota.resourcequota_controller import (
+    RANCHER_DENIAL_REASON,
+)
+from harvester_quota.explain import explain
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import EVENTS, NAMESPACES
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.sim.rancher import Project, RancherQuotaSync
+from harvester_quota.sim.rancher.protection import RancherProtection
+from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from harvester_quota.util.resourcequota.base import (
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_BASE,
+)
+from prometheus_client import CollectorRegistry
+
+from tests.helpers import eventually, succeed_migration
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_sim_rancher import SEED_ANNOTATION, SEED_HARD, hard_is, join_project
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def protected_rancher(
+    api: ApiClient, namespace: str, cluster: ClusterInfo
+) -> AsyncIterator[Project]:
+    protection = await RancherProtection.install(
+        api, [namespace], ca_file=cluster.ca_file, name=f"rq-{namespace[-8:]}"
+    )
+    project = Project(f"p-{namespace[-6:]}")
+    try:
+        async with RancherQuotaSync(api, projects=[project], quota_client=protection.sudo):
+            await join_project(api, namespace, project, SEED_ANNOTATION)
+            await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="Rancher's quota")
+            yield project
+    finally:
+        await protection.remove()
+
+
+async def annotations(api: ApiClient, namespace: str) -> dict[str, str]:
+    return dict((await api.get(NAMESPACES, namespace))["metadata"].get("annotations") or {})
+
+
+async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_given_back(
+    api: ApiClient, kv: KubeVirtByHand, protected_rancher: Project
+) -> None:
+    registry = CollectorRegistry()
+    app = ControllerApp(
+        api, Options(leader_elect=False, kubevirt_version="1.6", workers=2), registry=registry
+    )
+    await app.start()
+    try:
+        vmi, source = await kv.start_vm("vm1")
+        migration = await kv.migrate(vmi)
+        raised = {"limits.cpu": "5015m", "limits.memory": "10040344313"}
+        await eventually(
+            lambda: hard_is(api, kv.namespace, raised), what="the raise copied by Rancher"
+        )
+        during = await annotations(api, kv.namespace)
+        assert during[ANNOTATION_RANCHER_BASE] == SEED_ANNOTATION
+        assert during[CATTLE_ANNOTATION_RESOURCE_QUOTA] == during[ANNOTATION_RANCHER_APPLIED]
+
+        target = await eventually(
+            lambda: kv.try_create_target(vmi, migration), what="target admitted"
+        )
+        await succeed_migration(kv, migration, source, target, walk=False)
+        await kv.delete_pod(source["metadata"]["name"], grace=0)
+        await eventually(lambda: hard_is(api, kv.namespace, SEED_HARD), what="back to the base")
+        after = await annotations(api, kv.namespace)
+        assert after[CATTLE_ANNOTATION_RESOURCE_QUOTA] == SEED_ANNOTATION, "the exact text"
+        assert ANNOTATION_RANCHER_BASE not in after and ANNOTATION_RANCHER_APPLIED not in after
+
+        denials = registry.get_sample_value(
+            "harvester_quota_rancher_denials_total", {"namespace": kv.namespace}
+        )
+        assert denials == 1, "refused once, then the annotation path is taken"
+
+        async def denial_events() -> list[str]:
+            listed = await api.list_all(EVENTS, kv.namespace)
+            return [
+                e["involvedObject"]["kind"]
+                for e in listed.items
+                if e.get("reason") == RANCHER_DENIAL_REASON
+            ]
+
+        kinds = await eventually(denial_events, what="the denial reported")
+        assert "VirtualMachineInstanceMigration" in kinds and "ResourceQuota" in kinds
+        found = await explain(api, kv.namespace, kubevirt_version="1.6")
+        assert found.rancher_denials, "explain shows the denial"
+    finally:
+        await app.stop()

@@ -1,0 +1,86 @@
+"""Raising through Rancher's annotation where Rancher protects its default quota (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA as CATTLE
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.base import (
+    ANNOTATION_RANCHER_APPLIED as APPLIED,
+)
+from harvester_quota.util.resourcequota.base import (
+    ANNOTATION_RANCHER_BASE as BASE,
+)
+from harvester_quota.util.resourcequota.base import Base, rancher_base
+from harvester_quota.util.resourcequota.plan import QuotaPlan
+from harvester_quota.util.resourcequota.rancherpath import annotation_patch, raised_annotation
+from harvester_quota.util.resourcequota.rooms import MigrationRoom, RoomPlan
+
+SEED = '{"limit":{"limitsCpu":"3000m","limitsMemory":"5000Mi"}}'
+RAISED = '{"limit":{"limitsCpu":"5015m","limitsMemory":"10040344313"}}'
+
+
+def namespace(**annotations: str) -> dict[str, Any]:
+    return {"metadata": {"name": "ns", "annotations": annotations}}
+
+
+def plan(hard: dict[str, str], holding: bool) -> QuotaPlan:
+    rooms = (
+        [MigrationRoom("m", "uid", "vm1", "vmi-uid", "Pending", {}, None, True, "pending")]
+        if holding
+        else []
+    )
+    base = Base(
+        hard={"limits.cpu": Quantity.parse("3"), "limits.memory": Quantity.parse("5000Mi")},
+        source="rancher",
+    )
+    return QuotaPlan(managed=True, base=base, hard=hard, rooms=RoomPlan(rooms=rooms))
+
+
+RAISE = {"limits.cpu": "5015m", "limits.memory": "10040344313"}
+AT_BASE = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+
+
+def test_a_raise_writes_the_annotation_and_records_the_base() -> None:
+    patch = annotation_patch(namespace(**{CATTLE: SEED}), plan(RAISE, holding=True))
+    assert patch == {CATTLE: RAISED, BASE: SEED, APPLIED: RAISED}
+
+
+def test_while_raised_the_base_is_the_recorded_text() -> None:
+    raised = namespace(**{CATTLE: RAISED, BASE: SEED, APPLIED: RAISED})
+    assert rancher_base(raised) == {
+        "limits.cpu": Quantity.parse("3"),
+        "limits.memory": Quantity.parse("5000Mi"),
+    }
+    assert annotation_patch(raised, plan(RAISE, holding=True)) is None, "already there"
+
+
+def test_a_release_restores_the_exact_text_and_drops_the_records() -> None:
+    raised = namespace(**{CATTLE: RAISED, BASE: SEED, APPLIED: RAISED})
+    assert annotation_patch(raised, plan(AT_BASE, holding=False)) == {
+        CATTLE: SEED,
+        BASE: None,
+        APPLIED: None,
+    }
+
+
+def test_an_edit_by_someone_else_becomes_the_base() -> None:
+    edited = '{"limit":{"limitsCpu":"8","limitsMemory":"5000Mi"}}'
+    ns = namespace(**{CATTLE: edited, BASE: SEED, APPLIED: RAISED})
+    assert rancher_base(ns) == {
+        "limits.cpu": Quantity.parse("8"),
+        "limits.memory": Quantity.parse("5000Mi"),
+    }
+    assert annotation_patch(ns, plan(RAISE, holding=True)) == {BASE: None, APPLIED: None}
+
+
+def test_nothing_to_do_at_the_base() -> None:
+    assert annotation_patch(namespace(**{CATTLE: SEED}), plan(AT_BASE, holding=False)) is None
+
+
+def test_other_fields_are_kept_and_values_unchanged_keep_their_text() -> None:
+    text = '{"limit":{"pods":"10","limitsCpu":"3000m","extended":{"example.com/gpu":"2"}}}'
+    raised = raised_annotation(text, {"limits.cpu": "5", "pods": "10"})
+    assert raised == '{"limit":{"pods":"10","limitsCpu":"5","extended":{"example.com/gpu":"2"}}}'
+    assert raised_annotation(text, {"limits.cpu": "3"}) == text
