@@ -36,6 +36,7 @@ from ..sim.kubevirt.phases import MigrationTimings
 from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..sim.kubevirt.simulator import KubeVirtSimulator
 from ..sim.rancher.derive import Project
+from ..sim.rancher.protection import RancherProtection
 from ..sim.rancher.simulator import RancherQuotaSync
 from ..util import resources
 from ..util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
@@ -127,6 +128,7 @@ class ScenarioRun:
         self.bases: dict[str, ResourceList] = {}
         self.kubevirt: KubeVirtSimulator | None = None
         self.rancher: RancherQuotaSync | None = None
+        self.protection: RancherProtection | None = None
         self.strategy: OurStrategy | HarvesterStrategy | None = None
         self.tenant: ApiClient | None = None
         self._sampler: asyncio.Task[None] | None = None
@@ -223,7 +225,9 @@ class ScenarioRun:
         project = Project(id=f"p-{self.run_id}", limit={})
         if self.scenario.rancher is not None:
             self.rancher = RancherQuotaSync(
-                self.api, projects=[project], version=self.scenario.rancher["version"]
+                self.api,
+                projects=[project],
+                version=self.scenario.rancher["version"],
             )
         for spec in self.scenario.namespaces:
             real = self.namespaces[spec.name]
@@ -248,9 +252,25 @@ class ScenarioRun:
                 )
                 self.bases[real] = resources.parse_resource_list(spec.hard or {})
         if self.rancher is not None:
+            self.rancher.quota_client = await self._rancher_protection() or self.api
             await self.rancher.start()
         for real in self.namespaces.values():
             await self._wait_quota_ready(real)
+
+    async def _rancher_protection(self) -> ApiClient | None:
+        """Installs Rancher's write protection if the scenario asks for it; returns the client
+        Rancher's agent then writes its quotas with (its sudo account)."""
+        if self.scenario.rancher is None or not self.scenario.rancher.get("protection"):
+            return None
+        if self.cluster is None:
+            raise ValueError("rancher.protection needs the local cluster (its CA)")
+        self.protection = await RancherProtection.install(
+            self.api,
+            list(self.namespaces.values()),
+            ca_file=self.cluster.ca_file,
+            name=f"rancher-protection-{self.run_id}",
+        )
+        return self.protection.sudo
 
     async def _wait_quota_ready(self, namespace: str) -> None:
         """Until the quota exists and its status is filled (admission refuses pods before)."""
@@ -348,6 +368,8 @@ class ScenarioRun:
             await self.kubevirt.stop()
         if self.rancher is not None:
             await self.rancher.stop()
+        if self.protection is not None:
+            await self.protection.remove()
         for node in self._cordoned:
             with contextlib.suppress(errors.ApiError):
                 await self.api.patch(NODES, node, {"spec": {"unschedulable": None}})

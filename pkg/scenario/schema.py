@@ -17,6 +17,8 @@ Schema (every key optional unless marked *):
       source_pod_grace: 8           # seconds a source pod keeps counting after its migration
       parallel: {cluster: 5, per_node: 2}
     rancher: {version: "2.12"}      # simulate Rancher's quota sync (absent: standalone quotas)
+                                    # protection: true adds the write protection of Rancher
+                                    # 2.14.6+/2.15.2+ (only Rancher may write its default quota)
     harvester: {compensation: true} # --strategy harvester: false leaves out v1.9's compensation of
                                     # a refused migration (Harvester v1.4.2 to v1.8.2, the v1.7.0 seed)
     namespaces*:
@@ -357,11 +359,14 @@ def _scenario(c: _Checker, root: yaml.Node, path: Path) -> Scenario:
     if "kubevirt" in top:
         _kubevirt(c, top["kubevirt"], scenario)
     if "rancher" in top:
-        rancher = c.mapping(top["rancher"], "rancher", ("version",))
+        rancher = c.mapping(top["rancher"], "rancher", ("version", "protection"))
         scenario.rancher = {
             "version": c.scalar(rancher["version"], "rancher.version")
             if "version" in rancher
-            else "2.12"
+            else "2.12",
+            "protection": c.boolean(rancher["protection"], "rancher.protection")
+            if "protection" in rancher
+            else False,
         }
     if "harvester" in top:
         harvester = c.mapping(top["harvester"], "harvester", ("compensation",))

@@ -22,6 +22,7 @@ HARVESTER_FAILURES = (
     "v170-test2-ratio-raised",
     "v170-test2-before-compensation",
     "vmi-deleted-mid-migration",
+    "rancher-protected-quota",
 )
 
 
