@@ -4,17 +4,25 @@ The `kubernetes` package's loaders understand every kubeconfig variant (client c
 exec plugins, auth providers) and the in-cluster service-account files, including token rotation;
 we reuse them for that alone and keep none of that package's model classes. Its `Configuration`
 object stays behind the bearer-token callable, so an expiring token is refreshed the way the
-official client does it.
+official client does it. The package keeps the token under ``api_key["BearerToken"]`` (an
+earlier release of ours read "authorization" and so sent no token at all); a kubeconfig
+``tokenFile`` is re-read every minute, as kubectl does, which the package does not do.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .clock import REAL_CLOCK, Clock
+
+log = logging.getLogger(__name__)
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
 
@@ -65,8 +73,60 @@ def _ssl_context(
     return context
 
 
-def _from_kubernetes_configuration(configuration: Any, source: str) -> ClientConfig:
-    """Turns the `kubernetes` package's Configuration into ours, keeping its token refresh."""
+TOKEN_FILE_REREAD = 60.0
+"""Seconds a token read from a file is used before the file is read again (client-go's cached
+file token source reads at most once a minute): a rotated service-account token is picked up."""
+
+
+class TokenFile:
+    """A bearer token kept in a file and re-read periodically, as kubectl does with `tokenFile`.
+
+    Safe to call from one event loop; a file that cannot be read keeps the last good token (and
+    says so once per failure), so a rotation in progress never logs the process out.
+    """
+
+    def __init__(
+        self, path: str | Path, *, period: float = TOKEN_FILE_REREAD, clock: Clock = REAL_CLOCK
+    ) -> None:
+        self.path = Path(path)
+        self._period = period
+        self._clock = clock
+        self._token: str | None = None
+        self._read_at = -math.inf
+
+    def header(self) -> str | None:
+        """``Bearer <token>``, from a read at most `period` seconds old."""
+        now = self._clock.monotonic()
+        if now - self._read_at >= self._period:
+            self._read_at = now
+            try:
+                text = self.path.read_text().strip()
+            except OSError as error:
+                log.warning(
+                    "cannot read token file %s (%s); keeping the last token", self.path, error
+                )
+            else:
+                if text:
+                    self._token = text
+        return f"Bearer {self._token}" if self._token else None
+
+
+def _bearer(value: str | None) -> str | None:
+    """The `kubernetes` package keeps "Bearer x" (kubeconfig) or "bearer x" (in-cluster) under
+    api_key["BearerToken"], and "Basic x" for username/password: one canonical header."""
+    if not value:
+        return None
+    scheme, _, credentials = value.partition(" ")
+    if not credentials:
+        return f"Bearer {value}"
+    return f"{scheme.capitalize()} {credentials}"
+
+
+def _from_kubernetes_configuration(
+    configuration: Any, source: str, token_file: TokenFile | None = None
+) -> ClientConfig:
+    """Turns the `kubernetes` package's Configuration into ours, keeping its token refresh
+    (exec plugins, auth providers and the in-cluster token file refresh through its hook)."""
     context = _ssl_context(
         configuration.ssl_ca_cert,
         configuration.cert_file,
@@ -75,8 +135,9 @@ def _from_kubernetes_configuration(configuration: Any, source: str) -> ClientCon
     )
 
     def authorization() -> str | None:
-        header: str | None = configuration.get_api_key_with_prefix("authorization")
-        return header or None
+        if token_file is not None:
+            return token_file.header()
+        return _bearer(configuration.get_api_key_with_prefix("BearerToken"))
 
     return ClientConfig(
         host=str(configuration.host).rstrip("/"),
@@ -84,6 +145,27 @@ def _from_kubernetes_configuration(configuration: Any, source: str) -> ClientCon
         authorization=authorization,
         source=source,
     )
+
+
+def _kubeconfig_token_file(config_file: str, context: str | None) -> TokenFile | None:
+    """The active user's `tokenFile`, if the kubeconfig names one (and no inline `token`, which
+    kubectl prefers), resolved against the kubeconfig's folder."""
+    from kubernetes import config as kube_config  # noqa: PLC0415
+
+    try:
+        loader = kube_config.kube_config._get_kube_config_loader(  # type: ignore[no-untyped-call]
+            filename=config_file, active_context=context
+        )
+        user = loader._user
+        if not user or user.safe_get("token") or not user.safe_get("tokenFile"):
+            return None
+        path = Path(str(user.safe_get("tokenFile")))
+        if not path.is_absolute():
+            path = Path(loader._get_base_path(user.path)) / path
+    except (kube_config.ConfigException, AttributeError, OSError, ValueError) as error:
+        log.debug("no tokenFile found in %s: %s", config_file, error)
+        return None
+    return TokenFile(path)
 
 
 def load(kubeconfig: str | Path | None = None, context: str | None = None) -> ClientConfig:
@@ -101,14 +183,42 @@ def load(kubeconfig: str | Path | None = None, context: str | None = None) -> Cl
     config_file = explicit or str(Path.home() / ".kube" / "config")
     try:
         if in_cluster:
-            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return _from_kubernetes_configuration(configuration, "in-cluster service account")
+            return load_in_cluster()
         kube_config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=config_file, context=context, client_configuration=configuration
         )
-        return _from_kubernetes_configuration(configuration, f"kubeconfig {config_file}")
+        return _from_kubernetes_configuration(
+            configuration,
+            f"kubeconfig {config_file}",
+            _kubeconfig_token_file(config_file, context),
+        )
     except (kube_config.ConfigException, OSError, ValueError) as error:
         where = "the in-cluster service account" if in_cluster else config_file
         raise ConfigError(
             f"cannot load the API server configuration from {where}: {error}"
         ) from error
+
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def load_in_cluster(
+    token_file: str | Path = SERVICE_ACCOUNT_DIR / "token",
+    ca_file: str | Path = SERVICE_ACCOUNT_DIR / "ca.crt",
+) -> ClientConfig:
+    """The in-cluster configuration: $KUBERNETES_SERVICE_HOST/PORT, the pod's service-account
+    token (re-read every minute: projected tokens rotate) and CA. The paths are parameters so a
+    test can stand in for a pod."""
+    from kubernetes import config as kube_config  # noqa: PLC0415
+    from kubernetes.client import Configuration  # noqa: PLC0415
+    from kubernetes.config import incluster_config  # noqa: PLC0415
+
+    configuration = Configuration()
+    loader = incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
+        token_filename=str(token_file), cert_filename=str(ca_file)
+    )
+    try:
+        loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
+    except (kube_config.ConfigException, OSError) as error:
+        raise ConfigError(f"cannot load the in-cluster configuration: {error}") from error
+    return _from_kubernetes_configuration(configuration, "in-cluster service account")
