@@ -111,10 +111,18 @@ class LeaderElector:
         )
 
     async def _renew_loop(self) -> None:
+        """Renews every retry period; returns (so the leader stops acting) once a renewal has
+        not succeeded within the renew deadline.
+
+        Every attempt, however slow the API server, is cut off at the deadline (client-go bounds
+        the whole renewal by a context with that timeout): a request hanging on a frozen server
+        must not keep a leader acting past the point where another replica may take the Lease
+        (the deadline is shorter than the lease duration the others wait out).
+        """
         while True:
             deadline = self._clock.monotonic() + self.config.renew_deadline
             while True:
-                if await self._try_acquire_or_renew():
+                if await self._attempt_before(deadline):
                     break
                 if self._clock.monotonic() >= deadline:
                     log.error(
@@ -123,8 +131,32 @@ class LeaderElector:
                         self.config.renew_deadline,
                     )
                     return
-                await self._clock.sleep(self.config.retry_period)
+                await self._clock.sleep(
+                    min(self.config.retry_period, max(deadline - self._clock.monotonic(), 0.0))
+                )
             await self._clock.sleep(self.config.retry_period)
+
+    async def _attempt_before(self, deadline: float) -> bool:
+        """One acquire-or-renew attempt, cancelled if it is still running at `deadline` (then
+        False: not renewed). Timed on the elector's clock."""
+        remaining = deadline - self._clock.monotonic()
+        if remaining <= 0:
+            return False
+        attempt = asyncio.ensure_future(self._try_acquire_or_renew())
+        timer = asyncio.ensure_future(self._clock.sleep(remaining))
+        try:
+            await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not attempt.done():
+                attempt.cancel()
+                log.warning(
+                    "%s: renewing lease %s took longer than the renew deadline; cancelled",
+                    self.config.identity,
+                    self.config.name,
+                )
+            await asyncio.gather(attempt, timer, return_exceptions=True)
+        return attempt.done() and not attempt.cancelled() and attempt.result() is True
 
     # One attempt ----------------------------------------------------------------------------------
 

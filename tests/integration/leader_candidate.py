@@ -1,6 +1,8 @@
 """A leader-election candidate run as its own process by the handover test.
 
-Prints "OBSERVED <holder>" each time it sees a new leader and "LEADING <identity>" when it wins; SIGTERM makes it release the lease and exit.
+Prints "OBSERVED <holder>" each time it sees a new leader, "LEADING <identity> <t>" when it
+wins and "STOPPED-LEADING <identity> <t>" when it stops acting as the leader (t: the system's
+monotonic clock, comparable between processes on one machine); SIGTERM makes it release the lease and exit.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import time
 
 from harvester_quota.generic import config
 from harvester_quota.generic.client import ApiClient
@@ -19,7 +22,7 @@ async def main(args: argparse.Namespace) -> None:
     async with ApiClient(config.load(args.kubeconfig)) as client:
 
         async def lead() -> None:
-            print(f"LEADING {args.identity}", flush=True)
+            print(f"LEADING {args.identity} {time.monotonic():.3f}", flush=True)
             await asyncio.Future()
 
         elector = LeaderElector(
@@ -34,6 +37,9 @@ async def main(args: argparse.Namespace) -> None:
             ),
             on_started_leading=lead,
             on_new_leader=lambda holder: print(f"OBSERVED {holder}", flush=True),
+            on_stopped_leading=lambda: print(
+                f"STOPPED-LEADING {args.identity} {time.monotonic():.3f}", flush=True
+            ),
         )
         task = asyncio.ensure_future(elector.run())
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)

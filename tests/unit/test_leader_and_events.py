@@ -152,3 +152,35 @@ async def test_queued_events_are_written_in_the_background(clock: FakeClock) -> 
     await recorder.close()
     events = [o for k, o in api.objects.items() if k[0] == EVENTS.name]
     assert [e["metadata"]["namespace"] for e in events] == ["default"], "cluster-scoped → default"
+
+
+class FreezingApi(FakeApi):
+    """An API server that stops answering (SIGSTOP) while `frozen`: calls hang, never fail."""
+
+    frozen = False
+
+    async def get(self, resource: object, name: str, namespace: str | None = None) -> dict:  # type: ignore[override]
+        while self.frozen:
+            await asyncio.sleep(0)  # hangs without failing, as a stopped process does
+            await asyncio.Future()
+        return await super().get(resource, name, namespace)
+
+
+async def test_a_hanging_renewal_stops_the_leader_before_the_lease_can_expire(
+    clock: FakeClock,
+) -> None:
+    """Each renewal attempt is cut at the renew deadline (10 s) so the leader stops acting
+    before another replica may take the Lease (15 s after it last saw a renewal)."""
+    api, leading = FreezingApi(), []
+    stopped_at: list[float] = []
+    candidate = elector(api, clock, "a", leading)
+    candidate._on_stopped = lambda: stopped_at.append(clock.monotonic())
+    task = asyncio.ensure_future(candidate.run())
+    await clock.advance(1)
+    assert leading == ["a"]
+    last_renewal = clock.monotonic()
+    api.frozen = True
+    await clock.advance(14)
+    assert stopped_at, "stopped while the request still hangs"
+    assert stopped_at[0] - last_renewal < candidate.config.lease_duration
+    assert task.done()
