@@ -97,18 +97,31 @@ class ControllerApp:
             await self.stop()
 
 
+def readiness(app: ControllerApp, elector: LeaderElector | None) -> bool:
+    """Ready: the leader (or the only replica, without leader election) once its required
+    caches are synced; a standby while it can reach the API server (it can take over).
+
+    Readiness gates nothing of the controllers' own (they serve no traffic); it tells a rollout
+    when the next replica may be replaced, and an operator which replica is stuck.
+    """
+    if elector is None or elector.leading:
+        return app.ready()
+    return elector.healthy()
+
+
 async def run(client: ApiClient, options: Options) -> int:
     """Runs until SIGTERM/SIGINT; returns the exit code."""
     app = ControllerApp(client, options)
     health = HealthServer(port=options.health_port)
-    health.add_readiness_check(
-        "informers-synced-or-standby", lambda: not elector.leading or app.ready()
-    )
     elector = LeaderElector(
         client,
         LeaderElectionConfig(options.namespace, options.lease_name, options.identity),
         on_started_leading=app.lead,
         on_new_leader=lambda holder: log.info("leader is now %s", holder),
+    )
+    health.add_readiness_check(
+        "caches-synced-or-healthy-standby",
+        lambda: readiness(app, elector if options.leader_elect else None),
     )
     await health.start()
     work = asyncio.ensure_future(elector.run() if options.leader_elect else app.lead())

@@ -74,11 +74,21 @@ class LeaderElector:
         self._observed: Object | None = None
         self._observed_holder = ""
         self._observed_at = 0.0
+        self._last_contact: float | None = None
         self.leading = False
 
     @property
     def leader(self) -> str:
+        """The holder this replica last saw ("" before any look)."""
         return self._observed_holder
+
+    def healthy(self) -> bool:
+        """True while this replica has read or written the Lease within the lease duration: a
+        standby that can reach the API server is ready to take over; one that cannot is not."""
+        return (
+            self._last_contact is not None
+            and self._clock.monotonic() - self._last_contact < self.config.lease_duration
+        )
 
     async def run(self) -> None:
         """Acquires, leads (running on_started_leading beside the renew loop), and on losing
@@ -234,6 +244,7 @@ class LeaderElector:
 
     def _observe(self, lease: Object) -> None:
         """Remembers when the record last changed, by our own clock (skew-proof expiry)."""
+        self._last_contact = self._clock.monotonic()
         spec = lease.get("spec") or {}
         fingerprint = (
             spec.get("holderIdentity"),
