@@ -11,8 +11,12 @@ production:
   clients do not reconnect in step; a normal end re-watches without relisting.
 - failures: 429 and connection refused back off and re-watch without relisting (the versions are
   still good); an expired version, an ERROR event, or a stream we cannot decode relists. Between
-  relists a jittered backoff grows from 0.8 s to 30 s and resets after two healthy minutes, so an
-  unhealthy server sees about 0.2 requests a second from us instead of a hot loop.
+  relists a jittered backoff grows from 0.8 s to 30 s, so an unhealthy server sees about 0.2
+  requests a second from us instead of a hot loop. The backoff is for a server that keeps
+  failing, not for one that restarted: it starts again from 0.8 s when a watch that had run for
+  10 s ends, and while connections are refused (the server process is not there, which costs it
+  nothing) we look again within 2-4 s, so a restarted API server is watched again within seconds
+  however many times it restarted before.
 - a watch that goes quiet past the inactivity timeout is abandoned and re-established: a half-open
   TCP connection would otherwise hang the informer forever (kopf and the official client both hit
   this). A watch that ends in under a second with no event counts as a failure, not a success.
@@ -35,6 +39,10 @@ from .resource import Object, Resource
 log = logging.getLogger(__name__)
 
 MIN_WATCH_TIMEOUT = 300
+LASTING_WATCH = 10.0
+"""A watch open this long before it ended was a working server (see _forget_failures...)."""
+REFUSED_BACKOFF_CAP = 2.0
+"""Longest base delay (before jitter) while connections are refused: a server restarting."""
 DEFAULT_INACTIVITY_TIMEOUT = 90.0
 VERY_SHORT_WATCH = 1.0
 PAGE_SIZE = 500
@@ -133,6 +141,11 @@ class Backoff:
         self._duration = initial
         self._last_start: float | None = None
 
+    def reset(self) -> None:
+        """Back to the initial delay: the server answered well since the last failure."""
+        self._duration = self.initial
+        self._last_start = None
+
     def next(self) -> float:
         now = self._clock.monotonic()
         if self._last_start is None or now - self._last_start > self.reset_after:
@@ -181,6 +194,7 @@ class Reflector:
         self._version_unavailable = False
         self._paginated_result = False
         self._last_event_at = 0.0
+        self._watch_started = 0.0
         self._events_this_watch = 0
         self.lists = 0
         self.watches = 0
@@ -210,11 +224,21 @@ class Reflector:
                 await self.list_and_watch()
             except asyncio.CancelledError:
                 raise
+            except errors.ConnectionRefused as error:
+                log.warning("%s: list/watch failed, will relist: %s", self.name, error)
+                await self._clock.sleep(self._refused_delay())
+                continue
             except errors.ApiError as error:
                 log.warning("%s: list/watch failed, will relist: %s", self.name, error)
             except Exception:
                 log.exception("%s: unexpected failure, will relist", self.name)
             await self._clock.sleep(self._backoff.next())
+
+    def _refused_delay(self) -> float:
+        """The backoff, capped while the server refuses connections (see the module docstring)."""
+        delay = self._backoff.next()
+        cap = REFUSED_BACKOFF_CAP * (1.0 + self._rng.random())
+        return min(delay, cap)
 
     async def list_and_watch(self) -> None:
         """One list followed by watches until one of them needs a relist."""
@@ -255,7 +279,11 @@ class Reflector:
             try:
                 await self._watch_once(timeout)
             except (errors.TooManyRequests, errors.ConnectionRefused, StreamBroken) as error:
-                delay = self._backoff.next()
+                self._forget_failures_before_a_lasting_watch()
+                if isinstance(error, errors.ConnectionRefused):
+                    delay = self._refused_delay()
+                else:
+                    delay = self._backoff.next()
                 if isinstance(error, errors.TooManyRequests) and error.retry_after:
                     delay = max(delay, error.retry_after)
                 log.info("%s: watch ended (%s), re-watching in %.1fs", self.name, error, delay)
@@ -278,9 +306,15 @@ class Reflector:
                 log.error("%s: undecodable watch stream, relisting: %s", self.name, error)
                 return
 
+    def _forget_failures_before_a_lasting_watch(self) -> None:
+        """A watch that ran for a while before it ended was a working server: the failures
+        before it say nothing about the one now (an API server that restarted)."""
+        if self._clock.monotonic() - self._watch_started >= LASTING_WATCH:
+            self._backoff.reset()
+
     async def _watch_once(self, timeout_seconds: int) -> None:
         self.watches += 1
-        started = self._clock.monotonic()
+        started = self._watch_started = self._clock.monotonic()
         self._last_event_at = started
         stream = self._lw.watch(
             resource_version=self.last_sync_resource_version, timeout_seconds=timeout_seconds

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock, settle
-from harvester_quota.generic.reflector import Backoff, Reflector
+from harvester_quota.generic.reflector import REFUSED_BACKOFF_CAP, Backoff, Reflector
 
 from tests.unit.fakes import HANG, RecordingSink, ScriptedListerWatcher, error_event, event, pod
 
@@ -302,4 +302,49 @@ async def test_broken_streams_rewatch_with_backoff_not_in_a_loop(
     await settle(rounds=5000)
     assert len(lw.watch_calls) < 15
     assert len(lw.list_calls) == 1
+    await stop(task)
+
+
+class RestartingServer:
+    """A watch script on the clock: ("open", s) works for s seconds then breaks; "refused" is a
+    server process that is not there; "hang" works for good. Records when each watch began."""
+
+    def __init__(self, clock: FakeClock, script: list[Any]) -> None:
+        self.clock, self.script, self.started_at = clock, list(script), []
+
+    async def list(self, *, resource_version: str, page_size: int, each: Any = None) -> Any:
+        from harvester_quota.generic.client import ListResult
+
+        return ListResult([], "10", False)
+
+    def watch(self, *, resource_version: str, timeout_seconds: int) -> Any:
+        self.started_at.append(self.clock.monotonic())
+        step = self.script.pop(0) if self.script else "hang"
+        return self._play(step)
+
+    async def _play(self, step: Any) -> Any:
+        if step == "refused":
+            raise errors.ConnectionRefused("connection refused")
+        if step == "hang":
+            await asyncio.Future()
+        await self.clock.sleep(step[1])
+        yield event("BOOKMARK", "x", "11")
+        raise errors.ConnectionFailed("connection reset by peer")
+
+
+async def test_a_restarted_api_server_is_watched_again_within_seconds_every_time(
+    sink: RecordingSink, clock: FakeClock
+) -> None:
+    """Two restarts 30 s apart, each refusing connections for a few seconds: the backoff that
+    grew during the first outage must not delay noticing the second server (it used to wait
+    20-50 s)."""
+    outage = ["refused"] * 4
+    server = RestartingServer(clock, [("open", 60.0), *outage, ("open", 30.0), *outage])
+    reflector = Reflector("pods", server, sink, clock=clock, rng=random.Random(7))
+    task = asyncio.ensure_future(reflector.run())
+    await clock.advance(200.0)
+    gaps = [b - a for a, b in zip(server.started_at, server.started_at[1:], strict=False)]
+    after_refusals = [gaps[i] for i in (1, 2, 3, 4, 6, 7, 8, 9)]
+    assert all(gap <= 2 * REFUSED_BACKOFF_CAP for gap in after_refusals), gaps
+    assert gaps[5] <= 30.0 + 2 * 0.8 + 1e-6, "after a lasting watch the backoff starts over"
     await stop(task)
