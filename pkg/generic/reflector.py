@@ -14,9 +14,10 @@ production:
   relists a jittered backoff grows from 0.8 s to 30 s, so an unhealthy server sees about 0.2
   requests a second from us instead of a hot loop. The backoff is for a server that keeps
   failing, not for one that restarted: it starts again from 0.8 s when a watch that had run for
-  10 s ends, and while connections are refused (the server process is not there, which costs it
-  nothing) we look again within 2-4 s, so a restarted API server is watched again within seconds
-  however many times it restarted before.
+  10 s ends, and while the server is not there or still starting (connections refused, 503 before
+  its paths are installed, 429 while its storage initializes: cheap answers) we look again within
+  2-4 s (or its Retry-After), so a restarted API server is watched again within seconds however
+  many times it restarted before.
 - a watch that goes quiet past the inactivity timeout is abandoned and re-established: a half-open
   TCP connection would otherwise hang the informer forever (kopf and the official client both hit
   this). A watch that ends in under a second with no event counts as a failure, not a success.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -156,6 +158,14 @@ class Backoff:
         return delay + self._rng.random() * self.jitter * delay
 
 
+@dataclass(frozen=True)
+class Wait:
+    """One wait before a relist or re-watch; `asked`: the server's Retry-After set its length."""
+
+    seconds: float
+    asked: bool = False
+
+
 class InactivityTimeout(Exception):
     """No event, not even a bookmark, arrived within the inactivity timeout."""
 
@@ -198,6 +208,9 @@ class Reflector:
         self._events_this_watch = 0
         self.lists = 0
         self.watches = 0
+        self.waits: deque[Wait] = deque(maxlen=64)
+        """The most recent waits before a relist or re-watch (for tests and the scale run: how
+        long the cache could lag after a failure)."""
 
     # Resource-version policy --------------------------------------------------------------------
 
@@ -224,21 +237,34 @@ class Reflector:
                 await self.list_and_watch()
             except asyncio.CancelledError:
                 raise
-            except errors.ConnectionRefused as error:
+            except (errors.ConnectionRefused, errors.TooManyRequests, errors.ServerError) as error:
+                if not _server_restarting(error):
+                    log.warning("%s: list/watch failed, will relist: %s", self.name, error)
+                    await self._wait(self._backoff.next())
+                    continue
                 log.warning("%s: list/watch failed, will relist: %s", self.name, error)
-                await self._clock.sleep(self._refused_delay())
+                await self._wait_restart(error)
                 continue
             except errors.ApiError as error:
                 log.warning("%s: list/watch failed, will relist: %s", self.name, error)
             except Exception:
                 log.exception("%s: unexpected failure, will relist", self.name)
-            await self._clock.sleep(self._backoff.next())
+            await self._wait(self._backoff.next())
 
-    def _refused_delay(self) -> float:
-        """The backoff, capped while the server refuses connections (see the module docstring)."""
+    async def _wait_restart(self, error: errors.ApiError) -> None:
+        """The capped delay, or the server's own Retry-After when it asked for longer."""
+        ours = self._restart_delay(error)
+        told = error.retry_after or 0.0
+        await self._wait(max(ours, told), asked=told > ours)
+
+    async def _wait(self, seconds: float, *, asked: bool = False) -> None:
+        self.waits.append(Wait(seconds, asked))
+        await self._clock.sleep(seconds)
+
+    def _restart_delay(self, error: errors.ApiError) -> float:
+        """The backoff, capped while the server is (re)starting (see the module docstring)."""
         delay = self._backoff.next()
-        cap = REFUSED_BACKOFF_CAP * (1.0 + self._rng.random())
-        return min(delay, cap)
+        return min(delay, REFUSED_BACKOFF_CAP * (1.0 + self._rng.random()))
 
     async def list_and_watch(self) -> None:
         """One list followed by watches until one of them needs a relist."""
@@ -280,14 +306,13 @@ class Reflector:
                 await self._watch_once(timeout)
             except (errors.TooManyRequests, errors.ConnectionRefused, StreamBroken) as error:
                 self._forget_failures_before_a_lasting_watch()
-                if isinstance(error, errors.ConnectionRefused):
-                    delay = self._refused_delay()
-                else:
-                    delay = self._backoff.next()
-                if isinstance(error, errors.TooManyRequests) and error.retry_after:
-                    delay = max(delay, error.retry_after)
+                if isinstance(error, errors.ApiError) and _server_restarting(error):
+                    log.info("%s: watch ended (%s), re-watching", self.name, error)
+                    await self._wait_restart(error)
+                    continue
+                delay = self._backoff.next()
                 log.info("%s: watch ended (%s), re-watching in %.1fs", self.name, error, delay)
-                await self._clock.sleep(delay)
+                await self._wait(delay)
             except InactivityTimeout:
                 # Info, not warning: a quiet resource (Harvester's settings) gets here every
                 # period with nothing wrong; a dead connection is what it guards against.
@@ -301,6 +326,7 @@ class Reflector:
                 # The version is too old for a watch; a list at it may still succeed (it returns
                 # data at least as fresh), so relist from it rather than jumping to "".
                 log.info("%s: watch expired (%s), relisting", self.name, error)
+                self._backoff.reset()  # the server answered: it is there and working
                 return
             except errors.DecodeError as error:
                 log.error("%s: undecodable watch stream, relisting: %s", self.name, error)
@@ -373,3 +399,11 @@ class Reflector:
 
 def _version_unavailable(error: errors.ApiError) -> bool:
     return isinstance(error, errors.Gone) or errors.is_resource_version_too_large(error)
+
+
+def _server_restarting(error: errors.ApiError) -> bool:
+    """What an API server says while it is not (yet) there: connections refused, 503 before its
+    paths are installed, 429 while its storage initializes."""
+    return isinstance(error, errors.ConnectionRefused | errors.TooManyRequests) or (
+        isinstance(error, errors.ServerError) and error.status == 503
+    )
