@@ -1,0 +1,234 @@
+"""The product as it is deployed, on a KubeVirt cluster without Harvester.
+
+`harvester-quota run` (leader-elected) and `harvester-quota webhook` run as their own processes,
+each from a kubeconfig holding its service account's token (TokenRequest), under exactly the
+RBAC in deploy/; Harvester's Settings CRD is not installed. A migration in a full namespace gets
+its room, the room is given back, nobody meets a 403, and a verb deploy/ does not grant is
+refused by the real authorizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+from harvester_quota.apis.harvester import SETTINGS
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.discovery import serves
+from harvester_quota.generic.resource import CRDS, NAMESPACES, PODS, Object
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.localcluster.cluster import CRDS_FILE
+from harvester_quota.localcluster.process import free_port
+
+from tests.helpers import eventually, succeed_migration
+from tests.integration import deployment
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+V170_LIMIT = {"limitsCpu": "3000m", "limitsMemory": "5000Mi"}
+V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+SETTINGS_CRD = f"{SETTINGS.plural}.{SETTINGS.group}"
+
+
+def settings_crd() -> Object:
+    (crd,) = [
+        d
+        for d in yaml.safe_load_all(CRDS_FILE.read_text())
+        if d and d["metadata"]["name"] == SETTINGS_CRD
+    ]
+    return dict(crd)
+
+
+@pytest.fixture
+async def without_harvester(api: ApiClient) -> AsyncIterator[None]:
+    """Harvester's Settings CRD removed for the test (a plain KubeVirt cluster), then restored."""
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(CRDS, SETTINGS_CRD)
+    await eventually(lambda: _not(serves(api, SETTINGS)), what="Settings no longer served")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(errors.AlreadyExists):
+            await api.create(CRDS, settings_crd())
+        await eventually(lambda: serves(api, SETTINGS), what="Settings served again")
+
+
+async def _not(check: object) -> bool:
+    return not await check  # type: ignore[misc]
+
+
+async def token_kubeconfig(api: ApiClient, cluster: ClusterInfo, account: str, path: Path) -> Path:
+    answer = await api.request(
+        "POST",
+        f"/api/v1/namespaces/{deployment.SYSTEM_NAMESPACE}/serviceaccounts/{account}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    write_text(
+        path,
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": cluster.server,
+                            "certificate-authority": str(cluster.ca_file),
+                        },
+                    }
+                ],
+                "users": [{"name": account, "user": {"token": answer["status"]["token"]}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": account}}],
+                "current-context": "c",
+            }
+        ),
+    )
+    return path
+
+
+def write_text(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+@contextlib.contextmanager
+def process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harvester_quota.main", *args],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
+        )
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+async def ready(url: str) -> bool:
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(url, ssl=False, timeout=aiohttp.ClientTimeout(total=2)) as response,
+        ):
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def test_deployed_with_tokens_and_the_shipped_rbac_on_plain_kubevirt(
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
+    without_harvester: None,
+) -> None:
+    await deployment.apply_rbac(api)
+    controller_kubeconfig = await token_kubeconfig(
+        api, cluster, "harvester-quota", tmp_path / "controller.kubeconfig"
+    )
+    webhook_kubeconfig = await token_kubeconfig(
+        api, cluster, "harvester-quota-webhook", tmp_path / "webhook.kubeconfig"
+    )
+    ca = cluster.certificate_authority()
+    ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
+        tmp_path / "tls.crt", tmp_path / "tls.key"
+    )
+    health, webhook_port = free_port(), free_port()
+    controller_args = [
+        "run",
+        f"--kubeconfig={controller_kubeconfig}",
+        f"--namespace={deployment.SYSTEM_NAMESPACE}",
+        f"--lease-name=deployed-{namespace[-6:]}",
+        f"--health-port={health}",
+        "--kubevirt-version=1.6",
+    ]
+    webhook_args = [
+        "webhook",
+        f"--kubeconfig={webhook_kubeconfig}",
+        f"--cert-file={tmp_path / 'tls.crt'}",
+        f"--key-file={tmp_path / 'tls.key'}",
+        "--host=127.0.0.1",
+        f"--port={webhook_port}",
+        f"--controller-user={deployment.CONTROLLER_USER}",
+        f"--target-creator={deployment.KUBEVIRT_USER}",
+        "--kubevirt-version=1.6",
+    ]
+    logs = tmp_path / "controller.log", tmp_path / "webhook.log"
+    configuration = deployment.webhook_configuration(webhook_port, ca.cert_pem, namespace)
+    kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
+    with process(controller_args, logs[0]), process(webhook_args, logs[1]):
+        await eventually(
+            lambda: ready(f"http://127.0.0.1:{health}/readyz"), timeout=60, what="controller ready"
+        )
+        await eventually(
+            lambda: ready(f"https://127.0.0.1:{webhook_port}/readyz"),
+            timeout=60,
+            what="webhook ready",
+        )
+        created = await deployment.apply(api, configuration)
+        try:
+            await migrate_once(
+                KubeVirtByHand(api, namespace), KubeVirtByHand(kubevirt_api, namespace)
+            )
+        finally:
+            await api.delete(
+                deployment.KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
+            )
+            await kubevirt_api.close()
+    for log in logs:
+        text = log.read_text()
+        assert not re.search(r"\b403\b|Forbidden", text), f"{log.name}:\n{text[-3000:]}"
+    await assert_least_privilege(api, cluster, namespace)
+
+
+async def migrate_once(tenant: KubeVirtByHand, kubevirt: KubeVirtByHand) -> None:
+    await tenant.set_rancher_base(V170_LIMIT)
+    await tenant.create_quota(V170_HARD)
+    vmi, source = await kubevirt.start_vm("vm1")
+    migration = await kubevirt.migrate(vmi)
+    target = await eventually(
+        lambda: kubevirt.try_create_target(vmi, migration), what="the target pod admitted"
+    )
+    await succeed_migration(kubevirt, migration, source, target, walk=False)
+    await kubevirt.delete_pod(source["metadata"]["name"], grace=0)
+
+    async def at_base() -> bool:
+        hard = (await tenant.quota())["spec"]["hard"]
+        return hard == {"limits.cpu": "3", "limits.memory": "5000Mi"}
+
+    await eventually(at_base, what="the room given back")
+
+
+async def assert_least_privilege(api: ApiClient, cluster: ClusterInfo, namespace: str) -> None:
+    """The real authorizer refuses what deploy/ does not grant."""
+    controller = await deployment.client_as(api, cluster, "harvester-quota")
+    webhook = await deployment.client_as(api, cluster, "harvester-quota-webhook")
+    try:
+        with pytest.raises(errors.Forbidden):
+            await controller.delete(NAMESPACES, namespace)
+        with pytest.raises(errors.Forbidden):
+            await controller.create(PODS, {"metadata": {"name": "x"}, "spec": {}}, namespace)
+        with pytest.raises(errors.Forbidden):
+            await webhook.patch(NAMESPACES, namespace, {"metadata": {"labels": {"x": "y"}}})
+    finally:
+        await controller.close()
+        await webhook.close()
