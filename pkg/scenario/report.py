@@ -10,6 +10,7 @@ key, with each migration's span marked.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +178,10 @@ def write(result: RunResult, directory: Path) -> dict[str, Any]:
     directory.mkdir(parents=True, exist_ok=True)
     report = build_report(result)
     (directory / "report.json").write_text(json.dumps(report, indent=2))
-    plot_timeline(result, directory / "timeline.png")
+    note = plot_timeline(result, directory / "timeline.png")
+    if note:
+        report["timeline"] = note
+        (directory / "report.json").write_text(json.dumps(report, indent=2))
     return report
 
 
@@ -194,9 +198,22 @@ def _unit(key: str) -> str:
     return "cores" if "cpu" in key else "GiB" if ("memory" in key or "storage" in key) else "count"
 
 
-def plot_timeline(result: RunResult, path: Path) -> None:
-    import matplotlib  # noqa: PLC0415 - heavy, only needed here
+log = logging.getLogger(__name__)
 
+PLOT_MISSING = (
+    "no timeline.png: matplotlib is not installed; "
+    "pip install 'harvester-quota[report]' to get the plot"
+)
+
+
+def plot_timeline(result: RunResult, path: Path) -> str | None:
+    """Draws the quota timeline; returns why there is none when matplotlib (the `report` extra,
+    not a dependency of the sidecar) is not installed, so the report says how to get it."""
+    try:
+        import matplotlib  # noqa: PLC0415 - heavy, only needed here
+    except ImportError:
+        log.warning(PLOT_MISSING)
+        return PLOT_MISSING
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
@@ -208,7 +225,7 @@ def plot_timeline(result: RunResult, path: Path) -> None:
         )
     ]
     if not panels:
-        return
+        return None
     figure, axes = plt.subplots(
         len(panels), 1, figsize=(10, 2.6 * len(panels)), sharex=True, squeeze=False
     )
@@ -260,3 +277,4 @@ def plot_timeline(result: RunResult, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
+    return None

@@ -158,3 +158,19 @@ def test_every_python_twin_in_the_readme_exists() -> None:
     paths = _twin_paths()
     assert len(paths) > 20
     assert [p for p in paths if not (PKG.parent / p).exists()] == []
+
+
+def test_installed_the_package_is_harvester_quota_and_nothing_named_pkg(tmp_path: Path) -> None:
+    """From outside the checkout: `import harvester_quota` works, `import pkg` does not (a
+    Go-style `pkg` in site-packages would collide with every other project doing the same)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import importlib.util, harvester_quota, harvester_quota.main;"
+        "print(importlib.util.find_spec('pkg') is None, harvester_quota.__name__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["True", "harvester_quota"]

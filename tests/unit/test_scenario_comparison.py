@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from harvester_quota.scenario.progress import comparison_table, summary_row
 
 
@@ -46,3 +48,24 @@ def test_drift_is_listed_in_full_below_the_table() -> None:
     drift_row = next(line for line in lines if line.startswith("drift (final hard - base)"))
     assert "none" in drift_row and drift_row.endswith("1 quota(s), below")
     assert lines[-1] == "drift, harvester, ns: limits.cpu +2, limits.memory +5622461313"
+
+
+def test_a_report_without_matplotlib_says_how_to_get_the_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """matplotlib is the `report` extra, not a dependency of the sidecar."""
+    import builtins
+
+    from harvester_quota.scenario import report
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("matplotlib"):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    assert report.plot_timeline(None, tmp_path / "t.png") == report.PLOT_MISSING  # type: ignore[arg-type]
+    assert "harvester-quota[report]" in report.PLOT_MISSING
+    assert not (tmp_path / "t.png").exists()
