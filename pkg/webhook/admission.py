@@ -8,7 +8,6 @@ decides about).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,8 +98,3 @@ def review_response(
     return orjson.dumps(
         {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
     )
-
-
-def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
-    value = ((obj or {}).get("metadata") or {}).get("annotations")
-    return value if isinstance(value, Mapping) else {}

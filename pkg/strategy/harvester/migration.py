@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ...generic import errors
+from ...generic.meta import metadata, status
 from ...generic.resource import Object
 from ...util.annotations import (
     ANNOTATION_MIGRATION_STATE,
@@ -97,30 +98,20 @@ class NamespaceNotFound(LookupError):
 # --- small readers -------------------------------------------------------------------------------
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = obj.get("metadata")
-    return value if isinstance(value, Mapping) else {}
-
-
-def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = obj.get("status")
-    return value if isinstance(value, Mapping) else {}
-
-
 def _name(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("name") or "")
+    return str(metadata(obj).get("name") or "")
 
 
 def _namespace(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("namespace") or "")
+    return str(metadata(obj).get("namespace") or "")
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("uid") or "")
+    return str(metadata(obj).get("uid") or "")
 
 
 def migration_phase(vmim: Mapping[str, Any]) -> str:
-    return str(_status(vmim).get("phase") or PHASE_UNSET)
+    return str(status(vmim).get("phase") or PHASE_UNSET)
 
 
 def is_abort_request(vmim: Mapping[str, Any]) -> bool:
@@ -129,7 +120,7 @@ def is_abort_request(vmim: Mapping[str, Any]) -> bool:
         isinstance(c, Mapping)
         and c.get("type") == CONDITION_ABORT_REQUESTED
         and c.get("status") == "True"
-        for c in _status(vmim).get("conditions") or []
+        for c in status(vmim).get("conditions") or []
     )
 
 
@@ -138,7 +129,7 @@ def default_resource_quotas(quotas: list[Object]) -> list[Object]:
     return [
         q
         for q in quotas
-        if (_meta(q).get("labels") or {}).get(LABEL_DEFAULT_RESOURCE_QUOTA) == TRUE
+        if (metadata(q).get("labels") or {}).get(LABEL_DEFAULT_RESOURCE_QUOTA) == TRUE
     ]
 
 
@@ -289,7 +280,7 @@ class MigrationHandler:
 
     async def compensate_pending_migration(self, vmim: Object, vmi: Object) -> None:
         """Acts on the first migrationRejectedByResourceQuota condition only, and only if True."""
-        for condition in _status(vmim).get("conditions") or []:
+        for condition in status(vmim).get("conditions") or []:
             if not isinstance(condition, Mapping):
                 continue
             if condition.get("type") != CONDITION_REJECTED_BY_QUOTA:
@@ -404,10 +395,10 @@ class MigrationHandler:
         """Resets the VMI's migration annotations once KubeVirt reports its migration completed,
         and deletes the first pod labelled with the migration's UID after a successful abort
         (kubevirt/kubevirt#5373: the target pod of an aborted migration lingers)."""
-        if vmi is None or _meta(vmi).get("deletionTimestamp"):
+        if vmi is None or metadata(vmi).get("deletionTimestamp"):
             return vmi
-        annotations = _meta(vmi).get("annotations")
-        state = _status(vmi).get("migrationState")
+        annotations = metadata(vmi).get("annotations")
+        state = status(vmi).get("migrationState")
         if annotations is None or not isinstance(state, Mapping):
             return vmi
         migration_uid = str(state.get("migrationUid") or "")
@@ -418,7 +409,7 @@ class MigrationHandler:
             await self.reset_migration_state_and_sync_vm(vmi)
         if completed and state.get("abortStatus") == ABORT_SUCCEEDED:
             for pod in self.cluster.pods(_namespace(vmi)):
-                labels = _meta(pod).get("labels") or {}
+                labels = metadata(pod).get("labels") or {}
                 if LABEL_MIGRATION_JOB in labels and labels[LABEL_MIGRATION_JOB] == migration_uid:
                     with contextlib.suppress(errors.NotFound):
                         await self.cluster.delete_pod(_namespace(vmi), _name(pod))

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ...generic.meta import annotations_of
 from .. import resources
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..rancher import parse_namespace_resource_quota
@@ -56,11 +57,6 @@ class Base:
     notes: tuple[str, ...] = ()
 
 
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    value = (obj.get("metadata") or {}).get("annotations")
-    return value if isinstance(value, Mapping) else {}
-
-
 def spec_hard(quota: Mapping[str, Any]) -> ResourceList:
     """spec.hard parsed (a bad value raises ValueError naming it)."""
     return resources.parse_resource_list((quota.get("spec") or {}).get("hard") or {})
@@ -69,7 +65,7 @@ def spec_hard(quota: Mapping[str, Any]) -> ResourceList:
 def rancher_base_text(namespace: Mapping[str, Any]) -> str | None:
     """The text of Rancher's annotation that is the base: the one recorded before our raise while
     the annotation is still the raise we wrote, else the annotation itself."""
-    annotations = _annotations(namespace)
+    annotations = annotations_of(namespace)
     current = annotations.get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
     recorded = annotations.get(ANNOTATION_RANCHER_BASE)
     if recorded is not None and current == annotations.get(ANNOTATION_RANCHER_APPLIED):
@@ -145,7 +141,7 @@ def _standalone_base(
 
 
 def _read(quota: Mapping[str, Any], key: str, notes: list[str]) -> ResourceList | None:
-    text = _annotations(quota).get(key)
+    text = annotations_of(quota).get(key)
     if text is None:
         return None
     try:

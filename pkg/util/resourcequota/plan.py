@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...generic.meta import annotations_of
 from ...generic.resource import Object
 from .. import resources
 from ..annotations import (
@@ -90,14 +91,9 @@ class QuotaPlan:
         return self.rooms.holds_room and not self.skipped
 
 
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    value = (obj.get("metadata") or {}).get("annotations")
-    return value if isinstance(value, Mapping) else {}
-
-
 def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     """The desired spec.hard and annotations for the snapshot's managed quota."""
-    recorded = parse_migration_annotations(_annotations(snapshot.quota))
+    recorded = parse_migration_annotations(annotations_of(snapshot.quota))
     warnings = [f"ignored invalid annotation {key}: {why}" for key, why in recorded.invalid.items()]
     room_plan = plan_rooms(
         RoomInputs(
@@ -209,7 +205,7 @@ def _annotation_changes(
         wanted[ANNOTATION_BASE] = resources.dumps(base.hard)
         if rooms:
             wanted[ANNOTATION_APPLIED] = resources.dumps(managed_hard)
-    current = _annotations(quota)
+    current = annotations_of(quota)
     ours = [
         key
         for key in current

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ...generic.meta import annotations_of
 from ...generic.resource import Object
 from ...util import resources
 from ...util.annotations import parse_migration_annotations
@@ -33,7 +34,7 @@ from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, rancher_base
 from ...util.resourcequota.calculator import shortfalls
 from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms
 from ...util.resources import ResourceList, parse_resource_list_leniently
-from ..admission import Denied, annotations_of
+from ..admission import Denied
 
 DEFAULT_TARGET_CREATORS = (
     "system:serviceaccount:harvester-system:kubevirt-controller",

@@ -5,9 +5,10 @@ holds room, is denied; raising is allowed; removing it is allowed.
 
 from __future__ import annotations
 
+from ....generic.meta import annotations_of
 from ....util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ....util.resourcequota.base import BaseError, rancher_base
-from ...admission import Denied, Request, annotations_of
+from ...admission import Denied, Request
 from ..common import RANCHER_NAMES, Lookups, check_lowering, view_of
 
 
