@@ -106,6 +106,14 @@ class KubeVirtByHand:
         )
         return await self.set_phase(created, "Pending")
 
+    async def v170_migration(self) -> tuple[Object, Object, Object]:
+        """The v1.7.0 seed's namespace (Rancher base 3 CPU / 5000Mi, a quota at it) with vm1
+        (2 cores, 4Gi) started and migrating: returns (vmi, source pod, migration)."""
+        await self.set_rancher_base({"limitsCpu": "3000m", "limitsMemory": "5000Mi"})
+        await self.create_quota({"limits.cpu": "3", "limits.memory": "5000Mi"})
+        vmi, source = await self.start_vm("vm1")
+        return vmi, source, await self.migrate(vmi)
+
     async def set_phase(self, migration: Object, phase: str, **status: Any) -> Object:
         current = await self.api.get(
             VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, migration["metadata"]["name"], self.namespace

@@ -20,10 +20,7 @@ V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
 
 
 async def test_a_pending_migration_explained(api: ApiClient, kv: KubeVirtByHand) -> None:
-    await kv.set_rancher_base(V170_LIMIT)
-    await kv.create_quota(V170_HARD)
-    vmi, _ = await kv.start_vm("vm1")
-    migration = await kv.migrate(vmi)
+    _vmi, _source, migration = await kv.v170_migration()
     refused = {
         "type": "migrationRejectedByResourceQuota",
         "status": "True",
@@ -48,41 +45,33 @@ async def test_a_pending_migration_explained(api: ApiClient, kv: KubeVirtByHand)
     assert "migrations holding room:" in text and "5015m -> 3   (differs)" in text
 
 
-async def test_the_command_line_prints_json(cluster: ClusterInfo, kv: KubeVirtByHand) -> None:
-    await kv.set_rancher_base(V170_LIMIT)
-    await kv.create_quota(V170_HARD)
+async def explain_command(cluster: ClusterInfo, *args: str) -> tuple[int | None, bytes, bytes]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "harvester_quota.main",
         "explain",
-        kv.namespace,
-        "-o",
-        "json",
+        *args,
         "--kubeconfig",
         str(cluster.kubeconfig),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 0, err.decode()
+    return process.returncode, out, err
+
+
+async def test_the_command_line_prints_json(cluster: ClusterInfo, kv: KubeVirtByHand) -> None:
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    code, out, err = await explain_command(cluster, kv.namespace, "-o", "json")
+    assert code == 0, err.decode()
     document = json.loads(out)
     assert document["namespace"] == kv.namespace
     assert document["rooms"] == [] and document["last_refusal"] is None
 
 
 async def test_an_unknown_namespace_is_exit_code_1(cluster: ClusterInfo) -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "harvester_quota.main",
-        "explain",
-        "no-such-namespace",
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 1
+    code, _, err = await explain_command(cluster, "no-such-namespace")
+    assert code == 1
     assert b"not found" in err

@@ -19,8 +19,6 @@ from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 pytestmark = pytest.mark.integration
 
-V170_LIMIT = {"limitsCpu": "3", "limitsMemory": "5000Mi"}
-V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -62,10 +60,7 @@ async def test_room_and_writes_of_one_migration(
 ) -> None:
     _app, scraper = app_and_scraper
     ns = kv.namespace
-    await kv.set_rancher_base(V170_LIMIT)
-    await kv.create_quota(V170_HARD)
-    vmi, source = await kv.start_vm("vm1")
-    migration = await kv.migrate(vmi)
+    vmi, source, migration = await kv.v170_migration()
 
     async def room_cpu() -> float | None:
         return await scraper.value("harvester_quota_room", namespace=ns, resource="limits.cpu")
@@ -97,10 +92,7 @@ async def test_a_refused_migration_is_counted_once_and_its_blocked_time_observed
     """KubeVirt's condition on the VMIM is what counts, not our own bookkeeping."""
     _app, scraper = app_and_scraper
     ns = kv.namespace
-    await kv.set_rancher_base(V170_LIMIT)
-    await kv.create_quota(V170_HARD)
-    vmi, _source = await kv.start_vm("vm1")
-    migration = await kv.migrate(vmi)
+    _vmi, _source, migration = await kv.v170_migration()
     refused = {"type": "migrationRejectedByResourceQuota", "status": "True"}
     migration = await kv.set_phase(migration, "Pending", conditions=[refused])
     await kv.set_phase(migration, "Pending", conditions=[refused, {"type": "x", "status": "True"}])
