@@ -111,6 +111,7 @@ class ApiClient:
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        """The HTTP session, created on first use inside the running event loop."""
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self.config.ssl_context, limit=100)
             self._session = aiohttp.ClientSession(
@@ -121,6 +122,7 @@ class ApiClient:
         return self._session
 
     async def close(self) -> None:
+        """Closes the session; a later request opens a new one."""
         if self._session is not None and not self._session.closed:
             await self._session.close()
 
@@ -247,6 +249,7 @@ class ApiClient:
     # Reads --------------------------------------------------------------------------------------
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object:
+        """GET one object; NotFound if it does not exist."""
         return await self.request("GET", resource.path(namespace, name))
 
     async def list(
@@ -382,6 +385,7 @@ class ApiClient:
         *,
         dry_run: bool = False,
     ) -> Object:
+        """POST `obj` into `namespace` (or its own metadata.namespace); AlreadyExists if it does."""
         namespace = namespace or (obj.get("metadata") or {}).get("namespace")
         params = {"dryRun": "All"} if dry_run else None
         return await self.request("POST", resource.path(namespace), params=params, body=obj)
@@ -393,6 +397,7 @@ class ApiClient:
         return await self.request("PUT", path, body=obj)
 
     async def update_status(self, resource: Resource, obj: Object) -> Object:
+        """PUT `obj` to its status subresource; Conflict if its resourceVersion is stale."""
         return await self.update(resource, obj, subresource="status")
 
     async def patch(
@@ -408,6 +413,7 @@ class ApiClient:
         force: bool = False,
         dry_run: bool = False,
     ) -> Object:
+        """PATCH one object (merge patch by default; `apply` for server-side apply); a metadata.resourceVersion in a merge patch makes it conditional (Conflict if stale)."""
         params: dict[str, str] = {}
         if dry_run:
             params["dryRun"] = "All"
@@ -433,6 +439,7 @@ class ApiClient:
         propagation_policy: str | None = None,
         preconditions: Mapping[str, str] | None = None,
     ) -> Object:
+        """DELETE one object; `options` become DeleteOptions (gracePeriodSeconds, propagationPolicy, ...)."""
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_period_seconds is not None:
             body["gracePeriodSeconds"] = grace_period_seconds

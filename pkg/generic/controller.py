@@ -343,6 +343,7 @@ class ControllerFactory:
         self._controllers: dict[Resource, Controller] = {}
 
     def for_resource(self, resource: Resource, *, workers: int | None = None) -> Controller:
+        """The one controller for `resource` (created on first use, shared after): handlers of different components share its queue and cache."""
         controller = self._controllers.get(resource)
         if controller is None:
             controller = Controller(

@@ -33,9 +33,11 @@ class HealthServer:
         self._runner: web.AppRunner | None = None
 
     def add_readiness_check(self, name: str, check: ReadinessCheck) -> None:
+        """Adds a named check to /readyz: ready only while every check returns True."""
         self._checks[name] = check
 
     def application(self) -> web.Application:
+        """The aiohttp application: /healthz, /readyz, /metrics."""
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/livez", self._healthz)
@@ -56,6 +58,7 @@ class HealthServer:
         return self.port
 
     async def stop(self) -> None:
+        """Stops serving; idempotent."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -94,9 +94,11 @@ class Registration:
     informer: SharedInformer
 
     def remove(self) -> None:
+        """Stops this handler's notifications; the others are unaffected."""
         self.informer._remove_listener(self.listener)
 
     def has_synced(self) -> bool:
+        """True once this handler has been told every object of the initial list."""
         return self.listener.synced
 
 
@@ -246,6 +248,7 @@ class SharedInformer:
         return self.store.prepare(self._transform(item) if self._transform else item)
 
     def on_list(self, items: list[Prepared], resource_version: str) -> None:
+        """A (re)list from the reflector: replaces the store, notifying adds, updates of objects whose resourceVersion changed, and deletes; the first list marks the informer synced."""
         first = not self._synced.is_set()
         for change in self.store.replace_prepared(items):
             if change.new is None:
@@ -261,6 +264,7 @@ class SharedInformer:
             self._synced.set()
 
     def on_event(self, event_type: str, obj: Object) -> None:
+        """One watch event from the reflector: applied to the store, then notified in order."""
         if self._transform:
             obj = self._transform(obj)
         if event_type == "DELETED":
@@ -276,9 +280,11 @@ class SharedInformer:
     # Lifecycle ----------------------------------------------------------------------------------
 
     def has_synced(self) -> bool:
+        """True once the first list (or, for an absent optional kind, the first look) is in the store."""
         return self._synced.is_set()
 
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
+        """Waits until synced; False if `timeout` seconds pass first (None: no limit)."""
         try:
             await asyncio.wait_for(self._synced.wait(), timeout)
         except TimeoutError:
@@ -300,6 +306,7 @@ class SharedInformer:
             self._tasks.append(asyncio.ensure_future(self._resync_loop()))
 
     async def stop(self) -> None:
+        """Stops the reflector and every handler task; the store keeps its contents. Idempotent."""
         tasks = self._tasks + [x.task for x in self._listeners if x.task is not None]
         for task in tasks:
             task.cancel()
@@ -450,22 +457,27 @@ class SharedInformerFactory:
 
     @property
     def informers(self) -> list[SharedInformer]:
+        """Every informer handed out so far."""
         return list(self._informers.values())
 
     def start(self) -> None:
+        """Starts every informer, and any informer asked for later at once. Idempotent."""
         self._started = True
         for informer in self._informers.values():
             informer.start()
 
     async def wait_for_cache_sync(self, timeout: float | None = None) -> bool:
+        """Waits for every informer to sync; False if one has not within `timeout` seconds."""
         results = await asyncio.gather(
             *(informer.wait_for_sync(timeout) for informer in self._informers.values())
         )
         return all(results)
 
     def synced(self) -> bool:
+        """True when every informer has synced (absent optional kinds count as synced)."""
         return all(informer.has_synced() for informer in self._informers.values())
 
     async def stop(self) -> None:
+        """Stops every informer; a later start() starts them again."""
         await asyncio.gather(*(informer.stop() for informer in self._informers.values()))
         self._started = False

@@ -149,6 +149,7 @@ class Backoff:
         self._last_start = None
 
     def next(self) -> float:
+        """The next delay (and the one after doubles, up to the cap)."""
         now = self._clock.monotonic()
         if self._last_start is None or now - self._last_start > self.reset_after:
             self._duration = self.initial
@@ -215,6 +216,7 @@ class Reflector:
     # Resource-version policy --------------------------------------------------------------------
 
     def relist_resource_version(self) -> str:
+        """The resourceVersion the next list asks for: "0" first, then the last one seen, "" after the server said it is gone."""
         if self._version_unavailable:
             return ""
         if not self.last_sync_resource_version:

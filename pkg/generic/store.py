@@ -116,6 +116,7 @@ class Encoded:
         self._object: Object | None = None
 
     def get(self) -> Object:
+        """The object, decoded now into a private dict (the stored bytes are never shared)."""
         if self._object is None:
             self._object = self._codec.decode(self.stored)
         return self._object
@@ -128,11 +129,20 @@ class Change:
     key: str
     old: Encoded | None
     new: Encoded | None
+    old_version: str = ""
+    new_version: str = ""
 
     @property
     def unchanged(self) -> bool:
-        """Both states encode to the same value: a relist found nothing new for this key."""
-        return self.old is not None and self.new is not None and self.old.stored == self.new.stored
+        """A relist found nothing new for this key: the same resourceVersion (the API server's
+        word that the object did not change; list items and watch objects of one version may
+        still encode differently, e.g. with kind and apiVersion in another place), or, for
+        objects without one, the same encoding."""
+        if self.old is None or self.new is None:
+            return False
+        if self.old_version and self.new_version:
+            return self.old_version == self.new_version
+        return bool(self.old.stored == self.new.stored)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +152,7 @@ class Prepared:
     key: str
     stored: Any
     index_values: dict[str, tuple[str, ...]]
+    resource_version: str = ""
 
 
 class Store:
@@ -155,6 +166,8 @@ class Store:
     ) -> None:
         self._codec: Codec = CODECS[codec] if isinstance(codec, str) else codec
         self._items: dict[str, Any] = {}
+        self._versions: dict[str, str] = {}
+        """key -> metadata.resourceVersion of what is stored (to tell an unchanged relist item)."""
         self._indexers: dict[str, IndexFunc] = {NAMESPACE_INDEX: namespace_index}
         # index name -> indexed value -> keys; and index name -> key -> its values (for removal
         # without decoding the old object).
@@ -172,13 +185,16 @@ class Store:
         return key in self._items
 
     def get(self, key: str) -> Object | None:
+        """The object under `key` as a private copy (the caller may mutate it), or None."""
         stored = self._items.get(key)
         return None if stored is None else self._codec.decode(stored)
 
     def list_keys(self) -> list[str]:
+        """Every key in the store, in no particular order (a snapshot: safe to iterate while the store changes)."""
         return list(self._items)
 
     def objects(self) -> list[Object]:
+        """Every object, each a private copy; in no particular order."""
         decode = self._codec.decode
         return [decode(stored) for stored in self._items.values()]
 
@@ -195,17 +211,21 @@ class Store:
             yield decode(stored)
 
     def index_keys(self, index: str, value: str) -> list[str]:
+        """The keys `index` maps `value` to (KeyError for an unknown index)."""
         if index not in self._indices:
             raise KeyError(f"no index named {index!r}")
         return sorted(self._indices[index].get(value, ()))
 
     def by_index(self, index: str, value: str) -> list[Object]:
+        """The objects `index` maps `value` to, each a private copy (KeyError for an unknown index)."""
         return [obj for key in self.index_keys(index, value) if (obj := self.get(key)) is not None]
 
     def has_index(self, name: str) -> bool:
+        """Whether an index of that name exists."""
         return name in self._indexers
 
     def indexed_values(self, index: str) -> list[str]:
+        """Every value `index` currently has objects for."""
         return list(self._indices[index])
 
     # Writes ---------------------------------------------------------------------------------------
@@ -227,12 +247,14 @@ class Store:
         stored = self._items.get(key)
         old = None if stored is None else self._codec.decode(stored)
         self._items[key] = self._codec.encode(obj)
+        self._versions[key] = _version_of(obj)
         self._reindex(key, obj)
         return old
 
     def delete(self, key: str) -> Object | None:
         """Removes ``key``; returns what was cached, or None if nothing was."""
         stored = self._items.pop(key, None)
+        self._versions.pop(key, None)
         if stored is None:
             return None
         self._unindex(key)
@@ -245,6 +267,7 @@ class Store:
             key_of(obj),
             self._codec.encode(obj),
             {name: _index_values(function, obj) for name, function in self._indexers.items()},
+            _version_of(obj),
         )
 
     def replace(self, objects: Iterable[Object]) -> list[Change]:
@@ -264,14 +287,19 @@ class Store:
             key = entry.key
             seen.add(key)
             stored = self._items.get(key)
+            old_version = self._versions.get(key, "")
             self._items[key] = entry.stored
+            self._versions[key] = entry.resource_version
             self._set_index_values(key, entry)
             old = None if stored is None else Encoded(stored, codec)
-            changes.append(Change(key, old, Encoded(entry.stored, codec)))
+            changes.append(
+                Change(key, old, Encoded(entry.stored, codec), old_version, entry.resource_version)
+            )
         for key in [key for key in self._items if key not in seen]:
             stored = self._items.pop(key)
+            old_version = self._versions.pop(key, "")
             self._unindex(key)
-            changes.append(Change(key, Encoded(stored, codec), None))
+            changes.append(Change(key, Encoded(stored, codec), None, old_version))
         return changes
 
     # Indexing -------------------------------------------------------------------------------------
@@ -313,6 +341,12 @@ class Store:
         self._unindex(key)
         for name in self._indexers:
             self._index(name, key, obj)
+
+
+def _version_of(obj: Object) -> str:
+    metadata = obj.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    return str(version) if version else ""
 
 
 def _index_values(function: IndexFunc, obj: Object) -> tuple[str, ...]:

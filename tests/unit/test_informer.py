@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 import pytest
+from harvester_quota.generic.client import WatchEvent
 from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.resource import Object
@@ -303,4 +304,30 @@ async def test_a_late_handler_queues_the_cache_undecoded(clock: FakeClock) -> No
     gate.set()
     await settle(200)
     assert sorted(late.seen) == sorted(("add", f"p{i}", str(i), True) for i in range(20))
+    await shared.stop()
+
+
+async def test_a_relist_reports_no_update_for_an_object_whose_version_did_not_change(
+    clock: FakeClock,
+) -> None:
+    """A watch object and a list item of one resourceVersion encode differently (kind and
+    apiVersion first in one, last in the other): the version says it is the same object."""
+    lw = ScriptedListerWatcher()
+    lw.add_list(pod("a", "1"), rv="1")
+    watched = {"kind": "Pod", "apiVersion": "v1", **pod("a", "4")}
+    listed = {**pod("a", "4"), "apiVersion": "v1", "kind": "Pod"}
+    lw.add_watch(WatchEvent("MODIFIED", watched), error_event(410, "Expired"))
+    lw.add_list(listed, rv="6")
+    lw.add_watch(HANG)
+    shared = informer(lw, clock)
+    recorder = Recorder()
+    shared.add_event_handler(recorder.handler())
+    shared.start()
+    await settle(100)
+    await clock.advance(2.0)
+    await settle(100)
+    assert ("update", "a", "1", "4") in recorder.seen
+    assert [s for s in recorder.seen if s[0] == "update"] == [("update", "a", "1", "4")], (
+        "the relist of version 4 is not a second update"
+    )
     await shared.stop()
