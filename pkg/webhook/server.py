@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
@@ -49,6 +50,19 @@ from .resources.virtualmachine.validator import validate_vm_start
 log = logging.getLogger(__name__)
 
 CERT_RELOAD_INTERVAL = 10.0
+HEADER_TIMEOUT = 10.0
+"""Seconds a new connection has to deliver its request headers (the API server sends them at
+once; a client trickling them is holding a connection, not asking a question)."""
+BODY_TIMEOUT = 10.0
+"""Seconds to read a request body once its headers are in (the API server's default webhook
+timeout is 10 s: an answer after that is not waited for anyway)."""
+MAX_BODY = 7 * 1024 * 1024
+"""An AdmissionReview carries the object and the old object (etcd holds at most 3 MiB each)."""
+MAX_CONNECTIONS = 256
+"""Open connections at once; more are closed on arrival (the API server pools its connections,
+two replicas of it need a handful)."""
+KEEPALIVE_TIMEOUT = 60.0
+"""An idle kept-alive connection is closed after this."""
 Validator = Callable[[Request], None]
 
 
@@ -160,6 +174,101 @@ class WebhookMetrics:
         )
 
 
+_CLOSE = {"Connection": "close"}
+
+
+class _GuardedConnection(asyncio.Protocol):
+    """One connection: aiohttp's protocol behind a header deadline, counted by the guard."""
+
+    def __init__(self, guard: ConnectionGuard, inner: asyncio.Protocol | None) -> None:
+        self._guard, self._inner = guard, inner
+        self._header_timeout = guard.header_timeout
+        self._transport: asyncio.BaseTransport | None = None
+        self._head = b""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        if self._inner is None:  # over the cap
+            transport.close()
+            return
+        self._guard.open.add(self)
+        self._timer = asyncio.get_running_loop().call_later(self._header_timeout, self._too_slow)
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._timer is not None:
+            self._head = (self._head + data)[-4096:]
+            if b"\r\n\r\n" in self._head:
+                self._timer.cancel()
+                self._timer, self._head = None, b""
+        if self._inner is not None:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._guard.open.discard(self)
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def _too_slow(self) -> None:
+        self._timer = None
+        self._guard.slow_headers += 1
+        log.info(
+            "closing a connection that sent no complete request in %.0fs", self._header_timeout
+        )
+        if self._transport is not None:
+            self._transport.close()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+class ConnectionGuard:
+    """Wraps aiohttp's protocol factory: at most MAX_CONNECTIONS open connections, and each must
+    deliver its request headers within HEADER_TIMEOUT (aiohttp itself waits forever for them).
+
+    Called by the event loop only; `open` is the set of live connections.
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[], asyncio.Protocol] | None,
+        *,
+        header_timeout: float = HEADER_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        self._factory = factory
+        self.header_timeout = header_timeout
+        self.max_connections = max_connections
+        self.open: set[_GuardedConnection] = set()
+        self.refused = 0
+        self.slow_headers = 0
+
+    def __call__(self) -> asyncio.Protocol:
+        if self._factory is None or len(self.open) >= self.max_connections:
+            self.refused += 1
+            return _GuardedConnection(self, None)
+        return _GuardedConnection(self, self._factory())
+
+    def close_all(self) -> None:
+        for connection in list(self.open):
+            connection.close()
+
+
 class WebhookServer:
     """Routes AdmissionReviews to validators; serves /healthz and /readyz too."""
 
@@ -174,8 +283,13 @@ class WebhookServer:
         ready: Callable[[], bool] = lambda: True,
         clock: Clock = REAL_CLOCK,
         registry: CollectorRegistry = REGISTRY,
+        header_timeout: float = HEADER_TIMEOUT,
+        body_timeout: float = BODY_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.lookups = lookups
+        self.header_timeout, self.body_timeout = header_timeout, body_timeout
+        self.max_connections = max_connections
         self.identities = identities or Identities()
         self.tls = tls
         self.host, self.port = host, port
@@ -183,6 +297,8 @@ class WebhookServer:
         self._clock = clock
         self.metrics = WebhookMetrics(registry)
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self.guard = ConnectionGuard(None)
         self._reloader: asyncio.Task[None] | None = None
         self.validators: dict[str, tuple[str, Validator]] = {
             "namespaces": ("Namespace", lambda r: validate_namespace_update(r, self.lookups)),
@@ -195,7 +311,7 @@ class WebhookServer:
         }
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app = web.Application(client_max_size=MAX_BODY)
         for endpoint in self.validators:
             app.router.add_post(f"/validate/{endpoint}", self._handler(endpoint))
         app.router.add_get("/healthz", self._healthz)
@@ -217,7 +333,17 @@ class WebhookServer:
         async def handle(http: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
             try:
-                return await self.review(endpoint, await http.read())
+                body = await asyncio.wait_for(http.read(), self.body_timeout)
+            except TimeoutError:
+                self.metrics.requests.labels(endpoint, "timeout").inc()
+                log.info("%s: body not received within %.0fs; closing", endpoint, self.body_timeout)
+                return web.Response(status=408, text="request body too slow", headers=_CLOSE)
+            except (ConnectionError, aiohttp.ClientConnectionError) as error:
+                self.metrics.requests.labels(endpoint, "disconnected").inc()
+                log.debug("%s: client went away while sending: %s", endpoint, error)
+                return web.Response(status=400, text="connection lost", headers=_CLOSE)
+            try:
+                return await self.review(endpoint, body)
             finally:
                 self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
 
@@ -266,13 +392,24 @@ class WebhookServer:
         return web.Response(body=body, content_type="application/json")
 
     async def start(self) -> int:
-        self._runner = web.AppRunner(self.application(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, self.host, self.port, ssl_context=self.tls.context if self.tls else None
+        """Listens (TLS if configured); returns the port (useful with port 0)."""
+        self._runner = web.AppRunner(
+            self.application(),
+            access_log=None,
+            keepalive_timeout=KEEPALIVE_TIMEOUT,
+            lingering_time=0,  # after a 408 or 413, do not keep reading what is left of the body
         )
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or []
+        await self._runner.setup()
+        assert self._runner.server is not None
+        self.guard = ConnectionGuard(
+            self._runner.server,
+            header_timeout=self.header_timeout,
+            max_connections=self.max_connections,
+        )
+        self._server = await asyncio.get_running_loop().create_server(
+            self.guard, self.host, self.port, ssl=self.tls.context if self.tls else None
+        )
+        sockets = list(self._server.sockets or ())
         if sockets:
             self.port = sockets[0].getsockname()[1]
         if self.tls is not None:
@@ -290,6 +427,11 @@ class WebhookServer:
             self._reloader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reloader
+        if self._server is not None:
+            self._server.close()
+            self.guard.close_all()
+            await self._server.wait_closed()
+            self._server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -1,0 +1,202 @@
+"""The webhook's HTTP server against hostile clients: slow headers, slow bodies, too many
+connections, huge bodies, disconnects, and malformed AdmissionReviews (hypothesis).
+
+The server runs for real on 127.0.0.1 (plain HTTP: the guard sits below TLS, the same either
+way); the timeouts are shortened so that the tests wait for what happens, not for ten seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import tracemalloc
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from harvester_quota.webhook.server import WebhookServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from tests.helpers import eventually
+from tests.unit.test_webhook import FakeLookups
+
+SHORT = 0.5
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[WebhookServer]:
+    webhook = WebhookServer(
+        FakeLookups(),
+        host="127.0.0.1",
+        port=0,
+        registry=CollectorRegistry(),
+        header_timeout=SHORT,
+        body_timeout=SHORT,
+        max_connections=4,
+    )
+    await webhook.start()
+    yield webhook
+    await webhook.stop()
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sends until it closes the connection (bounded wait)."""
+    return await asyncio.wait_for(reader.read(), 10)
+
+
+async def test_headers_that_never_end_are_cut_off(server: WebhookServer) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"POST /validate/pods HTTP/1.1\r\nHost: x\r\n")
+    await writer.drain()
+    assert await closed_by_server(reader) == b""
+    assert server.guard.slow_headers == 1
+    writer.close()
+
+
+async def test_a_body_trickling_in_is_answered_408_and_closed(server: WebhookServer) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(
+        b"POST /validate/pods HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+        b"Content-Type: application/json\r\n\r\n{"
+    )
+    await writer.drain()
+
+    async def trickle() -> None:
+        for _ in range(100):
+            await asyncio.sleep(0.1)  # the attack itself: one byte at a time
+            writer.write(b" ")
+            await writer.drain()
+
+    dripping = asyncio.ensure_future(trickle())
+    answer = await closed_by_server(reader)
+    dripping.cancel()
+    await asyncio.gather(dripping, return_exceptions=True)
+    assert answer.startswith(b"HTTP/1.1 408")
+    writer.close()
+
+
+async def test_connections_beyond_the_cap_are_closed_on_arrival(server: WebhookServer) -> None:
+    held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(4)]
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    assert await closed_by_server(reader) == b""
+    assert server.guard.refused >= 1
+    for _, other in (*held, (reader, writer)):
+        other.close()
+
+
+async def test_a_body_over_the_limit_is_refused_413(server: WebhookServer) -> None:
+    async with aiohttp.ClientSession() as session:
+        body = b"x" * (8 * 1024 * 1024)
+        async with session.post(
+            f"http://127.0.0.1:{server.port}/validate/pods", data=body
+        ) as response:
+            assert response.status == 413
+
+
+async def test_a_client_that_goes_away_is_not_an_error(
+    server: WebhookServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b'POST /validate/pods HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{"a"')
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+    await eventually(lambda: not server.guard.open, timeout=10, what="the connection gone")
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def review_like() -> st.SearchStrategy[Any]:
+    """AdmissionReviews with every field possibly missing, null, of the wrong type or odd."""
+    scalars = st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
+    )
+    values = st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+        ),
+        max_leaves=10,
+    )
+    kinds = st.one_of(
+        values,
+        st.fixed_dictionaries(
+            {"kind": st.sampled_from(["Pod", "Namespace", "ResourceQuota", "VirtualMachine"])}
+        ),
+    )
+    request = st.fixed_dictionaries(
+        {},
+        optional={
+            "uid": st.one_of(st.text(max_size=12), values),
+            "kind": kinds,
+            "operation": st.one_of(st.sampled_from(["CREATE", "UPDATE", "DELETE"]), values),
+            "namespace": st.one_of(st.text(max_size=12), values),
+            "name": st.one_of(st.text(max_size=12), values),
+            "userInfo": st.one_of(
+                values, st.fixed_dictionaries({"username": values, "groups": values})
+            ),
+            "object": st.one_of(
+                values, st.fixed_dictionaries({"metadata": values, "spec": values})
+            ),
+            "oldObject": values,
+            "dryRun": values,
+        },
+    )
+    return st.one_of(
+        values,
+        st.fixed_dictionaries({"apiVersion": st.just("admission.k8s.io/v1"), "request": request}),
+    )
+
+
+ENDPOINTS = ["pods", "namespaces", "resourcequotas", "virtualmachines"]
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(body=review_like(), endpoint=st.sampled_from(ENDPOINTS), raw=st.booleans())
+def test_malformed_reviews_never_get_a_5xx(
+    running: tuple[asyncio.AbstractEventLoop, WebhookServer, aiohttp.ClientSession],
+    body: Any,
+    endpoint: str,
+    raw: bool,
+) -> None:
+    loop, webhook, session = running
+    data = json.dumps(body).encode()[:-1] if raw else json.dumps(body).encode()
+
+    async def post() -> int:
+        url = f"http://127.0.0.1:{webhook.port}/validate/{endpoint}"
+        async with session.post(url, data=data) as response:
+            await response.read()
+            return response.status
+
+    status = loop.run_until_complete(post())
+    assert status < 500, (endpoint, body)
+
+
+@pytest.fixture(scope="module")
+def running() -> Any:
+    """One server and session for all the generated cases (hypothesis runs them synchronously)."""
+    loop = asyncio.new_event_loop()
+    webhook = WebhookServer(FakeLookups(), host="127.0.0.1", port=0, registry=CollectorRegistry())
+    loop.run_until_complete(webhook.start())
+    session = loop.run_until_complete(_session())
+    tracemalloc.start()
+    yield loop, webhook, session
+    _current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    loop.run_until_complete(session.close())
+    loop.run_until_complete(webhook.stop())
+    loop.close()
+    assert peak < 64 * 1024 * 1024, f"memory grew to {peak / 2**20:.0f} MiB"
+
+
+async def _session() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession()
