@@ -1,0 +1,39 @@
+"""The Grafana dashboard in deploy/ only plots metrics the product exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from harvester_quota.config.metrics import QuotaMetrics
+from harvester_quota.webhook.server import WebhookMetrics
+from prometheus_client import CollectorRegistry
+
+DASHBOARD = (
+    Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "harvester-quota-dashboard.json"
+)
+
+
+def exported_samples() -> set[str]:
+    registry = CollectorRegistry()
+    QuotaMetrics(registry)
+    WebhookMetrics(registry)
+    names = set()
+    for family in registry.collect():
+        names.add(family.name)
+        for suffix in ("_total", "_bucket", "_count", "_sum", "_created"):
+            names.add(family.name + suffix)
+    return names
+
+
+def test_every_harvester_quota_series_in_the_dashboard_is_exported() -> None:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    used = {
+        name
+        for panel in panels
+        for target in panel["targets"]
+        for name in re.findall(r"harvester_quota_\w+", target["expr"])
+    }
+    assert len(used) >= 8
+    assert used - exported_samples() == set()
