@@ -79,7 +79,7 @@ KUBEVIRT_DEVICES = (
     "devices.kubevirt.io/tun",
     "devices.kubevirt.io/vhost-net",
 )
-KUBEVIRT_DEVICE_COUNT = "1k"
+KUBEVIRT_DEVICE_COUNT = "1000"
 # Labels virt-handler's node labeller would set on a real node, which launcher pods select on:
 # schedulable for VMIs, the q35 machine type (a defaulted VMI's), and one CPU model both as the
 # node's host model and as a migration target for it (a host-model VMI's migration target pod

@@ -24,6 +24,7 @@ from harvester_quota.localcluster.cluster import (
     VIRT_CONTROLLER_LEASE,
 )
 from harvester_quota.localcluster.rest import ApiError, RestClient
+from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import eventually
 from tests.integration.conftest import session_state_dir
@@ -165,7 +166,7 @@ def test_nodes_offer_what_launcher_pods_need(
         node = kv_rest.get(f"/api/v1/nodes/{name}")
         assert node["metadata"]["labels"]["kubevirt.io/schedulable"] == "true"
         for device in KUBEVIRT_DEVICES:
-            assert int(node["status"]["allocatable"][device]) > 0, device
+            assert Quantity.parse(node["status"]["allocatable"][device]).value() >= 100, device
 
 
 def test_vmi_gets_a_launcher_pod_from_the_real_virt_controller(

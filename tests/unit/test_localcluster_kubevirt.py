@@ -184,7 +184,7 @@ def test_kubevirt_node_is_schedulable_with_devices_and_keeps_its_capacity() -> N
     for key in ("capacity", "allocatable"):
         assert node["status"][key]["pods"] == "110"
         for device in KUBEVIRT_DEVICES:
-            assert node["status"][key][device] == "1k"
+            assert node["status"][key][device] == "1000"
     plain = _fake_node("kwok-node-0", 110)
     assert "kubevirt.io/schedulable" not in plain["metadata"]["labels"]
     assert not set(KUBEVIRT_DEVICES) & set(plain["status"]["capacity"])
