@@ -123,16 +123,23 @@ class Ports:
     virt_controller: int | None = None
 
     @classmethod
-    def pick(cls, *, virt_controller: bool = False) -> Ports:
-        """Distinct free ports; one for virt-controller only if it will run."""
+    def pick(cls) -> Ports:
+        """Distinct free ports for the five components that always run."""
         chosen: set[int] = set()
         values: list[int] = []
-        while len(values) < (6 if virt_controller else 5):
+        while len(values) < 5:
             port = process.free_port()
             if port not in chosen:
                 chosen.add(port)
                 values.append(port)
         return cls(*values)
+
+    def pick_virt_controller(self) -> None:
+        """Chooses a free port for virt-controller, distinct from the others."""
+        port = process.free_port()
+        while port in self.all():
+            port = process.free_port()
+        self.virt_controller = port
 
     def all(self) -> list[int]:
         """The ports in use by components (an unused virt-controller port is not one)."""
@@ -364,7 +371,9 @@ class LocalCluster:
     def _start(
         self, bin_dir: Path, *, nodes: int, node_pods: int, kubevirt: KubeVirtBuild | None
     ) -> ClusterInfo:
-        ports = Ports.pick(virt_controller=kubevirt is not None)
+        ports = Ports.pick()
+        if kubevirt is not None:
+            ports.pick_virt_controller()
         info = ClusterInfo(
             state_dir=self.state_dir,
             kubeconfig=self.kubeconfig_path,

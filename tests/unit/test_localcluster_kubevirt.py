@@ -194,7 +194,8 @@ def test_ports_for_virt_controller_only_when_it_runs() -> None:
     plain = Ports.pick()
     assert plain.virt_controller is None
     assert len(plain.all()) == 5
-    with_vc = Ports.pick(virt_controller=True)
+    with_vc = Ports.pick()
+    with_vc.pick_virt_controller()
     assert with_vc.virt_controller is not None
     assert len(set(with_vc.all())) == 6
 
