@@ -47,6 +47,12 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
+    if args.kubevirt_version and not args.virt_controller:
+        print(
+            "--kubevirt-version chooses virt-controller's version: add --virt-controller",
+            file=sys.stderr,
+        )
+        return 2
     cluster = _cluster(args)
     info = cluster.up(
         nodes=args.nodes,
@@ -78,6 +84,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         return 1
     print(f"server: {info.server}  ready: {'yes' if ready else 'NO'}")
     print(f"kubeconfig: {info.kubeconfig}")
+    if info.kubevirt_version:
+        print(f"KubeVirt: {info.kubevirt_version} (virt-controller)")
     for component in components:
         state = "running" if component.running else "NOT RUNNING"
         print(f"  {component.name:<24} pid {component.pid:<8} {state:<12} {component.log}")

@@ -263,10 +263,14 @@ class LocalCluster:
         """Starts the cluster unless it already runs as asked; returns once it is ready to use.
 
         ``virt_controller`` adds KubeVirt's virt-controller of version ``kubevirt`` (default:
-        ``binaries.kubevirt_version()``), built first if it is not in the cache. A healthy cluster
-        started with another virt-controller choice is stopped and started afresh.
+        ``binaries.kubevirt_version()``), built first if it is not in the cache: before anything is
+        stopped, so a failed build leaves a running cluster alone. A healthy cluster started with
+        another virt-controller choice is stopped and started afresh.
         """
+        if kubevirt is not None and not virt_controller:
+            raise ValueError(f"a KubeVirt version ({kubevirt}) is only used with virt_controller")
         wanted = kubevirt_version(kubevirt) if virt_controller else None
+        kubevirt_build = build_kubevirt(wanted) if wanted else None
         with self._locked():
             existing = self._read_state()
             if (
@@ -279,7 +283,6 @@ class LocalCluster:
                 self._stop_processes(existing.processes)
             self._reset_runtime()
             bin_dir = self._bin_dir or resolve_bin_dir()
-            kubevirt_build = build_kubevirt(wanted) if wanted else None
             self._write_pki()
             for attempt in range(1, START_ATTEMPTS + 1):
                 try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harvester_quota.localcluster import ClusterError, binaries
+from harvester_quota.localcluster import ClusterError, LocalCluster, binaries
 from harvester_quota.localcluster.cluster import (
     CRDS_FILE,
     KUBEVIRT_DEVICES,
@@ -19,6 +19,7 @@ from harvester_quota.localcluster.cluster import (
     _kubevirt_node,
     crd_documents,
 )
+from harvester_quota.main import main
 
 
 @pytest.fixture(autouse=True)
@@ -218,3 +219,19 @@ def test_state_of_an_older_run_reads_as_without_virt_controller(tmp_path: Path) 
     assert restored.ports.all() == [1, 2, 3, 4, 5]
     info.kubevirt_version = "v1.6.0"
     assert ClusterInfo.from_json(info.to_json()).kubevirt_version == "v1.6.0"
+
+
+def test_a_kubevirt_version_without_virt_controller_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValueError, match="only used with virt_controller"):
+        LocalCluster(tmp_path / "state").up(kubevirt="v1.6.0")
+    assert not (tmp_path / "state").exists()
+    assert main(["cluster", "--state-dir", str(tmp_path), "up", "--kubevirt-version", "1.6.0"]) == 2
+    assert "add --virt-controller" in capsys.readouterr().err
+
+
+def test_an_unsupported_version_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match="supported versions"):
+        LocalCluster(tmp_path / "state").up(virt_controller=True, kubevirt="v1.9.0")
+    assert not (tmp_path / "state").exists()
