@@ -174,7 +174,8 @@ def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
 
 _KUBEVIRT_VERSION_HELP = (
     f"KubeVirt version of virt-controller (default: ${binaries.ENV_KUBEVIRT_VERSION} or "
-    f"{binaries.DEFAULT_KUBEVIRT_VERSION}; one of {', '.join(binaries.supported_kubevirt_versions())})"
+    f"{binaries.DEFAULT_KUBEVIRT_VERSION}; supported: "
+    f"{', '.join(binaries.supported_kubevirt_versions())})"
 )
 
 

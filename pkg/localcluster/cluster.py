@@ -6,10 +6,12 @@ certificate, the default service account that kube-controller-manager creates, k
 Ready), writes an admin kubeconfig and records what it started in ``state.json``. With
 ``virt_controller=True`` it also runs KubeVirt's own virt-controller (ready once it holds its
 Lease), on KubeVirt's generated CRDs instead of our hand-written ones; that is opt-in while the
-test suite's KubeVirt simulator, which would fight it, plays virt-controller's part. It is idempotent:
-on a healthy cluster it returns at once; on a stale state directory (a killed run) it stops what is
-left and starts afresh. Any failure stops everything it started and raises one ClusterError that
-names the cause and the log file, so there is never a half-started cluster left behind.
+test suite's KubeVirt simulator, which would fight it, plays virt-controller's part.
+
+`up` is idempotent: on a healthy cluster it returns at once; on a stale state directory (a killed
+run) it stops what is left and starts afresh. Any failure stops everything it started and raises
+one ClusterError that names the cause and the log file, so there is never a half-started cluster
+left behind.
 """
 
 from __future__ import annotations
@@ -134,12 +136,13 @@ class Ports:
                 values.append(port)
         return cls(*values)
 
-    def pick_virt_controller(self) -> None:
-        """Chooses a free port for virt-controller, distinct from the others."""
+    def pick_virt_controller(self) -> int:
+        """Chooses (and returns) a free port for virt-controller, distinct from the others."""
         port = process.free_port()
         while port in self.all():
             port = process.free_port()
         self.virt_controller = port
+        return port
 
     def all(self) -> list[int]:
         """The ports in use by components (an unused virt-controller port is not one)."""
@@ -375,8 +378,6 @@ class LocalCluster:
         self, bin_dir: Path, *, nodes: int, node_pods: int, kubevirt: KubeVirtBuild | None
     ) -> ClusterInfo:
         ports = Ports.pick()
-        if kubevirt is not None:
-            ports.pick_virt_controller()
         info = ClusterInfo(
             state_dir=self.state_dir,
             kubeconfig=self.kubeconfig_path,
@@ -426,13 +427,8 @@ class LocalCluster:
         a CR without a status phase, so the CR is created as virt-operator leaves it: Deployed.
         """
         _create_kubevirt_cr(rest, kubevirt.version)
-        assert info.ports.virt_controller is not None
-        self._launch(
-            info,
-            kubevirt.directory,
-            "virt-controller",
-            self._virt_controller_args(info.ports.virt_controller),
-        )
+        port = info.ports.pick_virt_controller()
+        self._launch(info, kubevirt.directory, "virt-controller", self._virt_controller_args(port))
         self._await(info, "virt-controller", lambda: _lease_held(rest), STEP_TIMEOUT)
 
     def _launch(self, info: ClusterInfo, bin_dir: Path, name: str, args: list[str]) -> None:

@@ -98,7 +98,8 @@ def _virt_controller(info: ClusterInfo) -> Any:
 
 
 def _defaulted_vmi_spec(cores: int = 1, memory: str = "1Gi") -> dict[str, Any]:
-    """A VMI spec as virt-api's defaulting leaves it (what virt-controller needs to render a pod)."""
+    """A VMI spec as virt-api's defaulting leaves it: virt-controller renders the launcher pod's
+    resources and node selectors from these fields."""
     return {
         "domain": {
             "cpu": {"cores": cores, "sockets": 1, "threads": 1, "model": "host-model"},
