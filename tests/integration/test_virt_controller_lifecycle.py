@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harvester_quota.localcluster import LocalCluster, binaries, process
+from harvester_quota.localcluster import ClusterError, LocalCluster, binaries, process
 from harvester_quota.localcluster.cluster import KUBEVIRT_NAMESPACE, VIRT_CONTROLLER_LEASE
 from harvester_quota.main import main
 
@@ -49,3 +49,34 @@ def test_up_switches_virt_controller_on_and_off(
         assert main([*cli, "down"]) == 0
     assert processes_in(local.state_dir) == []
     assert not any(process.port_in_use(port) for port in with_vc.ports.all())
+
+
+def test_a_virt_controller_that_exits_is_named_and_nothing_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prebuilt directory whose virt-controller fails at once: `up` stops every component and
+    its error shows virt-controller's own last words and log."""
+    version = binaries.DEFAULT_KUBEVIRT_VERSION
+    real_bin = binaries.resolve_bin_dir()
+    real_crds = binaries.build_kubevirt(version).crds
+    prebuilt = tmp_path / "bin"
+    prebuilt.mkdir()
+    for name in binaries.BINARIES:
+        (prebuilt / name).symlink_to(real_bin / name)
+    kubevirt = prebuilt / f"kubevirt-{version}"
+    kubevirt.mkdir()
+    broken = kubevirt / binaries.VIRT_CONTROLLER
+    broken.write_text("#!/bin/sh\necho 'refusing to start: broken on purpose'\nexit 3\n")
+    broken.chmod(0o755)
+    (kubevirt / binaries.KUBEVIRT_CRDS).symlink_to(real_crds)
+    monkeypatch.setenv(binaries.ENV_BIN_DIR, str(prebuilt))
+
+    local = LocalCluster(tmp_path / "state")
+    with pytest.raises(ClusterError) as error:
+        local.up(nodes=1, virt_controller=True)
+    message = str(error.value)
+    assert "virt-controller" in message
+    assert "broken on purpose" in message
+    assert str(local.log_dir / "virt-controller.log") in message
+    assert processes_in(local.state_dir) == []
+    assert local.info() is None
