@@ -235,3 +235,21 @@ def test_an_unsupported_version_is_refused_before_anything_runs(tmp_path: Path) 
     with pytest.raises(ClusterError, match="supported versions"):
         LocalCluster(tmp_path / "state").up(virt_controller=True, kubevirt="v1.9.0")
     assert not (tmp_path / "state").exists()
+
+
+def test_cluster_build_builds_virt_controller_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    built: list[str] = []
+    monkeypatch.setattr(binaries, "build", lambda force=False: tmp_path)
+
+    def build_kubevirt(version: str, force: bool = False) -> binaries.KubeVirtBuild:
+        built.append(version)
+        return binaries.KubeVirtBuild(version, tmp_path / version)
+
+    monkeypatch.setattr(binaries, "build_kubevirt", build_kubevirt)
+    assert main(["cluster", "build"]) == 0
+    assert main(["cluster", "build", "--kubevirt-version", "1.6.0"]) == 0
+    assert main(["cluster", "build", "--no-virt-controller"]) == 0
+    assert built == ["v1.8.4", "v1.6.0"]
+    assert "KubeVirt v1.6.0 virt-controller and CRDs" in capsys.readouterr().out
