@@ -39,13 +39,30 @@ def _cluster(args: argparse.Namespace) -> LocalCluster:
 def cmd_cluster_build(args: argparse.Namespace) -> int:
     directory = binaries.build(force=args.force)
     print(f"cluster binaries: {directory}")
+    if not args.no_virt_controller:
+        version = binaries.kubevirt_version(args.kubevirt_version)
+        kubevirt = binaries.build_kubevirt(version, force=args.force)
+        print(f"KubeVirt {version} virt-controller and CRDs: {kubevirt.directory}")
     return 0
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
+    if args.kubevirt_version and not args.virt_controller:
+        print(
+            "--kubevirt-version chooses virt-controller's version: add --virt-controller",
+            file=sys.stderr,
+        )
+        return 2
     cluster = _cluster(args)
-    info = cluster.up(nodes=args.nodes, node_pods=args.node_pods)
+    info = cluster.up(
+        nodes=args.nodes,
+        node_pods=args.node_pods,
+        virt_controller=args.virt_controller,
+        kubevirt=args.kubevirt_version,
+    )
     print(f"local cluster ready: {info.server} ({len(info.nodes)} kwok nodes)")
+    if info.kubevirt_version:
+        print(f"KubeVirt {info.kubevirt_version} virt-controller running")
     print(f"kubeconfig: {info.kubeconfig}")
     print(f"logs: {cluster.log_dir}")
     print('use it with: eval "$(harvester-quota cluster env)"')
@@ -67,6 +84,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         return 1
     print(f"server: {info.server}  ready: {'yes' if ready else 'NO'}")
     print(f"kubeconfig: {info.kubeconfig}")
+    if info.kubevirt_version:
+        print(f"KubeVirt: {info.kubevirt_version} (virt-controller)")
     for component in components:
         state = "running" if component.running else "NOT RUNNING"
         print(f"  {component.name:<24} pid {component.pid:<8} {state:<12} {component.log}")
@@ -170,6 +189,13 @@ def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", help="kubeconfig context")
 
 
+_KUBEVIRT_VERSION_HELP = (
+    f"KubeVirt version of virt-controller (default: ${binaries.ENV_KUBEVIRT_VERSION} or "
+    f"{binaries.DEFAULT_KUBEVIRT_VERSION}; supported: "
+    f"{', '.join(binaries.supported_kubevirt_versions())})"
+)
+
+
 def _add_cluster_commands(commands: Any) -> None:
     state_help = (
         "where the cluster keeps its state (default: $HARVESTER_QUOTA_STATE_DIR or "
@@ -186,12 +212,25 @@ def _add_cluster_commands(commands: Any) -> None:
         "build", parents=[state], help="build the cluster binaries once (Go needed)"
     )
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build.add_argument(
+        "--no-virt-controller",
+        action="store_true",
+        help="build only etcd, Kubernetes and kwok, not KubeVirt's virt-controller",
+    )
+    build.add_argument("--kubevirt-version", help=_KUBEVIRT_VERSION_HELP)
     build.set_defaults(handler=cmd_cluster_build)
     up = actions.add_parser(
         "up", parents=[state], help="start the cluster (idempotent); returns when ready"
     )
     up.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="number of kwok nodes")
     up.add_argument("--node-pods", type=int, default=110, help="pod capacity of each node")
+    up.add_argument(
+        "--virt-controller",
+        action="store_true",
+        help="also run KubeVirt's own virt-controller, on KubeVirt's generated CRDs "
+        "(built first if needed); do not run the KubeVirt simulator against it",
+    )
+    up.add_argument("--kubevirt-version", help=_KUBEVIRT_VERSION_HELP)
     up.set_defaults(handler=cmd_cluster_up)
     for action, handler, text in (
         ("down", cmd_cluster_down, "stop the cluster and delete its data"),

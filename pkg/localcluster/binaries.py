@@ -5,12 +5,18 @@ We build them from the Go module proxy through three small wrapper modules (``go
 one upstream release, and cache the result in a per-user directory keyed by those versions, so the
 cold build (tens of minutes on two cores) happens once per machine. Users who download prebuilt
 binaries point ``HARVESTER_QUOTA_CLUSTER_BIN`` at them and never need Go.
+
+KubeVirt's virt-controller is built the same way, in a cache directory of its own keyed by the
+KubeVirt version (one wrapper module per supported version, ``gomod/kubevirt-v1-8-4`` for v1.8.4),
+so choosing another KubeVirt never rebuilds Kubernetes. Next to it lies ``kubevirt-crds.yaml``: the
+CRDs virt-operator installs for that version, printed by our ``crdgen`` from the same module.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -31,6 +37,14 @@ MIN_GO = (1, 26)
 
 ENV_BIN_DIR = "HARVESTER_QUOTA_CLUSTER_BIN"
 ENV_CACHE_DIR = "HARVESTER_QUOTA_CACHE"
+ENV_KUBEVIRT_VERSION = "HARVESTER_QUOTA_KUBEVIRT_VERSION"
+
+# The newest KubeVirt that builds from the module proxy (v1.9.0 needs modules it does not serve).
+DEFAULT_KUBEVIRT_VERSION = "v1.8.4"
+VIRT_CONTROLLER = "virt-controller"
+KUBEVIRT_CRDS = "kubevirt-crds.yaml"
+_KUBEVIRT_MODULE_PREFIX = "kubevirt-"
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
 
 BINARIES = (
     "etcd",
@@ -120,6 +134,133 @@ def cache_key() -> str:
 
 def default_bin_dir() -> Path:
     return cache_root() / "cluster-bin" / cache_key()
+
+
+# KubeVirt's virt-controller ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeVirtBuild:
+    """Where one KubeVirt version's virt-controller and generated CRDs are."""
+
+    version: str
+    directory: Path
+
+    @property
+    def virt_controller(self) -> Path:
+        return self.directory / VIRT_CONTROLLER
+
+    @property
+    def crds(self) -> Path:
+        return self.directory / KUBEVIRT_CRDS
+
+    def missing(self) -> list[str]:
+        """The files absent from ``directory`` (virt-controller must also be executable)."""
+        missing = []
+        if not self.virt_controller.is_file() or not os.access(self.virt_controller, os.X_OK):
+            missing.append(VIRT_CONTROLLER)
+        if not self.crds.is_file() or self.crds.stat().st_size == 0:
+            missing.append(KUBEVIRT_CRDS)
+        return missing
+
+
+def kubevirt_module_name(version: str) -> str:
+    """The wrapper module folder of a version: dots become dashes, because setuptools skips
+    folders with a dot in their name when it collects package data."""
+    return _KUBEVIRT_MODULE_PREFIX + version.replace(".", "-")
+
+
+def supported_kubevirt_versions() -> list[str]:
+    """The KubeVirt versions that have a wrapper module, newest first."""
+    versions = []
+    for folder in GOMOD_DIR.glob(f"{_KUBEVIRT_MODULE_PREFIX}v*"):
+        dotted = folder.name.removeprefix(_KUBEVIRT_MODULE_PREFIX).replace("-", ".")
+        if _VERSION.match(dotted) and (folder / "go.mod").is_file():
+            versions.append(dotted)
+    return sorted(versions, key=_version_tuple, reverse=True)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    match = _VERSION.match(version)
+    if match is None:
+        raise ValueError(f"not a release version: {version!r}")
+    return tuple(int(part) for part in match.groups())
+
+
+def kubevirt_version(explicit: str | None = None) -> str:
+    """The KubeVirt version to run: ``explicit``, else $HARVESTER_QUOTA_KUBEVIRT_VERSION, else
+    DEFAULT_KUBEVIRT_VERSION; normalised to ``vX.Y.Z``.
+
+    Raises ClusterError for a version without a wrapper module, listing the supported ones: the
+    module proxy serves only some exact versions, and each needs its own committed go.sum.
+    """
+    chosen = explicit or os.environ.get(ENV_KUBEVIRT_VERSION) or DEFAULT_KUBEVIRT_VERSION
+    chosen = chosen.strip()
+    supported = supported_kubevirt_versions()
+    normalised = chosen if chosen.startswith("v") else f"v{chosen}"
+    if normalised not in supported:
+        source = "" if explicit else f" (from {ENV_KUBEVIRT_VERSION})"
+        raise ClusterError(
+            f"KubeVirt {chosen!r}{source} cannot be built here; supported versions: "
+            f"{', '.join(supported)}"
+        )
+    return normalised
+
+
+def kubevirt_cache_key(version: str) -> str:
+    """Names the cached virt-controller after the KubeVirt version and a digest of its wrapper
+    module (go.mod, go.sum, crdgen), so editing the module or the generator builds anew."""
+    module = GOMOD_DIR / kubevirt_module_name(version)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in module.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(module).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return f"kubevirt-{version}_{digest.hexdigest()[:10]}"
+
+
+def kubevirt_dirs(version: str) -> list[Path]:
+    """Where virt-controller for ``version`` is looked for, in order: a prebuilt
+    ``$HARVESTER_QUOTA_CLUSTER_BIN/kubevirt-<version>/``, then the cache."""
+    candidates = []
+    override = os.environ.get(ENV_BIN_DIR)
+    if override:
+        candidates.append(Path(override) / f"kubevirt-{version}")
+    candidates.append(cache_root() / "cluster-bin" / kubevirt_cache_key(version))
+    return candidates
+
+
+def resolve_kubevirt(version: str) -> KubeVirtBuild:
+    """The usable virt-controller and CRDs of ``version``, without building anything.
+
+    Raises ClusterError naming the missing files and how to build them.
+    """
+    for directory in kubevirt_dirs(version):
+        found = KubeVirtBuild(version, directory)
+        if not found.missing():
+            return found
+    cached = KubeVirtBuild(version, kubevirt_dirs(version)[-1])
+    raise ClusterError(
+        f"KubeVirt {version} is not built yet ({', '.join(cached.missing())} missing in "
+        f"{cached.directory}); run `harvester-quota cluster build --kubevirt-version {version}`"
+    )
+
+
+def _kubevirt_ldflags(version: str) -> str:
+    """Version stamps read by virt-controller's --version and its user agent."""
+    stamps = {"gitVersion": version, "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z"}
+    flags = ["-s", "-w"]
+    flags += [f"-X kubevirt.io/client-go/version.{key}={value}" for key, value in stamps.items()]
+    return " ".join(flags)
+
+
+def kubevirt_component(version: str) -> Component:
+    """The `go build` of virt-controller and crdgen for one KubeVirt version."""
+    return Component(
+        module_dir=kubevirt_module_name(version),
+        packages=("kubevirt.io/kubevirt/cmd/virt-controller", "./crdgen"),
+        outputs=(VIRT_CONTROLLER, "crdgen"),
+        ldflags=_kubevirt_ldflags(version),
+    )
 
 
 def missing_binaries(directory: Path) -> list[str]:
@@ -257,8 +398,12 @@ def _build_component(
         )
 
 
+def _print(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def build(
-    progress: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    progress: Callable[[str], None] = _print,
     *,
     force: bool = False,
 ) -> Path:
@@ -295,3 +440,57 @@ def build(
                 shutil.rmtree(target)
             outdir.rename(target)
     return target
+
+
+def build_kubevirt(
+    version: str,
+    progress: Callable[[str], None] = _print,
+    *,
+    force: bool = False,
+) -> KubeVirtBuild:
+    """Builds virt-controller of ``version`` and generates its CRDs into the cache unless they are
+    already there (or prebuilt, see ``kubevirt_dirs``); returns where they are.
+
+    Like ``build``: one build at a time per machine, moved into place whole when it succeeded.
+    """
+    if not force:
+        with contextlib.suppress(ClusterError):
+            return resolve_kubevirt(version)
+    target = KubeVirtBuild(version, kubevirt_dirs(version)[-1])
+    go = find_go()
+    root = cache_root()
+    with _exclusive(root / "build.lock"):
+        if not force and not target.missing():
+            return target
+        key = kubevirt_cache_key(version)
+        log_path = root / f"build-{key}.log"
+        log_path.write_text(f"building {key} with {go}\n")
+        target.directory.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="build-", dir=target.directory.parent) as tmp:
+            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
+            workdir.mkdir()
+            outdir.mkdir()
+            started = time.monotonic()
+            progress(
+                f"building KubeVirt {version} virt-controller (once per machine; log: {log_path})"
+            )
+            _build_component(go, kubevirt_component(version), workdir, outdir, log_path)
+            _generate_crds(outdir / "crdgen", outdir / KUBEVIRT_CRDS, log_path)
+            (outdir / "crdgen").unlink()
+            progress(f"  done in {time.monotonic() - started:.0f}s")
+            if target.directory.exists():
+                shutil.rmtree(target.directory)
+            outdir.rename(target.directory)
+    return target
+
+
+def _generate_crds(crdgen: Path, output: Path, log_path: Path) -> None:
+    """Runs crdgen, writing its YAML to ``output``; a failure names the log."""
+    with output.open("wb") as out, log_path.open("a") as log:
+        log.write(f"\n$ {crdgen} > {output}\n")
+        log.flush()
+        result = subprocess.run([str(crdgen)], stdout=out, stderr=log, timeout=120, check=False)
+    if result.returncode != 0 or output.stat().st_size == 0:
+        raise ClusterError(
+            f"generating KubeVirt's CRDs failed (exit {result.returncode}). Full log: {log_path}"
+        )

@@ -3,10 +3,15 @@
 `up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok as detached
 processes, waits until each is really usable (etcd /health, apiserver /readyz with the admin
 certificate, the default service account that kube-controller-manager creates, kwok's fake nodes
-Ready), writes an admin kubeconfig and records what it started in ``state.json``. It is idempotent:
-on a healthy cluster it returns at once; on a stale state directory (a killed run) it stops what is
-left and starts afresh. Any failure stops everything it started and raises one ClusterError that
-names the cause and the log file, so there is never a half-started cluster left behind.
+Ready), writes an admin kubeconfig and records what it started in ``state.json``. With
+``virt_controller=True`` it also runs KubeVirt's own virt-controller (ready once it holds its
+Lease), on KubeVirt's generated CRDs instead of our hand-written ones; that is opt-in while the
+test suite's KubeVirt simulator, which would fight it, plays virt-controller's part.
+
+`up` is idempotent: on a healthy cluster it returns at once; on a stale state directory (a killed
+run) it stops what is left and starts afresh. Any failure stops everything it started and raises
+one ClusterError that names the cause and the log file, so there is never a half-started cluster
+left behind.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 import yaml
 
 from . import process
-from .binaries import resolve_bin_dir
+from .binaries import KubeVirtBuild, build_kubevirt, kubevirt_version, resolve_bin_dir
 from .errors import ClusterError
 from .pki import (
     APISERVER_DNS_NAMES,
@@ -53,7 +58,42 @@ APISERVER_READY_TIMEOUT = 120.0
 STEP_TIMEOUT = 60.0
 
 # Stop order: the reverse of start order, so nothing loses its API server before it exits.
-START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+START_ORDER = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "virt-controller",
+)
+
+KUBEVIRT_NAMESPACE = "kubevirt"
+# virt-controller's leader election Lease: it starts its controllers only once it holds it.
+VIRT_CONTROLLER_LEASE = (
+    f"/apis/coordination.k8s.io/v1/namespaces/{KUBEVIRT_NAMESPACE}/leases/virt-controller"
+)
+# Any string: kwok runs the launcher pods, nothing pulls the image.
+LAUNCHER_IMAGE = "harvester-quota.invalid/virt-launcher:fake"
+# Device plugins virt-handler would announce on a real node; virt-controller's launcher pods
+# request kvm (and tun, vhost-net for masquerade/bridge networking), so kwok nodes offer plenty.
+KUBEVIRT_DEVICES = (
+    "devices.kubevirt.io/kvm",
+    "devices.kubevirt.io/tun",
+    "devices.kubevirt.io/vhost-net",
+)
+KUBEVIRT_DEVICE_COUNT = "1000"
+# Labels virt-handler's node labeller would set on a real node, which launcher pods select on:
+# schedulable for VMIs, the q35 machine type (a defaulted VMI's), and one CPU model both as the
+# node's host model and as a migration target for it (a host-model VMI's migration target pod
+# selects `cpu-model-migration.node.kubevirt.io/<the source node's host model>`).
+KWOK_CPU_MODEL = "Skylake-Client-IBRS"
+KUBEVIRT_NODE_LABELS = {
+    "kubevirt.io/schedulable": "true",
+    "machine-type.node.kubevirt.io/q35": "true",
+    f"host-model-cpu.node.kubevirt.io/{KWOK_CPU_MODEL}": "true",
+    f"cpu-model-migration.node.kubevirt.io/{KWOK_CPU_MODEL}": "true",
+    f"cpu-model.node.kubevirt.io/{KWOK_CPU_MODEL}": "true",
+}
 
 
 def default_state_dir(name: str = "cluster", env_var: str = ENV_STATE_DIR) -> Path:
@@ -82,9 +122,11 @@ class Ports:
     apiserver: int
     controller_manager: int
     scheduler: int
+    virt_controller: int | None = None
 
     @classmethod
     def pick(cls) -> Ports:
+        """Distinct free ports for the five components that always run."""
         chosen: set[int] = set()
         values: list[int] = []
         while len(values) < 5:
@@ -94,8 +136,17 @@ class Ports:
                 values.append(port)
         return cls(*values)
 
+    def pick_virt_controller(self) -> int:
+        """Chooses (and returns) a free port for virt-controller, distinct from the others."""
+        port = process.free_port()
+        while port in self.all():
+            port = process.free_port()
+        self.virt_controller = port
+        return port
+
     def all(self) -> list[int]:
-        return list(asdict(self).values())
+        """The ports in use by components (an unused virt-controller port is not one)."""
+        return [port for port in asdict(self).values() if port is not None]
 
 
 @dataclass
@@ -111,6 +162,8 @@ class ClusterInfo:
     ports: Ports
     nodes: list[str] = field(default_factory=list)
     processes: list[ProcessRecord] = field(default_factory=list)
+    kubevirt_version: str | None = None
+    """The version of KubeVirt's virt-controller running here; None when it does not run."""
 
     def rest(self, timeout: float = 10.0) -> RestClient:
         """A synchronous admin client for this cluster."""
@@ -139,6 +192,7 @@ class ClusterInfo:
             "ports": asdict(self.ports),
             "nodes": self.nodes,
             "processes": [asdict(record) for record in self.processes],
+            "kubevirt_version": self.kubevirt_version,
         }
 
     @classmethod
@@ -158,6 +212,7 @@ class ClusterInfo:
                 ProcessRecord(**{**record, "argv": tuple(record.get("argv", ()))})
                 for record in data["processes"]
             ],
+            kubevirt_version=data.get("kubevirt_version"),
         )
 
 
@@ -200,11 +255,32 @@ class LocalCluster:
 
     # Public operations -----------------------------------------------------------------------
 
-    def up(self, *, nodes: int = DEFAULT_NODES, node_pods: int = 110) -> ClusterInfo:
-        """Starts the cluster unless it already runs; returns once it is ready to use."""
+    def up(
+        self,
+        *,
+        nodes: int = DEFAULT_NODES,
+        node_pods: int = 110,
+        virt_controller: bool = False,
+        kubevirt: str | None = None,
+    ) -> ClusterInfo:
+        """Starts the cluster unless it already runs as asked; returns once it is ready to use.
+
+        ``virt_controller`` adds KubeVirt's virt-controller of version ``kubevirt`` (default:
+        ``binaries.kubevirt_version()``), built first if it is not in the cache: before anything is
+        stopped, so a failed build leaves a running cluster alone. A healthy cluster started with
+        another virt-controller choice is stopped and started afresh.
+        """
+        if kubevirt is not None and not virt_controller:
+            raise ValueError(f"a KubeVirt version ({kubevirt}) is only used with virt_controller")
+        wanted = kubevirt_version(kubevirt) if virt_controller else None
+        kubevirt_build = build_kubevirt(wanted) if wanted else None
         with self._locked():
             existing = self._read_state()
-            if existing is not None and self._healthy(existing):
+            if (
+                existing is not None
+                and existing.kubevirt_version == wanted
+                and self._healthy(existing)
+            ):
                 return existing
             if existing is not None:
                 self._stop_processes(existing.processes)
@@ -213,7 +289,9 @@ class LocalCluster:
             self._write_pki()
             for attempt in range(1, START_ATTEMPTS + 1):
                 try:
-                    info = self._start(bin_dir, nodes=nodes, node_pods=node_pods)
+                    info = self._start(
+                        bin_dir, nodes=nodes, node_pods=node_pods, kubevirt=kubevirt_build
+                    )
                 except _PortConflict:
                     if attempt == START_ATTEMPTS:
                         raise ClusterError(
@@ -296,7 +374,9 @@ class LocalCluster:
 
     # Starting ----------------------------------------------------------------------------------
 
-    def _start(self, bin_dir: Path, *, nodes: int, node_pods: int) -> ClusterInfo:
+    def _start(
+        self, bin_dir: Path, *, nodes: int, node_pods: int, kubevirt: KubeVirtBuild | None
+    ) -> ClusterInfo:
         ports = Ports.pick()
         info = ClusterInfo(
             state_dir=self.state_dir,
@@ -306,6 +386,7 @@ class LocalCluster:
             client_cert=self.pki_dir / "admin.crt",
             client_key=self.pki_dir / "admin.key",
             ports=ports,
+            kubevirt_version=kubevirt.version if kubevirt else None,
         )
         try:
             self._launch(info, bin_dir, "etcd", self._etcd_args(ports))
@@ -314,7 +395,7 @@ class LocalCluster:
             rest = info.rest(timeout=5.0)
             self._await(info, "kube-apiserver", rest.healthy, APISERVER_READY_TIMEOUT)
             self._write_kubeconfig(info)
-            crds = _install_crds(rest)
+            crds = _install_crds(rest, kubevirt.crds if kubevirt else None)
             self._launch(info, bin_dir, "kube-controller-manager", self._kcm_args(ports))
             self._launch(info, bin_dir, "kube-scheduler", self._scheduler_args(ports))
             self._launch(info, bin_dir, "kwok", self._kwok_args())
@@ -324,16 +405,31 @@ class LocalCluster:
                 lambda: rest.exists("/api/v1/namespaces/default/serviceaccounts/default"),
                 STEP_TIMEOUT,
             )
-            info.nodes = self._create_nodes(rest, nodes, node_pods)
+            info.nodes = self._create_nodes(rest, nodes, node_pods, kubevirt=kubevirt is not None)
             self._await(info, "kwok", lambda: _nodes_ready(rest, info.nodes), STEP_TIMEOUT)
             self._await(
                 info, "kube-scheduler", lambda: _https_ok(ports.scheduler, "/healthz"), STEP_TIMEOUT
             )
             self._await(info, "kube-apiserver", lambda: _crds_established(rest, crds), STEP_TIMEOUT)
+            if kubevirt is not None:
+                self._start_virt_controller(info, kubevirt, rest)
         except BaseException:
             self._stop_processes(info.processes)
             raise
         return info
+
+    def _start_virt_controller(
+        self, info: ClusterInfo, kubevirt: KubeVirtBuild, rest: RestClient
+    ) -> None:
+        """What virt-operator would have done, then virt-controller itself, ready once it leads.
+
+        virt-controller reads its configuration from the KubeVirt CR in its namespace and ignores
+        a CR without a status phase, so the CR is created as virt-operator leaves it: Deployed.
+        """
+        _create_kubevirt_cr(rest, kubevirt.version)
+        port = info.ports.pick_virt_controller()
+        self._launch(info, kubevirt.directory, "virt-controller", self._virt_controller_args(port))
+        self._await(info, "virt-controller", lambda: _lease_held(rest), STEP_TIMEOUT)
 
     def _launch(self, info: ClusterInfo, bin_dir: Path, name: str, args: list[str]) -> None:
         binary = str(bin_dir / name)
@@ -442,6 +538,14 @@ class LocalCluster:
     def _scheduler_args(self, ports: Ports) -> list[str]:
         return self._client_component_args(ports.scheduler)
 
+    def _virt_controller_args(self, port: int) -> list[str]:
+        return [
+            f"--kubeconfig={self.kubeconfig_path}",
+            f"--launcher-image={LAUNCHER_IMAGE}",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+        ]
+
     def _kwok_args(self) -> list[str]:
         return [
             f"--kubeconfig={self.kubeconfig_path}",
@@ -502,11 +606,16 @@ class LocalCluster:
         self.kubeconfig_path.touch(mode=0o600)
         self.kubeconfig_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
-    def _create_nodes(self, rest: RestClient, count: int, pods: int) -> list[str]:
+    def _create_nodes(
+        self, rest: RestClient, count: int, pods: int, *, kubevirt: bool = False
+    ) -> list[str]:
         names = [f"kwok-node-{index}" for index in range(count)]
         for name in names:
+            node = _fake_node(name, pods)
+            if kubevirt:
+                node = _kubevirt_node(node)
             try:
-                rest.post("/api/v1/nodes", _fake_node(name, pods))
+                rest.post("/api/v1/nodes", node)
             except ApiError as error:
                 if error.status != 409:
                     raise ClusterError(f"creating fake node {name} failed: {error}") from error
@@ -606,10 +715,40 @@ def _fake_node(name: str, pods: int) -> dict[str, Any]:
     }
 
 
-def _install_crds(rest: RestClient) -> list[str]:
-    """Creates the KubeVirt and Harvester CRDs the product reads; returns their names."""
+def _kubevirt_node(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` as virt-handler's node labeller and device plugins would leave it: schedulable for
+    VMIs, with the devices a launcher pod requests."""
+    node["metadata"]["labels"].update(KUBEVIRT_NODE_LABELS)
+    for key in ("capacity", "allocatable"):
+        node["status"][key] = {
+            **node["status"][key],
+            **dict.fromkeys(KUBEVIRT_DEVICES, KUBEVIRT_DEVICE_COUNT),
+        }
+    return node
+
+
+def crd_documents(generated: Path | None) -> list[dict[str, Any]]:
+    """The CRDs `up` installs: our hand-written ones, or with ``generated`` (KubeVirt's own, as
+    printed by crdgen) those for every kubevirt.io group and our hand-written ones for the rest
+    (Harvester's Setting)."""
+    ours = [doc for doc in yaml.safe_load_all(CRDS_FILE.read_text()) if doc]
+    if generated is None:
+        return ours
+    kubevirts = [doc for doc in yaml.safe_load_all(generated.read_text()) if doc]
+    if not kubevirts:
+        raise ClusterError(f"{generated} holds no CRD")
+    others = [doc for doc in ours if not _is_kubevirt_group(doc["spec"]["group"])]
+    return kubevirts + others
+
+
+def _is_kubevirt_group(group: str) -> bool:
+    return group == "kubevirt.io" or group.endswith(".kubevirt.io")
+
+
+def _install_crds(rest: RestClient, generated: Path | None = None) -> list[str]:
+    """Creates the KubeVirt and Harvester CRDs (see ``crd_documents``); returns their names."""
     names = []
-    for document in yaml.safe_load_all(CRDS_FILE.read_text()):
+    for document in crd_documents(generated):
         names.append(document["metadata"]["name"])
         try:
             rest.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", document)
@@ -617,6 +756,55 @@ def _install_crds(rest: RestClient) -> list[str]:
             if error.status != 409:
                 raise ClusterError(f"installing CRD {names[-1]} failed: {error}") from error
     return names
+
+
+def _create_kubevirt_cr(rest: RestClient, version: str) -> None:
+    """The namespace ``kubevirt`` and its KubeVirt CR ``kubevirt``, status as virt-operator
+    leaves a finished install (the CRD has a status subresource: the status is a second write)."""
+    _create(rest, "/api/v1/namespaces", {"metadata": {"name": KUBEVIRT_NAMESPACE}})
+    path = f"/apis/kubevirt.io/v1/namespaces/{KUBEVIRT_NAMESPACE}/kubevirts"
+    cr = _create(
+        rest,
+        path,
+        {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "KubeVirt",
+            "metadata": {"name": "kubevirt", "namespace": KUBEVIRT_NAMESPACE},
+            "spec": {"configuration": {"developerConfiguration": {}}},
+        },
+    )
+    cr["status"] = {
+        "phase": "Deployed",
+        "observedKubeVirtVersion": version,
+        "targetKubeVirtVersion": version,
+        "operatorVersion": version,
+    }
+    try:
+        rest.put(f"{path}/kubevirt/status", cr)
+    except ApiError as error:
+        raise ClusterError(f"setting the KubeVirt CR's status failed: {error}") from error
+
+
+def _create(rest: RestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POSTs ``body``; if it already exists, returns the stored object instead."""
+    name = body["metadata"]["name"]
+    try:
+        return rest.post(path, body)
+    except ApiError as error:
+        if error.status != 409:
+            raise ClusterError(f"creating {path}/{name} failed: {error}") from error
+    return rest.get(f"{path}/{name}")
+
+
+def _lease_held(rest: RestClient) -> bool:
+    """virt-controller leads: its Lease exists and names a holder."""
+    try:
+        lease = rest.get(VIRT_CONTROLLER_LEASE)
+    except ApiError as error:
+        if error.status == 404:
+            return False
+        raise
+    return bool(lease.get("spec", {}).get("holderIdentity"))
 
 
 def _crds_established(rest: RestClient, names: list[str]) -> bool:

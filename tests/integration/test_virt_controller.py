@@ -1,0 +1,248 @@
+"""KubeVirt's own virt-controller on the local cluster (`up(virt_controller=True)`).
+
+One extra cluster per KubeVirt version, in a state directory beside the session's, started for
+this module only and stopped at its end; it never runs the KubeVirt simulator, which would fight
+the real controller. Every version with a wrapper module is tested; one that is not built yet is
+skipped with the command that builds it (the default version is built on demand, as `up` does).
+
+virt-api does not run here, so VMIs are created the way virt-api's defaulting would leave them:
+CPU topology and model, machine type, guest memory, requests and limits all set.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harvester_quota.localcluster import ClusterError, ClusterInfo, LocalCluster, binaries
+from harvester_quota.localcluster.cluster import (
+    KUBEVIRT_DEVICES,
+    KUBEVIRT_NAMESPACE,
+    VIRT_CONTROLLER_LEASE,
+)
+from harvester_quota.localcluster.rest import ApiError, RestClient
+from harvester_quota.util.quantity import Quantity
+
+from tests.helpers import eventually
+from tests.integration.conftest import session_state_dir
+
+pytestmark = pytest.mark.integration
+
+VMIS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances"
+VMS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# A launcher pod starts in seconds; the budget covers a loaded 2-core machine.
+START_TIMEOUT = 60.0
+
+
+def _state_dir(version: str) -> Path:
+    session = session_state_dir()
+    return session.with_name(f"{session.name}-virt-controller-{version}")
+
+
+def _require_built(version: str) -> None:
+    """The default version is built on demand by `up`; others only if someone built them."""
+    if version == binaries.DEFAULT_KUBEVIRT_VERSION:
+        return
+    try:
+        binaries.resolve_kubevirt(version)
+    except ClusterError:
+        pytest.skip(
+            f"KubeVirt {version} is not built: "
+            f"`harvester-quota cluster build --kubevirt-version {version}`"
+        )
+
+
+@pytest.fixture(scope="module", params=binaries.supported_kubevirt_versions())
+def kubevirt_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+    """A cluster running virt-controller of one KubeVirt version; stopped, and checked to leave
+    no virt-controller behind, when the module's tests for that version are done."""
+    version: str = request.param
+    _require_built(version)
+    local = LocalCluster(_state_dir(version))
+    info = local.up(nodes=2, virt_controller=True, kubevirt=version)
+    try:
+        yield info
+    finally:
+        local.down()
+    assert not _virt_controller(info).running()
+
+
+@pytest.fixture
+def kv_rest(kubevirt_cluster: ClusterInfo) -> RestClient:
+    return kubevirt_cluster.rest()
+
+
+@pytest.fixture
+def kv_namespace(kv_rest: RestClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace whose default service account exists (launcher pods use it)."""
+    name = f"vc-{uuid.uuid4().hex[:8]}"
+    kv_rest.post("/api/v1/namespaces", {"metadata": {"name": name}})
+    eventually(
+        lambda: kv_rest.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        what=f"service account default in {name}",
+    )
+    yield name
+    try:
+        kv_rest.delete(f"/api/v1/namespaces/{name}")
+    except ApiError as error:
+        if error.status != 404:
+            raise
+
+
+def _virt_controller(info: ClusterInfo) -> Any:
+    return next(record for record in info.processes if record.name == "virt-controller")
+
+
+def _defaulted_vmi_spec(cores: int = 1, memory: str = "1Gi") -> dict[str, Any]:
+    """A VMI spec as virt-api's defaulting leaves it: virt-controller renders the launcher pod's
+    resources and node selectors from these fields."""
+    return {
+        "domain": {
+            "cpu": {"cores": cores, "sockets": 1, "threads": 1, "model": "host-model"},
+            "memory": {"guest": memory},
+            "machine": {"type": "q35"},
+            "resources": {
+                "requests": {"cpu": "100m", "memory": memory},
+                "limits": {"cpu": str(cores), "memory": memory},
+            },
+            "devices": {},
+        },
+        "terminationGracePeriodSeconds": 0,
+    }
+
+
+def _launcher_pods(rest: RestClient, namespace: str, vmi_uid: str) -> list[dict[str, Any]]:
+    selector = f"kubevirt.io/created-by={vmi_uid}"
+    listed = rest.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)
+    pods: list[dict[str, Any]] = listed.get("items", [])
+    return pods
+
+
+def _scheduled_vmi(rest: RestClient, namespace: str, name: str) -> dict[str, Any] | None:
+    vmi = rest.get(f"{VMIS.format(ns=namespace)}/{name}")
+    status = vmi.get("status", {})
+    return vmi if status.get("phase") == "Scheduled" and status.get("nodeName") else None
+
+
+def test_virt_controller_holds_its_lease(
+    kubevirt_cluster: ClusterInfo, kv_rest: RestClient
+) -> None:
+    lease = kv_rest.get(VIRT_CONTROLLER_LEASE)
+    assert lease["spec"]["holderIdentity"]
+    assert _virt_controller(kubevirt_cluster).running()
+    kubevirt = kv_rest.get(
+        f"/apis/kubevirt.io/v1/namespaces/{KUBEVIRT_NAMESPACE}/kubevirts/kubevirt"
+    )
+    assert kubevirt["status"]["phase"] == "Deployed"
+    assert kubevirt["status"]["observedKubeVirtVersion"] == kubevirt_cluster.kubevirt_version
+
+
+def test_up_again_keeps_the_running_virt_controller(kubevirt_cluster: ClusterInfo) -> None:
+    again = LocalCluster(kubevirt_cluster.state_dir).up(
+        nodes=2, virt_controller=True, kubevirt=kubevirt_cluster.kubevirt_version
+    )
+    assert _virt_controller(again).pid == _virt_controller(kubevirt_cluster).pid
+
+
+def test_kubevirts_generated_crds_are_installed(kv_rest: RestClient) -> None:
+    vmi_crd = kv_rest.get(f"{CRDS}/virtualmachineinstances.kubevirt.io")
+    assert vmi_crd["spec"]["versions"], "the VMI CRD serves no version"
+    for version in vmi_crd["spec"]["versions"]:
+        assert "status" not in (version.get("subresources") or {}), version["name"]
+        assert "spec" in version["schema"]["openAPIV3Schema"]["properties"]
+    vm_crd = kv_rest.get(f"{CRDS}/virtualmachines.kubevirt.io")
+    assert all("status" in v.get("subresources", {}) for v in vm_crd["spec"]["versions"])
+    assert kv_rest.exists(f"{CRDS}/migrationpolicies.migrations.kubevirt.io")
+    assert kv_rest.exists(f"{CRDS}/settings.harvesterhci.io")
+
+
+def test_nodes_offer_what_launcher_pods_need(
+    kubevirt_cluster: ClusterInfo, kv_rest: RestClient
+) -> None:
+    for name in kubevirt_cluster.nodes:
+        node = kv_rest.get(f"/api/v1/nodes/{name}")
+        assert node["metadata"]["labels"]["kubevirt.io/schedulable"] == "true"
+        for device in KUBEVIRT_DEVICES:
+            assert Quantity.parse(node["status"]["allocatable"][device]).value() >= 100, device
+
+
+def test_vmi_gets_a_launcher_pod_from_the_real_virt_controller(
+    kv_rest: RestClient, kv_namespace: str
+) -> None:
+    created = kv_rest.post(
+        VMIS.format(ns=kv_namespace),
+        {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vmi-a"},
+            "spec": _defaulted_vmi_spec(cores=2, memory="2Gi"),
+        },
+    )
+    uid = created["metadata"]["uid"]
+    pods = eventually(
+        lambda: _launcher_pods(kv_rest, kv_namespace, uid),
+        timeout=START_TIMEOUT,
+        what="the launcher pod of vmi-a",
+    )
+    assert len(pods) == 1
+    pod = pods[0]
+    assert pod["metadata"]["name"].startswith("virt-launcher-vmi-a-")
+    assert pod["metadata"]["labels"]["kubevirt.io"] == "virt-launcher"
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "VirtualMachineInstance",
+        uid,
+        True,
+    )
+    compute = next(c for c in pod["spec"]["containers"] if c["name"] == "compute")
+    assert compute["resources"]["limits"]["devices.kubevirt.io/kvm"] == "1"
+    assert compute["resources"]["limits"]["cpu"] == "2"
+
+    vmi = eventually(
+        lambda: _scheduled_vmi(kv_rest, kv_namespace, "vmi-a"),
+        timeout=START_TIMEOUT,
+        what="vmi-a Scheduled",
+    )
+    bound = kv_rest.get(f"/api/v1/namespaces/{kv_namespace}/pods/{pod['metadata']['name']}")
+    assert vmi["status"]["nodeName"] == bound["spec"]["nodeName"]
+    assert pod["metadata"]["uid"] in vmi["status"]["activePods"]
+
+
+def test_vm_with_run_strategy_always_gets_a_vmi_from_the_real_vm_controller(
+    kv_rest: RestClient, kv_namespace: str
+) -> None:
+    vm = kv_rest.post(
+        VMS.format(ns=kv_namespace),
+        {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachine",
+            "metadata": {"name": "vm-b"},
+            "spec": {
+                "runStrategy": "Always",
+                "template": {"metadata": {"labels": {"app": "b"}}, "spec": _defaulted_vmi_spec()},
+            },
+        },
+    )
+
+    def vmi_of_vm() -> dict[str, Any] | None:
+        try:
+            return kv_rest.get(f"{VMIS.format(ns=kv_namespace)}/vm-b")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    vmi = eventually(vmi_of_vm, timeout=START_TIMEOUT, what="the VMI of vm-b")
+    owner = vmi["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("VirtualMachine", vm["metadata"]["uid"])
+    assert vmi["metadata"]["labels"]["app"] == "b"
+    eventually(
+        lambda: _scheduled_vmi(kv_rest, kv_namespace, "vm-b"),
+        timeout=START_TIMEOUT,
+        what="vm-b's VMI Scheduled",
+    )
+    assert _launcher_pods(kv_rest, kv_namespace, vmi["metadata"]["uid"])

@@ -1,0 +1,255 @@
+"""KubeVirt's virt-controller in the local cluster: version choice, cache key, prebuilt binaries,
+the CRDs installed, the nodes, the recorded state; and the committed wrapper modules themselves."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from harvester_quota.localcluster import ClusterError, LocalCluster, binaries
+from harvester_quota.localcluster.cluster import (
+    CRDS_FILE,
+    KUBEVIRT_DEVICES,
+    ClusterInfo,
+    Ports,
+    _fake_node,
+    _kubevirt_node,
+    crd_documents,
+)
+from harvester_quota.main import main
+
+
+@pytest.fixture(autouse=True)
+def _no_version_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(binaries.ENV_KUBEVIRT_VERSION, raising=False)
+    monkeypatch.delenv(binaries.ENV_BIN_DIR, raising=False)
+
+
+def test_supported_versions_are_the_wrapper_modules_newest_first() -> None:
+    versions = binaries.supported_kubevirt_versions()
+    assert versions[0] == binaries.DEFAULT_KUBEVIRT_VERSION == "v1.8.4"
+    assert "v1.6.0" in versions
+
+
+def test_version_defaults_then_environment_then_explicit(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert binaries.kubevirt_version() == "v1.8.4"
+    monkeypatch.setenv(binaries.ENV_KUBEVIRT_VERSION, "1.6.0")
+    assert binaries.kubevirt_version() == "v1.6.0"
+    assert binaries.kubevirt_version("v1.8.4") == "v1.8.4"
+
+
+@pytest.mark.parametrize("asked", ["v1.9.0", "1.7.1", "latest", "v1.8"])
+def test_unsupported_version_lists_the_supported_ones(asked: str) -> None:
+    with pytest.raises(ClusterError) as error:
+        binaries.kubevirt_version(asked)
+    assert repr(asked) in str(error.value)
+    assert "v1.8.4, v1.6.0" in str(error.value)
+
+
+def test_unsupported_version_from_the_environment_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(binaries.ENV_KUBEVIRT_VERSION, "v1.5.0")
+    with pytest.raises(ClusterError, match=binaries.ENV_KUBEVIRT_VERSION):
+        binaries.kubevirt_version()
+
+
+def test_cache_key_names_the_version_and_follows_the_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert binaries.kubevirt_cache_key("v1.8.4").startswith("kubevirt-v1.8.4_")
+    assert binaries.kubevirt_cache_key("v1.8.4") != binaries.kubevirt_cache_key("v1.6.0")
+    assert binaries.kubevirt_cache_key("v1.8.4") == binaries.kubevirt_cache_key("v1.8.4")
+    copy = tmp_path / "gomod"
+    shutil.copytree(binaries.GOMOD_DIR, copy)
+    monkeypatch.setattr(binaries, "GOMOD_DIR", copy)
+    before = binaries.kubevirt_cache_key("v1.8.4")
+    generators = copy / binaries.kubevirt_module_name("v1.8.4") / "crdgen" / "generators.go"
+    generators.write_text(generators.read_text() + "\n// edited\n")
+    assert binaries.kubevirt_cache_key("v1.8.4") != before
+
+
+def _fake_build(directory: Path) -> None:
+    directory.mkdir(parents=True)
+    (directory / binaries.VIRT_CONTROLLER).write_text("#!/bin/sh\n")
+    (directory / binaries.VIRT_CONTROLLER).chmod(0o755)
+    (directory / binaries.KUBEVIRT_CRDS).write_text("kind: CustomResourceDefinition\n")
+
+
+def test_prebuilt_virt_controller_is_used_without_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_build(tmp_path / "bin" / "kubevirt-v1.6.0")
+    monkeypatch.setenv(binaries.ENV_BIN_DIR, str(tmp_path / "bin"))
+    monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    found = binaries.build_kubevirt("v1.6.0", progress=lambda _: None)
+    assert found.directory == tmp_path / "bin" / "kubevirt-v1.6.0"
+    assert found.virt_controller.name == "virt-controller"
+
+
+def test_cached_virt_controller_is_found_by_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path))
+    _fake_build(tmp_path / "cluster-bin" / binaries.kubevirt_cache_key("v1.8.4"))
+    assert binaries.resolve_kubevirt("v1.8.4").crds.is_file()
+
+
+def test_unbuilt_virt_controller_says_how_to_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path))
+    directory = tmp_path / "cluster-bin" / binaries.kubevirt_cache_key("v1.6.0")
+    directory.mkdir(parents=True)
+    (directory / binaries.VIRT_CONTROLLER).write_text("not executable")
+    with pytest.raises(ClusterError) as error:
+        binaries.resolve_kubevirt("v1.6.0")
+    message = str(error.value)
+    assert "virt-controller, kubevirt-crds.yaml missing" in message
+    assert "cluster build --kubevirt-version v1.6.0" in message
+
+
+def test_kubevirt_component_builds_virt_controller_and_crdgen_stamped() -> None:
+    component = binaries.kubevirt_component("v1.6.0")
+    assert component.module_dir == "kubevirt-v1-6-0"
+    assert "kubevirt.io/kubevirt/cmd/virt-controller" in component.packages
+    assert "-X kubevirt.io/client-go/version.gitVersion=v1.6.0" in component.ldflags
+
+
+@pytest.mark.parametrize("version", binaries.supported_kubevirt_versions())
+def test_wrapper_module_replaces_staging_with_the_published_modules(version: str) -> None:
+    module = binaries.GOMOD_DIR / binaries.kubevirt_module_name(version)
+    go_mod = (module / "go.mod").read_text()
+    assert re.search(rf"^\s*kubevirt\.io/kubevirt {re.escape(version)}\b", go_mod, re.M)
+    for published in ("kubevirt.io/api", "kubevirt.io/client-go"):
+        assert f"{published} => {published} {version}\n" in go_mod
+    assert "=> ./" not in go_mod, "a replace into a local folder cannot build from the proxy"
+    assert "tool kubevirt.io/kubevirt/cmd/virt-controller" in go_mod
+    assert (module / "go.sum").stat().st_size > 0
+
+
+def test_crdgen_differs_between_versions_only_in_its_generator_list() -> None:
+    mains = {
+        (binaries.GOMOD_DIR / binaries.kubevirt_module_name(v) / "crdgen" / "main.go").read_text()
+        for v in binaries.supported_kubevirt_versions()
+    }
+    assert len(mains) == 1
+
+
+def _crd(name: str, group: str) -> dict[str, object]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {"group": group},
+    }
+
+
+def test_generated_crds_replace_every_hand_written_kubevirt_one(tmp_path: Path) -> None:
+    generated = tmp_path / "kubevirt-crds.yaml"
+    generated.write_text(
+        yaml.safe_dump_all(
+            [
+                _crd("virtualmachineinstances.kubevirt.io", "kubevirt.io"),
+                _crd("migrationpolicies.migrations.kubevirt.io", "migrations.kubevirt.io"),
+            ]
+        )
+    )
+    names = [doc["metadata"]["name"] for doc in crd_documents(generated)]
+    assert names == [
+        "virtualmachineinstances.kubevirt.io",
+        "migrationpolicies.migrations.kubevirt.io",
+        "settings.harvesterhci.io",
+    ]
+    hand_written = [doc["metadata"]["name"] for doc in yaml.safe_load_all(CRDS_FILE.read_text())]
+    assert [doc["metadata"]["name"] for doc in crd_documents(None)] == hand_written
+
+
+def test_empty_generated_crds_are_refused(tmp_path: Path) -> None:
+    generated = tmp_path / "kubevirt-crds.yaml"
+    generated.write_text("---\n")
+    with pytest.raises(ClusterError, match="holds no CRD"):
+        crd_documents(generated)
+
+
+def test_kubevirt_node_is_schedulable_with_devices_and_keeps_its_capacity() -> None:
+    node = _kubevirt_node(_fake_node("kwok-node-0", 110))
+    labels = node["metadata"]["labels"]
+    assert labels["kubevirt.io/schedulable"] == "true"
+    assert labels["machine-type.node.kubevirt.io/q35"] == "true"
+    assert labels["kubernetes.io/hostname"] == "kwok-node-0"
+    for key in ("capacity", "allocatable"):
+        assert node["status"][key]["pods"] == "110"
+        for device in KUBEVIRT_DEVICES:
+            assert node["status"][key][device] == "1000"
+    plain = _fake_node("kwok-node-0", 110)
+    assert "kubevirt.io/schedulable" not in plain["metadata"]["labels"]
+    assert not set(KUBEVIRT_DEVICES) & set(plain["status"]["capacity"])
+
+
+def test_ports_for_virt_controller_only_when_it_runs() -> None:
+    plain = Ports.pick()
+    assert plain.virt_controller is None
+    assert len(plain.all()) == 5
+    with_vc = Ports.pick()
+    with_vc.pick_virt_controller()
+    assert with_vc.virt_controller is not None
+    assert len(set(with_vc.all())) == 6
+
+
+def test_state_of_an_older_run_reads_as_without_virt_controller(tmp_path: Path) -> None:
+    info = ClusterInfo(
+        state_dir=tmp_path,
+        kubeconfig=tmp_path / "kubeconfig",
+        server="https://127.0.0.1:1",
+        ca_file=tmp_path / "ca.crt",
+        client_cert=tmp_path / "admin.crt",
+        client_key=tmp_path / "admin.key",
+        ports=Ports(1, 2, 3, 4, 5),
+    )
+    older = info.to_json()
+    del older["kubevirt_version"]
+    del older["ports"]["virt_controller"]
+    restored = ClusterInfo.from_json(older)
+    assert restored.kubevirt_version is None
+    assert restored.ports.all() == [1, 2, 3, 4, 5]
+    info.kubevirt_version = "v1.6.0"
+    assert ClusterInfo.from_json(info.to_json()).kubevirt_version == "v1.6.0"
+
+
+def test_a_kubevirt_version_without_virt_controller_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValueError, match="only used with virt_controller"):
+        LocalCluster(tmp_path / "state").up(kubevirt="v1.6.0")
+    assert not (tmp_path / "state").exists()
+    assert main(["cluster", "--state-dir", str(tmp_path), "up", "--kubevirt-version", "1.6.0"]) == 2
+    assert "add --virt-controller" in capsys.readouterr().err
+
+
+def test_an_unsupported_version_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match="supported versions"):
+        LocalCluster(tmp_path / "state").up(virt_controller=True, kubevirt="v1.9.0")
+    assert not (tmp_path / "state").exists()
+
+
+def test_cluster_build_builds_virt_controller_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    built: list[str] = []
+    monkeypatch.setattr(binaries, "build", lambda force=False: tmp_path)
+
+    def build_kubevirt(version: str, force: bool = False) -> binaries.KubeVirtBuild:
+        built.append(version)
+        return binaries.KubeVirtBuild(version, tmp_path / version)
+
+    monkeypatch.setattr(binaries, "build_kubevirt", build_kubevirt)
+    assert main(["cluster", "build"]) == 0
+    assert main(["cluster", "build", "--kubevirt-version", "1.6.0"]) == 0
+    assert main(["cluster", "build", "--no-virt-controller"]) == 0
+    assert built == ["v1.8.4", "v1.6.0"]
+    assert "KubeVirt v1.6.0 virt-controller and CRDs" in capsys.readouterr().out
