@@ -11,7 +11,7 @@ HQ     := $(BIN)/harvester-quota
 PYTEST_ARGS ?=
 
 .PHONY: all demo test lint typecheck unit integration test-scenarios bench cluster-bin \
-        cluster-up cluster-down venv clean
+        cluster-up cluster-down venv clean manifest
 
 all: test
 
@@ -56,6 +56,10 @@ cluster-up: $(STAMP) cluster-bin
 
 cluster-down: $(STAMP)
 	$(HQ) cluster down
+
+# deploy/harvester-quota.yaml is the Helm chart rendered with its defaults; a test keeps them equal.
+manifest: $(STAMP) cluster-bin
+	$(BIN)/python -m harvester_quota.localcluster.chart > deploy/harvester-quota.yaml
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -43,6 +43,7 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
         version = binaries.kubevirt_version(args.kubevirt_version)
         kubevirt = binaries.build_kubevirt(version, force=args.force)
         print(f"KubeVirt {version} virt-controller and CRDs: {kubevirt.directory}")
+    print(f"helm: {binaries.build_helm(force=args.force)}")
     return 0
 
 

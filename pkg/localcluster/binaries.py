@@ -484,6 +484,56 @@ def build_kubevirt(
     return target
 
 
+HELM_VERSION = "v3.19.0"
+HELM = "helm"
+
+
+def helm_cache_key() -> str:
+    """Names the cached helm after its version and a digest of its wrapper module."""
+    module = GOMOD_DIR / "helm"
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        digest.update((module / name).read_bytes())
+    return f"helm-{HELM_VERSION}_{digest.hexdigest()[:10]}"
+
+
+def helm_path() -> Path:
+    """Where helm is: a prebuilt ``$HARVESTER_QUOTA_CLUSTER_BIN/helm``, else the cache."""
+    override = os.environ.get(ENV_BIN_DIR)
+    if override and (Path(override) / HELM).exists():
+        return Path(override) / HELM
+    return cache_root() / "cluster-bin" / helm_cache_key() / HELM
+
+
+def build_helm(progress: Callable[[str], None] = _print, *, force: bool = False) -> Path:
+    """Builds helm (which renders deploy/chart; tests and `make manifest` use it) into the cache
+    unless it is there; returns its path. One build at a time per machine, moved in whole."""
+    target = helm_path()
+    if target.exists() and not force:
+        return target
+    go = find_go()
+    root = cache_root()
+    with _exclusive(root / "build.lock"):
+        if target.exists() and not force:
+            return target
+        log_path = root / f"build-{helm_cache_key()}.log"
+        log_path.write_text(f"building {helm_cache_key()} with {go}\n")
+        target.parent.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent.parent) as tmp:
+            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
+            workdir.mkdir()
+            outdir.mkdir()
+            started = time.monotonic()
+            progress(f"building helm {HELM_VERSION} (once per machine; log: {log_path})")
+            component = Component("helm", ("helm.sh/helm/v3/cmd/helm",), (HELM,), "-s -w")
+            _build_component(go, component, workdir, outdir, log_path)
+            progress(f"  done in {time.monotonic() - started:.0f}s")
+            if target.parent.exists():
+                shutil.rmtree(target.parent)
+            outdir.rename(target.parent)
+    return target
+
+
 def _generate_crds(crdgen: Path, output: Path, log_path: Path) -> None:
     """Runs crdgen, writing its YAML to ``output``; a failure names the log."""
     with output.open("wb") as out, log_path.open("a") as log:

@@ -1,0 +1,63 @@
+"""The Helm chart: lint, no drift from the manifest, and a server-side dry run with values."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.localcluster.chart import CHART, MANIFEST, helm, manifest_text, render
+
+from tests.integration import deployment
+
+pytestmark = pytest.mark.integration
+
+CUSTOM = {
+    "image": {"repository": "registry.example.com/harvester-quota", "tag": "9.9.9"},
+    "controller": {"replicas": 3, "mode": "standalone", "kubevirtVersion": "1.8"},
+    "webhook": {"replicas": 1, "failurePolicy": {"pods": "Fail"}, "timeoutSeconds": 3},
+    "kubevirt": {"namespace": "kubevirt"},
+    "certificates": {"certManager": {"enabled": True}},
+    "priorityClassName": "",
+}
+
+
+def test_the_chart_lints_clean() -> None:
+    assert "0 chart(s) failed" in helm("lint", str(CHART), "--kube-version", "1.36.5")
+
+
+def test_the_manifest_is_the_chart_rendered_with_its_defaults() -> None:
+    assert MANIFEST.read_text() == manifest_text(), "run `make manifest` after editing the chart"
+
+
+async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: ApiClient) -> None:
+    documents = [d for d in yaml.safe_load_all(render(CUSTOM)) if d]
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in documents}
+    controller = by_kind[("Deployment", "harvester-quota")]
+    assert controller["spec"]["replicas"] == 3
+    container = controller["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.example.com/harvester-quota:9.9.9"
+    assert (
+        "--mode=standalone" in container["args"] and "--kubevirt-version=1.8" in container["args"]
+    )
+    assert "priorityClassName" not in controller["spec"]["template"]["spec"]
+    webhook_args = by_kind[("Deployment", "harvester-quota-webhook")]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert "--target-creator=system:serviceaccount:kubevirt:kubevirt-controller" in webhook_args
+    configuration = by_kind[("ValidatingWebhookConfiguration", "harvester-quota")]
+    assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        "harvester-system/harvester-quota-webhook"
+    )
+    hooks = {w["name"]: w for w in configuration["webhooks"]}
+    assert hooks["pods.harvester-quota.io"]["failurePolicy"] == "Fail"
+    assert all("caBundle" not in w["clientConfig"] for w in hooks.values())
+    assert ("Certificate", "harvester-quota-webhook") in by_kind
+    await deployment.ensure_namespace(api)
+    checked = 0
+    for document in documents:
+        if document["apiVersion"].startswith("cert-manager.io/"):
+            continue  # cert-manager's CRDs are not on the test cluster
+        answer = await deployment.apply(api, document, dry_run=True)
+        assert answer["metadata"]["name"] == document["metadata"]["name"]
+        checked += 1
+    assert checked == 12
