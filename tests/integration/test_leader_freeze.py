@@ -54,6 +54,10 @@ async def test_a_frozen_api_server_never_yields_two_acting_leaders(
         frozen = False
         stopped_first = float((await next_line(first, "STOPPED-LEADING"))[2])
         started_second = float((await next_line(second, "LEADING"))[2])
+        print(
+            f"first stopped acting {stopped_first - started_first:.1f}s after it began; "
+            f"second began {started_second - stopped_first:.1f}s after that"
+        )
         assert started_first < stopped_first < started_second, (
             f"first acted {started_first:.3f}-{stopped_first:.3f}, second from {started_second:.3f}"
         )
