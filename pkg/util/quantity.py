@@ -22,7 +22,6 @@ from typing import Final, final
 
 __all__ = [
     "MAX_INTEGER_DIGITS",
-    "MAX_SIGNIFICANT_DIGITS",
     "Format",
     "Quantity",
 ]
@@ -43,6 +42,7 @@ _MILLI_PER_NANO: Final = 10**6
 # Go caps BinarySI input at the largest int64 (there is no cap for the decimal formats).
 _MAX_INT64: Final = (1 << 63) - 1
 _MAX_BINARY_NANOS: Final = _MAX_INT64 * _NANO
+_INT64_DIGITS: Final = len(str(_MAX_INT64))
 
 # Go keeps decimal exponents in an int32 and silently wraps larger ones ("1e4294967296" == 1).
 _MIN_INT32: Final = -(1 << 31)
@@ -51,11 +51,9 @@ _MAX_INT32: Final = (1 << 31) - 1
 MAX_INTEGER_DIGITS: Final = 1000
 """Largest number of integer digits we accept. Go has no limit (a Quantity can hold 1e999999999 as a
 scaled decimal); an exact Python integer that big would cost memory and time on every operation, and
-no resource is anywhere near 10^1000. Larger inputs get a ValueError instead of a slow sidecar."""
-
-MAX_SIGNIFICANT_DIGITS: Final = 1000
-"""Largest number of significant digits we accept in the number part (same reasoning; it also keeps
-us below Python's int/str conversion limit of 4300 digits)."""
+no resource is anywhere near 10^1000. Larger inputs get a ValueError instead of a slow sidecar.
+Binary input is capped at int64 as in Go, and any number of fractional digits is accepted (digits
+below one nano-unit only decide the rounding), so neither is limited here."""
 
 _DIGITS: Final = frozenset("0123456789")
 # The characters Go's scanner lets into a suffix before an optional sign and exponent digits.
@@ -403,15 +401,32 @@ def _interpret_suffix(text: str, suffix: str) -> tuple[int, int, Format]:
     if known is not None:
         return known
     if len(suffix) > 1 and suffix[0] in "eE" and _EXPONENT_RE.fullmatch(suffix[1:]):
-        exponent = int(suffix[1:])
-        if not _MIN_INT32 <= exponent <= _MAX_INT32:
-            raise _invalid(text, f"exponent {suffix[1:]} is out of range")
-        return 10, exponent, Format.DECIMAL_EXPONENT
+        return 10, _exponent(text, suffix[1:]), Format.DECIMAL_EXPONENT
     raise _invalid(text, f"unable to parse quantity's suffix {suffix!r}")
 
 
+def _exponent(text: str, written: str) -> int:
+    """The exponent after 'e'/'E': any number of leading zeros, as Go's strconv.ParseInt allows.
+
+    Beyond int64 Go refuses the text too; between int32 and int64 Go wraps it silently and we refuse
+    it instead (see the module docstring).
+    """
+    sign = "-" if written[0] == "-" else ""
+    magnitude = written.lstrip("+-").lstrip("0") or "0"
+    if len(magnitude) > _INT64_DIGITS:
+        raise _invalid(text, f"exponent {written} is out of range")
+    exponent = int(sign + magnitude)
+    if not _MIN_INT32 <= exponent <= _MAX_INT32:
+        raise _invalid(text, f"exponent {written} is out of range")
+    return exponent
+
+
 def _magnitude_nanos(text: str, num: str, denom: str, base: int, exponent: int) -> int:
-    """|value| * 10^9, rounded up to a whole nano-unit when the input is finer (as Go does)."""
+    """|value| * 10^9, rounded up to a whole nano-unit when the input is finer (as Go does).
+
+    Any number of digits is accepted, as in Go: digits below one nano-unit only decide the rounding,
+    so they are dropped before any integer conversion (see `_drop_sub_nano_digits`).
+    """
     digits = (num + denom).lstrip("0")
     if not digits:
         return 0
@@ -425,17 +440,48 @@ def _magnitude_nanos(text: str, num: str, denom: str, base: int, exponent: int) 
     else:
         binary_factor = 1 << exponent
         max_binary_digits = len(str(binary_factor))
-    if len(significant) > MAX_SIGNIFICANT_DIGITS:
-        raise _invalid(text, f"more than {MAX_SIGNIFICANT_DIGITS} significant digits")
+    if base == 2 and len(significant) + shift - 10 >= _INT64_DIGITS:
+        # At least 10^19 before the binary factor: Go caps binary input at int64, so do we.
+        return _MAX_BINARY_NANOS
     integer_digits = len(significant) + max_binary_digits + shift - 9
     if integer_digits > MAX_INTEGER_DIGITS:
         raise _invalid(text, f"too large: more than {MAX_INTEGER_DIGITS} integer digits")
     if shift >= 0:
-        return int(significant) * binary_factor * _pow10(shift)
+        return _digits_to_int(significant) * binary_factor * _pow10(shift)
     if len(significant) + max_binary_digits + shift <= 0:
         # Smaller than one nano-unit: Go rounds any non-zero amount up to 1n.
         return 1
-    return _ceil_div_magnitude(int(significant) * binary_factor, _pow10(-shift))
+    return _ceil_nanos(significant, -shift, binary_factor, max_binary_digits)
+
+
+def _ceil_nanos(significant: str, scale: int, binary_factor: int, max_binary_digits: int) -> int:
+    """ceil(int(significant) * binary_factor / 10^scale), cheaply for very long digit strings."""
+    # Digits this far below the nano-unit cannot move the result by a whole step.
+    dropped = scale - max_binary_digits - 1
+    if dropped <= 0:
+        return _ceil_div_magnitude(_digits_to_int(significant) * binary_factor, _pow10(scale))
+    # `significant` ends with a non-zero digit, so the dropped tail lies strictly between 0 and
+    # 10^dropped: the exact value is inside an open interval whose two ends we can compute.
+    floor_end = _digits_to_int(significant[:-dropped]) * _pow10(dropped) * binary_factor
+    lowest = floor_end // _pow10(scale) + 1
+    highest = _ceil_div_magnitude(floor_end + _pow10(dropped) * binary_factor, _pow10(scale))
+    if lowest == highest:
+        return lowest
+    # Only a binary factor can make the interval straddle a nano-unit: compute exactly.
+    return _ceil_div_magnitude(_digits_to_int(significant) * binary_factor, _pow10(scale))
+
+
+_INT_CHUNK_DIGITS: Final = 4000
+"""Below Python's default limit of 4300 digits for one str -> int conversion."""
+
+
+def _digits_to_int(digits: str) -> int:
+    """int(digits) for any length, without Python's str -> int digit limit (halves recursively)."""
+    if len(digits) <= _INT_CHUNK_DIGITS:
+        return int(digits)
+    low_length = len(digits) // 2
+    high = _digits_to_int(digits[:-low_length])
+    return high * _pow10(low_length) + _digits_to_int(digits[-low_length:])
 
 
 def _go_fast_path(num: str, denom: str, base: int, exponent: int) -> bool:

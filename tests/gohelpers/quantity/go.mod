@@ -1,5 +1,4 @@
-// A test helper: Kubernetes' resource.Quantity answering for the Python port (tests only).
-module harvester-quota.invalid/tests/quantity-oracle
+module harvester-quota/tests/gohelpers/quantity
 
 go 1.26.0
 
