@@ -26,7 +26,7 @@ from harvester_quota.localcluster.cluster import (
 from harvester_quota.localcluster.rest import ApiError, RestClient
 from harvester_quota.util.quantity import Quantity
 
-from tests.helpers import eventually
+from tests.helpers import wait_until
 from tests.integration.conftest import session_state_dir
 
 pytestmark = pytest.mark.integration
@@ -81,7 +81,7 @@ def kv_namespace(kv_rest: RestClient, request: pytest.FixtureRequest) -> Iterato
     """A fresh namespace whose default service account exists (launcher pods use it)."""
     name = f"vc-{uuid.uuid4().hex[:8]}"
     kv_rest.post("/api/v1/namespaces", {"metadata": {"name": name}})
-    eventually(
+    wait_until(
         lambda: kv_rest.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
         what=f"service account default in {name}",
     )
@@ -183,7 +183,7 @@ def test_vmi_gets_a_launcher_pod_from_the_real_virt_controller(
         },
     )
     uid = created["metadata"]["uid"]
-    pods = eventually(
+    pods = wait_until(
         lambda: _launcher_pods(kv_rest, kv_namespace, uid),
         timeout=START_TIMEOUT,
         what="the launcher pod of vmi-a",
@@ -202,7 +202,7 @@ def test_vmi_gets_a_launcher_pod_from_the_real_virt_controller(
     assert compute["resources"]["limits"]["devices.kubevirt.io/kvm"] == "1"
     assert compute["resources"]["limits"]["cpu"] == "2"
 
-    vmi = eventually(
+    vmi = wait_until(
         lambda: _scheduled_vmi(kv_rest, kv_namespace, "vmi-a"),
         timeout=START_TIMEOUT,
         what="vmi-a Scheduled",
@@ -236,11 +236,11 @@ def test_vm_with_run_strategy_always_gets_a_vmi_from_the_real_vm_controller(
                 return None
             raise
 
-    vmi = eventually(vmi_of_vm, timeout=START_TIMEOUT, what="the VMI of vm-b")
+    vmi = wait_until(vmi_of_vm, timeout=START_TIMEOUT, what="the VMI of vm-b")
     owner = vmi["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"]) == ("VirtualMachine", vm["metadata"]["uid"])
     assert vmi["metadata"]["labels"]["app"] == "b"
-    eventually(
+    wait_until(
         lambda: _scheduled_vmi(kv_rest, kv_namespace, "vm-b"),
         timeout=START_TIMEOUT,
         what="vm-b's VMI Scheduled",
