@@ -341,6 +341,18 @@ def start_candidate(cluster: ClusterInfo, lease: str, identity: str) -> subproce
     )
 
 
+async def stop_candidates(
+    api: ApiClient, lease: str, *candidates: subprocess.Popen[str] | None
+) -> None:
+    """Kills the candidate processes still running and deletes their Lease."""
+    for candidate in candidates:
+        if candidate is not None and candidate.poll() is None:
+            candidate.kill()
+            candidate.wait(10)
+    with contextlib.suppress(errors.ApiError):
+        await api.delete(LEASES, lease, "default")
+
+
 async def read_line(candidate: subprocess.Popen[str], timeout: float) -> str:
     assert candidate.stdout is not None
     line = await asyncio.wait_for(asyncio.to_thread(candidate.stdout.readline), timeout)
@@ -380,9 +392,4 @@ async def test_leadership_hands_over_when_the_leader_process_stops(
         record = await api.get(LEASES, lease, "default")
         assert record["spec"]["holderIdentity"] == "second"
     finally:
-        for candidate in (first, second):
-            if candidate is not None and candidate.poll() is None:
-                candidate.kill()
-                candidate.wait(10)
-        with contextlib.suppress(errors.ApiError):
-            await api.delete(LEASES, lease, "default")
+        await stop_candidates(api, lease, first, second)

@@ -7,18 +7,15 @@ before the other replica may take the Lease, which it does as soon as the server
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import uuid
 
 import pytest
-from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import LEASES
 from harvester_quota.localcluster import ClusterInfo, LocalCluster
 
-from tests.integration.test_framework import read_line, start_candidate
+from tests.integration.test_framework import read_line, start_candidate, stop_candidates
 
 pytestmark = pytest.mark.integration
 
@@ -64,9 +61,4 @@ async def test_a_frozen_api_server_never_yields_two_acting_leaders(
     finally:
         if frozen:
             os.kill(apiserver.pid, signal.SIGCONT)
-        for candidate in (first, second):
-            if candidate is not None and candidate.poll() is None:
-                candidate.kill()
-                candidate.wait(10)
-        with contextlib.suppress(errors.ApiError):
-            await api.delete(LEASES, lease, "default")
+        await stop_candidates(api, lease, first, second)

@@ -16,6 +16,7 @@ from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.localcluster.rest import ApiError, RestClient
 
 from tests.helpers import wait_until
+from tests.integration.test_optional_kinds import widget_crd
 
 pytestmark = pytest.mark.integration
 
@@ -126,29 +127,7 @@ def test_webhook_denial_reaches_the_client(
 
 def test_custom_resources_can_be_created_and_listed(rest: RestClient, namespace: str) -> None:
     crd_name = "widgets.test.harvester-quota.io"
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": crd_name},
-        "spec": {
-            "group": "test.harvester-quota.io",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    crd = widget_crd("test.harvester-quota.io")
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     try:
         rest.post(crds, crd)
