@@ -94,7 +94,9 @@ async def test_informer_survives_watches_closed_by_the_server(
     assert await informer.wait_for_sync(30)
     for index in range(4):
         await api.create(CONFIG_MAPS, configmap(f"cm-{index}"), namespace)
-        await asyncio.sleep(1.5)
+        watches = informer.reflector.watches
+        # The next object is created on the next watch: every add crosses a watch the server ended.
+        await eventually(lambda w=watches: informer.reflector.watches > w, what="a new watch")
     await eventually(lambda: all(seen.has("add", f"cm-{i}") for i in range(4)), what="all adds")
     assert informer.reflector.watches >= 3
     assert informer.reflector.lists == 1, "a watch the server ends is resumed, not relisted"
