@@ -25,7 +25,7 @@ $(STAMP): setup.cfg pyproject.toml
 venv: $(STAMP)
 
 cluster-bin: $(STAMP)
-	$(HQ) cluster build
+	$(HQ) cluster build --kubevirt-version all
 
 demo: $(STAMP) cluster-bin
 	$(HQ) demo

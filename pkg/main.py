@@ -40,9 +40,13 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
     directory = binaries.build(force=args.force)
     print(f"cluster binaries: {directory}")
     if not args.no_virt_controller:
-        version = binaries.kubevirt_version(args.kubevirt_version)
-        kubevirt = binaries.build_kubevirt(version, force=args.force)
-        print(f"KubeVirt {version} virt-controller and CRDs: {kubevirt.directory}")
+        if args.kubevirt_version == "all":
+            versions = binaries.supported_kubevirt_versions()
+        else:
+            versions = [binaries.kubevirt_version(args.kubevirt_version)]
+        for version in versions:
+            kubevirt = binaries.build_kubevirt(version, force=args.force)
+            print(f"KubeVirt {version} virt-controller and CRDs: {kubevirt.directory}")
     print(f"helm: {binaries.build_helm(force=args.force)}")
     return 0
 
@@ -218,7 +222,10 @@ def _add_cluster_commands(commands: Any) -> None:
         action="store_true",
         help="build only etcd, Kubernetes and kwok, not KubeVirt's virt-controller",
     )
-    build.add_argument("--kubevirt-version", help=_KUBEVIRT_VERSION_HELP)
+    build.add_argument(
+        "--kubevirt-version",
+        help=f"{_KUBEVIRT_VERSION_HELP}; 'all' builds every supported version",
+    )
     build.set_defaults(handler=cmd_cluster_build)
     up = actions.add_parser(
         "up", parents=[state], help="start the cluster (idempotent); returns when ready"

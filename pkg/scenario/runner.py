@@ -30,9 +30,11 @@ from ..generic.config import ClientConfig
 from ..generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, Object
 from ..localcluster import ClusterInfo
 from ..sim.kubevirt.config import KubeVirtConfig, VMStart
+from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
 from ..sim.kubevirt.phases import MigrationTimings
+from ..sim.kubevirt.real import RealKubeVirt
 from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..sim.kubevirt.simulator import KubeVirtSimulator
 from ..sim.rancher.derive import Project
@@ -40,6 +42,7 @@ from ..sim.rancher.protection import RancherProtection
 from ..sim.rancher.simulator import RancherQuotaSync
 from ..util import resources
 from ..util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ..util.overhead import kubevirt_ratio_from_harvester_setting, parse_kubevirt_version
 from ..util.rancher import LIMIT_FIELDS, parse_namespace_resource_quota
 from ..util.resources import ResourceList
 from .schema import Scenario, Step
@@ -126,7 +129,7 @@ class ScenarioRun:
             scenario, strategy, self.run_id, self.namespaces, started=time.monotonic()
         )
         self.bases: dict[str, ResourceList] = {}
-        self.kubevirt: KubeVirtSimulator | None = None
+        self.kubevirt: KubeVirtSimulator | RealKubeVirt | None = None
         self.rancher: RancherQuotaSync | None = None
         self.protection: RancherProtection | None = None
         self.strategy: OurStrategy | HarvesterStrategy | None = None
@@ -161,33 +164,58 @@ class ScenarioRun:
     async def _setup(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.tenant = self._tenant_client()
+        self.kubevirt = self._new_kubevirt()
+        await self.kubevirt.start()
         await self._set_ratio(self.scenario.ratio, remember=True)
-        timings = (
-            MigrationTimings.like_v121_seed()
-            if self.scenario.timings == "seed"
-            else MigrationTimings()
+        await self._create_namespaces()
+        self.strategy = self._new_strategy()
+        await self.strategy.start()
+        self._sampler = asyncio.ensure_future(self._sample_loop())
+        await self._create_vms()
+
+    def _new_kubevirt(self) -> KubeVirtSimulator | RealKubeVirt:
+        """KubeVirt's real virt-controller when the cluster runs it (of the scenario's version),
+        else the simulator; see `uses_real_kubevirt`."""
+        limits = ParallelLimits(self.scenario.parallel_cluster, self.scenario.parallel_per_node)
+        namespaces = frozenset(self.namespaces.values())
+        if uses_real_kubevirt(self.scenario, self.cluster):
+            assert self.cluster is not None and self.cluster.kubevirt_version is not None
+            return RealKubeVirt(
+                self.api,
+                kubevirt_version=self.cluster.kubevirt_version,
+                namespaces=namespaces,
+                timings=self._handler_timings(),
+                limits=limits,
+            )
+        return KubeVirtSimulator(
+            self.api,
+            config=KubeVirtConfig(
+                kubevirt_version=self.scenario.kubevirt_version,
+                limits=limits,
+                timings=self._sim_timings(),
+                namespaces=namespaces,
+            ),
         )
+
+    def _sim_timings(self) -> MigrationTimings:
+        seed = self.scenario.timings == "seed"
+        timings = MigrationTimings.like_v121_seed() if seed else MigrationTimings()
         if self.scenario.source_pod_grace is not None:
             timings = MigrationTimings(
                 **{**vars(timings), "source_pod_grace_seconds": self.scenario.source_pod_grace}
             )
-        self.kubevirt = KubeVirtSimulator(
-            self.api,
-            config=KubeVirtConfig(
-                kubevirt_version=self.scenario.kubevirt_version,
-                limits=ParallelLimits(
-                    self.scenario.parallel_cluster, self.scenario.parallel_per_node
-                ),
-                timings=timings,
-                namespaces=frozenset(self.namespaces.values()),
-            ),
-        )
-        await self._create_namespaces()
-        self.strategy = self._new_strategy()
-        await self.strategy.start()
-        await self.kubevirt.start()
-        self._sampler = asyncio.ensure_future(self._sample_loop())
-        await self._create_vms()
+        return timings
+
+    def _handler_timings(self) -> HandlerTimings:
+        """The node side's pace; the scenario's source_pod_grace is how long the source launcher
+        takes to exit after its migration succeeded."""
+        seed = self.scenario.timings == "seed"
+        timings = HandlerTimings.like_v121_seed() if seed else HandlerTimings()
+        if self.scenario.source_pod_grace is not None:
+            timings = HandlerTimings(
+                **{**vars(timings), "source_shutdown": float(self.scenario.source_pod_grace)}
+            )
+        return timings
 
     def _new_strategy(self) -> OurStrategy | HarvesterStrategy:
         if self.strategy_name == "harvester":
@@ -301,9 +329,9 @@ class ScenarioRun:
         kubevirt = self._sim()
         return lambda: kubevirt.create_vm(spec, namespace, node=node)
 
-    def _sim(self) -> KubeVirtSimulator:
+    def _sim(self) -> KubeVirtSimulator | RealKubeVirt:
         if self.kubevirt is None:
-            raise RuntimeError("the KubeVirt simulator is not running")
+            raise RuntimeError("KubeVirt is not running")
         return self.kubevirt
 
     async def _start_vm(self, name: str, start: Callable[[], Awaitable[VMStart]]) -> None:
@@ -332,12 +360,15 @@ class ScenarioRun:
         self.result.migrations = self.kubevirt.records.all()
 
     async def _wait_migrations(self, timeout: float) -> None:
-        """Until every migration this run created has finished and, if it succeeded, its source
-        pod is gone (a migration the simulator has not picked up yet counts as unfinished)."""
-        records = self._sim().records
+        """Until every migration this run created or saw has finished and, if it succeeded, its
+        source pod is gone (one KubeVirt has not picked up yet counts as unfinished), and no VM
+        waits on a drained node for its evacuation migration."""
+        kubevirt = self._sim()
+        records = kubevirt.records
 
         def finished() -> bool:
-            for namespace, name in self._created:
+            seen = {(r.namespace, r.name) for r in records.all()}
+            for namespace, name in self._created | seen:
                 record = records.get(namespace, name)
                 if record is None or not record.done:
                     return False
@@ -345,8 +376,14 @@ class ScenarioRun:
                     return False
             return True
 
-        if not await records.wait_for(finished, timeout):
-            self.note(f"migrations still unfinished after {timeout:.0f}s")
+        deadline = time.monotonic() + timeout
+        while await records.wait_for(finished, max(0.0, deadline - time.monotonic())):
+            if not isinstance(kubevirt, RealKubeVirt) or not await kubevirt.evacuating():
+                return
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(SAMPLE_INTERVAL)
+        self.note(f"migrations still unfinished after {timeout:.0f}s")
 
     async def _settle(self, timeout: float) -> None:
         """Lets the strategy bring quotas back (ours should; Harvester's may not)."""
@@ -583,6 +620,10 @@ class ScenarioRun:
             await self.api.create(SETTINGS, setting)
         else:
             await self.api.update(SETTINGS, {**current, "value": setting["value"]})
+        if isinstance(self.kubevirt, RealKubeVirt):
+            # Harvester's setting controller copies the setting into the KubeVirt CR.
+            ratio = value if value is not None else "0"
+            await self.kubevirt.set_ratio(kubevirt_ratio_from_harvester_setting(ratio))
 
     async def _restore_ratio(self) -> None:
         with contextlib.suppress(errors.ApiError):
@@ -593,6 +634,22 @@ class ScenarioRun:
                 await self.api.update(
                     SETTINGS, {**current, "value": self._previous_ratio.get("value", "")}
                 )
+
+
+def uses_real_kubevirt(scenario: Scenario, cluster: ClusterInfo | None) -> bool:
+    """Whether `scenario` runs on KubeVirt's real virt-controller: when `cluster` runs one of
+    the scenario's KubeVirt minor version. The simulator plays KubeVirt on a cluster without one
+    (it would fight a real virt-controller, so a cluster running another version is an error)."""
+    if cluster is None or cluster.kubevirt_version is None:
+        return False
+    wanted = parse_kubevirt_version(scenario.kubevirt_version)
+    running = parse_kubevirt_version(cluster.kubevirt_version)
+    if (wanted.major, wanted.minor) != (running.major, running.minor):
+        raise ValueError(
+            f"scenario {scenario.name} needs KubeVirt {scenario.kubevirt_version}; the cluster "
+            f"runs virt-controller {cluster.kubevirt_version}"
+        )
+    return True
 
 
 def _run_namespace(name: str, run_id: str) -> str:

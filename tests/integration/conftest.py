@@ -22,6 +22,8 @@ from tests.helpers import wait_until
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 ENV_TEST_STATE_DIR = "HARVESTER_QUOTA_TEST_STATE_DIR"
+REAL_KUBEVIRT_VERSION = "v1.6.0"
+"""The KubeVirt of the session's second cluster: Harvester v1.7's, the version of the scenarios."""
 
 
 def session_state_dir() -> Path:
@@ -36,6 +38,33 @@ def cluster() -> Iterator[ClusterInfo]:
         yield info
     finally:
         local.down()
+
+
+@pytest.fixture(scope="session")
+def kubevirt_cluster() -> Iterator[ClusterInfo]:
+    """A second cluster, running KubeVirt's real virt-controller (REAL_KUBEVIRT_VERSION), for
+    everything that migrates. virt-controller acts on every VMI and migration of its cluster, so
+    the tests that play KubeVirt by hand keep the first one."""
+    state = session_state_dir()
+    local = LocalCluster(state.with_name(f"{state.name}-kubevirt"))
+    info = local.up(virt_controller=True, kubevirt=REAL_KUBEVIRT_VERSION)
+    try:
+        yield info
+    finally:
+        local.down()
+
+
+@pytest.fixture
+async def kubevirt_api(kubevirt_cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
+    """An admin client of the virt-controller cluster, for this test's event loop."""
+    async with ApiClient(admin_config(kubevirt_cluster)) as client:
+        yield client
+
+
+def admin_config(info: ClusterInfo) -> ClientConfig:
+    return ClientConfig.from_files(
+        info.server, ca_file=info.ca_file, cert_file=info.client_cert, key_file=info.client_key
+    )
 
 
 @pytest.fixture
@@ -70,13 +99,7 @@ def local_cluster(cluster: ClusterInfo) -> LocalCluster:
 @pytest.fixture
 async def api(cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
     """An asyncio client with the admin certificate, for this test's event loop."""
-    config = ClientConfig.from_files(
-        cluster.server,
-        ca_file=cluster.ca_file,
-        cert_file=cluster.client_cert,
-        key_file=cluster.client_key,
-    )
-    async with ApiClient(config) as client:
+    async with ApiClient(admin_config(cluster)) as client:
         yield client
 
 

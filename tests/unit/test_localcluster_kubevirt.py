@@ -252,4 +252,6 @@ def test_cluster_build_builds_virt_controller_unless_told_not_to(
     assert main(["cluster", "build", "--kubevirt-version", "1.6.0"]) == 0
     assert main(["cluster", "build", "--no-virt-controller"]) == 0
     assert built == ["v1.8.4", "v1.6.0"]
+    assert main(["cluster", "build", "--kubevirt-version", "all"]) == 0
+    assert built[2:] == binaries.supported_kubevirt_versions() == ["v1.8.4", "v1.6.0"]
     assert "KubeVirt v1.6.0 virt-controller and CRDs" in capsys.readouterr().out

@@ -24,7 +24,9 @@ from harvester_quota.sim.kubevirt import (
 )
 from harvester_quota.sim.kubevirt.config import StartRefused, VMStart
 from harvester_quota.sim.kubevirt.objects import (
+    MAX_HOSTNAME,
     MigrationRef,
+    hostname,
     parse_version,
     render_migration,
     render_vm,
@@ -330,3 +332,13 @@ def test_a_pod_grace_of_zero_is_kept_and_an_unset_one_is_kubernetes_default() ->
     assert pod_grace_seconds({"spec": {"terminationGracePeriodSeconds": 45}}) == 45
     assert pod_grace_seconds({"spec": {}}) == 30
     assert pod_grace_seconds({}) == 30
+
+
+def test_a_long_vm_name_gets_a_hostname_the_launcher_pod_may_carry() -> None:
+    """The real virt-controller's launcher pod of a 75-character VM with that name as hostname is
+    refused by the API server (spec.hostname and a label at most 63)."""
+    long_name = "a-very-long-name-exceeds-the-63-length-and-it-reports-error-in-old-version"
+    cut = hostname(long_name)
+    assert len(cut) <= MAX_HOSTNAME and long_name.startswith(cut) and not cut.endswith("-")
+    assert hostname("vm1") == "vm1"
+    assert hostname("web.example") == "web"

@@ -156,7 +156,7 @@ def _vmi_spec(spec: VMSpec, resources: VMResources) -> Object:
     body: Object = {
         "affinity": {},
         "domain": _domain(spec, resources),
-        "hostname": spec.name,
+        "hostname": hostname(spec.name),
         "networks": [{"name": "default", "pod": {}}],
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
     }
@@ -173,6 +173,15 @@ def _annotations(spec: VMSpec) -> dict[str, str]:
 
 
 MAX_LABEL_VALUE = 63
+MAX_HOSTNAME = 63
+"""A DNS-1123 label: the pod's spec.hostname (KubeVirt refuses nothing longer; the API server
+refuses the launcher pod)."""
+
+
+def hostname(vm_name: str) -> str:
+    """The guest hostname Harvester gives a VM: its name, cut as KubeVirt cuts a name without a
+    hostname (first 63 characters of the part before any dot) so the launcher pod is valid."""
+    return vm_name.split(".", maxsplit=1)[0][:MAX_HOSTNAME].rstrip("-")
 
 
 def name_label(key: str, name: str) -> dict[str, str]:

@@ -1,0 +1,202 @@
+"""`RealKubeVirt` and the virt-handler stand-in against KubeVirt's own virt-controller.
+
+Every migration here is walked, throttled, refused and retried by the real virt-controller; the
+stand-in does only the node side. Each test has its own namespace on the session's virt-controller
+cluster.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from harvester_quota.apis.kubevirt import (
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, Resource
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.sim.kubevirt import Outcome, ParallelLimits, VMSpec
+from harvester_quota.sim.kubevirt.handler import SELINUX_NONE, HandlerTimings
+from harvester_quota.sim.kubevirt.real import DRAIN_TAINT_KEY, RealKubeVirt
+
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.integration
+
+FAST = HandlerTimings(migration=0.3, source_shutdown=0.5, target_exit=0.5)
+
+
+@pytest.fixture
+async def real_ns(kubevirt_api: ApiClient) -> AsyncIterator[str]:
+    name = f"real-{uuid.uuid4().hex[:8]}"
+    await kubevirt_api.create(NAMESPACES, {"metadata": {"name": name}})
+    await eventually(lambda: _exists(kubevirt_api, name), what=f"service account default in {name}")
+    yield name
+    await kubevirt_api.delete(NAMESPACES, name)
+
+
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+
+
+async def _exists(api: ApiClient, namespace: str) -> bool:
+    try:
+        await api.get(SERVICE_ACCOUNTS, "default", namespace)
+    except errors.NotFound:
+        return False
+    return True
+
+
+@pytest.fixture
+async def real(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, real_ns: str
+) -> AsyncIterator[RealKubeVirt]:
+    driver = RealKubeVirt(
+        kubevirt_api,
+        kubevirt_version=str(kubevirt_cluster.kubevirt_version),
+        namespaces=frozenset({real_ns}),
+        timings=FAST,
+        limits=ParallelLimits(5, 2),
+    )
+    async with driver:
+        yield driver
+
+
+async def test_a_vm_runs_on_the_node_it_prefers(real: RealKubeVirt, real_ns: str) -> None:
+    started = await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi"), node="kwok-node-1")
+    assert started.started, started.refusal
+    assert started.node == "kwok-node-1"
+    vmi = await real.client.get(VIRTUAL_MACHINE_INSTANCES, "vm1", real_ns)
+    assert vmi["status"]["selinuxContext"] == SELINUX_NONE
+    migratable = [c for c in vmi["status"]["conditions"] if c["type"] == "LiveMigratable"]
+    assert migratable[0]["status"] == "True"
+    pod = await real.client.get(PODS, str(started.pod), real_ns)
+    assert pod["spec"]["nodeName"] == "kwok-node-1"
+
+
+async def test_a_migration_succeeds_and_the_source_launcher_exits(
+    real: RealKubeVirt, real_ns: str
+) -> None:
+    started = await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi"), node="kwok-node-0")
+    name = await real.migrate("vm1")
+    record = await real.wait_migration(name, timeout=60)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    assert record.admitted is not None and record.started is not None
+    assert record.refusals == 0
+    vmi = await real.client.get(VIRTUAL_MACHINE_INSTANCES, "vm1", real_ns)
+    assert vmi["status"]["nodeName"] == record.target_node != "kwok-node-0"
+    assert vmi["metadata"]["labels"]["kubevirt.io/nodeName"] == record.target_node
+
+    async def source_exited() -> bool:
+        pod = await real.client.get(PODS, str(started.pod), real_ns)
+        return pod["status"]["phase"] == "Succeeded"
+
+    await eventually(source_exited, what="the source launcher pod Succeeded")
+    await real.records.wait_for(lambda: record.source_pod_gone is not None, 10)
+    assert record.source_pod == started.pod
+
+
+async def test_a_refused_target_pod_is_counted_and_retried_when_the_quota_grows(
+    real: RealKubeVirt, real_ns: str
+) -> None:
+    """virt-controller's own retry on a quota update lets the migration through."""
+    await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi"))
+    quota = {
+        "metadata": {"name": "tight"},
+        "spec": {"hard": {"limits.cpu": "1500m"}},
+    }
+    await real.client.create(RESOURCE_QUOTAS, quota, real_ns)
+    name = await real.migrate("vm1")
+    await real.records.wait_for(lambda: _refusals(real, real_ns, name) > 0, 60)
+    record = real.records.get(real_ns, name)
+    assert record is not None and record.admitted is None
+    assert "exceeded quota: tight" in record.refusal_messages[0]
+    await real.client.patch(
+        RESOURCE_QUOTAS, "tight", {"spec": {"hard": {"limits.cpu": "3"}}}, real_ns
+    )
+    record = await real.wait_migration(name, timeout=60)
+    assert record.outcome is Outcome.SUCCEEDED
+    assert record.blocked_seconds is not None and record.blocked_seconds > 0
+
+
+def _refusals(real: RealKubeVirt, namespace: str, name: str) -> int:
+    record = real.records.get(namespace, name)
+    return 0 if record is None else record.refusals
+
+
+async def test_an_aborted_migration_ends_aborted_and_its_target_exits(
+    real: RealKubeVirt, real_ns: str
+) -> None:
+    await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi", migration_duration=120))
+    name = await real.migrate("vm1")
+    await real.records.wait_for(lambda: _started(real, real_ns, name), 60)
+    await real.abort(name)
+    record = await real.wait_migration(name, timeout=60)
+    assert record.outcome is Outcome.ABORTED, record.as_dict()
+
+    async def target_exited() -> bool:
+        try:
+            pod = await real.client.get(PODS, str(record.target_pod), real_ns)
+        except errors.NotFound:
+            return True
+        return pod["status"]["phase"] == "Failed"
+
+    await eventually(target_exited, what="the aborted migration's target launcher gone")
+
+
+def _started(real: RealKubeVirt, namespace: str, name: str) -> bool:
+    record = real.records.get(namespace, name)
+    return record is not None and record.started is not None
+
+
+async def test_a_failed_migration_leaves_the_vm_where_it_was(
+    real: RealKubeVirt, real_ns: str
+) -> None:
+    started = await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi"))
+    real.fail_next_migration("vm1")
+    name = await real.migrate("vm1")
+    record = await real.wait_migration(name, timeout=60)
+    assert record.outcome is Outcome.FAILED, record.as_dict()
+    vmi = await real.client.get(VIRTUAL_MACHINE_INSTANCES, "vm1", real_ns)
+    assert vmi["status"]["nodeName"] == started.node
+
+
+async def test_a_drain_evacuates_through_kubevirts_evacuation_controller(
+    real: RealKubeVirt, real_ns: str
+) -> None:
+    for name in ("vm1", "vm2", "vm3"):
+        started = await real.create_vm(VMSpec(name, cores=1, memory="1Gi"), node="kwok-node-0")
+        assert started.node == "kwok-node-0"
+    assert await real.drain("kwok-node-0") == []
+    try:
+
+        async def evacuated() -> bool:
+            return not await real.evacuating() and len(real.records.all()) == 3
+
+        await eventually(evacuated, timeout=90, what="every VMI off kwok-node-0")
+        assert await real.records.wait_all_finished(60)
+        for record in real.records.all():
+            assert record.evacuation_node == "kwok-node-0"
+            assert record.name.startswith("kubevirt-evacuation-")
+            assert record.outcome is Outcome.SUCCEEDED
+        migrations = await real.client.list_all(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, real_ns)
+        assert len(migrations.items) == 3
+    finally:
+        await real.uncordon("kwok-node-0")
+    node = await real.client.get(NODES, "kwok-node-0")
+    assert not node["spec"].get("unschedulable")
+    assert DRAIN_TAINT_KEY not in [t["key"] for t in node["spec"].get("taints") or []]
+
+
+async def test_a_vmi_named_longer_than_a_label_cannot_be_migrated(
+    real: RealKubeVirt, real_ns: str
+) -> None:
+    """As on a real cluster (virt-api labels the migration with the VMI's name): refused."""
+    long_name = "a-very-long-name-exceeds-the-63-length-and-it-reports-error-in-old-version"
+    started = await real.create_vm(VMSpec(long_name, cores=1, memory="1Gi"))
+    assert started.started, started.refusal
+    with pytest.raises(errors.ApiError, match="must be no more than 63"):
+        await real.migrate(long_name)
