@@ -531,7 +531,9 @@ def test_round_trip_through_string(quantity: Quantity) -> None:
     text = str(quantity)
     again = Quantity.parse(text)
     assert again == quantity
-    assert str(again) == text
+    # As in Go, the text may change once: a BinarySI integer that is no multiple of 1024 renders
+    # without a suffix ("625000") and parses back as DecimalSI ("625k"); from then on it is stable.
+    assert str(Quantity.parse(str(again))) == str(again)
 
 
 @given(quantities(), quantities())
