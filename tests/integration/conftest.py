@@ -12,13 +12,15 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
+from harvester_quota.generic.resource import NAMESPACES, Resource
 from harvester_quota.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.localcluster.cluster import default_state_dir
 from harvester_quota.localcluster.rest import ApiError, RestClient
 
-from tests.helpers import wait_until
+from tests.helpers import eventually, wait_until
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 ENV_TEST_STATE_DIR = "HARVESTER_QUOTA_TEST_STATE_DIR"
@@ -59,6 +61,30 @@ async def kubevirt_api(kubevirt_cluster: ClusterInfo) -> AsyncIterator[ApiClient
     """An admin client of the virt-controller cluster, for this test's event loop."""
     async with ApiClient(admin_config(kubevirt_cluster)) as client:
         yield client
+
+
+@pytest.fixture
+async def kubevirt_namespace(kubevirt_api: ApiClient) -> AsyncIterator[str]:
+    """A fresh namespace on the virt-controller cluster, its default service account created
+    (launcher pods need it)."""
+    name = f"real-{uuid.uuid4().hex[:8]}"
+    await kubevirt_api.create(NAMESPACES, {"metadata": {"name": name}})
+    await eventually(
+        lambda: _has_default_account(kubevirt_api, name), what=f"service account default in {name}"
+    )
+    yield name
+    await kubevirt_api.delete(NAMESPACES, name)
+
+
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+
+
+async def _has_default_account(api: ApiClient, namespace: str) -> bool:
+    try:
+        await api.get(SERVICE_ACCOUNTS, "default", namespace)
+    except errors.NotFound:
+        return False
+    return True
 
 
 def admin_config(info: ClusterInfo) -> ClientConfig:

@@ -7,7 +7,6 @@ cluster.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,7 +16,7 @@ from harvester_quota.apis.kubevirt import (
 )
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, Resource
+from harvester_quota.generic.resource import NODES, PODS, RESOURCE_QUOTAS
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.sim.kubevirt.handler import SELINUX_NONE, HandlerTimings
@@ -31,23 +30,8 @@ FAST = HandlerTimings(migration=0.3, source_shutdown=0.5, target_exit=0.5)
 
 
 @pytest.fixture
-async def real_ns(kubevirt_api: ApiClient) -> AsyncIterator[str]:
-    name = f"real-{uuid.uuid4().hex[:8]}"
-    await kubevirt_api.create(NAMESPACES, {"metadata": {"name": name}})
-    await eventually(lambda: _exists(kubevirt_api, name), what=f"service account default in {name}")
-    yield name
-    await kubevirt_api.delete(NAMESPACES, name)
-
-
-SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
-
-
-async def _exists(api: ApiClient, namespace: str) -> bool:
-    try:
-        await api.get(SERVICE_ACCOUNTS, "default", namespace)
-    except errors.NotFound:
-        return False
-    return True
+def real_ns(kubevirt_namespace: str) -> str:
+    return kubevirt_namespace
 
 
 @pytest.fixture
