@@ -12,8 +12,7 @@ HARVESTER_QUOTA_TEST_STATE_DIR=$HOME/.local/state/harvester-quota/pytest-strateg
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES
@@ -24,7 +23,6 @@ from harvester_quota.generic.informer import ResourceEventHandler, SharedInforme
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.sim.kubevirt import (
-    MigrationTimings,
     Outcome,
     VMSpec,
     set_overhead_ratio_setting,
@@ -52,35 +50,10 @@ V170_SHARE = 4737464313
 V121_SHARE = 2372577281
 """A 1-core/2Gi VM's launcher pod on KubeVirt 0.54 (the v1.2.1 seed's annotation value)."""
 
-FAST = MigrationTimings(
-    scheduling=0.05,
-    scheduled=0.05,
-    preparing_target=0.05,
-    target_ready=0.05,
-    running=0.5,
-    source_pod_grace_seconds=1,
-    failed_target_linger=1.5,
-    target_pod_grace_seconds=1,
-    limit_retry=0.3,
-    active_pods_retry=0.3,
-)
-
 
 def new_strategy(api: ApiClient, kubevirt_version: str) -> HarvesterStrategy:
     options = Options(leader_elect=False, kubevirt_version=kubevirt_version, workers=2)
     return HarvesterStrategy(api, options, registry=CollectorRegistry())
-
-
-@pytest.fixture
-async def ratio_is_default(api: ApiClient) -> AsyncIterator[Callable[[str], Any]]:
-    """Harvester's ratio setting is cluster-wide: 1.5 before and after each test that uses it."""
-
-    async def set_ratio(value: str) -> None:
-        await set_overhead_ratio_setting(api, value)
-
-    await set_ratio("1.5")
-    yield set_ratio
-    await set_ratio("1.5")
 
 
 @pytest.fixture
