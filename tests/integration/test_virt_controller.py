@@ -1,9 +1,7 @@
 """KubeVirt's own virt-controller on the local cluster (`up(virt_controller=True)`).
 
-One extra cluster per KubeVirt version, in a state directory beside the session's, started for
-this module only and stopped at its end; it never runs the KubeVirt simulator, which would fight
-the real controller. Every version with a wrapper module is tested; one that is not built yet is
-skipped with the command that builds it (the default version is built on demand, as `up` does).
+The cluster, one per KubeVirt version, comes from `real_kubevirt` (shared with the launcher
+differential test); this module checks that the real controller runs there and does its job.
 
 virt-api does not run here, so VMIs are created the way virt-api's defaulting would leave them:
 CPU topology and model, machine type, guest memory, requests and limits all set.
@@ -11,13 +9,10 @@ CPU topology and model, machine type, guest memory, requests and limits all set.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from harvester_quota.localcluster import ClusterError, ClusterInfo, LocalCluster, binaries
+from harvester_quota.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.localcluster.cluster import (
     KUBEVIRT_DEVICES,
     KUBEVIRT_NAMESPACE,
@@ -27,99 +22,19 @@ from harvester_quota.localcluster.rest import ApiError, RestClient
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import wait_until
-from tests.integration.conftest import session_state_dir
+from tests.integration import real_kubevirt
+from tests.integration.real_kubevirt import START_TIMEOUT, VMIS, VMS
+from tests.integration.real_kubevirt import defaulted_vmi_spec as _defaulted_vmi_spec
+from tests.integration.real_kubevirt import launcher_pods as _launcher_pods
+from tests.integration.real_kubevirt import virt_controller as _virt_controller
 
 pytestmark = pytest.mark.integration
 
-VMIS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances"
-VMS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"
+kubevirt_cluster = real_kubevirt.kubevirt_cluster
+kv_rest = real_kubevirt.kv_rest
+kv_namespace = real_kubevirt.kv_namespace
+
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-# A launcher pod starts in seconds; the budget covers a loaded 2-core machine.
-START_TIMEOUT = 60.0
-
-
-def _state_dir(version: str) -> Path:
-    session = session_state_dir()
-    return session.with_name(f"{session.name}-virt-controller-{version}")
-
-
-def _require_built(version: str) -> None:
-    """The default version is built on demand by `up`; others only if someone built them."""
-    if version == binaries.DEFAULT_KUBEVIRT_VERSION:
-        return
-    try:
-        binaries.resolve_kubevirt(version)
-    except ClusterError:
-        pytest.skip(
-            f"KubeVirt {version} is not built: "
-            f"`harvester-quota cluster build --kubevirt-version {version}`"
-        )
-
-
-@pytest.fixture(scope="module", params=binaries.supported_kubevirt_versions())
-def kubevirt_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
-    """A cluster running virt-controller of one KubeVirt version; stopped, and checked to leave
-    no virt-controller behind, when the module's tests for that version are done."""
-    version: str = request.param
-    _require_built(version)
-    local = LocalCluster(_state_dir(version))
-    info = local.up(nodes=2, virt_controller=True, kubevirt=version)
-    try:
-        yield info
-    finally:
-        local.down()
-    assert not _virt_controller(info).running()
-
-
-@pytest.fixture
-def kv_rest(kubevirt_cluster: ClusterInfo) -> RestClient:
-    return kubevirt_cluster.rest()
-
-
-@pytest.fixture
-def kv_namespace(kv_rest: RestClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace whose default service account exists (launcher pods use it)."""
-    name = f"vc-{uuid.uuid4().hex[:8]}"
-    kv_rest.post("/api/v1/namespaces", {"metadata": {"name": name}})
-    wait_until(
-        lambda: kv_rest.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
-        what=f"service account default in {name}",
-    )
-    yield name
-    try:
-        kv_rest.delete(f"/api/v1/namespaces/{name}")
-    except ApiError as error:
-        if error.status != 404:
-            raise
-
-
-def _virt_controller(info: ClusterInfo) -> Any:
-    return next(record for record in info.processes if record.name == "virt-controller")
-
-
-def _defaulted_vmi_spec(cores: int = 1, memory: str = "1Gi") -> dict[str, Any]:
-    """A VMI spec as virt-api's defaulting leaves it: virt-controller renders the launcher pod's
-    resources and node selectors from these fields."""
-    return {
-        "domain": {
-            "cpu": {"cores": cores, "sockets": 1, "threads": 1, "model": "host-model"},
-            "memory": {"guest": memory},
-            "machine": {"type": "q35"},
-            "resources": {
-                "requests": {"cpu": "100m", "memory": memory},
-                "limits": {"cpu": str(cores), "memory": memory},
-            },
-            "devices": {},
-        },
-        "terminationGracePeriodSeconds": 0,
-    }
-
-
-def _launcher_pods(rest: RestClient, namespace: str, vmi_uid: str) -> list[dict[str, Any]]:
-    selector = f"kubevirt.io/created-by={vmi_uid}"
-    listed = rest.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)
-    pods: list[dict[str, Any]] = listed.get("items", [])
-    return pods
 
 
 def _scheduled_vmi(rest: RestClient, namespace: str, name: str) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, VIRTUAL_MACHINE_INSTANCES
+from ...config.kubevirt import host_architecture
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import Clock
@@ -517,7 +518,10 @@ class MigrationController:
         self, flight: Flight, vmi: Object, source: Object, target_node: str
     ) -> None:
         has_cpu, has_memory = self._view.quota_limits_keys(flight.namespace)
+        # virt-controller sizes a VMI without spec.architecture for its own GOARCH, as
+        # production assumes: this host's.
         settings = LauncherSettings(
+            cluster_arch=host_architecture(),
             kubevirt_version=self._config.version,
             ratio=await self._ratio(),
             quota_has_limits_cpu=has_cpu,

@@ -27,6 +27,7 @@ from ...apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCES,
     VIRTUAL_MACHINES,
 )
+from ...config.kubevirt import host_architecture
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import REAL_CLOCK, Clock
@@ -279,7 +280,10 @@ class KubeVirtSimulator:
         if node is None:
             raise RuntimeError(f"no Ready, schedulable node to start VM {ns}/{name} on")
         has_cpu, has_memory = self.view.quota_limits_keys(ns)
+        # virt-controller sizes a VMI without spec.architecture for its own GOARCH, as
+        # production assumes: this host's.
         settings = LauncherSettings(
+            cluster_arch=host_architecture(),
             kubevirt_version=version,
             ratio=await self.overhead_ratio(version),
             quota_has_limits_cpu=has_cpu,

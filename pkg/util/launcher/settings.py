@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ...generic.labelselector import selector_matches
 from ..overhead import KubeVirtVersion, _mapping, _quantity, parse_kubevirt_version
 from ..quantity import Quantity
 
@@ -61,7 +62,11 @@ class LauncherSettings:
     quota_has_limits_memory: bool = False
     """Some ResourceQuota of the VMI's namespace has limits.memory in spec.hard."""
     auto_cpu_limit_namespace_match: bool = False
-    """The namespace matches the CR's autoCPULimitNamespaceLabelSelector."""
+    """The namespace matches the CR's autoCPULimitNamespaceLabelSelector (`for_namespace` sets it
+    from `auto_cpu_limit_namespace_selector` and the namespace's labels)."""
+    auto_cpu_limit_namespace_selector: Mapping[str, Any] | None = None
+    """spec.configuration.autoCPULimitNamespaceLabelSelector, a metav1.LabelSelector (None: unset,
+    no namespace matches; an empty selector matches every namespace)."""
     auto_resource_limits_gate: bool = False
     """The AutoResourceLimitsGate feature gate (needed on v1.1 to v1.4)."""
     auto_memory_limits_ratio: str | float | None = None
@@ -89,7 +94,10 @@ class LauncherSettings:
         namespace: Mapping[str, Any] | None = None,
     ) -> LauncherSettings:
         """The settings for one namespace: its quotas decide KubeVirt's automatic limits, its
-        label the automatic memory-limit ratio. Pure: returns a new value."""
+        labels the automatic memory-limit ratio and whether the CR's
+        autoCPULimitNamespaceLabelSelector selects it (an invalid selector selects nothing, as in
+        KubeVirt). Without `namespace` (KubeVirt: not in its cache) neither is changed. Pure:
+        returns a new value."""
         keys: set[str] = set()
         for quota in namespace_quotas:
             hard = _mapping(_mapping(quota, "spec", "quota"), "hard", "spec")
@@ -101,6 +109,12 @@ class LauncherSettings:
         if namespace is not None:
             labels = _mapping(_mapping(namespace, "metadata", "namespace"), "labels", "metadata")
             changes["auto_memory_limits_ratio"] = labels.get(AUTO_MEMORY_LIMITS_RATIO_LABEL)
+            if self.auto_cpu_limit_namespace_selector is not None:
+                try:
+                    match = selector_matches(self.auto_cpu_limit_namespace_selector, labels)
+                except ValueError:
+                    match = False
+                changes["auto_cpu_limit_namespace_match"] = match
         return dataclasses.replace(self, **changes)
 
     def support_value(self, container_type: str, kind: str, name: str) -> Quantity | None:

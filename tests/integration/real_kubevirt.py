@@ -1,0 +1,132 @@
+"""A local cluster running KubeVirt's own virt-controller, shared by the modules that test against it.
+
+One extra cluster per KubeVirt version, in a state directory beside the session's, started for a
+test module only and stopped at its end; it never runs the KubeVirt simulator, which would fight
+the real controller. Every version with a wrapper module is a parameter; one that is not built yet
+is skipped with the command that builds it (the default version is built on demand, as `up` does).
+
+A module uses the fixtures by binding them at module level, e.g.
+`kubevirt_cluster = real_kubevirt.kubevirt_cluster` (module scope: one cluster per module and
+version, stopped before the next starts).
+
+virt-api does not run here, so VMIs are created the way virt-api's defaulting would leave them:
+CPU topology and model, machine type, guest memory, requests and limits all set.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harvester_quota.localcluster import ClusterError, ClusterInfo, LocalCluster, binaries
+from harvester_quota.localcluster.rest import ApiError, RestClient
+
+from tests.helpers import wait_until
+from tests.integration.conftest import session_state_dir
+
+VMIS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances"
+VMS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"
+# A launcher pod starts in seconds; the budget covers a loaded 2-core machine.
+START_TIMEOUT = 60.0
+
+
+def state_dir(version: str) -> Path:
+    session = session_state_dir()
+    return session.with_name(f"{session.name}-virt-controller-{version}")
+
+
+def require_built(version: str) -> None:
+    """The default version is built on demand by `up`; others only if someone built them."""
+    if version == binaries.DEFAULT_KUBEVIRT_VERSION:
+        return
+    try:
+        binaries.resolve_kubevirt(version)
+    except ClusterError:
+        pytest.skip(
+            f"KubeVirt {version} is not built: "
+            f"`harvester-quota cluster build --kubevirt-version {version}`"
+        )
+
+
+def virt_controller(info: ClusterInfo) -> Any:
+    """The process record of the cluster's virt-controller."""
+    return next(record for record in info.processes if record.name == "virt-controller")
+
+
+@pytest.fixture(scope="module", params=binaries.supported_kubevirt_versions())
+def kubevirt_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+    """A cluster running virt-controller of one KubeVirt version; stopped, and checked to leave
+    no virt-controller behind, when the module's tests for that version are done."""
+    version: str = request.param
+    require_built(version)
+    local = LocalCluster(state_dir(version))
+    info = local.up(nodes=2, virt_controller=True, kubevirt=version)
+    try:
+        yield info
+    finally:
+        local.down()
+    assert not virt_controller(info).running()
+
+
+@pytest.fixture
+def kv_rest(kubevirt_cluster: ClusterInfo) -> RestClient:
+    return kubevirt_cluster.rest()
+
+
+def create_namespace(rest: RestClient, labels: dict[str, str] | None = None) -> str:
+    """A fresh namespace whose default service account exists (launcher pods use it)."""
+    name = f"vc-{uuid.uuid4().hex[:8]}"
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = labels
+    rest.post("/api/v1/namespaces", {"metadata": metadata})
+    wait_until(
+        lambda: rest.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        what=f"service account default in {name}",
+    )
+    return name
+
+
+def delete_namespace(rest: RestClient, name: str) -> None:
+    try:
+        rest.delete(f"/api/v1/namespaces/{name}")
+    except ApiError as error:
+        if error.status != 404:
+            raise
+
+
+@pytest.fixture
+def kv_namespace(kv_rest: RestClient) -> Iterator[str]:
+    """A fresh namespace whose default service account exists (launcher pods use it)."""
+    name = create_namespace(kv_rest)
+    yield name
+    delete_namespace(kv_rest, name)
+
+
+def defaulted_vmi_spec(cores: int = 1, memory: str = "1Gi") -> dict[str, Any]:
+    """A VMI spec as virt-api's defaulting leaves it: virt-controller renders the launcher pod's
+    resources and node selectors from these fields."""
+    return {
+        "domain": {
+            "cpu": {"cores": cores, "sockets": 1, "threads": 1, "model": "host-model"},
+            "memory": {"guest": memory},
+            "machine": {"type": "q35"},
+            "resources": {
+                "requests": {"cpu": "100m", "memory": memory},
+                "limits": {"cpu": str(cores), "memory": memory},
+            },
+            "devices": {},
+        },
+        "terminationGracePeriodSeconds": 0,
+    }
+
+
+def launcher_pods(rest: RestClient, namespace: str, vmi_uid: str) -> list[dict[str, Any]]:
+    """The launcher pods virt-controller created for the VMI with `vmi_uid`."""
+    selector = f"kubevirt.io/created-by={vmi_uid}"
+    listed = rest.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)
+    pods: list[dict[str, Any]] = listed.get("items", [])
+    return pods
