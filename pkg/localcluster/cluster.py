@@ -68,6 +68,10 @@ START_ORDER = (
 )
 
 KUBEVIRT_NAMESPACE = "kubevirt"
+VIRT_CONTROLLER_USER = "system:serviceaccount:kubevirt:kubevirt-controller"
+"""Who virt-controller is to the API server, as in a KubeVirt install: webhooks and the
+authorizer see its service account, not an administrator."""
+VIRT_CONTROLLER_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kubevirt")
 # virt-controller's leader election Lease: it starts its controllers only once it holds it.
 VIRT_CONTROLLER_LEASE = (
     f"/apis/coordination.k8s.io/v1/namespaces/{KUBEVIRT_NAMESPACE}/leases/virt-controller"
@@ -427,9 +431,52 @@ class LocalCluster:
         a CR without a status phase, so the CR is created as virt-operator leaves it: Deployed.
         """
         _create_kubevirt_cr(rest, kubevirt.version)
+        self._virt_controller_identity(info, rest)
         port = info.ports.pick_virt_controller()
         self._launch(info, kubevirt.directory, "virt-controller", self._virt_controller_args(port))
         self._await(info, "virt-controller", lambda: _lease_held(rest), STEP_TIMEOUT)
+
+    @property
+    def virt_controller_kubeconfig(self) -> Path:
+        return self.state_dir / "virt-controller.kubeconfig"
+
+    def _virt_controller_identity(self, info: ClusterInfo, rest: RestClient) -> None:
+        """A client certificate naming KubeVirt's service account (x509 authentication takes the
+        name as is), bound to cluster-admin: virt-operator's ClusterRole for it is narrower, and
+        this cluster only needs the identity to be KubeVirt's."""
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "harvester-quota-local-kubevirt-controller"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": VIRT_CONTROLLER_USER,
+                }
+            ],
+        }
+        try:
+            rest.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+        cert, key = self.pki_dir / "virt-controller.crt", self.pki_dir / "virt-controller.key"
+        info.certificate_authority().issue(
+            VIRT_CONTROLLER_USER, organizations=VIRT_CONTROLLER_GROUPS, client=True
+        ).write(cert, key)
+        self._write_kubeconfig(
+            info,
+            path=self.virt_controller_kubeconfig,
+            cert=cert,
+            key=key,
+            user="kubevirt-controller",
+        )
 
     def _launch(self, info: ClusterInfo, bin_dir: Path, name: str, args: list[str]) -> None:
         binary = str(bin_dir / name)
@@ -540,7 +587,7 @@ class LocalCluster:
 
     def _virt_controller_args(self, port: int) -> list[str]:
         return [
-            f"--kubeconfig={self.kubeconfig_path}",
+            f"--kubeconfig={self.virt_controller_kubeconfig}",
             f"--launcher-image={LAUNCHER_IMAGE}",
             "--listen=127.0.0.1",
             f"--port={port}",
@@ -573,7 +620,18 @@ class LocalCluster:
         (self.pki_dir / "sa.key").write_bytes(private)
         (self.pki_dir / "sa.pub").write_bytes(public)
 
-    def _write_kubeconfig(self, info: ClusterInfo) -> None:
+    def _write_kubeconfig(
+        self,
+        info: ClusterInfo,
+        *,
+        path: Path | None = None,
+        cert: Path | None = None,
+        key: Path | None = None,
+        user: str = "admin",
+    ) -> None:
+        """A kubeconfig for `user` with a client certificate (default: the admin's, at
+        `kubeconfig_path`), readable by its owner only."""
+
         def b64(path: Path) -> str:
             return base64.b64encode(path.read_bytes()).decode()
 
@@ -591,20 +649,21 @@ class LocalCluster:
             ],
             "users": [
                 {
-                    "name": "admin",
+                    "name": user,
                     "user": {
-                        "client-certificate-data": b64(info.client_cert),
-                        "client-key-data": b64(info.client_key),
+                        "client-certificate-data": b64(cert or info.client_cert),
+                        "client-key-data": b64(key or info.client_key),
                     },
                 }
             ],
             "contexts": [
-                {"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": "admin"}}
+                {"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": user}}
             ],
             "current-context": CONTEXT_NAME,
         }
-        self.kubeconfig_path.touch(mode=0o600)
-        self.kubeconfig_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        target = path or self.kubeconfig_path
+        target.touch(mode=0o600)
+        target.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def _create_nodes(
         self, rest: RestClient, count: int, pods: int, *, kubevirt: bool = False

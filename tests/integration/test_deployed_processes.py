@@ -26,8 +26,10 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.discovery import serves
 from harvester_quota.generic.resource import CRDS, NAMESPACES, PODS, Object
 from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.cluster import CRDS_FILE
+from harvester_quota.localcluster.cluster import CRDS_FILE, VIRT_CONTROLLER_USER
 from harvester_quota.localcluster.process import free_port
+from harvester_quota.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.sim.kubevirt.real import RealKubeVirt
 
 from tests.helpers import eventually, succeed_migration
 from tests.integration import deployment
@@ -134,13 +136,12 @@ async def ready(url: str) -> bool:
         return False
 
 
-async def test_deployed_with_tokens_and_the_shipped_rbac_on_plain_kubevirt(
-    api: ApiClient,
-    cluster: ClusterInfo,
-    namespace: str,
-    tmp_path: Path,
-    without_harvester: None,
-) -> None:
+@contextlib.asynccontextmanager
+async def deployed(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, tmp_path: Path, target_creator: str
+) -> AsyncIterator[tuple[Path, Path]]:
+    """The controller and the webhook running as deployed (token kubeconfigs, deploy/'s RBAC,
+    the shipped webhook configuration narrowed to `namespace`), ready; yields their log files."""
     await deployment.apply_rbac(api)
     controller_kubeconfig = await token_kubeconfig(
         api, cluster, "harvester-quota", tmp_path / "controller.kubeconfig"
@@ -169,12 +170,11 @@ async def test_deployed_with_tokens_and_the_shipped_rbac_on_plain_kubevirt(
         "--host=127.0.0.1",
         f"--port={webhook_port}",
         f"--controller-user={deployment.CONTROLLER_USER}",
-        f"--target-creator={deployment.KUBEVIRT_USER}",
+        f"--target-creator={target_creator}",
         "--kubevirt-version=1.6",
     ]
     logs = tmp_path / "controller.log", tmp_path / "webhook.log"
     configuration = deployment.webhook_configuration(webhook_port, ca.cert_pem, namespace)
-    kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
     with process(controller_args, logs[0]), process(webhook_args, logs[1]):
         await eventually(
             lambda: ready(f"http://127.0.0.1:{health}/readyz"), timeout=60, what="controller ready"
@@ -186,18 +186,75 @@ async def test_deployed_with_tokens_and_the_shipped_rbac_on_plain_kubevirt(
         )
         created = await deployment.apply(api, configuration)
         try:
-            await migrate_once(
-                KubeVirtByHand(api, namespace), KubeVirtByHand(kubevirt_api, namespace)
-            )
+            yield logs
         finally:
             await api.delete(
                 deployment.KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
             )
-            await kubevirt_api.close()
+
+
+def assert_no_refusal_logged(logs: tuple[Path, Path]) -> None:
     for log in logs:
         text = log.read_text()
         assert not re.search(r"\b403\b|Forbidden", text), f"{log.name}:\n{text[-3000:]}"
+
+
+async def test_deployed_with_tokens_and_the_shipped_rbac_on_plain_kubevirt(
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
+    without_harvester: None,
+) -> None:
+    kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
+    try:
+        async with deployed(api, cluster, namespace, tmp_path, deployment.KUBEVIRT_USER) as logs:
+            await migrate_once(
+                KubeVirtByHand(api, namespace), KubeVirtByHand(kubevirt_api, namespace)
+            )
+    finally:
+        await kubevirt_api.close()
+    assert_no_refusal_logged(logs)
     await assert_least_privilege(api, cluster, namespace)
+
+
+async def test_deployed_beside_kubevirts_own_virt_controller(
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kubevirt_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The same deployment on the cluster running KubeVirt's virt-controller (as its service
+    account): its target pod is told from a tenant's by its creator, and three migrations of VMs
+    in a full namespace go through, the room given back each time."""
+    api, namespace = kubevirt_api, kubevirt_namespace
+    tenant = KubeVirtByHand(api, namespace)
+    await tenant.set_rancher_base(V170_LIMIT)
+    await tenant.create_quota(V170_HARD)
+    kubevirt = RealKubeVirt(
+        api,
+        kubevirt_version=str(kubevirt_cluster.kubevirt_version),
+        namespaces=frozenset({namespace}),
+    )
+    async with (
+        deployed(api, kubevirt_cluster, namespace, tmp_path, VIRT_CONTROLLER_USER) as logs,
+        kubevirt,
+    ):
+        assert (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).started
+        for _ in range(3):
+            record = await kubevirt.wait_migration(await kubevirt.migrate("vm1"), timeout=90)
+            assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+            gone = record.source_pod_gone is not None
+            assert gone or await kubevirt.records.wait_for(
+                lambda finished=record: finished.source_pod_gone is not None, 60
+            ), "the source launcher exited"
+
+            async def at_base() -> bool:
+                hard = (await tenant.quota())["spec"]["hard"]
+                return hard == V170_HARD
+
+            await eventually(at_base, what="the room given back")
+    assert_no_refusal_logged(logs)
 
 
 async def migrate_once(tenant: KubeVirtByHand, kubevirt: KubeVirtByHand) -> None:
