@@ -206,14 +206,15 @@ async def test_deployed_with_tokens_and_the_shipped_rbac_on_plain_kubevirt(
     tmp_path: Path,
     without_harvester: None,
 ) -> None:
-    kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
-    try:
-        async with deployed(api, cluster, namespace, tmp_path, deployment.KUBEVIRT_USER) as logs:
+    async with deployed(api, cluster, namespace, tmp_path, deployment.KUBEVIRT_USER) as logs:
+        # deploy/'s RBAC (applied by `deployed`) creates KubeVirt's service account here.
+        kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
+        try:
             await migrate_once(
                 KubeVirtByHand(api, namespace), KubeVirtByHand(kubevirt_api, namespace)
             )
-    finally:
-        await kubevirt_api.close()
+        finally:
+            await kubevirt_api.close()
     assert_no_refusal_logged(logs)
     await assert_least_privilege(api, cluster, namespace)
 
