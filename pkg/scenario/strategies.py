@@ -20,7 +20,7 @@ from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.resource import Object, Resource
 from ..localcluster import ClusterInfo
-from ..webhook.resources.common import Identities
+from ..webhook.resources.common import DEFAULT_TARGET_CREATORS, Identities
 from ..webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
 
 STRATEGIES = ("ours", "harvester")
@@ -111,7 +111,12 @@ class OurStrategy:
         )
         self._webhook = WebhookServer(
             self._caches,
-            identities=Identities(controllers=self.users, target_creators=self.users),
+            # The simulator creates target pods as the runner's users; KubeVirt's real
+            # virt-controller as its own service account.
+            identities=Identities(
+                controllers=self.users,
+                target_creators=frozenset(self.users) | frozenset(DEFAULT_TARGET_CREATORS),
+            ),
             tls=ReloadingTLS(cert, key),
             host="127.0.0.1",
             port=0,
