@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harvester_quota.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.localcluster import ClusterInfo, LocalCluster, binaries
 from harvester_quota.localcluster.cluster import default_state_dir
 from harvester_quota.scenario.cli import run_on_local_cluster
 from harvester_quota.scenario.progress import summary_row
@@ -29,7 +29,7 @@ STRATEGIES = ["harvester", "ours"]
 
 
 def _real(scenario: Scenario) -> bool:
-    return REAL_KUBEVIRT.lstrip("v").startswith(f"{scenario.kubevirt_version}.")
+    return binaries.kubevirt_version_for_minor(scenario.kubevirt_version) == REAL_KUBEVIRT
 
 
 def _row(name: str, player: str, strategy: str, report: dict[str, Any]) -> str:

@@ -54,7 +54,7 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     if args.kubevirt_version and not args.virt_controller:
         print(
-            "--kubevirt-version chooses virt-controller's version: add --virt-controller",
+            "--kubevirt-version chooses virt-controller's version: drop --no-virt-controller",
             file=sys.stderr,
         )
         return 2
@@ -232,11 +232,21 @@ def _add_cluster_commands(commands: Any) -> None:
     )
     up.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="number of kwok nodes")
     up.add_argument("--node-pods", type=int, default=110, help="pod capacity of each node")
-    up.add_argument(
+    kubevirt = up.add_mutually_exclusive_group()
+    kubevirt.add_argument(
         "--virt-controller",
+        dest="virt_controller",
         action="store_true",
-        help="also run KubeVirt's own virt-controller, on KubeVirt's generated CRDs "
-        "(built first if needed); do not run the KubeVirt simulator against it",
+        default=True,
+        help="run KubeVirt's own virt-controller, on KubeVirt's generated CRDs, built first if "
+        "needed (the default; the flag is accepted for scripts written when it was opt-in)",
+    )
+    kubevirt.add_argument(
+        "--no-virt-controller",
+        dest="virt_controller",
+        action="store_false",
+        help="run no virt-controller, for a KubeVirt simulator or tests that play KubeVirt by "
+        "hand (either would fight a real virt-controller)",
     )
     up.add_argument("--kubevirt-version", help=_KUBEVIRT_VERSION_HELP)
     up.set_defaults(handler=cmd_cluster_up)

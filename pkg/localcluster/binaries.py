@@ -180,6 +180,16 @@ def supported_kubevirt_versions() -> list[str]:
     return sorted(versions, key=_version_tuple, reverse=True)
 
 
+def kubevirt_version_for_minor(minor: str) -> str | None:
+    """The newest supported KubeVirt version of release ``minor`` (``"1.6"`` -> ``"v1.6.0"``),
+    or None when no wrapper module builds that release (then only a simulator can play it)."""
+    wanted = minor.strip().removeprefix("v")
+    for version in supported_kubevirt_versions():
+        if version.removeprefix("v").startswith(f"{wanted}."):
+            return version
+    return None
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     match = _VERSION.match(version)
     if match is None:

@@ -11,7 +11,7 @@ from typing import Any
 from ..generic import config
 from ..generic.client import ApiClient
 from ..generic.config import ClientConfig
-from ..localcluster import ClusterInfo, LocalCluster
+from ..localcluster import ClusterInfo, LocalCluster, binaries
 from . import report
 from .progress import ProgressTable, comparison_table
 from .runner import ScenarioRun
@@ -117,6 +117,16 @@ def run_on_local_cluster(
     return asyncio.run(main())
 
 
+def local_cluster_for(scenario: Scenario) -> ClusterInfo:
+    """The default local cluster, started as `scenario` needs it: running KubeVirt's real
+    virt-controller of the scenario's release when one is built here, else without one (the
+    simulator then plays KubeVirt). A cluster running the other way is restarted."""
+    version = binaries.kubevirt_version_for_minor(scenario.kubevirt_version)
+    if version is None:
+        return LocalCluster().up(virt_controller=False)
+    return LocalCluster().up(virt_controller=True, kubevirt=version)
+
+
 def run(
     path: str, *, kubeconfig: str | None, report_dir: str, strategy: str, progress: bool
 ) -> int:
@@ -135,7 +145,7 @@ def run(
         )
     else:
         reports = run_on_local_cluster(
-            scenario, LocalCluster().up(), strategies, directory, progress
+            scenario, local_cluster_for(scenario), strategies, directory, progress
         )
     for name, result in reports.items():
         failed = [c for c in result["expectations"] if not c["ok"]]

@@ -137,7 +137,9 @@ def test_cli_reports_status_and_env(tmp_path: Path, capsys: pytest.CaptureFixtur
     state = str(tmp_path / "cli-state")
     assert main(["cluster", "--state-dir", state, "status"]) == 1
     assert "no local cluster" in capsys.readouterr().out
-    assert main(["cluster", "--state-dir", state, "up", "--nodes", "1"]) == 0
+    assert (
+        main(["cluster", "--state-dir", state, "up", "--nodes", "1", "--no-virt-controller"]) == 0
+    )
     try:
         assert main(["cluster", "--state-dir", state, "env"]) == 0
         assert capsys.readouterr().out.strip().endswith(f"export KUBECONFIG={state}/kubeconfig")

@@ -1,5 +1,5 @@
-"""`cluster up --virt-controller` from the command line: switching a running cluster to it and
-back, status, and a `down` that leaves no virt-controller behind.
+"""`cluster up` from the command line, which runs virt-controller by default: switching a running
+cluster to it and back, status, and a `down` that leaves no virt-controller behind.
 
 In a module of its own, so that it runs after test_virt_controller.py's clusters are stopped.
 """
@@ -29,7 +29,7 @@ def test_up_switches_virt_controller_on_and_off(
         assert plain.kubevirt_version is None
         assert not plain.rest().exists(f"/api/v1/namespaces/{KUBEVIRT_NAMESPACE}")
 
-        assert main([*cli, "up", "--nodes", "1", "--virt-controller"]) == 0
+        assert main([*cli, "up", "--nodes", "1"]) == 0
         assert f"KubeVirt {binaries.DEFAULT_KUBEVIRT_VERSION} virt-controller running" in (
             capsys.readouterr().out
         )
@@ -41,8 +41,9 @@ def test_up_switches_virt_controller_on_and_off(
         assert main([*cli, "status"]) == 0
         assert "virt-controller " in capsys.readouterr().out
 
-        again = local.up(nodes=1)
-        assert again.kubevirt_version is None
+        assert main([*cli, "up", "--nodes", "1", "--no-virt-controller"]) == 0
+        again = local.info()
+        assert again is not None and again.kubevirt_version is None
         assert "virt-controller" not in {r.name for r in again.processes}
         assert not any(record.running() for record in with_vc.processes)
     finally:

@@ -227,8 +227,10 @@ def test_a_kubevirt_version_without_virt_controller_is_refused_before_anything_r
     with pytest.raises(ValueError, match="only used with virt_controller"):
         LocalCluster(tmp_path / "state").up(kubevirt="v1.6.0")
     assert not (tmp_path / "state").exists()
-    assert main(["cluster", "--state-dir", str(tmp_path), "up", "--kubevirt-version", "1.6.0"]) == 2
-    assert "add --virt-controller" in capsys.readouterr().err
+    argv = ["up", "--no-virt-controller", "--kubevirt-version", "1.6.0"]
+    assert main(["cluster", "--state-dir", str(tmp_path), *argv]) == 2
+    assert "drop --no-virt-controller" in capsys.readouterr().err
+    assert not (tmp_path / "state.json").exists()
 
 
 def test_an_unsupported_version_is_refused_before_anything_runs(tmp_path: Path) -> None:
@@ -255,3 +257,14 @@ def test_cluster_build_builds_virt_controller_unless_told_not_to(
     assert main(["cluster", "build", "--kubevirt-version", "all"]) == 0
     assert built[2:] == binaries.supported_kubevirt_versions() == ["v1.8.4", "v1.6.0"]
     assert "KubeVirt v1.6.0 virt-controller and CRDs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("minor", "version"),
+    [("1.6", "v1.6.0"), ("v1.8", "v1.8.4"), ("0.54", None), ("1.3", None), ("1.1", None)],
+)
+def test_a_scenarios_release_maps_to_the_built_virt_controller_of_that_release(
+    minor: str, version: str | None
+) -> None:
+    """1.1 must not match 1.10+ nor 1.6 match 1.60: a release matches on whole components."""
+    assert binaries.kubevirt_version_for_minor(minor) == version

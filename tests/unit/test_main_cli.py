@@ -24,3 +24,20 @@ def test_state_dir_is_accepted_before_or_after_the_action(argv: list[str]) -> No
 @pytest.mark.parametrize("action", ["build", "up", "down", "status", "env"])
 def test_state_dir_defaults_to_none_for_every_action(action: str) -> None:
     assert build_parser().parse_args(["cluster", action]).state_dir is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "runs_virt_controller"),
+    [([], True), (["--virt-controller"], True), (["--no-virt-controller"], False)],
+    ids=["by default", "the old opt-in flag", "opted out"],
+)
+def test_cluster_up_runs_kubevirts_virt_controller_unless_told_not_to(
+    flags: list[str], runs_virt_controller: bool
+) -> None:
+    args = build_parser().parse_args(["cluster", "up", *flags])
+    assert args.virt_controller is runs_virt_controller
+
+
+def test_cluster_up_refuses_both_virt_controller_flags() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["cluster", "up", "--virt-controller", "--no-virt-controller"])
