@@ -1,4 +1,5 @@
-"""The domain metrics as an operator scrapes them, checked against what happened."""
+"""The domain metrics as an operator scrapes them, checked against what happened: migrations of
+KubeVirt's real virt-controller (the virt-handler stand-in does the node side)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,24 @@ from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.health import HealthServer
+from harvester_quota.generic.resource import RESOURCE_QUOTAS
 from harvester_quota.localcluster.process import free_port
+from harvester_quota.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.sim.kubevirt.real import RealKubeVirt
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import eventually, succeed_migration
+from tests.helpers import eventually
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_controllers_on_kubevirt import (
+    LONG,
+    MIGRATION_TIMEOUT,
+    V170_HARD,
+    V170_LIMIT,
+    kubevirt,
+    kv,
+    started,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -40,11 +53,18 @@ class Scraper:
         return (await self.samples()).get((name, tuple(sorted(labels.items()))))
 
 
+__all__ = ["kubevirt", "kv"]  # fixtures shared with test_controllers_on_kubevirt.py
+
+
 @pytest.fixture
-async def app_and_scraper(api: ApiClient) -> AsyncIterator[tuple[ControllerApp, Scraper]]:
+async def app_and_scraper(
+    kubevirt_api: ApiClient,
+) -> AsyncIterator[tuple[ControllerApp, Scraper]]:
     registry = CollectorRegistry()
     app = ControllerApp(
-        api, Options(leader_elect=False, kubevirt_version="1.6", workers=2), registry=registry
+        kubevirt_api,
+        Options(leader_elect=False, kubevirt_version="1.6", workers=2),
+        registry=registry,
     )
     port = free_port()
     health = HealthServer(host="127.0.0.1", port=port, registry=registry)
@@ -56,21 +76,27 @@ async def app_and_scraper(api: ApiClient) -> AsyncIterator[tuple[ControllerApp, 
 
 
 async def test_room_and_writes_of_one_migration(
-    app_and_scraper: tuple[ControllerApp, Scraper], kv: KubeVirtByHand
+    app_and_scraper: tuple[ControllerApp, Scraper], kv: KubeVirtByHand, kubevirt: RealKubeVirt
 ) -> None:
+    """The room is exported while the migration holds it and its series goes with it; two quota
+    writes; a refusal is counted only if KubeVirt itself recorded one (on a loaded machine its
+    first try may beat the raise)."""
     _app, scraper = app_and_scraper
     ns = kv.namespace
-    vmi, source, migration = await kv.v170_migration()
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=LONG)
+    (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
+    name = await kubevirt.migrate("vm1")
+    await kubevirt.records.wait_for(lambda: started(kubevirt, ns, name), 60)
 
     async def room_cpu() -> float | None:
         return await scraper.value("harvester_quota_room", namespace=ns, resource="limits.cpu")
 
     assert await eventually(room_cpu, what="the room exported") == pytest.approx(2.015)
     assert await scraper.value("harvester_quota_migrations_holding_room", namespace=ns) == 1
-
-    target = await eventually(lambda: kv.try_create_target(vmi, migration), what="target admitted")
-    await succeed_migration(kv, migration, source, target, walk=False)
-    await kv.delete_pod(source["metadata"]["name"], grace=0)
+    await kubevirt.abort(name)
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
 
     async def released() -> bool:
         samples = await scraper.samples()
@@ -88,28 +114,44 @@ async def test_room_and_writes_of_one_migration(
 
     await eventually(two_writes, what="the raise and the release written")
     assert await scraper.value("harvester_quota_reconcile_duration_seconds_count") >= 2  # type: ignore[operator]
-    assert await scraper.value("harvester_quota_target_pods_refused_total", namespace=ns) is None
+    refused = await scraper.value("harvester_quota_target_pods_refused_total", namespace=ns)
+    assert refused == (1 if record.refusals else None), record.as_dict()
 
 
 async def test_a_refused_migration_is_counted_once_and_its_blocked_time_observed(
-    app_and_scraper: tuple[ControllerApp, Scraper], kv: KubeVirtByHand
+    app_and_scraper: tuple[ControllerApp, Scraper], kv: KubeVirtByHand, kubevirt: RealKubeVirt
 ) -> None:
-    """KubeVirt's condition on the VMIM is what counts, not our own bookkeeping."""
+    """KubeVirt's condition on the VMIM is what counts, not our own bookkeeping: a quota the
+    controller may not scale refuses virt-controller's target pod again and again (each retry a
+    FailedCreate), and the migration is counted once; once scaling is allowed it goes through and
+    its blocked time is observed."""
     _app, scraper = app_and_scraper
     ns = kv.namespace
-    _vmi, _source, migration = await kv.v170_migration()
-    refused = {"type": "migrationRejectedByResourceQuota", "status": "True"}
-    migration = await kv.set_phase(migration, "Pending", conditions=[refused])
-    await kv.set_phase(migration, "Pending", conditions=[refused, {"type": "x", "status": "True"}])
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    skip = {"metadata": {"annotations": {"harvesterhci.io/skipResourceQuotaAutoScaling": "true"}}}
+    await kv.api.patch(RESOURCE_QUOTAS, "default-quota", skip, ns)
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+    name = await kubevirt.migrate("vm1")
 
     async def counted() -> float | None:
         return await scraper.value("harvester_quota_target_pods_refused_total", namespace=ns)
 
-    assert await eventually(counted, what="the refusal counted") == 1
-    await kv.set_phase(migration, "Scheduling", conditions=[])
+    assert await eventually(counted, timeout=60, what="the refusal counted") == 1
+    await kubevirt.records.wait_for(lambda: refusals_of(kubevirt, ns, name) >= 2, 60)
+    assert await counted() == 1, "KubeVirt's retries are the same migration"
+    unskip = {"metadata": {"annotations": {"harvesterhci.io/skipResourceQuotaAutoScaling": None}}}
+    await kv.api.patch(RESOURCE_QUOTAS, "default-quota", unskip, ns)
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
 
     async def observed() -> float | None:
         return await scraper.value("harvester_quota_migration_blocked_seconds_count")
 
     assert await eventually(observed, what="the blocked time observed") == 1
     assert await counted() == 1, "the same migration is counted once"
+
+
+def refusals_of(kubevirt: RealKubeVirt, namespace: str, name: str) -> int:
+    record = kubevirt.records.get(namespace, name)
+    return 0 if record is None else record.refusals
