@@ -1,4 +1,5 @@
-"""`harvester-quota run` as a real process: killed mid-migration, restarted, nothing leaks."""
+"""`harvester-quota run` as a real process beside KubeVirt's virt-controller: killed mid-migration,
+restarted, nothing leaks."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-from harvester_quota.generic.client import ApiClient
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.localcluster.process import free_port
+from harvester_quota.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.util.quantity import Quantity
 
-from tests.helpers import eventually, succeed_migration
+from tests.helpers import eventually
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_controllers_on_kubevirt import kubevirt, kv
+
+__all__ = ["kubevirt", "kv"]  # fixtures shared with test_controllers_on_kubevirt.py
 
 pytestmark = pytest.mark.integration
 
@@ -52,31 +57,29 @@ async def cpu_hard(kv: KubeVirtByHand) -> Quantity:
 
 
 async def test_a_controller_killed_mid_migration_is_replaced_without_leaking_room(
-    api: ApiClient, namespace: str, cluster: ClusterInfo, tmp_path: Path
+    kubevirt_cluster: ClusterInfo, kv: KubeVirtByHand, kubevirt: RealKubeVirt, tmp_path: Path
 ) -> None:
-    kv = KubeVirtByHand(api, namespace)
+    """KubeVirt's real virt-controller migrates the VM while our controller process lies dead
+    after raising: the room is left behind, and the next process gives it back."""
     await kv.set_rancher_base({"limitsCpu": "3000m", "limitsMemory": "5000Mi"})
     await kv.create_quota(V170_HARD)
-    vmi, source = await kv.start_vm("vm1")
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
     lease = f"controller-{uuid.uuid4().hex[:6]}"
     log = tmp_path / "controller.log"
-    first = start_controller(cluster, lease, log)
+    first = start_controller(kubevirt_cluster, lease, log)
     try:
-        migration = await kv.migrate(vmi)
 
         async def raised() -> bool:
             return await cpu_hard(kv) == Quantity.parse("5015m")
 
+        name = await kubevirt.migrate("vm1")
         await eventually(raised, timeout=60, what="the first process to raise the quota")
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-        # While no controller runs, the migration finishes and its source pod goes away.
-        target = await eventually(
-            lambda: kv.try_create_target(vmi, migration), what="target admitted"
-        )
-        await succeed_migration(kv, migration, source, target, walk=False)
-        await kv.delete_pod(source["metadata"]["name"], grace=0)
-        await eventually(lambda: kv.pod_gone(source["metadata"]["name"]), what="source pod gone")
+        # While no controller runs, the migration finishes and its source launcher exits.
+        record = await kubevirt.wait_migration(name, timeout=90)
+        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+        await kubevirt.records.wait_for(lambda: record.source_pod_gone is not None, 30)
         # The killed process left its room behind: the next one has something to clean up.
         assert await cpu_hard(kv) == Quantity.parse("5015m")
         assert any(
@@ -86,7 +89,7 @@ async def test_a_controller_killed_mid_migration_is_replaced_without_leaking_roo
 
         # The killed leader never released its Lease: the next one waits it out (15 s), then
         # recomputes the namespace from the cluster.
-        second = start_controller(cluster, lease, log)
+        second = start_controller(kubevirt_cluster, lease, log)
         try:
 
             async def at_base() -> bool:
