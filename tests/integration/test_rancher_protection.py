@@ -1,7 +1,8 @@
 """Rancher 2.14.6+/2.15.2+ protects its default quota: our raise goes through its annotation.
 
 Rancher's write protection is a real ValidatingAdmissionPolicy on the local cluster; Rancher's
-agent (the simulator) writes quotas as rancher-webhook-sudo; the controller runs as usual.
+agent (the simulator) writes quotas as rancher-webhook-sudo; KubeVirt's own virt-controller
+migrates; the controller runs as usual.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, NAMESPACES
 from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.sim.kubevirt import VMSpec
+from harvester_quota.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.sim.rancher import Project, RancherQuotaSync
 from harvester_quota.sim.rancher.protection import RancherProtection
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
@@ -27,17 +30,27 @@ from harvester_quota.util.resourcequota.base import (
 )
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import eventually, succeed_migration
+from tests.helpers import eventually
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_controllers_on_kubevirt import (
+    LONG,
+    MIGRATION_TIMEOUT,
+    kubevirt,
+    kv,
+    started,
+)
 from tests.integration.test_sim_rancher import SEED_ANNOTATION, SEED_HARD, hard_is, join_project
 
 pytestmark = pytest.mark.integration
+__all__ = ["kubevirt", "kv"]  # fixtures shared with test_controllers_on_kubevirt.py
 
 
 @pytest.fixture
 async def protected_rancher(
-    api: ApiClient, namespace: str, cluster: ClusterInfo
+    kubevirt_api: ApiClient, kubevirt_namespace: str, kubevirt_cluster: ClusterInfo
 ) -> AsyncIterator[Project]:
+    """Rancher's protected quota in the test's namespace of the virt-controller cluster."""
+    api, namespace, cluster = kubevirt_api, kubevirt_namespace, kubevirt_cluster
     protection = await RancherProtection.install(
         api, [namespace], ca_file=cluster.ca_file, name=f"rq-{namespace[-8:]}"
     )
@@ -56,16 +69,20 @@ async def annotations(api: ApiClient, namespace: str) -> dict[str, str]:
 
 
 async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_given_back(
-    api: ApiClient, kv: KubeVirtByHand, protected_rancher: Project
+    kubevirt_api: ApiClient, kv: KubeVirtByHand, kubevirt: RealKubeVirt, protected_rancher: Project
 ) -> None:
+    """KubeVirt's real virt-controller migrates a VM in a namespace whose quota only Rancher may
+    write: our raise goes through Rancher's annotation, and comes back as its exact text."""
+    api = kubevirt_api
     registry = CollectorRegistry()
     app = ControllerApp(
         api, Options(leader_elect=False, kubevirt_version="1.6", workers=2), registry=registry
     )
     await app.start()
     try:
-        vmi, source = await kv.start_vm("vm1")
-        migration = await kv.migrate(vmi)
+        spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=LONG)
+        (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
+        name = await kubevirt.migrate("vm1")
         raised = {"limits.cpu": "5015m", "limits.memory": "10040344313"}
         await eventually(
             lambda: hard_is(api, kv.namespace, raised), what="the raise copied by Rancher"
@@ -74,11 +91,9 @@ async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_giv
         assert during[ANNOTATION_RANCHER_BASE] == SEED_ANNOTATION
         assert during[CATTLE_ANNOTATION_RESOURCE_QUOTA] == during[ANNOTATION_RANCHER_APPLIED]
 
-        target = await eventually(
-            lambda: kv.try_create_target(vmi, migration), what="target admitted"
-        )
-        await succeed_migration(kv, migration, source, target, walk=False)
-        await kv.delete_pod(source["metadata"]["name"], grace=0)
+        await kubevirt.records.wait_for(lambda: started(kubevirt, kv.namespace, name), 60)
+        await kubevirt.abort(name)
+        await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
         await eventually(lambda: hard_is(api, kv.namespace, SEED_HARD), what="back to the base")
         after = await annotations(api, kv.namespace)
         assert after[CATTLE_ANNOTATION_RESOURCE_QUOTA] == SEED_ANNOTATION, "the exact text"
