@@ -20,7 +20,6 @@ from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCES,
 )
 from harvester_quota.app import ControllerApp
-from harvester_quota.config.management import Options
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, RESOURCE_QUOTAS, Object
@@ -31,10 +30,10 @@ from harvester_quota.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.sim.kubevirt.simulator import set_overhead_ratio_setting
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.quantity import Quantity
-from prometheus_client import CollectorRegistry
 
 from tests.helpers import caught_up, eventually
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_controllers import new_app
 
 pytestmark = pytest.mark.integration
 
@@ -45,11 +44,6 @@ V170_ROOM = {"limits.cpu": "2015m", "limits.memory": "4797464313"}
 # A migration the stand-in keeps running until the test has done what it does mid-migration.
 LONG = 120.0
 MIGRATION_TIMEOUT = 90.0
-
-
-def new_app(api: ApiClient) -> ControllerApp:
-    options = Options(leader_elect=False, kubevirt_version="1.6", workers=2)
-    return ControllerApp(api, options, registry=CollectorRegistry())
 
 
 @pytest.fixture
@@ -112,6 +106,26 @@ async def v170_namespace(kv: KubeVirtByHand, kubevirt: RealKubeVirt, name: str =
     await kv.set_rancher_base(V170_LIMIT)
     await kv.create_quota(V170_HARD)
     (await kubevirt.create_vm(VMSpec(name, cores=2, memory="4Gi"), node="kwok-node-0")).check()
+
+
+async def v170_mid_migration(
+    kv: KubeVirtByHand, kubevirt: RealKubeVirt, *, name: str = "vm1", grace: int = 120
+) -> str:
+    """The v1.7.0 seed's namespace with its VM `name` (launcher pods deleted with `grace`) in a
+    migration that the stand-in keeps running; returns the migration's name once it runs."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    spec = VMSpec(
+        name,
+        cores=2,
+        memory="4Gi",
+        migration_duration=LONG,
+        termination_grace_period_seconds=grace,
+    )
+    (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
+    migration = await kubevirt.migrate(name)
+    await kubevirt.records.wait_for(lambda: started(kubevirt, kv.namespace, migration), 60)
+    return migration
 
 
 async def back_to_the_base(kv: KubeVirtByHand) -> None:
@@ -288,12 +302,7 @@ async def test_a_61_character_vm_name_migrates_with_a_valid_hashed_key(
     annotation key over 63 characters: it is hashed to a valid one, and removed afterwards."""
     name = "a-vm-name-of-sixty-one-characters-that-kubevirt-can-migrate-x"
     assert len(name) == 61
-    await kv.set_rancher_base(V170_LIMIT)
-    await kv.create_quota(V170_HARD)
-    spec = VMSpec(name, cores=2, memory="4Gi", migration_duration=LONG)
-    (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
-    migration = await kubevirt.migrate(name)
-    await kubevirt.records.wait_for(lambda: started(kubevirt, kv.namespace, migration), 60)
+    migration = await v170_mid_migration(kv, kubevirt, name=name)
     keys = migrating_keys(await kv.quota())
     assert keys == [migrating_vm_annotation_key(name)]
     assert len(keys[0].split("/", 1)[1]) <= 63
@@ -308,14 +317,7 @@ async def test_a_vmi_deleted_mid_migration_leaks_no_room(
     """Both launcher pods are deleted with the VMI (a grace period of 0 here, so that the test
     need not wait out the pods' termination, during which they still count and the room stays);
     the migration fails and its room goes."""
-    await kv.set_rancher_base(V170_LIMIT)
-    await kv.create_quota(V170_HARD)
-    spec = VMSpec(
-        "vm1", cores=2, memory="4Gi", migration_duration=LONG, termination_grace_period_seconds=0
-    )
-    (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
-    name = await kubevirt.migrate("vm1")
-    await kubevirt.records.wait_for(lambda: started(kubevirt, kv.namespace, name), 60)
+    await v170_mid_migration(kv, kubevirt, grace=0)
     await kubevirt.delete_vmi("vm1")
     await back_to_the_base(kv)
 
@@ -325,14 +327,7 @@ async def test_a_vm_restarted_mid_migration_leaks_no_room(
 ) -> None:
     """The VM restarts while migrating: the old VMI and its migration go, a new VMI (new uid)
     starts; nothing of the old migration's room is left. (A grace period of 0, as above.)"""
-    await kv.set_rancher_base(V170_LIMIT)
-    await kv.create_quota(V170_HARD)
-    spec = VMSpec(
-        "vm1", cores=2, memory="4Gi", migration_duration=LONG, termination_grace_period_seconds=0
-    )
-    (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
-    name = await kubevirt.migrate("vm1")
-    await kubevirt.records.wait_for(lambda: started(kubevirt, kv.namespace, name), 60)
+    await v170_mid_migration(kv, kubevirt, grace=0)
     (await kubevirt.restart_vm("vm1", node="kwok-node-1")).check()
     await back_to_the_base(kv)
 
