@@ -22,7 +22,7 @@ from harvester_quota.apis.kubevirt import (
 from harvester_quota.app import ControllerApp
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS, RESOURCE_QUOTAS, Object
+from harvester_quota.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.sim.kubevirt.handler import HandlerTimings
@@ -128,10 +128,55 @@ async def v170_mid_migration(
     return migration
 
 
-async def back_to_the_base(kv: KubeVirtByHand) -> None:
-    """Hard is exactly the base again and no room annotation is left."""
-    await eventually(lambda: hard_equals(kv, V170_HARD), what="hard back to the base")
+async def back_to_the_base(kv: KubeVirtByHand, app: ControllerApp | None = None) -> None:
+    """Hard is exactly the base again and no room annotation is left; a timeout shows the quota,
+    the pods and the migrations as they were (and as `app` caches them)."""
+    try:
+        await eventually(lambda: hard_equals(kv, V170_HARD), what="hard back to the base")
+    except AssertionError as timed_out:
+        cached = "" if app is None else cache_state(app, kv.namespace)
+        raise AssertionError(f"{timed_out}\n{await namespace_state(kv)}\n{cached}") from None
     assert migrating_keys(await kv.quota()) == []
+
+
+def cache_state(app: ControllerApp, namespace: str) -> str:
+    """What the controller's caches hold of the namespace, and its reflectors' recent waits."""
+    lines = []
+    for informer in app.management.informers.informers:
+        if not informer.store.has_index("namespace"):
+            continue
+        items = informer.store.by_index("namespace", namespace)
+        summary = [
+            f"{metadata['name']}@{metadata.get('resourceVersion')}"
+            f"/{(item.get('status') or {}).get('phase')}"
+            for item in items
+            for metadata in [item["metadata"]]
+        ]
+        waits = [(round(w.seconds, 1), w.asked) for w in informer.reflector.waits]
+        lines.append(f"cache {informer.name}: {summary} waits={waits}")
+    return "\n".join(lines)
+
+
+async def namespace_state(kv: KubeVirtByHand) -> str:
+    """The quota, pods and migrations of the test's namespace, for a failure message."""
+    quota = await kv.quota()
+    pods = (await kv.api.list(PODS, kv.namespace))["items"]
+    migrations = (await kv.api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, kv.namespace))["items"]
+    lines = [
+        f"quota spec.hard={quota['spec'].get('hard')} status={quota.get('status')}",
+        f"quota annotations={quota['metadata'].get('annotations')}",
+    ]
+    lines += [
+        f"pod {p['metadata']['name']} phase={p['status'].get('phase')} "
+        f"deleting={p['metadata'].get('deletionTimestamp')}"
+        for p in pods
+    ]
+    lines += [
+        f"migration {m['metadata']['name']} phase={(m.get('status') or {}).get('phase')} "
+        f"deleting={m['metadata'].get('deletionTimestamp')}"
+        for m in migrations
+    ]
+    return "\n".join(lines)
 
 
 class SpecHistory:
@@ -319,7 +364,7 @@ async def test_a_vmi_deleted_mid_migration_leaks_no_room(
     the migration fails and its room goes."""
     await v170_mid_migration(kv, kubevirt, grace=0)
     await kubevirt.delete_vmi("vm1")
-    await back_to_the_base(kv)
+    await back_to_the_base(kv, controllers)
 
 
 async def test_a_vm_restarted_mid_migration_leaks_no_room(
