@@ -25,6 +25,7 @@ from .generic.client import ApiClient
 from .generic.clock import REAL_CLOCK, Clock
 from .generic.health import HealthServer
 from .generic.leader import LeaderElectionConfig, LeaderElector
+from .generic.requestmetrics import ApiRequestMetrics
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,11 @@ class ControllerApp:
     reconciler: resourcequota.QuotaReconciler = field(init=False)
     vmim_controller: vmim.VmimController | None = field(init=False, default=None)
     vmi_controller: vmi.VmiController | None = field(init=False, default=None)
+    request_metrics: ApiRequestMetrics = field(init=False)
+    """API requests by verb and resource, counted from start() to stop()."""
 
     def __post_init__(self) -> None:
+        self.request_metrics = ApiRequestMetrics(self.registry)
         self.management = Management(
             self.client, self.options, clock=self.clock, registry=self.registry
         )
@@ -59,6 +63,7 @@ class ControllerApp:
 
         A required kind the API server does not serve (KubeVirt not installed) is reported once,
         clearly; its informer keeps retrying with backoff and the process stays unready."""
+        self.client.add_request_observer(self.request_metrics)
         await self._report_unserved_kinds()
         synced = await self.management.start(sync_timeout=CACHE_SYNC_TIMEOUT)
         if not synced:
@@ -87,6 +92,7 @@ class ControllerApp:
     async def stop(self) -> None:
         """Stops controllers, informers and the event recorder (pending events are flushed)."""
         await self.management.stop()
+        self.client.remove_request_observer(self.request_metrics)
 
     async def lead(self) -> None:
         """Runs the controllers until cancelled (what a leader does)."""

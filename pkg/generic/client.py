@@ -21,6 +21,7 @@ from . import errors
 from .clock import REAL_CLOCK, Clock
 from .config import ClientConfig
 from .listdecode import ListDecodeError, ListSplitter
+from .requestmetrics import TRANSPORT_ERROR, RequestObserver
 from .resource import Object, Resource
 from .retry import call_with_server_retries
 
@@ -106,6 +107,26 @@ class ApiClient:
         self.clock = clock
         """Paces retries the server asks for (tests pass a FakeClock)."""
         self._session: aiohttp.ClientSession | None = None
+        self._observers: list[RequestObserver] = []
+
+    def add_request_observer(self, observer: RequestObserver) -> None:
+        """Tells `observer` of every request from now on, once its response headers (or its
+        transport failure) are in; observers are called in the order they were added, on the
+        event loop, and must not block."""
+        self._observers.append(observer)
+
+    def remove_request_observer(self, observer: RequestObserver) -> None:
+        """Stops telling `observer` (no error if it was not added)."""
+        with contextlib.suppress(ValueError):
+            self._observers.remove(observer)
+
+    def _observe(
+        self, method: str, path: str, params: Mapping[str, str] | None, code: str, started: float
+    ) -> None:
+        if self._observers:
+            seconds = self.clock.monotonic() - started
+            for observer in self._observers:
+                observer.observe(method, path, params, code, seconds)
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -154,7 +175,10 @@ class ApiClient:
         content_type: str = "application/json",
         request_timeout: float | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """One request whose response the caller reads; transport failures become ApiErrors."""
+        """One request whose response the caller reads; transport failures become ApiErrors.
+        Observers (add_request_observer) hear of it once the response headers are in."""
+        started = self.clock.monotonic()
+        answered = False
         try:
             async with self.session.request(
                 method,
@@ -166,12 +190,19 @@ class ApiClient:
                     total=request_timeout or self.timeout, sock_connect=CONNECT_TIMEOUT
                 ),
             ) as response:
+                answered = True
+                self._observe(method, path, params, str(response.status), started)
                 yield response
         except aiohttp.ClientConnectorError as error:
+            self._observe(method, path, params, TRANSPORT_ERROR, started)
             raise errors.ConnectionRefused(f"{method} {path}: {error}") from error
         except aiohttp.ClientError as error:
+            if not answered:
+                self._observe(method, path, params, TRANSPORT_ERROR, started)
             raise errors.ConnectionFailed(f"{method} {path}: {error}") from error
         except TimeoutError as error:
+            if not answered:
+                self._observe(method, path, params, TRANSPORT_ERROR, started)
             raise errors.ConnectionFailed(f"{method} {path}: timed out") from error
 
     async def request(
@@ -360,15 +391,18 @@ class ApiClient:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout
         )
+        started = self.clock.monotonic()
         try:
             async with self.session.get(
                 self.config.host + path, params=params, headers=self._headers(), timeout=timeout
             ) as response:
+                self._observe("GET", path, params, str(response.status), started)
                 if response.status >= 400:
                     self._decode(response, await response.read(), "WATCH", path)
                 async for line in _lines(response.content):
                     yield decode_watch_line(line)
         except aiohttp.ClientConnectorError as error:
+            self._observe("GET", path, params, TRANSPORT_ERROR, started)
             raise errors.ConnectionRefused(f"WATCH {path}: {error}") from error
         except aiohttp.ClientError as error:
             raise errors.ConnectionFailed(f"WATCH {path}: {error}") from error

@@ -116,6 +116,15 @@ async def test_room_and_writes_of_one_migration(
     assert await scraper.value("harvester_quota_reconcile_duration_seconds_count") >= 2  # type: ignore[operator]
     refused = await scraper.value("harvester_quota_target_pods_refused_total", namespace=ns)
     assert refused == (1 if record.refusals else None), record.as_dict()
+    # The API server's view of the same work: the two writes, and the caches' lists and watches.
+    patches = await scraper.value(
+        "harvester_quota_api_requests_total", verb="patch", resource="resourcequotas", code="200"
+    )
+    assert patches is not None and patches >= 2
+    for verb in ("list", "watch"):
+        assert await scraper.value(
+            "harvester_quota_api_requests_total", verb=verb, resource="pods", code="200"
+        ), verb
 
 
 async def test_a_refused_migration_is_counted_once_and_its_blocked_time_observed(
