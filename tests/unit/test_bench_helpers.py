@@ -67,3 +67,13 @@ def test_informer_table_gives_ratios_against_the_official_client() -> None:
     assert cells[3] == "2.00"  # median sync
     assert cells[4] == "0.25"  # sync ratio
     assert cells[8] == "0.25"  # RSS ratio
+
+
+def test_the_reconcile_bench_measures_a_namespace_of_the_size_asked() -> None:
+    from bench import reconcile
+
+    rows = [reconcile.measure(vms, "dict", repeat=1) for vms in (5, 20)]
+    assert all(row.read >= 0 and row.plan > 0 for row in rows)
+    lines = reconcile.table(rows)
+    assert lines[2].endswith("| 1.0 |"), "the smallest namespace is its own baseline"
+    assert len(lines) == 4
