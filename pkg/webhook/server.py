@@ -43,6 +43,7 @@ from ..util.resourcequota.managed import managed_quota
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .resources.common import Identities, Lookups
 from .resources.namespace.validator import validate_namespace_update
+from .resources.pod.ledger import AdmissionLedger
 from .resources.pod.validator import validate_pod_create
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm_start
@@ -296,6 +297,8 @@ class WebhookServer:
         self._ready = ready
         self._clock = clock
         self.metrics = WebhookMetrics(registry)
+        self.ledger = AdmissionLedger(clock)
+        """Pods admitted while room is held, until the caches show them (pod/ledger.py)."""
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self.guard = ConnectionGuard(None)
@@ -307,7 +310,10 @@ class WebhookServer:
                 lambda r: validate_quota_update(r, self.lookups, self.identities),
             ),
             "virtualmachines": ("VirtualMachine", lambda r: validate_vm_start(r, self.lookups)),
-            "pods": ("Pod", lambda r: validate_pod_create(r, self.lookups, self.identities)),
+            "pods": (
+                "Pod",
+                lambda r: validate_pod_create(r, self.lookups, self.identities, self.ledger),
+            ),
         }
 
     def application(self) -> web.Application:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from harvester_quota.config.kubevirt import settings_from
+from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import Object
 from harvester_quota.localcluster.pki import CertificateAuthority
 from harvester_quota.util.annotations import migrating_vm_annotation_key
@@ -21,6 +22,7 @@ from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.namespace.validator import validate_namespace_update
+from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.validator import validate_pod_create
 from harvester_quota.webhook.resources.resourcequota.validator import validate_quota_update
 from harvester_quota.webhook.resources.virtualmachine.validator import validate_vm_start
@@ -254,6 +256,92 @@ def plain_pod(name: str, cpu: str, memory: str, **labels: str) -> Object:
     }
 
 
+def validate_pod(
+    req: Request,
+    lookups: FakeLookups,
+    identities: Identities,
+    ledger: AdmissionLedger | None = None,
+) -> None:
+    """The pod rule with a ledger of its own unless the test shares one."""
+    validate_pod_create(
+        req, lookups, identities, ledger if ledger is not None else AdmissionLedger(FakeClock())
+    )
+
+
+def room_held(lookups: FakeLookups) -> None:
+    """The v1.7.0 namespace: vm1 (2015m/4797464313) migrating, hard raised by its room."""
+    lookups.quotas["ns"] = quota_with(
+        {"limits.cpu": "2015m", "limits.memory": "4797464313"},
+        {"limits.cpu": "5015m", "limits.memory": "10040344313"},
+        **{
+            migrating_vm_annotation_key(
+                "vm1"
+            ): '{"limits.cpu":"2015m","limits.memory":"4797464313"}'
+        },
+    )
+    lookups.migration_list.append(migration("m", running_vm(lookups)))
+
+
+def test_pods_decided_on_the_same_cached_usage_do_not_share_the_free_room() -> None:
+    """985m are free under the base; the cache does not learn of admitted pods in between: the
+    ledger does, so 9 pods of 100m get in and the 10th is denied, never 10 or more."""
+    lookups, clock = FakeLookups(), FakeClock()
+    room_held(lookups)
+    ledger = AdmissionLedger(clock, ttl=30)
+    for index in range(9):
+        validate_pod(create_pod(f"p{index}", "100m"), lookups, Identities(), ledger)
+    with pytest.raises(Denied) as denied:
+        validate_pod(create_pod("p9", "100m"), lookups, Identities(), ledger)
+    assert "limits.cpu insufficient resources" in denied.value.message
+    assert "in use 2915m" in denied.value.message
+
+
+def test_a_pod_the_cache_already_shows_is_not_counted_twice() -> None:
+    lookups, clock = FakeLookups(), FakeClock()
+    room_held(lookups)
+    ledger = AdmissionLedger(clock, ttl=30)
+    validate_pod(create_pod("p0", "500m"), lookups, Identities(), ledger)
+    # The cache catches up: p0 is in status.used now.
+    lookups.quotas["ns"]["status"]["used"]["limits.cpu"] = "2515m"
+    validate_pod(create_pod("p1", "450m"), lookups, Identities(), ledger)  # 2965m <= 3
+    with pytest.raises(Denied):
+        validate_pod(create_pod("p2", "100m"), lookups, Identities(), ledger)
+
+
+def test_a_reservation_ends_its_ttl_after_the_last_admission() -> None:
+    """A pod deleted after a burst is credited again once the reservation expires."""
+    lookups, clock = FakeLookups(), FakeClock()
+    room_held(lookups)
+    ledger = AdmissionLedger(clock, ttl=30)
+    validate_pod(create_pod("p0", "900m"), lookups, Identities(), ledger)
+    with pytest.raises(Denied):
+        validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)
+    clock.step(29)
+    with pytest.raises(Denied):
+        validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)
+    assert ledger.reserved_namespaces() == 1
+    clock.step(1)
+    assert ledger.reserved_namespaces() == 0
+    validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)  # p0 was deleted
+
+
+def test_the_next_migrations_room_starts_from_the_cache() -> None:
+    """A burst during one migration's room is not held against the next migration's: the tenant
+    deleted those pods in between (the cache shows it)."""
+    lookups, clock = FakeLookups(), FakeClock()
+    room_held(lookups)
+    ledger = AdmissionLedger(clock, ttl=30)
+    validate_pod(create_pod("p0", "900m"), lookups, Identities(), ledger)
+    with pytest.raises(Denied):
+        validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)
+    lookups.migration_list[:] = [migration("m2", lookups.vmi_list[0])]
+    validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)
+
+
+def create_pod(name: str, cpu: str) -> Request:
+    return request("Pod", plain_pod(name, cpu, "1Mi"), operation="CREATE")
+
+
 def test_pods_may_not_take_the_room_a_migration_waits_for() -> None:
     lookups = FakeLookups(
         quotas={
@@ -271,7 +359,7 @@ def test_pods_may_not_take_the_room_a_migration_waits_for() -> None:
     instance = running_vm(lookups)
     lookups.migration_list.append(migration("m", instance))
     with pytest.raises(Denied) as denied:
-        validate_pod_create(
+        validate_pod(
             request("Pod", plain_pod("squatter", "1", "1Gi"), operation="CREATE"),
             lookups,
             Identities(),
@@ -279,20 +367,20 @@ def test_pods_may_not_take_the_room_a_migration_waits_for() -> None:
     assert "would take room reserved for the live migration of vm1" in denied.value.message
     assert "limits.memory insufficient resources" in denied.value.message
     small = plain_pod("small", "100m", "100Mi")
-    validate_pod_create(request("Pod", small, operation="CREATE"), lookups, Identities())
+    validate_pod(request("Pod", small, operation="CREATE"), lookups, Identities())
     target = plain_pod("target", "2015m", "4797464313", **{"kubevirt.io/migrationJobUID": "x"})
-    validate_pod_create(
+    validate_pod(
         request("Pod", target, operation="CREATE", user=KUBEVIRT_CONTROLLER), lookups, Identities()
     )
     with pytest.raises(Denied):
-        validate_pod_create(
+        validate_pod(
             request("Pod", target, operation="CREATE", user="tenant"), lookups, Identities()
         )
 
 
 def test_pods_are_not_checked_while_no_room_is_held() -> None:
     lookups = FakeLookups(quotas={"ns": quota_with({"limits.cpu": "3", "limits.memory": "5000Mi"})})
-    validate_pod_create(
+    validate_pod(
         request("Pod", plain_pod("p", "1", "1Gi"), operation="CREATE"), lookups, Identities()
     )
 

@@ -180,16 +180,23 @@ RANCHER_NAMES = {k8s: field_name for field_name, k8s in LIMIT_FIELDS}
 
 
 def check_fits_base(
-    subject: str, needed: ResourceList, base: ResourceList, view: NamespaceView
+    subject: str,
+    needed: ResourceList,
+    base: ResourceList,
+    view: NamespaceView,
+    *,
+    in_use: ResourceList | None = None,
 ) -> None:
     """Denies, naming every key and its numbers, if ``needed`` does not fit under the base next
-    to what the namespace uses without migration targets."""
+    to what the namespace uses without migration targets (``in_use``, default: as the view's
+    quota status shows it)."""
+    current = view.used_without_targets() if in_use is None else in_use
     short = [
         f"{s.key} insufficient resources due to resource quota "
         f"{(view.quota.get('metadata') or {}).get('name')}: needs {s.needed}, "
         f"{s.free} left of the base {s.limit} "
         f"(in use {s.in_use}, migration targets excluded)"
-        for s in shortfalls(needed, base, view.used_without_targets())
+        for s in shortfalls(needed, base, current)
     ]
     if short:
         raise Denied(f"{subject}: " + "; ".join(short))

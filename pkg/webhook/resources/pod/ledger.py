@@ -1,0 +1,84 @@
+"""What this webhook process admitted that its caches may not show yet.
+
+The pod rule decides from the managed quota's `status.used` as the informer cache holds it. Quota
+admission adds an admitted pod to `status.used` on the API server, and the cache learns of it a
+watch event later: milliseconds when idle, seconds on a busy control plane. Forty pods created at
+once all met the same cached figure, each fitted into the same free room, and together they took
+the room a migration was holding (39 admitted where 19 fitted, measured on the local cluster).
+
+The ledger closes that window for the decisions of one process. Validators run on the event loop
+without awaiting, so decisions are already serialized; what was missing is memory between them.
+Per namespace it keeps a reservation: after each pod it admits, the larger (per key) of what the
+cache showed and the reservation so far, plus the pod's usage. A decision counts the larger of the
+cache and the reservation, so a pod admitted a moment ago counts whether or not the cache has it,
+and never twice. The reservation is dropped `ttl` seconds after the namespace's last admission (by
+then the cache shows every pod quota admission let in), and as soon as other migrations hold the
+room (a new room starts from what the cache shows). Until then a pod deleted in the meantime still
+counts: a pod that would fit may be denied for up to `ttl` seconds after a burst in the same
+migration's window.
+
+Not shared between replicas: two webhook replicas racing each other can still admit more than the
+base together (see README, "Pods while room is held").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ....generic.clock import Clock
+from ....util import resources
+from ....util.resources import ResourceList
+
+LEDGER_TTL = 10.0
+"""Seconds a reservation outlives its namespace's last admission: well beyond the watch delay of
+a busy control plane (under a second with two CPU burners beside the local cluster), and short
+enough that deleted pods are credited again soon."""
+
+
+@dataclass
+class _Reservation:
+    used: ResourceList
+    expires: float
+    holders: frozenset[str]
+    """The migrations holding room when it was made (their uids)."""
+
+
+class AdmissionLedger:
+    """Per-namespace reservations of admitted usage. Not thread-safe: call from the event loop."""
+
+    def __init__(self, clock: Clock, ttl: float = LEDGER_TTL) -> None:
+        self._clock = clock
+        self._ttl = ttl
+        self._reservations: dict[str, _Reservation] = {}
+
+    def in_use(self, namespace: str, cached: ResourceList, holders: frozenset[str]) -> ResourceList:
+        """What the namespace uses as far as this process knows while the migrations `holders`
+        hold room: the cached figure, raised per key to what this process has admitted on top of
+        earlier figures during their room."""
+        reservation = self._live(namespace, holders)
+        if reservation is None:
+            return dict(cached)
+        return resources.maximum(cached, reservation.used)
+
+    def admitted(
+        self, namespace: str, cached: ResourceList, usage: ResourceList, holders: frozenset[str]
+    ) -> None:
+        """Records a pod just admitted with `usage`, decided on `cached` while `holders` held
+        room."""
+        total = resources.add(self.in_use(namespace, cached, holders), usage)
+        expires = self._clock.monotonic() + self._ttl
+        self._reservations[namespace] = _Reservation(total, expires, holders)
+
+    def _live(self, namespace: str, holders: frozenset[str] | None = None) -> _Reservation | None:
+        reservation = self._reservations.get(namespace)
+        if reservation is None:
+            return None
+        expired = reservation.expires <= self._clock.monotonic()
+        if expired or (holders is not None and holders != reservation.holders):
+            del self._reservations[namespace]
+            return None
+        return reservation
+
+    def reserved_namespaces(self) -> int:
+        """Namespaces with a live reservation (expired ones are dropped as they are met)."""
+        return sum(1 for namespace in list(self._reservations) if self._live(namespace))

@@ -1,0 +1,112 @@
+"""Forty pods created at once while a migration holds room, through the deployed webhook (TLS,
+service accounts, deploy/'s RBAC): the tenant never ends above its base, every pod that fits
+under the base is admitted, and every denial names the key, the numbers and the migration.
+
+The webhook decides from its caches, which learn of an admitted pod only when quota admission's
+update of status.used comes back through a watch: without its ledger of what it admitted since,
+concurrent creates all saw the same free room and together took more than the base.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+from harvester_quota.app import ControllerApp
+from harvester_quota.generic import errors
+from harvester_quota.generic.resource import PODS, Object
+from harvester_quota.util.quantity import Quantity
+
+from tests.helpers import cpu_burners, eventually
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_webhook_deployed import V170_HARD, V170_LIMIT, stack
+
+pytestmark = pytest.mark.integration
+__all__ = ["stack"]  # the deployed controllers and webhook, from test_webhook_deployed.py
+
+RACERS = 40
+POD_CPU = "50m"
+POD_MEMORY = "16Mi"
+VM_CPU = Quantity.parse("2015m")  # what the VM's launcher pod uses (limits.cpu)
+
+
+def small_pod(name: str) -> Object:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {"cpu": POD_CPU, "memory": POD_MEMORY}},
+                }
+            ]
+        },
+    }
+
+
+async def create(tenant: KubeVirtByHand, name: str) -> bool:
+    """True if admitted, False if our webhook denied it (anything else fails the test)."""
+    try:
+        await tenant.api.create(PODS, small_pod(name), tenant.namespace)
+    except errors.Forbidden as denied:
+        assert "would take room reserved for the live migration of vm1" in denied.message, (
+            denied.message
+        )
+        assert "limits.cpu insufficient resources due to resource quota default-quota" in (
+            denied.message
+        ), denied.message
+        return False
+    return True
+
+
+async def test_forty_racing_pods_never_take_the_room_and_all_that_fit_get_in(
+    stack: tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp],
+) -> None:
+    """Three migrations one after another, forty pods racing during each, two CPU burners beside
+    the cluster: usage never ends above the base, and exactly the pods that fit get in."""
+    tenant, kubevirt, _ = stack
+    await tenant.set_rancher_base(V170_LIMIT)
+    await tenant.create_quota(V170_HARD)
+    vmi, _ = await kubevirt.start_vm("vm1")
+    base_cpu = Quantity.parse(V170_HARD["limits.cpu"])
+    fit = int((base_cpu - VM_CPU).milli_value() // Quantity.parse(POD_CPU).milli_value())
+    assert fit < RACERS, "the race must be for less room than is asked"
+    with cpu_burners(2):
+        for round_ in range(3):
+            migration = await kubevirt.migrate(vmi, f"vm1-round-{round_}")
+            await eventually(lambda: cpu_hard(tenant, above=base_cpu), what="the room raised")
+            names = [f"racer-{round_}-{i}" for i in range(RACERS)]
+            admitted = await asyncio.gather(*(create(tenant, name) for name in names))
+            expected = VM_CPU + Quantity.parse(POD_CPU) * sum(admitted)
+            await eventually(
+                lambda expected=expected: used_cpu_is(tenant, expected),
+                timeout=60,
+                what="status.used counting every admitted pod",
+            )
+            print(f"round {round_}: {sum(admitted)} admitted, {RACERS - sum(admitted)} denied")
+            assert expected <= base_cpu, f"{sum(admitted)} admitted: {expected} above the base"
+            assert sum(admitted) == fit, "every pod that fits under the base is admitted"
+            # The migration is cancelled before its target pod: the room goes, and the tenant
+            # makes room for the next round.
+            await tenant.api.delete(
+                VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, migration["metadata"]["name"], tenant.namespace
+            )
+            await eventually(lambda: cpu_hard(tenant, equal=base_cpu), what="back to the base")
+            for name, got_in in zip(names, admitted, strict=True):
+                if got_in:
+                    await tenant.delete_pod(name, grace=0)
+            await eventually(lambda: used_cpu_is(tenant, VM_CPU), timeout=60, what="racers gone")
+
+
+async def cpu_hard(
+    tenant: KubeVirtByHand, *, above: Quantity | None = None, equal: Quantity | None = None
+) -> bool:
+    hard = Quantity.parse((await tenant.quota())["spec"]["hard"]["limits.cpu"])
+    return (above is not None and hard > above) or (equal is not None and hard == equal)
+
+
+async def used_cpu_is(tenant: KubeVirtByHand, expected: Quantity) -> bool:
+    used = (((await tenant.quota()).get("status") or {}).get("used") or {}).get("limits.cpu")
+    return used is not None and Quantity.parse(used) == expected
