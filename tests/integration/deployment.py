@@ -138,9 +138,10 @@ def webhook_configuration(port: int, ca_pem: bytes, namespace: str) -> Object:
         service = webhook["clientConfig"].pop("service")
         webhook["clientConfig"]["url"] = f"https://127.0.0.1:{port}{service['path']}"
         webhook["clientConfig"]["caBundle"] = base64.b64encode(ca_pem).decode()
-        selector: dict[str, Any] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        only: dict[str, Any] = {"kubernetes.io/metadata.name": namespace}
         if webhook["rules"][0]["resources"] == ["namespaces"]:
-            webhook["objectSelector"] = selector
-        else:
-            webhook["namespaceSelector"] = selector
+            webhook["objectSelector"] = {"matchLabels": only}
+        else:  # the shipped selector (the pods rule's room-held label) narrowed further
+            shipped_selector = webhook.get("namespaceSelector") or {}
+            webhook["namespaceSelector"] = {**shipped_selector, "matchLabels": only}
     return configuration

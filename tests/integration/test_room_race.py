@@ -13,14 +13,14 @@ import asyncio
 
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
-from harvester_quota.app import ControllerApp
 from harvester_quota.generic import errors
-from harvester_quota.generic.resource import PODS, Object
+from harvester_quota.generic.resource import NAMESPACES, PODS, Object
+from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.quantity import Quantity
 
-from tests.helpers import cpu_burners, eventually
+from tests.helpers import cpu_burners, eventually, succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
-from tests.integration.test_webhook_deployed import V170_HARD, V170_LIMIT, stack
+from tests.integration.test_webhook_deployed import V170_HARD, V170_LIMIT, Stack, stack
 
 pytestmark = pytest.mark.integration
 __all__ = ["stack"]  # the deployed controllers and webhook, from test_webhook_deployed.py
@@ -62,11 +62,11 @@ async def create(tenant: KubeVirtByHand, name: str) -> bool:
 
 
 async def test_forty_racing_pods_never_take_the_room_and_all_that_fit_get_in(
-    stack: tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp],
+    stack: Stack,
 ) -> None:
     """Three migrations one after another, forty pods racing during each, two CPU burners beside
     the cluster: usage never ends above the base, and exactly the pods that fit get in."""
-    tenant, kubevirt, _ = stack
+    tenant, kubevirt, _, _ = stack
     await tenant.set_rancher_base(V170_LIMIT)
     await tenant.create_quota(V170_HARD)
     vmi, _ = await kubevirt.start_vm("vm1")
@@ -110,3 +110,52 @@ async def cpu_hard(
 async def used_cpu_is(tenant: KubeVirtByHand, expected: Quantity) -> bool:
     used = (((await tenant.quota()).get("status") or {}).get("used") or {}).get("limits.cpu")
     return used is not None and Quantity.parse(used) == expected
+
+
+async def attempt(tenant: KubeVirtByHand, name: str) -> str:
+    """'admitted', or why not: 'webhook unreachable' (the fail-closed rule) or the message."""
+    try:
+        await tenant.api.create(PODS, small_pod(name), tenant.namespace)
+    except errors.ApiError as refused:
+        if "failed calling webhook" in refused.message:
+            return "webhook unreachable"
+        return refused.message
+    return "admitted"
+
+
+async def room_label(tenant: KubeVirtByHand) -> str | None:
+    namespace = await tenant.api.get(NAMESPACES, tenant.namespace)
+    return (namespace["metadata"].get("labels") or {}).get(LABEL_ROOM_HELD)
+
+
+async def test_with_the_webhook_down_only_kubevirts_target_gets_in_while_room_is_held(
+    stack: Stack,
+) -> None:
+    """The pods rule fails closed only where room is held and never for KubeVirt's controller:
+    with the webhook stopped, forty racing pods are all refused during the migration, the target
+    pod gets in, the migration completes, and afterwards the namespace is open again."""
+    tenant, kubevirt, _, server = stack
+    await tenant.set_rancher_base(V170_LIMIT)
+    await tenant.create_quota(V170_HARD)
+    vmi, source = await kubevirt.start_vm("vm1")
+    await server.stop()
+    assert await attempt(tenant, "before") == "admitted", "no room held: the webhook is not asked"
+    base_cpu = Quantity.parse(V170_HARD["limits.cpu"])
+
+    migration = await kubevirt.migrate(vmi)
+    await eventually(lambda: cpu_hard(tenant, above=base_cpu), what="the room raised")
+    assert await room_label(tenant) == "true", "labelled before the raise"
+    outcomes = await asyncio.gather(*(attempt(tenant, f"racer-{i}") for i in range(RACERS)))
+    assert set(outcomes) == {"webhook unreachable"}, outcomes
+    target = await kubevirt.create_target(vmi, migration)
+    await succeed_migration(kubevirt, migration, source, target, walk=False)
+    await kubevirt.delete_pod(source["metadata"]["name"], grace=0)
+    await eventually(lambda: cpu_hard(tenant, equal=base_cpu), what="hard back to the base")
+    await eventually(lambda: _is_none(room_label(tenant)), what="the label removed")
+    expected = VM_CPU + Quantity.parse(POD_CPU)  # the VM on its new pod, and "before"
+    await eventually(lambda: used_cpu_is(tenant, expected), what="no pod above the base")
+    assert await attempt(tenant, "after") == "admitted", "room given back: open again"
+
+
+async def _is_none(value: object) -> bool:
+    return await value is None  # type: ignore[misc]

@@ -40,12 +40,17 @@ async def test_every_manifest_is_accepted_by_a_server_side_dry_run(api: ApiClien
     assert {"Deployment", "ValidatingWebhookConfiguration", "ClusterRole", "Service"} <= set(kinds)
 
 
+Stack = tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp, WebhookServer]
+"""(tenant, kubevirt, controllers, webhook server)."""
+
+
 @pytest.fixture
 async def stack(
     api: ApiClient, cluster: ClusterInfo, namespace: str, tmp_path: Path
-) -> AsyncIterator[tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp]]:
+) -> AsyncIterator[Stack]:
     """Controllers and webhook running as their service accounts with deploy/'s RBAC; the
-    webhook registered with the shipped configuration. Yields (tenant, kubevirt, controllers)."""
+    webhook registered with the shipped configuration. Yields (tenant, kubevirt, controllers,
+    webhook server)."""
     await deployment.apply_rbac(api)
     controller_api = await deployment.client_as(api, cluster, "harvester-quota")
     webhook_api = await deployment.client_as(api, cluster, "harvester-quota-webhook")
@@ -75,7 +80,12 @@ async def stack(
     configuration = deployment.webhook_configuration(port, ca.cert_pem, namespace)
     created = await deployment.apply(api, configuration)
     try:
-        yield KubeVirtByHand(api, namespace), KubeVirtByHand(kubevirt_api, namespace), controllers
+        yield (
+            KubeVirtByHand(api, namespace),
+            KubeVirtByHand(kubevirt_api, namespace),
+            controllers,
+            server,
+        )
     finally:
         with contextlib.suppress(errors.ApiError):
             await api.delete(
@@ -100,9 +110,9 @@ async def denial(action: object) -> str | None:
 
 
 async def test_lowering_the_base_below_usage_is_denied(
-    stack: tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp],
+    stack: Stack,
 ) -> None:
-    tenant, kubevirt, _ = stack
+    tenant, kubevirt, _, _ = stack
     await tenant.set_rancher_base(V170_LIMIT)
     await tenant.create_quota(V170_HARD)
     await kubevirt.start_vm("vm1")
@@ -118,12 +128,12 @@ async def test_lowering_the_base_below_usage_is_denied(
 
 
 async def test_migration_room_is_guarded_while_targets_pass(
-    stack: tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp],
+    stack: Stack,
 ) -> None:
     """The controllers run as their service account (deploy/ RBAC) and raise the quota; while
     the room is held: lowering the base, resetting spec.hard by hand and a squatting pod are all
     denied with numbers; KubeVirt's target pod is admitted."""
-    tenant, kubevirt, controllers = stack
+    tenant, kubevirt, controllers, _ = stack
     await tenant.set_rancher_base(V170_LIMIT)
     await tenant.create_quota(V170_HARD)
     vmi, _ = await kubevirt.start_vm("vm1")
@@ -175,9 +185,9 @@ async def test_migration_room_is_guarded_while_targets_pass(
 
 
 async def test_a_vm_that_does_not_fit_under_the_base_cannot_start(
-    stack: tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp],
+    stack: Stack,
 ) -> None:
-    tenant, _, _ = stack
+    tenant, _, _, _ = stack
     await tenant.set_rancher_base(V170_LIMIT)
     await tenant.create_quota(V170_HARD)
     template = vmi_spec("big", tenant.namespace, cores=2, memory="6Gi")

@@ -30,9 +30,9 @@ from ...generic import errors
 from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, WARNING
 from ...generic.informer import SharedInformer
-from ...generic.meta import annotations_of, has_condition, metadata, status
+from ...generic.meta import annotations_of, has_condition, labels, metadata, status
 from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
-from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
 from ...util.launcher import LauncherSettings, launcher_quota_usage
 from ...util.quantity import Quantity
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
@@ -151,15 +151,38 @@ class QuotaReconciler:
         quota = managed_quota(quotas)
         if quota is None:
             self._forget(key)
-            return namespace
+            return await self._label_room_held(namespace, False)
         quota = self._read_own_write(key, quota)
         snapshot = self.snapshot(namespace, quota, quotas)
         plan = plan_quota(snapshot)
         self._report_warnings(namespace, quota, plan)
         self._export(key, snapshot, plan)
+        holding = plan.managed and plan.rooms.holds_room
+        if holding:
+            namespace = await self._label_room_held(namespace, True)
+        await self._write_plan(namespace, quota, plan, snapshot)
+        if not holding:
+            namespace = await self._label_room_held(namespace, False)
+        return self._requeue(namespace, plan)
+
+    async def _label_room_held(self, namespace: Object, held: bool) -> Object:
+        """Sets or removes LABEL_ROOM_HELD on the namespace, if it differs: set before a raise is
+        written, removed after the room is given back, so the fail-closed pods rule covers the
+        whole time a raised quota could admit a pod."""
+        if (labels(namespace).get(LABEL_ROOM_HELD) == "true") == held:
+            return namespace
+        patch = {"metadata": {"labels": {LABEL_ROOM_HELD: "true" if held else None}}}
+        return await self.management.client.patch(
+            NAMESPACES, str(metadata(namespace)["name"]), patch
+        )
+
+    async def _write_plan(
+        self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
+    ) -> None:
+        """At most one write bringing the quota (or Rancher's annotation) to the plan."""
         if self._through_rancher(namespace, plan):
             await self._write_rancher_annotation(namespace, quota, plan, snapshot)
-            return self._requeue(namespace, plan)
+            return
         patch = patch_for(quota, plan)
         if patch is not None:
             try:
@@ -171,7 +194,6 @@ class QuotaReconciler:
                 await self._write_rancher_annotation(namespace, quota, plan, snapshot)
         else:
             self._explain_blocked(snapshot, quota, plan)
-        return self._requeue(namespace, plan)
 
     def _requeue(self, namespace: Object, plan: QuotaPlan) -> Object:
         if plan.requeue_after is not None:
