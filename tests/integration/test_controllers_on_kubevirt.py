@@ -398,6 +398,16 @@ async def test_after_a_ratio_increase_the_vm_migrates_again_and_again(
 
     await eventually(seed_usage, what="the VM at the seed's 5682461313 bytes")
 
+    async def above_base_event() -> str | None:
+        listed = await kv.api.list(EVENTS, kv.namespace)
+        for item in listed["items"]:
+            if item["reason"] == "UsageAboveBase" and item["type"] == "Warning":
+                return str(item["message"])
+        return None
+
+    message = await eventually(above_base_event, what="a Warning: the namespace is over its base")
+    assert "limits.memory 5682461313 used of 5000Mi (+439581313)" in message, message
+
 
 async def test_skip_annotation_returns_the_quota_to_its_base_and_explains_the_block(
     controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...apis.harvester import RATIO_SETTING, SETTINGS
@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 HANDLER = "resourcequota-reconcile"
 RANCHER_DENIAL_REASON = "QuotaWriteDeniedByRancher"
 """Warning event reason when Rancher's webhook refuses a write of its default quota."""
+USAGE_ABOVE_BASE_REASON = "UsageAboveBase"
+"""Warning event reason when a namespace's pods use more than its base (targets excluded)."""
 STATUS_PUBLISH_ATTEMPTS = 3
 """Tries at copying a raise into status.hard when the quota keeps changing under us."""
 
@@ -74,6 +76,8 @@ class QuotaReconciler:
         """Namespace -> (resourceVersion we wrote over, the quota our write returned): until the
         cache moves past the version we replaced, it is older than our own write."""
         self.metrics = QuotaMetrics(management.registry)
+        self._above_base: dict[str, str] = {}
+        """Namespace -> the excess last reported (a Warning event once per change)."""
         self._refused: dict[str, tuple[str, float]] = {}
         """Migration uid -> (namespace, when this process first saw it refused by quota)."""
         self._rancher_protected = False
@@ -414,10 +418,33 @@ class QuotaReconciler:
         holding = plan.rooms.rooms if plan.holds_room else []
         self.metrics.set_room(namespace, plan.rooms.total() if holding else {}, len(holding))
         base = plan.base.hard if plan.base is not None else {}
-        self.metrics.set_above_base(
-            namespace, {k: plan.used[k] - v for k, v in base.items() if k in plan.used}
-        )
+        excess = {k: plan.used[k] - v for k, v in base.items() if k in plan.used}
+        self.metrics.set_above_base(namespace, excess)
+        self._report_above_base(namespace, snapshot.quota, base, excess)
         self._track_refusals(namespace, snapshot.migrations)
+
+    def _report_above_base(
+        self,
+        namespace: str,
+        quota: Object,
+        base: Mapping[str, Quantity],
+        excess: Mapping[str, Quantity],
+    ) -> None:
+        """A Warning on the quota, once per change, while the namespace's pods (migration targets
+        excluded) use more than its base: how a tenant got past the room guard (pods admitted
+        before a room-held label, the label removed by hand) or a VM grew with the overhead ratio.
+        The next migration's raise starts from that usage, so an operator should look."""
+        positive = {k: v for k, v in sorted(excess.items()) if v.sign() > 0}
+        text = ", ".join(f"{k} {base[k] + v} used of {base[k]} (+{v})" for k, v in positive.items())
+        if text == self._above_base.get(namespace, ""):
+            return
+        if text:
+            self._above_base[namespace] = text
+            message = f"namespace {namespace} uses more than its base: {text}"
+            log.warning("%s", message)
+            self.management.recorder.event(quota, WARNING, USAGE_ABOVE_BASE_REASON, message)
+        else:
+            self._above_base.pop(namespace, None)
 
     def _track_refusals(self, namespace: str, migrations: Iterable[Object]) -> None:
         """Counts each migration KubeVirt reports refused by quota once, and observes how long
@@ -439,6 +466,7 @@ class QuotaReconciler:
 
     def _forget(self, namespace: str) -> None:
         self.metrics.forget(namespace)
+        self._above_base.pop(namespace, None)
         self._track_refusals(namespace, ())
 
     def _report_warnings(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
