@@ -311,11 +311,7 @@ def test_a_pod_the_cache_already_shows_is_not_counted_twice() -> None:
 def test_a_reservation_ends_its_ttl_after_the_last_admission() -> None:
     """A pod deleted after a burst is credited again once the reservation expires."""
     lookups, clock = FakeLookups(), FakeClock()
-    room_held(lookups)
-    ledger = AdmissionLedger(clock, ttl=30)
-    validate_pod(create_pod("p0", "900m"), lookups, Identities(), ledger)
-    with pytest.raises(Denied):
-        validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)
+    ledger = after_a_burst(lookups, clock)
     clock.step(29)
     with pytest.raises(Denied):
         validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)
@@ -329,13 +325,19 @@ def test_the_next_migrations_room_starts_from_the_cache() -> None:
     """A burst during one migration's room is not held against the next migration's: the tenant
     deleted those pods in between (the cache shows it)."""
     lookups, clock = FakeLookups(), FakeClock()
+    ledger = after_a_burst(lookups, clock)
+    lookups.migration_list[:] = [migration("m2", lookups.vmi_list[0])]
+    validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)
+
+
+def after_a_burst(lookups: FakeLookups, clock: FakeClock) -> AdmissionLedger:
+    """Room held, p0 (900m) admitted and p1 (900m) denied on the same cached usage; the ledger."""
     room_held(lookups)
     ledger = AdmissionLedger(clock, ttl=30)
     validate_pod(create_pod("p0", "900m"), lookups, Identities(), ledger)
     with pytest.raises(Denied):
         validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)
-    lookups.migration_list[:] = [migration("m2", lookups.vmi_list[0])]
-    validate_pod(create_pod("p1", "900m"), lookups, Identities(), ledger)
+    return ledger
 
 
 def create_pod(name: str, cpu: str) -> Request:
