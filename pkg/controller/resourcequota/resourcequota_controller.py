@@ -161,13 +161,23 @@ class QuotaReconciler:
         plan = plan_quota(snapshot)
         self._report_warnings(namespace, quota, plan)
         self._export(key, snapshot, plan)
-        holding = plan.managed and plan.rooms.holds_room
+        holding = plan.managed and plan.rooms.holds_room and self._may_label(namespace, plan)
         if holding:
             namespace = await self._label_room_held(namespace, True)
         await self._write_plan(namespace, quota, plan, snapshot)
         if not holding:
             namespace = await self._label_room_held(namespace, False)
         return self._requeue(namespace, plan)
+
+    def _may_label(self, namespace: Object, plan: QuotaPlan) -> bool:
+        """Whether a namespace write is safe while room is held. Rancher's agent re-derives the
+        quota from its annotation on every namespace event: where our raise is written to
+        spec.hard directly, a label write would have Rancher reset the raise (measured: a second
+        raise and a refusal per migration). Through Rancher's annotation (its protected quota)
+        the raise survives any namespace event, and elsewhere nobody resets."""
+        if plan.base is None or plan.base.source != RANCHER:
+            return True
+        return self._through_rancher(namespace, plan)
 
     async def _label_room_held(self, namespace: Object, held: bool) -> Object:
         """Sets or removes LABEL_ROOM_HELD on the namespace, if it differs: set before a raise is
