@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -120,13 +120,32 @@ class ApiClient:
         with contextlib.suppress(ValueError):
             self._observers.remove(observer)
 
-    def _observe(
-        self, method: str, path: str, params: Mapping[str, str] | None, code: str, started: float
-    ) -> None:
-        if self._observers:
+    @contextlib.contextmanager
+    def _observed(
+        self, method: str, path: str, params: Mapping[str, str] | None
+    ) -> Iterator[Callable[[int], None]]:
+        """Around one request: yields `answered(status)`, to call when the response headers are
+        in; a transport failure before that is observed with code TRANSPORT_ERROR. Observers
+        hear of each request exactly once (never of one cancelled before its answer)."""
+        started = self.clock.monotonic()
+        answered = False
+
+        def tell(code: str) -> None:
             seconds = self.clock.monotonic() - started
             for observer in self._observers:
                 observer.observe(method, path, params, code, seconds)
+
+        def answer(status: int) -> None:
+            nonlocal answered
+            answered = True
+            tell(str(status))
+
+        try:
+            yield answer
+        except (aiohttp.ClientError, TimeoutError):
+            if not answered:
+                tell(TRANSPORT_ERROR)
+            raise
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -177,32 +196,25 @@ class ApiClient:
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """One request whose response the caller reads; transport failures become ApiErrors.
         Observers (add_request_observer) hear of it once the response headers are in."""
-        started = self.clock.monotonic()
-        answered = False
         try:
-            async with self.session.request(
-                method,
-                self.config.host + path,
-                params=params,
-                data=data,
-                headers=self._headers(content_type if data is not None else None),
-                timeout=aiohttp.ClientTimeout(
-                    total=request_timeout or self.timeout, sock_connect=CONNECT_TIMEOUT
-                ),
-            ) as response:
-                answered = True
-                self._observe(method, path, params, str(response.status), started)
-                yield response
+            with self._observed(method, path, params) as answered:
+                async with self.session.request(
+                    method,
+                    self.config.host + path,
+                    params=params,
+                    data=data,
+                    headers=self._headers(content_type if data is not None else None),
+                    timeout=aiohttp.ClientTimeout(
+                        total=request_timeout or self.timeout, sock_connect=CONNECT_TIMEOUT
+                    ),
+                ) as response:
+                    answered(response.status)
+                    yield response
         except aiohttp.ClientConnectorError as error:
-            self._observe(method, path, params, TRANSPORT_ERROR, started)
             raise errors.ConnectionRefused(f"{method} {path}: {error}") from error
         except aiohttp.ClientError as error:
-            if not answered:
-                self._observe(method, path, params, TRANSPORT_ERROR, started)
             raise errors.ConnectionFailed(f"{method} {path}: {error}") from error
         except TimeoutError as error:
-            if not answered:
-                self._observe(method, path, params, TRANSPORT_ERROR, started)
             raise errors.ConnectionFailed(f"{method} {path}: timed out") from error
 
     async def request(
@@ -391,18 +403,17 @@ class ApiClient:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout
         )
-        started = self.clock.monotonic()
         try:
-            async with self.session.get(
-                self.config.host + path, params=params, headers=self._headers(), timeout=timeout
-            ) as response:
-                self._observe("GET", path, params, str(response.status), started)
-                if response.status >= 400:
-                    self._decode(response, await response.read(), "WATCH", path)
-                async for line in _lines(response.content):
-                    yield decode_watch_line(line)
+            with self._observed("GET", path, params) as answered:
+                async with self.session.get(
+                    self.config.host + path, params=params, headers=self._headers(), timeout=timeout
+                ) as response:
+                    answered(response.status)
+                    if response.status >= 400:
+                        self._decode(response, await response.read(), "WATCH", path)
+                    async for line in _lines(response.content):
+                        yield decode_watch_line(line)
         except aiohttp.ClientConnectorError as error:
-            self._observe("GET", path, params, TRANSPORT_ERROR, started)
             raise errors.ConnectionRefused(f"WATCH {path}: {error}") from error
         except aiohttp.ClientError as error:
             raise errors.ConnectionFailed(f"WATCH {path}: {error}") from error

@@ -96,13 +96,14 @@ CATTLE_ANNOTATION_RESOURCE_QUOTA: Final = "field.cattle.io/resourceQuota"
 """On the Namespace: Rancher's `{"limit": {...}}`, the base quota (see harvester_quota.util.rancher)."""
 
 LABEL_DEFAULT_RESOURCE_QUOTA: Final = "resourcequota.management.cattle.io/default-resource-quota"
-LABEL_ROOM_HELD: Final = "harvester-quota.io/room-held"
-"""Set ("true") by the controller on a namespace from before it raises the quota for a migration
-until after it has given the room back. The webhook's pods rule selects these namespaces with
-failurePolicy Fail, so with the webhook down no pod but KubeVirt's targets gets in while room is
-held (README, "Pods while room is held")."""
 """On the ResourceQuota Rancher manages (value "true"). Rancher and Harvester find the RQ by this
 label only, first match; the name (default-xxxxx) is generated."""
+
+LABEL_ROOM_HELD: Final = "harvester-quota.io/room-held"
+"""Set ("true") by the controller on a namespace from before it raises the quota for a migration
+until after it has given the room back. The webhook's room-held-pods rule selects these
+namespaces with failurePolicy Fail, so with the webhook down no pod but KubeVirt's targets gets in
+while room is held (README, "Pods while room is held")."""
 
 TRUE: Final = "true"
 FALSE: Final = "false"

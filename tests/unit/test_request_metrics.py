@@ -81,3 +81,36 @@ def test_requests_are_counted_by_verb_resource_and_code() -> None:
         )
         == 3
     )
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def observe(self, method: str, path: str, params: object, code: str, seconds: float) -> None:
+        assert seconds >= 0
+        self.seen.append((method, path, code))
+
+
+async def test_a_request_that_gets_no_answer_is_observed_once_as_an_error() -> None:
+    from harvester_quota.generic import errors
+    from harvester_quota.generic.client import ApiClient
+    from harvester_quota.generic.config import ClientConfig
+    from harvester_quota.generic.resource import PODS
+    from harvester_quota.localcluster.process import free_port
+
+    recorder = Recorder()
+    async with ApiClient(ClientConfig(f"http://127.0.0.1:{free_port()}", False)) as client:
+        client.add_request_observer(recorder)
+        with pytest.raises(errors.ConnectionRefused):
+            await client.get(PODS, "p", "ns")
+        with pytest.raises(errors.ConnectionRefused):
+            async for _ in client.watch(PODS, "ns"):
+                pass
+        client.remove_request_observer(recorder)
+        with pytest.raises(errors.ConnectionRefused):
+            await client.get(PODS, "p", "ns")
+    assert recorder.seen == [
+        ("GET", "/api/v1/namespaces/ns/pods/p", "error"),
+        ("GET", "/api/v1/namespaces/ns/pods", "error"),
+    ]

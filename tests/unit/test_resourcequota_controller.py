@@ -59,3 +59,32 @@ def test_an_unsizable_vmi_does_not_fail_the_explanation_of_the_others() -> None:
         ("m-fine", "MigrationBlockedByQuota")
     ]
     assert "skipResourceQuotaAutoScaling" in recorder.events[0][3]
+
+
+class RefusingClient:
+    """An API server that refuses every namespace write, as without deploy/'s RBAC for it."""
+
+    def __init__(self) -> None:
+        self.patches = 0
+
+    async def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        from harvester_quota.generic import errors
+
+        self.patches += 1
+        raise errors.Forbidden('namespaces "ns" is forbidden: cannot patch', status=403)
+
+
+async def test_a_refused_label_write_never_stands_between_a_migration_and_its_raise() -> None:
+    """The room-held label is a guard, not a prerequisite: refused once, it is not tried again
+    and the reconcile goes on to the raise."""
+    from harvester_quota.generic.ownwrites import OwnWrites
+
+    client = RefusingClient()
+    instance = reconciler(RecordingRecorder())
+    instance.management = SimpleNamespace(client=client)  # type: ignore[assignment]
+    instance._labels_writable = True
+    instance._namespace_writes = OwnWrites()
+    namespace = rancher_namespace("ns", {"limitsCpu": "3"})
+    assert await instance._label_room_held(namespace, True) is namespace
+    assert await instance._label_room_held(namespace, True) is namespace
+    assert client.patches == 1, "not retried on every reconcile"

@@ -31,6 +31,7 @@ from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, WARNING
 from ...generic.informer import SharedInformer
 from ...generic.meta import annotations_of, has_condition, labels, metadata, status
+from ...generic.ownwrites import OwnWrites
 from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
 from ...util.launcher import LauncherSettings, launcher_quota_usage
@@ -72,9 +73,12 @@ class QuotaReconciler:
         )
         self.kubevirts = factory.informer(KUBEVIRTS, optional=True)
         self.namespaces = management.controllers.namespaces()
-        self._written: dict[str, tuple[str, Object]] = {}
-        """Namespace -> (resourceVersion we wrote over, the quota our write returned): until the
-        cache moves past the version we replaced, it is older than our own write."""
+        self._quota_writes = OwnWrites()
+        """Our quota writes by namespace, until the cache has them (one write per change)."""
+        self._namespace_writes = OwnWrites()
+        """Our room-held label writes by namespace, likewise."""
+        self._labels_writable = True
+        """False once the API server refused a namespace write (no RBAC for it): not retried."""
         self.metrics = QuotaMetrics(management.registry)
         self._above_base: dict[str, str] = {}
         """Namespace -> the excess last reported (a Warning event once per change)."""
@@ -156,12 +160,13 @@ class QuotaReconciler:
         if quota is None:
             self._forget(key)
             return await self._label_room_held(namespace, False)
-        quota = self._read_own_write(key, quota)
+        quota = self._quota_writes.newest(key, quota)
+        namespace = self._namespace_writes.newest(key, namespace)
         snapshot = self.snapshot(namespace, quota, quotas)
         plan = plan_quota(snapshot)
         self._report_warnings(namespace, quota, plan)
         self._export(key, snapshot, plan)
-        holding = plan.managed and plan.rooms.holds_room and self._may_label(namespace, plan)
+        holding = plan.managed and plan.holds_room and self._may_label(namespace, plan)
         if holding:
             namespace = await self._label_room_held(namespace, True)
         await self._write_plan(namespace, quota, plan, snapshot)
@@ -183,12 +188,25 @@ class QuotaReconciler:
         """Sets or removes LABEL_ROOM_HELD on the namespace, if it differs: set before a raise is
         written, removed after the room is given back, so the fail-closed pods rule covers the
         whole time a raised quota could admit a pod."""
-        if (labels(namespace).get(LABEL_ROOM_HELD) == "true") == held:
+        if not self._labels_writable or (labels(namespace).get(LABEL_ROOM_HELD) == "true") == held:
             return namespace
+        meta = metadata(namespace)
         patch = {"metadata": {"labels": {LABEL_ROOM_HELD: "true" if held else None}}}
-        return await self.management.client.patch(
-            NAMESPACES, str(metadata(namespace)["name"]), patch
+        try:
+            written = await self.management.client.patch(NAMESPACES, str(meta["name"]), patch)
+        except errors.Forbidden as error:
+            # The label guards the room; it must never stand between a migration and its raise.
+            self._labels_writable = False
+            log.warning(
+                "cannot label namespaces (%s): with the webhook down, pods are not refused "
+                "while room is held; grant patch on namespaces",
+                error,
+            )
+            return namespace
+        self._namespace_writes.wrote(
+            str(meta["name"]), str(meta.get("resourceVersion", "")), written
         )
+        return written
 
     async def _write_plan(
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
@@ -295,33 +313,6 @@ class QuotaReconciler:
             f"{CATTLE_ANNOTATION_RESOURCE_QUOTA} set to {raised} (Rancher copies it)",
         )
 
-    def _read_own_write(self, namespace: str, cached: Object) -> Object:
-        """The quota as of our last write if the cache has not caught up with it yet.
-
-        Without this, a reconcile that runs between our write and its watch event sees the old
-        quota and writes the same change again: harmless, but not "one write per change".
-        resourceVersions are etcd revisions on every API server we know, so "older than our
-        write" is a number comparison; were they ever opaque, only the exact version we
-        replaced counts as older.
-        """
-        written = self._written.get(namespace)
-        if written is None:
-            return cached
-        replaced_version, ours = written
-        if metadata(cached).get("uid") != metadata(ours).get("uid"):
-            del self._written[namespace]
-            return cached
-        cached_version = str(metadata(cached).get("resourceVersion", ""))
-        our_version = str(metadata(ours).get("resourceVersion", ""))
-        if cached_version.isdigit() and our_version.isdigit():
-            older = int(cached_version) < int(our_version)
-        else:
-            older = cached_version == replaced_version
-        if older:
-            return ours
-        del self._written[namespace]
-        return cached
-
     async def _write(self, quota: Object, patch: dict[str, Any], plan: QuotaPlan) -> None:
         """Applies `patch` to the quota version the plan was computed from, and only to it.
 
@@ -343,7 +334,7 @@ class QuotaReconciler:
             )
         except errors.Conflict:
             self.metrics.quota_writes.labels("conflict").inc()
-            self._written.pop(str(meta["namespace"]), None)
+            self._quota_writes.forget(str(meta["namespace"]))
             log.info(
                 "%s/%s changed since it was read; planning again", meta["namespace"], meta["name"]
             )
@@ -354,7 +345,9 @@ class QuotaReconciler:
         self.metrics.quota_writes.labels("written").inc()
         if "spec" in patch:
             written = await self._publish_hard(written)
-        self._written[str(meta["namespace"])] = (str(meta.get("resourceVersion", "")), written)
+        self._quota_writes.wrote(
+            str(meta["namespace"]), str(meta.get("resourceVersion", "")), written
+        )
         self.writes[str(meta["namespace"])] += 1
         changes = ", ".join(
             f"{k} {(quota.get('spec') or {}).get('hard', {}).get(k, '-')} -> {v if v is not None else '-'}"
@@ -430,7 +423,7 @@ class QuotaReconciler:
         base = plan.base.hard if plan.base is not None else {}
         excess = {k: plan.used[k] - v for k, v in base.items() if k in plan.used}
         self.metrics.set_above_base(namespace, excess)
-        self._report_above_base(namespace, snapshot.quota, base, excess)
+        self._report_above_base(namespace, snapshot.quota, base, plan.used, excess)
         self._track_refusals(namespace, snapshot.migrations)
 
     def _report_above_base(
@@ -438,6 +431,7 @@ class QuotaReconciler:
         namespace: str,
         quota: Object,
         base: Mapping[str, Quantity],
+        used: Mapping[str, Quantity],
         excess: Mapping[str, Quantity],
     ) -> None:
         """A Warning on the quota, once per change, while the namespace's pods (migration targets
@@ -445,7 +439,7 @@ class QuotaReconciler:
         before a room-held label, the label removed by hand) or a VM grew with the overhead ratio.
         The next migration's raise starts from that usage, so an operator should look."""
         positive = {k: v for k, v in sorted(excess.items()) if v.sign() > 0}
-        text = ", ".join(f"{k} {base[k] + v} used of {base[k]} (+{v})" for k, v in positive.items())
+        text = ", ".join(f"{k} {used[k]} used of {base[k]} (+{v})" for k, v in positive.items())
         if text == self._above_base.get(namespace, ""):
             return
         if text:

@@ -61,13 +61,18 @@ class AdmissionLedger:
         return resources.maximum(cached, reservation.used)
 
     def admitted(
-        self, namespace: str, cached: ResourceList, usage: ResourceList, holders: frozenset[str]
+        self, namespace: str, in_use: ResourceList, usage: ResourceList, holders: frozenset[str]
     ) -> None:
-        """Records a pod just admitted with `usage`, decided on `cached` while `holders` held
-        room."""
-        total = resources.add(self.in_use(namespace, cached, holders), usage)
-        expires = self._clock.monotonic() + self._ttl
-        self._reservations[namespace] = _Reservation(total, expires, holders)
+        """Records a pod just admitted with `usage`, decided on `in_use` (what `in_use()` said)
+        while `holders` held room. Expired reservations of other namespaces go at the same time,
+        so the ledger never outgrows the namespaces of the last `ttl` seconds."""
+        now = self._clock.monotonic()
+        self._reservations = {
+            key: kept for key, kept in self._reservations.items() if kept.expires > now
+        }
+        self._reservations[namespace] = _Reservation(
+            resources.add(in_use, usage), now + self._ttl, holders
+        )
 
     def _live(self, namespace: str, holders: frozenset[str] | None = None) -> _Reservation | None:
         reservation = self._reservations.get(namespace)
@@ -80,5 +85,6 @@ class AdmissionLedger:
         return reservation
 
     def reserved_namespaces(self) -> int:
-        """Namespaces with a live reservation (expired ones are dropped as they are met)."""
-        return sum(1 for namespace in list(self._reservations) if self._live(namespace))
+        """Namespaces with a live reservation."""
+        now = self._clock.monotonic()
+        return sum(1 for kept in self._reservations.values() if kept.expires > now)

@@ -37,14 +37,14 @@ def validate_pod_create(
     except ValueError as error:
         raise Denied(f"pod {request.name}: {error}", code=422) from error
     base = base_of(lookups, request.namespace, view)
-    cached = view.used_without_targets()
     holders = frozenset(room.migration_uid for room in view.rooms.rooms)
+    in_use = ledger.in_use(request.namespace, view.used_without_targets(), holders)
     check_fits_base(
         f"pod {request.name or '(generated name)'} would take room reserved for the live migration "
         f"of {view.holders()}",
         needed,
         base,
         view,
-        in_use=ledger.in_use(request.namespace, cached, holders),
+        in_use=in_use,
     )
-    ledger.admitted(request.namespace, cached, needed, holders)
+    ledger.admitted(request.namespace, in_use, needed, holders)
