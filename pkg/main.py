@@ -28,6 +28,7 @@ from .localcluster.cluster import DEFAULT_NODES
 from .scenario import cli as scenario_cli
 from .webhook import server as webhook_server
 from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
+from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -144,6 +145,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                 port=args.port,
                 identities=identities,
                 kubevirt_version=args.kubevirt_version,
+                target_room_wait=args.target_room_wait,
             )
 
     return asyncio.run(main())
@@ -305,6 +307,16 @@ def _add_explain_command(commands: Any) -> None:
     command.set_defaults(handler=cmd_explain)
 
 
+def _non_negative_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, finite: {text!r}")
+    return seconds
+
+
 def _add_webhook_command(commands: Any) -> None:
     hook = commands.add_parser("webhook", help="run the validating admission webhook (HTTPS)")
     _add_connection_flags(hook)
@@ -327,6 +339,13 @@ def _add_webhook_command(commands: Any) -> None:
         "service accounts in harvester-system and kubevirt)",
     )
     hook.add_argument("--kubevirt-version", help="KubeVirt version (default: from the KubeVirt CR)")
+    hook.add_argument(
+        "--target-room-wait",
+        type=_non_negative_seconds,
+        default=TARGET_ROOM_WAIT,
+        help="seconds a migration target pod's admission may wait for the controller's raise "
+        f"(default {TARGET_ROOM_WAIT:g}; 0: never wait); keep it below the rule's timeoutSeconds",
+    )
     hook.set_defaults(handler=cmd_webhook)
 
 

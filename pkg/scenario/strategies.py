@@ -121,6 +121,7 @@ class OurStrategy:
             host="127.0.0.1",
             port=0,
             registry=CollectorRegistry(),
+            quota_changes=self._caches.quota_changes,
         )
         self._caches.factory.start()
         await self._caches.factory.wait_for_cache_sync(60)
@@ -170,7 +171,8 @@ def _webhook_configuration(port: int, ca_pem: bytes, namespaces: list[str]) -> O
             "failurePolicy": "Ignore",
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
+            # Target pods may wait for their room (webhook/resources/pod/targets.py).
+            "timeoutSeconds": 10 if resource == "pods" else 5,
         }
         entry["objectSelector" if resource == "namespaces" else "namespaceSelector"] = selector
         return entry

@@ -1,8 +1,9 @@
 """`harvester-quota webhook`: the HTTPS AdmissionReview server.
 
 Four validating endpoints (/validate/namespaces, /validate/resourcequotas,
-/validate/virtualmachines, /validate/pods) over the rules in validators.py, answered from informer
-caches (no API call per request). TLS 1.2 or newer; the certificate and key files are re-read when
+/validate/virtualmachines, /validate/pods) over the rules in resources/, answered from informer
+caches (no API call per request); a migration target pod's answer may wait for its room to show
+in them (resources/pod/targets.py). TLS 1.2 or newer; the certificate and key files are re-read when
 they change on disk (a rotated Secret mounted in the pod), without a restart. A request that
 cannot be parsed gets a clear denial (or HTTP 400 when it has no uid to answer); a bug in a
 validator gets HTTP 500, so the API server applies the webhook's failurePolicy, chosen per
@@ -35,7 +36,7 @@ from ..apis.kubevirt import (
 from ..config.kubevirt import settings_from
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
-from ..generic.informer import SharedInformerFactory
+from ..generic.informer import ResourceEventHandler, SharedInformerFactory
 from ..generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings
@@ -44,7 +45,14 @@ from .admission import BadReview, Denied, Request, parse_review, review_response
 from .resources.common import Identities, Lookups
 from .resources.namespace.validator import validate_namespace_update
 from .resources.pod.ledger import AdmissionLedger
-from .resources.pod.validator import validate_pod_create
+from .resources.pod.targets import (
+    OUTCOMES,
+    TARGET_ROOM_WAIT,
+    GaveUp,
+    QuotaChanges,
+    admit_target,
+)
+from .resources.pod.validator import is_migration_target, validate_pod_create
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm_start
 
@@ -64,7 +72,9 @@ MAX_CONNECTIONS = 256
 two replicas of it need a handful)."""
 KEEPALIVE_TIMEOUT = 60.0
 """An idle kept-alive connection is closed after this."""
-Validator = Callable[[Request], None]
+Validator = Callable[[Request], Awaitable[None] | None]
+"""Raises Denied to deny. A validator that needs to wait returns an awaitable; the others run to
+the end without awaiting, so their decisions are serialized on the event loop."""
 
 
 class WebhookCaches:
@@ -87,6 +97,18 @@ class WebhookCaches:
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
         self.kubevirts = self.factory.informer(KUBEVIRTS, optional=True)
+        self.quota_changes = QuotaChanges(clock)
+        """Wakes target pods waiting for their room (pod/targets.py)."""
+        self.quotas.add_event_handler(
+            ResourceEventHandler(
+                on_add=lambda quota, _initial: self._quota_changed(quota),
+                on_update=lambda _old, quota: self._quota_changed(quota),
+            ),
+            name="target-room",
+        )
+
+    def _quota_changed(self, quota: Object) -> None:
+        self.quota_changes.changed(str((quota.get("metadata") or {}).get("namespace")))
 
     def managed_quota(self, namespace: str) -> Object | None:
         return managed_quota(self.quotas.store.by_index("namespace", namespace))
@@ -159,8 +181,24 @@ class WebhookMetrics:
     registry: CollectorRegistry = REGISTRY
     requests: Counter = field(init=False)
     latency: Histogram = field(init=False)
+    target_pods: Counter = field(init=False)
+    target_wait: Histogram = field(init=False)
 
     def __post_init__(self) -> None:
+        self.target_pods = Counter(
+            "harvester_quota_webhook_target_pods",
+            "Migration target pods admitted, by how their room was found (pod/targets.py).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in OUTCOMES:
+            self.target_pods.labels(outcome)
+        self.target_wait = Histogram(
+            "harvester_quota_webhook_target_wait_seconds",
+            "Time a migration target pod's admission waited for its room.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16),
+            registry=self.registry,
+        )
         self.requests = Counter(
             "harvester_quota_webhook_requests",
             "Admission requests answered, by endpoint and outcome.",
@@ -287,8 +325,15 @@ class WebhookServer:
         header_timeout: float = HEADER_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        quota_changes: QuotaChanges | None = None,
+        target_room_wait: float = TARGET_ROOM_WAIT,
     ) -> None:
+        """`quota_changes` (WebhookCaches.quota_changes) wakes target pods waiting up to
+        `target_room_wait` seconds for their room; without it they do not wait."""
         self.lookups = lookups
+        self.quota_changes = quota_changes or QuotaChanges(clock)
+        self.target_room_wait = target_room_wait if quota_changes is not None else 0.0
+        self._gave_up = GaveUp(clock)
         self.header_timeout, self.body_timeout = header_timeout, body_timeout
         self.max_connections = max_connections
         self.identities = identities or Identities()
@@ -310,11 +355,42 @@ class WebhookServer:
                 lambda r: validate_quota_update(r, self.lookups, self.identities),
             ),
             "virtualmachines": ("VirtualMachine", lambda r: validate_vm_start(r, self.lookups)),
-            "pods": (
-                "Pod",
-                lambda r: validate_pod_create(r, self.lookups, self.identities, self.ledger),
-            ),
+            "pods": ("Pod", self._validate_pod),
         }
+
+    def _validate_pod(self, request: Request) -> Awaitable[None] | None:
+        """Target pods may wait for their room (never denied); the others are decided at once."""
+        if is_migration_target(request, self.identities):
+            return self._admit_target(request)
+        validate_pod_create(request, self.lookups, self.identities, self.ledger)
+        return None
+
+    async def _admit_target(self, request: Request) -> None:
+        admission = await admit_target(
+            request,
+            self.lookups,
+            self.quota_changes,
+            self._clock,
+            wait=self.target_room_wait,
+            gave_up=self._gave_up,
+        )
+        self.metrics.target_pods.labels(admission.outcome).inc()
+        self.metrics.target_wait.observe(admission.waited)
+        subject = f"{request.namespace}/{request.name or '(generated name)'}"
+        if admission.short:
+            missing = "; ".join(
+                f"{s.key} needs {s.needed}, {s.free} left of {s.limit}" for s in admission.short
+            )
+            log.warning(
+                "migration target pod %s let through after %.2fs without room (%s): %s; "
+                "quota admission decides",
+                subject,
+                admission.waited,
+                admission.outcome,
+                missing,
+            )
+        elif admission.waited > 0:
+            log.info("migration target pod %s fitted after %.2fs", subject, admission.waited)
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
@@ -364,7 +440,9 @@ class WebhookServer:
                 raise Denied(
                     f"this endpoint validates {kind} objects, not {request.kind}", code=400
                 )
-            validate(request)
+            waiting = validate(request)
+            if waiting is not None:
+                await waiting
         except BadReview as error:
             log.warning("%s: unparseable AdmissionReview: %s", endpoint, error)
             self.metrics.requests.labels(endpoint, "bad-request").inc()
@@ -452,6 +530,7 @@ async def serve(
     port: int,
     identities: Identities,
     kubevirt_version: str | None,
+    target_room_wait: float = TARGET_ROOM_WAIT,
 ) -> int:
     """Runs the webhook until SIGTERM/SIGINT."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
@@ -465,6 +544,8 @@ async def serve(
         host=host,
         port=port,
         ready=caches.factory.synced,
+        quota_changes=caches.quota_changes,
+        target_room_wait=target_room_wait,
     )
     await server.start()
     log.info("webhook listening on %s:%d", host, server.port)

@@ -10,7 +10,7 @@ import base64
 import contextlib
 import copy
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,9 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import NAMESPACES, Object, Resource
 from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.webhook.resources.common import Identities
+from harvester_quota.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
+from prometheus_client import CollectorRegistry
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "harvester-quota.yaml"
 SYSTEM_NAMESPACE = "harvester-system"
@@ -128,11 +131,17 @@ async def client_as(api: ApiClient, cluster: ClusterInfo, service_account: str) 
     return ApiClient(ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file, token=token))
 
 
-def webhook_configuration(port: int, ca_pem: bytes, namespace: str) -> Object:
+def webhook_configuration(
+    port: int, ca_pem: bytes, namespace: str, *, kubevirt_user: str = KUBEVIRT_USER
+) -> Object:
     """The shipped ValidatingWebhookConfiguration, pointed at a server on 127.0.0.1 (as envtest
-    does) and narrowed to one test namespace so that other tests never meet it."""
+    does) and narrowed to one test namespace so that other tests never meet it; KubeVirt's
+    controller is `kubevirt_user` in its match conditions (the chart's kubevirt.* values)."""
     (shipped,) = [d for d in documents() if d["kind"] == "ValidatingWebhookConfiguration"]
     configuration = copy.deepcopy(shipped)
+    for webhook in configuration["webhooks"]:
+        for condition in webhook.get("matchConditions") or []:
+            condition["expression"] = condition["expression"].replace(KUBEVIRT_USER, kubevirt_user)
     configuration["metadata"]["name"] = f"harvester-quota-test-{uuid.uuid4().hex[:6]}"
     for webhook in configuration["webhooks"]:
         service = webhook["clientConfig"].pop("service")
@@ -145,3 +154,52 @@ def webhook_configuration(port: int, ca_pem: bytes, namespace: str) -> Object:
             shipped_selector = webhook.get("namespaceSelector") or {}
             webhook["namespaceSelector"] = {**shipped_selector, "matchLabels": only}
     return configuration
+
+
+@contextlib.asynccontextmanager
+async def running_webhook(
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    workdir: Path,
+    *,
+    kubevirt_user: str = KUBEVIRT_USER,
+    kubevirt_version: str = "1.6",
+) -> AsyncIterator[WebhookServer]:
+    """Our webhook in this process, as its service account with deploy/'s RBAC (apply_rbac
+    first), serving TLS on 127.0.0.1 and registered with the shipped configuration for
+    `namespace` only; unregistered and stopped on exit."""
+    webhook_api = await client_as(api, cluster, "harvester-quota-webhook")
+    caches = WebhookCaches(webhook_api, kubevirt_version=kubevirt_version)
+    ca = cluster.certificate_authority()
+    ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
+        workdir / "tls.crt", workdir / "tls.key"
+    )
+    server = WebhookServer(
+        caches,
+        identities=Identities(target_creators=frozenset({kubevirt_user})),
+        tls=ReloadingTLS(workdir / "tls.crt", workdir / "tls.key"),
+        host="127.0.0.1",
+        port=0,
+        registry=CollectorRegistry(),
+        quota_changes=caches.quota_changes,
+    )
+    caches.factory.start()
+    created: Object | None = None
+    try:
+        await caches.factory.wait_for_cache_sync(30)
+        port = await server.start()
+        configuration = webhook_configuration(
+            port, ca.cert_pem, namespace, kubevirt_user=kubevirt_user
+        )
+        created = await apply(api, configuration)
+        yield server
+    finally:
+        if created is not None:
+            with contextlib.suppress(errors.ApiError):
+                await api.delete(
+                    KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
+                )
+        await server.stop()
+        await caches.factory.stop()
+        await webhook_api.close()

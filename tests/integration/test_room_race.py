@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
 from harvester_quota.generic import errors
 from harvester_quota.generic.resource import NAMESPACES, PODS, Object
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
@@ -65,11 +64,12 @@ async def test_forty_racing_pods_never_take_the_room_and_all_that_fit_get_in(
     stack: Stack,
 ) -> None:
     """Three migrations one after another, forty pods racing during each, two CPU burners beside
-    the cluster: usage never ends above the base, and exactly the pods that fit get in."""
+    the cluster: usage never ends above the base, exactly the pods that fit get in, and every
+    migration's target pod gets in."""
     tenant, kubevirt, _, _ = stack
     await tenant.set_rancher_base(V170_LIMIT)
     await tenant.create_quota(V170_HARD)
-    vmi, _ = await kubevirt.start_vm("vm1")
+    vmi, source = await kubevirt.start_vm("vm1")
     base_cpu = Quantity.parse(V170_HARD["limits.cpu"])
     fit = int((base_cpu - VM_CPU).milli_value() // Quantity.parse(POD_CPU).milli_value())
     assert fit < RACERS, "the race must be for less room than is asked"
@@ -88,11 +88,13 @@ async def test_forty_racing_pods_never_take_the_room_and_all_that_fit_get_in(
             print(f"round {round_}: {sum(admitted)} admitted, {RACERS - sum(admitted)} denied")
             assert expected <= base_cpu, f"{sum(admitted)} admitted: {expected} above the base"
             assert sum(admitted) == fit, "every pod that fits under the base is admitted"
-            # The migration is cancelled before its target pod: the room goes, and the tenant
-            # makes room for the next round.
-            await tenant.api.delete(
-                VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, migration["metadata"]["name"], tenant.namespace
-            )
+            # KubeVirt's target pod gets in (created as its service account; refused, it
+            # raises), the migration completes and the source pod goes: the room goes, and the
+            # tenant makes room for the next round.
+            target = await kubevirt.create_target(vmi, migration, suffix=f"round{round_}")
+            await succeed_migration(kubevirt, migration, source, target, walk=False)
+            await kubevirt.delete_pod(source["metadata"]["name"], grace=0)
+            source = target
             await eventually(lambda: cpu_hard(tenant, equal=base_cpu), what="back to the base")
             for name, got_in in zip(names, admitted, strict=True):
                 if got_in:

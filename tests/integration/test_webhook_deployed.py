@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,8 +14,7 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.webhook.resources.common import Identities
-from harvester_quota.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
+from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
@@ -53,48 +51,24 @@ async def stack(
     webhook server)."""
     await deployment.apply_rbac(api)
     controller_api = await deployment.client_as(api, cluster, "harvester-quota")
-    webhook_api = await deployment.client_as(api, cluster, "harvester-quota-webhook")
     kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
     controllers = ControllerApp(
         controller_api,
         Options(leader_elect=False, kubevirt_version="1.6", workers=2),
         registry=CollectorRegistry(),
     )
-    caches = WebhookCaches(webhook_api, kubevirt_version="1.6")
-    ca = cluster.certificate_authority()
-    ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
-        tmp_path / "tls.crt", tmp_path / "tls.key"
-    )
-    server = WebhookServer(
-        caches,
-        identities=Identities(target_creators=frozenset({deployment.KUBEVIRT_USER})),
-        tls=ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key"),
-        host="127.0.0.1",
-        port=0,
-        registry=CollectorRegistry(),
-    )
     await controllers.start()
-    caches.factory.start()
-    await caches.factory.wait_for_cache_sync(30)
-    port = await server.start()
-    configuration = deployment.webhook_configuration(port, ca.cert_pem, namespace)
-    created = await deployment.apply(api, configuration)
     try:
-        yield (
-            KubeVirtByHand(api, namespace),
-            KubeVirtByHand(kubevirt_api, namespace),
-            controllers,
-            server,
-        )
-    finally:
-        with contextlib.suppress(errors.ApiError):
-            await api.delete(
-                deployment.KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
+        async with deployment.running_webhook(api, cluster, namespace, tmp_path) as server:
+            yield (
+                KubeVirtByHand(api, namespace),
+                KubeVirtByHand(kubevirt_api, namespace),
+                controllers,
+                server,
             )
-        await server.stop()
-        await caches.factory.stop()
+    finally:
         await controllers.stop()
-        for client in (controller_api, webhook_api, kubevirt_api):
+        for client in (controller_api, kubevirt_api):
             await client.close()
 
 

@@ -41,3 +41,21 @@ def test_cluster_up_runs_kubevirts_virt_controller_unless_told_not_to(
 def test_cluster_up_refuses_both_virt_controller_flags() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["cluster", "up", "--virt-controller", "--no-virt-controller"])
+
+
+WEBHOOK = ["webhook", "--cert-file", "c", "--key-file", "k"]
+
+
+@pytest.mark.parametrize(("flags", "seconds"), [([], 8.0), (["--target-room-wait", "0"], 0.0)])
+def test_the_webhooks_target_room_wait(flags: list[str], seconds: float) -> None:
+    assert build_parser().parse_args([*WEBHOOK, *flags]).target_room_wait == seconds
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "inf", "nan"])
+def test_a_target_room_wait_that_is_not_a_finite_non_negative_number_is_refused(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*WEBHOOK, "--target-room-wait", value])
+    assert exited.value.code == 2
+    assert "--target-room-wait: " in capsys.readouterr().err

@@ -1,0 +1,218 @@
+"""KubeVirt's target pods are never refused by quota, also when they arrive before the raise.
+
+KubeVirt's real virt-controller creates the target pod the moment it sees the migration, racing
+our controller's raise; quota admission runs after the webhooks, so our deployed webhook (its
+service account, deploy/'s RBAC and rules, called by the API server over TLS) holds the target
+pod's admission until the raise is in the quota's status (pod/targets.py). Refusals are counted
+from what KubeVirt reports (FailedCreate events on the VMI, the migrationRejectedByResourceQuota
+condition on the migration, seen by a watch of our own), not from our bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from harvester_quota.apis.kubevirt import (
+    CONDITION_REJECTED_BY_QUOTA,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+)
+from harvester_quota.app import ControllerApp
+from harvester_quota.config.management import Options
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import EVENTS
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.localcluster.cluster import VIRT_CONTROLLER_USER
+from harvester_quota.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.sim.kubevirt.real import EXCEEDED_QUOTA, RealKubeVirt
+from harvester_quota.webhook.server import WebhookServer
+from prometheus_client import CollectorRegistry
+
+from tests.helpers import cpu_burners, eventually
+from tests.integration import deployment
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_controllers_on_kubevirt import (
+    MIGRATION_TIMEOUT,
+    back_to_the_base,
+    kubevirt,
+    kv,
+    quota_used_by_pods,
+    refusals,
+    v170_namespace,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["kubevirt", "kv"]  # fixtures: the real virt-controller and the quota helpers
+
+
+@pytest.fixture
+async def webhook(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str, tmp_path: Path
+) -> AsyncIterator[WebhookServer]:
+    await deployment.apply_rbac(kubevirt_api)
+    async with deployment.running_webhook(
+        kubevirt_api,
+        kubevirt_cluster,
+        kubevirt_namespace,
+        tmp_path,
+        kubevirt_user=VIRT_CONTROLLER_USER,
+        kubevirt_version=str(kubevirt_cluster.kubevirt_version),
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+async def deployed_controllers(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo
+) -> AsyncIterator[ControllerApp]:
+    """The controllers as their service account with deploy/'s RBAC, not yet started."""
+    await deployment.apply_rbac(kubevirt_api)
+    client = await deployment.client_as(kubevirt_api, kubevirt_cluster, "harvester-quota")
+    app = ControllerApp(
+        client,
+        Options(leader_elect=False, kubevirt_version=str(kubevirt_cluster.kubevirt_version)),
+        registry=CollectorRegistry(),
+    )
+    try:
+        yield app
+    finally:
+        await app.stop()
+        await client.close()
+
+
+class RejectionWatch:
+    """Names of the namespace's migrations that ever carried KubeVirt's
+    migrationRejectedByResourceQuota condition, from a watch of our own."""
+
+    def __init__(self, api: ApiClient, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.rejected: set[str] = set()
+        self.seen: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _watch(self) -> None:
+        async for event in self.api.watch(
+            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, self.namespace, resource_version="0"
+        ):
+            if event.type not in ("ADDED", "MODIFIED"):
+                continue  # bookmarks carry no migration
+            name = event.object["metadata"]["name"]
+            self.seen.add(name)
+            conditions = (event.object.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == CONDITION_REJECTED_BY_QUOTA for c in conditions):
+                self.rejected.add(name)
+
+    async def __aenter__(self) -> RejectionWatch:
+        self._task = asyncio.ensure_future(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        if self._task.done():
+            self._task.result()  # a watch that died is a broken test, not "never rejected"
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+def outcomes(server: WebhookServer) -> dict[str, float]:
+    """The webhook's target pod counts by outcome, and the seconds they waited in all (its
+    metrics)."""
+    counts = {
+        sample.labels["outcome"]: sample.value
+        for metric in server.metrics.target_pods.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+    waited = {
+        sample.name.rsplit("_", 1)[-1]: round(sample.value, 2)
+        for metric in server.metrics.target_wait.collect()
+        for sample in metric.samples
+        if sample.name.endswith(("_sum", "_count"))
+    }
+    return {**counts, "seconds waited": waited.get("sum", 0.0)}
+
+
+async def test_a_target_pod_created_before_the_raise_waits_for_it_and_is_never_refused(
+    webhook: WebhookServer,
+    deployed_controllers: ControllerApp,
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+) -> None:
+    """The worst case of the race, made certain: the controllers start only once virt-controller's
+    target pod is waiting in our webhook. Without the wait quota admission refuses it at once
+    (test_controllers_on_kubevirt's first test shows that refusal)."""
+    await v170_namespace(kv, kubevirt)
+    async with RejectionWatch(kv.api, kv.namespace) as watch:
+        name = await kubevirt.migrate("vm1")
+        await eventually(
+            lambda: webhook.quota_changes.waiting() == 1, what="the target pod waiting for room"
+        )
+        await deployed_controllers.start()
+        record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+        await back_to_the_base(kv, deployed_controllers)
+        await assert_never_refused(kubevirt, kv, watch, [name])
+    assert outcomes(webhook)["fitted-after-wait"] == 1, outcomes(webhook)
+
+
+async def test_migrations_on_a_loaded_machine_are_never_refused(
+    webhook: WebhookServer,
+    deployed_controllers: ControllerApp,
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+) -> None:
+    """Two CPU burners beside the cluster: three migrations of the v1.7.0 seed's VM one after
+    another (the quota raised and given back each time). KubeVirt reports no refusal."""
+    await deployed_controllers.start()
+    names: list[str] = []
+    async with RejectionWatch(kv.api, kv.namespace) as watch:
+        with cpu_burners(2):
+            await v170_namespace(kv, kubevirt)
+            for _ in range(3):
+                names.append(await kubevirt.migrate("vm1"))
+                record = await kubevirt.wait_migration(names[-1], timeout=MIGRATION_TIMEOUT)
+                assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+                await back_to_the_base(kv, deployed_controllers)
+        print(f"webhook target pods by outcome: {outcomes(webhook)}")
+        await assert_never_refused(kubevirt, kv, watch, names)
+
+
+async def test_four_migrations_at_once_on_a_loaded_machine_are_never_refused(
+    webhook: WebhookServer,
+    deployed_controllers: ControllerApp,
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+) -> None:
+    """Two CPU burners beside the cluster: the v1.2.1 seed's shape, four VMs filling their quota
+    exactly, all four migrating at once. KubeVirt reports no refusal."""
+    vms = [f"vm{i}" for i in range(1, 5)]
+    for vm in vms:
+        (await kubevirt.create_vm(VMSpec(vm, cores=1, memory="2Gi"), node="kwok-node-0")).check()
+    used = await quota_used_by_pods(kv)
+    await kv.create_quota(used)
+    await deployed_controllers.start()
+    async with RejectionWatch(kv.api, kv.namespace) as watch:
+        with cpu_burners(2):
+            names = [await kubevirt.migrate(vm) for vm in vms]
+            records = [await kubevirt.wait_migration(n, timeout=MIGRATION_TIMEOUT) for n in names]
+        outcome = [r.outcome for r in records]
+        assert outcome == [Outcome.SUCCEEDED] * 4, [r.as_dict() for r in records]
+        print(f"webhook target pods by outcome: {outcomes(webhook)}")
+        await assert_never_refused(kubevirt, kv, watch, names)
+
+
+async def assert_never_refused(
+    kubevirt: RealKubeVirt, kv: KubeVirtByHand, watch: RejectionWatch, names: list[str]
+) -> None:
+    """No quota refusal KubeVirt reported: no "exceeded quota" FailedCreate event in the
+    namespace (listed now, and as the driver's records counted them per migration), and no
+    migration that ever carried the rejected condition."""
+    await eventually(lambda: watch.seen >= set(names), what="the watch has every migration")
+    listed = await kv.api.list(EVENTS, kv.namespace, field_selector="reason=FailedCreate")
+    refused = [e["message"] for e in listed["items"] if EXCEEDED_QUOTA in e.get("message", "")]
+    counted = {name: refusals(kubevirt, kv.namespace, name) for name in names}
+    assert watch.rejected == set(), (watch.rejected, refused)
+    assert sum(counted.values()) == 0, (counted, refused)
+    assert refused == [], refused

@@ -1,0 +1,197 @@
+"""A migration target pod's admission waits for the controller's raise, and only for that
+(pkg/webhook/resources/pod/targets.py), on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.resource import Object
+from harvester_quota.util.annotations import (
+    ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
+    migrating_vm_annotation_key,
+)
+from harvester_quota.webhook.resources.common import Identities
+from harvester_quota.webhook.resources.pod.targets import (
+    LISTER_GRACE,
+    GaveUp,
+    QuotaChanges,
+    TargetAdmission,
+    admit_target,
+)
+from harvester_quota.webhook.server import WebhookServer
+from prometheus_client import CollectorRegistry
+
+from tests.unit.test_webhook import FakeLookups, plain_pod, request, review
+
+KUBEVIRT = "system:serviceaccount:kubevirt:kubevirt-controller"
+BASE = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+RAISED = {"limits.cpu": "5015m", "limits.memory": "10039344313"}
+USED = {"limits.cpu": "2015m", "limits.memory": "4797464313"}
+
+
+def target(vm: str = "vm1") -> Object:
+    return plain_pod(
+        "virt-launcher-vm1-target",
+        "2015m",
+        "4797464313",
+        **{"kubevirt.io/migrationJobUID": "m1", "vm.kubevirt.io/name": vm},
+    )
+
+
+def quota(spec: dict[str, str], status: dict[str, str], *, room: bool = False) -> Object:
+    annotations = {migrating_vm_annotation_key("vm1"): json.dumps(USED)} if room else {}
+    return {
+        "metadata": {"name": "default-quota", "namespace": "ns", "annotations": annotations},
+        "spec": {"hard": spec},
+        "status": {"hard": status, "used": USED},
+    }
+
+
+async def admitting(
+    lookups: FakeLookups,
+    clock: FakeClock,
+    changes: QuotaChanges,
+    wait: float = 8.0,
+    gave_up: GaveUp | None = None,
+) -> asyncio.Task[TargetAdmission]:
+    task = asyncio.ensure_future(
+        admit_target(
+            request("Pod", target(), operation="CREATE", user=KUBEVIRT),
+            lookups,
+            changes,
+            clock,
+            wait=wait,
+            gave_up=gave_up,
+        )
+    )
+    await settle()
+    return task
+
+
+async def test_a_target_pod_that_fits_is_let_through_at_once() -> None:
+    clock = FakeClock()
+    lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True)})
+    task = await admitting(lookups, clock, QuotaChanges(clock))
+    assert task.done() and task.result().outcome == "fits"
+
+
+async def test_a_target_pod_waits_for_the_raise_to_reach_status_and_no_longer() -> None:
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    lookups = FakeLookups(quotas={"ns": quota(BASE, BASE)})
+    task = await admitting(lookups, clock, changes)
+    assert not task.done() and changes.waiting() == 1
+
+    await clock.advance(0.3)
+    lookups.quotas["ns"] = quota(RAISED, BASE, room=True)  # spec raised, status not yet
+    changes.changed("ns")
+    await settle()
+    assert not task.done(), "status.hard is what quota admission checks"
+
+    await clock.advance(0.2)
+    lookups.quotas["ns"] = quota(RAISED, RAISED, room=True)
+    changes.changed("ns")
+    await settle()
+    assert not task.done(), "held a moment for the API server's own cache"
+    await clock.advance(LISTER_GRACE)
+    await settle()
+    assert task.done()
+    admission = task.result()
+    assert admission.outcome == "fitted-after-wait"
+    assert admission.waited == pytest.approx(0.5 + LISTER_GRACE)
+    assert changes.waiting() == 0
+
+
+async def test_a_target_pod_is_let_through_after_the_wait_even_without_room() -> None:
+    """Also when the quota already carries a raise for the VM: the controller may re-plan. A
+    migration that waited in vain does not wait again for as long, then does."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    gave_up = GaveUp(clock)
+    too_small = {"limits.cpu": "4", "limits.memory": "6000Mi"}
+    lookups = FakeLookups(quotas={"ns": quota(too_small, too_small, room=True)})
+    task = await admitting(lookups, clock, changes, wait=8.0, gave_up=gave_up)
+    await clock.advance(7.9)
+    assert not task.done()
+    await clock.advance(0.1)
+    await settle()
+    admission = task.result()
+    assert admission.outcome == "timed-out" and admission.waited == 8.0
+    assert [s.key for s in admission.short] == ["limits.cpu", "limits.memory"]
+    assert changes.waiting() == 0
+
+    retry = await admitting(lookups, clock, changes, wait=8.0, gave_up=gave_up)
+    assert retry.done() and retry.result().outcome == "timed-out", "no second wait at once"
+    await clock.advance(8.0)
+    later = await admitting(lookups, clock, changes, wait=8.0, gave_up=gave_up)
+    assert not later.done(), "waits again once the pause is over"
+    later.cancel()
+
+
+async def test_no_wait_when_no_raise_will_come() -> None:
+    """The skip switch is on, or the namespace has no managed quota: nothing to wait for."""
+    clock = FakeClock()
+    skipped = quota(BASE, BASE)
+    skipped["metadata"]["annotations"][ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING] = "true"
+    for outcome, managed in [("no-raise-coming", skipped), ("no-managed-quota", None)]:
+        lookups = FakeLookups(quotas={} if managed is None else {"ns": managed})
+        task = await admitting(lookups, clock, QuotaChanges(clock))
+        assert task.done() and task.result().outcome == outcome, outcome
+
+
+def server_with(lookups: FakeLookups, clock: FakeClock, wait: float) -> WebhookServer:
+    return WebhookServer(
+        lookups,
+        identities=Identities(target_creators=frozenset({KUBEVIRT})),
+        clock=clock,
+        registry=CollectorRegistry(),
+        quota_changes=QuotaChanges(clock),
+        target_room_wait=wait,
+    )
+
+
+def pod_review(obj: Object, user: str) -> bytes:
+    body: dict[str, Any] = json.loads(review("Pod", obj))
+    body["request"]["userInfo"]["username"] = user
+    body["request"]["operation"] = "CREATE"
+    return json.dumps(body).encode()
+
+
+async def test_the_server_answers_a_waiting_target_pod_once_its_room_is_there() -> None:
+    """Through WebhookServer.review: the target waits and is allowed, counted by outcome; a
+    tenant's pod carrying the same label is decided at once, as a tenant's."""
+    clock = FakeClock()
+    lookups = FakeLookups(quotas={"ns": quota(BASE, BASE)})
+    server = server_with(lookups, clock, wait=8.0)
+    answer = asyncio.ensure_future(server.review("pods", pod_review(target(), KUBEVIRT)))
+    await settle()
+    assert not answer.done()
+    tenant = await server.review("pods", pod_review(target(), "tenant"))
+    assert json.loads(tenant.body)["response"]["allowed"] is True  # type: ignore[arg-type]
+
+    await clock.advance(1.0)
+    lookups.quotas["ns"] = quota(RAISED, RAISED, room=True)
+    server.quota_changes.changed("ns")
+    await settle()
+    await clock.advance(LISTER_GRACE)
+    assert json.loads((await answer).body)["response"]["allowed"] is True  # type: ignore[arg-type]
+    counted = server.metrics.target_pods.labels("fitted-after-wait")._value.get()
+    assert counted == 1
+
+
+async def test_without_quota_changes_the_server_never_waits() -> None:
+    clock = FakeClock()
+    lookups = FakeLookups(quotas={"ns": quota(BASE, BASE)})
+    server = WebhookServer(
+        lookups,
+        identities=Identities(target_creators=frozenset({KUBEVIRT})),
+        clock=clock,
+        registry=CollectorRegistry(),
+    )
+    answer = await server.review("pods", pod_review(target(), KUBEVIRT))
+    assert json.loads(answer.body)["response"]["allowed"] is True  # type: ignore[arg-type]
+    assert server.metrics.target_pods.labels("timed-out")._value.get() == 1
