@@ -146,6 +146,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                 identities=identities,
                 kubevirt_version=args.kubevirt_version,
                 target_room_wait=args.target_room_wait,
+                namespace=args.namespace,
             )
 
     return asyncio.run(main())
@@ -339,6 +340,12 @@ def _add_webhook_command(commands: Any) -> None:
         "service accounts in harvester-system and kubevirt)",
     )
     hook.add_argument("--kubevirt-version", help="KubeVirt version (default: from the KubeVirt CR)")
+    hook.add_argument(
+        "--namespace",
+        default="harvester-system",
+        help="the webhook's own namespace: the replicas share their admissions through Leases "
+        "there",
+    )
     hook.add_argument(
         "--target-room-wait",
         type=_non_negative_seconds,

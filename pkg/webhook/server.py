@@ -34,6 +34,7 @@ from ..apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCES,
 )
 from ..config.kubevirt import settings_from
+from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.informer import ResourceEventHandler, SharedInformerFactory
@@ -45,6 +46,7 @@ from .admission import BadReview, Denied, Request, parse_review, review_response
 from .resources.common import Identities, Lookups
 from .resources.namespace.validator import validate_namespace_update
 from .resources.pod.ledger import AdmissionLedger
+from .resources.pod.reservations import COLLECT_AFTER, LeaseReservations
 from .resources.pod.targets import (
     OUTCOMES,
     TARGET_ROOM_WAIT,
@@ -52,7 +54,7 @@ from .resources.pod.targets import (
     QuotaChanges,
     admit_target,
 )
-from .resources.pod.validator import is_migration_target, validate_pod_create
+from .resources.pod.validator import admit_locally, is_migration_target, pod_check
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm_start
 
@@ -327,9 +329,13 @@ class WebhookServer:
         max_connections: int = MAX_CONNECTIONS,
         quota_changes: QuotaChanges | None = None,
         target_room_wait: float = TARGET_ROOM_WAIT,
+        ledger: AdmissionLedger | None = None,
+        reservations: LeaseReservations | None = None,
     ) -> None:
         """`quota_changes` (WebhookCaches.quota_changes) wakes target pods waiting up to
-        `target_room_wait` seconds for their room; without it they do not wait."""
+        `target_room_wait` seconds for their room; without it they do not wait. With
+        `reservations` (whose fallback is `ledger`), pods while room is held are decided on the
+        reservation every replica shares; without, on this process's `ledger` alone."""
         self.lookups = lookups
         self.quota_changes = quota_changes or QuotaChanges(clock)
         self.target_room_wait = target_room_wait if quota_changes is not None else 0.0
@@ -342,8 +348,10 @@ class WebhookServer:
         self._ready = ready
         self._clock = clock
         self.metrics = WebhookMetrics(registry)
-        self.ledger = AdmissionLedger(clock)
+        self.ledger = ledger or AdmissionLedger(clock)
         """Pods admitted while room is held, until the caches show them (pod/ledger.py)."""
+        self.reservations = reservations
+        self._collector: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self.guard = ConnectionGuard(None)
@@ -362,8 +370,13 @@ class WebhookServer:
         """Target pods may wait for their room (never denied); the others are decided at once."""
         if is_migration_target(request, self.identities):
             return self._admit_target(request)
-        validate_pod_create(request, self.lookups, self.identities, self.ledger)
-        return None
+        check = pod_check(request, self.lookups, self.identities)
+        if check is None:
+            return None
+        if self.reservations is None:
+            admit_locally(check, self.ledger)
+            return None
+        return self.reservations.admit(check)
 
     async def _admit_target(self, request: Request) -> None:
         admission = await admit_target(
@@ -498,6 +511,8 @@ class WebhookServer:
             self.port = sockets[0].getsockname()[1]
         if self.tls is not None:
             self._reloader = asyncio.ensure_future(self._reload_loop())
+        if self.reservations is not None:
+            self._collector = asyncio.ensure_future(self._collect_loop(self.reservations))
         return self.port
 
     async def _reload_loop(self) -> None:
@@ -506,7 +521,20 @@ class WebhookServer:
             await self._clock.sleep(CERT_RELOAD_INTERVAL)
             self.tls.reload()
 
+    async def _collect_loop(self, reservations: LeaseReservations) -> None:
+        """Deletes expired reservation Leases now and then; a failure is logged and retried."""
+        while True:
+            await self._clock.sleep(COLLECT_AFTER)
+            try:
+                await reservations.collect()
+            except errors.ApiError as error:
+                log.warning("could not delete expired reservation Leases: %s", error)
+
     async def stop(self) -> None:
+        if self._collector is not None:
+            self._collector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._collector
         if self._reloader is not None:
             self._reloader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -531,12 +559,15 @@ async def serve(
     identities: Identities,
     kubevirt_version: str | None,
     target_room_wait: float = TARGET_ROOM_WAIT,
+    namespace: str = "harvester-system",
 ) -> int:
-    """Runs the webhook until SIGTERM/SIGINT."""
+    """Runs the webhook until SIGTERM/SIGINT; reservations shared by the replicas live as
+    Leases in `namespace` (its own)."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
     caches = WebhookCaches(client, kubevirt_version=kubevirt_version)
     caches.factory.start()
+    ledger = AdmissionLedger(REAL_CLOCK)
     server = WebhookServer(
         caches,
         identities=identities,
@@ -546,6 +577,8 @@ async def serve(
         ready=caches.factory.synced,
         quota_changes=caches.quota_changes,
         target_room_wait=target_room_wait,
+        ledger=ledger,
+        reservations=LeaseReservations(client, namespace, REAL_CLOCK, ledger),
     )
     await server.start()
     log.info("webhook listening on %s:%d", host, server.port)

@@ -6,9 +6,11 @@ exactly the permissions deploy/ grants, so a missing permission fails a test.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import copy
+import itertools
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,10 +19,13 @@ from typing import Any
 import yaml
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.clock import REAL_CLOCK
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import NAMESPACES, Object, Resource
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.webhook.resources.common import Identities
+from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
+from harvester_quota.webhook.resources.pod.reservations import LeaseReservations
 from harvester_quota.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
 from prometheus_client import CollectorRegistry
 
@@ -166,15 +171,77 @@ async def running_webhook(
     kubevirt_user: str = KUBEVIRT_USER,
     kubevirt_version: str = "1.6",
 ) -> AsyncIterator[WebhookServer]:
-    """Our webhook in this process, as its service account with deploy/'s RBAC (apply_rbac
-    first), serving TLS on 127.0.0.1 and registered with the shipped configuration for
-    `namespace` only; unregistered and stopped on exit."""
+    """One replica of running_webhooks."""
+    async with running_webhooks(
+        api,
+        cluster,
+        namespace,
+        workdir,
+        kubevirt_user=kubevirt_user,
+        kubevirt_version=kubevirt_version,
+    ) as (server,):
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def running_webhooks(
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    workdir: Path,
+    *,
+    replicas: int = 1,
+    kubevirt_user: str = KUBEVIRT_USER,
+    kubevirt_version: str = "1.6",
+) -> AsyncIterator[tuple[WebhookServer, ...]]:
+    """`replicas` webhook processes' worth of servers in this process, each with its own caches
+    and ledger, as the webhook's service account with deploy/'s RBAC (apply_rbac first), sharing
+    admissions through Leases in harvester-system as deployed; TLS on 127.0.0.1, behind one
+    round-robin TCP proxy (a Service) when more than one, registered with the shipped
+    configuration for `namespace` only; unregistered and stopped on exit."""
     webhook_api = await client_as(api, cluster, "harvester-quota-webhook")
-    caches = WebhookCaches(webhook_api, kubevirt_version=kubevirt_version)
     ca = cluster.certificate_authority()
     ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
         workdir / "tls.crt", workdir / "tls.key"
     )
+    replica_set = [
+        _replica(webhook_api, workdir, kubevirt_user, kubevirt_version) for _ in range(replicas)
+    ]
+    created: Object | None = None
+    proxy: asyncio.Server | None = None
+    try:
+        ports = []
+        for caches, server in replica_set:
+            caches.factory.start()
+            await caches.factory.wait_for_cache_sync(30)
+            ports.append(await server.start())
+        if replicas > 1:
+            proxy = await round_robin_proxy(ports)
+            ports = [proxy.sockets[0].getsockname()[1]]
+        configuration = webhook_configuration(
+            ports[0], ca.cert_pem, namespace, kubevirt_user=kubevirt_user
+        )
+        created = await apply(api, configuration)
+        yield tuple(server for _, server in replica_set)
+    finally:
+        if created is not None:
+            with contextlib.suppress(errors.ApiError):
+                await api.delete(
+                    KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
+                )
+        if proxy is not None:
+            proxy.close()
+        for caches, server in replica_set:
+            await server.stop()
+            await caches.factory.stop()
+        await webhook_api.close()
+
+
+def _replica(
+    client: ApiClient, workdir: Path, kubevirt_user: str, kubevirt_version: str
+) -> tuple[WebhookCaches, WebhookServer]:
+    caches = WebhookCaches(client, kubevirt_version=kubevirt_version)
+    ledger = AdmissionLedger(REAL_CLOCK)
     server = WebhookServer(
         caches,
         identities=Identities(target_creators=frozenset({kubevirt_user})),
@@ -183,23 +250,35 @@ async def running_webhook(
         port=0,
         registry=CollectorRegistry(),
         quota_changes=caches.quota_changes,
+        ledger=ledger,
+        reservations=LeaseReservations(client, SYSTEM_NAMESPACE, REAL_CLOCK, ledger),
     )
-    caches.factory.start()
-    created: Object | None = None
-    try:
-        await caches.factory.wait_for_cache_sync(30)
-        port = await server.start()
-        configuration = webhook_configuration(
-            port, ca.cert_pem, namespace, kubevirt_user=kubevirt_user
-        )
-        created = await apply(api, configuration)
-        yield server
-    finally:
-        if created is not None:
-            with contextlib.suppress(errors.ApiError):
-                await api.delete(
-                    KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
-                )
-        await server.stop()
-        await caches.factory.stop()
-        await webhook_api.close()
+    return caches, server
+
+
+async def round_robin_proxy(ports: list[int]) -> asyncio.Server:
+    """A TCP proxy on 127.0.0.1 handing each new connection to the next of `ports`, as a
+    Service spreads the API server's connections over the webhook's pods."""
+    turn = itertools.cycle(ports)
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(
+                "127.0.0.1", next(turn)
+            )
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    return await asyncio.start_server(connect, "127.0.0.1", 0)

@@ -44,12 +44,19 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         "containers"
     ][0]["args"]
     assert "--target-creator=system:serviceaccount:kubevirt:kubevirt-controller" in webhook_args
+    assert "--namespace=harvester-system" in webhook_args  # where its reservation Leases live
     configuration = by_kind[("ValidatingWebhookConfiguration", "harvester-quota")]
     assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
         "harvester-system/harvester-quota-webhook"
     )
     hooks = {w["name"]: w for w in configuration["webhooks"]}
     assert hooks["pods.harvester-quota.io"]["failurePolicy"] == "Fail"
+    targets = hooks["migration-targets.harvester-quota.io"]
+    assert targets["failurePolicy"] == "Ignore" and targets["timeoutSeconds"] == 10
+    assert (
+        "system:serviceaccount:kubevirt:kubevirt-controller"
+        in (targets["matchConditions"][0]["expression"])
+    )
     assert all("caBundle" not in w["clientConfig"] for w in hooks.values())
     assert ("Certificate", "harvester-quota-webhook") in by_kind
     await deployment.ensure_namespace(api)
@@ -60,4 +67,4 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         answer = await deployment.apply(api, document, dry_run=True)
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
-    assert checked == 12
+    assert checked == 14  # 12, and the webhook's reservation Role and RoleBinding

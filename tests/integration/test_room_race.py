@@ -10,16 +10,22 @@ concurrent creates all saw the same free room and together took more than the ba
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+from harvester_quota.app import ControllerApp
 from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import NAMESPACES, PODS, Object
+from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.webhook.server import WebhookServer
 
 from tests.helpers import cpu_burners, eventually, succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
-from tests.integration.test_webhook_deployed import V170_HARD, V170_LIMIT, Stack, stack
+from tests.integration.test_webhook_deployed import V170_HARD, V170_LIMIT, Stack, deployed, stack
 
 pytestmark = pytest.mark.integration
 __all__ = ["stack"]  # the deployed controllers and webhook, from test_webhook_deployed.py
@@ -60,13 +66,39 @@ async def create(tenant: KubeVirtByHand, name: str) -> bool:
     return True
 
 
+Replicas = tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp, tuple[WebhookServer, ...]]
+
+
+@pytest.fixture(params=[1, 2], ids=["one webhook replica", "two webhook replicas"])
+async def replicas(
+    request: pytest.FixtureRequest,
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
+) -> AsyncIterator[Replicas]:
+    """The deployed stack with one webhook replica, or two behind one address (the chart's
+    default, each with its own caches: they share what they admit through Leases)."""
+    async with deployed(api, cluster, namespace, tmp_path, replicas=request.param) as stack_:
+        yield stack_
+
+
+def pods_answered(server: WebhookServer) -> float:
+    return sum(
+        sample.value
+        for metric in server.metrics.requests.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels["endpoint"] == "pods"
+    )
+
+
 async def test_forty_racing_pods_never_take_the_room_and_all_that_fit_get_in(
-    stack: Stack,
+    replicas: Replicas,
 ) -> None:
     """Three migrations one after another, forty pods racing during each, two CPU burners beside
     the cluster: usage never ends above the base, exactly the pods that fit get in, and every
-    migration's target pod gets in."""
-    tenant, kubevirt, _, _ = stack
+    migration's target pod gets in; with two replicas each decides some of the pods."""
+    tenant, kubevirt, _, servers = replicas
     await tenant.set_rancher_base(V170_LIMIT)
     await tenant.create_quota(V170_HARD)
     vmi, source = await kubevirt.start_vm("vm1")
@@ -85,7 +117,10 @@ async def test_forty_racing_pods_never_take_the_room_and_all_that_fit_get_in(
                 timeout=60,
                 what="status.used counting every admitted pod",
             )
-            print(f"round {round_}: {sum(admitted)} admitted, {RACERS - sum(admitted)} denied")
+            print(
+                f"{len(servers)} replica(s), round {round_}: {sum(admitted)} admitted, "
+                f"{RACERS - sum(admitted)} denied"
+            )
             assert expected <= base_cpu, f"{sum(admitted)} admitted: {expected} above the base"
             assert sum(admitted) == fit, "every pod that fits under the base is admitted"
             # KubeVirt's target pod gets in (created as its service account; refused, it
@@ -100,6 +135,8 @@ async def test_forty_racing_pods_never_take_the_room_and_all_that_fit_get_in(
                 if got_in:
                     await tenant.delete_pod(name, grace=0)
             await eventually(lambda: used_cpu_is(tenant, VM_CPU), timeout=60, what="racers gone")
+    answered = [pods_answered(server) for server in servers]
+    assert all(answered), f"pods answered per replica: {answered}"
 
 
 async def cpu_hard(

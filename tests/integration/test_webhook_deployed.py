@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -49,6 +50,15 @@ async def stack(
     """Controllers and webhook running as their service accounts with deploy/'s RBAC; the
     webhook registered with the shipped configuration. Yields (tenant, kubevirt, controllers,
     webhook server)."""
+    async with deployed(api, cluster, namespace, tmp_path) as (tenant, kubevirt, app, servers):
+        yield tenant, kubevirt, app, servers[0]
+
+
+@contextlib.asynccontextmanager
+async def deployed(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, workdir: Path, *, replicas: int = 1
+) -> AsyncIterator[tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp, tuple[WebhookServer, ...]]]:
+    """The stack with `replicas` webhook servers behind one address (deployment.running_webhooks)."""
     await deployment.apply_rbac(api)
     controller_api = await deployment.client_as(api, cluster, "harvester-quota")
     kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
@@ -59,12 +69,14 @@ async def stack(
     )
     await controllers.start()
     try:
-        async with deployment.running_webhook(api, cluster, namespace, tmp_path) as server:
+        async with deployment.running_webhooks(
+            api, cluster, namespace, workdir, replicas=replicas
+        ) as servers:
             yield (
                 KubeVirtByHand(api, namespace),
                 KubeVirtByHand(kubevirt_api, namespace),
                 controllers,
-                server,
+                servers,
             )
     finally:
         await controllers.stop()

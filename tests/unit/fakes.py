@@ -171,6 +171,44 @@ class FakeApi:
         self.objects[key] = stored
         return copy.deepcopy(stored)
 
+    async def list(
+        self, resource: Any, namespace: str | None = None, *, label_selector: str | None = None
+    ) -> Object:
+        """Items of one kind (and namespace); `label_selector` only as one `key=value`."""
+        self.calls.append(("list", resource.name, namespace or ""))
+        self._maybe_fail()
+        key, _, value = (label_selector or "").partition("=")
+        items = [
+            copy.deepcopy(obj)
+            for (kind, ns, _name), obj in self.objects.items()
+            if kind == resource.name
+            and (namespace is None or ns == namespace)
+            and (not key or (obj["metadata"].get("labels") or {}).get(key) == value)
+        ]
+        return {"items": items, "metadata": {"resourceVersion": str(self.version)}}
+
+    async def delete(
+        self,
+        resource: Any,
+        name: str,
+        namespace: str | None = None,
+        *,
+        preconditions: dict[str, str] | None = None,
+        **_: Any,
+    ) -> Object:
+        from harvester_quota.generic import errors
+
+        self.calls.append(("delete", resource.name, name))
+        self._maybe_fail()
+        key = self._key(resource, namespace, name)
+        current = self.objects.get(key)
+        if current is None:
+            raise errors.NotFound(f"{name} not found")
+        wanted = (preconditions or {}).get("resourceVersion")
+        if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict("precondition failed", reason="Conflict")
+        return self.objects.pop(key)
+
     async def patch(
         self, resource: Any, name: str, patch: Object, namespace: str | None = None, **_: Any
     ) -> Object:

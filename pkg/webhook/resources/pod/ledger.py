@@ -17,8 +17,9 @@ room (a new room starts from what the cache shows). Until then a pod deleted in 
 counts: a pod that would fit may be denied for up to `ttl` seconds after a burst in the same
 migration's window.
 
-Not shared between replicas: two webhook replicas racing each other can still admit more than the
-base together (see README, "Pods while room is held").
+One process's memory only: reservations.py shares the same reservation between webhook replicas
+through the API server and falls back to this ledger when it cannot (README, "Pods while room is
+held").
 """
 
 from __future__ import annotations

@@ -1,15 +1,19 @@
 """Pod rules: while a migration holds room, a pod that is not a migration target may not push the
 namespace's usage (targets excluded) above the base. Target pods (labelled
-kubevirt.io/migrationJobUID, created by KubeVirt's controller) always pass. What this process
-admitted a moment ago counts even before its caches show it (ledger.py).
+kubevirt.io/migrationJobUID, created by KubeVirt's controller) always pass. What was admitted a
+moment ago counts even before the caches show it: in this process (ledger.py), or in every
+replica (reservations.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....util.podusage import pod_quota_usage
+from ....util.resources import ResourceList
 from ...admission import Denied, Request
-from ..common import Identities, Lookups, base_of, check_fits_base, view_of
+from ..common import Identities, Lookups, NamespaceView, base_of, check_fits_base, view_of
 from .ledger import AdmissionLedger
 
 
@@ -18,33 +22,65 @@ def is_migration_target(request: Request, identities: Identities) -> bool:
     return LABEL_MIGRATION_JOB in labels and request.username in identities.target_creators
 
 
+@dataclass(frozen=True)
+class PodCheck:
+    """One non-target pod to decide while migrations (`holders`, their uids) hold room."""
+
+    namespace: str
+    subject: str
+    needed: ResourceList
+    base: ResourceList
+    view: NamespaceView
+    holders: frozenset[str]
+
+    def cached_in_use(self) -> ResourceList:
+        """What the namespace uses without targets, as the quota in the cache shows it."""
+        return self.view.used_without_targets()
+
+    def decide(self, in_use: ResourceList) -> None:
+        """Raises Denied, with every key and its numbers, unless the pod fits next to `in_use`."""
+        check_fits_base(self.subject, self.needed, self.base, self.view, in_use=in_use)
+
+
+def pod_check(request: Request, lookups: Lookups, identities: Identities) -> PodCheck | None:
+    """The check a pod create needs, or None: a migration target, no managed quota, or no room
+    held (quota admission at hard == base is all the protection needed then)."""
+    if is_migration_target(request, identities):
+        return None
+    quota = lookups.managed_quota(request.namespace)
+    if quota is None:
+        return None
+    view = view_of(lookups, request.namespace, quota)
+    if not view.holds_room:
+        return None
+    try:
+        needed = pod_quota_usage(request.obj or {})
+    except ValueError as error:
+        raise Denied(f"pod {request.name}: {error}", code=422) from error
+    return PodCheck(
+        namespace=request.namespace,
+        subject=f"pod {request.name or '(generated name)'} would take room reserved for the live "
+        f"migration of {view.holders()}",
+        needed=needed,
+        base=base_of(lookups, request.namespace, view),
+        view=view,
+        holders=frozenset(room.migration_uid for room in view.rooms.rooms),
+    )
+
+
 def validate_pod_create(
     request: Request, lookups: Lookups, identities: Identities, ledger: AdmissionLedger
 ) -> None:
     """Non-target pods may not take the room migrations hold (see module docstring). Runs to the
     end without awaiting, so one process's decisions are serialized; an admitted pod is entered
     in `ledger`."""
-    if is_migration_target(request, identities):
-        return
-    quota = lookups.managed_quota(request.namespace)
-    if quota is None:
-        return
-    view = view_of(lookups, request.namespace, quota)
-    if not view.holds_room:
-        return  # quota admission at hard == base is all the protection needed
-    try:
-        needed = pod_quota_usage(request.obj or {})
-    except ValueError as error:
-        raise Denied(f"pod {request.name}: {error}", code=422) from error
-    base = base_of(lookups, request.namespace, view)
-    holders = frozenset(room.migration_uid for room in view.rooms.rooms)
-    in_use = ledger.in_use(request.namespace, view.used_without_targets(), holders)
-    check_fits_base(
-        f"pod {request.name or '(generated name)'} would take room reserved for the live migration "
-        f"of {view.holders()}",
-        needed,
-        base,
-        view,
-        in_use=in_use,
-    )
-    ledger.admitted(request.namespace, in_use, needed, holders)
+    check = pod_check(request, lookups, identities)
+    if check is not None:
+        admit_locally(check, ledger)
+
+
+def admit_locally(check: PodCheck, ledger: AdmissionLedger) -> None:
+    """Decides `check` on the cache and this process's ledger; enters the pod if admitted."""
+    in_use = ledger.in_use(check.namespace, check.cached_in_use(), check.holders)
+    check.decide(in_use)
+    ledger.admitted(check.namespace, in_use, check.needed, check.holders)

@@ -1,0 +1,228 @@
+"""The admission ledger shared by every webhook replica, through one Lease per tenant namespace.
+
+ledger.py closes the window between admitting a pod and the caches showing it, for one process.
+The chart runs two webhook replicas behind one Service, and the API server spreads a burst of pod
+creates over both: each replica saw only its own admissions, so together they could admit up to
+twice the free room. Here the reservation (the larger, per key, of the cached usage and what was
+admitted on top of it, plus each pod admitted) lives in a Lease of the webhook's namespace, named
+after the tenant namespace, where tenants cannot touch it. Each decision reads the Lease, decides,
+and writes it back conditional on the version it read (or creates it): of two replicas deciding
+at once, one write wins and the other decides again on the new reservation. So decisions are
+serialized across replicas through etcd, at the cost of two API requests per pod created while
+room is held in its namespace (nowhere else). Within one process the decisions of a namespace are
+serialized by a lock, so conflicts come only from other replicas.
+
+The reservation expires `ttl` seconds after its last admission and is void as soon as other
+migrations hold the room, as in ledger.py; the times are wall-clock (the replicas share no
+monotonic clock). Expired Leases are deleted by `collect`, which every replica runs now and then.
+If the Lease cannot be read or written (an API error other than a conflict, including no RBAC for
+it in an older deploy/), the decision falls back to this process's ledger and a warning is
+logged: the pod is still checked, against what this replica knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import logging
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from ....generic import errors
+from ....generic.client import ApiClient
+from ....generic.clock import Clock
+from ....generic.resource import LEASES, Object
+from ....util import resources
+from ....util.resources import ResourceList
+from .ledger import LEDGER_TTL, AdmissionLedger
+from .validator import PodCheck, admit_locally
+
+log = logging.getLogger(__name__)
+
+LABEL_RESERVATION = "harvester-quota.io/room-reservation"
+"""On each reservation Lease ("true"); `collect` lists by it."""
+ANNOTATION_RESERVATION = "harvester-quota.io/reservation"
+"""The reservation as JSON: {"namespace", "used" (ResourceList), "expires" (RFC 3339), "holders"}."""
+WRITE_ATTEMPTS = 8
+"""Decisions of one pod before it is refused as too contended (each lost race is another
+replica's admission, so the namespace's reservation moved on)."""
+COLLECT_AFTER = 60.0
+"""Seconds past its expiry before an unused reservation Lease is deleted."""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    namespace: str
+    used: ResourceList
+    expires: datetime.datetime
+    holders: frozenset[str]
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {
+                "namespace": self.namespace,
+                "used": json.loads(resources.dumps(self.used)),
+                "expires": self.expires.isoformat(),
+                "holders": sorted(self.holders),
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> Reservation:
+        """Raises ValueError for anything but what `dumps` writes."""
+        try:
+            data = json.loads(text)
+            return cls(
+                namespace=str(data["namespace"]),
+                used=resources.loads(json.dumps(data["used"])),
+                expires=datetime.datetime.fromisoformat(str(data["expires"])),
+                holders=frozenset(str(h) for h in data["holders"]),
+            )
+        except (KeyError, TypeError, json.JSONDecodeError) as error:
+            raise ValueError(f"not a reservation: {error}") from error
+
+
+def lease_name(namespace: str) -> str:
+    """Namespace names are DNS labels (63 characters), so the prefix keeps it a valid name."""
+    return f"room-reservation-{namespace}"
+
+
+class LeaseReservations:
+    """Decides pod checks on the reservation all replicas share (see module docstring).
+
+    `admit` may be called concurrently; per tenant namespace it runs one decision at a time.
+    """
+
+    def __init__(
+        self,
+        client: ApiClient,
+        namespace: str,
+        clock: Clock,
+        fallback: AdmissionLedger,
+        ttl: float = LEDGER_TTL,
+    ) -> None:
+        self._client = client
+        self._namespace = namespace
+        self._clock = clock
+        self._fallback = fallback
+        self._ttl = ttl
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._users: Counter[str] = Counter()
+        """Decisions under way or waiting, per namespace: its lock goes when none is left."""
+        self._warned = False
+
+    async def admit(self, check: PodCheck) -> None:
+        """Raises Denied unless the pod fits next to the shared reservation; records it if so."""
+        namespace = check.namespace
+        self._users[namespace] += 1
+        try:
+            async with self._locks[namespace]:
+                try:
+                    await self._admit(check)
+                except errors.ApiError as error:
+                    self._fall_back(namespace, error)
+                    admit_locally(check, self._fallback)
+        finally:
+            self._users[namespace] -= 1
+            if self._users[namespace] == 0:
+                del self._users[namespace], self._locks[namespace]
+
+    async def _admit(self, check: PodCheck) -> None:
+        name = lease_name(check.namespace)
+        for _ in range(WRITE_ATTEMPTS):
+            lease = await self._read(name)
+            in_use = self._in_use(check, lease)
+            check.decide(in_use)
+            reservation = Reservation(
+                check.namespace,
+                resources.add(in_use, check.needed),
+                self._clock.now() + datetime.timedelta(seconds=self._ttl),
+                check.holders,
+            )
+            try:
+                await self._write(name, lease, reservation)
+            except (errors.Conflict, errors.AlreadyExists):
+                continue  # another replica admitted a pod here meanwhile: decide again
+            self._fallback.admitted(check.namespace, in_use, check.needed, check.holders)
+            return
+        raise errors.Conflict(f"{WRITE_ATTEMPTS} lost races for {name}")
+
+    def _in_use(self, check: PodCheck, lease: Object | None) -> ResourceList:
+        cached = check.cached_in_use()
+        reservation = _reservation_of(lease)
+        if reservation is None or reservation.holders != check.holders:
+            return cached
+        if reservation.expires <= self._clock.now():
+            return cached
+        return resources.maximum(cached, reservation.used)
+
+    async def _read(self, name: str) -> Object | None:
+        try:
+            return await self._client.get(LEASES, name, self._namespace)
+        except errors.NotFound:
+            return None
+
+    async def _write(self, name: str, lease: Object | None, reservation: Reservation) -> None:
+        metadata: dict[str, Any] = {
+            "name": name,
+            "labels": {LABEL_RESERVATION: "true"},
+            "annotations": {ANNOTATION_RESERVATION: reservation.dumps()},
+        }
+        if lease is None:
+            await self._client.create(LEASES, {"metadata": metadata, "spec": {}}, self._namespace)
+            return
+        metadata["namespace"] = self._namespace
+        metadata["resourceVersion"] = lease["metadata"]["resourceVersion"]
+        await self._client.update(LEASES, {**lease, "metadata": {**lease["metadata"], **metadata}})
+
+    def _fall_back(self, namespace: str, error: errors.ApiError) -> None:
+        if not self._warned:
+            log.warning(
+                "cannot share admissions through Leases in %s (%s): deciding pods in %s (and "
+                "wherever this recurs) on this replica's ledger only; if it is permissions, "
+                "grant get, list, create, update and delete on leases there",
+                self._namespace,
+                error,
+                namespace,
+            )
+            self._warned = True
+
+    async def collect(self) -> int:
+        """Deletes reservation Leases expired for COLLECT_AFTER seconds (each only as read, so a
+        fresh admission is never lost); returns how many went."""
+        listed = await self._client.list(
+            LEASES, self._namespace, label_selector=f"{LABEL_RESERVATION}=true"
+        )
+        cutoff = self._clock.now() - datetime.timedelta(seconds=COLLECT_AFTER)
+        deleted = 0
+        for lease in listed.get("items") or []:
+            reservation = _reservation_of(lease)
+            if reservation is not None and reservation.expires > cutoff:
+                continue
+            meta = lease["metadata"]
+            try:
+                await self._client.delete(
+                    LEASES,
+                    meta["name"],
+                    self._namespace,
+                    preconditions={"resourceVersion": meta["resourceVersion"]},
+                )
+            except (errors.NotFound, errors.Conflict):
+                continue
+            deleted += 1
+        return deleted
+
+
+def _reservation_of(lease: Object | None) -> Reservation | None:
+    if lease is None:
+        return None
+    text = ((lease.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESERVATION)
+    if not text:
+        return None
+    try:
+        return Reservation.loads(text)
+    except ValueError:
+        return None  # a damaged reservation counts as none; the cache still holds what is used

@@ -1,0 +1,141 @@
+"""Webhook replicas share what they admitted while room is held, through a Lease per tenant
+namespace (pkg/webhook/resources/pod/reservations.py), on an in-memory API and a fake clock."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from harvester_quota.generic import errors
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.resource import LEASES, Object
+from harvester_quota.webhook.admission import Denied
+from harvester_quota.webhook.resources.common import Identities
+from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
+from harvester_quota.webhook.resources.pod.reservations import (
+    ANNOTATION_RESERVATION,
+    LeaseReservations,
+    Reservation,
+    lease_name,
+)
+from harvester_quota.webhook.resources.pod.validator import PodCheck, pod_check
+
+from tests.unit.fakes import FakeApi
+from tests.unit.test_webhook import FakeLookups, create_pod, room_held
+
+SYSTEM = "harvester-system"
+
+
+def replica(api: FakeApi, clock: FakeClock, ttl: float = 30) -> LeaseReservations:
+    """One webhook replica: its own ledger, the shared API."""
+    return LeaseReservations(api, SYSTEM, clock, AdmissionLedger(clock, ttl=ttl), ttl=ttl)  # type: ignore[arg-type]
+
+
+def check(lookups: FakeLookups, name: str, cpu: str) -> PodCheck:
+    found = pod_check(create_pod(name, cpu), lookups, Identities())
+    assert found is not None, "room is held: the pod is checked"
+    return found
+
+
+async def test_two_replicas_deciding_on_the_same_cache_do_not_share_the_free_room() -> None:
+    """985m free under the base, the caches of both replicas never learn of admitted pods: the
+    replicas take turns and together admit 9 pods of 100m, never more."""
+    api, clock, lookups = FakeApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    replicas = [replica(api, clock), replica(api, clock)]
+    admitted = 0
+    for index in range(12):
+        try:
+            await replicas[index % 2].admit(check(lookups, f"p{index}", "100m"))
+            admitted += 1
+        except Denied as denied:
+            assert "in use 2915m" in denied.message, denied.message
+    assert admitted == 9
+    lease = await api.get(LEASES, lease_name("ns"), SYSTEM)
+    stored = Reservation.loads(lease["metadata"]["annotations"][ANNOTATION_RESERVATION])
+    assert str(stored.used["limits.cpu"]) == "2915m"
+
+
+class RacingApi(FakeApi):
+    """Runs `race` (another replica's admission) just before the next update of a Lease."""
+
+    race: Callable[[], Awaitable[None]] | None = None
+
+    async def update(self, resource: Any, obj: Object, *, subresource: str = "") -> Object:
+        race, self.race = self.race, None
+        if race is not None:
+            await race()
+        return await super().update(resource, obj, subresource=subresource)
+
+
+async def test_a_lost_race_is_decided_again_on_the_winners_reservation() -> None:
+    """Replica two reads the reservation, replica one writes meanwhile: two's write conflicts,
+    and it decides again counting one's pod, so 885m free take one 800m pod, not two."""
+    api, clock, lookups = RacingApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    one, two = replica(api, clock), replica(api, clock)
+    await one.admit(check(lookups, "p0", "100m"))  # the Lease exists: the next writes update
+    api.race = lambda: one.admit(check(lookups, "p1", "800m"))
+    with pytest.raises(Denied) as denied:
+        await two.admit(check(lookups, "p2", "800m"))
+    assert "in use 2915m" in denied.value.message
+    lease = await api.get(LEASES, lease_name("ns"), SYSTEM)
+    stored = Reservation.loads(lease["metadata"]["annotations"][ANNOTATION_RESERVATION])
+    assert str(stored.used["limits.cpu"]) == "2915m", "p0 and p1, each once"
+
+
+async def test_an_expired_or_other_migrations_reservation_counts_for_nothing() -> None:
+    api, clock, lookups = FakeApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    shared = replica(api, clock, ttl=30)
+    await shared.admit(check(lookups, "p0", "900m"))
+    with pytest.raises(Denied):
+        await shared.admit(check(lookups, "p1", "900m"))
+    clock.step(30)
+    await shared.admit(check(lookups, "p1", "900m"))  # p0 was deleted: the cache says so
+    lookups.migration_list[0]["metadata"]["uid"] = "another-migration"
+    await replica(api, clock).admit(check(lookups, "p2", "900m"))
+
+
+async def test_without_the_lease_a_replica_decides_on_its_own_ledger_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api, clock, lookups = FakeApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    alone = replica(api, clock)
+    api.fail_next = [errors.Forbidden("leases is forbidden", reason="Forbidden")]
+    with caplog.at_level(logging.WARNING):
+        await alone.admit(check(lookups, "p0", "900m"))
+    assert "cannot share admissions through Leases in harvester-system" in caplog.text
+    api.fail_next = [errors.Forbidden("leases is forbidden", reason="Forbidden")]
+    with pytest.raises(Denied):
+        await alone.admit(check(lookups, "p1", "900m"))  # its ledger still counts p0
+
+
+async def test_expired_reservation_leases_are_collected_and_fresh_ones_kept() -> None:
+    api, clock, lookups = FakeApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    shared = replica(api, clock, ttl=30)
+    await shared.admit(check(lookups, "p0", "100m"))
+    assert await shared.collect() == 0
+    clock.step(30 + 59)
+    assert await shared.collect() == 0, "kept for a minute past its expiry"
+    clock.step(1)
+    assert await shared.collect() == 1
+    assert (await api.list(LEASES, SYSTEM))["items"] == []
+
+
+def test_a_reservation_round_trips_and_garbage_is_refused() -> None:
+    reservation = Reservation(
+        "ns",
+        {},
+        datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+        frozenset({"b", "a"}),
+    )
+    assert Reservation.loads(reservation.dumps()) == reservation
+    for garbage in ("{", "[]", '{"namespace": "ns"}', '{"namespace":"ns","used":{"cpu":"x"}}'):
+        with pytest.raises(ValueError):
+            Reservation.loads(garbage)
