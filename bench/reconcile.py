@@ -1,19 +1,23 @@
 """``python -m bench.reconcile``: what one namespace reconcile costs as the namespace grows.
 
-The reconcile reads the namespace's pods, VMIs and migrations from the informer caches and plans
-the quota from all of them (`QuotaReconciler.snapshot` + `plan_quota`), on every event of the
-namespace. This bench builds the caches the controller would hold for a namespace of N running
-VMs (launcher pods rendered as KubeVirt 1.6 renders them, one migration pending) without a cluster,
-and times the two halves: reading the caches (decompressing and decoding every object of the
-namespace) and planning (every pod's quota usage, the rooms, the plan). It prints milliseconds per
-reconcile and microseconds per VM, each as a ratio against the smallest namespace of the same run,
-for the zlib codec the controller uses by default and for the plain-dict codec side by side.
+The reconcile reads the namespace from the informer caches and plans its quota
+(`QuotaReconciler.snapshot` + `plan_quota`), on every event of the namespace. This bench builds
+the caches the controller would hold for a namespace of N running VMs (launcher pods rendered as
+KubeVirt 1.6 renders them, one migration pending) without a cluster, and times the two halves,
+reading and planning, for two paths side by side in the same run:
+
+- ``decode-all``, the baseline (the controller before issue 12 part 2): every pod and VMI of the
+  namespace decompressed and decoded, every pod's quota usage computed on each reconcile;
+- ``index``, the controller now: pods as the PodIndex keeps them (each reduced once, when it
+  changed, to its usage and a few labels, with running totals per namespace), VMIs decoded only
+  when a migration names them.
+
+It prints milliseconds per reconcile and microseconds per VM, the ratio against the smallest
+namespace of the same path and codec, and the ratio of the index path against the baseline at the
+same size, for the zlib codec the controller uses by default and for the plain-dict codec.
 
     python -m bench.reconcile                      # 100, 1000 and 3000 VMs
     python -m bench.reconcile --sizes 100,10000 --repeat 5
-
-What issue 12 asks of the reconcile is that its cost stop growing with the namespace; this is the
-baseline that work is measured against.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.resource import Object
-from harvester_quota.generic.store import Store
+from harvester_quota.generic.store import NamespaceObjects, Store
 from harvester_quota.sim.kubevirt.objects import (
     MigrationRef,
     VMSpec,
@@ -39,6 +43,7 @@ from harvester_quota.sim.kubevirt.objects import (
     vm_resources,
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
+from harvester_quota.util.resourcequota.podindex import PodIndex, pod_view
 
 NAMESPACE = "tenant"
 VERSION = "1.6"
@@ -50,6 +55,7 @@ class Caches:
     pods: Store
     vmis: Store
     migrations: Store
+    index: PodIndex
 
 
 def _uid(kind: str, index: int) -> str:
@@ -60,7 +66,8 @@ def build_caches(vms: int, codec: str) -> Caches:
     """The caches of a namespace with `vms` running VMs and one pending migration."""
     settings = settings_from(None, None, configured_version=VERSION)
     version = parse_version(VERSION)
-    caches = Caches(Store(codec=codec), Store(codec=codec), Store(codec=codec))
+    caches = Caches(Store(codec=codec), Store(codec=codec), Store(codec=codec), PodIndex())
+    caches.pods.add_view(PodIndex.VIEW, pod_view, caches.index.changed)
     pods: list[Object] = []
     vmis: list[Object] = []
     for index in range(vms):
@@ -110,8 +117,11 @@ def quota_for(vms: int) -> Object:
     }
 
 
-def read_caches(caches: Caches, quota: Object) -> NamespaceSnapshot:
-    """What `QuotaReconciler.snapshot` reads, from the same kind of stores."""
+NOW = datetime.datetime(2026, 11, 22, 12, tzinfo=datetime.UTC)
+
+
+def read_all(caches: Caches, quota: Object) -> NamespaceSnapshot:
+    """The baseline: every pod and VMI of the namespace decoded (the controller before)."""
     vmis = caches.vmis.by_index("namespace", NAMESPACE)
     return NamespaceSnapshot(
         namespace={"metadata": {"name": NAMESPACE}},
@@ -119,9 +129,28 @@ def read_caches(caches: Caches, quota: Object) -> NamespaceSnapshot:
         migrations=caches.migrations.by_index("namespace", NAMESPACE),
         vmis={str(v["metadata"]["name"]): v for v in vmis},
         pods=caches.pods.by_index("namespace", NAMESPACE),
-        now=datetime.datetime(2026, 11, 22, 12, tzinfo=datetime.UTC),
+        now=NOW,
         launcher=settings_from(None, None, configured_version=VERSION),
     )
+
+
+def read_index(caches: Caches, quota: Object) -> NamespaceSnapshot:
+    """What `QuotaReconciler.snapshot` reads now."""
+    return NamespaceSnapshot(
+        namespace={"metadata": {"name": NAMESPACE}},
+        quota=quota,
+        migrations=caches.migrations.by_index("namespace", NAMESPACE),
+        vmis=NamespaceObjects(caches.vmis, NAMESPACE),
+        pods=caches.index.namespace(NAMESPACE),
+        now=NOW,
+        launcher=settings_from(None, None, configured_version=VERSION),
+    )
+
+
+PATHS: dict[str, Callable[[Caches, Object], NamespaceSnapshot]] = {
+    "decode-all": read_all,
+    "index": read_index,
+}
 
 
 def best_of(repeat: int, work: Callable[[], object]) -> float:
@@ -136,6 +165,7 @@ def best_of(repeat: int, work: Callable[[], object]) -> float:
 
 @dataclass
 class Row:
+    path: str
     codec: str
     vms: int
     read: float
@@ -146,32 +176,44 @@ class Row:
         return self.read + self.plan
 
 
-def measure(vms: int, codec: str, repeat: int) -> Row:
-    caches = build_caches(vms, codec)
+def measure(caches: Caches, vms: int, codec: str, path: str, repeat: int) -> Row:
     quota = quota_for(vms)
-    snapshot = read_caches(caches, quota)
+    read = PATHS[path]
+    snapshot = read(caches, quota)
     plan = plan_quota(snapshot)
-    if not plan.rooms.rooms or len(snapshot.pods) != vms + 1:
+    if not plan.rooms.rooms or len(caches.pods) != vms + 1:
         raise RuntimeError("the namespace is not what the bench means to measure")
     return Row(
+        path,
         codec,
         vms,
-        best_of(repeat, lambda: read_caches(caches, quota)),
+        best_of(repeat, lambda: read(caches, quota)),
         best_of(repeat, lambda: plan_quota(snapshot)),
     )
 
 
+def same_plan(caches: Caches, vms: int) -> bool:
+    """Both paths plan the same quota (the bench compares equals)."""
+    quota = quota_for(vms)
+    baseline, indexed = (plan_quota(read(caches, quota)) for read in PATHS.values())
+    return baseline.hard == indexed.hard and baseline.used == indexed.used
+
+
 def table(rows: list[Row]) -> list[str]:
     lines = [
-        "| codec | VMs | read caches ms | plan ms | reconcile ms | us per VM | x smallest |",
-        "|---|---|---|---|---|---|---|",
+        "| path | codec | VMs | read ms | plan ms | reconcile ms | us per VM | x smallest "
+        "| vs decode-all |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        base = next(r for r in rows if r.codec == row.codec)
+        smallest = next(r for r in rows if (r.path, r.codec) == (row.path, row.codec))
+        baseline = next(
+            r for r in rows if (r.path, r.codec, r.vms) == ("decode-all", row.codec, row.vms)
+        )
         lines.append(
-            f"| {row.codec} | {row.vms} | {row.read * 1e3:.1f} | {row.plan * 1e3:.1f} | "
-            f"{row.total * 1e3:.1f} | {row.total / row.vms * 1e6:.0f} | "
-            f"{row.total / base.total:.1f} |"
+            f"| {row.path} | {row.codec} | {row.vms} | {row.read * 1e3:.2f} | "
+            f"{row.plan * 1e3:.2f} | {row.total * 1e3:.2f} | {row.total / row.vms * 1e6:.1f} | "
+            f"{row.total / smallest.total:.1f} | {row.total / baseline.total:.3f} |"
         )
     return lines
 
@@ -182,7 +224,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    rows = [measure(vms, codec, args.repeat) for codec in ("zlib", "dict") for vms in sizes]
+    rows = []
+    for codec in ("zlib", "dict"):
+        for vms in sizes:
+            caches = build_caches(vms, codec)
+            if not same_plan(caches, vms):
+                raise RuntimeError(f"the two paths plan differently at {vms} VMs")
+            rows += [measure(caches, vms, codec, path, args.repeat) for path in PATHS]
+    rows.sort(key=lambda r: (r.path, r.codec, r.vms))
     print("\n".join(table(rows)))
     return 0
 

@@ -13,7 +13,7 @@ client-go's listers require.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -153,6 +153,8 @@ class Prepared:
     stored: Any
     index_values: dict[str, tuple[str, ...]]
     resource_version: str = ""
+    views: dict[str, Any] | None = None
+    """Each view's value for the object (Store.add_view), computed from its dicts."""
 
 
 class Store:
@@ -173,6 +175,7 @@ class Store:
         # without decoding the old object).
         self._indices: dict[str, dict[str, set[str]]] = {NAMESPACE_INDEX: {}}
         self._values: dict[str, dict[str, tuple[str, ...]]] = {NAMESPACE_INDEX: {}}
+        self._views: dict[str, _View] = {}
         if indexers:
             self.add_indexers(indexers)
 
@@ -228,6 +231,10 @@ class Store:
         """Every value `index` currently has objects for."""
         return list(self._indices[index])
 
+    def view(self, name: str, key: str) -> Any:
+        """The view `name` of the object under `key` (None if absent), without decoding it."""
+        return self._views[name].values.get(key)
+
     # Writes ---------------------------------------------------------------------------------------
 
     def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
@@ -241,6 +248,22 @@ class Store:
             for key, stored in self._items.items():
                 self._index(name, key, self._codec.decode(stored))
 
+    def add_view(
+        self, name: str, derive: Callable[[Object], Any], listener: ViewListener | None = None
+    ) -> None:
+        """Keeps `derive(obj)` for every object, computed whenever one is stored, from the dicts
+        at hand (never by decoding what is stored, except once for what is cached already), and
+        dropped with it; `listener(key, old, new)` hears of each change of a value (None: absent)
+        synchronously, inside the write. So a consumer that reads a few fields of many objects
+        reads views instead of decoding objects, and can keep aggregates that are always exactly
+        what the store holds. `derive` must not raise; it runs on the event loop."""
+        if name in self._views:
+            raise ValueError(f"view {name!r} exists already")
+        view = _View(derive, listener)
+        self._views[name] = view
+        for key, stored in self._items.items():
+            view.set(key, derive(self._codec.decode(stored)))
+
     def upsert(self, obj: Object) -> Object | None:
         """Adds or replaces ``obj``; returns the previous object (decoded) or None."""
         key = key_of(obj)
@@ -249,6 +272,8 @@ class Store:
         self._items[key] = self._codec.encode(obj)
         self._versions[key] = _version_of(obj)
         self._reindex(key, obj)
+        for view in self._views.values():
+            view.set(key, view.derive(obj))
         return old
 
     def delete(self, key: str) -> Object | None:
@@ -258,6 +283,8 @@ class Store:
         if stored is None:
             return None
         self._unindex(key)
+        for view in self._views.values():
+            view.drop(key)
         return self._codec.decode(stored)
 
     def prepare(self, obj: Object) -> Prepared:
@@ -268,6 +295,7 @@ class Store:
             self._codec.encode(obj),
             {name: _index_values(function, obj) for name, function in self._indexers.items()},
             _version_of(obj),
+            {name: view.derive(obj) for name, view in self._views.items()} or None,
         )
 
     def replace(self, objects: Iterable[Object]) -> list[Change]:
@@ -291,6 +319,7 @@ class Store:
             self._items[key] = entry.stored
             self._versions[key] = entry.resource_version
             self._set_index_values(key, entry)
+            self._set_views(key, entry)
             old = None if stored is None else Encoded(stored, codec)
             changes.append(
                 Change(key, old, Encoded(entry.stored, codec), old_version, entry.resource_version)
@@ -299,8 +328,21 @@ class Store:
             stored = self._items.pop(key)
             old_version = self._versions.pop(key, "")
             self._unindex(key)
+            for view in self._views.values():
+                view.drop(key)
             changes.append(Change(key, Encoded(stored, codec), None, old_version))
         return changes
+
+    def _set_views(self, key: str, entry: Prepared) -> None:
+        """A prepared entry's views; a view added after it was prepared is computed now."""
+        obj: Object | None = None
+        for name, view in self._views.items():
+            if entry.views is not None and name in entry.views:
+                value = entry.views[name]
+            else:
+                obj = obj if obj is not None else self._codec.decode(entry.stored)
+                value = view.derive(obj)
+            view.set(key, value)
 
     # Indexing -------------------------------------------------------------------------------------
 
@@ -341,6 +383,53 @@ class Store:
         self._unindex(key)
         for name in self._indexers:
             self._index(name, key, obj)
+
+
+class NamespaceObjects(Mapping[str, Object]):
+    """A namespace's objects of one store by name, each decoded only when looked up (a
+    reconcile that needs a few of a namespace's objects by name pays for those few). Reads the
+    store as it is at each lookup."""
+
+    def __init__(self, store: Store, namespace: str) -> None:
+        self._store = store
+        self._namespace = namespace
+
+    def __getitem__(self, name: str) -> Object:
+        found = self._store.get(f"{self._namespace}/{name}")
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        for key in self._store.index_keys(NAMESPACE_INDEX, self._namespace):
+            yield key.split("/", 1)[1]
+
+    def __len__(self) -> int:
+        return len(self._store.index_keys(NAMESPACE_INDEX, self._namespace))
+
+
+ViewListener = Callable[[str, Any, Any], None]
+"""(key, old value or None, new value or None), called inside the store's write."""
+
+
+class _View:
+    """One derived value per stored key, and who hears of its changes."""
+
+    def __init__(self, derive: Callable[[Object], Any], listener: ViewListener | None) -> None:
+        self.derive = derive
+        self.listener = listener
+        self.values: dict[str, Any] = {}
+
+    def set(self, key: str, value: Any) -> None:
+        old = self.values.get(key)
+        self.values[key] = value
+        if self.listener is not None:
+            self.listener(key, old, value)
+
+    def drop(self, key: str) -> None:
+        old = self.values.pop(key, None)
+        if old is not None and self.listener is not None:
+            self.listener(key, old, None)
 
 
 def _version_of(obj: Object) -> str:

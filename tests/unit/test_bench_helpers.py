@@ -69,11 +69,17 @@ def test_informer_table_gives_ratios_against_the_official_client() -> None:
     assert cells[8] == "0.25"  # RSS ratio
 
 
-def test_the_reconcile_bench_measures_a_namespace_of_the_size_asked() -> None:
+def test_the_reconcile_bench_measures_both_paths_on_the_same_namespace() -> None:
     from bench import reconcile
 
-    rows = [reconcile.measure(vms, "dict", repeat=1) for vms in (5, 20)]
+    rows = []
+    for vms in (5, 20):
+        caches = reconcile.build_caches(vms, "dict")
+        assert reconcile.same_plan(caches, vms), "both paths plan the same quota"
+        rows += [reconcile.measure(caches, vms, "dict", path, repeat=1) for path in reconcile.PATHS]
     assert all(row.read >= 0 and row.plan > 0 for row in rows)
+    rows.sort(key=lambda r: (r.path, r.codec, r.vms))
     lines = reconcile.table(rows)
-    assert lines[2].endswith("| 1.0 |"), "the smallest namespace is its own baseline"
-    assert len(lines) == 4
+    assert len(lines) == 6
+    assert lines[2].endswith("| 1.0 | 1.000 |"), "the baseline's smallest is its own reference"
+    assert lines[4].startswith("| index | dict | 5 |")

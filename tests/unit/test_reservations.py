@@ -139,3 +139,32 @@ def test_a_reservation_round_trips_and_garbage_is_refused() -> None:
     for garbage in ("{", "[]", '{"namespace": "ns"}', '{"namespace":"ns","used":{"cpu":"x"}}'):
         with pytest.raises(ValueError):
             Reservation.loads(garbage)
+
+
+class AlwaysLosingApi(FakeApi):
+    """Another replica writes the Lease before each of ours, one second apart."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    async def update(self, resource: Any, obj: Object, *, subresource: str = "") -> Object:
+        current = await self.get(LEASES, obj["metadata"]["name"], SYSTEM)
+        current["metadata"]["namespace"] = SYSTEM
+        await super().update(LEASES, current)  # the other replica's write: a new version
+        self.clock.step(1.0)
+        return await super().update(resource, obj, subresource=subresource)
+
+
+async def test_a_pod_that_keeps_losing_races_is_refused_for_a_retry_never_let_through() -> None:
+    clock = FakeClock()
+    api, lookups = AlwaysLosingApi(clock), FakeLookups()
+    room_held(lookups)
+    shared = replica(api, clock)
+    await shared.admit(check(lookups, "p0", "100m"))  # created: no race yet
+    with pytest.raises(Denied) as denied:
+        await shared.admit(check(lookups, "p1", "100m"))
+    assert denied.value.code == 429 and "retry" in denied.value.message
+    lease = await api.get(LEASES, lease_name("ns"), SYSTEM)
+    stored = Reservation.loads(lease["metadata"]["annotations"][ANNOTATION_RESERVATION])
+    assert str(stored.used["limits.cpu"]) == "2115m", "p1 was not recorded anywhere"

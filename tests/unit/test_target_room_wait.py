@@ -195,3 +195,21 @@ async def test_without_quota_changes_the_server_never_waits() -> None:
     answer = await server.review("pods", pod_review(target(), KUBEVIRT))
     assert json.loads(answer.body)["response"]["allowed"] is True  # type: ignore[arg-type]
     assert server.metrics.target_pods.labels("timed-out")._value.get() == 1
+
+
+async def test_a_waiter_that_gives_up_does_not_leave_the_others_deaf() -> None:
+    """Two target pods wait on one namespace; the first gives up, the second still hears the
+    quota's change."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    short = asyncio.ensure_future(changes.next_change("ns", 1.0))
+    long = asyncio.ensure_future(changes.next_change("ns", 8.0))
+    await settle()
+    await clock.advance(1.0)
+    await settle()
+    assert short.done() and short.result() is False
+    assert not long.done() and changes.waiting() == 1
+    changes.changed("ns")
+    await settle()
+    assert long.done() and long.result() is True
+    assert changes.waiting() == 0

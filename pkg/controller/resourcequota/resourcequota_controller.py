@@ -33,12 +33,14 @@ from ...generic.informer import SharedInformer
 from ...generic.meta import annotations_of, has_condition, labels, metadata, status
 from ...generic.ownwrites import OwnWrites
 from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from ...generic.store import NamespaceObjects
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
 from ...util.launcher import LauncherSettings, launcher_quota_usage
 from ...util.quantity import Quantity
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
 from ...util.resourcequota.managed import is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
+from ...util.resourcequota.podindex import PodIndex, pod_view
 from ...util.resourcequota.rancherpath import annotation_patch
 from ...util.resources import parse_resource_list_leniently
 
@@ -68,6 +70,9 @@ class QuotaReconciler:
         self.migrations = factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
         self.vmis = factory.informer(VIRTUAL_MACHINE_INSTANCES)
         self.pods = factory.informer(PODS)
+        self.pod_index = PodIndex()
+        """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
+        self.pods.store.add_view(PodIndex.VIEW, pod_view, self.pod_index.changed)
         self.settings = factory.informer(
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
@@ -133,8 +138,8 @@ class QuotaReconciler:
             namespace=namespace,
             quota=quota,
             migrations=store(self.migrations),
-            vmis={str(metadata(v).get("name")): v for v in store(self.vmis)},
-            pods=store(self.pods),
+            vmis=NamespaceObjects(self.vmis.store, name),
+            pods=self.pod_index.namespace(name),
             now=self.management.clock.now(),
             launcher=self.kubevirt_settings().for_namespace(quotas, namespace),
             mode=self.management.options.mode,

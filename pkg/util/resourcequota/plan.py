@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ from .base import (
     Mode,
     resolve_base,
 )
+from .podindex import NamespacePods, namespace_pods
 from .rooms import (
     MigrationRoom,
     RoomInputs,
@@ -65,7 +66,8 @@ class NamespaceSnapshot:
     quota: Object
     migrations: Sequence[Object]
     vmis: Mapping[str, Object]
-    pods: Sequence[Object]
+    pods: Iterable[Object] | NamespacePods
+    """Every pod of the namespace: objects, or the views a PodIndex keeps (the controller's)."""
     now: datetime.datetime
     launcher: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
     mode: Mode = "auto"
@@ -95,11 +97,12 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     """The desired spec.hard and annotations for the snapshot's managed quota."""
     recorded = parse_migration_annotations(annotations_of(snapshot.quota))
     warnings = [f"ignored invalid annotation {key}: {why}" for key, why in recorded.invalid.items()]
+    pods = namespace_pods(snapshot.pods)
     room_plan = plan_rooms(
         RoomInputs(
             migrations=snapshot.migrations,
             vmis=snapshot.vmis,
-            pods=snapshot.pods,
+            pods=pods,
             now=snapshot.now,
             launcher=snapshot.launcher,
         )
@@ -124,7 +127,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     warnings += list(base.notes)
     rooms = RoomPlan(target_pods=room_plan.target_pods) if skipped else room_plan
     rooms = _mask_rooms(rooms, base.hard.keys())
-    used = used_without_targets(snapshot.pods, rooms.target_pods, snapshot.now)
+    used = used_without_targets(pods, rooms.target_pods, snapshot.now)
     managed_hard = desired_hard(base.hard, used, rooms.total())
     plan = QuotaPlan(
         managed=True,
@@ -133,7 +136,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         used=used,
         skipped=skipped,
         warnings=warnings,
-        requeue_after=next_release(snapshot.pods, snapshot.now),
+        requeue_after=next_release(pods, snapshot.now),
     )
     plan.hard = _full_hard(snapshot.quota, base, managed_hard)
     plan.annotations, plan.remove_annotations = _annotation_changes(

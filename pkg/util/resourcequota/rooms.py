@@ -38,6 +38,7 @@ from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quo
 from ..podusage import pod_counts_against_quota
 from ..podusage import pod_quota_usage as _pod_quota_usage
 from ..resources import ResourceList
+from .podindex import NamespacePods, PodView, namespace_pods
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +115,8 @@ def _source_pod_name(migration: Mapping[str, Any], vmi: Mapping[str, Any]) -> st
     return None
 
 
-def _still_counts(pod: Mapping[str, Any] | None, now: datetime.datetime) -> bool:
-    return pod is not None and pod_counts_against_quota(pod, now)
+def _still_counts(pod: PodView | None, now: datetime.datetime) -> bool:
+    return pod is not None and pod.counts(now)
 
 
 @dataclass
@@ -124,9 +125,10 @@ class RoomInputs:
 
     migrations: Sequence[Object]
     vmis: Mapping[str, Object]
-    """VMIs of the namespace by name."""
-    pods: Sequence[Object]
-    """Every pod of the namespace (the quota charges all of them)."""
+    """VMIs of the namespace by name (only those migrations name are looked up)."""
+    pods: Iterable[Object] | NamespacePods
+    """Every pod of the namespace (the quota charges all of them), as objects or as the views a
+    PodIndex keeps."""
     now: datetime.datetime
     launcher: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
     """The settings in force for this namespace (room estimates before a target pod exists)."""
@@ -135,17 +137,14 @@ class RoomInputs:
 
 
 def plan_rooms(inputs: RoomInputs) -> RoomPlan:
-    """Every migration of the namespace that holds room, with its room."""
-    pods_by_name = {str(metadata(p).get("name")): p for p in inputs.pods}
-    targets: dict[str, Object] = {}
-    for pod in inputs.pods:
-        for uid in target_pod_index(pod):
-            targets[uid] = pod
+    """Every migration of the namespace that holds room, with its room. Costs the migrations and
+    their pods, not the namespace's other pods (given NamespacePods)."""
+    pods = namespace_pods(inputs.pods)
     rooms: list[MigrationRoom] = []
     errors: dict[str, str] = {}
     for migration in inputs.migrations:
         try:
-            room = _room_of(migration, inputs, targets, pods_by_name)
+            room = _room_of(migration, inputs, pods)
         except ValueError as error:
             errors[str(metadata(migration).get("name"))] = str(error)
             continue
@@ -158,34 +157,26 @@ def plan_rooms(inputs: RoomInputs) -> RoomPlan:
     )
 
 
-def _room_of(
-    migration: Object,
-    inputs: RoomInputs,
-    targets: Mapping[str, Object],
-    pods_by_name: Mapping[str, Object],
-) -> MigrationRoom | None:
+def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> MigrationRoom | None:
     meta = metadata(migration)
     vmi = inputs.vmis.get(str((migration.get("spec") or {}).get("vmiName", "")))
     if vmi is None:
         # Nothing can be migrated, nothing will be admitted: the migration holds no room.
         return None
-    target = targets.get(str(meta.get("uid", "")))
+    target = pods.target_of(str(meta.get("uid", "")))
     if _of_an_earlier_instance(migration, vmi, target):
         return None
-    reason = _holding_reason(migration, vmi, target, inputs, pods_by_name)
+    reason = _holding_reason(migration, vmi, target, inputs.now, pods)
     if reason is None:
         return None
     return _room(migration, vmi, target, reason, inputs)
 
 
-def _of_an_earlier_instance(migration: Object, vmi: Object, target: Object | None) -> bool:
+def _of_an_earlier_instance(migration: Object, vmi: Object, target: PodView | None) -> bool:
     """Whether the migration belongs to a VMI of the same name that no longer exists (the VM
     restarted): its target pod was made for another VMI uid, or the migration is older than the
     current VMI (KubeVirt only admits a migration for an existing VMI)."""
-    if target is not None and labels(target).get(LABEL_CREATED_BY) not in (
-        None,
-        metadata(vmi).get("uid"),
-    ):
+    if target is not None and target.created_by not in (None, metadata(vmi).get("uid")):
         return True
     migration_created = metadata(migration).get("creationTimestamp")
     vmi_created = metadata(vmi).get("creationTimestamp")
@@ -196,27 +187,25 @@ def _of_an_earlier_instance(migration: Object, vmi: Object, target: Object | Non
 def _holding_reason(
     migration: Object,
     vmi: Object,
-    target: Object | None,
-    inputs: RoomInputs,
-    pods_by_name: Mapping[str, Object],
+    target: PodView | None,
+    now: datetime.datetime,
+    pods: NamespacePods,
 ) -> str | None:
     """Why the migration still holds room, or None once it does not (principle 3)."""
     phase = str(status(migration).get("phase") or "")
-    target_counts = _still_counts(target, inputs.now)
+    target_counts = _still_counts(target, now)
     if phase == PHASE_SUCCEEDED:
         source_name = _source_pod_name(migration, vmi)
         if source_name is not None:
-            counts = _still_counts(pods_by_name.get(source_name), inputs.now)
+            counts = _still_counts(pods.get(source_name), now)
             return f"source pod {source_name} still counts" if counts else None
         # KubeVirt did not record the source pod: any other launcher pod of this VMI that still
         # counts is one the migration left behind.
-        vmi_uid = metadata(vmi).get("uid")
         leftover = any(
-            vmi_pod_index(p) == [vmi_uid]
-            and p is not target
-            and LABEL_MIGRATION_JOB not in labels(p)
-            and _still_counts(p, inputs.now)
-            for p in inputs.pods
+            (target is None or pod.name != target.name)
+            and pod.migration_uid is None
+            and pod.counts(now)
+            for pod in pods.launchers_of(str(metadata(vmi).get("uid")))
         )
         return "source pod still counts" if leftover else None
     if phase == PHASE_FAILED:
@@ -227,11 +216,11 @@ def _holding_reason(
 
 
 def _room(
-    migration: Object, vmi: Object, target: Object | None, reason: str, inputs: RoomInputs
+    migration: Object, vmi: Object, target: PodView | None, reason: str, inputs: RoomInputs
 ) -> MigrationRoom:
     """The room: the real target pod's usage once it exists, else the rendered estimate."""
     if target is not None and _still_counts(target, inputs.now):
-        room, estimated = pod_usage(target, inputs.now), False
+        room, estimated = target.usage_at(inputs.now), False
     else:
         room, estimated = launcher_quota_usage(vmi, inputs.launcher), True
     if inputs.keys is not None:
@@ -243,38 +232,30 @@ def _room(
         vmi_uid=str(metadata(vmi).get("uid", "")),
         phase=str(status(migration).get("phase") or ""),
         room=room,
-        target_pod=str(metadata(target).get("name")) if target is not None else None,
+        target_pod=target.name if target is not None else None,
         estimated=estimated,
         reason=reason,
     )
 
 
 def used_without_targets(
-    pods: Iterable[Object], target_pods: frozenset[str], now: datetime.datetime
+    pods: Iterable[Object] | NamespacePods, target_pods: frozenset[str], now: datetime.datetime
 ) -> ResourceList:
     """The namespace's pod usage now, not counting the target pods that make up rooms."""
-    return resources.total(
-        pod_usage(pod, now) for pod in pods if str(metadata(pod).get("name")) not in target_pods
-    )
+    return namespace_pods(pods).used_without(target_pods, now)
 
 
-def next_release(pods: Iterable[Object], now: datetime.datetime) -> float | None:
+def next_release(pods: Iterable[Object] | NamespacePods, now: datetime.datetime) -> float | None:
     """Seconds until a terminating pod stops counting (its grace period ends), if any.
 
     A pod that stops counting may not produce an event at that moment, so the reconcile asks to
     run again then.
     """
     soonest: float | None = None
-    for pod in pods:
-        meta = metadata(pod)
-        deleted, grace = meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")
-        if not deleted or grace is None:
+    for pod in namespace_pods(pods).changing():
+        if pod.deadline is None:
             continue
-        try:
-            moment = datetime.datetime.fromisoformat(str(deleted).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        seconds = (moment - now).total_seconds() + float(grace)
+        seconds = (pod.deadline - now).total_seconds()
         if seconds > 0 and (soonest is None or seconds < soonest):
             soonest = seconds
     return soonest

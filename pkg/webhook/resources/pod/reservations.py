@@ -17,7 +17,9 @@ migrations hold the room, as in ledger.py; the times are wall-clock (the replica
 monotonic clock). Expired Leases are deleted by `collect`, which every replica runs now and then.
 If the Lease cannot be read or written (an API error other than a conflict, including no RBAC for
 it in an older deploy/), the decision falls back to this process's ledger and a warning is
-logged: the pod is still checked, against what this replica knows.
+logged: the pod is still checked, against what this replica knows. Lost races never fall back:
+a pod that keeps losing for DECIDE_WITHIN seconds is refused with 429 and a message to retry
+(never admitted unchecked).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ....generic.clock import Clock
 from ....generic.resource import LEASES, Object
 from ....util import resources
 from ....util.resources import ResourceList
+from ...admission import Denied
 from .ledger import LEDGER_TTL, AdmissionLedger
 from .validator import PodCheck, admit_locally
 
@@ -45,9 +48,10 @@ LABEL_RESERVATION = "harvester-quota.io/room-reservation"
 """On each reservation Lease ("true"); `collect` lists by it."""
 ANNOTATION_RESERVATION = "harvester-quota.io/reservation"
 """The reservation as JSON: {"namespace", "used" (ResourceList), "expires" (RFC 3339), "holders"}."""
-WRITE_ATTEMPTS = 8
-"""Decisions of one pod before it is refused as too contended (each lost race is another
-replica's admission, so the namespace's reservation moved on)."""
+DECIDE_WITHIN = 3.0
+"""Seconds one pod's decision may take while it keeps losing races for the Lease, before it is
+refused with 429 (the pods rules give the webhook 5 s). Each lost race is another replica's
+admission, and admissions end when the free room does, so this only bites under a flood."""
 COLLECT_AFTER = 60.0
 """Seconds past its expiry before an unused reservation Lease is deleted."""
 
@@ -132,7 +136,8 @@ class LeaseReservations:
 
     async def _admit(self, check: PodCheck) -> None:
         name = lease_name(check.namespace)
-        for _ in range(WRITE_ATTEMPTS):
+        deadline = self._clock.monotonic() + DECIDE_WITHIN
+        while self._clock.monotonic() < deadline:
             lease = await self._read(name)
             in_use = self._in_use(check, lease)
             check.decide(in_use)
@@ -148,7 +153,11 @@ class LeaseReservations:
                 continue  # another replica admitted a pod here meanwhile: decide again
             self._fallback.admitted(check.namespace, in_use, check.needed, check.holders)
             return
-        raise errors.Conflict(f"{WRITE_ATTEMPTS} lost races for {name}")
+        raise Denied(
+            f"{check.subject}: too many pods are being created at once in this namespace while "
+            "a migration holds room; retry",
+            code=429,
+        )
 
     def _in_use(self, check: PodCheck, lease: Object | None) -> ResourceList:
         cached = check.cached_in_use()

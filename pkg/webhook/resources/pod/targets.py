@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -73,6 +74,7 @@ class QuotaChanges:
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._events: dict[str, asyncio.Event] = {}
+        self._waiters: Counter[str] = Counter()
 
     def changed(self, namespace: str) -> None:
         event = self._events.pop(namespace, None)
@@ -81,12 +83,13 @@ class QuotaChanges:
 
     def waiting(self) -> int:
         """Namespaces someone waits on now."""
-        return len(self._events)
+        return len(self._waiters)
 
     async def next_change(self, namespace: str, seconds: float) -> bool:
         """Waits for the namespace's next quota change, at most `seconds` (by the clock); True
-        if it came."""
+        if it came. Waiters of one namespace share its event until the last of them leaves."""
         event = self._events.setdefault(namespace, asyncio.Event())
+        self._waiters[namespace] += 1
         changed = asyncio.ensure_future(event.wait())
         timer = asyncio.ensure_future(self._clock.sleep(seconds))
         try:
@@ -94,8 +97,11 @@ class QuotaChanges:
         finally:
             changed.cancel()
             timer.cancel()
-            if self._events.get(namespace) is event and not event.is_set():
-                self._events.pop(namespace)
+            self._waiters[namespace] -= 1
+            if self._waiters[namespace] == 0:
+                del self._waiters[namespace]
+                if self._events.get(namespace) is event:
+                    del self._events[namespace]
         return changed in done
 
 

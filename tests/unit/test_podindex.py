@@ -1,0 +1,174 @@
+"""Store views and the PodIndex kept from them: after any sequence of pod adds, updates, deletes
+and relists, each namespace's figures are exactly what summing its cached pods gives."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from harvester_quota.generic.resource import Object
+from harvester_quota.generic.store import NamespaceObjects, Store
+from harvester_quota.util import resources
+from harvester_quota.util.resourcequota.podindex import (
+    NamespacePods,
+    PodIndex,
+    PodView,
+    pod_view,
+)
+from harvester_quota.util.resourcequota.rooms import next_release, pod_usage
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+
+
+def pod(
+    name: str,
+    namespace: str = "ns",
+    *,
+    cpu: str = "100m",
+    memory: str = "64Mi",
+    phase: str = "Running",
+    deleted_seconds_ago: int | None = None,
+    grace: int = 30,
+    **labels: str,
+) -> Object:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if deleted_seconds_ago is not None:
+        moment = NOW - datetime.timedelta(seconds=deleted_seconds_ago)
+        meta["deletionTimestamp"] = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta["deletionGracePeriodSeconds"] = grace
+    limits = {"cpu": cpu, "memory": memory}
+    return {
+        "metadata": meta,
+        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
+        "status": {"phase": phase},
+    }
+
+
+def summed(pods: list[Object], excluded: frozenset[str] = frozenset()) -> dict[str, str]:
+    """What the plan computed before the index: every pod's usage, summed."""
+    total = resources.total(
+        pod_usage(p, NOW) for p in pods if p["metadata"]["name"] not in excluded
+    )
+    return {key: str(value) for key, value in total.items()}
+
+
+def indexed(pods: NamespacePods, excluded: frozenset[str] = frozenset()) -> dict[str, str]:
+    return {key: str(value) for key, value in pods.used_without(excluded, NOW).items()}
+
+
+def test_views_follow_every_write_of_the_store_and_are_heard_inside_it() -> None:
+    heard: list[tuple[str, str | None, str | None]] = []
+    store = Store()
+    store.upsert(pod("before"))
+    store.add_view(
+        "name",
+        lambda obj: obj["metadata"]["name"].upper(),
+        lambda key, old, new: heard.append((key, old, new)),
+    )
+    assert heard == [("ns/before", None, "BEFORE")], "what is cached is viewed when added"
+    store.upsert(pod("p1"))
+    store.delete("ns/before")
+    store.replace_prepared([store.prepare(pod("p2"))])
+    assert heard[1:] == [
+        ("ns/p1", None, "P1"),
+        ("ns/before", "BEFORE", None),
+        ("ns/p2", None, "P2"),
+        ("ns/p1", "P1", None),
+    ]
+    assert store.view("name", "ns/p2") == "P2" and store.view("name", "ns/p1") is None
+
+
+def test_namespace_objects_decode_only_what_is_looked_up() -> None:
+    store = Store()
+    for name in ("a", "b"):
+        store.upsert(pod(name))
+    store.upsert(pod("c", namespace="other"))
+    objects = NamespaceObjects(store, "ns")
+    assert sorted(objects) == ["a", "b"] and len(objects) == 2
+    assert objects["a"]["metadata"]["name"] == "a" and objects.get("c") is None
+
+
+def test_a_namespace_total_counts_steady_pods_and_asks_the_clock_for_terminating_ones() -> None:
+    pods = [
+        pod("steady", cpu="1"),
+        pod("done", cpu="5", phase="Succeeded"),
+        pod("grace-left", cpu="200m", deleted_seconds_ago=10),
+        pod("grace-over", cpu="300m", deleted_seconds_ago=31),
+        pod("target", cpu="2", **{"kubevirt.io/migrationJobUID": "m1"}),
+    ]
+    index = NamespacePods(pod_view(p) for p in pods)
+    assert indexed(index) == summed(pods)
+    assert indexed(index)["limits.cpu"] == "3200m"
+    assert indexed(index, frozenset({"target"})) == summed(pods, frozenset({"target"}))
+    assert index.target_of("m1") is not None and index.target_of("m1").name == "target"  # type: ignore[union-attr]
+    assert next_release(index, NOW) == 20.0
+
+
+def test_a_pod_that_cannot_be_read_is_reported_when_planned_not_when_cached() -> None:
+    broken = pod("broken", deleted_seconds_ago=1)
+    broken["metadata"]["deletionGracePeriodSeconds"] = "thirty"
+    view = pod_view(broken)
+    assert view.error is not None and "deletionGracePeriodSeconds" in view.error
+    index = NamespacePods([view])
+    try:
+        index.used_without(frozenset(), NOW)
+    except ValueError as error:
+        assert "broken" in str(error)
+    else:
+        raise AssertionError("a malformed pod must not count as nothing silently")
+
+
+OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["upsert", "delete", "relist"]),
+        st.sampled_from(["p0", "p1", "p2", "p3", "p4"]),
+        st.sampled_from(["ns", "other"]),
+        st.sampled_from(["100m", "250m", "1", "0"]),
+        st.sampled_from(["64Mi", "4797464313", "1Gi"]),
+        st.sampled_from(["Running", "Pending", "Succeeded"]),
+        st.sampled_from([None, 5, 45]),
+        st.booleans(),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(OPERATIONS)
+def test_the_index_always_equals_summing_the_cached_pods(operations: list[Any]) -> None:
+    store = Store()
+    index = PodIndex()
+    store.add_view(PodIndex.VIEW, pod_view, index.changed)
+    for action, name, namespace, cpu, memory, phase, deleted, target in operations:
+        labels = {"kubevirt.io/migrationJobUID": "m"} if target else {}
+        obj = pod(
+            name,
+            namespace,
+            cpu=cpu,
+            memory=memory,
+            phase=phase,
+            deleted_seconds_ago=deleted,
+            **labels,
+        )
+        if action == "upsert":
+            store.upsert(obj)
+        elif action == "delete":
+            store.delete(f"{namespace}/{name}")
+        else:
+            kept = [o for o in store.objects() if o["metadata"]["name"] != name]
+            store.replace_prepared([store.prepare(o) for o in [*kept, obj]])
+    for namespace in ("ns", "other"):
+        cached = store.by_index("namespace", namespace)
+        views = index.namespace(namespace)
+        assert sorted(v.name for v in views) == sorted(p["metadata"]["name"] for p in cached)
+        excluded = frozenset({"p1"})
+        assert indexed(views, excluded) == summed(cached, excluded)
+        assert next_release(views, NOW) == next_release(cached, NOW)
+
+
+def test_a_view_is_small_and_keeps_no_object() -> None:
+    view = pod_view(pod("p", **{"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": "v"}))
+    assert isinstance(view, PodView) and view.launcher and view.created_by == "v"
+    assert not hasattr(view, "__dict__"), "slots: no per-view dict"
