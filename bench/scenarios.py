@@ -6,14 +6,20 @@ simulator. Per scenario and strategy it prints the migrations, how many were ref
 least once, the seconds they were blocked in total, the quota writes per migration (the most of any
 namespace) and the final drift of hard from the base. Reports go to ``reports/scenarios/``.
 
-    python -m bench.scenarios [--only NAME ...]
+    python -m bench.scenarios [--only NAME ...] [--strategy ours|harvester] [--cpu-burners N]
+
+`--cpu-burners 2` runs the scenarios beside two processes spinning on the CPU: a busy control
+plane, where target pods used to lose the race against the raise.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +48,33 @@ def _row(name: str, player: str, strategy: str, report: dict[str, Any]) -> str:
     )
 
 
+@contextlib.contextmanager
+def cpu_burners(count: int) -> Iterator[None]:
+    """`count` processes spinning on the CPU while the block runs; stopped and reaped after."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
     parser.add_argument("--reports", type=Path, default=Path("reports/scenarios"))
+    parser.add_argument(
+        "--strategy", choices=STRATEGIES, action="append", help="default: both, side by side"
+    )
+    parser.add_argument("--cpu-burners", type=int, default=0, help="busy processes beside")
     args = parser.parse_args(argv)
+    with cpu_burners(args.cpu_burners):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    strategies = args.strategy or STRATEGIES
     chosen = [
         load(path)
         for path in sorted(SCENARIOS.glob("*.yaml"))
@@ -70,14 +98,14 @@ def main(argv: list[str] | None = None) -> int:
             for scenario in batch:
                 started = time.monotonic()
                 reports = run_on_local_cluster(
-                    scenario, info, STRATEGIES, args.reports / scenario.name, progress=False
+                    scenario, info, strategies, args.reports / scenario.name, progress=False
                 )
                 print(
                     f"{scenario.name}: {time.monotonic() - started:.0f}s",
                     file=sys.stderr,
                     flush=True,
                 )
-                rows += [_row(scenario.name, player, s, reports[s]) for s in STRATEGIES]
+                rows += [_row(scenario.name, player, s, reports[s]) for s in strategies]
         finally:
             local.down()
     print("\n".join(rows))
