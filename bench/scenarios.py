@@ -15,11 +15,8 @@ plane, where target pods used to lose the race against the raise.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,8 @@ from harvester_quota.localcluster.cluster import default_state_dir
 from harvester_quota.scenario.cli import run_on_local_cluster
 from harvester_quota.scenario.progress import summary_row
 from harvester_quota.scenario.schema import Scenario, load
+
+from bench.load import cpu_burners
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 REAL_KUBEVIRT = "v1.6.0"
@@ -46,18 +45,6 @@ def _row(name: str, player: str, strategy: str, report: dict[str, Any]) -> str:
         f"{summary['blocked_by_quota']} | {summary['seconds_blocked']} | "
         f"{summary['quota_writes_per_migration']} | {drift} |"
     )
-
-
-@contextlib.contextmanager
-def cpu_burners(count: int) -> Iterator[None]:
-    """`count` processes spinning on the CPU while the block runs; stopped and reaped after."""
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for burner in burners:
-            burner.kill()
-            burner.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
-import subprocess
-import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
 from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS
+
+from bench.load import cpu_burners
+
+__all__ = ["cpu_burners"]  # one busy-machine helper for tests and benchmarks (bench/load.py)
 
 if TYPE_CHECKING:
     from harvester_quota.app import ControllerApp
@@ -138,17 +139,3 @@ async def caught_up(app: ControllerApp | HarvesterStrategy, namespace: str) -> b
     return all(
         c.queue.len() == 0 and c.queue.in_flight() == 0 for c in management.controllers.controllers
     )
-
-
-@contextlib.contextmanager
-def cpu_burners(count: int = 2) -> Iterator[None]:
-    """`count` processes spinning on the CPU for the duration: a busy machine, as a user's control
-    plane often is. Stopped (and reaped) on exit, whatever happened."""
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for burner in burners:
-            burner.kill()
-        for burner in burners:
-            burner.wait()

@@ -231,10 +231,6 @@ class Store:
         """Every value `index` currently has objects for."""
         return list(self._indices[index])
 
-    def view(self, name: str, key: str) -> Any:
-        """The view `name` of the object under `key` (None if absent), without decoding it."""
-        return self._views[name].values.get(key)
-
     # Writes ---------------------------------------------------------------------------------------
 
     def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
@@ -248,21 +244,19 @@ class Store:
             for key, stored in self._items.items():
                 self._index(name, key, self._codec.decode(stored))
 
-    def add_view(
-        self, name: str, derive: Callable[[Object], Any], listener: ViewListener | None = None
-    ) -> None:
-        """Keeps `derive(obj)` for every object, computed whenever one is stored, from the dicts
-        at hand (never by decoding what is stored, except once for what is cached already), and
-        dropped with it; `listener(key, old, new)` hears of each change of a value (None: absent)
-        synchronously, inside the write. So a consumer that reads a few fields of many objects
-        reads views instead of decoding objects, and can keep aggregates that are always exactly
-        what the store holds. `derive` must not raise; it runs on the event loop."""
+    def add_view(self, name: str, derive: Callable[[Object], Any], listener: ViewListener) -> None:
+        """Calls `listener(key, derive(obj))` whenever an object is stored and `listener(key,
+        None)` when it goes, synchronously, inside the write; `derive` runs on the dicts at hand
+        (never by decoding what is stored, except once for what is cached already, at once).
+        The store keeps nothing of it: the listener keeps what it needs, so a consumer that
+        reads a few fields of many objects can hold just those, and aggregates that are always
+        exactly what the store holds. `derive` must not raise; it runs on the event loop."""
         if name in self._views:
             raise ValueError(f"view {name!r} exists already")
         view = _View(derive, listener)
         self._views[name] = view
         for key, stored in self._items.items():
-            view.set(key, derive(self._codec.decode(stored)))
+            listener(key, derive(self._codec.decode(stored)))
 
     def upsert(self, obj: Object) -> Object | None:
         """Adds or replaces ``obj``; returns the previous object (decoded) or None."""
@@ -273,7 +267,7 @@ class Store:
         self._versions[key] = _version_of(obj)
         self._reindex(key, obj)
         for view in self._views.values():
-            view.set(key, view.derive(obj))
+            view.listener(key, view.derive(obj))
         return old
 
     def delete(self, key: str) -> Object | None:
@@ -284,7 +278,7 @@ class Store:
             return None
         self._unindex(key)
         for view in self._views.values():
-            view.drop(key)
+            view.listener(key, None)
         return self._codec.decode(stored)
 
     def prepare(self, obj: Object) -> Prepared:
@@ -329,7 +323,7 @@ class Store:
             old_version = self._versions.pop(key, "")
             self._unindex(key)
             for view in self._views.values():
-                view.drop(key)
+                view.listener(key, None)
             changes.append(Change(key, Encoded(stored, codec), None, old_version))
         return changes
 
@@ -342,7 +336,7 @@ class Store:
             else:
                 obj = obj if obj is not None else self._codec.decode(entry.stored)
                 value = view.derive(obj)
-            view.set(key, value)
+            view.listener(key, value)
 
     # Indexing -------------------------------------------------------------------------------------
 
@@ -408,28 +402,14 @@ class NamespaceObjects(Mapping[str, Object]):
         return len(self._store.index_keys(NAMESPACE_INDEX, self._namespace))
 
 
-ViewListener = Callable[[str, Any, Any], None]
-"""(key, old value or None, new value or None), called inside the store's write."""
+ViewListener = Callable[[str, Any], None]
+"""(key, the view of what is stored now, or None once it is gone), called inside the write."""
 
 
+@dataclass(frozen=True, slots=True)
 class _View:
-    """One derived value per stored key, and who hears of its changes."""
-
-    def __init__(self, derive: Callable[[Object], Any], listener: ViewListener | None) -> None:
-        self.derive = derive
-        self.listener = listener
-        self.values: dict[str, Any] = {}
-
-    def set(self, key: str, value: Any) -> None:
-        old = self.values.get(key)
-        self.values[key] = value
-        if self.listener is not None:
-            self.listener(key, old, value)
-
-    def drop(self, key: str) -> None:
-        old = self.values.pop(key, None)
-        if old is not None and self.listener is not None:
-            self.listener(key, old, None)
+    derive: Callable[[Object], Any]
+    listener: ViewListener
 
 
 def _version_of(obj: Object) -> str:

@@ -39,9 +39,11 @@ from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.informer import ResourceEventHandler, SharedInformerFactory
 from ..generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings
 from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .resources.common import Identities, Lookups
 from .resources.namespace.validator import validate_namespace_update
@@ -95,6 +97,9 @@ class WebhookCaches:
         self._migrations = self.factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
         self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
         self.pods = self.factory.informer(PODS, label_selector="kubevirt.io=virt-launcher")
+        self.pod_index = PodIndex()
+        """The launcher pods as the room plan reads them, kept as they change (podindex.py)."""
+        self.pods.store.add_view(PodIndex.VIEW, pod_view, self.pod_index.changed)
         self.settings = self.factory.informer(
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
@@ -122,13 +127,10 @@ class WebhookCaches:
         return self._migrations.store.by_index("namespace", namespace)
 
     def vmis(self, namespace: str) -> Mapping[str, Object]:
-        return {
-            str((v.get("metadata") or {}).get("name")): v
-            for v in self._vmis.store.by_index("namespace", namespace)
-        }
+        return NamespaceObjects(self._vmis.store, namespace)
 
-    def launcher_pods(self, namespace: str) -> Sequence[Object]:
-        return self.pods.store.by_index("namespace", namespace)
+    def launcher_pods(self, namespace: str) -> NamespacePods:
+        return self.pod_index.namespace(namespace)
 
     def kubevirt_settings(self) -> LauncherSettings:
         kubevirts, settings = self.kubevirts.store.objects(), self.settings.store.objects()
@@ -373,8 +375,9 @@ class WebhookServer:
         check = pod_check(request, self.lookups, self.identities)
         if check is None:
             return None
-        if self.reservations is None:
-            admit_locally(check, self.ledger)
+        if self.reservations is None or request.dry_run:
+            # A dry run is decided as this replica sees it and reserves nothing, anywhere.
+            admit_locally(check, self.ledger, dry_run=request.dry_run)
             return None
         return self.reservations.admit(check)
 

@@ -4,6 +4,7 @@ namespace (pkg/webhook/resources/pod/reservations.py), on an in-memory API and a
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import LEASES, Object
+from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
@@ -22,9 +24,12 @@ from harvester_quota.webhook.resources.pod.reservations import (
     lease_name,
 )
 from harvester_quota.webhook.resources.pod.validator import PodCheck, pod_check
+from harvester_quota.webhook.server import WebhookServer
+from prometheus_client import CollectorRegistry
 
 from tests.unit.fakes import FakeApi
 from tests.unit.test_webhook import FakeLookups, create_pod, room_held
+from tests.unit.test_webhook import review as webhook_review
 
 SYSTEM = "harvester-system"
 
@@ -130,15 +135,45 @@ async def test_expired_reservation_leases_are_collected_and_fresh_ones_kept() ->
 
 def test_a_reservation_round_trips_and_garbage_is_refused() -> None:
     reservation = Reservation(
-        "ns",
-        {},
+        {"limits.cpu": Quantity.parse("2915m")},
         datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
         frozenset({"b", "a"}),
     )
     assert Reservation.loads(reservation.dumps()) == reservation
-    for garbage in ("{", "[]", '{"namespace": "ns"}', '{"namespace":"ns","used":{"cpu":"x"}}'):
+    for garbage in (
+        "{",
+        "[]",
+        '{"used": {}}',
+        '{"used": {"cpu": "x"}, "expires": "2026-01-01T00:00:00+00:00", "holders": []}',
+        '{"used": [], "expires": "2026-01-01T00:00:00+00:00", "holders": []}',
+        '{"used": {}, "expires": "2026-01-01T00:00:00", "holders": []}',  # no time zone
+    ):
         with pytest.raises(ValueError):
             Reservation.loads(garbage)
+
+
+async def test_a_lease_edited_by_hand_counts_for_nothing_and_is_written_over() -> None:
+    api, clock, lookups = FakeApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    await api.create(
+        LEASES,
+        {"metadata": {"name": lease_name("ns"), "annotations": {ANNOTATION_RESERVATION: "{"}}},
+        SYSTEM,
+    )
+    await replica(api, clock).admit(check(lookups, "p0", "900m"))
+    lease = await api.get(LEASES, lease_name("ns"), SYSTEM)
+    stored = Reservation.loads(lease["metadata"]["annotations"][ANNOTATION_RESERVATION])
+    assert str(stored.used["limits.cpu"]) == "2915m"
+
+
+async def test_a_replica_reads_the_lease_only_when_it_lost_a_race() -> None:
+    """One request per decision: each write starts from the Lease the last write returned."""
+    api, clock, lookups = FakeApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    shared = replica(api, clock)
+    for index in range(3):
+        await shared.admit(check(lookups, f"p{index}", "100m"))
+    assert [verb for verb, _, _ in api.calls] == ["get", "create", "update", "update"]
 
 
 class AlwaysLosingApi(FakeApi):
@@ -168,3 +203,33 @@ async def test_a_pod_that_keeps_losing_races_is_refused_for_a_retry_never_let_th
     lease = await api.get(LEASES, lease_name("ns"), SYSTEM)
     stored = Reservation.loads(lease["metadata"]["annotations"][ANNOTATION_RESERVATION])
     assert str(stored.used["limits.cpu"]) == "2115m", "p1 was not recorded anywhere"
+
+
+async def test_a_dry_run_is_decided_but_reserves_nothing_anywhere() -> None:
+    """The pods rules declare sideEffects NoneOnDryRun: a dry run neither writes the Lease nor
+    enters the ledger, so it takes no room from the pods that will really be created."""
+    api, clock, lookups = FakeApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    ledger = AdmissionLedger(clock, ttl=30)
+    server = WebhookServer(
+        lookups,
+        clock=clock,
+        registry=CollectorRegistry(),
+        ledger=ledger,
+        reservations=LeaseReservations(api, SYSTEM, clock, ledger, ttl=30),  # type: ignore[arg-type]
+    )
+
+    def review(name: str, cpu: str, *, dry_run: bool) -> bytes:
+        body = json.loads(webhook_review("Pod", create_pod(name, cpu).obj))
+        body["request"]["dryRun"] = dry_run
+        return json.dumps(body).encode()
+
+    async def allowed(name: str, cpu: str, *, dry_run: bool) -> bool:
+        answer = await server.review("pods", review(name, cpu, dry_run=dry_run))
+        return bool(json.loads(answer.body)["response"]["allowed"])  # type: ignore[arg-type]
+
+    assert await allowed("dry", "900m", dry_run=True)
+    assert await allowed("dry-again", "900m", dry_run=True), "the first dry run reserved nothing"
+    assert api.calls == [], "no Lease read or written for a dry run"
+    assert await allowed("real", "900m", dry_run=False)
+    assert not await allowed("dry-after", "900m", dry_run=True), "decided on what is reserved"

@@ -213,3 +213,18 @@ async def test_a_waiter_that_gives_up_does_not_leave_the_others_deaf() -> None:
     await settle()
     assert long.done() and long.result() is True
     assert changes.waiting() == 0
+
+
+async def test_an_unreadable_target_pod_is_let_through_at_once_and_named() -> None:
+    """Not ours to refuse (the API server validates pods): counted apart, no wait."""
+    clock = FakeClock()
+    broken = target()
+    broken["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "lots"
+    admission = await admit_target(
+        request("Pod", broken, operation="CREATE", user=KUBEVIRT),
+        FakeLookups(quotas={"ns": quota(BASE, BASE)}),
+        QuotaChanges(clock),
+        clock,
+        wait=8.0,
+    )
+    assert admission.outcome == "unreadable" and admission.waited == 0.0

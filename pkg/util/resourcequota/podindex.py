@@ -37,7 +37,6 @@ _TERMINAL = frozenset({"Succeeded", "Failed"})
 class PodView:
     """What the quota model reads of one pod, computed when the pod changed."""
 
-    namespace: str
     name: str
     usage: ResourceList
     """What quota charges while the pod counts ({} for a terminal pod)."""
@@ -75,7 +74,6 @@ def pod_view(pod: Object) -> PodView:
     meta = metadata(pod)
     pod_labels = labels(pod)
     common: dict[str, Any] = {
-        "namespace": str(meta.get("namespace") or ""),
         "name": str(meta.get("name") or ""),
         "launcher": pod_labels.get(LABEL_KUBEVIRT) == LAUNCHER,
         "created_by": pod_labels.get(LABEL_CREATED_BY),
@@ -104,38 +102,34 @@ def _deadline(meta: Mapping[str, Any]) -> datetime.datetime | None:
 
 @dataclass
 class Tally:
-    """A running sum of ResourceLists that can take one back exactly."""
+    """A running sum of ResourceLists that can take one back exactly: per key, the sum in
+    nano-units and how many of the summed lists had the key in each format."""
 
     nanos: dict[str, int] = field(default_factory=dict)
-    contributors: Counter[str] = field(default_factory=Counter)
     formats: dict[str, Counter[Format]] = field(default_factory=dict)
 
     def add(self, usage: Mapping[str, Quantity], sign: int = 1) -> None:
         for key, value in usage.items():
             self.nanos[key] = self.nanos.get(key, 0) + sign * value.nanos
-            self.contributors[key] += sign
-            self.formats.setdefault(key, Counter())[value.format] += sign
-            if self.contributors[key] == 0:
-                del self.nanos[key], self.contributors[key], self.formats[key]
+            formats = self.formats.setdefault(key, Counter())
+            formats[value.format] += sign
+            if formats.total() == 0:
+                del self.nanos[key], self.formats[key]
 
     def remove(self, usage: Mapping[str, Quantity]) -> None:
         self.add(usage, -1)
 
     def copy(self) -> Tally:
-        return Tally(
-            dict(self.nanos),
-            Counter(self.contributors),
-            {key: Counter(formats) for key, formats in self.formats.items()},
-        )
+        return Tally(dict(self.nanos), {key: Counter(f) for key, f in self.formats.items()})
 
     def result(self) -> ResourceList:
-        return {
-            key: Quantity(nanos=nanos, fmt=self._format(key)) for key, nanos in self.nanos.items()
-        }
-
-    def _format(self, key: str) -> Format:
-        used = [fmt for fmt, count in self.formats[key].items() if count > 0]
-        return used[0] if len(used) == 1 else Format.DECIMAL_SI
+        """The sum, each key in its lists' format where they share one, else DecimalSI."""
+        result: ResourceList = {}
+        for key, nanos in self.nanos.items():
+            used = [fmt for fmt, count in self.formats[key].items() if count > 0]
+            fmt = used[0] if len(used) == 1 else Format.DECIMAL_SI
+            result[key] = Quantity(nanos=nanos, fmt=fmt)
+        return result
 
 
 class NamespacePods:
@@ -227,23 +221,26 @@ def namespace_pods(pods: Iterable[Object] | NamespacePods) -> NamespacePods:
 
 
 class PodIndex:
-    """NamespacePods for every namespace of a pod store, kept by its view's listener
-    (Store.add_view(VIEW, pod_view, index.changed)): always exactly what the store holds."""
+    """NamespacePods for every namespace of a pod store, kept by the listener of its view
+    (`store.add_view(PodIndex.VIEW, pod_view, index.changed)`): always exactly what the store
+    holds."""
 
     VIEW = "quota"
 
     def __init__(self) -> None:
         self._namespaces: dict[str, NamespacePods] = {}
 
-    def changed(self, _key: str, old: PodView | None, new: PodView | None) -> None:
-        if old is not None:
-            pods = self._namespaces.get(old.namespace)
-            if pods is not None:
-                pods.remove(old.name)
-                if not len(pods) and (new is None or new.namespace != old.namespace):
-                    del self._namespaces[old.namespace]
-        if new is not None:
-            self._namespaces.setdefault(new.namespace, NamespacePods()).put(new)
+    def changed(self, key: str, view: PodView | None) -> None:
+        """The store's listener: the pod under `key` ("namespace/name") is now `view`."""
+        namespace, name = key.split("/", 1)
+        if view is not None:
+            self._namespaces.setdefault(namespace, NamespacePods()).put(view)
+            return
+        pods = self._namespaces.get(namespace)
+        if pods is not None:
+            pods.remove(name)
+            if not len(pods):
+                del self._namespaces[namespace]
 
     def namespace(self, name: str) -> NamespacePods:
         """The namespace's pods (empty if it has none); the live object, not a copy."""

@@ -35,8 +35,6 @@ from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from .. import resources
 from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quota_usage
-from ..podusage import pod_counts_against_quota
-from ..podusage import pod_quota_usage as _pod_quota_usage
 from ..resources import ResourceList
 from .podindex import NamespacePods, PodView, namespace_pods
 
@@ -90,13 +88,6 @@ class RoomPlan:
     @property
     def holds_room(self) -> bool:
         return bool(self.rooms)
-
-
-def pod_usage(pod: Mapping[str, Any], now: datetime.datetime) -> ResourceList:
-    """The pod's quota usage now ({} once it no longer counts: terminal or past its grace)."""
-    if not pod_counts_against_quota(pod, now):
-        return {}
-    return _pod_quota_usage(pod, now=now)
 
 
 def _source_pod_name(migration: Mapping[str, Any], vmi: Mapping[str, Any]) -> str | None:

@@ -19,7 +19,7 @@ Every denial says, with numbers, what would be exceeded.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,6 +32,7 @@ from ...util.quantity import Quantity
 from ...util.rancher import LIMIT_FIELDS
 from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, rancher_base
 from ...util.resourcequota.calculator import shortfalls
+from ...util.resourcequota.podindex import NamespacePods
 from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms
 from ...util.resources import ResourceList, parse_resource_list_leniently
 from ..admission import Denied
@@ -54,7 +55,10 @@ class Lookups(Protocol):
 
     def vmis(self, namespace: str) -> Mapping[str, Object]: ...
 
-    def launcher_pods(self, namespace: str) -> Sequence[Object]: ...
+    def launcher_pods(self, namespace: str) -> Iterable[Object] | NamespacePods:
+        """The namespace's launcher pods: objects, or the views a PodIndex keeps (what the
+        webhook's caches give, so no admission reads or sizes every pod of a namespace)."""
+        ...
 
     def kubevirt_settings(self) -> LauncherSettings: ...
 

@@ -8,8 +8,9 @@ admitted on top of it, plus each pod admitted) lives in a Lease of the webhook's
 after the tenant namespace, where tenants cannot touch it. Each decision reads the Lease, decides,
 and writes it back conditional on the version it read (or creates it): of two replicas deciding
 at once, one write wins and the other decides again on the new reservation. So decisions are
-serialized across replicas through etcd, at the cost of two API requests per pod created while
-room is held in its namespace (nowhere else). Within one process the decisions of a namespace are
+serialized across replicas through etcd, at the cost of one API request per pod created while
+room is held in its namespace (nowhere else): each replica starts from the Lease its own last
+write returned, and reads it only after losing a race. Within one process the decisions of a namespace are
 serialized by a lock, so conflicts come only from other replicas.
 
 The reservation expires `ttl` seconds after its last admission and is void as soon as other
@@ -37,6 +38,7 @@ from ....generic.client import ApiClient
 from ....generic.clock import Clock
 from ....generic.resource import LEASES, Object
 from ....util import resources
+from ....util.quantity import Quantity
 from ....util.resources import ResourceList
 from ...admission import Denied
 from .ledger import LEDGER_TTL, AdmissionLedger
@@ -47,7 +49,8 @@ log = logging.getLogger(__name__)
 LABEL_RESERVATION = "harvester-quota.io/room-reservation"
 """On each reservation Lease ("true"); `collect` lists by it."""
 ANNOTATION_RESERVATION = "harvester-quota.io/reservation"
-"""The reservation as JSON: {"namespace", "used" (ResourceList), "expires" (RFC 3339), "holders"}."""
+"""The reservation as JSON: {"used" (quantities by key), "expires" (RFC 3339), "holders" (the
+uids of the migrations holding room when it was made)}; the namespace is in the Lease's name."""
 DECIDE_WITHIN = 3.0
 """Seconds one pod's decision may take while it keeps losing races for the Lease, before it is
 refused with 429 (the pods rules give the webhook 5 s). Each lost race is another replica's
@@ -58,7 +61,6 @@ COLLECT_AFTER = 60.0
 
 @dataclass(frozen=True)
 class Reservation:
-    namespace: str
     used: ResourceList
     expires: datetime.datetime
     holders: frozenset[str]
@@ -66,27 +68,25 @@ class Reservation:
     def dumps(self) -> str:
         return json.dumps(
             {
-                "namespace": self.namespace,
-                "used": json.loads(resources.dumps(self.used)),
+                "used": {key: str(value) for key, value in sorted(self.used.items())},
                 "expires": self.expires.isoformat(),
                 "holders": sorted(self.holders),
-            },
-            sort_keys=True,
+            }
         )
 
     @classmethod
     def loads(cls, text: str) -> Reservation:
-        """Raises ValueError for anything but what `dumps` writes."""
+        """Raises ValueError for anything but what `dumps` writes (a Lease edited by hand)."""
         try:
             data = json.loads(text)
-            return cls(
-                namespace=str(data["namespace"]),
-                used=resources.loads(json.dumps(data["used"])),
-                expires=datetime.datetime.fromisoformat(str(data["expires"])),
-                holders=frozenset(str(h) for h in data["holders"]),
-            )
-        except (KeyError, TypeError, json.JSONDecodeError) as error:
+            expires = datetime.datetime.fromisoformat(str(data["expires"]))
+            used = {str(key): Quantity.parse(str(value)) for key, value in data["used"].items()}
+            holders = frozenset(str(h) for h in data["holders"])
+        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as error:
             raise ValueError(f"not a reservation: {error}") from error
+        if expires.tzinfo is None:
+            raise ValueError(f"not a reservation: expires has no time zone: {data['expires']!r}")
+        return cls(used, expires, holders)
 
 
 def lease_name(namespace: str) -> str:
@@ -116,6 +116,10 @@ class LeaseReservations:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._users: Counter[str] = Counter()
         """Decisions under way or waiting, per namespace: its lock goes when none is left."""
+        self._written: dict[str, Object] = {}
+        """Tenant namespace -> its Lease as our last write returned it: the next decision there
+        starts from it instead of a GET (if another replica wrote since, the conditional write
+        fails and the Lease is read)."""
         self._warned = False
 
     async def admit(self, check: PodCheck) -> None:
@@ -138,19 +142,19 @@ class LeaseReservations:
         name = lease_name(check.namespace)
         deadline = self._clock.monotonic() + DECIDE_WITHIN
         while self._clock.monotonic() < deadline:
-            lease = await self._read(name)
+            lease = self._written.pop(check.namespace, None) or await self._read(name)
             in_use = self._in_use(check, lease)
             check.decide(in_use)
             reservation = Reservation(
-                check.namespace,
                 resources.add(in_use, check.needed),
                 self._clock.now() + datetime.timedelta(seconds=self._ttl),
                 check.holders,
             )
             try:
-                await self._write(name, lease, reservation)
-            except (errors.Conflict, errors.AlreadyExists):
-                continue  # another replica admitted a pod here meanwhile: decide again
+                written = await self._write(name, lease, reservation)
+            except (errors.Conflict, errors.AlreadyExists, errors.NotFound):
+                continue  # another replica wrote (or collected) it meanwhile: decide again
+            self._written[check.namespace] = written
             self._fallback.admitted(check.namespace, in_use, check.needed, check.holders)
             return
         raise Denied(
@@ -174,18 +178,21 @@ class LeaseReservations:
         except errors.NotFound:
             return None
 
-    async def _write(self, name: str, lease: Object | None, reservation: Reservation) -> None:
+    async def _write(self, name: str, lease: Object | None, reservation: Reservation) -> Object:
         metadata: dict[str, Any] = {
             "name": name,
             "labels": {LABEL_RESERVATION: "true"},
             "annotations": {ANNOTATION_RESERVATION: reservation.dumps()},
         }
         if lease is None:
-            await self._client.create(LEASES, {"metadata": metadata, "spec": {}}, self._namespace)
-            return
+            return await self._client.create(
+                LEASES, {"metadata": metadata, "spec": {}}, self._namespace
+            )
         metadata["namespace"] = self._namespace
         metadata["resourceVersion"] = lease["metadata"]["resourceVersion"]
-        await self._client.update(LEASES, {**lease, "metadata": {**lease["metadata"], **metadata}})
+        return await self._client.update(
+            LEASES, {**lease, "metadata": {**lease["metadata"], **metadata}}
+        )
 
     def _fall_back(self, namespace: str, error: errors.ApiError) -> None:
         if not self._warned:
@@ -206,6 +213,11 @@ class LeaseReservations:
             LEASES, self._namespace, label_selector=f"{LABEL_RESERVATION}=true"
         )
         cutoff = self._clock.now() - datetime.timedelta(seconds=COLLECT_AFTER)
+        self._written = {
+            namespace: lease
+            for namespace, lease in self._written.items()
+            if (kept := _reservation_of(lease)) is not None and kept.expires > cutoff
+        }
         deleted = 0
         for lease in listed.get("items") or []:
             reservation = _reservation_of(lease)
@@ -233,5 +245,8 @@ def _reservation_of(lease: Object | None) -> Reservation | None:
         return None
     try:
         return Reservation.loads(text)
-    except ValueError:
-        return None  # a damaged reservation counts as none; the cache still holds what is used
+    except ValueError as error:
+        # Counts as none (the cache still holds what is used); the next admission writes over it.
+        name = (lease.get("metadata") or {}).get("name")
+        log.warning("reservation Lease %s is damaged, ignoring it: %s", name, error)
+        return None

@@ -54,13 +54,16 @@ admission reads the API server's own cache of quotas, which hears of the same ch
 same watch cache as ours, usually first, but on a loaded machine not always (seen once in seven
 runs of the loaded test without it). Paid only by pods that waited."""
 
-Outcome = Literal["fits", "fitted-after-wait", "no-raise-coming", "timed-out", "no-managed-quota"]
+Outcome = Literal[
+    "fits", "fitted-after-wait", "no-raise-coming", "timed-out", "no-managed-quota", "unreadable"
+]
 OUTCOMES: tuple[Outcome, ...] = (
     "fits",
     "fitted-after-wait",
     "no-raise-coming",
     "timed-out",
     "no-managed-quota",
+    "unreadable",
 )
 
 
@@ -147,8 +150,11 @@ async def admit_target(
     pod = request.obj or {}
     try:
         needed = pod_quota_usage(pod)
-    except ValueError:
-        return TargetAdmission("no-raise-coming", 0.0)  # quota admission will say why
+    except ValueError as error:
+        log.warning(
+            "migration target pod %s/%s cannot be read: %s", request.namespace, request.name, error
+        )
+        return TargetAdmission("unreadable", 0.0)  # not ours to refuse: the API server will
     migration = labels(pod).get(LABEL_MIGRATION_JOB, "")
     if gave_up is not None and gave_up.recently(migration):
         wait = 0.0

@@ -76,11 +76,13 @@ def validate_pod_create(
     in `ledger`."""
     check = pod_check(request, lookups, identities)
     if check is not None:
-        admit_locally(check, ledger)
+        admit_locally(check, ledger, dry_run=request.dry_run)
 
 
-def admit_locally(check: PodCheck, ledger: AdmissionLedger) -> None:
-    """Decides `check` on the cache and this process's ledger; enters the pod if admitted."""
+def admit_locally(check: PodCheck, ledger: AdmissionLedger, *, dry_run: bool = False) -> None:
+    """Decides `check` on the cache and this process's ledger; enters the pod if admitted,
+    unless it is a dry run (nothing will be created: nothing may be reserved)."""
     in_use = ledger.in_use(check.namespace, check.cached_in_use(), check.holders)
     check.decide(in_use)
-    ledger.admitted(check.namespace, in_use, check.needed, check.holders)
+    if not dry_run:
+        ledger.admitted(check.namespace, in_use, check.needed, check.holders)
