@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 HQ     := $(BIN)/harvester-quota
 PYTEST_ARGS ?=
 
-.PHONY: all demo test lint typecheck unit integration test-scenarios bench cluster-bin \
+.PHONY: all demo test lint typecheck unit integration test-scenarios bench scale cluster-bin \
         cluster-up cluster-down venv clean manifest
 
 all: test
@@ -50,6 +50,11 @@ test: $(STAMP) cluster-bin lint typecheck
 
 bench: $(STAMP) cluster-bin
 	$(BIN)/python -m bench
+
+# The scale run on its own cluster (README "Scale"): SIZE=small (default), full, or tiny.
+SIZE ?= small
+scale: $(STAMP) cluster-bin
+	$(HQ) scale --size $(SIZE) --report reports/scale/$(SIZE) $(SCALE_ARGS)
 
 cluster-up: $(STAMP) cluster-bin
 	$(HQ) cluster up

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from harvester_quota import localcluster
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.scale.observe import ProcessSample
 
 ENV_STATE_DIR = "HARVESTER_QUOTA_BENCH_STATE_DIR"
 NODES = 50
@@ -42,11 +42,7 @@ def api_client(info: ClusterInfo, timeout: float = 60.0) -> ApiClient:
 
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of ``pid`` (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return ProcessSample.of(pid).cpu_seconds
 
 
 def wait_until_idle(

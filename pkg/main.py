@@ -25,6 +25,7 @@ from .generic import config, errors
 from .generic.client import ApiClient
 from .localcluster import ClusterError, LocalCluster, binaries
 from .localcluster.cluster import DEFAULT_NODES
+from .scale import cli as scale_cli
 from .scenario import cli as scenario_cli
 from .webhook import server as webhook_server
 from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
@@ -399,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_explain_command(commands)
     _add_scenario_commands(commands)
     _add_demo_command(commands)
+    scale_cli.add_command(commands)
     return parser
 
 

@@ -1,95 +1,67 @@
 """The shipped deploy/ manifests on the local cluster: apply them, and act as their identities.
 
 The controllers and the webhook run in the test process, but as their own service accounts, with
-exactly the permissions deploy/ grants, so a missing permission fails a test.
+exactly the permissions deploy/ grants, so a missing permission fails a test. The manifest helpers
+themselves live in `harvester_quota.localcluster.deploy` (the scale run uses them too).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import copy
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import yaml
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import REAL_CLOCK
-from harvester_quota.generic.config import ClientConfig
-from harvester_quota.generic.resource import NAMESPACES, Object, Resource
+from harvester_quota.generic.resource import Object
 from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.localcluster.deploy import (
+    CONTROLLER_USER,
+    KINDS,
+    KUBEVIRT_USER,
+    MANIFEST,
+    SYSTEM_NAMESPACE,
+    apply,
+    apply_shipped_rbac,
+    client_as,
+    documents,
+    ensure_namespace,
+)
+from harvester_quota.localcluster.deploy import (
+    webhook_configuration as shipped_webhook_configuration,
+)
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.reservations import LeaseReservations
 from harvester_quota.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
 from prometheus_client import CollectorRegistry
 
-MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "harvester-quota.yaml"
-SYSTEM_NAMESPACE = "harvester-system"
-CONTROLLER_USER = "system:serviceaccount:harvester-system:harvester-quota"
-KUBEVIRT_USER = "system:serviceaccount:harvester-system:kubevirt-controller"
-
-KINDS = {
-    "ServiceAccount": Resource("", "v1", "serviceaccounts", "ServiceAccount"),
-    "Service": Resource("", "v1", "services", "Service"),
-    "ClusterRole": Resource(
-        "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False
-    ),
-    "ClusterRoleBinding": Resource(
-        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
-    ),
-    "Role": Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
-    "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
-    "Deployment": Resource("apps", "v1", "deployments", "Deployment"),
-    "ValidatingWebhookConfiguration": Resource(
-        "admissionregistration.k8s.io",
-        "v1",
-        "validatingwebhookconfigurations",
-        "ValidatingWebhookConfiguration",
-        False,
-    ),
-}
-RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-
-
-def documents() -> Iterator[Object]:
-    for document in yaml.safe_load_all(MANIFEST.read_text()):
-        if document:
-            yield document
-
-
-async def ensure_namespace(api: ApiClient, name: str = SYSTEM_NAMESPACE) -> None:
-    with contextlib.suppress(errors.AlreadyExists):
-        await api.create(NAMESPACES, {"metadata": {"name": name}})
-
-
-async def apply(api: ApiClient, document: Object, *, dry_run: bool = False) -> Object:
-    """Server-side apply of one manifest document."""
-    resource = KINDS[document["kind"]]
-    metadata = document["metadata"]
-    return await api.patch(
-        resource,
-        metadata["name"],
-        document,
-        metadata.get("namespace"),
-        patch_type="apply",
-        field_manager="harvester-quota-tests",
-        force=True,
-        dry_run=dry_run,
-    )
+__all__ = [  # the manifest helpers, for the tests that use them through this module
+    "CONTROLLER_USER",
+    "KINDS",
+    "KUBEVIRT_USER",
+    "MANIFEST",
+    "SYSTEM_NAMESPACE",
+    "apply",
+    "apply_rbac",
+    "client_as",
+    "documents",
+    "ensure_namespace",
+    "round_robin_proxy",
+    "running_webhook",
+    "running_webhooks",
+    "webhook_configuration",
+]
 
 
 async def apply_rbac(api: ApiClient) -> None:
-    await ensure_namespace(api)
-    for document in documents():
-        if document["kind"] in RBAC_KINDS:
-            await apply(api, document)
-    # KubeVirt's controller, for the tests that create migration target pods as it would.
+    """deploy/'s RBAC, and a stand-in for KubeVirt's controller (cluster-admin) for the tests
+    that create migration target pods as it would."""
+    await apply_shipped_rbac(api)
     await apply(
         api,
         {
@@ -120,45 +92,18 @@ async def apply_rbac(api: ApiClient) -> None:
     )
 
 
-async def client_as(api: ApiClient, cluster: ClusterInfo, service_account: str) -> ApiClient:
-    """An ApiClient authenticated as a service account (a TokenRequest token)."""
-    path = f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/serviceaccounts/{service_account}/token"
-    answer = await api.request(
-        "POST",
-        path,
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    token = answer["status"]["token"]
-    return ApiClient(ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file, token=token))
-
-
 def webhook_configuration(
     port: int, ca_pem: bytes, namespace: str, *, kubevirt_user: str = KUBEVIRT_USER
 ) -> Object:
-    """The shipped ValidatingWebhookConfiguration, pointed at a server on 127.0.0.1 (as envtest
-    does) and narrowed to one test namespace so that other tests never meet it; KubeVirt's
-    controller is `kubevirt_user` in its match conditions (the chart's kubevirt.* values)."""
-    (shipped,) = [d for d in documents() if d["kind"] == "ValidatingWebhookConfiguration"]
-    configuration = copy.deepcopy(shipped)
-    for webhook in configuration["webhooks"]:
-        for condition in webhook.get("matchConditions") or []:
-            condition["expression"] = condition["expression"].replace(KUBEVIRT_USER, kubevirt_user)
-    configuration["metadata"]["name"] = f"harvester-quota-test-{uuid.uuid4().hex[:6]}"
-    for webhook in configuration["webhooks"]:
-        service = webhook["clientConfig"].pop("service")
-        webhook["clientConfig"]["url"] = f"https://127.0.0.1:{port}{service['path']}"
-        webhook["clientConfig"]["caBundle"] = base64.b64encode(ca_pem).decode()
-        only: dict[str, Any] = {"kubernetes.io/metadata.name": namespace}
-        if webhook["rules"][0]["resources"] == ["namespaces"]:
-            webhook["objectSelector"] = {"matchLabels": only}
-        else:  # the shipped selector (the pods rule's room-held label) narrowed further
-            shipped_selector = webhook.get("namespaceSelector") or {}
-            webhook["namespaceSelector"] = {**shipped_selector, "matchLabels": only}
-    return configuration
+    """The shipped configuration for a server on 127.0.0.1:`port`, narrowed to one test
+    namespace so that other tests never meet it."""
+    return shipped_webhook_configuration(
+        f"https://127.0.0.1:{port}",
+        ca_pem,
+        {"kubernetes.io/metadata.name": namespace},
+        kubevirt_user=kubevirt_user,
+        name=f"harvester-quota-test-{uuid.uuid4().hex[:6]}",
+    )
 
 
 @contextlib.asynccontextmanager

@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "app": 6,
     "explain": 6,
     "scenario": 7,
+    "scale": 7,
     "demo": 8,
     "main": 9,
 }

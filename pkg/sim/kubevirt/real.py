@@ -91,6 +91,7 @@ class RealKubeVirt:
         namespaces: frozenset[str] | None = None,
         timings: HandlerTimings | None = None,
         limits: ParallelLimits | None = None,
+        handler_workers: int = 4,
         clock: Clock = REAL_CLOCK,
     ) -> None:
         self.client = client
@@ -105,6 +106,7 @@ class RealKubeVirt:
             timings=timings,
             namespaces=namespaces,
             migration_duration=self._migration_duration,
+            workers=handler_workers,
             clock=clock,
         )
         self._factory = SharedInformerFactory(client, clock=clock)
@@ -206,11 +208,12 @@ class RealKubeVirt:
         *,
         running: bool = True,
         node: str | None = None,
+        wait: bool = True,
     ) -> VMStart:
         """Creates the VM as Harvester would (its mutator's requests and guest memory), defaulted
-        as virt-api would; if `running`, waits until it runs or virt-controller reports its
-        launcher pod refused (see `start_vm`). `node` is a preferred node, as a user's affinity:
-        a migration target is never bound to it."""
+        as virt-api would; if `running` and `wait`, waits until it runs or virt-controller reports
+        its launcher pod refused (see `start_vm`; without `wait`, `running_vmis` tells). `node` is
+        a preferred node, as a user's affinity: a migration target is never bound to it."""
         ns = self._ns(namespace)
         version = parse_kubevirt_version(self.kubevirt_version)
         ratio = await self.overhead_ratio()
@@ -221,9 +224,17 @@ class RealKubeVirt:
             vmi_spec["affinity"] = _preferred_node(node)
         self._specs[f"{ns}/{spec.name}"] = spec
         await self.client.create(VIRTUAL_MACHINES, vm, ns)
-        if not running:
+        if not running or not wait:
             return VMStart(ns, spec.name, "", None, None)
         return await self._wait_started(ns, spec.name, old_uid=None)
+
+    def running_vmis(self) -> int:
+        """VMIs in scope that run now (from the watch cache: no request)."""
+        return sum(
+            1
+            for vmi in self._vmis.store.iter()
+            if self._in_scope(vmi) and status(vmi).get("phase") == "Running"
+        )
 
     async def start_vm(
         self, name: str, namespace: str | None = None, *, node: str | None = None

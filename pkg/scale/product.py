@@ -1,0 +1,239 @@
+"""harvester-quota as deployed, for the scale run: the controller and the webhook as their own
+processes, each with its service account's token and deploy/'s RBAC, the webhook registered with
+the shipped configuration and called by the API server over TLS.
+
+`Product.start` applies the RBAC, writes the two token kubeconfigs and the webhook's serving
+certificate (signed by the cluster's CA) into `workdir`, starts both processes and returns once
+both answer /readyz and the webhook configuration is registered. `stop` unregisters it and
+terminates both (SIGTERM, then SIGKILL after 10 s). `metrics` scrapes the controller's /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TypeVar
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..generic import errors
+from ..generic.client import ApiClient
+from ..localcluster import ClusterInfo
+from ..localcluster.cluster import VIRT_CONTROLLER_USER
+from ..localcluster.deploy import (
+    CONTROLLER_SERVICE_ACCOUNT,
+    KINDS,
+    SYSTEM_NAMESPACE,
+    WEBHOOK_SERVICE_ACCOUNT,
+    apply,
+    apply_shipped_rbac,
+    webhook_configuration,
+    write_token_kubeconfig,
+)
+from ..localcluster.process import free_port
+
+K = TypeVar("K")
+READY_TIMEOUT: Final = 120.0
+STOP_GRACE: Final = 10.0
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The counters of the controller's /metrics the scale run reads, summed over labels it
+    does not keep."""
+
+    requests: Mapping[tuple[str, str], float]
+    """(verb, resource) -> API requests."""
+    quota_writes: Mapping[str, float]
+    """outcome -> quota writes."""
+    cpu_seconds: float
+    rss_bytes: float
+
+    def minus(self, earlier: Metrics) -> Metrics:
+        """What happened between `earlier` and this scrape (RSS is this scrape's)."""
+        return Metrics(
+            _minus(self.requests, earlier.requests),
+            _minus(self.quota_writes, earlier.quota_writes),
+            self.cpu_seconds - earlier.cpu_seconds,
+            self.rss_bytes,
+        )
+
+
+def _minus(now: Mapping[K, float], before: Mapping[K, float]) -> dict[K, float]:
+    return {k: v - before.get(k, 0.0) for k, v in now.items() if v - before.get(k, 0.0)}
+
+
+def parse_metrics(text: str) -> Metrics:
+    """The scale run's share of a Prometheus text exposition."""
+    requests: dict[tuple[str, str], float] = {}
+    writes: dict[str, float] = {}
+    cpu = rss = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "harvester_quota_api_requests_total":
+                key = (sample.labels.get("verb", ""), sample.labels.get("resource", ""))
+                requests[key] = requests.get(key, 0.0) + sample.value
+            elif sample.name == "harvester_quota_quota_writes_total":
+                outcome = sample.labels.get("outcome", "")
+                writes[outcome] = writes.get(outcome, 0.0) + sample.value
+            elif sample.name == "process_cpu_seconds_total":
+                cpu = sample.value
+            elif sample.name == "process_resident_memory_bytes":
+                rss = sample.value
+    return Metrics(requests, writes, cpu, rss)
+
+
+class Product:
+    """The controller and webhook processes of one scale run (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        cluster: ClusterInfo,
+        workdir: Path,
+        *,
+        match_labels: Mapping[str, str],
+        kubevirt_version: str,
+        lease_name: str,
+    ) -> None:
+        self.api = api
+        self.cluster = cluster
+        self.workdir = workdir
+        self.match_labels = dict(match_labels)
+        self.kubevirt_version = kubevirt_version
+        self.lease_name = lease_name
+        self.controller: subprocess.Popen[bytes] | None = None
+        self.webhook: subprocess.Popen[bytes] | None = None
+        self.health_port = 0
+        self.webhook_port = 0
+        self._configuration: str | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        await apply_shipped_rbac(self.api)
+        controller_config = await write_token_kubeconfig(
+            self.api,
+            self.cluster,
+            CONTROLLER_SERVICE_ACCOUNT,
+            self.workdir / "controller.kubeconfig",
+        )
+        webhook_config = await write_token_kubeconfig(
+            self.api, self.cluster, WEBHOOK_SERVICE_ACCOUNT, self.workdir / "webhook.kubeconfig"
+        )
+        ca = self.cluster.certificate_authority()
+        cert, key = self.workdir / "webhook.crt", self.workdir / "webhook.key"
+        ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(cert, key)
+        self.health_port, self.webhook_port = free_port(), free_port()
+        self.controller = self._spawn("controller", self._controller_args(controller_config))
+        self.webhook = self._spawn("webhook", self._webhook_args(webhook_config, cert, key))
+        self._session = aiohttp.ClientSession()
+        await self._await_ready(f"http://127.0.0.1:{self.health_port}/readyz", "controller")
+        await self._await_ready(f"https://127.0.0.1:{self.webhook_port}/readyz", "webhook")
+        configuration = webhook_configuration(
+            f"https://127.0.0.1:{self.webhook_port}",
+            ca.cert_pem,
+            self.match_labels,
+            kubevirt_user=VIRT_CONTROLLER_USER,
+            name=f"harvester-quota-{self.lease_name}",
+        )
+        await apply(self.api, configuration)
+        self._configuration = configuration["metadata"]["name"]
+
+    async def stop(self) -> None:
+        if self._configuration is not None:
+            with contextlib.suppress(errors.ApiError):
+                await self.api.delete(KINDS["ValidatingWebhookConfiguration"], self._configuration)
+            self._configuration = None
+        for process in (self.webhook, self.controller):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                try:
+                    await asyncio.to_thread(process.wait, STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    await asyncio.to_thread(process.wait)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _controller_args(self, kubeconfig: Path) -> list[str]:
+        return [
+            "run",
+            f"--kubeconfig={kubeconfig}",
+            f"--namespace={SYSTEM_NAMESPACE}",
+            f"--lease-name={self.lease_name}",
+            f"--kubevirt-version={self.kubevirt_version}",
+            f"--health-port={self.health_port}",
+        ]
+
+    def _webhook_args(self, kubeconfig: Path, cert: Path, key: Path) -> list[str]:
+        return [
+            "webhook",
+            f"--kubeconfig={kubeconfig}",
+            f"--cert-file={cert}",
+            f"--key-file={key}",
+            "--host=127.0.0.1",
+            f"--port={self.webhook_port}",
+            f"--namespace={SYSTEM_NAMESPACE}",
+            f"--kubevirt-version={self.kubevirt_version}",
+        ]
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.workdir / f"{name}.log").open("ab")
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "harvester_quota.main", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        finally:
+            log.close()
+
+    async def _await_ready(self, url: str, what: str) -> None:
+        assert self._session is not None
+        context = ssl.create_default_context(cafile=str(self.cluster.ca_file))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_TIMEOUT
+        while loop.time() < deadline:
+            self._check_alive()
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                async with self._session.get(
+                    url, ssl=context, timeout=aiohttp.ClientTimeout(5)
+                ) as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"the {what} was not ready within {READY_TIMEOUT:g}s ({self.workdir})")
+
+    def _check_alive(self) -> None:
+        for name, process in (("controller", self.controller), ("webhook", self.webhook)):
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(
+                    f"the {name} exited with {process.returncode}; see {self.workdir}/{name}.log"
+                )
+
+    async def metrics(self) -> Metrics:
+        """The controller's /metrics now."""
+        assert self._session is not None
+        self._check_alive()
+        url = f"http://127.0.0.1:{self.health_port}/metrics"
+        async with self._session.get(url, timeout=aiohttp.ClientTimeout(30)) as response:
+            return parse_metrics(await response.text())
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {
+            name: process.pid
+            for name, process in (("controller", self.controller), ("webhook", self.webhook))
+            if process is not None
+        }

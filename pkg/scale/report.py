@@ -1,0 +1,92 @@
+"""A scale run's report files: report.json, the Markdown table, and scale.png.
+
+scale.png has two panels: the distribution of VMIM-to-raise latency per step (a CDF, with the
+100 ms target marked) and the controller's CPU per migration per step. matplotlib is the
+``report`` extra; without it the report says how to get the plot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Final
+
+from .run import ScaleReport
+from .stats import table
+
+log = logging.getLogger(__name__)
+
+TARGET_P99_MS: Final = 100.0
+PLOT_MISSING: Final = (
+    "no scale.png: matplotlib is not installed; pip install 'harvester-quota[report]' to get it"
+)
+
+
+def write(report: ScaleReport, directory: Path, *, command: str) -> Path:
+    """Writes report.json, report.md and scale.png into `directory`; returns report.md's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data = {"command": command, **report.to_json()}
+    (directory / "report.json").write_text(json.dumps(data, indent=2) + "\n")
+    markdown = render_markdown(report, command)
+    note = plot(report, directory / "scale.png")
+    if note is not None:
+        markdown += f"\n{note}\n"
+    (directory / "report.md").write_text(markdown)
+    return directory / "report.md"
+
+
+def render_markdown(report: ScaleReport, command: str) -> str:
+    plan = report.plan
+    lines = [
+        f"`{command}`",
+        "",
+        f"{plan.nodes} kwok nodes, {plan.vms} VMs in {len(plan.namespaces)} namespaces "
+        f"(largest {max(plan.namespaces)}), {plan.in_flight} migrations in flight per drain "
+        f"wave; setup {report.setup_seconds:.0f} s ({report.vms_running} VMs running).",
+        "",
+        table(report.steps),
+        "",
+        f"End: all done {report.all_done}, drift {len(report.drift)} namespaces, stale "
+        f"annotations {len(report.stale)} namespaces, controller RSS "
+        f"{report.controller_rss_bytes / 2**20:.0f} MiB.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(report: ScaleReport, path: Path) -> str | None:
+    """Draws scale.png; returns why not when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: PLC0415 - heavy, only needed here
+    except ImportError:
+        log.warning(PLOT_MISSING)
+        return PLOT_MISSING
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figure, (cdf, cpu) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for step in report.steps:
+        values = [1000 * v for v in step.latencies]
+        if values:
+            fractions = [(i + 1) / len(values) for i in range(len(values))]
+            cdf.step(values, fractions, where="post", label=step.name)
+    cdf.axvline(TARGET_P99_MS, color="tab:red", linestyle="--", linewidth=1, label="100 ms")
+    cdf.set_xscale("log")
+    cdf.set_xlabel("VMIM created -> room raised (ms, log)")
+    cdf.set_ylabel("fraction of the step's migrations")
+    cdf.grid(alpha=0.3)
+    cdf.legend(fontsize=8)
+    names = [step.name for step in report.steps]
+    cpu.bar(names, [1000 * s.per_migration(s.cpu.get("controller", 0.0)) for s in report.steps])
+    cpu.set_ylabel("controller CPU per migration (ms)")
+    cpu.tick_params(axis="x", labelrotation=30, labelsize=8)
+    cpu.grid(alpha=0.3, axis="y")
+    plan = report.plan
+    figure.suptitle(
+        f"scale run: {plan.nodes} nodes, {plan.vms} VMs, {plan.in_flight} in flight", fontsize=11
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return None

@@ -1,0 +1,192 @@
+"""A scale step's figures, from what the run observed (pure: no I/O).
+
+Percentiles are nearest-rank (p99 of 50 samples is the largest but none); CPU is in seconds of one
+core; requests and writes are per migration of the step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..sim.kubevirt.record import MigrationRecord, Outcome
+from .plan import Step
+from .product import Metrics
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile of `values` (None when empty); `fraction` in (0, 1]."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step's figures (see the module docstring)."""
+
+    name: str
+    namespace_size: int
+    migrations: int
+    succeeded: int
+    latencies: tuple[float, ...]
+    """Seconds from each migration's create request to its room seen on the quota."""
+    refused: int
+    """Migrations whose target pod quota admission refused at least once."""
+    refusals: int
+    blocked_seconds: float
+    seconds: float
+    """From the first create request until every migration had an outcome."""
+    settle_seconds: float
+    """From then until every quota was back at its base, without migration annotations."""
+    quota_writes: float
+    requests: Mapping[tuple[str, str], float]
+    cpu: Mapping[str, float]
+    """Process name -> CPU seconds during the step (controller from its own /metrics)."""
+    controller_rss_bytes: float
+    drift: int
+    stale: int
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def not_raised(self) -> int:
+        """Migrations whose room the run never saw (they fitted, or the raise was missed)."""
+        return self.migrations - len(self.latencies)
+
+    def p(self, fraction: float) -> float | None:
+        return percentile(self.latencies, fraction)
+
+    def per_migration(self, value: float) -> float:
+        return value / self.migrations if self.migrations else 0.0
+
+    def requests_by_verb(self) -> dict[str, float]:
+        by_verb: dict[str, float] = {}
+        for (verb, _), count in self.requests.items():
+            by_verb[verb] = by_verb.get(verb, 0.0) + count
+        return dict(sorted(by_verb.items()))
+
+    def line(self) -> str:
+        """One human line: what an operator watching the run wants to see."""
+        p50, p99 = self.p(0.5), self.p(0.99)
+        worst = max(self.latencies, default=None)
+        return (
+            f"{self.name}: {self.succeeded}/{self.migrations} succeeded in {self.seconds:.1f}s, "
+            f"raise p50 {_ms(p50)} p99 {_ms(p99)} max {_ms(worst)}, {self.refused} refused "
+            f"({self.blocked_seconds:.1f}s blocked), "
+            f"{self.per_migration(self.quota_writes):.2f} writes/migration, controller "
+            f"{1000 * self.per_migration(self.cpu.get('controller', 0.0)):.1f} ms CPU/migration, "
+            f"{self.controller_rss_bytes / 2**20:.0f} MiB, drift {self.drift}, stale {self.stale}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "namespace_size": self.namespace_size,
+            "migrations": self.migrations,
+            "succeeded": self.succeeded,
+            "outcomes": dict(self.outcomes),
+            "raise_latency_ms": {
+                "p50": _round_ms(self.p(0.5)),
+                "p99": _round_ms(self.p(0.99)),
+                "max": _round_ms(max(self.latencies, default=None)),
+                "not_raised": self.not_raised,
+                "all": [round(1000 * v, 1) for v in self.latencies],
+            },
+            "refused": self.refused,
+            "refusals": self.refusals,
+            "blocked_seconds": round(self.blocked_seconds, 2),
+            "seconds": round(self.seconds, 2),
+            "settle_seconds": round(self.settle_seconds, 2),
+            "quota_writes_per_migration": round(self.per_migration(self.quota_writes), 3),
+            "api_requests_per_migration_by_verb": {
+                verb: round(self.per_migration(n), 3) for verb, n in self.requests_by_verb().items()
+            },
+            "api_requests_by_verb_and_resource": {
+                f"{verb} {resource}": n for (verb, resource), n in sorted(self.requests.items())
+            },
+            "cpu_seconds": {k: round(v, 2) for k, v in sorted(self.cpu.items())},
+            "controller_cpu_ms_per_migration": round(
+                1000 * self.per_migration(self.cpu.get("controller", 0.0)), 2
+            ),
+            "controller_rss_mib": round(self.controller_rss_bytes / 2**20, 1),
+            "drift": self.drift,
+            "stale_annotations": self.stale,
+        }
+
+
+def summarize_step(
+    step: Step,
+    *,
+    records: Sequence[MigrationRecord],
+    latencies: Sequence[float],
+    metrics: Metrics,
+    cpu: Mapping[str, float],
+    seconds: float,
+    settle_seconds: float,
+    drift: int,
+    stale: int,
+) -> StepResult:
+    """The step's figures. `cpu` holds per-process CPU seconds read from /proc; the controller's
+    comes from its own /metrics (`metrics.cpu_seconds`), which counts exactly its process."""
+    outcomes: dict[str, int] = {}
+    for record in records:
+        key = record.outcome.value if record.outcome is not None else "unfinished"
+        outcomes[key] = outcomes.get(key, 0) + 1
+    blocked = [r.blocked_seconds for r in records if r.blocked_seconds is not None]
+    return StepResult(
+        name=step.name,
+        namespace_size=step.namespace_size,
+        migrations=len(step.migrations),
+        succeeded=sum(1 for r in records if r.outcome is Outcome.SUCCEEDED),
+        latencies=tuple(sorted(latencies)),
+        refused=sum(1 for r in records if r.refusals),
+        refusals=sum(r.refusals for r in records),
+        blocked_seconds=sum(blocked),
+        seconds=seconds,
+        settle_seconds=settle_seconds,
+        quota_writes=metrics.quota_writes.get("written", 0.0),
+        requests=dict(metrics.requests),
+        cpu={**cpu, "controller": metrics.cpu_seconds},
+        controller_rss_bytes=metrics.rss_bytes,
+        drift=drift,
+        stale=stale,
+        outcomes=outcomes,
+    )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{1000 * value:.0f} ms"
+
+
+def _round_ms(value: float | None) -> float | None:
+    return None if value is None else round(1000 * value, 1)
+
+
+def table(steps: Sequence[StepResult]) -> str:
+    """The steps as a Markdown table (the form bench/SCALE.md records)."""
+    header = (
+        "| step | done | raise p50 / p99 / max (ms) | refused (s blocked) | writes/mig "
+        "| requests/mig by verb | controller CPU ms/mig | RSS MiB | apiserver / KCM / "
+        "virt-controller CPU s | drift | stale |"
+    )
+    rows = [header, "|" + "---|" * 11]
+    for s in steps:
+        verbs = ", ".join(f"{v} {s.per_migration(n):.2f}" for v, n in s.requests_by_verb().items())
+        rows.append(
+            f"| {s.name} | {s.succeeded}/{s.migrations} "
+            f"| {_num(s.p(0.5))} / {_num(s.p(0.99))} / {_num(max(s.latencies, default=None))} "
+            f"| {s.refused} ({s.blocked_seconds:.1f}) | {s.per_migration(s.quota_writes):.2f} "
+            f"| {verbs or '-'} | {1000 * s.per_migration(s.cpu.get('controller', 0.0)):.1f} "
+            f"| {s.controller_rss_bytes / 2**20:.0f} "
+            f"| {s.cpu.get('kube-apiserver', 0.0):.1f} / {s.cpu.get('kube-controller-manager', 0.0):.1f}"
+            f" / {s.cpu.get('virt-controller', 0.0):.1f} | {s.drift} | {s.stale} |"
+        )
+    return "\n".join(rows)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{1000 * value:.0f}"

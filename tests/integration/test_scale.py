@@ -1,0 +1,43 @@
+"""The scale run, small and fast, in the suite: it checks counts (every migration done, no
+drift, no stale annotation, every room seen), never timings; `make scale` measures."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from pathlib import Path
+
+import pytest
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.scale.plan import PRESETS
+from harvester_quota.scale.run import ScaleRun
+
+pytestmark = pytest.mark.integration
+
+
+async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quota_at_its_base(
+    kubevirt_cluster: ClusterInfo, kubevirt_api: ApiClient, tmp_path: Path
+) -> None:
+    plan = dataclasses.replace(PRESETS["tiny"], prefix=f"scale-{uuid.uuid4().hex[:4]}-")
+    run = ScaleRun(
+        kubevirt_api,
+        kubevirt_cluster,
+        plan,
+        tmp_path,
+        quiet_timeout=0,
+        delete_namespaces=True,
+        say=lambda _line: None,
+    )
+    report = await run.run()
+
+    assert report.vms_running == plan.vms
+    assert [s.name for s in report.steps] == [s.name for s in plan.steps()]
+    for step in report.steps:
+        assert step.succeeded == step.migrations, step.to_json()
+        # Every quota was closed to its usage: each migration needed, and got, a raise.
+        assert step.not_raised == 0, step.to_json()
+        assert step.quota_writes >= 1, step.to_json()
+        assert step.drift == 0 and step.stale == 0, step.to_json()
+    assert report.drift == {} and report.stale == {}
+    assert report.all_done

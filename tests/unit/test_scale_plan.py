@@ -1,0 +1,108 @@
+"""The scale run's plan (counts into steps), its statistics and its metrics parsing."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from harvester_quota.scale.plan import PRESETS, ScalePlan, parse_namespaces
+from harvester_quota.scale.product import Metrics, parse_metrics
+from harvester_quota.scale.stats import percentile
+
+
+def test_the_full_preset_is_the_issues_counts() -> None:
+    full = PRESETS["full"]
+    assert (full.nodes, full.vms, max(full.namespaces), full.in_flight) == (1000, 10000, 3000, 500)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_step_of_every_preset_migrates_distinct_vms_that_exist(name: str) -> None:
+    plan = PRESETS[name]
+    existing = set(plan.all_vms())
+    assert len(existing) == plan.vms
+    for step in plan.steps():
+        assert len(set(step.migrations)) == len(step.migrations), step.name
+        assert set(step.migrations) <= existing, step.name
+
+
+def test_one_step_per_namespace_size_smallest_first_then_the_waves() -> None:
+    plan = ScalePlan(nodes=4, namespaces=(30, 10, 10, 20), per_size=5, in_flight=8, waves=2)
+    steps = plan.steps()
+    assert [s.name for s in steps] == [
+        "10 VMs/ns",
+        "20 VMs/ns",
+        "30 VMs/ns",
+        "drain wave 1",
+        "drain wave 2",
+    ]
+    assert {ns for ns, _ in steps[1].migrations} == {plan.namespace(3)}
+    assert steps[1].namespace_size == 20
+    wave = Counter(ns for ns, _ in steps[3].migrations)
+    assert wave == {plan.namespace(i): 2 for i in range(4)}
+    assert steps[3].migrations != steps[4].migrations
+
+
+def test_a_wave_larger_than_the_small_namespaces_takes_more_from_the_large_ones() -> None:
+    plan = ScalePlan(nodes=4, namespaces=(10, 1, 1), per_size=1, in_flight=9)
+    wave = Counter(ns for ns, _ in plan.steps()[-1].migrations)
+    assert wave == {plan.namespace(0): 7, plan.namespace(1): 1, plan.namespace(2): 1}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"nodes": 1}, "2 nodes"),
+        ({"namespaces": ()}, "every namespace"),
+        ({"namespaces": (5, 0)}, "every namespace"),
+        ({"per_size": 6}, "smallest namespace"),
+        ({"in_flight": 11}, "only 10 VMs"),
+        ({"waves": 0}, "waves"),
+    ],
+)
+def test_impossible_counts_are_refused_with_the_reason(
+    changes: dict[str, object], message: str
+) -> None:
+    counts: dict[str, object] = {"nodes": 4, "namespaces": (5, 5), "per_size": 2, "in_flight": 4}
+    with pytest.raises(ValueError, match=message):
+        ScalePlan(**{**counts, **changes})  # type: ignore[arg-type]
+
+
+def test_namespace_counts_parse_with_repeats() -> None:
+    assert parse_namespaces("3000, 1000,100x3") == (3000, 1000, 100, 100, 100)
+    with pytest.raises(ValueError, match="NxK"):
+        parse_namespaces("100y3")
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 51)]
+    assert percentile(values, 0.5) == 25.0
+    assert percentile(values, 0.99) == 50.0
+    assert percentile([3.0], 0.99) == 3.0
+    assert percentile([], 0.5) is None
+
+
+EXPOSITION = """\
+# TYPE harvester_quota_api_requests_total counter
+harvester_quota_api_requests_total{verb="get",resource="pods",code="200"} 3.0
+harvester_quota_api_requests_total{verb="get",resource="pods",code="404"} 1.0
+harvester_quota_api_requests_total{verb="update",resource="resourcequotas",code="200"} 5.0
+# TYPE harvester_quota_quota_writes_total counter
+harvester_quota_quota_writes_total{outcome="written"} 4.0
+harvester_quota_quota_writes_total{outcome="conflict"} 1.0
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 12.5
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 1.048576e+08
+"""
+
+
+def test_the_metrics_the_run_reads_are_summed_over_codes_and_subtracted() -> None:
+    now = parse_metrics(EXPOSITION)
+    assert now.requests == {("get", "pods"): 4.0, ("update", "resourcequotas"): 5.0}
+    assert now.quota_writes == {"written": 4.0, "conflict": 1.0}
+    before = Metrics({("get", "pods"): 4.0}, {"written": 1.0}, 10.0, 1.0)
+    delta = now.minus(before)
+    assert delta.requests == {("update", "resourcequotas"): 5.0}
+    assert delta.quota_writes == {"written": 3.0, "conflict": 1.0}
+    assert delta.cpu_seconds == 2.5
+    assert delta.rss_bytes == 104857600.0
