@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from .config.management import Management, Options
 from .controller.migration import vmi_controller as vmi
 from .controller.migration import vmim_controller as vmim
+from .controller.migration.common import VmiAnnotator
 from .controller.resourcequota import resourcequota_controller as resourcequota
 from .generic import errors
 from .generic.client import ApiClient
@@ -54,8 +55,9 @@ class ControllerApp:
         )
         self.reconciler = resourcequota.register(self.management)
         if self.options.harvester_compat:
-            self.vmim_controller = vmim.register(self.management)
-            self.vmi_controller = vmi.register(self.management)
+            annotator = VmiAnnotator(self.management)
+            self.vmim_controller = vmim.register(self.management, annotator)
+            self.vmi_controller = vmi.register(self.management, annotator)
 
     async def start(self) -> None:
         """Starts informers and controllers; returns once the caches are synced (or after

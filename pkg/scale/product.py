@@ -56,6 +56,8 @@ class Metrics:
     """outcome -> quota writes."""
     cpu_seconds: float
     rss_bytes: float
+    reconciles: float = 0.0
+    reconcile_seconds: float = 0.0
 
     def minus(self, earlier: Metrics) -> Metrics:
         """What happened between `earlier` and this scrape (RSS is this scrape's)."""
@@ -64,6 +66,8 @@ class Metrics:
             _minus(self.quota_writes, earlier.quota_writes),
             self.cpu_seconds - earlier.cpu_seconds,
             self.rss_bytes,
+            self.reconciles - earlier.reconciles,
+            self.reconcile_seconds - earlier.reconcile_seconds,
         )
 
 
@@ -75,7 +79,7 @@ def parse_metrics(text: str) -> Metrics:
     """The scale run's share of a Prometheus text exposition."""
     requests: dict[tuple[str, str], float] = {}
     writes: dict[str, float] = {}
-    cpu = rss = 0.0
+    cpu = rss = reconciles = reconcile_seconds = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "harvester_quota_api_requests_total":
@@ -88,7 +92,11 @@ def parse_metrics(text: str) -> Metrics:
                 cpu = sample.value
             elif sample.name == "process_resident_memory_bytes":
                 rss = sample.value
-    return Metrics(requests, writes, cpu, rss)
+            elif sample.name == "harvester_quota_reconcile_duration_seconds_count":
+                reconciles = sample.value
+            elif sample.name == "harvester_quota_reconcile_duration_seconds_sum":
+                reconcile_seconds = sample.value
+    return Metrics(requests, writes, cpu, rss, reconciles, reconcile_seconds)
 
 
 class Product:

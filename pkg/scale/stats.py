@@ -34,7 +34,9 @@ class StepResult:
     migrations: int
     succeeded: int
     latencies: tuple[float, ...]
-    """Seconds from each migration's create request to its room seen on the quota."""
+    """Seconds from each migration's create response to its room seen on the quota."""
+    create_seconds: tuple[float, ...]
+    """How long each migration's create request took (the API server's share, not ours)."""
     refused: int
     """Migrations whose target pod quota admission refused at least once."""
     refusals: int
@@ -48,6 +50,8 @@ class StepResult:
     cpu: Mapping[str, float]
     """Process name -> CPU seconds during the step (controller from its own /metrics)."""
     controller_rss_bytes: float
+    reconciles: float
+    reconcile_seconds: float
     drift: int
     stale: int
     outcomes: Mapping[str, int] = field(default_factory=dict)
@@ -96,6 +100,14 @@ class StepResult:
                 "not_raised": self.not_raised,
                 "all": [round(1000 * v, 1) for v in self.latencies],
             },
+            "create_request_ms": {
+                "p50": _round_ms(percentile(self.create_seconds, 0.5)),
+                "max": _round_ms(max(self.create_seconds, default=None)),
+            },
+            "reconciles": self.reconciles,
+            "reconcile_ms_mean": _round_ms(self.reconcile_seconds / self.reconciles)
+            if self.reconciles
+            else None,
             "refused": self.refused,
             "refusals": self.refusals,
             "blocked_seconds": round(self.blocked_seconds, 2),
@@ -123,6 +135,7 @@ def summarize_step(
     *,
     records: Sequence[MigrationRecord],
     latencies: Sequence[float],
+    create_seconds: Sequence[float],
     metrics: Metrics,
     cpu: Mapping[str, float],
     seconds: float,
@@ -143,6 +156,7 @@ def summarize_step(
         migrations=len(step.migrations),
         succeeded=sum(1 for r in records if r.outcome is Outcome.SUCCEEDED),
         latencies=tuple(sorted(latencies)),
+        create_seconds=tuple(sorted(create_seconds)),
         refused=sum(1 for r in records if r.refusals),
         refusals=sum(r.refusals for r in records),
         blocked_seconds=sum(blocked),
@@ -152,6 +166,8 @@ def summarize_step(
         requests=dict(metrics.requests),
         cpu={**cpu, "controller": metrics.cpu_seconds},
         controller_rss_bytes=metrics.rss_bytes,
+        reconciles=metrics.reconciles,
+        reconcile_seconds=metrics.reconcile_seconds,
         drift=drift,
         stale=stale,
         outcomes=outcomes,

@@ -93,6 +93,10 @@ harvester_quota_quota_writes_total{outcome="conflict"} 1.0
 process_cpu_seconds_total 12.5
 # TYPE process_resident_memory_bytes gauge
 process_resident_memory_bytes 1.048576e+08
+# TYPE harvester_quota_reconcile_duration_seconds histogram
+harvester_quota_reconcile_duration_seconds_bucket{le="+Inf"} 7.0
+harvester_quota_reconcile_duration_seconds_count 7.0
+harvester_quota_reconcile_duration_seconds_sum 0.35
 """
 
 
@@ -106,3 +110,4 @@ def test_the_metrics_the_run_reads_are_summed_over_codes_and_subtracted() -> Non
     assert delta.quota_writes == {"written": 3.0, "conflict": 1.0}
     assert delta.cpu_seconds == 2.5
     assert delta.rss_bytes == 104857600.0
+    assert (delta.reconciles, delta.reconcile_seconds) == (7.0, 0.35)

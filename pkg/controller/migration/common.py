@@ -16,7 +16,8 @@ from typing import Any
 from ...apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
 from ...config.management import Management
 from ...generic import errors
-from ...generic.meta import annotations_of, name, namespace
+from ...generic.meta import annotations_of, metadata, name, namespace
+from ...generic.ownwrites import OwnWrites
 from ...generic.resource import Object
 from ...util.annotations import (
     ANNOTATION_MIGRATION_STATE,
@@ -43,26 +44,52 @@ def annotation_changes(current: Mapping[str, str], wanted: Mapping[str, Any]) ->
     }
 
 
-async def set_vmi_annotations(management: Management, vmi: Object, changes: dict[str, Any]) -> None:
-    """Patches the VMI's annotations if they differ, then touches its VM (Harvester's syncVM).
+class VmiAnnotator:
+    """Writes Harvester's migration annotations on VMIs, once per change.
 
-    A VMI or VM that went away since the cache saw it is not an error: there is nothing left to
-    annotate. Other API errors propagate, so the controller re-queues the key with backoff.
+    Both the VMIM and the VMI controller write them, and a VMI changes many times a second during
+    a migration (virt-controller and virt-handler write its status), so the VMI cache often lags
+    behind our own last patch: judged from the cache alone, each VMIM phase change re-sent the
+    same annotations and touched the VM again (measured: 8 VMI and 8 VM patches per migration in
+    a 100-migration drain, 3 when idle). `OwnWrites` keeps the VMI our patch returned until the
+    cache has caught up with it, so a change is compared with the newest VMI we know.
+
+    Share one instance between the controllers that write VMIs (app.py does). Not thread-safe:
+    call it from the event loop. The two controllers may call it for one VMI at once; a call
+    then compares with the other's patch only if that one has returned, so the worst case is one
+    redundant patch, never a lost one (each patch carries only the keys it changes).
     """
-    wanted = annotation_changes(annotations_of(vmi), changes)
-    if not wanted:
-        return
-    vmi_name, vmi_namespace = name(vmi), namespace(vmi)
-    try:
-        await management.client.patch(
-            VIRTUAL_MACHINE_INSTANCES,
-            vmi_name,
-            {"metadata": {"annotations": wanted}},
-            vmi_namespace,
-        )
-    except errors.NotFound:
-        return
-    await touch_vm(management, vmi_namespace, vmi_name)
+
+    def __init__(self, management: Management) -> None:
+        self.management = management
+        self._written = OwnWrites()
+
+    async def set(self, vmi: Object, changes: Mapping[str, Any]) -> None:
+        """Patches the VMI's annotations if they differ, then touches its VM (Harvester's
+        syncVM).
+
+        A VMI or VM that went away since the cache saw it is not an error: there is nothing left
+        to annotate. Other API errors propagate, so the controller re-queues the key with backoff.
+        """
+        vmi_name, vmi_namespace = name(vmi), namespace(vmi)
+        key = f"{vmi_namespace}/{vmi_name}"
+        newest = self._written.newest(key, vmi)
+        wanted = annotation_changes(annotations_of(newest), changes)
+        if not wanted:
+            return
+        try:
+            written = await self.management.client.patch(
+                VIRTUAL_MACHINE_INSTANCES,
+                vmi_name,
+                {"metadata": {"annotations": wanted}},
+                vmi_namespace,
+            )
+        except errors.NotFound:
+            self._written.forget(key)
+            return
+        replaced = str(metadata(newest).get("resourceVersion", ""))
+        self._written.wrote(key, replaced, written)
+        await touch_vm(self.management, vmi_namespace, vmi_name)
 
 
 async def touch_vm(management: Management, vm_namespace: str, vm_name: str) -> None:

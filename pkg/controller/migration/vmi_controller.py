@@ -21,7 +21,7 @@ from ...generic import errors
 from ...generic.meta import annotations_of, is_deleting, labels, name, namespace, status
 from ...generic.resource import PODS, Object
 from ...util.annotations import ANNOTATION_MIGRATION_UID
-from .common import MIGRATION_ANNOTATIONS, set_vmi_annotations
+from .common import MIGRATION_ANNOTATIONS, VmiAnnotator
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,9 @@ class VmiController:
     keyed by pod uid, so a pod re-created under the same name is a new expectation.
     """
 
-    def __init__(self, management: Management) -> None:
+    def __init__(self, management: Management, annotator: VmiAnnotator | None = None) -> None:
         self.management = management
+        self.annotator = annotator or VmiAnnotator(management)
         self.vmis = management.kubevirt.virtual_machine_instances()
         self.pods = management.informers.informer(PODS)
         self.pending_deletes: TTLCache[str, bool] = TTLCache(
@@ -61,7 +62,7 @@ class VmiController:
         if not isinstance(state, dict) or not state.get("completed"):
             return vmi
         if annotations_of(vmi).get(ANNOTATION_MIGRATION_UID) == state.get("migrationUid"):
-            await set_vmi_annotations(self.management, vmi, dict.fromkeys(MIGRATION_ANNOTATIONS))
+            await self.annotator.set(vmi, dict.fromkeys(MIGRATION_ANNOTATIONS))
         if state.get("abortStatus") == ABORT_SUCCEEDED and state.get("migrationUid"):
             await self.delete_leftover_target(namespace(vmi), str(state["migrationUid"]))
         return vmi
@@ -90,7 +91,8 @@ class VmiController:
             self.pending_deletes[str((pod.get("metadata") or {}).get("uid"))] = True
 
 
-def register(management: Management) -> VmiController:
-    controller = VmiController(management)
+def register(management: Management, annotator: VmiAnnotator | None = None) -> VmiController:
+    """Registers the controller; `annotator` is shared with the other controller writing VMIs."""
+    controller = VmiController(management, annotator)
     controller.register()
     return controller

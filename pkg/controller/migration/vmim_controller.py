@@ -22,7 +22,7 @@ from ...util.annotations import (
     MIGRATION_STATE_MIGRATING,
     MIGRATION_STATE_PENDING,
 )
-from .common import MIGRATION_ANNOTATIONS, set_vmi_annotations
+from .common import MIGRATION_ANNOTATIONS, VmiAnnotator
 
 HANDLER = "migration-annotations"
 
@@ -42,8 +42,9 @@ def migration_state(migration: Object) -> str | None:
 class VmimController:
     """OnChange of VirtualMachineInstanceMigrations, registered on a Management."""
 
-    def __init__(self, management: Management) -> None:
+    def __init__(self, management: Management, annotator: VmiAnnotator | None = None) -> None:
         self.management = management
+        self.annotator = annotator or VmiAnnotator(management)
         self.vmims = management.kubevirt.virtual_machine_instance_migrations()
         self.vmis = management.kubevirt.virtual_machine_instances()
 
@@ -60,17 +61,17 @@ class VmimController:
         uid = str(metadata(migration).get("uid"))
         state = migration_state(migration)
         if state is not None:
-            await set_vmi_annotations(
-                self.management,
+            await self.annotator.set(
                 vmi,
                 {ANNOTATION_MIGRATION_UID: uid, ANNOTATION_MIGRATION_STATE: state},
             )
         elif annotations_of(vmi).get(ANNOTATION_MIGRATION_UID) == uid:
-            await set_vmi_annotations(self.management, vmi, dict.fromkeys(MIGRATION_ANNOTATIONS))
+            await self.annotator.set(vmi, dict.fromkeys(MIGRATION_ANNOTATIONS))
         return migration
 
 
-def register(management: Management) -> VmimController:
-    controller = VmimController(management)
+def register(management: Management, annotator: VmiAnnotator | None = None) -> VmimController:
+    """Registers the controller; `annotator` is shared with the other controller writing VMIs."""
+    controller = VmimController(management, annotator)
     controller.register()
     return controller
