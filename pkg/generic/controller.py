@@ -148,12 +148,15 @@ class Controller:
         resolve: Callable[[Object], Iterable[str]],
         *,
         name: str = "related",
+        relevant: Callable[[Object, Object], bool] | None = None,
     ) -> None:
         """Enqueues this controller's keys for every change of another kind (wrangler's
         relatedresource.Watch): ``resolve(obj)`` names the keys an object of that kind affects.
 
         Deletes pass the last known object (or a tombstone's), so the keys it affected are
-        re-reconciled when it goes away too.
+        re-reconciled when it goes away too. With `relevant`, an update enqueues only when
+        ``relevant(old, new)`` is true (controller-runtime's update predicate): for kinds that
+        change often in ways the reconcile never reads. Adds and deletes always enqueue.
         """
 
         def enqueue_for(obj: Object | Tombstone) -> None:
@@ -162,6 +165,8 @@ class Controller:
                 self.queue.add(key)
 
         def enqueue_both(old: Object, new: Object) -> None:
+            if relevant is not None and not relevant(old, new):
+                return
             enqueue_for(old)
             enqueue_for(new)
 

@@ -402,8 +402,9 @@ class NamespaceObjects(Mapping[str, Object]):
         return len(self._store.index_keys(NAMESPACE_INDEX, self._namespace))
 
 
-ViewListener = Callable[[str, Any], None]
-"""(key, the view of what is stored now, or None once it is gone), called inside the write."""
+ViewListener = Callable[[str, Any], object]
+"""(key, the view of what is stored now, or None once it is gone), called inside the write;
+what it returns is ignored."""
 
 
 @dataclass(frozen=True, slots=True)

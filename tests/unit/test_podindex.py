@@ -171,3 +171,17 @@ def test_a_view_is_small_and_keeps_no_object() -> None:
     view = pod_view(pod("p", **{"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": "v"}))
     assert isinstance(view, PodView) and view.launcher and view.created_by == "v"
     assert not hasattr(view, "__dict__"), "slots: no per-view dict"
+
+
+def test_the_index_says_whether_a_pod_write_changed_what_the_plan_reads() -> None:
+    """The controller reconciles a namespace only when this is true: kwok's and the kubelet's
+    status writes leave a pod's view equal, and must cost no reconcile."""
+    index = PodIndex()
+    running = pod("a")
+    assert index.changed("ns/a", pod_view(running)) is True
+    with_condition = {**running, "status": {"phase": "Running", "conditions": [{"type": "Ready"}]}}
+    assert index.changed("ns/a", pod_view(with_condition)) is False
+    assert index.changed("ns/a", pod_view(pod("a", phase="Succeeded"))) is True
+    assert index.changed("ns/a", None) is True
+    assert index.changed("ns/a", None) is False
+    assert len(index.namespace("ns")) == 0

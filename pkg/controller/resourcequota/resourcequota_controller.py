@@ -40,8 +40,9 @@ from ...util.quantity import Quantity
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
 from ...util.resourcequota.managed import is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
-from ...util.resourcequota.podindex import PodIndex, pod_view
+from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
 from ...util.resourcequota.rancherpath import annotation_patch
+from ...util.resourcequota.rooms import vmi_plan_inputs
 from ...util.resources import parse_resource_list_leniently
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,10 @@ USAGE_ABOVE_BASE_REASON = "UsageAboveBase"
 """Warning event reason when a namespace's pods use more than its base (targets excluded)."""
 STATUS_PUBLISH_ATTEMPTS = 3
 """Tries at copying a raise into status.hard when the quota keeps changing under us."""
+
+
+def _vmi_plan_changed(old: Object, new: Object) -> bool:
+    return vmi_plan_inputs(old) != vmi_plan_inputs(new)
 
 
 def _namespace_of(obj: Object) -> list[str]:
@@ -72,7 +77,7 @@ class QuotaReconciler:
         self.pods = factory.informer(PODS)
         self.pod_index = PodIndex()
         """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
-        self.pods.store.add_view(PodIndex.VIEW, pod_view, self.pod_index.changed)
+        self.pods.store.add_view(PodIndex.VIEW, pod_view, self._pod_changed)
         self.settings = factory.informer(
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
@@ -99,11 +104,22 @@ class QuotaReconciler:
 
     def register(self) -> None:
         controller = self.namespaces
-        for informer in (self.quotas, self.migrations, self.vmis, self.pods):
+        for informer in (self.quotas, self.migrations):
             controller.watch_related(informer, _namespace_of, name=informer.name)
+        controller.watch_related(
+            self.vmis, _namespace_of, name=self.vmis.name, relevant=_vmi_plan_changed
+        )
         for informer in (self.settings, self.kubevirts):
             controller.watch_related(informer, self._managed_namespaces, name=informer.name)
         controller.on_change(HANDLER, self.reconcile)
+
+    def _pod_changed(self, key: str, view: PodView | None) -> None:
+        """The pod store's view listener: the namespace is reconciled when its pods changed as
+        the plan sees them, not on every pod update (kwok's and the kubelet's status writes
+        leave most views equal). Runs inside the store's write, so the reconcile it queues
+        reads the index with this pod in it."""
+        if self.pod_index.changed(key, view):
+            self.namespaces.enqueue_key(key.split("/", 1)[0])
 
     def _managed_namespaces(self, _changed: Object) -> list[str]:
         """A cluster-wide setting changed: every namespace with a managed quota is affected."""

@@ -152,7 +152,10 @@ class NamespacePods:
     def __iter__(self) -> Iterator[PodView]:
         return iter(list(self._views.values()))
 
-    def put(self, view: PodView) -> None:
+    def put(self, view: PodView) -> bool:
+        """Stores `view`; False (and nothing done) when an equal view is stored already."""
+        if self._views.get(view.name) == view:
+            return False
         self.remove(view.name)
         self._views[view.name] = view
         if view.steady:
@@ -163,6 +166,7 @@ class NamespacePods:
             self._by_migration.setdefault(view.migration_uid, set()).add(view.name)
         if view.launcher and view.created_by:
             self._by_vmi.setdefault(view.created_by, set()).add(view.name)
+        return True
 
     def remove(self, name: str) -> None:
         view = self._views.pop(name, None)
@@ -230,17 +234,20 @@ class PodIndex:
     def __init__(self) -> None:
         self._namespaces: dict[str, NamespacePods] = {}
 
-    def changed(self, key: str, view: PodView | None) -> None:
-        """The store's listener: the pod under `key` ("namespace/name") is now `view`."""
+    def changed(self, key: str, view: PodView | None) -> bool:
+        """The store's listener: the pod under `key` ("namespace/name") is now `view` (None:
+        gone). Returns whether the namespace's pods changed as the plan sees them: a pod update
+        that leaves its view equal (a status condition, a kwok heartbeat) changes nothing."""
         namespace, name = key.split("/", 1)
         if view is not None:
-            self._namespaces.setdefault(namespace, NamespacePods()).put(view)
-            return
+            return self._namespaces.setdefault(namespace, NamespacePods()).put(view)
         pods = self._namespaces.get(namespace)
-        if pods is not None:
-            pods.remove(name)
-            if not len(pods):
-                del self._namespaces[namespace]
+        if pods is None or pods.get(name) is None:
+            return False
+        pods.remove(name)
+        if not len(pods):
+            del self._namespaces[namespace]
+        return True
 
     def namespace(self, name: str) -> NamespacePods:
         """The namespace's pods (empty if it has none); the live object, not a copy."""

@@ -90,6 +90,26 @@ class RoomPlan:
         return bool(self.rooms)
 
 
+def vmi_plan_inputs(vmi: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Everything of a VMI the plan reads: its identity, metadata and spec (the launcher pod it
+    renders to) and which migration its migrationState names with which source pod. An update
+    of a VMI that leaves these equal (virt-controller's conditions, virt-handler's migration
+    progress) cannot change any plan."""
+    meta = metadata(vmi)
+    state = status(vmi).get("migrationState")
+    shared = state if isinstance(state, Mapping) else {}
+    return (
+        meta.get("uid"),
+        meta.get("name"),
+        meta.get("creationTimestamp"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        vmi.get("spec"),
+        shared.get("migrationUid"),
+        shared.get("sourcePod"),
+    )
+
+
 def _source_pod_name(migration: Mapping[str, Any], vmi: Mapping[str, Any]) -> str | None:
     """The migration's source pod as KubeVirt records it: on the VMIM, or on the VMI while its
     migrationState is about this migration."""
