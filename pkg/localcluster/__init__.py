@@ -5,7 +5,23 @@ Tests against a mock API server would prove nothing about quota admission, the q
 or webhook calls; this package runs the real ones, built from Go modules (see ``binaries``).
 """
 
-from .cluster import ClusterInfo, LocalCluster, default_state_dir
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .errors import ClusterError
 
+if TYPE_CHECKING:
+    from .cluster import ClusterInfo, LocalCluster, default_state_dir
+
 __all__ = ["ClusterError", "ClusterInfo", "LocalCluster", "default_state_dir"]
+
+
+def __getattr__(name: str) -> Any:
+    """`cluster` (and the PKI's cryptography, 10 MiB) is loaded on first use, so that a process
+    that only names `binaries` or `ClusterError` (the controllers' `run`) does not carry it."""
+    if name in ("ClusterInfo", "LocalCluster", "default_state_dir"):
+        from . import cluster  # noqa: PLC0415
+
+        return getattr(cluster, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

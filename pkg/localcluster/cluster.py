@@ -35,6 +35,7 @@ import yaml
 from . import process
 from .binaries import KubeVirtBuild, build_kubevirt, kubevirt_version, resolve_bin_dir
 from .errors import ClusterError
+from .nodes import DEFAULT_NODES, NODE_GRACE_MARGIN, node_lease_seconds
 from .pki import (
     APISERVER_DNS_NAMES,
     APISERVER_IPS,
@@ -51,24 +52,6 @@ STATE_VERSION = 1
 CONTEXT_NAME = "harvester-quota-local"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
-DEFAULT_NODES = 4
-NODE_LEASE_SECONDS = 40
-"""kubelet's default node lease duration; kwok renews a lease about four times per duration."""
-NODE_LEASE_NODES = 100
-NODE_GRACE_MARGIN = 10
-"""kube-controller-manager marks a node NotReady when its lease is this much older than the
-lease duration (its --node-monitor-grace-period is 50 s for kubelet's 40 s)."""
-
-
-def node_lease_seconds(nodes: int) -> int:
-    """The node lease duration for a cluster of `nodes` kwok nodes: kubelet's 40 s up to 100
-    nodes, then longer in proportion, so that all nodes together renew about as often as 100
-    do. At 1,000 nodes kubelet's pace is 50 lease writes a second, which on two cores is most
-    of the API server's time; a real cluster of that size has the cores for it. Nodes still
-    go NotReady when kwok stops (after the lease plus NODE_GRACE_MARGIN)."""
-    return NODE_LEASE_SECONDS * max(1, -(-nodes // NODE_LEASE_NODES))
-
-
 START_ATTEMPTS = 3
 # Budgets on a 2-core machine: the API server alone has been seen to take over 30 s to be ready.
 APISERVER_READY_TIMEOUT = 120.0

@@ -9,14 +9,14 @@ import logging
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..generic.client import ApiClient
 from ..generic.config import ClientConfig
-from ..localcluster import ClusterInfo, LocalCluster, default_state_dir
-from . import report as report_files
 from .plan import PRESETS, ScalePlan, parse_namespaces
-from .run import ScaleRun
+
+if TYPE_CHECKING:
+    from ..localcluster import ClusterInfo
 
 ENV_STATE_DIR: Final = "HARVESTER_QUOTA_SCALE_STATE_DIR"
 PODS_PER_NODE_FLOOR: Final = 110
@@ -66,6 +66,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"harvester-quota scale: {error}", file=sys.stderr)
         return 2
+    from ..localcluster import LocalCluster, default_state_dir  # noqa: PLC0415 - run only
+
     local = LocalCluster(args.state_dir or default_state_dir("scale", ENV_STATE_DIR))
     if not args.keep:
         local.down()
@@ -79,6 +81,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from . import report as report_files  # noqa: PLC0415 - only `scale` needs the run
+
     command = "harvester-quota " + shlex.join(sys.argv[1:])
     try:
         report = asyncio.run(_run(cluster, plan, args.report))
@@ -91,6 +95,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 
 async def _run(cluster: ClusterInfo, plan: ScalePlan, report_dir: Path) -> Any:
+    from .run import ScaleRun  # noqa: PLC0415 - only `scale` needs the run
+
     config = ClientConfig.from_files(
         cluster.server,
         ca_file=cluster.ca_file,

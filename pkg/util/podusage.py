@@ -29,6 +29,7 @@ __all__ = [
     "pod_requests",
     "quota_constraint_violations",
     "quota_usage_for",
+    "strip_pod_to_quota_fields",
 ]
 
 ResourceList = dict[str, Quantity]
@@ -420,3 +421,46 @@ def quota_constraint_violations(
         for name in sorted(required.difference(present)):
             missing.setdefault(name, []).append(container.name)
     return missing
+
+
+_SPEC_READ: Final = ("containers", "initContainers", "resources", "overhead", "nodeName")
+_CONTAINER_READ: Final = ("name", "resources", "restartPolicy")
+_STATUS_READ: Final = ("phase", "containerStatuses", "initContainerStatuses", "conditions")
+_CONTAINER_STATUS_READ: Final = ("name", "resources", "allocatedResources")
+_CONDITION_READ: Final = ("type", "reason", "status")
+
+
+def strip_pod_to_quota_fields(pod: dict[str, Any]) -> dict[str, Any]:
+    """An informer transform for caches that read pods only as quota does (`pod_quota_usage`,
+    `pod_counts_against_quota`) and by their metadata: drops the annotations, managedFields, and
+    every field of spec and status quota never reads (volumes, affinity, tolerations, IPs...),
+    about two thirds of a virt-launcher pod. Keeps what it does not recognise (a field of the
+    wrong type stays as it is, so the quota model reports it exactly as for the whole pod).
+
+    Mutates and returns `pod` (the informer hands over a fresh decode)."""
+    metadata = pod.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+        metadata.pop("annotations", None)
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        pod["spec"] = _kept(spec, _SPEC_READ)
+        for key in ("containers", "initContainers"):
+            _prune_items(pod["spec"], key, _CONTAINER_READ)
+    status = pod.get("status")
+    if isinstance(status, dict):
+        pod["status"] = _kept(status, _STATUS_READ)
+        for key in ("containerStatuses", "initContainerStatuses"):
+            _prune_items(pod["status"], key, _CONTAINER_STATUS_READ)
+        _prune_items(pod["status"], "conditions", _CONDITION_READ)
+    return pod
+
+
+def _kept(mapping: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {key: mapping[key] for key in keys if key in mapping}
+
+
+def _prune_items(parent: dict[str, Any], key: str, keys: tuple[str, ...]) -> None:
+    items = parent.get(key)
+    if isinstance(items, list):
+        parent[key] = [_kept(item, keys) if isinstance(item, dict) else item for item in items]

@@ -42,6 +42,7 @@ from ..generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings
+from ..util.podusage import strip_pod_to_quota_fields
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
 from .admission import BadReview, Denied, Request, parse_review, review_response
@@ -96,7 +97,9 @@ class WebhookCaches:
         self.namespaces = self.factory.informer(NAMESPACES)
         self._migrations = self.factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
         self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
-        self.pods = self.factory.informer(PODS, label_selector="kubevirt.io=virt-launcher")
+        self.pods = self.factory.informer(
+            PODS, label_selector="kubevirt.io=virt-launcher", transform=strip_pod_to_quota_fields
+        )
         self.pod_index = PodIndex()
         """The launcher pods as the room plan reads them, kept as they change (podindex.py)."""
         self.pods.store.add_view(PodIndex.VIEW, pod_view, self.pod_index.changed)

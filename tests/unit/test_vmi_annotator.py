@@ -15,6 +15,7 @@ from typing import Any, cast
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
 from harvester_quota.config.management import Management
 from harvester_quota.controller.migration.common import VmiAnnotator
+from harvester_quota.controller.migration.vmim_controller import VmimController
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.annotations import ANNOTATION_MIGRATION_STATE, ANNOTATION_MIGRATION_UID
 
@@ -92,3 +93,41 @@ async def test_once_the_cache_caught_up_it_is_the_authority_again() -> None:
     await writer.set(removed_by_someone, MIGRATING)
     vmi_patches = [p for plural, p in client.patches if plural == "virtualmachineinstances"]
     assert len(vmi_patches) == 2
+
+
+class VmiCache:
+    def __init__(self, cached: dict[str, Any]) -> None:
+        self.vmi = cached
+
+    def cached(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.vmi
+
+
+def running_migration(uid: str = "mig-1") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "m", "namespace": "ns", "uid": uid},
+        "spec": {"vmiName": "vm"},
+        "status": {"phase": "Running"},
+    }
+
+
+async def test_a_late_running_event_does_not_annotate_a_vmi_that_shows_the_migration_done() -> None:
+    """The VMIM cache lags behind the VMI cache: the VMI controller has removed the annotations
+    of a completed migration; the VMIM controller then sees the migration still Running. It must
+    not put them back (a ping-pong of 4 extra patches per migration under load)."""
+    completed = vmi(version=30)
+    completed["status"] = {"migrationState": {"migrationUid": "mig-1", "completed": True}}
+    writer, client = annotator(copy.deepcopy(completed))
+    management = SimpleNamespace(
+        client=client,
+        clock=FakeClock(),
+        kubevirt=SimpleNamespace(
+            virtual_machine_instance_migrations=lambda: None,
+            virtual_machine_instances=lambda: VmiCache(completed),
+        ),
+    )
+    controller = VmimController(cast(Management, management), writer)
+    await controller.on_changed("ns/m", running_migration())
+    assert client.patches == []
+    await controller.on_changed("ns/m2", running_migration(uid="mig-2"))
+    assert [plural for plural, _ in client.patches][:1] == ["virtualmachineinstances"]

@@ -67,7 +67,9 @@ def controller(pods: list[dict[str, Any]]) -> tuple[VmiController, RecordingClie
         client=client,
         clock=clock,
         kubevirt=SimpleNamespace(virtual_machine_instances=lambda: None),
-        informers=SimpleNamespace(informer=lambda resource: SimpleNamespace(store=PodStore(pods))),
+        informers=SimpleNamespace(
+            informer=lambda resource, **_options: SimpleNamespace(store=PodStore(pods))
+        ),
     )
     return VmiController(cast(Management, management)), client, clock
 

@@ -51,3 +51,13 @@ def test_what_sizes_the_launcher_or_names_the_source_pod_does(change: Any) -> No
     updated = copy.deepcopy(vmi())
     change(updated)
     assert vmi_plan_inputs(updated) != vmi_plan_inputs(vmi())
+
+
+def test_harvesters_migration_annotations_written_by_our_controllers_change_no_plan() -> None:
+    annotated = copy.deepcopy(vmi())
+    annotated["metadata"]["annotations"] = {
+        "harvesterhci.io/migrationUID": "m1",
+        "harvesterhci.io/migrationState": "Migrating",
+        "harvesterhci.io/migrationTargetNodeName": "kwok-node-2",
+    }
+    assert vmi_plan_inputs(annotated) == vmi_plan_inputs(vmi())

@@ -21,6 +21,7 @@ from ...generic import errors
 from ...generic.meta import annotations_of, is_deleting, labels, name, namespace, status
 from ...generic.resource import PODS, Object
 from ...util.annotations import ANNOTATION_MIGRATION_UID
+from ...util.podusage import strip_pod_to_quota_fields
 from .common import MIGRATION_ANNOTATIONS, VmiAnnotator
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ class VmiController:
         self.management = management
         self.annotator = annotator or VmiAnnotator(management)
         self.vmis = management.kubevirt.virtual_machine_instances()
-        self.pods = management.informers.informer(PODS)
+        # Shared with the quota reconcile, which asks first: the same transform either way.
+        self.pods = management.informers.informer(PODS, transform=strip_pod_to_quota_fields)
         self.pending_deletes: TTLCache[str, bool] = TTLCache(
             maxsize=DELETE_EXPECTATIONS_MAX,
             ttl=DELETE_EXPECTATION_TTL,

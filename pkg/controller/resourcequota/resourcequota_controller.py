@@ -36,6 +36,7 @@ from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ...generic.store import NamespaceObjects
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
 from ...util.launcher import LauncherSettings, launcher_quota_usage
+from ...util.podusage import strip_pod_to_quota_fields
 from ...util.quantity import Quantity
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
 from ...util.resourcequota.managed import is_managed_quota, managed_quota
@@ -74,7 +75,7 @@ class QuotaReconciler:
         self.quotas = factory.informer(RESOURCE_QUOTAS)
         self.migrations = factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
         self.vmis = factory.informer(VIRTUAL_MACHINE_INSTANCES)
-        self.pods = factory.informer(PODS)
+        self.pods = factory.informer(PODS, transform=strip_pod_to_quota_fields)
         self.pod_index = PodIndex()
         """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
         self.pods.store.add_view(PodIndex.VIEW, pod_view, self._pod_changed)

@@ -90,20 +90,31 @@ class RoomPlan:
         return bool(self.rooms)
 
 
+HARVESTER_MIGRATION_PREFIX = "harvesterhci.io/migration"
+"""Harvester's migration annotations on a VMI (migrationUID, migrationState,
+migrationTargetNodeName): written by our own migration controllers, read by Harvester's UI, never
+by the plan or the launcher rendering."""
+
+
 def vmi_plan_inputs(vmi: Mapping[str, Any]) -> tuple[Any, ...]:
     """Everything of a VMI the plan reads: its identity, metadata and spec (the launcher pod it
     renders to) and which migration its migrationState names with which source pod. An update
     of a VMI that leaves these equal (virt-controller's conditions, virt-handler's migration
-    progress) cannot change any plan."""
+    progress, Harvester's migration annotations) cannot change any plan."""
     meta = metadata(vmi)
     state = status(vmi).get("migrationState")
     shared = state if isinstance(state, Mapping) else {}
+    annotations = meta.get("annotations") or {}
+    if isinstance(annotations, Mapping):
+        annotations = {
+            k: v for k, v in annotations.items() if not k.startswith(HARVESTER_MIGRATION_PREFIX)
+        }
     return (
         meta.get("uid"),
         meta.get("name"),
         meta.get("creationTimestamp"),
         meta.get("labels"),
-        meta.get("annotations"),
+        annotations,
         vmi.get("spec"),
         shared.get("migrationUid"),
         shared.get("sourcePod"),
