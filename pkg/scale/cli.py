@@ -44,6 +44,13 @@ def add_command(commands: Any) -> None:
     scale.add_argument(
         "--keep", action="store_true", help="leave the cluster running (and reuse a kept one)"
     )
+    scale.add_argument(
+        "--controller-arg",
+        action="append",
+        default=[],
+        help="a flag for the controller process, as deployed (repeatable), e.g. "
+        "--controller-arg=--workers=10",
+    )
     scale.set_defaults(handler=cmd_scale)
 
 
@@ -85,7 +92,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
     command = "harvester-quota " + shlex.join(sys.argv[1:])
     try:
-        report = asyncio.run(_run(cluster, plan, args.report))
+        report = asyncio.run(_run(cluster, plan, args.report, tuple(args.controller_arg)))
     finally:
         if not args.keep:
             local.down()
@@ -94,7 +101,9 @@ def cmd_scale(args: argparse.Namespace) -> int:
     return 0 if report.all_done and not report.drift and not report.stale else 1
 
 
-async def _run(cluster: ClusterInfo, plan: ScalePlan, report_dir: Path) -> Any:
+async def _run(
+    cluster: ClusterInfo, plan: ScalePlan, report_dir: Path, controller_args: tuple[str, ...]
+) -> Any:
     from .run import ScaleRun  # noqa: PLC0415 - only `scale` needs the run
 
     config = ClientConfig.from_files(
@@ -104,5 +113,5 @@ async def _run(cluster: ClusterInfo, plan: ScalePlan, report_dir: Path) -> Any:
         key_file=cluster.client_key,
     )
     async with ApiClient(config, timeout=120.0) as api:
-        run = ScaleRun(api, cluster, plan, report_dir / "work")
+        run = ScaleRun(api, cluster, plan, report_dir / "work", controller_args=controller_args)
         return await run.run()

@@ -111,8 +111,10 @@ class Product:
         match_labels: Mapping[str, str],
         kubevirt_version: str,
         lease_name: str,
+        controller_args: tuple[str, ...] = (),
     ) -> None:
         self.api = api
+        self.controller_args = controller_args
         self.cluster = cluster
         self.workdir = workdir
         self.match_labels = dict(match_labels)
@@ -181,6 +183,7 @@ class Product:
             f"--lease-name={self.lease_name}",
             f"--kubevirt-version={self.kubevirt_version}",
             f"--health-port={self.health_port}",
+            *self.controller_args,
         ]
 
     def _webhook_args(self, kubeconfig: Path, cert: Path, key: Path) -> list[str]:

@@ -115,6 +115,7 @@ class ScaleRun:
         *,
         quiet_timeout: float = 60.0,
         delete_namespaces: bool = False,
+        controller_args: tuple[str, ...] = (),
         say: Callable[[str], None] = print,
         clock: Clock = REAL_CLOCK,
     ) -> None:
@@ -161,6 +162,7 @@ class ScaleRun:
             match_labels={RUN_LABEL: self.run_id},
             kubevirt_version=cluster.kubevirt_version,
             lease_name=f"scale-{self.run_id}",
+            controller_args=controller_args,
         )
 
     async def run(self) -> ScaleReport:

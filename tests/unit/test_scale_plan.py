@@ -111,3 +111,26 @@ def test_the_metrics_the_run_reads_are_summed_over_codes_and_subtracted() -> Non
     assert delta.cpu_seconds == 2.5
     assert delta.rss_bytes == 104857600.0
     assert (delta.reconciles, delta.reconcile_seconds) == (7.0, 0.35)
+
+
+def test_the_scale_command_takes_the_preset_and_the_counts_given() -> None:
+    from harvester_quota.main import build_parser
+    from harvester_quota.scale.cli import plan_from
+
+    args = build_parser().parse_args(
+        [
+            "scale",
+            "--size",
+            "tiny",
+            "--namespaces",
+            "10x2",
+            "--in-flight",
+            "8",
+            "--controller-arg=--workers=10",
+        ]
+    )
+    plan = plan_from(args)
+    assert (plan.nodes, plan.namespaces, plan.in_flight) == (4, (10, 10), 8)
+    assert args.controller_arg == ["--workers=10"]
+    with pytest.raises(ValueError, match="only 20 VMs"):
+        plan_from(build_parser().parse_args(["scale", "--namespaces", "10x2", "--per-size", "5"]))
