@@ -88,3 +88,62 @@ async def test_a_refused_label_write_never_stands_between_a_migration_and_its_ra
     assert await instance._label_room_held(namespace, True) is namespace
     assert await instance._label_room_held(namespace, True) is namespace
     assert client.patches == 1, "not retried on every reconcile"
+
+
+class StatusClient:
+    """Records status patches and answers with the quota as the API server would store it."""
+
+    def __init__(self) -> None:
+        self.status_patches: list[dict[str, Any]] = []
+
+    async def patch(
+        self, resource: Any, name: str, body: dict[str, Any], namespace: str, **kwargs: Any
+    ) -> dict[str, Any]:
+        assert kwargs.get("subresource") == "status"
+        self.status_patches.append(body["status"]["hard"])
+        return {
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "11"},
+            "spec": {"hard": body["status"]["hard"]},
+            "status": {"hard": body["status"]["hard"]},
+        }
+
+
+def raised_quota(cpu: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "q", "namespace": "ns", "resourceVersion": "10"},
+        "spec": {"hard": {"limits.cpu": cpu}},
+        "status": {"hard": {"limits.cpu": "3"}},
+    }
+
+
+def publishing_reconciler(queued: bool) -> tuple[QuotaReconciler, StatusClient]:
+    from harvester_quota.generic.ownwrites import OwnWrites
+
+    client = StatusClient()
+    instance = reconciler(RecordingRecorder())
+    instance.management = SimpleNamespace(client=client)  # type: ignore[assignment]
+    instance.namespaces = SimpleNamespace(  # type: ignore[assignment]
+        queue=SimpleNamespace(queued=lambda key: queued)
+    )
+    instance._status_writable = True
+    instance._unpublished = set()
+    instance._quota_writes = OwnWrites()
+    return instance, client
+
+
+async def test_a_raise_is_published_at_once_when_no_newer_plan_is_queued() -> None:
+    instance, client = publishing_reconciler(queued=False)
+    await instance._publish_or_defer(raised_quota("5"))
+    assert client.status_patches == [{"limits.cpu": "5"}]
+
+
+async def test_a_raise_followed_by_a_queued_plan_leaves_the_publish_to_that_plan() -> None:
+    """In a burst the next run writes a newer spec.hard at once; publishing the older one first
+    would delay it by a request. If that run has nothing to write, it still publishes."""
+    instance, client = publishing_reconciler(queued=True)
+    await instance._publish_or_defer(raised_quota("5"))
+    assert client.status_patches == []
+    await instance._publish_deferred("ns", raised_quota("5"))
+    assert client.status_patches == [{"limits.cpu": "5"}]
+    await instance._publish_deferred("ns", raised_quota("5"))
+    assert client.status_patches == [{"limits.cpu": "5"}], "published once"

@@ -63,6 +63,19 @@ async def test_add_while_processing_is_queued_again_on_done() -> None:
     assert await get_item(queue) == "ns/a"
 
 
+async def test_queued_tells_a_worker_whether_its_item_will_be_handed_out_again() -> None:
+    queue: Queue[str] = Queue()
+    assert not queue.queued("ns/a")
+    queue.add("ns/a")
+    assert queue.queued("ns/a")
+    item = await get_item(queue)
+    assert not queue.queued(item), "held by a worker, not added since"
+    queue.add("ns/a")
+    assert queue.queued(item)
+    queue.done(item)
+    assert queue.queued(item)
+
+
 async def test_done_without_a_re_add_does_not_queue_again() -> None:
     queue: Queue[str] = Queue()
     queue.add("ns/a")

@@ -110,6 +110,11 @@ class Queue(Generic[T]):
         if self._getters:
             self._wake_one_getter()
 
+    def queued(self, item: T) -> bool:
+        """Whether `item` will be handed out (again): added and not yet taken, or added while a
+        worker holds it. A worker may use it to leave to that next run what it would undo."""
+        return item in self._dirty
+
     def len(self) -> int:
         """How many items wait to be handed out (for information: do not gate add or get on it)."""
         return len(self._queue)
