@@ -55,7 +55,7 @@ class ControllerApp:
         )
         self.reconciler = resourcequota.register(self.management)
         if self.options.harvester_compat:
-            annotator = VmiAnnotator(self.management)
+            annotator = VmiAnnotator(self.management, quota_first=self.reconciler.settled)
             self.vmim_controller = vmim.register(self.management, annotator)
             self.vmi_controller = vmi.register(self.management, annotator)
 

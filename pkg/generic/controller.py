@@ -21,6 +21,7 @@ import asyncio
 import copy
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -61,6 +62,14 @@ class Ignore(Exception):
     """Raised by a handler: stop this run without error (wrangler's ErrSkip)."""
 
 
+@dataclass(eq=False)
+class _RunWaiter:
+    """A caller of Controller.wait_pending_runs: how many runs of its key are still to end."""
+
+    runs: int
+    ended: asyncio.Future[None]
+
+
 class Controller:
     """Handlers for one resource, run by workers over a rate-limited queue of keys."""
 
@@ -83,12 +92,14 @@ class Controller:
         self.name = name or resource.name
         self.workers = workers
         self.finalizer_prefix = finalizer_prefix
+        self.clock = clock
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             rate_limiter, name=self.name, clock=clock, registry=registry
         )
         self._handlers: list[tuple[str, Handler]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._watching = False
+        self._run_waiters: dict[str, list[_RunWaiter]] = {}
 
     # Registration -------------------------------------------------------------------------------
 
@@ -281,6 +292,43 @@ class Controller:
                 self.queue.add_rate_limited(key)
             finally:
                 self.queue.done(key)
+                self._run_ended(key)
+
+    async def wait_pending_runs(self, key: str, seconds: float) -> bool:
+        """Waits until the runs of ``key`` pending at the call have ended (the one a worker holds
+        and the one queued), at most ``seconds`` by the controller's clock; True if they ended.
+        Returns at once when none is pending.
+
+        For writes that should not compete with this controller's: the caller lets the key's
+        current work go first. Runs queued after the call are not waited for, so a key kept
+        busy delays a caller by two runs at most; a retry waiting out its backoff is not queued
+        and holds nobody. Event loop only.
+        """
+        runs = int(self.queue.queued(key)) + int(self.queue.processing(key))
+        if runs == 0:
+            return True
+        waiter = _RunWaiter(runs, asyncio.get_running_loop().create_future())
+        self._run_waiters.setdefault(key, []).append(waiter)
+        timer = asyncio.ensure_future(self.clock.sleep(seconds))
+        try:
+            await asyncio.wait({waiter.ended, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            self._forget_waiter(key, waiter)
+        return waiter.ended.done()
+
+    def _run_ended(self, key: str) -> None:
+        for waiter in self._run_waiters.get(key, ()):
+            waiter.runs -= 1
+            if waiter.runs == 0 and not waiter.ended.done():
+                waiter.ended.set_result(None)
+
+    def _forget_waiter(self, key: str, waiter: _RunWaiter) -> None:
+        waiters = self._run_waiters.get(key, [])
+        if waiter in waiters:
+            waiters.remove(waiter)
+        if not waiters:
+            self._run_waiters.pop(key, None)
 
     async def process(self, key: str) -> None:
         """Runs every handler for ``key`` once and decides whether and when it runs again."""

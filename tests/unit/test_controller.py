@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 from typing import Any, cast
@@ -266,5 +267,59 @@ async def test_a_key_is_never_handled_by_two_workers_at_once(clock: FakeClock) -
     await clock.advance(5)
     assert added_while_running > 0, "the key was re-added while a worker held it"
     assert overlaps == 0
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_wait_pending_runs_waits_for_the_held_run_and_its_queued_rerun_only(
+    clock: FakeClock,
+) -> None:
+    controller, _lw, informer = await started(clock)
+    runs: list[float] = []
+
+    async def slow(key: str, obj: Object | None) -> None:
+        await clock.sleep(1)
+        runs.append(clock.monotonic())
+
+    controller.on_change("slow", slow)
+    await run(controller, informer)
+    assert await controller.wait_pending_runs("ns/idle", 5), "an idle key does not wait"
+    controller.enqueue("ns", "busy")
+    await settle()
+    controller.enqueue("ns", "busy")  # queued again while a worker holds it
+    waiter = asyncio.ensure_future(controller.wait_pending_runs("ns/busy", 5))
+    await settle()
+    await clock.advance(1)
+    controller.enqueue("ns", "busy")  # queued after the call: not waited for
+    await settle()
+    assert not waiter.done(), "the rerun queued before the call is still to come"
+    await clock.advance(1)
+    await settle()
+    assert waiter.result() is True
+    assert len(runs) == 2
+    await clock.advance(1)
+    await settle()
+    assert len(runs) == 3
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_wait_pending_runs_gives_up_after_its_seconds(clock: FakeClock) -> None:
+    controller, _lw, informer = await started(clock)
+
+    async def endless(key: str, obj: Object | None) -> None:
+        await clock.sleep(10)
+
+    controller.on_change("endless", endless)
+    await run(controller, informer)
+    controller.enqueue("ns", "busy")
+    await settle()
+    waiter = asyncio.ensure_future(controller.wait_pending_runs("ns/busy", 2))
+    await settle()
+    await clock.advance(1.9)
+    assert not waiter.done()
+    await clock.advance(0.2)
+    await settle()
+    assert waiter.result() is False
     await controller.stop()
     await informer.stop()

@@ -8,15 +8,16 @@ drain). `VmiAnnotator` compares with the VMI our own patch returned until the ca
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from types import SimpleNamespace
 from typing import Any, cast
 
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
 from harvester_quota.config.management import Management
-from harvester_quota.controller.migration.common import VmiAnnotator
+from harvester_quota.controller.migration.common import QUOTA_FIRST_SECONDS, VmiAnnotator
 from harvester_quota.controller.migration.vmim_controller import VmimController
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.util.annotations import ANNOTATION_MIGRATION_STATE, ANNOTATION_MIGRATION_UID
 
 
@@ -131,3 +132,43 @@ async def test_a_late_running_event_does_not_annotate_a_vmi_that_shows_the_migra
     assert client.patches == []
     await controller.on_changed("ns/m2", running_migration(uid="mig-2"))
     assert [plural for plural, _ in client.patches][:1] == ["virtualmachineinstances"]
+
+
+async def test_a_write_waits_for_the_namespace_raise_and_rechecks_after_it() -> None:
+    stale = vmi()
+    client = PatchingClient(copy.deepcopy(stale))
+    management = cast(Management, SimpleNamespace(client=client, clock=FakeClock()))
+    raised = asyncio.Event()
+    waited_for: list[tuple[str, float]] = []
+
+    async def quota_first(namespace: str, seconds: float) -> bool:
+        waited_for.append((namespace, seconds))
+        await raised.wait()
+        return True
+
+    writer = VmiAnnotator(management, quota_first=quota_first)
+    first = asyncio.ensure_future(writer.set(stale, MIGRATING))
+    second = asyncio.ensure_future(writer.set(stale, MIGRATING))
+    await settle()
+    assert client.patches == [], "nothing is written while the namespace's raise is pending"
+    assert waited_for == [("ns", QUOTA_FIRST_SECONDS)] * 2
+    raised.set()
+    await asyncio.gather(first, second)
+    plurals = [plural for plural, _ in client.patches]
+    assert plurals == [VIRTUAL_MACHINE_INSTANCES.plural, VIRTUAL_MACHINES.plural], (
+        "the second call saw the first one's patch once it was its turn"
+    )
+
+
+async def test_nothing_to_write_waits_for_nothing() -> None:
+    current = vmi(**MIGRATING)
+    client = PatchingClient(copy.deepcopy(current))
+    management = cast(Management, SimpleNamespace(client=client, clock=FakeClock()))
+    calls: list[str] = []
+
+    async def quota_first(namespace: str, seconds: float) -> bool:
+        calls.append(namespace)
+        return True
+
+    await VmiAnnotator(management, quota_first=quota_first).set(current, MIGRATING)
+    assert calls == [] and client.patches == []

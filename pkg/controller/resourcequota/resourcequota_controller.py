@@ -117,6 +117,12 @@ class QuotaReconciler:
             controller.watch_related(informer, self._managed_namespaces, name=informer.name)
         controller.on_change(HANDLER, self.reconcile)
 
+    async def settled(self, namespace: str, seconds: float) -> bool:
+        """Waits until the reconciles of `namespace` queued or running at the call have ended, at
+        most `seconds`: for writes that may wait behind a raise (Controller.wait_pending_runs).
+        True if they ended."""
+        return await self.namespaces.wait_pending_runs(namespace, seconds)
+
     def _pod_changed(self, key: str, view: PodView | None) -> None:
         """The pod store's view listener: the namespace is reconciled when its pods changed as
         the plan sees them, not on every pod update (kwok's and the kubelet's status writes

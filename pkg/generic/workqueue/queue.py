@@ -115,6 +115,10 @@ class Queue(Generic[T]):
         worker holds it. A worker may use it to leave to that next run what it would undo."""
         return item in self._dirty
 
+    def processing(self, item: T) -> bool:
+        """Whether a worker holds `item` (handed out, `done` not yet called)."""
+        return item in self._processing
+
     def len(self) -> int:
         """How many items wait to be handed out (for information: do not gate add or get on it)."""
         return len(self._queue)
