@@ -156,6 +156,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                 kubevirt_version=args.kubevirt_version,
                 target_room_wait=args.target_room_wait,
                 namespace=args.namespace,
+                mtq=not args.no_mtq,
             )
 
     return asyncio.run(main())
@@ -388,6 +389,12 @@ def _add_webhook_command(commands: Any) -> None:
         default=TARGET_ROOM_WAIT,
         help="seconds a migration target pod's admission may wait for the controller's raise "
         f"(default {TARGET_ROOM_WAIT:g}; 0: never wait); keep it below the rule's timeoutSeconds",
+    )
+    hook.add_argument(
+        "--no-mtq",
+        action="store_true",
+        help="as the controller's --no-mtq: namespaces with a VirtualMachineMigrationResourceQuota "
+        "keep the room rules",
     )
     hook.set_defaults(handler=cmd_webhook)
 
