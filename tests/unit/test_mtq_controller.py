@@ -135,6 +135,8 @@ async def test_the_whole_flow_in_order_with_two_quota_writes_per_quota() -> None
     s = setup(h)
     reconciler = h.reconciler()
     await h.reconcile(reconciler)
+    assert h.cluster.writes == ["namespaces tenant"], "the raise waits for the lock's watch event"
+    await h.reconcile(reconciler)
     assert h.cluster.writes == [
         "namespaces tenant",
         "virtualmachinemigrationresourcequotas tenant/budget",
@@ -169,6 +171,13 @@ async def test_the_whole_flow_in_order_with_two_quota_writes_per_quota() -> None
         "namespaces",
     ]
     assert reconciler.stats.quota_writes == 2 and reconciler.stats.locks == 1
+    assert len(h.cluster.writes) + 5 == FULL_FLOW_WRITES, "the crash test kills at each of them"
+
+
+async def lock_and_raise(h: Harness, reconciler: MtqReconciler) -> None:
+    """The lock is written, then (on its watch event) the record and the raise."""
+    await h.reconcile(reconciler)
+    await h.reconcile(reconciler)
 
 
 async def converge(
@@ -201,7 +210,7 @@ async def test_killed_at_every_write_ends_with_the_original_quota_and_no_lock(
     h.cluster.writes_left = killed_at
     first = h.reconciler()
     try:
-        await h.reconcile(first)
+        await lock_and_raise(h, first)
         target_pod_appears(h, 0)
         await h.reconcile(first)
     except Killed:
@@ -214,7 +223,7 @@ async def test_killed_at_every_write_ends_with_the_original_quota_and_no_lock(
 async def test_a_controller_dead_past_the_deadline_restores_and_unlocks_on_start() -> None:
     h = harness()
     s = setup(h)
-    await h.reconcile(h.reconciler())  # lock, finalizer, record, raise, publish
+    await lock_and_raise(h, h.reconciler())  # lock | finalizer, record, raise, publish
     assert quota_hard(h) == raised(s)
     # The process dies here, and KubeVirt's retry never comes (no target pod).
     await h.clock.advance(31)
@@ -266,7 +275,7 @@ async def test_several_migrations_share_one_raise_and_restore_after_the_last_tar
     h = harness()
     s = setup(h, vms=2, budget_targets=2)
     reconciler = h.reconciler()
-    await h.reconcile(reconciler)
+    await lock_and_raise(h, reconciler)
     lock = parse_lock(h.cluster.get(NAMESPACES, "tenant"))
     assert lock is not None and set(lock.migrations.values()) == {"mig0", "mig1"}
     assert quota_hard(h) == raised(s, targets=2)
@@ -283,7 +292,7 @@ async def test_an_admin_edit_during_the_window_is_kept() -> None:
     h = harness()
     s = setup(h)
     reconciler = h.reconciler()
-    await h.reconcile(reconciler)
+    await lock_and_raise(h, reconciler)
     quota = h.cluster.get(RESOURCE_QUOTAS, "tenant/rq") or {}
     quota["spec"]["hard"]["requests.cpu"] = "64"
     quota["spec"]["hard"]["pods"] = "10"
@@ -302,7 +311,7 @@ async def test_a_vmmrq_deleted_while_locked_restores_before_it_goes() -> None:
     h = harness()
     s = setup(h)
     reconciler = h.reconciler()
-    await h.reconcile(reconciler)
+    await lock_and_raise(h, reconciler)
     h.cluster.delete_gracefully(VMMRQS, "tenant/budget")
     assert vmmrq(h) is not None, "held by the finalizer"
     await h.reconcile(reconciler)

@@ -5,7 +5,8 @@ reconcile per namespace, on the namespace controller's queue, computes the plan 
 (util/resourcequota/mtq.py) and moves the cluster one step at a time, in an order that a crash
 at any point leaves recoverable from what is written:
 
-1. lock: the namespace label and annotation, with an absolute deadline (never extended);
+1. lock: the namespace label and annotation, with an absolute deadline (never extended); the
+   next steps wait until the lock comes back through the namespace watch;
 2. the VMMRQ gets a finalizer, then its status records the budget and the original spec of every
    quota to raise: BEFORE any quota is touched;
 3. raise every recorded quota still at its original (and publish status.hard at once);
@@ -160,6 +161,7 @@ class MtqReconciler:
         """One step towards the plan for namespace `key` (see the module docstring)."""
         if namespace is None:
             return None
+        seen = parse_lock(namespace)
         namespace = self._writes.newest(f"namespace:{key}", namespace)
         vmmrq = self._vmmrq(key)
         if vmmrq is None:
@@ -170,6 +172,8 @@ class MtqReconciler:
         self._report(vmmrq, plan)
         if plan.locks:
             namespace = await self._hold(namespace, vmmrq, plan, lock, now)
+            if _covers(seen, plan, now):
+                await self._record_and_raise(vmmrq, plan)
         else:
             await self._release(namespace, vmmrq, plan)
             namespace = await self._unlock(namespace)
@@ -298,8 +302,14 @@ class MtqReconciler:
         lock: Lock | None,
         now: datetime.datetime,
     ) -> Object:
-        """Lock, record, raise: in that order, each step only if not done yet."""
-        namespace = await self._lock(namespace, vmmrq, plan, lock, now)
+        """Takes (or widens) the lock; the raise waits for the lock to come back through the
+        watch (`_covers`): the API server's webhook selector and the webhook's cache learn of it
+        from the same watch, so a pod created after the raise meets the lock (KubeVirt MTQ
+        raised right after creating its lock, and squatters slipped through)."""
+        return await self._lock(namespace, vmmrq, plan, lock, now)
+
+    async def _record_and_raise(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
+        """Finalizer, originals recorded in status, then the raise: each only if not done yet."""
         await self._ensure_finalizer(vmmrq, present=True)
         restored = await self._restore(vmmrq.namespace, plan.restore, plan.budget)
         await self._write_status(vmmrq, plan, restored)
@@ -309,7 +319,6 @@ class MtqReconciler:
             target = raise_action(live, original, plan.budget) if live is not None else None
             if target is not None and live is not None:
                 await self._write_hard(vmmrq.namespace, live, target, "raised")
-        return namespace
 
     async def _release(self, namespace: Object, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
         """Restore, forget the originals, drop the finalizer (the unlock follows)."""
@@ -501,6 +510,11 @@ class MtqReconciler:
             return
         remaining = (lock.until - now).total_seconds()
         self.namespaces.enqueue_after(None, key, max(0.0, remaining) + 0.05)
+
+
+def _covers(lock: Lock | None, plan: NamespacePlan, now: datetime.datetime) -> bool:
+    """Whether `lock`, as the watch delivered it, is in force for every planned migration."""
+    return lock is not None and lock.active(now) and set(plan.uids) <= set(lock.migrations)
 
 
 def _name(obj: Object) -> str:
