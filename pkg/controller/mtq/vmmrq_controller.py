@@ -267,8 +267,10 @@ class MtqReconciler:
             if not lock.admits_target_of(uid) or self.pods.store.by_index(TARGET_INDEX, uid):
                 continue
             previous = self._expired.get(uid)
-            backoff = min(RETRY_CAP, previous.backoff * 2) if previous else RETRY_AFTER_EXPIRY
             version = str(metadata(migration).get("resourceVersion"))
+            if previous and previous.version == version and now < previous.retry_at:
+                continue  # this window's end is recorded already (a retried reconcile)
+            backoff = min(RETRY_CAP, previous.backoff * 2) if previous else RETRY_AFTER_EXPIRY
             self._expired[uid] = Expired(version, now + backoff, backoff)
             log.warning(
                 "%s/%s: lock window ended without a target pod; next try in %.0fs or on change",
