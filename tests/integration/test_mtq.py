@@ -45,6 +45,7 @@ from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.test_controllers_on_kubevirt import (
     MIGRATION_TIMEOUT,
     V170_HARD,
+    V170_LIMIT,
     V170_ROOM,
     kubevirt,
     kv,
@@ -179,9 +180,9 @@ def same(a: dict[str, str], b: dict[str, str]) -> bool:
     return set(a) == set(b) and all(Quantity.parse(str(a[k])) == Quantity.parse(b[k]) for k in a)
 
 
-async def restored(kv: KubeVirtByHand, original: dict[str, str]) -> bool:
+async def restored(kv: KubeVirtByHand, original: dict[str, str], name: str = QUOTA) -> bool:
     """The quota is exactly `original`, the namespace unlocked, nothing recorded on the VMMRQ."""
-    quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+    quota = await kv.api.get(RESOURCE_QUOTAS, name, kv.namespace)
     namespace = await kv.api.get(NAMESPACES, kv.namespace)
     if not same(quota["spec"]["hard"], original):
         return False
@@ -278,6 +279,28 @@ async def test_several_migrations_share_one_raise(
         f"{stats.quota_writes} quota spec writes"
     )
     assert stats.quota_writes <= 2 * stats.locks
+
+
+async def test_the_room_mode_leaves_a_namespace_with_a_vmmrq_to_mtq(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """Rancher's labelled quota and a VMMRQ in one namespace: MTQ raises and restores it, the
+    room mode writes nothing there (no room annotation, no room-held label)."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    await create_vmmrq(kv, V170_ROOM)
+    name = await refused_migration(kv, kubevirt)
+    app = await controllers.start()
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, V170_HARD, "default-quota"), what="quota restored")
+    assert app.reconciler.writes[kv.namespace] == 0
+    assert app.mtq is not None and app.mtq.stats.quota_writes == 2
+    quota = await kv.quota()
+    assert not [k for k in quota["metadata"].get("annotations") or {} if "migrating" in k]
 
 
 def lock_annotation(seconds: float, migrations: dict[str, str] | None = None) -> str:
