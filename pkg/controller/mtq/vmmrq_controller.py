@@ -33,9 +33,9 @@ from typing import Any, Final
 from ...apis.harvester import RATIO_SETTING, SETTINGS
 from ...apis.kubevirt import (
     CONDITION_REJECTED_BY_QUOTA,
-    FINAL_PHASES,
     KUBEVIRTS,
     LABEL_MIGRATION_JOB,
+    PHASE_PENDING,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
 )
@@ -90,6 +90,11 @@ def _target_index(pod: Object) -> list[str]:
 def _namespace_of(obj: Object) -> list[str]:
     namespace = metadata(obj).get("namespace")
     return [str(namespace)] if namespace else []
+
+
+def _labels_changed(old: Object, new: Object) -> bool:
+    """A target pod matters when it appears or goes (or is relabelled), not on status updates."""
+    return labels(old) != labels(new)
 
 
 def _targets_namespace(obj: Object) -> list[str]:
@@ -148,7 +153,9 @@ class MtqReconciler:
         controller = self.namespaces
         for informer in (self.vmmrqs, self.quotas, self.migrations):
             controller.watch_related(informer, _namespace_of, name=f"mtq {informer.name}")
-        controller.watch_related(self.pods, _targets_namespace, name="mtq target pods")
+        controller.watch_related(
+            self.pods, _targets_namespace, name="mtq target pods", relevant=_labels_changed
+        )
         controller.on_change(HANDLER, self.reconcile)
 
     def manages(self, namespace: str) -> bool:
@@ -224,14 +231,14 @@ class MtqReconciler:
     def _blocked(self, namespace: str, migration: Object) -> Blocked | None:
         """The migration as Blocked if KubeVirt reports its target pod refused by quota and no
         target pod exists, sized as KubeVirt would render it; else None."""
-        phase = str(status(migration).get("phase") or "Pending")
+        phase = str(status(migration).get("phase") or PHASE_PENDING)
         conditions = status(migration).get("conditions") or []
         rejected = any(
             isinstance(c, Mapping) and c.get("type") == CONDITION_REJECTED_BY_QUOTA
             for c in conditions
         )
         uid = str(metadata(migration).get("uid"))
-        if phase in FINAL_PHASES or phase != "Pending" or not rejected:
+        if phase != PHASE_PENDING or not rejected:
             return None
         if self.pods.store.by_index(TARGET_INDEX, uid):
             return None
