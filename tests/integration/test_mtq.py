@@ -226,6 +226,48 @@ async def test_a_vmmrq_unblocks_a_refused_migration_and_the_quota_comes_back_exa
     )
 
 
+KEY_KINDS = [
+    "memory",
+    "requests.memory",
+    "limits.memory",
+    "cpu",
+    "requests.cpu",
+    "limits.cpu",
+    "ephemeral-storage",
+    "requests.ephemeral-storage",
+    "pods",
+]
+"""MTQ's table of quota keys (its e2e "all types of resources requests and limits")."""
+
+
+@pytest.mark.parametrize("key", KEY_KINDS)
+async def test_every_quota_key_kind_is_raised_and_restored(
+    key: str,
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """A quota on one key, full to exactly what the running VM uses; a budget of that much."""
+    await tenant_quota(kv, {key: "1000"})
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+
+    async def used() -> str | None:
+        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+        value = ((quota.get("status") or {}).get("used") or {}).get(key)
+        return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
+
+    in_use = await eventually(used, what=f"{key} used")
+    await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
+    name = await kubevirt.migrate("vm1")
+    assert await kubevirt.records.wait_for(lambda: refusals(kubevirt, kv.namespace, name) > 0, 60)
+    await controllers.start()
+    await create_vmmrq(kv, {key: in_use})
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, {key: in_use}), what="quota restored, unlocked")
+
+
 async def test_a_budget_too_small_is_said_once_and_a_bigger_one_releases(
     kv: KubeVirtByHand,
     kubevirt: RealKubeVirt,
