@@ -452,3 +452,45 @@ async def test_killed_at_each_step_ends_with_the_original_quota_and_no_lock(
     await eventually(lambda: restored(kv, V170_HARD), what="quota restored, unlocked")
     migration = await kv.api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, kv.namespace)
     assert migration["status"]["phase"] == "Succeeded"
+
+
+async def test_the_room_and_mtq_modes_side_by_side_on_the_v170_seed(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """One namespace, the v1.7.0 seed's quota and VM, migrated twice with the controllers running:
+    first in the room mode (Rancher's labelled quota, no VMMRQ), then in MTQ mode (a VMMRQ of
+    the launcher's usage). Both complete and end at the base; the table is printed for the README."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+    app = await controllers.start()
+    rows = []
+    for mode in ("room", "mtq"):
+        if mode == "mtq":
+            await create_vmmrq(kv, V170_ROOM)
+            await eventually(lambda: app.mtq is not None and app.mtq.manages(kv.namespace))
+        writes_before = app.reconciler.writes[kv.namespace]
+        name = await kubevirt.migrate("vm1")
+        record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+        await eventually(lambda: restored(kv, V170_HARD, "default-quota"), what="at the base")
+        assert app.mtq is not None
+        admitted = record.admitted.mono - record.created.mono if record.admitted else -1.0
+        rows.append(
+            (
+                mode,
+                record.refusals,
+                admitted,
+                app.reconciler.writes[kv.namespace] - writes_before
+                if mode == "room"
+                else app.mtq.stats.quota_writes,
+                app.mtq.stats.longest_hold if mode == "mtq" else 0.0,
+            )
+        )
+    print("\nmode  refusals  created->admitted(s)  quota spec writes  lock held(s)")
+    for mode, refusals_, admitted, writes, held in rows:
+        print(f"{mode:5} {refusals_:8} {admitted:21.2f} {writes:18} {held:13.3f}")
+    assert rows[0][3] == 2 and rows[1][3] == 2
