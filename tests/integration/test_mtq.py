@@ -249,7 +249,8 @@ async def test_every_quota_key_kind_is_raised_and_restored(
     controllers: Controllers,
 ) -> None:
     """A quota on one key, full to exactly what the running VM uses; a budget of that much."""
-    await tenant_quota(kv, {key: "1000"})
+    roomy = "1000Gi" if "memory" in key or "storage" in key else "1000"
+    await tenant_quota(kv, {key: roomy})
     (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
 
     async def used() -> str | None:
