@@ -327,3 +327,43 @@ async def test_a_namespace_locked_without_a_vmmrq_is_unlocked() -> None:
     h.cluster.put(NAMESPACES, namespace)
     await h.reconcile(h.reconciler())
     assert LABEL_LOCKED not in namespace_labels(h)
+
+
+async def test_a_migration_joining_a_held_lock_keeps_its_deadline() -> None:
+    h = harness()
+    s = setup(h, vms=2, budget_targets=2)
+    late = h.cluster.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "tenant/mig1") or {}
+    late["status"] = {"phase": "Pending"}  # not refused yet
+    h.cluster.put(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, late)
+    reconciler = h.reconciler()
+    await lock_and_raise(h, reconciler)
+    first = parse_lock(h.cluster.get(NAMESPACES, "tenant"))
+    assert first is not None and set(first.migrations.values()) == {"mig0"}
+    await h.clock.advance(5)
+    late = h.cluster.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "tenant/mig1") or {}
+    late["status"] = s["migrations"][1]["status"]
+    h.cluster.put(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, late)
+    await lock_and_raise(h, reconciler)
+    widened = parse_lock(h.cluster.get(NAMESPACES, "tenant"))
+    assert widened is not None and set(widened.migrations.values()) == {"mig0", "mig1"}
+    assert widened.until == first.until, "never extended"
+    assert reconciler.stats.quota_writes == 1, "the raise is shared, not repeated"
+
+
+async def test_with_two_vmmrqs_the_one_recording_a_raise_is_used_and_the_other_named() -> None:
+    h = harness()
+    setup(h)
+    reconciler = h.reconciler()
+    await lock_and_raise(h, reconciler)
+    h.cluster.put(  # sorts first by name, but records nothing
+        VMMRQS,
+        {
+            "metadata": {"name": "another", "namespace": "tenant"},
+            "spec": {"additionalMigrationResources": {"requests.memory": "1"}},
+        },
+    )
+    await h.reconcile(reconciler)
+    await h.reconcile(reconciler)
+    warned = [(name, reason) for name, reason, _ in h.events]
+    assert warned == [("another", "MultipleMigrationResourceQuotas")], "once"
+    assert "originalBlockingResourceQuotas" in ((vmmrq(h) or {}).get("status") or {})
