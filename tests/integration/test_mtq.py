@@ -278,7 +278,8 @@ async def test_a_budget_too_small_is_said_once_and_a_bigger_one_releases(
     await tenant_quota(kv, V170_HARD)
     name = await refused_migration(kv, kubevirt)
     await controllers.start()
-    short = {**V170_ROOM, "limits.memory": str(4797464313 - 1048576)}
+    # The target needs 2 x 4797464313 - 5000Mi more than the quota's limits.memory; 1Mi less:
+    short = {**V170_ROOM, "limits.memory": str(2 * 4797464313 - 5242880000 - 1048576)}
     await create_vmmrq(kv, short)
 
     async def warnings() -> list[Object]:
@@ -305,9 +306,16 @@ async def test_several_migrations_share_one_raise(
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:
-    hard = {"limits.cpu": "5", "limits.memory": "10000Mi"}
+    hard = {"limits.cpu": "4030m", "limits.memory": str(2 * 4797464313)}  # two launchers
     await tenant_quota(kv, hard)
-    names = [await refused_migration(kv, kubevirt, vm) for vm in ("vm1", "vm2")]
+    for vm in ("vm1", "vm2"):
+        spec = VMSpec(vm, cores=2, memory="4Gi")
+        (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
+    names = [await kubevirt.migrate(vm) for vm in ("vm1", "vm2")]
+    for name in names:
+        assert await kubevirt.records.wait_for(
+            lambda name=name: refusals(kubevirt, kv.namespace, name) > 0, 60
+        )
     app = await controllers.start()
     budget = {"limits.cpu": "4030m", "limits.memory": str(2 * 4797464313)}
     await create_vmmrq(kv, budget)

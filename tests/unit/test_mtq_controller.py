@@ -367,3 +367,19 @@ async def test_with_two_vmmrqs_the_one_recording_a_raise_is_used_and_the_other_n
     warned = [(name, reason) for name, reason, _ in h.events]
     assert warned == [("another", "MultipleMigrationResourceQuotas")], "once"
     assert "originalBlockingResourceQuotas" in ((vmmrq(h) or {}).get("status") or {})
+
+
+async def test_a_target_counted_before_the_caches_show_it_raises_no_false_warning() -> None:
+    """Quota admission counted the target pod in status.used; the pod and the VMIM's new phase
+    are not in the caches yet: the migration looks short of budget, but it is the lock's own."""
+    h = harness()
+    s = setup(h)
+    reconciler = h.reconciler()
+    await lock_and_raise(h, reconciler)
+    quota = h.cluster.get(RESOURCE_QUOTAS, "tenant/rq") or {}
+    quota["status"]["used"] = {
+        k: str(_q(v) + s["need"][k]) for k, v in quota["status"]["used"].items()
+    }
+    h.cluster.put(RESOURCE_QUOTAS, quota)
+    await h.reconcile(reconciler)
+    assert h.events == []
