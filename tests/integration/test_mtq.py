@@ -11,7 +11,9 @@ launcher uses 2015m / 4797464313 at ratio 1.5, so its migration target cannot fi
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from harvester_quota.config.management import Options
 from harvester_quota.controller.mtq.vmmrq_controller import FINALIZER
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.localcluster.cluster import VIRT_CONTROLLER_USER
@@ -81,6 +84,7 @@ class Controllers:
     def __init__(self, api: ApiClient, cluster: ClusterInfo) -> None:
         self.api, self.cluster = api, cluster
         self.apps: list[tuple[ControllerApp, ApiClient]] = []
+        self.tasks: list[asyncio.Task[None]] = []
 
     async def start(
         self, *, lock_seconds: float = 30.0, writes: int | None = None, namespace: str = ""
@@ -101,7 +105,40 @@ class Controllers:
         await app.start()
         return app
 
+    async def candidate(
+        self, lease: str, identity: str, *, writes: int | None = None, namespace: str = ""
+    ) -> tuple[ControllerApp, LeaderElector, asyncio.Task[None]]:
+        """A replica campaigning for `lease` (in our namespace, as deployed): its controllers
+        run only while it leads; with `writes`, as `start`."""
+        client = await deployment.client_as(self.api, self.cluster, "harvester-quota")
+        if writes is not None:
+            kill_after(client, writes, namespace)
+        options = Options(
+            kubevirt_version=str(self.cluster.kubevirt_version), harvester_compat=False
+        )
+        app = ControllerApp(client, options, registry=CollectorRegistry())
+        elector = LeaderElector(
+            client,
+            LeaderElectionConfig(
+                deployment.SYSTEM_NAMESPACE,
+                lease,
+                identity,
+                lease_duration=6,
+                renew_deadline=4,
+                retry_period=1,
+            ),
+            on_started_leading=app.lead,
+        )
+        self.apps.append((app, client))
+        task = asyncio.ensure_future(elector.run())
+        self.tasks.append(task)
+        return app, elector, task
+
     async def stop_all(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
         for app, client in self.apps:
             await app.stop()
             await client.close()
@@ -503,3 +540,28 @@ async def test_the_room_and_mtq_modes_side_by_side_on_the_v170_seed(
     for mode, refusals_, admitted, writes, held in rows:
         print(f"{mode:5} {refusals_:8} {admitted:21.2f} {writes:18} {held:13.3f}")
     assert rows[0][3] == 2 and rows[1][3] == 2
+
+
+async def test_a_leader_change_mid_window_is_finished_by_the_new_leader(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """Two replicas on one Lease; the leader dies right after the raise (before publishing it);
+    the standby takes the Lease and ends the window: migration done, quota exact, no lock."""
+    await tenant_quota(kv, V170_HARD)
+    name = await refused_migration(kv, kubevirt)
+    lease = f"mtq-test-{uuid.uuid4().hex[:6]}"
+    _, leader, leading = await controllers.candidate(
+        lease, "first", writes=4, namespace=kv.namespace
+    )
+    await eventually(lambda: leader.leading, what="the first replica leads")
+    _, standby, _ = await controllers.candidate(lease, "second")
+    await create_vmmrq(kv, V170_ROOM)
+    await eventually(lambda: raised(kv), what="the first leader's raise")
+    leading.cancel()  # the leader is gone; its Lease is released
+    await eventually(lambda: standby.leading, timeout=30, what="the standby takes over")
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, V170_HARD), what="quota restored, unlocked")
