@@ -565,3 +565,56 @@ async def test_a_leader_change_mid_window_is_finished_by_the_new_leader(
     record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
     assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
     await eventually(lambda: restored(kv, V170_HARD), what="quota restored, unlocked")
+
+
+async def test_squatters_racing_every_window_never_take_the_raise(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """MTQ's "system abuse" scenario: the quota is exactly what the VM uses, so only the raise
+    could admit another pod; a tenant keeps creating small pods while the VM migrates three
+    times in a row. Every migration completes and no squatter ever gets in."""
+    await tenant_quota(kv, V170_ROOM)
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+    await controllers.start()
+    await create_vmmrq(kv, V170_ROOM)
+    squatter = {
+        "metadata": {"generateName": "squatter-"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {"cpu": "10m", "memory": "16Mi"}},
+                }
+            ]
+        },
+    }
+    admitted: list[str] = []
+    attempts = [0]
+
+    async def squat() -> None:
+        while True:
+            attempts[0] += 1
+            try:
+                created = await kv.api.create(PODS, squatter, kv.namespace)
+            except errors.ApiError:
+                await asyncio.sleep(0.02)  # a tenant's retry pace, not a wait for a state
+                continue
+            admitted.append(created["metadata"]["name"])
+
+    task = asyncio.ensure_future(squat())
+    try:
+        for _ in range(3):
+            record = await kubevirt.wait_migration(
+                await kubevirt.migrate("vm1"), timeout=MIGRATION_TIMEOUT
+            )
+            assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+            await eventually(lambda: restored(kv, V170_ROOM), what="quota restored, unlocked")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    print(f"\nMTQ squatters: {attempts[0]} attempts, {len(admitted)} admitted")
+    assert attempts[0] > 10 and admitted == []
