@@ -20,6 +20,7 @@ from .config.management import Management, Options
 from .controller.migration import vmi_controller as vmi
 from .controller.migration import vmim_controller as vmim
 from .controller.migration.common import VmiAnnotator
+from .controller.mtq import vmmrq_controller as mtq
 from .controller.resourcequota import resourcequota_controller as resourcequota
 from .generic import errors
 from .generic.client import ApiClient
@@ -45,6 +46,8 @@ class ControllerApp:
     reconciler: resourcequota.QuotaReconciler = field(init=False)
     vmim_controller: vmim.VmimController | None = field(init=False, default=None)
     vmi_controller: vmi.VmiController | None = field(init=False, default=None)
+    mtq: mtq.MtqReconciler | None = field(init=False, default=None)
+    """Managed-Tenant-Quota mode (namespaces with a VMMRQ), unless --no-mtq."""
     request_metrics: ApiRequestMetrics = field(init=False)
     """API requests by verb and resource, counted from start() to stop()."""
 
@@ -54,6 +57,9 @@ class ControllerApp:
             self.client, self.options, clock=self.clock, registry=self.registry
         )
         self.reconciler = resourcequota.register(self.management)
+        if self.options.mtq:
+            self.mtq = mtq.register(self.management, lock_seconds=self.options.mtq_lock_seconds)
+            self.reconciler.defer_to = self.mtq.manages
         if self.options.harvester_compat:
             annotator = VmiAnnotator(self.management, quota_first=self.reconciler.settled)
             self.vmim_controller = vmim.register(self.management, annotator)

@@ -123,6 +123,8 @@ def _options(args: argparse.Namespace) -> Options:
         leader_elect=not args.no_leader_elect,
         health_port=args.health_port,
         harvester_compat=not args.no_harvester_compat,
+        mtq=not args.no_mtq,
+        mtq_lock_seconds=args.mtq_lock_seconds,
     )
 
 
@@ -154,6 +156,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                 kubevirt_version=args.kubevirt_version,
                 target_room_wait=args.target_room_wait,
                 namespace=args.namespace,
+                mtq=not args.no_mtq,
             )
 
     return asyncio.run(main())
@@ -303,6 +306,18 @@ def _add_run_command(commands: Any) -> None:
         action="store_true",
         help="skip Harvester's VMI migration annotations, VM timestamp touch and abort cleanup",
     )
+    run.add_argument(
+        "--no-mtq",
+        action="store_true",
+        help="leave namespaces with a VirtualMachineMigrationResourceQuota to the room mode "
+        "(MTQ mode off)",
+    )
+    run.add_argument(
+        "--mtq-lock-seconds",
+        type=_positive_seconds,
+        default=30.0,
+        help="the longest an MTQ namespace lock and its raise last (default 30)",
+    )
     run.set_defaults(handler=cmd_run)
 
 
@@ -330,6 +345,13 @@ def _non_negative_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not seconds >= 0 or seconds == float("inf"):
         raise argparse.ArgumentTypeError(f"must be 0 or more seconds, finite: {text!r}")
+    return seconds
+
+
+def _positive_seconds(text: str) -> float:
+    seconds = _non_negative_seconds(text)
+    if seconds == 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
     return seconds
 
 
@@ -367,6 +389,12 @@ def _add_webhook_command(commands: Any) -> None:
         default=TARGET_ROOM_WAIT,
         help="seconds a migration target pod's admission may wait for the controller's raise "
         f"(default {TARGET_ROOM_WAIT:g}; 0: never wait); keep it below the rule's timeoutSeconds",
+    )
+    hook.add_argument(
+        "--no-mtq",
+        action="store_true",
+        help="as the controller's --no-mtq: namespaces with a VirtualMachineMigrationResourceQuota "
+        "keep the room rules",
     )
     hook.set_defaults(handler=cmd_webhook)
 

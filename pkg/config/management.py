@@ -44,6 +44,11 @@ class Options:
     health_port: int = 8080
     harvester_compat: bool = True
     """Keep Harvester's VMI migration annotations, VM timestamp touch and abort cleanup."""
+    mtq: bool = True
+    """Managed-Tenant-Quota mode for namespaces with a VirtualMachineMigrationResourceQuota (the
+    VMMRQ is the per-namespace opt-in; without its CRD nothing changes)."""
+    mtq_lock_seconds: float = 30.0
+    """The longest an MTQ lock (and the raise under it) lasts."""
 
 
 @dataclass

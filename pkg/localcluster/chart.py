@@ -56,9 +56,10 @@ def helm(*args: str) -> str:
 
 
 def render(values: Mapping[str, Any] | None = None, namespace: str = NAMESPACE) -> str:
-    """The chart rendered for `namespace` with `values` over the defaults."""
+    """The chart rendered for `namespace` with `values` over the defaults, its crds/ included
+    (MTQ's VirtualMachineMigrationResourceQuota), so the plain manifest installs them too."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["template", RELEASE, str(CHART), "--namespace", namespace]
+        args = ["template", RELEASE, str(CHART), "--namespace", namespace, "--include-crds"]
         args += ["--kube-version", KUBE_VERSION]
         if values:
             path = Path(tmp) / "values.yaml"

@@ -48,6 +48,9 @@ from .rest import ApiError, RestClient
 ENV_STATE_DIR = "HARVESTER_QUOTA_STATE_DIR"
 STAGES_FILE = Path(__file__).parent / "stages" / "kwok-stages.yaml"
 CRDS_FILE = Path(__file__).parent / "crds" / "kubevirt-harvester.yaml"
+MTQ_CRDS_FILE = Path(__file__).parent / "crds" / "mtq.yaml"
+"""MTQ's VirtualMachineMigrationResourceQuota: the chart's crds/ file, copied (a test keeps the
+two equal), with MTQ's real schema."""
 STATE_VERSION = 1
 CONTEXT_NAME = "harvester-quota-local"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -789,21 +792,25 @@ def _kubevirt_node(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def crd_documents(generated: Path | None) -> list[dict[str, Any]]:
-    """The CRDs `up` installs: our hand-written ones, or with ``generated`` (KubeVirt's own, as
-    printed by crdgen) those for every kubevirt.io group and our hand-written ones for the rest
-    (Harvester's Setting)."""
-    ours = [doc for doc in yaml.safe_load_all(CRDS_FILE.read_text()) if doc]
+    """The CRDs `up` installs: our hand-written ones and MTQ's VMMRQ, or with ``generated``
+    (KubeVirt's own, as printed by crdgen) those, and ours for every other group (Harvester's
+    Setting, MTQ's mtq.kubevirt.io, which crdgen does not print)."""
+    ours = [
+        doc for path in (CRDS_FILE, MTQ_CRDS_FILE) for doc in yaml.safe_load_all(path.read_text())
+    ]
+    ours = [doc for doc in ours if doc]
     if generated is None:
         return ours
     kubevirts = [doc for doc in yaml.safe_load_all(generated.read_text()) if doc]
     if not kubevirts:
         raise ClusterError(f"{generated} holds no CRD")
-    others = [doc for doc in ours if not _is_kubevirt_group(doc["spec"]["group"])]
+    served = {doc["metadata"]["name"] for doc in kubevirts}
+    others = [
+        doc
+        for doc in ours
+        if doc["spec"]["group"] != "kubevirt.io" and doc["metadata"]["name"] not in served
+    ]
     return kubevirts + others
-
-
-def _is_kubevirt_group(group: str) -> bool:
-    return group == "kubevirt.io" or group.endswith(".kubevirt.io")
 
 
 def _install_crds(rest: RestClient, generated: Path | None = None) -> list[str]:

@@ -21,7 +21,7 @@ import yaml
 from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.config import ClientConfig
-from ..generic.resource import NAMESPACES, Object, Resource
+from ..generic.resource import CRDS, NAMESPACES, Object, Resource
 from .chart import MANIFEST
 from .cluster import ClusterInfo
 
@@ -45,6 +45,7 @@ KINDS: Final = {
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     "Deployment": Resource("apps", "v1", "deployments", "Deployment"),
+    "CustomResourceDefinition": CRDS,
     "ValidatingWebhookConfiguration": Resource(
         "admissionregistration.k8s.io",
         "v1",

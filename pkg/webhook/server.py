@@ -1,7 +1,8 @@
 """`harvester-quota webhook`: the HTTPS AdmissionReview server.
 
-Four validating endpoints (/validate/namespaces, /validate/resourcequotas,
-/validate/virtualmachines, /validate/pods) over the rules in resources/, answered from informer
+Five validating endpoints (/validate/namespaces, /validate/resourcequotas,
+/validate/virtualmachines, /validate/pods, and /validate/mtq-lock for pods, quotas and VMMRQs in
+namespaces MTQ mode locks) over the rules in resources/, answered from informer
 caches (no API call per request); a migration target pod's answer may wait for its room to show
 in them (resources/pod/targets.py). TLS 1.2 or newer; the certificate and key files are re-read when
 they change on disk (a rotated Secret mounted in the pod), without a restart. A request that
@@ -33,6 +34,7 @@ from ..apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
 )
+from ..apis.mtq import VMMRQS
 from ..config.kubevirt import settings_from
 from ..generic import errors
 from ..generic.client import ApiClient
@@ -47,6 +49,7 @@ from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .resources.common import Identities, Lookups
+from .resources.mtq.validator import active_lock, is_lock_target, validate_locked
 from .resources.namespace.validator import validate_namespace_update
 from .resources.pod.ledger import AdmissionLedger
 from .resources.pod.reservations import COLLECT_AFTER, LeaseReservations
@@ -86,8 +89,16 @@ class WebhookCaches:
     """The informer caches the validators read (implements resources.common.Lookups)."""
 
     def __init__(
-        self, client: ApiClient, *, clock: Clock = REAL_CLOCK, kubevirt_version: str | None = None
+        self,
+        client: ApiClient,
+        *,
+        clock: Clock = REAL_CLOCK,
+        kubevirt_version: str | None = None,
+        mtq: bool = True,
     ) -> None:
+        """`mtq`: namespaces with a VirtualMachineMigrationResourceQuota are MTQ mode's, and
+        their quotas are no managed quota here (no room rules, no target wait), as the
+        controller's --no-mtq decides."""
         self._clock = clock
         self._kubevirt_version = kubevirt_version
         self.factory = SharedInformerFactory(client, clock=clock)
@@ -107,6 +118,7 @@ class WebhookCaches:
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
         self.kubevirts = self.factory.informer(KUBEVIRTS, optional=True)
+        self.vmmrqs = self.factory.informer(VMMRQS, optional=True) if mtq else None
         self.quota_changes = QuotaChanges(clock)
         """Wakes target pods waiting for their room (pod/targets.py)."""
         self.quotas.add_event_handler(
@@ -121,6 +133,8 @@ class WebhookCaches:
         self.quota_changes.changed(str((quota.get("metadata") or {}).get("namespace")))
 
     def managed_quota(self, namespace: str) -> Object | None:
+        if self.vmmrqs is not None and self.vmmrqs.store.by_index("namespace", namespace):
+            return None  # MTQ mode's namespace: the room mode does not manage its quota
         return managed_quota(self.quotas.store.by_index("namespace", namespace))
 
     def namespace(self, name: str) -> Object | None:
@@ -369,10 +383,15 @@ class WebhookServer:
             ),
             "virtualmachines": ("VirtualMachine", lambda r: validate_vm_start(r, self.lookups)),
             "pods": ("Pod", self._validate_pod),
+            "mtq-lock": ("", lambda r: validate_locked(r, self.lookups, self.identities)),
         }
+        """Endpoint -> (the kind it validates, "" for any; its validator)."""
 
     def _validate_pod(self, request: Request) -> Awaitable[None] | None:
         """Target pods may wait for their room (never denied); the others are decided at once."""
+        lock = active_lock(self.lookups, request.namespace)
+        if lock is not None and is_lock_target(request, self.identities, lock):
+            return None  # MTQ raised the quota for it: nothing to wait for, nothing to check
         if is_migration_target(request, self.identities):
             return self._admit_target(request)
         check = pod_check(request, self.lookups, self.identities)
@@ -455,7 +474,7 @@ class WebhookServer:
         kind, validate = self.validators[endpoint]
         try:
             request = parse_review(body)
-            if request.kind != kind:
+            if kind and request.kind != kind:
                 raise Denied(
                     f"this endpoint validates {kind} objects, not {request.kind}", code=400
                 )
@@ -566,12 +585,13 @@ async def serve(
     kubevirt_version: str | None,
     target_room_wait: float = TARGET_ROOM_WAIT,
     namespace: str = "harvester-system",
+    mtq: bool = True,
 ) -> int:
     """Runs the webhook until SIGTERM/SIGINT; reservations shared by the replicas live as
-    Leases in `namespace` (its own)."""
+    Leases in `namespace` (its own). `mtq`: see WebhookCaches."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
-    caches = WebhookCaches(client, kubevirt_version=kubevirt_version)
+    caches = WebhookCaches(client, kubevirt_version=kubevirt_version, mtq=mtq)
     caches.factory.start()
     ledger = AdmissionLedger(REAL_CLOCK)
     server = WebhookServer(

@@ -67,4 +67,4 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         answer = await deployment.apply(api, document, dry_run=True)
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
-    assert checked == 14  # 12, and the webhook's reservation Role and RoleBinding
+    assert checked == 15  # 12, the webhook's reservation Role and RoleBinding, MTQ's CRD

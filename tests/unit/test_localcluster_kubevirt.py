@@ -13,6 +13,7 @@ from harvester_quota.localcluster import ClusterError, LocalCluster, binaries
 from harvester_quota.localcluster.cluster import (
     CRDS_FILE,
     KUBEVIRT_DEVICES,
+    MTQ_CRDS_FILE,
     ClusterInfo,
     Ports,
     _fake_node,
@@ -164,8 +165,10 @@ def test_generated_crds_replace_every_hand_written_kubevirt_one(tmp_path: Path) 
         "virtualmachineinstances.kubevirt.io",
         "migrationpolicies.migrations.kubevirt.io",
         "settings.harvesterhci.io",
+        "virtualmachinemigrationresourcequotas.mtq.kubevirt.io",
     ]
     hand_written = [doc["metadata"]["name"] for doc in yaml.safe_load_all(CRDS_FILE.read_text())]
+    hand_written.append("virtualmachinemigrationresourcequotas.mtq.kubevirt.io")
     assert [doc["metadata"]["name"] for doc in crd_documents(None)] == hand_written
 
 
@@ -268,3 +271,16 @@ def test_a_scenarios_release_maps_to_the_built_virt_controller_of_that_release(
 ) -> None:
     """1.1 must not match 1.10+ nor 1.6 match 1.60: a release matches on whole components."""
     assert binaries.kubevirt_version_for_minor(minor) == version
+
+
+def test_the_local_cluster_installs_the_chart_s_vmmrq_crd_unchanged() -> None:
+    """One definition of MTQ's CRD: the chart's crds/ file, copied for `cluster up`."""
+    chart = CRDS_FILE.parents[3] / "deploy/chart/harvester-quota/crds"
+    assert (chart / "virtualmachinemigrationresourcequotas.yaml").read_text() == (
+        MTQ_CRDS_FILE.read_text()
+    )
+    crd = yaml.safe_load(MTQ_CRDS_FILE.read_text())
+    assert crd["spec"]["names"]["shortNames"] == ["vmmrq", "vmmrqs"]
+    assert crd["spec"]["scope"] == "Namespaced"
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha1"]
+    assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}

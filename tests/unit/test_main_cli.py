@@ -59,3 +59,19 @@ def test_a_target_room_wait_that_is_not_a_finite_non_negative_number_is_refused(
         build_parser().parse_args([*WEBHOOK, "--target-room-wait", value])
     assert exited.value.code == 2
     assert "--target-room-wait: " in capsys.readouterr().err
+
+
+def test_mtq_mode_is_on_unless_turned_off_and_its_lock_seconds_are_passed() -> None:
+    from harvester_quota.main import _options
+
+    default = _options(build_parser().parse_args(["run"]))
+    assert default.mtq is True and default.mtq_lock_seconds == 30.0
+    off = _options(build_parser().parse_args(["run", "--no-mtq", "--mtq-lock-seconds", "5"]))
+    assert off.mtq is False and off.mtq_lock_seconds == 5.0
+    assert build_parser().parse_args([*WEBHOOK, "--no-mtq"]).no_mtq is True
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf"])
+def test_a_lock_of_no_time_is_refused(value: str) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--mtq-lock-seconds", value])

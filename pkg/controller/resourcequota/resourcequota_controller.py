@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ...apis.harvester import RATIO_SETTING, SETTINGS
@@ -105,6 +105,9 @@ class QuotaReconciler:
         """False once the API server refused a status write (no RBAC for it): not retried."""
         self.writes: Counter[str] = Counter()
         """Quota writes per namespace (tests and the scenario report read it)."""
+        self.defer_to: Callable[[str], bool] = lambda _namespace: False
+        """True for a namespace another mode handles (MTQ mode, where it has a VMMRQ): its
+        quota is left alone here."""
 
     def register(self) -> None:
         controller = self.namespaces
@@ -184,6 +187,9 @@ class QuotaReconciler:
 
     async def _reconcile(self, key: str, namespace: Object | None) -> Object | None:
         if namespace is None or metadata(namespace).get("deletionTimestamp"):
+            self._forget(key)
+            return namespace
+        if self.defer_to(key):
             self._forget(key)
             return namespace
         quotas = self.quotas.store.by_index("namespace", key)

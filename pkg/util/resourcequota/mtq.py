@@ -1,0 +1,350 @@
+"""The Managed-Tenant-Quota model (KubeVirt MTQ's design, made safe): pure, shared by the MTQ
+controller and the lock rules of the webhook.
+
+A namespace with a VirtualMachineMigrationResourceQuota (VMMRQ) has a migration budget. A
+migration KubeVirt reports refused by quota is *releasable* when its target pod fits under every
+quota of the namespace once each is raised by the budget; the quotas it does not fit under today
+are its *blocking* quotas. Releasable migrations share one raise: the union of their blocking
+quotas is raised once, by the whole budget, on the keys each quota has (``raise_hard``).
+
+Restore rule (an administrator's edit made during the window is kept): per key of spec.hard, a
+value still equal to what the raise wrote goes back to the original (or away, if the original
+had no such key); any other value is someone else's edit and stays as it is. So a key the
+administrator changed, added or removed while the quota was raised keeps the administrator's
+choice, and every other key is exactly the original. (An edit that sets a key to exactly the
+raised value cannot be told from the raise; it is restored to the original.)
+
+The lock lives on the Namespace: the label LABEL_LOCKED (what the webhook rule selects, so its
+failure policy applies to locked namespaces only) and the annotation ANNOTATION_LOCK, a JSON
+record of the deadline, the VMMRQ and the migrations whose target pods may pass. Past its
+deadline a lock is void, whoever reads it: the webhook stops enforcing it by itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ...apis.mtq import OriginalQuota, Vmmrq
+from ...generic.meta import annotations_of, labels
+from .. import resources
+from ..quantity import Quantity
+from ..resources import ResourceList, parse_resource_list, parse_resource_list_leniently
+
+LABEL_LOCKED: Final = "mtq.harvester-quota.io/locked"
+"""On a Namespace while MTQ mode holds its lock: "true"."""
+ANNOTATION_LOCK: Final = "mtq.harvester-quota.io/lock"
+"""On a locked Namespace: ``{"until": RFC 3339, "vmmrq": name, "migrations": {uid: name}}``."""
+NOT_ENOUGH_REASON: Final = "NotEnoughResourceToRelease"
+"""MTQ's Warning event reason, on a migration the budget cannot release."""
+
+_ZERO = Quantity()
+_EXCLUDING_SCOPES: Final = frozenset({"BestEffort", "Terminating"})
+"""Quota scopes a launcher pod never matches (it has resources and no activeDeadlineSeconds)."""
+
+
+# The lock ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A namespace's MTQ lock: void from `until` on, whatever the label says."""
+
+    until: datetime.datetime
+    vmmrq: str
+    migrations: Mapping[str, str] = field(default_factory=dict)
+    """Migration uid -> name: the migrations whose target pods may be created."""
+
+    def active(self, now: datetime.datetime) -> bool:
+        """True while `now` is before the deadline."""
+        return now < self.until
+
+    def admits_target_of(self, migration_uid: str) -> bool:
+        """True if `migration_uid` is one of the migrations this lock is held for."""
+        return migration_uid in self.migrations
+
+    def annotation(self) -> str:
+        """The ANNOTATION_LOCK value (deterministic: same lock, same text)."""
+        return json.dumps(
+            {
+                "until": format_time(self.until),
+                "vmmrq": self.vmmrq,
+                "migrations": dict(sorted(self.migrations.items())),
+            },
+            separators=(",", ":"),
+        )
+
+
+def format_time(moment: datetime.datetime) -> str:
+    """RFC 3339 in UTC with a Z, to the second (as Kubernetes writes times)."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_lock(namespace: Mapping[str, Any] | None) -> Lock | None:
+    """The namespace's lock, or None when it is not labelled locked.
+
+    A labelled namespace whose annotation is missing or unreadable has a lock that is already
+    void (deadline at the epoch): a lock nobody can bound must not lock anything."""
+    if labels(namespace).get(LABEL_LOCKED) != "true":
+        return None
+    text = annotations_of(namespace).get(ANNOTATION_LOCK, "")
+    try:
+        raw = json.loads(text)
+        until = datetime.datetime.fromisoformat(str(raw["until"]).replace("Z", "+00:00"))
+        if until.tzinfo is None:
+            raise ValueError("no time zone")
+        migrations = {str(k): str(v) for k, v in dict(raw.get("migrations") or {}).items()}
+        return Lock(until, str(raw.get("vmmrq") or ""), migrations)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Lock(datetime.datetime.fromtimestamp(0, datetime.UTC), "")
+
+
+# Quotas ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuotaView:
+    """One ResourceQuota as the model reads it."""
+
+    name: str
+    hard: ResourceList
+    used: ResourceList
+    spec: Mapping[str, Any]
+    applies: bool = True
+    """False for a quota whose scopes a launcher pod never matches."""
+
+
+def quota_view(quota: Mapping[str, Any]) -> QuotaView:
+    """A cached ResourceQuota (already validated by the API server) as a QuotaView."""
+    raw_spec = quota.get("spec")
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    scopes = spec.get("scopes") or []
+    expressions = (spec.get("scopeSelector") or {}).get("matchExpressions") or []
+    excluded = _EXCLUDING_SCOPES.intersection(scopes) or any(
+        e.get("scopeName") in _EXCLUDING_SCOPES and e.get("operator") in (None, "Exists")
+        for e in expressions
+        if isinstance(e, Mapping)
+    )
+    return QuotaView(
+        name=str((quota.get("metadata") or {}).get("name")),
+        hard=parse_resource_list_leniently(spec.get("hard")),
+        used=parse_resource_list_leniently((quota.get("status") or {}).get("used")),
+        spec=spec,
+        applies=not excluded,
+    )
+
+
+def raise_hard(hard: Mapping[str, Quantity], budget: Mapping[str, Quantity]) -> ResourceList:
+    """`hard` plus the budget on the keys `hard` has (exact key match, as MTQ: a budget of
+    ``memory`` does not raise ``requests.memory``); keys of the budget it lacks are ignored."""
+    return {key: value + budget[key] if key in budget else value for key, value in hard.items()}
+
+
+def restored_hard(
+    live: Mapping[str, Quantity],
+    original: Mapping[str, Quantity],
+    raised: Mapping[str, Quantity],
+) -> ResourceList:
+    """The restore rule (module docstring): per key, the original where `live` still holds what
+    the raise wrote, `live` (someone's edit) elsewhere."""
+    out: ResourceList = {}
+    for key in sorted(set(live) | set(original) | set(raised)):
+        ours = key in raised and key in live and live[key] == raised[key]
+        untouched_absent = key not in live and key not in raised
+        if ours or untouched_absent:
+            if key in original:
+                out[key] = original[key]
+        elif key in live:
+            out[key] = live[key]
+    return out
+
+
+def hard_json(hard: Mapping[str, Quantity]) -> dict[str, str]:
+    """spec.hard as JSON (Go's quantity strings)."""
+    return resources.to_json_dict(hard)
+
+
+# Feasibility ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """One key of one quota the target pod does not fit under even with the budget."""
+
+    quota: str
+    key: str
+    needed: Quantity
+    used: Quantity
+    limit: Quantity
+    budget: Quantity
+
+    def __str__(self) -> str:
+        return (
+            f"quota {self.quota} {self.key}: the target pod needs {self.needed}, "
+            f"{self.used} is used of {self.limit} including the budget's {self.budget} "
+            f"(short by {self.used + self.needed - self.limit})"
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the budget can do for one blocked migration."""
+
+    blocking: tuple[str, ...] = ()
+    """The quotas its target pod does not fit under today, by name."""
+    short: tuple[Shortfall, ...] = ()
+    """Non-empty: even raised by the budget, these keys are too small."""
+
+    @property
+    def releasable(self) -> bool:
+        return bool(self.blocking) and not self.short
+
+
+def evaluate(
+    usage: Mapping[str, Quantity],
+    quotas: Iterable[QuotaView],
+    originals: Mapping[str, ResourceList],
+    budget: Mapping[str, Quantity],
+) -> Verdict:
+    """Whether a target pod of quota usage `usage` is blocked, and whether the budget frees it.
+
+    Each quota is judged at its original hard when one is recorded (a raised quota still blocks
+    the migrations it was raised for) and its live status.used (target pods admitted already
+    count), on the keys both its hard and the pod have, as quota admission does."""
+    blocking: list[str] = []
+    short: list[Shortfall] = []
+    for quota in sorted(quotas, key=lambda q: q.name):
+        if not quota.applies:
+            continue
+        hard = originals.get(quota.name, quota.hard)
+        raised = raise_hard(hard, budget)
+        keys = sorted(k for k in hard if k in usage)
+        if any(quota.used.get(k, _ZERO) + usage[k] > hard[k] for k in keys):
+            blocking.append(quota.name)
+        short.extend(
+            Shortfall(quota.name, k, usage[k], quota.used.get(k, _ZERO), raised[k], budget[k])
+            if k in budget
+            else Shortfall(quota.name, k, usage[k], quota.used.get(k, _ZERO), raised[k], _ZERO)
+            for k in keys
+            if quota.used.get(k, _ZERO) + usage[k] > raised[k]
+        )
+    return Verdict(tuple(blocking), tuple(short))
+
+
+def not_enough_message(
+    vmmrq: str, namespace: str, migration: str, short: Sequence[Shortfall]
+) -> str:
+    """The NotEnoughResourceToRelease event's text: MTQ's sentence, with every key and number."""
+    return (
+        f"VirtualMachineMigrationResourceQuota {vmmrq} in namespace {namespace} does not have "
+        f"enough resources to release blocked migration {migration}: "
+        + "; ".join(str(s) for s in short)
+    )
+
+
+# The namespace's plan -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A migration KubeVirt reports refused by quota, with no target pod yet."""
+
+    name: str
+    uid: str
+    usage: ResourceList
+    """Its target pod's quota usage."""
+
+
+@dataclass(frozen=True)
+class NamespacePlan:
+    """What the namespace's quotas and status should be now."""
+
+    budget: ResourceList
+    migrations: Mapping[str, tuple[str, ...]]
+    """Releasable migration name -> its blocking quotas (status.migrationsToBlockingResourceQuotas)."""
+    uids: Mapping[str, str]
+    """Releasable migration uid -> name (the lock's migrations)."""
+    refused: Mapping[str, tuple[Shortfall, ...]]
+    """Migration name -> why the budget cannot release it."""
+    originals: tuple[OriginalQuota, ...]
+    """status.originalBlockingResourceQuotas: every quota to hold raised, spec before the raise."""
+    restore: tuple[OriginalQuota, ...]
+    """Recorded originals no longer needed: to restore (the restore rule), then forget."""
+
+    @property
+    def locks(self) -> bool:
+        return bool(self.originals)
+
+
+def budget_of(vmmrq: Vmmrq) -> ResourceList:
+    """The budget in force: the one recorded in status while a raise is recorded (what the raise
+    wrote, so the restore knows it even if spec changed), else spec's. ValueError naming the key
+    for a bad quantity."""
+    recorded = vmmrq.status.originals and vmmrq.status.additional
+    return parse_resource_list(vmmrq.status.additional if recorded else vmmrq.additional)
+
+
+def original_hard(original: OriginalQuota) -> ResourceList:
+    """The recorded spec.hard; ValueError naming the key for a bad quantity."""
+    return parse_resource_list(original.hard)
+
+
+def plan_namespace(
+    vmmrq: Vmmrq,
+    blocked: Iterable[Blocked],
+    quotas: Sequence[QuotaView],
+    *,
+    excluded: frozenset[str] = frozenset(),
+) -> NamespacePlan:
+    """The namespace's plan from its VMMRQ, its blocked migrations and its quotas.
+
+    `excluded` names migrations not to release now (their last window expired; they wait for a
+    change). A VMMRQ being deleted releases nothing and restores everything."""
+    budget = budget_of(vmmrq)
+    recorded = {o.name: o for o in vmmrq.status.originals}
+    recorded_hard = {name: original_hard(o) for name, o in recorded.items()}
+    live = {q.name: q for q in quotas}
+    migrations: dict[str, tuple[str, ...]] = {}
+    uids: dict[str, str] = {}
+    refused: dict[str, tuple[Shortfall, ...]] = {}
+    for migration in sorted(blocked, key=lambda b: b.name):
+        if vmmrq.deleting or migration.name in excluded:
+            continue
+        verdict = evaluate(migration.usage, quotas, recorded_hard, budget)
+        if verdict.short:
+            refused[migration.name] = verdict.short
+        elif verdict.blocking:
+            migrations[migration.name] = verdict.blocking
+            uids[migration.uid] = migration.name
+    needed = sorted({q for names in migrations.values() for q in names})
+    originals = tuple(
+        recorded[name] if name in recorded else OriginalQuota(name, dict(live[name].spec))
+        for name in needed
+        if name in recorded or name in live
+    )
+    restore = tuple(o for name, o in sorted(recorded.items()) if name not in needed)
+    return NamespacePlan(budget, migrations, uids, refused, originals, restore)
+
+
+def raise_action(
+    live: QuotaView, original: OriginalQuota, budget: ResourceList
+) -> ResourceList | None:
+    """The spec.hard to write to raise `live`, or None: raised already, or edited by someone
+    since it was recorded (their edit stands; the restore keeps it too)."""
+    base = original_hard(original)
+    raised = raise_hard(base, budget)
+    if resources.equal(live.hard, base) and not resources.equal(base, raised):
+        return raised
+    return None
+
+
+def restore_action(
+    live: QuotaView, original: OriginalQuota, budget: ResourceList
+) -> ResourceList | None:
+    """The spec.hard to write to restore `live` by the restore rule, or None if it is there."""
+    base = original_hard(original)
+    target = restored_hard(live.hard, base, raise_hard(base, budget))
+    return None if resources.equal(live.hard, target) else target

@@ -1,0 +1,75 @@
+"""Managed-Tenant-Quota lock rules: while a namespace is locked (and before the lock's deadline,
+which this webhook checks itself), only KubeVirt's target pods of the migrations the lock is held
+for are created there; ResourceQuota edits and VirtualMachineMigrationResourceQuota creates and
+deletes are refused, except our controller's. Each denial says why and until when.
+
+The lock is read from the Namespace (util/resourcequota/mtq.py): its label selects the webhook
+rule in deploy/ (failure policy Fail: with the webhook down, nothing but our controller changes a
+locked namespace), its annotation carries the deadline and the migrations. A lock past its
+deadline, or one whose annotation cannot be read, admits everything.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Final
+
+from ....apis.kubevirt import LABEL_MIGRATION_JOB
+from ....apis.mtq import KIND as VMMRQ_KIND
+from ....util.resourcequota.mtq import Lock, format_time, parse_lock
+from ...admission import Denied, Request
+from ..common import Identities, Lookups
+
+KINDS: Final = frozenset({"Pod", "ResourceQuota", VMMRQ_KIND})
+"""What the lock endpoint decides; anything else sent to it is a configuration error."""
+
+
+def active_lock(lookups: Lookups, namespace: str) -> Lock | None:
+    """The namespace's lock if it is in force now, else None."""
+    lock = parse_lock(lookups.namespace(namespace))
+    return lock if lock is not None and lock.active(lookups.now()) else None
+
+
+def _why(namespace: str, lock: Lock, now: datetime.datetime) -> str:
+    seconds = max(0, int((lock.until - now).total_seconds() + 0.999))
+    migrations = ", ".join(sorted(lock.migrations.values())) or "none"
+    return (
+        f"namespace {namespace} is locked by the Managed-Tenant-Quota mode "
+        f"(VirtualMachineMigrationResourceQuota {lock.vmmrq or '?'}) while its quotas are raised "
+        f"for the target pods of live migrations {migrations}, until {format_time(lock.until)} "
+        f"(at most {seconds}s from now); retry after that"
+    )
+
+
+def is_lock_target(request: Request, identities: Identities, lock: Lock) -> bool:
+    """A pod KubeVirt's controller creates for one of the lock's migrations."""
+    labels = ((request.obj or {}).get("metadata") or {}).get("labels") or {}
+    uid = labels.get(LABEL_MIGRATION_JOB)
+    return (
+        request.username in identities.target_creators
+        and isinstance(uid, str)
+        and lock.admits_target_of(uid)
+    )
+
+
+def validate_locked(request: Request, lookups: Lookups, identities: Identities) -> None:
+    """Denies what the namespace's lock forbids (module docstring); allows the rest."""
+    if request.kind not in KINDS:
+        raise Denied(f"the MTQ lock rules do not cover {request.kind} objects", code=400)
+    lock = active_lock(lookups, request.namespace)
+    if lock is None or request.username in identities.controllers:
+        return
+    why = _why(request.namespace, lock, lookups.now())
+    if request.kind == "Pod":
+        if request.operation == "CREATE" and not is_lock_target(request, identities, lock):
+            raise Denied(
+                f"pod {request.name or '(generated name)'}: only the migration target pods are "
+                f"created while {why}"
+            )
+    elif request.kind == "ResourceQuota":
+        if request.operation == "UPDATE":
+            raise Denied(f"quota {request.name} cannot be edited while {why}")
+    elif request.operation in ("CREATE", "DELETE"):
+        raise Denied(
+            f"{VMMRQ_KIND} {request.name}: {request.operation.lower()} is not allowed while {why}"
+        )

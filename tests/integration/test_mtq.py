@@ -1,0 +1,620 @@
+"""Managed-Tenant-Quota mode on the local cluster with KubeVirt's real virt-controller: a VMMRQ
+created as MTQ documents it unblocks a refused migration, the quotas come back exactly, the lock
+refuses squatters and edits until its deadline, the controller killed at every step ends with the
+original quotas and no lock, a budget too small is said once, and a shared budget serves several
+migrations. The controllers and the webhook run as their service accounts under deploy/'s RBAC
+and rules; real quota admission decides every pod.
+
+The seeds' numbers (Harvester v1.7.0): a quota of 3 CPU / 5000Mi limits, a 2-core/4Gi VM whose
+launcher uses 2015m / 4797464313 at ratio 1.5, so its migration target cannot fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+from harvester_quota.apis.mtq import VMMRQS
+from harvester_quota.app import ControllerApp
+from harvester_quota.config.management import Options
+from harvester_quota.controller.mtq.vmmrq_controller import FINALIZER
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
+from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.localcluster.cluster import VIRT_CONTROLLER_USER
+from harvester_quota.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.mtq import (
+    ANNOTATION_LOCK,
+    LABEL_LOCKED,
+    NOT_ENOUGH_REASON,
+    Lock,
+)
+from harvester_quota.webhook.server import WebhookServer
+from prometheus_client import CollectorRegistry
+
+from tests.helpers import eventually
+from tests.integration import deployment
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_controllers_on_kubevirt import (
+    MIGRATION_TIMEOUT,
+    V170_HARD,
+    V170_LIMIT,
+    V170_ROOM,
+    kubevirt,
+    kv,
+    refusals,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["kubevirt", "kv"]  # fixtures: the real virt-controller and the quota helpers
+
+QUOTA = "tenant-quota"
+"""A plain ResourceQuota, as a tenant administrator writes it (not Rancher's labelled one)."""
+
+
+@pytest.fixture
+async def webhook(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str, tmp_path: Path
+) -> AsyncIterator[WebhookServer]:
+    await deployment.apply_rbac(kubevirt_api)
+    async with deployment.running_webhook(
+        kubevirt_api,
+        kubevirt_cluster,
+        kubevirt_namespace,
+        tmp_path,
+        kubevirt_user=VIRT_CONTROLLER_USER,
+        kubevirt_version=str(kubevirt_cluster.kubevirt_version),
+    ) as server:
+        yield server
+
+
+class Controllers:
+    """Starts controller processes (as harvester-quota, deploy/'s RBAC) one after the other."""
+
+    def __init__(self, api: ApiClient, cluster: ClusterInfo) -> None:
+        self.api, self.cluster = api, cluster
+        self.apps: list[tuple[ControllerApp, ApiClient]] = []
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def start(
+        self, *, lock_seconds: float = 30.0, writes: int | None = None, namespace: str = ""
+    ) -> ControllerApp:
+        """A new controller process; with `writes`, it dies (writes nothing more) after that
+        many writes of `namespace`, its quotas and its VMMRQ."""
+        client = await deployment.client_as(self.api, self.cluster, "harvester-quota")
+        if writes is not None:
+            kill_after(client, writes, namespace)
+        options = Options(
+            leader_elect=False,
+            kubevirt_version=str(self.cluster.kubevirt_version),
+            harvester_compat=False,
+            mtq_lock_seconds=lock_seconds,
+        )
+        app = ControllerApp(client, options, registry=CollectorRegistry())
+        self.apps.append((app, client))
+        await app.start()
+        return app
+
+    async def candidate(
+        self, lease: str, identity: str, *, writes: int | None = None, namespace: str = ""
+    ) -> tuple[ControllerApp, LeaderElector, asyncio.Task[None]]:
+        """A replica campaigning for `lease` (in our namespace, as deployed): its controllers
+        run only while it leads; with `writes`, as `start`."""
+        client = await deployment.client_as(self.api, self.cluster, "harvester-quota")
+        if writes is not None:
+            kill_after(client, writes, namespace)
+        options = Options(
+            kubevirt_version=str(self.cluster.kubevirt_version), harvester_compat=False
+        )
+        app = ControllerApp(client, options, registry=CollectorRegistry())
+        elector = LeaderElector(
+            client,
+            LeaderElectionConfig(
+                deployment.SYSTEM_NAMESPACE,
+                lease,
+                identity,
+                lease_duration=6,
+                renew_deadline=4,
+                retry_period=1,
+            ),
+            on_started_leading=app.lead,
+        )
+        self.apps.append((app, client))
+        task = asyncio.ensure_future(elector.run())
+        self.tasks.append(task)
+        return app, elector, task
+
+    async def stop_all(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
+        for app, client in self.apps:
+            await app.stop()
+            await client.close()
+        self.apps.clear()
+
+
+def kill_after(client: ApiClient, writes: int, namespace: str) -> None:
+    """Fault injection in this process: after `writes` writes of what MTQ writes in
+    `namespace` (the namespace, its quotas, its VMMRQ), every such write fails as if the process
+    were gone (nothing reaches the API server)."""
+    counted = {NAMESPACES, RESOURCE_QUOTAS, VMMRQS}
+    left = [writes]
+    original_patch, original_status = client.patch, client.update_status
+
+    def spend(resource: Any, where: str | None) -> None:
+        if resource in counted and where == namespace:
+            if left[0] <= 0:
+                raise errors.ConnectionFailed("controller killed (test)")
+            left[0] -= 1
+
+    async def patch(
+        resource: Any, name: str, body: Any, ns: str | None = None, **kwargs: Any
+    ) -> Object:
+        spend(resource, name if resource == NAMESPACES else ns)
+        return await original_patch(resource, name, body, ns, **kwargs)
+
+    async def update_status(resource: Any, obj: Object) -> Object:
+        spend(resource, obj["metadata"].get("namespace"))
+        return await original_status(resource, obj)
+
+    client.patch = patch  # type: ignore[method-assign]
+    client.update_status = update_status  # type: ignore[method-assign]
+    client.killed = left  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+async def controllers(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo
+) -> AsyncIterator[Controllers]:
+    await deployment.apply_rbac(kubevirt_api)
+    started = Controllers(kubevirt_api, kubevirt_cluster)
+    try:
+        yield started
+    finally:
+        await started.stop_all()
+
+
+async def tenant_quota(kv: KubeVirtByHand, hard: dict[str, str]) -> None:
+    """A plain quota; returns once its status is filled (admission waits for it)."""
+    await kv.api.create(
+        RESOURCE_QUOTAS, {"metadata": {"name": QUOTA}, "spec": {"hard": hard}}, kv.namespace
+    )
+
+    async def filled() -> bool:
+        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+        return bool((quota.get("status") or {}).get("hard"))
+
+    await eventually(filled, what="quota status")
+
+
+async def create_vmmrq(kv: KubeVirtByHand, additional: dict[str, str]) -> Object:
+    """A VMMRQ exactly as MTQ's example manifest has it."""
+    return await kv.api.create(
+        VMMRQS,
+        {
+            "apiVersion": "mtq.kubevirt.io/v1alpha1",
+            "kind": "VirtualMachineMigrationResourceQuota",
+            "metadata": {"name": "budget"},
+            "spec": {"additionalMigrationResources": additional},
+        },
+        kv.namespace,
+    )
+
+
+def same(a: dict[str, str], b: dict[str, str]) -> bool:
+    return set(a) == set(b) and all(Quantity.parse(str(a[k])) == Quantity.parse(b[k]) for k in a)
+
+
+async def restored(kv: KubeVirtByHand, original: dict[str, str], name: str = QUOTA) -> bool:
+    """The quota is exactly `original`, the namespace unlocked, nothing recorded on the VMMRQ."""
+    quota = await kv.api.get(RESOURCE_QUOTAS, name, kv.namespace)
+    namespace = await kv.api.get(NAMESPACES, kv.namespace)
+    if not same(quota["spec"]["hard"], original):
+        return False
+    if LABEL_LOCKED in (namespace["metadata"].get("labels") or {}):
+        return False
+    try:
+        budget = await kv.api.get(VMMRQS, "budget", kv.namespace)
+    except errors.NotFound:
+        return True
+    recorded = (budget.get("status") or {}).get("originalBlockingResourceQuotas")
+    return not recorded and FINALIZER not in (budget["metadata"].get("finalizers") or [])
+
+
+async def refused_migration(kv: KubeVirtByHand, kubevirt: RealKubeVirt, vm: str = "vm1") -> str:
+    """`vm` (2 cores, 4Gi) running, its migration refused by quota at least once."""
+    (await kubevirt.create_vm(VMSpec(vm, cores=2, memory="4Gi"), node="kwok-node-0")).check()
+    name = await kubevirt.migrate(vm)
+    assert await kubevirt.records.wait_for(lambda: refusals(kubevirt, kv.namespace, name) > 0, 60)
+    return name
+
+
+async def test_a_vmmrq_unblocks_a_refused_migration_and_the_quota_comes_back_exactly(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    await tenant_quota(kv, V170_HARD)
+    name = await refused_migration(kv, kubevirt)
+    app = await controllers.start()
+    await create_vmmrq(kv, V170_ROOM)
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, V170_HARD), what="quota restored, namespace unlocked")
+    assert app.mtq is not None
+    stats = app.mtq.stats
+    assert stats.locks == 1 and stats.quota_writes == 2, stats
+    print(
+        f"\nMTQ single migration: lock held {stats.longest_hold:.3f}s, "
+        f"{stats.quota_writes} quota spec writes, {stats.status_writes} VMMRQ status writes"
+    )
+
+
+KEY_KINDS = [
+    "memory",
+    "requests.memory",
+    "limits.memory",
+    "cpu",
+    "requests.cpu",
+    "limits.cpu",
+    "ephemeral-storage",
+    "requests.ephemeral-storage",
+    "pods",
+]
+"""MTQ's table of quota keys (its e2e "all types of resources requests and limits")."""
+
+
+@pytest.mark.parametrize("key", KEY_KINDS)
+async def test_every_quota_key_kind_is_raised_and_restored(
+    key: str,
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """A quota on one key, full to exactly what the running VM uses; a budget of that much."""
+    roomy = "1000Gi" if "memory" in key or "storage" in key else "1000"
+    await tenant_quota(kv, {key: roomy})
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+
+    async def used() -> str | None:
+        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+        value = ((quota.get("status") or {}).get("used") or {}).get(key)
+        return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
+
+    in_use = await eventually(used, what=f"{key} used")
+    await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
+    name = await kubevirt.migrate("vm1")
+    assert await kubevirt.records.wait_for(lambda: refusals(kubevirt, kv.namespace, name) > 0, 60)
+    await controllers.start()
+    await create_vmmrq(kv, {key: in_use})
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, {key: in_use}), what="quota restored, unlocked")
+
+
+async def test_a_budget_too_small_is_said_once_and_a_bigger_one_releases(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    await tenant_quota(kv, V170_HARD)
+    name = await refused_migration(kv, kubevirt)
+    await controllers.start()
+    # The target needs 2 x 4797464313 - 5000Mi more than the quota's limits.memory; 1Mi less:
+    short = {**V170_ROOM, "limits.memory": str(2 * 4797464313 - 5242880000 - 1048576)}
+    await create_vmmrq(kv, short)
+
+    async def warnings() -> list[Object]:
+        listed = await kv.api.list(EVENTS, kv.namespace)
+        return [e for e in listed["items"] if e.get("reason") == NOT_ENOUGH_REASON]
+
+    (event,) = await eventually(warnings, what="NotEnoughResourceToRelease")
+    assert event["involvedObject"]["name"] == name
+    assert "limits.memory" in event["message"] and "short by 1048576" in event["message"]
+    quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+    assert same(quota["spec"]["hard"], V170_HARD), "the quota is not touched"
+    await kv.api.patch(
+        VMMRQS, "budget", {"spec": {"additionalMigrationResources": V170_ROOM}}, kv.namespace
+    )
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, V170_HARD), what="quota restored")
+    assert len(await warnings()) == 1, "once per change, not once per look"
+
+
+async def test_several_migrations_share_one_raise(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    hard = {"limits.cpu": "4030m", "limits.memory": str(2 * 4797464313)}  # two launchers
+    await tenant_quota(kv, hard)
+    for vm in ("vm1", "vm2"):
+        spec = VMSpec(vm, cores=2, memory="4Gi")
+        (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
+    names = [await kubevirt.migrate(vm) for vm in ("vm1", "vm2")]
+    for name in names:
+        assert await kubevirt.records.wait_for(
+            lambda name=name: refusals(kubevirt, kv.namespace, name) > 0, 60
+        )
+    app = await controllers.start()
+    budget = {"limits.cpu": "4030m", "limits.memory": str(2 * 4797464313)}
+    await create_vmmrq(kv, budget)
+    for name in names:
+        record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, hard), what="quota restored")
+    assert app.mtq is not None
+    stats = app.mtq.stats
+    print(
+        f"\nMTQ two migrations: {stats.locks} lock(s), longest held {stats.longest_hold:.3f}s, "
+        f"{stats.quota_writes} quota spec writes"
+    )
+    assert stats.quota_writes <= 2 * stats.locks
+
+
+async def test_the_room_mode_leaves_a_namespace_with_a_vmmrq_to_mtq(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """Rancher's labelled quota and a VMMRQ in one namespace: MTQ raises and restores it, the
+    room mode writes nothing there (no room annotation, no room-held label)."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    await create_vmmrq(kv, V170_ROOM)
+    name = await refused_migration(kv, kubevirt)
+    app = await controllers.start()
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, V170_HARD, "default-quota"), what="quota restored")
+    assert app.reconciler.writes[kv.namespace] == 0
+    assert app.mtq is not None and app.mtq.stats.quota_writes == 2
+    quota = await kv.quota()
+    assert not [k for k in quota["metadata"].get("annotations") or {} if "migrating" in k]
+
+
+def lock_annotation(seconds: float, migrations: dict[str, str] | None = None) -> str:
+    until = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)
+    return Lock(until, "budget", migrations or {}).annotation()
+
+
+async def lock_by_hand(kv: KubeVirtByHand, seconds: float) -> None:
+    await kv.api.patch(
+        NAMESPACES,
+        kv.namespace,
+        {
+            "metadata": {
+                "labels": {LABEL_LOCKED: "true"},
+                "annotations": {ANNOTATION_LOCK: lock_annotation(seconds)},
+            }
+        },
+    )
+
+
+async def refused(attempt: Callable[[], Any]) -> str | None:
+    """The lock's denial message if `attempt` is refused by it, else None."""
+    try:
+        await attempt()
+    except errors.ApiError as error:
+        return error.message if "locked by the Managed-Tenant-Quota mode" in error.message else None
+    return None
+
+
+async def test_the_lock_refuses_squatters_edits_and_vmmrq_changes_until_its_deadline(
+    kv: KubeVirtByHand, webhook: WebhookServer
+) -> None:
+    await tenant_quota(kv, V170_HARD)
+    budget = await create_vmmrq(kv, V170_ROOM)
+    await lock_by_hand(kv, seconds=15)
+    squatter = {
+        "metadata": {"generateName": "squatter-"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            ]
+        },
+    }
+    message = await eventually(
+        lambda: refused(lambda: kv.api.create(PODS, squatter, kv.namespace)),
+        what="squatter refused",
+    )
+    assert "only the migration target pods are created" in message and "until" in message
+    edit = {"spec": {"hard": {"limits.cpu": "30"}}}
+    assert await refused(lambda: kv.api.patch(RESOURCE_QUOTAS, QUOTA, edit, kv.namespace))
+    assert await refused(lambda: kv.api.delete(VMMRQS, "budget", kv.namespace))
+    assert budget["metadata"]["name"] == "budget"
+
+    async def admitted() -> bool:
+        try:
+            await kv.api.create(PODS, squatter, kv.namespace)
+        except errors.ApiError:
+            return False
+        return True
+
+    await eventually(admitted, timeout=40, what="the webhook lets everything pass at the deadline")
+
+
+async def raised(kv: KubeVirtByHand) -> bool:
+    quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+    return not same(quota["spec"]["hard"], V170_HARD)
+
+
+KILL_POINTS = {
+    "before-lock": 0,
+    "after-lock": 1,
+    "after-record": 3,
+    "after-raise": 4,
+    "after-publish": 5,
+    "during-restore": 6,
+    "before-unlock": 9,
+}
+"""Writes a controller makes before it dies: lock, finalizer, record, raise, publish | (target
+pod) | restore, publish, forget, finalizer, unlock."""
+
+
+@pytest.mark.parametrize("killed_after", list(KILL_POINTS.values()), ids=list(KILL_POINTS))
+async def test_killed_at_each_step_ends_with_the_original_quota_and_no_lock(
+    killed_after: int,
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    await tenant_quota(kv, V170_HARD)
+    name = await refused_migration(kv, kubevirt)
+    first = await controllers.start(writes=killed_after, namespace=kv.namespace)
+    await create_vmmrq(kv, V170_ROOM)
+
+    async def dead() -> bool:
+        return first.client.killed[0] <= 0  # type: ignore[attr-defined, no-any-return]
+
+    await eventually(dead, timeout=60, what=f"the controller's {killed_after} writes")
+    await controllers.stop_all()
+    await controllers.start()
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, V170_HARD), what="quota restored, unlocked")
+    migration = await kv.api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, kv.namespace)
+    assert migration["status"]["phase"] == "Succeeded"
+
+
+async def test_the_room_and_mtq_modes_side_by_side_on_the_v170_seed(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """One namespace, the v1.7.0 seed's quota and VM, migrated twice with the controllers running:
+    first in the room mode (Rancher's labelled quota, no VMMRQ), then in MTQ mode (a VMMRQ of
+    the launcher's usage). Both complete and end at the base; the table is printed for the README."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+    app = await controllers.start()
+    rows = []
+    for mode in ("room", "mtq"):
+        if mode == "mtq":
+            await create_vmmrq(kv, V170_ROOM)
+            await eventually(lambda: app.mtq is not None and app.mtq.manages(kv.namespace))
+        writes_before = app.reconciler.writes[kv.namespace]
+        name = await kubevirt.migrate("vm1")
+        record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+        await eventually(lambda: restored(kv, V170_HARD, "default-quota"), what="at the base")
+        assert app.mtq is not None
+        admitted = record.admitted.mono - record.created.mono if record.admitted else -1.0
+        rows.append(
+            (
+                mode,
+                record.refusals,
+                admitted,
+                app.reconciler.writes[kv.namespace] - writes_before
+                if mode == "room"
+                else app.mtq.stats.quota_writes,
+                app.mtq.stats.longest_hold if mode == "mtq" else 0.0,
+            )
+        )
+    print("\nmode  refusals  created->admitted(s)  quota spec writes  lock held(s)")
+    for mode, refusals_, admitted, writes, held in rows:
+        print(f"{mode:5} {refusals_:8} {admitted:21.2f} {writes:18} {held:13.3f}")
+    assert rows[0][3] == 2 and rows[1][3] == 2
+
+
+async def test_a_leader_change_mid_window_is_finished_by_the_new_leader(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """Two replicas on one Lease; the leader dies right after the raise (before publishing it);
+    the standby takes the Lease and ends the window: migration done, quota exact, no lock."""
+    await tenant_quota(kv, V170_HARD)
+    name = await refused_migration(kv, kubevirt)
+    lease = f"mtq-test-{uuid.uuid4().hex[:6]}"
+    _, leader, leading = await controllers.candidate(
+        lease, "first", writes=4, namespace=kv.namespace
+    )
+    await eventually(lambda: leader.leading, what="the first replica leads")
+    _, standby, _ = await controllers.candidate(lease, "second")
+    await create_vmmrq(kv, V170_ROOM)
+    await eventually(lambda: raised(kv), what="the first leader's raise")
+    leading.cancel()  # the leader is gone; its Lease is released
+    await eventually(lambda: standby.leading, timeout=30, what="the standby takes over")
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, V170_HARD), what="quota restored, unlocked")
+
+
+async def test_squatters_racing_every_window_never_take_the_raise(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """MTQ's "system abuse" scenario: the quota is exactly what the VM uses, so only the raise
+    could admit another pod; a tenant keeps creating small pods while the VM migrates three
+    times in a row. Every migration completes and no squatter ever gets in."""
+    await tenant_quota(kv, V170_ROOM)
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+    await controllers.start()
+    await create_vmmrq(kv, V170_ROOM)
+    squatter = {
+        "metadata": {"generateName": "squatter-"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": {"cpu": "10m", "memory": "16Mi"}},
+                }
+            ]
+        },
+    }
+    admitted: list[str] = []
+    attempts = [0]
+
+    async def squat() -> None:
+        while True:
+            attempts[0] += 1
+            try:
+                created = await kv.api.create(PODS, squatter, kv.namespace)
+            except errors.ApiError:
+                await asyncio.sleep(0.02)  # a tenant's retry pace, not a wait for a state
+                continue
+            admitted.append(created["metadata"]["name"])
+
+    task = asyncio.ensure_future(squat())
+    try:
+        for _ in range(3):
+            record = await kubevirt.wait_migration(
+                await kubevirt.migrate("vm1"), timeout=MIGRATION_TIMEOUT
+            )
+            assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+            await eventually(lambda: restored(kv, V170_ROOM), what="quota restored, unlocked")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    print(f"\nMTQ squatters: {attempts[0]} attempts, {len(admitted)} admitted")
+    assert attempts[0] > 10 and admitted == []

@@ -1,0 +1,216 @@
+"""An in-memory stand-in for the API server and the caches the MTQ reconcile reads, for unit tests
+of its step order: merge patches with resourceVersion preconditions, status subresources,
+finalizers, and a write budget after which every write fails (a controller killed mid-flight)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, cast
+
+from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
+from harvester_quota.apis.mtq import VMMRQS
+from harvester_quota.config.management import Management, Options
+from harvester_quota.controller.mtq.vmmrq_controller import TARGET_INDEX, MtqReconciler
+from harvester_quota.generic import errors
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.resource import NAMESPACES, Object, Resource
+
+Obj = dict[str, Any]
+
+
+class Killed(Exception):
+    """The controller process died at this write (nothing was written)."""
+
+
+def merge(target: Obj, patch: Obj) -> Obj:
+    """RFC 7386 JSON merge patch."""
+    out = copy.deepcopy(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def key_of(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+
+@dataclass
+class FakeCluster:
+    objects: dict[Resource, dict[str, Obj]] = field(default_factory=dict)
+    writes: list[str] = field(default_factory=list)
+    writes_left: int | None = None
+    _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
+
+    def put(self, resource: Resource, obj: Obj) -> Obj:
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(next(self._versions))
+        stored["metadata"].setdefault("uid", f"uid-{stored['metadata']['name']}")
+        self.objects.setdefault(resource, {})[key_of(stored)] = stored
+        return copy.deepcopy(stored)
+
+    def get(self, resource: Resource, key: str) -> Obj | None:
+        found = self.objects.get(resource, {}).get(key)
+        return copy.deepcopy(found) if found is not None else None
+
+    def _spend(self, what: str) -> None:
+        if self.writes_left is not None:
+            if self.writes_left <= 0:
+                raise Killed(what)
+            self.writes_left -= 1
+        self.writes.append(what)
+
+    # The client ------------------------------------------------------------------------------
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Obj,
+        namespace: str | None = None,
+        *,
+        subresource: str = "",
+        **_: Any,
+    ) -> Obj:
+        key = f"{namespace}/{name}" if namespace else name
+        current = self.objects.get(resource, {}).get(key)
+        if current is None:
+            raise errors.NotFound(f"{key} not found", status=404)
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict(f"{key} changed", status=409)
+        self._spend(f"{resource.plural}{'/' + subresource if subresource else ''} {key}")
+        body = {k: v for k, v in patch.items() if k != "metadata"}
+        meta = {k: v for k, v in (patch.get("metadata") or {}).items() if k != "resourceVersion"}
+        if subresource == "status":
+            body = {"status": body.get("status")}
+        elif resource == VMMRQS:
+            body.pop("status", None)
+        updated = merge(current, {**body, "metadata": meta})
+        return self._store(resource, updated)
+
+    async def update_status(self, resource: Resource, obj: Obj) -> Obj:
+        key = key_of(obj)
+        current = self.objects.get(resource, {}).get(key)
+        if current is None:
+            raise errors.NotFound(f"{key} not found", status=404)
+        if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise errors.Conflict(f"{key} changed", status=409)
+        self._spend(f"{resource.plural}/status {key}")
+        return self._store(resource, {**current, "status": copy.deepcopy(obj.get("status"))})
+
+    def delete_gracefully(self, resource: Resource, key: str) -> None:
+        """A user's DELETE: gone at once without finalizers, else marked deleting."""
+        current = self.objects[resource][key]
+        if not current["metadata"].get("finalizers"):
+            del self.objects[resource][key]
+            return
+        current["metadata"]["deletionTimestamp"] = "2026-11-23T09:00:00Z"
+        self._store(resource, current)
+
+    def _store(self, resource: Resource, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            del self.objects[resource][key_of(obj)]
+            return copy.deepcopy(obj)
+        meta["resourceVersion"] = str(next(self._versions))
+        self.objects.setdefault(resource, {})[key_of(obj)] = obj
+        return copy.deepcopy(obj)
+
+
+class FakeStore:
+    """A cache that always shows the cluster as it is (the informers caught up)."""
+
+    def __init__(self, cluster: FakeCluster, resource: Resource) -> None:
+        self.cluster, self.resource = cluster, resource
+        self.indexes: dict[str, Callable[[Obj], list[str]]] = {}
+
+    def _all(self) -> list[Obj]:
+        return [copy.deepcopy(o) for o in self.cluster.objects.get(self.resource, {}).values()]
+
+    def objects(self) -> list[Obj]:
+        return self._all()
+
+    def get(self, key: str) -> Obj | None:
+        return self.cluster.get(self.resource, key)
+
+    def by_index(self, index: str, value: str) -> list[Obj]:
+        if index == "namespace":
+            return [o for o in self._all() if o["metadata"].get("namespace") == value]
+        if index == TARGET_INDEX:
+            labels = lambda o: o["metadata"].get("labels") or {}  # noqa: E731
+            return [o for o in self._all() if labels(o).get(LABEL_MIGRATION_JOB) == value]
+        raise KeyError(index)
+
+    def has_index(self, name: str) -> bool:
+        return name in self.indexes or name in ("namespace", TARGET_INDEX)
+
+    def add_indexers(self, indexers: dict[str, Callable[[Obj], list[str]]]) -> None:
+        self.indexes.update(indexers)
+
+
+class FakeNamespaces:
+    """The namespace controller as the reconcile uses it: cached reads and delayed enqueues."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.delayed: list[tuple[str, float]] = []
+
+    def watch_related(self, *_: Any, **__: Any) -> None:
+        return None
+
+    def on_change(self, *_: Any) -> None:
+        return None
+
+    def enqueue_after(self, _namespace: str | None, name: str, delay: float) -> None:
+        self.delayed.append((name, delay))
+
+    def cached(self, _namespace: str | None, name: str) -> Obj | None:
+        return self.cluster.get(NAMESPACES, name)
+
+
+@dataclass
+class Harness:
+    cluster: FakeCluster
+    clock: FakeClock
+    events: list[tuple[str, str, str]]
+    namespaces: FakeNamespaces
+
+    def reconciler(self, lock_seconds: float = 30.0) -> MtqReconciler:
+        """A fresh controller process over the same cluster (a restart forgets everything)."""
+        management = SimpleNamespace(
+            client=self.cluster,
+            clock=self.clock,
+            options=Options(),
+            informers=SimpleNamespace(
+                informer=lambda resource, **_: SimpleNamespace(
+                    store=FakeStore(self.cluster, resource), name=resource.plural
+                )
+            ),
+            controllers=SimpleNamespace(namespaces=lambda: self.namespaces),
+            recorder=SimpleNamespace(
+                event=lambda obj, kind, reason, message: self.events.append(
+                    (obj["metadata"]["name"], reason, message)
+                )
+            ),
+        )
+        return MtqReconciler(cast(Management, management), lock_seconds=lock_seconds)
+
+    async def reconcile(self, reconciler: MtqReconciler, namespace: str = "tenant") -> Object:
+        result = await reconciler.reconcile(namespace, self.cluster.get(NAMESPACES, namespace))
+        assert result is not None
+        return result
+
+
+def harness() -> Harness:
+    cluster = FakeCluster()
+    return Harness(cluster, FakeClock(), [], FakeNamespaces(cluster))

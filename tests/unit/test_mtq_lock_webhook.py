@@ -1,0 +1,128 @@
+"""The MTQ lock rules: only the lock's migration target pods, created by KubeVirt, pass in a
+locked namespace; quota edits and VMMRQ creates and deletes are refused, saying why and until
+when; our controller passes; the deadline is honoured by the webhook itself."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import orjson
+import pytest
+from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
+from harvester_quota.util.resourcequota.mtq import ANNOTATION_LOCK, LABEL_LOCKED, Lock
+from harvester_quota.webhook.admission import Denied
+from harvester_quota.webhook.resources.common import Identities
+from harvester_quota.webhook.resources.mtq.validator import validate_locked
+from harvester_quota.webhook.server import WebhookServer
+from prometheus_client import CollectorRegistry
+
+from tests.unit.test_webhook import KUBEVIRT_CONTROLLER, FakeLookups, request
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+CONTROLLER = "system:serviceaccount:harvester-system:harvester-quota"
+
+
+def locked(until: datetime.datetime = NOW + datetime.timedelta(seconds=20)) -> FakeLookups:
+    lock = Lock(until, "budget", {"mig-uid": "mig0"})
+    namespace = {
+        "metadata": {
+            "name": "ns",
+            "labels": {LABEL_LOCKED: "true"},
+            "annotations": {ANNOTATION_LOCK: lock.annotation()},
+        }
+    }
+    return FakeLookups(namespaces={"ns": namespace})
+
+
+def pod(migration_uid: str | None = None) -> dict[str, Any]:
+    labels = {LABEL_MIGRATION_JOB: migration_uid} if migration_uid else {}
+    return {"metadata": {"name": "p", "namespace": "ns", "labels": labels}}
+
+
+def check(lookups: FakeLookups, kind: str, obj: Any, *, user: str, operation: str) -> None:
+    validate_locked(request(kind, obj, user=user, operation=operation), lookups, Identities())
+
+
+def test_the_lock_s_target_pod_from_kubevirt_passes() -> None:
+    check(locked(), "Pod", pod("mig-uid"), user=KUBEVIRT_CONTROLLER, operation="CREATE")
+
+
+@pytest.mark.parametrize(
+    ("labelled", "user"),
+    [
+        (None, "tenant"),
+        (None, KUBEVIRT_CONTROLLER),  # a new VM's launcher: not a migration target
+        ("mig-uid", "tenant"),  # the label, but not KubeVirt: a squatter
+        ("other-migration", KUBEVIRT_CONTROLLER),  # a migration the lock is not held for
+    ],
+)
+def test_every_other_pod_is_refused_saying_why_and_until_when(
+    labelled: str | None, user: str
+) -> None:
+    with pytest.raises(Denied) as denied:
+        check(locked(), "Pod", pod(labelled), user=user, operation="CREATE")
+    message = denied.value.message
+    assert "only the migration target pods are created" in message
+    assert "VirtualMachineMigrationResourceQuota budget" in message and "mig0" in message
+    assert "until 2026-01-01T00:00:20Z (at most 20s from now)" in message
+
+
+def test_quota_edits_and_vmmrq_creates_and_deletes_are_refused_except_our_controller_s() -> None:
+    quota = {"metadata": {"name": "rq", "namespace": "ns"}}
+    with pytest.raises(Denied, match="quota rq cannot be edited while namespace ns is locked"):
+        check(locked(), "ResourceQuota", quota, user="admin", operation="UPDATE")
+    check(locked(), "ResourceQuota", quota, user=CONTROLLER, operation="UPDATE")
+    vmmrq = {"metadata": {"name": "budget", "namespace": "ns"}}
+    for operation in ("CREATE", "DELETE"):
+        with pytest.raises(Denied, match=f"{operation.lower()} is not allowed while"):
+            check(
+                locked(),
+                "VirtualMachineMigrationResourceQuota",
+                vmmrq,
+                user="admin",
+                operation=operation,
+            )
+    check(locked(), "VirtualMachineMigrationResourceQuota", vmmrq, user="admin", operation="UPDATE")
+
+
+def test_past_its_deadline_the_lock_admits_everything() -> None:
+    expired = locked(until=NOW)
+    check(expired, "Pod", pod(), user="tenant", operation="CREATE")
+    check(expired, "ResourceQuota", {"metadata": {"name": "rq"}}, user="admin", operation="UPDATE")
+
+
+def test_an_unlocked_namespace_admits_everything_and_an_unknown_kind_is_an_error() -> None:
+    check(FakeLookups(), "Pod", pod(), user="tenant", operation="CREATE")
+    with pytest.raises(Denied, match="do not cover Secret"):
+        check(locked(), "Secret", {"metadata": {"name": "s"}}, user="tenant", operation="CREATE")
+
+
+def review(kind: str, obj: Any, user: str) -> bytes:
+    return orjson.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "", "version": "v1", "kind": kind},
+                "operation": "CREATE",
+                "namespace": "ns",
+                "userInfo": {"username": user},
+                "object": obj,
+            },
+        }
+    )
+
+
+async def test_the_server_s_lock_endpoint_answers_any_kind_and_the_pod_endpoint_skips_the_wait() -> (
+    None
+):
+    server = WebhookServer(locked(), registry=CollectorRegistry())
+    answer = orjson.loads((await server.review("mtq-lock", review("Pod", pod(), "tenant"))).body)
+    assert answer["response"]["allowed"] is False
+    assert "locked" in answer["response"]["status"]["message"]
+    target = review("Pod", pod("mig-uid"), KUBEVIRT_CONTROLLER)
+    for endpoint in ("mtq-lock", "pods"):
+        answer = orjson.loads((await server.review(endpoint, target)).body)
+        assert answer["response"]["allowed"] is True
