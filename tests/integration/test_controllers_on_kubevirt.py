@@ -189,11 +189,13 @@ class SpecHistory:
         self.hards: list[dict[str, str]] = []
         self.rooms: list[dict[str, str]] = []
         self._task: asyncio.Task[None] | None = None
+        self._seen_first = asyncio.Event()
 
     async def _watch(self) -> None:
         async for event in self.api.watch(RESOURCE_QUOTAS, self.namespace, resource_version="0"):
             if event.type not in ("ADDED", "MODIFIED"):
                 continue
+            self._seen_first.set()
             hard = event.object.get("spec", {}).get("hard", {})
             if not self.hards or self.hards[-1] != hard:
                 self.hards.append(hard)
@@ -205,7 +207,10 @@ class SpecHistory:
             ]
 
     async def __aenter__(self) -> SpecHistory:
+        """Returns once the watch has shown the quota as it is now: a history that began after
+        the raise (a loaded machine) would miss the base it started from."""
         self._task = asyncio.ensure_future(self._watch())
+        await asyncio.wait_for(self._seen_first.wait(), timeout=60)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
