@@ -19,6 +19,7 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import REAL_CLOCK
 from harvester_quota.generic.resource import Object
 from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.localcluster.cluster import VIRT_CONTROLLER_USER
 from harvester_quota.localcluster.deploy import (
     CONTROLLER_USER,
     KINDS,
@@ -125,6 +126,24 @@ async def running_webhook(
         kubevirt_user=kubevirt_user,
         kubevirt_version=kubevirt_version,
     ) as (server,):
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def webhook_for_virt_controller(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, workdir: Path
+) -> AsyncIterator[WebhookServer]:
+    """deploy/'s RBAC applied, then one webhook replica that knows the cluster's real
+    virt-controller (its user and version) as KubeVirt."""
+    await apply_rbac(api)
+    async with running_webhook(
+        api,
+        cluster,
+        namespace,
+        workdir,
+        kubevirt_user=VIRT_CONTROLLER_USER,
+        kubevirt_version=str(cluster.kubevirt_version),
+    ) as server:
         yield server
 
 

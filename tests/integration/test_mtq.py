@@ -29,7 +29,6 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.cluster import VIRT_CONTROLLER_USER
 from harvester_quota.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.util.quantity import Quantity
@@ -66,14 +65,8 @@ QUOTA = "tenant-quota"
 async def webhook(
     kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str, tmp_path: Path
 ) -> AsyncIterator[WebhookServer]:
-    await deployment.apply_rbac(kubevirt_api)
-    async with deployment.running_webhook(
-        kubevirt_api,
-        kubevirt_cluster,
-        kubevirt_namespace,
-        tmp_path,
-        kubevirt_user=VIRT_CONTROLLER_USER,
-        kubevirt_version=str(kubevirt_cluster.kubevirt_version),
+    async with deployment.webhook_for_virt_controller(
+        kubevirt_api, kubevirt_cluster, kubevirt_namespace, tmp_path
     ) as server:
         yield server
 

@@ -24,7 +24,6 @@ from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS
 from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.cluster import VIRT_CONTROLLER_USER
 from harvester_quota.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.sim.kubevirt.real import EXCEEDED_QUOTA, RealKubeVirt
 from harvester_quota.webhook.server import WebhookServer
@@ -51,14 +50,8 @@ __all__ = ["kubevirt", "kv"]  # fixtures: the real virt-controller and the quota
 async def webhook(
     kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str, tmp_path: Path
 ) -> AsyncIterator[WebhookServer]:
-    await deployment.apply_rbac(kubevirt_api)
-    async with deployment.running_webhook(
-        kubevirt_api,
-        kubevirt_cluster,
-        kubevirt_namespace,
-        tmp_path,
-        kubevirt_user=VIRT_CONTROLLER_USER,
-        kubevirt_version=str(kubevirt_cluster.kubevirt_version),
+    async with deployment.webhook_for_virt_controller(
+        kubevirt_api, kubevirt_cluster, kubevirt_namespace, tmp_path
     ) as server:
         yield server
 

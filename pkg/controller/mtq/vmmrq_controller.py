@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -66,6 +66,9 @@ from ...util.resourcequota.mtq import (
     restore_action,
 )
 from ...util.resources import ResourceList
+
+QuotaAction = Callable[[QuotaView, OriginalQuota, ResourceList], ResourceList | None]
+"""raise_action or restore_action: the spec.hard to write to a live quota, or None."""
 
 log = logging.getLogger(__name__)
 
@@ -322,12 +325,7 @@ class MtqReconciler:
         await self._ensure_finalizer(vmmrq, present=True)
         restored = await self._restore(vmmrq.namespace, plan.restore, plan.budget)
         await self._write_status(vmmrq, plan, restored)
-        quotas = self._live_quotas(vmmrq.namespace)
-        for original in plan.originals:
-            live = quotas.get(original.name)
-            target = raise_action(live, original, plan.budget) if live is not None else None
-            if target is not None and live is not None:
-                await self._write_hard(vmmrq.namespace, live, target, "raised")
+        await self._bring_each(vmmrq.namespace, plan.originals, plan.budget, raise_action, "raised")
 
     async def _release(self, namespace: Object, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
         """Restore, forget the originals, drop the finalizer (the unlock follows)."""
@@ -339,15 +337,24 @@ class MtqReconciler:
         self, namespace: str, originals: Sequence[OriginalQuota], budget: ResourceList
     ) -> set[str]:
         """Restores each quota by the restore rule; returns the names now restored (or gone)."""
+        await self._bring_each(namespace, originals, budget, restore_action, "restored")
+        return {original.name for original in originals}
+
+    async def _bring_each(
+        self,
+        namespace: str,
+        originals: Sequence[OriginalQuota],
+        budget: ResourceList,
+        action: QuotaAction,
+        verb: str,
+    ) -> None:
+        """Writes each live quota the `action` wants changed (a quota gone is skipped), in order."""
         quotas = self._live_quotas(namespace)
-        done = set()
         for original in originals:
             live = quotas.get(original.name)
-            target = restore_action(live, original, budget) if live is not None else None
+            target = action(live, original, budget) if live is not None else None
             if target is not None and live is not None:
-                await self._write_hard(namespace, live, target, "restored")
-            done.add(original.name)
-        return done
+                await self._write_hard(namespace, live, target, verb)
 
     def _live_quotas(self, namespace: str) -> dict[str, QuotaView]:
         """The namespace's quotas by name, our unseen writes included."""
