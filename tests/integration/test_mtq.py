@@ -411,24 +411,20 @@ async def refused(attempt: Callable[[], Any]) -> str | None:
     return None
 
 
+def squatter_pod(*, cpu: str, memory: str) -> Object:
+    """A tenant's small pod that only a raised quota could admit."""
+    limits = {"cpu": cpu, "memory": memory}
+    container = {"name": "c", "image": "busybox", "resources": {"limits": limits}}
+    return {"metadata": {"generateName": "squatter-"}, "spec": {"containers": [container]}}
+
+
 async def test_the_lock_refuses_squatters_edits_and_vmmrq_changes_until_its_deadline(
     kv: KubeVirtByHand, webhook: WebhookServer
 ) -> None:
     await tenant_quota(kv, V170_HARD)
     budget = await create_vmmrq(kv, V170_ROOM)
     await lock_by_hand(kv, seconds=15)
-    squatter = {
-        "metadata": {"generateName": "squatter-"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox",
-                    "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
-                }
-            ]
-        },
-    }
+    squatter = squatter_pod(cpu="100m", memory="64Mi")
     message = await eventually(
         lambda: refused(lambda: kv.api.create(PODS, squatter, kv.namespace)),
         what="squatter refused",
@@ -573,18 +569,7 @@ async def test_squatters_racing_every_window_never_take_the_raise(
     (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
     await controllers.start()
     await create_vmmrq(kv, V170_ROOM)
-    squatter = {
-        "metadata": {"generateName": "squatter-"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox",
-                    "resources": {"limits": {"cpu": "10m", "memory": "16Mi"}},
-                }
-            ]
-        },
-    }
+    squatter = squatter_pod(cpu="10m", memory="16Mi")
     admitted: list[str] = []
     attempts = [0]
 

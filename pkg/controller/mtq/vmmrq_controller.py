@@ -181,7 +181,7 @@ class MtqReconciler:
         plan = self._plan(vmmrq, key, lock, now)
         self._report(vmmrq, plan, lock if lock is not None and lock.active(now) else None)
         if plan.locks:
-            namespace = await self._hold(namespace, vmmrq, plan, lock, now)
+            namespace = await self._lock(namespace, vmmrq, plan, lock, now)
             if _covers(seen, plan, now):
                 await self._record_and_raise(vmmrq, plan)
         else:
@@ -306,20 +306,6 @@ class MtqReconciler:
 
     # Holding and releasing --------------------------------------------------------------------
 
-    async def _hold(
-        self,
-        namespace: Object,
-        vmmrq: Vmmrq,
-        plan: NamespacePlan,
-        lock: Lock | None,
-        now: datetime.datetime,
-    ) -> Object:
-        """Takes (or widens) the lock; the raise waits for the lock to come back through the
-        watch (`_covers`): the API server's webhook selector and the webhook's cache learn of it
-        from the same watch, so a pod created after the raise meets the lock (KubeVirt MTQ
-        raised right after creating its lock, and squatters slipped through)."""
-        return await self._lock(namespace, vmmrq, plan, lock, now)
-
     async def _record_and_raise(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
         """Finalizer, originals recorded in status, then the raise: each only if not done yet."""
         await self._ensure_finalizer(vmmrq, present=True)
@@ -375,7 +361,11 @@ class MtqReconciler:
         now: datetime.datetime,
     ) -> Object:
         """Takes the lock (deadline now + lock_seconds), or adds migrations to the held one under
-        its own deadline; nothing if the held lock already admits every planned migration."""
+        its own deadline; nothing if the held lock already admits every planned migration. The
+        raise waits for the lock to come back through the watch (`_covers`): the API server's
+        webhook selector and the webhook's cache learn of it from the same watch, so a pod
+        created after the raise meets the lock (KubeVirt MTQ raised right after creating its
+        lock, and squatters slipped through)."""
         if lock is not None and lock.active(now):
             if set(plan.uids) <= set(lock.migrations):
                 return namespace
