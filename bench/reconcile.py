@@ -8,9 +8,15 @@ reading and planning, for two paths side by side in the same run:
 
 - ``decode-all``, the baseline (the controller before issue 12 part 2): every pod and VMI of the
   namespace decompressed and decoded, every pod's quota usage computed on each reconcile;
-- ``index``, the controller now: pods as the PodIndex keeps them (each reduced once, when it
-  changed, to its usage and a few labels, with running totals per namespace), VMIs decoded only
-  when a migration names them.
+- ``index``, the controller after issue 12 part 2: pods as the PodIndex keeps them (each reduced
+  once, when it changed, to its usage and a few labels, with running totals per namespace), every
+  migration and the VMI of each decoded from the store, each pending room rendered;
+- ``views``, the controller now: migrations and VMIs as the plan's views keep them
+  (planviews.py: narrow, kept as they change), a launcher pod rendered once per VM shape.
+
+``--pending`` migrations wait for their target pod (the first has one) and ``--finished`` ones
+succeeded with their source pod gone, as a namespace looks in a burst (KubeVirt keeps finished
+migrations).
 
 It prints milliseconds per reconcile and microseconds per VM, the ratio against the smallest
 namespace of the same path and codec, and the ratio of the index path against the baseline at the
@@ -18,6 +24,7 @@ same size, for the zlib codec the controller uses by default and for the plain-d
 
     python -m bench.reconcile                      # 100, 1000 and 3000 VMs
     python -m bench.reconcile --sizes 100,10000 --repeat 5
+    python -m bench.reconcile --pending 50 --finished 250   # a burst in a busy namespace
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from dataclasses import dataclass
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import NamespaceObjects, Store
+from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.sim.kubevirt.objects import (
     MigrationRef,
     VMSpec,
@@ -43,6 +51,13 @@ from harvester_quota.sim.kubevirt.objects import (
     vm_resources,
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
+from harvester_quota.util.resourcequota.planviews import (
+    NamespaceVmis,
+    RenderedUsages,
+    VmiFacts,
+    migration_plan_view,
+    vmi_facts,
+)
 from harvester_quota.util.resourcequota.podindex import PodIndex, pod_view
 
 NAMESPACE = "tenant"
@@ -50,24 +65,34 @@ VERSION = "1.6"
 DEFAULT_SIZES = (100, 1000, 3000)
 
 
-@dataclass
 class Caches:
-    pods: Store
-    vmis: Store
-    migrations: Store
-    index: PodIndex
+    """A namespace's caches with the views QuotaReconciler keeps over them."""
+
+    def __init__(self, codec: str) -> None:
+        self.pods, self.vmis, self.migrations = (
+            Store(codec=codec),
+            Store(codec=codec),
+            Store(codec=codec),
+        )
+        self.index = PodIndex()
+        self.pods.add_view(PodIndex.VIEW, pod_view, self.index.changed)
+        self.migration_views: NamespaceViews[Object] = NamespaceViews()
+        self.migrations.add_view("plan", migration_plan_view, self.migration_views.changed)
+        self.facts: NamespaceViews[VmiFacts] = NamespaceViews()
+        self.vmis.add_view("plan", vmi_facts, self.facts.changed)
+        self.usages = RenderedUsages(self.facts, self.vmis.get)
 
 
 def _uid(kind: str, index: int) -> str:
     return f"{kind}-{index:08d}-0000-0000-0000-000000000000"
 
 
-def build_caches(vms: int, codec: str) -> Caches:
-    """The caches of a namespace with `vms` running VMs and one pending migration."""
+def build_caches(vms: int, codec: str, pending: int = 1, finished: int = 0) -> Caches:
+    """The caches of a namespace with `vms` running VMs, `pending` migrations waiting (the first
+    with its target pod) and `finished` ones whose source pod is gone."""
     settings = settings_from(None, None, configured_version=VERSION)
     version = parse_version(VERSION)
-    caches = Caches(Store(codec=codec), Store(codec=codec), Store(codec=codec), PodIndex())
-    caches.pods.add_view(PodIndex.VIEW, pod_view, caches.index.changed)
+    caches = Caches(codec)
     pods: list[Object] = []
     vmis: list[Object] = []
     for index in range(vms):
@@ -85,10 +110,10 @@ def build_caches(vms: int, codec: str) -> Caches:
         pod["status"] = {"phase": "Running"}
         vmis.append(vmi)
         pods.append(pod)
-    migration = render_migration(NAMESPACE, "vm-00000", name="vm-00000-migration")
-    migration["metadata"].update(uid=_uid("vmim", 0), resourceVersion="1")
-    migration["metadata"]["creationTimestamp"] = "2026-11-22T11:00:00Z"
-    migration["status"] = {"phase": "Pending"}
+    migrations = [_migration(index, "Pending") for index in range(min(pending, vms))]
+    migrations += [
+        _migration(vms - 1 - index % vms, "Succeeded", index) for index in range(finished)
+    ]
     target = render_launcher_pod(
         vmis[0],
         node="node-49",
@@ -100,8 +125,20 @@ def build_caches(vms: int, codec: str) -> Caches:
     )
     caches.pods.replace([*pods, target])
     caches.vmis.replace(vmis)
-    caches.migrations.replace([migration])
+    caches.migrations.replace(migrations)
     return caches
+
+
+def _migration(vm: int, phase: str, number: int = 0) -> Object:
+    name = f"vm-{vm:05d}-migration" if phase == "Pending" else f"vm-{vm:05d}-done-{number}"
+    migration = render_migration(NAMESPACE, f"vm-{vm:05d}", name=name)
+    uid = _uid("vmim", vm) if phase == "Pending" else _uid("done", number)
+    migration["metadata"].update(uid=uid, resourceVersion="1")
+    migration["metadata"]["creationTimestamp"] = "2026-11-22T11:00:00Z"
+    migration["status"] = {"phase": phase}
+    if phase == "Succeeded":
+        migration["status"]["migrationState"] = {"sourcePod": f"virt-launcher-gone-{number}"}
+    return migration
 
 
 def quota_for(vms: int) -> Object:
@@ -135,7 +172,7 @@ def read_all(caches: Caches, quota: Object) -> NamespaceSnapshot:
 
 
 def read_index(caches: Caches, quota: Object) -> NamespaceSnapshot:
-    """What `QuotaReconciler.snapshot` reads now."""
+    """What `QuotaReconciler.snapshot` read before the plan's views."""
     return NamespaceSnapshot(
         namespace={"metadata": {"name": NAMESPACE}},
         quota=quota,
@@ -147,9 +184,24 @@ def read_index(caches: Caches, quota: Object) -> NamespaceSnapshot:
     )
 
 
+def read_views(caches: Caches, quota: Object) -> NamespaceSnapshot:
+    """What `QuotaReconciler.snapshot` reads now."""
+    return NamespaceSnapshot(
+        namespace={"metadata": {"name": NAMESPACE}},
+        quota=quota,
+        migrations=caches.migration_views.namespace(NAMESPACE),
+        vmis=NamespaceVmis(caches.facts, NAMESPACE),
+        pods=caches.index.namespace(NAMESPACE),
+        now=NOW,
+        launcher=settings_from(None, None, configured_version=VERSION),
+        usage=caches.usages.usage,
+    )
+
+
 PATHS: dict[str, Callable[[Caches, Object], NamespaceSnapshot]] = {
     "decode-all": read_all,
     "index": read_index,
+    "views": read_views,
 }
 
 
@@ -193,10 +245,10 @@ def measure(caches: Caches, vms: int, codec: str, path: str, repeat: int) -> Row
 
 
 def same_plan(caches: Caches, vms: int) -> bool:
-    """Both paths plan the same quota (the bench compares equals)."""
+    """Every path plans the same quota (the bench compares equals)."""
     quota = quota_for(vms)
-    baseline, indexed = (plan_quota(read(caches, quota)) for read in PATHS.values())
-    return baseline.hard == indexed.hard and baseline.used == indexed.used
+    plans = [plan_quota(read(caches, quota)) for read in PATHS.values()]
+    return all(p.hard == plans[0].hard and p.used == plans[0].used for p in plans)
 
 
 def table(rows: list[Row]) -> list[str]:
@@ -222,12 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES))
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pending", type=int, default=1, help="migrations waiting for room")
+    parser.add_argument("--finished", type=int, default=0, help="succeeded migrations kept")
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     rows = []
     for codec in ("zlib", "dict"):
         for vms in sizes:
-            caches = build_caches(vms, codec)
+            caches = build_caches(vms, codec, args.pending, args.finished)
             if not same_plan(caches, vms):
                 raise RuntimeError(f"the two paths plan differently at {vms} VMs")
             rows += [measure(caches, vms, codec, path, args.repeat) for path in PATHS]

@@ -42,7 +42,10 @@ def add_command(commands: Any) -> None:
     scale.add_argument("--state-dir", type=Path, help="state directory of the run's cluster")
     scale.add_argument("--report", type=Path, default=Path("reports/scale"), help="report dir")
     scale.add_argument(
-        "--keep", action="store_true", help="leave the cluster running (and reuse a kept one)"
+        "--keep",
+        action="store_true",
+        help="leave the cluster running; reuse a kept one with its namespaces and VMs (a rerun "
+        "skips creating them)",
     )
     scale.add_argument(
         "--controller-arg",

@@ -203,13 +203,20 @@ class ScaleRun:
         )
 
     async def _create_namespace(self, namespace: str) -> None:
-        body = {"metadata": {"name": namespace, "labels": {RUN_LABEL: self.run_id}}}
-        await self.api.create(NAMESPACES, body)
+        """Creates the namespace and its open quota; a namespace a kept cluster has from an
+        earlier run is taken over (labelled with this run) with its quota and VMs, so a rerun
+        with ``--keep`` skips the VMs' creation."""
+        labels = {RUN_LABEL: self.run_id}
+        try:
+            await self.api.create(NAMESPACES, {"metadata": {"name": namespace, "labels": labels}})
+        except errors.AlreadyExists:
+            await self.api.patch(NAMESPACES, namespace, {"metadata": {"labels": labels}})
         quota = {
             "metadata": {"name": QUOTA_NAME, "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}},
             "spec": {"hard": dict(OPEN_HARD)},
         }
-        await self.api.create(RESOURCE_QUOTAS, quota, namespace)
+        with contextlib.suppress(errors.AlreadyExists):
+            await self.api.create(RESOURCE_QUOTAS, quota, namespace)
 
     async def _await_service_account(self, namespace: str) -> None:
         """Launcher pods need the namespace's default service account, which

@@ -101,8 +101,8 @@ async def test_invalid_annotations_leave_the_quota_alone_with_a_warning_event(
 async def test_a_quota_write_never_overwrites_an_edit_made_after_the_plan(
     controllers: ControllerApp, kv: KubeVirtByHand
 ) -> None:
-    """The write carries the resourceVersion it was planned from: a user's edit in between is
-    kept (Conflict), and the namespace is planned again from it."""
+    """The write tests the spec it was planned from: a user's edit in between is kept
+    (Conflict), and the namespace is planned again from it."""
     await kv.set_rancher_base(V170_LIMIT)
     await kv.create_quota(V170_HARD)
     await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
@@ -121,6 +121,65 @@ async def test_a_quota_write_never_overwrites_an_edit_made_after_the_plan(
         await controllers.reconciler._write(planned_from, stale_patch, plan)
     await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
     assert (await kv.quota())["spec"]["hard"]["pods"] == "20"
+
+
+async def planned_write(
+    controllers: ControllerApp, kv: KubeVirtByHand
+) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """The quota as a plan reads it, a write of a key outside the base, and that plan."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
+    planned_from = await kv.quota()
+    plan = plan_quota(
+        controllers.reconciler.snapshot(
+            await kv.api.get(NAMESPACES, kv.namespace), planned_from, [planned_from]
+        )
+    )
+    return planned_from, {"spec": {"hard": {"pods": "11"}}}, plan
+
+
+async def test_a_quota_write_is_not_refused_for_a_status_change_made_after_the_plan(
+    controllers: ControllerApp, kv: KubeVirtByHand
+) -> None:
+    """kube-controller-manager rewrites the status after every spec change and pod admission;
+    the plan never reads it, so a write planned before it still goes through (a write
+    conditional on the resourceVersion lost to it in most bursts of migrations)."""
+    planned_from, patch, plan = await planned_write(controllers, kv)
+    name = planned_from["metadata"]["name"]
+    status_write = {"status": {"hard": V170_HARD, "used": {"limits.cpu": "1"}}}
+    after = await kv.api.patch(
+        RESOURCE_QUOTAS, name, status_write, kv.namespace, subresource="status"
+    )
+    assert after["metadata"]["resourceVersion"] != planned_from["metadata"]["resourceVersion"]
+    await controllers.reconciler._write(planned_from, patch, plan)
+    assert (await kv.quota())["spec"]["hard"]["pods"] == "11"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"metadata": {"annotations": {"harvesterhci.io/skipResourceQuotaAutoScaling": "true"}}},
+        {"metadata": {"annotations": {"harvester-quota.io/base": '{"limits.cpu":"4"}'}}},
+        {
+            "metadata": {
+                "labels": {"resourcequota.management.cattle.io/default-resource-quota": None}
+            }
+        },
+    ],
+    ids=["skip-annotation-added", "base-annotation-changed", "managed-label-removed"],
+)
+async def test_a_quota_write_is_refused_for_a_metadata_change_the_plan_read(
+    controllers: ControllerApp, kv: KubeVirtByHand, edit: dict[str, Any]
+) -> None:
+    """Annotations and labels a plan reads are part of the write's condition: an edit of one
+    after the plan refuses the write (Conflict) and leaves the quota as the user made it."""
+    planned_from, patch, plan = await planned_write(controllers, kv)
+    name = planned_from["metadata"]["name"]
+    await kv.api.patch(RESOURCE_QUOTAS, name, edit, kv.namespace)
+    with pytest.raises(errors.Conflict):
+        await controllers.reconciler._write(planned_from, patch, plan)
+    assert "pods" not in (await kv.quota())["spec"]["hard"]
 
 
 async def test_a_raise_is_in_status_hard_when_the_write_returns(

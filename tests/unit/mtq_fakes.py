@@ -151,6 +151,12 @@ class FakeStore:
             return [o for o in self._all() if labels(o).get(LABEL_MIGRATION_JOB) == value]
         raise KeyError(index)
 
+    def index_keys(self, index: str, value: str) -> list[str]:
+        return sorted(
+            f"{o['metadata'].get('namespace')}/{o['metadata']['name']}"
+            for o in self.by_index(index, value)
+        )
+
     def has_index(self, name: str) -> bool:
         return name in self.indexes or name in ("namespace", TARGET_INDEX)
 

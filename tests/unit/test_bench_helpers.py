@@ -69,17 +69,19 @@ def test_informer_table_gives_ratios_against_the_official_client() -> None:
     assert cells[8] == "0.25"  # RSS ratio
 
 
-def test_the_reconcile_bench_measures_both_paths_on_the_same_namespace() -> None:
+def test_the_reconcile_bench_measures_every_path_on_the_same_namespace() -> None:
     from bench import reconcile
 
     rows = []
     for vms in (5, 20):
-        caches = reconcile.build_caches(vms, "dict")
-        assert reconcile.same_plan(caches, vms), "both paths plan the same quota"
+        caches = reconcile.build_caches(vms, "dict", pending=3, finished=4)
+        assert reconcile.same_plan(caches, vms), "every path plans the same quota"
+        assert len(caches.migrations) == 7
         rows += [reconcile.measure(caches, vms, "dict", path, repeat=1) for path in reconcile.PATHS]
     assert all(row.read >= 0 and row.plan > 0 for row in rows)
     rows.sort(key=lambda r: (r.path, r.codec, r.vms))
     lines = reconcile.table(rows)
-    assert len(lines) == 6
+    assert len(lines) == 8
     assert lines[2].endswith("| 1.0 | 1.000 |"), "the baseline's smallest is its own reference"
     assert lines[4].startswith("| index | dict | 5 |")
+    assert lines[6].startswith("| views | dict | 5 |")

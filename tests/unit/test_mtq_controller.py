@@ -383,3 +383,17 @@ async def test_a_target_counted_before_the_caches_show_it_raises_no_false_warnin
     h.cluster.put(RESOURCE_QUOTAS, quota)
     await h.reconcile(reconciler)
     assert h.events == []
+
+
+async def test_events_of_namespaces_without_a_vmmrq_queue_nothing_for_mtq() -> None:
+    """Quota, migration and target pod events matter to MTQ only where a VMMRQ is: elsewhere
+    they would queue reconciles of namespaces it leaves at once (virt-controller writes a
+    migration's status several times a second)."""
+    h = harness()
+    reconciler = h.reconciler()
+    h.cluster.put(NAMESPACES, plain_namespace("tenant"))
+    event = migration("mig", vmi("vm", "tenant"))
+    resolve = reconciler._where_managed(lambda obj: [obj["metadata"]["namespace"]])
+    assert resolve(event) == []
+    setup(h)
+    assert resolve(event) == ["tenant"]

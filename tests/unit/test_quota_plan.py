@@ -18,6 +18,7 @@ from harvester_quota.util.annotations import (
 )
 from harvester_quota.util.harvestervm import HARVESTER_V121_OVERCOMMIT
 from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.base import ANNOTATION_APPLIED, ANNOTATION_BASE
 from harvester_quota.util.resourcequota.plan import (
@@ -549,3 +550,60 @@ def _apply_merge_patch(obj: dict[str, Any], patch: dict[str, Any]) -> dict[str, 
 
     merge(result, patch)
     return result
+
+
+def test_a_pending_target_keeps_the_room_quota_admission_counts_until_status_used_catches_up() -> (
+    None
+):
+    """vm1's migration finished and its source pod is gone; vm2's target pod is still to come.
+    Until kube-controller-manager recounts, status.used still charges vm1's source pod, and
+    quota admission would refuse vm2's target under a hard lowered by it."""
+    vm1, vm2 = vmi("vm1", cores=1, memory="1Gi"), vmi("vm2", cores=1, memory="1Gi")
+    done = migration("m1", vm1, phase="Succeeded", source_pod="src1")
+    pending = migration("m2", vm2)
+    pods = [launcher_pod(vm1, "dst1", migration=done), launcher_pod(vm2, "src2")]
+    keys = ("limits.cpu", "limits.memory")
+    one = {k: v for k, v in pod_quota_usage(pods[1]).items() if k in keys}
+    # The namespace was full with src1 and src2; Rancher's base is that.
+    base = {"limitsCpu": str(one["limits.cpu"] * 2), "limitsMemory": str(one["limits.memory"] * 2)}
+    # Raised for both rooms while src1 counted: the base and two target pods.
+    raised = {k: str(v * 4) for k, v in one.items()}
+
+    def plan_with(pods_in_status: int) -> QuotaPlan:
+        quota = managed_quota("ns", raised)
+        quota["status"] = {"used": {k: str(v * pods_in_status) for k, v in one.items()}}
+        return plan_quota(
+            snapshot(
+                rancher_namespace("ns", base),
+                quota,
+                migrations=[done, pending],
+                vmis=[vm1, vm2],
+                pods=pods,
+            )
+        )
+
+    stale = plan_with(3)  # dst1, src2 and the gone src1
+    recounted = plan_with(2)
+    assert [r.vm_name for r in stale.rooms.rooms] == ["vm2"]
+    for key in keys:
+        assert hard(recounted, key) == one[key] * 3, "the base and vm2's room"
+        assert hard(stale, key) == one[key] * 4, "what admission counts, and vm2's room"
+
+
+def test_what_admission_counts_never_raises_the_quota_above_where_it_is() -> None:
+    """A target pod admitted is in status.used before the pod caches show it (its room still an
+    estimate): that double count must not write the quota up, and down again a moment later."""
+    vm = vmi("vm1", cores=1, memory="1Gi")
+    pending = migration("m1", vm)
+    src = launcher_pod(vm, "src1")
+    keys = ("limits.cpu", "limits.memory")
+    one = {k: v for k, v in pod_quota_usage(src).items() if k in keys}
+    base = {"limitsCpu": str(one["limits.cpu"]), "limitsMemory": str(one["limits.memory"])}
+    quota = managed_quota("ns", {k: str(v * 2) for k, v in one.items()})
+    quota["status"] = {"used": {k: str(v * 2) for k, v in one.items()}}  # src1 and the target
+    plan = plan_quota(
+        snapshot(rancher_namespace("ns", base), quota, migrations=[pending], vmis=[vm], pods=[src])
+    )
+    assert plan.rooms.rooms[0].estimated
+    for key in keys:
+        assert hard(plan, key) == one[key] * 2, key

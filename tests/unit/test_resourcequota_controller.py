@@ -147,3 +147,36 @@ async def test_a_raise_followed_by_a_queued_plan_leaves_the_publish_to_that_plan
     assert client.status_patches == [{"limits.cpu": "5"}]
     await instance._publish_deferred("ns", raised_quota("5"))
     assert client.status_patches == [{"limits.cpu": "5"}], "published once"
+
+
+async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_that_write() -> None:
+    """The label write is a round trip before the first raise of a burst; the burst's other
+    migrations arrive meanwhile, so the raise is planned again from the caches after it (one
+    write covering them instead of another run behind it)."""
+    instance = object.__new__(QuotaReconciler)
+    namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
+    labelled = {**namespace, "metadata": {**namespace["metadata"], "resourceVersion": "2"}}
+    plans = iter(["one migration", "three migrations"])
+    written: list[str] = []
+
+    def plan(_key: str, ns: dict[str, Any]) -> Any:
+        return SimpleNamespace(
+            namespace=ns, quota={}, snapshot=None, plan=next(plans), labels_room=True
+        )
+
+    async def label(_ns: dict[str, Any], held: bool) -> dict[str, Any]:
+        assert held
+        return labelled
+
+    async def write(_ns: dict[str, Any], _quota: Any, plan: str, _snapshot: Any) -> None:
+        written.append(plan)
+
+    instance.defer_to = lambda _key: False  # type: ignore[method-assign]
+    instance._plan = plan  # type: ignore[method-assign]
+    instance._label_room_held = label  # type: ignore[method-assign]
+    instance._write_plan = write  # type: ignore[method-assign, assignment]
+    instance._report_warnings = lambda *_: None  # type: ignore[method-assign]
+    instance._export = lambda *_: None  # type: ignore[method-assign]
+    instance._requeue = lambda ns, _plan: ns  # type: ignore[method-assign, assignment]
+    assert await instance._reconcile("ns", namespace) is labelled
+    assert written == ["three migrations"]

@@ -134,3 +134,31 @@ def test_the_scale_command_takes_the_preset_and_the_counts_given() -> None:
     assert args.controller_arg == ["--workers=10"]
     with pytest.raises(ValueError, match="only 20 VMs"):
         plan_from(build_parser().parse_args(["scale", "--namespaces", "10x2", "--per-size", "5"]))
+
+
+async def test_a_kept_clusters_namespace_is_taken_over_with_its_quota_and_vms() -> None:
+    """`scale --keep` reruns on the namespaces a kept cluster has: labelled with the new run
+    (the webhook configuration selects by it), the quota and VMs left as they are."""
+    from harvester_quota.generic import errors
+    from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS
+    from harvester_quota.scale.run import RUN_LABEL, ScaleRun
+
+    calls: list[tuple[str, str, object]] = []
+
+    class KeptCluster:
+        async def create(self, resource: object, body: object, namespace: str = "") -> None:
+            calls.append(("create", str(resource), namespace))
+            raise errors.AlreadyExists("exists", status=409)
+
+        async def patch(self, resource: object, name: str, patch: object) -> None:
+            calls.append(("patch", name, patch))
+
+    run = object.__new__(ScaleRun)
+    run.api = KeptCluster()  # type: ignore[assignment]
+    run.run_id = "abc123"
+    await run._create_namespace("scale-000")
+    assert calls == [
+        ("create", str(NAMESPACES), ""),
+        ("patch", "scale-000", {"metadata": {"labels": {RUN_LABEL: "abc123"}}}),
+        ("create", str(RESOURCE_QUOTAS), "scale-000"),
+    ]

@@ -154,16 +154,32 @@ class MtqReconciler:
 
     def register(self) -> None:
         controller = self.namespaces
-        for informer in (self.vmmrqs, self.quotas, self.migrations):
-            controller.watch_related(informer, _namespace_of, name=f"mtq {informer.name}")
+        controller.watch_related(self.vmmrqs, _namespace_of, name=f"mtq {self.vmmrqs.name}")
+        # Quotas, migrations and target pods matter only where a VMMRQ is: elsewhere their
+        # events (virt-controller's status writes, several a second per migration) would queue
+        # namespace reconciles that MTQ leaves at once and the room mode does not need.
+        for informer in (self.quotas, self.migrations):
+            controller.watch_related(
+                informer, self._where_managed(_namespace_of), name=f"mtq {informer.name}"
+            )
         controller.watch_related(
-            self.pods, _targets_namespace, name="mtq target pods", relevant=_labels_changed
+            self.pods,
+            self._where_managed(_targets_namespace),
+            name="mtq target pods",
+            relevant=_labels_changed,
         )
         controller.on_change(HANDLER, self.reconcile)
 
     def manages(self, namespace: str) -> bool:
         """True if `namespace` has a VMMRQ: MTQ mode handles it, the room mode leaves it."""
-        return bool(self.vmmrqs.store.by_index("namespace", namespace))
+        return bool(self.vmmrqs.store.index_keys("namespace", namespace))
+
+    def _where_managed(
+        self, resolve: Callable[[Object], list[str]]
+    ) -> Callable[[Object], list[str]]:
+        """`resolve`, keeping only namespaces with a VMMRQ (a VMMRQ's own events queue its
+        namespace when it comes or goes, so a namespace that gains one is reconciled then)."""
+        return lambda obj: [ns for ns in resolve(obj) if self.manages(ns)]
 
     # The reconcile ----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ...apis.harvester import RATIO_SETTING, SETTINGS
@@ -29,21 +30,27 @@ from ...config.metrics import QuotaMetrics
 from ...generic import errors
 from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, WARNING
-from ...generic.informer import SharedInformer
 from ...generic.meta import annotations_of, has_condition, labels, metadata, status
 from ...generic.ownwrites import OwnWrites
 from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
-from ...generic.store import NamespaceObjects
+from ...generic.views import NamespaceViews
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
-from ...util.launcher import LauncherSettings, launcher_quota_usage
+from ...util.launcher import LauncherSettings
 from ...util.podusage import strip_pod_to_quota_fields
 from ...util.quantity import Quantity
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
+from ...util.resourcequota.conditional import conditional_patch, failed_test
 from ...util.resourcequota.managed import is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
+from ...util.resourcequota.planviews import (
+    NamespaceVmis,
+    RenderedUsages,
+    VmiFacts,
+    migration_plan_view,
+    vmi_facts,
+)
 from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
 from ...util.resourcequota.rancherpath import annotation_patch
-from ...util.resourcequota.rooms import vmi_plan_inputs
 from ...util.resources import parse_resource_list_leniently
 
 log = logging.getLogger(__name__)
@@ -53,17 +60,27 @@ RANCHER_DENIAL_REASON = "QuotaWriteDeniedByRancher"
 """Warning event reason when Rancher's webhook refuses a write of its default quota."""
 USAGE_ABOVE_BASE_REASON = "UsageAboveBase"
 """Warning event reason when a namespace's pods use more than its base (targets excluded)."""
+PLAN_VIEW = "quota-plan"
+"""The migration and VMI store views this reconciler keeps (planviews.py)."""
 STATUS_PUBLISH_ATTEMPTS = 3
 """Tries at copying a raise into status.hard when the quota keeps changing under us."""
-
-
-def _vmi_plan_changed(old: Object, new: Object) -> bool:
-    return vmi_plan_inputs(old) != vmi_plan_inputs(new)
 
 
 def _namespace_of(obj: Object) -> list[str]:
     namespace = metadata(obj).get("namespace")
     return [str(namespace)] if namespace else []
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """One plan of a namespace and what it was made from."""
+
+    namespace: Object
+    quota: Object
+    snapshot: NamespaceSnapshot
+    plan: QuotaPlan
+    labels_room: bool
+    """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`_may_label`)."""
 
 
 class QuotaReconciler:
@@ -79,6 +96,14 @@ class QuotaReconciler:
         self.pod_index = PodIndex()
         """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
         self.pods.store.add_view(PodIndex.VIEW, pod_view, self._pod_changed)
+        self.migration_views: NamespaceViews[Object] = NamespaceViews(self._views_changed)
+        """Every namespace's migrations as the plan reads them (planviews.migration_plan_view)."""
+        self.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self.migration_views.changed)
+        self.vmi_facts: NamespaceViews[VmiFacts] = NamespaceViews(self._views_changed)
+        """Every namespace's VMIs as the plan reads them (planviews.VmiFacts)."""
+        self.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
+        self.usages = RenderedUsages(self.vmi_facts, self.vmis.store.get)
+        """Room estimates, rendered once per VM shape and settings."""
         self.settings = factory.informer(
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
@@ -111,11 +136,9 @@ class QuotaReconciler:
 
     def register(self) -> None:
         controller = self.namespaces
-        for informer in (self.quotas, self.migrations):
-            controller.watch_related(informer, _namespace_of, name=informer.name)
-        controller.watch_related(
-            self.vmis, _namespace_of, name=self.vmis.name, relevant=_vmi_plan_changed
-        )
+        controller.watch_related(self.quotas, _namespace_of, name=self.quotas.name)
+        # Migrations and VMIs queue their namespace from their views (_views_changed): only
+        # changes the plan reads, not virt-controller's and virt-handler's status writes.
         for informer in (self.settings, self.kubevirts):
             controller.watch_related(informer, self._managed_namespaces, name=informer.name)
         controller.on_change(HANDLER, self.reconcile)
@@ -133,6 +156,11 @@ class QuotaReconciler:
         reads the index with this pod in it."""
         if self.pod_index.changed(key, view):
             self.namespaces.enqueue_key(key.split("/", 1)[0])
+
+    def _views_changed(self, namespace: str) -> None:
+        """A migration or VMI changed as the plan sees it (a view listener: runs inside the
+        store's write, so the reconcile it queues reads the views with the change in them)."""
+        self.namespaces.enqueue_key(namespace)
 
     def _managed_namespaces(self, _changed: Object) -> list[str]:
         """A cluster-wide setting changed: every namespace with a managed quota is affected."""
@@ -160,18 +188,16 @@ class QuotaReconciler:
     def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
         name = str(metadata(namespace).get("name"))
 
-        def store(informer: SharedInformer) -> list[Object]:
-            return informer.store.by_index("namespace", name)
-
         return NamespaceSnapshot(
             namespace=namespace,
             quota=quota,
-            migrations=store(self.migrations),
-            vmis=NamespaceObjects(self.vmis.store, name),
+            migrations=self.migration_views.namespace(name),
+            vmis=NamespaceVmis(self.vmi_facts, name),
             pods=self.pod_index.namespace(name),
             now=self.management.clock.now(),
             launcher=self.kubevirt_settings().for_namespace(quotas, namespace),
             mode=self.management.options.mode,
+            usage=self.usages.usage,
         )
 
     async def reconcile(self, key: str, namespace: Object | None) -> Object | None:
@@ -192,24 +218,38 @@ class QuotaReconciler:
         if self.defer_to(key):
             self._forget(key)
             return namespace
+        planned = self._plan(key, namespace)
+        if planned is not None and planned.labels_room:
+            labelled = await self._label_room_held(planned.namespace, True)
+            if labelled is not planned.namespace:
+                # The label took a round trip, in which a burst's other migrations arrive: plan
+                # again, so that the raise covers them too instead of waiting for another run.
+                planned = self._plan(key, labelled)
+                namespace = labelled
+        if planned is None:
+            self._forget(key)
+            return await self._label_room_held(namespace, False)
+        self._report_warnings(planned.namespace, planned.quota, planned.plan)
+        self._export(key, planned.snapshot, planned.plan)
+        await self._write_plan(planned.namespace, planned.quota, planned.plan, planned.snapshot)
+        namespace = planned.namespace
+        if not planned.labels_room:
+            namespace = await self._label_room_held(namespace, False)
+        return self._requeue(namespace, planned.plan)
+
+    def _plan(self, key: str, namespace: Object) -> _Planned | None:
+        """The namespace's plan from the caches (and our writes they do not show yet); None
+        without a managed quota. Pure but for reading: no write, no Event, no metric."""
         quotas = self.quotas.store.by_index("namespace", key)
         quota = managed_quota(quotas)
         if quota is None:
-            self._forget(key)
-            return await self._label_room_held(namespace, False)
+            return None
         quota = self._quota_writes.newest(key, quota)
         namespace = self._namespace_writes.newest(key, namespace)
         snapshot = self.snapshot(namespace, quota, quotas)
         plan = plan_quota(snapshot)
-        self._report_warnings(namespace, quota, plan)
-        self._export(key, snapshot, plan)
-        holding = plan.managed and plan.holds_room and self._may_label(namespace, plan)
-        if holding:
-            namespace = await self._label_room_held(namespace, True)
-        await self._write_plan(namespace, quota, plan, snapshot)
-        if not holding:
-            namespace = await self._label_room_held(namespace, False)
-        return self._requeue(namespace, plan)
+        labels_room = plan.managed and plan.holds_room and self._may_label(namespace, plan)
+        return _Planned(namespace, quota, snapshot, plan, labels_room)
 
     def _may_label(self, namespace: Object, plan: QuotaPlan) -> bool:
         """Whether a namespace write is safe while room is held. Rancher's agent re-derives the
@@ -353,34 +393,33 @@ class QuotaReconciler:
         )
 
     async def _write(self, quota: Object, patch: dict[str, Any], plan: QuotaPlan) -> None:
-        """Applies `patch` to the quota version the plan was computed from, and only to it.
+        """Applies `patch` to the quota only if it is still as the plan read it.
 
-        The merge patch carries that resourceVersion: if anyone (a user, Rancher) changed the
-        quota since, the API server answers Conflict, nothing of theirs is overwritten, and the
-        Conflict re-queues the namespace to plan again from what they wrote.
+        The patch goes as a JSON patch whose tests carry the condition (conditional.py): the
+        quota's uid, spec, labels and the annotations the plan read. If anyone (a user,
+        Rancher) changed those since, the API server refuses it, nothing of theirs is
+        overwritten, and the refusal (a Conflict) re-queues the namespace to plan again from
+        what they wrote. Status writes (kube-controller-manager's, after every spec change and
+        pod admission) do not make it fail: the plan never reads the status.
         """
         meta = metadata(quota)
-        conditional = {
-            **patch,
-            "metadata": {
-                **(patch.get("metadata") or {}),
-                "resourceVersion": str(meta.get("resourceVersion", "")),
-            },
-        }
+        namespace = str(meta["namespace"])
         try:
             written = await self.management.client.patch(
-                RESOURCE_QUOTAS, str(meta["name"]), conditional, str(meta["namespace"])
+                RESOURCE_QUOTAS,
+                str(meta["name"]),
+                conditional_patch(quota, patch),
+                namespace,
+                patch_type="json",
             )
-        except errors.Conflict:
+        except errors.ApiError as error:
+            if not isinstance(error, errors.Conflict) and not failed_test(error):
+                self.metrics.quota_writes.labels("error").inc()
+                raise
             self.metrics.quota_writes.labels("conflict").inc()
-            self._quota_writes.forget(str(meta["namespace"]))
-            log.info(
-                "%s/%s changed since it was read; planning again", meta["namespace"], meta["name"]
-            )
-            raise
-        except errors.ApiError:
-            self.metrics.quota_writes.labels("error").inc()
-            raise
+            self._quota_writes.forget(namespace)
+            log.info("%s/%s changed since it was read; planning again", namespace, meta["name"])
+            raise errors.Conflict(str(error)) from error
         self.metrics.quota_writes.labels("written").inc()
         if "spec" in patch:
             written = await self._publish_or_defer(written)
@@ -557,7 +596,7 @@ class QuotaReconciler:
             if vmi is None:
                 continue
             try:
-                needed = launcher_quota_usage(vmi, snapshot.launcher)
+                needed = snapshot.usage(vmi, snapshot.launcher)
             except ValueError:
                 continue  # reported already as a QuotaNotScaled warning ("cannot size the room")
             short = [

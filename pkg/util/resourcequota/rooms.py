@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,31 +96,6 @@ migrationTargetNodeName): written by our own migration controllers, read by Harv
 by the plan or the launcher rendering."""
 
 
-def vmi_plan_inputs(vmi: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Everything of a VMI the plan reads: its identity, metadata and spec (the launcher pod it
-    renders to) and which migration its migrationState names with which source pod. An update
-    of a VMI that leaves these equal (virt-controller's conditions, virt-handler's migration
-    progress, Harvester's migration annotations) cannot change any plan."""
-    meta = metadata(vmi)
-    state = status(vmi).get("migrationState")
-    shared = state if isinstance(state, Mapping) else {}
-    annotations = meta.get("annotations") or {}
-    if isinstance(annotations, Mapping):
-        annotations = {
-            k: v for k, v in annotations.items() if not k.startswith(HARVESTER_MIGRATION_PREFIX)
-        }
-    return (
-        meta.get("uid"),
-        meta.get("name"),
-        meta.get("creationTimestamp"),
-        meta.get("labels"),
-        annotations,
-        vmi.get("spec"),
-        shared.get("migrationUid"),
-        shared.get("sourcePod"),
-    )
-
-
 def _source_pod_name(migration: Mapping[str, Any], vmi: Mapping[str, Any]) -> str | None:
     """The migration's source pod as KubeVirt records it: on the VMIM, or on the VMI while its
     migrationState is about this migration."""
@@ -141,6 +116,10 @@ def _still_counts(pod: PodView | None, now: datetime.datetime) -> bool:
     return pod is not None and pod.counts(now)
 
 
+VmiUsage = Callable[[Mapping[str, Any], LauncherSettings], ResourceList]
+"""launcher_quota_usage's contract: the quota usage of the launcher pod rendered for a VMI."""
+
+
 @dataclass
 class RoomInputs:
     """Everything about one namespace that decides its rooms."""
@@ -156,6 +135,9 @@ class RoomInputs:
     """The settings in force for this namespace (room estimates before a target pod exists)."""
     keys: Iterable[str] | None = None
     """The quota keys rooms are reported on (None: every key the pod uses)."""
+    usage: VmiUsage = launcher_quota_usage
+    """How a VMI's room is estimated before its target pod exists (planviews.RenderedUsages
+    for the narrow VMIs a controller keeps)."""
 
 
 def plan_rooms(inputs: RoomInputs) -> RoomPlan:
@@ -181,17 +163,38 @@ def plan_rooms(inputs: RoomInputs) -> RoomPlan:
 
 def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> MigrationRoom | None:
     meta = metadata(migration)
+    target = pods.target_of(str(meta.get("uid", "")))
+    if _released(migration, target, inputs.now, pods):
+        return None
     vmi = inputs.vmis.get(str((migration.get("spec") or {}).get("vmiName", "")))
     if vmi is None:
         # Nothing can be migrated, nothing will be admitted: the migration holds no room.
         return None
-    target = pods.target_of(str(meta.get("uid", "")))
     if _of_an_earlier_instance(migration, vmi, target):
         return None
     reason = _holding_reason(migration, vmi, target, inputs.now, pods)
     if reason is None:
         return None
     return _room(migration, vmi, target, reason, inputs)
+
+
+def _released(
+    migration: Object, target: PodView | None, now: datetime.datetime, pods: NamespacePods
+) -> bool:
+    """Whether a finished migration holds no room, decided from the migration and its pods
+    alone: a failed one whose target pod no longer counts, a succeeded one whose recorded source
+    pod no longer counts. What `_holding_reason` would say too, without reading the VMI: a
+    namespace keeps its finished migrations (KubeVirt keeps several per VMI), and a plan costs
+    each of them this much only. False where the VMI is needed to tell."""
+    state = status(migration)
+    phase = state.get("phase")
+    if phase == PHASE_FAILED:
+        return not _still_counts(target, now)
+    if phase != PHASE_SUCCEEDED:
+        return False
+    own = state.get("migrationState")
+    source = own.get("sourcePod") if isinstance(own, Mapping) else None
+    return bool(source) and not _still_counts(pods.get(str(source)), now)
 
 
 def _of_an_earlier_instance(migration: Object, vmi: Object, target: PodView | None) -> bool:
@@ -244,7 +247,7 @@ def _room(
     if target is not None and _still_counts(target, inputs.now):
         room, estimated = target.usage_at(inputs.now), False
     else:
-        room, estimated = launcher_quota_usage(vmi, inputs.launcher), True
+        room, estimated = inputs.usage(vmi, inputs.launcher), True
     if inputs.keys is not None:
         room = resources.mask(room, inputs.keys)
     return MigrationRoom(

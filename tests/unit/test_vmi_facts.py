@@ -1,4 +1,5 @@
-"""Which VMI updates can change a quota plan (the controller skips the others)."""
+"""Which VMI updates can change a quota plan: those that change its facts (planviews.VmiFacts);
+the controller queues no reconcile for the others."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import copy
 from typing import Any
 
 import pytest
-from harvester_quota.util.resourcequota.rooms import vmi_plan_inputs
+from harvester_quota.util.resourcequota.planviews import vmi_facts
 
 
 def vmi() -> dict[str, Any]:
@@ -33,7 +34,7 @@ def vmi() -> dict[str, Any]:
 def test_migration_progress_and_status_changes_cannot_change_a_plan(progress: Any) -> None:
     updated = copy.deepcopy(vmi())
     progress(updated)
-    assert vmi_plan_inputs(updated) == vmi_plan_inputs(vmi())
+    assert vmi_facts(updated) == vmi_facts(vmi())
 
 
 @pytest.mark.parametrize(
@@ -50,7 +51,7 @@ def test_migration_progress_and_status_changes_cannot_change_a_plan(progress: An
 def test_what_sizes_the_launcher_or_names_the_source_pod_does(change: Any) -> None:
     updated = copy.deepcopy(vmi())
     change(updated)
-    assert vmi_plan_inputs(updated) != vmi_plan_inputs(vmi())
+    assert vmi_facts(updated) != vmi_facts(vmi())
 
 
 def test_harvesters_migration_annotations_written_by_our_controllers_change_no_plan() -> None:
@@ -60,4 +61,4 @@ def test_harvesters_migration_annotations_written_by_our_controllers_change_no_p
         "harvesterhci.io/migrationState": "Migrating",
         "harvesterhci.io/migrationTargetNodeName": "kwok-node-2",
     }
-    assert vmi_plan_inputs(annotated) == vmi_plan_inputs(vmi())
+    assert vmi_facts(annotated) == vmi_facts(vmi())

@@ -1,0 +1,80 @@
+"""Narrow values of a store's objects, grouped by namespace and kept as the objects change.
+
+A reconcile that reads a few fields of every object of a namespace would otherwise decode each
+object from the store on every run (store.py keeps them compressed). `NamespaceViews` is a
+`Store.add_view` listener: the store derives each object's value once, when the object changes,
+and the listener keeps it under the object's namespace and name. Reads then cost a dict lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class NamespaceViews(Generic[V]):
+    """Every object's view by namespace and name: exactly what the store holds, because the store
+    calls `changed` inside each write (Store.add_view). Not thread-safe: event loop only.
+
+    `on_change(namespace)` is called when a view of that namespace was added, changed (compared
+    with ``==``) or removed; an update that leaves the view equal calls nothing, so a consumer
+    can enqueue its reconcile there instead of on every event of the kind.
+    """
+
+    def __init__(self, on_change: Callable[[str], object] | None = None) -> None:
+        self._namespaces: dict[str, dict[str, V]] = {}
+        self._on_change = on_change
+
+    def changed(self, key: str, view: V | None) -> bool:
+        """The store's listener: the object under `key` ("namespace/name") is now `view` (None:
+        gone). Returns whether the namespace's views changed."""
+        namespace, _, name = key.rpartition("/")
+        views = self._namespaces.get(namespace)
+        if view is None:
+            if views is None or views.pop(name, None) is None:
+                return False
+            if not views:
+                del self._namespaces[namespace]
+        else:
+            if views is None:
+                views = self._namespaces[namespace] = {}
+            if views.get(name) == view:
+                return False
+            views[name] = view
+        if self._on_change is not None:
+            self._on_change(namespace)
+        return True
+
+    def get(self, namespace: str, name: str) -> V | None:
+        views = self._namespaces.get(namespace)
+        return None if views is None else views.get(name)
+
+    def namespace(self, namespace: str) -> list[V]:
+        """The namespace's views in the order of their names (a new list; the views are shared
+        and must not be mutated)."""
+        views = self._namespaces.get(namespace) or {}
+        return [views[name] for name in sorted(views)]
+
+    def by_name(self, namespace: str) -> Mapping[str, V]:
+        """The namespace's views by name, live (reads see later changes)."""
+        return _LiveNamespace(self._namespaces, namespace)
+
+
+class _LiveNamespace(Mapping[str, V]):
+    def __init__(self, namespaces: dict[str, dict[str, V]], namespace: str) -> None:
+        self._namespaces = namespaces
+        self._namespace = namespace
+
+    def _views(self) -> dict[str, V]:
+        return self._namespaces.get(self._namespace) or {}
+
+    def __getitem__(self, name: str) -> V:
+        return self._views()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._views()))
+
+    def __len__(self) -> int:
+        return len(self._views())

@@ -1,0 +1,110 @@
+"""A quota write conditional on what its plan read, not on the quota's whole resourceVersion.
+
+A plan reads a quota's spec, labels and the annotations under Harvester's and our prefixes; it
+never reads its status. kube-controller-manager rewrites the status (status.hard and used) right
+after each spec change and each pod admitted or gone, so a write conditional on the
+resourceVersion lost to it whenever a burst of migrations needed a second raise a moment after
+the first (measured: one Conflict, a new plan and another write in most 50-migration bursts).
+
+`conditional_patch` turns a plan's merge patch into a JSON patch (RFC 6902) whose ``test``
+operations carry that condition: the quota's uid, its spec, its labels, and each annotation the
+plan read or writes, as the plan saw them. The API server applies the whole patch or nothing, on
+the quota as stored when it applies it; a failed test answers 422 without causes
+(`failed_test`), which the caller treats as a Conflict: plan again from what is there now.
+Nothing anyone else wrote is overwritten: a concurrent spec, label or annotation change of
+those the plan read fails the test. An annotation outside the read prefixes, added meanwhile, is
+kept (the patch names only the keys it changes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ...generic import errors
+from ...generic.meta import annotations_of, labels, metadata
+from ..annotations import ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING, HARVESTER_PREFIX
+
+READ_PREFIXES: Final = (f"{HARVESTER_PREFIX}/", "harvester-quota.io/")
+"""Annotation prefixes a quota plan reads (Harvester's keys and ours)."""
+ALWAYS_TESTED: Final = (ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,)
+"""Annotations tested even when absent: added meanwhile, they change the plan."""
+
+Operation = dict[str, Any]
+
+
+def pointer(*parts: str) -> str:
+    """An RFC 6901 JSON pointer to the parts (``~`` and ``/`` escaped)."""
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def conditional_patch(quota: Mapping[str, Any], merge_patch: Mapping[str, Any]) -> list[Operation]:
+    """The JSON patch applying `merge_patch` (spec.hard and metadata.annotations, None removing
+    a key, as `patch_for` makes them) to the quota only if it is still `quota` as the plan read
+    it (see the module docstring)."""
+    changes = merge_patch.get("metadata", {}).get("annotations") or {}
+    hard = (merge_patch.get("spec") or {}).get("hard") or {}
+    return [
+        *_tests(quota, changes),
+        *_map_operations(_annotations(quota), ("metadata", "annotations"), changes),
+        *_map_operations((quota.get("spec") or {}).get("hard"), ("spec", "hard"), hard),
+    ]
+
+
+def _annotations(quota: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    value = metadata(quota).get("annotations")
+    return value if isinstance(value, Mapping) else None
+
+
+def _tests(quota: Mapping[str, Any], changes: Mapping[str, Any]) -> list[Operation]:
+    meta = metadata(quota)
+    tests: list[Operation] = [
+        {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
+        {"op": "test", "path": "/spec", "value": quota.get("spec")},
+        {"op": "test", "path": "/metadata/labels", "value": dict(labels(quota)) or None},
+    ]
+    current = annotations_of(quota)
+    if _annotations(quota) is None:
+        # No annotations at all: one test that there still are none (a test of a key under a
+        # missing map would fail whatever it expects).
+        tests.append({"op": "test", "path": "/metadata/annotations", "value": None})
+        return tests
+    read = {k for k in current if k.startswith(READ_PREFIXES)} | set(changes) | set(ALWAYS_TESTED)
+    for key in sorted(read):
+        tests.append(
+            {
+                "op": "test",
+                "path": pointer("metadata", "annotations", key),
+                "value": current.get(key),
+            }
+        )
+    return tests
+
+
+def _map_operations(
+    current: Mapping[str, Any] | None, where: tuple[str, str], changes: Mapping[str, Any]
+) -> list[Operation]:
+    """Operations setting (value) or removing (None) `changes` in the map at `where`, which
+    holds `current` (None: the map does not exist and is added whole)."""
+    if not changes:
+        return []
+    if current is None:
+        added = {k: v for k, v in changes.items() if v is not None}
+        return [{"op": "add", "path": pointer(*where), "value": added}] if added else []
+    operations: list[Operation] = []
+    for key, value in changes.items():
+        path = pointer(*where, key)
+        if value is not None:
+            operations.append({"op": "add", "path": path, "value": value})
+        elif key in current:
+            operations.append({"op": "remove", "path": path})
+    return operations
+
+
+def failed_test(error: errors.ApiError) -> bool:
+    """Whether the API server refused a conditional patch because a test failed: 422 Invalid
+    without causes (a patch that applied but made an invalid object lists its causes)."""
+    if not isinstance(error, errors.Invalid):
+        return False
+    causes = error.details.get("causes") if isinstance(error.details, Mapping) else None
+    return not causes

@@ -1,0 +1,213 @@
+"""The narrow views a controller plans from (planviews.py) plan exactly what full objects do, and
+cost what they promise: one render per VM shape and settings, no reconcile for status noise."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+from harvester_quota.generic.store import Store
+from harvester_quota.generic.views import NamespaceViews
+from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+from harvester_quota.util.resourcequota.planviews import (
+    NamespaceVmis,
+    RenderedUsages,
+    VmiFacts,
+    migration_plan_view,
+    vmi_facts,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+SETTINGS = LauncherSettings(ratio="1.5", kubevirt_version="1.6")
+V170_LIMIT = {"limitsCpu": "30000m", "limitsMemory": "50000Mi"}
+V170_HARD = {"limits.cpu": "30", "limits.memory": "50000Mi"}
+
+
+class Caches:
+    """Migration and VMI stores with the controller's views, as QuotaReconciler keeps them."""
+
+    def __init__(self, migrations: list[dict[str, Any]], vmis: list[dict[str, Any]]) -> None:
+        self.changed: list[str] = []
+        self.migration_store, self.vmi_store = Store(), Store()
+        self.migrations: NamespaceViews[dict[str, Any]] = NamespaceViews(self.changed.append)
+        self.facts: NamespaceViews[VmiFacts] = NamespaceViews(self.changed.append)
+        self.migration_store.add_view("plan", migration_plan_view, self.migrations.changed)
+        self.vmi_store.add_view("plan", vmi_facts, self.facts.changed)
+        self.migration_store.replace(copy.deepcopy(migrations))
+        self.vmi_store.replace(copy.deepcopy(vmis))
+        self.usages = RenderedUsages(self.facts, self.vmi_store.get)
+
+    def snapshot(self, full: NamespaceSnapshot) -> NamespaceSnapshot:
+        return NamespaceSnapshot(
+            namespace=full.namespace,
+            quota=full.quota,
+            migrations=self.migrations.namespace("ns"),
+            vmis=NamespaceVmis(self.facts, "ns"),
+            pods=full.pods,
+            now=full.now,
+            launcher=full.launcher,
+            usage=self.usages.usage,
+        )
+
+
+def full_snapshot(
+    migrations: list[dict[str, Any]], vmis: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> NamespaceSnapshot:
+    return NamespaceSnapshot(
+        namespace=rancher_namespace("ns", V170_LIMIT),
+        quota=managed_quota("ns", V170_HARD),
+        migrations=sorted(migrations, key=lambda m: m["metadata"]["name"]),
+        vmis={v["metadata"]["name"]: v for v in vmis},
+        pods=pods,
+        now=NOW,
+        launcher=SETTINGS,
+    )
+
+
+def summary(plan: QuotaPlan) -> tuple[Any, ...]:
+    rooms = [(r.migration, r.room, r.reason, r.estimated, r.target_pod) for r in plan.rooms.rooms]
+    return (plan.hard, plan.annotations, plan.remove_annotations, rooms, plan.used, plan.warnings)
+
+
+# One VM's migration in each state the plan tells apart.
+STATES = (
+    "pending",
+    "running-with-target",
+    "succeeded-source-counts",
+    "succeeded-source-gone",
+    "succeeded-unrecorded-source-counts",
+    "succeeded-unrecorded-source-gone",
+    "failed-target-counts",
+    "failed-target-gone",
+    "vmi-gone",
+    "restarted-vm",
+)
+
+
+def one_vm(index: int, state: str) -> tuple[list[Any], list[Any], list[Any]]:
+    """(migrations, vmis, pods) of VM `index` in `state`."""
+    vm = vmi(f"vm{index}", cores=1 + index % 3, memory=f"{1 + index % 2}Gi")
+    source = launcher_pod(vm, f"virt-launcher-vm{index}-src")
+    phase = {"running": "Running", "succeeded": "Succeeded", "failed": "Failed"}.get(
+        state.split("-", maxsplit=1)[0], "Pending"
+    )
+    recorded = source["metadata"]["name"] if state.startswith("succeeded-source") else None
+    mig = migration(f"m{index}", vm, phase=phase, source_pod=recorded)
+    mig["metadata"]["creationTimestamp"] = "2026-01-01T10:00:00Z"
+    vm["metadata"]["creationTimestamp"] = "2026-01-01T09:00:00Z"
+    pods = [] if state.endswith("source-gone") else [source]
+    if state in ("running-with-target", "failed-target-counts"):
+        pods.append(launcher_pod(vm, f"virt-launcher-vm{index}-dst", migration=mig))
+    if state == "vmi-gone":
+        return [mig], [], pods
+    if state == "restarted-vm":
+        vm["metadata"]["creationTimestamp"] = "2026-01-01T11:00:00Z"
+    return [mig], [vm], pods
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(STATES), min_size=1, max_size=8))
+def test_the_views_plan_what_the_full_objects_plan(states: list[str]) -> None:
+    migrations, vmis, pods = [], [], []
+    for index, state in enumerate(states):
+        m, v, p = one_vm(index, state)
+        migrations += m
+        vmis += v
+        pods += p
+    full = full_snapshot(migrations, vmis, pods)
+    caches = Caches(migrations, vmis)
+    assert summary(plan_quota(caches.snapshot(full))) == summary(plan_quota(full))
+
+
+def test_a_launcher_pod_is_rendered_once_per_vm_shape_and_settings() -> None:
+    vmis = [vmi(f"vm{i}", cores=2, memory="4Gi") for i in range(6)]
+    vmis.append(vmi("big", cores=8, memory="16Gi"))
+    migrations = [migration(f"m-{v['metadata']['name']}", v) for v in vmis]
+    full = full_snapshot(migrations, vmis, [])
+    caches = Caches(migrations, vmis)
+    first = plan_quota(caches.snapshot(full))
+    assert caches.usages.renders == 2, "six VMs of one shape and one other"
+    again = plan_quota(caches.snapshot(full))
+    assert caches.usages.renders == 2 and summary(again) == summary(first)
+    other = NamespaceSnapshot(**{**vars(caches.snapshot(full)), "launcher": LauncherSettings()})
+    plan_quota(other)
+    assert caches.usages.renders == 4, "other settings render again"
+
+
+def test_a_spec_change_renders_again_and_status_noise_does_not() -> None:
+    vm = vmi("vm1", cores=2, memory="4Gi")
+    mig = migration("m1", vm)
+    caches = Caches([mig], [vm])
+    full = full_snapshot([mig], [vm], [])
+    before = plan_quota(caches.snapshot(full)).rooms.rooms[0].room
+    caches.changed.clear()
+    noisy = copy.deepcopy(vm)
+    noisy["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    noisy["metadata"].setdefault("labels", {})["kubevirt.io/nodeName"] = "kwok-node-7"
+    noisy["metadata"].setdefault("annotations", {})["harvesterhci.io/migrationState"] = "Migrating"
+    caches.vmi_store.upsert(noisy)
+    assert caches.changed == [], "the plan reads none of it: no reconcile"
+    grown = copy.deepcopy(vm)
+    grown["spec"]["domain"]["resources"]["limits"]["memory"] = "8Gi"
+    grown["spec"]["domain"]["memory"] = {"guest": "8Gi"}
+    caches.vmi_store.upsert(grown)
+    assert caches.changed == ["ns"]
+    after = plan_quota(caches.snapshot(full_snapshot([mig], [grown], []))).rooms.rooms[0].room
+    assert after["limits.memory"] > before["limits.memory"]
+
+
+def test_migration_status_noise_queues_nothing_and_a_phase_change_does() -> None:
+    vm = vmi("vm1")
+    mig = migration("m1", vm, phase="Scheduling")
+    caches = Caches([mig], [vm])
+    caches.changed.clear()
+    noisy = copy.deepcopy(mig)
+    noisy["metadata"]["resourceVersion"] = "77"
+    noisy["status"]["phaseTransitionTimestamps"] = [{"phase": "Scheduling"}]
+    noisy["status"]["migrationState"] = {"targetNode": "kwok-node-2"}
+    caches.migration_store.upsert(noisy)
+    assert caches.changed == []
+    noisy["status"]["phase"] = "Running"
+    caches.migration_store.upsert(copy.deepcopy(noisy))
+    assert caches.changed == ["ns"]
+    caches.migration_store.delete("ns/m1")
+    assert caches.changed == ["ns", "ns"] and caches.migrations.namespace("ns") == []
+
+
+def test_a_migration_view_keeps_what_events_and_refusals_need() -> None:
+    mig = migration("m1", vmi("vm1"), rejected=True, source_pod="src")
+    view = migration_plan_view(mig)
+    assert view["kind"] == "VirtualMachineInstanceMigration"
+    assert view["metadata"]["uid"] == mig["metadata"]["uid"]
+    assert view["status"]["conditions"] == [
+        {"type": "migrationRejectedByResourceQuota", "status": "True"}
+    ]
+    assert view["status"]["migrationState"] == {"sourcePod": "src"}
+    assert "labels" not in view["metadata"]
+
+
+def test_a_malformed_vmi_gets_facts_and_its_error_at_planning() -> None:
+    vm = vmi("vm1")
+    vm["spec"]["domain"]["resources"]["limits"]["memory"] = "lots"
+    mig = migration("m1", vm)
+    caches = Caches([mig], [vm])
+    plan = plan_quota(caches.snapshot(full_snapshot([mig], [vm], [])))
+    assert any("cannot size the room of migration m1" in w for w in plan.warnings)
+
+
+def test_namespace_views_forget_an_empty_namespace() -> None:
+    changed: list[str] = []
+    views: NamespaceViews[int] = NamespaceViews(changed.append)
+    assert views.changed("a/x", 1) and views.changed("a/y", 2)
+    assert not views.changed("a/x", 1), "an equal view changes nothing"
+    assert views.namespace("a") == [1, 2] and dict(views.by_name("a")) == {"x": 1, "y": 2}
+    assert views.changed("a/x", None) and views.changed("a/y", None)
+    assert not views.changed("a/y", None)
+    assert views.namespace("a") == [] and views.get("a", "x") is None
+    assert changed == ["a", "a", "a", "a"]
