@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from ..generic.meta import metadata
+
 
 class Denied(Exception):
     """Raised by a validator: the request is refused with this message (HTTP 403 in the review)."""
@@ -78,7 +80,7 @@ def parse_review(body: bytes) -> Request:
         kind=str(kind["kind"]),
         operation=str(request.get("operation", "")),
         namespace=str(request.get("namespace") or ""),
-        name=str(request.get("name") or ((obj or {}).get("metadata") or {}).get("name") or ""),
+        name=str(request.get("name") or metadata(obj).get("name") or ""),
         username=str(user.get("username", "")),
         groups=tuple(groups),
         obj=obj,

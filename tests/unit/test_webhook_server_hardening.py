@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 from harvester_quota.webhook.server import WebhookServer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -162,6 +162,20 @@ ENDPOINTS = ["pods", "namespaces", "resourcequotas", "virtualmachines"]
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(body=review_like(), endpoint=st.sampled_from(ENDPOINTS), raw=st.booleans())
+@example(  # found by this test in CI: an object whose metadata is not a map
+    body={
+        "apiVersion": "admission.k8s.io/v1",
+        "request": {
+            "uid": "0",
+            "operation": "CREATE",
+            "kind": {"kind": "Pod"},
+            "name": "",
+            "object": {"metadata": True, "spec": None},
+        },
+    },
+    endpoint="pods",
+    raw=False,
+)
 def test_malformed_reviews_never_get_a_5xx(
     running: tuple[asyncio.AbstractEventLoop, WebhookServer, aiohttp.ClientSession],
     body: Any,

@@ -16,6 +16,7 @@ from typing import Final
 
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....apis.mtq import KIND as VMMRQ_KIND
+from ....generic.meta import labels as labels_of
 from ....util.resourcequota.mtq import Lock, format_time, parse_lock
 from ...admission import Denied, Request
 from ..common import Identities, Lookups
@@ -43,7 +44,7 @@ def _why(namespace: str, lock: Lock, now: datetime.datetime) -> str:
 
 def is_lock_target(request: Request, identities: Identities, lock: Lock) -> bool:
     """A pod KubeVirt's controller creates for one of the lock's migrations."""
-    labels = ((request.obj or {}).get("metadata") or {}).get("labels") or {}
+    labels = labels_of(request.obj)
     uid = labels.get(LABEL_MIGRATION_JOB)
     return (
         request.username in identities.target_creators

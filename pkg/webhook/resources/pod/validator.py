@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
+from ....generic.meta import labels as labels_of
 from ....util.podusage import pod_quota_usage
 from ....util.resources import ResourceList
 from ...admission import Denied, Request
@@ -18,7 +19,7 @@ from .ledger import AdmissionLedger
 
 
 def is_migration_target(request: Request, identities: Identities) -> bool:
-    labels = ((request.obj or {}).get("metadata") or {}).get("labels") or {}
+    labels = labels_of(request.obj)
     return LABEL_MIGRATION_JOB in labels and request.username in identities.target_creators
 
 
