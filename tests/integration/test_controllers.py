@@ -48,6 +48,16 @@ async def hard_equals(kv: KubeVirtByHand, expected: dict[str, str]) -> bool:
     )
 
 
+class RequestLog:
+    """Every request's method and path (an ApiClient request observer)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def observe(self, method: str, path: str, params: Any, code: str, seconds: float) -> None:
+        self.seen.append((method, path))
+
+
 def migrating_keys(quota: dict[str, Any]) -> list[str]:
     return [
         k
@@ -196,3 +206,35 @@ async def test_a_raise_is_in_status_hard_when_the_write_returns(
     assert raised["status"].get("hard", {}).get("limits.cpu") != "9", "the spec write alone"
     published = await controllers.reconciler._publish_hard(raised)
     assert published["status"]["hard"]["limits.cpu"] == "9"
+
+
+async def test_a_raise_is_published_over_a_status_written_since_and_never_over_a_new_spec(
+    controllers: ControllerApp, kv: KubeVirtByHand
+) -> None:
+    """kube-controller-manager writes the status right after our spec write; the copy goes
+    through it in one request. Someone else's spec.hard written since is theirs to publish."""
+    quota = await kv.create_quota(V170_HARD)
+    name = quota["metadata"]["name"]
+    raised = await kv.api.patch(
+        RESOURCE_QUOTAS, name, {"spec": {"hard": {"limits.cpu": "9"}}}, kv.namespace
+    )
+    recount = {"status": {"hard": V170_HARD, "used": {"limits.cpu": "1"}}}
+    await kv.api.patch(RESOURCE_QUOTAS, name, recount, kv.namespace, subresource="status")
+    requests = RequestLog()
+    client = controllers.management.client
+    client.add_request_observer(requests)
+    try:
+        published = await controllers.reconciler._publish_hard(raised)
+    finally:
+        client.remove_request_observer(requests)
+    assert [m for m, path in requests.seen if path.endswith(f"/{name}/status")] == ["PATCH"]
+    assert published["status"]["hard"]["limits.cpu"] == "9"
+    assert published["metadata"]["resourceVersion"] != raised["metadata"]["resourceVersion"]
+
+    raised = await kv.api.patch(
+        RESOURCE_QUOTAS, name, {"spec": {"hard": {"limits.cpu": "10"}}}, kv.namespace
+    )
+    theirs = {"spec": {"hard": {"limits.cpu": "11"}}}
+    await kv.api.patch(RESOURCE_QUOTAS, name, theirs, kv.namespace)
+    assert await controllers.reconciler._publish_hard(raised) is raised
+    assert (await kv.quota())["status"]["hard"].get("limits.cpu") != "10"

@@ -75,7 +75,7 @@ class FakeCluster:
         self,
         resource: Resource,
         name: str,
-        patch: Obj,
+        patch: Obj | list[Obj],
         namespace: str | None = None,
         *,
         subresource: str = "",
@@ -85,6 +85,8 @@ class FakeCluster:
         current = self.objects.get(resource, {}).get(key)
         if current is None:
             raise errors.NotFound(f"{key} not found", status=404)
+        if isinstance(patch, list):
+            return self._json_patch(resource, key, current, patch, subresource)
         wanted = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
             raise errors.Conflict(f"{key} changed", status=409)
@@ -97,6 +99,32 @@ class FakeCluster:
             body.pop("status", None)
         updated = merge(current, {**body, "metadata": meta})
         return self._store(resource, updated)
+
+    def _json_patch(
+        self, resource: Resource, key: str, current: Obj, ops: list[Obj], subresource: str
+    ) -> Obj:
+        """RFC 6902 add, remove and test, as the API server applies them (a failed test: 422
+        without causes); the status subresource keeps only the patched status."""
+        patched = copy.deepcopy(current)
+        for op in ops:
+            *parents, last = [
+                p.replace("~1", "/").replace("~0", "~") for p in op["path"][1:].split("/")
+            ]
+            parent: Any = patched
+            for part in parents:
+                parent = parent.get(part) if isinstance(parent, dict) else None
+            if not isinstance(parent, dict):
+                raise errors.Invalid("the server rejected our request", status=422)
+            if op["op"] == "test" and parent.get(last) != op["value"]:
+                raise errors.Invalid("the server rejected our request", status=422)
+            if op["op"] == "add":
+                parent[last] = copy.deepcopy(op["value"])
+            elif op["op"] == "remove":
+                parent.pop(last, None)
+        self._spend(f"{resource.plural}{'/' + subresource if subresource else ''} {key}")
+        if subresource == "status":
+            patched = {**current, "status": patched.get("status")}
+        return self._store(resource, patched)
 
     async def update_status(self, resource: Resource, obj: Obj) -> Obj:
         key = key_of(obj)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
+from harvester_quota.generic import errors
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 
@@ -95,16 +96,23 @@ class StatusClient:
 
     def __init__(self) -> None:
         self.status_patches: list[dict[str, Any]] = []
+        self.spec_changed_to: dict[str, str] | None = None
+        """Someone else's spec.hard, written after ours: the copy's test fails (422)."""
 
     async def patch(
-        self, resource: Any, name: str, body: dict[str, Any], namespace: str, **kwargs: Any
+        self, resource: Any, name: str, body: list[dict[str, Any]], namespace: str, **kwargs: Any
     ) -> dict[str, Any]:
-        assert kwargs.get("subresource") == "status"
-        self.status_patches.append(body["status"]["hard"])
+        assert kwargs.get("subresource") == "status" and kwargs.get("patch_type") == "json"
+        test, copy = body
+        assert test["op"] == "test" and test["path"] == "/spec/hard"
+        assert copy == {"op": "add", "path": "/status/hard", "value": test["value"]}
+        self.status_patches.append(copy["value"])
+        if self.spec_changed_to is not None:
+            raise errors.Invalid("the server rejected our request", status=422)
         return {
             "metadata": {"name": name, "namespace": namespace, "resourceVersion": "11"},
-            "spec": {"hard": body["status"]["hard"]},
-            "status": {"hard": body["status"]["hard"]},
+            "spec": {"hard": copy["value"]},
+            "status": {"hard": copy["value"]},
         }
 
 
@@ -147,6 +155,16 @@ async def test_a_raise_followed_by_a_queued_plan_leaves_the_publish_to_that_plan
     assert client.status_patches == [{"limits.cpu": "5"}]
     await instance._publish_deferred("ns", raised_quota("5"))
     assert client.status_patches == [{"limits.cpu": "5"}], "published once"
+
+
+async def test_a_publish_after_someone_elses_spec_write_leaves_it_to_them() -> None:
+    """The copy tests that spec.hard is still ours: if another writer changed it since, their
+    value is theirs to publish, and the write we made stands as returned (no error, no retry)."""
+    instance, client = publishing_reconciler(queued=False)
+    client.spec_changed_to = {"limits.cpu": "4"}
+    ours = raised_quota("5")
+    assert await instance._publish_hard(ours) is ours
+    assert client.status_patches == [{"limits.cpu": "5"}], "one request, not retried"
 
 
 async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_that_write() -> None:

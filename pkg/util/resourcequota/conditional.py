@@ -14,6 +14,10 @@ the quota as stored when it applies it; a failed test answers 422 without causes
 Nothing anyone else wrote is overwritten: a concurrent spec, label or annotation change of
 those the plan read fails the test. An annotation outside the read prefixes, added meanwhile, is
 kept (the patch names only the keys it changes).
+
+`publish_patch` is the same idea for the copy of a raise into status.hard: conditional on
+spec.hard being still the one written, not on the resourceVersion that kube-controller-manager's
+own status write moves right after.
 """
 
 from __future__ import annotations
@@ -99,6 +103,19 @@ def _map_operations(
         elif key in current:
             operations.append({"op": "remove", "path": path})
     return operations
+
+
+def publish_patch(written: Mapping[str, Any]) -> list[Operation]:
+    """The JSON patch (for the status subresource) copying `written`'s spec.hard into
+    status.hard, only if spec.hard is still that: a status written by someone else meanwhile
+    (kube-controller-manager's, after every spec change) does not fail it. (The API server
+    always serializes a quota's status, so /status exists; were it missing, the add fails like
+    a test, and kube-controller-manager's copy counts.)"""
+    hard = (written.get("spec") or {}).get("hard") or {}
+    return [
+        {"op": "test", "path": "/spec/hard", "value": hard},
+        {"op": "add", "path": "/status/hard", "value": hard},
+    ]
 
 
 def failed_test(error: errors.ApiError) -> bool:

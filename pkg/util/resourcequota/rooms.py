@@ -96,13 +96,17 @@ migrationTargetNodeName): written by our own migration controllers, read by Harv
 by the plan or the launcher rendering."""
 
 
-def _source_pod_name(migration: Mapping[str, Any], vmi: Mapping[str, Any]) -> str | None:
-    """The migration's source pod as KubeVirt records it: on the VMIM, or on the VMI while its
-    migrationState is about this migration."""
+LazyVmi = Callable[[], Object | None]
+"""The migration's VMI, looked up only when called (None: gone)."""
+
+
+def _source_pod_name(migration: Mapping[str, Any], vmi: LazyVmi) -> str | None:
+    """The migration's source pod as KubeVirt records it: on the VMIM, or (the VMI read only
+    then) on the VMI while its migrationState is about this migration."""
     own = status(migration).get("migrationState")
     if isinstance(own, Mapping) and own.get("sourcePod"):
         return str(own["sourcePod"])
-    shared = status(vmi).get("migrationState")
+    shared = status(vmi()).get("migrationState")
     if (
         isinstance(shared, Mapping)
         and shared.get("migrationUid") == metadata(migration).get("uid")
@@ -164,37 +168,23 @@ def plan_rooms(inputs: RoomInputs) -> RoomPlan:
 def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> MigrationRoom | None:
     meta = metadata(migration)
     target = pods.target_of(str(meta.get("uid", "")))
-    if _released(migration, target, inputs.now, pods):
-        return None
-    vmi = inputs.vmis.get(str((migration.get("spec") or {}).get("vmiName", "")))
-    if vmi is None:
-        # Nothing can be migrated, nothing will be admitted: the migration holds no room.
-        return None
-    if _of_an_earlier_instance(migration, vmi, target):
-        return None
+    vmi_name = str((migration.get("spec") or {}).get("vmiName", ""))
+
+    def vmi() -> Object | None:
+        return inputs.vmis.get(vmi_name)
+
+    # Why it holds room first: a finished migration (a namespace keeps many) is mostly decided
+    # from itself and its pods, without reading its VMI.
     reason = _holding_reason(migration, vmi, target, inputs.now, pods)
     if reason is None:
         return None
-    return _room(migration, vmi, target, reason, inputs)
-
-
-def _released(
-    migration: Object, target: PodView | None, now: datetime.datetime, pods: NamespacePods
-) -> bool:
-    """Whether a finished migration holds no room, decided from the migration and its pods
-    alone: a failed one whose target pod no longer counts, a succeeded one whose recorded source
-    pod no longer counts. What `_holding_reason` would say too, without reading the VMI: a
-    namespace keeps its finished migrations (KubeVirt keeps several per VMI), and a plan costs
-    each of them this much only. False where the VMI is needed to tell."""
-    state = status(migration)
-    phase = state.get("phase")
-    if phase == PHASE_FAILED:
-        return not _still_counts(target, now)
-    if phase != PHASE_SUCCEEDED:
-        return False
-    own = state.get("migrationState")
-    source = own.get("sourcePod") if isinstance(own, Mapping) else None
-    return bool(source) and not _still_counts(pods.get(str(source)), now)
+    found = vmi()
+    if found is None:
+        # Nothing can be migrated, nothing will be admitted: the migration holds no room.
+        return None
+    if _of_an_earlier_instance(migration, found, target):
+        return None
+    return _room(migration, found, target, reason, inputs)
 
 
 def _of_an_earlier_instance(migration: Object, vmi: Object, target: PodView | None) -> bool:
@@ -211,7 +201,7 @@ def _of_an_earlier_instance(migration: Object, vmi: Object, target: PodView | No
 
 def _holding_reason(
     migration: Object,
-    vmi: Object,
+    vmi: LazyVmi,
     target: PodView | None,
     now: datetime.datetime,
     pods: NamespacePods,
@@ -226,11 +216,14 @@ def _holding_reason(
             return f"source pod {source_name} still counts" if counts else None
         # KubeVirt did not record the source pod: any other launcher pod of this VMI that still
         # counts is one the migration left behind.
+        instance = vmi()
+        if instance is None:
+            return None
         leftover = any(
             (target is None or pod.name != target.name)
             and pod.migration_uid is None
             and pod.counts(now)
-            for pod in pods.launchers_of(str(metadata(vmi).get("uid")))
+            for pod in pods.launchers_of(str(metadata(instance).get("uid")))
         )
         return "source pod still counts" if leftover else None
     if phase == PHASE_FAILED:
