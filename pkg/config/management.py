@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -68,6 +69,7 @@ class Management:
     """Typed controllers of Harvester's kinds on `controllers`."""
 
     def __post_init__(self) -> None:
+        self._closers: list[Callable[[], Awaitable[None]]] = []
         self.informers = SharedInformerFactory(self.client, clock=self.clock)
         self.controllers = ControllerFactory(
             self.client,
@@ -87,7 +89,15 @@ class Management:
         synced within `sync_timeout` seconds (None: wait as long as it takes)."""
         return await self.controllers.start(sync_timeout=sync_timeout)
 
+    def on_stop(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """Has `closer` awaited by `stop`, after the controllers stopped (so nothing hands it
+        work any more) and before the event recorder closes; closers run in the order added."""
+        self._closers.append(closer)
+
     async def stop(self) -> None:
-        """Stops controllers and informers, then closes the event recorder."""
+        """Stops controllers and informers, then the closers (`on_stop`), then closes the event
+        recorder."""
         await self.controllers.stop()
+        for closer in self._closers:
+            await closer()
         await self.recorder.close()

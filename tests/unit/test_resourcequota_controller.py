@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from types import SimpleNamespace
 from typing import Any
@@ -92,27 +93,49 @@ async def test_a_refused_label_write_never_stands_between_a_migration_and_its_ra
 
 
 class StatusClient:
-    """Records status patches and answers with the quota as the API server would store it."""
+    """Answers our quota writes as the API server would store them, and records status patches
+    (the copy of spec.hard); while `hold` is clear, a status patch waits for it."""
 
     def __init__(self) -> None:
         self.status_patches: list[dict[str, Any]] = []
         self.spec_changed_to: dict[str, str] | None = None
         """Someone else's spec.hard, written after ours: the copy's test fails (422)."""
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.copying = asyncio.Event()
+        """Set once a status patch has arrived."""
 
     async def patch(
         self, resource: Any, name: str, body: list[dict[str, Any]], namespace: str, **kwargs: Any
     ) -> dict[str, Any]:
-        assert kwargs.get("subresource") == "status" and kwargs.get("patch_type") == "json"
+        assert kwargs.get("patch_type") == "json"
+        if kwargs.get("subresource") != "status":
+            return self._spec_written(name, namespace, body)
         test, copy = body
         assert test["op"] == "test" and test["path"] == "/spec/hard"
         assert copy == {"op": "add", "path": "/status/hard", "value": test["value"]}
         self.status_patches.append(copy["value"])
+        self.copying.set()
+        await self.hold.wait()
         if self.spec_changed_to is not None:
             raise errors.Invalid("the server rejected our request", status=422)
         return {
             "metadata": {"name": name, "namespace": namespace, "resourceVersion": "11"},
             "spec": {"hard": copy["value"]},
             "status": {"hard": copy["value"]},
+        }
+
+    @staticmethod
+    def _spec_written(name: str, namespace: str, body: list[dict[str, Any]]) -> dict[str, Any]:
+        hard = {
+            op["path"].removeprefix("/spec/hard/"): op["value"]
+            for op in body
+            if op["op"] != "test" and op["path"].startswith("/spec/hard/")
+        }
+        return {
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "12"},
+            "spec": {"hard": hard},
+            "status": {"hard": {"limits.cpu": "3"}},
         }
 
 
@@ -124,43 +147,62 @@ def raised_quota(cpu: str) -> dict[str, Any]:
     }
 
 
-def publishing_reconciler(queued: bool) -> tuple[QuotaReconciler, StatusClient]:
+def publishing_reconciler() -> tuple[QuotaReconciler, StatusClient]:
+    from collections import Counter
+
+    from harvester_quota.config.metrics import QuotaMetrics
+    from harvester_quota.generic.newest import NewestPerKey
     from harvester_quota.generic.ownwrites import OwnWrites
+    from prometheus_client import CollectorRegistry
 
     client = StatusClient()
-    instance = reconciler(RecordingRecorder())
-    instance.management = SimpleNamespace(client=client)  # type: ignore[assignment]
-    instance.namespaces = SimpleNamespace(  # type: ignore[assignment]
-        queue=SimpleNamespace(queued=lambda key: queued)
-    )
+    recorder = RecordingRecorder()
+    instance = reconciler(recorder)
+    instance.management = SimpleNamespace(client=client, recorder=recorder)  # type: ignore[assignment]
+    instance.metrics = QuotaMetrics(CollectorRegistry())
+    instance.writes = Counter()
     instance._status_writable = True
-    instance._unpublished = set()
     instance._quota_writes = OwnWrites()
+    instance.publisher = NewestPerKey("copy", instance._publish_hard)
     return instance, client
 
 
-async def test_a_raise_is_published_at_once_when_no_newer_plan_is_queued() -> None:
-    instance, client = publishing_reconciler(queued=False)
-    await instance._publish_or_defer(raised_quota("5"))
+RAISING = SimpleNamespace(rooms=SimpleNamespace(rooms=[]), holds_room=True)
+"""What `_write` reads of a plan: the rooms it names in its log line and Event."""
+
+
+async def test_a_raise_does_not_wait_for_its_copy_into_status_hard() -> None:
+    """The next raise of a burst waits for the namespace's reconcile to end: that must not
+    include the status copy (traced: 100-170 ms a raise on a 3,000-VM namespace). The copy
+    follows beside it."""
+    instance, client = publishing_reconciler()
+    client.hold.clear()
+    spec = {"spec": {"hard": {"limits.cpu": "5"}}}
+    await asyncio.wait_for(instance._write(raised_quota("3"), spec, RAISING), timeout=5)  # type: ignore[arg-type]
+    assert instance.publisher.busy("ns"), "the copy is under way, not done in the reconcile"
+    client.hold.set()
+    await instance.publisher.idle("ns")
     assert client.status_patches == [{"limits.cpu": "5"}]
 
 
-async def test_a_raise_followed_by_a_queued_plan_leaves_the_publish_to_that_plan() -> None:
-    """In a burst the next run writes a newer spec.hard at once; publishing the older one first
-    would delay it by a request. If that run has nothing to write, it still publishes."""
-    instance, client = publishing_reconciler(queued=True)
-    await instance._publish_or_defer(raised_quota("5"))
-    assert client.status_patches == []
-    await instance._publish_deferred("ns", raised_quota("5"))
-    assert client.status_patches == [{"limits.cpu": "5"}]
-    await instance._publish_deferred("ns", raised_quota("5"))
-    assert client.status_patches == [{"limits.cpu": "5"}], "published once"
+async def test_copies_of_one_namespace_run_one_at_a_time_the_newest_after() -> None:
+    """Raises written while a copy is under way: only the newest is copied after it (an older
+    one would fail its test against the newer spec anyway)."""
+    instance, client = publishing_reconciler()
+    client.hold.clear()
+    for cpu in ("5", "6", "7"):
+        spec = {"spec": {"hard": {"limits.cpu": cpu}}}
+        await instance._write(raised_quota("3"), spec, RAISING)  # type: ignore[arg-type]
+        await client.copying.wait()  # the first copy under way before the next raise
+    client.hold.set()
+    await instance.publisher.idle("ns")
+    assert client.status_patches == [{"limits.cpu": "5"}, {"limits.cpu": "7"}]
 
 
 async def test_a_publish_after_someone_elses_spec_write_leaves_it_to_them() -> None:
     """The copy tests that spec.hard is still ours: if another writer changed it since, their
     value is theirs to publish, and the write we made stands as returned (no error, no retry)."""
-    instance, client = publishing_reconciler(queued=False)
+    instance, client = publishing_reconciler()
     client.spec_changed_to = {"limits.cpu": "4"}
     ours = raised_quota("5")
     assert await instance._publish_hard(ours) is ours
