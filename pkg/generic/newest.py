@@ -50,9 +50,10 @@ class NewestPerKey(Generic[V]):
         return key in self._runners
 
     async def idle(self, key: str) -> None:
-        """Returns once no value of `key` is being worked on or waits."""
+        """Returns once no value of `key` is being worked on or waits (also when `stop`
+        cancelled the run; cancelling the caller cancels only its wait)."""
         while (runner := self._runners.get(key)) is not None:
-            await asyncio.shield(runner)
+            await asyncio.wait({runner})
 
     async def stop(self) -> None:
         """Drops waiting values and cancels runs under way; later submits are ignored."""

@@ -39,11 +39,17 @@ class Work:
             await self._progress.wait_for(lambda: len(self.started) >= count)
 
 
-async def test_a_key_runs_one_value_at_a_time_and_then_only_the_newest() -> None:
-    work = Work()
-    newest: NewestPerKey[str] = NewestPerKey("copy", work)
+async def running_a(work: Work, name: str = "copy") -> NewestPerKey[str]:
+    """A NewestPerKey over `work` whose key "ns" has value "a" under way."""
+    newest: NewestPerKey[str] = NewestPerKey(name, work)
     newest.submit("ns", "a")
     await work.until_started(1)
+    return newest
+
+
+async def test_a_key_runs_one_value_at_a_time_and_then_only_the_newest() -> None:
+    work = Work()
+    newest = await running_a(work)
     newest.submit("ns", "b")
     newest.submit("ns", "c")
     assert work.started == ["a"], "b and c wait for a"
@@ -73,9 +79,7 @@ async def test_a_failed_run_is_logged_and_the_next_value_still_runs(
 ) -> None:
     work = Work()
     work.failing.add("a")
-    newest: NewestPerKey[str] = NewestPerKey("copying spec.hard", work)
-    newest.submit("ns", "a")
-    await work.until_started(1)
+    newest = await running_a(work, "copying spec.hard")
     newest.submit("ns", "b")
     with caplog.at_level(logging.WARNING):
         work.release("a")
@@ -87,11 +91,11 @@ async def test_a_failed_run_is_logged_and_the_next_value_still_runs(
 
 async def test_stop_cancels_runs_and_ignores_later_values() -> None:
     work = Work()
-    newest: NewestPerKey[str] = NewestPerKey("copy", work)
-    newest.submit("ns", "a")
-    await work.until_started(1)
+    newest = await running_a(work)
     newest.submit("ns", "b")
+    waiting = asyncio.ensure_future(newest.idle("ns"))
     await newest.stop()
+    await waiting  # a wait for a cancelled run ends, without raising into the waiter
     assert not newest.busy("ns")
     newest.submit("ns", "c")
     assert not newest.busy("ns"), "stopped: nothing runs any more"

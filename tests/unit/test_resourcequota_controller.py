@@ -104,6 +104,8 @@ class StatusClient:
         self.hold.set()
         self.copying = asyncio.Event()
         """Set once a status patch has arrived."""
+        self.gone = False
+        """The quota was deleted after our spec write: the copy finds nothing (404)."""
 
     async def patch(
         self, resource: Any, name: str, body: list[dict[str, Any]], namespace: str, **kwargs: Any
@@ -117,6 +119,8 @@ class StatusClient:
         self.status_patches.append(copy["value"])
         self.copying.set()
         await self.hold.wait()
+        if self.gone:
+            raise errors.NotFound('resourcequotas "q" not found', status=404)
         if self.spec_changed_to is not None:
             raise errors.Invalid("the server rejected our request", status=422)
         return {
@@ -207,6 +211,16 @@ async def test_a_publish_after_someone_elses_spec_write_leaves_it_to_them() -> N
     ours = raised_quota("5")
     assert await instance._publish_hard(ours) is ours
     assert client.status_patches == [{"limits.cpu": "5"}], "one request, not retried"
+
+
+async def test_a_copy_into_a_quota_deleted_since_is_nothing_to_do() -> None:
+    """The copy runs beside the reconciles: the namespace may have gone since the write. That
+    is no failure to report (the publisher would log it as one)."""
+    instance, client = publishing_reconciler()
+    client.gone = True
+    ours = raised_quota("5")
+    assert await instance._publish_hard(ours) is ours
+    assert client.status_patches == [{"limits.cpu": "5"}]
 
 
 async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_that_write() -> None:

@@ -17,6 +17,7 @@ This is design principle 3 and 4 as a pure function of what the cluster shows no
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -169,10 +170,8 @@ def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> Migr
     meta = metadata(migration)
     target = pods.target_of(str(meta.get("uid", "")))
     vmi_name = str((migration.get("spec") or {}).get("vmiName", ""))
-
-    def vmi() -> Object | None:
-        return inputs.vmis.get(vmi_name)
-
+    # Looked up once, and only if needed: a lookup builds the narrow VMI (NamespaceVmis).
+    vmi: LazyVmi = functools.cache(lambda: inputs.vmis.get(vmi_name))
     # Why it holds room first: a finished migration (a namespace keeps many) is mostly decided
     # from itself and its pods, without reading its VMI.
     reason = _holding_reason(migration, vmi, target, inputs.now, pods)
