@@ -119,6 +119,21 @@ class HardHistory:
         await self.factory.stop()
 
 
+def compensations_seen(history: HardHistory) -> set[str]:
+    """Every value of Harvester's compensation annotation the namespace's quotas carried.
+
+    Besides the compensation a seed expects, one more can come of a race, Harvester's own and
+    ported as is (seen once in CI): KubeVirt drops migrationRejectedByResourceQuota only once the
+    VMIM is Scheduling, so for a moment after the target pod is admitted the VMIM is still Pending
+    and flagged. If Harvester's VMIM handler runs then, its compensation counts the admitted
+    target pod as used and adds the share once more, until the migration ends."""
+    return {
+        a[ANNOTATION_MIGRATING_COMPENSATION]
+        for a in history.annotations
+        if ANNOTATION_MIGRATING_COMPENSATION in a
+    }
+
+
 def as_quantities(values: dict[str, str | int]) -> dict[str, Quantity]:
     return {k: Quantity.parse(str(v)) for k, v in values.items()}
 
@@ -164,7 +179,15 @@ async def test_v170_migration_at_ratio_15_raises_hard_by_the_compute_share_only(
         scaled = {"limits.cpu": 5, "limits.memory": 5242880000 + V170_SHARE}
         assert 5242880000 + V170_SHARE == 9980344313
         assert as_quantities(scaled) in history.seen, history.seen
-        assert max(h["limits.memory"] for h in history.seen) == Quantity.from_int(9980344313)
+        compensations = compensations_seen(history)
+        if not compensations:
+            assert max(h["limits.memory"] for h in history.seen) == Quantity.from_int(9980344313)
+        else:
+            # The race in compensations_seen: both pods counted, 2 x 4797464313 + the share
+            # - the raised hard + 128Mi = 4486266354 more, on top of the compute share.
+            assert compensations == {'{"limits.memory":"4486266354"}'}, compensations
+            top = max(h["limits.memory"] for h in history.seen)
+            assert top == Quantity.from_int(9980344313 + 4486266354)
         vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
         key = migrating_uid_annotation_key(vmi["metadata"]["uid"])
         rooms = [a[key] for a in history.annotations if key in a]
@@ -216,12 +239,13 @@ async def test_v170_ratio_raised_second_migration_is_refused_then_compensated(
                 "used: limits.memory=5682461313, limited: limits.memory=10865341313"
             )
             assert any(seed_refusal in m for m in second.refusal_messages), second.as_dict()
-            compensations = {
-                a[ANNOTATION_MIGRATING_COMPENSATION]
-                for a in history.annotations
-                if ANNOTATION_MIGRATING_COMPENSATION in a
-            }
-            assert compensations == {'{"limits.memory":"573799041"}'}
+            compensations = compensations_seen(history)
+            # And, in the race in compensations_seen, a second one that replaces it: both pods
+            # (2 x 5682461313) + the share - the compensated hard + 128Mi = 5682461313.
+            assert compensations in (
+                {'{"limits.memory":"573799041"}'},
+                {'{"limits.memory":"573799041"}', '{"limits.memory":"5682461313"}'},
+            ), compensations
             assert (
                 as_quantities(
                     {"limits.cpu": 5, "limits.memory": 5242880000 + 5622461313 + 573799041}
