@@ -125,6 +125,7 @@ def _options(args: argparse.Namespace) -> Options:
         harvester_compat=not args.no_harvester_compat,
         mtq=not args.no_mtq,
         mtq_lock_seconds=args.mtq_lock_seconds,
+        room_held_linger=args.room_held_linger,
     )
 
 
@@ -317,6 +318,13 @@ def _add_run_command(commands: Any) -> None:
         type=_positive_seconds,
         default=30.0,
         help="the longest an MTQ namespace lock and its raise last (default 30)",
+    )
+    run.add_argument(
+        "--room-held-linger",
+        type=_non_negative_seconds,
+        default=30.0,
+        help="seconds the room-held label stays after a namespace's room was given back, so a "
+        "drain's next wave skips labelling (default 30; 0 removes it at once)",
     )
     run.set_defaults(handler=cmd_run)
 

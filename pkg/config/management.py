@@ -50,6 +50,9 @@ class Options:
     VMMRQ is the per-namespace opt-in; without its CRD nothing changes)."""
     mtq_lock_seconds: float = 30.0
     """The longest an MTQ lock (and the raise under it) lasts."""
+    room_held_linger: float = 30.0
+    """Seconds the room-held label stays after a namespace's room was given back (0: removed at
+    once), so that the next migration of a drain is raised without labelling first."""
 
 
 @dataclass

@@ -75,3 +75,17 @@ def test_mtq_mode_is_on_unless_turned_off_and_its_lock_seconds_are_passed() -> N
 def test_a_lock_of_no_time_is_refused(value: str) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--mtq-lock-seconds", value])
+
+
+def test_the_room_held_label_lingers_30_seconds_unless_told_and_0_is_allowed() -> None:
+    from harvester_quota.main import _options
+
+    assert _options(build_parser().parse_args(["run"])).room_held_linger == 30.0
+    told = build_parser().parse_args(["run", "--room-held-linger", "0"])
+    assert _options(told).room_held_linger == 0.0
+
+
+@pytest.mark.parametrize("value", ["-1", "inf", "soon"])
+def test_a_linger_below_zero_or_without_end_is_refused(value: str) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--room-held-linger", value])

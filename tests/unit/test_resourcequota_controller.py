@@ -7,8 +7,13 @@ import datetime
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from harvester_quota.config.management import Options
 from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
 from harvester_quota.generic import errors
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.controller import RetryAfter
+from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 
@@ -245,12 +250,130 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
     async def write(_ns: dict[str, Any], _quota: Any, plan: str, _snapshot: Any) -> None:
         written.append(plan)
 
+    instance.management = SimpleNamespace(clock=FakeClock())  # type: ignore[assignment]
+    instance._room_last_held = {}
     instance.defer_to = lambda _key: False  # type: ignore[method-assign]
     instance._plan = plan  # type: ignore[method-assign]
     instance._label_room_held = label  # type: ignore[method-assign]
     instance._write_plan = write  # type: ignore[method-assign, assignment]
     instance._report_warnings = lambda *_: None  # type: ignore[method-assign]
     instance._export = lambda *_: None  # type: ignore[method-assign]
-    instance._requeue = lambda ns, _plan: ns  # type: ignore[method-assign, assignment]
+    instance._requeue = lambda ns, _plan, _lingers: ns  # type: ignore[method-assign, assignment]
     assert await instance._reconcile("ns", namespace) is labelled
     assert written == ["three migrations"]
+
+
+class LabelClient:
+    """Answers namespace patches as the API server would, recording each label value written."""
+
+    def __init__(self) -> None:
+        self.labels: list[str | None] = []
+
+    async def patch(self, _resource: Any, _name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        value = patch["metadata"]["labels"][LABEL_ROOM_HELD]
+        self.labels.append(value)
+        return labelled_namespace(value)
+
+
+def labelled_namespace(value: str | None) -> dict[str, Any]:
+    namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
+    namespace["metadata"]["resourceVersion"] = str(len(str(value)))
+    if value is not None:
+        namespace["metadata"]["labels"] = {LABEL_ROOM_HELD: value}
+    return namespace
+
+
+def lingering_reconciler(
+    linger: float,
+) -> tuple[QuotaReconciler, LabelClient, FakeClock, list[bool]]:
+    """A reconciler whose plans hold room while `holding[0]` is true, its label writes on a
+    LabelClient, its clock fake, `room_held_linger` = `linger`."""
+    from harvester_quota.generic.ownwrites import OwnWrites
+
+    client, clock, holding = LabelClient(), FakeClock(), [True]
+    instance = object.__new__(QuotaReconciler)
+    instance.management = SimpleNamespace(  # type: ignore[assignment]
+        client=client, clock=clock, options=Options(room_held_linger=linger)
+    )
+    instance._labels_writable = True
+    instance._namespace_writes = OwnWrites()
+    instance._room_last_held = {}
+
+    def plan(_key: str, ns: dict[str, Any]) -> Any:
+        held = holding[0]
+        return SimpleNamespace(
+            namespace=ns,
+            quota={},
+            snapshot=None,
+            plan=SimpleNamespace(holds_room=held, requeue_after=None),
+            labels_room=held,
+        )
+
+    async def write(*_: Any) -> None:
+        return None
+
+    instance.defer_to = lambda _key: False  # type: ignore[method-assign]
+    instance._plan = plan  # type: ignore[method-assign]
+    instance._write_plan = write  # type: ignore[method-assign, assignment]
+    instance._report_warnings = lambda *_: None  # type: ignore[method-assign]
+    instance._export = lambda *_: None  # type: ignore[method-assign]
+    instance._forget = lambda _key: None  # type: ignore[method-assign]
+    return instance, client, clock, holding
+
+
+async def test_the_room_held_label_lingers_after_the_room_then_goes() -> None:
+    """Given back, the room leaves the label for `room_held_linger` seconds (the namespace run
+    again when they end), so the next wave is raised without the label's round trip; after
+    them, the label goes."""
+    instance, client, clock, holding = lingering_reconciler(30.0)
+    namespace = await instance._reconcile("ns", labelled_namespace(None))
+    assert client.labels == ["true"]
+    holding[0] = False
+    await clock.advance(10)
+    with pytest.raises(RetryAfter) as retry:
+        await instance._reconcile("ns", namespace)
+    assert retry.value.seconds == 20.0, "30 s from the last plan that held room"
+    holding[0] = True
+    await clock.advance(5)
+    assert await instance._reconcile("ns", namespace) is namespace, "no second label write"
+    holding[0] = False
+    await clock.advance(29.5)
+    with pytest.raises(RetryAfter) as retry:
+        await instance._reconcile("ns", namespace)
+    assert retry.value.seconds == 0.5, "counted from the last plan that held room"
+    await clock.advance(0.5)
+    await instance._reconcile("ns", namespace)
+    assert client.labels == ["true", None]
+
+
+async def test_a_linger_of_zero_removes_the_label_with_the_room() -> None:
+    instance, client, _clock, holding = lingering_reconciler(0.0)
+    namespace = await instance._reconcile("ns", labelled_namespace(None))
+    holding[0] = False
+    await instance._reconcile("ns", namespace)
+    assert client.labels == ["true", None]
+
+
+async def test_a_label_this_process_did_not_set_lingers_from_when_it_is_first_seen() -> None:
+    """After a restart, or a new leader: the label found without room lingers, counted from
+    now, and then goes (never kept for good, never a hot loop)."""
+    instance, client, clock, holding = lingering_reconciler(30.0)
+    holding[0] = False
+    found = labelled_namespace("true")
+    with pytest.raises(RetryAfter) as retry:
+        await instance._reconcile("ns", found)
+    assert retry.value.seconds == 30.0
+    await clock.advance(30)
+    await instance._reconcile("ns", found)
+    assert client.labels == [None]
+
+
+async def test_a_terminating_pod_earlier_than_the_linger_ends_runs_the_namespace_first() -> None:
+    instance, _client, _clock, _holding = lingering_reconciler(30.0)
+    plan = SimpleNamespace(requeue_after=2.0)
+    with pytest.raises(RetryAfter) as retry:
+        instance._requeue({}, plan, 30.0)  # type: ignore[arg-type]
+    assert retry.value.seconds == 2.5
+    with pytest.raises(RetryAfter) as retry:
+        instance._requeue({}, SimpleNamespace(requeue_after=None), 7.0)  # type: ignore[arg-type]
+    assert retry.value.seconds == 7.0

@@ -114,6 +114,9 @@ class QuotaReconciler:
         """Our room-held label writes by namespace, likewise."""
         self._labels_writable = True
         """False once the API server refused a namespace write (no RBAC for it): not retried."""
+        self._room_last_held: dict[str, float] = {}
+        """Namespace -> the monotonic moment a plan of it last held room, while its room-held
+        label lingers (`_label_lingers`)."""
         self.metrics = QuotaMetrics(management.registry)
         self._above_base: dict[str, str] = {}
         """Namespace -> the excess last reported (a Warning event once per change)."""
@@ -222,6 +225,7 @@ class QuotaReconciler:
             return namespace
         planned = self._plan(key, namespace)
         if planned is not None and planned.labels_room:
+            self._room_last_held[key] = self.management.clock.monotonic()
             labelled = await self._label_room_held(planned.namespace, True)
             if labelled is not planned.namespace:
                 # The label took a round trip, in which a burst's other migrations arrive: plan
@@ -235,9 +239,12 @@ class QuotaReconciler:
         self._export(key, planned.snapshot, planned.plan)
         await self._write_plan(planned.namespace, planned.quota, planned.plan, planned.snapshot)
         namespace = planned.namespace
+        lingers = None
         if not planned.labels_room:
-            namespace = await self._label_room_held(namespace, False)
-        return self._requeue(namespace, planned.plan)
+            lingers = self._label_lingers(key, namespace, planned.plan)
+            if lingers is None:
+                namespace = await self._label_room_held(namespace, False)
+        return self._requeue(namespace, planned.plan, lingers)
 
     def _plan(self, key: str, namespace: Object) -> _Planned | None:
         """The namespace's plan from the caches (and our writes they do not show yet); None
@@ -262,6 +269,23 @@ class QuotaReconciler:
         if plan.base is None or plan.base.source != RANCHER:
             return True
         return self._through_rancher(namespace, plan)
+
+    def _label_lingers(self, key: str, namespace: Object, plan: QuotaPlan) -> float | None:
+        """Seconds the room-held label stays on a namespace whose room was given back, or None
+        when it goes now. It stays `room_held_linger` seconds after a plan last held room
+        (counted from now for a label this process did not set), so that a drain's next wave
+        is raised without the label's round trip on its path; a plan that holds room where the
+        label may not be (`_may_label`) removes it at once."""
+        if plan.holds_room or labels(namespace).get(LABEL_ROOM_HELD) != "true":
+            self._room_last_held.pop(key, None)
+            return None
+        now = self.management.clock.monotonic()
+        held_at = self._room_last_held.setdefault(key, now)
+        left = held_at + self.management.options.room_held_linger - now
+        if left <= 0:
+            self._room_last_held.pop(key, None)
+            return None
+        return left
 
     async def _label_room_held(self, namespace: Object, held: bool) -> Object:
         """Sets or removes LABEL_ROOM_HELD on the namespace, if it differs: set before a raise is
@@ -306,9 +330,16 @@ class QuotaReconciler:
         else:
             self._explain_blocked(snapshot, quota, plan)
 
-    def _requeue(self, namespace: Object, plan: QuotaPlan) -> Object:
+    def _requeue(self, namespace: Object, plan: QuotaPlan, label_lingers: float | None) -> Object:
+        """Runs the namespace again when a terminating pod stops counting or the room-held
+        label's linger ends, whichever comes first."""
+        waits = []
         if plan.requeue_after is not None:
-            raise RetryAfter(plan.requeue_after + 0.5, "a terminating pod stops counting then")
+            waits.append((plan.requeue_after + 0.5, "a terminating pod stops counting then"))
+        if label_lingers is not None:
+            waits.append((label_lingers, "the room-held label's linger ends then"))
+        if waits:
+            raise RetryAfter(*min(waits))
         return namespace
 
     # Rancher's protected quota --------------------------------------------------------------------
@@ -548,6 +579,7 @@ class QuotaReconciler:
 
     def _forget(self, namespace: str) -> None:
         self.metrics.forget(namespace)
+        self._room_last_held.pop(namespace, None)
         self._above_base.pop(namespace, None)
         self._track_refusals(namespace, ())
 
