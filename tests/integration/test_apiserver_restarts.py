@@ -10,9 +10,10 @@ from collections.abc import Awaitable
 import pytest
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.reflector import REFUSED_BACKOFF_CAP
-from harvester_quota.generic.resource import PODS
+from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS
 from harvester_quota.localcluster import LocalCluster
 from harvester_quota.util.quantity import Quantity
 from prometheus_client import CollectorRegistry
@@ -68,7 +69,7 @@ async def test_two_restarts_30s_apart_then_the_room_is_given_back_promptly(
         assert max(ours) <= 2 * REFUSED_BACKOFF_CAP, f"a reflector waited {max(ours):.1f}s"
     finally:
         await app.stop()
-        await peers_caught_up(kv)
+        await peers_caught_up(KubeVirtByHand(kv.api, f"{kv.namespace}-peers"))
 
 
 async def peers_caught_up(kv: KubeVirtByHand) -> None:
@@ -76,7 +77,12 @@ async def peers_caught_up(kv: KubeVirtByHand) -> None:
     after this one meet a whole cluster: a probe pod gets Running (kwok), its delete completes
     (kwok) and its usage leaves status.used (kube-controller-manager). Their client-go
     reflectors back off for up to 30 s after losing the server; a later test once waited 30 s
-    for a deleted pod's usage that kwok had not yet released."""
+    for a deleted pod's usage that kwok had not yet released. Uses a namespace of its own
+    (`kv.namespace`, created here and deleted after), with room for the probe."""
+    await eventually_create(kv.api, NAMESPACES, {"metadata": {"name": kv.namespace}}, "")
+    quota = {"metadata": {"name": "default-quota"}, "spec": {"hard": {"limits.cpu": "1"}}}
+    await kv.api.create(RESOURCE_QUOTAS, quota, kv.namespace)
+    await eventually(lambda: _has_used(kv), timeout=90, what="the probe quota's status")
     pod = {
         "metadata": {"name": "peers-probe"},
         "spec": {
@@ -90,7 +96,8 @@ async def peers_caught_up(kv: KubeVirtByHand) -> None:
             ],
         },
     }
-    await eventually_create(kv.api, PODS, pod, kv.namespace)
+    # The namespace's default service account comes from kube-controller-manager too.
+    await eventually(lambda: _created(kv, pod), timeout=90, what="the probe pod created")
     await eventually(lambda: _pod_running(kv), timeout=90, what="kwok running the probe pod")
     # Quota admission charged the probe at its creation; only kube-controller-manager's recount
     # takes it off again (whatever else it recounts meanwhile only lowers the figure further).
@@ -101,6 +108,20 @@ async def peers_caught_up(kv: KubeVirtByHand) -> None:
     await eventually(
         lambda: _at_most(_used_cpu(kv), released), timeout=90, what="its usage released"
     )
+    await kv.api.delete(NAMESPACES, kv.namespace)
+
+
+async def _created(kv: KubeVirtByHand, pod: dict[str, object]) -> bool:
+    try:
+        await kv.api.create(PODS, pod, kv.namespace)
+    except errors.Forbidden as refused:
+        assert "serviceaccount" in refused.message, refused.message
+        return False
+    return True
+
+
+async def _has_used(kv: KubeVirtByHand) -> bool:
+    return "limits.cpu" in ((await kv.quota()).get("status") or {}).get("used", {})
 
 
 async def _pod_running(kv: KubeVirtByHand) -> bool:
