@@ -289,8 +289,8 @@ class QuotaReconciler:
 
     async def _label_room_held(self, namespace: Object, held: bool) -> Object:
         """Sets or removes LABEL_ROOM_HELD on the namespace, if it differs: set before a raise is
-        written, removed after the room is given back, so the fail-closed pods rule covers the
-        whole time a raised quota could admit a pod."""
+        written, removed after the room is given back and the linger is over, so the
+        fail-closed pods rule covers the whole time a raised quota could admit a pod."""
         if not self._labels_writable or (labels(namespace).get(LABEL_ROOM_HELD) == "true") == held:
             return namespace
         meta = metadata(namespace)
