@@ -7,6 +7,7 @@ killed leaves a stale state directory; the next session's `up` stops what is lef
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -101,8 +102,15 @@ def rest(cluster: ClusterInfo) -> RestClient:
 @pytest.fixture
 def namespace(rest: RestClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A new namespace whose default service account exists (pods are admitted at once)."""
-    stem = request.node.name.lower().replace("_", "-")[:40].strip("-")
-    name = f"{stem}-{uuid.uuid4().hex[:6]}"
+    with fresh_namespace(rest, request.node.name.lower().replace("_", "-")[:40]) as name:
+        yield name
+
+
+@contextlib.contextmanager
+def fresh_namespace(rest: RestClient, stem: str) -> Iterator[str]:
+    """A new namespace named `stem` plus a random suffix, whose default service account exists;
+    deleted afterwards."""
+    name = f"{stem.strip('-')}-{uuid.uuid4().hex[:6]}"
     rest.post("/api/v1/namespaces", {"metadata": {"name": name}})
     wait_until(
         lambda: rest.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"),

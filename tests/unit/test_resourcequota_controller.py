@@ -264,12 +264,17 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
 
 
 class LabelClient:
-    """Answers namespace patches as the API server would, recording each label value written."""
+    """Answers namespace patches as the API server would, recording each label value written;
+    the next `failures` patches fail with a server error instead."""
 
     def __init__(self) -> None:
         self.labels: list[str | None] = []
+        self.failures = 0
 
     async def patch(self, _resource: Any, _name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        if self.failures:
+            self.failures -= 1
+            raise errors.ServerError("etcdserver: request timed out", status=500)
         value = patch["metadata"]["labels"][LABEL_ROOM_HELD]
         self.labels.append(value)
         return labelled_namespace(value)
@@ -277,7 +282,6 @@ class LabelClient:
 
 def labelled_namespace(value: str | None) -> dict[str, Any]:
     namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
-    namespace["metadata"]["resourceVersion"] = str(len(str(value)))
     if value is not None:
         namespace["metadata"]["labels"] = {LABEL_ROOM_HELD: value}
     return namespace
@@ -377,3 +381,17 @@ async def test_a_terminating_pod_earlier_than_the_linger_ends_runs_the_namespace
     with pytest.raises(RetryAfter) as retry:
         instance._requeue({}, SimpleNamespace(requeue_after=None), 7.0)  # type: ignore[arg-type]
     assert retry.value.seconds == 7.0
+
+
+async def test_a_failed_removal_after_the_linger_is_tried_again_at_once() -> None:
+    """The controller retries the failed run; the label's moment is still known, so the retry
+    removes the label instead of lingering 30 s more."""
+    instance, client, clock, holding = lingering_reconciler(30.0)
+    namespace = await instance._reconcile("ns", labelled_namespace(None))
+    holding[0] = False
+    await clock.advance(30)
+    client.failures = 1
+    with pytest.raises(errors.ServerError):
+        await instance._reconcile("ns", namespace)
+    assert await instance._reconcile("ns", namespace) == labelled_namespace(None)
+    assert client.labels == ["true", None]

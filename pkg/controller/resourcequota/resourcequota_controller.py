@@ -275,17 +275,16 @@ class QuotaReconciler:
         when it goes now. It stays `room_held_linger` seconds after a plan last held room
         (counted from now for a label this process did not set), so that a drain's next wave
         is raised without the label's round trip on its path; a plan that holds room where the
-        label may not be (`_may_label`) removes it at once."""
+        label may not be (`_may_label`) removes it at once. The moment is forgotten only once the
+        label is seen gone, so a removal that failed is tried again at once, not after another
+        linger."""
         if plan.holds_room or labels(namespace).get(LABEL_ROOM_HELD) != "true":
             self._room_last_held.pop(key, None)
             return None
         now = self.management.clock.monotonic()
         held_at = self._room_last_held.setdefault(key, now)
         left = held_at + self.management.options.room_held_linger - now
-        if left <= 0:
-            self._room_last_held.pop(key, None)
-            return None
-        return left
+        return left if left > 0 else None
 
     async def _label_room_held(self, namespace: Object, held: bool) -> Object:
         """Sets or removes LABEL_ROOM_HELD on the namespace, if it differs: set before a raise is
