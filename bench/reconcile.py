@@ -11,8 +11,10 @@ reading and planning, for two paths side by side in the same run:
 - ``index``, the controller after issue 12 part 2: pods as the PodIndex keeps them (each reduced
   once, when it changed, to its usage and a few labels, with running totals per namespace), every
   migration and the VMI of each decoded from the store, each pending room rendered;
-- ``views``, the controller now: migrations and VMIs as the plan's views keep them
-  (planviews.py: narrow, kept as they change), a launcher pod rendered once per VM shape.
+- ``views``, the controller of sessions 13-15: migrations and VMIs as the plan's views keep
+  them (planviews.py: narrow, kept as they change), a launcher pod rendered once per VM shape;
+- ``settled``, the controller now: the same views, with the finished migrations set aside once
+  their grace has passed (settled.py; the bench sets them aside at once).
 
 ``--pending`` migrations wait for their target pod (the first has one) and ``--finished`` ones
 succeeded with their source pod gone, as a namespace looks in a burst (KubeVirt keeps finished
@@ -59,6 +61,7 @@ from harvester_quota.util.resourcequota.planviews import (
     vmi_facts,
 )
 from harvester_quota.util.resourcequota.podindex import PodIndex, pod_view
+from harvester_quota.util.resourcequota.settled import SettledMigrations
 
 NAMESPACE = "tenant"
 VERSION = "1.6"
@@ -78,6 +81,9 @@ class Caches:
         self.pods.add_view(PodIndex.VIEW, pod_view, self.index.changed)
         self.migration_views: NamespaceViews[Object] = NamespaceViews()
         self.migrations.add_view("plan", migration_plan_view, self.migration_views.changed)
+        self.settled_views: NamespaceViews[Object] = NamespaceViews()
+        """The same views, where `settle` sets the settled finished migrations aside."""
+        self.migrations.add_view("settled", migration_plan_view, self.settled_views.changed)
         self.facts: NamespaceViews[VmiFacts] = NamespaceViews()
         self.vmis.add_view("plan", vmi_facts, self.facts.changed)
         self.usages = RenderedUsages(self.facts, self.vmis.get)
@@ -126,7 +132,18 @@ def build_caches(vms: int, codec: str, pending: int = 1, finished: int = 0) -> C
     caches.pods.replace([*pods, target])
     caches.vmis.replace(vmis)
     caches.migrations.replace(migrations)
+    settle(caches)
     return caches
+
+
+def settle(caches: Caches) -> None:
+    """Sets aside what the controller would once the grace has passed (a grace of 0 here)."""
+    snapshot = read_views(caches, quota_for(1))
+    settled = SettledMigrations(after=0.0).settled(
+        NAMESPACE, snapshot.migrations, plan_quota(snapshot).rooms, 0.0, NOW
+    )
+    for name in settled:
+        caches.settled_views.set_aside(NAMESPACE, name)
 
 
 def _migration(vm: int, phase: str, number: int = 0) -> Object:
@@ -198,10 +215,18 @@ def read_views(caches: Caches, quota: Object) -> NamespaceSnapshot:
     )
 
 
+def read_settled(caches: Caches, quota: Object) -> NamespaceSnapshot:
+    """What `QuotaReconciler.snapshot` reads now, once the finished migrations settled."""
+    snapshot = read_views(caches, quota)
+    snapshot.migrations = caches.settled_views.namespace(NAMESPACE)
+    return snapshot
+
+
 PATHS: dict[str, Callable[[Caches, Object], NamespaceSnapshot]] = {
     "decode-all": read_all,
     "index": read_index,
     "views": read_views,
+    "settled": read_settled,
 }
 
 

@@ -4,6 +4,11 @@ A reconcile that reads a few fields of every object of a namespace would otherwi
 object from the store on every run (store.py keeps them compressed). `NamespaceViews` is a
 `Store.add_view` listener: the store derives each object's value once, when the object changes,
 and the listener keeps it under the object's namespace and name. Reads then cost a dict lookup.
+
+A consumer may also set a view aside (`set_aside`): it stays known (`get`, `aside`) but leaves the
+namespace's listing (`namespace`, `by_name`) until its object changes again. This is for objects
+a reconcile has judged settled for good (a migration long finished), so that a namespace that
+keeps thousands of them does not make every reconcile read them all.
 """
 
 from __future__ import annotations
@@ -25,12 +30,18 @@ class NamespaceViews(Generic[V]):
 
     def __init__(self, on_change: Callable[[str], object] | None = None) -> None:
         self._namespaces: dict[str, dict[str, V]] = {}
+        self._aside: dict[str, dict[str, V]] = {}
+        """Views set aside, by namespace and name (never also in `_namespaces`)."""
         self._on_change = on_change
 
     def changed(self, key: str, view: V | None) -> bool:
         """The store's listener: the object under `key` ("namespace/name") is now `view` (None:
-        gone). Returns whether the namespace's views changed."""
+        gone). Returns whether the namespace's views changed. A view set aside that stays equal
+        stays aside; one that changes is listed again (and `on_change` called); one whose
+        object is gone is forgotten without a call (the listing never showed it)."""
         namespace, _, name = key.rpartition("/")
+        if self._take_aside(namespace, name, view):
+            return False
         views = self._namespaces.get(namespace)
         if view is None:
             if views is None or views.pop(name, None) is None:
@@ -47,18 +58,51 @@ class NamespaceViews(Generic[V]):
             self._on_change(namespace)
         return True
 
-    def get(self, namespace: str, name: str) -> V | None:
+    def _take_aside(self, namespace: str, name: str, view: V | None) -> bool:
+        """For `changed`: True if the change is fully handled here (an object set aside that
+        is gone or unchanged). A changed one leaves the aside and `changed` lists it."""
+        aside = self._aside.get(namespace)
+        if aside is None or name not in aside:
+            return False
+        if view is not None and aside[name] == view:
+            return True
+        del aside[name]
+        if not aside:
+            del self._aside[namespace]
+        return view is None
+
+    def set_aside(self, namespace: str, name: str) -> bool:
+        """Takes a listed view out of the namespace's listing until its object changes (see the
+        module docstring). No `on_change` call: the object itself did not change. Returns
+        whether a listed view was set aside."""
         views = self._namespaces.get(namespace)
-        return None if views is None else views.get(name)
+        if views is None or name not in views:
+            return False
+        self._aside.setdefault(namespace, {})[name] = views.pop(name)
+        if not views:
+            del self._namespaces[namespace]
+        return True
+
+    def aside(self, namespace: str) -> int:
+        """How many of the namespace's views are set aside."""
+        return len(self._aside.get(namespace) or {})
+
+    def get(self, namespace: str, name: str) -> V | None:
+        """The view, listed or set aside."""
+        views = self._namespaces.get(namespace)
+        found = None if views is None else views.get(name)
+        if found is None:
+            found = (self._aside.get(namespace) or {}).get(name)
+        return found
 
     def namespace(self, namespace: str) -> list[V]:
-        """The namespace's views in the order of their names (a new list; the views are shared
-        and must not be mutated)."""
+        """The namespace's listed views in the order of their names (a new list; the views are
+        shared and must not be mutated)."""
         views = self._namespaces.get(namespace) or {}
         return [views[name] for name in sorted(views)]
 
     def by_name(self, namespace: str) -> Mapping[str, V]:
-        """The namespace's views by name, live (reads see later changes)."""
+        """The namespace's listed views by name, live (reads see later changes)."""
         return _LiveNamespace(self._namespaces, namespace)
 
 

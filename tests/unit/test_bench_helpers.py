@@ -77,11 +77,14 @@ def test_the_reconcile_bench_measures_every_path_on_the_same_namespace() -> None
         caches = reconcile.build_caches(vms, "dict", pending=3, finished=4)
         assert reconcile.same_plan(caches, vms), "every path plans the same quota"
         assert len(caches.migrations) == 7
+        assert caches.settled_views.aside(reconcile.NAMESPACE) == 4, "the finished ones settled"
+        assert len(caches.settled_views.namespace(reconcile.NAMESPACE)) == 3
         rows += [reconcile.measure(caches, vms, "dict", path, repeat=1) for path in reconcile.PATHS]
     assert all(row.read >= 0 and row.plan > 0 for row in rows)
     rows.sort(key=lambda r: (r.path, r.codec, r.vms))
     lines = reconcile.table(rows)
-    assert len(lines) == 8
+    assert len(lines) == 10
     assert lines[2].endswith("| 1.0 | 1.000 |"), "the baseline's smallest is its own reference"
     assert lines[4].startswith("| index | dict | 5 |")
-    assert lines[6].startswith("| views | dict | 5 |")
+    assert lines[6].startswith("| settled | dict | 5 |")
+    assert lines[8].startswith("| views | dict | 5 |")

@@ -258,6 +258,7 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
     instance._write_plan = write  # type: ignore[method-assign, assignment]
     instance._report_warnings = lambda *_: None  # type: ignore[method-assign]
     instance._export = lambda *_: None  # type: ignore[method-assign]
+    instance._set_aside_settled = lambda *_: None  # type: ignore[method-assign]
     instance._requeue = lambda ns, _plan, _lingers: ns  # type: ignore[method-assign, assignment]
     assert await instance._reconcile("ns", namespace) is labelled
     assert written == ["three migrations"]
@@ -321,6 +322,7 @@ def lingering_reconciler(
     instance._write_plan = write  # type: ignore[method-assign, assignment]
     instance._report_warnings = lambda *_: None  # type: ignore[method-assign]
     instance._export = lambda *_: None  # type: ignore[method-assign]
+    instance._set_aside_settled = lambda *_: None  # type: ignore[method-assign]
     instance._forget = lambda _key: None  # type: ignore[method-assign]
     return instance, client, clock, holding
 

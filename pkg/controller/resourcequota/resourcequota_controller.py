@@ -52,6 +52,7 @@ from ...util.resourcequota.planviews import (
 )
 from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
 from ...util.resourcequota.rancherpath import annotation_patch
+from ...util.resourcequota.settled import SettledMigrations
 from ...util.resources import parse_resource_list_leniently
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,9 @@ class QuotaReconciler:
         """Our room-held label writes by namespace, likewise."""
         self._labels_writable = True
         """False once the API server refused a namespace write (no RBAC for it): not retried."""
+        self.settled_migrations = SettledMigrations()
+        """Finished migrations planned without room, set aside from plans after a grace
+        (settled.py): a namespace keeps thousands of them."""
         self._room_last_held: dict[str, float] = {}
         """Namespace -> the monotonic moment a plan of it last held room, while its room-held
         label lingers (`_label_lingers`)."""
@@ -237,6 +241,7 @@ class QuotaReconciler:
             return await self._label_room_held(namespace, False)
         self._report_warnings(planned.namespace, planned.quota, planned.plan)
         self._export(key, planned.snapshot, planned.plan)
+        self._set_aside_settled(key, planned)
         await self._write_plan(planned.namespace, planned.quota, planned.plan, planned.snapshot)
         namespace = planned.namespace
         lingers = None
@@ -259,6 +264,20 @@ class QuotaReconciler:
         plan = plan_quota(snapshot)
         labels_room = plan.managed and plan.holds_room and self._may_label(namespace, plan)
         return _Planned(namespace, quota, snapshot, plan, labels_room)
+
+    def _set_aside_settled(self, key: str, planned: _Planned) -> None:
+        """Takes the namespace's settled finished migrations out of what its plans read."""
+        settled = self.settled_migrations.settled(
+            key,
+            planned.snapshot.migrations,
+            planned.plan.rooms,
+            self.management.clock.monotonic(),
+            planned.snapshot.now,
+        )
+        for name in settled:
+            self.migration_views.set_aside(key, name)
+        if settled:
+            log.debug("%s: %d finished migrations settled", key, len(settled))
 
     def _may_label(self, namespace: Object, plan: QuotaPlan) -> bool:
         """Whether a namespace write is safe while room is held. Rancher's agent re-derives the
@@ -578,6 +597,7 @@ class QuotaReconciler:
 
     def _forget(self, namespace: str) -> None:
         self.metrics.forget(namespace)
+        self.settled_migrations.forget(namespace)
         self._room_last_held.pop(namespace, None)
         self._above_base.pop(namespace, None)
         self._track_refusals(namespace, ())

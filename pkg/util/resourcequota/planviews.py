@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from cachetools import LRUCache
 
+from ...apis.kubevirt import FINAL_PHASES
 from ...generic.meta import metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
@@ -39,8 +40,9 @@ RENDERED_USAGES = 1024
 def migration_plan_view(migration: Object) -> Object:
     """The migration with only what the quota plan and its controller read: identity (and kind,
     for Events), creation and deletion times, the VMI, the phase, the conditions' type and
-    status, and the source pod KubeVirt recorded. Never raises; a malformed field is kept as
-    it is and judged by the reader, as on the full object."""
+    status, the source pod KubeVirt recorded and when it reached a final phase
+    (phaseTransitionTimestamps of Succeeded and Failed only, for settled.py). Never raises; a
+    malformed field is kept as it is and judged by the reader, as on the full object."""
     meta = metadata(migration)
     state = status(migration)
     narrow: dict[str, Any] = {
@@ -66,6 +68,13 @@ def migration_plan_view(migration: Object) -> Object:
     own = state.get("migrationState")
     if isinstance(own, Mapping) and own.get("sourcePod"):
         narrow["status"]["migrationState"] = {"sourcePod": own["sourcePod"]}
+    transitions = state.get("phaseTransitionTimestamps")
+    if isinstance(transitions, list):
+        final = [
+            t for t in transitions if isinstance(t, Mapping) and str(t.get("phase")) in FINAL_PHASES
+        ]
+        if final:
+            narrow["status"]["phaseTransitionTimestamps"] = final
     return narrow
 
 
