@@ -105,6 +105,19 @@ def test_a_namespace_total_counts_steady_pods_and_asks_the_clock_for_terminating
     assert next_release(index, NOW) == 20.0
 
 
+def test_terminal_pods_cost_a_plan_nothing() -> None:
+    """KubeVirt leaves every migration's source pod Completed: a namespace keeps thousands, and
+    a plan must not walk them (they charge nothing, at any time)."""
+    pods = [pod(f"done-{i}", cpu="5", phase="Succeeded") for i in range(50)]
+    pods += [pod("steady", cpu="1"), pod("grace-left", cpu="200m", deleted_seconds_ago=10)]
+    index = NamespacePods(pod_view(p) for p in pods)
+    assert [view.name for view in index.changing()] == ["grace-left"]
+    assert indexed(index) == summed(pods) and indexed(index)["limits.cpu"] == "1200m"
+    assert indexed(index, frozenset({"done-3"})) == summed(pods, frozenset({"done-3"}))
+    index.remove("done-7")
+    assert indexed(index) == summed([p for p in pods if p["metadata"]["name"] != "done-7"])
+
+
 def test_a_pod_that_cannot_be_read_is_reported_when_planned_not_when_cached() -> None:
     broken = pod("broken", deleted_seconds_ago=1)
     broken["metadata"]["deletionGracePeriodSeconds"] = "thirty"
