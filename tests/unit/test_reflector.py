@@ -348,3 +348,27 @@ async def test_a_restarted_api_server_is_watched_again_within_seconds_every_time
     assert all(gap <= 2 * REFUSED_BACKOFF_CAP for gap in after_refusals), gaps
     assert gaps[5] <= 30.0 + 2 * 0.8 + 1e-6, "after a lasting watch the backoff starts over"
     await stop(task)
+
+
+async def test_a_burst_of_buffered_events_gives_the_loop_a_turn_after_each(
+    lw: ScriptedListerWatcher, sink: RecordingSink, clock: FakeClock
+) -> None:
+    """A stream that never suspends (its events all buffered) must not hold the event loop for
+    the whole burst: another task runs between any two events."""
+    lw.add_list(rv="10")
+    burst = [event("ADDED", f"p{i}", str(11 + i)) for i in range(20)]
+    lw.add_watch(*burst, HANG)
+    seen: list[int] = []
+
+    async def watch_the_loop() -> None:
+        while len(sink.events) < len(burst):
+            seen.append(len(sink.events))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.ensure_future(watch_the_loop())
+    _, task = await start(lw, sink, clock)
+    await asyncio.wait_for(watcher, 5)
+    assert len(sink.events) == len(burst)
+    between = sorted({count for count in seen if 0 < count < len(burst)})
+    assert len(between) >= len(burst) - 2, f"the loop only got turns at {sorted(set(seen))}"
+    await stop(task)
