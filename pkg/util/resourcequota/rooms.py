@@ -17,7 +17,6 @@ This is design principle 3 and 4 as a pure function of what the cluster shows no
 from __future__ import annotations
 
 import datetime
-import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -166,12 +165,29 @@ def plan_rooms(inputs: RoomInputs) -> RoomPlan:
     )
 
 
+class _Once:
+    """A lookup made at the first call and remembered (functools.cache's wrapper cost more to
+    build, once per migration and plan, than the lookups it saved)."""
+
+    __slots__ = ("_done", "_lookup", "_value")
+
+    def __init__(self, lookup: LazyVmi) -> None:
+        self._lookup = lookup
+        self._done = False
+        self._value: Object | None = None
+
+    def __call__(self) -> Object | None:
+        if not self._done:
+            self._value, self._done = self._lookup(), True
+        return self._value
+
+
 def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> MigrationRoom | None:
     meta = metadata(migration)
     target = pods.target_of(str(meta.get("uid", "")))
     vmi_name = str((migration.get("spec") or {}).get("vmiName", ""))
     # Looked up once, and only if needed: a lookup builds the narrow VMI (NamespaceVmis).
-    vmi: LazyVmi = functools.cache(lambda: inputs.vmis.get(vmi_name))
+    vmi: LazyVmi = _Once(lambda: inputs.vmis.get(vmi_name))
     # Why it holds room first: a finished migration (a namespace keeps many) is mostly decided
     # from itself and its pods, without reading its VMI.
     reason = _holding_reason(migration, vmi, target, inputs.now, pods)
