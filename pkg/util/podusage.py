@@ -308,7 +308,9 @@ def pod_limits(pod: Mapping[str, Any]) -> ResourceList:
     return _pod_limits(_parse_pod(pod))
 
 
-def _parse_time(value: Any, where: str) -> datetime.datetime:
+def parse_time(value: Any, where: str) -> datetime.datetime:
+    """An RFC 3339 timestamp with its time zone, as the API server writes them; ValueError that
+    names `where` for anything else."""
     if not isinstance(value, str):
         raise ValueError(f"{where} must be an RFC 3339 timestamp, not {value!r}")
     try:
@@ -341,7 +343,7 @@ def pod_counts_against_quota(pod: Mapping[str, Any], now: datetime.datetime | No
         raise ValueError("now must be a timezone-aware datetime")
     if isinstance(grace, bool) or not isinstance(grace, int):
         raise ValueError(f"metadata.deletionGracePeriodSeconds must be an integer: {grace!r}")
-    deadline = _parse_time(deletion, "metadata.deletionTimestamp") + datetime.timedelta(
+    deadline = parse_time(deletion, "metadata.deletionTimestamp") + datetime.timedelta(
         seconds=grace
     )
     return not now > deadline

@@ -266,7 +266,12 @@ class QuotaReconciler:
         return _Planned(namespace, quota, snapshot, plan, labels_room)
 
     def _set_aside_settled(self, key: str, planned: _Planned) -> None:
-        """Takes the namespace's settled finished migrations out of what its plans read."""
+        """Takes the namespace's settled finished migrations out of what its plans read, once
+        the caches a room depends on have synced: a plan made before that (the process goes
+        on after CACHE_SYNC_TIMEOUT) may miss the pod a finished migration still waits for,
+        and a migration set aside is not judged again until it changes."""
+        if not all(i.has_synced() for i in (self.migrations, self.vmis, self.pods)):
+            return
         settled = self.settled_migrations.settled(
             key,
             planned.snapshot.migrations,
