@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..generic.client import ApiClient
 from ..generic.config import ClientConfig
 from .plan import PRESETS, ScalePlan, parse_namespaces
+from .product import ProcessArgs
 
 if TYPE_CHECKING:
     from ..localcluster import ClusterInfo
@@ -53,6 +54,13 @@ def add_command(commands: Any) -> None:
         default=[],
         help="a flag for the controller process, as deployed (repeatable), e.g. "
         "--controller-arg=--workers=10",
+    )
+    scale.add_argument(
+        "--webhook-arg",
+        action="append",
+        default=[],
+        help="a flag for the webhook process, as deployed (repeatable), e.g. "
+        "--webhook-arg=--early-room-ttl=0",
     )
     scale.set_defaults(handler=cmd_scale)
 
@@ -95,7 +103,14 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
     command = "harvester-quota " + shlex.join(sys.argv[1:])
     try:
-        report = asyncio.run(_run(cluster, plan, args.report, tuple(args.controller_arg)))
+        report = asyncio.run(
+            _run(
+                cluster,
+                plan,
+                args.report,
+                ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
+            )
+        )
     finally:
         if not args.keep:
             local.down()
@@ -105,7 +120,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 
 async def _run(
-    cluster: ClusterInfo, plan: ScalePlan, report_dir: Path, controller_args: tuple[str, ...]
+    cluster: ClusterInfo, plan: ScalePlan, report_dir: Path, process_args: ProcessArgs
 ) -> Any:
     from .run import ScaleRun  # noqa: PLC0415 - only `scale` needs the run
 
@@ -116,5 +131,5 @@ async def _run(
         key_file=cluster.client_key,
     )
     async with ApiClient(config, timeout=120.0) as api:
-        run = ScaleRun(api, cluster, plan, report_dir / "work", controller_args=controller_args)
+        run = ScaleRun(api, cluster, plan, report_dir / "work", process_args=process_args)
         return await run.run()

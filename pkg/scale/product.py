@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import ssl
 import subprocess
@@ -59,6 +60,15 @@ class Metrics:
     reconciles: float = 0.0
     reconcile_seconds: float = 0.0
 
+    def with_webhook(self, webhook: Metrics) -> Metrics:
+        """These (the controller's) with the webhook's API requests and quota writes added (its
+        early rooms); CPU, memory and reconciles stay the controller's."""
+        return dataclasses.replace(
+            self,
+            requests=_plus(self.requests, webhook.requests),
+            quota_writes=_plus(self.quota_writes, webhook.quota_writes),
+        )
+
     def minus(self, earlier: Metrics) -> Metrics:
         """What happened between `earlier` and this scrape (RSS is this scrape's)."""
         return Metrics(
@@ -69,6 +79,10 @@ class Metrics:
             self.reconciles - earlier.reconciles,
             self.reconcile_seconds - earlier.reconcile_seconds,
         )
+
+
+def _plus(a: Mapping[K, float], b: Mapping[K, float]) -> dict[K, float]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in {*a, *b}}
 
 
 def _minus(now: Mapping[K, float], before: Mapping[K, float]) -> dict[K, float]:
@@ -85,7 +99,10 @@ def parse_metrics(text: str) -> Metrics:
             if sample.name == "harvester_quota_api_requests_total":
                 key = (sample.labels.get("verb", ""), sample.labels.get("resource", ""))
                 requests[key] = requests.get(key, 0.0) + sample.value
-            elif sample.name == "harvester_quota_quota_writes_total":
+            elif sample.name in (
+                "harvester_quota_quota_writes_total",
+                "harvester_quota_webhook_quota_writes_total",
+            ):
                 outcome = sample.labels.get("outcome", "")
                 writes[outcome] = writes.get(outcome, 0.0) + sample.value
             elif sample.name == "process_cpu_seconds_total":
@@ -97,6 +114,17 @@ def parse_metrics(text: str) -> Metrics:
             elif sample.name == "harvester_quota_reconcile_duration_seconds_sum":
                 reconcile_seconds = sample.value
     return Metrics(requests, writes, cpu, rss, reconciles, reconcile_seconds)
+
+
+@dataclass(frozen=True)
+class ProcessArgs:
+    """Flags added to the controller's and the webhook's command lines, as deployed."""
+
+    controller: tuple[str, ...] = ()
+    webhook: tuple[str, ...] = ()
+
+
+NO_PROCESS_ARGS = ProcessArgs()
 
 
 class Product:
@@ -111,10 +139,10 @@ class Product:
         match_labels: Mapping[str, str],
         kubevirt_version: str,
         lease_name: str,
-        controller_args: tuple[str, ...] = (),
+        process_args: ProcessArgs = NO_PROCESS_ARGS,
     ) -> None:
         self.api = api
-        self.controller_args = controller_args
+        self.process_args = process_args
         self.cluster = cluster
         self.workdir = workdir
         self.match_labels = dict(match_labels)
@@ -183,7 +211,7 @@ class Product:
             f"--lease-name={self.lease_name}",
             f"--kubevirt-version={self.kubevirt_version}",
             f"--health-port={self.health_port}",
-            *self.controller_args,
+            *self.process_args.controller,
         ]
 
     def _webhook_args(self, kubeconfig: Path, cert: Path, key: Path) -> list[str]:
@@ -196,6 +224,7 @@ class Product:
             f"--port={self.webhook_port}",
             f"--namespace={SYSTEM_NAMESPACE}",
             f"--kubevirt-version={self.kubevirt_version}",
+            *self.process_args.webhook,
         ]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
@@ -234,11 +263,19 @@ class Product:
                 )
 
     async def metrics(self) -> Metrics:
-        """The controller's /metrics now."""
+        """The controller's /metrics now, with the webhook's requests and quota writes."""
         assert self._session is not None
         self._check_alive()
-        url = f"http://127.0.0.1:{self.health_port}/metrics"
-        async with self._session.get(url, timeout=aiohttp.ClientTimeout(30)) as response:
+        controller = await self._scrape(f"http://127.0.0.1:{self.health_port}/metrics")
+        webhook = await self._scrape(f"https://127.0.0.1:{self.webhook_port}/metrics")
+        return controller.with_webhook(webhook)
+
+    async def _scrape(self, url: str) -> Metrics:
+        assert self._session is not None
+        context = ssl.create_default_context(cafile=str(self.cluster.ca_file))
+        async with self._session.get(
+            url, ssl=context, timeout=aiohttp.ClientTimeout(30)
+        ) as response:
             return parse_metrics(await response.text())
 
     @property

@@ -46,7 +46,7 @@ from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.resources import ResourceList
 from .observe import ProcessSample, QuotaWatch
 from .plan import ScalePlan, Step
-from .product import Product
+from .product import NO_PROCESS_ARGS, ProcessArgs, Product
 from .stats import StepResult, summarize_step
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,17 @@ MEASURED: Final = ("kube-apiserver", "kube-controller-manager", "virt-controller
 QUIET_CORES: Final = 0.3
 QUIET_WINDOW: Final = 3.0
 POLL: Final = 0.2
-CREATE_SLACK: Final = 1.0
-"""Seconds before a create request returned in which a room that appeared is still its raise
-(a step starts only when no room is held, so an earlier one cannot be another migration's)."""
 SERVICE_ACCOUNTS: Final = KINDS["ServiceAccount"]
+
+
+@dataclass(frozen=True)
+class _Created:
+    """One migration of a step: its VM, when its create was sent and when it returned
+    (monotonic)."""
+
+    vm: str
+    asked: float
+    exists: float
 
 
 @dataclass
@@ -115,7 +122,7 @@ class ScaleRun:
         *,
         quiet_timeout: float = 60.0,
         delete_namespaces: bool = False,
-        controller_args: tuple[str, ...] = (),
+        process_args: ProcessArgs = NO_PROCESS_ARGS,
         say: Callable[[str], None] = print,
         clock: Clock = REAL_CLOCK,
     ) -> None:
@@ -162,7 +169,7 @@ class ScaleRun:
             match_labels={RUN_LABEL: self.run_id},
             kubevirt_version=cluster.kubevirt_version,
             lease_name=f"scale-{self.run_id}",
-            controller_args=controller_args,
+            process_args=process_args,
         )
 
     async def run(self) -> ScaleReport:
@@ -278,14 +285,14 @@ class ScaleRun:
         metrics_before = await self.product.metrics()
         procs_before = self._processes()
         started = self.clock.monotonic()
-        created: dict[tuple[str, str], tuple[str, float]] = {}
+        created: dict[tuple[str, str], _Created] = {}
         create_seconds: list[float] = []
 
         async def migrate(namespace: str, vm: str) -> None:
             asked = self.clock.monotonic()
             name = await _retrying(lambda: self.kubevirt.migrate(vm, namespace))
             exists = self.clock.monotonic()
-            created[(namespace, name)] = (vm, exists)
+            created[(namespace, name)] = _Created(vm, asked, exists)
             create_seconds.append(exists - asked)
 
         await asyncio.gather(*(migrate(ns, vm) for ns, vm in step.migrations))
@@ -299,9 +306,9 @@ class ScaleRun:
         }
         records = {key: self.kubevirt.records.get(*key) for key in created}
         latencies = [
-            max(0.0, raised - exists)
-            for (namespace, _), (vm, exists) in created.items()
-            if (raised := self._raised(namespace, vm, exists)) is not None
+            max(0.0, raised - one.exists)
+            for (namespace, _), one in created.items()
+            if (raised := self._raised(namespace, one)) is not None
         ]
         return summarize_step(
             step,
@@ -316,13 +323,15 @@ class ScaleRun:
             stale=len(self.quotas.stale()),
         )
 
-    def _raised(self, namespace: str, vm: str, exists: float) -> float | None:
-        """When the run saw the VM's room appear for a migration whose create request returned
-        at `exists`. The controller may see the migration (and raise) before the response
-        reaches us: a room that appeared within CREATE_SLACK before counts, as latency 0."""
-        return self.quotas.raised_at(namespace, vm, exists - CREATE_SLACK)
+    def _raised(self, namespace: str, created: _Created) -> float | None:
+        """When the run saw the VM's room appear for a migration created as `created` says. A
+        room may appear before the create's response reaches us (the webhook writes it at the
+        migration's admission, the controller may see the migration first): one that appeared
+        after the request was sent counts, as latency 0 (a step starts only when no room is
+        held, so it cannot be another migration's)."""
+        return self.quotas.raised_at(namespace, created.vm, created.asked)
 
-    def _all_done(self, created: Mapping[tuple[str, str], tuple[str, float]]) -> bool:
+    def _all_done(self, created: Mapping[tuple[str, str], _Created]) -> bool:
         for key in created:
             record = self.kubevirt.records.get(*key)
             if record is None or not record.done:

@@ -1,10 +1,11 @@
 """`harvester-quota webhook`: the HTTPS AdmissionReview server.
 
-Five validating endpoints (/validate/namespaces, /validate/resourcequotas,
-/validate/virtualmachines, /validate/pods, and /validate/mtq-lock for pods, quotas and VMMRQs in
-namespaces MTQ mode locks) over the rules in resources/, answered from informer
-caches (no API call per request); a migration target pod's answer may wait for its room to show
-in them (resources/pod/targets.py). TLS 1.2 or newer; the certificate and key files are re-read when
+Six validating endpoints (/validate/namespaces, /validate/resourcequotas,
+/validate/virtualmachines, /validate/pods, /validate/migrations, and /validate/mtq-lock for pods,
+quotas and VMMRQs in namespaces MTQ mode locks) over the rules in resources/, answered from
+informer caches (no API call per request); a migration target pod's answer may wait for its room
+to show in them (resources/pod/targets.py), and a migration's create waits for its room to be
+written (resources/migration/early_room.py, never denied). TLS 1.2 or newer; the certificate and key files are re-read when
 they change on disk (a rotated Secret mounted in the pod), without a restart. A request that
 cannot be parsed gets a clear denial (or HTTP 400 when it has no uid to answer); a bug in a
 validator gets HTTP 500, so the API server applies the webhook's failurePolicy, chosen per
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
 from ..apis.harvester import RATIO_SETTING, SETTINGS
 from ..apis.kubevirt import (
@@ -45,10 +46,13 @@ from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
+from ..util.resourcequota.early import EARLY_ROOM_TTL
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .resources.common import Identities, Lookups
+from .resources.migration.early_room import OUTCOMES as EARLY_ROOM_OUTCOMES
+from .resources.migration.early_room import EarlyRoomWriter, Outcome
 from .resources.mtq.validator import active_lock, is_lock_target, validate_locked
 from .resources.namespace.validator import validate_namespace_update
 from .resources.pod.ledger import AdmissionLedger
@@ -204,8 +208,25 @@ class WebhookMetrics:
     latency: Histogram = field(init=False)
     target_pods: Counter = field(init=False)
     target_wait: Histogram = field(init=False)
+    early_rooms: Counter = field(init=False)
+    quota_writes: Counter = field(init=False)
 
     def __post_init__(self) -> None:
+        self.quota_writes = Counter(
+            "harvester_quota_webhook_quota_writes",
+            "Quota writes of early rooms, by result (written, conflict, error).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.early_rooms = Counter(
+            "harvester_quota_webhook_early_rooms",
+            "Migration creates, by what became of their room at admission "
+            "(resources/migration/early_room.py).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for early_outcome in EARLY_ROOM_OUTCOMES:
+            self.early_rooms.labels(early_outcome)
         self.target_pods = Counter(
             "harvester_quota_webhook_target_pods",
             "Migration target pods admitted, by how their room was found (pod/targets.py).",
@@ -350,11 +371,14 @@ class WebhookServer:
         target_room_wait: float = TARGET_ROOM_WAIT,
         ledger: AdmissionLedger | None = None,
         reservations: LeaseReservations | None = None,
+        early_rooms: EarlyRoomWriter | None = None,
     ) -> None:
         """`quota_changes` (WebhookCaches.quota_changes) wakes target pods waiting up to
         `target_room_wait` seconds for their room; without it they do not wait. With
         `reservations` (whose fallback is `ledger`), pods while room is held are decided on the
-        reservation every replica shares; without, on this process's `ledger` alone."""
+        reservation every replica shares; without, on this process's `ledger` alone. With
+        `early_rooms`, a migration's create writes its room first; without, it is allowed as
+        it is (the controller raises)."""
         self.lookups = lookups
         self.quota_changes = quota_changes or QuotaChanges(clock)
         self.target_room_wait = target_room_wait if quota_changes is not None else 0.0
@@ -370,6 +394,10 @@ class WebhookServer:
         self.ledger = ledger or AdmissionLedger(clock)
         """Pods admitted while room is held, until the caches show them (pod/ledger.py)."""
         self.reservations = reservations
+        self.early_rooms = early_rooms
+        if early_rooms is not None:
+            early_rooms.counted = self._count_early_room
+            early_rooms.wrote = self._count_quota_write
         self._collector: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
@@ -383,6 +411,7 @@ class WebhookServer:
             ),
             "virtualmachines": ("VirtualMachine", lambda r: validate_vm_start(r, self.lookups)),
             "pods": ("Pod", self._validate_pod),
+            "migrations": ("VirtualMachineInstanceMigration", self._validate_migration),
             "mtq-lock": ("", lambda r: validate_locked(r, self.lookups, self.identities)),
         }
         """Endpoint -> (the kind it validates, "" for any; its validator)."""
@@ -402,6 +431,21 @@ class WebhookServer:
             admit_locally(check, self.ledger, dry_run=request.dry_run)
             return None
         return self.reservations.admit(check)
+
+    def _validate_migration(self, request: Request) -> Awaitable[None] | None:
+        """A migration's create writes its room first, if early rooms are on; always allowed."""
+        if self.early_rooms is None or request.operation != "CREATE":
+            return None
+        return self._write_early_room(self.early_rooms, request)
+
+    async def _write_early_room(self, writer: EarlyRoomWriter, request: Request) -> None:
+        await writer.admit(request)
+
+    def _count_early_room(self, outcome: Outcome) -> None:
+        self.metrics.early_rooms.labels(outcome).inc()
+
+    def _count_quota_write(self, result: str) -> None:
+        self.metrics.quota_writes.labels(result).inc()
 
     async def _admit_target(self, request: Request) -> None:
         admission = await admit_target(
@@ -436,6 +480,7 @@ class WebhookServer:
             app.router.add_post(f"/validate/{endpoint}", self._handler(endpoint))
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
         return app
 
     async def _text(self, text: str, status: int = 200) -> web.Response:
@@ -443,6 +488,9 @@ class WebhookServer:
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return await self._text("ok")
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
 
     async def _readyz(self, _request: web.Request) -> web.Response:
         return (
@@ -556,6 +604,8 @@ class WebhookServer:
                 log.warning("could not delete expired reservation Leases: %s", error)
 
     async def stop(self) -> None:
+        if self.early_rooms is not None:
+            await self.early_rooms.stop()
         if self._collector is not None:
             self._collector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -586,9 +636,11 @@ async def serve(
     target_room_wait: float = TARGET_ROOM_WAIT,
     namespace: str = "harvester-system",
     mtq: bool = True,
+    early_room_ttl: float = EARLY_ROOM_TTL,
 ) -> int:
     """Runs the webhook until SIGTERM/SIGINT; reservations shared by the replicas live as
-    Leases in `namespace` (its own). `mtq`: see WebhookCaches."""
+    Leases in `namespace` (its own). `mtq`: see WebhookCaches. `early_room_ttl`: seconds an
+    early room stands for a migration the controller has not seen (0: no early rooms)."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
     caches = WebhookCaches(client, kubevirt_version=kubevirt_version, mtq=mtq)
@@ -605,6 +657,11 @@ async def serve(
         target_room_wait=target_room_wait,
         ledger=ledger,
         reservations=LeaseReservations(client, namespace, REAL_CLOCK, ledger),
+        early_rooms=(
+            EarlyRoomWriter(client, caches, REAL_CLOCK, ttl=early_room_ttl)
+            if early_room_ttl > 0
+            else None
+        ),
     )
     await server.start()
     log.info("webhook listening on %s:%d", host, server.port)

@@ -29,6 +29,59 @@ def test_the_manifest_is_the_chart_rendered_with_its_defaults() -> None:
     assert MANIFEST.read_text() == manifest_text(), "run `make manifest` after editing the chart"
 
 
+def test_the_migrations_rule_and_the_webhook_s_early_room_writes() -> None:
+    """Early room: the migrations rule with its values, the webhook's patches granted (and no
+    other write), and those patches never sent back to the webhook's quota rule."""
+    values = {
+        "webhook": {
+            "earlyRoom": {"ttlSeconds": 0, "timeoutSeconds": 4},
+            "failurePolicy": {"migrations": "Fail"},
+        }
+    }
+    documents = [d for d in yaml.safe_load_all(render(values, namespace="quota-system")) if d]
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in documents}
+    webhook_args = by_kind[("Deployment", "harvester-quota-webhook")]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert "--early-room-ttl=0" in webhook_args
+    configuration = by_kind[("ValidatingWebhookConfiguration", "harvester-quota")]
+    hooks = {w["name"]: w for w in configuration["webhooks"]}
+    migrations = hooks["migrations.harvester-quota.io"]
+    assert migrations["clientConfig"]["service"]["path"] == "/validate/migrations"
+    assert migrations["rules"] == [
+        {
+            "apiGroups": ["kubevirt.io"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["virtualmachineinstancemigrations"],
+            "scope": "Namespaced",
+        }
+    ]
+    (excluded,) = migrations["namespaceSelector"]["matchExpressions"]
+    assert excluded["key"] == "kubernetes.io/metadata.name" and excluded["operator"] == "NotIn"
+    assert "harvester-system" in excluded["values"]
+    assert (migrations["failurePolicy"], migrations["timeoutSeconds"]) == ("Fail", 4)
+    assert migrations["sideEffects"] == "NoneOnDryRun"
+    conditions = {
+        c["name"]: c["expression"]
+        for c in hooks["resourcequotas.harvester-quota.io"]["matchConditions"]
+    }
+    assert "'system:serviceaccount:quota-system:harvester-quota'" in conditions["not-ours"]
+    assert "'system:serviceaccount:quota-system:harvester-quota-webhook'" in conditions["not-ours"]
+    writes = [
+        (resource, verb)
+        for rule in by_kind[("ClusterRole", "harvester-quota-webhook")]["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        if verb not in ("get", "list", "watch")
+    ]
+    assert sorted(writes) == [
+        ("namespaces", "patch"),
+        ("resourcequotas", "patch"),
+        ("resourcequotas/status", "patch"),
+    ]
+
+
 async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: ApiClient) -> None:
     documents = [d for d in yaml.safe_load_all(render(CUSTOM)) if d]
     by_kind = {(d["kind"], d["metadata"]["name"]): d for d in documents}

@@ -15,6 +15,7 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.early import EARLY_ROOM_TTL
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry
 
@@ -56,9 +57,16 @@ async def stack(
 
 @contextlib.asynccontextmanager
 async def deployed(
-    api: ApiClient, cluster: ClusterInfo, namespace: str, workdir: Path, *, replicas: int = 1
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    workdir: Path,
+    *,
+    replicas: int = 1,
+    early_room_ttl: float = EARLY_ROOM_TTL,
 ) -> AsyncIterator[tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp, tuple[WebhookServer, ...]]]:
-    """The stack with `replicas` webhook servers behind one address (deployment.running_webhooks)."""
+    """The stack with `replicas` webhook servers behind one address (deployment.running_webhooks),
+    early rooms held `early_room_ttl` seconds (0: off)."""
     await deployment.apply_rbac(api)
     controller_api = await deployment.client_as(api, cluster, "harvester-quota")
     kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
@@ -70,7 +78,7 @@ async def deployed(
     await controllers.start()
     try:
         async with deployment.running_webhooks(
-            api, cluster, namespace, workdir, replicas=replicas
+            api, cluster, namespace, workdir, replicas=replicas, early_room_ttl=early_room_ttl
         ) as servers:
             yield (
                 KubeVirtByHand(api, namespace),

@@ -40,7 +40,11 @@ from ...util.launcher import LauncherSettings
 from ...util.podusage import strip_pod_to_quota_fields
 from ...util.quantity import Quantity
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
-from ...util.resourcequota.conditional import conditional_patch, failed_test, publish_patch
+from ...util.resourcequota.conditional import (
+    conditional_patch,
+    copy_hard_to_status,
+    failed_test,
+)
 from ...util.resourcequota.managed import is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
 from ...util.resourcequota.planviews import (
@@ -519,19 +523,10 @@ class QuotaReconciler:
         nothing to copy into. Other API errors propagate, and the publisher logs and drops
         them: kube-controller-manager's copy follows anyway.
         """
-        hard = (written.get("spec") or {}).get("hard") or {}
-        if not self._status_writable or (written.get("status") or {}).get("hard") == hard:
+        if not self._status_writable:
             return written
-        meta = metadata(written)
         try:
-            return await self.management.client.patch(
-                RESOURCE_QUOTAS,
-                str(meta["name"]),
-                publish_patch(written),
-                str(meta["namespace"]),
-                subresource="status",
-                patch_type="json",
-            )
+            return await copy_hard_to_status(self.management.client, written)
         except errors.Forbidden as error:
             self._status_writable = False
             log.warning(
@@ -539,11 +534,6 @@ class QuotaReconciler:
                 "once kube-controller-manager copies it; grant patch on resourcequotas/status",
                 error,
             )
-        except errors.NotFound:
-            pass  # the quota went since our write: nothing left to copy into
-        except errors.ApiError as error:
-            if not failed_test(error):
-                raise
         return written
 
     # Metrics ------------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from ...util.quantity import Quantity
 from ...util.rancher import LIMIT_FIELDS
 from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, rancher_base
 from ...util.resourcequota.calculator import shortfalls
+from ...util.resourcequota.early import early_rooms
+from ...util.resourcequota.plan import with_early_rooms
 from ...util.resourcequota.podindex import NamespacePods
 from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms
 from ...util.resources import ResourceList, parse_resource_list_leniently
@@ -98,12 +100,15 @@ class NamespaceView:
 
 def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
     settings = lookups.kubevirt_settings()
+    now = lookups.now()
+    migrations = lookups.migrations(namespace)
+    early = early_rooms(quota, migrations, now)
     rooms = plan_rooms(
         RoomInputs(
-            migrations=lookups.migrations(namespace),
+            migrations=with_early_rooms(migrations, early, namespace),
             vmis=lookups.vmis(namespace),
             pods=lookups.launcher_pods(namespace),
-            now=lookups.now(),
+            now=now,
             launcher=settings.for_namespace([quota], lookups.namespace(namespace)),
         )
     )

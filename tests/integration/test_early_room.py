@@ -1,0 +1,191 @@
+"""Early room on the local cluster, as deployed (service-account tokens, deploy/'s RBAC, the webhook
+called by the API server over TLS, one replica or two behind one address): a migration's room
+is in its namespace's quota by the time its create returns, so its target pod never waits for
+the controller; the controller agrees and writes nothing until the room is given back; an early
+room whose migration is never stored is given back at its expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from harvester_quota.app import ControllerApp
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.meta import annotations_of
+from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.util import resources
+from harvester_quota.util.annotations import migrating_vm_annotation_key
+from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
+from harvester_quota.util.resourcequota.early import (
+    ANNOTATION_EARLY_ROOM_PREFIX,
+    early_room_key,
+)
+from harvester_quota.util.resourcequota.plan import MIGRATING_PREFIX
+from harvester_quota.util.resources import ResourceList
+from harvester_quota.webhook.server import WebhookServer
+
+from tests import objects
+from tests.helpers import caught_up, cpu_burners, eventually, succeed_migration
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_webhook_deployed import deployed
+
+pytestmark = pytest.mark.integration
+
+VMS = 6
+KEYS = ("limits.cpu", "limits.memory", "requests.memory")
+Stack = tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp, tuple[WebhookServer, ...]]
+
+
+def launcher_usage() -> ResourceList:
+    """What one test VM's launcher pod (2 cores, 4Gi, ratio 1.5) charges on KEYS."""
+    pod = objects.launcher_pod(objects.vmi("probe"), "probe")
+    return resources.mask(pod_quota_usage(pod), KEYS)
+
+
+def closed_hard(vms: int) -> dict[str, str]:
+    """A quota exactly full with `vms` VMs: every migration needs room."""
+    usage = launcher_usage()
+    return {key: str(value * vms) for key, value in usage.items()}
+
+
+def hard_of(quota: Object) -> ResourceList:
+    return resources.parse_resource_list((quota.get("spec") or {}).get("hard") or {})
+
+
+@pytest.fixture(params=[1, 2], ids=["one webhook replica", "two webhook replicas"])
+async def replicas(
+    request: pytest.FixtureRequest,
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
+) -> AsyncIterator[Stack]:
+    async with deployed(api, cluster, namespace, tmp_path, replicas=request.param) as stack_:
+        yield stack_
+
+
+async def full_namespace(stack_: Stack, vms: int) -> tuple[list[Object], list[Object]]:
+    """`vms` running VMs in a quota exactly full with them, its base recorded by the controller,
+    and every webhook replica's caches showing the VMIs and the recorded base."""
+    tenant, kubevirt, _, servers = stack_
+    await tenant.create_quota(closed_hard(vms))
+    started = [await kubevirt.start_vm(f"vm{i}") for i in range(vms)]
+    namespace = tenant.namespace
+
+    def ready() -> bool:
+        for server in servers:
+            quota = server.lookups.managed_quota(namespace)
+            if quota is None or ANNOTATION_BASE not in annotations_of(quota):
+                return False
+            if any(server.lookups.vmis(namespace).get(f"vm{i}") is None for i in range(vms)):
+                return False
+        return True
+
+    await eventually(ready, what="the base recorded and the VMIs cached by every replica")
+    return [vmi for vmi, _ in started], [pod for _, pod in started]
+
+
+async def test_every_room_is_in_the_quota_when_its_migration_s_create_returns(
+    replicas: Stack,
+) -> None:
+    """Six migrations created at once with two CPU burners beside the cluster: when the creates
+    have returned, the quota (read at once, no waiting) holds every one's room; the controller,
+    caught up, has not changed it; every target pod is admitted; then back to the base with no
+    annotation of ours left."""
+    tenant, kubevirt, app, servers = replicas
+    vmis, sources = await full_namespace(replicas, VMS)
+    base = hard_of(await tenant.quota())
+    with cpu_burners(2):
+        migrations = await asyncio.gather(
+            *(tenant.migrate(vmi, f"{vmi['metadata']['name']}-mig") for vmi in vmis)
+        )
+        quota = await tenant.quota()
+    annotations = annotations_of(quota)
+    for migration in migrations:
+        assert early_room_key(migration["metadata"]["uid"]) in annotations, sorted(annotations)
+    for vmi in vmis:
+        assert migrating_vm_annotation_key(vmi["metadata"]["name"]) in annotations
+    room = launcher_usage()
+    expected = resources.add(base, {key: value * VMS for key, value in room.items()})
+    assert resources.equal(hard_of(quota), expected), (quota["spec"]["hard"], expected)
+    written = sum(
+        sample.value
+        for server in servers
+        for metric in server.metrics.early_rooms.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels["outcome"] == "written"
+    )
+    assert written == VMS
+
+    await eventually(lambda: caught_up(app, tenant.namespace), what="the controller caught up")
+    assert resources.equal(hard_of(await tenant.quota()), expected), "the controller agrees"
+
+    targets = await asyncio.gather(
+        *(
+            kubevirt.create_target(vmi, migration, suffix="dst")
+            for vmi, migration in zip(vmis, migrations, strict=True)
+        )
+    )
+    for migration, source, target in zip(migrations, sources, targets, strict=True):
+        await succeed_migration(kubevirt, migration, source, target, walk=False)
+        await kubevirt.delete_pod(source["metadata"]["name"], grace=0)
+
+    async def back_at_base() -> Object | None:
+        current = await tenant.quota()
+        ours = [k for k in annotations_of(current) if k.startswith(OUR_ROOM_KEYS)]
+        return current if resources.equal(hard_of(current), base) and not ours else None
+
+    await eventually(back_at_base, timeout=60, what="the quota back at its base, nothing left")
+
+
+OUR_ROOM_KEYS = (ANNOTATION_EARLY_ROOM_PREFIX, MIGRATING_PREFIX)
+
+
+@pytest.fixture
+async def short_lived(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, tmp_path: Path
+) -> AsyncIterator[Stack]:
+    """The deployed stack whose early rooms stand 3 s for a migration nobody has seen."""
+    async with deployed(api, cluster, namespace, tmp_path, early_room_ttl=3.0) as stack_:
+        yield stack_
+
+
+async def test_an_early_room_whose_migration_is_never_stored_is_given_back_at_its_expiry(
+    short_lived: Stack,
+) -> None:
+    """Quota admission, which runs after every webhook, refuses the migration itself (a second
+    quota allows no migrations): our webhook had written its room already. The room stands
+    until its expiry, then the controller gives it back, annotation and all."""
+    tenant, _, _, _ = short_lived
+    vmis, _ = await full_namespace(short_lived, 1)
+    base = hard_of(await tenant.quota())
+    no_migrations = {
+        "metadata": {"name": "no-migrations"},
+        "spec": {"hard": {"count/virtualmachineinstancemigrations.kubevirt.io": "0"}},
+    }
+    await tenant.api.create(RESOURCE_QUOTAS, no_migrations, tenant.namespace)
+    await eventually(lambda: _has_status(tenant, "no-migrations"), what="the second quota's status")
+    with pytest.raises(errors.Forbidden, match="exceeded quota"):
+        await tenant.migrate(vmis[0], "doomed")
+    raised = await tenant.quota()
+    early = [k for k in annotations_of(raised) if k.startswith(ANNOTATION_EARLY_ROOM_PREFIX)]
+    assert len(early) == 1, "the room was written before quota admission refused the migration"
+    assert not resources.equal(hard_of(raised), base)
+
+    async def given_back() -> Object | None:
+        current = await tenant.quota()
+        ours = [k for k in annotations_of(current) if k.startswith(OUR_ROOM_KEYS)]
+        return current if resources.equal(hard_of(current), base) and not ours else None
+
+    await eventually(given_back, timeout=30, what="the early room given back at its expiry")
+
+
+async def _has_status(tenant: KubeVirtByHand, name: str) -> bool:
+    quota = await tenant.api.get(RESOURCE_QUOTAS, name, tenant.namespace)
+    return "used" in (quota.get("status") or {})
