@@ -305,16 +305,19 @@ class ScaleRun:
             k: v.cpu_seconds - procs_before[k].cpu_seconds for k, v in self._processes().items()
         }
         records = {key: self.kubevirt.records.get(*key) for key in created}
-        latencies = [
-            max(0.0, raised - one.exists)
-            for (namespace, _), one in created.items()
-            if (raised := self._raised(namespace, one)) is not None
-        ]
+        raised = {
+            key: moment
+            for key, one in created.items()
+            if (moment := self._raised(key[0], one)) is not None
+        }
+        latencies = [max(0.0, moment - created[key].exists) for key, moment in raised.items()]
+        since_request = [moment - created[key].asked for key, moment in raised.items()]
         return summarize_step(
             step,
             records=[r for r in records.values() if r is not None],
             latencies=latencies,
             create_seconds=create_seconds,
+            since_request=since_request,
             metrics=metrics,
             cpu=procs,
             seconds=finished - started,

@@ -89,6 +89,16 @@ Validator = Callable[[Request], Awaitable[None] | None]
 the end without awaiting, so their decisions are serialized on the event loop."""
 
 
+MIGRATIONS_BY_VMI = "vmi"
+"""The migrations cache's index by "<namespace>/<spec.vmiName>"."""
+
+
+def _vmi_of_migration(migration: Object) -> list[str]:
+    vmi_name = (migration.get("spec") or {}).get("vmiName")
+    namespace = (migration.get("metadata") or {}).get("namespace")
+    return [f"{namespace}/{vmi_name}"] if vmi_name and namespace else []
+
+
 class WebhookCaches:
     """The informer caches the validators read (implements resources.common.Lookups)."""
 
@@ -110,7 +120,9 @@ class WebhookCaches:
             RESOURCE_QUOTAS, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
         )
         self.namespaces = self.factory.informer(NAMESPACES)
-        self._migrations = self.factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
+        self._migrations = self.factory.informer(
+            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, indexers={MIGRATIONS_BY_VMI: _vmi_of_migration}
+        )
         self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
         self.pods = self.factory.informer(
             PODS, label_selector="kubevirt.io=virt-launcher", transform=strip_pod_to_quota_fields
@@ -146,6 +158,12 @@ class WebhookCaches:
 
     def migrations(self, namespace: str) -> Sequence[Object]:
         return self._migrations.store.by_index("namespace", namespace)
+
+    def migration(self, namespace: str, name: str) -> Object | None:
+        return self._migrations.store.get(f"{namespace}/{name}")
+
+    def migrations_of_vmi(self, namespace: str, vmi_name: str) -> Sequence[Object]:
+        return self._migrations.store.by_index(MIGRATIONS_BY_VMI, f"{namespace}/{vmi_name}")
 
     def vmis(self, namespace: str) -> Mapping[str, Object]:
         return NamespaceObjects(self._vmis.store, namespace)

@@ -443,6 +443,12 @@ async def test_an_admission_waits_for_its_write_at_most_within_seconds() -> None
             "already-migrating",
         ),
         (
+            lambda lookups, req: lookups.quotas["ns"]["metadata"]["annotations"].update(
+                {early("refused-before").key: early("refused-before").dumps()}
+            ),
+            "already-migrating",
+        ),
+        (
             lambda lookups, req: lookups.namespaces.update(
                 ns={
                     "metadata": {

@@ -139,29 +139,33 @@ class EarlyRooms:
 NO_EARLY_ROOMS: Final = EarlyRooms()
 
 
+def parse_early_rooms(quota: Mapping[str, Any]) -> tuple[list[EarlyRoom], dict[str, str]]:
+    """The quota's early rooms as written, and the keys of those that cannot be read (why)."""
+    rooms: list[EarlyRoom] = []
+    invalid: dict[str, str] = {}
+    for key, text in sorted(annotations_of(quota).items()):
+        if not key.startswith(ANNOTATION_EARLY_ROOM_PREFIX):
+            continue
+        try:
+            rooms.append(EarlyRoom.loads(key.removeprefix(ANNOTATION_EARLY_ROOM_PREFIX), str(text)))
+        except ValueError as error:
+            invalid[key] = str(error)
+    return rooms, invalid
+
+
 def early_rooms(
     quota: Mapping[str, Any], migrations: Iterable[Object], now: datetime.datetime
 ) -> EarlyRooms:
     """The quota's early rooms, judged against the migrations the caches show and `now`.
     Costs nothing more than a scan of the annotations when the quota has none."""
-    found = {
-        key: text
-        for key, text in annotations_of(quota).items()
-        if key.startswith(ANNOTATION_EARLY_ROOM_PREFIX)
-    }
-    if not found:
+    rooms, invalid = parse_early_rooms(quota)
+    if not rooms and not invalid:
         return NO_EARLY_ROOMS
-    shown = {str(metadata(m).get("uid", "")) for m in migrations}
-    result = EarlyRooms()
-    for key, text in sorted(found.items()):
-        uid = key.removeprefix(ANNOTATION_EARLY_ROOM_PREFIX)
-        try:
-            room = EarlyRoom.loads(uid, str(text))
-        except ValueError as error:
-            result.invalid[key] = str(error)
-            continue
-        if uid in shown or room.expires <= now:
-            result.done.append(key)
+    shown = {str(metadata(m).get("uid", "")) for m in migrations} if rooms else set()
+    result = EarlyRooms(invalid=invalid)
+    for room in rooms:
+        if room.migration_uid in shown or room.expires <= now:
+            result.done.append(room.key)
         else:
             result.held.append(room)
     return result

@@ -55,6 +55,14 @@ class Lookups(Protocol):
 
     def migrations(self, namespace: str) -> Sequence[Object]: ...
 
+    def migration(self, namespace: str, name: str) -> Object | None:
+        """One migration by name, without reading the namespace's others."""
+        ...
+
+    def migrations_of_vmi(self, namespace: str, vmi_name: str) -> Sequence[Object]:
+        """The migrations naming one VMI (spec.vmiName), without reading the others."""
+        ...
+
     def vmis(self, namespace: str) -> Mapping[str, Object]: ...
 
     def launcher_pods(self, namespace: str) -> Iterable[Object] | NamespacePods:

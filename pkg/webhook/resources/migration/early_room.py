@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -50,7 +50,12 @@ from ....util.resourcequota.conditional import (
     copy_hard_to_status,
     failed_test,
 )
-from ....util.resourcequota.early import Admitted, EarlyRoom, early_room_patch
+from ....util.resourcequota.early import (
+    Admitted,
+    EarlyRoom,
+    early_room_patch,
+    parse_early_rooms,
+)
 from ....util.resourcequota.rooms import RoomInputs, plan_rooms
 from ...admission import Request
 from ..common import Lookups
@@ -134,7 +139,7 @@ def _why_not_here(request: Request, lookups: Lookups, vmi_name: str) -> Outcome 
         ("rancher", lambda: _has_rancher_base(lookups.namespace(namespace))),
         ("no-recorded-base", lambda: not quota_annotations.get(ANNOTATION_BASE)),
         ("no-vmi", lambda: not vmi_name or lookups.vmis(namespace).get(vmi_name) is None),
-        ("already-migrating", lambda: _migrating(lookups.migrations(namespace), vmi_name)),
+        ("already-migrating", lambda: _migrating(lookups, namespace, quota or {}, vmi_name)),
     )
     return next((outcome for outcome, applies in checks if applies()), None)
 
@@ -148,17 +153,27 @@ def _has_rancher_base(namespace: Object | None) -> bool:
         return True  # Rancher's, if unreadable: the controller says why
 
 
-def _migrating(migrations: Sequence[Object], vmi_name: str) -> bool:
-    """Whether a migration of the VMI is already under way (not finished, not deleted)."""
-    for migration in migrations:
-        if (migration.get("spec") or {}).get("vmiName") != vmi_name:
-            continue
+def _migrating(lookups: Lookups, namespace: str, quota: Object, vmi_name: str) -> bool:
+    """Whether a migration of the VMI is already under way (not finished, not deleted), or
+    has an early room standing: KubeVirt refuses a second one, and a tenant repeating refused
+    creates must not cost a quota write each. Reads only the VMI's migrations."""
+    for migration in lookups.migrations_of_vmi(namespace, vmi_name):
         if str(status(migration).get("phase") or "") in FINAL_PHASES:
             continue
         if metadata(migration).get("deletionTimestamp"):
             continue
         return True
-    return False
+    now = lookups.now()
+    return any(
+        room.vmi == vmi_name and room.expires > now and not _stored(lookups, namespace, room)
+        for room in parse_early_rooms(quota)[0]
+    )
+
+
+def _stored(lookups: Lookups, namespace: str, room: EarlyRoom) -> bool:
+    """Whether the caches show the migration an early room was written for."""
+    migration = lookups.migration(namespace, room.migration)
+    return migration is not None and metadata(migration).get("uid") == room.migration_uid
 
 
 def _early_room(request: Request, vmi_name: str, now: datetime.datetime, ttl: float) -> EarlyRoom:
@@ -329,8 +344,7 @@ class EarlyRoomWriter:
     def _not_yet_stored(self, namespace: str, admitted: list[Admitted]) -> list[Admitted]:
         """The admissions whose migration the caches do not show yet: one that does (its
         admission timed out and the API server stored it) is the controller's to raise."""
-        stored = {str(metadata(m).get("uid")) for m in self._lookups.migrations(namespace)}
-        return [a for a in admitted if a.early.migration_uid not in stored]
+        return [a for a in admitted if not _stored(self._lookups, namespace, a.early)]
 
     def _current_quota(self, namespace: str, name: str) -> Object | None:
         cached = self._lookups.managed_quota(namespace)
