@@ -34,6 +34,8 @@ from harvester_quota.webhook.resources.migration.early_room import (
     EarlyRoomWriter,
     early_room_for,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.objects import launcher_pod, managed_quota, migration, plain_namespace, vmi
 from tests.unit.test_conditional_patch import PatchTestFailed, apply
@@ -498,3 +500,53 @@ def test_the_room_written_is_the_controller_s_room_for_the_vmi() -> None:
     assert resources.equal(resources.mask(admitted.room, BASE), room_of(instance))
     assert admitted.early.expires == lookups.now() + datetime.timedelta(seconds=30)
     assert admitted.vm_name == "vm1"
+
+
+def test_the_skip_switch_gives_early_rooms_back_with_the_rest() -> None:
+    instance = vmi("vm1")
+    quota = standalone_quota()
+    admitted = Admitted(early("m1"), "vm1", room_of(instance))
+    raised = merged(quota, early_room_patch(quota, [admitted]) or {})
+    raised["metadata"]["annotations"]["harvesterhci.io/skipResourceQuotaAutoScaling"] = "true"
+    plan = plan_quota(snapshot(raised, migrations=[], vmis=[instance], pods=[]))
+    patch = patch_for(raised, plan)
+    assert patch is not None
+    assert patch["metadata"]["annotations"][early("m1").key] is None
+    back = merged(raised, patch)
+    assert resources.equal(hard_of_quota(back), resources.parse_resource_list(BASE))
+
+
+def hard_of_quota(quota: Object) -> resources.ResourceList:
+    return resources.parse_resource_list(quota["spec"]["hard"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shapes=st.lists(
+        st.tuples(st.integers(1, 8), st.sampled_from(["1Gi", "2Gi", "4Gi", "6Gi"]), st.booleans()),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_whichever_rooms_the_caches_show_the_controller_agrees_with_the_webhook(
+    shapes: list[tuple[int, str, bool]],
+) -> None:
+    """Any number of VMs of any shape, their rooms written early in one batch, each migration
+    shown in the controller's caches or not yet: the controller's plan is the quota written."""
+    instances = [vmi(f"vm{i}", cores=c, memory=m) for i, (c, m, _) in enumerate(shapes)]
+    wide = {"limits.cpu": "100", "limits.memory": "100Gi", "requests.memory": "100Gi", "pods": "50"}
+    quota = managed_quota(
+        "ns", wide, {ANNOTATION_BASE: resources.dumps(resources.parse_resource_list(wide))}
+    )
+    admitted = [
+        Admitted(early(f"u{i}", vmi_name=f"vm{i}"), f"vm{i}", room_of(v))
+        for i, v in enumerate(instances)
+    ]
+    raised = merged(quota, early_room_patch(quota, admitted) or {})
+    shown = [
+        migration(f"mig-u{i}", v, uid=f"u{i}")
+        for i, (v, (_, _, seen)) in enumerate(zip(instances, shapes, strict=True))
+        if seen
+    ]
+    plan = plan_quota(snapshot(raised, migrations=shown, vmis=instances, pods=[]))
+    assert patch_for(raised, plan) is None

@@ -149,7 +149,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         skipped=skipped,
         warnings=warnings,
         requeue_after=_sooner(next_release(pods, snapshot.now), early.next_expiry(snapshot.now)),
-        remove_when_writing=early.done,
+        remove_when_writing=early.done + ([r.key for r in early.held] if skipped else []),
     )
     if lowering_waits(managed_hard, snapshot.quota, rooms):
         current = (snapshot.quota.get("spec") or {}).get("hard") or {}
