@@ -59,6 +59,10 @@ class Metrics:
     rss_bytes: float
     reconciles: float = 0.0
     reconcile_seconds: float = 0.0
+    targets_waited: float = 0.0
+    """The webhook's: migration target pods whose admission waited for their room."""
+    target_wait_seconds: float = 0.0
+    """The webhook's: the seconds target pod admissions waited, all of them together."""
 
     def with_webhook(self, webhook: Metrics) -> Metrics:
         """These (the controller's) with the webhook's API requests and quota writes added (its
@@ -67,6 +71,8 @@ class Metrics:
             self,
             requests=_plus(self.requests, webhook.requests),
             quota_writes=_plus(self.quota_writes, webhook.quota_writes),
+            targets_waited=webhook.targets_waited,
+            target_wait_seconds=webhook.target_wait_seconds,
         )
 
     def minus(self, earlier: Metrics) -> Metrics:
@@ -78,6 +84,8 @@ class Metrics:
             self.rss_bytes,
             self.reconciles - earlier.reconciles,
             self.reconcile_seconds - earlier.reconcile_seconds,
+            self.targets_waited - earlier.targets_waited,
+            self.target_wait_seconds - earlier.target_wait_seconds,
         )
 
 
@@ -93,7 +101,7 @@ def parse_metrics(text: str) -> Metrics:
     """The scale run's share of a Prometheus text exposition."""
     requests: dict[tuple[str, str], float] = {}
     writes: dict[str, float] = {}
-    cpu = rss = reconciles = reconcile_seconds = 0.0
+    cpu = rss = reconciles = reconcile_seconds = waited = wait_seconds = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "harvester_quota_api_requests_total":
@@ -113,7 +121,17 @@ def parse_metrics(text: str) -> Metrics:
                 reconciles = sample.value
             elif sample.name == "harvester_quota_reconcile_duration_seconds_sum":
                 reconcile_seconds = sample.value
-    return Metrics(requests, writes, cpu, rss, reconciles, reconcile_seconds)
+            elif sample.name == "harvester_quota_webhook_target_pods_total" and (
+                sample.labels.get("outcome") in WAITED
+            ):
+                waited += sample.value
+            elif sample.name == "harvester_quota_webhook_target_wait_seconds_sum":
+                wait_seconds = sample.value
+    return Metrics(requests, writes, cpu, rss, reconciles, reconcile_seconds, waited, wait_seconds)
+
+
+WAITED: Final = ("fitted-after-wait", "timed-out")
+"""Outcomes of a target pod's admission that waited for its room (pod/targets.py)."""
 
 
 @dataclass(frozen=True)

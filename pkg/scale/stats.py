@@ -56,6 +56,9 @@ class StepResult:
     drift: int
     stale: int
     outcomes: Mapping[str, int] = field(default_factory=dict)
+    targets_waited: float = 0.0
+    """Migration target pods whose admission waited for their room (the webhook's count)."""
+    target_wait_seconds: float = 0.0
     since_request: tuple[float, ...] = ()
     """Seconds from each migration's create request being sent to its room seen on the quota:
     the create and the raise together, whichever writes the room."""
@@ -118,6 +121,8 @@ class StepResult:
             "reconcile_ms_mean": _round_ms(self.reconcile_seconds / self.reconciles)
             if self.reconciles
             else None,
+            "targets_waited": self.targets_waited,
+            "target_wait_seconds": round(self.target_wait_seconds, 2),
             "refused": self.refused,
             "refusals": self.refusals,
             "blocked_seconds": round(self.blocked_seconds, 2),
@@ -180,6 +185,8 @@ def summarize_step(
         controller_rss_bytes=metrics.rss_bytes,
         reconciles=metrics.reconciles,
         reconcile_seconds=metrics.reconcile_seconds,
+        targets_waited=metrics.targets_waited,
+        target_wait_seconds=metrics.target_wait_seconds,
         drift=drift,
         stale=stale,
         outcomes=outcomes,
@@ -198,11 +205,11 @@ def table(steps: Sequence[StepResult]) -> str:
     """The steps as a Markdown table (the form bench/SCALE.md records)."""
     header = (
         "| step | done | raise p50 / p99 / max (ms) | create p50 / p99 (ms) "
-        "| room after create sent p99 (ms) | refused (s blocked) | writes/mig "
+        "| room after create sent p99 (ms) | targets waited (s) | refused (s blocked) | writes/mig "
         "| requests/mig by verb | controller CPU ms/mig | RSS MiB | apiserver / KCM / "
         "virt-controller CPU s | drift | stale |"
     )
-    rows = [header, "|" + "---|" * 13]
+    rows = [header, "|" + "---|" * 14]
     for s in steps:
         verbs = ", ".join(f"{v} {s.per_migration(n):.2f}" for v, n in s.requests_by_verb().items())
         rows.append(
@@ -210,6 +217,7 @@ def table(steps: Sequence[StepResult]) -> str:
             f"| {_num(s.p(0.5))} / {_num(s.p(0.99))} / {_num(max(s.latencies, default=None))} "
             f"| {_num(percentile(s.create_seconds, 0.5))} / {_num(percentile(s.create_seconds, 0.99))} "
             f"| {_num(percentile(s.since_request, 0.99))} "
+            f"| {s.targets_waited:.0f} ({s.target_wait_seconds:.1f}) "
             f"| {s.refused} ({s.blocked_seconds:.1f}) | {s.per_migration(s.quota_writes):.2f} "
             f"| {verbs or '-'} | {1000 * s.per_migration(s.cpu.get('controller', 0.0)):.1f} "
             f"| {s.controller_rss_bytes / 2**20:.0f} "

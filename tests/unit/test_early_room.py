@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object, Resource
 from harvester_quota.util import resources
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
@@ -284,6 +284,8 @@ class PatchingApi:
         self.patches: list[tuple[str, str]] = []
         self.gate = asyncio.Event()
         self.gate.set()
+        self.status_gate = asyncio.Event()
+        self.status_gate.set()
         self.before_patch: list[Any] = []
 
     def _which(self, resource: Resource, subresource: str = "") -> str:
@@ -304,6 +306,8 @@ class PatchingApi:
         subresource: str = "",
     ) -> Object:
         await self.gate.wait()
+        if subresource == "status":
+            await self.status_gate.wait()
         if self.before_patch:
             self.before_patch.pop(0)(self)
         which = self._which(resource)
@@ -354,9 +358,17 @@ async def test_a_burst_of_creates_is_written_in_a_few_batches_and_labels_the_nam
         for i, v in enumerate(instances)
     ]
     await asyncio.sleep(0)
+    api.status_gate.clear()
     api.gate.set()
+    await settle()
+    assert not any(a.done() for a in admissions), "no answer before status.hard has the rooms"
+    api.status_gate.set()
     outcomes = await asyncio.gather(*admissions)
     assert outcomes == ["written"] * 10
+    stored_quota = api.objects["quota"]
+    assert stored_quota["status"]["hard"] == stored_quota["spec"]["hard"], (
+        "quota admission sees the rooms before the admissions answer"
+    )
     assert api.patches[0] == ("namespace", "merge"), "the room-held label before any raise"
     assert api.objects["namespace"]["metadata"]["labels"][LABEL_ROOM_HELD] == "true"
     quota_writes = [p for p in api.patches if p[0] == "quota"]

@@ -113,6 +113,31 @@ def test_the_metrics_the_run_reads_are_summed_over_codes_and_subtracted() -> Non
     assert (delta.reconciles, delta.reconcile_seconds) == (7.0, 0.35)
 
 
+WEBHOOK_EXPOSITION = """\
+# TYPE harvester_quota_api_requests_total counter
+harvester_quota_api_requests_total{verb="patch",resource="resourcequotas",code="200"} 2.0
+# TYPE harvester_quota_webhook_quota_writes_total counter
+harvester_quota_webhook_quota_writes_total{outcome="written"} 2.0
+harvester_quota_webhook_quota_writes_total{outcome="conflict"} 1.0
+# TYPE harvester_quota_webhook_target_pods_total counter
+harvester_quota_webhook_target_pods_total{outcome="fits"} 40.0
+harvester_quota_webhook_target_pods_total{outcome="fitted-after-wait"} 9.0
+harvester_quota_webhook_target_pods_total{outcome="timed-out"} 1.0
+# TYPE harvester_quota_webhook_target_wait_seconds histogram
+harvester_quota_webhook_target_wait_seconds_sum 9.5
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 99.0
+"""
+
+
+def test_the_webhook_s_writes_requests_and_target_waits_join_the_controller_s() -> None:
+    both = parse_metrics(EXPOSITION).with_webhook(parse_metrics(WEBHOOK_EXPOSITION))
+    assert both.quota_writes == {"written": 6.0, "conflict": 2.0}
+    assert both.requests[("patch", "resourcequotas")] == 2.0
+    assert (both.targets_waited, both.target_wait_seconds) == (10.0, 9.5)
+    assert both.cpu_seconds == 12.5, "CPU stays the controller's own"
+
+
 def test_the_scale_command_takes_the_preset_and_the_counts_given() -> None:
     from harvester_quota.main import build_parser
     from harvester_quota.scale.cli import plan_from

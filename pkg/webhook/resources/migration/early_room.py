@@ -7,8 +7,8 @@ the controller's plan will give it (the launcher pod KubeVirt would render for i
 written first: the namespace labelled room-held (the fail-closed pods rule's selector, as the
 controller does before a raise), then the quota raised by the room, with the VM's
 ``harvesterhci.io/migrating-<vm>`` annotation and the early-room annotation, in one JSON patch
-conditional on the quota as read (conditional.py). So when virt-controller creates the target
-pod, its room is there; the controller, seeing the early room, plans the same quota and writes
+conditional on the quota as read (conditional.py), and its copy into status.hard, which quota
+admission checks. So when virt-controller creates the target pod, its room is there; the controller, seeing the early room, plans the same quota and writes
 nothing until the room is given back.
 
 Concurrency: within one process, the admissions of a namespace queue up and are written
@@ -39,7 +39,6 @@ from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.clock import Clock
 from ....generic.meta import annotations_of, labels, metadata, status
-from ....generic.newest import NewestPerKey
 from ....generic.ownwrites import OwnWrites
 from ....generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
 from ....util.annotations import LABEL_ROOM_HELD, parse_migration_annotations
@@ -234,9 +233,6 @@ class EarlyRoomWriter:
         self._labelled = OwnWrites()
         self._labels_writable = True
         self._status_writable = True
-        self.publisher: NewestPerKey[Object] = NewestPerKey(
-            "copying an early room into status.hard", self._publish
-        )
 
     async def admit(self, request: Request) -> Outcome:
         """Writes the migration's room, or says why not; never raises (but for cancellation)."""
@@ -337,8 +333,8 @@ class EarlyRoomWriter:
             batch.quota_name,
             ", ".join(f"{a.vm_name} ({a.early.migration})" for a in batch.admitted),
         )
-        if self._status_writable and "spec" in patch:
-            self.publisher.submit(namespace, written)
+        if "spec" in patch:
+            await self._publish(written)
         return True
 
     def _not_yet_stored(self, namespace: str, admitted: list[Admitted]) -> list[Admitted]:
@@ -375,11 +371,16 @@ class EarlyRoomWriter:
             return
         self._labelled.wrote(namespace, str(metadata(current).get("resourceVersion", "")), written)
 
-    async def _publish(self, written: Object) -> Object:
+    async def _publish(self, written: Object) -> None:
+        """Copies the raise into status.hard before the admissions answer: quota admission
+        checks status.hard, so a target pod created before kube-controller-manager's own copy
+        would wait for it in the target-room rule (measured: each target pod of a 50-migration
+        burst held 0.1 s more when this copy was made beside the answers). A failed copy is
+        logged and left to kube-controller-manager; the rooms are written either way."""
         if not self._status_writable:
-            return written
+            return
         try:
-            return await copy_hard_to_status(self._client, written)
+            await copy_hard_to_status(self._client, written)
         except errors.Forbidden as error:
             self._status_writable = False
             log.warning(
@@ -388,11 +389,11 @@ class EarlyRoomWriter:
                 "resourcequotas/status",
                 error,
             )
-            return written
+        except errors.ApiError as error:
+            log.info("early room not copied into status.hard: %s", error)
 
     async def stop(self) -> None:
-        """Ends the writes under way (their admissions answer) and the status copies."""
+        """Ends the writes under way (their admissions answer as timed out)."""
         for task in list(self._writers.values()):
             task.cancel()
         await asyncio.gather(*self._writers.values(), return_exceptions=True)
-        await self.publisher.stop()
