@@ -312,12 +312,18 @@ class ScaleRun:
         }
         latencies = [max(0.0, moment - created[key].exists) for key, moment in raised.items()]
         since_request = [moment - created[key].asked for key, moment in raised.items()]
+        target_admitted = [
+            record.admitted.mono - created[key].asked
+            for key, record in records.items()
+            if record is not None and record.admitted is not None
+        ]
         return summarize_step(
             step,
             records=[r for r in records.values() if r is not None],
             latencies=latencies,
             create_seconds=create_seconds,
             since_request=since_request,
+            target_admitted=target_admitted,
             metrics=metrics,
             cpu=procs,
             seconds=finished - started,

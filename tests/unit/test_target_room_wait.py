@@ -14,6 +14,7 @@ from harvester_quota.util.annotations import (
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
     migrating_vm_annotation_key,
 )
+from harvester_quota.util.resourcequota.early import early_room_key
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.targets import (
     LISTER_GRACE,
@@ -70,6 +71,26 @@ async def admitting(
     )
     await settle()
     return task
+
+
+async def test_a_target_pod_whose_early_room_shows_is_let_through_without_the_grace() -> None:
+    """The early room and its status copy were written before the migration was stored: once
+    this webhook's cache shows them, the API server's own cache has had them for a while."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    lookups = FakeLookups(quotas={"ns": quota(BASE, BASE)})
+    task = await admitting(lookups, clock, changes)
+    assert not task.done()
+    await clock.advance(0.01)
+    early = quota(RAISED, RAISED, room=True)
+    early["metadata"]["annotations"][early_room_key("m1")] = "{}"
+    lookups.quotas["ns"] = early
+    changes.changed("ns")
+    await settle()
+    assert task.done(), "no grace for an early room"
+    admission = task.result()
+    assert admission.outcome == "fitted-after-wait"
+    assert admission.waited == pytest.approx(0.01)
 
 
 async def test_a_target_pod_that_fits_is_let_through_at_once() -> None:
