@@ -33,9 +33,11 @@ from harvester_quota.webhook.server import WebhookServer
 from tests import objects
 from tests.helpers import caught_up, cpu_burners, eventually, succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_room_race import replicas
 from tests.integration.test_webhook_deployed import deployed
 
 pytestmark = pytest.mark.integration
+__all__ = ["replicas"]  # the deployed stack with one or two webhook replicas (test_room_race.py)
 
 VMS = 6
 KEYS = ("limits.cpu", "limits.memory", "requests.memory")
@@ -56,18 +58,6 @@ def closed_hard(vms: int) -> dict[str, str]:
 
 def hard_of(quota: Object) -> ResourceList:
     return resources.parse_resource_list((quota.get("spec") or {}).get("hard") or {})
-
-
-@pytest.fixture(params=[1, 2], ids=["one webhook replica", "two webhook replicas"])
-async def replicas(
-    request: pytest.FixtureRequest,
-    api: ApiClient,
-    cluster: ClusterInfo,
-    namespace: str,
-    tmp_path: Path,
-) -> AsyncIterator[Stack]:
-    async with deployed(api, cluster, namespace, tmp_path, replicas=request.param) as stack_:
-        yield stack_
 
 
 async def full_namespace(stack_: Stack, vms: int) -> tuple[list[Object], list[Object]]:

@@ -32,7 +32,7 @@ import datetime
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ....apis.kubevirt import FINAL_PHASES
 from ....generic import errors
@@ -80,20 +80,7 @@ Outcome = Literal[
     "error",
     "timed-out",
 ]
-OUTCOMES: tuple[Outcome, ...] = (
-    "written",
-    "dry-run",
-    "no-managed-quota",
-    "skipped",
-    "rancher",
-    "no-recorded-base",
-    "no-vmi",
-    "already-migrating",
-    "no-room",
-    "lost-races",
-    "error",
-    "timed-out",
-)
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 
 def early_room_for(request: Request, lookups: Lookups, ttl: float) -> Admitted | Outcome:
