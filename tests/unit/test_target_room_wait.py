@@ -93,6 +93,24 @@ async def test_a_target_pod_whose_early_room_shows_is_let_through_without_the_gr
     assert admission.waited == pytest.approx(0.01)
 
 
+class TickingClock(FakeClock):
+    """A clock that, like a real one, reads a little later each time it is read."""
+
+    def monotonic(self) -> float:
+        self.step(1e-6)
+        return super().monotonic()
+
+
+async def test_a_target_pod_that_fits_on_a_real_clock_is_not_held_for_the_grace() -> None:
+    """Two readings of a real clock differ: a pod that fitted on the first look was taken for
+    one that had waited, and held LISTER_GRACE (every target pod of a scale run's burst)."""
+    clock = TickingClock()
+    lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True)})
+    task = await admitting(lookups, clock, QuotaChanges(clock))
+    assert task.done(), "held for the grace although it fitted at once"
+    assert task.result().outcome == "fits"
+
+
 async def test_a_target_pod_that_fits_is_let_through_at_once() -> None:
     clock = FakeClock()
     lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True)})

@@ -164,6 +164,7 @@ async def admit_target(
     if gave_up is not None and gave_up.recently(migration):
         wait = 0.0
     started = clock.monotonic()
+    changes_awaited = 0
     while True:
         waited = clock.monotonic() - started
         quota = lookups.managed_quota(request.namespace)
@@ -171,7 +172,10 @@ async def admit_target(
             return TargetAdmission("no-managed-quota", waited)
         short = _short(quota, needed)
         if not short:
-            if waited == 0:
+            if changes_awaited == 0:
+                # Fitted on the first look: nothing was waited for. (Not `waited == 0`: on a
+                # real clock two readings a microsecond apart differ, so every target pod paid
+                # the grace below; the scale run counted 50 of 50 held 0.1 s.)
                 return TargetAdmission("fits", waited)
             if early_room_key(migration) not in annotations_of(quota):
                 await clock.sleep(LISTER_GRACE)
@@ -183,6 +187,7 @@ async def admit_target(
                 gave_up.note(migration, wait)
             return TargetAdmission("timed-out", waited, short)
         await changes.next_change(request.namespace, wait - waited)
+        changes_awaited += 1
 
 
 def _short(quota: Mapping[str, Any], needed: ResourceList) -> list[Shortfall]:
