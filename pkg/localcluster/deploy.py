@@ -129,7 +129,10 @@ async def write_token_kubeconfig(
 
 
 def token_kubeconfig(cluster: ClusterInfo, user: str, token: str, path: Path) -> None:
-    """Writes `path` and its token file ``<path stem>.token``, both owner-readable only."""
+    """Writes `path` and its token file ``<path stem>.token``, both owner-readable only. The
+    kubeconfig names the token file by its absolute path: a relative one is read relative to
+    the kubeconfig's own folder, not the working directory (`make scale`'s relative --report
+    doubled it, and the controller could not start)."""
     token_file = path.with_suffix(".token")
     token_file.touch(mode=0o600)
     token_file.write_text(token)
@@ -143,7 +146,7 @@ def token_kubeconfig(cluster: ClusterInfo, user: str, token: str, path: Path) ->
                 "cluster": {"server": cluster.server, "certificate-authority-data": ca},
             }
         ],
-        "users": [{"name": user, "user": {"tokenFile": str(token_file)}}],
+        "users": [{"name": user, "user": {"tokenFile": str(token_file.resolve())}}],
         "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
         "current-context": user,
     }

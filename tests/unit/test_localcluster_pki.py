@@ -87,3 +87,29 @@ def test_strict_tls_handshake_with_client_certificate(
     thread.join(5)
     listener.close()
     assert (("commonName", "admin"),) in peer_subject[0]  # type: ignore[operator]
+
+
+def test_a_token_kubeconfig_written_at_a_relative_path_loads_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubectl reads a relative tokenFile relative to the kubeconfig's folder: written from the
+    working directory, `make scale`'s relative --report doubled the path."""
+    from harvester_quota.generic import config
+    from harvester_quota.localcluster.cluster import ClusterInfo, Ports
+    from harvester_quota.localcluster.deploy import token_kubeconfig
+
+    (tmp_path / "ca.crt").write_bytes(CertificateAuthority.create("test").cert_pem)
+    cluster = ClusterInfo(
+        state_dir=tmp_path,
+        kubeconfig=tmp_path / "admin.kubeconfig",
+        server="https://127.0.0.1:6443",
+        ca_file=tmp_path / "ca.crt",
+        client_cert=tmp_path / "admin.crt",
+        client_key=tmp_path / "admin.key",
+        ports=Ports(1, 2, 3, 4, 5),
+    )
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports" / "work").mkdir(parents=True)
+    token_kubeconfig(cluster, "someone", "the-token", Path("reports/work/someone.kubeconfig"))
+    loaded = config.load("reports/work/someone.kubeconfig")
+    assert loaded.authorization() == "Bearer the-token"
