@@ -87,10 +87,10 @@ def early_room_for(request: Request, lookups: Lookups, ttl: float) -> Admitted |
     """The room to write for a migration being created, or why none is written here."""
     namespace = request.namespace
     vmi_name = str(((request.obj or {}).get("spec") or {}).get("vmiName") or "")
-    skipped = _why_not_here(request, lookups, vmi_name)
-    if skipped is not None:
-        return skipped
-    quota = lookups.managed_quota(namespace) or {}
+    quota = lookups.managed_quota(namespace)
+    skipped = _why_not_here(request, lookups, vmi_name, quota)
+    if skipped is not None or quota is None:
+        return skipped or "no-managed-quota"
     try:
         early = _early_room(request, vmi_name, lookups.now(), ttl)
     except ValueError as error:
@@ -112,11 +112,12 @@ def early_room_for(request: Request, lookups: Lookups, ttl: float) -> Admitted |
     return Admitted(early=early, vm_name=rooms.rooms[0].vm_name, room=rooms.rooms[0].room)
 
 
-def _why_not_here(request: Request, lookups: Lookups, vmi_name: str) -> Outcome | None:
+def _why_not_here(
+    request: Request, lookups: Lookups, vmi_name: str, quota: Object | None
+) -> Outcome | None:
     """Why the migration's room is left to the controller (the module docstring), or None.
     Checked in order, each only if those before it passed."""
     namespace = request.namespace
-    quota = lookups.managed_quota(namespace)
     quota_annotations = annotations_of(quota or {})
     checks: tuple[tuple[Outcome, Callable[[], bool]], ...] = (
         ("dry-run", lambda: request.dry_run),
