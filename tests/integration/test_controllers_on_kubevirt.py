@@ -380,13 +380,24 @@ async def test_a_vm_restarted_mid_migration_leaks_no_room(
     await v170_mid_migration(kv, kubevirt, grace=0)
     old_uid = (await kv.api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", kv.namespace))["metadata"]["uid"]
     await kubevirt.stop_vm("vm1")
-    # The restart's start waits for kube-controller-manager to recount the old launcher pods:
-    # quota admission refuses the new one until then (CI saw it once; virt-controller would
-    # retry, the stand-in's start reports the first refusal).
+    # The start waits for two things. The old VMI must be gone: a VM set running again while its
+    # old VMI still terminates records the new run strategy as seen, and virt-controller then
+    # never starts it (CI saw that). And kube-controller-manager must have recounted the old
+    # launcher pods: quota admission refuses the new one until then (CI saw that once too;
+    # virt-controller would retry, the stand-in's start reports the first refusal).
+    await eventually(lambda: vmi_gone(kv, "vm1"), timeout=90, what="the old VMI gone")
     await eventually(lambda: nothing_used(kv), timeout=60, what="the old launcher pods recounted")
     started = (await kubevirt.start_vm("vm1")).check()
     assert started.vmi_uid != old_uid, "a new VMI, as a restart makes"
     await back_to_the_base(kv)
+
+
+async def vmi_gone(kv: KubeVirtByHand, name: str) -> bool:
+    try:
+        await kv.api.get(VIRTUAL_MACHINE_INSTANCES, name, kv.namespace)
+    except errors.NotFound:
+        return True
+    return False
 
 
 async def nothing_used(kv: KubeVirtByHand) -> bool:
