@@ -44,6 +44,9 @@ V170_ROOM = {"limits.cpu": "2015m", "limits.memory": "4797464313"}
 # A migration the stand-in keeps running until the test has done what it does mid-migration.
 LONG = 120.0
 MIGRATION_TIMEOUT = 90.0
+REFUSAL_TIMEOUT = 120.0
+"""How long virt-controller may take to be refused a target pod: seconds on an idle machine,
+much more while something else loads the CPU (failed at 60 s beside a full-size scale run)."""
 
 
 @pytest.fixture
@@ -227,7 +230,7 @@ async def test_a_migration_refused_by_quota_goes_through_once_the_controller_run
     controller's retry on that quota update is admitted, and hard returns to exactly the base."""
     await v170_namespace(kv, kubevirt)
     name = await kubevirt.migrate("vm1")
-    await kubevirt.records.wait_for(lambda: refusals(kubevirt, kv.namespace, name) > 0, 60)
+    await wait_refused(kubevirt, kv.namespace, name)
     record = kubevirt.records.get(kv.namespace, name)
     assert record is not None and record.admitted is None, "refused without the controller"
 
@@ -250,6 +253,20 @@ async def test_a_migration_refused_by_quota_goes_through_once_the_controller_run
 
 def as_quantities(values: dict[str, str]) -> dict[str, Quantity]:
     return {k: Quantity.parse(str(v)) for k, v in values.items()}
+
+
+async def wait_refused(kubevirt: RealKubeVirt, namespace: str, name: str) -> None:
+    """Waits until KubeVirt reported `name`'s target pod refused by quota: its FailedCreate event
+    or the VMIM's condition, whichever the test's caches show first. Fails with the record."""
+
+    def refused() -> bool:
+        record = kubevirt.records.get(namespace, name)
+        return record is not None and record.first_refused is not None
+
+    if not await kubevirt.records.wait_for(refused, REFUSAL_TIMEOUT):
+        record = kubevirt.records.get(namespace, name)
+        shown = "no record" if record is None else record.as_dict()
+        raise AssertionError(f"{name} not refused by quota in {REFUSAL_TIMEOUT:.0f} s: {shown}")
 
 
 def refusals(kubevirt: RealKubeVirt, namespace: str, name: str) -> int:

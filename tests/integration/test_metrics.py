@@ -27,6 +27,7 @@ from tests.integration.test_controllers_on_kubevirt import (
     V170_LIMIT,
     kubevirt,
     kv,
+    refusals,
     started,
 )
 
@@ -147,7 +148,7 @@ async def test_a_refused_migration_is_counted_once_and_its_blocked_time_observed
         return await scraper.value("harvester_quota_target_pods_refused_total", namespace=ns)
 
     assert await eventually(counted, timeout=60, what="the refusal counted") == 1
-    await kubevirt.records.wait_for(lambda: refusals_of(kubevirt, ns, name) >= 2, 60)
+    await kubevirt.records.wait_for(lambda: refusals(kubevirt, ns, name) >= 2, 60)
     assert await counted() == 1, "KubeVirt's retries are the same migration"
     unskip = {"metadata": {"annotations": {"harvesterhci.io/skipResourceQuotaAutoScaling": None}}}
     await kv.api.patch(RESOURCE_QUOTAS, "default-quota", unskip, ns)
@@ -159,8 +160,3 @@ async def test_a_refused_migration_is_counted_once_and_its_blocked_time_observed
 
     assert await eventually(observed, what="the blocked time observed") == 1
     assert await counted() == 1, "the same migration is counted once"
-
-
-def refusals_of(kubevirt: RealKubeVirt, namespace: str, name: str) -> int:
-    record = kubevirt.records.get(namespace, name)
-    return 0 if record is None else record.refusals

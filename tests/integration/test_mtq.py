@@ -51,7 +51,7 @@ from tests.integration.test_controllers_on_kubevirt import (
     V170_ROOM,
     kubevirt,
     kv,
-    refusals,
+    wait_refused,
 )
 
 pytestmark = pytest.mark.integration
@@ -230,7 +230,7 @@ async def refused_migration(kv: KubeVirtByHand, kubevirt: RealKubeVirt, vm: str 
     """`vm` (2 cores, 4Gi) running, its migration refused by quota at least once."""
     (await kubevirt.create_vm(VMSpec(vm, cores=2, memory="4Gi"), node="kwok-node-0")).check()
     name = await kubevirt.migrate(vm)
-    assert await kubevirt.records.wait_for(lambda: refusals(kubevirt, kv.namespace, name) > 0, 60)
+    await wait_refused(kubevirt, kv.namespace, name)
     return name
 
 
@@ -291,7 +291,7 @@ async def test_every_quota_key_kind_is_raised_and_restored(
     in_use = await eventually(used, what=f"{key} used")
     await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
     name = await kubevirt.migrate("vm1")
-    assert await kubevirt.records.wait_for(lambda: refusals(kubevirt, kv.namespace, name) > 0, 60)
+    await wait_refused(kubevirt, kv.namespace, name)
     await controllers.start()
     await create_vmmrq(kv, {key: in_use})
     record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
@@ -343,9 +343,7 @@ async def test_several_migrations_share_one_raise(
         (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
     names = [await kubevirt.migrate(vm) for vm in ("vm1", "vm2")]
     for name in names:
-        assert await kubevirt.records.wait_for(
-            lambda name=name: refusals(kubevirt, kv.namespace, name) > 0, 60
-        )
+        await wait_refused(kubevirt, kv.namespace, name)
     app = await controllers.start()
     budget = {"limits.cpu": "4030m", "limits.memory": str(2 * 4797464313)}
     await create_vmmrq(kv, budget)

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ...apis.harvester import RATIO_SETTING, SETTINGS
 from ...apis.kubevirt import (
-    CONDITION_REJECTED_BY_QUOTA,
     KUBEVIRTS,
-    PHASE_PENDING,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
 )
@@ -30,7 +28,7 @@ from ...config.metrics import QuotaMetrics
 from ...generic import errors
 from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, WARNING
-from ...generic.meta import annotations_of, has_condition, labels, metadata, status
+from ...generic.meta import annotations_of, labels, metadata
 from ...generic.newest import NewestPerKey
 from ...generic.ownwrites import OwnWrites
 from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
@@ -58,6 +56,7 @@ from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
 from ...util.resourcequota.rancherpath import annotation_patch
 from ...util.resourcequota.settled import SettledMigrations
 from ...util.resources import parse_resource_list_leniently
+from .refusals import RefusalTracker, refused_by_quota
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +101,9 @@ class QuotaReconciler:
         self.pods.store.add_view(PodIndex.VIEW, pod_view, self._pod_changed)
         self.migration_views: NamespaceViews[Object] = NamespaceViews(self._views_changed)
         """Every namespace's migrations as the plan reads them (planviews.migration_plan_view)."""
-        self.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self.migration_views.changed)
+        self.refusals = RefusalTracker(management.clock)
+        """Quota refusals as the migrations' changes showed them (refusals.py)."""
+        self.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)
         self.vmi_facts: NamespaceViews[VmiFacts] = NamespaceViews(self._views_changed)
         """Every namespace's VMIs as the plan reads them (planviews.VmiFacts)."""
         self.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
@@ -128,8 +129,6 @@ class QuotaReconciler:
         self.metrics = QuotaMetrics(management.registry)
         self._above_base: dict[str, str] = {}
         """Namespace -> the excess last reported (a Warning event once per change)."""
-        self._refused: dict[str, tuple[str, float]] = {}
-        """Migration uid -> (namespace, when this process first saw it refused by quota)."""
         self._rancher_protected = False
         """True once Rancher refused a write of its default quota: raises go through its
         annotation from then on (rancherpath.py)."""
@@ -169,6 +168,12 @@ class QuotaReconciler:
         reads the index with this pod in it."""
         if self.pod_index.changed(key, view):
             self.namespaces.enqueue_key(key.split("/", 1)[0])
+
+    def _migration_changed(self, key: str, view: Object | None) -> None:
+        """The migration store's view listener: notes a quota refusal's start or end as it
+        happens (a reconcile may come only after both), then lists the view for the plan."""
+        self.refusals.seen(key, view)
+        self.migration_views.changed(key, view)
 
     def _views_changed(self, namespace: str) -> None:
         """A migration or VMI changed as the plan sees it (a view listener: runs inside the
@@ -546,7 +551,7 @@ class QuotaReconciler:
         excess = {k: plan.used[k] - v for k, v in base.items() if k in plan.used}
         self.metrics.set_above_base(namespace, excess)
         self._report_above_base(namespace, snapshot.quota, base, plan.used, excess)
-        self._track_refusals(namespace, snapshot.migrations)
+        self._count_refusals(namespace)
 
     def _report_above_base(
         self,
@@ -572,30 +577,21 @@ class QuotaReconciler:
         else:
             self._above_base.pop(namespace, None)
 
-    def _track_refusals(self, namespace: str, migrations: Iterable[Object]) -> None:
-        """Counts each migration KubeVirt reports refused by quota once, and observes how long
-        it stayed refused when the condition goes (or the migration does)."""
-        now = self.management.clock.monotonic()
-        refused_now = {
-            str(metadata(m).get("uid"))
-            for m in migrations
-            if str(status(m).get("phase") or PHASE_PENDING) == PHASE_PENDING
-            and has_condition(m, CONDITION_REJECTED_BY_QUOTA)
-        }
-        for uid in refused_now - self._refused.keys():
-            self._refused[uid] = (namespace, now)
-            self.metrics.target_pods_refused.labels(namespace).inc()
-        for uid, (where, since) in list(self._refused.items()):
-            if where == namespace and uid not in refused_now:
-                self.metrics.blocked_seconds.observe(now - since)
-                del self._refused[uid]
+    def _count_refusals(self, namespace: str) -> None:
+        """Counts each migration KubeVirt reported refused by quota once, however briefly, and
+        observes how long each refusal that ended since stood (refusals.py)."""
+        settled = self.refusals.settle(namespace)
+        if settled.new_refusals:
+            self.metrics.target_pods_refused.labels(namespace).inc(settled.new_refusals)
+        for seconds in settled.blocked_seconds:
+            self.metrics.blocked_seconds.observe(seconds)
 
     def _forget(self, namespace: str) -> None:
         self.metrics.forget(namespace)
         self.settled_migrations.forget(namespace)
         self._room_last_held.pop(namespace, None)
         self._above_base.pop(namespace, None)
-        self._track_refusals(namespace, ())
+        self.refusals.forget(namespace)
 
     def _report_warnings(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
         for warning in plan.warnings:
@@ -608,9 +604,7 @@ class QuotaReconciler:
         hard = parse_resource_list_leniently((quota.get("spec") or {}).get("hard"))
         used = parse_resource_list_leniently((quota.get("status") or {}).get("used"))
         for migration in snapshot.migrations:
-            if str(status(migration).get("phase") or PHASE_PENDING) != PHASE_PENDING:
-                continue
-            if not has_condition(migration, CONDITION_REJECTED_BY_QUOTA):
+            if not refused_by_quota(migration):
                 continue
             vmi = snapshot.vmis.get(str((migration.get("spec") or {}).get("vmiName")))
             if vmi is None:

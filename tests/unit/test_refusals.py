@@ -1,0 +1,128 @@
+"""Quota refusals noted as the migrations change, read by the namespace's reconcile."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from harvester_quota.config.metrics import QuotaMetrics
+from harvester_quota.controller.resourcequota.refusals import RefusalTracker, refused_by_quota
+from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.views import NamespaceViews
+from harvester_quota.util.resourcequota.planviews import migration_plan_view
+from prometheus_client import CollectorRegistry
+
+from tests.objects import migration, vmi
+
+KEY = "ns/m1"
+
+
+def refused(phase: str = "Pending") -> dict[str, Any]:
+    return migration_plan_view(migration("m1", vmi("vm1"), phase=phase, rejected=True))
+
+
+def pending() -> dict[str, Any]:
+    return migration_plan_view(migration("m1", vmi("vm1")))
+
+
+def test_only_a_pending_migration_with_the_condition_true_is_refused() -> None:
+    assert refused_by_quota(refused())
+    assert not refused_by_quota(pending())
+    assert not refused_by_quota(refused(phase="Scheduling"))
+    assert not refused_by_quota(None)
+    false_condition = pending()
+    false_condition["status"]["conditions"] = [
+        {"type": "migrationRejectedByResourceQuota", "status": "False"}
+    ]
+    assert not refused_by_quota(false_condition)
+
+
+def test_a_refusal_set_and_cleared_before_a_settle_is_counted_once_with_its_time() -> None:
+    clock = FakeClock()
+    tracker = RefusalTracker(clock)
+    tracker.seen(KEY, pending())
+    tracker.seen(KEY, refused())
+    clock.step(2.5)
+    tracker.seen(KEY, pending())
+    settled = tracker.settle("ns")
+    assert (settled.new_refusals, settled.blocked_seconds) == (1, [2.5])
+    assert tracker.settle("ns").new_refusals == 0, "counted once"
+    assert tracker.standing() == 0
+
+
+def test_a_standing_refusal_is_counted_at_the_first_settle_and_timed_when_it_ends() -> None:
+    clock = FakeClock()
+    tracker = RefusalTracker(clock)
+    tracker.seen(KEY, refused())
+    tracker.seen(KEY, refused())  # a status write that keeps the condition: the same refusal
+    first = tracker.settle("ns")
+    assert (first.new_refusals, first.blocked_seconds) == (1, [])
+    assert tracker.standing() == 1
+    clock.step(4)
+    tracker.seen(KEY, None)  # deleted while refused: that ends it too
+    last = tracker.settle("ns")
+    assert (last.new_refusals, last.blocked_seconds) == (0, [4.0])
+
+
+def test_a_refusal_cleared_and_set_again_before_a_settle_is_one_refusal_from_its_first_start() -> (
+    None
+):
+    clock = FakeClock()
+    tracker = RefusalTracker(clock)
+    tracker.seen(KEY, refused())
+    clock.step(1)
+    tracker.seen(KEY, pending())
+    tracker.seen(KEY, refused())
+    settled = tracker.settle("ns")
+    assert (settled.new_refusals, settled.blocked_seconds) == (1, [])
+    clock.step(2)
+    tracker.seen(KEY, pending())
+    assert tracker.settle("ns").blocked_seconds == [3.0]
+
+
+def test_a_refusal_after_one_was_settled_is_counted_again() -> None:
+    clock = FakeClock()
+    tracker = RefusalTracker(clock)
+    tracker.seen(KEY, refused())
+    tracker.seen(KEY, pending())
+    assert tracker.settle("ns").new_refusals == 1
+    tracker.seen(KEY, refused())
+    assert tracker.settle("ns").new_refusals == 1
+
+
+def test_namespaces_are_settled_and_forgotten_apart() -> None:
+    tracker = RefusalTracker(FakeClock())
+    tracker.seen("a/m1", refused())
+    tracker.seen("b/m1", refused())
+    tracker.forget("a")
+    assert tracker.settle("a").new_refusals == 0
+    assert tracker.settle("b").new_refusals == 1
+    assert tracker.standing() == 1
+
+
+def test_the_reconcile_counts_a_refusal_its_run_came_too_late_to_see() -> None:
+    """On a busy control plane the workqueue folds "refused" and "cleared" into one reconcile,
+    which sees a migration no longer refused: it still counts the refusal (failed in a loaded
+    CI-equivalent when counted from what the reconcile saw)."""
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    instance = object.__new__(QuotaReconciler)
+    instance.management = SimpleNamespace(clock=clock)  # type: ignore[assignment]
+    instance.metrics = QuotaMetrics(registry)
+    instance.refusals = RefusalTracker(clock)
+    instance.migration_views = NamespaceViews()
+    instance._migration_changed(KEY, refused())
+    clock.step(0.5)
+    instance._migration_changed(KEY, pending())
+    instance._count_refusals("ns")
+    instance._count_refusals("ns")
+    assert (
+        registry.get_sample_value("harvester_quota_target_pods_refused_total", {"namespace": "ns"})
+        == 1
+    )
+    assert registry.get_sample_value("harvester_quota_migration_blocked_seconds_count") == 1
+    assert registry.get_sample_value("harvester_quota_migration_blocked_seconds_sum") == 0.5
+    assert [view["status"] for view in instance.migration_views.namespace("ns")] == [
+        pending()["status"]
+    ]
