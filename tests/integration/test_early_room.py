@@ -2,7 +2,8 @@
 called by the API server over TLS, one replica or two behind one address): a migration's room
 is in its namespace's quota by the time its create returns, so its target pod never waits for
 the controller; the controller agrees and writes nothing until the room is given back; an early
-room whose migration is never stored is given back at its expiry.
+room whose migration is never stored is given back at its expiry, also across an API-server
+restart.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from harvester_quota.app import ControllerApp
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.meta import annotations_of
-from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
-from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.generic.resource import CONFIG_MAPS, RESOURCE_QUOTAS, Object
+from harvester_quota.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.util import resources
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.podusage import pod_quota_usage
@@ -33,11 +34,14 @@ from harvester_quota.webhook.server import WebhookServer
 from tests import objects
 from tests.helpers import caught_up, cpu_burners, eventually, succeed_migration
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_apiserver_restarts import peers_caught_up, probe
+from tests.integration.test_framework import eventually_create
 from tests.integration.test_room_race import replicas
 from tests.integration.test_webhook_deployed import deployed
 
 pytestmark = pytest.mark.integration
-__all__ = ["replicas"]  # the deployed stack with one or two webhook replicas (test_room_race.py)
+__all__ = ["probe", "replicas"]  # fixtures: a namespace for peers_caught_up; the deployed stack
+# with one or two webhook replicas (test_room_race.py)
 
 VMS = 6
 KEYS = ("limits.cpu", "limits.memory", "requests.memory")
@@ -126,12 +130,11 @@ async def test_every_room_is_in_the_quota_when_its_migration_s_create_returns(
         await succeed_migration(kubevirt, migration, source, target, walk=False)
         await kubevirt.delete_pod(source["metadata"]["name"], grace=0)
 
-    async def back_at_base() -> Object | None:
-        current = await tenant.quota()
-        ours = [k for k in annotations_of(current) if k.startswith(OUR_ROOM_KEYS)]
-        return current if resources.equal(hard_of(current), base) and not ours else None
-
-    await eventually(back_at_base, timeout=60, what="the quota back at its base, nothing left")
+    await eventually(
+        lambda: given_back(tenant, base),
+        timeout=60,
+        what="the quota back at its base, nothing left",
+    )
 
 
 OUR_ROOM_KEYS = (ANNOTATION_EARLY_ROOM_PREFIX, MIGRATING_PREFIX)
@@ -155,25 +158,89 @@ async def test_an_early_room_whose_migration_is_never_stored_is_given_back_at_it
     tenant, _, _, _ = short_lived
     vmis, _ = await full_namespace(short_lived, 1)
     base = hard_of(await tenant.quota())
+    await doomed_migration(tenant, vmis[0], base)
+    await eventually(
+        lambda: given_back(tenant, base), timeout=30, what="the early room given back at its expiry"
+    )
+
+
+NO_MIGRATIONS = "no-migrations"
+
+
+async def doomed_migration(tenant: KubeVirtByHand, vmi: Object, base: ResourceList) -> None:
+    """Quota admission, which runs after every webhook, refuses `vmi`'s migration (a second
+    quota allows no migrations) after our webhook wrote its room; checks the room stands."""
     no_migrations = {
-        "metadata": {"name": "no-migrations"},
+        "metadata": {"name": NO_MIGRATIONS},
         "spec": {"hard": {"count/virtualmachineinstancemigrations.kubevirt.io": "0"}},
     }
     await tenant.api.create(RESOURCE_QUOTAS, no_migrations, tenant.namespace)
-    await eventually(lambda: _has_status(tenant, "no-migrations"), what="the second quota's status")
+    await eventually(lambda: _has_status(tenant, NO_MIGRATIONS), what="the second quota's status")
     with pytest.raises(errors.Forbidden, match="exceeded quota"):
-        await tenant.migrate(vmis[0], "doomed")
+        await tenant.migrate(vmi, "doomed")
     raised = await tenant.quota()
     early = [k for k in annotations_of(raised) if k.startswith(ANNOTATION_EARLY_ROOM_PREFIX)]
     assert len(early) == 1, "the room was written before quota admission refused the migration"
     assert not resources.equal(hard_of(raised), base)
 
-    async def given_back() -> Object | None:
-        current = await tenant.quota()
-        ours = [k for k in annotations_of(current) if k.startswith(OUR_ROOM_KEYS)]
-        return current if resources.equal(hard_of(current), base) and not ours else None
 
-    await eventually(given_back, timeout=30, what="the early room given back at its expiry")
+async def given_back(tenant: KubeVirtByHand, base: ResourceList) -> Object | None:
+    """The managed quota if it is at `base` with no room annotation of ours left, else None."""
+    current = await tenant.quota()
+    return current if at_base(current, base) else None
+
+
+def at_base(quota: Object | None, base: ResourceList) -> bool:
+    """Whether `quota` is at `base` with no room annotation of ours left."""
+    if quota is None:
+        return False
+    ours = [k for k in annotations_of(quota) if k.startswith(OUR_ROOM_KEYS)]
+    return resources.equal(hard_of(quota), base) and not ours
+
+
+@pytest.fixture
+async def ten_second_rooms(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, tmp_path: Path
+) -> AsyncIterator[Stack]:
+    """The deployed stack whose early rooms stand 10 s for a migration nobody has seen."""
+    async with deployed(api, cluster, namespace, tmp_path, early_room_ttl=10.0) as stack_:
+        yield stack_
+
+
+async def test_an_api_server_restart_while_an_early_room_stands_leaves_nothing_behind(
+    ten_second_rooms: Stack, api: ApiClient, local_cluster: LocalCluster, probe: KubeVirtByHand
+) -> None:
+    """The API server restarts while an early room stands for a migration quota admission
+    refused. The controller, watching again, still gives the room back at its expiry, annotation
+    and all; the webhook, its caches caught up again, writes the next migration's room before
+    that create returns."""
+    tenant, _, _, servers = ten_second_rooms
+    await probe.create_quota({"limits.cpu": "1"})
+    vmis, _ = await full_namespace(ten_second_rooms, 2)
+    base = hard_of(await tenant.quota())
+    await doomed_migration(tenant, vmis[0], base)
+    await asyncio.to_thread(local_cluster.restart_component, "kube-apiserver")
+    await eventually_create(api, CONFIG_MAPS, {"metadata": {"name": "restarted"}}, tenant.namespace)
+    await eventually(
+        lambda: given_back(tenant, base), timeout=60, what="the early room given back after it"
+    )
+    await tenant.api.delete(RESOURCE_QUOTAS, NO_MIGRATIONS, tenant.namespace)
+
+    def caches_caught_up() -> bool:
+        # Quota admission reads the same API server's quotas, so once the replicas' watches
+        # show the second quota gone, the next migration is admitted. (Not tried twice: a
+        # refused try would leave an early room of its own, and the next try would find it.)
+        return all(
+            at_base(server.lookups.managed_quota(tenant.namespace), base)
+            and len(server.lookups.quotas.store.by_index("namespace", tenant.namespace)) == 1
+            for server in servers
+        )
+
+    await eventually(caches_caught_up, what="every webhook replica's cache caught up")
+    migration = await tenant.migrate(vmis[1], "after-restart")
+    annotations = annotations_of(await tenant.quota())
+    assert early_room_key(migration["metadata"]["uid"]) in annotations, sorted(annotations)
+    await peers_caught_up(probe)
 
 
 async def _has_status(tenant: KubeVirtByHand, name: str) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.permission import FIRST_RETRY
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object, Resource
 from harvester_quota.util import resources
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
@@ -287,6 +288,9 @@ class PatchingApi:
         self.status_gate = asyncio.Event()
         self.status_gate.set()
         self.before_patch: list[Any] = []
+        self.namespace_refusals = 0
+        """The next this many namespace patches are Forbidden (as right after an API server
+        restart, or without RBAC for them)."""
 
     def _which(self, resource: Resource, subresource: str = "") -> str:
         name = "quota" if resource == RESOURCE_QUOTAS else "namespace"
@@ -312,6 +316,9 @@ class PatchingApi:
             self.before_patch.pop(0)(self)
         which = self._which(resource)
         self.patches.append((self._which(resource, subresource), patch_type))
+        if which == "namespace" and self.namespace_refusals:
+            self.namespace_refusals -= 1
+            raise errors.Forbidden('clusterrole "harvester-quota-webhook" not found')
         current = self.objects[which]
         if patch_type == "json":
             try:
@@ -377,6 +384,36 @@ async def test_a_burst_of_creates_is_written_in_a_few_batches_and_labels_the_nam
     assert {early_room_key(f"u{i}") for i in range(10)} <= set(stored["metadata"]["annotations"])
     plan = plan_quota(snapshot(stored, migrations=[], vmis=instances, pods=lookups.pods))
     assert patch_for(stored, plan) is None, "the controller agrees with every room written"
+    await writer.stop()
+
+
+async def test_a_refused_label_is_skipped_then_tried_again_after_its_backoff() -> None:
+    """The label guards the room, it never stands between a migration and its room: refused,
+    the room is written without it, the next admissions within the backoff do not ask, and
+    once it is over the label is written (a refusal is not taken as final)."""
+    instances = [vmi(f"vm{i}") for i in range(3)]
+    quota = standalone_quota(
+        hard={**BASE, "limits.memory": "80Gi", "requests.memory": "80Gi", "limits.cpu": "40"}
+    )
+    lookups = lookups_for(quota, *instances)
+    api = PatchingApi(quota, plain_namespace("ns"))
+    api.namespace_refusals = 1
+    clock = FakeClock(wall=NOW)
+    writer = writer_on(api, lookups, clock)
+
+    async def admit(index: int) -> str:
+        return await writer.admit(create_request(instances[index], f"u{index}"))
+
+    def namespace_patches() -> int:
+        return sum(1 for which, _ in api.patches if which == "namespace")
+
+    assert await admit(0) == "written"
+    assert await admit(1) == "written"
+    assert namespace_patches() == 1, "not asked again within the backoff"
+    clock.step(FIRST_RETRY)
+    assert await admit(2) == "written"
+    assert namespace_patches() == 2
+    assert api.objects["namespace"]["metadata"]["labels"][LABEL_ROOM_HELD] == "true"
     await writer.stop()
 
 

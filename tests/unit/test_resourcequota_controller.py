@@ -13,6 +13,7 @@ from harvester_quota.controller.resourcequota.resourcequota_controller import Qu
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.controller import RetryAfter
+from harvester_quota.generic.permission import FIRST_RETRY, Permission
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
@@ -86,15 +87,20 @@ async def test_a_refused_label_write_never_stands_between_a_migration_and_its_ra
     and the reconcile goes on to the raise."""
     from harvester_quota.generic.ownwrites import OwnWrites
 
-    client = RefusingClient()
+    client, clock = RefusingClient(), FakeClock()
     instance = reconciler(RecordingRecorder())
     instance.management = SimpleNamespace(client=client)  # type: ignore[assignment]
-    instance._labels_writable = True
+    instance._label_permission = Permission("label namespaces", "grant it", clock)
     instance._namespace_writes = OwnWrites()
     namespace = rancher_namespace("ns", {"limitsCpu": "3"})
     assert await instance._label_room_held(namespace, True) is namespace
     assert await instance._label_room_held(namespace, True) is namespace
     assert client.patches == 1, "not retried on every reconcile"
+    clock.step(FIRST_RETRY)
+    assert await instance._label_room_held(namespace, True) is namespace
+    assert client.patches == 2, (
+        "tried again after the backoff (an API server restart's refusals end)"
+    )
 
 
 class StatusClient:
@@ -170,7 +176,7 @@ def publishing_reconciler() -> tuple[QuotaReconciler, StatusClient]:
     instance.management = SimpleNamespace(client=client, recorder=recorder)  # type: ignore[assignment]
     instance.metrics = QuotaMetrics(CollectorRegistry())
     instance.writes = Counter()
-    instance._status_writable = True
+    instance._status_permission = Permission("write resourcequotas/status", "", FakeClock())
     instance._quota_writes = OwnWrites()
     instance.publisher = NewestPerKey("copy", instance._publish_hard)
     return instance, client
@@ -259,23 +265,30 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
     instance._report_warnings = lambda *_: None  # type: ignore[method-assign]
     instance._export = lambda *_: None  # type: ignore[method-assign]
     instance._set_aside_settled = lambda *_: None  # type: ignore[method-assign]
-    instance._requeue = lambda ns, _plan, _lingers: ns  # type: ignore[method-assign, assignment]
+    instance._requeue = lambda ns, *_: ns  # type: ignore[method-assign, assignment]
     assert await instance._reconcile("ns", namespace) is labelled
     assert written == ["three migrations"]
 
 
 class LabelClient:
     """Answers namespace patches as the API server would, recording each label value written;
-    the next `failures` patches fail with a server error instead."""
+    the next `failures` patches fail with a server error instead, and the next `refusals`
+    after those with Forbidden (as right after an API server restart)."""
 
     def __init__(self) -> None:
         self.labels: list[str | None] = []
         self.failures = 0
+        self.refusals = 0
+        self.patches = 0
 
     async def patch(self, _resource: Any, _name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.patches += 1
         if self.failures:
             self.failures -= 1
             raise errors.ServerError("etcdserver: request timed out", status=500)
+        if self.refusals:
+            self.refusals -= 1
+            raise errors.Forbidden('clusterrole "harvester-quota" not found', status=403)
         value = patch["metadata"]["labels"][LABEL_ROOM_HELD]
         self.labels.append(value)
         return labelled_namespace(value)
@@ -300,7 +313,7 @@ def lingering_reconciler(
     instance.management = SimpleNamespace(  # type: ignore[assignment]
         client=client, clock=clock, options=Options(room_held_linger=linger)
     )
-    instance._labels_writable = True
+    instance._label_permission = Permission("label namespaces", "", clock)
     instance._namespace_writes = OwnWrites()
     instance._room_last_held = {}
 
@@ -395,5 +408,28 @@ async def test_a_failed_removal_after_the_linger_is_tried_again_at_once() -> Non
     client.failures = 1
     with pytest.raises(errors.ServerError):
         await instance._reconcile("ns", namespace)
+    assert await instance._reconcile("ns", namespace) == labelled_namespace(None)
+    assert client.labels == ["true", None]
+
+
+async def test_a_refused_removal_runs_the_namespace_again_when_labels_may_be_written() -> None:
+    """Right after an API server restart its authorizer refuses everything for a moment: the
+    label's removal is refused, the namespace is run again once the backoff is over, and the
+    label goes then (left on, it would keep the fail-closed pods rule on the namespace)."""
+    instance, client, clock, holding = lingering_reconciler(0.0)
+    namespace = await instance._reconcile("ns", labelled_namespace(None))
+    holding[0] = False
+    client.refusals = 2
+    with pytest.raises(RetryAfter) as first:
+        await instance._reconcile("ns", namespace)
+    assert first.value.seconds == FIRST_RETRY
+    with pytest.raises(RetryAfter) as waiting:
+        await instance._reconcile("ns", namespace)  # an event meanwhile: no request
+    assert client.patches == 2 and waiting.value.seconds == FIRST_RETRY
+    clock.step(FIRST_RETRY)
+    with pytest.raises(RetryAfter) as second:
+        await instance._reconcile("ns", namespace)
+    assert second.value.seconds == 2 * FIRST_RETRY, "the backoff doubles"
+    clock.step(2 * FIRST_RETRY)
     assert await instance._reconcile("ns", namespace) == labelled_namespace(None)
     assert client.labels == ["true", None]

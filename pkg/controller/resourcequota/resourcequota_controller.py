@@ -31,6 +31,7 @@ from ...generic.events import NORMAL, WARNING
 from ...generic.meta import annotations_of, labels, metadata
 from ...generic.newest import NewestPerKey
 from ...generic.ownwrites import OwnWrites
+from ...generic.permission import Permission
 from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ...generic.views import NamespaceViews
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
@@ -59,6 +60,8 @@ from ...util.resources import parse_resource_list_leniently
 from .refusals import RefusalTracker, refused_by_quota
 
 log = logging.getLogger(__name__)
+
+UNLABEL_RETRY = "the room-held label's removal may be tried again then"
 
 HANDLER = "resourcequota-reconcile"
 RANCHER_DENIAL_REASON = "QuotaWriteDeniedByRancher"
@@ -118,8 +121,14 @@ class QuotaReconciler:
         """Our quota writes by namespace, until the cache has them (one write per change)."""
         self._namespace_writes = OwnWrites()
         """Our room-held label writes by namespace, likewise."""
-        self._labels_writable = True
-        """False once the API server refused a namespace write (no RBAC for it): not retried."""
+        self._label_permission = Permission(
+            "label namespaces",
+            "with the webhook down, pods are not refused while room is held; grant patch on "
+            "namespaces",
+            management.clock,
+        )
+        """Whether room-held label writes are tried (permission.py: closed for a backoff after
+        a refusal, as right after an API server restart or without RBAC for it)."""
         self.settled_migrations = SettledMigrations()
         """Finished migrations planned without room, set aside from plans after a grace
         (settled.py): a namespace keeps thousands of them."""
@@ -132,8 +141,13 @@ class QuotaReconciler:
         self._rancher_protected = False
         """True once Rancher refused a write of its default quota: raises go through its
         annotation from then on (rancherpath.py)."""
-        self._status_writable = True
-        """False once the API server refused a status write (no RBAC for it): not retried."""
+        self._status_permission = Permission(
+            "write resourcequotas/status",
+            "quota admission sees a raise only once kube-controller-manager copies it; grant "
+            "patch on resourcequotas/status",
+            management.clock,
+        )
+        """Whether copies into status.hard are tried (permission.py)."""
         self.publisher: NewestPerKey[Object] = NewestPerKey(
             "copying spec.hard into status.hard", self._publish_hard
         )
@@ -247,18 +261,23 @@ class QuotaReconciler:
                 namespace = labelled
         if planned is None:
             self._forget(key)
-            return await self._label_room_held(namespace, False)
+            namespace = await self._label_room_held(namespace, False)
+            retry = self._unlabel_retry(namespace)
+            if retry is not None:
+                raise RetryAfter(retry, UNLABEL_RETRY)
+            return namespace
         self._report_warnings(planned.namespace, planned.quota, planned.plan)
         self._export(key, planned.snapshot, planned.plan)
         self._set_aside_settled(key, planned)
         await self._write_plan(planned.namespace, planned.quota, planned.plan, planned.snapshot)
         namespace = planned.namespace
-        lingers = None
+        lingers = unlabel = None
         if not planned.labels_room:
             lingers = self._label_lingers(key, namespace, planned.plan)
             if lingers is None:
                 namespace = await self._label_room_held(namespace, False)
-        return self._requeue(namespace, planned.plan, lingers)
+                unlabel = self._unlabel_retry(namespace)
+        return self._requeue(namespace, planned.plan, lingers, unlabel)
 
     def _plan(self, key: str, namespace: Object) -> _Planned | None:
         """The namespace's plan from the caches (and our writes they do not show yet); None
@@ -319,11 +338,21 @@ class QuotaReconciler:
         left = held_at + self.management.options.room_held_linger - now
         return left if left > 0 else None
 
+    def _unlabel_retry(self, namespace: Object) -> float | None:
+        """After a removal of the room-held label: None if it is gone; else the seconds until
+        label writes may be tried again (at least 1 s), since a label left on would keep the
+        fail-closed pods rule on the namespace and nothing else runs it again."""
+        if labels(namespace).get(LABEL_ROOM_HELD) != "true":
+            return None
+        return max(self._label_permission.retry_in(), 1.0)
+
     async def _label_room_held(self, namespace: Object, held: bool) -> Object:
         """Sets or removes LABEL_ROOM_HELD on the namespace, if it differs: set before a raise is
         written, removed after the room is given back and the linger is over, so the
         fail-closed pods rule covers the whole time a raised quota could admit a pod."""
-        if not self._labels_writable or (labels(namespace).get(LABEL_ROOM_HELD) == "true") == held:
+        if (labels(namespace).get(LABEL_ROOM_HELD) == "true") == held:
+            return namespace
+        if not self._label_permission.allowed():
             return namespace
         meta = metadata(namespace)
         patch = {"metadata": {"labels": {LABEL_ROOM_HELD: "true" if held else None}}}
@@ -331,13 +360,9 @@ class QuotaReconciler:
             written = await self.management.client.patch(NAMESPACES, str(meta["name"]), patch)
         except errors.Forbidden as error:
             # The label guards the room; it must never stand between a migration and its raise.
-            self._labels_writable = False
-            log.warning(
-                "cannot label namespaces (%s): with the webhook down, pods are not refused "
-                "while room is held; grant patch on namespaces",
-                error,
-            )
+            self._label_permission.refused(error)
             return namespace
+        self._label_permission.granted()
         self._namespace_writes.wrote(
             str(meta["name"]), str(meta.get("resourceVersion", "")), written
         )
@@ -362,14 +387,23 @@ class QuotaReconciler:
         else:
             self._explain_blocked(snapshot, quota, plan)
 
-    def _requeue(self, namespace: Object, plan: QuotaPlan, label_lingers: float | None) -> Object:
-        """Runs the namespace again when a terminating pod stops counting or the room-held
-        label's linger ends, whichever comes first."""
+    def _requeue(
+        self,
+        namespace: Object,
+        plan: QuotaPlan,
+        label_lingers: float | None,
+        unlabel: float | None = None,
+    ) -> Object:
+        """Runs the namespace again when a terminating pod stops counting, the room-held
+        label's linger ends or a refused removal of it may be tried again, whichever comes
+        first."""
         waits = []
         if plan.requeue_after is not None:
             waits.append((plan.requeue_after + 0.5, "a terminating pod stops counting then"))
         if label_lingers is not None:
             waits.append((label_lingers, "the room-held label's linger ends then"))
+        if unlabel is not None:
+            waits.append((unlabel, UNLABEL_RETRY))
         if waits:
             raise RetryAfter(*min(waits))
         return namespace
@@ -519,7 +553,8 @@ class QuotaReconciler:
         after our spec write does not make it fail (conditional on the resourceVersion, it did
         in most bursts, and cost a GET and another try); if spec.hard changed, the new writer's
         value is theirs to publish. Without permission on resourcequotas/status (an older
-        deploy/), kube-controller-manager's copy is what counts, and that is said once.
+        deploy/, or an API server just restarted), kube-controller-manager's copy is what counts
+        until the copy may be tried again (permission.py).
 
         Run by `publisher`, beside the namespace's reconciles: in a burst, waiting for this
         request held the next raise by 100-170 ms (traced on a 3,000-VM namespace, bench/SCALE.md).
@@ -528,18 +563,15 @@ class QuotaReconciler:
         nothing to copy into. Other API errors propagate, and the publisher logs and drops
         them: kube-controller-manager's copy follows anyway.
         """
-        if not self._status_writable:
+        if not self._status_permission.allowed():
             return written
         try:
-            return await copy_hard_to_status(self.management.client, written)
+            published = await copy_hard_to_status(self.management.client, written)
         except errors.Forbidden as error:
-            self._status_writable = False
-            log.warning(
-                "cannot write resourcequotas/status (%s): quota admission sees a raise only "
-                "once kube-controller-manager copies it; grant patch on resourcequotas/status",
-                error,
-            )
-        return written
+            self._status_permission.refused(error)
+            return written
+        self._status_permission.granted()
+        return published
 
     # Metrics ------------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from ....generic.client import ApiClient
 from ....generic.clock import Clock
 from ....generic.meta import annotations_of, labels, metadata, status
 from ....generic.ownwrites import OwnWrites
+from ....generic.permission import Permission
 from ....generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
 from ....util.annotations import LABEL_ROOM_HELD, parse_migration_annotations
 from ....util.podusage import parse_time
@@ -219,8 +220,18 @@ class EarlyRoomWriter:
         self._writers: dict[str, asyncio.Task[None]] = {}
         self._quota_writes = OwnWrites()
         self._labelled = OwnWrites()
-        self._labels_writable = True
-        self._status_writable = True
+        self._label_permission = Permission(
+            "label namespaces",
+            "early rooms are written without the room-held label; grant the webhook patch on "
+            "namespaces",
+            clock,
+        )
+        self._status_permission = Permission(
+            "write resourcequotas/status",
+            "quota admission sees an early room once kube-controller-manager copies it; grant "
+            "the webhook patch on resourcequotas/status",
+            clock,
+        )
 
     async def admit(self, request: Request) -> Outcome:
         """Writes the migration's room, or says why not; never raises (but for cancellation)."""
@@ -338,10 +349,11 @@ class EarlyRoomWriter:
 
     async def _label(self, namespace: str) -> None:
         """Labels the namespace room-held before its quota is raised (as the controller does),
-        unless it is already; without RBAC for it, says so once and goes on: the label guards
+        unless it is already. Refused (no RBAC for it, or an API server just restarted), it
+        goes on without it and tries again after a backoff (permission.py): the label guards
         the room, it never stands between a migration and its room."""
         cached = self._lookups.namespace(namespace)
-        if cached is None or not self._labels_writable:
+        if cached is None or not self._label_permission.allowed():
             return
         current = self._labelled.newest(namespace, cached)
         if labels(current).get(LABEL_ROOM_HELD) == "true":
@@ -350,13 +362,9 @@ class EarlyRoomWriter:
         try:
             written = await self._client.patch(NAMESPACES, namespace, patch)
         except errors.Forbidden as error:
-            self._labels_writable = False
-            log.warning(
-                "cannot label namespaces (%s): early rooms are written without the room-held "
-                "label; grant the webhook patch on namespaces",
-                error,
-            )
+            self._label_permission.refused(error)
             return
+        self._label_permission.granted()
         self._labelled.wrote(namespace, str(metadata(current).get("resourceVersion", "")), written)
 
     async def _publish(self, written: Object) -> None:
@@ -365,20 +373,17 @@ class EarlyRoomWriter:
         would wait for it in the target-room rule (measured: each target pod of a 50-migration
         burst held 0.1 s more when this copy was made beside the answers). A failed copy is
         logged and left to kube-controller-manager; the rooms are written either way."""
-        if not self._status_writable:
+        if not self._status_permission.allowed():
             return
         try:
             await copy_hard_to_status(self._client, written)
         except errors.Forbidden as error:
-            self._status_writable = False
-            log.warning(
-                "cannot write resourcequotas/status (%s): quota admission sees an early room "
-                "once kube-controller-manager copies it; grant the webhook patch on "
-                "resourcequotas/status",
-                error,
-            )
+            self._status_permission.refused(error)
+            return
         except errors.ApiError as error:
             log.info("early room not copied into status.hard: %s", error)
+            return
+        self._status_permission.granted()
 
     async def stop(self) -> None:
         """Ends the writes under way (their admissions answer as timed out)."""
