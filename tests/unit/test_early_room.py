@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.meta import annotations_of
 from harvester_quota.generic.permission import FIRST_RETRY
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object, Resource
 from harvester_quota.util import resources
@@ -21,6 +22,7 @@ from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.base import ANNOTATION_APPLIED, ANNOTATION_BASE
 from harvester_quota.util.resourcequota.early import (
+    EARLY_ROOM_TTL,
     Admitted,
     EarlyRoom,
     early_room_key,
@@ -189,6 +191,42 @@ def test_an_early_room_whose_migration_never_came_is_given_back_at_its_expiry() 
         resources.parse_resource_list(back["spec"]["hard"]), resources.parse_resource_list(BASE)
     )
     assert not [k for k in back["metadata"]["annotations"] if k != ANNOTATION_BASE]
+
+
+@pytest.mark.parametrize("skew", [-120.0, 0.0, 29.0, 31.0, 600.0])
+def test_clock_skew_between_webhook_and_controller_costs_writes_never_a_wrong_quota(
+    skew: float,
+) -> None:
+    """The expiry is the webhook's wall clock, read on the controller's. Ahead by more than the
+    TTL, the controller takes a fresh early room for expired and gives it back before its
+    migration shows (an extra write, and the target pod may wait for the raise again); behind,
+    a room whose migration never comes stands TTL + the lag. Either way, once the migration
+    shows, the quota is its room over the base; given back early, it is exactly the base."""
+    instance = vmi("vm1")
+    source = launcher_pod(instance, "vm1-src")
+    quota = standalone_quota()
+    patch = early_room_patch(quota, [Admitted(early("m1"), "vm1", room_of(instance))])
+    raised = merged(quota, patch or {})
+    controller_now = NOW + datetime.timedelta(seconds=skew)
+
+    def plan_at(doc: Object, migrations: list[Object], now: datetime.datetime) -> Any:
+        return plan_quota(
+            snapshot(doc, migrations=migrations, vmis=[instance], pods=[source], now=now)
+        )
+
+    unseen = plan_at(raised, [], controller_now)
+    lowered = patch_for(raised, unseen)
+    assert (lowered is None) == (skew < EARLY_ROOM_TTL), (
+        "given back early only when ahead by the TTL"
+    )
+    current = merged(raised, lowered or {})
+    stored = migration("mig-m1", instance, uid="m1")
+    shown = patch_for(current, plan_at(current, [stored], controller_now))
+    final = merged(current, shown or {})
+    assert hard_of_quota(final) == hard_of_quota(raised), "its room over the base once it shows"
+    if lowered is not None:
+        assert resources.equal(hard_of_quota(current), resources.parse_resource_list(BASE))
+        assert not [k for k in annotations_of(current) if k != ANNOTATION_BASE]
 
 
 def test_a_done_early_room_is_removed_by_the_write_that_gives_the_room_back() -> None:

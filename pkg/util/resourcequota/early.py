@@ -20,7 +20,11 @@ migration once it sees it; the quota carries, next to it, an early-room annotati
   room back with the annotation. The expiry is wall-clock, written by the webhook and read by the
   controller: TTL seconds (30 by default) is far above the watch delay, and below the 60 s after
   which a finished migration is set aside from plans (settled.py), so a migration set aside can
-  never make its early room count again.
+  never make its early room count again. Skew between the two clocks never makes the quota
+  wrong once the caches show the migration: a controller ahead by more than the TTL gives a
+  fresh early room back at once and raises again when the migration shows (two extra writes,
+  and its target pod may wait for that raise); one behind keeps a room whose migration never
+  comes for the TTL plus its lag.
 
 Pure functions: no I/O, no clock of their own.
 """
