@@ -142,10 +142,16 @@ OUR_ROOM_KEYS = (ANNOTATION_EARLY_ROOM_PREFIX, MIGRATING_PREFIX)
 
 @pytest.fixture
 async def short_lived(
-    api: ApiClient, cluster: ClusterInfo, namespace: str, tmp_path: Path
+    request: pytest.FixtureRequest,
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
 ) -> AsyncIterator[Stack]:
-    """The deployed stack whose early rooms stand 3 s for a migration nobody has seen."""
-    async with deployed(api, cluster, namespace, tmp_path, early_room_ttl=3.0) as stack_:
+    """The deployed stack whose early rooms stand 3 s (or the seconds the test gives, as an
+    indirect parameter) for a migration nobody has seen."""
+    ttl = float(getattr(request, "param", 3.0))
+    async with deployed(api, cluster, namespace, tmp_path, early_room_ttl=ttl) as stack_:
         yield stack_
 
 
@@ -198,25 +204,17 @@ def at_base(quota: Object | None, base: ResourceList) -> bool:
     return resources.equal(hard_of(quota), base) and not ours
 
 
-@pytest.fixture
-async def ten_second_rooms(
-    api: ApiClient, cluster: ClusterInfo, namespace: str, tmp_path: Path
-) -> AsyncIterator[Stack]:
-    """The deployed stack whose early rooms stand 10 s for a migration nobody has seen."""
-    async with deployed(api, cluster, namespace, tmp_path, early_room_ttl=10.0) as stack_:
-        yield stack_
-
-
+@pytest.mark.parametrize("short_lived", [10.0], indirect=True)  # outlasts the restart
 async def test_an_api_server_restart_while_an_early_room_stands_leaves_nothing_behind(
-    ten_second_rooms: Stack, api: ApiClient, local_cluster: LocalCluster, probe: KubeVirtByHand
+    short_lived: Stack, api: ApiClient, local_cluster: LocalCluster, probe: KubeVirtByHand
 ) -> None:
     """The API server restarts while an early room stands for a migration quota admission
     refused. The controller, watching again, still gives the room back at its expiry, annotation
     and all; the webhook, its caches caught up again, writes the next migration's room before
     that create returns."""
-    tenant, _, _, servers = ten_second_rooms
+    tenant, _, _, servers = short_lived
     await probe.create_quota({"limits.cpu": "1"})
-    vmis, _ = await full_namespace(ten_second_rooms, 2)
+    vmis, _ = await full_namespace(short_lived, 2)
     base = hard_of(await tenant.quota())
     await doomed_migration(tenant, vmis[0], base)
     await asyncio.to_thread(local_cluster.restart_component, "kube-apiserver")
