@@ -73,24 +73,28 @@ async def admitting(
     return task
 
 
-async def test_a_target_pod_whose_early_room_shows_is_let_through_without_the_grace() -> None:
-    """The early room and its status copy were written before the migration was stored: once
-    this webhook's cache shows them, the API server's own cache has had them for a while."""
+async def test_a_target_pod_that_waited_for_an_early_room_s_copy_pays_the_grace_too() -> None:
+    """The early room's copy into status.hard is made after its migration's admission answered,
+    so a target pod may arrive before it; once this webhook's cache shows the copy, the API
+    server's own cache may still be behind, as for any raise."""
     clock = FakeClock()
     changes = QuotaChanges(clock)
-    lookups = FakeLookups(quotas={"ns": quota(BASE, BASE)})
-    task = await admitting(lookups, clock, changes)
-    assert not task.done()
-    await clock.advance(0.01)
-    early = quota(RAISED, RAISED, room=True)
+    early = quota(RAISED, BASE, room=True)
     early["metadata"]["annotations"][early_room_key("m1")] = "{}"
-    lookups.quotas["ns"] = early
+    lookups = FakeLookups(quotas={"ns": early})
+    task = await admitting(lookups, clock, changes)
+    assert not task.done(), "the room is in spec.hard only: quota admission would refuse"
+    await clock.advance(0.01)
+    copied = quota(RAISED, RAISED, room=True)
+    copied["metadata"]["annotations"][early_room_key("m1")] = "{}"
+    lookups.quotas["ns"] = copied
     changes.changed("ns")
     await settle()
-    assert task.done(), "no grace for an early room"
+    assert not task.done(), "held for the grace"
+    await clock.advance(LISTER_GRACE)
     admission = task.result()
     assert admission.outcome == "fitted-after-wait"
-    assert admission.waited == pytest.approx(0.01)
+    assert admission.waited == pytest.approx(0.01 + LISTER_GRACE)
 
 
 class TickingClock(FakeClock):

@@ -39,6 +39,7 @@ from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.clock import Clock
 from ....generic.meta import annotations_of, labels, metadata, status
+from ....generic.newest import NewestPerKey
 from ....generic.ownwrites import OwnWrites
 from ....generic.permission import Permission
 from ....generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
@@ -226,6 +227,10 @@ class EarlyRoomWriter:
             "namespaces",
             clock,
         )
+        self._publisher: NewestPerKey[Object] = NewestPerKey(
+            "copying an early room into status.hard", self._publish
+        )
+        """Copies each raise into status.hard beside the namespace's next writes (`_publish`)."""
         self._status_permission = Permission(
             "write resourcequotas/status",
             "quota admission sees an early room once kube-controller-manager copies it; grant "
@@ -333,7 +338,7 @@ class EarlyRoomWriter:
             ", ".join(f"{a.vm_name} ({a.early.migration})" for a in batch.admitted),
         )
         if "spec" in patch:
-            await self._publish(written)
+            self._publisher.submit(namespace, written)
         return True
 
     def _not_yet_stored(self, namespace: str, admitted: list[Admitted]) -> list[Admitted]:
@@ -368,11 +373,14 @@ class EarlyRoomWriter:
         self._labelled.wrote(namespace, str(metadata(current).get("resourceVersion", "")), written)
 
     async def _publish(self, written: Object) -> None:
-        """Copies the raise into status.hard before the admissions answer: quota admission
-        checks status.hard, so a target pod created before kube-controller-manager's own copy
-        would wait for it in the target-room rule (measured: each target pod of a 50-migration
-        burst held 0.1 s more when this copy was made beside the answers). A failed copy is
-        logged and left to kube-controller-manager; the rooms are written either way."""
+        """Copies the raise into status.hard, run by `_publisher` once the spec write is in:
+        quota admission checks status.hard, and kube-controller-manager's own copy comes only
+        a moment later. Made beside the answers and the namespace's next batch, not before
+        them: a target pod comes only after its migration is stored and virt-controller has
+        seen it, and one that arrives before this copy waits for it in the target-room rule
+        (pod/targets.py). One copy of a namespace's at a time, the newest written after it
+        (NewestPerKey); each tests its own spec.hard, so an older one never lands over a
+        newer spec. A failed copy is logged and left to kube-controller-manager."""
         if not self._status_permission.allowed():
             return
         try:
@@ -386,7 +394,8 @@ class EarlyRoomWriter:
         self._status_permission.granted()
 
     async def stop(self) -> None:
-        """Ends the writes under way (their admissions answer as timed out)."""
+        """Ends the writes and copies under way (their admissions answer as timed out)."""
+        await self._publisher.stop()
         for task in list(self._writers.values()):
             task.cancel()
         await asyncio.gather(*self._writers.values(), return_exceptions=True)

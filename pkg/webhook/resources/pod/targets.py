@@ -36,7 +36,6 @@ from ....generic.meta import annotations_of, labels
 from ....util.annotations import parse_migration_annotations
 from ....util.podusage import pod_quota_usage
 from ....util.resourcequota.calculator import Shortfall, shortfalls
-from ....util.resourcequota.early import early_room_key
 from ....util.resources import ResourceList, parse_resource_list_leniently
 from ...admission import Request
 from ..common import Lookups
@@ -53,11 +52,9 @@ LISTER_GRACE = 0.1
 """Seconds a target pod that had to wait is held once its room shows in our cache: quota
 admission reads the API server's own cache of quotas, which hears of the same change from the
 same watch cache as ours, usually first, but on a loaded machine not always (seen once in seven
-runs of the loaded test without it). Paid only by pods that waited, and not when the room is
-the migration's early room (util/resourcequota/early.py): that room and its copy into
-status.hard were written before the migration itself was stored, so long before virt-controller
-made the pod; only this webhook's own watch was behind (measured: every target pod of a
-50-migration burst waited for it, and the grace made that 0.1 s each)."""
+runs of the loaded test without it). Paid only by pods that waited; an early room's copy into
+status.hard is made after its migration's admission answers (webhook resources/migration), so
+a target pod can arrive before it, and then waits like any other."""
 
 Outcome = Literal[
     "fits", "fitted-after-wait", "no-raise-coming", "timed-out", "no-managed-quota", "unreadable"
@@ -177,8 +174,7 @@ async def admit_target(
                 # real clock two readings a microsecond apart differ, so every target pod paid
                 # the grace below; the scale run counted 50 of 50 held 0.1 s.)
                 return TargetAdmission("fits", waited)
-            if early_room_key(migration) not in annotations_of(quota):
-                await clock.sleep(LISTER_GRACE)
+            await clock.sleep(LISTER_GRACE)
             return TargetAdmission("fitted-after-wait", clock.monotonic() - started)
         if parse_migration_annotations(annotations_of(quota)).skip_auto_scaling:
             return TargetAdmission("no-raise-coming", waited, short)
