@@ -59,7 +59,8 @@ class QuotaMetrics:
         )
         self.blocked_seconds = Histogram(
             f"{PREFIX}_migration_blocked_seconds",
-            "How long a migration refused by quota stayed refused.",
+            "How long a migration refused by quota stayed refused (first refusal to last clearing), "
+            "observed when it leaves Pending or is deleted.",
             buckets=BLOCKED_BUCKETS,
             registry=registry,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker, refused_by_quota
 from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
@@ -18,18 +19,27 @@ from tests.objects import migration, vmi
 KEY = "ns/m1"
 
 
-def refused(phase: str = "Pending") -> dict[str, Any]:
-    return migration_plan_view(migration("m1", vmi("vm1"), phase=phase, rejected=True))
+def view(*, phase: str = "Pending", rejected: bool = False, uid: str = "u1") -> dict[str, Any]:
+    return migration_plan_view(migration("m1", vmi("vm1"), phase=phase, uid=uid, rejected=rejected))
+
+
+def refused(uid: str = "u1") -> dict[str, Any]:
+    return view(rejected=True, uid=uid)
 
 
 def pending() -> dict[str, Any]:
-    return migration_plan_view(migration("m1", vmi("vm1")))
+    return view()
+
+
+def started() -> dict[str, Any]:
+    """Past Pending: KubeVirt admitted its target pod."""
+    return view(phase="Scheduling")
 
 
 def test_only_a_pending_migration_with_the_condition_true_is_refused() -> None:
     assert refused_by_quota(refused())
     assert not refused_by_quota(pending())
-    assert not refused_by_quota(refused(phase="Scheduling"))
+    assert not refused_by_quota(view(phase="Scheduling", rejected=True))
     assert not refused_by_quota(None)
     false_condition = pending()
     false_condition["status"]["conditions"] = [
@@ -38,7 +48,7 @@ def test_only_a_pending_migration_with_the_condition_true_is_refused() -> None:
     assert not refused_by_quota(false_condition)
 
 
-def test_a_refusal_set_and_cleared_before_a_settle_is_counted_once_with_its_time() -> None:
+def test_a_refusal_set_and_cleared_before_a_settle_is_counted_once_then_timed() -> None:
     clock = FakeClock()
     tracker = RefusalTracker(clock)
     tracker.seen(KEY, pending())
@@ -46,12 +56,15 @@ def test_a_refusal_set_and_cleared_before_a_settle_is_counted_once_with_its_time
     clock.step(2.5)
     tracker.seen(KEY, pending())
     settled = tracker.settle("ns")
-    assert (settled.new_refusals, settled.blocked_seconds) == (1, [2.5])
-    assert tracker.settle("ns").new_refusals == 0, "counted once"
+    assert (settled.new_refusals, settled.blocked_seconds) == (1, [])
+    clock.step(1)
+    tracker.seen(KEY, started())
+    last = tracker.settle("ns")
+    assert (last.new_refusals, last.blocked_seconds) == (0, [2.5]), "until it was seen cleared"
     assert tracker.standing() == 0
 
 
-def test_a_standing_refusal_is_counted_at_the_first_settle_and_timed_when_it_ends() -> None:
+def test_a_migration_deleted_while_refused_is_timed_to_its_deletion() -> None:
     clock = FakeClock()
     tracker = RefusalTracker(clock)
     tracker.seen(KEY, refused())
@@ -60,35 +73,43 @@ def test_a_standing_refusal_is_counted_at_the_first_settle_and_timed_when_it_end
     assert (first.new_refusals, first.blocked_seconds) == (1, [])
     assert tracker.standing() == 1
     clock.step(4)
-    tracker.seen(KEY, None)  # deleted while refused: that ends it too
+    tracker.seen(KEY, None)
     last = tracker.settle("ns")
     assert (last.new_refusals, last.blocked_seconds) == (0, [4.0])
 
 
-def test_a_refusal_cleared_and_set_again_before_a_settle_is_one_refusal_from_its_first_start() -> (
-    None
-):
+@pytest.mark.parametrize("settle_between", [False, True])
+def test_refused_again_is_the_same_migration_whenever_the_reconciles_ran(
+    settle_between: bool,
+) -> None:
+    """KubeVirt refuses, the condition clears, KubeVirt refuses again: one migration refused,
+    blocked from the first refusal to the last clearing, whether a reconcile read the tracker
+    in between or not."""
     clock = FakeClock()
     tracker = RefusalTracker(clock)
+    counted = 0
     tracker.seen(KEY, refused())
     clock.step(1)
     tracker.seen(KEY, pending())
+    if settle_between:
+        counted += tracker.settle("ns").new_refusals
     tracker.seen(KEY, refused())
-    settled = tracker.settle("ns")
-    assert (settled.new_refusals, settled.blocked_seconds) == (1, [])
     clock.step(2)
     tracker.seen(KEY, pending())
-    assert tracker.settle("ns").blocked_seconds == [3.0]
+    tracker.seen(KEY, started())
+    settled = tracker.settle("ns")
+    assert (counted + settled.new_refusals, settled.blocked_seconds) == (1, [3.0])
 
 
-def test_a_refusal_after_one_was_settled_is_counted_again() -> None:
+def test_a_migration_recreated_under_the_same_name_is_another_refusal() -> None:
     clock = FakeClock()
     tracker = RefusalTracker(clock)
-    tracker.seen(KEY, refused())
-    tracker.seen(KEY, pending())
-    assert tracker.settle("ns").new_refusals == 1
-    tracker.seen(KEY, refused())
-    assert tracker.settle("ns").new_refusals == 1
+    tracker.seen(KEY, refused("u1"))
+    clock.step(1)
+    tracker.seen(KEY, refused("u2"))  # the delete and the create folded, as after a relist
+    settled = tracker.settle("ns")
+    assert (settled.new_refusals, settled.blocked_seconds) == (2, [1.0])
+    assert tracker.standing() == 1
 
 
 def test_namespaces_are_settled_and_forgotten_apart() -> None:
@@ -115,6 +136,7 @@ def test_the_reconcile_counts_a_refusal_its_run_came_too_late_to_see() -> None:
     instance._migration_changed(KEY, refused())
     clock.step(0.5)
     instance._migration_changed(KEY, pending())
+    instance._migration_changed(KEY, started())
     instance._count_refusals("ns")
     instance._count_refusals("ns")
     assert (
@@ -123,6 +145,6 @@ def test_the_reconcile_counts_a_refusal_its_run_came_too_late_to_see() -> None:
     )
     assert registry.get_sample_value("harvester_quota_migration_blocked_seconds_count") == 1
     assert registry.get_sample_value("harvester_quota_migration_blocked_seconds_sum") == 0.5
-    assert [view["status"] for view in instance.migration_views.namespace("ns")] == [
-        pending()["status"]
+    assert [shown["status"] for shown in instance.migration_views.namespace("ns")] == [
+        started()["status"]
     ]

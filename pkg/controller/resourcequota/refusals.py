@@ -4,12 +4,18 @@ virt-controller sets `migrationRejectedByResourceQuota` on a pending VMIM when q
 refuses its target pod, and clears it once a target pod is admitted. On a busy control plane both
 can happen before the namespace's reconcile runs (the workqueue folds the two changes into one
 run), so counting refusals from what a reconcile sees misses the short ones, and those are the
-ones a raise fixed. The tracker therefore notes each edge when the cache applies it (a store view
-listener) and the reconcile reads what was noted since (`settle`): a refusal is counted once,
-however briefly it stood, and its blocked time runs from the change that set it to the change
-that cleared it.
+ones a raise fixed. The tracker therefore notes each change when the cache applies it (a store
+view listener), and the reconcile reads what was noted (`settle`). What it reports does not
+depend on when reconciles run:
 
-Not thread-safe: event loop only, like the store listeners that feed it.
+- a migration (by uid) is counted once, at the first settle after its first refusal, however
+  briefly that stood and however often KubeVirt refused it again;
+- its blocked time runs from its first refusal to the last time it was seen cleared, and is
+  reported once, when it leaves Pending or is deleted (before that, a later refusal would
+  extend it).
+
+A migration is kept while it is pending after a refusal (one small record each). Not
+thread-safe: event loop only, like the store listeners that feed it.
 """
 
 from __future__ import annotations
@@ -20,23 +26,27 @@ from typing import Any
 
 from ...apis.kubevirt import CONDITION_REJECTED_BY_QUOTA, PHASE_PENDING
 from ...generic.clock import Clock
-from ...generic.meta import has_condition, status
+from ...generic.meta import has_condition, metadata, status
+
+
+def _pending(migration: Mapping[str, Any]) -> bool:
+    return str(status(migration).get("phase") or PHASE_PENDING) == PHASE_PENDING
 
 
 def refused_by_quota(migration: Mapping[str, Any] | None) -> bool:
     """Whether `migration` is pending with KubeVirt's quota refusal condition True."""
     if migration is None:
         return False
-    phase = str(status(migration).get("phase") or PHASE_PENDING)
-    return phase == PHASE_PENDING and has_condition(migration, CONDITION_REJECTED_BY_QUOTA)
+    return _pending(migration) and has_condition(migration, CONDITION_REJECTED_BY_QUOTA)
 
 
 @dataclass
 class _Refusal:
+    uid: str
     since: float
-    """Monotonic moment the refusal was first seen."""
+    """Monotonic moment of its first refusal."""
     ended: float | None = None
-    """Monotonic moment it was seen cleared (or the migration gone); None while it stands."""
+    """Monotonic moment it was last seen cleared (or gone); None while refused."""
     counted: bool = False
 
 
@@ -45,56 +55,64 @@ class Settled:
     """What `RefusalTracker.settle` found for one namespace."""
 
     new_refusals: int = 0
-    """Refusals seen since the last settle and not counted before."""
+    """Migrations refused for the first time since the last settle."""
     blocked_seconds: list[float] = field(default_factory=list)
-    """How long each refusal that ended since stood, in the order they started."""
+    """How long each migration that left Pending (or was deleted) since stayed refused."""
+
+
+@dataclass
+class _Namespace:
+    pending: dict[str, _Refusal] = field(default_factory=dict)
+    """By migration name: refused at least once and still pending."""
+    closed: list[_Refusal] = field(default_factory=list)
+    """Left Pending or deleted since the last settle."""
 
 
 class RefusalTracker:
-    """Refusal edges per migration ("namespace/name" store key), kept until a settle or forget
-    of their namespace reads them. Every edge is a change of the plan's migration view, which
-    queues the namespace, so each noted refusal is read by that namespace's next reconcile.
+    """Refused migrations per namespace, kept until a settle or forget of their namespace reads
+    them. Every change noted here is a change of the plan's migration view, which queues the
+    namespace, so each is read by that namespace's next reconcile.
     """
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._by_namespace: dict[str, dict[str, _Refusal]] = {}
+        self._by_namespace: dict[str, _Namespace] = {}
 
     def seen(self, key: str, migration: Mapping[str, Any] | None) -> None:
-        """The store's view of `key` is now `migration` (None: deleted). Notes a refusal that
-        starts, or the end of one that stood; anything else changes nothing."""
+        """The store's view of `key` ("namespace/name") is now `migration` (None: deleted)."""
         namespace, _, name = key.rpartition("/")
-        refusals = self._by_namespace.get(namespace, {})
-        noted = refusals.get(name)
-        if refused_by_quota(migration):
-            if noted is None or noted.ended is not None:
-                self._start(namespace, name, noted)
-        elif noted is not None and noted.ended is None:
-            noted.ended = self._clock.monotonic()
-
-    def _start(self, namespace: str, name: str, previous: _Refusal | None) -> None:
-        """A new refusal; one that ended and started again before a settle stays counted once
-        and keeps its first start (the settle sees one refusal that has not ended)."""
-        if previous is not None:
-            previous.ended = None
-            return
-        self._by_namespace.setdefault(namespace, {})[name] = _Refusal(self._clock.monotonic())
+        tracked = self._by_namespace.get(namespace)
+        noted = tracked.pending.get(name) if tracked is not None else None
+        uid = str(metadata(migration).get("uid", "")) if migration is not None else None
+        now = self._clock.monotonic()
+        if noted is not None and tracked is not None:
+            if migration is None or uid != noted.uid or not _pending(migration):
+                noted.ended = noted.ended if noted.ended is not None else now
+                tracked.closed.append(tracked.pending.pop(name))
+            elif refused_by_quota(migration):
+                noted.ended = None
+            elif noted.ended is None:
+                noted.ended = now
+        if migration is not None and refused_by_quota(migration):
+            tracked = self._by_namespace.setdefault(namespace, _Namespace())
+            tracked.pending.setdefault(name, _Refusal(str(uid), now))
 
     def settle(self, namespace: str) -> Settled:
-        """The namespace's refusals not counted before, and the blocked time of those that
-        ended; ended ones are dropped, standing ones kept (counted)."""
+        """Counts the namespace's migrations refused for the first time since the last settle,
+        and reports the blocked time of those that left Pending or were deleted since."""
         result = Settled()
-        refusals = self._by_namespace.get(namespace)
-        if not refusals:
+        tracked = self._by_namespace.get(namespace)
+        if tracked is None:
             return result
-        for name, refusal in list(refusals.items()):
+        for refusal in [*tracked.closed, *tracked.pending.values()]:
             if not refusal.counted:
                 refusal.counted = True
                 result.new_refusals += 1
-            if refusal.ended is not None:
-                result.blocked_seconds.append(refusal.ended - refusal.since)
-                del refusals[name]
-        if not refusals:
+        for refusal in tracked.closed:
+            assert refusal.ended is not None  # set when it was closed
+            result.blocked_seconds.append(refusal.ended - refusal.since)
+        tracked.closed.clear()
+        if not tracked.pending:
             del self._by_namespace[namespace]
         return result
 
@@ -103,10 +121,10 @@ class RefusalTracker:
         self._by_namespace.pop(namespace, None)
 
     def standing(self) -> int:
-        """Refusals noted and not yet ended, in all namespaces (for tests and debugging)."""
+        """Migrations refused now, in all namespaces (for tests and debugging)."""
         return sum(
             1
-            for refusals in self._by_namespace.values()
-            for r in refusals.values()
+            for tracked in self._by_namespace.values()
+            for r in tracked.pending.values()
             if r.ended is None
         )
