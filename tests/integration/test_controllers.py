@@ -49,23 +49,22 @@ async def hard_equals(kv: KubeVirtByHand, expected: dict[str, str]) -> bool:
 
 
 class RequestLog:
-    """Every request's method and path, and its answer's code (an ApiClient request observer)."""
+    """Every request's method, path and answer code (an ApiClient request observer)."""
 
     def __init__(self) -> None:
-        self.seen: list[tuple[str, str]] = []
-        self.codes: list[str] = []
+        self.answered: list[tuple[str, str, str]] = []
 
     def observe(self, method: str, path: str, params: Any, code: str, seconds: float) -> None:
-        self.seen.append((method, path))
-        self.codes.append(code)
+        self.answered.append((method, path, code))
+
+    @property
+    def seen(self) -> list[tuple[str, str]]:
+        """(method, path) of each request, in order sent."""
+        return [(method, path) for method, path, _ in self.answered]
 
     def answers_to(self, path_end: str) -> list[tuple[str, str]]:
         """(method, code) of each request whose path ends with `path_end`, in order sent."""
-        return [
-            (method, code)
-            for (method, path), code in zip(self.seen, self.codes, strict=True)
-            if path.endswith(path_end)
-        ]
+        return [(m, code) for m, path, code in self.answered if path.endswith(path_end)]
 
 
 def migrating_keys(quota: dict[str, Any]) -> list[str]:
