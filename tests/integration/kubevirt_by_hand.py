@@ -99,12 +99,19 @@ class KubeVirtByHand:
         created = await self.api.create(PODS, strip_server_fields(pod), self.namespace)
         return vmi, created
 
-    async def migrate(self, vmi: Object, name: str | None = None) -> Object:
+    async def migrate(
+        self, vmi: Object, name: str | None = None, *, dry_run: bool = False
+    ) -> Object:
+        """Creates `vmi`'s migration and sets it Pending; with `dry_run`, only asks the API
+        server (every admission runs, nothing is stored) and returns its answer."""
         migration = objects.migration(name or f"{vmi['metadata']['name']}-mig"[:63], vmi)
         created = await self.api.create(
-            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, strip_server_fields(migration), self.namespace
+            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+            strip_server_fields(migration),
+            self.namespace,
+            dry_run=dry_run,
         )
-        return await self.set_phase(created, "Pending")
+        return created if dry_run else await self.set_phase(created, "Pending")
 
     async def v170_migration(self) -> tuple[Object, Object, Object]:
         """The v1.7.0 seed's namespace (Rancher base 3 CPU / 5000Mi, a quota at it) with vm1
