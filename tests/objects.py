@@ -118,6 +118,38 @@ def launcher_pod(
     if deletion_timestamp is not None:
         pod["metadata"]["deletionTimestamp"] = deletion_timestamp
         pod["metadata"]["deletionGracePeriodSeconds"] = grace
+    # As the API server would have it: a target pod is created once its migration exists, a
+    # source pod once its VMI does.
+    created = (migration or instance)["metadata"].get("creationTimestamp")
+    if created is not None:
+        pod["metadata"]["creationTimestamp"] = created
+    return pod
+
+
+def bare_launcher(
+    instance: Object, name: str, *, cpu: str = "100m", memory: str = "64Mi"
+) -> Object:
+    """A Running launcher pod of `instance` with a small fixed usage, for tests about
+    something other than its size (the source pod a migration under way needs)."""
+    meta = instance["metadata"]
+    pod: Object = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "uid": new_uid(),
+            "labels": {"kubevirt.io": "virt-launcher", LABEL_CREATED_BY: meta["uid"]},
+        },
+        "spec": {
+            "containers": [
+                {"name": "compute", "resources": {"limits": {"cpu": cpu, "memory": memory}}}
+            ]
+        },
+        "status": {"phase": "Running"},
+    }
+    if "creationTimestamp" in meta:
+        pod["metadata"]["creationTimestamp"] = meta["creationTimestamp"]
     return pod
 
 

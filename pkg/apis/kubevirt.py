@@ -62,3 +62,7 @@ class KubeVirtControllers:
     def kubevirts(self) -> Controller:
         """The one shared controller of kubevirts."""
         return self._factory.for_resource(KUBEVIRTS)
+
+
+LIVE_MIGRATABLE: Final = "LiveMigratable"
+"""The VMI condition KubeVirt sets to False (with a reason) when a VMI cannot live-migrate."""

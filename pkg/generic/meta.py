@@ -76,3 +76,14 @@ def has_condition(obj: Mapping[str, Any] | None, condition_type: str) -> bool:
         isinstance(c, Mapping) and c.get("type") == condition_type and c.get("status") == "True"
         for c in conditions
     )
+
+
+def condition_status(obj: Mapping[str, Any] | None, condition_type: str) -> str | None:
+    """The ``status`` of the ``status.conditions`` entry of that type, None if there is none."""
+    conditions = status(obj).get("conditions")
+    if not isinstance(conditions, list):
+        return None
+    for condition in conditions:
+        if isinstance(condition, Mapping) and condition.get("type") == condition_type:
+            return str(condition.get("status"))
+    return None

@@ -21,7 +21,14 @@ from harvester_quota.util.resourcequota.planviews import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
+from tests.objects import (
+    bare_launcher,
+    launcher_pod,
+    managed_quota,
+    migration,
+    rancher_namespace,
+    vmi,
+)
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 SETTINGS = LauncherSettings(ratio="1.5", kubevirt_version="1.6")
@@ -102,7 +109,7 @@ def one_vm(index: int, state: str) -> tuple[list[Any], list[Any], list[Any]]:
     mig["metadata"]["creationTimestamp"] = "2026-01-01T10:00:00Z"
     vm["metadata"]["creationTimestamp"] = "2026-01-01T09:00:00Z"
     pods = [] if state.endswith("source-gone") else [source]
-    if state in ("running-with-target", "failed-target-counts"):
+    if state in ("running-with-target", "failed-target-counts") or phase == "Succeeded":
         pods.append(launcher_pod(vm, f"virt-launcher-vm{index}-dst", migration=mig))
     if state == "vmi-gone":
         return [mig], [], pods
@@ -129,7 +136,9 @@ def test_a_launcher_pod_is_rendered_once_per_vm_shape_and_settings() -> None:
     vmis = [vmi(f"vm{i}", cores=2, memory="4Gi") for i in range(6)]
     vmis.append(vmi("big", cores=8, memory="16Gi"))
     migrations = [migration(f"m-{v['metadata']['name']}", v) for v in vmis]
-    full = full_snapshot(migrations, vmis, [])
+    full = full_snapshot(
+        migrations, vmis, [bare_launcher(v, f"src-{i}") for i, v in enumerate(vmis)]
+    )
     caches = Caches(migrations, vmis)
     first = plan_quota(caches.snapshot(full))
     assert caches.usages.renders == 2, "six VMs of one shape and one other"
@@ -144,7 +153,7 @@ def test_a_spec_change_renders_again_and_status_noise_does_not() -> None:
     vm = vmi("vm1", cores=2, memory="4Gi")
     mig = migration("m1", vm)
     caches = Caches([mig], [vm])
-    full = full_snapshot([mig], [vm], [])
+    full = full_snapshot([mig], [vm], [bare_launcher(vm, "src")])
     before = plan_quota(caches.snapshot(full)).rooms.rooms[0].room
     caches.changed.clear()
     noisy = copy.deepcopy(vm)
@@ -158,7 +167,8 @@ def test_a_spec_change_renders_again_and_status_noise_does_not() -> None:
     grown["spec"]["domain"]["memory"] = {"guest": "8Gi"}
     caches.vmi_store.upsert(grown)
     assert caches.changed == ["ns"]
-    after = plan_quota(caches.snapshot(full_snapshot([mig], [grown], []))).rooms.rooms[0].room
+    grown_full = full_snapshot([mig], [grown], [bare_launcher(grown, "src")])
+    after = plan_quota(caches.snapshot(grown_full)).rooms.rooms[0].room
     assert after["limits.memory"] > before["limits.memory"]
 
 
@@ -197,7 +207,7 @@ def test_a_malformed_vmi_gets_facts_and_its_error_at_planning() -> None:
     vm["spec"]["domain"]["resources"]["limits"]["memory"] = "lots"
     mig = migration("m1", vm)
     caches = Caches([mig], [vm])
-    plan = plan_quota(caches.snapshot(full_snapshot([mig], [vm], [])))
+    plan = plan_quota(caches.snapshot(full_snapshot([mig], [vm], [bare_launcher(vm, "src")])))
     assert any("cannot size the room of migration m1" in w for w in plan.warnings)
 
 

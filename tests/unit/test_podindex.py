@@ -10,6 +10,7 @@ from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import NamespaceObjects, Store
 from harvester_quota.util import resources
 from harvester_quota.util.podusage import pod_counts_against_quota, pod_quota_usage
+from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.podindex import (
     NamespacePods,
     PodIndex,
@@ -118,18 +119,22 @@ def test_terminal_pods_cost_a_plan_nothing() -> None:
     assert indexed(index) == summed([p for p in pods if p["metadata"]["name"] != "done-7"])
 
 
-def test_a_pod_that_cannot_be_read_is_reported_when_planned_not_when_cached() -> None:
+def test_a_pod_that_cannot_be_read_charges_nothing_is_listed_and_fails_no_plan() -> None:
+    """One pod with a field the parser refuses (a quantity of over 1000 digits, which Go
+    accepts) made every plan of its namespace fail, logged only: now it charges nothing, so no
+    raise follows it, the others are planned, and the plan names it in a Warning."""
     broken = pod("broken", deleted_seconds_ago=1)
     broken["metadata"]["deletionGracePeriodSeconds"] = "thirty"
-    view = pod_view(broken)
-    assert view.error is not None and "deletionGracePeriodSeconds" in view.error
-    index = NamespacePods([view])
-    try:
-        index.used_without(frozenset(), NOW)
-    except ValueError as error:
-        assert "broken" in str(error)
-    else:
-        raise AssertionError("a malformed pod must not count as nothing silently")
+    huge = pod("huge", cpu="1" * 1001)
+    views = [pod_view(broken), pod_view(huge), pod_view(pod("fine", cpu="1"))]
+    assert views[0].error is not None and "deletionGracePeriodSeconds" in views[0].error
+    assert views[1].error is not None
+    index = NamespacePods(views)
+    assert [view.name for view in index.unreadable()] == ["broken", "huge"]
+    assert index.used_without(frozenset(), NOW)["limits.cpu"] == Quantity.parse("1")
+    assert views[0].counts(NOW), "whatever it holds up stays held while it exists"
+    index.remove("huge")
+    assert [view.name for view in index.unreadable()] == ["broken"]
 
 
 OPERATIONS = st.lists(

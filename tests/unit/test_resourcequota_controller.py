@@ -18,7 +18,7 @@ from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 
-from tests.objects import managed_quota, migration, rancher_namespace, vmi
+from tests.objects import bare_launcher, managed_quota, migration, rancher_namespace, vmi
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -55,7 +55,7 @@ def test_an_unsizable_vmi_does_not_fail_the_explanation_of_the_others() -> None:
             migration("m-fine", fine, rejected=True),
         ],
         vmis={"broken": broken, "fine": fine},
-        pods=[],
+        pods=[bare_launcher(broken, "src-broken"), bare_launcher(fine, "src-fine")],
         now=NOW,
         launcher=LauncherSettings(ratio="1.5", kubevirt_version="1.6"),
     )

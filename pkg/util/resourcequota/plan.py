@@ -2,13 +2,15 @@
 
 Principle 5, per key k the base limits:
 
-    while any migration holds room on k:  hard_k = max(base_k, used_k) + sum of the rooms on k
+    while any migration holds room on k:  hard_k = max(base_k, floor_k) + sum of the rooms on k
     otherwise:                            hard_k = base_k
 
-where used_k is what the namespace's pods are charged now, not counting the target pods that make
-up the rooms. A VM that went over its quota after the overhead ratio was raised can therefore still
-migrate (max with used), while no new VM can start above the base (the webhook keeps non-target
-pods out of the room). Keys of spec.hard that the base does not know pass through untouched.
+where floor_k is what the namespace's pods are charged now, not counting the target pods that make
+up the rooms nor the pods that arrived since the rooms began (floor.py). A VM that went over its
+quota after the overhead ratio was raised can therefore still migrate (max with the floor), while
+no new VM can start above the base (the webhook keeps non-target pods out of the room) and no raise
+follows a pod that got in while room was held. Keys of spec.hard that the base does not know pass
+through untouched.
 
 The plan also says which annotations the quota must carry: one ResourceList JSON per migrating VM
 (``harvesterhci.io/migrating-<vm>``, so Harvester's own readers still sum them), our recorded base
@@ -45,6 +47,7 @@ from .base import (
     resolve_base,
 )
 from .early import EarlyRooms, early_rooms
+from .floor import ANNOTATION_ROOMS_SINCE, rooms_since, used_before
 from .podindex import NamespacePods, namespace_pods
 from .rooms import (
     MigrationRoom,
@@ -123,6 +126,10 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         f"cannot size the room of migration {m}: {why}"
         for m, why in room_plan.estimate_errors.items()
     ]
+    warnings += [
+        f"{view.error}: charged nothing by this plan, and no raise follows it; fix or delete it"
+        for view in pods.unreadable()
+    ]
     skipped = recorded.skip_auto_scaling
     try:
         base = resolve_base(
@@ -140,7 +147,9 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     rooms = RoomPlan(target_pods=room_plan.target_pods) if skipped else room_plan
     rooms = _mask_rooms(rooms, base.hard.keys())
     used = used_without_targets(pods, rooms.target_pods, snapshot.now)
-    managed_hard = desired_hard(base.hard, used, rooms.total())
+    since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
+    floor = used_before(pods, rooms.target_pods, since, snapshot.now)
+    managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(
         managed=True,
         base=base,
@@ -157,7 +166,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         return plan  # no annotation changes either: the write waits whole
     plan.hard = _full_hard(snapshot.quota, base, managed_hard)
     plan.annotations, plan.remove_annotations = _annotation_changes(
-        snapshot.quota, base, rooms.rooms, managed_hard
+        snapshot.quota, base, rooms.rooms, managed_hard, since
     )
     plan.remove_annotations += sorted(early.invalid)
     return plan
@@ -258,6 +267,7 @@ def _annotation_changes(
     base: Base,
     rooms: Sequence[MigrationRoom],
     managed_hard: ResourceList,
+    since: str | None,
 ) -> tuple[dict[str, str], list[str]]:
     """(annotations to set, annotation keys to remove) for the quota."""
     wanted: dict[str, str] = {}
@@ -270,11 +280,14 @@ def _annotation_changes(
         wanted[ANNOTATION_BASE] = resources.dumps(base.hard)
         if rooms:
             wanted[ANNOTATION_APPLIED] = resources.dumps(managed_hard)
+    if rooms and since is not None:
+        wanted[ANNOTATION_ROOMS_SINCE] = since
     current = annotations_of(quota)
     ours = [
         key
         for key in current
-        if key.startswith(MIGRATING_PREFIX) or key in (ANNOTATION_BASE, ANNOTATION_APPLIED)
+        if key.startswith(MIGRATING_PREFIX)
+        or key in (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE)
     ]
     remove = sorted(key for key in ours if key not in wanted)
     changed = {key: value for key, value in wanted.items() if current.get(key) != value}

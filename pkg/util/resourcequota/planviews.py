@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 from cachetools import LRUCache
 
-from ...apis.kubevirt import FINAL_PHASES
-from ...generic.meta import metadata, status
+from ...apis.kubevirt import FINAL_PHASES, LIVE_MIGRATABLE
+from ...generic.meta import condition_status, metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
 from ..launcher import LauncherSettings, launcher_quota_usage
@@ -86,10 +86,8 @@ class VmiFacts:
     namespace: str
     uid: str | None
     created: str | None
-    migration_uid: str | None
-    """status.migrationState.migrationUid: the migration the VMI's migrationState is about."""
-    source_pod: str | None
-    """status.migrationState.sourcePod."""
+    not_migratable: bool
+    """KubeVirt's LiveMigratable condition is False: no migration of it holds room."""
     render_key: bytes
     """A digest of what the launcher rendering reads: the annotations (Harvester's migration
     annotations aside) and the spec. Equal for VMIs that render to the same launcher pod under
@@ -104,26 +102,21 @@ class VmiFacts:
         if self.created is not None:
             meta["creationTimestamp"] = self.created
         state: dict[str, Any] = {}
-        if self.migration_uid is not None:
-            state["migrationUid"] = self.migration_uid
-        if self.source_pod is not None:
-            state["sourcePod"] = self.source_pod
-        return {"metadata": meta, "status": {"migrationState": state} if state else {}}
+        if self.not_migratable:
+            state["conditions"] = [{"type": LIVE_MIGRATABLE, "status": "False"}]
+        return {"metadata": meta, "status": state}
 
 
 def vmi_facts(vmi: Object) -> VmiFacts:
     """The VMI's facts; never raises (what cannot be encoded gets a key of its own, so it is
     rendered, and its error reported, on every plan as before)."""
     meta = metadata(vmi)
-    state = status(vmi).get("migrationState")
-    shared = state if isinstance(state, Mapping) else {}
     return VmiFacts(
         name=str(meta.get("name") or ""),
         namespace=str(meta.get("namespace") or ""),
         uid=_text(meta.get("uid")),
         created=_text(meta.get("creationTimestamp")),
-        migration_uid=_text(shared.get("migrationUid")),
-        source_pod=_text(shared.get("sourcePod")),
+        not_migratable=condition_status(vmi, LIVE_MIGRATABLE) == "False",
         render_key=_render_key(vmi),
     )
 

@@ -20,6 +20,7 @@ one (DecimalSI when they mix).
 
 from __future__ import annotations
 
+import bisect
 import datetime
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -53,19 +54,28 @@ class PodView:
     """kubevirt.io/created-by: the VMI uid of a launcher pod."""
     migration_uid: str | None = None
     """kubevirt.io/migrationJobUID: the migration a target pod was made for."""
+    created: str = ""
+    """metadata.creationTimestamp as the API server set it (RFC 3339, UTC, whole seconds: such
+    strings compare as the times do). No client can choose it, so it tells a pod that existed
+    before a room was raised from one that came while it was held."""
+    running: bool = False
+    """status.phase is Running: written by the kubelet (pods/status), never by a tenant."""
     error: str | None = None
     """Why the pod could not be read (its usage counts as nothing; planning reports it)."""
 
     @property
     def steady(self) -> bool:
-        """Charges the same at any time (until it changes): not being deleted, readable. A
-        terminal pod is steady: it charges nothing, ever."""
-        return self.deadline is None and self.error is None
+        """Charges the same at any time (until it changes): not being deleted. A terminal pod
+        is steady: it charges nothing, ever; so is a pod that could not be read."""
+        return self.deadline is None
 
     def counts(self, now: datetime.datetime) -> bool:
-        """Whether quota charges the pod at `now`; ValueError for a pod that could not be read."""
+        """Whether quota charges the pod at `now`. A pod that could not be read is taken to
+        count (it charges nothing here, `usage` is empty): whatever room it holds up stays held
+        while it exists, and no raise ever follows what it might use. Planning names it in a
+        Warning (NamespacePods.unreadable)."""
         if self.error is not None:
-            raise ValueError(self.error)
+            return True
         if self.terminal:
             return False
         return self.deadline is None or not now > self.deadline
@@ -84,6 +94,8 @@ def pod_view(pod: Object) -> PodView:
         "launcher": pod_labels.get(LABEL_KUBEVIRT) == LAUNCHER,
         "created_by": pod_labels.get(LABEL_CREATED_BY),
         "migration_uid": pod_labels.get(LABEL_MIGRATION_JOB),
+        "created": str(meta.get("creationTimestamp") or ""),
+        "running": status(pod).get("phase") == "Running",
     }
     try:
         terminal = status(pod).get("phase") in _TERMINAL
@@ -163,7 +175,12 @@ class NamespacePods:
         self._by_migration: dict[str, set[str]] = {}
         self._by_vmi: dict[str, set[str]] = {}
         self._changing: set[str] = set()
-        """Pods whose counting depends on the time or that could not be read."""
+        """Pods whose counting depends on the time."""
+        self._unreadable: set[str] = set()
+        """Pods that could not be read (they charge nothing; planning warns about each)."""
+        self._by_creation: list[tuple[str, str]] = []
+        """(created, name) of every pod, sorted: the pods created since a moment, without a walk
+        of the namespace (pods mostly arrive in creation order, so an insert is an append)."""
         for view in views:
             self.put(view)
 
@@ -183,10 +200,13 @@ class NamespacePods:
             self._steady.add(view.usage)
         else:
             self._changing.add(view.name)
+        if view.error is not None:
+            self._unreadable.add(view.name)
         if view.migration_uid:
             self._by_migration.setdefault(view.migration_uid, set()).add(view.name)
         if view.launcher and view.created_by:
             self._by_vmi.setdefault(view.created_by, set()).add(view.name)
+        bisect.insort(self._by_creation, (view.created, view.name))
         return True
 
     def remove(self, name: str) -> None:
@@ -196,8 +216,13 @@ class NamespacePods:
         if view.steady:
             self._steady.remove(view.usage)
         self._changing.discard(name)
+        self._unreadable.discard(name)
         _unlink(self._by_migration, view.migration_uid, name)
         _unlink(self._by_vmi, view.created_by if view.launcher else None, name)
+        entry = (view.created, name)
+        at = bisect.bisect_left(self._by_creation, entry)
+        if at < len(self._by_creation) and self._by_creation[at] == entry:
+            del self._by_creation[at]
 
     def get(self, name: str) -> PodView | None:
         return self._views.get(name)
@@ -210,9 +235,19 @@ class NamespacePods:
     def launchers_of(self, vmi_uid: str) -> list[PodView]:
         return [self._views[name] for name in sorted(self._by_vmi.get(vmi_uid, ()))]
 
+    def created_since(self, moment: str) -> list[PodView]:
+        """Pods whose creationTimestamp is `moment` or later (RFC 3339 UTC strings, as the API
+        server writes them), oldest first. Costs the pods returned, not the namespace."""
+        at = bisect.bisect_left(self._by_creation, (moment, ""))
+        return [self._views[name] for _, name in self._by_creation[at:]]
+
     def changing(self) -> list[PodView]:
-        """Pods being deleted, and pods that could not be read."""
+        """Pods being deleted."""
         return [self._views[name] for name in sorted(self._changing)]
+
+    def unreadable(self) -> list[PodView]:
+        """Pods that could not be read, by name: each charges nothing (PodView.counts)."""
+        return [self._views[name] for name in sorted(self._unreadable)]
 
     def used_without(self, excluded: frozenset[str], now: datetime.datetime) -> ResourceList:
         """What quota charges the namespace's pods at `now`, the pods named `excluded` aside.

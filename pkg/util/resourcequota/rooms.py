@@ -27,11 +27,12 @@ from ...apis.kubevirt import (
     LABEL_KUBEVIRT,
     LABEL_MIGRATION_JOB,
     LAUNCHER,
+    LIVE_MIGRATABLE,
     PHASE_FAILED,
     PHASE_PENDING,
     PHASE_SUCCEEDED,
 )
-from ...generic.meta import labels, metadata, status
+from ...generic.meta import condition_status, labels, metadata, status
 from ...generic.resource import Object
 from .. import resources
 from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quota_usage
@@ -70,6 +71,12 @@ class MigrationRoom:
     target_pod: str | None
     estimated: bool
     reason: str
+    created: str = ""
+    """The migration's creationTimestamp (which of a VMI's migrations holds its room)."""
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (PHASE_SUCCEEDED, PHASE_FAILED)
 
 
 @dataclass(frozen=True)
@@ -98,22 +105,6 @@ by the plan or the launcher rendering."""
 
 LazyVmi = Callable[[], Object | None]
 """The migration's VMI, looked up only when called (None: gone)."""
-
-
-def _source_pod_name(migration: Mapping[str, Any], vmi: LazyVmi) -> str | None:
-    """The migration's source pod as KubeVirt records it: on the VMIM, or (the VMI read only
-    then) on the VMI while its migrationState is about this migration."""
-    own = status(migration).get("migrationState")
-    if isinstance(own, Mapping) and own.get("sourcePod"):
-        return str(own["sourcePod"])
-    shared = status(vmi()).get("migrationState")
-    if (
-        isinstance(shared, Mapping)
-        and shared.get("migrationUid") == metadata(migration).get("uid")
-        and shared.get("sourcePod")
-    ):
-        return str(shared["sourcePod"])
-    return None
 
 
 def _still_counts(pod: PodView | None, now: datetime.datetime) -> bool:
@@ -145,8 +136,9 @@ class RoomInputs:
 
 
 def plan_rooms(inputs: RoomInputs) -> RoomPlan:
-    """Every migration of the namespace that holds room, with its room. Costs the migrations and
-    their pods, not the namespace's other pods (given NamespacePods)."""
+    """Every migration of the namespace that holds room, with its room, at most one migration
+    under way per VMI (`_one_under_way_per_vmi`). Costs the migrations and their pods, not the
+    namespace's other pods (given NamespacePods)."""
     pods = namespace_pods(inputs.pods)
     rooms: list[MigrationRoom] = []
     errors: dict[str, str] = {}
@@ -158,11 +150,32 @@ def plan_rooms(inputs: RoomInputs) -> RoomPlan:
             continue
         if room is not None:
             rooms.append(room)
+    rooms = _one_under_way_per_vmi(rooms)
     return RoomPlan(
         rooms=rooms,
         target_pods=frozenset(r.target_pod for r in rooms if r.target_pod and not r.estimated),
         estimate_errors=errors,
     )
+
+
+def _one_under_way_per_vmi(rooms: list[MigrationRoom]) -> list[MigrationRoom]:
+    """KubeVirt runs one migration of a VMI at a time, so a VMI holds one room for the
+    migrations under way however many name it (twenty created at once held twenty rooms): the
+    one whose target pod exists, else the oldest. A finished migration's room stands beside it:
+    it is made of a pod that still counts (`_finished_reason`)."""
+    chosen: dict[str, MigrationRoom] = {}
+    for room in rooms:
+        if room.finished:
+            continue
+        held = chosen.get(room.vmi_uid)
+        if held is None or _preferred(room) < _preferred(held):
+            chosen[room.vmi_uid] = room
+    kept = set(map(id, chosen.values()))
+    return [room for room in rooms if room.finished or id(room) in kept]
+
+
+def _preferred(room: MigrationRoom) -> tuple[bool, str, str]:
+    return (room.target_pod is None, room.created, room.migration)
 
 
 class _Once:
@@ -184,30 +197,57 @@ class _Once:
 
 def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> MigrationRoom | None:
     meta = metadata(migration)
-    target = pods.target_of(str(meta.get("uid", "")))
+    phase = str(status(migration).get("phase") or "")
+    labelled = pods.target_of(str(meta.get("uid", "")))
+    if phase in (PHASE_SUCCEEDED, PHASE_FAILED) and not _may_hold_room(
+        phase, labelled, pods, inputs.now
+    ):
+        # Most of the finished migrations a namespace keeps are decided here, without reading
+        # their VMI (`_finished_reason` decides the rest).
+        return None
     vmi_name = str((migration.get("spec") or {}).get("vmiName", ""))
-    # Looked up once, and only if needed: a lookup builds the narrow VMI (NamespaceVmis).
-    vmi: LazyVmi = _Once(lambda: inputs.vmis.get(vmi_name))
-    # Why it holds room first: a finished migration (a namespace keeps many) is mostly decided
-    # from itself and its pods, without reading its VMI.
+    vmi = inputs.vmis.get(vmi_name)
+    if vmi is None:
+        # Nothing can be migrated, nothing will be admitted: the migration holds no room.
+        return None
+    if _of_an_earlier_instance(migration, vmi):
+        return None
+    target = labelled if is_target_of(labelled, migration, vmi) else None
     reason = _holding_reason(migration, vmi, target, inputs.now, pods)
     if reason is None:
         return None
-    found = vmi()
-    if found is None:
-        # Nothing can be migrated, nothing will be admitted: the migration holds no room.
-        return None
-    if _of_an_earlier_instance(migration, found, target):
-        return None
-    return _room(migration, found, target, reason, inputs)
+    return _room(migration, vmi, target, reason, inputs)
 
 
-def _of_an_earlier_instance(migration: Object, vmi: Object, target: PodView | None) -> bool:
-    """Whether the migration belongs to a VMI of the same name that no longer exists (the VM
-    restarted): its target pod was made for another VMI uid, or the migration is older than the
-    current VMI (KubeVirt only admits a migration for an existing VMI)."""
-    if target is not None and target.created_by not in (None, metadata(vmi).get("uid")):
+def _may_hold_room(
+    phase: str, labelled: PodView | None, pods: NamespacePods, now: datetime.datetime
+) -> bool:
+    """What `_finished_reason` needs, as far as the pods alone tell: a target pod that counts
+    and, for a success, an older launcher pod of the same VMI that still counts."""
+    if labelled is None or not labelled.counts(now):
+        return False
+    if phase == PHASE_FAILED:
         return True
+    return _older_launcher(pods, labelled.created_by or "", labelled, now) is not None
+
+
+def is_target_of(pod: PodView | None, migration: Mapping[str, Any], vmi: Mapping[str, Any]) -> bool:
+    """Whether `pod` is the migration's target as only KubeVirt can make one: labelled with the
+    migration's uid and, as a launcher, with the VMI's uid (labels the shipped admission policy
+    lets no one but KubeVirt's controller set), and created no earlier than the migration (a
+    time the API server sets). A pod relabelled after it was created, or made for another VMI,
+    is an ordinary pod, charged against the base."""
+    if pod is None or not pod.launcher:
+        return False
+    if pod.created_by != metadata(vmi).get("uid"):
+        return False
+    return pod.created >= str(metadata(migration).get("creationTimestamp") or "")
+
+
+def _of_an_earlier_instance(migration: Object, vmi: Object) -> bool:
+    """Whether the migration belongs to a VMI of the same name that no longer exists (the VM
+    restarted): the migration is older than the current VMI (KubeVirt only admits a migration
+    for an existing VMI)."""
     migration_created = metadata(migration).get("creationTimestamp")
     vmi_created = metadata(vmi).get("creationTimestamp")
     # RFC 3339 UTC timestamps of the same form compare correctly as strings.
@@ -216,36 +256,64 @@ def _of_an_earlier_instance(migration: Object, vmi: Object, target: PodView | No
 
 def _holding_reason(
     migration: Object,
-    vmi: LazyVmi,
+    vmi: Object,
     target: PodView | None,
     now: datetime.datetime,
     pods: NamespacePods,
 ) -> str | None:
-    """Why the migration still holds room, or None once it does not (principle 3)."""
+    """Why the migration still holds room, or None once it does not (principle 3), decided
+    from pods alone: what a tenant can write (a migration's or VMI's status, which neither has
+    as a subresource) never makes room."""
     phase = str(status(migration).get("phase") or "")
-    target_counts = _still_counts(target, now)
-    if phase == PHASE_SUCCEEDED:
-        source_name = _source_pod_name(migration, vmi)
-        if source_name is not None:
-            counts = _still_counts(pods.get(source_name), now)
-            return f"source pod {source_name} still counts" if counts else None
-        # KubeVirt did not record the source pod: any other launcher pod of this VMI that still
-        # counts is one the migration left behind.
-        instance = vmi()
-        if instance is None:
-            return None
-        leftover = any(
-            (target is None or pod.name != target.name)
-            and pod.migration_uid is None
-            and pod.counts(now)
-            for pod in pods.launchers_of(str(metadata(instance).get("uid")))
-        )
-        return "source pod still counts" if leftover else None
-    if phase == PHASE_FAILED:
-        return "target pod of a failed migration still counts" if target_counts else None
+    if phase in (PHASE_SUCCEEDED, PHASE_FAILED):
+        return _finished_reason(phase, vmi, target, now, pods)
     if metadata(migration).get("deletionTimestamp") and target is None:
         return None  # aborted before a target pod was made: nothing to admit any more
+    if not _can_migrate(migration, vmi, target, now, pods):
+        return None
     return "migrating" if phase and phase != PHASE_PENDING else "pending"
+
+
+def _finished_reason(
+    phase: str, vmi: Object, target: PodView | None, now: datetime.datetime, pods: NamespacePods
+) -> str | None:
+    """A finished migration holds room while its target pod counts and, once it succeeded,
+    while a launcher pod of the VMI older than that target (its source) still counts too."""
+    if not _still_counts(target, now) or target is None:
+        return None
+    if phase == PHASE_FAILED:
+        return "target pod of a failed migration still counts"
+    source = _older_launcher(pods, str(metadata(vmi).get("uid")), target, now)
+    return f"source pod {source.name} still counts" if source is not None else None
+
+
+def _older_launcher(
+    pods: NamespacePods, vmi_uid: str, target: PodView, now: datetime.datetime
+) -> PodView | None:
+    for pod in pods.launchers_of(vmi_uid):
+        if pod.name != target.name and pod.created <= target.created and pod.counts(now):
+            return pod
+    return None
+
+
+def _can_migrate(
+    migration: Object,
+    vmi: Object,
+    target: PodView | None,
+    now: datetime.datetime,
+    pods: NamespacePods,
+) -> bool:
+    """A migration under way makes room only for a VMI that runs: a launcher pod of the VMI
+    (not the migration's own target) that the kubelet reports Running and that still counts. A
+    VMI whose pod never started (refused, unschedulable) has nothing to migrate; neither has one
+    KubeVirt reports not live-migratable."""
+    if condition_status(vmi, LIVE_MIGRATABLE) == "False":
+        return False
+    vmi_uid = str(metadata(vmi).get("uid"))
+    return any(
+        pod.running and pod.counts(now) and (target is None or pod.name != target.name)
+        for pod in pods.launchers_of(vmi_uid)
+    )
 
 
 def _room(
@@ -268,6 +336,7 @@ def _room(
         target_pod=target.name if target is not None else None,
         estimated=estimated,
         reason=reason,
+        created=str(metadata(migration).get("creationTimestamp") or ""),
     )
 
 

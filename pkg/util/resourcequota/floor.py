@@ -1,0 +1,69 @@
+"""What a raise may stand on: the usage a namespace had before its rooms began (principle 5).
+
+While migrations hold room, ``hard = max(base, floor) + rooms``. The floor is what the
+namespace's pods use, targets aside, counting only pods that existed before the room period
+began. A pod that slipped in while room was held (our webhook down, on an ``Ignore`` rule) uses
+the raised quota, but no raise ever follows it: without this, each such pod raised ``used`` and
+the next plan raised the quota again for it, so the quota followed the tenant upward (+39 CPU
+over a 5-CPU base after two migrations, measured). With it, an outage's excess is bounded by the
+rooms held, and the pods that took it are charged against the base (``UsageAboveBase``).
+
+When the period began is a fact no tenant can shift: the creation time the API server gave the
+earliest migration holding room, recorded on the quota (``harvester-quota.io/rooms-since``,
+written with the first raise, removed with the last release) so that the period does not move
+forward while overlapping migrations follow one another. A pod is "new" by its own
+creationTimestamp, also set by the API server. KubeVirt's migration target pods are never new:
+each replaces a launcher pod that already counted (the labels that mark them are KubeVirt's
+alone, see docs/security.md), so a VM over its base after the overhead ratio was raised (the
+v1.7.0 seed) migrates again and again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from ...generic.meta import annotations_of
+from ..resources import ResourceList
+from .podindex import NamespacePods
+
+ANNOTATION_ROOMS_SINCE: Final = "harvester-quota.io/rooms-since"
+"""On the managed quota while rooms are held: when the room period began (RFC 3339, UTC)."""
+
+_RFC3339_UTC: Final = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+"""The form the API server writes creationTimestamp in; only such strings compare as times."""
+
+
+def rooms_since(quota: Mapping[str, Any], migrations_created: Iterable[str]) -> str | None:
+    """When the room period began: the earlier of the recorded moment and the creation of the
+    earliest migration holding room now; None when no room is held. A recorded value that is
+    not an API-server timestamp is ignored (the plan rewrites it)."""
+    created = [moment for moment in migrations_created if _RFC3339_UTC.match(moment)]
+    if not created:
+        return None
+    recorded = annotations_of(quota).get(ANNOTATION_ROOMS_SINCE)
+    if recorded is not None and _RFC3339_UTC.match(recorded):
+        created.append(recorded)
+    return min(created)
+
+
+def used_before(
+    pods: NamespacePods,
+    targets: frozenset[str],
+    since: str | None,
+    now: datetime.datetime,
+) -> ResourceList:
+    """What the namespace's pods use at `now`, the rooms' target pods aside, counting only the
+    pods created before `since` and KubeVirt's migration targets (all pods when `since` is
+    None). Costs the pods created since, not the namespace."""
+    return pods.used_without(targets | frozenset(arrivals(pods, since)), now)
+
+
+def arrivals(pods: NamespacePods, since: str | None) -> list[str]:
+    """The pods created at or after `since` that are not KubeVirt migration targets: what the
+    namespace took while room was held, and no raise follows."""
+    if since is None:
+        return []
+    return [pod.name for pod in pods.created_since(since) if not pod.migration_uid]

@@ -1,0 +1,231 @@
+"""The quota plan against a tenant who lies (issue 25): every room rests on facts a tenant cannot
+forge (pods KubeVirt made, times the API server set), never on a label, a name or a status a
+tenant can write. Each test is one abuse; each fails on the plan that trusted the lie."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
+from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+
+from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
+
+NOW = datetime.datetime(2026, 1, 1, 12, tzinfo=datetime.UTC)
+LIMIT = {"limitsCpu": "10000m", "limitsMemory": "40Gi"}
+HARD = {"limits.cpu": "10", "limits.memory": "40Gi"}
+VM_STARTED = "2026-01-01T09:00:00Z"
+MIGRATED = "2026-01-01T10:00:00Z"
+
+
+def running_vm(name: str, cores: int = 2) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A VMI and its Running source launcher pod (created by KubeVirt when the VMI started)."""
+    instance = vmi(name, cores=cores)
+    instance["metadata"]["creationTimestamp"] = VM_STARTED
+    return instance, launcher_pod(instance, f"virt-launcher-{name}-src")
+
+
+def migration_of(name: str, instance: dict[str, Any], created: str = MIGRATED) -> dict[str, Any]:
+    mig = migration(name, instance)
+    mig["metadata"]["creationTimestamp"] = created
+    return mig
+
+
+def tenant_pod(name: str, cpu: str, created: str, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": labels,
+            "creationTimestamp": created,
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": cpu}}}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def plan(
+    migrations: list[dict[str, Any]],
+    vmis: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    quota: dict[str, Any] | None = None,
+) -> QuotaPlan:
+    return plan_quota(
+        NamespaceSnapshot(
+            namespace=rancher_namespace("ns", LIMIT),
+            quota=quota or managed_quota("ns", HARD),
+            migrations=migrations,
+            vmis={v["metadata"]["name"]: v for v in vmis},
+            pods=pods,
+            now=NOW,
+            launcher=LauncherSettings(ratio="1.5", kubevirt_version="1.6"),
+        )
+    )
+
+
+def cpu(plan_: QuotaPlan) -> Quantity:
+    return Quantity.parse(plan_.hard["limits.cpu"])
+
+
+def room_cpu(pod: dict[str, Any]) -> Quantity:
+    return pod_quota_usage(pod)["limits.cpu"]
+
+
+def test_twenty_migrations_of_one_vmi_hold_one_room() -> None:
+    """Twenty migrations of one running VMI created at once held twenty rooms (spec.hard 3 ->
+    43-62 CPU, measured); KubeVirt runs one at a time, so one room is all a VMI can need."""
+    instance, source = running_vm("vm1")
+    migrations = [migration_of(f"m{i:02}", instance) for i in range(20)]
+    planned = plan(migrations, [instance], [source])
+    assert [room.migration for room in planned.rooms.rooms] == ["m00"], "the oldest holds it"
+    assert cpu(planned) == Quantity.parse("10") + room_cpu(source)
+
+
+def test_the_migration_whose_target_exists_holds_the_vmis_room() -> None:
+    instance, source = running_vm("vm1")
+    first, second = migration_of("m-a", instance), migration_of("m-b", instance)
+    target = launcher_pod(instance, "virt-launcher-vm1-dst", migration=second)
+    planned = plan([first, second], [instance], [source, target])
+    assert [(r.migration, r.estimated) for r in planned.rooms.rooms] == [("m-b", False)]
+
+
+def test_a_vmi_whose_pod_never_ran_gets_no_room() -> None:
+    """A 64-core VMI whose launcher pod was refused, plus a migration of it, raised the quota by
+    64 cores: nothing runs, nothing can migrate, nothing is raised."""
+    big = vmi("big", cores=64, memory="256Gi")
+    big["metadata"]["creationTimestamp"] = VM_STARTED
+    refused_or_pending = launcher_pod(big, "virt-launcher-big-x", phase="Pending")
+    for pods in ([], [refused_or_pending]):
+        planned = plan([migration_of("m1", big)], [big], pods)
+        assert not planned.holds_room and cpu(planned) == Quantity.parse("10")
+
+
+def test_a_vmi_kubevirt_reports_not_live_migratable_gets_no_room() -> None:
+    instance, source = running_vm("vm1")
+    instance["status"] = {"conditions": [{"type": "LiveMigratable", "status": "False"}]}
+    assert not plan([migration_of("m1", instance)], [instance], [source]).holds_room
+
+
+def test_a_pod_labelled_as_a_migrations_target_after_the_migration_began_is_an_ordinary_pod() -> (
+    None
+):
+    """A 500m tenant pod labelled kubevirt.io/migrationJobUID=<uid> became the migration's
+    "target": the room shrank to 500m and the real target was refused. A pod is a target only
+    if KubeVirt made it for the migration's VMI, no earlier than the migration."""
+    instance, source = running_vm("vm1")
+    mig = migration_of("m1", instance)
+    uid = mig["metadata"]["uid"]
+    forgeries = [
+        # relabelled: created before the migration
+        tenant_pod("old", "500m", VM_STARTED, **{"kubevirt.io/migrationJobUID": uid}),
+        # not a launcher of this VMI
+        tenant_pod("new", "500m", "2026-01-01T10:00:05Z", **{"kubevirt.io/migrationJobUID": uid}),
+        # a launcher label set by hand, for another VMI
+        tenant_pod(
+            "other",
+            "500m",
+            "2026-01-01T10:00:05Z",
+            **{
+                "kubevirt.io": "virt-launcher",
+                "kubevirt.io/created-by": "another-vmi",
+                "kubevirt.io/migrationJobUID": uid,
+            },
+        ),
+    ]
+    honest = plan([mig], [instance], [source])
+    for forged in forgeries:
+        lied = plan([mig], [instance], [source, forged])
+        assert [(r.estimated, r.target_pod) for r in lied.rooms.rooms] == [(True, None)]
+        assert lied.rooms.rooms[0].room == honest.rooms.rooms[0].room, "the whole room stands"
+        assert "limits.cpu" in lied.used and lied.used["limits.cpu"] == room_cpu(
+            source
+        ) + Quantity.parse("500m"), "the pod is charged against the base"
+
+
+def test_a_succeeded_migration_without_kubevirts_target_pod_holds_no_room() -> None:
+    """A tenant can write a migration's status: "Succeeded" naming the VM's own pod as the
+    source held a room for as long as the VM ran. A finished migration holds room only through
+    the pods KubeVirt made for it."""
+    instance, source = running_vm("vm1")
+    forged = migration_of("m1", instance)
+    forged["status"] = {
+        "phase": "Succeeded",
+        "migrationState": {"sourcePod": source["metadata"]["name"]},
+    }
+    assert not plan([forged], [instance], [source]).holds_room
+
+
+def test_a_succeeded_migration_holds_room_while_its_source_still_counts() -> None:
+    instance, source = running_vm("vm1")
+    done = migration_of("m1", instance)
+    done["status"] = {"phase": "Succeeded"}
+    target = launcher_pod(instance, "virt-launcher-vm1-dst", migration=done)
+    planned = plan([done], [instance], [source, target])
+    assert [(r.migration, r.estimated) for r in planned.rooms.rooms] == [("m1", False)]
+    source_gone = copy.deepcopy(source)
+    source_gone["status"]["phase"] = "Succeeded"
+    assert not plan([done], [instance], [source_gone, target]).holds_room
+
+
+def test_no_raise_follows_a_pod_that_arrived_while_room_was_held() -> None:
+    """With the webhook down, pods that got in while room was held raised `used`, and the plan
+    raised the quota again for them (+39 CPU over a 5-CPU base after two migrations). Now the
+    raise stands on what was used before the room period began."""
+    instance, source = running_vm("vm1")
+    mig = migration_of("m1", instance)
+    before = plan([mig], [instance], [source])
+    slipped_in = tenant_pod("slipped-in", "8", "2026-01-01T10:00:30Z")
+    after = plan([mig], [instance], [source, slipped_in])
+    assert cpu(after) == cpu(before) == Quantity.parse("10") + room_cpu(source)
+    assert after.used["limits.cpu"] > Quantity.parse("8"), "reported as used all the same"
+
+
+def test_usage_above_the_base_from_before_the_rooms_is_still_raised_for() -> None:
+    """The v1.7.0 seed: a VM over the base since the overhead ratio was raised still migrates:
+    pods older than the room period are the floor."""
+    instance, source = running_vm("vm1")
+    old = tenant_pod("old", "9", "2026-01-01T08:00:00Z")
+    planned = plan([migration_of("m1", instance)], [instance], [source, old])
+    assert cpu(planned) == Quantity.parse("9") + room_cpu(source) + room_cpu(source)
+
+
+def test_the_room_period_is_recorded_with_the_raise_and_holds_across_overlapping_migrations() -> (
+    None
+):
+    """Migrations that follow one another must not move the period forward: the moment is
+    recorded on the quota with the first raise and kept while any room is held."""
+    first_vm, first_source = running_vm("vm1")
+    second_vm, second_source = running_vm("vm2")
+    first = migration_of("m1", first_vm, "2026-01-01T10:00:00Z")
+    raised = plan([first], [first_vm], [first_source, second_source])
+    assert raised.annotations[ANNOTATION_ROOMS_SINCE] == "2026-01-01T10:00:00Z"
+    quota = managed_quota("ns", HARD, {ANNOTATION_ROOMS_SINCE: "2026-01-01T10:00:00Z"})
+    second = migration_of("m2", second_vm, "2026-01-01T10:05:00Z")
+    slipped_in = tenant_pod("slipped-in", "4", "2026-01-01T10:02:00Z")
+    later = plan([second], [second_vm], [first_source, second_source, slipped_in], quota)
+    assert cpu(later) == Quantity.parse("10") + room_cpu(second_source)
+    assert ANNOTATION_ROOMS_SINCE not in later.annotations, "already recorded"
+    released = plan([], [second_vm], [first_source, second_source], quota)
+    assert ANNOTATION_ROOMS_SINCE in released.remove_annotations
+
+
+def test_a_recorded_moment_that_is_not_a_timestamp_is_replaced() -> None:
+    instance, source = running_vm("vm1")
+    quota = managed_quota("ns", HARD, {ANNOTATION_ROOMS_SINCE: "0000"})
+    planned = plan([migration_of("m1", instance)], [instance], [source], quota)
+    assert planned.annotations[ANNOTATION_ROOMS_SINCE] == MIGRATED
+
+
+def test_a_pod_that_cannot_be_read_is_named_in_a_warning_and_plans_the_rest() -> None:
+    instance, source = running_vm("vm1")
+    unreadable = tenant_pod("huge", "1" * 1001, VM_STARTED)
+    planned = plan([migration_of("m1", instance)], [instance], [source, unreadable])
+    assert planned.holds_room and planned.managed
+    assert any(
+        "pod huge" in warning and "no raise follows" in warning for warning in planned.warnings
+    )
