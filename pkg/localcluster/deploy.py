@@ -46,6 +46,20 @@ KINDS: Final = {
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     "Deployment": Resource("apps", "v1", "deployments", "Deployment"),
     "CustomResourceDefinition": CRDS,
+    "ValidatingAdmissionPolicy": Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        False,
+    ),
+    "ValidatingAdmissionPolicyBinding": Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
+    ),
     "ValidatingWebhookConfiguration": Resource(
         "admissionregistration.k8s.io",
         "v1",
@@ -90,11 +104,48 @@ async def apply(
 
 
 async def apply_shipped_rbac(api: ApiClient) -> None:
-    """The service accounts, roles and bindings of deploy/ (and their namespace)."""
+    """The service accounts, roles and bindings of deploy/ (and their namespace), and the
+    admission policy that fences the webhook's Leases (part of what its Role may do)."""
     await ensure_namespace(api)
     for document in documents():
         if document["kind"] in RBAC_KINDS:
             await apply(api, document)
+    for document in documents():
+        if (
+            document["kind"].startswith("ValidatingAdmissionPolicy")
+            and document["metadata"]["name"] != KUBEVIRT_LABELS_POLICY
+        ):
+            await apply(api, document)
+
+
+KUBEVIRT_LABELS_POLICY: Final = "harvester-quota-kubevirt-labels"
+"""The shipped policy that lets only KubeVirt's controller set KubeVirt's pod labels; the other
+shipped policy (the webhook's Leases) is cluster-wide as shipped (apply_shipped_rbac)."""
+
+
+def kubevirt_labels_policy(
+    match_labels: Mapping[str, str], *, kubevirt_user: str = KUBEVIRT_USER, name: str
+) -> tuple[Object, Object]:
+    """The shipped kubevirt-labels policy and its binding, named `name`, with `kubevirt_user` as
+    KubeVirt's controller, bound only to the namespaces labelled `match_labels` (as
+    webhook_configuration narrows the webhook), so that a test's or a run's policy never meets
+    another's namespaces."""
+    policy, binding = (
+        copy.deepcopy(d)
+        for d in documents()
+        if d["kind"].startswith("ValidatingAdmissionPolicy")
+        and d["metadata"]["name"] == KUBEVIRT_LABELS_POLICY
+    )
+    policy["metadata"]["name"] = binding["metadata"]["name"] = name
+    binding["spec"]["policyName"] = name
+    for condition in policy["spec"]["matchConditions"]:
+        condition["expression"] = condition["expression"].replace(KUBEVIRT_USER, kubevirt_user)
+    selector = binding["spec"]["matchResources"].get("namespaceSelector") or {}
+    binding["spec"]["matchResources"]["namespaceSelector"] = {
+        **selector,
+        "matchLabels": dict(match_labels),
+    }
+    return policy, binding
 
 
 async def service_account_token(api: ApiClient, service_account: str) -> str:
@@ -181,3 +232,18 @@ def webhook_configuration(
             shipped_selector = webhook.get("namespaceSelector") or {}
             webhook["namespaceSelector"] = {**shipped_selector, "matchLabels": only}
     return configuration
+
+
+async def register_kubevirt_labels_policy(
+    api: ApiClient, match_labels: Mapping[str, str], *, kubevirt_user: str, name: str
+) -> None:
+    """Applies kubevirt_labels_policy (policy first, then its binding)."""
+    for document in kubevirt_labels_policy(match_labels, kubevirt_user=kubevirt_user, name=name):
+        await apply(api, document)
+
+
+async def unregister_kubevirt_labels_policy(api: ApiClient, name: str) -> None:
+    """Deletes what register_kubevirt_labels_policy applied (binding first); gone is fine."""
+    for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+        with contextlib.suppress(errors.NotFound):
+            await api.delete(KINDS[kind], name)

@@ -47,6 +47,8 @@ class Request:
     obj: dict[str, Any] | None
     old: dict[str, Any] | None
     dry_run: bool
+    sub_resource: str = ""
+    """The request's subResource ("resize" for an in-place resize of a pod), "" for none."""
 
 
 def parse_review(body: bytes) -> Request:
@@ -86,6 +88,7 @@ def parse_review(body: bytes) -> Request:
         obj=obj,
         old=old,
         dry_run=bool(request.get("dryRun")),
+        sub_resource=str(request.get("subResource") or ""),
     )
 
 

@@ -31,6 +31,8 @@ from harvester_quota.localcluster.deploy import (
     client_as,
     documents,
     ensure_namespace,
+    register_kubevirt_labels_policy,
+    unregister_kubevirt_labels_policy,
 )
 from harvester_quota.localcluster.deploy import (
     webhook_configuration as shipped_webhook_configuration,
@@ -190,6 +192,12 @@ async def running_webhooks(
             ports[0], ca.cert_pem, namespace, kubevirt_user=kubevirt_user
         )
         created = await apply(api, configuration)
+        await register_kubevirt_labels_policy(
+            api,
+            {"kubernetes.io/metadata.name": namespace},
+            kubevirt_user=kubevirt_user,
+            name=created["metadata"]["name"],
+        )
         yield tuple(server for _, server in replica_set)
     finally:
         if created is not None:
@@ -197,6 +205,7 @@ async def running_webhooks(
                 await api.delete(
                     KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
                 )
+                await unregister_kubevirt_labels_policy(api, created["metadata"]["name"])
         if proxy is not None:
             proxy.close()
         for caches, server in replica_set:

@@ -386,6 +386,63 @@ def test_pods_may_not_take_the_room_a_migration_waits_for() -> None:
         )
 
 
+def test_kubevirts_launcher_pod_of_a_new_vmi_is_held_to_the_base_while_room_is_held() -> None:
+    """KubeVirt's own pods skipped every check while room was held: a migration, then a VMI of
+    the same size, and the new VMI's launcher pod took the room. Only KubeVirt's migration
+    targets pass; its other pods are held to the base like a tenant's."""
+    lookups = FakeLookups()
+    room_held(lookups)
+    new_vm = vmi("vm2")
+    launcher = launcher_pod(new_vm, "virt-launcher-vm2-abcde")
+    with pytest.raises(Denied) as denied:
+        validate_pod(
+            request("Pod", launcher, operation="CREATE", user=KUBEVIRT_CONTROLLER),
+            lookups,
+            Identities(),
+        )
+    assert "would take room reserved for the live migration of vm1" in denied.value.message
+
+
+def resize_pod(name: str, cpu_before: str, cpu_after: str, **labels: str) -> Request:
+    return Request(
+        uid="u1",
+        kind="Pod",
+        operation="UPDATE",
+        namespace="ns",
+        name=name,
+        username="tenant",
+        groups=(),
+        obj=plain_pod(name, cpu_after, "1Mi", **labels),
+        old=plain_pod(name, cpu_before, "1Mi", **labels),
+        dry_run=False,
+        sub_resource="resize",
+    )
+
+
+def test_a_pod_resized_in_place_into_the_room_is_denied_and_a_shrink_passes() -> None:
+    """pods/resize let a pod grow into a held room, since only creates were checked: a resize
+    is checked like a create of what it adds (985m free under the base here)."""
+    lookups = FakeLookups()
+    room_held(lookups)
+    with pytest.raises(Denied) as denied:
+        validate_pod(resize_pod("grower", "100m", "2"), lookups, Identities())
+    assert "pod grower resized would take room reserved for the live migration of vm1" in (
+        denied.value.message
+    )
+    assert "needs 1900m" in denied.value.message, "only what it adds is checked"
+    validate_pod(resize_pod("grower", "100m", "900m"), lookups, Identities())
+    validate_pod(resize_pod("shrinker", "2", "1"), lookups, Identities())
+
+
+def test_a_target_label_exempts_no_resize_even_for_kubevirt() -> None:
+    lookups = FakeLookups()
+    room_held(lookups)
+    grow = resize_pod("target", "2015m", "4", **{"kubevirt.io/migrationJobUID": "x"})
+    grow = Request(**{**vars(grow), "username": KUBEVIRT_CONTROLLER})
+    with pytest.raises(Denied):
+        validate_pod(grow, lookups, Identities())
+
+
 def test_pods_are_not_checked_while_no_room_is_held() -> None:
     lookups = FakeLookups(quotas={"ns": quota_with({"limits.cpu": "3", "limits.memory": "5000Mi"})})
     validate_pod(

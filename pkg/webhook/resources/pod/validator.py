@@ -1,6 +1,8 @@
 """Pod rules: while a migration holds room, a pod that is not a migration target may not push the
-namespace's usage (targets excluded) above the base. Target pods (labelled
-kubevirt.io/migrationJobUID, created by KubeVirt's controller) always pass. What was admitted a
+namespace's usage (targets excluded) above the base, neither by its create nor by growing in place
+(pods/resize). KubeVirt's own launcher pods of new VMIs are held to the base like any other pod;
+only migration target pods (labelled kubevirt.io/migrationJobUID, a label only KubeVirt's
+controller may set, and created by KubeVirt's controller) pass. What was admitted a
 moment ago counts even before the caches show it: in this process (ledger.py), or in every
 replica (reservations.py).
 """
@@ -12,15 +14,37 @@ from dataclasses import dataclass
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....generic.meta import labels as labels_of
 from ....util.podusage import pod_quota_usage
-from ....util.resources import ResourceList
+from ....util.resources import ResourceList, subtract_non_negative
 from ...admission import Denied, Request
 from ..common import Identities, Lookups, NamespaceView, base_of, check_fits_base, view_of
 from .ledger import AdmissionLedger
 
+RESIZE = "resize"
+"""The pods subresource of an in-place resize (GA in Kubernetes 1.35): a pod grows without a
+create, so it is checked like one, for what it adds."""
+
 
 def is_migration_target(request: Request, identities: Identities) -> bool:
+    """A migration target pod being created by KubeVirt's controller (the API server's userInfo;
+    the label is one only KubeVirt may set, see the kubevirt-labels admission policy)."""
     labels = labels_of(request.obj)
-    return LABEL_MIGRATION_JOB in labels and request.username in identities.target_creators
+    return (
+        request.operation == "CREATE"
+        and LABEL_MIGRATION_JOB in labels
+        and request.username in identities.target_creators
+    )
+
+
+def requested_usage(request: Request) -> ResourceList:
+    """What the request adds to the namespace's quota usage: the whole pod for a create, what
+    an in-place resize grows on each key (nothing for what it shrinks) for a resize. ValueError
+    for a pod quota could not read."""
+    needed = pod_quota_usage(request.obj or {})
+    if request.operation == "CREATE":
+        return needed
+    before = pod_quota_usage(request.old or {})
+    grown = subtract_non_negative(needed, before)
+    return {key: value for key, value in grown.items() if value.sign() > 0}
 
 
 @dataclass(frozen=True)
@@ -44,9 +68,12 @@ class PodCheck:
 
 
 def pod_check(request: Request, lookups: Lookups, identities: Identities) -> PodCheck | None:
-    """The check a pod create needs, or None: a migration target, no managed quota, or no room
-    held (quota admission at hard == base is all the protection needed then)."""
+    """The check a pod create or resize needs, or None: a migration target, any other update, no
+    managed quota, no room held (quota admission at hard == base is all the protection needed
+    then), or a resize that grows nothing."""
     if is_migration_target(request, identities):
+        return None
+    if request.operation != "CREATE" and request.sub_resource != RESIZE:
         return None
     quota = lookups.managed_quota(request.namespace)
     if quota is None:
@@ -55,13 +82,16 @@ def pod_check(request: Request, lookups: Lookups, identities: Identities) -> Pod
     if not view.holds_room:
         return None
     try:
-        needed = pod_quota_usage(request.obj or {})
+        needed = requested_usage(request)
     except ValueError as error:
         raise Denied(f"pod {request.name}: {error}", code=422) from error
+    if not needed:
+        return None
+    doing = "resized" if request.sub_resource == RESIZE else ""
     return PodCheck(
         namespace=request.namespace,
-        subject=f"pod {request.name or '(generated name)'} would take room reserved for the live "
-        f"migration of {view.holders()}",
+        subject=f"pod {request.name or '(generated name)'}{' ' + doing if doing else ''} would take "
+        f"room reserved for the live migration of {view.holders()}",
         needed=needed,
         base=base_of(lookups, request.namespace, view),
         view=view,
