@@ -59,7 +59,7 @@ class ControllerApp:
         self.reconciler = resourcequota.register(self.management)
         if self.options.mtq:
             self.mtq = mtq.register(self.management, lock_seconds=self.options.mtq_lock_seconds)
-            self.reconciler.defer_to = self.mtq.manages
+            self.reconciler.defer_to = self.mtq.has_budget
         if self.options.harvester_compat:
             annotator = VmiAnnotator(self.management, quota_first=self.reconciler.settled)
             self.vmim_controller = vmim.register(self.management, annotator)

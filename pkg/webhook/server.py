@@ -47,6 +47,7 @@ from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
 from ..util.resourcequota.early import EARLY_ROOM_TTL
+from ..util.resourcequota.handover import room_raise_left
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
 from .admission import BadReview, Denied, Request, parse_review, review_response
@@ -149,9 +150,14 @@ class WebhookCaches:
         self.quota_changes.changed(str((quota.get("metadata") or {}).get("namespace")))
 
     def managed_quota(self, namespace: str) -> Object | None:
-        if self.vmmrqs is not None and self.vmmrqs.store.by_index("namespace", namespace):
+        quota = managed_quota(self.quotas.store.by_index("namespace", namespace))
+        if (
+            self.vmmrqs is not None
+            and self.vmmrqs.store.by_index("namespace", namespace)
+            and not room_raise_left(quota, self.namespace(namespace))
+        ):
             return None  # MTQ mode's namespace: the room mode does not manage its quota
-        return managed_quota(self.quotas.store.by_index("namespace", namespace))
+        return quota
 
     def namespace(self, name: str) -> Object | None:
         return self.namespaces.store.get(name)

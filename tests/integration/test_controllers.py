@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES
+from harvester_quota.apis.mtq import VMMRQS
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.generic import errors
@@ -97,6 +98,42 @@ async def test_room_is_held_while_the_source_pod_terminates_then_hard_is_exactly
     assert migrating_keys(await kv.quota()) == []
     vmi_now = await kv.api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", kv.namespace)
     assert "harvesterhci.io/migrationState" not in (vmi_now["metadata"].get("annotations") or {})
+
+
+async def test_a_budget_created_while_room_is_held_is_handed_over_only_after_the_raise_is_given_back(
+    controllers: ControllerApp, kv: KubeVirtByHand
+) -> None:
+    """A VirtualMachineMigrationResourceQuota created while the room mode held room made it step
+    away at once with its raise still in spec.hard (and the webhook's pod checks off): the
+    tenant kept the raise. The room mode gives the raise back first; only then is the namespace
+    MTQ mode's."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    vmi, _source = await kv.start_vm("vm1")
+    await kv.migrate(vmi)
+    await eventually(lambda: raised(kv), what="the room raised")
+    assert controllers.mtq is not None and not controllers.mtq.manages(kv.namespace)
+    await kv.api.create(
+        VMMRQS,
+        {
+            "apiVersion": "mtq.kubevirt.io/v1alpha1",
+            "kind": "VirtualMachineMigrationResourceQuota",
+            "metadata": {"name": "budget"},
+            "spec": {"additionalMigrationResources": {"limits.cpu": "3", "limits.memory": "6Gi"}},
+        },
+        kv.namespace,
+    )
+    await eventually(lambda: hard_equals(kv, V170_HARD), what="the raise given back")
+    assert migrating_keys(await kv.quota()) == []
+    await eventually(
+        lambda: controllers.mtq is not None and controllers.mtq.manages(kv.namespace),
+        what="MTQ mode's once the raise is gone",
+    )
+
+
+async def raised(kv: KubeVirtByHand) -> bool:
+    hard = (await kv.quota())["spec"]["hard"]
+    return Quantity.parse(hard["limits.cpu"]) > Quantity.parse(V170_HARD["limits.cpu"])
 
 
 async def test_invalid_annotations_leave_the_quota_alone_with_a_warning_event(

@@ -50,6 +50,8 @@ from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ...util.launcher import LauncherSettings, launcher_quota_usage
 from ...util.podusage import strip_pod_to_quota_fields
 from ...util.resourcequota.conditional import failed_test, publish_patch
+from ...util.resourcequota.handover import room_raise_left
+from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
@@ -171,9 +173,18 @@ class MtqReconciler:
         )
         controller.on_change(HANDLER, self.reconcile)
 
-    def manages(self, namespace: str) -> bool:
-        """True if `namespace` has a VMMRQ: MTQ mode handles it, the room mode leaves it."""
+    def has_budget(self, namespace: str) -> bool:
+        """True if `namespace` has a VMMRQ: it is MTQ mode's once the room mode has given its
+        raise back there (handover.py)."""
         return bool(self.vmmrqs.store.index_keys("namespace", namespace))
+
+    def manages(self, namespace: str) -> bool:
+        """True if MTQ mode handles `namespace`: it has a VMMRQ and no raise of the room mode
+        stands in its managed quota (the room mode gives it back first)."""
+        if not self.has_budget(namespace):
+            return False
+        quota = managed_quota(self.quotas.store.by_index("namespace", namespace))
+        return not room_raise_left(quota, None)
 
     def _where_managed(
         self, resolve: Callable[[Object], list[str]]

@@ -10,6 +10,7 @@ a lost watch or Rancher resetting spec.hard all converge on the next run.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -44,6 +45,7 @@ from ...util.resourcequota.conditional import (
     copy_hard_to_status,
     failed_test,
 )
+from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
 from ...util.resourcequota.planviews import (
@@ -158,7 +160,7 @@ class QuotaReconciler:
         """Quota writes per namespace (tests and the scenario report read it)."""
         self.defer_to: Callable[[str], bool] = lambda _namespace: False
         """True for a namespace another mode handles (MTQ mode, where it has a VMMRQ): its
-        quota is left alone here."""
+        quota is left alone here once any raise of ours there is given back (handover.py)."""
 
     def register(self) -> None:
         controller = self.namespaces
@@ -247,10 +249,11 @@ class QuotaReconciler:
         if namespace is None or metadata(namespace).get("deletionTimestamp"):
             self._forget(key)
             return namespace
-        if self.defer_to(key):
+        handing_over = self.defer_to(key)
+        if handing_over and not self._raise_left(key, namespace):
             self._forget(key)
             return namespace
-        planned = self._plan(key, namespace)
+        planned = self._plan(key, namespace, release=handing_over)
         if planned is not None and planned.labels_room:
             self._room_last_held[key] = self.management.clock.monotonic()
             labelled = await self._label_room_held(planned.namespace, True)
@@ -279,9 +282,18 @@ class QuotaReconciler:
                 unlabel = self._unlabel_retry(namespace)
         return self._requeue(namespace, planned.plan, lingers, unlabel)
 
-    def _plan(self, key: str, namespace: Object) -> _Planned | None:
+    def _raise_left(self, key: str, namespace: Object) -> bool:
+        """Whether a raise of ours still stands in the namespace (as we last wrote it)."""
+        quota = managed_quota(self.quotas.store.by_index("namespace", key))
+        if quota is not None:
+            quota = self._quota_writes.newest(key, quota)
+        return room_raise_left(quota, self._namespace_writes.newest(key, namespace))
+
+    def _plan(self, key: str, namespace: Object, *, release: bool = False) -> _Planned | None:
         """The namespace's plan from the caches (and our writes they do not show yet); None
-        without a managed quota. Pure but for reading: no write, no Event, no metric."""
+        without a managed quota. With `release`, the plan of a namespace with no migration
+        (every room given back: a namespace handed over to MTQ mode). Pure but for reading: no
+        write, no Event, no metric."""
         quotas = self.quotas.store.by_index("namespace", key)
         quota = managed_quota(quotas)
         if quota is None:
@@ -289,6 +301,8 @@ class QuotaReconciler:
         quota = self._quota_writes.newest(key, quota)
         namespace = self._namespace_writes.newest(key, namespace)
         snapshot = self.snapshot(namespace, quota, quotas)
+        if release:
+            snapshot = dataclasses.replace(snapshot, migrations=[])
         plan = plan_quota(snapshot)
         labels_room = plan.managed and plan.holds_room and self._may_label(namespace, plan)
         return _Planned(namespace, quota, snapshot, plan, labels_room)
