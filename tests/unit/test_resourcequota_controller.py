@@ -244,7 +244,7 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
     plans = iter(["one migration", "three migrations"])
     written: list[str] = []
 
-    def plan(_key: str, ns: dict[str, Any]) -> Any:
+    def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
         return SimpleNamespace(
             namespace=ns, quota={}, snapshot=None, plan=next(plans), labels_room=True
         )
@@ -317,7 +317,7 @@ def lingering_reconciler(
     instance._namespace_writes = OwnWrites()
     instance._room_last_held = {}
 
-    def plan(_key: str, ns: dict[str, Any]) -> Any:
+    def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
         held = holding[0]
         return SimpleNamespace(
             namespace=ns,
