@@ -29,57 +29,47 @@ def test_the_manifest_is_the_chart_rendered_with_its_defaults() -> None:
     assert MANIFEST.read_text() == manifest_text(), "run `make manifest` after editing the chart"
 
 
-def test_the_migrations_rule_and_the_webhook_s_early_room_writes() -> None:
-    """Early room: the migrations rule with its values, the webhook's patches granted (and no
-    other write), and those patches never sent back to the webhook's quota rule."""
-    values = {
-        "webhook": {
-            "earlyRoom": {"ttlSeconds": 0, "timeoutSeconds": 4},
-            "failurePolicy": {"migrations": "Fail"},
-        }
+def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
+    """The webhook writes no namespace and no quota: its ClusterRole only reads, its one
+    writable kind is the Leases of its own namespace, no rule asks it about migrations, and only
+    the controller's quota writes skip the quota rule."""
+    documents = [d for d in yaml.safe_load_all(render({}, namespace="quota-system")) if d]
+    bound = {
+        (binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        for binding in documents
+        if binding["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(subject["name"] == "harvester-quota-webhook" for subject in binding["subjects"])
     }
-    documents = [d for d in yaml.safe_load_all(render(values, namespace="quota-system")) if d]
-    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in documents}
-    webhook_args = by_kind[("Deployment", "harvester-quota-webhook")]["spec"]["template"]["spec"][
-        "containers"
-    ][0]["args"]
-    assert "--early-room-ttl=0" in webhook_args
-    configuration = by_kind[("ValidatingWebhookConfiguration", "harvester-quota")]
-    hooks = {w["name"]: w for w in configuration["webhooks"]}
-    migrations = hooks["migrations.harvester-quota.io"]
-    assert migrations["clientConfig"]["service"]["path"] == "/validate/migrations"
-    assert migrations["rules"] == [
-        {
-            "apiGroups": ["kubevirt.io"],
-            "apiVersions": ["v1"],
-            "operations": ["CREATE"],
-            "resources": ["virtualmachineinstancemigrations"],
-            "scope": "Namespaced",
-        }
-    ]
-    (excluded,) = migrations["namespaceSelector"]["matchExpressions"]
-    assert excluded["key"] == "kubernetes.io/metadata.name" and excluded["operator"] == "NotIn"
-    assert "harvester-system" in excluded["values"]
-    assert (migrations["failurePolicy"], migrations["timeoutSeconds"]) == ("Fail", 4)
-    assert migrations["sideEffects"] == "NoneOnDryRun"
-    conditions = {
-        c["name"]: c["expression"]
-        for c in hooks["resourcequotas.harvester-quota.io"]["matchConditions"]
-    }
-    assert "'system:serviceaccount:quota-system:harvester-quota'" in conditions["not-ours"]
-    assert "'system:serviceaccount:quota-system:harvester-quota-webhook'" in conditions["not-ours"]
-    writes = [
-        (resource, verb)
-        for rule in by_kind[("ClusterRole", "harvester-quota-webhook")]["rules"]
+    assert ("ClusterRole", "harvester-quota-webhook") in bound
+    writes = sorted(
+        (role["kind"], resource, verb)
+        for role in documents
+        if (role["kind"], role["metadata"]["name"]) in bound
+        for rule in role["rules"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
         if verb not in ("get", "list", "watch")
+    )
+    assert writes == [
+        ("Role", "leases", "create"),
+        ("Role", "leases", "delete"),
+        ("Role", "leases", "update"),
     ]
-    assert sorted(writes) == [
-        ("namespaces", "patch"),
-        ("resourcequotas", "patch"),
-        ("resourcequotas/status", "patch"),
+    (configuration,) = [d for d in documents if d["kind"] == "ValidatingWebhookConfiguration"]
+    hooks = {w["name"]: w for w in configuration["webhooks"]}
+    assert not [
+        name
+        for name, hook in hooks.items()
+        for rule in hook["rules"]
+        if "virtualmachineinstancemigrations" in rule["resources"]
     ]
+    conditions = [
+        c["expression"] for c in hooks["resourcequotas.harvester-quota.io"]["matchConditions"]
+    ]
+    assert conditions[0] == (
+        "request.userInfo.username != 'system:serviceaccount:quota-system:harvester-quota'"
+    )
+    assert not any("harvester-quota-webhook" in expression for expression in conditions)
 
 
 async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: ApiClient) -> None:

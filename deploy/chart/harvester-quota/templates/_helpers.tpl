@@ -3,7 +3,6 @@
 {{- define "hq.webhookName" -}}harvester-quota-webhook{{- end -}}
 {{- define "hq.image" -}}{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}{{- end -}}
 {{- define "hq.controllerUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "hq.name" . }}{{- end -}}
-{{- define "hq.webhookUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "hq.webhookName" . }}{{- end -}}
 {{- define "hq.kubevirtUser" -}}system:serviceaccount:{{ .Values.kubevirt.namespace }}:{{ .Values.kubevirt.controllerServiceAccount }}{{- end -}}
 {{- define "hq.selector" -}}app.kubernetes.io/name: harvester-quota, app.kubernetes.io/component: {{ . }}{{- end -}}
 {{- define "hq.clientConfig" -}}
