@@ -25,7 +25,6 @@ from .generic.client import ApiClient
 from .localcluster import ClusterError, binaries
 from .localcluster.nodes import DEFAULT_NODES
 from .scale import cli as scale_cli
-from .util.resourcequota.early import EARLY_ROOM_TTL
 from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
 
@@ -159,7 +158,6 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                 target_room_wait=args.target_room_wait,
                 namespace=args.namespace,
                 mtq=not args.no_mtq,
-                early_room_ttl=args.early_room_ttl,
             )
 
     return asyncio.run(main())
@@ -405,14 +403,6 @@ def _add_webhook_command(commands: Any) -> None:
         action="store_true",
         help="as the controller's --no-mtq: namespaces with a VirtualMachineMigrationResourceQuota "
         "keep the room rules",
-    )
-    hook.add_argument(
-        "--early-room-ttl",
-        type=_non_negative_seconds,
-        default=EARLY_ROOM_TTL,
-        help="write a migration's room into its quota when the migration is created, held for "
-        f"this many seconds until the controller sees the migration (default {EARLY_ROOM_TTL:g}; "
-        "0: off, the controller alone raises)",
     )
     hook.set_defaults(handler=cmd_webhook)
 

@@ -60,7 +60,7 @@ def add_command(commands: Any) -> None:
         action="append",
         default=[],
         help="a flag for the webhook process, as deployed (repeatable), e.g. "
-        "--webhook-arg=--early-room-ttl=0",
+        "--webhook-arg=--target-room-wait=4",
     )
     scale.set_defaults(handler=cmd_scale)
 

@@ -27,11 +27,10 @@ from ..generic.store import Tombstone
 from ..util import resources
 from ..util.annotations import ANNOTATION_MIGRATING_NAME_PREFIX, LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.resourcequota.base import ANNOTATION_APPLIED
-from ..util.resourcequota.early import ANNOTATION_EARLY_ROOM_PREFIX
 from ..util.resourcequota.plan import MIGRATING_PREFIX
 from ..util.resources import ResourceList
 
-STALE_PREFIXES: Final = (MIGRATING_PREFIX, ANNOTATION_APPLIED, ANNOTATION_EARLY_ROOM_PREFIX)
+STALE_PREFIXES: Final = (MIGRATING_PREFIX, ANNOTATION_APPLIED)
 """Annotations that must be gone from a quota once no migration holds room in its namespace."""
 
 

@@ -67,12 +67,12 @@ class Metrics:
     """The webhook's: the seconds target pod admissions waited, all of them together."""
 
     def with_webhook(self, webhook: Metrics) -> Metrics:
-        """These (the controller's) with the webhook's API requests and quota writes added (its
-        early rooms); CPU, memory and reconciles stay the controller's."""
+        """These (the controller's) with the webhook's API requests added and its target pod
+        counts; quota writes, CPU, memory and reconciles stay the controller's (the webhook
+        writes no quota)."""
         return dataclasses.replace(
             self,
             requests=_plus(self.requests, webhook.requests),
-            quota_writes=_plus(self.quota_writes, webhook.quota_writes),
             targets_waited=webhook.targets_waited,
             target_wait_seconds=webhook.target_wait_seconds,
         )
@@ -109,10 +109,7 @@ def parse_metrics(text: str) -> Metrics:
             if sample.name == "harvester_quota_api_requests_total":
                 key = (sample.labels.get("verb", ""), sample.labels.get("resource", ""))
                 requests[key] = requests.get(key, 0.0) + sample.value
-            elif sample.name in (
-                "harvester_quota_quota_writes_total",
-                "harvester_quota_webhook_quota_writes_total",
-            ):
+            elif sample.name == "harvester_quota_quota_writes_total":
                 outcome = sample.labels.get("outcome", "")
                 writes[outcome] = writes.get(outcome, 0.0) + sample.value
             elif sample.name == "process_cpu_seconds_total":
@@ -290,7 +287,7 @@ class Product:
                 )
 
     async def metrics(self) -> Metrics:
-        """The controller's /metrics now, with the webhook's requests and quota writes."""
+        """The controller's /metrics now, with the webhook's requests and target pods."""
         assert self._session is not None
         self._check_alive()
         controller = await self._scrape(f"http://127.0.0.1:{self.health_port}/metrics")

@@ -334,10 +334,9 @@ class ScaleRun:
 
     def _raised(self, namespace: str, created: _Created) -> float | None:
         """When the run saw the VM's room appear for a migration created as `created` says. A
-        room may appear before the create's response reaches us (the webhook writes it at the
-        migration's admission, the controller may see the migration first): one that appeared
-        after the request was sent counts, as latency 0 (a step starts only when no room is
-        held, so it cannot be another migration's)."""
+        room may appear before the create's response reaches us (the controller may see the
+        migration first): one that appeared after the request was sent counts, as latency 0 (a
+        step starts only when no room is held, so it cannot be another migration's)."""
         return self.quotas.raised_at(namespace, created.vm, created.asked)
 
     def _all_done(self, created: Mapping[tuple[str, str], _Created]) -> bool:

@@ -36,8 +36,7 @@ class StepResult:
     latencies: tuple[float, ...]
     """Seconds from each migration's create response to its room seen on the quota."""
     create_seconds: tuple[float, ...]
-    """How long each migration's create request took (with early rooms, the webhook's write of
-    the room is in it)."""
+    """How long each migration's create request took."""
     refused: int
     """Migrations whose target pod quota admission refused at least once."""
     refusals: int

@@ -1,11 +1,10 @@
 """`harvester-quota webhook`: the HTTPS AdmissionReview server.
 
-Six validating endpoints (/validate/namespaces, /validate/resourcequotas,
-/validate/virtualmachines, /validate/pods, /validate/migrations, and /validate/mtq-lock for pods,
-quotas and VMMRQs in namespaces MTQ mode locks) over the rules in resources/, answered from
-informer caches (no API call per request); a migration target pod's answer may wait for its room
-to show in them (resources/pod/targets.py), and a migration's create waits for its room to be
-written (resources/migration/early_room.py, never denied). TLS 1.2 or newer; the certificate and key files are re-read when
+Five validating endpoints (/validate/namespaces, /validate/resourcequotas,
+/validate/virtualmachines, /validate/pods, and /validate/mtq-lock for pods, quotas and VMMRQs in
+namespaces MTQ mode locks) over the rules in resources/, answered from informer caches (no API
+call per request); a migration target pod's answer may wait for its room to show in them
+(resources/pod/targets.py). TLS 1.2 or newer; the certificate and key files are re-read when
 they change on disk (a rotated Secret mounted in the pod), without a restart. A request that
 cannot be parsed gets a clear denial (or HTTP 400 when it has no uid to answer); a bug in a
 validator gets HTTP 500, so the API server applies the webhook's failurePolicy, chosen per
@@ -46,14 +45,11 @@ from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
-from ..util.resourcequota.early import EARLY_ROOM_TTL
 from ..util.resourcequota.handover import room_raise_left
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .resources.common import Identities, Lookups
-from .resources.migration.early_room import OUTCOMES as EARLY_ROOM_OUTCOMES
-from .resources.migration.early_room import EarlyRoomWriter, Outcome
 from .resources.mtq.validator import active_lock, is_lock_target, validate_locked
 from .resources.namespace.validator import validate_namespace_update
 from .resources.pod.ledger import AdmissionLedger
@@ -90,16 +86,6 @@ Validator = Callable[[Request], Awaitable[None] | None]
 the end without awaiting, so their decisions are serialized on the event loop."""
 
 
-MIGRATIONS_BY_VMI = "vmi"
-"""The migrations cache's index by "<namespace>/<spec.vmiName>"."""
-
-
-def _vmi_of_migration(migration: Object) -> list[str]:
-    vmi_name = (migration.get("spec") or {}).get("vmiName")
-    namespace = (migration.get("metadata") or {}).get("namespace")
-    return [f"{namespace}/{vmi_name}"] if vmi_name and namespace else []
-
-
 class WebhookCaches:
     """The informer caches the validators read (implements resources.common.Lookups)."""
 
@@ -121,9 +107,7 @@ class WebhookCaches:
             RESOURCE_QUOTAS, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
         )
         self.namespaces = self.factory.informer(NAMESPACES)
-        self._migrations = self.factory.informer(
-            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, indexers={MIGRATIONS_BY_VMI: _vmi_of_migration}
-        )
+        self._migrations = self.factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
         self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
         self.pods = self.factory.informer(
             PODS, label_selector="kubevirt.io=virt-launcher", transform=strip_pod_to_quota_fields
@@ -164,12 +148,6 @@ class WebhookCaches:
 
     def migrations(self, namespace: str) -> Sequence[Object]:
         return self._migrations.store.by_index("namespace", namespace)
-
-    def migration(self, namespace: str, name: str) -> Object | None:
-        return self._migrations.store.get(f"{namespace}/{name}")
-
-    def migrations_of_vmi(self, namespace: str, vmi_name: str) -> Sequence[Object]:
-        return self._migrations.store.by_index(MIGRATIONS_BY_VMI, f"{namespace}/{vmi_name}")
 
     def vmis(self, namespace: str) -> Mapping[str, Object]:
         return NamespaceObjects(self._vmis.store, namespace)
@@ -232,25 +210,8 @@ class WebhookMetrics:
     latency: Histogram = field(init=False)
     target_pods: Counter = field(init=False)
     target_wait: Histogram = field(init=False)
-    early_rooms: Counter = field(init=False)
-    quota_writes: Counter = field(init=False)
 
     def __post_init__(self) -> None:
-        self.quota_writes = Counter(
-            "harvester_quota_webhook_quota_writes",
-            "Quota writes of early rooms, by result (written, conflict, error).",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self.early_rooms = Counter(
-            "harvester_quota_webhook_early_rooms",
-            "Migration creates, by what became of their room at admission "
-            "(resources/migration/early_room.py).",
-            ["outcome"],
-            registry=self.registry,
-        )
-        for early_outcome in EARLY_ROOM_OUTCOMES:
-            self.early_rooms.labels(early_outcome)
         self.target_pods = Counter(
             "harvester_quota_webhook_target_pods",
             "Migration target pods admitted, by how their room was found (pod/targets.py).",
@@ -395,14 +356,11 @@ class WebhookServer:
         target_room_wait: float = TARGET_ROOM_WAIT,
         ledger: AdmissionLedger | None = None,
         reservations: LeaseReservations | None = None,
-        early_rooms: EarlyRoomWriter | None = None,
     ) -> None:
         """`quota_changes` (WebhookCaches.quota_changes) wakes target pods waiting up to
         `target_room_wait` seconds for their room; without it they do not wait. With
         `reservations` (whose fallback is `ledger`), pods while room is held are decided on the
-        reservation every replica shares; without, on this process's `ledger` alone. With
-        `early_rooms`, a migration's create writes its room first; without, it is allowed as
-        it is (the controller raises)."""
+        reservation every replica shares; without, on this process's `ledger` alone."""
         self.lookups = lookups
         self.quota_changes = quota_changes or QuotaChanges(clock)
         self.target_room_wait = target_room_wait if quota_changes is not None else 0.0
@@ -418,10 +376,6 @@ class WebhookServer:
         self.ledger = ledger or AdmissionLedger(clock)
         """Pods admitted while room is held, until the caches show them (pod/ledger.py)."""
         self.reservations = reservations
-        self.early_rooms = early_rooms
-        if early_rooms is not None:
-            early_rooms.counted = self._count_early_room
-            early_rooms.wrote = self._count_quota_write
         self._collector: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
@@ -435,7 +389,6 @@ class WebhookServer:
             ),
             "virtualmachines": ("VirtualMachine", lambda r: validate_vm_start(r, self.lookups)),
             "pods": ("Pod", self._validate_pod),
-            "migrations": ("VirtualMachineInstanceMigration", self._validate_migration),
             "mtq-lock": ("", lambda r: validate_locked(r, self.lookups, self.identities)),
         }
         """Endpoint -> (the kind it validates, "" for any; its validator)."""
@@ -455,21 +408,6 @@ class WebhookServer:
             admit_locally(check, self.ledger, dry_run=request.dry_run)
             return None
         return self.reservations.admit(check)
-
-    def _validate_migration(self, request: Request) -> Awaitable[None] | None:
-        """A migration's create writes its room first, if early rooms are on; always allowed."""
-        if self.early_rooms is None or request.operation != "CREATE":
-            return None
-        return self._write_early_room(self.early_rooms, request)
-
-    async def _write_early_room(self, writer: EarlyRoomWriter, request: Request) -> None:
-        await writer.admit(request)
-
-    def _count_early_room(self, outcome: Outcome) -> None:
-        self.metrics.early_rooms.labels(outcome).inc()
-
-    def _count_quota_write(self, result: str) -> None:
-        self.metrics.quota_writes.labels(result).inc()
 
     async def _admit_target(self, request: Request) -> None:
         admission = await admit_target(
@@ -628,8 +566,6 @@ class WebhookServer:
                 log.warning("could not delete expired reservation Leases: %s", error)
 
     async def stop(self) -> None:
-        if self.early_rooms is not None:
-            await self.early_rooms.stop()
         if self._collector is not None:
             self._collector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -660,11 +596,9 @@ async def serve(
     target_room_wait: float = TARGET_ROOM_WAIT,
     namespace: str = "harvester-system",
     mtq: bool = True,
-    early_room_ttl: float = EARLY_ROOM_TTL,
 ) -> int:
     """Runs the webhook until SIGTERM/SIGINT; reservations shared by the replicas live as
-    Leases in `namespace` (its own). `mtq`: see WebhookCaches. `early_room_ttl`: seconds an
-    early room stands for a migration the controller has not seen (0: no early rooms)."""
+    Leases in `namespace` (its own). `mtq`: see WebhookCaches."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
     caches = WebhookCaches(client, kubevirt_version=kubevirt_version, mtq=mtq)
@@ -681,11 +615,6 @@ async def serve(
         target_room_wait=target_room_wait,
         ledger=ledger,
         reservations=LeaseReservations(client, namespace, REAL_CLOCK, ledger),
-        early_rooms=(
-            EarlyRoomWriter(client, caches, REAL_CLOCK, ttl=early_room_ttl)
-            if early_room_ttl > 0
-            else None
-        ),
     )
     await server.start()
     log.info("webhook listening on %s:%d", host, server.port)

@@ -37,9 +37,7 @@ from harvester_quota.localcluster.deploy import (
 from harvester_quota.localcluster.deploy import (
     webhook_configuration as shipped_webhook_configuration,
 )
-from harvester_quota.util.resourcequota.early import EARLY_ROOM_TTL
 from harvester_quota.webhook.resources.common import Identities
-from harvester_quota.webhook.resources.migration.early_room import EarlyRoomWriter
 from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.reservations import LeaseReservations
 from harvester_quota.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
@@ -161,7 +159,6 @@ async def running_webhooks(
     replicas: int = 1,
     kubevirt_user: str = KUBEVIRT_USER,
     kubevirt_version: str = "1.6",
-    early_room_ttl: float = EARLY_ROOM_TTL,
 ) -> AsyncIterator[tuple[WebhookServer, ...]]:
     """`replicas` webhook processes' worth of servers in this process, each with its own caches
     and ledger, as the webhook's service account with deploy/'s RBAC (apply_rbac first), sharing
@@ -174,8 +171,7 @@ async def running_webhooks(
         workdir / "tls.crt", workdir / "tls.key"
     )
     replica_set = [
-        _replica(webhook_api, workdir, kubevirt_user, kubevirt_version, early_room_ttl)
-        for _ in range(replicas)
+        _replica(webhook_api, workdir, kubevirt_user, kubevirt_version) for _ in range(replicas)
     ]
     created: Object | None = None
     proxy: asyncio.Server | None = None
@@ -215,20 +211,13 @@ async def running_webhooks(
 
 
 def _replica(
-    client: ApiClient,
-    workdir: Path,
-    kubevirt_user: str,
-    kubevirt_version: str,
-    early_room_ttl: float,
+    client: ApiClient, workdir: Path, kubevirt_user: str, kubevirt_version: str
 ) -> tuple[WebhookCaches, WebhookServer]:
     caches = WebhookCaches(client, kubevirt_version=kubevirt_version)
     ledger = AdmissionLedger(REAL_CLOCK)
     server = WebhookServer(
         caches,
         identities=Identities(target_creators=frozenset({kubevirt_user})),
-        early_rooms=EarlyRoomWriter(client, caches, REAL_CLOCK, ttl=early_room_ttl)
-        if early_room_ttl > 0
-        else None,
         tls=ReloadingTLS(workdir / "tls.crt", workdir / "tls.key"),
         host="127.0.0.1",
         port=0,

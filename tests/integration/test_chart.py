@@ -29,57 +29,85 @@ def test_the_manifest_is_the_chart_rendered_with_its_defaults() -> None:
     assert MANIFEST.read_text() == manifest_text(), "run `make manifest` after editing the chart"
 
 
-def test_the_migrations_rule_and_the_webhook_s_early_room_writes() -> None:
-    """Early room: the migrations rule with its values, the webhook's patches granted (and no
-    other write), and those patches never sent back to the webhook's quota rule."""
-    values = {
-        "webhook": {
-            "earlyRoom": {"ttlSeconds": 0, "timeoutSeconds": 4},
-            "failurePolicy": {"migrations": "Fail"},
-        }
+def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
+    """The webhook writes no namespace and no quota: its ClusterRole only reads, its one
+    writable kind is the Leases of its own namespace, no rule asks it about migrations, and only
+    the controller's quota writes skip the quota rule."""
+    documents = [d for d in yaml.safe_load_all(render({}, namespace="quota-system")) if d]
+    bound = {
+        (binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        for binding in documents
+        if binding["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(subject["name"] == "harvester-quota-webhook" for subject in binding["subjects"])
     }
-    documents = [d for d in yaml.safe_load_all(render(values, namespace="quota-system")) if d]
-    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in documents}
-    webhook_args = by_kind[("Deployment", "harvester-quota-webhook")]["spec"]["template"]["spec"][
-        "containers"
-    ][0]["args"]
-    assert "--early-room-ttl=0" in webhook_args
-    configuration = by_kind[("ValidatingWebhookConfiguration", "harvester-quota")]
-    hooks = {w["name"]: w for w in configuration["webhooks"]}
-    migrations = hooks["migrations.harvester-quota.io"]
-    assert migrations["clientConfig"]["service"]["path"] == "/validate/migrations"
-    assert migrations["rules"] == [
-        {
-            "apiGroups": ["kubevirt.io"],
-            "apiVersions": ["v1"],
-            "operations": ["CREATE"],
-            "resources": ["virtualmachineinstancemigrations"],
-            "scope": "Namespaced",
-        }
-    ]
-    (excluded,) = migrations["namespaceSelector"]["matchExpressions"]
-    assert excluded["key"] == "kubernetes.io/metadata.name" and excluded["operator"] == "NotIn"
-    assert "harvester-system" in excluded["values"]
-    assert (migrations["failurePolicy"], migrations["timeoutSeconds"]) == ("Fail", 4)
-    assert migrations["sideEffects"] == "NoneOnDryRun"
-    conditions = {
-        c["name"]: c["expression"]
-        for c in hooks["resourcequotas.harvester-quota.io"]["matchConditions"]
-    }
-    assert "'system:serviceaccount:quota-system:harvester-quota'" in conditions["not-ours"]
-    assert "'system:serviceaccount:quota-system:harvester-quota-webhook'" in conditions["not-ours"]
-    writes = [
-        (resource, verb)
-        for rule in by_kind[("ClusterRole", "harvester-quota-webhook")]["rules"]
+    assert ("ClusterRole", "harvester-quota-webhook") in bound
+    writes = sorted(
+        (role["kind"], resource, verb)
+        for role in documents
+        if (role["kind"], role["metadata"]["name"]) in bound
+        for rule in role["rules"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
         if verb not in ("get", "list", "watch")
+    )
+    assert writes == [
+        ("Role", "leases", "create"),
+        ("Role", "leases", "delete"),
+        ("Role", "leases", "update"),
     ]
-    assert sorted(writes) == [
-        ("namespaces", "patch"),
-        ("resourcequotas", "patch"),
-        ("resourcequotas/status", "patch"),
+    (configuration,) = [d for d in documents if d["kind"] == "ValidatingWebhookConfiguration"]
+    hooks = {w["name"]: w for w in configuration["webhooks"]}
+    assert not [
+        name
+        for name, hook in hooks.items()
+        for rule in hook["rules"]
+        if "virtualmachineinstancemigrations" in rule["resources"]
     ]
+    conditions = [
+        c["expression"] for c in hooks["resourcequotas.harvester-quota.io"]["matchConditions"]
+    ]
+    controller = "'system:serviceaccount:quota-system:harvester-quota'"
+    rancher = "'system:serviceaccount:cattle-system:rancher-webhook-sudo'"
+    assert conditions[0].split() == [
+        *("request.userInfo.username", "!=", controller, "&&"),
+        *("request.userInfo.username", "!=", rancher),
+    ], "only our controller's and Rancher's own writes skip the quota rule"
+    assert not any("harvester-quota-webhook" in expression for expression in conditions)
+
+
+def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_them() -> None:
+    """KubeVirt's launcher pods of new VMIs skipped every pod rule while room was held (the
+    room-held rule left out KubeVirt's whole service account): now both pod rules leave out
+    exactly what migration-targets takes, KubeVirt's pods labelled as a migration's target, and
+    both see in-place resizes."""
+    documents = [d for d in yaml.safe_load_all(render({}, namespace="quota-system")) if d]
+    (configuration,) = [d for d in documents if d["kind"] == "ValidatingWebhookConfiguration"]
+    hooks = {w["name"]: w for w in configuration["webhooks"]}
+    target = (
+        "!(request.userInfo.username == 'system:serviceaccount:harvester-system:kubevirt-controller'"
+        " && has(object.metadata.labels) && 'kubevirt.io/migrationJobUID' in object.metadata.labels)"
+    )
+    for name in ("pods.harvester-quota.io", "room-held-pods.harvester-quota.io"):
+        (condition,) = hooks[name]["matchConditions"]
+        assert condition["expression"].split() == target.split(), name
+        resized = [r for r in hooks[name]["rules"] if r["resources"] == ["pods/resize"]]
+        assert resized and resized[0]["operations"] == ["UPDATE"], name
+    policies = {
+        d["metadata"]["name"]: d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"
+    }
+    labels = policies["harvester-quota-kubevirt-labels"]
+    assert labels["spec"]["matchConditions"][0]["expression"] == (
+        "request.userInfo.username != 'system:serviceaccount:harvester-system:kubevirt-controller'"
+    )
+    bindings = {
+        d["spec"]["policyName"]: d["spec"]["validationActions"]
+        for d in documents
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
+    assert bindings == {
+        "harvester-quota-kubevirt-labels": ["Deny", "Audit"],
+        "harvester-quota-webhook-leases": ["Deny"],
+    }
 
 
 async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: ApiClient) -> None:
@@ -120,4 +148,6 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         answer = await deployment.apply(api, document, dry_run=True)
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
-    assert checked == 15  # 12, the webhook's reservation Role and RoleBinding, MTQ's CRD
+    assert (
+        checked == 19
+    )  # 12, the reservation Role and RoleBinding, MTQ's CRD, two policies with bindings

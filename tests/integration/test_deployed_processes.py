@@ -24,7 +24,7 @@ from harvester_quota.apis.harvester import SETTINGS
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.discovery import serves
-from harvester_quota.generic.resource import CRDS, NAMESPACES, PODS, Object
+from harvester_quota.generic.resource import CRDS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.localcluster.cluster import CRDS_FILE, VIRT_CONTROLLER_USER
 from harvester_quota.localcluster.process import free_port
@@ -287,9 +287,24 @@ async def assert_least_privilege(api: ApiClient, cluster: ClusterInfo, namespace
             await controller.delete(NAMESPACES, namespace)
         with pytest.raises(errors.Forbidden):
             await controller.create(PODS, {"metadata": {"name": "x"}, "spec": {}}, namespace)
-        # The webhook's only writes outside its Leases: early room's namespace and quota patches.
+        # The webhook writes nothing but its reservation Leases: no namespace, no quota.
+        with pytest.raises(errors.Forbidden):
+            await webhook.patch(NAMESPACES, namespace, {"metadata": {"labels": {"x": "y"}}})
         with pytest.raises(errors.Forbidden):
             await webhook.delete(NAMESPACES, namespace)
+        raised = {"limits.cpu": "100"}
+        with pytest.raises(errors.Forbidden):
+            await webhook.patch(
+                RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": raised}}, namespace
+            )
+        with pytest.raises(errors.Forbidden):
+            await webhook.patch(
+                RESOURCE_QUOTAS,
+                "default-quota",
+                {"status": {"hard": raised}},
+                namespace,
+                subresource="status",
+            )
         with pytest.raises(errors.Forbidden):
             await webhook.create(PODS, {"metadata": {"name": "x"}, "spec": {}}, namespace)
     finally:

@@ -15,7 +15,6 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.early import EARLY_ROOM_TTL
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry
 
@@ -57,16 +56,9 @@ async def stack(
 
 @contextlib.asynccontextmanager
 async def deployed(
-    api: ApiClient,
-    cluster: ClusterInfo,
-    namespace: str,
-    workdir: Path,
-    *,
-    replicas: int = 1,
-    early_room_ttl: float = EARLY_ROOM_TTL,
+    api: ApiClient, cluster: ClusterInfo, namespace: str, workdir: Path, *, replicas: int = 1
 ) -> AsyncIterator[tuple[KubeVirtByHand, KubeVirtByHand, ControllerApp, tuple[WebhookServer, ...]]]:
-    """The stack with `replicas` webhook servers behind one address (deployment.running_webhooks),
-    early rooms held `early_room_ttl` seconds (0: off)."""
+    """The stack with `replicas` webhook servers behind one address (deployment.running_webhooks)."""
     await deployment.apply_rbac(api)
     controller_api = await deployment.client_as(api, cluster, "harvester-quota")
     kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
@@ -78,7 +70,7 @@ async def deployed(
     await controllers.start()
     try:
         async with deployment.running_webhooks(
-            api, cluster, namespace, workdir, replicas=replicas, early_room_ttl=early_room_ttl
+            api, cluster, namespace, workdir, replicas=replicas
         ) as servers:
             yield (
                 KubeVirtByHand(api, namespace),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+import yaml
+from harvester_quota.localcluster.chart import MANIFEST
 from harvester_quota.main import build_parser
 
 
@@ -89,3 +91,16 @@ def test_the_room_held_label_lingers_30_seconds_unless_told_and_0_is_allowed() -
 def test_a_linger_below_zero_or_without_end_is_refused(value: str) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--room-held-linger", value])
+
+
+def test_the_shipped_manifest_starts_each_process_with_flags_it_has() -> None:
+    """deploy/harvester-quota.yaml (the chart rendered with its defaults) passes the controller
+    and the webhook only flags their commands accept: a flag removed from one is removed there."""
+    documents = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    deployments = [d for d in documents if d["kind"] == "Deployment"]
+    assert len(deployments) == 2
+    commands = set()
+    for deployment in deployments:
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        commands.add(build_parser().parse_args(container["args"]).command)
+    assert commands == {"run", "webhook"}

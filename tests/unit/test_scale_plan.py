@@ -115,10 +115,7 @@ def test_the_metrics_the_run_reads_are_summed_over_codes_and_subtracted() -> Non
 
 WEBHOOK_EXPOSITION = """\
 # TYPE harvester_quota_api_requests_total counter
-harvester_quota_api_requests_total{verb="patch",resource="resourcequotas",code="200"} 2.0
-# TYPE harvester_quota_webhook_quota_writes_total counter
-harvester_quota_webhook_quota_writes_total{outcome="written"} 2.0
-harvester_quota_webhook_quota_writes_total{outcome="conflict"} 1.0
+harvester_quota_api_requests_total{verb="update",resource="leases",code="200"} 2.0
 # TYPE harvester_quota_webhook_target_pods_total counter
 harvester_quota_webhook_target_pods_total{outcome="fits"} 40.0
 harvester_quota_webhook_target_pods_total{outcome="fitted-after-wait"} 9.0
@@ -130,10 +127,10 @@ process_cpu_seconds_total 99.0
 """
 
 
-def test_the_webhook_s_writes_requests_and_target_waits_join_the_controller_s() -> None:
+def test_the_webhook_s_requests_and_target_waits_join_the_controller_s() -> None:
     both = parse_metrics(EXPOSITION).with_webhook(parse_metrics(WEBHOOK_EXPOSITION))
-    assert both.quota_writes == {"written": 6.0, "conflict": 2.0}
-    assert both.requests[("patch", "resourcequotas")] == 2.0
+    assert both.quota_writes == {"written": 4.0, "conflict": 1.0}, "the controller's writes only"
+    assert both.requests[("update", "leases")] == 2.0
     assert (both.targets_waited, both.target_wait_seconds) == (10.0, 9.5)
     assert both.cpu_seconds == 12.5, "CPU stays the controller's own"
 

@@ -14,7 +14,6 @@ from harvester_quota.util.annotations import (
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
     migrating_vm_annotation_key,
 )
-from harvester_quota.util.resourcequota.early import early_room_key
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.targets import (
     LISTER_GRACE,
@@ -71,30 +70,6 @@ async def admitting(
     )
     await settle()
     return task
-
-
-async def test_a_target_pod_that_waited_for_an_early_room_s_copy_pays_the_grace_too() -> None:
-    """The early room's copy into status.hard is made after its migration's admission answered,
-    so a target pod may arrive before it; once this webhook's cache shows the copy, the API
-    server's own cache may still be behind, as for any raise."""
-    clock = FakeClock()
-    changes = QuotaChanges(clock)
-    early = quota(RAISED, BASE, room=True)
-    early["metadata"]["annotations"][early_room_key("m1")] = "{}"
-    lookups = FakeLookups(quotas={"ns": early})
-    task = await admitting(lookups, clock, changes)
-    assert not task.done(), "the room is in spec.hard only: quota admission would refuse"
-    await clock.advance(0.01)
-    copied = quota(RAISED, RAISED, room=True)
-    copied["metadata"]["annotations"][early_room_key("m1")] = "{}"
-    lookups.quotas["ns"] = copied
-    changes.changed("ns")
-    await settle()
-    assert not task.done(), "held for the grace"
-    await clock.advance(LISTER_GRACE)
-    admission = task.result()
-    assert admission.outcome == "fitted-after-wait"
-    assert admission.waited == pytest.approx(0.01 + LISTER_GRACE)
 
 
 class TickingClock(FakeClock):

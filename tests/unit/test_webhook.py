@@ -52,12 +52,6 @@ class FakeLookups:
     def migrations(self, namespace: str) -> Sequence[Object]:
         return self.migration_list
 
-    def migration(self, namespace: str, name: str) -> Object | None:
-        return next((m for m in self.migration_list if m["metadata"]["name"] == name), None)
-
-    def migrations_of_vmi(self, namespace: str, vmi_name: str) -> Sequence[Object]:
-        return [m for m in self.migration_list if m["spec"].get("vmiName") == vmi_name]
-
     def vmis(self, namespace: str) -> Mapping[str, Object]:
         return {v["metadata"]["name"]: v for v in self.vmi_list}
 

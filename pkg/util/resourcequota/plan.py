@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...generic.meta import annotations_of, metadata
+from ...generic.meta import annotations_of
 from ...generic.resource import Object
 from .. import resources
 from ..annotations import (
@@ -46,7 +46,6 @@ from .base import (
     Mode,
     resolve_base,
 )
-from .early import EarlyRooms, early_rooms
 from .floor import ANNOTATION_ROOMS_SINCE, rooms_since, used_before
 from .podindex import NamespacePods, namespace_pods
 from .rooms import (
@@ -94,9 +93,6 @@ class QuotaPlan:
     skipped: bool = False
     warnings: list[str] = field(default_factory=list)
     requeue_after: float | None = None
-    remove_when_writing: list[str] = field(default_factory=list)
-    """Annotations that change nothing the plan decides (early rooms that count no more,
-    early.py): removed by a write made for another reason, never by a write of their own."""
 
     @property
     def holds_room(self) -> bool:
@@ -108,13 +104,9 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     recorded = parse_migration_annotations(annotations_of(snapshot.quota))
     warnings = [f"ignored invalid annotation {key}: {why}" for key, why in recorded.invalid.items()]
     pods = namespace_pods(snapshot.pods)
-    early = early_rooms(snapshot.quota, snapshot.migrations, snapshot.now)
-    warnings += [f"ignored invalid annotation {key}: {why}" for key, why in early.invalid.items()]
     room_plan = plan_rooms(
         RoomInputs(
-            migrations=with_early_rooms(
-                snapshot.migrations, early, str(metadata(snapshot.namespace).get("name", ""))
-            ),
+            migrations=snapshot.migrations,
             vmis=snapshot.vmis,
             pods=pods,
             now=snapshot.now,
@@ -157,8 +149,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         used=used,
         skipped=skipped,
         warnings=warnings,
-        requeue_after=_sooner(next_release(pods, snapshot.now), early.next_expiry(snapshot.now)),
-        remove_when_writing=early.done + ([r.key for r in early.held] if skipped else []),
+        requeue_after=next_release(pods, snapshot.now),
     )
     if lowering_waits(managed_hard, snapshot.quota, rooms):
         current = (snapshot.quota.get("spec") or {}).get("hard") or {}
@@ -168,22 +159,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     plan.annotations, plan.remove_annotations = _annotation_changes(
         snapshot.quota, base, rooms.rooms, managed_hard, since
     )
-    plan.remove_annotations += sorted(early.invalid)
     return plan
-
-
-def with_early_rooms(
-    migrations: Sequence[Object], early: EarlyRooms, namespace: str
-) -> Sequence[Object]:
-    """The migrations a plan counts: those the caches show, and the early rooms that still
-    stand for a migration they do not show yet (early.py)."""
-    if not early.held:
-        return migrations
-    return [*migrations, *early.migrations(namespace)]
-
-
-def _sooner(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else min(a, b)
 
 
 def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
@@ -311,7 +287,6 @@ def patch_for(quota: Mapping[str, Any], plan: QuotaPlan) -> dict[str, Any] | Non
     annotation_patch.update(dict.fromkeys(plan.remove_annotations))
     if not hard_patch and not annotation_patch:
         return None
-    annotation_patch.update(dict.fromkeys(plan.remove_when_writing))
     patch: dict[str, Any] = {}
     if hard_patch:
         patch["spec"] = {"hard": hard_patch}

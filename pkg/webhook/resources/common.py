@@ -32,8 +32,6 @@ from ...util.quantity import Quantity
 from ...util.rancher import LIMIT_FIELDS
 from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, rancher_base
 from ...util.resourcequota.calculator import shortfalls
-from ...util.resourcequota.early import early_rooms
-from ...util.resourcequota.plan import with_early_rooms
 from ...util.resourcequota.podindex import NamespacePods
 from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms
 from ...util.resources import ResourceList, parse_resource_list_leniently
@@ -54,14 +52,6 @@ class Lookups(Protocol):
     def namespace(self, name: str) -> Object | None: ...
 
     def migrations(self, namespace: str) -> Sequence[Object]: ...
-
-    def migration(self, namespace: str, name: str) -> Object | None:
-        """One migration by name, without reading the namespace's others."""
-        ...
-
-    def migrations_of_vmi(self, namespace: str, vmi_name: str) -> Sequence[Object]:
-        """The migrations naming one VMI (spec.vmiName), without reading the others."""
-        ...
 
     def vmis(self, namespace: str) -> Mapping[str, Object]: ...
 
@@ -108,15 +98,12 @@ class NamespaceView:
 
 def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
     settings = lookups.kubevirt_settings()
-    now = lookups.now()
-    migrations = lookups.migrations(namespace)
-    early = early_rooms(quota, migrations, now)
     rooms = plan_rooms(
         RoomInputs(
-            migrations=with_early_rooms(migrations, early, namespace),
+            migrations=lookups.migrations(namespace),
             vmis=lookups.vmis(namespace),
             pods=lookups.launcher_pods(namespace),
-            now=now,
+            now=lookups.now(),
             launcher=settings.for_namespace([quota], lookups.namespace(namespace)),
         )
     )

@@ -52,9 +52,7 @@ LISTER_GRACE = 0.1
 """Seconds a target pod that had to wait is held once its room shows in our cache: quota
 admission reads the API server's own cache of quotas, which hears of the same change from the
 same watch cache as ours, usually first, but on a loaded machine not always (seen once in seven
-runs of the loaded test without it). Paid only by pods that waited; an early room's copy into
-status.hard is made after its migration's admission answers (webhook resources/migration), so
-a target pod can arrive before it, and then waits like any other."""
+runs of the loaded test without it). Paid only by pods that waited."""
 
 Outcome = Literal[
     "fits", "fitted-after-wait", "no-raise-coming", "timed-out", "no-managed-quota", "unreadable"
