@@ -7,7 +7,7 @@ exactly what an operator needs to read in an Event or a log line.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 
 class ApiError(Exception):
@@ -170,3 +170,15 @@ def denied_by_admission(error: BaseException) -> bool:
     return isinstance(error, Forbidden) and (
         "denied request" in text or "denied the request" in text
     )
+
+
+RANCHER_DENIAL: Final = "managed by Rancher"
+"""What rancher-webhook says when it refuses a write to a quota it protects ("users are
+forbidden from changing resources managed by Rancher")."""
+
+
+def denied_by_rancher(error: BaseException) -> bool:
+    """Whether Rancher's webhook refused the write: rancher-webhook answers 400 BadRequest (a
+    ValidatingAdmissionPolicy twin answers 403), saying the object is managed by Rancher. Any
+    other refusal (RBAC, another policy) is not Rancher's and must not change how we write."""
+    return isinstance(error, Forbidden | BadRequest) and RANCHER_DENIAL in str(error)

@@ -433,3 +433,28 @@ async def test_a_refused_removal_runs_the_namespace_again_when_labels_may_be_wri
     clock.step(2 * FIRST_RETRY)
     assert await instance._reconcile("ns", namespace) == labelled_namespace(None)
     assert client.labels == ["true", None]
+
+
+def test_only_rancher_own_refusal_sends_only_that_namespace_through_its_annotation() -> None:
+    """Any admission denial of a write to a Rancher-based quota (a Kyverno policy, say) sent
+    every namespace through Rancher's annotation for the process's life. Now only Rancher's own
+    refusal (400 from rancher-webhook, 403 from a policy twin) counts, for its namespace only."""
+    from harvester_quota.util.resourcequota.base import Base
+
+    instance = reconciler(RecordingRecorder())
+    instance._rancher_protected = set()
+    plan = SimpleNamespace(base=Base(hard={}, source="rancher"))
+    rancher = errors.BadRequest(
+        'admission webhook "rancher.cattle.io.resourcequotas" denied the request: users are '
+        "forbidden from changing resources managed by Rancher",
+        status=400,
+    )
+    other = errors.Forbidden(
+        'admission webhook "validate.kyverno.svc" denied the request: no quota edits', status=403
+    )
+    assert instance._rancher_refused(rancher, plan)  # type: ignore[arg-type]
+    assert not instance._rancher_refused(other, plan)  # type: ignore[arg-type]
+    tenant_a, tenant_b = rancher_namespace("a", {"limitsCpu": "3"}), rancher_namespace("b", {})
+    instance._rancher_protected.add("a")
+    assert instance._through_rancher(tenant_a, plan)  # type: ignore[arg-type]
+    assert not instance._through_rancher(tenant_b, plan)  # type: ignore[arg-type]

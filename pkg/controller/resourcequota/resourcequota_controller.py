@@ -140,9 +140,11 @@ class QuotaReconciler:
         self.metrics = QuotaMetrics(management.registry)
         self._above_base: dict[str, str] = {}
         """Namespace -> the excess last reported (a Warning event once per change)."""
-        self._rancher_protected = False
-        """True once Rancher refused a write of its default quota: raises go through its
-        annotation from then on (rancherpath.py)."""
+        self._rancher_protected: set[str] = set()
+        """Namespaces where Rancher refused a write of its default quota: raises there go
+        through its annotation from then on (rancherpath.py). Per namespace, and only on
+        Rancher's own refusal (errors.denied_by_rancher): another policy's denial in one
+        namespace changes nothing elsewhere."""
         self._status_permission = Permission(
             "write resourcequotas/status",
             "quota admission sees a raise only once kube-controller-manager copies it; grant "
@@ -393,7 +395,7 @@ class QuotaReconciler:
         if patch is not None:
             try:
                 await self._write(quota, patch, plan)
-            except errors.Forbidden as error:
+            except (errors.Forbidden, errors.BadRequest) as error:
                 if not self._rancher_refused(error, plan):
                     raise
                 self._report_rancher_denial(namespace, quota, plan, snapshot, error)
@@ -430,10 +432,12 @@ class QuotaReconciler:
         (recorded on the namespace, so a restarted controller finishes it)."""
         if plan.base is None or plan.base.source != RANCHER:
             return False
-        return self._rancher_protected or ANNOTATION_RANCHER_BASE in annotations_of(namespace)
+        return metadata(namespace).get(
+            "name"
+        ) in self._rancher_protected or ANNOTATION_RANCHER_BASE in annotations_of(namespace)
 
-    def _rancher_refused(self, error: errors.Forbidden, plan: QuotaPlan) -> bool:
-        if not errors.denied_by_admission(error) or plan.base is None:
+    def _rancher_refused(self, error: errors.ApiError, plan: QuotaPlan) -> bool:
+        if not errors.denied_by_rancher(error) or plan.base is None:
             return False
         return plan.base.source == RANCHER
 
@@ -447,8 +451,8 @@ class QuotaReconciler:
     ) -> None:
         """Says where someone will look (the quota, the namespace and every migration holding
         room) that Rancher refused the write, and what happens instead."""
-        self._rancher_protected = True
         name = str(metadata(namespace).get("name"))
+        self._rancher_protected.add(name)
         self.metrics.rancher_denials.labels(name).inc()
         message = (
             f"Rancher refused the quota write ({error.message}); raising through the namespace's "
@@ -638,6 +642,7 @@ class QuotaReconciler:
         self._room_last_held.pop(namespace, None)
         self._above_base.pop(namespace, None)
         self.refusals.forget(namespace)
+        self._rancher_protected.discard(namespace)
 
     def _report_warnings(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
         for warning in plan.warnings:

@@ -35,10 +35,8 @@ SUDO_NAMESPACE: Final = "cattle-system"
 SUDO_ACCOUNT: Final = "rancher-webhook-sudo"
 SUDO_USER: Final = f"system:serviceaccount:{SUDO_NAMESPACE}:{SUDO_ACCOUNT}"
 NAMESPACE_CONTROLLER: Final = "system:serviceaccount:kube-system:namespace-controller"
-DENIAL_MESSAGE: Final = (
-    "rancher-webhook: the default resource quota of a namespace is managed by Rancher; change "
-    "the namespace's field.cattle.io/resourceQuota annotation instead"
-)
+DENIAL_MESSAGE: Final = "users are forbidden from changing resources managed by Rancher"
+"""rancher-webhook's own words for this refusal (pkg/resources/core/v1/resourcequota)."""
 
 POLICIES: Final = Resource(
     "admissionregistration.k8s.io",
