@@ -117,6 +117,9 @@ class StatusClient:
         """Set once a status patch has arrived."""
         self.gone = False
         """The quota was deleted after our spec write: the copy finds nothing (404)."""
+        self.status_immutable = False
+        """rancher-webhook is installed: every status write but kube-controller-manager's is
+        refused with 400."""
 
     async def patch(
         self, resource: Any, name: str, body: list[dict[str, Any]], namespace: str, **kwargs: Any
@@ -134,6 +137,12 @@ class StatusClient:
             raise errors.NotFound('resourcequotas "q" not found', status=404)
         if self.spec_changed_to is not None:
             raise errors.Invalid("the server rejected our request", status=422)
+        if self.status_immutable:
+            raise errors.BadRequest(
+                'admission webhook "rancher.cattle.io.resourcequotas" denied the request: '
+                "status is immutable",
+                status=400,
+            )
         return {
             "metadata": {"name": name, "namespace": namespace, "resourceVersion": "11"},
             "spec": {"hard": copy["value"]},
@@ -232,6 +241,20 @@ async def test_a_copy_into_a_quota_deleted_since_is_nothing_to_do() -> None:
     ours = raised_quota("5")
     assert await instance._publish_hard(ours) is ours
     assert client.status_patches == [{"limits.cpu": "5"}]
+
+
+async def test_a_status_copy_rancher_refuses_is_left_to_kube_controller_manager_after_one_try() -> (
+    None
+):
+    """rancher-webhook refuses every quota status write but kube-controller-manager's with 400
+    "status is immutable": an expected refusal, not an error. The copy is skipped, and not tried
+    again on every raise (a backoff), while the raise itself stands."""
+    instance, client = publishing_reconciler()
+    client.status_immutable = True
+    ours = raised_quota("5")
+    assert await instance._publish_hard(ours) is ours
+    assert await instance._publish_hard(raised_quota("6")) is not None
+    assert client.status_patches == [{"limits.cpu": "5"}], "one try, then the backoff"
 
 
 async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_that_write() -> None:

@@ -509,8 +509,9 @@ class MtqReconciler:
             )
             self._writes.wrote(key, version, published)
         except errors.ApiError as error:
-            if not isinstance(error, errors.Forbidden) and not failed_test(error):
-                raise
+            refused = isinstance(error, errors.Forbidden | errors.BadRequest)
+            if not refused and not failed_test(error):
+                raise  # rancher-webhook refuses status writes with 400 "status is immutable"
             log.debug(
                 "%s/%s: status.hard left to kube-controller-manager: %s",
                 namespace,

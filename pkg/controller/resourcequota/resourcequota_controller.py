@@ -585,7 +585,10 @@ class QuotaReconciler:
             return written
         try:
             published = await copy_hard_to_status(self.management.client, written)
-        except errors.Forbidden as error:
+        except (errors.Forbidden, errors.BadRequest) as error:
+            # RBAC's 403, or an admission webhook's refusal: rancher-webhook answers every status
+            # write but kube-controller-manager's with 400 "status is immutable". Either way the
+            # copy is left to kube-controller-manager, tried again after a backoff, logged once.
             self._status_permission.refused(error)
             return written
         self._status_permission.granted()
