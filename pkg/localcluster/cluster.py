@@ -49,6 +49,9 @@ ENV_STATE_DIR = "HARVESTER_QUOTA_STATE_DIR"
 STAGES_FILE = Path(__file__).parent / "stages" / "kwok-stages.yaml"
 CRDS_FILE = Path(__file__).parent / "crds" / "kubevirt-harvester.yaml"
 MTQ_CRDS_FILE = Path(__file__).parent / "crds" / "mtq.yaml"
+USER_ROLES_FILE = Path(__file__).parent / "rbac" / "kubevirt-user-roles.yaml"
+"""KubeVirt's ClusterRoles for its users (kubevirt.io:edit, kubevirt.io:migrate), which
+virt-operator would install."""
 """MTQ's VirtualMachineMigrationResourceQuota: the chart's crds/ file, copied (a test keeps the
 two equal), with MTQ's real schema."""
 STATE_VERSION = 1
@@ -403,6 +406,7 @@ class LocalCluster:
             self._await(info, "kube-apiserver", rest.healthy, APISERVER_READY_TIMEOUT)
             self._write_kubeconfig(info)
             crds = _install_crds(rest, kubevirt.crds if kubevirt else None)
+            _install_user_roles(rest)
             lease = node_lease_seconds(nodes)
             self._launch(info, bin_dir, "kube-controller-manager", self._kcm_args(ports, lease))
             self._launch(info, bin_dir, "kube-scheduler", self._scheduler_args(ports))
@@ -824,6 +828,14 @@ def _install_crds(rest: RestClient, generated: Path | None = None) -> list[str]:
             if error.status != 409:
                 raise ClusterError(f"installing CRD {names[-1]} failed: {error}") from error
     return names
+
+
+def _install_user_roles(rest: RestClient) -> None:
+    """KubeVirt's ClusterRoles for its users (USER_ROLES_FILE), as virt-operator installs them
+    beside the CRDs: a test can then bind a tenant to kubevirt.io:edit as on a real cluster."""
+    for document in yaml.safe_load_all(USER_ROLES_FILE.read_text()):
+        if document:
+            _create(rest, "/apis/rbac.authorization.k8s.io/v1/clusterroles", document)
 
 
 def _create_kubevirt_cr(rest: RestClient, version: str) -> None:

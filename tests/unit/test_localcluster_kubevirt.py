@@ -14,6 +14,7 @@ from harvester_quota.localcluster.cluster import (
     CRDS_FILE,
     KUBEVIRT_DEVICES,
     MTQ_CRDS_FILE,
+    USER_ROLES_FILE,
     ClusterInfo,
     Ports,
     _fake_node,
@@ -284,3 +285,33 @@ def test_the_local_cluster_installs_the_chart_s_vmmrq_crd_unchanged() -> None:
     assert crd["spec"]["scope"] == "Namespaced"
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha1"]
     assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}
+
+
+def _rules_for(role: dict[str, object], group: str, resource: str) -> set[str]:
+    rules = role["rules"]
+    assert isinstance(rules, list)
+    return {
+        verb
+        for rule in rules
+        if group in rule["apiGroups"] and resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_kubevirts_user_roles_are_v1_8_4_s_edit_and_migrate() -> None:
+    """`cluster up` installs what virt-operator gives KubeVirt's users: kubevirt.io:edit
+    aggregates into `edit` and runs VMs and VMIs, but since KubeVirt v1.5 only reads migrations;
+    creating them is kubevirt.io:migrate's, which aggregates into nothing."""
+    roles = {d["metadata"]["name"]: d for d in yaml.safe_load_all(USER_ROLES_FILE.read_text()) if d}
+    assert set(roles) == {"kubevirt.io:edit", "kubevirt.io:migrate"}
+    edit, migrate = roles["kubevirt.io:edit"], roles["kubevirt.io:migrate"]
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert "rbac.authorization.k8s.io/aggregate-to-edit" not in migrate["metadata"]["labels"]
+    writes = {"create", "update", "patch", "delete"}
+    for resource in ("virtualmachines", "virtualmachineinstances"):
+        assert writes <= _rules_for(edit, "kubevirt.io", resource), resource
+    migrations = "virtualmachineinstancemigrations"
+    assert _rules_for(edit, "kubevirt.io", migrations) == {"get", "list", "watch"}
+    assert writes <= _rules_for(migrate, "kubevirt.io", migrations)
+    assert _rules_for(migrate, "subresources.kubevirt.io", "virtualmachines/migrate") == {"update"}
+    assert _rules_for(edit, "kubevirt.io", "kubevirts") == {"get", "list"}

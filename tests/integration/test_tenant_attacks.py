@@ -1,0 +1,715 @@
+"""Issue 25, "a tenant who lies gets nothing": a tenant with `edit` and `kubevirt.io:edit` (and
+`kubevirt.io:migrate`) in its namespace, as its own service account, tries each way the issue
+found past its base quota, against the product as deployed: the controllers and the webhook as
+their service accounts with the chart's RBAC, the webhook called by the API server over TLS with
+the shipped rules (and the shipped admission policies, where the chart has them), and KubeVirt's
+real virt-controller creating every launcher and target pod (the virt-handler stand-in does the
+node side). The cluster administrator only sets the quota and its base.
+
+Each attack is met the same way: the tenant's usage never ends above its base (pod usage without
+the targets of migrations in flight, as Kubernetes' quota evaluator charges it), spec.hard is
+never raised beyond the base plus one room per VMI that really migrates (every spec.hard the
+quota had, from a watch), KubeVirt's real target pod gets in and the migration completes, and the
+attempt is refused with a message that says what happened.
+
+Most attacks need a moment in which a migration holds its room and its target pod does not exist
+yet: a migration queued behind others, as in a drain. Here virt-controller's migration slots are
+closed (parallelMigrationsPerCluster 0) while the tenant's migration is created, so it waits
+Pending with its room held, and opened again when the attack is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from harvester_quota.apis.kubevirt import (
+    FINAL_PHASES,
+    KUBEVIRTS,
+    LABEL_CREATED_BY,
+    LABEL_MIGRATION_JOB,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
+from harvester_quota.app import ControllerApp
+from harvester_quota.config.management import Options
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import EVENTS, PODS, Object, Resource
+from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.sim.kubevirt.real import (
+    EXCEEDED_QUOTA,
+    KUBEVIRT_NAME,
+    KUBEVIRT_NAMESPACE,
+    RealKubeVirt,
+)
+from harvester_quota.util import resources
+from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resources import ResourceList, parse_resource_list_leniently
+from harvester_quota.webhook.server import WebhookServer
+from prometheus_client import CollectorRegistry
+
+from tests.helpers import caught_up, eventually
+from tests.integration import deployment
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.tenant import Access, Tenant, grant, small_pod, tenant
+from tests.integration.test_controllers_on_kubevirt import (
+    MIGRATION_TIMEOUT,
+    SpecHistory,
+    kubevirt,
+    kv,
+)
+from tests.integration.test_target_room import RejectionWatch
+
+pytestmark = pytest.mark.integration
+__all__ = ["kubevirt", "kv"]  # fixtures: the real virt-controller and the admin's quota helpers
+
+BASE: Final = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+RANCHER_BASE: Final = {"limitsCpu": "3000m", "limitsMemory": "5000Mi"}
+VM1: Final = VMSpec("vm1", cores=2, memory="4Gi")
+"""The v1.7.0 seed's VM: its launcher pod uses 2015m / 4797464313 of the 3 / 5000Mi base."""
+START_TIMEOUT: Final = 60.0
+SLOTS: Final = 8
+"""virt-controller's parallelMigrationsPerCluster as the `kubevirt` fixture configures it."""
+NOWHERE: Final = {"harvester-quota.io/test-node": "none"}
+"""A node selector no node matches: the pod stays Pending, unscheduled, charged by quota."""
+ROOM_DENIAL: Final = "room reserved for the live migration of vm1"
+"""What the webhook's denial of a pod that would take vm1's room says (pod/validator.py)."""
+
+
+# The shipped admission policies ----------------------------------------------------------------
+
+
+def ships_admission_policies() -> bool:
+    """Whether the shipped manifest has ValidatingAdmissionPolicies (the webhook's stack applies
+    them with the webhook configuration, narrowed to the test's namespace the same way)."""
+    return any(d["kind"] == "ValidatingAdmissionPolicy" for d in deployment.documents())
+
+
+async def policies_in_force(probe: Tenant) -> None:
+    """Returns once the shipped policies deny what they are for (the API server compiles a new
+    policy and learns of its binding a moment after they are stored): a dry run of `probe`'s
+    pod labelled as a migration target. Nothing to wait for if none is shipped."""
+    if ships_admission_policies():
+        await eventually(lambda: _policy_denies(probe), what="the shipped policies in force")
+
+
+async def _policy_denies(probe: Tenant) -> bool:
+    pod = small_pod("policy-probe", "10m", "16Mi", {LABEL_MIGRATION_JOB: "probe"})
+    try:
+        await probe.api.create(PODS, pod, probe.namespace, dry_run=True)
+    except errors.ApiError as denied:
+        return "ValidatingAdmissionPolicy" in denied.message
+    return False
+
+
+# The stack -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stack:
+    """Everyone in one test: the administrator (quota and base only), the tenant, the product as
+    deployed, and KubeVirt (the real virt-controller, observed through the driver)."""
+
+    admin: KubeVirtByHand
+    tenant: Tenant
+    controllers: ControllerApp
+    webhook: WebhookServer
+    kubevirt: RealKubeVirt
+
+    @property
+    def api(self) -> ApiClient:
+        """The administrator's client, for observing (never for the tenant's moves)."""
+        return self.admin.api
+
+    @property
+    def namespace(self) -> str:
+        return self.admin.namespace
+
+
+@pytest.fixture
+async def webhook(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str, tmp_path: Path
+) -> AsyncIterator[WebhookServer]:
+    """The chart's RBAC, and one webhook replica as its service account, registered with the
+    shipped configuration (narrowed to the test's namespace)."""
+    async with deployment.webhook_for_virt_controller(
+        kubevirt_api, kubevirt_cluster, kubevirt_namespace, tmp_path
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+async def controllers(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, webhook: WebhookServer
+) -> AsyncIterator[ControllerApp]:
+    """The controllers as their service account (the chart's RBAC, applied with the webhook)."""
+    client = await deployment.client_as(kubevirt_api, kubevirt_cluster, "harvester-quota")
+    app = ControllerApp(
+        client,
+        Options(leader_elect=False, kubevirt_version=str(kubevirt_cluster.kubevirt_version)),
+        registry=CollectorRegistry(),
+    )
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+        await client.close()
+
+
+@pytest.fixture
+async def the_tenant(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str
+) -> AsyncIterator[Tenant]:
+    async with tenant(kubevirt_api, kubevirt_cluster, kubevirt_namespace) as found:
+        yield found
+
+
+@pytest.fixture
+async def stack(
+    kv: KubeVirtByHand,
+    the_tenant: Tenant,
+    controllers: ControllerApp,
+    webhook: WebhookServer,
+    kubevirt: RealKubeVirt,
+) -> Stack:
+    """The product as deployed around the tenant, the shipped admission policies in force."""
+    await policies_in_force(the_tenant)
+    return Stack(kv, the_tenant, controllers, webhook, kubevirt)
+
+
+# virt-controller's migration slots ----------------------------------------------------------------
+
+
+async def set_migration_slots(api: ApiClient, slots: int) -> None:
+    """The KubeVirt CR's parallelMigrationsPerCluster: with 0, virt-controller leaves every new
+    migration Pending without a target pod (it looks again every few seconds); the driver
+    restores the CR's configuration when the test ends."""
+    body = {"spec": {"configuration": {"migrations": {"parallelMigrationsPerCluster": slots}}}}
+    await api.patch(KUBEVIRTS, KUBEVIRT_NAME, body, KUBEVIRT_NAMESPACE)
+
+
+async def vm1_behind_closed_slots(stack: Stack) -> ResourceList:
+    """virt-controller's migration slots closed, then the tenant's vm1 started (seconds in which
+    virt-controller learns of the closed slots); returns vm1's room."""
+    await set_migration_slots(stack.api, 0)
+    _, source = await start_vm(stack)
+    return room_of(source)
+
+
+async def queued_migration(stack: Stack, vmi_name: str, room: ResourceList) -> Object:
+    """The tenant migrates `vmi_name` while virt-controller's slots are closed (see
+    vm1_behind_closed_slots): returns the migration once its room is in spec.hard, no target pod
+    made yet."""
+    migration = await stack.tenant.migrate(vmi_name)
+    raised = resources.add(parse_resource_list_leniently(BASE), room)
+    await eventually(lambda: hard_is(stack, raised), what=f"the room of {vmi_name} in spec.hard")
+    assert await target_pods(stack) == [], "the migration waits: no target pod yet"
+    return migration
+
+
+async def release_migrations(stack: Stack) -> None:
+    await set_migration_slots(stack.api, SLOTS)
+
+
+# Reading the namespace ----------------------------------------------------------------------------
+
+
+async def quota_hard(stack: Stack) -> ResourceList:
+    return parse_resource_list_leniently(
+        ((await stack.admin.quota()).get("spec") or {}).get("hard")
+    )
+
+
+async def hard_is(stack: Stack, expected: Mapping[str, Quantity]) -> bool:
+    return resources.equal(resources.mask(await quota_hard(stack), expected), dict(expected))
+
+
+async def settled(stack: Stack) -> str:
+    """The quota and pods once the controllers have done all they will about the namespace as it
+    is now: what a failure message shows."""
+    await eventually(lambda: caught_up(stack.controllers, stack.namespace), what="caught up")
+    quota = await stack.admin.quota()
+    pods = (await stack.api.list(PODS, stack.namespace))["items"]
+    shown = [
+        f"{p['metadata']['name']}({(p.get('status') or {}).get('phase')}"
+        f"{', target' if LABEL_MIGRATION_JOB in (p['metadata'].get('labels') or {}) else ''})"
+        for p in pods
+    ]
+    return (
+        f"spec.hard={quota['spec'].get('hard')} status.used={(quota.get('status') or {}).get('used')}"
+        f" pods={shown}"
+    )
+
+
+async def target_pods(stack: Stack) -> list[str]:
+    """Pods KubeVirt made as migration targets (labelled, not the tenant's)."""
+    listed = await stack.api.list(PODS, stack.namespace, label_selector=LABEL_MIGRATION_JOB)
+    return [
+        p["metadata"]["name"]
+        for p in listed["items"]
+        if p["metadata"]["name"] not in stack.tenant.pods
+    ]
+
+
+async def in_flight_targets(stack: Stack) -> frozenset[str]:
+    """KubeVirt's target pods of the migrations not finished yet: a room, not the tenant's."""
+    migrations = (await stack.api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, stack.namespace))[
+        "items"
+    ]
+    in_flight = {
+        m["metadata"]["uid"]
+        for m in migrations
+        if (m.get("status") or {}).get("phase") not in FINAL_PHASES
+    }
+    listed = await stack.api.list(PODS, stack.namespace, label_selector=LABEL_MIGRATION_JOB)
+    return frozenset(
+        p["metadata"]["name"]
+        for p in listed["items"]
+        if p["metadata"]["labels"][LABEL_MIGRATION_JOB] in in_flight
+        and p["metadata"]["name"] not in stack.tenant.pods
+    )
+
+
+async def usage_above_base(stack: Stack) -> ResourceList:
+    """What the namespace's pods are charged now beyond the base, key by key (nothing: within
+    it), the targets of migrations in flight aside."""
+    excluded = await in_flight_targets(stack)
+    now = datetime.datetime.now(datetime.UTC)
+    pods = (await stack.api.list(PODS, stack.namespace))["items"]
+    used = resources.total(
+        pod_quota_usage(p, now=now) for p in pods if p["metadata"]["name"] not in excluded
+    )
+    base = parse_resource_list_leniently(BASE)
+    above = resources.subtract_non_negative(resources.mask(used, base), base)
+    return resources.remove_zeros(above)
+
+
+async def within_base(stack: Stack) -> None:
+    """Waits until the namespace is within its base (a finished migration's source pod exits a
+    moment after); fails with what is above it."""
+    try:
+        await eventually(lambda: _none_above(stack), timeout=60, what="usage within the base")
+    except AssertionError:
+        above = resources.to_json_dict(await usage_above_base(stack))
+        raise AssertionError(
+            f"the tenant ended above its base by {above}: {await settled(stack)}"
+        ) from None
+
+
+async def _none_above(stack: Stack) -> bool:
+    return not await usage_above_base(stack)
+
+
+def room_of(pod: Object) -> ResourceList:
+    """A migration's room: what its VM's launcher pod is charged, on the base's keys."""
+    return resources.mask(pod_quota_usage(pod), BASE)
+
+
+def raised_beyond(history: SpecHistory, ceiling: Mapping[str, Quantity]) -> list[dict[str, str]]:
+    """Every spec.hard the quota had that exceeds `ceiling` on some key."""
+    return [
+        hard
+        for hard in history.hards
+        if not resources.less_or_equal(parse_resource_list_leniently(hard), dict(ceiling))[0]
+    ]
+
+
+def base_plus(*rooms: Mapping[str, Quantity]) -> ResourceList:
+    return resources.total([parse_resource_list_leniently(BASE), *rooms])
+
+
+# The tenant's VMs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What became of the launcher pod virt-controller makes for a VMI: admitted (`pod`) or
+    refused (`refusal`, the message of its FailedCreate event)."""
+
+    pod: Object | None = None
+    refusal: str | None = None
+
+
+async def start_vm(stack: Stack, spec: VMSpec = VM1) -> tuple[Object, Object]:
+    """The tenant creates a running VM; returns its VMI and launcher pod once it runs."""
+    await stack.tenant.create_vm(spec, **await _rendering(stack))
+    found = await eventually(
+        lambda: _running(stack, spec.name), timeout=START_TIMEOUT, what=f"VM {spec.name} running"
+    )
+    vmi, pod = found
+    return vmi, pod
+
+
+async def _rendering(stack: Stack) -> dict[str, Any]:
+    return {
+        "kubevirt_version": stack.kubevirt.kubevirt_version,
+        "ratio": await stack.kubevirt.overhead_ratio(),
+    }
+
+
+async def _running(stack: Stack, name: str) -> tuple[Object, Object] | None:
+    try:
+        vmi = await stack.api.get(VIRTUAL_MACHINE_INSTANCES, name, stack.namespace)
+    except errors.NotFound:
+        return None
+    if (vmi.get("status") or {}).get("phase") != "Running":
+        return None
+    launch = await launch_of(stack, vmi["metadata"]["uid"])
+    return (vmi, launch.pod) if launch.pod is not None else None
+
+
+async def start_vmi(stack: Stack, spec: VMSpec) -> Object:
+    """The tenant creates a VMI without a VM (no VM webhook on that path)."""
+    return await stack.tenant.create_vmi(spec, **await _rendering(stack))
+
+
+async def launch_of(stack: Stack, vmi_uid: str) -> Launch:
+    """The VMI's launcher pod if one was admitted, else the last refusal virt-controller
+    reported, else neither (yet)."""
+    selector = f"{LABEL_CREATED_BY}={vmi_uid}"
+    pods = (await stack.api.list(PODS, stack.namespace, label_selector=selector))["items"]
+    if pods:
+        return Launch(pod=pods[0])
+    events = await stack.api.list(
+        EVENTS, stack.namespace, field_selector=f"involvedObject.uid={vmi_uid},reason=FailedCreate"
+    )
+    messages = [str(e.get("message") or "") for e in events["items"]]
+    return Launch(refusal=messages[-1]) if messages else Launch()
+
+
+async def decided(stack: Stack, vmi_uid: str) -> Launch:
+    """Waits until virt-controller's launcher pod for the VMI is admitted or refused."""
+    return await eventually(
+        lambda: _decided(stack, vmi_uid),
+        timeout=START_TIMEOUT,
+        what="virt-controller's launcher pod admitted or refused",
+    )
+
+
+async def _decided(stack: Stack, vmi_uid: str) -> Launch | None:
+    launch = await launch_of(stack, vmi_uid)
+    return launch if launch.pod is not None or launch.refusal is not None else None
+
+
+async def refusal(action: Awaitable[object]) -> errors.ApiError | None:
+    """The API server's refusal of the tenant's request, None if it was carried out."""
+    try:
+        await action
+    except errors.ApiError as refused:
+        if refused.status in (403, 422):
+            return refused
+        raise
+    return None
+
+
+async def completes(stack: Stack, migration: Object) -> None:
+    name = migration["metadata"]["name"]
+    record = await stack.kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+
+
+async def back_to_the_base(stack: Stack) -> None:
+    base = parse_resource_list_leniently(BASE)
+    await eventually(lambda: hard_is(stack, base), timeout=60, what="spec.hard back to the base")
+
+
+def names_a_protected_label(message: str) -> bool:
+    return LABEL_MIGRATION_JOB in message or LABEL_CREATED_BY in message
+
+
+# The identity ------------------------------------------------------------------------------------
+
+
+async def test_the_tenant_runs_vms_and_migrations_but_may_not_write_quotas_or_namespaces(
+    the_tenant: Tenant,
+) -> None:
+    """The attacker of issue 25 as a real identity: its own service account, which may create
+    pods, VMs, VMIs and migrations in its namespace and read events there, and may not touch a
+    ResourceQuota or a Namespace. Kubernetes 1.36's `edit` has no pods/resize: the resize test
+    grants it on its own."""
+    whoami = await the_tenant.api.create(
+        Resource("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False),
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    assert whoami["status"]["userInfo"]["username"] == the_tenant.user
+    may = [
+        Access("create", "pods"),
+        Access("patch", "pods"),
+        Access("create", "virtualmachines", "kubevirt.io"),
+        Access("create", "virtualmachineinstances", "kubevirt.io"),
+        Access("create", "virtualmachineinstancemigrations", "kubevirt.io"),
+        Access("delete", "virtualmachineinstancemigrations", "kubevirt.io"),
+        Access("list", "events"),
+    ]
+    may_not = [
+        Access("update", "resourcequotas"),
+        Access("patch", "resourcequotas"),
+        Access("patch", "namespaces"),
+        Access("patch", "pods", subresource="resize"),
+        Access("patch", "pods", subresource="status"),
+    ]
+    assert [str(a) for a in may if not await the_tenant.may(a)] == []
+    assert [str(a) for a in may_not if await the_tenant.may(a)] == []
+
+
+# The attacks -------------------------------------------------------------------------------------
+
+
+async def test_a_new_vmis_launcher_pod_is_kept_out_of_a_held_room_and_the_real_migration_completes(
+    stack: Stack,
+) -> None:
+    """Attack 1: while vm1's migration holds room (no target pod yet), the tenant creates a VMI of
+    vm1's size. virt-controller's launcher pod for it is refused by the webhook (FailedCreate on
+    the VMI, naming vm1's room) instead of taking the room; vm1's real target gets in, and the
+    namespace never ends above its base."""
+    await stack.admin.create_quota(BASE)
+    room = await vm1_behind_closed_slots(stack)
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        migration = await queued_migration(stack, "vm1", room)
+        intruder = await start_vmi(stack, VMSpec("intruder", cores=2, memory="4Gi"))
+        launch = await decided(stack, intruder["metadata"]["uid"])
+        admitted = None if launch.pod is None else launch.pod["metadata"]["name"]
+        assert admitted is None, (
+            f"virt-controller's launcher pod {admitted} for the tenant's new VMI was admitted "
+            f"into vm1's room: {await settled(stack)}"
+        )
+        assert ROOM_DENIAL in str(launch.refusal), launch.refusal
+        await release_migrations(stack)
+        await completes(stack, migration)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, base_plus(room)) == [], history.hards
+    await within_base(stack)
+
+
+async def test_a_tenant_pod_labelled_as_a_migration_target_is_denied_and_the_real_migration_completes(
+    stack: Stack,
+) -> None:
+    """Attack 2, at create: while vm1's migration holds room, the tenant creates a small pod
+    labelled kubevirt.io/migrationJobUID with that migration's uid. The API server refuses it
+    (the shipped admission policy: only KubeVirt's controller sets that label); the room stays
+    vm1's, KubeVirt's real target gets in and the migration completes."""
+    await stack.admin.create_quota(BASE)
+    room = await vm1_behind_closed_slots(stack)
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        migration = await queued_migration(stack, "vm1", room)
+        forged = {LABEL_MIGRATION_JOB: migration["metadata"]["uid"]}
+        denied = await refusal(
+            stack.tenant.create_pod("decoy", cpu="100m", memory="64Mi", labels=forged)
+        )
+        assert denied is not None, (
+            f"the tenant's pod labelled as vm1's target was admitted: {await settled(stack)}"
+        )
+        print(f"the decoy's refusal: {denied}")
+        assert names_a_protected_label(denied.message), denied.message
+        await release_migrations(stack)
+        await completes(stack, migration)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, base_plus(room)) == [], history.hards
+    await within_base(stack)
+
+
+async def test_relabelling_a_tenant_pod_as_a_migration_target_is_denied_and_the_real_migration_completes(
+    stack: Stack,
+) -> None:
+    """Attack 2, by relabelling: an ordinary pod of the tenant (within the base, made before the
+    migration) is given kubevirt.io/migrationJobUID with the uid of vm1's migration while it holds
+    room. The API server refuses the update; KubeVirt's real target gets in."""
+    await stack.admin.create_quota(BASE)
+    room = await vm1_behind_closed_slots(stack)
+    await stack.tenant.create_pod("bystander", cpu="100m", memory="64Mi")
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        migration = await queued_migration(stack, "vm1", room)
+        forged = {LABEL_MIGRATION_JOB: migration["metadata"]["uid"]}
+        denied = await refusal(stack.tenant.label_pod("bystander", forged))
+        assert denied is not None, (
+            f"the tenant relabelled its pod as vm1's target: {await settled(stack)}"
+        )
+        print(f"the relabel's refusal: {denied}")
+        assert names_a_protected_label(denied.message), denied.message
+        await release_migrations(stack)
+        await completes(stack, migration)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, base_plus(room)) == [], history.hards
+    await within_base(stack)
+
+
+async def test_a_forged_target_pod_from_before_the_policy_is_charged_to_the_base_and_the_real_target_gets_in(
+    stack: Stack,
+) -> None:
+    """Attack 2 where the label got on anyway (a pod from before the admission policy, or one an
+    administrator made): the controller counts as a migration's target only a pod KubeVirt made
+    for that migration's VMI since the migration began. The forged pod is an ordinary pod charged
+    to the base: vm1's room stays whole, KubeVirt's real target gets in and the migration
+    completes. The administrator creates the pod here, standing for the one from before the
+    policy (which does not apply to administrators): this is the controller's own rule."""
+    await stack.admin.create_quota(BASE)
+    room = await vm1_behind_closed_slots(stack)
+    raised = base_plus(room)
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        migration = await queued_migration(stack, "vm1", room)
+        forged = {LABEL_MIGRATION_JOB: migration["metadata"]["uid"]}
+        decoy = small_pod("decoy", "100m", "64Mi", forged)
+        await stack.api.create(PODS, decoy, stack.namespace)
+        state = await settled(stack)
+        assert await hard_is(stack, raised), f"vm1's room is no longer whole: {state}"
+        await release_migrations(stack)
+        await completes(stack, migration)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, raised) == [], history.hards
+    await within_base(stack)
+
+
+async def test_twenty_migrations_of_one_vmi_hold_one_room_and_none_is_refused(
+    stack: Stack,
+) -> None:
+    """Attack 3: the tenant creates twenty migrations of vm1 at once (virt-api, which would
+    refuse all but one, does not run here; created at once they race past it anyway). vm1 takes
+    one room however many migrations name it: spec.hard never exceeds the base plus one room,
+    KubeVirt migrates vm1 (one migration after another, never refused by quota), and the quota
+    returns to its base."""
+    await stack.admin.create_quota(BASE)
+    _, source = await start_vm(stack)
+    ceiling = base_plus(room_of(source))
+    async with (
+        SpecHistory(stack.api, stack.namespace) as history,
+        RejectionWatch(stack.api, stack.namespace) as rejections,
+    ):
+        created = await asyncio.gather(*(stack.tenant.migrate("vm1") for _ in range(20)))
+        names = [m["metadata"]["name"] for m in created]
+        await settled(stack)
+        assert raised_beyond(history, ceiling) == [], f"twenty migrations of vm1: {history.hards}"
+        outcomes = await all_finished(stack, names)
+        await back_to_the_base(stack)
+        await eventually(lambda: rejections.seen >= set(names), what="every migration watched")
+    print(f"outcomes of the twenty: {sorted(str(o) for o in outcomes)}")
+    assert Outcome.SUCCEEDED in outcomes, outcomes
+    assert rejections.rejected == set(), "no migration was refused by quota"
+    assert raised_beyond(history, ceiling) == [], history.hards
+    await within_base(stack)
+
+
+async def all_finished(stack: Stack, names: list[str]) -> list[Outcome | None]:
+    """Waits until KubeVirt has finished every one of the migrations (one after another: about
+    five seconds each here, more on a loaded machine); returns their outcomes."""
+
+    def outcomes() -> list[Outcome | None]:
+        records = [stack.kubevirt.records.get(stack.namespace, name) for name in names]
+        return [None if record is None else record.outcome for record in records]
+
+    def done() -> bool:
+        return None not in outcomes()
+
+    finished = await stack.kubevirt.records.wait_for(done, MIGRATION_TIMEOUT * len(names) / 4)
+    assert finished, f"not all finished: {outcomes()}"
+    return outcomes()
+
+
+async def test_a_migration_of_a_vmi_that_never_started_raises_nothing_and_the_vmi_stays_out(
+    stack: Stack,
+) -> None:
+    """Attack 3, never started: the tenant creates a VMI too big for its base (4 cores, 8Gi; a VMI
+    has no VM webhook), virt-controller's launcher pod is refused by quota, and the tenant then
+    migrates it. A VMI without a launcher pod that counts gets no room: spec.hard stays at the
+    base, so the VMI's launcher pod stays out."""
+    await stack.admin.create_quota(BASE)
+    big = await start_vmi(stack, VMSpec("big", cores=4, memory="8Gi"))
+    uid = big["metadata"]["uid"]
+    launch = await decided(stack, uid)
+    assert launch.pod is None and EXCEEDED_QUOTA in str(launch.refusal), launch
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        await stack.tenant.migrate("big")
+        state = await settled(stack)
+        assert raised_beyond(history, base_plus()) == [], f"a room for a VMI not running: {state}"
+    assert (await launch_of(stack, uid)).pod is None, "the big VMI's launcher pod got in"
+    assert raised_beyond(history, base_plus()) == [], history.hards
+    await within_base(stack)
+
+
+async def test_growing_a_pod_in_place_into_a_held_room_is_denied_and_the_real_migration_completes(
+    stack: Stack,
+) -> None:
+    """Attack 5a: a tenant pod within the base grows in place (pods/resize, GA in Kubernetes
+    1.35) while vm1's migration holds room. The webhook checks the resize like a create and
+    denies it, naming vm1's room; vm1's real target gets in.
+
+    Kubernetes 1.36's `edit` does not grant pods/resize, so the tenant gets it from a Role of its
+    own here (the issue's "optionally pods/resize"). kwok reports a running container without
+    the resources a resize-capable kubelet adds to its status, which the API server takes for a
+    node that cannot resize ("Pod running on node without support for resize"); so the pod
+    waits unscheduled (a node selector no node has), which the API server lets resize, and which
+    quota charges as it would a running one."""
+    await stack.admin.create_quota(BASE)
+    resize = {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch", "update"]}
+    await grant(stack.api, stack.tenant, "pod-resizer", [resize])
+    room = await vm1_behind_closed_slots(stack)
+    await stack.tenant.create_pod("grower", cpu="100m", memory="64Mi", node_selector=NOWHERE)
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        migration = await queued_migration(stack, "vm1", room)
+        denied = await refusal(stack.tenant.resize_pod("grower", cpu="2"))
+        assert denied is not None, f"the tenant's pod grew into vm1's room: {await settled(stack)}"
+        assert ROOM_DENIAL in denied.message, denied.message
+        await release_migrations(stack)
+        await completes(stack, migration)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, base_plus(room)) == [], history.hards
+    await within_base(stack)
+
+
+async def test_with_the_webhook_down_pods_that_slip_into_a_held_room_never_raise_the_quota_further(
+    stack: Stack,
+) -> None:
+    """Attack 6: a Rancher namespace (its pods rule fails open, and the controller does not label
+    it), the webhook goes down while vm1's migration holds room, and the tenant creates pods
+    until quota admission refuses, again after each raise. The raise never follows them:
+    spec.hard stays at most the base plus vm1's room, so what slipped in is at most that room;
+    once the tenant gives the migration up, spec.hard is the base again."""
+    await stack.admin.set_rancher_base(RANCHER_BASE)
+    await stack.admin.create_quota(BASE)
+    room = await vm1_behind_closed_slots(stack)
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        migration = await queued_migration(stack, "vm1", room)
+        await stack.webhook.stop()
+        slipped = await slip_in(stack)
+        assert slipped, "with the webhook down and room held, pods got in (the attack's premise)"
+        state = await settled(stack)
+        print(f"{len(slipped)} pods slipped in; {state}")
+        assert raised_beyond(history, base_plus(room)) == [], (
+            f"{len(slipped)} pods slipped in and spec.hard followed them: {history.hards}; {state}"
+        )
+        assert resources.less_or_equal(await usage_above_base(stack), room)[0], state
+        name = migration["metadata"]["name"]
+        await stack.tenant.api.delete(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, stack.namespace)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, base_plus(room)) == [], history.hards
+
+
+async def slip_in(stack: Stack, *, most: int = 12) -> list[str]:
+    """The tenant creates 500m / 256Mi pods until quota admission refuses one twice: once, and
+    again after the controllers have done what they do about the pods in. Returns the pods
+    admitted (at most `most`)."""
+    admitted: list[str] = []
+    refusals = 0
+    for attempt in range(most + 2):
+        name = f"slipper-{attempt}"
+        try:
+            await stack.tenant.create_pod(name, cpu="500m", memory="256Mi")
+        except errors.Forbidden as refused:
+            assert EXCEEDED_QUOTA in refused.message, refused.message
+            refusals += 1
+            if refusals == 2:
+                break
+            await settled(stack)
+            continue
+        admitted.append(name)
+        if len(admitted) == most:
+            break
+    return admitted
