@@ -229,3 +229,20 @@ def test_a_pod_that_cannot_be_read_is_named_in_a_warning_and_plans_the_rest() ->
     assert any(
         "pod huge" in warning and "no raise follows" in warning for warning in planned.warnings
     )
+
+
+def test_a_forged_target_that_sorts_first_does_not_hide_kubevirts_real_target() -> None:
+    """The plan looked only at the first pod (by name) labelled with the migration's uid: a
+    forged one named to sort first, rejected rightly, hid KubeVirt's real target, which was
+    then charged as an ordinary pod and the quota raised for it (spec.hard 6145m, measured)."""
+    instance, source = running_vm("vm1")
+    mig = migration_of("m1", instance)
+    real = launcher_pod(instance, "virt-launcher-vm1-zzzzz", migration=mig)
+    decoy = tenant_pod(
+        "aaa-decoy", "100m", VM_STARTED, **{"kubevirt.io/migrationJobUID": mig["metadata"]["uid"]}
+    )
+    planned = plan([mig], [instance], [source, decoy, real])
+    assert [(r.target_pod, r.estimated) for r in planned.rooms.rooms] == [
+        (real["metadata"]["name"], False)
+    ]
+    assert planned.used["limits.cpu"] == room_cpu(source) + Quantity.parse("100m")

@@ -232,6 +232,12 @@ class NamespacePods:
         names = sorted(self._by_migration.get(migration_uid, ()))
         return self._views[names[0]] if names else None
 
+    def labelled_targets(self, migration_uid: str) -> list[PodView]:
+        """Every pod labelled as the migration's target, by name: KubeVirt's, and any a
+        tenant labelled so before the labels were protected (rooms.is_target_of tells them
+        apart)."""
+        return [self._views[name] for name in sorted(self._by_migration.get(migration_uid, ()))]
+
     def launchers_of(self, vmi_uid: str) -> list[PodView]:
         return [self._views[name] for name in sorted(self._by_vmi.get(vmi_uid, ()))]
 

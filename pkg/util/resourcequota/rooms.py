@@ -198,7 +198,8 @@ class _Once:
 def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> MigrationRoom | None:
     meta = metadata(migration)
     phase = str(status(migration).get("phase") or "")
-    labelled = pods.target_of(str(meta.get("uid", "")))
+    candidates = pods.labelled_targets(str(meta.get("uid", "")))
+    labelled = _likeliest_target(candidates, migration)
     if phase in (PHASE_SUCCEEDED, PHASE_FAILED) and not _may_hold_room(
         phase, labelled, pods, inputs.now
     ):
@@ -212,11 +213,18 @@ def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> Migr
         return None
     if _of_an_earlier_instance(migration, vmi):
         return None
-    target = labelled if is_target_of(labelled, migration, vmi) else None
+    target = next((pod for pod in candidates if is_target_of(pod, migration, vmi)), None)
     reason = _holding_reason(migration, vmi, target, inputs.now, pods)
     if reason is None:
         return None
     return _room(migration, vmi, target, reason, inputs)
+
+
+def _likeliest_target(candidates: list[PodView], migration: Object) -> PodView | None:
+    """Before the VMI is read: the labelled launcher pod created no earlier than the migration,
+    if any (a forged one sorted first must not hide KubeVirt's)."""
+    created = str(metadata(migration).get("creationTimestamp") or "")
+    return next((pod for pod in candidates if pod.launcher and pod.created >= created), None)
 
 
 def _may_hold_room(
