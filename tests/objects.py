@@ -99,6 +99,30 @@ def launcher_pod(
     }
     if migration is not None:
         labels[LABEL_MIGRATION_JOB] = migration["metadata"]["uid"]
+    pod = _pod(
+        instance,
+        name,
+        labels,
+        {"nodeName": node, "terminationGracePeriodSeconds": grace, **rendered["spec"]},
+        phase,
+    )
+    for container in pod["spec"]["containers"]:
+        container.setdefault("image", "virt-launcher")
+    for container in pod["spec"].get("initContainers", []):
+        container.setdefault("image", "virt-launcher")
+    if deletion_timestamp is not None:
+        pod["metadata"]["deletionTimestamp"] = deletion_timestamp
+        pod["metadata"]["deletionGracePeriodSeconds"] = grace
+    # As the API server would have it: a target pod is created once its migration exists.
+    created = (migration or instance)["metadata"].get("creationTimestamp")
+    if created is not None:
+        pod["metadata"]["creationTimestamp"] = created
+    return pod
+
+
+def _pod(instance: Object, name: str, labels: dict[str, str], spec: Object, phase: str) -> Object:
+    """A pod of `instance`'s namespace, created when the VMI was (if it says when)."""
+    meta = instance["metadata"]
     pod: Object = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -108,21 +132,11 @@ def launcher_pod(
             "uid": new_uid(),
             "labels": labels,
         },
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace, **rendered["spec"]},
+        "spec": spec,
         "status": {"phase": phase},
     }
-    for container in pod["spec"]["containers"]:
-        container.setdefault("image", "virt-launcher")
-    for container in pod["spec"].get("initContainers", []):
-        container.setdefault("image", "virt-launcher")
-    if deletion_timestamp is not None:
-        pod["metadata"]["deletionTimestamp"] = deletion_timestamp
-        pod["metadata"]["deletionGracePeriodSeconds"] = grace
-    # As the API server would have it: a target pod is created once its migration exists, a
-    # source pod once its VMI does.
-    created = (migration or instance)["metadata"].get("creationTimestamp")
-    if created is not None:
-        pod["metadata"]["creationTimestamp"] = created
+    if "creationTimestamp" in meta:
+        pod["metadata"]["creationTimestamp"] = meta["creationTimestamp"]
     return pod
 
 
@@ -131,26 +145,10 @@ def bare_launcher(
 ) -> Object:
     """A Running launcher pod of `instance` with a small fixed usage, for tests about
     something other than its size (the source pod a migration under way needs)."""
-    meta = instance["metadata"]
-    pod: Object = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": meta["namespace"],
-            "uid": new_uid(),
-            "labels": {"kubevirt.io": "virt-launcher", LABEL_CREATED_BY: meta["uid"]},
-        },
-        "spec": {
-            "containers": [
-                {"name": "compute", "resources": {"limits": {"cpu": cpu, "memory": memory}}}
-            ]
-        },
-        "status": {"phase": "Running"},
-    }
-    if "creationTimestamp" in meta:
-        pod["metadata"]["creationTimestamp"] = meta["creationTimestamp"]
-    return pod
+    labels = {"kubevirt.io": "virt-launcher", LABEL_CREATED_BY: instance["metadata"]["uid"]}
+    limits = {"cpu": cpu, "memory": memory}
+    spec = {"containers": [{"name": "compute", "resources": {"limits": limits}}]}
+    return _pod(instance, name, labels, spec, "Running")
 
 
 def migration(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -497,24 +497,11 @@ async def test_a_tenant_pod_labelled_as_a_migration_target_is_denied_and_the_rea
     labelled kubevirt.io/migrationJobUID with that migration's uid. The API server refuses it
     (the shipped admission policy: only KubeVirt's controller sets that label); the room stays
     vm1's, KubeVirt's real target gets in and the migration completes."""
-    await stack.admin.create_quota(BASE)
-    room = await vm1_behind_closed_slots(stack)
-    async with SpecHistory(stack.api, stack.namespace) as history:
-        migration = await queued_migration(stack, "vm1", room)
-        forged = {LABEL_MIGRATION_JOB: migration["metadata"]["uid"]}
-        denied = await refusal(
-            stack.tenant.create_pod("decoy", cpu="100m", memory="64Mi", labels=forged)
-        )
-        assert denied is not None, (
-            f"the tenant's pod labelled as vm1's target was admitted: {await settled(stack)}"
-        )
-        print(f"the decoy's refusal: {denied}")
-        assert names_a_protected_label(denied.message), denied.message
-        await release_migrations(stack)
-        await completes(stack, migration)
-        await back_to_the_base(stack)
-    assert raised_beyond(history, base_plus(room)) == [], history.hards
-    await within_base(stack)
+    await forging_the_target_label_is_refused(
+        stack,
+        lambda labels: stack.tenant.create_pod("decoy", cpu="100m", memory="64Mi", labels=labels),
+        "the tenant's pod labelled as vm1's target was admitted",
+    )
 
 
 async def test_relabelling_a_tenant_pod_as_a_migration_target_is_denied_and_the_real_migration_completes(
@@ -523,17 +510,26 @@ async def test_relabelling_a_tenant_pod_as_a_migration_target_is_denied_and_the_
     """Attack 2, by relabelling: an ordinary pod of the tenant (within the base, made before the
     migration) is given kubevirt.io/migrationJobUID with the uid of vm1's migration while it holds
     room. The API server refuses the update; KubeVirt's real target gets in."""
+    await stack.tenant.create_pod("bystander", cpu="100m", memory="64Mi")
+    await forging_the_target_label_is_refused(
+        stack,
+        lambda labels: stack.tenant.label_pod("bystander", labels),
+        "the tenant relabelled its pod as vm1's target",
+    )
+
+
+async def forging_the_target_label_is_refused(
+    stack: Stack, forge: Callable[[dict[str, str]], Awaitable[Any]], admitted: str
+) -> None:
+    """vm1's migration holds room; `forge` (given the forged labels) is refused by the API
+    server naming the protected label; the migration completes, never raised beyond its room."""
     await stack.admin.create_quota(BASE)
     room = await vm1_behind_closed_slots(stack)
-    await stack.tenant.create_pod("bystander", cpu="100m", memory="64Mi")
     async with SpecHistory(stack.api, stack.namespace) as history:
         migration = await queued_migration(stack, "vm1", room)
-        forged = {LABEL_MIGRATION_JOB: migration["metadata"]["uid"]}
-        denied = await refusal(stack.tenant.label_pod("bystander", forged))
-        assert denied is not None, (
-            f"the tenant relabelled its pod as vm1's target: {await settled(stack)}"
-        )
-        print(f"the relabel's refusal: {denied}")
+        denied = await refusal(forge({LABEL_MIGRATION_JOB: migration["metadata"]["uid"]}))
+        assert denied is not None, f"{admitted}: {await settled(stack)}"
+        print(f"the refusal: {denied}")
         assert names_a_protected_label(denied.message), denied.message
         await release_migrations(stack)
         await completes(stack, migration)
