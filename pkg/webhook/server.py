@@ -254,14 +254,16 @@ class ReloadingTLS:
     def reload(self) -> bool:
         """Loads the files if they changed since last time; a bad set keeps the old one (at the
         first load, it raises)."""
+        first = self._stamp is None
         try:
             stamp = self._mtimes()
         except OSError as error:
+            if first:
+                raise
             log.error("cannot read the serving certificate or the client CA: %s", error)
             return False
         if stamp == self._stamp:
             return False
-        first = self._stamp is None
         try:
             # The first load fills the listening context itself, the later ones a fresh context.
             context = self.context if first else self._new_context()

@@ -462,3 +462,16 @@ def test_the_webhook_flags_for_client_certificates_and_the_metrics_port() -> Non
 def test_client_names_without_a_client_ca_are_a_usage_error() -> None:
     with pytest.raises(SystemExit, match="--client-name needs --client-ca-file"):
         _client_auth(build_parser().parse_args([*WEBHOOK, "--client-name", "a"]))
+
+
+def test_a_client_ca_that_cannot_be_read_at_start_stops_the_server_from_starting(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """Fail fast: a webhook that silently did not ask for certificates would refuse the API
+    server itself (it would present none)."""
+    tls = ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
+    with pytest.raises(FileNotFoundError):
+        tls.verify_clients(tmp_path / "missing-ca.crt")
+    (tmp_path / "not-a-ca.crt").write_text("garbage")
+    with pytest.raises(ssl.SSLError):
+        tls.verify_clients(tmp_path / "not-a-ca.crt")
