@@ -30,6 +30,7 @@ from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
 
 if TYPE_CHECKING:
     from .localcluster.cluster import LocalCluster
+    from .webhook.server import ClientAuth
 
 Handler = Callable[[argparse.Namespace], int]
 # The demo, scenarios, explain, the local cluster and the webhook server are imported by their
@@ -142,6 +143,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         controllers=frozenset(args.controller_user or DEFAULT_CONTROLLER_USERS),
         target_creators=frozenset(args.target_creator or DEFAULT_TARGET_CREATORS),
     )
+    client_auth = _client_auth(args)
 
     from .webhook import server as webhook_server  # noqa: PLC0415 - see Handler
 
@@ -153,6 +155,8 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                 key_file=Path(args.key_file),
                 host=args.host,
                 port=args.port,
+                client_auth=client_auth,
+                metrics_address=(args.metrics_host, args.metrics_port),
                 identities=identities,
                 kubevirt_version=args.kubevirt_version,
                 target_room_wait=args.target_room_wait,
@@ -161,6 +165,18 @@ def cmd_webhook(args: argparse.Namespace) -> int:
             )
 
     return asyncio.run(main())
+
+
+def _client_auth(args: argparse.Namespace) -> ClientAuth | None:
+    """--client-ca-file and --client-name as the webhook's ClientAuth (None without a CA);
+    exits with a usage error for names without a CA."""
+    from .webhook.server import ClientAuth  # noqa: PLC0415 - see Handler
+
+    if args.client_ca_file is None:
+        if args.client_name:
+            sys.exit("harvester-quota webhook: --client-name needs --client-ca-file")
+        return None
+    return ClientAuth(Path(args.client_ca_file), frozenset(args.client_name or ()))
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -363,9 +379,35 @@ def _positive_seconds(text: str) -> float:
     return seconds
 
 
+def _add_webhook_endpoint_flags(hook: argparse.ArgumentParser) -> None:
+    """Who may call the admission port, and where /metrics is served instead."""
+    hook.add_argument(
+        "--client-ca-file",
+        help="require a client certificate signed by this CA (PEM, reloaded on change) on "
+        '/validate/*: the one the API server presents to webhooks (README "Deploying"); '
+        "/healthz and /readyz stay open to probes without one",
+    )
+    hook.add_argument(
+        "--client-name",
+        action="append",
+        help="accept only client certificates with this subject common name (repeatable; "
+        "default: any the CA signed); needs --client-ca-file",
+    )
+    hook.add_argument(
+        "--metrics-host", default="0.0.0.0", help="address of the plain-HTTP metrics port"
+    )
+    hook.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8081,
+        help="plain-HTTP port of /metrics, /healthz and /readyz (never served on --port)",
+    )
+
+
 def _add_webhook_command(commands: Any) -> None:
     hook = commands.add_parser("webhook", help="run the validating admission webhook (HTTPS)")
     _add_connection_flags(hook)
+    _add_webhook_endpoint_flags(hook)
     hook.add_argument(
         "--cert-file", required=True, help="serving certificate (PEM), reloaded on change"
     )

@@ -41,6 +41,7 @@ from .pki import (
     APISERVER_IPS,
     CertificateAuthority,
     service_account_key,
+    webhook_client_pki,
 )
 from .process import ProcessRecord
 from .rest import ApiError, RestClient
@@ -174,6 +175,11 @@ class ClusterInfo:
     processes: list[ProcessRecord] = field(default_factory=list)
     kubevirt_version: str | None = None
     """The version of KubeVirt's virt-controller running here; None when it does not run."""
+    webhook_client_ca: Path | None = None
+    """The CA of the client certificate (CN pki.WEBHOOK_CLIENT_NAME) the API server presents to
+    every admission webhook (its AdmissionConfiguration's kubeconfig, user "*"): a webhook
+    trusting it accepts the API server's calls only. None in the state of a cluster started
+    before the API server had one; `up` starts such a cluster afresh."""
 
     def rest(self, timeout: float = 10.0) -> RestClient:
         """A synchronous admin client for this cluster."""
@@ -190,6 +196,14 @@ class ClusterInfo:
         """The cluster's CA, to sign serving certificates for webhooks the API server will call."""
         return CertificateAuthority.load(self.ca_file, self.ca_file.with_name("ca.key"))
 
+    def webhook_client_authority(self) -> CertificateAuthority:
+        """The CA of `webhook_client_ca`, to sign certificates that pass for the API server's."""
+        if self.webhook_client_ca is None:
+            raise ClusterError("this cluster's API server presents no webhook client certificate")
+        return CertificateAuthority.load(
+            self.webhook_client_ca, self.webhook_client_ca.with_suffix(".key")
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "version": STATE_VERSION,
@@ -203,6 +217,7 @@ class ClusterInfo:
             "nodes": self.nodes,
             "processes": [asdict(record) for record in self.processes],
             "kubevirt_version": self.kubevirt_version,
+            "webhook_client_ca": str(self.webhook_client_ca) if self.webhook_client_ca else None,
         }
 
     @classmethod
@@ -223,7 +238,16 @@ class ClusterInfo:
                 for record in data["processes"]
             ],
             kubevirt_version=data.get("kubevirt_version"),
+            webhook_client_ca=(
+                Path(data["webhook_client_ca"]) if data.get("webhook_client_ca") else None
+            ),
         )
+
+    def is_current(self) -> bool:
+        """Started as this version's `up` starts a cluster: its API server presents the webhook
+        client certificate (a state written before that has none, or a state dir whose pki/
+        lost the file)."""
+        return self.webhook_client_ca is not None and self.webhook_client_ca.exists()
 
 
 @dataclass(frozen=True)
@@ -289,6 +313,7 @@ class LocalCluster:
             if (
                 existing is not None
                 and existing.kubevirt_version == wanted
+                and existing.is_current()
                 and self._healthy(existing)
             ):
                 return existing
@@ -397,6 +422,7 @@ class LocalCluster:
             client_key=self.pki_dir / "admin.key",
             ports=ports,
             kubevirt_version=kubevirt.version if kubevirt else None,
+            webhook_client_ca=self.pki_dir / "webhook-client-ca.crt",
         )
         try:
             self._launch(info, bin_dir, "etcd", self._etcd_args(ports))
@@ -556,6 +582,7 @@ class LocalCluster:
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            f"--admission-control-config-file={self.admission_config_path}",
             "--authorization-mode=Node,RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
@@ -628,6 +655,48 @@ class LocalCluster:
         (self.pki_dir / "sa.key").touch(mode=0o600)
         (self.pki_dir / "sa.key").write_bytes(private)
         (self.pki_dir / "sa.pub").write_bytes(public)
+        self._write_webhook_client()
+
+    @property
+    def admission_config_path(self) -> Path:
+        return self.state_dir / "admission-configuration.yaml"
+
+    def _write_webhook_client(self) -> None:
+        """The API server's credentials for calling admission webhooks: a client certificate
+        from a CA of its own (pki/webhook-client-ca.crt, which webhooks trust), in a kubeconfig
+        whose user "*" matches every webhook host, named by the AdmissionConfiguration that
+        --admission-control-config-file loads (README "Deploying" shows the same files)."""
+        ca, client = webhook_client_pki()
+        ca.write(self.pki_dir / "webhook-client-ca.crt", self.pki_dir / "webhook-client-ca.key")
+        kubeconfig = self.pki_dir / "webhook-client.kubeconfig"
+        user = {
+            "client-certificate-data": base64.b64encode(client.cert_pem).decode(),
+            "client-key-data": base64.b64encode(client.key_pem).decode(),
+        }
+        kubeconfig.touch(mode=0o600)
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {"apiVersion": "v1", "kind": "Config", "users": [{"name": "*", "user": user}]}
+            )
+        )
+        webhooks = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(kubeconfig.resolve()),  # the API server wants an absolute path
+        }
+        self.admission_config_path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": [
+                        {"name": plugin, "configuration": webhooks}
+                        for plugin in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+                    ],
+                },
+                sort_keys=False,
+            )
+        )
 
     def _write_kubeconfig(
         self,

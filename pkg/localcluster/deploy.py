@@ -24,6 +24,8 @@ from ..generic.config import ClientConfig
 from ..generic.resource import CRDS, NAMESPACES, Object, Resource
 from .chart import MANIFEST
 from .cluster import ClusterInfo
+from .errors import ClusterError
+from .pki import WEBHOOK_CLIENT_NAME
 
 SYSTEM_NAMESPACE: Final = "harvester-system"
 CONTROLLER_SERVICE_ACCOUNT: Final = "harvester-quota"
@@ -45,6 +47,7 @@ KINDS: Final = {
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     "Deployment": Resource("apps", "v1", "deployments", "Deployment"),
+    "NetworkPolicy": Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
     "CustomResourceDefinition": CRDS,
     "ValidatingAdmissionPolicy": Resource(
         "admissionregistration.k8s.io",
@@ -69,6 +72,9 @@ KINDS: Final = {
     ),
 }
 RBAC_KINDS: Final = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+API_SERVER_CLIENT_NAMES: Final = frozenset({WEBHOOK_CLIENT_NAME})
+"""The client certificate names a webhook run as deployed accepts (--client-name): the API
+server's, whose CA is `webhook_client_ca`."""
 TOKEN_SECONDS: Final = 24 * 3600
 """Lifetime asked of a TokenRequest: longer than any run that uses it."""
 
@@ -167,6 +173,21 @@ async def client_as(api: ApiClient, cluster: ClusterInfo, service_account: str) 
     """An ApiClient authenticated as a service account of the system namespace."""
     token = await service_account_token(api, service_account)
     return ApiClient(ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file, token=token))
+
+
+def webhook_client_ca(cluster: ClusterInfo) -> Path:
+    """The CA of the client certificate `cluster`'s API server presents to admission webhooks:
+    a webhook run as deployed (webhook.clientAuth) trusts it and nothing else."""
+    if cluster.webhook_client_ca is None:
+        raise ClusterError("this cluster's API server presents no webhook client certificate")
+    return cluster.webhook_client_ca
+
+
+def webhook_client_flags(cluster: ClusterInfo) -> list[str]:
+    """The webhook's flags that admit the API server of `cluster` only (as the chart passes
+    them with webhook.clientAuth.required)."""
+    names = [f"--client-name={name}" for name in sorted(API_SERVER_CLIENT_NAMES)]
+    return [f"--client-ca-file={webhook_client_ca(cluster)}", *names]
 
 
 async def write_token_kubeconfig(

@@ -2,7 +2,9 @@
 
 One CA signs everything: the API server's serving certificate, the admin client certificate (group
 system:masters) that every component and test uses, and serving certificates for webhooks on
-127.0.0.1. Every leaf carries Subject and Authority Key Identifiers: Python 3.13's default TLS
+127.0.0.1; except the certificate the API server presents when it calls admission webhooks, which
+a CA of its own signs (`webhook_client_pki`), so that a webhook trusting that CA accepts the API
+server and no other holder of a cluster certificate. Every leaf carries Subject and Authority Key Identifiers: Python 3.13's default TLS
 context (VERIFY_X509_STRICT) rejects a leaf without them.
 """
 
@@ -33,6 +35,10 @@ APISERVER_DNS_NAMES = (
 )
 # 10.96.0.1 is the first address of the service range the API server is given.
 APISERVER_IPS = ("127.0.0.1", "10.96.0.1")
+
+
+WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
+"""The common name of the API server's client certificate for admission webhook calls."""
 
 
 @dataclass(frozen=True)
@@ -199,3 +205,10 @@ def service_account_key() -> tuple[bytes, bytes]:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return _key_pem(key), public
+
+
+def webhook_client_pki() -> tuple[CertificateAuthority, KeyPair]:
+    """A dedicated "webhook client" CA and the client certificate it signs for the API server's
+    calls to admission webhooks (CN WEBHOOK_CLIENT_NAME)."""
+    ca = CertificateAuthority.create("harvester-quota-local-webhook-client-ca")
+    return ca, ca.issue(WEBHOOK_CLIENT_NAME, client=True)

@@ -1,11 +1,13 @@
 """harvester-quota as deployed, for the scale run: the controller and the webhook as their own
 processes, each with its service account's token and deploy/'s RBAC, the webhook registered with
-the shipped configuration and called by the API server over TLS.
+the shipped configuration and called by the API server over TLS, with the client certificate the
+webhook requires (webhook.clientAuth).
 
 `Product.start` applies the RBAC, writes the two token kubeconfigs and the webhook's serving
 certificate (signed by the cluster's CA) into `workdir`, starts both processes and returns once
 both answer /readyz and the webhook configuration is registered. `stop` unregisters it and
-terminates both (SIGTERM, then SIGKILL after 10 s). `metrics` scrapes the controller's /metrics.
+terminates both (SIGTERM, then SIGKILL after 10 s). `metrics` scrapes the controller's /metrics
+and the webhook's, on its plain-HTTP metrics port.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ..localcluster.deploy import (
     apply_shipped_rbac,
     register_kubevirt_labels_policy,
     unregister_kubevirt_labels_policy,
+    webhook_client_flags,
     webhook_configuration,
     write_token_kubeconfig,
 )
@@ -169,6 +172,7 @@ class Product:
         self.webhook: subprocess.Popen[bytes] | None = None
         self.health_port = 0
         self.webhook_port = 0
+        self.webhook_metrics_port = 0
         self._configuration: str | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -188,6 +192,7 @@ class Product:
         cert, key = self.workdir / "webhook.crt", self.workdir / "webhook.key"
         ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(cert, key)
         self.health_port, self.webhook_port = free_port(), free_port()
+        self.webhook_metrics_port = free_port()
         self.controller = self._spawn("controller", self._controller_args(controller_config))
         self.webhook = self._spawn("webhook", self._webhook_args(webhook_config, cert, key))
         self._session = aiohttp.ClientSession()
@@ -246,6 +251,9 @@ class Product:
             f"--key-file={key}",
             "--host=127.0.0.1",
             f"--port={self.webhook_port}",
+            *webhook_client_flags(self.cluster),
+            "--metrics-host=127.0.0.1",
+            f"--metrics-port={self.webhook_metrics_port}",
             f"--namespace={SYSTEM_NAMESPACE}",
             f"--kubevirt-version={self.kubevirt_version}",
             *self.process_args.webhook,
@@ -291,7 +299,7 @@ class Product:
         assert self._session is not None
         self._check_alive()
         controller = await self._scrape(f"http://127.0.0.1:{self.health_port}/metrics")
-        webhook = await self._scrape(f"https://127.0.0.1:{self.webhook_port}/metrics")
+        webhook = await self._scrape(f"http://127.0.0.1:{self.webhook_metrics_port}/metrics")
         return controller.with_webhook(webhook)
 
     async def _scrape(self, url: str) -> Metrics:

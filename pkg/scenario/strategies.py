@@ -20,8 +20,9 @@ from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.resource import Object, Resource
 from ..localcluster import ClusterInfo
+from ..localcluster.deploy import API_SERVER_CLIENT_NAMES, webhook_client_ca
 from ..webhook.resources.common import DEFAULT_TARGET_CREATORS, Identities
-from ..webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
+from ..webhook.server import ClientAuth, ReloadingTLS, WebhookCaches, WebhookServer
 
 STRATEGIES = ("ours", "harvester")
 WEBHOOK_CONFIGURATIONS = Resource(
@@ -118,6 +119,8 @@ class OurStrategy:
                 target_creators=frozenset(self.users) | frozenset(DEFAULT_TARGET_CREATORS),
             ),
             tls=ReloadingTLS(cert, key),
+            # As deployed: only the API server's calls (its webhook client certificate).
+            client_auth=ClientAuth(webhook_client_ca(self.cluster), API_SERVER_CLIENT_NAMES),
             host="127.0.0.1",
             port=0,
             registry=CollectorRegistry(),

@@ -9,11 +9,19 @@ they change on disk (a rotated Secret mounted in the pod), without a restart. A 
 cannot be parsed gets a clear denial (or HTTP 400 when it has no uid to answer); a bug in a
 validator gets HTTP 500, so the API server applies the webhook's failurePolicy, chosen per
 endpoint in deploy/.
+
+Only the API server is meant to call /validate/*, and answers have side effects (reservation
+Leases, held waits), so with a client CA (ClientAuth) a request without a client certificate
+from that CA, or from a name not accepted, is refused before its body is read. Bodies are capped
+at MAX_BODY and at most MAX_ADMISSIONS are read and decided at once (AdmissionSlots), so the
+memory that requests can take is bounded. /metrics, which names every namespace, is served on a
+separate plain-HTTP port (`serve`'s metrics_address) meant to be reachable by monitoring only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime
 import logging
@@ -23,10 +31,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from ..apis.harvester import RATIO_SETTING, SETTINGS
 from ..apis.kubevirt import (
@@ -39,6 +48,7 @@ from ..config.kubevirt import settings_from
 from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
+from ..generic.health import HealthServer
 from ..generic.informer import ResourceEventHandler, SharedInformerFactory
 from ..generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..generic.store import NamespaceObjects
@@ -74,13 +84,35 @@ once; a client trickling them is holding a connection, not asking a question).""
 BODY_TIMEOUT = 10.0
 """Seconds to read a request body once its headers are in (the API server's default webhook
 timeout is 10 s: an answer after that is not waited for anyway)."""
-MAX_BODY = 7 * 1024 * 1024
-"""An AdmissionReview carries the object and the old object (etcd holds at most 3 MiB each)."""
+MAX_BODY = 7 * 1024 * 1024 // 2
+"""3.5 MiB: the largest AdmissionReview body read. An update's review carries the object and the
+old object; neither can be stored above etcd's request limit (--max-request-bytes, 1.5 MiB by
+default), so the two take at most 3 MiB, and the envelope around them (uid, kind, resource,
+userInfo, options) is far below the 0.5 MiB left. A bigger review holds an object that etcd would
+refuse anyway (or, rarely, one whose JSON is much larger than its stored protobuf): it is refused
+with 413 before it is read (by its Content-Length) or as soon as it passes the limit, and the API
+server applies the rule's failurePolicy."""
 MAX_CONNECTIONS = 256
 """Open connections at once; more are closed on arrival (the API server pools its connections,
 two replicas of it need a handful)."""
 KEEPALIVE_TIMEOUT = 60.0
 """An idle kept-alive connection is closed after this."""
+MAX_ADMISSIONS = 32
+"""Admissions handled at once, from reading their body to writing their answer: the bodies in
+memory are at most MAX_ADMISSIONS x MAX_BODY = 112 MiB (plus what their parsed form takes while
+they are decided; a real Kubernetes object's is a few times its JSON), well under the webhook
+container's 512Mi limit. A connection waiting for a slot has sent at most its headers and the
+first chunk of its body (aiohttp stops reading a socket at 128 KiB of unread body). The API
+server's own traffic needs a handful: most answers take milliseconds, a migration target pod's
+up to --target-room-wait, and KubeVirt runs a few migrations at a time."""
+ADMISSION_SLOT_WAIT = 1.0
+"""Seconds a request waits for a slot before it is answered 429 (the API server then applies the
+rule's failurePolicy): a short bound, never an unbounded queue."""
+REFUSAL_LOG_INTERVAL = 10.0
+"""Seconds between two warnings about clients refused for their certificate (a flood logs one
+line per interval, with the count of the others)."""
+METRICS_PORT = 8081
+"""The plain-HTTP port of /metrics, /healthz and /readyz (never the admission port)."""
 Validator = Callable[[Request], Awaitable[None] | None]
 """Raises Denied to deny. A validator that needs to wait returns an awaitable; the others run to
 the end without awaiting, so their decisions are serialized on the event loop."""
@@ -168,39 +200,201 @@ class WebhookCaches:
 
 
 class ReloadingTLS:
-    """A server TLS context whose certificate follows the files on disk."""
+    """A server TLS context whose certificate, and the CA that client certificates are verified
+    against once `verify_clients` was called, follow the files on disk.
+
+    `context` is the one the server listens with. A reload builds a whole new context from the
+    files, and `context` hands every new connection over to the newest one during its handshake
+    (its SNI callback, which OpenSSL calls for every ClientHello, with or without a server name):
+    a CA loaded into a context can never be taken out of it, so a replaced client CA is trusted by
+    no connection made after the reload. Open connections keep the context they began with.
+    """
 
     def __init__(self, cert_file: Path, key_file: Path) -> None:
         self.cert_file, self.key_file = cert_file, key_file
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._stamp: tuple[float, float] | None = None
+        self.client_ca_file: Path | None = None
+        self.context = self._new_context()
+        self.context.sni_callback = self._hand_over
+        self._current = self.context
+        self._stamp: tuple[float, ...] | None = None
         self.reloads = 0
         self.reload()
 
-    def _mtimes(self) -> tuple[float, float]:
-        return os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime
+    def verify_clients(self, ca_file: Path) -> None:
+        """From now on every client is asked for a certificate, and one it presents must verify
+        against `ca_file` (else the handshake fails); a client may still present none (kubelet's
+        probes), and the server decides what such a client may do. Raises if `ca_file` cannot be
+        loaded now; later changes to it are reloaded like the serving pair."""
+        self.client_ca_file = ca_file
+        self._stamp = None
+        self.reload()
+
+    def _mtimes(self) -> tuple[float, ...]:
+        files = [self.cert_file, self.key_file]
+        if self.client_ca_file is not None:
+            files.append(self.client_ca_file)
+        return tuple(os.stat(path).st_mtime for path in files)
 
     def reload(self) -> bool:
-        """Loads the files if they changed since last time; a bad pair keeps the old one."""
+        """Loads the files if they changed since last time; a bad set keeps the old one (at the
+        first load, it raises)."""
+        first = self._stamp is None
         try:
             stamp = self._mtimes()
         except OSError as error:
-            log.error("cannot read the serving certificate: %s", error)
+            if first:
+                raise
+            log.error("cannot read the serving certificate or the client CA: %s", error)
             return False
         if stamp == self._stamp:
             return False
         try:
-            self.context.load_cert_chain(self.cert_file, self.key_file)
+            # The first load fills the listening context itself, the later ones a fresh context.
+            context = self.context if first else self._new_context()
+            self._load(context)
         except (OSError, ssl.SSLError) as error:
-            if self._stamp is None:
+            if first:
                 raise
-            log.error("new serving certificate not loaded, keeping the old one: %s", error)
+            log.error("new certificate files not loaded, keeping the old ones: %s", error)
             return False
+        self._current = context
         self._stamp = stamp
         self.reloads += 1
-        log.info("serving certificate loaded from %s", self.cert_file)
+        log.info(
+            "serving certificate loaded from %s%s",
+            self.cert_file,
+            f", client CA from {self.client_ca_file}" if self.client_ca_file else "",
+        )
         return True
+
+    @staticmethod
+    def _new_context() -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        return context
+
+    def _load(self, context: ssl.SSLContext) -> None:
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file is not None:
+            context.load_verify_locations(cafile=str(self.client_ca_file))
+            context.verify_mode = ssl.CERT_OPTIONAL
+
+    def _hand_over(
+        self, connection: ssl.SSLObject, _server_name: str | None, _context: ssl.SSLContext
+    ) -> None:
+        if self._current is not self.context:
+            connection.context = self._current
+
+
+@dataclass(frozen=True)
+class ClientAuth:
+    """Who may ask for admissions: a client whose TLS handshake presented a certificate that
+    verified against `ca_file` (ReloadingTLS.verify_clients), with a subject common name among
+    `names` when names are given. The API server presents one when its AdmissionConfiguration
+    gives it a kubeconfig user for the webhook (README "Deploying"); no tenant pod has its key.
+    /healthz and /readyz stay open to clients without a certificate (kubelet's probes)."""
+
+    ca_file: Path
+    names: frozenset[str] = frozenset()
+
+    def refusal(self, peercert: Mapping[str, Any] | None) -> tuple[int, str] | None:
+        """None if a client with this verified certificate (None: it presented none) may be
+        answered; else the HTTP status (401 without a certificate, 403 for a name not accepted)
+        and a short reason."""
+        if not peercert:
+            return 401, "a client certificate is required"
+        if self.names and common_name(peercert) not in self.names:
+            return 403, "this client certificate is not accepted"
+        return None
+
+
+def common_name(peercert: Mapping[str, Any]) -> str:
+    """The subject's common name of a certificate as ssl's getpeercert() returns it ("" if none)."""
+    for rdn in peercert.get("subject") or ():
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
+
+
+class RefusalLog:
+    """Warns about refused clients without flooding the log: the first refusal at once, then at
+    most one line per `interval` seconds of `clock`, counting the refusals it did not log."""
+
+    def __init__(self, clock: Clock, interval: float = REFUSAL_LOG_INTERVAL) -> None:
+        self._clock, self.interval = clock, interval
+        self._last: float | None = None
+        self.unlogged = 0
+
+    def refused(self, peer: str, reason: str) -> bool:
+        """Records one refusal of `peer`; True if it was logged."""
+        now = self._clock.monotonic()
+        if self._last is not None and now - self._last < self.interval:
+            self.unlogged += 1
+            return False
+        log.warning(
+            "refused an admission request from %s: %s%s",
+            peer,
+            reason,
+            f" ({self.unlogged} more refused since the last such line)" if self.unlogged else "",
+        )
+        self._last, self.unlogged = now, 0
+        return True
+
+
+class AdmissionSlots:
+    """At most `size` admissions at once. A request that finds every slot taken waits for one,
+    in arrival order, up to `wait` seconds of `clock`, and is then turned away; a slot a request
+    gives back goes straight to the first one waiting. Called on the event loop only."""
+
+    def __init__(self, size: int, wait: float, clock: Clock) -> None:
+        if size < 1:
+            raise ValueError("at least one admission must be allowed at a time")
+        self.size, self.wait = size, wait
+        self._clock = clock
+        self.in_use = 0
+        self.peak = 0
+        """The most slots ever held at once."""
+        self._waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for waiter in self._waiters if not waiter.done())
+
+    async def acquire(self) -> bool:
+        """True once a slot is held (give it back with `release`), False after `wait` seconds
+        without one."""
+        if self.in_use < self.size and not self.waiting:
+            self.in_use += 1
+            self.peak = max(self.peak, self.in_use)
+            return True
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        timer = asyncio.ensure_future(self._expire(waiter))
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.release()  # handed a slot just as the request was cancelled
+            raise
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+    async def _expire(self, waiter: asyncio.Future[bool]) -> None:
+        await self._clock.sleep(self.wait)
+        if not waiter.done():
+            waiter.set_result(False)
+
+    def release(self) -> None:
+        """Gives a slot back: to the first request still waiting, else to the pool."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+                return
+        self.in_use -= 1
 
 
 @dataclass
@@ -208,6 +402,7 @@ class WebhookMetrics:
     registry: CollectorRegistry = REGISTRY
     requests: Counter = field(init=False)
     latency: Histogram = field(init=False)
+    in_flight: Gauge = field(init=False)
     target_pods: Counter = field(init=False)
     target_wait: Histogram = field(init=False)
 
@@ -236,6 +431,12 @@ class WebhookMetrics:
             "harvester_quota_webhook_seconds",
             "Time to answer one admission request.",
             ["endpoint"],
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "harvester_quota_webhook_admissions_in_flight",
+            f"Admissions holding one of the slots (at most {MAX_ADMISSIONS} by default) between "
+            "reading their body and answering.",
             registry=self.registry,
         )
 
@@ -352,12 +553,18 @@ class WebhookServer:
         header_timeout: float = HEADER_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        client_auth: ClientAuth | None = None,
+        max_admissions: int = MAX_ADMISSIONS,
+        admission_wait: float = ADMISSION_SLOT_WAIT,
         quota_changes: QuotaChanges | None = None,
         target_room_wait: float = TARGET_ROOM_WAIT,
         ledger: AdmissionLedger | None = None,
         reservations: LeaseReservations | None = None,
     ) -> None:
-        """`quota_changes` (WebhookCaches.quota_changes) wakes target pods waiting up to
+        """With `client_auth` (which needs `tls`), /validate/* answers only the clients it
+        accepts, before reading their body; at most `max_admissions` bodies are read and decided
+        at once, the others wait up to `admission_wait` seconds and are then answered 429.
+        `quota_changes` (WebhookCaches.quota_changes) wakes target pods waiting up to
         `target_room_wait` seconds for their room; without it they do not wait. With
         `reservations` (whose fallback is `ledger`), pods while room is held are decided on the
         reservation every replica shares; without, on this process's `ledger` alone."""
@@ -367,6 +574,7 @@ class WebhookServer:
         self._gave_up = GaveUp(clock)
         self.header_timeout, self.body_timeout = header_timeout, body_timeout
         self.max_connections = max_connections
+        self._set_up_admission_gate(tls, client_auth, max_admissions, admission_wait, clock)
         self.identities = identities or Identities()
         self.tls = tls
         self.host, self.port = host, port
@@ -442,7 +650,6 @@ class WebhookServer:
             app.router.add_post(f"/validate/{endpoint}", self._handler(endpoint))
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
         return app
 
     async def _text(self, text: str, status: int = 200) -> web.Response:
@@ -451,33 +658,90 @@ class WebhookServer:
     async def _healthz(self, _request: web.Request) -> web.Response:
         return await self._text("ok")
 
-    async def _metrics(self, _request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
-
     async def _readyz(self, _request: web.Request) -> web.Response:
         return (
             await self._text("ok") if self._ready() else await self._text("caches not synced", 503)
         )
 
+    def _set_up_admission_gate(
+        self,
+        tls: ReloadingTLS | None,
+        client_auth: ClientAuth | None,
+        max_admissions: int,
+        admission_wait: float,
+        clock: Clock,
+    ) -> None:
+        """What stands between a request and its body: the client check and the slots."""
+        if client_auth is not None:
+            if tls is None:
+                raise ValueError("client certificates need TLS")
+            tls.verify_clients(client_auth.ca_file)
+        self.client_auth = client_auth
+        self.refusals = RefusalLog(clock)
+        self.slots = AdmissionSlots(max_admissions, admission_wait, clock)
+
     def _handler(self, endpoint: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(http: web.Request) -> web.StreamResponse:
-            started = time.perf_counter()
+            refused = self._refuse_client(endpoint, http)
+            if refused is not None:
+                return refused
+            if http.content_length is not None and http.content_length > MAX_BODY:
+                self.metrics.requests.labels(endpoint, "too-large").inc()
+                return web.Response(
+                    status=413, text=f"the body is over {MAX_BODY} bytes", headers=_CLOSE
+                )
+            if not await self.slots.acquire():
+                self.metrics.requests.labels(endpoint, "busy").inc()
+                log.info(
+                    "%s: no admission slot within %.1fs; answering 429", endpoint, self.slots.wait
+                )
+                return web.Response(status=429, text="too many admissions at once", headers=_CLOSE)
+            self.metrics.in_flight.inc()
             try:
-                body = await asyncio.wait_for(http.read(), self.body_timeout)
-            except TimeoutError:
-                self.metrics.requests.labels(endpoint, "timeout").inc()
-                log.info("%s: body not received within %.0fs; closing", endpoint, self.body_timeout)
-                return web.Response(status=408, text="request body too slow", headers=_CLOSE)
-            except (ConnectionError, aiohttp.ClientConnectionError) as error:
-                self.metrics.requests.labels(endpoint, "disconnected").inc()
-                log.debug("%s: client went away while sending: %s", endpoint, error)
-                return web.Response(status=400, text="connection lost", headers=_CLOSE)
-            try:
-                return await self.review(endpoint, body)
+                return await self._answer(endpoint, http)
             finally:
-                self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+                self.metrics.in_flight.dec()
+                self.slots.release()
 
         return handle
+
+    def _refuse_client(self, endpoint: str, http: web.Request) -> web.Response | None:
+        """The answer to a client `client_auth` does not accept (its body left unread, its
+        connection closed), logged without flooding; None for an accepted one."""
+        if self.client_auth is None:
+            return None
+        transport = http.transport
+        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        refusal = self.client_auth.refusal(peercert)
+        if refusal is None:
+            return None
+        status, reason = refusal
+        self.metrics.requests.labels(
+            endpoint, "unauthenticated" if status == 401 else "forbidden"
+        ).inc()
+        peername = transport.get_extra_info("peername") if transport is not None else None
+        peer = f"{peername[0]}:{peername[1]}" if peername else "an unknown address"
+        subject = f" (certificate CN {common_name(peercert)!r})" if peercert else ""
+        self.refusals.refused(peer, f"{endpoint}: {reason}{subject}")
+        return web.Response(status=status, text=reason, headers=_CLOSE)
+
+    async def _answer(self, endpoint: str, http: web.Request) -> web.StreamResponse:
+        """Reads the body (within body_timeout) and answers the review in it."""
+        started = time.perf_counter()
+        try:
+            body = await asyncio.wait_for(http.read(), self.body_timeout)
+        except TimeoutError:
+            self.metrics.requests.labels(endpoint, "timeout").inc()
+            log.info("%s: body not received within %.0fs; closing", endpoint, self.body_timeout)
+            return web.Response(status=408, text="request body too slow", headers=_CLOSE)
+        except (ConnectionError, aiohttp.ClientConnectionError) as error:
+            self.metrics.requests.labels(endpoint, "disconnected").inc()
+            log.debug("%s: client went away while sending: %s", endpoint, error)
+            return web.Response(status=400, text="connection lost", headers=_CLOSE)
+        try:
+            return await self.review(endpoint, body)
+        finally:
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
 
     async def review(self, endpoint: str, body: bytes) -> web.Response:
         """Answers one AdmissionReview body for an endpoint."""
@@ -591,6 +855,8 @@ async def serve(
     key_file: Path,
     host: str,
     port: int,
+    client_auth: ClientAuth | None = None,
+    metrics_address: tuple[str, int] = ("0.0.0.0", METRICS_PORT),
     identities: Identities,
     kubevirt_version: str | None,
     target_room_wait: float = TARGET_ROOM_WAIT,
@@ -610,6 +876,7 @@ async def serve(
         tls=ReloadingTLS(cert_file, key_file),
         host=host,
         port=port,
+        client_auth=client_auth,
         ready=caches.factory.synced,
         quota_changes=caches.quota_changes,
         target_room_wait=target_room_wait,
@@ -618,11 +885,27 @@ async def serve(
     )
     await server.start()
     log.info("webhook listening on %s:%d", host, server.port)
+    metrics = await start_metrics_endpoint(metrics_address, caches.factory.synced)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopped.set)
     await stopped.wait()
+    await metrics.stop()
     await server.stop()
     await caches.factory.stop()
     return 0
+
+
+async def start_metrics_endpoint(
+    address: tuple[str, int], ready: Callable[[], bool]
+) -> HealthServer:
+    """/metrics (the default registry: every namespace's usage), /healthz and /readyz (`ready`)
+    over plain HTTP on `address`, apart from the admission port: the chart's NetworkPolicy lets
+    only monitoring reach it. Returns the started server."""
+    host, port = address
+    endpoint = HealthServer(host=host, port=port)
+    endpoint.add_readiness_check("caches", ready)
+    await endpoint.start()
+    log.info("metrics on http://%s:%d/metrics", host, endpoint.port)
+    return endpoint

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from harvester_quota.generic.resource import Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.localcluster.cluster import VIRT_CONTROLLER_USER
 from harvester_quota.localcluster.deploy import (
+    API_SERVER_CLIENT_NAMES,
     CONTROLLER_USER,
     KINDS,
     KUBEVIRT_USER,
@@ -33,6 +35,7 @@ from harvester_quota.localcluster.deploy import (
     ensure_namespace,
     register_kubevirt_labels_policy,
     unregister_kubevirt_labels_policy,
+    webhook_client_ca,
 )
 from harvester_quota.localcluster.deploy import (
     webhook_configuration as shipped_webhook_configuration,
@@ -40,7 +43,7 @@ from harvester_quota.localcluster.deploy import (
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.reservations import LeaseReservations
-from harvester_quota.webhook.server import ReloadingTLS, WebhookCaches, WebhookServer
+from harvester_quota.webhook.server import ClientAuth, ReloadingTLS, WebhookCaches, WebhookServer
 from prometheus_client import CollectorRegistry
 
 __all__ = [  # the manifest helpers, for the tests that use them through this module
@@ -59,6 +62,10 @@ __all__ = [  # the manifest helpers, for the tests that use them through this mo
     "running_webhooks",
     "webhook_configuration",
 ]
+
+
+CLIENT_CA = "client-ca.crt"
+"""The webhook client CA in a running_webhooks workdir: only the API server gets through."""
 
 
 async def apply_rbac(api: ApiClient) -> None:
@@ -166,6 +173,8 @@ async def running_webhooks(
     round-robin TCP proxy (a Service) when more than one, registered with the shipped
     configuration for `namespace` only; unregistered and stopped on exit."""
     webhook_api = await client_as(api, cluster, "harvester-quota-webhook")
+    # The API server's webhook client CA, where the replicas read it (the chart mounts it).
+    shutil.copyfile(webhook_client_ca(cluster), workdir / CLIENT_CA)
     ca = cluster.certificate_authority()
     ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
         workdir / "tls.crt", workdir / "tls.key"
@@ -221,6 +230,7 @@ def _replica(
         tls=ReloadingTLS(workdir / "tls.crt", workdir / "tls.key"),
         host="127.0.0.1",
         port=0,
+        client_auth=ClientAuth(workdir / CLIENT_CA, API_SERVER_CLIENT_NAMES),
         registry=CollectorRegistry(),
         quota_changes=caches.quota_changes,
         ledger=ledger,

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
 from harvester_quota.generic.client import ApiClient
+from harvester_quota.localcluster import ClusterError
 from harvester_quota.localcluster.chart import CHART, MANIFEST, helm, manifest_text, render
 
 from tests.integration import deployment
 
 pytestmark = pytest.mark.integration
 
+WEBHOOK_LABELS = {
+    "app.kubernetes.io/name": "harvester-quota",
+    "app.kubernetes.io/component": "webhook",
+}
+MONITORING = {"kubernetes.io/metadata.name": "cattle-monitoring-system"}
+
 CUSTOM = {
     "image": {"repository": "registry.example.com/harvester-quota", "tag": "9.9.9"},
     "controller": {"replicas": 3, "mode": "standalone", "kubevirtVersion": "1.8"},
-    "webhook": {"replicas": 1, "failurePolicy": {"pods": "Fail"}, "timeoutSeconds": 3},
+    "webhook": {
+        "replicas": 1,
+        "failurePolicy": {"pods": "Fail"},
+        "timeoutSeconds": 3,
+        "clientAuth": {"required": True, "caSecret": "apiserver-webhook-client-ca"},
+        "networkPolicy": {"apiServerCIDRs": ["192.168.10.0/24"]},
+    },
     "kubevirt": {"namespace": "kubevirt"},
     "certificates": {"certManager": {"enabled": True}},
     "priorityClassName": "",
@@ -148,6 +163,103 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         answer = await deployment.apply(api, document, dry_run=True)
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
-    assert (
-        checked == 19
-    )  # 12, the reservation Role and RoleBinding, MTQ's CRD, two policies with bindings
+    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, two admission
+    # policies with their bindings
+    assert checked == 21
+
+
+def by_kind_and_name(values: dict[str, object]) -> dict[tuple[str, str], dict[str, Any]]:
+    documents = [d for d in yaml.safe_load_all(render(values)) if d]
+    return {(d["kind"], d["metadata"]["name"]): d for d in documents}
+
+
+def webhook_pod(rendered: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = rendered[("Deployment", "harvester-quota-webhook")]["spec"]
+    return dict(spec["template"]["spec"])
+
+
+def test_by_default_metrics_are_for_monitoring_only_and_client_auth_is_off() -> None:
+    """The defaults: /metrics on the webhook's own plain port, which the NetworkPolicy opens to
+    the monitoring namespace only (as the controller's health port); the admission port open to
+    any source; no client CA asked for until the API server presents a certificate."""
+    rendered = by_kind_and_name({})
+    pod = webhook_pod(rendered)
+    (container,) = pod["containers"]
+    assert "--metrics-port=8081" in container["args"]
+    assert not [a for a in container["args"] if a.startswith("--client-")]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "https": 8443,
+        "metrics": 8081,
+    }
+    assert [v["name"] for v in pod["volumes"]] == ["tls"]
+    service_ports = rendered[("Service", "harvester-quota-webhook")]["spec"]["ports"]
+    assert {p["name"]: p["targetPort"] for p in service_ports} == {
+        "https": "https",
+        "metrics": "metrics",
+    }
+    monitoring = [{"namespaceSelector": {"matchLabels": MONITORING}}]
+    webhook_policy = rendered[("NetworkPolicy", "harvester-quota-webhook")]["spec"]
+    assert webhook_policy["podSelector"]["matchLabels"] == WEBHOOK_LABELS
+    assert webhook_policy["policyTypes"] == ["Ingress"]
+    assert webhook_policy["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": "https"}]},  # any source: client auth decides
+        {"ports": [{"protocol": "TCP", "port": "metrics"}], "from": monitoring},
+    ]
+    controller_policy = rendered[("NetworkPolicy", "harvester-quota")]["spec"]
+    assert controller_policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+        "controller"
+    )
+    assert controller_policy["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": "health"}], "from": monitoring}
+    ]
+
+
+def test_client_auth_and_the_api_servers_addresses_from_values() -> None:
+    rendered = by_kind_and_name(
+        {
+            "webhook": {
+                "clientAuth": {
+                    "required": True,
+                    "caConfigMap": "apiserver-webhook-client-ca",
+                    "caKey": "client-ca.pem",
+                    "names": ["kube-apiserver-webhook-client", "other-apiserver"],
+                },
+                "networkPolicy": {"apiServerCIDRs": ["192.168.10.11/32", "10.52.3.0/32"]},
+            },
+            "controller": {"networkPolicy": {"enabled": False}},
+        }
+    )
+    pod = webhook_pod(rendered)
+    (container,) = pod["containers"]
+    assert [a for a in container["args"] if a.startswith("--client-")] == [
+        "--client-ca-file=/client-ca/client-ca.pem",
+        "--client-name=kube-apiserver-webhook-client",
+        "--client-name=other-apiserver",
+    ]
+    assert {"name": "client-ca", "mountPath": "/client-ca", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert {"name": "client-ca", "configMap": {"name": "apiserver-webhook-client-ca"}} in pod[
+        "volumes"
+    ]
+    admission_rule = rendered[("NetworkPolicy", "harvester-quota-webhook")]["spec"]["ingress"][0]
+    assert admission_rule == {
+        "ports": [{"protocol": "TCP", "port": "https"}],
+        "from": [{"ipBlock": {"cidr": "192.168.10.11/32"}}, {"ipBlock": {"cidr": "10.52.3.0/32"}}],
+    }
+    assert ("NetworkPolicy", "harvester-quota") not in rendered
+
+
+def test_client_auth_required_without_a_ca_is_refused_by_the_chart() -> None:
+    with pytest.raises(ClusterError, match=r"needs webhook\.clientAuth\.caConfigMap or caSecret"):
+        render({"webhook": {"clientAuth": {"required": True}}})
+
+
+def test_no_network_policy_when_disabled() -> None:
+    rendered = by_kind_and_name(
+        {
+            "webhook": {"networkPolicy": {"enabled": False}},
+            "controller": {"networkPolicy": {"enabled": False}},
+        }
+    )
+    assert not [key for key in rendered if key[0] == "NetworkPolicy"]

@@ -27,6 +27,7 @@ from harvester_quota.generic.discovery import serves
 from harvester_quota.generic.resource import CRDS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.localcluster.cluster import CRDS_FILE, VIRT_CONTROLLER_USER
+from harvester_quota.localcluster.deploy import webhook_client_flags
 from harvester_quota.localcluster.process import free_port
 from harvester_quota.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.sim.kubevirt.real import RealKubeVirt
@@ -153,7 +154,7 @@ async def deployed(
     ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
         tmp_path / "tls.crt", tmp_path / "tls.key"
     )
-    health, webhook_port = free_port(), free_port()
+    health, webhook_port, webhook_metrics = free_port(), free_port(), free_port()
     controller_args = [
         "run",
         f"--kubeconfig={controller_kubeconfig}",
@@ -169,6 +170,9 @@ async def deployed(
         f"--key-file={tmp_path / 'tls.key'}",
         "--host=127.0.0.1",
         f"--port={webhook_port}",
+        *webhook_client_flags(cluster),  # only the API server's calls are answered
+        "--metrics-host=127.0.0.1",
+        f"--metrics-port={webhook_metrics}",
         f"--controller-user={deployment.CONTROLLER_USER}",
         f"--target-creator={target_creator}",
         "--kubevirt-version=1.6",
@@ -183,6 +187,11 @@ async def deployed(
             lambda: ready(f"https://127.0.0.1:{webhook_port}/readyz"),
             timeout=60,
             what="webhook ready",
+        )
+        await eventually(
+            lambda: ready(f"http://127.0.0.1:{webhook_metrics}/metrics"),
+            timeout=60,
+            what="the webhook's metrics port",
         )
         created = await deployment.apply(api, configuration)
         try:

@@ -113,3 +113,99 @@ def test_a_token_kubeconfig_written_at_a_relative_path_loads_its_token(
     token_kubeconfig(cluster, "someone", "the-token", Path("reports/work/someone.kubeconfig"))
     loaded = config.load("reports/work/someone.kubeconfig")
     assert loaded.authorization() == "Bearer the-token"
+
+
+def test_the_api_server_presents_a_client_certificate_of_its_own_ca_to_every_webhook(
+    tmp_path: Path,
+) -> None:
+    """The AdmissionConfiguration names, for both webhook plugins, a kubeconfig whose user "*"
+    (every webhook host) holds a client certificate that the webhook client CA signed, and that
+    the cluster CA (which signed every other certificate here) did not."""
+    import base64
+
+    import yaml
+    from harvester_quota.localcluster.cluster import LocalCluster, Ports
+    from harvester_quota.localcluster.pki import WEBHOOK_CLIENT_NAME
+
+    local = LocalCluster(tmp_path)
+    local._write_pki()
+    assert f"--admission-control-config-file={local.admission_config_path}" in (
+        local._apiserver_args(Ports(1, 2, 3, 4, 5))
+    )
+    admission = yaml.safe_load(local.admission_config_path.read_text())
+    assert (admission["apiVersion"], admission["kind"]) == (
+        "apiserver.config.k8s.io/v1",
+        "AdmissionConfiguration",
+    )
+    plugins = {plugin["name"]: plugin["configuration"] for plugin in admission["plugins"]}
+    assert set(plugins) == {"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"}
+    for configuration in plugins.values():
+        assert configuration["apiVersion"] == "apiserver.config.k8s.io/v1"
+        assert configuration["kind"] == "WebhookAdmissionConfiguration"
+        assert Path(configuration["kubeConfigFile"]).is_absolute()
+    kubeconfig = yaml.safe_load(
+        Path(plugins["ValidatingAdmissionWebhook"]["kubeConfigFile"]).read_text()
+    )
+    (user,) = kubeconfig["users"]
+    assert user["name"] == "*"
+    cert = x509.load_pem_x509_certificate(base64.b64decode(user["user"]["client-certificate-data"]))
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    assert [a.value for a in names] == [WEBHOOK_CLIENT_NAME]
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usages) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    webhook_ca = x509.load_pem_x509_certificate(
+        (tmp_path / "pki" / "webhook-client-ca.crt").read_bytes()
+    )
+    cluster_ca = x509.load_pem_x509_certificate((tmp_path / "pki" / "ca.crt").read_bytes())
+    assert cert.issuer == webhook_ca.subject != cluster_ca.subject
+    cert.verify_directly_issued_by(webhook_ca)
+    with pytest.raises((ValueError, TypeError)):
+        cert.verify_directly_issued_by(cluster_ca)
+
+
+def test_a_healthy_cluster_whose_api_server_has_no_webhook_client_certificate_starts_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state dir reused from before: its cluster runs and is healthy, but its API server was
+    started without the AdmissionConfiguration, so webhooks requiring client certificates would
+    refuse it. `up` stops it and starts a new one; a current one is reused as it is."""
+    import json
+
+    from harvester_quota.localcluster import cluster as cluster_module
+    from harvester_quota.localcluster.cluster import ClusterInfo, LocalCluster, Ports
+
+    local = LocalCluster(tmp_path)
+    old = ClusterInfo(
+        state_dir=tmp_path,
+        kubeconfig=tmp_path / "kubeconfig",
+        server="https://127.0.0.1:1",
+        ca_file=tmp_path / "pki" / "ca.crt",
+        client_cert=tmp_path / "pki" / "admin.crt",
+        client_key=tmp_path / "pki" / "admin.key",
+        ports=Ports(1, 2, 3, 4, 5),
+    )
+    written = old.to_json()
+    del written["webhook_client_ca"]  # as a state.json of before this field
+    local.state_file.write_text(json.dumps(written))
+    started: list[ClusterInfo] = []
+    stopped: list[object] = []
+
+    def start(*_args: object, **_kwargs: object) -> ClusterInfo:
+        info = ClusterInfo.from_json(
+            {**written, "webhook_client_ca": str(local.pki_dir / "webhook-client-ca.crt")}
+        )
+        started.append(info)
+        return info
+
+    monkeypatch.setattr(LocalCluster, "_healthy", lambda self, info: True)
+    monkeypatch.setattr(
+        LocalCluster, "_stop_processes", lambda self, records: stopped.append(records)
+    )
+    monkeypatch.setattr(LocalCluster, "_start", start)
+    monkeypatch.setattr(cluster_module, "resolve_bin_dir", lambda: tmp_path)
+
+    fresh = local.up()
+    assert len(stopped) == 1 and started == [fresh]
+    assert fresh.webhook_client_ca is not None and fresh.webhook_client_ca.exists()
+    assert local.up() == fresh, "a current healthy cluster is reused"
+    assert len(started) == 1 and len(stopped) == 1

@@ -1,0 +1,477 @@
+"""The admission port as an attacker meets it: who may call /validate/*, how big a body may be,
+how many are held at once, and that /metrics is not there.
+
+The server runs for real on 127.0.0.1 with TLS; the API server is played by a client whose
+certificate the webhook client CA signed (CN kube-apiserver-webhook-client), an attacker's pod by
+a client with no certificate, with one from another CA, or with one from the right CA under
+another name. Requests are written by hand where it matters what the server does before the
+body arrives: a body that is never sent cannot have been read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import ssl
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.localcluster.pki import CertificateAuthority
+from harvester_quota.main import _client_auth, build_parser
+from harvester_quota.webhook.admission import Request
+from harvester_quota.webhook.server import (
+    MAX_BODY,
+    METRICS_PORT,
+    AdmissionSlots,
+    ClientAuth,
+    ReloadingTLS,
+    WebhookServer,
+    start_metrics_endpoint,
+)
+from prometheus_client import CollectorRegistry
+
+from tests.helpers import eventually
+from tests.unit.test_webhook import FakeLookups, plain_pod, review
+
+API_SERVER = "kube-apiserver-webhook-client"
+PATIENT = 60.0
+"""A body timeout no test waits for: an answer that comes sooner did not wait for the body."""
+ANSWER_WITHIN = 10.0
+"""How long a test waits for an answer that should come at once."""
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Files of one test: the serving pair and its CA, the webhook client CA, and client pairs."""
+
+    root: Path
+    server_ca: Path
+    client_ca: Path
+
+    def pair(self, name: str) -> tuple[Path, Path]:
+        return self.root / f"{name}.crt", self.root / f"{name}.key"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    root = tmp_path_factory.mktemp("pki")
+    server_ca = CertificateAuthority.create("serving-ca")
+    server_ca.write(root / "serving-ca.crt", root / "serving-ca.key")
+    server_ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
+        root / "tls.crt", root / "tls.key"
+    )
+    client_ca = CertificateAuthority.create("webhook-client-ca")
+    client_ca.write(root / "client-ca.crt", root / "client-ca.key")
+    pki = Pki(root, root / "serving-ca.crt", root / "client-ca.crt")
+    client_ca.issue(API_SERVER, client=True).write(*pki.pair("apiserver"))
+    client_ca.issue("tenant-pod", client=True).write(*pki.pair("other-name"))
+    # The serving CA is a real CA of the cluster too: its certificates are not the API server's.
+    server_ca.issue(API_SERVER, client=True).write(*pki.pair("other-ca"))
+    return pki
+
+
+class Recorder:
+    """A pods validator that records what it was asked, optionally held until `release`."""
+
+    def __init__(self, *, hold: bool = False) -> None:
+        self.asked: list[str] = []
+        self.gate = asyncio.Event()
+        if not hold:
+            self.gate.set()
+
+    def __call__(self, request: Request) -> Awaitable[None]:
+        self.asked.append(request.name)  # at once: the server calls validators synchronously
+        return self._held()
+
+    async def _held(self) -> None:
+        await self.gate.wait()
+
+
+@contextlib.asynccontextmanager
+async def running(server: WebhookServer) -> AsyncIterator[WebhookServer]:
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def webhook(pki: Pki, **options: object) -> WebhookServer:
+    """A TLS server that requires the API server's client certificate, bodies never timed out."""
+    tls = ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
+    return WebhookServer(
+        FakeLookups(),
+        tls=tls,
+        client_auth=ClientAuth(pki.client_ca, frozenset({API_SERVER})),
+        host="127.0.0.1",
+        port=0,
+        registry=CollectorRegistry(),
+        body_timeout=PATIENT,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+async def server(pki: Pki) -> AsyncIterator[WebhookServer]:
+    async with running(webhook(pki)) as started:
+        yield started
+
+
+def client_context(pki: Pki, as_: str | None) -> ssl.SSLContext:
+    """A client's TLS context trusting the serving CA, presenting the pair `as_` if given."""
+    context = ssl.create_default_context(cafile=str(pki.server_ca))
+    if as_ is not None:
+        context.load_cert_chain(*pki.pair(as_))
+    return context
+
+
+def outcomes(server: WebhookServer) -> dict[str, float]:
+    return {
+        sample.labels["outcome"]: sample.value
+        for metric in server.metrics.requests.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+
+
+async def status_of(
+    server: WebhookServer, pki: Pki, head: bytes, *, as_: str | None, body: bytes = b""
+) -> str:
+    """Writes `head` (and `body`) on a new TLS connection; the answer's status line, or "" if
+    the server ends the connection without one."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", server.port, ssl=client_context(pki, as_)
+    )
+    try:
+        writer.write(head + body)
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), ANSWER_WITHIN)
+    except (ConnectionError, ssl.SSLError):
+        return ""
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await writer.wait_closed()
+    return line.decode().strip()
+
+
+def post_head(endpoint: str, length: int) -> bytes:
+    return (
+        f"POST /validate/{endpoint} HTTP/1.1\r\nHost: webhook\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def pod_review(name: str) -> bytes:
+    return review("Pod", plain_pod(name, "1", "1Gi"))
+
+
+async def post(
+    server: WebhookServer, pki: Pki, body: bytes, *, as_: str | None = "apiserver"
+) -> int:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"https://127.0.0.1:{server.port}/validate/pods",
+            data=body,
+            ssl=client_context(pki, as_),
+        ) as response,
+    ):
+        await response.read()
+        return response.status
+
+
+# Who may call -------------------------------------------------------------------------------
+
+
+def test_the_tls_context_asks_for_client_certificates_and_trusts_only_the_given_ca(
+    pki: Pki,
+) -> None:
+    tls = ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
+    assert tls.context.verify_mode == ssl.CERT_NONE, "no client CA: no client certificate asked"
+    tls.verify_clients(pki.client_ca)
+    # Optional, not required: kubelet's probes present none; /validate/* refuses them itself.
+    assert tls.context.verify_mode == ssl.CERT_OPTIONAL
+    trusted = [dict(rdn[0] for rdn in ca["subject"]) for ca in tls.context.get_ca_certs()]
+    assert trusted == [{"commonName": "webhook-client-ca"}]
+
+
+def test_client_auth_without_tls_is_refused() -> None:
+    with pytest.raises(ValueError, match="client certificates need TLS"):
+        WebhookServer(
+            FakeLookups(),
+            client_auth=ClientAuth(Path("/nonexistent")),
+            registry=CollectorRegistry(),
+        )
+
+
+async def test_the_api_servers_certificate_is_answered(server: WebhookServer, pki: Pki) -> None:
+    recorder = Recorder()
+    server.validators["pods"] = ("Pod", recorder)
+    assert await post(server, pki, pod_review("p1")) == 200
+    assert recorder.asked == ["p1"]
+
+
+async def test_a_review_without_a_client_certificate_is_refused_401_before_its_body_is_read(
+    server: WebhookServer, pki: Pki
+) -> None:
+    """Only the headers are sent, announcing a body: the 401 comes at once (the server never
+    waited for the body, which would take the 60 s body timeout) and nothing is validated."""
+    recorder = Recorder()
+    server.validators["pods"] = ("Pod", recorder)
+    status = await status_of(server, pki, post_head("pods", 1024 * 1024), as_=None)
+    assert status == "HTTP/1.1 401 Unauthorized"
+    assert recorder.asked == []
+    assert outcomes(server) == {"unauthenticated": 1}
+    assert server.slots.peak == 0, "a refused client never takes an admission slot"
+
+
+async def test_a_client_certificate_from_another_ca_gets_no_answer(
+    server: WebhookServer, pki: Pki
+) -> None:
+    """Signed by a CA the cluster trusts, but not the webhook client CA: the handshake fails, so
+    the request never reaches HTTP."""
+    recorder = Recorder()
+    server.validators["pods"] = ("Pod", recorder)
+    body = pod_review("forged")
+    assert (
+        await status_of(server, pki, post_head("pods", len(body)), as_="other-ca", body=body) == ""
+    )
+    assert recorder.asked == []
+    assert outcomes(server) == {}
+
+
+async def test_a_client_certificate_with_another_name_is_refused_403(
+    server: WebhookServer, pki: Pki
+) -> None:
+    recorder = Recorder()
+    server.validators["pods"] = ("Pod", recorder)
+    status = await status_of(server, pki, post_head("pods", 4096), as_="other-name")
+    assert status == "HTTP/1.1 403 Forbidden"
+    assert recorder.asked == []
+    assert outcomes(server) == {"forbidden": 1}
+
+
+async def test_a_flood_of_refused_requests_logs_one_warning_naming_the_peer(
+    server: WebhookServer, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="harvester_quota.webhook.server")
+    for _ in range(20):
+        assert await status_of(server, pki, post_head("pods", 10), as_=None) == (
+            "HTTP/1.1 401 Unauthorized"
+        )
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "refused an admission request from 127.0.0.1:" in warnings[0]
+    assert "pods: a client certificate is required" in warnings[0]
+    assert server.refusals.unlogged == 19
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+async def test_probes_without_a_client_certificate_are_answered(
+    server: WebhookServer, pki: Pki, path: str
+) -> None:
+    head = f"GET {path} HTTP/1.1\r\nHost: webhook\r\n\r\n".encode()
+    assert await status_of(server, pki, head, as_=None) == "HTTP/1.1 200 OK"
+
+
+async def test_metrics_are_not_served_on_the_admission_port(
+    server: WebhookServer, pki: Pki
+) -> None:
+    head = b"GET /metrics HTTP/1.1\r\nHost: webhook\r\n\r\n"
+    assert await status_of(server, pki, head, as_="apiserver") == "HTTP/1.1 404 Not Found"
+    assert await status_of(server, pki, head, as_=None) == "HTTP/1.1 404 Not Found"
+
+
+async def test_a_replaced_client_ca_is_trusted_no_more(tmp_path: Path, pki: Pki) -> None:
+    """The CA file is rewritten with a new CA: after the reload the old CA's certificate no
+    longer gets through the handshake, and the new one's does."""
+    ca_file = tmp_path / "client-ca.crt"
+    ca_file.write_bytes(pki.client_ca.read_bytes())
+    tls = ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
+    server = WebhookServer(
+        FakeLookups(),
+        tls=tls,
+        client_auth=ClientAuth(ca_file),
+        host="127.0.0.1",
+        port=0,
+        registry=CollectorRegistry(),
+    )
+    server.validators["pods"] = ("Pod", Recorder())
+    body = pod_review("p")
+    async with running(server):
+        assert (
+            await status_of(server, pki, post_head("pods", len(body)), as_="apiserver", body=body)
+            == "HTTP/1.1 200 OK"
+        )
+        new_ca = CertificateAuthority.create("rotated-client-ca")
+        new_ca.issue(API_SERVER, client=True).write(*pki.pair("rotated"))
+        ca_file.write_bytes(new_ca.cert_pem)
+        os.utime(ca_file, (1e9, 2e9))
+        assert tls.reload()
+        assert (
+            await status_of(server, pki, post_head("pods", len(body)), as_="apiserver", body=body)
+            == ""
+        )
+        assert (
+            await status_of(server, pki, post_head("pods", len(body)), as_="rotated", body=body)
+            == "HTTP/1.1 200 OK"
+        )
+
+
+# How big a body ------------------------------------------------------------------------------
+
+
+async def test_a_body_announced_one_byte_over_max_body_is_refused_413_unread(
+    server: WebhookServer, pki: Pki
+) -> None:
+    status = await status_of(server, pki, post_head("pods", MAX_BODY + 1), as_="apiserver")
+    assert status == "HTTP/1.1 413 Request Entity Too Large"
+    assert outcomes(server) == {"too-large": 1}
+
+
+async def test_a_streamed_body_one_byte_over_max_body_is_refused_413(
+    server: WebhookServer, pki: Pki
+) -> None:
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: chunked encoding
+        sent = 0
+        while sent <= MAX_BODY:
+            size = min(256 * 1024, MAX_BODY + 1 - sent)
+            sent += size
+            yield b" " * size
+
+    assert await post(server, pki, chunks()) == 413  # type: ignore[arg-type]
+
+
+async def test_a_body_of_exactly_max_body_is_read(server: WebhookServer, pki: Pki) -> None:
+    recorder = Recorder()
+    server.validators["pods"] = ("Pod", recorder)
+    body = pod_review("big")
+    body = body + b" " * (MAX_BODY - len(body))  # JSON allows trailing whitespace
+    assert await post(server, pki, body) == 200
+    assert recorder.asked == ["big"]
+
+
+def test_max_body_fits_two_objects_at_etcds_limit_and_an_envelope() -> None:
+    etcd_request_limit = 1.5 * 1024 * 1024
+    assert 2 * etcd_request_limit < MAX_BODY <= 2 * etcd_request_limit + 1024 * 1024
+
+
+# How many at once ----------------------------------------------------------------------------
+
+
+async def test_admissions_beyond_the_slots_wait_then_get_429_with_their_bodies_unread(
+    pki: Pki,
+) -> None:
+    """Two slots, both held by slow reviews: a third request (headers only, its body withheld)
+    waits for a slot, and when the wait is over gets 429 at once: its body was never awaited.
+    Only the two held bodies were ever parsed."""
+    clock = FakeClock()
+    recorder = Recorder(hold=True)
+    server = webhook(pki, clock=clock, max_admissions=2, admission_wait=1.0)
+    server.validators["pods"] = ("Pod", recorder)
+    async with running(server):
+        held = [asyncio.ensure_future(post(server, pki, pod_review(f"p{i}"))) for i in range(2)]
+        await eventually(lambda: len(recorder.asked) == 2, what="two reviews held")
+        third = asyncio.ensure_future(
+            status_of(server, pki, post_head("pods", 100), as_="apiserver")
+        )
+        await eventually(lambda: server.slots.waiting == 1, what="the third waiting for a slot")
+        assert not third.done()
+        clock.step(1.0)
+        assert await third == "HTTP/1.1 429 Too Many Requests"
+        recorder.gate.set()
+        assert await asyncio.gather(*held) == [200, 200]
+    assert recorder.asked == ["p0", "p1"]
+    assert server.slots.peak == 2
+    assert outcomes(server) == {"busy": 1, "allowed": 2}
+
+
+async def test_a_slot_given_back_goes_to_the_request_waiting_for_it(pki: Pki) -> None:
+    clock = FakeClock()
+    recorder = Recorder(hold=True)
+    server = webhook(pki, clock=clock, max_admissions=1, admission_wait=1.0)
+    server.validators["pods"] = ("Pod", recorder)
+    async with running(server):
+        first = asyncio.ensure_future(post(server, pki, pod_review("first")))
+        await eventually(lambda: recorder.asked == ["first"], what="the first review held")
+        second = asyncio.ensure_future(post(server, pki, pod_review("second")))
+        await eventually(lambda: server.slots.waiting == 1, what="the second waiting")
+        recorder.gate.set()
+        assert [await first, await second] == [200, 200]
+    assert recorder.asked == ["first", "second"]
+    assert server.slots.peak == 1
+
+
+async def test_a_request_cancelled_while_waiting_for_a_slot_leaves_the_slots_whole() -> None:
+    clock = FakeClock()
+    slots = AdmissionSlots(1, 5.0, clock)
+    assert await slots.acquire()
+    waiting = asyncio.ensure_future(slots.acquire())
+    await eventually(lambda: slots.waiting == 1, what="a waiter")
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    slots.release()
+    assert (slots.in_use, slots.waiting) == (0, 0)
+    assert await slots.acquire(), "the slot is free again"
+
+
+# Where /metrics is ---------------------------------------------------------------------------
+
+
+async def test_metrics_and_probes_are_served_on_the_plain_metrics_port() -> None:
+    ready = False
+    endpoint = await start_metrics_endpoint(("127.0.0.1", 0), lambda: ready)
+    base = f"http://127.0.0.1:{endpoint.port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/metrics") as response:
+                assert response.status == 200
+                assert "# HELP" in await response.text()
+            async with session.get(f"{base}/readyz") as response:
+                assert response.status == 503
+            ready = True
+            async with session.get(f"{base}/readyz") as response:
+                assert response.status == 200
+    finally:
+        await endpoint.stop()
+
+
+# The command line ----------------------------------------------------------------------------
+
+WEBHOOK = ["webhook", "--cert-file", "c", "--key-file", "k"]
+
+
+def test_the_webhook_flags_for_client_certificates_and_the_metrics_port() -> None:
+    args = build_parser().parse_args(
+        [*WEBHOOK, "--client-ca-file", "ca.crt", "--client-name", "a", "--client-name", "b"]
+    )
+    assert (args.client_ca_file, args.client_name) == ("ca.crt", ["a", "b"])
+    defaults = build_parser().parse_args(WEBHOOK)
+    assert (defaults.client_ca_file, defaults.metrics_host) == (None, "0.0.0.0")
+    assert defaults.metrics_port == METRICS_PORT
+
+
+def test_client_names_without_a_client_ca_are_a_usage_error() -> None:
+    with pytest.raises(SystemExit, match="--client-name needs --client-ca-file"):
+        _client_auth(build_parser().parse_args([*WEBHOOK, "--client-name", "a"]))
+
+
+def test_a_client_ca_that_cannot_be_read_at_start_stops_the_server_from_starting(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """Fail fast: a webhook that silently did not ask for certificates would refuse the API
+    server itself (it would present none)."""
+    tls = ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
+    with pytest.raises(FileNotFoundError):
+        tls.verify_clients(tmp_path / "missing-ca.crt")
+    (tmp_path / "not-a-ca.crt").write_text("garbage")
+    with pytest.raises(ssl.SSLError):
+        tls.verify_clients(tmp_path / "not-a-ca.crt")
