@@ -10,6 +10,7 @@ reservations.py): the side effect an attacker would forge to deny a victim's pod
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import uuid
@@ -18,8 +19,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import LEASES, PODS, Object
 from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.localcluster.deploy import SYSTEM_NAMESPACE
 from harvester_quota.localcluster.pki import WEBHOOK_CLIENT_NAME
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.resources.pod.reservations import lease_name
@@ -160,3 +163,43 @@ async def test_only_the_api_servers_calls_are_answered_and_a_forged_review_reser
     after = await reservation(stack)
     assert after is not None
     assert after["metadata"]["resourceVersion"] != lease["metadata"]["resourceVersion"]
+
+
+async def test_the_webhooks_account_may_write_only_its_reservation_leases(
+    api: ApiClient, cluster: ClusterInfo
+) -> None:
+    """RBAC cannot limit create to a name, so the webhook's Role may write every Lease of its
+    namespace, the controllers' leader Lease included: a compromised webhook could take the
+    controllers' leadership or stall it. The shipped admission policy confines its service
+    account to its reservation Leases (room-reservation-*)."""
+    await deployment.apply_rbac(api)
+    webhook = await deployment.client_as(api, cluster, "harvester-quota-webhook")
+    leader = f"harvester-quota-test-{uuid.uuid4().hex[:6]}"
+    mine = lease_name(f"lease-test-{uuid.uuid4().hex[:6]}")
+    try:
+        await api.create(LEASES, {"metadata": {"name": leader}, "spec": {}}, SYSTEM_NAMESPACE)
+
+        async def a_leader_lease_create_refused() -> bool:
+            probe = {"metadata": {"name": f"{leader}-probe"}, "spec": {}}
+            try:
+                await webhook.create(LEASES, probe, SYSTEM_NAMESPACE, dry_run=True)
+            except errors.Forbidden as refused:
+                assert "reservation Leases" in refused.message, refused.message
+                return True
+            return False
+
+        await eventually(a_leader_lease_create_refused, what="the policy in force for the webhook")
+        current = await api.get(LEASES, leader, SYSTEM_NAMESPACE)
+        with pytest.raises(errors.Forbidden):
+            await webhook.update(LEASES, {**current, "spec": {"holderIdentity": "the-webhook"}})
+        with pytest.raises(errors.Forbidden):
+            await webhook.delete(LEASES, leader, SYSTEM_NAMESPACE)
+        created = await webhook.create(
+            LEASES, {"metadata": {"name": mine}, "spec": {}}, SYSTEM_NAMESPACE
+        )
+        assert created["metadata"]["name"] == mine, "its own reservation Leases stay writable"
+        await webhook.delete(LEASES, mine, SYSTEM_NAMESPACE)
+    finally:
+        with contextlib.suppress(errors.ApiError):
+            await api.delete(LEASES, leader, SYSTEM_NAMESPACE)
+        await webhook.close()
