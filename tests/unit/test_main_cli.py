@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from harvester_quota.localcluster.chart import MANIFEST
@@ -104,3 +106,30 @@ def test_the_shipped_manifest_starts_each_process_with_flags_it_has() -> None:
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         commands.add(build_parser().parse_args(container["args"]).command)
     assert commands == {"run", "webhook"}
+
+
+def test_the_launcher_in_cmd_runs_from_a_checkout_where_harvester_quota_is_not_installed(
+    tmp_path: Path,
+) -> None:
+    """cmd/harvester-quota said it runs from a source checkout, and failed there with "No module
+    named 'harvester_quota'" (the import package lives in pkg/). Run without site's .pth files
+    (so the editable install is invisible) but with the dependencies on the path."""
+    import subprocess
+    import sys
+    import sysconfig
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {"PYTHONPATH": sysconfig.get_paths()["purelib"], "PATH": "/usr/bin:/bin"}
+    plain = [sys.executable, "-S", "-c", "import harvester_quota"]
+    hidden = subprocess.run(plain, cwd=tmp_path, env=env, capture_output=True, check=False)
+    assert hidden.returncode != 0, "the package must be invisible here for the test to mean it"
+    launched = subprocess.run(
+        [sys.executable, "-S", str(repo / "cmd" / "harvester-quota"), "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert launched.returncode == 0, launched.stderr
+    assert "usage: harvester-quota" in launched.stdout
