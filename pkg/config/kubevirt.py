@@ -33,13 +33,10 @@ from typing import Any, Final
 
 from ..apis.harvester import RATIO_SETTING
 from ..generic.labelselector import LabelSelector
+from ..util.kubevirtversion import NEWEST_KUBEVIRT_VERSION, parse_kubevirt_version
 from ..util.launcher import LauncherSettings
 from ..util.launcher.settings import DEFAULT_KUBEVIRT_VERSION
-from ..util.overhead import (
-    NEWEST_KUBEVIRT_VERSION,
-    kubevirt_ratio_from_harvester_setting,
-    parse_kubevirt_version,
-)
+from ..util.overhead import kubevirt_ratio_from_harvester_setting
 from ..util.quantity import Quantity
 
 log = logging.getLogger(__name__)

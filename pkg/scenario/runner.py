@@ -42,7 +42,8 @@ from ..sim.rancher.protection import RancherProtection
 from ..sim.rancher.simulator import RancherQuotaSync
 from ..util import resources
 from ..util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
-from ..util.overhead import kubevirt_ratio_from_harvester_setting, parse_kubevirt_version
+from ..util.kubevirtversion import parse_kubevirt_version
+from ..util.overhead import kubevirt_ratio_from_harvester_setting
 from ..util.rancher import LIMIT_FIELDS, parse_namespace_resource_quota
 from ..util.resources import ResourceList
 from .schema import Scenario, Step

@@ -401,7 +401,7 @@ def _kubevirt(c: _Checker, node: yaml.Node, scenario: Scenario) -> None:
         )
     if "version" in kv:
         scenario.kubevirt_version = c.scalar(kv["version"], "kubevirt.version")
-        from ..util.overhead import parse_kubevirt_version  # noqa: PLC0415
+        from ..util.kubevirtversion import parse_kubevirt_version  # noqa: PLC0415
 
         try:
             parse_kubevirt_version(scenario.kubevirt_version)

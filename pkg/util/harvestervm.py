@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from .overhead import _quantity
 from .podusage import ResourceList
 from .quantity import Quantity
+from .vmispec import quantity_of
 
 HARVESTER_DEFAULT_OVERCOMMIT: Final[Mapping[str, int]] = {
     "cpu": 1000,
@@ -49,9 +49,9 @@ def harvester_guest_memory(
     100Mi, unless the additional-guest-memory-overhead-ratio setting is set (Harvester v1.4+ default
     "1.5"), in which case nothing is reserved. Harvester v1.2.1 gives 3996Mi for a 4Gi VM.
     """
-    limit = _quantity(limits_memory, "limits.memory")
+    limit = quantity_of(limits_memory, "limits.memory")
     if reserved_memory is not None:
-        reserved = _quantity(reserved_memory, "reservedMemory")
+        reserved = quantity_of(reserved_memory, "reservedMemory")
         if reserved.value() >= limit.value():
             raise ValueError(
                 f"reserved memory {reserved} must be smaller than limits.memory {limit}"
@@ -82,14 +82,14 @@ def harvester_vm_requests(
     values = HARVESTER_DEFAULT_OVERCOMMIT if overcommit is None else overcommit
     requests: ResourceList = {}
     if limits_cpu is not None:
-        cpu = _quantity(limits_cpu, "limits.cpu")
+        cpu = quantity_of(limits_cpu, "limits.cpu")
         if not cpu.is_zero():
             milli = cpu.milli_value()
             if not dedicated_cpu:
                 milli = milli * 100 // _overcommit_percent(values, "cpu")
             requests["cpu"] = Quantity.from_milli(milli, cpu.format)
     if limits_memory is not None:
-        memory = _quantity(limits_memory, "limits.memory")
+        memory = quantity_of(limits_memory, "limits.memory")
         if not memory.is_zero():
             if dedicated_cpu:
                 requests["memory"] = memory

@@ -20,15 +20,29 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .kubevirtversion import MAIN, NEWEST_KUBEVIRT_VERSION, KubeVirtVersion, parse_kubevirt_version
 from .quantity import Quantity
+from .vmispec import (
+    bool_at,
+    int_at,
+    mapping_at,
+    quantity_of,
+    sequence_at,
+    vmi_cpu,
+    vmi_devices,
+    vmi_domain,
+    vmi_interfaces,
+    vmi_spec,
+)
 
 __all__ = [
     "HARVESTER_RATIO_DEFAULT",
     "MAIN",
+    "NEWEST_KUBEVIRT_VERSION",
     "KubeVirtVersion",
     "MemoryOverhead",
     "dedicated_cpu",
@@ -50,72 +64,6 @@ MI: Final = 1024 * 1024
 # Versions
 
 
-@dataclass(frozen=True)
-class KubeVirtVersion:
-    """A KubeVirt release (major.minor.patch), or the development branch after v1.9.0 ("main")."""
-
-    major: int
-    minor: int
-    patch: int
-    is_main: bool = False
-
-    def at_least(self, major: int, minor: int, patch: int = 0) -> bool:
-        """Whether this release contains a change first shipped in major.minor.patch.
-
-        "main" contains every change known here (it is newer than every tag this module knows).
-        """
-        if self.is_main:
-            return True
-        return (self.major, self.minor, self.patch) >= (major, minor, patch)
-
-    def between(self, first: tuple[int, int, int], before: tuple[int, int, int]) -> bool:
-        """first <= self < before: for changes that existed only in a range of releases."""
-        return self.at_least(*first) and not self.at_least(*before)
-
-    def __str__(self) -> str:
-        return "main" if self.is_main else f"v{self.major}.{self.minor}.{self.patch}"
-
-
-MAIN: Final = KubeVirtVersion(1, 9, 0, is_main=True)
-"""KubeVirt's main branch after v1.9.0: like v1.9 but QEMU's share grew from 30Mi to 50Mi."""
-
-_OLDEST_MINOR: Final = (0, 54)  # Harvester v1.2.1 ships KubeVirt v0.54, the oldest we port
-_NEWEST_MINOR: Final = (1, 9)
-NEWEST_KUBEVIRT_VERSION: Final = "1.9"
-"""The newest release whose launcher formula is ported: the fallback for a version we do not know."""
-# "v1.6.3", "1.6", "0.54.0-150400.3.19.1" (a distribution's build suffix is ignored).
-_VERSION_RE: Final = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+][0-9A-Za-z.+_-]*)?")
-
-
-def parse_kubevirt_version(version: str | KubeVirtVersion) -> KubeVirtVersion:
-    """ "0.54" .. "1.9" with an optional "v" and patch ("v1.6.3", "1.8.3"), or "main".
-
-    A version without a patch means its ".0" release, as in semantic versioning ("1.5" is v1.5.0,
-    which still adds the dedicated-CPU reservation after the ratio; v1.5.3 moved it before). A
-    suffix after the patch ("-rc.1", a distribution's "-150400.3.19.1") is ignored. Anything
-    else, or a minor release outside v0.54..v1.9, raises ValueError.
-    """
-    if isinstance(version, KubeVirtVersion):
-        return version
-    if not isinstance(version, str):
-        raise ValueError(f"KubeVirt version must be a string, not {type(version).__name__}")
-    text = version.strip()
-    if text == "main":
-        return MAIN
-    match = _VERSION_RE.fullmatch(text)
-    if match is None:
-        raise ValueError(
-            f"unknown KubeVirt version {version!r}: expected e.g. '1.6', 'v1.6.3' or 'main'"
-        )
-    major, minor = int(match.group(1)), int(match.group(2))
-    patch = int(match.group(3)) if match.group(3) is not None else 0
-    if not _OLDEST_MINOR <= (major, minor) <= _NEWEST_MINOR:
-        raise ValueError(
-            f"unknown KubeVirt version {version!r}: supported are v0.54 to v1.9 and 'main'"
-        )
-    return KubeVirtVersion(major, minor, patch)
-
-
 # ----------------------------------------------------------------------------------------------
 # The overhead ratio (KubeVirt CR spec.configuration.additionalGuestMemoryOverheadRatio)
 
@@ -126,7 +74,7 @@ _GO_HEX_FLOAT_RE: Final = re.compile(
 _GO_SPECIAL_FLOAT_RE: Final = re.compile(r"[+-]?(?:inf|infinity)|nan", re.IGNORECASE)
 
 
-def _go_parse_float(text: str) -> float:
+def go_parse_float(text: str) -> float:
     """Go's strconv.ParseFloat(text, 64) for the inputs it accepts, or ValueError.
 
     Go and Python both round decimal input correctly to the nearest float64, so the value is the
@@ -158,7 +106,7 @@ def parse_overhead_ratio(ratio: str | float | None) -> float | None:
     if isinstance(ratio, str):
         if ratio == "":
             return None
-        value = _go_parse_float(ratio)
+        value = go_parse_float(ratio)
     elif isinstance(ratio, int | float):
         value = float(ratio)
     else:
@@ -192,7 +140,7 @@ def kubevirt_ratio_from_harvester_setting(
     if effective == "":
         return None
     try:
-        ratio = _go_parse_float(effective)
+        ratio = go_parse_float(effective)
     except ValueError:
         raise ValueError(
             f"invalid additional-guest-memory-overhead-ratio {effective!r}: not a number"
@@ -225,89 +173,21 @@ def _apply_ratio(overhead: int, ratio: float) -> int:
 # Reading the VMI
 
 
-def _mapping(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    value = parent.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{where}.{key} must be an object, not {type(value).__name__}")
-    return value
-
-
-def _sequence(parent: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
-    value = parent.get(key)
-    if value is None:
-        return ()
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise ValueError(f"{where}.{key} must be a list, not {type(value).__name__}")
-    return value
-
-
-def _int_field(parent: Mapping[str, Any], key: str, where: str) -> int:
-    value = parent.get(key)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{where}.{key} must be an integer, not {value!r}")
-    return value
-
-
-def _bool_field(parent: Mapping[str, Any], key: str, where: str) -> bool | None:
-    value = parent.get(key)
-    if value is None or isinstance(value, bool):
-        return value
-    raise ValueError(f"{where}.{key} must be true or false, not {value!r}")
-
-
-def _quantity(value: Any, where: str) -> Quantity:
-    """A quantity field: a string as the API returns it (JSON numbers are accepted, as Go does)."""
-    if isinstance(value, Quantity):
-        return value
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"{where} must be a quantity string, not {value!r}")
-    try:
-        return Quantity.parse(value if isinstance(value, str) else str(value))
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
-
-
-def _spec(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
-    if not isinstance(vmi, Mapping):
-        raise ValueError(f"a VMI must be an object, not {type(vmi).__name__}")
-    return _mapping(vmi, "spec", "vmi")
-
-
-def _domain(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_spec(vmi), "domain", "spec")
-
-
-def _devices(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_domain(vmi), "devices", "spec.domain")
-
-
 def _vmi_resource(vmi: Mapping[str, Any], kind: str, name: str) -> Quantity | None:
     """spec.domain.resources.<kind>[name], or None when absent."""
-    resources = _mapping(_domain(vmi), "resources", "spec.domain")
-    values = _mapping(resources, kind, "spec.domain.resources")
+    resources = mapping_at(vmi_domain(vmi), "resources", "spec.domain")
+    values = mapping_at(resources, kind, "spec.domain.resources")
     raw = values.get(name)
     if raw is None:
         return None
-    return _quantity(raw, f"spec.domain.resources.{kind}.{name}")
-
-
-def _cpu_spec(vmi: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """spec.domain.cpu, or None when the VMI has no cpu section (Go's nil pointer)."""
-    domain = _domain(vmi)
-    if domain.get("cpu") is None:
-        return None
-    return _mapping(domain, "cpu", "spec.domain")
+    return quantity_of(raw, f"spec.domain.resources.{kind}.{name}")
 
 
 def topology_vcpus(cpu: Mapping[str, Any]) -> int:
     """KubeVirt's GetNumberOfVCPUs: sockets x cores x threads, where a zero factor is skipped."""
     where = "spec.domain.cpu"
-    total = _int_field(cpu, "cores", where)
-    for factor in (_int_field(cpu, "sockets", where), _int_field(cpu, "threads", where)):
+    total = int_at(cpu, "cores", where)
+    for factor in (int_at(cpu, "sockets", where), int_at(cpu, "threads", where)):
         if factor != 0:
             total = factor if total == 0 else total * factor
     return total
@@ -319,7 +199,7 @@ def vcpu_count(vmi: Mapping[str, Any]) -> int:
     From the CPU topology when spec.domain.cpu exists (even if all its counts are 0); otherwise from
     limits.cpu, else requests.cpu, rounded up to whole CPUs.
     """
-    cpu = _cpu_spec(vmi)
+    cpu = vmi_cpu(vmi)
     if cpu is not None:
         vcpus = topology_vcpus(cpu)
     else:
@@ -336,8 +216,8 @@ def vcpu_count(vmi: Mapping[str, Any]) -> int:
 
 def dedicated_cpu(vmi: Mapping[str, Any]) -> bool:
     """VMI.IsCPUDedicated: spec.domain.cpu.dedicatedCpuPlacement."""
-    cpu = _cpu_spec(vmi)
-    return cpu is not None and bool(_bool_field(cpu, "dedicatedCpuPlacement", "spec.domain.cpu"))
+    cpu = vmi_cpu(vmi)
+    return cpu is not None and bool(bool_at(cpu, "dedicatedCpuPlacement", "spec.domain.cpu"))
 
 
 def wants_guaranteed_qos(vmi: Mapping[str, Any], version: str | KubeVirtVersion) -> bool:
@@ -363,38 +243,29 @@ def wants_guaranteed_qos(vmi: Mapping[str, Any], version: str | KubeVirtVersion)
     return memory_wants and cpu_wants
 
 
-def _interfaces(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    result = []
-    for index, iface in enumerate(_sequence(_devices(vmi), "interfaces", "spec.domain.devices")):
-        if not isinstance(iface, Mapping):
-            raise ValueError(f"spec.domain.devices.interfaces[{index}] must be an object")
-        result.append(iface)
-    return result
-
-
 def _has_vfio(vmi: Mapping[str, Any]) -> bool:
-    devices = _devices(vmi)
+    devices = vmi_devices(vmi)
     where = "spec.domain.devices"
     return (
-        len(_sequence(devices, "gpus", where)) > 0
-        or len(_sequence(devices, "hostDevices", where)) > 0
-        or any(iface.get("sriov") is not None for iface in _interfaces(vmi))
+        len(sequence_at(devices, "gpus", where)) > 0
+        or len(sequence_at(devices, "hostDevices", where)) > 0
+        or any(iface.get("sriov") is not None for iface in vmi_interfaces(vmi))
     )
 
 
 def _has_downward_metrics_disk(vmi: Mapping[str, Any]) -> bool:
-    volumes = _sequence(_spec(vmi), "volumes", "spec")
+    volumes = sequence_at(vmi_spec(vmi), "volumes", "spec")
     return any(isinstance(v, Mapping) and v.get("downwardMetrics") is not None for v in volumes)
 
 
 def _has_exec_probe(vmi: Mapping[str, Any], key: str) -> bool:
-    probe = _mapping(_spec(vmi), key, "spec")
+    probe = mapping_at(vmi_spec(vmi), key, "spec")
     return probe.get("exec") is not None
 
 
-def _is_sev(vmi: Mapping[str, Any], version: KubeVirtVersion) -> bool:
+def is_sev(vmi: Mapping[str, Any], version: KubeVirtVersion) -> bool:
     """SEV (and, from v1.7, SEV-SNP; SEV-ES is a SEV policy so it is covered by SEV)."""
-    launch_security = _mapping(_domain(vmi), "launchSecurity", "spec.domain")
+    launch_security = mapping_at(vmi_domain(vmi), "launchSecurity", "spec.domain")
     if launch_security.get("sev") is not None:
         return True
     return version.at_least(1, 7) and launch_security.get("snp") is not None
@@ -402,20 +273,20 @@ def _is_sev(vmi: Mapping[str, Any], version: KubeVirtVersion) -> bool:
 
 def _has_tpm(vmi: Mapping[str, Any], version: KubeVirtVersion) -> bool:
     """A TPM device; from v1.4.1 / v1.5.1 one with `enabled: false` does not count."""
-    devices = _devices(vmi)
+    devices = vmi_devices(vmi)
     if devices.get("tpm") is None:
         return False
     honours_enabled = version.between((1, 4, 1), (1, 5, 0)) or version.at_least(1, 5, 1)
     if not honours_enabled:
         return True
-    enabled = _bool_field(_mapping(devices, "tpm", "spec.domain.devices"), "enabled", "tpm")
+    enabled = bool_at(mapping_at(devices, "tpm", "spec.domain.devices"), "enabled", "tpm")
     return enabled is None or enabled
 
 
 def _architecture(vmi: Mapping[str, Any], version: KubeVirtVersion, cluster_arch: str) -> str:
     """v1.2+ sizes for spec.architecture (falling back to the cluster's); older for the cluster's."""
     if version.at_least(1, 2):
-        arch = _spec(vmi).get("architecture")
+        arch = vmi_spec(vmi).get("architecture")
         if arch:
             if not isinstance(arch, str):
                 raise ValueError(f"spec.architecture must be a string, not {arch!r}")
@@ -497,7 +368,7 @@ def _base_parts(
     parts = [("pagetables", pagetables), *_process_rss_mib(version)]
     parts.append(("vcpus", 8 * MI * vcpu_count(vmi)))
     parts.append(("iothread", 8 * MI))
-    autoattach_graphics = _bool_field(_devices(vmi), "autoattachGraphicsDevice", "devices")
+    autoattach_graphics = bool_at(vmi_devices(vmi), "autoattachGraphicsDevice", "devices")
     if autoattach_graphics is None or autoattach_graphics:
         parts.append(("video", (32 if version.at_least(1, 6) else 16) * MI))
     if _architecture(vmi, version, cluster_arch) == "arm64":
@@ -516,7 +387,7 @@ def _feature_parts(vmi: Mapping[str, Any], version: KubeVirtVersion) -> list[tup
     parts.extend((f"{key}-exec", 10 * MI) for key in probes)
     if probes:
         parts.append(("virt-probe", 100 * MI))
-    if _is_sev(vmi, version):
+    if is_sev(vmi, version):
         parts.append(("sev", 256 * MI))
     if _has_tpm(vmi, version):
         parts.append(("tpm", 53 * MI))
@@ -524,7 +395,7 @@ def _feature_parts(vmi: Mapping[str, Any], version: KubeVirtVersion) -> list[tup
         # An 800Mi reservation per passt interface forwarding all ports, inside the ratio.
         parts.extend(
             ("passt", 800 * MI)
-            for iface in _interfaces(vmi)
+            for iface in vmi_interfaces(vmi)
             if iface.get("passt") is not None and not iface.get("ports")
         )
     return parts
@@ -556,11 +427,11 @@ def memory_overhead_details(
         # v1.1 to v1.5.2 add it after the ratio; v1.5.3 moved it before, so it is multiplied.
         (parts if version.at_least(1, 5, 3) else unmultiplied).append(("dedicated-cpu", 100 * MI))
     if version.at_least(1, 8):
-        added = _mapping(
-            _mapping(_domain(vmi), "memory", "spec.domain"), "reservedOverhead", "memory"
+        added = mapping_at(
+            mapping_at(vmi_domain(vmi), "memory", "spec.domain"), "reservedOverhead", "memory"
         )
         if added.get("addedOverhead") is not None:
-            reserved = _quantity(added["addedOverhead"], "reservedOverhead.addedOverhead")
+            reserved = quantity_of(added["addedOverhead"], "reservedOverhead.addedOverhead")
             parts.append(("reserved-overhead", reserved.value()))
 
     applied_ratio = parsed_ratio if _supports_ratio(version) else None
@@ -586,7 +457,7 @@ def _network_binding_memory(
     if not version.at_least(1, 3):
         return []
     result: list[tuple[str, int]] = []
-    interfaces = _interfaces(vmi)
+    interfaces = vmi_interfaces(vmi)
     if version.at_least(1, 8) and any(i.get("passtBinding") is not None for i in interfaces):
         result.append(("passt-binding", 250 * MI))
     seen: set[str] = set()
@@ -601,10 +472,10 @@ def _network_binding_memory(
         if not isinstance(plugin, Mapping):
             continue
         seen.add(name)
-        overhead = _mapping(plugin, "computeResourceOverhead", f"binding {name}")
-        requests = _mapping(overhead, "requests", f"binding {name}.computeResourceOverhead")
+        overhead = mapping_at(plugin, "computeResourceOverhead", f"binding {name}")
+        requests = mapping_at(overhead, "requests", f"binding {name}.computeResourceOverhead")
         if requests.get("memory") is not None:
-            memory = _quantity(requests["memory"], f"binding {name} requests.memory")
+            memory = quantity_of(requests["memory"], f"binding {name} requests.memory")
             result.append((f"binding-{name}", memory.value()))
     return result
 

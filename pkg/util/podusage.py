@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .overhead import _mapping, _quantity, _sequence
 from .quantity import Quantity
+from .vmispec import mapping_at, parse_time, quantity_of, sequence_at
 
 __all__ = [
     "ResourceList",
@@ -95,7 +95,7 @@ def resource_list_at(raw: Any, where: str) -> ResourceList:
         return {}
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where} must be an object, not {type(raw).__name__}")
-    return {str(name): _quantity(value, f"{where}.{name}") for name, value in raw.items()}
+    return {str(name): quantity_of(value, f"{where}.{name}") for name, value in raw.items()}
 
 
 def _add_into(target: ResourceList, other: Mapping[str, Quantity]) -> None:
@@ -149,7 +149,7 @@ class _PodView:
 def _parse_container(raw: Any, where: str) -> _Container:
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where} must be an object")
-    resources = _mapping(raw, "resources", where)
+    resources = mapping_at(raw, "resources", where)
     requests = resource_list_at(resources.get("requests"), f"{where}.resources.requests")
     limits_raw = resources.get("limits")
     limits = resource_list_at(limits_raw, f"{where}.resources.limits")
@@ -167,37 +167,37 @@ def _parse_container(raw: Any, where: str) -> _Container:
 def _parse_pod(pod: Mapping[str, Any]) -> _PodView:
     if not isinstance(pod, Mapping):
         raise ValueError(f"a pod must be an object, not {type(pod).__name__}")
-    spec = _mapping(pod, "spec", "pod")
-    status = _mapping(pod, "status", "pod")
+    spec = mapping_at(pod, "spec", "pod")
+    status = mapping_at(pod, "status", "pod")
     containers = tuple(
         _parse_container(c, f"spec.containers[{i}]")
-        for i, c in enumerate(_sequence(spec, "containers", "spec"))
+        for i, c in enumerate(sequence_at(spec, "containers", "spec"))
     )
     init_containers = tuple(
         _parse_container(c, f"spec.initContainers[{i}]")
-        for i, c in enumerate(_sequence(spec, "initContainers", "spec"))
+        for i, c in enumerate(sequence_at(spec, "initContainers", "spec"))
     )
     statuses: dict[str, _ContainerStatus] = {}
     for key in ("containerStatuses", "initContainerStatuses"):
-        for i, raw in enumerate(_sequence(status, key, "status")):
+        for i, raw in enumerate(sequence_at(status, key, "status")):
             if not isinstance(raw, Mapping) or raw.get("resources") is None:
                 continue
             where = f"status.{key}[{i}]"
-            actual = _mapping(raw, "resources", where)
+            actual = mapping_at(raw, "resources", where)
             statuses[str(raw.get("name", ""))] = _ContainerStatus(
                 requests=resource_list_at(actual.get("requests"), f"{where}.resources.requests"),
                 limits=resource_list_at(actual.get("limits"), f"{where}.resources.limits"),
                 allocated=resource_list_at(raw.get("allocatedResources"), f"{where}.allocated"),
             )
     resize_infeasible = False
-    for condition in _sequence(status, "conditions", "status"):
+    for condition in sequence_at(status, "conditions", "status"):
         if isinstance(condition, Mapping) and condition.get("type") == "PodResizePending":
             resize_infeasible = condition.get("reason") == "Infeasible"
             break
     pod_requests: ResourceList | None = None
     pod_limits: ResourceList | None = None
     if spec.get("resources") is not None:
-        pod_resources = _mapping(spec, "resources", "spec")
+        pod_resources = mapping_at(spec, "resources", "spec")
         pod_requests = resource_list_at(pod_resources.get("requests"), "spec.resources.requests")
         pod_limits = resource_list_at(pod_resources.get("limits"), "spec.resources.limits")
     view = _PodView(
@@ -308,20 +308,6 @@ def pod_limits(pod: Mapping[str, Any]) -> ResourceList:
     return _pod_limits(_parse_pod(pod))
 
 
-def parse_time(value: Any, where: str) -> datetime.datetime:
-    """An RFC 3339 timestamp with its time zone, as the API server writes them; ValueError that
-    names `where` for anything else."""
-    if not isinstance(value, str):
-        raise ValueError(f"{where} must be an RFC 3339 timestamp, not {value!r}")
-    try:
-        parsed = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{where} is not an RFC 3339 timestamp: {value!r}") from None
-    if parsed.tzinfo is None:
-        raise ValueError(f"{where} has no time zone: {value!r}")
-    return parsed
-
-
 def pod_counts_against_quota(pod: Mapping[str, Any], now: datetime.datetime | None) -> bool:
     """QuotaV1Pod: whether quota charges this pod's compute resources.
 
@@ -332,9 +318,9 @@ def pod_counts_against_quota(pod: Mapping[str, Any], now: datetime.datetime | No
     """
     if not isinstance(pod, Mapping):
         raise ValueError(f"a pod must be an object, not {type(pod).__name__}")
-    if _mapping(pod, "status", "pod").get("phase") in _TERMINAL_PHASES:
+    if mapping_at(pod, "status", "pod").get("phase") in _TERMINAL_PHASES:
         return False
-    metadata = _mapping(pod, "metadata", "pod")
+    metadata = mapping_at(pod, "metadata", "pod")
     deletion = metadata.get("deletionTimestamp")
     grace = metadata.get("deletionGracePeriodSeconds")
     if now is None or deletion is None or grace is None:

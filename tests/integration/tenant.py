@@ -38,7 +38,7 @@ from harvester_quota.sim.kubevirt.objects import (
     render_vm,
     render_vmi,
 )
-from harvester_quota.util.overhead import parse_kubevirt_version
+from harvester_quota.util.kubevirtversion import parse_kubevirt_version
 
 from tests.helpers import eventually
 

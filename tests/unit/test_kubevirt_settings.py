@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from harvester_quota.config import kubevirt
 from harvester_quota.config.kubevirt import settings_from
+from harvester_quota.util.kubevirtversion import NEWEST_KUBEVIRT_VERSION, parse_kubevirt_version
 from harvester_quota.util.launcher import launcher_quota_usage
-from harvester_quota.util.overhead import NEWEST_KUBEVIRT_VERSION, parse_kubevirt_version
 from harvester_quota.util.quantity import Quantity
 
 

@@ -22,9 +22,7 @@ from harvester_quota.util.launcher import (
     launcher_pod_resources,
     launcher_quota_usage,
 )
-from harvester_quota.util.podusage import (
-    pod_quota_usage,
-)
+from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 
 from tests.unit.vmis import (

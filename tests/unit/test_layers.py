@@ -106,6 +106,36 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     ]
 
 
+def _private_imports(root: Path = PKG) -> list[str]:
+    """Every `from <module> import _name` in `root` whose module is one of ours: a private name
+    used across modules is an interface nobody promised to keep (`__version__` and the like,
+    dunder names, are public)."""
+    found = []
+    for path in _modules(root):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
+                continue
+            ours = node.level > 0 or (node.module or "").startswith(IMPORT_NAME)
+            for alias in node.names if ours else ():
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    assert _private_imports() == []
+
+
+def test_the_checker_sees_a_private_name_imported(tmp_path: Path) -> None:
+    fake = tmp_path / "pkg"
+    (fake / "util").mkdir(parents=True)
+    (fake / "util" / "a.py").write_text(
+        "from .b import _helper, public\nfrom .. import __version__\n"
+    )
+    (fake / "util" / "c.py").write_text("from harvester_quota.util.b import _other\n")
+    assert _private_imports(fake) == ["pkg/util/a.py:1 _helper", "pkg/util/c.py:1 _other"]
+
+
 KIND_WORDS = re.compile(r"kubevirt|harvesterhci|virtualmachine|vmim?\b", re.IGNORECASE)
 
 

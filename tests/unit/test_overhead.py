@@ -10,14 +10,12 @@ import copy
 from typing import Any
 
 import pytest
+from harvester_quota.util.kubevirtversion import MAIN, KubeVirtVersion, parse_kubevirt_version
 from harvester_quota.util.overhead import (
-    MAIN,
-    KubeVirtVersion,
     kubevirt_ratio_from_harvester_setting,
     memory_overhead,
     memory_overhead_details,
     pagetable_bytes,
-    parse_kubevirt_version,
     parse_overhead_ratio,
     vcpu_count,
     wants_guaranteed_qos,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...util.overhead import HARVESTER_RATIO_DEFAULT, KubeVirtVersion, parse_kubevirt_version
+from ...util.kubevirtversion import KubeVirtVersion, parse_kubevirt_version
+from ...util.overhead import HARVESTER_RATIO_DEFAULT
 from .limits import ParallelLimits
 from .phases import MigrationTimings
 

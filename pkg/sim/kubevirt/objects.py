@@ -24,8 +24,8 @@ from ...util.harvestervm import (
     harvester_guest_memory,
     harvester_vm_requests,
 )
+from ...util.kubevirtversion import KubeVirtVersion, parse_kubevirt_version
 from ...util.launcher import LauncherSettings, launcher_pod_resources
-from ...util.overhead import KubeVirtVersion, parse_kubevirt_version
 from ...util.quantity import Quantity
 
 # Labels, annotations, finalizers and condition types, as KubeVirt and Harvester spell them.
@@ -138,7 +138,7 @@ def vm_resources(spec: VMSpec, version: KubeVirtVersion, ratio: str | None) -> V
     return VMResources(limits=limits, requests=requests, guest=str(guest))
 
 
-def _domain(spec: VMSpec, resources: VMResources) -> Object:
+def vmi_domain(spec: VMSpec, resources: VMResources) -> Object:
     return {
         "cpu": {"cores": spec.cores, "sockets": 1, "threads": 1},
         "devices": {
@@ -155,7 +155,7 @@ def _domain(spec: VMSpec, resources: VMResources) -> Object:
 def _vmi_spec(spec: VMSpec, resources: VMResources) -> Object:
     body: Object = {
         "affinity": {},
-        "domain": _domain(spec, resources),
+        "domain": vmi_domain(spec, resources),
         "hostname": hostname(spec.name),
         "networks": [{"name": "default", "pod": {}}],
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,

@@ -41,7 +41,7 @@ from ...generic.clock import REAL_CLOCK, Clock
 from ...generic.informer import ResourceEventHandler, SharedInformerFactory
 from ...generic.resource import EVENTS, NODES, PODS, Object
 from ...generic.store import Tombstone
-from ...util.overhead import parse_kubevirt_version
+from ...util.kubevirtversion import parse_kubevirt_version
 from .config import VMStart
 from .handler import HandlerTimings, VirtHandler
 from .limits import ParallelLimits

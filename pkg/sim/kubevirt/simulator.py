@@ -33,12 +33,9 @@ from ...generic.client import ApiClient
 from ...generic.clock import REAL_CLOCK, Clock
 from ...generic.events import WARNING, EventRecorder
 from ...generic.resource import NODES, PODS, Object
+from ...util.kubevirtversion import KubeVirtVersion
 from ...util.launcher import LauncherSettings
-from ...util.overhead import (
-    HARVESTER_RATIO_DEFAULT,
-    KubeVirtVersion,
-    kubevirt_ratio_from_harvester_setting,
-)
+from ...util.overhead import HARVESTER_RATIO_DEFAULT, kubevirt_ratio_from_harvester_setting
 from .config import KubeVirtConfig, VMStart
 from .migration import FINAL_VMI_PHASES, MigrationController
 from .objects import (

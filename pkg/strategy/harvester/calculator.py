@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from ...util import resources
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from ...util.overhead import HARVESTER_RATIO_DEFAULT, _go_parse_float, memory_overhead
+from ...util.overhead import HARVESTER_RATIO_DEFAULT, go_parse_float, memory_overhead
 from ...util.quantity import Quantity
 from ...util.resources import ResourceList
 from .rqutils import (
@@ -94,7 +94,7 @@ def additional_guest_memory_overhead_ratio(setting: Mapping[str, Any] | None) ->
         if value == "":
             return HARVESTER_RATIO_DEFAULT
     try:
-        ratio = _go_parse_float(value)
+        ratio = go_parse_float(value)
     except ValueError:
         return HARVESTER_RATIO_DEFAULT
     if (ratio < RATIO_MIN and ratio != 0) or ratio > RATIO_MAX or ratio == 0.0:

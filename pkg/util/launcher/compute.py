@@ -12,24 +12,21 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
-from ..overhead import (
-    KubeVirtVersion,
-    _bool_field,
-    _cpu_spec,
-    _devices,
-    _domain,
-    _go_parse_float,
-    _int_field,
-    _interfaces,
-    _is_sev,
-    _mapping,
-    _quantity,
-    _sequence,
-    dedicated_cpu,
-    topology_vcpus,
-)
+from ..kubevirtversion import KubeVirtVersion
+from ..overhead import dedicated_cpu, go_parse_float, is_sev, topology_vcpus
 from ..podusage import ResourceList, resource_list_at
 from ..quantity import Quantity
+from ..vmispec import (
+    bool_at,
+    int_at,
+    mapping_at,
+    quantity_of,
+    sequence_at,
+    vmi_cpu,
+    vmi_devices,
+    vmi_domain,
+    vmi_interfaces,
+)
 from .settings import (
     KVM_DEVICE,
     PR_HELPER_DEVICE,
@@ -107,10 +104,10 @@ def _add_ephemeral_storage(requests: ResourceList, limits: ResourceList) -> None
 
 def _virtualization_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> ResourceList:
     """getRequiredResources: tun, vhost-net, kvm and vhost-vsock, set as limits (count 1)."""
-    devices = _devices(vmi)
-    interfaces = _interfaces(vmi)
+    devices = vmi_devices(vmi)
+    interfaces = vmi_interfaces(vmi)
     result: ResourceList = {}
-    autoattach_pod = _bool_field(devices, "autoattachPodInterface", "spec.domain.devices")
+    autoattach_pod = bool_at(devices, "autoattachPodInterface", "spec.domain.devices")
     if interfaces or autoattach_pod is None or autoattach_pod:
         result[TUN_DEVICE] = one()
     virtio = any(iface.get("model", "") in ("", "virtio") for iface in interfaces)
@@ -118,25 +115,25 @@ def _virtualization_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> Reso
         result[VHOST_NET_DEVICE] = one()
     if not s.allow_emulation:
         result[KVM_DEVICE] = one()
-    if s.version.at_least(0, 59) and _bool_field(devices, "autoattachVSOCK", "devices"):
+    if s.version.at_least(0, 59) and bool_at(devices, "autoattachVSOCK", "devices"):
         result[VHOST_VSOCK_DEVICE] = one()
     return result
 
 
 def _memory_spec(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_domain(vmi), "memory", "spec.domain")
+    return mapping_at(vmi_domain(vmi), "memory", "spec.domain")
 
 
 def _guest_memory(vmi: Mapping[str, Any]) -> Quantity | None:
     raw = _memory_spec(vmi).get("guest")
-    return None if raw is None else _quantity(raw, "spec.domain.memory.guest")
+    return None if raw is None else quantity_of(raw, "spec.domain.memory.guest")
 
 
 def _hugepage_size(vmi: Mapping[str, Any]) -> str | None:
     memory = _memory_spec(vmi)
     if memory.get("hugepages") is None:
         return None
-    page_size = _mapping(memory, "hugepages", "spec.domain.memory").get("pageSize", "")
+    page_size = mapping_at(memory, "hugepages", "spec.domain.memory").get("pageSize", "")
     if not isinstance(page_size, str):
         raise ValueError(f"spec.domain.memory.hugepages.pageSize must be a string: {page_size!r}")
     return page_size
@@ -202,8 +199,8 @@ def _with_hugepages(
 def _with_memory_overhead(
     vmi: Mapping[str, Any], requests: ResourceList, limits: ResourceList, overhead: Quantity
 ) -> None:
-    resources = _mapping(_domain(vmi), "resources", "spec.domain")
-    overcommit_guest = _bool_field(resources, "overcommitGuestOverhead", "resources")
+    resources = mapping_at(vmi_domain(vmi), "resources", "spec.domain")
+    overcommit_guest = bool_at(resources, "overcommitGuestOverhead", "resources")
     request = requests.get("memory", zero())
     requests["memory"] = request if overcommit_guest else request + overhead
     if "memory" in limits:
@@ -212,16 +209,16 @@ def _with_memory_overhead(
 
 def _io_threads(vmi: Mapping[str, Any]) -> tuple[int, int]:
     """(supplementalPoolThreadCount, the same count only when ioThreadsPolicy is supplementalPool)."""
-    domain = _domain(vmi)
-    count = _int_field(
-        _mapping(domain, "ioThreads", "spec.domain"), "supplementalPoolThreadCount", "ioThreads"
+    domain = vmi_domain(vmi)
+    count = int_at(
+        mapping_at(domain, "ioThreads", "spec.domain"), "supplementalPoolThreadCount", "ioThreads"
     )
     pool = count if domain.get("ioThreadsPolicy") == "supplementalPool" else 0
     return count, pool
 
 
 def _even_parity_requested(vmi: Mapping[str, Any]) -> bool:
-    annotations = _mapping(_mapping(vmi, "metadata", "vmi"), "annotations", "metadata")
+    annotations = mapping_at(mapping_at(vmi, "metadata", "vmi"), "annotations", "metadata")
     return EVEN_PARITY_ANNOTATION in annotations
 
 
@@ -231,7 +228,7 @@ def _with_cpu_pinning(vmi: Mapping[str, Any], r: Renderer, version: KubeVirtVers
     Up to v1.5.1 the vCPU count is a calculated limit (the VMI's own limit wins) and the memory
     limit becomes the memory request; v1.5.2 pins limits and requests to vCPUs + IOThreads.
     """
-    cpu = _cpu_spec(vmi) or {}
+    cpu = vmi_cpu(vmi) or {}
     vcpus = topology_vcpus(cpu)
     modern = version.at_least(1, 5, 2)
     if modern:
@@ -243,7 +240,7 @@ def _with_cpu_pinning(vmi: Mapping[str, Any], r: Renderer, version: KubeVirtVers
     elif "cpu" in r.vm_requests:
         r.vm_limits["cpu"] = r.vm_requests["cpu"]
 
-    if _bool_field(cpu, "isolateEmulatorThread", "spec.domain.cpu"):
+    if bool_at(cpu, "isolateEmulatorThread", "spec.domain.cpu"):
         _isolate_emulator_thread(vmi, r, version)
 
     if not modern:
@@ -282,7 +279,9 @@ def _isolate_emulator_thread(vmi: Mapping[str, Any], r: Renderer, version: KubeV
 
 def _auto_cpu_limits(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
     """Whether KubeVirt sets limits.cpu = vCPUs for a VMI without one (v1.0+)."""
-    if "cpu" in _mapping(_mapping(_domain(vmi), "resources", "spec.domain"), "limits", "resources"):
+    if "cpu" in mapping_at(
+        mapping_at(vmi_domain(vmi), "resources", "spec.domain"), "limits", "resources"
+    ):
         return False
     if s.version.at_least(1, 5):
         by_quota = s.quota_has_limits_cpu
@@ -295,8 +294,8 @@ def _auto_cpu_limits(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
 
 def _auto_memory_limits(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
     """Whether KubeVirt sets limits.memory = request x ratio for a VMI without one (v1.1+)."""
-    if "memory" in _mapping(
-        _mapping(_domain(vmi), "resources", "spec.domain"), "limits", "resources"
+    if "memory" in mapping_at(
+        mapping_at(vmi_domain(vmi), "resources", "spec.domain"), "limits", "resources"
     ):
         return False
     if s.version.at_least(1, 5):
@@ -309,7 +308,7 @@ def _memory_limits_ratio(value: str | float | None) -> float:
     if value is None:
         return DEFAULT_MEMORY_LIMITS_RATIO
     try:
-        ratio = _go_parse_float(value) if isinstance(value, str) else float(value)
+        ratio = go_parse_float(value) if isinstance(value, str) else float(value)
     except ValueError:
         return DEFAULT_MEMORY_LIMITS_RATIO
     if not ratio >= 1.0:  # also NaN
@@ -319,7 +318,7 @@ def _memory_limits_ratio(value: str | float | None) -> float:
 
 def _device_plugin_names(vmi: Mapping[str, Any], key: str) -> list[str]:
     names = []
-    for entry in _sequence(_devices(vmi), key, "spec.domain.devices"):
+    for entry in sequence_at(vmi_devices(vmi), key, "spec.domain.devices"):
         if isinstance(entry, Mapping):
             name = entry.get("deviceName")
             if isinstance(name, str) and name and entry.get("claimRequest") is None:
@@ -328,7 +327,7 @@ def _device_plugin_names(vmi: Mapping[str, Any], key: str) -> list[str]:
 
 
 def _has_persistent_reservation(vmi: Mapping[str, Any]) -> bool:
-    for disk in _sequence(_devices(vmi), "disks", "spec.domain.devices"):
+    for disk in sequence_at(vmi_devices(vmi), "disks", "spec.domain.devices"):
         lun = disk.get("lun") if isinstance(disk, Mapping) else None
         if isinstance(lun, Mapping) and lun.get("reservation"):
             return True
@@ -341,7 +340,7 @@ def _requested_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> list[str]
     names = [name for name in (s.network_resources or {}).values() if name]
     names.extend(_device_plugin_names(vmi, "gpus"))
     names.extend(_device_plugin_names(vmi, "hostDevices"))
-    if _is_sev(vmi, s.version):
+    if is_sev(vmi, s.version):
         names.append(SEV_DEVICE)
     if s.version.at_least(1, 0) and _has_persistent_reservation(vmi):
         names.append(PR_HELPER_DEVICE)
@@ -354,7 +353,7 @@ def _bump(values: ResourceList, name: str) -> None:
 
 def _without_dedicated_cpu(vmi: Mapping[str, Any], r: Renderer, s: LauncherSettings) -> None:
     """requests.cpu = (vCPUs + IOThreads from v1.5.2) / cpuAllocationRatio, and automatic limits."""
-    cpu = _cpu_spec(vmi)
+    cpu = vmi_cpu(vmi)
     vcpus = 1 if cpu is None else topology_vcpus(cpu)
     if s.version.at_least(1, 5, 2):
         vcpus += _io_threads(vmi)[0]
@@ -368,7 +367,7 @@ def compute_resources(
     vmi: Mapping[str, Any], s: LauncherSettings, overhead: Quantity
 ) -> tuple[ResourceList, ResourceList]:
     """The compute container's (limits, requests)."""
-    resources = _mapping(_domain(vmi), "resources", "spec.domain")
+    resources = mapping_at(vmi_domain(vmi), "resources", "spec.domain")
     vm_limits = resource_list_at(resources.get("limits"), "spec.domain.resources.limits")
     vm_requests = resource_list_at(resources.get("requests"), "spec.domain.resources.requests")
     if not s.version.at_least(0, 56):
@@ -418,7 +417,7 @@ def _compute_resources_v054(
     """v0.54 and v0.55 rendered the compute resources inline, in a slightly different order."""
     requests: ResourceList = {}
     dedicated = dedicated_cpu(vmi)
-    cpu = _cpu_spec(vmi)
+    cpu = vmi_cpu(vmi)
     if not dedicated:
         vcpus = 1 if cpu is None else topology_vcpus(cpu)
         if vcpus != 0:
@@ -445,7 +444,7 @@ def _compute_resources_v054(
             requests["cpu"] = limits["cpu"]
         elif "cpu" in requests:
             limits["cpu"] = requests["cpu"]
-        if _bool_field(cpu or {}, "isolateEmulatorThread", "spec.domain.cpu"):
+        if bool_at(cpu or {}, "isolateEmulatorThread", "spec.domain.cpu"):
             thread = Quantity.from_int(1, "BinarySI")
             limits["cpu"] = limits.get("cpu", zero()) + thread
             if "cpu" in requests:

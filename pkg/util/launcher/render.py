@@ -11,20 +11,18 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..overhead import (
-    _bool_field,
-    _devices,
-    _domain,
-    _interfaces,
-    _mapping,
-    _sequence,
-    _spec,
-    dedicated_cpu,
-    memory_overhead,
-    wants_guaranteed_qos,
-)
+from ..overhead import dedicated_cpu, memory_overhead, wants_guaranteed_qos
 from ..podusage import ResourceList, pod_quota_usage
 from ..quantity import Quantity
+from ..vmispec import (
+    bool_at,
+    mapping_at,
+    sequence_at,
+    vmi_devices,
+    vmi_domain,
+    vmi_interfaces,
+    vmi_spec,
+)
 from .compute import EPHEMERAL_STORAGE_OVERHEAD, compute_resources
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 
@@ -75,10 +73,10 @@ def _support_resources(
 def _serial_console_log_enabled(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
     if not s.version.at_least(1, 1):
         return False
-    devices = _devices(vmi)
-    if _bool_field(devices, "autoattachSerialConsole", "spec.domain.devices") is False:
+    devices = vmi_devices(vmi)
+    if bool_at(devices, "autoattachSerialConsole", "spec.domain.devices") is False:
         return False
-    log_serial = _bool_field(devices, "logSerialConsole", "spec.domain.devices")
+    log_serial = bool_at(devices, "logSerialConsole", "spec.domain.devices")
     if log_serial is not None:
         return log_serial
     return not s.serial_console_log_disabled
@@ -185,7 +183,7 @@ def _sidecar_resources(
 
 def _hook_sidecar_count(vmi: Mapping[str, Any], s: LauncherSettings) -> int:
     """Sidecars from the hooks annotation, plus one per network binding plugin with an image."""
-    annotations = _mapping(_mapping(vmi, "metadata", "vmi"), "annotations", "metadata")
+    annotations = mapping_at(mapping_at(vmi, "metadata", "vmi"), "annotations", "metadata")
     count = 0
     raw = annotations.get(HOOK_SIDECARS_ANNOTATION)
     if raw:
@@ -198,7 +196,7 @@ def _hook_sidecar_count(vmi: Mapping[str, Any], s: LauncherSettings) -> int:
         count += len(sidecars)
     if s.version.at_least(1, 1) and s.network_bindings is not None:
         plugins: set[str] = set()
-        for iface in _interfaces(vmi):
+        for iface in vmi_interfaces(vmi):
             binding = iface.get("binding")
             if not isinstance(binding, Mapping):
                 continue
@@ -213,7 +211,7 @@ def _hook_sidecar_count(vmi: Mapping[str, Any], s: LauncherSettings) -> int:
 
 
 def _volumes(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [v for v in _sequence(_spec(vmi), "volumes", "spec") if isinstance(v, Mapping)]
+    return [v for v in sequence_at(vmi_spec(vmi), "volumes", "spec") if isinstance(v, Mapping)]
 
 
 def launcher_pod_resources(
@@ -259,8 +257,10 @@ class _PodRender:
             for v in self.volumes
             if v.get("containerDisk") is not None and v.get("name") != _KERNEL_BOOT_VOLUME
         ]
-        firmware = _mapping(_domain(vmi), "firmware", "spec.domain")
-        self.kernel_boot = _mapping(firmware, "kernelBoot", "firmware").get("container") is not None
+        firmware = mapping_at(vmi_domain(vmi), "firmware", "spec.domain")
+        self.kernel_boot = (
+            mapping_at(firmware, "kernelBoot", "firmware").get("container") is not None
+        )
 
     def compute(self) -> None:
         s = self.s
@@ -304,7 +304,7 @@ class _PodRender:
             return
         filesystems = {
             f.get("name")
-            for f in _sequence(_devices(self.vmi), "filesystems", "spec.domain.devices")
+            for f in sequence_at(vmi_devices(self.vmi), "filesystems", "spec.domain.devices")
             if isinstance(f, Mapping)
         }
         limits, requests = _virtiofs_resources(self.s, self.dedicated, self.wants_dedicated)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ...generic.labelselector import selector_matches
-from ..overhead import KubeVirtVersion, _mapping, _quantity, parse_kubevirt_version
+from ..kubevirtversion import KubeVirtVersion, parse_kubevirt_version
 from ..quantity import Quantity
+from ..vmispec import mapping_at, quantity_of
 
 DEFAULT_KUBEVIRT_VERSION: Final = "1.6"
 
@@ -100,14 +101,16 @@ class LauncherSettings:
         returns a new value."""
         keys: set[str] = set()
         for quota in namespace_quotas:
-            hard = _mapping(_mapping(quota, "spec", "quota"), "hard", "spec")
+            hard = mapping_at(mapping_at(quota, "spec", "quota"), "hard", "spec")
             keys.update(str(key) for key in hard)
         changes: dict[str, Any] = {
             "quota_has_limits_cpu": "limits.cpu" in keys,
             "quota_has_limits_memory": "limits.memory" in keys,
         }
         if namespace is not None:
-            labels = _mapping(_mapping(namespace, "metadata", "namespace"), "labels", "metadata")
+            labels = mapping_at(
+                mapping_at(namespace, "metadata", "namespace"), "labels", "metadata"
+            )
             changes["auto_memory_limits_ratio"] = labels.get(AUTO_MEMORY_LIMITS_RATIO_LABEL)
             if self.auto_cpu_limit_namespace_selector is not None:
                 try:
@@ -126,10 +129,10 @@ class LauncherSettings:
             if not isinstance(entry, Mapping) or entry.get("type") != container_type:
                 continue
             where = f"supportContainerResources[{index}]"
-            resources = _mapping(entry, "resources", where)
-            raw = _mapping(resources, kind, f"{where}.resources").get(name)
+            resources = mapping_at(entry, "resources", where)
+            raw = mapping_at(resources, kind, f"{where}.resources").get(name)
             if raw is not None:
-                quantity = _quantity(raw, f"{where}.resources.{kind}.{name}")
+                quantity = quantity_of(raw, f"{where}.resources.{kind}.{name}")
                 if not quantity.is_zero():
                     return quantity
         return None

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from ...apis.kubevirt import FINAL_PHASES
 from ...generic.meta import metadata, status
 from ...generic.resource import Object
-from ..podusage import parse_time
+from ..vmispec import parse_time
 from .rooms import RoomPlan
 
 SETTLE_AFTER = 60.0

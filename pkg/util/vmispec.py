@@ -1,0 +1,105 @@
+"""Reading a KubeVirt object's fields as Go would: what is missing is "not set", what has the wrong
+type is bad input (ValueError naming the field). Shared by the overhead formula, the launcher
+renderer, pod usage and the Harvester port, which read the same VMI and pod fields.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .quantity import Quantity
+
+
+def mapping_at(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}.{key} must be an object, not {type(value).__name__}")
+    return value
+
+
+def sequence_at(parent: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
+    value = parent.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError(f"{where}.{key} must be a list, not {type(value).__name__}")
+    return value
+
+
+def int_at(parent: Mapping[str, Any], key: str, where: str) -> int:
+    value = parent.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{where}.{key} must be an integer, not {value!r}")
+    return value
+
+
+def bool_at(parent: Mapping[str, Any], key: str, where: str) -> bool | None:
+    value = parent.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"{where}.{key} must be true or false, not {value!r}")
+
+
+def quantity_of(value: Any, where: str) -> Quantity:
+    """A quantity field: a string as the API returns it (JSON numbers are accepted, as Go does)."""
+    if isinstance(value, Quantity):
+        return value
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{where} must be a quantity string, not {value!r}")
+    try:
+        return Quantity.parse(value if isinstance(value, str) else str(value))
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def vmi_spec(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(vmi, Mapping):
+        raise ValueError(f"a VMI must be an object, not {type(vmi).__name__}")
+    return mapping_at(vmi, "spec", "vmi")
+
+
+def vmi_domain(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
+    return mapping_at(vmi_spec(vmi), "domain", "spec")
+
+
+def vmi_devices(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
+    return mapping_at(vmi_domain(vmi), "devices", "spec.domain")
+
+
+def vmi_cpu(vmi: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """spec.domain.cpu, or None when the VMI has no cpu section (Go's nil pointer)."""
+    domain = vmi_domain(vmi)
+    if domain.get("cpu") is None:
+        return None
+    return mapping_at(domain, "cpu", "spec.domain")
+
+
+def vmi_interfaces(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    result = []
+    for index, iface in enumerate(
+        sequence_at(vmi_devices(vmi), "interfaces", "spec.domain.devices")
+    ):
+        if not isinstance(iface, Mapping):
+            raise ValueError(f"spec.domain.devices.interfaces[{index}] must be an object")
+        result.append(iface)
+    return result
+
+
+def parse_time(value: Any, where: str) -> datetime.datetime:
+    """An RFC 3339 timestamp with its time zone, as the API server writes them; ValueError that
+    names `where` for anything else."""
+    if not isinstance(value, str):
+        raise ValueError(f"{where} must be an RFC 3339 timestamp, not {value!r}")
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{where} is not an RFC 3339 timestamp: {value!r}") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"{where} has no time zone: {value!r}")
+    return parsed
