@@ -30,7 +30,7 @@ from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
 
 if TYPE_CHECKING:
     from .localcluster.cluster import LocalCluster
-    from .webhook.server import ClientAuth
+    from .webhook.tls import ClientAuth
 
 Handler = Callable[[argparse.Namespace], int]
 # The demo, scenarios, explain, the local cluster and the webhook server are imported by their
@@ -170,7 +170,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
 def _client_auth(args: argparse.Namespace) -> ClientAuth | None:
     """--client-ca-file and --client-name as the webhook's ClientAuth (None without a CA);
     exits with a usage error for names without a CA."""
-    from .webhook.server import ClientAuth  # noqa: PLC0415 - see Handler
+    from .webhook.tls import ClientAuth  # noqa: PLC0415 - see Handler
 
     if args.client_ca_file is None:
         if args.client_name:

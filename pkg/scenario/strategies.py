@@ -21,8 +21,10 @@ from ..generic.client import ApiClient
 from ..generic.resource import Object, Resource
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import API_SERVER_CLIENT_NAMES, webhook_client_ca
+from ..webhook.caches import WebhookCaches
 from ..webhook.resources.common import DEFAULT_TARGET_CREATORS, Identities
-from ..webhook.server import ClientAuth, ReloadingTLS, WebhookCaches, WebhookServer
+from ..webhook.server import WebhookServer
+from ..webhook.tls import ClientAuth, ReloadingTLS
 
 STRATEGIES = ("ours", "harvester")
 WEBHOOK_CONFIGURATIONS = Resource(

@@ -40,10 +40,12 @@ from harvester_quota.localcluster.deploy import (
 from harvester_quota.localcluster.deploy import (
     webhook_configuration as shipped_webhook_configuration,
 )
+from harvester_quota.webhook.caches import WebhookCaches
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.reservations import LeaseReservations
-from harvester_quota.webhook.server import ClientAuth, ReloadingTLS, WebhookCaches, WebhookServer
+from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
 from prometheus_client import CollectorRegistry
 
 __all__ = [  # the manifest helpers, for the tests that use them through this module

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from harvester_quota.config.metrics import QuotaMetrics
-from harvester_quota.webhook.server import WebhookMetrics
+from harvester_quota.webhook.metrics import WebhookMetrics
 from prometheus_client import CollectorRegistry
 
 DASHBOARD = (

@@ -26,7 +26,8 @@ from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.validator import validate_pod_create
 from harvester_quota.webhook.resources.resourcequota.validator import validate_quota_update
 from harvester_quota.webhook.resources.virtualmachine.validator import validate_vm_start
-from harvester_quota.webhook.server import ReloadingTLS, WebhookServer
+from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.tls import ReloadingTLS
 from prometheus_client import CollectorRegistry
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi

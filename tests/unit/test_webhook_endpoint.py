@@ -25,15 +25,10 @@ from harvester_quota.generic.clock import FakeClock
 from harvester_quota.localcluster.pki import CertificateAuthority
 from harvester_quota.main import _client_auth, build_parser
 from harvester_quota.webhook.admission import Request
-from harvester_quota.webhook.server import (
-    MAX_BODY,
-    METRICS_PORT,
-    AdmissionSlots,
-    ClientAuth,
-    ReloadingTLS,
-    WebhookServer,
-    start_metrics_endpoint,
-)
+from harvester_quota.webhook.connections import MAX_BODY, AdmissionSlots
+from harvester_quota.webhook.metrics import METRICS_PORT, start_metrics_endpoint
+from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually

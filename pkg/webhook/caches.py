@@ -1,0 +1,114 @@
+"""The webhook's informer caches: what its validators read (resources.common.Lookups), with no
+API call per request."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping, Sequence
+
+from ..apis.harvester import RATIO_SETTING, SETTINGS
+from ..apis.kubevirt import (
+    KUBEVIRTS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
+from ..apis.mtq import VMMRQS
+from ..config.kubevirt import settings_from
+from ..generic.client import ApiClient
+from ..generic.clock import REAL_CLOCK, Clock
+from ..generic.informer import ResourceEventHandler, SharedInformerFactory
+from ..generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from ..generic.store import NamespaceObjects
+from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from ..util.launcher import LauncherSettings
+from ..util.podusage import strip_pod_to_quota_fields
+from ..util.resourcequota.handover import room_raise_left
+from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
+from .resources.pod.targets import (
+    QuotaChanges,
+)
+
+log = logging.getLogger(__name__)
+
+
+class WebhookCaches:
+    """The informer caches the validators read (implements resources.common.Lookups)."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        *,
+        clock: Clock = REAL_CLOCK,
+        kubevirt_version: str | None = None,
+        mtq: bool = True,
+    ) -> None:
+        """`mtq`: namespaces with a VirtualMachineMigrationResourceQuota are MTQ mode's, and
+        their quotas are no managed quota here (no room rules, no target wait), as the
+        controller's --no-mtq decides."""
+        self._clock = clock
+        self._kubevirt_version = kubevirt_version
+        self.factory = SharedInformerFactory(client, clock=clock)
+        self.quotas = self.factory.informer(
+            RESOURCE_QUOTAS, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
+        )
+        self.namespaces = self.factory.informer(NAMESPACES)
+        self._migrations = self.factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
+        self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
+        self.pods = self.factory.informer(
+            PODS, label_selector="kubevirt.io=virt-launcher", transform=strip_pod_to_quota_fields
+        )
+        self.pod_index = PodIndex()
+        """The launcher pods as the room plan reads them, kept as they change (podindex.py)."""
+        self.pods.store.add_view(PodIndex.VIEW, pod_view, self.pod_index.changed)
+        self.settings = self.factory.informer(
+            SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
+        )
+        self.kubevirts = self.factory.informer(KUBEVIRTS, optional=True)
+        self.vmmrqs = self.factory.informer(VMMRQS, optional=True) if mtq else None
+        self.quota_changes = QuotaChanges(clock)
+        """Wakes target pods waiting for their room (pod/targets.py)."""
+        self.quotas.add_event_handler(
+            ResourceEventHandler(
+                on_add=lambda quota, _initial: self._quota_changed(quota),
+                on_update=lambda _old, quota: self._quota_changed(quota),
+            ),
+            name="target-room",
+        )
+
+    def _quota_changed(self, quota: Object) -> None:
+        self.quota_changes.changed(str((quota.get("metadata") or {}).get("namespace")))
+
+    def managed_quota(self, namespace: str) -> Object | None:
+        quota = managed_quota(self.quotas.store.by_index("namespace", namespace))
+        if (
+            self.vmmrqs is not None
+            and self.vmmrqs.store.by_index("namespace", namespace)
+            and not room_raise_left(quota, self.namespace(namespace))
+        ):
+            return None  # MTQ mode's namespace: the room mode does not manage its quota
+        return quota
+
+    def namespace(self, name: str) -> Object | None:
+        return self.namespaces.store.get(name)
+
+    def migrations(self, namespace: str) -> Sequence[Object]:
+        return self._migrations.store.by_index("namespace", namespace)
+
+    def vmis(self, namespace: str) -> Mapping[str, Object]:
+        return NamespaceObjects(self._vmis.store, namespace)
+
+    def launcher_pods(self, namespace: str) -> NamespacePods:
+        return self.pod_index.namespace(namespace)
+
+    def kubevirt_settings(self) -> LauncherSettings:
+        kubevirts, settings = self.kubevirts.store.objects(), self.settings.store.objects()
+        return settings_from(
+            kubevirts[0] if kubevirts else None,
+            settings[0] if settings else None,
+            configured_version=self._kubevirt_version,
+        )
+
+    def now(self) -> datetime.datetime:
+        return self._clock.now()
