@@ -3,6 +3,9 @@
 Read from the source with `ast`, so a new upward import fails here before anyone has to notice it
 in review. Relative and absolute (`harvester_quota.x`) imports both count; imports inside
 functions count too (a lazy import is still a dependency).
+
+docs/architecture.md, which describes the layers, is held to the code here too: every file of ours
+and every name in it that its Go-to-Python tables and its prose give exists.
 """
 
 from __future__ import annotations
@@ -170,25 +173,118 @@ def _is_docstring(tree: ast.AST, constant: ast.Constant) -> bool:
     return False
 
 
-def _twin_paths() -> list[str]:
-    readme = (PKG.parent / "README.md").read_text()
-    table = readme.split("<!-- go-twins -->")[1].split("<!-- /go-twins -->")[0]
+ARCHITECTURE = PKG.parent / "docs" / "architecture.md"
+"""Holds the Go-to-Python tables: by file (go-twins) and by function (go-functions)."""
+
+PYTHON_NAME = re.compile(
+    r"`((?:pkg|tests|bench|deploy|docs)/[\w./-]+?\.(?:py|md|yaml))(?:::([\w.]+))?`"
+)
+"""A file of ours named in backticks, optionally with `::name`, a function, class, method or
+module-level name defined in it (`pkg/util/resourcequota/plan.py::plan_quota`)."""
+
+
+def _block(text: str, marker: str) -> str:
+    """What stands between `<!-- marker -->` and `<!-- /marker -->`."""
+    after = text.split(f"<!-- {marker} -->", maxsplit=1)[1]
+    return after.split(f"<!-- /{marker} -->", maxsplit=1)[0]
+
+
+def _python_cells(table: str) -> list[str]:
+    """Every cell but the first (the Go column) of every row of the table(s) in `table`."""
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    return [cell for row in rows for cell in row.strip("|").split("|")[1:]]
+
+
+def _twin_paths(text: str | None = None) -> list[str]:
+    """The paths of the file-level table; a bare name in a cell is in the folder of the cell's
+    first path (`pkg/util/resourcequota/rooms.py`, `plan.py`)."""
+    table = _block(text if text is not None else ARCHITECTURE.read_text(), "go-twins")
     paths: list[str] = []
-    for row in rows[1:]:  # the header names the columns
-        ours_and_baseline = row.strip("|").split("|")[1:]
-        for cell in ours_and_baseline:
-            first = re.findall(r"`(pkg/[^`]+)`", cell)
-            folder = first[0].rsplit("/", 1)[0] if first else ""
-            for name in re.findall(r"`([^`]+)`", cell):
-                paths.append(name if name.startswith("pkg/") else f"{folder}/{name}")
+    for cell in _python_cells(table):  # the header's cells name no file
+        first = re.findall(r"`(pkg/[^`]+)`", cell)
+        folder = first[0].rsplit("/", 1)[0] if first else ""
+        for name in re.findall(r"`([^`]+)`", cell):
+            paths.append(name if name.startswith("pkg/") else f"{folder}/{name}")
     return paths
 
 
-def test_every_python_twin_in_the_readme_exists() -> None:
+def _function_twins(text: str | None = None) -> list[tuple[str, str | None]]:
+    """(path, name or None) for every file of ours named in the function-level tables."""
+    table = _block(text if text is not None else ARCHITECTURE.read_text(), "go-functions")
+    return [
+        (path, name or None)
+        for cell in _python_cells(table)
+        for path, name in PYTHON_NAME.findall(cell)
+    ]
+
+
+def _defines(source: Path, dotted: str) -> bool:
+    """Whether `dotted` (`name` or `Class.member`) is a function, class or assigned name of
+    `source`, a member looked up in its class's body."""
+    body: list[ast.stmt] = ast.parse(source.read_text(), str(source)).body
+    for part in dotted.split("."):
+        found = next((node for node in body if part in _names_defined(node)), None)
+        if found is None:
+            return False
+        body = found.body if isinstance(found, ast.ClassDef) else []
+    return True
+
+
+def _names_defined(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {node.name}
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return {node.target.id}
+    if isinstance(node, ast.Assign):
+        return {target.id for target in node.targets if isinstance(target, ast.Name)}
+    return set()
+
+
+def _missing(named: list[tuple[str, str | None]], root: Path = PKG.parent) -> list[str]:
+    """What `named` points at that does not exist under `root`."""
+    missing = []
+    for path, name in named:
+        source = root / path
+        if not source.exists():
+            missing.append(path)
+        elif name is not None and not _defines(source, name):
+            missing.append(f"{path}::{name}")
+    return missing
+
+
+def test_every_python_twin_in_the_architecture_document_exists() -> None:
     paths = _twin_paths()
     assert len(paths) > 20
     assert [p for p in paths if not (PKG.parent / p).exists()] == []
+
+
+def test_every_function_twin_is_defined_where_the_document_says() -> None:
+    named = _function_twins()
+    assert len({name for _path, name in named if name}) > 80
+    assert _missing(named) == []
+
+
+def test_every_file_of_ours_the_architecture_document_names_exists() -> None:
+    """The prose too: a path or `path::name` in backticks anywhere in the document."""
+    named = [(path, name or None) for path, name in PYTHON_NAME.findall(ARCHITECTURE.read_text())]
+    assert len(named) > 100
+    assert _missing(named) == []
+
+
+def test_the_twin_checker_sees_a_missing_file_or_name(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(
+        "LIMIT = 1\nclass Room:\n    size: int\n    def grow(self): ...\ndef plan(): ...\n"
+    )
+    document = (
+        "<!-- go-functions -->\n| Go function | ours | baseline |\n|---|---|---|\n"
+        "| `pkg/a.py::Gone` | `pkg/a.py::plan`, `pkg/a.py::Room.grow` | `pkg/a.py::Room.size` |\n"
+        "| `Scale` | `pkg/a.py::LIMIT`, `pkg/a.py::Room.shrink` | `pkg/b.py`, not ported |\n"
+        "<!-- /go-functions -->\n"
+    )
+    named = _function_twins(document)
+    assert ("pkg/a.py", "Gone") not in named  # the Go column is not ours to check
+    assert _missing(named, tmp_path) == ["pkg/a.py::Room.shrink", "pkg/b.py"]
 
 
 def test_installed_the_package_is_harvester_quota_and_nothing_named_pkg(tmp_path: Path) -> None:
