@@ -167,7 +167,7 @@ async def test_write_protection_lets_only_rancher_write_its_default_quota(
             # The API server takes up a new policy within about a second.
             denial = await eventually(denied, what="the admin's write denied")
             assert errors.denied_by_admission(denial)
-            assert "field.cattle.io/resourceQuota" in str(denial)
+            assert errors.denied_by_rancher(denial), "in rancher-webhook's own words"
             # Rancher's source of truth stays writable, and its agent copies it to the quota.
             raised = '{"limit":{"limitsCpu":"5000m","limitsMemory":"5000Mi"}}'
             await join_project(api, namespace, project, raised)
