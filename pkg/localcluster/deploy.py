@@ -154,9 +154,11 @@ def kubevirt_labels_policy(
     return policy, binding
 
 
-async def service_account_token(api: ApiClient, service_account: str) -> str:
-    """A TokenRequest token for a service account of the system namespace."""
-    path = f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/serviceaccounts/{service_account}/token"
+async def service_account_token(
+    api: ApiClient, service_account: str, namespace: str = SYSTEM_NAMESPACE
+) -> str:
+    """A TokenRequest token for a service account of `namespace` (the system namespace)."""
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token"
     answer = await api.request(
         "POST",
         path,

@@ -30,7 +30,7 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import PODS, Object, Resource
 from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.deploy import KINDS, TOKEN_SECONDS
+from harvester_quota.localcluster.deploy import KINDS, service_account_token
 from harvester_quota.sim.kubevirt import VMSpec, vm_resources
 from harvester_quota.sim.kubevirt.objects import (
     LABEL_VMI_NAME,
@@ -225,16 +225,7 @@ async def grant(admin: ApiClient, tenant_: Tenant, role_name: str, rules: Iterab
 
 async def token_for(admin: ApiClient, namespace: str, service_account: str) -> str:
     """A TokenRequest token for a service account of `namespace`."""
-    answer = await admin.request(
-        "POST",
-        SERVICE_ACCOUNTS.path(namespace, service_account, "token"),
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": TOKEN_SECONDS},
-        },
-    )
-    return str(answer["status"]["token"])
+    return await service_account_token(admin, service_account, namespace)
 
 
 async def allowed(api: ApiClient, namespace: str, access: Access) -> bool:

@@ -140,7 +140,8 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     rooms = _mask_rooms(rooms, base.hard.keys())
     used = used_without_targets(pods, rooms.target_pods, snapshot.now)
     since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
-    floor = used_before(pods, rooms.target_pods, since, snapshot.now)
+    # Without room held there are no arrivals to set aside: the floor is what is used.
+    floor = used if since is None else used_before(pods, rooms.target_pods, since, snapshot.now)
     managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(
         managed=True,
