@@ -1,5 +1,6 @@
 # The two commands a new user runs are `make demo` and `make test` (see README.md).
-# Both bootstrap what they need: a virtualenv with the Python packages, and the local
+# Both bootstrap what they need: a virtualenv with the Python packages (the product installed in
+# place, and the test bench's command line as .venv/bin/harvester-quota-bench), and the local
 # cluster binaries (etcd, Kubernetes, kwok) built once per machine from Go modules and
 # cached under ~/.cache/harvester-quota (or $HARVESTER_QUOTA_CLUSTER_BIN if you have them).
 
@@ -7,7 +8,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-HQ     := $(BIN)/harvester-quota
+BENCH  := $(BIN)/harvester-quota-bench
 PYTEST_ARGS ?=
 
 .PHONY: all demo test lint typecheck unit integration test-scenarios bench scale cluster-bin \
@@ -19,16 +20,20 @@ $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# setuptools prints a page-long notice on every editable install; it says nothing about us.
-	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e '.[test]'
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	@# The test bench is not part of the distribution (pkg/testbench; see setup.py): its command
+	@# line is `python -m harvester_quota.testbench`, named harvester-quota-bench in the venv.
+	@printf '#!/bin/sh\nexec "%s/python" -m harvester_quota.testbench "$$@"\n' "$(abspath $(BIN))" > $(BENCH)
+	@chmod +x $(BENCH)
 	@touch $@
 
 venv: $(STAMP)
 
 cluster-bin: $(STAMP)
-	$(HQ) cluster build --kubevirt-version all
+	$(BENCH) cluster build --kubevirt-version all
 
 demo: $(STAMP) cluster-bin
-	$(HQ) demo
+	$(BENCH) demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check pkg tests bench
@@ -54,17 +59,17 @@ bench: $(STAMP) cluster-bin
 # The scale run on its own cluster (README "Scale"): SIZE=small (default), full, or tiny.
 SIZE ?= small
 scale: $(STAMP) cluster-bin
-	$(HQ) scale --size $(SIZE) --report reports/scale/$(SIZE) $(SCALE_ARGS)
+	$(BENCH) scale --size $(SIZE) --report reports/scale/$(SIZE) $(SCALE_ARGS)
 
 cluster-up: $(STAMP) cluster-bin
-	$(HQ) cluster up
+	$(BENCH) cluster up
 
 cluster-down: $(STAMP)
-	$(HQ) cluster down
+	$(BENCH) cluster down
 
 # deploy/harvester-quota.yaml is the Helm chart rendered with its defaults; a test keeps them equal.
 manifest: $(STAMP) cluster-bin
-	$(BIN)/python -m harvester_quota.localcluster.chart > deploy/harvester-quota.yaml
+	$(BIN)/python -m harvester_quota.testbench.localcluster.chart > deploy/harvester-quota.yaml
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harvester_quota.localcluster import LocalCluster
+from harvester_quota.testbench.localcluster import LocalCluster
 
 from bench import cluster, informer, populate, report, workqueue
 

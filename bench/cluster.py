@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from harvester_quota import localcluster
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
-from harvester_quota.localcluster import ClusterInfo, LocalCluster
-from harvester_quota.scale.observe import ProcessSample
+from harvester_quota.testbench import localcluster
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.scale.observe import ProcessSample
 
 ENV_STATE_DIR = "HARVESTER_QUOTA_BENCH_STATE_DIR"
 NODES = 50

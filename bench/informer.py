@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harvester_quota.generic.resource import PODS
-from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster import ClusterInfo
 
 from bench import populate
 from bench.cluster import api_client, wait_until_idle

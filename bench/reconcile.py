@@ -42,7 +42,7 @@ from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import NamespaceObjects, Store
 from harvester_quota.generic.views import NamespaceViews
-from harvester_quota.sim.kubevirt.objects import (
+from harvester_quota.testbench.sim.kubevirt.objects import (
     MigrationRef,
     VMSpec,
     parse_version,

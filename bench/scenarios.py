@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harvester_quota.localcluster import ClusterInfo, LocalCluster, binaries
-from harvester_quota.localcluster.cluster import default_state_dir
-from harvester_quota.scenario.cli import run_on_local_cluster
-from harvester_quota.scenario.progress import summary_row
-from harvester_quota.scenario.schema import Scenario, load
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster, binaries
+from harvester_quota.testbench.localcluster.cluster import default_state_dir
+from harvester_quota.testbench.scenario.cli import run_on_local_cluster
+from harvester_quota.testbench.scenario.progress import summary_row
+from harvester_quota.testbench.scenario.schema import Scenario, load
 
 from bench.load import cpu_burners
 

@@ -17,7 +17,7 @@ __all__ = ["cpu_burners"]  # one busy-machine helper for tests and benchmarks (b
 
 if TYPE_CHECKING:
     from harvester_quota.app import ControllerApp
-    from harvester_quota.strategy.harvester import HarvesterStrategy
+    from harvester_quota.testbench.strategy.harvester import HarvesterStrategy
 
     from tests.integration.kubevirt_by_hand import KubeVirtByHand
 

@@ -1,7 +1,7 @@
 """Fixtures for tests on the real local cluster.
 
 One cluster is started per test session (in its own state directory, so a developer's own
-`harvester-quota cluster up` is left alone) and each test gets a fresh namespace. A session that was
+`harvester-quota-bench cluster up` is left alone) and each test gets a fresh namespace. A session that was
 killed leaves a stale state directory; the next session's `up` stops what is left and starts anew.
 """
 
@@ -17,9 +17,9 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import NAMESPACES, Resource
-from harvester_quota.localcluster import ClusterInfo, LocalCluster
-from harvester_quota.localcluster.cluster import default_state_dir
-from harvester_quota.localcluster.rest import ApiError, RestClient
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.localcluster.cluster import default_state_dir
+from harvester_quota.testbench.localcluster.rest import ApiError, RestClient
 
 from tests.helpers import eventually, wait_until
 from tests.integration.kubevirt_by_hand import KubeVirtByHand

@@ -2,7 +2,7 @@
 
 The controllers and the webhook run in the test process, but as their own service accounts, with
 exactly the permissions deploy/ grants, so a missing permission fails a test. The manifest helpers
-themselves live in `harvester_quota.localcluster.deploy` (the scale run uses them too).
+themselves live in `harvester_quota.testbench.localcluster.deploy` (the scale run uses them too).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import REAL_CLOCK
 from harvester_quota.generic.resource import Object
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.cluster import VIRT_CONTROLLER_USER
-from harvester_quota.localcluster.deploy import (
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER
+from harvester_quota.testbench.localcluster.deploy import (
     API_SERVER_CLIENT_NAMES,
     CONTROLLER_USER,
     KINDS,
@@ -37,7 +37,7 @@ from harvester_quota.localcluster.deploy import (
     unregister_kubevirt_labels_policy,
     webhook_client_ca,
 )
-from harvester_quota.localcluster.deploy import (
+from harvester_quota.testbench.localcluster.deploy import (
     webhook_configuration as shipped_webhook_configuration,
 )
 from harvester_quota.webhook.caches import WebhookCaches

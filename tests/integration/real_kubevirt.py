@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harvester_quota.localcluster import ClusterError, ClusterInfo, LocalCluster, binaries
-from harvester_quota.localcluster.rest import ApiError, RestClient
+from harvester_quota.testbench.localcluster import ClusterError, ClusterInfo, LocalCluster, binaries
+from harvester_quota.testbench.localcluster.rest import ApiError, RestClient
 
 from tests.helpers import wait_until
 from tests.integration.conftest import session_state_dir
@@ -47,7 +47,7 @@ def require_built(version: str) -> None:
     except ClusterError:
         pytest.skip(
             f"KubeVirt {version} is not built: "
-            f"`harvester-quota cluster build --kubevirt-version {version}`"
+            f"`harvester-quota-bench cluster build --kubevirt-version {version}`"
         )
 
 

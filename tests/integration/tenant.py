@@ -29,10 +29,10 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import PODS, Object, Resource
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.deploy import KINDS, service_account_token
-from harvester_quota.sim.kubevirt import VMSpec, vm_resources
-from harvester_quota.sim.kubevirt.objects import (
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.deploy import KINDS, service_account_token
+from harvester_quota.testbench.sim.kubevirt import VMSpec, vm_resources
+from harvester_quota.testbench.sim.kubevirt.objects import (
     LABEL_VMI_NAME,
     render_migration,
     render_vm,

@@ -13,8 +13,8 @@ from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.reflector import REFUSED_BACKOFF_CAP
 from harvester_quota.generic.resource import PODS
-from harvester_quota.localcluster import LocalCluster
-from harvester_quota.localcluster.rest import RestClient
+from harvester_quota.testbench.localcluster import LocalCluster
+from harvester_quota.testbench.localcluster.rest import RestClient
 from harvester_quota.util.quantity import Quantity
 from prometheus_client import CollectorRegistry
 

@@ -20,7 +20,7 @@ from harvester_quota.generic import config, errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import PODS, Object, Resource
-from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster import ClusterInfo
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,14 @@ from typing import Any
 import pytest
 import yaml
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.localcluster import ClusterError
-from harvester_quota.localcluster.chart import CHART, MANIFEST, helm, manifest_text, render
+from harvester_quota.testbench.localcluster import ClusterError
+from harvester_quota.testbench.localcluster.chart import (
+    CHART,
+    MANIFEST,
+    helm,
+    manifest_text,
+    render,
+)
 
 from tests.integration import deployment
 

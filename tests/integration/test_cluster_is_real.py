@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.rest import ApiError, RestClient
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.rest import ApiError, RestClient
 
 from tests.helpers import wait_until
 

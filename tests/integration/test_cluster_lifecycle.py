@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harvester_quota.localcluster import ClusterError, LocalCluster, binaries, process
-from harvester_quota.localcluster.cluster import Ports
-from harvester_quota.main import main
+from harvester_quota.testbench.cli import main
+from harvester_quota.testbench.localcluster import ClusterError, LocalCluster, binaries, process
+from harvester_quota.testbench.localcluster.cluster import Ports
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.process import free_port
-from harvester_quota.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.process import free_port
+from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import eventually

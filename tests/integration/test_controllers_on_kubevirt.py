@@ -23,11 +23,11 @@ from harvester_quota.app import ControllerApp
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS, Object
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.sim.kubevirt import Outcome, ParallelLimits, VMSpec
-from harvester_quota.sim.kubevirt.handler import HandlerTimings
-from harvester_quota.sim.kubevirt.real import RealKubeVirt
-from harvester_quota.sim.kubevirt.simulator import set_overhead_ratio_setting
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
+from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
+from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.sim.kubevirt.simulator import set_overhead_ratio_setting
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.quantity import Quantity
 

@@ -25,12 +25,12 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.discovery import serves
 from harvester_quota.generic.resource import CRDS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.cluster import CRDS_FILE, VIRT_CONTROLLER_USER
-from harvester_quota.localcluster.deploy import webhook_client_flags
-from harvester_quota.localcluster.process import free_port
-from harvester_quota.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import CRDS_FILE, VIRT_CONTROLLER_USER
+from harvester_quota.testbench.localcluster.deploy import webhook_client_flags
+from harvester_quota.testbench.localcluster.process import free_port
+from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
 
 from tests.helpers import eventually, succeed_migration
 from tests.integration import deployment

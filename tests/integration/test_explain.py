@@ -10,9 +10,9 @@ import sys
 import pytest
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.sim.kubevirt import VMSpec
-from harvester_quota.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import VMSpec
+from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
 
 from tests.helpers import eventually
 from tests.integration.kubevirt_by_hand import KubeVirtByHand

@@ -27,7 +27,7 @@ from harvester_quota.generic.informer import (
 from harvester_quota.generic.reflector import ClientListerWatcher, ItemHook
 from harvester_quota.generic.resource import CONFIG_MAPS, EVENTS, LEASES, Object, Resource
 from harvester_quota.generic.store import Tombstone
-from harvester_quota.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
 
 from tests.helpers import eventually
 

@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 from harvester_quota.config.kubevirt import settings_from
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.cluster import KUBEVIRT_NAMESPACE
-from harvester_quota.localcluster.rest import RestClient
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import KUBEVIRT_NAMESPACE
+from harvester_quota.testbench.localcluster.rest import RestClient
 from harvester_quota.util.launcher import launcher_quota_usage
 from harvester_quota.util.launcher.settings import AUTO_MEMORY_LIMITS_RATIO_LABEL
 from harvester_quota.util.podusage import ResourceList, pod_quota_usage

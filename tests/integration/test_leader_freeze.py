@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
 
 from tests.integration.test_framework import read_line, start_candidate, stop_candidates
 

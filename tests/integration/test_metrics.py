@@ -12,9 +12,9 @@ from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.health import HealthServer
 from harvester_quota.generic.resource import RESOURCE_QUOTAS
-from harvester_quota.localcluster.process import free_port
-from harvester_quota.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.localcluster.process import free_port
+from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -28,9 +28,9 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,

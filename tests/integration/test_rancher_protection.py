@@ -18,11 +18,11 @@ from harvester_quota.controller.resourcequota.resourcequota_controller import (
 from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, NAMESPACES
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.sim.kubevirt import VMSpec
-from harvester_quota.sim.kubevirt.real import RealKubeVirt
-from harvester_quota.sim.rancher import Project, RancherQuotaSync
-from harvester_quota.sim.rancher.protection import RancherProtection
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import VMSpec
+from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.sim.rancher import Project, RancherQuotaSync
+from harvester_quota.testbench.sim.rancher.protection import RancherProtection
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,

@@ -17,10 +17,10 @@ from harvester_quota.apis.kubevirt import (
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import NODES, PODS, RESOURCE_QUOTAS
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.sim.kubevirt import Outcome, ParallelLimits, VMSpec
-from harvester_quota.sim.kubevirt.handler import SELINUX_NONE, HandlerTimings
-from harvester_quota.sim.kubevirt.real import DRAIN_TAINT_KEY, RealKubeVirt
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
+from harvester_quota.testbench.sim.kubevirt.handler import SELINUX_NONE, HandlerTimings
+from harvester_quota.testbench.sim.kubevirt.real import DRAIN_TAINT_KEY, RealKubeVirt
 
 from tests.helpers import eventually
 

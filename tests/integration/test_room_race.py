@@ -18,7 +18,7 @@ from harvester_quota.app import ControllerApp
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import NAMESPACES, PODS, Object
-from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.server import WebhookServer

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.scale.plan import PRESETS
-from harvester_quota.scale.run import ScaleRun
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.scale.plan import PRESETS
+from harvester_quota.testbench.scale.run import ScaleRun
 
 pytestmark = pytest.mark.integration
 

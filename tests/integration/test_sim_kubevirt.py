@@ -17,7 +17,7 @@ from harvester_quota.apis.kubevirt import (
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
-from harvester_quota.sim.kubevirt import (
+from harvester_quota.testbench.sim.kubevirt import (
     KubeVirtConfig,
     KubeVirtSimulator,
     MigrationTimings,
@@ -27,7 +27,7 @@ from harvester_quota.sim.kubevirt import (
     VMSpec,
     set_overhead_ratio_setting,
 )
-from harvester_quota.sim.kubevirt.objects import SETTING_OVERHEAD_RATIO
+from harvester_quota.testbench.sim.kubevirt.objects import SETTING_OVERHEAD_RATIO
 
 from tests.helpers import eventually
 

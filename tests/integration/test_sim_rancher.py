@@ -10,9 +10,9 @@ import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.sim.rancher import Operation, Project, RancherQuotaSync
-from harvester_quota.sim.rancher.protection import RancherProtection
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.rancher import Operation, Project, RancherQuotaSync
+from harvester_quota.testbench.sim.rancher.protection import RancherProtection
 from harvester_quota.util.annotations import (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,

@@ -1,4 +1,4 @@
-"""Harvester v1.9's algorithm (harvester_quota.strategy.harvester) on the real local cluster: real quota
+"""Harvester v1.9's algorithm (harvester_quota.testbench.strategy.harvester) on the real local cluster: real quota
 admission decides every launcher pod, the seeds' numbers come out, and so does the v1.2.1 bug.
 
 The v1.7.0 seeds run on KubeVirt v1.6's own virt-controller (the session's second cluster): its
@@ -21,15 +21,15 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformerFactory
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.sim.kubevirt import (
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import (
     Outcome,
     VMSpec,
     set_overhead_ratio_setting,
 )
-from harvester_quota.sim.kubevirt.handler import HandlerTimings
-from harvester_quota.sim.kubevirt.real import RealKubeVirt
-from harvester_quota.strategy.harvester import HarvesterStrategy
+from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
+from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.strategy.harvester import HarvesterStrategy
 from harvester_quota.util.annotations import (
     ANNOTATION_MIGRATING_COMPENSATION,
     migrating_uid_annotation_key,

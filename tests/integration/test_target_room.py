@@ -23,9 +23,9 @@ from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.sim.kubevirt.real import EXCEEDED_QUOTA, RealKubeVirt
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.testbench.sim.kubevirt.real import EXCEEDED_QUOTA, RealKubeVirt
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry
 

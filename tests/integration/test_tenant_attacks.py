@@ -41,9 +41,9 @@ from harvester_quota.config.management import Options
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, PODS, Object, Resource
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.sim.kubevirt.real import (
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.testbench.sim.kubevirt.real import (
     EXCEEDED_QUOTA,
     KUBEVIRT_NAME,
     KUBEVIRT_NAMESPACE,

@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from harvester_quota.localcluster import ClusterInfo, LocalCluster
-from harvester_quota.localcluster.cluster import (
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.localcluster.cluster import (
     KUBEVIRT_DEVICES,
     KUBEVIRT_NAMESPACE,
     VIRT_CONTROLLER_LEASE,
 )
-from harvester_quota.localcluster.rest import ApiError, RestClient
+from harvester_quota.testbench.localcluster.rest import ApiError, RestClient
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import wait_until

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harvester_quota.localcluster import ClusterError, LocalCluster, binaries, process
-from harvester_quota.localcluster.cluster import KUBEVIRT_NAMESPACE, VIRT_CONTROLLER_LEASE
-from harvester_quota.main import main
+from harvester_quota.testbench.cli import main
+from harvester_quota.testbench.localcluster import ClusterError, LocalCluster, binaries, process
+from harvester_quota.testbench.localcluster.cluster import KUBEVIRT_NAMESPACE, VIRT_CONTROLLER_LEASE
 
 from tests.integration.test_cluster_lifecycle import processes_in
 

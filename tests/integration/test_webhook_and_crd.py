@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.rest import ApiError, RestClient
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.rest import ApiError, RestClient
 
 from tests.helpers import wait_until
 from tests.integration.test_optional_kinds import widget_crd

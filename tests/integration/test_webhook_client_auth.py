@@ -21,9 +21,9 @@ import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import LEASES, PODS, Object
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.localcluster.deploy import SYSTEM_NAMESPACE
-from harvester_quota.localcluster.pki import WEBHOOK_CLIENT_NAME
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.deploy import SYSTEM_NAMESPACE
+from harvester_quota.testbench.localcluster.pki import WEBHOOK_CLIENT_NAME
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.resources.pod.reservations import lease_name
 

@@ -13,7 +13,7 @@ from harvester_quota.config.management import Options
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
-from harvester_quota.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry

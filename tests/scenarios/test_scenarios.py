@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.localcluster import ClusterInfo
-from harvester_quota.scenario import report
-from harvester_quota.scenario.runner import ScenarioRun, uses_real_kubevirt
-from harvester_quota.scenario.schema import load
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.scenario import report
+from harvester_quota.testbench.scenario.runner import ScenarioRun, uses_real_kubevirt
+from harvester_quota.testbench.scenario.schema import load
 
 from tests.integration.conftest import REAL_KUBEVIRT_VERSION, admin_config
 

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harvester_quota.localcluster import binaries
+from harvester_quota.testbench.localcluster import binaries
 
 HELPER_DIR = Path(__file__).resolve().parents[1] / "gohelpers" / "quantity"
 HELPER_SOURCES = ("go.mod", "go.sum", "main.go")

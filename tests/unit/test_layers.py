@@ -17,33 +17,46 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "pkg"
 IMPORT_NAME = "harvester_quota"
 
-LAYERS: dict[str, int] = {
+PRODUCT_LAYERS: dict[str, int] = {
     "__init__": 0,
     "generic": 1,
-    "localcluster": 1,
     "apis": 2,
     "util": 3,
     "config": 4,
     "controller": 5,
     "webhook": 5,
-    "sim": 5,
-    "strategy": 5,
     "app": 6,
     "explain": 6,
-    "scenario": 7,
-    "scale": 7,
-    "demo": 8,
     "main": 9,
 }
-"""Top-level package -> layer: a module may import its own package and lower layers only."""
+"""The product's top-level packages -> layer."""
+
+BENCH = "testbench"
+BENCH_LAYERS: dict[str, int] = {
+    BENCH: 10,
+    f"{BENCH}.localcluster": 11,
+    f"{BENCH}.sim": 12,
+    f"{BENCH}.strategy": 12,
+    f"{BENCH}.scenario": 13,
+    f"{BENCH}.scale": 13,
+    f"{BENCH}.demo": 14,
+    f"{BENCH}.cli": 15,
+    f"{BENCH}.__main__": 16,
+}
+"""The test bench's sub-packages -> layer: every one above the whole product, so the bench may
+use the product and the product never the bench."""
+
+LAYERS: dict[str, int] = PRODUCT_LAYERS | BENCH_LAYERS
+"""Unit (a top-level package, or a sub-package of the bench) -> layer: a module may import its own
+unit and lower layers only."""
 
 FORBIDDEN_SIDEWAYS: dict[str, frozenset[str]] = {
-    "controller": frozenset({"webhook", "sim", "strategy"}),
-    "webhook": frozenset({"controller", "sim", "strategy"}),
-    "sim": frozenset({"controller", "webhook", "strategy"}),
-    "strategy": frozenset({"controller", "webhook", "sim"}),
+    "controller": frozenset({"webhook"}),
+    "webhook": frozenset({"controller"}),
+    f"{BENCH}.sim": frozenset({f"{BENCH}.strategy"}),
+    f"{BENCH}.strategy": frozenset({f"{BENCH}.sim"}),
 }
-"""Packages on one layer that must not lean on each other: the webhook and the controllers share
+"""Units on one layer that must not lean on each other: the webhook and the controllers share
 the pure model in util/, and the Harvester port must stay a faithful, independent baseline."""
 
 
@@ -51,12 +64,18 @@ def _modules(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def _top(parts: list[str]) -> str:
-    return parts[0] if parts else "__init__"
+def _unit(parts: list[str]) -> str:
+    """The unit a dotted path (below harvester_quota) belongs to: its top-level package, or for
+    the bench its sub-package (`testbench.sim`)."""
+    if not parts:
+        return "__init__"
+    if parts[0] == BENCH and len(parts) > 1 and parts[1] != "__init__":
+        return f"{BENCH}.{parts[1]}"
+    return parts[0]
 
 
-def _imported_tops(path: Path, root: Path) -> set[str]:
-    """The top-level packages of `root` that `path` imports."""
+def _imported_units(path: Path, root: Path) -> set[str]:
+    """The units of `root` that `path` imports."""
     rel = list(path.relative_to(root).with_suffix("").parts)
     package = rel[:-1]
     found: set[str] = set()
@@ -64,27 +83,35 @@ def _imported_tops(path: Path, root: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.level > 0:
             base = package[: len(package) - (node.level - 1)]
             target = base + (node.module.split(".") if node.module else [])
-            if not target:  # `from .. import x`: x is the module
-                found.update(_top([alias.name]) for alias in node.names)
+            if node.module is None:  # `from .. import x`: x may be a module
+                found.update(_unit([*target, alias.name]) for alias in node.names)
             else:
-                found.add(_top(target))
+                found.add(_unit(target))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(IMPORT_NAME):
-            found.add(_top((node.module or "").split(".")[1:]))
+            module = (node.module or "").split(".")[1:]
+            if module:
+                found.add(_unit(module))
+            else:
+                found.update(_unit([alias.name]) for alias in node.names)
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == IMPORT_NAME:
-                    found.add(_top(alias.name.split(".")[1:]))
+                    found.add(_unit(alias.name.split(".")[1:]))
     return found
+
+
+def _own_unit(path: Path, root: Path) -> str:
+    return _unit(list(path.relative_to(root).with_suffix("").parts))
 
 
 def _violations(root: Path = PKG) -> list[str]:
     problems = []
     for path in _modules(root):
-        own = _top(list(path.relative_to(root).with_suffix("").parts))
+        own = _own_unit(path, root)
         if own not in LAYERS:
-            problems.append(f"{path}: top-level package {own!r} has no layer in LAYERS")
+            problems.append(f"{path}: unit {own!r} has no layer in LAYERS")
             continue
-        for target in _imported_tops(path, root) - {own}:
+        for target in _imported_units(path, root) - {own}:
             if target not in LAYERS:
                 continue  # e.g. `from .. import __version__` resolves to a name, not a package
             if LAYERS[target] > LAYERS[own] or target in FORBIDDEN_SIDEWAYS.get(own, ()):
@@ -92,8 +119,35 @@ def _violations(root: Path = PKG) -> list[str]:
     return problems
 
 
-def test_no_module_imports_upward() -> None:
+def _bench_named_in_product_code(root: Path = PKG) -> list[str]:
+    """Every string in a product module's code (docstrings aside) that names the bench: what an
+    `importlib.import_module`, `__import__` or `find_spec` would reach it by, which the import
+    walk above does not see."""
+    found = []
+    for path in _modules(root):
+        if _own_unit(path, root) not in PRODUCT_LAYERS:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and BENCH in node.value
+                and not _is_docstring(tree, node)
+            ):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.value[:60]!r}")
+    return found
+
+
+def test_no_module_imports_upward_and_the_product_never_imports_the_bench() -> None:
     assert _violations() == []
+    assert _bench_named_in_product_code() == []
+
+
+def test_every_module_of_the_bench_is_under_pkg_testbench_and_none_of_the_product_is() -> None:
+    """The fence is a folder: what is not the product lives under pkg/testbench/."""
+    tops = {p.relative_to(PKG).parts[0].removesuffix(".py") for p in _modules(PKG)}
+    assert tops - {"py"} == set(PRODUCT_LAYERS) | {BENCH}
 
 
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
@@ -106,6 +160,33 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     assert sorted(_violations(fake)) == [
         "pkg/controller/thing.py (controller) imports webhook",
         "pkg/util/bad.py (util) imports controller",
+    ]
+
+
+def test_the_checker_sees_the_product_reach_into_the_bench(tmp_path: Path) -> None:
+    """A product module importing the bench, by a relative or absolute import or by importlib,
+    is caught; the bench using the product and a sub-package of the bench using a lower one
+    are not."""
+    fake = tmp_path / "pkg"
+    for folder in ("controller", "testbench/sim", "testbench/scale", "testbench/localcluster"):
+        (fake / folder).mkdir(parents=True)
+    (fake / "controller" / "a.py").write_text("from ..testbench.sim import driver\n")
+    (fake / "controller" / "b.py").write_text(
+        '"""Docstrings may name the testbench."""\nimport importlib\n'
+        'importlib.import_module("harvester_quota.testbench.scale")\n'
+    )
+    (fake / "testbench" / "scale" / "run.py").write_text(
+        "from harvester_quota.controller import a\nfrom ..localcluster import cluster\n"
+    )
+    (fake / "testbench" / "localcluster" / "cluster.py").write_text(
+        "from harvester_quota.testbench.scale import run\n"
+    )
+    assert sorted(_violations(fake)) == [
+        "pkg/controller/a.py (controller) imports testbench.sim",
+        "pkg/testbench/localcluster/cluster.py (testbench.localcluster) imports testbench.scale",
+    ]
+    assert _bench_named_in_product_code(fake) == [
+        "pkg/controller/b.py:3 'harvester_quota.testbench.scale'"
     ]
 
 

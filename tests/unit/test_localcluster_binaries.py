@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from harvester_quota.localcluster import ClusterError, binaries
+from harvester_quota.testbench.localcluster import ClusterError, binaries
 
 
 def test_override_directory_must_hold_every_binary(
@@ -41,7 +41,7 @@ def test_cache_key_names_every_pinned_version() -> None:
 def test_unbuilt_cache_says_how_to_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(binaries.ENV_BIN_DIR, raising=False)
     monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path))
-    with pytest.raises(ClusterError, match="harvester-quota cluster build"):
+    with pytest.raises(ClusterError, match="harvester-quota-bench cluster build"):
         binaries.resolve_bin_dir()
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harvester_quota.localcluster import ClusterError, LocalCluster, binaries
-from harvester_quota.localcluster.cluster import (
+from harvester_quota.testbench.cli import main
+from harvester_quota.testbench.localcluster import ClusterError, LocalCluster, binaries
+from harvester_quota.testbench.localcluster.cluster import (
     CRDS_FILE,
     KUBEVIRT_DEVICES,
     MTQ_CRDS_FILE,
@@ -21,7 +22,6 @@ from harvester_quota.localcluster.cluster import (
     _kubevirt_node,
     crd_documents,
 )
-from harvester_quota.main import main
 
 
 @pytest.fixture(autouse=True)
@@ -276,7 +276,7 @@ def test_a_scenarios_release_maps_to_the_built_virt_controller_of_that_release(
 
 def test_the_local_cluster_installs_the_chart_s_vmmrq_crd_unchanged() -> None:
     """One definition of MTQ's CRD: the chart's crds/ file, copied for `cluster up`."""
-    chart = CRDS_FILE.parents[3] / "deploy/chart/harvester-quota/crds"
+    chart = CRDS_FILE.parents[4] / "deploy/chart/harvester-quota/crds"
     assert (chart / "virtualmachinemigrationresourcequotas.yaml").read_text() == (
         MTQ_CRDS_FILE.read_text()
     )

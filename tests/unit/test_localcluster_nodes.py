@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from harvester_quota.localcluster.nodes import node_lease_seconds
+from harvester_quota.testbench.localcluster.nodes import node_lease_seconds
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from harvester_quota.localcluster.pki import CertificateAuthority
+from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +95,8 @@ def test_a_token_kubeconfig_written_at_a_relative_path_loads_its_token(
     """kubectl reads a relative tokenFile relative to the kubeconfig's folder: written from the
     working directory, `make scale`'s relative --report doubled the path."""
     from harvester_quota.generic import config
-    from harvester_quota.localcluster.cluster import ClusterInfo, Ports
-    from harvester_quota.localcluster.deploy import token_kubeconfig
+    from harvester_quota.testbench.localcluster.cluster import ClusterInfo, Ports
+    from harvester_quota.testbench.localcluster.deploy import token_kubeconfig
 
     (tmp_path / "ca.crt").write_bytes(CertificateAuthority.create("test").cert_pem)
     cluster = ClusterInfo(
@@ -124,8 +124,8 @@ def test_the_api_server_presents_a_client_certificate_of_its_own_ca_to_every_web
     import base64
 
     import yaml
-    from harvester_quota.localcluster.cluster import LocalCluster, Ports
-    from harvester_quota.localcluster.pki import WEBHOOK_CLIENT_NAME
+    from harvester_quota.testbench.localcluster.cluster import LocalCluster, Ports
+    from harvester_quota.testbench.localcluster.pki import WEBHOOK_CLIENT_NAME
 
     local = LocalCluster(tmp_path)
     local._write_pki()
@@ -171,8 +171,8 @@ def test_a_healthy_cluster_whose_api_server_has_no_webhook_client_certificate_st
     refuse it. `up` stops it and starts a new one; a current one is reused as it is."""
     import json
 
-    from harvester_quota.localcluster import cluster as cluster_module
-    from harvester_quota.localcluster.cluster import ClusterInfo, LocalCluster, Ports
+    from harvester_quota.testbench.localcluster import cluster as cluster_module
+    from harvester_quota.testbench.localcluster.cluster import ClusterInfo, LocalCluster, Ports
 
     local = LocalCluster(tmp_path)
     old = ClusterInfo(

@@ -7,7 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
-from harvester_quota.localcluster import process
+from harvester_quota.testbench.localcluster import process
 
 
 def test_started_process_runs_in_its_own_group_and_stops(tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harvester_quota.localcluster.chart import MANIFEST
 from harvester_quota.main import build_parser
+from harvester_quota.testbench.cli import build_parser as bench_parser
+from harvester_quota.testbench.localcluster.chart import MANIFEST
 
 
 @pytest.mark.parametrize(
@@ -20,14 +21,14 @@ from harvester_quota.main import build_parser
     ids=["before the action", "after the action", "after wins"],
 )
 def test_state_dir_is_accepted_before_or_after_the_action(argv: list[str]) -> None:
-    args = build_parser().parse_args(argv)
+    args = bench_parser().parse_args(argv)
     assert args.state_dir == "/tmp/s"
     assert args.action == "up"
 
 
 @pytest.mark.parametrize("action", ["build", "up", "down", "status", "env"])
 def test_state_dir_defaults_to_none_for_every_action(action: str) -> None:
-    assert build_parser().parse_args(["cluster", action]).state_dir is None
+    assert bench_parser().parse_args(["cluster", action]).state_dir is None
 
 
 @pytest.mark.parametrize(
@@ -38,13 +39,13 @@ def test_state_dir_defaults_to_none_for_every_action(action: str) -> None:
 def test_cluster_up_runs_kubevirts_virt_controller_unless_told_not_to(
     flags: list[str], runs_virt_controller: bool
 ) -> None:
-    args = build_parser().parse_args(["cluster", "up", *flags])
+    args = bench_parser().parse_args(["cluster", "up", *flags])
     assert args.virt_controller is runs_virt_controller
 
 
 def test_cluster_up_refuses_both_virt_controller_flags() -> None:
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["cluster", "up", "--virt-controller", "--no-virt-controller"])
+        bench_parser().parse_args(["cluster", "up", "--virt-controller", "--no-virt-controller"])
 
 
 WEBHOOK = ["webhook", "--cert-file", "c", "--key-file", "k"]
@@ -108,8 +109,15 @@ def test_the_shipped_manifest_starts_each_process_with_flags_it_has() -> None:
     assert commands == {"run", "webhook"}
 
 
+@pytest.mark.parametrize(
+    ("launcher", "usage"),
+    [
+        ("harvester-quota", "usage: harvester-quota "),
+        ("harvester-quota-bench", "usage: harvester-quota-bench "),
+    ],
+)
 def test_the_launcher_in_cmd_runs_from_a_checkout_where_harvester_quota_is_not_installed(
-    tmp_path: Path,
+    tmp_path: Path, launcher: str, usage: str
 ) -> None:
     """cmd/harvester-quota said it runs from a source checkout, and failed there with "No module
     named 'harvester_quota'" (the import package lives in pkg/). Run without site's .pth files
@@ -124,7 +132,7 @@ def test_the_launcher_in_cmd_runs_from_a_checkout_where_harvester_quota_is_not_i
     hidden = subprocess.run(plain, cwd=tmp_path, env=env, capture_output=True, check=False)
     assert hidden.returncode != 0, "the package must be invisible here for the test to mean it"
     launched = subprocess.run(
-        [sys.executable, "-S", str(repo / "cmd" / "harvester-quota"), "--help"],
+        [sys.executable, "-S", str(repo / "cmd" / launcher), "--help"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -132,4 +140,4 @@ def test_the_launcher_in_cmd_runs_from_a_checkout_where_harvester_quota_is_not_i
         check=False,
     )
     assert launched.returncode == 0, launched.stderr
-    assert "usage: harvester-quota" in launched.stdout
+    assert usage in launched.stdout

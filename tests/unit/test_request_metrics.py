@@ -97,7 +97,7 @@ async def test_a_request_that_gets_no_answer_is_observed_once_as_an_error() -> N
     from harvester_quota.generic.client import ApiClient
     from harvester_quota.generic.config import ClientConfig
     from harvester_quota.generic.resource import PODS
-    from harvester_quota.localcluster.process import free_port
+    from harvester_quota.testbench.localcluster.process import free_port
 
     recorder = Recorder()
     async with ApiClient(ClientConfig(f"http://127.0.0.1:{free_port()}", False)) as client:

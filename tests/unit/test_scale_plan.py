@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from harvester_quota.scale.plan import PRESETS, ScalePlan, parse_namespaces
-from harvester_quota.scale.product import Metrics, parse_metrics
-from harvester_quota.scale.stats import percentile
+from harvester_quota.testbench.scale.plan import PRESETS, ScalePlan, parse_namespaces
+from harvester_quota.testbench.scale.product import Metrics, parse_metrics
+from harvester_quota.testbench.scale.stats import percentile
 
 
 def test_the_full_preset_is_the_issues_counts() -> None:
@@ -136,8 +136,8 @@ def test_the_webhook_s_requests_and_target_waits_join_the_controller_s() -> None
 
 
 def test_the_scale_command_takes_the_preset_and_the_counts_given() -> None:
-    from harvester_quota.main import build_parser
-    from harvester_quota.scale.cli import plan_from
+    from harvester_quota.testbench.cli import build_parser
+    from harvester_quota.testbench.scale.cli import plan_from
 
     args = build_parser().parse_args(
         [
@@ -163,7 +163,7 @@ async def test_a_kept_clusters_namespace_is_taken_over_with_its_quota_and_vms() 
     (the webhook configuration selects by it), the quota and VMs left as they are."""
     from harvester_quota.generic import errors
     from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS
-    from harvester_quota.scale.run import RUN_LABEL, ScaleRun
+    from harvester_quota.testbench.scale.run import RUN_LABEL, ScaleRun
 
     calls: list[tuple[str, str, object]] = []
 

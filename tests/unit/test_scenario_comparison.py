@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harvester_quota.scenario.progress import comparison_table, summary_row
+from harvester_quota.testbench.scenario.progress import comparison_table, summary_row
 
 
 def _report(*, blocked: list[float | None], writes: float, drift: dict[str, str]) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def test_a_report_without_matplotlib_says_how_to_get_the_plot(
     """matplotlib is the `report` extra, not a dependency of the sidecar."""
     import builtins
 
-    from harvester_quota.scenario import report
+    from harvester_quota.testbench.scenario import report
 
     real_import = builtins.__import__
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harvester_quota.scenario.schema import Scenario, ScenarioError, load
+from harvester_quota.testbench.scenario.schema import Scenario, ScenarioError, load
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.yaml"))
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 from harvester_quota.generic.clock import FakeClock
-from harvester_quota.sim.kubevirt import (
+from harvester_quota.testbench.sim.kubevirt import (
     InFlight,
     KubeVirtConfig,
     MigrationLog,
@@ -22,8 +22,8 @@ from harvester_quota.sim.kubevirt import (
     render_launcher_pod,
     vm_resources,
 )
-from harvester_quota.sim.kubevirt.config import StartRefused, VMStart
-from harvester_quota.sim.kubevirt.objects import (
+from harvester_quota.testbench.sim.kubevirt.config import StartRefused, VMStart
+from harvester_quota.testbench.sim.kubevirt.objects import (
     MAX_HOSTNAME,
     MigrationRef,
     hostname,
@@ -32,9 +32,9 @@ from harvester_quota.sim.kubevirt.objects import (
     render_vm,
     render_vmi,
 )
-from harvester_quota.sim.kubevirt.phases import Advance, Blocked, Wait
-from harvester_quota.sim.kubevirt.record import MAX_REFUSAL_MESSAGES, Moment
-from harvester_quota.sim.kubevirt.simulator import pod_grace_seconds
+from harvester_quota.testbench.sim.kubevirt.phases import Advance, Blocked, Wait
+from harvester_quota.testbench.sim.kubevirt.record import MAX_REFUSAL_MESSAGES, Moment
+from harvester_quota.testbench.sim.kubevirt.simulator import pod_grace_seconds
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 

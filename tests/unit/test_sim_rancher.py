@@ -7,7 +7,7 @@ import datetime
 import json
 
 import pytest
-from harvester_quota.sim.rancher import (
+from harvester_quota.testbench.sim.rancher import (
     Operation,
     Project,
     RancherFlavour,
@@ -16,7 +16,7 @@ from harvester_quota.sim.rancher import (
     is_quota_fit,
     operation,
 )
-from harvester_quota.sim.rancher.derive import (
+from harvester_quota.testbench.sim.rancher.derive import (
     annotation_text,
     condition_is_set,
     requested_limit,

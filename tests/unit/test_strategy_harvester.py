@@ -1,4 +1,4 @@
-"""Harvester v1.9's algorithm, ported (harvester_quota.strategy.harvester): its own Go unit tests, replayed
+"""Harvester v1.9's algorithm, ported (harvester_quota.testbench.strategy.harvester): its own Go unit tests, replayed
 case by case with their numbers, then the failure scenarios of the reference notes
 (shared/reference/rancher-and-harvester-issues.md, part 2), which a faithful port must reproduce.
 
@@ -29,8 +29,8 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
 from harvester_quota.generic.workqueue.rate_limiters import MaxOfRateLimiter
-from harvester_quota.strategy.harvester import HarvesterStrategy, rqutils
-from harvester_quota.strategy.harvester.calculator import (
+from harvester_quota.testbench.strategy.harvester import HarvesterStrategy, rqutils
+from harvester_quota.testbench.strategy.harvester.calculator import (
     InsufficientResourceError,
     additional_guest_memory_overhead_ratio,
     calculate_compensation_resource_quota_with_vmi,
@@ -38,14 +38,20 @@ from harvester_quota.strategy.harvester.calculator import (
     launcher_memory_overhead,
     namespace_resource_quota,
 )
-from harvester_quota.strategy.harvester.cluster import HARVESTER_VENDORED_KUBEVIRT, RATIO_SETTING
-from harvester_quota.strategy.harvester.migration import MigrationHandler, NamespaceNotFound
-from harvester_quota.strategy.harvester.resourcequota import (
+from harvester_quota.testbench.strategy.harvester.cluster import (
+    HARVESTER_VENDORED_KUBEVIRT,
+    RATIO_SETTING,
+)
+from harvester_quota.testbench.strategy.harvester.migration import (
+    MigrationHandler,
+    NamespaceNotFound,
+)
+from harvester_quota.testbench.strategy.harvester.resourcequota import (
     ResourceQuotaHandler,
     SkipScaling,
     scale_resource_quota_on_demand,
 )
-from harvester_quota.strategy.harvester.strategy import lasso_rate_limiter
+from harvester_quota.testbench.strategy.harvester.strategy import lasso_rate_limiter
 from harvester_quota.util import resources
 from harvester_quota.util.annotations import (
     ANNOTATION_MIGRATING_COMPENSATION,

@@ -15,7 +15,7 @@ import pytest
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import Object
-from harvester_quota.localcluster.pki import CertificateAuthority
+from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity

@@ -22,8 +22,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 from harvester_quota.generic.clock import FakeClock
-from harvester_quota.localcluster.pki import CertificateAuthority
 from harvester_quota.main import _client_auth, build_parser
+from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 from harvester_quota.webhook.admission import Request
 from harvester_quota.webhook.connections import MAX_BODY, AdmissionSlots
 from harvester_quota.webhook.metrics import METRICS_PORT, start_metrics_endpoint

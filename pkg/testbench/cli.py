@@ -1,0 +1,263 @@
+"""The test bench's command line: `python -m harvester_quota.testbench` (or `cmd/harvester-quota-bench`
+from a checkout; `make cluster-up`, `make demo`, `make scale` call it).
+
+Subcommands:
+  cluster build|up|down|status|env   the local test cluster (see harvester_quota.testbench.localcluster)
+  scenario run|check                 replay incident scenarios on a cluster
+  scale                              the scale run on its own cluster
+  demo                               the end-to-end demonstration `make demo` runs
+
+The product's commands (`run`, `webhook`, `explain`) are `harvester-quota`'s (harvester_quota.main);
+the bench starts them as separate processes, as they are deployed. Scenarios, the demo and the local
+cluster's process code are imported by their commands only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from ..generic import config
+from .localcluster import ClusterError, binaries
+from .localcluster.nodes import DEFAULT_NODES
+from .scale import cli as scale_cli
+
+if TYPE_CHECKING:
+    from .localcluster.cluster import LocalCluster
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _cluster(args: argparse.Namespace) -> LocalCluster:
+    from .localcluster.cluster import LocalCluster  # noqa: PLC0415 - see module docstring
+
+    return LocalCluster(Path(args.state_dir) if args.state_dir else None)
+
+
+def cmd_cluster_build(args: argparse.Namespace) -> int:
+    directory = binaries.build(force=args.force)
+    print(f"cluster binaries: {directory}")
+    if not args.no_virt_controller:
+        if args.kubevirt_version == "all":
+            versions = binaries.supported_kubevirt_versions()
+        else:
+            versions = [binaries.kubevirt_version(args.kubevirt_version)]
+        for version in versions:
+            kubevirt = binaries.build_kubevirt(version, force=args.force)
+            print(f"KubeVirt {version} virt-controller and CRDs: {kubevirt.directory}")
+    print(f"helm: {binaries.build_helm(force=args.force)}")
+    return 0
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    if args.kubevirt_version and not args.virt_controller:
+        print(
+            "--kubevirt-version chooses virt-controller's version: drop --no-virt-controller",
+            file=sys.stderr,
+        )
+        return 2
+    cluster = _cluster(args)
+    info = cluster.up(
+        nodes=args.nodes,
+        node_pods=args.node_pods,
+        virt_controller=args.virt_controller,
+        kubevirt=args.kubevirt_version,
+    )
+    print(f"local cluster ready: {info.server} ({len(info.nodes)} kwok nodes)")
+    if info.kubevirt_version:
+        print(f"KubeVirt {info.kubevirt_version} virt-controller running")
+    print(f"kubeconfig: {info.kubeconfig}")
+    print(f"logs: {cluster.log_dir}")
+    print('use it with: eval "$(harvester-quota-bench cluster env)"')
+    return 0
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    if _cluster(args).down():
+        print("local cluster stopped")
+    else:
+        print("no local cluster is recorded in this state directory")
+    return 0
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    info, components, ready = _cluster(args).status()
+    if info is None:
+        print("no local cluster is recorded in this state directory")
+        return 1
+    print(f"server: {info.server}  ready: {'yes' if ready else 'NO'}")
+    print(f"kubeconfig: {info.kubeconfig}")
+    if info.kubevirt_version:
+        print(f"KubeVirt: {info.kubevirt_version} (virt-controller)")
+    for component in components:
+        state = "running" if component.running else "NOT RUNNING"
+        print(f"  {component.name:<24} pid {component.pid:<8} {state:<12} {component.log}")
+    return 0 if ready and all(c.running for c in components) else 1
+
+
+def cmd_cluster_env(args: argparse.Namespace) -> int:
+    info = _cluster(args).info()
+    if info is None:
+        print(
+            "no local cluster is recorded; run `python -m harvester_quota.testbench cluster up`",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"export KUBECONFIG={info.kubeconfig}")
+    return 0
+
+
+def cmd_scenario_run(args: argparse.Namespace) -> int:
+    from .scenario import cli as scenario_cli  # noqa: PLC0415 - see module docstring
+
+    return scenario_cli.run(
+        args.file,
+        kubeconfig=args.kubeconfig,
+        report_dir=args.report,
+        strategy=args.strategy,
+        progress=not args.no_progress,
+    )
+
+
+def cmd_scenario_check(args: argparse.Namespace) -> int:
+    from .scenario import cli as scenario_cli  # noqa: PLC0415 - see module docstring
+
+    return scenario_cli.check(args.files)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo  # noqa: PLC0415 - see module docstring
+
+    if not args.verbose:
+        # The demo shows a progress table; log lines would scroll it away.
+        logging.getLogger().setLevel(logging.WARNING)
+    return run_demo(state_dir=Path(args.state_dir) if args.state_dir else None)
+
+
+_KUBEVIRT_VERSION_HELP = (
+    f"KubeVirt version of virt-controller (default: ${binaries.ENV_KUBEVIRT_VERSION} or "
+    f"{binaries.DEFAULT_KUBEVIRT_VERSION}; supported: "
+    f"{', '.join(binaries.supported_kubevirt_versions())})"
+)
+
+
+def _add_cluster_commands(commands: Any) -> None:
+    state_help = (
+        "where the cluster keeps its state (default: $HARVESTER_QUOTA_STATE_DIR or "
+        "~/.local/state/harvester-quota/cluster)"
+    )
+    cluster = commands.add_parser("cluster", help="the local test cluster")
+    cluster.add_argument("--state-dir", help=state_help)
+    # Accepted after the action too (`cluster up --state-dir D`); SUPPRESS keeps a value given
+    # before the action (`cluster --state-dir D up`) when it is not repeated after it.
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument("--state-dir", default=argparse.SUPPRESS, help=state_help)
+    actions = cluster.add_subparsers(dest="action", required=True)
+    build = actions.add_parser(
+        "build", parents=[state], help="build the cluster binaries once (Go needed)"
+    )
+    build.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build.add_argument(
+        "--no-virt-controller",
+        action="store_true",
+        help="build only etcd, Kubernetes and kwok, not KubeVirt's virt-controller",
+    )
+    build.add_argument(
+        "--kubevirt-version",
+        help=f"{_KUBEVIRT_VERSION_HELP}; 'all' builds every supported version",
+    )
+    build.set_defaults(handler=cmd_cluster_build)
+    up = actions.add_parser(
+        "up", parents=[state], help="start the cluster (idempotent); returns when ready"
+    )
+    up.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="number of kwok nodes")
+    up.add_argument("--node-pods", type=int, default=110, help="pod capacity of each node")
+    kubevirt = up.add_mutually_exclusive_group()
+    kubevirt.add_argument(
+        "--virt-controller",
+        dest="virt_controller",
+        action="store_true",
+        default=True,
+        help="run KubeVirt's own virt-controller, on KubeVirt's generated CRDs, built first if "
+        "needed (the default; the flag is accepted for scripts written when it was opt-in)",
+    )
+    kubevirt.add_argument(
+        "--no-virt-controller",
+        dest="virt_controller",
+        action="store_false",
+        help="run no virt-controller, for a KubeVirt simulator or tests that play KubeVirt by "
+        "hand (either would fight a real virt-controller)",
+    )
+    up.add_argument("--kubevirt-version", help=_KUBEVIRT_VERSION_HELP)
+    up.set_defaults(handler=cmd_cluster_up)
+    for action, handler, text in (
+        ("down", cmd_cluster_down, "stop the cluster and delete its data"),
+        ("status", cmd_cluster_status, "show each component"),
+        ("env", cmd_cluster_env, "print `export KUBECONFIG=...` for eval"),
+    ):
+        actions.add_parser(action, parents=[state], help=text).set_defaults(handler=handler)
+
+
+def _add_scenario_commands(commands: Any) -> None:
+    scenario = commands.add_parser("scenario", help="replay incident scenarios")
+    scenario_actions = scenario.add_subparsers(dest="action", required=True)
+    scenario_run = scenario_actions.add_parser("run", help="run one scenario file")
+    scenario_run.add_argument("file", help="scenario YAML (see scenarios/ and docs/scenarios.md)")
+    scenario_run.add_argument(
+        "--kubeconfig", help="cluster to run on (default: the local cluster, started if needed)"
+    )
+    scenario_run.add_argument("--report", default="reports", help="directory for the reports")
+    scenario_run.add_argument(
+        "--strategy",
+        choices=("ours", "harvester", "both"),
+        default="ours",
+        help="our controllers and webhook, Harvester v1.9's algorithm, or both side by side",
+    )
+    scenario_run.add_argument("--no-progress", action="store_true", help="no live table")
+    scenario_run.set_defaults(handler=cmd_scenario_run)
+    scenario_check = scenario_actions.add_parser("check", help="validate scenario files")
+    scenario_check.add_argument("files", nargs="+")
+    scenario_check.set_defaults(handler=cmd_scenario_check)
+
+
+def _add_demo_command(commands: Any) -> None:
+    demo = commands.add_parser("demo", help="run the demonstration on a local cluster")
+    demo.add_argument("--state-dir", help="state directory of the demo's own cluster")
+    demo.set_defaults(handler=cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harvester-quota-bench",
+        description="harvester-quota's test bench: the local cluster, scenarios, scale, the demo.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_cluster_commands(commands)
+    _add_scenario_commands(commands)
+    _add_demo_command(commands)
+    scale_cli.add_command(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except (ClusterError, config.ConfigError) as error:
+        print(f"harvester-quota-bench: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

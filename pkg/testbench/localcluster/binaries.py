@@ -1,0 +1,556 @@
+"""Finding, or building once, the binaries of the local test cluster.
+
+No registry this project can reach ships kube-apiserver, but Kubernetes, etcd and kwok are Go modules.
+We build them from the Go module proxy through three small wrapper modules (``gomod/``), each pinning
+one upstream release, and cache the result in a per-user directory keyed by those versions, so the
+cold build (tens of minutes on two cores) happens once per machine. Users who download prebuilt
+binaries point ``HARVESTER_QUOTA_CLUSTER_BIN`` at them and never need Go.
+
+KubeVirt's virt-controller is built the same way, in a cache directory of its own keyed by the
+KubeVirt version (one wrapper module per supported version, ``gomod/kubevirt-v1-8-4`` for v1.8.4),
+so choosing another KubeVirt never rebuilds Kubernetes. Next to it lies ``kubevirt-crds.yaml``: the
+CRDs virt-operator installs for that version, printed by our ``crdgen`` from the same module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ClusterError
+
+K8S_VERSION = "v1.36.5"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+MIN_GO = (1, 26)
+
+ENV_BIN_DIR = "HARVESTER_QUOTA_CLUSTER_BIN"
+ENV_CACHE_DIR = "HARVESTER_QUOTA_CACHE"
+ENV_KUBEVIRT_VERSION = "HARVESTER_QUOTA_KUBEVIRT_VERSION"
+
+# The newest KubeVirt that builds from the module proxy (v1.9.0 needs modules it does not serve).
+DEFAULT_KUBEVIRT_VERSION = "v1.8.4"
+VIRT_CONTROLLER = "virt-controller"
+KUBEVIRT_CRDS = "kubevirt-crds.yaml"
+_KUBEVIRT_MODULE_PREFIX = "kubevirt-"
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
+
+BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+)
+
+GOMOD_DIR = Path(__file__).parent / "gomod"
+
+# Output of `go build` that means the module proxy could not be reached, as opposed to a compile error.
+_NETWORK_FAILURE = re.compile(
+    r"dial tcp|no such host|connection refused|i/o timeout|proxyconnect|TLS handshake timeout"
+    r"|server response: (?:not found|gone)|unrecognized import path|Get \"https?://",
+)
+
+
+@dataclass(frozen=True)
+class Component:
+    """One `go build` invocation: a wrapper module and the packages it turns into binaries."""
+
+    module_dir: str
+    packages: tuple[str, ...]
+    outputs: tuple[str, ...]
+    ldflags: str
+    tags: str = ""
+
+
+def _kube_ldflags() -> str:
+    """Version stamps for both places Kubernetes reads them; kwok and /version parse them."""
+    minor = K8S_VERSION.split(".")[1]
+    stamps = {
+        "gitVersion": K8S_VERSION,
+        "gitMajor": "1",
+        "gitMinor": minor,
+        "gitCommit": "0" * 40,
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+    }
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.{key}={value}" for key, value in stamps.items()]
+    return " ".join(flags)
+
+
+COMPONENTS = (
+    Component(
+        module_dir="etcd",
+        packages=("go.etcd.io/etcd/server/v3",),
+        outputs=("etcd",),
+        ldflags=f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA={ETCD_VERSION}",
+    ),
+    Component(
+        module_dir="kwok",
+        packages=("sigs.k8s.io/kwok/cmd/kwok",),
+        outputs=("kwok",),
+        ldflags=f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION.lstrip('v')}",
+    ),
+    Component(
+        module_dir="kube",
+        packages=tuple(
+            f"k8s.io/kubernetes/cmd/{name}"
+            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+        ),
+        outputs=("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+        ldflags=_kube_ldflags(),
+        tags="selinux,notest",
+    ),
+)
+
+
+def cache_root() -> Path:
+    """The per-user cache directory: $HARVESTER_QUOTA_CACHE, else $XDG_CACHE_HOME/harvester-quota."""
+    explicit = os.environ.get(ENV_CACHE_DIR)
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "harvester-quota"
+
+
+def cache_key() -> str:
+    """Names the cached build after every pinned version, so a version bump builds anew."""
+    return f"k8s-{K8S_VERSION}_etcd-{ETCD_VERSION}_kwok-{KWOK_VERSION}"
+
+
+def default_bin_dir() -> Path:
+    return cache_root() / "cluster-bin" / cache_key()
+
+
+# KubeVirt's virt-controller ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeVirtBuild:
+    """Where one KubeVirt version's virt-controller and generated CRDs are."""
+
+    version: str
+    directory: Path
+
+    @property
+    def virt_controller(self) -> Path:
+        return self.directory / VIRT_CONTROLLER
+
+    @property
+    def crds(self) -> Path:
+        return self.directory / KUBEVIRT_CRDS
+
+    def missing(self) -> list[str]:
+        """The files absent from ``directory`` (virt-controller must also be executable)."""
+        missing = []
+        if not self.virt_controller.is_file() or not os.access(self.virt_controller, os.X_OK):
+            missing.append(VIRT_CONTROLLER)
+        if not self.crds.is_file() or self.crds.stat().st_size == 0:
+            missing.append(KUBEVIRT_CRDS)
+        return missing
+
+
+def kubevirt_module_name(version: str) -> str:
+    """The wrapper module folder of a version: dots become dashes, because setuptools skips
+    folders with a dot in their name when it collects package data."""
+    return _KUBEVIRT_MODULE_PREFIX + version.replace(".", "-")
+
+
+def supported_kubevirt_versions() -> list[str]:
+    """The KubeVirt versions that have a wrapper module, newest first."""
+    versions = []
+    for folder in GOMOD_DIR.glob(f"{_KUBEVIRT_MODULE_PREFIX}v*"):
+        dotted = folder.name.removeprefix(_KUBEVIRT_MODULE_PREFIX).replace("-", ".")
+        if _VERSION.match(dotted) and (folder / "go.mod").is_file():
+            versions.append(dotted)
+    return sorted(versions, key=_version_tuple, reverse=True)
+
+
+def kubevirt_version_for_minor(minor: str) -> str | None:
+    """The newest supported KubeVirt version of release ``minor`` (``"1.6"`` -> ``"v1.6.0"``),
+    or None when no wrapper module builds that release (then only a simulator can play it)."""
+    wanted = minor.strip().removeprefix("v")
+    for version in supported_kubevirt_versions():
+        if version.removeprefix("v").startswith(f"{wanted}."):
+            return version
+    return None
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    match = _VERSION.match(version)
+    if match is None:
+        raise ValueError(f"not a release version: {version!r}")
+    return tuple(int(part) for part in match.groups())
+
+
+def kubevirt_version(explicit: str | None = None) -> str:
+    """The KubeVirt version to run: ``explicit``, else $HARVESTER_QUOTA_KUBEVIRT_VERSION, else
+    DEFAULT_KUBEVIRT_VERSION; normalised to ``vX.Y.Z``.
+
+    Raises ClusterError for a version without a wrapper module, listing the supported ones: the
+    module proxy serves only some exact versions, and each needs its own committed go.sum.
+    """
+    chosen = explicit or os.environ.get(ENV_KUBEVIRT_VERSION) or DEFAULT_KUBEVIRT_VERSION
+    chosen = chosen.strip()
+    supported = supported_kubevirt_versions()
+    normalised = chosen if chosen.startswith("v") else f"v{chosen}"
+    if normalised not in supported:
+        source = "" if explicit else f" (from {ENV_KUBEVIRT_VERSION})"
+        raise ClusterError(
+            f"KubeVirt {chosen!r}{source} cannot be built here; supported versions: "
+            f"{', '.join(supported)}"
+        )
+    return normalised
+
+
+def kubevirt_cache_key(version: str) -> str:
+    """Names the cached virt-controller after the KubeVirt version and a digest of its wrapper
+    module (go.mod, go.sum, crdgen), so editing the module or the generator builds anew."""
+    module = GOMOD_DIR / kubevirt_module_name(version)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in module.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(module).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return f"kubevirt-{version}_{digest.hexdigest()[:10]}"
+
+
+def kubevirt_dirs(version: str) -> list[Path]:
+    """Where virt-controller for ``version`` is looked for, in order: a prebuilt
+    ``$HARVESTER_QUOTA_CLUSTER_BIN/kubevirt-<version>/``, then the cache."""
+    candidates = []
+    override = os.environ.get(ENV_BIN_DIR)
+    if override:
+        candidates.append(Path(override) / f"kubevirt-{version}")
+    candidates.append(cache_root() / "cluster-bin" / kubevirt_cache_key(version))
+    return candidates
+
+
+def resolve_kubevirt(version: str) -> KubeVirtBuild:
+    """The usable virt-controller and CRDs of ``version``, without building anything.
+
+    Raises ClusterError naming the missing files and how to build them.
+    """
+    for directory in kubevirt_dirs(version):
+        found = KubeVirtBuild(version, directory)
+        if not found.missing():
+            return found
+    cached = KubeVirtBuild(version, kubevirt_dirs(version)[-1])
+    raise ClusterError(
+        f"KubeVirt {version} is not built yet ({', '.join(cached.missing())} missing in "
+        f"{cached.directory}); run `harvester-quota-bench cluster build --kubevirt-version {version}`"
+    )
+
+
+def _kubevirt_ldflags(version: str) -> str:
+    """Version stamps read by virt-controller's --version and its user agent."""
+    stamps = {"gitVersion": version, "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z"}
+    flags = ["-s", "-w"]
+    flags += [f"-X kubevirt.io/client-go/version.{key}={value}" for key, value in stamps.items()]
+    return " ".join(flags)
+
+
+def kubevirt_component(version: str) -> Component:
+    """The `go build` of virt-controller and crdgen for one KubeVirt version."""
+    return Component(
+        module_dir=kubevirt_module_name(version),
+        packages=("kubevirt.io/kubevirt/cmd/virt-controller", "./crdgen"),
+        outputs=(VIRT_CONTROLLER, "crdgen"),
+        ldflags=_kubevirt_ldflags(version),
+    )
+
+
+def missing_binaries(directory: Path) -> list[str]:
+    """The binaries absent from, or not executable in, ``directory``."""
+    return [
+        name
+        for name in BINARIES
+        if not (directory / name).is_file() or not os.access(directory / name, os.X_OK)
+    ]
+
+
+def resolve_bin_dir() -> Path:
+    """The directory holding usable binaries, without building anything.
+
+    Raises ClusterError naming what is missing, so a caller can tell the user how to get them.
+    """
+    override = os.environ.get(ENV_BIN_DIR)
+    if override:
+        directory = Path(override)
+        missing = missing_binaries(directory)
+        if missing:
+            raise ClusterError(
+                f"{ENV_BIN_DIR}={override} lacks executable {', '.join(missing)}; "
+                f"it must hold all of: {', '.join(BINARIES)}"
+            )
+        return directory
+    directory = default_bin_dir()
+    missing = missing_binaries(directory)
+    if missing:
+        raise ClusterError(
+            f"local cluster binaries are not built yet ({', '.join(missing)} missing in {directory}); "
+            "run `harvester-quota-bench cluster build` (or `make cluster-bin`), "
+            f"or set {ENV_BIN_DIR} to a directory of prebuilt binaries"
+        )
+    return directory
+
+
+def go_version(go: str) -> tuple[int, int]:
+    """The (major, minor) of the Go toolchain at ``go``."""
+    out = subprocess.run(
+        [go, "env", "GOVERSION"], capture_output=True, text=True, timeout=60, check=False
+    )
+    match = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
+    if out.returncode != 0 or not match:
+        raise ClusterError(f"`{go} env GOVERSION` failed: {(out.stderr or out.stdout).strip()}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def find_go() -> str:
+    """The Go toolchain to build with, checked to be new enough for Kubernetes 1.36."""
+    go = shutil.which("go")
+    if go is None:
+        raise ClusterError(
+            "the Go toolchain is not on PATH: building the local cluster needs Go "
+            f">= {MIN_GO[0]}.{MIN_GO[1]} (https://go.dev/doc/install), "
+            f"or set {ENV_BIN_DIR} to a directory of prebuilt binaries"
+        )
+    version = go_version(go)
+    if version < MIN_GO:
+        raise ClusterError(
+            f"{go} is Go {version[0]}.{version[1]}; Kubernetes {K8S_VERSION} needs "
+            f"Go >= {MIN_GO[0]}.{MIN_GO[1]} (GOTOOLCHAIN=local: no toolchain is downloaded)"
+        )
+    return go
+
+
+def build_env() -> dict[str, str]:
+    """The environment of every `go` call: static binaries, no toolchain download, pinned go.sum.
+
+    GOSUMDB is off because the checksum database is not reachable from every network that reaches
+    a module proxy; the committed go.sum files still verify every module that is downloaded.
+    """
+    env = dict(os.environ)
+    env.update(
+        {
+            "CGO_ENABLED": "0",
+            "GOTOOLCHAIN": "local",
+            "GOFLAGS": "-mod=readonly -buildvcs=false",
+            "GOSUMDB": "off",
+        }
+    )
+    env.setdefault("GOPROXY", "https://proxy.golang.org,direct")
+    return env
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Serialises builds on one machine, so two `make test` runs do not compile twice."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_component(
+    go: str, component: Component, workdir: Path, outdir: Path, log_path: Path
+) -> None:
+    """Runs one `go build` in a private copy of the wrapper module, logging to ``log_path``."""
+    module_copy = workdir / component.module_dir
+    shutil.copytree(GOMOD_DIR / component.module_dir, module_copy)
+    argv = [go, "build", "-trimpath", "-ldflags", component.ldflags, "-o"]
+    # With one package, -o names the file; with several it must be a directory ending in '/'.
+    if len(component.packages) == 1:
+        argv.append(str(outdir / component.outputs[0]))
+    else:
+        argv.append(str(outdir) + "/")
+    if component.tags:
+        argv += ["-tags", component.tags]
+    argv += list(component.packages)
+    with log_path.open("a") as log:
+        log.write(f"\n$ (cd {component.module_dir}) {' '.join(argv)}\n")
+        log.flush()
+        result = subprocess.run(
+            argv,
+            cwd=module_copy,
+            env=build_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    if result.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-3000:]
+        if _NETWORK_FAILURE.search(tail):
+            proxy = build_env()["GOPROXY"]
+            raise ClusterError(
+                f"go could not download the {component.module_dir} modules from GOPROXY={proxy}; "
+                f"check the network or GOPROXY. Full log: {log_path}"
+            )
+        raise ClusterError(
+            f"go build of {', '.join(component.outputs)} failed (exit {result.returncode}). "
+            f"Full log: {log_path}"
+        )
+
+
+def _print(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def build(
+    progress: Callable[[str], None] = _print,
+    *,
+    force: bool = False,
+) -> Path:
+    """Builds every binary into the cache unless it is already there; returns its directory.
+
+    The binaries are built in a temporary directory and moved into place whole, so an interrupted
+    build never leaves a half-populated cache that a later run would trust.
+    """
+    if os.environ.get(ENV_BIN_DIR):
+        return resolve_bin_dir()
+    target = default_bin_dir()
+    if not force and not missing_binaries(target):
+        return target
+    go = find_go()
+    root = cache_root()
+    with _exclusive(root / "build.lock"):
+        if not force and not missing_binaries(target):
+            return target
+        log_path = root / f"build-{cache_key()}.log"
+        log_path.write_text(f"building {cache_key()} with {go}\n")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
+            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
+            workdir.mkdir()
+            outdir.mkdir()
+            for component in COMPONENTS:
+                started = time.monotonic()
+                progress(
+                    f"building {', '.join(component.outputs)} (once per machine; log: {log_path})"
+                )
+                _build_component(go, component, workdir, outdir, log_path)
+                progress(f"  done in {time.monotonic() - started:.0f}s")
+            if target.exists():
+                shutil.rmtree(target)
+            outdir.rename(target)
+    return target
+
+
+def build_kubevirt(
+    version: str,
+    progress: Callable[[str], None] = _print,
+    *,
+    force: bool = False,
+) -> KubeVirtBuild:
+    """Builds virt-controller of ``version`` and generates its CRDs into the cache unless they are
+    already there (or prebuilt, see ``kubevirt_dirs``); returns where they are.
+
+    Like ``build``: one build at a time per machine, moved into place whole when it succeeded.
+    """
+    if not force:
+        with contextlib.suppress(ClusterError):
+            return resolve_kubevirt(version)
+    target = KubeVirtBuild(version, kubevirt_dirs(version)[-1])
+    go = find_go()
+    root = cache_root()
+    with _exclusive(root / "build.lock"):
+        if not force and not target.missing():
+            return target
+        key = kubevirt_cache_key(version)
+        log_path = root / f"build-{key}.log"
+        log_path.write_text(f"building {key} with {go}\n")
+        target.directory.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="build-", dir=target.directory.parent) as tmp:
+            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
+            workdir.mkdir()
+            outdir.mkdir()
+            started = time.monotonic()
+            progress(
+                f"building KubeVirt {version} virt-controller (once per machine; log: {log_path})"
+            )
+            _build_component(go, kubevirt_component(version), workdir, outdir, log_path)
+            _generate_crds(outdir / "crdgen", outdir / KUBEVIRT_CRDS, log_path)
+            (outdir / "crdgen").unlink()
+            progress(f"  done in {time.monotonic() - started:.0f}s")
+            if target.directory.exists():
+                shutil.rmtree(target.directory)
+            outdir.rename(target.directory)
+    return target
+
+
+HELM_VERSION = "v3.19.0"
+HELM = "helm"
+
+
+def helm_cache_key() -> str:
+    """Names the cached helm after its version and a digest of its wrapper module."""
+    module = GOMOD_DIR / "helm"
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        digest.update((module / name).read_bytes())
+    return f"helm-{HELM_VERSION}_{digest.hexdigest()[:10]}"
+
+
+def helm_path() -> Path:
+    """Where helm is: a prebuilt ``$HARVESTER_QUOTA_CLUSTER_BIN/helm``, else the cache."""
+    override = os.environ.get(ENV_BIN_DIR)
+    if override and (Path(override) / HELM).exists():
+        return Path(override) / HELM
+    return cache_root() / "cluster-bin" / helm_cache_key() / HELM
+
+
+def build_helm(progress: Callable[[str], None] = _print, *, force: bool = False) -> Path:
+    """Builds helm (which renders deploy/chart; tests and `make manifest` use it) into the cache
+    unless it is there; returns its path. One build at a time per machine, moved in whole."""
+    target = helm_path()
+    if target.exists() and not force:
+        return target
+    go = find_go()
+    root = cache_root()
+    with _exclusive(root / "build.lock"):
+        if target.exists() and not force:
+            return target
+        log_path = root / f"build-{helm_cache_key()}.log"
+        log_path.write_text(f"building {helm_cache_key()} with {go}\n")
+        target.parent.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent.parent) as tmp:
+            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
+            workdir.mkdir()
+            outdir.mkdir()
+            started = time.monotonic()
+            progress(f"building helm {HELM_VERSION} (once per machine; log: {log_path})")
+            component = Component("helm", ("helm.sh/helm/v3/cmd/helm",), (HELM,), "-s -w")
+            _build_component(go, component, workdir, outdir, log_path)
+            progress(f"  done in {time.monotonic() - started:.0f}s")
+            if target.parent.exists():
+                shutil.rmtree(target.parent)
+            outdir.rename(target.parent)
+    return target
+
+
+def _generate_crds(crdgen: Path, output: Path, log_path: Path) -> None:
+    """Runs crdgen, writing its YAML to ``output``; a failure names the log."""
+    with output.open("wb") as out, log_path.open("a") as log:
+        log.write(f"\n$ {crdgen} > {output}\n")
+        log.flush()
+        result = subprocess.run([str(crdgen)], stdout=out, stderr=log, timeout=120, check=False)
+    if result.returncode != 0 or output.stat().st_size == 0:
+        raise ClusterError(
+            f"generating KubeVirt's CRDs failed (exit {result.returncode}). Full log: {log_path}"
+        )

@@ -1,0 +1,135 @@
+"""``harvester-quota-bench scale``: a scale run on its own local cluster (``make scale``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from ...generic.client import ApiClient
+from ...generic.config import ClientConfig
+from .plan import PRESETS, ScalePlan, parse_namespaces
+from .product import ProcessArgs
+
+if TYPE_CHECKING:
+    from ..localcluster import ClusterInfo
+
+ENV_STATE_DIR: Final = "HARVESTER_QUOTA_SCALE_STATE_DIR"
+PODS_PER_NODE_FLOOR: Final = 110
+
+
+def add_command(commands: Any) -> None:
+    scale = commands.add_parser(
+        "scale",
+        help="scale run: kwok nodes, VMs, migrations in flight, the product as deployed",
+        description="Creates a local cluster with kwok nodes and KubeVirt's virt-controller, "
+        "fills it with VMs, runs the controller and webhook as deployed, migrates in steps and "
+        "prints each step's figures (VMIM-to-raise latency, refusals, writes and API requests "
+        "per migration, CPU, RSS, drift).",
+    )
+    scale.add_argument("--size", choices=sorted(PRESETS), default="small", help="preset counts")
+    scale.add_argument("--nodes", type=int, help="kwok nodes (overrides the preset)")
+    scale.add_argument(
+        "--namespaces", type=parse_namespaces, help="VMs per namespace, e.g. 3000,1000,100x60"
+    )
+    scale.add_argument("--per-size", type=int, help="migrations at once per namespace size")
+    scale.add_argument("--in-flight", type=int, help="migrations at once per drain wave")
+    scale.add_argument("--waves", type=int, help="drain waves")
+    scale.add_argument("--state-dir", type=Path, help="state directory of the run's cluster")
+    scale.add_argument("--report", type=Path, default=Path("reports/scale"), help="report dir")
+    scale.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the cluster running; reuse a kept one with its namespaces and VMs (a rerun "
+        "skips creating them)",
+    )
+    scale.add_argument(
+        "--controller-arg",
+        action="append",
+        default=[],
+        help="a flag for the controller process, as deployed (repeatable), e.g. "
+        "--controller-arg=--workers=10",
+    )
+    scale.add_argument(
+        "--webhook-arg",
+        action="append",
+        default=[],
+        help="a flag for the webhook process, as deployed (repeatable), e.g. "
+        "--webhook-arg=--target-room-wait=4",
+    )
+    scale.set_defaults(handler=cmd_scale)
+
+
+def plan_from(args: argparse.Namespace) -> ScalePlan:
+    """The preset, with the counts given on the command line instead."""
+    plan = PRESETS[args.size]
+    changes = {
+        name: value
+        for name in ("nodes", "namespaces", "per_size", "in_flight", "waves")
+        if (value := getattr(args, name)) is not None
+    }
+    return dataclasses.replace(plan, **changes)
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    # The stand-ins log every VM and migration step: thousands of lines that hide the figures.
+    logging.getLogger("harvester_quota.testbench.sim").setLevel(logging.WARNING)
+    try:
+        plan = plan_from(args)
+    except ValueError as error:
+        print(f"harvester-quota-bench scale: {error}", file=sys.stderr)
+        return 2
+    from ..localcluster import LocalCluster, default_state_dir  # noqa: PLC0415 - run only
+
+    local = LocalCluster(args.state_dir or default_state_dir("scale", ENV_STATE_DIR))
+    if not args.keep:
+        local.down()
+    node_pods = max(PODS_PER_NODE_FLOOR, 4 * plan.vms // plan.nodes)
+    print(f"starting a cluster of {plan.nodes} kwok nodes with virt-controller ({local.state_dir})")
+    cluster = local.up(nodes=plan.nodes, node_pods=node_pods, virt_controller=True)
+    if len(cluster.nodes) != plan.nodes:
+        print(
+            f"harvester-quota-bench scale: the kept cluster has {len(cluster.nodes)} nodes, not "
+            f"{plan.nodes}; run without --keep",
+            file=sys.stderr,
+        )
+        return 2
+    from . import report as report_files  # noqa: PLC0415 - only `scale` needs the run
+
+    command = "harvester-quota " + shlex.join(sys.argv[1:])
+    try:
+        report = asyncio.run(
+            _run(
+                cluster,
+                plan,
+                args.report,
+                ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
+            )
+        )
+    finally:
+        if not args.keep:
+            local.down()
+    path = report_files.write(report, args.report, command=command)
+    print(path.read_text())
+    return 0 if report.all_done and not report.drift and not report.stale else 1
+
+
+async def _run(
+    cluster: ClusterInfo, plan: ScalePlan, report_dir: Path, process_args: ProcessArgs
+) -> Any:
+    from .run import ScaleRun  # noqa: PLC0415 - only `scale` needs the run
+
+    config = ClientConfig.from_files(
+        cluster.server,
+        ca_file=cluster.ca_file,
+        cert_file=cluster.client_cert,
+        key_file=cluster.client_key,
+    )
+    async with ApiClient(config, timeout=120.0) as api:
+        run = ScaleRun(api, cluster, plan, report_dir / "work", process_args=process_args)
+        return await run.run()

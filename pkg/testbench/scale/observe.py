@@ -1,0 +1,155 @@
+"""What the scale run watches besides KubeVirt: the managed quotas, and the processes it measures.
+
+`QuotaWatch` keeps the managed ResourceQuota of every namespace of the run and the moment each
+migrating VM's room first appeared on it (the ``harvesterhci.io/migrating-<vm>`` annotation, which
+the controller writes in the same update as the raised ``spec.hard``). It answers, for a migration
+created at a moment, when its room was raised, and, once a step settled, which quotas drifted
+from their base and which still carry a migration annotation.
+
+`ProcessSample` reads a process's CPU seconds and resident memory from /proc (Linux).
+Both run on one event loop; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ...generic.client import ApiClient
+from ...generic.clock import REAL_CLOCK, Clock
+from ...generic.informer import ResourceEventHandler, SharedInformerFactory
+from ...generic.meta import annotations_of
+from ...generic.resource import RESOURCE_QUOTAS, Object, key_of
+from ...generic.store import Tombstone
+from ...util import resources
+from ...util.annotations import ANNOTATION_MIGRATING_NAME_PREFIX, LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.resourcequota.base import ANNOTATION_APPLIED
+from ...util.resourcequota.plan import MIGRATING_PREFIX
+from ...util.resources import ResourceList
+
+STALE_PREFIXES: Final = (MIGRATING_PREFIX, ANNOTATION_APPLIED)
+"""Annotations that must be gone from a quota once no migration holds room in its namespace."""
+
+
+class QuotaWatch:
+    """The run's managed quotas and when each VM's room appeared (see the module docstring)."""
+
+    def __init__(
+        self, client: ApiClient, in_run: Callable[[str], bool], clock: Clock = REAL_CLOCK
+    ) -> None:
+        self.clock = clock
+        self._in_run = in_run
+        self._factory = SharedInformerFactory(client, clock=clock)
+        self._quotas = self._factory.informer(
+            RESOURCE_QUOTAS, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
+        )
+        self._rooms: dict[tuple[str, str], set[str]] = {}
+        self._appeared: dict[tuple[str, str], list[float]] = {}
+        """(namespace, VM) -> monotonic times its room annotation appeared, oldest first."""
+        self._quotas.add_event_handler(
+            ResourceEventHandler(
+                on_add=lambda obj, _initial: self._seen(obj),
+                on_update=lambda _old, new: self._seen(new),
+                on_delete=self._gone,
+            ),
+            name="scale run: quota rooms",
+        )
+
+    async def start(self, sync_timeout: float = 60.0) -> None:
+        self._factory.start()
+        if not await self._factory.wait_for_cache_sync(sync_timeout):
+            await self._factory.stop()
+            raise TimeoutError(f"the quota watch did not sync within {sync_timeout}s")
+
+    async def stop(self) -> None:
+        await self._factory.stop()
+
+    def _seen(self, quota: Object) -> None:
+        namespace, _ = _split(key_of(quota))
+        if not self._in_run(namespace):
+            return
+        now = self.clock.monotonic()
+        key = (namespace, key_of(quota))
+        rooms = {
+            k.removeprefix(ANNOTATION_MIGRATING_NAME_PREFIX)
+            for k in annotations_of(quota)
+            if k.startswith(ANNOTATION_MIGRATING_NAME_PREFIX)
+        }
+        for vm in rooms - self._rooms.get(key, set()):
+            self._appeared.setdefault((namespace, vm), []).append(now)
+        self._rooms[key] = rooms
+
+    def _gone(self, obj: Object | Tombstone) -> None:
+        quota = obj.obj if isinstance(obj, Tombstone) else obj
+        namespace, _ = _split(key_of(quota))
+        self._rooms.pop((namespace, key_of(quota)), None)
+
+    def raised_at(self, namespace: str, vm: str, since: float) -> float | None:
+        """The first appearance of the VM's room at or after `since` (monotonic), if any."""
+        for moment in self._appeared.get((namespace, vm), []):
+            if moment >= since:
+                return moment
+        return None
+
+    def quotas(self) -> list[Object]:
+        return [q for q in self._quotas.store.iter() if self._in_run(_split(key_of(q))[0])]
+
+    def drift(self, bases: Mapping[str, ResourceList]) -> dict[str, dict[str, str]]:
+        """Per namespace, the keys whose ``spec.hard`` differs from the base, with their
+        difference (hard - base); a namespace whose quota is missing drifts on every key."""
+        drifted: dict[str, dict[str, str]] = {}
+        by_namespace = {_split(key_of(q))[0]: q for q in self.quotas()}
+        for namespace, base in bases.items():
+            quota = by_namespace.get(namespace)
+            hard = _hard(quota) if quota is not None else {}
+            diff = {
+                k: str(hard[k] - v) if k in hard else "missing"
+                for k, v in base.items()
+                if hard.get(k) != v
+            }
+            if diff:
+                drifted[namespace] = diff
+        return drifted
+
+    def stale(self) -> dict[str, list[str]]:
+        """Per namespace, the migration annotations still on its quota."""
+        found: dict[str, list[str]] = {}
+        for quota in self.quotas():
+            keys = sorted(k for k in annotations_of(quota) if k.startswith(STALE_PREFIXES))
+            if keys:
+                found[_split(key_of(quota))[0]] = keys
+        return found
+
+
+def _split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+def _hard(quota: Object) -> ResourceList:
+    try:
+        return resources.parse_resource_list((quota.get("spec") or {}).get("hard") or {})
+    except ValueError:
+        return {}
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """CPU seconds (user + system) and resident bytes of one process at one moment."""
+
+    cpu_seconds: float
+    rss_bytes: int
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessSample:
+        """Read from /proc; a process that is gone reads as zeros."""
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return cls(0.0, 0)
+        ticks = os.sysconf("SC_CLK_TCK")
+        pages = int(stat[21])
+        return cls((int(stat[11]) + int(stat[12])) / ticks, pages * os.sysconf("SC_PAGE_SIZE"))

@@ -1,0 +1,319 @@
+"""harvester-quota as deployed, for the scale run: the controller and the webhook as their own
+processes, each with its service account's token and deploy/'s RBAC, the webhook registered with
+the shipped configuration and called by the API server over TLS, with the client certificate the
+webhook requires (webhook.clientAuth).
+
+`Product.start` applies the RBAC, writes the two token kubeconfigs and the webhook's serving
+certificate (signed by the cluster's CA) into `workdir`, starts both processes and returns once
+both answer /readyz and the webhook configuration is registered. `stop` unregisters it and
+terminates both (SIGTERM, then SIGKILL after 10 s). `metrics` scrapes the controller's /metrics
+and the webhook's, on its plain-HTTP metrics port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import ssl
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TypeVar
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from ...generic import errors
+from ...generic.client import ApiClient
+from ..localcluster import ClusterInfo
+from ..localcluster.cluster import VIRT_CONTROLLER_USER
+from ..localcluster.deploy import (
+    CONTROLLER_SERVICE_ACCOUNT,
+    KINDS,
+    SYSTEM_NAMESPACE,
+    WEBHOOK_SERVICE_ACCOUNT,
+    apply,
+    apply_shipped_rbac,
+    register_kubevirt_labels_policy,
+    unregister_kubevirt_labels_policy,
+    webhook_client_flags,
+    webhook_configuration,
+    write_token_kubeconfig,
+)
+from ..localcluster.process import free_port
+
+K = TypeVar("K")
+READY_TIMEOUT: Final = 120.0
+STOP_GRACE: Final = 10.0
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The counters of the controller's /metrics the scale run reads, summed over labels it
+    does not keep."""
+
+    requests: Mapping[tuple[str, str], float]
+    """(verb, resource) -> API requests."""
+    quota_writes: Mapping[str, float]
+    """outcome -> quota writes."""
+    cpu_seconds: float
+    rss_bytes: float
+    reconciles: float = 0.0
+    reconcile_seconds: float = 0.0
+    targets_waited: float = 0.0
+    """The webhook's: migration target pods whose admission waited for their room."""
+    target_wait_seconds: float = 0.0
+    """The webhook's: the seconds target pod admissions waited, all of them together."""
+
+    def with_webhook(self, webhook: Metrics) -> Metrics:
+        """These (the controller's) with the webhook's API requests added and its target pod
+        counts; quota writes, CPU, memory and reconciles stay the controller's (the webhook
+        writes no quota)."""
+        return dataclasses.replace(
+            self,
+            requests=_plus(self.requests, webhook.requests),
+            targets_waited=webhook.targets_waited,
+            target_wait_seconds=webhook.target_wait_seconds,
+        )
+
+    def minus(self, earlier: Metrics) -> Metrics:
+        """What happened between `earlier` and this scrape (RSS is this scrape's)."""
+        return Metrics(
+            _minus(self.requests, earlier.requests),
+            _minus(self.quota_writes, earlier.quota_writes),
+            self.cpu_seconds - earlier.cpu_seconds,
+            self.rss_bytes,
+            self.reconciles - earlier.reconciles,
+            self.reconcile_seconds - earlier.reconcile_seconds,
+            self.targets_waited - earlier.targets_waited,
+            self.target_wait_seconds - earlier.target_wait_seconds,
+        )
+
+
+def _plus(a: Mapping[K, float], b: Mapping[K, float]) -> dict[K, float]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in {*a, *b}}
+
+
+def _minus(now: Mapping[K, float], before: Mapping[K, float]) -> dict[K, float]:
+    return {k: v - before.get(k, 0.0) for k, v in now.items() if v - before.get(k, 0.0)}
+
+
+def parse_metrics(text: str) -> Metrics:
+    """The scale run's share of a Prometheus text exposition."""
+    requests: dict[tuple[str, str], float] = {}
+    writes: dict[str, float] = {}
+    cpu = rss = reconciles = reconcile_seconds = waited = wait_seconds = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "harvester_quota_api_requests_total":
+                key = (sample.labels.get("verb", ""), sample.labels.get("resource", ""))
+                requests[key] = requests.get(key, 0.0) + sample.value
+            elif sample.name == "harvester_quota_quota_writes_total":
+                outcome = sample.labels.get("outcome", "")
+                writes[outcome] = writes.get(outcome, 0.0) + sample.value
+            elif sample.name == "process_cpu_seconds_total":
+                cpu = sample.value
+            elif sample.name == "process_resident_memory_bytes":
+                rss = sample.value
+            elif sample.name == "harvester_quota_reconcile_duration_seconds_count":
+                reconciles = sample.value
+            elif sample.name == "harvester_quota_reconcile_duration_seconds_sum":
+                reconcile_seconds = sample.value
+            elif sample.name == "harvester_quota_webhook_target_pods_total" and (
+                sample.labels.get("outcome") in WAITED
+            ):
+                waited += sample.value
+            elif sample.name == "harvester_quota_webhook_target_wait_seconds_sum":
+                wait_seconds = sample.value
+    return Metrics(requests, writes, cpu, rss, reconciles, reconcile_seconds, waited, wait_seconds)
+
+
+WAITED: Final = ("fitted-after-wait", "timed-out")
+"""Outcomes of a target pod's admission that waited for its room (pod/targets.py)."""
+
+
+@dataclass(frozen=True)
+class ProcessArgs:
+    """Flags added to the controller's and the webhook's command lines, as deployed."""
+
+    controller: tuple[str, ...] = ()
+    webhook: tuple[str, ...] = ()
+
+
+NO_PROCESS_ARGS = ProcessArgs()
+
+
+class Product:
+    """The controller and webhook processes of one scale run (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        cluster: ClusterInfo,
+        workdir: Path,
+        *,
+        match_labels: Mapping[str, str],
+        kubevirt_version: str,
+        lease_name: str,
+        process_args: ProcessArgs = NO_PROCESS_ARGS,
+    ) -> None:
+        self.api = api
+        self.process_args = process_args
+        self.cluster = cluster
+        self.workdir = workdir
+        self.match_labels = dict(match_labels)
+        self.kubevirt_version = kubevirt_version
+        self.lease_name = lease_name
+        self.controller: subprocess.Popen[bytes] | None = None
+        self.webhook: subprocess.Popen[bytes] | None = None
+        self.health_port = 0
+        self.webhook_port = 0
+        self.webhook_metrics_port = 0
+        self._configuration: str | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        await apply_shipped_rbac(self.api)
+        controller_config = await write_token_kubeconfig(
+            self.api,
+            self.cluster,
+            CONTROLLER_SERVICE_ACCOUNT,
+            self.workdir / "controller.kubeconfig",
+        )
+        webhook_config = await write_token_kubeconfig(
+            self.api, self.cluster, WEBHOOK_SERVICE_ACCOUNT, self.workdir / "webhook.kubeconfig"
+        )
+        ca = self.cluster.certificate_authority()
+        cert, key = self.workdir / "webhook.crt", self.workdir / "webhook.key"
+        ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(cert, key)
+        self.health_port, self.webhook_port = free_port(), free_port()
+        self.webhook_metrics_port = free_port()
+        self.controller = self._spawn("controller", self._controller_args(controller_config))
+        self.webhook = self._spawn("webhook", self._webhook_args(webhook_config, cert, key))
+        self._session = aiohttp.ClientSession()
+        await self._await_ready(f"http://127.0.0.1:{self.health_port}/readyz", "controller")
+        await self._await_ready(f"https://127.0.0.1:{self.webhook_port}/readyz", "webhook")
+        configuration = webhook_configuration(
+            f"https://127.0.0.1:{self.webhook_port}",
+            ca.cert_pem,
+            self.match_labels,
+            kubevirt_user=VIRT_CONTROLLER_USER,
+            name=f"harvester-quota-{self.lease_name}",
+        )
+        await apply(self.api, configuration)
+        self._configuration = configuration["metadata"]["name"]
+        await register_kubevirt_labels_policy(
+            self.api,
+            self.match_labels,
+            kubevirt_user=VIRT_CONTROLLER_USER,
+            name=self._configuration,
+        )
+
+    async def stop(self) -> None:
+        if self._configuration is not None:
+            with contextlib.suppress(errors.ApiError):
+                await self.api.delete(KINDS["ValidatingWebhookConfiguration"], self._configuration)
+                await unregister_kubevirt_labels_policy(self.api, self._configuration)
+            self._configuration = None
+        for process in (self.webhook, self.controller):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                try:
+                    await asyncio.to_thread(process.wait, STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    await asyncio.to_thread(process.wait)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _controller_args(self, kubeconfig: Path) -> list[str]:
+        return [
+            "run",
+            f"--kubeconfig={kubeconfig}",
+            f"--namespace={SYSTEM_NAMESPACE}",
+            f"--lease-name={self.lease_name}",
+            f"--kubevirt-version={self.kubevirt_version}",
+            f"--health-port={self.health_port}",
+            *self.process_args.controller,
+        ]
+
+    def _webhook_args(self, kubeconfig: Path, cert: Path, key: Path) -> list[str]:
+        return [
+            "webhook",
+            f"--kubeconfig={kubeconfig}",
+            f"--cert-file={cert}",
+            f"--key-file={key}",
+            "--host=127.0.0.1",
+            f"--port={self.webhook_port}",
+            *webhook_client_flags(self.cluster),
+            "--metrics-host=127.0.0.1",
+            f"--metrics-port={self.webhook_metrics_port}",
+            f"--namespace={SYSTEM_NAMESPACE}",
+            f"--kubevirt-version={self.kubevirt_version}",
+            *self.process_args.webhook,
+        ]
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.workdir / f"{name}.log").open("ab")
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "harvester_quota.main", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        finally:
+            log.close()
+
+    async def _await_ready(self, url: str, what: str) -> None:
+        assert self._session is not None
+        context = ssl.create_default_context(cafile=str(self.cluster.ca_file))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_TIMEOUT
+        while loop.time() < deadline:
+            self._check_alive()
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                async with self._session.get(
+                    url, ssl=context, timeout=aiohttp.ClientTimeout(5)
+                ) as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"the {what} was not ready within {READY_TIMEOUT:g}s ({self.workdir})")
+
+    def _check_alive(self) -> None:
+        for name, process in (("controller", self.controller), ("webhook", self.webhook)):
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(
+                    f"the {name} exited with {process.returncode}; see {self.workdir}/{name}.log"
+                )
+
+    async def metrics(self) -> Metrics:
+        """The controller's /metrics now, with the webhook's requests and target pods."""
+        assert self._session is not None
+        self._check_alive()
+        controller = await self._scrape(f"http://127.0.0.1:{self.health_port}/metrics")
+        webhook = await self._scrape(f"http://127.0.0.1:{self.webhook_metrics_port}/metrics")
+        return controller.with_webhook(webhook)
+
+    async def _scrape(self, url: str) -> Metrics:
+        assert self._session is not None
+        context = ssl.create_default_context(cafile=str(self.cluster.ca_file))
+        async with self._session.get(
+            url, ssl=context, timeout=aiohttp.ClientTimeout(30)
+        ) as response:
+            return parse_metrics(await response.text())
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {
+            name: process.pid
+            for name, process in (("controller", self.controller), ("webhook", self.webhook))
+            if process is not None
+        }

@@ -1,0 +1,398 @@
+"""One scale run on a local cluster with KubeVirt's real virt-controller (see `plan`).
+
+`ScaleRun.run` does, in order:
+
+1. setup: the namespaces (labelled with the run), each with a managed quota wide open; every VM
+   of the plan created in parallel (`ScalePlan.create_concurrency` requests in flight) through
+   virt-controller, awaited until all VMIs run; then each quota closed to exactly what its
+   namespace uses, so that every migration target needs room: the quota's ``spec.hard`` then is
+   the base the run checks drift against;
+2. the product started as deployed (`product.Product`: controller and webhook processes, service
+   account tokens, deploy/'s RBAC, the webhook over TLS);
+3. each step of the plan: wait until the cluster is quiet, create the step's migrations at once,
+   wait until all have an outcome, wait until every quota is back at its base with no migration
+   annotation (settled), and measure (`StepResult`);
+4. teardown: the product stopped; the namespaces deleted if asked.
+
+Latency is measured from the moment a migration's create request returned (the VMIM exists) to
+the moment the run's own quota watch saw that VM's room on the quota (watch delay included); how
+long the create requests themselves took is reported apart. Refusals are KubeVirt's:
+``FailedCreate`` events on the VMI while the migration waits (`RealKubeVirt.records`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from ...generic import errors
+from ...generic.client import ApiClient
+from ...generic.clock import REAL_CLOCK, Clock
+from ...generic.resource import NAMESPACES, RESOURCE_QUOTAS
+from ...util import resources
+from ...util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.resources import ResourceList
+from ..localcluster import ClusterInfo
+from ..localcluster.deploy import KINDS
+from ..sim.kubevirt.handler import HandlerTimings
+from ..sim.kubevirt.limits import ParallelLimits
+from ..sim.kubevirt.objects import VMSpec
+from ..sim.kubevirt.real import RealKubeVirt
+from .observe import ProcessSample, QuotaWatch
+from .plan import ScalePlan, Step
+from .product import NO_PROCESS_ARGS, ProcessArgs, Product
+from .stats import StepResult, summarize_step
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RUN_LABEL: Final = "scale.harvester-quota.io/run"
+QUOTA_NAME: Final = "default-quota"
+CLOSED_KEYS: Final = ("limits.cpu", "limits.memory", "requests.memory")
+"""The keys each namespace's quota is closed on (Harvester's and Rancher's usual ones)."""
+OPEN_HARD: Final = {"limits.cpu": "100k", "limits.memory": "100Pi", "requests.memory": "100Pi"}
+MEASURED: Final = ("kube-apiserver", "kube-controller-manager", "virt-controller", "etcd")
+QUIET_CORES: Final = 0.3
+QUIET_WINDOW: Final = 3.0
+POLL: Final = 0.2
+SERVICE_ACCOUNTS: Final = KINDS["ServiceAccount"]
+
+
+@dataclass(frozen=True)
+class _Created:
+    """One migration of a step: its VM, when its create was sent and when it returned
+    (monotonic)."""
+
+    vm: str
+    asked: float
+    exists: float
+
+
+@dataclass
+class ScaleReport:
+    """What a run measured: the setup, each step, and the end state."""
+
+    plan: ScalePlan
+    setup_seconds: float = 0.0
+    vms_running: int = 0
+    steps: list[StepResult] = field(default_factory=list)
+    drift: dict[str, dict[str, str]] = field(default_factory=dict)
+    stale: dict[str, list[str]] = field(default_factory=dict)
+    controller_rss_bytes: float = 0.0
+
+    @property
+    def all_done(self) -> bool:
+        return all(step.succeeded == step.migrations for step in self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "plan": {
+                "nodes": self.plan.nodes,
+                "namespaces": list(self.plan.namespaces),
+                "vms": self.plan.vms,
+                "per_size": self.plan.per_size,
+                "in_flight": self.plan.in_flight,
+                "waves": self.plan.waves,
+            },
+            "setup_seconds": round(self.setup_seconds, 1),
+            "vms_running": self.vms_running,
+            "steps": [step.to_json() for step in self.steps],
+            "drift": self.drift,
+            "stale_annotations": self.stale,
+            "controller_rss_mib": round(self.controller_rss_bytes / 2**20, 1),
+            "all_done": self.all_done,
+        }
+
+
+class ScaleRun:
+    """See the module docstring. One event loop; `run` once per instance."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        cluster: ClusterInfo,
+        plan: ScalePlan,
+        workdir: Path,
+        *,
+        quiet_timeout: float = 60.0,
+        delete_namespaces: bool = False,
+        process_args: ProcessArgs = NO_PROCESS_ARGS,
+        say: Callable[[str], None] = print,
+        clock: Clock = REAL_CLOCK,
+    ) -> None:
+        if cluster.kubevirt_version is None:
+            raise ValueError(
+                "the scale run needs the cluster's virt-controller (cluster up --virt-controller)"
+            )
+        self.api = api
+        self.cluster = cluster
+        self.plan = plan
+        self.workdir = workdir
+        self.quiet_timeout = quiet_timeout
+        self.delete_namespaces = delete_namespaces
+        self.say = say
+        self.clock = clock
+        self.run_id = uuid.uuid4().hex[:6]
+        self.namespaces = [plan.namespace(i) for i in range(len(plan.namespaces))]
+        self.bases: dict[str, ResourceList] = {}
+        self.report = ScaleReport(plan)
+        in_run = frozenset(self.namespaces)
+        self.kubevirt = RealKubeVirt(
+            api,
+            kubevirt_version=cluster.kubevirt_version,
+            namespaces=in_run,
+            timings=HandlerTimings(
+                preparing_target=0.2,
+                target_ready=0.2,
+                migration=plan.migration_seconds,
+                source_shutdown=1.0,
+                target_exit=1.0,
+            ),
+            limits=ParallelLimits(
+                per_cluster=max(plan.in_flight, plan.per_size) + 5,
+                outbound_per_node=max(2, plan.in_flight // max(1, plan.nodes // 2) + 2),
+            ),
+            handler_workers=16,
+            clock=clock,
+        )
+        self.quotas = QuotaWatch(api, in_run.__contains__, clock)
+        self.product = Product(
+            api,
+            cluster,
+            workdir,
+            match_labels={RUN_LABEL: self.run_id},
+            kubevirt_version=cluster.kubevirt_version,
+            lease_name=f"scale-{self.run_id}",
+            process_args=process_args,
+        )
+
+    async def run(self) -> ScaleReport:
+        try:
+            await self.kubevirt.start(sync_timeout=120)
+            await self.quotas.start()
+            await self._setup()
+            await self.product.start()
+            self.say(f"controller and webhook running as deployed (logs in {self.workdir})")
+            for step in self.plan.steps():
+                self.report.steps.append(await self._step(step))
+                self.say(self.report.steps[-1].line())
+            self.report.drift = self.quotas.drift(self.bases)
+            self.report.stale = self.quotas.stale()
+            self.report.controller_rss_bytes = (await self.product.metrics()).rss_bytes
+            return self.report
+        finally:
+            await self._teardown()
+
+    # Setup --------------------------------------------------------------------------------------
+
+    async def _setup(self) -> None:
+        started = self.clock.monotonic()
+        for namespace in self.namespaces:
+            await self._create_namespace(namespace)
+        for namespace in self.namespaces:
+            await self._await_service_account(namespace)
+        self.say(f"{len(self.namespaces)} namespaces; creating {self.plan.vms} VMs")
+        await self._create_vms()
+        await self._await_running(started)
+        for namespace in self.namespaces:
+            self.bases[namespace] = await self._close_quota(namespace)
+        self.report.setup_seconds = self.clock.monotonic() - started
+        self.report.vms_running = self.kubevirt.running_vmis()
+        self.say(
+            f"{self.report.vms_running} VMs running, quotas closed, in "
+            f"{self.report.setup_seconds:.0f}s"
+        )
+
+    async def _create_namespace(self, namespace: str) -> None:
+        """Creates the namespace and its open quota; a namespace a kept cluster has from an
+        earlier run is taken over (labelled with this run) with its quota and VMs, so a rerun
+        with ``--keep`` skips the VMs' creation."""
+        labels = {RUN_LABEL: self.run_id}
+        try:
+            await self.api.create(NAMESPACES, {"metadata": {"name": namespace, "labels": labels}})
+        except errors.AlreadyExists:
+            await self.api.patch(NAMESPACES, namespace, {"metadata": {"labels": labels}})
+        quota = {
+            "metadata": {"name": QUOTA_NAME, "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}},
+            "spec": {"hard": dict(OPEN_HARD)},
+        }
+        with contextlib.suppress(errors.AlreadyExists):
+            await self.api.create(RESOURCE_QUOTAS, quota, namespace)
+
+    async def _await_service_account(self, namespace: str) -> None:
+        """Launcher pods need the namespace's default service account, which
+        kube-controller-manager creates a moment after the namespace."""
+        for _ in range(600):
+            with contextlib.suppress(errors.NotFound):
+                await self.api.get(SERVICE_ACCOUNTS, "default", namespace)
+                return
+            await self.clock.sleep(POLL)
+        raise TimeoutError(f"no default service account in {namespace}")
+
+    async def _create_vms(self) -> None:
+        gate = asyncio.Semaphore(self.plan.create_concurrency)
+
+        async def create(namespace: str, name: str) -> None:
+            spec = VMSpec(
+                name,
+                cores=self.plan.vm_cores,
+                memory=self.plan.vm_memory,
+                termination_grace_period_seconds=1,
+                migration_duration=self.plan.migration_seconds,
+            )
+            async with gate:
+                with contextlib.suppress(errors.AlreadyExists):  # a retried create that landed
+                    await _retrying(lambda: self.kubevirt.create_vm(spec, namespace, wait=False))
+
+        await asyncio.gather(*(create(ns, vm) for ns, vm in self.plan.all_vms()))
+
+    async def _await_running(self, started: float) -> None:
+        timeout = 300.0 + self.plan.vms * 0.5
+        last = -1
+        while (running := self.kubevirt.running_vmis()) < self.plan.vms:
+            elapsed = self.clock.monotonic() - started
+            if elapsed > timeout:
+                raise TimeoutError(f"only {running} of {self.plan.vms} VMs ran in {timeout:.0f}s")
+            if running // 500 != last // 500:
+                self.say(f"  {running}/{self.plan.vms} VMs running after {elapsed:.0f}s")
+            last = running
+            await self.clock.sleep(1.0)
+
+    async def _close_quota(self, namespace: str) -> ResourceList:
+        """Sets the quota's hard to what the namespace uses on CLOSED_KEYS; returns that base."""
+        for _ in range(20):
+            quota = await self.api.get(RESOURCE_QUOTAS, QUOTA_NAME, namespace)
+            used = (quota.get("status") or {}).get("used") or {}
+            hard = {key: str(used.get(key, "0")) for key in CLOSED_KEYS}
+            quota["spec"]["hard"] = hard
+            try:
+                await self.api.update(RESOURCE_QUOTAS, quota)
+            except errors.Conflict:
+                continue
+            return resources.parse_resource_list(hard)
+        raise RuntimeError(f"could not close the quota of {namespace}: conflicts")
+
+    # Steps --------------------------------------------------------------------------------------
+
+    async def _step(self, step: Step) -> StepResult:
+        await self._quiet()
+        metrics_before = await self.product.metrics()
+        procs_before = self._processes()
+        started = self.clock.monotonic()
+        created: dict[tuple[str, str], _Created] = {}
+        create_seconds: list[float] = []
+
+        async def migrate(namespace: str, vm: str) -> None:
+            asked = self.clock.monotonic()
+            name = await _retrying(lambda: self.kubevirt.migrate(vm, namespace))
+            exists = self.clock.monotonic()
+            created[(namespace, name)] = _Created(vm, asked, exists)
+            create_seconds.append(exists - asked)
+
+        await asyncio.gather(*(migrate(ns, vm) for ns, vm in step.migrations))
+        done_timeout = 120.0 + 2.0 * len(step.migrations)
+        await self.kubevirt.records.wait_for(lambda: self._all_done(created), done_timeout)
+        finished = self.clock.monotonic()
+        settled = await self._settle(done_timeout)
+        metrics = (await self.product.metrics()).minus(metrics_before)
+        procs = {
+            k: v.cpu_seconds - procs_before[k].cpu_seconds for k, v in self._processes().items()
+        }
+        records = {key: self.kubevirt.records.get(*key) for key in created}
+        raised = {
+            key: moment
+            for key, one in created.items()
+            if (moment := self._raised(key[0], one)) is not None
+        }
+        latencies = [max(0.0, moment - created[key].exists) for key, moment in raised.items()]
+        since_request = [moment - created[key].asked for key, moment in raised.items()]
+        target_admitted = [
+            record.admitted.mono - created[key].asked
+            for key, record in records.items()
+            if record is not None and record.admitted is not None
+        ]
+        return summarize_step(
+            step,
+            records=[r for r in records.values() if r is not None],
+            latencies=latencies,
+            create_seconds=create_seconds,
+            since_request=since_request,
+            target_admitted=target_admitted,
+            metrics=metrics,
+            cpu=procs,
+            seconds=finished - started,
+            settle_seconds=settled,
+            drift=len(self.quotas.drift(self.bases)),
+            stale=len(self.quotas.stale()),
+        )
+
+    def _raised(self, namespace: str, created: _Created) -> float | None:
+        """When the run saw the VM's room appear for a migration created as `created` says. A
+        room may appear before the create's response reaches us (the controller may see the
+        migration first): one that appeared after the request was sent counts, as latency 0 (a
+        step starts only when no room is held, so it cannot be another migration's)."""
+        return self.quotas.raised_at(namespace, created.vm, created.asked)
+
+    def _all_done(self, created: Mapping[tuple[str, str], _Created]) -> bool:
+        for key in created:
+            record = self.kubevirt.records.get(*key)
+            if record is None or not record.done:
+                return False
+        return True
+
+    async def _settle(self, timeout: float) -> float:
+        """Seconds until every quota is back at its base with no migration annotation (the
+        timeout if never)."""
+        started = self.clock.monotonic()
+        while self.clock.monotonic() - started < timeout:
+            if not self.quotas.drift(self.bases) and not self.quotas.stale():
+                return self.clock.monotonic() - started
+            await self.clock.sleep(POLL)
+        return timeout
+
+    def _processes(self) -> dict[str, ProcessSample]:
+        pids = {p.name: p.pid for p in self.cluster.processes if p.name in MEASURED}
+        pids.update(self.product.pids)
+        return {name: ProcessSample.of(pid) for name, pid in pids.items()}
+
+    async def _quiet(self) -> None:
+        """Waits (at most `quiet_timeout`) until the cluster and the product together use under
+        QUIET_CORES, so that a step's CPU is its own and not the previous step's tail."""
+        deadline = self.clock.monotonic() + self.quiet_timeout
+        while self.clock.monotonic() < deadline:
+            before = self._processes()
+            await self.clock.sleep(QUIET_WINDOW)
+            after = self._processes()
+            used = sum(after[k].cpu_seconds - before[k].cpu_seconds for k in after if k in before)
+            if used / QUIET_WINDOW < QUIET_CORES:
+                return
+
+    # Teardown -----------------------------------------------------------------------------------
+
+    async def _teardown(self) -> None:
+        await self.product.stop()
+        await self.quotas.stop()
+        await self.kubevirt.stop()
+        if self.delete_namespaces:
+            for namespace in self.namespaces:
+                with contextlib.suppress(errors.ApiError):
+                    await self.api.delete(NAMESPACES, namespace)
+
+
+async def _retrying(call: Callable[[], Awaitable[T]], attempts: int = 5) -> T:
+    """`call`, retried on throttling and server errors (the API server under load answers 429
+    and 5xx, never a reason to lose a VM or a migration)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await call()
+        except errors.ApiError as error:
+            if attempt == attempts or not (error.status == 429 or error.status >= 500):
+                raise
+            await asyncio.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")

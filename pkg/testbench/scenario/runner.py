@@ -1,0 +1,657 @@
+"""Running one scenario on a cluster with one strategy, and what it observed.
+
+The runner plays everyone else in the incident: KubeVirt (harvester_quota.testbench.sim.kubevirt), Rancher's quota sync
+(harvester_quota.testbench.sim.rancher) when the scenario has one, and the users (a separate client identity, so the
+webhook validates them as tenants). It samples every managed quota twice a second for the
+timeline, applies the steps in order, waits for the migrations, lets the quotas settle, and
+checks the invariants and the file's expectations.
+
+Each run uses its own namespaces (the file's names plus a run id), so two runs never share
+anything but the cluster; cluster-wide state it touches (the overhead-ratio setting, cordoned
+nodes) is restored when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...apis.harvester import SETTINGS
+from ...generic import errors
+from ...generic.client import ApiClient
+from ...generic.config import ClientConfig
+from ...generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, Object
+from ...util import resources
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.kubevirtversion import parse_kubevirt_version
+from ...util.overhead import kubevirt_ratio_from_harvester_setting
+from ...util.rancher import LIMIT_FIELDS, parse_namespace_resource_quota
+from ...util.resources import ResourceList
+from ..localcluster import ClusterInfo
+from ..sim.kubevirt.config import KubeVirtConfig, VMStart
+from ..sim.kubevirt.handler import HandlerTimings
+from ..sim.kubevirt.limits import ParallelLimits
+from ..sim.kubevirt.objects import VMSpec
+from ..sim.kubevirt.phases import MigrationTimings
+from ..sim.kubevirt.real import RealKubeVirt
+from ..sim.kubevirt.record import MigrationRecord, Outcome
+from ..sim.kubevirt.simulator import KubeVirtSimulator
+from ..sim.rancher.derive import Project
+from ..sim.rancher.protection import RancherProtection
+from ..sim.rancher.simulator import RancherQuotaSync
+from .schema import Scenario, Step
+from .strategies import HarvesterStrategy, OurStrategy
+
+log = logging.getLogger(__name__)
+
+RATIO_SETTING = "additional-guest-memory-overhead-ratio"
+SAMPLE_INTERVAL = 0.5
+SETTLE_TIMEOUT = 20.0
+FINAL_WAIT = 600.0
+FINAL_WAIT_EXPECTING_UNFINISHED = 5.0
+"""When the scenario says a migration stays stuck, the end waits only this long for the others."""
+STALE_PREFIXES = ("harvesterhci.io/migrating", "harvester-quota.io/applied")
+RANCHER_TO_HARD = dict(LIMIT_FIELDS)
+
+
+@dataclass
+class Sample:
+    """One look at one quota."""
+
+    at: float
+    namespace: str
+    hard: dict[str, str]
+    used: dict[str, str]
+    base: dict[str, str]
+
+
+@dataclass
+class RunResult:
+    """Everything a report is made of."""
+
+    scenario: Scenario
+    strategy: str
+    run_id: str
+    namespaces: dict[str, str]
+    started: float
+    seconds: float = 0.0
+    samples: list[Sample] = field(default_factory=list)
+    migrations: list[MigrationRecord] = field(default_factory=list)
+    vm_starts: dict[str, str | None] = field(default_factory=dict)
+    """VM -> None if it started, else the refusal."""
+    writes: dict[str, int] = field(default_factory=dict)
+    """Scenario namespace -> ResourceQuota writes by the strategy."""
+    final_quotas: dict[str, Object] = field(default_factory=dict)
+    events: list[tuple[float, str]] = field(default_factory=list)
+    step_errors: list[str] = field(default_factory=list)
+
+    def original(self, namespace: str) -> str:
+        """The scenario's name for a run namespace."""
+        for name, real in self.namespaces.items():
+            if real == namespace:
+                return name
+        return namespace
+
+
+ProgressHook = Callable[["ScenarioRun"], None]
+
+
+class ScenarioRun:
+    """One scenario, one strategy, one cluster."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        api: ApiClient,
+        cluster: ClusterInfo | None,
+        *,
+        strategy: str = "ours",
+        workdir: Path,
+        progress: ProgressHook | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.api = api
+        self.cluster = cluster
+        self.strategy_name = strategy
+        self.workdir = workdir
+        self.progress = progress
+        self.run_id = uuid.uuid4().hex[:5]
+        self.namespaces = {
+            ns.name: _run_namespace(ns.name, self.run_id) for ns in scenario.namespaces
+        }
+        self.result = RunResult(
+            scenario, strategy, self.run_id, self.namespaces, started=time.monotonic()
+        )
+        self.bases: dict[str, ResourceList] = {}
+        self.kubevirt: KubeVirtSimulator | RealKubeVirt | None = None
+        self.rancher: RancherQuotaSync | None = None
+        self.protection: RancherProtection | None = None
+        self.strategy: OurStrategy | HarvesterStrategy | None = None
+        self.tenant: ApiClient | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self._previous_ratio: Object | None = None
+        self._cordoned: set[str] = set()
+        self._last_base: dict[str, ResourceList] = {}
+        self._created: set[tuple[str, str]] = set()
+        """(namespace, name) of every migration this run made or a drain made."""
+
+    # Lifecycle ----------------------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        try:
+            await self._setup()
+            for step in self.scenario.steps:
+                await self._apply(step)
+            await self._finish()
+        finally:
+            await self._teardown()
+        self.result.seconds = time.monotonic() - self.result.started
+        return self.result
+
+    def now(self) -> float:
+        return time.monotonic() - self.result.started
+
+    def note(self, text: str) -> None:
+        self.result.events.append((self.now(), text))
+        log.info("[%s %s] %s", self.scenario.name, self.strategy_name, text)
+
+    async def _setup(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.tenant = self._tenant_client()
+        self.kubevirt = self._new_kubevirt()
+        await self.kubevirt.start()
+        await self._set_ratio(self.scenario.ratio, remember=True)
+        await self._create_namespaces()
+        self.strategy = self._new_strategy()
+        await self.strategy.start()
+        self._sampler = asyncio.ensure_future(self._sample_loop())
+        await self._create_vms()
+
+    def _new_kubevirt(self) -> KubeVirtSimulator | RealKubeVirt:
+        """KubeVirt's real virt-controller when the cluster runs it (of the scenario's version),
+        else the simulator; see `uses_real_kubevirt`."""
+        limits = ParallelLimits(self.scenario.parallel_cluster, self.scenario.parallel_per_node)
+        namespaces = frozenset(self.namespaces.values())
+        if uses_real_kubevirt(self.scenario, self.cluster):
+            assert self.cluster is not None and self.cluster.kubevirt_version is not None
+            return RealKubeVirt(
+                self.api,
+                kubevirt_version=self.cluster.kubevirt_version,
+                namespaces=namespaces,
+                timings=self._handler_timings(),
+                limits=limits,
+            )
+        return KubeVirtSimulator(
+            self.api,
+            config=KubeVirtConfig(
+                kubevirt_version=self.scenario.kubevirt_version,
+                limits=limits,
+                timings=self._sim_timings(),
+                namespaces=namespaces,
+            ),
+        )
+
+    def _sim_timings(self) -> MigrationTimings:
+        seed = self.scenario.timings == "seed"
+        timings = MigrationTimings.like_v121_seed() if seed else MigrationTimings()
+        if self.scenario.source_pod_grace is not None:
+            timings = MigrationTimings(
+                **{**vars(timings), "source_pod_grace_seconds": self.scenario.source_pod_grace}
+            )
+        return timings
+
+    def _handler_timings(self) -> HandlerTimings:
+        """The node side's pace; the scenario's source_pod_grace is how long the source launcher
+        takes to exit after its migration succeeded."""
+        seed = self.scenario.timings == "seed"
+        timings = HandlerTimings.like_v121_seed() if seed else HandlerTimings()
+        if self.scenario.source_pod_grace is not None:
+            timings = HandlerTimings(
+                **{**vars(timings), "source_shutdown": float(self.scenario.source_pod_grace)}
+            )
+        return timings
+
+    def _new_strategy(self) -> OurStrategy | HarvesterStrategy:
+        if self.strategy_name == "harvester":
+            return HarvesterStrategy(
+                self.api,
+                kubevirt_version=self.scenario.kubevirt_version,
+                compensation=self.scenario.harvester_compensation,
+            )
+        return OurStrategy(
+            self.api,
+            self.cluster,
+            kubevirt_version=self.scenario.kubevirt_version,
+            namespaces=list(self.namespaces.values()),
+            workdir=self.workdir,
+            users=frozenset({"admin"}),
+        )
+
+    def _tenant_client(self) -> ApiClient:
+        """Users act with their own identity, so the webhook validates them as tenants (on a
+        cluster whose CA we do not hold, they act with the runner's own identity)."""
+        if self.cluster is None:
+            return ApiClient(self.api.config)
+        pair = self.cluster.certificate_authority().issue(
+            "scenario-tenant", organizations=("system:masters",), client=True
+        )
+        cert, key = self.workdir / "tenant.crt", self.workdir / "tenant.key"
+        pair.write(cert, key)
+        return ApiClient(
+            ClientConfig.from_files(
+                self.cluster.server, ca_file=self.cluster.ca_file, cert_file=cert, key_file=key
+            )
+        )
+
+    async def _create_namespaces(self) -> None:
+        project = Project(id=f"p-{self.run_id}", limit={})
+        if self.scenario.rancher is not None:
+            self.rancher = RancherQuotaSync(
+                self.api,
+                projects=[project],
+                version=self.scenario.rancher["version"],
+            )
+        for spec in self.scenario.namespaces:
+            real = self.namespaces[spec.name]
+            if spec.quota is not None:
+                hard = {RANCHER_TO_HARD[k]: v for k, v in spec.quota.items()}
+                annotations = project.namespace_annotations(hard)
+                await self.api.create(
+                    NAMESPACES, {"metadata": {"name": real, "annotations": annotations}}
+                )
+            else:
+                await self.api.create(NAMESPACES, {"metadata": {"name": real}})
+                await self.api.create(
+                    RESOURCE_QUOTAS,
+                    {
+                        "metadata": {
+                            "name": "default-quota",
+                            "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"},
+                        },
+                        "spec": {"hard": dict(spec.hard or {})},
+                    },
+                    real,
+                )
+                self.bases[real] = resources.parse_resource_list(spec.hard or {})
+        if self.rancher is not None:
+            self.rancher.quota_client = await self._rancher_protection() or self.api
+            await self.rancher.start()
+        for real in self.namespaces.values():
+            await self._wait_quota_ready(real)
+
+    async def _rancher_protection(self) -> ApiClient | None:
+        """Installs Rancher's write protection if the scenario asks for it; returns the client
+        Rancher's agent then writes its quotas with (its sudo account)."""
+        if self.scenario.rancher is None or not self.scenario.rancher.get("protection"):
+            return None
+        if self.cluster is None:
+            raise ValueError("rancher.protection needs the local cluster (its CA)")
+        self.protection = await RancherProtection.install(
+            self.api,
+            list(self.namespaces.values()),
+            ca_file=self.cluster.ca_file,
+            name=f"rancher-protection-{self.run_id}",
+        )
+        return self.protection.sudo
+
+    async def _wait_quota_ready(self, namespace: str) -> None:
+        """Until the quota exists and its status is filled (admission refuses pods before)."""
+        for _ in range(300):
+            quota = await self.quota(namespace)
+            if quota is not None and "used" in (quota.get("status") or {}):
+                return
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"the quota of namespace {namespace} never became ready")
+
+    async def _create_vms(self) -> None:
+        for vm in self.scenario.vms:
+            spec = VMSpec(
+                name=vm.name,
+                cores=vm.cores,
+                memory=vm.memory,
+                overcommit=self.scenario.overcommit,
+                migration_duration=vm.migration_seconds,
+                termination_grace_period_seconds=self.scenario.source_pod_grace or 1,
+            )
+            await self._start_vm(
+                vm.name, self._creator(spec, self.namespaces[vm.namespace], vm.node)
+            )
+
+    def _creator(
+        self, spec: VMSpec, namespace: str, node: str | None
+    ) -> Callable[[], Awaitable[VMStart]]:
+        kubevirt = self._sim()
+        return lambda: kubevirt.create_vm(spec, namespace, node=node)
+
+    def _sim(self) -> KubeVirtSimulator | RealKubeVirt:
+        if self.kubevirt is None:
+            raise RuntimeError("KubeVirt is not running")
+        return self.kubevirt
+
+    async def _start_vm(self, name: str, start: Callable[[], Awaitable[VMStart]]) -> None:
+        try:
+            started = await start()
+            refusal = started.refusal
+        except errors.ApiError as error:
+            refusal = error.message
+        self.result.vm_starts[name] = refusal
+        self.note(f"VM {name} " + ("started" if refusal is None else f"refused: {refusal}"))
+
+    async def _finish(self) -> None:
+        """Waits for every migration, then for the quotas to settle, then takes the final look."""
+        assert self.kubevirt is not None
+        stuck = self.scenario.expects_unfinished(self.strategy_name)
+        await self._wait_migrations(FINAL_WAIT_EXPECTING_UNFINISHED if stuck else FINAL_WAIT)
+        await self._settle(SETTLE_TIMEOUT)
+        for name, real in self.namespaces.items():
+            quota = await self.quota(real)
+            if quota is not None:
+                self.result.final_quotas[name] = quota
+        writes = self.strategy.writes() if self.strategy is not None else {}
+        self.result.writes = {
+            name: int(writes.get(real, 0)) for name, real in self.namespaces.items()
+        }
+        self.result.migrations = self.kubevirt.records.all()
+
+    async def _wait_migrations(self, timeout: float) -> None:
+        """Until every migration this run created or saw has finished and, if it succeeded, its
+        source pod is gone (one KubeVirt has not picked up yet counts as unfinished), and no VM
+        waits on a drained node for its evacuation migration."""
+        kubevirt = self._sim()
+        records = kubevirt.records
+
+        def finished() -> bool:
+            seen = {(r.namespace, r.name) for r in records.all()}
+            for namespace, name in self._created | seen:
+                record = records.get(namespace, name)
+                if record is None or not record.done:
+                    return False
+                if record.outcome is Outcome.SUCCEEDED and record.source_pod_gone is None:
+                    return False
+            return True
+
+        deadline = time.monotonic() + timeout
+        while await records.wait_for(finished, max(0.0, deadline - time.monotonic())):
+            if not isinstance(kubevirt, RealKubeVirt) or not await kubevirt.evacuating():
+                return
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(SAMPLE_INTERVAL)
+        self.note(f"migrations still unfinished after {timeout:.0f}s")
+
+    async def _settle(self, timeout: float) -> None:
+        """Lets the strategy bring quotas back (ours should; Harvester's may not)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(
+                [self.at_base(real, await self.quota(real)) for real in self.namespaces.values()]
+            ):
+                return
+            await asyncio.sleep(0.5)
+
+    async def _teardown(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            await asyncio.gather(self._sampler, return_exceptions=True)
+        if self.strategy is not None:
+            await self.strategy.stop()
+        if self.kubevirt is not None:
+            await self.kubevirt.stop()
+        if self.rancher is not None:
+            await self.rancher.stop()
+        if self.protection is not None:
+            await self.protection.remove()
+        for node in self._cordoned:
+            with contextlib.suppress(errors.ApiError):
+                await self.api.patch(NODES, node, {"spec": {"unschedulable": None}})
+        await self._restore_ratio()
+        for real in self.namespaces.values():
+            with contextlib.suppress(errors.ApiError):
+                await self.api.delete(NAMESPACES, real)
+        if self.tenant is not None:
+            await self.tenant.close()
+
+    # Quotas -------------------------------------------------------------------------------------
+
+    async def quota(self, namespace: str) -> Object | None:
+        listed = await self.api.list(
+            RESOURCE_QUOTAS, namespace, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
+        )
+        items = sorted(listed.get("items", []), key=lambda q: str(q["metadata"]["name"]))
+        return items[0] if items else None
+
+    async def base(self, namespace: str) -> ResourceList:
+        """Rancher's annotation when the scenario has Rancher, else the hard the file (and the
+        user's edits) set."""
+        if self.scenario.rancher is not None:
+            ns = await self.api.get(NAMESPACES, namespace)
+            text = (ns["metadata"].get("annotations") or {}).get(
+                CATTLE_ANNOTATION_RESOURCE_QUOTA, ""
+            )
+            try:
+                return parse_namespace_resource_quota(text)
+            except ValueError:
+                return {}
+        return self.bases.get(namespace, {})
+
+    def at_base(self, namespace: str, quota: Object | None) -> bool:
+        if quota is None:
+            return False
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        base = (
+            self.bases.get(namespace)
+            if self.scenario.rancher is None
+            else self._last_base.get(namespace)
+        )
+        if not base:
+            return False
+        try:
+            current = resources.parse_resource_list(hard)
+        except ValueError:
+            return False
+        same = all(key in current and current[key] == value for key, value in base.items())
+        stale = any(
+            k.startswith(STALE_PREFIXES) for k in (quota["metadata"].get("annotations") or {})
+        )
+        return same and not stale
+
+    async def _sample_loop(self) -> None:
+        while True:
+            for name, real in self.namespaces.items():
+                try:
+                    quota = await self.quota(real)
+                    base = await self.base(real)
+                except errors.ApiError:
+                    continue
+                if quota is None:
+                    continue
+                self._last_base[real] = base
+                status = quota.get("status") or {}
+                self.result.samples.append(
+                    Sample(
+                        at=self.now(),
+                        namespace=name,
+                        hard=dict((quota.get("spec") or {}).get("hard") or {}),
+                        used=dict(status.get("used") or {}),
+                        base=resources.to_json_dict(base),
+                    )
+                )
+            if self.progress is not None:
+                self.progress(self)
+            await asyncio.sleep(SAMPLE_INTERVAL)
+
+    # Steps --------------------------------------------------------------------------------------
+
+    async def _apply(self, step: Step) -> None:
+        handler = getattr(self, "_step_" + step.kind.replace("-", "_"))
+        self.note(f"step {step.kind}: {step.value if step.value is not None else ''}".rstrip(": "))
+        try:
+            await handler(step.value)
+        except errors.ApiError as error:
+            message = f"line {step.line}: {step.kind} failed: {error}"
+            self.result.step_errors.append(message)
+            self.note(message)
+
+    def _vm(self, name: str) -> tuple[str, str]:
+        vm = self.scenario.vm(name)
+        return vm.name, self.namespaces[vm.namespace]
+
+    async def _step_migrate(self, names: list[str]) -> None:
+        kubevirt = self._sim()
+        for name in names:
+            vm, namespace = self._vm(name)
+            self._created.add((namespace, await kubevirt.migrate(vm, namespace)))
+
+    async def _step_drain(self, node: str) -> None:
+        assert self.kubevirt is not None
+        self._cordoned.add(node)
+        keys = await self.kubevirt.drain(node)
+        for key in keys:
+            namespace, _, name = key.partition("/")
+            self._created.add((namespace, name))
+        self.note(f"drain of {node}: {len(keys)} migrations")
+
+    async def _step_set_ratio(self, value: str) -> None:
+        await self._set_ratio(value)
+
+    async def _step_rancher_agent_restart(self, _value: None) -> None:
+        if self.rancher is None:
+            raise RuntimeError("rancher-agent-restart needs a rancher section")
+        await self.rancher.agent_restart()
+
+    async def _step_controller_restart(self, _value: None) -> None:
+        assert self.strategy is not None
+        await self.strategy.restart()
+
+    async def _step_controller_stop(self, _value: None) -> None:
+        assert self.strategy is not None
+        await self.strategy.pause()
+
+    async def _step_controller_start(self, _value: None) -> None:
+        assert self.strategy is not None
+        await self.strategy.start()
+
+    async def _step_edit_quota(self, value: dict[str, Any]) -> None:
+        assert self.tenant is not None
+        real = self.namespaces[value["namespace"]]
+        quota = await self.quota(real)
+        if quota is None:
+            raise RuntimeError(f"namespace {value['namespace']} has no managed quota")
+        try:
+            await self.tenant.patch(
+                RESOURCE_QUOTAS, quota["metadata"]["name"], {"spec": {"hard": value["hard"]}}, real
+            )
+        except errors.Forbidden as denied:
+            self.note(f"edit of spec.hard denied: {denied.message}")
+            return
+        edited = resources.parse_resource_list(value["hard"])
+        self.bases[real] = {**self.bases.get(real, {}), **edited}
+
+    async def _step_edit_namespace_quota(self, value: dict[str, Any]) -> None:
+        assert self.tenant is not None
+        real = self.namespaces[value["namespace"]]
+        hard = {RANCHER_TO_HARD[k]: v for k, v in value["quota"].items()}
+        annotation = Project(id="x").namespace_annotations(hard)[CATTLE_ANNOTATION_RESOURCE_QUOTA]
+        try:
+            await self.tenant.patch(
+                NAMESPACES,
+                real,
+                {"metadata": {"annotations": {CATTLE_ANNOTATION_RESOURCE_QUOTA: annotation}}},
+            )
+        except errors.Forbidden as denied:
+            self.note(f"edit of the namespace quota denied: {denied.message}")
+
+    async def _step_delete_vmi(self, name: str) -> None:
+        await self._sim().delete_vmi(*self._vm(name))
+
+    async def _step_restart_vm(self, name: str) -> None:
+        kubevirt, (vm, namespace) = self._sim(), self._vm(name)
+        await self._start_vm(name, lambda: kubevirt.restart_vm(vm, namespace))
+
+    async def _step_start_vm(self, name: str) -> None:
+        kubevirt, (vm, namespace) = self._sim(), self._vm(name)
+        await self._start_vm(name, lambda: kubevirt.start_vm(vm, namespace))
+
+    async def _step_stop_vm(self, name: str) -> None:
+        await self._sim().stop_vm(*self._vm(name))
+
+    async def _step_abort(self, name: str) -> None:
+        kubevirt, (vm, namespace) = self._sim(), self._vm(name)
+        running = [
+            r
+            for r in kubevirt.records.all()
+            if r.vmi == vm and r.namespace == namespace and not r.done
+        ]
+        if not running:
+            raise RuntimeError(f"abort: VM {name} has no migration in progress")
+        await kubevirt.abort(running[-1].name, namespace)
+
+    async def _step_wait(self, value: dict[str, Any]) -> None:
+        if "seconds" in value:
+            await asyncio.sleep(value["seconds"])
+        elif value["for"] == "migrations":
+            await self._wait_migrations(value["timeout"])
+        else:
+            await self._settle(value["timeout"])
+
+    # Cluster-wide state -------------------------------------------------------------------------
+
+    async def _set_ratio(self, value: str | None, *, remember: bool = False) -> None:
+        try:
+            current: Object | None = await self.api.get(SETTINGS, RATIO_SETTING)
+        except errors.NotFound:
+            current = None
+        if remember:
+            self._previous_ratio = current
+        setting = {
+            "apiVersion": "harvesterhci.io/v1beta1",
+            "kind": "Setting",
+            "metadata": {"name": RATIO_SETTING},
+            "default": "1.5",
+            "value": value if value is not None else "0",
+        }
+        if current is None:
+            await self.api.create(SETTINGS, setting)
+        else:
+            await self.api.update(SETTINGS, {**current, "value": setting["value"]})
+        if isinstance(self.kubevirt, RealKubeVirt):
+            # Harvester's setting controller copies the setting into the KubeVirt CR.
+            ratio = value if value is not None else "0"
+            await self.kubevirt.set_ratio(kubevirt_ratio_from_harvester_setting(ratio))
+
+    async def _restore_ratio(self) -> None:
+        with contextlib.suppress(errors.ApiError):
+            current = await self.api.get(SETTINGS, RATIO_SETTING)
+            if self._previous_ratio is None:
+                await self.api.delete(SETTINGS, RATIO_SETTING)
+            else:
+                await self.api.update(
+                    SETTINGS, {**current, "value": self._previous_ratio.get("value", "")}
+                )
+
+
+def uses_real_kubevirt(scenario: Scenario, cluster: ClusterInfo | None) -> bool:
+    """Whether `scenario` runs on KubeVirt's real virt-controller: when `cluster` runs one of
+    the scenario's KubeVirt minor version. The simulator plays KubeVirt on a cluster without one
+    (it would fight a real virt-controller, so a cluster running another version is an error)."""
+    if cluster is None or cluster.kubevirt_version is None:
+        return False
+    wanted = parse_kubevirt_version(scenario.kubevirt_version)
+    running = parse_kubevirt_version(cluster.kubevirt_version)
+    if (wanted.major, wanted.minor) != (running.major, running.minor):
+        raise ValueError(
+            f"scenario {scenario.name} needs KubeVirt {scenario.kubevirt_version}; the cluster "
+            f"runs virt-controller {cluster.kubevirt_version}"
+        )
+    return True
+
+
+def _run_namespace(name: str, run_id: str) -> str:
+    return f"{name[: 62 - len(run_id)]}-{run_id}"

@@ -1,0 +1,245 @@
+"""The two ways a scenario can be run: our controllers and webhook, or Harvester v1.9's algorithm.
+
+Both present the same small face to the runner: start, stop, and the ResourceQuota writes made per
+namespace, so a comparison counts the same thing.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections import Counter
+from pathlib import Path
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from ...app import ControllerApp
+from ...config.management import Options
+from ...generic import errors
+from ...generic.client import ApiClient
+from ...generic.resource import Object, Resource
+from ...webhook.caches import WebhookCaches
+from ...webhook.resources.common import DEFAULT_TARGET_CREATORS, Identities
+from ...webhook.server import WebhookServer
+from ...webhook.tls import ClientAuth, ReloadingTLS
+from ..localcluster import ClusterInfo
+from ..localcluster.deploy import API_SERVER_CLIENT_NAMES, webhook_client_ca
+
+STRATEGIES = ("ours", "harvester")
+WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+)
+
+
+class Strategy(Protocol):
+    """What the runner needs of a strategy."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def writes(self) -> Counter[str]:
+        """ResourceQuota writes so far, per namespace."""
+        ...
+
+
+class OurStrategy:
+    """Our controllers plus our webhook, the webhook registered for the scenario's namespaces."""
+
+    name = "ours"
+
+    def __init__(
+        self,
+        api: ApiClient,
+        cluster: ClusterInfo | None,
+        *,
+        kubevirt_version: str,
+        namespaces: list[str],
+        workdir: Path,
+        users: frozenset[str],
+    ) -> None:
+        self.api, self.cluster = api, cluster
+        self.kubevirt_version = kubevirt_version
+        self.namespaces, self.workdir, self.users = namespaces, workdir, users
+        self._apps: list[ControllerApp] = []
+        self._earlier: Counter[str] = Counter()
+        self._webhook: WebhookServer | None = None
+        self._caches: WebhookCaches | None = None
+        self._configuration: str | None = None
+
+    def writes(self) -> Counter[str]:
+        total = Counter(self._earlier)
+        if self._apps:
+            total.update(self._apps[-1].reconciler.writes)
+        return total
+
+    async def start(self) -> None:
+        # The webhook runs in this process: the API server can call it only if it is local.
+        if self._webhook is None and self.cluster is not None:
+            await self._start_webhook()
+        app = ControllerApp(
+            self.api,
+            Options(leader_elect=False, kubevirt_version=self.kubevirt_version, workers=3),
+            registry=CollectorRegistry(),
+        )
+        await app.start()
+        self._apps.append(app)
+
+    async def pause(self) -> None:
+        """The controllers are down (the webhook stays): nothing reconciles until resume."""
+        if self._apps:
+            old = self._apps.pop()
+            self._earlier.update(old.reconciler.writes)
+            await old.stop()
+
+    async def restart(self) -> None:
+        """A controller restart: the old process's memory is gone, only the cluster remains."""
+        await self.pause()
+        await self.start()
+
+    async def _start_webhook(self) -> None:
+        assert self.cluster is not None
+        self._caches = WebhookCaches(self.api, kubevirt_version=self.kubevirt_version)
+        ca = self.cluster.certificate_authority()
+        cert, key = self.workdir / "webhook.crt", self.workdir / "webhook.key"
+        ca.issue("harvester-quota-webhook", ip_addresses=("127.0.0.1",), server=True).write(
+            cert, key
+        )
+        self._webhook = WebhookServer(
+            self._caches,
+            # The simulator creates target pods as the runner's users; KubeVirt's real
+            # virt-controller as its own service account.
+            identities=Identities(
+                controllers=self.users,
+                target_creators=frozenset(self.users) | frozenset(DEFAULT_TARGET_CREATORS),
+            ),
+            tls=ReloadingTLS(cert, key),
+            # As deployed: only the API server's calls (its webhook client certificate).
+            client_auth=ClientAuth(webhook_client_ca(self.cluster), API_SERVER_CLIENT_NAMES),
+            host="127.0.0.1",
+            port=0,
+            registry=CollectorRegistry(),
+            quota_changes=self._caches.quota_changes,
+        )
+        self._caches.factory.start()
+        await self._caches.factory.wait_for_cache_sync(60)
+        port = await self._webhook.start()
+        configuration = _webhook_configuration(port, ca.cert_pem, self.namespaces)
+        created = await self.api.create(WEBHOOK_CONFIGURATIONS, configuration)
+        self._configuration = str(created["metadata"]["name"])
+
+    async def stop(self) -> None:
+        for app in self._apps:
+            self._earlier.update(app.reconciler.writes)
+            await app.stop()
+        self._apps.clear()
+        if self._configuration is not None:
+            with contextlib.suppress(errors.ApiError):
+                await self.api.delete(WEBHOOK_CONFIGURATIONS, self._configuration)
+        if self._webhook is not None:
+            await self._webhook.stop()
+        if self._caches is not None:
+            await self._caches.factory.stop()
+
+
+def _webhook_configuration(port: int, ca_pem: bytes, namespaces: list[str]) -> Object:
+    """Our four validators, reached on 127.0.0.1, for the scenario's namespaces only."""
+    selector = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)}
+        ]
+    }
+
+    def webhook(resource: str, group: str, operations: list[str], scope: str) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "name": f"{resource}.harvester-quota.io",
+            "clientConfig": {
+                "url": f"https://127.0.0.1:{port}/validate/{resource}",
+                "caBundle": base64.b64encode(ca_pem).decode(),
+            },
+            "rules": [
+                {
+                    "apiGroups": [group],
+                    "apiVersions": ["v1"],
+                    "operations": operations,
+                    "resources": [resource],
+                    "scope": scope,
+                }
+            ],
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            # Target pods may wait for their room (webhook/resources/pod/targets.py).
+            "timeoutSeconds": 10 if resource == "pods" else 5,
+        }
+        entry["objectSelector" if resource == "namespaces" else "namespaceSelector"] = selector
+        return entry
+
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"generateName": "harvester-quota-scenario-"},
+        "webhooks": [
+            webhook("namespaces", "", ["UPDATE"], "Cluster"),
+            webhook("resourcequotas", "", ["UPDATE"], "Namespaced"),
+            webhook("virtualmachines", "kubevirt.io", ["CREATE", "UPDATE"], "Namespaced"),
+            webhook("pods", "", ["CREATE"], "Namespaced"),
+        ],
+    }
+
+
+class HarvesterStrategy:
+    """Harvester v1.9's migration and resourcequota controllers, ported as they are."""
+
+    name = "harvester"
+
+    def __init__(self, api: ApiClient, *, kubevirt_version: str, compensation: bool = True) -> None:
+        self.api = api
+        self.kubevirt_version = kubevirt_version
+        self.compensation = compensation
+        self._runs: list[Any] = []
+        self._earlier: Counter[str] = Counter()
+
+    def writes(self) -> Counter[str]:
+        total = Counter(self._earlier)
+        if self._runs:
+            total.update(self._runs[-1].writes)
+        return total
+
+    def _new(self) -> Any:
+        from ..strategy.harvester import HarvesterStrategy as Port  # noqa: PLC0415
+
+        return Port(
+            self.api,
+            Options(leader_elect=False, kubevirt_version=self.kubevirt_version, workers=3),
+            registry=CollectorRegistry(),
+            compensation=self.compensation,
+        )
+
+    async def start(self) -> None:
+        run = self._new()
+        await run.start()
+        self._runs.append(run)
+
+    async def pause(self) -> None:
+        if self._runs:
+            old = self._runs.pop()
+            self._earlier.update(old.writes)
+            await old.stop()
+
+    async def restart(self) -> None:
+        await self.pause()
+        await self.start()
+
+    async def stop(self) -> None:
+        for run in self._runs:
+            self._earlier.update(run.writes)
+            await run.stop()
+        self._runs.clear()
