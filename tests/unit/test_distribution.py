@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import zipfile
 from pathlib import Path
 
 import pytest
