@@ -14,7 +14,7 @@ import pytest
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.process import free_port
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import eventually
@@ -57,7 +57,10 @@ async def cpu_hard(kv: KubeVirtByHand) -> Quantity:
 
 
 async def test_a_controller_killed_mid_migration_is_replaced_without_leaking_room(
-    kubevirt_cluster: ClusterInfo, kv: KubeVirtByHand, kubevirt: RealKubeVirt, tmp_path: Path
+    kubevirt_cluster: ClusterInfo,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    tmp_path: Path,
 ) -> None:
     """KubeVirt's real virt-controller migrates the VM while our controller process lies dead
     after raising: the room is left behind, and the next process gives it back."""

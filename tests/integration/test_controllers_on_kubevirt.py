@@ -26,8 +26,8 @@ from harvester_quota.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS, Obje
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
-from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.testbench.sim.kubevirt.simulator import set_overhead_ratio_setting
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.quantity import Quantity
 
@@ -58,10 +58,10 @@ def kv(kubevirt_api: ApiClient, kubevirt_namespace: str) -> KubeVirtByHand:
 @pytest.fixture
 async def kubevirt(
     kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str
-) -> AsyncIterator[RealKubeVirt]:
+) -> AsyncIterator[VirtControllerDriver]:
     """KubeVirt v1.6's virt-controller for this test's namespace, at Harvester's ratio 1.5, with
     room for four migrations at once from one node."""
-    driver = RealKubeVirt(
+    driver = VirtControllerDriver(
         kubevirt_api,
         kubevirt_version=str(kubevirt_cluster.kubevirt_version),
         namespaces=frozenset({kubevirt_namespace}),
@@ -82,7 +82,7 @@ async def controllers(kubevirt_api: ApiClient) -> AsyncIterator[ControllerApp]:
     await app.stop()
 
 
-async def set_ratio(kubevirt: RealKubeVirt, value: str) -> None:
+async def set_ratio(kubevirt: VirtControllerDriver, value: str) -> None:
     """Harvester's setting, and the KubeVirt CR that Harvester copies it into."""
     await set_overhead_ratio_setting(kubevirt.client, value)
     await kubevirt.set_ratio(value)
@@ -103,7 +103,9 @@ def migrating_keys(quota: Object) -> list[str]:
     ]
 
 
-async def v170_namespace(kv: KubeVirtByHand, kubevirt: RealKubeVirt, name: str = "vm1") -> None:
+async def v170_namespace(
+    kv: KubeVirtByHand, kubevirt: VirtControllerDriver, name: str = "vm1"
+) -> None:
     """The v1.7.0 seed's namespace: Rancher's base 3 CPU / 5000Mi, a quota at it, and a 2-core/4Gi
     VM running in it (89 % of the memory)."""
     await kv.set_rancher_base(V170_LIMIT)
@@ -112,7 +114,7 @@ async def v170_namespace(kv: KubeVirtByHand, kubevirt: RealKubeVirt, name: str =
 
 
 async def v170_mid_migration(
-    kv: KubeVirtByHand, kubevirt: RealKubeVirt, *, name: str = "vm1", grace: int = 120
+    kv: KubeVirtByHand, kubevirt: VirtControllerDriver, *, name: str = "vm1", grace: int = 120
 ) -> str:
     """The v1.7.0 seed's namespace with its VM `name` (launcher pods deleted with `grace`) in a
     migration that the stand-in keeps running; returns the migration's name once it runs."""
@@ -223,7 +225,7 @@ class SpecHistory:
 
 
 async def test_a_migration_refused_by_quota_goes_through_once_the_controller_runs(
-    kubevirt_api: ApiClient, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    kubevirt_api: ApiClient, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """Seed v1.7.0: without the controller virt-controller's target pod is refused (FailedCreate
     on the VMI); once the controller runs it raises hard by the VM's launcher usage, virt-
@@ -255,7 +257,7 @@ def as_quantities(values: dict[str, str]) -> dict[str, Quantity]:
     return {k: Quantity.parse(str(v)) for k, v in values.items()}
 
 
-async def wait_refused(kubevirt: RealKubeVirt, namespace: str, name: str) -> None:
+async def wait_refused(kubevirt: VirtControllerDriver, namespace: str, name: str) -> None:
     """Waits until KubeVirt reported `name`'s target pod refused by quota: its FailedCreate event
     or the VMIM's condition, whichever the test's caches show first. Fails with the record."""
 
@@ -269,18 +271,18 @@ async def wait_refused(kubevirt: RealKubeVirt, namespace: str, name: str) -> Non
         raise AssertionError(f"{name} not refused by quota in {REFUSAL_TIMEOUT:.0f} s: {shown}")
 
 
-def refusals(kubevirt: RealKubeVirt, namespace: str, name: str) -> int:
+def refusals(kubevirt: VirtControllerDriver, namespace: str, name: str) -> int:
     record = kubevirt.records.get(namespace, name)
     return 0 if record is None else record.refusals
 
 
-def started(kubevirt: RealKubeVirt, namespace: str, name: str) -> bool:
+def started(kubevirt: VirtControllerDriver, namespace: str, name: str) -> bool:
     record = kubevirt.records.get(namespace, name)
     return record is not None and record.started is not None
 
 
 async def test_an_isolated_migration_writes_the_quota_exactly_twice(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """Up when the migration appears, down when its source pod has exited: base, raised, base,
     whatever virt-controller's phases and retries in between."""
@@ -299,7 +301,7 @@ async def test_an_isolated_migration_writes_the_quota_exactly_twice(
 
 
 async def test_rancher_reset_mid_migration_is_restored_and_30_cores_never_become_26(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """Rancher's agent resets spec.hard to its annotation while a migration runs: the room is
     put back, and after the migration hard is exactly Rancher's 30 cores (Harvester's bug left
@@ -328,7 +330,7 @@ async def test_rancher_reset_mid_migration_is_restored_and_30_cores_never_become
 
 
 async def test_four_migrations_at_once_in_a_full_namespace_all_complete(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """Seed v1.2.1's shape on KubeVirt 1.6: four 1-core/2Gi VMs fill the quota exactly and all
     four migrate at once; every target pod gets in and hard returns to exactly the base."""
@@ -363,7 +365,7 @@ async def quota_used_by_pods(kv: KubeVirtByHand) -> dict[str, str]:
 
 
 async def test_a_61_character_vm_name_migrates_with_a_valid_hashed_key(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """The longest name KubeVirt can migrate (its label values stop at 63) still makes an
     annotation key over 63 characters: it is hashed to a valid one, and removed afterwards."""
@@ -379,7 +381,7 @@ async def test_a_61_character_vm_name_migrates_with_a_valid_hashed_key(
 
 
 async def test_a_vmi_deleted_mid_migration_leaks_no_room(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """Both launcher pods are deleted with the VMI (a grace period of 0 here, so that the test
     need not wait out the pods' termination, during which they still count and the room stays);
@@ -390,7 +392,7 @@ async def test_a_vmi_deleted_mid_migration_leaks_no_room(
 
 
 async def test_a_vm_restarted_mid_migration_leaks_no_room(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """The VM restarts while migrating: the old VMI and its migration go, a new VMI (new uid)
     starts; nothing of the old migration's room is left. (A grace period of 0, as above.)"""
@@ -423,7 +425,7 @@ async def nothing_used(kv: KubeVirtByHand) -> bool:
 
 
 async def test_after_a_ratio_increase_the_vm_migrates_again_and_again(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """Seed v1.7.0 test 2: the VM started at ratio 1.5 and the ratio went to 4.5; Harvester let the
     first migration through and stuck the second in Pending. Here both complete and the VM ends
@@ -455,7 +457,7 @@ async def test_after_a_ratio_increase_the_vm_migrates_again_and_again(
 
 
 async def test_skip_annotation_returns_the_quota_to_its_base_and_explains_the_block(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """With skipResourceQuotaAutoScaling the quota stays at its base, virt-controller's target
     pod is refused and flagged on the migration, and a Warning event says why and by how much;
@@ -498,7 +500,7 @@ async def rejected_by_quota(kv: KubeVirtByHand, name: str) -> bool:
 
 
 async def test_standalone_base_is_recorded_and_the_quota_returns_to_it(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """No Rancher: the quota's own spec.hard is recorded as its base before the first raise, and
     the quota returns to it, with nothing of ours left but that record."""
@@ -523,7 +525,7 @@ async def test_standalone_base_is_recorded_and_the_quota_returns_to_it(
 
 
 async def test_a_deleted_namespace_quota_during_a_migration_is_not_recreated(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """An administrator deletes the quota while a migration holds room in it: the migration
     completes and the controller does not bring the quota back (it owns rooms, not quotas)."""

@@ -30,7 +30,7 @@ from harvester_quota.testbench.localcluster.cluster import CRDS_FILE, VIRT_CONTR
 from harvester_quota.testbench.localcluster.deploy import webhook_client_flags
 from harvester_quota.testbench.localcluster.process import free_port
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 
 from tests.helpers import eventually, succeed_migration
 from tests.integration import deployment
@@ -243,7 +243,7 @@ async def test_deployed_beside_kubevirts_own_virt_controller(
     tenant = KubeVirtByHand(api, namespace)
     await tenant.set_rancher_base(V170_LIMIT)
     await tenant.create_quota(V170_HARD)
-    kubevirt = RealKubeVirt(
+    kubevirt = VirtControllerDriver(
         api,
         kubevirt_version=str(kubevirt_cluster.kubevirt_version),
         namespaces=frozenset({namespace}),

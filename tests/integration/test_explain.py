@@ -12,7 +12,7 @@ from harvester_quota.explain import explain, render_text
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import VMSpec
-from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 
 from tests.helpers import eventually
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
@@ -27,7 +27,7 @@ V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
 
 
 async def test_a_pending_migration_explained(
-    kubevirt_api: ApiClient, kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    kubevirt_api: ApiClient, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
     """No controller runs: KubeVirt's real virt-controller has its target pod refused and flags
     the migration; explain shows the room the migration needs, hard as it should be and is, and

@@ -14,7 +14,7 @@ from harvester_quota.generic.health import HealthServer
 from harvester_quota.generic.resource import RESOURCE_QUOTAS
 from harvester_quota.testbench.localcluster.process import free_port
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -77,7 +77,9 @@ async def app_and_scraper(
 
 
 async def test_room_and_writes_of_one_migration(
-    app_and_scraper: tuple[ControllerApp, Scraper], kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    app_and_scraper: tuple[ControllerApp, Scraper],
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
 ) -> None:
     """The room is exported while the migration holds it and its series goes with it; two quota
     writes; a refusal is counted only if KubeVirt itself recorded one (on a loaded machine its
@@ -129,7 +131,9 @@ async def test_room_and_writes_of_one_migration(
 
 
 async def test_a_refused_migration_is_counted_once_and_its_blocked_time_observed(
-    app_and_scraper: tuple[ControllerApp, Scraper], kv: KubeVirtByHand, kubevirt: RealKubeVirt
+    app_and_scraper: tuple[ControllerApp, Scraper],
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
 ) -> None:
     """KubeVirt's condition on the VMIM is what counts, not our own bookkeeping: a quota the
     controller may not scale refuses virt-controller's target pod again and again (each retry a

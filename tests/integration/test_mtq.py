@@ -30,7 +30,7 @@ from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,
@@ -226,7 +226,9 @@ async def restored(kv: KubeVirtByHand, original: dict[str, str], name: str = QUO
     return not recorded and FINALIZER not in (budget["metadata"].get("finalizers") or [])
 
 
-async def refused_migration(kv: KubeVirtByHand, kubevirt: RealKubeVirt, vm: str = "vm1") -> str:
+async def refused_migration(
+    kv: KubeVirtByHand, kubevirt: VirtControllerDriver, vm: str = "vm1"
+) -> str:
     """`vm` (2 cores, 4Gi) running, its migration refused by quota at least once."""
     (await kubevirt.create_vm(VMSpec(vm, cores=2, memory="4Gi"), node="kwok-node-0")).check()
     name = await kubevirt.migrate(vm)
@@ -236,7 +238,7 @@ async def refused_migration(kv: KubeVirtByHand, kubevirt: RealKubeVirt, vm: str 
 
 async def test_a_vmmrq_unblocks_a_refused_migration_and_the_quota_comes_back_exactly(
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:
@@ -274,7 +276,7 @@ KEY_KINDS = [
 async def test_every_quota_key_kind_is_raised_and_restored(
     key: str,
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:
@@ -301,7 +303,7 @@ async def test_every_quota_key_kind_is_raised_and_restored(
 
 async def test_a_budget_too_small_is_said_once_and_a_bigger_one_releases(
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:
@@ -332,7 +334,7 @@ async def test_a_budget_too_small_is_said_once_and_a_bigger_one_releases(
 
 async def test_several_migrations_share_one_raise(
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:
@@ -362,7 +364,7 @@ async def test_several_migrations_share_one_raise(
 
 async def test_the_room_mode_leaves_a_namespace_with_a_vmmrq_to_mtq(
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:
@@ -465,7 +467,7 @@ pod) | restore, publish, forget, finalizer, unlock."""
 async def test_killed_at_each_step_ends_with_the_original_quota_and_no_lock(
     killed_after: int,
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:
@@ -489,7 +491,7 @@ async def test_killed_at_each_step_ends_with_the_original_quota_and_no_lock(
 
 async def test_the_room_and_mtq_modes_side_by_side_on_the_v170_seed(
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:
@@ -531,7 +533,7 @@ async def test_the_room_and_mtq_modes_side_by_side_on_the_v170_seed(
 
 async def test_a_leader_change_mid_window_is_finished_by_the_new_leader(
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:
@@ -556,7 +558,7 @@ async def test_a_leader_change_mid_window_is_finished_by_the_new_leader(
 
 async def test_squatters_racing_every_window_never_take_the_raise(
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
     webhook: WebhookServer,
     controllers: Controllers,
 ) -> None:

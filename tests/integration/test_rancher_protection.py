@@ -20,9 +20,9 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, NAMESPACES
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import VMSpec
-from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.testbench.sim.rancher import Project, RancherQuotaSync
 from harvester_quota.testbench.sim.rancher.protection import RancherProtection
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
@@ -69,7 +69,10 @@ async def annotations(api: ApiClient, namespace: str) -> dict[str, str]:
 
 
 async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_given_back(
-    kubevirt_api: ApiClient, kv: KubeVirtByHand, kubevirt: RealKubeVirt, protected_rancher: Project
+    kubevirt_api: ApiClient,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    protected_rancher: Project,
 ) -> None:
     """KubeVirt's real virt-controller migrates a VM in a namespace whose quota only Rancher may
     write: our raise goes through Rancher's annotation, and comes back as its exact text."""

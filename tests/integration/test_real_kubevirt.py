@@ -1,4 +1,4 @@
-"""`RealKubeVirt` and the virt-handler stand-in against KubeVirt's own virt-controller.
+"""`VirtControllerDriver` and the virt-handler stand-in against KubeVirt's own virt-controller.
 
 Every migration here is walked, throttled, refused and retried by the real virt-controller; the
 stand-in does only the node side. Each test has its own namespace on the session's virt-controller
@@ -20,7 +20,7 @@ from harvester_quota.generic.resource import NODES, PODS, RESOURCE_QUOTAS
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import SELINUX_NONE, HandlerTimings
-from harvester_quota.testbench.sim.kubevirt.real import DRAIN_TAINT_KEY, RealKubeVirt
+from harvester_quota.testbench.virtcontroller import DRAIN_TAINT_KEY, VirtControllerDriver
 
 from tests.helpers import eventually
 
@@ -37,8 +37,8 @@ def real_ns(kubevirt_namespace: str) -> str:
 @pytest.fixture
 async def real(
     kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, real_ns: str
-) -> AsyncIterator[RealKubeVirt]:
-    driver = RealKubeVirt(
+) -> AsyncIterator[VirtControllerDriver]:
+    driver = VirtControllerDriver(
         kubevirt_api,
         kubevirt_version=str(kubevirt_cluster.kubevirt_version),
         namespaces=frozenset({real_ns}),
@@ -49,7 +49,7 @@ async def real(
         yield driver
 
 
-async def test_a_vm_runs_on_the_node_it_prefers(real: RealKubeVirt, real_ns: str) -> None:
+async def test_a_vm_runs_on_the_node_it_prefers(real: VirtControllerDriver, real_ns: str) -> None:
     started = await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi"), node="kwok-node-1")
     assert started.started, started.refusal
     assert started.node == "kwok-node-1"
@@ -62,7 +62,7 @@ async def test_a_vm_runs_on_the_node_it_prefers(real: RealKubeVirt, real_ns: str
 
 
 async def test_a_migration_succeeds_and_the_source_launcher_exits(
-    real: RealKubeVirt, real_ns: str
+    real: VirtControllerDriver, real_ns: str
 ) -> None:
     started = await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi"), node="kwok-node-0")
     name = await real.migrate("vm1")
@@ -84,7 +84,7 @@ async def test_a_migration_succeeds_and_the_source_launcher_exits(
 
 
 async def test_a_refused_target_pod_is_counted_and_retried_when_the_quota_grows(
-    real: RealKubeVirt, real_ns: str
+    real: VirtControllerDriver, real_ns: str
 ) -> None:
     """virt-controller's own retry on a quota update lets the migration through."""
     await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi"))
@@ -106,13 +106,13 @@ async def test_a_refused_target_pod_is_counted_and_retried_when_the_quota_grows(
     assert record.blocked_seconds is not None and record.blocked_seconds > 0
 
 
-def _refusals(real: RealKubeVirt, namespace: str, name: str) -> int:
+def _refusals(real: VirtControllerDriver, namespace: str, name: str) -> int:
     record = real.records.get(namespace, name)
     return 0 if record is None else record.refusals
 
 
 async def test_an_aborted_migration_ends_aborted_and_its_target_exits(
-    real: RealKubeVirt, real_ns: str
+    real: VirtControllerDriver, real_ns: str
 ) -> None:
     await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi", migration_duration=120))
     name = await real.migrate("vm1")
@@ -131,13 +131,13 @@ async def test_an_aborted_migration_ends_aborted_and_its_target_exits(
     await eventually(target_exited, what="the aborted migration's target launcher gone")
 
 
-def _started(real: RealKubeVirt, namespace: str, name: str) -> bool:
+def _started(real: VirtControllerDriver, namespace: str, name: str) -> bool:
     record = real.records.get(namespace, name)
     return record is not None and record.started is not None
 
 
 async def test_a_failed_migration_leaves_the_vm_where_it_was(
-    real: RealKubeVirt, real_ns: str
+    real: VirtControllerDriver, real_ns: str
 ) -> None:
     started = await real.create_vm(VMSpec("vm1", cores=1, memory="1Gi"))
     real.fail_next_migration("vm1")
@@ -149,7 +149,7 @@ async def test_a_failed_migration_leaves_the_vm_where_it_was(
 
 
 async def test_a_drain_evacuates_through_kubevirts_evacuation_controller(
-    real: RealKubeVirt, real_ns: str
+    real: VirtControllerDriver, real_ns: str
 ) -> None:
     for name in ("vm1", "vm2", "vm3"):
         started = await real.create_vm(VMSpec(name, cores=1, memory="1Gi"), node="kwok-node-0")
@@ -176,7 +176,7 @@ async def test_a_drain_evacuates_through_kubevirts_evacuation_controller(
 
 
 async def test_a_vmi_named_longer_than_a_label_cannot_be_migrated(
-    real: RealKubeVirt, real_ns: str
+    real: VirtControllerDriver, real_ns: str
 ) -> None:
     """As on a real cluster (virt-api labels the migration with the VMI's name): refused."""
     long_name = "a-very-long-name-exceeds-the-63-length-and-it-reports-error-in-old-version"

@@ -28,8 +28,8 @@ from harvester_quota.testbench.sim.kubevirt import (
     set_overhead_ratio_setting,
 )
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
-from harvester_quota.testbench.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.testbench.strategy.harvester import HarvesterStrategy
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.annotations import (
     ANNOTATION_MIGRATING_COMPENSATION,
     migrating_uid_annotation_key,
@@ -66,11 +66,11 @@ def real_kv(kubevirt_api: ApiClient, kubevirt_namespace: str) -> KubeVirtByHand:
 @pytest.fixture
 async def real_kubevirt(
     kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str
-) -> AsyncIterator[RealKubeVirt]:
+) -> AsyncIterator[VirtControllerDriver]:
     """KubeVirt v1.6's virt-controller for the test's namespace, at Harvester's ratio 1.5 (in
     Harvester's setting and, as Harvester copies it, in the KubeVirt CR); the CR's configuration
     is restored afterwards."""
-    driver = RealKubeVirt(
+    driver = VirtControllerDriver(
         kubevirt_api,
         kubevirt_version=str(kubevirt_cluster.kubevirt_version),
         namespaces=frozenset({kubevirt_namespace}),
@@ -82,7 +82,7 @@ async def real_kubevirt(
     await set_overhead_ratio_setting(kubevirt_api, "1.5")
 
 
-async def set_ratio(kubevirt: RealKubeVirt, value: str) -> None:
+async def set_ratio(kubevirt: VirtControllerDriver, value: str) -> None:
     """What a user does in Harvester's UI, and what Harvester's setting controller then does."""
     await set_overhead_ratio_setting(kubevirt.client, value)
     await kubevirt.set_ratio(value)
@@ -147,7 +147,7 @@ async def hard_is(kv: KubeVirtByHand, expected: dict[str, str | int], name: str)
 
 
 async def test_v170_migration_at_ratio_15_raises_hard_by_the_compute_share_only(
-    real_kv: KubeVirtByHand, real_kubevirt: RealKubeVirt
+    real_kv: KubeVirtByHand, real_kubevirt: VirtControllerDriver
 ) -> None:
     """Seed v1.7.0, test 1, on KubeVirt v1.6's virt-controller: a 2-core/4Gi VM uses 2015m/4797464313 of
     3/5000Mi. During its migration Harvester raises hard to 5 / 5000Mi + 4737464313 = 9980344313:
@@ -204,7 +204,7 @@ async def test_v170_migration_at_ratio_15_raises_hard_by_the_compute_share_only(
 
 
 async def test_v170_ratio_raised_second_migration_is_refused_then_compensated(
-    real_kv: KubeVirtByHand, real_kubevirt: RealKubeVirt
+    real_kv: KubeVirtByHand, real_kubevirt: VirtControllerDriver
 ) -> None:
     """Seed v1.7.0, test 2, on Harvester v1.9: after the ratio goes to 4.5 the first migration
     fits in the spare room and leaves the VM at 5682461313 of 5000Mi; the second one's target pod

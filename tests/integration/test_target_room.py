@@ -25,7 +25,7 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.testbench.sim.kubevirt.real import EXCEEDED_QUOTA, RealKubeVirt
+from harvester_quota.testbench.virtcontroller import EXCEEDED_QUOTA, VirtControllerDriver
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry
 
@@ -131,7 +131,7 @@ async def test_a_target_pod_created_before_the_raise_waits_for_it_and_is_never_r
     webhook: WebhookServer,
     deployed_controllers: ControllerApp,
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
 ) -> None:
     """The worst case of the race, made certain: the controllers start only once virt-controller's
     target pod is waiting in our webhook. Without the wait quota admission refuses it at once
@@ -154,7 +154,7 @@ async def test_migrations_on_a_loaded_machine_are_never_refused(
     webhook: WebhookServer,
     deployed_controllers: ControllerApp,
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
 ) -> None:
     """Two CPU burners beside the cluster: three migrations of the v1.7.0 seed's VM one after
     another (the quota raised and given back each time). KubeVirt reports no refusal."""
@@ -176,7 +176,7 @@ async def test_four_migrations_at_once_on_a_loaded_machine_are_never_refused(
     webhook: WebhookServer,
     deployed_controllers: ControllerApp,
     kv: KubeVirtByHand,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
 ) -> None:
     """Two CPU burners beside the cluster: the v1.2.1 seed's shape, four VMs filling their quota
     exactly, all four migrating at once. KubeVirt reports no refusal."""
@@ -197,7 +197,7 @@ async def test_four_migrations_at_once_on_a_loaded_machine_are_never_refused(
 
 
 async def assert_never_refused(
-    kubevirt: RealKubeVirt, kv: KubeVirtByHand, watch: RejectionWatch, names: list[str]
+    kubevirt: VirtControllerDriver, kv: KubeVirtByHand, watch: RejectionWatch, names: list[str]
 ) -> None:
     """No quota refusal KubeVirt reported: no "exceeded quota" FailedCreate event in the
     namespace (listed now, and as the driver's records counted them per migration), and no

@@ -43,11 +43,11 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, PODS, Object, Resource
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
-from harvester_quota.testbench.sim.kubevirt.real import (
+from harvester_quota.testbench.virtcontroller import (
     EXCEEDED_QUOTA,
     KUBEVIRT_NAME,
     KUBEVIRT_NAMESPACE,
-    RealKubeVirt,
+    VirtControllerDriver,
 )
 from harvester_quota.util import resources
 from harvester_quota.util.podusage import pod_quota_usage
@@ -122,7 +122,7 @@ class Stack:
     tenant: Tenant
     controllers: ControllerApp
     webhook: WebhookServer
-    kubevirt: RealKubeVirt
+    kubevirt: VirtControllerDriver
 
     @property
     def api(self) -> ApiClient:
@@ -179,7 +179,7 @@ async def stack(
     the_tenant: Tenant,
     controllers: ControllerApp,
     webhook: WebhookServer,
-    kubevirt: RealKubeVirt,
+    kubevirt: VirtControllerDriver,
 ) -> Stack:
     """The product as deployed around the tenant, the shipped admission policies in force."""
     await policies_in_force(the_tenant)

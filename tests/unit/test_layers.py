@@ -37,11 +37,12 @@ BENCH_LAYERS: dict[str, int] = {
     f"{BENCH}.localcluster": 11,
     f"{BENCH}.sim": 12,
     f"{BENCH}.strategy": 12,
-    f"{BENCH}.scenario": 13,
-    f"{BENCH}.scale": 13,
-    f"{BENCH}.demo": 14,
-    f"{BENCH}.cli": 15,
-    f"{BENCH}.__main__": 16,
+    f"{BENCH}.virtcontroller": 13,
+    f"{BENCH}.scenario": 14,
+    f"{BENCH}.scale": 14,
+    f"{BENCH}.demo": 15,
+    f"{BENCH}.cli": 16,
+    f"{BENCH}.__main__": 17,
 }
 """The test bench's sub-packages -> layer: every one above the whole product, so the bench may
 use the product and the product never the bench."""

@@ -17,7 +17,7 @@
 Latency is measured from the moment a migration's create request returned (the VMIM exists) to
 the moment the run's own quota watch saw that VM's room on the quota (watch delay included); how
 long the create requests themselves took is reported apart. Refusals are KubeVirt's:
-``FailedCreate`` events on the VMI while the migration waits (`RealKubeVirt.records`).
+``FailedCreate`` events on the VMI while the migration waits (`VirtControllerDriver.records`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from ..localcluster.deploy import KINDS
 from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
-from ..sim.kubevirt.real import RealKubeVirt
+from ..virtcontroller import VirtControllerDriver
 from .observe import ProcessSample, QuotaWatch
 from .plan import ScalePlan, Step
 from .product import NO_PROCESS_ARGS, ProcessArgs, Product
@@ -143,7 +143,7 @@ class ScaleRun:
         self.bases: dict[str, ResourceList] = {}
         self.report = ScaleReport(plan)
         in_run = frozenset(self.namespaces)
-        self.kubevirt = RealKubeVirt(
+        self.kubevirt = VirtControllerDriver(
             api,
             kubevirt_version=cluster.kubevirt_version,
             namespaces=in_run,

@@ -40,12 +40,12 @@ from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
 from ..sim.kubevirt.phases import MigrationTimings
-from ..sim.kubevirt.real import RealKubeVirt
 from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..sim.kubevirt.simulator import KubeVirtSimulator
 from ..sim.rancher.derive import Project
 from ..sim.rancher.protection import RancherProtection
 from ..sim.rancher.simulator import RancherQuotaSync
+from ..virtcontroller import VirtControllerDriver
 from .schema import Scenario, Step
 from .strategies import HarvesterStrategy, OurStrategy
 
@@ -130,7 +130,7 @@ class ScenarioRun:
             scenario, strategy, self.run_id, self.namespaces, started=time.monotonic()
         )
         self.bases: dict[str, ResourceList] = {}
-        self.kubevirt: KubeVirtSimulator | RealKubeVirt | None = None
+        self.kubevirt: KubeVirtSimulator | VirtControllerDriver | None = None
         self.rancher: RancherQuotaSync | None = None
         self.protection: RancherProtection | None = None
         self.strategy: OurStrategy | HarvesterStrategy | None = None
@@ -174,14 +174,14 @@ class ScenarioRun:
         self._sampler = asyncio.ensure_future(self._sample_loop())
         await self._create_vms()
 
-    def _new_kubevirt(self) -> KubeVirtSimulator | RealKubeVirt:
+    def _new_kubevirt(self) -> KubeVirtSimulator | VirtControllerDriver:
         """KubeVirt's real virt-controller when the cluster runs it (of the scenario's version),
         else the simulator; see `uses_real_kubevirt`."""
         limits = ParallelLimits(self.scenario.parallel_cluster, self.scenario.parallel_per_node)
         namespaces = frozenset(self.namespaces.values())
         if uses_real_kubevirt(self.scenario, self.cluster):
             assert self.cluster is not None and self.cluster.kubevirt_version is not None
-            return RealKubeVirt(
+            return VirtControllerDriver(
                 self.api,
                 kubevirt_version=self.cluster.kubevirt_version,
                 namespaces=namespaces,
@@ -330,7 +330,7 @@ class ScenarioRun:
         kubevirt = self._sim()
         return lambda: kubevirt.create_vm(spec, namespace, node=node)
 
-    def _sim(self) -> KubeVirtSimulator | RealKubeVirt:
+    def _sim(self) -> KubeVirtSimulator | VirtControllerDriver:
         if self.kubevirt is None:
             raise RuntimeError("KubeVirt is not running")
         return self.kubevirt
@@ -379,7 +379,7 @@ class ScenarioRun:
 
         deadline = time.monotonic() + timeout
         while await records.wait_for(finished, max(0.0, deadline - time.monotonic())):
-            if not isinstance(kubevirt, RealKubeVirt) or not await kubevirt.evacuating():
+            if not isinstance(kubevirt, VirtControllerDriver) or not await kubevirt.evacuating():
                 return
             if time.monotonic() >= deadline:
                 break
@@ -621,7 +621,7 @@ class ScenarioRun:
             await self.api.create(SETTINGS, setting)
         else:
             await self.api.update(SETTINGS, {**current, "value": setting["value"]})
-        if isinstance(self.kubevirt, RealKubeVirt):
+        if isinstance(self.kubevirt, VirtControllerDriver):
             # Harvester's setting controller copies the setting into the KubeVirt CR.
             ratio = value if value is not None else "0"
             await self.kubevirt.set_ratio(kubevirt_ratio_from_harvester_setting(ratio))

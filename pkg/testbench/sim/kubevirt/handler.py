@@ -38,6 +38,7 @@ from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.clock import REAL_CLOCK, Clock
 from ....generic.informer import ResourceEventHandler, SharedInformerFactory
+from ....generic.reconcileloop import run_reconcile_loop
 from ....generic.resource import PODS, Object, key_of
 from ....generic.store import Tombstone
 from ....generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
@@ -147,7 +148,14 @@ class VirtHandler:
             raise TimeoutError(
                 f"the virt-handler stand-in's caches did not sync in {sync_timeout}s"
             )
-        self._tasks = [asyncio.ensure_future(self._worker()) for _ in range(self._workers)]
+        self._tasks = [
+            asyncio.ensure_future(
+                run_reconcile_loop(
+                    self.queue, self.reconcile, name="virt-handler stand-in", log=log
+                )
+            )
+            for _ in range(self._workers)
+        ]
 
     async def stop(self) -> None:
         self.queue.shut_down()
@@ -217,28 +225,6 @@ class VirtHandler:
             )
 
     # Workers ------------------------------------------------------------------------------------
-
-    async def _worker(self) -> None:
-        while True:
-            key, shutdown = await self.queue.get()
-            if shutdown or key is None:
-                return
-            try:
-                delay = await self.reconcile(key)
-            except asyncio.CancelledError:
-                raise
-            except errors.ApiError as error:
-                log.info("virt-handler stand-in: retrying VMI %s: %s", key, error)
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("virt-handler stand-in: VMI %s failed, retrying", key)
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-                if delay is not None:
-                    self.queue.add_after(key, delay)
-            finally:
-                self.queue.done(key)
 
     async def reconcile(self, key: str) -> float | None:
         """One look at one VMI; returns when to look again (None: on its next change)."""

@@ -38,6 +38,7 @@ from ....generic.client import ApiClient
 from ....generic.clock import Clock
 from ....generic.events import NORMAL, WARNING, EventRecorder
 from ....generic.informer import ResourceEventHandler
+from ....generic.reconcileloop import run_reconcile_loop
 from ....generic.resource import PODS, Object, key_of
 from ....generic.store import Tombstone
 from ....generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
@@ -256,7 +257,17 @@ class MigrationController:
 
     def start(self) -> None:
         for _ in range(self._config.workers):
-            self._tasks.append(asyncio.ensure_future(self._worker()))
+            self._tasks.append(
+                asyncio.ensure_future(
+                    run_reconcile_loop(
+                        self.queue,
+                        self.reconcile,
+                        name="simulated migration controller",
+                        log=log,
+                        expected=(Requeue, errors.ApiError),
+                    )
+                )
+            )
 
     async def stop(self) -> None:
         self.queue.shut_down()
@@ -264,28 +275,6 @@ class MigrationController:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-
-    async def _worker(self) -> None:
-        while True:
-            key, shutdown = await self.queue.get()
-            if shutdown or key is None:
-                return
-            try:
-                delay = await self.reconcile(key)
-            except asyncio.CancelledError:
-                raise
-            except (Requeue, errors.ApiError) as error:
-                log.info("reenqueuing Migration %s: %s", key, error)
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("reconciling Migration %s failed, reenqueuing", key)
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-                if delay is not None:
-                    self.queue.add_after(key, delay)
-            finally:
-                self.queue.done(key)
 
     # Reconcile --------------------------------------------------------------------------------
 

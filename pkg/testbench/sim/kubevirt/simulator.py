@@ -37,6 +37,7 @@ from ....util.kubevirtversion import KubeVirtVersion
 from ....util.launcher import LauncherSettings
 from ....util.overhead import HARVESTER_RATIO_DEFAULT, kubevirt_ratio_from_harvester_setting
 from .config import KubeVirtConfig, VMStart
+from .driver import KubeVirtDriver
 from .migration import FINAL_VMI_PHASES, MigrationController
 from .objects import (
     API_VERSION,
@@ -59,7 +60,6 @@ from .objects import (
     vm_resources,
 )
 from .phases import FINAL, Phase
-from .record import MigrationLog, MigrationRecord
 from .view import ClusterView
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def pod_grace_seconds(pod: Object) -> int:
     return DEFAULT_POD_GRACE_SECONDS if grace is None else int(grace)
 
 
-class KubeVirtSimulator:
+class KubeVirtSimulator(KubeVirtDriver):
     """Simulated virt-controller for one namespace (`namespace`) or the whole cluster (None)."""
 
     def __init__(
@@ -89,11 +89,10 @@ class KubeVirtSimulator:
         config: KubeVirtConfig | None = None,
         clock: Clock = REAL_CLOCK,
     ) -> None:
+        super().__init__(clock)
         self.client = client
         self.namespace = namespace
         self.config = config or KubeVirtConfig()
-        self.clock = clock
-        self.records = MigrationLog(clock)
         self.view = ClusterView(client, namespace=namespace, clock=clock)
         self._events = (
             EventRecorder(client, "virt-controller", clock=clock)
@@ -110,7 +109,6 @@ class KubeVirtSimulator:
             migration_duration=self._migration_duration,
             events=self._events,
         )
-        self._specs: dict[str, VMSpec] = {}
         self._last_ratio: str | None = HARVESTER_RATIO_DEFAULT
         self._round_robin = itertools.count()
         self._running = False
@@ -140,13 +138,6 @@ class KubeVirtSimulator:
         if self._events is not None:
             await self._events.close()
         await self.view.stop()
-
-    async def __aenter__(self) -> KubeVirtSimulator:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def _release_finalizers(self) -> None:
         for migration in self.view.all_migrations():
@@ -191,12 +182,8 @@ class KubeVirtSimulator:
         self._last_ratio = ratio
         return ratio
 
-    def _migration_duration(self, namespace: str, vmi_name: str) -> float | None:
-        spec = self._specs.get(f"{namespace}/{vmi_name}")
-        return None if spec is None else spec.migration_duration
-
     def _launcher_version(self, namespace: str, name: str) -> KubeVirtVersion:
-        spec = self._specs.get(f"{namespace}/{name}")
+        spec = self._spec(namespace, name)
         if spec is not None and spec.kubevirt_version:
             return parse_version(spec.kubevirt_version)
         return self.config.version
@@ -225,7 +212,7 @@ class KubeVirtSimulator:
         vm = await self.client.create(
             VIRTUAL_MACHINES, render_vm(spec, ns, resources, running=running), ns
         )
-        self._specs[f"{ns}/{spec.name}"] = spec
+        self._remember(ns, spec)
         if not running:
             await self._vm_status(ns, spec.name, printable="Stopped", ready=False, created=False)
             return VMStart(ns, spec.name, "", None, None)
@@ -572,22 +559,6 @@ class KubeVirtSimulator:
 
     async def uncordon(self, node: str) -> None:
         await self.client.patch(NODES, node, {"spec": {"unschedulable": None}})
-
-    async def wait_migration(
-        self, name: str, namespace: str | None = None, *, timeout: float | None = 60.0
-    ) -> MigrationRecord:
-        """Waits until the migration has an outcome; TimeoutError after `timeout` clock seconds."""
-        ns = self._ns(namespace)
-
-        def done() -> bool:
-            record = self.records.get(ns, name)
-            return record is not None and record.done
-
-        if not await self.records.wait_for(done, timeout):
-            raise TimeoutError(f"migration {ns}/{name} did not finish within {timeout}s")
-        record = self.records.get(ns, name)
-        assert record is not None
-        return record
 
 
 async def set_overhead_ratio_setting(client: ApiClient, value: str) -> Object:

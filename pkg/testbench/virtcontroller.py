@@ -1,13 +1,14 @@
-"""Driving KubeVirt's real virt-controller: VMs, migrations and drains, and what happened to each.
+"""The driver of KubeVirt's real virt-controller: VMs, migrations and drains, and what happened to
+each.
 
-`RealKubeVirt` offers what `KubeVirtSimulator` offers (create, start, stop and restart VMs, migrate,
-abort, drain, wait, `records`) on a cluster whose ``cluster up --virt-controller`` runs KubeVirt's
-own virt-controller. Nothing of virt-controller is played here: VMs become VMIs through its VM
+`VirtControllerDriver` offers what `KubeVirtSimulator` offers (both are `KubeVirtDriver`s: create,
+start, stop and restart VMs, migrate, abort, drain, wait, `records`) on a cluster whose
+``cluster up --virt-controller`` runs KubeVirt's own virt-controller. Nothing of virt-controller is played here: VMs become VMIs through its VM
 controller, launcher and target pods are rendered and created by it, migrations are walked,
 throttled, refused and retried by it, evacuations are started by its evacuation controller. What
 is not virt-controller is done by others:
 
-- the node side by `handler.VirtHandler` (VMI Running, each migration step, launchers exiting);
+- the node side by `sim.kubevirt.handler.VirtHandler` (VMI Running, each migration step, launchers exiting);
 - virt-api's defaulting of VMIs (CPU model) by `create_vm`, its migration finalizer by the
   handler;
 - Harvester's copy of its overhead-ratio setting into the KubeVirt CR by `set_ratio`;
@@ -29,23 +30,24 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ....apis.kubevirt import (
+from ..apis.kubevirt import (
     KUBEVIRTS,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
     VIRTUAL_MACHINES,
 )
-from ....generic import errors
-from ....generic.client import ApiClient
-from ....generic.clock import REAL_CLOCK, Clock
-from ....generic.informer import ResourceEventHandler, SharedInformerFactory
-from ....generic.resource import EVENTS, NODES, PODS, Object
-from ....generic.store import Tombstone
-from ....util.kubevirtversion import parse_kubevirt_version
-from .config import VMStart
-from .handler import HandlerTimings, VirtHandler
-from .limits import ParallelLimits
-from .objects import (
+from ..generic import errors
+from ..generic.client import ApiClient
+from ..generic.clock import REAL_CLOCK, Clock
+from ..generic.informer import ResourceEventHandler, SharedInformerFactory
+from ..generic.resource import EVENTS, NODES, PODS, Object
+from ..generic.store import Tombstone
+from ..util.kubevirtversion import parse_kubevirt_version
+from .sim.kubevirt.config import VMStart
+from .sim.kubevirt.driver import KubeVirtDriver
+from .sim.kubevirt.handler import HandlerTimings, VirtHandler
+from .sim.kubevirt.limits import ParallelLimits
+from .sim.kubevirt.objects import (
     ANNOTATION_EVACUATION,
     HOSTNAME_LABEL,
     LABEL_APP,
@@ -60,8 +62,8 @@ from .objects import (
     status,
     vm_resources,
 )
-from .phases import FINAL, RUNNING_PHASES, Phase
-from .record import MigrationLog, MigrationRecord, Moment, Outcome
+from .sim.kubevirt.phases import FINAL, RUNNING_PHASES, Phase
+from .sim.kubevirt.record import MigrationRecord, Moment, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ START_TIMEOUT: Final = 60.0
 POLL: Final = 0.1
 
 
-class RealKubeVirt:
+class VirtControllerDriver(KubeVirtDriver):
     """The real virt-controller plus the stand-ins, for the VMs of `namespaces` (None: all).
 
     `start` configures the KubeVirt CR (parallel limits; the original configuration is restored by
@@ -94,13 +96,11 @@ class RealKubeVirt:
         handler_workers: int = 4,
         clock: Clock = REAL_CLOCK,
     ) -> None:
+        super().__init__(clock)
         self.client = client
         self.kubevirt_version = kubevirt_version
         self.namespaces = namespaces
         self.limits = limits
-        self.clock = clock
-        self.records = MigrationLog(clock)
-        self._specs: dict[str, VMSpec] = {}
         self.handler = VirtHandler(
             client,
             timings=timings,
@@ -139,19 +139,8 @@ class RealKubeVirt:
             with contextlib.suppress(errors.ApiError):
                 await self._patch_configuration(self._original_configuration, replace=True)
 
-    async def __aenter__(self) -> RealKubeVirt:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
     def _in_scope(self, obj: Object) -> bool:
         return self.namespaces is None or meta(obj).get("namespace") in self.namespaces
-
-    def _migration_duration(self, namespace: str, vmi_name: str) -> float | None:
-        spec = self._specs.get(f"{namespace}/{vmi_name}")
-        return None if spec is None else spec.migration_duration
 
     # The KubeVirt CR ----------------------------------------------------------------------------
 
@@ -222,7 +211,7 @@ class RealKubeVirt:
         vmi_spec["domain"]["cpu"]["model"] = "host-model"  # virt-api's defaulting
         if node is not None:
             vmi_spec["affinity"] = _preferred_node(node)
-        self._specs[f"{ns}/{spec.name}"] = spec
+        self._remember(ns, spec)
         await self.client.create(VIRTUAL_MACHINES, vm, ns)
         if not running or not wait:
             return VMStart(ns, spec.name, "", None, None)
@@ -400,22 +389,6 @@ class RealKubeVirt:
             and status(v).get("phase") == "Running"
             and (v.get("spec") or {}).get("evictionStrategy") == "LiveMigrate"
         ]
-
-    async def wait_migration(
-        self, name: str, namespace: str | None = None, *, timeout: float | None = 60.0
-    ) -> MigrationRecord:
-        """Waits until the migration has an outcome; TimeoutError after `timeout` seconds."""
-        ns = self._ns(namespace)
-
-        def done() -> bool:
-            record = self.records.get(ns, name)
-            return record is not None and record.done
-
-        if not await self.records.wait_for(done, timeout):
-            raise TimeoutError(f"migration {ns}/{name} did not finish within {timeout}s")
-        record = self.records.get(ns, name)
-        assert record is not None
-        return record
 
     # Watching -----------------------------------------------------------------------------------
 

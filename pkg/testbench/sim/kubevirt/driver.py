@@ -1,0 +1,78 @@
+"""What every KubeVirt the test bench drives has in common: the simulator's and the real one's.
+
+`KubeVirtSimulator` (simulator.py) plays virt-controller itself; `VirtControllerDriver`
+(testbench/virtcontroller.py) drives KubeVirt's real virt-controller. Scenarios, the scale run and
+the tests use either through the same calls; this base holds the parts that do not depend on which:
+the VM specs by key (for migration durations), the migration log built by watching, waiting for a
+migration's outcome, and the async context that starts and stops the driver.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Self
+
+from ....generic.clock import Clock
+from .objects import VMSpec
+from .record import MigrationLog, MigrationRecord
+
+
+class KubeVirtDriver(ABC):
+    """Starts, stops and waits on a KubeVirt. One event loop; not thread-safe.
+
+    Subclasses implement `start`, `stop` and `_ns`, and record every VM they create with
+    `_remember` so that migrations take the VM's own duration.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.records = MigrationLog(clock)
+        """Every migration seen, with its moments, as observed (never as told)."""
+        self._specs: dict[str, VMSpec] = {}
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Starts watching (and, for the simulator, reconciling); returns once caches synced."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Stops everything `start` started and undoes what the driver changed on the cluster."""
+
+    @abstractmethod
+    def _ns(self, namespace: str | None) -> str:
+        """The namespace a call means: the one given, else the driver's own; ValueError if
+        neither says."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _remember(self, namespace: str, spec: VMSpec) -> None:
+        self._specs[f"{namespace}/{spec.name}"] = spec
+
+    def _spec(self, namespace: str, name: str) -> VMSpec | None:
+        return self._specs.get(f"{namespace}/{name}")
+
+    def _migration_duration(self, namespace: str, vmi_name: str) -> float | None:
+        """The VM's own migration duration, if its spec set one (None: the default timings)."""
+        spec = self._spec(namespace, vmi_name)
+        return None if spec is None else spec.migration_duration
+
+    async def wait_migration(
+        self, name: str, namespace: str | None = None, *, timeout: float | None = 60.0
+    ) -> MigrationRecord:
+        """Waits until the migration has an outcome; TimeoutError after `timeout` clock seconds."""
+        ns = self._ns(namespace)
+
+        def done() -> bool:
+            record = self.records.get(ns, name)
+            return record is not None and record.done
+
+        if not await self.records.wait_for(done, timeout):
+            raise TimeoutError(f"migration {ns}/{name} did not finish within {timeout}s")
+        record = self.records.get(ns, name)
+        assert record is not None
+        return record
