@@ -56,7 +56,7 @@ test: $(STAMP) cluster-bin lint typecheck
 bench: $(STAMP) cluster-bin
 	$(BIN)/python -m bench
 
-# The scale run on its own cluster (README "Scale"): SIZE=small (default), full, or tiny.
+# The scale run on its own cluster (bench/SCALE.md): SIZE=small (default), full, or tiny.
 SIZE ?= small
 scale: $(STAMP) cluster-bin
 	$(BENCH) scale --size $(SIZE) --report reports/scale/$(SIZE) $(SCALE_ARGS)

@@ -215,8 +215,8 @@ def _add_webhook_endpoint_flags(hook: argparse.ArgumentParser) -> None:
     hook.add_argument(
         "--client-ca-file",
         help="require a client certificate signed by this CA (PEM, reloaded on change) on "
-        '/validate/*: the one the API server presents to webhooks (README "Deploying"); '
-        "/healthz and /readyz stay open to probes without one",
+        "/validate/*: the one the API server presents to webhooks (docs/operations.md, "
+        '"Client authentication"); /healthz and /readyz stay open to probes without one',
     )
     hook.add_argument(
         "--client-name",

@@ -116,7 +116,8 @@ class ClientAuth:
     """Who may ask for admissions: a client whose TLS handshake presented a certificate that
     verified against `ca_file` (ReloadingTLS.verify_clients), with a subject common name among
     `names` when names are given. The API server presents one when its AdmissionConfiguration
-    gives it a kubeconfig user for the webhook (README "Deploying"); no tenant pod has its key.
+    gives it a kubeconfig user for the webhook (docs/operations.md, "Client authentication"); no
+    tenant pod has its key.
     /healthz and /readyz stay open to clients without a certificate (kubelet's probes)."""
 
     ca_file: Path

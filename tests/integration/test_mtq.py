@@ -497,7 +497,7 @@ async def test_the_room_and_mtq_modes_side_by_side_on_the_v170_seed(
 ) -> None:
     """One namespace, the v1.7.0 seed's quota and VM, migrated twice with the controllers running:
     first in the room mode (Rancher's labelled quota, no VMMRQ), then in MTQ mode (a VMMRQ of
-    the launcher's usage). Both complete and end at the base; the table is printed for the README."""
+    the launcher's usage). Both complete and end at the base; the table is printed for bench/SCENARIOS.md."""
     await kv.set_rancher_base(V170_LIMIT)
     await kv.create_quota(V170_HARD)
     (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()

@@ -665,7 +665,8 @@ class LocalCluster:
         """The API server's credentials for calling admission webhooks: a client certificate
         from a CA of its own (pki/webhook-client-ca.crt, which webhooks trust), in a kubeconfig
         whose user "*" matches every webhook host, named by the AdmissionConfiguration that
-        --admission-control-config-file loads (README "Deploying" shows the same files)."""
+        --admission-control-config-file loads (docs/operations.md, "Client authentication", shows
+        the same files)."""
         ca, client = webhook_client_pki()
         ca.write(self.pki_dir / "webhook-client-ca.crt", self.pki_dir / "webhook-client-ca.key")
         kubeconfig = self.pki_dir / "webhook-client.kubeconfig"

@@ -18,8 +18,8 @@ counts: a pod that would fit may be denied for up to `ttl` seconds after a burst
 migration's window.
 
 One process's memory only: reservations.py shares the same reservation between webhook replicas
-through the API server and falls back to this ledger when it cannot (README, "Pods while room is
-held").
+through the API server and falls back to this ledger when it cannot (docs/design.md, "Pods while
+room is held").
 """
 
 from __future__ import annotations
