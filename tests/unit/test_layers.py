@@ -14,6 +14,8 @@ import ast
 import re
 from pathlib import Path
 
+from .docscheck import missing
+
 PKG = Path(__file__).resolve().parents[2] / "pkg"
 IMPORT_NAME = "harvester_quota"
 
@@ -300,40 +302,6 @@ def _function_twins(text: str | None = None) -> list[tuple[str, str | None]]:
     ]
 
 
-def _defines(source: Path, dotted: str) -> bool:
-    """Whether `dotted` (`name` or `Class.member`) is a function, class or assigned name of
-    `source`, a member looked up in its class's body."""
-    body: list[ast.stmt] = ast.parse(source.read_text(), str(source)).body
-    for part in dotted.split("."):
-        found = next((node for node in body if part in _names_defined(node)), None)
-        if found is None:
-            return False
-        body = found.body if isinstance(found, ast.ClassDef) else []
-    return True
-
-
-def _names_defined(node: ast.stmt) -> set[str]:
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return {node.name}
-    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-        return {node.target.id}
-    if isinstance(node, ast.Assign):
-        return {target.id for target in node.targets if isinstance(target, ast.Name)}
-    return set()
-
-
-def _missing(named: list[tuple[str, str | None]], root: Path = PKG.parent) -> list[str]:
-    """What `named` points at that does not exist under `root`."""
-    missing = []
-    for path, name in named:
-        source = root / path
-        if not source.exists():
-            missing.append(path)
-        elif name is not None and not _defines(source, name):
-            missing.append(f"{path}::{name}")
-    return missing
-
-
 def test_every_python_twin_in_the_architecture_document_exists() -> None:
     paths = _twin_paths()
     assert len(paths) > 20
@@ -343,14 +311,14 @@ def test_every_python_twin_in_the_architecture_document_exists() -> None:
 def test_every_function_twin_is_defined_where_the_document_says() -> None:
     named = _function_twins()
     assert len({name for _path, name in named if name}) > 80
-    assert _missing(named) == []
+    assert missing(named) == []
 
 
 def test_every_file_of_ours_the_architecture_document_names_exists() -> None:
     """The prose too: a path or `path::name` in backticks anywhere in the document."""
     named = [(path, name or None) for path, name in PYTHON_NAME.findall(ARCHITECTURE.read_text())]
     assert len(named) > 100
-    assert _missing(named) == []
+    assert missing(named) == []
 
 
 def test_the_twin_checker_sees_a_missing_file_or_name(tmp_path: Path) -> None:
@@ -366,7 +334,7 @@ def test_the_twin_checker_sees_a_missing_file_or_name(tmp_path: Path) -> None:
     )
     named = _function_twins(document)
     assert ("pkg/a.py", "Gone") not in named  # the Go column is not ours to check
-    assert _missing(named, tmp_path) == ["pkg/a.py::Room.shrink", "pkg/b.py"]
+    assert missing(named, tmp_path) == ["pkg/a.py::Room.shrink", "pkg/b.py"]
 
 
 def test_installed_the_package_is_harvester_quota_and_nothing_named_pkg(tmp_path: Path) -> None:
