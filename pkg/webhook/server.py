@@ -61,8 +61,10 @@ from .resources.pod.reservations import COLLECT_AFTER, LeaseReservations
 from .resources.pod.targets import (
     TARGET_ROOM_WAIT,
     GaveUp,
+    LiveQuotas,
     QuotaChanges,
     admit_target,
+    live_quotas,
 )
 from .resources.pod.validator import admit_locally, is_migration_target, pod_check
 from .resources.resourcequota.validator import validate_quota_update
@@ -100,6 +102,7 @@ class WebhookServer:
         target_room_wait: float = TARGET_ROOM_WAIT,
         ledger: AdmissionLedger | None = None,
         reservations: LeaseReservations | None = None,
+        live: LiveQuotas | None = None,
     ) -> None:
         """With `client_auth` (which needs `tls`), /validate/* answers only the clients it
         accepts, before reading their body; at most `max_admissions` bodies are read and decided
@@ -107,11 +110,14 @@ class WebhookServer:
         `quota_changes` (WebhookCaches.quota_changes) wakes target pods waiting up to
         `target_room_wait` seconds for their room; without it they do not wait. With
         `reservations` (whose fallback is `ledger`), pods while room is held are decided on the
-        reservation every replica shares; without, on this process's `ledger` alone."""
+        reservation every replica shares; without, on this process's `ledger` alone. With `live`
+        (targets.live_quotas), a target pod that fits on the cached quota is judged once more on
+        the quota as the API server has it now."""
         self.lookups = lookups
         self.quota_changes = quota_changes or QuotaChanges(clock)
         self.target_room_wait = target_room_wait if quota_changes is not None else 0.0
         self._gave_up = GaveUp(clock)
+        self._live = live
         self.header_timeout, self.body_timeout = header_timeout, body_timeout
         self.max_connections = max_connections
         self._set_up_admission_gate(tls, client_auth, max_admissions, admission_wait, clock)
@@ -165,6 +171,7 @@ class WebhookServer:
             self._clock,
             wait=self.target_room_wait,
             gave_up=self._gave_up,
+            live=self._live,
         )
         self.metrics.target_pods.labels(admission.outcome).inc()
         self.metrics.target_wait.observe(admission.waited)
@@ -424,6 +431,7 @@ async def serve(
         target_room_wait=target_room_wait,
         ledger=ledger,
         reservations=LeaseReservations(client, namespace, REAL_CLOCK, ledger),
+        live=live_quotas(client),
     )
     await server.start()
     log.info("webhook listening on %s:%d", host, server.port)

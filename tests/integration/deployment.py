@@ -44,6 +44,7 @@ from harvester_quota.webhook.caches import WebhookCaches
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.reservations import LeaseReservations
+from harvester_quota.webhook.resources.pod.targets import live_quotas
 from harvester_quota.webhook.server import WebhookServer
 from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
 from prometheus_client import CollectorRegistry
@@ -237,6 +238,7 @@ def _replica(
         quota_changes=caches.quota_changes,
         ledger=ledger,
         reservations=LeaseReservations(client, SYSTEM_NAMESPACE, REAL_CLOCK, ledger),
+        live=live_quotas(client),
     )
     return caches, server
 

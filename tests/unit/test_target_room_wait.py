@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.resource import Object
 from harvester_quota.util.annotations import (
@@ -17,7 +18,9 @@ from harvester_quota.util.annotations import (
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.targets import (
     LISTER_GRACE,
+    LIVE_READ_TIMEOUT,
     GaveUp,
+    LiveQuotas,
     QuotaChanges,
     TargetAdmission,
     admit_target,
@@ -42,10 +45,17 @@ def target(vm: str = "vm1") -> Object:
     )
 
 
-def quota(spec: dict[str, str], status: dict[str, str], *, room: bool = False) -> Object:
+def quota(
+    spec: dict[str, str], status: dict[str, str], *, room: bool = False, version: str = "1"
+) -> Object:
     annotations = {migrating_vm_annotation_key("vm1"): json.dumps(USED)} if room else {}
     return {
-        "metadata": {"name": "default-quota", "namespace": "ns", "annotations": annotations},
+        "metadata": {
+            "name": "default-quota",
+            "namespace": "ns",
+            "annotations": annotations,
+            "resourceVersion": version,
+        },
         "spec": {"hard": spec},
         "status": {"hard": status, "used": USED},
     }
@@ -57,6 +67,8 @@ async def admitting(
     changes: QuotaChanges,
     wait: float = 8.0,
     gave_up: GaveUp | None = None,
+    *,
+    live: LiveQuotas | None = None,
 ) -> asyncio.Task[TargetAdmission]:
     task = asyncio.ensure_future(
         admit_target(
@@ -66,6 +78,7 @@ async def admitting(
             clock,
             wait=wait,
             gave_up=gave_up,
+            live=live,
         )
     )
     await settle()
@@ -246,3 +259,85 @@ async def test_an_unreadable_target_pod_is_let_through_at_once_and_named() -> No
         wait=8.0,
     )
     assert admission.outcome == "unreadable" and admission.waited == 0.0
+
+
+class LiveQuota:
+    """The API server's quota, as a GET would read it now (a fake of targets.live_quotas)."""
+
+    def __init__(self, quota: Object | None, *, fail: Exception | None = None) -> None:
+        self.quota = quota
+        self.fail = fail
+        self.reads = 0
+        self.answer: asyncio.Future[None] | None = None
+
+    async def __call__(self, namespace: str, name: str) -> Object | None:
+        self.reads += 1
+        if self.answer is not None:
+            await self.answer
+        if self.fail is not None:
+            raise self.fail
+        return self.quota
+
+
+async def test_a_target_pod_that_fits_only_on_a_stale_cache_waits_for_the_next_raise() -> None:
+    """v170-test4 in CI: vm1's second migration was created as its first one's source pod went.
+    The controller gave the first room back (its cache did not show the second migration yet);
+    ours still showed the first raise, so the target pod was let through at once and quota
+    admission, which had the release, refused it. Judged on the live quota it waits for the
+    raise that follows, then pays the lister grace."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True, version="7")})
+    released = LiveQuota(quota(BASE, BASE, version="8"))
+    task = await admitting(lookups, clock, changes, live=released)
+    assert released.reads == 1
+    assert not task.done(), "let through on a raise the API server no longer has"
+
+    lookups.quotas["ns"] = quota(BASE, BASE, version="8")  # our cache catches up: the release
+    changes.changed("ns")
+    await settle()
+    assert not task.done()
+    lookups.quotas["ns"] = quota(RAISED, RAISED, room=True, version="9")  # the second raise
+    changes.changed("ns")
+    await settle()
+    await clock.advance(LISTER_GRACE)
+    await settle()
+    assert task.done() and task.result().outcome == "fitted-after-wait"
+    assert released.reads == 1, "the live quota is read on the first look only"
+
+
+async def test_a_target_pod_that_fits_the_live_quota_as_cached_is_let_through_at_once() -> None:
+    clock = FakeClock()
+    lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True, version="7")})
+    same = LiveQuota(quota(RAISED, RAISED, room=True, version="7"))
+    task = await admitting(lookups, clock, QuotaChanges(clock), live=same)
+    assert task.done() and task.result().outcome == "fits"
+
+
+async def test_a_live_quota_newer_than_the_cache_that_fits_costs_the_lister_grace() -> None:
+    """Quota admission's cache may lag the live object as ours did."""
+    clock = FakeClock()
+    lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True, version="7")})
+    newer = LiveQuota(quota(RAISED, RAISED, room=True, version="8"))
+    task = await admitting(lookups, clock, QuotaChanges(clock), live=newer)
+    assert not task.done()
+    await clock.advance(LISTER_GRACE)
+    await settle()
+    assert task.done() and task.result().outcome == "fitted-after-wait"
+
+
+@pytest.mark.parametrize("broken", ["refused", "slow"])
+async def test_when_the_live_quota_cannot_be_read_the_cached_decision_stands(broken: str) -> None:
+    """A target pod is never denied here, nor held longer than the read's bound."""
+    clock = FakeClock()
+    lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True, version="7")})
+    live = LiveQuota(None, fail=errors.Forbidden("no get", status=403))
+    if broken == "slow":
+        live = LiveQuota(quota(BASE, BASE, version="8"))
+        live.answer = asyncio.get_running_loop().create_future()
+    task = await admitting(lookups, clock, QuotaChanges(clock), live=live)
+    if broken == "slow":
+        assert not task.done()
+        await clock.advance(LIVE_READ_TIMEOUT)
+        await settle()
+    assert task.done() and task.result().outcome == "fits"

@@ -21,6 +21,7 @@ from ...generic.client import ApiClient
 from ...generic.resource import Object, Resource
 from ...webhook.caches import WebhookCaches
 from ...webhook.resources.common import DEFAULT_TARGET_CREATORS, Identities
+from ...webhook.resources.pod.targets import live_quotas
 from ...webhook.server import WebhookServer
 from ...webhook.tls import ClientAuth, ReloadingTLS
 from ..localcluster import ClusterInfo
@@ -127,6 +128,7 @@ class OurStrategy:
             port=0,
             registry=CollectorRegistry(),
             quota_changes=self._caches.quota_changes,
+            live=live_quotas(self.api),
         )
         self._caches.factory.start()
         await self._caches.factory.wait_for_cache_sync(60)

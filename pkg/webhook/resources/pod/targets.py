@@ -19,6 +19,18 @@ the only writer of the quota, a target pod is never denied here, and with the we
 waited the whole time in vain does not wait again for `wait` seconds more (GaveUp): a namespace
 the raise cannot cover (another quota, a key outside the base) must not hold one of
 virt-controller's workers on each retry.
+
+A pod that fits on the first look is judged once more by what quota admission will see: the quota
+as the API server has it now (`LiveQuotas`, one GET). Our cache can lag a write the controller has
+just made, and the write that matters here is a release: the second migration of a VM created as
+the first one's source pod went, whose room the controller briefly gave back before its cache
+showed the new migration. The cache still showed the first raise, the pod was let through at
+once, and quota admission, which had the release, refused it (seen once in a CI run of the
+v170-test4 scenario). Now the pod waits for the next change as any pod that does not fit; if the
+live quota is newer than the cache and fits, the pod pays the lister grace, since quota admission's
+own cache may lag the live object as ours did. Only the window between that GET and quota
+admission remains, one round trip instead of the cache's lag. Should the GET fail, the cached
+decision stands (the webhook never denies a target pod).
 """
 
 from __future__ import annotations
@@ -26,13 +38,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
+from ....generic import errors
+from ....generic.client import ApiClient
 from ....generic.clock import Clock
-from ....generic.meta import annotations_of, labels
+from ....generic.meta import annotations_of, labels, metadata
+from ....generic.meta import name as name_of
+from ....generic.meta import namespace as namespace_of
+from ....generic.resource import RESOURCE_QUOTAS, Object
 from ....util.annotations import parse_migration_annotations
 from ....util.podusage import pod_quota_usage
 from ....util.resourcequota.calculator import Shortfall, shortfalls
@@ -108,6 +125,28 @@ class QuotaChanges:
         return changed in done
 
 
+LIVE_READ_TIMEOUT = 2.0
+"""Seconds the live read of a quota may take before the cached decision stands: a target pod's
+admission has 10 s in all (deploy/), and a GET that slow means an API server too busy to trust
+with more."""
+
+LiveQuotas = Callable[[str, str], Awaitable[Object | None]]
+"""(namespace, name) -> the ResourceQuota as the API server has it now; None if it is gone.
+Raises errors.ApiError (or TimeoutError) when it cannot be read."""
+
+
+def live_quotas(client: ApiClient) -> LiveQuotas:
+    """Reads a quota from the API server: a GET without resourceVersion, served from etcd."""
+
+    async def read(namespace: str, name: str) -> Object | None:
+        try:
+            return await client.get(RESOURCE_QUOTAS, name, namespace)
+        except errors.NotFound:
+            return None
+
+    return read
+
+
 class GaveUp:
     """Migrations (by uid) whose target pod waited `wait` seconds in vain, until `wait` seconds
     after that: their pods go through at once meanwhile. Event loop only; entries expire."""
@@ -144,9 +183,11 @@ async def admit_target(
     *,
     wait: float,
     gave_up: GaveUp | None = None,
+    live: LiveQuotas | None = None,
 ) -> TargetAdmission:
     """Returns once the target pod fits under the managed quota's `status.hard` as the cache
-    shows it, at once if no raise will come, or after `wait` seconds (see module docstring)."""
+    shows it (on the first look, as `live` shows it too, when given), at once if no raise will
+    come, or after `wait` seconds (see module docstring)."""
     pod = request.obj or {}
     try:
         needed = pod_quota_usage(pod)
@@ -166,6 +207,14 @@ async def admit_target(
         if quota is None:
             return TargetAdmission("no-managed-quota", waited)
         short = _short(quota, needed)
+        if not short and changes_awaited == 0 and live is not None:
+            seen = await _live_view(live, quota, needed, clock)
+            if seen == "stale":
+                await changes.next_change(request.namespace, max(wait - waited, 0.0))
+                changes_awaited += 1
+                continue
+            if seen == "newer":
+                changes_awaited += 1  # fits on a quota our cache has not seen: pay the grace
         if not short:
             if changes_awaited == 0:
                 # Fitted on the first look: nothing was waited for. (Not `waited == 0`: on a
@@ -182,6 +231,37 @@ async def admit_target(
             return TargetAdmission("timed-out", waited, short)
         await changes.next_change(request.namespace, wait - waited)
         changes_awaited += 1
+
+
+LiveView = Literal["same", "newer", "stale", "unread"]
+
+
+async def _live_view(
+    live: LiveQuotas, cached: Object, needed: ResourceList, clock: Clock
+) -> LiveView:
+    """How the quota as the API server has it now compares with the cached one the pod fits:
+    the same object, a newer one the pod fits too, one it does not fit (or gone: "stale"), or
+    unread (the cached decision stands)."""
+    namespace, name = namespace_of(cached), name_of(cached)
+    reading = asyncio.ensure_future(live(namespace, name))
+    timer = asyncio.ensure_future(clock.sleep(LIVE_READ_TIMEOUT))
+    try:
+        await asyncio.wait({reading, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+    if not reading.done():
+        reading.cancel()
+        log.debug("quota %s/%s not read live in time: the cache decides", namespace, name)
+        return "unread"
+    try:
+        current = reading.result()
+    except errors.ApiError as error:
+        log.debug("quota %s/%s not read live (%s): the cache decides", namespace, name, error)
+        return "unread"
+    if current is None or _short(current, needed):
+        return "stale"
+    same = metadata(current).get("resourceVersion") == metadata(cached).get("resourceVersion")
+    return "same" if same else "newer"
 
 
 def _short(quota: Mapping[str, Any], needed: ResourceList) -> list[Shortfall]:
