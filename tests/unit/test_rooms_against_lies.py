@@ -246,3 +246,45 @@ def test_a_forged_target_that_sorts_first_does_not_hide_kubevirts_real_target() 
         (real["metadata"]["name"], False)
     ]
     assert planned.used["limits.cpu"] == room_cpu(source) + Quantity.parse("100m")
+
+
+NESTED_HOOKS = '[{"image":"x","x":' + "[" * 100_000 + "]" * 100_000 + "}]"
+
+
+def test_a_vmi_whose_hook_annotation_cannot_be_rendered_gets_no_room_and_plans_the_rest() -> None:
+    """A nested hooks annotation on a running VMI raised RecursionError: every plan of the
+    namespace failed (no migration got room) for as long as the VMI lived."""
+    instance, source = running_vm("vm1")
+    liar, liar_source = running_vm("vm2")
+    liar["metadata"].setdefault("annotations", {})["hooks.kubevirt.io/hookSidecars"] = NESTED_HOOKS
+    planned = plan(
+        [migration_of("m1", instance), migration_of("m2", liar)],
+        [instance, liar],
+        [source, liar_source],
+    )
+    assert [room.migration for room in planned.rooms.rooms] == ["m1"]
+    assert cpu(planned) == Quantity.parse("10") + room_cpu(source)
+    assert any("cannot size the room of migration m2" in w for w in planned.warnings)
+
+
+def test_any_failure_of_a_room_estimate_is_an_estimate_error_not_a_failed_plan() -> None:
+    instance, source = running_vm("vm1")
+
+    def broken(vmi_: Any, settings: LauncherSettings) -> dict[str, Quantity]:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    planned = plan_quota(
+        NamespaceSnapshot(
+            namespace=rancher_namespace("ns", LIMIT),
+            quota=managed_quota("ns", HARD),
+            migrations=[migration_of("m1", instance)],
+            vmis={"vm1": instance},
+            pods=[source],
+            now=NOW,
+            usage=broken,
+        )
+    )
+    assert planned.managed and not planned.rooms.rooms
+    assert planned.rooms.estimate_errors == {
+        "m1": "cannot render the VMI's launcher pod (RecursionError)"
+    }
