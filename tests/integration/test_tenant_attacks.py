@@ -32,7 +32,9 @@ from harvester_quota.apis.kubevirt import (
     FINAL_PHASES,
     KUBEVIRTS,
     LABEL_CREATED_BY,
+    LABEL_KUBEVIRT,
     LABEL_MIGRATION_JOB,
+    LAUNCHER,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
 )
@@ -536,6 +538,52 @@ async def forging_the_target_label_is_refused(
         await back_to_the_base(stack)
     assert raised_beyond(history, base_plus(room)) == [], history.hards
     await within_base(stack)
+
+
+async def test_stripping_or_forging_the_launcher_label_is_denied_and_the_real_migration_completes(
+    stack: Stack,
+) -> None:
+    """Review 25, finding 5: the label kubevirt.io=virt-launcher makes a pod a VMI's launcher for
+    the controller and the webhook, and no rule protected it. Stripped from vm1's source pod, it
+    left vm1's migration without room (the VMI no longer ran, as far as the plan could tell);
+    from a target mid-migration it raised hard to the base plus two rooms. The tenant strips it
+    from the source (before and while the migration holds room), changes it, and puts it on a pod
+    of its own: the API server refuses each (the shipped admission policy); vm1's room is held,
+    its real target gets in and the migration completes, never raised beyond one room."""
+    await stack.admin.create_quota(BASE)
+    await set_migration_slots(stack.api, 0)
+    _, source = await start_vm(stack)
+    room = room_of(source)
+    name = source["metadata"]["name"]
+    forged = await refusal(
+        stack.tenant.create_pod("fake-launcher", cpu="100m", memory="64Mi", labels=LAUNCHER_LABEL)
+    )
+    assert forged is not None, "the tenant made a pod of its own a launcher"
+    assert LAUNCHER_LABEL_TEXT in forged.message, forged.message
+    for labels in ({LABEL_KUBEVIRT: None}, {LABEL_KUBEVIRT: "virt-handler"}):
+        denied = await refusal(relabel(stack, name, labels))
+        assert denied is not None, f"the tenant relabelled vm1's source {labels}"
+        assert LAUNCHER_LABEL_TEXT in denied.message, denied.message
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        migration = await queued_migration(stack, "vm1", room)
+        denied = await refusal(relabel(stack, name, {LABEL_KUBEVIRT: None}))
+        assert denied is not None, f"vm1's source stopped being a launcher: {await settled(stack)}"
+        await release_migrations(stack)
+        await completes(stack, migration)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, base_plus(room)) == [], history.hards
+    await within_base(stack)
+
+
+LAUNCHER_LABEL: Final = {LABEL_KUBEVIRT: LAUNCHER}
+LAUNCHER_LABEL_TEXT: Final = f"{LABEL_KUBEVIRT}={LAUNCHER}"
+"""What the shipped policy's refusal names."""
+
+
+async def relabel(stack: Stack, pod: str, labels: Mapping[str, str | None]) -> Object:
+    """The tenant's merge patch of a pod's labels (None removes one)."""
+    body = {"metadata": {"labels": dict(labels)}}
+    return await stack.tenant.api.patch(PODS, pod, body, stack.namespace)
 
 
 async def test_a_forged_target_pod_from_before_the_policy_is_charged_to_the_base_and_the_real_target_gets_in(
