@@ -27,6 +27,7 @@ __all__ = [
     "pod_limits",
     "pod_quota_usage",
     "pod_requests",
+    "pod_without_unreadable_quantities",
     "quota_constraint_violations",
     "quota_usage_for",
     "strip_pod_to_quota_fields",
@@ -370,6 +371,73 @@ def pod_quota_usage(
     view = _parse_pod(pod)
     _add_into(usage, _compute_usage(_pod_requests(view), _pod_limits(view)))
     return usage
+
+
+_SPEC_QUANTITIES: Final = (("resources", "requests"), ("resources", "limits"), ("overhead",))
+_CONTAINER_QUANTITIES: Final = (("resources", "requests"), ("resources", "limits"))
+_STATUS_QUANTITIES: Final = (*_CONTAINER_QUANTITIES, ("allocatedResources",))
+
+
+def pod_without_unreadable_quantities(
+    pod: Mapping[str, Any],
+) -> tuple[Mapping[str, Any], list[str]]:
+    """`pod` with every requests/limits/overhead/allocated quantity that does not parse left
+    out, and why each was: what pod_quota_usage can still charge of a pod one quantity of
+    which it refuses (over 1000 digits, which Go accepts). The pod is not changed (the parts
+    on the way to a dropped quantity are copied); a malformed structure is left as it is."""
+    dropped: list[str] = []
+    spec = _filtered_items(pod.get("spec"), "containers", _CONTAINER_QUANTITIES, "spec", dropped)
+    spec = _filtered_items(spec, "initContainers", _CONTAINER_QUANTITIES, "spec", dropped)
+    for path in _SPEC_QUANTITIES:
+        spec = _filtered(spec, path, "spec", dropped)
+    status = pod.get("status")
+    for key in ("containerStatuses", "initContainerStatuses"):
+        status = _filtered_items(status, key, _STATUS_QUANTITIES, "status", dropped)
+    if not dropped:
+        return pod, dropped
+    return {**pod, "spec": spec, "status": status}, dropped
+
+
+def _filtered_items(
+    obj: Any, key: str, paths: Iterable[tuple[str, ...]], where: str, dropped: list[str]
+) -> Any:
+    """`obj` with each item of its list `key` filtered along `paths`."""
+    if not isinstance(obj, Mapping) or not isinstance(obj.get(key), list):
+        return obj
+    items = []
+    for index, item in enumerate(obj[key]):
+        kept = item
+        for path in paths:
+            kept = _filtered(kept, path, f"{where}.{key}[{index}]", dropped)
+        items.append(kept)
+    return {**obj, key: items}
+
+
+def _filtered(obj: Any, path: tuple[str, ...], where: str, dropped: list[str]) -> Any:
+    """`obj` with the resource list at `path` keeping only the quantities that parse."""
+    if not isinstance(obj, Mapping) or path[0] not in obj:
+        return obj
+    inner, at = obj[path[0]], f"{where}.{path[0]}"
+    if len(path) > 1:
+        kept = _filtered(inner, path[1:], at, dropped)
+    elif isinstance(inner, Mapping):
+        kept = {
+            name: value
+            for name, value in inner.items()
+            if _readable(value, f"{at}.{name}", dropped)
+        }
+    else:
+        kept = inner
+    return {**obj, path[0]: kept}
+
+
+def _readable(value: Any, where: str, dropped: list[str]) -> bool:
+    try:
+        quantity_of(value, where)
+    except ValueError as error:
+        dropped.append(str(error))
+        return False
+    return True
 
 
 def quota_usage_for(

@@ -99,13 +99,14 @@ def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
 def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_them() -> None:
     """KubeVirt's launcher pods of new VMIs skipped every pod rule while room was held (the
     room-held rule left out KubeVirt's whole service account): now both pod rules leave out
-    exactly what migration-targets takes, KubeVirt's pods labelled as a migration's target, and
-    both see in-place resizes."""
+    exactly what migration-targets takes, KubeVirt's creates of pods labelled as a migration's
+    target, and both see in-place resizes, KubeVirt's of such pods included."""
     documents = [d for d in yaml.safe_load_all(render({}, namespace="quota-system")) if d]
     (configuration,) = [d for d in documents if d["kind"] == "ValidatingWebhookConfiguration"]
     hooks = {w["name"]: w for w in configuration["webhooks"]}
     target = (
-        "!(request.userInfo.username == 'system:serviceaccount:harvester-system:kubevirt-controller'"
+        "!(request.operation == 'CREATE' &&"
+        " request.userInfo.username == 'system:serviceaccount:harvester-system:kubevirt-controller'"
         " && has(object.metadata.labels) && 'kubevirt.io/migrationJobUID' in object.metadata.labels)"
     )
     for name in ("pods.harvester-quota.io", "room-held-pods.harvester-quota.io"):

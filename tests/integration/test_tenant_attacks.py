@@ -21,6 +21,7 @@ Pending with its room held, and opened again when the attack is over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -32,16 +33,20 @@ from harvester_quota.apis.kubevirt import (
     FINAL_PHASES,
     KUBEVIRTS,
     LABEL_CREATED_BY,
+    LABEL_KUBEVIRT,
     LABEL_MIGRATION_JOB,
+    LAUNCHER,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
 )
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
+from harvester_quota.generic import config as client_config
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, PODS, Object, Resource
 from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_KUBECONFIG
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.testbench.virtcontroller import (
     EXCEEDED_QUOTA,
@@ -536,6 +541,100 @@ async def forging_the_target_label_is_refused(
         await back_to_the_base(stack)
     assert raised_beyond(history, base_plus(room)) == [], history.hards
     await within_base(stack)
+
+
+async def test_stripping_or_forging_the_launcher_label_is_denied_and_the_real_migration_completes(
+    stack: Stack,
+) -> None:
+    """Review 25, finding 5: the label kubevirt.io=virt-launcher makes a pod a VMI's launcher for
+    the controller and the webhook, and no rule protected it. Stripped from vm1's source pod, it
+    left vm1's migration without room (the VMI no longer ran, as far as the plan could tell);
+    from a target mid-migration it raised hard to the base plus two rooms. The tenant strips it
+    from the source (before and while the migration holds room), changes it, and puts it on a pod
+    of its own: the API server refuses each (the shipped admission policy); vm1's room is held,
+    its real target gets in and the migration completes, never raised beyond one room."""
+    await stack.admin.create_quota(BASE)
+    await set_migration_slots(stack.api, 0)
+    _, source = await start_vm(stack)
+    room = room_of(source)
+    name = source["metadata"]["name"]
+    forged = await refusal(
+        stack.tenant.create_pod("fake-launcher", cpu="100m", memory="64Mi", labels=LAUNCHER_LABEL)
+    )
+    assert forged is not None, "the tenant made a pod of its own a launcher"
+    assert LAUNCHER_LABEL_TEXT in forged.message, forged.message
+    for labels in ({LABEL_KUBEVIRT: None}, {LABEL_KUBEVIRT: "virt-handler"}):
+        denied = await refusal(relabel(stack, name, labels))
+        assert denied is not None, f"the tenant relabelled vm1's source {labels}"
+        assert LAUNCHER_LABEL_TEXT in denied.message, denied.message
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        migration = await queued_migration(stack, "vm1", room)
+        denied = await refusal(relabel(stack, name, {LABEL_KUBEVIRT: None}))
+        assert denied is not None, f"vm1's source stopped being a launcher: {await settled(stack)}"
+        await release_migrations(stack)
+        await completes(stack, migration)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, base_plus(room)) == [], history.hards
+    await within_base(stack)
+
+
+LAUNCHER_LABEL: Final = {LABEL_KUBEVIRT: LAUNCHER}
+LAUNCHER_LABEL_TEXT: Final = f"{LABEL_KUBEVIRT}={LAUNCHER}"
+"""What the shipped policy's refusal names."""
+
+
+async def relabel(stack: Stack, pod: str, labels: Mapping[str, str | None]) -> Object:
+    """The tenant's merge patch of a pod's labels (None removes one)."""
+    body = {"metadata": {"labels": dict(labels)}}
+    return await stack.tenant.api.patch(PODS, pod, body, stack.namespace)
+
+
+async def test_kubevirts_resize_of_a_pod_labelled_as_a_target_meets_the_pod_rules(
+    stack: Stack, kubevirt_cluster: ClusterInfo
+) -> None:
+    """Review 25, finding 10: both pod rules left out every request of KubeVirt's identity for a
+    pod labelled kubevirt.io/migrationJobUID, its in-place resizes (pods/resize) included, which
+    migration-targets does not see: such a pod grew into a held room with no rule asked. While
+    vm1's migration holds room, KubeVirt's identity grows a pod so labelled (a small one the
+    administrator made, admitted within the base): the webhook refuses it naming vm1's room, and
+    vm1's real target gets in."""
+    await stack.admin.create_quota(BASE)
+    room = await vm1_behind_closed_slots(stack)
+    async with (
+        SpecHistory(stack.api, stack.namespace) as history,
+        kubevirts_client(kubevirt_cluster) as kubevirt_api,
+    ):
+        migration = await queued_migration(stack, "vm1", room)
+        labelled = small_pod("labelled", "100m", "64Mi", {LABEL_MIGRATION_JOB: "elsewhere"})
+        labelled["spec"]["nodeSelector"] = NOWHERE  # resizable on kwok (see the test above)
+        await stack.api.create(PODS, labelled, stack.namespace)
+        grown = [
+            {"op": "replace", "path": f"/spec/containers/0/resources/{kind}/cpu", "value": "2"}
+            for kind in ("requests", "limits")
+        ]
+        denied = await refusal(
+            kubevirt_api.patch(
+                PODS, "labelled", grown, stack.namespace, patch_type="json", subresource="resize"
+            )
+        )
+        assert denied is not None, f"KubeVirt's resize grew into vm1's room: {await settled(stack)}"
+        assert ROOM_DENIAL in denied.message, denied.message
+        await stack.api.delete(PODS, "labelled", stack.namespace)
+        await release_migrations(stack)
+        await completes(stack, migration)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, base_plus(room)) == [], history.hards
+    await within_base(stack)
+
+
+@contextlib.asynccontextmanager
+async def kubevirts_client(cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
+    """A client with the identity the real virt-controller runs as (its client certificate)."""
+    client = ApiClient(client_config.load(cluster.state_dir / VIRT_CONTROLLER_KUBECONFIG))
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 async def test_a_forged_target_pod_from_before_the_policy_is_charged_to_the_base_and_the_real_target_gets_in(

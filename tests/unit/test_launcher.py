@@ -22,6 +22,7 @@ from harvester_quota.util.launcher import (
     launcher_pod_resources,
     launcher_quota_usage,
 )
+from harvester_quota.util.launcher.render import MAX_HOOK_SIDECARS
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 
@@ -569,6 +570,42 @@ def test_hook_sidecars_for_dedicated_cpu() -> None:
     assert sidecar["resources"]["limits"] == {"cpu": "200m", "memory": "64M"}
     plain = launcher_pod_resources(V170_VM)
     assert len(plain["spec"]["containers"]) == 1
+
+
+def hooked_vmi(annotation: str) -> dict[str, Any]:
+    vmi = harvester_vmi(
+        2, "4Gi", cpu={"cores": 2, "sockets": 1, "threads": 1, "dedicatedCpuPlacement": True}
+    )
+    vmi["metadata"]["annotations"]["hooks.kubevirt.io/hookSidecars"] = annotation
+    return vmi
+
+
+def test_hook_sidecars_up_to_the_cap_are_each_rendered() -> None:
+    sidecars = [{"image": f"example/sidecar-{i}"} for i in range(MAX_HOOK_SIDECARS)]
+    usage = launcher_quota_usage(hooked_vmi(json.dumps(sidecars)))
+    plain = launcher_quota_usage(hooked_vmi("[]"))
+    assert usage["limits.cpu"] - plain["limits.cpu"] == q("200m") * MAX_HOOK_SIDECARS
+
+
+def test_a_hook_annotation_asking_for_more_sidecars_than_the_cap_is_not_estimated() -> None:
+    """18,000 entries made a room of 3,602 CPU: past the cap the VMI gets no estimate at all."""
+    sidecars = [{"image": "x"}] * 18_000
+    with pytest.raises(ValueError, match=f"18000 hook sidecars, more than the {MAX_HOOK_SIDECARS}"):
+        launcher_quota_usage(hooked_vmi(json.dumps(sidecars)))
+
+
+@pytest.mark.parametrize("entry", ["x", 1, None, ["image"]])
+def test_hook_entries_that_are_not_sidecar_objects_are_refused(entry: object) -> None:
+    with pytest.raises(ValueError, match="must list sidecar objects"):
+        launcher_quota_usage(hooked_vmi(json.dumps([{"image": "x"}, entry])))
+
+
+def test_a_hook_annotation_nested_too_deep_to_parse_is_a_value_error() -> None:
+    """A nested entry raised RecursionError, which no caller caught: every plan of the
+    namespace failed and the webhook answered 500."""
+    nested = '[{"image":"x","x":' + "[" * 100_000 + "]" * 100_000 + "}]"
+    with pytest.raises(ValueError, match="not valid JSON"):
+        launcher_quota_usage(hooked_vmi(nested))
 
 
 def test_bad_hook_annotation() -> None:

@@ -119,10 +119,10 @@ def test_terminal_pods_cost_a_plan_nothing() -> None:
     assert indexed(index) == summed([p for p in pods if p["metadata"]["name"] != "done-7"])
 
 
-def test_a_pod_that_cannot_be_read_charges_nothing_is_listed_and_fails_no_plan() -> None:
+def test_a_pod_that_cannot_be_read_is_listed_and_fails_no_plan() -> None:
     """One pod with a field the parser refuses (a quantity of over 1000 digits, which Go
-    accepts) made every plan of its namespace fail, logged only: now it charges nothing, so no
-    raise follows it, the others are planned, and the plan names it in a Warning."""
+    accepts) made every plan of its namespace fail, logged only: now what cannot be read charges
+    nothing, the others are planned, and the plan names the pod in a Warning."""
     broken = pod("broken", deleted_seconds_ago=1)
     broken["metadata"]["deletionGracePeriodSeconds"] = "thirty"
     huge = pod("huge", cpu="1" * 1001)
@@ -135,6 +135,37 @@ def test_a_pod_that_cannot_be_read_charges_nothing_is_listed_and_fails_no_plan()
     assert views[0].counts(NOW), "whatever it holds up stays held while it exists"
     index.remove("huge")
     assert [view.name for view in index.unreadable()] == ["broken"]
+
+
+def test_a_pod_with_one_unreadable_quantity_still_charges_its_readable_keys() -> None:
+    """An unparsable quantity on a key no quota lists hid the whole pod's CPU and memory from
+    `used` (and so from UsageAboveBase): now only that quantity is left out."""
+    tenant = pod("slipped-in", cpu="2", memory="1Gi")
+    tenant["spec"]["containers"][0]["resources"]["limits"]["example.com/x"] = "1" * 1001
+    tenant["spec"]["containers"].append(
+        {"name": "d", "resources": {"requests": {"cpu": "1" * 1001, "memory": "1Gi"}}}
+    )
+    view = pod_view(tenant)
+    assert view.error is not None and "limits.example.com/x" in view.error
+    assert "spec.containers[1].resources.requests.cpu" in view.error
+    assert view.usage["limits.cpu"] == Quantity.parse("2")
+    assert view.usage["requests.memory"] == Quantity.parse("2Gi")
+    assert NamespacePods([view]).used_without(frozenset(), NOW)["limits.cpu"] == Quantity.parse("2")
+    assert tenant["spec"]["containers"][0]["resources"]["limits"]["example.com/x"] == "1" * 1001
+
+
+def test_an_unreadable_pod_stops_counting_once_terminal_or_past_its_grace_period() -> None:
+    """An unreadable pod counted whatever its phase: a Completed source launcher held a
+    succeeded migration's room for its VMI's whole life."""
+    for gone in (
+        pod("done", cpu="1" * 1001, phase="Succeeded"),
+        pod("deleted", cpu="1" * 1001, deleted_seconds_ago=60),
+    ):
+        gone["spec"]["containers"][0]["resources"]["limits"]["memory"] = "1" * 1001
+        view = pod_view(gone)
+        assert not view.counts(NOW), gone["metadata"]["name"]
+    live = pod("live", cpu="1" * 1001)
+    assert pod_view(live).error is not None and pod_view(live).counts(NOW)
 
 
 OPERATIONS = st.lists(

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 import datetime
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
@@ -172,6 +174,49 @@ def test_a_succeeded_migration_holds_room_while_its_source_still_counts() -> Non
     assert not plan([done], [instance], [source_gone, target]).holds_room
 
 
+def completed_source_with_unreadable_deletion(source: dict[str, Any]) -> None:
+    source["status"]["phase"] = "Succeeded"
+    source["metadata"]["deletionTimestamp"] = "2026-01-01T11:00:00Z"
+    source["metadata"]["deletionGracePeriodSeconds"] = "thirty"
+
+
+def source_past_its_grace_with_an_unreadable_quantity(source: dict[str, Any]) -> None:
+    source["metadata"]["deletionTimestamp"] = "2026-01-01T11:00:00Z"
+    source["metadata"]["deletionGracePeriodSeconds"] = 30
+    source["spec"]["containers"][0]["resources"]["limits"]["example.com/x"] = "1" * 1001
+
+
+@pytest.mark.parametrize(
+    "unreadable_and_gone",
+    [completed_source_with_unreadable_deletion, source_past_its_grace_with_an_unreadable_quantity],
+)
+def test_an_unreadable_source_pod_that_no_longer_counts_holds_no_room(
+    unreadable_and_gone: Callable[[dict[str, Any]], None],
+) -> None:
+    """A pod that could not be read counted whatever its phase and deletion: a source launcher
+    Completed or past its grace period kept a succeeded migration's room while it existed."""
+    instance, source = running_vm("vm1")
+    done = migration_of("m1", instance)
+    done["status"] = {"phase": "Succeeded"}
+    target = launcher_pod(instance, "virt-launcher-vm1-dst", migration=done)
+    unreadable_and_gone(source)
+    planned = plan([done], [instance], [source, target])
+    assert not planned.holds_room
+    assert any(source["metadata"]["name"] in warning for warning in planned.warnings)
+
+
+def test_one_unreadable_quantity_hides_no_pod_from_usage_above_the_base() -> None:
+    """A tenant hid slipped-in pods from UsageAboveBase by adding one unparsable quantity on a
+    key the quota does not list: their CPU and memory left `used`."""
+    instance, source = running_vm("vm1")
+    slipped_in = tenant_pod("slipped-in", "8", "2026-01-01T10:00:30Z")
+    slipped_in["spec"]["containers"][0]["resources"]["limits"]["example.com/x"] = "1" * 1001
+    planned = plan([migration_of("m1", instance)], [instance], [source, slipped_in])
+    assert planned.used["limits.cpu"] == room_cpu(source) + Quantity.parse("8")
+    assert cpu(planned) == Quantity.parse("10") + room_cpu(source), "and no raise follows it"
+    assert any("pod slipped-in" in warning for warning in planned.warnings)
+
+
 def test_no_raise_follows_a_pod_that_arrived_while_room_was_held() -> None:
     """With the webhook down, pods that got in while room was held raised `used`, and the plan
     raised the quota again for them (+39 CPU over a 5-CPU base after two migrations). Now the
@@ -227,7 +272,7 @@ def test_a_pod_that_cannot_be_read_is_named_in_a_warning_and_plans_the_rest() ->
     planned = plan([migration_of("m1", instance)], [instance], [source, unreadable])
     assert planned.holds_room and planned.managed
     assert any(
-        "pod huge" in warning and "no raise follows" in warning for warning in planned.warnings
+        "pod huge" in warning and "charged nothing" in warning for warning in planned.warnings
     )
 
 
@@ -246,3 +291,45 @@ def test_a_forged_target_that_sorts_first_does_not_hide_kubevirts_real_target() 
         (real["metadata"]["name"], False)
     ]
     assert planned.used["limits.cpu"] == room_cpu(source) + Quantity.parse("100m")
+
+
+NESTED_HOOKS = '[{"image":"x","x":' + "[" * 100_000 + "]" * 100_000 + "}]"
+
+
+def test_a_vmi_whose_hook_annotation_cannot_be_rendered_gets_no_room_and_plans_the_rest() -> None:
+    """A nested hooks annotation on a running VMI raised RecursionError: every plan of the
+    namespace failed (no migration got room) for as long as the VMI lived."""
+    instance, source = running_vm("vm1")
+    liar, liar_source = running_vm("vm2")
+    liar["metadata"].setdefault("annotations", {})["hooks.kubevirt.io/hookSidecars"] = NESTED_HOOKS
+    planned = plan(
+        [migration_of("m1", instance), migration_of("m2", liar)],
+        [instance, liar],
+        [source, liar_source],
+    )
+    assert [room.migration for room in planned.rooms.rooms] == ["m1"]
+    assert cpu(planned) == Quantity.parse("10") + room_cpu(source)
+    assert any("cannot size the room of migration m2" in w for w in planned.warnings)
+
+
+def test_any_failure_of_a_room_estimate_is_an_estimate_error_not_a_failed_plan() -> None:
+    instance, source = running_vm("vm1")
+
+    def broken(vmi_: Any, settings: LauncherSettings) -> dict[str, Quantity]:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    planned = plan_quota(
+        NamespaceSnapshot(
+            namespace=rancher_namespace("ns", LIMIT),
+            quota=managed_quota("ns", HARD),
+            migrations=[migration_of("m1", instance)],
+            vmis={"vm1": instance},
+            pods=[source],
+            now=NOW,
+            usage=broken,
+        )
+    )
+    assert planned.managed and not planned.rooms.rooms
+    assert planned.rooms.estimate_errors == {
+        "m1": "cannot render the VMI's launcher pod (RecursionError)"
+    }

@@ -398,6 +398,19 @@ def test_kubevirts_launcher_pod_of_a_new_vmi_is_held_to_the_base_while_room_is_h
     assert "would take room reserved for the live migration of vm1" in denied.value.message
 
 
+def test_a_vmi_whose_hook_annotation_cannot_be_rendered_fails_no_admission() -> None:
+    """A nested hooks annotation on a migrating VMI made every pod admission of its namespace
+    a 500; its migration now gets no room and the namespace's pods are decided as before."""
+    lookups = FakeLookups()
+    room_held(lookups)
+    lookups.vmi_list[0]["metadata"].setdefault("annotations", {})[
+        "hooks.kubevirt.io/hookSidecars"
+    ] = '[{"image":"x","x":' + "[" * 100_000 + "]" * 100_000 + "}]"
+    validate_pod(create_pod("small", "100m"), lookups, Identities())
+    with pytest.raises(Denied, match="would take room reserved"):
+        validate_pod(create_pod("big", "3"), lookups, Identities())
+
+
 def resize_pod(name: str, cpu_before: str, cpu_after: str, **labels: str) -> Request:
     return Request(
         uid="u1",

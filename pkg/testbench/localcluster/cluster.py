@@ -79,6 +79,9 @@ VIRT_CONTROLLER_USER = "system:serviceaccount:kubevirt:kubevirt-controller"
 """Who virt-controller is to the API server, as in a KubeVirt install: webhooks and the
 authorizer see its service account, not an administrator."""
 VIRT_CONTROLLER_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kubevirt")
+VIRT_CONTROLLER_KUBECONFIG = "virt-controller.kubeconfig"
+"""virt-controller's kubeconfig in the state directory (its client certificate: KubeVirt's
+identity, for tests that act as KubeVirt's controller does)."""
 # virt-controller's leader election Lease: it starts its controllers only once it holds it.
 VIRT_CONTROLLER_LEASE = (
     f"/apis/coordination.k8s.io/v1/namespaces/{KUBEVIRT_NAMESPACE}/leases/virt-controller"
@@ -472,7 +475,7 @@ class LocalCluster:
 
     @property
     def virt_controller_kubeconfig(self) -> Path:
-        return self.state_dir / "virt-controller.kubeconfig"
+        return self.state_dir / VIRT_CONTROLLER_KUBECONFIG
 
     def _virt_controller_identity(self, info: ClusterInfo, rest: RestClient) -> None:
         """A client certificate naming KubeVirt's service account (x509 authentication takes the

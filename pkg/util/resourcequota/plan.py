@@ -119,7 +119,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         for m, why in room_plan.estimate_errors.items()
     ]
     warnings += [
-        f"{view.error}: charged nothing by this plan, and no raise follows it; fix or delete it"
+        f"{view.error}; what cannot be read is charged nothing by this plan; fix or delete it"
         for view in pods.unreadable()
     ]
     skipped = recorded.skip_auto_scaling

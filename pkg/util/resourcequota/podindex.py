@@ -32,7 +32,7 @@ from cachetools import LRUCache
 from ...apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LABEL_MIGRATION_JOB, LAUNCHER
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
-from ..podusage import pod_quota_usage
+from ..podusage import pod_quota_usage, pod_without_unreadable_quantities
 from ..quantity import Format, Quantity
 from ..resources import ResourceList
 
@@ -61,21 +61,19 @@ class PodView:
     running: bool = False
     """status.phase is Running: written by the kubelet (pods/status), never by a tenant."""
     error: str | None = None
-    """Why the pod could not be read (its usage counts as nothing; planning reports it)."""
+    """Why the pod could not be read in full (`usage` is what could be: the quantities that
+    parse, or nothing; planning reports it)."""
 
     @property
     def steady(self) -> bool:
         """Charges the same at any time (until it changes): not being deleted. A terminal pod
-        is steady: it charges nothing, ever; so is a pod that could not be read."""
+        is steady: it charges nothing, ever."""
         return self.deadline is None
 
     def counts(self, now: datetime.datetime) -> bool:
-        """Whether quota charges the pod at `now`. A pod that could not be read is taken to
-        count (it charges nothing here, `usage` is empty): whatever room it holds up stays held
-        while it exists, and no raise ever follows what it might use. Planning names it in a
-        Warning (NamespacePods.unreadable)."""
-        if self.error is not None:
-            return True
+        """Whether quota charges the pod at `now`: it is not terminal and, if being deleted, not
+        past its grace period. A pod that could not be read in full counts the same way (its
+        phase and deletion are read apart from its quantities), charging what could be read."""
         if self.terminal:
             return False
         return self.deadline is None or not now > self.deadline
@@ -86,24 +84,43 @@ class PodView:
 
 
 def pod_view(pod: Object) -> PodView:
-    """The view of `pod`; never raises (a malformed pod's view carries the error)."""
+    """The view of `pod`; never raises. Its phase and deletion deadline are read first, apart
+    from its quantities; a quantity that cannot be read is left out (the pod's other keys
+    still charge) and the view carries why, as it does when nothing of the pod can be read."""
     meta = metadata(pod)
     pod_labels = labels(pod)
+    name = str(meta.get("name") or "")
+    phase = status(pod).get("phase")
     common: dict[str, Any] = {
-        "name": str(meta.get("name") or ""),
+        "name": name,
         "launcher": pod_labels.get(LABEL_KUBEVIRT) == LAUNCHER,
         "created_by": pod_labels.get(LABEL_CREATED_BY),
         "migration_uid": pod_labels.get(LABEL_MIGRATION_JOB),
         "created": str(meta.get("creationTimestamp") or ""),
-        "running": status(pod).get("phase") == "Running",
+        "running": phase == "Running",
+        "terminal": phase in _TERMINAL,
     }
     try:
-        terminal = status(pod).get("phase") in _TERMINAL
-        deadline = _deadline(meta)
-        usage = _EMPTY if terminal else _interned(pod_quota_usage(pod, now=None))
+        common["deadline"] = _deadline(meta)
+    except (ValueError, TypeError) as error:
+        return PodView(usage=_EMPTY, error=f"pod {name} cannot be read: {error}", **common)
+    if common["terminal"]:
+        return PodView(usage=_EMPTY, **common)
+    return _with_usage(pod, common)
+
+
+def _with_usage(pod: Object, common: dict[str, Any]) -> PodView:
+    readable, dropped = pod_without_unreadable_quantities(pod)
+    try:
+        usage = _interned(pod_quota_usage(readable, now=None))
     except (ValueError, TypeError, AttributeError) as error:
-        return PodView(usage=_EMPTY, error=f"pod {common['name']}: {error}", **common)
-    return PodView(usage=usage, terminal=terminal, deadline=deadline, **common)
+        return PodView(
+            usage=_EMPTY, error=f"pod {common['name']} cannot be read: {error}", **common
+        )
+    if dropped:
+        why = f"pod {common['name']}: {'; '.join(dropped)} (its other quantities are charged)"
+        return PodView(usage=usage, error=why, **common)
+    return PodView(usage=usage, **common)
 
 
 _EMPTY: ResourceList = {}
@@ -177,7 +194,8 @@ class NamespacePods:
         self._changing: set[str] = set()
         """Pods whose counting depends on the time."""
         self._unreadable: set[str] = set()
-        """Pods that could not be read (they charge nothing; planning warns about each)."""
+        """Pods that could not be read in full (they charge what could be read; planning warns
+        about each)."""
         self._by_creation: list[tuple[str, str]] = []
         """(created, name) of every pod, sorted: the pods created since a moment, without a walk
         of the namespace (pods mostly arrive in creation order, so an insert is an append)."""
@@ -252,7 +270,8 @@ class NamespacePods:
         return [self._views[name] for name in sorted(self._changing)]
 
     def unreadable(self) -> list[PodView]:
-        """Pods that could not be read, by name: each charges nothing (PodView.counts)."""
+        """Pods that could not be read in full, by name: each charges only what could be read
+        (pod_view), and counts as long as a pod so phased and deleted would."""
         return [self._views[name] for name in sorted(self._unreadable)]
 
     def used_without(self, excluded: frozenset[str], now: datetime.datetime) -> ResourceList:

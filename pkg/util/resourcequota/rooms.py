@@ -324,6 +324,24 @@ def _can_migrate(
     )
 
 
+def _estimate(vmi: Object, inputs: RoomInputs) -> ResourceList:
+    """The rendered room of `vmi`. Any failure of the estimate is a ValueError (an estimate
+    error: that migration gets no room and a Warning, the rest is planned), whatever raised it:
+    the VMI's spec and annotations are the tenant's to write, and a plan that fails on them
+    leaves every migration of the namespace without room and the webhook answering 500."""
+    try:
+        return inputs.usage(vmi, inputs.launcher)
+    except ValueError:
+        raise
+    except Exception as error:
+        log.warning(
+            "cannot render the launcher pod of VMI %s", metadata(vmi).get("name"), exc_info=True
+        )
+        raise ValueError(
+            f"cannot render the VMI's launcher pod ({type(error).__name__})"
+        ) from error
+
+
 def _room(
     migration: Object, vmi: Object, target: PodView | None, reason: str, inputs: RoomInputs
 ) -> MigrationRoom:
@@ -331,7 +349,7 @@ def _room(
     if target is not None and _still_counts(target, inputs.now):
         room, estimated = target.usage_at(inputs.now), False
     else:
-        room, estimated = inputs.usage(vmi, inputs.launcher), True
+        room, estimated = _estimate(vmi, inputs), True
     if inputs.keys is not None:
         room = resources.mask(room, inputs.keys)
     return MigrationRoom(
