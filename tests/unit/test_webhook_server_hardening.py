@@ -176,6 +176,22 @@ ENDPOINTS = ["pods", "namespaces", "resourcequotas", "virtualmachines"]
     endpoint="pods",
     raw=False,
 )
+@example(  # found by this test: a quota update whose spec is not a map (AttributeError, 500)
+    body={
+        "apiVersion": "admission.k8s.io/v1",
+        "request": {
+            "uid": "0",
+            "operation": "UPDATE",
+            "kind": {"kind": "ResourceQuota"},
+            "namespace": "ns",
+            "name": "q",
+            "object": {"metadata": {}, "spec": True},
+            "oldObject": {"spec": 1},
+        },
+    },
+    endpoint="resourcequotas",
+    raw=False,
+)
 def test_malformed_reviews_never_get_a_5xx(
     running: tuple[asyncio.AbstractEventLoop, WebhookServer, aiohttp.ClientSession],
     body: Any,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from ....generic.meta import spec
 from ....util import resources
 from ....util.resources import parse_resource_list_leniently
 from ...admission import Denied, Request
@@ -14,15 +15,18 @@ def validate_quota_update(request: Request, lookups: Lookups, identities: Identi
     """Direct edits of the managed quota's spec.hard follow the same rules, except our own."""
     if request.username in identities.controllers:
         return
-    old_hard = parse_resource_list_leniently(((request.old or {}).get("spec") or {}).get("hard"))
+    old_hard = parse_resource_list_leniently(spec(request.old).get("hard"))
     try:
-        new_hard = resources.parse_resource_list(
-            ((request.obj or {}).get("spec") or {}).get("hard") or {}
-        )
+        new_hard = resources.parse_resource_list(spec(request.obj).get("hard") or {})
     except ValueError as error:
         raise Denied(f"quota {request.name}: {error}") from error
     quota = lookups.managed_quota(request.namespace) or request.old or {}
-    view = view_of(lookups, request.namespace, quota)
+    try:
+        view = view_of(lookups, request.namespace, quota)
+    except (
+        ValueError
+    ) as error:  # only a forged review carries an old quota the API server would not
+        raise Denied(f"quota {request.name}: {error}", code=400) from error
     check_lowering(
         "quota", f"{request.namespace}/{request.name}", old=old_hard, new=new_hard, view=view
     )
