@@ -38,8 +38,8 @@ from ..sim.kubevirt.real import RealKubeVirt
 from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..sim.kubevirt.simulator import KubeVirtSimulator
 from ..sim.rancher.derive import Project
-from ..sim.rancher.protection import RancherProtection
 from ..sim.rancher.simulator import RancherQuotaSync
+from ..sim.rancher.twin import RancherWebhookTwin
 from ..util import resources
 from ..util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.kubevirtversion import parse_kubevirt_version
@@ -132,7 +132,7 @@ class ScenarioRun:
         self.bases: dict[str, ResourceList] = {}
         self.kubevirt: KubeVirtSimulator | RealKubeVirt | None = None
         self.rancher: RancherQuotaSync | None = None
-        self.protection: RancherProtection | None = None
+        self.protection: RancherWebhookTwin | None = None
         self.strategy: OurStrategy | HarvesterStrategy | None = None
         self.tenant: ApiClient | None = None
         self._sampler: asyncio.Task[None] | None = None
@@ -287,17 +287,18 @@ class ScenarioRun:
             await self._wait_quota_ready(real)
 
     async def _rancher_protection(self) -> ApiClient | None:
-        """Installs Rancher's write protection if the scenario asks for it; returns the client
-        Rancher's agent then writes its quotas with (its sudo account)."""
+        """Installs Rancher's write protection (the rancher-webhook twin) if the scenario asks
+        for it; returns the client Rancher's agent then writes its quotas with (its sudo
+        identity)."""
         if self.scenario.rancher is None or not self.scenario.rancher.get("protection"):
             return None
         if self.cluster is None:
-            raise ValueError("rancher.protection needs the local cluster (its CA)")
-        self.protection = await RancherProtection.install(
+            raise ValueError("rancher.protection needs the local cluster (its CAs)")
+        self.protection = await RancherWebhookTwin.install(
             self.api,
+            self.cluster,
             list(self.namespaces.values()),
-            ca_file=self.cluster.ca_file,
-            name=f"rancher-protection-{self.run_id}",
+            name=f"rancher.cattle.io-{self.run_id}",
         )
         return self.protection.sudo
 

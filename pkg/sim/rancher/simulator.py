@@ -17,8 +17,8 @@ through its `field.cattle.io/projectId` annotation, `<cluster>:<project>`; other
 It reads the existing quota with a live list rather than from a cache (Rancher uses an informer
 cache without a handler; a live read makes tests deterministic). Not modelled: the LimitRange for
 `containerDefaultResourceLimit`, the project's `usedLimit`, and moves between projects. The
-write protection of v2.14.6+/v2.15.2+ is `protection.RancherProtection` (pass its `sudo` client
-as `quota_client`).
+write protection of v2.14.6+/v2.15.2+ is rancher-webhook's, served by `twin.RancherWebhookTwin`
+(pass its `sudo` client as `quota_client`).
 """
 
 from __future__ import annotations
