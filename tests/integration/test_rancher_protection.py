@@ -23,7 +23,7 @@ from harvester_quota.generic.resource import EVENTS, NAMESPACES, RESOURCE_QUOTAS
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.sim.kubevirt import VMSpec
 from harvester_quota.sim.kubevirt.real import RealKubeVirt
-from harvester_quota.sim.rancher import Project, RancherQuotaSync
+from harvester_quota.sim.rancher import RancherQuotaSync
 from harvester_quota.sim.rancher.admission import QUOTA_CONTROLLER, STATUS_IMMUTABLE
 from harvester_quota.sim.rancher.twin import RancherWebhookTwin
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
@@ -48,6 +48,7 @@ from tests.integration.test_sim_rancher import (
     default_quotas,
     hard_is,
     join_project,
+    seed_project,
 )
 
 pytestmark = pytest.mark.integration
@@ -61,7 +62,7 @@ async def protected_rancher(
     """Rancher's protected quota in the test's namespace of the virt-controller cluster."""
     api, namespace, cluster = kubevirt_api, kubevirt_namespace, kubevirt_cluster
     twin = await RancherWebhookTwin.install(api, cluster, [namespace])
-    project = Project(f"p-{namespace[-6:]}")
+    project = seed_project(namespace)
     try:
         async with RancherQuotaSync(api, projects=[project], quota_client=twin.sudo):
             await join_project(api, namespace, project, SEED_ANNOTATION)

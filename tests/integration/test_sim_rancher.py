@@ -30,6 +30,13 @@ from harvester_quota.util.annotations import (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,
 )
+from harvester_quota.util.rancherproject import (
+    PROJECTS,
+    validated_condition,
+)
+from harvester_quota.util.rancherproject import (
+    QUOTA_PROJECT_ID_ANNOTATION as QUOTA_PROJECT_ID,
+)
 
 from tests.helpers import eventually
 
@@ -43,6 +50,19 @@ LIMIT_RANGES = Resource("", "v1", "limitranges", "LimitRange")
 CLUSTER_ROLE_BINDINGS = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
 )
+
+
+def seed_project(
+    namespace: str, limit: dict[str, str] | None = None, *, cluster_id: str = "local"
+) -> Project:
+    """A project for the test's namespace, as Rancher's project webhook accepts one: the seed's
+    quota as the namespace default, and a limit (by default, room for ten such namespaces)."""
+    return Project(
+        f"p-{namespace[-6:]}",
+        cluster_id=cluster_id,
+        limit=limit or {"limits.cpu": "30", "limits.memory": "50000Mi"},
+        namespace_default=SEED_HARD,
+    )
 
 
 async def default_quotas(api: ApiClient, namespace: str) -> list[Object]:
@@ -79,7 +99,7 @@ async def hand_edit(api: ApiClient, quota: Object, hard: dict[str, str]) -> Obje
 async def test_sync_creates_resets_on_namespace_events_and_restart(
     api: ApiClient, namespace: str
 ) -> None:
-    project = Project(f"p-{namespace[-6:]}")
+    project = seed_project(namespace)
     async with RancherQuotaSync(api, projects=[project], version="2.12") as rancher:
         await join_project(api, namespace, project, SEED_ANNOTATION)
         quota = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
@@ -122,13 +142,13 @@ async def test_sync_creates_resets_on_namespace_events_and_restart(
 async def test_project_without_quota_deletes_it_and_strips_the_annotation(
     api: ApiClient, namespace: str
 ) -> None:
-    project = Project(f"p-{namespace[-6:]}")
+    project = seed_project(namespace)
     async with RancherQuotaSync(api, projects=[project], version="2.14") as rancher:
         await join_project(api, namespace, project, SEED_ANNOTATION)
         quota = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
         assert "cattle.io/creator" not in quota["metadata"]["labels"]  # v2.13+: wrangler clients
 
-        rancher.set_project(Project(project.id, limit=None))
+        await rancher.set_project(Project(project.id))
 
         async def deleted() -> bool:
             return not await default_quotas(api, namespace)
@@ -141,6 +161,7 @@ async def test_project_without_quota_deletes_it_and_strips_the_annotation(
 async def test_project_default_drops_keys_it_does_not_have(api: ApiClient, namespace: str) -> None:
     project = Project(
         f"p-{namespace[-6:]}",
+        limit={"limits.cpu": "10", "requests.memory": "10Gi"},
         namespace_default={"limits.cpu": "1", "requests.memory": "1Gi"},
     )
     async with RancherQuotaSync(api, projects=[project]):
@@ -163,7 +184,7 @@ async def test_write_protection_lets_only_rancher_write_its_default_quota(
     copies it to the quota as rancher-webhook-sudo in system:masters."""
     twin = await RancherWebhookTwin.install(api, cluster, [namespace])
     try:
-        project = Project(f"p-{namespace[-6:]}")
+        project = seed_project(namespace)
         async with RancherQuotaSync(api, projects=[project], quota_client=twin.sudo):
             await join_project(api, namespace, project, SEED_ANNOTATION)
             quota = await eventually(
@@ -345,3 +366,88 @@ async def apply_sudo_service_account(api: ApiClient) -> None:
     }
     with contextlib.suppress(errors.AlreadyExists):
         await api.create(CLUSTER_ROLE_BINDINGS, binding)
+
+
+async def annotations_of(api: ApiClient, namespace: str) -> dict[str, str]:
+    return dict((await api.get(NAMESPACES, namespace))["metadata"].get("annotations") or {})
+
+
+async def validated(api: ApiClient, namespace: str) -> tuple[bool, str] | None:
+    """The namespace's ResourceQuotaValidated condition as Rancher wrote it."""
+    return validated_condition(await api.get(NAMESPACES, namespace))
+
+
+async def used_limit(api: ApiClient, project: Project) -> dict[str, Any] | None:
+    obj = await api.get(PROJECTS, project.id, project.cluster_id)
+    return ((obj.get("spec") or {}).get("resourceQuota") or {}).get("usedLimit")
+
+
+async def test_a_namespace_beyond_its_project_is_marked_left_alone_and_not_counted(
+    api: ApiClient, namespace: str
+) -> None:
+    """Rancher's agent on a project with a real limit: a namespace that fits is validated and
+    counted in the project's usedLimit; one raised beyond the limit is marked
+    ResourceQuotaValidated=False ("exceeds project limit"), keeps its quota as it was, and drops
+    out of usedLimit; taken back to what its quota already is, it stays marked (Rancher checks
+    the fit only before it writes a quota)."""
+    project = seed_project(namespace, {"limits.cpu": "5", "limits.memory": "10000Mi"})
+    async with RancherQuotaSync(api, projects=[project], version="2.15.2") as rancher:
+        await join_project(api, namespace, project, SEED_ANNOTATION)
+        await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
+        assert await rancher.wait_idle(10)
+        assert await validated(api, namespace) == (True, "")
+        assert (await annotations_of(api, namespace))[QUOTA_PROJECT_ID] == project.annotation_id
+        seed_used = {"limitsCpu": "3", "limitsMemory": "5000Mi"}
+        await eventually(lambda: used_is_now(api, project, seed_used), what="usedLimit")
+
+        raised = '{"limit":{"limitsCpu":"6000m","limitsMemory":"5000Mi"}}'
+        await join_project(api, namespace, project, raised)
+        assert await rancher.wait_idle(10)
+        assert await validated(api, namespace) == (
+            False,
+            "Resource quota [limits.cpu=6] exceeds project limit",
+        )
+        assert await hard_is(api, namespace, SEED_HARD), "the quota is left as it was"
+        await eventually(lambda: used_is_now(api, project, {}), what="usedLimit without it")
+
+        await join_project(api, namespace, project, SEED_ANNOTATION)
+        assert await rancher.wait_idle(10)
+        assert await hard_is(api, namespace, SEED_HARD)
+        condition = await validated(api, namespace)
+        assert condition is not None and condition[0] is False, "no write, no new check"
+
+
+async def used_is_now(api: ApiClient, project: Project, wanted: dict[str, str]) -> bool:
+    return await used_limit(api, project) == wanted
+
+
+async def test_siblings_full_a_new_namespace_gets_zeroed_keys_counting_every_sibling(
+    api: ApiClient, namespace: str
+) -> None:
+    """The fit counts every sibling, validated or not: with a sibling holding the project's
+    whole limits.cpu, a joining namespace's quota is created with limits.cpu 0 (its other keys as
+    asked) and marked not validated."""
+    project = seed_project(namespace, {"limits.cpu": "5", "limits.memory": "10000Mi"})
+    sibling = f"{namespace}-sib"
+    await api.create(NAMESPACES, {"metadata": {"name": sibling}})
+    try:
+        async with RancherQuotaSync(api, projects=[project], version="2.15.2") as rancher:
+            full = '{"limit":{"limitsCpu":"5","limitsMemory":"1000Mi"}}'
+            await join_project(api, sibling, project, full)
+            await eventually(
+                lambda: hard_is(api, sibling, {"limits.cpu": "5", "limits.memory": "1000Mi"}),
+                what="the sibling's quota",
+            )
+            await join_project(api, namespace, project, SEED_ANNOTATION)
+            await eventually(
+                lambda: hard_is(api, namespace, {"limits.cpu": "0", "limits.memory": "5000Mi"}),
+                what="the zeroed quota",
+            )
+            assert await rancher.wait_idle(10)
+            assert await validated(api, namespace) == (
+                False,
+                "Resource quota [limits.cpu=8] exceeds project limit",
+            )
+            assert await validated(api, sibling) == (True, "")
+    finally:
+        await api.delete(NAMESPACES, sibling)
