@@ -4,8 +4,10 @@ Reads the namespace as the controller would (its quotas, migrations, VMIs, pods,
 and Harvester's ratio setting when present) straight from the API server, runs the same plan
 (`util.resourcequota.plan`), and reports: the base and where it comes from, each migration holding
 room (why, since when, how much, which pod), usage without migration targets, desired versus
-actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported and
-any write Rancher denied. It writes nothing, so any kubeconfig that can read those kinds will do.
+actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
+any write Rancher denied, and for a namespace of a Rancher project whether Rancher validates it and
+whether the project has room for the raise the plan wants (reading the Project object when the
+cluster has it). It writes nothing, so any kubeconfig that can read those kinds will do.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ from .config.kubevirt import settings_from
 from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_REASON
 from .generic import errors
 from .generic.client import ApiClient
-from .generic.meta import has_condition, metadata, name, spec, status
+from .generic.meta import annotations_of, has_condition, metadata, name, spec, status
 from .generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object, Resource
-from .util.resourcequota.base import Mode
+from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, validated_condition
+from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
 from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+from .util.resourcequota.projectroom import NoRoom, raise_verdict, refusal_verdict
+from .util.resourcequota.rancherpath import raised_annotation
 
 
 @dataclass
@@ -52,6 +57,10 @@ class Explanation:
     webhook: list[str] = field(default_factory=list)
     last_refusal: dict[str, str] | None = None
     rancher_denials: list[dict[str, str]] = field(default_factory=list)
+    rancher_project: dict[str, Any] | None = None
+    """For a namespace of a Rancher project: its id, whether its object could be read, Rancher's
+    ResourceQuotaValidated condition, and `no_room` (what to raise the project limit by), empty
+    when the project has room for the plan."""
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -102,7 +111,58 @@ async def explain(
     )
     plan = plan_quota(snapshot)
     events = await _list(client, EVENTS, namespace)
-    return _explanation(namespace, quota, plan, migrations, events)
+    result = _explanation(namespace, quota, plan, migrations, events)
+    result.rancher_project = await _rancher_project(client, ns, plan)
+    return result
+
+
+async def _rancher_project(
+    client: ApiClient, namespace: Object, plan: QuotaPlan
+) -> dict[str, Any] | None:
+    """The namespace's Rancher project as it bears on the plan (projectroom.py), or None."""
+    reference = project_reference(namespace)
+    if reference is None or plan.base is None or plan.base.source != RANCHER:
+        return None
+    cluster, project_name = reference
+    try:
+        project: ProjectQuota | None = ProjectQuota.from_object(
+            await client.get(PROJECTS, project_name, cluster)
+        )
+    except (errors.NotFound, errors.Forbidden):
+        project = None
+    condition = validated_condition(namespace)
+    no_room = None
+    if plan.holds_room:
+        members = await _readable(client, NAMESPACES)
+        no_room = _no_room(namespace, plan, project, members)
+    return {
+        "project": f"{cluster}:{project_name}",
+        "readable": project is not None,
+        "validated": None if condition is None else condition[0],
+        "rancher_message": "" if condition is None else condition[1],
+        "no_room": no_room.message if no_room is not None else "",
+    }
+
+
+def _no_room(
+    namespace: Object, plan: QuotaPlan, project: ProjectQuota | None, members: list[Object]
+) -> NoRoom | None:
+    """What the controller would say: our raise standing and marked by Rancher, or the raise the
+    plan wants judged against the project."""
+    if ANNOTATION_RANCHER_BASE in annotations_of(namespace):
+        return refusal_verdict(namespace, project, members)
+    base_text = rancher_base_text(namespace)
+    if base_text is None:
+        return None
+    return raise_verdict(namespace, raised_annotation(base_text, plan.hard), project, members)
+
+
+async def _readable(client: ApiClient, resource: Resource) -> list[Object]:
+    """Every object of a cluster-wide kind, or [] where this kubeconfig may not list it."""
+    try:
+        return await _list(client, resource, None)
+    except errors.Forbidden:
+        return []
 
 
 def _explanation(
@@ -244,8 +304,23 @@ def render_text(e: Explanation) -> str:
     )
     lines.append(f"writes denied by Rancher: {len(e.rancher_denials) or 'none'}")
     lines.extend(f"  {d['time']} {d['message']}" for d in e.rancher_denials)
+    lines.extend(_project_lines(e.rancher_project))
     lines.extend(f"warning: {w}" for w in e.warnings if e.managed)
     return "\n".join(lines) + "\n"
+
+
+def _project_lines(project: Mapping[str, Any] | None) -> list[str]:
+    if project is None:
+        return []
+    validated = {None: "no condition yet", True: "validated", False: "NOT validated"}
+    state = validated[project["validated"]]
+    if project["rancher_message"]:
+        state += f" ({project['rancher_message']})"
+    read = "" if project["readable"] else " (its Project object cannot be read here)"
+    lines = [f"Rancher project {project['project']}{read}: {state}"]
+    if project["no_room"]:
+        lines.append(f"  {project['no_room']}")
+    return lines
 
 
 def _pairs(values: Mapping[str, Any]) -> str:

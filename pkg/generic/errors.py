@@ -179,6 +179,7 @@ forbidden from changing resources managed by Rancher")."""
 
 def denied_by_rancher(error: BaseException) -> bool:
     """Whether Rancher's webhook refused the write: rancher-webhook answers 400 BadRequest (a
-    ValidatingAdmissionPolicy twin answers 403), saying the object is managed by Rancher. Any
-    other refusal (RBAC, another policy) is not Rancher's and must not change how we write."""
+    ValidatingAdmissionPolicy in its place would answer 403), saying the object is managed by
+    Rancher. Any other refusal (RBAC, another policy) is not Rancher's and must not change how
+    we write."""
     return isinstance(error, Forbidden | BadRequest) and RANCHER_DENIAL in str(error)

@@ -1,33 +1,42 @@
 """Rancher 2.14.6+/2.15.2+ protects its default quota: our raise goes through its annotation.
 
-Rancher's write protection is a real ValidatingAdmissionPolicy on the local cluster; Rancher's
-agent (the simulator) writes quotas as rancher-webhook-sudo; KubeVirt's own virt-controller
+Rancher's write protection is the rancher-webhook twin, a real admission webhook answering as
+rancher-webhook does (400 BadRequest, its messages, its status rule); Rancher's agent (the
+simulator) writes quotas as rancher-webhook-sudo in system:masters; KubeVirt's own virt-controller
 migrates; the controller runs as usual.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.controller.resourcequota.resourcequota_controller import (
+    PROJECT_NO_ROOM_REASON,
     RANCHER_DENIAL_REASON,
 )
 from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS, NAMESPACES
+from harvester_quota.generic.resource import EVENTS, NAMESPACES, RESOURCE_QUOTAS
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import VMSpec
 from harvester_quota.testbench.sim.rancher import Project, RancherQuotaSync
-from harvester_quota.testbench.sim.rancher.protection import RancherProtection
+from harvester_quota.testbench.sim.rancher.admission import QUOTA_CONTROLLER, STATUS_IMMUTABLE
+from harvester_quota.testbench.sim.rancher.twin import RancherWebhookTwin
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.rancherproject import QUOTA_PROJECT_ID_ANNOTATION
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,
 )
+from harvester_quota.util.resourcequota.projectroom import NO_ROOM
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
@@ -39,29 +48,55 @@ from tests.integration.test_controllers_on_kubevirt import (
     kv,
     started,
 )
-from tests.integration.test_sim_rancher import SEED_ANNOTATION, SEED_HARD, hard_is, join_project
+from tests.integration.test_sim_rancher import (
+    SEED_ANNOTATION,
+    SEED_HARD,
+    default_quotas,
+    hard_is,
+    join_project,
+    seed_project,
+    used_is_now,
+    validated,
+)
+
+RAISED = {"limits.cpu": "5015m", "limits.memory": "10040344313"}
+"""The seed's quota with room for vm1's target pod (2 cores, 4Gi at ratio 1.5)."""
+SEED_USED = {"limitsCpu": "3", "limitsMemory": "5000Mi"}
+"""The project's usedLimit with the seed's namespace counted (Rancher's canonical quantities)."""
 
 pytestmark = pytest.mark.integration
 __all__ = ["kubevirt", "kv"]  # fixtures shared with test_controllers_on_kubevirt.py
 
 
+@contextlib.asynccontextmanager
+async def rancher_protected(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, project: Project
+) -> AsyncIterator[RancherWebhookTwin]:
+    """Rancher 2.15.2 around `namespace`: rancher-webhook's twin, and Rancher's agent with
+    `project`, the namespace joined to it at the seed's quota."""
+    twin = await RancherWebhookTwin.install(api, cluster, [namespace])
+    try:
+        async with RancherQuotaSync(
+            api, projects=[project], quota_client=twin.sudo, version="2.15.2"
+        ):
+            await join_project(api, namespace, project, SEED_ANNOTATION)
+            await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="Rancher's quota")
+            yield twin
+    finally:
+        await twin.remove()
+
+
 @pytest.fixture
 async def protected_rancher(
     kubevirt_api: ApiClient, kubevirt_namespace: str, kubevirt_cluster: ClusterInfo
-) -> AsyncIterator[Project]:
-    """Rancher's protected quota in the test's namespace of the virt-controller cluster."""
-    api, namespace, cluster = kubevirt_api, kubevirt_namespace, kubevirt_cluster
-    protection = await RancherProtection.install(
-        api, [namespace], ca_file=cluster.ca_file, name=f"rq-{namespace[-8:]}"
-    )
-    project = Project(f"p-{namespace[-6:]}")
-    try:
-        async with RancherQuotaSync(api, projects=[project], quota_client=protection.sudo):
-            await join_project(api, namespace, project, SEED_ANNOTATION)
-            await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="Rancher's quota")
-            yield project
-    finally:
-        await protection.remove()
+) -> AsyncIterator[RancherWebhookTwin]:
+    """Rancher's protected quota in the test's namespace of the virt-controller cluster, in a
+    project with room for ten such namespaces."""
+    project = seed_project(kubevirt_namespace)
+    async with rancher_protected(
+        kubevirt_api, kubevirt_cluster, kubevirt_namespace, project
+    ) as twin:
+        yield twin
 
 
 async def annotations(api: ApiClient, namespace: str) -> dict[str, str]:
@@ -72,7 +107,7 @@ async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_giv
     kubevirt_api: ApiClient,
     kv: KubeVirtByHand,
     kubevirt: VirtControllerDriver,
-    protected_rancher: Project,
+    protected_rancher: RancherWebhookTwin,
 ) -> None:
     """KubeVirt's real virt-controller migrates a VM in a namespace whose quota only Rancher may
     write: our raise goes through Rancher's annotation, and comes back as its exact text."""
@@ -86,9 +121,8 @@ async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_giv
         spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=LONG)
         (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
         name = await kubevirt.migrate("vm1")
-        raised = {"limits.cpu": "5015m", "limits.memory": "10040344313"}
         await eventually(
-            lambda: hard_is(api, kv.namespace, raised), what="the raise copied by Rancher"
+            lambda: hard_is(api, kv.namespace, RAISED), what="the raise copied by Rancher"
         )
         during = await annotations(api, kv.namespace)
         assert during[ANNOTATION_RANCHER_BASE] == SEED_ANNOTATION
@@ -101,6 +135,14 @@ async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_giv
         after = await annotations(api, kv.namespace)
         assert after[CATTLE_ANNOTATION_RESOURCE_QUOTA] == SEED_ANNOTATION, "the exact text"
         assert ANNOTATION_RANCHER_BASE not in after and ANNOTATION_RANCHER_APPLIED not in after
+        # The project had room: Rancher validated the raise and the release, and counts the
+        # namespace at its base in the project's usedLimit.
+        assert await validated(api, kv.namespace) == (True, "")
+        assert after[QUOTA_PROJECT_ID_ANNOTATION] == f"local:p-{kv.namespace[-6:]}"
+        project = seed_project(kv.namespace)
+        await eventually(
+            lambda: used_is_now(api, project, SEED_USED), what="the namespace counted at its base"
+        )
 
         denials = registry.get_sample_value(
             "harvester_quota_rancher_denials_total", {"namespace": kv.namespace}
@@ -121,3 +163,203 @@ async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_giv
         assert found.rancher_denials, "explain shows the denial"
     finally:
         await app.stop()
+
+
+async def test_a_status_copy_rancher_refuses_is_expected_and_kube_controller_manager_copies(
+    kubevirt_api: ApiClient,
+    kubevirt_namespace: str,
+    protected_rancher: RancherWebhookTwin,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """rancher-webhook refuses our copy of spec.hard into status.hard with 400 "status is
+    immutable" (every quota, every requester but kube-controller-manager's quota controller and
+    the API server): the controller takes it as an expected refusal (no error, one log line, a
+    backoff), and kube-controller-manager, the exempt user, still copies status itself."""
+    api, namespace = kubevirt_api, kubevirt_namespace
+    app = ControllerApp(
+        api,
+        Options(leader_elect=False, kubevirt_version="1.6", workers=1),
+        registry=CollectorRegistry(),
+    )
+    await app.start()
+    try:
+        (quota,) = await default_quotas(api, namespace)
+        quota["spec"]["hard"] = {**quota["spec"]["hard"], "pods": "11"}
+        written = await protected_rancher.sudo.update(RESOURCE_QUOTAS, quota)  # Rancher's write
+        with caplog.at_level(logging.WARNING):
+            app.reconciler.publisher.submit(namespace, written)
+            await app.reconciler.publisher.idle(namespace)
+        refusals = [r for r in caplog.records if "resourcequotas/status" in r.getMessage()]
+        assert len(refusals) == 1, "one warning line"
+        assert STATUS_IMMUTABLE in refusals[0].getMessage()
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        mine = [
+            r
+            for r in protected_rancher.reviewed
+            if r.sub_resource == "status" and not r.verdict.allowed
+        ]
+        # One request of ours (one log line); the API server may review it more than once (it
+        # retries a patch that met kube-controller-manager's concurrent status write).
+        assert mine and {r.verdict.message for r in mine} == {STATUS_IMMUTABLE}
+        assert len({r.user for r in mine}) == 1 and mine[0].user != QUOTA_CONTROLLER
+
+        async def copied_by_kube_controller_manager() -> bool:
+            current = await api.get(RESOURCE_QUOTAS, quota["metadata"]["name"], namespace)
+            return (current.get("status") or {}).get("hard", {}).get("pods") == "11"
+
+        await eventually(copied_by_kube_controller_manager, what="status.hard from KCM")
+        assert any(
+            r.user == QUOTA_CONTROLLER and r.verdict.allowed
+            for r in protected_rancher.reviewed
+            if r.sub_resource == "status"
+        )
+    finally:
+        await app.stop()
+
+
+def shortfall(limit: dict[str, str], siblings: dict[str, str] | None = None) -> str:
+    """What the project lacks for the raise (RAISED plus `siblings` beyond `limit`), in the
+    words of the Warning."""
+    parts = []
+    for key in sorted(RAISED):
+        total = Quantity.parse(RAISED[key]) + Quantity.parse((siblings or {}).get(key, "0"))
+        short = total - Quantity.parse(limit[key])
+        if short.sign() > 0:
+            parts.append(f"{key} {short}")
+    return f"{NO_ROOM}: raise the project limit by {', '.join(parts)}"
+
+
+async def no_room_events(api: ApiClient, namespace: str, *, names: bool = False) -> list[Any]:
+    """The ProjectHasNoRoom events in `namespace`: (kind, message), or with `names` (kind,
+    message, involved object's name)."""
+    listed = await api.list_all(EVENTS, namespace)
+    return [
+        (e["involvedObject"]["kind"], e["message"], e["involvedObject"]["name"])
+        if names
+        else (e["involvedObject"]["kind"], e["message"])
+        for e in listed.items
+        if e.get("reason") == PROJECT_NO_ROOM_REASON
+    ]
+
+
+async def held_back_then_released(
+    api: ApiClient,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    project: Project,
+    *,
+    expected: str,
+    used: dict[str, str],
+) -> None:
+    """vm1 migrates in a project without room for its raise: the controller writes no raise,
+    warns on the quota, the namespace and the migration with the amount the project lacks (also
+    in explain), and once the migration is given up the namespace is as it was: its base
+    annotation, validated, counted in the project's usedLimit."""
+    app = ControllerApp(
+        api,
+        Options(leader_elect=False, kubevirt_version="1.6", workers=2),
+        registry=CollectorRegistry(),
+    )
+    await app.start()
+    try:
+        spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=LONG)
+        (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
+        name = await kubevirt.migrate("vm1")
+
+        async def warned() -> list[tuple[str, str]]:
+            events = await no_room_events(api, kv.namespace)
+            # A Namespace's events go to "default" (it has no namespace of its own).
+            on_namespace = [
+                (kind, message)
+                for kind, message, name in await no_room_events(api, "default", names=True)
+                if name == kv.namespace
+            ]
+            kinds = {kind for kind, _ in events + on_namespace}
+            wanted = {"ResourceQuota", "Namespace", "VirtualMachineInstanceMigration"}
+            return events + on_namespace if wanted <= kinds else []
+
+        events = await eventually(warned, what="the project's lack of room reported")
+        assert {message for _, message in events} == {expected}
+
+        async def blocked_with_cause() -> bool:
+            listed = await api.list_all(EVENTS, kv.namespace)
+            return any(
+                e.get("reason") == "MigrationBlockedByQuota" and f"({expected})" in e["message"]
+                for e in listed.items
+            )
+
+        await eventually(blocked_with_cause, what="the refused target pod explained")
+        found = await explain(api, kv.namespace, kubevirt_version="1.6")
+        assert found.rancher_project is not None
+        assert found.rancher_project["no_room"] == expected
+        assert found.rancher_project["validated"] is True
+
+        during = await annotations(api, kv.namespace)
+        assert during[CATTLE_ANNOTATION_RESOURCE_QUOTA] == SEED_ANNOTATION, "no raise written"
+        assert ANNOTATION_RANCHER_BASE not in during
+        assert await validated(api, kv.namespace) == (True, ""), "never marked by Rancher"
+        assert await hard_is(api, kv.namespace, SEED_HARD)
+
+        await kubevirt.abort(name)
+        await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+        await eventually(
+            lambda: explain_no_room_gone(api, kv.namespace), what="explain without the raise"
+        )
+        after = await annotations(api, kv.namespace)
+        assert after[CATTLE_ANNOTATION_RESOURCE_QUOTA] == SEED_ANNOTATION
+        assert await validated(api, kv.namespace) == (True, "")
+        await eventually(lambda: used_is_now(api, project, used), what="the namespace counted")
+    finally:
+        await app.stop()
+
+
+async def explain_no_room_gone(api: ApiClient, namespace: str) -> bool:
+    found = await explain(api, namespace, kubevirt_version="1.6")
+    return found.rancher_project is not None and not found.rancher_project["no_room"]
+
+
+async def test_a_project_without_room_holds_the_raise_back_and_says_by_how_much(
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kubevirt_namespace: str,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+) -> None:
+    """A project whose limit is the namespace's own quota: Rancher would refuse the raise (and
+    mark the namespace not validated, out of its usedLimit, for good: it checks again only when
+    the quota changes), so the controller holds it back and says what the project lacks."""
+    project = seed_project(kubevirt_namespace, dict(SEED_HARD))
+    async with rancher_protected(kubevirt_api, kubevirt_cluster, kubevirt_namespace, project):
+        expected = shortfall(dict(SEED_HARD))
+        await held_back_then_released(
+            kubevirt_api, kv, kubevirt, project, expected=expected, used=SEED_USED
+        )
+
+
+async def test_siblings_that_fill_the_project_hold_the_raise_back_on_their_keys(
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kubevirt_namespace: str,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+) -> None:
+    """Room enough for the namespace alone, but a sibling namespace of the project takes the
+    rest of limits.cpu: the raise is held back, and the Warning names limits.cpu only."""
+    limit = {"limits.cpu": "6", "limits.memory": "15000Mi"}
+    project = seed_project(kubevirt_namespace, limit)
+    sibling = f"{kubevirt_namespace}-sib"
+    await kubevirt_api.create(NAMESPACES, {"metadata": {"name": sibling}})
+    try:
+        async with rancher_protected(kubevirt_api, kubevirt_cluster, kubevirt_namespace, project):
+            await join_project(kubevirt_api, sibling, project, SEED_ANNOTATION)
+            await eventually(
+                lambda: hard_is(kubevirt_api, sibling, SEED_HARD), what="the sibling's quota"
+            )
+            expected = shortfall(limit, SEED_HARD)
+            assert "limits.memory" not in expected
+            both = {"limitsCpu": "6", "limitsMemory": "10000Mi"}
+            await held_back_then_released(
+                kubevirt_api, kv, kubevirt, project, expected=expected, used=both
+            )
+    finally:
+        await kubevirt_api.delete(NAMESPACES, sibling)

@@ -190,9 +190,21 @@ def test_a_healthy_cluster_whose_api_server_has_no_webhook_client_certificate_st
     started: list[ClusterInfo] = []
     stopped: list[object] = []
 
+    kcm = {
+        "name": "kube-controller-manager",
+        "pid": 1,
+        "binary": "kube-controller-manager",
+        "log": "kcm.log",
+        "argv": ["--controllers=*", cluster_module.KCM_IDENTITY_FLAG],
+    }
+
     def start(*_args: object, **_kwargs: object) -> ClusterInfo:
         info = ClusterInfo.from_json(
-            {**written, "webhook_client_ca": str(local.pki_dir / "webhook-client-ca.crt")}
+            {
+                **written,
+                "webhook_client_ca": str(local.pki_dir / "webhook-client-ca.crt"),
+                "processes": [kcm],
+            }
         )
         started.append(info)
         return info
@@ -209,3 +221,21 @@ def test_a_healthy_cluster_whose_api_server_has_no_webhook_client_certificate_st
     assert fresh.webhook_client_ca is not None and fresh.webhook_client_ca.exists()
     assert local.up() == fresh, "a current healthy cluster is reused"
     assert len(started) == 1 and len(stopped) == 1
+
+    # One whose kube-controller-manager calls as the admin, not as each controller's service
+    # account (a cluster of before KCM_IDENTITY_FLAG), is started afresh too.
+    kcm["argv"] = ["--controllers=*"]
+    local.state_file.write_text(
+        json.dumps(
+            ClusterInfo.from_json(
+                {
+                    **written,
+                    "webhook_client_ca": str(local.pki_dir / "webhook-client-ca.crt"),
+                    "processes": [kcm],
+                }
+            ).to_json()
+        )
+    )
+    kcm["argv"] = ["--controllers=*", cluster_module.KCM_IDENTITY_FLAG]
+    local.up()
+    assert len(started) == 2 and len(stopped) == 2

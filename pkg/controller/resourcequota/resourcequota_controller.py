@@ -56,9 +56,11 @@ from ...util.resourcequota.planviews import (
     vmi_facts,
 )
 from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
+from ...util.resourcequota.projectroom import NoRoom, raise_verdict, refusal_verdict
 from ...util.resourcequota.rancherpath import annotation_patch
 from ...util.resourcequota.settled import SettledMigrations
 from ...util.resources import parse_resource_list_leniently
+from .projects import ProjectReader
 from .refusals import RefusalTracker, refused_by_quota
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,11 @@ UNLABEL_RETRY = "the room-held label's removal may be tried again then"
 HANDLER = "resourcequota-reconcile"
 RANCHER_DENIAL_REASON = "QuotaWriteDeniedByRancher"
 """Warning event reason when Rancher's webhook refuses a write of its default quota."""
+PROJECT_NO_ROOM_REASON = "ProjectHasNoRoom"
+"""Warning event reason when a raise through Rancher's annotation does not fit its project."""
+PROJECT_RECHECK = 30.0
+"""Seconds until a raise held back for its project's room is checked again (the project's limit
+may be raised meanwhile; nothing else queues the namespace then)."""
 USAGE_ABOVE_BASE_REASON = "UsageAboveBase"
 """Warning event reason when a namespace's pods use more than its base (targets excluded)."""
 PLAN_VIEW = "quota-plan"
@@ -140,6 +147,10 @@ class QuotaReconciler:
         self.metrics = QuotaMetrics(management.registry)
         self._above_base: dict[str, str] = {}
         """Namespace -> the excess last reported (a Warning event once per change)."""
+        self.projects = ProjectReader(management.client, management.clock)
+        """Rancher projects, read before a raise through Rancher's annotation (projects.py)."""
+        self._no_room: dict[str, str] = {}
+        """Namespace -> the project's lack of room last reported (a Warning once per change)."""
         self._rancher_protected: set[str] = set()
         """Namespaces where Rancher refused a write of its default quota: raises there go
         through its annotation from then on (rancherpath.py). Per namespace, and only on
@@ -274,7 +285,9 @@ class QuotaReconciler:
         self._report_warnings(planned.namespace, planned.quota, planned.plan)
         self._export(key, planned.snapshot, planned.plan)
         self._set_aside_settled(key, planned)
-        await self._write_plan(planned.namespace, planned.quota, planned.plan, planned.snapshot)
+        recheck = await self._write_plan(
+            planned.namespace, planned.quota, planned.plan, planned.snapshot
+        )
         namespace = planned.namespace
         lingers = unlabel = None
         if not planned.labels_room:
@@ -282,7 +295,7 @@ class QuotaReconciler:
             if lingers is None:
                 namespace = await self._label_room_held(namespace, False)
                 unlabel = self._unlabel_retry(namespace)
-        return self._requeue(namespace, planned.plan, lingers, unlabel)
+        return self._requeue(namespace, planned.plan, lingers, unlabel, recheck)
 
     def _raise_left(self, key: str, namespace: Object) -> bool:
         """Whether a raise of ours still stands in the namespace (as we last wrote it)."""
@@ -386,11 +399,11 @@ class QuotaReconciler:
 
     async def _write_plan(
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
-    ) -> None:
-        """At most one write bringing the quota (or Rancher's annotation) to the plan."""
+    ) -> float | None:
+        """At most one write bringing the quota (or Rancher's annotation) to the plan. Returns
+        the seconds until the plan must be tried again for its Rancher project's room, or None."""
         if self._through_rancher(namespace, plan):
-            await self._write_rancher_annotation(namespace, quota, plan, snapshot)
-            return
+            return await self._write_rancher_annotation(namespace, quota, plan, snapshot)
         patch = patch_for(quota, plan)
         if patch is not None:
             try:
@@ -399,9 +412,10 @@ class QuotaReconciler:
                 if not self._rancher_refused(error, plan):
                     raise
                 self._report_rancher_denial(namespace, quota, plan, snapshot, error)
-                await self._write_rancher_annotation(namespace, quota, plan, snapshot)
+                return await self._write_rancher_annotation(namespace, quota, plan, snapshot)
         else:
             self._explain_blocked(snapshot, quota, plan)
+        return None
 
     def _requeue(
         self,
@@ -409,11 +423,14 @@ class QuotaReconciler:
         plan: QuotaPlan,
         label_lingers: float | None,
         unlabel: float | None = None,
+        project_recheck: float | None = None,
     ) -> Object:
         """Runs the namespace again when a terminating pod stops counting, the room-held
-        label's linger ends or a refused removal of it may be tried again, whichever comes
-        first."""
+        label's linger ends, a refused removal of it may be tried again, or a raise held back
+        for its Rancher project's room is checked again, whichever comes first."""
         waits = []
+        if project_recheck is not None:
+            waits.append((project_recheck, "the Rancher project's room is checked again then"))
         if plan.requeue_after is not None:
             waits.append((plan.requeue_after + 0.5, "a terminating pod stops counting then"))
         if label_lingers is not None:
@@ -471,12 +488,73 @@ class QuotaReconciler:
 
     async def _write_rancher_annotation(
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
-    ) -> None:
-        """Writes the plan into Rancher's annotation (conditional on the namespace's version)."""
+    ) -> float | None:
+        """Writes the plan into Rancher's annotation (conditional on the namespace's version),
+        unless it is a raise the Rancher project has no room for. Returns the seconds until the
+        project's room is checked again while it has none, else None."""
         changes = annotation_patch(namespace, plan)
+        no_room = await self._project_room(namespace, plan, changes)
+        self._report_no_room(namespace, quota, plan, snapshot, no_room)
+        if no_room is not None:  # the raise is held back (or stands, refused by Rancher)
+            self._explain_blocked(snapshot, quota, plan, cause=no_room.message)
+            return PROJECT_RECHECK
         if changes is None:
             self._explain_blocked(snapshot, quota, plan)
+            return None
+        await self._patch_rancher_annotation(namespace, quota, plan, changes)
+        return None
+
+    async def _project_room(
+        self, namespace: Object, plan: QuotaPlan, changes: Mapping[str, Any] | None
+    ) -> NoRoom | None:
+        """Whether the Rancher project lacks room for the raise: before writing one (when the
+        project can be read), or, with our raise standing, as Rancher's condition says."""
+        if not plan.holds_room:
+            return None
+        members = self.namespaces.informer.store.objects()
+        raised = (changes or {}).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+        if raised is not None:
+            project = await self.projects.project_of(namespace)
+            return raise_verdict(namespace, raised, project, members)
+        if changes is not None or ANNOTATION_RANCHER_BASE not in annotations_of(namespace):
+            return None  # no raise of ours standing (or records to drop first)
+        verdict = refusal_verdict(namespace, None, members)
+        if verdict is None:
+            return None  # Rancher has not marked it: nothing to read the project for
+        project = await self.projects.project_of(namespace)
+        return refusal_verdict(namespace, project, members) if project else verdict
+
+    def _report_no_room(
+        self,
+        namespace: Object,
+        quota: Object,
+        plan: QuotaPlan,
+        snapshot: NamespaceSnapshot,
+        no_room: NoRoom | None,
+    ) -> None:
+        """A Warning on the quota, the namespace and every migration holding room, once per
+        change, while the Rancher project lacks room for the raise."""
+        name = str(metadata(namespace).get("name"))
+        if no_room is None:
+            self._no_room.pop(name, None)
             return
+        if self._no_room.get(name) == no_room.message:
+            return
+        self._no_room[name] = no_room.message
+        log.warning("%s: %s", name, no_room.message)
+        holders = {r.migration for r in plan.rooms.rooms}
+        targets = [
+            quota,
+            namespace,
+            *(m for m in snapshot.migrations if metadata(m).get("name") in holders),
+        ]
+        for target in targets:
+            self.management.recorder.event(target, WARNING, PROJECT_NO_ROOM_REASON, no_room.message)
+
+    async def _patch_rancher_annotation(
+        self, namespace: Object, quota: Object, plan: QuotaPlan, changes: Mapping[str, Any]
+    ) -> None:
+        """The annotation write itself, conditional on the namespace's resourceVersion."""
         name = str(metadata(namespace).get("name"))
         try:
             await self.management.client.patch(
@@ -646,15 +724,24 @@ class QuotaReconciler:
         self._above_base.pop(namespace, None)
         self.refusals.forget(namespace)
         self._rancher_protected.discard(namespace)
+        self._no_room.pop(namespace, None)
 
     def _report_warnings(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
         for warning in plan.warnings:
             log.warning("%s: %s", metadata(namespace).get("name"), warning)
             self.management.recorder.event(quota, WARNING, "QuotaNotScaled", warning)
 
-    def _explain_blocked(self, snapshot: NamespaceSnapshot, quota: Object, plan: QuotaPlan) -> None:
+    def _explain_blocked(
+        self,
+        snapshot: NamespaceSnapshot,
+        quota: Object,
+        plan: QuotaPlan,
+        *,
+        cause: str | None = None,
+    ) -> None:
         """A Warning on every migration KubeVirt reports refused by quota that our arithmetic
-        cannot admit either, saying which key and by how much (the quota as written is final)."""
+        cannot admit either, saying which key and by how much (the quota as written is final),
+        and why (`cause`, when the caller knows it: a Rancher project without room)."""
         hard = parse_resource_list_leniently((quota.get("spec") or {}).get("hard"))
         used = parse_resource_list_leniently((quota.get("status") or {}).get("used"))
         for migration in snapshot.migrations:
@@ -674,7 +761,7 @@ class QuotaReconciler:
             ]
             if not short:
                 continue
-            why = (
+            why = cause or (
                 "auto-scaling is disabled by harvesterhci.io/skipResourceQuotaAutoScaling"
                 if plan.skipped
                 else "these keys are not part of the base this controller scales"

@@ -56,6 +56,11 @@ virt-operator would install."""
 """MTQ's VirtualMachineMigrationResourceQuota: the chart's crds/ file, copied (a test keeps the
 two equal), with MTQ's real schema."""
 STATE_VERSION = 1
+KCM_IDENTITY_FLAG = "--use-service-account-credentials=true"
+"""Each of kube-controller-manager's controllers calls the API server as its own service account
+(system:serviceaccount:kube-system:resourcequota-controller, ...:namespace-controller), as in
+kubeadm, RKE2 and Harvester clusters: admission webhooks that exempt a controller by its user
+(rancher-webhook) see it as in production."""
 CONTEXT_NAME = "harvester-quota-local"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
@@ -249,8 +254,15 @@ class ClusterInfo:
     def is_current(self) -> bool:
         """Started as this version's `up` starts a cluster: its API server presents the webhook
         client certificate (a state written before that has none, or a state dir whose pki/
-        lost the file)."""
-        return self.webhook_client_ca is not None and self.webhook_client_ca.exists()
+        lost the file), and kube-controller-manager's controllers act as their own service
+        accounts (KCM_IDENTITY_FLAG)."""
+        if self.webhook_client_ca is None or not self.webhook_client_ca.exists():
+            return False
+        return any(
+            KCM_IDENTITY_FLAG in record.argv
+            for record in self.processes
+            if record.name == "kube-controller-manager"
+        )
 
 
 @dataclass(frozen=True)
@@ -619,6 +631,7 @@ class LocalCluster:
             f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
             f"--root-ca-file={self.pki_dir / 'ca.crt'}",
             "--controllers=*",
+            KCM_IDENTITY_FLAG,
         ]
 
     def _scheduler_args(self, ports: Ports) -> list[str]:

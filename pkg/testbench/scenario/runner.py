@@ -32,6 +32,7 @@ from ...util import resources
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
 from ...util.kubevirtversion import parse_kubevirt_version
 from ...util.overhead import kubevirt_ratio_from_harvester_setting
+from ...util.quantity import Quantity
 from ...util.rancher import LIMIT_FIELDS, parse_namespace_resource_quota
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
@@ -43,8 +44,8 @@ from ..sim.kubevirt.phases import MigrationTimings
 from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..sim.kubevirt.simulator import KubeVirtSimulator
 from ..sim.rancher.derive import Project
-from ..sim.rancher.protection import RancherProtection
 from ..sim.rancher.simulator import RancherQuotaSync
+from ..sim.rancher.twin import RancherWebhookTwin
 from ..virtcontroller import VirtControllerDriver
 from .schema import Scenario, Step
 from .strategies import HarvesterStrategy, OurStrategy
@@ -132,7 +133,7 @@ class ScenarioRun:
         self.bases: dict[str, ResourceList] = {}
         self.kubevirt: KubeVirtSimulator | VirtControllerDriver | None = None
         self.rancher: RancherQuotaSync | None = None
-        self.protection: RancherProtection | None = None
+        self.protection: RancherWebhookTwin | None = None
         self.strategy: OurStrategy | HarvesterStrategy | None = None
         self.tenant: ApiClient | None = None
         self._sampler: asyncio.Task[None] | None = None
@@ -251,7 +252,7 @@ class ScenarioRun:
         )
 
     async def _create_namespaces(self) -> None:
-        project = Project(id=f"p-{self.run_id}", limit={})
+        project = scenario_project(self.scenario, self.run_id)
         if self.scenario.rancher is not None:
             self.rancher = RancherQuotaSync(
                 self.api,
@@ -287,17 +288,18 @@ class ScenarioRun:
             await self._wait_quota_ready(real)
 
     async def _rancher_protection(self) -> ApiClient | None:
-        """Installs Rancher's write protection if the scenario asks for it; returns the client
-        Rancher's agent then writes its quotas with (its sudo account)."""
+        """Installs Rancher's write protection (the rancher-webhook twin) if the scenario asks
+        for it; returns the client Rancher's agent then writes its quotas with (its sudo
+        identity)."""
         if self.scenario.rancher is None or not self.scenario.rancher.get("protection"):
             return None
         if self.cluster is None:
-            raise ValueError("rancher.protection needs the local cluster (its CA)")
-        self.protection = await RancherProtection.install(
+            raise ValueError("rancher.protection needs the local cluster (its CAs)")
+        self.protection = await RancherWebhookTwin.install(
             self.api,
+            self.cluster,
             list(self.namespaces.values()),
-            ca_file=self.cluster.ca_file,
-            name=f"rancher-protection-{self.run_id}",
+            name=f"rancher.cattle.io-{self.run_id}",
         )
         return self.protection.sudo
 
@@ -548,7 +550,7 @@ class ScenarioRun:
             await self.tenant.patch(
                 RESOURCE_QUOTAS, quota["metadata"]["name"], {"spec": {"hard": value["hard"]}}, real
             )
-        except errors.Forbidden as denied:
+        except (errors.Forbidden, errors.BadRequest) as denied:
             self.note(f"edit of spec.hard denied: {denied.message}")
             return
         edited = resources.parse_resource_list(value["hard"])
@@ -655,3 +657,34 @@ def uses_real_kubevirt(scenario: Scenario, cluster: ClusterInfo | None) -> bool:
 
 def _run_namespace(name: str, run_id: str) -> str:
     return f"{name[: 62 - len(run_id)]}-{run_id}"
+
+
+PROJECT_HEADROOM = 3
+"""A scenario's project limit, unless it gives one: its namespaces' quotas added up, times this
+(room for every namespace's raise through Rancher's annotation)."""
+
+
+def scenario_project(scenario: Scenario, run_id: str) -> Project:
+    """The Rancher project of a scenario's namespaces, as Rancher's project webhook accepts one:
+    a limit (`rancher.project_limit`, or PROJECT_HEADROOM times the namespaces' quotas) and a
+    namespace default on the same keys (each key's largest namespace quota, within the limit)."""
+    quotas = [
+        resources.parse_resource_list({RANCHER_TO_HARD[k]: v for k, v in ns.quota.items()})
+        for ns in scenario.namespaces
+        if ns.quota is not None
+    ]
+    given = (scenario.rancher or {}).get("project_limit")
+    if given is not None:
+        limit = resources.parse_resource_list({RANCHER_TO_HARD[k]: v for k, v in given.items()})
+    else:
+        summed = resources.total(quotas)
+        limit = {key: value * PROJECT_HEADROOM for key, value in summed.items()}
+    default: dict[str, Quantity] = {}
+    for quota in quotas:
+        default = resources.maximum(default, quota)
+    default = {key: min(default.get(key, limit[key]), limit[key]) for key in limit}
+    return Project(
+        id=f"p-{run_id}",
+        limit={key: str(value) for key, value in limit.items()},
+        namespace_default={key: str(value) for key, value in default.items()},
+    )

@@ -19,6 +19,8 @@ Schema (every key optional unless marked *):
     rancher: {version: "2.12"}      # simulate Rancher's quota sync (absent: standalone quotas)
                                     # protection: true adds the write protection of Rancher
                                     # 2.14.6+/2.15.2+ (only Rancher may write its default quota)
+                                    # project_limit: {limitsCpu: "12", ...} the project's limit
+                                    # (default: three times its namespaces' quotas added up)
     harvester: {compensation: true} # --strategy harvester: false leaves out v1.9's compensation of
                                     # a refused migration (Harvester v1.4.2 to v1.8.2, the v1.7.0 seed)
     namespaces*:
@@ -359,7 +361,7 @@ def _scenario(c: _Checker, root: yaml.Node, path: Path) -> Scenario:
     if "kubevirt" in top:
         _kubevirt(c, top["kubevirt"], scenario)
     if "rancher" in top:
-        rancher = c.mapping(top["rancher"], "rancher", ("version", "protection"))
+        rancher = c.mapping(top["rancher"], "rancher", ("version", "protection", "project_limit"))
         scenario.rancher = {
             "version": c.scalar(rancher["version"], "rancher.version")
             if "version" in rancher
@@ -367,6 +369,11 @@ def _scenario(c: _Checker, root: yaml.Node, path: Path) -> Scenario:
             "protection": c.boolean(rancher["protection"], "rancher.protection")
             if "protection" in rancher
             else False,
+            "project_limit": c.quantity_map(
+                rancher["project_limit"], "rancher.project_limit", _rancher_key
+            )
+            if "project_limit" in rancher
+            else None,
         }
     if "harvester" in top:
         harvester = c.mapping(top["harvester"], "harvester", ("compensation",))

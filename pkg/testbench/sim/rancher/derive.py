@@ -2,14 +2,21 @@
 default ResourceQuota's `spec.hard`, and what to do about the existing one.
 
 Mirrors rancher/rancher `pkg/controllers/managementuser/resourcequota` (`deriveRequestedResourceQuota`,
-`completeQuota`, `CreateResourceQuota`) and `pkg/resourcequota/quota_validate.go` (`IsQuotaFit`):
+`completeQuota`, `CreateResourceQuota`, `zeroOutResourceQuotaLimit`) and
+`pkg/resourcequota/quota_validate.go` (`IsQuotaFit`) as released in v2.14 and v2.15 (read at
+release/v2.14 096e380e and release/v2.15 2e25858e); the completion and the fit are
+`harvester_quota.util.rancherproject`'s, which the product shares:
 
-- requested (the `field.cattle.io/resourceQuota` annotation) without a project default: nothing;
-  a project default without requested: the default; both: the default with the requested values
-  for the keys the default has (other requested keys are dropped);
+- requested (the `field.cattle.io/resourceQuota` annotation) without a project default: nothing
+  (a project without quota, or none at all); a project default without requested: the default;
+  both: the default with the requested values of the fields the default has (other requested
+  fields are dropped; `extended` is one field, replaced whole);
 - no ResourceQuota and a non-empty result: create; a ResourceQuota and no result: delete (and strip
   the annotation); otherwise update when `spec.hard` is not semantically equal (any extra or missing
   key, or a different value).
+
+A project is checked as Rancher's project webhook checks it (`Project.__post_init__`): a quota and
+a namespace default come together, with the same fields, the default within the limit.
 """
 
 from __future__ import annotations
@@ -19,21 +26,34 @@ import enum
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
-from ....util import resources
+from ....util import rancherproject, resources
 from ....util.quantity import Quantity
-from ....util.rancher import (
-    format_namespace_resource_quota,
-    parse_namespace_resource_quota_details,
+from ....util.rancher import NamespaceResourceQuota
+from ....util.rancherproject import (
+    CONDITION_VALIDATED,
+    PROJECT_ID_ANNOTATION,
+    QUOTA_PROJECT_ID_ANNOTATION,
+    STATUS_ANNOTATION,
+    RancherLimit,
+    complete_quota,
+    format_resource_list,
 )
 from ....util.resources import ResourceList
 
-PROJECT_ID_ANNOTATION: Final = "field.cattle.io/projectId"
-STATUS_ANNOTATION: Final = "cattle.io/status"
+__all__ = [
+    "CONDITION_VALIDATED",
+    "PROJECT_ID_ANNOTATION",
+    "QUOTA_PROJECT_ID_ANNOTATION",
+    "STATUS_ANNOTATION",
+    "RancherLimit",
+    "complete_quota",
+    "format_resource_list",
+]
+
 CREATOR_LABEL: Final = "cattle.io/creator"
-CONDITION_VALIDATED: Final = "ResourceQuotaValidated"
 CONDITION_INIT: Final = "ResourceQuotaInit"
 CONDITION_DELAY: Final = datetime.timedelta(seconds=1)
 """Rancher stamps a namespace condition's LastUpdateTime one second in the future."""
@@ -84,36 +104,79 @@ class Project:
 
     - `limit`: `spec.resourceQuota.limit` as ResourceQuota keys ("limits.cpu": "10"); None when
       the project has no resourceQuota (Rancher then deletes its namespaces' default quotas and
-      strips their annotations). An empty mapping is a quota that constrains nothing.
-    - `namespace_default`: `spec.namespaceDefaultResourceQuota.limit`; None means "the keys of each
-      namespace's own annotation", i.e. a default that covers whatever the annotation asks for.
+      strips their annotations). Keys without a Rancher field are `extended` entries.
+    - `namespace_default`: `spec.namespaceDefaultResourceQuota.limit`, required with a limit, with
+      the same fields (`extended` counting as one), each within the limit: Rancher's project
+      webhook refuses any other project (ValueError here, with its reason).
     """
 
     id: str
     cluster_id: str = "local"
-    limit: Mapping[str, str] | None = field(default_factory=dict)
+    limit: Mapping[str, str] | None = None
     namespace_default: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        problem = project_problem(self.limit, self.namespace_default)
+        if problem is not None:
+            raise ValueError(f"project {self.annotation_id}: {problem}")
 
     @property
     def annotation_id(self) -> str:
         """The value of a member namespace's `field.cattle.io/projectId` annotation."""
         return f"{self.cluster_id}:{self.id}"
 
+    @property
+    def quota_limit(self) -> RancherLimit | None:
+        return None if self.limit is None else RancherLimit.from_keys(self.limit)
+
+    @property
+    def default_limit(self) -> RancherLimit | None:
+        if self.namespace_default is None:
+            return None
+        return RancherLimit.from_keys(self.namespace_default)
+
     def namespace_annotations(self, quota: Mapping[str, str] | None = None) -> dict[str, str]:
         """Annotations for a namespace of this project, with `quota` (ResourceQuota keys) as its
         `field.cattle.io/resourceQuota` if given."""
         annotations = {PROJECT_ID_ANNOTATION: self.annotation_id}
         if quota is not None:
-            annotations["field.cattle.io/resourceQuota"] = format_namespace_resource_quota(quota)
+            annotations["field.cattle.io/resourceQuota"] = annotation_text(
+                RancherLimit.from_keys(quota)
+            )
         return annotations
+
+
+def project_problem(
+    limit: Mapping[str, str] | None, default: Mapping[str, str] | None
+) -> str | None:
+    """Why Rancher's project webhook would refuse this pair of limits, or None."""
+    if limit is None and default is None:
+        return None
+    if limit is None:
+        return "resourceQuota is required when namespaceDefaultResourceQuota is set"
+    if default is None:
+        return "namespaceDefaultResourceQuota is required when resourceQuota is set"
+    project_fields = RancherLimit.from_keys(limit).field_names()
+    default_fields = RancherLimit.from_keys(default).field_names()
+    if project_fields != default_fields:
+        return "resource quota and namespace default quota do not have the same resources defined"
+    over = rancherproject.fit(
+        resources.parse_resource_list(default), [], resources.parse_resource_list(limit)
+    )
+    if not over.fits:
+        return (
+            "namespace default quota limit exceeds project limit on fields: "
+            + format_resource_list(over.exceeded)
+        )
+    return None
 
 
 @dataclass(frozen=True)
 class Derived:
-    """The merged limit (ResourceQuota key -> quantity text, as the annotation will say it) and the
-    `spec.hard` it converts to."""
+    """The merged limit (Rancher's fields, as the annotation will say them) and the `spec.hard`
+    it converts to."""
 
-    limit: dict[str, str]
+    limit: RancherLimit
     hard: ResourceList
 
 
@@ -124,40 +187,21 @@ class Operation(enum.StrEnum):
     DELETE = "delete"
 
 
-def requested_limit(annotation: str | None, flavour: RancherFlavour) -> dict[str, str] | None:
-    """The namespace's requested limit (ResourceQuota key -> text); None when not annotated.
-
-    ValueError (naming the annotation) when it is not valid JSON; `extended` counts from v2.14,
-    the fixed fields winning over it.
-    """
-    if not annotation or annotation == "null":
-        return None
-    details = parse_namespace_resource_quota_details(annotation)
-    limit = dict(details.raw_limit)
-    if flavour.extended:
-        limit = {**details.extended, **limit}
-    return limit
+def requested_limit(annotation: str | None, flavour: RancherFlavour) -> RancherLimit | None:
+    """The namespace's requested limit; None when not annotated. ValueError (naming the
+    annotation) when it is not valid JSON; `extended` counts from v2.14."""
+    return rancherproject.namespace_limit(annotation, extended=flavour.extended)
 
 
-def project_default(
-    project: Project | None, requested: Mapping[str, str] | None
-) -> dict[str, str] | None:
+def project_default(project: Project | None, flavour: RancherFlavour) -> RancherLimit | None:
     """The project's namespace default, or None when there is none to apply (no project, or a
     project without resourceQuota)."""
     if project is None or project.limit is None:
         return None
-    if project.namespace_default is None:
-        return None if requested is None else dict(requested)
-    return dict(project.namespace_default)
-
-
-def complete_quota(requested: Mapping[str, str], default: Mapping[str, str]) -> dict[str, str]:
-    """Rancher's completeQuota: the default, with the requested values of the keys it has."""
-    merged = dict(default)
-    for key, value in requested.items():
-        if key in merged:
-            merged[key] = value
-    return merged
+    default = project.default_limit
+    if default is None or flavour.extended:
+        return default
+    return RancherLimit(default.fixed, {})
 
 
 def derive(
@@ -165,11 +209,11 @@ def derive(
 ) -> Derived | None:
     """The default ResourceQuota a namespace should have, or None (no quota)."""
     requested = requested_limit(annotation, flavour)
-    default = project_default(project, requested)
+    default = project_default(project, flavour)
     if default is None:
         return None
     limit = default if requested is None else complete_quota(requested, default)
-    return Derived(limit=limit, hard=resources.parse_resource_list(limit))
+    return Derived(limit=limit, hard=limit.hard())
 
 
 def operation(existing_hard: Mapping[str, Quantity] | None, desired: Derived | None) -> Operation:
@@ -188,31 +232,27 @@ def spec_hard(hard: Mapping[str, Quantity]) -> dict[str, str]:
     return {key: str(value) for key, value in hard.items()}
 
 
-def annotation_text(limit: Mapping[str, str]) -> str:
-    """The annotation Rancher writes back: `{"limit":{...}}` in Go field order."""
-    return format_namespace_resource_quota(limit)
+def annotation_text(limit: RancherLimit) -> str:
+    """The annotation Rancher writes back: `{"limit":{...}}` in Go field order, `extended` last."""
+    return NamespaceResourceQuota(raw_limit=limit.fixed, extended=limit.extended).canonical_text()
 
 
 def is_quota_fit(
     limit: Mapping[str, Quantity],
     siblings: Iterable[Mapping[str, Quantity]],
     project_limit: Mapping[str, Quantity],
-) -> tuple[bool, dict[str, Quantity]]:
-    """Rancher's IsQuotaFit: this namespace plus its validated siblings within the project limit
-    (only the keys the project limits), and no negative value. Returns (fits, offending values)."""
-    negatives = resources.negative_keys(limit)
-    total: ResourceList = {k: v for k, v in limit.items() if k not in negatives}
-    for other in siblings:
-        total = resources.add(total, {k: v for k, v in other.items() if v.sign() >= 0})
-    fits, exceeded = resources.less_or_equal(total, project_limit)
-    bad = {**resources.mask(total, exceeded), **resources.mask(limit, negatives)}
-    return fits and not negatives, bad
+) -> rancherproject.Fit:
+    """Rancher's IsQuotaFit (released): this namespace plus every sibling within the project
+    limit (only the keys the project limits), and no negative value of its own."""
+    return rancherproject.fit(limit, siblings, project_limit)
 
 
-def zero_out(limit: Mapping[str, str], bad: Iterable[str]) -> dict[str, str]:
-    """What Rancher creates for a namespace that does not fit: the offending keys set to "0"."""
+def zero_out(limit: RancherLimit, bad: Iterable[str]) -> RancherLimit:
+    """What Rancher creates for a namespace that does not fit: the offending keys set to "0"
+    (through a ResourceList and back, as zeroOutResourceQuotaLimit does)."""
     offending = set(bad)
-    return {key: ("0" if key in offending else value) for key, value in limit.items()}
+    keys = {key: ("0" if key in offending else str(value)) for key, value in limit.hard().items()}
+    return RancherLimit.from_keys(keys)
 
 
 def _conditions(status_annotation: str | None) -> list[dict[str, Any]]:
@@ -260,8 +300,3 @@ def set_condition(
     else:
         conditions.append(condition)
     return json.dumps({"Conditions": conditions}, separators=(",", ":"))
-
-
-def format_resource_list(values: Mapping[str, Quantity]) -> str:
-    """Rancher's FormatResourceList: sorted `name=quantity` pairs joined by commas."""
-    return ",".join(f"{key}={values[key]}" for key in sorted(values))

@@ -1,24 +1,32 @@
 """Rancher's namespace resource-quota sync, simulated on a real API server.
 
-`RancherQuotaSync` runs what Rancher's `resourceQuotaSyncController` does in the
-cattle-cluster-agent, for the namespaces of the projects it is given (a namespace joins a project
-through its `field.cattle.io/projectId` annotation, `<cluster>:<project>`; others are left alone):
+`RancherQuotaSync` runs what Rancher's cattle-cluster-agent does for namespace quotas, for the
+namespaces of the projects it is given (a namespace joins a project through its
+`field.cattle.io/projectId` annotation, `<cluster>:<project>`; others are left alone), as
+released in v2.14 and v2.15 (rancher/rancher release/v2.14 096e380e, release/v2.15 2e25858e,
+`pkg/controllers/managementuser/resourcequota`):
 
-- on every namespace event (create or update, any change at all) it derives the default
-  ResourceQuota from the namespace's `field.cattle.io/resourceQuota` and the project
-  (`derive.derive`), writes the merged limit back into the annotation, checks the project fit
-  (condition `ResourceQuotaValidated` in `cattle.io/status`), and creates the quota
-  (generateName `default-`, label `resourcequota.management.cattle.io/default-resource-quota`),
-  replaces its whole `spec` when `spec.hard` differs, or deletes it and strips the annotation;
+- `resourceQuotaSyncController`, on every namespace event (create or update, any change at all):
+  derives the default ResourceQuota from the namespace's `field.cattle.io/resourceQuota` and the
+  project (`derive.derive`: no namespace default, no quota); before a create or an update it
+  writes the merged limit back into the annotation and checks the project fit against every other
+  namespace of the project, validated or not (condition `ResourceQuotaValidated` in
+  `cattle.io/status`, "Resource quota [...] exceeds project limit"); then creates the quota
+  (generateName `default-`, label `resourcequota.management.cattle.io/default-resource-quota`;
+  keys that do not fit at "0"), replaces its whole `spec` when `spec.hard` differs and it fits
+  (else leaves it as it is), or deletes it and strips the annotation;
+- `resourceQuotaUsedLimitController`, on the same events: tracks the namespace's project in
+  `field.cattle.io/resourceQuotaProjectId` and writes the project's `usedLimit` (the sum of its
+  validated namespaces' annotations) into its Project object (`projects.ProjectObjects`);
 - it has no handler on ResourceQuotas: a hand edit of `spec.hard` stands until the next namespace
   or project event, or `agent_restart()` (a cattle-cluster-agent restart relists every namespace);
 - `set_project` is a project update: every namespace of the project is synced again.
 
 It reads the existing quota with a live list rather than from a cache (Rancher uses an informer
 cache without a handler; a live read makes tests deterministic). Not modelled: the LimitRange for
-`containerDefaultResourceLimit`, the project's `usedLimit`, and moves between projects. The
-write protection of v2.14.6+/v2.15.2+ is `protection.RancherProtection` (pass its `sudo` client
-as `quota_client`).
+`containerDefaultResourceLimit`, and moves between projects beyond the bookkeeping annotation.
+The write protection of v2.14.6+/v2.15.2+ is rancher-webhook's, served by
+`twin.RancherWebhookTwin` (pass its `sudo` client as `quota_client`).
 """
 
 from __future__ import annotations
@@ -41,15 +49,16 @@ from .derive import (
     CONDITION_VALIDATED,
     CREATOR_LABEL,
     PROJECT_ID_ANNOTATION,
+    QUOTA_PROJECT_ID_ANNOTATION,
     STATUS_ANNOTATION,
     Derived,
     Operation,
     Project,
     RancherFlavour,
+    RancherLimit,
     annotation_text,
     condition_is_set,
     derive,
-    format_resource_list,
     is_quota_fit,
     operation,
     requested_limit,
@@ -57,6 +66,7 @@ from .derive import (
     spec_hard,
     zero_out,
 )
+from .projects import ProjectObjects
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +108,10 @@ class RancherQuotaSync:
         self.projects: dict[str, Project] = {p.annotation_id: p for p in projects}
         self.actions: list[SyncAction] = []
         self.syncs: dict[str, int] = {}
+        self.project_objects = ProjectObjects(client)
+        """The projects as Project objects on the cluster, with the usedLimit computed here."""
+        self.used_limits: dict[str, RancherLimit] = {}
+        """Project annotation id -> the usedLimit last computed."""
         self._factory: ControllerFactory | None = None
         self._busy = 0
         self._written: dict[str, str] = {}
@@ -108,6 +122,8 @@ class RancherQuotaSync:
         """Starts a fresh agent: a namespace informer whose initial list syncs every namespace."""
         if self._factory is not None:
             return
+        for project in self.projects.values():
+            await self.project_objects.publish(project)
         factory = ControllerFactory(
             self.client,
             SharedInformerFactory(self.client, clock=self.clock),
@@ -171,9 +187,11 @@ class RancherQuotaSync:
 
     # Projects -----------------------------------------------------------------------------------
 
-    def set_project(self, project: Project) -> None:
-        """Adds or changes a project: like a Project update, every namespace of it is synced."""
+    async def set_project(self, project: Project) -> None:
+        """Adds or changes a project: its object is updated and, like a Project update, every
+        namespace of it is synced."""
         self.projects[project.annotation_id] = project
+        await self.project_objects.publish(project)
         self._enqueue_project(project.annotation_id)
 
     def remove_project(self, project: Project) -> None:
@@ -200,9 +218,10 @@ class RancherQuotaSync:
                 return None
             project = self.project_of(namespace)
             if project is None:
-                return None
+                return await self._track_used_limit(namespace)
             self.syncs[key] = self.syncs.get(key, 0) + 1
-            return await self._sync_namespace(namespace, project)
+            namespace = await self._sync_namespace(namespace, project)
+            return await self._track_used_limit(namespace)
         finally:
             self._busy -= 1
 
@@ -236,7 +255,7 @@ class RancherQuotaSync:
     async def _create(self, namespace: Object, project: Project, derived: Derived) -> Object:
         fits, namespace, bad = await self._validate(namespace, project, derived)
         limit = derived.limit if fits else zero_out(derived.limit, bad)
-        hard = spec_hard(resources.parse_resource_list(limit))
+        hard = spec_hard(limit.hard())
         labels = {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}
         if self.flavour.creator_label:
             labels[CREATOR_LABEL] = "norman"
@@ -255,7 +274,7 @@ class RancherQuotaSync:
         fits, namespace, _ = await self._validate(namespace, project, derived)
         if not fits:
             return namespace  # Rancher leaves the quota alone; only the condition says why
-        spec = {"hard": spec_hard(derived.hard)}
+        spec = {"hard": spec_hard(derived.hard)}  # keys as Rancher converts them
         if self.flavour.skip_unchanged_writes and existing.get("spec") == spec:
             return namespace
         updated = copy.deepcopy(existing)
@@ -279,53 +298,102 @@ class RancherQuotaSync:
 
     async def _validate(
         self, namespace: Object, project: Project, derived: Derived
-    ) -> tuple[bool, Object, dict[str, str]]:
+    ) -> tuple[bool, Object, list[str]]:
         """validateAndSetNamespaceQuota: write the merged limit back into the annotation, check
-        the namespace and its validated siblings against the project limit, set the condition."""
-        if project.limit is None:
-            return True, namespace, {}
+        the namespace and every sibling against the project limit, set the condition."""
+        project_limit = project.quota_limit
+        if project_limit is None:
+            return True, namespace, []
         updated = copy.deepcopy(namespace)
         updated["metadata"].setdefault("annotations", {})[CATTLE_ANNOTATION_RESOURCE_QUOTA] = (
             annotation_text(derived.limit)
         )
         namespace = await self._write_namespace(namespace, updated)
-        fits, bad = is_quota_fit(
-            derived.hard,
-            self._sibling_limits(namespace, project),
-            resources.parse_resource_list(project.limit),
+        fit = is_quota_fit(
+            derived.hard, self._sibling_limits(namespace, project), project_limit.hard()
         )
-        message = ""
-        if not fits:
-            message = (
-                f"Resource quota [{format_resource_list(bad)}] exceeds project limit, "
-                "or is based on negative values"
-            )
         updated = copy.deepcopy(namespace)
         annotations = updated["metadata"].setdefault("annotations", {})
         annotations[STATUS_ANNOTATION] = set_condition(
-            annotations.get(STATUS_ANNOTATION), CONDITION_VALIDATED, fits, message, self.clock.now()
+            annotations.get(STATUS_ANNOTATION),
+            CONDITION_VALIDATED,
+            fit.fits,
+            fit.message(),
+            self.clock.now(),
         )
         namespace = await self._write_namespace(namespace, updated)
-        return fits, namespace, {key: str(value) for key, value in bad.items()}
+        return fit.fits, namespace, sorted(fit.exceeded)
+
+    def _members(self, project: Project) -> list[Object]:
+        """The project's namespaces, as the agent's cache has them."""
+        assert self._factory is not None
+        return [
+            other
+            for other in self._factory.namespaces().informer.store.objects()
+            if _annotations(other).get(PROJECT_ID_ANNOTATION) == project.annotation_id
+        ]
 
     def _sibling_limits(self, namespace: Object, project: Project) -> list[ResourceList]:
-        """The requested limits of the project's other namespaces whose quota is validated."""
-        assert self._factory is not None
+        """The requested limits of the project's other namespaces, validated or not (Rancher
+        counts them all: a namespace marked not fitting may hold good keys)."""
         limits = []
-        for other in self._factory.namespaces().informer.store.objects():
-            annotations = _annotations(other)
+        for other in self._members(project):
             if _name(other) == _name(namespace):
                 continue
-            if annotations.get(PROJECT_ID_ANNOTATION) != project.annotation_id:
+            requested = requested_limit(
+                _annotations(other).get(CATTLE_ANNOTATION_RESOURCE_QUOTA), self.flavour
+            )
+            if requested is not None:
+                limits.append(requested.hard())
+        return limits
+
+    # The used limit -------------------------------------------------------------------------------
+
+    async def _track_used_limit(self, namespace: Object) -> Object:
+        """calculateResourceQuotaUsed: keep `field.cattle.io/resourceQuotaProjectId` on the
+        namespace's project and recompute the usedLimit of the project it was (and is) in."""
+        annotations = _annotations(namespace)
+        now = annotations.get(PROJECT_ID_ANNOTATION, "")
+        before = annotations.get(QUOTA_PROJECT_ID_ANNOTATION, "")
+        if now not in self.projects and before not in self.projects:
+            return namespace  # another agent's namespace (tests share the cluster)
+        if before and before != now:
+            await self._compute_used_limit(before)
+        elif now and before == now:
+            await self._compute_used_limit(now)
+        if before == now:
+            return namespace
+        updated = copy.deepcopy(namespace)
+        updated_annotations = updated["metadata"].setdefault("annotations", {})
+        if now:
+            updated_annotations[QUOTA_PROJECT_ID_ANNOTATION] = now
+        else:
+            updated_annotations.pop(QUOTA_PROJECT_ID_ANNOTATION, None)
+        return await self._write_namespace(namespace, updated)
+
+    async def _compute_used_limit(self, annotation_id: str) -> None:
+        """The sum of the requested limits of the project's validated, not deleting namespaces,
+        written into its Project object when it changed (projects unknown here are left)."""
+        project = self.projects.get(annotation_id)
+        if project is None or project.limit is None:
+            return
+        total: ResourceList = {}
+        for member in self._members(project):
+            annotations = _annotations(member)
+            if (member.get("metadata") or {}).get("deletionTimestamp"):
                 continue
             if not condition_is_set(annotations.get(STATUS_ANNOTATION), CONDITION_VALIDATED, True):
                 continue
             requested = requested_limit(
                 annotations.get(CATTLE_ANNOTATION_RESOURCE_QUOTA), self.flavour
             )
-            if requested:
-                limits.append(resources.parse_resource_list(requested))
-        return limits
+            if requested is not None:
+                total = resources.add(total, requested.hard())
+        used = RancherLimit.from_keys({key: str(value) for key, value in total.items()})
+        if self.used_limits.get(annotation_id) == used:
+            return
+        self.used_limits[annotation_id] = used
+        await self.project_objects.write_used_limit(project, used)
 
     async def _mark_initialised(self, namespace: Object) -> Object:
         annotations = _annotations(namespace)

@@ -1,0 +1,244 @@
+"""Rancher's project accounting for namespace quotas, as its agent computes it (pure).
+
+A Rancher project (management.cattle.io/v3 Project, in the namespace named after its cluster)
+limits the sum of its namespaces' quotas: ``spec.resourceQuota.limit``, and a namespace default
+``spec.namespaceDefaultResourceQuota.limit`` with the same fields (Rancher's project webhook
+requires both or neither). Rancher's agent, on every namespace event of a create or an update of
+the namespace's default quota (rancher/rancher ``pkg/controllers/managementuser/resourcequota``,
+``validateAndSetNamespaceQuota``, and ``pkg/resourcequota/quota_validate.go`` ``IsQuotaFit``, as
+released in v2.14 and v2.15):
+
+- completes the namespace's ``field.cattle.io/resourceQuota`` with the default: the default's
+  fields, with the requested values of the fields both have; ``extended`` is one field, taken
+  whole from the request when both have one;
+- adds that limit and every other namespace of the project's own annotation (all of them,
+  validated or not), and compares the total with the project limit on the project's keys;
+- marks the namespace ``ResourceQuotaValidated`` True, or False with "Resource quota [...]
+  exceeds project limit" (the totals of the exceeded keys), and only then copies the limit into
+  the quota; a namespace that does not fit keeps its quota as it was.
+
+The project's ``usedLimit`` is the sum of the annotations of its validated namespaces.
+
+Here: the field mapping between Rancher's JSON and quota keys (`RancherLimit`), the completion,
+the fit and the shortfall (`fit`), the project as read from its object (`ProjectQuota`), and the
+namespace condition as Rancher records it in ``cattle.io/status``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..generic.meta import annotations_of
+from ..generic.resource import Object, Resource
+from . import resources
+from .annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from .quantity import Quantity
+from .rancher import EXTENDED_FIELD, LIMIT_FIELDS, parse_namespace_resource_quota_details
+from .resources import ResourceList
+
+PROJECTS: Final = Resource("management.cattle.io", "v3", "projects", "Project")
+PROJECT_ID_ANNOTATION: Final = "field.cattle.io/projectId"
+QUOTA_PROJECT_ID_ANNOTATION: Final = "field.cattle.io/resourceQuotaProjectId"
+"""Rancher v2.14+: the project the namespace's quota was last counted in (lags projectId)."""
+STATUS_ANNOTATION: Final = "cattle.io/status"
+CONDITION_VALIDATED: Final = "ResourceQuotaValidated"
+EXCEEDS: Final = "exceeds project limit"
+
+_RESOURCE_BY_FIELD: Final = dict(LIMIT_FIELDS)
+_FIELD_BY_RESOURCE: Final = {resource: json_field for json_field, resource in LIMIT_FIELDS}
+
+
+@dataclass(frozen=True)
+class RancherLimit:
+    """Rancher's ResourceQuotaLimit: its fixed fields (by quota key, the text as written) and
+    ``extended`` (resource name -> text)."""
+
+    fixed: dict[str, str] = field(default_factory=dict)
+    extended: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_keys(cls, keys: Mapping[str, str]) -> RancherLimit:
+        """From quota keys: those with a Rancher field are fixed, the rest extended (as Rancher
+        converts a ResourceList back)."""
+        fixed = {k: str(v) for k, v in keys.items() if k in _FIELD_BY_RESOURCE}
+        extended = {k: str(v) for k, v in keys.items() if k not in _FIELD_BY_RESOURCE}
+        return cls(fixed, extended)
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any] | None) -> RancherLimit:
+        """From Rancher's JSON object (``limitsCpu``, ``extended``...); unknown fields ignored."""
+        fields = fields or {}
+        fixed = {
+            _RESOURCE_BY_FIELD[name]: str(value)
+            for name, value in fields.items()
+            if name in _RESOURCE_BY_FIELD and value not in (None, "")
+        }
+        extended_fields = fields.get(EXTENDED_FIELD) or {}
+        extended = {str(k): str(v) for k, v in dict(extended_fields).items()}
+        return cls(fixed, extended)
+
+    def field_names(self) -> set[str]:
+        """Rancher's top-level fields present (``extended`` counts as one)."""
+        names = {_FIELD_BY_RESOURCE[key] for key in self.fixed}
+        return names | ({EXTENDED_FIELD} if self.extended else set())
+
+    def keys(self) -> dict[str, str]:
+        """As quota keys: ``extended`` first, the fixed fields winning over it."""
+        return {**self.extended, **self.fixed}
+
+    def hard(self) -> ResourceList:
+        """As quantities; ValueError naming a value that is not one."""
+        return resources.parse_resource_list(self.keys())
+
+    def as_fields(self) -> dict[str, Any]:
+        """Rancher's JSON object for it (fixed fields in Go order, then ``extended``)."""
+        fields: dict[str, Any] = {
+            json_field: self.fixed[key] for json_field, key in LIMIT_FIELDS if key in self.fixed
+        }
+        if self.extended:
+            fields[EXTENDED_FIELD] = dict(sorted(self.extended.items()))
+        return fields
+
+
+def namespace_limit(annotation: str | None, *, extended: bool = True) -> RancherLimit | None:
+    """The limit a namespace's ``field.cattle.io/resourceQuota`` requests; None without one.
+    ``extended`` False reads it as Rancher before v2.14 (no such field). ValueError if invalid."""
+    if not annotation or annotation == "null":
+        return None
+    details = parse_namespace_resource_quota_details(annotation)
+    return RancherLimit(dict(details.raw_limit), dict(details.extended) if extended else {})
+
+
+def complete_quota(requested: RancherLimit, default: RancherLimit) -> RancherLimit:
+    """Rancher's completeQuota: the default's fields, with the requested values of the fields
+    both have (``extended`` whole, when both have one)."""
+    fixed = {key: requested.fixed.get(key, value) for key, value in default.fixed.items()}
+    extended = requested.extended if requested.extended and default.extended else default.extended
+    return RancherLimit(fixed, dict(extended))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """IsQuotaFit's answer: whether the namespace fits, the totals of the keys that do not
+    (negative values of the namespace's own limit count as not fitting), and by how much each
+    total exceeds the project limit (`shortfall`: what the project limit lacks)."""
+
+    fits: bool
+    exceeded: ResourceList
+    shortfall: ResourceList
+
+    def message(self) -> str:
+        """The condition message Rancher writes when the namespace does not fit."""
+        if self.fits:
+            return ""
+        return f"Resource quota [{format_resource_list(self.exceeded)}] {EXCEEDS}"
+
+
+def fit(
+    limit: Mapping[str, Quantity],
+    siblings: Iterable[Mapping[str, Quantity]],
+    project_limit: Mapping[str, Quantity],
+) -> Fit:
+    """This namespace's limit plus every sibling's, within the project limit on its keys."""
+    total: ResourceList = dict(limit)
+    for other in siblings:
+        total = resources.add(total, other)
+    _, over = resources.less_or_equal(total, project_limit)
+    bad = sorted(set(over) | set(resources.negative_keys(limit)))
+    if not bad:
+        return Fit(True, {}, {})
+    shortfall = {key: total[key] - project_limit[key] for key in over}
+    return Fit(False, resources.mask(total, bad), shortfall)
+
+
+def format_resource_list(values: Mapping[str, Quantity]) -> str:
+    """Rancher's FormatResourceList: sorted ``name=quantity`` pairs joined by commas."""
+    return ",".join(f"{key}={values[key]}" for key in sorted(values))
+
+
+@dataclass(frozen=True)
+class ProjectQuota:
+    """A project's quota fields, as read from its object."""
+
+    id: str
+    """``<cluster>:<project>``, as namespaces name it in ``field.cattle.io/projectId``."""
+    limit: RancherLimit | None
+    """``spec.resourceQuota.limit``; None: the project has no quota."""
+    namespace_default: RancherLimit | None
+    used_limit: RancherLimit = field(default_factory=RancherLimit)
+
+    @classmethod
+    def from_object(cls, project: Object) -> ProjectQuota:
+        meta = project.get("metadata") or {}
+        spec = project.get("spec") or {}
+        quota = spec.get("resourceQuota")
+        default = spec.get("namespaceDefaultResourceQuota")
+        return cls(
+            id=f"{meta.get('namespace', '')}:{meta.get('name', '')}",
+            limit=None if quota is None else RancherLimit.from_fields(quota.get("limit")),
+            namespace_default=(
+                None if default is None else RancherLimit.from_fields(default.get("limit"))
+            ),
+            used_limit=RancherLimit.from_fields((quota or {}).get("usedLimit")),
+        )
+
+
+def project_reference(namespace: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(cluster, project) from the namespace's ``field.cattle.io/projectId``; None outside one."""
+    value = annotations_of(namespace).get(PROJECT_ID_ANNOTATION, "")
+    cluster, _, project = value.partition(":")
+    return (cluster, project) if cluster and project else None
+
+
+def namespace_fit(
+    namespace: Mapping[str, Any],
+    annotation: str,
+    project: ProjectQuota,
+    members: Iterable[Mapping[str, Any]],
+) -> Fit | None:
+    """Whether `namespace` would fit its project with `annotation` as its request, as Rancher's
+    agent would judge it now (`members`: the namespaces of the cluster; those of the project
+    other than this one are its siblings). None when the project has no quota or default."""
+    if project.limit is None or project.namespace_default is None:
+        return None
+    requested = namespace_limit(annotation) or RancherLimit()
+    merged = complete_quota(requested, project.namespace_default)
+    name = (namespace.get("metadata") or {}).get("name")
+    siblings = [
+        (
+            namespace_limit(annotations_of(other).get(CATTLE_ANNOTATION_RESOURCE_QUOTA))
+            or RancherLimit()
+        )
+        for other in members
+        if (other.get("metadata") or {}).get("name") != name
+        and annotations_of(other).get(PROJECT_ID_ANNOTATION) == project.id
+    ]
+    return fit(merged.hard(), [s.hard() for s in siblings], project.limit.hard())
+
+
+def validated_condition(namespace: Mapping[str, Any]) -> tuple[bool, str] | None:
+    """Rancher's ``ResourceQuotaValidated`` condition of the namespace: (status, message), or
+    None when there is none (or ``cattle.io/status`` cannot be read)."""
+    text = annotations_of(namespace).get(STATUS_ANNOTATION)
+    if not text:
+        return None
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return None
+    conditions = decoded.get("Conditions") if isinstance(decoded, dict) else None
+    for condition in conditions or []:
+        if isinstance(condition, dict) and condition.get("Type") == CONDITION_VALIDATED:
+            return condition.get("Status") == "True", str(condition.get("Message") or "")
+    return None
+
+
+def lacks_room(namespace: Mapping[str, Any]) -> str | None:
+    """Rancher's message when it marked the namespace as not fitting its project, else None."""
+    condition = validated_condition(namespace)
+    if condition is None or condition[0]:
+        return None
+    return condition[1] or f"{CONDITION_VALIDATED} is False"
