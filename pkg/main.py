@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +23,15 @@ from . import __version__, app
 from .config.management import Options
 from .generic import config, errors
 from .generic.client import ApiClient
+from .generic.commandline import command_parser, run_command_line
 from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
 
 if TYPE_CHECKING:
     from .webhook.tls import ClientAuth
 
-Handler = Callable[[argparse.Namespace], int]
-# explain and the webhook server are imported by their commands only: the controllers' process
+# LAZY_IMPORTS: explain and the webhook server are imported by their commands only: the
+# controllers' process
 # (`run`) then does not carry them.
 
 
@@ -67,7 +67,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     )
     client_auth = _client_auth(args)
 
-    from .webhook import server as webhook_server  # noqa: PLC0415 - see Handler
+    from .webhook import server as webhook_server  # noqa: PLC0415 - see LAZY_IMPORTS
 
     async def main() -> int:
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
@@ -92,7 +92,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
 def _client_auth(args: argparse.Namespace) -> ClientAuth | None:
     """--client-ca-file and --client-name as the webhook's ClientAuth (None without a CA);
     exits with a usage error for names without a CA."""
-    from .webhook.tls import ClientAuth  # noqa: PLC0415 - see Handler
+    from .webhook.tls import ClientAuth  # noqa: PLC0415 - see LAZY_IMPORTS
 
     if args.client_ca_file is None:
         if args.client_name:
@@ -102,7 +102,7 @@ def _client_auth(args: argparse.Namespace) -> ClientAuth | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from . import explain  # noqa: PLC0415 - see Handler
+    from . import explain  # noqa: PLC0415 - see LAZY_IMPORTS
 
     async def main() -> int:
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
@@ -281,13 +281,11 @@ def _add_webhook_command(commands: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="harvester-quota",
-        description="Keeps ResourceQuotas from blocking KubeVirt live migrations.",
+    parser, commands = command_parser(
+        "harvester-quota",
+        "Keeps ResourceQuotas from blocking KubeVirt live migrations.",
+        __version__,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    commands = parser.add_subparsers(dest="command", required=True)
 
     _add_run_command(commands)
     _add_webhook_command(commands)
@@ -296,20 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    handler: Handler = args.handler
-    try:
-        return handler(args)
-    except config.ConfigError as error:
-        print(f"harvester-quota: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    return run_command_line(build_parser(), argv, (config.ConfigError,))
 
 
 if __name__ == "__main__":  # pragma: no cover

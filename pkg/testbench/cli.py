@@ -17,20 +17,19 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..generic import config
+from ..generic.commandline import command_parser, run_command_line
 from .localcluster import ClusterError, binaries
 from .localcluster.nodes import DEFAULT_NODES
 from .scale import cli as scale_cli
 
 if TYPE_CHECKING:
     from .localcluster.cluster import LocalCluster
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def _cluster(args: argparse.Namespace) -> LocalCluster:
@@ -232,13 +231,11 @@ def _add_demo_command(commands: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="harvester-quota-bench",
-        description="harvester-quota's test bench: the local cluster, scenarios, scale, the demo.",
+    parser, commands = command_parser(
+        "harvester-quota-bench",
+        "harvester-quota's test bench: the local cluster, scenarios, scale, the demo.",
+        __version__,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    commands = parser.add_subparsers(dest="command", required=True)
     _add_cluster_commands(commands)
     _add_scenario_commands(commands)
     _add_demo_command(commands)
@@ -247,17 +244,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    handler: Handler = args.handler
-    try:
-        return handler(args)
-    except (ClusterError, config.ConfigError) as error:
-        print(f"harvester-quota-bench: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    return run_command_line(build_parser(), argv, (ClusterError, config.ConfigError))

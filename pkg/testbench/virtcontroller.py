@@ -53,11 +53,9 @@ from .sim.kubevirt.objects import (
     LABEL_APP,
     LABEL_CREATED_BY,
     LABEL_MIGRATION_JOB_UID,
-    LABEL_VMI_NAME,
     LAUNCHER,
     VMSpec,
     meta,
-    render_migration,
     render_vm,
     status,
     vm_resources,
@@ -96,8 +94,7 @@ class VirtControllerDriver(KubeVirtDriver):
         handler_workers: int = 4,
         clock: Clock = REAL_CLOCK,
     ) -> None:
-        super().__init__(clock)
-        self.client = client
+        super().__init__(client, clock)
         self.kubevirt_version = kubevirt_version
         self.namespaces = namespaces
         self.limits = limits
@@ -317,28 +314,6 @@ class VirtControllerDriver(KubeVirtDriver):
         return None
 
     # Migrations ---------------------------------------------------------------------------------
-
-    async def migrate(
-        self,
-        vmi_name: str,
-        namespace: str | None = None,
-        *,
-        target_node: str | None = None,
-        name: str | None = None,
-    ) -> str:
-        """Creates a VirtualMachineInstanceMigration as virtctl or Harvester does; returns its
-        name."""
-        ns = self._ns(namespace)
-        body = render_migration(ns, vmi_name, name=name, target_node=target_node)
-        # virt-api's mutator labels every migration with its VMI's name, too long or not: the API
-        # server then refuses a migration of a VMI named with more than 63 characters.
-        body["metadata"].setdefault("labels", {})[LABEL_VMI_NAME] = vmi_name
-        created = await self.client.create(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, body, ns)
-        return str(meta(created).get("name"))
-
-    async def abort(self, name: str, namespace: str | None = None) -> None:
-        """Cancels a migration by deleting it, as ``virtctl migrate-cancel`` and Harvester do."""
-        await self.client.delete(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, self._ns(namespace))
 
     def fail_next_migration(self, vmi_name: str, namespace: str | None = None) -> None:
         self.handler.fail_next_migration(self._ns(namespace), vmi_name)

@@ -3,8 +3,9 @@
 `KubeVirtSimulator` (simulator.py) plays virt-controller itself; `VirtControllerDriver`
 (testbench/virtcontroller.py) drives KubeVirt's real virt-controller. Scenarios, the scale run and
 the tests use either through the same calls; this base holds the parts that do not depend on which:
-the VM specs by key (for migration durations), the migration log built by watching, waiting for a
-migration's outcome, and the async context that starts and stops the driver.
+the VM specs by key (for migration durations), the migration log built by watching, creating and
+aborting migrations as users do, waiting for a migration's outcome, and the async context that
+starts and stops the driver.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Self
 
+from ....apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+from ....generic.client import ApiClient
 from ....generic.clock import Clock
-from .objects import VMSpec
+from ....generic.meta import name as name_of
+from .objects import LABEL_VMI_NAME, VMSpec, render_migration
 from .record import MigrationLog, MigrationRecord
 
 
@@ -24,7 +28,8 @@ class KubeVirtDriver(ABC):
     `_remember` so that migrations take the VM's own duration.
     """
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, client: ApiClient, clock: Clock) -> None:
+        self.client = client
         self.clock = clock
         self.records = MigrationLog(clock)
         """Every migration seen, with its moments, as observed (never as told)."""
@@ -60,6 +65,28 @@ class KubeVirtDriver(ABC):
         """The VM's own migration duration, if its spec set one (None: the default timings)."""
         spec = self._spec(namespace, vmi_name)
         return None if spec is None else spec.migration_duration
+
+    async def migrate(
+        self,
+        vmi_name: str,
+        namespace: str | None = None,
+        *,
+        target_node: str | None = None,
+        name: str | None = None,
+    ) -> str:
+        """Creates a VirtualMachineInstanceMigration (generateName `<vmi>-`, or `name`), as
+        `virtctl migrate` or Harvester's migrate action does; `target_node` becomes its
+        addedNodeSelector. Returns its name."""
+        ns = self._ns(namespace)
+        body = render_migration(ns, vmi_name, name=name, target_node=target_node)
+        # virt-api's mutator labels every migration with its VMI's name, too long or not: the API
+        # server then refuses a migration of a VMI named with more than 63 characters.
+        body["metadata"].setdefault("labels", {})[LABEL_VMI_NAME] = vmi_name
+        return name_of(await self.client.create(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, body, ns))
+
+    async def abort(self, name: str, namespace: str | None = None) -> None:
+        """Cancels a migration by deleting it, as `virtctl migrate-cancel` and Harvester do."""
+        await self.client.delete(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, self._ns(namespace))
 
     async def wait_migration(
         self, name: str, namespace: str | None = None, *, timeout: float | None = 60.0

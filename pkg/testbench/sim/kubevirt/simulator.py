@@ -79,7 +79,12 @@ def pod_grace_seconds(pod: Object) -> int:
 
 
 class KubeVirtSimulator(KubeVirtDriver):
-    """Simulated virt-controller for one namespace (`namespace`) or the whole cluster (None)."""
+    """Simulated virt-controller for one namespace (`namespace`) or the whole cluster (None).
+
+    An aborted migration (`abort` deletes it) loses its target pod at once before hand-off; after
+    hand-off the VMI reports abortStatus Succeeded, the migration ends Failed and the target pod
+    is deleted after `timings.failed_target_linger`.
+    """
 
     def __init__(
         self,
@@ -89,8 +94,7 @@ class KubeVirtSimulator(KubeVirtDriver):
         config: KubeVirtConfig | None = None,
         clock: Clock = REAL_CLOCK,
     ) -> None:
-        super().__init__(clock)
-        self.client = client
+        super().__init__(client, clock)
         self.namespace = namespace
         self.config = config or KubeVirtConfig()
         self.view = ClusterView(client, namespace=namespace, clock=clock)
@@ -485,32 +489,6 @@ class KubeVirtSimulator(KubeVirtDriver):
             pods = await self._pods_of(namespace, vmi_uid)
 
     # Migrations ---------------------------------------------------------------------------------
-
-    async def migrate(
-        self,
-        vmi_name: str,
-        namespace: str | None = None,
-        *,
-        target_node: str | None = None,
-        name: str | None = None,
-    ) -> str:
-        """Creates a VirtualMachineInstanceMigration (generateName `<vmi>-`, or `name`), as
-        `virtctl migrate` or Harvester's migrate action does; `target_node` becomes its
-        addedNodeSelector. Returns its name."""
-        ns = self._ns(namespace)
-        created = await self.client.create(
-            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-            render_migration(ns, vmi_name, name=name, target_node=target_node),
-            ns,
-        )
-        return str(meta(created).get("name"))
-
-    async def abort(self, name: str, namespace: str | None = None) -> None:
-        """Cancels a migration the way `virtctl migrate-cancel` and Harvester do: by deleting it.
-        Before hand-off its target pod is deleted at once; after hand-off the VMI reports
-        abortStatus Succeeded, the migration ends Failed and the target pod is deleted after
-        `timings.failed_target_linger`."""
-        await self.client.delete(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, self._ns(namespace))
 
     async def drain(self, node: str, *, cordon: bool = True) -> list[str]:
         """What a node drain makes the evacuation controller do: cordon the node (optional) and
