@@ -31,8 +31,7 @@ if TYPE_CHECKING:
     from .webhook.tls import ClientAuth
 
 # LAZY_IMPORTS: explain and the webhook server are imported by their commands only: the
-# controllers' process
-# (`run`) then does not carry them.
+# controllers' process (`run`) then does not carry them.
 
 
 def _options(args: argparse.Namespace) -> Options:
