@@ -31,11 +31,13 @@ from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.sim.kubevirt.real import RealKubeVirt
+from harvester_quota.sim.rancher.protection import RancherProtection
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
     NOT_ENOUGH_REASON,
+    RANCHER_PROTECTED_REASON,
     Lock,
 )
 from harvester_quota.webhook.server import WebhookServer
@@ -594,3 +596,57 @@ async def test_squatters_racing_every_window_never_take_the_raise(
         await asyncio.gather(task, return_exceptions=True)
     print(f"\nMTQ squatters: {attempts[0]} attempts, {len(admitted)} admitted")
     assert attempts[0] > 10 and admitted == []
+
+
+async def test_a_quota_only_rancher_may_write_is_left_alone_without_a_lock(
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    controllers: Controllers,
+) -> None:
+    """Rancher 2.14.6+ protects its labelled quota (the test bench's admission policy answers
+    with rancher-webhook's words): MTQ mode asks once by a dry run, takes no lock, writes no
+    quota, says so once on the VMMRQ, and stays so when the budget changes."""
+    await kv.create_quota(V170_HARD)
+    name = await refused_migration(kv, kubevirt)
+    await create_vmmrq(kv, V170_ROOM)
+    protection = await RancherProtection.install(
+        kubevirt_api,
+        [kv.namespace],
+        ca_file=kubevirt_cluster.ca_file,
+        name=f"mtq-{kv.namespace[-8:]}",
+    )
+    try:
+        app = await controllers.start()
+
+        async def rancher_warnings() -> list[Object]:
+            listed = await kv.api.list(EVENTS, kv.namespace)
+            return [e for e in listed["items"] if e.get("reason") == RANCHER_PROTECTED_REASON]
+
+        (event,) = await eventually(rancher_warnings, what="QuotaProtectedByRancher")
+        assert event["involvedObject"]["name"] == "budget"
+        assert "managed by Rancher" in event["message"] and "delete budget" in event["message"]
+        bigger = {k: str(Quantity.parse(v) * 2) for k, v in V170_ROOM.items()}
+        await kv.api.patch(
+            VMMRQS, "budget", {"spec": {"additionalMigrationResources": bigger}}, kv.namespace
+        )
+
+        async def budget_copied() -> bool:
+            budget = await kv.api.get(VMMRQS, "budget", kv.namespace)
+            copied = (budget.get("status") or {}).get("additionalMigrationResources") or {}
+            return same(copied, bigger)
+
+        await eventually(budget_copied, what="the new budget reconciled")
+        assert app.mtq is not None
+        stats = app.mtq.stats
+        assert stats.locks == 0 and stats.quota_writes == 0, stats
+        assert stats.rancher_refusals == 1, "one dry run, never a real write"
+        namespace = await kv.api.get(NAMESPACES, kv.namespace)
+        assert LABEL_LOCKED not in (namespace["metadata"].get("labels") or {})
+        assert same((await kv.quota())["spec"]["hard"], V170_HARD)
+        assert len(await rancher_warnings()) == 1
+        migration = await kv.api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, kv.namespace)
+        assert migration["status"].get("phase", "Pending") == "Pending", "held, as Rancher has it"
+    finally:
+        await protection.remove()

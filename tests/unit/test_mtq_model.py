@@ -120,6 +120,47 @@ def test_several_migrations_share_one_raise_and_one_record() -> None:
     assert plan.originals[0].hard == {"requests.memory": "2Gi"}
 
 
+def test_a_protected_quota_holds_its_migrations_and_is_never_raised() -> None:
+    """Only Rancher may raise `a`: the migration it blocks is neither releasable nor short of
+    budget (no NotEnoughResourceToRelease), and `b`, which it also blocks, is not raised for it."""
+    quotas = [
+        quota_view(quota("a", {"requests.memory": "2Gi"}, {"requests.memory": "2Gi"})),
+        quota_view(quota("b", {"requests.cpu": "1"}, {"requests.cpu": "1"})),
+    ]
+    budget = {"requests.memory": "1Mi", "requests.cpu": "2"}
+    verdict = evaluate(
+        POD,
+        quotas,
+        {},
+        rl(**{k.replace(".", "_"): v for k, v in budget.items()}),
+        protected=frozenset({"a"}),
+    )
+    assert verdict.held == ("a",) and verdict.short == () and not verdict.releasable
+    plan = plan_namespace(vmmrq(budget), [blocked("m1")], quotas, protected=frozenset({"a"}))
+    assert plan.held == {"m1": ("a",)} and plan.refused == {} and plan.migrations == {}
+    assert not plan.locks
+
+
+def test_a_protected_quota_the_pod_fits_under_holds_nothing() -> None:
+    quotas = [
+        quota_view(quota("a", {"requests.memory": "8Gi"}, {"requests.memory": "2Gi"})),
+        quota_view(quota("b", {"requests.cpu": "1"}, {"requests.cpu": "1"})),
+    ]
+    plan = plan_namespace(
+        vmmrq({"requests.cpu": "2"}), [blocked("m1")], quotas, protected=frozenset({"a"})
+    )
+    assert plan.held == {} and plan.migrations == {"m1": ("b",)} and plan.locks
+
+
+def test_a_rancher_labelled_quota_is_known_as_one() -> None:
+    labelled = quota("a", {"pods": "1"}, {"pods": "1"})
+    labelled["metadata"]["labels"] = {
+        "resourcequota.management.cattle.io/default-resource-quota": "true"
+    }
+    assert quota_view(labelled).rancher_default
+    assert not quota_view(quota("b", {"pods": "1"}, {"pods": "1"})).rancher_default
+
+
 def test_recorded_originals_are_kept_not_replaced_by_raised_values() -> None:
     raised = quota_view(quota("a", {"requests.memory": "6Gi"}, {"requests.memory": "3Gi"}))
     status = {
