@@ -4,8 +4,9 @@ Reads the namespace as the controller would (its quotas, migrations, VMIs, pods,
 and Harvester's ratio setting when present) straight from the API server, runs the same plan
 (`util.resourcequota.plan`), and reports: the base and where it comes from, each migration holding
 room (why, since when, how much, which pod), usage without migration targets, desired versus
-actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported and
-any write Rancher denied. It writes nothing, so any kubeconfig that can read those kinds will do.
+actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
+any write Rancher denied, and any lock KubeVirt MTQ left on the namespace (with what to delete). It
+writes nothing, so any kubeconfig that can read those kinds will do.
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_RE
 from .generic import errors
 from .generic.client import ApiClient
 from .generic.meta import has_condition, metadata, name, spec, status
-from .generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object, Resource
+from .generic.resource import (
+    EVENTS,
+    NAMESPACES,
+    PODS,
+    RESOURCE_QUOTAS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    Object,
+    Resource,
+)
+from .util.mtqlock import locks_of
 from .util.resourcequota.base import Mode
 from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
@@ -52,6 +62,9 @@ class Explanation:
     webhook: list[str] = field(default_factory=list)
     last_refusal: dict[str, str] | None = None
     rancher_denials: list[dict[str, str]] = field(default_factory=list)
+    mtq_locks: list[dict[str, str]] = field(default_factory=list)
+    """KubeVirt MTQ's namespace locks on this namespace: configuration, what it does, how to
+    delete it."""
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -77,10 +90,12 @@ async def explain(
 ) -> Explanation:
     """Reads the namespace and explains its managed quota; raises NotFound for no namespace."""
     ns = await client.get(NAMESPACES, namespace)
+    locks, lock_warnings = await _mtq_locks(client, namespace)
     quotas = await _list(client, RESOURCE_QUOTAS, namespace)
     quota = managed_quota(quotas)
     if quota is None:
-        return Explanation(namespace, None, managed=False, warnings=["no managed ResourceQuota"])
+        warnings = ["no managed ResourceQuota", *lock_warnings]
+        return Explanation(namespace, None, managed=False, mtq_locks=locks, warnings=warnings)
     kubevirts = await _list(client, KUBEVIRTS, None)
     settings = [s for s in await _list(client, SETTINGS, None) if name(s) == RATIO_SETTING]
     launcher = settings_from(
@@ -102,7 +117,26 @@ async def explain(
     )
     plan = plan_quota(snapshot)
     events = await _list(client, EVENTS, namespace)
-    return _explanation(namespace, quota, plan, migrations, events)
+    result = _explanation(namespace, quota, plan, migrations, events)
+    result.mtq_locks = locks
+    result.warnings = [*result.warnings, *lock_warnings]
+    return result
+
+
+async def _mtq_locks(client: ApiClient, namespace: str) -> tuple[list[dict[str, str]], list[str]]:
+    """KubeVirt MTQ's locks of the namespace, and a warning if they could not be read."""
+    try:
+        configurations = await _list(client, VALIDATING_WEBHOOK_CONFIGURATIONS, None)
+    except errors.Forbidden as error:
+        return [], [f"cannot look for KubeVirt MTQ's namespace locks: {error}"]
+    return [
+        {
+            "configuration": lock.configuration,
+            "message": lock.message(),
+            "delete": lock.delete_command(),
+        }
+        for lock in locks_of(namespace, configurations)
+    ], []
 
 
 def _explanation(
@@ -216,9 +250,11 @@ def render_json(explanation: Explanation) -> str:
 
 def render_text(e: Explanation) -> str:
     """The explanation for a terminal: sections in the order an operator asks the questions."""
+    locks = [f"KubeVirt MTQ lock left: {lock['message']}" for lock in e.mtq_locks]
     if e.quota is None:
-        return f"namespace {e.namespace}: no managed ResourceQuota (nothing to explain)\n"
-    lines = [f"namespace {e.namespace}, quota {e.quota}"]
+        nothing = f"namespace {e.namespace}: no managed ResourceQuota (nothing to explain)"
+        return "\n".join([nothing, *locks]) + "\n"
+    lines = [f"namespace {e.namespace}, quota {e.quota}", *locks]
     if not e.managed:
         lines.append("  not scaled: " + ("; ".join(e.warnings) or "no base"))
     else:

@@ -12,6 +12,7 @@ launcher uses 2015m / 4797464313 at ratio 1.5, so its migration target cannot fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -24,14 +25,23 @@ from harvester_quota.apis.mtq import VMMRQS
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.controller.mtq.vmmrq_controller import FINALIZER
+from harvester_quota.explain import explain
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
-from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.generic.resource import (
+    EVENTS,
+    NAMESPACES,
+    PODS,
+    RESOURCE_QUOTAS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    Object,
+)
 from harvester_quota.localcluster import ClusterInfo
 from harvester_quota.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.sim.kubevirt.real import RealKubeVirt
 from harvester_quota.sim.rancher.protection import RancherProtection
+from harvester_quota.util.mtqlock import REASON as LEFTOVER_REASON
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,
@@ -55,6 +65,7 @@ from tests.integration.test_controllers_on_kubevirt import (
     kv,
     wait_refused,
 )
+from tests.objects import kubevirt_mtq_lock
 
 pytestmark = pytest.mark.integration
 __all__ = ["kubevirt", "kv"]  # fixtures: the real virt-controller and the quota helpers
@@ -82,10 +93,16 @@ class Controllers:
         self.tasks: list[asyncio.Task[None]] = []
 
     async def start(
-        self, *, lock_seconds: float = 30.0, writes: int | None = None, namespace: str = ""
+        self,
+        *,
+        lock_seconds: float = 30.0,
+        writes: int | None = None,
+        namespace: str = "",
+        leftover_after: float | None = None,
     ) -> ControllerApp:
         """A new controller process; with `writes`, it dies (writes nothing more) after that
-        many writes of `namespace`, its quotas and its VMMRQ."""
+        many writes of `namespace`, its quotas and its VMMRQ; with `leftover_after`, it reports
+        KubeVirt MTQ's locks that much younger than it would."""
         client = await deployment.client_as(self.api, self.cluster, "harvester-quota")
         if writes is not None:
             kill_after(client, writes, namespace)
@@ -96,6 +113,8 @@ class Controllers:
             mtq_lock_seconds=lock_seconds,
         )
         app = ControllerApp(client, options, registry=CollectorRegistry())
+        if leftover_after is not None:
+            app.leftover_locks.leftover_after = leftover_after
         self.apps.append((app, client))
         await app.start()
         return app
@@ -650,3 +669,52 @@ async def test_a_quota_only_rancher_may_write_is_left_alone_without_a_lock(
         assert migration["status"].get("phase", "Pending") == "Pending", "held, as Rancher has it"
     finally:
         await protection.remove()
+
+
+async def test_a_leftover_kubevirt_mtq_lock_is_reported_with_what_to_delete(
+    kubevirt_api: ApiClient, kubevirt_namespace: str, controllers: Controllers
+) -> None:
+    """KubeVirt MTQ uninstalled mid-window left its lock.<ns>.com: with MTQ's service gone it
+    refuses every pod create there. The controller says so on the Namespace, explain names it,
+    and deleting it as they say lets pods in again."""
+    api, namespace = kubevirt_api, kubevirt_namespace
+    lock = kubevirt_mtq_lock(namespace)
+    name = lock["metadata"]["name"]
+    lock["metadata"].pop("creationTimestamp")
+    pod = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    async def pods_refused() -> bool:
+        try:
+            await api.create(PODS, pod, namespace, dry_run=True)
+        except errors.ApiError as error:
+            return name in error.message
+        return False
+
+    await api.create(VALIDATING_WEBHOOK_CONFIGURATIONS, lock)
+    try:
+        await eventually(pods_refused, what="the leftover lock refuses pods")
+        await controllers.start(leftover_after=0.0)
+
+        async def reported() -> list[Object]:
+            listed = await api.list_all(EVENTS, "default")
+            return [
+                e
+                for e in listed.items
+                if e.get("reason") == LEFTOVER_REASON
+                and e["involvedObject"].get("name") == namespace
+            ]
+
+        (event,) = await eventually(reported, what="LeftoverMtqLock on the Namespace")
+        command = f"kubectl delete validatingwebhookconfiguration {name}"
+        assert event["involvedObject"]["kind"] == "Namespace" and command in event["message"]
+        found = await explain(api, namespace)
+        assert [entry["delete"] for entry in found.mtq_locks] == [command]
+        await api.delete(VALIDATING_WEBHOOK_CONFIGURATIONS, name)
+
+        async def pods_admitted() -> bool:
+            return not await pods_refused()
+
+        await eventually(pods_admitted, what="pods admitted once the lock is deleted")
+    finally:
+        with contextlib.suppress(errors.NotFound):
+            await api.delete(VALIDATING_WEBHOOK_CONFIGURATIONS, name)
