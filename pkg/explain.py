@@ -41,6 +41,7 @@ from .generic.resource import (
     Resource,
 )
 from .util.mtqlock import locks_of
+from .util.quotascope import quota_scope
 from .util.resourcequota.base import Mode
 from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
@@ -62,6 +63,9 @@ class Explanation:
     webhook: list[str] = field(default_factory=list)
     last_refusal: dict[str, str] | None = None
     rancher_denials: list[dict[str, str]] = field(default_factory=list)
+    scope: str = ""
+    """The managed quota's scopes ("" for none): it charges, and is raised for, only the pods
+    they match."""
     mtq_locks: list[dict[str, str]] = field(default_factory=list)
     """KubeVirt MTQ's namespace locks on this namespace: configuration, what it does, how to
     delete it."""
@@ -147,6 +151,8 @@ def _explanation(
     events: Sequence[Object],
 ) -> Explanation:
     result = Explanation(namespace, name(quota), managed=plan.managed, warnings=plan.warnings)
+    scope = quota_scope(quota)
+    result.scope = "" if scope.unscoped else str(scope)
     actual = {str(k): str(v) for k, v in (spec(quota).get("hard") or {}).items()}
     result.hard = {
         key: {"desired": plan.hard.get(key), "actual": actual.get(key)}
@@ -255,6 +261,11 @@ def render_text(e: Explanation) -> str:
         nothing = f"namespace {e.namespace}: no managed ResourceQuota (nothing to explain)"
         return "\n".join([nothing, *locks]) + "\n"
     lines = [f"namespace {e.namespace}, quota {e.quota}", *locks]
+    if e.scope:
+        lines.append(
+            f"scopes: {e.scope} (only the pods they match count, and only migrations whose "
+            "target pod they match hold room)"
+        )
     if not e.managed:
         lines.append("  not scaled: " + ("; ".join(e.warnings) or "no base"))
     else:

@@ -8,12 +8,14 @@ from typing import Any
 
 from harvester_quota.apis.mtq import OriginalQuota, decode_vmmrq
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.quotascope import PLAIN_FACTS, PodScopeFacts
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
     Blocked,
     Lock,
     QuotaView,
+    Verdict,
     evaluate,
     not_enough_message,
     parse_lock,
@@ -96,8 +98,53 @@ def test_a_raised_quota_is_judged_at_its_recorded_original() -> None:
 
 def test_scopes_a_launcher_never_matches_are_ignored() -> None:
     best_effort = quota_view(quota("be", {"pods": "0"}, {"pods": "0"}, scopes=["BestEffort"]))
-    assert not best_effort.applies
+    assert not best_effort.scope.matches(PLAIN_FACTS)
     assert evaluate(POD, [best_effort], {}, {}).blocking == ()
+
+
+def priority_scoped(name: str, operator: str, *values: str) -> QuotaView:
+    """A full quota on requests.memory that charges only pods its PriorityClass selector picks."""
+    expression: dict[str, Any] = {"scopeName": "PriorityClass", "operator": operator}
+    if values:
+        expression["values"] = list(values)
+    return quota_view(
+        quota(
+            name,
+            {"requests.memory": "2Gi"},
+            {"requests.memory": "2Gi"},
+            scopeSelector={"matchExpressions": [expression]},
+        )
+    )
+
+
+def test_a_quota_of_a_priority_class_the_launcher_does_not_use_blocks_nothing_and_is_not_raised() -> (
+    None
+):
+    """A full quota for the "batch" class, a launcher without a class (or of another one): the
+    quota charges the target pod nothing, so it neither blocks the migration nor is raised."""
+    batch = priority_scoped("batch-only", "In", "batch")
+    budget = rl(requests_memory="1Gi")
+    for facts in (PLAIN_FACTS, PodScopeFacts(priority_class="vm-high")):
+        assert evaluate(POD, [batch], {}, budget, facts=facts) == Verdict()
+    plan = plan_namespace(vmmrq({"requests.memory": "1Gi"}), [blocked("m1")], [batch])
+    assert plan.migrations == {} and plan.refused == {} and not plan.locks
+
+
+def test_a_quota_of_the_launchers_priority_class_blocks_and_is_raised() -> None:
+    batch = priority_scoped("vms", "In", "vm-high")
+    plan = plan_namespace(
+        vmmrq({"requests.memory": "1Gi"}),
+        [Blocked("m1", "uid-m1", POD, PodScopeFacts(priority_class="vm-high"))],
+        [batch],
+    )
+    assert plan.migrations == {"m1": ("vms",)} and plan.locks
+
+
+def test_a_notin_or_doesnotexist_priority_quota_charges_a_launcher_without_a_class() -> None:
+    for scoped in (priority_scoped("a", "NotIn", "batch"), priority_scoped("b", "DoesNotExist")):
+        assert evaluate(POD, [scoped], {}, rl(requests_memory="1Gi")).blocking == (scoped.name,)
+    exists = priority_scoped("c", "Exists")
+    assert evaluate(POD, [exists], {}, rl(requests_memory="1Gi")).blocking == ()
 
 
 def blocked(name: str, usage: ResourceList = POD) -> Blocked:

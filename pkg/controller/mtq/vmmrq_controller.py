@@ -55,6 +55,7 @@ from ...generic.ownwrites import OwnWrites
 from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ...util.launcher import LauncherSettings, launcher_quota_usage
 from ...util.podusage import strip_pod_to_quota_fields
+from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.conditional import failed_test, publish_patch
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
@@ -303,7 +304,8 @@ class MtqReconciler:
         except ValueError as error:
             log.warning("%s: cannot size the target pod of %s: %s", namespace, vmi_name, error)
             return None
-        return Blocked(str(metadata(migration).get("name")), uid, usage)
+        facts = launcher_scope_facts(vmi, usage)
+        return Blocked(str(metadata(migration).get("name")), uid, usage, facts)
 
     def _settings(self, namespace: str) -> LauncherSettings:
         """The launcher settings in force for `namespace` (as the room mode reads them)."""

@@ -37,6 +37,7 @@ from ...generic.meta import annotations_of, labels
 from .. import resources
 from ..annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..quantity import Quantity
+from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, quota_scope
 from ..resources import ResourceList, parse_resource_list, parse_resource_list_leniently
 
 LABEL_LOCKED: Final = "mtq.harvester-quota.io/locked"
@@ -49,8 +50,6 @@ RANCHER_PROTECTED_REASON: Final = "QuotaProtectedByRancher"
 """Warning event reason, on a VMMRQ whose namespace's quota only Rancher may raise."""
 
 _ZERO = Quantity()
-_EXCLUDING_SCOPES: Final = frozenset({"BestEffort", "Terminating"})
-"""Quota scopes a launcher pod never matches (it has resources and no activeDeadlineSeconds)."""
 
 
 # The lock ----------------------------------------------------------------------------------------
@@ -120,8 +119,8 @@ class QuotaView:
     hard: ResourceList
     used: ResourceList
     spec: Mapping[str, Any]
-    applies: bool = True
-    """False for a quota whose scopes a launcher pod never matches."""
+    scope: QuotaScope = UNSCOPED
+    """Which pods it charges (quotascope.py): a target pod outside it is not judged by it."""
     rancher_default: bool = False
     """Labelled as Rancher's default quota: the one Rancher 2.14.6+/2.15.2+ may protect."""
 
@@ -130,19 +129,12 @@ def quota_view(quota: Mapping[str, Any]) -> QuotaView:
     """A cached ResourceQuota (already validated by the API server) as a QuotaView."""
     raw_spec = quota.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
-    scopes = spec.get("scopes") or []
-    expressions = (spec.get("scopeSelector") or {}).get("matchExpressions") or []
-    excluded = _EXCLUDING_SCOPES.intersection(scopes) or any(
-        e.get("scopeName") in _EXCLUDING_SCOPES and e.get("operator") in (None, "Exists")
-        for e in expressions
-        if isinstance(e, Mapping)
-    )
     return QuotaView(
         name=str((quota.get("metadata") or {}).get("name")),
         hard=parse_resource_list_leniently(spec.get("hard")),
         used=parse_resource_list_leniently((quota.get("status") or {}).get("used")),
         spec=spec,
-        applies=not excluded,
+        scope=quota_scope(spec),
         rancher_default=labels(quota).get(LABEL_DEFAULT_RESOURCE_QUOTA) == "true",
     )
 
@@ -221,19 +213,22 @@ def evaluate(
     originals: Mapping[str, ResourceList],
     budget: Mapping[str, Quantity],
     *,
+    facts: PodScopeFacts = PLAIN_FACTS,
     protected: frozenset[str] = frozenset(),
 ) -> Verdict:
     """Whether a target pod of quota usage `usage` is blocked, and whether the budget frees it.
 
     Each quota is judged at its original hard when one is recorded (a raised quota still blocks
     the migrations it was raised for) and its live status.used (target pods admitted already
-    count), on the keys both its hard and the pod have, as quota admission does. A quota named
-    in `protected` is never raised: blocking, it holds the migration (`Verdict.held`)."""
+    count), on the keys both its hard and the pod have, as quota admission does, if its scopes
+    match the target pod's `facts` (a quota that does not charge the pod neither blocks it nor
+    is raised for it). A quota named in `protected` is never raised: blocking, it holds the
+    migration (`Verdict.held`)."""
     blocking: list[str] = []
     held: list[str] = []
     short: list[Shortfall] = []
     for quota in sorted(quotas, key=lambda q: q.name):
-        if not quota.applies:
+        if not quota.scope.matches(facts):
             continue
         hard = originals.get(quota.name, quota.hard)
         keys = sorted(k for k in hard if k in usage)
@@ -289,6 +284,8 @@ class Blocked:
     uid: str
     usage: ResourceList
     """Its target pod's quota usage."""
+    facts: PodScopeFacts = PLAIN_FACTS
+    """What quota scopes read of its target pod (quotascope.launcher_scope_facts)."""
 
 
 @dataclass(frozen=True)
@@ -351,7 +348,14 @@ def plan_namespace(
     for migration in sorted(blocked, key=lambda b: b.name):
         if vmmrq.deleting or migration.name in excluded:
             continue
-        verdict = evaluate(migration.usage, quotas, recorded_hard, budget, protected=protected)
+        verdict = evaluate(
+            migration.usage,
+            quotas,
+            recorded_hard,
+            budget,
+            facts=migration.facts,
+            protected=protected,
+        )
         if verdict.held:
             held[migration.name] = verdict.held
         elif verdict.short:

@@ -34,6 +34,7 @@ from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from ..podusage import pod_quota_usage
 from ..quantity import Format, Quantity
+from ..quotascope import PLAIN_FACTS, PodScopeFacts, QuotaScope, pod_scope_facts
 from ..resources import ResourceList
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -62,6 +63,8 @@ class PodView:
     """status.phase is Running: written by the kubelet (pods/status), never by a tenant."""
     error: str | None = None
     """Why the pod could not be read (its usage counts as nothing; planning reports it)."""
+    scope: PodScopeFacts = PLAIN_FACTS
+    """What a quota's scopes read of it (quotascope.py; shared between views)."""
 
     @property
     def steady(self) -> bool:
@@ -96,6 +99,7 @@ def pod_view(pod: Object) -> PodView:
         "migration_uid": pod_labels.get(LABEL_MIGRATION_JOB),
         "created": str(meta.get("creationTimestamp") or ""),
         "running": status(pod).get("phase") == "Running",
+        "scope": pod_scope_facts(pod),
     }
     try:
         terminal = status(pod).get("phase") in _TERMINAL
@@ -254,6 +258,15 @@ class NamespacePods:
     def unreadable(self) -> list[PodView]:
         """Pods that could not be read, by name: each charges nothing (PodView.counts)."""
         return [self._views[name] for name in sorted(self._unreadable)]
+
+    def outside(self, scope: QuotaScope) -> frozenset[str]:
+        """The pods a quota of `scope` does not charge (none for an unscoped quota, at no
+        cost; else a walk of the namespace)."""
+        if scope.unscoped:
+            return frozenset()
+        return frozenset(
+            view.name for view in self._views.values() if not scope.matches(view.scope)
+        )
 
     def used_without(self, excluded: frozenset[str], now: datetime.datetime) -> ResourceList:
         """What quota charges the namespace's pods at `now`, the pods named `excluded` aside.

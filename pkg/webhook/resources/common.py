@@ -29,6 +29,7 @@ from ...util import resources
 from ...util.annotations import parse_migration_annotations
 from ...util.launcher import LauncherSettings
 from ...util.quantity import Quantity
+from ...util.quotascope import quota_scope
 from ...util.rancher import LIMIT_FIELDS
 from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, rancher_base
 from ...util.resourcequota.calculator import shortfalls
@@ -97,6 +98,8 @@ class NamespaceView:
 
 
 def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
+    """The namespace as the validators read it: rooms are those of migrations whose target pod
+    the quota's scopes charge (as the controller's plan holds them)."""
     settings = lookups.kubevirt_settings()
     rooms = plan_rooms(
         RoomInputs(
@@ -106,7 +109,7 @@ def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
             now=lookups.now(),
             launcher=settings.for_namespace([quota], lookups.namespace(namespace)),
         )
-    )
+    ).within(quota_scope(quota))
     recorded = parse_migration_annotations(annotations_of(quota))
     return NamespaceView(
         quota=quota,

@@ -35,6 +35,7 @@ from ....generic.clock import Clock
 from ....generic.meta import annotations_of, labels
 from ....util.annotations import parse_migration_annotations
 from ....util.podusage import pod_quota_usage
+from ....util.quotascope import applies_to
 from ....util.resourcequota.calculator import Shortfall, shortfalls
 from ....util.resources import ResourceList, parse_resource_list_leniently
 from ...admission import Request
@@ -146,7 +147,8 @@ async def admit_target(
     gave_up: GaveUp | None = None,
 ) -> TargetAdmission:
     """Returns once the target pod fits under the managed quota's `status.hard` as the cache
-    shows it, at once if no raise will come, or after `wait` seconds (see module docstring)."""
+    shows it (at once if its scopes do not charge the pod), at once if no raise will come, or
+    after `wait` seconds (see module docstring)."""
     pod = request.obj or {}
     try:
         needed = pod_quota_usage(pod)
@@ -165,7 +167,7 @@ async def admit_target(
         quota = lookups.managed_quota(request.namespace)
         if quota is None:
             return TargetAdmission("no-managed-quota", waited)
-        short = _short(quota, needed)
+        short = _short(quota, needed) if applies_to(quota, pod) else []
         if not short:
             if changes_awaited == 0:
                 # Fitted on the first look: nothing was waited for. (Not `waited == 0`: on a

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ....util.launcher import launcher_quota_usage
+from ....util.quotascope import launcher_scope_facts, quota_scope
 from ...admission import Denied, Request
 from ..common import Lookups, base_of, check_fits_base, view_of
 
@@ -25,7 +26,8 @@ def _will_run(vm: Mapping[str, Any]) -> bool:
 
 def validate_vm_start(request: Request, lookups: Lookups) -> None:
     """A VM that is to run but has no instance yet must fit under the base, overhead and
-    sidecars included (Harvester checks this on VM create and update, limits only)."""
+    sidecars included (Harvester checks this on VM create and update, limits only), unless the
+    managed quota's scopes do not charge its launcher pod."""
     vm = request.obj or {}
     if not _will_run(vm) or request.name in lookups.vmis(request.namespace):
         return  # halted, or already running (its pod is counted already)
@@ -47,4 +49,6 @@ def validate_vm_start(request: Request, lookups: Lookups) -> None:
         raise Denied(
             f"VM {request.name}: cannot size its launcher pod: {error}", code=422
         ) from error
+    if not quota_scope(quota).matches(launcher_scope_facts(vmi, needed)):
+        return
     check_fits_base(f"VM {request.name}", needed, base_of(lookups, request.namespace, view), view)
