@@ -1,7 +1,7 @@
 """`harvester-quota explain NAMESPACE`: why the namespace's quota is what it is, read-only.
 
-Reads the namespace as the controller would (its quotas, migrations, VMIs, pods, the KubeVirt CR
-and Harvester's ratio setting when present) straight from the API server, runs the same plan
+Reads the namespace as the controller would (its quotas, migrations, VMIs, pods, the KubeVirt
+CR and Harvester's ratio setting when present) straight from the API server, runs the same plan
 (`util.resourcequota.plan`), and reports: the base and where it comes from, each migration holding
 room (why, since when, how much, which pod), usage without migration targets, desired versus
 actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
@@ -106,7 +106,7 @@ async def explain(
         kubevirts[0] if kubevirts else None,
         settings[0] if settings else None,
         configured_version=kubevirt_version,
-    ).for_namespace(quotas, ns)
+    ).for_namespace(quotas, ns)  # as the room controller's plan: no LimitRange defaults yet
     migrations = await _list(client, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace)
     vmis = await _list(client, VIRTUAL_MACHINE_INSTANCES, namespace)
     snapshot = NamespaceSnapshot(

@@ -31,6 +31,7 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
 from harvester_quota.generic.resource import (
     EVENTS,
+    LIMIT_RANGES,
     NAMESPACES,
     PODS,
     RESOURCE_QUOTAS,
@@ -310,6 +311,41 @@ async def test_every_quota_key_kind_is_raised_and_restored(
         return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
 
     in_use = await eventually(used, what=f"{key} used")
+    await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
+    name = await kubevirt.migrate("vm1")
+    await wait_refused(kubevirt, kv.namespace, name)
+    await controllers.start()
+    await create_vmmrq(kv, {key: in_use})
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, {key: in_use}), what="quota restored, unlocked")
+
+
+async def test_a_limit_range_default_is_charged_to_the_target_and_released(
+    kv: KubeVirtByHand,
+    kubevirt: RealKubeVirt,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """MTQ's e2e "should work with LimitRange": the namespace's LimitRange gives every launcher
+    container a default ephemeral-storage limit KubeVirt never sets, and a quota on that key is
+    full. Only a target pod sized with the default is blocked there, and the budget releases it."""
+    default = {"type": "Container", "default": {"ephemeral-storage": "1Gi"}}
+    await kv.api.create(
+        LIMIT_RANGES,
+        {"metadata": {"name": "defaults"}, "spec": {"limits": [default]}},
+        kv.namespace,
+    )
+    key = "limits.ephemeral-storage"
+    await tenant_quota(kv, {key: "1000Gi"})
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+
+    async def used() -> str | None:
+        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+        value = ((quota.get("status") or {}).get("used") or {}).get(key)
+        return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
+
+    in_use = await eventually(used, what=f"{key} used, from the LimitRange alone")
     await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
     name = await kubevirt.migrate("vm1")
     await wait_refused(kubevirt, kv.namespace, name)

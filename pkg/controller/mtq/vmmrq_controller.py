@@ -52,7 +52,7 @@ from ...generic import errors
 from ...generic.events import WARNING
 from ...generic.meta import labels, metadata, status
 from ...generic.ownwrites import OwnWrites
-from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from ...generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ...util.launcher import LauncherSettings, launcher_quota_usage
 from ...util.podusage import strip_pod_to_quota_fields
 from ...util.quotascope import launcher_scope_facts
@@ -154,6 +154,7 @@ class MtqReconciler:
         if not self.pods.store.has_index(TARGET_INDEX):
             self.pods.store.add_indexers({TARGET_INDEX: _target_index})
         self.kubevirts = factory.informer(KUBEVIRTS, optional=True)
+        self.limit_ranges = factory.informer(LIMIT_RANGES)
         self.settings = factory.informer(
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
@@ -178,7 +179,7 @@ class MtqReconciler:
         # Quotas, migrations and target pods matter only where a VMMRQ is: elsewhere their
         # events (virt-controller's status writes, several a second per migration) would queue
         # namespace reconciles that MTQ leaves at once and the room mode does not need.
-        for informer in (self.quotas, self.migrations):
+        for informer in (self.quotas, self.migrations, self.limit_ranges):
             controller.watch_related(
                 informer, self._where_managed(_namespace_of), name=f"mtq {informer.name}"
             )
@@ -308,7 +309,8 @@ class MtqReconciler:
         return Blocked(str(metadata(migration).get("name")), uid, usage, facts)
 
     def _settings(self, namespace: str) -> LauncherSettings:
-        """The launcher settings in force for `namespace` (as the room mode reads them)."""
+        """The launcher settings in force for `namespace`: as the room mode reads them, with the
+        namespace's LimitRange defaults (admission adds them to the target pod)."""
         kubevirts, ratio = self.kubevirts.store.objects(), self.settings.store.objects()
         settings = settings_from(
             kubevirts[0] if kubevirts else None,
@@ -316,7 +318,11 @@ class MtqReconciler:
             configured_version=self.management.options.kubevirt_version,
         )
         quotas = self.quotas.store.by_index("namespace", namespace)
-        return settings.for_namespace(quotas, self.namespaces.cached(None, namespace))
+        return settings.for_namespace(
+            quotas,
+            self.namespaces.cached(None, namespace),
+            self.limit_ranges.store.by_index("namespace", namespace),
+        )
 
     # Windows that ended -------------------------------------------------------------------------
 

@@ -63,6 +63,10 @@ class Lookups(Protocol):
 
     def kubevirt_settings(self) -> LauncherSettings: ...
 
+    def limit_ranges(self, namespace: str) -> Sequence[Object]:
+        """The namespace's LimitRanges (their container defaults change a launcher's charge)."""
+        ...
+
     def now(self) -> datetime.datetime: ...
 
 
@@ -97,17 +101,24 @@ class NamespaceView:
         return resources.subtract_non_negative(self.used, consumed)
 
 
+def launcher_settings(lookups: Lookups, namespace: str, quota: Object) -> LauncherSettings:
+    """The launcher settings in force in `namespace`: the managed quota's keys, the namespace's
+    labels and its LimitRange defaults."""
+    return lookups.kubevirt_settings().for_namespace(
+        [quota], lookups.namespace(namespace), lookups.limit_ranges(namespace)
+    )
+
+
 def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
     """The namespace as the validators read it: rooms are those of migrations whose target pod
     the quota's scopes charge (as the controller's plan holds them)."""
-    settings = lookups.kubevirt_settings()
     rooms = plan_rooms(
         RoomInputs(
             migrations=lookups.migrations(namespace),
             vmis=lookups.vmis(namespace),
             pods=lookups.launcher_pods(namespace),
             now=lookups.now(),
-            launcher=settings.for_namespace([quota], lookups.namespace(namespace)),
+            launcher=launcher_settings(lookups, namespace, quota),
         )
     ).within(quota_scope(quota))
     recorded = parse_migration_annotations(annotations_of(quota))

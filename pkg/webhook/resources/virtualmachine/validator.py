@@ -11,7 +11,7 @@ from typing import Any, Final
 from ....util.launcher import launcher_quota_usage
 from ....util.quotascope import launcher_scope_facts, quota_scope
 from ...admission import Denied, Request
-from ..common import Lookups, base_of, check_fits_base, view_of
+from ..common import Lookups, base_of, check_fits_base, launcher_settings, view_of
 
 RUNNING_STRATEGIES: Final = frozenset({"Always", "RerunOnFailure", "Once"})
 
@@ -40,11 +40,8 @@ def validate_vm_start(request: Request, lookups: Lookups) -> None:
         "spec": template.get("spec") or {},
     }
     view = view_of(lookups, request.namespace, quota)
-    settings = lookups.kubevirt_settings()
     try:
-        needed = launcher_quota_usage(
-            vmi, settings.for_namespace([quota], lookups.namespace(request.namespace))
-        )
+        needed = launcher_quota_usage(vmi, launcher_settings(lookups, request.namespace, quota))
     except ValueError as error:
         raise Denied(
             f"VM {request.name}: cannot size its launcher pod: {error}", code=422
