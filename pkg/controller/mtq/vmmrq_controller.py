@@ -21,6 +21,10 @@ before another window (no hot loop). A migration the budget cannot release gets 
 event NotEnoughResourceToRelease per change of the reason, and is looked at again only when a
 quota, the VMMRQ, the migration or its pods change.
 
+A migration KubeVirt's parallel-migration limits hold back (util/migrationlimits.py) gets no target
+pod whatever the quota says: it takes no lock (as KubeVirt MTQ's reachedMaxParallelMigrations), and
+the namespace is looked at again 5 s later; a lock held for it ends as soon as it is the only one.
+
 Rancher 2.14.6+/2.15.2+ refuses every write of its labelled default quota but its own. Before the
 first lock of a namespace whose plan would raise such a quota, the raise is sent as a dry run; if
 Rancher refuses it (or a real raise is refused later), the namespace's Rancher quotas are left
@@ -54,6 +58,7 @@ from ...generic.meta import labels, metadata, status
 from ...generic.ownwrites import OwnWrites
 from ...generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ...util.launcher import LauncherSettings, launcher_quota_usage
+from ...util.migrationlimits import RECHECK_SECONDS, held_back, migration_limits, takes_slot
 from ...util.podusage import strip_pod_to_quota_fields
 from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.conditional import failed_test, publish_patch
@@ -275,12 +280,47 @@ class MtqReconciler:
         if lock is not None and not lock.active(now):
             self._expire(lock, migrations)
         blocked = [b for b in (self._blocked(namespace, m) for m in migrations) if b is not None]
-        excluded = frozenset(self._waiting(migrations))
+        excluded = frozenset(self._waiting(migrations)) | self._held_back(namespace, blocked)
         quotas = list(self._live_quotas(namespace).values())
         protected = frozenset(
             q.name for q in quotas if q.rancher_default and namespace in self._rancher_protected
         )
         return plan_namespace(vmmrq, blocked, quotas, excluded=excluded, protected=protected)
+
+    def _held_back(self, namespace: str, blocked: Sequence[Blocked]) -> frozenset[str]:
+        """Names of the blocked migrations KubeVirt's parallel-migration limits hold back now
+        (migrationlimits.py): no raise would get them a target pod, so no lock is taken for
+        them; the namespace is looked at again RECHECK_SECONDS later."""
+        if not blocked:
+            return frozenset()
+        kubevirts = self.kubevirts.store.objects()
+        limits = migration_limits(kubevirts[0] if kubevirts else None)
+        running = self._running_source_nodes()
+        held = frozenset(
+            b.name
+            for b in blocked
+            if held_back(self._source_node(namespace, b.vmi), running, limits)
+        )
+        if held:
+            self.namespaces.enqueue_after(None, namespace, RECHECK_SECONDS)
+        return held
+
+    def _running_source_nodes(self) -> list[str | None]:
+        """The source node of every migration in the cluster that takes a parallel slot."""
+        nodes = []
+        for migration in self.migrations.store.objects():
+            phase = str(status(migration).get("phase") or PHASE_PENDING)
+            uid = str(metadata(migration).get("uid"))
+            if takes_slot(phase, bool(self.pods.store.by_index(TARGET_INDEX, uid))):
+                namespace = str(metadata(migration).get("namespace"))
+                vmi = str((migration.get("spec") or {}).get("vmiName"))
+                nodes.append(self._source_node(namespace, vmi))
+        return nodes
+
+    def _source_node(self, namespace: str, vmi_name: str) -> str | None:
+        vmi = self.vmis.store.get(f"{namespace}/{vmi_name}")
+        node = status(vmi).get("nodeName") if vmi is not None else None
+        return str(node) if node else None
 
     def _blocked(self, namespace: str, migration: Object) -> Blocked | None:
         """The migration as Blocked if KubeVirt reports its target pod refused by quota and no
@@ -306,7 +346,7 @@ class MtqReconciler:
             log.warning("%s: cannot size the target pod of %s: %s", namespace, vmi_name, error)
             return None
         facts = launcher_scope_facts(vmi, usage)
-        return Blocked(str(metadata(migration).get("name")), uid, usage, facts)
+        return Blocked(str(metadata(migration).get("name")), uid, usage, facts, vmi_name)
 
     def _settings(self, namespace: str) -> LauncherSettings:
         """The launcher settings in force for `namespace`: as the room mode reads them, with the

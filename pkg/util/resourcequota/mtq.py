@@ -286,6 +286,8 @@ class Blocked:
     """Its target pod's quota usage."""
     facts: PodScopeFacts = PLAIN_FACTS
     """What quota scopes read of its target pod (quotascope.launcher_scope_facts)."""
+    vmi: str = ""
+    """The name of the VMI it migrates."""
 
 
 @dataclass(frozen=True)
