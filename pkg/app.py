@@ -20,6 +20,7 @@ from .config.management import Management, Options
 from .controller.migration import vmi_controller as vmi
 from .controller.migration import vmim_controller as vmim
 from .controller.migration.common import VmiAnnotator
+from .controller.mtq import leftover_lock
 from .controller.mtq import vmmrq_controller as mtq
 from .controller.resourcequota import resourcequota_controller as resourcequota
 from .generic import errors
@@ -48,6 +49,8 @@ class ControllerApp:
     vmi_controller: vmi.VmiController | None = field(init=False, default=None)
     mtq: mtq.MtqReconciler | None = field(init=False, default=None)
     """Managed-Tenant-Quota mode (namespaces with a VMMRQ), unless --no-mtq."""
+    leftover_locks: leftover_lock.LeftoverLockReporter = field(init=False)
+    """Reports KubeVirt MTQ's namespace locks left behind (with or without MTQ mode)."""
     request_metrics: ApiRequestMetrics = field(init=False)
     """API requests by verb and resource, counted from start() to stop()."""
 
@@ -60,6 +63,7 @@ class ControllerApp:
         if self.options.mtq:
             self.mtq = mtq.register(self.management, lock_seconds=self.options.mtq_lock_seconds)
             self.reconciler.defer_to = self.mtq.has_budget
+        self.leftover_locks = leftover_lock.register(self.management)
         if self.options.harvester_compat:
             annotator = VmiAnnotator(self.management, quota_first=self.reconciler.settled)
             self.vmim_controller = vmim.register(self.management, annotator)

@@ -1,13 +1,14 @@
 """`harvester-quota explain NAMESPACE`: why the namespace's quota is what it is, read-only.
 
-Reads the namespace as the controller would (its quotas, migrations, VMIs, pods, the KubeVirt CR
-and Harvester's ratio setting when present) straight from the API server, runs the same plan
+Reads the namespace as the controller would (its quotas, migrations, VMIs, pods, the KubeVirt
+CR and Harvester's ratio setting when present) straight from the API server, runs the same plan
 (`util.resourcequota.plan`), and reports: the base and where it comes from, each migration holding
 room (why, since when, how much, which pod), usage without migration targets, desired versus
 actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
-any write Rancher denied, and for a namespace of a Rancher project whether Rancher validates it and
+any write Rancher denied, for a namespace of a Rancher project whether Rancher validates it and
 whether the project has room for the raise the plan wants (reading the Project object when the
-cluster has it). It writes nothing, so any kubeconfig that can read those kinds will do.
+cluster has it), and any lock KubeVirt MTQ left on the namespace (with what to delete). It
+writes nothing, so any kubeconfig that can read those kinds will do.
 """
 
 from __future__ import annotations
@@ -32,7 +33,17 @@ from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_RE
 from .generic import errors
 from .generic.client import ApiClient
 from .generic.meta import annotations_of, has_condition, metadata, name, spec, status
-from .generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object, Resource
+from .generic.resource import (
+    EVENTS,
+    NAMESPACES,
+    PODS,
+    RESOURCE_QUOTAS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    Object,
+    Resource,
+)
+from .util.mtqlock import locks_of
+from .util.quotascope import quota_scope
 from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, validated_condition
 from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
 from .util.resourcequota.managed import managed_quota
@@ -61,6 +72,12 @@ class Explanation:
     """For a namespace of a Rancher project: its id, whether its object could be read, Rancher's
     ResourceQuotaValidated condition, and `no_room` (what to raise the project limit by), empty
     when the project has room for the plan."""
+    scope: str = ""
+    """The managed quota's scopes ("" for none): it charges, and is raised for, only the pods
+    they match."""
+    mtq_locks: list[dict[str, str]] = field(default_factory=list)
+    """KubeVirt MTQ's namespace locks on this namespace: configuration, what it does, how to
+    delete it."""
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -86,17 +103,19 @@ async def explain(
 ) -> Explanation:
     """Reads the namespace and explains its managed quota; raises NotFound for no namespace."""
     ns = await client.get(NAMESPACES, namespace)
+    locks, lock_warnings = await _mtq_locks(client, namespace)
     quotas = await _list(client, RESOURCE_QUOTAS, namespace)
     quota = managed_quota(quotas)
     if quota is None:
-        return Explanation(namespace, None, managed=False, warnings=["no managed ResourceQuota"])
+        warnings = ["no managed ResourceQuota", *lock_warnings]
+        return Explanation(namespace, None, managed=False, mtq_locks=locks, warnings=warnings)
     kubevirts = await _list(client, KUBEVIRTS, None)
     settings = [s for s in await _list(client, SETTINGS, None) if name(s) == RATIO_SETTING]
     launcher = settings_from(
         kubevirts[0] if kubevirts else None,
         settings[0] if settings else None,
         configured_version=kubevirt_version,
-    ).for_namespace(quotas, ns)
+    ).for_namespace(quotas, ns)  # as the room controller's plan: no LimitRange defaults yet
     migrations = await _list(client, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace)
     vmis = await _list(client, VIRTUAL_MACHINE_INSTANCES, namespace)
     snapshot = NamespaceSnapshot(
@@ -113,6 +132,8 @@ async def explain(
     events = await _list(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)
     result.rancher_project = await _rancher_project(client, ns, plan)
+    result.mtq_locks = locks
+    result.warnings = [*result.warnings, *lock_warnings]
     return result
 
 
@@ -165,6 +186,22 @@ async def _readable(client: ApiClient, resource: Resource) -> list[Object]:
         return []
 
 
+async def _mtq_locks(client: ApiClient, namespace: str) -> tuple[list[dict[str, str]], list[str]]:
+    """KubeVirt MTQ's locks of the namespace, and a warning if they could not be read."""
+    try:
+        configurations = await _list(client, VALIDATING_WEBHOOK_CONFIGURATIONS, None)
+    except errors.Forbidden as error:
+        return [], [f"cannot look for KubeVirt MTQ's namespace locks: {error}"]
+    return [
+        {
+            "configuration": lock.configuration,
+            "message": lock.message(),
+            "delete": lock.delete_command(),
+        }
+        for lock in locks_of(namespace, configurations)
+    ], []
+
+
 def _explanation(
     namespace: str,
     quota: Object,
@@ -173,6 +210,8 @@ def _explanation(
     events: Sequence[Object],
 ) -> Explanation:
     result = Explanation(namespace, name(quota), managed=plan.managed, warnings=plan.warnings)
+    scope = quota_scope(quota)
+    result.scope = "" if scope.unscoped else str(scope)
     actual = {str(k): str(v) for k, v in (spec(quota).get("hard") or {}).items()}
     result.hard = {
         key: {"desired": plan.hard.get(key), "actual": actual.get(key)}
@@ -276,9 +315,16 @@ def render_json(explanation: Explanation) -> str:
 
 def render_text(e: Explanation) -> str:
     """The explanation for a terminal: sections in the order an operator asks the questions."""
+    locks = [f"KubeVirt MTQ lock left: {lock['message']}" for lock in e.mtq_locks]
     if e.quota is None:
-        return f"namespace {e.namespace}: no managed ResourceQuota (nothing to explain)\n"
-    lines = [f"namespace {e.namespace}, quota {e.quota}"]
+        nothing = f"namespace {e.namespace}: no managed ResourceQuota (nothing to explain)"
+        return "\n".join([nothing, *locks]) + "\n"
+    lines = [f"namespace {e.namespace}, quota {e.quota}", *locks]
+    if e.scope:
+        lines.append(
+            f"scopes: {e.scope} (only the pods they match count, and only migrations whose "
+            "target pod they match hold room)"
+        )
     if not e.managed:
         lines.append("  not scaled: " + ("; ".join(e.warnings) or "no base"))
     else:

@@ -6,6 +6,7 @@ guest memory); launcher pods get exactly the containers KubeVirt renders for the
 
 from __future__ import annotations
 
+import datetime
 import json
 import uuid
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from harvester_quota.util.launcher import LauncherSettings, launcher_pod_resourc
 from harvester_quota.util.resourcequota.rooms import LABEL_CREATED_BY, LABEL_MIGRATION_JOB
 
 Object = dict[str, Any]
+_EPOCH_2026 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
 
 def _name_label(key: str, name: str) -> dict[str, str]:
@@ -210,4 +212,42 @@ def managed_quota(
             "annotations": dict(annotations or {}),
         },
         "spec": {"hard": dict(hard)},
+    }
+
+
+def kubevirt_mtq_lock(
+    namespace: str,
+    *,
+    created: datetime.datetime | None = None,
+    labelled: bool = True,
+    service: str = "mtq-lock",
+) -> dict[str, Any]:
+    """A lock as KubeVirt MTQ's LockNamespace creates it (validating-webhook-lock.go)."""
+    webhook = {
+        "name": f"lock.{namespace}.com",
+        "admissionReviewVersions": ["v1", "v1beta1"],
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "rules": [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": ["*"],
+                "apiVersions": ["*"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ],
+        "clientConfig": {
+            "service": {"namespace": "mtq", "name": service, "path": "/validate-pods", "port": 443}
+        },
+    }
+    return {
+        "metadata": {
+            "name": f"lock.{namespace}.com",
+            "labels": {"mtq-lock-server": "mtq-lock-server"} if labelled else {},
+            "creationTimestamp": (created or _EPOCH_2026).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "webhooks": [webhook],
     }

@@ -29,6 +29,12 @@ VMMRQS: Final = Resource(GROUP, VERSION, "virtualmachinemigrationresourcequotas"
 """Namespaced; absent on a cluster that never installed the CRD (an optional kind)."""
 CRD_NAME: Final = VMMRQS.name
 
+LOCK_LABEL: Final = "mtq-lock-server"
+"""KubeVirt MTQ labels each namespace lock it creates (a ValidatingWebhookConfiguration named
+``lock.<namespace>.com``) ``mtq-lock-server: mtq-lock-server``."""
+LOCK_SERVICE: Final = "mtq-lock"
+"""The Service (in MTQ's namespace) MTQ's lock webhooks call."""
+
 
 class VmmrqError(ValueError):
     """A VMMRQ that does not decode: the message names the object, the field and the value."""

@@ -68,7 +68,15 @@ NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota")
 EVENTS = Resource("", "v1", "events", "Event")
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
+LIMIT_RANGES = Resource("", "v1", "limitranges", "LimitRange")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    namespaced=False,
+)
 CRDS = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
 )

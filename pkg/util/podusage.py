@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .quantity import Quantity
+from .quotascope import reduced_affinity
 from .vmispec import mapping_at, parse_time, quantity_of, sequence_at
 
 __all__ = [
@@ -479,9 +480,24 @@ def quota_constraint_violations(
     return missing
 
 
-_SPEC_READ: Final = ("containers", "initContainers", "resources", "overhead", "nodeName")
+_SPEC_READ: Final = (
+    "containers",
+    "initContainers",
+    "resources",
+    "overhead",
+    "nodeName",
+    "priorityClassName",
+    "activeDeadlineSeconds",
+)
+"""Quota's reads, and what its scopes read (quotascope.py; affinity is kept reduced)."""
 _CONTAINER_READ: Final = ("name", "resources", "restartPolicy")
-_STATUS_READ: Final = ("phase", "containerStatuses", "initContainerStatuses", "conditions")
+_STATUS_READ: Final = (
+    "phase",
+    "containerStatuses",
+    "initContainerStatuses",
+    "conditions",
+    "qosClass",
+)
 _CONTAINER_STATUS_READ: Final = ("name", "resources", "allocatedResources")
 _CONDITION_READ: Final = ("type", "reason", "status")
 
@@ -489,8 +505,9 @@ _CONDITION_READ: Final = ("type", "reason", "status")
 def strip_pod_to_quota_fields(pod: dict[str, Any]) -> dict[str, Any]:
     """An informer transform for caches that read pods only as quota does (`pod_quota_usage`,
     `pod_counts_against_quota`) and by their metadata: drops the annotations, managedFields, and
-    every field of spec and status quota never reads (volumes, affinity, tolerations, IPs...),
-    about two thirds of a virt-launcher pod. Keeps what it does not recognise (a field of the
+    every field of spec and status neither quota nor its scopes read (volumes, tolerations,
+    IPs..., and affinity but for whether it is cross-namespace), about two thirds of a
+    virt-launcher pod. Keeps what it does not recognise (a field of the
     wrong type stays as it is, so the quota model reports it exactly as for the whole pod).
 
     Mutates and returns `pod` (the informer hands over a fresh decode)."""
@@ -501,6 +518,9 @@ def strip_pod_to_quota_fields(pod: dict[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec")
     if isinstance(spec, dict):
         pod["spec"] = _kept(spec, _SPEC_READ)
+        affinity = reduced_affinity(spec.get("affinity"))
+        if affinity is not None:
+            pod["spec"]["affinity"] = affinity
         for key in ("containers", "initContainers"):
             _prune_items(pod["spec"], key, _CONTAINER_READ)
     status = pod.get("status")

@@ -18,7 +18,7 @@ from ..config.kubevirt import settings_from
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.informer import ResourceEventHandler, SharedInformerFactory
-from ..generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from ..generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings
@@ -66,6 +66,7 @@ class WebhookCaches:
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
         self.kubevirts = self.factory.informer(KUBEVIRTS, optional=True)
+        self._limit_ranges = self.factory.informer(LIMIT_RANGES)
         self.vmmrqs = self.factory.informer(VMMRQS, optional=True) if mtq else None
         self.quota_changes = QuotaChanges(clock)
         """Wakes target pods waiting for their room (pod/targets.py)."""
@@ -109,6 +110,9 @@ class WebhookCaches:
             settings[0] if settings else None,
             configured_version=self._kubevirt_version,
         )
+
+    def limit_ranges(self, namespace: str) -> Sequence[Object]:
+        return self._limit_ranges.store.by_index("namespace", namespace)
 
     def now(self) -> datetime.datetime:
         return self._clock.now()

@@ -12,6 +12,7 @@ launcher uses 2015m / 4797464313 at ratio 1.5, so its migration target cannot fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -24,18 +25,30 @@ from harvester_quota.apis.mtq import VMMRQS
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.controller.mtq.vmmrq_controller import FINALIZER
+from harvester_quota.explain import explain
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
-from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.generic.resource import (
+    EVENTS,
+    LIMIT_RANGES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_QUOTAS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    Object,
+)
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.testbench.sim.rancher.twin import RancherWebhookTwin
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.util.mtqlock import REASON as LEFTOVER_REASON
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
     NOT_ENOUGH_REASON,
+    RANCHER_PROTECTED_REASON,
     Lock,
 )
 from harvester_quota.webhook.server import WebhookServer
@@ -53,6 +66,7 @@ from tests.integration.test_controllers_on_kubevirt import (
     kv,
     wait_refused,
 )
+from tests.objects import kubevirt_mtq_lock
 
 pytestmark = pytest.mark.integration
 __all__ = ["kubevirt", "kv"]  # fixtures: the real virt-controller and the quota helpers
@@ -80,10 +94,16 @@ class Controllers:
         self.tasks: list[asyncio.Task[None]] = []
 
     async def start(
-        self, *, lock_seconds: float = 30.0, writes: int | None = None, namespace: str = ""
+        self,
+        *,
+        lock_seconds: float = 30.0,
+        writes: int | None = None,
+        namespace: str = "",
+        leftover_after: float | None = None,
     ) -> ControllerApp:
         """A new controller process; with `writes`, it dies (writes nothing more) after that
-        many writes of `namespace`, its quotas and its VMMRQ."""
+        many writes of `namespace`, its quotas and its VMMRQ; with `leftover_after`, it reports
+        KubeVirt MTQ's locks that much younger than it would."""
         client = await deployment.client_as(self.api, self.cluster, "harvester-quota")
         if writes is not None:
             kill_after(client, writes, namespace)
@@ -94,6 +114,8 @@ class Controllers:
             mtq_lock_seconds=lock_seconds,
         )
         app = ControllerApp(client, options, registry=CollectorRegistry())
+        if leftover_after is not None:
+            app.leftover_locks.leftover_after = leftover_after
         self.apps.append((app, client))
         await app.start()
         return app
@@ -291,6 +313,41 @@ async def test_every_quota_key_kind_is_raised_and_restored(
         return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
 
     in_use = await eventually(used, what=f"{key} used")
+    await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
+    name = await kubevirt.migrate("vm1")
+    await wait_refused(kubevirt, kv.namespace, name)
+    await controllers.start()
+    await create_vmmrq(kv, {key: in_use})
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, {key: in_use}), what="quota restored, unlocked")
+
+
+async def test_a_limit_range_default_is_charged_to_the_target_and_released(
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """MTQ's e2e "should work with LimitRange": the namespace's LimitRange gives every launcher
+    container a default ephemeral-storage limit KubeVirt never sets, and a quota on that key is
+    full. Only a target pod sized with the default is blocked there, and the budget releases it."""
+    default = {"type": "Container", "default": {"ephemeral-storage": "1Gi"}}
+    await kv.api.create(
+        LIMIT_RANGES,
+        {"metadata": {"name": "defaults"}, "spec": {"limits": [default]}},
+        kv.namespace,
+    )
+    key = "limits.ephemeral-storage"
+    await tenant_quota(kv, {key: "1000Gi"})
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+
+    async def used() -> str | None:
+        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+        value = ((quota.get("status") or {}).get("used") or {}).get(key)
+        return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
+
+    in_use = await eventually(used, what=f"{key} used, from the LimitRange alone")
     await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
     name = await kubevirt.migrate("vm1")
     await wait_refused(kubevirt, kv.namespace, name)
@@ -596,3 +653,103 @@ async def test_squatters_racing_every_window_never_take_the_raise(
         await asyncio.gather(task, return_exceptions=True)
     print(f"\nMTQ squatters: {attempts[0]} attempts, {len(admitted)} admitted")
     assert attempts[0] > 10 and admitted == []
+
+
+async def test_a_quota_only_rancher_may_write_is_left_alone_without_a_lock(
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    controllers: Controllers,
+) -> None:
+    """Rancher 2.14.6+ protects its labelled quota (the test bench's twin of rancher-webhook
+    answers as it does: 400, its words): MTQ mode asks once by a dry run, takes no lock, writes no
+    quota, says so once on the VMMRQ, and stays so when the budget changes."""
+    await kv.create_quota(V170_HARD)
+    name = await refused_migration(kv, kubevirt)
+    await create_vmmrq(kv, V170_ROOM)
+    protection = await RancherWebhookTwin.install(
+        kubevirt_api, kubevirt_cluster, [kv.namespace], name=f"mtq-{kv.namespace[-8:]}"
+    )
+    try:
+        app = await controllers.start()
+
+        async def rancher_warnings() -> list[Object]:
+            listed = await kv.api.list(EVENTS, kv.namespace)
+            return [e for e in listed["items"] if e.get("reason") == RANCHER_PROTECTED_REASON]
+
+        (event,) = await eventually(rancher_warnings, what="QuotaProtectedByRancher")
+        assert event["involvedObject"]["name"] == "budget"
+        assert "managed by Rancher" in event["message"] and "delete budget" in event["message"]
+        bigger = {k: str(Quantity.parse(v) * 2) for k, v in V170_ROOM.items()}
+        await kv.api.patch(
+            VMMRQS, "budget", {"spec": {"additionalMigrationResources": bigger}}, kv.namespace
+        )
+
+        async def budget_copied() -> bool:
+            budget = await kv.api.get(VMMRQS, "budget", kv.namespace)
+            copied = (budget.get("status") or {}).get("additionalMigrationResources") or {}
+            return same(copied, bigger)
+
+        await eventually(budget_copied, what="the new budget reconciled")
+        assert app.mtq is not None
+        stats = app.mtq.stats
+        assert stats.locks == 0 and stats.quota_writes == 0, stats
+        assert stats.rancher_refusals == 1, "one dry run, never a real write"
+        namespace = await kv.api.get(NAMESPACES, kv.namespace)
+        assert LABEL_LOCKED not in (namespace["metadata"].get("labels") or {})
+        assert same((await kv.quota())["spec"]["hard"], V170_HARD)
+        assert len(await rancher_warnings()) == 1
+        migration = await kv.api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, kv.namespace)
+        assert migration["status"].get("phase", "Pending") == "Pending", "held, as Rancher has it"
+    finally:
+        await protection.remove()
+
+
+async def test_a_leftover_kubevirt_mtq_lock_is_reported_with_what_to_delete(
+    kubevirt_api: ApiClient, kubevirt_namespace: str, controllers: Controllers
+) -> None:
+    """KubeVirt MTQ uninstalled mid-window left its lock.<ns>.com: with MTQ's service gone it
+    refuses every pod create there. The controller says so on the Namespace, explain names it,
+    and deleting it as they say lets pods in again."""
+    api, namespace = kubevirt_api, kubevirt_namespace
+    lock = kubevirt_mtq_lock(namespace)
+    name = lock["metadata"]["name"]
+    lock["metadata"].pop("creationTimestamp")
+    pod = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    async def pods_refused() -> bool:
+        try:
+            await api.create(PODS, pod, namespace, dry_run=True)
+        except errors.ApiError as error:
+            return name in error.message
+        return False
+
+    await api.create(VALIDATING_WEBHOOK_CONFIGURATIONS, lock)
+    try:
+        await eventually(pods_refused, what="the leftover lock refuses pods")
+        await controllers.start(leftover_after=0.0)
+
+        async def reported() -> list[Object]:
+            listed = await api.list_all(EVENTS, "default")
+            return [
+                e
+                for e in listed.items
+                if e.get("reason") == LEFTOVER_REASON
+                and e["involvedObject"].get("name") == namespace
+            ]
+
+        (event,) = await eventually(reported, what="LeftoverMtqLock on the Namespace")
+        command = f"kubectl delete validatingwebhookconfiguration {name}"
+        assert event["involvedObject"]["kind"] == "Namespace" and command in event["message"]
+        found = await explain(api, namespace)
+        assert [entry["delete"] for entry in found.mtq_locks] == [command]
+        await api.delete(VALIDATING_WEBHOOK_CONFIGURATIONS, name)
+
+        async def pods_admitted() -> bool:
+            return not await pods_refused()
+
+        await eventually(pods_admitted, what="pods admitted once the lock is deleted")
+    finally:
+        with contextlib.suppress(errors.NotFound):
+            await api.delete(VALIDATING_WEBHOOK_CONFIGURATIONS, name)

@@ -44,11 +44,18 @@ def key_of(obj: Obj) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
 
 
+Admission = Callable[[Resource, Obj, str, bool], errors.ApiError | None]
+"""(resource, the object as it is, subresource, dry run) -> the refusal to answer, or None."""
+
+
 @dataclass
 class FakeCluster:
     objects: dict[Resource, dict[str, Obj]] = field(default_factory=dict)
     writes: list[str] = field(default_factory=list)
     writes_left: int | None = None
+    dry_runs: list[str] = field(default_factory=list)
+    admission: Admission | None = None
+    """A validating admission step every patch meets (dry runs too), as a webhook would."""
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
     def put(self, resource: Resource, obj: Obj) -> Obj:
@@ -79,12 +86,22 @@ class FakeCluster:
         namespace: str | None = None,
         *,
         subresource: str = "",
+        dry_run: bool = False,
         **_: Any,
     ) -> Obj:
         key = f"{namespace}/{name}" if namespace else name
         current = self.objects.get(resource, {}).get(key)
         if current is None:
             raise errors.NotFound(f"{key} not found", status=404)
+        if dry_run:
+            self.dry_runs.append(f"{resource.plural} {key}")
+        refusal = (
+            self.admission(resource, current, subresource, dry_run) if self.admission else None
+        )
+        if refusal is not None:
+            raise refusal
+        if dry_run:
+            return copy.deepcopy(current)
         if isinstance(patch, list):
             return self._json_patch(resource, key, current, patch, subresource)
         wanted = (patch.get("metadata") or {}).get("resourceVersion")

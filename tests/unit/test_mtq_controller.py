@@ -38,10 +38,15 @@ def usage_of(h: Harness, instance: dict[str, Any]) -> ResourceList:
 
 
 def setup(
-    h: Harness, vms: int = 1, budget_targets: int = 1, budget_minus: str | None = None
+    h: Harness,
+    vms: int = 1,
+    budget_targets: int = 1,
+    budget_minus: str | None = None,
+    quota_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A full namespace: each quota key used up to its hard; `vms` migrations refused by quota;
-    a VMMRQ holding `budget_targets` target pods' worth on every key."""
+    """A full namespace: each quota key used up to its hard (the quota labelled
+    `quota_labels`); `vms` migrations refused by quota; a VMMRQ holding `budget_targets` target
+    pods' worth on every key."""
     h.cluster.put(NAMESPACES, plain_namespace("tenant"))
     instances = [vmi(f"vm{i}", "tenant") for i in range(vms)]
     need = usage_of(h, instances[0])
@@ -49,7 +54,7 @@ def setup(
     h.cluster.put(
         RESOURCE_QUOTAS,
         {
-            "metadata": {"name": "rq", "namespace": "tenant"},
+            "metadata": {"name": "rq", "namespace": "tenant", "labels": quota_labels or {}},
             "spec": {"hard": original},
             "status": {"hard": original, "used": original},
         },

@@ -8,12 +8,14 @@ from typing import Any
 
 from harvester_quota.apis.mtq import OriginalQuota, decode_vmmrq
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.quotascope import PLAIN_FACTS, PodScopeFacts
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
     Blocked,
     Lock,
     QuotaView,
+    Verdict,
     evaluate,
     not_enough_message,
     parse_lock,
@@ -96,8 +98,53 @@ def test_a_raised_quota_is_judged_at_its_recorded_original() -> None:
 
 def test_scopes_a_launcher_never_matches_are_ignored() -> None:
     best_effort = quota_view(quota("be", {"pods": "0"}, {"pods": "0"}, scopes=["BestEffort"]))
-    assert not best_effort.applies
+    assert not best_effort.scope.matches(PLAIN_FACTS)
     assert evaluate(POD, [best_effort], {}, {}).blocking == ()
+
+
+def priority_scoped(name: str, operator: str, *values: str) -> QuotaView:
+    """A full quota on requests.memory that charges only pods its PriorityClass selector picks."""
+    expression: dict[str, Any] = {"scopeName": "PriorityClass", "operator": operator}
+    if values:
+        expression["values"] = list(values)
+    return quota_view(
+        quota(
+            name,
+            {"requests.memory": "2Gi"},
+            {"requests.memory": "2Gi"},
+            scopeSelector={"matchExpressions": [expression]},
+        )
+    )
+
+
+def test_a_quota_of_a_priority_class_the_launcher_does_not_use_blocks_nothing_and_is_not_raised() -> (
+    None
+):
+    """A full quota for the "batch" class, a launcher without a class (or of another one): the
+    quota charges the target pod nothing, so it neither blocks the migration nor is raised."""
+    batch = priority_scoped("batch-only", "In", "batch")
+    budget = rl(requests_memory="1Gi")
+    for facts in (PLAIN_FACTS, PodScopeFacts(priority_class="vm-high")):
+        assert evaluate(POD, [batch], {}, budget, facts=facts) == Verdict()
+    plan = plan_namespace(vmmrq({"requests.memory": "1Gi"}), [blocked("m1")], [batch])
+    assert plan.migrations == {} and plan.refused == {} and not plan.locks
+
+
+def test_a_quota_of_the_launchers_priority_class_blocks_and_is_raised() -> None:
+    batch = priority_scoped("vms", "In", "vm-high")
+    plan = plan_namespace(
+        vmmrq({"requests.memory": "1Gi"}),
+        [Blocked("m1", "uid-m1", POD, PodScopeFacts(priority_class="vm-high"))],
+        [batch],
+    )
+    assert plan.migrations == {"m1": ("vms",)} and plan.locks
+
+
+def test_a_notin_or_doesnotexist_priority_quota_charges_a_launcher_without_a_class() -> None:
+    for scoped in (priority_scoped("a", "NotIn", "batch"), priority_scoped("b", "DoesNotExist")):
+        assert evaluate(POD, [scoped], {}, rl(requests_memory="1Gi")).blocking == (scoped.name,)
+    exists = priority_scoped("c", "Exists")
+    assert evaluate(POD, [exists], {}, rl(requests_memory="1Gi")).blocking == ()
 
 
 def blocked(name: str, usage: ResourceList = POD) -> Blocked:
@@ -118,6 +165,47 @@ def test_several_migrations_share_one_raise_and_one_record() -> None:
     assert plan.uids == {"uid-m1": "m1", "uid-m2": "m2"}
     assert [o.name for o in plan.originals] == ["a", "b"] and plan.locks
     assert plan.originals[0].hard == {"requests.memory": "2Gi"}
+
+
+def test_a_protected_quota_holds_its_migrations_and_is_never_raised() -> None:
+    """Only Rancher may raise `a`: the migration it blocks is neither releasable nor short of
+    budget (no NotEnoughResourceToRelease), and `b`, which it also blocks, is not raised for it."""
+    quotas = [
+        quota_view(quota("a", {"requests.memory": "2Gi"}, {"requests.memory": "2Gi"})),
+        quota_view(quota("b", {"requests.cpu": "1"}, {"requests.cpu": "1"})),
+    ]
+    budget = {"requests.memory": "1Mi", "requests.cpu": "2"}
+    verdict = evaluate(
+        POD,
+        quotas,
+        {},
+        rl(**{k.replace(".", "_"): v for k, v in budget.items()}),
+        protected=frozenset({"a"}),
+    )
+    assert verdict.held == ("a",) and verdict.short == () and not verdict.releasable
+    plan = plan_namespace(vmmrq(budget), [blocked("m1")], quotas, protected=frozenset({"a"}))
+    assert plan.held == {"m1": ("a",)} and plan.refused == {} and plan.migrations == {}
+    assert not plan.locks
+
+
+def test_a_protected_quota_the_pod_fits_under_holds_nothing() -> None:
+    quotas = [
+        quota_view(quota("a", {"requests.memory": "8Gi"}, {"requests.memory": "2Gi"})),
+        quota_view(quota("b", {"requests.cpu": "1"}, {"requests.cpu": "1"})),
+    ]
+    plan = plan_namespace(
+        vmmrq({"requests.cpu": "2"}), [blocked("m1")], quotas, protected=frozenset({"a"})
+    )
+    assert plan.held == {} and plan.migrations == {"m1": ("b",)} and plan.locks
+
+
+def test_a_rancher_labelled_quota_is_known_as_one() -> None:
+    labelled = quota("a", {"pods": "1"}, {"pods": "1"})
+    labelled["metadata"]["labels"] = {
+        "resourcequota.management.cattle.io/default-resource-quota": "true"
+    }
+    assert quota_view(labelled).rancher_default
+    assert not quota_view(quota("b", {"pods": "1"}, {"pods": "1"})).rancher_default
 
 
 def test_recorded_originals_are_kept_not_replaced_by_raised_values() -> None:

@@ -43,6 +43,7 @@ class FakeLookups:
     vmi_list: list[Object] = field(default_factory=list)
     pods: list[Object] = field(default_factory=list)
     ratio: str = "1.5"
+    limit_range_list: list[Object] = field(default_factory=list)
 
     def managed_quota(self, namespace: str) -> Object | None:
         return self.quotas.get(namespace)
@@ -61,6 +62,9 @@ class FakeLookups:
 
     def kubevirt_settings(self) -> LauncherSettings:
         return settings_from(None, {"value": self.ratio}, configured_version="1.6")
+
+    def limit_ranges(self, namespace: str) -> Sequence[Object]:
+        return self.limit_range_list
 
     def now(self) -> datetime.datetime:
         return datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)

@@ -20,6 +20,16 @@ lock removed, and the migrations it was held for wait for a change of their own,
 before another window (no hot loop). A migration the budget cannot release gets one Warning
 event NotEnoughResourceToRelease per change of the reason, and is looked at again only when a
 quota, the VMMRQ, the migration or its pods change.
+
+A migration KubeVirt's parallel-migration limits hold back (util/migrationlimits.py) gets no target
+pod whatever the quota says: it takes no lock (as KubeVirt MTQ's reachedMaxParallelMigrations), and
+the namespace is looked at again 5 s later; a lock held for it ends as soon as it is the only one.
+
+Rancher 2.14.6+/2.15.2+ refuses every write of its labelled default quota but its own. Before the
+first lock of a namespace whose plan would raise such a quota, the raise is sent as a dry run; if
+Rancher refuses it (or a real raise is refused later), the namespace's Rancher quotas are left
+out of every plan from then on (mtq.py: protected), with one Warning QuotaProtectedByRancher on
+the VMMRQ saying what to do: no lock is taken for a raise that cannot happen, and none again.
 """
 
 from __future__ import annotations
@@ -46,9 +56,11 @@ from ...generic import errors
 from ...generic.events import WARNING
 from ...generic.meta import labels, metadata, status
 from ...generic.ownwrites import OwnWrites
-from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from ...generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ...util.launcher import LauncherSettings, launcher_quota_usage
+from ...util.migrationlimits import RECHECK_SECONDS, held_back, migration_limits, takes_slot
 from ...util.podusage import strip_pod_to_quota_fields
+from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.conditional import failed_test, publish_patch
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
@@ -56,6 +68,7 @@ from ...util.resourcequota.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
     NOT_ENOUGH_REASON,
+    RANCHER_PROTECTED_REASON,
     Blocked,
     Lock,
     NamespacePlan,
@@ -66,6 +79,7 @@ from ...util.resourcequota.mtq import (
     plan_namespace,
     quota_view,
     raise_action,
+    rancher_held_message,
     restore_action,
 )
 from ...util.resources import ResourceList
@@ -124,6 +138,8 @@ class MtqStats:
     quota_writes: int = 0
     status_writes: int = 0
     locks: int = 0
+    rancher_refusals: int = 0
+    """Raises (dry runs included) Rancher refused."""
     longest_hold: float = 0.0
     locked_at: dict[str, float] = field(default_factory=dict)
 
@@ -143,6 +159,7 @@ class MtqReconciler:
         if not self.pods.store.has_index(TARGET_INDEX):
             self.pods.store.add_indexers({TARGET_INDEX: _target_index})
         self.kubevirts = factory.informer(KUBEVIRTS, optional=True)
+        self.limit_ranges = factory.informer(LIMIT_RANGES)
         self.settings = factory.informer(
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
@@ -150,6 +167,12 @@ class MtqReconciler:
         self._expired: dict[str, Expired] = {}
         self._reported: dict[str, str] = {}
         """Migration uid -> the last NotEnoughResourceToRelease message (once per change)."""
+        self._rancher_protected: dict[str, str] = {}
+        """Namespace -> Rancher's refusal of a raise of its default quota: that quota is left
+        out of the namespace's plans from then on (per namespace, learned again after a
+        restart by one dry run)."""
+        self._rancher_writable: set[str] = set()
+        """Namespaces whose Rancher quota took a dry-run raise: not asked again."""
         self.stats = MtqStats()
         self._writes = OwnWrites()
         """Our writes (keys ``quota:ns/name``, ``namespace:name``, ``vmmrq:ns/name``) until the
@@ -161,7 +184,7 @@ class MtqReconciler:
         # Quotas, migrations and target pods matter only where a VMMRQ is: elsewhere their
         # events (virt-controller's status writes, several a second per migration) would queue
         # namespace reconciles that MTQ leaves at once and the room mode does not need.
-        for informer in (self.quotas, self.migrations):
+        for informer in (self.quotas, self.migrations, self.limit_ranges):
             controller.watch_related(
                 informer, self._where_managed(_namespace_of), name=f"mtq {informer.name}"
             )
@@ -207,6 +230,8 @@ class MtqReconciler:
         now = self.management.clock.now()
         lock = parse_lock(namespace)
         plan = self._plan(vmmrq, key, lock, now)
+        if plan.locks and await self._rancher_refuses(key, plan):
+            plan = self._plan(vmmrq, key, lock, now)
         self._report(vmmrq, plan, lock if lock is not None and lock.active(now) else None)
         if plan.locks:
             namespace = await self._lock(namespace, vmmrq, plan, lock, now)
@@ -255,9 +280,47 @@ class MtqReconciler:
         if lock is not None and not lock.active(now):
             self._expire(lock, migrations)
         blocked = [b for b in (self._blocked(namespace, m) for m in migrations) if b is not None]
-        excluded = frozenset(self._waiting(migrations))
+        excluded = frozenset(self._waiting(migrations)) | self._held_back(namespace, blocked)
         quotas = list(self._live_quotas(namespace).values())
-        return plan_namespace(vmmrq, blocked, quotas, excluded=excluded)
+        protected = frozenset(
+            q.name for q in quotas if q.rancher_default and namespace in self._rancher_protected
+        )
+        return plan_namespace(vmmrq, blocked, quotas, excluded=excluded, protected=protected)
+
+    def _held_back(self, namespace: str, blocked: Sequence[Blocked]) -> frozenset[str]:
+        """Names of the blocked migrations KubeVirt's parallel-migration limits hold back now
+        (migrationlimits.py): no raise would get them a target pod, so no lock is taken for
+        them; the namespace is looked at again RECHECK_SECONDS later."""
+        if not blocked:
+            return frozenset()
+        kubevirts = self.kubevirts.store.objects()
+        limits = migration_limits(kubevirts[0] if kubevirts else None)
+        running = self._running_source_nodes()
+        held = frozenset(
+            b.name
+            for b in blocked
+            if held_back(self._source_node(namespace, b.vmi), running, limits)
+        )
+        if held:
+            self.namespaces.enqueue_after(None, namespace, RECHECK_SECONDS)
+        return held
+
+    def _running_source_nodes(self) -> list[str | None]:
+        """The source node of every migration in the cluster that takes a parallel slot."""
+        nodes = []
+        for migration in self.migrations.store.objects():
+            phase = str(status(migration).get("phase") or PHASE_PENDING)
+            uid = str(metadata(migration).get("uid"))
+            if takes_slot(phase, bool(self.pods.store.by_index(TARGET_INDEX, uid))):
+                namespace = str(metadata(migration).get("namespace"))
+                vmi = str((migration.get("spec") or {}).get("vmiName"))
+                nodes.append(self._source_node(namespace, vmi))
+        return nodes
+
+    def _source_node(self, namespace: str, vmi_name: str) -> str | None:
+        vmi = self.vmis.store.get(f"{namespace}/{vmi_name}")
+        node = status(vmi).get("nodeName") if vmi is not None else None
+        return str(node) if node else None
 
     def _blocked(self, namespace: str, migration: Object) -> Blocked | None:
         """The migration as Blocked if KubeVirt reports its target pod refused by quota and no
@@ -282,10 +345,12 @@ class MtqReconciler:
         except ValueError as error:
             log.warning("%s: cannot size the target pod of %s: %s", namespace, vmi_name, error)
             return None
-        return Blocked(str(metadata(migration).get("name")), uid, usage)
+        facts = launcher_scope_facts(vmi, usage)
+        return Blocked(str(metadata(migration).get("name")), uid, usage, facts, vmi_name)
 
     def _settings(self, namespace: str) -> LauncherSettings:
-        """The launcher settings in force for `namespace` (as the room mode reads them)."""
+        """The launcher settings in force for `namespace`: as the room mode reads them, with the
+        namespace's LimitRange defaults (admission adds them to the target pod)."""
         kubevirts, ratio = self.kubevirts.store.objects(), self.settings.store.objects()
         settings = settings_from(
             kubevirts[0] if kubevirts else None,
@@ -293,7 +358,11 @@ class MtqReconciler:
             configured_version=self.management.options.kubevirt_version,
         )
         quotas = self.quotas.store.by_index("namespace", namespace)
-        return settings.for_namespace(quotas, self.namespaces.cached(None, namespace))
+        return settings.for_namespace(
+            quotas,
+            self.namespaces.cached(None, namespace),
+            self.limit_ranges.store.by_index("namespace", namespace),
+        )
 
     # Windows that ended -------------------------------------------------------------------------
 
@@ -332,6 +401,44 @@ class MtqReconciler:
                 waiting.append(str(metadata(migration).get("name")))
         return waiting
 
+    # Rancher's protected quota ----------------------------------------------------------------
+
+    async def _rancher_refuses(self, namespace: str, plan: NamespacePlan) -> bool:
+        """Whether Rancher refuses a dry run of the plan's raise of its default quota (asked
+        before the namespace's first lock in this process, so a quota only Rancher may write
+        costs no lock window). Another answer leaves it to the real raise."""
+        if namespace in self._rancher_protected or namespace in self._rancher_writable:
+            return False
+        quotas = self._live_quotas(namespace)
+        for original in plan.originals:
+            live = quotas.get(original.name)
+            if live is None or not live.rancher_default:
+                continue
+            hard = raise_action(live, original, plan.budget) or live.hard
+            try:
+                await self._patch_hard(namespace, live, hard, dry_run=True)
+            except errors.ApiError as error:
+                if errors.denied_by_rancher(error):
+                    self._learn_rancher_refusal(namespace, live.name, error)
+                    return True
+                log.debug("%s/%s: dry-run raise answered %s", namespace, live.name, error)
+                return False
+            self._rancher_writable.add(namespace)
+        return False
+
+    def _learn_rancher_refusal(self, namespace: str, quota: str, error: errors.ApiError) -> None:
+        """Rancher refused a raise of `quota`: its quotas are out of the namespace's plans."""
+        self.stats.rancher_refusals += 1
+        if namespace not in self._rancher_protected:
+            log.warning(
+                "%s/%s: Rancher refuses our writes (%s); MTQ mode leaves its quota alone",
+                namespace,
+                quota,
+                error,
+            )
+        self._rancher_protected[namespace] = error.message
+        self._rancher_writable.discard(namespace)
+
     # Holding and releasing --------------------------------------------------------------------
 
     async def _record_and_raise(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
@@ -362,13 +469,17 @@ class MtqReconciler:
         action: QuotaAction,
         verb: str,
     ) -> None:
-        """Writes each live quota the `action` wants changed (a quota gone is skipped), in order."""
+        """Writes each live quota the `action` wants changed (a quota gone is skipped), in order.
+        A raise stops at Rancher's refusal (the namespace is planned again without its quota);
+        a restore goes on (Rancher's agent resets what it refuses us)."""
         quotas = self._live_quotas(namespace)
         for original in originals:
             live = quotas.get(original.name)
             target = action(live, original, budget) if live is not None else None
             if target is not None and live is not None:
-                await self._write_hard(namespace, live, target, verb)
+                written = await self._write_hard(namespace, live, target, verb)
+                if not written and action is raise_action:
+                    return
 
     def _live_quotas(self, namespace: str) -> dict[str, QuotaView]:
         """The namespace's quotas by name, our unseen writes included."""
@@ -476,12 +587,11 @@ class MtqReconciler:
         self._writes.wrote(key, vmmrq.resource_version, written)
         self.stats.status_writes += 1
 
-    async def _write_hard(
-        self, namespace: str, quota: QuotaView, hard: ResourceList, what: str
-    ) -> None:
-        """spec.hard := `hard`, conditional on the version read, then status.hard at once (quota
-        admission reads status.hard; kube-controller-manager copies it only a moment later),
-        conditional on spec.hard being still ours (conditional.publish_patch)."""
+    async def _patch_hard(
+        self, namespace: str, quota: QuotaView, hard: ResourceList, *, dry_run: bool = False
+    ) -> tuple[str, Object]:
+        """Patches spec.hard to `hard` (keys it lacks removed), conditional on the version read;
+        returns that version and the answer."""
         key = f"quota:{namespace}/{quota.name}"
         obj = self._writes.newest(key, self.quotas.store.get(f"{namespace}/{quota.name}") or {})
         version = str(metadata(obj).get("resourceVersion"))
@@ -494,9 +604,29 @@ class MtqReconciler:
             quota.name,
             {"metadata": {"resourceVersion": version}, "spec": {"hard": patch_hard}},
             namespace,
+            dry_run=dry_run,
         )
+        return version, written
+
+    async def _write_hard(
+        self, namespace: str, quota: QuotaView, hard: ResourceList, what: str
+    ) -> bool:
+        """spec.hard := `hard`, conditional on the version read, then status.hard at once (quota
+        admission reads status.hard; kube-controller-manager copies it only a moment later),
+        conditional on spec.hard being still ours (conditional.publish_patch). False, with the
+        namespace queued again, if Rancher refused the write of its quota."""
+        key = f"quota:{namespace}/{quota.name}"
+        try:
+            version, written = await self._patch_hard(namespace, quota, hard)
+        except errors.ApiError as error:
+            if not (quota.rancher_default and errors.denied_by_rancher(error)):
+                raise
+            self._learn_rancher_refusal(namespace, quota.name, error)
+            self.namespaces.enqueue_after(None, namespace, 0.0)
+            return False
         self._writes.wrote(key, version, written)
         self.stats.quota_writes += 1
+        wanted = hard_json(hard)
         log.info("%s/%s: spec.hard %s to %s", namespace, quota.name, what, wanted)
         try:
             published = await self.management.client.patch(
@@ -518,6 +648,7 @@ class MtqReconciler:
                 quota.name,
                 error,
             )
+        return True
 
     # Events and timers ------------------------------------------------------------------------
 
@@ -537,6 +668,20 @@ class MtqReconciler:
                 continue
             message = not_enough_message(vmmrq.name, vmmrq.namespace, name, short)
             self._warn_once(uid, migration, NOT_ENOUGH_REASON, message)
+        self._report_rancher(vmmrq, plan)
+
+    def _report_rancher(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
+        """One Warning QuotaProtectedByRancher on the VMMRQ once a migration is held by a quota
+        only Rancher may raise (per VMMRQ and set of quotas, not per migration)."""
+        refusal = self._rancher_protected.get(vmmrq.namespace)
+        held = sorted({q for quotas in plan.held.values() for q in quotas})
+        obj = self.vmmrqs.store.get(f"{vmmrq.namespace}/{vmmrq.name}")
+        if refusal is None or not held or obj is None:
+            return
+        message = rancher_held_message(vmmrq.name, vmmrq.namespace, held, refusal)
+        self._warn_once(
+            f"rancher/{vmmrq.namespace}/{vmmrq.name}", obj, RANCHER_PROTECTED_REASON, message
+        )
 
     def _warn_once(self, key: str, obj: Object, reason: str, message: str) -> None:
         if self._reported.get(key) == message:

@@ -24,6 +24,7 @@ from ..vmispec import (
     vmi_spec,
 )
 from .compute import EPHEMERAL_STORAGE_OVERHEAD, compute_resources
+from .limitrange import apply_defaults
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 
 HOOK_SIDECARS_ANNOTATION: Final = "hooks.kubevirt.io/hookSidecars"
@@ -244,8 +245,9 @@ def launcher_pod_resources(
     Returns `{"spec": {"containers": [...], "initContainers": [...]}}`, each container with its
     `name`, `resources` (quantity strings) and, for native sidecars, `restartPolicy: Always`; feed
     it to `pod_quota_usage`. Requests are as KubeVirt writes them (the API server's defaulting of
-    requests from limits is applied by `pod_quota_usage`). Raises ValueError, naming the field,
-    for a VMI KubeVirt would not render.
+    requests from limits is applied by `pod_quota_usage`), with the namespace's LimitRange
+    defaults (`settings.container_defaults`) added as admission adds them. Raises ValueError,
+    naming the field, for a VMI KubeVirt would not render.
 
     Not modelled: the ImageVolume feature gate (container disks as image volumes), DRA claims, and
     on main the TDX and IOMMUFD devices.
@@ -261,7 +263,7 @@ def launcher_pod_resources(
     spec: dict[str, Any] = {"containers": render.containers}
     if render.init_containers:
         spec["initContainers"] = render.init_containers
-    return {"spec": spec}
+    return apply_defaults({"spec": spec}, settings.container_defaults)
 
 
 class _PodRender:

@@ -16,6 +16,7 @@ from ...generic.labelselector import selector_matches
 from ..kubevirtversion import KubeVirtVersion, parse_kubevirt_version
 from ..quantity import Quantity
 from ..vmispec import mapping_at, quantity_of
+from .limitrange import NO_DEFAULTS, ContainerDefaults, container_defaults
 
 DEFAULT_KUBEVIRT_VERSION: Final = "1.6"
 
@@ -81,6 +82,9 @@ class LauncherSettings:
     network_resources: Mapping[str, str] | None = None
     """Network name -> device-plugin resource of its NetworkAttachmentDefinition
     (k8s.v1.cni.cncf.io/resourceName), e.g. for SR-IOV."""
+    container_defaults: ContainerDefaults = NO_DEFAULTS
+    """The namespace's LimitRange defaults for a container (limitrange.py): what admission
+    adds to a launcher container without a limit or request of its own."""
     version: KubeVirtVersion = field(init=False, repr=False, compare=False)
     """`kubevirt_version`, parsed."""
 
@@ -93,12 +97,14 @@ class LauncherSettings:
         self,
         namespace_quotas: Iterable[Mapping[str, Any]],
         namespace: Mapping[str, Any] | None = None,
+        limit_ranges: Iterable[Mapping[str, Any]] | None = None,
     ) -> LauncherSettings:
         """The settings for one namespace: its quotas decide KubeVirt's automatic limits, its
         labels the automatic memory-limit ratio and whether the CR's
         autoCPULimitNamespaceLabelSelector selects it (an invalid selector selects nothing, as in
-        KubeVirt). Without `namespace` (KubeVirt: not in its cache) neither is changed. Pure:
-        returns a new value."""
+        KubeVirt), its LimitRanges the container defaults admission adds. Without `namespace`
+        (KubeVirt: not in its cache) neither is changed, nor the defaults without
+        `limit_ranges`. Pure: returns a new value."""
         keys: set[str] = set()
         for quota in namespace_quotas:
             hard = mapping_at(mapping_at(quota, "spec", "quota"), "hard", "spec")
@@ -118,6 +124,8 @@ class LauncherSettings:
                 except ValueError:
                     match = False
                 changes["auto_cpu_limit_namespace_match"] = match
+        if limit_ranges is not None:
+            changes["container_defaults"] = container_defaults(limit_ranges)
         return dataclasses.replace(self, **changes)
 
     def support_value(self, container_type: str, kind: str, name: str) -> Quantity | None:

@@ -7,6 +7,10 @@ quota of the namespace once each is raised by the budget; the quotas it does not
 are its *blocking* quotas. Releasable migrations share one raise: the union of their blocking
 quotas is raised once, by the whole budget, on the keys each quota has (``raise_hard``).
 
+A quota nobody but Rancher may write (Rancher 2.14.6+/2.15.2+ protects its labelled default quota,
+and the caller has seen it refuse) is *protected*: it is never raised, so a migration it blocks is
+*held by Rancher*, neither releasable nor short of budget (no lock would help it).
+
 Restore rule (an administrator's edit made during the window is kept): per key of spec.hard, a
 value still equal to what the raise wrote goes back to the original (or away, if the original
 had no such key); any other value is someone else's edit and stays as it is. So a key the
@@ -31,7 +35,9 @@ from typing import Any, Final
 from ...apis.mtq import OriginalQuota, Vmmrq
 from ...generic.meta import annotations_of, labels
 from .. import resources
+from ..annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..quantity import Quantity
+from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, quota_scope
 from ..resources import ResourceList, parse_resource_list, parse_resource_list_leniently
 
 LABEL_LOCKED: Final = "mtq.harvester-quota.io/locked"
@@ -40,10 +46,10 @@ ANNOTATION_LOCK: Final = "mtq.harvester-quota.io/lock"
 """On a locked Namespace: ``{"until": RFC 3339, "vmmrq": name, "migrations": {uid: name}}``."""
 NOT_ENOUGH_REASON: Final = "NotEnoughResourceToRelease"
 """MTQ's Warning event reason, on a migration the budget cannot release."""
+RANCHER_PROTECTED_REASON: Final = "QuotaProtectedByRancher"
+"""Warning event reason, on a VMMRQ whose namespace's quota only Rancher may raise."""
 
 _ZERO = Quantity()
-_EXCLUDING_SCOPES: Final = frozenset({"BestEffort", "Terminating"})
-"""Quota scopes a launcher pod never matches (it has resources and no activeDeadlineSeconds)."""
 
 
 # The lock ----------------------------------------------------------------------------------------
@@ -113,27 +119,23 @@ class QuotaView:
     hard: ResourceList
     used: ResourceList
     spec: Mapping[str, Any]
-    applies: bool = True
-    """False for a quota whose scopes a launcher pod never matches."""
+    scope: QuotaScope = UNSCOPED
+    """Which pods it charges (quotascope.py): a target pod outside it is not judged by it."""
+    rancher_default: bool = False
+    """Labelled as Rancher's default quota: the one Rancher 2.14.6+/2.15.2+ may protect."""
 
 
 def quota_view(quota: Mapping[str, Any]) -> QuotaView:
     """A cached ResourceQuota (already validated by the API server) as a QuotaView."""
     raw_spec = quota.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
-    scopes = spec.get("scopes") or []
-    expressions = (spec.get("scopeSelector") or {}).get("matchExpressions") or []
-    excluded = _EXCLUDING_SCOPES.intersection(scopes) or any(
-        e.get("scopeName") in _EXCLUDING_SCOPES and e.get("operator") in (None, "Exists")
-        for e in expressions
-        if isinstance(e, Mapping)
-    )
     return QuotaView(
         name=str((quota.get("metadata") or {}).get("name")),
         hard=parse_resource_list_leniently(spec.get("hard")),
         used=parse_resource_list_leniently((quota.get("status") or {}).get("used")),
         spec=spec,
-        applies=not excluded,
+        scope=quota_scope(spec),
+        rancher_default=labels(quota).get(LABEL_DEFAULT_RESOURCE_QUOTA) == "true",
     )
 
 
@@ -197,10 +199,12 @@ class Verdict:
     """The quotas its target pod does not fit under today, by name."""
     short: tuple[Shortfall, ...] = ()
     """Non-empty: even raised by the budget, these keys are too small."""
+    held: tuple[str, ...] = ()
+    """Protected quotas (only Rancher may raise them) the target pod does not fit under today."""
 
     @property
     def releasable(self) -> bool:
-        return bool(self.blocking) and not self.short
+        return bool(self.blocking) and not self.short and not self.held
 
 
 def evaluate(
@@ -208,22 +212,33 @@ def evaluate(
     quotas: Iterable[QuotaView],
     originals: Mapping[str, ResourceList],
     budget: Mapping[str, Quantity],
+    *,
+    facts: PodScopeFacts = PLAIN_FACTS,
+    protected: frozenset[str] = frozenset(),
 ) -> Verdict:
     """Whether a target pod of quota usage `usage` is blocked, and whether the budget frees it.
 
     Each quota is judged at its original hard when one is recorded (a raised quota still blocks
     the migrations it was raised for) and its live status.used (target pods admitted already
-    count), on the keys both its hard and the pod have, as quota admission does."""
+    count), on the keys both its hard and the pod have, as quota admission does, if its scopes
+    match the target pod's `facts` (a quota that does not charge the pod neither blocks it nor
+    is raised for it). A quota named in `protected` is never raised: blocking, it holds the
+    migration (`Verdict.held`)."""
     blocking: list[str] = []
+    held: list[str] = []
     short: list[Shortfall] = []
     for quota in sorted(quotas, key=lambda q: q.name):
-        if not quota.applies:
+        if not quota.scope.matches(facts):
             continue
         hard = originals.get(quota.name, quota.hard)
-        raised = raise_hard(hard, budget)
         keys = sorted(k for k in hard if k in usage)
-        if any(quota.used.get(k, _ZERO) + usage[k] > hard[k] for k in keys):
+        blocks = any(quota.used.get(k, _ZERO) + usage[k] > hard[k] for k in keys)
+        if quota.name in protected:
+            held.extend([quota.name] if blocks else [])
+            continue
+        if blocks:
             blocking.append(quota.name)
+        raised = raise_hard(hard, budget)
         short.extend(
             Shortfall(quota.name, k, usage[k], quota.used.get(k, _ZERO), raised[k], budget[k])
             if k in budget
@@ -231,7 +246,7 @@ def evaluate(
             for k in keys
             if quota.used.get(k, _ZERO) + usage[k] > raised[k]
         )
-    return Verdict(tuple(blocking), tuple(short))
+    return Verdict(tuple(blocking), tuple(short), tuple(held))
 
 
 def not_enough_message(
@@ -242,6 +257,19 @@ def not_enough_message(
         f"VirtualMachineMigrationResourceQuota {vmmrq} in namespace {namespace} does not have "
         f"enough resources to release blocked migration {migration}: "
         + "; ".join(str(s) for s in short)
+    )
+
+
+def rancher_held_message(vmmrq: str, namespace: str, quotas: Iterable[str], refusal: str) -> str:
+    """The QuotaProtectedByRancher event's text: what Rancher refused and what to do instead."""
+    names = ", ".join(sorted(set(quotas)))
+    return (
+        f"Rancher protects ResourceQuota {names} in namespace {namespace} and refuses every write "
+        f"of it but its own ({refusal}): MTQ mode never raises it, so "
+        f"VirtualMachineMigrationResourceQuota {vmmrq} cannot release a migration it blocks. "
+        "Raise the namespace's limit in Rancher (its field.cattle.io/resourceQuota, within the "
+        f"project's limits), or delete {vmmrq} so that harvester-quota's room mode raises the "
+        "quota through Rancher's annotation"
     )
 
 
@@ -256,6 +284,10 @@ class Blocked:
     uid: str
     usage: ResourceList
     """Its target pod's quota usage."""
+    facts: PodScopeFacts = PLAIN_FACTS
+    """What quota scopes read of its target pod (quotascope.launcher_scope_facts)."""
+    vmi: str = ""
+    """The name of the VMI it migrates."""
 
 
 @dataclass(frozen=True)
@@ -269,6 +301,8 @@ class NamespacePlan:
     """Releasable migration uid -> name (the lock's migrations)."""
     refused: Mapping[str, tuple[Shortfall, ...]]
     """Migration name -> why the budget cannot release it."""
+    held: Mapping[str, tuple[str, ...]]
+    """Migration name -> the protected quotas that block it (only Rancher may raise them)."""
     originals: tuple[OriginalQuota, ...]
     """status.originalBlockingResourceQuotas: every quota to hold raised, spec before the raise."""
     restore: tuple[OriginalQuota, ...]
@@ -298,11 +332,13 @@ def plan_namespace(
     quotas: Sequence[QuotaView],
     *,
     excluded: frozenset[str] = frozenset(),
+    protected: frozenset[str] = frozenset(),
 ) -> NamespacePlan:
     """The namespace's plan from its VMMRQ, its blocked migrations and its quotas.
 
     `excluded` names migrations not to release now (their last window expired; they wait for a
-    change). A VMMRQ being deleted releases nothing and restores everything."""
+    change); `protected` names quotas never to raise (evaluate). A VMMRQ being deleted releases
+    nothing and restores everything."""
     budget = budget_of(vmmrq)
     recorded = {o.name: o for o in vmmrq.status.originals}
     recorded_hard = {name: original_hard(o) for name, o in recorded.items()}
@@ -310,11 +346,21 @@ def plan_namespace(
     migrations: dict[str, tuple[str, ...]] = {}
     uids: dict[str, str] = {}
     refused: dict[str, tuple[Shortfall, ...]] = {}
+    held: dict[str, tuple[str, ...]] = {}
     for migration in sorted(blocked, key=lambda b: b.name):
         if vmmrq.deleting or migration.name in excluded:
             continue
-        verdict = evaluate(migration.usage, quotas, recorded_hard, budget)
-        if verdict.short:
+        verdict = evaluate(
+            migration.usage,
+            quotas,
+            recorded_hard,
+            budget,
+            facts=migration.facts,
+            protected=protected,
+        )
+        if verdict.held:
+            held[migration.name] = verdict.held
+        elif verdict.short:
             refused[migration.name] = verdict.short
         elif verdict.blocking:
             migrations[migration.name] = verdict.blocking
@@ -326,7 +372,7 @@ def plan_namespace(
         if name in recorded or name in live
     )
     restore = tuple(o for name, o in sorted(recorded.items()) if name not in needed)
-    return NamespacePlan(budget, migrations, uids, refused, originals, restore)
+    return NamespacePlan(budget, migrations, uids, refused, held, originals, restore)
 
 
 def raise_action(

@@ -12,6 +12,10 @@ no new VM can start above the base (the webhook keeps non-target pods out of the
 follows a pod that got in while room was held. Keys of spec.hard that the base does not know pass
 through untouched.
 
+A quota with scopes (quotascope.py) charges only the pods they match: only those count in the floor,
+and only a migration whose target pod it charges holds room on it (a quota for a priority class the
+launchers do not use is never raised).
+
 The plan also says which annotations the quota must carry: one ResourceList JSON per migrating VM
 (``harvesterhci.io/migrating-<vm>``, so Harvester's own readers still sum them), our recorded base
 in standalone mode, and nothing stale: every other historic Harvester key is removed. The caller
@@ -36,6 +40,7 @@ from ..annotations import (
 )
 from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quota_usage
 from ..quantity import Quantity
+from ..quotascope import quota_scope
 from ..resources import ResourceList, parse_resource_list_leniently
 from .base import (
     ANNOTATION_APPLIED,
@@ -104,6 +109,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     recorded = parse_migration_annotations(annotations_of(snapshot.quota))
     warnings = [f"ignored invalid annotation {key}: {why}" for key, why in recorded.invalid.items()]
     pods = namespace_pods(snapshot.pods)
+    scope = quota_scope(snapshot.quota)
     room_plan = plan_rooms(
         RoomInputs(
             migrations=snapshot.migrations,
@@ -113,7 +119,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
             launcher=snapshot.launcher,
             usage=snapshot.usage,
         )
-    )
+    ).within(scope)
     warnings += [
         f"cannot size the room of migration {m}: {why}"
         for m, why in room_plan.estimate_errors.items()
@@ -138,10 +144,11 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     warnings += list(base.notes)
     rooms = RoomPlan(target_pods=room_plan.target_pods) if skipped else room_plan
     rooms = _mask_rooms(rooms, base.hard.keys())
-    used = used_without_targets(pods, rooms.target_pods, snapshot.now)
+    uncharged = rooms.target_pods | pods.outside(scope)  # rooms, and pods outside its scopes
+    used = used_without_targets(pods, uncharged, snapshot.now)
     since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
     # Without room held there are no arrivals to set aside: the floor is what is used.
-    floor = used if since is None else used_before(pods, rooms.target_pods, since, snapshot.now)
+    floor = used if since is None else used_before(pods, uncharged, since, snapshot.now)
     managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(
         managed=True,

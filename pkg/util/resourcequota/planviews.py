@@ -30,6 +30,7 @@ from ...generic.meta import condition_status, metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
 from ..launcher import LauncherSettings, launcher_quota_usage
+from ..quotascope import reduced_affinity
 from ..resources import ResourceList
 from .rooms import HARVESTER_MIGRATION_PREFIX
 
@@ -88,6 +89,10 @@ class VmiFacts:
     created: str | None
     not_migratable: bool
     """KubeVirt's LiveMigratable condition is False: no migration of it holds room."""
+    priority_class: str
+    """spec.priorityClassName (KubeVirt copies it to the launcher pod: quota scopes read it)."""
+    affinity: Object | None
+    """spec.affinity reduced to whether it is cross-namespace (quotascope.reduced_affinity)."""
     render_key: bytes
     """A digest of what the launcher rendering reads: the annotations (Harvester's migration
     annotations aside) and the spec. Equal for VMIs that render to the same launcher pod under
@@ -104,19 +109,29 @@ class VmiFacts:
         state: dict[str, Any] = {}
         if self.not_migratable:
             state["conditions"] = [{"type": LIVE_MIGRATABLE, "status": "False"}]
-        return {"metadata": meta, "status": state}
+        spec: dict[str, Any] = {}
+        if self.priority_class:
+            spec["priorityClassName"] = self.priority_class
+        if self.affinity is not None:
+            spec["affinity"] = self.affinity
+        return {"metadata": meta, "spec": spec, "status": state}
 
 
 def vmi_facts(vmi: Object) -> VmiFacts:
     """The VMI's facts; never raises (what cannot be encoded gets a key of its own, so it is
     rendered, and its error reported, on every plan as before)."""
     meta = metadata(vmi)
+    spec = vmi.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    priority_class = spec.get("priorityClassName")
     return VmiFacts(
         name=str(meta.get("name") or ""),
         namespace=str(meta.get("namespace") or ""),
         uid=_text(meta.get("uid")),
         created=_text(meta.get("creationTimestamp")),
         not_migratable=condition_status(vmi, LIVE_MIGRATABLE) == "False",
+        priority_class=priority_class if isinstance(priority_class, str) else "",
+        affinity=reduced_affinity(spec.get("affinity")),
         render_key=_render_key(vmi),
     )
 

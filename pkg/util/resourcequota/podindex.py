@@ -34,6 +34,7 @@ from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from ..podusage import pod_quota_usage, pod_without_unreadable_quantities
 from ..quantity import Format, Quantity
+from ..quotascope import PLAIN_FACTS, PodScopeFacts, QuotaScope, pod_scope_facts
 from ..resources import ResourceList
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -63,6 +64,8 @@ class PodView:
     error: str | None = None
     """Why the pod could not be read in full (`usage` is what could be: the quantities that
     parse, or nothing; planning reports it)."""
+    scope: PodScopeFacts = PLAIN_FACTS
+    """What a quota's scopes read of it (quotascope.py; shared between views)."""
 
     @property
     def steady(self) -> bool:
@@ -99,6 +102,7 @@ def pod_view(pod: Object) -> PodView:
         "created": str(meta.get("creationTimestamp") or ""),
         "running": phase == "Running",
         "terminal": phase in _TERMINAL,
+        "scope": pod_scope_facts(pod),
     }
     try:
         common["deadline"] = _deadline(meta)
@@ -273,6 +277,15 @@ class NamespacePods:
         """Pods that could not be read in full, by name: each charges only what could be read
         (pod_view), and counts as long as a pod so phased and deleted would."""
         return [self._views[name] for name in sorted(self._unreadable)]
+
+    def outside(self, scope: QuotaScope) -> frozenset[str]:
+        """The pods a quota of `scope` does not charge (none for an unscoped quota, at no
+        cost; else a walk of the namespace)."""
+        if scope.unscoped:
+            return frozenset()
+        return frozenset(
+            view.name for view in self._views.values() if not scope.matches(view.scope)
+        )
 
     def used_without(self, excluded: frozenset[str], now: datetime.datetime) -> ResourceList:
         """What quota charges the namespace's pods at `now`, the pods named `excluded` aside.

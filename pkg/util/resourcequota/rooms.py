@@ -36,6 +36,7 @@ from ...generic.meta import condition_status, labels, metadata, status
 from ...generic.resource import Object
 from .. import resources
 from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quota_usage
+from ..quotascope import PLAIN_FACTS, PodScopeFacts, QuotaScope, launcher_scope_facts
 from ..resources import ResourceList
 from .podindex import NamespacePods, PodView, namespace_pods
 
@@ -73,6 +74,9 @@ class MigrationRoom:
     reason: str
     created: str = ""
     """The migration's creationTimestamp (which of a VMI's migrations holds its room)."""
+    facts: PodScopeFacts = PLAIN_FACTS
+    """What quota scopes read of its target pod: the pod's own once it exists, else the launcher
+    pod's KubeVirt would render (quotascope.py)."""
 
     @property
     def finished(self) -> bool:
@@ -95,6 +99,18 @@ class RoomPlan:
     @property
     def holds_room(self) -> bool:
         return bool(self.rooms)
+
+    def within(self, scope: QuotaScope) -> RoomPlan:
+        """The rooms a quota of `scope` is charged for: those whose target pod it charges (a
+        migration whose target pod is outside the scope needs no room on that quota)."""
+        if scope.unscoped:
+            return self
+        rooms = [room for room in self.rooms if scope.matches(room.facts)]
+        return RoomPlan(
+            rooms=rooms,
+            target_pods=frozenset(r.target_pod for r in rooms if r.target_pod and not r.estimated),
+            estimate_errors=self.estimate_errors,
+        )
 
 
 HARVESTER_MIGRATION_PREFIX = "harvesterhci.io/migration"
@@ -347,9 +363,10 @@ def _room(
 ) -> MigrationRoom:
     """The room: the real target pod's usage once it exists, else the rendered estimate."""
     if target is not None and _still_counts(target, inputs.now):
-        room, estimated = target.usage_at(inputs.now), False
+        room, estimated, facts = target.usage_at(inputs.now), False, target.scope
     else:
         room, estimated = _estimate(vmi, inputs), True
+        facts = launcher_scope_facts(vmi, room)
     if inputs.keys is not None:
         room = resources.mask(room, inputs.keys)
     return MigrationRoom(
@@ -363,6 +380,7 @@ def _room(
         estimated=estimated,
         reason=reason,
         created=str(metadata(migration).get("creationTimestamp") or ""),
+        facts=facts,
     )
 
 

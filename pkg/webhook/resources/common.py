@@ -29,6 +29,7 @@ from ...util import resources
 from ...util.annotations import parse_migration_annotations
 from ...util.launcher import LauncherSettings
 from ...util.quantity import Quantity
+from ...util.quotascope import quota_scope
 from ...util.rancher import LIMIT_FIELDS
 from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, rancher_base
 from ...util.resourcequota.calculator import shortfalls
@@ -61,6 +62,10 @@ class Lookups(Protocol):
         ...
 
     def kubevirt_settings(self) -> LauncherSettings: ...
+
+    def limit_ranges(self, namespace: str) -> Sequence[Object]:
+        """The namespace's LimitRanges (their container defaults change a launcher's charge)."""
+        ...
 
     def now(self) -> datetime.datetime: ...
 
@@ -96,17 +101,26 @@ class NamespaceView:
         return resources.subtract_non_negative(self.used, consumed)
 
 
+def launcher_settings(lookups: Lookups, namespace: str, quota: Object) -> LauncherSettings:
+    """The launcher settings in force in `namespace`: the managed quota's keys, the namespace's
+    labels and its LimitRange defaults."""
+    return lookups.kubevirt_settings().for_namespace(
+        [quota], lookups.namespace(namespace), lookups.limit_ranges(namespace)
+    )
+
+
 def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
-    settings = lookups.kubevirt_settings()
+    """The namespace as the validators read it: rooms are those of migrations whose target pod
+    the quota's scopes charge (as the controller's plan holds them)."""
     rooms = plan_rooms(
         RoomInputs(
             migrations=lookups.migrations(namespace),
             vmis=lookups.vmis(namespace),
             pods=lookups.launcher_pods(namespace),
             now=lookups.now(),
-            launcher=settings.for_namespace([quota], lookups.namespace(namespace)),
+            launcher=launcher_settings(lookups, namespace, quota),
         )
-    )
+    ).within(quota_scope(quota))
     recorded = parse_migration_annotations(annotations_of(quota))
     return NamespaceView(
         quota=quota,

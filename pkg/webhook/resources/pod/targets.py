@@ -52,6 +52,7 @@ from ....generic.meta import namespace as namespace_of
 from ....generic.resource import RESOURCE_QUOTAS, Object
 from ....util.annotations import parse_migration_annotations
 from ....util.podusage import pod_quota_usage
+from ....util.quotascope import applies_to
 from ....util.resourcequota.calculator import Shortfall, shortfalls
 from ....util.resources import ResourceList, parse_resource_list_leniently
 from ...admission import Request
@@ -186,8 +187,9 @@ async def admit_target(
     live: LiveQuotas | None = None,
 ) -> TargetAdmission:
     """Returns once the target pod fits under the managed quota's `status.hard` as the cache
-    shows it (on the first look, as `live` shows it too, when given), at once if no raise will
-    come, or after `wait` seconds (see module docstring)."""
+    shows it (at once if its scopes do not charge the pod; on the first look, as `live` shows it
+    too, when given), at once if no raise will come, or after `wait` seconds (see module
+    docstring)."""
     pod = request.obj or {}
     try:
         needed = pod_quota_usage(pod)
@@ -206,7 +208,7 @@ async def admit_target(
         quota = lookups.managed_quota(request.namespace)
         if quota is None:
             return TargetAdmission("no-managed-quota", waited)
-        short = _short(quota, needed)
+        short = _short(quota, needed) if applies_to(quota, pod) else []
         if not short and changes_awaited == 0 and live is not None:
             seen = await _live_view(live, quota, needed, clock)
             if seen == "stale":

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....generic.meta import labels as labels_of
 from ....util.podusage import pod_quota_usage
+from ....util.quotascope import applies_to
 from ....util.resources import ResourceList, subtract_non_negative
 from ...admission import Denied, Request
 from ..common import Identities, Lookups, NamespaceView, base_of, check_fits_base, view_of
@@ -69,14 +70,15 @@ class PodCheck:
 
 def pod_check(request: Request, lookups: Lookups, identities: Identities) -> PodCheck | None:
     """The check a pod create or resize needs, or None: a migration target, any other update, no
-    managed quota, no room held (quota admission at hard == base is all the protection needed
-    then), or a resize that grows nothing."""
+    managed quota, a pod outside its scopes (it charges the quota nothing), no room held (quota
+    admission at hard == base is all the protection needed then), or a resize that grows
+    nothing."""
     if is_migration_target(request, identities):
         return None
     if request.operation != "CREATE" and request.sub_resource != RESIZE:
         return None
     quota = lookups.managed_quota(request.namespace)
-    if quota is None:
+    if quota is None or not applies_to(quota, request.obj or {}):
         return None
     view = view_of(lookups, request.namespace, quota)
     if not view.holds_room:

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ....util.launcher import launcher_quota_usage
+from ....util.quotascope import launcher_scope_facts, quota_scope
 from ...admission import Denied, Request
-from ..common import Lookups, base_of, check_fits_base, view_of
+from ..common import Lookups, base_of, check_fits_base, launcher_settings, view_of
 
 RUNNING_STRATEGIES: Final = frozenset({"Always", "RerunOnFailure", "Once"})
 
@@ -25,7 +26,8 @@ def _will_run(vm: Mapping[str, Any]) -> bool:
 
 def validate_vm_start(request: Request, lookups: Lookups) -> None:
     """A VM that is to run but has no instance yet must fit under the base, overhead and
-    sidecars included (Harvester checks this on VM create and update, limits only)."""
+    sidecars included (Harvester checks this on VM create and update, limits only), unless the
+    managed quota's scopes do not charge its launcher pod."""
     vm = request.obj or {}
     if not _will_run(vm) or request.name in lookups.vmis(request.namespace):
         return  # halted, or already running (its pod is counted already)
@@ -38,13 +40,12 @@ def validate_vm_start(request: Request, lookups: Lookups) -> None:
         "spec": template.get("spec") or {},
     }
     view = view_of(lookups, request.namespace, quota)
-    settings = lookups.kubevirt_settings()
     try:
-        needed = launcher_quota_usage(
-            vmi, settings.for_namespace([quota], lookups.namespace(request.namespace))
-        )
+        needed = launcher_quota_usage(vmi, launcher_settings(lookups, request.namespace, quota))
     except ValueError as error:
         raise Denied(
             f"VM {request.name}: cannot size its launcher pod: {error}", code=422
         ) from error
+    if not quota_scope(quota).matches(launcher_scope_facts(vmi, needed)):
+        return
     check_fits_base(f"VM {request.name}", needed, base_of(lookups, request.namespace, view), view)
