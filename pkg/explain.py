@@ -35,6 +35,7 @@ from .generic.client import ApiClient
 from .generic.meta import annotations_of, has_condition, metadata, name, spec, status
 from .generic.resource import (
     EVENTS,
+    LIMIT_RANGES,
     NAMESPACES,
     PODS,
     RESOURCE_QUOTAS,
@@ -115,7 +116,7 @@ async def explain(
         kubevirts[0] if kubevirts else None,
         settings[0] if settings else None,
         configured_version=kubevirt_version,
-    ).for_namespace(quotas, ns)  # as the room controller's plan: no LimitRange defaults yet
+    ).for_namespace(quotas, ns, await _list(client, LIMIT_RANGES, namespace))
     migrations = await _list(client, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace)
     vmis = await _list(client, VIRTUAL_MACHINE_INSTANCES, namespace)
     snapshot = NamespaceSnapshot(

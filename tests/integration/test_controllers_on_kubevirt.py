@@ -22,7 +22,7 @@ from harvester_quota.apis.kubevirt import (
 from harvester_quota.app import ControllerApp
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.generic.resource import EVENTS, LIMIT_RANGES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
@@ -298,6 +298,41 @@ async def test_an_isolated_migration_writes_the_quota_exactly_twice(
         await eventually(lambda: caught_up(controllers, kv.namespace), what="caught up")
     assert controllers.reconciler.writes[kv.namespace] - before == 2
     assert len(history.hards) == 3, f"base, raised, base: {history.hards}"
+
+
+async def test_a_limit_range_default_is_part_of_the_room(
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
+) -> None:
+    """The namespace's LimitRange gives every launcher container a default ephemeral-storage
+    limit KubeVirt never sets, and the managed quota limits that key to what vm1 uses. The room
+    includes the default, as admission will charge it: the target pod gets in and the quota
+    returns to its base. (Sized without the default, the raise left that key at the base and the
+    target pod was refused on it for good.)"""
+    key = "limits.ephemeral-storage"
+    default = {"type": "Container", "default": {"ephemeral-storage": "1Gi"}}
+    limit_range = {"metadata": {"name": "defaults"}, "spec": {"limits": [default]}}
+    await kv.api.create(LIMIT_RANGES, limit_range, kv.namespace)
+    await kv.create_quota({**V170_HARD, key: "1000Gi"})
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+
+    async def used() -> str | None:
+        quota = await kv.quota()
+        value = ((quota.get("status") or {}).get("used") or {}).get(key)
+        return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
+
+    in_use = await eventually(used, what=f"{key} used, from the LimitRange alone")
+    base = {**V170_HARD, key: in_use}
+    await kv.api.patch(RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": base}}, kv.namespace)
+    await eventually(lambda: caught_up(controllers, kv.namespace), what="the base recorded")
+    async with SpecHistory(kv.api, kv.namespace) as history:
+        record = await kubevirt.wait_migration(
+            await kubevirt.migrate("vm1"), timeout=MIGRATION_TIMEOUT
+        )
+        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+        await eventually(lambda: hard_equals(kv, base), what="hard back to the base")
+    doubled = Quantity.parse(in_use) * 2
+    raised = [h for h in history.hards if Quantity.parse(h.get(key, "0")) == doubled]
+    assert raised, f"no raise of {key} by the LimitRange's default: {history.hards}"
 
 
 async def test_rancher_reset_mid_migration_is_restored_and_30_cores_never_become_26(

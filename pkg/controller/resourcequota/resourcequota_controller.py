@@ -29,11 +29,12 @@ from ...config.metrics import QuotaMetrics
 from ...generic import errors
 from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, WARNING
+from ...generic.informer import SharedInformer, SharedInformerFactory
 from ...generic.meta import annotations_of, labels, metadata
 from ...generic.newest import NewestPerKey
 from ...generic.ownwrites import OwnWrites
 from ...generic.permission import Permission
-from ...generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
+from ...generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ...generic.views import NamespaceViews
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
 from ...util.launcher import LauncherSettings
@@ -98,6 +99,19 @@ class _Planned:
     """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`_may_label`)."""
 
 
+def _launcher_informers(
+    factory: SharedInformerFactory,
+) -> tuple[SharedInformer, SharedInformer, SharedInformer]:
+    """What sizes a room besides the VMI: Harvester's overhead-ratio setting and the KubeVirt CR
+    (both optional kinds), and the LimitRanges, whose defaults fill what a launcher container
+    leaves unset, as admission does (util/launcher/limitrange.py)."""
+    return (
+        factory.informer(SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True),
+        factory.informer(KUBEVIRTS, optional=True),
+        factory.informer(LIMIT_RANGES),
+    )
+
+
 class QuotaReconciler:
     """Registers the per-namespace reconcile on a Management's factories."""
 
@@ -121,10 +135,7 @@ class QuotaReconciler:
         self.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
         self.usages = RenderedUsages(self.vmi_facts, self.vmis.store.get)
         """Room estimates, rendered once per VM shape and settings."""
-        self.settings = factory.informer(
-            SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
-        )
-        self.kubevirts = factory.informer(KUBEVIRTS, optional=True)
+        self.settings, self.kubevirts, self.limit_ranges = _launcher_informers(factory)
         self.namespaces = management.controllers.namespaces()
         self._quota_writes = OwnWrites()
         """Our quota writes by namespace, until the cache has them (one write per change)."""
@@ -178,6 +189,7 @@ class QuotaReconciler:
     def register(self) -> None:
         controller = self.namespaces
         controller.watch_related(self.quotas, _namespace_of, name=self.quotas.name)
+        controller.watch_related(self.limit_ranges, _namespace_of, name=self.limit_ranges.name)
         # Migrations and VMIs queue their namespace from their views (_views_changed): only
         # changes the plan reads, not virt-controller's and virt-handler's status writes.
         for informer in (self.settings, self.kubevirts):
@@ -242,7 +254,9 @@ class QuotaReconciler:
             vmis=NamespaceVmis(self.vmi_facts, name),
             pods=self.pod_index.namespace(name),
             now=self.management.clock.now(),
-            launcher=self.kubevirt_settings().for_namespace(quotas, namespace),
+            launcher=self.kubevirt_settings().for_namespace(
+                quotas, namespace, self.limit_ranges.store.by_index("namespace", name)
+            ),
             mode=self.management.options.mode,
             usage=self.usages.usage,
         )
