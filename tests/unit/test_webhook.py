@@ -462,6 +462,61 @@ def test_pods_are_not_checked_while_no_room_is_held() -> None:
     )
 
 
+BASE = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+RAISED = {"limits.cpu": "5015m", "limits.memory": "10000Mi"}
+"""A 3-CPU base raised by one 2015m room, as the quota shows it until the raise is down."""
+
+
+def test_a_pod_is_held_to_the_base_until_rancher_has_copied_the_lowered_annotation() -> None:
+    """Rancher's protected path, just after the release: the migration is over and holds no
+    room, our annotation is back at the base, but Rancher's agent has not yet lowered the quota
+    (spec.hard and status.hard still raised). A pod that fits the raise but not the base was
+    admitted there (review finding 1): it took the room being given back."""
+    lookups = FakeLookups(
+        quotas={"ns": quota_with({"limits.cpu": "3", "limits.memory": "4000Mi"}, RAISED)},
+        namespaces={"ns": rancher_namespace("ns", {"limitsCpu": "3000m", "limitsMemory": "8Gi"})},
+    )
+    with pytest.raises(Denied) as denied:
+        validate_pod(
+            request("Pod", plain_pod("grab", "2", "1Gi"), operation="CREATE"), lookups, Identities()
+        )
+    assert "migrations whose raise is still being given back" in denied.value.message
+    assert "0 left of the base 3" in denied.value.message
+    # Once Rancher's agent has lowered the quota, quota admission at the base is enough.
+    lookups.quotas["ns"] = quota_with({"limits.cpu": "3", "limits.memory": "4000Mi"}, BASE)
+    validate_pod(
+        request("Pod", plain_pod("grab", "2", "1Gi"), operation="CREATE"), lookups, Identities()
+    )
+
+
+def test_a_pod_is_held_to_the_base_while_status_hard_still_holds_a_lowered_raise() -> None:
+    """The direct path: spec.hard is back at the base, status.hard (what quota admission
+    enforces) not yet: a pod above the base would be admitted into the released room."""
+    quota = quota_with({"limits.cpu": "3", "limits.memory": "4000Mi"}, BASE)
+    quota["status"]["hard"] = dict(RAISED)
+    lookups = FakeLookups(quotas={"ns": quota})
+    with pytest.raises(Denied):
+        validate_pod(
+            request("Pod", plain_pod("grab", "2", "1Gi"), operation="CREATE"), lookups, Identities()
+        )
+    quota["status"]["used"] = {"limits.cpu": "1", "limits.memory": "1000Mi"}
+    validate_pod(
+        request("Pod", plain_pod("fits", "2", "1Gi"), operation="CREATE"), lookups, Identities()
+    )
+
+
+def test_an_administrators_raise_of_spec_hard_holds_no_pod_to_the_old_base() -> None:
+    """A quota raised by its administrator (spec.hard above status.hard for a moment, no room,
+    no Rancher) is no raise of ours: pods are left to quota admission."""
+    quota = quota_with({"limits.cpu": "3", "limits.memory": "4000Mi"}, RAISED)
+    quota["status"]["hard"] = dict(BASE)
+    validate_pod(
+        request("Pod", plain_pod("p", "2", "1Gi"), operation="CREATE"),
+        FakeLookups(quotas={"ns": quota}),
+        Identities(),
+    )
+
+
 def review(kind: str, obj: Any, uid: str | None = "u1") -> bytes:
     req: dict[str, Any] = {
         "kind": {"group": "", "version": "v1", "kind": kind},

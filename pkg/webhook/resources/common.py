@@ -87,14 +87,36 @@ class NamespaceView:
     used: ResourceList
     rooms: RoomPlan
     legacy_room_keys: frozenset[str] = field(default_factory=frozenset)
+    status_hard: ResourceList = field(default_factory=dict)
+    """What quota admission enforces: status.hard, which follows spec.hard a moment later."""
 
     @property
     def holds_room(self) -> bool:
         return self.rooms.holds_room or bool(self.legacy_room_keys)
 
+    def still_raised(self, rancher_base: ResourceList | None) -> bool:
+        """Whether a raise is still enforced though no room is held: status.hard (what quota
+        admission enforces) above a spec.hard already lowered, until kube-controller-manager
+        copies it; or, where Rancher's annotation is the base (`rancher_base`), spec.hard above
+        it until Rancher's agent copies the lowered annotation. Pods are held to the base until
+        both are down. An administrator's raise of spec.hard is none of these: it is enforced
+        only once status.hard follows, and then it is the new limit."""
+        lagging = any(
+            key in self.hard and value > self.hard[key] for key, value in self.status_hard.items()
+        )
+        if lagging or rancher_base is None:
+            return lagging
+        return any(
+            key in self.hard and self.hard[key] > limit for key, limit in rancher_base.items()
+        )
+
     def holders(self) -> str:
         names = sorted({room.vm_name for room in self.rooms.rooms})
-        return ", ".join(names) if names else "an earlier controller's migrations"
+        if names:
+            return ", ".join(names)
+        if self.legacy_room_keys:
+            return "an earlier controller's migrations"
+        return "migrations whose raise is still being given back"
 
     def used_without_targets(self) -> ResourceList:
         consumed = resources.total(r.room for r in self.rooms.rooms if not r.estimated)
@@ -126,19 +148,26 @@ def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
         quota=quota,
         hard=parse_resource_list_leniently((quota.get("spec") or {}).get("hard")),
         used=parse_resource_list_leniently((quota.get("status") or {}).get("used")),
+        status_hard=parse_resource_list_leniently((quota.get("status") or {}).get("hard")),
         rooms=rooms,
         legacy_room_keys=recorded.migrating_keys,
     )
 
 
+def rancher_base_of(lookups: Lookups, namespace: str) -> ResourceList | None:
+    """The base Rancher's annotation gives the namespace (the one recorded before our raise
+    while the annotation is still our raise); None without one or when it cannot be read."""
+    ns = lookups.namespace(namespace)
+    try:
+        return rancher_base(ns) if ns is not None else None
+    except BaseError:
+        return None
+
+
 def base_of(lookups: Lookups, namespace: str, view: NamespaceView) -> ResourceList:
     """The base the controller works from: Rancher's annotation, else our recorded base, else
     spec.hard less the rooms recorded on the quota (a quota adopted mid-migration)."""
-    ns = lookups.namespace(namespace)
-    try:
-        from_rancher = rancher_base(ns) if ns is not None else None
-    except BaseError:
-        from_rancher = None
+    from_rancher = rancher_base_of(lookups, namespace)
     if from_rancher is not None:
         return from_rancher
     text = annotations_of(view.quota).get(ANNOTATION_BASE)

@@ -17,7 +17,15 @@ from ....util.podusage import pod_quota_usage
 from ....util.quotascope import applies_to
 from ....util.resources import ResourceList, subtract_non_negative
 from ...admission import Denied, Request
-from ..common import Identities, Lookups, NamespaceView, base_of, check_fits_base, view_of
+from ..common import (
+    Identities,
+    Lookups,
+    NamespaceView,
+    base_of,
+    check_fits_base,
+    rancher_base_of,
+    view_of,
+)
 from .ledger import AdmissionLedger
 
 RESIZE = "resize"
@@ -70,9 +78,10 @@ class PodCheck:
 
 def pod_check(request: Request, lookups: Lookups, identities: Identities) -> PodCheck | None:
     """The check a pod create or resize needs, or None: a migration target, any other update, no
-    managed quota, a pod outside its scopes (it charges the quota nothing), no room held (quota
-    admission at hard == base is all the protection needed then), or a resize that grows
-    nothing."""
+    managed quota, a pod outside its scopes (it charges the quota nothing), no room held and
+    no raise still enforced (quota admission at hard == base is all the protection needed then;
+    while status.hard, or spec.hard against Rancher's annotation, is still raised after a release,
+    the room being given back is still guarded: NamespaceView.still_raised), or a resize that grows nothing."""
     if is_migration_target(request, identities):
         return None
     if request.operation != "CREATE" and request.sub_resource != RESIZE:
@@ -81,7 +90,8 @@ def pod_check(request: Request, lookups: Lookups, identities: Identities) -> Pod
     if quota is None or not applies_to(quota, request.obj or {}):
         return None
     view = view_of(lookups, request.namespace, quota)
-    if not view.holds_room:
+    base = base_of(lookups, request.namespace, view)
+    if not view.holds_room and not view.still_raised(rancher_base_of(lookups, request.namespace)):
         return None
     try:
         needed = requested_usage(request)
@@ -95,7 +105,7 @@ def pod_check(request: Request, lookups: Lookups, identities: Identities) -> Pod
         subject=f"pod {request.name or '(generated name)'}{' ' + doing if doing else ''} would take "
         f"room reserved for the live migration of {view.holders()}",
         needed=needed,
-        base=base_of(lookups, request.namespace, view),
+        base=base,
         view=view,
         holders=frozenset(room.migration_uid for room in view.rooms.rooms),
     )
