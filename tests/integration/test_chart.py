@@ -114,6 +114,11 @@ def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_th
         assert condition["expression"].split() == target.split(), name
         resized = [r for r in hooks[name]["rules"] if r["resources"] == ["pods/resize"]]
         assert resized and resized[0]["operations"] == ["UPDATE"], name
+    # The MTQ lock sees resizes too (review finding 5: it saw creates only).
+    locked = [
+        r for r in hooks["mtq-lock.harvester-quota.io"]["rules"] if "pods/resize" in r["resources"]
+    ]
+    assert locked and locked[0]["operations"] == ["UPDATE"]
     policies = {
         d["metadata"]["name"]: d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"
     }

@@ -11,13 +11,13 @@ import orjson
 import pytest
 from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
 from harvester_quota.util.resourcequota.mtq import ANNOTATION_LOCK, LABEL_LOCKED, Lock
-from harvester_quota.webhook.admission import Denied
+from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.mtq.validator import validate_locked
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry
 
-from tests.unit.test_webhook import KUBEVIRT_CONTROLLER, FakeLookups, request
+from tests.unit.test_webhook import KUBEVIRT_CONTROLLER, FakeLookups, plain_pod, request
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 CONTROLLER = "system:serviceaccount:harvester-system:harvester-quota"
@@ -84,6 +84,34 @@ def test_quota_edits_and_vmmrq_creates_and_deletes_are_refused_except_our_contro
                 operation=operation,
             )
     check(locked(), "VirtualMachineMigrationResourceQuota", vmmrq, user="admin", operation="UPDATE")
+
+
+def resize(old_cpu: str, new_cpu: str, user: str = "tenant") -> Request:
+    return Request(
+        uid="u",
+        kind="Pod",
+        operation="UPDATE",
+        namespace="ns",
+        name="p",
+        username=user,
+        groups=(),
+        obj=plain_pod("p", new_cpu, "1Gi"),
+        old=plain_pod("p", old_cpu, "1Gi"),
+        dry_run=False,
+        sub_resource="resize",
+    )
+
+
+def test_no_pod_grows_in_place_while_locked_not_even_kubevirts_and_shrinks_pass() -> None:
+    """Review finding 5: a tenant with pods/resize grew a pod into the budget while the
+    namespace was locked (the lock rule saw creates only)."""
+    with pytest.raises(Denied) as denied:
+        validate_locked(resize("1", "8"), locked(), Identities())
+    assert "no pod may grow in place while" in denied.value.message
+    with pytest.raises(Denied):
+        validate_locked(resize("1", "8", KUBEVIRT_CONTROLLER), locked(), Identities())
+    validate_locked(resize("8", "1"), locked(), Identities())
+    validate_locked(resize("1", "8"), FakeLookups(), Identities())
 
 
 def test_past_its_deadline_the_lock_admits_everything() -> None:

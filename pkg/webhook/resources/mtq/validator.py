@@ -20,6 +20,7 @@ from ....generic.meta import labels as labels_of
 from ....util.resourcequota.mtq import Lock, format_time, parse_lock
 from ...admission import Denied, Request
 from ..common import Identities, Lookups
+from ..pod.validator import RESIZE, requested_usage
 
 KINDS: Final = frozenset({"Pod", "ResourceQuota", VMMRQ_KIND})
 """What the lock endpoint decides; anything else sent to it is a configuration error."""
@@ -62,11 +63,7 @@ def validate_locked(request: Request, lookups: Lookups, identities: Identities) 
         return
     why = _why(request.namespace, lock, lookups.now())
     if request.kind == "Pod":
-        if request.operation == "CREATE" and not is_lock_target(request, identities, lock):
-            raise Denied(
-                f"pod {request.name or '(generated name)'}: only the migration target pods are "
-                f"created while {why}"
-            )
+        _check_pod(request, identities, lock, why)
     elif request.kind == "ResourceQuota":
         if request.operation == "UPDATE":
             raise Denied(f"quota {request.name} cannot be edited while {why}")
@@ -74,3 +71,21 @@ def validate_locked(request: Request, lookups: Lookups, identities: Identities) 
         raise Denied(
             f"{VMMRQ_KIND} {request.name}: {request.operation.lower()} is not allowed while {why}"
         )
+
+
+def _check_pod(request: Request, identities: Identities, lock: Lock, why: str) -> None:
+    """While locked only the lock's target pods are created, and no pod grows in place
+    (pods/resize): a resize into the budget would take what the migrations were given."""
+    name = request.name or "(generated name)"
+    if request.operation == "CREATE":
+        if not is_lock_target(request, identities, lock):
+            raise Denied(f"pod {name}: only the migration target pods are created while {why}")
+        return
+    if request.sub_resource != RESIZE:
+        return
+    try:
+        grown = requested_usage(request)
+    except ValueError as error:
+        raise Denied(f"pod {name}: {error}", code=422) from error
+    if grown:
+        raise Denied(f"pod {name}: no pod may grow in place while {why}")
