@@ -54,7 +54,9 @@ async def test_our_strategy_meets_every_expectation(
 ) -> None:
     result = await run(path, "ours", request, tmp_path)
     failed = [c for c in result["expectations"] if not c["ok"]]
-    assert not failed, f"{path.name}: {failed}\nevents: {result['events']}"
+    assert not failed, (
+        f"{path.name}: {failed}\nevents: {result['events']}\nquotas: {result['quotas']}"
+    )
     assert result["expectations"], "every scenario states what it expects"
     assert result["invariants"]["final_hard_equals_base"]
     assert result["invariants"]["no_stale_annotation"]
