@@ -19,7 +19,9 @@ util/resourcequota/handover.py), and write through a `QuotaWriter` each:
 The two gates (generic/permission.py) are for writes that help but are not required: a refusal
 closes one for a backoff and never fails the reconcile. What a mode counts, logs and records as
 its own writes (generic/ownwrites.py) stays with the mode: the writer returns what the API
-server stored. Not thread-safe: event loop only, one writer per controller.
+server stored. Each mode holds an instance of its own, so a gate one mode's refusals close (Rancher
+refuses status copies of its quotas) does not close it for the other. Not thread-safe: event loop
+only.
 """
 
 from __future__ import annotations
@@ -80,22 +82,27 @@ class QuotaWriter:
             raise errors.Conflict(str(error)) from error
 
     async def patch_hard_at_version(
-        self, quota: Object, hard: Mapping[str, str], *, dry_run: bool = False
+        self,
+        namespace: str,
+        name: str,
+        read: Object,
+        hard: Mapping[str, str],
+        *,
+        dry_run: bool = False,
     ) -> Object:
-        """Sets `quota`'s spec.hard to `hard` (keys it lacks removed), conditional on the
-        resourceVersion `quota` was read at; returns the answer (what a dry run would store)."""
-        meta = metadata(quota)
-        current = (quota.get("spec") or {}).get("hard") or {}
+        """Sets quota `namespace`/`name`'s spec.hard to `hard` (keys of `read`'s it lacks
+        removed), conditional on the resourceVersion of `read`, the quota as the plan read it;
+        returns the answer (with `dry_run`, what would be stored). A Conflict propagates, like
+        every API error."""
+        current = (read.get("spec") or {}).get("hard") or {}
         patch_hard: dict[str, Any] = {k: None for k in current if k not in hard}
         patch_hard.update(hard)
+        version = str(metadata(read).get("resourceVersion"))
         return await self.client.patch(
             RESOURCE_QUOTAS,
-            str(meta.get("name")),
-            {
-                "metadata": {"resourceVersion": meta.get("resourceVersion")},
-                "spec": {"hard": patch_hard},
-            },
-            str(meta.get("namespace")),
+            name,
+            {"metadata": {"resourceVersion": version}, "spec": {"hard": patch_hard}},
+            namespace,
             dry_run=dry_run,
         )
 

@@ -65,12 +65,12 @@ class _Planned:
 class QuotaReconciler:
     """Registers the per-namespace reconcile on a Management's factories."""
 
-    def __init__(self, management: Management, writer: QuotaWriter | None = None) -> None:
+    def __init__(self, management: Management) -> None:
         self.management = management
         self.namespaces = management.controllers.namespaces()
         self.inputs = PlanInputs(management, self.namespaces.enqueue_key)
         """The informers and views plans read (inputs.py)."""
-        self.writer = writer or QuotaWriter(management.client, management.clock)
+        self.writer = QuotaWriter(management.client, management.clock)
         """Every write of ours and its permission gate (controller/quotawriter.py)."""
         self.metrics = QuotaMetrics(management.registry)
         self.reports = NamespaceReports(self.metrics, management.recorder, self.inputs.refusals)
@@ -263,8 +263,8 @@ def requeue(
     return namespace
 
 
-def register(management: Management, writer: QuotaWriter | None = None) -> QuotaReconciler:
-    """The room mode's reconcile on the namespace controller, writing through `writer`."""
-    reconciler = QuotaReconciler(management, writer)
+def register(management: Management) -> QuotaReconciler:
+    """The room mode's reconcile on the namespace controller."""
+    reconciler = QuotaReconciler(management)
     reconciler.register()
     return reconciler
