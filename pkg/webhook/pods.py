@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 
 from ..generic.clock import Clock
 from .admission import Request
@@ -25,33 +26,25 @@ from .resources.pod.validator import admit_locally, is_migration_target, pod_che
 log = logging.getLogger(__name__)
 
 
+@dataclass
 class PodAdmissions:
     """Decides pods; target pods wait up to `target_room_wait` seconds, woken by
     `quota_changes`, judged once more on `live` quotas when given."""
 
-    def __init__(
-        self,
-        lookups: Lookups,
-        identities: Identities,
-        metrics: WebhookMetrics,
-        clock: Clock,
-        *,
-        quota_changes: QuotaChanges,
-        target_room_wait: float,
-        ledger: AdmissionLedger,
-        reservations: LeaseReservations | None,
-        live: LiveQuotas | None,
-    ) -> None:
-        self.lookups = lookups
-        self.identities = identities
-        self.metrics = metrics
-        self.clock = clock
-        self.quota_changes = quota_changes
-        self.target_room_wait = target_room_wait
-        self.ledger = ledger
-        self.reservations = reservations
-        self.live = live
-        self._gave_up = GaveUp(clock)
+    lookups: Lookups
+    identities: Identities
+    metrics: WebhookMetrics
+    clock: Clock
+    quota_changes: QuotaChanges
+    target_room_wait: float
+    ledger: AdmissionLedger
+    """Pods admitted while room is held, until the caches show them (pod/ledger.py)."""
+    reservations: LeaseReservations | None
+    live: LiveQuotas | None
+    _gave_up: GaveUp = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._gave_up = GaveUp(self.clock)
 
     def validate(self, request: Request) -> Awaitable[None] | None:
         """Target pods may wait for their room (never denied); the others are decided at once."""

@@ -124,10 +124,10 @@ class WebhookServer:
         self.metrics = WebhookMetrics(registry)
         self.reservations = reservations
         self.pods = PodAdmissions(
-            lookups,
-            self.identities,
-            self.metrics,
-            clock,
+            lookups=lookups,
+            identities=self.identities,
+            metrics=self.metrics,
+            clock=clock,
             quota_changes=quota_changes or QuotaChanges(clock),
             target_room_wait=target_room_wait if quota_changes is not None else 0.0,
             ledger=ledger or AdmissionLedger(clock),

@@ -145,7 +145,9 @@ def settling_inputs(clock: FakeClock) -> tuple[PlanInputs, dict[str, Any], Any]:
     """Plan inputs with a finished migration listed, synced caches, and a plan without room."""
     instance = object.__new__(PlanInputs)
     instance.management = SimpleNamespace(clock=clock)
-    instance.migrations, instance.vmis, instance.pods = Informer(), Informer(), Informer()  # type: ignore[assignment]
+    instance.informers = SimpleNamespace(  # type: ignore[assignment]
+        migrations=Informer(), vmis=Informer(), pods=Informer()
+    )
     instance.migration_views = NamespaceViews()
     instance.settled_migrations = SettledMigrations(after=60)
     done = finished("done")
@@ -173,12 +175,12 @@ def test_nothing_is_set_aside_before_the_caches_a_room_depends_on_have_synced() 
     may miss the source pod a finished migration still waits for."""
     clock = FakeClock()
     instance, done, planned = settling_inputs(clock)
-    instance.pods = Informer(synced=False)  # type: ignore[assignment]
+    instance.informers.pods = Informer(synced=False)  # type: ignore[misc]
     for _ in range(3):
         instance.set_aside_settled("ns", planned.snapshot, planned.plan)
         clock.step(60)
     assert instance.migration_views.namespace("ns") == [done]
-    instance.pods = Informer()  # type: ignore[assignment]
+    instance.informers.pods = Informer()  # type: ignore[misc]
     instance.set_aside_settled("ns", planned.snapshot, planned.plan)
     clock.step(60)
     instance.set_aside_settled("ns", planned.snapshot, planned.plan)

@@ -13,24 +13,19 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from ...apis.harvester import RATIO_SETTING, SETTINGS
 from ...apis.kubevirt import (
     CONDITION_REJECTED_BY_QUOTA,
-    KUBEVIRTS,
     LABEL_MIGRATION_JOB,
     PHASE_PENDING,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
 )
-from ...config.kubevirt import settings_from
 from ...config.management import Management
 from ...generic.meta import labels, metadata, status
-from ...generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS, Object
+from ...generic.resource import Object
 from ...util.launcher import LauncherSettings, launcher_quota_usage
 from ...util.migrationlimits import RECHECK_SECONDS, held_back, migration_limits, takes_slot
-from ...util.podusage import strip_pod_to_quota_fields
 from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.mtq import Blocked
+from ..informers import QuotaInformers
 
 log = logging.getLogger(__name__)
 
@@ -48,23 +43,15 @@ class BlockedMigrations:
 
     def __init__(self, management: Management) -> None:
         self.management = management
-        factory = management.informers
-        self.quotas = factory.informer(RESOURCE_QUOTAS)
-        self.migrations = factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
-        self.vmis = factory.informer(VIRTUAL_MACHINE_INSTANCES)
-        self.pods = factory.informer(PODS, transform=strip_pod_to_quota_fields)
-        if not self.pods.store.has_index(TARGET_INDEX):
-            self.pods.store.add_indexers({TARGET_INDEX: _target_index})
-        self.kubevirts = factory.informer(KUBEVIRTS, optional=True)
-        self.limit_ranges = factory.informer(LIMIT_RANGES)
-        self.settings = factory.informer(
-            SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
-        )
+        self.informers = QuotaInformers.of(management)
+        pods = self.informers.pods
+        if not pods.store.has_index(TARGET_INDEX):
+            pods.store.add_indexers({TARGET_INDEX: _target_index})
         self.namespaces = management.controllers.namespaces()
 
     def has_target(self, uid: str) -> bool:
         """Whether a target pod of the migration with `uid` exists (in the cache)."""
-        return bool(self.pods.store.by_index(TARGET_INDEX, uid))
+        return bool(self.informers.pods.store.by_index(TARGET_INDEX, uid))
 
     def blocked(self, namespace: str, migrations: Sequence[Object]) -> list[Blocked]:
         """The namespace's blocked migrations among `migrations`, sized."""
@@ -77,7 +64,7 @@ class BlockedMigrations:
         them; the namespace is looked at again RECHECK_SECONDS later."""
         if not blocked:
             return frozenset()
-        kubevirts = self.kubevirts.store.objects()
+        kubevirts = self.informers.kubevirts.store.objects()
         limits = migration_limits(kubevirts[0] if kubevirts else None)
         running = self._running_source_nodes()
         held = frozenset(
@@ -92,7 +79,7 @@ class BlockedMigrations:
     def _running_source_nodes(self) -> list[str | None]:
         """The source node of every migration in the cluster that takes a parallel slot."""
         nodes = []
-        for migration in self.migrations.store.objects():
+        for migration in self.informers.migrations.store.objects():
             phase = str(status(migration).get("phase") or PHASE_PENDING)
             uid = str(metadata(migration).get("uid"))
             if takes_slot(phase, self.has_target(uid)):
@@ -102,7 +89,7 @@ class BlockedMigrations:
         return nodes
 
     def _source_node(self, namespace: str, vmi_name: str) -> str | None:
-        vmi = self.vmis.store.get(f"{namespace}/{vmi_name}")
+        vmi = self.informers.vmis.store.get(f"{namespace}/{vmi_name}")
         node = status(vmi).get("nodeName") if vmi is not None else None
         return str(node) if node else None
 
@@ -121,7 +108,7 @@ class BlockedMigrations:
         if self.has_target(uid):
             return None
         vmi_name = str((migration.get("spec") or {}).get("vmiName"))
-        vmi = self.vmis.store.get(f"{namespace}/{vmi_name}")
+        vmi = self.informers.vmis.store.get(f"{namespace}/{vmi_name}")
         if vmi is None:
             return None
         try:
@@ -135,15 +122,10 @@ class BlockedMigrations:
     def launcher_settings(self, namespace: str) -> LauncherSettings:
         """The launcher settings in force for `namespace`: as the room mode reads them, with the
         namespace's LimitRange defaults (admission adds them to the target pod)."""
-        kubevirts, ratio = self.kubevirts.store.objects(), self.settings.store.objects()
-        settings = settings_from(
-            kubevirts[0] if kubevirts else None,
-            ratio[0] if ratio else None,
-            configured_version=self.management.options.kubevirt_version,
-        )
-        quotas = self.quotas.store.by_index("namespace", namespace)
+        settings = self.informers.kubevirt_settings()
+        quotas = self.informers.quotas.store.by_index("namespace", namespace)
         return settings.for_namespace(
             quotas,
             self.namespaces.cached(None, namespace),
-            self.limit_ranges.store.by_index("namespace", namespace),
+            self.informers.limit_ranges.store.by_index("namespace", namespace),
         )

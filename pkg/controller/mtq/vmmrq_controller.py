@@ -102,7 +102,8 @@ class MtqReconciler:
         self.vmmrqs = management.informers.informer(VMMRQS, optional=True)
         self.blocked = BlockedMigrations(management)
         """The informers a plan reads, and the blocked migrations in them (blocked.py)."""
-        self.quotas, self.migrations = self.blocked.quotas, self.blocked.migrations
+        self.quotas = self.blocked.informers.quotas
+        self.migrations = self.blocked.informers.migrations
         self.namespaces = management.controllers.namespaces()
         self.windows = ExpiredWindows(
             management.clock,
@@ -131,12 +132,12 @@ class MtqReconciler:
         # Quotas, migrations and target pods matter only where a VMMRQ is: elsewhere their
         # events (virt-controller's status writes, several a second per migration) would queue
         # namespace reconciles that MTQ leaves at once and the room mode does not need.
-        for informer in (self.quotas, self.migrations, self.blocked.limit_ranges):
+        for informer in (self.quotas, self.migrations, self.blocked.informers.limit_ranges):
             controller.watch_related(
                 informer, self._where_managed(_namespace_of), name=f"mtq {informer.name}"
             )
         controller.watch_related(
-            self.blocked.pods,
+            self.blocked.informers.pods,
             self._where_managed(_targets_namespace),
             name="mtq target pods",
             relevant=_labels_changed,

@@ -14,19 +14,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ...apis.harvester import RATIO_SETTING, SETTINGS
-from ...apis.kubevirt import (
-    KUBEVIRTS,
-    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-    VIRTUAL_MACHINE_INSTANCES,
-)
-from ...config.kubevirt import settings_from
 from ...config.management import Management
 from ...generic.meta import metadata
-from ...generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS, Object
+from ...generic.resource import Object
 from ...generic.views import NamespaceViews
-from ...util.launcher import LauncherSettings
-from ...util.podusage import strip_pod_to_quota_fields
 from ...util.resourcequota.managed import is_managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.planviews import (
@@ -38,6 +29,7 @@ from ...util.resourcequota.planviews import (
 )
 from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
 from ...util.resourcequota.settled import SettledMigrations
+from ..informers import QuotaInformers
 from .refusals import RefusalTracker
 
 log = logging.getLogger(__name__)
@@ -58,32 +50,21 @@ class PlanInputs:
     def __init__(self, management: Management, changed: Callable[[str], None]) -> None:
         self.management = management
         self.changed = changed
-        factory = management.informers
-        self.quotas = factory.informer(RESOURCE_QUOTAS)
-        self.migrations = factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
-        self.vmis = factory.informer(VIRTUAL_MACHINE_INSTANCES)
-        self.pods = factory.informer(PODS, transform=strip_pod_to_quota_fields)
+        self.informers = QuotaInformers.of(management)
+        informers = self.informers
         self.pod_index = PodIndex()
         """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
-        self.pods.store.add_view(PodIndex.VIEW, pod_view, self._pod_changed)
+        informers.pods.store.add_view(PodIndex.VIEW, pod_view, self._pod_changed)
         self.migration_views: NamespaceViews[Object] = NamespaceViews(changed)
         """Every namespace's migrations as the plan reads them (planviews.migration_plan_view)."""
         self.refusals = RefusalTracker(management.clock)
         """Quota refusals as the migrations' changes showed them (refusals.py)."""
-        self.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)
+        informers.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)
         self.vmi_facts: NamespaceViews[VmiFacts] = NamespaceViews(changed)
         """Every namespace's VMIs as the plan reads them (planviews.VmiFacts)."""
-        self.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
-        self.usages = RenderedUsages(self.vmi_facts, self.vmis.store.get)
+        informers.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
+        self.usages = RenderedUsages(self.vmi_facts, informers.vmis.store.get)
         """Room estimates, rendered once per VM shape and settings."""
-        # What sizes a room besides the VMI: Harvester's overhead-ratio setting and the KubeVirt
-        # CR (both optional kinds), and the LimitRanges, whose defaults fill what a launcher
-        # container leaves unset, as admission does (util/launcher/limitrange.py).
-        self.settings = factory.informer(
-            SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
-        )
-        self.kubevirts = factory.informer(KUBEVIRTS, optional=True)
-        self.limit_ranges = factory.informer(LIMIT_RANGES)
         self.settled_migrations = SettledMigrations()
         """Finished migrations planned without room, set aside from plans after a grace
         (settled.py)."""
@@ -106,7 +87,7 @@ class PlanInputs:
         return sorted(
             {
                 ns
-                for q in self.quotas.store.objects()
+                for q in self.informers.quotas.store.objects()
                 if is_managed_quota(q)
                 for ns in namespace_of(q)
             }
@@ -114,7 +95,8 @@ class PlanInputs:
 
     def synced(self) -> bool:
         """Whether the caches a room depends on (migrations, VMIs, pods) have synced."""
-        return all(i.has_synced() for i in (self.migrations, self.vmis, self.pods))
+        informers = self.informers
+        return all(i.has_synced() for i in (informers.migrations, informers.vmis, informers.pods))
 
     def set_aside_settled(self, key: str, snapshot: NamespaceSnapshot, plan: QuotaPlan) -> None:
         """Takes the namespace's settled finished migrations out of what its plans read, once
@@ -135,16 +117,6 @@ class PlanInputs:
         """The namespace is no longer ours: its settled migrations are forgotten."""
         self.settled_migrations.forget(namespace)
 
-    def kubevirt_settings(self) -> LauncherSettings:
-        """The cluster-wide launcher settings in force now, from the caches."""
-        kubevirts = self.kubevirts.store.objects()
-        settings = self.settings.store.objects()
-        return settings_from(
-            kubevirts[0] if kubevirts else None,
-            settings[0] if settings else None,
-            configured_version=self.management.options.kubevirt_version,
-        )
-
     def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
         """What a plan of `namespace` reads now, with `quota` its managed quota of `quotas`."""
         name = str(metadata(namespace).get("name"))
@@ -155,8 +127,8 @@ class PlanInputs:
             vmis=NamespaceVmis(self.vmi_facts, name),
             pods=self.pod_index.namespace(name),
             now=self.management.clock.now(),
-            launcher=self.kubevirt_settings().for_namespace(
-                quotas, namespace, self.limit_ranges.store.by_index("namespace", name)
+            launcher=self.informers.kubevirt_settings().for_namespace(
+                quotas, namespace, self.informers.limit_ranges.store.by_index("namespace", name)
             ),
             mode=self.management.options.mode,
             usage=self.usages.usage,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ...config.metrics import QuotaMetrics
@@ -39,30 +40,21 @@ PROJECT_RECHECK: Final = 30.0
 may be raised meanwhile; nothing else queues the namespace then)."""
 
 
+@dataclass
 class RancherPath:
     """Which namespaces' raises go through Rancher's annotation, and those writes."""
 
-    def __init__(
-        self,
-        writer: QuotaWriter,
-        *,
-        metrics: QuotaMetrics,
-        recorder: EventRecorder,
-        project_room: ProjectRoom,
-        reports: NamespaceReports,
-        writes: Counter[str],
-    ) -> None:
-        self.writer = writer
-        self.metrics = metrics
-        self.recorder = recorder
-        self.project_room = project_room
-        self.reports = reports
-        self.writes = writes
-        """Quota writes per namespace, shared with the reconcile's (an annotation write counts)."""
-        self.protected: set[str] = set()
-        """Namespaces where Rancher refused a write of its default quota: raises there go
-        through its annotation from then on. Per namespace, and only on Rancher's own refusal:
-        another policy's denial in one namespace changes nothing elsewhere."""
+    writer: QuotaWriter
+    metrics: QuotaMetrics
+    recorder: EventRecorder
+    project_room: ProjectRoom
+    reports: NamespaceReports
+    writes: Counter[str]
+    """Quota writes per namespace, shared with the reconcile's (an annotation write counts)."""
+    protected: set[str] = field(default_factory=set, init=False)
+    """Namespaces where Rancher refused a write of its default quota: raises there go
+    through its annotation from then on. Per namespace, and only on Rancher's own refusal:
+    another policy's denial in one namespace changes nothing elsewhere."""
 
     def through(self, namespace: Object, plan: QuotaPlan) -> bool:
         """Whether this namespace's plan goes through Rancher's annotation: the base is Rancher's

@@ -104,12 +104,14 @@ class QuotaReconciler:
         quota is left alone here once any raise of ours there is given back (handover.py)."""
 
     def register(self) -> None:
-        controller, inputs = self.namespaces, self.inputs
-        controller.watch_related(inputs.quotas, namespace_of, name=inputs.quotas.name)
-        controller.watch_related(inputs.limit_ranges, namespace_of, name=inputs.limit_ranges.name)
+        controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
+        controller.watch_related(informers.quotas, namespace_of, name=informers.quotas.name)
+        controller.watch_related(
+            informers.limit_ranges, namespace_of, name=informers.limit_ranges.name
+        )
         # Migrations and VMIs queue their namespace from their views (inputs.py): only changes
         # the plan reads, not virt-controller's and virt-handler's status writes.
-        for informer in (inputs.settings, inputs.kubevirts):
+        for informer in (informers.settings, informers.kubevirts):
             controller.watch_related(informer, inputs.managed_namespaces, name=informer.name)
         controller.on_change(HANDLER, self.reconcile)
 
@@ -177,7 +179,7 @@ class QuotaReconciler:
 
     def _raise_left(self, key: str, namespace: Object) -> bool:
         """Whether a raise of ours still stands in the namespace (as we last wrote it)."""
-        quota = managed_quota(self.inputs.quotas.store.by_index("namespace", key))
+        quota = managed_quota(self.inputs.informers.quotas.store.by_index("namespace", key))
         if quota is not None:
             quota = self.spec_writes.newest(key, quota)
         return room_raise_left(quota, self.room_label.newest(key, namespace))
@@ -187,7 +189,7 @@ class QuotaReconciler:
         without a managed quota. With `release`, the plan of a namespace with no migration
         (every room given back: a namespace handed over to MTQ mode). Pure but for reading: no
         write, no Event, no metric."""
-        quotas = self.inputs.quotas.store.by_index("namespace", key)
+        quotas = self.inputs.informers.quotas.store.by_index("namespace", key)
         quota = managed_quota(quotas)
         if quota is None:
             return None
