@@ -1,6 +1,7 @@
 """`harvester-quota run`: the controllers, leader-elected, with health and metrics endpoints.
 
-Only the leader runs informers and controllers (one writer per quota, principle 1). Standby
+Only the leader runs informers and controllers, so every quota write is the leader's (principle 2:
+one planner per namespace, conditional writers, all through controller/quotawriter.py). Standby
 replicas keep /healthz answering and campaign for the Lease; when the leader stops (a node drain
 evicts it, an upgrade replaces it), it releases the Lease and a standby takes over within the
 retry period, then recomputes every namespace from the cluster: nothing is lost in between.

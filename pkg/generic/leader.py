@@ -1,6 +1,7 @@
 """Leader election on a coordination.k8s.io Lease, as client-go's leaderelection does it.
 
-Only one replica of the controllers may write quotas at a time (principle 1: single writer). The
+Only one replica of the controllers may write quotas at a time (principle 2: conditional writers,
+in one process). The
 Lease records a holder and a renew time; a candidate takes it over once the holder has not renewed
 for ``lease_duration``. Expiry is judged by *local* observation time (when this process last saw the
 record change), never by comparing the holder's timestamps with our clock, so clock skew between

@@ -19,7 +19,8 @@ separate plain-HTTP port (`serve`'s metrics_address) meant to be reachable by mo
 
 Its collaborators, one concern each: caches.py (what the validators read), tls.py (certificates
 and the client check), connections.py (bounds on connections, bodies and admissions at once),
-metrics.py (the metrics and their endpoint).
+metrics.py (the metrics and their endpoint), pods.py (which rule a pod meets, a target pod's
+wait); `answer_review` turns a validator's verdict into the AdmissionReview answer.
 """
 
 from __future__ import annotations
@@ -53,20 +54,18 @@ from .connections import (
     ConnectionGuard,
 )
 from .metrics import METRICS_PORT, WebhookMetrics, start_metrics_endpoint
+from .pods import PodAdmissions
 from .resources.common import Identities, Lookups
-from .resources.mtq.validator import active_lock, is_lock_target, validate_locked
+from .resources.mtq.validator import validate_locked
 from .resources.namespace.validator import validate_namespace_update
 from .resources.pod.ledger import AdmissionLedger
 from .resources.pod.reservations import COLLECT_AFTER, LeaseReservations
 from .resources.pod.targets import (
     TARGET_ROOM_WAIT,
-    GaveUp,
     LiveQuotas,
     QuotaChanges,
-    admit_target,
     live_quotas,
 )
-from .resources.pod.validator import admit_locally, is_migration_target, pod_check
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm_start
 from .tls import CERT_RELOAD_INTERVAL, ClientAuth, RefusalLog, ReloadingTLS, common_name
@@ -114,10 +113,6 @@ class WebhookServer:
         (targets.live_quotas), a target pod that fits on the cached quota is judged once more on
         the quota as the API server has it now."""
         self.lookups = lookups
-        self.quota_changes = quota_changes or QuotaChanges(clock)
-        self.target_room_wait = target_room_wait if quota_changes is not None else 0.0
-        self._gave_up = GaveUp(clock)
-        self._live = live
         self.header_timeout, self.body_timeout = header_timeout, body_timeout
         self.max_connections = max_connections
         self._set_up_admission_gate(tls, client_auth, max_admissions, admission_wait, clock)
@@ -127,9 +122,20 @@ class WebhookServer:
         self._ready = ready
         self._clock = clock
         self.metrics = WebhookMetrics(registry)
-        self.ledger = ledger or AdmissionLedger(clock)
-        """Pods admitted while room is held, until the caches show them (pod/ledger.py)."""
         self.reservations = reservations
+        self.pods = PodAdmissions(
+            lookups=lookups,
+            identities=self.identities,
+            metrics=self.metrics,
+            clock=clock,
+            quota_changes=quota_changes or QuotaChanges(clock),
+            target_room_wait=target_room_wait if quota_changes is not None else 0.0,
+            ledger=ledger or AdmissionLedger(clock),
+            reservations=reservations,
+            live=live,
+        )
+        """The pods endpoint's rules and target pods' waits (pods.py)."""
+        self.quota_changes = self.pods.quota_changes
         self._collector: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
@@ -142,54 +148,10 @@ class WebhookServer:
                 lambda r: validate_quota_update(r, self.lookups, self.identities),
             ),
             "virtualmachines": ("VirtualMachine", lambda r: validate_vm_start(r, self.lookups)),
-            "pods": ("Pod", self._validate_pod),
+            "pods": ("Pod", self.pods.validate),
             "mtq-lock": ("", lambda r: validate_locked(r, self.lookups, self.identities)),
         }
         """Endpoint -> (the kind it validates, "" for any; its validator)."""
-
-    def _validate_pod(self, request: Request) -> Awaitable[None] | None:
-        """Target pods may wait for their room (never denied); the others are decided at once."""
-        lock = active_lock(self.lookups, request.namespace)
-        if lock is not None and is_lock_target(request, self.identities, lock):
-            return None  # MTQ raised the quota for it: nothing to wait for, nothing to check
-        if is_migration_target(request, self.identities):
-            return self._admit_target(request)
-        check = pod_check(request, self.lookups, self.identities)
-        if check is None:
-            return None
-        if self.reservations is None or request.dry_run:
-            # A dry run is decided as this replica sees it and reserves nothing, anywhere.
-            admit_locally(check, self.ledger, dry_run=request.dry_run)
-            return None
-        return self.reservations.admit(check)
-
-    async def _admit_target(self, request: Request) -> None:
-        admission = await admit_target(
-            request,
-            self.lookups,
-            self.quota_changes,
-            self._clock,
-            wait=self.target_room_wait,
-            gave_up=self._gave_up,
-            live=self._live,
-        )
-        self.metrics.target_pods.labels(admission.outcome).inc()
-        self.metrics.target_wait.observe(admission.waited)
-        subject = f"{request.namespace}/{request.name or '(generated name)'}"
-        if admission.short:
-            missing = "; ".join(
-                f"{s.key} needs {s.needed}, {s.free} left of {s.limit}" for s in admission.short
-            )
-            log.warning(
-                "migration target pod %s let through after %.2fs without room (%s): %s; "
-                "quota admission decides",
-                subject,
-                admission.waited,
-                admission.outcome,
-                missing,
-            )
-        elif admission.waited > 0:
-            log.info("migration target pod %s fitted after %.2fs", subject, admission.waited)
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
@@ -293,48 +255,9 @@ class WebhookServer:
             self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
 
     async def review(self, endpoint: str, body: bytes) -> web.Response:
-        """Answers one AdmissionReview body for an endpoint."""
+        """Answers one AdmissionReview body for an endpoint (`answer_review`)."""
         kind, validate = self.validators[endpoint]
-        try:
-            request = parse_review(body)
-            if kind and request.kind != kind:
-                raise Denied(
-                    f"this endpoint validates {kind} objects, not {request.kind}", code=400
-                )
-            waiting = validate(request)
-            if waiting is not None:
-                await waiting
-        except BadReview as error:
-            log.warning("%s: unparseable AdmissionReview: %s", endpoint, error)
-            self.metrics.requests.labels(endpoint, "bad-request").inc()
-            if error.uid is None:
-                return web.Response(status=400, text=f"cannot parse the AdmissionReview: {error}")
-            denial = Denied(f"cannot parse the AdmissionReview: {error}", code=400)
-            return self._json(review_response(error.uid, denial))
-        except Denied as denial:
-            log.info(
-                "%s: denied %s %s/%s for %s: %s",
-                endpoint,
-                request.operation,
-                request.namespace,
-                request.name,
-                request.username,
-                denial.message,
-            )
-            self.metrics.requests.labels(endpoint, "denied").inc()
-            return self._json(review_response(request.uid, denial))
-        except Exception:
-            log.exception(
-                "%s: validator failed; the API server applies the failure policy", endpoint
-            )
-            self.metrics.requests.labels(endpoint, "error").inc()
-            return web.Response(status=500, text="internal error in the validator")
-        self.metrics.requests.labels(endpoint, "allowed").inc()
-        return self._json(review_response(request.uid))
-
-    @staticmethod
-    def _json(body: bytes) -> web.Response:
-        return web.Response(body=body, content_type="application/json")
+        return await answer_review(endpoint, kind, validate, body, self.metrics)
 
     async def start(self) -> int:
         """Listens (TLS if configured); returns the port (useful with port 0)."""
@@ -395,6 +318,51 @@ class WebhookServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+async def answer_review(
+    endpoint: str, kind: str, validate: Validator, body: bytes, metrics: WebhookMetrics
+) -> web.Response:
+    """Answers one AdmissionReview `body` for `endpoint`, which validates `kind` objects ("" for
+    any) with `validate`: allowed, denied with the validator's reason, a denial (or 400 without
+    a uid) for a body that cannot be parsed, 500 for a validator that failed (the API server
+    applies the endpoint's failure policy)."""
+    try:
+        request = parse_review(body)
+        if kind and request.kind != kind:
+            raise Denied(f"this endpoint validates {kind} objects, not {request.kind}", code=400)
+        waiting = validate(request)
+        if waiting is not None:
+            await waiting
+    except BadReview as error:
+        log.warning("%s: unparseable AdmissionReview: %s", endpoint, error)
+        metrics.requests.labels(endpoint, "bad-request").inc()
+        if error.uid is None:
+            return web.Response(status=400, text=f"cannot parse the AdmissionReview: {error}")
+        denial = Denied(f"cannot parse the AdmissionReview: {error}", code=400)
+        return _json(review_response(error.uid, denial))
+    except Denied as denial:
+        log.info(
+            "%s: denied %s %s/%s for %s: %s",
+            endpoint,
+            request.operation,
+            request.namespace,
+            request.name,
+            request.username,
+            denial.message,
+        )
+        metrics.requests.labels(endpoint, "denied").inc()
+        return _json(review_response(request.uid, denial))
+    except Exception:
+        log.exception("%s: validator failed; the API server applies the failure policy", endpoint)
+        metrics.requests.labels(endpoint, "error").inc()
+        return web.Response(status=500, text="internal error in the validator")
+    metrics.requests.labels(endpoint, "allowed").inc()
+    return _json(review_response(request.uid))
+
+
+def _json(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
 
 
 async def serve(

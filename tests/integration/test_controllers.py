@@ -174,7 +174,7 @@ async def test_a_quota_write_never_overwrites_an_edit_made_after_the_plan(
         )
     )
     with pytest.raises(errors.Conflict):
-        await controllers.reconciler._write(planned_from, stale_patch, plan)
+        await controllers.reconciler.spec_writes.write(planned_from, stale_patch, plan)
     await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")
     assert (await kv.quota())["spec"]["hard"]["pods"] == "20"
 
@@ -220,7 +220,7 @@ async def test_a_quota_write_is_not_refused_for_a_status_change_made_after_the_p
         RESOURCE_QUOTAS, name, status_write, kv.namespace, subresource="status"
     )
     assert after["metadata"]["resourceVersion"] != planned_from["metadata"]["resourceVersion"]
-    await controllers.reconciler._write(planned_from, patch, plan)
+    await controllers.reconciler.spec_writes.write(planned_from, patch, plan)
     assert (await kv.quota())["spec"]["hard"]["pods"] == "11"
 
 
@@ -246,7 +246,7 @@ async def test_a_quota_write_is_refused_for_a_metadata_change_the_plan_read(
     name = planned_from["metadata"]["name"]
     await kv.api.patch(RESOURCE_QUOTAS, name, edit, kv.namespace)
     with pytest.raises(errors.Conflict):
-        await controllers.reconciler._write(planned_from, patch, plan)
+        await controllers.reconciler.spec_writes.write(planned_from, patch, plan)
     assert "pods" not in (await kv.quota())["spec"]["hard"]
 
 
@@ -262,7 +262,7 @@ async def test_a_raise_is_in_status_hard_when_the_write_returns(
         RESOURCE_QUOTAS, name, {"spec": {"hard": {"limits.cpu": "9"}}}, kv.namespace
     )
     assert raised["status"].get("hard", {}).get("limits.cpu") != "9", "the spec write alone"
-    published = await controllers.reconciler._publish_hard(raised)
+    published = await controllers.reconciler.writer.copy_hard_to_status(raised)
     assert published["status"]["hard"]["limits.cpu"] == "9"
 
 
@@ -284,7 +284,7 @@ async def test_a_raise_is_published_over_a_status_written_since_and_never_over_a
     client = controllers.management.client
     client.add_request_observer(requests)
     try:
-        published = await controllers.reconciler._publish_hard(raised)
+        published = await controllers.reconciler.writer.copy_hard_to_status(raised)
     finally:
         client.remove_request_observer(requests)
     assert [m for m, path in requests.seen if path.endswith(f"/{name}/status")] == ["PATCH"]
@@ -301,7 +301,7 @@ async def test_a_raise_is_published_over_a_status_written_since_and_never_over_a
     requests = RequestLog()
     client.add_request_observer(requests)
     try:
-        assert await controllers.reconciler._publish_hard(raised) is raised
+        assert await controllers.reconciler.writer.copy_hard_to_status(raised) is raised
     finally:
         client.remove_request_observer(requests)
     assert requests.answers_to(f"/{name}/status") == [("PATCH", "422")]

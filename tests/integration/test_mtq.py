@@ -24,7 +24,7 @@ from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
 from harvester_quota.apis.mtq import VMMRQS
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
-from harvester_quota.controller.mtq.vmmrq_controller import FINALIZER
+from harvester_quota.controller.mtq.writes import FINALIZER
 from harvester_quota.explain import explain
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient

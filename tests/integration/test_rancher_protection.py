@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
-from harvester_quota.controller.resourcequota.resourcequota_controller import (
-    PROJECT_NO_ROOM_REASON,
-    RANCHER_DENIAL_REASON,
-)
+from harvester_quota.controller.resourcequota.projects import PROJECT_NO_ROOM_REASON
+from harvester_quota.controller.resourcequota.rancherwrites import RANCHER_DENIAL_REASON
 from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, RESOURCE_QUOTAS

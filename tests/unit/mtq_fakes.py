@@ -14,7 +14,8 @@ from typing import Any, cast
 from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
 from harvester_quota.apis.mtq import VMMRQS
 from harvester_quota.config.management import Management, Options
-from harvester_quota.controller.mtq.vmmrq_controller import TARGET_INDEX, MtqReconciler
+from harvester_quota.controller.mtq.blocked import TARGET_INDEX
+from harvester_quota.controller.mtq.vmmrq_controller import MtqReconciler
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import NAMESPACES, Object, Resource

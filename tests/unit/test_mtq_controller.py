@@ -14,7 +14,8 @@ from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCES,
 )
 from harvester_quota.apis.mtq import VMMRQS
-from harvester_quota.controller.mtq.vmmrq_controller import FINALIZER, MtqReconciler
+from harvester_quota.controller.mtq.vmmrq_controller import MtqReconciler
+from harvester_quota.controller.mtq.writes import FINALIZER
 from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS
 from harvester_quota.util.launcher import launcher_quota_usage
 from harvester_quota.util.quantity import Quantity
@@ -33,7 +34,7 @@ KEYS = ("requests.memory", "requests.cpu")
 
 
 def usage_of(h: Harness, instance: dict[str, Any]) -> ResourceList:
-    settings = h.reconciler()._settings("tenant")
+    settings = h.reconciler().blocked.launcher_settings("tenant")
     return launcher_quota_usage(instance, settings)
 
 

@@ -11,12 +11,16 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
-from harvester_quota.controller.resourcequota.projects import TTL, ProjectReader
-from harvester_quota.controller.resourcequota.resourcequota_controller import (
+from harvester_quota.controller.quotawriter import QuotaWriter
+from harvester_quota.controller.resourcequota.projects import (
     PROJECT_NO_ROOM_REASON,
-    PROJECT_RECHECK,
-    QuotaReconciler,
+    TTL,
+    ProjectReader,
+    ProjectRoom,
 )
+from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHECK, RancherPath
+from harvester_quota.controller.resourcequota.refusals import RefusalTracker
+from harvester_quota.controller.resourcequota.reports import NamespaceReports
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
@@ -225,22 +229,22 @@ class Recorder:
         self.events.append((str(obj["metadata"]["name"]), reason, message))
 
 
-def rancher_reconciler(client: ProjectClient, members: list[dict[str, Any]]) -> QuotaReconciler:
+def rancher_path(client: ProjectClient, members: list[dict[str, Any]]) -> RancherPath:
+    """The Rancher path on `client` (projects and namespace writes), the project's siblings
+    `members`, Events on a Recorder, `clock` a FakeClock."""
     clock = FakeClock()
-    instance = object.__new__(QuotaReconciler)
     counter = SimpleNamespace(inc=lambda *_: None)
-    instance.management = SimpleNamespace(  # type: ignore[assignment]
-        client=client, clock=clock, recorder=Recorder()
+    metrics: Any = SimpleNamespace(quota_writes=SimpleNamespace(labels=lambda *_: counter))
+    recorder: Any = Recorder()
+    path = RancherPath(
+        QuotaWriter(client, clock),  # type: ignore[arg-type]
+        metrics=metrics,
+        recorder=recorder,
+        project_room=ProjectRoom(ProjectReader(client, clock), recorder, lambda: members),  # type: ignore[arg-type]
+        reports=NamespaceReports(metrics, recorder, RefusalTracker(clock)),
+        writes=Counter(),
     )
-    instance.metrics = SimpleNamespace(  # type: ignore[assignment]
-        quota_writes=SimpleNamespace(labels=lambda *_: counter)
-    )
-    instance.writes = Counter()
-    instance.projects = ProjectReader(client, clock)  # type: ignore[arg-type]
-    instance._no_room = {}
-    store = SimpleNamespace(objects=lambda: members)
-    instance.namespaces = SimpleNamespace(informer=SimpleNamespace(store=store))  # type: ignore[assignment]
-    return instance
+    return path
 
 
 def migrating(namespace: dict[str, Any]) -> tuple[NamespaceSnapshot, dict[str, Any]]:
@@ -271,14 +275,14 @@ async def test_a_raise_the_project_has_no_room_for_is_held_back_with_one_warning
         {"limitsCpu": "8", "limitsMemory": "20000Mi"}, {"limitsCpu": "3", "limitsMemory": "5000Mi"}
     )
     client = ProjectClient(project)
-    instance = rancher_reconciler(client, [ns, full])
+    instance = rancher_path(client, [ns, full])
     snapshot, quota = migrating(ns)
     plan = plan_quota(snapshot)
     assert plan.holds_room and plan.base is not None and plan.base.source == "rancher"
 
-    assert await instance._write_rancher_annotation(ns, quota, plan, snapshot) == PROJECT_RECHECK
+    assert await instance.write(ns, quota, plan, snapshot) == PROJECT_RECHECK
     assert client.patches == [], "no raise written"
-    recorder = instance.management.recorder
+    recorder: Any = instance.recorder
     warnings = [(name, message) for name, reason, message in recorder.events]
     assert {name for name, _ in warnings} == {quota["metadata"]["name"], "ns", "m1"}
     assert all(
@@ -286,15 +290,17 @@ async def test_a_raise_the_project_has_no_room_for_is_held_back_with_one_warning
         for _, reason, message in recorder.events
     )
     assert "limits.cpu" in warnings[0][1]
-    await instance._write_rancher_annotation(ns, quota, plan, snapshot)
+    await instance.write(ns, quota, plan, snapshot)
     assert len(recorder.events) == 3, "once per change"
 
     roomy = project_object(
         {"limitsCpu": "20", "limitsMemory": "40000Mi"}, {"limitsCpu": "3", "limitsMemory": "5000Mi"}
     )
     client.project = roomy
-    instance.management.clock.step(TTL)
-    assert await instance._write_rancher_annotation(ns, quota, plan, snapshot) is None
+    clock = instance.project_room.reader.clock
+    assert isinstance(clock, FakeClock)
+    clock.step(TTL)
+    assert await instance.write(ns, quota, plan, snapshot) is None
     (written,) = client.patches
     annotations = written["metadata"]["annotations"]
     assert annotations[ANNOTATION_RANCHER_BASE] == SEED
@@ -316,11 +322,12 @@ async def test_a_raise_rancher_marked_as_not_fitting_gets_the_project_warning() 
     rancher = "Resource quota [limits.cpu=5015m] exceeds project limit"
     annotations["cattle.io/status"] = condition(False, rancher)
     client = ProjectClient(None, refuse=True)
-    instance = rancher_reconciler(client, [ns])
+    instance = rancher_path(client, [ns])
     snapshot, quota = migrating(ns)
     plan = plan_quota(snapshot)
-    assert await instance._write_rancher_annotation(ns, quota, plan, snapshot) == PROJECT_RECHECK
+    assert await instance.write(ns, quota, plan, snapshot) == PROJECT_RECHECK
     assert client.patches == []
-    messages = {message for _, _, message in instance.management.recorder.events}
+    recorder: Any = instance.recorder
+    messages = {message for _, _, message in recorder.events}
     (message,) = messages
     assert message.startswith(NO_ROOM) and rancher in message

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
+from harvester_quota.controller.resourcequota.inputs import PlanInputs
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker, refused_by_quota
-from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
+from harvester_quota.controller.resourcequota.reports import NamespaceReports
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.util.resourcequota.planviews import migration_plan_view
@@ -128,23 +128,22 @@ def test_the_reconcile_counts_a_refusal_its_run_came_too_late_to_see() -> None:
     CI-equivalent when counted from what the reconcile saw)."""
     clock = FakeClock()
     registry = CollectorRegistry()
-    instance = object.__new__(QuotaReconciler)
-    instance.management = SimpleNamespace(clock=clock)  # type: ignore[assignment]
-    instance.metrics = QuotaMetrics(registry)
-    instance.refusals = RefusalTracker(clock)
-    instance.migration_views = NamespaceViews()
-    instance._migration_changed(KEY, refused())
+    inputs = object.__new__(PlanInputs)
+    inputs.refusals = RefusalTracker(clock)
+    inputs.migration_views = NamespaceViews()
+    reports = NamespaceReports(QuotaMetrics(registry), None, inputs.refusals)  # type: ignore[arg-type]
+    inputs._migration_changed(KEY, refused())
     clock.step(0.5)
-    instance._migration_changed(KEY, pending())
-    instance._migration_changed(KEY, started())
-    instance._count_refusals("ns")
-    instance._count_refusals("ns")
+    inputs._migration_changed(KEY, pending())
+    inputs._migration_changed(KEY, started())
+    reports._count_refusals("ns")
+    reports._count_refusals("ns")
     assert (
         registry.get_sample_value("harvester_quota_target_pods_refused_total", {"namespace": "ns"})
         == 1
     )
     assert registry.get_sample_value("harvester_quota_migration_blocked_seconds_count") == 1
     assert registry.get_sample_value("harvester_quota_migration_blocked_seconds_sum") == 0.5
-    assert [shown["status"] for shown in instance.migration_views.namespace("ns")] == [
+    assert [shown["status"] for shown in inputs.migration_views.namespace("ns")] == [
         started()["status"]
     ]

@@ -1,22 +1,35 @@
-"""The namespace reconcile's explanation of migrations refused by quota, on a recording recorder."""
+"""The room mode's namespace reconcile and its collaborators: the explanation of migrations refused
+by quota, the room-held label and its linger, the writes and their copies into status.hard, the
+Rancher path's choice, on fakes of the API server and a recording recorder."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from harvester_quota.config.management import Options
-from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
+from harvester_quota.config.metrics import QuotaMetrics
+from harvester_quota.controller.quotawriter import QuotaWriter
+from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
+from harvester_quota.controller.resourcequota.refusals import RefusalTracker
+from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.controller.resourcequota.resourcequota_controller import (
+    QuotaReconciler,
+    requeue,
+)
+from harvester_quota.controller.resourcequota.roomlabel import RoomHeldLabel
+from harvester_quota.controller.resourcequota.specwrites import SpecWrites
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.controller import RetryAfter
-from harvester_quota.generic.permission import FIRST_RETRY, Permission
+from harvester_quota.generic.permission import FIRST_RETRY
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
+from prometheus_client import CollectorRegistry
 
 from tests.objects import bare_launcher, managed_quota, migration, rancher_namespace, vmi
 
@@ -31,10 +44,9 @@ class RecordingRecorder:
         self.events.append((str(obj["metadata"]["name"]), kind, reason, message))
 
 
-def reconciler(recorder: RecordingRecorder) -> QuotaReconciler:
-    instance = object.__new__(QuotaReconciler)
-    instance.management = SimpleNamespace(recorder=recorder)  # type: ignore[assignment]
-    return instance
+def reports(recorder: RecordingRecorder) -> NamespaceReports:
+    metrics = QuotaMetrics(CollectorRegistry())
+    return NamespaceReports(metrics, recorder, RefusalTracker(FakeClock()))  # type: ignore[arg-type]
 
 
 def test_an_unsizable_vmi_does_not_fail_the_explanation_of_the_others() -> None:
@@ -62,7 +74,7 @@ def test_an_unsizable_vmi_does_not_fail_the_explanation_of_the_others() -> None:
     plan = plan_quota(snapshot)
     assert any("m-broken" in w and "4Gi invalid" in w for w in plan.warnings)
     recorder = RecordingRecorder()
-    reconciler(recorder)._explain_blocked(snapshot, quota, plan)
+    reports(recorder).explain_blocked(snapshot, quota, plan)
     assert [(name, reason) for name, _kind, reason, _ in recorder.events] == [
         ("m-fine", "MigrationBlockedByQuota")
     ]
@@ -85,19 +97,14 @@ class RefusingClient:
 async def test_a_refused_label_write_never_stands_between_a_migration_and_its_raise() -> None:
     """The room-held label is a guard, not a prerequisite: refused once, it is not tried again
     and the reconcile goes on to the raise."""
-    from harvester_quota.generic.ownwrites import OwnWrites
-
     client, clock = RefusingClient(), FakeClock()
-    instance = reconciler(RecordingRecorder())
-    instance.management = SimpleNamespace(client=client)  # type: ignore[assignment]
-    instance._label_permission = Permission("label namespaces", "grant it", clock)
-    instance._namespace_writes = OwnWrites()
+    label = RoomHeldLabel(QuotaWriter(client, clock), clock, 30.0)  # type: ignore[arg-type]
     namespace = rancher_namespace("ns", {"limitsCpu": "3"})
-    assert await instance._label_room_held(namespace, True) is namespace
-    assert await instance._label_room_held(namespace, True) is namespace
+    assert await label.set(namespace, True) is namespace
+    assert await label.set(namespace, True) is namespace
     assert client.patches == 1, "not retried on every reconcile"
     clock.step(FIRST_RETRY)
-    assert await instance._label_room_held(namespace, True) is namespace
+    assert await label.set(namespace, True) is namespace
     assert client.patches == 2, (
         "tried again after the backoff (an API server restart's refusals end)"
     )
@@ -171,38 +178,25 @@ def raised_quota(cpu: str) -> dict[str, Any]:
     }
 
 
-def publishing_reconciler() -> tuple[QuotaReconciler, StatusClient]:
-    from collections import Counter
-
-    from harvester_quota.config.metrics import QuotaMetrics
-    from harvester_quota.generic.newest import NewestPerKey
-    from harvester_quota.generic.ownwrites import OwnWrites
-    from prometheus_client import CollectorRegistry
-
+def publishing_writes() -> tuple[SpecWrites, StatusClient]:
     client = StatusClient()
-    recorder = RecordingRecorder()
-    instance = reconciler(recorder)
-    instance.management = SimpleNamespace(client=client, recorder=recorder)  # type: ignore[assignment]
-    instance.metrics = QuotaMetrics(CollectorRegistry())
-    instance.writes = Counter()
-    instance._status_permission = Permission("write resourcequotas/status", "", FakeClock())
-    instance._quota_writes = OwnWrites()
-    instance.publisher = NewestPerKey("copy", instance._publish_hard)
-    return instance, client
+    writer = QuotaWriter(client, FakeClock())  # type: ignore[arg-type]
+    metrics = QuotaMetrics(CollectorRegistry())
+    return SpecWrites(writer, metrics, RecordingRecorder()), client  # type: ignore[arg-type]
 
 
 RAISING = SimpleNamespace(rooms=SimpleNamespace(rooms=[]), holds_room=True)
-"""What `_write` reads of a plan: the rooms it names in its log line and Event."""
+"""What `SpecWrites.write` reads of a plan: the rooms it names in its log line and Event."""
 
 
 async def test_a_raise_does_not_wait_for_its_copy_into_status_hard() -> None:
     """The next raise of a burst waits for the namespace's reconcile to end: that must not
     include the status copy (traced: 100-170 ms a raise on a 3,000-VM namespace). The copy
     follows beside it."""
-    instance, client = publishing_reconciler()
+    instance, client = publishing_writes()
     client.hold.clear()
     spec = {"spec": {"hard": {"limits.cpu": "5"}}}
-    await asyncio.wait_for(instance._write(raised_quota("3"), spec, RAISING), timeout=5)  # type: ignore[arg-type]
+    await asyncio.wait_for(instance.write(raised_quota("3"), spec, RAISING), timeout=5)  # type: ignore[arg-type]
     assert instance.publisher.busy("ns"), "the copy is under way, not done in the reconcile"
     client.hold.set()
     await instance.publisher.idle("ns")
@@ -212,11 +206,11 @@ async def test_a_raise_does_not_wait_for_its_copy_into_status_hard() -> None:
 async def test_copies_of_one_namespace_run_one_at_a_time_the_newest_after() -> None:
     """Raises written while a copy is under way: only the newest is copied after it (an older
     one would fail its test against the newer spec anyway)."""
-    instance, client = publishing_reconciler()
+    instance, client = publishing_writes()
     client.hold.clear()
     for cpu in ("5", "6", "7"):
         spec = {"spec": {"hard": {"limits.cpu": cpu}}}
-        await instance._write(raised_quota("3"), spec, RAISING)  # type: ignore[arg-type]
+        await instance.write(raised_quota("3"), spec, RAISING)  # type: ignore[arg-type]
         await client.copying.wait()  # the first copy under way before the next raise
     client.hold.set()
     await instance.publisher.idle("ns")
@@ -226,20 +220,20 @@ async def test_copies_of_one_namespace_run_one_at_a_time_the_newest_after() -> N
 async def test_a_publish_after_someone_elses_spec_write_leaves_it_to_them() -> None:
     """The copy tests that spec.hard is still ours: if another writer changed it since, their
     value is theirs to publish, and the write we made stands as returned (no error, no retry)."""
-    instance, client = publishing_reconciler()
+    instance, client = publishing_writes()
     client.spec_changed_to = {"limits.cpu": "4"}
     ours = raised_quota("5")
-    assert await instance._publish_hard(ours) is ours
+    assert await instance.writer.copy_hard_to_status(ours) is ours
     assert client.status_patches == [{"limits.cpu": "5"}], "one request, not retried"
 
 
 async def test_a_copy_into_a_quota_deleted_since_is_nothing_to_do() -> None:
     """The copy runs beside the reconciles: the namespace may have gone since the write. That
     is no failure to report (the publisher would log it as one)."""
-    instance, client = publishing_reconciler()
+    instance, client = publishing_writes()
     client.gone = True
     ours = raised_quota("5")
-    assert await instance._publish_hard(ours) is ours
+    assert await instance.writer.copy_hard_to_status(ours) is ours
     assert client.status_patches == [{"limits.cpu": "5"}]
 
 
@@ -249,11 +243,11 @@ async def test_a_status_copy_rancher_refuses_is_left_to_kube_controller_manager_
     """rancher-webhook refuses every quota status write but kube-controller-manager's with 400
     "status is immutable": an expected refusal, not an error. The copy is skipped, and not tried
     again on every raise (a backoff), while the raise itself stands."""
-    instance, client = publishing_reconciler()
+    instance, client = publishing_writes()
     client.status_immutable = True
     ours = raised_quota("5")
-    assert await instance._publish_hard(ours) is ours
-    assert await instance._publish_hard(raised_quota("6")) is not None
+    assert await instance.writer.copy_hard_to_status(ours) is ours
+    assert await instance.writer.copy_hard_to_status(raised_quota("6")) is not None
     assert client.status_patches == [{"limits.cpu": "5"}], "one try, then the backoff"
 
 
@@ -261,7 +255,6 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
     """The label write is a round trip before the first raise of a burst; the burst's other
     migrations arrive meanwhile, so the raise is planned again from the caches after it (one
     write covering them instead of another run behind it)."""
-    instance = object.__new__(QuotaReconciler)
     namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
     labelled = {**namespace, "metadata": {**namespace["metadata"], "resourceVersion": "2"}}
     plans = iter(["one migration", "three migrations"])
@@ -269,26 +262,24 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
         return SimpleNamespace(
-            namespace=ns, quota={}, snapshot=None, plan=next(plans), labels_room=True
+            namespace=ns,
+            quota={},
+            snapshot=None,
+            plan=SimpleNamespace(name=next(plans), holds_room=True, requeue_after=None),
+            labels_room=True,
         )
 
     async def label(_ns: dict[str, Any], held: bool) -> dict[str, Any]:
         assert held
         return labelled
 
-    async def write(_ns: dict[str, Any], _quota: Any, plan: str, _snapshot: Any) -> None:
-        written.append(plan)
+    async def write(_ns: dict[str, Any], _quota: Any, plan: Any, _snapshot: Any) -> None:
+        written.append(plan.name)
 
-    instance.management = SimpleNamespace(clock=FakeClock())  # type: ignore[assignment]
-    instance._room_last_held = {}
-    instance.defer_to = lambda _key: False  # type: ignore[method-assign]
+    instance = bare_reconciler(FakeClock())
+    instance.room_label = SimpleNamespace(held_now=lambda _key: None, set=label)  # type: ignore[assignment]
     instance._plan = plan  # type: ignore[method-assign]
-    instance._label_room_held = label  # type: ignore[method-assign]
     instance._write_plan = write  # type: ignore[method-assign, assignment]
-    instance._report_warnings = lambda *_: None  # type: ignore[method-assign]
-    instance._export = lambda *_: None  # type: ignore[method-assign]
-    instance._set_aside_settled = lambda *_: None  # type: ignore[method-assign]
-    instance._requeue = lambda ns, *_: ns  # type: ignore[method-assign, assignment]
     assert await instance._reconcile("ns", namespace) is labelled
     assert written == ["three migrations"]
 
@@ -324,21 +315,30 @@ def labelled_namespace(value: str | None) -> dict[str, Any]:
     return namespace
 
 
+def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) -> QuotaReconciler:
+    """A reconciler with its room-held label on `client` and `clock`, whose reports, inputs and
+    Rancher path do nothing (tests give it the plans and writes they need)."""
+    instance = object.__new__(QuotaReconciler)
+    instance.management = SimpleNamespace(clock=clock)  # type: ignore[assignment]
+    instance.room_label = RoomHeldLabel(QuotaWriter(client, clock), clock, linger)
+    instance.defer_to = lambda _key: False  # type: ignore[method-assign]
+    nothing = SimpleNamespace(
+        warnings=lambda *_: None,
+        export=lambda *_: None,
+        set_aside_settled=lambda *_: None,
+        forget=lambda _key: None,
+    )
+    instance.reports = instance.inputs = instance.rancher = nothing  # type: ignore[assignment]
+    return instance
+
+
 def lingering_reconciler(
     linger: float,
 ) -> tuple[QuotaReconciler, LabelClient, FakeClock, list[bool]]:
     """A reconciler whose plans hold room while `holding[0]` is true, its label writes on a
     LabelClient, its clock fake, `room_held_linger` = `linger`."""
-    from harvester_quota.generic.ownwrites import OwnWrites
-
     client, clock, holding = LabelClient(), FakeClock(), [True]
-    instance = object.__new__(QuotaReconciler)
-    instance.management = SimpleNamespace(  # type: ignore[assignment]
-        client=client, clock=clock, options=Options(room_held_linger=linger)
-    )
-    instance._label_permission = Permission("label namespaces", "", clock)
-    instance._namespace_writes = OwnWrites()
-    instance._room_last_held = {}
+    instance = bare_reconciler(clock, client, linger)
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
         held = holding[0]
@@ -353,13 +353,8 @@ def lingering_reconciler(
     async def write(*_: Any) -> None:
         return None
 
-    instance.defer_to = lambda _key: False  # type: ignore[method-assign]
     instance._plan = plan  # type: ignore[method-assign]
     instance._write_plan = write  # type: ignore[method-assign, assignment]
-    instance._report_warnings = lambda *_: None  # type: ignore[method-assign]
-    instance._export = lambda *_: None  # type: ignore[method-assign]
-    instance._set_aside_settled = lambda *_: None  # type: ignore[method-assign]
-    instance._forget = lambda _key: None  # type: ignore[method-assign]
     return instance, client, clock, holding
 
 
@@ -411,13 +406,12 @@ async def test_a_label_this_process_did_not_set_lingers_from_when_it_is_first_se
 
 
 async def test_a_terminating_pod_earlier_than_the_linger_ends_runs_the_namespace_first() -> None:
-    instance, _client, _clock, _holding = lingering_reconciler(30.0)
     plan = SimpleNamespace(requeue_after=2.0)
     with pytest.raises(RetryAfter) as retry:
-        instance._requeue({}, plan, 30.0)  # type: ignore[arg-type]
+        requeue({}, plan, 30.0)  # type: ignore[arg-type]
     assert retry.value.seconds == 2.5
     with pytest.raises(RetryAfter) as retry:
-        instance._requeue({}, SimpleNamespace(requeue_after=None), 7.0)  # type: ignore[arg-type]
+        requeue({}, SimpleNamespace(requeue_after=None), 7.0)  # type: ignore[arg-type]
     assert retry.value.seconds == 7.0
 
 
@@ -464,8 +458,14 @@ def test_only_rancher_own_refusal_sends_only_that_namespace_through_its_annotati
     refusal (400 from rancher-webhook, 403 from a policy twin) counts, for its namespace only."""
     from harvester_quota.util.resourcequota.base import Base
 
-    instance = reconciler(RecordingRecorder())
-    instance._rancher_protected = set()
+    instance = RancherPath(
+        QuotaWriter(None, FakeClock()),  # type: ignore[arg-type]
+        metrics=QuotaMetrics(CollectorRegistry()),
+        recorder=RecordingRecorder(),  # type: ignore[arg-type]
+        project_room=None,  # type: ignore[arg-type]
+        reports=None,  # type: ignore[arg-type]
+        writes=Counter(),
+    )
     plan = SimpleNamespace(base=Base(hard={}, source="rancher"))
     rancher = errors.BadRequest(
         'admission webhook "rancher.cattle.io.resourcequotas" denied the request: users are '
@@ -475,9 +475,9 @@ def test_only_rancher_own_refusal_sends_only_that_namespace_through_its_annotati
     other = errors.Forbidden(
         'admission webhook "validate.kyverno.svc" denied the request: no quota edits', status=403
     )
-    assert instance._rancher_refused(rancher, plan)  # type: ignore[arg-type]
-    assert not instance._rancher_refused(other, plan)  # type: ignore[arg-type]
+    assert instance.refused(rancher, plan)  # type: ignore[arg-type]
+    assert not instance.refused(other, plan)  # type: ignore[arg-type]
     tenant_a, tenant_b = rancher_namespace("a", {"limitsCpu": "3"}), rancher_namespace("b", {})
-    instance._rancher_protected.add("a")
-    assert instance._through_rancher(tenant_a, plan)  # type: ignore[arg-type]
-    assert not instance._through_rancher(tenant_b, plan)  # type: ignore[arg-type]
+    instance.protected.add("a")
+    assert instance.through(tenant_a, plan)  # type: ignore[arg-type]
+    assert not instance.through(tenant_b, plan)  # type: ignore[arg-type]

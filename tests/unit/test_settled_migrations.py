@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
+from harvester_quota.controller.resourcequota.inputs import PlanInputs
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.util.resourcequota.plan import plan_quota
@@ -141,11 +141,13 @@ class Informer:
         return self.synced
 
 
-def settling_reconciler(clock: FakeClock) -> tuple[QuotaReconciler, dict[str, Any], Any]:
-    """A reconciler with a finished migration listed, synced caches, and a plan without room."""
-    instance = object.__new__(QuotaReconciler)
+def settling_inputs(clock: FakeClock) -> tuple[PlanInputs, dict[str, Any], Any]:
+    """Plan inputs with a finished migration listed, synced caches, and a plan without room."""
+    instance = object.__new__(PlanInputs)
     instance.management = SimpleNamespace(clock=clock)
-    instance.migrations, instance.vmis, instance.pods = Informer(), Informer(), Informer()  # type: ignore[assignment]
+    instance.informers = SimpleNamespace(  # type: ignore[assignment]
+        migrations=Informer(), vmis=Informer(), pods=Informer()
+    )
     instance.migration_views = NamespaceViews()
     instance.settled_migrations = SettledMigrations(after=60)
     done = finished("done")
@@ -157,13 +159,13 @@ def settling_reconciler(clock: FakeClock) -> tuple[QuotaReconciler, dict[str, An
     return instance, done, planned
 
 
-def test_the_reconciler_sets_settled_migrations_aside_on_its_clock() -> None:
+def test_the_plan_inputs_set_settled_migrations_aside_on_its_clock() -> None:
     clock = FakeClock()
-    instance, done, planned = settling_reconciler(clock)
-    instance._set_aside_settled("ns", planned)
+    instance, done, planned = settling_inputs(clock)
+    instance.set_aside_settled("ns", planned.snapshot, planned.plan)
     assert instance.migration_views.namespace("ns") == [done]
     clock.step(60)
-    instance._set_aside_settled("ns", planned)
+    instance.set_aside_settled("ns", planned.snapshot, planned.plan)
     assert instance.migration_views.namespace("ns") == []
     assert instance.migration_views.aside("ns") == 1
 
@@ -172,16 +174,16 @@ def test_nothing_is_set_aside_before_the_caches_a_room_depends_on_have_synced() 
     """A plan made before the pod cache synced (the process goes on after its sync timeout)
     may miss the source pod a finished migration still waits for."""
     clock = FakeClock()
-    instance, done, planned = settling_reconciler(clock)
-    instance.pods = Informer(synced=False)  # type: ignore[assignment]
+    instance, done, planned = settling_inputs(clock)
+    instance.informers.pods = Informer(synced=False)  # type: ignore[misc]
     for _ in range(3):
-        instance._set_aside_settled("ns", planned)
+        instance.set_aside_settled("ns", planned.snapshot, planned.plan)
         clock.step(60)
     assert instance.migration_views.namespace("ns") == [done]
-    instance.pods = Informer()  # type: ignore[assignment]
-    instance._set_aside_settled("ns", planned)
+    instance.informers.pods = Informer()  # type: ignore[misc]
+    instance.set_aside_settled("ns", planned.snapshot, planned.plan)
     clock.step(60)
-    instance._set_aside_settled("ns", planned)
+    instance.set_aside_settled("ns", planned.snapshot, planned.plan)
     assert instance.migration_views.aside("ns") == 1
 
 

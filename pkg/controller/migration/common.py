@@ -5,7 +5,7 @@ Kept from Harvester (pkg/controller/master/migration), because its UI and other 
 them: the VMI annotations ``harvesterhci.io/migrationUID`` and ``harvesterhci.io/migrationState``
 ("Pending migration", "Migrating", "Aborting migration"), cleared when the migration ends, and the
 VM's ``harvesterhci.io/timestamp``. Changed: these controllers never write a ResourceQuota (the
-namespace reconcile in controller/resourcequota is the single writer).
+room mode's and MTQ mode's namespace reconciles do, through controller/quotawriter.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rancher projects, read when a raise goes through Rancher's annotation.
+"""Rancher projects, read when a raise goes through Rancher's annotation, and their room.
 
 A namespace of a Rancher project names it in ``field.cattle.io/projectId`` (``<cluster>:<project>``);
 the project is a management.cattle.io/v3 Project named ``<project>`` in namespace ``<cluster>``,
@@ -12,17 +12,27 @@ project that is not there (no such kind, no such project) is None for the same t
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import Clock
+from ...generic.events import WARNING, EventRecorder
+from ...generic.meta import annotations_of, metadata
 from ...generic.permission import Permission
+from ...generic.resource import Object
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.rancherproject import PROJECTS, ProjectQuota, project_reference
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
+from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
+from ...util.resourcequota.projectroom import NoRoom, raise_verdict, refusal_verdict
+from .reports import room_event_targets
 
 log = logging.getLogger(__name__)
 
+PROJECT_NO_ROOM_REASON: Final = "ProjectHasNoRoom"
+"""Warning event reason when a raise through Rancher's annotation does not fit its project."""
 TTL: Final = 5.0
 """Seconds a project read (or its absence) is used: a raised project limit is seen that soon."""
 
@@ -68,3 +78,65 @@ class ProjectReader:
         self.permission.granted()
         self._cache[reference] = (now, found)
         return found
+
+
+class ProjectRoom:
+    """Whether a namespace's Rancher project has room for a raise through Rancher's annotation,
+    and the ProjectHasNoRoom Warning while it has not (once per change)."""
+
+    def __init__(
+        self,
+        reader: ProjectReader,
+        recorder: EventRecorder,
+        members: Callable[[], list[Object]],
+    ) -> None:
+        self.reader = reader
+        self.recorder = recorder
+        self.members = members
+        """Every namespace in the cache: the project's siblings are among them."""
+        self._reported: dict[str, str] = {}
+        """Namespace -> the project's lack of room last reported (a Warning once per change)."""
+
+    async def lacking(
+        self, namespace: Object, plan: QuotaPlan, changes: Mapping[str, Any] | None
+    ) -> NoRoom | None:
+        """Whether the Rancher project lacks room for the raise: before writing one (when the
+        project can be read), or, with our raise standing, as Rancher's condition says."""
+        if not plan.holds_room:
+            return None
+        members = self.members()
+        raised = (changes or {}).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+        if raised is not None:
+            project = await self.reader.project_of(namespace)
+            return raise_verdict(namespace, raised, project, members)
+        if changes is not None or ANNOTATION_RANCHER_BASE not in annotations_of(namespace):
+            return None  # no raise of ours standing (or records to drop first)
+        verdict = refusal_verdict(namespace, None, members)
+        if verdict is None:
+            return None  # Rancher has not marked it: nothing to read the project for
+        project = await self.reader.project_of(namespace)
+        return refusal_verdict(namespace, project, members) if project else verdict
+
+    def report(
+        self,
+        namespace: Object,
+        quota: Object,
+        plan: QuotaPlan,
+        snapshot: NamespaceSnapshot,
+        no_room: NoRoom | None,
+    ) -> None:
+        """A Warning on the quota, the namespace and every migration holding room, once per
+        change, while the Rancher project lacks room for the raise."""
+        name = str(metadata(namespace).get("name"))
+        if no_room is None:
+            self._reported.pop(name, None)
+            return
+        if self._reported.get(name) == no_room.message:
+            return
+        self._reported[name] = no_room.message
+        log.warning("%s: %s", name, no_room.message)
+        for target in room_event_targets(namespace, quota, plan, snapshot):
+            self.recorder.event(target, WARNING, PROJECT_NO_ROOM_REASON, no_room.message)
+
+    def forget(self, namespace: str) -> None:
+        self._reported.pop(namespace, None)

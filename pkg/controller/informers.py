@@ -1,0 +1,68 @@
+"""The informers both quota modes read, and the launcher settings in force from them.
+
+The room mode (controller/resourcequota/inputs.py) and MTQ mode (controller/mtq/blocked.py) read
+the same kinds; the factory shares one informer per kind, so asking twice costs nothing, and this
+asks in one place. Reads the caches only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..apis.harvester import RATIO_SETTING, SETTINGS
+from ..apis.kubevirt import (
+    KUBEVIRTS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
+from ..config.kubevirt import settings_from
+from ..config.management import Management
+from ..generic.informer import SharedInformer
+from ..generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS
+from ..util.launcher import LauncherSettings
+from ..util.podusage import strip_pod_to_quota_fields
+
+
+@dataclass(frozen=True)
+class QuotaInformers:
+    """Quotas, migrations, VMIs and pods (stripped to what quota usage reads), and what sizes a
+    room besides the VMI: Harvester's overhead-ratio setting and the KubeVirt CR (both optional
+    kinds), and the LimitRanges, whose defaults fill what a launcher container leaves unset, as
+    admission does (util/launcher/limitrange.py)."""
+
+    quotas: SharedInformer
+    migrations: SharedInformer
+    vmis: SharedInformer
+    pods: SharedInformer
+    settings: SharedInformer
+    kubevirts: SharedInformer
+    limit_ranges: SharedInformer
+    configured_version: str | None
+    """--kubevirt-version: None reads the KubeVirt CR's."""
+
+    @classmethod
+    def of(cls, management: Management) -> QuotaInformers:
+        """The informers on `management`'s factory."""
+        factory = management.informers
+        return cls(
+            quotas=factory.informer(RESOURCE_QUOTAS),
+            migrations=factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS),
+            vmis=factory.informer(VIRTUAL_MACHINE_INSTANCES),
+            pods=factory.informer(PODS, transform=strip_pod_to_quota_fields),
+            settings=factory.informer(
+                SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
+            ),
+            kubevirts=factory.informer(KUBEVIRTS, optional=True),
+            limit_ranges=factory.informer(LIMIT_RANGES),
+            configured_version=management.options.kubevirt_version,
+        )
+
+    def kubevirt_settings(self) -> LauncherSettings:
+        """The cluster-wide launcher settings in force now, from the caches."""
+        kubevirts = self.kubevirts.store.objects()
+        settings = self.settings.store.objects()
+        return settings_from(
+            kubevirts[0] if kubevirts else None,
+            settings[0] if settings else None,
+            configured_version=self.configured_version,
+        )

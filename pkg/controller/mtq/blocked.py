@@ -1,0 +1,131 @@
+"""Which migrations of a namespace MTQ mode may raise for: blocked by quota, sized, not held back.
+
+A migration is blocked when KubeVirt reports its target pod refused by quota and no target pod
+exists; it is sized as KubeVirt would render its target pod now (util/launcher/), with the
+namespace's LimitRange defaults admission adds. One that KubeVirt's parallel-migration limits
+hold back (util/migrationlimits.py) gets no target pod whatever the quota says: it takes no
+lock, and the namespace is looked at again RECHECK_SECONDS later. Reads the caches only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from ...apis.kubevirt import (
+    CONDITION_REJECTED_BY_QUOTA,
+    LABEL_MIGRATION_JOB,
+    PHASE_PENDING,
+)
+from ...config.management import Management
+from ...generic.meta import labels, metadata, status
+from ...generic.resource import Object
+from ...util.launcher import LauncherSettings, launcher_quota_usage
+from ...util.migrationlimits import RECHECK_SECONDS, held_back, migration_limits, takes_slot
+from ...util.quotascope import launcher_scope_facts
+from ...util.resourcequota.mtq import Blocked
+from ..informers import QuotaInformers
+
+log = logging.getLogger(__name__)
+
+TARGET_INDEX: Final = "mtq-migration-target"
+"""The pod store's index of target pods by their migration's uid."""
+
+
+def _target_index(pod: Object) -> list[str]:
+    uid = labels(pod).get(LABEL_MIGRATION_JOB)
+    return [str(uid)] if uid else []
+
+
+class BlockedMigrations:
+    """The informers a plan of MTQ mode reads, and the blocked migrations found in them."""
+
+    def __init__(self, management: Management) -> None:
+        self.management = management
+        self.informers = QuotaInformers.of(management)
+        pods = self.informers.pods
+        if not pods.store.has_index(TARGET_INDEX):
+            pods.store.add_indexers({TARGET_INDEX: _target_index})
+        self.namespaces = management.controllers.namespaces()
+
+    def has_target(self, uid: str) -> bool:
+        """Whether a target pod of the migration with `uid` exists (in the cache)."""
+        return bool(self.informers.pods.store.by_index(TARGET_INDEX, uid))
+
+    def blocked(self, namespace: str, migrations: Sequence[Object]) -> list[Blocked]:
+        """The namespace's blocked migrations among `migrations`, sized."""
+        found = (self._blocked(namespace, m) for m in migrations)
+        return [b for b in found if b is not None]
+
+    def held_back(self, namespace: str, blocked: Sequence[Blocked]) -> frozenset[str]:
+        """Names of the blocked migrations KubeVirt's parallel-migration limits hold back now
+        (migrationlimits.py): no raise would get them a target pod, so no lock is taken for
+        them; the namespace is looked at again RECHECK_SECONDS later."""
+        if not blocked:
+            return frozenset()
+        kubevirts = self.informers.kubevirts.store.objects()
+        limits = migration_limits(kubevirts[0] if kubevirts else None)
+        running = self._running_source_nodes()
+        held = frozenset(
+            b.name
+            for b in blocked
+            if held_back(self._source_node(namespace, b.vmi), running, limits)
+        )
+        if held:
+            self.namespaces.enqueue_after(None, namespace, RECHECK_SECONDS)
+        return held
+
+    def _running_source_nodes(self) -> list[str | None]:
+        """The source node of every migration in the cluster that takes a parallel slot."""
+        nodes = []
+        for migration in self.informers.migrations.store.objects():
+            phase = str(status(migration).get("phase") or PHASE_PENDING)
+            uid = str(metadata(migration).get("uid"))
+            if takes_slot(phase, self.has_target(uid)):
+                namespace = str(metadata(migration).get("namespace"))
+                vmi = str((migration.get("spec") or {}).get("vmiName"))
+                nodes.append(self._source_node(namespace, vmi))
+        return nodes
+
+    def _source_node(self, namespace: str, vmi_name: str) -> str | None:
+        vmi = self.informers.vmis.store.get(f"{namespace}/{vmi_name}")
+        node = status(vmi).get("nodeName") if vmi is not None else None
+        return str(node) if node else None
+
+    def _blocked(self, namespace: str, migration: Object) -> Blocked | None:
+        """The migration as Blocked if KubeVirt reports its target pod refused by quota and no
+        target pod exists, sized as KubeVirt would render it; else None."""
+        phase = str(status(migration).get("phase") or PHASE_PENDING)
+        conditions = status(migration).get("conditions") or []
+        rejected = any(
+            isinstance(c, Mapping) and c.get("type") == CONDITION_REJECTED_BY_QUOTA
+            for c in conditions
+        )
+        uid = str(metadata(migration).get("uid"))
+        if phase != PHASE_PENDING or not rejected:
+            return None
+        if self.has_target(uid):
+            return None
+        vmi_name = str((migration.get("spec") or {}).get("vmiName"))
+        vmi = self.informers.vmis.store.get(f"{namespace}/{vmi_name}")
+        if vmi is None:
+            return None
+        try:
+            usage = launcher_quota_usage(vmi, self.launcher_settings(namespace))
+        except ValueError as error:
+            log.warning("%s: cannot size the target pod of %s: %s", namespace, vmi_name, error)
+            return None
+        facts = launcher_scope_facts(vmi, usage)
+        return Blocked(str(metadata(migration).get("name")), uid, usage, facts, vmi_name)
+
+    def launcher_settings(self, namespace: str) -> LauncherSettings:
+        """The launcher settings in force for `namespace`: as the room mode reads them, with the
+        namespace's LimitRange defaults (admission adds them to the target pod)."""
+        settings = self.informers.kubevirt_settings()
+        quotas = self.informers.quotas.store.by_index("namespace", namespace)
+        return settings.for_namespace(
+            quotas,
+            self.namespaces.cached(None, namespace),
+            self.informers.limit_ranges.store.by_index("namespace", namespace),
+        )

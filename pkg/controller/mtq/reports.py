@@ -1,0 +1,80 @@
+"""MTQ mode's Warning events, each once per change of its text.
+
+NotEnoughResourceToRelease on each migration the budget cannot release; QuotaProtectedByRancher
+on the VMMRQ once a migration is held by a quota only Rancher may raise;
+MultipleMigrationResourceQuotas on a VMMRQ beside the one used. Not thread-safe: event loop only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Final
+
+from ...apis.mtq import Vmmrq
+from ...generic.events import WARNING, EventRecorder
+from ...generic.meta import metadata
+from ...generic.resource import Object
+from ...util.resourcequota.mtq import (
+    NOT_ENOUGH_REASON,
+    RANCHER_PROTECTED_REASON,
+    Lock,
+    NamespacePlan,
+    not_enough_message,
+    rancher_held_message,
+)
+
+log = logging.getLogger(__name__)
+
+MULTIPLE_REASON: Final = "MultipleMigrationResourceQuotas"
+
+
+class MtqWarnings:
+    """Warnings on `recorder`, each key's message once until it changes."""
+
+    def __init__(self, recorder: EventRecorder) -> None:
+        self.recorder = recorder
+        self._reported: dict[str, str] = {}
+        """Key (a migration uid, or a VMMRQ's) -> the message last reported."""
+
+    def not_enough(
+        self,
+        vmmrq: Vmmrq,
+        plan: NamespacePlan,
+        migrations: Sequence[Object],
+        lock: Lock | None,
+    ) -> None:
+        """A Warning NotEnoughResourceToRelease on each migration the budget cannot release,
+        once per change of its text. Not for a migration the active lock is held for: it fitted
+        when the lock was taken, and "short" now means its own target pod already counts in the
+        quota's usage while the caches have not shown the pod yet (seen on the local cluster)."""
+        for migration in migrations:
+            name = str(metadata(migration).get("name"))
+            uid = str(metadata(migration).get("uid"))
+            short = plan.refused.get(name)
+            if lock is not None and lock.admits_target_of(uid):
+                continue
+            if short is None:
+                self._reported.pop(uid, None)
+                continue
+            message = not_enough_message(vmmrq.name, vmmrq.namespace, name, short)
+            self.once(uid, migration, NOT_ENOUGH_REASON, message)
+
+    def rancher_held(
+        self, vmmrq: Vmmrq, obj: Object | None, plan: NamespacePlan, refusal: str | None
+    ) -> None:
+        """One Warning QuotaProtectedByRancher on the VMMRQ (`obj`) once a migration is held by
+        a quota only Rancher may raise (per VMMRQ and set of quotas, not per migration)."""
+        held = sorted({q for quotas in plan.held.values() for q in quotas})
+        if refusal is None or not held or obj is None:
+            return
+        message = rancher_held_message(vmmrq.name, vmmrq.namespace, held, refusal)
+        self.once(f"rancher/{vmmrq.namespace}/{vmmrq.name}", obj, RANCHER_PROTECTED_REASON, message)
+
+    def once(self, key: str, obj: Object, reason: str, message: str) -> None:
+        """A Warning on `obj`, unless `key`'s last one said `message` already."""
+        if self._reported.get(key) == message:
+            return
+        self._reported[key] = message
+        log.warning("%s", message)
+        self.recorder.event(obj, WARNING, reason, message)

@@ -1,0 +1,251 @@
+"""MTQ mode's writes, each one step of its flow and each conditional on what it read.
+
+The namespace lock (label and annotation, conditional on the namespace's resourceVersion), the
+VMMRQ's finalizer and status (the budget and the originals, recorded BEFORE any quota is
+touched), and the quotas' spec.hard with its copy into status.hard. The quota writes go through
+the QuotaWriter the room mode uses too (controller/quotawriter.py): a merge patch conditional on
+the resourceVersion read, then the copy conditional on spec.hard being still ours, behind the
+writer's permission gate. Our writes are kept (keys ``quota:ns/name``, ``namespace:name``,
+``vmmrq:ns/name``) until the caches show them: a reconcile right after a write reads what it
+wrote. Not thread-safe: event loop only, per namespace from one worker at a time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ...apis.mtq import VMMRQS, OriginalQuota, Vmmrq, VmmrqStatus
+from ...generic import errors
+from ...generic.client import ApiClient
+from ...generic.clock import Clock
+from ...generic.informer import SharedInformer
+from ...generic.meta import labels, metadata
+from ...generic.ownwrites import OwnWrites
+from ...generic.resource import NAMESPACES, Object
+from ...util.resourcequota.mtq import (
+    ANNOTATION_LOCK,
+    LABEL_LOCKED,
+    Lock,
+    NamespacePlan,
+    QuotaView,
+    hard_json,
+    quota_view,
+    raise_action,
+)
+from ...util.resources import ResourceList
+from ..quotawriter import QuotaWriter
+
+log = logging.getLogger(__name__)
+
+FINALIZER: Final = "mtq.harvester-quota.io/restore"
+"""On a VMMRQ while it records originals: deleting it restores the quotas first."""
+
+QuotaAction = Callable[[QuotaView, OriginalQuota, ResourceList], ResourceList | None]
+"""raise_action or restore_action: the spec.hard to write to a live quota, or None."""
+RancherRefusal = Callable[[str, str, errors.ApiError], None]
+"""Told (namespace, quota, error) when Rancher refuses a raise of its quota."""
+
+
+@dataclass
+class MtqStats:
+    """What tests and the closing note read: writes by kind and the longest lock hold."""
+
+    quota_writes: int = 0
+    status_writes: int = 0
+    locks: int = 0
+    rancher_refusals: int = 0
+    """Raises (dry runs included) Rancher refused."""
+    longest_hold: float = 0.0
+    locked_at: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class MtqWrites:
+    """MTQ mode's writes on `client` (quota changes through `writer`), counted in `stats`."""
+
+    client: ApiClient
+    clock: Clock
+    writer: QuotaWriter
+    quotas: SharedInformer
+    vmmrqs: SharedInformer
+    on_rancher_refusal: RancherRefusal
+    lock_seconds: float
+    stats: MtqStats = field(default_factory=MtqStats, init=False)
+    _writes: OwnWrites = field(default_factory=OwnWrites, init=False)
+
+    def newest(self, key: str, cached: Object) -> Object:
+        """`cached`, or our write of `key` if the cache does not show it yet."""
+        return self._writes.newest(key, cached)
+
+    def live_quotas(self, namespace: str) -> dict[str, QuotaView]:
+        """The namespace's quotas by name, our unseen writes included."""
+        views = {}
+        for quota in self.quotas.store.by_index("namespace", namespace):
+            name = str(metadata(quota).get("name"))
+            views[name] = quota_view(self._writes.newest(f"quota:{namespace}/{name}", quota))
+        return views
+
+    # The lock ---------------------------------------------------------------------------------
+
+    async def lock(
+        self,
+        namespace: Object,
+        vmmrq: Vmmrq,
+        plan: NamespacePlan,
+        lock: Lock | None,
+        now: datetime.datetime,
+    ) -> Object:
+        """Takes the lock (deadline now + lock_seconds), or adds migrations to the held one under
+        its own deadline; nothing if the held lock already admits every planned migration. The
+        raise waits for the lock to come back through the watch: the API server's webhook
+        selector and the webhook's cache learn of it from the same watch, so a pod created
+        after the raise meets the lock (KubeVirt MTQ raised right after creating its lock, and
+        squatters slipped through)."""
+        if lock is not None and lock.active(now):
+            if set(plan.uids) <= set(lock.migrations):
+                return namespace
+            wanted = Lock(lock.until, vmmrq.name, {**lock.migrations, **plan.uids})
+        else:
+            until = now + datetime.timedelta(seconds=self.lock_seconds)
+            wanted = Lock(until, vmmrq.name, dict(plan.uids))
+            self.stats.locks += 1
+            self.stats.locked_at[vmmrq.namespace] = self.clock.monotonic()
+        log.info(
+            "%s: locked until %s for %s",
+            vmmrq.namespace,
+            wanted.until.isoformat(),
+            ", ".join(sorted(wanted.migrations.values())),
+        )
+        return await self._patch_namespace(
+            namespace, {LABEL_LOCKED: "true"}, {ANNOTATION_LOCK: wanted.annotation()}
+        )
+
+    async def unlock(self, namespace: Object) -> Object:
+        """Removes the lock, if any, noting how long it was held."""
+        if labels(namespace).get(LABEL_LOCKED) is None:
+            return namespace
+        name = str(metadata(namespace).get("name"))
+        started = self.stats.locked_at.pop(name, None)
+        if started is not None:
+            held = self.clock.monotonic() - started
+            self.stats.longest_hold = max(self.stats.longest_hold, held)
+            log.info("%s: unlocked after %.3fs", name, held)
+        return await self._patch_namespace(namespace, {LABEL_LOCKED: None}, {ANNOTATION_LOCK: None})
+
+    async def _patch_namespace(
+        self, namespace: Object, label: dict[str, Any], annotation: dict[str, Any]
+    ) -> Object:
+        meta = metadata(namespace)
+        version = str(meta.get("resourceVersion"))
+        patch = {
+            "metadata": {"resourceVersion": version, "labels": label, "annotations": annotation}
+        }
+        written = await self.client.patch(NAMESPACES, str(meta["name"]), patch)
+        self._writes.wrote(f"namespace:{meta['name']}", version, written)
+        return written
+
+    # The VMMRQ --------------------------------------------------------------------------------
+
+    async def ensure_finalizer(self, vmmrq: Vmmrq, *, present: bool) -> None:
+        """Adds or removes FINALIZER on the VMMRQ, if it differs (a VMMRQ gone is left)."""
+        key = f"vmmrq:{vmmrq.namespace}/{vmmrq.name}"
+        cached = self.vmmrqs.store.get(f"{vmmrq.namespace}/{vmmrq.name}")
+        if cached is None:
+            return
+        obj = self._writes.newest(key, cached)
+        finalizers = list(metadata(obj).get("finalizers") or [])
+        if (FINALIZER in finalizers) == present:
+            return
+        wanted = [*finalizers, FINALIZER] if present else [f for f in finalizers if f != FINALIZER]
+        version = str(metadata(obj).get("resourceVersion"))
+        patch = {"metadata": {"resourceVersion": version, "finalizers": wanted}}
+        try:
+            written = await self.client.patch(VMMRQS, vmmrq.name, patch, vmmrq.namespace)
+        except errors.NotFound:
+            return
+        self._writes.wrote(key, version, written)
+
+    async def write_status(self, vmmrq: Vmmrq, plan: NamespacePlan, restored: set[str]) -> None:
+        """The status the plan implies: the budget, the releasable migrations and the originals
+        (those to restore stay recorded until restored); nothing if it is there already."""
+        keep = {o.name for o in plan.originals}
+        restoring = [o for o in plan.restore if o.name not in restored]
+        wanted = VmmrqStatus(
+            additional=hard_json(plan.budget),
+            migrations=dict(plan.migrations),
+            originals=(*plan.originals, *(o for o in restoring if o.name not in keep)),
+        )
+        if wanted.to_json() == vmmrq.status.to_json():
+            return
+        key = f"vmmrq:{vmmrq.namespace}/{vmmrq.name}"
+        obj = self.vmmrqs.store.get(f"{vmmrq.namespace}/{vmmrq.name}")
+        if obj is None:
+            return
+        obj = self._writes.newest(key, obj)
+        body = {**obj, "status": wanted.to_json()}
+        written = await self.client.update_status(VMMRQS, body)
+        self._writes.wrote(key, vmmrq.resource_version, written)
+        self.stats.status_writes += 1
+
+    # The quotas -------------------------------------------------------------------------------
+
+    async def bring_each(
+        self,
+        namespace: str,
+        originals: Sequence[OriginalQuota],
+        budget: ResourceList,
+        action: QuotaAction,
+        verb: str,
+    ) -> None:
+        """Writes each live quota the `action` wants changed (a quota gone is skipped), in order.
+        A raise stops at Rancher's refusal (the namespace is planned again without its quota);
+        a restore goes on (Rancher's agent resets what it refuses us)."""
+        quotas = self.live_quotas(namespace)
+        for original in originals:
+            live = quotas.get(original.name)
+            target = action(live, original, budget) if live is not None else None
+            if target is not None and live is not None:
+                written = await self._write_hard(namespace, live, target, verb)
+                if not written and action is raise_action:
+                    return
+
+    async def dry_run_hard(self, namespace: str, quota: QuotaView, hard: ResourceList) -> None:
+        """Asks the API server (its admission included) whether spec.hard := `hard` would be
+        stored; its refusal propagates."""
+        await self.writer.patch_hard_at_version(
+            namespace, quota.name, self._read(namespace, quota), hard_json(hard), dry_run=True
+        )
+
+    def _read(self, namespace: str, quota: QuotaView) -> Object:
+        key = f"quota:{namespace}/{quota.name}"
+        return self._writes.newest(key, self.quotas.store.get(f"{namespace}/{quota.name}") or {})
+
+    async def _write_hard(
+        self, namespace: str, quota: QuotaView, hard: ResourceList, what: str
+    ) -> bool:
+        """spec.hard := `hard`, conditional on the version read, then status.hard at once (quota
+        admission reads status.hard; kube-controller-manager copies it only a moment later),
+        conditional on spec.hard being still ours (QuotaWriter.copy_hard_to_status). False if
+        Rancher refused the write of its quota (told to `on_rancher_refusal`)."""
+        key = f"quota:{namespace}/{quota.name}"
+        read = self._read(namespace, quota)
+        version = str(metadata(read).get("resourceVersion"))
+        wanted = hard_json(hard)
+        try:
+            written = await self.writer.patch_hard_at_version(namespace, quota.name, read, wanted)
+        except errors.ApiError as error:
+            if not (quota.rancher_default and errors.denied_by_rancher(error)):
+                raise
+            self.on_rancher_refusal(namespace, quota.name, error)
+            return False
+        self._writes.wrote(key, version, written)
+        self.stats.quota_writes += 1
+        log.info("%s/%s: spec.hard %s to %s", namespace, quota.name, what, wanted)
+        published = await self.writer.copy_hard_to_status(written)
+        if published is not written:
+            self._writes.wrote(key, version, published)
+        return True

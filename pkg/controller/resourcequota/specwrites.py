@@ -1,0 +1,103 @@
+"""The room mode's writes of a plan into the quota itself, and the copies into status.hard.
+
+The write is the QuotaWriter's conditional JSON patch (controller/quotawriter.py): if anyone (a
+user, Rancher) changed what the plan read since, it is a Conflict, nothing of theirs is
+overwritten, and the namespace is planned again. Here each write is counted (metrics, `writes`),
+logged and told in an Event on the quota, kept as ours until the cache shows it, and its new
+spec.hard handed to `publisher`, which copies it into status.hard beside the namespace's
+reconciles. Not thread-safe: event loop only, per namespace from one worker at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from ...config.metrics import QuotaMetrics
+from ...generic import errors
+from ...generic.events import NORMAL, EventRecorder
+from ...generic.meta import metadata
+from ...generic.newest import NewestPerKey
+from ...generic.ownwrites import OwnWrites
+from ...generic.resource import Object
+from ...util.resourcequota.plan import QuotaPlan
+from ..quotawriter import QuotaWriter
+
+log = logging.getLogger(__name__)
+
+
+class SpecWrites:
+    """Writes plans into quotas through `writer`; `publisher` copies each new spec.hard."""
+
+    def __init__(self, writer: QuotaWriter, metrics: QuotaMetrics, recorder: EventRecorder) -> None:
+        self.writer = writer
+        self.metrics = metrics
+        self.recorder = recorder
+        self.writes: Counter[str] = Counter()
+        """Quota writes per namespace (tests and the scenario report read it)."""
+        self._ours = OwnWrites()
+        """Our quota writes by namespace, until the cache has them (one write per change)."""
+        self.publisher: NewestPerKey[Object] = NewestPerKey(
+            "copying spec.hard into status.hard", writer.copy_hard_to_status
+        )
+        """Copies each spec.hard we write into status.hard beside the namespace's reconciles,
+        so the next raise of a burst does not wait for it (traced: 100-170 ms a raise on a
+        3,000-VM namespace, bench/SCALE.md). One copy of a namespace's at a time, the newest
+        written after it; each tests its own spec.hard, so an older one never lands over a newer
+        spec. API errors other than a refusal are logged and dropped: kube-controller-manager's
+        copy follows anyway."""
+
+    def newest(self, key: str, quota: Object) -> Object:
+        """The quota as we last wrote it, if the cache does not show that write yet."""
+        return self._ours.newest(key, quota)
+
+    async def write(self, quota: Object, patch: Mapping[str, Any], plan: QuotaPlan) -> None:
+        """Applies `patch` to the quota only if it is still as the plan read it.
+
+        The patch goes as a JSON patch whose tests carry the condition: the quota's uid, spec,
+        labels and the annotations the plan read (QuotaWriter.patch_as_planned). Status writes
+        (kube-controller-manager's, after every spec change and pod admission) do not make it
+        fail: the plan never reads the status. A failed condition raises errors.Conflict, which
+        re-queues the namespace to plan again from what is there.
+        """
+        meta = metadata(quota)
+        namespace = str(meta["namespace"])
+        try:
+            written = await self.writer.patch_as_planned(quota, patch)
+        except errors.Conflict:
+            self.metrics.quota_writes.labels("conflict").inc()
+            self._ours.forget(namespace)
+            log.info("%s/%s changed since it was read; planning again", namespace, meta["name"])
+            raise
+        except errors.ApiError:
+            self.metrics.quota_writes.labels("error").inc()
+            raise
+        self.metrics.quota_writes.labels("written").inc()
+        if "spec" in patch:
+            self.publisher.submit(namespace, written)
+        self._ours.wrote(namespace, str(meta.get("resourceVersion", "")), written)
+        self.writes[namespace] += 1
+        self._tell(quota, patch, plan)
+
+    def _tell(self, quota: Object, patch: Mapping[str, Any], plan: QuotaPlan) -> None:
+        """The write in the log and, when spec.hard changed, in an Event on the quota."""
+        meta = metadata(quota)
+        changes = ", ".join(
+            f"{k} {(quota.get('spec') or {}).get('hard', {}).get(k, '-')} -> {v if v is not None else '-'}"
+            for k, v in sorted((patch.get("spec") or {}).get("hard", {}).items())
+        )
+        holders = ", ".join(f"{r.vm_name} ({r.reason})" for r in plan.rooms.rooms) or "none"
+        log.info(
+            "%s/%s: %s; migrations holding room: %s",
+            meta["namespace"],
+            meta["name"],
+            changes or "annotations only",
+            holders,
+        )
+        if changes:
+            reason = "MigrationRoomReserved" if plan.holds_room else "MigrationRoomReleased"
+            self.recorder.event(
+                quota, NORMAL, reason, f"spec.hard {changes}; migrations holding room: {holders}"
+            )

@@ -1,0 +1,91 @@
+"""The /validate/pods endpoint's choice: which rule a pod meets, and a target pod's wait.
+
+A pod MTQ mode's active lock admits is left alone (its quota was raised for it); a migration
+target pod may wait for its room (resources/pod/targets.py) and is never denied; any other pod
+while room is held is decided on the reservation every replica shares (resources/pod/
+reservations.py), or on this process's ledger without one, or for a dry run (which reserves
+nothing, anywhere). Runs on the event loop: decisions that do not wait are serialized there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+
+from ..generic.clock import Clock
+from .admission import Request
+from .metrics import WebhookMetrics
+from .resources.common import Identities, Lookups
+from .resources.mtq.validator import active_lock, is_lock_target
+from .resources.pod.ledger import AdmissionLedger
+from .resources.pod.reservations import LeaseReservations
+from .resources.pod.targets import GaveUp, LiveQuotas, QuotaChanges, admit_target
+from .resources.pod.validator import admit_locally, is_migration_target, pod_check
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PodAdmissions:
+    """Decides pods; target pods wait up to `target_room_wait` seconds, woken by
+    `quota_changes`, judged once more on `live` quotas when given."""
+
+    lookups: Lookups
+    identities: Identities
+    metrics: WebhookMetrics
+    clock: Clock
+    quota_changes: QuotaChanges
+    target_room_wait: float
+    ledger: AdmissionLedger
+    """Pods admitted while room is held, until the caches show them (pod/ledger.py)."""
+    reservations: LeaseReservations | None
+    live: LiveQuotas | None
+    _gave_up: GaveUp = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._gave_up = GaveUp(self.clock)
+
+    def validate(self, request: Request) -> Awaitable[None] | None:
+        """Target pods may wait for their room (never denied); the others are decided at once."""
+        lock = active_lock(self.lookups, request.namespace)
+        if lock is not None and is_lock_target(request, self.identities, lock):
+            return None  # MTQ raised the quota for it: nothing to wait for, nothing to check
+        if is_migration_target(request, self.identities):
+            return self._admit_target(request)
+        check = pod_check(request, self.lookups, self.identities)
+        if check is None:
+            return None
+        if self.reservations is None or request.dry_run:
+            # A dry run is decided as this replica sees it and reserves nothing, anywhere.
+            admit_locally(check, self.ledger, dry_run=request.dry_run)
+            return None
+        return self.reservations.admit(check)
+
+    async def _admit_target(self, request: Request) -> None:
+        admission = await admit_target(
+            request,
+            self.lookups,
+            self.quota_changes,
+            self.clock,
+            wait=self.target_room_wait,
+            gave_up=self._gave_up,
+            live=self.live,
+        )
+        self.metrics.target_pods.labels(admission.outcome).inc()
+        self.metrics.target_wait.observe(admission.waited)
+        subject = f"{request.namespace}/{request.name or '(generated name)'}"
+        if admission.short:
+            missing = "; ".join(
+                f"{s.key} needs {s.needed}, {s.free} left of {s.limit}" for s in admission.short
+            )
+            log.warning(
+                "migration target pod %s let through after %.2fs without room (%s): %s; "
+                "quota admission decides",
+                subject,
+                admission.waited,
+                admission.outcome,
+                missing,
+            )
+        elif admission.waited > 0:
+            log.info("migration target pod %s fitted after %.2fs", subject, admission.waited)

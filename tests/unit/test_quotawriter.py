@@ -1,0 +1,143 @@
+"""The QuotaWriter, both modes' one place for quota writes: what each write sends, what a failed
+condition becomes, and the permission gates of the optional writes, on a recording fake client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from harvester_quota.controller.quotawriter import QuotaWriter
+from harvester_quota.generic import errors
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.permission import FIRST_RETRY
+from harvester_quota.util.annotations import LABEL_ROOM_HELD
+
+
+class Client:
+    """Records each patch and answers with `answer`, or raises the next of `errors`."""
+
+    def __init__(self, *raising: errors.ApiError) -> None:
+        self.patches: list[tuple[str, str, Any, dict[str, Any]]] = []
+        self.raising = list(raising)
+
+    async def patch(
+        self, resource: Any, name: str, body: Any, namespace: str = "", **kwargs: Any
+    ) -> dict[str, Any]:
+        self.patches.append((resource.plural, name, body, kwargs))
+        if self.raising:
+            raise self.raising.pop(0)
+        return {"metadata": {"name": name, "resourceVersion": "99"}, "answer": True}
+
+
+def quota(hard: dict[str, str], status_hard: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "q", "namespace": "ns", "uid": "u1", "resourceVersion": "7"},
+        "spec": {"hard": hard},
+        "status": {"hard": status_hard or {}},
+    }
+
+
+def writer(client: Client) -> tuple[QuotaWriter, FakeClock]:
+    clock = FakeClock()
+    return QuotaWriter(client, clock), clock  # type: ignore[arg-type]
+
+
+async def test_a_planned_write_is_a_json_patch_whose_tests_carry_what_the_plan_read() -> None:
+    client = Client()
+    quota_writer, _ = writer(client)
+    await quota_writer.patch_as_planned(
+        quota({"limits.cpu": "3"}), {"spec": {"hard": {"limits.cpu": "5"}}}
+    )
+    ((plural, name, body, kwargs),) = client.patches
+    assert (plural, name, kwargs["patch_type"]) == ("resourcequotas", "q", "json")
+    assert {"op": "test", "path": "/metadata/uid", "value": "u1"} in body
+    assert {"op": "test", "path": "/spec", "value": {"hard": {"limits.cpu": "3"}}} in body
+    assert body[-1] == {"op": "add", "path": "/spec/hard/limits.cpu", "value": "5"}
+
+
+async def test_a_failed_test_of_a_planned_write_is_a_conflict_and_other_refusals_stay_theirs() -> (
+    None
+):
+    """422 without causes is the API server's answer to a failed test: the caller plans again.
+    A 422 with causes (an invalid object) or a 403 is not a Conflict."""
+    failed = errors.Invalid("the server rejected our request", status=422)
+    invalid = errors.Invalid("spec.hard: Invalid value", status=422, details={"causes": [{}]})
+    forbidden = errors.Forbidden("no", status=403)
+    quota_writer, _ = writer(Client(failed, invalid, forbidden))
+    patch = {"spec": {"hard": {"limits.cpu": "5"}}}
+    with pytest.raises(errors.Conflict):
+        await quota_writer.patch_as_planned(quota({"limits.cpu": "3"}), patch)
+    with pytest.raises(errors.Invalid):
+        await quota_writer.patch_as_planned(quota({"limits.cpu": "3"}), patch)
+    with pytest.raises(errors.Forbidden):
+        await quota_writer.patch_as_planned(quota({"limits.cpu": "3"}), patch)
+
+
+async def test_a_write_at_version_sets_the_whole_hard_removing_keys_it_lacks() -> None:
+    client = Client()
+    quota_writer, _ = writer(client)
+    read = quota({"limits.cpu": "3", "pods": "10"})
+    await quota_writer.patch_hard_at_version("ns", "q", read, {"limits.cpu": "5"}, dry_run=True)
+    ((_, name, body, kwargs),) = client.patches
+    assert name == "q" and kwargs == {"dry_run": True}
+    assert body == {
+        "metadata": {"resourceVersion": "7"},
+        "spec": {"hard": {"pods": None, "limits.cpu": "5"}},
+    }
+
+
+async def test_a_status_copy_refused_closes_its_gate_for_a_backoff_then_tries_again() -> None:
+    """rancher-webhook's 400 "status is immutable" or RBAC's 403: kube-controller-manager's copy
+    counts, and the next copies are not tried until the backoff is over."""
+    immutable = errors.BadRequest("status is immutable", status=400)
+    client = Client(immutable)
+    quota_writer, clock = writer(client)
+    raised = quota({"limits.cpu": "5"}, {"limits.cpu": "3"})
+    assert await quota_writer.copy_hard_to_status(raised) is raised
+    assert await quota_writer.copy_hard_to_status(raised) is raised
+    assert len(client.patches) == 1, "not tried again during the backoff"
+    clock.step(FIRST_RETRY)
+    copied = await quota_writer.copy_hard_to_status(raised)
+    assert copied["answer"] and len(client.patches) == 2
+    (_, _, body, kwargs) = client.patches[1]
+    assert kwargs == {"subresource": "status", "patch_type": "json"}
+    assert body[0] == {"op": "test", "path": "/spec/hard", "value": {"limits.cpu": "5"}}
+
+
+async def test_a_status_copy_of_what_status_hard_has_already_sends_nothing() -> None:
+    client = Client()
+    quota_writer, _ = writer(client)
+    same = quota({"limits.cpu": "5"}, {"limits.cpu": "5"})
+    assert await quota_writer.copy_hard_to_status(same) is same
+    assert client.patches == []
+
+
+async def test_the_room_held_label_is_written_only_when_it_differs_and_its_gate_is_open() -> None:
+    client = Client(errors.Forbidden("no", status=403))
+    quota_writer, clock = writer(client)
+    bare = {"metadata": {"name": "ns", "resourceVersion": "3"}}
+    labelled = {"metadata": {"name": "ns", "labels": {LABEL_ROOM_HELD: "true"}}}
+    assert await quota_writer.label_room_held(labelled, True) is labelled
+    assert await quota_writer.label_room_held(bare, False) is bare
+    assert client.patches == [], "equal already: nothing sent"
+    assert await quota_writer.label_room_held(bare, True) is bare, "refused: the namespace as read"
+    assert quota_writer.label_retry_in() == FIRST_RETRY
+    assert await quota_writer.label_room_held(bare, True) is bare
+    assert len(client.patches) == 1, "the gate is closed"
+    clock.step(FIRST_RETRY)
+    written = await quota_writer.label_room_held(bare, True)
+    assert written["answer"]
+    assert client.patches[-1][2] == {"metadata": {"labels": {LABEL_ROOM_HELD: "true"}}}
+
+
+async def test_a_raise_through_rancher_is_conditional_on_the_namespace_version() -> None:
+    client = Client()
+    quota_writer, _ = writer(client)
+    namespace = {"metadata": {"name": "ns", "resourceVersion": "3"}}
+    await quota_writer.patch_rancher_annotation(namespace, {"field.cattle.io/resourceQuota": "{}"})
+    ((plural, name, body, _),) = client.patches
+    assert (plural, name) == ("namespaces", "ns")
+    assert body["metadata"] == {
+        "resourceVersion": "3",
+        "annotations": {"field.cattle.io/resourceQuota": "{}"},
+    }
