@@ -48,12 +48,16 @@ nobody vouched for (`ConnectionGuard`); only if there is none is it closed."""
 
 
 MAX_CONNECTIONS_PER_PEER = 32
-"""Connections one address may hold that no client certificate vouches for (all of its
-connections when the webhook checks no certificates): a newcomer beyond them is closed at once,
-before its handshake. As many as MAX_ADMISSIONS, since one API server never has more admissions
-answered at once than the slots allow, and it dials a new connection only when every one it
-pools is busy; a certificate's connections are not counted, so the API server's pool is bounded
-by MAX_CONNECTIONS alone."""
+"""Connections one address may have under way (in their handshake or open) that no client
+certificate vouches for (all of its connections when the webhook checks no certificates); its
+others wait their turn, unread, for at most HANDSHAKE_TIMEOUT (the API server dials a burst of
+connections at once, and its certificate vouches for each within milliseconds), within
+MAX_CONNECTIONS (where a newcomer finding all taken evicts the oldest connection of the address
+holding the most). As many as
+MAX_ADMISSIONS, since one API server never has more admissions answered at once than
+the slots allow, and it dials a new connection only when every one it pools is busy; a
+certificate's connections are not counted, so the API server's pool is bounded by
+MAX_CONNECTIONS alone."""
 
 
 HANDSHAKE_TIMEOUT = 5.0
@@ -164,6 +168,8 @@ class Connection:
     """Its place in the order of arrival (smaller is older)."""
     socket: socket.socket | None = None
     """The accepted socket until asyncio takes it over (then None)."""
+    turn: asyncio.TimerHandle | None = None
+    """While it waits its turn: when it is closed if its turn has not come."""
     opening: asyncio.Task[None] | None = None
     """The handshake under way, if any."""
     protocol: GuardedConnection | None = None
@@ -184,6 +190,9 @@ class Connection:
             self.protocol.close()
         elif self.opening is not None:
             self.opening.cancel()  # asyncio closes the socket it was given
+        if self.turn is not None:
+            self.turn.cancel()
+            self.turn = None
         if self.socket is not None:
             self.socket.close()  # not yet handed to asyncio
             self.socket = None
@@ -255,8 +264,9 @@ class ConnectionGuard:
       the most such connections, its oldest (so a flood of one or a few addresses evicts itself,
       and the API server's connection, newest and alone from its address, goes last). If there
       is none, the newcomer is closed.
-    - At most `max_per_peer` connections of one address that no client certificate vouches for;
-      a newcomer beyond them is closed at once, before its handshake.
+    - At most `max_per_peer` connections of one address under way (in their handshake or open)
+      that no client certificate vouches for; its others wait their turn, unread, in order of
+      arrival, for at most `handshake_timeout`.
     - A handshake ends within `handshake_timeout` of arrival and the first request's headers
       arrive within `header_timeout` after it (aiohttp itself waits forever for them).
     - `vouch` (given when the webhook checks client certificates) decides, once the handshake
@@ -286,6 +296,8 @@ class ConnectionGuard:
         self.refusals = RefusalLog(clock, what="a connection")
         self.open: set[Connection] = set()
         self._by_transport: dict[asyncio.BaseTransport, Connection] = {}
+        self._waiting: dict[str, collections.deque[Connection]] = {}
+        self._stopping = False
         self._arrivals = itertools.count()
         self._factory: Callable[[], asyncio.Protocol] | None = None
         self._listener: socket.socket | None = None
@@ -308,6 +320,7 @@ class ConnectionGuard:
 
     async def stop(self) -> None:
         """Stops accepting and closes every connection."""
+        self._stopping = True
         if self._accepting is not None:
             self._accepting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -336,8 +349,12 @@ class ConnectionGuard:
             connection.admitted = True
 
     def unvouched(self, peer: str) -> int:
-        """Connections of `peer` that no client certificate vouches for."""
-        return sum(1 for c in self.open if c.peer == peer and not c.vouched)
+        """Connections of `peer` under way that no client certificate vouches for."""
+        return sum(1 for c in self.open if c.peer == peer and not c.vouched and c.turn is None)
+
+    def waiting(self, peer: str) -> int:
+        """Connections of `peer` waiting their turn."""
+        return len(self._waiting.get(peer, ()))
 
     async def _accept_loop(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -351,9 +368,7 @@ class ConnectionGuard:
             self._arrived(accepted, str(address[0]))
 
     def _arrived(self, accepted: socket.socket, peer: str) -> None:
-        if self.unvouched(peer) >= self.max_per_peer:
-            self._refuse(accepted, peer, f"it holds {self.max_per_peer} connections already")
-            return
+        must_wait = self.unvouched(peer) >= self.max_per_peer
         if len(self.open) >= self.max_connections:
             victim = self._victim()
             if victim is None:
@@ -365,7 +380,35 @@ class ConnectionGuard:
             self.forget(victim)
         connection = Connection(peer, next(self._arrivals), socket=accepted)
         self.open.add(connection)
+        if must_wait:
+            loop = asyncio.get_running_loop()
+            connection.turn = loop.call_later(self.handshake_timeout, self._turn_missed, connection)
+            self._waiting.setdefault(peer, collections.deque()).append(connection)
+        else:
+            self._start(connection)
+
+    def _start(self, connection: Connection) -> None:
         connection.opening = asyncio.ensure_future(self._open(connection))
+
+    def _turn_missed(self, connection: Connection) -> None:
+        connection.turn = None
+        connection.close()
+        self.forget(connection)
+        self.refusals.refused(
+            connection.peer, f"its turn did not come within {self.handshake_timeout:.0f}s"
+        )
+
+    def _next_turn(self, peer: str) -> None:
+        """Starts connections of `peer` waiting their turn while it has room under way."""
+        queue = self._waiting.get(peer)
+        while queue and not self._stopping and self.unvouched(peer) < self.max_per_peer:
+            connection = queue.popleft()
+            if connection.turn is not None:
+                connection.turn.cancel()
+                connection.turn = None
+            self._start(connection)
+        if not queue:
+            self._waiting.pop(peer, None)
 
     def _victim(self) -> Connection | None:
         """The oldest connection nobody vouched for that carried no admission, of the address
@@ -416,10 +459,21 @@ class ConnectionGuard:
         connection.transport = transport
         self._by_transport[transport] = connection
         connection.vouched = self._vouch is not None and self._vouch(transport)
+        if connection.vouched:
+            self._next_turn(connection.peer)
         return True
 
     def forget(self, connection: Connection) -> None:
         """It no longer counts (closed, or being closed); idempotent."""
+        if connection not in self.open:
+            return
         self.open.discard(connection)
         if connection.transport is not None:
             self._by_transport.pop(connection.transport, None)
+        queue = self._waiting.get(connection.peer)
+        if queue is not None and connection in queue:
+            queue.remove(connection)
+            if not queue:
+                self._waiting.pop(connection.peer, None)
+        elif not connection.vouched:
+            self._next_turn(connection.peer)

@@ -538,22 +538,59 @@ async def test_with_every_connection_held_by_silent_clients_the_api_server_is_an
     assert server.guard.refused == 0
 
 
-async def test_one_address_holds_at_most_its_share_and_others_still_connect(pki: Pki) -> None:
+async def test_one_address_has_at_most_its_share_under_way_and_others_still_connect(
+    pki: Pki,
+) -> None:
+    """Four of its connections in their handshake, the others waiting their turn unread (no
+    TLS work, no buffer); when the webhook is full, a newcomer from another address evicts the
+    flooding address's oldest, and the API server is answered."""
     recorder = Recorder()
     server = webhook(
-        pki, handshake_timeout=PATIENT, header_timeout=PATIENT, max_connections_per_peer=4
+        pki,
+        handshake_timeout=PATIENT,
+        header_timeout=PATIENT,
+        max_connections_per_peer=4,
+        max_connections=10,
     )
     server.validators["pods"] = ("Pod", recorder)
     async with running(server):
-        held = await hold_idle(server, ["127.0.0.2"], 4)
-        over = await connect(server, "127.0.0.2")
-        assert await closed(over[0]), "its fifth connection is closed at once"
-        assert server.guard.refused == 1
-        held += await hold_idle(server, ["127.0.0.3"], 1)
-        assert server.guard.unvouched("127.0.0.2") == 4
+        held = await hold_idle(server, ["127.0.0.2"], 10)
+        assert (server.guard.unvouched("127.0.0.2"), server.guard.waiting("127.0.0.2")) == (4, 6)
+        other = await connect(server, "127.0.0.3")
+        assert await closed(held[0][0]), "the flooding address's oldest gave way"
+        await eventually(lambda: server.guard.unvouched("127.0.0.3") == 1, what="its newcomer")
         assert await post(server, pki, pod_review("p")) == 200
-        let_go([*held, over])
+        assert (server.guard.refused, server.guard.evicted) == (0, 2)
+        let_go([*held, other])
     assert recorder.asked == ["p"]
+
+
+async def test_a_connection_waiting_its_turn_is_closed_when_the_turn_does_not_come(
+    pki: Pki,
+) -> None:
+    server = webhook(pki, handshake_timeout=0.5, header_timeout=PATIENT, max_connections_per_peer=1)
+    async with running(server):
+        (first,) = await hold_idle(server, ["127.0.0.2"], 1)
+        (second,) = await hold_idle(server, ["127.0.0.2"], 1)
+        assert server.guard.waiting("127.0.0.2") == 1
+        assert await closed(first[0]) and await closed(second[0])
+        await eventually(lambda: not server.guard.open, what="both gone")
+        let_go([first, second])
+
+
+async def test_a_burst_of_the_api_servers_connections_beyond_an_addresss_share_is_answered(
+    pki: Pki,
+) -> None:
+    """The API server dials a burst of connections at once: beyond the share under way they
+    wait their turn, which comes as soon as its certificate vouches for the earlier ones."""
+    recorder = Recorder()
+    server = webhook(pki, max_connections_per_peer=2)
+    server.validators["pods"] = ("Pod", recorder)
+    async with running(server):
+        answers = await asyncio.gather(*(post(server, pki, pod_review(f"p{i}")) for i in range(12)))
+    assert answers == [200] * 12
+    assert sorted(recorder.asked) == sorted(f"p{i}" for i in range(12))
+    assert server.guard.refused == 0
 
 
 async def test_the_api_servers_connections_are_not_counted_against_its_address(
