@@ -61,9 +61,9 @@ MAX_CONNECTIONS alone."""
 
 
 HANDSHAKE_TIMEOUT = 5.0
-"""Seconds from a connection's arrival to the end of its TLS handshake (the API server's takes
-milliseconds; asyncio's default, 60 s, let a silent client hold a socket and its 256 KiB TLS
-buffer that long)."""
+"""Seconds a connection's TLS handshake may take, and a connection may wait its turn to begin it
+(MAX_CONNECTIONS_PER_PEER). The API server's takes milliseconds; asyncio's default, 60 s, let a
+silent client hold a socket and its 256 KiB TLS buffer that long."""
 
 
 KEEPALIVE_TIMEOUT = 60.0
@@ -267,7 +267,7 @@ class ConnectionGuard:
     - At most `max_per_peer` connections of one address under way (in their handshake or open)
       that no client certificate vouches for; its others wait their turn, unread, in order of
       arrival, for at most `handshake_timeout`.
-    - A handshake ends within `handshake_timeout` of arrival and the first request's headers
+    - A handshake ends within `handshake_timeout` of its start and the first request's headers
       arrive within `header_timeout` after it (aiohttp itself waits forever for them).
     - `vouch` (given when the webhook checks client certificates) decides, once the handshake
       ended, whether the connection's certificate vouches for it; the server marks a connection
@@ -303,7 +303,7 @@ class ConnectionGuard:
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self.refused = 0
-        """Newcomers closed on arrival (their address over its share, or no room at all)."""
+        """Newcomers closed on arrival: every connection taken, none of them evictable."""
         self.evicted = 0
         self.failed_handshakes = 0
         self.slow_headers = 0
