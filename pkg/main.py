@@ -213,9 +213,9 @@ def _add_webhook_endpoint_flags(hook: argparse.ArgumentParser) -> None:
     """Who may call the admission port, and where /metrics is served instead."""
     hook.add_argument(
         "--client-ca-file",
-        help="require a client certificate signed by this CA (PEM, reloaded on change) on "
-        "/validate/*: the one the API server presents to webhooks (docs/operations.md, "
-        '"Client authentication"); /healthz and /readyz stay open to probes without one',
+        help="require a client certificate signed by this CA (PEM, reloaded on change) at "
+        "the TLS handshake of --port: the one the API server presents to webhooks "
+        '(docs/operations.md, "Client authentication"); probes go to --metrics-port',
     )
     hook.add_argument(
         "--client-name",
@@ -230,7 +230,8 @@ def _add_webhook_endpoint_flags(hook: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=int,
         default=8081,
-        help="plain-HTTP port of /metrics, /healthz and /readyz (never served on --port)",
+        help="plain-HTTP port of /metrics (never served on --port), /healthz and /readyz "
+        "(the probes' port)",
     )
 
 

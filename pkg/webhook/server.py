@@ -11,11 +11,16 @@ validator gets HTTP 500, so the API server applies the webhook's failurePolicy, 
 endpoint in deploy/.
 
 Only the API server is meant to call /validate/*, and answers have side effects (reservation
-Leases, held waits), so with a client CA (ClientAuth) a request without a client certificate
-from that CA, or from a name not accepted, is refused before its body is read. Bodies are capped
-at MAX_BODY and at most MAX_ADMISSIONS are read and decided at once (AdmissionSlots), so the
-memory that requests can take is bounded. /metrics, which names every namespace, is served on a
-separate plain-HTTP port (`serve`'s metrics_address) meant to be reachable by monitoring only.
+Leases, held waits), so with a client CA (ClientAuth) a client without a certificate from that
+CA gets no connection past the TLS handshake, and a request from a name not accepted is refused
+before its body is read. Connections are counted from their arrival, per address and in all
+(ConnectionGuard): an address may hold only a few that no certificate vouches for, a newcomer
+finding all taken evicts such a connection rather than being refused, and a connection that
+carried no admission its client may send is closed after its answer. Bodies are capped at
+MAX_BODY and at most MAX_ADMISSIONS are read and decided at once (AdmissionSlots), so the memory
+that requests can take is bounded. /metrics, which names every namespace, and the kubelet's
+probes are served on a separate plain-HTTP port (`serve`'s metrics_address) that the chart's
+NetworkPolicy opens to monitoring only.
 
 Its collaborators, one concern each: caches.py (what the validators read), tls.py (certificates
 and the client check), connections.py (bounds on connections, bodies and admissions at once),
@@ -41,15 +46,18 @@ from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .caches import WebhookCaches
+from .clientgate import ClientGate
 from .connections import (
     ADMISSION_SLOT_WAIT,
     BODY_TIMEOUT,
     CLOSE_HEADERS,
+    HANDSHAKE_TIMEOUT,
     HEADER_TIMEOUT,
     KEEPALIVE_TIMEOUT,
     MAX_ADMISSIONS,
     MAX_BODY,
     MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_PEER,
     AdmissionSlots,
     ConnectionGuard,
 )
@@ -68,7 +76,7 @@ from .resources.pod.targets import (
 )
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm_start
-from .tls import CERT_RELOAD_INTERVAL, ClientAuth, RefusalLog, ReloadingTLS, common_name
+from .tls import CERT_RELOAD_INTERVAL, ClientAuth, ReloadingTLS
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +86,9 @@ the end without awaiting, so their decisions are serialized on the event loop.""
 
 
 class WebhookServer:
-    """Routes AdmissionReviews to validators; serves /healthz and /readyz too."""
+    """Routes AdmissionReviews to validators; serves /healthz and /readyz too (the kubelet's
+    probes use the metrics port's: with client certificates required, they could not connect
+    here)."""
 
     def __init__(
         self,
@@ -94,6 +104,8 @@ class WebhookServer:
         header_timeout: float = HEADER_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
         client_auth: ClientAuth | None = None,
         max_admissions: int = MAX_ADMISSIONS,
         admission_wait: float = ADMISSION_SLOT_WAIT,
@@ -103,8 +115,9 @@ class WebhookServer:
         reservations: LeaseReservations | None = None,
         live: LiveQuotas | None = None,
     ) -> None:
-        """With `client_auth` (which needs `tls`), /validate/* answers only the clients it
-        accepts, before reading their body; at most `max_admissions` bodies are read and decided
+        """With `client_auth` (which needs `tls`), only clients with a certificate from its CA
+        get past the handshake and /validate/* answers only the ones it accepts, before reading
+        their body; connections are bounded as ConnectionGuard says; at most `max_admissions` bodies are read and decided
         at once, the others wait up to `admission_wait` seconds and are then answered 429.
         `quota_changes` (WebhookCaches.quota_changes) wakes target pods waiting up to
         `target_room_wait` seconds for their room; without it they do not wait. With
@@ -113,15 +126,25 @@ class WebhookServer:
         (targets.live_quotas), a target pod that fits on the cached quota is judged once more on
         the quota as the API server has it now."""
         self.lookups = lookups
-        self.header_timeout, self.body_timeout = header_timeout, body_timeout
-        self.max_connections = max_connections
-        self._set_up_admission_gate(tls, client_auth, max_admissions, admission_wait, clock)
+        self.body_timeout = body_timeout
+        self.metrics = WebhookMetrics(registry)
+        self.gate = ClientGate(tls, client_auth, self.metrics, clock)
+        self.refusals = self.gate.refusals
+        self.slots = AdmissionSlots(max_admissions, admission_wait, clock)
+        self.guard = ConnectionGuard(
+            tls=tls.context if tls is not None else None,
+            vouch=self.gate.vouches if client_auth is not None else None,
+            header_timeout=header_timeout,
+            handshake_timeout=handshake_timeout,
+            max_connections=max_connections,
+            max_per_peer=max_connections_per_peer,
+            clock=clock,
+        )
         self.identities = identities or Identities()
         self.tls = tls
         self.host, self.port = host, port
         self._ready = ready
         self._clock = clock
-        self.metrics = WebhookMetrics(registry)
         self.reservations = reservations
         self.pods = PodAdmissions(
             lookups=lookups,
@@ -138,8 +161,6 @@ class WebhookServer:
         self.quota_changes = self.pods.quota_changes
         self._collector: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
-        self._server: asyncio.Server | None = None
-        self.guard = ConnectionGuard(None)
         self._reloader: asyncio.Task[None] | None = None
         self.validators: dict[str, tuple[str, Validator]] = {
             "namespaces": ("Namespace", lambda r: validate_namespace_update(r, self.lookups)),
@@ -154,12 +175,28 @@ class WebhookServer:
         """Endpoint -> (the kind it validates, "" for any; its validator)."""
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY)
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._close_unless_kept])
         for endpoint in self.validators:
             app.router.add_post(f"/validate/{endpoint}", self._handler(endpoint))
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         return app
+
+    @web.middleware
+    async def _close_unless_kept(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """A connection that carried no admission its client may send (a probe, a refused or
+        unknown request) is closed after its answer: only the API server's are kept alive."""
+        try:
+            response = await handler(request)
+        except web.HTTPException as error:  # aiohttp's own answers (404, 405) are raised
+            if not self.guard.kept_alive(request.transport):
+                error.force_close()
+            raise
+        if not self.guard.kept_alive(request.transport):
+            response.force_close()
+        return response
 
     async def _text(self, text: str, status: int = 200) -> web.Response:
         return web.Response(text=text, status=status)
@@ -172,28 +209,12 @@ class WebhookServer:
             await self._text("ok") if self._ready() else await self._text("caches not synced", 503)
         )
 
-    def _set_up_admission_gate(
-        self,
-        tls: ReloadingTLS | None,
-        client_auth: ClientAuth | None,
-        max_admissions: int,
-        admission_wait: float,
-        clock: Clock,
-    ) -> None:
-        """What stands between a request and its body: the client check and the slots."""
-        if client_auth is not None:
-            if tls is None:
-                raise ValueError("client certificates need TLS")
-            tls.verify_clients(client_auth.ca_file)
-        self.client_auth = client_auth
-        self.refusals = RefusalLog(clock)
-        self.slots = AdmissionSlots(max_admissions, admission_wait, clock)
-
     def _handler(self, endpoint: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(http: web.Request) -> web.StreamResponse:
-            refused = self._refuse_client(endpoint, http)
+            refused = self.gate.refuse(endpoint, http)
             if refused is not None:
                 return refused
+            self.guard.admit(http.transport)  # the API server's (or, without client_auth, anyone's)
             if http.content_length is not None and http.content_length > MAX_BODY:
                 self.metrics.requests.labels(endpoint, "too-large").inc()
                 return web.Response(
@@ -215,26 +236,6 @@ class WebhookServer:
                 self.slots.release()
 
         return handle
-
-    def _refuse_client(self, endpoint: str, http: web.Request) -> web.Response | None:
-        """The answer to a client `client_auth` does not accept (its body left unread, its
-        connection closed), logged without flooding; None for an accepted one."""
-        if self.client_auth is None:
-            return None
-        transport = http.transport
-        peercert = transport.get_extra_info("peercert") if transport is not None else None
-        refusal = self.client_auth.refusal(peercert)
-        if refusal is None:
-            return None
-        status, reason = refusal
-        self.metrics.requests.labels(
-            endpoint, "unauthenticated" if status == 401 else "forbidden"
-        ).inc()
-        peername = transport.get_extra_info("peername") if transport is not None else None
-        peer = f"{peername[0]}:{peername[1]}" if peername else "an unknown address"
-        subject = f" (certificate CN {common_name(peercert)!r})" if peercert else ""
-        self.refusals.refused(peer, f"{endpoint}: {reason}{subject}")
-        return web.Response(status=status, text=reason, headers=CLOSE_HEADERS)
 
     async def _answer(self, endpoint: str, http: web.Request) -> web.StreamResponse:
         """Reads the body (within body_timeout) and answers the review in it."""
@@ -269,17 +270,7 @@ class WebhookServer:
         )
         await self._runner.setup()
         assert self._runner.server is not None
-        self.guard = ConnectionGuard(
-            self._runner.server,
-            header_timeout=self.header_timeout,
-            max_connections=self.max_connections,
-        )
-        self._server = await asyncio.get_running_loop().create_server(
-            self.guard, self.host, self.port, ssl=self.tls.context if self.tls else None
-        )
-        sockets = list(self._server.sockets or ())
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        self.port = await self.guard.serve(self._runner.server, self.host, self.port)
         if self.tls is not None:
             self._reloader = asyncio.ensure_future(self._reload_loop())
         if self.reservations is not None:
@@ -310,11 +301,7 @@ class WebhookServer:
             self._reloader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reloader
-        if self._server is not None:
-            self._server.close()
-            self.guard.close_all()
-            await self._server.wait_closed()
-            self._server = None
+        await self.guard.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -1,5 +1,6 @@
 """The webhook's TLS: serving certificate and key re-read when they change on disk, and the
-client certificate check that lets only the API server call /validate/* (ClientAuth)."""
+client certificate check that lets only the API server connect and call /validate/*
+(ReloadingTLS.verify_clients, ClientAuth)."""
 
 from __future__ import annotations
 
@@ -46,10 +47,10 @@ class ReloadingTLS:
         self.reload()
 
     def verify_clients(self, ca_file: Path) -> None:
-        """From now on every client is asked for a certificate, and one it presents must verify
-        against `ca_file` (else the handshake fails); a client may still present none (kubelet's
-        probes), and the server decides what such a client may do. Raises if `ca_file` cannot be
-        loaded now; later changes to it are reloaded like the serving pair."""
+        """From now on every client must present a certificate that verifies against `ca_file`,
+        else its handshake fails: a client without one never holds a connection past the
+        handshake (the kubelet's probes go to the plain metrics port). Raises if `ca_file` cannot
+        be loaded now; later changes to it are reloaded like the serving pair."""
         self.client_ca_file = ca_file
         self._stamp = None
         self.reload()
@@ -102,7 +103,7 @@ class ReloadingTLS:
         context.load_cert_chain(self.cert_file, self.key_file)
         if self.client_ca_file is not None:
             context.load_verify_locations(cafile=str(self.client_ca_file))
-            context.verify_mode = ssl.CERT_OPTIONAL
+            context.verify_mode = ssl.CERT_REQUIRED
 
     def _hand_over(
         self, connection: ssl.SSLObject, _server_name: str | None, _context: ssl.SSLContext
@@ -114,19 +115,18 @@ class ReloadingTLS:
 @dataclass(frozen=True)
 class ClientAuth:
     """Who may ask for admissions: a client whose TLS handshake presented a certificate that
-    verified against `ca_file` (ReloadingTLS.verify_clients), with a subject common name among
-    `names` when names are given. The API server presents one when its AdmissionConfiguration
-    gives it a kubeconfig user for the webhook (docs/operations.md, "Client authentication"); no
-    tenant pod has its key.
-    /healthz and /readyz stay open to clients without a certificate (kubelet's probes)."""
+    verified against `ca_file` (ReloadingTLS.verify_clients: without one there is no
+    connection), with a subject common name among `names` when names are given. The API server
+    presents one when its AdmissionConfiguration gives it a kubeconfig user for the webhook
+    (docs/operations.md, "Client authentication"); no tenant pod has its key."""
 
     ca_file: Path
     names: frozenset[str] = frozenset()
 
     def refusal(self, peercert: Mapping[str, Any] | None) -> tuple[int, str] | None:
         """None if a client with this verified certificate (None: it presented none) may be
-        answered; else the HTTP status (401 without a certificate, 403 for a name not accepted)
-        and a short reason."""
+        answered; else the HTTP status (401 without a certificate, which the handshake already
+        refuses; 403 for a name not accepted) and a short reason."""
         if not peercert:
             return 401, "a client certificate is required"
         if self.names and common_name(peercert) not in self.names:
@@ -145,10 +145,17 @@ def common_name(peercert: Mapping[str, Any]) -> str:
 
 class RefusalLog:
     """Warns about refused clients without flooding the log: the first refusal at once, then at
-    most one line per `interval` seconds of `clock`, counting the refusals it did not log."""
+    most one line per `interval` seconds of `clock`, counting the refusals it did not log.
+    `what` names what is refused in the line ("an admission request", "a connection")."""
 
-    def __init__(self, clock: Clock, interval: float = REFUSAL_LOG_INTERVAL) -> None:
-        self._clock, self.interval = clock, interval
+    def __init__(
+        self,
+        clock: Clock,
+        interval: float = REFUSAL_LOG_INTERVAL,
+        *,
+        what: str = "an admission request",
+    ) -> None:
+        self._clock, self.interval, self.what = clock, interval, what
         self._last: float | None = None
         self.unlogged = 0
 
@@ -159,7 +166,8 @@ class RefusalLog:
             self.unlogged += 1
             return False
         log.warning(
-            "refused an admission request from %s: %s%s",
+            "refused %s from %s: %s%s",
+            self.what,
             peer,
             reason,
             f" ({self.unlogged} more refused since the last such line)" if self.unlogged else "",

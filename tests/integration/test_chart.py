@@ -262,6 +262,18 @@ def test_client_auth_and_the_api_servers_addresses_from_values() -> None:
     assert ("NetworkPolicy", "harvester-quota") not in rendered
 
 
+@pytest.mark.parametrize("client_auth", [False, True])
+def test_the_kubelet_probes_the_webhook_on_its_metrics_port_never_the_admission_port(
+    client_auth: bool,
+) -> None:
+    """With client authentication the admission port completes no handshake without the API
+    server's certificate, and a flood of it must not fail the liveness probe into a restart."""
+    values = {"clientAuth": {"required": True, "caConfigMap": "ca"}} if client_auth else {}
+    (container,) = webhook_pod(by_kind_and_name({"webhook": values}))["containers"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+
+
 def test_client_auth_required_without_a_ca_is_refused_by_the_chart() -> None:
     with pytest.raises(ClusterError, match=r"needs webhook\.clientAuth\.caConfigMap or caSecret"):
         render({"webhook": {"clientAuth": {"required": True}}})

@@ -11,6 +11,7 @@ body arrives: a body that is never sent cannot have been read.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -25,7 +26,12 @@ from harvester_quota.generic.clock import FakeClock
 from harvester_quota.main import _client_auth, build_parser
 from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 from harvester_quota.webhook.admission import Request
-from harvester_quota.webhook.connections import MAX_BODY, AdmissionSlots
+from harvester_quota.webhook.connections import (
+    MAX_BODY,
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_PEER,
+    AdmissionSlots,
+)
 from harvester_quota.webhook.metrics import METRICS_PORT, start_metrics_endpoint
 from harvester_quota.webhook.server import WebhookServer
 from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
@@ -191,8 +197,8 @@ def test_the_tls_context_asks_for_client_certificates_and_trusts_only_the_given_
     tls = ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
     assert tls.context.verify_mode == ssl.CERT_NONE, "no client CA: no client certificate asked"
     tls.verify_clients(pki.client_ca)
-    # Optional, not required: kubelet's probes present none; /validate/* refuses them itself.
-    assert tls.context.verify_mode == ssl.CERT_OPTIONAL
+    # Required: a client without one gets no connection (the kubelet probes the metrics port).
+    assert tls.context.verify_mode == ssl.CERT_REQUIRED
     trusted = [dict(rdn[0] for rdn in ca["subject"]) for ca in tls.context.get_ca_certs()]
     assert trusted == [{"commonName": "webhook-client-ca"}]
 
@@ -213,17 +219,19 @@ async def test_the_api_servers_certificate_is_answered(server: WebhookServer, pk
     assert recorder.asked == ["p1"]
 
 
-async def test_a_review_without_a_client_certificate_is_refused_401_before_its_body_is_read(
+async def test_a_client_without_a_certificate_gets_no_connection_past_the_handshake(
     server: WebhookServer, pki: Pki
 ) -> None:
-    """Only the headers are sent, announcing a body: the 401 comes at once (the server never
-    waited for the body, which would take the 60 s body timeout) and nothing is validated."""
+    """Its request never reaches HTTP: no answer, nothing validated, no slot taken, and the
+    guard holds nothing of it once the handshake failed."""
     recorder = Recorder()
     server.validators["pods"] = ("Pod", recorder)
     status = await status_of(server, pki, post_head("pods", 1024 * 1024), as_=None)
-    assert status == "HTTP/1.1 401 Unauthorized"
+    assert status == ""
+    await eventually(lambda: server.guard.failed_handshakes == 1, what="the handshake refused")
+    assert not server.guard.open
     assert recorder.asked == []
-    assert outcomes(server) == {"unauthenticated": 1}
+    assert outcomes(server) == {}
     assert server.slots.peak == 0, "a refused client never takes an admission slot"
 
 
@@ -256,24 +264,44 @@ async def test_a_client_certificate_with_another_name_is_refused_403(
 async def test_a_flood_of_refused_requests_logs_one_warning_naming_the_peer(
     server: WebhookServer, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="harvester_quota.webhook.server")
+    caplog.set_level(logging.WARNING, logger="harvester_quota.webhook")
     for _ in range(20):
-        assert await status_of(server, pki, post_head("pods", 10), as_=None) == (
-            "HTTP/1.1 401 Unauthorized"
+        assert await status_of(server, pki, post_head("pods", 10), as_="other-name") == (
+            "HTTP/1.1 403 Forbidden"
         )
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "refused an admission request from 127.0.0.1:" in warnings[0]
-    assert "pods: a client certificate is required" in warnings[0]
+    assert (
+        "pods: this client certificate is not accepted (certificate CN 'tenant-pod')"
+        in (warnings[0])
+    )
     assert server.refusals.unlogged == 19
 
 
+async def test_a_flood_of_handshakes_without_a_certificate_logs_one_warning_naming_the_peer(
+    server: WebhookServer, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="harvester_quota.webhook")
+    for _ in range(20):
+        assert await status_of(server, pki, post_head("pods", 10), as_=None) == ""
+    await eventually(lambda: server.guard.failed_handshakes == 20, what="20 handshakes refused")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "refused a connection from 127.0.0.1: TLS handshake failed:" in warnings[0]
+    assert "CERTIFICATE" in warnings[0]
+    assert server.guard.refusals.unlogged == 19
+
+
 @pytest.mark.parametrize("path", ["/healthz", "/readyz"])
-async def test_probes_without_a_client_certificate_are_answered(
+async def test_probes_without_a_client_certificate_get_no_answer_on_the_admission_port(
     server: WebhookServer, pki: Pki, path: str
 ) -> None:
+    """The kubelet probes the plain metrics port instead (the chart's probes; see
+    test_metrics_and_probes_are_served_on_the_plain_metrics_port)."""
     head = f"GET {path} HTTP/1.1\r\nHost: webhook\r\n\r\n".encode()
-    assert await status_of(server, pki, head, as_=None) == "HTTP/1.1 200 OK"
+    assert await status_of(server, pki, head, as_=None) == ""
+    assert await status_of(server, pki, head, as_="apiserver") == "HTTP/1.1 200 OK"
 
 
 async def test_metrics_are_not_served_on_the_admission_port(
@@ -281,7 +309,7 @@ async def test_metrics_are_not_served_on_the_admission_port(
 ) -> None:
     head = b"GET /metrics HTTP/1.1\r\nHost: webhook\r\n\r\n"
     assert await status_of(server, pki, head, as_="apiserver") == "HTTP/1.1 404 Not Found"
-    assert await status_of(server, pki, head, as_=None) == "HTTP/1.1 404 Not Found"
+    assert await status_of(server, pki, head, as_=None) == ""
 
 
 async def test_a_replaced_client_ca_is_trusted_no_more(tmp_path: Path, pki: Pki) -> None:
@@ -358,6 +386,294 @@ def test_max_body_fits_two_objects_at_etcds_limit_and_an_envelope() -> None:
     assert 2 * etcd_request_limit < MAX_BODY <= 2 * etcd_request_limit + 1024 * 1024
 
 
+# How many connections -------------------------------------------------------------------------
+
+ATTACKERS = [f"127.0.0.{n}" for n in range(2, 2 + MAX_CONNECTIONS // MAX_CONNECTIONS_PER_PEER)]
+"""Addresses enough to fill MAX_CONNECTIONS with MAX_CONNECTIONS_PER_PEER each (all of
+127.0.0.0/8 is loopback on Linux); the API server's calls come from 127.0.0.1."""
+
+
+def open_webhook(pki: Pki, **options: object) -> WebhookServer:
+    """A TLS server that checks no client certificate (the chart's default)."""
+    return WebhookServer(
+        FakeLookups(),
+        tls=ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key"),
+        host="127.0.0.1",
+        port=0,
+        registry=CollectorRegistry(),
+        body_timeout=PATIENT,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def connect(server: WebhookServer, source: str, tls: ssl.SSLContext | None = None) -> Stream:
+    """A connection from `source`; without `tls`, one that never begins its handshake."""
+    return await asyncio.open_connection("127.0.0.1", server.port, ssl=tls, local_addr=(source, 0))
+
+
+async def hold_idle(server: WebhookServer, sources: list[str], each: int) -> list[Stream]:
+    """`each` silent connections from every source, once the guard counts them all."""
+    before = len(server.guard.open)
+    held = [await connect(server, source) for source in sources for _ in range(each)]
+    await eventually(
+        lambda: len(server.guard.open) == before + len(held), what="the idle connections counted"
+    )
+    return held
+
+
+async def hold_probe(server: WebhookServer, pki: Pki, source: str, held: list[Stream]) -> bool:
+    """The reviewer's attack, one connection: a TLS client without a certificate asks for
+    /healthz and keeps its connection (added to `held`). True if it was answered 200."""
+    try:
+        stream = await connect(server, source, client_context(pki, None))
+        held.append(stream)
+        reader, writer = stream
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), ANSWER_WITHIN)
+    except (ConnectionError, ssl.SSLError):
+        return False
+    return line.startswith(b"HTTP/1.1 200")
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[str, dict[str, str]]:
+    """One whole HTTP answer: its status line and headers (lower-case names); its body read."""
+    status = (await asyncio.wait_for(reader.readline(), ANSWER_WITHIN)).decode().strip()
+    headers = {}
+    while (line := (await reader.readline()).decode().strip()) != "":
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    await reader.readexactly(int(headers.get("content-length", "0")))
+    return status, headers
+
+
+async def admission_on(stream: Stream, name: str) -> str:
+    """The status of a pod review sent on an open connection."""
+    reader, writer = stream
+    body = pod_review(name)
+    writer.write(post_head("pods", len(body)) + body)
+    await writer.drain()
+    return (await read_answer(reader))[0]
+
+
+async def closed(reader: asyncio.StreamReader) -> bool:
+    """Whether the server ends the connection within ANSWER_WITHIN (what it still sends
+    before, the rest of an answer, is read and dropped)."""
+    try:
+        await asyncio.wait_for(reader.read(), ANSWER_WITHIN)
+    except (ConnectionError, ssl.SSLError):
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def let_go(held: list[Stream]) -> None:
+    for _, writer in held:
+        writer.close()
+
+
+async def test_held_probes_without_a_certificate_do_not_lock_the_api_server_out(pki: Pki) -> None:
+    """The review's proof: MAX_CONNECTIONS TLS clients without a certificate each ask for
+    /healthz and keep their connection. Before, each was answered and kept alive, and the API
+    server's connection, one over the cap, was closed. Now none gets past its handshake."""
+    recorder = Recorder()
+    server = webhook(pki, handshake_timeout=PATIENT, header_timeout=PATIENT)
+    server.validators["pods"] = ("Pod", recorder)
+    async with running(server):
+        held: list[Stream] = []
+        per_address = MAX_CONNECTIONS // len(ATTACKERS)
+        answered = [
+            await hold_probe(server, pki, a, held) for a in ATTACKERS for _ in range(per_address)
+        ]
+        assert answered.count(True) == 0
+        await eventually(lambda: not server.guard.open, what="every attacker's connection gone")
+        assert await post(server, pki, pod_review("p")) == 200
+        let_go(held)
+    assert recorder.asked == ["p"]
+
+
+async def test_held_probes_without_client_authentication_do_not_lock_the_api_server_out(
+    pki: Pki,
+) -> None:
+    """The same attack on a webhook that checks no certificates (the chart's default): a
+    probe's connection is closed after its answer, so holding it holds nothing."""
+    recorder = Recorder()
+    server = open_webhook(pki, handshake_timeout=PATIENT, header_timeout=PATIENT)
+    server.validators["pods"] = ("Pod", recorder)
+    async with running(server):
+        held: list[Stream] = []
+        per_address = MAX_CONNECTIONS // len(ATTACKERS)
+        answered = [
+            await hold_probe(server, pki, a, held) for a in ATTACKERS for _ in range(per_address)
+        ]
+        assert answered.count(True) == MAX_CONNECTIONS
+        assert all([await closed(reader) for reader, _ in held])
+        assert await post(server, pki, pod_review("p"), as_=None) == 200
+        let_go(held)
+    assert recorder.asked == ["p"]
+
+
+async def test_with_every_connection_held_by_silent_clients_the_api_server_is_answered(
+    pki: Pki,
+) -> None:
+    """MAX_CONNECTIONS connections that never begin their handshake, from enough addresses to
+    fill the webhook within their share each: the API server's newcomer takes the place of the
+    oldest of them (one address holding the most) instead of being closed."""
+    recorder = Recorder()
+    server = webhook(pki, handshake_timeout=PATIENT, header_timeout=PATIENT)
+    server.validators["pods"] = ("Pod", recorder)
+    async with running(server):
+        held = await hold_idle(server, ATTACKERS, MAX_CONNECTIONS // len(ATTACKERS))
+        assert len(server.guard.open) == MAX_CONNECTIONS
+        assert await post(server, pki, pod_review("p")) == 200
+        assert server.guard.evicted == 1
+        assert await closed(held[0][0]), "the oldest connection of a fullest address went"
+        assert len(server.guard.open) <= MAX_CONNECTIONS
+        let_go(held)
+    assert recorder.asked == ["p"]
+    assert server.guard.refused == 0
+
+
+async def test_one_address_has_at_most_its_share_under_way_and_others_still_connect(
+    pki: Pki,
+) -> None:
+    """Four of its connections in their handshake, the others waiting their turn unread (no
+    TLS work, no buffer); when the webhook is full, a newcomer from another address evicts the
+    flooding address's oldest, and the API server is answered."""
+    recorder = Recorder()
+    server = webhook(
+        pki,
+        handshake_timeout=PATIENT,
+        header_timeout=PATIENT,
+        max_connections_per_peer=4,
+        max_connections=10,
+    )
+    server.validators["pods"] = ("Pod", recorder)
+    async with running(server):
+        held = await hold_idle(server, ["127.0.0.2"], 10)
+        assert (server.guard.unvouched("127.0.0.2"), server.guard.waiting("127.0.0.2")) == (4, 6)
+        other = await connect(server, "127.0.0.3")
+        assert await closed(held[0][0]), "the flooding address's oldest gave way"
+        await eventually(lambda: server.guard.unvouched("127.0.0.3") == 1, what="its newcomer")
+        assert await post(server, pki, pod_review("p")) == 200
+        assert (server.guard.refused, server.guard.evicted) == (0, 2)
+        let_go([*held, other])
+    assert recorder.asked == ["p"]
+
+
+async def test_a_connection_waiting_its_turn_is_closed_when_the_turn_does_not_come(
+    pki: Pki,
+) -> None:
+    server = webhook(pki, handshake_timeout=0.5, header_timeout=PATIENT, max_connections_per_peer=1)
+    async with running(server):
+        (first,) = await hold_idle(server, ["127.0.0.2"], 1)
+        (second,) = await hold_idle(server, ["127.0.0.2"], 1)
+        assert server.guard.waiting("127.0.0.2") == 1
+        assert await closed(first[0]) and await closed(second[0])
+        await eventually(lambda: not server.guard.open, what="both gone")
+        let_go([first, second])
+
+
+async def test_a_burst_of_the_api_servers_connections_beyond_an_addresss_share_is_answered(
+    pki: Pki,
+) -> None:
+    """The API server dials a burst of connections at once: beyond the share under way they
+    wait their turn, which comes as soon as its certificate vouches for the earlier ones."""
+    recorder = Recorder()
+    server = webhook(pki, max_connections_per_peer=2)
+    server.validators["pods"] = ("Pod", recorder)
+    async with running(server):
+        answers = await asyncio.gather(*(post(server, pki, pod_review(f"p{i}")) for i in range(12)))
+    assert answers == [200] * 12
+    assert sorted(recorder.asked) == sorted(f"p{i}" for i in range(12))
+    assert server.guard.refused == 0
+
+
+async def test_the_api_servers_connections_are_not_counted_against_its_address(
+    pki: Pki,
+) -> None:
+    """Its certificate vouches for its connections: it keeps more than an address's share
+    open (its pool, kept alive), and every one still answers."""
+    server = webhook(pki, max_connections_per_peer=2)
+    server.validators["pods"] = ("Pod", Recorder())
+    async with running(server):
+        pool = [
+            await connect(server, "127.0.0.1", client_context(pki, "apiserver")) for _ in range(4)
+        ]
+        assert [await admission_on(stream, f"p{i}") for i, stream in enumerate(pool)] == [
+            "HTTP/1.1 200 OK"
+        ] * 4
+        assert server.guard.unvouched("127.0.0.1") == 0
+        assert [await admission_on(stream, "again") for stream in pool] == ["HTTP/1.1 200 OK"] * 4
+        let_go(pool)
+
+
+async def test_vouched_connections_are_never_evicted_and_a_newcomer_is_closed_instead(
+    pki: Pki,
+) -> None:
+    server = webhook(pki, max_connections=2, handshake_timeout=PATIENT)
+    server.validators["pods"] = ("Pod", Recorder())
+    async with running(server):
+        pool = [
+            await connect(server, "127.0.0.1", client_context(pki, "apiserver")) for _ in range(2)
+        ]
+        assert [await admission_on(stream, "p") for stream in pool] == ["HTTP/1.1 200 OK"] * 2
+        newcomer = await connect(server, "127.0.0.2")
+        assert await closed(newcomer[0])
+        assert (server.guard.refused, server.guard.evicted) == (1, 0)
+        assert [await admission_on(stream, "q") for stream in pool] == ["HTTP/1.1 200 OK"] * 2
+        let_go([*pool, newcomer])
+
+
+async def test_a_newcomer_evicts_the_oldest_connection_of_the_address_holding_the_most(
+    pki: Pki,
+) -> None:
+    server = webhook(pki, max_connections=6, handshake_timeout=PATIENT)
+    async with running(server):
+        fullest = await hold_idle(server, ["127.0.0.2"], 4)
+        other = await hold_idle(server, ["127.0.0.3"], 2)
+        newcomer = await connect(server, "127.0.0.4")
+        assert await closed(fullest[0][0])
+        peers = collections.Counter(c.peer for c in server.guard.open)
+        assert peers == {"127.0.0.2": 3, "127.0.0.3": 2, "127.0.0.4": 1}
+        let_go([*fullest, *other, newcomer])
+
+
+async def test_only_a_connection_that_carried_an_admission_is_kept_alive(pki: Pki) -> None:
+    """Without client authentication (anyone may ask for admissions): a probe's connection is
+    closed after its answer, an admission's stays open for the next one."""
+    server = open_webhook(pki)
+    server.validators["pods"] = ("Pod", Recorder())
+    async with running(server):
+        probe = await connect(server, "127.0.0.2", client_context(pki, None))
+        probe[1].write(b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n")
+        status, headers = await read_answer(probe[0])
+        assert (status, headers.get("connection")) == ("HTTP/1.1 200 OK", "close")
+        assert await closed(probe[0])
+        unknown = await connect(server, "127.0.0.2", client_context(pki, None))
+        unknown[1].write(b"GET /nothing HTTP/1.1\r\nHost: webhook\r\n\r\n")
+        assert (await read_answer(unknown[0]))[0] == "HTTP/1.1 404 Not Found"
+        assert await closed(unknown[0])
+        admission = await connect(server, "127.0.0.3", client_context(pki, None))
+        assert await admission_on(admission, "first") == "HTTP/1.1 200 OK"
+        assert await admission_on(admission, "second") == "HTTP/1.1 200 OK"
+        let_go([probe, unknown, admission])
+
+
+async def test_a_silent_handshake_is_cut_off_after_the_handshake_timeout(pki: Pki) -> None:
+    server = webhook(pki, handshake_timeout=0.2)
+    async with running(server):
+        silent = await connect(server, "127.0.0.2")
+        assert await closed(silent[0])
+        await eventually(lambda: not server.guard.open, what="the silent connection forgotten")
+        assert server.guard.failed_handshakes == 1
+        let_go([silent])
+
+
 # How many at once ----------------------------------------------------------------------------
 
 
@@ -430,6 +746,8 @@ async def test_metrics_and_probes_are_served_on_the_plain_metrics_port() -> None
             async with session.get(f"{base}/metrics") as response:
                 assert response.status == 200
                 assert "# HELP" in await response.text()
+            async with session.get(f"{base}/healthz") as response:
+                assert response.status == 200
             async with session.get(f"{base}/readyz") as response:
                 assert response.status == 503
             ready = True

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
-from tests.unit.test_webhook import FakeLookups
+from tests.unit.test_webhook import FakeLookups, plain_pod, review
 
 SHORT = 0.5
 
@@ -79,11 +79,24 @@ async def test_a_body_trickling_in_is_answered_408_and_closed(server: WebhookSer
     writer.close()
 
 
-async def test_connections_beyond_the_cap_are_closed_on_arrival(server: WebhookServer) -> None:
+async def test_connections_beyond_the_cap_are_closed_on_arrival_if_none_may_be_evicted(
+    server: WebhookServer,
+) -> None:
+    """Four connections that each carried an admission (without client authentication, anyone's
+    may): none of them is evicted for a fifth, which is closed at once."""
+    body = review("Pod", plain_pod("p", "1", "1Gi"))
     held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(4)]
+    for reader, writer in held:
+        writer.write(
+            b"POST /validate/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.readline(), 10)).startswith(b"HTTP/1.1 200")
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     assert await closed_by_server(reader) == b""
-    assert server.guard.refused >= 1
+    assert (server.guard.refused, server.guard.evicted) == (1, 0)
     for _, other in (*held, (reader, writer)):
         other.close()
 

@@ -197,7 +197,9 @@ class Product:
         self.webhook = self._spawn("webhook", self._webhook_args(webhook_config, cert, key))
         self._session = aiohttp.ClientSession()
         await self._await_ready(f"http://127.0.0.1:{self.health_port}/readyz", "controller")
-        await self._await_ready(f"https://127.0.0.1:{self.webhook_port}/readyz", "webhook")
+        # Where the chart's probes ask: the admission port completes no handshake without the
+        # API server's client certificate.
+        await self._await_ready(f"http://127.0.0.1:{self.webhook_metrics_port}/readyz", "webhook")
         configuration = webhook_configuration(
             f"https://127.0.0.1:{self.webhook_port}",
             ca.cert_pem,
