@@ -9,7 +9,8 @@ binaries point ``HARVESTER_QUOTA_CLUSTER_BIN`` at them and never need Go.
 KubeVirt's virt-controller is built the same way, in a cache directory of its own keyed by the
 KubeVirt version (one wrapper module per supported version, ``gomod/kubevirt-v1-8-4`` for v1.8.4),
 so choosing another KubeVirt never rebuilds Kubernetes. Next to it lies ``kubevirt-crds.yaml``: the
-CRDs virt-operator installs for that version, printed by our ``crdgen`` from the same module.
+CRDs virt-operator installs for that version, printed by our ``crdgen`` (one source, ``gomod/crdgen``,
+copied into each version's module) from the same module.
 """
 
 from __future__ import annotations
@@ -66,13 +67,31 @@ _NETWORK_FAILURE = re.compile(
 
 @dataclass(frozen=True)
 class Component:
-    """One `go build` invocation: a wrapper module and the packages it turns into binaries."""
+    """One `go build` invocation: a wrapper module and the packages it turns into binaries.
+
+    ``shared`` names folders of GOMOD_DIR that the build copies into the module's copy under the
+    same name, beside what the module has there (crdgen: one source for every KubeVirt module).
+    """
 
     module_dir: str
     packages: tuple[str, ...]
     outputs: tuple[str, ...]
     ldflags: str
     tags: str = ""
+    shared: tuple[str, ...] = ()
+
+    def sources(self) -> dict[str, Path]:
+        """The files the build compiles from, by their path in the module's copy, sorted by it;
+        a shared file wins over a module file of the same path."""
+        found: dict[str, Path] = {}
+        roots = [(GOMOD_DIR / self.module_dir, "")] + [
+            (GOMOD_DIR / s, s + "/") for s in self.shared
+        ]
+        for root, prefix in roots:
+            for path in root.rglob("*"):
+                if path.is_file():
+                    found[prefix + path.relative_to(root).as_posix()] = path
+        return dict(sorted(found.items()))
 
 
 def _kube_ldflags() -> str:
@@ -218,12 +237,12 @@ def kubevirt_version(explicit: str | None = None) -> str:
 
 
 def kubevirt_cache_key(version: str) -> str:
-    """Names the cached virt-controller after the KubeVirt version and a digest of its wrapper
-    module (go.mod, go.sum, crdgen), so editing the module or the generator builds anew."""
-    module = GOMOD_DIR / kubevirt_module_name(version)
+    """Names the cached virt-controller after the KubeVirt version and a digest of what its build
+    compiles (the wrapper module's go.mod, go.sum and crdgen/, and the shared crdgen), so editing
+    the module or the generator builds anew."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in module.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(module).as_posix().encode() + b"\0")
+    for relative, path in kubevirt_component(version).sources().items():
+        digest.update(relative.encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return f"kubevirt-{version}_{digest.hexdigest()[:10]}"
 
@@ -270,6 +289,7 @@ def kubevirt_component(version: str) -> Component:
         packages=("kubevirt.io/kubevirt/cmd/virt-controller", "./crdgen"),
         outputs=(VIRT_CONTROLLER, "crdgen"),
         ldflags=_kubevirt_ldflags(version),
+        shared=("crdgen",),
     )
 
 
@@ -371,9 +391,12 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
 def _build_component(
     go: str, component: Component, workdir: Path, outdir: Path, log_path: Path
 ) -> None:
-    """Runs one `go build` in a private copy of the wrapper module, logging to ``log_path``."""
+    """Runs one `go build` in a private copy of the wrapper module (with its shared folders),
+    logging to ``log_path``."""
     module_copy = workdir / component.module_dir
-    shutil.copytree(GOMOD_DIR / component.module_dir, module_copy)
+    for relative, path in component.sources().items():
+        (module_copy / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, module_copy / relative)
     argv = [go, "build", "-trimpath", "-ldflags", component.ldflags, "-o"]
     # With one package, -o names the file; with several it must be a directory ending in '/'.
     if len(component.packages) == 1:
