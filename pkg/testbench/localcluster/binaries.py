@@ -435,6 +435,42 @@ def _print(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+@dataclass(frozen=True)
+class _Build:
+    """One build under way: the Go toolchain, a private source tree, the output folder, the log."""
+
+    go: str
+    workdir: Path
+    outdir: Path
+    log_path: Path
+
+    def compile(self, component: Component, what: str, progress: Callable[[str], None]) -> None:
+        """Builds ``component`` into ``outdir``, telling ``progress`` what and how long."""
+        started = time.monotonic()
+        progress(f"building {what} (once per machine; log: {self.log_path})")
+        _build_component(self.go, component, self.workdir, self.outdir, self.log_path)
+        progress(f"  done in {time.monotonic() - started:.0f}s")
+
+
+@contextlib.contextmanager
+def _building_into(target: Path, key: str, go: str) -> Iterator[_Build]:
+    """A build whose output folder becomes ``target`` (replacing it) only when the body returns;
+    it runs in a temporary folder beside ``target`` and logs to ``build-<key>.log`` in the cache,
+    so an interrupted build never leaves a half-populated folder that a later run would trust.
+    The caller holds the build lock."""
+    log_path = cache_root() / f"build-{key}.log"
+    log_path.write_text(f"building {key} with {go}\n")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
+        build = _Build(go, Path(tmp) / "src", Path(tmp) / "bin", log_path)
+        build.workdir.mkdir()
+        build.outdir.mkdir()
+        yield build
+        if target.exists():
+            shutil.rmtree(target)
+        build.outdir.rename(target)
+
+
 def build(
     progress: Callable[[str], None] = _print,
     *,
@@ -442,8 +478,7 @@ def build(
 ) -> Path:
     """Builds every binary into the cache unless it is already there; returns its directory.
 
-    The binaries are built in a temporary directory and moved into place whole, so an interrupted
-    build never leaves a half-populated cache that a later run would trust.
+    One build at a time per machine, moved into place whole when it succeeded (``_building_into``).
     """
     if os.environ.get(ENV_BIN_DIR):
         return resolve_bin_dir()
@@ -451,27 +486,12 @@ def build(
     if not force and not missing_binaries(target):
         return target
     go = find_go()
-    root = cache_root()
-    with _exclusive(root / "build.lock"):
+    with _exclusive(cache_root() / "build.lock"):
         if not force and not missing_binaries(target):
             return target
-        log_path = root / f"build-{cache_key()}.log"
-        log_path.write_text(f"building {cache_key()} with {go}\n")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
-            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
-            workdir.mkdir()
-            outdir.mkdir()
+        with _building_into(target, cache_key(), go) as building:
             for component in COMPONENTS:
-                started = time.monotonic()
-                progress(
-                    f"building {', '.join(component.outputs)} (once per machine; log: {log_path})"
-                )
-                _build_component(go, component, workdir, outdir, log_path)
-                progress(f"  done in {time.monotonic() - started:.0f}s")
-            if target.exists():
-                shutil.rmtree(target)
-            outdir.rename(target)
+                building.compile(component, ", ".join(component.outputs), progress)
     return target
 
 
@@ -491,29 +511,15 @@ def build_kubevirt(
             return resolve_kubevirt(version)
     target = KubeVirtBuild(version, kubevirt_dirs(version)[-1])
     go = find_go()
-    root = cache_root()
-    with _exclusive(root / "build.lock"):
+    with _exclusive(cache_root() / "build.lock"):
         if not force and not target.missing():
             return target
-        key = kubevirt_cache_key(version)
-        log_path = root / f"build-{key}.log"
-        log_path.write_text(f"building {key} with {go}\n")
-        target.directory.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="build-", dir=target.directory.parent) as tmp:
-            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
-            workdir.mkdir()
-            outdir.mkdir()
-            started = time.monotonic()
-            progress(
-                f"building KubeVirt {version} virt-controller (once per machine; log: {log_path})"
-            )
-            _build_component(go, kubevirt_component(version), workdir, outdir, log_path)
-            _generate_crds(outdir / "crdgen", outdir / KUBEVIRT_CRDS, log_path)
-            (outdir / "crdgen").unlink()
-            progress(f"  done in {time.monotonic() - started:.0f}s")
-            if target.directory.exists():
-                shutil.rmtree(target.directory)
-            outdir.rename(target.directory)
+        with _building_into(target.directory, kubevirt_cache_key(version), go) as building:
+            what = f"KubeVirt {version} virt-controller"
+            building.compile(kubevirt_component(version), what, progress)
+            crdgen = building.outdir / "crdgen"
+            _generate_crds(crdgen, building.outdir / KUBEVIRT_CRDS, building.log_path)
+            crdgen.unlink()
     return target
 
 
@@ -545,25 +551,12 @@ def build_helm(progress: Callable[[str], None] = _print, *, force: bool = False)
     if target.exists() and not force:
         return target
     go = find_go()
-    root = cache_root()
-    with _exclusive(root / "build.lock"):
+    with _exclusive(cache_root() / "build.lock"):
         if target.exists() and not force:
             return target
-        log_path = root / f"build-{helm_cache_key()}.log"
-        log_path.write_text(f"building {helm_cache_key()} with {go}\n")
-        target.parent.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent.parent) as tmp:
-            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
-            workdir.mkdir()
-            outdir.mkdir()
-            started = time.monotonic()
-            progress(f"building helm {HELM_VERSION} (once per machine; log: {log_path})")
+        with _building_into(target.parent, helm_cache_key(), go) as building:
             component = Component("helm", ("helm.sh/helm/v3/cmd/helm",), (HELM,), "-s -w")
-            _build_component(go, component, workdir, outdir, log_path)
-            progress(f"  done in {time.monotonic() - started:.0f}s")
-            if target.parent.exists():
-                shutil.rmtree(target.parent)
-            outdir.rename(target.parent)
+            building.compile(component, f"helm {HELM_VERSION}", progress)
     return target
 
 
