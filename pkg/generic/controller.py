@@ -145,11 +145,7 @@ class Controller:
             self.queue.add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
 
         self.informer.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: enqueue_object(obj),
-                on_update=lambda _old, new: enqueue_object(new),
-                on_delete=enqueue_object,
-            ),
+            ResourceEventHandler.of_latest(enqueue_object, enqueue_object),
             name=f"controller {self.name}",
         )
 

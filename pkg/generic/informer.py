@@ -68,6 +68,21 @@ class ResourceEventHandler:
     on_update: Callable[[Object, Object], HandlerResult] | None = None
     on_delete: Callable[[Object | Tombstone], HandlerResult] | None = None
 
+    @classmethod
+    def of_latest(
+        cls,
+        changed: Callable[[Object], HandlerResult],
+        deleted: Callable[[Object | Tombstone], HandlerResult] | None = None,
+    ) -> ResourceEventHandler:
+        """Handlers for a consumer that reads only the object as it is now: ``changed`` gets it on
+        every add (initial list or not) and update (the old object dropped); ``deleted`` gets the
+        deleted object or its Tombstone."""
+        return cls(
+            on_add=lambda obj, _initial: changed(obj),
+            on_update=lambda _old, new: changed(new),
+            on_delete=deleted,
+        )
+
 
 @dataclass(slots=True)
 class _Notification:

@@ -177,17 +177,11 @@ class VirtHandler:
                 self.queue.add(key_of(vmi))
 
         self.vmis.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: vmi_event(obj),
-                on_update=lambda _old, new: vmi_event(new),
-            ),
+            ResourceEventHandler.of_latest(vmi_event),
             name="virt-handler stand-in vmis",
         )
         self.migrations.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: self._migration_added(obj),
-                on_update=lambda _old, new: self._migration_added(new),
-            ),
+            ResourceEventHandler.of_latest(self._migration_added),
             name="virt-handler stand-in migrations",
         )
 

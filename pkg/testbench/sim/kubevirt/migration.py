@@ -171,19 +171,11 @@ class MigrationController:
             self.queue.add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
 
         self._view.migrations.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: migration_event(obj),
-                on_update=lambda _old, new: migration_event(new),
-                on_delete=migration_event,
-            ),
+            ResourceEventHandler.of_latest(migration_event, migration_event),
             name="sim virt-controller migrations",
         )
         self._view.pods.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: self._pod_changed(obj),
-                on_update=lambda _old, new: self._pod_changed(new),
-                on_delete=self._pod_deleted,
-            ),
+            ResourceEventHandler.of_latest(self._pod_changed, self._pod_deleted),
             name="sim virt-controller pods",
         )
         self._view.vmis.add_event_handler(
