@@ -196,13 +196,7 @@ class LeaderElector:
             "metadata": {"name": self.config.name, "namespace": self.config.namespace},
             "spec": self._spec(now_wall, acquire_time=now_wall, transitions=0),
         }
-        try:
-            created = await self._client.create(LEASES, lease)
-        except errors.ApiError as error:
-            log.info("creating lease %s failed: %s", self.config.name, error)
-            return False
-        self._observe(created)
-        return True
+        return await self._write("creating", self._client.create(LEASES, lease))
 
     async def _update(self, lease: Object, now_wall: datetime.datetime, *, took_over: bool) -> bool:
         spec = lease.get("spec") or {}
@@ -214,12 +208,17 @@ class LeaderElector:
                 now_wall, acquire_time=acquire, transitions=transitions, previous=spec
             ),
         }
+        return await self._write("updating", self._client.update(LEASES, lease))
+
+    async def _write(self, verb: str, write: Awaitable[Object]) -> bool:
+        """Awaits ``write`` of the lease: True with the written lease observed, or False (logged
+        as ``verb`` the lease failed) when the API server refused it or could not be reached."""
         try:
-            updated = await self._client.update(LEASES, lease)
+            written = await write
         except errors.ApiError as error:
-            log.info("updating lease %s failed: %s", self.config.name, error)
+            log.info("%s lease %s failed: %s", verb, self.config.name, error)
             return False
-        self._observe(updated)
+        self._observe(written)
         return True
 
     def _spec(
