@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from . import errors
 from .client import ApiClient, PatchType
-from .clock import REAL_CLOCK, Clock
+from .clock import REAL_CLOCK, Clock, wait_at_most
 from .informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
 from .resource import (
     EVENTS,
@@ -305,13 +305,10 @@ class Controller:
             return True
         waiter = _RunWaiter(runs, asyncio.get_running_loop().create_future())
         self._run_waiters.setdefault(key, []).append(waiter)
-        timer = asyncio.ensure_future(self.clock.sleep(seconds))
         try:
-            await asyncio.wait({waiter.ended, timer}, return_when=asyncio.FIRST_COMPLETED)
+            return await wait_at_most(self.clock, waiter.ended, seconds)
         finally:
-            timer.cancel()
             self._forget_waiter(key, waiter)
-        return waiter.ended.done()
 
     def _run_ended(self, key: str) -> None:
         for waiter in self._run_waiters.get(key, ()):

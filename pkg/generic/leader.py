@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from . import errors
 from .client import ApiClient
-from .clock import REAL_CLOCK, Clock
+from .clock import REAL_CLOCK, Clock, wait_at_most
 from .resource import LEASES, Object
 
 log = logging.getLogger(__name__)
@@ -154,11 +154,9 @@ class LeaderElector:
         if remaining <= 0:
             return False
         attempt = asyncio.ensure_future(self._try_acquire_or_renew())
-        timer = asyncio.ensure_future(self._clock.sleep(remaining))
         try:
-            await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
+            await wait_at_most(self._clock, attempt, remaining)
         finally:
-            timer.cancel()
             if not attempt.done():
                 attempt.cancel()
                 log.warning(
@@ -166,7 +164,7 @@ class LeaderElector:
                     self.config.identity,
                     self.config.name,
                 )
-            await asyncio.gather(attempt, timer, return_exceptions=True)
+            await asyncio.gather(attempt, return_exceptions=True)
         return attempt.done() and not attempt.cancelled() and attempt.result() is True
 
     # One attempt ----------------------------------------------------------------------------------
