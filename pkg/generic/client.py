@@ -96,6 +96,21 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return None
 
 
+@contextlib.contextmanager
+def _transport_errors(what: str, *, timed_out: str = "timed out") -> Iterator[None]:
+    """Turns aiohttp's transport failures into ApiErrors naming ``what`` ("GET /api/v1/pods"): a
+    refused connection into ConnectionRefused, any other failure or a timeout (said as
+    ``timed_out``) into ConnectionFailed."""
+    try:
+        yield
+    except aiohttp.ClientConnectorError as error:
+        raise errors.ConnectionRefused(f"{what}: {error}") from error
+    except aiohttp.ClientError as error:
+        raise errors.ConnectionFailed(f"{what}: {error}") from error
+    except TimeoutError as error:
+        raise errors.ConnectionFailed(f"{what}: {timed_out}") from error
+
+
 class ApiClient:
     """Async HTTP to one API server. Create it inside the event loop; close it when done."""
 
@@ -196,26 +211,22 @@ class ApiClient:
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """One request whose response the caller reads; transport failures become ApiErrors.
         Observers (add_request_observer) hear of it once the response headers are in."""
-        try:
-            with self._observed(method, path, params) as answered:
-                async with self.session.request(
-                    method,
-                    self.config.host + path,
-                    params=params,
-                    data=data,
-                    headers=self._headers(content_type if data is not None else None),
-                    timeout=aiohttp.ClientTimeout(
-                        total=request_timeout or self.timeout, sock_connect=CONNECT_TIMEOUT
-                    ),
-                ) as response:
-                    answered(response.status)
-                    yield response
-        except aiohttp.ClientConnectorError as error:
-            raise errors.ConnectionRefused(f"{method} {path}: {error}") from error
-        except aiohttp.ClientError as error:
-            raise errors.ConnectionFailed(f"{method} {path}: {error}") from error
-        except TimeoutError as error:
-            raise errors.ConnectionFailed(f"{method} {path}: timed out") from error
+        with (
+            _transport_errors(f"{method} {path}"),
+            self._observed(method, path, params) as answered,
+        ):
+            async with self.session.request(
+                method,
+                self.config.host + path,
+                params=params,
+                data=data,
+                headers=self._headers(content_type if data is not None else None),
+                timeout=aiohttp.ClientTimeout(
+                    total=request_timeout or self.timeout, sock_connect=CONNECT_TIMEOUT
+                ),
+            ) as response:
+                answered(response.status)
+                yield response
 
     async def request(
         self,
@@ -403,22 +414,18 @@ class ApiClient:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout
         )
-        try:
-            with self._observed("GET", path, params) as answered:
-                async with self.session.get(
-                    self.config.host + path, params=params, headers=self._headers(), timeout=timeout
-                ) as response:
-                    answered(response.status)
-                    if response.status >= 400:
-                        self._decode(response, await response.read(), "WATCH", path)
-                    async for line in _lines(response.content):
-                        yield decode_watch_line(line)
-        except aiohttp.ClientConnectorError as error:
-            raise errors.ConnectionRefused(f"WATCH {path}: {error}") from error
-        except aiohttp.ClientError as error:
-            raise errors.ConnectionFailed(f"WATCH {path}: {error}") from error
-        except TimeoutError as error:
-            raise errors.ConnectionFailed(f"WATCH {path}: no data for {read_timeout}s") from error
+        with (
+            _transport_errors(f"WATCH {path}", timed_out=f"no data for {read_timeout}s"),
+            self._observed("GET", path, params) as answered,
+        ):
+            async with self.session.get(
+                self.config.host + path, params=params, headers=self._headers(), timeout=timeout
+            ) as response:
+                answered(response.status)
+                if response.status >= 400:
+                    self._decode(response, await response.read(), "WATCH", path)
+                async for line in _lines(response.content):
+                    yield decode_watch_line(line)
 
     # Writes -------------------------------------------------------------------------------------
 

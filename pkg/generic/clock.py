@@ -13,7 +13,7 @@ import datetime
 import heapq
 import itertools
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -153,3 +153,15 @@ async def settle(rounds: int = 20) -> None:
     """Lets ready tasks run until the loop is quiet (a bounded number of scheduling rounds)."""
     for _ in range(rounds):
         await asyncio.sleep(0)
+
+
+async def wait_at_most(clock: Clock, task: asyncio.Future[Any], seconds: float) -> bool:
+    """Waits until ``task`` is done or ``seconds`` have passed on ``clock``, whichever comes first;
+    True if ``task`` is done. ``task`` is left as it is, running or done: cancelling it is the
+    caller's choice."""
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+    return task.done()

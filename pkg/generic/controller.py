@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from . import errors
 from .client import ApiClient, PatchType
-from .clock import REAL_CLOCK, Clock
+from .clock import REAL_CLOCK, Clock, wait_at_most
 from .informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
 from .resource import (
     EVENTS,
@@ -145,11 +145,7 @@ class Controller:
             self.queue.add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
 
         self.informer.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: enqueue_object(obj),
-                on_update=lambda _old, new: enqueue_object(new),
-                on_delete=enqueue_object,
-            ),
+            ResourceEventHandler.of_latest(enqueue_object, enqueue_object),
             name=f"controller {self.name}",
         )
 
@@ -309,13 +305,10 @@ class Controller:
             return True
         waiter = _RunWaiter(runs, asyncio.get_running_loop().create_future())
         self._run_waiters.setdefault(key, []).append(waiter)
-        timer = asyncio.ensure_future(self.clock.sleep(seconds))
         try:
-            await asyncio.wait({waiter.ended, timer}, return_when=asyncio.FIRST_COMPLETED)
+            return await wait_at_most(self.clock, waiter.ended, seconds)
         finally:
-            timer.cancel()
             self._forget_waiter(key, waiter)
-        return waiter.ended.done()
 
     def _run_ended(self, key: str) -> None:
         for waiter in self._run_waiters.get(key, ()):

@@ -17,6 +17,7 @@ every object.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import random
@@ -67,6 +68,21 @@ class ResourceEventHandler:
     on_add: Callable[[Object, bool], HandlerResult] | None = None
     on_update: Callable[[Object, Object], HandlerResult] | None = None
     on_delete: Callable[[Object | Tombstone], HandlerResult] | None = None
+
+    @classmethod
+    def of_latest(
+        cls,
+        changed: Callable[[Object], HandlerResult],
+        deleted: Callable[[Object | Tombstone], HandlerResult] | None = None,
+    ) -> ResourceEventHandler:
+        """Handlers for a consumer that reads only the object as it is now: ``changed`` gets it on
+        every add (initial list or not) and update (the old object dropped); ``deleted`` gets the
+        deleted object or its Tombstone."""
+        return cls(
+            on_add=lambda obj, _initial: changed(obj),
+            on_update=lambda _old, new: changed(new),
+            on_delete=deleted,
+        )
 
 
 @dataclass(slots=True)
@@ -385,11 +401,15 @@ class SharedInformerFactory:
         presence_period: float = PRESENCE_RECHECK_PERIOD,
     ) -> None:
         self.client = client
-        self._presence_period = presence_period
-        self._clock = clock
         self._namespace = namespace
-        self._resync_period = resync_period
-        self._inactivity_timeout = inactivity_timeout
+        self._new_informer = functools.partial(
+            SharedInformer,
+            clock=clock,
+            resync_period=resync_period,
+            inactivity_timeout=inactivity_timeout,
+            presence_period=presence_period,
+        )
+        """SharedInformer with this factory's settings for every informer."""
         self._informers: dict[InformerKey, SharedInformer] = {}
         self._started = False
 
@@ -417,17 +437,13 @@ class SharedInformerFactory:
             lister_watcher = ClientListerWatcher(
                 self.client, resource, key.namespace, label_selector, field_selector
             )
-            informer = SharedInformer(
+            informer = self._new_informer(
                 lister_watcher,
                 name=resource.name,
-                clock=self._clock,
                 transform=transform,
                 indexers=indexers,
                 codec=codec,
-                resync_period=self._resync_period,
-                inactivity_timeout=self._inactivity_timeout,
                 presence=self._presence_of(resource) if optional else None,
-                presence_period=self._presence_period,
             )
             self._informers[key] = informer
             if self._started:

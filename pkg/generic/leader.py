@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from . import errors
 from .client import ApiClient
-from .clock import REAL_CLOCK, Clock
+from .clock import REAL_CLOCK, Clock, wait_at_most
 from .resource import LEASES, Object
 
 log = logging.getLogger(__name__)
@@ -154,11 +154,9 @@ class LeaderElector:
         if remaining <= 0:
             return False
         attempt = asyncio.ensure_future(self._try_acquire_or_renew())
-        timer = asyncio.ensure_future(self._clock.sleep(remaining))
         try:
-            await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
+            await wait_at_most(self._clock, attempt, remaining)
         finally:
-            timer.cancel()
             if not attempt.done():
                 attempt.cancel()
                 log.warning(
@@ -166,7 +164,7 @@ class LeaderElector:
                     self.config.identity,
                     self.config.name,
                 )
-            await asyncio.gather(attempt, timer, return_exceptions=True)
+            await asyncio.gather(attempt, return_exceptions=True)
         return attempt.done() and not attempt.cancelled() and attempt.result() is True
 
     # One attempt ----------------------------------------------------------------------------------
@@ -196,13 +194,7 @@ class LeaderElector:
             "metadata": {"name": self.config.name, "namespace": self.config.namespace},
             "spec": self._spec(now_wall, acquire_time=now_wall, transitions=0),
         }
-        try:
-            created = await self._client.create(LEASES, lease)
-        except errors.ApiError as error:
-            log.info("creating lease %s failed: %s", self.config.name, error)
-            return False
-        self._observe(created)
-        return True
+        return await self._write("creating", self._client.create(LEASES, lease))
 
     async def _update(self, lease: Object, now_wall: datetime.datetime, *, took_over: bool) -> bool:
         spec = lease.get("spec") or {}
@@ -214,12 +206,17 @@ class LeaderElector:
                 now_wall, acquire_time=acquire, transitions=transitions, previous=spec
             ),
         }
+        return await self._write("updating", self._client.update(LEASES, lease))
+
+    async def _write(self, verb: str, write: Awaitable[Object]) -> bool:
+        """Awaits ``write`` of the lease: True with the written lease observed, or False (logged
+        as ``verb`` the lease failed) when the API server refused it or could not be reached."""
         try:
-            updated = await self._client.update(LEASES, lease)
+            written = await write
         except errors.ApiError as error:
-            log.info("updating lease %s failed: %s", self.config.name, error)
+            log.info("%s lease %s failed: %s", verb, self.config.name, error)
             return False
-        self._observe(updated)
+        self._observe(written)
         return True
 
     def _spec(

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from . import errors
 from .client import ApiClient, ListResult, WatchEvent, status_error
-from .clock import REAL_CLOCK, Clock
+from .clock import REAL_CLOCK, Clock, wait_at_most
 from .resource import Object, Resource
 
 log = logging.getLogger(__name__)
@@ -395,11 +395,7 @@ class Reflector:
                 if remaining <= 0:
                     consumer.cancel()
                     raise InactivityTimeout(self.name)
-                sleeper = asyncio.ensure_future(self._clock.sleep(remaining))
-                try:
-                    await asyncio.wait({consumer, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    sleeper.cancel()
+                await wait_at_most(self._clock, consumer, remaining)
             consumer.result()
         finally:
             if not consumer.done():

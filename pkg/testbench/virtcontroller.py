@@ -369,33 +369,19 @@ class VirtControllerDriver(KubeVirtDriver):
 
     def _register(self) -> None:
         self._migrations.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: self._migration_seen(obj),
-                on_update=lambda _old, new: self._migration_seen(new),
-                on_delete=self._migration_deleted,
-            ),
+            ResourceEventHandler.of_latest(self._migration_seen, self._migration_deleted),
             name="real kubevirt records: migrations",
         )
         self._pods.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: self._pod_seen(obj),
-                on_update=lambda _old, new: self._pod_seen(new),
-                on_delete=self._pod_deleted,
-            ),
+            ResourceEventHandler.of_latest(self._pod_seen, self._pod_deleted),
             name="real kubevirt records: pods",
         )
         self._vmis.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: self._vmi_seen(obj),
-                on_update=lambda _old, new: self._vmi_seen(new),
-            ),
+            ResourceEventHandler.of_latest(self._vmi_seen),
             name="real kubevirt records: vmis",
         )
         self._events.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: self._event_seen(obj),
-                on_update=lambda _old, new: self._event_seen(new),
-            ),
+            ResourceEventHandler.of_latest(self._event_seen),
             name="real kubevirt records: events",
         )
 

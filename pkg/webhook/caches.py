@@ -71,10 +71,7 @@ class WebhookCaches:
         self.quota_changes = QuotaChanges(clock)
         """Wakes target pods waiting for their room (pod/targets.py)."""
         self.quotas.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda quota, _initial: self._quota_changed(quota),
-                on_update=lambda _old, quota: self._quota_changed(quota),
-            ),
+            ResourceEventHandler.of_latest(self._quota_changed),
             name="target-room",
         )
 

@@ -331,3 +331,18 @@ async def test_a_relist_reports_no_update_for_an_object_whose_version_did_not_ch
         "the relist of version 4 is not a second update"
     )
     await shared.stop()
+
+
+def test_of_latest_hands_the_current_object_on_add_and_update_and_deletes_to_deleted() -> None:
+    changed: list[Object] = []
+    deleted: list[Object | Tombstone] = []
+    handler = ResourceEventHandler.of_latest(changed.append, deleted.append)
+    assert handler.on_add is not None and handler.on_update is not None
+    assert handler.on_delete is not None
+    handler.on_add(pod("a", "1"), True)
+    handler.on_update(pod("a", "1"), pod("a", "2"))
+    gone = Tombstone("ns/a", pod("a", "2"))
+    handler.on_delete(gone)
+    assert [p["metadata"]["resourceVersion"] for p in changed] == ["1", "2"]
+    assert deleted == [gone]
+    assert ResourceEventHandler.of_latest(changed.append).on_delete is None

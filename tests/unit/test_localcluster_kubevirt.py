@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -69,9 +71,13 @@ def test_cache_key_names_the_version_and_follows_the_module(
     shutil.copytree(binaries.GOMOD_DIR, copy)
     monkeypatch.setattr(binaries, "GOMOD_DIR", copy)
     before = binaries.kubevirt_cache_key("v1.8.4")
-    generators = copy / binaries.kubevirt_module_name("v1.8.4") / "crdgen" / "generators.go"
-    generators.write_text(generators.read_text() + "\n// edited\n")
-    assert binaries.kubevirt_cache_key("v1.8.4") != before
+    own = copy / binaries.kubevirt_module_name("v1.8.4") / "crdgen" / "version.go"
+    own.write_text(own.read_text() + "\n// edited\n")
+    after_own_edit = binaries.kubevirt_cache_key("v1.8.4")
+    assert after_own_edit != before
+    shared = copy / "crdgen" / "generators.go"
+    shared.write_text(shared.read_text() + "\n// edited\n")
+    assert binaries.kubevirt_cache_key("v1.8.4") != after_own_edit
 
 
 def _fake_build(directory: Path) -> None:
@@ -134,12 +140,39 @@ def test_wrapper_module_replaces_staging_with_the_published_modules(version: str
     assert (module / "go.sum").stat().st_size > 0
 
 
-def test_crdgen_differs_between_versions_only_in_its_generator_list() -> None:
-    mains = {
-        (binaries.GOMOD_DIR / binaries.kubevirt_module_name(v) / "crdgen" / "main.go").read_text()
-        for v in binaries.supported_kubevirt_versions()
-    }
-    assert len(mains) == 1
+@pytest.mark.parametrize("version", binaries.supported_kubevirt_versions())
+def test_crdgen_is_built_from_the_shared_source_plus_the_versions_own_list(version: str) -> None:
+    sources = binaries.kubevirt_component(version).sources()
+    module = binaries.GOMOD_DIR / binaries.kubevirt_module_name(version)
+    assert sources["crdgen/main.go"] == binaries.GOMOD_DIR / "crdgen" / "main.go"
+    assert sources["crdgen/generators.go"] == binaries.GOMOD_DIR / "crdgen" / "generators.go"
+    assert sources["crdgen/version.go"] == module / "crdgen" / "version.go"
+    assert "var versionGenerators" in sources["crdgen/version.go"].read_text()
+
+
+def test_build_compiles_the_module_with_the_shared_crdgen_copied_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled: list[str] = []
+
+    def fake_run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+        if argv[1:2] == ["build"]:
+            tree = Path(kwargs["cwd"])
+            compiled.extend(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+            outdir = Path(argv[argv.index("-o") + 1])
+            for name in (binaries.VIRT_CONTROLLER, "crdgen"):
+                (outdir / name).write_text("")
+        else:
+            kwargs["stdout"].write(b"kind: CustomResourceDefinition\n")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.delenv(binaries.ENV_BIN_DIR, raising=False)
+    monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path))
+    monkeypatch.setattr(binaries, "find_go", lambda: "go")
+    monkeypatch.setattr(binaries.subprocess, "run", fake_run)
+    built = binaries.build_kubevirt("v1.6.0", progress=lambda _: None)
+    assert sorted(compiled) == list(binaries.kubevirt_component("v1.6.0").sources())
+    assert built.crds.read_text() == "kind: CustomResourceDefinition\n"
 
 
 def _crd(name: str, group: str) -> dict[str, object]:

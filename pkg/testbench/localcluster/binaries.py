@@ -9,7 +9,8 @@ binaries point ``HARVESTER_QUOTA_CLUSTER_BIN`` at them and never need Go.
 KubeVirt's virt-controller is built the same way, in a cache directory of its own keyed by the
 KubeVirt version (one wrapper module per supported version, ``gomod/kubevirt-v1-8-4`` for v1.8.4),
 so choosing another KubeVirt never rebuilds Kubernetes. Next to it lies ``kubevirt-crds.yaml``: the
-CRDs virt-operator installs for that version, printed by our ``crdgen`` from the same module.
+CRDs virt-operator installs for that version, printed by our ``crdgen`` (one source, ``gomod/crdgen``,
+copied into each version's module) from the same module.
 """
 
 from __future__ import annotations
@@ -66,13 +67,31 @@ _NETWORK_FAILURE = re.compile(
 
 @dataclass(frozen=True)
 class Component:
-    """One `go build` invocation: a wrapper module and the packages it turns into binaries."""
+    """One `go build` invocation: a wrapper module and the packages it turns into binaries.
+
+    ``shared`` names folders of GOMOD_DIR that the build copies into the module's copy under the
+    same name, beside what the module has there (crdgen: one source for every KubeVirt module).
+    """
 
     module_dir: str
     packages: tuple[str, ...]
     outputs: tuple[str, ...]
     ldflags: str
     tags: str = ""
+    shared: tuple[str, ...] = ()
+
+    def sources(self) -> dict[str, Path]:
+        """The files the build compiles from, by their path in the module's copy, sorted by it;
+        a shared file wins over a module file of the same path."""
+        found: dict[str, Path] = {}
+        roots = [(GOMOD_DIR / self.module_dir, "")] + [
+            (GOMOD_DIR / s, s + "/") for s in self.shared
+        ]
+        for root, prefix in roots:
+            for path in root.rglob("*"):
+                if path.is_file():
+                    found[prefix + path.relative_to(root).as_posix()] = path
+        return dict(sorted(found.items()))
 
 
 def _kube_ldflags() -> str:
@@ -218,12 +237,12 @@ def kubevirt_version(explicit: str | None = None) -> str:
 
 
 def kubevirt_cache_key(version: str) -> str:
-    """Names the cached virt-controller after the KubeVirt version and a digest of its wrapper
-    module (go.mod, go.sum, crdgen), so editing the module or the generator builds anew."""
-    module = GOMOD_DIR / kubevirt_module_name(version)
+    """Names the cached virt-controller after the KubeVirt version and a digest of what its build
+    compiles (the wrapper module's go.mod, go.sum and crdgen/, and the shared crdgen), so editing
+    the module or the generator builds anew."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in module.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(module).as_posix().encode() + b"\0")
+    for relative, path in kubevirt_component(version).sources().items():
+        digest.update(relative.encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return f"kubevirt-{version}_{digest.hexdigest()[:10]}"
 
@@ -270,6 +289,7 @@ def kubevirt_component(version: str) -> Component:
         packages=("kubevirt.io/kubevirt/cmd/virt-controller", "./crdgen"),
         outputs=(VIRT_CONTROLLER, "crdgen"),
         ldflags=_kubevirt_ldflags(version),
+        shared=("crdgen",),
     )
 
 
@@ -371,9 +391,12 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
 def _build_component(
     go: str, component: Component, workdir: Path, outdir: Path, log_path: Path
 ) -> None:
-    """Runs one `go build` in a private copy of the wrapper module, logging to ``log_path``."""
+    """Runs one `go build` in a private copy of the wrapper module (with its shared folders),
+    logging to ``log_path``."""
     module_copy = workdir / component.module_dir
-    shutil.copytree(GOMOD_DIR / component.module_dir, module_copy)
+    for relative, path in component.sources().items():
+        (module_copy / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, module_copy / relative)
     argv = [go, "build", "-trimpath", "-ldflags", component.ldflags, "-o"]
     # With one package, -o names the file; with several it must be a directory ending in '/'.
     if len(component.packages) == 1:
@@ -412,6 +435,42 @@ def _print(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+@dataclass(frozen=True)
+class _Build:
+    """One build under way: the Go toolchain, a private source tree, the output folder, the log."""
+
+    go: str
+    workdir: Path
+    outdir: Path
+    log_path: Path
+
+    def compile(self, component: Component, what: str, progress: Callable[[str], None]) -> None:
+        """Builds ``component`` into ``outdir``, telling ``progress`` what and how long."""
+        started = time.monotonic()
+        progress(f"building {what} (once per machine; log: {self.log_path})")
+        _build_component(self.go, component, self.workdir, self.outdir, self.log_path)
+        progress(f"  done in {time.monotonic() - started:.0f}s")
+
+
+@contextlib.contextmanager
+def _building_into(target: Path, key: str, go: str) -> Iterator[_Build]:
+    """A build whose output folder becomes ``target`` (replacing it) only when the body returns;
+    it runs in a temporary folder beside ``target`` and logs to ``build-<key>.log`` in the cache,
+    so an interrupted build never leaves a half-populated folder that a later run would trust.
+    The caller holds the build lock."""
+    log_path = cache_root() / f"build-{key}.log"
+    log_path.write_text(f"building {key} with {go}\n")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
+        build = _Build(go, Path(tmp) / "src", Path(tmp) / "bin", log_path)
+        build.workdir.mkdir()
+        build.outdir.mkdir()
+        yield build
+        if target.exists():
+            shutil.rmtree(target)
+        build.outdir.rename(target)
+
+
 def build(
     progress: Callable[[str], None] = _print,
     *,
@@ -419,8 +478,7 @@ def build(
 ) -> Path:
     """Builds every binary into the cache unless it is already there; returns its directory.
 
-    The binaries are built in a temporary directory and moved into place whole, so an interrupted
-    build never leaves a half-populated cache that a later run would trust.
+    One build at a time per machine, moved into place whole when it succeeded (``_building_into``).
     """
     if os.environ.get(ENV_BIN_DIR):
         return resolve_bin_dir()
@@ -428,27 +486,12 @@ def build(
     if not force and not missing_binaries(target):
         return target
     go = find_go()
-    root = cache_root()
-    with _exclusive(root / "build.lock"):
+    with _exclusive(cache_root() / "build.lock"):
         if not force and not missing_binaries(target):
             return target
-        log_path = root / f"build-{cache_key()}.log"
-        log_path.write_text(f"building {cache_key()} with {go}\n")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent) as tmp:
-            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
-            workdir.mkdir()
-            outdir.mkdir()
+        with _building_into(target, cache_key(), go) as building:
             for component in COMPONENTS:
-                started = time.monotonic()
-                progress(
-                    f"building {', '.join(component.outputs)} (once per machine; log: {log_path})"
-                )
-                _build_component(go, component, workdir, outdir, log_path)
-                progress(f"  done in {time.monotonic() - started:.0f}s")
-            if target.exists():
-                shutil.rmtree(target)
-            outdir.rename(target)
+                building.compile(component, ", ".join(component.outputs), progress)
     return target
 
 
@@ -468,29 +511,15 @@ def build_kubevirt(
             return resolve_kubevirt(version)
     target = KubeVirtBuild(version, kubevirt_dirs(version)[-1])
     go = find_go()
-    root = cache_root()
-    with _exclusive(root / "build.lock"):
+    with _exclusive(cache_root() / "build.lock"):
         if not force and not target.missing():
             return target
-        key = kubevirt_cache_key(version)
-        log_path = root / f"build-{key}.log"
-        log_path.write_text(f"building {key} with {go}\n")
-        target.directory.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="build-", dir=target.directory.parent) as tmp:
-            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
-            workdir.mkdir()
-            outdir.mkdir()
-            started = time.monotonic()
-            progress(
-                f"building KubeVirt {version} virt-controller (once per machine; log: {log_path})"
-            )
-            _build_component(go, kubevirt_component(version), workdir, outdir, log_path)
-            _generate_crds(outdir / "crdgen", outdir / KUBEVIRT_CRDS, log_path)
-            (outdir / "crdgen").unlink()
-            progress(f"  done in {time.monotonic() - started:.0f}s")
-            if target.directory.exists():
-                shutil.rmtree(target.directory)
-            outdir.rename(target.directory)
+        with _building_into(target.directory, kubevirt_cache_key(version), go) as building:
+            what = f"KubeVirt {version} virt-controller"
+            building.compile(kubevirt_component(version), what, progress)
+            crdgen = building.outdir / "crdgen"
+            _generate_crds(crdgen, building.outdir / KUBEVIRT_CRDS, building.log_path)
+            crdgen.unlink()
     return target
 
 
@@ -522,25 +551,12 @@ def build_helm(progress: Callable[[str], None] = _print, *, force: bool = False)
     if target.exists() and not force:
         return target
     go = find_go()
-    root = cache_root()
-    with _exclusive(root / "build.lock"):
+    with _exclusive(cache_root() / "build.lock"):
         if target.exists() and not force:
             return target
-        log_path = root / f"build-{helm_cache_key()}.log"
-        log_path.write_text(f"building {helm_cache_key()} with {go}\n")
-        target.parent.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent.parent) as tmp:
-            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
-            workdir.mkdir()
-            outdir.mkdir()
-            started = time.monotonic()
-            progress(f"building helm {HELM_VERSION} (once per machine; log: {log_path})")
+        with _building_into(target.parent, helm_cache_key(), go) as building:
             component = Component("helm", ("helm.sh/helm/v3/cmd/helm",), (HELM,), "-s -w")
-            _build_component(go, component, workdir, outdir, log_path)
-            progress(f"  done in {time.monotonic() - started:.0f}s")
-            if target.parent.exists():
-                shutil.rmtree(target.parent)
-            outdir.rename(target.parent)
+            building.compile(component, f"helm {HELM_VERSION}", progress)
     return target
 
 

@@ -76,6 +76,60 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+_KEY_USAGE_FLAGS = (
+    "digital_signature",
+    "content_commitment",
+    "key_encipherment",
+    "data_encipherment",
+    "key_agreement",
+    "key_cert_sign",
+    "crl_sign",
+    "encipher_only",
+    "decipher_only",
+)
+
+
+def key_usage(*allowed: str) -> x509.KeyUsage:
+    """A KeyUsage that allows exactly ``allowed`` (KeyUsage's flag names), as Go ORs its flags."""
+    unknown = set(allowed) - set(_KEY_USAGE_FLAGS)
+    if unknown:
+        raise ValueError(f"unknown key usage flags: {sorted(unknown)}")
+    return x509.KeyUsage(**{flag: flag in allowed for flag in _KEY_USAGE_FLAGS})
+
+
+CA_KEY_USAGE = key_usage("digital_signature", "key_cert_sign", "crl_sign")
+LEAF_KEY_USAGE = key_usage("digital_signature", "key_encipherment")
+
+
+def _certificate(
+    subject: x509.Name,
+    issuer: x509.Name,
+    public_key: rsa.RSAPublicKey,
+    issuer_key: rsa.RSAPrivateKey,
+    validity: datetime.timedelta,
+    *,
+    ca: bool,
+) -> x509.CertificateBuilder:
+    """What every certificate here carries: a random serial, a validity back-dated by BACKDATE,
+    basic constraints, key usage (CA_KEY_USAGE or LEAF_KEY_USAGE) and both key identifiers."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(_now() - BACKDATE)
+        .not_valid_after(_now() + validity)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(CA_KEY_USAGE if ca else LEAF_KEY_USAGE, critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+            critical=False,
+        )
+    )
+
+
 @dataclass(frozen=True)
 class CertificateAuthority:
     """The CA of one local cluster; it signs leaves with `issue`."""
@@ -87,36 +141,8 @@ class CertificateAuthority:
     def create(cls, common_name: str = "harvester-quota-local-ca") -> CertificateAuthority:
         key = _new_key()
         name = _name(common_name)
-        ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(_now() - BACKDATE)
-            .not_valid_after(_now() + 10 * VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(ski, critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False
-            )
-            .sign(key, hashes.SHA256())
-        )
+        builder = _certificate(name, name, key.public_key(), key, 10 * VALIDITY, ca=True)
+        cert = builder.sign(key, hashes.SHA256())
         return cls(cert=cert, key=key)
 
     @classmethod
@@ -158,38 +184,14 @@ class CertificateAuthority:
         usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
             [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
         )
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(common_name, organizations))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(_now() - BACKDATE)
-            .not_valid_after(_now() + validity)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=True,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
-                critical=False,
-            )
-        )
+        builder = _certificate(
+            _name(common_name, organizations),
+            self.cert.subject,
+            key.public_key(),
+            self.key,
+            validity,
+            ca=False,
+        ).add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         if dns_names or ip_addresses:
             sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
             sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]

@@ -50,11 +50,7 @@ class QuotaWatch:
         self._appeared: dict[tuple[str, str], list[float]] = {}
         """(namespace, VM) -> monotonic times its room annotation appeared, oldest first."""
         self._quotas.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: self._seen(obj),
-                on_update=lambda _old, new: self._seen(new),
-                on_delete=self._gone,
-            ),
+            ResourceEventHandler.of_latest(self._seen, self._gone),
             name="scale run: quota rooms",
         )
 

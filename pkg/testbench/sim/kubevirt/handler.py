@@ -50,7 +50,7 @@ from .objects import (
     status,
     timestamp,
 )
-from .phases import FINAL, Phase
+from .phases import FINAL, Phase, StepTimings
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ DurationSource = Callable[[str, str], "float | None"]
 
 
 @dataclass(frozen=True)
-class HandlerTimings:
+class HandlerTimings(StepTimings):
     """Seconds each node-side step takes (fast defaults for tests; `like_v121_seed` for the
     seed's pace)."""
 
@@ -80,11 +80,6 @@ class HandlerTimings:
     """A failed or aborted migration until the target virt-launcher exits (its pod Failed)."""
     abort: float = 0.1
     """abortRequested until the source reports the abort done."""
-
-    def __post_init__(self) -> None:
-        for name, value in vars(self).items():
-            if value < 0:
-                raise ValueError(f"HandlerTimings.{name} must be >= 0, not {value!r}")
 
     @classmethod
     def like_v121_seed(cls) -> HandlerTimings:
@@ -182,17 +177,11 @@ class VirtHandler:
                 self.queue.add(key_of(vmi))
 
         self.vmis.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: vmi_event(obj),
-                on_update=lambda _old, new: vmi_event(new),
-            ),
+            ResourceEventHandler.of_latest(vmi_event),
             name="virt-handler stand-in vmis",
         )
         self.migrations.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: self._migration_added(obj),
-                on_update=lambda _old, new: self._migration_added(new),
-            ),
+            ResourceEventHandler.of_latest(self._migration_added),
             name="virt-handler stand-in migrations",
         )
 

@@ -171,19 +171,11 @@ class MigrationController:
             self.queue.add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
 
         self._view.migrations.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: migration_event(obj),
-                on_update=lambda _old, new: migration_event(new),
-                on_delete=migration_event,
-            ),
+            ResourceEventHandler.of_latest(migration_event, migration_event),
             name="sim virt-controller migrations",
         )
         self._view.pods.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: self._pod_changed(obj),
-                on_update=lambda _old, new: self._pod_changed(new),
-                on_delete=self._pod_deleted,
-            ),
+            ResourceEventHandler.of_latest(self._pod_changed, self._pod_deleted),
             name="sim virt-controller pods",
         )
         self._view.vmis.add_event_handler(
@@ -565,14 +557,8 @@ class MigrationController:
             return
         flight.record.note_refusal(message, Moment.now(self._clock))
         self._records.changed()
-        if self._config.quota_condition and not flight.has_condition(CONDITION_REJECTED_BY_QUOTA):
-            condition = {
-                "type": CONDITION_REJECTED_BY_QUOTA,
-                "status": "True",
-                "lastProbeTime": timestamp(self._clock.now()),
-                "lastTransitionTime": None,
-            }
-            await self._write_status(flight, conditions=[*flight.conditions, condition])
+        if self._config.quota_condition:
+            await self._add_condition(flight, CONDITION_REJECTED_BY_QUOTA)
 
     # The walk ---------------------------------------------------------------------------------
 
@@ -683,16 +669,22 @@ class MigrationController:
 
     # Abort, failure, the end ------------------------------------------------------------------
 
+    async def _add_condition(self, flight: Flight, condition_type: str) -> None:
+        """Adds a True condition of ``condition_type`` to the migration's status, as KubeVirt
+        writes it (probed now, no transition time), unless it has one of that type already."""
+        if flight.has_condition(condition_type):
+            return
+        condition = {
+            "type": condition_type,
+            "status": "True",
+            "lastProbeTime": timestamp(self._clock.now()),
+            "lastTransitionTime": None,
+        }
+        await self._write_status(flight, conditions=[*flight.conditions, condition])
+
     async def _cancel(self, flight: Flight, vmi: Object) -> float | None:
         """The migration is being deleted before it finished: abort it."""
-        if not flight.has_condition(CONDITION_ABORT_REQUESTED):
-            condition = {
-                "type": CONDITION_ABORT_REQUESTED,
-                "status": "True",
-                "lastProbeTime": timestamp(self._clock.now()),
-                "lastTransitionTime": None,
-            }
-            await self._write_status(flight, conditions=[*flight.conditions, condition])
+        await self._add_condition(flight, CONDITION_ABORT_REQUESTED)
         if flight.phase not in HANDED_OFF:
             reason = "migration canceled before hand-off"
             await self._finish(flight, Outcome.ABORTED, reason, target_linger=0.0)

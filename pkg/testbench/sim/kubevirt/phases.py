@@ -53,7 +53,17 @@ HANDED_OFF: Final = frozenset({Phase.PREPARING_TARGET, Phase.TARGET_READY, Phase
 
 
 @dataclass(frozen=True)
-class MigrationTimings:
+class StepTimings:
+    """Base of the dataclasses of step durations: every field must be >= 0, checked when built."""
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value < 0:
+                raise ValueError(f"{type(self).__name__}.{name} must be >= 0, not {value!r}")
+
+
+@dataclass(frozen=True)
+class MigrationTimings(StepTimings):
     """How long each step takes, in seconds of the simulator's clock (fast defaults for tests).
 
     - `scheduling`: Scheduling -> Scheduled once the target pod is ready (the launcher starting);
@@ -83,11 +93,6 @@ class MigrationTimings:
     target_pod_grace_seconds: int = 1
     limit_retry: float = 5.0
     active_pods_retry: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name, value in vars(self).items():
-            if value < 0:
-                raise ValueError(f"MigrationTimings.{name} must be >= 0, not {value!r}")
 
     @classmethod
     def like_v121_seed(cls) -> MigrationTimings:

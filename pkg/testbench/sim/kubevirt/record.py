@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ....generic.clock import REAL_CLOCK, Clock
+from ....generic.clock import REAL_CLOCK, Clock, wait_at_most
 from .phases import Phase
 
 MAX_REFUSAL_MESSAGES: Final = 20
@@ -205,12 +205,10 @@ class MigrationLog:
             if remaining <= 0:
                 return False
             waiter = asyncio.ensure_future(self._changed.wait())
-            sleeper = asyncio.ensure_future(self._clock.sleep(remaining))
             try:
-                await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+                await wait_at_most(self._clock, waiter, remaining)
             finally:
                 waiter.cancel()
-                sleeper.cancel()
         return True
 
     def summary(self) -> list[dict[str, Any]]:

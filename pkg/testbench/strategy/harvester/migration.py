@@ -31,7 +31,7 @@ import contextlib
 import copy
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ....generic import errors
@@ -238,6 +238,23 @@ class MigrationHandler:
             raise NamespaceNotFound(f"{caller}: failed to get vmi's namespace object {namespace}")
         return rqutils.annotations_of(found).get(CATTLE_ANNOTATION_RESOURCE_QUOTA, "")
 
+    def _first_default_quota(self, namespace: str) -> Object | None:
+        """The namespace's first default ResourceQuota (Go's ``rqs[0]``), or None."""
+        quotas = default_resource_quotas(self.cluster.resource_quotas(namespace))
+        return quotas[0] if quotas else None
+
+    def _managed_quota(
+        self, namespace: str, caller: str, managed: Callable[[Object, str], bool]
+    ) -> Object | None:
+        """The namespace's first default ResourceQuota if auto-scaling is on for it and
+        ``managed(rq, the namespace's resource-quota annotation)`` holds, else None; in Go's
+        order, so a namespace that is gone raises NamespaceNotFound (naming ``caller``) only when
+        there is such a quota."""
+        rq = self._first_default_quota(namespace)
+        if rq is None or rqutils.is_auto_scaling_disabled(rq):
+            return None
+        return rq if managed(rq, self._namespace_annotation(namespace, caller)) else None
+
     async def scale_resource_quota(self, vmi: Object) -> None:
         if not self.namespace_managed_by_resource_quota(_namespace(vmi)):
             return
@@ -255,14 +272,12 @@ class MigrationHandler:
                 _name(vmi),
             )
             return
-        quotas = default_resource_quotas(self.cluster.resource_quotas(namespace))
-        if not quotas:
-            return
-        rq = quotas[0]
-        if rqutils.is_auto_scaling_disabled(rq):
-            return
-        text = self._namespace_annotation(namespace, "scaleResourceQuotaWithVMI")
-        if not rqutils.is_resource_quota_managed_by_namespace_annotation(rq, text):
+        rq = self._managed_quota(
+            namespace,
+            "scaleResourceQuotaWithVMI",
+            rqutils.is_resource_quota_managed_by_namespace_annotation,
+        )
+        if rq is None:
             return
         to_update = copy.deepcopy(rq)
         if rqutils.contains_migrating_vm(to_update, _name(vmi), _uid(vmi)):
@@ -290,9 +305,7 @@ class MigrationHandler:
             await self.compensate_resource_quota_base(vmim, vmi)
             return
 
-    async def compensate_resource_quota_base(  # noqa: PLR0911 - Go's early returns, one by one
-        self, vmim: Object, vmi: Object
-    ) -> None:
+    async def compensate_resource_quota_base(self, vmim: Object, vmi: Object) -> None:
         namespace = _namespace(vmi)
         if _is_zero(vmi_limits(vmi), "memory"):
             log.warning(
@@ -303,16 +316,12 @@ class MigrationHandler:
                 _name(vmi),
             )
             return
-        quotas = default_resource_quotas(self.cluster.resource_quotas(namespace))
-        if not quotas:
-            return
-        rq = quotas[0]
-        if rqutils.is_auto_scaling_disabled(rq):
-            return
-        text = self._namespace_annotation(namespace, "compensateResourceQuotaBase")
-        if not rqutils.is_resource_quota_managed_by_namespace_annotation_with_memory_limits(
-            rq, text
-        ):
+        rq = self._managed_quota(
+            namespace,
+            "compensateResourceQuotaBase",
+            rqutils.is_resource_quota_managed_by_namespace_annotation_with_memory_limits,
+        )
+        if rq is None:
             return
         if not rqutils.contains_migrating_vm(rq, _name(vmi), _uid(vmi)):
             # Wait for the scale-up to reach the cache.
@@ -356,10 +365,10 @@ class MigrationHandler:
         """Removes the VM's keys from the first default quota and, if there was one, also the
         compensation ("no matter for which vmim") and sets the resync flag. The skip annotation is
         not consulted here, so that scaling added before it was set is still removed."""
-        quotas = default_resource_quotas(self.cluster.resource_quotas(_namespace(vmi)))
-        if not quotas:
+        rq = self._first_default_quota(_namespace(vmi))
+        if rq is None:
             return
-        to_update = copy.deepcopy(quotas[0])
+        to_update = copy.deepcopy(rq)
         if rqutils.delete_migrating_vm(to_update, _name(vmi), _uid(vmi)):
             rqutils.delete_migrating_compensation(to_update)
             rqutils.set_migrating_scaling_resync_needed(to_update)

@@ -45,7 +45,7 @@ from typing import Any, Literal
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....generic import errors
 from ....generic.client import ApiClient
-from ....generic.clock import Clock
+from ....generic.clock import Clock, wait_at_most
 from ....generic.meta import annotations_of, labels, metadata
 from ....generic.meta import name as name_of
 from ....generic.meta import namespace as namespace_of
@@ -112,18 +112,16 @@ class QuotaChanges:
         event = self._events.setdefault(namespace, asyncio.Event())
         self._waiters[namespace] += 1
         changed = asyncio.ensure_future(event.wait())
-        timer = asyncio.ensure_future(self._clock.sleep(seconds))
         try:
-            done, _ = await asyncio.wait({changed, timer}, return_when=asyncio.FIRST_COMPLETED)
+            came = await wait_at_most(self._clock, changed, seconds)
         finally:
             changed.cancel()
-            timer.cancel()
             self._waiters[namespace] -= 1
             if self._waiters[namespace] == 0:
                 del self._waiters[namespace]
                 if self._events.get(namespace) is event:
                     del self._events[namespace]
-        return changed in done
+        return came
 
 
 LIVE_READ_TIMEOUT = 2.0
@@ -246,12 +244,7 @@ async def _live_view(
     unread (the cached decision stands)."""
     namespace, name = namespace_of(cached), name_of(cached)
     reading = asyncio.ensure_future(live(namespace, name))
-    timer = asyncio.ensure_future(clock.sleep(LIVE_READ_TIMEOUT))
-    try:
-        await asyncio.wait({reading, timer}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        timer.cancel()
-    if not reading.done():
+    if not await wait_at_most(clock, reading, LIVE_READ_TIMEOUT):
         reading.cancel()
         log.debug("quota %s/%s not read live in time: the cache decides", namespace, name)
         return "unread"

@@ -3,8 +3,9 @@
 //
 // The local cluster installs them instead of hand-written CRDs when it runs KubeVirt's own
 // virt-controller, so the schemas (and the absence of a status subresource on
-// VirtualMachineInstances) are exactly those of that release. The list of generators is
-// version-specific and lives in generators.go; this file is the same in every kubevirt-* module.
+// VirtualMachineInstances) are exactly those of that release. This folder is shared: the build
+// copies it into each kubevirt-* wrapper module's crdgen/, beside the module's version.go, which
+// lists the CRDs that version adds to those of every supported version (generators.go).
 package main
 
 import (
@@ -20,8 +21,8 @@ import (
 // generate runs every generator and returns the CRDs sorted by name, so the output is stable.
 func generate() ([]*extv1.CustomResourceDefinition, error) {
 	crds := make([]*extv1.CustomResourceDefinition, 0, len(generators))
-	for _, generator := range generators {
-		crd, err := generator()
+	for _, newCRD := range generators {
+		crd, err := newCRD()
 		if err != nil {
 			return nil, err
 		}

@@ -5,9 +5,14 @@ import (
 	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/components"
 )
 
-// generators are the CRDs of KubeVirt v1.8.4: the ones virt-operator's install strategy creates,
-// plus the KubeVirt CRD itself, which its own deployment manifest installs.
-var generators = []func() (*extv1.CustomResourceDefinition, error){
+// generator builds one CRD from the kubevirt.io/kubevirt version the module requires.
+type generator = func() (*extv1.CustomResourceDefinition, error)
+
+// generators are the CRDs of the module's KubeVirt version: the ones virt-operator's install
+// strategy creates, plus the KubeVirt CRD itself, which its own deployment manifest installs.
+// The list below is what every supported version installs; versionGenerators (the module's own
+// crdgen/version.go) adds the ones its version brought.
+var generators = append([]generator{
 	components.NewKubeVirtCrd,
 	components.NewVirtualMachineInstanceCrd,
 	components.NewPresetCrd,
@@ -25,6 +30,4 @@ var generators = []func() (*extv1.CustomResourceDefinition, error){
 	components.NewVirtualMachineClusterPreferenceCrd,
 	components.NewVirtualMachineExportCrd,
 	components.NewVirtualMachineCloneCrd,
-	components.NewVirtualMachineBackupCrd,
-	components.NewVirtualMachineBackupTrackerCrd,
-}
+}, versionGenerators...)
