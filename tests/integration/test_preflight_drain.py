@@ -1,0 +1,327 @@
+"""`preflight drain` against what a real drain does: each test runs the preflight (the Python
+API, as `harvester-quota preflight drain kwok-node-0` would), then drains kwok-node-0 for real
+(cordon and KubeVirt's drain taint, so KubeVirt's own evacuation controller creates the
+migrations and its virt-controller creates, retries and finishes them) and compares, per VM, the
+predicted outcome with the observed one:
+
+- moved: the preflight lets it migrate; a migration of it Succeeded;
+- quota:<names>: blocked by those quotas; KubeVirt's target pod was refused naming them;
+- unschedulable: it fits on no node left; its target pod was left unscheduled by the scheduler;
+- stays: blocks the drain (LiveMigrate, not migratable); its migrations fail, it stays put.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.preflight import Plan, Strategy, VmVerdict, preflight, read
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
+from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
+from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.quantity import Quantity
+
+from tests.helpers import eventually
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_mtq import (
+    QUOTA,
+    Controllers,
+    controllers,
+    create_vmmrq,
+    tenant_quota,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["controllers"]  # the fixture
+
+NODE = "kwok-node-0"
+OUTCOME_TIMEOUT = 120.0
+"""How long the real drain may take to show every VM's outcome on a loaded 2-core machine."""
+_QUOTA_IN_REFUSAL = re.compile(r"exceeded quota: ([^,]+),")
+
+
+@pytest.fixture
+async def kubevirt(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str
+) -> AsyncIterator[VirtControllerDriver]:
+    driver = VirtControllerDriver(
+        kubevirt_api,
+        kubevirt_version=str(kubevirt_cluster.kubevirt_version),
+        namespaces=frozenset({kubevirt_namespace}),
+        timings=HandlerTimings(migration=0.3, source_shutdown=0.5, target_exit=0.5),
+        limits=ParallelLimits(5, 2),
+    )
+    async with driver:
+        yield driver
+
+
+async def predict(
+    api: ApiClient, namespace: str, strategy: Strategy, version: str
+) -> dict[str, str]:
+    state, _ = await read.read_cluster(api, kubevirt_version=version)
+    report = preflight(state, Plan("drain", [NODE], strategy))
+    return {vm.name: predicted(vm) for vm in report.vms if vm.namespace == namespace}
+
+
+def predicted(vm: VmVerdict) -> str:
+    causes = {b.cause for b in vm.blockers}
+    if "not-migratable" in causes:
+        return "stays"
+    if "quota" in causes:
+        names = {s.quota for b in vm.blockers for s in b.shortfalls}
+        return "quota:" + ",".join(sorted(names)) if names else "quota:project"
+    if "node-fit" in causes:
+        return "unschedulable"
+    return "moved" if vm.action == "migrate" else vm.action
+
+
+def _records(kubevirt: VirtControllerDriver, namespace: str, vm: str) -> list[MigrationRecord]:
+    return [r for r in kubevirt.records.all() if r.namespace == namespace and r.vmi == vm]
+
+
+def _refused_by(records: list[MigrationRecord]) -> str | None:
+    """'quota:<names>' for a VM whose target pods quota admission refused, else None."""
+    names = {q for r in records for m in r.refusal_messages for q in _QUOTA_IN_REFUSAL.findall(m)}
+    return "quota:" + ",".join(sorted(names)) if names else None
+
+
+async def observed(kubevirt: VirtControllerDriver, namespace: str, vm: str) -> str | None:
+    """What the real drain did to `vm` for good so far (moved, unschedulable, failed); None
+    while undecided. A refusal by quota is not final by itself: a raise may still admit the
+    next try (see `drained_outcomes`)."""
+    records = _records(kubevirt, namespace, vm)
+    if any(r.outcome is Outcome.SUCCEEDED for r in records):
+        return "moved"
+    for record in records:
+        if record.target_pod and await _unschedulable(
+            kubevirt.client, namespace, record.target_pod
+        ):
+            return "unschedulable"
+    if any(r.outcome is Outcome.FAILED for r in records):
+        return "stays"
+    return None
+
+
+async def _left_alone(kubevirt: VirtControllerDriver, namespace: str, vm: str) -> bool:
+    """KubeVirt's evacuation controller creates no migration for a LiveMigrate VMI that is not
+    migratable (its launcher's eviction is refused and the drain waits): once it has moved
+    another VM of the node (it syncs a node's VMIs together), none of `vm` and it still runs
+    there."""
+    if any(r.namespace == namespace and r.vmi == vm for r in kubevirt.records.all()):
+        return False
+    vmi = await kubevirt.client.get(VIRTUAL_MACHINE_INSTANCES, vm, namespace)
+    return bool(vmi["status"].get("nodeName") == NODE and vmi["status"].get("phase") == "Running")
+
+
+async def _unschedulable(api: ApiClient, namespace: str, pod_name: str) -> bool:
+    try:
+        pod = await api.get(PODS, pod_name, namespace)
+    except errors.NotFound:
+        return False
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+async def drained_outcomes(
+    kubevirt: VirtControllerDriver, namespace: str, vms: list[str]
+) -> dict[str, str]:
+    """Drains NODE for real and returns each VM's outcome once all are settled: moved,
+    unschedulable or failed as soon as seen; a VM KubeVirt never migrates ('stays') once another
+    VM of the node moved; refused by quota once every other VM is settled and KubeVirt's next
+    try after that was refused too (it retries on every quota change, so whatever raise the
+    controllers give has been tried). A drain where more than one VM ends refused is not
+    decided here: every case below has one."""
+    await kubevirt.drain(NODE)
+    outcomes: dict[str, str] = {}
+    refusals_when_settled: dict[str, int] = {}
+
+    async def decided() -> bool:
+        for vm in set(vms) - set(outcomes):
+            outcome = await observed(kubevirt, namespace, vm)
+            if outcome is not None:
+                outcomes[vm] = outcome
+        if "moved" in outcomes.values():
+            for vm in set(vms) - set(outcomes):
+                if await _left_alone(kubevirt, namespace, vm):
+                    outcomes[vm] = "stays"
+        waiting = set(vms) - set(outcomes)
+        refused = {vm: _refused_by(_records(kubevirt, namespace, vm)) for vm in waiting}
+        if len(waiting) == 1 and all(refused.values()):
+            for vm in waiting:
+                count = sum(r.refusals for r in _records(kubevirt, namespace, vm))
+                if vm not in refusals_when_settled:
+                    refusals_when_settled[vm] = count
+                elif count > refusals_when_settled[vm]:
+                    outcomes[vm] = str(refused[vm])
+        return len(outcomes) == len(vms)
+
+    try:
+        await eventually(decided, timeout=OUTCOME_TIMEOUT, what=f"the drain's outcome for {vms}")
+    except AssertionError as error:
+        records = [r.as_dict() for r in kubevirt.records.all() if r.namespace == namespace]
+        raise AssertionError(f"{error}; decided {outcomes}; migrations {records}") from None
+    return outcomes
+
+
+async def start(kubevirt: VirtControllerDriver, name: str, memory: str = "1Gi") -> Object:
+    """The VM running on NODE; returns its launcher pod."""
+    started = await kubevirt.create_vm(VMSpec(name, cores=1, memory=memory), node=NODE)
+    started.check()
+    assert started.node == NODE
+    return await kubevirt.client.get(PODS, str(started.pod), started.namespace)
+
+
+async def quota_used(api: ApiClient, namespace: str, name: str, key: str) -> Quantity | None:
+    """status.used[key] once the quota controller counted something there."""
+    quota = await api.get(RESOURCE_QUOTAS, name, namespace)
+    used = ((quota.get("status") or {}).get("used") or {}).get(key)
+    return Quantity.parse(used) if used and Quantity.parse(used).sign() > 0 else None
+
+
+async def compare(
+    kubevirt: VirtControllerDriver, namespace: str, strategy: Strategy, expected: dict[str, str]
+) -> None:
+    """The preflight's prediction is `expected`, and the real drain does exactly that."""
+    prediction = await predict(kubevirt.client, namespace, strategy, kubevirt.kubevirt_version)
+    assert prediction == expected
+    outcome = await drained_outcomes(kubevirt, namespace, sorted(expected))
+    print(f"\npreflight {strategy}: predicted {prediction}, observed {outcome}")
+    assert outcome == prediction
+
+
+async def test_an_unmanaged_second_quota_blocks_where_our_room_lets_the_managed_one_pass(
+    kubevirt_api: ApiClient,
+    kubevirt_namespace: str,
+    kubevirt: VirtControllerDriver,
+    controllers: Controllers,
+) -> None:
+    """Rancher's base (6Gi of limits.memory) needs our raise for either target pod; a team's own
+    quota on requests.memory has room for vm-small's target pod but not vm-big's."""
+    kv = KubeVirtByHand(kubevirt_api, kubevirt_namespace)
+    await kv.set_rancher_base({"limitsCpu": "20", "limitsMemory": "6Gi"})
+    await kv.create_quota({"limits.cpu": "20", "limits.memory": "6Gi"})
+    small = await start(kubevirt, "vm-small", "1Gi")
+    await start(kubevirt, "vm-big", "3Gi")
+    await tenant_quota(kv, {"requests.memory": "100Gi"})
+    key = "requests.memory"
+
+    async def both_counted() -> Quantity | None:
+        used = await quota_used(kubevirt_api, kubevirt_namespace, QUOTA, key)
+        return used if used is not None and used > pod_quota_usage(small)[key] else None
+
+    used = await eventually(both_counted, what="both launchers in the team quota")
+    room = used + pod_quota_usage(small)[key] + Quantity.parse("64Mi")
+    await kubevirt_api.patch(
+        RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: str(room)}}}, kubevirt_namespace
+    )
+    await eventually(
+        lambda: _hard_is(kubevirt_api, kubevirt_namespace, QUOTA, key, room),
+        what="the team quota's new hard in its status",
+    )
+    await controllers.start()
+    await compare(
+        kubevirt,
+        kubevirt_namespace,
+        "ours",
+        {"vm-small": "moved", "vm-big": f"quota:{QUOTA}"},
+    )
+
+
+async def _hard_is(api: ApiClient, namespace: str, name: str, key: str, value: Quantity) -> bool:
+    quota = await api.get(RESOURCE_QUOTAS, name, namespace)
+    hard = ((quota.get("status") or {}).get("hard") or {}).get(key)
+    return hard is not None and Quantity.parse(hard) == value
+
+
+async def test_a_vm_pinned_to_the_drained_node_fits_nowhere_and_its_target_stays_unscheduled(
+    kubevirt_namespace: str, kubevirt: VirtControllerDriver
+) -> None:
+    """vm-pinned selects kubernetes.io/hostname=kwok-node-0 (no node left has it); vm-free
+    moves."""
+    await start(kubevirt, "vm-free")
+    started = await kubevirt.create_vm(VMSpec("vm-pinned", cores=1, memory="1Gi"), running=False)
+    await kubevirt.client.patch(
+        VIRTUAL_MACHINES,
+        "vm-pinned",
+        {"spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": NODE}}}}},
+        started.namespace,
+    )
+    (await kubevirt.start_vm("vm-pinned")).check()
+    await compare(
+        kubevirt,
+        kubevirt_namespace,
+        "none",
+        {"vm-free": "moved", "vm-pinned": "unschedulable"},
+    )
+
+
+async def test_a_live_migrate_vm_that_is_not_migratable_stays_and_blocks_the_drain(
+    kubevirt_namespace: str, kubevirt: VirtControllerDriver
+) -> None:
+    """virt-handler reports vm-stuck not live-migratable (DisksNotLiveMigratable); vm-ok moves."""
+    await start(kubevirt, "vm-ok")
+    await start(kubevirt, "vm-stuck")
+    vmi = await kubevirt.client.get(VIRTUAL_MACHINE_INSTANCES, "vm-stuck", kubevirt_namespace)
+    conditions = [
+        {**c, "status": "False", "reason": "DisksNotLiveMigratable", "message": "RWO disk"}
+        if c.get("type") == "LiveMigratable"
+        else c
+        for c in vmi["status"]["conditions"]
+    ]
+    await kubevirt.client.patch(
+        VIRTUAL_MACHINE_INSTANCES,
+        "vm-stuck",
+        {
+            "metadata": {"resourceVersion": vmi["metadata"]["resourceVersion"]},
+            "status": {"conditions": conditions},
+        },
+        kubevirt_namespace,
+    )
+    await compare(kubevirt, kubevirt_namespace, "none", {"vm-ok": "moved", "vm-stuck": "stays"})
+
+
+async def test_an_mtq_budget_too_small_for_one_of_two_vms(
+    kubevirt_api: ApiClient,
+    kubevirt_namespace: str,
+    kubevirt: VirtControllerDriver,
+    controllers: Controllers,
+) -> None:
+    """A team quota full on requests.memory and a VMMRQ whose budget covers vm-small's target
+    pod, not vm-big's: MTQ mode releases one, the other stays refused."""
+    kv = KubeVirtByHand(kubevirt_api, kubevirt_namespace)
+    small = await start(kubevirt, "vm-small", "1Gi")
+    await start(kubevirt, "vm-big", "3Gi")
+    key = "requests.memory"
+    await tenant_quota(kv, {key: "100Gi"})
+
+    async def both_counted() -> Quantity | None:
+        used = await quota_used(kubevirt_api, kubevirt_namespace, QUOTA, key)
+        return used if used is not None and used > pod_quota_usage(small)[key] else None
+
+    used = await eventually(both_counted, what="both launchers in the team quota")
+    await kubevirt_api.patch(
+        RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: str(used)}}}, kubevirt_namespace
+    )
+    await eventually(
+        lambda: _hard_is(kubevirt_api, kubevirt_namespace, QUOTA, key, used),
+        what="the team quota full",
+    )
+    budget = pod_quota_usage(small)[key] + Quantity.parse("64Mi")
+    await create_vmmrq(kv, {key: str(budget)})
+    await controllers.start()
+    await compare(
+        kubevirt,
+        kubevirt_namespace,
+        "ours",
+        {"vm-small": "moved", "vm-big": f"quota:{QUOTA}"},
+    )
