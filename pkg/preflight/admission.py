@@ -115,6 +115,7 @@ def _constraint_blockers(
                     f"{', '.join(containers)} does not set it (quota admission refuses it "
                     "whatever the room)",
                     f"add a LimitRange that gives every container a default for {key}",
+                    quotas=[name(quota)],
                 )
             )
     return out
@@ -176,7 +177,7 @@ def _quota_blocker(
     given = (
         " with the strategy's room" if quota in rooms.raised else f" ({strategy} gives it no room)"
     )
-    return Blocker("quota", f"quota {quota}{given}: {keys}", fix, shortfalls)
+    return Blocker("quota", f"quota {quota}{given}: {keys}", fix, shortfalls, [quota])
 
 
 def _rooms(
@@ -223,11 +224,11 @@ def _our_rooms(context: NamespaceContext, usage: ResourceList) -> _Rooms:
             raised[key] = max(value, view.used.get(key, value * 0)) + usage[key]
     rooms = _Rooms(raised={name(quota): raised}, fix=_OUR_FIX)
     if base.source == RANCHER:
-        rooms.blockers.extend(_project_blockers(context, raised))
+        rooms.blockers.extend(_project_blockers(context, raised, name(quota)))
     return rooms
 
 
-def _project_blockers(context: NamespaceContext, raised: ResourceList) -> list[Blocker]:
+def _project_blockers(context: NamespaceContext, raised: ResourceList, quota: str) -> list[Blocker]:
     base_text = rancher_base_text(context.namespace)
     if base_text is None:
         return []
@@ -242,6 +243,7 @@ def _project_blockers(context: NamespaceContext, raised: ResourceList) -> list[B
             f"Rancher project {project}: {verdict.message} (the raise is held back, the target "
             "pod waits)",
             f"raise project {project}'s limit by {describe_shortfall(verdict.shortfall)}",
+            quotas=[quota],
         )
     ]
 

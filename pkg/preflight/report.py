@@ -42,6 +42,9 @@ class Blocker:
     message: str
     fix: str
     shortfalls: list[QuotaShortfall] = field(default_factory=list)
+    quotas: list[str] = field(default_factory=list)
+    """For a quota blocker, the quotas whose admission refuses the target pod (a raise the
+    Rancher project has no room for leaves the managed quota refusing it)."""
 
 
 @dataclass

@@ -13,13 +13,14 @@ predicted outcome with the observed one:
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object, Resource
 from harvester_quota.preflight import Plan, Strategy, VmVerdict, preflight, read
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
@@ -38,6 +39,9 @@ from tests.integration.test_mtq import (
     create_vmmrq,
     tenant_quota,
 )
+from tests.integration.test_rancher_protection import rancher_protected
+from tests.integration.test_sim_rancher import SEED_HARD, default_quotas, seed_project
+from tests.integration.test_strategy_harvester import new_strategy
 
 pytestmark = pytest.mark.integration
 __all__ = ["controllers"]  # the fixture
@@ -45,17 +49,39 @@ __all__ = ["controllers"]  # the fixture
 NODE = "kwok-node-0"
 OUTCOME_TIMEOUT = 120.0
 """How long the real drain may take to show every VM's outcome on a loaded 2-core machine."""
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 _QUOTA_IN_REFUSAL = re.compile(r"exceeded quota: ([^,]+),")
 
 
 @pytest.fixture
+async def other_namespace(kubevirt_api: ApiClient) -> AsyncIterator[str]:
+    """A second namespace, without quotas, for a VM that moves beside one that cannot."""
+    name = f"free-{uuid.uuid4().hex[:8]}"
+    await kubevirt_api.create(NAMESPACES, {"metadata": {"name": name}})
+
+    async def account() -> bool:
+        try:
+            await kubevirt_api.get(SERVICE_ACCOUNTS, "default", name)
+        except errors.NotFound:
+            return False
+        return True
+
+    await eventually(account, what=f"service account default in {name}")
+    yield name
+    await kubevirt_api.delete(NAMESPACES, name)
+
+
+@pytest.fixture
 async def kubevirt(
-    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kubevirt_namespace: str,
+    other_namespace: str,
 ) -> AsyncIterator[VirtControllerDriver]:
     driver = VirtControllerDriver(
         kubevirt_api,
         kubevirt_version=str(kubevirt_cluster.kubevirt_version),
-        namespaces=frozenset({kubevirt_namespace}),
+        namespaces=frozenset({kubevirt_namespace, other_namespace}),
         timings=HandlerTimings(migration=0.3, source_shutdown=0.5, target_exit=0.5),
         limits=ParallelLimits(5, 2),
     )
@@ -64,11 +90,11 @@ async def kubevirt(
 
 
 async def predict(
-    api: ApiClient, namespace: str, strategy: Strategy, version: str
+    api: ApiClient, namespaces: set[str], strategy: Strategy, version: str
 ) -> dict[str, str]:
     state, _ = await read.read_cluster(api, kubevirt_version=version)
     report = preflight(state, Plan("drain", [NODE], strategy))
-    return {vm.name: predicted(vm) for vm in report.vms if vm.namespace == namespace}
+    return {vm.key: predicted(vm) for vm in report.vms if vm.namespace in namespaces}
 
 
 def predicted(vm: VmVerdict) -> str:
@@ -76,15 +102,15 @@ def predicted(vm: VmVerdict) -> str:
     if "not-migratable" in causes:
         return "stays"
     if "quota" in causes:
-        names = {s.quota for b in vm.blockers for s in b.shortfalls}
-        return "quota:" + ",".join(sorted(names)) if names else "quota:project"
+        return "quota:" + ",".join(sorted({q for b in vm.blockers for q in b.quotas}))
     if "node-fit" in causes:
         return "unschedulable"
     return "moved" if vm.action == "migrate" else vm.action
 
 
-def _records(kubevirt: VirtControllerDriver, namespace: str, vm: str) -> list[MigrationRecord]:
-    return [r for r in kubevirt.records.all() if r.namespace == namespace and r.vmi == vm]
+def _records(kubevirt: VirtControllerDriver, key: str) -> list[MigrationRecord]:
+    """The migrations of the VMI `key` (namespace/name)."""
+    return [r for r in kubevirt.records.all() if f"{r.namespace}/{r.vmi}" == key]
 
 
 def _refused_by(records: list[MigrationRecord]) -> str | None:
@@ -93,16 +119,16 @@ def _refused_by(records: list[MigrationRecord]) -> str | None:
     return "quota:" + ",".join(sorted(names)) if names else None
 
 
-async def observed(kubevirt: VirtControllerDriver, namespace: str, vm: str) -> str | None:
+async def observed(kubevirt: VirtControllerDriver, key: str) -> str | None:
     """What the real drain did to `vm` for good so far (moved, unschedulable, failed); None
     while undecided. A refusal by quota is not final by itself: a raise may still admit the
     next try (see `drained_outcomes`)."""
-    records = _records(kubevirt, namespace, vm)
+    records = _records(kubevirt, key)
     if any(r.outcome is Outcome.SUCCEEDED for r in records):
         return "moved"
     for record in records:
         if record.target_pod and await _unschedulable(
-            kubevirt.client, namespace, record.target_pod
+            kubevirt.client, record.namespace, record.target_pod
         ):
             return "unschedulable"
     if any(r.outcome is Outcome.FAILED for r in records):
@@ -110,14 +136,15 @@ async def observed(kubevirt: VirtControllerDriver, namespace: str, vm: str) -> s
     return None
 
 
-async def _left_alone(kubevirt: VirtControllerDriver, namespace: str, vm: str) -> bool:
+async def _left_alone(kubevirt: VirtControllerDriver, key: str) -> bool:
     """KubeVirt's evacuation controller creates no migration for a LiveMigrate VMI that is not
     migratable (its launcher's eviction is refused and the drain waits): once it has moved
     another VM of the node (it syncs a node's VMIs together), none of `vm` and it still runs
     there."""
-    if any(r.namespace == namespace and r.vmi == vm for r in kubevirt.records.all()):
+    if _records(kubevirt, key):
         return False
-    vmi = await kubevirt.client.get(VIRTUAL_MACHINE_INSTANCES, vm, namespace)
+    namespace, name = key.split("/")
+    vmi = await kubevirt.client.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
     return bool(vmi["status"].get("nodeName") == NODE and vmi["status"].get("phase") == "Running")
 
 
@@ -132,9 +159,7 @@ async def _unschedulable(api: ApiClient, namespace: str, pod_name: str) -> bool:
     )
 
 
-async def drained_outcomes(
-    kubevirt: VirtControllerDriver, namespace: str, vms: list[str]
-) -> dict[str, str]:
+async def drained_outcomes(kubevirt: VirtControllerDriver, vms: list[str]) -> dict[str, str]:
     """Drains NODE for real and returns each VM's outcome once all are settled: moved,
     unschedulable or failed as soon as seen; a VM KubeVirt never migrates ('stays') once another
     VM of the node moved; refused by quota once every other VM is settled and KubeVirt's next
@@ -147,18 +172,18 @@ async def drained_outcomes(
 
     async def decided() -> bool:
         for vm in set(vms) - set(outcomes):
-            outcome = await observed(kubevirt, namespace, vm)
+            outcome = await observed(kubevirt, vm)
             if outcome is not None:
                 outcomes[vm] = outcome
         if "moved" in outcomes.values():
             for vm in set(vms) - set(outcomes):
-                if await _left_alone(kubevirt, namespace, vm):
+                if await _left_alone(kubevirt, vm):
                     outcomes[vm] = "stays"
         waiting = set(vms) - set(outcomes)
-        refused = {vm: _refused_by(_records(kubevirt, namespace, vm)) for vm in waiting}
+        refused = {vm: _refused_by(_records(kubevirt, vm)) for vm in waiting}
         if len(waiting) == 1 and all(refused.values()):
             for vm in waiting:
-                count = sum(r.refusals for r in _records(kubevirt, namespace, vm))
+                count = sum(r.refusals for r in _records(kubevirt, vm))
                 if vm not in refusals_when_settled:
                     refusals_when_settled[vm] = count
                 elif count > refusals_when_settled[vm]:
@@ -168,14 +193,22 @@ async def drained_outcomes(
     try:
         await eventually(decided, timeout=OUTCOME_TIMEOUT, what=f"the drain's outcome for {vms}")
     except AssertionError as error:
-        records = [r.as_dict() for r in kubevirt.records.all() if r.namespace == namespace]
+        records = [r.as_dict() for r in kubevirt.records.all()]
         raise AssertionError(f"{error}; decided {outcomes}; migrations {records}") from None
     return outcomes
 
 
-async def start(kubevirt: VirtControllerDriver, name: str, memory: str = "1Gi") -> Object:
+async def start(
+    kubevirt: VirtControllerDriver,
+    name: str,
+    memory: str = "1Gi",
+    *,
+    namespace: str,
+    cores: int = 1,
+) -> Object:
     """The VM running on NODE; returns its launcher pod."""
-    started = await kubevirt.create_vm(VMSpec(name, cores=1, memory=memory), node=NODE)
+    spec = VMSpec(name, cores=cores, memory=memory)
+    started = await kubevirt.create_vm(spec, namespace, node=NODE)
     started.check()
     assert started.node == NODE
     return await kubevirt.client.get(PODS, str(started.pod), started.namespace)
@@ -189,12 +222,14 @@ async def quota_used(api: ApiClient, namespace: str, name: str, key: str) -> Qua
 
 
 async def compare(
-    kubevirt: VirtControllerDriver, namespace: str, strategy: Strategy, expected: dict[str, str]
+    kubevirt: VirtControllerDriver, strategy: Strategy, expected: dict[str, str]
 ) -> None:
-    """The preflight's prediction is `expected`, and the real drain does exactly that."""
-    prediction = await predict(kubevirt.client, namespace, strategy, kubevirt.kubevirt_version)
+    """The preflight's prediction is `expected` (by VMI namespace/name), and the real drain
+    does exactly that."""
+    namespaces = {key.split("/")[0] for key in expected}
+    prediction = await predict(kubevirt.client, namespaces, strategy, kubevirt.kubevirt_version)
     assert prediction == expected
-    outcome = await drained_outcomes(kubevirt, namespace, sorted(expected))
+    outcome = await drained_outcomes(kubevirt, sorted(expected))
     print(f"\npreflight {strategy}: predicted {prediction}, observed {outcome}")
     assert outcome == prediction
 
@@ -210,8 +245,8 @@ async def test_an_unmanaged_second_quota_blocks_where_our_room_lets_the_managed_
     kv = KubeVirtByHand(kubevirt_api, kubevirt_namespace)
     await kv.set_rancher_base({"limitsCpu": "20", "limitsMemory": "6Gi"})
     await kv.create_quota({"limits.cpu": "20", "limits.memory": "6Gi"})
-    small = await start(kubevirt, "vm-small", "1Gi")
-    await start(kubevirt, "vm-big", "3Gi")
+    small = await start(kubevirt, "vm-small", "1Gi", namespace=kubevirt_namespace)
+    await start(kubevirt, "vm-big", "3Gi", namespace=kubevirt_namespace)
     await tenant_quota(kv, {"requests.memory": "100Gi"})
     key = "requests.memory"
 
@@ -229,12 +264,8 @@ async def test_an_unmanaged_second_quota_blocks_where_our_room_lets_the_managed_
         what="the team quota's new hard in its status",
     )
     await controllers.start()
-    await compare(
-        kubevirt,
-        kubevirt_namespace,
-        "ours",
-        {"vm-small": "moved", "vm-big": f"quota:{QUOTA}"},
-    )
+    ns = kubevirt_namespace
+    await compare(kubevirt, "ours", {f"{ns}/vm-small": "moved", f"{ns}/vm-big": f"quota:{QUOTA}"})
 
 
 async def _hard_is(api: ApiClient, namespace: str, name: str, key: str, value: Quantity) -> bool:
@@ -248,20 +279,24 @@ async def test_a_vm_pinned_to_the_drained_node_fits_nowhere_and_its_target_stays
 ) -> None:
     """vm-pinned selects kubernetes.io/hostname=kwok-node-0 (no node left has it); vm-free
     moves."""
-    await start(kubevirt, "vm-free")
-    started = await kubevirt.create_vm(VMSpec("vm-pinned", cores=1, memory="1Gi"), running=False)
+    await start(kubevirt, "vm-free", namespace=kubevirt_namespace)
+    started = await kubevirt.create_vm(
+        VMSpec("vm-pinned", cores=1, memory="1Gi"), kubevirt_namespace, running=False
+    )
     await kubevirt.client.patch(
         VIRTUAL_MACHINES,
         "vm-pinned",
         {"spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": NODE}}}}},
         started.namespace,
     )
-    (await kubevirt.start_vm("vm-pinned")).check()
+    (await kubevirt.start_vm("vm-pinned", kubevirt_namespace)).check()
     await compare(
         kubevirt,
-        kubevirt_namespace,
         "none",
-        {"vm-free": "moved", "vm-pinned": "unschedulable"},
+        {
+            f"{kubevirt_namespace}/vm-free": "moved",
+            f"{kubevirt_namespace}/vm-pinned": "unschedulable",
+        },
     )
 
 
@@ -269,8 +304,8 @@ async def test_a_live_migrate_vm_that_is_not_migratable_stays_and_blocks_the_dra
     kubevirt_namespace: str, kubevirt: VirtControllerDriver
 ) -> None:
     """virt-handler reports vm-stuck not live-migratable (DisksNotLiveMigratable); vm-ok moves."""
-    await start(kubevirt, "vm-ok")
-    await start(kubevirt, "vm-stuck")
+    await start(kubevirt, "vm-ok", namespace=kubevirt_namespace)
+    await start(kubevirt, "vm-stuck", namespace=kubevirt_namespace)
     vmi = await kubevirt.client.get(VIRTUAL_MACHINE_INSTANCES, "vm-stuck", kubevirt_namespace)
     conditions = [
         {**c, "status": "False", "reason": "DisksNotLiveMigratable", "message": "RWO disk"}
@@ -287,7 +322,11 @@ async def test_a_live_migrate_vm_that_is_not_migratable_stays_and_blocks_the_dra
         },
         kubevirt_namespace,
     )
-    await compare(kubevirt, kubevirt_namespace, "none", {"vm-ok": "moved", "vm-stuck": "stays"})
+    await compare(
+        kubevirt,
+        "none",
+        {f"{kubevirt_namespace}/vm-ok": "moved", f"{kubevirt_namespace}/vm-stuck": "stays"},
+    )
 
 
 async def test_an_mtq_budget_too_small_for_one_of_two_vms(
@@ -299,8 +338,8 @@ async def test_an_mtq_budget_too_small_for_one_of_two_vms(
     """A team quota full on requests.memory and a VMMRQ whose budget covers vm-small's target
     pod, not vm-big's: MTQ mode releases one, the other stays refused."""
     kv = KubeVirtByHand(kubevirt_api, kubevirt_namespace)
-    small = await start(kubevirt, "vm-small", "1Gi")
-    await start(kubevirt, "vm-big", "3Gi")
+    small = await start(kubevirt, "vm-small", "1Gi", namespace=kubevirt_namespace)
+    await start(kubevirt, "vm-big", "3Gi", namespace=kubevirt_namespace)
     key = "requests.memory"
     await tenant_quota(kv, {key: "100Gi"})
 
@@ -319,9 +358,57 @@ async def test_an_mtq_budget_too_small_for_one_of_two_vms(
     budget = pod_quota_usage(small)[key] + Quantity.parse("64Mi")
     await create_vmmrq(kv, {key: str(budget)})
     await controllers.start()
-    await compare(
-        kubevirt,
-        kubevirt_namespace,
-        "ours",
-        {"vm-small": "moved", "vm-big": f"quota:{QUOTA}"},
-    )
+    ns = kubevirt_namespace
+    await compare(kubevirt, "ours", {f"{ns}/vm-small": "moved", f"{ns}/vm-big": f"quota:{QUOTA}"})
+
+
+async def test_harvesters_strategy_where_the_sidecars_cpu_blocks(
+    kubevirt_api: ApiClient,
+    kubevirt_namespace: str,
+    other_namespace: str,
+    kubevirt: VirtControllerDriver,
+) -> None:
+    """Harvester's known failure 3: a namespace at 100 % of limits.cpu. Harvester raises
+    limits.cpu by the VMI's 1 core, the target pod needs 1015m (the guest-console-log sidecar's
+    15m): refused for good, where ours would raise by the whole pod. vm-free, in a namespace
+    without quota, moves."""
+    kv = KubeVirtByHand(kubevirt_api, kubevirt_namespace)
+    await kv.set_rancher_base({"limitsCpu": "1015m", "limitsMemory": "10Gi"})
+    quota = await kv.create_quota({"limits.cpu": "1015m", "limits.memory": "10Gi"})
+    await start(kubevirt, "vm-full", namespace=kubevirt_namespace)
+    await start(kubevirt, "vm-free", namespace=other_namespace)
+    harvester = new_strategy(kubevirt_api, kubevirt.kubevirt_version)
+    assert await harvester.start(sync_timeout=60)
+    try:
+        full, free = f"{kubevirt_namespace}/vm-full", f"{other_namespace}/vm-free"
+        ours = await predict(kubevirt_api, {kubevirt_namespace}, "ours", kubevirt.kubevirt_version)
+        assert ours == {full: "moved"}
+        name = quota["metadata"]["name"]
+        await compare(kubevirt, "harvester", {full: f"quota:{name}", free: "moved"})
+    finally:
+        await harvester.stop()
+
+
+async def test_a_rancher_project_without_room_on_the_protected_path(
+    *,
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kubevirt_namespace: str,
+    other_namespace: str,
+    kubevirt: VirtControllerDriver,
+    controllers: Controllers,
+) -> None:
+    """Rancher 2.15.2 protects the namespace's quota (3 CPU / 5000Mi, the v1.7.0 seed) and its
+    project's limit is that quota: our raise for vm1's target pod would not fit the project, so
+    it is held back and quota admission refuses the pod. vm-free, elsewhere, moves."""
+    project = seed_project(kubevirt_namespace, dict(SEED_HARD))
+    async with rancher_protected(kubevirt_api, kubevirt_cluster, kubevirt_namespace, project):
+        await start(kubevirt, "vm1", "4Gi", cores=2, namespace=kubevirt_namespace)
+        await start(kubevirt, "vm-free", namespace=other_namespace)
+        await controllers.start()
+        (quota,) = await default_quotas(kubevirt_api, kubevirt_namespace)
+        expected = {
+            f"{kubevirt_namespace}/vm1": f"quota:{quota['metadata']['name']}",
+            f"{other_namespace}/vm-free": "moved",
+        }
+        await compare(kubevirt, "ours", expected)
