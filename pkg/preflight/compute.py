@@ -281,7 +281,8 @@ def _judge_target(
             Blocker(
                 "node-fit",
                 f"its target pod fits on no node left ({figures})",
-                "free or add capacity on a node it may use, or drain fewer nodes at once",
+                "free capacity on a node left that it may use, or let it use another (labels, "
+                "taints, its selectors), or drain fewer nodes at once",
             )
         )
         return
