@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LAUNCHER
 from ..apis.mtq import Vmmrq, VmmrqError, decode_vmmrq
 from ..config.kubevirt import settings_from
 from ..generic.meta import labels, metadata, name, namespace, spec, status
@@ -173,9 +174,7 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
         },
     )
     cluster = _Cluster(state, plan, free_on_nodes(state.nodes, state.pods))
-    cluster.location = {
-        _key(v): str(status(v).get("nodeName")) for v in state.vmis if status(v).get("nodeName")
-    }
+    cluster.location = vmi_nodes(state.vmis, state.pods)
     steps = (
         [[n] for n in upgrade_order(state.nodes)]
         if plan.operation == "upgrade"
@@ -197,6 +196,36 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
         report.steps.append(step)
     report.warnings = cluster.warnings
     return report
+
+
+def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:
+    """Each VMI's node (by namespace/name): where its running launcher pod is bound.
+
+    A VMI's status is not proof (its CRD has no status subresource, so a tenant with
+    `kubevirt.io:edit` can write status.nodeName and move its VM out of a drain on paper); the
+    launcher's binding is the scheduler's and its labels only KubeVirt may set (security.md).
+    status.nodeName picks among several running launchers (a migration under way) and stands
+    alone only for a VMI whose launcher is not listed."""
+    launchers: dict[str, list[str]] = {}
+    for pod in pods:
+        pod_labels = labels(pod)
+        node = spec(pod).get("nodeName")
+        if (
+            pod_labels.get(LABEL_KUBEVIRT) == LAUNCHER
+            and status(pod).get("phase") == "Running"
+            and not metadata(pod).get("deletionTimestamp")
+            and isinstance(node, str)
+        ):
+            launchers.setdefault(str(pod_labels.get(LABEL_CREATED_BY)), []).append(node)
+    located: dict[str, str] = {}
+    for vmi in vmis:
+        stated = status(vmi).get("nodeName")
+        bound = sorted(launchers.get(str(metadata(vmi).get("uid")), []))
+        if bound:
+            located[_key(vmi)] = stated if stated in bound else bound[0]
+        elif isinstance(stated, str) and stated:
+            located[_key(vmi)] = stated
+    return located
 
 
 def _key(vmi: Object) -> str:

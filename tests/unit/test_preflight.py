@@ -179,6 +179,16 @@ def test_a_tenant_written_label_or_annotation_does_not_make_a_vmi_migratable() -
     assert only_vm(drain(state([instance], [pod]))).blocked
 
 
+def test_a_tenant_written_status_node_name_does_not_take_a_vm_out_of_the_drain() -> None:
+    """status.nodeName is the tenant's to write (no status subresource on VMIs); where the
+    launcher pod runs is the scheduler's, and its labels KubeVirt's only."""
+    instance, pod = running("vm1", "n1")
+    instance["status"]["nodeName"] = "n2"
+    (vm,) = drain(state([instance], [pod])).vms
+    assert (vm.key, vm.node) == ("ns/vm1", "n1")
+    assert drain(state([instance], [pod]), "n2").vms == []
+
+
 def test_if_possible_shuts_down_what_cannot_migrate_and_that_does_not_block() -> None:
     instance, pod = running("vm1")
     instance["spec"]["evictionStrategy"] = "LiveMigrateIfPossible"
