@@ -12,11 +12,13 @@ predicted outcome with the observed one:
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from harvester_quota import main as cli
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
@@ -412,3 +414,18 @@ async def test_a_rancher_project_without_room_on_the_protected_path(
             f"{other_namespace}/vm-free": "moved",
         }
         await compare(kubevirt, "ours", expected)
+
+
+def test_the_command_line_reads_a_real_cluster_and_exits_by_its_contract(
+    kubevirt_cluster: ClusterInfo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`harvester-quota preflight` with the cluster's kubeconfig: an unknown node is bad input
+    (2, named on stderr); an upgrade of every node prints the JSON report and exits 0 or 1 as
+    its `blocks` says."""
+    kubeconfig = ["--kubeconfig", str(kubevirt_cluster.kubeconfig)]
+    assert cli.main(["preflight", "drain", "no-such-node", *kubeconfig]) == 2
+    assert "no such node: no-such-node" in capsys.readouterr().err
+    code = cli.main(["preflight", "upgrade", "-o", "json", "--strategy", "none", *kubeconfig])
+    report = json.loads(capsys.readouterr().out)
+    assert [step["nodes"] for step in report["steps"]] == [[n] for n in kubevirt_cluster.nodes]
+    assert code == (1 if report["blocks"] else 0)
