@@ -609,3 +609,44 @@ def test_the_kubectl_plugin_takes_kubectls_context_flag() -> None:
         ["preflight", "drain", "n1", "--context", "prod", "-o", "json"]
     )
     assert (args.context, args.output, args.nodes) == ("prod", "json", ["n1"])
+
+
+def test_in_an_upgrade_a_blocked_vm_stays_and_its_node_keeps_its_requests() -> None:
+    """vm1 cannot migrate, so n1's step leaves it there; n2's step then finds n1 as full as
+    before (its launcher still requests its memory) and vm2 goes to n3; n3's step moves vm2
+    again, to n2, upgraded and back by then."""
+    stuck, p1 = running("vm1", "n1", memory="8Gi")
+    migratable(stuck, False, "HostDevice")
+    mover, p2 = running("vm2", "n2", memory="8Gi")
+    nodes = [node("n1", memory="8Gi"), node("n2"), node("n3")]
+    report = preflight(state([stuck, mover], [p1, p2], nodes=nodes), Plan("upgrade"))
+    by_step = {s.nodes[0]: [(vm.name, vm.target_node) for vm in s.vms] for s in report.steps}
+    assert by_step == {"n1": [("vm1", None)], "n2": [("vm2", "n3")], "n3": [("vm2", "n2")]}
+    assert report.blocks
+
+
+class ListingClient:
+    """Answers list_all with the objects given per kind (read.detect_strategy's only call)."""
+
+    def __init__(self, objects: dict[str, list[Object]]) -> None:
+        self.objects = objects
+
+    async def list_all(self, resource: Any, *_: Any, **__: Any) -> Any:
+        return type("Listed", (), {"items": self.objects.get(resource.plural, [])})()
+
+
+@pytest.mark.parametrize(
+    ("webhooks", "ratio_setting", "strategy"),
+    [
+        ([{"metadata": {"name": "harvester-quota"}}], None, "ours"),
+        ([{"metadata": {"name": "other"}}], {"metadata": {"name": "r"}}, "harvester"),
+        ([], None, "none"),
+    ],
+)
+async def test_auto_picks_what_the_cluster_runs(
+    webhooks: list[Object], ratio_setting: Object | None, strategy: str
+) -> None:
+    client = ListingClient({"validatingwebhookconfigurations": webhooks})
+    cluster = state([], [], harvester_ratio_setting=ratio_setting)
+    found, reason = await read.detect_strategy(client, cluster)  # type: ignore[arg-type]
+    assert found == strategy and reason.startswith("auto: ")
