@@ -192,10 +192,30 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
             for mover in wave:
                 next(vm for vm in step.vms if vm.key == mover.key).wave = number
         step.waves = [[m.key for m in wave] for wave in waves]
+        if plan.strategy == "harvester":
+            _note_harvester_delays(step)
         step.estimated_seconds = estimate_seconds(waves, bandwidth)
         report.steps.append(step)
     report.warnings = cluster.warnings
     return report
+
+
+HARVESTER_DELAY: Final = (
+    "Harvester gives a migration's room back at Succeeded while its source launcher still "
+    "counts, so the target pods of the other {others} migration(s) of this namespace in the drain "
+    "may be refused until that launcher exits: a delay, not a block (Harvester's known failure 1)"
+)
+
+
+def _note_harvester_delays(step: Step) -> None:
+    """The delays Harvester's early release causes where one namespace migrates several VMs."""
+    movers: dict[str, list[VmVerdict]] = {}
+    for vm in step.vms:
+        if vm.action == "migrate" and not vm.blocked:
+            movers.setdefault(vm.namespace, []).append(vm)
+    for group in movers.values():
+        for vm in group if len(group) > 1 else ():
+            vm.notes.append(HARVESTER_DELAY.format(others=len(group) - 1))
 
 
 def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:

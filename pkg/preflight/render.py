@@ -74,6 +74,8 @@ def render_text(report: PreflightReport, *, colour: bool = False) -> str:
             if not vm.live_migratable:
                 why += f", not live-migratable: {vm.migratable_reason}"
             lines.append(paint(f"{what} {vm.key} on {vm.node}: {why}", _YELLOW))
+    for vm in report.vms:
+        lines.extend(paint(f"NOTE {vm.key}: {note}", _YELLOW) for note in vm.notes)
     for step in report.steps:
         lines.extend(_step_lines(step, report.operation))
     lines.append(

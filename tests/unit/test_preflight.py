@@ -352,6 +352,15 @@ def test_harvester_compensates_limits_memory_but_not_the_sidecars_limits_cpu() -
     assert (short.key, short.short_by) == ("limits.cpu", "15m")  # the guest-console-log sidecar
 
 
+def test_harvester_notes_the_delay_its_early_release_causes_in_a_namespace_of_several() -> None:
+    a, pa = running("a")
+    b, pb = running("b")
+    cluster = state([a, b], [pa, pb])
+    assert all("known failure 1" in vm.notes[0] for vm in drain(cluster, strategy="harvester").vms)
+    assert not any(vm.notes for vm in drain(cluster, strategy="ours").vms)
+    assert "NOTE ns/a: Harvester gives" in render_text(drain(cluster, strategy="harvester"))
+
+
 # --- node fit ------------------------------------------------------------------------------------
 
 
