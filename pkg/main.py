@@ -4,6 +4,9 @@ Subcommands:
   run       the quota controllers (leader-elected)
   webhook   the validating admission webhook
   explain   why a namespace's quota is what it is (read-only)
+  preflight which VMs a drain or an upgrade will not migrate, and why (read-only)
+
+Installed as `kubectl-harvester_quota` too, it is the kubectl plugin `kubectl harvester-quota`.
 
 The test bench's commands (the local cluster, scenarios, scale, the demo) are another command
 line, `python -m harvester_quota.testbench` (harvester_quota.testbench.cli): the product never
@@ -119,6 +122,42 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    """Exit 0: nothing blocks; 1: something does; 2: bad input (an unknown node, a cluster that
+    cannot be reached or read), with the reason on stderr."""
+    from . import preflight  # noqa: PLC0415 - see LAZY_IMPORTS
+    from .preflight import read, render  # noqa: PLC0415
+
+    async def main() -> preflight.PreflightReport:
+        async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
+            state, warnings = await read.read_cluster(
+                client, kubevirt_version=args.kubevirt_version
+            )
+            if args.strategy == "auto":
+                strategy, reason = await read.detect_strategy(client, state)
+            else:
+                strategy, reason = args.strategy, "asked for with --strategy"
+        plan = preflight.Plan(args.operation, args.nodes or (), strategy, reason)
+        report = preflight.preflight(state, plan)
+        report.warnings = [*warnings, *report.warnings]
+        return report
+
+    try:
+        report = asyncio.run(main())
+    except (preflight.UnknownNode, config.ConfigError, errors.ApiError, OSError) as error:
+        print(f"harvester-quota preflight: {error}", file=sys.stderr)
+        return PREFLIGHT_BAD_INPUT
+    if args.output == "json":
+        sys.stdout.write(render.render_json(report))
+    else:
+        sys.stdout.write(render.render_text(report, colour=sys.stdout.isatty()))
+    return 1 if report.blocks else 0
+
+
+PREFLIGHT_BAD_INPUT = 2
+"""preflight's exit code for input it cannot judge (kubectl's and argparse's usage code too)."""
+
+
 def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
@@ -190,6 +229,33 @@ def _add_explain_command(commands: Any) -> None:
     )
     command.add_argument("--kubevirt-version", help="the controller's --kubevirt-version, if set")
     command.set_defaults(handler=cmd_explain)
+
+
+def _add_preflight_command(commands: Any) -> None:
+    command = commands.add_parser(
+        "preflight",
+        help="which VMs a drain or an upgrade will not migrate, and why (read-only)",
+        description="exit code 0: nothing blocks; 1: something blocks; 2: bad input",
+    )
+    operations = command.add_subparsers(dest="operation", required=True)
+    drain = operations.add_parser("drain", help="drain these nodes together")
+    drain.add_argument("nodes", nargs="+", metavar="NODE")
+    upgrade = operations.add_parser(
+        "upgrade", help="every node, one at a time, in the order a rolling upgrade takes them"
+    )
+    for parser in (drain, upgrade):
+        _add_connection_flags(parser)
+        parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        parser.add_argument(
+            "--strategy",
+            choices=("ours", "harvester", "none", "auto"),
+            default="auto",
+            help="whose quota raises to expect: harvester-quota's, Harvester's, none (plain "
+            "KubeVirt), or auto (what the cluster runs)",
+        )
+        parser.add_argument("--kubevirt-version", help="KubeVirt version (default: from its CR)")
+        parser.set_defaults(handler=cmd_preflight)
+    upgrade.set_defaults(nodes=[])
 
 
 def _non_negative_seconds(text: str) -> float:
@@ -280,9 +346,9 @@ def _add_webhook_command(commands: Any) -> None:
     hook.set_defaults(handler=cmd_webhook)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "harvester-quota") -> argparse.ArgumentParser:
     parser, commands = command_parser(
-        "harvester-quota",
+        prog,
         "Keeps ResourceQuotas from blocking KubeVirt live migrations.",
         __version__,
     )
@@ -290,11 +356,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_command(commands)
     _add_webhook_command(commands)
     _add_explain_command(commands)
+    _add_preflight_command(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_command_line(build_parser(), argv, (config.ConfigError,))
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """The kubectl plugin (`kubectl-harvester_quota` on PATH): `kubectl harvester-quota ...`;
+    kubectl hands its plugin every argument, --kubeconfig and --context included."""
+    return run_command_line(build_parser("kubectl harvester-quota"), argv, (config.ConfigError,))
 
 
 if __name__ == "__main__":  # pragma: no cover

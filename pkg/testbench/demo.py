@@ -31,6 +31,17 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
+def _preflights(reports: dict[str, dict[str, Any]]) -> None:
+    """What `harvester-quota preflight drain` said before each run's drain."""
+    _say()
+    _say("Before the drain, `harvester-quota preflight drain` said:")
+    for name, report in reports.items():
+        for event in report.get("events") or []:
+            what = str(event.get("what") or "")
+            if what.startswith("preflight"):
+                _say(f"  [{name}] {what}")
+
+
 def _explain(reports: dict[str, dict[str, Any]]) -> None:
     rows = {name: summary_row(report) for name, report in reports.items()}
     harvester, ours = rows["harvester"], rows["ours"]
@@ -73,6 +84,7 @@ def run_demo(state_dir: Path | None = None, report_dir: Path = Path("reports/dem
         cluster.down()
     _say()
     _say(comparison_table(reports))
+    _preflights(reports)
     _explain(reports)
     _say()
     for name in STRATEGIES:

@@ -29,6 +29,7 @@ PRODUCT_LAYERS: dict[str, int] = {
     "webhook": 5,
     "app": 6,
     "explain": 6,
+    "preflight": 6,
     "main": 9,
 }
 """The product's top-level packages -> layer."""

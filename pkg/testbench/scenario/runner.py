@@ -28,6 +28,9 @@ from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
 from ...generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, Object
+from ...preflight import Plan, Strategy, preflight
+from ...preflight.read import read_cluster
+from ...preflight.render import summary
 from ...util import resources
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
 from ...util.kubevirtversion import parse_kubevirt_version
@@ -513,12 +516,31 @@ class ScenarioRun:
 
     async def _step_drain(self, node: str) -> None:
         assert self.kubevirt is not None
+        await self._preflight(node)
         self._cordoned.add(node)
         keys = await self.kubevirt.drain(node)
         for key in keys:
             namespace, _, name = key.partition("/")
             self._created.add((namespace, name))
         self.note(f"drain of {node}: {len(keys)} migrations")
+
+    async def _preflight(self, node: str) -> None:
+        """`harvester-quota preflight drain NODE` with this run's strategy, before the drain:
+        its summary and blockers, for this run's namespaces, as notes (the report's events)."""
+        strategy: Strategy = "harvester" if self.strategy_name == "harvester" else "ours"
+        try:
+            state, _ = await read_cluster(self.api)
+            report = preflight(state, Plan("drain", [node], strategy, "the scenario's strategy"))
+        except (ValueError, errors.ApiError) as error:
+            self.note(f"preflight drain {node}: could not run: {error}")
+            return
+        mine = set(self.namespaces.values())
+        for step in report.steps:
+            step.vms = [vm for vm in step.vms if vm.namespace in mine]
+        self.note(summary(report))
+        for vm in report.blocked:
+            for blocker in vm.blockers:
+                self.note(f"preflight: {vm.key}: {blocker.message}")
 
     async def _step_set_ratio(self, value: str) -> None:
         await self._set_ratio(value)

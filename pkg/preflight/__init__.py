@@ -1,0 +1,31 @@
+"""`harvester-quota preflight drain NODE... | upgrade`: before maintenance, which VMs will not
+migrate and why (read-only).
+
+- `compute.preflight(ClusterState, Plan) -> PreflightReport`: the pure computation, the Python API.
+- `read.read_cluster`, `read.detect_strategy`: what it reads, from the API server.
+- `render.render_text`, `render.render_json`: the report for a person or a program.
+
+The rules: `compute` (eviction strategy, LiveMigratable, steps), `admission` (quota admission of
+each target pod with each strategy's room), `nodes` (first fit on the nodes left), `waves`
+(KubeVirt's parallel limits, the duration estimate).
+"""
+
+from .admission import STRATEGIES, NamespaceContext, Strategy
+from .compute import ClusterState, Plan, UnknownNode, preflight, upgrade_order
+from .report import Blocker, PreflightReport, QuotaShortfall, Step, VmVerdict
+
+__all__ = [
+    "STRATEGIES",
+    "Blocker",
+    "ClusterState",
+    "NamespaceContext",
+    "Plan",
+    "PreflightReport",
+    "QuotaShortfall",
+    "Step",
+    "Strategy",
+    "UnknownNode",
+    "VmVerdict",
+    "preflight",
+    "upgrade_order",
+]

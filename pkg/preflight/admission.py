@@ -1,0 +1,271 @@
+"""Would a migration's target pod be admitted by quota, with the room a strategy gives? (pure)
+
+Quota admission charges a new pod against every ResourceQuota of its namespace whose scopes match
+it, on the keys both the quota's spec.hard and the pod have: used + the pod's usage must stay
+within hard, and a quota limiting cpu or memory also wants every container to state it. A target
+pod is judged alone against the quotas as they are now: while it waits, the migrations that do
+get through each free their source pod's share as their target takes it, so a target that does
+not fit now never will, and one that fits alone fits whenever KubeVirt lets it start.
+
+The room each strategy adds to spec.hard for one migration:
+
+- ``ours`` (harvester-quota): with a VMMRQ in the namespace (MTQ mode), its budget on every quota,
+  key by key (``mtq.raise_hard``); otherwise on the managed quota with a known base, every base
+  key raised to max(base, used) + the whole target pod (plan.py's principle 5), unless the quota
+  carries the skip annotation. On Rancher's path the raise must also fit the Rancher project
+  (projectroom.py); a raise it has no room for is never written. Any other quota gets nothing.
+- ``harvester`` (Harvester v1.9): util/harvesterroom.py: limits.cpu and limits.memory of the
+  compute container, on the default quota only, limits.memory compensated after a refusal.
+- ``none`` (plain KubeVirt, no quota controller): nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from ..apis.mtq import Vmmrq
+from ..generic.meta import annotations_of, name
+from ..util.annotations import parse_migration_annotations
+from ..util.harvesterroom import LIMITS_MEMORY, harvester_room
+from ..util.kubevirtversion import KubeVirtVersion
+from ..util.podusage import quota_constraint_violations
+from ..util.quantity import Quantity
+from ..util.quotascope import PodScopeFacts
+from ..util.rancherproject import ProjectQuota
+from ..util.resourcequota.base import RANCHER, BaseError, rancher_base_text, resolve_base
+from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
+from ..util.resourcequota.projectroom import describe_shortfall, raise_verdict
+from ..util.resourcequota.rancherpath import raised_annotation
+from ..util.resources import ResourceList
+from .report import Blocker, QuotaShortfall
+
+Strategy = Literal["ours", "harvester", "none"]
+STRATEGIES: Final = ("ours", "harvester", "none")
+_COMPENSATION_MARGIN: Final = Quantity.from_int(128 << 20, "BinarySI")
+"""Harvester's margin on a memory compensation (128Mi)."""
+
+
+@dataclass(frozen=True)
+class NamespaceContext:
+    """What admission and the strategies read about one namespace."""
+
+    namespace: Mapping[str, Any]
+    quotas: Sequence[Mapping[str, Any]]
+    vmmrqs: Sequence[Vmmrq] = ()
+    project: ProjectQuota | None = None
+    project_members: Sequence[Mapping[str, Any]] = ()
+    harvester_ratio: str = "1.5"
+    kubevirt_version: str | KubeVirtVersion = "1.6"
+
+
+@dataclass
+class _Rooms:
+    """The strategy's raise, per quota name and key, and anything it refuses outright."""
+
+    raised: dict[str, ResourceList] = field(default_factory=dict)
+    blockers: list[Blocker] = field(default_factory=list)
+    fix: str = ""
+    """What would help a quota the strategy gives no room, in words."""
+    vmmrq: str | None = None
+
+
+@dataclass(frozen=True)
+class TargetPod:
+    """A migration's target pod as KubeVirt would render it for `vmi`."""
+
+    vmi: Mapping[str, Any]
+    pod: Mapping[str, Any]
+    usage: ResourceList
+    """Its quota usage (podusage.pod_quota_usage)."""
+    facts: PodScopeFacts
+    """What quota scopes see of it (quotascope.launcher_scope_facts)."""
+
+
+def quota_blockers(
+    strategy: Strategy, context: NamespaceContext, target: TargetPod
+) -> list[Blocker]:
+    """Every reason quota admission would refuse `target` under `strategy`; [] if it would be
+    admitted."""
+    usage = target.usage
+    applying = [q for q in context.quotas if quota_view(q).scope.matches(target.facts)]
+    blockers = _constraint_blockers(applying, target.pod)
+    rooms = _rooms(strategy, context, target.vmi, usage)
+    blockers.extend(rooms.blockers)
+    for quota in sorted(applying, key=name):
+        shortfalls = _shortfalls(quota, usage, rooms.raised.get(name(quota)))
+        if shortfalls:
+            blockers.append(_quota_blocker(name(quota), shortfalls, rooms, strategy))
+    return blockers
+
+
+def _constraint_blockers(
+    quotas: Sequence[Mapping[str, Any]], pod: Mapping[str, Any]
+) -> list[Blocker]:
+    out = []
+    for quota in sorted(quotas, key=name):
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        for key, containers in sorted(quota_constraint_violations(pod, hard).items()):
+            out.append(
+                Blocker(
+                    "quota",
+                    f"quota {name(quota)} limits {key}, and the target pod's "
+                    f"{', '.join(containers)} does not set it (quota admission refuses it "
+                    "whatever the room)",
+                    f"add a LimitRange that gives every container a default for {key}",
+                    quotas=[name(quota)],
+                )
+            )
+    return out
+
+
+def _shortfalls(
+    quota: Mapping[str, Any], usage: ResourceList, raised: ResourceList | None
+) -> list[QuotaShortfall]:
+    view = quota_view(quota)
+    hard = raised if raised is not None else view.hard
+    out = []
+    for key in sorted(k for k in view.hard if k in usage):
+        used = view.used.get(key, usage[key] * 0)
+        limit = hard.get(key, view.hard[key])
+        if used + usage[key] > limit:
+            short = used + usage[key] - limit
+            out.append(
+                QuotaShortfall(name(quota), key, str(usage[key]), str(used), str(limit), str(short))
+            )
+    return out
+
+
+_MI: Final = 1 << 20
+_GI: Final = 1 << 30
+
+
+def readable(key: str, text: str, *, round_up: bool = False) -> str:
+    """A byte quantity as a person reads it: Gi with two decimals from 1Gi (Mi, whole and
+    rounded up, with `round_up`: what to raise by), else Mi; anything else as written."""
+    if not any(word in key for word in ("memory", "storage", "hugepages")):
+        return text
+    try:
+        value = Quantity.parse(text).value()
+    except ValueError:
+        return text
+    if value < _MI:
+        return text
+    if round_up:
+        return f"{-(-value // _MI)}Mi"
+    return f"{value / _GI:.2f}Gi" if value >= _GI else f"{value / _MI:.0f}Mi"
+
+
+def _quota_blocker(
+    quota: str, shortfalls: list[QuotaShortfall], rooms: _Rooms, strategy: Strategy
+) -> Blocker:
+    keys = "; ".join(
+        f"{s.key}: the target pod needs {readable(s.key, s.needed)}, "
+        f"{readable(s.key, s.used)} used of {readable(s.key, s.hard)} "
+        f"(short by {readable(s.key, s.short_by, round_up=True)})"
+        for s in shortfalls
+    )
+    raise_by = ", ".join(
+        f"{s.key} by {readable(s.key, s.short_by, round_up=True)}" for s in shortfalls
+    )
+    if rooms.vmmrq is not None:
+        fix = f"raise VMMRQ {rooms.vmmrq}'s additionalMigrationResources: {raise_by}"
+    else:
+        fix = f"raise quota {quota}'s {raise_by}" + (f", or {rooms.fix}" if rooms.fix else "")
+    given = (
+        " with the strategy's room" if quota in rooms.raised else f" ({strategy} gives it no room)"
+    )
+    return Blocker("quota", f"quota {quota}{given}: {keys}", fix, shortfalls, [quota])
+
+
+def _rooms(
+    strategy: Strategy, context: NamespaceContext, vmi: Mapping[str, Any], usage: ResourceList
+) -> _Rooms:
+    if strategy == "harvester":
+        return _harvester_rooms(context, vmi, usage)
+    if strategy == "ours":
+        live = [v for v in context.vmmrqs if not v.deleting]
+        if live:
+            return _mtq_rooms(context, sorted(live, key=lambda v: v.name)[0])
+        return _our_rooms(context, usage)
+    return _Rooms(fix="run harvester-quota's controllers (they raise the managed quota by the pod)")
+
+
+def _mtq_rooms(context: NamespaceContext, vmmrq: Vmmrq) -> _Rooms:
+    try:
+        budget = budget_of(vmmrq)
+    except ValueError as error:
+        return _Rooms(blockers=[Blocker("quota", f"VMMRQ {vmmrq.name}: {error}", "fix its spec")])
+    raised = {name(q): raise_hard(quota_view(q).hard, budget) for q in context.quotas}
+    return _Rooms(raised=raised, vmmrq=vmmrq.name)
+
+
+_OUR_FIX: Final = "add a VMMRQ (MTQ mode raises every quota that blocks by its budget)"
+
+
+def _our_rooms(context: NamespaceContext, usage: ResourceList) -> _Rooms:
+    quota = managed_quota(context.quotas)
+    if quota is None:
+        return _Rooms(fix=_OUR_FIX)
+    if parse_migration_annotations(annotations_of(quota)).skip_auto_scaling:
+        return _Rooms(fix="remove the skip annotation from quota " + name(quota))
+    try:
+        base = resolve_base(context.namespace, quota, rooms_held=False)
+    except BaseError as error:
+        return _Rooms(fix=f"fix the base of quota {name(quota)} ({error})")
+    if base is None:
+        return _Rooms(fix=_OUR_FIX)
+    view = quota_view(quota)
+    raised = dict(view.hard)
+    for key, value in base.hard.items():
+        if key in usage and usage[key].sign() > 0:
+            raised[key] = max(value, view.used.get(key, value * 0)) + usage[key]
+    rooms = _Rooms(raised={name(quota): raised}, fix=_OUR_FIX)
+    if base.source == RANCHER:
+        rooms.blockers.extend(_project_blockers(context, raised, name(quota)))
+    return rooms
+
+
+def _project_blockers(context: NamespaceContext, raised: ResourceList, quota: str) -> list[Blocker]:
+    base_text = rancher_base_text(context.namespace)
+    if base_text is None:
+        return []
+    text = raised_annotation(base_text, {k: str(v) for k, v in raised.items()})
+    verdict = raise_verdict(context.namespace, text, context.project, context.project_members)
+    if verdict is None:
+        return []
+    project = context.project.id if context.project is not None else "?"
+    return [
+        Blocker(
+            "quota",
+            f"Rancher project {project}: {verdict.message} (the raise is held back, the target "
+            "pod waits)",
+            f"raise project {project}'s limit by {describe_shortfall(verdict.shortfall)}",
+            quotas=[quota],
+        )
+    ]
+
+
+def _harvester_rooms(
+    context: NamespaceContext, vmi: Mapping[str, Any], usage: ResourceList
+) -> _Rooms:
+    room = harvester_room(
+        context.namespace,
+        context.quotas,
+        vmi,
+        ratio=context.harvester_ratio,
+        kubevirt_version=context.kubevirt_version,
+    )
+    fix = "run harvester-quota's controllers (they raise every key of the base by the whole pod)"
+    if room.quota is None or not room.share:
+        return _Rooms(fix=fix)
+    quota = next(q for q in context.quotas if name(q) == room.quota)
+    view = quota_view(quota)
+    raised = {k: v + room.share[k] if k in room.share else v for k, v in view.hard.items()}
+    if room.compensates_memory and LIMITS_MEMORY in raised:
+        share = room.share.get(LIMITS_MEMORY, Quantity())
+        used = view.used.get(LIMITS_MEMORY, Quantity())
+        raised[LIMITS_MEMORY] = max(raised[LIMITS_MEMORY], used + share + _COMPENSATION_MARGIN)
+    return _Rooms(raised={room.quota: raised}, fix=fix)

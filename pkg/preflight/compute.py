@@ -1,0 +1,385 @@
+"""The preflight as a pure computation: listed objects in, a PreflightReport out.
+
+`preflight(ClusterState, Plan)` never reads the cluster: `read.py` lists the objects, and a test
+can hand it any state. For each step (one drain of one or more nodes; `upgrade` is one step per
+node, in order) it takes the running VMIs on the drained nodes in namespace/name order and decides
+for each what KubeVirt's evacuation does with it (eviction strategy, LiveMigratable), whether its
+target pod, rendered as KubeVirt would, passes quota admission with the chosen strategy's room
+(admission.py), and where it lands, first fit on the nodes left (nodes.py). The migrations are
+then cut into waves by KubeVirt's limits (waves.py). In an upgrade a VM that moved is counted on
+its new node from the next step on, and its old node gets back what its source pod requested.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LAUNCHER
+from ..apis.mtq import Vmmrq, VmmrqError, decode_vmmrq
+from ..config.kubevirt import settings_from
+from ..generic.meta import labels, metadata, name, namespace, spec, status
+from ..generic.resource import Object
+from ..util.harvesterroom import harvester_ratio
+from ..util.launcher import launcher_pod_resources
+from ..util.migrationlimits import migration_limits
+from ..util.podusage import pod_quota_usage
+from ..util.quantity import Quantity
+from ..util.quotascope import launcher_scope_facts
+from ..util.rancherproject import ProjectQuota, project_reference
+from ..util.resources import to_json_dict
+from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
+from .nodes import NodeRoom, first_fit, free_on_nodes, target_requests
+from .report import Action, Blocker, PreflightReport, Step, VmVerdict
+from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
+
+LIVE_MIGRATE: Final = "LiveMigrate"
+LIVE_MIGRATE_IF_POSSIBLE: Final = "LiveMigrateIfPossible"
+EXTERNAL: Final = "External"
+NONE: Final = "None"
+CONTROL_PLANE_LABELS: Final = (
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+)
+ORDER_REASON: Final = (
+    "control-plane nodes first, then the others, each by name, one at a time: the order of a "
+    "rolling upgrade (Harvester's upgrade and RKE2's system-upgrade plans take the servers' plan "
+    "before the agents', one node at a time)"
+)
+
+
+@dataclass
+class ClusterState:
+    """The objects a preflight reads, as the API returns them (cluster-wide lists)."""
+
+    nodes: Sequence[Object]
+    vmis: Sequence[Object]
+    pods: Sequence[Object] = ()
+    quotas: Sequence[Object] = ()
+    limit_ranges: Sequence[Object] = ()
+    namespaces: Sequence[Object] = ()
+    kubevirt: Object | None = None
+    vmmrqs: Sequence[Object] = ()
+    projects: Sequence[Object] = ()
+    harvester_ratio_setting: Object | None = None
+    kubevirt_version: str | None = None
+
+
+@dataclass
+class Plan:
+    """What to check: `drain` of `nodes` together, or `upgrade` (every node, one at a time)."""
+
+    operation: str
+    nodes: Sequence[str] = ()
+    strategy: Strategy = "ours"
+    strategy_reason: str = "asked for"
+
+
+class UnknownNode(ValueError):
+    """A node named on the command line that the cluster does not have."""
+
+
+def upgrade_order(nodes: Sequence[Object]) -> list[str]:
+    """Every node in the order a rolling upgrade takes them (ORDER_REASON)."""
+
+    def control_plane(node: Object) -> bool:
+        return any(key in labels(node) for key in CONTROL_PLANE_LABELS)
+
+    return [name(n) for n in sorted(nodes, key=lambda n: (not control_plane(n), name(n)))]
+
+
+def eviction_strategy(vmi: Object, kubevirt: Object | None) -> tuple[str, str]:
+    """The VMI's eviction strategy and where it comes from: the VMI, the KubeVirt CR's
+    spec.configuration.evictionStrategy, or KubeVirt's default (None)."""
+    own = spec(vmi).get("evictionStrategy")
+    if isinstance(own, str) and own:
+        return own, "vmi"
+    configured = (spec(kubevirt).get("configuration") or {}).get("evictionStrategy")
+    if isinstance(configured, str) and configured:
+        return configured, "kubevirt"
+    return NONE, "default"
+
+
+def live_migratable(vmi: Object) -> tuple[bool, str]:
+    """KubeVirt's LiveMigratable condition: (True, "") or (False, its reason and message). A VMI
+    without the condition is not migratable for virt-controller either."""
+    for condition in status(vmi).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "LiveMigratable":
+            if condition.get("status") == "True":
+                return True, ""
+            reason = str(condition.get("reason") or "")
+            message = str(condition.get("message") or "")
+            return False, ": ".join(p for p in (reason, message) if p) or "LiveMigratable=False"
+    return False, "no LiveMigratable condition reported yet"
+
+
+def _action(strategy: str, migratable: bool) -> Action:
+    if strategy in (LIVE_MIGRATE, LIVE_MIGRATE_IF_POSSIBLE) and migratable:
+        return "migrate"
+    if strategy == LIVE_MIGRATE:
+        return "blocks-drain"
+    if strategy == EXTERNAL:
+        return "external"
+    return "shutdown"
+
+
+def guest_memory_bytes(vmi: Object) -> int:
+    """What a migration copies: the guest's memory (memory.guest, else requests.memory, else
+    limits.memory); 0 when the VMI states none."""
+    domain = spec(vmi).get("domain") or {}
+    resources = domain.get("resources") or {}
+    for raw in (
+        (domain.get("memory") or {}).get("guest"),
+        (resources.get("requests") or {}).get("memory"),
+        (resources.get("limits") or {}).get("memory"),
+    ):
+        if raw is not None:
+            try:
+                return Quantity.parse(str(raw)).value()
+            except ValueError:
+                continue
+    return 0
+
+
+@dataclass
+class _Cluster:
+    """The state indexed for the steps, and what the steps change (VM locations, node rooms)."""
+
+    state: ClusterState
+    plan: Plan
+    rooms: dict[str, NodeRoom]
+    location: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    contexts: dict[str, NamespaceContext] = field(default_factory=dict)
+
+
+def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
+    """The report for `plan` on `state`; UnknownNode for a node the state does not have."""
+    known = {name(n) for n in state.nodes}
+    unknown = [n for n in plan.nodes if n not in known]
+    if unknown:
+        raise UnknownNode(f"no such node: {', '.join(unknown)} (nodes: {', '.join(sorted(known))})")
+    limits = migration_limits(state.kubevirt)
+    bandwidth = bandwidth_per_migration(state.kubevirt)
+    report = PreflightReport(
+        operation=plan.operation,
+        strategy=plan.strategy,
+        strategy_reason=plan.strategy_reason,
+        order_reason=ORDER_REASON if plan.operation == "upgrade" else "",
+        limits={
+            "parallelMigrationsPerCluster": limits.per_cluster,
+            "parallelOutboundMigrationsPerNode": limits.outbound_per_node,
+            "bandwidthPerMigration": bandwidth,
+        },
+    )
+    cluster = _Cluster(state, plan, free_on_nodes(state.nodes, state.pods))
+    cluster.location = vmi_nodes(state.vmis, state.pods)
+    steps = (
+        [[n] for n in upgrade_order(state.nodes)]
+        if plan.operation == "upgrade"
+        else [list(plan.nodes)]
+    )
+    for drained in steps:
+        step = _step(cluster, drained)
+        movers = [
+            Mover(vm.key, vm.node, vm.memory_bytes)
+            for vm in step.vms
+            if vm.action == "migrate" and not vm.blocked
+        ]
+        waves = plan_waves(movers, limits)
+        for number, wave in enumerate(waves, start=1):
+            for mover in wave:
+                next(vm for vm in step.vms if vm.key == mover.key).wave = number
+        step.waves = [[m.key for m in wave] for wave in waves]
+        if plan.strategy == "harvester":
+            _note_harvester_delays(step)
+        step.estimated_seconds = estimate_seconds(waves, bandwidth)
+        report.steps.append(step)
+    report.warnings = cluster.warnings
+    return report
+
+
+HARVESTER_DELAY: Final = (
+    "Harvester gives a migration's room back at Succeeded while its source launcher still "
+    "counts, so the target pods of the other {others} migration(s) of this namespace in the drain "
+    "may be refused until that launcher exits: a delay, not a block (Harvester's known failure 1)"
+)
+
+
+def _note_harvester_delays(step: Step) -> None:
+    """The delays Harvester's early release causes where one namespace migrates several VMs."""
+    movers: dict[str, list[VmVerdict]] = {}
+    for vm in step.vms:
+        if vm.action == "migrate" and not vm.blocked:
+            movers.setdefault(vm.namespace, []).append(vm)
+    for group in movers.values():
+        for vm in group if len(group) > 1 else ():
+            vm.notes.append(HARVESTER_DELAY.format(others=len(group) - 1))
+
+
+def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:
+    """Each VMI's node (by namespace/name): where its running launcher pod is bound.
+
+    A VMI's status is not proof (its CRD has no status subresource, so a tenant with
+    `kubevirt.io:edit` can write status.nodeName and move its VM out of a drain on paper); the
+    launcher's binding is the scheduler's and its labels only KubeVirt may set (security.md).
+    status.nodeName picks among several running launchers (a migration under way) and stands
+    alone only for a VMI whose launcher is not listed."""
+    launchers: dict[str, list[str]] = {}
+    for pod in pods:
+        pod_labels = labels(pod)
+        node = spec(pod).get("nodeName")
+        if (
+            pod_labels.get(LABEL_KUBEVIRT) == LAUNCHER
+            and status(pod).get("phase") == "Running"
+            and not metadata(pod).get("deletionTimestamp")
+            and isinstance(node, str)
+        ):
+            launchers.setdefault(str(pod_labels.get(LABEL_CREATED_BY)), []).append(node)
+    located: dict[str, str] = {}
+    for vmi in vmis:
+        stated = status(vmi).get("nodeName")
+        bound = sorted(launchers.get(str(metadata(vmi).get("uid")), []))
+        if bound:
+            located[_key(vmi)] = stated if stated in bound else bound[0]
+        elif isinstance(stated, str) and stated:
+            located[_key(vmi)] = stated
+    return located
+
+
+def _key(vmi: Object) -> str:
+    return f"{namespace(vmi)}/{name(vmi)}"
+
+
+def _step(cluster: _Cluster, drained: list[str]) -> Step:
+    step = Step(nodes=drained)
+    candidates = [cluster.rooms[n] for n in sorted(cluster.rooms) if n not in drained]
+    vmis = sorted(
+        (
+            v
+            for v in cluster.state.vmis
+            if cluster.location.get(_key(v)) in drained
+            and status(v).get("phase") == "Running"
+            and not metadata(v).get("deletionTimestamp")
+        ),
+        key=_key,
+    )
+    for vmi in vmis:
+        step.vms.append(_verdict(cluster, vmi, candidates))
+    return step
+
+
+def _verdict(cluster: _Cluster, vmi: Object, candidates: list[NodeRoom]) -> VmVerdict:
+    strategy, source = eviction_strategy(vmi, cluster.state.kubevirt)
+    migratable, why = live_migratable(vmi)
+    verdict = VmVerdict(
+        namespace=namespace(vmi),
+        name=name(vmi),
+        node=cluster.location[_key(vmi)],
+        eviction_strategy=strategy,
+        eviction_strategy_from=source,
+        live_migratable=migratable,
+        migratable_reason=why,
+        action=_action(strategy, migratable),
+        memory_bytes=guest_memory_bytes(vmi),
+    )
+    if verdict.action == "blocks-drain":
+        verdict.blockers.append(
+            Blocker(
+                "not-migratable",
+                f"evictionStrategy {strategy} but not live-migratable ({why}): KubeVirt refuses "
+                "the launcher's eviction and the drain waits for it",
+                "make the VM migratable, or stop it (or set evictionStrategy None) before the "
+                "drain",
+            )
+        )
+    if verdict.action != "migrate":
+        return verdict
+    _judge_target(cluster, vmi, verdict, candidates)
+    return verdict
+
+
+def _judge_target(
+    cluster: _Cluster, vmi: Object, verdict: VmVerdict, candidates: list[NodeRoom]
+) -> None:
+    context = _context(cluster, verdict.namespace)
+    settings = settings_from(
+        cluster.state.kubevirt,
+        cluster.state.harvester_ratio_setting,
+        configured_version=cluster.state.kubevirt_version,
+    ).for_namespace(
+        context.quotas,
+        context.namespace,
+        [r for r in cluster.state.limit_ranges if namespace(r) == verdict.namespace],
+    )
+    try:
+        pod = launcher_pod_resources(vmi, settings)
+        usage = pod_quota_usage(pod)
+    except ValueError as error:
+        cluster.warnings.append(f"{verdict.key}: cannot render its target pod: {error}")
+        return
+    verdict.target_usage = to_json_dict(usage)
+    target = TargetPod(vmi, pod, usage, launcher_scope_facts(vmi, usage))
+    verdict.blockers.extend(quota_blockers(cluster.plan.strategy, context, target))
+    requests = target_requests(pod)
+    room, refusals = first_fit(candidates, vmi, requests)
+    if room is None:
+        figures = "; ".join(f"{node}: {why}" for node, why in refusals.items()) or "no node left"
+        verdict.blockers.append(
+            Blocker(
+                "node-fit",
+                f"its target pod fits on no node left ({figures})",
+                "free capacity on a node left that it may use, or let it use another (labels, "
+                "taints, its selectors), or drain fewer nodes at once",
+            )
+        )
+        return
+    verdict.target_node = room.name
+    if not verdict.blocked:
+        source = cluster.rooms.get(verdict.node)
+        if source is not None:
+            source.take({k: -v for k, v in requests.items()})
+        cluster.location[verdict.key] = room.name
+    else:
+        room.take({k: -v for k, v in requests.items()})  # it stays where it is
+
+
+def _context(cluster: _Cluster, ns_name: str) -> NamespaceContext:
+    found = cluster.contexts.get(ns_name)
+    if found is not None:
+        return found
+    state = cluster.state
+    ns = next((n for n in state.namespaces if name(n) == ns_name), {"metadata": {"name": ns_name}})
+    vmmrqs: list[Vmmrq] = []
+    for raw in state.vmmrqs:
+        if namespace(raw) != ns_name:
+            continue
+        try:
+            vmmrqs.append(decode_vmmrq(raw))
+        except VmmrqError as error:
+            cluster.warnings.append(str(error))
+    context = NamespaceContext(
+        namespace=ns,
+        quotas=[q for q in state.quotas if namespace(q) == ns_name],
+        vmmrqs=vmmrqs,
+        project=_project(state, ns),
+        project_members=state.namespaces,
+        harvester_ratio=harvester_ratio(state.harvester_ratio_setting),
+        kubevirt_version=settings_from(
+            state.kubevirt, None, configured_version=state.kubevirt_version
+        ).kubevirt_version,
+    )
+    cluster.contexts[ns_name] = context
+    return context
+
+
+def _project(state: ClusterState, ns: Mapping[str, Any]) -> ProjectQuota | None:
+    reference = project_reference(ns)
+    if reference is None:
+        return None
+    cluster, project = reference
+    for raw in state.projects:
+        if name(raw) == project and namespace(raw) == cluster:
+            return ProjectQuota.from_object(raw)
+    return None

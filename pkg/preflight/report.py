@@ -1,0 +1,127 @@
+"""What a preflight reports, as plain data (`PreflightReport.as_dict` is the JSON form).
+
+Contract: every list is in a fixed order (steps in the order the nodes are taken, VMs by
+namespace then name, blockers in the order they were found), so two runs on the same cluster
+state give the same report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+SCHEMA_VERSION: Final = 1
+"""Bumped when a field of the JSON form changes meaning or goes away (fields may be added)."""
+
+Action = Literal["migrate", "shutdown", "blocks-drain", "external"]
+"""What KubeVirt does with the VMI when its node is drained: live-migrate it; shut it down (its
+VM's runStrategy may restart it elsewhere); refuse the launcher's eviction so the drain hangs
+(LiveMigrate on a VMI that cannot migrate); or leave it to an external controller."""
+Cause = Literal["not-migratable", "quota", "node-fit"]
+
+
+@dataclass
+class QuotaShortfall:
+    """One key of one quota the target pod does not fit under, with the room the strategy gives."""
+
+    quota: str
+    key: str
+    needed: str
+    used: str
+    hard: str
+    """spec.hard as the strategy would make it for this migration (its raise included)."""
+    short_by: str
+
+
+@dataclass
+class Blocker:
+    """Why a VM will not move: the cause, a sentence with the figures, and what fixes it."""
+
+    cause: Cause
+    message: str
+    fix: str
+    shortfalls: list[QuotaShortfall] = field(default_factory=list)
+    quotas: list[str] = field(default_factory=list)
+    """For a quota blocker, the quotas whose admission refuses the target pod (a raise the
+    Rancher project has no room for leaves the managed quota refusing it)."""
+
+
+@dataclass
+class VmVerdict:
+    """One VMI on a node being drained."""
+
+    namespace: str
+    name: str
+    node: str
+    eviction_strategy: str
+    eviction_strategy_from: str
+    """"vmi", "kubevirt" (the KubeVirt CR's default) or "default" (KubeVirt's: None)."""
+    live_migratable: bool
+    migratable_reason: str
+    action: Action
+    memory_bytes: int
+    target_usage: dict[str, str] = field(default_factory=dict)
+    """The target pod's quota usage, rendered as KubeVirt renders it."""
+    target_node: str | None = None
+    wave: int | None = None
+    blockers: list[Blocker] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.blockers)
+
+
+@dataclass
+class Step:
+    """One drain: the nodes drained together, their VMs, and the migrations in waves."""
+
+    nodes: list[str]
+    vms: list[VmVerdict] = field(default_factory=list)
+    waves: list[list[str]] = field(default_factory=list)
+    """VM keys per wave, as KubeVirt's parallel-migration limits let them run."""
+    estimated_seconds: float = 0.0
+
+
+@dataclass
+class PreflightReport:
+    """The whole answer: each step and the settings it was computed with."""
+
+    operation: str
+    strategy: str
+    strategy_reason: str
+    order_reason: str
+    limits: dict[str, Any]
+    steps: list[Step] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def vms(self) -> list[VmVerdict]:
+        return [vm for step in self.steps for vm in step.vms]
+
+    @property
+    def blocked(self) -> list[VmVerdict]:
+        return [vm for vm in self.vms if vm.blocked]
+
+    @property
+    def blocks(self) -> bool:
+        return bool(self.blocked)
+
+    @property
+    def estimated_seconds(self) -> float:
+        return sum(step.estimated_seconds for step in self.steps)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["blocks"] = self.blocks
+        out["estimated_seconds"] = round(self.estimated_seconds, 1)
+        for step, raw in zip(self.steps, out["steps"], strict=True):
+            for vm, raw_vm in zip(step.vms, raw["vms"], strict=True):
+                raw_vm["blocked"] = vm.blocked
+        return out
