@@ -29,7 +29,13 @@ from typing import Any
 
 from cachetools import LRUCache
 
-from ...apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LABEL_MIGRATION_JOB, LAUNCHER
+from ...apis.kubevirt import (
+    HOTPLUG_DISK,
+    LABEL_CREATED_BY,
+    LABEL_KUBEVIRT,
+    LABEL_MIGRATION_JOB,
+    LAUNCHER,
+)
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from ..podusage import pod_quota_usage, pod_without_unreadable_quantities
@@ -66,6 +72,14 @@ class PodView:
     parse, or nothing; planning reports it)."""
     scope: PodScopeFacts = PLAIN_FACTS
     """What a quota's scopes read of it (quotascope.py; shared between views)."""
+    uid: str = ""
+    """metadata.uid (the API server's)."""
+    attachment: bool = False
+    """Labelled kubevirt.io=hotplug-disk: a hotplug attachment pod, if KubeVirt made it (a
+    label anyone may set; rooms.attachments_of tells KubeVirt's apart)."""
+    controller_uid: str | None = None
+    """The uid of the ownerReference marked controller: for KubeVirt's attachment pod, the
+    launcher pod it serves."""
 
     @property
     def steady(self) -> bool:
@@ -103,6 +117,9 @@ def pod_view(pod: Object) -> PodView:
         "running": phase == "Running",
         "terminal": phase in _TERMINAL,
         "scope": pod_scope_facts(pod),
+        "uid": str(meta.get("uid") or ""),
+        "attachment": pod_labels.get(LABEL_KUBEVIRT) == HOTPLUG_DISK,
+        "controller_uid": _controller_uid(meta),
     }
     try:
         common["deadline"] = _deadline(meta)
@@ -111,6 +128,17 @@ def pod_view(pod: Object) -> PodView:
     if common["terminal"]:
         return PodView(usage=_EMPTY, **common)
     return _with_usage(pod, common)
+
+
+def _controller_uid(meta: Mapping[str, Any]) -> str | None:
+    """The uid of the pod's controlling owner (metav1.GetControllerOf), None without one."""
+    owners = meta.get("ownerReferences")
+    if not isinstance(owners, list):
+        return None
+    for owner in owners:
+        if isinstance(owner, Mapping) and owner.get("controller") is True and owner.get("uid"):
+            return str(owner["uid"])
+    return None
 
 
 def _with_usage(pod: Object, common: dict[str, Any]) -> PodView:
