@@ -127,7 +127,7 @@ def test_the_kubevirt_crs_hotplug_attachment_resources_and_limitrange_defaults_s
         kubevirt_version="1.8",
         support_container_resources=[
             {
-                "type": "hotplug-attachment",
+                "type": "hotplug-disk",
                 "resources": {"limits": {"cpu": "300m"}, "requests": {"memory": "5M"}},
             },
             {"type": "virtiofs", "resources": {"limits": {"memory": "1Gi"}}},

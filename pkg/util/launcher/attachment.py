@@ -9,7 +9,7 @@ migration's uid (`kubevirt.io/migrationJobUID`) and owned by the target launcher
 
 Its one container, `hotplug-disk`, has the same resources whatever the volumes: requests 10m CPU
 and 2M memory, limits 100m CPU and 80M memory, each overridable by the KubeVirt CR's
-supportContainerResources of type `hotplug-attachment` (renderresources.go,
+supportContainerResources of type `hotplug-disk` (KubeVirt's HotplugAttachment) (renderresources.go,
 hotplugContainerRequests/Limits, identical in v1.6.0 and v1.8.4); the namespace's LimitRange
 defaults are added by admission as for any pod. Whether there is one is virt-controller's
 VMIHasHotplugVolumes: a volume of the VMI's spec with a hotpluggable persistentVolumeClaim or
@@ -27,7 +27,7 @@ from ..vmispec import mapping_at, sequence_at, vmi_spec
 from .limitrange import apply_defaults
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 
-HOTPLUG_ATTACHMENT: Final = "hotplug-attachment"
+HOTPLUG_ATTACHMENT: Final = "hotplug-disk"
 """supportContainerResources type of the attachment pod's container."""
 ATTACHMENT_GENERATE_NAME: Final = "hp-volume-"
 
