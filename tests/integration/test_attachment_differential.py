@@ -1,4 +1,5 @@
-"""Differential test: the hotplug attachment pods the REAL virt-controller creates against ours.
+"""Differential test: the hotplug attachment pods and volume-migration targets the REAL
+virt-controller creates against ours.
 
 For each KubeVirt version the bench builds, a VM runs (virt-controller's launcher pod, the
 virt-handler stand-in's node side) and gets one or several hotplugged volumes, each a statically
@@ -10,6 +11,10 @@ beside the target launcher pod. Each pod's quota usage must equal, key for key,
 and under a CR whose supportContainerResources override the attachment container (type hotplug-disk); and
 the room the plan holds for the migration must be made of exactly the target launcher pod and
 that attachment pod.
+
+A volume migration (updateVolumesStrategy: Migration, a claim swapped in the VM's template) is
+created by virt-controller's workload updater itself; its target pod, mounting the new claim, must
+equal our rendering of the VMI and be the room.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from harvester_quota.apis.kubevirt import (
     LABEL_MIGRATION_JOB,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
+    VIRTUAL_MACHINES,
 )
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.client import ApiClient
@@ -34,7 +40,11 @@ from harvester_quota.testbench.localcluster.cluster import KUBEVIRT_NAMESPACE
 from harvester_quota.testbench.sim.kubevirt import VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
-from harvester_quota.util.launcher import LauncherSettings, attachment_quota_usage
+from harvester_quota.util.launcher import (
+    LauncherSettings,
+    attachment_quota_usage,
+    launcher_quota_usage,
+)
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.rooms import RoomInputs, plan_rooms
@@ -279,4 +289,127 @@ async def _attachment_case(
     assert room.attachment_pods == (target_attachment_pod["metadata"]["name"],)
     assert room.room == total([pod_quota_usage(target), pod_quota_usage(target_attachment_pod)])
     record = await kubevirt.wait_migration(migration, timeout=TIMEOUT)
+    assert record.outcome is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# Volume migration: virt-controller creates the migration itself
+
+
+async def test_a_volume_migrations_target_matches_virt_controller_on_every_key(
+    api: ApiClient, namespace: str, kubevirt: VirtControllerDriver
+) -> None:
+    """A VM with updateVolumesStrategy Migration whose claim is swapped for another: virt-
+    controller's VM controller records the migrated volumes, its workload updater creates the
+    migration (labelled kubevirt.io/volume-update-migration), its migration controller the target
+    pod mounting the new claim. The target pod's usage equals our rendering of the VMI, the room
+    is that pod, and the migration completes."""
+    source_claim, target_claim = await bound_claims(api, namespace, 2)
+    kubevirt_cr = await api.get(KUBEVIRTS, "kubevirt", KUBEVIRT_NAMESPACE)
+    strategy = (kubevirt_cr.get("spec") or {}).get("workloadUpdateStrategy")
+    body = {"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}}
+    await api.patch(KUBEVIRTS, "kubevirt", body, KUBEVIRT_NAMESPACE)
+    try:
+        await _volume_migration_case(api, namespace, kubevirt, source_claim, target_claim)
+    finally:
+        restore = {"spec": {"workloadUpdateStrategy": strategy}}
+        await api.patch(KUBEVIRTS, "kubevirt", restore, KUBEVIRT_NAMESPACE)
+
+
+async def patch_vm(api: ApiClient, namespace: str, template: Object, **spec: Any) -> None:
+    """vm1's template volumes and disks set to `template`'s (a merge patch: virt-controller
+    writes the VM's status meanwhile)."""
+    body = {
+        "spec": {
+            **spec,
+            "template": {
+                "spec": {
+                    "volumes": template["volumes"],
+                    "domain": {"devices": {"disks": template["domain"]["devices"]["disks"]}},
+                }
+            },
+        }
+    }
+    await api.patch(VIRTUAL_MACHINES, "vm1", body, namespace)
+
+
+async def _volume_migration_case(
+    api: ApiClient,
+    namespace: str,
+    kubevirt: VirtControllerDriver,
+    source_claim: str,
+    target_claim: str,
+) -> None:
+    spec = VMSpec("vm1", cores=1, memory="1Gi", migration_duration=MIGRATION_SECONDS)
+    await kubevirt.create_vm(spec, running=False, node="kwok-node-0")
+    vm = await api.get(VIRTUAL_MACHINES, "vm1", namespace)
+    template = vm["spec"]["template"]["spec"]
+    template.setdefault("volumes", []).append(
+        {"name": "data", "persistentVolumeClaim": {"claimName": source_claim}}
+    )
+    template["domain"]["devices"].setdefault("disks", []).append(
+        {"name": "data", "disk": {"bus": "virtio"}}
+    )
+    await patch_vm(api, namespace, template, updateVolumesStrategy="Migration")
+    (await kubevirt.start_vm("vm1")).check()
+
+    async def vm_settled() -> bool:
+        """The VM controller has seen every change so far (a claim swapped while it still
+        synced the start was judged a non-live-updatable change by v1.6.0: RestartRequired)."""
+        vm = await api.get(VIRTUAL_MACHINES, "vm1", namespace)
+        observed = (vm.get("status") or {}).get("observedGeneration")
+        return observed == vm["metadata"].get("generation")
+
+    await eventually(vm_settled, what="the VM controller caught up", timeout=TIMEOUT)
+    for volume in template["volumes"]:
+        if volume["name"] == "data":
+            volume["persistentVolumeClaim"]["claimName"] = target_claim
+    await patch_vm(api, namespace, template)
+
+    async def volume_migration() -> Object | None:
+        listed = await api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace)
+        return next(iter(listed.get("items", [])), None)
+
+    try:
+        mig = await eventually(
+            volume_migration, what="virt-controller's volume migration", timeout=TIMEOUT
+        )
+    except AssertionError as timed_out:
+        vm_now = await api.get(VIRTUAL_MACHINES, "vm1", namespace)
+        vmi_now = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+        shown = f"VM status {vm_now.get('status')}\nVMI status {vmi_now.get('status')}"
+        raise AssertionError(f"{timed_out}\n{shown}") from None
+    assert "kubevirt.io/volume-update-migration" in (mig["metadata"].get("labels") or {})
+    uid = mig["metadata"]["uid"]
+
+    async def target_pod() -> Object | None:
+        listed = await api.list(PODS, namespace, label_selector=f"{LABEL_MIGRATION_JOB}={uid}")
+        return next(iter(listed.get("items", [])), None)
+
+    target = await eventually(target_pod, what="the volume migration's target pod", timeout=TIMEOUT)
+    claims = {
+        (v.get("persistentVolumeClaim") or {}).get("claimName") for v in target["spec"]["volumes"]
+    }
+    assert target_claim in claims and source_claim not in claims, claims
+    vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+    settings = (await settings_now(api)).for_namespace([], await api.get(NAMESPACES, namespace))
+    assert pod_quota_usage(target) == launcher_quota_usage(vmi, settings)
+    pods = (await api.list(PODS, namespace)).get("items", [])
+    plan = plan_rooms(
+        RoomInputs(
+            migrations=[
+                await api.get(
+                    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, mig["metadata"]["name"], namespace
+                )
+            ],
+            vmis={"vm1": vmi},
+            pods=pods,
+            now=datetime.datetime.now(datetime.UTC),
+            launcher=settings,
+        )
+    )
+    (room,) = plan.rooms
+    assert room.target_pod == target["metadata"]["name"] and room.attachment_pods == ()
+    assert room.room == pod_quota_usage(target)
+    record = await kubevirt.wait_migration(mig["metadata"]["name"], timeout=TIMEOUT)
     assert record.outcome is not None
