@@ -8,9 +8,9 @@ added to the VMI's spec as virt-api's addvolume leaves it. virt-controller's VMI
 creates the attachment pod beside the launcher; a migration makes it create the target's own
 beside the target launcher pod. Each pod's quota usage must equal, key for key,
 `attachment_quota_usage` with the settings read from the KubeVirt CR, under KubeVirt's defaults
-and under a CR whose supportContainerResources override the attachment container (type hotplug-disk); and
-the room the plan holds for the migration must be made of exactly the target launcher pod and
-that attachment pod.
+and under a CR whose supportContainerResources override the attachment container (type
+hotplug-disk); and the room the plan holds for the migration must be made of exactly the target
+launcher pod and that attachment pod.
 
 A volume migration (updateVolumesStrategy: Migration, a claim swapped in the VM's template) is
 created by virt-controller's workload updater itself; its target pod, mounting the new claim, must
@@ -19,6 +19,7 @@ equal our rendering of the VMI and be the room.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import uuid
 from collections.abc import AsyncIterator
@@ -296,21 +297,16 @@ async def _attachment_case(
 # Volume migration: virt-controller creates the migration itself
 
 
-async def test_a_volume_migrations_target_matches_virt_controller_on_every_key(
-    api: ApiClient, namespace: str, kubevirt: VirtControllerDriver
-) -> None:
-    """A VM with updateVolumesStrategy Migration whose claim is swapped for another: virt-
-    controller's VM controller records the migrated volumes, its workload updater creates the
-    migration (labelled kubevirt.io/volume-update-migration), its migration controller the target
-    pod mounting the new claim. The target pod's usage equals our rendering of the VMI, the room
-    is that pod, and the migration completes."""
-    source_claim, target_claim = await bound_claims(api, namespace, 2)
+@contextlib.asynccontextmanager
+async def live_migrate_workload_updates(api: ApiClient) -> AsyncIterator[None]:
+    """The KubeVirt CR's workloadUpdateStrategy allows LiveMigrate (virt-controller's workload
+    updater creates volume migrations only then); restored afterwards."""
     kubevirt_cr = await api.get(KUBEVIRTS, "kubevirt", KUBEVIRT_NAMESPACE)
     strategy = (kubevirt_cr.get("spec") or {}).get("workloadUpdateStrategy")
     body = {"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}}
     await api.patch(KUBEVIRTS, "kubevirt", body, KUBEVIRT_NAMESPACE)
     try:
-        await _volume_migration_case(api, namespace, kubevirt, source_claim, target_claim)
+        yield
     finally:
         restore = {"spec": {"workloadUpdateStrategy": strategy}}
         await api.patch(KUBEVIRTS, "kubevirt", restore, KUBEVIRT_NAMESPACE)
@@ -333,25 +329,27 @@ async def patch_vm(api: ApiClient, namespace: str, template: Object, **spec: Any
     await api.patch(VIRTUAL_MACHINES, "vm1", body, namespace)
 
 
-async def _volume_migration_case(
-    api: ApiClient,
-    namespace: str,
-    kubevirt: VirtControllerDriver,
-    source_claim: str,
-    target_claim: str,
-) -> None:
-    spec = VMSpec("vm1", cores=1, memory="1Gi", migration_duration=MIGRATION_SECONDS)
+async def start_vm_with_claim(
+    api: ApiClient, namespace: str, kubevirt: VirtControllerDriver, spec: VMSpec, claim: str
+) -> Object:
+    """vm1 (`spec`) with the disk `data` on `claim` and updateVolumesStrategy Migration, started;
+    returns its template spec."""
     await kubevirt.create_vm(spec, running=False, node="kwok-node-0")
     vm = await api.get(VIRTUAL_MACHINES, "vm1", namespace)
-    template = vm["spec"]["template"]["spec"]
+    template: Object = vm["spec"]["template"]["spec"]
     template.setdefault("volumes", []).append(
-        {"name": "data", "persistentVolumeClaim": {"claimName": source_claim}}
+        {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
     )
     template["domain"]["devices"].setdefault("disks", []).append(
         {"name": "data", "disk": {"bus": "virtio"}}
     )
     await patch_vm(api, namespace, template, updateVolumesStrategy="Migration")
     (await kubevirt.start_vm("vm1")).check()
+    return template
+
+
+async def swap_claim(api: ApiClient, namespace: str, template: Object, claim: str) -> Object:
+    """The disk `data` of vm1 moved to `claim`; returns the migration virt-controller creates."""
 
     async def vm_settled() -> bool:
         """The VM controller has seen every change so far (a claim swapped while it still
@@ -363,7 +361,7 @@ async def _volume_migration_case(
     await eventually(vm_settled, what="the VM controller caught up", timeout=TIMEOUT)
     for volume in template["volumes"]:
         if volume["name"] == "data":
-            volume["persistentVolumeClaim"]["claimName"] = target_claim
+            volume["persistentVolumeClaim"]["claimName"] = claim
     await patch_vm(api, namespace, template)
 
     async def volume_migration() -> Object | None:
@@ -371,7 +369,7 @@ async def _volume_migration_case(
         return next(iter(listed.get("items", [])), None)
 
     try:
-        mig = await eventually(
+        migration: Object = await eventually(
             volume_migration, what="virt-controller's volume migration", timeout=TIMEOUT
         )
     except AssertionError as timed_out:
@@ -379,6 +377,34 @@ async def _volume_migration_case(
         vmi_now = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
         shown = f"VM status {vm_now.get('status')}\nVMI status {vmi_now.get('status')}"
         raise AssertionError(f"{timed_out}\n{shown}") from None
+    return migration
+
+
+async def test_a_volume_migrations_target_matches_virt_controller_on_every_key(
+    api: ApiClient, namespace: str, kubevirt: VirtControllerDriver
+) -> None:
+    """A VM with updateVolumesStrategy Migration whose claim is swapped for another: virt-
+    controller's VM controller records the migrated volumes, its workload updater creates the
+    migration (labelled kubevirt.io/volume-update-migration), its migration controller the target
+    pod mounting the new claim. The target pod's usage equals our rendering of the VMI, the room
+    is that pod, and the migration completes."""
+    source_claim, target_claim = await bound_claims(api, namespace, 2)
+    spec = VMSpec("vm1", cores=1, memory="1Gi", migration_duration=MIGRATION_SECONDS)
+    async with live_migrate_workload_updates(api):
+        template = await start_vm_with_claim(api, namespace, kubevirt, spec, source_claim)
+        mig = await swap_claim(api, namespace, template, target_claim)
+        claims = (source_claim, target_claim)
+        await _volume_migration_target(api, namespace, kubevirt, mig, claims)
+
+
+async def _volume_migration_target(
+    api: ApiClient,
+    namespace: str,
+    kubevirt: VirtControllerDriver,
+    mig: Object,
+    claims_before_after: tuple[str, str],
+) -> None:
+    source_claim, target_claim = claims_before_after
     assert "kubevirt.io/volume-update-migration" in (mig["metadata"].get("labels") or {})
     uid = mig["metadata"]["uid"]
 

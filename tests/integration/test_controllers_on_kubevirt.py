@@ -33,7 +33,6 @@ from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import caught_up, eventually
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
-from tests.integration.test_attachment_differential import attachment_pods, bound_claims, hotplug
 from tests.integration.test_controllers import new_app
 
 pytestmark = pytest.mark.integration
@@ -574,42 +573,3 @@ async def test_a_deleted_namespace_quota_during_a_migration_is_not_recreated(
     await eventually(lambda: caught_up(controllers, kv.namespace), what="caught up")
     with pytest.raises(errors.NotFound):
         await kv.quota()
-
-
-async def test_a_vm_with_a_hotplugged_volume_migrates_in_a_namespace_without_slack(
-    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
-) -> None:
-    """A VM with a hotplugged volume (a statically bound PV/PVC pair) runs beside
-    virt-controller's attachment pod, in a namespace whose quota is exactly what the two use,
-    pods included. The migration's target side is two pods: the target launcher and, once it is
-    ready, virt-controller's attachment pod beside it; the room covers both (sized without the
-    attachment pod, the raise left pods and limits.cpu short and virt-controller's attachment pod
-    was refused, the migration stuck). No refusal, hard back to the base, two quota writes."""
-    (claim,) = await bound_claims(kv.api, kv.namespace, 1)
-    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
-    await hotplug(kv.api, kv.namespace, "vm1", [claim])
-    await eventually(
-        lambda: attachment_pods(kv.api, kv.namespace), what="the VMI's attachment pod", timeout=90
-    )
-    keys = ("pods", "limits.cpu", "limits.memory", "requests.cpu", "requests.memory")
-    await kv.create_quota(dict.fromkeys(keys, "1000"))
-
-    async def used_by_both() -> dict[str, str] | None:
-        used = ((await kv.quota()).get("status") or {}).get("used") or {}
-        return {k: str(used[k]) for k in keys} if used.get("pods") == "2" else None
-
-    base = await eventually(used_by_both, what="the launcher and attachment pods charged")
-    await kv.api.patch(RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": base}}, kv.namespace)
-    await eventually(lambda: hard_equals(kv, base), what="the base set")
-    await eventually(lambda: caught_up(controllers, kv.namespace), what="the base recorded")
-    before = controllers.reconciler.writes[kv.namespace]
-    async with SpecHistory(kv.api, kv.namespace) as history:
-        name = await kubevirt.migrate("vm1")
-        record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
-        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
-        assert record.refusals == 0, record.as_dict()
-        await eventually(lambda: hard_equals(kv, base), what="hard back to the base")
-        await eventually(lambda: caught_up(controllers, kv.namespace), what="caught up")
-    assert controllers.reconciler.writes[kv.namespace] - before == 2
-    raised = as_quantities(history.hards[1])
-    assert raised["pods"] == Quantity.parse("4"), f"launcher and attachment pod: {history.hards}"
