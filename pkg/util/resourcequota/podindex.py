@@ -73,13 +73,13 @@ class PodView:
     scope: PodScopeFacts = PLAIN_FACTS
     """What a quota's scopes read of it (quotascope.py; shared between views)."""
     uid: str = ""
-    """metadata.uid (the API server's)."""
+    """metadata.uid (the API server's), of a launcher pod only."""
     attachment: bool = False
     """Labelled kubevirt.io=hotplug-disk: a hotplug attachment pod, if KubeVirt made it (a
     label anyone may set; rooms.attachments_of tells KubeVirt's apart)."""
     controller_uid: str | None = None
-    """The uid of the ownerReference marked controller: for KubeVirt's attachment pod, the
-    launcher pod it serves."""
+    """The uid of the ownerReference marked controller, of an attachment pod only: for
+    KubeVirt's, the launcher pod it serves."""
 
     @property
     def steady(self) -> bool:
@@ -117,10 +117,14 @@ def pod_view(pod: Object) -> PodView:
         "running": phase == "Running",
         "terminal": phase in _TERMINAL,
         "scope": pod_scope_facts(pod),
-        "uid": str(meta.get("uid") or ""),
-        "attachment": pod_labels.get(LABEL_KUBEVIRT) == HOTPLUG_DISK,
-        "controller_uid": _controller_uid(meta),
     }
+    # Kept only where a room reads them (a string per pod of a 10,000-VM namespace otherwise):
+    # a launcher's uid, an attachment pod's controller.
+    if common["launcher"]:
+        common["uid"] = str(meta.get("uid") or "")
+    elif pod_labels.get(LABEL_KUBEVIRT) == HOTPLUG_DISK:
+        common["attachment"] = True
+        common["controller_uid"] = _controller_uid(meta)
     try:
         common["deadline"] = _deadline(meta)
     except (ValueError, TypeError) as error:
