@@ -239,6 +239,7 @@ def _explanation(
             "since": created.get(room.migration, ""),
             "room": {k: str(v) for k, v in sorted(room.room.items())},
             "target_pod": room.target_pod,
+            "attachment_pods": list(room.attachment_pods),
             "estimated": room.estimated,
         }
         for room in plan.rooms.rooms
@@ -334,6 +335,8 @@ def render_text(e: Explanation) -> str:
     lines.append("migrations holding room:" + ("" if e.rooms else " none"))
     for room in e.rooms:
         pod = room["target_pod"] or "no target pod yet (estimated from the VMI)"
+        if room.get("attachment_pods"):
+            pod += ", attachment pods " + ", ".join(room["attachment_pods"])
         lines.append(
             f"  {room['migration']} (VM {room['vm']}, {room['phase']}, since {room['since']}): "
             f"{room['why']}; room {_pairs(room['room'])}; {pod}"

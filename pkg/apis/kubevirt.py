@@ -21,6 +21,8 @@ KUBEVIRTS: Final = Resource(GROUP, "v1", "kubevirts", "KubeVirt")
 LABEL_KUBEVIRT: Final = "kubevirt.io"
 """On launcher pods: ``virt-launcher``."""
 LAUNCHER: Final = "virt-launcher"
+HOTPLUG_DISK: Final = "hotplug-disk"
+"""On hotplug attachment pods (virt-controller's, controlled by a launcher pod)."""
 LABEL_CREATED_BY: Final = "kubevirt.io/created-by"
 """On launcher pods: the uid of the VMI they run."""
 LABEL_MIGRATION_JOB: Final = "kubevirt.io/migrationJobUID"
@@ -34,6 +36,10 @@ CONDITION_ABORT_REQUESTED: Final = "migrationAbortRequested"
 PHASE_SUCCEEDED: Final = "Succeeded"
 PHASE_FAILED: Final = "Failed"
 PHASE_PENDING: Final = "Pending"
+PHASE_WAITING_FOR_SYNC: Final = "WaitingForSync"
+"""A decentralized migration's side waiting for its peer (KubeVirt v1.6+)."""
+PHASE_SYNCHRONIZING: Final = "Synchronizing"
+"""A decentralized migration's two sides exchanging the migration's state (KubeVirt v1.6+)."""
 FINAL_PHASES: Final = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 
 

@@ -22,19 +22,31 @@ from harvester_quota.apis.kubevirt import (
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS
+from harvester_quota.generic.resource import EVENTS, RESOURCE_QUOTAS
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.testbench.virtcontroller import EXCEEDED_QUOTA, VirtControllerDriver
+from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import cpu_burners, eventually
+from tests.helpers import caught_up, cpu_burners, eventually
 from tests.integration import deployment
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_attachment_differential import (
+    attachment_pods,
+    bound_claims,
+    hotplug,
+    live_migrate_workload_updates,
+    start_vm_with_claim,
+    swap_claim,
+)
 from tests.integration.test_controllers_on_kubevirt import (
     MIGRATION_TIMEOUT,
+    SpecHistory,
+    as_quantities,
     back_to_the_base,
+    hard_equals,
     kubevirt,
     kv,
     quota_used_by_pods,
@@ -209,3 +221,97 @@ async def assert_never_refused(
     assert watch.rejected == set(), (watch.rejected, refused)
     assert sum(counted.values()) == 0, (counted, refused)
     assert refused == [], refused
+
+
+# ----------------------------------------------------------------------------------------------
+# Every pod a migration makes, every kind of migration (issue 29)
+
+KEYS = ("pods", "limits.cpu", "limits.memory", "requests.cpu", "requests.memory")
+
+
+async def no_slack(kv: KubeVirtByHand, app: ControllerApp, pods: int) -> dict[str, str]:
+    """The quota's hard set to exactly what the namespace's `pods` pods use, on KEYS; returns
+    it once the controller has recorded it as the base."""
+
+    async def used_by_all() -> dict[str, str] | None:
+        used = ((await kv.quota()).get("status") or {}).get("used") or {}
+        return {k: str(used[k]) for k in KEYS} if used.get("pods") == str(pods) else None
+
+    base: dict[str, str] = await eventually(used_by_all, what=f"{pods} pods charged")
+    await kv.api.patch(RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": base}}, kv.namespace)
+    await eventually(lambda: hard_equals(kv, base), what="the base set")
+    await eventually(lambda: caught_up(app, kv.namespace), what="the base recorded")
+    return base
+
+
+async def test_a_vm_with_a_hotplugged_volume_migrates_in_a_namespace_without_slack(
+    webhook: WebhookServer,
+    deployed_controllers: ControllerApp,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+) -> None:
+    """A VM with a hotplugged volume (a statically bound PV/PVC pair) runs beside
+    virt-controller's attachment pod, in a namespace whose quota is exactly what the two use,
+    pods included. The migration's target side is two pods: the target launcher and, once it is
+    ready, virt-controller's attachment pod beside it; the room covers both (sized without the
+    attachment pod, the raise left pods and limits.cpu short and the attachment pod was refused
+    for good: the migration never finished). KubeVirt reports no refusal, hard returns to the
+    base, the quota is written twice."""
+    app = deployed_controllers
+    await app.start()
+    (claim,) = await bound_claims(kv.api, kv.namespace, 1)
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+    await hotplug(kv.api, kv.namespace, "vm1", [claim])
+    await eventually(
+        lambda: attachment_pods(kv.api, kv.namespace), what="the VMI's attachment pod", timeout=90
+    )
+    await kv.create_quota({k: "1000Gi" if "memory" in k else "1000" for k in KEYS})
+    base = await no_slack(kv, app, 2)
+    before = app.reconciler.writes[kv.namespace]
+    async with (
+        RejectionWatch(kv.api, kv.namespace) as watch,
+        SpecHistory(kv.api, kv.namespace) as history,
+    ):
+        name = await kubevirt.migrate("vm1")
+        record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+        await eventually(lambda: hard_equals(kv, base), what="hard back to the base")
+        await eventually(lambda: caught_up(app, kv.namespace), what="caught up")
+        await assert_never_refused(kubevirt, kv, watch, [name])
+    assert app.reconciler.writes[kv.namespace] - before == 2
+    raised = as_quantities(history.hards[1])
+    assert raised["pods"] == Quantity.parse("4"), f"launcher and attachment pod: {history.hards}"
+
+
+async def test_a_volume_migration_completes_in_a_namespace_without_slack(
+    webhook: WebhookServer,
+    deployed_controllers: ControllerApp,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+) -> None:
+    """A VM with updateVolumesStrategy Migration in a namespace whose quota is exactly what its
+    launcher pod uses; its claim is swapped, and virt-controller's workload updater creates the
+    migration itself. The room is the target pod mounting the new claim: KubeVirt reports no
+    refusal, hard returns to the base, the quota is written twice."""
+    app = deployed_controllers
+    await app.start()
+    source_claim, target_claim = await bound_claims(kv.api, kv.namespace, 2)
+    await kv.create_quota({k: "1000Gi" if "memory" in k else "1000" for k in KEYS})
+    async with live_migrate_workload_updates(kv.api):
+        spec = VMSpec("vm1", cores=2, memory="4Gi")
+        template = await start_vm_with_claim(kv.api, kv.namespace, kubevirt, spec, source_claim)
+        base = await no_slack(kv, app, 1)
+        before = app.reconciler.writes[kv.namespace]
+        async with (
+            RejectionWatch(kv.api, kv.namespace) as watch,
+            SpecHistory(kv.api, kv.namespace) as history,
+        ):
+            migration = await swap_claim(kv.api, kv.namespace, template, target_claim)
+            name = migration["metadata"]["name"]
+            record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+            assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+            await eventually(lambda: hard_equals(kv, base), what="hard back to the base")
+            await eventually(lambda: caught_up(app, kv.namespace), what="caught up")
+            await assert_never_refused(kubevirt, kv, watch, [name])
+    assert app.reconciler.writes[kv.namespace] - before == 2
+    assert as_quantities(history.hards[1])["pods"] == Quantity.parse("2"), history.hards

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime
 import json
 import ssl
@@ -17,7 +18,8 @@ from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import Object
 from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 from harvester_quota.util.annotations import migrating_vm_annotation_key
-from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.launcher import LauncherSettings, launcher_pod_resources
+from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.resources.common import Identities
@@ -236,6 +238,24 @@ def test_vm_start_check_includes_the_overhead(ratio: str, base: str, allowed: bo
         validate_vm_start(request("VirtualMachine", vm, operation="CREATE"), lookups)
     assert "limits.memory insufficient resources due to resource quota" in denied.value.message
     assert f"of the base {Quantity.parse(base)}" in denied.value.message
+
+
+def test_vm_start_check_counts_the_attachment_pod_of_hotplugged_volumes() -> None:
+    """A VM started with a hotplugged volume gets virt-controller's attachment pod (100m CPU
+    limit by default) beside its launcher: a base that fits the launcher alone refuses it."""
+    plain = vm_object("vm1", 2, "4Gi")
+    launcher_cpu = pod_quota_usage(launcher_pod_resources(vmi("vm1", cores=2, memory="4Gi")))[
+        "limits.cpu"
+    ]
+    lookups = FakeLookups(quotas={"ns": quota_with({}, {"limits.cpu": str(launcher_cpu)})})
+    validate_vm_start(request("VirtualMachine", plain, operation="CREATE"), lookups)
+    with_disk = copy.deepcopy(plain)
+    with_disk["spec"]["template"]["spec"].setdefault("volumes", []).append(
+        {"name": "d", "persistentVolumeClaim": {"claimName": "d", "hotpluggable": True}}
+    )
+    with pytest.raises(Denied) as denied:
+        validate_vm_start(request("VirtualMachine", with_disk, operation="CREATE"), lookups)
+    assert "limits.cpu" in denied.value.message
 
 
 def test_vm_start_ignores_halted_and_running_vms() -> None:

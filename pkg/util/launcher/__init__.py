@@ -1,16 +1,23 @@
-"""The virt-launcher pod KubeVirt renders for a VMI, as far as a ResourceQuota sees it.
+"""The pods KubeVirt renders for a VMI, as far as a ResourceQuota sees them.
 
-- `settings.LauncherSettings`: every cluster and namespace setting that shapes the pod.
+- `settings.LauncherSettings`: every cluster and namespace setting that shapes the pods.
 - `compute`: the compute container (requests, limits, overhead, devices).
-- `render`: the whole pod (`launcher_pod_resources`) and its quota usage (`launcher_quota_usage`).
+- `render`: the whole launcher pod (`launcher_pod_resources`) and its quota usage
+  (`launcher_quota_usage`).
+- `attachment`: the hotplug attachment pod beside it (`attachment_pod_resources`,
+  `attachment_quota_usage`), for a VMI with hotplugged volumes.
 """
 
+from .attachment import attachment_pod_resources, attachment_quota_usage, has_hotplug_volumes
 from .render import launcher_pod_resources, launcher_quota_usage
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 
 __all__ = [
     "DEFAULT_LAUNCHER_SETTINGS",
     "LauncherSettings",
+    "attachment_pod_resources",
+    "attachment_quota_usage",
+    "has_hotplug_volumes",
     "launcher_pod_resources",
     "launcher_quota_usage",
 ]

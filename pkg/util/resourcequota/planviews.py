@@ -29,7 +29,7 @@ from ...apis.kubevirt import FINAL_PHASES, LIVE_MIGRATABLE
 from ...generic.meta import condition_status, metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
-from ..launcher import LauncherSettings, launcher_quota_usage
+from ..launcher import LauncherSettings, has_hotplug_volumes, launcher_quota_usage
 from ..quotascope import reduced_affinity
 from ..resources import ResourceList
 from .rooms import HARVESTER_MIGRATION_PREFIX
@@ -99,6 +99,10 @@ class VmiFacts:
     the same settings; labels are left out (virt-controller's kubevirt.io/nodeName differs per
     node and changes with every migration, and the rendering never reads labels)."""
 
+    hotplug: bool = False
+    """The VMI has hotplugged volumes (launcher.has_hotplug_volumes): a migration's target
+    gets an attachment pod too."""
+
     def as_object(self) -> Object:
         """A VMI object with only these fields, for readers of objects (rooms.py)."""
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
@@ -109,6 +113,8 @@ class VmiFacts:
         state: dict[str, Any] = {}
         if self.not_migratable:
             state["conditions"] = [{"type": LIVE_MIGRATABLE, "status": "False"}]
+        if self.hotplug:
+            state["volumeStatus"] = [{"name": "", "hotplugVolume": {}}]
         spec: dict[str, Any] = {}
         if self.priority_class:
             spec["priorityClassName"] = self.priority_class
@@ -133,7 +139,17 @@ def vmi_facts(vmi: Object) -> VmiFacts:
         priority_class=priority_class if isinstance(priority_class, str) else "",
         affinity=reduced_affinity(spec.get("affinity")),
         render_key=_render_key(vmi),
+        hotplug=_has_hotplug_volumes(vmi),
     )
+
+
+def _has_hotplug_volumes(vmi: Object) -> bool:
+    """has_hotplug_volumes, False for volumes it cannot read (the launcher rendering reports
+    them)."""
+    try:
+        return has_hotplug_volumes(vmi)
+    except ValueError:
+        return False
 
 
 def _text(value: object) -> str | None:

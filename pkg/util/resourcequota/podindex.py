@@ -29,7 +29,13 @@ from typing import Any
 
 from cachetools import LRUCache
 
-from ...apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LABEL_MIGRATION_JOB, LAUNCHER
+from ...apis.kubevirt import (
+    HOTPLUG_DISK,
+    LABEL_CREATED_BY,
+    LABEL_KUBEVIRT,
+    LABEL_MIGRATION_JOB,
+    LAUNCHER,
+)
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from ..podusage import pod_quota_usage, pod_without_unreadable_quantities
@@ -66,6 +72,14 @@ class PodView:
     parse, or nothing; planning reports it)."""
     scope: PodScopeFacts = PLAIN_FACTS
     """What a quota's scopes read of it (quotascope.py; shared between views)."""
+    uid: str = ""
+    """metadata.uid (the API server's), of a launcher pod only."""
+    attachment: bool = False
+    """Labelled kubevirt.io=hotplug-disk: a hotplug attachment pod, if KubeVirt made it (a
+    label anyone may set; rooms.attachments_of tells KubeVirt's apart)."""
+    controller_uid: str | None = None
+    """The uid of the ownerReference marked controller, of an attachment pod only: for
+    KubeVirt's, the launcher pod it serves."""
 
     @property
     def steady(self) -> bool:
@@ -104,6 +118,13 @@ def pod_view(pod: Object) -> PodView:
         "terminal": phase in _TERMINAL,
         "scope": pod_scope_facts(pod),
     }
+    # Kept only where a room reads them (a string per pod of a 10,000-VM namespace otherwise):
+    # a launcher's uid, an attachment pod's controller.
+    if common["launcher"]:
+        common["uid"] = str(meta.get("uid") or "")
+    elif pod_labels.get(LABEL_KUBEVIRT) == HOTPLUG_DISK:
+        common["attachment"] = True
+        common["controller_uid"] = _controller_uid(meta)
     try:
         common["deadline"] = _deadline(meta)
     except (ValueError, TypeError) as error:
@@ -111,6 +132,17 @@ def pod_view(pod: Object) -> PodView:
     if common["terminal"]:
         return PodView(usage=_EMPTY, **common)
     return _with_usage(pod, common)
+
+
+def _controller_uid(meta: Mapping[str, Any]) -> str | None:
+    """The uid of the pod's controlling owner (metav1.GetControllerOf), None without one."""
+    owners = meta.get("ownerReferences")
+    if not isinstance(owners, list):
+        return None
+    for owner in owners:
+        if isinstance(owner, Mapping) and owner.get("controller") is True and owner.get("uid"):
+            return str(owner["uid"])
+    return None
 
 
 def _with_usage(pod: Object, common: dict[str, Any]) -> PodView:

@@ -7,9 +7,18 @@ This is design principle 3 and 4 as a pure function of what the cluster shows no
   ("Gone" means no longer charged by the quota evaluator: deleted, terminal, or past its grace
   period.) Harvester gives the room back at "Succeeded", while the source pod still counts, which
   is why a second migration in a full namespace was refused in the v1.2.1 seed.
-- The room is the target pod's real quota usage on every key (all containers, requests and
-  limits, pods, ephemeral storage, ...). Before the target pod exists it is the usage of the pod
-  KubeVirt would render for the VMI now, with the overhead ratio in force now.
+- The room is the real quota usage, on every key (all containers, requests and limits, pods,
+  ephemeral storage, ...), of every pod the migration creates on the target side: the target
+  launcher pod and, for a VMI with hotplugged volumes, the hotplug attachment pod virt-controller
+  creates beside it (`attachments_of`). A pod that does not exist yet is counted as KubeVirt
+  would render it for the VMI now, with the settings in force now (launcher/render.py,
+  launcher/attachment.py).
+- Decentralized live migrations (KubeVirt v1.6+, exactly one of `spec.sendTo` and
+  `spec.receive`): the sending side creates no pod here and holds no room; the receiving side
+  holds room like a target while it is under way and nothing of the VMI runs here yet (a VMI
+  that runs here has nothing to receive). Volume migrations (`updateVolumesStrategy:
+  Migration`) are migrations virt-controller creates itself: their target pod is the VMI's
+  launcher pod rendered with the new claims, sized like any other.
 - Nothing is kept in memory between calls: a controller restart, a lost watch, a deleted VMI or
   VMIM all come out right on the next call.
 """
@@ -35,7 +44,12 @@ from ...apis.kubevirt import (
 from ...generic.meta import condition_status, labels, metadata, status
 from ...generic.resource import Object
 from .. import resources
-from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quota_usage
+from ..launcher import (
+    DEFAULT_LAUNCHER_SETTINGS,
+    LauncherSettings,
+    attachment_quota_usage,
+    launcher_quota_usage,
+)
 from ..quotascope import PLAIN_FACTS, PodScopeFacts, QuotaScope, launcher_scope_facts
 from ..resources import ResourceList
 from .podindex import NamespacePods, PodView, namespace_pods
@@ -74,6 +88,8 @@ class MigrationRoom:
     reason: str
     created: str = ""
     """The migration's creationTimestamp (which of a VMI's migrations holds its room)."""
+    attachment_pods: tuple[str, ...] = ()
+    """KubeVirt's hotplug attachment pods of the target whose usage is part of the room."""
     facts: PodScopeFacts = PLAIN_FACTS
     """What quota scopes read of its target pod: the pod's own once it exists, else the launcher
     pod's KubeVirt would render (quotascope.py)."""
@@ -107,10 +123,18 @@ class RoomPlan:
             return self
         rooms = [room for room in self.rooms if scope.matches(room.facts)]
         return RoomPlan(
-            rooms=rooms,
-            target_pods=frozenset(r.target_pod for r in rooms if r.target_pod and not r.estimated),
-            estimate_errors=self.estimate_errors,
+            rooms=rooms, target_pods=_room_pods(rooms), estimate_errors=self.estimate_errors
         )
+
+
+def _room_pods(rooms: Iterable[MigrationRoom]) -> frozenset[str]:
+    """The pods whose usage makes up `rooms`: real target pods and their attachment pods."""
+    names: set[str] = set()
+    for room in rooms:
+        if room.target_pod and not room.estimated:
+            names.add(room.target_pod)
+        names.update(room.attachment_pods)
+    return frozenset(names)
 
 
 HARVESTER_MIGRATION_PREFIX = "harvesterhci.io/migration"
@@ -149,6 +173,9 @@ class RoomInputs:
     usage: VmiUsage = launcher_quota_usage
     """How a VMI's room is estimated before its target pod exists (planviews.RenderedUsages
     for the narrow VMIs a controller keeps)."""
+    attachment_usage: VmiUsage = attachment_quota_usage
+    """The target's attachment pod for a VMI before it exists ({}: the VMI has none; reads
+    only the VMI's volumes and volume statuses, which narrow VMIs keep)."""
 
 
 def plan_rooms(inputs: RoomInputs) -> RoomPlan:
@@ -167,11 +194,7 @@ def plan_rooms(inputs: RoomInputs) -> RoomPlan:
         if room is not None:
             rooms.append(room)
     rooms = _one_under_way_per_vmi(rooms)
-    return RoomPlan(
-        rooms=rooms,
-        target_pods=frozenset(r.target_pod for r in rooms if r.target_pod and not r.estimated),
-        estimate_errors=errors,
-    )
+    return RoomPlan(rooms=rooms, target_pods=_room_pods(rooms), estimate_errors=errors)
 
 
 def _one_under_way_per_vmi(rooms: list[MigrationRoom]) -> list[MigrationRoom]:
@@ -211,8 +234,23 @@ class _Once:
         return self._value
 
 
+def decentralized_side(migration: Mapping[str, Any]) -> str | None:
+    """ "source" or "target" for one side of a decentralized migration (KubeVirt v1.6+:
+    exactly one of spec.sendTo and spec.receive), None for a migration within the cluster
+    (neither, or both: KubeVirt's IsDecentralized)."""
+    spec = migration.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    send, receive = spec.get("sendTo") is not None, spec.get("receive") is not None
+    if send == receive:
+        return None
+    return "source" if send else "target"
+
+
 def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> MigrationRoom | None:
     meta = metadata(migration)
+    if decentralized_side(migration) == "source":
+        return None  # the sending side creates no pod here: its target is elsewhere
     phase = str(status(migration).get("phase") or "")
     candidates = pods.labelled_targets(str(meta.get("uid", "")))
     labelled = _likeliest_target(candidates, migration)
@@ -233,7 +271,7 @@ def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> Migr
     reason = _holding_reason(migration, vmi, target, inputs.now, pods)
     if reason is None:
         return None
-    return _room(migration, vmi, target, reason, inputs)
+    return _room(migration, vmi, target, reason, inputs=inputs, pods=pods)
 
 
 def _likeliest_target(candidates: list[PodView], migration: Object) -> PodView | None:
@@ -330,14 +368,19 @@ def _can_migrate(
     """A migration under way makes room only for a VMI that runs: a launcher pod of the VMI
     (not the migration's own target) that the kubelet reports Running and that still counts. A
     VMI whose pod never started (refused, unschedulable) has nothing to migrate; neither has one
-    KubeVirt reports not live-migratable."""
-    if condition_status(vmi, LIVE_MIGRATABLE) == "False":
-        return False
+    KubeVirt reports not live-migratable. The receiving side of a decentralized migration is
+    the reverse: its VMI must not run here (it arrives from elsewhere), whatever a tenant
+    writes in its conditions; a receive for a VMI that runs here holds no room."""
     vmi_uid = str(metadata(vmi).get("uid"))
-    return any(
+    running_here = any(
         pod.running and pod.counts(now) and (target is None or pod.name != target.name)
         for pod in pods.launchers_of(vmi_uid)
     )
+    if decentralized_side(migration) == "target":
+        return not running_here
+    if condition_status(vmi, LIVE_MIGRATABLE) == "False":
+        return False
+    return running_here
 
 
 def _estimate(vmi: Object, inputs: RoomInputs) -> ResourceList:
@@ -359,14 +402,28 @@ def _estimate(vmi: Object, inputs: RoomInputs) -> ResourceList:
 
 
 def _room(
-    migration: Object, vmi: Object, target: PodView | None, reason: str, inputs: RoomInputs
+    migration: Object,
+    vmi: Object,
+    target: PodView | None,
+    reason: str,
+    *,
+    inputs: RoomInputs,
+    pods: NamespacePods,
 ) -> MigrationRoom:
-    """The room: the real target pod's usage once it exists, else the rendered estimate."""
+    """The room: the real target pod's usage once it exists, else the rendered estimate; plus
+    the target's attachment pods once they exist, else, for a migration under way whose VMI
+    has hotplugged volumes, the attachment pod rendered."""
+    attachments: list[PodView] = []
     if target is not None and _still_counts(target, inputs.now):
         room, estimated, facts = target.usage_at(inputs.now), False, target.scope
+        attachments = attachments_of(migration, target, pods, inputs.now)
     else:
         room, estimated = _estimate(vmi, inputs), True
         facts = launcher_scope_facts(vmi, room)
+    if attachments:
+        room = resources.total([room, *(pod.usage_at(inputs.now) for pod in attachments)])
+    elif str(status(migration).get("phase") or "") not in (PHASE_SUCCEEDED, PHASE_FAILED):
+        room = resources.add(room, _estimate_attachment(vmi, inputs))
     if inputs.keys is not None:
         room = resources.mask(room, inputs.keys)
     return MigrationRoom(
@@ -381,7 +438,41 @@ def _room(
         reason=reason,
         created=str(metadata(migration).get("creationTimestamp") or ""),
         facts=facts,
+        attachment_pods=tuple(pod.name for pod in attachments),
     )
+
+
+def attachments_of(
+    migration: Mapping[str, Any], target: PodView, pods: NamespacePods, now: datetime.datetime
+) -> list[PodView]:
+    """The hotplug attachment pods KubeVirt made for the migration's target, as only KubeVirt
+    can make one: labelled with the migration's uid (a label only KubeVirt's controller may
+    set), labelled kubevirt.io=hotplug-disk, controlled by the target launcher pod (its uid, the
+    API server's), created no earlier than the migration, and still counting."""
+    created = str(metadata(migration).get("creationTimestamp") or "")
+    return [
+        pod
+        for pod in pods.labelled_targets(str(metadata(migration).get("uid", "")))
+        if pod.attachment
+        and not pod.launcher
+        and target.uid
+        and pod.controller_uid == target.uid
+        and pod.created >= created
+        and pod.counts(now)
+    ]
+
+
+def _estimate_attachment(vmi: Object, inputs: RoomInputs) -> ResourceList:
+    """The rendered attachment pod of `vmi` ({} without hotplugged volumes); a failure is an
+    estimate error, as for the launcher (`_estimate`)."""
+    try:
+        return inputs.attachment_usage(vmi, inputs.launcher)
+    except ValueError:
+        raise
+    except Exception as error:
+        raise ValueError(
+            f"cannot render the VMI's attachment pod ({type(error).__name__})"
+        ) from error
 
 
 def used_without_targets(

@@ -1,6 +1,7 @@
 """VirtualMachine rules (Harvester's VM validator, quota part): a VM that is to run but has no
-instance yet must fit under the base, its launcher pod's overhead and sidecars included, on every
-key the pod uses.
+instance yet must fit under the base, its launcher pod's overhead and sidecars included, and the
+hotplug attachment pod virt-controller creates beside it for hotplugged volumes, on every key
+the pods use.
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ....util.launcher import launcher_quota_usage
+from ....util.launcher import attachment_quota_usage, launcher_quota_usage
 from ....util.quotascope import launcher_scope_facts, quota_scope
+from ....util.resources import add
 from ...admission import Denied, Request
 from ..common import Lookups, base_of, check_fits_base, launcher_settings, view_of
 
@@ -25,8 +27,8 @@ def _will_run(vm: Mapping[str, Any]) -> bool:
 
 
 def validate_vm_start(request: Request, lookups: Lookups) -> None:
-    """A VM that is to run but has no instance yet must fit under the base, overhead and
-    sidecars included (Harvester checks this on VM create and update, limits only), unless the
+    """A VM that is to run but has no instance yet must fit under the base, overhead,
+    sidecars and attachment pod included (Harvester checks this on VM create and update, limits only), unless the
     managed quota's scopes do not charge its launcher pod."""
     vm = request.obj or {}
     if not _will_run(vm) or request.name in lookups.vmis(request.namespace):
@@ -41,10 +43,11 @@ def validate_vm_start(request: Request, lookups: Lookups) -> None:
     }
     view = view_of(lookups, request.namespace, quota)
     try:
-        needed = launcher_quota_usage(vmi, launcher_settings(lookups, request.namespace, quota))
+        settings = launcher_settings(lookups, request.namespace, quota)
+        needed = add(launcher_quota_usage(vmi, settings), attachment_quota_usage(vmi, settings))
     except ValueError as error:
         raise Denied(
-            f"VM {request.name}: cannot size its launcher pod: {error}", code=422
+            f"VM {request.name}: cannot size its launcher and attachment pods: {error}", code=422
         ) from error
     if not quota_scope(quota).matches(launcher_scope_facts(vmi, needed)):
         return
