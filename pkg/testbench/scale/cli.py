@@ -49,6 +49,11 @@ def add_command(commands: Any) -> None:
         "skips creating them)",
     )
     scale.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the baseline: twin namespaces without any quota, each step run in them too",
+    )
+    scale.add_argument(
         "--controller-arg",
         action="append",
         default=[],
@@ -89,7 +94,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
     local = LocalCluster(args.state_dir or default_state_dir("scale", ENV_STATE_DIR))
     if not args.keep:
         local.down()
-    node_pods = max(PODS_PER_NODE_FLOOR, 4 * plan.vms // plan.nodes)
+    vms = plan.vms * (1 if args.no_baseline else 2)  # the baseline's twins hold as many
+    node_pods = max(PODS_PER_NODE_FLOOR, 4 * vms // plan.nodes)
     print(f"starting a cluster of {plan.nodes} kwok nodes with virt-controller ({local.state_dir})")
     cluster = local.up(nodes=plan.nodes, node_pods=node_pods, virt_controller=True)
     if len(cluster.nodes) != plan.nodes:
@@ -109,6 +115,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
                 plan,
                 args.report,
                 ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
+                baseline=not args.no_baseline,
             )
         )
     finally:
@@ -120,7 +127,12 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 
 async def _run(
-    cluster: ClusterInfo, plan: ScalePlan, report_dir: Path, process_args: ProcessArgs
+    cluster: ClusterInfo,
+    plan: ScalePlan,
+    report_dir: Path,
+    process_args: ProcessArgs,
+    *,
+    baseline: bool,
 ) -> Any:
     from .run import ScaleRun  # noqa: PLC0415 - only `scale` needs the run
 
@@ -131,5 +143,12 @@ async def _run(
         key_file=cluster.client_key,
     )
     async with ApiClient(config, timeout=120.0) as api:
-        run = ScaleRun(api, cluster, plan, report_dir / "work", process_args=process_args)
+        run = ScaleRun(
+            api,
+            cluster,
+            plan,
+            report_dir / "work",
+            process_args=process_args,
+            baseline=baseline,
+        )
         return await run.run()
