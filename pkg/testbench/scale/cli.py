@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
-from .plan import PRESETS, ScalePlan, parse_namespaces
+from .plan import PRESETS, STRATEGIES, ScalePlan, parse_namespaces
 from .product import ProcessArgs
 
 if TYPE_CHECKING:
@@ -47,6 +47,13 @@ def add_command(commands: Any) -> None:
         action="store_true",
         help="leave the cluster running; reuse a kept one with its namespaces and VMs (a rerun "
         "skips creating them)",
+    )
+    scale.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="ours",
+        help="what keeps the quotas: the product as deployed, or Harvester's own controllers "
+        "(no webhook) for Harvester's ratios against the same baseline",
     )
     scale.add_argument(
         "--no-baseline",
@@ -116,6 +123,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
                 args.report,
                 ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
                 baseline=not args.no_baseline,
+                strategy=args.strategy,
             )
         )
     finally:
@@ -133,6 +141,7 @@ async def _run(
     process_args: ProcessArgs,
     *,
     baseline: bool,
+    strategy: str,
 ) -> Any:
     from .run import ScaleRun  # noqa: PLC0415 - only `scale` needs the run
 
@@ -150,5 +159,6 @@ async def _run(
             report_dir / "work",
             process_args=process_args,
             baseline=baseline,
+            strategy=strategy,
         )
         return await run.run()

@@ -26,6 +26,9 @@ from typing import Final
 
 NAMESPACE_PREFIX: Final = "scale-"
 BASELINE_INFIX: Final = "noquota-"
+STRATEGIES: Final = ("ours", "harvester")
+"""What keeps a scale run's quotas: the product as deployed, or Harvester's algorithm in its place
+(`harvester.HarvesterProduct`)."""
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,11 @@ def render_markdown(report: ScaleReport, command: str) -> str:
     lines = [
         f"`{command}`",
         "",
+        *(
+            ["Harvester's own controllers keep the quotas (no webhook), not the product.", ""]
+            if report.strategy == "harvester"
+            else []
+        ),
         f"{plan.nodes} kwok nodes, {plan.vms} VMs in {len(plan.namespaces)} namespaces "
         f"(largest {max(plan.namespaces)}), {plan.in_flight} migrations in flight per drain "
         f"wave; setup {report.setup_seconds:.0f} s ({report.vms_running} VMs running).",

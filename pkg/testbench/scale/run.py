@@ -21,6 +21,10 @@ runs twice, in the quota namespaces and in their twins, one after the other on t
 admitted, the migration Succeeded, the drain's wall time) is compared with no quota at all
 (`stats.baseline_table`).
 
+With ``strategy="harvester"`` Harvester's own controllers (`harvester.HarvesterProduct`) take the
+product's place, no webhook: the same steps and baseline, to set Harvester's ratios beside ours
+(a run of its own: two algorithms writing the same quotas would compare nothing).
+
 Latency is measured from the moment a migration's create request returned (the VMIM exists) to
 the moment the run's own quota watch saw that VM's room on the quota (watch delay included); how
 long the create requests themselves took is reported apart. Refusals are KubeVirt's:
@@ -43,7 +47,8 @@ from ...generic.client import ApiClient
 from ...generic.clock import REAL_CLOCK, Clock
 from ...generic.resource import NAMESPACES, RESOURCE_QUOTAS
 from ...util import resources
-from ...util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.rancher import format_namespace_resource_quota
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import KINDS
@@ -52,8 +57,9 @@ from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
 from ..sim.kubevirt.record import Outcome
 from ..virtcontroller import VirtControllerDriver
+from .harvester import HarvesterProduct
 from .observe import ProcessSample, QuotaWatch
-from .plan import ScalePlan, Step
+from .plan import STRATEGIES, ScalePlan, Step
 from .product import NO_PROCESS_ARGS, ProcessArgs, Product
 from .stats import StepResult, baseline_ratios, summarize_step
 
@@ -63,6 +69,10 @@ T = TypeVar("T")
 RUN_LABEL: Final = "scale.harvester-quota.io/run"
 QUOTA_NAME: Final = "default-quota"
 CLOSED_KEYS: Final = ("limits.cpu", "limits.memory", "requests.memory")
+HARVESTER_CLOSED_KEYS: Final = ("limits.cpu", "limits.memory")
+"""Harvester's controllers raise limits.cpu and limits.memory only: on a quota closed on
+requests.memory too, every target pod is refused for good (measured: no migration of the first
+step ever left Pending), so its runs close the limits and leave requests.memory open."""
 """The keys each namespace's quota is closed on (Harvester's and Rancher's usual ones)."""
 OPEN_HARD: Final = {"limits.cpu": "100k", "limits.memory": "100Pi", "requests.memory": "100Pi"}
 MEASURED: Final = ("kube-apiserver", "kube-controller-manager", "virt-controller", "etcd")
@@ -87,6 +97,7 @@ class ScaleReport:
     """What a run measured: the setup, each step, and the end state."""
 
     plan: ScalePlan
+    strategy: str = "ours"
     setup_seconds: float = 0.0
     vms_running: int = 0
     steps: list[StepResult] = field(default_factory=list)
@@ -105,6 +116,7 @@ class ScaleReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "strategy": self.strategy,
             "plan": {
                 "nodes": self.plan.nodes,
                 "namespaces": list(self.plan.namespaces),
@@ -138,6 +150,7 @@ class ScaleRun:
         quiet_timeout: float = 60.0,
         delete_namespaces: bool = False,
         baseline: bool = True,
+        strategy: str = "ours",
         process_args: ProcessArgs = NO_PROCESS_ARGS,
         say: Callable[[str], None] = print,
         clock: Clock = REAL_CLOCK,
@@ -161,7 +174,9 @@ class ScaleRun:
             [plan.baseline_namespace(i) for i in range(len(plan.namespaces))] if baseline else []
         )
         self.bases: dict[str, ResourceList] = {}
-        self.report = ScaleReport(plan)
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        self.report = ScaleReport(plan, strategy=strategy)
         in_run = frozenset(self.namespaces)
         self.kubevirt = VirtControllerDriver(
             api,
@@ -182,14 +197,18 @@ class ScaleRun:
             clock=clock,
         )
         self.quotas = QuotaWatch(api, in_run.__contains__, clock)
-        self.product = Product(
-            api,
-            cluster,
-            workdir,
-            match_labels={RUN_LABEL: self.run_id},
-            kubevirt_version=cluster.kubevirt_version,
-            lease_name=f"scale-{self.run_id}",
-            process_args=process_args,
+        self.product: Product | HarvesterProduct = (
+            HarvesterProduct(api, kubevirt_version=cluster.kubevirt_version)
+            if strategy == "harvester"
+            else Product(
+                api,
+                cluster,
+                workdir,
+                match_labels={RUN_LABEL: self.run_id},
+                kubevirt_version=cluster.kubevirt_version,
+                lease_name=f"scale-{self.run_id}",
+                process_args=process_args,
+            )
         )
 
     async def run(self) -> ScaleReport:
@@ -198,7 +217,10 @@ class ScaleRun:
             await self.quotas.start()
             await self._setup()
             await self.product.start()
-            self.say(f"controller and webhook running as deployed (logs in {self.workdir})")
+            if isinstance(self.product, HarvesterProduct):
+                self.say("Harvester's controllers running in this process, no webhook")
+            else:
+                self.say(f"controller and webhook running as deployed (logs in {self.workdir})")
             for index, step in enumerate(self.plan.steps()):
                 await self._step_and_baseline(index, step)
             self.report.drift = self.quotas.drift(self.bases)
@@ -243,6 +265,8 @@ class ScaleRun:
         await self._await_running(started)
         for namespace in self.namespaces:
             self.bases[namespace] = await self._close_quota(namespace)
+            if self.report.strategy == "harvester":
+                await self._annotate_rancher_base(namespace, self.bases[namespace])
         self.report.setup_seconds = self.clock.monotonic() - started
         self.report.vms_running = self.kubevirt.running_vmis()
         self.say(
@@ -312,11 +336,14 @@ class ScaleRun:
             await self.clock.sleep(1.0)
 
     async def _close_quota(self, namespace: str) -> ResourceList:
-        """Sets the quota's hard to what the namespace uses on CLOSED_KEYS; returns that base."""
+        """Sets the quota's hard to what the namespace uses on the closed keys (CLOSED_KEYS, or
+        HARVESTER_CLOSED_KEYS for Harvester's run; the others stay open); returns that base."""
+        closed = HARVESTER_CLOSED_KEYS if self.report.strategy == "harvester" else CLOSED_KEYS
         for _ in range(20):
             quota = await self.api.get(RESOURCE_QUOTAS, QUOTA_NAME, namespace)
             used = (quota.get("status") or {}).get("used") or {}
-            hard = {key: str(used.get(key, "0")) for key in CLOSED_KEYS}
+            hard = {key: str(used.get(key, "0")) for key in closed}
+            hard.update({key: OPEN_HARD[key] for key in CLOSED_KEYS if key not in closed})
             quota["spec"]["hard"] = hard
             try:
                 await self.api.update(RESOURCE_QUOTAS, quota)
@@ -324,6 +351,13 @@ class ScaleRun:
                 continue
             return resources.parse_resource_list(hard)
         raise RuntimeError(f"could not close the quota of {namespace}: conflicts")
+
+    async def _annotate_rancher_base(self, namespace: str, base: ResourceList) -> None:
+        """Rancher's base annotation on the namespace, at the closed quota: Harvester's
+        controllers raise and restore a quota only in a namespace Rancher manages."""
+        text = format_namespace_resource_quota(base)
+        patch = {"metadata": {"annotations": {CATTLE_ANNOTATION_RESOURCE_QUOTA: text}}}
+        await self.api.patch(NAMESPACES, namespace, patch)
 
     # Steps --------------------------------------------------------------------------------------
 
