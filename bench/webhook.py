@@ -23,7 +23,7 @@ and the API server's ``apiserver_admission_webhook_admission_duration_seconds`` 
 webhooks (both histograms: percentiles interpolated within buckets), and how late the client
 sent its creates (a late client means the machine, not the webhook, set the pace). The pods are
 gated (``schedulingGates``): no scheduler or kwok work follows a create, and between phases they
-are deleted and awaited gone.
+are deleted and awaited gone, and each phase starts once the webhook holds no admission.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ OUR_POD_WEBHOOKS: Final = ("pods.harvester-quota.io", "room-held-pods.harvester-
 TARGETS_MS: Final = {"room": 20.0, "plain": 5.0}
 """Issue 30's p99 targets for the webhook's admission time."""
 ROOM_TIMEOUT: Final = 120.0
+IN_FLIGHT_METRIC: Final = "harvester_quota_webhook_admissions_in_flight"
+IDLE_TIMEOUT: Final = 30.0
 
 
 PREFIX: Final = "webhook-bench-"
@@ -98,6 +100,15 @@ def histogram_buckets(text: str, metric: str, keep: Callable[[Mapping[str, str]]
             bound = float(sample.labels["le"])
             buckets[bound] = buckets.get(bound, 0.0) + sample.value
     return buckets
+
+
+def gauge_value(text: str, metric: str) -> float | None:
+    """The value of an unlabelled gauge in a Prometheus exposition (None if absent)."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == metric:
+                return float(sample.value)
+    return None
 
 
 def bucket_delta(after: Buckets, before: Buckets) -> Buckets:
@@ -300,6 +311,22 @@ class WebhookBenchResult:
     phases: list[Phase] = field(default_factory=list)
 
 
+async def webhook_idle(
+    session: aiohttp.ClientSession, product: Product, timeout: float = IDLE_TIMEOUT
+) -> bool:
+    """Waits until the webhook holds no admission (IN_FLIGHT_METRIC is 0): a phase that
+    overran leaves admissions the API server gave up on, which the next phase must not share
+    the webhook with. False if it was still busy after `timeout` seconds."""
+    url = f"http://127.0.0.1:{product.webhook_metrics_port}/metrics"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(30)) as response:
+            if gauge_value(await response.text(), IN_FLIGHT_METRIC) == 0:
+                return True
+        await asyncio.sleep(0.2)
+    return False
+
+
 async def scrape(
     api: ApiClient, session: aiohttp.ClientSession, product: Product
 ) -> tuple[Buckets, Buckets]:
@@ -358,6 +385,8 @@ async def run(
                 shift = round_index % len(KINDS)
                 for kind in KINDS[shift:] + KINDS[:shift]:
                     phase = Phase(kind, round_index)
+                    if not await webhook_idle(session, product):
+                        progress(f"webhook: still busy after {IDLE_TIMEOUT:.0f}s; {kind} anyway")
                     before = await scrape(api, session, product)
                     await drive(api, namespaces[kind], rate, seconds, phase)
                     after = await scrape(api, session, product)

@@ -192,3 +192,12 @@ def test_webhook_table_pools_rounds_and_compares_each_namespace_with_the_unselec
     none = [cell.strip() for cell in rows["none"].split("|")]
     assert (none[6], none[7], none[8]) == ("1.00", "-", "-")
     assert "- refused: room: 403 exceeded quota (1)" in webhook.table(result)
+
+
+def test_the_webhook_s_admissions_in_flight_are_read_from_its_metrics() -> None:
+    text = (
+        "# TYPE harvester_quota_webhook_admissions_in_flight gauge\n"
+        "harvester_quota_webhook_admissions_in_flight 3.0\n"
+    )
+    assert webhook.gauge_value(text, webhook.IN_FLIGHT_METRIC) == 3.0
+    assert webhook.gauge_value(WEBHOOK_SECONDS, webhook.IN_FLIGHT_METRIC) is None
