@@ -3,6 +3,7 @@
     python -m bench                                   # everything, defaults (about 30 minutes)
     python -m bench informer --pods 1000,10000,50000  # informer sync time and RSS only
     python -m bench workqueue                         # work queue throughput only
+    python -m bench webhook --webhook-rate 100        # the webhook on the tenant's pod creates
     python -m bench down                              # stop a cluster kept with --keep-cluster
 
 The informer part starts its own local cluster (state in ~/.local/state/harvester-quota/bench, or
@@ -22,9 +23,9 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harvester_quota.testbench.localcluster import LocalCluster
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster, binaries
 
-from bench import cluster, informer, populate, report, workqueue
+from bench import cluster, informer, populate, report, webhook, workqueue
 
 DEFAULT_PODS = (1_000, 10_000, 50_000)
 
@@ -56,7 +57,10 @@ def _candidates(text: str) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument(
-        "part", nargs="?", default="all", choices=("all", "informer", "workqueue", "down")
+        "part",
+        nargs="?",
+        default="all",
+        choices=("all", "informer", "workqueue", "webhook", "down"),
     )
     parser.add_argument("--pods", type=_pods, default=list(DEFAULT_PODS), help="1000,10000,50000")
     parser.add_argument(
@@ -68,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=3, help="rounds per size up to 10k")
     parser.add_argument("--large-repeats", type=int, default=2, help="rounds per size above 10k")
     parser.add_argument("--wq-repeats", type=int, default=5, help="work queue rounds")
+    parser.add_argument("--webhook-rate", type=float, default=100.0, help="pod creates/s")
+    parser.add_argument(
+        "--webhook-seconds", type=float, default=10.0, help="seconds per namespace per round"
+    )
+    parser.add_argument("--webhook-rounds", type=int, default=3, help="webhook rounds")
+    parser.add_argument(
+        "--webhook-state-dir", type=Path, default=cluster.default_webhook_state_dir()
+    )
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster running")
     parser.add_argument("--reuse", action="store_true", help="use a running cluster and its pods")
     parser.add_argument("--state-dir", type=Path, default=cluster.default_state_dir())
@@ -77,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_informer(args: argparse.Namespace, out: list[str], raw: dict[str, object]) -> None:
+    if any(name in informer.GO_CANDIDATES for name in args.candidates):
+        binaries.build_clientgo_informer(progress=_progress)
     _progress(f"informer: cluster in {args.state_dir} ({'reuse' if args.reuse else 'fresh'})")
     local, info = cluster.start(args.state_dir, reuse=args.reuse)
     try:
@@ -101,6 +115,42 @@ def _run_informer(args: argparse.Namespace, out: list[str], raw: dict[str, objec
         else:
             local.down()
             _progress("informer: cluster stopped")
+
+
+def _run_webhook(args: argparse.Namespace, out: list[str], raw: dict[str, object]) -> None:
+    state_dir = args.webhook_state_dir
+    _progress(f"webhook: cluster in {state_dir} ({'reuse' if args.reuse else 'fresh'})")
+    local = LocalCluster(state_dir)
+    if not args.reuse:
+        local.down()
+    info = local.up(nodes=2)
+    try:
+        result = asyncio.run(_webhook_run(args, info, state_dir / "product"))
+        lines = webhook.table(result)
+        out += ["## The webhook on the tenant's path", "", *webhook.legend(), "", *lines, ""]
+        raw["webhook"] = asdict(result)
+        print("\n".join(lines) + "\n", flush=True)
+    finally:
+        if args.keep_cluster:
+            _progress("webhook: cluster kept running")
+        else:
+            local.down()
+            _progress("webhook: cluster stopped")
+
+
+async def _webhook_run(
+    args: argparse.Namespace, info: ClusterInfo, workdir: Path
+) -> webhook.WebhookBenchResult:
+    async with cluster.api_client(info, timeout=60) as api:
+        return await webhook.run(
+            api,
+            info,
+            workdir,
+            rate=args.webhook_rate,
+            seconds=args.webhook_seconds,
+            rounds=args.webhook_rounds,
+            progress=_progress,
+        )
 
 
 def _run_workqueue(args: argparse.Namespace, out: list[str], raw: dict[str, object]) -> None:
@@ -139,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
         _run_workqueue(args, out, raw)
     if args.part in ("all", "informer"):
         _run_informer(args, out, raw)
+    if args.part in ("all", "webhook"):
+        _run_webhook(args, out, raw)
     elapsed = time.monotonic() - started
     footer = f"Total time: {elapsed / 60:.1f} min"
     print(footer)

@@ -17,9 +17,17 @@ NODE_PODS = 1100
 """50 kwok nodes of 1,100 pods hold the 50k population (kubelet's default is 110 pods a node)."""
 
 
+ENV_WEBHOOK_STATE_DIR = "HARVESTER_QUOTA_BENCH_WEBHOOK_STATE_DIR"
+
+
 def default_state_dir() -> Path:
     """Never the default cluster's or the test session's directory: other work uses those."""
     return localcluster.default_state_dir("bench", ENV_STATE_DIR)
+
+
+def default_webhook_state_dir() -> Path:
+    """The webhook part's own cluster (two kwok nodes, no pod population)."""
+    return localcluster.default_state_dir("bench-webhook", ENV_WEBHOOK_STATE_DIR)
 
 
 def start(state_dir: Path, *, reuse: bool) -> tuple[LocalCluster, ClusterInfo]:

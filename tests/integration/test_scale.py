@@ -1,5 +1,6 @@
 """The scale run, small and fast, in the suite: it checks counts (every migration done, no
-drift, no stale annotation, every room seen), never timings; `make scale` measures."""
+drift, no stale annotation, every room seen; the baseline's migrations done without a quota
+write), never timings; `make scale` measures."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
     )
     report = await run.run()
 
-    assert report.vms_running == plan.vms
+    assert report.vms_running == 2 * plan.vms, "the plan's VMs and the baseline's twins"
     assert [s.name for s in report.steps] == [s.name for s in plan.steps()]
     for step in report.steps:
         assert step.succeeded == step.migrations, step.to_json()
@@ -39,5 +40,14 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
         assert step.not_raised == 0, step.to_json()
         assert step.quota_writes >= 1, step.to_json()
         assert step.drift == 0 and step.stale == 0, step.to_json()
+        assert len(step.succeeded_after) == step.migrations, step.to_json()
+    # The same steps in the twin namespaces, which hold no quota: every migration succeeded and
+    # the controller wrote no quota for them.
+    assert [s.name for s in report.baseline_steps] == [s.name for s in plan.steps()]
+    for step in report.baseline_steps:
+        assert step.succeeded == step.migrations, step.to_json()
+        assert step.quota_writes == 0 and step.latencies == (), step.to_json()
+        assert len(step.target_admitted) == step.migrations, step.to_json()
+    assert len(report.to_json()["baseline_ratios"]) == len(report.steps)
     assert report.drift == {} and report.stale == {}
     assert report.all_done

@@ -76,3 +76,28 @@ def test_unreachable_module_proxy_is_named(tmp_path: Path, monkeypatch: pytest.M
     assert "could not download the etcd modules from GOPROXY=http://127.0.0.1:9" in message
     assert "Full log:" in message
     assert not (tmp_path / "cache" / "cluster-bin" / binaries.cache_key()).exists()
+
+
+def test_the_client_go_baseline_is_cached_by_its_version_and_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    path = binaries.clientgo_informer_path()
+    assert path.parent.parent == tmp_path / "cache" / "gohelpers"
+    assert path.parent.name.startswith(f"clientgo-informer-{binaries.CLIENT_GO_VERSION}_")
+    copy = tmp_path / "gomod"
+    shutil.copytree(binaries.GOMOD_DIR, copy)
+    monkeypatch.setattr(binaries, "GOMOD_DIR", copy)
+    main = copy / binaries.CLIENTGO_INFORMER / "main.go"
+    main.write_text(main.read_text() + "\n// edited\n")
+    assert binaries.clientgo_informer_path() != path, "an edited helper is built anew"
+
+
+def test_the_client_go_baseline_pins_the_client_go_of_the_cluster_s_kubernetes() -> None:
+    """The baseline measures the client-go that ships with the cluster's Kubernetes release."""
+    minor = binaries.K8S_VERSION.removeprefix("v1.")
+    assert f"v0.{minor}" == binaries.CLIENT_GO_VERSION
+    module = (binaries.GOMOD_DIR / binaries.CLIENTGO_INFORMER / "go.mod").read_text()
+    assert f"k8s.io/client-go {binaries.CLIENT_GO_VERSION}\n" in module
+    kube = (binaries.GOMOD_DIR / "kube" / "go.mod").read_text()
+    assert f"k8s.io/client-go => k8s.io/client-go {binaries.CLIENT_GO_VERSION}\n" in kube

@@ -7,7 +7,12 @@ from collections import Counter
 import pytest
 from harvester_quota.testbench.scale.plan import PRESETS, ScalePlan, parse_namespaces
 from harvester_quota.testbench.scale.product import Metrics, parse_metrics
-from harvester_quota.testbench.scale.stats import percentile
+from harvester_quota.testbench.scale.stats import (
+    StepResult,
+    baseline_ratios,
+    baseline_table,
+    percentile,
+)
 
 
 def test_the_full_preset_is_the_issues_counts() -> None:
@@ -184,3 +189,82 @@ async def test_a_kept_clusters_namespace_is_taken_over_with_its_quota_and_vms() 
         ("patch", "scale-000", {"metadata": {"labels": {RUN_LABEL: "abc123"}}}),
         ("create", str(RESOURCE_QUOTAS), "scale-000"),
     ]
+
+
+def test_the_baseline_runs_each_step_on_the_same_vms_in_twin_namespaces() -> None:
+    plan = PRESETS["tiny"]
+    twins = set(plan.baseline_vms())
+    assert len(twins) == plan.vms
+    assert not twins & set(plan.all_vms()), "no twin is a quota namespace"
+    for step in plan.steps():
+        twin = plan.baseline_of(step)
+        assert (twin.name, twin.namespace_size) == (step.name, step.namespace_size)
+        assert [vm for _, vm in twin.migrations] == [vm for _, vm in step.migrations]
+        assert set(twin.migrations) <= twins
+        assert [ns for ns, _ in twin.migrations] == [
+            plan.baseline_namespace(int(ns.removeprefix(plan.prefix))) for ns, _ in step.migrations
+        ]
+
+
+def _step(name: str, admitted: list[float], succeeded: list[float], seconds: float) -> StepResult:
+    return StepResult(
+        name=name,
+        namespace_size=0,
+        migrations=len(admitted),
+        succeeded=len(succeeded),
+        latencies=(),
+        create_seconds=(),
+        refused=0,
+        refusals=0,
+        blocked_seconds=0.0,
+        seconds=seconds,
+        settle_seconds=0.0,
+        quota_writes=0.0,
+        requests={},
+        cpu={},
+        controller_rss_bytes=0.0,
+        reconciles=0.0,
+        reconcile_seconds=0.0,
+        drift=0,
+        stale=0,
+        target_admitted=tuple(admitted),
+        succeeded_after=tuple(succeeded),
+    )
+
+
+def test_baseline_ratios_divide_what_users_feel_with_the_quota_by_without() -> None:
+    ours = _step("drain", [1.0, 2.0, 4.0], [3.0, 6.0, 9.0], 12.0)
+    none = _step("drain", [1.0, 1.0, 2.0], [3.0, 3.0, 9.0], 10.0)
+    (row,) = baseline_ratios([ours], [none])
+    assert row["step"] == "drain"
+    assert row["target admitted p50"] == {"quota_s": 2.0, "no_quota_s": 1.0, "ratio": 2.0}
+    assert row["target admitted p99"]["ratio"] == 2.0
+    assert row["Succeeded p50"] == {"quota_s": 6.0, "no_quota_s": 3.0, "ratio": 2.0}
+    assert row["Succeeded p99"]["ratio"] == 1.0
+    assert row["wall"]["ratio"] == 1.2
+    table = baseline_table([ours], [none])
+    assert "| drain | 2.00 / 1.00 = **2.00** |" in table
+
+
+def test_a_baseline_step_without_samples_has_no_ratio() -> None:
+    (row,) = baseline_ratios([_step("s", [], [], 1.0)], [_step("s", [1.0], [1.0], 0.0)])
+    assert row["target admitted p50"]["ratio"] is None
+    assert row["wall"]["ratio"] is None, "a zero baseline divides nothing"
+
+
+async def test_harvester_in_the_product_s_place_counts_its_own_requests_and_writes() -> None:
+    from harvester_quota.generic.client import ApiClient
+    from harvester_quota.generic.config import ClientConfig
+    from harvester_quota.testbench.scale.harvester import HarvesterProduct
+
+    api = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    product = HarvesterProduct(api, kubevirt_version="v1.8.4")
+    product.requests.observe("PATCH", "/api/v1/namespaces/n/resourcequotas/q", None, "200", 0.01)
+    product.requests.observe("PATCH", "/api/v1/namespaces/n/resourcequotas/q", None, "409", 0.01)
+    product.strategy.writes["n"] += 2
+    metrics = await product.metrics()
+    assert metrics.requests == {("patch", "resourcequotas"): 2.0}
+    assert metrics.quota_writes["written"] == 2.0
+    assert (metrics.cpu_seconds, metrics.rss_bytes, product.pids) == (0.0, 0.0, {})
+    await product.api.close()
+    await api.close()

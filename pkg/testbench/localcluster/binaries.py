@@ -247,6 +247,16 @@ def kubevirt_cache_key(version: str) -> str:
     return f"kubevirt-{version}_{digest.hexdigest()[:10]}"
 
 
+def _module_digest(module_dir: str) -> str:
+    """Ten hex digits of a digest of every file (name and bytes) in wrapper module ``module_dir``."""
+    module = GOMOD_DIR / module_dir
+    digest = hashlib.sha256()
+    for path in sorted(p for p in module.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(module).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:10]
+
+
 def kubevirt_dirs(version: str) -> list[Path]:
     """Where virt-controller for ``version`` is looked for, in order: a prebuilt
     ``$HARVESTER_QUOTA_CLUSTER_BIN/kubevirt-<version>/``, then the cache."""
@@ -570,3 +580,47 @@ def _generate_crds(crdgen: Path, output: Path, log_path: Path) -> None:
         raise ClusterError(
             f"generating KubeVirt's CRDs failed (exit {result.returncode}). Full log: {log_path}"
         )
+
+
+# The client-go informer baseline of `make bench` ------------------------------------------------
+
+CLIENTGO_INFORMER = "clientgo-informer"
+CLIENT_GO_VERSION = "v0.36.5"
+"""client-go's release in gomod/clientgo-informer: the one of the cluster's Kubernetes."""
+
+
+def clientgo_informer_path() -> Path:
+    """Where the client-go informer baseline is cached: keyed by client-go's version and a digest
+    of its wrapper module (main.go, go.mod, go.sum), so an edit builds anew."""
+    key = f"{CLIENTGO_INFORMER}-{CLIENT_GO_VERSION}_{_module_digest(CLIENTGO_INFORMER)}"
+    return cache_root() / "gohelpers" / key / CLIENTGO_INFORMER
+
+
+def build_clientgo_informer(progress: Callable[[str], None] = _print) -> Path:
+    """Builds the client-go informer baseline (bench/informer.py runs it beside ours) into the
+    cache unless it is there; returns its path. Like ``build_helm``: one build at a time per
+    machine, moved into place whole. Raises ClusterError when Go or the module proxy fails."""
+    target = clientgo_informer_path()
+    if target.exists():
+        return target
+    go = find_go()
+    root = cache_root()
+    with _exclusive(root / "build.lock"):
+        if target.exists():
+            return target
+        log_path = root / f"build-{target.parent.name}.log"
+        log_path.write_text(f"building {target.parent.name} with {go}\n")
+        target.parent.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent.parent) as tmp:
+            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
+            workdir.mkdir()
+            outdir.mkdir()
+            started = time.monotonic()
+            progress(
+                f"building the client-go informer baseline (once per machine; log: {log_path})"
+            )
+            component = Component(CLIENTGO_INFORMER, (".",), (CLIENTGO_INFORMER,), "-s -w")
+            _build_component(go, component, workdir, outdir, log_path)
+            progress(f"  done in {time.monotonic() - started:.0f}s")
+            outdir.rename(target.parent)
+    return target

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
-from .plan import PRESETS, ScalePlan, parse_namespaces
+from .plan import PRESETS, STRATEGIES, ScalePlan, parse_namespaces
 from .product import ProcessArgs
 
 if TYPE_CHECKING:
@@ -47,6 +47,18 @@ def add_command(commands: Any) -> None:
         action="store_true",
         help="leave the cluster running; reuse a kept one with its namespaces and VMs (a rerun "
         "skips creating them)",
+    )
+    scale.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="ours",
+        help="what keeps the quotas: the product as deployed, or Harvester's own controllers "
+        "(no webhook) for Harvester's ratios against the same baseline",
+    )
+    scale.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the baseline: twin namespaces without any quota, each step run in them too",
     )
     scale.add_argument(
         "--controller-arg",
@@ -89,7 +101,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
     local = LocalCluster(args.state_dir or default_state_dir("scale", ENV_STATE_DIR))
     if not args.keep:
         local.down()
-    node_pods = max(PODS_PER_NODE_FLOOR, 4 * plan.vms // plan.nodes)
+    vms = plan.vms * (1 if args.no_baseline else 2)  # the baseline's twins hold as many
+    node_pods = max(PODS_PER_NODE_FLOOR, 4 * vms // plan.nodes)
     print(f"starting a cluster of {plan.nodes} kwok nodes with virt-controller ({local.state_dir})")
     cluster = local.up(nodes=plan.nodes, node_pods=node_pods, virt_controller=True)
     if len(cluster.nodes) != plan.nodes:
@@ -109,6 +122,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
                 plan,
                 args.report,
                 ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
+                baseline=not args.no_baseline,
+                strategy=args.strategy,
             )
         )
     finally:
@@ -120,7 +135,13 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 
 async def _run(
-    cluster: ClusterInfo, plan: ScalePlan, report_dir: Path, process_args: ProcessArgs
+    cluster: ClusterInfo,
+    plan: ScalePlan,
+    report_dir: Path,
+    process_args: ProcessArgs,
+    *,
+    baseline: bool,
+    strategy: str,
 ) -> Any:
     from .run import ScaleRun  # noqa: PLC0415 - only `scale` needs the run
 
@@ -131,5 +152,13 @@ async def _run(
         key_file=cluster.client_key,
     )
     async with ApiClient(config, timeout=120.0) as api:
-        run = ScaleRun(api, cluster, plan, report_dir / "work", process_args=process_args)
+        run = ScaleRun(
+            api,
+            cluster,
+            plan,
+            report_dir / "work",
+            process_args=process_args,
+            baseline=baseline,
+            strategy=strategy,
+        )
         return await run.run()

@@ -11,6 +11,10 @@ run's steps:
   namespace (what a node drain or a KubeVirt upgrade does to the controller).
 
 A VM may migrate in several steps: a step starts only after the previous one settled.
+
+With a baseline, every namespace has a twin without any ResourceQuota (``<prefix>noquota-000``,
+...) holding the same VMs, and `baseline_of` turns each step into the same step in the twins:
+what the same migrations cost a namespace with no quota at all.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from dataclasses import dataclass
 from typing import Final
 
 NAMESPACE_PREFIX: Final = "scale-"
+BASELINE_INFIX: Final = "noquota-"
+STRATEGIES: Final = ("ours", "harvester")
+"""What keeps a scale run's quotas: the product as deployed, or Harvester's algorithm in its place
+(`harvester.HarvesterProduct`)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,26 @@ class ScalePlan:
 
     def namespace(self, index: int) -> str:
         return f"{self.prefix}{index:03d}"
+
+    def baseline_namespace(self, index: int) -> str:
+        """The twin of namespace `index` without a quota (see the module docstring)."""
+        return f"{self.prefix}{BASELINE_INFIX}{index:03d}"
+
+    def baseline_vms(self) -> Iterator[tuple[str, str]]:
+        """(twin namespace, VM name) of every VM of the baseline, namespace by namespace."""
+        for index, count in enumerate(self.namespaces):
+            for vm in range(count):
+                yield self.baseline_namespace(index), self.vm(vm)
+
+    def baseline_of(self, step: Step) -> Step:
+        """`step` in the twin namespaces: the same VMs, named alike, in namespaces without a
+        quota."""
+        twins = {self.namespace(i): self.baseline_namespace(i) for i in range(len(self.namespaces))}
+        return Step(
+            step.name,
+            tuple((twins[namespace], vm) for namespace, vm in step.migrations),
+            namespace_size=step.namespace_size,
+        )
 
     @staticmethod
     def vm(index: int) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from .run import ScaleReport
-from .stats import table
+from .stats import baseline_table, table
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +41,42 @@ def render_markdown(report: ScaleReport, command: str) -> str:
     lines = [
         f"`{command}`",
         "",
+        *(
+            ["Harvester's own controllers keep the quotas (no webhook), not the product.", ""]
+            if report.strategy == "harvester"
+            else []
+        ),
         f"{plan.nodes} kwok nodes, {plan.vms} VMs in {len(plan.namespaces)} namespaces "
         f"(largest {max(plan.namespaces)}), {plan.in_flight} migrations in flight per drain "
         f"wave; setup {report.setup_seconds:.0f} s ({report.vms_running} VMs running).",
         "",
         table(report.steps),
         "",
+        *_baseline_section(report),
         f"End: all done {report.all_done}, drift {len(report.drift)} namespaces, stale "
         f"annotations {len(report.stale)} namespaces, controller RSS "
         f"{report.controller_rss_bytes / 2**20:.0f} MiB.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _baseline_section(report: ScaleReport) -> list[str]:
+    """The same steps in namespaces without any quota, and what users feel of each with the
+    quota against without (empty for a run without a baseline)."""
+    if not report.baseline_steps:
+        return []
+    return [
+        "The same steps in twin namespaces without any ResourceQuota (the baseline):",
+        "",
+        table(report.baseline_steps),
+        "",
+        "What users feel, from each migration's create request: with our quota / without any "
+        "quota = ratio (1.00: the quota cost nothing):",
+        "",
+        baseline_table(report.steps, report.baseline_steps),
+        "",
+    ]
 
 
 def plot(report: ScaleReport, path: Path) -> str | None:

@@ -14,6 +14,17 @@
    annotation (settled), and measure (`StepResult`);
 4. teardown: the product stopped; the namespaces deleted if asked.
 
+With `baseline` (the default), every namespace has a twin without any ResourceQuota, outside the
+product's webhook selector, with the same VMs (`ScalePlan.baseline_namespace`); each step then
+runs twice, in the quota namespaces and in their twins, one after the other on the same cluster
+(which one first alternates from step to step), so that what users feel (the target pod
+admitted, the migration Succeeded, the drain's wall time) is compared with no quota at all
+(`stats.baseline_table`).
+
+With ``strategy="harvester"`` Harvester's own controllers (`harvester.HarvesterProduct`) take the
+product's place, no webhook: the same steps and baseline, to set Harvester's ratios beside ours
+(a run of its own: two algorithms writing the same quotas would compare nothing).
+
 Latency is measured from the moment a migration's create request returned (the VMIM exists) to
 the moment the run's own quota watch saw that VM's room on the quota (watch delay included); how
 long the create requests themselves took is reported apart. Refusals are KubeVirt's:
@@ -36,18 +47,21 @@ from ...generic.client import ApiClient
 from ...generic.clock import REAL_CLOCK, Clock
 from ...generic.resource import NAMESPACES, RESOURCE_QUOTAS
 from ...util import resources
-from ...util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.rancher import format_namespace_resource_quota
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import KINDS
 from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
+from ..sim.kubevirt.record import Outcome
 from ..virtcontroller import VirtControllerDriver
+from .harvester import HarvesterProduct
 from .observe import ProcessSample, QuotaWatch
-from .plan import ScalePlan, Step
+from .plan import STRATEGIES, ScalePlan, Step
 from .product import NO_PROCESS_ARGS, ProcessArgs, Product
-from .stats import StepResult, summarize_step
+from .stats import StepResult, baseline_ratios, summarize_step
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,6 +69,10 @@ T = TypeVar("T")
 RUN_LABEL: Final = "scale.harvester-quota.io/run"
 QUOTA_NAME: Final = "default-quota"
 CLOSED_KEYS: Final = ("limits.cpu", "limits.memory", "requests.memory")
+HARVESTER_CLOSED_KEYS: Final = ("limits.cpu", "limits.memory")
+"""Harvester's controllers raise limits.cpu and limits.memory only: on a quota closed on
+requests.memory too, every target pod is refused for good (measured: no migration of the first
+step ever left Pending), so its runs close the limits and leave requests.memory open."""
 """The keys each namespace's quota is closed on (Harvester's and Rancher's usual ones)."""
 OPEN_HARD: Final = {"limits.cpu": "100k", "limits.memory": "100Pi", "requests.memory": "100Pi"}
 MEASURED: Final = ("kube-apiserver", "kube-controller-manager", "virt-controller", "etcd")
@@ -79,19 +97,26 @@ class ScaleReport:
     """What a run measured: the setup, each step, and the end state."""
 
     plan: ScalePlan
+    strategy: str = "ours"
     setup_seconds: float = 0.0
     vms_running: int = 0
     steps: list[StepResult] = field(default_factory=list)
+    baseline_steps: list[StepResult] = field(default_factory=list)
+    """The same steps in the twin namespaces without a quota (empty without a baseline), in
+    the order of `steps`."""
     drift: dict[str, dict[str, str]] = field(default_factory=dict)
     stale: dict[str, list[str]] = field(default_factory=dict)
     controller_rss_bytes: float = 0.0
 
     @property
     def all_done(self) -> bool:
-        return all(step.succeeded == step.migrations for step in self.steps)
+        return all(
+            step.succeeded == step.migrations for step in (*self.steps, *self.baseline_steps)
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "strategy": self.strategy,
             "plan": {
                 "nodes": self.plan.nodes,
                 "namespaces": list(self.plan.namespaces),
@@ -103,6 +128,8 @@ class ScaleReport:
             "setup_seconds": round(self.setup_seconds, 1),
             "vms_running": self.vms_running,
             "steps": [step.to_json() for step in self.steps],
+            "baseline_steps": [step.to_json() for step in self.baseline_steps],
+            "baseline_ratios": baseline_ratios(self.steps, self.baseline_steps),
             "drift": self.drift,
             "stale_annotations": self.stale,
             "controller_rss_mib": round(self.controller_rss_bytes / 2**20, 1),
@@ -122,6 +149,8 @@ class ScaleRun:
         *,
         quiet_timeout: float = 60.0,
         delete_namespaces: bool = False,
+        baseline: bool = True,
+        strategy: str = "ours",
         process_args: ProcessArgs = NO_PROCESS_ARGS,
         say: Callable[[str], None] = print,
         clock: Clock = REAL_CLOCK,
@@ -140,13 +169,19 @@ class ScaleRun:
         self.clock = clock
         self.run_id = uuid.uuid4().hex[:6]
         self.namespaces = [plan.namespace(i) for i in range(len(plan.namespaces))]
+        self.baseline = baseline
+        self.baseline_namespaces = (
+            [plan.baseline_namespace(i) for i in range(len(plan.namespaces))] if baseline else []
+        )
         self.bases: dict[str, ResourceList] = {}
-        self.report = ScaleReport(plan)
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        self.report = ScaleReport(plan, strategy=strategy)
         in_run = frozenset(self.namespaces)
         self.kubevirt = VirtControllerDriver(
             api,
             kubevirt_version=cluster.kubevirt_version,
-            namespaces=in_run,
+            namespaces=in_run | frozenset(self.baseline_namespaces),
             timings=HandlerTimings(
                 preparing_target=0.2,
                 target_ready=0.2,
@@ -162,14 +197,18 @@ class ScaleRun:
             clock=clock,
         )
         self.quotas = QuotaWatch(api, in_run.__contains__, clock)
-        self.product = Product(
-            api,
-            cluster,
-            workdir,
-            match_labels={RUN_LABEL: self.run_id},
-            kubevirt_version=cluster.kubevirt_version,
-            lease_name=f"scale-{self.run_id}",
-            process_args=process_args,
+        self.product: Product | HarvesterProduct = (
+            HarvesterProduct(api, kubevirt_version=cluster.kubevirt_version)
+            if strategy == "harvester"
+            else Product(
+                api,
+                cluster,
+                workdir,
+                match_labels={RUN_LABEL: self.run_id},
+                kubevirt_version=cluster.kubevirt_version,
+                lease_name=f"scale-{self.run_id}",
+                process_args=process_args,
+            )
         )
 
     async def run(self) -> ScaleReport:
@@ -178,10 +217,12 @@ class ScaleRun:
             await self.quotas.start()
             await self._setup()
             await self.product.start()
-            self.say(f"controller and webhook running as deployed (logs in {self.workdir})")
-            for step in self.plan.steps():
-                self.report.steps.append(await self._step(step))
-                self.say(self.report.steps[-1].line())
+            if isinstance(self.product, HarvesterProduct):
+                self.say("Harvester's controllers running in this process, no webhook")
+            else:
+                self.say(f"controller and webhook running as deployed (logs in {self.workdir})")
+            for index, step in enumerate(self.plan.steps()):
+                await self._step_and_baseline(index, step)
             self.report.drift = self.quotas.drift(self.bases)
             self.report.stale = self.quotas.stale()
             self.report.controller_rss_bytes = (await self.product.metrics()).rss_bytes
@@ -189,19 +230,43 @@ class ScaleRun:
         finally:
             await self._teardown()
 
+    async def _step_and_baseline(self, index: int, step: Step) -> None:
+        """`step` in the quota namespaces and, with a baseline, in their twins; the baseline
+        goes first on odd steps, so that neither arm always runs on the other's tail."""
+        arms: list[tuple[list[StepResult], Step, str]] = [(self.report.steps, step, "")]
+        if self.baseline:
+            arms.append((self.report.baseline_steps, self.plan.baseline_of(step), "no quota: "))
+            if index % 2:
+                arms.reverse()
+        for results, arm, label in arms:
+            results.append(await self._step(arm))
+            self.say(label + results[-1].line())
+
     # Setup --------------------------------------------------------------------------------------
+
+    @property
+    def vms(self) -> int:
+        """The VMs of the run: the plan's, twice with a baseline."""
+        return self.plan.vms * (2 if self.baseline else 1)
 
     async def _setup(self) -> None:
         started = self.clock.monotonic()
         for namespace in self.namespaces:
             await self._create_namespace(namespace)
-        for namespace in self.namespaces:
+        for namespace in self.baseline_namespaces:
+            await self._create_baseline_namespace(namespace)
+        for namespace in (*self.namespaces, *self.baseline_namespaces):
             await self._await_service_account(namespace)
-        self.say(f"{len(self.namespaces)} namespaces; creating {self.plan.vms} VMs")
+        self.say(
+            f"{len(self.namespaces) + len(self.baseline_namespaces)} namespaces; creating "
+            f"{self.vms} VMs"
+        )
         await self._create_vms()
         await self._await_running(started)
         for namespace in self.namespaces:
             self.bases[namespace] = await self._close_quota(namespace)
+            if self.report.strategy == "harvester":
+                await self._annotate_rancher_base(namespace, self.bases[namespace])
         self.report.setup_seconds = self.clock.monotonic() - started
         self.report.vms_running = self.kubevirt.running_vmis()
         self.say(
@@ -224,6 +289,11 @@ class ScaleRun:
         }
         with contextlib.suppress(errors.AlreadyExists):
             await self.api.create(RESOURCE_QUOTAS, quota, namespace)
+
+    async def _create_baseline_namespace(self, namespace: str) -> None:
+        """A twin namespace: no quota, not labelled with the run (the webhook never sees it)."""
+        with contextlib.suppress(errors.AlreadyExists):
+            await self.api.create(NAMESPACES, {"metadata": {"name": namespace}})
 
     async def _await_service_account(self, namespace: str) -> None:
         """Launcher pods need the namespace's default service account, which
@@ -250,26 +320,30 @@ class ScaleRun:
                 with contextlib.suppress(errors.AlreadyExists):  # a retried create that landed
                     await _retrying(lambda: self.kubevirt.create_vm(spec, namespace, wait=False))
 
-        await asyncio.gather(*(create(ns, vm) for ns, vm in self.plan.all_vms()))
+        everything = [*self.plan.all_vms(), *(self.plan.baseline_vms() if self.baseline else ())]
+        await asyncio.gather(*(create(ns, vm) for ns, vm in everything))
 
     async def _await_running(self, started: float) -> None:
-        timeout = 300.0 + self.plan.vms * 0.5
+        timeout = 300.0 + self.vms * 0.5
         last = -1
-        while (running := self.kubevirt.running_vmis()) < self.plan.vms:
+        while (running := self.kubevirt.running_vmis()) < self.vms:
             elapsed = self.clock.monotonic() - started
             if elapsed > timeout:
-                raise TimeoutError(f"only {running} of {self.plan.vms} VMs ran in {timeout:.0f}s")
+                raise TimeoutError(f"only {running} of {self.vms} VMs ran in {timeout:.0f}s")
             if running // 500 != last // 500:
-                self.say(f"  {running}/{self.plan.vms} VMs running after {elapsed:.0f}s")
+                self.say(f"  {running}/{self.vms} VMs running after {elapsed:.0f}s")
             last = running
             await self.clock.sleep(1.0)
 
     async def _close_quota(self, namespace: str) -> ResourceList:
-        """Sets the quota's hard to what the namespace uses on CLOSED_KEYS; returns that base."""
+        """Sets the quota's hard to what the namespace uses on the closed keys (CLOSED_KEYS, or
+        HARVESTER_CLOSED_KEYS for Harvester's run; the others stay open); returns that base."""
+        closed = HARVESTER_CLOSED_KEYS if self.report.strategy == "harvester" else CLOSED_KEYS
         for _ in range(20):
             quota = await self.api.get(RESOURCE_QUOTAS, QUOTA_NAME, namespace)
             used = (quota.get("status") or {}).get("used") or {}
-            hard = {key: str(used.get(key, "0")) for key in CLOSED_KEYS}
+            hard = {key: str(used.get(key, "0")) for key in closed}
+            hard.update({key: OPEN_HARD[key] for key in CLOSED_KEYS if key not in closed})
             quota["spec"]["hard"] = hard
             try:
                 await self.api.update(RESOURCE_QUOTAS, quota)
@@ -277,6 +351,13 @@ class ScaleRun:
                 continue
             return resources.parse_resource_list(hard)
         raise RuntimeError(f"could not close the quota of {namespace}: conflicts")
+
+    async def _annotate_rancher_base(self, namespace: str, base: ResourceList) -> None:
+        """Rancher's base annotation on the namespace, at the closed quota: Harvester's
+        controllers raise and restore a quota only in a namespace Rancher manages."""
+        text = format_namespace_resource_quota(base)
+        patch = {"metadata": {"annotations": {CATTLE_ANNOTATION_RESOURCE_QUOTA: text}}}
+        await self.api.patch(NAMESPACES, namespace, patch)
 
     # Steps --------------------------------------------------------------------------------------
 
@@ -317,6 +398,13 @@ class ScaleRun:
             for key, record in records.items()
             if record is not None and record.admitted is not None
         ]
+        succeeded_after = [
+            record.finished.mono - created[key].asked
+            for key, record in records.items()
+            if record is not None
+            and record.outcome is Outcome.SUCCEEDED
+            and record.finished is not None
+        ]
         return summarize_step(
             step,
             records=[r for r in records.values() if r is not None],
@@ -324,6 +412,7 @@ class ScaleRun:
             create_seconds=create_seconds,
             since_request=since_request,
             target_admitted=target_admitted,
+            succeeded_after=succeeded_after,
             metrics=metrics,
             cpu=procs,
             seconds=finished - started,
@@ -380,7 +469,7 @@ class ScaleRun:
         await self.quotas.stop()
         await self.kubevirt.stop()
         if self.delete_namespaces:
-            for namespace in self.namespaces:
+            for namespace in (*self.namespaces, *self.baseline_namespaces):
                 with contextlib.suppress(errors.ApiError):
                     await self.api.delete(NAMESPACES, namespace)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ..sim.kubevirt.record import MigrationRecord, Outcome
 from .plan import Step
@@ -62,6 +62,9 @@ class StepResult:
     target_admitted: tuple[float, ...] = ()
     """Seconds from each migration's create request being sent to its target pod admitted (as
     the run's KubeVirt watch saw it): what a migration waits for, end to end."""
+    succeeded_after: tuple[float, ...] = ()
+    """Seconds from each successful migration's create request being sent to its Succeeded
+    phase (as the run's KubeVirt watch saw it)."""
     """Seconds from each migration's create request being sent to its room seen on the quota:
     the create and the raise together, whichever writes the room."""
 
@@ -119,6 +122,11 @@ class StepResult:
                 "p99": _round_ms(percentile(self.target_admitted, 0.99)),
                 "max": _round_ms(max(self.target_admitted, default=None)),
             },
+            "succeeded_after_create_sent_ms": {
+                "p50": _round_ms(percentile(self.succeeded_after, 0.5)),
+                "p99": _round_ms(percentile(self.succeeded_after, 0.99)),
+                "max": _round_ms(max(self.succeeded_after, default=None)),
+            },
             "room_after_create_sent_ms": {
                 "p50": _round_ms(percentile(self.since_request, 0.5)),
                 "p99": _round_ms(percentile(self.since_request, 0.99)),
@@ -160,6 +168,7 @@ def summarize_step(
     create_seconds: Sequence[float],
     since_request: Sequence[float] = (),
     target_admitted: Sequence[float] = (),
+    succeeded_after: Sequence[float] = (),
     metrics: Metrics,
     cpu: Mapping[str, float],
     seconds: float,
@@ -183,6 +192,7 @@ def summarize_step(
         create_seconds=tuple(sorted(create_seconds)),
         since_request=tuple(sorted(since_request)),
         target_admitted=tuple(sorted(target_admitted)),
+        succeeded_after=tuple(sorted(succeeded_after)),
         refused=sum(1 for r in records if r.refusals),
         refusals=sum(r.refusals for r in records),
         blocked_seconds=sum(blocked),
@@ -240,3 +250,65 @@ def table(steps: Sequence[StepResult]) -> str:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{1000 * value:.0f}"
+
+
+# The baseline: the same steps without a quota -----------------------------------------------------
+
+USER_FELT: Final = (
+    ("target admitted p50", lambda s: percentile(s.target_admitted, 0.5)),
+    ("target admitted p99", lambda s: percentile(s.target_admitted, 0.99)),
+    ("Succeeded p50", lambda s: percentile(s.succeeded_after, 0.5)),
+    ("Succeeded p99", lambda s: percentile(s.succeeded_after, 0.99)),
+    ("wall", lambda s: s.seconds),
+)
+"""What users feel of a step, each from the migration's create request being sent: its target pod
+admitted, its Succeeded phase (p50 and p99 over the step's migrations), and the step's wall time
+(first create until every migration had an outcome)."""
+
+
+def _ratio(ours: float | None, baseline: float | None) -> float | None:
+    if ours is None or baseline is None or baseline <= 0:
+        return None
+    return ours / baseline
+
+
+def baseline_ratios(
+    steps: Sequence[StepResult], baselines: Sequence[StepResult]
+) -> list[dict[str, Any]]:
+    """Per step, each user-felt figure (seconds) with quota, without, and their ratio (with /
+    without: 1.0 means the quota cost nothing); `baselines` pairs with `steps` by position."""
+    rows = []
+    for ours, baseline in zip(steps, baselines, strict=False):
+        figures = {}
+        for name, figure in USER_FELT:
+            mine, theirs = figure(ours), figure(baseline)
+            ratio = _ratio(mine, theirs)
+            figures[name] = {
+                "quota_s": None if mine is None else round(mine, 3),
+                "no_quota_s": None if theirs is None else round(theirs, 3),
+                "ratio": None if ratio is None else round(ratio, 3),
+            }
+        rows.append({"step": ours.name, **figures})
+    return rows
+
+
+def baseline_table(steps: Sequence[StepResult], baselines: Sequence[StepResult]) -> str:
+    """The baseline ratios as a Markdown table: per step and figure, seconds with the quota /
+    without any quota, and the ratio."""
+    names = [name for name, _ in USER_FELT]
+    rows = [
+        "| step | " + " | ".join(f"{n} s (quota / none = ratio)" for n in names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for row in baseline_ratios(steps, baselines):
+        cells = []
+        for name in names:
+            one = row[name]
+            ratio = "-" if one["ratio"] is None else f"**{one['ratio']:.2f}**"
+            cells.append(f"{_seconds(one['quota_s'])} / {_seconds(one['no_quota_s'])} = {ratio}")
+        rows.append(f"| {row['step']} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
