@@ -10,12 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
-from harvester_quota.util.resourcequota.handover import room_raise_left
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
@@ -261,64 +259,6 @@ def test_the_room_period_is_recorded_with_the_raise_and_holds_across_overlapping
     assert ANNOTATION_ROOMS_SINCE in released.remove_annotations
 
 
-def written(quota: dict[str, Any], planned: QuotaPlan) -> dict[str, Any]:
-    """The quota once the plan is written: its spec.hard and annotation changes applied."""
-    annotations = dict(quota["metadata"].get("annotations") or {})
-    annotations.update(planned.annotations)
-    for key in planned.remove_annotations:
-        annotations.pop(key, None)
-    return managed_quota("ns", planned.hard, annotations)
-
-
-def test_what_slipped_into_one_room_period_is_not_raised_for_in_the_next() -> None:
-    """Review finding 3: the period's moment was removed with the release, so pods that slipped
-    in (webhook down) were old by the next migration and its raise stood on them: one room more
-    each time. The moment is kept while they take the namespace above its base."""
-    instance, source = running_vm("vm1")
-    first = plan([migration_of("m1", instance, "2026-01-01T10:00:00Z")], [instance], [source])
-    quota = written(managed_quota("ns", HARD), first)
-    slipped_in = tenant_pod("slipped-in", "9", "2026-01-01T10:00:30Z")
-    released = plan([], [instance], [source, slipped_in], quota)
-    assert released.hard["limits.cpu"] == "10", "back at the base"
-    assert ANNOTATION_ROOMS_SINCE not in released.remove_annotations, "kept: above the base"
-    quota = written(quota, released)
-    second = migration_of("m2", instance, "2026-01-01T11:00:00Z")
-    again = plan([second], [instance], [source, slipped_in], quota)
-    assert cpu(again) == cpu(first) == Quantity.parse("10") + room_cpu(source)
-
-
-def test_migration_after_migration_the_raise_never_climbs_on_what_slipped_in() -> None:
-    """Each period (webhook down) a pod takes all the free room; four migrations in a row went
-    12 -> 14 -> 16 -> 18 CPU used over a 10-CPU base. Every raise is the base plus one room."""
-    instance, source = running_vm("vm1")
-    pods, quota = [source], managed_quota("ns", HARD)
-    for period in range(4):
-        mig = migration_of(f"m{period}", instance, f"2026-01-01T1{period}:00:00Z")
-        raised = plan([mig], [instance], pods, quota)
-        assert cpu(raised) == Quantity.parse("10") + room_cpu(source), f"period {period}"
-        free = cpu(raised) - raised.used["limits.cpu"]
-        if free.sign() > 0:
-            pods.append(tenant_pod(f"slip{period}", str(free), f"2026-01-01T1{period}:00:30Z"))
-        quota = written(written(quota, raised), plan([], [instance], pods, written(quota, raised)))
-        assert quota["spec"]["hard"]["limits.cpu"] == "10"
-
-
-def test_the_kept_moment_goes_once_what_slipped_in_is_gone() -> None:
-    instance, source = running_vm("vm1")
-    quota = managed_quota("ns", HARD, {ANNOTATION_ROOMS_SINCE: "2026-01-01T10:00:00Z"})
-    slipped_in = tenant_pod("slipped-in", "9", "2026-01-01T10:00:30Z")
-    assert (
-        ANNOTATION_ROOMS_SINCE
-        not in plan([], [instance], [source, slipped_in], quota).remove_annotations
-    )
-    assert ANNOTATION_ROOMS_SINCE in plan([], [instance], [source], quota).remove_annotations
-    within_base = tenant_pod("small", "1", "2026-01-01T10:00:30Z")
-    assert (
-        ANNOTATION_ROOMS_SINCE
-        in plan([], [instance], [source, within_base], quota).remove_annotations
-    )
-
-
 def test_a_recorded_moment_that_is_not_a_timestamp_is_replaced() -> None:
     instance, source = running_vm("vm1")
     quota = managed_quota("ns", HARD, {ANNOTATION_ROOMS_SINCE: "0000"})
@@ -393,16 +333,3 @@ def test_any_failure_of_a_room_estimate_is_an_estimate_error_not_a_failed_plan()
     assert planned.rooms.estimate_errors == {
         "m1": "cannot render the VMI's launcher pod (RecursionError)"
     }
-
-
-def test_a_kept_room_period_alone_is_no_raise_that_keeps_mtq_mode_out() -> None:
-    """The moment kept after a release (pods that slipped in still above the base) must not hold
-    the namespace in the room mode: a tenant keeping one such pod would keep MTQ mode out."""
-    kept = managed_quota("ns", HARD, {ANNOTATION_ROOMS_SINCE: "2026-01-01T10:00:00Z"})
-    assert not room_raise_left(kept, rancher_namespace("ns", LIMIT))
-    raised = managed_quota(
-        "ns",
-        HARD,
-        {ANNOTATION_ROOMS_SINCE: "2026-01-01T10:00:00Z", migrating_vm_annotation_key("vm1"): "{}"},
-    )
-    assert room_raise_left(raised, rancher_namespace("ns", LIMIT))

@@ -10,12 +10,8 @@ rooms held, and the pods that took it are charged against the base (``UsageAbove
 
 When the period began is a fact no tenant can shift: the creation time the API server gave the
 earliest migration holding room, recorded on the quota (``harvester-quota.io/rooms-since``,
-written with the first raise) so that the period does not move forward while overlapping
-migrations follow one another. It is removed with the last release only if no pod that arrived
-during the period still takes the namespace above its base (``kept_since``): otherwise those pods
-would count as old ones in the next period, and each migration would raise for what slipped in
-during the one before (the quota following the tenant upward one room at a time). While it is
-kept, no pod can get in at hard == base, so nothing admitted honestly is taken for an arrival. A pod is "new" by its own
+written with the first raise, removed with the last release) so that the period does not move
+forward while overlapping migrations follow one another. A pod is "new" by its own
 creationTimestamp, also set by the API server. KubeVirt's migration target pods are never new:
 each replaces a launcher pod that already counted (the labels that mark them are KubeVirt's
 alone, see docs/security.md), so a VM over its base after the overhead ratio was raised (the
@@ -51,26 +47,6 @@ def rooms_since(quota: Mapping[str, Any], migrations_created: Iterable[str]) -> 
     if recorded is not None and _RFC3339_UTC.match(recorded):
         created.append(recorded)
     return min(created)
-
-
-def kept_since(
-    quota: Mapping[str, Any],
-    pods: NamespacePods,
-    usage: tuple[ResourceList, ResourceList],
-    now: datetime.datetime,
-) -> str | None:
-    """The recorded start of the last room period, to keep on the quota though no room is held
-    any more: while a pod that arrived since it still counts at `now` and the namespace uses
-    more than its base on some key (`usage`: what it uses, targets aside, and the base). None
-    once either is over, or when nothing valid is recorded."""
-    recorded = annotations_of(quota).get(ANNOTATION_ROOMS_SINCE)
-    if recorded is None or not _RFC3339_UTC.match(recorded):
-        return None
-    used, base = usage
-    if not any(key in used and used[key] > limit for key, limit in base.items()):
-        return None
-    counting = (pod for pod in pods.created_since(recorded) if pod.counts(now))
-    return recorded if any(not pod.migration_uid for pod in counting) else None
 
 
 def used_before(

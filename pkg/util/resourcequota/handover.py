@@ -14,17 +14,16 @@ from typing import Any
 
 from ...generic.meta import annotations_of
 from .base import ANNOTATION_APPLIED, ANNOTATION_RANCHER_BASE
+from .floor import ANNOTATION_ROOMS_SINCE
 from .plan import MIGRATING_PREFIX
 
 
 def room_raise_left(quota: Mapping[str, Any] | None, namespace: Mapping[str, Any] | None) -> bool:
     """Whether the room mode's raise still stands: the quota carries its per-VM rooms or its
-    records of a raise, or the namespace the Rancher annotation text it raised through. The
-    room period's moment alone is no raise: it is kept after the release while pods that slipped
-    in stay above the base (floor.kept_since), which must not keep MTQ mode out."""
+    records of a raise, or the namespace the Rancher annotation text it raised through."""
     if ANNOTATION_RANCHER_BASE in annotations_of(namespace):
         return True
     return any(
-        key.startswith(MIGRATING_PREFIX) or key == ANNOTATION_APPLIED
+        key.startswith(MIGRATING_PREFIX) or key in (ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE)
         for key in annotations_of(quota)
     )

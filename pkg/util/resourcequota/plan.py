@@ -51,7 +51,7 @@ from .base import (
     Mode,
     resolve_base,
 )
-from .floor import ANNOTATION_ROOMS_SINCE, kept_since, rooms_since, used_before
+from .floor import ANNOTATION_ROOMS_SINCE, rooms_since, used_before
 from .podindex import NamespacePods, namespace_pods
 from .rooms import (
     MigrationRoom,
@@ -149,8 +149,6 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
     # Without room held there are no arrivals to set aside: the floor is what is used.
     floor = used if since is None else used_before(pods, uncharged, since, snapshot.now)
-    if since is None:
-        since = kept_since(snapshot.quota, pods, (used, base.hard), snapshot.now)
     managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(
         managed=True,
@@ -266,7 +264,7 @@ def _annotation_changes(
         wanted[ANNOTATION_BASE] = resources.dumps(base.hard)
         if rooms:
             wanted[ANNOTATION_APPLIED] = resources.dumps(managed_hard)
-    if since is not None:  # with rooms, or kept after them (floor.kept_since)
+    if rooms and since is not None:
         wanted[ANNOTATION_ROOMS_SINCE] = since
     current = annotations_of(quota)
     ours = [
