@@ -83,6 +83,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                 metrics_address=(args.metrics_host, args.metrics_port),
                 identities=identities,
                 kubevirt_version=args.kubevirt_version,
+                mode=args.mode,
                 target_room_wait=args.target_room_wait,
                 namespace=args.namespace,
                 mtq=not args.no_mtq,
@@ -324,6 +325,12 @@ def _add_webhook_command(commands: Any) -> None:
         "service accounts in harvester-system and kubevirt)",
     )
     hook.add_argument("--kubevirt-version", help="KubeVirt version (default: from the KubeVirt CR)")
+    hook.add_argument(
+        "--mode",
+        choices=("auto", "rancher", "standalone"),
+        default="auto",
+        help="the controller's --mode: in standalone mode Rancher's annotation is no base",
+    )
     hook.add_argument(
         "--namespace",
         default="harvester-system",

@@ -23,6 +23,7 @@ from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
+from ..util.resourcequota.base import Mode
 from ..util.resourcequota.handover import room_raise_left
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
@@ -43,10 +44,12 @@ class WebhookCaches:
         clock: Clock = REAL_CLOCK,
         kubevirt_version: str | None = None,
         mtq: bool = True,
+        mode: Mode = "auto",
     ) -> None:
         """`mtq`: namespaces with a VirtualMachineMigrationResourceQuota are MTQ mode's, and
         their quotas are no managed quota here (no room rules, no target wait), as the
-        controller's --no-mtq decides."""
+        controller's --no-mtq decides. `mode`: the controller's --mode (base_mode)."""
+        self._mode: Mode = mode
         self._clock = clock
         self._kubevirt_version = kubevirt_version
         self.factory = SharedInformerFactory(client, clock=clock)
@@ -99,6 +102,9 @@ class WebhookCaches:
 
     def launcher_pods(self, namespace: str) -> NamespacePods:
         return self.pod_index.namespace(namespace)
+
+    def base_mode(self) -> Mode:
+        return self._mode
 
     def kubevirt_settings(self) -> LauncherSettings:
         kubevirts, settings = self.kubevirts.store.objects(), self.settings.store.objects()

@@ -44,6 +44,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
+from ..util.resourcequota.base import Mode
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .caches import WebhookCaches
 from .clientgate import ClientGate
@@ -363,15 +364,16 @@ async def serve(
     metrics_address: tuple[str, int] = ("0.0.0.0", METRICS_PORT),
     identities: Identities,
     kubevirt_version: str | None,
+    mode: Mode = "auto",
     target_room_wait: float = TARGET_ROOM_WAIT,
     namespace: str = "harvester-system",
     mtq: bool = True,
 ) -> int:
     """Runs the webhook until SIGTERM/SIGINT; reservations shared by the replicas live as
-    Leases in `namespace` (its own). `mtq`: see WebhookCaches."""
+    Leases in `namespace` (its own). `mtq`, `mode`: see WebhookCaches."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
-    caches = WebhookCaches(client, kubevirt_version=kubevirt_version, mtq=mtq)
+    caches = WebhookCaches(client, kubevirt_version=kubevirt_version, mtq=mtq, mode=mode)
     caches.factory.start()
     ledger = AdmissionLedger(REAL_CLOCK)
     server = WebhookServer(

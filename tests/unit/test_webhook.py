@@ -21,6 +21,7 @@ from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.launcher import LauncherSettings, launcher_pod_resources
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.base import Mode
 from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.namespace.validator import validate_namespace_update
@@ -46,6 +47,10 @@ class FakeLookups:
     pods: list[Object] = field(default_factory=list)
     ratio: str = "1.5"
     limit_range_list: list[Object] = field(default_factory=list)
+    mode: Mode = "auto"
+
+    def base_mode(self) -> Mode:
+        return self.mode
 
     def managed_quota(self, namespace: str) -> Object | None:
         return self.quotas.get(namespace)
@@ -523,6 +528,24 @@ def test_a_pod_is_held_to_the_base_while_status_hard_still_holds_a_lowered_raise
     validate_pod(
         request("Pod", plain_pod("fits", "2", "1Gi"), operation="CREATE"), lookups, Identities()
     )
+
+
+def test_in_standalone_mode_rancher_s_annotation_holds_no_pod() -> None:
+    """Review: the webhook read Rancher's annotation whatever the controller's mode, so in
+    standalone mode a namespace whose quota stood above an annotation held every pod to the
+    annotation for good, no migration in sight. With the controller's --mode it is no base."""
+    hard = {"limits.cpu": "10", "limits.memory": "16Gi"}
+    quota = quota_with({"limits.cpu": "2", "limits.memory": "2Gi"}, hard)
+    quota["status"]["hard"] = dict(hard)
+    namespaces = {"ns": rancher_namespace("ns", {"limitsCpu": "3000m", "limitsMemory": "4Gi"})}
+    honest = request("Pod", plain_pod("honest", "2", "1Gi"), operation="CREATE")
+    validate_pod(
+        honest,
+        FakeLookups(quotas={"ns": quota}, namespaces=namespaces, mode="standalone"),
+        Identities(),
+    )
+    with pytest.raises(Denied):
+        validate_pod(honest, FakeLookups(quotas={"ns": quota}, namespaces=namespaces), Identities())
 
 
 def test_an_administrators_raise_of_spec_hard_holds_no_pod_to_the_old_base() -> None:

@@ -31,7 +31,7 @@ from ...util.launcher import LauncherSettings
 from ...util.quantity import Quantity
 from ...util.quotascope import quota_scope
 from ...util.rancher import LIMIT_FIELDS
-from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, rancher_base
+from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, Mode, rancher_base
 from ...util.resourcequota.calculator import shortfalls
 from ...util.resourcequota.podindex import NamespacePods
 from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms
@@ -62,6 +62,10 @@ class Lookups(Protocol):
         ...
 
     def kubevirt_settings(self) -> LauncherSettings: ...
+
+    def base_mode(self) -> Mode:
+        """The controller's --mode: in "standalone" Rancher's annotation is no base."""
+        ...
 
     def limit_ranges(self, namespace: str) -> Sequence[Object]:
         """The namespace's LimitRanges (their container defaults change a launcher's charge)."""
@@ -156,7 +160,10 @@ def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
 
 def rancher_base_of(lookups: Lookups, namespace: str) -> ResourceList | None:
     """The base Rancher's annotation gives the namespace (the one recorded before our raise
-    while the annotation is still our raise); None without one or when it cannot be read."""
+    while the annotation is still our raise); None without one, when it cannot be read, or in
+    standalone mode (where the controller's base is its own record, whatever Rancher says)."""
+    if lookups.base_mode() == "standalone":
+        return None
     ns = lookups.namespace(namespace)
     try:
         return rancher_base(ns) if ns is not None else None
