@@ -150,6 +150,8 @@ class _Cluster:
     plan: Plan
     rooms: dict[str, NodeRoom]
     location: dict[str, str] = field(default_factory=dict)
+    launched: frozenset[str] = frozenset()
+    """VMIs (namespace/name) with a running launcher pod: running whatever their status says."""
     warnings: list[str] = field(default_factory=list)
     contexts: dict[str, NamespaceContext] = field(default_factory=dict)
 
@@ -175,6 +177,7 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
     )
     cluster = _Cluster(state, plan, free_on_nodes(state.nodes, state.pods))
     cluster.location = vmi_nodes(state.vmis, state.pods)
+    cluster.launched = launched_vmis(state.vmis, state.pods)
     steps = (
         [[n] for n in upgrade_order(state.nodes)]
         if plan.operation == "upgrade"
@@ -248,6 +251,21 @@ def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:
     return located
 
 
+def launched_vmis(vmis: Sequence[Object], pods: Sequence[Object]) -> frozenset[str]:
+    """The VMIs (namespace/name) whose launcher pod runs: a VMI's status.phase is the tenant's
+    to write (no status subresource), so a phase other than Running takes no VM with a running
+    launcher out of a drain; a Running phase without a listed launcher still counts (a
+    conservative guess: a blocker too many, never one too few)."""
+    running = {
+        str(labels(pod).get(LABEL_CREATED_BY))
+        for pod in pods
+        if labels(pod).get(LABEL_KUBEVIRT) == LAUNCHER
+        and status(pod).get("phase") == "Running"
+        and not metadata(pod).get("deletionTimestamp")
+    }
+    return frozenset(_key(vmi) for vmi in vmis if str(metadata(vmi).get("uid")) in running)
+
+
 def _key(vmi: Object) -> str:
     return f"{namespace(vmi)}/{name(vmi)}"
 
@@ -260,7 +278,7 @@ def _step(cluster: _Cluster, drained: list[str]) -> Step:
             v
             for v in cluster.state.vmis
             if cluster.location.get(_key(v)) in drained
-            and status(v).get("phase") == "Running"
+            and (_key(v) in cluster.launched or status(v).get("phase") == "Running")
             and not metadata(v).get("deletionTimestamp")
         ),
         key=_key,

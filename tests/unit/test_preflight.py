@@ -151,6 +151,7 @@ def test_only_running_vmis_on_the_drained_node_are_judged() -> None:
     b, pb = running("b", "n2")
     c, pc = running("c", "n1")
     c["status"]["phase"] = "Succeeded"
+    pc["status"]["phase"] = "Succeeded"  # the launcher decides: a VMI's phase is the tenant's
     report = drain(state([a, b, c], [pa, pb, pc]))
     assert [vm.key for vm in report.vms] == ["ns/a"]
 
@@ -187,6 +188,16 @@ def test_a_tenant_written_status_node_name_does_not_take_a_vm_out_of_the_drain()
     (vm,) = drain(state([instance], [pod])).vms
     assert (vm.key, vm.node) == ("ns/vm1", "n1")
     assert drain(state([instance], [pod]), "n2").vms == []
+
+
+def test_a_tenant_written_status_phase_does_not_take_a_running_vm_out_of_the_drain() -> None:
+    """Second review, finding 3: status.phase is the tenant's to write too; a VM that cannot
+    migrate was dropped from the report by a phase of "Scheduled" while its launcher ran, and
+    the preflight said the drain was fine."""
+    instance, pod = running("vm1")
+    migratable(instance, False, "HostDevice")
+    instance["status"]["phase"] = "Scheduled"
+    assert only_vm(drain(state([instance], [pod]))).blocked
 
 
 def test_if_possible_shuts_down_what_cannot_migrate_and_that_does_not_block() -> None:
