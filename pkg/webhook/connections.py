@@ -258,7 +258,9 @@ class GuardedConnection(asyncio.Protocol):
 class Listener:
     """A listening socket whose accepted connections go, with the peer's address, to
     `arrived`, on the event loop; an accept that fails (out of descriptors, a connection reset
-    while queued) is logged and retried after ACCEPT_RETRY seconds."""
+    while queued) is logged and retried after ACCEPT_RETRY seconds, and a connection `arrived`
+    fails on is logged and closed: nothing but `stop` ends accepting (the kubelet's probes ask
+    the metrics port, so a dead accept loop would go unnoticed)."""
 
     def __init__(self, arrived: Callable[[socket.socket, str], None]) -> None:
         self._arrived = arrived
@@ -294,7 +296,11 @@ class Listener:
                 log.error("cannot accept a connection: %s", error)
                 await asyncio.sleep(ACCEPT_RETRY)
                 continue
-            self._arrived(accepted, str(address[0]))
+            try:
+                self._arrived(accepted, str(address[0]))
+            except Exception:  # one bad arrival must not end accepting for good
+                log.exception("closing a connection from %s that could not be taken in", address)
+                accepted.close()
 
 
 class ConnectionGuard:

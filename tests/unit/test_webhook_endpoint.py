@@ -15,6 +15,7 @@ import collections
 import contextlib
 import logging
 import os
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from harvester_quota.webhook.connections import (
     MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_PEER,
     AdmissionSlots,
+    Listener,
 )
 from harvester_quota.webhook.metrics import METRICS_PORT, start_metrics_endpoint
 from harvester_quota.webhook.server import WebhookServer
@@ -788,3 +790,29 @@ def test_a_client_ca_that_cannot_be_read_at_start_stops_the_server_from_starting
     (tmp_path / "not-a-ca.crt").write_text("garbage")
     with pytest.raises(ssl.SSLError):
         tls.verify_clients(tmp_path / "not-a-ca.crt")
+
+
+async def test_a_connection_the_guard_fails_on_is_closed_and_accepting_goes_on() -> None:
+    """Second review, finding 5: only OSError was caught around an arrival, so any other error
+    ended the accept loop for good while the probes (on the metrics port) stayed green."""
+    taken: list[str] = []
+    second = asyncio.Event()
+
+    def arrived(accepted: socket.socket, peer: str) -> None:
+        if not taken:
+            taken.append("failed")
+            raise RuntimeError("a bug in taking a connection in")
+        taken.append(peer)
+        accepted.close()
+        second.set()
+
+    listener = Listener(arrived)
+    port = await listener.start("127.0.0.1", 0)
+    try:
+        for _ in range(2):
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+        await asyncio.wait_for(second.wait(), 10)
+        assert taken == ["failed", "127.0.0.1"]
+    finally:
+        await listener.stop()
