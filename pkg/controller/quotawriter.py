@@ -36,10 +36,19 @@ from ..generic.clock import Clock
 from ..generic.meta import labels, metadata
 from ..generic.permission import Permission
 from ..generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
-from ..util.annotations import LABEL_ROOM_HELD
+from ..util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
 from ..util.resourcequota import conditional
+from ..util.resourcequota.base import ANNOTATION_RANCHER_APPLIED, ANNOTATION_RANCHER_BASE
 
 log = logging.getLogger(__name__)
+
+RANCHER_PATH_ANNOTATIONS = (
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_APPLIED,
+)
+"""The namespace annotations a raise through Rancher reads and writes: its write is conditional
+on them alone."""
 
 
 class QuotaWriter:
@@ -110,13 +119,20 @@ class QuotaWriter:
         self, namespace: Object, changes: Mapping[str, Any]
     ) -> Object:
         """Writes `changes` into the namespace's annotations (Rancher's quota annotation and our
-        records of the raise), conditional on the namespace's resourceVersion."""
-        meta = metadata(namespace)
-        return await self.client.patch(
-            NAMESPACES,
-            str(meta.get("name")),
-            {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": changes}},
-        )
+        records of the raise), conditional on those annotations being as the plan read them
+        (conditional.annotation_patch_if), not on the namespace's resourceVersion: Rancher's
+        agent writes the namespace on every sync (its conditions, its project's bookkeeping), and
+        a write conditional on the version lost to it again and again, each Conflict a longer
+        backoff. A failed condition raises errors.Conflict; other API errors propagate."""
+        patch = conditional.annotation_patch_if(namespace, changes, RANCHER_PATH_ANNOTATIONS)
+        try:
+            return await self.client.patch(
+                NAMESPACES, str(metadata(namespace).get("name")), patch, patch_type="json"
+            )
+        except errors.ApiError as error:
+            if isinstance(error, errors.Conflict) or not conditional.failed_test(error):
+                raise
+            raise errors.Conflict(str(error)) from error
 
     async def copy_hard_to_status(self, written: Object) -> Object:
         """Copies the new spec.hard into status.hard at once; returns the quota as stored after

@@ -130,14 +130,52 @@ async def test_the_room_held_label_is_written_only_when_it_differs_and_its_gate_
     assert client.patches[-1][2] == {"metadata": {"labels": {LABEL_ROOM_HELD: "true"}}}
 
 
-async def test_a_raise_through_rancher_is_conditional_on_the_namespace_version() -> None:
+async def test_a_raise_through_rancher_is_conditional_on_its_annotations_not_the_version() -> None:
+    """Rancher's agent writes the namespace on every sync (conditions, its project's
+    bookkeeping): a write conditional on the resourceVersion lost to it again and again. The
+    patch tests the annotations the raise reads (an absent one still absent) and the uid."""
     client = Client()
     quota_writer, _ = writer(client)
-    namespace = {"metadata": {"name": "ns", "resourceVersion": "3"}}
-    await quota_writer.patch_rancher_annotation(namespace, {"field.cattle.io/resourceQuota": "{}"})
-    ((plural, name, body, _),) = client.patches
-    assert (plural, name) == ("namespaces", "ns")
-    assert body["metadata"] == {
-        "resourceVersion": "3",
-        "annotations": {"field.cattle.io/resourceQuota": "{}"},
+    namespace = {
+        "metadata": {
+            "name": "ns",
+            "uid": "n1",
+            "resourceVersion": "3",
+            "annotations": {"field.cattle.io/resourceQuota": '{"limit":{}}', "other": "x"},
+        }
     }
+    await quota_writer.patch_rancher_annotation(
+        namespace,
+        {"field.cattle.io/resourceQuota": "{}", "harvester-quota.io/rancher-base": '{"limit":{}}'},
+    )
+    ((plural, name, body, kwargs),) = client.patches
+    assert (plural, name, kwargs.get("patch_type")) == ("namespaces", "ns", "json")
+    tests = {op["path"]: op["value"] for op in body if op["op"] == "test"}
+    assert tests == {
+        "/metadata/uid": "n1",
+        "/metadata/annotations/field.cattle.io~1resourceQuota": '{"limit":{}}',
+        "/metadata/annotations/harvester-quota.io~1rancher-base": None,
+        "/metadata/annotations/harvester-quota.io~1rancher-applied": None,
+    }, "the other annotation and the version are no condition"
+    assert [op for op in body if op["op"] != "test"] == [
+        {
+            "op": "add",
+            "path": "/metadata/annotations/field.cattle.io~1resourceQuota",
+            "value": "{}",
+        },
+        {
+            "op": "add",
+            "path": "/metadata/annotations/harvester-quota.io~1rancher-base",
+            "value": '{"limit":{}}',
+        },
+    ]
+
+
+async def test_a_raise_through_rancher_whose_annotations_changed_is_a_conflict() -> None:
+    client = Client(errors.Invalid("the server rejected our request: test failed", status=422))
+    quota_writer, _ = writer(client)
+    namespace = {"metadata": {"name": "ns", "uid": "n1", "annotations": {}}}
+    with pytest.raises(errors.Conflict):
+        await quota_writer.patch_rancher_annotation(
+            namespace, {"field.cattle.io/resourceQuota": "{}"}
+        )

@@ -22,7 +22,7 @@ own status write moves right after.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ...generic import errors
@@ -105,6 +105,31 @@ def _map_operations(
         elif key in current:
             operations.append({"op": "remove", "path": path})
     return operations
+
+
+def annotation_patch_if(
+    obj: Mapping[str, Any], changes: Mapping[str, Any], read: Iterable[str]
+) -> list[Operation]:
+    """The JSON patch setting (value) or removing (None) the annotations `changes` on `obj` only
+    if it is still the same object (uid) and the annotations `read`, and those changed, are as
+    `obj` has them (an absent one still absent): a write of anything else of the object, such as
+    Rancher's agent's conditions on a namespace, does not fail it."""
+    current = annotations_of(obj)
+    tests: list[Operation] = [
+        {"op": "test", "path": "/metadata/uid", "value": metadata(obj).get("uid")}
+    ]
+    if _annotations(obj) is None:
+        tests.append({"op": "test", "path": "/metadata/annotations", "value": None})
+    else:
+        tests += [
+            {
+                "op": "test",
+                "path": pointer("metadata", "annotations", key),
+                "value": current.get(key),
+            }
+            for key in sorted(set(read) | set(changes))
+        ]
+    return tests + _map_operations(_annotations(obj), ("metadata", "annotations"), changes)
 
 
 def publish_patch(written: Mapping[str, Any]) -> list[Operation]:
