@@ -302,7 +302,11 @@ async def test_a_raise_the_project_has_no_room_for_is_held_back_with_one_warning
     clock.step(TTL)
     assert await instance.write(ns, quota, plan, snapshot) is None
     (written,) = client.patches
-    annotations = written["metadata"]["annotations"]
+    annotations = {
+        op["path"].removeprefix("/metadata/annotations/").replace("~1", "/"): op["value"]
+        for op in written
+        if op["op"] == "add"
+    }
     assert annotations[ANNOTATION_RANCHER_BASE] == SEED
     assert annotations[CATTLE_ANNOTATION_RESOURCE_QUOTA] == annotations[ANNOTATION_RANCHER_APPLIED]
 
