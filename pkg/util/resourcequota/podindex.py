@@ -146,6 +146,12 @@ def _controller_uid(meta: Mapping[str, Any]) -> str | None:
 
 
 def _with_usage(pod: Object, common: dict[str, Any]) -> PodView:
+    """The view with the pod's usage. A pod that reads whole (all but a crafted one) is parsed
+    once; only one that does not is filtered (a second parse) to charge what can be read."""
+    try:
+        return PodView(usage=_interned(pod_quota_usage(pod, now=None)), **common)
+    except (ValueError, TypeError, AttributeError):
+        pass
     readable, dropped = pod_without_unreadable_quantities(pod)
     try:
         usage = _interned(pod_quota_usage(readable, now=None))
