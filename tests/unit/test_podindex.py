@@ -11,6 +11,12 @@ from harvester_quota.generic.store import NamespaceObjects, Store
 from harvester_quota.util import resources
 from harvester_quota.util.podusage import pod_counts_against_quota, pod_quota_usage
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.quotascope import (
+    UNSCOPED,
+    QuotaScope,
+    ScopeRequirement,
+    pod_scope_facts,
+)
 from harvester_quota.util.resourcequota.podindex import (
     NamespacePods,
     PodIndex,
@@ -33,6 +39,7 @@ def pod(
     phase: str = "Running",
     deleted_seconds_ago: int | None = None,
     grace: int = 30,
+    priority_class: str = "",
     **labels: str,
 ) -> Object:
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
@@ -41,25 +48,35 @@ def pod(
         meta["deletionTimestamp"] = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
         meta["deletionGracePeriodSeconds"] = grace
     limits = {"cpu": cpu, "memory": memory}
-    return {
-        "metadata": meta,
-        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
-        "status": {"phase": phase},
-    }
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": limits}}]}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
-def summed(pods: list[Object], excluded: frozenset[str] = frozenset()) -> dict[str, str]:
-    """What the plan computed before the index: every pod's usage, summed."""
+def summed(
+    pods: list[Object], excluded: frozenset[str] = frozenset(), scope: QuotaScope = UNSCOPED
+) -> dict[str, str]:
+    """What the plan computed before the index: the usage of every pod the scope charges,
+    summed."""
     total = resources.total(
         pod_quota_usage(p, now=NOW)
         for p in pods
-        if p["metadata"]["name"] not in excluded and pod_counts_against_quota(p, NOW)
+        if p["metadata"]["name"] not in excluded
+        and pod_counts_against_quota(p, NOW)
+        and scope.matches(pod_scope_facts(p))
     )
     return {key: str(value) for key, value in total.items()}
 
 
-def indexed(pods: NamespacePods, excluded: frozenset[str] = frozenset()) -> dict[str, str]:
-    return {key: str(value) for key, value in pods.used_without(excluded, NOW).items()}
+def indexed(
+    pods: NamespacePods, excluded: frozenset[str] = frozenset(), scope: QuotaScope = UNSCOPED
+) -> dict[str, str]:
+    return {key: str(value) for key, value in pods.used_without(excluded, NOW, scope).items()}
+
+
+BATCH_ONLY = QuotaScope((ScopeRequirement("PriorityClass", "In", ("batch",)),))
+NOT_BATCH = QuotaScope((ScopeRequirement("PriorityClass", "NotIn", ("batch",)),))
 
 
 def test_views_follow_every_write_of_the_store_and_are_heard_inside_it() -> None:
@@ -178,6 +195,7 @@ OPERATIONS = st.lists(
         st.sampled_from(["Running", "Pending", "Succeeded"]),
         st.sampled_from([None, 5, 45]),
         st.booleans(),
+        st.sampled_from(["", "batch"]),
     ),
     max_size=40,
 )
@@ -185,11 +203,13 @@ OPERATIONS = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(OPERATIONS)
-def test_the_index_always_equals_summing_the_cached_pods(operations: list[Any]) -> None:
+def test_the_index_always_equals_summing_the_cached_pods_a_quotas_scopes_charge(
+    operations: list[Any],
+) -> None:
     store = Store()
     index = PodIndex()
     store.add_view(PodIndex.VIEW, pod_view, index.changed)
-    for action, name, namespace, cpu, memory, phase, deleted, target in operations:
+    for action, name, namespace, cpu, memory, phase, deleted, target, priority in operations:
         labels = {"kubevirt.io/migrationJobUID": "m"} if target else {}
         obj = pod(
             name,
@@ -198,6 +218,7 @@ def test_the_index_always_equals_summing_the_cached_pods(operations: list[Any]) 
             memory=memory,
             phase=phase,
             deleted_seconds_ago=deleted,
+            priority_class=priority,
             **labels,
         )
         if action == "upsert":
@@ -213,6 +234,8 @@ def test_the_index_always_equals_summing_the_cached_pods(operations: list[Any]) 
         assert sorted(v.name for v in views) == sorted(p["metadata"]["name"] for p in cached)
         excluded = frozenset({"p1"})
         assert indexed(views, excluded) == summed(cached, excluded)
+        for scope in (BATCH_ONLY, NOT_BATCH):
+            assert indexed(views, excluded, scope) == summed(cached, excluded, scope), scope
         assert next_release(views, NOW) == next_release(cached, NOW)
 
 

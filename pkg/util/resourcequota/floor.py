@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ...generic.meta import annotations_of
+from ..quotascope import UNSCOPED, QuotaScope
 from ..resources import ResourceList
 from .podindex import NamespacePods
 
@@ -54,11 +55,12 @@ def used_before(
     targets: frozenset[str],
     since: str | None,
     now: datetime.datetime,
+    scope: QuotaScope = UNSCOPED,
 ) -> ResourceList:
-    """What the namespace's pods use at `now`, the rooms' target pods aside, counting only the
-    pods created before `since` and KubeVirt's migration targets (all pods when `since` is
-    None). Costs the pods created since, not the namespace."""
-    return pods.used_without(targets | frozenset(arrivals(pods, since)), now)
+    """What the namespace's pods a quota of `scope` charges use at `now`, the rooms' target
+    pods aside, counting only the pods created before `since` and KubeVirt's migration targets
+    (all pods when `since` is None). Costs the pods created since, not the namespace."""
+    return pods.used_without(targets | frozenset(arrivals(pods, since)), now, scope)
 
 
 def arrivals(pods: NamespacePods, since: str | None) -> list[str]:

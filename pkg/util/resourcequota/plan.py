@@ -144,11 +144,12 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     warnings += list(base.notes)
     rooms = RoomPlan(target_pods=room_plan.target_pods) if skipped else room_plan
     rooms = _mask_rooms(rooms, base.hard.keys())
-    uncharged = rooms.target_pods | pods.outside(scope)  # rooms, and pods outside its scopes
-    used = used_without_targets(pods, uncharged, snapshot.now)
+    used = used_without_targets(pods, rooms.target_pods, snapshot.now, scope)
     since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
     # Without room held there are no arrivals to set aside: the floor is what is used.
-    floor = used if since is None else used_before(pods, uncharged, since, snapshot.now)
+    floor = (
+        used if since is None else used_before(pods, rooms.target_pods, since, snapshot.now, scope)
+    )
     managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(
         managed=True,

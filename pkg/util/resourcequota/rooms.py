@@ -50,7 +50,7 @@ from ..launcher import (
     attachment_quota_usage,
     launcher_quota_usage,
 )
-from ..quotascope import PLAIN_FACTS, PodScopeFacts, QuotaScope, launcher_scope_facts
+from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, launcher_scope_facts
 from ..resources import ResourceList
 from .podindex import NamespacePods, PodView, namespace_pods
 
@@ -476,10 +476,14 @@ def _estimate_attachment(vmi: Object, inputs: RoomInputs) -> ResourceList:
 
 
 def used_without_targets(
-    pods: Iterable[Object] | NamespacePods, target_pods: frozenset[str], now: datetime.datetime
+    pods: Iterable[Object] | NamespacePods,
+    target_pods: frozenset[str],
+    now: datetime.datetime,
+    scope: QuotaScope = UNSCOPED,
 ) -> ResourceList:
-    """The namespace's pod usage now, not counting the target pods that make up rooms."""
-    return namespace_pods(pods).used_without(target_pods, now)
+    """The usage now of the namespace's pods a quota of `scope` charges, not counting the
+    target pods that make up rooms."""
+    return namespace_pods(pods).used_without(target_pods, now, scope)
 
 
 def next_release(pods: Iterable[Object] | NamespacePods, now: datetime.datetime) -> float | None:
