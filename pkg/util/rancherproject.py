@@ -68,16 +68,17 @@ class RancherLimit:
         return cls(fixed, extended)
 
     @classmethod
-    def from_fields(cls, fields: Mapping[str, Any] | None) -> RancherLimit:
-        """From Rancher's JSON object (``limitsCpu``, ``extended``...); unknown fields ignored."""
-        fields = fields or {}
+    def from_fields(cls, fields: Any) -> RancherLimit:
+        """From Rancher's JSON object (``limitsCpu``, ``extended``...); unknown fields ignored,
+        and so is what is not an object where one belongs (nothing of it can be read). A value
+        that is not a quantity is kept as written: `hard` names it."""
+        fields = _object(fields)
         fixed = {
             _RESOURCE_BY_FIELD[name]: str(value)
             for name, value in fields.items()
             if name in _RESOURCE_BY_FIELD and value not in (None, "")
         }
-        extended_fields = fields.get(EXTENDED_FIELD) or {}
-        extended = {str(k): str(v) for k, v in dict(extended_fields).items()}
+        extended = {str(k): str(v) for k, v in _object(fields.get(EXTENDED_FIELD)).items()}
         return cls(fixed, extended)
 
     def field_names(self) -> set[str]:
@@ -101,6 +102,11 @@ class RancherLimit:
         if self.extended:
             fields[EXTENDED_FIELD] = dict(sorted(self.extended.items()))
         return fields
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a JSON object, else an empty one."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def namespace_limit(annotation: str | None, *, extended: bool = True) -> RancherLimit | None:
@@ -172,18 +178,24 @@ class ProjectQuota:
 
     @classmethod
     def from_object(cls, project: Object) -> ProjectQuota:
-        meta = project.get("metadata") or {}
-        spec = project.get("spec") or {}
+        """Never raises: a field that is not an object where one belongs reads as absent (a
+        quota field so as no quota), since a raise here failed the project's reconciles, its
+        preflight and explain with an AttributeError that named nothing."""
+        meta = _object(project.get("metadata"))
+        spec = _object(project.get("spec"))
         quota = spec.get("resourceQuota")
         default = spec.get("namespaceDefaultResourceQuota")
         return cls(
             id=f"{meta.get('namespace', '')}:{meta.get('name', '')}",
-            limit=None if quota is None else RancherLimit.from_fields(quota.get("limit")),
-            namespace_default=(
-                None if default is None else RancherLimit.from_fields(default.get("limit"))
-            ),
-            used_limit=RancherLimit.from_fields((quota or {}).get("usedLimit")),
+            limit=_limit_of(quota),
+            namespace_default=_limit_of(default),
+            used_limit=RancherLimit.from_fields(_object(quota).get("usedLimit")),
         )
+
+
+def _limit_of(quota: Any) -> RancherLimit | None:
+    """A project quota field's ``limit``; None without the field (or with one not an object)."""
+    return RancherLimit.from_fields(quota.get("limit")) if isinstance(quota, Mapping) else None
 
 
 def project_reference(namespace: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -113,6 +113,23 @@ def test_a_project_is_read_from_its_object_with_rancher_s_fields() -> None:
     assert bare.limit is None and bare.namespace_default is None
 
 
+def test_a_malformed_project_reads_as_one_that_cannot_be_judged_instead_of_raising() -> None:
+    """A project whose quota fields were not objects raised AttributeError (or TypeError) out
+    of every reconcile, preflight and explain that read it."""
+    for spec in (
+        {"resourceQuota": "8", "namespaceDefaultResourceQuota": ["3"]},
+        {"resourceQuota": {"limit": "8"}, "namespaceDefaultResourceQuota": {"limit": []}},
+        {"resourceQuota": {"limit": {"extended": ["gpu"]}, "usedLimit": 3}},
+    ):
+        project = ProjectQuota.from_object({"metadata": {"name": "p-abcde"}, "spec": spec})
+        verdict = raise_verdict(member("ns", SEED), SEED, project, [member("other", SEED)])
+        assert verdict is None, spec
+    assert ProjectQuota.from_object({"metadata": [], "spec": "x"}).limit is None
+    unreadable = ProjectQuota.from_object(project_object({"limitsCpu": "eight"}, {}))
+    assert unreadable.limit == RancherLimit({"limits.cpu": "eight"})
+    assert raise_verdict(member("ns", SEED), SEED, unreadable, []) is None
+
+
 def test_the_fit_counts_every_sibling_of_the_project_and_no_other() -> None:
     """Rancher sums the namespace's completed limit and every other namespace of the project's
     own annotation, validated or not; another project's namespaces do not count."""
