@@ -20,6 +20,7 @@ from harvester_quota.util.launcher import (
 )
 from harvester_quota.util.launcher.limitrange import container_defaults
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.quotascope import QuotaScope, ScopeRequirement
 from harvester_quota.util.resourcequota.planviews import vmi_facts
 from harvester_quota.util.resourcequota.rooms import (
     RoomInputs,
@@ -202,6 +203,40 @@ def test_kubevirts_attachment_pod_is_part_of_the_room_and_not_of_the_base() -> N
     assert room.attachment_pods == ("hp-volume-abcde",)
     assert planned.target_pods == {"virt-launcher-vm1-dst", "hp-volume-abcde"}
     assert room.room["pods"] == q("2")
+
+
+VM_CLASS = QuotaScope((ScopeRequirement("PriorityClass", "In", ("vm",)),))
+NO_CLASS = QuotaScope((ScopeRequirement("PriorityClass", "DoesNotExist"),))
+
+
+def test_a_scoped_quota_is_raised_only_for_the_target_pods_its_scopes_charge() -> None:
+    """KubeVirt renders the attachment pod without the VMI's priority class: a quota of the
+    VM's class was raised for it too (never charged there), and a quota of pods without a class,
+    which charges it, got no room for it (the whole room left with the launcher's facts), so
+    the attachment pod was refused there and the migration waited."""
+    instance = hotplugged("vm1", "a")
+    instance["spec"]["priorityClassName"] = "vm"
+    mig = migration_of("m1", instance)
+    source = launcher_pod(instance, "virt-launcher-vm1-src")
+    source["spec"]["priorityClassName"] = "vm"
+    target = launcher_pod(instance, "virt-launcher-vm1-dst", migration=mig)
+    target["spec"]["priorityClassName"] = "vm"
+    launcher = launcher_quota_usage(instance, SETTINGS)
+    attachment = attachment_quota_usage(instance, SETTINGS)
+    for pods in (
+        [source],
+        [source, target],
+        [source, target, attachment_pod("hp-volume-abcde", target, mig)],
+    ):
+        planned = rooms([mig], [instance], pods)
+        (whole,) = planned.rooms
+        assert whole.room == total([launcher, attachment])
+        (vm_class,) = planned.within(VM_CLASS).rooms
+        assert vm_class.room == launcher, [p["metadata"]["name"] for p in pods]
+        (no_class,) = planned.within(NO_CLASS).rooms
+        assert no_class.room == attachment, [p["metadata"]["name"] for p in pods]
+    other = QuotaScope((ScopeRequirement("PriorityClass", "In", ("batch",)),))
+    assert not rooms([mig], [instance], [source]).within(other).rooms
 
 
 def test_a_plain_vmis_room_has_no_attachment_pod() -> None:

@@ -174,7 +174,12 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
 def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
     wanted = list(keys)
     rooms = [
-        dataclasses.replace(room, room=resources.mask(room.room, wanted)) for room in plan.rooms
+        dataclasses.replace(
+            room,
+            room=resources.mask(room.room, wanted),
+            attachment_room=resources.mask(room.attachment_room, wanted),
+        )
+        for room in plan.rooms
     ]
     return dataclasses.replace(plan, rooms=rooms)
 

@@ -25,6 +25,7 @@ This is design principle 3 and 4 as a pure function of what the cluster shows no
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -93,10 +94,35 @@ class MigrationRoom:
     facts: PodScopeFacts = PLAIN_FACTS
     """What quota scopes read of its target pod: the pod's own once it exists, else the launcher
     pod's KubeVirt would render (quotascope.py)."""
+    attachment_room: ResourceList = field(default_factory=dict)
+    """The part of `room` that is the target's attachment pod, real or rendered ({}: none)."""
+    attachment_facts: PodScopeFacts = PLAIN_FACTS
+    """What quota scopes read of the attachment pod: KubeVirt renders it without the VMI's
+    priority class or pod affinity, with requests and no deadline, whatever the launcher has."""
 
     @property
     def finished(self) -> bool:
         return self.phase in (PHASE_SUCCEEDED, PHASE_FAILED)
+
+    def within(self, scope: QuotaScope) -> MigrationRoom | None:
+        """The room as a quota of `scope` charges it: each of the target's pods is in it only if
+        the scope matches that pod (a launcher of a priority class the quota selects is charged
+        there, its attachment pod, of no class, is not); None when the quota charges neither."""
+        launcher = scope.matches(self.facts)
+        attachment = bool(self.attachment_room) and scope.matches(self.attachment_facts)
+        if launcher and (attachment or not self.attachment_room):
+            return self
+        if attachment:
+            return dataclasses.replace(self, room=self.attachment_room)
+        if launcher:
+            return dataclasses.replace(self, room=_without(self.room, self.attachment_room))
+        return None
+
+
+def _without(room: ResourceList, part: ResourceList) -> ResourceList:
+    """`room` less `part`, keys only `part` charged dropped."""
+    rest = resources.subtract(room, part)
+    return {key: value for key, value in rest.items() if key not in part or value.sign() != 0}
 
 
 @dataclass(frozen=True)
@@ -117,11 +143,12 @@ class RoomPlan:
         return bool(self.rooms)
 
     def within(self, scope: QuotaScope) -> RoomPlan:
-        """The rooms a quota of `scope` is charged for: those whose target pod it charges (a
-        migration whose target pod is outside the scope needs no room on that quota)."""
+        """The rooms a quota of `scope` is charged for, each reduced to the target's pods it
+        charges (MigrationRoom.within): a migration whose target pods are all outside the scope
+        needs no room on that quota."""
         if scope.unscoped:
             return self
-        rooms = [room for room in self.rooms if scope.matches(room.facts)]
+        rooms = [r for r in (room.within(scope) for room in self.rooms) if r is not None]
         return RoomPlan(
             rooms=rooms, target_pods=_room_pods(rooms), estimate_errors=self.estimate_errors
         )
@@ -420,25 +447,33 @@ def _room(
     else:
         room, estimated = _estimate(vmi, inputs), True
         facts = launcher_scope_facts(vmi, room)
+    attachment: ResourceList = {}
+    attachment_facts = PLAIN_FACTS
     if attachments:
-        room = resources.total([room, *(pod.usage_at(inputs.now) for pod in attachments)])
+        attachment = resources.total(pod.usage_at(inputs.now) for pod in attachments)
+        attachment_facts = attachments[0].scope
     elif str(status(migration).get("phase") or "") not in (PHASE_SUCCEEDED, PHASE_FAILED):
-        room = resources.add(room, _estimate_attachment(vmi, inputs))
+        attachment = _estimate_attachment(vmi, inputs)
     if inputs.keys is not None:
-        room = resources.mask(room, inputs.keys)
+        room, attachment = (
+            resources.mask(room, inputs.keys),
+            resources.mask(attachment, inputs.keys),
+        )
     return MigrationRoom(
         migration=str(metadata(migration).get("name", "")),
         migration_uid=str(metadata(migration).get("uid", "")),
         vm_name=str(metadata(vmi).get("name", "")),
         vmi_uid=str(metadata(vmi).get("uid", "")),
         phase=str(status(migration).get("phase") or ""),
-        room=room,
+        room=resources.add(room, attachment),
         target_pod=target.name if target is not None else None,
         estimated=estimated,
         reason=reason,
         created=str(metadata(migration).get("creationTimestamp") or ""),
         facts=facts,
         attachment_pods=tuple(pod.name for pod in attachments),
+        attachment_room=attachment,
+        attachment_facts=attachment_facts,
     )
 
 
