@@ -28,7 +28,7 @@ webhook, explain) judges scopes here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
@@ -216,16 +216,20 @@ def _best_effort(spec: Mapping[str, Any]) -> bool:
 
 def _asks_nothing(resources: Any) -> bool:
     """No cpu or memory request or limit above zero (qos.resourceQOS is BestEffort)."""
-    if not isinstance(resources, Mapping):
-        return True
-    for part in ("requests", "limits"):
-        values = resources.get(part)
-        if not isinstance(values, Mapping):
-            continue
+    for values in _objects_at(resources, ("requests", "limits")):
         for name in _QOS_RESOURCES:
             if name in values and _positive(values[name]):
                 return False
     return True
+
+
+def _objects_at(obj: Any, keys: tuple[str, ...]) -> Iterator[Mapping[str, Any]]:
+    """The values of `keys` in `obj` that are objects, in order (none if `obj` is not one)."""
+    if isinstance(obj, Mapping):
+        for key in keys:
+            value = obj.get(key)
+            if isinstance(value, Mapping):
+                yield value
 
 
 def _positive(value: Any) -> bool:
@@ -238,12 +242,7 @@ def _positive(value: Any) -> bool:
 def uses_cross_namespace_affinity(affinity: Any) -> bool:
     """A pod (anti-)affinity term, required or preferred, that names namespaces or has a
     namespaceSelector (pods.go usesCrossNamespacePodAffinity)."""
-    if not isinstance(affinity, Mapping):
-        return False
-    for kind in ("podAffinity", "podAntiAffinity"):
-        rules = affinity.get(kind)
-        if not isinstance(rules, Mapping):
-            continue
+    for rules in _objects_at(affinity, ("podAffinity", "podAntiAffinity")):
         required = _list(rules.get("requiredDuringSchedulingIgnoredDuringExecution"))
         preferred = [
             w.get("podAffinityTerm")
