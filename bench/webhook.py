@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -45,6 +45,7 @@ from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.deploy import KINDS as DEPLOY_KINDS
 from harvester_quota.testbench.scale.product import Product
+from harvester_quota.testbench.scale.stats import percentile
 from harvester_quota.testbench.sim.kubevirt.config import KubeVirtConfig
 from harvester_quota.testbench.sim.kubevirt.objects import VMSpec, render_migration
 from harvester_quota.testbench.sim.kubevirt.simulator import KubeVirtSimulator
@@ -133,14 +134,6 @@ def bucket_quantile(buckets: Buckets, fraction: float) -> float | None:
             return lower + (bound - lower) * (rank - below) / (count - below)
         lower, below = bound, count
     return lower
-
-
-def exact_quantile(values: Sequence[float], fraction: float) -> float | None:
-    """Nearest-rank quantile (None if empty)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
 
 
 # One phase ------------------------------------------------------------------------------------
@@ -412,10 +405,10 @@ def _ms(value: float | None) -> str:
 def phase_line(phase: Phase) -> str:
     return (
         f"{phase.kind:5} {phase.created}/{phase.sent} created, round trip p50 "
-        f"{_ms(exact_quantile(phase.round_trips, 0.5))} p99 "
-        f"{_ms(exact_quantile(phase.round_trips, 0.99))} ms, webhook p99 "
+        f"{_ms(percentile(phase.round_trips, 0.5))} p99 "
+        f"{_ms(percentile(phase.round_trips, 0.99))} ms, webhook p99 "
         f"{_ms(bucket_quantile(phase.webhook, 0.99))} ms, sent late p99 "
-        f"{_ms(exact_quantile(phase.lateness, 0.99))} ms"
+        f"{_ms(percentile(phase.lateness, 0.99))} ms"
     )
 
 
@@ -444,25 +437,25 @@ def table(result: WebhookBenchResult) -> list[str]:
     ]
     by_kind = {kind: [p for p in result.phases if p.kind == kind] for kind in KINDS}
     pooled = {kind: [t for p in phases for t in p.round_trips] for kind, phases in by_kind.items()}
-    baseline = exact_quantile(pooled["none"], 0.99)
+    baseline = percentile(pooled["none"], 0.99)
     for kind, phases in by_kind.items():
         if not phases:
             continue
         trips = pooled[kind]
-        p99 = exact_quantile(trips, 0.99)
-        per_round = [q for p in phases if (q := exact_quantile(p.round_trips, 0.99)) is not None]
+        p99 = percentile(trips, 0.99)
+        per_round = [q for p in phases if (q := percentile(p.round_trips, 0.99)) is not None]
         ratio = f"{p99 / baseline:.2f}" if p99 is not None and baseline else "-"
         webhook = _merged(p.webhook for p in phases)
         apiserver = _merged(p.apiserver for p in phases)
         target = TARGETS_MS.get(kind)
         lines.append(
             f"| {kind} | {sum(p.created for p in phases)} / {sum(p.sent for p in phases)} "
-            f"| {_ms(exact_quantile(trips, 0.5))} | {_ms(p99)} "
+            f"| {_ms(percentile(trips, 0.5))} | {_ms(p99)} "
             f"| {_ms(median(per_round) if per_round else None)} | {ratio} "
             f"| {_ms(bucket_quantile(webhook, 0.5))} | {_ms(bucket_quantile(webhook, 0.99))} "
             f"| {'-' if target is None else f'{target:g}'} "
             f"| {_ms(bucket_quantile(apiserver, 0.99))} "
-            f"| {_ms(exact_quantile([t for p in phases for t in p.lateness], 0.99))} |"
+            f"| {_ms(percentile([t for p in phases for t in p.lateness], 0.99))} |"
         )
     refused: dict[str, int] = {}
     for phase in result.phases:

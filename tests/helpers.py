@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
 from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS
+from prometheus_client import CollectorRegistry
 
 from bench.load import cpu_burners
 
@@ -17,6 +19,7 @@ __all__ = ["cpu_burners"]  # one busy-machine helper for tests and benchmarks (b
 
 if TYPE_CHECKING:
     from harvester_quota.app import ControllerApp
+    from harvester_quota.generic.client import ApiClient
     from harvester_quota.testbench.strategy.harvester import HarvesterStrategy
 
     from tests.integration.kubevirt_by_hand import KubeVirtByHand
@@ -89,6 +92,28 @@ async def eventually(
                 f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}"
             )
         await asyncio.sleep(interval)
+
+
+@asynccontextmanager
+async def running_controllers(
+    api: ApiClient, *, workers: int = 2, registry: CollectorRegistry | None = None
+) -> AsyncIterator[ControllerApp]:
+    """The controllers in this process as `api`'s user, without leader election, for KubeVirt
+    1.6, with `workers` workers and their metrics in `registry` (a fresh one if None); started
+    on entry, stopped on exit, however the block ends."""
+    from harvester_quota.app import ControllerApp
+    from harvester_quota.config.management import Options
+
+    app = ControllerApp(
+        api,
+        Options(leader_elect=False, kubevirt_version="1.6", workers=workers),
+        registry=registry if registry is not None else CollectorRegistry(),
+    )
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
 
 
 async def succeed_migration(

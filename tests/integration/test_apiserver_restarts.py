@@ -8,17 +8,14 @@ import time
 from collections.abc import Awaitable, Iterator
 
 import pytest
-from harvester_quota.app import ControllerApp
-from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.reflector import REFUSED_BACKOFF_CAP
 from harvester_quota.generic.resource import PODS
 from harvester_quota.testbench.localcluster import LocalCluster
 from harvester_quota.testbench.localcluster.rest import RestClient
 from harvester_quota.util.quantity import Quantity
-from prometheus_client import CollectorRegistry
 
-from tests.helpers import eventually, succeed_migration
+from tests.helpers import eventually, running_controllers, succeed_migration
 from tests.integration.conftest import fresh_namespace
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.test_framework import eventually_create
@@ -46,13 +43,7 @@ def probe(rest: RestClient, api: ApiClient) -> Iterator[KubeVirtByHand]:
 async def test_two_restarts_30s_apart_then_the_room_is_given_back_promptly(
     api: ApiClient, kv: KubeVirtByHand, local_cluster: LocalCluster, probe: KubeVirtByHand
 ) -> None:
-    app = ControllerApp(
-        api,
-        Options(leader_elect=False, kubevirt_version="1.6", workers=2),
-        registry=CollectorRegistry(),
-    )
-    await app.start()
-    try:
+    async with running_controllers(api) as app:
         await kv.set_rancher_base({"limitsCpu": "3", "limitsMemory": "5000Mi"})
         await kv.create_quota(BASE)
         await probe.create_quota({"limits.cpu": "1"})
@@ -76,8 +67,6 @@ async def test_two_restarts_30s_apart_then_the_room_is_given_back_promptly(
         assert waits, "the restarts were noticed"
         ours = [w.seconds for w in waits if not w.asked]  # a Retry-After is the server's call
         assert max(ours) <= 2 * REFUSED_BACKOFF_CAP, f"a reflector waited {max(ours):.1f}s"
-    finally:
-        await app.stop()
     await peers_caught_up(probe)
 
 

@@ -280,6 +280,38 @@ async def test_a_vmmrq_unblocks_a_refused_migration_and_the_quota_comes_back_exa
     )
 
 
+async def full_quota_on_one_key_is_released_by_a_budget(
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    controllers: Controllers,
+    key: str,
+    *,
+    what: str,
+) -> None:
+    """vm1 runs under a quota on `key` alone, which is then closed to exactly what vm1 uses
+    (`what`: where that use comes from); its migration is refused while no controller runs, and
+    a VMMRQ budget of that much (controllers started) lets it succeed and the quota come back
+    as it was, unlocked."""
+    roomy = "1000Gi" if "memory" in key or "storage" in key else "1000"
+    await tenant_quota(kv, {key: roomy})
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+
+    async def used() -> str | None:
+        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+        value = ((quota.get("status") or {}).get("used") or {}).get(key)
+        return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
+
+    in_use = await eventually(used, what=what)
+    await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
+    name = await kubevirt.migrate("vm1")
+    await wait_refused(kubevirt, kv.namespace, name)
+    await controllers.start()
+    await create_vmmrq(kv, {key: in_use})
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: restored(kv, {key: in_use}), what="quota restored, unlocked")
+
+
 KEY_KINDS = [
     "memory",
     "requests.memory",
@@ -303,24 +335,9 @@ async def test_every_quota_key_kind_is_raised_and_restored(
     controllers: Controllers,
 ) -> None:
     """A quota on one key, full to exactly what the running VM uses; a budget of that much."""
-    roomy = "1000Gi" if "memory" in key or "storage" in key else "1000"
-    await tenant_quota(kv, {key: roomy})
-    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
-
-    async def used() -> str | None:
-        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
-        value = ((quota.get("status") or {}).get("used") or {}).get(key)
-        return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
-
-    in_use = await eventually(used, what=f"{key} used")
-    await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
-    name = await kubevirt.migrate("vm1")
-    await wait_refused(kubevirt, kv.namespace, name)
-    await controllers.start()
-    await create_vmmrq(kv, {key: in_use})
-    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
-    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
-    await eventually(lambda: restored(kv, {key: in_use}), what="quota restored, unlocked")
+    await full_quota_on_one_key_is_released_by_a_budget(
+        kv, kubevirt, controllers, key, what=f"{key} used"
+    )
 
 
 async def test_a_limit_range_default_is_charged_to_the_target_and_released(
@@ -339,23 +356,9 @@ async def test_a_limit_range_default_is_charged_to_the_target_and_released(
         kv.namespace,
     )
     key = "limits.ephemeral-storage"
-    await tenant_quota(kv, {key: "1000Gi"})
-    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
-
-    async def used() -> str | None:
-        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
-        value = ((quota.get("status") or {}).get("used") or {}).get(key)
-        return str(value) if value and Quantity.parse(str(value)).sign() > 0 else None
-
-    in_use = await eventually(used, what=f"{key} used, from the LimitRange alone")
-    await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {key: in_use}}}, kv.namespace)
-    name = await kubevirt.migrate("vm1")
-    await wait_refused(kubevirt, kv.namespace, name)
-    await controllers.start()
-    await create_vmmrq(kv, {key: in_use})
-    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
-    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
-    await eventually(lambda: restored(kv, {key: in_use}), what="quota restored, unlocked")
+    await full_quota_on_one_key_is_released_by_a_budget(
+        kv, kubevirt, controllers, key, what=f"{key} used, from the LimitRange alone"
+    )
 
 
 async def test_a_budget_too_small_is_said_once_and_a_bigger_one_releases(

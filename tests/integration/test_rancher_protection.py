@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from harvester_quota.app import ControllerApp
-from harvester_quota.config.management import Options
 from harvester_quota.controller.resourcequota.projects import PROJECT_NO_ROOM_REASON
 from harvester_quota.controller.resourcequota.rancherwrites import RANCHER_DENIAL_REASON
 from harvester_quota.explain import explain
@@ -37,7 +35,7 @@ from harvester_quota.util.resourcequota.base import (
 from harvester_quota.util.resourcequota.projectroom import NO_ROOM
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import eventually
+from tests.helpers import eventually, running_controllers
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.test_controllers_on_kubevirt import (
     LONG,
@@ -111,11 +109,7 @@ async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_giv
     write: our raise goes through Rancher's annotation, and comes back as its exact text."""
     api = kubevirt_api
     registry = CollectorRegistry()
-    app = ControllerApp(
-        api, Options(leader_elect=False, kubevirt_version="1.6", workers=2), registry=registry
-    )
-    await app.start()
-    try:
+    async with running_controllers(api, registry=registry):
         spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=LONG)
         (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
         name = await kubevirt.migrate("vm1")
@@ -159,8 +153,6 @@ async def test_a_migration_in_a_full_namespace_is_raised_through_rancher_and_giv
         assert "VirtualMachineInstanceMigration" in kinds and "ResourceQuota" in kinds
         found = await explain(api, kv.namespace, kubevirt_version="1.6")
         assert found.rancher_denials, "explain shows the denial"
-    finally:
-        await app.stop()
 
 
 async def test_a_status_copy_rancher_refuses_is_expected_and_kube_controller_manager_copies(
@@ -174,13 +166,7 @@ async def test_a_status_copy_rancher_refuses_is_expected_and_kube_controller_man
     the API server): the controller takes it as an expected refusal (no error, one log line, a
     backoff), and kube-controller-manager, the exempt user, still copies status itself."""
     api, namespace = kubevirt_api, kubevirt_namespace
-    app = ControllerApp(
-        api,
-        Options(leader_elect=False, kubevirt_version="1.6", workers=1),
-        registry=CollectorRegistry(),
-    )
-    await app.start()
-    try:
+    async with running_controllers(api, workers=1) as app:
         (quota,) = await default_quotas(api, namespace)
         quota["spec"]["hard"] = {**quota["spec"]["hard"], "pods": "11"}
         written = await protected_rancher.sudo.update(RESOURCE_QUOTAS, quota)  # Rancher's write
@@ -211,8 +197,6 @@ async def test_a_status_copy_rancher_refuses_is_expected_and_kube_controller_man
             for r in protected_rancher.reviewed
             if r.sub_resource == "status"
         )
-    finally:
-        await app.stop()
 
 
 def shortfall(limit: dict[str, str], siblings: dict[str, str] | None = None) -> str:
@@ -253,13 +237,7 @@ async def held_back_then_released(
     warns on the quota, the namespace and the migration with the amount the project lacks (also
     in explain), and once the migration is given up the namespace is as it was: its base
     annotation, validated, counted in the project's usedLimit."""
-    app = ControllerApp(
-        api,
-        Options(leader_elect=False, kubevirt_version="1.6", workers=2),
-        registry=CollectorRegistry(),
-    )
-    await app.start()
-    try:
+    async with running_controllers(api):
         spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=LONG)
         (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
         name = await kubevirt.migrate("vm1")
@@ -307,8 +285,6 @@ async def held_back_then_released(
         assert after[CATTLE_ANNOTATION_RESOURCE_QUOTA] == SEED_ANNOTATION
         assert await validated(api, kv.namespace) == (True, "")
         await eventually(lambda: used_is_now(api, project, used), what="the namespace counted")
-    finally:
-        await app.stop()
 
 
 async def explain_no_room_gone(api: ApiClient, namespace: str) -> bool:

@@ -244,6 +244,24 @@ async def no_slack(kv: KubeVirtByHand, app: ControllerApp, pods: int) -> dict[st
     return base
 
 
+async def completes_and_gives_back(
+    kubevirt: VirtControllerDriver,
+    kv: KubeVirtByHand,
+    app: ControllerApp,
+    watch: RejectionWatch,
+    *,
+    name: str,
+    base: dict[str, str],
+) -> None:
+    """Migration `name` succeeds, the quota's hard is back at `base` with the controller caught
+    up, and KubeVirt never reported a refusal (`assert_never_refused`)."""
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await eventually(lambda: hard_equals(kv, base), what="hard back to the base")
+    await eventually(lambda: caught_up(app, kv.namespace), what="caught up")
+    await assert_never_refused(kubevirt, kv, watch, [name])
+
+
 async def test_a_vm_with_a_hotplugged_volume_migrates_in_a_namespace_without_slack(
     webhook: WebhookServer,
     deployed_controllers: ControllerApp,
@@ -273,11 +291,7 @@ async def test_a_vm_with_a_hotplugged_volume_migrates_in_a_namespace_without_sla
         SpecHistory(kv.api, kv.namespace) as history,
     ):
         name = await kubevirt.migrate("vm1")
-        record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
-        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
-        await eventually(lambda: hard_equals(kv, base), what="hard back to the base")
-        await eventually(lambda: caught_up(app, kv.namespace), what="caught up")
-        await assert_never_refused(kubevirt, kv, watch, [name])
+        await completes_and_gives_back(kubevirt, kv, app, watch, name=name, base=base)
     assert app.reconciler.writes[kv.namespace] - before == 2
     raised = as_quantities(history.hards[1])
     assert raised["pods"] == Quantity.parse("4"), f"launcher and attachment pod: {history.hards}"
@@ -308,10 +322,6 @@ async def test_a_volume_migration_completes_in_a_namespace_without_slack(
         ):
             migration = await swap_claim(kv.api, kv.namespace, template, target_claim)
             name = migration["metadata"]["name"]
-            record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
-            assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
-            await eventually(lambda: hard_equals(kv, base), what="hard back to the base")
-            await eventually(lambda: caught_up(app, kv.namespace), what="caught up")
-            await assert_never_refused(kubevirt, kv, watch, [name])
+            await completes_and_gives_back(kubevirt, kv, app, watch, name=name, base=base)
     assert app.reconciler.writes[kv.namespace] - before == 2
     assert as_quantities(history.hards[1])["pods"] == Quantity.parse("2"), history.hards

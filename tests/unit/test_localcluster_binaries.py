@@ -101,3 +101,37 @@ def test_the_client_go_baseline_pins_the_client_go_of_the_cluster_s_kubernetes()
     assert f"k8s.io/client-go {binaries.CLIENT_GO_VERSION}\n" in module
     kube = (binaries.GOMOD_DIR / "kube" / "go.mod").read_text()
     assert f"k8s.io/client-go => k8s.io/client-go {binaries.CLIENT_GO_VERSION}\n" in kube
+
+
+def test_the_client_go_baseline_is_built_once_and_moved_into_place_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `go build` faked: a failed build leaves nothing a later run would trust, a build
+    that succeeds lands at clientgo_informer_path() with its log, and a built baseline is not
+    built again."""
+    monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.setattr(binaries, "find_go", lambda: "go")
+    builds: list[str] = []
+
+    def failing_go_build(go: str, component: binaries.Component, *_: Path) -> None:
+        raise ClusterError("go build failed")
+
+    def go_build(
+        go: str, component: binaries.Component, workdir: Path, outdir: Path, log: Path
+    ) -> None:
+        builds.append(component.module_dir)
+        (outdir / binaries.CLIENTGO_INFORMER).write_text("binary")
+
+    target = binaries.clientgo_informer_path()
+    monkeypatch.setattr(binaries, "_build_component", failing_go_build)
+    with pytest.raises(ClusterError):
+        binaries.build_clientgo_informer(progress=lambda _: None)
+    assert not target.parent.exists()
+    monkeypatch.setattr(binaries, "_build_component", go_build)
+    said: list[str] = []
+    assert binaries.build_clientgo_informer(progress=said.append) == target
+    assert target.read_text() == "binary"
+    assert (tmp_path / "cache" / f"build-{target.parent.name}.log").is_file()
+    assert "client-go informer baseline" in said[0]
+    assert binaries.build_clientgo_informer(progress=said.append) == target
+    assert builds == [binaries.CLIENTGO_INFORMER]

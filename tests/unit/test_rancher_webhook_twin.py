@@ -309,6 +309,26 @@ def test_a_refusal_is_a_bad_request_in_the_review_status() -> None:
     assert review_response("u2", allowed)["response"] == {"uid": "u2", "allowed": True}
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "allowed", "message"),
+    [
+        (LR_MANAGED, LR_MANAGED, True, ""),
+        (LR_PLAIN, LR_PLAIN, True, ""),
+        (LR_MANAGED, LR_PLAIN, False, CHANGING),
+        (LR_PLAIN, LR_MANAGED, False, PROMOTING),
+    ],
+    ids=["managed-kept", "unmanaged", "demotion", "promotion"],
+)
+def test_a_limit_range_status_write_is_refused_only_a_marker_change(
+    old: dict[str, Any], new: dict[str, Any], allowed: bool, message: str
+) -> None:
+    """limitrange/validator.go (04e02b84) registers limitranges/status and, there, guards the
+    marker alone: no allow list, unlike a quota's status."""
+    case = Case("lr status", LR, "UPDATE", old, new, allowed, sub_resource="status")
+    verdict = decide(LR, request(case))
+    assert (verdict.allowed, verdict.message) == (allowed, message)
+
+
 @pytest.mark.parametrize("operation", ["CONNECT", ""])
 def test_an_operation_the_validator_does_not_handle_is_an_error(operation: str) -> None:
     case = Case("connect", RQ, operation, None, MANAGED, False, user=BYPASS_USER)
@@ -339,7 +359,7 @@ def test_the_registration_is_rancher_webhook_s() -> None:
     assert quotas["name"] == webhook_name(RQ) == "rancher.cattle.io.resourcequotas"
     assert ranges["name"] == "rancher.cattle.io.limitranges"
     assert quotas["rules"][0]["resources"] == ["resourcequotas", "resourcequotas/status"]
-    assert ranges["rules"][0]["resources"] == ["limitranges"]
+    assert ranges["rules"][0]["resources"] == ["limitranges", "limitranges/status"]
     for webhook, kind in ((quotas, "resourcequotas"), (ranges, "limitranges")):
         assert webhook["rules"][0]["operations"] == ["CREATE", "UPDATE", "DELETE"]
         assert webhook["rules"][0]["scope"] == "Namespaced"

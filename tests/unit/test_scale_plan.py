@@ -191,6 +191,32 @@ async def test_a_kept_clusters_namespace_is_taken_over_with_its_quota_and_vms() 
     ]
 
 
+async def test_a_migration_create_retried_after_it_landed_makes_no_second_migration() -> None:
+    """The API server creates the migration, then answers 500 (an etcd timeout): the retry of
+    the fixed name finds it (AlreadyExists) and the step goes on with that one migration; with a
+    generated name the retry made the VM a second migration."""
+    from harvester_quota.generic import errors
+    from harvester_quota.testbench.scale.run import ScaleRun
+
+    created: list[str] = []
+
+    class KubeVirt:
+        async def migrate(self, vm: str, namespace: str, *, name: str | None = None) -> str:
+            assert name is not None, "a fixed name, never generateName"
+            if name in created:
+                raise errors.AlreadyExists("exists", status=409)
+            created.append(name)
+            if len(created) == 1:
+                raise errors.ApiError("etcdserver: request timed out", status=500)
+            return name
+
+    run = object.__new__(ScaleRun)
+    run.kubevirt = KubeVirt()  # type: ignore[assignment]
+    name = await run._create_migration("scale-000", "vm-00001", "vm-00001-abc123-0")
+    assert name == "vm-00001-abc123-0"
+    assert created == ["vm-00001-abc123-0"]
+
+
 def test_the_baseline_runs_each_step_on_the_same_vms_in_twin_namespaces() -> None:
     plan = PRESETS["tiny"]
     twins = set(plan.baseline_vms())

@@ -342,3 +342,19 @@ def test_a_long_vm_name_gets_a_hostname_the_launcher_pod_may_carry() -> None:
     assert len(cut) <= MAX_HOSTNAME and long_name.startswith(cut) and not cut.endswith("-")
     assert hostname("vm1") == "vm1"
     assert hostname("web.example") == "web"
+
+
+def test_the_seed_pace_of_virt_handler_is_the_walk_s_node_side() -> None:
+    """The real virt-controller's node side (HandlerTimings) runs at the same v1.2.1 seed pace as
+    the simulator's walk: 1 s hand-off, 1 s to TargetReady, 5 s of Running, the source pod gone
+    31 s after success, a failed target 5 s, an abort 1 s."""
+    from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
+
+    assert HandlerTimings.like_v121_seed() == HandlerTimings(
+        preparing_target=1.0,
+        target_ready=1.0,
+        migration=5.0,
+        source_shutdown=31.0,
+        target_exit=5.0,
+        abort=1.0,
+    )

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,15 +83,29 @@ class Component:
     def sources(self) -> dict[str, Path]:
         """The files the build compiles from, by their path in the module's copy, sorted by it;
         a shared file wins over a module file of the same path."""
-        found: dict[str, Path] = {}
-        roots = [(GOMOD_DIR / self.module_dir, "")] + [
-            (GOMOD_DIR / s, s + "/") for s in self.shared
-        ]
-        for root, prefix in roots:
-            for path in root.rglob("*"):
-                if path.is_file():
-                    found[prefix + path.relative_to(root).as_posix()] = path
-        return dict(sorted(found.items()))
+        return _module_files(self.module_dir, self.shared)
+
+
+def _module_files(module_dir: str, shared: tuple[str, ...] = ()) -> dict[str, Path]:
+    """Every file of wrapper module ``module_dir`` and of the ``shared`` folders of GOMOD_DIR
+    (under their own name), by that path, sorted by it; a shared file wins over a module one."""
+    found: dict[str, Path] = {}
+    roots = [(GOMOD_DIR / module_dir, "")] + [(GOMOD_DIR / s, s + "/") for s in shared]
+    for root, prefix in roots:
+        for path in root.rglob("*"):
+            if path.is_file():
+                found[prefix + path.relative_to(root).as_posix()] = path
+    return dict(sorted(found.items()))
+
+
+def _digest(files: Mapping[str, Path]) -> str:
+    """Ten hex digits of a digest of `files` (each one's path and bytes, in the mapping's order):
+    the part of a cache key that changes when a source does."""
+    digest = hashlib.sha256()
+    for relative, path in files.items():
+        digest.update(relative.encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:10]
 
 
 def _kube_ldflags() -> str:
@@ -240,21 +254,7 @@ def kubevirt_cache_key(version: str) -> str:
     """Names the cached virt-controller after the KubeVirt version and a digest of what its build
     compiles (the wrapper module's go.mod, go.sum and crdgen/, and the shared crdgen), so editing
     the module or the generator builds anew."""
-    digest = hashlib.sha256()
-    for relative, path in kubevirt_component(version).sources().items():
-        digest.update(relative.encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return f"kubevirt-{version}_{digest.hexdigest()[:10]}"
-
-
-def _module_digest(module_dir: str) -> str:
-    """Ten hex digits of a digest of every file (name and bytes) in wrapper module ``module_dir``."""
-    module = GOMOD_DIR / module_dir
-    digest = hashlib.sha256()
-    for path in sorted(p for p in module.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(module).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()[:10]
+    return f"kubevirt-{version}_{_digest(kubevirt_component(version).sources())}"
 
 
 def kubevirt_dirs(version: str) -> list[Path]:
@@ -592,7 +592,7 @@ CLIENT_GO_VERSION = "v0.36.5"
 def clientgo_informer_path() -> Path:
     """Where the client-go informer baseline is cached: keyed by client-go's version and a digest
     of its wrapper module (main.go, go.mod, go.sum), so an edit builds anew."""
-    key = f"{CLIENTGO_INFORMER}-{CLIENT_GO_VERSION}_{_module_digest(CLIENTGO_INFORMER)}"
+    key = f"{CLIENTGO_INFORMER}-{CLIENT_GO_VERSION}_{_digest(_module_files(CLIENTGO_INFORMER))}"
     return cache_root() / "gohelpers" / key / CLIENTGO_INFORMER
 
 
@@ -604,23 +604,10 @@ def build_clientgo_informer(progress: Callable[[str], None] = _print) -> Path:
     if target.exists():
         return target
     go = find_go()
-    root = cache_root()
-    with _exclusive(root / "build.lock"):
+    with _exclusive(cache_root() / "build.lock"):
         if target.exists():
             return target
-        log_path = root / f"build-{target.parent.name}.log"
-        log_path.write_text(f"building {target.parent.name} with {go}\n")
-        target.parent.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="build-", dir=target.parent.parent) as tmp:
-            workdir, outdir = Path(tmp) / "src", Path(tmp) / "bin"
-            workdir.mkdir()
-            outdir.mkdir()
-            started = time.monotonic()
-            progress(
-                f"building the client-go informer baseline (once per machine; log: {log_path})"
-            )
+        with _building_into(target.parent, target.parent.name, go) as building:
             component = Component(CLIENTGO_INFORMER, (".",), (CLIENTGO_INFORMER,), "-s -w")
-            _build_component(go, component, workdir, outdir, log_path)
-            progress(f"  done in {time.monotonic() - started:.0f}s")
-            outdir.rename(target.parent)
+            building.compile(component, "the client-go informer baseline", progress)
     return target

@@ -239,7 +239,7 @@ class ScaleRun:
             if index % 2:
                 arms.reverse()
         for results, arm, label in arms:
-            results.append(await self._step(arm))
+            results.append(await self._step(arm, index))
             self.say(label + results[-1].line())
 
     # Setup --------------------------------------------------------------------------------------
@@ -361,7 +361,22 @@ class ScaleRun:
 
     # Steps --------------------------------------------------------------------------------------
 
-    async def _step(self, step: Step) -> StepResult:
+    async def _create_migration(self, namespace: str, vm: str, name: str) -> str:
+        """Creates migration `name` of `vm`, retried on throttling and server errors (see
+        `_retrying`); returns `name`. The name is fixed, not generated, so that a retry of a create
+        the API server carried out before it failed finds that migration (AlreadyExists) instead
+        of making the VM a second one."""
+
+        async def once() -> str:
+            try:
+                return await self.kubevirt.migrate(vm, namespace, name=name)
+            except errors.AlreadyExists:
+                return name
+
+        return await _retrying(once)
+
+    async def _step(self, step: Step, index: int) -> StepResult:
+        """Runs `step` (the run's `index`-th: it names the step's migrations)."""
         await self._quiet()
         metrics_before = await self.product.metrics()
         procs_before = self._processes()
@@ -371,7 +386,7 @@ class ScaleRun:
 
         async def migrate(namespace: str, vm: str) -> None:
             asked = self.clock.monotonic()
-            name = await _retrying(lambda: self.kubevirt.migrate(vm, namespace))
+            name = await self._create_migration(namespace, vm, f"{vm}-{self.run_id}-{index}")
             exists = self.clock.monotonic()
             created[(namespace, name)] = _Created(vm, asked, exists)
             create_seconds.append(exists - asked)

@@ -50,7 +50,7 @@ from .objects import (
     status,
     timestamp,
 )
-from .phases import FINAL, Phase, StepTimings
+from .phases import FINAL, MigrationTimings, Phase, StepTimings
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +83,23 @@ class HandlerTimings(StepTimings):
 
     @classmethod
     def like_v121_seed(cls) -> HandlerTimings:
-        """The v1.2.1 seed's pace: a launcher starts in seconds, 5 s of Running, the source pod
-        gone about 31 s after the migration succeeded."""
+        """The v1.2.1 seed's pace (`MigrationTimings.like_v121_seed`, its one record): a launcher
+        starts in seconds, 5 s of Running, the source pod gone about 31 s after the migration
+        succeeded."""
+        return cls.node_side_of(MigrationTimings.like_v121_seed())
+
+    @classmethod
+    def node_side_of(cls, walk: MigrationTimings) -> HandlerTimings:
+        """The steps of the simulator's walk `walk` that are virt-handler's: hand-off, target
+        ready, the migration itself, the source pod's linger and grace, a failed target's
+        linger, an abort."""
         return cls(
-            preparing_target=1.0,
-            target_ready=1.0,
-            migration=5.0,
-            source_shutdown=31.0,
-            target_exit=5.0,
-            abort=1.0,
+            preparing_target=walk.preparing_target,
+            target_ready=walk.target_ready,
+            migration=walk.running,
+            source_shutdown=walk.source_pod_linger + walk.source_pod_grace_seconds,
+            target_exit=walk.failed_target_linger,
+            abort=walk.abort_duration,
         )
 
 

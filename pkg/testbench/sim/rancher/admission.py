@@ -12,7 +12,8 @@ validators (pkg/resources/core/v1/{resourcequota,limitrange}/validator.go) and i
 - the namespace controller may delete any (it empties a namespace being deleted);
 - a ResourceQuota's status may be written only by kube-controller-manager's quota controller and
   by the API server itself (its quota admission records usage on every pod create); anyone else
-  is told the status is immutable, on every quota, labelled or not;
+  is told the status is immutable, on every quota, labelled or not (a LimitRange's status write,
+  registered too though the API server has none to send, is refused only a marker change);
 - every refusal is HTTP 400 BadRequest in the review's status; an object that cannot be read or
   an operation the validator does not handle is an error (the handler's HTTP 500).
 
@@ -107,8 +108,8 @@ def decide(kind: Kind, request: Mapping[str, Any]) -> Verdict:
         old, new = _marked(request.get("oldObject")), _marked(request.get("object"))
     except TypeError as error:
         return failed(f"failed to decode {kind} from request: {error}")
-    if kind is Kind.RESOURCE_QUOTAS and request.get("subResource") == "status":
-        rule = _status_update
+    if request.get("subResource") == "status":
+        rule = _STATUS_RULES[kind]
     return rule(str(user_info.get("username") or ""), old, new)
 
 
@@ -130,17 +131,36 @@ def _delete(user: str, old: bool, _new: bool) -> Verdict:
     return refused(DELETING) if old else ALLOWED
 
 
-def _status_update(user: str, old: bool, new: bool) -> Verdict:
-    """A ResourceQuota status write: the marker may not come or go this way either; otherwise
-    only the status writers pass, labelled quota or not."""
+def _label_change(old: bool, new: bool) -> Verdict | None:
+    """The refusal of a status write that drops or adds the marker; None if it keeps it."""
     if old and not new:
         return refused(CHANGING)
     if new and not old:
         return refused(PROMOTING)
+    return None
+
+
+def _quota_status_update(user: str, old: bool, new: bool) -> Verdict:
+    """A ResourceQuota status write: the marker may not come or go this way either; otherwise
+    only the status writers pass, labelled quota or not."""
+    changed = _label_change(old, new)
+    if changed is not None:
+        return changed
     return ALLOWED if user in STATUS_WRITERS else refused(STATUS_IMMUTABLE)
 
 
+def _limit_range_status_update(_user: str, old: bool, new: bool) -> Verdict:
+    """A LimitRange status write (registered as upstream does, though a LimitRange has no status
+    subresource for the API server to send): only the marker is guarded."""
+    changed = _label_change(old, new)
+    return ALLOWED if changed is None else changed
+
+
 _RULES: Final = {"CREATE": _create, "UPDATE": _update, "DELETE": _delete}
+_STATUS_RULES: Final = {
+    Kind.RESOURCE_QUOTAS: _quota_status_update,
+    Kind.LIMIT_RANGES: _limit_range_status_update,
+}
 
 
 def _marked(obj: object) -> bool:

@@ -85,9 +85,7 @@ def configuration(name: str, url: str, ca_pem: bytes, namespaces: Iterable[str])
     }
     webhooks = []
     for kind in Kind:
-        resources = [str(kind)]
-        if kind is Kind.RESOURCE_QUOTAS:
-            resources.append(f"{kind}/status")
+        resources = [str(kind), f"{kind}/status"]
         webhooks.append(
             {
                 "name": webhook_name(kind),
