@@ -123,8 +123,8 @@ def _run_webhook(args: argparse.Namespace, out: list[str], raw: dict[str, object
     local = LocalCluster(state_dir)
     if not args.reuse:
         local.down()
-    info = local.up(nodes=2)
     try:
+        info = local.up(nodes=2)  # inside: a start that fails half way is stopped too
         result = asyncio.run(_webhook_run(args, info, state_dir / "product"))
         lines = webhook.table(result)
         out += ["## The webhook on the tenant's path", "", *webhook.legend(), "", *lines, ""]
