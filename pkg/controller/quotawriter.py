@@ -10,8 +10,9 @@ util/resourcequota/handover.py), and write through a `QuotaWriter` each:
 - `patch_hard_at_version`: MTQ mode's write of spec.hard, a merge patch conditional on the
   resourceVersion read (its plan reads the whole quota); dry runs included.
 - `patch_rancher_annotation`: a raise through Rancher's namespace annotation, which Rancher
-  copies into the quota (util/resourcequota/rancherpath.py), conditional on the namespace's
-  resourceVersion.
+  copies into the quota (util/resourcequota/rancherpath.py), one JSON patch whose ``test``
+  operations carry the namespace's uid and the annotations the raise reads and writes
+  (conditional.annotation_patch_if), not its resourceVersion, which Rancher's agent moves.
 - `copy_hard_to_status`: the copy of a new spec.hard into status.hard, conditional on spec.hard
   being still the one written, behind the `status_permission` gate.
 - `label_room_held`: the room-held label on the namespace, behind the `label_permission` gate.
