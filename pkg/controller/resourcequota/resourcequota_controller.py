@@ -34,7 +34,7 @@ from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
 from ..quotawriter import QuotaWriter
 from .inputs import PlanInputs, namespace_of
-from .projects import ProjectReader, ProjectRoom
+from .projects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .reports import NamespaceReports
 from .roomlabel import RoomHeldLabel
@@ -85,10 +85,13 @@ class QuotaReconciler:
             self.writer, management.clock, management.options.room_held_linger
         )
         """The room-held label and its linger (roomlabel.py)."""
+        namespace_cache = self.namespaces.informer.store
+        if not namespace_cache.has_index(PROJECT_INDEX):
+            namespace_cache.add_indexers({PROJECT_INDEX: project_index})
         project_room = ProjectRoom(
             ProjectReader(management.client, management.clock),
             management.recorder,
-            self.namespaces.informer.store.objects,
+            lambda project: namespace_cache.by_index(PROJECT_INDEX, project),
         )
         self.rancher = RancherPath(
             self.writer,
