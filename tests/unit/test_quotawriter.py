@@ -3,14 +3,18 @@ condition becomes, and the permission gates of the optional writes, on a recordi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from harvester_quota.app import ControllerApp
+from harvester_quota.config.management import Options
 from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.permission import FIRST_RETRY
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
+from prometheus_client import CollectorRegistry
 
 
 class Client:
@@ -214,3 +218,14 @@ async def test_a_raise_through_rancher_whose_annotations_changed_is_a_conflict()
         await quota_writer.patch_rancher_annotation(
             namespace, {"field.cattle.io/resourceQuota": "{}"}
         )
+
+
+def test_both_modes_write_through_one_writer_so_one_refusal_closes_one_gate() -> None:
+    """rancher-webhook refuses every status write but kube-controller-manager's, on every quota,
+    and RBAC is the one service account's: a refusal either mode meets holds for the other, so
+    MTQ mode writes through the room mode's QuotaWriter (one gate, one warning, not two)."""
+    app = ControllerApp(
+        cast(ApiClient, object()), Options(), clock=FakeClock(), registry=CollectorRegistry()
+    )
+    assert app.mtq is not None
+    assert app.mtq.writes.writer is app.reconciler.writer

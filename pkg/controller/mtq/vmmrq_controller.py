@@ -96,7 +96,11 @@ class MtqReconciler:
         management: Management,
         *,
         lock_seconds: float = LOCK_SECONDS,
+        writer: QuotaWriter | None = None,
     ) -> None:
+        """`writer`: the room mode's, so that both modes share its permission gates (a
+        refusal of status copies, RBAC's or rancher-webhook's, holds for every quota); a new
+        one when None."""
         self.management = management
         self.lock_seconds = lock_seconds
         self.vmmrqs = management.informers.informer(VMMRQS, optional=True)
@@ -114,7 +118,7 @@ class MtqReconciler:
         self.writes = MtqWrites(
             client=management.client,
             clock=management.clock,
-            writer=QuotaWriter(management.client, management.clock),
+            writer=writer or QuotaWriter(management.client, management.clock),
             quotas=self.quotas,
             vmmrqs=self.vmmrqs,
             on_rancher_refusal=self._rancher_refused,
@@ -298,8 +302,14 @@ def _name(obj: Object) -> str:
     return str(metadata(obj).get("name"))
 
 
-def register(management: Management, *, lock_seconds: float = LOCK_SECONDS) -> MtqReconciler:
-    """The MTQ reconcile on the namespace controller (shared with the room mode's)."""
-    reconciler = MtqReconciler(management, lock_seconds=lock_seconds)
+def register(
+    management: Management,
+    *,
+    lock_seconds: float = LOCK_SECONDS,
+    writer: QuotaWriter | None = None,
+) -> MtqReconciler:
+    """The MTQ reconcile on the namespace controller (shared with the room mode's), writing
+    quotas through `writer` (the room mode's) if given."""
+    reconciler = MtqReconciler(management, lock_seconds=lock_seconds, writer=writer)
     reconciler.register()
     return reconciler
