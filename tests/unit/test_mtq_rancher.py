@@ -160,3 +160,21 @@ async def test_another_refusal_with_rancher_words_on_a_plain_quota_is_not_ranche
     with pytest.raises(errors.BadRequest):
         await h.reconcile(reconciler)
     assert reconciler.stats.rancher_refusals == 0 and rancher_events(h) == []
+
+
+async def test_a_namespace_deleted_and_created_again_is_asked_again() -> None:
+    """What Rancher refused is learned per namespace while it exists: one created again under
+    the name (in a project whose quota we may write, say) gets its own dry run, not the old
+    namespace's verdict, and the learned set does not grow with namespaces gone."""
+    h = harness()
+    s = setup(h, quota_labels=RANCHER_LABELS)
+    h.cluster.admission = rancher_webhook()
+    reconciler = h.reconciler()
+    await h.reconcile(reconciler)
+    assert "tenant" in reconciler.rancher.protected
+    assert await reconciler.reconcile("tenant", None) is None, "the namespace deleted"
+    assert "tenant" not in reconciler.rancher.protected
+    h.cluster.admission = None
+    await lock_and_raise(h, reconciler)
+    assert h.cluster.dry_runs == ["resourcequotas tenant/rq"] * 2, "asked again"
+    assert quota_hard(h) != s["original"], "raised: Rancher lets this one be written"

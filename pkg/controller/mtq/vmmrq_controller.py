@@ -173,6 +173,7 @@ class MtqReconciler:
     async def reconcile(self, key: str, namespace: Object | None) -> Object | None:
         """One step towards the plan for namespace `key` (see the module docstring)."""
         if namespace is None:
+            self.rancher.forget(key)
             return None
         seen = parse_lock(namespace)
         namespace = self.writes.newest(f"namespace:{key}", namespace)
