@@ -62,7 +62,11 @@ class ControllerApp:
         )
         self.reconciler = resourcequota.register(self.management)
         if self.options.mtq:
-            self.mtq = mtq.register(self.management, lock_seconds=self.options.mtq_lock_seconds)
+            self.mtq = mtq.register(
+                self.management,
+                lock_seconds=self.options.mtq_lock_seconds,
+                writer=self.reconciler.writer,
+            )
             self.reconciler.defer_to = self.mtq.has_budget
         self.leftover_locks = leftover_lock.register(self.management)
         if self.options.harvester_compat:

@@ -2,7 +2,7 @@
 
 The room mode (controller/resourcequota/) and MTQ mode (controller/mtq/) plan differently, on
 disjoint namespaces (a namespace is MTQ mode's once the room mode has given its raise back,
-util/resourcequota/handover.py), and write through a `QuotaWriter` each:
+util/resourcequota/handover.py), and write through the same `QuotaWriter`:
 
 - `patch_as_planned`: the room mode's write of spec.hard and its annotations, one JSON patch
   whose ``test`` operations carry the quota's uid, spec, labels and read annotations as the plan
@@ -10,8 +10,9 @@ util/resourcequota/handover.py), and write through a `QuotaWriter` each:
 - `patch_hard_at_version`: MTQ mode's write of spec.hard, a merge patch conditional on the
   resourceVersion read (its plan reads the whole quota); dry runs included.
 - `patch_rancher_annotation`: a raise through Rancher's namespace annotation, which Rancher
-  copies into the quota (util/resourcequota/rancherpath.py), conditional on the namespace's
-  resourceVersion.
+  copies into the quota (util/resourcequota/rancherpath.py), one JSON patch whose ``test``
+  operations carry the namespace's uid and the annotations the raise reads and writes
+  (conditional.annotation_patch_if), not its resourceVersion, which Rancher's agent moves.
 - `copy_hard_to_status`: the copy of a new spec.hard into status.hard, conditional on spec.hard
   being still the one written, behind the `status_permission` gate.
 - `label_room_held`: the room-held label on the namespace, behind the `label_permission` gate.
@@ -19,9 +20,10 @@ util/resourcequota/handover.py), and write through a `QuotaWriter` each:
 The two gates (generic/permission.py) are for writes that help but are not required: a refusal
 closes one for a backoff and never fails the reconcile. What a mode counts, logs and records as
 its own writes (generic/ownwrites.py) stays with the mode: the writer returns what the API
-server stored. Each mode holds an instance of its own, so a gate one mode's refusals close (Rancher
-refuses status copies of its quotas) does not close it for the other. Not thread-safe: event loop
-only.
+server stored. Both modes share one instance (pkg/app.py): a refusal either meets holds for the
+other too (RBAC is the one service account's; rancher-webhook refuses every status write but
+kube-controller-manager's and the API server's, on every quota, labelled or not), so one gate
+learns it and one warning says it. Not thread-safe: event loop only.
 """
 
 from __future__ import annotations

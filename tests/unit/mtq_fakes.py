@@ -195,6 +195,8 @@ class FakeStore:
         if index == TARGET_INDEX:
             labels = lambda o: o["metadata"].get("labels") or {}  # noqa: E731
             return [o for o in self._all() if labels(o).get(LABEL_MIGRATION_JOB) == value]
+        if index in self.indexes:
+            return [o for o in self._all() if value in self.indexes[index](o)]
         raise KeyError(index)
 
     def index_keys(self, index: str, value: str) -> list[str]:

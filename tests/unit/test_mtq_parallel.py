@@ -11,7 +11,9 @@ from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
 )
+from harvester_quota.controller.mtq.blocked import UNFINISHED, UNFINISHED_INDEX, unfinished_index
 from harvester_quota.generic.resource import NAMESPACES
+from harvester_quota.generic.store import Store
 from harvester_quota.util.migrationlimits import (
     RECHECK_SECONDS,
     MigrationLimits,
@@ -89,4 +91,34 @@ async def test_the_cluster_limit_counts_pending_migrations_only_once_their_targe
     migrating_elsewhere(h, node="kwok-node-1", phase="Pending")  # no target pod: no slot
     reconciler = h.reconciler()
     await h.reconcile(reconciler)
+    assert locked(h)
+
+
+def test_the_slots_are_counted_from_the_unfinished_migrations_alone() -> None:
+    """A namespace keeps thousands of finished migrations: the slot count reads an index of the
+    unfinished ones (a finished one takes no slot), which a migration leaves when it finishes,
+    instead of decoding the whole migration cache per reconcile."""
+    store = Store(indexers={UNFINISHED_INDEX: unfinished_index})
+    running = migration("running", vmi("a", "tenant"), phase="Running")
+    store.upsert(running)
+    store.upsert(migration("pending", vmi("b", "tenant"), phase="Pending"))
+    store.upsert(migration("new", vmi("c", "tenant")))  # no phase yet: Pending
+    store.upsert(migration("done", vmi("d", "tenant"), phase="Succeeded"))
+    store.upsert(migration("failed", vmi("e", "tenant"), phase="Failed"))
+
+    def names() -> list[str]:
+        return sorted(m["metadata"]["name"] for m in store.by_index(UNFINISHED_INDEX, UNFINISHED))
+
+    assert names() == ["new", "pending", "running"]
+    running["status"] = {"phase": "Succeeded"}
+    store.upsert(running)
+    assert names() == ["new", "pending"], "a migration that finished leaves the index"
+
+
+async def test_a_finished_migration_elsewhere_takes_no_slot() -> None:
+    h = harness()
+    setup(h)
+    h.cluster.put(KUBEVIRTS, kubevirt_cr(parallelOutboundMigrationsPerNode=1))
+    migrating_elsewhere(h, node="kwok-node-0", phase="Succeeded")
+    await h.reconcile(h.reconciler())
     assert locked(h)

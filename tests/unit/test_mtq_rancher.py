@@ -13,6 +13,7 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Resource
 from harvester_quota.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.mtq import (
+    ANNOTATION_LOCK,
     LABEL_LOCKED,
     RANCHER_PROTECTED_REASON,
     parse_lock,
@@ -160,3 +161,63 @@ async def test_another_refusal_with_rancher_words_on_a_plain_quota_is_not_ranche
     with pytest.raises(errors.BadRequest):
         await h.reconcile(reconciler)
     assert reconciler.stats.rancher_refusals == 0 and rancher_events(h) == []
+
+
+async def test_a_namespace_deleted_and_created_again_is_asked_again() -> None:
+    """What Rancher refused is learned per namespace while it exists: one created again under
+    the name (in a project whose quota we may write, say) gets its own dry run, not the old
+    namespace's verdict, and the learned set does not grow with namespaces gone."""
+    h = harness()
+    s = setup(h, quota_labels=RANCHER_LABELS)
+    h.cluster.admission = rancher_webhook()
+    reconciler = h.reconciler()
+    await h.reconcile(reconciler)
+    assert "tenant" in reconciler.rancher.protected
+    assert await reconciler.reconcile("tenant", None) is None, "the namespace deleted"
+    assert "tenant" not in reconciler.rancher.protected
+    h.cluster.admission = None
+    await lock_and_raise(h, reconciler)
+    assert h.cluster.dry_runs == ["resourcequotas tenant/rq"] * 2, "asked again"
+    assert quota_hard(h) != s["original"], "raised: Rancher lets this one be written"
+
+
+def rancher_synced(h: Harness, status: str) -> None:
+    """Rancher's agent writing the namespace (its project label, its conditions), as on every
+    sync."""
+    namespace = h.cluster.get(NAMESPACES, "tenant")
+    assert namespace is not None
+    newer = {**namespace, "metadata": dict(namespace["metadata"])}
+    newer["metadata"]["labels"] = {"field.cattle.io/projectId": "p-abcde"}
+    newer["metadata"]["annotations"] = {"cattle.io/status": status}
+    h.cluster.put(NAMESPACES, newer)
+
+
+async def test_a_lock_is_not_lost_to_rancher_s_agent_writing_the_namespace_meanwhile() -> None:
+    """The lock is conditional on itself as read, not on the namespace's resourceVersion,
+    which Rancher's agent moves on every sync: a lock conditional on the version lost to it,
+    each Conflict a backoff. What the agent wrote stays."""
+    h = harness()
+    setup(h)
+    rancher_synced(h, "first")
+    read = h.cluster.get(NAMESPACES, "tenant") or {}
+    rancher_synced(h, "second")
+    await h.reconciler().reconcile("tenant", read)
+    namespace = h.cluster.get(NAMESPACES, "tenant") or {}
+    assert parse_lock(namespace) is not None and namespace_labels(h)[LABEL_LOCKED] == "true"
+    assert namespace["metadata"]["annotations"]["cattle.io/status"] == "second", "theirs kept"
+    assert namespace_labels(h)["field.cattle.io/projectId"] == "p-abcde"
+
+
+async def test_a_lock_that_changed_since_it_was_read_is_a_conflict() -> None:
+    h = harness()
+    setup(h)
+    rancher_synced(h, "first")
+    read = h.cluster.get(NAMESPACES, "tenant") or {}
+    reconciler = h.reconciler()
+    await h.reconcile(reconciler)
+    taken = parse_lock(h.cluster.get(NAMESPACES, "tenant"))
+    assert taken is not None
+    with pytest.raises(errors.Conflict):
+        await h.reconciler().reconcile("tenant", read)  # a stale read: no lock seen
+    after = h.cluster.get(NAMESPACES, "tenant") or {}
+    assert after["metadata"]["annotations"][ANNOTATION_LOCK] == taken.annotation(), "kept"

@@ -3,14 +3,18 @@ condition becomes, and the permission gates of the optional writes, on a recordi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from harvester_quota.app import ControllerApp
+from harvester_quota.config.management import Options
 from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.permission import FIRST_RETRY
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
+from prometheus_client import CollectorRegistry
 
 
 class Client:
@@ -171,6 +175,41 @@ async def test_a_raise_through_rancher_is_conditional_on_its_annotations_not_the
     ]
 
 
+async def test_a_raise_through_rancher_on_a_namespace_without_annotations_adds_the_map() -> None:
+    """A namespace with no annotations has no map to test keys under (such a test fails whatever
+    it expects) nor to add keys into: the patch tests that there are still none and adds the
+    map whole, removals left out."""
+    client = Client()
+    quota_writer, _ = writer(client)
+    namespace = {"metadata": {"name": "ns", "uid": "n1", "resourceVersion": "3"}}
+    await quota_writer.patch_rancher_annotation(
+        namespace,
+        {"field.cattle.io/resourceQuota": "{}", "harvester-quota.io/rancher-applied": None},
+    )
+    ((_, _, body, _),) = client.patches
+    assert body == [
+        {"op": "test", "path": "/metadata/uid", "value": "n1"},
+        {"op": "test", "path": "/metadata/annotations", "value": None},
+        {
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": {"field.cattle.io/resourceQuota": "{}"},
+        },
+    ]
+
+
+async def test_a_raise_through_rancher_escapes_the_pointers_of_its_keys() -> None:
+    """RFC 6901: "~" becomes "~0" before "/" becomes "~1", so a key holding both is one path
+    segment, tested and written where it is."""
+    client = Client()
+    quota_writer, _ = writer(client)
+    namespace = {"metadata": {"name": "ns", "uid": "n1", "annotations": {"a~1/b": "old"}}}
+    await quota_writer.patch_rancher_annotation(namespace, {"a~1/b": "new"})
+    ((_, _, body, _),) = client.patches
+    assert {"op": "test", "path": "/metadata/annotations/a~01~1b", "value": "old"} in body
+    assert body[-1] == {"op": "add", "path": "/metadata/annotations/a~01~1b", "value": "new"}
+
+
 async def test_a_raise_through_rancher_whose_annotations_changed_is_a_conflict() -> None:
     client = Client(errors.Invalid("the server rejected our request: test failed", status=422))
     quota_writer, _ = writer(client)
@@ -179,3 +218,14 @@ async def test_a_raise_through_rancher_whose_annotations_changed_is_a_conflict()
         await quota_writer.patch_rancher_annotation(
             namespace, {"field.cattle.io/resourceQuota": "{}"}
         )
+
+
+def test_both_modes_write_through_one_writer_so_one_refusal_closes_one_gate() -> None:
+    """rancher-webhook refuses every status write but kube-controller-manager's, on every quota,
+    and RBAC is the one service account's: a refusal either mode meets holds for the other, so
+    MTQ mode writes through the room mode's QuotaWriter (one gate, one warning, not two)."""
+    app = ControllerApp(
+        cast(ApiClient, object()), Options(), clock=FakeClock(), registry=CollectorRegistry()
+    )
+    assert app.mtq is not None
+    assert app.mtq.writes.writer is app.reconciler.writer

@@ -5,6 +5,7 @@ that holds such a raise back instead of writing one Rancher will refuse."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from collections import Counter
@@ -17,6 +18,7 @@ from harvester_quota.controller.resourcequota.projects import (
     TTL,
     ProjectReader,
     ProjectRoom,
+    project_index,
 )
 from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHECK, RancherPath
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker
@@ -257,7 +259,11 @@ def rancher_path(client: ProjectClient, members: list[dict[str, Any]]) -> Ranche
         QuotaWriter(client, clock),  # type: ignore[arg-type]
         metrics=metrics,
         recorder=recorder,
-        project_room=ProjectRoom(ProjectReader(client, clock), recorder, lambda: members),  # type: ignore[arg-type]
+        project_room=ProjectRoom(
+            ProjectReader(client, clock),  # type: ignore[arg-type]
+            recorder,
+            lambda project: [m for m in members if project in project_index(m)],
+        ),
         reports=NamespaceReports(metrics, recorder, RefusalTracker(clock)),
         writes=Counter(),
     )
@@ -352,3 +358,39 @@ async def test_a_raise_rancher_marked_as_not_fitting_gets_the_project_warning() 
     messages = {message for _, _, message in recorder.events}
     (message,) = messages
     assert message.startswith(NO_ROOM) and rancher in message
+
+
+def test_the_project_index_names_the_project_a_namespace_names_and_nothing_else() -> None:
+    assert project_index(member("ns", SEED)) == ["local:p-abcde"]
+    assert project_index(member("ns", SEED, project="local:p-other")) == ["local:p-other"]
+    assert project_index({"metadata": {"name": "ns", "annotations": {"other": "x"}}}) == []
+    assert project_index({"metadata": {"name": "ns"}}) == []
+
+
+async def test_the_project_s_members_are_looked_up_only_for_a_verdict_and_by_its_id() -> None:
+    """The members come from the namespace cache's project index, asked for the project read
+    and only when a verdict needs them: a namespace whose raise needs none (no room held, or
+    no raise of ours standing) costs no lookup, where a scan decoded every namespace."""
+    ns = member("ns", SEED)
+    asked: list[str] = []
+
+    def members(project: str) -> list[dict[str, Any]]:
+        asked.append(project)
+        return [ns, member("full", '{"limit":{"limitsCpu":"5","limitsMemory":"15000Mi"}}')]
+
+    client = ProjectClient(
+        project_object(
+            {"limitsCpu": "8", "limitsMemory": "20000Mi"},
+            {"limitsCpu": "3", "limitsMemory": "5000Mi"},
+        )
+    )
+    room = ProjectRoom(ProjectReader(client, FakeClock()), Recorder(), members)  # type: ignore[arg-type]
+    snapshot, _ = migrating(ns)
+    plan = plan_quota(snapshot)
+    assert await room.lacking(ns, plan, None) is None, "no raise of ours standing"
+    idle = plan_quota(dataclasses.replace(snapshot, migrations=[]))
+    assert await room.lacking(ns, idle, annotation_patch(ns, plan)) is None, "no room held"
+    assert asked == []
+    changes = annotation_patch(ns, plan)
+    assert await room.lacking(ns, plan, changes) is not None, "the sibling fills the project"
+    assert asked == ["local:p-abcde"]

@@ -22,7 +22,13 @@ from ...config.management import Management
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from ...util.launcher import LauncherSettings, launcher_quota_usage
-from ...util.migrationlimits import RECHECK_SECONDS, held_back, migration_limits, takes_slot
+from ...util.migrationlimits import (
+    FINAL_PHASES,
+    RECHECK_SECONDS,
+    held_back,
+    migration_limits,
+    takes_slot,
+)
 from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.mtq import Blocked
 from ..informers import QuotaInformers
@@ -33,9 +39,21 @@ TARGET_INDEX: Final = "mtq-migration-target"
 """The pod store's index of target pods by their migration's uid."""
 
 
+UNFINISHED_INDEX: Final = "mtq-unfinished-migration"
+"""The migration store's index of the migrations not in a final phase, under UNFINISHED: those
+that may take a parallel-migration slot (a namespace keeps thousands of finished ones)."""
+UNFINISHED: Final = "unfinished"
+
+
 def _target_index(pod: Object) -> list[str]:
     uid = labels(pod).get(LABEL_MIGRATION_JOB)
     return [str(uid)] if uid else []
+
+
+def unfinished_index(migration: Object) -> list[str]:
+    """UNFINISHED for a migration whose phase (virt-controller's, in its status) is not final."""
+    phase = str(status(migration).get("phase") or PHASE_PENDING)
+    return [] if phase in FINAL_PHASES else [UNFINISHED]
 
 
 class BlockedMigrations:
@@ -47,6 +65,9 @@ class BlockedMigrations:
         pods = self.informers.pods
         if not pods.store.has_index(TARGET_INDEX):
             pods.store.add_indexers({TARGET_INDEX: _target_index})
+        migrations = self.informers.migrations
+        if not migrations.store.has_index(UNFINISHED_INDEX):
+            migrations.store.add_indexers({UNFINISHED_INDEX: unfinished_index})
         self.namespaces = management.controllers.namespaces()
 
     def has_target(self, uid: str) -> bool:
@@ -77,9 +98,10 @@ class BlockedMigrations:
         return held
 
     def _running_source_nodes(self) -> list[str | None]:
-        """The source node of every migration in the cluster that takes a parallel slot."""
+        """The source node of every migration in the cluster that takes a parallel slot (read
+        from the unfinished ones alone: a finished one takes none)."""
         nodes = []
-        for migration in self.informers.migrations.store.objects():
+        for migration in self.informers.migrations.store.by_index(UNFINISHED_INDEX, UNFINISHED):
             phase = str(status(migration).get("phase") or PHASE_PENDING)
             uid = str(metadata(migration).get("uid"))
             if takes_slot(phase, self.has_target(uid)):

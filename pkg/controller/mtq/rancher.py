@@ -4,8 +4,9 @@ Rancher 2.14.6+/2.15.2+ refuses every write of its labelled default quota but it
 first lock of a namespace whose plan would raise such a quota, the raise is sent as a dry run; if
 Rancher refuses it (or a real raise is refused later), the namespace's Rancher quotas are left
 out of every plan from then on (util/resourcequota/mtq.py: protected): no lock is taken for a
-raise that cannot happen, and none again. Per namespace, in this process (learned again after a
-restart by one dry run). Not thread-safe: event loop only.
+raise that cannot happen, and none again. Per namespace, in this process, while the namespace
+exists (learned again after a restart, or for a namespace created again under the name, by one
+dry run). Not thread-safe: event loop only.
 """
 
 from __future__ import annotations
@@ -64,4 +65,10 @@ class RancherGuard:
                 error,
             )
         self.protected[namespace] = error.message
+        self._writable.discard(namespace)
+
+    def forget(self, namespace: str) -> None:
+        """The namespace is gone: what was learned of it goes too (a namespace created again
+        under the name, in another Rancher project or none, is asked again)."""
+        self.protected.pop(namespace, None)
         self._writable.discard(namespace)

@@ -50,6 +50,7 @@ from ...config.management import Management
 from ...generic import errors
 from ...generic.meta import labels, metadata
 from ...generic.resource import Object
+from ...generic.store import namespace_index
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.mtq import (
@@ -74,18 +75,13 @@ LOCK_SECONDS: Final = 30.0
 """Default lock window: the longest a namespace stays locked and its quotas raised."""
 
 
-def _namespace_of(obj: Object) -> list[str]:
-    namespace = metadata(obj).get("namespace")
-    return [str(namespace)] if namespace else []
-
-
 def _labels_changed(old: Object, new: Object) -> bool:
     """A target pod matters when it appears or goes (or is relabelled), not on status updates."""
     return labels(old) != labels(new)
 
 
 def _targets_namespace(obj: Object) -> list[str]:
-    return _namespace_of(obj) if LABEL_MIGRATION_JOB in labels(obj) else []
+    return namespace_index(obj) if LABEL_MIGRATION_JOB in labels(obj) else []
 
 
 class MtqReconciler:
@@ -96,7 +92,11 @@ class MtqReconciler:
         management: Management,
         *,
         lock_seconds: float = LOCK_SECONDS,
+        writer: QuotaWriter | None = None,
     ) -> None:
+        """`writer`: the room mode's, so that both modes share its permission gates (a
+        refusal of status copies, RBAC's or rancher-webhook's, holds for every quota); a new
+        one when None."""
         self.management = management
         self.lock_seconds = lock_seconds
         self.vmmrqs = management.informers.informer(VMMRQS, optional=True)
@@ -114,7 +114,7 @@ class MtqReconciler:
         self.writes = MtqWrites(
             client=management.client,
             clock=management.clock,
-            writer=QuotaWriter(management.client, management.clock),
+            writer=writer or QuotaWriter(management.client, management.clock),
             quotas=self.quotas,
             vmmrqs=self.vmmrqs,
             on_rancher_refusal=self._rancher_refused,
@@ -128,13 +128,13 @@ class MtqReconciler:
 
     def register(self) -> None:
         controller = self.namespaces
-        controller.watch_related(self.vmmrqs, _namespace_of, name=f"mtq {self.vmmrqs.name}")
+        controller.watch_related(self.vmmrqs, namespace_index, name=f"mtq {self.vmmrqs.name}")
         # Quotas, migrations and target pods matter only where a VMMRQ is: elsewhere their
         # events (virt-controller's status writes, several a second per migration) would queue
         # namespace reconciles that MTQ leaves at once and the room mode does not need.
         for informer in (self.quotas, self.migrations, self.blocked.informers.limit_ranges):
             controller.watch_related(
-                informer, self._where_managed(_namespace_of), name=f"mtq {informer.name}"
+                informer, self._where_managed(namespace_index), name=f"mtq {informer.name}"
             )
         controller.watch_related(
             self.blocked.informers.pods,
@@ -169,6 +169,7 @@ class MtqReconciler:
     async def reconcile(self, key: str, namespace: Object | None) -> Object | None:
         """One step towards the plan for namespace `key` (see the module docstring)."""
         if namespace is None:
+            self.rancher.forget(key)
             return None
         seen = parse_lock(namespace)
         namespace = self.writes.newest(f"namespace:{key}", namespace)
@@ -298,8 +299,14 @@ def _name(obj: Object) -> str:
     return str(metadata(obj).get("name"))
 
 
-def register(management: Management, *, lock_seconds: float = LOCK_SECONDS) -> MtqReconciler:
-    """The MTQ reconcile on the namespace controller (shared with the room mode's)."""
-    reconciler = MtqReconciler(management, lock_seconds=lock_seconds)
+def register(
+    management: Management,
+    *,
+    lock_seconds: float = LOCK_SECONDS,
+    writer: QuotaWriter | None = None,
+) -> MtqReconciler:
+    """The MTQ reconcile on the namespace controller (shared with the room mode's), writing
+    quotas through `writer` (the room mode's) if given."""
+    reconciler = MtqReconciler(management, lock_seconds=lock_seconds, writer=writer)
     reconciler.register()
     return reconciler

@@ -1,7 +1,7 @@
 """MTQ mode's writes, each one step of its flow and each conditional on what it read.
 
-The namespace lock (label and annotation, conditional on the namespace's resourceVersion), the
-VMMRQ's finalizer and status (the budget and the originals, recorded BEFORE any quota is
+The namespace lock (label and annotation, conditional on the lock as read, not on the
+namespace's resourceVersion), the VMMRQ's finalizer and status (the budget and the originals, recorded BEFORE any quota is
 touched), and the quotas' spec.hard with its copy into status.hard. The quota writes go through
 the QuotaWriter the room mode uses too (controller/quotawriter.py): a merge patch conditional on
 the resourceVersion read, then the copy conditional on spec.hard being still ours, behind the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -26,6 +26,7 @@ from ...generic.informer import SharedInformer
 from ...generic.meta import labels, metadata
 from ...generic.ownwrites import OwnWrites
 from ...generic.resource import NAMESPACES, Object
+from ...util.resourcequota import conditional
 from ...util.resourcequota.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
@@ -139,12 +140,24 @@ class MtqWrites:
     async def _patch_namespace(
         self, namespace: Object, label: dict[str, Any], annotation: dict[str, Any]
     ) -> Object:
+        """Sets (value) or removes (None) the lock's `label` and `annotation` in one JSON patch
+        whose tests are the namespace's uid and the lock's label and annotation as read
+        (conditional.annotation_patch_if), not its resourceVersion: Rancher's agent writes the
+        namespaces of its projects on every sync, and a lock conditional on the version lost
+        to it, each Conflict a backoff (as the room mode's raise through Rancher's annotation
+        did). A failed test raises errors.Conflict; other API errors propagate."""
         meta = metadata(namespace)
         version = str(meta.get("resourceVersion"))
-        patch = {
-            "metadata": {"resourceVersion": version, "labels": label, "annotations": annotation}
-        }
-        written = await self.client.patch(NAMESPACES, str(meta["name"]), patch)
+        operations = conditional.annotation_patch_if(namespace, annotation, (ANNOTATION_LOCK,))
+        operations += _label_operations(namespace, label)
+        try:
+            written = await self.client.patch(
+                NAMESPACES, str(meta["name"]), operations, patch_type="json"
+            )
+        except errors.ApiError as error:
+            if isinstance(error, errors.Conflict) or not conditional.failed_test(error):
+                raise
+            raise errors.Conflict(str(error)) from error
         self._writes.wrote(f"namespace:{meta['name']}", version, written)
         return written
 
@@ -249,3 +262,27 @@ class MtqWrites:
         if published is not written:
             self._writes.wrote(key, version, published)
         return True
+
+
+def _label_operations(obj: Object, changes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """JSON patch operations setting (value) or removing (None) the labels `changes`, each
+    tested as `obj` has it (absent: still absent); without a labels map, a test that there is
+    still none and the map added whole."""
+    current = metadata(obj).get("labels")
+    if not isinstance(current, Mapping):
+        added = {k: v for k, v in changes.items() if v is not None}
+        operations: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/labels", "value": None}
+        ]
+        if added:
+            operations.append({"op": "add", "path": "/metadata/labels", "value": added})
+        return operations
+    operations = []
+    for key, value in changes.items():
+        path = conditional.pointer("metadata", "labels", key)
+        operations.append({"op": "test", "path": path, "value": current.get(key)})
+        if value is not None:
+            operations.append({"op": "add", "path": path, "value": value})
+        elif key in current:
+            operations.append({"op": "remove", "path": path})
+    return operations

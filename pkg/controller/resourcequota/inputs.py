@@ -17,6 +17,7 @@ from collections.abc import Callable
 from ...config.management import Management
 from ...generic.meta import metadata
 from ...generic.resource import Object
+from ...generic.store import namespace_index
 from ...generic.views import NamespaceViews
 from ...util.resourcequota.managed import is_managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
@@ -36,12 +37,6 @@ log = logging.getLogger(__name__)
 
 PLAN_VIEW = "quota-plan"
 """The migration and VMI store views the room mode keeps (planviews.py)."""
-
-
-def namespace_of(obj: Object) -> list[str]:
-    """The object's namespace as a list of keys (none for a cluster-scoped object)."""
-    namespace = metadata(obj).get("namespace")
-    return [str(namespace)] if namespace else []
 
 
 class PlanInputs:
@@ -89,7 +84,7 @@ class PlanInputs:
                 ns
                 for q in self.informers.quotas.store.objects()
                 if is_managed_quota(q)
-                for ns in namespace_of(q)
+                for ns in namespace_index(q)
             }
         )
 

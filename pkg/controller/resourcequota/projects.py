@@ -23,7 +23,12 @@ from ...generic.meta import annotations_of, metadata
 from ...generic.permission import Permission
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from ...util.rancherproject import PROJECTS, ProjectQuota, project_reference
+from ...util.rancherproject import (
+    PROJECT_ID_ANNOTATION,
+    PROJECTS,
+    ProjectQuota,
+    project_reference,
+)
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.projectroom import NoRoom, raise_verdict, refusal_verdict
@@ -35,6 +40,16 @@ PROJECT_NO_ROOM_REASON: Final = "ProjectHasNoRoom"
 """Warning event reason when a raise through Rancher's annotation does not fit its project."""
 TTL: Final = 5.0
 """Seconds a project read (or its absence) is used: a raised project limit is seen that soon."""
+PROJECT_INDEX: Final = "rancher-project"
+"""The namespace cache's index of the project each namespace names (`project_index`)."""
+
+
+def project_index(namespace: Object) -> list[str]:
+    """The project id (``<cluster>:<project>``) the namespace names in field.cattle.io/projectId,
+    if any: what a ProjectRoom's `members` looks up. Only Rancher and cluster administrators
+    write a namespace's annotations (a tenant's `edit` role has no verb on namespaces)."""
+    project = annotations_of(namespace).get(PROJECT_ID_ANNOTATION)
+    return [project] if project else []
 
 
 class ProjectReader:
@@ -88,12 +103,14 @@ class ProjectRoom:
         self,
         reader: ProjectReader,
         recorder: EventRecorder,
-        members: Callable[[], list[Object]],
+        members: Callable[[str], list[Object]],
     ) -> None:
         self.reader = reader
         self.recorder = recorder
         self.members = members
-        """Every namespace in the cache: the project's siblings are among them."""
+        """The cached namespaces naming a project id (`project_index`): the namespace and its
+        siblings. Asked only once the project is read, never per reconcile of a namespace
+        whose raise needs no verdict."""
         self._reported: dict[str, str] = {}
         """Namespace -> the project's lack of room last reported (a Warning once per change)."""
 
@@ -104,18 +121,21 @@ class ProjectRoom:
         project can be read), or, with our raise standing, as Rancher's condition says."""
         if not plan.holds_room:
             return None
-        members = self.members()
         raised = (changes or {}).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
         if raised is not None:
             project = await self.reader.project_of(namespace)
-            return raise_verdict(namespace, raised, project, members)
+            return raise_verdict(namespace, raised, project, self._members(project))
         if changes is not None or ANNOTATION_RANCHER_BASE not in annotations_of(namespace):
             return None  # no raise of ours standing (or records to drop first)
-        verdict = refusal_verdict(namespace, None, members)
+        verdict = refusal_verdict(namespace, None, ())
         if verdict is None:
             return None  # Rancher has not marked it: nothing to read the project for
         project = await self.reader.project_of(namespace)
-        return refusal_verdict(namespace, project, members) if project else verdict
+        return refusal_verdict(namespace, project, self._members(project)) if project else verdict
+
+    def _members(self, project: ProjectQuota | None) -> list[Object]:
+        """The project's namespaces in the cache (none without a project: no verdict then)."""
+        return self.members(project.id) if project is not None else []
 
     def report(
         self,

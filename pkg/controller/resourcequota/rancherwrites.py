@@ -98,8 +98,8 @@ class RancherPath:
     async def write(
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
     ) -> float | None:
-        """Writes the plan into Rancher's annotation (conditional on the namespace's version),
-        unless it is a raise the Rancher project has no room for. Returns the seconds until the
+        """Writes the plan into Rancher's annotation (conditional on the annotations it reads,
+        QuotaWriter.patch_rancher_annotation), unless it is a raise the Rancher project has no room for. Returns the seconds until the
         project's room is checked again while it has none, else None."""
         changes = annotation_patch(namespace, plan)
         no_room = await self.project_room.lacking(namespace, plan, changes)

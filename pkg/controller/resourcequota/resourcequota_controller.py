@@ -28,13 +28,14 @@ from ...generic import errors
 from ...generic.controller import RetryAfter
 from ...generic.meta import metadata
 from ...generic.resource import Object
+from ...generic.store import namespace_index
 from ...util.resourcequota.base import RANCHER
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
 from ..quotawriter import QuotaWriter
-from .inputs import PlanInputs, namespace_of
-from .projects import ProjectReader, ProjectRoom
+from .inputs import PlanInputs
+from .projects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .reports import NamespaceReports
 from .roomlabel import RoomHeldLabel
@@ -85,10 +86,13 @@ class QuotaReconciler:
             self.writer, management.clock, management.options.room_held_linger
         )
         """The room-held label and its linger (roomlabel.py)."""
+        namespace_cache = self.namespaces.informer.store
+        if not namespace_cache.has_index(PROJECT_INDEX):
+            namespace_cache.add_indexers({PROJECT_INDEX: project_index})
         project_room = ProjectRoom(
             ProjectReader(management.client, management.clock),
             management.recorder,
-            self.namespaces.informer.store.objects,
+            lambda project: namespace_cache.by_index(PROJECT_INDEX, project),
         )
         self.rancher = RancherPath(
             self.writer,
@@ -105,9 +109,9 @@ class QuotaReconciler:
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
-        controller.watch_related(informers.quotas, namespace_of, name=informers.quotas.name)
+        controller.watch_related(informers.quotas, namespace_index, name=informers.quotas.name)
         controller.watch_related(
-            informers.limit_ranges, namespace_of, name=informers.limit_ranges.name
+            informers.limit_ranges, namespace_index, name=informers.limit_ranges.name
         )
         # Migrations and VMIs queue their namespace from their views (inputs.py): only changes
         # the plan reads, not virt-controller's and virt-handler's status writes.
