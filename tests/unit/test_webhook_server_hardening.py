@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from harvester_quota.webhook.connections import ConnectionGuard
 from harvester_quota.webhook.server import WebhookServer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -243,3 +244,21 @@ def running() -> Any:
 
 async def _session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession()
+
+
+async def test_a_connection_whose_protocol_cannot_be_made_is_closed_and_forgotten() -> None:
+    """asyncio raises before it takes the socket over: the guard closes it and stops counting
+    it (it held its address's share, and a place, for good)."""
+
+    def broken() -> asyncio.Protocol:
+        raise RuntimeError("no protocol")
+
+    guard = ConnectionGuard(max_per_peer=1)
+    port = await guard.serve(broken, "127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), SHORT * 4) == b"", "closed by the webhook"
+        await eventually(lambda: not guard.open, what="the connection forgotten")
+        writer.close()
+    finally:
+        await guard.stop()
