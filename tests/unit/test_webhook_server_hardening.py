@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
-from tests.unit.test_webhook import FakeLookups, plain_pod, review
+from tests.unit.test_webhook import FakeLookups, plain_pod, review, room_held
 
 SHORT = 0.5
 
@@ -262,3 +262,28 @@ async def test_a_connection_whose_protocol_cannot_be_made_is_closed_and_forgotte
         writer.close()
     finally:
         await guard.stop()
+
+
+@pytest.mark.parametrize(
+    "vm_spec",
+    [
+        True,
+        {"running": True, "template": 1},
+        {"running": True, "template": {"spec": "x"}},
+        {
+            "runStrategy": "Always",
+            "template": {"spec": {"domain": {"resources": {"requests": {"memory": "1e400"}}}}},
+        },
+    ],
+    ids=["spec", "template", "template-spec", "huge-quantity"],  # "1e400" is a valid quantity
+)
+async def test_a_vm_whose_spec_is_malformed_is_answered_not_a_5xx(vm_spec: Any) -> None:
+    """Found by fuzzing the validators with room held (a managed quota, so the VM is sized):
+    AttributeError on a template that is no map, OverflowError on a quantity beyond a float."""
+    lookups = FakeLookups()
+    room_held(lookups)
+    webhook = WebhookServer(lookups, registry=CollectorRegistry())
+    answer = await webhook.review(
+        "virtualmachines", review("VirtualMachine", {"metadata": {"name": "vm"}, "spec": vm_spec})
+    )
+    assert answer.status == 200, answer.text
