@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
-from tests.unit.test_webhook import FakeLookups, plain_pod, review, room_held
+from tests.unit.test_webhook import KUBEVIRT_CONTROLLER, FakeLookups, plain_pod, review, room_held
 
 SHORT = 0.5
 
@@ -287,3 +287,39 @@ async def test_a_vm_whose_spec_is_malformed_is_answered_not_a_5xx(vm_spec: Any) 
         "virtualmachines", review("VirtualMachine", {"metadata": {"name": "vm"}, "spec": vm_spec})
     )
     assert answer.status == 200, answer.text
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "kind", "metadata", "user"),
+    [
+        (
+            "namespaces",
+            "Namespace",
+            {"name": "ns", "annotations": {"field.cattle.io/resourceQuota": 1}},
+            "tenant",
+        ),
+        (
+            "pods",
+            "Pod",
+            {"name": "p", "labels": {"kubevirt.io/migrationJobUID": ["m1"]}},
+            KUBEVIRT_CONTROLLER,
+        ),
+        ("pods", "Pod", {"name": "p", "labels": ["x"]}, "tenant"),
+    ],
+    ids=["annotation-not-a-string", "label-not-a-string", "labels-not-a-map"],
+)
+async def test_labels_or_annotations_that_are_not_strings_are_a_bad_review_not_a_5xx(
+    endpoint: str, kind: str, metadata: dict[str, Any], user: str
+) -> None:
+    """Found by fuzzing the validators: they take labels and annotations for maps of strings
+    (a .strip() of an int, a list label as a dict key), as every API server sends them."""
+    webhook = WebhookServer(FakeLookups(), registry=CollectorRegistry())
+    body = json.loads(review(kind, {"metadata": metadata}))
+    body["request"]["operation"] = "UPDATE" if kind == "Namespace" else "CREATE"
+    body["request"]["oldObject"] = {"metadata": {"name": metadata["name"]}}
+    body["request"]["userInfo"]["username"] = user
+    answer = await webhook.review(endpoint, json.dumps(body).encode())
+    assert answer.status == 200, answer.text
+    response = json.loads(answer.text)["response"]
+    assert not response["allowed"] and response["status"]["code"] == 400
+    assert "not a map of strings" in response["status"]["message"]
