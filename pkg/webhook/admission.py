@@ -74,6 +74,9 @@ def parse_review(body: bytes) -> Request:
     for label, value in (("object", obj), ("oldObject", old)):
         if value is not None and not isinstance(value, dict):
             raise BadReview(f"the request's {label} is not an object", uid)
+        problem = _metadata_problem(value)
+        if problem:
+            raise BadReview(f"the request's {label} {problem}", uid)
     groups = user.get("groups") or []
     if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
         raise BadReview("the request's userInfo.groups is not a list of strings", uid)
@@ -90,6 +93,25 @@ def parse_review(body: bytes) -> Request:
         dry_run=bool(request.get("dryRun")),
         sub_resource=str(request.get("subResource") or ""),
     )
+
+
+def _metadata_problem(obj: dict[str, Any] | None) -> str:
+    """What makes an object's metadata one no API server sends ("" for none): the validators
+    take labels and annotations for maps of strings (meta.labels, meta.annotations_of)."""
+    meta = (obj or {}).get("metadata")
+    if meta is None:
+        return ""
+    if not isinstance(meta, dict):
+        return "has a metadata that is not an object"
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            return f"has a metadata.{field} that is not a map of strings"
+    return ""
 
 
 def review_response(

@@ -470,6 +470,10 @@ class ConnectionGuard:
             self.failed_handshakes += 1
             self.forget(connection)
             self.refusals.refused(connection.peer, f"TLS handshake failed: {error}")
+        except Exception:  # asyncio leaves the socket open if the protocol could not be made
+            log.exception("closing a connection from %s that could not be opened", connection.peer)
+            accepted.close()
+            self.forget(connection)
         finally:
             connection.opening = None
 

@@ -25,7 +25,7 @@ from harvester_quota.webhook.resources.virtualmachine.validator import validate_
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
 from tests.unit.test_quota_plan import V170_HARD, V170_LIMIT, snapshot
-from tests.unit.test_target_room_wait import KUBEVIRT, target
+from tests.unit.test_target_room_wait import KUBEVIRT, LiveQuota, admitting, target
 from tests.unit.test_webhook import (
     FakeLookups,
     create_pod,
@@ -152,6 +152,20 @@ async def test_a_target_pod_the_quota_does_not_charge_is_not_held() -> None:
         wait=8.0,
     )
     assert admission.outcome == "fits" and admission.waited == 0
+
+
+async def test_a_target_pod_the_quota_does_not_charge_is_not_judged_on_the_live_quota() -> None:
+    """As deployed the first look also reads the quota live; that read judged the pod on the
+    quota's numbers without its scopes, found it short and held it for the next change."""
+    clock = FakeClock()
+    base = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+    full = quota_with({"limits.cpu": "3", "limits.memory": "5000Mi"}, base)
+    full["status"]["hard"] = base
+    lookups = FakeLookups(quotas={"ns": scoped(full, "In", "batch")})
+    live = LiveQuota(lookups.quotas["ns"])
+    task = await admitting(lookups, clock, QuotaChanges(clock), live=live)
+    assert task.done(), "held for a quota that does not charge it"
+    assert task.result().outcome == "fits" and live.reads == 0
 
 
 class ReadOnlyCluster:

@@ -3,6 +3,7 @@ namespace (pkg/webhook/resources/pod/reservations.py), on an in-memory API and a
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import logging
@@ -90,6 +91,73 @@ async def test_a_lost_race_is_decided_again_on_the_winners_reservation() -> None
     lease = await api.get(LEASES, lease_name("ns"), SYSTEM)
     stored = Reservation.loads(lease["metadata"]["annotations"][ANNOTATION_RESERVATION])
     assert str(stored.used["limits.cpu"]) == "2915m", "p0 and p1, each once"
+
+
+class SlowWritingApi(RacingApi):
+    """Lease writes take a turn of the event loop, as a round trip to the API server does."""
+
+    async def create(self, resource: Any, obj: Object, namespace: str | None = None) -> Object:
+        await asyncio.sleep(0)
+        return await super().create(resource, obj, namespace)
+
+    async def update(self, resource: Any, obj: Object, *, subresource: str = "") -> Object:
+        await asyncio.sleep(0)
+        return await super().update(resource, obj, subresource=subresource)
+
+
+async def admit_all(shared: LeaseReservations, checks: list[PodCheck]) -> list[bool]:
+    """Admits the checks at once; whether each was admitted (a denial names the usage)."""
+    outcomes = await asyncio.gather(*(shared.admit(c) for c in checks), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Denied):
+            raise outcome
+    return [outcome is None for outcome in outcomes]
+
+
+async def stored_cpu(api: FakeApi) -> str:
+    lease = await api.get(LEASES, lease_name("ns"), SYSTEM)
+    stored = Reservation.loads(lease["metadata"]["annotations"][ANNOTATION_RESERVATION])
+    return str(stored.used["limits.cpu"])
+
+
+async def test_pods_queued_behind_a_write_are_decided_in_order_and_written_in_one() -> None:
+    """12 pods of 100m at once, 985m free: the first is written alone, the 11 that queued
+    meanwhile in one write, and as one at a time would: the first 9 admitted, 3 refused."""
+    api, clock, lookups = SlowWritingApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    shared = replica(api, clock)
+    admitted = await admit_all(shared, [check(lookups, f"p{i}", "100m") for i in range(12)])
+    assert admitted == [True] * 9 + [False] * 3
+    assert [verb for verb, _, _ in api.calls] == ["get", "create", "update"]
+    assert await stored_cpu(api) == "2915m"
+
+
+async def test_a_pod_whose_admission_was_cancelled_in_the_queue_reserves_nothing() -> None:
+    api, clock, lookups = SlowWritingApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    shared = replica(api, clock)
+    first, gone, last = (
+        asyncio.ensure_future(shared.admit(check(lookups, name, "100m")))
+        for name in ("p0", "gone", "p1")
+    )
+    await asyncio.sleep(0)  # p0 is writing, the other two wait for the lock
+    gone.cancel()
+    await asyncio.gather(first, last)
+    assert gone.cancelled()
+    assert await stored_cpu(api) == "2215m", "p0 and p1 only"
+
+
+async def test_a_batch_that_lost_a_race_is_decided_again_whole() -> None:
+    """Five 100m pods at once, 985m free: the first creates the Lease, and while the other four
+    are written as one batch another replica takes 500m. The batch's write conflicts, and on the
+    winner's reservation only three of the four fit (385m free)."""
+    api, clock, lookups = SlowWritingApi(), FakeClock(), FakeLookups()
+    room_held(lookups)
+    one, two = replica(api, clock), replica(api, clock)
+    api.race = lambda: two.admit(check(lookups, "other", "500m"))  # on the first update
+    admitted = await admit_all(one, [check(lookups, f"p{i}", "100m") for i in range(5)])
+    assert admitted == [True, True, True, True, False]
+    assert await stored_cpu(api) == "2915m", "p0, the other replica's 500m and p1-p3, each once"
 
 
 async def test_an_expired_or_other_migrations_reservation_counts_for_nothing() -> None:

@@ -16,13 +16,14 @@ from typing import Any
 
 import aiohttp
 import pytest
+from harvester_quota.webhook.connections import ConnectionGuard
 from harvester_quota.webhook.server import WebhookServer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
-from tests.unit.test_webhook import FakeLookups, plain_pod, review
+from tests.unit.test_webhook import KUBEVIRT_CONTROLLER, FakeLookups, plain_pod, review, room_held
 
 SHORT = 0.5
 
@@ -243,3 +244,82 @@ def running() -> Any:
 
 async def _session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession()
+
+
+async def test_a_connection_whose_protocol_cannot_be_made_is_closed_and_forgotten() -> None:
+    """asyncio raises before it takes the socket over: the guard closes it and stops counting
+    it (it held its address's share, and a place, for good)."""
+
+    def broken() -> asyncio.Protocol:
+        raise RuntimeError("no protocol")
+
+    guard = ConnectionGuard(max_per_peer=1)
+    port = await guard.serve(broken, "127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), SHORT * 4) == b"", "closed by the webhook"
+        await eventually(lambda: not guard.open, what="the connection forgotten")
+        writer.close()
+    finally:
+        await guard.stop()
+
+
+@pytest.mark.parametrize(
+    "vm_spec",
+    [
+        True,
+        {"running": True, "template": 1},
+        {"running": True, "template": {"spec": "x"}},
+        {
+            "runStrategy": "Always",
+            "template": {"spec": {"domain": {"resources": {"requests": {"memory": "1e400"}}}}},
+        },
+    ],
+    ids=["spec", "template", "template-spec", "huge-quantity"],  # "1e400" is a valid quantity
+)
+async def test_a_vm_whose_spec_is_malformed_is_answered_not_a_5xx(vm_spec: Any) -> None:
+    """Found by fuzzing the validators with room held (a managed quota, so the VM is sized):
+    AttributeError on a template that is no map, OverflowError on a quantity beyond a float."""
+    lookups = FakeLookups()
+    room_held(lookups)
+    webhook = WebhookServer(lookups, registry=CollectorRegistry())
+    answer = await webhook.review(
+        "virtualmachines", review("VirtualMachine", {"metadata": {"name": "vm"}, "spec": vm_spec})
+    )
+    assert answer.status == 200, answer.text
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "kind", "metadata", "user"),
+    [
+        (
+            "namespaces",
+            "Namespace",
+            {"name": "ns", "annotations": {"field.cattle.io/resourceQuota": 1}},
+            "tenant",
+        ),
+        (
+            "pods",
+            "Pod",
+            {"name": "p", "labels": {"kubevirt.io/migrationJobUID": ["m1"]}},
+            KUBEVIRT_CONTROLLER,
+        ),
+        ("pods", "Pod", {"name": "p", "labels": ["x"]}, "tenant"),
+    ],
+    ids=["annotation-not-a-string", "label-not-a-string", "labels-not-a-map"],
+)
+async def test_labels_or_annotations_that_are_not_strings_are_a_bad_review_not_a_5xx(
+    endpoint: str, kind: str, metadata: dict[str, Any], user: str
+) -> None:
+    """Found by fuzzing the validators: they take labels and annotations for maps of strings
+    (a .strip() of an int, a list label as a dict key), as every API server sends them."""
+    webhook = WebhookServer(FakeLookups(), registry=CollectorRegistry())
+    body = json.loads(review(kind, {"metadata": metadata}))
+    body["request"]["operation"] = "UPDATE" if kind == "Namespace" else "CREATE"
+    body["request"]["oldObject"] = {"metadata": {"name": metadata["name"]}}
+    body["request"]["userInfo"]["username"] = user
+    answer = await webhook.review(endpoint, json.dumps(body).encode())
+    assert answer.status == 200, answer.text
+    response = json.loads(answer.text)["response"]
+    assert not response["allowed"] and response["status"]["code"] == 400
+    assert "not a map of strings" in response["status"]["message"]

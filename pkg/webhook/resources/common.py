@@ -172,9 +172,14 @@ def rancher_base_of(lookups: Lookups, namespace: str) -> ResourceList | None:
 
 
 def base_of(lookups: Lookups, namespace: str, view: NamespaceView) -> ResourceList:
-    """The base the controller works from: Rancher's annotation, else our recorded base, else
-    spec.hard less the rooms recorded on the quota (a quota adopted mid-migration)."""
-    from_rancher = rancher_base_of(lookups, namespace)
+    """The base the controller works from (`base_given`, with `rancher_base_of` the namespace)."""
+    return base_given(view, rancher_base_of(lookups, namespace))
+
+
+def base_given(view: NamespaceView, from_rancher: ResourceList | None) -> ResourceList:
+    """The base the controller works from: Rancher's annotation (`from_rancher`, as
+    `rancher_base_of` reads it), else our recorded base, else spec.hard less the rooms recorded
+    on the quota (a quota adopted mid-migration)."""
     if from_rancher is not None:
         return from_rancher
     text = annotations_of(view.quota).get(ANNOTATION_BASE)

@@ -8,10 +8,13 @@ admitted on top of it, plus each pod admitted) lives in a Lease of the webhook's
 after the tenant namespace, where tenants cannot touch it. Each decision reads the Lease, decides,
 and writes it back conditional on the version it read (or creates it): of two replicas deciding
 at once, one write wins and the other decides again on the new reservation. So decisions are
-serialized across replicas through etcd, at the cost of one API request per pod created while
-room is held in its namespace (nowhere else): each replica starts from the Lease its own last
-write returned, and reads it only after losing a race. Within one process the decisions of a namespace are
-serialized by a lock, so conflicts come only from other replicas.
+serialized across replicas through etcd, at the cost of one API request per write while room is
+held in a namespace (nowhere else): each replica starts from the Lease its own last write
+returned, and reads it only after losing a race. Within one process the decisions of a namespace
+are serialized by a lock, so conflicts come only from other replicas; the pods that queued for the
+lock while a write was under way are decided together, one after another as if each had written
+alone, and written in one (a namespace admitted only one pod per round trip before). No pod is
+answered before the write that records it succeeded; a lost race decides the whole batch again.
 
 The reservation expires `ttl` seconds after its last admission and is void as soon as other
 migrations hold the room, as in ledger.py; the times are wall-clock (the replicas share no
@@ -59,6 +62,23 @@ COLLECT_AFTER = 60.0
 """Seconds past its expiry before an unused reservation Lease is deleted."""
 
 
+@dataclass(eq=False)
+class Waiting:
+    """A pod check queued for its namespace's lock, and its decision once made."""
+
+    check: PodCheck
+    decided: asyncio.Future[None]
+    """Done when decided: None for admitted, Denied for refused."""
+
+    def settle(self, denied: Denied | None) -> None:
+        if self.decided.done():
+            return
+        if denied is None:
+            self.decided.set_result(None)
+        else:
+            self.decided.set_exception(denied)
+
+
 @dataclass(frozen=True)
 class Reservation:
     used: ResourceList
@@ -97,7 +117,8 @@ def lease_name(namespace: str) -> str:
 class LeaseReservations:
     """Decides pod checks on the reservation all replicas share (see module docstring).
 
-    `admit` may be called concurrently; per tenant namespace it runs one decision at a time.
+    `admit` may be called concurrently; per tenant namespace it runs one batch at a time: the
+    checks queued when the lock is taken, in order of arrival.
     """
 
     def __init__(
@@ -116,6 +137,8 @@ class LeaseReservations:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._users: Counter[str] = Counter()
         """Decisions under way or waiting, per namespace: its lock goes when none is left."""
+        self._queued: dict[str, list[Waiting]] = {}
+        """Checks waiting for their namespace's lock and not yet taken into a batch."""
         self._written: dict[str, Object] = {}
         """Tenant namespace -> its Lease as our last write returned it: the next decision there
         starts from it instead of a GET (if another replica wrote since, the conditional write
@@ -125,47 +148,99 @@ class LeaseReservations:
     async def admit(self, check: PodCheck) -> None:
         """Raises Denied unless the pod fits next to the shared reservation; records it if so."""
         namespace = check.namespace
+        waiting = Waiting(check, asyncio.get_running_loop().create_future())
+        self._queued.setdefault(namespace, []).append(waiting)
         self._users[namespace] += 1
         try:
             async with self._locks[namespace]:
-                try:
-                    await self._admit(check)
-                except errors.ApiError as error:
-                    self._fall_back(namespace, error)
-                    admit_locally(check, self._fallback)
+                if not waiting.decided.done():  # else an earlier batch decided it
+                    batch = self._queued.pop(namespace, [])
+                    if waiting not in batch:  # taken by a holder cancelled before it decided
+                        batch.append(waiting)
+                    await self._decide(namespace, batch)
         finally:
+            self._unqueue(waiting)
             self._users[namespace] -= 1
             if self._users[namespace] == 0:
                 del self._users[namespace], self._locks[namespace]
+        waiting.decided.result()
 
-    async def _admit(self, check: PodCheck) -> None:
-        name = lease_name(check.namespace)
+    def _unqueue(self, waiting: Waiting) -> None:
+        """Drops a check cancelled before a batch took it (so none decides it for nothing)."""
+        namespace = waiting.check.namespace
+        queued = self._queued.get(namespace)
+        if queued is not None and waiting in queued:
+            queued.remove(waiting)
+        if not queued:
+            self._queued.pop(namespace, None)
+
+    async def _decide(self, namespace: str, batch: list[Waiting]) -> None:
+        """Settles every check of `batch` on the shared reservation, or on this process's
+        ledger if the Lease cannot be read or written."""
+        try:
+            await self._decide_shared(namespace, batch)
+        except errors.ApiError as error:
+            self._fall_back(namespace, error)
+            for waiting in batch:
+                try:
+                    admit_locally(waiting.check, self._fallback)
+                except Denied as denied:
+                    waiting.settle(denied)
+                else:
+                    waiting.settle(None)
+
+    async def _decide_shared(self, namespace: str, batch: list[Waiting]) -> None:
+        """Decides the checks one after another, each on the reservation the ones before it
+        left, and settles them once the Lease holds what they admitted (none admitted: nothing
+        is written); a lost race decides them all again, until DECIDE_WITHIN has passed."""
+        name = lease_name(namespace)
         deadline = self._clock.monotonic() + DECIDE_WITHIN
         while self._clock.monotonic() < deadline:
-            lease = self._written.pop(check.namespace, None) or await self._read(name)
-            in_use = self._in_use(check, lease)
-            check.decide(in_use)
-            reservation = Reservation(
-                resources.add(in_use, check.needed),
-                self._clock.now() + datetime.timedelta(seconds=self._ttl),
-                check.holders,
-            )
-            try:
-                written = await self._write(name, lease, reservation)
-            except (errors.Conflict, errors.AlreadyExists, errors.NotFound):
-                continue  # another replica wrote (or collected) it meanwhile: decide again
-            self._written[check.namespace] = written
-            self._fallback.admitted(check.namespace, in_use, check.needed, check.holders)
+            lease = self._written.pop(namespace, None) or await self._read(name)
+            reservation = _reservation_of(lease)
+            decisions: list[tuple[Waiting, ResourceList | Denied]] = []
+            for waiting in batch:
+                in_use = self._in_use(waiting.check, reservation)
+                try:
+                    waiting.check.decide(in_use)
+                except Denied as denied:
+                    decisions.append((waiting, denied))
+                    continue
+                decisions.append((waiting, in_use))
+                reservation = Reservation(
+                    resources.add(in_use, waiting.check.needed),
+                    self._clock.now() + datetime.timedelta(seconds=self._ttl),
+                    waiting.check.holders,
+                )
+            if any(not isinstance(decided, Denied) for _, decided in decisions):
+                assert reservation is not None
+                try:
+                    written = await self._write(name, lease, reservation)
+                except (errors.Conflict, errors.AlreadyExists, errors.NotFound):
+                    continue  # another replica wrote (or collected) it meanwhile: decide again
+                self._written[namespace] = written
+            self._settle(decisions)
             return
-        raise Denied(
-            f"{check.subject}: too many pods are being created at once in this namespace while "
-            "a migration holds room; retry",
-            code=429,
-        )
+        for waiting in batch:
+            waiting.settle(
+                Denied(
+                    f"{waiting.check.subject}: too many pods are being created at once in this "
+                    "namespace while a migration holds room; retry",
+                    code=429,
+                )
+            )
 
-    def _in_use(self, check: PodCheck, lease: Object | None) -> ResourceList:
+    def _settle(self, decisions: list[tuple[Waiting, ResourceList | Denied]]) -> None:
+        for waiting, decided in decisions:
+            if isinstance(decided, Denied):
+                waiting.settle(decided)
+                continue
+            check = waiting.check
+            self._fallback.admitted(check.namespace, decided, check.needed, check.holders)
+            waiting.settle(None)
+
+    def _in_use(self, check: PodCheck, reservation: Reservation | None) -> ResourceList:
         cached = check.cached_in_use()
-        reservation = _reservation_of(lease)
         if reservation is None or reservation.holders != check.holders:
             return cached
         if reservation.expires <= self._clock.now():

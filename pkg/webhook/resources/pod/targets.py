@@ -206,8 +206,9 @@ async def admit_target(
         quota = lookups.managed_quota(request.namespace)
         if quota is None:
             return TargetAdmission("no-managed-quota", waited)
-        short = _short(quota, needed) if applies_to(quota, pod) else []
-        if not short and changes_awaited == 0 and live is not None:
+        charged = applies_to(quota, pod)
+        short = _short(quota, needed) if charged else []
+        if charged and not short and changes_awaited == 0 and live is not None:
             seen = await _live_view(live, quota, needed, clock)
             if seen == "stale":
                 await changes.next_change(request.namespace, max(wait - waited, 0.0))

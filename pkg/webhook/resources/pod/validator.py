@@ -21,7 +21,7 @@ from ..common import (
     Identities,
     Lookups,
     NamespaceView,
-    base_of,
+    base_given,
     check_fits_base,
     rancher_base_of,
     view_of,
@@ -80,8 +80,9 @@ def pod_check(request: Request, lookups: Lookups, identities: Identities) -> Pod
     """The check a pod create or resize needs, or None: a migration target, any other update, no
     managed quota, a pod outside its scopes (it charges the quota nothing), no room held and
     no raise still enforced (quota admission at hard == base is all the protection needed then;
-    while status.hard, or spec.hard against Rancher's annotation, is still raised after a release,
-    the room being given back is still guarded: NamespaceView.still_raised), or a resize that grows nothing."""
+    while status.hard, or spec.hard against Rancher's annotation, is still raised after a
+    release, the room being given back is still guarded: NamespaceView.still_raised), or a
+    resize that grows nothing."""
     if is_migration_target(request, identities):
         return None
     if request.operation != "CREATE" and request.sub_resource != RESIZE:
@@ -90,9 +91,9 @@ def pod_check(request: Request, lookups: Lookups, identities: Identities) -> Pod
     if quota is None or not applies_to(quota, request.obj or {}):
         return None
     view = view_of(lookups, request.namespace, quota)
-    base = base_of(lookups, request.namespace, view)
-    if not view.holds_room and not view.still_raised(rancher_base_of(lookups, request.namespace)):
-        return None
+    from_rancher = rancher_base_of(lookups, request.namespace)  # read once, used twice
+    if not view.holds_room and not view.still_raised(from_rancher):
+        return None  # the common case: no base to work out
     try:
         needed = requested_usage(request)
     except ValueError as error:
@@ -105,7 +106,7 @@ def pod_check(request: Request, lookups: Lookups, identities: Identities) -> Pod
         subject=f"pod {request.name or '(generated name)'}{' ' + doing if doing else ''} would take "
         f"room reserved for the live migration of {view.holders()}",
         needed=needed,
-        base=base,
+        base=base_given(view, from_rancher),
         view=view,
         holders=frozenset(room.migration_uid for room in view.rooms.rooms),
     )

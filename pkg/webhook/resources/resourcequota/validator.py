@@ -23,9 +23,7 @@ def validate_quota_update(request: Request, lookups: Lookups, identities: Identi
     quota = lookups.managed_quota(request.namespace) or request.old or {}
     try:
         view = view_of(lookups, request.namespace, quota)
-    except (
-        ValueError
-    ) as error:  # only a forged review carries an old quota the API server would not
+    except ValueError as error:  # only a forged review's old quota can be one no API server has
         raise Denied(f"quota {request.name}: {error}", code=400) from error
     check_lowering(
         "quota", f"{request.namespace}/{request.name}", old=old_hard, new=new_hard, view=view
