@@ -14,7 +14,8 @@ and copied to the quota by Rancher's agent. So the raise a plan wants goes there
   (base.rancher_base_text) and the stale records are dropped.
 
 Pure: `annotation_patch` computes the namespace's metadata.annotations merge patch from the
-namespace and the plan; the caller writes it (conditionally on the namespace's resourceVersion).
+namespace and the plan; the caller writes it, conditional on the annotations it reads
+(conditional.annotation_patch_if), not on the namespace's resourceVersion.
 """
 
 from __future__ import annotations
