@@ -163,6 +163,8 @@ def _apply_ratio(overhead: int, ratio: float) -> int:
     round identically, and int() truncates toward zero like Go's conversion.
     """
     kilo = -(-overhead // 1000)  # ScaledValue(Kilo) rounds up
+    if kilo >= 2**63:  # Go's int64 holds no such overhead (a quantity like 1e400, which parses)
+        raise ValueError(f"a memory overhead of {overhead} bytes overflows int64")
     extra_kilo = float(kilo) * (ratio - 1.0)
     if extra_kilo >= 2.0**63:
         raise ValueError(f"overhead ratio {ratio!r} is too large: the overhead overflows int64")

@@ -704,3 +704,13 @@ def test_details_name_the_parts() -> None:
     assert [name for name, _ in details.unmultiplied] == ["dedicated-cpu"]
     assert details.ratio == 1.5
     assert details.total == memory_overhead(DEDICATED, "1.5", "1.2")
+
+
+def test_a_memory_request_beyond_int64_is_a_value_error_not_an_overflow() -> None:
+    """"1e400" is a quantity Kubernetes parses; a tenant's VMI asking for it made the overhead's
+    float() raise OverflowError, which the room estimate and MTQ's sizing did not expect (they
+    catch ValueError): the namespace's plans failed on every reconcile."""
+    vmi = copy.deepcopy(VM_2C_4GI)
+    vmi["spec"]["domain"]["resources"] = {"requests": {"memory": "1e400"}}
+    with pytest.raises(ValueError, match="overflows int64"):
+        memory_overhead(vmi, "1.5", "1.6")
