@@ -707,7 +707,7 @@ def test_details_name_the_parts() -> None:
 
 
 def test_a_memory_request_beyond_int64_is_a_value_error_not_an_overflow() -> None:
-    """"1e400" is a quantity Kubernetes parses; a tenant's VMI asking for it made the overhead's
+    """The quantity "1e400" parses; a tenant's VMI asking for it made the overhead's
     float() raise OverflowError, which the room estimate and MTQ's sizing did not expect (they
     catch ValueError): the namespace's plans failed on every reconcile."""
     vmi = copy.deepcopy(VM_2C_4GI)
