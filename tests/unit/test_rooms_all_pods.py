@@ -190,6 +190,10 @@ def test_a_target_without_its_attachment_pod_yet_keeps_the_attachment_in_the_roo
     assert room.room["pods"] == q("2") and room.room["limits.cpu"] == (
         launcher_quota_usage(instance, SETTINGS)["limits.cpu"] + q("100m")
     )
+    # What quota admission counts already is the target alone: the webhook subtracts only that
+    # from status.used (the whole room undercounted it by the attachment pod not yet made).
+    assert room.in_use["pods"] == q("1")
+    assert room.in_use["limits.cpu"] == launcher_quota_usage(instance, SETTINGS)["limits.cpu"]
 
 
 def test_kubevirts_attachment_pod_is_part_of_the_room_and_not_of_the_base() -> None:
@@ -203,6 +207,7 @@ def test_kubevirts_attachment_pod_is_part_of_the_room_and_not_of_the_base() -> N
     assert room.attachment_pods == ("hp-volume-abcde",)
     assert planned.target_pods == {"virt-launcher-vm1-dst", "hp-volume-abcde"}
     assert room.room["pods"] == q("2")
+    assert room.in_use == room.room, "both pods exist and count"
 
 
 VM_CLASS = QuotaScope((ScopeRequirement("PriorityClass", "In", ("vm",)),))

@@ -104,6 +104,17 @@ class MigrationRoom:
     def finished(self) -> bool:
         return self.phase in (PHASE_SUCCEEDED, PHASE_FAILED)
 
+    @property
+    def in_use(self) -> ResourceList:
+        """The part of the room its pods already use, quota admission counting them: nothing
+        while the target is estimated, the target without the rendered attachment pod while
+        that pod does not exist yet, else the whole room."""
+        if self.estimated:
+            return {}
+        if self.attachment_room and not self.attachment_pods:
+            return _without(self.room, self.attachment_room)
+        return self.room
+
     def within(self, scope: QuotaScope) -> MigrationRoom | None:
         """The room as a quota of `scope` charges it: each of the target's pods is in it only if
         the scope matches that pod (a launcher of a priority class the quota selects is charged

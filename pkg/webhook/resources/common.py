@@ -123,7 +123,7 @@ class NamespaceView:
         return "migrations whose raise is still being given back"
 
     def used_without_targets(self) -> ResourceList:
-        consumed = resources.total(r.room for r in self.rooms.rooms if not r.estimated)
+        consumed = resources.total(r.in_use for r in self.rooms.rooms)
         return resources.subtract_non_negative(self.used, consumed)
 
 
