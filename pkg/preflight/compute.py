@@ -22,7 +22,7 @@ from ..config.kubevirt import settings_from
 from ..generic.meta import labels, metadata, name, namespace, spec, status
 from ..generic.resource import Object
 from ..util.harvesterroom import harvester_ratio
-from ..util.launcher import launcher_pod_resources
+from ..util.launcher import LauncherSettings, launcher_pod_resources
 from ..util.migrationlimits import migration_limits
 from ..util.podusage import pod_quota_usage
 from ..util.quantity import Quantity
@@ -142,9 +142,19 @@ def guest_memory_bytes(vmi: Object) -> int:
     return 0
 
 
+def _by_namespace(objects: Sequence[Object]) -> dict[str, list[Object]]:
+    grouped: dict[str, list[Object]] = {}
+    for obj in objects:
+        grouped.setdefault(namespace(obj), []).append(obj)
+    return grouped
+
+
 @dataclass
 class _Cluster:
-    """The state indexed for the steps, and what the steps change (VM locations, node rooms)."""
+    """The state indexed for the steps, and what the steps change (VM locations, node rooms).
+
+    The namespaced lists are grouped by namespace once, and each namespace's context and
+    launcher settings are worked out once: the work per VM does not grow with the cluster."""
 
     state: ClusterState
     plan: Plan
@@ -154,6 +164,25 @@ class _Cluster:
     """VMIs (namespace/name) with a running launcher pod: running whatever their status says."""
     warnings: list[str] = field(default_factory=list)
     contexts: dict[str, NamespaceContext] = field(default_factory=dict)
+    settings: dict[str, LauncherSettings] = field(default_factory=dict)
+    quotas: dict[str, list[Object]] = field(default_factory=dict)
+    limit_ranges: dict[str, list[Object]] = field(default_factory=dict)
+    vmmrqs: dict[str, list[Object]] = field(default_factory=dict)
+    namespaces: dict[str, Object] = field(default_factory=dict)
+
+    @classmethod
+    def indexed(cls, state: ClusterState, plan: Plan) -> _Cluster:
+        return cls(
+            state,
+            plan,
+            free_on_nodes(state.nodes, state.pods),
+            location=vmi_nodes(state.vmis, state.pods),
+            launched=launched_vmis(state.vmis, state.pods),
+            quotas=_by_namespace(state.quotas),
+            limit_ranges=_by_namespace(state.limit_ranges),
+            vmmrqs=_by_namespace(state.vmmrqs),
+            namespaces={name(n): n for n in state.namespaces},
+        )
 
 
 def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
@@ -175,9 +204,7 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
             "bandwidthPerMigration": bandwidth,
         },
     )
-    cluster = _Cluster(state, plan, free_on_nodes(state.nodes, state.pods))
-    cluster.location = vmi_nodes(state.vmis, state.pods)
-    cluster.launched = launched_vmis(state.vmis, state.pods)
+    cluster = _Cluster.indexed(state, plan)
     steps = (
         [[n] for n in upgrade_order(state.nodes)]
         if plan.operation == "upgrade"
@@ -191,9 +218,10 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
             if vm.action == "migrate" and not vm.blocked
         ]
         waves = plan_waves(movers, limits)
+        by_key = {vm.key: vm for vm in step.vms}
         for number, wave in enumerate(waves, start=1):
             for mover in wave:
-                next(vm for vm in step.vms if vm.key == mover.key).wave = number
+                by_key[mover.key].wave = number
         step.waves = [[m.key for m in wave] for wave in waves]
         if plan.strategy == "harvester":
             _note_harvester_delays(step)
@@ -272,12 +300,13 @@ def _key(vmi: Object) -> str:
 
 def _step(cluster: _Cluster, drained: list[str]) -> Step:
     step = Step(nodes=drained)
-    candidates = [cluster.rooms[n] for n in sorted(cluster.rooms) if n not in drained]
+    leaving = frozenset(drained)
+    candidates = [cluster.rooms[n] for n in sorted(cluster.rooms) if n not in leaving]
     vmis = sorted(
         (
             v
             for v in cluster.state.vmis
-            if cluster.location.get(_key(v)) in drained
+            if cluster.location.get(_key(v)) in leaving
             and (_key(v) in cluster.launched or status(v).get("phase") == "Running")
             and not metadata(v).get("deletionTimestamp")
         ),
@@ -322,17 +351,8 @@ def _judge_target(
     cluster: _Cluster, vmi: Object, verdict: VmVerdict, candidates: list[NodeRoom]
 ) -> None:
     context = _context(cluster, verdict.namespace)
-    settings = settings_from(
-        cluster.state.kubevirt,
-        cluster.state.harvester_ratio_setting,
-        configured_version=cluster.state.kubevirt_version,
-    ).for_namespace(
-        context.quotas,
-        context.namespace,
-        [r for r in cluster.state.limit_ranges if namespace(r) == verdict.namespace],
-    )
     try:
-        pod = launcher_pod_resources(vmi, settings)
+        pod = launcher_pod_resources(vmi, _settings(cluster, context))
         usage = pod_quota_usage(pod)
     except ValueError as error:
         cluster.warnings.append(f"{verdict.key}: cannot render its target pod: {error}")
@@ -363,23 +383,36 @@ def _judge_target(
         room.take({k: -v for k, v in requests.items()})  # it stays where it is
 
 
+def _settings(cluster: _Cluster, context: NamespaceContext) -> LauncherSettings:
+    """The launcher settings KubeVirt renders this namespace's pods with (its quotas and
+    LimitRanges), once per namespace."""
+    ns_name = name(context.namespace)
+    found = cluster.settings.get(ns_name)
+    if found is None:
+        found = settings_from(
+            cluster.state.kubevirt,
+            cluster.state.harvester_ratio_setting,
+            configured_version=cluster.state.kubevirt_version,
+        ).for_namespace(context.quotas, context.namespace, cluster.limit_ranges.get(ns_name, []))
+        cluster.settings[ns_name] = found
+    return found
+
+
 def _context(cluster: _Cluster, ns_name: str) -> NamespaceContext:
     found = cluster.contexts.get(ns_name)
     if found is not None:
         return found
     state = cluster.state
-    ns = next((n for n in state.namespaces if name(n) == ns_name), {"metadata": {"name": ns_name}})
+    ns = cluster.namespaces.get(ns_name, {"metadata": {"name": ns_name}})
     vmmrqs: list[Vmmrq] = []
-    for raw in state.vmmrqs:
-        if namespace(raw) != ns_name:
-            continue
+    for raw in cluster.vmmrqs.get(ns_name, []):
         try:
             vmmrqs.append(decode_vmmrq(raw))
         except VmmrqError as error:
             cluster.warnings.append(str(error))
     context = NamespaceContext(
         namespace=ns,
-        quotas=[q for q in state.quotas if namespace(q) == ns_name],
+        quotas=cluster.quotas.get(ns_name, []),
         vmmrqs=vmmrqs,
         project=_project(state, ns),
         project_members=state.namespaces,
