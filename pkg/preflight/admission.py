@@ -35,6 +35,7 @@ from ..util.quantity import Quantity
 from ..util.quotascope import PodScopeFacts
 from ..util.rancherproject import ProjectQuota
 from ..util.resourcequota.base import RANCHER, BaseError, rancher_base_text, resolve_base
+from ..util.resourcequota.calculator import shortfalls
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
 from ..util.resourcequota.projectroom import describe_shortfall, raise_verdict
@@ -124,18 +125,22 @@ def _constraint_blockers(
 def _shortfalls(
     quota: Mapping[str, Any], usage: ResourceList, raised: ResourceList | None
 ) -> list[QuotaShortfall]:
+    """The keys of the quota's spec.hard (as the strategy raises them) the target does not fit
+    under: calculator.shortfalls, the webhook's rule, which as quota admission checks only the
+    keys the pod uses more than zero of."""
     view = quota_view(quota)
-    hard = raised if raised is not None else view.hard
-    out = []
-    for key in sorted(k for k in view.hard if k in usage):
-        used = view.used.get(key, usage[key] * 0)
-        limit = hard.get(key, view.hard[key])
-        if used + usage[key] > limit:
-            short = used + usage[key] - limit
-            out.append(
-                QuotaShortfall(name(quota), key, str(usage[key]), str(used), str(limit), str(short))
-            )
-    return out
+    hard = {key: (raised or {}).get(key, value) for key, value in view.hard.items()}
+    return [
+        QuotaShortfall(
+            name(quota),
+            s.key,
+            str(s.needed),
+            str(s.in_use),
+            str(s.limit),
+            str(s.in_use + s.needed - s.limit),
+        )
+        for s in shortfalls(usage, hard, view.used)
+    ]
 
 
 _MI: Final = 1 << 20

@@ -264,6 +264,25 @@ def test_the_skip_annotation_takes_our_room_away() -> None:
     assert vm.blocked and "skip annotation" in vm.blockers[0].fix
 
 
+def test_an_over_used_key_the_target_pod_asks_none_of_does_not_block() -> None:
+    """Quota admission checks only the keys a pod uses more than zero of (it drops the zeros of
+    the pod's usage): a key already over its hard, after someone lowered it, refuses no pod
+    that asks for none of it."""
+    instance, pod = running("vm1")
+    instance["spec"]["domain"]["resources"]["requests"]["example.com/dongle"] = "0"
+    lowered = quota("dongles", {"requests.example.com/dongle": "1"}, [])
+    lowered["status"]["used"] = {"requests.example.com/dongle": "2"}
+    vm = only_vm(drain(state([instance], [pod], quotas=[lowered]), strategy="none"))
+    assert vm.target_usage["requests.example.com/dongle"] == "0"
+    assert not vm.blocked
+    instance["spec"]["domain"]["resources"]["requests"]["example.com/dongle"] = "1"
+    asking = only_vm(drain(state([instance], [pod], quotas=[lowered]), strategy="none"))
+    (blocker,) = [b for b in asking.blockers if b.cause == "quota"]
+    assert [(s.key, s.used, s.hard, s.short_by) for s in blocker.shortfalls] == [
+        ("requests.example.com/dongle", "2", "1", "2")
+    ]
+
+
 def test_a_quota_whose_scope_the_target_pod_does_not_match_does_not_block() -> None:
     instance, pod = running("vm1")
     scoped = quota(
