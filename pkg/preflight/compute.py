@@ -172,12 +172,13 @@ class _Cluster:
 
     @classmethod
     def indexed(cls, state: ClusterState, plan: Plan) -> _Cluster:
+        launchers = running_launchers(state.pods)
         return cls(
             state,
             plan,
             free_on_nodes(state.nodes, state.pods),
-            location=vmi_nodes(state.vmis, state.pods),
-            launched=launched_vmis(state.vmis, state.pods),
+            location=vmi_nodes(state.vmis, launchers),
+            launched=launched_vmis(state.vmis, launchers),
             quotas=_by_namespace(state.quotas),
             limit_ranges=_by_namespace(state.limit_ranges),
             vmmrqs=_by_namespace(state.vmmrqs),
@@ -249,15 +250,14 @@ def _note_harvester_delays(step: Step) -> None:
             vm.notes.append(HARVESTER_DELAY.format(others=len(group) - 1))
 
 
-def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:
-    """Each VMI's node (by namespace/name): where its running launcher pod is bound.
+def running_launchers(pods: Sequence[Object]) -> dict[tuple[str, str], list[str]]:
+    """The nodes of the running launcher pods of each VMI, by (namespace, VMI uid).
 
-    A VMI's status is not proof (its CRD has no status subresource, so a tenant with
-    `kubevirt.io:edit` can write status.nodeName and move its VM out of a drain on paper); the
-    launcher's binding is the scheduler's and its labels only KubeVirt may set (security.md).
-    status.nodeName picks among several running launchers (a migration under way) and stands
-    alone only for a VMI whose launcher is not listed."""
-    launchers: dict[str, list[str]] = {}
+    A launcher belongs to the VMI of its `kubevirt.io/created-by` label in its own namespace, as
+    KubeVirt finds a VMI's pods: a pod elsewhere that names the uid is none of its launchers (the
+    labels policy guards the label where our chart runs, and a preflight may run where it does
+    not)."""
+    launchers: dict[tuple[str, str], list[str]] = {}
     for pod in pods:
         pod_labels = labels(pod)
         node = spec(pod).get("nodeName")
@@ -267,11 +267,29 @@ def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:
             and not metadata(pod).get("deletionTimestamp")
             and isinstance(node, str)
         ):
-            launchers.setdefault(str(pod_labels.get(LABEL_CREATED_BY)), []).append(node)
+            owner = (namespace(pod), str(pod_labels.get(LABEL_CREATED_BY)))
+            launchers.setdefault(owner, []).append(node)
+    return launchers
+
+
+def _launchers_of(vmi: Object, launchers: Mapping[tuple[str, str], list[str]]) -> list[str]:
+    return sorted(launchers.get((namespace(vmi), str(metadata(vmi).get("uid"))), []))
+
+
+def vmi_nodes(
+    vmis: Sequence[Object], launchers: Mapping[tuple[str, str], list[str]]
+) -> dict[str, str]:
+    """Each VMI's node (by namespace/name): where its running launcher pod is bound.
+
+    A VMI's status is not proof (its CRD has no status subresource, so a tenant with
+    `kubevirt.io:edit` can write status.nodeName and move its VM out of a drain on paper); the
+    launcher's binding is the scheduler's and its labels only KubeVirt may set (security.md).
+    status.nodeName picks among several running launchers (a migration under way) and stands
+    alone only for a VMI whose launcher is not listed (`launchers`: running_launchers)."""
     located: dict[str, str] = {}
     for vmi in vmis:
         stated = status(vmi).get("nodeName")
-        bound = sorted(launchers.get(str(metadata(vmi).get("uid")), []))
+        bound = _launchers_of(vmi, launchers)
         if bound:
             located[_key(vmi)] = stated if stated in bound else bound[0]
         elif isinstance(stated, str) and stated:
@@ -279,19 +297,14 @@ def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:
     return located
 
 
-def launched_vmis(vmis: Sequence[Object], pods: Sequence[Object]) -> frozenset[str]:
+def launched_vmis(
+    vmis: Sequence[Object], launchers: Mapping[tuple[str, str], list[str]]
+) -> frozenset[str]:
     """The VMIs (namespace/name) whose launcher pod runs: a VMI's status.phase is the tenant's
     to write (no status subresource), so a phase other than Running takes no VM with a running
     launcher out of a drain; a Running phase without a listed launcher still counts (a
     conservative guess: a blocker too many, never one too few)."""
-    running = {
-        str(labels(pod).get(LABEL_CREATED_BY))
-        for pod in pods
-        if labels(pod).get(LABEL_KUBEVIRT) == LAUNCHER
-        and status(pod).get("phase") == "Running"
-        and not metadata(pod).get("deletionTimestamp")
-    }
-    return frozenset(_key(vmi) for vmi in vmis if str(metadata(vmi).get("uid")) in running)
+    return frozenset(_key(vmi) for vmi in vmis if _launchers_of(vmi, launchers))
 
 
 def _key(vmi: Object) -> str:

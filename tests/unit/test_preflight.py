@@ -200,6 +200,20 @@ def test_a_tenant_written_status_phase_does_not_take_a_running_vm_out_of_the_dra
     assert only_vm(drain(state([instance], [pod]))).blocked
 
 
+def test_a_pod_in_another_namespace_naming_a_vmis_uid_is_none_of_its_launchers() -> None:
+    """A launcher is the VMI's only in the VMI's namespace, as KubeVirt finds a VMI's pods: where
+    the labels policy is not installed (a plain Harvester), a tenant's pod labelled with another
+    namespace's stopped VMI's uid would otherwise put that VMI on the tenant's chosen node."""
+    stopped = migratable(vmi("stopped", NS, node="n2"), False, "HostDevice")
+    stopped["status"]["phase"] = "Failed"
+    del stopped["status"]["nodeName"]
+    forged = launcher_pod(stopped, "not-a-launcher", node="n1")
+    forged["metadata"]["namespace"] = "tenant"
+    assert drain(state([stopped], [forged])).vms == []
+    forged["metadata"]["namespace"] = NS
+    assert only_vm(drain(state([stopped], [forged]))).blocked
+
+
 def test_if_possible_shuts_down_what_cannot_migrate_and_that_does_not_block() -> None:
     instance, pod = running("vm1")
     instance["spec"]["evictionStrategy"] = "LiveMigrateIfPossible"
