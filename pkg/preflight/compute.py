@@ -30,7 +30,7 @@ from ..util.quotascope import launcher_scope_facts
 from ..util.rancherproject import ProjectQuota, project_reference
 from ..util.resources import to_json_dict
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
-from .nodes import NodeRoom, first_fit, free_on_nodes, target_requests
+from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
 from .report import Action, Blocker, PreflightReport, Step, VmVerdict
 from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
 
@@ -376,7 +376,7 @@ def _judge_target(
     requests = target_requests(pod)
     room, refusals = first_fit(candidates, vmi, requests)
     if room is None:
-        figures = "; ".join(f"{node}: {why}" for node, why in refusals.items()) or "no node left"
+        figures = refusal_text(refusals) or "no node left"
         verdict.blockers.append(
             Blocker(
                 "node-fit",

@@ -418,6 +418,17 @@ def test_a_target_that_fits_on_no_node_left_is_a_blocker_with_each_nodes_figures
     assert "n3: not labelled kubevirt.io/schedulable=true" in blocker.message
 
 
+def test_the_nodes_refusing_for_one_reason_are_named_up_to_three_and_the_rest_counted() -> None:
+    instance, pod = running("vm1")
+    instance["spec"]["nodeSelector"] = {"gpu": "yes"}
+    nodes = [node("n1"), *(node(f"m{i}") for i in range(5)), node("x", schedulable=False)]
+    (blocker,) = only_vm(drain(state([instance], [pod], nodes=nodes))).blockers
+    assert blocker.message == (
+        "its target pod fits on no node left (m0, m1, m2 and 2 more: nodeSelector gpu=yes does "
+        "not match; x: not labelled kubevirt.io/schedulable=true)"
+    )
+
+
 def test_first_fit_charges_each_placed_target_so_the_second_finds_no_room() -> None:
     a, pa = running("a")
     b, pb = running("b")
