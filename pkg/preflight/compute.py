@@ -160,8 +160,9 @@ class _Cluster:
     plan: Plan
     rooms: dict[str, NodeRoom]
     location: dict[str, str] = field(default_factory=dict)
-    launched: frozenset[str] = frozenset()
-    """VMIs (namespace/name) with a running launcher pod: running whatever their status says."""
+    running: list[tuple[str, Object]] = field(default_factory=list)
+    """The VMIs a drain of their node takes, by key (namespace/name): those with a running
+    launcher pod whatever their status says, or a Running phase, and not being deleted."""
     warnings: list[str] = field(default_factory=list)
     contexts: dict[str, NamespaceContext] = field(default_factory=dict)
     settings: dict[str, LauncherSettings] = field(default_factory=dict)
@@ -178,7 +179,7 @@ class _Cluster:
             plan,
             free_on_nodes(state.nodes, state.pods),
             location=vmi_nodes(state.vmis, launchers),
-            launched=launched_vmis(state.vmis, launchers),
+            running=running_vmis(state.vmis, launched_vmis(state.vmis, launchers)),
             quotas=_by_namespace(state.quotas),
             limit_ranges=_by_namespace(state.limit_ranges),
             vmmrqs=_by_namespace(state.vmmrqs),
@@ -307,6 +308,15 @@ def launched_vmis(
     return frozenset(_key(vmi) for vmi in vmis if _launchers_of(vmi, launchers))
 
 
+def running_vmis(vmis: Sequence[Object], launched: frozenset[str]) -> list[tuple[str, Object]]:
+    """(key, VMI) of the VMIs launched or in phase Running and not being deleted, by key."""
+    keyed = ((_key(v), v) for v in vmis if not metadata(v).get("deletionTimestamp"))
+    return sorted(
+        ((k, v) for k, v in keyed if k in launched or status(v).get("phase") == "Running"),
+        key=lambda pair: pair[0],
+    )
+
+
 def _key(vmi: Object) -> str:
     return f"{namespace(vmi)}/{name(vmi)}"
 
@@ -315,18 +325,9 @@ def _step(cluster: _Cluster, drained: list[str]) -> Step:
     step = Step(nodes=drained)
     leaving = frozenset(drained)
     candidates = [cluster.rooms[n] for n in sorted(cluster.rooms) if n not in leaving]
-    vmis = sorted(
-        (
-            v
-            for v in cluster.state.vmis
-            if cluster.location.get(_key(v)) in leaving
-            and (_key(v) in cluster.launched or status(v).get("phase") == "Running")
-            and not metadata(v).get("deletionTimestamp")
-        ),
-        key=_key,
-    )
-    for vmi in vmis:
-        step.vms.append(_verdict(cluster, vmi, candidates))
+    for key, vmi in cluster.running:
+        if cluster.location.get(key) in leaving:
+            step.vms.append(_verdict(cluster, vmi, candidates))
     return step
 
 
