@@ -605,6 +605,13 @@ def test_json_carries_the_schema_version_verdicts_and_blockers() -> None:
     }
 
 
+def test_json_gives_each_steps_estimate_to_a_tenth_of_a_second_as_the_whole() -> None:
+    instance, pod = running("vm1", memory="4Gi")
+    kubevirt = {"spec": {"configuration": {"migrations": {"bandwidthPerMigration": "3Gi"}}}}
+    out = json.loads(render_json(drain(state([instance], [pod], kubevirt=kubevirt))))
+    assert out["steps"][0]["estimated_seconds"] == out["estimated_seconds"] == 1.3
+
+
 @pytest.mark.parametrize(("cluster", "code"), [(blocked_and_ok, 1), (lambda: state([], []), 0)])
 def test_exit_code_is_1_when_something_blocks_and_0_otherwise(
     monkeypatch: pytest.MonkeyPatch,
