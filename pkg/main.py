@@ -159,11 +159,19 @@ PREFLIGHT_BAD_INPUT = 2
 """preflight's exit code for input it cannot judge (kubectl's and argparse's usage code too)."""
 
 
-def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
+def _add_connection_flags(
+    parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS
+) -> None:
+    """--kubeconfig and --context, on the top-level parser (default None) and on each command
+    (SUPPRESS: a value given before the command is kept unless given again after it). kubectl
+    hands a plugin its arguments as typed, so `kubectl harvester-quota --context prod preflight
+    upgrade` is as good as `kubectl harvester-quota preflight upgrade --context prod`."""
     parser.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
+        "--kubeconfig",
+        default=default,
+        help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)",
     )
-    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument("--context", default=default, help="kubeconfig context")
 
 
 def _add_run_command(commands: Any) -> None:
@@ -238,6 +246,7 @@ def _add_preflight_command(commands: Any) -> None:
         help="which VMs a drain or an upgrade will not migrate, and why (read-only)",
         description="exit code 0: nothing blocks; 1: something blocks; 2: bad input",
     )
+    _add_connection_flags(command)
     operations = command.add_subparsers(dest="operation", required=True)
     drain = operations.add_parser("drain", help="drain these nodes together")
     drain.add_argument("nodes", nargs="+", metavar="NODE")
@@ -359,7 +368,7 @@ def build_parser(prog: str = "harvester-quota") -> argparse.ArgumentParser:
         "Keeps ResourceQuotas from blocking KubeVirt live migrations.",
         __version__,
     )
-
+    _add_connection_flags(parser, default=None)
     _add_run_command(commands)
     _add_webhook_command(commands)
     _add_explain_command(commands)

@@ -10,8 +10,9 @@ not fit now never will, and one that fits alone fits whenever KubeVirt lets it s
 The room each strategy adds to spec.hard for one migration:
 
 - ``ours`` (harvester-quota): with a VMMRQ in the namespace (MTQ mode), its budget on every quota,
-  key by key (``mtq.raise_hard``); otherwise on the managed quota with a known base, every base
-  key raised to max(base, used) + the whole target pod (plan.py's principle 5), unless the quota
+  key by key (``mtq.raise_hard``); otherwise on the managed quota with a known base, the
+  controller's ``plan.desired_hard`` with the whole target pod as the room (principle 5: each base
+  key the pod uses at max(base, used) + its share, the others at their base), unless the quota
   carries the skip annotation. On Rancher's path the raise must also fit the Rancher project
   (projectroom.py); a raise it has no room for is never written. Any other quota gets nothing.
 - ``harvester`` (Harvester v1.9): util/harvesterroom.py: limits.cpu and limits.memory of the
@@ -35,8 +36,10 @@ from ..util.quantity import Quantity
 from ..util.quotascope import PodScopeFacts
 from ..util.rancherproject import ProjectQuota
 from ..util.resourcequota.base import RANCHER, BaseError, rancher_base_text, resolve_base
+from ..util.resourcequota.calculator import shortfalls
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
+from ..util.resourcequota.plan import desired_hard
 from ..util.resourcequota.projectroom import describe_shortfall, raise_verdict
 from ..util.resourcequota.rancherpath import raised_annotation
 from ..util.resources import ResourceList
@@ -124,18 +127,22 @@ def _constraint_blockers(
 def _shortfalls(
     quota: Mapping[str, Any], usage: ResourceList, raised: ResourceList | None
 ) -> list[QuotaShortfall]:
+    """The keys of the quota's spec.hard (as the strategy raises them) the target does not fit
+    under: calculator.shortfalls, the webhook's rule, which as quota admission checks only the
+    keys the pod uses more than zero of."""
     view = quota_view(quota)
-    hard = raised if raised is not None else view.hard
-    out = []
-    for key in sorted(k for k in view.hard if k in usage):
-        used = view.used.get(key, usage[key] * 0)
-        limit = hard.get(key, view.hard[key])
-        if used + usage[key] > limit:
-            short = used + usage[key] - limit
-            out.append(
-                QuotaShortfall(name(quota), key, str(usage[key]), str(used), str(limit), str(short))
-            )
-    return out
+    hard = {key: (raised or {}).get(key, value) for key, value in view.hard.items()}
+    return [
+        QuotaShortfall(
+            name(quota),
+            s.key,
+            str(s.needed),
+            str(s.in_use),
+            str(s.limit),
+            str(s.in_use + s.needed - s.limit),
+        )
+        for s in shortfalls(usage, hard, view.used)
+    ]
 
 
 _MI: Final = 1 << 20
@@ -218,10 +225,7 @@ def _our_rooms(context: NamespaceContext, usage: ResourceList) -> _Rooms:
     if base is None:
         return _Rooms(fix=_OUR_FIX)
     view = quota_view(quota)
-    raised = dict(view.hard)
-    for key, value in base.hard.items():
-        if key in usage and usage[key].sign() > 0:
-            raised[key] = max(value, view.used.get(key, value * 0)) + usage[key]
+    raised = {**view.hard, **desired_hard(base.hard, view.used, usage)}
     rooms = _Rooms(raised={name(quota): raised}, fix=_OUR_FIX)
     if base.source == RANCHER:
         rooms.blockers.extend(_project_blockers(context, raised, name(quota)))

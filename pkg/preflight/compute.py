@@ -22,7 +22,7 @@ from ..config.kubevirt import settings_from
 from ..generic.meta import labels, metadata, name, namespace, spec, status
 from ..generic.resource import Object
 from ..util.harvesterroom import harvester_ratio
-from ..util.launcher import launcher_pod_resources
+from ..util.launcher import LauncherSettings, launcher_pod_resources
 from ..util.migrationlimits import migration_limits
 from ..util.podusage import pod_quota_usage
 from ..util.quantity import Quantity
@@ -30,7 +30,7 @@ from ..util.quotascope import launcher_scope_facts
 from ..util.rancherproject import ProjectQuota, project_reference
 from ..util.resources import to_json_dict
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
-from .nodes import NodeRoom, first_fit, free_on_nodes, target_requests
+from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
 from .report import Action, Blocker, PreflightReport, Step, VmVerdict
 from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
 
@@ -142,18 +142,49 @@ def guest_memory_bytes(vmi: Object) -> int:
     return 0
 
 
+def _by_namespace(objects: Sequence[Object]) -> dict[str, list[Object]]:
+    grouped: dict[str, list[Object]] = {}
+    for obj in objects:
+        grouped.setdefault(namespace(obj), []).append(obj)
+    return grouped
+
+
 @dataclass
 class _Cluster:
-    """The state indexed for the steps, and what the steps change (VM locations, node rooms)."""
+    """The state indexed for the steps, and what the steps change (VM locations, node rooms).
+
+    The namespaced lists are grouped by namespace once, and each namespace's context and
+    launcher settings are worked out once: the work per VM does not grow with the cluster."""
 
     state: ClusterState
     plan: Plan
     rooms: dict[str, NodeRoom]
     location: dict[str, str] = field(default_factory=dict)
-    launched: frozenset[str] = frozenset()
-    """VMIs (namespace/name) with a running launcher pod: running whatever their status says."""
+    running: list[tuple[str, Object]] = field(default_factory=list)
+    """The VMIs a drain of their node takes, by key (namespace/name): those with a running
+    launcher pod whatever their status says, or a Running phase, and not being deleted."""
     warnings: list[str] = field(default_factory=list)
     contexts: dict[str, NamespaceContext] = field(default_factory=dict)
+    settings: dict[str, LauncherSettings] = field(default_factory=dict)
+    quotas: dict[str, list[Object]] = field(default_factory=dict)
+    limit_ranges: dict[str, list[Object]] = field(default_factory=dict)
+    vmmrqs: dict[str, list[Object]] = field(default_factory=dict)
+    namespaces: dict[str, Object] = field(default_factory=dict)
+
+    @classmethod
+    def indexed(cls, state: ClusterState, plan: Plan) -> _Cluster:
+        launchers = running_launchers(state.pods)
+        return cls(
+            state,
+            plan,
+            free_on_nodes(state.nodes, state.pods),
+            location=vmi_nodes(state.vmis, launchers),
+            running=running_vmis(state.vmis, launched_vmis(state.vmis, launchers)),
+            quotas=_by_namespace(state.quotas),
+            limit_ranges=_by_namespace(state.limit_ranges),
+            vmmrqs=_by_namespace(state.vmmrqs),
+            namespaces={name(n): n for n in state.namespaces},
+        )
 
 
 def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
@@ -175,9 +206,7 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
             "bandwidthPerMigration": bandwidth,
         },
     )
-    cluster = _Cluster(state, plan, free_on_nodes(state.nodes, state.pods))
-    cluster.location = vmi_nodes(state.vmis, state.pods)
-    cluster.launched = launched_vmis(state.vmis, state.pods)
+    cluster = _Cluster.indexed(state, plan)
     steps = (
         [[n] for n in upgrade_order(state.nodes)]
         if plan.operation == "upgrade"
@@ -191,9 +220,10 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
             if vm.action == "migrate" and not vm.blocked
         ]
         waves = plan_waves(movers, limits)
+        by_key = {vm.key: vm for vm in step.vms}
         for number, wave in enumerate(waves, start=1):
             for mover in wave:
-                next(vm for vm in step.vms if vm.key == mover.key).wave = number
+                by_key[mover.key].wave = number
         step.waves = [[m.key for m in wave] for wave in waves]
         if plan.strategy == "harvester":
             _note_harvester_delays(step)
@@ -221,15 +251,14 @@ def _note_harvester_delays(step: Step) -> None:
             vm.notes.append(HARVESTER_DELAY.format(others=len(group) - 1))
 
 
-def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:
-    """Each VMI's node (by namespace/name): where its running launcher pod is bound.
+def running_launchers(pods: Sequence[Object]) -> dict[tuple[str, str], list[str]]:
+    """The nodes of the running launcher pods of each VMI, by (namespace, VMI uid).
 
-    A VMI's status is not proof (its CRD has no status subresource, so a tenant with
-    `kubevirt.io:edit` can write status.nodeName and move its VM out of a drain on paper); the
-    launcher's binding is the scheduler's and its labels only KubeVirt may set (security.md).
-    status.nodeName picks among several running launchers (a migration under way) and stands
-    alone only for a VMI whose launcher is not listed."""
-    launchers: dict[str, list[str]] = {}
+    A launcher belongs to the VMI of its `kubevirt.io/created-by` label in its own namespace, as
+    KubeVirt finds a VMI's pods: a pod elsewhere that names the uid is none of its launchers (the
+    labels policy guards the label where our chart runs, and a preflight may run where it does
+    not)."""
+    launchers: dict[tuple[str, str], list[str]] = {}
     for pod in pods:
         pod_labels = labels(pod)
         node = spec(pod).get("nodeName")
@@ -239,11 +268,29 @@ def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:
             and not metadata(pod).get("deletionTimestamp")
             and isinstance(node, str)
         ):
-            launchers.setdefault(str(pod_labels.get(LABEL_CREATED_BY)), []).append(node)
+            owner = (namespace(pod), str(pod_labels.get(LABEL_CREATED_BY)))
+            launchers.setdefault(owner, []).append(node)
+    return launchers
+
+
+def _launchers_of(vmi: Object, launchers: Mapping[tuple[str, str], list[str]]) -> list[str]:
+    return sorted(launchers.get((namespace(vmi), str(metadata(vmi).get("uid"))), []))
+
+
+def vmi_nodes(
+    vmis: Sequence[Object], launchers: Mapping[tuple[str, str], list[str]]
+) -> dict[str, str]:
+    """Each VMI's node (by namespace/name): where its running launcher pod is bound.
+
+    A VMI's status is not proof (its CRD has no status subresource, so a tenant with
+    `kubevirt.io:edit` can write status.nodeName and move its VM out of a drain on paper); the
+    launcher's binding is the scheduler's and its labels only KubeVirt may set (security.md).
+    status.nodeName picks among several running launchers (a migration under way) and stands
+    alone only for a VMI whose launcher is not listed (`launchers`: running_launchers)."""
     located: dict[str, str] = {}
     for vmi in vmis:
         stated = status(vmi).get("nodeName")
-        bound = sorted(launchers.get(str(metadata(vmi).get("uid")), []))
+        bound = _launchers_of(vmi, launchers)
         if bound:
             located[_key(vmi)] = stated if stated in bound else bound[0]
         elif isinstance(stated, str) and stated:
@@ -251,19 +298,23 @@ def vmi_nodes(vmis: Sequence[Object], pods: Sequence[Object]) -> dict[str, str]:
     return located
 
 
-def launched_vmis(vmis: Sequence[Object], pods: Sequence[Object]) -> frozenset[str]:
+def launched_vmis(
+    vmis: Sequence[Object], launchers: Mapping[tuple[str, str], list[str]]
+) -> frozenset[str]:
     """The VMIs (namespace/name) whose launcher pod runs: a VMI's status.phase is the tenant's
     to write (no status subresource), so a phase other than Running takes no VM with a running
     launcher out of a drain; a Running phase without a listed launcher still counts (a
     conservative guess: a blocker too many, never one too few)."""
-    running = {
-        str(labels(pod).get(LABEL_CREATED_BY))
-        for pod in pods
-        if labels(pod).get(LABEL_KUBEVIRT) == LAUNCHER
-        and status(pod).get("phase") == "Running"
-        and not metadata(pod).get("deletionTimestamp")
-    }
-    return frozenset(_key(vmi) for vmi in vmis if str(metadata(vmi).get("uid")) in running)
+    return frozenset(_key(vmi) for vmi in vmis if _launchers_of(vmi, launchers))
+
+
+def running_vmis(vmis: Sequence[Object], launched: frozenset[str]) -> list[tuple[str, Object]]:
+    """(key, VMI) of the VMIs launched or in phase Running and not being deleted, by key."""
+    keyed = ((_key(v), v) for v in vmis if not metadata(v).get("deletionTimestamp"))
+    return sorted(
+        ((k, v) for k, v in keyed if k in launched or status(v).get("phase") == "Running"),
+        key=lambda pair: pair[0],
+    )
 
 
 def _key(vmi: Object) -> str:
@@ -272,19 +323,11 @@ def _key(vmi: Object) -> str:
 
 def _step(cluster: _Cluster, drained: list[str]) -> Step:
     step = Step(nodes=drained)
-    candidates = [cluster.rooms[n] for n in sorted(cluster.rooms) if n not in drained]
-    vmis = sorted(
-        (
-            v
-            for v in cluster.state.vmis
-            if cluster.location.get(_key(v)) in drained
-            and (_key(v) in cluster.launched or status(v).get("phase") == "Running")
-            and not metadata(v).get("deletionTimestamp")
-        ),
-        key=_key,
-    )
-    for vmi in vmis:
-        step.vms.append(_verdict(cluster, vmi, candidates))
+    leaving = frozenset(drained)
+    candidates = [cluster.rooms[n] for n in sorted(cluster.rooms) if n not in leaving]
+    for key, vmi in cluster.running:
+        if cluster.location.get(key) in leaving:
+            step.vms.append(_verdict(cluster, vmi, candidates))
     return step
 
 
@@ -322,17 +365,8 @@ def _judge_target(
     cluster: _Cluster, vmi: Object, verdict: VmVerdict, candidates: list[NodeRoom]
 ) -> None:
     context = _context(cluster, verdict.namespace)
-    settings = settings_from(
-        cluster.state.kubevirt,
-        cluster.state.harvester_ratio_setting,
-        configured_version=cluster.state.kubevirt_version,
-    ).for_namespace(
-        context.quotas,
-        context.namespace,
-        [r for r in cluster.state.limit_ranges if namespace(r) == verdict.namespace],
-    )
     try:
-        pod = launcher_pod_resources(vmi, settings)
+        pod = launcher_pod_resources(vmi, _settings(cluster, context))
         usage = pod_quota_usage(pod)
     except ValueError as error:
         cluster.warnings.append(f"{verdict.key}: cannot render its target pod: {error}")
@@ -343,7 +377,7 @@ def _judge_target(
     requests = target_requests(pod)
     room, refusals = first_fit(candidates, vmi, requests)
     if room is None:
-        figures = "; ".join(f"{node}: {why}" for node, why in refusals.items()) or "no node left"
+        figures = refusal_text(refusals) or "no node left"
         verdict.blockers.append(
             Blocker(
                 "node-fit",
@@ -363,23 +397,36 @@ def _judge_target(
         room.take({k: -v for k, v in requests.items()})  # it stays where it is
 
 
+def _settings(cluster: _Cluster, context: NamespaceContext) -> LauncherSettings:
+    """The launcher settings KubeVirt renders this namespace's pods with (its quotas and
+    LimitRanges), once per namespace."""
+    ns_name = name(context.namespace)
+    found = cluster.settings.get(ns_name)
+    if found is None:
+        found = settings_from(
+            cluster.state.kubevirt,
+            cluster.state.harvester_ratio_setting,
+            configured_version=cluster.state.kubevirt_version,
+        ).for_namespace(context.quotas, context.namespace, cluster.limit_ranges.get(ns_name, []))
+        cluster.settings[ns_name] = found
+    return found
+
+
 def _context(cluster: _Cluster, ns_name: str) -> NamespaceContext:
     found = cluster.contexts.get(ns_name)
     if found is not None:
         return found
     state = cluster.state
-    ns = next((n for n in state.namespaces if name(n) == ns_name), {"metadata": {"name": ns_name}})
+    ns = cluster.namespaces.get(ns_name, {"metadata": {"name": ns_name}})
     vmmrqs: list[Vmmrq] = []
-    for raw in state.vmmrqs:
-        if namespace(raw) != ns_name:
-            continue
+    for raw in cluster.vmmrqs.get(ns_name, []):
         try:
             vmmrqs.append(decode_vmmrq(raw))
         except VmmrqError as error:
             cluster.warnings.append(str(error))
     context = NamespaceContext(
         namespace=ns,
-        quotas=[q for q in state.quotas if namespace(q) == ns_name],
+        quotas=cluster.quotas.get(ns_name, []),
         vmmrqs=vmmrqs,
         project=_project(state, ns),
         project_members=state.namespaces,

@@ -199,3 +199,22 @@ def first_fit(
             return room, {}
         refusals[room.name] = reason
     return None, refusals
+
+
+NODES_NAMED: Final = 3
+"""How many nodes a refusal names per reason before it counts the rest."""
+
+
+def refusal_text(refusals: Mapping[str, str]) -> str:
+    """Why each node refused, one entry per reason in the order first met, the nodes of a reason
+    named up to NODES_NAMED and the rest counted: a line, not a list of every node of the
+    cluster for a target whose selector matches none."""
+    by_reason: dict[str, list[str]] = {}
+    for node, reason in refusals.items():
+        by_reason.setdefault(reason, []).append(node)
+    parts = []
+    for reason, nodes in by_reason.items():
+        named = ", ".join(nodes[:NODES_NAMED])
+        more = len(nodes) - NODES_NAMED
+        parts.append(f"{named}{f' and {more} more' if more > 0 else ''}: {reason}")
+    return "; ".join(parts)

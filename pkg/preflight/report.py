@@ -122,6 +122,7 @@ class PreflightReport:
         out["blocks"] = self.blocks
         out["estimated_seconds"] = round(self.estimated_seconds, 1)
         for step, raw in zip(self.steps, out["steps"], strict=True):
+            raw["estimated_seconds"] = round(step.estimated_seconds, 1)
             for vm, raw_vm in zip(step.vms, raw["vms"], strict=True):
                 raw_vm["blocked"] = vm.blocked
         return out

@@ -141,3 +141,28 @@ def test_the_launcher_in_cmd_runs_from_a_checkout_where_harvester_quota_is_not_i
     )
     assert launched.returncode == 0, launched.stderr
     assert usage in launched.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--context", "prod", "preflight", "upgrade"],
+        ["preflight", "--context", "prod", "upgrade"],
+        ["preflight", "upgrade", "--context", "prod"],
+        ["--context", "other", "preflight", "upgrade", "--context", "prod"],
+    ],
+    ids=["before the command", "before the operation", "after the operation", "after wins"],
+)
+def test_the_kubectl_plugin_takes_the_context_wherever_kubectl_passes_it(
+    argv: list[str],
+) -> None:
+    """kubectl hands a plugin every argument after its name as typed."""
+    args = build_parser("kubectl harvester-quota").parse_args(argv)
+    assert (args.context, args.kubeconfig, args.operation) == ("prod", None, "upgrade")
+
+
+@pytest.mark.parametrize("command", [["run"], WEBHOOK, ["explain", "ns"]])
+def test_every_command_takes_the_kubeconfig_before_or_after_it(command: list[str]) -> None:
+    assert build_parser().parse_args(command).kubeconfig is None
+    assert build_parser().parse_args(["--kubeconfig", "/k", *command]).kubeconfig == "/k"
+    assert build_parser().parse_args([*command, "--kubeconfig", "/k"]).kubeconfig == "/k"

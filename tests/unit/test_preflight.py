@@ -200,6 +200,20 @@ def test_a_tenant_written_status_phase_does_not_take_a_running_vm_out_of_the_dra
     assert only_vm(drain(state([instance], [pod]))).blocked
 
 
+def test_a_pod_in_another_namespace_naming_a_vmis_uid_is_none_of_its_launchers() -> None:
+    """A launcher is the VMI's only in the VMI's namespace, as KubeVirt finds a VMI's pods: where
+    the labels policy is not installed (a plain Harvester), a tenant's pod labelled with another
+    namespace's stopped VMI's uid would otherwise put that VMI on the tenant's chosen node."""
+    stopped = migratable(vmi("stopped", NS, node="n2"), False, "HostDevice")
+    stopped["status"]["phase"] = "Failed"
+    del stopped["status"]["nodeName"]
+    forged = launcher_pod(stopped, "not-a-launcher", node="n1")
+    forged["metadata"]["namespace"] = "tenant"
+    assert drain(state([stopped], [forged])).vms == []
+    forged["metadata"]["namespace"] = NS
+    assert only_vm(drain(state([stopped], [forged]))).blocked
+
+
 def test_if_possible_shuts_down_what_cannot_migrate_and_that_does_not_block() -> None:
     instance, pod = running("vm1")
     instance["spec"]["evictionStrategy"] = "LiveMigrateIfPossible"
@@ -262,6 +276,25 @@ def test_the_skip_annotation_takes_our_room_away() -> None:
     cluster = state([instance], [pod], quotas=[parts["quota"]], namespaces=[parts["ns"]])
     vm = only_vm(drain(cluster))
     assert vm.blocked and "skip annotation" in vm.blockers[0].fix
+
+
+def test_an_over_used_key_the_target_pod_asks_none_of_does_not_block() -> None:
+    """Quota admission checks only the keys a pod uses more than zero of (it drops the zeros of
+    the pod's usage): a key already over its hard, after someone lowered it, refuses no pod
+    that asks for none of it."""
+    instance, pod = running("vm1")
+    instance["spec"]["domain"]["resources"]["requests"]["example.com/dongle"] = "0"
+    lowered = quota("dongles", {"requests.example.com/dongle": "1"}, [])
+    lowered["status"]["used"] = {"requests.example.com/dongle": "2"}
+    vm = only_vm(drain(state([instance], [pod], quotas=[lowered]), strategy="none"))
+    assert vm.target_usage["requests.example.com/dongle"] == "0"
+    assert not vm.blocked
+    instance["spec"]["domain"]["resources"]["requests"]["example.com/dongle"] = "1"
+    asking = only_vm(drain(state([instance], [pod], quotas=[lowered]), strategy="none"))
+    (blocker,) = [b for b in asking.blockers if b.cause == "quota"]
+    assert [(s.key, s.used, s.hard, s.short_by) for s in blocker.shortfalls] == [
+        ("requests.example.com/dongle", "2", "1", "2")
+    ]
 
 
 def test_a_quota_whose_scope_the_target_pod_does_not_match_does_not_block() -> None:
@@ -383,6 +416,17 @@ def test_a_target_that_fits_on_no_node_left_is_a_blocker_with_each_nodes_figures
     assert blocker.cause == "node-fit"
     assert "n2: memory 2Gi free, needs" in blocker.message
     assert "n3: not labelled kubevirt.io/schedulable=true" in blocker.message
+
+
+def test_the_nodes_refusing_for_one_reason_are_named_up_to_three_and_the_rest_counted() -> None:
+    instance, pod = running("vm1")
+    instance["spec"]["nodeSelector"] = {"gpu": "yes"}
+    nodes = [node("n1"), *(node(f"m{i}") for i in range(5)), node("x", schedulable=False)]
+    (blocker,) = only_vm(drain(state([instance], [pod], nodes=nodes))).blockers
+    assert blocker.message == (
+        "its target pod fits on no node left (m0, m1, m2 and 2 more: nodeSelector gpu=yes does "
+        "not match; x: not labelled kubevirt.io/schedulable=true)"
+    )
 
 
 def test_first_fit_charges_each_placed_target_so_the_second_finds_no_room() -> None:
@@ -559,6 +603,13 @@ def test_json_carries_the_schema_version_verdicts_and_blockers() -> None:
         "parallelOutboundMigrationsPerNode",
         "bandwidthPerMigration",
     }
+
+
+def test_json_gives_each_steps_estimate_to_a_tenth_of_a_second_as_the_whole() -> None:
+    instance, pod = running("vm1", memory="4Gi")
+    kubevirt = {"spec": {"configuration": {"migrations": {"bandwidthPerMigration": "3Gi"}}}}
+    out = json.loads(render_json(drain(state([instance], [pod], kubevirt=kubevirt))))
+    assert out["steps"][0]["estimated_seconds"] == out["estimated_seconds"] == 1.3
 
 
 @pytest.mark.parametrize(("cluster", "code"), [(blocked_and_ok, 1), (lambda: state([], []), 0)])
