@@ -138,7 +138,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
                 strategy, reason = await read.detect_strategy(client, state)
             else:
                 strategy, reason = args.strategy, "asked for with --strategy"
-        plan = preflight.Plan(args.operation, args.nodes or (), strategy, reason)
+        plan = preflight.Plan(args.operation, args.nodes or (), strategy, reason, mode=args.mode)
         report = preflight.preflight(state, plan)
         report.warnings = [*warnings, *report.warnings]
         return report
@@ -264,6 +264,12 @@ def _add_preflight_command(commands: Any) -> None:
             "KubeVirt), or auto (what the cluster runs)",
         )
         parser.add_argument("--kubevirt-version", help="KubeVirt version (default: from its CR)")
+        parser.add_argument(
+            "--mode",
+            choices=("auto", "rancher", "standalone"),
+            default="auto",
+            help="the controller's --mode, if not auto (strategy ours)",
+        )
         parser.set_defaults(handler=cmd_preflight)
     upgrade.set_defaults(nodes=[])
 

@@ -35,7 +35,7 @@ from ..util.podusage import quota_constraint_violations
 from ..util.quantity import Quantity
 from ..util.quotascope import PodScopeFacts
 from ..util.rancherproject import ProjectQuota
-from ..util.resourcequota.base import RANCHER, BaseError, rancher_base_text, resolve_base
+from ..util.resourcequota.base import RANCHER, BaseError, Mode, rancher_base_text, resolve_base
 from ..util.resourcequota.calculator import shortfalls
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
@@ -62,6 +62,8 @@ class NamespaceContext:
     project_members: Sequence[Mapping[str, Any]] = ()
     harvester_ratio: str = "1.5"
     kubevirt_version: str | KubeVirtVersion = "1.6"
+    mode: Mode = "auto"
+    """The controller's --mode (in standalone, Rancher's annotation is no base)."""
 
 
 @dataclass
@@ -219,7 +221,7 @@ def _our_rooms(context: NamespaceContext, usage: ResourceList) -> _Rooms:
     if parse_migration_annotations(annotations_of(quota)).skip_auto_scaling:
         return _Rooms(fix="remove the skip annotation from quota " + name(quota))
     try:
-        base = resolve_base(context.namespace, quota, rooms_held=False)
+        base = resolve_base(context.namespace, quota, mode=context.mode, rooms_held=False)
     except BaseError as error:
         return _Rooms(fix=f"fix the base of quota {name(quota)} ({error})")
     if base is None:

@@ -28,6 +28,7 @@ from ..util.podusage import pod_quota_usage
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancherproject import ProjectQuota, project_reference
+from ..util.resourcequota.base import Mode
 from ..util.resources import to_json_dict
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
@@ -74,6 +75,8 @@ class Plan:
     nodes: Sequence[str] = ()
     strategy: Strategy = "ours"
     strategy_reason: str = "asked for"
+    mode: Mode = "auto"
+    """The controller's --mode: where our strategy takes the base from."""
 
 
 class UnknownNode(ValueError):
@@ -430,6 +433,7 @@ def _context(cluster: _Cluster, ns_name: str) -> NamespaceContext:
         vmmrqs=vmmrqs,
         project=_project(state, ns),
         project_members=state.namespaces,
+        mode=cluster.plan.mode,
         harvester_ratio=harvester_ratio(state.harvester_ratio_setting),
         kubevirt_version=settings_from(
             state.kubevirt, None, configured_version=state.kubevirt_version

@@ -369,6 +369,25 @@ def test_a_rancher_project_without_room_blocks_our_raise_and_says_by_how_much() 
     assert not drain(cluster).blocks
 
 
+def test_in_standalone_mode_rancher_s_annotation_and_project_are_no_base() -> None:
+    """A controller run with --mode standalone raises the quota from its own recorded base and
+    never through Rancher's annotation: the preflight, asked with the same --mode, does not
+    hold the raise to a Rancher project (it always ran in auto mode)."""
+    instance, pod, parts = rancher_case()
+    ns = parts["ns"]
+    ns["metadata"]["annotations"][PROJECT_ID_ANNOTATION] = "c-1:p-1"
+    project = {
+        "metadata": {"name": "p-1", "namespace": "c-1"},
+        "spec": {
+            "resourceQuota": {"limit": RANCHER_LIMIT},
+            "namespaceDefaultResourceQuota": {"limit": RANCHER_LIMIT},
+        },
+    }
+    cluster = state([instance], [pod], quotas=[parts["quota"]], namespaces=[ns], projects=[project])
+    assert preflight(cluster, Plan("drain", ("n1",), "ours")).blocks
+    assert not preflight(cluster, Plan("drain", ("n1",), "ours", mode="standalone")).blocks
+
+
 def test_harvester_leaves_a_quota_on_requests_memory_blocking_where_ours_raises_it() -> None:
     instance, pod = running("vm1")
     usage = pod_quota_usage(pod)
