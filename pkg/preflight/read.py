@@ -56,12 +56,17 @@ async def read_cluster(
     """The cluster's state as a preflight reads it, and warnings about what could not be read.
     Errors from the API (unreachable, forbidden on a required kind) propagate."""
     warnings: list[str] = []
+    try:
+        vmis = list((await client.list_all(VIRTUAL_MACHINE_INSTANCES)).items)
+    except errors.NotFound:
+        vmis = []
+        warnings.append("the cluster serves no KubeVirt VirtualMachineInstances: no VM to judge")
     pods = (await client.list_all(PODS, each=lambda p: strip_pod_to_quota_fields(dict(p)))).items
     kubevirts = await _list(client, KUBEVIRTS)
     settings = await _optional(client, SETTINGS, warnings)
     state = ClusterState(
         nodes=await _list(client, NODES),
-        vmis=await _list(client, VIRTUAL_MACHINE_INSTANCES),
+        vmis=vmis,
         pods=list(pods),
         quotas=await _list(client, RESOURCE_QUOTAS),
         limit_ranges=await _list(client, LIMIT_RANGES),

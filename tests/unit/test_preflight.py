@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from harvester_quota import main as cli
+from harvester_quota.generic import errors
 from harvester_quota.preflight import (
     ClusterState,
     NamespaceContext,
@@ -740,3 +741,19 @@ async def test_auto_picks_what_the_cluster_runs(
     cluster = state([], [], harvester_ratio_setting=ratio_setting)
     found, reason = await read.detect_strategy(client, cluster)  # type: ignore[arg-type]
     assert found == strategy and reason.startswith("auto: ")
+
+
+class KubeVirtlessClient(ListingClient):
+    """A cluster without KubeVirt's CRDs: listing its kinds answers NotFound."""
+
+    async def list_all(self, resource: Any, *args: Any, **kwargs: Any) -> Any:
+        if resource.group == "kubevirt.io":
+            raise errors.NotFound(f"the server could not find {resource.plural}", status=404)
+        return await super().list_all(resource, *args, **kwargs)
+
+
+async def test_a_cluster_without_kubevirt_says_so_instead_of_reading_as_no_vms() -> None:
+    """It read as "OK, nothing blocks (0 VMs)" without a word (review)."""
+    found, warnings = await read.read_cluster(KubeVirtlessClient({"nodes": [node("n1")]}))  # type: ignore[arg-type]
+    assert found.vmis == []
+    assert any("serves no KubeVirt VirtualMachineInstances" in w for w in warnings)
