@@ -68,13 +68,23 @@ async def kubevirt_api(kubevirt_cluster: ClusterInfo) -> AsyncIterator[ApiClient
 async def kubevirt_namespace(kubevirt_api: ApiClient) -> AsyncIterator[str]:
     """A fresh namespace on the virt-controller cluster, its default service account created
     (launcher pods need it)."""
-    name = f"real-{uuid.uuid4().hex[:8]}"
-    await kubevirt_api.create(NAMESPACES, {"metadata": {"name": name}})
-    await eventually(
-        lambda: _has_default_account(kubevirt_api, name), what=f"service account default in {name}"
-    )
-    yield name
-    await kubevirt_api.delete(NAMESPACES, name)
+    async with fresh_namespace_async(kubevirt_api, "real") as name:
+        yield name
+
+
+@contextlib.asynccontextmanager
+async def fresh_namespace_async(api: ApiClient, prefix: str) -> AsyncIterator[str]:
+    """`fresh_namespace` through the async client: a new namespace named `prefix`-<random>, once
+    its default service account exists (launcher pods need it); deleted on exit."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    await api.create(NAMESPACES, {"metadata": {"name": name}})
+    try:
+        await eventually(
+            lambda: _has_default_account(api, name), what=f"service account default in {name}"
+        )
+        yield name
+    finally:
+        await api.delete(NAMESPACES, name)
 
 
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,7 +21,7 @@ from harvester_quota import main as cli
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object, Resource
+from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.preflight import Plan, Strategy, VmVerdict, preflight, read
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
@@ -33,6 +32,7 @@ from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import eventually
+from tests.integration.conftest import fresh_namespace_async
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.test_mtq import (
     QUOTA,
@@ -51,26 +51,14 @@ __all__ = ["controllers"]  # the fixture
 NODE = "kwok-node-0"
 OUTCOME_TIMEOUT = 120.0
 """How long the real drain may take to show every VM's outcome on a loaded 2-core machine."""
-SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 _QUOTA_IN_REFUSAL = re.compile(r"exceeded quota: ([^,]+),")
 
 
 @pytest.fixture
 async def other_namespace(kubevirt_api: ApiClient) -> AsyncIterator[str]:
     """A second namespace, without quotas, for a VM that moves beside one that cannot."""
-    name = f"free-{uuid.uuid4().hex[:8]}"
-    await kubevirt_api.create(NAMESPACES, {"metadata": {"name": name}})
-
-    async def account() -> bool:
-        try:
-            await kubevirt_api.get(SERVICE_ACCOUNTS, "default", name)
-        except errors.NotFound:
-            return False
-        return True
-
-    await eventually(account, what=f"service account default in {name}")
-    yield name
-    await kubevirt_api.delete(NAMESPACES, name)
+    async with fresh_namespace_async(kubevirt_api, "free") as name:
+        yield name
 
 
 @pytest.fixture
