@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -149,7 +149,7 @@ class MtqWrites:
         meta = metadata(namespace)
         version = str(meta.get("resourceVersion"))
         operations = conditional.annotation_patch_if(namespace, annotation, (ANNOTATION_LOCK,))
-        operations += _label_operations(namespace, label)
+        operations += conditional.metadata_map_patch_if(namespace, "labels", label)
         try:
             written = await self.client.patch(
                 NAMESPACES, str(meta["name"]), operations, patch_type="json"
@@ -262,27 +262,3 @@ class MtqWrites:
         if published is not written:
             self._writes.wrote(key, version, published)
         return True
-
-
-def _label_operations(obj: Object, changes: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """JSON patch operations setting (value) or removing (None) the labels `changes`, each
-    tested as `obj` has it (absent: still absent); without a labels map, a test that there is
-    still none and the map added whole."""
-    current = metadata(obj).get("labels")
-    if not isinstance(current, Mapping):
-        added = {k: v for k, v in changes.items() if v is not None}
-        operations: list[dict[str, Any]] = [
-            {"op": "test", "path": "/metadata/labels", "value": None}
-        ]
-        if added:
-            operations.append({"op": "add", "path": "/metadata/labels", "value": added})
-        return operations
-    operations = []
-    for key, value in changes.items():
-        path = conditional.pointer("metadata", "labels", key)
-        operations.append({"op": "test", "path": path, "value": current.get(key)})
-        if value is not None:
-            operations.append({"op": "add", "path": path, "value": value})
-        elif key in current:
-            operations.append({"op": "remove", "path": path})
-    return operations

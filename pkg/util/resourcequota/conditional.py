@@ -114,22 +114,27 @@ def annotation_patch_if(
     if it is still the same object (uid) and the annotations `read`, and those changed, are as
     `obj` has them (an absent one still absent): a write of anything else of the object, such as
     Rancher's agent's conditions on a namespace, does not fail it."""
-    current = annotations_of(obj)
-    tests: list[Operation] = [
-        {"op": "test", "path": "/metadata/uid", "value": metadata(obj).get("uid")}
-    ]
-    if _annotations(obj) is None:
-        tests.append({"op": "test", "path": "/metadata/annotations", "value": None})
+    uid: Operation = {"op": "test", "path": "/metadata/uid", "value": metadata(obj).get("uid")}
+    return [uid, *metadata_map_patch_if(obj, "annotations", changes, read)]
+
+
+def metadata_map_patch_if(
+    obj: Mapping[str, Any], field: str, changes: Mapping[str, Any], read: Iterable[str] = ()
+) -> list[Operation]:
+    """Operations setting (value) or removing (None) `changes` in metadata.`field` (labels,
+    annotations) of `obj`, after tests that the keys `read` and those changed are as `obj` has
+    them (absent: still absent); without such a map, a test that there is still none and the map
+    added whole."""
+    value = metadata(obj).get(field)
+    current = value if isinstance(value, Mapping) else None
+    if current is None:
+        tests: list[Operation] = [{"op": "test", "path": pointer("metadata", field), "value": None}]
     else:
-        tests += [
-            {
-                "op": "test",
-                "path": pointer("metadata", "annotations", key),
-                "value": current.get(key),
-            }
+        tests = [
+            {"op": "test", "path": pointer("metadata", field, key), "value": current.get(key)}
             for key in sorted(set(read) | set(changes))
         ]
-    return tests + _map_operations(_annotations(obj), ("metadata", "annotations"), changes)
+    return tests + _map_operations(current, ("metadata", field), changes)
 
 
 def publish_patch(written: Mapping[str, Any]) -> list[Operation]:
