@@ -76,7 +76,7 @@ from .resources.pod.targets import (
     live_quotas,
 )
 from .resources.resourcequota.validator import validate_quota_update
-from .resources.virtualmachine.validator import validate_vm_start
+from .resources.virtualmachine.validator import validate_vm
 from .tls import CERT_RELOAD_INTERVAL, ClientAuth, ReloadingTLS
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ class WebhookServer:
                 "ResourceQuota",
                 lambda r: validate_quota_update(r, self.lookups, self.identities),
             ),
-            "virtualmachines": ("VirtualMachine", lambda r: validate_vm_start(r, self.lookups)),
+            "virtualmachines": ("VirtualMachine", lambda r: validate_vm(r, self.lookups)),
             "pods": ("Pod", self.pods.validate),
             "mtq-lock": ("", lambda r: validate_locked(r, self.lookups, self.identities)),
         }

@@ -38,6 +38,7 @@ from harvester_quota.apis.kubevirt import (
     LAUNCHER,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
+    VIRTUAL_MACHINES,
 )
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
@@ -65,6 +66,7 @@ from tests.helpers import caught_up, eventually
 from tests.integration import deployment
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.tenant import Access, Tenant, grant, small_pod, tenant
+from tests.integration.tenant import vm_object as tenant_vm_object
 from tests.integration.test_controllers_on_kubevirt import (
     MIGRATION_TIMEOUT,
     SpecHistory,
@@ -847,3 +849,47 @@ async def slip_in(stack: Stack, *, most: int = 12) -> list[str]:
         if len(admitted) == most:
             break
     return admitted
+
+
+async def test_hot_plugging_memory_beyond_the_base_into_a_running_vm_is_denied(
+    stack: Stack,
+) -> None:
+    """Review finding 4: with KubeVirt's LiveUpdate rollout, a tenant who raises a running VM's
+    guest memory (within the maxGuest its VMI started with) makes KubeVirt migrate the VM into a
+    larger target pod, a target like any other, so the VM came out above the base. The VM rule
+    now checks the edit like an in-place resize: 1Gi more does not fit what vm1's base leaves
+    free (3 CPU, 5000Mi; vm1 uses 4797464313 bytes), and the API server refuses the edit with
+    the webhook's reason; an edit that grows nothing passes."""
+    await stack.admin.create_quota(BASE)
+    await stack.tenant.api.create(
+        VIRTUAL_MACHINES, await hot_pluggable_vm(stack, VM1), stack.namespace
+    )
+    await eventually(lambda: _running(stack, VM1.name), timeout=START_TIMEOUT, what="vm1 running")
+    vmi = await stack.api.get(VIRTUAL_MACHINE_INSTANCES, VM1.name, stack.namespace)
+    guest = Quantity.parse(vmi["spec"]["domain"]["memory"]["guest"])
+    assert vmi["spec"]["domain"]["memory"].get("maxGuest"), "the premise: hot-pluggable"
+    grow = {
+        "spec": {
+            "template": {
+                "spec": {"domain": {"memory": {"guest": str(guest + Quantity.parse("1Gi"))}}}
+            }
+        }
+    }
+    denied = await refusal(
+        stack.tenant.api.patch(VIRTUAL_MACHINES, VM1.name, grow, stack.namespace)
+    )
+    assert denied is not None, "the tenant's VM grew past the base through a hot-plug"
+    assert "hot-plugging its CPU or memory" in denied.message, denied.message
+    assert "limits.memory" in denied.message, denied.message
+    label = {"metadata": {"labels": {"team": "b"}}}
+    await stack.tenant.api.patch(VIRTUAL_MACHINES, VM1.name, label, stack.namespace)
+    await within_base(stack)
+
+
+async def hot_pluggable_vm(stack: Stack, spec: VMSpec) -> Object:
+    """`spec` as the tenant's VM, its guest memory hot-pluggable up to four times (maxGuest in
+    the template: what virt-api's defaults set under LiveUpdate, which this cluster lacks)."""
+    vm = tenant_vm_object(spec, stack.namespace, **await _rendering(stack))
+    memory = vm["spec"]["template"]["spec"]["domain"]["memory"]
+    memory["maxGuest"] = str(Quantity.parse(memory["guest"]) * 4)
+    return vm

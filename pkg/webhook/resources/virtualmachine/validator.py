@@ -1,7 +1,8 @@
 """VirtualMachine rules (Harvester's VM validator, quota part): a VM that is to run but has no
 instance yet must fit under the base, its launcher pod's overhead and sidecars included, and the
 hotplug attachment pod virt-controller creates beside it for hotplugged volumes, on every key
-the pods use.
+the pods use; and a running VM that an edit grows in place (CPU or memory hot-plug, which
+KubeVirt carries out through a migration of its own) must fit what it grows by under the base.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ....generic.meta import spec
+from ....util.hotplug import hot_plugged
 from ....util.launcher import attachment_quota_usage, launcher_quota_usage
 from ....util.quotascope import launcher_scope_facts, quota_scope
-from ....util.resources import add
+from ....util.resourcequota.podindex import namespace_pods
+from ....util.resources import ResourceList, add
 from ...admission import Denied, Request
 from ..common import Lookups, base_of, check_fits_base, launcher_settings, view_of
 
@@ -51,3 +54,65 @@ def validate_vm_start(request: Request, lookups: Lookups) -> None:
     if not quota_scope(quota).matches(launcher_scope_facts(vmi, needed)):
         return
     check_fits_base(f"VM {request.name}", needed, base_of(lookups, request.namespace, view), view)
+
+
+def validate_vm(request: Request, lookups: Lookups) -> None:
+    """Every VM rule: the start check, then the growth check."""
+    validate_vm_start(request, lookups)
+    validate_vm_growth(request, lookups)
+
+
+def validate_vm_growth(request: Request, lookups: Lookups) -> None:
+    """A running VM whose edit KubeVirt hot-plugs (more CPU sockets or guest memory, within the
+    maximum its VMI started with: util/hotplug.py) grows through a migration KubeVirt makes
+    itself, whose target pod is a migration target like any other and comes out larger than
+    the pod it replaces. So the edit is checked like an in-place resize: what the VM's launcher
+    pod will use after the hot-plug, less what its launcher pod uses now, must fit under the
+    base next to the namespace's other pods (while room is held too: the room is for targets,
+    not for growth). An edit KubeVirt applies only at a restart is not checked here: the larger
+    pod meets quota admission and the pod rules when it is made."""
+    if request.operation != "UPDATE":
+        return
+    vmi = lookups.vmis(request.namespace).get(request.name)
+    quota = lookups.managed_quota(request.namespace)
+    if vmi is None or quota is None:
+        return
+    try:
+        settings = launcher_settings(lookups, request.namespace, quota)
+        grown = hot_plugged(
+            spec(spec(request.obj or {}).get("template")), vmi, settings.cpu_allocation_ratio
+        )
+        if grown is None:
+            return
+        needed = launcher_quota_usage(grown, settings)
+    except (ValueError, OverflowError) as error:
+        raise Denied(f"VM {request.name}: cannot size its hot-plug: {error}", code=422) from error
+    if not quota_scope(quota).matches(launcher_scope_facts(grown, needed)):
+        return
+    view = view_of(lookups, request.namespace, quota)
+    growth = _beyond(needed, _launcher_usage_now(lookups, request.namespace, vmi))
+    check_fits_base(
+        f"VM {request.name}: hot-plugging its CPU or memory grows its launcher pod",
+        growth,
+        base_of(lookups, request.namespace, view),
+        view,
+    )
+
+
+def _launcher_usage_now(lookups: Lookups, namespace: str, vmi: Mapping[str, Any]) -> ResourceList:
+    """What the VMI's launcher pod uses now (the newest that counts; nothing without one)."""
+    uid = str((vmi.get("metadata") or {}).get("uid") or "")
+    pods = namespace_pods(lookups.launcher_pods(namespace)).launchers_of(uid)
+    counting = [view for view in pods if view.counts(lookups.now())]
+    if not counting:
+        return {}
+    return dict(max(counting, key=lambda view: (view.created, view.name)).usage)
+
+
+def _beyond(needed: ResourceList, now: ResourceList) -> ResourceList:
+    """The keys on which `needed` exceeds `now`, by how much."""
+    return {
+        key: value - now[key] if key in now else value
+        for key, value in needed.items()
+        if key not in now or value > now[key]
+    }
