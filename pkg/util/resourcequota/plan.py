@@ -51,17 +51,7 @@ from .base import (
     Mode,
     resolve_base,
 )
-from .floor import (
-    ANNOTATION_ROOMS_SINCE,
-    ANNOTATION_SLIPPED_IN,
-    Floor,
-    floor_of,
-    pod_key,
-    recorded_slipped_in,
-    rooms_since,
-    slipped_in_text,
-    sources_of,
-)
+from .floor import ANNOTATION_ROOMS_SINCE, rooms_since, used_before
 from .podindex import NamespacePods, namespace_pods
 from .rooms import (
     MigrationRoom,
@@ -108,9 +98,6 @@ class QuotaPlan:
     skipped: bool = False
     warnings: list[str] = field(default_factory=list)
     requeue_after: float | None = None
-    slipped_in: list[str] = field(default_factory=list)
-    """Pods that got in above the base while room was held (floor.py), oldest first: no raise
-    stands on them while they exist."""
 
     @property
     def holds_room(self) -> bool:
@@ -159,26 +146,19 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     rooms = _mask_rooms(rooms, base.hard.keys())
     used = used_without_targets(pods, rooms.target_pods, snapshot.now, scope)
     since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
-    floor = floor_of(
-        pods,
-        rooms.target_pods,
-        since,
-        sources=sources_of(pods, rooms.rooms),
-        allowance_base=base.hard,
-        recorded=recorded_slipped_in(snapshot.quota),
-        now=snapshot.now,
-        scope=scope,
+    # Without room held there are no arrivals to set aside: the floor is what is used.
+    floor = (
+        used if since is None else used_before(pods, rooms.target_pods, since, snapshot.now, scope)
     )
-    managed_hard = desired_hard(base.hard, floor.used, rooms.total())
+    managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(
         managed=True,
         base=base,
         rooms=rooms,
         used=used,
         skipped=skipped,
-        warnings=warnings + _slipped_in_warnings(floor),
+        warnings=warnings,
         requeue_after=next_release(pods, snapshot.now),
-        slipped_in=[view.name for view in floor.slipped_in],
     )
     if lowering_waits(managed_hard, snapshot.quota, rooms):
         current = (snapshot.quota.get("spec") or {}).get("hard") or {}
@@ -186,27 +166,9 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         return plan  # no annotation changes either: the write waits whole
     plan.hard = _full_hard(snapshot.quota, base, managed_hard)
     plan.annotations, plan.remove_annotations = _annotation_changes(
-        snapshot.quota,
-        base,
-        rooms.rooms,
-        managed_hard,
-        since,
-        slipped_in=slipped_in_text(floor.slipped_in),
+        snapshot.quota, base, rooms.rooms, managed_hard, since
     )
     return plan
-
-
-def _slipped_in_warnings(floor: Floor) -> list[str]:
-    """One warning naming the pods judged to have slipped in by this plan (the record keeps
-    them from being named again)."""
-    if not floor.newly_slipped_in:
-        return []
-    names = ", ".join(pod_key(view) for view in floor.newly_slipped_in)
-    return [
-        f"pods got in above the base while room was held (is the webhook down?): {names}; no "
-        "raise stands on them while they exist, so a migration needing the room they took "
-        "waits until they go"
-    ]
 
 
 def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
@@ -296,8 +258,6 @@ def _annotation_changes(
     rooms: Sequence[MigrationRoom],
     managed_hard: ResourceList,
     since: str | None,
-    *,
-    slipped_in: str | None,
 ) -> tuple[dict[str, str], list[str]]:
     """(annotations to set, annotation keys to remove) for the quota."""
     wanted: dict[str, str] = {}
@@ -312,15 +272,12 @@ def _annotation_changes(
             wanted[ANNOTATION_APPLIED] = resources.dumps(managed_hard)
     if rooms and since is not None:
         wanted[ANNOTATION_ROOMS_SINCE] = since
-    if slipped_in is not None:
-        wanted[ANNOTATION_SLIPPED_IN] = slipped_in
     current = annotations_of(quota)
     ours = [
         key
         for key in current
         if key.startswith(MIGRATING_PREFIX)
-        or key
-        in (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE, ANNOTATION_SLIPPED_IN)
+        or key in (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE)
     ]
     remove = sorted(key for key in ours if key not in wanted)
     changed = {key: value for key, value in wanted.items() if current.get(key) != value}
