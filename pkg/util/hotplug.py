@@ -46,11 +46,22 @@ def hot_plugged(
     """The VMI as KubeVirt will patch it to hot-plug what `template` (the VM's
     spec.template.spec) adds to the running `vmi`, or None when nothing is hot-plugged (no
     growth, or growth KubeVirt applies only at a restart)."""
+    if not _live_migratable(vmi):
+        return None  # KubeVirt: hot-plug only for migratable VMs, a restart otherwise
     patched = copy.deepcopy(dict(vmi))
     spec = patched.setdefault("spec", {})
     grew = _plug_cpu(template, spec, cpu_allocation_ratio)
     grew = _plug_memory(template, spec) or grew
     return patched if grew else None
+
+
+def _live_migratable(vmi: Mapping[str, Any]) -> bool:
+    """False only when KubeVirt reports the VMI's LiveMigratable condition False."""
+    conditions = (vmi.get("status") or {}).get("conditions") or []
+    return not any(
+        isinstance(c, Mapping) and c.get("type") == "LiveMigratable" and c.get("status") == "False"
+        for c in conditions
+    )
 
 
 def _resources(spec: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +85,11 @@ def _plug_cpu(template: Mapping[str, Any], spec: dict[str, Any], ratio: int) -> 
     most = int_at(cpu, "maxSockets", "spec.domain.cpu")
     if wanted <= sockets or most == 0 or wanted > most:
         return False
+    for field in ("cores", "threads"):  # KubeVirt restarts a VM whose cores or threads change
+        if int_at(wanted_cpu, field, "template.domain.cpu") != int_at(
+            cpu, field, "spec.domain.cpu"
+        ):
+            return False
     delta_vcpus = _vcpus(wanted_cpu, "template.domain.cpu") - _vcpus(cpu, "spec.domain.cpu")
     spec.setdefault("domain", {})["cpu"] = {**cpu, "sockets": wanted}
     delta = Quantity.parse(f"{max(delta_vcpus, 0) * (1000 // ratio)}m")

@@ -159,3 +159,33 @@ def test_an_edit_that_grows_nothing_passes_in_a_namespace_above_its_base() -> No
     relabelled = vm_of(instance)
     relabelled["metadata"]["labels"] = {"team": "b"}
     validate_vm(request("VirtualMachine", relabelled), lookups)
+
+
+def test_a_stop_or_relabel_passes_while_growth_is_left_pending() -> None:
+    """Review: the check charged any difference between the template and the VMI, so once an
+    edit left growth pending (KubeVirt made it a RestartRequired, or it came while the webhook
+    was down), every later update of the VM was denied: a stop, a relabel, KubeVirt's own."""
+    lookups = FakeLookups(quotas={"ns": quota_with({"limits.memory": "4797464313"})})
+    instance = hotpluggable_vmi()
+    running(lookups, instance)
+    pending = vm_of(instance, guest=str(guest_of(instance) + Quantity.from_int(FOUR_GI)))
+    relabelled = copy.deepcopy(pending)
+    relabelled["metadata"]["labels"] = {"team": "b"}
+    validate_vm(request("VirtualMachine", relabelled, pending), lookups)
+    stopped = copy.deepcopy(pending)
+    stopped["spec"]["runStrategy"] = "Halted"
+    validate_vm(request("VirtualMachine", stopped, pending), lookups)
+    with pytest.raises(Denied):
+        validate_vm(request("VirtualMachine", pending, vm_of(instance)), lookups)
+
+
+def test_kubevirt_restarts_rather_than_hot_plugs_a_changed_core_count_or_an_unmigratable_vmi() -> (
+    None
+):
+    instance = hotpluggable_vmi()
+    more_cores = vm_of(instance, sockets=2)["spec"]["template"]["spec"]
+    more_cores["domain"]["cpu"]["cores"] = 4
+    assert hot_plugged(more_cores, instance) is None
+    unmigratable = copy.deepcopy(instance)
+    unmigratable["status"]["conditions"] = [{"type": "LiveMigratable", "status": "False"}]
+    assert hot_plugged(vm_of(instance, sockets=2)["spec"]["template"]["spec"], unmigratable) is None

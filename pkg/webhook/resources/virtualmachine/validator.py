@@ -70,8 +70,12 @@ def validate_vm_growth(request: Request, lookups: Lookups) -> None:
     pod will use after the hot-plug, less what its launcher pod uses now, must fit under the
     base next to the namespace's other pods (while room is held too: the room is for targets,
     not for growth). An edit KubeVirt applies only at a restart is not checked here: the larger
-    pod meets quota admission and the pod rules when it is made."""
-    if request.operation != "UPDATE":
+    pod meets quota admission and the pod rules when it is made. Only an edit that changes the
+    template's compute shape is checked: a stop, a relabel or KubeVirt's own updates of the VM
+    pass whatever growth an earlier edit left pending."""
+    if request.operation != "UPDATE" or not _will_run(request.obj or {}):
+        return
+    if _compute_shape(request.obj) == _compute_shape(request.old):
         return
     vmi = lookups.vmis(request.namespace).get(request.name)
     quota = lookups.managed_quota(request.namespace)
@@ -96,6 +100,22 @@ def validate_vm_growth(request: Request, lookups: Lookups) -> None:
         growth,
         base_of(lookups, request.namespace, view),
         view,
+    )
+
+
+def _compute_shape(vm: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """What of a VM's template and spec a hot-plug reads (CPU, memory, resources, instancetype
+    and preference), to tell an edit that may grow it from one that cannot."""
+    vm_spec = spec(vm or {})
+    template = spec(vm_spec.get("template"))
+    raw = template.get("domain")
+    domain: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    return (
+        domain.get("cpu"),
+        domain.get("memory"),
+        domain.get("resources"),
+        vm_spec.get("instancetype"),
+        vm_spec.get("preference"),
     )
 
 
