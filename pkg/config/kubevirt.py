@@ -8,6 +8,8 @@ quota write is wrong and a third write follows. So the estimate reads what KubeV
   visible KubeVirt CR, the Harvester setting itself (its value, else its default, else "1.5");
 - the KubeVirt version from the CR's ``status.observedKubeVirtVersion`` unless one is configured;
 - memory overcommit, CPU allocation ratio and serial-console logging from the CR;
+- the VM rollout strategy from the CR (``spec.configuration.vmRolloutStrategy``): whether a running
+  VM's CPU or memory edit is hot-plugged, which decides the migration target pod it leads to;
 - from the CR too: the feature gates (AutoResourceLimitsGate), emulation (no kvm or vhost-net
   device), the support containers' resources, the network binding plugins (memory overhead and
   sidecars) and the autoCPULimitNamespaceLabelSelector;
@@ -114,6 +116,7 @@ def settings_from(
         cluster_arch=cluster_arch if cluster_arch is not None else host_architecture(),
         memory_overcommit=_positive_int(developer, "memoryOvercommit", 100),
         cpu_allocation_ratio=_positive_int(developer, "cpuAllocationRatio", 10),
+        vm_rollout_live_update=configuration.get("vmRolloutStrategy") in (None, "LiveUpdate"),
         # An empty object there disables it: presence is what counts.
         serial_console_log_disabled=_get(
             configuration, "virtualMachineOptions", "disableSerialConsoleLog"

@@ -851,45 +851,42 @@ async def slip_in(stack: Stack, *, most: int = 12) -> list[str]:
     return admitted
 
 
-async def test_hot_plugging_memory_beyond_the_base_into_a_running_vm_is_denied(
+async def test_hot_plugging_cpu_beyond_the_base_into_a_running_vm_is_denied(
     stack: Stack,
 ) -> None:
     """Review finding 4: with KubeVirt's LiveUpdate rollout, a tenant who raises a running VM's
-    guest memory (within the maxGuest its VMI started with) makes KubeVirt migrate the VM into a
-    larger target pod, a target like any other, so the VM came out above the base. The VM rule
-    now checks the edit like an in-place resize: 1Gi more does not fit what vm1's base leaves
-    free (3 CPU, 5000Mi; vm1 uses 4797464313 bytes), and the API server refuses the edit with
-    the webhook's reason; an edit that grows nothing passes."""
+    CPU sockets (within the maxSockets its VMI started with) makes KubeVirt migrate the VM into
+    a larger target pod, a target like any other, so the VM came out above the base. The VM rule
+    now checks the edit like an in-place resize. vm1 (2 cores, 1 socket; limits.cpu 2015m of
+    the 3-CPU base) and a 500m pod leave 485m free; 1 -> 4 sockets adds 6 vCPUs, which KubeVirt
+    adds to the VMI's CPU limit at 1000m / cpuAllocationRatio (10) each: +600m, which does not
+    fit, and the API server refuses the edit with the webhook's reason; an edit that grows
+    nothing passes. (A CPU hot-plug, not a memory one: KubeVirt hot-plugs memory only into a VMI
+    whose status.memory virt-api's defaults wrote, and this cluster has no virt-api; and a
+    Harvester VM's memory hot-plug grows its request, not its limit.)"""
     await stack.admin.create_quota(BASE)
     await stack.tenant.api.create(
         VIRTUAL_MACHINES, await hot_pluggable_vm(stack, VM1), stack.namespace
     )
     await eventually(lambda: _running(stack, VM1.name), timeout=START_TIMEOUT, what="vm1 running")
     vmi = await stack.api.get(VIRTUAL_MACHINE_INSTANCES, VM1.name, stack.namespace)
-    guest = Quantity.parse(vmi["spec"]["domain"]["memory"]["guest"])
-    assert vmi["spec"]["domain"]["memory"].get("maxGuest"), "the premise: hot-pluggable"
-    grow = {
-        "spec": {
-            "template": {
-                "spec": {"domain": {"memory": {"guest": str(guest + Quantity.parse("1Gi"))}}}
-            }
-        }
-    }
+    assert vmi["spec"]["domain"]["cpu"].get("maxSockets") == 4, "the premise: hot-pluggable"
+    await stack.tenant.create_pod("filler", cpu="500m", memory="64Mi")
+    grow = {"spec": {"template": {"spec": {"domain": {"cpu": {"sockets": 4}}}}}}
     denied = await refusal(
         stack.tenant.api.patch(VIRTUAL_MACHINES, VM1.name, grow, stack.namespace)
     )
     assert denied is not None, "the tenant's VM grew past the base through a hot-plug"
     assert "hot-plugging its CPU or memory" in denied.message, denied.message
-    assert "limits.memory" in denied.message, denied.message
+    assert "limits.cpu" in denied.message, denied.message
     label = {"metadata": {"labels": {"team": "b"}}}
     await stack.tenant.api.patch(VIRTUAL_MACHINES, VM1.name, label, stack.namespace)
     await within_base(stack)
 
 
 async def hot_pluggable_vm(stack: Stack, spec: VMSpec) -> Object:
-    """`spec` as the tenant's VM, its guest memory hot-pluggable up to four times (maxGuest in
-    the template: what virt-api's defaults set under LiveUpdate, which this cluster lacks)."""
+    """`spec` as the tenant's VM, its CPU sockets hot-pluggable up to 4 (maxSockets in the
+    template: what virt-api's defaults set under LiveUpdate, which this cluster lacks)."""
     vm = tenant_vm_object(spec, stack.namespace, **await _rendering(stack))
-    memory = vm["spec"]["template"]["spec"]["domain"]["memory"]
-    memory["maxGuest"] = str(Quantity.parse(memory["guest"]) * 4)
+    vm["spec"]["template"]["spec"]["domain"]["cpu"]["maxSockets"] = 4
     return vm

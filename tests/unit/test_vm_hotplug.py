@@ -5,10 +5,13 @@ other; the VM edit is checked like an in-place resize, so a VM never grows past 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
+from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.util.hotplug import hot_plugged
+from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.virtualmachine.validator import validate_vm
@@ -20,13 +23,34 @@ FOUR_GI = 4 * 1024**3
 
 
 def hotpluggable_vmi(name: str = "vm2") -> dict[str, Any]:
-    """A running Harvester-style VMI (2 cores, 4Gi) started under LiveUpdate: KubeVirt set
-    maxSockets and maxGuest (4x, its default hot-plug ratio)."""
+    """A running Harvester-style VMI (2 cores, 4Gi; its memory request below its guest memory)
+    started under LiveUpdate: KubeVirt set maxSockets and maxGuest (4x, its default hot-plug
+    ratio), and virt-api status.memory (guestAtBoot, guestCurrent, guestRequested: the guest)."""
     instance = vmi(name, cores=2, memory="4Gi")
     domain = instance["spec"]["domain"]
     domain["cpu"]["maxSockets"] = 4
-    domain["memory"]["maxGuest"] = str(Quantity.parse(domain["memory"]["guest"]) * 4)
+    guest = domain["memory"]["guest"]
+    domain["memory"]["maxGuest"] = str(Quantity.parse(guest) * 4)
+    instance["status"]["memory"] = {
+        "guestAtBoot": guest,
+        "guestCurrent": guest,
+        "guestRequested": guest,
+    }
     return instance
+
+
+def guaranteed_vmi(name: str = "vm2") -> dict[str, Any]:
+    """`hotpluggable_vmi` with its memory request equal to its guest memory (4Gi), so a memory
+    hot-plug grows the request by the delta and the limit with it."""
+    instance = hotpluggable_vmi(name)
+    instance["spec"]["domain"]["resources"]["requests"]["memory"] = "4Gi"
+    return instance
+
+
+def template_of(instance: dict[str, Any], **edits: Any) -> dict[str, Any]:
+    """The template of `vm_of(instance, **edits)`."""
+    template: dict[str, Any] = vm_of(instance, **edits)["spec"]["template"]["spec"]
+    return template
 
 
 def vm_of(
@@ -67,14 +91,125 @@ def test_a_cpu_hot_plug_patches_the_vmi_as_kubevirt_does() -> None:
 
 
 def test_a_memory_hot_plug_patches_the_vmi_as_kubevirt_does() -> None:
+    """KubeVirt v1.8 handleMemoryHotplugRequest on a Harvester-style VMI (request 2730Mi below
+    its 4Gi guest): the request plus the 4Gi delta (6826Mi) falls short of the 8Gi guest, so the
+    request becomes the guest and the delta for the limit is recomputed from it (0): the limit
+    stays 4Gi."""
     instance = hotpluggable_vmi()
     wanted = guest_of(instance) + Quantity.from_int(FOUR_GI)
-    grown = hot_plugged(vm_of(instance, guest=str(wanted))["spec"]["template"]["spec"], instance)
+    grown = hot_plugged(template_of(instance, guest=str(wanted)), instance)
     assert grown is not None
     resources = grown["spec"]["domain"]["resources"]
     assert Quantity.parse(grown["spec"]["domain"]["memory"]["guest"]) == wanted
+    assert Quantity.parse(resources["requests"]["memory"]) == wanted
+    assert Quantity.parse(resources["limits"]["memory"]) == Quantity.parse("4Gi")
+
+
+def test_a_memory_hot_plug_grows_a_request_equal_to_the_guest_and_the_limit_by_the_delta() -> None:
+    instance = guaranteed_vmi()
+    grown = hot_plugged(template_of(instance, guest="8Gi"), instance)
+    assert grown is not None
+    resources = grown["spec"]["domain"]["resources"]
+    assert Quantity.parse(resources["requests"]["memory"]) == Quantity.parse("8Gi")
     assert Quantity.parse(resources["limits"]["memory"]) == Quantity.parse("8Gi")
-    assert Quantity.parse(resources["requests"]["memory"]) >= wanted
+
+
+def test_the_memory_delta_is_taken_from_the_guest_memory_the_vmi_reports() -> None:
+    """KubeVirt: delta = template guest - status.memory.guestCurrent, not - spec guest. A VMI
+    whose guest reports 3Gi (a hot-unplug not all released) grows by 3Gi to reach 6Gi."""
+    instance = guaranteed_vmi()
+    instance["status"]["memory"]["guestCurrent"] = "3Gi"
+    grown = hot_plugged(template_of(instance, guest="6Gi"), instance)
+    assert grown is not None
+    resources = grown["spec"]["domain"]["resources"]
+    assert Quantity.parse(resources["requests"]["memory"]) == Quantity.parse("7Gi")
+    assert Quantity.parse(resources["limits"]["memory"]) == Quantity.parse("7Gi")
+
+
+def test_without_a_reported_current_guest_memory_kubevirt_hot_plugs_no_memory() -> None:
+    instance = hotpluggable_vmi()
+    del instance["status"]["memory"]["guestCurrent"]
+    assert hot_plugged(template_of(instance, guest="8Gi"), instance) is None
+    del instance["status"]["memory"]
+    assert hot_plugged(template_of(instance, guest="8Gi"), instance) is None
+
+
+def test_a_decrease_not_below_the_boot_guest_is_a_hot_plug_whose_delta_can_be_positive() -> None:
+    """A VMI booted with 4Gi, hot-plugged to 8Gi while its guest reports 6Gi: a template guest of
+    7Gi is below the VMI's but not below the boot guest, so KubeVirt hot-plugs it with a delta of
+    7Gi - 6Gi = +1Gi: the request and limit grow. 3Gi, below the boot guest, is a restart."""
+    instance = guaranteed_vmi()
+    instance["spec"]["domain"]["memory"]["guest"] = "8Gi"
+    instance["spec"]["domain"]["resources"]["requests"]["memory"] = "8Gi"
+    instance["spec"]["domain"]["resources"]["limits"]["memory"] = "8Gi"
+    instance["status"]["memory"]["guestCurrent"] = "6Gi"
+    grown = hot_plugged(template_of(instance, guest="7Gi"), instance)
+    assert grown is not None
+    resources = grown["spec"]["domain"]["resources"]
+    assert Quantity.parse(resources["requests"]["memory"]) == Quantity.parse("9Gi")
+    assert Quantity.parse(resources["limits"]["memory"]) == Quantity.parse("9Gi")
+    assert hot_plugged(template_of(instance, guest="3Gi"), instance) is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "guest"),
+    [
+        ("guest", None, "5000Mi"),  # 2Mi aligned, but leave it: the next is the unaligned one
+        ("guest", None, "5001Mi"),
+        ("architecture", "arm64", "8Gi"),
+        ("architecture", "s390x", "8Gi"),
+        ("realtime", {}, "8Gi"),
+        ("guestMappingPassthrough", {}, "8Gi"),
+        ("launchSecurity", {"sev": {}}, "8Gi"),
+        ("hugepages", {"pageSize": "1Gi"}, "8200Mi"),
+    ],
+    ids=[
+        "aligned",
+        "guest-not-2Mi-aligned",
+        "arm64",
+        "s390x",
+        "realtime",
+        "guest-mapping-passthrough",
+        "launch-security",
+        "1Gi-hugepages-unaligned",
+    ],
+)
+def test_memory_kubevirt_cannot_live_update_is_no_hot_plug(
+    field: str, value: Any, guest: str
+) -> None:
+    """memory.ValidateLiveUpdateMemory on the template: KubeVirt asks for a restart instead."""
+    instance = hotpluggable_vmi()
+    template = template_of(instance, guest=guest)
+    domain = template["domain"]
+    if field == "architecture":
+        template["architecture"] = value
+    elif field == "realtime":
+        domain["cpu"]["realtime"] = value
+    elif field == "guestMappingPassthrough":
+        domain["cpu"]["numa"] = {"guestMappingPassthrough": value}
+    elif field == "launchSecurity":
+        domain["launchSecurity"] = value
+    elif field == "hugepages":
+        domain["memory"]["hugepages"] = value
+    expected_plug = field == "guest" and guest == "5000Mi"
+    assert (hot_plugged(template, instance) is not None) is expected_plug
+
+
+def test_an_unaligned_max_guest_or_a_guest_below_1gi_is_no_memory_hot_plug() -> None:
+    instance = hotpluggable_vmi()
+    instance["spec"]["domain"]["memory"]["maxGuest"] = "16385Mi"
+    assert hot_plugged(template_of(instance, guest="8Gi"), instance) is None
+    small = hotpluggable_vmi()
+    small["spec"]["domain"]["memory"].update(guest="512Mi", maxGuest="2Gi")
+    small["status"]["memory"].update(guestAtBoot="512Mi", guestCurrent="512Mi")
+    assert hot_plugged(template_of(small, guest="1000Mi"), small) is None
+
+
+def test_kubevirt_hot_plugs_no_cpu_into_an_arm64_vm() -> None:
+    instance = hotpluggable_vmi()
+    template = template_of(instance, sockets=2)
+    template["architecture"] = "arm64"
+    assert hot_plugged(template, instance) is None
 
 
 @pytest.mark.parametrize(
@@ -96,7 +231,7 @@ def test_a_memory_hot_plug_beyond_the_base_is_denied_and_one_within_passes() -> 
     """The v1.7.0 namespace's base (3 CPU, 5000Mi) holds vm2's 4797464313 bytes: 4Gi more guest
     memory does not fit, and the edit is denied, naming the key; with a 10Gi base it passes."""
     lookups = FakeLookups(quotas={"ns": quota_with({"limits.memory": "4797464313"})})
-    instance = hotpluggable_vmi()
+    instance = guaranteed_vmi()
     running(lookups, instance)
     bigger = vm_of(instance, guest=str(guest_of(instance) + Quantity.from_int(FOUR_GI)))
     with pytest.raises(Denied) as denied:
@@ -139,7 +274,7 @@ def test_a_second_hot_plug_before_the_first_migrated_is_charged_for_both() -> No
             )
         }
     )
-    instance = hotpluggable_vmi()
+    instance = guaranteed_vmi()
     running(lookups, instance)
     step = Quantity.from_int(FOUR_GI)
     first = vm_of(instance, guest=str(guest_of(instance) + step))
@@ -166,7 +301,7 @@ def test_a_stop_or_relabel_passes_while_growth_is_left_pending() -> None:
     edit left growth pending (KubeVirt made it a RestartRequired, or it came while the webhook
     was down), every later update of the VM was denied: a stop, a relabel, KubeVirt's own."""
     lookups = FakeLookups(quotas={"ns": quota_with({"limits.memory": "4797464313"})})
-    instance = hotpluggable_vmi()
+    instance = guaranteed_vmi()
     running(lookups, instance)
     pending = vm_of(instance, guest=str(guest_of(instance) + Quantity.from_int(FOUR_GI)))
     relabelled = copy.deepcopy(pending)
@@ -189,3 +324,137 @@ def test_kubevirt_restarts_rather_than_hot_plugs_a_changed_core_count_or_an_unmi
     unmigratable = copy.deepcopy(instance)
     unmigratable["status"]["conditions"] = [{"type": "LiveMigratable", "status": "False"}]
     assert hot_plugged(vm_of(instance, sockets=2)["spec"]["template"]["spec"], unmigratable) is None
+
+
+def test_a_harvester_style_memory_hot_plug_is_charged_on_requests_memory_not_limits() -> None:
+    """The request-first rule at admission: a Harvester-style VM's +4Gi guest memory leaves its
+    limit alone, so a limits-only base (10Gi, the pod using 4797464313 bytes) holds it, while a
+    requests.memory base of 6Gi does not hold the request grown to the 8Gi guest."""
+    used = {"limits.memory": "4797464313", "requests.memory": "3Gi"}
+    lookups = FakeLookups(
+        quotas={"ns": quota_with(used, {"limits.cpu": "3", "limits.memory": "10Gi"})}
+    )
+    instance = hotpluggable_vmi()
+    running(lookups, instance)
+    bigger = vm_of(instance, guest="8Gi")
+    validate_vm(request("VirtualMachine", bigger), lookups)
+    lookups.quotas["ns"] = quota_with(
+        used, {"limits.cpu": "3", "limits.memory": "10Gi", "requests.memory": "6Gi"}
+    )
+    with pytest.raises(Denied) as denied:
+        validate_vm(request("VirtualMachine", bigger), lookups)
+    assert "requests.memory insufficient" in denied.value.message
+
+
+class StagedLookups(FakeLookups):
+    """A cluster whose KubeVirt CR sets vmRolloutStrategy: Stage."""
+
+    def kubevirt_settings(self) -> LauncherSettings:
+        return dataclasses.replace(super().kubevirt_settings(), vm_rollout_live_update=False)
+
+
+def test_the_kubevirt_cr_s_rollout_strategy_is_read() -> None:
+    def strategy(value: str | None) -> bool:
+        configuration = {} if value is None else {"vmRolloutStrategy": value}
+        kubevirt = {"spec": {"configuration": configuration}}
+        return settings_from(kubevirt, None, cluster_arch="amd64").vm_rollout_live_update
+
+    assert strategy(None) and strategy("LiveUpdate")
+    assert not strategy("Stage")
+
+
+def test_under_the_stage_rollout_strategy_kubevirt_hot_plugs_nothing_and_the_edit_passes() -> None:
+    lookups = StagedLookups(quotas={"ns": quota_with({"limits.memory": "4797464313"})})
+    instance = guaranteed_vmi()
+    running(lookups, instance)
+    validate_vm(request("VirtualMachine", vm_of(instance, guest="8Gi", sockets=4)), lookups)
+
+
+def test_a_vm_started_by_hand_under_the_manual_run_strategy_is_still_checked() -> None:
+    """KubeVirt hot-plugs into any running VMI whose VM it is not stopping: a Manual VM started
+    with virtctl start grows like an Always one."""
+    lookups = FakeLookups(quotas={"ns": quota_with({"limits.memory": "4797464313"})})
+    instance = guaranteed_vmi()
+    running(lookups, instance)
+    manual = vm_of(instance, guest="8Gi")
+    manual["spec"]["runStrategy"] = "Manual"
+    with pytest.raises(Denied):
+        validate_vm(request("VirtualMachine", manual), lookups)
+
+
+def test_dropping_what_held_kubevirt_s_hot_plug_back_is_checked() -> None:
+    """An edit that raises the guest memory while the template has launch security is no
+    hot-plug (ValidateLiveUpdateMemory) and passes; the next edit, dropping only the launch
+    security, makes KubeVirt hot-plug the growth left pending, so it is checked and denied."""
+    lookups = FakeLookups(quotas={"ns": quota_with({"limits.memory": "4797464313"})})
+    instance = guaranteed_vmi()
+    running(lookups, instance)
+    secured = vm_of(instance, guest="8Gi")
+    secured["spec"]["template"]["spec"]["domain"]["launchSecurity"] = {"sev": {}}
+    validate_vm(request("VirtualMachine", secured, vm_of(instance)), lookups)
+    with pytest.raises(Denied):
+        validate_vm(request("VirtualMachine", vm_of(instance, guest="8Gi"), secured), lookups)
+
+
+def with_instancetype(vm: dict[str, Any], name: str, **extra: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(vm)
+    changed["spec"]["instancetype"] = {
+        "kind": "VirtualMachineClusterInstancetype",
+        "name": name,
+        **extra,
+    }
+    return changed
+
+
+def test_switching_a_running_vm_to_a_bigger_instancetype_is_denied() -> None:
+    """KubeVirt expands the instancetype into the template before it hot-plugs, so a switch to
+    a bigger one hot-plugs CPU and memory the template never shows: any change of a running
+    VM's instancetype or preference is refused, the template unchanged."""
+    lookups = FakeLookups(quotas={"ns": quota_with({"limits.memory": "4797464313"})})
+    instance = guaranteed_vmi()
+    running(lookups, instance)
+    small = with_instancetype(vm_of(instance), "u1.medium", revisionName="r1")
+    for bigger in (
+        with_instancetype(vm_of(instance), "u1.2xlarge"),
+        with_instancetype(vm_of(instance), "u1.medium"),  # revisionName cleared: re-resolved
+        with_instancetype(vm_of(instance), "u1.medium", revisionName="r1", kind="X"),
+    ):
+        with pytest.raises(Denied) as denied:
+            validate_vm(request("VirtualMachine", bigger, small), lookups)
+        assert "stop the VM first, or ask an administrator" in denied.value.message
+    preferred = copy.deepcopy(small)
+    preferred["spec"]["preference"] = {"name": "sockets-first"}
+    with pytest.raises(Denied):
+        validate_vm(request("VirtualMachine", preferred, small), lookups)
+
+
+def test_an_instancetype_vm_that_is_stopped_or_keeps_its_instancetype_passes() -> None:
+    lookups = FakeLookups(quotas={"ns": quota_with({})})
+    instance = guaranteed_vmi()
+    small = with_instancetype(vm_of(instance), "u1.medium", revisionName="r1")
+    bigger = with_instancetype(vm_of(instance), "u1.2xlarge")
+    validate_vm(request("VirtualMachine", bigger, small), lookups)  # no VMI: a start is checked
+    lookups.quotas["ns"] = quota_with({"limits.memory": "4797464313"})
+    running(lookups, instance)
+    relabelled = copy.deepcopy(small)
+    relabelled["metadata"]["labels"] = {"team": "b"}
+    validate_vm(request("VirtualMachine", relabelled, small), lookups)
+    halted = copy.deepcopy(bigger)
+    halted["spec"]["runStrategy"] = "Halted"
+    validate_vm(request("VirtualMachine", halted, small), lookups)
+
+
+def test_a_cpu_hot_plug_beyond_the_base_is_denied_naming_limits_cpu() -> None:
+    """The integration test's numbers: vm2 (limits.cpu 2015m) and a 500m pod under the 3-CPU
+    base leave 485m; 1 -> 4 sockets of 2 cores adds 6 vCPUs, +600m on limits.cpu: denied.
+    With 200m fewer in use, 685m are free, and it passes."""
+    used = {"limits.cpu": "2515m", "limits.memory": "4864573177"}
+    lookups = FakeLookups(quotas={"ns": quota_with(used)})
+    instance = hotpluggable_vmi()
+    running(lookups, instance)
+    with pytest.raises(Denied) as denied:
+        validate_vm(request("VirtualMachine", vm_of(instance, sockets=4)), lookups)
+    assert "limits.cpu insufficient" in denied.value.message
+    assert "needs 600m, 485m left" in denied.value.message
+    lookups.quotas["ns"] = quota_with({**used, "limits.cpu": "2315m"})
+    validate_vm(request("VirtualMachine", vm_of(instance, sockets=4)), lookups)

@@ -56,6 +56,11 @@ class LauncherSettings:
     request from it)."""
     cpu_allocation_ratio: int = 10
     """developerConfiguration.cpuAllocationRatio: requests.cpu = vCPUs / it without a cpu request."""
+    vm_rollout_live_update: bool = True
+    """spec.configuration.vmRolloutStrategy is LiveUpdate or unset (KubeVirt's
+    IsVMRolloutStrategyLiveUpdate): a running VM's CPU or memory edit is hot-plugged and the VMI
+    migrated into a target pod rendered from the grown VMI (util/hotplug.py). False ("Stage"):
+    KubeVirt never hot-plugs; the edit waits for a restart."""
     serial_console_log_disabled: bool = False
     """virtualMachineOptions.disableSerialConsoleLog is present: no guest-console-log container
     unless the VMI asks for one."""

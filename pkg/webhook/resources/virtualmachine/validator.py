@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ....generic.meta import spec
-from ....util.hotplug import hot_plugged
+from ....util.hotplug import hot_plug_inputs, hot_plugged
 from ....util.launcher import attachment_quota_usage, launcher_quota_usage
 from ....util.quotascope import launcher_scope_facts, quota_scope
 from ....util.resourcequota.podindex import namespace_pods
@@ -57,32 +57,79 @@ def validate_vm_start(request: Request, lookups: Lookups) -> None:
 
 
 def validate_vm(request: Request, lookups: Lookups) -> None:
-    """Every VM rule: the start check, then the growth check."""
+    """Every VM rule: the start check, then the instancetype and growth checks."""
     validate_vm_start(request, lookups)
+    validate_vm_instancetype_change(request, lookups)
     validate_vm_growth(request, lookups)
 
 
-def validate_vm_growth(request: Request, lookups: Lookups) -> None:
-    """A running VM whose edit KubeVirt hot-plugs (more CPU sockets or guest memory, within the
-    maximum its VMI started with: util/hotplug.py) grows through a migration KubeVirt makes
-    itself, whose target pod is a migration target like any other and comes out larger than
-    the pod it replaces. So the edit is checked like an in-place resize: what the VM's launcher
-    pod will use after the hot-plug, less what its launcher pod uses now, must fit under the
-    base next to the namespace's other pods (while room is held too: the room is for targets,
-    not for growth). An edit KubeVirt applies only at a restart is not checked here: the larger
-    pod meets quota admission and the pod rules when it is made. Only an edit that changes the
-    template's compute shape is checked: a stop, a relabel or KubeVirt's own updates of the VM
-    pass whatever growth an earlier edit left pending."""
-    if request.operation != "UPDATE" or not _will_run(request.obj or {}):
-        return
-    if _compute_shape(request.obj) == _compute_shape(request.old):
-        return
+def _halted(vm: Mapping[str, Any]) -> bool:
+    """KubeVirt stops the VM's VMI (runStrategy Halted, or the legacy running: false), and
+    hot-plugs nothing into a VMI it is stopping. Manual is not halted: a VMI started by hand
+    keeps running and is hot-plugged like any other."""
+    strategy = spec(vm).get("runStrategy")
+    if strategy is not None:
+        return str(strategy) == "Halted"
+    return not spec(vm).get("running")
+
+
+def _running_vmi(request: Request, lookups: Lookups) -> Mapping[str, Any] | None:
+    """The VMI of the VM an UPDATE edits, when KubeVirt may hot-plug into it: it exists, the
+    edit does not halt the VM, and the namespace has a managed quota. None otherwise."""
+    if request.operation != "UPDATE" or _halted(request.obj or {}):
+        return None
     vmi = lookups.vmis(request.namespace).get(request.name)
+    if vmi is None or lookups.managed_quota(request.namespace) is None:
+        return None
+    return vmi
+
+
+def validate_vm_instancetype_change(request: Request, lookups: Lookups) -> None:
+    """A running VM that uses an instancetype may not change its instancetype or preference
+    (name, kind, revisionName or any other field): KubeVirt expands them into the template
+    (ApplyToVM) before it hot-plugs, so a bigger instancetype hot-plugs CPU sockets and guest
+    memory, and the webhook does not have the instancetype objects to size that. Any change
+    counts, even to a smaller one, since a reference's size is not known here."""
+    old_spec, new_spec = spec(request.old or {}), spec(request.obj or {})
+    if old_spec.get("instancetype") is None and new_spec.get("instancetype") is None:
+        return
+    if (old_spec.get("instancetype"), old_spec.get("preference")) == (
+        new_spec.get("instancetype"),
+        new_spec.get("preference"),
+    ):
+        return
+    if _running_vmi(request, lookups) is None:
+        return
+    raise Denied(
+        f"VM {request.name}: changing the instancetype or preference of a running VM can "
+        "hot-plug CPU or memory past the namespace's quota, which this webhook cannot size: "
+        "stop the VM first, or ask an administrator",
+        code=403,
+    )
+
+
+def validate_vm_growth(request: Request, lookups: Lookups) -> None:
+    """A running VM whose edit KubeVirt hot-plugs (more CPU sockets, or other guest memory,
+    within the maximum its VMI started with: util/hotplug.py) grows through a migration
+    KubeVirt makes itself, whose target pod is a migration target like any other and comes out
+    larger than the pod it replaces. So the edit is checked like an in-place resize: what the
+    VM's launcher pod will use after the hot-plug, less what its launcher pod uses now, must fit
+    under the base next to the namespace's other pods (while room is held too: the room is for
+    targets, not for growth). Not checked: an edit KubeVirt applies only at a restart (the larger
+    pod meets quota admission and the pod rules when it is made), any edit under the Stage
+    rollout strategy (KubeVirt never hot-plugs then), and an edit that leaves every field a
+    hot-plug reads unchanged (a stop, a relabel or KubeVirt's own updates of the VM pass
+    whatever growth an earlier edit left pending)."""
+    vmi = _running_vmi(request, lookups)
     quota = lookups.managed_quota(request.namespace)
     if vmi is None or quota is None:
         return
     try:
+        if hot_plug_inputs(request.obj) == hot_plug_inputs(request.old):
+            return
         settings = launcher_settings(lookups, request.namespace, quota)
+        if not settings.vm_rollout_live_update:
+            return
         grown = hot_plugged(
             spec(spec(request.obj or {}).get("template")), vmi, settings.cpu_allocation_ratio
         )
@@ -100,22 +147,6 @@ def validate_vm_growth(request: Request, lookups: Lookups) -> None:
         growth,
         base_of(lookups, request.namespace, view),
         view,
-    )
-
-
-def _compute_shape(vm: Mapping[str, Any] | None) -> tuple[Any, ...]:
-    """What of a VM's template and spec a hot-plug reads (CPU, memory, resources, instancetype
-    and preference), to tell an edit that may grow it from one that cannot."""
-    vm_spec = spec(vm or {})
-    template = spec(vm_spec.get("template"))
-    raw = template.get("domain")
-    domain: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    return (
-        domain.get("cpu"),
-        domain.get("memory"),
-        domain.get("resources"),
-        vm_spec.get("instancetype"),
-        vm_spec.get("preference"),
     )
 
 
