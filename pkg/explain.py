@@ -76,9 +76,6 @@ class Explanation:
     scope: str = ""
     """The managed quota's scopes ("" for none): it charges, and is raised for, only the pods
     they match."""
-    slipped_in: list[str] = field(default_factory=list)
-    """Pods that got in above the base while room was held (our webhook down): no raise stands
-    on them while they exist (floor.py)."""
     mtq_locks: list[dict[str, str]] = field(default_factory=list)
     """KubeVirt MTQ's namespace locks on this namespace: configuration, what it does, how to
     delete it."""
@@ -214,7 +211,6 @@ def _explanation(
     events: Sequence[Object],
 ) -> Explanation:
     result = Explanation(namespace, name(quota), managed=plan.managed, warnings=plan.warnings)
-    result.slipped_in = list(plan.slipped_in)
     scope = quota_scope(quota)
     result.scope = "" if scope.unscoped else str(scope)
     actual = {str(k): str(v) for k, v in (spec(quota).get("hard") or {}).items()}
@@ -336,11 +332,6 @@ def render_text(e: Explanation) -> str:
     else:
         lines.append(f"base ({e.base_source}): " + _pairs(e.base))
         lines.append("used without migration targets: " + _pairs(e.used_without_targets))
-    if e.slipped_in:
-        lines.append(
-            "slipped in above the base while room was held (no raise stands on them; delete "
-            "them to free the room they took): " + ", ".join(e.slipped_in)
-        )
     lines.append("migrations holding room:" + ("" if e.rooms else " none"))
     for room in e.rooms:
         pod = room["target_pod"] or "no target pod yet (estimated from the VMI)"

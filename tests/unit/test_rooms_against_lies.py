@@ -6,22 +6,17 @@ from __future__ import annotations
 
 import copy
 import datetime
-import json
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from harvester_quota.explain import explain, render_text
-from harvester_quota.generic.client import ApiClient
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
-from harvester_quota.util.resourcequota.slippedin import ANNOTATION_SLIPPED_IN
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
-from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
 
 NOW = datetime.datetime(2026, 1, 1, 12, tzinfo=datetime.UTC)
 LIMIT = {"limitsCpu": "10000m", "limitsMemory": "40Gi"}
@@ -338,138 +333,3 @@ def test_any_failure_of_a_room_estimate_is_an_estimate_error_not_a_failed_plan()
     assert planned.rooms.estimate_errors == {
         "m1": "cannot render the VMI's launcher pod (RecursionError)"
     }
-
-
-def _carried(quota: dict[str, Any], planned: QuotaPlan) -> dict[str, Any]:
-    """The quota after the plan's write: its hard and annotation changes applied."""
-    written = copy.deepcopy(quota)
-    written["spec"]["hard"] = dict(planned.hard)
-    annotations = written["metadata"]["annotations"]
-    annotations.update(planned.annotations)
-    for key in planned.remove_annotations:
-        annotations.pop(key, None)
-    return written
-
-
-def _used_cpu(pods: list[dict[str, Any]]) -> Quantity:
-    total = Quantity.parse("0")
-    for pod in pods:
-        total = total + pod_quota_usage(pod)["limits.cpu"]
-    return total
-
-
-def test_pods_that_slipped_in_gain_nothing_in_later_room_periods() -> None:
-    """Review finding 3: with the webhook down, a tenant who migrated its own VM again and again
-    gained one room each time (12 -> 18 CPU used over a 10-CPU base in four migrations): a pod
-    that slipped in was an arrival only for its room period, and the next raise stood on it.
-    Quota admission is played here as it judges (a pod gets in if it fits under spec.hard); the
-    tenant fills each held room, the migration is then given up. What slipped in stays at most
-    one room, whatever the number of periods."""
-    instance, source = running_vm("vm1")
-    pods = [source, tenant_pod("old", "7", VM_STARTED)]
-    quota = managed_quota("ns", HARD)
-    for period in range(4):
-        mig = migration_of(f"m{period}", instance, f"2026-01-01T1{period}:00:00Z")
-        raised = plan([mig], [instance], pods, quota)
-        quota = _carried(quota, raised)
-        free = cpu(raised) - _used_cpu(pods)
-        if free.sign() > 0:
-            pods.append(tenant_pod(f"slipper-{period}", str(free), f"2026-01-01T1{period}:00:30Z"))
-        quota = _carried(quota, plan([mig], [instance], pods, quota))
-        quota = _carried(quota, plan([], [instance], pods, quota))  # given up: released
-    above_base = _used_cpu(pods) - Quantity.parse("10")
-    assert above_base <= room_cpu(source), f"{above_base} above the base after four periods"
-    assert cpu(plan([], [instance], pods, quota)) == Quantity.parse("10")
-
-
-def test_a_pod_that_slipped_in_is_recorded_named_once_and_holds_no_raise_next_period() -> None:
-    instance, source = running_vm("vm1")
-    old = tenant_pod("old", "7", VM_STARTED)
-    first = migration_of("m1", instance, "2026-01-01T10:00:00Z")
-    slipper = tenant_pod("slipper", "2", "2026-01-01T10:00:30Z")
-    judged = plan([first], [instance], [source, old, slipper])
-    assert judged.slipped_in == ["slipper"]
-    assert json.loads(judged.annotations[ANNOTATION_SLIPPED_IN])["pods"] == [
-        "slipper@2026-01-01T10:00:30Z"
-    ]
-    assert [w for w in judged.warnings if "slipper@2026-01-01T10:00:30Z" in w], judged.warnings
-    quota = _carried(managed_quota("ns", HARD), judged)
-    again = plan([first], [instance], [source, old, slipper], quota)
-    assert not [w for w in again.warnings if "slipper" in w], "named once, when first judged"
-    released = _carried(quota, plan([], [instance], [source, old, slipper], quota))
-    assert ANNOTATION_SLIPPED_IN in released["metadata"]["annotations"], "kept while it exists"
-    second = migration_of("m2", instance, "2026-01-01T11:00:00Z")
-    later = plan([second], [instance], [source, old, slipper], released)
-    assert cpu(later) == Quantity.parse("10") + room_cpu(source), "no raise stands on it"
-
-
-def test_a_pod_that_fitted_the_base_when_it_came_is_never_judged_slipped_in() -> None:
-    """The honest case the first try at this got wrong: a pod our webhook admitted within the
-    base while room was held is the namespace's own, and the next period's raise stands on it
-    like any older pod, however the pods came in order."""
-    instance, source = running_vm("vm1")
-    old = tenant_pod("old", "7", VM_STARTED)
-    first = migration_of("m1", instance, "2026-01-01T10:00:00Z")
-    honest = [tenant_pod(f"honest-{i}", "400m", f"2026-01-01T10:00:{i:02}Z") for i in (30, 31)]
-    planned = plan([first], [instance], [source, old, *honest])
-    assert planned.slipped_in == []
-    record = json.loads(planned.annotations[ANNOTATION_SLIPPED_IN])
-    assert record["pods"] == record["vmis"] == [], "only that they were judged"
-    bigger_vm = tenant_pod("grown", "1", "2026-01-01T08:00:00Z")  # now over the base honestly
-    second = migration_of("m2", instance, "2026-01-01T11:00:00Z")
-    later = plan([second], [instance], [source, old, bigger_vm, *honest])
-    floor = room_cpu(source) + Quantity.parse("8800m")
-    assert cpu(later) == floor + room_cpu(source), "the floor counts the honest pods"
-
-
-def test_the_record_forgets_pods_that_are_gone_and_a_pod_recreated_under_the_name() -> None:
-    instance, source = running_vm("vm1")
-    record = json.dumps({"pods": ["slipper@2026-01-01T10:00:30Z"]})
-    quota = managed_quota("ns", HARD, {ANNOTATION_SLIPPED_IN: record})
-    recreated = tenant_pod("slipper", "500m", "2026-01-01T10:20:00Z")
-    for pods in ([source], [source, recreated]):
-        planned = plan([], [instance], pods, quota)
-        assert planned.slipped_in == [] and ANNOTATION_SLIPPED_IN in planned.remove_annotations
-
-
-def test_a_record_that_is_not_a_list_of_pods_is_rewritten_from_the_judgment() -> None:
-    instance, source = running_vm("vm1")
-    slipper = tenant_pod("slipper", "9", "2026-01-01T10:00:30Z")
-    for text in ("{", '{"a": 1}', "[1, 2]"):
-        quota = managed_quota("ns", HARD, {ANNOTATION_SLIPPED_IN: text})
-        planned = plan([migration_of("m1", instance)], [instance], [source, slipper], quota)
-        assert json.loads(planned.annotations[ANNOTATION_SLIPPED_IN])["pods"] == [
-            "slipper@2026-01-01T10:00:30Z"
-        ], text
-
-
-def test_a_vm_migrated_in_the_second_it_started_is_never_judged_slipped_in() -> None:
-    """creationTimestamp has whole seconds: a VM started and migrated within one second made its
-    source launcher an arrival of the room period, and the tenant's pods of that second, named
-    to be judged first, took its place under the base (measured on the local cluster: the
-    launcher recorded as slipped in, the tenant's pod not)."""
-    instance, source = running_vm("vm1")
-    source["metadata"]["creationTimestamp"] = MIGRATED
-    first_by_name = tenant_pod("aaa", "7", MIGRATED)
-    squeezed = tenant_pod("aab", "2", MIGRATED)
-    planned = plan([migration_of("m1", instance)], [instance], [source, first_by_name, squeezed])
-    assert source["metadata"]["name"] not in planned.slipped_in
-    assert planned.slipped_in == ["aab"]
-
-
-async def test_explain_names_the_pods_that_slipped_in_and_how_to_free_their_room() -> None:
-    instance, source = running_vm("vm1")
-    instance["metadata"]["namespace"] = source["metadata"]["namespace"] = "ns"
-    slipper = tenant_pod("slipper", "9", "2026-01-01T10:00:30Z")
-    record = json.dumps({"pods": ["slipper@2026-01-01T10:00:30Z"]})
-    cluster = ReadOnlyCluster(
-        {
-            "namespaces": [rancher_namespace("ns", LIMIT)],
-            "resourcequotas": [managed_quota("ns", HARD, {ANNOTATION_SLIPPED_IN: record})],
-            "virtualmachineinstances": [instance],
-            "pods": [source, slipper],
-        }
-    )
-    found = await explain(cast(ApiClient, cluster), "ns", kubevirt_version="1.6")
-    assert found.slipped_in == ["slipper"]
-    assert "delete them to free the room they took): slipper" in render_text(found)

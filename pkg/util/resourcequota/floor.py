@@ -37,12 +37,6 @@ _RFC3339_UTC: Final = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 """The form the API server writes creationTimestamp in; only such strings compare as times."""
 
 
-def recorded_rooms_since(quota: Mapping[str, Any]) -> str | None:
-    """The moment the quota records a room period began (None: none, or not a timestamp)."""
-    recorded = annotations_of(quota).get(ANNOTATION_ROOMS_SINCE)
-    return recorded if recorded is not None and _RFC3339_UTC.match(recorded) else None
-
-
 def rooms_since(quota: Mapping[str, Any], migrations_created: Iterable[str]) -> str | None:
     """When the room period began: the earlier of the recorded moment and the creation of the
     earliest migration holding room now; None when no room is held. A recorded value that is
@@ -50,8 +44,8 @@ def rooms_since(quota: Mapping[str, Any], migrations_created: Iterable[str]) -> 
     created = [moment for moment in migrations_created if _RFC3339_UTC.match(moment)]
     if not created:
         return None
-    recorded = recorded_rooms_since(quota)
-    if recorded is not None:
+    recorded = annotations_of(quota).get(ANNOTATION_ROOMS_SINCE)
+    if recorded is not None and _RFC3339_UTC.match(recorded):
         created.append(recorded)
     return min(created)
 

@@ -45,14 +45,13 @@ from ..resources import ResourceList, parse_resource_list_leniently
 from .base import (
     ANNOTATION_APPLIED,
     ANNOTATION_BASE,
-    RANCHER,
     STANDALONE,
     Base,
     BaseError,
     Mode,
     resolve_base,
 )
-from .floor import ANNOTATION_ROOMS_SINCE, recorded_rooms_since, rooms_since, used_before
+from .floor import ANNOTATION_ROOMS_SINCE, rooms_since, used_before
 from .podindex import NamespacePods, namespace_pods
 from .rooms import (
     MigrationRoom,
@@ -62,16 +61,6 @@ from .rooms import (
     next_release,
     plan_rooms,
     used_without_targets,
-)
-from .slippedin import (
-    ANNOTATION_SLIPPED_IN,
-    Judgment,
-    Namespace,
-    SlippedRecord,
-    judged,
-    pod_key,
-    recorded,
-    same_second_sources,
 )
 
 MIGRATING_PREFIX = f"{HARVESTER_PREFIX}/migrating"
@@ -109,9 +98,6 @@ class QuotaPlan:
     skipped: bool = False
     warnings: list[str] = field(default_factory=list)
     requeue_after: float | None = None
-    slipped_in: list[str] = field(default_factory=list)
-    """Pods that got in above the base while room was held (floor.py), oldest first: no raise
-    stands on them while they exist."""
 
     @property
     def holds_room(self) -> bool:
@@ -160,17 +146,19 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     rooms = _mask_rooms(rooms, base.hard.keys())
     used = used_without_targets(pods, rooms.target_pods, snapshot.now, scope)
     since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
-    judgment = _floor(snapshot, pods, rooms, base, since=since, used=used)
-    managed_hard = desired_hard(base.hard, judgment.floor, rooms.total())
+    # Without room held there are no arrivals to set aside: the floor is what is used.
+    floor = (
+        used if since is None else used_before(pods, rooms.target_pods, since, snapshot.now, scope)
+    )
+    managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(
         managed=True,
         base=base,
         rooms=rooms,
         used=used,
         skipped=skipped,
-        warnings=warnings + _slipped_in_warnings(judgment),
-        requeue_after=_sooner(next_release(pods, snapshot.now), judgment.judge_again_in),
-        slipped_in=list(judgment.kept_out),
+        warnings=warnings,
+        requeue_after=next_release(pods, snapshot.now),
     )
     if lowering_waits(managed_hard, snapshot.quota, rooms):
         current = (snapshot.quota.get("spec") or {}).get("hard") or {}
@@ -178,56 +166,9 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         return plan  # no annotation changes either: the write waits whole
     plan.hard = _full_hard(snapshot.quota, base, managed_hard)
     plan.annotations, plan.remove_annotations = _annotation_changes(
-        snapshot.quota,
-        base,
-        rooms.rooms,
-        managed_hard,
-        since,
-        slipped_in=judgment.record.text(),
+        snapshot.quota, base, rooms.rooms, managed_hard, since
     )
     return plan
-
-
-def _floor(
-    snapshot: NamespaceSnapshot,
-    pods: NamespacePods,
-    rooms: RoomPlan,
-    base: Base,
-    *,
-    since: str | None,
-    used: ResourceList,
-) -> Judgment:
-    """The floor (floor.py), and where the pods rule fails open while room is held (a Rancher
-    base raised directly, never labelled room-held) the judgment of what slipped in
-    (slippedin.py)."""
-    scope = quota_scope(snapshot.quota)
-    if base.source != RANCHER:
-        if since is None:
-            return Judgment(used, SlippedRecord())
-        floor = used_before(pods, rooms.target_pods, since, snapshot.now, scope)
-        return Judgment(floor, SlippedRecord())
-    namespace = Namespace(pods, rooms.target_pods, base.hard, snapshot.now, scope)
-    sources = same_second_sources(pods, (room.vmi_uid for room in rooms.rooms), since)
-    ended = None if since is not None else recorded_rooms_since(snapshot.quota)
-    return judged(namespace, recorded(snapshot.quota), since, sources, ended=ended)
-
-
-def _sooner(a: float | None, b: float | None) -> float | None:
-    return min((x for x in (a, b) if x is not None), default=None)
-
-
-def _slipped_in_warnings(judgment: Judgment) -> list[str]:
-    """One warning naming the arrivals this plan judged slipped in (the record keeps them from
-    being named again; at most ten named)."""
-    if not judgment.newly:
-        return []
-    names = ", ".join(pod_key(view) for view in judgment.newly[:10])
-    more = len(judgment.newly) - 10
-    return [
-        "pods got in above the base while room was held (is the webhook down?): "
-        f"{names}{f' and {more} more' if more > 0 else ''}; no raise stands on them while "
-        "they exist, so a migration needing the room they took waits until they go"
-    ]
 
 
 def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
@@ -317,8 +258,6 @@ def _annotation_changes(
     rooms: Sequence[MigrationRoom],
     managed_hard: ResourceList,
     since: str | None,
-    *,
-    slipped_in: str | None,
 ) -> tuple[dict[str, str], list[str]]:
     """(annotations to set, annotation keys to remove) for the quota."""
     wanted: dict[str, str] = {}
@@ -333,15 +272,12 @@ def _annotation_changes(
             wanted[ANNOTATION_APPLIED] = resources.dumps(managed_hard)
     if rooms and since is not None:
         wanted[ANNOTATION_ROOMS_SINCE] = since
-    if slipped_in is not None:
-        wanted[ANNOTATION_SLIPPED_IN] = slipped_in
     current = annotations_of(quota)
     ours = [
         key
         for key in current
         if key.startswith(MIGRATING_PREFIX)
-        or key
-        in (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE, ANNOTATION_SLIPPED_IN)
+        or key in (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE)
     ]
     remove = sorted(key for key in ours if key not in wanted)
     changed = {key: value for key, value in wanted.items() if current.get(key) != value}
