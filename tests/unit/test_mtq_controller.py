@@ -403,3 +403,22 @@ async def test_events_of_namespaces_without_a_vmmrq_queue_nothing_for_mtq() -> N
     assert resolve(event) == []
     setup(h)
     assert resolve(event) == ["tenant"]
+
+
+async def test_a_budget_that_leaves_out_the_attachment_pod_releases_nothing() -> None:
+    """A VM with a hotplugged volume gets virt-controller's attachment pod beside its target
+    (100m / 80M limits by default): a budget that holds the launcher alone would let the
+    launcher in and the attachment pod be refused, failing the migration. MTQ mode sized the
+    launcher alone; now the budget must hold both, or it warns and touches nothing."""
+    h = harness()
+    setup(h)
+    instance = h.cluster.get(VIRTUAL_MACHINE_INSTANCES, "tenant/vm0")
+    assert instance is not None
+    instance["spec"].setdefault("volumes", []).append(
+        {"name": "hp", "persistentVolumeClaim": {"claimName": "hp", "hotpluggable": True}}
+    )
+    h.cluster.put(VIRTUAL_MACHINE_INSTANCES, instance)
+    reconciler = h.reconciler()
+    await h.reconcile(reconciler)
+    assert LABEL_LOCKED not in namespace_labels(h)
+    assert [(name, reason) for name, reason, _ in h.events] == [("mig0", NOT_ENOUGH_REASON)]

@@ -2,7 +2,8 @@
 
 A migration is blocked when KubeVirt reports its target pod refused by quota and no target pod
 exists; it is sized as KubeVirt would render its target pod now (util/launcher/), with the
-namespace's LimitRange defaults admission adds. One that KubeVirt's parallel-migration limits
+namespace's LimitRange defaults admission adds, and the attachment pod virt-controller makes beside
+it for hotplugged volumes. One that KubeVirt's parallel-migration limits
 hold back (util/migrationlimits.py) gets no target pod whatever the quota says: it takes no
 lock, and the namespace is looked at again RECHECK_SECONDS later. Reads the caches only.
 """
@@ -21,7 +22,7 @@ from ...apis.kubevirt import (
 from ...config.management import Management
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
-from ...util.launcher import LauncherSettings, launcher_quota_usage
+from ...util.launcher import LauncherSettings, attachment_quota_usage, launcher_quota_usage
 from ...util.migrationlimits import (
     FINAL_PHASES,
     RECHECK_SECONDS,
@@ -31,6 +32,7 @@ from ...util.migrationlimits import (
 )
 from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.mtq import Blocked
+from ...util.resources import add
 from ..informers import QuotaInformers
 
 log = logging.getLogger(__name__)
@@ -134,7 +136,10 @@ class BlockedMigrations:
         if vmi is None:
             return None
         try:
-            usage = launcher_quota_usage(vmi, self.launcher_settings(namespace))
+            settings = self.launcher_settings(namespace)
+            # The attachment pod virt-controller makes beside a target with hotplugged volumes
+            # needs the budget too, or it is refused once the launcher is in.
+            usage = add(launcher_quota_usage(vmi, settings), attachment_quota_usage(vmi, settings))
         except ValueError as error:
             log.warning("%s: cannot size the target pod of %s: %s", namespace, vmi_name, error)
             return None
