@@ -421,7 +421,7 @@ def test_switching_a_running_vm_to_a_bigger_instancetype_is_denied() -> None:
     ):
         with pytest.raises(Denied) as denied:
             validate_vm(request("VirtualMachine", bigger, small), lookups)
-        assert "stop the VM first, or ask an administrator" in denied.value.message
+        assert "stop the VM first, change it, and start it again" in denied.value.message
     preferred = copy.deepcopy(small)
     preferred["spec"]["preference"] = {"name": "sockets-first"}
     with pytest.raises(Denied):

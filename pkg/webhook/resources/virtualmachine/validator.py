@@ -103,7 +103,7 @@ def validate_vm_instancetype_change(request: Request, lookups: Lookups) -> None:
     raise Denied(
         f"VM {request.name}: changing the instancetype or preference of a running VM can "
         "hot-plug CPU or memory past the namespace's quota, which this webhook cannot size: "
-        "stop the VM first, or ask an administrator",
+        "stop the VM first, change it, and start it again (its new launcher pod then meets the quota)",
         code=403,
     )
 
