@@ -33,8 +33,8 @@ from harvester_quota.testbench.localcluster.deploy import (
     client_as,
     documents,
     ensure_namespace,
-    register_kubevirt_labels_policy,
-    unregister_kubevirt_labels_policy,
+    register_kubevirt_policies,
+    unregister_kubevirt_policies,
     webhook_client_ca,
 )
 from harvester_quota.testbench.localcluster.deploy import (
@@ -200,7 +200,7 @@ async def running_webhooks(
             ports[0], ca.cert_pem, namespace, kubevirt_user=kubevirt_user
         )
         created = await apply(api, configuration)
-        await register_kubevirt_labels_policy(
+        await register_kubevirt_policies(
             api,
             {"kubernetes.io/metadata.name": namespace},
             kubevirt_user=kubevirt_user,
@@ -213,7 +213,7 @@ async def running_webhooks(
                 await api.delete(
                     KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
                 )
-                await unregister_kubevirt_labels_policy(api, created["metadata"]["name"])
+                await unregister_kubevirt_policies(api, created["metadata"]["name"])
         if proxy is not None:
             proxy.close()
         for caches, server in replica_set:

@@ -133,8 +133,14 @@ def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_th
     }
     assert bindings == {
         "harvester-quota-kubevirt-labels": ["Deny", "Audit"],
+        "harvester-quota-kubevirt-status": ["Deny"],
         "harvester-quota-webhook-leases": ["Deny"],
     }
+    status_writers = policies["harvester-quota-kubevirt-status"]["spec"]["matchConditions"][0]
+    for account in ("kubevirt-controller", "kubevirt-handler", "kubevirt-apiserver"):
+        assert f"'system:serviceaccount:harvester-system:{account}'" in (
+            status_writers["expression"]
+        ), "KubeVirt's own components write a VMI's status"
 
 
 async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: ApiClient) -> None:
@@ -175,9 +181,9 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         answer = await deployment.apply(api, document, dry_run=True)
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
-    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, two admission
+    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, three admission
     # policies with their bindings
-    assert checked == 21
+    assert checked == 23
 
 
 def by_kind_and_name(values: dict[str, object]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -859,3 +859,41 @@ async def hot_pluggable_vm(stack: Stack, spec: VMSpec) -> Object:
     vm = tenant_vm_object(spec, stack.namespace, **await _rendering(stack))
     vm["spec"]["template"]["spec"]["domain"]["cpu"]["maxSockets"] = 4
     return vm
+
+
+async def test_only_kubevirt_may_write_a_vmis_status_so_a_tenant_forges_no_hot_plug_or_volume(
+    stack: Stack,
+) -> None:
+    """A VMI has no status subresource, so `kubevirt.io:edit` let the tenant write its status,
+    which KubeVirt acts on: a memory hot-plug is sized from status.memory.guestCurrent (the
+    two-step bypass of the VM rule: edit the guest while the VMI reports none, then write the
+    status KubeVirt reads next), and status.volumeStatus sizes the attachment part of a room.
+    The shipped kubevirt-status policy refuses any status change but KubeVirt's (its
+    controller here; virt-handler, played by the administrator, is trusted too); a label change
+    still passes."""
+    await stack.admin.create_quota(BASE)
+    await start_vm(stack)
+    forged_memory = {"status": {"memory": {"guestAtBoot": "4Gi", "guestCurrent": "4Gi"}}}
+    forged_volume = {
+        "status": {"volumeStatus": [{"name": "hp", "target": "", "hotplugVolume": {}}]}
+    }
+
+    async def refused(patch: Object) -> errors.ApiError | None:
+        return await refusal(
+            stack.tenant.api.patch(
+                VIRTUAL_MACHINE_INSTANCES, VM1.name, patch, stack.namespace, dry_run=True
+            )
+        )
+
+    async def policy_refuses() -> bool:
+        denied = await refused(forged_memory)
+        return denied is not None and "ValidatingAdmissionPolicy" in denied.message
+
+    await eventually(policy_refuses, what="the kubevirt-status policy in force")
+    for forged in (forged_memory, forged_volume):
+        denied = await refused(forged)
+        assert denied is not None, f"the tenant wrote the VMI's status: {forged}"
+        assert "only KubeVirt may change a VirtualMachineInstance's status" in denied.message
+    relabel = {"metadata": {"labels": {"team": "b"}}}
+    await stack.tenant.api.patch(VIRTUAL_MACHINE_INSTANCES, VM1.name, relabel, stack.namespace)
+    await within_base(stack)

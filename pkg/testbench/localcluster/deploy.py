@@ -119,39 +119,53 @@ async def apply_shipped_rbac(api: ApiClient) -> None:
     for document in documents():
         if (
             document["kind"].startswith("ValidatingAdmissionPolicy")
-            and document["metadata"]["name"] != KUBEVIRT_LABELS_POLICY
+            and document["metadata"]["name"] not in KUBEVIRT_POLICIES
         ):
             await apply(api, document)
 
 
 KUBEVIRT_LABELS_POLICY: Final = "harvester-quota-kubevirt-labels"
-"""The shipped policy that lets only KubeVirt's controller set KubeVirt's pod labels; the other
-shipped policy (the webhook's Leases) is cluster-wide as shipped (apply_shipped_rbac)."""
+"""The shipped policy that lets only KubeVirt's controller set KubeVirt's pod labels."""
+
+KUBEVIRT_STATUS_POLICY: Final = "harvester-quota-kubevirt-status"
+"""The shipped policy that lets only KubeVirt change a VMI's status."""
+
+KUBEVIRT_POLICIES: Final = (KUBEVIRT_LABELS_POLICY, KUBEVIRT_STATUS_POLICY)
+"""The shipped policies a test or a run binds to its own namespaces (kubevirt_policies); the
+other shipped policy (the webhook's Leases) is cluster-wide as shipped (apply_shipped_rbac)."""
 
 
-def kubevirt_labels_policy(
+def kubevirt_policies(
     match_labels: Mapping[str, str], *, kubevirt_user: str = KUBEVIRT_USER, name: str
-) -> tuple[Object, Object]:
-    """The shipped kubevirt-labels policy and its binding, named `name`, with `kubevirt_user` as
-    KubeVirt's controller, bound only to the namespaces labelled `match_labels` (as
-    webhook_configuration narrows the webhook), so that a test's or a run's policy never meets
-    another's namespaces."""
-    policy, binding = (
-        copy.deepcopy(d)
-        for d in documents()
-        if d["kind"].startswith("ValidatingAdmissionPolicy")
-        and d["metadata"]["name"] == KUBEVIRT_LABELS_POLICY
-    )
-    policy["metadata"]["name"] = binding["metadata"]["name"] = name
-    binding["spec"]["policyName"] = name
-    for condition in policy["spec"]["matchConditions"]:
-        condition["expression"] = condition["expression"].replace(KUBEVIRT_USER, kubevirt_user)
-    selector = binding["spec"]["matchResources"].get("namespaceSelector") or {}
-    binding["spec"]["matchResources"]["namespaceSelector"] = {
-        **selector,
-        "matchLabels": dict(match_labels),
-    }
-    return policy, binding
+) -> list[Object]:
+    """The shipped KUBEVIRT_POLICIES and their bindings, each named `name` and a suffix, with
+    `kubevirt_user` as KubeVirt's controller, bound only to the namespaces labelled
+    `match_labels` (as webhook_configuration narrows the webhook), so that a test's or a run's
+    policies never meet another's namespaces; each policy before its binding."""
+    documents_out: list[Object] = []
+    for shipped in KUBEVIRT_POLICIES:
+        policy, binding = (
+            copy.deepcopy(d)
+            for d in documents()
+            if d["kind"].startswith("ValidatingAdmissionPolicy")
+            and d["metadata"]["name"] == shipped
+        )
+        policy["metadata"]["name"] = binding["metadata"]["name"] = _policy_name(name, shipped)
+        binding["spec"]["policyName"] = policy["metadata"]["name"]
+        for condition in policy["spec"]["matchConditions"]:
+            condition["expression"] = condition["expression"].replace(KUBEVIRT_USER, kubevirt_user)
+        selector = binding["spec"]["matchResources"].get("namespaceSelector") or {}
+        binding["spec"]["matchResources"]["namespaceSelector"] = {
+            **selector,
+            "matchLabels": dict(match_labels),
+        }
+        documents_out += [policy, binding]
+    return documents_out
+
+
+def _policy_name(name: str, shipped: str) -> str:
+    """`name` for the labels policy (as before there were two), `name`-status for the other."""
+    return name if shipped == KUBEVIRT_LABELS_POLICY else f"{name}-{shipped.rsplit('-', 1)[-1]}"
 
 
 async def service_account_token(
@@ -257,16 +271,17 @@ def webhook_configuration(
     return configuration
 
 
-async def register_kubevirt_labels_policy(
+async def register_kubevirt_policies(
     api: ApiClient, match_labels: Mapping[str, str], *, kubevirt_user: str, name: str
 ) -> None:
-    """Applies kubevirt_labels_policy (policy first, then its binding)."""
-    for document in kubevirt_labels_policy(match_labels, kubevirt_user=kubevirt_user, name=name):
+    """Applies kubevirt_policies (each policy first, then its binding)."""
+    for document in kubevirt_policies(match_labels, kubevirt_user=kubevirt_user, name=name):
         await apply(api, document)
 
 
-async def unregister_kubevirt_labels_policy(api: ApiClient, name: str) -> None:
-    """Deletes what register_kubevirt_labels_policy applied (binding first); gone is fine."""
-    for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
-        with contextlib.suppress(errors.NotFound):
-            await api.delete(KINDS[kind], name)
+async def unregister_kubevirt_policies(api: ApiClient, name: str) -> None:
+    """Deletes what register_kubevirt_policies applied (bindings first); gone is fine."""
+    for shipped in KUBEVIRT_POLICIES:
+        for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+            with contextlib.suppress(errors.NotFound):
+                await api.delete(KINDS[kind], _policy_name(name, shipped))

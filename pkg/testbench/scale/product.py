@@ -38,8 +38,8 @@ from ..localcluster.deploy import (
     WEBHOOK_SERVICE_ACCOUNT,
     apply,
     apply_shipped_rbac,
-    register_kubevirt_labels_policy,
-    unregister_kubevirt_labels_policy,
+    register_kubevirt_policies,
+    unregister_kubevirt_policies,
     webhook_client_flags,
     webhook_configuration,
     write_token_kubeconfig,
@@ -209,7 +209,7 @@ class Product:
         )
         await apply(self.api, configuration)
         self._configuration = configuration["metadata"]["name"]
-        await register_kubevirt_labels_policy(
+        await register_kubevirt_policies(
             self.api,
             self.match_labels,
             kubevirt_user=VIRT_CONTROLLER_USER,
@@ -220,7 +220,7 @@ class Product:
         if self._configuration is not None:
             with contextlib.suppress(errors.ApiError):
                 await self.api.delete(KINDS["ValidatingWebhookConfiguration"], self._configuration)
-                await unregister_kubevirt_labels_policy(self.api, self._configuration)
+                await unregister_kubevirt_policies(self.api, self._configuration)
             self._configuration = None
         for process in (self.webhook, self.controller):
             if process is not None and process.poll() is None:
