@@ -13,10 +13,11 @@ import copy
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
 from harvester_quota.config.management import Management
 from harvester_quota.controller.migration.common import QUOTA_FIRST_SECONDS, VmiAnnotator
-from harvester_quota.controller.migration.vmim_controller import VmimController
+from harvester_quota.controller.migration.vmim_controller import VmimController, migration_state
 from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.util.annotations import ANNOTATION_MIGRATION_STATE, ANNOTATION_MIGRATION_UID
 
@@ -172,3 +173,28 @@ async def test_nothing_to_write_waits_for_nothing() -> None:
 
     await VmiAnnotator(management, quota_first=quota_first).set(current, MIGRATING)
     assert calls == [] and client.patches == []
+
+
+@pytest.mark.parametrize(
+    ("phase", "abort", "expected"),
+    [
+        ("", False, "Pending migration"),
+        ("Pending", False, "Pending migration"),
+        ("Scheduling", False, "Migrating"),
+        ("Running", False, "Migrating"),
+        # A decentralized migration's side waiting for its peer has started nothing yet...
+        ("WaitingForSync", False, "Pending migration"),
+        # ...while two sides that synchronize are under way.
+        ("Synchronizing", False, "Migrating"),
+        ("WaitingForSync", True, "Aborting migration"),
+        ("Synchronizing", True, "Aborting migration"),
+        ("Succeeded", False, None),
+        ("Failed", True, None),
+    ],
+)
+def test_each_vmim_phase_maps_to_harvesters_state_decentralized_ones_by_meaning(
+    phase: str, abort: bool, expected: str | None
+) -> None:
+    conditions = [{"type": "migrationAbortRequested", "status": "True"}] if abort else []
+    migration = {"status": {"phase": phase, "conditions": conditions}}
+    assert migration_state(migration) == expected

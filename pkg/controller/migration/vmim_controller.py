@@ -11,7 +11,12 @@ namespace reconcile's business (controller/resourcequota).
 
 from __future__ import annotations
 
-from ...apis.kubevirt import CONDITION_ABORT_REQUESTED, FINAL_PHASES, PHASE_PENDING
+from ...apis.kubevirt import (
+    CONDITION_ABORT_REQUESTED,
+    FINAL_PHASES,
+    PHASE_PENDING,
+    PHASE_WAITING_FOR_SYNC,
+)
 from ...config.management import Management
 from ...generic.meta import annotations_of, has_condition, metadata, namespace, spec, status
 from ...generic.resource import Object
@@ -27,14 +32,25 @@ from .common import MIGRATION_ANNOTATIONS, VmiAnnotator
 HANDLER = "migration-annotations"
 
 
+WAITING_PHASES = frozenset({"", PHASE_PENDING, PHASE_WAITING_FOR_SYNC})
+"""Phases in which nothing of the migration has started: Harvester's "Pending migration".
+
+Harvester maps unset and Pending there, and Scheduling to Running to "Migrating"; it knows
+neither phase of a decentralized migration (KubeVirt v1.6+) and leaves the annotations as they
+were. We give them the state of the same meaning, so Harvester's UI shows such a migration too:
+`WaitingForSync` (this side waits for its peer's migration object; no pod exists yet) is
+pending, `Synchronizing` (the two sides exchange the migration's state) is migrating."""
+
+
 def migration_state(migration: Object) -> str | None:
-    """The Harvester state a VMIM's phase maps to (None once it has finished)."""
+    """The Harvester state a VMIM's phase maps to (None once it has finished): aborting while
+    an abort is requested, pending in WAITING_PHASES, migrating in any other phase."""
     phase = str(status(migration).get("phase") or "")
     if phase in FINAL_PHASES:
         return None
     if has_condition(migration, CONDITION_ABORT_REQUESTED):
         return MIGRATION_STATE_ABORTING
-    if phase in ("", PHASE_PENDING):
+    if phase in WAITING_PHASES:
         return MIGRATION_STATE_PENDING
     return MIGRATION_STATE_MIGRATING
 
