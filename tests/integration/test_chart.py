@@ -138,8 +138,8 @@ def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_th
     }
     status_writers = policies["harvester-quota-kubevirt-status"]["spec"]["matchConditions"][0]
     for account in ("kubevirt-controller", "kubevirt-handler", "kubevirt-apiserver"):
-        assert f"'system:serviceaccount:harvester-system:{account}'" in (
-            status_writers["expression"]
+        assert (
+            f"'system:serviceaccount:harvester-system:{account}'" in (status_writers["expression"])
         ), "KubeVirt's own components write a VMI's status"
 
 
