@@ -12,7 +12,7 @@ import pytest
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.scale.plan import PRESETS
-from harvester_quota.testbench.scale.run import ScaleRun
+from harvester_quota.testbench.scale.run import ScaleOptions, ScaleRun
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +26,7 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
         kubevirt_cluster,
         plan,
         tmp_path,
-        quiet_timeout=0,
-        delete_namespaces=True,
-        say=lambda _line: None,
+        ScaleOptions(quiet_timeout=0, delete_namespaces=True, say=lambda _line: None),
     )
     report = await run.run()
 

@@ -18,6 +18,7 @@ from .product import ProcessArgs
 
 if TYPE_CHECKING:
     from ..localcluster import ClusterInfo
+    from .run import ScaleOptions
 
 ENV_STATE_DIR: Final = "HARVESTER_QUOTA_SCALE_STATE_DIR"
 PODS_PER_NODE_FLOOR: Final = 110
@@ -113,6 +114,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
         )
         return 2
     from . import report as report_files  # noqa: PLC0415 - only `scale` needs the run
+    from .run import ScaleOptions  # noqa: PLC0415 - only `scale` needs the run
 
     command = "harvester-quota " + shlex.join(sys.argv[1:])
     try:
@@ -121,9 +123,11 @@ def cmd_scale(args: argparse.Namespace) -> int:
                 cluster,
                 plan,
                 args.report,
-                ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
-                baseline=not args.no_baseline,
-                strategy=args.strategy,
+                ScaleOptions(
+                    baseline=not args.no_baseline,
+                    strategy=args.strategy,
+                    process_args=ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
+                ),
             )
         )
     finally:
@@ -138,10 +142,7 @@ async def _run(
     cluster: ClusterInfo,
     plan: ScalePlan,
     report_dir: Path,
-    process_args: ProcessArgs,
-    *,
-    baseline: bool,
-    strategy: str,
+    options: ScaleOptions,
 ) -> Any:
     from .run import ScaleRun  # noqa: PLC0415 - only `scale` needs the run
 
@@ -157,8 +158,6 @@ async def _run(
             cluster,
             plan,
             report_dir / "work",
-            process_args=process_args,
-            baseline=baseline,
-            strategy=strategy,
+            options,
         )
         return await run.run()

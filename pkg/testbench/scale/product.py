@@ -20,7 +20,7 @@ import ssl
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -147,34 +147,29 @@ class ProcessArgs:
 NO_PROCESS_ARGS = ProcessArgs()
 
 
+@dataclass(eq=False)
 class Product:
     """The controller and webhook processes of one scale run (see the module docstring)."""
 
-    def __init__(
-        self,
-        api: ApiClient,
-        cluster: ClusterInfo,
-        workdir: Path,
-        *,
-        match_labels: Mapping[str, str],
-        kubevirt_version: str,
-        lease_name: str,
-        process_args: ProcessArgs = NO_PROCESS_ARGS,
-    ) -> None:
-        self.api = api
-        self.process_args = process_args
-        self.cluster = cluster
-        self.workdir = workdir
-        self.match_labels = dict(match_labels)
-        self.kubevirt_version = kubevirt_version
-        self.lease_name = lease_name
-        self.controller: subprocess.Popen[bytes] | None = None
-        self.webhook: subprocess.Popen[bytes] | None = None
-        self.health_port = 0
-        self.webhook_port = 0
-        self.webhook_metrics_port = 0
-        self._configuration: str | None = None
-        self._session: aiohttp.ClientSession | None = None
+    api: ApiClient
+    cluster: ClusterInfo
+    workdir: Path
+    """Where `start` writes the kubeconfigs, the webhook's certificate and both processes' logs."""
+    _: KW_ONLY
+    match_labels: Mapping[str, str]
+    """The labels of the run's namespaces: the webhook configuration and the KubeVirt policies
+    reach only namespaces labelled so."""
+    kubevirt_version: str
+    lease_name: str
+    """The controller's leader-election Lease; also names the webhook configuration."""
+    process_args: ProcessArgs = NO_PROCESS_ARGS
+    controller: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    webhook: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    health_port: int = field(default=0, init=False)
+    webhook_port: int = field(default=0, init=False)
+    webhook_metrics_port: int = field(default=0, init=False)
+    _configuration: str | None = field(default=None, init=False)
+    _session: aiohttp.ClientSession | None = field(default=None, init=False)
 
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

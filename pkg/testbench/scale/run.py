@@ -137,6 +137,30 @@ class ScaleReport:
         }
 
 
+@dataclass(frozen=True)
+class ScaleOptions:
+    """How a `ScaleRun` runs its plan; the defaults are the command line's. ValueError for a
+    strategy not in `plan.STRATEGIES`."""
+
+    baseline: bool = True
+    """Run each step again in twin namespaces without any quota (see the module docstring)."""
+    strategy: str = "ours"
+    """Whose quota writer runs: ours as deployed, or Harvester's own controllers."""
+    process_args: ProcessArgs = NO_PROCESS_ARGS
+    """Flags added to our controller's and webhook's command lines."""
+    quiet_timeout: float = 60.0
+    """Seconds a step waits at most for the cluster to go quiet before it starts."""
+    delete_namespaces: bool = False
+    """Delete the run's namespaces at teardown."""
+    say: Callable[[str], None] = print
+    """Where the run's progress lines go."""
+    clock: Clock = REAL_CLOCK
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
+
+
 class ScaleRun:
     """See the module docstring. One event loop; `run` once per instance."""
 
@@ -146,14 +170,7 @@ class ScaleRun:
         cluster: ClusterInfo,
         plan: ScalePlan,
         workdir: Path,
-        *,
-        quiet_timeout: float = 60.0,
-        delete_namespaces: bool = False,
-        baseline: bool = True,
-        strategy: str = "ours",
-        process_args: ProcessArgs = NO_PROCESS_ARGS,
-        say: Callable[[str], None] = print,
-        clock: Clock = REAL_CLOCK,
+        options: ScaleOptions = ScaleOptions(),
     ) -> None:
         if cluster.kubevirt_version is None:
             raise ValueError(
@@ -163,20 +180,18 @@ class ScaleRun:
         self.cluster = cluster
         self.plan = plan
         self.workdir = workdir
-        self.quiet_timeout = quiet_timeout
-        self.delete_namespaces = delete_namespaces
-        self.say = say
-        self.clock = clock
+        self.options = options
+        self.say = options.say
+        self.clock = options.clock
         self.run_id = uuid.uuid4().hex[:6]
         self.namespaces = [plan.namespace(i) for i in range(len(plan.namespaces))]
-        self.baseline = baseline
         self.baseline_namespaces = (
-            [plan.baseline_namespace(i) for i in range(len(plan.namespaces))] if baseline else []
+            [plan.baseline_namespace(i) for i in range(len(plan.namespaces))]
+            if options.baseline
+            else []
         )
         self.bases: dict[str, ResourceList] = {}
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
-        self.report = ScaleReport(plan, strategy=strategy)
+        self.report = ScaleReport(plan, strategy=options.strategy)
         in_run = frozenset(self.namespaces)
         self.kubevirt = VirtControllerDriver(
             api,
@@ -194,12 +209,12 @@ class ScaleRun:
                 outbound_per_node=max(2, plan.in_flight // max(1, plan.nodes // 2) + 2),
             ),
             handler_workers=16,
-            clock=clock,
+            clock=self.clock,
         )
-        self.quotas = QuotaWatch(api, in_run.__contains__, clock)
+        self.quotas = QuotaWatch(api, in_run.__contains__, self.clock)
         self.product: Product | HarvesterProduct = (
             HarvesterProduct(api, kubevirt_version=cluster.kubevirt_version)
-            if strategy == "harvester"
+            if options.strategy == "harvester"
             else Product(
                 api,
                 cluster,
@@ -207,7 +222,7 @@ class ScaleRun:
                 match_labels={RUN_LABEL: self.run_id},
                 kubevirt_version=cluster.kubevirt_version,
                 lease_name=f"scale-{self.run_id}",
-                process_args=process_args,
+                process_args=options.process_args,
             )
         )
 
@@ -234,7 +249,7 @@ class ScaleRun:
         """`step` in the quota namespaces and, with a baseline, in their twins; the baseline
         goes first on odd steps, so that neither arm always runs on the other's tail."""
         arms: list[tuple[list[StepResult], Step, str]] = [(self.report.steps, step, "")]
-        if self.baseline:
+        if self.options.baseline:
             arms.append((self.report.baseline_steps, self.plan.baseline_of(step), "no quota: "))
             if index % 2:
                 arms.reverse()
@@ -247,7 +262,7 @@ class ScaleRun:
     @property
     def vms(self) -> int:
         """The VMs of the run: the plan's, twice with a baseline."""
-        return self.plan.vms * (2 if self.baseline else 1)
+        return self.plan.vms * (2 if self.options.baseline else 1)
 
     async def _setup(self) -> None:
         started = self.clock.monotonic()
@@ -320,7 +335,10 @@ class ScaleRun:
                 with contextlib.suppress(errors.AlreadyExists):  # a retried create that landed
                     await _retrying(lambda: self.kubevirt.create_vm(spec, namespace, wait=False))
 
-        everything = [*self.plan.all_vms(), *(self.plan.baseline_vms() if self.baseline else ())]
+        everything = [
+            *self.plan.all_vms(),
+            *(self.plan.baseline_vms() if self.options.baseline else ()),
+        ]
         await asyncio.gather(*(create(ns, vm) for ns, vm in everything))
 
     async def _await_running(self, started: float) -> None:
@@ -468,7 +486,7 @@ class ScaleRun:
     async def _quiet(self) -> None:
         """Waits (at most `quiet_timeout`) until the cluster and the product together use under
         QUIET_CORES, so that a step's CPU is its own and not the previous step's tail."""
-        deadline = self.clock.monotonic() + self.quiet_timeout
+        deadline = self.clock.monotonic() + self.options.quiet_timeout
         while self.clock.monotonic() < deadline:
             before = self._processes()
             await self.clock.sleep(QUIET_WINDOW)
@@ -483,7 +501,7 @@ class ScaleRun:
         await self.product.stop()
         await self.quotas.stop()
         await self.kubevirt.stop()
-        if self.delete_namespaces:
+        if self.options.delete_namespaces:
             for namespace in (*self.namespaces, *self.baseline_namespaces):
                 with contextlib.suppress(errors.ApiError):
                     await self.api.delete(NAMESPACES, namespace)

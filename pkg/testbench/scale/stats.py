@@ -106,32 +106,14 @@ class StepResult:
             "succeeded": self.succeeded,
             "outcomes": dict(self.outcomes),
             "raise_latency_ms": {
-                "p50": _round_ms(self.p(0.5)),
-                "p99": _round_ms(self.p(0.99)),
-                "max": _round_ms(max(self.latencies, default=None)),
+                **_spread_ms(self.latencies),
                 "not_raised": self.not_raised,
                 "all": [round(1000 * v, 1) for v in self.latencies],
             },
-            "create_request_ms": {
-                "p50": _round_ms(percentile(self.create_seconds, 0.5)),
-                "p99": _round_ms(percentile(self.create_seconds, 0.99)),
-                "max": _round_ms(max(self.create_seconds, default=None)),
-            },
-            "target_admitted_after_create_sent_ms": {
-                "p50": _round_ms(percentile(self.target_admitted, 0.5)),
-                "p99": _round_ms(percentile(self.target_admitted, 0.99)),
-                "max": _round_ms(max(self.target_admitted, default=None)),
-            },
-            "succeeded_after_create_sent_ms": {
-                "p50": _round_ms(percentile(self.succeeded_after, 0.5)),
-                "p99": _round_ms(percentile(self.succeeded_after, 0.99)),
-                "max": _round_ms(max(self.succeeded_after, default=None)),
-            },
-            "room_after_create_sent_ms": {
-                "p50": _round_ms(percentile(self.since_request, 0.5)),
-                "p99": _round_ms(percentile(self.since_request, 0.99)),
-                "max": _round_ms(max(self.since_request, default=None)),
-            },
+            "create_request_ms": _spread_ms(self.create_seconds),
+            "target_admitted_after_create_sent_ms": _spread_ms(self.target_admitted),
+            "succeeded_after_create_sent_ms": _spread_ms(self.succeeded_after),
+            "room_after_create_sent_ms": _spread_ms(self.since_request),
             "reconciles": self.reconciles,
             "reconcile_ms_mean": _round_ms(self.reconcile_seconds / self.reconciles)
             if self.reconciles
@@ -218,6 +200,15 @@ def _ms(value: float | None) -> str:
 
 def _round_ms(value: float | None) -> float | None:
     return None if value is None else round(1000 * value, 1)
+
+
+def _spread_ms(values: Sequence[float]) -> dict[str, float | None]:
+    """The p50, p99 and largest of `values` (seconds) in milliseconds; None where empty."""
+    return {
+        "p50": _round_ms(percentile(values, 0.5)),
+        "p99": _round_ms(percentile(values, 0.99)),
+        "max": _round_ms(max(values, default=None)),
+    }
 
 
 def table(steps: Sequence[StepResult]) -> str:
