@@ -102,7 +102,7 @@ class VirtControllerDriver(KubeVirtDriver):
             client,
             timings=timings,
             namespaces=namespaces,
-            migration_duration=self._migration_duration,
+            migration_duration=self.migration_duration,
             workers=handler_workers,
             clock=clock,
         )

@@ -61,7 +61,7 @@ class KubeVirtDriver(ABC):
     def _spec(self, namespace: str, name: str) -> VMSpec | None:
         return self._specs.get(f"{namespace}/{name}")
 
-    def _migration_duration(self, namespace: str, vmi_name: str) -> float | None:
+    def migration_duration(self, namespace: str, vmi_name: str) -> float | None:
         """The VM's own migration duration, if its spec set one (None: the default timings)."""
         spec = self._spec(namespace, vmi_name)
         return None if spec is None else spec.migration_duration

@@ -27,23 +27,19 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ....apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, VIRTUAL_MACHINE_INSTANCES
 from ....config.kubevirt import host_architecture
 from ....generic import errors
-from ....generic.client import ApiClient
-from ....generic.clock import Clock
-from ....generic.events import NORMAL, WARNING, EventRecorder
+from ....generic.events import NORMAL, WARNING
 from ....generic.informer import ResourceEventHandler
 from ....generic.reconcileloop import run_reconcile_loop
 from ....generic.resource import PODS, Object, key_of
 from ....generic.store import Tombstone
 from ....generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from ....util.launcher import LauncherSettings
-from .config import KubeVirtConfig
 from .limits import InFlight, limit_reached
 from .objects import (
     ANNOTATION_EVACUATION,
@@ -73,8 +69,11 @@ from .phases import (
     Wait,
     next_step,
 )
-from .record import MigrationLog, MigrationRecord, Moment, Outcome
-from .view import ClusterView, pod_is_down, pod_is_ready
+from .record import MigrationRecord, Moment, Outcome
+from .view import pod_is_down, pod_is_ready
+
+if TYPE_CHECKING:
+    from .simulator import KubeVirtSimulator
 
 log = logging.getLogger(__name__)
 
@@ -127,36 +126,18 @@ class Flight:
         return any(c.get("type") == condition_type for c in self.conditions)
 
 
-RatioSource = Callable[[], Awaitable[str | None]]
-DurationSource = Callable[[str, str], float | None]
-
-
 class MigrationController:
-    """The migration half of the simulated virt-controller (see the module docstring)."""
+    """The migration half of the simulated virt-controller (see the module docstring).
 
-    def __init__(
-        self,
-        client: ApiClient,
-        view: ClusterView,
-        config: KubeVirtConfig,
-        clock: Clock,
-        records: MigrationLog,
-        *,
-        ratio: RatioSource,
-        migration_duration: DurationSource,
-        events: EventRecorder | None = None,
-    ) -> None:
-        self._client = client
-        self._view = view
-        self._config = config
-        self._clock = clock
-        self._records = records
-        self._ratio = ratio
-        self._migration_duration = migration_duration
-        self._events = events
-        self._timings = config.timings
+    It works with `simulator`'s API client, clock, cluster view, configuration, migration log and
+    event recorder, and asks it for the overhead ratio in force and each VM's migration time.
+    """
+
+    def __init__(self, simulator: KubeVirtSimulator) -> None:
+        self._sim = simulator
+        self._timings = simulator.config.timings
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
-            default_controller_rate_limiter(clock=clock), clock=clock
+            default_controller_rate_limiter(clock=simulator.clock), clock=simulator.clock
         )
         self._flights: dict[str, Flight] = {}
         self._source_pods: dict[str, MigrationRecord] = {}
@@ -170,15 +151,15 @@ class MigrationController:
         def migration_event(obj: Object | Tombstone) -> None:
             self.queue.add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
 
-        self._view.migrations.add_event_handler(
+        self._sim.view.migrations.add_event_handler(
             ResourceEventHandler.of_latest(migration_event, migration_event),
             name="sim virt-controller migrations",
         )
-        self._view.pods.add_event_handler(
+        self._sim.view.pods.add_event_handler(
             ResourceEventHandler.of_latest(self._pod_changed, self._pod_deleted),
             name="sim virt-controller pods",
         )
-        self._view.vmis.add_event_handler(
+        self._sim.view.vmis.add_event_handler(
             ResourceEventHandler(
                 on_add=lambda obj, _initial: self._vmi_changed(obj),
                 on_update=lambda _old, new: self._vmi_changed(new),
@@ -188,8 +169,8 @@ class MigrationController:
             ),
             name="sim virt-controller vmis",
         )
-        if self._config.quota_condition:
-            self._view.quotas.add_event_handler(
+        if self._sim.config.quota_condition:
+            self._sim.view.quotas.add_event_handler(
                 ResourceEventHandler(
                     on_update=lambda _old, new: self._quota_changed(new),
                     on_delete=lambda obj: self._quota_changed(
@@ -203,7 +184,7 @@ class MigrationController:
         uid = (meta(pod).get("labels") or {}).get("kubevirt.io/migrationJobUID")
         if not uid:
             return
-        migration = self._view.migration_by_uid(str(uid))
+        migration = self._sim.view.migration_by_uid(str(uid))
         if migration is not None:
             self.queue.add(key_of(migration))
 
@@ -214,11 +195,11 @@ class MigrationController:
         record = self._source_pods.pop(key_of(pod), None)
         if record is None:
             return
-        record.source_pod_gone = Moment.now(self._clock)
-        self._records.changed()
+        record.source_pod_gone = Moment.now(self._sim.clock)
+        self._sim.records.changed()
         uid = str(meta(pod).get("uid", ""))
         try:
-            await self._client.patch(
+            await self._sim.client.patch(
                 VIRTUAL_MACHINE_INSTANCES,
                 record.vmi,
                 {"status": {"activePods": {uid: None}}},
@@ -230,13 +211,15 @@ class MigrationController:
 
     def _vmi_changed(self, vmi: Object) -> None:
         namespace = str(meta(vmi).get("namespace", ""))
-        for migration in self._view.migrations_of_vmi(namespace, str(meta(vmi).get("name", ""))):
+        for migration in self._sim.view.migrations_of_vmi(
+            namespace, str(meta(vmi).get("name", ""))
+        ):
             self.queue.add(key_of(migration))
 
     def _quota_changed(self, quota: Object) -> None:
         """KubeVirt v0.59+: a quota change re-queues the namespace's quota-refused migrations."""
         namespace = str(meta(quota).get("namespace", ""))
-        for migration in self._view.migrations_in(namespace):
+        for migration in self._sim.view.migrations_in(namespace):
             conditions = status(migration).get("conditions") or []
             flight = self._flights.get(key_of(migration))
             refused = any(c.get("type") == CONDITION_REJECTED_BY_QUOTA for c in conditions) or (
@@ -248,7 +231,7 @@ class MigrationController:
     # Workers ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        for _ in range(self._config.workers):
+        for _ in range(self._sim.config.workers):
             self._tasks.append(
                 asyncio.ensure_future(
                     run_reconcile_loop(
@@ -271,19 +254,19 @@ class MigrationController:
     # Reconcile --------------------------------------------------------------------------------
 
     def _in_scope(self, key: str) -> bool:
-        scope = self._config.namespaces
+        scope = self._sim.config.namespaces
         return scope is None or key.partition("/")[0] in scope
 
     async def reconcile(self, key: str) -> float | None:
         """One pass over one migration; returns when to look again (None: on the next event)."""
         if not self._in_scope(key):
             return None  # another run's (or a real KubeVirt's) migration: not ours to play
-        vmim = self._view.migration(key)
+        vmim = self._sim.view.migration(key)
         if vmim is None:
             return await self._gone(key)
         flight = self._flight_for(key, vmim)
         deleting = bool(meta(vmim).get("deletionTimestamp"))
-        vmi = self._view.vmi(flight.namespace, flight.vmi_name) or await self._fetch_vmi(flight)
+        vmi = self._sim.view.vmi(flight.namespace, flight.vmi_name) or await self._fetch_vmi(flight)
         if vmi is None and not deleting:
             # KubeVirt deletes the migrations of a VMI that is gone, finished or not.
             if flight.phase not in FINAL:
@@ -305,7 +288,7 @@ class MigrationController:
         """The VMI from the API server when the cache has none: a VMI created just before its
         migration may not have reached the cache yet, and a missing VMI deletes the migration."""
         try:
-            return await self._client.get(
+            return await self._sim.client.get(
                 VIRTUAL_MACHINE_INSTANCES, flight.vmi_name, flight.namespace
             )
         except errors.NotFound:
@@ -327,13 +310,13 @@ class MigrationController:
         flight = self._flights.get(key)
         if flight is not None and flight.uid == uid:
             return flight
-        record = self._records.by_uid(uid) or self._records.add(
+        record = self._sim.records.by_uid(uid) or self._sim.records.add(
             MigrationRecord(
                 namespace=str(meta(vmim).get("namespace", "")),
                 name=str(meta(vmim).get("name", "")),
                 uid=uid,
                 vmi=str((vmim.get("spec") or {}).get("vmiName", "")),
-                created=Moment.now(self._clock),
+                created=Moment.now(self._sim.clock),
                 evacuation_node=(meta(vmim).get("annotations") or {}).get(ANNOTATION_EVACUATION),
             )
         )
@@ -347,15 +330,15 @@ class MigrationController:
             vmi_name=record.vmi,
             record=record,
             phase=phase,
-            entered=self._clock.monotonic(),
+            entered=self._sim.clock.monotonic(),
             transitions=list(vmim_status.get("phaseTransitionTimestamps") or []),
             conditions=list(vmim_status.get("conditions") or []),
             state=dict(vmim_status.get("migrationState") or {}),
             cleanups=list(flight.cleanups) if flight is not None else [],
         )
         if phase is not Phase.UNSET and not record.phases:
-            record.phases.append((phase, Moment.now(self._clock)))
-        targets = self._view.target_pods(uid)
+            record.phases.append((phase, Moment.now(self._sim.clock)))
+        targets = self._sim.view.target_pods(uid)
         if targets:
             self._adopt_target(new, targets[0])
         self._flights[key] = new
@@ -379,7 +362,7 @@ class MigrationController:
             patch["finalizers"] = [*finalizers, MIGRATION_FINALIZER]
             patch["resourceVersion"] = metadata.get("resourceVersion")
         if patch:
-            await self._client.patch(
+            await self._sim.client.patch(
                 VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
                 str(metadata.get("name")),
                 {"metadata": patch},
@@ -392,28 +375,28 @@ class MigrationController:
         """Unset -> Pending, or Failed when another migration of the VMI is in progress."""
         other = (status(vmi).get("migrationState") or {}).get("migrationUid")
         if other and other != flight.uid:
-            running = self._view.migration_by_uid(str(other))
+            running = self._sim.view.migration_by_uid(str(other))
             if running is not None and Phase.parse(status(running).get("phase")) not in FINAL:
                 reason = "another migration job is in progress"
                 await self._finish(flight, Outcome.FAILED, reason, target_linger=None)
                 return None
-        source = self._view.current_pod(vmi)
+        source = self._sim.view.current_pod(vmi)
         flight.record.source_node = status(vmi).get("nodeName")
         if source is not None:
             flight.record.source_pod = str(meta(source).get("name"))
-            if self._config.migration_status_details:
+            if self._sim.config.migration_status_details:
                 flight.state = {"sourcePod": flight.record.source_pod}
         await self._set_phase(flight, Phase.PENDING)
         return 0.0
 
     async def _schedule_target(self, vmim: Object, flight: Flight, vmi: Object) -> float | None:
-        existing = self._view.target_pods(flight.uid)
+        existing = self._sim.view.target_pods(flight.uid)
         if existing or flight.target_pod:
             if existing and not flight.target_pod:
                 self._adopt_target(flight, existing[0])
             await self._set_phase(flight, Phase.SCHEDULING, drop_condition=True)
             return 0.0
-        source = self._view.current_pod(vmi)
+        source = self._sim.view.current_pod(vmi)
         if source is None or status(vmi).get("phase") != "Running":
             # Not running (yet), or its pod not in the cache yet, or gone: look again shortly.
             return self._timings.active_pods_retry
@@ -430,15 +413,17 @@ class MigrationController:
 
     def _must_wait(self, flight: Flight, vmi: Object) -> float | None:
         vmi_uid = str(meta(vmi).get("uid", ""))
-        if self._view.active_pod_count(vmi_uid) > 1 or self._sibling_has_target(flight):
+        if self._sim.view.active_pod_count(vmi_uid) > 1 or self._sibling_has_target(flight):
             log.info("%s: waiting, VMI %s still has more than one pod", flight.key, flight.vmi_name)
             return self._timings.active_pods_retry
         reason = limit_reached(
-            status(vmi).get("nodeName"), self._in_flight(exclude=flight.key), self._config.limits
+            status(vmi).get("nodeName"),
+            self._in_flight(exclude=flight.key),
+            self._sim.config.limits,
         )
         if reason is not None:
             flight.record.held_by_limits += 1
-            self._records.changed()
+            self._sim.records.changed()
             log.info("%s: waiting to schedule the target pod: %s", flight.key, reason)
             return self._timings.limit_retry
         return None
@@ -457,7 +442,7 @@ class MigrationController:
 
     def _in_flight(self, exclude: str) -> list[InFlight]:
         result = []
-        for migration in self._view.all_migrations():
+        for migration in self._sim.view.all_migrations():
             key = key_of(migration)
             if key == exclude or not self._in_scope(key):
                 continue
@@ -467,8 +452,8 @@ class MigrationController:
                 phase, has_target = flight.phase, bool(flight.target_pod)
             else:
                 phase, has_target = Phase.parse(status(migration).get("phase")), False
-            has_target = has_target or bool(self._view.target_pods(uid))
-            vmi = self._view.vmi(
+            has_target = has_target or bool(self._sim.view.target_pods(uid))
+            vmi = self._sim.view.vmi(
                 str(meta(migration).get("namespace", "")),
                 str((migration.get("spec") or {}).get("vmiName", "")),
             )
@@ -481,30 +466,30 @@ class MigrationController:
         anti-affinity), the least loaded first, or the one the migration asks for."""
         occupied = {
             (pod.get("spec") or {}).get("nodeName")
-            for pod in self._view.pods_of_vmi(str(meta(vmi).get("uid", "")))
+            for pod in self._sim.view.pods_of_vmi(str(meta(vmi).get("uid", "")))
         }
         occupied.add(status(vmi).get("nodeName"))
         candidates = [
             node
-            for node in self._view.schedulable_nodes(self._config.nodes)
+            for node in self._sim.view.schedulable_nodes(self._sim.config.nodes)
             if node not in occupied
         ]
         wanted = ((vmim.get("spec") or {}).get("addedNodeSelector") or {}).get(HOSTNAME_LABEL)
         if wanted:
-            node = self._view.node_by_hostname(str(wanted))
+            node = self._sim.view.node_by_hostname(str(wanted))
             return node if node in candidates else None
         return candidates[0] if candidates else None
 
     async def _create_target(
         self, flight: Flight, vmi: Object, source: Object, target_node: str
     ) -> None:
-        has_cpu, has_memory = self._view.quota_limits_keys(flight.namespace)
+        has_cpu, has_memory = self._sim.view.quota_limits_keys(flight.namespace)
         # virt-controller sizes a VMI without spec.architecture for its own GOARCH, as
         # production assumes: this host's.
         settings = LauncherSettings(
             cluster_arch=host_architecture(),
-            kubevirt_version=self._config.version,
-            ratio=await self._ratio(),
+            kubevirt_version=self._sim.config.version,
+            ratio=await self._sim.overhead_ratio(),
             quota_has_limits_cpu=has_cpu,
             quota_has_limits_memory=has_memory,
         )
@@ -515,14 +500,14 @@ class MigrationController:
             migration=MigrationRef(uid=flight.uid, name=flight.name),
         )
         try:
-            created = await self._client.create(PODS, pod, flight.namespace)
+            created = await self._sim.client.create(PODS, pod, flight.namespace)
         except errors.ApiError as error:
             await self._creation_refused(flight, vmi, error)
             raise Requeue(f"failed to create vmi migration target pod: {error.message}") from None
         self._adopt_target(flight, created)
-        flight.record.admitted = Moment.now(self._clock)
+        flight.record.admitted = Moment.now(self._sim.clock)
         flight.record.source_pod = str(meta(source).get("name"))
-        self._records.changed()
+        self._sim.records.changed()
         log.info(
             "Created migration target pod %s/%s for migration %s",
             flight.namespace,
@@ -553,17 +538,17 @@ class MigrationController:
         )
         if EXCEEDED_QUOTA not in message:
             flight.record.failure_reason = message
-            self._records.changed()
+            self._sim.records.changed()
             return
-        flight.record.note_refusal(message, Moment.now(self._clock))
-        self._records.changed()
-        if self._config.quota_condition:
+        flight.record.note_refusal(message, Moment.now(self._sim.clock))
+        self._sim.records.changed()
+        if self._sim.config.quota_condition:
             await self._add_condition(flight, CONDITION_REJECTED_BY_QUOTA)
 
     # The walk ---------------------------------------------------------------------------------
 
     async def _walk(self, flight: Flight, vmi: Object) -> float | None:
-        target = self._view.pod(flight.namespace, flight.target_pod or "")
+        target = self._sim.view.pod(flight.namespace, flight.target_pod or "")
         if target is not None:
             flight.target_seen = True
         if flight.target_seen and (target is None or pod_is_down(target)):
@@ -574,10 +559,10 @@ class MigrationController:
         step = next_step(
             flight.phase,
             entered_at=flight.entered,
-            now=self._clock.monotonic(),
+            now=self._sim.clock.monotonic(),
             timings=self._timings,
             target_pod_ready=pod_is_ready(target),
-            migration_duration=self._migration_duration(flight.namespace, flight.vmi_name),
+            migration_duration=self._sim.migration_duration(flight.namespace, flight.vmi_name),
         )
         if isinstance(step, Wait):
             return step.seconds
@@ -590,7 +575,7 @@ class MigrationController:
     async def _enter(
         self, flight: Flight, vmi: Object, phase: Phase, target: Object | None
     ) -> None:
-        now = timestamp(self._clock.now())
+        now = timestamp(self._sim.clock.now())
         if phase is Phase.PREPARING_TARGET:
             await self._hand_off(flight, vmi)
         elif phase is Phase.TARGET_READY:
@@ -604,7 +589,7 @@ class MigrationController:
         elif phase is Phase.RUNNING:
             flight.state.update(startTimestamp=now, mode="PreCopy")
             await self._write_vmi_state(flight)
-            flight.record.started = Moment.now(self._clock)
+            flight.record.started = Moment.now(self._sim.clock)
         elif phase is Phase.SUCCEEDED:
             await self._complete(flight, now)
             return
@@ -613,7 +598,7 @@ class MigrationController:
     async def _hand_off(self, flight: Flight, vmi: Object) -> None:
         """Scheduled -> PreparingTarget: the VMI learns its target (virt-handler takes over)."""
         target_node = flight.record.target_node or ""
-        limits = self._config.limits
+        limits = self._sim.config.limits
         flight.state = {
             **({"sourcePod": flight.record.source_pod} if flight.record.source_pod else {}),
             "migrationUid": flight.uid,
@@ -656,7 +641,7 @@ class MigrationController:
             flight.cleanups.append(
                 Cleanup(
                     source,
-                    self._clock.monotonic() + self._timings.source_pod_linger,
+                    self._sim.clock.monotonic() + self._timings.source_pod_linger,
                     self._timings.source_pod_grace_seconds,
                 )
             )
@@ -677,7 +662,7 @@ class MigrationController:
         condition = {
             "type": condition_type,
             "status": "True",
-            "lastProbeTime": timestamp(self._clock.now()),
+            "lastProbeTime": timestamp(self._sim.clock.now()),
             "lastTransitionTime": None,
         }
         await self._write_status(flight, conditions=[*flight.conditions, condition])
@@ -689,7 +674,7 @@ class MigrationController:
             reason = "migration canceled before hand-off"
             await self._finish(flight, Outcome.ABORTED, reason, target_linger=0.0)
             return 0.0
-        now = self._clock.monotonic()
+        now = self._sim.clock.monotonic()
         if flight.abort_due is None:
             flight.abort_due = now + self._timings.abort_duration
             flight.state["abortRequested"] = True
@@ -710,7 +695,7 @@ class MigrationController:
             abortStatus="Succeeded",
             completed=True,
             failed=True,
-            endTimestamp=timestamp(self._clock.now()),
+            endTimestamp=timestamp(self._sim.clock.now()),
         )
         with contextlib.suppress(errors.NotFound):
             await self._write_vmi_state(flight)
@@ -719,7 +704,7 @@ class MigrationController:
         """A handed-off migration that failed is marked failed in the VMI's migrationState."""
         if flight.phase not in HANDED_OFF or meta(vmi).get("deletionTimestamp"):
             return
-        now = timestamp(self._clock.now())
+        now = timestamp(self._sim.clock.now())
         flight.state.update(completed=True, failed=True, endTimestamp=now)
         flight.state.setdefault("startTimestamp", now)
         with contextlib.suppress(errors.NotFound):
@@ -738,10 +723,10 @@ class MigrationController:
         record = flight.record
         record.outcome = outcome
         record.failure_reason = reason or record.failure_reason
-        record.finished = Moment.now(self._clock)
-        self._records.changed()
+        record.finished = Moment.now(self._sim.clock)
+        self._sim.records.changed()
         if target_linger is not None and flight.target_pod:
-            due = self._clock.monotonic() + target_linger
+            due = self._sim.clock.monotonic() + target_linger
             flight.cleanups.append(
                 Cleanup(flight.target_pod, due, self._timings.target_pod_grace_seconds)
             )
@@ -752,7 +737,7 @@ class MigrationController:
         """A finished migration: drop the finalizer, then delete pods whose time has come."""
         finalizers = list(meta(vmim).get("finalizers") or [])
         if MIGRATION_FINALIZER in finalizers:
-            await self._client.patch(
+            await self._sim.client.patch(
                 VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
                 flight.name,
                 {
@@ -777,10 +762,10 @@ class MigrationController:
             flight.phase = Phase.FAILED
             record = flight.record
             record.outcome, record.failure_reason = Outcome.ABORTED, "migration object deleted"
-            record.finished = Moment.now(self._clock)
-            self._records.changed()
+            record.finished = Moment.now(self._sim.clock)
+            self._sim.records.changed()
             if flight.target_pod:
-                due = self._clock.monotonic() + self._timings.failed_target_linger
+                due = self._sim.clock.monotonic() + self._timings.failed_target_linger
                 flight.cleanups.append(
                     Cleanup(flight.target_pod, due, self._timings.target_pod_grace_seconds)
                 )
@@ -791,7 +776,7 @@ class MigrationController:
 
     async def _run_cleanups(self, flight: Flight) -> float | None:
         """Deletes the pods that are due; returns the wait until the next one (None: none left)."""
-        now = self._clock.monotonic()
+        now = self._sim.clock.monotonic()
         remaining: list[Cleanup] = []
         for cleanup in flight.cleanups:
             if cleanup.due > now:
@@ -805,7 +790,7 @@ class MigrationController:
 
     async def _delete_pod(self, flight: Flight, cleanup: Cleanup) -> None:
         try:
-            await self._client.delete(
+            await self._sim.client.delete(
                 PODS, cleanup.pod, flight.namespace, grace_period_seconds=cleanup.grace
             )
         except errors.NotFound:
@@ -814,7 +799,7 @@ class MigrationController:
 
     async def _delete_migration(self, flight: Flight) -> None:
         with contextlib.suppress(errors.NotFound):
-            await self._client.delete(
+            await self._sim.client.delete(
                 VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, flight.name, flight.namespace
             )
 
@@ -828,7 +813,7 @@ class MigrationController:
         drop_condition: bool = False,
         final_state: bool = False,
     ) -> None:
-        moment = Moment.now(self._clock)
+        moment = Moment.now(self._sim.clock)
         transitions = [
             *flight.transitions,
             {"phase": phase.value, "phaseTransitionTimestamp": timestamp(moment.at)},
@@ -845,7 +830,7 @@ class MigrationController:
         )
         flight.phase, flight.entered = phase, moment.mono
         flight.record.phases.append((phase, moment))
-        self._records.changed()
+        self._sim.records.changed()
 
     async def _write_status(
         self,
@@ -860,12 +845,12 @@ class MigrationController:
         body: dict[str, Any] = {"phase": (phase or flight.phase).value or None}
         if conditions is not None:
             body["conditions"] = conditions or None
-        details = self._config.migration_status_details
+        details = self._sim.config.migration_status_details
         if details and transitions is not None:
             body["phaseTransitionTimestamps"] = transitions
         if details and with_state and flight.state:
             body["migrationState"] = copy.deepcopy(flight.state)
-        await self._client.patch(
+        await self._sim.client.patch(
             VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
             flight.name,
             {"status": body},
@@ -879,7 +864,7 @@ class MigrationController:
 
     async def _write_vmi_state(self, flight: Flight) -> None:
         """Replaces the VMI's status.migrationState with the flight's (a JSON patch "add")."""
-        await self._client.patch(
+        await self._sim.client.patch(
             VIRTUAL_MACHINE_INSTANCES,
             flight.vmi_name,
             [{"op": "add", "path": "/status/migrationState", "value": flight.state}],
@@ -889,7 +874,7 @@ class MigrationController:
         )
 
     async def _patch_vmi(self, flight: Flight, body: Object, subresource: str = "") -> None:
-        await self._client.patch(
+        await self._sim.client.patch(
             VIRTUAL_MACHINE_INSTANCES,
             flight.vmi_name,
             body,
@@ -905,5 +890,5 @@ class MigrationController:
         }
 
     def _event(self, obj: Object, event_type: str, reason: str, message: str) -> None:
-        if self._events is not None:
-            self._events.event(obj, event_type, reason, message)
+        if self._sim.events is not None:
+            self._sim.events.event(obj, event_type, reason, message)

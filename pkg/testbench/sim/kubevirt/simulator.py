@@ -98,21 +98,13 @@ class KubeVirtSimulator(KubeVirtDriver):
         self.namespace = namespace
         self.config = config or KubeVirtConfig()
         self.view = ClusterView(client, namespace=namespace, clock=clock)
-        self._events = (
+        self.events = (
             EventRecorder(client, "virt-controller", clock=clock)
             if self.config.record_events
             else None
         )
-        self.migrations = MigrationController(
-            client,
-            self.view,
-            self.config,
-            clock,
-            self.records,
-            ratio=self.overhead_ratio,
-            migration_duration=self._migration_duration,
-            events=self._events,
-        )
+        """Writes the Kubernetes Events virt-controller writes; None without `record_events`."""
+        self.migrations = MigrationController(self)
         self._last_ratio: str | None = HARVESTER_RATIO_DEFAULT
         self._round_robin = itertools.count()
         self._running = False
@@ -139,8 +131,8 @@ class KubeVirtSimulator(KubeVirtDriver):
         await self.migrations.stop()
         if release_finalizers:
             await self._release_finalizers()
-        if self._events is not None:
-            await self._events.close()
+        if self.events is not None:
+            await self.events.close()
         await self.view.stop()
 
     async def _release_finalizers(self) -> None:
@@ -361,8 +353,8 @@ class KubeVirtSimulator(KubeVirtDriver):
             created=True,
             conditions=[{**condition, "type": "Failure", "status": "True"}],
         )
-        if self._events is not None:
-            self._events.event(
+        if self.events is not None:
+            self.events.event(
                 {**vmi, "apiVersion": API_VERSION, "kind": "VirtualMachineInstance"},
                 WARNING,
                 "FailedCreate",
