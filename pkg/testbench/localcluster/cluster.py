@@ -279,28 +279,12 @@ class LocalCluster:
     def __init__(self, state_dir: Path | None = None, *, bin_dir: Path | None = None) -> None:
         self.state_dir = (state_dir or default_state_dir()).resolve()
         self._bin_dir = bin_dir
-
-    # Paths ---------------------------------------------------------------------------------
-
-    @property
-    def state_file(self) -> Path:
-        return self.state_dir / "state.json"
-
-    @property
-    def pki_dir(self) -> Path:
-        return self.state_dir / "pki"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.state_dir / "logs"
-
-    @property
-    def kubeconfig_path(self) -> Path:
-        return self.state_dir / "kubeconfig"
-
-    @property
-    def etcd_dir(self) -> Path:
-        return self.state_dir / "etcd-data"
+        # What the state directory holds.
+        self.state_file = self.state_dir / "state.json"
+        self.pki_dir = self.state_dir / "pki"
+        self.log_dir = self.state_dir / "logs"
+        self.kubeconfig_path = self.state_dir / "kubeconfig"
+        self.etcd_dir = self.state_dir / "etcd-data"
 
     # Public operations -----------------------------------------------------------------------
 
@@ -768,11 +752,7 @@ class LocalCluster:
             node = _fake_node(name, pods)
             if kubevirt:
                 node = _kubevirt_node(node)
-            try:
-                rest.post("/api/v1/nodes", node)
-            except ApiError as error:
-                if error.status != 409:
-                    raise ClusterError(f"creating fake node {name} failed: {error}") from error
+            _post_unless_exists(rest, "/api/v1/nodes", node, f"creating fake node {name}")
         return names
 
     # State ------------------------------------------------------------------------------------
@@ -908,11 +888,12 @@ def _install_crds(rest: RestClient, generated: Path | None = None) -> list[str]:
     names = []
     for document in crd_documents(generated):
         names.append(document["metadata"]["name"])
-        try:
-            rest.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", document)
-        except ApiError as error:
-            if error.status != 409:
-                raise ClusterError(f"installing CRD {names[-1]} failed: {error}") from error
+        _post_unless_exists(
+            rest,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            document,
+            f"installing CRD {names[-1]}",
+        )
     return names
 
 
@@ -954,12 +935,21 @@ def _create_kubevirt_cr(rest: RestClient, version: str) -> None:
 def _create(rest: RestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """POSTs ``body``; if it already exists, returns the stored object instead."""
     name = body["metadata"]["name"]
+    created = _post_unless_exists(rest, path, body, f"creating {path}/{name}")
+    return created if created is not None else rest.get(f"{path}/{name}")
+
+
+def _post_unless_exists(
+    rest: RestClient, path: str, body: dict[str, Any], what: str
+) -> dict[str, Any] | None:
+    """POSTs ``body`` to ``path``: the created object, or None if it exists already (409). Any
+    other refusal raises ClusterError("<what> failed: ...")."""
     try:
         return rest.post(path, body)
     except ApiError as error:
         if error.status != 409:
-            raise ClusterError(f"creating {path}/{name} failed: {error}") from error
-    return rest.get(f"{path}/{name}")
+            raise ClusterError(f"{what} failed: {error}") from error
+    return None
 
 
 def _lease_held(rest: RestClient) -> bool:
