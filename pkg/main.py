@@ -20,13 +20,14 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from . import __version__, app
 from .config.management import Options
 from .generic import config, errors
 from .generic.client import ApiClient
 from .generic.commandline import command_parser, run_command_line
+from .util.resourcequota.base import Mode
 from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
 
@@ -174,22 +175,29 @@ def _add_connection_flags(
     parser.add_argument("--context", default=default, help="kubeconfig context")
 
 
+def _add_kubevirt_flags(
+    parser: argparse.ArgumentParser, *, mode_help: str, version_help: str
+) -> None:
+    """--mode (where the base quota comes from: auto, rancher or standalone; default auto) and
+    --kubevirt-version (whose launcher pods to size; unset: what the KubeVirt CR says), which
+    every command that reads a base or sizes pods takes; the help says what this command does
+    with them."""
+    parser.add_argument("--mode", choices=get_args(Mode), default="auto", help=mode_help)
+    parser.add_argument("--kubevirt-version", help=version_help)
+
+
 def _add_run_command(commands: Any) -> None:
     run = commands.add_parser("run", help="run the quota controllers (leader-elected)")
     _add_connection_flags(run)
     run.add_argument(
         "--namespace", default="harvester-system", help="namespace of the leader Lease"
     )
-    run.add_argument(
-        "--mode",
-        choices=("auto", "rancher", "standalone"),
-        default="auto",
-        help="where the base quota comes from: Rancher's namespace annotation (rancher), a base "
-        "recorded on the quota (standalone), or the first when present (auto)",
-    )
-    run.add_argument(
-        "--kubevirt-version",
-        help="KubeVirt version whose launcher pods to size (default: read from the KubeVirt CR)",
+    _add_kubevirt_flags(
+        run,
+        mode_help="where the base quota comes from: Rancher's namespace annotation (rancher), a "
+        "base recorded on the quota (standalone), or the first when present (auto)",
+        version_help="KubeVirt version whose launcher pods to size (default: read from the "
+        "KubeVirt CR)",
     )
     run.add_argument("--workers", type=int, default=5, help="workers per controller")
     run.add_argument("--identity", help="leader-election identity (default: host name)")
@@ -230,13 +238,11 @@ def _add_explain_command(commands: Any) -> None:
     command.add_argument("namespace")
     _add_connection_flags(command)
     command.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    command.add_argument(
-        "--mode",
-        choices=("auto", "rancher", "standalone"),
-        default="auto",
-        help="the controller's --mode, if not auto",
+    _add_kubevirt_flags(
+        command,
+        mode_help="the controller's --mode, if not auto",
+        version_help="the controller's --kubevirt-version, if set",
     )
-    command.add_argument("--kubevirt-version", help="the controller's --kubevirt-version, if set")
     command.set_defaults(handler=cmd_explain)
 
 
@@ -263,12 +269,10 @@ def _add_preflight_command(commands: Any) -> None:
             help="whose quota raises to expect: harvester-quota's, Harvester's, none (plain "
             "KubeVirt), or auto (what the cluster runs)",
         )
-        parser.add_argument("--kubevirt-version", help="KubeVirt version (default: from its CR)")
-        parser.add_argument(
-            "--mode",
-            choices=("auto", "rancher", "standalone"),
-            default="auto",
-            help="the controller's --mode, if not auto (strategy ours)",
+        _add_kubevirt_flags(
+            parser,
+            mode_help="the controller's --mode, if not auto (strategy ours)",
+            version_help="KubeVirt version (default: from its CR)",
         )
         parser.set_defaults(handler=cmd_preflight)
     upgrade.set_defaults(nodes=[])
@@ -339,12 +343,10 @@ def _add_webhook_command(commands: Any) -> None:
         help="user that creates migration target pods (repeatable; default: KubeVirt's controller "
         "service accounts in harvester-system and kubevirt)",
     )
-    hook.add_argument("--kubevirt-version", help="KubeVirt version (default: from the KubeVirt CR)")
-    hook.add_argument(
-        "--mode",
-        choices=("auto", "rancher", "standalone"),
-        default="auto",
-        help="the controller's --mode: in standalone mode Rancher's annotation is no base",
+    _add_kubevirt_flags(
+        hook,
+        mode_help="the controller's --mode: in standalone mode Rancher's annotation is no base",
+        version_help="KubeVirt version (default: from the KubeVirt CR)",
     )
     hook.add_argument(
         "--namespace",

@@ -14,11 +14,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
 
+from ..generic.metrics import MetricFactory
 from ..util.quantity import Quantity
 
-PREFIX = "harvester_quota"
 BLOCKED_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800)
 RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
@@ -32,55 +32,46 @@ class QuotaMetrics:
     """The controller's metrics: rooms, refusals, writes, reconcile time, usage over the base."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.room = Gauge(
-            f"{PREFIX}_room",
+        declare = MetricFactory(registry)
+        self.room = declare.gauge(
+            "room",
             "Room held for live migrations, per namespace and quota key (base units).",
             ["namespace", "resource"],
-            registry=registry,
         )
-        self.migrations_holding_room = Gauge(
-            f"{PREFIX}_migrations_holding_room",
-            "Live migrations holding room, per namespace.",
-            ["namespace"],
-            registry=registry,
+        self.migrations_holding_room = declare.gauge(
+            "migrations_holding_room", "Live migrations holding room, per namespace.", ["namespace"]
         )
-        self.usage_above_base = Gauge(
-            f"{PREFIX}_usage_above_base",
+        self.usage_above_base = declare.gauge(
+            "usage_above_base",
             "Usage without migration targets above the base, per namespace and key (base units).",
             ["namespace", "resource"],
-            registry=registry,
         )
-        self.target_pods_refused = Counter(
-            f"{PREFIX}_target_pods_refused",
+        self.target_pods_refused = declare.counter(
+            "target_pods_refused",
             "Migrations whose target pod quota admission refused at least once "
             "(VMIM condition migrationRejectedByResourceQuota), per namespace.",
             ["namespace"],
-            registry=registry,
         )
-        self.blocked_seconds = Histogram(
-            f"{PREFIX}_migration_blocked_seconds",
+        self.blocked_seconds = declare.histogram(
+            "migration_blocked_seconds",
             "How long a migration refused by quota stayed refused (first refusal to last clearing), "
             "observed when it leaves Pending or is deleted.",
             buckets=BLOCKED_BUCKETS,
-            registry=registry,
         )
-        self.quota_writes = Counter(
-            f"{PREFIX}_quota_writes",
+        self.quota_writes = declare.counter(
+            "quota_writes",
             "Writes of managed ResourceQuotas, by outcome (written, conflict, error).",
             ["outcome"],
-            registry=registry,
         )
-        self.reconcile_seconds = Histogram(
-            f"{PREFIX}_reconcile_duration_seconds",
+        self.reconcile_seconds = declare.histogram(
+            "reconcile_duration_seconds",
             "Time of one namespace reconcile, writes included.",
             buckets=RECONCILE_BUCKETS,
-            registry=registry,
         )
-        self.rancher_denials = Counter(
-            f"{PREFIX}_rancher_denials",
+        self.rancher_denials = declare.counter(
+            "rancher_denials",
             "Quota writes denied by Rancher's protection of its default quota, per namespace.",
             ["namespace"],
-            registry=registry,
         )
         self._room_keys: dict[str, set[str]] = {}
         self._above_keys: dict[str, set[str]] = {}

@@ -17,7 +17,9 @@ Not thread-safe: event loop only. Time comes from the injected clock.
 from __future__ import annotations
 
 import logging
+import math
 
+from .backoff import Backoff
 from .clock import Clock
 
 log = logging.getLogger(__name__)
@@ -47,11 +49,12 @@ class Permission:
         """What the write does, for the log ("label namespaces")."""
         self._advice = advice
         self._clock = clock
-        self._first_retry = first_retry
-        self._max_retry = max_retry
+        self._backoff = Backoff(
+            clock, initial=first_retry, cap=max_retry, jitter=0.0, reset_after=math.inf
+        )
+        """Only `granted()` ends a streak of refusals, however long it lasted."""
         self._refusals = 0
         """Refusals in a row since the write last went through."""
-        self._delay = 0.0
         self._retry_at = float("-inf")
 
     def allowed(self) -> bool:
@@ -64,18 +67,16 @@ class Permission:
 
     def refused(self, error: Exception) -> None:
         """The API server refused the write: closed for the next backoff step."""
-        self._delay = (
-            self._first_retry if self._refusals == 0 else min(self._delay * 2, self._max_retry)
-        )
+        delay = self._backoff.next()
         self._refusals += 1
-        self._retry_at = self._clock.monotonic() + self._delay
-        if self._refusals == 1 or self._delay >= self._max_retry:
+        self._retry_at = self._clock.monotonic() + delay
+        if self._refusals == 1 or delay >= self._backoff.cap:
             log.warning(
                 "cannot %s (%s): %s; trying again in %.0f s",
                 self.what,
                 error,
                 self._advice,
-                self._delay,
+                delay,
             )
         else:
             log.debug("cannot %s (%s), %d refusals in a row", self.what, error, self._refusals)
@@ -85,5 +86,5 @@ class Permission:
         if self._refusals:
             log.info("may %s again after %d refusals", self.what, self._refusals)
         self._refusals = 0
-        self._delay = 0.0
+        self._backoff.reset()
         self._retry_at = float("-inf")

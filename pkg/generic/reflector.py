@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import errors
+from .backoff import Backoff
 from .client import ApiClient, ListResult, WatchEvent, status_error
 from .clock import REAL_CLOCK, Clock, wait_at_most
 from .resource import Object, Resource
@@ -119,44 +120,6 @@ class ReflectorSink(Protocol):
     def on_list(self, items: list[Any], resource_version: str) -> None: ...
 
     def on_event(self, event_type: str, obj: Object) -> None: ...
-
-
-class Backoff:
-    """client-go's exponential backoff manager: 0.8 s doubling to 30 s, jitter 1.0 (each delay
-    lies in [d, 2d)), back to 0.8 s when two minutes have passed since the last backoff began."""
-
-    def __init__(
-        self,
-        clock: Clock,
-        *,
-        initial: float = 0.8,
-        cap: float = 30.0,
-        factor: float = 2.0,
-        jitter: float = 1.0,
-        reset_after: float = 120.0,
-        rng: random.Random | None = None,
-    ) -> None:
-        self._clock = clock
-        self.initial, self.cap, self.factor, self.jitter = initial, cap, factor, jitter
-        self.reset_after = reset_after
-        self._rng = rng or random.Random()
-        self._duration = initial
-        self._last_start: float | None = None
-
-    def reset(self) -> None:
-        """Back to the initial delay: the server answered well since the last failure."""
-        self._duration = self.initial
-        self._last_start = None
-
-    def next(self) -> float:
-        """The next delay (and the one after doubles, up to the cap)."""
-        now = self._clock.monotonic()
-        if self._last_start is None or now - self._last_start > self.reset_after:
-            self._duration = self.initial
-        self._last_start = now
-        delay = self._duration
-        self._duration = min(self._duration * self.factor, self.cap)
-        return delay + self._rng.random() * self.jitter * delay
 
 
 @dataclass(frozen=True)

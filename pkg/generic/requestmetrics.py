@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 
-PREFIX = "harvester_quota"
+from .metrics import MetricFactory
+
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 TRANSPORT_ERROR = "error"
 """The code label of a request that got no HTTP response."""
@@ -79,18 +80,17 @@ class ApiRequestMetrics:
     """The request counter and latency histogram on one registry (a RequestObserver)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            f"{PREFIX}_api_requests",
+        declare = MetricFactory(registry)
+        self.requests = declare.counter(
+            "api_requests",
             "API server requests by Kubernetes verb, resource and HTTP code ('error': none).",
             ["verb", "resource", "code"],
-            registry=registry,
         )
-        self.duration = Histogram(
-            f"{PREFIX}_api_request_duration_seconds",
+        self.duration = declare.histogram(
+            "api_request_duration_seconds",
             "Seconds from sending an API request to its response headers, by verb and resource.",
             ["verb", "resource"],
             buckets=DURATION_BUCKETS,
-            registry=registry,
         )
 
     def observe(

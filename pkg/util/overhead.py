@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 from .kubevirtversion import MAIN, NEWEST_KUBEVIRT_VERSION, KubeVirtVersion, parse_kubevirt_version
 from .quantity import Quantity
@@ -43,6 +43,7 @@ __all__ = [
     "HARVESTER_RATIO_DEFAULT",
     "MAIN",
     "NEWEST_KUBEVIRT_VERSION",
+    "ClusterOptions",
     "KubeVirtVersion",
     "MemoryOverhead",
     "dedicated_cpu",
@@ -482,13 +483,19 @@ def _network_binding_memory(
     return result
 
 
+class ClusterOptions(TypedDict, total=False):
+    """The keyword options of memory_overhead_details (which has their defaults): what the
+    overhead reads of the cluster besides the KubeVirt CR's ratio and version."""
+
+    cluster_arch: str
+    network_bindings: Mapping[str, Any] | None
+
+
 def memory_overhead(
     vmi: Mapping[str, Any],
     ratio: str | float | None = None,
     kubevirt_version: str | KubeVirtVersion = "1.6",
-    *,
-    cluster_arch: str = "amd64",
-    network_bindings: Mapping[str, Any] | None = None,
+    **options: Unpack[ClusterOptions],
 ) -> int:
     """KubeVirt's virt-launcher memory overhead for `vmi`, in bytes.
 
@@ -501,10 +508,4 @@ def memory_overhead(
     >>> memory_overhead(vmi, "1.5", "1.6")
     442497017
     """
-    return memory_overhead_details(
-        vmi,
-        ratio,
-        kubevirt_version,
-        cluster_arch=cluster_arch,
-        network_bindings=network_bindings,
-    ).total
+    return memory_overhead_details(vmi, ratio, kubevirt_version, **options).total

@@ -60,31 +60,32 @@ _DIGITS: Final = frozenset("0123456789")
 _SUFFIX_CHARS: Final = frozenset("eEinumkKMGTP")
 _EXPONENT_RE: Final = re.compile(r"[+-]?[0-9]+")
 
-# suffix -> (base, exponent, format)
+_DECIMAL_SUFFIX_BY_EXPONENT: Final = {
+    -9: "n",
+    -6: "u",
+    -3: "m",
+    3: "k",
+    6: "M",
+    9: "G",
+    12: "T",
+    15: "P",
+    18: "E",
+}
+"""The decimal SI suffixes by power of ten (none for 10^0)."""
+_BINARY_SUFFIX_BY_POWER_OF_1024: Final = {1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
+"""The binary SI suffixes by power of 1024."""
 _SUFFIXES: Final[dict[str, tuple[int, int, Format]]] = {
     "": (10, 0, Format.DECIMAL_SI),
-    "n": (10, -9, Format.DECIMAL_SI),
-    "u": (10, -6, Format.DECIMAL_SI),
-    "m": (10, -3, Format.DECIMAL_SI),
-    "k": (10, 3, Format.DECIMAL_SI),
-    "M": (10, 6, Format.DECIMAL_SI),
-    "G": (10, 9, Format.DECIMAL_SI),
-    "T": (10, 12, Format.DECIMAL_SI),
-    "P": (10, 15, Format.DECIMAL_SI),
-    "E": (10, 18, Format.DECIMAL_SI),
-    "Ki": (2, 10, Format.BINARY_SI),
-    "Mi": (2, 20, Format.BINARY_SI),
-    "Gi": (2, 30, Format.BINARY_SI),
-    "Ti": (2, 40, Format.BINARY_SI),
-    "Pi": (2, 50, Format.BINARY_SI),
-    "Ei": (2, 60, Format.BINARY_SI),
+    **{
+        suffix: (10, exponent, Format.DECIMAL_SI)
+        for exponent, suffix in _DECIMAL_SUFFIX_BY_EXPONENT.items()
+    },
+    **{
+        suffix: (2, 10 * power, Format.BINARY_SI)
+        for power, suffix in _BINARY_SUFFIX_BY_POWER_OF_1024.items()
+    },
 }
-_DECIMAL_SUFFIX_BY_EXPONENT: Final = {
-    exponent: suffix
-    for suffix, (base, exponent, _fmt) in _SUFFIXES.items()
-    if base == 10 and suffix != ""
-}
-_BINARY_SUFFIX_BY_POWER_OF_1024: Final = {1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
+"""Every suffix a quantity may carry -> (base, exponent, format): "Mi" is 2^20, "m" 10^-3."""
 
 
 def _pow10(exponent: int) -> int:

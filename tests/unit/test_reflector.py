@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic import errors
+from harvester_quota.generic.backoff import Backoff
 from harvester_quota.generic.clock import FakeClock, settle
-from harvester_quota.generic.reflector import REFUSED_BACKOFF_CAP, Backoff, Reflector
+from harvester_quota.generic.reflector import REFUSED_BACKOFF_CAP, Reflector
 
 from tests.unit.fakes import HANG, RecordingSink, ScriptedListerWatcher, error_event, event, pod
 

@@ -37,7 +37,7 @@ SYSTEM = "harvester-system"
 
 def replica(api: FakeApi, clock: FakeClock, ttl: float = 30) -> LeaseReservations:
     """One webhook replica: its own ledger, the shared API."""
-    return LeaseReservations(api, SYSTEM, clock, AdmissionLedger(clock, ttl=ttl), ttl=ttl)  # type: ignore[arg-type]
+    return LeaseReservations(api, SYSTEM, clock, AdmissionLedger(clock, ttl=ttl))  # type: ignore[arg-type]
 
 
 def check(lookups: FakeLookups, name: str, cpu: str) -> PodCheck:
@@ -284,7 +284,7 @@ async def test_a_dry_run_is_decided_but_reserves_nothing_anywhere() -> None:
         clock=clock,
         registry=CollectorRegistry(),
         ledger=ledger,
-        reservations=LeaseReservations(api, SYSTEM, clock, ledger, ttl=30),  # type: ignore[arg-type]
+        reservations=LeaseReservations(api, SYSTEM, clock, ledger),  # type: ignore[arg-type]
     )
 
     def review(name: str, cpu: str, *, dry_run: bool) -> bytes:

@@ -13,13 +13,10 @@ import asyncio
 import heapq
 import math
 from collections.abc import Hashable
-from typing import TypeVar
+from typing import TypeVar, Unpack
 
-from prometheus_client import CollectorRegistry
-
-from ..clock import REAL_CLOCK, Clock
 from .metrics import QueueStats, new_retry_stats
-from .queue import Queue
+from .queue import Queue, QueueOptions
 
 T = TypeVar("T", bound=Hashable)
 
@@ -48,15 +45,9 @@ class DelayingQueue(Queue[T]):
         "_wake_at",
     )
 
-    def __init__(
-        self,
-        *,
-        name: str = "",
-        clock: Clock = REAL_CLOCK,
-        registry: CollectorRegistry | None = None,
-    ) -> None:
-        super().__init__(name=name, clock=clock, registry=registry)
-        self._retry_stats: QueueStats | None = new_retry_stats(name, registry)
+    def __init__(self, **options: Unpack[QueueOptions]) -> None:
+        super().__init__(**options)
+        self._retry_stats: QueueStats | None = new_retry_stats(self._name, options.get("registry"))
         # Heap of (ready time, sequence, item); the sequence keeps equal ready times FIFO and keeps
         # items (which need not be orderable) out of comparisons.
         self._waiting: list[tuple[float, int, T]] = []

@@ -22,7 +22,7 @@ import contextlib
 import logging
 from collections.abc import Hashable
 from types import TracebackType
-from typing import Generic, Literal, Self, TypeVar
+from typing import Generic, Literal, Self, TypedDict, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -37,6 +37,18 @@ UNFINISHED_WORK_UPDATE_PERIOD = 0.5
 rare enough to cost nothing."""
 
 _log = logging.getLogger(__name__)
+
+
+class QueueOptions(TypedDict, total=False):
+    """The keyword options of every queue of this package (each optional, defaults in `Queue`):
+    subclasses take them as ``**options`` and hand them on."""
+
+    name: str
+    """Names the queue's metrics; an unnamed queue ("") records none."""
+    clock: Clock
+    """What delays and metric durations are measured on (REAL_CLOCK: the event loop's)."""
+    registry: CollectorRegistry | None
+    """Where a named queue's metrics go (None: the default registry)."""
 
 
 class Queue(Generic[T]):

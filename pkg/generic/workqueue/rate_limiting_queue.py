@@ -9,12 +9,10 @@ counts each one as a failure and inflates the backoff (kubernetes/kubernetes#755
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TypeVar
+from typing import TypeVar, Unpack
 
-from prometheus_client import CollectorRegistry
-
-from ..clock import REAL_CLOCK, Clock
 from .delaying_queue import DelayingQueue
+from .queue import QueueOptions
 from .rate_limiters import RateLimiter, default_controller_rate_limiter
 
 T = TypeVar("T", bound=Hashable)
@@ -29,16 +27,11 @@ class RateLimitingQueue(DelayingQueue[T]):
     __slots__ = ("_rate_limiter",)
 
     def __init__(
-        self,
-        rate_limiter: RateLimiter[T] | None = None,
-        *,
-        name: str = "",
-        clock: Clock = REAL_CLOCK,
-        registry: CollectorRegistry | None = None,
+        self, rate_limiter: RateLimiter[T] | None = None, **options: Unpack[QueueOptions]
     ) -> None:
-        super().__init__(name=name, clock=clock, registry=registry)
+        super().__init__(**options)
         if rate_limiter is None:
-            rate_limiter = default_controller_rate_limiter(clock=clock)
+            rate_limiter = default_controller_rate_limiter(clock=self._clock)
         self._rate_limiter = rate_limiter
 
     @property

@@ -52,6 +52,11 @@ class AdmissionLedger:
         self._ttl = ttl
         self._reservations: dict[str, _Reservation] = {}
 
+    @property
+    def ttl(self) -> float:
+        """Seconds a reservation lasts after the namespace's last admission."""
+        return self._ttl
+
     def in_use(self, namespace: str, cached: ResourceList, holders: frozenset[str]) -> ResourceList:
         """What the namespace uses as far as this process knows while the migrations `holders`
         hold room: the cached figure, raised per key to what this process has admitted on top of

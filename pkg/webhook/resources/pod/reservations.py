@@ -16,8 +16,8 @@ lock while a write was under way are decided together, one after another as if e
 alone, and written in one (a namespace admitted only one pod per round trip before). No pod is
 answered before the write that records it succeeded; a lost race decides the whole batch again.
 
-The reservation expires `ttl` seconds after its last admission and is void as soon as other
-migrations hold the room, as in ledger.py; the times are wall-clock (the replicas share no
+The reservation expires the ledger's `ttl` seconds after its last admission and is void as soon
+as other migrations hold the room, as in ledger.py; the times are wall-clock (the replicas share no
 monotonic clock). Expired Leases are deleted by `collect`, which every replica runs now and then.
 If the Lease cannot be read or written (an API error other than a conflict, including no RBAC for
 it in an older deploy/), the decision falls back to this process's ledger and a warning is
@@ -44,7 +44,7 @@ from ....util import resources
 from ....util.quantity import Quantity
 from ....util.resources import ResourceList
 from ...admission import Denied
-from .ledger import LEDGER_TTL, AdmissionLedger
+from .ledger import AdmissionLedger
 from .validator import PodCheck, admit_locally
 
 log = logging.getLogger(__name__)
@@ -127,13 +127,13 @@ class LeaseReservations:
         namespace: str,
         clock: Clock,
         fallback: AdmissionLedger,
-        ttl: float = LEDGER_TTL,
     ) -> None:
+        """`fallback`: this process's ledger, for decisions the Lease cannot take; a reservation
+        lasts as long as the ledger's (its `ttl`), whichever of the two holds it."""
         self._client = client
         self._namespace = namespace
         self._clock = clock
         self._fallback = fallback
-        self._ttl = ttl
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._users: Counter[str] = Counter()
         """Decisions under way or waiting, per namespace: its lock goes when none is left."""
@@ -209,7 +209,7 @@ class LeaseReservations:
                 decisions.append((waiting, in_use))
                 reservation = Reservation(
                     resources.add(in_use, waiting.check.needed),
-                    self._clock.now() + datetime.timedelta(seconds=self._ttl),
+                    self._clock.now() + datetime.timedelta(seconds=self._fallback.ttl),
                     waiting.check.holders,
                 )
             if any(not isinstance(decided, Denied) for _, decided in decisions):
