@@ -25,7 +25,7 @@ Named queues export client-go's ``workqueue_*`` Prometheus metrics (``metrics`` 
 """
 
 from .delaying_queue import MAX_WAIT, DelayingQueue
-from .queue import UNFINISHED_WORK_UPDATE_PERIOD, Queue
+from .queue import Queue
 from .rate_limiters import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -35,6 +35,7 @@ from .rate_limiters import (
     default_controller_rate_limiter,
 )
 from .rate_limiting_queue import RateLimitingQueue
+from .unfinished_work import UNFINISHED_WORK_UPDATE_PERIOD
 
 __all__ = [
     "MAX_WAIT",

@@ -104,9 +104,7 @@ class DelayingQueue(Queue[T]):
         if task is not None:
             task.cancel()
         self._wake_at = -math.inf
-        self._waiting_loop_task = self._track(
-            loop.create_task(self._wait_and_add(), name=f"workqueue {self._name}: waiting loop")
-        )
+        self._waiting_loop_task = self._background.spawn(loop, self._wait_and_add(), "waiting loop")
 
     async def _wait_and_add(self) -> None:
         clock = self._clock

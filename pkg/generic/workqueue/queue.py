@@ -12,12 +12,17 @@ call ``done``. Two sets make that safe and cheap:
 Everything runs on one event loop, so there is no lock: each method body is atomic between awaits.
 ``add``, ``get`` (when an item is ready) and ``done`` are O(1) and do not allocate beyond the deque
 and set entries; a blocked ``get`` costs one future.
+
+As in client-go, ``Queue`` keeps only those two sets, the shutdown state and the drain; its
+collaborators hold the rest: the FIFO and its parked getters (``fifo.Fifo``, client-go's ``Queue``
+interface), the metrics bookkeeping (``metrics.QueueMetrics``, client-go's ``queueMetrics``), the
+refresh of the unfinished-work gauges (``unfinished_work.UnfinishedWorkRefresher``) and the
+background tasks that shutdown ends (``background.BackgroundTasks``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 from collections.abc import Hashable
@@ -27,14 +32,12 @@ from typing import Generic, Literal, Self, TypedDict, TypeVar
 from prometheus_client import CollectorRegistry
 
 from ..clock import REAL_CLOCK, Clock
+from .background import BackgroundTasks
+from .fifo import Fifo
 from .metrics import QueueMetrics, new_queue_metrics
+from .unfinished_work import UnfinishedWorkRefresher
 
 T = TypeVar("T", bound=Hashable)
-
-UNFINISHED_WORK_UPDATE_PERIOD = 0.5
-"""Seconds between refreshes of the unfinished-work gauges (client-go's
-``defaultUnfinishedWorkUpdatePeriod``): often enough to see a stuck worker within a scrape interval,
-rare enough to cost nothing."""
 
 _log = logging.getLogger(__name__)
 
@@ -59,22 +62,23 @@ class Queue(Generic[T]):
     ``harvester_quota.generic.workqueue.metrics``) and refreshes its unfinished-work gauges from a background
     task, started on first use (or on ``async with``), idle while nothing is in progress, and
     stopped by shutdown.
+
+    Subclasses run their own background work through ``self._background`` and extend
+    ``_stop_background`` to drop what shutdown discards.
     """
 
     __slots__ = (
+        "_background",
         "_clock",
         "_dirty",
         "_drain",
         "_drain_waiters",
-        "_getters",
+        "_fifo",
         "_metrics",
         "_name",
         "_processing",
-        "_processing_resumed",
-        "_queue",
         "_refresher",
         "_shutting_down",
-        "_tasks",
     )
 
     def __init__(
@@ -86,18 +90,17 @@ class Queue(Generic[T]):
     ) -> None:
         self._name = name
         self._clock = clock
-        self._queue: collections.deque[T] = collections.deque()
+        self._fifo: Fifo[T] = Fifo()
         self._dirty: set[T] = set()
         self._processing: set[T] = set()
-        self._getters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._shutting_down = False
         self._drain = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._metrics: QueueMetrics[T] | None = new_queue_metrics(name, clock, registry)
-        self._refresher: asyncio.Task[None] | None = None
-        # Set while the refresher, with nothing in progress, waits for the next get.
-        self._processing_resumed: asyncio.Future[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = BackgroundTasks(name, _log)
+        self._refresher = UnfinishedWorkRefresher(
+            self._metrics, self._processing, clock, self._background
+        )
 
     @property
     def name(self) -> str:
@@ -114,13 +117,11 @@ class Queue(Generic[T]):
         metrics = self._metrics
         if metrics is not None:
             metrics.add(item)
-            if self._refresher is None:
-                self._start_refresher()
+            if not self._refresher.started:
+                self._refresher.start()
         if item in self._processing:
             return  # done() queues it again
-        self._queue.append(item)
-        if self._getters:
-            self._wake_one_getter()
+        self._fifo.push(item)
 
     def queued(self, item: T) -> bool:
         """Whether `item` will be handed out (again): added and not yet taken, or added while a
@@ -133,7 +134,7 @@ class Queue(Generic[T]):
 
     def len(self) -> int:
         """How many items wait to be handed out (for information: do not gate add or get on it)."""
-        return len(self._queue)
+        return len(self._fifo)
 
     def in_flight(self) -> int:
         """How many items are handed out and not yet done (for information, like `len`)."""
@@ -145,24 +146,19 @@ class Queue(Generic[T]):
         After shutdown, the items still queued are handed out as usual; once the queue is empty,
         ``get`` returns ``(None, True)`` at once and the worker should stop.
         """
-        queue = self._queue
-        while not queue:
+        fifo = self._fifo
+        item = fifo.pop()
+        while item is None:
             if self._shutting_down:
                 return None, True
-            await self._wait_for_item()
-        item = queue.popleft()
+            await fifo.wait()
+            item = fifo.pop()
         self._dirty.discard(item)
         self._processing.add(item)
         metrics = self._metrics
         if metrics is not None:
             metrics.get(item)
-            resumed = self._processing_resumed
-            if resumed is not None:
-                self._processing_resumed = None
-                if not resumed.done():  # done means cancelled with the refresher
-                    resumed.set_result(None)
-            elif self._refresher is None:
-                self._start_refresher()
+            self._refresher.resume()
         return item, False
 
     def done(self, item: T) -> None:
@@ -177,9 +173,7 @@ class Queue(Generic[T]):
         if self._metrics is not None:
             self._metrics.done(item)
         if item in self._dirty:
-            self._queue.append(item)
-            if self._getters:
-                self._wake_one_getter()
+            self._fifo.push(item)
         elif not self._processing and self._drain_waiters:
             self._wake_drainers()
 
@@ -211,7 +205,7 @@ class Queue(Generic[T]):
             finally:
                 with contextlib.suppress(ValueError):
                     self._drain_waiters.remove(waiter)
-        await self._wait_background_stopped()
+        await self._background.wait_ended()
 
     def shutting_down(self) -> bool:
         """Whether shutdown has begun."""
@@ -219,7 +213,7 @@ class Queue(Generic[T]):
 
     async def __aenter__(self) -> Self:
         """Starts the background work now rather than on first use."""
-        self._start_background()
+        self._refresher.start()
         return self
 
     async def __aexit__(
@@ -230,103 +224,19 @@ class Queue(Generic[T]):
     ) -> None:
         """Shuts the queue down and waits for its background tasks to end."""
         self.shut_down()
-        await self._wait_background_stopped()
+        await self._background.wait_ended()
 
     def _begin_shutdown(self) -> None:
         self._shutting_down = True
-        getters = self._getters
-        while getters:
-            getter = getters.popleft()
-            if not getter.done():
-                getter.set_result(None)
+        self._fifo.wake_all()
         self._stop_background()
-
-    async def _wait_for_item(self) -> None:
-        """Parks the caller until an add (or shutdown) wakes it; the caller re-checks the queue."""
-        getter = asyncio.get_running_loop().create_future()
-        self._getters.append(getter)
-        try:
-            await getter
-        except BaseException:
-            getter.cancel()
-            with contextlib.suppress(ValueError):
-                self._getters.remove(getter)
-            if self._queue and not getter.cancelled():
-                # We were woken for an item but are leaving: pass the wake-up on.
-                self._wake_one_getter()
-            raise
-
-    def _wake_one_getter(self) -> None:
-        getters = self._getters
-        while getters:
-            getter = getters.popleft()
-            if not getter.done():
-                getter.set_result(None)
-                return
 
     def _wake_drainers(self) -> None:
         for waiter in self._drain_waiters:
             if not waiter.done():
                 waiter.set_result(None)
 
-    # Background tasks.
-
-    def _start_background(self) -> None:
-        """Starts the queue's background tasks if they are due (overridden to add more)."""
-        if self._metrics is not None and self._refresher is None:
-            self._start_refresher()
-
-    def _start_refresher(self) -> None:
-        metrics = self._metrics
-        if metrics is None or self._shutting_down:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # used outside the loop: the next add or get inside it starts the task
-        self._refresher = self._track(
-            loop.create_task(
-                self._refresh_unfinished_work(metrics),
-                name=f"workqueue {self._name}: unfinished work",
-            )
-        )
-
-    async def _refresh_unfinished_work(self, metrics: QueueMetrics[T]) -> None:
-        """Refreshes the gauges every period while items are in progress.
-
-        With nothing in progress the gauges read 0 and the task waits for the next ``get`` instead
-        of ticking, so an idle queue costs no timer (and puts no sleeper on a test's FakeClock).
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self._processing:
-                metrics.update_unfinished_work()
-                resumed = self._processing_resumed = loop.create_future()
-                await resumed
-            await self._clock.sleep(UNFINISHED_WORK_UPDATE_PERIOD)
-            if self._shutting_down:
-                return
-            metrics.update_unfinished_work()
-
-    def _track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
-        self._tasks.add(task)
-        task.add_done_callback(self._forget_task)
-        return task
-
-    def _forget_task(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            _log.error(
-                "work queue %r: background task %s failed",
-                self._name,
-                task.get_name(),
-                exc_info=task.exception(),
-            )
-
     def _stop_background(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-
-    async def _wait_background_stopped(self) -> None:
-        if self._tasks:
-            await asyncio.wait(set(self._tasks))
+        """Ends the background work at shutdown (extended by subclasses to drop their own)."""
+        self._refresher.stop()
+        self._background.cancel_all()
