@@ -13,6 +13,12 @@ key, by a fixed number of workers fed from a rate-limited workqueue:
   (someone wrote the object first) does the same but is only logged at debug level, because it is
   routine; any exception is logged with the key and the handler name and never kills a worker.
   ``RetryAfter(seconds)`` asks for a specific delay instead; ``Ignore`` ends the run quietly.
+
+As in wrangler, the controller is its run loop (workers over the queue) and the registration that
+feeds it; its collaborators hold the rest: the handler list and one run of it
+(``sharedhandler.SharedHandler``), the callers of ``wait_pending_runs`` (``pendingruns``), and the
+client verbs and cache reads bound to its resource, which it inherits as wrangler's controller
+embeds its client (``resourceclient.ResourceClient``, ``resourcecache.ResourceCache``).
 """
 
 from __future__ import annotations
@@ -20,16 +26,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry
 
-from . import errors
-from .client import ApiClient, PatchType
-from .clock import REAL_CLOCK, Clock, wait_at_most
+from .client import ApiClient
+from .clock import REAL_CLOCK, Clock
 from .informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
+from .pendingruns import PendingRuns
 from .resource import (
     EVENTS,
     LEASES,
@@ -40,38 +44,36 @@ from .resource import (
     Resource,
     key_of,
 )
-from .store import IndexFunc, Tombstone
+from .resourcecache import ResourceCache
+from .resourceclient import ResourceClient
+from .sharedhandler import Handler, Ignore, RetryAfter, SharedHandler
+from .store import Tombstone
 from .workqueue import RateLimiter, RateLimitingQueue
+
+__all__ = [
+    "DEFAULT_FINALIZER_PREFIX",
+    "DEFAULT_WORKERS",
+    "Controller",
+    "ControllerFactory",
+    "Handler",
+    "Ignore",
+    "RetryAfter",
+]
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[str, Object | None], Awaitable[Object | None]]
 DEFAULT_WORKERS = 5
 DEFAULT_FINALIZER_PREFIX = "wrangler.cattle.io"
 
 
-class RetryAfter(Exception):
-    """Raised by a handler: run this key again after ``seconds``, without counting a failure."""
+class Controller(ResourceClient, ResourceCache):
+    """Handlers for one resource, run by workers over a rate-limited queue of keys.
 
-    def __init__(self, seconds: float, reason: str = "") -> None:
-        super().__init__(reason or f"retry after {seconds}s")
-        self.seconds = seconds
-
-
-class Ignore(Exception):
-    """Raised by a handler: stop this run without error (wrangler's ErrSkip)."""
-
-
-@dataclass(eq=False)
-class _RunWaiter:
-    """A caller of Controller.wait_pending_runs: how many runs of its key are still to end."""
-
-    runs: int
-    ended: asyncio.Future[None]
-
-
-class Controller:
-    """Handlers for one resource, run by workers over a rate-limited queue of keys."""
+    Ordering and concurrency are the queue's: a key is handled by one worker at a time, and a
+    change that arrives during its run makes one more run after it. Event loop only, no lock.
+    The client verbs (`get`, `update`, ...) and cache reads (`cached`, `by_index`, ...) come from
+    `ResourceClient` and `ResourceCache`.
+    """
 
     def __init__(
         self,
@@ -86,9 +88,8 @@ class Controller:
         finalizer_prefix: str = DEFAULT_FINALIZER_PREFIX,
         registry: CollectorRegistry | None = None,
     ) -> None:
-        self.client = client
-        self.informer = informer
-        self.resource = resource
+        ResourceClient.__init__(self, client, resource)
+        ResourceCache.__init__(self, informer)
         self.name = name or resource.name
         self.workers = workers
         self.finalizer_prefix = finalizer_prefix
@@ -96,16 +97,16 @@ class Controller:
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             rate_limiter, name=self.name, clock=clock, registry=registry
         )
-        self._handlers: list[tuple[str, Handler]] = []
+        self._handlers = SharedHandler(self.name, log)
         self._tasks: list[asyncio.Task[None]] = []
         self._watching = False
-        self._run_waiters: dict[str, list[_RunWaiter]] = {}
+        self._pending_runs = PendingRuns(self.queue, clock)
 
     # Registration -------------------------------------------------------------------------------
 
     def on_change(self, name: str, handler: Handler) -> None:
         """Runs ``handler(key, obj or None)`` for every change of every object of this kind."""
-        self._handlers.append((name, handler))
+        self._handlers.register(name, handler)
         self._watch_informer()
         if self._tasks:
             for key in self.informer.store.list_keys():
@@ -202,58 +203,6 @@ class Controller:
         pending time for the same key wins, as in client-go's delaying queue)."""
         self.queue.add_after(f"{namespace}/{name}" if namespace else name, delay)
 
-    # Cache ----------------------------------------------------------------------------------------
-
-    def cached(self, namespace: str | None, name: str) -> Object | None:
-        """The object as the informer's cache holds it (a private copy), or None. May lag the
-        API server; never blocks."""
-        return self.informer.store.get(f"{namespace}/{name}" if namespace else name)
-
-    def cached_list(self, namespace: str | None = None) -> list[Object]:
-        """Every cached object, or those of one namespace, in no particular order."""
-        if namespace is None:
-            return self.informer.store.objects()
-        return self.informer.store.by_index("namespace", namespace)
-
-    def by_index(self, index: str, value: str) -> list[Object]:
-        """Cached objects whose `index` function yields `value`; KeyError for an unknown index."""
-        return self.informer.store.by_index(index, value)
-
-    def add_indexer(self, name: str, function: IndexFunc) -> None:
-        """Adds an index to the shared cache once; a second registration of the name is a no-op
-        (controllers sharing an informer may each ask for it)."""
-        if not self.informer.store.has_index(name):
-            self.informer.store.add_indexers({name: function})
-
-    # Client, bound to this resource ---------------------------------------------------------------
-
-    async def get(self, namespace: str | None, name: str) -> Object:
-        """GET from the API server (not the cache); typed ApiErrors as the client raises them."""
-        return await self.client.get(self.resource, name, namespace)
-
-    async def create(self, obj: Object) -> Object:
-        """POST `obj` (its metadata.namespace decides where); returns the stored object."""
-        return await self.client.create(self.resource, obj)
-
-    async def update(self, obj: Object) -> Object:
-        """PUT `obj`; its metadata.resourceVersion makes it conditional (Conflict if stale)."""
-        return await self.client.update(self.resource, obj)
-
-    async def update_status(self, obj: Object) -> Object:
-        """PUT `obj` to the status subresource (conditional like `update`)."""
-        return await self.client.update_status(self.resource, obj)
-
-    async def patch(
-        self, namespace: str | None, name: str, patch: Any, patch_type: PatchType = "merge"
-    ) -> Object:
-        """PATCH the object (merge patch by default); conditional only if `patch` carries a
-        metadata.resourceVersion."""
-        return await self.client.patch(self.resource, name, patch, namespace, patch_type=patch_type)
-
-    async def delete(self, namespace: str | None, name: str, **options: Any) -> Object:
-        """DELETE the object; `options` become DeleteOptions (gracePeriodSeconds, ...)."""
-        return await self.client.delete(self.resource, name, namespace, **options)
-
     # Running --------------------------------------------------------------------------------------
 
     def start(self, workers: int | None = None) -> None:
@@ -288,7 +237,7 @@ class Controller:
                 self.queue.add_rate_limited(key)
             finally:
                 self.queue.done(key)
-                self._run_ended(key)
+                self._pending_runs.run_ended(key)
 
     async def wait_pending_runs(self, key: str, seconds: float) -> bool:
         """Waits until the runs of ``key`` pending at the call have ended (the one a worker holds
@@ -300,67 +249,19 @@ class Controller:
         busy delays a caller by two runs at most; a retry waiting out its backoff is not queued
         and holds nobody. Event loop only.
         """
-        runs = int(self.queue.queued(key)) + int(self.queue.processing(key))
-        if runs == 0:
-            return True
-        waiter = _RunWaiter(runs, asyncio.get_running_loop().create_future())
-        self._run_waiters.setdefault(key, []).append(waiter)
-        try:
-            return await wait_at_most(self.clock, waiter.ended, seconds)
-        finally:
-            self._forget_waiter(key, waiter)
-
-    def _run_ended(self, key: str) -> None:
-        for waiter in self._run_waiters.get(key, ()):
-            waiter.runs -= 1
-            if waiter.runs == 0 and not waiter.ended.done():
-                waiter.ended.set_result(None)
-
-    def _forget_waiter(self, key: str, waiter: _RunWaiter) -> None:
-        waiters = self._run_waiters.get(key, [])
-        if waiter in waiters:
-            waiters.remove(waiter)
-        if not waiters:
-            self._run_waiters.pop(key, None)
+        return await self._pending_runs.wait(key, seconds)
 
     async def process(self, key: str) -> None:
-        """Runs every handler for ``key`` once and decides whether and when it runs again."""
-        obj = self.informer.store.get(key)
-        failed = False
-        retry_after: float | None = None
-        for name, handler in list(self._handlers):
-            try:
-                result = await handler(key, obj)
-            except Ignore:
-                break
-            except RetryAfter as request:
-                retry_after = (
-                    request.seconds if retry_after is None else min(retry_after, request.seconds)
-                )
-            except errors.Conflict as conflict:
-                log.debug("%s: %s %s: conflict, requeuing: %s", self.name, name, key, conflict)
-                failed = True
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                log.error(
-                    "%s: handler %s failed for %s, requeuing: %s",
-                    self.name,
-                    name,
-                    key,
-                    error,
-                    exc_info=not isinstance(error, errors.ApiError),
-                )
-                failed = True
-            else:
-                if isinstance(result, dict) and (result.get("metadata") or {}).get("uid"):
-                    obj = result
-        if failed:
+        """Runs every handler for ``key`` once and decides whether and when it runs again: a
+        failure retries it rate limited; otherwise its failures are forgotten and, if a handler
+        asked with `RetryAfter`, it runs again after the shortest delay asked for."""
+        run = await self._handlers.on_change(key, self.informer.store.get(key))
+        if run.failed:
             self.queue.add_rate_limited(key)
             return
         self.queue.forget(key)
-        if retry_after is not None:
-            self.queue.add_after(key, retry_after)
+        if run.retry_after is not None:
+            self.queue.add_after(key, run.retry_after)
 
 
 class ControllerFactory:
