@@ -22,8 +22,6 @@ MAX_METHODS = 15
 
 KNOWN_LARGE: dict[str, str] = {
     "pkg/generic/controller.py::Controller": "wrangler's generic controller, method for method",
-    "pkg/generic/store.py::Store": "client-go's cache.Indexer interface (add, update, delete, "
-    "get, list, index, by_index, ...), one method each",
     "pkg/generic/workqueue/queue.py::Queue": "a file-for-file twin of client-go's "
     "workqueue.Typed, whose interface it keeps",
     "pkg/util/quantity.py::Quantity": "a value type: Kubernetes' resource.Quantity's "
