@@ -15,13 +15,37 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import orjson
 
 from .resource import Object, key_of
+from .storeindex import IndexFunc, StoreIndex
+from .storeviews import StoreViews, ViewListener
 
-IndexFunc = Callable[[Object], Iterable[str]]
+__all__ = [
+    "CODECS",
+    "DEFAULT_CODEC",
+    "LAST_APPLIED",
+    "NAMESPACE_INDEX",
+    "Change",
+    "Codec",
+    "DictCodec",
+    "Encoded",
+    "IndexFunc",
+    "JsonCodec",
+    "NamespaceObjects",
+    "Prepared",
+    "Store",
+    "Tombstone",
+    "Transform",
+    "ViewListener",
+    "ZlibCodec",
+    "namespace_index",
+    "strip_unread_fields",
+]
+
 Transform = Callable[[Object], Object]
 
 NAMESPACE_INDEX = "namespace"
@@ -158,7 +182,14 @@ class Prepared:
 
 
 class Store:
-    """Keyed objects plus indexes. Single event loop, so no locking: no method awaits."""
+    """Keyed objects plus indexes and views, as client-go's threadSafeStore (the indexes'
+    bookkeeping is a StoreIndex beside it, as client-go's storeIndex; the views' a StoreViews).
+
+    Single event loop, so no locking: no method awaits, and each write updates the objects, the
+    indexes and the views together, so a reader never sees one without the others. Reads hand
+    out private copies (with DictCodec, the stored dicts, read-only); listings come in no
+    particular order, index lookups sorted by key.
+    """
 
     def __init__(
         self,
@@ -170,12 +201,15 @@ class Store:
         self._items: dict[str, Any] = {}
         self._versions: dict[str, str] = {}
         """key -> metadata.resourceVersion of what is stored (to tell an unchanged relist item)."""
-        self._indexers: dict[str, IndexFunc] = {NAMESPACE_INDEX: namespace_index}
-        # index name -> indexed value -> keys; and index name -> key -> its values (for removal
-        # without decoding the old object).
-        self._indices: dict[str, dict[str, set[str]]] = {NAMESPACE_INDEX: {}}
-        self._values: dict[str, dict[str, tuple[str, ...]]] = {NAMESPACE_INDEX: {}}
-        self._views: dict[str, _View] = {}
+        self._index = StoreIndex()
+        self._index.add_indexer(NAMESPACE_INDEX, namespace_index, ())
+        self._views = StoreViews()
+        self.has_index = self._index.has_index
+        """Whether an index of that name exists (StoreIndex.has_index)."""
+        self.index_keys = self._index.index_keys
+        """The keys an index maps a value to, sorted; KeyError for an unknown index."""
+        self.indexed_values = self._index.indexed_values
+        """Every value an index currently has objects for; KeyError for an unknown index."""
         if indexers:
             self.add_indexers(indexers)
 
@@ -208,41 +242,24 @@ class Store:
         return [Encoded(stored, codec) for stored in self._items.values()]
 
     def iter(self) -> Iterator[Object]:
-        """Decodes lazily, one object at a time (for scans over large caches)."""
+        """Decodes lazily, one object at a time (for scans over large caches); the objects are
+        those stored when iteration began."""
         decode = self._codec.decode
         for stored in list(self._items.values()):
             yield decode(stored)
 
-    def index_keys(self, index: str, value: str) -> list[str]:
-        """The keys `index` maps `value` to (KeyError for an unknown index)."""
-        if index not in self._indices:
-            raise KeyError(f"no index named {index!r}")
-        return sorted(self._indices[index].get(value, ()))
-
     def by_index(self, index: str, value: str) -> list[Object]:
-        """The objects `index` maps `value` to, each a private copy (KeyError for an unknown index)."""
+        """The objects `index` maps `value` to, each a private copy, in key order (KeyError for
+        an unknown index)."""
         return [obj for key in self.index_keys(index, value) if (obj := self.get(key)) is not None]
-
-    def has_index(self, name: str) -> bool:
-        """Whether an index of that name exists."""
-        return name in self._indexers
-
-    def indexed_values(self, index: str) -> list[str]:
-        """Every value `index` currently has objects for."""
-        return list(self._indices[index])
 
     # Writes ---------------------------------------------------------------------------------------
 
     def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
-        """Adds indexes, building them over what is cached already."""
+        """Adds indexes, building them over what is cached already; ValueError for a name that
+        exists (the indexes before it in `indexers` are added)."""
         for name, function in indexers.items():
-            if name in self._indexers:
-                raise ValueError(f"index {name!r} exists already")
-            self._indexers[name] = function
-            self._indices[name] = {}
-            self._values[name] = {}
-            for key, stored in self._items.items():
-                self._index(name, key, self._codec.decode(stored))
+            self._index.add_indexer(name, function, self._decoded_items())
 
     def add_view(self, name: str, derive: Callable[[Object], Any], listener: ViewListener) -> None:
         """Calls `listener(key, derive(obj))` whenever an object is stored and `listener(key,
@@ -251,12 +268,7 @@ class Store:
         The store keeps nothing of it: the listener keeps what it needs, so a consumer that
         reads a few fields of many objects can hold just those, and aggregates that are always
         exactly what the store holds. `derive` must not raise; it runs on the event loop."""
-        if name in self._views:
-            raise ValueError(f"view {name!r} exists already")
-        view = _View(derive, listener)
-        self._views[name] = view
-        for key, stored in self._items.items():
-            listener(key, derive(self._codec.decode(stored)))
+        self._views.add(name, derive, listener, self._decoded_items())
 
     def upsert(self, obj: Object) -> Object | None:
         """Adds or replaces ``obj``; returns the previous object (decoded) or None."""
@@ -265,9 +277,8 @@ class Store:
         old = None if stored is None else self._codec.decode(stored)
         self._items[key] = self._codec.encode(obj)
         self._versions[key] = _version_of(obj)
-        self._reindex(key, obj)
-        for view in self._views.values():
-            view.listener(key, view.derive(obj))
+        self._index.update(key, obj)
+        self._views.stored(key, obj)
         return old
 
     def delete(self, key: str) -> Object | None:
@@ -276,9 +287,8 @@ class Store:
         self._versions.pop(key, None)
         if stored is None:
             return None
-        self._unindex(key)
-        for view in self._views.values():
-            view.listener(key, None)
+        self._index.delete(key)
+        self._views.removed(key)
         return self._codec.decode(stored)
 
     def prepare(self, obj: Object) -> Prepared:
@@ -287,9 +297,9 @@ class Store:
         return Prepared(
             key_of(obj),
             self._codec.encode(obj),
-            {name: _index_values(function, obj) for name, function in self._indexers.items()},
+            self._index.values_of(obj),
             _version_of(obj),
-            {name: view.derive(obj) for name, view in self._views.items()} or None,
+            self._views.derive(obj),
         )
 
     def replace(self, objects: Iterable[Object]) -> list[Change]:
@@ -299,8 +309,10 @@ class Store:
     def replace_prepared(self, entries: Iterable[Prepared]) -> list[Change]:
         """Makes the cache equal to ``entries`` and says what changed.
 
-        Objects that disappear become deletions whose ``old`` is the last cached state: the
-        caller turns them into Tombstones, because the real final state was never seen.
+        Changes come in the order of ``entries`` (an add or update for each), then the deletions,
+        in the order the keys were stored. Objects that disappear become deletions whose ``old``
+        is the last cached state: the caller turns them into Tombstones, because the real final
+        state was never seen. Indexes and views are updated key by key, as the changes are.
         """
         codec = self._codec
         changes: list[Change] = []
@@ -312,8 +324,9 @@ class Store:
             old_version = self._versions.get(key, "")
             self._items[key] = entry.stored
             self._versions[key] = entry.resource_version
-            self._set_index_values(key, entry)
-            self._set_views(key, entry)
+            decode = partial(codec.decode, entry.stored)  # only for what was not prepared
+            self._index.update_prepared(key, entry.index_values, decode)
+            self._views.stored_prepared(key, entry.views, decode)
             old = None if stored is None else Encoded(stored, codec)
             changes.append(
                 Change(key, old, Encoded(entry.stored, codec), old_version, entry.resource_version)
@@ -321,62 +334,16 @@ class Store:
         for key in [key for key in self._items if key not in seen]:
             stored = self._items.pop(key)
             old_version = self._versions.pop(key, "")
-            self._unindex(key)
-            for view in self._views.values():
-                view.listener(key, None)
+            self._index.delete(key)
+            self._views.removed(key)
             changes.append(Change(key, Encoded(stored, codec), None, old_version))
         return changes
 
-    def _set_views(self, key: str, entry: Prepared) -> None:
-        """A prepared entry's views; a view added after it was prepared is computed now."""
-        obj: Object | None = None
-        for name, view in self._views.items():
-            if entry.views is not None and name in entry.views:
-                value = entry.views[name]
-            else:
-                obj = obj if obj is not None else self._codec.decode(entry.stored)
-                value = view.derive(obj)
-            view.listener(key, value)
-
-    # Indexing -------------------------------------------------------------------------------------
-
-    def _index(self, name: str, key: str, obj: Object) -> None:
-        self._add_index_values(name, key, _index_values(self._indexers[name], obj))
-
-    def _add_index_values(self, name: str, key: str, values: tuple[str, ...]) -> None:
-        if not values:
-            return
-        self._values[name][key] = values
-        index = self._indices[name]
-        for value in values:
-            index.setdefault(value, set()).add(key)
-
-    def _set_index_values(self, key: str, entry: Prepared) -> None:
-        """Indexes a prepared entry; an index added after it was prepared is computed now."""
-        self._unindex(key)
-        obj: Object | None = None
-        for name in self._indexers:
-            values = entry.index_values.get(name)
-            if values is None:
-                obj = obj if obj is not None else self._codec.decode(entry.stored)
-                values = _index_values(self._indexers[name], obj)
-            self._add_index_values(name, key, values)
-
-    def _unindex(self, key: str) -> None:
-        for name, by_key in self._values.items():
-            values = by_key.pop(key, ())
-            index = self._indices[name]
-            for value in values:
-                keys = index.get(value)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del index[value]
-
-    def _reindex(self, key: str, obj: Object) -> None:
-        self._unindex(key)
-        for name in self._indexers:
-            self._index(name, key, obj)
+    def _decoded_items(self) -> Iterator[tuple[str, Object]]:
+        """(key, object) for what is stored, each decoded when reached."""
+        decode = self._codec.decode
+        for key, stored in self._items.items():
+            yield key, decode(stored)
 
 
 class NamespaceObjects(Mapping[str, Object]):
@@ -402,23 +369,7 @@ class NamespaceObjects(Mapping[str, Object]):
         return len(self._store.index_keys(NAMESPACE_INDEX, self._namespace))
 
 
-ViewListener = Callable[[str, Any], object]
-"""(key, the view of what is stored now, or None once it is gone), called inside the write;
-what it returns is ignored."""
-
-
-@dataclass(frozen=True, slots=True)
-class _View:
-    derive: Callable[[Object], Any]
-    listener: ViewListener
-
-
 def _version_of(obj: Object) -> str:
     metadata = obj.get("metadata")
     version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
     return str(version) if version else ""
-
-
-def _index_values(function: IndexFunc, obj: Object) -> tuple[str, ...]:
-    """An index function's values for ``obj``, each once, in order."""
-    return tuple(dict.fromkeys(function(obj)))

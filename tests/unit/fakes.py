@@ -31,6 +31,17 @@ def error_event(code: int, reason: str, message: str = "") -> WatchEvent:
     return WatchEvent("ERROR", status)
 
 
+class RequestRecorder:
+    """A request observer (ApiClient.add_request_observer) that keeps (method, path, code)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def observe(self, method: str, path: str, params: object, code: str, seconds: float) -> None:
+        assert seconds >= 0
+        self.seen.append((method, path, code))
+
+
 @dataclass
 class ScriptedListerWatcher:
     """Answers list and watch calls from scripts, recording every call.

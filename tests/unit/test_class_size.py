@@ -21,10 +21,6 @@ MAX_LINES = 250
 MAX_METHODS = 15
 
 KNOWN_LARGE: dict[str, str] = {
-    "pkg/generic/client.py::ApiClient": "the API client's verbs (get, list, create, update, "
-    "patch, delete, watch, ...) are its interface, one method each, as client-go's dynamic client",
-    "pkg/generic/store.py::Store": "client-go's cache.Indexer interface (add, update, delete, "
-    "get, list, index, by_index, ...), one method each",
     "pkg/util/quantity.py::Quantity": "a value type: Kubernetes' resource.Quantity's "
     "arithmetic, comparisons and formats",
 }

@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.client import ApiClient, _lines, decode_watch_line
+from harvester_quota.generic.client import ApiClient, decode_watch_line
 from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.health import HealthServer
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.resource import PODS, Object
+from harvester_quota.generic.watchstream import split_lines
 from prometheus_client import CollectorRegistry, Counter
 
 from tests.unit.fakes import HANG, ScriptedListerWatcher, pod
@@ -32,7 +33,7 @@ class FakeContent:
 
 
 async def lines(chunks: list[bytes]) -> list[bytes]:
-    return [line async for line in _lines(FakeContent(chunks))]  # type: ignore[arg-type]
+    return [line async for line in split_lines(FakeContent(chunks))]  # type: ignore[arg-type]
 
 
 async def test_lines_are_split_across_chunks_without_a_length_limit() -> None:
@@ -93,7 +94,7 @@ def _paging_client(pages: list[Object]) -> tuple[ApiClient, list[dict[str, str]]
         page = pages[min(len(requests), len(pages)) - 1]
         return {"metadata": page["metadata"]}, list(page["items"])
 
-    client._list_page = list_page  # type: ignore[method-assign,assignment]
+    client.pager.page = list_page  # type: ignore[method-assign,assignment]
     return client, requests
 
 

@@ -6,6 +6,8 @@ import pytest
 from harvester_quota.generic.requestmetrics import ApiRequestMetrics, RequestInfo, request_info
 from prometheus_client import CollectorRegistry
 
+from tests.unit.fakes import RequestRecorder
+
 
 @pytest.mark.parametrize(
     ("method", "path", "params", "expected"),
@@ -83,15 +85,6 @@ def test_requests_are_counted_by_verb_resource_and_code() -> None:
     )
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, str]] = []
-
-    def observe(self, method: str, path: str, params: object, code: str, seconds: float) -> None:
-        assert seconds >= 0
-        self.seen.append((method, path, code))
-
-
 async def test_a_request_that_gets_no_answer_is_observed_once_as_an_error() -> None:
     from harvester_quota.generic import errors
     from harvester_quota.generic.client import ApiClient
@@ -99,7 +92,7 @@ async def test_a_request_that_gets_no_answer_is_observed_once_as_an_error() -> N
     from harvester_quota.generic.resource import PODS
     from harvester_quota.testbench.localcluster.process import free_port
 
-    recorder = Recorder()
+    recorder = RequestRecorder()
     async with ApiClient(ClientConfig(f"http://127.0.0.1:{free_port()}", False)) as client:
         client.add_request_observer(recorder)
         with pytest.raises(errors.ConnectionRefused):
