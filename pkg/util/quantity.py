@@ -176,10 +176,6 @@ class Quantity:
     def format(self) -> Format:
         return self._format
 
-    def with_format(self, fmt: Format | str) -> Quantity:
-        """The same value, rendered in another format."""
-        return Quantity(nanos=self._nanos, fmt=fmt)
-
     def value(self) -> int:
         """Go's `Value()`: the value rounded up to an integer, away from zero.
 
@@ -214,10 +210,6 @@ class Quantity:
     def sign(self) -> int:
         """-1, 0 or 1."""
         return (self._nanos > 0) - (self._nanos < 0)
-
-    def as_approximate_float(self) -> float:
-        """For metrics and logs only; never for quota decisions."""
-        return self._nanos / _NANO
 
     # ----------------------------------------------------------------- arithmetic
 
@@ -290,10 +282,6 @@ class Quantity:
         if not isinstance(other, Quantity):
             return NotImplemented
         return self._nanos >= other._nanos
-
-    def cmp(self, other: Quantity) -> int:
-        """Go's `Cmp`: -1, 0 or 1."""
-        return (self._nanos > other._nanos) - (self._nanos < other._nanos)
 
     # ----------------------------------------------------------------- rendering
 
