@@ -53,6 +53,11 @@ class ApiClient:
     return fresh dicts the caller owns. Every request sent, whichever verb sent it (and each
     retry the server asked for), is told once to the request observers (metrics), in the order
     they were added. The collaborators are public: `rest` (RestClient) and `pager` (ListPager).
+
+    `request`, `list_all`, `close`, `add_request_observer` and `remove_request_observer` are the
+    collaborators' own methods, bound at construction as attributes: a subclass that wants to
+    change them replaces the collaborator (`rest`, `pager`), since a method of the same name
+    defined on the subclass would be shadowed by the attribute.
     """
 
     def __init__(
@@ -128,7 +133,8 @@ class ApiClient:
 
         Events come in the server's order (watchstream.py decodes them). The request is sent
         when iteration starts and is never retried; it is one request to the observers. The
-        stream has no total timeout: `read_timeout` seconds without data end it (None: never).
+        stream has no total timeout: `read_timeout` seconds without data raise ConnectionFailed
+        (None: wait for ever).
 
         Raises the typed error for a refused watch (e.g. 410 when resource_version is too old),
         DecodeError for a malformed line, ConnectionFailed when the connection breaks.

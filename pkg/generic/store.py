@@ -189,6 +189,9 @@ class Store:
     indexes and the views together, so a reader never sees one without the others. Reads hand
     out private copies (with DictCodec, the stored dicts, read-only); listings come in no
     particular order, index lookups sorted by key.
+
+    `has_index`, `index_keys` and `indexed_values` are the StoreIndex's own methods, bound at
+    construction as attributes (a subclass's method of the same name would be shadowed).
     """
 
     def __init__(

@@ -29,7 +29,8 @@ class Fifo(Generic[T]):
     already in it (``Queue`` does so through its dirty set). ``None`` cannot be an item, because
     ``pop`` returns it for "empty".
 
-    Concurrency: one event loop, no lock; each method is atomic. ``push`` and ``pop`` are O(1);
+    Concurrency: one event loop, no lock; every method but ``wait`` is atomic (``wait`` suspends
+    until a push wakes it, or its caller is cancelled). ``push`` and ``pop`` are O(1);
     only ``wait`` allocates (one future).
     """
 
