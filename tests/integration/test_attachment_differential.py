@@ -313,15 +313,18 @@ async def live_migrate_workload_updates(api: ApiClient) -> AsyncIterator[None]:
 
 
 async def patch_vm(api: ApiClient, namespace: str, template: Object, **spec: Any) -> None:
-    """vm1's template volumes and disks set to `template`'s (a merge patch: virt-controller
-    writes the VM's status meanwhile)."""
+    """vm1's template volumes, disks and firmware set to `template`'s (a merge patch:
+    virt-controller writes the VM's status meanwhile)."""
     body = {
         "spec": {
             **spec,
             "template": {
                 "spec": {
                     "volumes": template["volumes"],
-                    "domain": {"devices": {"disks": template["domain"]["devices"]["disks"]}},
+                    "domain": {
+                        "devices": {"disks": template["domain"]["devices"]["disks"]},
+                        "firmware": template["domain"].get("firmware", {}),
+                    },
                 }
             },
         }
@@ -343,6 +346,10 @@ async def start_vm_with_claim(
     template["domain"]["devices"].setdefault("disks", []).append(
         {"name": "data", "disk": {"bus": "virtio"}}
     )
+    # virt-controller gives a VM without one a firmware UUID, a template change of its own: made
+    # after the start, it read as a non-live-updatable change (RestartRequired) and the VM's
+    # observedGeneration stopped for good (seen in CI, on v1.8.4 and v1.6.0). The UUID is set here.
+    template["domain"].setdefault("firmware", {}).setdefault("uuid", str(uuid.uuid4()))
     await patch_vm(api, namespace, template, updateVolumesStrategy="Migration")
     (await kubevirt.start_vm("vm1")).check()
     return template

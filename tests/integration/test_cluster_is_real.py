@@ -104,6 +104,9 @@ def test_terminating_pod_counts_until_its_grace_period_ends(
     pods = f"/api/v1/namespaces/{namespace}/pods"
     rest.post(pods, cpu_pod("source", "1", grace=6))
     wait_until(lambda: used_cpu(rest, namespace) == "1", what="used limits.cpu 1")
+    # Only a pod bound to a node is deleted gracefully: the API server removes an unscheduled
+    # one at once (seen in CI, where the scheduler had not bound it yet).
+    wait_until(lambda: rest.get(f"{pods}/source")["spec"].get("nodeName"), what="source bound")
     rest.delete(f"{pods}/source")
     # Like a virt-launcher source pod after a migration: gone from the workload's point of view,
     # still charged to the quota, so a pod of the same size is refused for now.
