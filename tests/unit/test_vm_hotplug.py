@@ -78,6 +78,15 @@ def running(lookups: FakeLookups, instance: dict[str, Any]) -> None:
     lookups.pods.append(launcher_pod(instance, f"virt-launcher-{instance['metadata']['name']}"))
 
 
+def memory_of(vmi: dict[str, Any] | None) -> tuple[Quantity, Quantity]:
+    """The memory request and limit of a hot-plugged VMI (which must exist)."""
+    assert vmi is not None
+    resources = vmi["spec"]["domain"]["resources"]
+    return Quantity.parse(resources["requests"]["memory"]), Quantity.parse(
+        resources["limits"]["memory"]
+    )
+
+
 def test_a_cpu_hot_plug_patches_the_vmi_as_kubevirt_does() -> None:
     """KubeVirt v1.8 VMICPUsPatch: sockets to the template's; requests and limits that are set
     grow by 1000m / cpuAllocationRatio per added vCPU (two sockets of two cores: +200m)."""
@@ -108,10 +117,7 @@ def test_a_memory_hot_plug_patches_the_vmi_as_kubevirt_does() -> None:
 def test_a_memory_hot_plug_grows_a_request_equal_to_the_guest_and_the_limit_by_the_delta() -> None:
     instance = guaranteed_vmi()
     grown = hot_plugged(template_of(instance, guest="8Gi"), instance)
-    assert grown is not None
-    resources = grown["spec"]["domain"]["resources"]
-    assert Quantity.parse(resources["requests"]["memory"]) == Quantity.parse("8Gi")
-    assert Quantity.parse(resources["limits"]["memory"]) == Quantity.parse("8Gi")
+    assert memory_of(grown) == (Quantity.parse("8Gi"), Quantity.parse("8Gi"))
 
 
 def test_the_memory_delta_is_taken_from_the_guest_memory_the_vmi_reports() -> None:
@@ -120,10 +126,7 @@ def test_the_memory_delta_is_taken_from_the_guest_memory_the_vmi_reports() -> No
     instance = guaranteed_vmi()
     instance["status"]["memory"]["guestCurrent"] = "3Gi"
     grown = hot_plugged(template_of(instance, guest="6Gi"), instance)
-    assert grown is not None
-    resources = grown["spec"]["domain"]["resources"]
-    assert Quantity.parse(resources["requests"]["memory"]) == Quantity.parse("7Gi")
-    assert Quantity.parse(resources["limits"]["memory"]) == Quantity.parse("7Gi")
+    assert memory_of(grown) == (Quantity.parse("7Gi"), Quantity.parse("7Gi"))
 
 
 def test_without_a_reported_current_guest_memory_kubevirt_hot_plugs_no_memory() -> None:
@@ -144,10 +147,7 @@ def test_a_decrease_not_below_the_boot_guest_is_a_hot_plug_whose_delta_can_be_po
     instance["spec"]["domain"]["resources"]["limits"]["memory"] = "8Gi"
     instance["status"]["memory"]["guestCurrent"] = "6Gi"
     grown = hot_plugged(template_of(instance, guest="7Gi"), instance)
-    assert grown is not None
-    resources = grown["spec"]["domain"]["resources"]
-    assert Quantity.parse(resources["requests"]["memory"]) == Quantity.parse("9Gi")
-    assert Quantity.parse(resources["limits"]["memory"]) == Quantity.parse("9Gi")
+    assert memory_of(grown) == (Quantity.parse("9Gi"), Quantity.parse("9Gi"))
     assert hot_plugged(template_of(instance, guest="3Gi"), instance) is None
 
 
