@@ -52,6 +52,7 @@ def _options(args: argparse.Namespace) -> Options:
         mtq=not args.no_mtq,
         mtq_lock_seconds=args.mtq_lock_seconds,
         room_held_linger=args.room_held_linger,
+        rancher_direct_fail_closed=not args.rancher_direct_fail_open,
     )
 
 
@@ -227,6 +228,13 @@ def _add_run_command(commands: Any) -> None:
         default=30.0,
         help="seconds the room-held label stays after a namespace's room was given back, so a "
         "drain's next wave skips labelling (default 30; 0 removes it at once)",
+    )
+    run.add_argument(
+        "--rancher-direct-fail-open",
+        action="store_true",
+        help="leave namespaces whose Rancher quota is raised directly without the room-held "
+        "label between rooms: their pods meet the webhook's fail-open rule, so a webhook outage "
+        "blocks none of them but lets tenant pods into a held room (docs/security.md)",
     )
     run.set_defaults(handler=cmd_run)
 

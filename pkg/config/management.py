@@ -53,6 +53,10 @@ class Options:
     room_held_linger: float = 30.0
     """Seconds the room-held label stays after a namespace's room was given back (0: removed at
     once), so that the next migration of a drain is raised without labelling first."""
+    rancher_direct_fail_closed: bool = True
+    """Keep the room-held label for good on namespaces whose Rancher quota is raised directly
+    (where no label may be written while a raise stands), so that the fail-closed pods rule
+    covers their rooms; False leaves them on the rule that fails open."""
 
 
 @dataclass

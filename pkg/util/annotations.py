@@ -101,7 +101,8 @@ label only, first match; the name (default-xxxxx) is generated."""
 
 LABEL_ROOM_HELD: Final = "harvester-quota.io/room-held"
 """Set ("true") by the controller on a namespace from before it raises the quota for a migration
-until after it has given the room back. The webhook's room-held-pods rule selects these
+until after it has given the room back, and for good on one whose Rancher quota it raises
+directly (set there between rooms: controller/resourcequota). The webhook's room-held-pods rule selects these
 namespaces with failurePolicy Fail, so with the webhook down no pod but KubeVirt's targets gets in
 while room is held (docs/design.md, "Pods while room is held")."""
 

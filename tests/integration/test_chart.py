@@ -186,6 +186,21 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
     assert checked == 23
 
 
+def test_the_webhook_replicas_prefer_different_nodes_and_no_budget_can_block_a_drain() -> None:
+    """The pods rules fail closed (where room is held; for good in Rancher namespaces raised
+    directly): the replicas prefer different nodes, so one node's loss is not an outage; and no
+    PodDisruptionBudget, which on a single-node cluster would block an upgrade's drain."""
+    rendered = by_kind_and_name({})
+    spec = rendered[("Deployment", "harvester-quota-webhook")]["spec"]
+    preferred = spec["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    (term,) = [p["podAffinityTerm"] for p in preferred]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
+    assert not [key for key in rendered if key[0] == "PodDisruptionBudget"]
+
+
 def by_kind_and_name(values: dict[str, object]) -> dict[tuple[str, str], dict[str, Any]]:
     documents = [d for d in yaml.safe_load_all(render(values)) if d]
     return {(d["kind"], d["metadata"]["name"]): d for d in documents}

@@ -45,7 +45,7 @@ from harvester_quota.config.management import Options
 from harvester_quota.generic import config as client_config
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS, PODS, Object, Resource
+from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, Object, Resource
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_KUBECONFIG
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
@@ -56,6 +56,7 @@ from harvester_quota.testbench.virtcontroller import (
     VirtControllerDriver,
 )
 from harvester_quota.util import resources
+from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resources import ResourceList, parse_resource_list_leniently
@@ -155,13 +156,20 @@ async def webhook(
 
 @pytest.fixture
 async def controllers(
-    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, webhook: WebhookServer
+    request: pytest.FixtureRequest,
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    webhook: WebhookServer,
 ) -> AsyncIterator[ControllerApp]:
-    """The controllers as their service account (the chart's RBAC, applied with the webhook)."""
+    """The controllers as their service account (the chart's RBAC, applied with the webhook);
+    an indirect parameter gives Options fields to change."""
     client = await deployment.client_as(kubevirt_api, kubevirt_cluster, "harvester-quota")
+    told: dict[str, Any] = getattr(request, "param", {})
     app = ControllerApp(
         client,
-        Options(leader_elect=False, kubevirt_version=str(kubevirt_cluster.kubevirt_version)),
+        Options(
+            leader_elect=False, kubevirt_version=str(kubevirt_cluster.kubevirt_version), **told
+        ),
         registry=CollectorRegistry(),
     )
     await app.start()
@@ -769,17 +777,65 @@ async def test_growing_a_pod_in_place_into_a_held_room_is_denied_and_the_real_mi
     await within_base(stack)
 
 
-async def test_with_the_webhook_down_pods_that_slip_into_a_held_room_never_raise_the_quota_further(
+async def test_with_the_webhook_down_no_tenant_pod_gets_into_a_rancher_namespaces_held_room(
     stack: Stack,
 ) -> None:
-    """Attack 6: a Rancher namespace (its pods rule fails open, and the controller does not label
-    it), the webhook goes down while vm1's migration holds room, and the tenant creates pods
-    until quota admission refuses, again after each raise. The raise never follows them:
-    spec.hard stays at most the base plus vm1's room, so what slipped in is at most that room;
-    once the tenant gives the migration up, spec.hard is the base again."""
+    """Attack 6: a Rancher namespace whose quota the controller raises directly, where no
+    namespace write may be made while a raise stands (Rancher's agent would reset it). It was
+    never labelled room-held, so its rooms met the pods rule that fails open: with the webhook
+    down, each migration let a room's worth of tenant pods in and the next raise stood on them
+    (+1 room per migration, period after period). Now the controller labels it between rooms and
+    keeps the label: with the webhook down while vm1's migration holds room, every tenant pod is
+    refused, vm1's real target gets in, and the quota comes back to the base with nothing above
+    it."""
+    await stack.admin.set_rancher_base(RANCHER_BASE)
+    await stack.admin.create_quota(BASE)
+    await eventually(lambda: _room_held_label_is(stack, "true"), what="labelled between rooms")
+    room = await vm1_behind_closed_slots(stack)
+    async with SpecHistory(stack.api, stack.namespace) as history:
+        migration = await queued_migration(stack, "vm1", room)
+        await stack.webhook.stop()
+        for attempt in range(3):
+            outcome = await _pod_attempt(stack, f"slipper-{attempt}")
+            assert outcome == "webhook unreachable", f"{outcome}; {await settled(stack)}"
+        await release_migrations(stack)
+        await completes(stack, migration)
+        await back_to_the_base(stack)
+    assert raised_beyond(history, base_plus(room)) == [], history.hards
+    assert await _room_held_label_is(stack, "true"), "the label stays between rooms"
+    await within_base(stack)
+
+
+async def _room_held_label_is(stack: Stack, value: str | None) -> bool:
+    namespace = await stack.api.get(NAMESPACES, stack.namespace)
+    return (namespace["metadata"].get("labels") or {}).get(LABEL_ROOM_HELD) == value
+
+
+async def _pod_attempt(stack: Stack, name: str) -> str:
+    """'admitted', 'webhook unreachable' (a fail-closed rule without its webhook) or why not."""
+    try:
+        await stack.tenant.create_pod(name, cpu="500m", memory="256Mi")
+    except errors.ApiError as refused:
+        if "failed calling webhook" in refused.message:
+            return "webhook unreachable"
+        return refused.message
+    return "admitted"
+
+
+@pytest.mark.parametrize("controllers", [{"rancher_direct_fail_closed": False}], indirect=True)
+async def test_told_to_fail_open_pods_that_slip_into_a_held_room_never_raise_the_quota_further(
+    stack: Stack,
+) -> None:
+    """Attack 6 where the operator chose availability (`--rancher-direct-fail-open`): the
+    Rancher namespace stays unlabelled, so its pods rule fails open; the webhook goes down
+    while vm1's migration holds room, and the tenant creates pods until quota admission
+    refuses, again after each raise. The raise never follows them: spec.hard stays at most the
+    base plus vm1's room, so what slipped in is at most that room; once the tenant gives the
+    migration up, spec.hard is the base again."""
     await stack.admin.set_rancher_base(RANCHER_BASE)
     await stack.admin.create_quota(BASE)
     room = await vm1_behind_closed_slots(stack)
+    assert await _room_held_label_is(stack, None), "told to fail open: never labelled"
     async with SpecHistory(stack.api, stack.namespace) as history:
         migration = await queued_migration(stack, "vm1", room)
         await stack.webhook.stop()

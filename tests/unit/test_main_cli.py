@@ -90,6 +90,14 @@ def test_the_room_held_label_lingers_30_seconds_unless_told_and_0_is_allowed() -
     assert _options(told).room_held_linger == 0.0
 
 
+def test_rancher_direct_namespaces_fail_closed_unless_told_to_fail_open() -> None:
+    from harvester_quota.main import _options
+
+    assert _options(build_parser().parse_args(["run"])).rancher_direct_fail_closed
+    told = build_parser().parse_args(["run", "--rancher-direct-fail-open"])
+    assert not _options(told).rancher_direct_fail_closed
+
+
 @pytest.mark.parametrize("value", ["-1", "inf", "soon"])
 def test_a_linger_below_zero_or_without_end_is_refused(value: str) -> None:
     with pytest.raises(SystemExit):

@@ -20,7 +20,7 @@ from harvester_quota.controller.resourcequota.resourcequota_controller import (
     QuotaReconciler,
     requeue,
 )
-from harvester_quota.controller.resourcequota.roomlabel import RoomHeldLabel
+from harvester_quota.controller.resourcequota.roomlabel import RoomHeldLabel, label_policy
 from harvester_quota.controller.resourcequota.specwrites import SpecWrites
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
@@ -267,6 +267,8 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
             snapshot=None,
             plan=SimpleNamespace(name=next(plans), holds_room=True, requeue_after=None),
             labels_room=True,
+            labelled_for_good=False,
+            label_writes_wait=False,
         )
 
     async def label(_ns: dict[str, Any], held: bool) -> dict[str, Any]:
@@ -348,6 +350,8 @@ def lingering_reconciler(
             snapshot=None,
             plan=SimpleNamespace(holds_room=held, requeue_after=None),
             labels_room=held,
+            labelled_for_good=False,
+            label_writes_wait=False,
         )
 
     async def write(*_: Any) -> None:
@@ -450,6 +454,176 @@ async def test_a_refused_removal_runs_the_namespace_again_when_labels_may_be_wri
     clock.step(2 * FIRST_RETRY)
     assert await instance._reconcile("ns", namespace) == labelled_namespace(None)
     assert client.labels == ["true", None]
+
+
+@pytest.mark.parametrize(
+    ("holds_room", "raise_stands", "fail_closed", "expected"),
+    [
+        (False, False, True, (False, True, False)),
+        (True, True, True, (False, True, True)),
+        (False, True, True, (False, True, True)),
+        (False, False, False, (False, False, False)),
+        (True, False, False, (False, False, True)),
+    ],
+)
+def test_the_label_policy_keeps_rancher_direct_labels_and_removes_none_under_a_raise(
+    holds_room: bool, raise_stands: bool, fail_closed: bool, expected: tuple[bool, bool, bool]
+) -> None:
+    """A Rancher quota raised directly (no namespace write while a raise stands): the label is
+    never set for a room, never written while room is held or our raise still stands, and kept
+    for good unless the operator chose the fail-open rule. Elsewhere it is set per room."""
+    policy = label_policy(
+        managed=True,
+        holds_room=holds_room,
+        may_label=False,
+        raise_stands=raise_stands,
+        fail_closed=fail_closed,
+    )
+    assert (policy.labels_room, policy.for_good, policy.waits) == expected
+    elsewhere = label_policy(
+        managed=True, holds_room=True, may_label=True, raise_stands=True, fail_closed=True
+    )
+    assert (elsewhere.labels_room, elsewhere.for_good, elsewhere.waits) == (True, False, False)
+
+
+def rancher_direct_reconciler(
+    *, fail_closed: bool = True, linger: float = 30.0
+) -> tuple[QuotaReconciler, LabelClient, FakeClock, dict[str, bool]]:
+    """A reconciler of a namespace whose Rancher quota it raises directly: its plans hold room
+    while `state["room"]`, its raise stands while `state["raise"]`; label writes on a
+    LabelClient."""
+    client, clock = LabelClient(), FakeClock()
+    state = {"room": False, "raise": False}
+    instance = bare_reconciler(clock, client, linger)
+
+    def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
+        label = label_policy(
+            managed=True,
+            holds_room=state["room"],
+            may_label=False,
+            raise_stands=state["raise"],
+            fail_closed=fail_closed,
+        )
+        return SimpleNamespace(
+            namespace=ns,
+            quota={},
+            snapshot=None,
+            plan=SimpleNamespace(holds_room=state["room"], requeue_after=None),
+            labels_room=label.labels_room,
+            labelled_for_good=label.for_good,
+            label_writes_wait=label.waits,
+        )
+
+    async def write(*_: Any) -> None:
+        return None
+
+    instance._plan = plan  # type: ignore[method-assign]
+    instance._write_plan = write  # type: ignore[method-assign, assignment]
+    return instance, client, clock, state
+
+
+async def test_a_rancher_direct_namespace_keeps_the_label_through_rooms_and_past_any_linger() -> (
+    None
+):
+    """Review finding 3 (issue 25, item 6): such a namespace was never labelled, so with the
+    webhook down its rooms met the fail-open pods rule. Now it is labelled when first planned,
+    and the label stays through the next room and past any linger: one write in all."""
+    instance, client, clock, state = rancher_direct_reconciler()
+    namespace = await instance._reconcile("ns", labelled_namespace(None))
+    assert client.labels == ["true"]
+    state.update({"room": True, "raise": True})
+    namespace = await instance._reconcile("ns", namespace)
+    state.update({"room": False, "raise": False})
+    await clock.advance(120)
+    assert await instance._reconcile("ns", namespace) == labelled_namespace("true")
+    assert client.labels == ["true"], "never removed, never written again"
+
+
+async def test_a_rancher_direct_namespace_found_unlabelled_under_a_raise_is_labelled_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After an upgrade from a version that did not keep the label, a room already held there
+    would stay on the fail-open rule for as long as the tenant keeps migrations going. The label
+    is written all the same (Rancher's agent may reset the raise once; the next plan raises it
+    again), and the log says so."""
+    instance, client, _clock, state = rancher_direct_reconciler()
+    state.update({"room": True, "raise": True})
+    with caplog.at_level("INFO"):
+        await instance._reconcile("ns", labelled_namespace(None))
+    assert client.labels == ["true"]
+    assert "labelled room-held for good while our raise stands" in caplog.text
+
+
+def real_plan_reconciler(
+    namespace: dict[str, Any], quota: dict[str, Any], *, fail_closed: bool = True
+) -> QuotaReconciler:
+    """A reconciler whose `_plan` is its own, on one namespace's quota in a store and the
+    direct Rancher path (Rancher has refused nothing)."""
+    clock = FakeClock()
+    instance = bare_reconciler(clock, LabelClient())
+    instance.management = SimpleNamespace(  # type: ignore[assignment]
+        clock=clock, options=SimpleNamespace(rancher_direct_fail_closed=fail_closed)
+    )
+    store = SimpleNamespace(by_index=lambda _index, _key: [quota])
+    instance.inputs = SimpleNamespace(  # type: ignore[assignment]
+        informers=SimpleNamespace(quotas=SimpleNamespace(store=store)),
+        snapshot=lambda ns, q, _quotas: NamespaceSnapshot(
+            namespace=ns, quota=q, migrations=[], vmis={}, pods=[], now=NOW
+        ),
+    )
+    instance.spec_writes = SimpleNamespace(newest=lambda _key, q: q)  # type: ignore[assignment]
+    instance.rancher = SimpleNamespace(through=lambda _ns, _plan: False)  # type: ignore[assignment]
+    return instance
+
+
+def test_the_plan_of_a_rancher_direct_namespace_keeps_the_label_and_knows_a_standing_raise() -> (
+    None
+):
+    """`_plan` on the real inputs: a Rancher namespace whose quota we raise directly is never
+    labelled for a room (a write per room would have Rancher's agent reset each raise), is kept
+    labelled for good, and knows when our raise's records still stand on the quota; told to
+    fail open, it is neither."""
+    namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
+    raised = managed_quota("ns", {"limits.cpu": "5"}, {"harvesterhci.io/migrating-vm1": "{}"})
+    planned = real_plan_reconciler(namespace, raised)._plan("ns", namespace)
+    assert planned is not None and planned.plan.managed
+    assert (planned.labels_room, planned.labelled_for_good, planned.label_writes_wait) == (
+        False,
+        True,
+        True,
+    )
+    at_base = managed_quota("ns", {"limits.cpu": "3"})
+    planned = real_plan_reconciler(namespace, at_base)._plan("ns", namespace)
+    assert planned is not None and not planned.label_writes_wait
+    told = real_plan_reconciler(namespace, raised, fail_closed=False)._plan("ns", namespace)
+    assert told is not None and not told.labelled_for_good and told.label_writes_wait
+
+
+async def test_a_refused_label_of_a_rancher_direct_namespace_is_tried_again_after_the_backoff() -> (
+    None
+):
+    instance, client, clock, _state = rancher_direct_reconciler()
+    client.refusals = 1
+    with pytest.raises(RetryAfter) as retry:
+        await instance._reconcile("ns", labelled_namespace(None))
+    assert retry.value.seconds == FIRST_RETRY
+    clock.step(FIRST_RETRY)
+    assert await instance._reconcile("ns", labelled_namespace(None)) == labelled_namespace("true")
+    assert client.labels == ["true"]
+
+
+async def test_told_to_fail_open_a_rancher_direct_label_goes_only_once_no_raise_stands() -> None:
+    """`--rancher-direct-fail-open` after the label was kept for good: the label goes after
+    its linger, but never while a raise of ours stands (the write would reset it)."""
+    instance, client, _clock, state = rancher_direct_reconciler(fail_closed=False, linger=0.0)
+    state.update({"room": True, "raise": True})
+    namespace = await instance._reconcile("ns", labelled_namespace("true"))
+    state.update({"room": False})
+    namespace = await instance._reconcile("ns", namespace)
+    assert client.labels == []
+    state.update({"raise": False})
+    await instance._reconcile("ns", namespace)
+    assert client.labels == [None]
 
 
 def test_only_rancher_own_refusal_sends_only_that_namespace_through_its_annotation() -> None:

@@ -38,7 +38,7 @@ from .inputs import PlanInputs
 from .projects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .reports import NamespaceReports
-from .roomlabel import RoomHeldLabel
+from .roomlabel import RoomHeldLabel, label_policy
 from .specwrites import SpecWrites
 
 __all__ = ["RANCHER_DENIAL_REASON", "QuotaReconciler", "register", "requeue"]
@@ -47,6 +47,11 @@ __all__ = ["RANCHER_DENIAL_REASON", "QuotaReconciler", "register", "requeue"]
 log = logging.getLogger(__name__)
 
 UNLABEL_RETRY = "the room-held label's removal may be tried again then"
+LABEL_RETRY = "the room-held label may be tried again then"
+LABELLED_UNDER_A_RAISE = (
+    "namespace %s: labelled room-held for good while our raise stands; Rancher's agent may reset "
+    "the raise once, and the next plan raises it again"
+)
 
 HANDLER = "resourcequota-reconcile"
 
@@ -61,6 +66,10 @@ class _Planned:
     plan: QuotaPlan
     labels_room: bool
     """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`_may_label`)."""
+    labelled_for_good: bool
+    """The namespace carries LABEL_ROOM_HELD whether or not room is held (roomlabel.py)."""
+    label_writes_wait: bool
+    """No label write now: one would have Rancher's agent reset the raise standing here."""
 
 
 class QuotaReconciler:
@@ -148,24 +157,14 @@ class QuotaReconciler:
             return namespace
         handing_over = self.defer_to(key)
         if handing_over and not self._raise_left(key, namespace):
-            self._forget(key)
-            return namespace
+            # MTQ mode locks the namespace its own way: no room-held label stays behind.
+            return await self._let_go(key, namespace)
         planned = self._plan(key, namespace, release=handing_over)
-        if planned is not None and planned.labels_room:
-            self.room_label.held_now(key)
-            labelled = await self.room_label.set(planned.namespace, True)
-            if labelled is not planned.namespace:
-                # The label took a round trip, in which a burst's other migrations arrive: plan
-                # again, so that the raise covers them too instead of waiting for another run.
-                planned = self._plan(key, labelled)
-                namespace = labelled
+        if planned is not None and (planned.labels_room or planned.labelled_for_good):
+            planned = await self._label_first(key, planned)
+            namespace = planned.namespace if planned is not None else namespace
         if planned is None:
-            self._forget(key)
-            namespace = await self.room_label.set(namespace, False)
-            retry = self.room_label.retry_removal(namespace)
-            if retry is not None:
-                raise RetryAfter(retry, UNLABEL_RETRY)
-            return namespace
+            return await self._let_go(key, namespace)
         self.reports.warnings(planned.namespace, planned.quota, planned.plan)
         self.reports.export(key, planned.snapshot, planned.plan)
         self.inputs.set_aside_settled(key, planned.snapshot, planned.plan)
@@ -173,13 +172,41 @@ class QuotaReconciler:
             planned.namespace, planned.quota, planned.plan, planned.snapshot
         )
         namespace = planned.namespace
+        if planned.labelled_for_good:
+            relabel = self.room_label.retry_labelling(namespace)
+            return requeue(namespace, planned.plan, None, project_recheck=recheck, relabel=relabel)
+        if planned.label_writes_wait:
+            return requeue(namespace, planned.plan, None, project_recheck=recheck)
         lingers = unlabel = None
         if not planned.labels_room:
             lingers = self.room_label.lingers(key, namespace, planned.plan.holds_room)
             if lingers is None:
                 namespace = await self.room_label.set(namespace, False)
                 unlabel = self.room_label.retry_removal(namespace)
-        return requeue(namespace, planned.plan, lingers, unlabel, recheck)
+        return requeue(namespace, planned.plan, lingers, unlabel=unlabel, project_recheck=recheck)
+
+    async def _label_first(self, key: str, planned: _Planned) -> _Planned | None:
+        """Sets the label before the plan is written; if that took a write, plans again from
+        the labelled namespace: in its round trip a burst's other migrations arrive, and the
+        raise then covers them instead of waiting for another run."""
+        if planned.labels_room:
+            self.room_label.held_now(key)
+        labelled = await self.room_label.set(planned.namespace, True)
+        if labelled is planned.namespace:
+            return planned
+        if planned.label_writes_wait:
+            log.info(LABELLED_UNDER_A_RAISE, key)
+        return self._plan(key, labelled)
+
+    async def _let_go(self, key: str, namespace: Object) -> Object:
+        """The namespace is no longer ours (no managed quota, or handed over): forgets it and
+        removes its label, run again while the removal is refused."""
+        self._forget(key)
+        namespace = await self.room_label.set(namespace, False)
+        retry = self.room_label.retry_removal(namespace)
+        if retry is not None:
+            raise RetryAfter(retry, UNLABEL_RETRY)
+        return namespace
 
     def _raise_left(self, key: str, namespace: Object) -> bool:
         """Whether a raise of ours still stands in the namespace (as we last wrote it)."""
@@ -203,8 +230,17 @@ class QuotaReconciler:
         if release:
             snapshot = dataclasses.replace(snapshot, migrations=[])
         plan = plan_quota(snapshot)
-        labels_room = plan.managed and plan.holds_room and self._may_label(namespace, plan)
-        return _Planned(namespace, quota, snapshot, plan, labels_room)
+        may_label = self._may_label(namespace, plan)
+        label = label_policy(
+            managed=plan.managed,
+            holds_room=plan.holds_room,
+            may_label=may_label,
+            raise_stands=not may_label and self._raise_left(key, namespace),
+            fail_closed=self.management.options.rancher_direct_fail_closed,
+        )
+        return _Planned(
+            namespace, quota, snapshot, plan, label.labels_room, label.for_good, label.waits
+        )
 
     def _may_label(self, namespace: Object, plan: QuotaPlan) -> bool:
         """Whether a namespace write is safe while room is held. Rancher's agent re-derives the
@@ -248,13 +284,15 @@ def requeue(
     namespace: Object,
     plan: QuotaPlan,
     label_lingers: float | None,
+    *,
     unlabel: float | None = None,
     project_recheck: float | None = None,
+    relabel: float | None = None,
 ) -> Object:
     """Returns `namespace`, or raises RetryAfter to run it again when a terminating pod stops
-    counting, the room-held label's linger ends, a refused removal of it may be tried again,
-    or a raise held back for its Rancher project's room is checked again, whichever comes
-    first."""
+    counting, the room-held label's linger ends, a refused removal of it or a refused label may
+    be tried again, or a raise held back for its Rancher project's room is checked again,
+    whichever comes first."""
     waits = []
     if project_recheck is not None:
         waits.append((project_recheck, "the Rancher project's room is checked again then"))
@@ -264,6 +302,8 @@ def requeue(
         waits.append((label_lingers, "the room-held label's linger ends then"))
     if unlabel is not None:
         waits.append((unlabel, UNLABEL_RETRY))
+    if relabel is not None:
+        waits.append((relabel, LABEL_RETRY))
     if waits:
         raise RetryAfter(*min(waits))
     return namespace
