@@ -655,3 +655,15 @@ def test_only_rancher_own_refusal_sends_only_that_namespace_through_its_annotati
     instance.protected.add("a")
     assert instance.through(tenant_a, plan)  # type: ignore[arg-type]
     assert not instance.through(tenant_b, plan)  # type: ignore[arg-type]
+
+
+async def test_a_namespace_handed_over_to_mtq_mode_loses_its_room_held_label() -> None:
+    """Review of issue 25's label kept for good: a namespace that gets a VMMRQ is MTQ mode's
+    once our raise is given back; a room-held label left on it (kept for good, or lingering)
+    would keep its pods on the fail-closed rule for good, so it goes then."""
+    client, clock = LabelClient(), FakeClock()
+    instance = bare_reconciler(clock, client)
+    instance.defer_to = lambda _key: True  # type: ignore[method-assign]
+    instance._raise_left = lambda _key, _ns: False  # type: ignore[method-assign]
+    assert await instance._reconcile("ns", labelled_namespace("true")) == labelled_namespace(None)
+    assert client.labels == [None]
