@@ -27,6 +27,7 @@ from .controller.resourcequota import resourcequota_controller as resourcequota
 from .generic import errors
 from .generic.client import ApiClient
 from .generic.clock import REAL_CLOCK, Clock
+from .generic.frameworkmetrics import FrameworkMetrics
 from .generic.health import HealthServer
 from .generic.leader import LeaderElectionConfig, LeaderElector
 from .generic.requestmetrics import ApiRequestMetrics
@@ -58,7 +59,11 @@ class ControllerApp:
     def __post_init__(self) -> None:
         self.request_metrics = ApiRequestMetrics(self.registry)
         self.management = Management(
-            self.client, self.options, clock=self.clock, registry=self.registry
+            self.client,
+            self.options,
+            clock=self.clock,
+            registry=self.registry,
+            framework_metrics=FrameworkMetrics(self.registry),
         )
         self.reconciler = resourcequota.register(self.management)
         if self.options.mtq:

@@ -19,6 +19,7 @@ from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.controller import ControllerFactory
 from ..generic.events import EventRecorder
+from ..generic.frameworkmetrics import FrameworkMetrics
 from ..generic.informer import SharedInformerFactory
 from ..util.resourcequota.base import Mode
 
@@ -67,6 +68,8 @@ class Management:
     options: Options
     clock: Clock = REAL_CLOCK
     registry: CollectorRegistry = REGISTRY
+    framework_metrics: FrameworkMetrics | None = None
+    """Watch events and handler CPU of the informers and controllers (None: not measured)."""
     informers: SharedInformerFactory = field(init=False)
     controllers: ControllerFactory = field(init=False)
     recorder: EventRecorder = field(init=False)
@@ -77,13 +80,16 @@ class Management:
 
     def __post_init__(self) -> None:
         self._closers: list[Callable[[], Awaitable[None]]] = []
-        self.informers = SharedInformerFactory(self.client, clock=self.clock)
+        self.informers = SharedInformerFactory(
+            self.client, clock=self.clock, observer=self.framework_metrics
+        )
         self.controllers = ControllerFactory(
             self.client,
             self.informers,
             clock=self.clock,
             workers=self.options.workers,
             registry=self.registry,
+            observer=self.framework_metrics,
         )
         self.kubevirt = KubeVirtControllers(self.controllers)
         self.harvester = HarvesterControllers(self.controllers)

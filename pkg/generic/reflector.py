@@ -26,10 +26,11 @@ production:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,6 +38,8 @@ from . import errors
 from .backoff import Backoff
 from .client import ApiClient, ListResult, WatchEvent, status_error
 from .clock import REAL_CLOCK, Clock, wait_at_most
+from .cputime import cpu_metered
+from .frameworkmetrics import WatchObserver
 from .resource import Object, Resource
 
 log = logging.getLogger(__name__)
@@ -155,8 +158,12 @@ class Reflector:
         inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
         min_watch_timeout: int = MIN_WATCH_TIMEOUT,
         rng: random.Random | None = None,
+        observer: WatchObserver | None = None,
     ) -> None:
         self.name = name
+        self._observer = observer
+        """Told of every watch event applied and of the watch streams' CPU (None: nothing is
+        measured)."""
         self._lw = lister_watcher
         self._sink = sink
         self._clock = clock
@@ -312,7 +319,8 @@ class Reflector:
         )
         self._events_this_watch = 0
         try:
-            await self._with_inactivity_deadline(self._consume(stream))
+            consuming = _measured(self._consume(stream), self._observer, self.name)
+            await self._with_inactivity_deadline(consuming)
         except errors.ConnectionFailed as error:
             if isinstance(error, errors.ConnectionRefused) or not self._watch_was_healthy(started):
                 raise
@@ -343,6 +351,8 @@ class Reflector:
     def _apply(self, event: WatchEvent) -> None:
         if event.type == "ERROR":
             raise status_error(event.object)
+        if self._observer is not None:
+            self._observer.watch_event(self.name, event.type)
         version = (event.object.get("metadata") or {}).get("resourceVersion")
         if event.type != "BOOKMARK":
             self._sink.on_event(event.type, event.object)
@@ -364,6 +374,15 @@ class Reflector:
             if not consumer.done():
                 consumer.cancel()
             await asyncio.gather(consumer, return_exceptions=True)
+
+
+def _measured(
+    consuming: Coroutine[Any, Any, None], observer: WatchObserver | None, resource: str
+) -> Coroutine[Any, Any, None]:
+    """`consuming`, its CPU told to `observer` step by step if there is one."""
+    if observer is None:
+        return consuming
+    return cpu_metered(consuming, functools.partial(observer.watch_cpu, resource))
 
 
 def _version_unavailable(error: errors.ApiError) -> bool:

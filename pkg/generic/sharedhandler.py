@@ -9,11 +9,14 @@ the loop turns the outcome into the queue's next step. Here the outcome is a `Ha
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 
 from . import errors
+from .cputime import cpu_timed
+from .frameworkmetrics import HandlerObserver
 from .resource import Object
 
 Handler = Callable[[str, Object | None], Awaitable[Object | None]]
@@ -52,11 +55,15 @@ class SharedHandler:
     its `HandlersRun` (cancellation aside, which propagates). Event loop only, no lock.
     """
 
-    __slots__ = ("_handlers", "_log", "_name")
+    __slots__ = ("_handlers", "_log", "_name", "_observer")
 
-    def __init__(self, name: str, log: logging.Logger) -> None:
+    def __init__(
+        self, name: str, log: logging.Logger, observer: HandlerObserver | None = None
+    ) -> None:
+        """`observer`: told of every handler run with its CPU (None: nothing is measured)."""
         self._name = name
         self._log = log
+        self._observer = observer
         self._handlers: list[tuple[str, Handler]] = []
 
     def __iter__(self) -> Iterator[tuple[str, Handler]]:
@@ -79,7 +86,7 @@ class SharedHandler:
         retry_after: float | None = None
         for name, handler in list(self._handlers):
             try:
-                result = await handler(key, obj)
+                result = await self._run(name, handler, key, obj)
             except Ignore:
                 break
             except RetryAfter as request:
@@ -107,3 +114,19 @@ class SharedHandler:
                 if isinstance(result, dict) and (result.get("metadata") or {}).get("uid"):
                     obj = result
         return HandlersRun(failed, retry_after)
+
+    def _run(
+        self, name: str, handler: Handler, key: str, obj: Object | None
+    ) -> Awaitable[Object | None]:
+        """One handler's run, its CPU told to the observer when it ends, if there is one."""
+        run = handler(key, obj)
+        observer = self._observer
+        if observer is None:
+            return run
+        coro = run if isinstance(run, Coroutine) else _coroutine(run)
+        return cpu_timed(coro, functools.partial(observer.handler_ran, self._name, name))
+
+
+async def _coroutine(awaitable: Awaitable[Object | None]) -> Object | None:
+    """`awaitable` as a coroutine (a handler may return any awaitable)."""
+    return await awaitable

@@ -198,3 +198,38 @@ def test_each_vmim_phase_maps_to_harvesters_state_decentralized_ones_by_meaning(
     conditions = [{"type": "migrationAbortRequested", "status": "True"}] if abort else []
     migration = {"status": {"phase": phase, "conditions": conditions}}
     assert migration_state(migration) == expected
+
+
+class SlowPatchingClient(PatchingClient):
+    """A PatchingClient whose patches take a few event-loop turns, as a real request does."""
+
+    async def patch(self, resource: Any, name: str, body: dict[str, Any], namespace: str) -> Any:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return await super().patch(resource, name, body, namespace)
+
+
+async def test_two_controllers_released_by_one_raise_send_one_patch_not_two() -> None:
+    """The VMIM and the VMI controller both clear a finished migration's annotations, both wait
+    for the namespace's release, and wake together: each judged the VMI before the other's
+    patch had returned, so each sent the clear and touched the VM (the scale run's 3.3-4 VMI
+    and VM patches per migration in quota namespaces, 3 in namespaces without a quota)."""
+    finished = vmi(**MIGRATING)
+    client = SlowPatchingClient(copy.deepcopy(finished))
+    management = cast(Management, SimpleNamespace(client=client, clock=FakeClock()))
+    released = asyncio.Event()
+
+    async def quota_first(namespace: str, seconds: float) -> bool:
+        await released.wait()
+        return True
+
+    writer = VmiAnnotator(management, quota_first=quota_first)
+    clear = dict.fromkeys(MIGRATING)
+    both = asyncio.gather(writer.set(finished, clear), writer.set(finished, clear))
+    await settle()
+    released.set()
+    await both
+    plurals = [plural for plural, _ in client.patches]
+    assert plurals == [VIRTUAL_MACHINE_INSTANCES.plural, VIRTUAL_MACHINES.plural]
+    assert client.vmi["metadata"]["annotations"] == {}
+    assert writer._writing._locks == {}, "no lock is kept for a VMI nobody writes"

@@ -45,6 +45,7 @@ from ..localcluster.deploy import (
     write_token_kubeconfig,
 )
 from ..localcluster.process import free_port
+from .breakdown import Breakdown, breakdown_of
 
 K = TypeVar("K")
 READY_TIMEOUT: Final = 120.0
@@ -68,11 +69,13 @@ class Metrics:
     """The webhook's: migration target pods whose admission waited for their room."""
     target_wait_seconds: float = 0.0
     """The webhook's: the seconds target pod admissions waited, all of them together."""
+    breakdown: Breakdown = field(default_factory=Breakdown)
+    """The controller's: where its CPU goes (watch events, handler runs, its own requests)."""
 
     def with_webhook(self, webhook: Metrics) -> Metrics:
         """These (the controller's) with the webhook's API requests added and its target pod
-        counts; quota writes, CPU, memory and reconciles stay the controller's (the webhook
-        writes no quota)."""
+        counts; quota writes, CPU, memory, reconciles and the breakdown stay the controller's
+        (the webhook writes no quota)."""
         return dataclasses.replace(
             self,
             requests=_plus(self.requests, webhook.requests),
@@ -91,6 +94,7 @@ class Metrics:
             self.reconcile_seconds - earlier.reconcile_seconds,
             self.targets_waited - earlier.targets_waited,
             self.target_wait_seconds - earlier.target_wait_seconds,
+            self.breakdown.minus(earlier.breakdown),
         )
 
 
@@ -107,29 +111,39 @@ def parse_metrics(text: str) -> Metrics:
     requests: dict[tuple[str, str], float] = {}
     writes: dict[str, float] = {}
     cpu = rss = reconciles = reconcile_seconds = waited = wait_seconds = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "harvester_quota_api_requests_total":
-                key = (sample.labels.get("verb", ""), sample.labels.get("resource", ""))
-                requests[key] = requests.get(key, 0.0) + sample.value
-            elif sample.name == "harvester_quota_quota_writes_total":
-                outcome = sample.labels.get("outcome", "")
-                writes[outcome] = writes.get(outcome, 0.0) + sample.value
-            elif sample.name == "process_cpu_seconds_total":
-                cpu = sample.value
-            elif sample.name == "process_resident_memory_bytes":
-                rss = sample.value
-            elif sample.name == "harvester_quota_reconcile_duration_seconds_count":
-                reconciles = sample.value
-            elif sample.name == "harvester_quota_reconcile_duration_seconds_sum":
-                reconcile_seconds = sample.value
-            elif sample.name == "harvester_quota_webhook_target_pods_total" and (
-                sample.labels.get("outcome") in WAITED
-            ):
-                waited += sample.value
-            elif sample.name == "harvester_quota_webhook_target_wait_seconds_sum":
-                wait_seconds = sample.value
-    return Metrics(requests, writes, cpu, rss, reconciles, reconcile_seconds, waited, wait_seconds)
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    for sample in samples:
+        if sample.name == "harvester_quota_api_requests_total":
+            key = (sample.labels.get("verb", ""), sample.labels.get("resource", ""))
+            requests[key] = requests.get(key, 0.0) + sample.value
+        elif sample.name == "harvester_quota_quota_writes_total":
+            outcome = sample.labels.get("outcome", "")
+            writes[outcome] = writes.get(outcome, 0.0) + sample.value
+        elif sample.name == "process_cpu_seconds_total":
+            cpu = sample.value
+        elif sample.name == "process_resident_memory_bytes":
+            rss = sample.value
+        elif sample.name == "harvester_quota_reconcile_duration_seconds_count":
+            reconciles = sample.value
+        elif sample.name == "harvester_quota_reconcile_duration_seconds_sum":
+            reconcile_seconds = sample.value
+        elif sample.name == "harvester_quota_webhook_target_pods_total" and (
+            sample.labels.get("outcome") in WAITED
+        ):
+            waited += sample.value
+        elif sample.name == "harvester_quota_webhook_target_wait_seconds_sum":
+            wait_seconds = sample.value
+    return Metrics(
+        requests,
+        writes,
+        cpu,
+        rss,
+        reconciles,
+        reconcile_seconds,
+        waited,
+        wait_seconds,
+        breakdown_of(samples),
+    )
 
 
 WAITED: Final = ("fitted-after-wait", "timed-out")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
 from .run import ScaleReport
-from .stats import baseline_table, table
+from .stats import baseline_table, breakdown_table, table
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ def render_markdown(report: ScaleReport, command: str) -> str:
         "",
         table(report.steps),
         "",
+        *_breakdown_section(report),
         *_baseline_section(report),
         f"End: all done {report.all_done}, drift {len(report.drift)} namespaces, stale "
         f"annotations {len(report.stale)} namespaces, controller RSS "
@@ -59,6 +61,21 @@ def render_markdown(report: ScaleReport, command: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _breakdown_section(report: ScaleReport) -> list[str]:
+    """Where the controller's CPU went, per step and migration (and in the twins, if any)."""
+    steps = list(report.steps)
+    if report.baseline_steps:
+        steps += [replace(s, name=f"{s.name} (no quota)") for s in report.baseline_steps]
+    return [
+        "Where the controller's CPU went, per migration (watch: its watch streams' read, decode "
+        "and store; handlers: its reconciles and annotations, their requests' client side "
+        "included; other: the rest of the process):",
+        "",
+        breakdown_table(steps),
+        "",
+    ]
 
 
 def _baseline_section(report: ScaleReport) -> list[str]:

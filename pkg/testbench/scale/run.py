@@ -256,6 +256,7 @@ class ScaleRun:
         for results, arm, label in arms:
             results.append(await self._step(arm, index))
             self.say(label + results[-1].line())
+            self.say(results[-1].breakdown_line())
 
     # Setup --------------------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..sim.kubevirt.record import MigrationRecord, Outcome
+from . import breakdown
+from .breakdown import Breakdown
 from .plan import Step
 from .product import Metrics
 
@@ -55,6 +57,8 @@ class StepResult:
     drift: int
     stale: int
     outcomes: Mapping[str, int] = field(default_factory=dict)
+    breakdown: Breakdown = field(default_factory=Breakdown)
+    """Where the controller's CPU went in the step (breakdown.py)."""
     targets_waited: float = 0.0
     """Migration target pods whose admission waited for their room (the webhook's count)."""
     target_wait_seconds: float = 0.0
@@ -98,6 +102,16 @@ class StepResult:
             f"{self.controller_rss_bytes / 2**20:.0f} MiB, drift {self.drift}, stale {self.stale}"
         )
 
+    def breakdown_line(self) -> str:
+        """The controller's CPU split and counts per migration, one human line."""
+        return breakdown.line(self.breakdown, self.cpu.get("controller", 0.0), self.migrations)
+
+    def breakdown_row(self) -> str:
+        """The step as a row of `breakdown.table`."""
+        return breakdown.row(
+            self.name, self.breakdown, self.cpu.get("controller", 0.0), self.migrations
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -137,6 +151,9 @@ class StepResult:
                 1000 * self.per_migration(self.cpu.get("controller", 0.0)), 2
             ),
             "controller_rss_mib": round(self.controller_rss_bytes / 2**20, 1),
+            "controller_breakdown_per_migration": breakdown.to_json(
+                self.breakdown, self.cpu.get("controller", 0.0), self.migrations
+            ),
             "drift": self.drift,
             "stale_annotations": self.stale,
         }
@@ -191,6 +208,7 @@ def summarize_step(
         drift=drift,
         stale=stale,
         outcomes=outcomes,
+        breakdown=metrics.breakdown,
     )
 
 
@@ -237,6 +255,11 @@ def table(steps: Sequence[StepResult]) -> str:
             f" / {s.cpu.get('virt-controller', 0.0):.1f} | {s.drift} | {s.stale} |"
         )
     return "\n".join(rows)
+
+
+def breakdown_table(steps: Sequence[StepResult]) -> str:
+    """Where the controller's CPU went, per step and migration, as a Markdown table."""
+    return breakdown.table(step.breakdown_row() for step in steps)
 
 
 def _num(value: float | None) -> str:
