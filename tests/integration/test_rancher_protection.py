@@ -20,12 +20,12 @@ from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, RESOURCE_QUOTAS
 from harvester_quota.testbench.localcluster import ClusterInfo
-from harvester_quota.testbench.sim.kubevirt import VMSpec
+from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.testbench.sim.rancher import Project, RancherQuotaSync
 from harvester_quota.testbench.sim.rancher.admission import QUOTA_CONTROLLER, STATUS_IMMUTABLE
 from harvester_quota.testbench.sim.rancher.twin import RancherWebhookTwin
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
-from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.rancherproject import QUOTA_PROJECT_ID_ANNOTATION
 from harvester_quota.util.resourcequota.base import (
@@ -35,11 +35,12 @@ from harvester_quota.util.resourcequota.base import (
 from harvester_quota.util.resourcequota.projectroom import NO_ROOM
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import eventually, running_controllers
+from tests.helpers import caught_up, eventually, running_controllers
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.test_controllers_on_kubevirt import (
     LONG,
     MIGRATION_TIMEOUT,
+    SpecHistory,
     kubevirt,
     kv,
     started,
@@ -337,3 +338,40 @@ async def test_siblings_that_fill_the_project_hold_the_raise_back_on_their_keys(
             )
     finally:
         await kubevirt_api.delete(NAMESPACES, sibling)
+
+
+async def test_where_rancher_does_not_protect_its_quota_the_label_is_kept_and_each_room_raised_once(
+    kubevirt_api: ApiClient, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
+) -> None:
+    """Rancher before 2.14.6: our raise goes straight into spec.hard, and Rancher's agent resets
+    the quota from its annotation on every namespace event, here a second after it (a busy
+    agent's queue). A room-held label written per room is such an event while the raise is
+    being written: the agent reset the raise and the controller raised again. The label is
+    written once, before any room, and kept (issue 25, item 6): each of two migrations of vm1
+    raises spec.hard exactly once, the quota comes back to the base, and the label stays."""
+    api, namespace = kubevirt_api, kv.namespace
+    project = seed_project(namespace)
+    async with RancherQuotaSync(api, projects=[project], version="2.12", sync_delay=1.0) as agent:
+        await join_project(api, namespace, project, SEED_ANNOTATION)
+        await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="Rancher's quota")
+        async with running_controllers(api) as app:
+            await eventually(lambda: caught_up(app, namespace), what="the controllers caught up")
+            assert await agent.wait_idle(30), "the agent has synced every namespace event"
+            spec = VMSpec("vm1", cores=2, memory="4Gi")
+            (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
+            async with SpecHistory(api, namespace) as history:
+                for _ in range(2):
+                    name = await kubevirt.migrate("vm1")
+                    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+                    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+                    await eventually(
+                        lambda: hard_is(api, namespace, SEED_HARD), what="back to the base"
+                    )
+            raises = [hard for hard in history.hards if hard != SEED_HARD]
+            assert raises == [RAISED, RAISED], f"one raise per room: {history.hards}"
+            assert await _room_held(api, namespace), "the label stays between rooms"
+
+
+async def _room_held(api: ApiClient, namespace: str) -> bool:
+    labels = (await api.get(NAMESPACES, namespace))["metadata"].get("labels") or {}
+    return labels.get(LABEL_ROOM_HELD) == "true"

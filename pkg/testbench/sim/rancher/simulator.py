@@ -98,8 +98,12 @@ class RancherQuotaSync:
         clock: Clock = REAL_CLOCK,
         workers: int = DEFAULT_WORKERS,
         quota_client: ApiClient | None = None,
+        sync_delay: float = 0.0,
     ) -> None:
+        """`sync_delay`: seconds between dequeuing a namespace and syncing it, as a busy agent's
+        queue takes (its reset of a hand-edited quota then lands after writes made meanwhile)."""
         self.client = client
+        self.sync_delay = sync_delay
         self.quota_client = quota_client or client
         """Writes ResourceQuotas: Rancher's sudo account where its write protection is on."""
         self.flavour = RancherFlavour.parse(version)
@@ -219,6 +223,8 @@ class RancherQuotaSync:
             project = self.project_of(namespace)
             if project is None:
                 return await self._track_used_limit(namespace)
+            if self.sync_delay:
+                await self.clock.sleep(self.sync_delay)
             self.syncs[key] = self.syncs.get(key, 0) + 1
             namespace = await self._sync_namespace(namespace, project)
             return await self._track_used_limit(namespace)
