@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 METRICS_PORT = 8081
 """The plain-HTTP port of /metrics, /healthz and /readyz (never the admission port)."""
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""The bounds of `webhook_seconds`: below 5 ms in steps a pod create's admission is measured in
+(most take 1-5 ms; client-go's defaults start at 5 ms, where "under 5 ms" cannot be told)."""
 
 
 class WebhookMetrics:
@@ -46,7 +49,10 @@ class WebhookMetrics:
             ["endpoint", "outcome"],
         )
         self.latency = declare.histogram(
-            "webhook_seconds", "Time to answer one admission request.", ["endpoint"]
+            "webhook_seconds",
+            "Time to answer one admission request.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
         )
         self.in_flight = declare.gauge(
             "webhook_admissions_in_flight",

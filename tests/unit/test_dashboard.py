@@ -37,3 +37,19 @@ def test_every_harvester_quota_series_in_the_dashboard_is_exported() -> None:
     }
     assert len(used) >= 8
     assert used - exported_samples() == set()
+
+
+def test_the_webhooks_latency_histogram_tells_apart_admissions_under_5_ms() -> None:
+    """Issue 30, item 6's target for a namespace without room is a p99 under 5 ms: the
+    histogram needs bounds below 5 ms to say whether it is met."""
+    registry = CollectorRegistry()
+    metrics = WebhookMetrics(registry)
+    for seconds in (0.0008, 0.002, 0.004):
+        metrics.latency.labels("pods").observe(seconds)
+    below = {
+        bound: registry.get_sample_value(
+            "harvester_quota_webhook_seconds_bucket", {"endpoint": "pods", "le": bound}
+        )
+        for bound in ("0.001", "0.0025", "0.005")
+    }
+    assert below == {"0.001": 1.0, "0.0025": 2.0, "0.005": 3.0}
