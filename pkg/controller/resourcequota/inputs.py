@@ -77,6 +77,20 @@ class PlanInputs:
         self.refusals.seen(key, view)
         self.migration_views.changed(key, view)
 
+    @staticmethod
+    def quota_read_changed(old: Object, new: Object) -> bool:
+        """The quota watch's update predicate (Controller.watch_related's `relevant`): whether
+        the update changed anything a reconcile of its namespace reads, which is all of the
+        quota but its status.hard, resourceVersion and managedFields.
+
+        Nothing the room mode runs reads status.hard: the plan reads the metadata (labels,
+        annotations, uid), the spec (hard and scopes) and status.used (`lowering_waits`, and
+        MigrationBlockedByQuota in reports.py); the launcher settings read spec.hard. So the
+        copies of a raise or release into status.hard (ours, specwrites.py, or
+        kube-controller-manager's when it copies nothing else) queue no reconcile; its recounts
+        of status.used still do. Adds and deletes always queue (watch_related)."""
+        return _as_read(old) != _as_read(new)
+
     def managed_namespaces(self, _changed: Object) -> list[str]:
         """A cluster-wide setting changed: every namespace with a managed quota is affected."""
         return sorted(
@@ -128,3 +142,16 @@ class PlanInputs:
             mode=self.management.options.mode,
             usage=self.usages.usage,
         )
+
+
+_UNREAD_METADATA = frozenset({"resourceVersion", "managedFields"})
+
+
+def _as_read(quota: Object) -> tuple[object, ...]:
+    """The quota without what no reconcile reads (PlanInputs.quota_read_changed)."""
+    rest = {key: value for key, value in quota.items() if key not in ("metadata", "status")}
+    meta = {k: v for k, v in metadata(quota).items() if k not in _UNREAD_METADATA}
+    state = quota.get("status")
+    if isinstance(state, dict):
+        state = {key: value for key, value in state.items() if key != "hard"}
+    return rest, meta, state
