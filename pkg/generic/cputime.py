@@ -3,8 +3,9 @@
 `cpu_timed` and `cpu_metered` drive a coroutine step by step, exactly as the task awaiting it
 would, and read the thread's CPU clock around each step: what they count is the CPU of the
 coroutine's own synchronous stretches (decoding a response, building a plan, encoding a patch),
-never the time it spent suspended, nor what other tasks ran meanwhile. Reading the clock costs
-well under a microsecond a step, cheap enough for every watch stream and every handler run.
+never the time it spent suspended, nor what other tasks ran meanwhile. Each step reads the clock
+twice (about 0.6 us a read on Linux, measured), a few microseconds a step with the sink: about
+1-2 % of what a watch event costs, cheap enough for every watch stream and every handler run.
 
 Only the event loop's thread is counted: work handed to another thread (`asyncio.to_thread`) is
 not.

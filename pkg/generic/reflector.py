@@ -319,7 +319,9 @@ class Reflector:
         )
         self._events_this_watch = 0
         try:
-            consuming = _measured(self._consume(stream), self._observer, self.name)
+            consuming = _measured(
+                functools.partial(self._consume, stream), self._observer, self.name
+            )
             await self._with_inactivity_deadline(consuming)
         except errors.ConnectionFailed as error:
             if isinstance(error, errors.ConnectionRefused) or not self._watch_was_healthy(started):
@@ -376,13 +378,18 @@ class Reflector:
             await asyncio.gather(consumer, return_exceptions=True)
 
 
-def _measured(
-    consuming: Coroutine[Any, Any, None], observer: WatchObserver | None, resource: str
-) -> Coroutine[Any, Any, None]:
-    """`consuming`, its CPU told to `observer` step by step if there is one."""
+async def _measured(
+    consume: Callable[[], Coroutine[Any, Any, None]],
+    observer: WatchObserver | None,
+    resource: str,
+) -> None:
+    """Runs `consume()`, its CPU told to `observer` step by step if there is one. The coroutine
+    is made only once this runs, so a consumer cancelled before its first step leaves no
+    coroutine that was never awaited."""
     if observer is None:
-        return consuming
-    return cpu_metered(consuming, functools.partial(observer.watch_cpu, resource))
+        await consume()
+        return
+    await cpu_metered(consume(), functools.partial(observer.watch_cpu, resource))
 
 
 def _version_unavailable(error: errors.ApiError) -> bool:

@@ -696,3 +696,19 @@ def test_a_quota_update_queues_its_namespace_only_when_a_reconcile_reads_the_cha
     assert relevant(quota, updated(lambda q: q["metadata"]["labels"].clear()))
     assert relevant(quota, updated(lambda q: q["spec"].update(scopes=["NotTerminating"])))
     assert relevant(quota, updated(lambda q: q["metadata"].update(uid="q2")))
+
+
+async def test_a_quota_gone_while_the_label_was_written_lets_the_labelled_namespace_go() -> None:
+    """The plan after the label's write finds no managed quota (deleted in that round trip):
+    the namespace is no longer ours, and the label just written is removed, not left on."""
+    instance, client, _clock, _state = rancher_direct_reconciler()
+    first_plan = instance._plan
+    calls = [0]
+
+    def plan(key: str, ns: dict[str, Any], **options: Any) -> Any:
+        calls[0] += 1
+        return first_plan(key, ns, **options) if calls[0] == 1 else None
+
+    instance._plan = plan  # type: ignore[method-assign]
+    assert await instance._reconcile("ns", labelled_namespace(None)) == labelled_namespace(None)
+    assert client.labels == ["true", None]

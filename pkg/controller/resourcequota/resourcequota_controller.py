@@ -167,7 +167,8 @@ class QuotaReconciler:
         planned = self._plan(key, namespace, release=handing_over)
         if planned is not None and (planned.labels_room or planned.labelled_for_good):
             planned = await self._label_first(key, planned)
-            namespace = planned.namespace if planned is not None else namespace
+            # The namespace as labelled, also when the quota went meanwhile (let go below).
+            namespace = planned.namespace if planned else self.room_label.newest(key, namespace)
         if planned is None:
             return await self._let_go(key, namespace)
         self.reports.warnings(planned.namespace, planned.quota, planned.plan)
