@@ -242,7 +242,10 @@ async def test_v170_ratio_raised_second_migration_is_refused_then_compensated(
                 "used: limits.memory=5682461313, limited: limits.memory=" + limited
                 for limited in ("10865341313", "5242880000")
             ]
-            assert any(r in m for r in refusals for m in second.refusal_messages), second.as_dict()
+            assert any(r in m for r in refusals for m in second.refusal_messages), (
+                second.refusal_messages,
+                history.seen,
+            )
             compensations = compensations_seen(history)
             seed_compensation = '{"limits.memory":"573799041"}'
             # In the race in compensations_seen, more: in the first migration, both pods
