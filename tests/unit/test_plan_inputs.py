@@ -8,13 +8,12 @@ from typing import Any
 
 from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.resourcequota.inputs import PlanInputs
-from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from prometheus_client import CollectorRegistry
 
-from tests.objects import launcher_pod, managed_quota, migration, vmi
+from tests.objects import launcher_pod, migration, vmi
 
 
 def inputs() -> tuple[PlanInputs, list[str]]:
@@ -94,53 +93,3 @@ def test_the_cluster_settings_are_derived_again_only_when_their_objects_change()
     assert plan_inputs.cluster_settings().ratio == "2"
     store.delete("kubevirt/kubevirt")
     assert plan_inputs.cluster_settings() == plan_inputs.informers.kubevirt_settings()
-
-
-def harvester_setting(value: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "harvesterhci.io/v1beta1",
-        "kind": "Setting",
-        "metadata": {"name": "additional-guest-memory-overhead-ratio", "resourceVersion": "1"},
-        "value": value,
-    }
-
-
-def test_without_a_kubevirt_cr_the_settings_follow_harvesters_setting_as_it_changes() -> None:
-    """The derived settings are dropped on a change of Harvester's setting too, not only of the
-    KubeVirt CR (a cluster where the CR is not visible reads the ratio from the setting)."""
-    plan_inputs, _queued = inputs()
-    store = plan_inputs.informers.settings.store
-    store.upsert(harvester_setting("2"))
-    first = plan_inputs.cluster_settings().ratio
-    store.upsert({**harvester_setting("3"), "metadata": {**harvester_setting("3")["metadata"]}})
-    assert plan_inputs.cluster_settings().ratio != first
-    assert plan_inputs.cluster_settings() == plan_inputs.informers.kubevirt_settings()
-
-
-def test_the_quota_watch_is_registered_with_the_predicate_that_skips_status_hard_copies() -> None:
-    """The predicate is wired where quota changes queue the room mode (`register`), and what it
-    lets through: the copy of a raise into status.hard (ours or kube-controller-manager's)
-    queues no plan, a recount of status.used does."""
-    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
-    management = Management(
-        client=client, options=Options(), clock=FakeClock(), registry=CollectorRegistry()
-    )
-    reconciler = QuotaReconciler(management)
-    registered: dict[str, Any] = {}
-
-    def watch_related(informer: Any, _resolve: Any, **options: Any) -> None:
-        registered[informer.name] = options.get("relevant")
-
-    reconciler.namespaces.watch_related = watch_related  # type: ignore[method-assign]
-    reconciler.register()
-    relevant = registered[reconciler.inputs.informers.quotas.name]
-    assert relevant is not None, "quota updates unfiltered"
-    quota = managed_quota("ns", {"limits.cpu": "5"})
-    quota["status"] = {"hard": {"limits.cpu": "3"}, "used": {"limits.cpu": "3"}}
-    copied = copy.deepcopy(quota)
-    copied["status"]["hard"] = {"limits.cpu": "5"}
-    copied["metadata"]["resourceVersion"] = "2"
-    assert not relevant(quota, copied)
-    recounted = copy.deepcopy(copied)
-    recounted["status"]["used"] = {"limits.cpu": "4"}
-    assert relevant(copied, recounted)
