@@ -5,7 +5,6 @@ Rancher path's choice, on fakes of the API server and a recording recorder."""
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime
 from collections import Counter
 from types import SimpleNamespace
@@ -668,34 +667,6 @@ async def test_a_namespace_handed_over_to_mtq_mode_loses_its_room_held_label() -
     instance._raise_left = lambda _key, _ns: False  # type: ignore[method-assign]
     assert await instance._reconcile("ns", labelled_namespace("true")) == labelled_namespace(None)
     assert client.labels == [None]
-
-
-def test_a_quota_update_queues_its_namespace_only_when_a_reconcile_reads_the_change() -> None:
-    """issue 30, item 3: the copies of a raise into status.hard (ours, then
-    kube-controller-manager's) queued a reconcile each, which read none of it."""
-    from harvester_quota.controller.resourcequota.inputs import PlanInputs
-
-    relevant = PlanInputs.quota_read_changed
-    quota = managed_quota("ns", {"limits.cpu": "3"})
-    quota["metadata"].update(resourceVersion="1", uid="q1")
-    quota["status"] = {"hard": {"limits.cpu": "3"}, "used": {"limits.cpu": "1"}}
-
-    def updated(change: Any) -> dict[str, Any]:
-        new = copy.deepcopy(quota)
-        new["metadata"]["resourceVersion"] = "2"
-        change(new)
-        return new
-
-    copied = updated(lambda q: q["status"].update(hard={"limits.cpu": "5"}))
-    assert not relevant(quota, copied), "only status.hard and the resourceVersion changed"
-    fields = updated(lambda q: q["metadata"].update(managedFields=[{"manager": "kcm"}]))
-    assert not relevant(quota, fields)
-    assert relevant(quota, updated(lambda q: q["status"].update(used={"limits.cpu": "2"})))
-    assert relevant(quota, updated(lambda q: q["spec"]["hard"].update({"limits.cpu": "5"})))
-    assert relevant(quota, updated(lambda q: q["metadata"]["annotations"].update(a="b")))
-    assert relevant(quota, updated(lambda q: q["metadata"]["labels"].clear()))
-    assert relevant(quota, updated(lambda q: q["spec"].update(scopes=["NotTerminating"])))
-    assert relevant(quota, updated(lambda q: q["metadata"].update(uid="q2")))
 
 
 async def test_a_quota_gone_while_the_label_was_written_lets_the_labelled_namespace_go() -> None:

@@ -19,7 +19,6 @@ from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...generic.views import NamespaceViews
-from ...util.launcher import LauncherSettings
 from ...util.resourcequota.managed import is_managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.planviews import (
@@ -61,27 +60,9 @@ class PlanInputs:
         informers.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
         self.usages = RenderedUsages(self.vmi_facts, informers.vmis.store.get)
         """Room estimates, rendered once per VM shape and settings."""
-        self._cluster_settings: LauncherSettings | None = None
-        """The cluster-wide launcher settings, derived again only after the KubeVirt CR or
-        Harvester's setting changed (`cluster_settings`)."""
-        for informer in (informers.kubevirts, informers.settings):
-            informer.store.add_view(PLAN_VIEW, _nothing, self._cluster_settings_changed)
         self.settled_migrations = SettledMigrations()
         """Finished migrations planned without room, set aside from plans after a grace
         (settled.py)."""
-
-    def _cluster_settings_changed(self, _key: str, _view: None) -> None:
-        """The KubeVirt CR or Harvester's setting was stored or removed (inside the store's
-        write, so before any reconcile it queues): the settings are derived again."""
-        self._cluster_settings = None
-
-    def cluster_settings(self) -> LauncherSettings:
-        """QuotaInformers.kubevirt_settings, kept until either of its objects changes: it
-        decoded the KubeVirt CR and derived the settings from it on every reconcile (issue 30,
-        item 3), though they change only with those objects."""
-        if self._cluster_settings is None:
-            self._cluster_settings = self.informers.kubevirt_settings()
-        return self._cluster_settings
 
     def _pod_changed(self, key: str, view: PodView | None) -> None:
         """The pod store's view listener: the namespace is reconciled when its pods changed as
@@ -95,20 +76,6 @@ class PlanInputs:
         happens (a reconcile may come only after both), then lists the view for the plan."""
         self.refusals.seen(key, view)
         self.migration_views.changed(key, view)
-
-    @staticmethod
-    def quota_read_changed(old: Object, new: Object) -> bool:
-        """The quota watch's update predicate (Controller.watch_related's `relevant`): whether
-        the update changed anything a reconcile of its namespace reads, which is all of the
-        quota but its status.hard, resourceVersion and managedFields.
-
-        Nothing the room mode runs reads status.hard: the plan reads the metadata (labels,
-        annotations, uid), the spec (hard and scopes) and status.used (`lowering_waits`, and
-        MigrationBlockedByQuota in reports.py); the launcher settings read spec.hard. So the
-        copies of a raise or release into status.hard (ours, specwrites.py, or
-        kube-controller-manager's when it copies nothing else) queue no reconcile; its recounts
-        of status.used still do. Adds and deletes always queue (watch_related)."""
-        return _as_read(old) != _as_read(new)
 
     def managed_namespaces(self, _changed: Object) -> list[str]:
         """A cluster-wide setting changed: every namespace with a managed quota is affected."""
@@ -155,26 +122,9 @@ class PlanInputs:
             vmis=NamespaceVmis(self.vmi_facts, name),
             pods=self.pod_index.namespace(name),
             now=self.management.clock.now(),
-            launcher=self.cluster_settings().for_namespace(
+            launcher=self.informers.kubevirt_settings().for_namespace(
                 quotas, namespace, self.informers.limit_ranges.store.by_index("namespace", name)
             ),
             mode=self.management.options.mode,
             usage=self.usages.usage,
         )
-
-
-def _nothing(_obj: Object) -> None:
-    """The view of the KubeVirt CR and Harvester's setting: only that they changed matters."""
-
-
-_UNREAD_METADATA = frozenset({"resourceVersion", "managedFields"})
-
-
-def _as_read(quota: Object) -> tuple[object, ...]:
-    """The quota without what no reconcile reads (PlanInputs.quota_read_changed)."""
-    rest = {key: value for key, value in quota.items() if key not in ("metadata", "status")}
-    meta = {k: v for k, v in metadata(quota).items() if k not in _UNREAD_METADATA}
-    state = quota.get("status")
-    if isinstance(state, dict):
-        state = {key: value for key, value in state.items() if key != "hard"}
-    return rest, meta, state

@@ -118,12 +118,7 @@ class QuotaReconciler:
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
-        controller.watch_related(
-            informers.quotas,
-            namespace_index,
-            name=informers.quotas.name,
-            relevant=inputs.quota_read_changed,
-        )
+        controller.watch_related(informers.quotas, namespace_index, name=informers.quotas.name)
         controller.watch_related(
             informers.limit_ranges, namespace_index, name=informers.limit_ranges.name
         )

@@ -51,7 +51,7 @@ from .base import (
     Mode,
     resolve_base,
 )
-from .floor import ANNOTATION_ROOMS_SINCE, arrivals, rooms_since, used_before
+from .floor import ANNOTATION_ROOMS_SINCE, rooms_since, used_before
 from .podindex import NamespacePods, namespace_pods
 from .rooms import (
     MigrationRoom,
@@ -146,12 +146,9 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     rooms = _mask_rooms(rooms, base.hard.keys())
     used = used_without_targets(pods, rooms.target_pods, snapshot.now, scope)
     since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
-    # Without room held, or without a pod arrived since the rooms began (a migration's usual
-    # case), there is nothing to set aside: the floor is what is used, summed once.
+    # Without room held there are no arrivals to set aside: the floor is what is used.
     floor = (
-        used
-        if since is None or not arrivals(pods, since)
-        else used_before(pods, rooms.target_pods, since, snapshot.now, scope)
+        used if since is None else used_before(pods, rooms.target_pods, since, snapshot.now, scope)
     )
     managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(

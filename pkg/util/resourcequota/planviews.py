@@ -6,9 +6,8 @@ the compressed caches, and rendering the launcher pod of every migration that wa
 target. The event loop was held all that time, so migrations arriving meanwhile waited for it.
 Here:
 
-- a migration is reduced, when it changes, to the few fields the plan and the controller read,
-  its phase to the class the room mode tells apart (`migration_plan_view`, a small dict shaped
-  like the object, so every reader keeps working);
+- a migration is reduced, when it changes, to the few fields the plan and the controller read
+  (`migration_plan_view`, a small dict shaped like the object, so every reader keeps working);
 - a VMI is reduced to `VmiFacts`: its identity, the migration its migrationState names, and a
   fingerprint of what the launcher rendering reads (annotations, spec);
 - `RenderedUsages` renders a launcher pod once per fingerprint and settings: VMIs of one size
@@ -26,13 +25,8 @@ from typing import Any
 import orjson
 from cachetools import LRUCache
 
-from ...apis.kubevirt import (
-    CONDITION_REJECTED_BY_QUOTA,
-    FINAL_PHASES,
-    LIVE_MIGRATABLE,
-    PHASE_PENDING,
-)
-from ...generic.meta import condition_status, has_condition, metadata, status
+from ...apis.kubevirt import FINAL_PHASES, LIVE_MIGRATABLE
+from ...generic.meta import condition_status, metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
 from ..launcher import LauncherSettings, has_hotplug_volumes, launcher_quota_usage
@@ -44,54 +38,12 @@ RENDERED_USAGES = 1024
 """Launcher usages kept (one per VM shape and namespace settings in use)."""
 
 
-WAITING = PHASE_PENDING
-"""The phase class of a migration KubeVirt has not started: no phase yet, or Pending."""
-UNDER_WAY = "Running"
-"""The phase class of a migration under way: every phase but the waiting and the final ones
-(Scheduling, Scheduled, PreparingTarget, TargetReady, Running, WaitingForSync, Synchronizing,
-and any phase a later KubeVirt adds)."""
-
-
-def phase_class(phase: object) -> str:
-    """The class of a migration's status.phase as the room mode tells phases apart: WAITING,
-    UNDER_WAY, or the final phase itself (Succeeded, Failed). Every reader of the view reads
-    the phase only up to this class (see `migration_plan_view`)."""
-    text = str(phase or "")
-    if text in ("", PHASE_PENDING):
-        return WAITING
-    if text in FINAL_PHASES:
-        return text
-    return UNDER_WAY
-
-
 def migration_plan_view(migration: Object) -> Object:
-    """The migration reduced to what the room mode reads of it, so that the view changes (and
-    queues its namespace, inputs.py) exactly when something the room mode depends on changes,
-    not at each of KubeVirt's status writes (11 a migration, 7 of them phase steps). Never
-    raises; a malformed field is kept as it is and judged by the reader, as on the full object.
-
-    Who reads what (issue 30, item 3):
-
-    - the plan (rooms.py): metadata.name, uid, creationTimestamp and whether deletionTimestamp
-      is set; spec.vmiName; which of spec.sendTo and spec.receive are set (decentralized_side,
-      kept as empty objects: only their presence is read); status.phase only as
-      "" or Pending (the reason "pending"), Succeeded, Failed (finished: `_finished_reason`,
-      no attachment estimate, `MigrationRoom.finished`) or any other (the reason "migrating",
-      the only phase text a reconcile writes, in the room Events of specwrites.py);
-    - refusal counting (refusals.py) and MigrationBlockedByQuota (reports.py): the uid,
-      whether the phase is waiting, and whether the condition migrationRejectedByResourceQuota
-      is True (its only condition anyone reads here);
-    - settled.py: the name, whether the phase is final, and the phaseTransitionTimestamps of
-      the final phases;
-    - Events on the migration (reports.py, rancherwrites.py): apiVersion, kind, name,
-      namespace, uid.
-
-    So status.phase holds `phase_class(phase)`: WAITING, UNDER_WAY or the final phase. A step
-    within a class (Pending to Scheduling is across, Scheduling to Running is within) leaves
-    the view equal and queues nothing; every change any reader above could see still changes
-    it. Nothing reads migrationState (the source pod is found from the pods, never from a
-    status a tenant can write: rooms.py), the other conditions, the labels, the annotations or
-    the resourceVersion. explain.py and MTQ mode read full objects, not this view."""
+    """The migration with only what the quota plan and its controller read: identity (and kind,
+    for Events), creation and deletion times, the VMI, the phase, the conditions' type and
+    status, the source pod KubeVirt recorded and when it reached a final phase
+    (phaseTransitionTimestamps of Succeeded and Failed only, for settled.py). Never raises; a
+    malformed field is kept as it is and judged by the reader, as on the full object."""
     meta = metadata(migration)
     state = status(migration)
     narrow: dict[str, Any] = {
@@ -102,11 +54,21 @@ def migration_plan_view(migration: Object) -> Object:
             for k in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
             if k in meta
         },
-        "spec": _narrow_spec(migration.get("spec")),
-        "status": {"phase": phase_class(state.get("phase"))},
+        "spec": {"vmiName": (migration.get("spec") or {}).get("vmiName")},
+        "status": {},
     }
-    if has_condition(migration, CONDITION_REJECTED_BY_QUOTA):
-        narrow["status"]["conditions"] = [{"type": CONDITION_REJECTED_BY_QUOTA, "status": "True"}]
+    if "phase" in state:
+        narrow["status"]["phase"] = state["phase"]
+    conditions = state.get("conditions")
+    if isinstance(conditions, list):
+        narrow["status"]["conditions"] = [
+            {"type": c.get("type"), "status": c.get("status")}
+            for c in conditions
+            if isinstance(c, Mapping)
+        ]
+    own = state.get("migrationState")
+    if isinstance(own, Mapping) and own.get("sourcePod"):
+        narrow["status"]["migrationState"] = {"sourcePod": own["sourcePod"]}
     transitions = state.get("phaseTransitionTimestamps")
     if isinstance(transitions, list):
         final = [
@@ -114,17 +76,6 @@ def migration_plan_view(migration: Object) -> Object:
         ]
         if final:
             narrow["status"]["phaseTransitionTimestamps"] = final
-    return narrow
-
-
-def _narrow_spec(spec: object) -> dict[str, Any]:
-    """spec.vmiName, and spec.sendTo and spec.receive as {} where they are set (not null):
-    `rooms.decentralized_side` reads only whether each is set."""
-    spec = spec if isinstance(spec, Mapping) else {}
-    narrow: dict[str, Any] = {"vmiName": spec.get("vmiName")}
-    for side in ("sendTo", "receive"):
-        if spec.get(side) is not None:
-            narrow[side] = {}
     return narrow
 
 
