@@ -195,6 +195,7 @@ def stream(*chunks: bytes, then_wait: float = 0.0) -> Handler:
         await response.prepare(request)
         for chunk in chunks:
             await response.write(chunk)
+        # The server's silence is the subject (a read timeout): it lasts a fixed time.
         await asyncio.sleep(then_wait)
         return response
 
