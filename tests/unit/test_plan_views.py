@@ -7,6 +7,7 @@ import copy
 import datetime
 from typing import Any
 
+import pytest
 from harvester_quota.generic.store import Store
 from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.util.launcher import LauncherSettings
@@ -18,6 +19,7 @@ from harvester_quota.util.resourcequota.planviews import (
     migration_plan_view,
     vmi_facts,
 )
+from harvester_quota.util.resourcequota.rooms import decentralized_side
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -188,6 +190,31 @@ def test_migration_status_noise_queues_nothing_and_a_phase_change_does() -> None
     assert caches.changed == ["ns"]
     caches.migration_store.delete("ns/m1")
     assert caches.changed == ["ns", "ns"] and caches.migrations.namespace("ns") == []
+
+
+@pytest.mark.parametrize("phase", ["", "Pending", "Scheduling", "TargetReady", "Running"])
+@pytest.mark.parametrize("side", ["sendTo", "receive"])
+def test_the_view_keeps_which_side_of_a_decentralized_migration_it_is(
+    phase: str, side: str
+) -> None:
+    """The view kept only spec.vmiName, so the controller planned a sending side as holding
+    room and a receiving side as an ordinary migration: the views plan what full objects do."""
+    vm = vmi("vm1")
+    mig = migration("m1", vm, phase=phase)
+    mig["spec"][side] = {"migrationID": "x", "connectURL": "peer:9185"}
+    pods = [] if side == "receive" else [bare_launcher(vm, "src")]
+    full = full_snapshot([mig], [vm], pods)
+    caches = Caches([mig], [vm])
+    view = caches.migrations.namespace("ns")[0]
+    assert decentralized_side(view) == decentralized_side(mig) is not None
+    assert summary(plan_quota(caches.snapshot(full))) == summary(plan_quota(full))
+
+
+def test_a_null_side_is_not_a_decentralized_migration_in_the_view() -> None:
+    vm = vmi("vm1")
+    mig = migration("m1", vm, phase="Running")
+    mig["spec"]["sendTo"] = None
+    assert decentralized_side(migration_plan_view(mig)) is None
 
 
 def test_a_migration_view_keeps_what_events_and_refusals_need() -> None:

@@ -40,10 +40,12 @@ RENDERED_USAGES = 1024
 
 def migration_plan_view(migration: Object) -> Object:
     """The migration with only what the quota plan and its controller read: identity (and kind,
-    for Events), creation and deletion times, the VMI, the phase, the conditions' type and
-    status, the source pod KubeVirt recorded and when it reached a final phase
-    (phaseTransitionTimestamps of Succeeded and Failed only, for settled.py). Never raises; a
-    malformed field is kept as it is and judged by the reader, as on the full object."""
+    for Events), creation and deletion times, the VMI, which side of a decentralized migration
+    it is (spec.sendTo and spec.receive kept as {} where set: `rooms.decentralized_side` reads
+    only their presence), the phase, the conditions' type and status, the source pod KubeVirt
+    recorded and when it reached a final phase (phaseTransitionTimestamps of Succeeded and
+    Failed only, for settled.py). Never raises; a malformed field is kept as it is and judged by
+    the reader, as on the full object."""
     meta = metadata(migration)
     state = status(migration)
     narrow: dict[str, Any] = {
@@ -54,7 +56,7 @@ def migration_plan_view(migration: Object) -> Object:
             for k in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
             if k in meta
         },
-        "spec": {"vmiName": (migration.get("spec") or {}).get("vmiName")},
+        "spec": _narrow_spec(migration.get("spec")),
         "status": {},
     }
     if "phase" in state:
@@ -76,6 +78,16 @@ def migration_plan_view(migration: Object) -> Object:
         ]
         if final:
             narrow["status"]["phaseTransitionTimestamps"] = final
+    return narrow
+
+
+def _narrow_spec(spec: object) -> dict[str, Any]:
+    """spec.vmiName, and spec.sendTo and spec.receive as {} where they are set (not null)."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    narrow: dict[str, Any] = {"vmiName": spec.get("vmiName")}
+    for side in ("sendTo", "receive"):
+        if spec.get(side) is not None:
+            narrow[side] = {}
     return narrow
 
 
