@@ -205,6 +205,19 @@ async def converge(
 FULL_FLOW_WRITES = 10
 
 
+async def test_a_decentralized_receive_refused_by_quota_gets_no_budget() -> None:
+    """A receive's target pod is the VM arriving for good: MTQ's budget is for the moment a
+    namespace runs one VM twice, which a receive never does, so no lock and no raise."""
+    h = harness()
+    (refused,) = setup(h)["migrations"]
+    refused["spec"]["receive"] = {"migrationID": "x"}
+    h.cluster.put(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, refused)
+    before = quota_hard(h)
+    await h.reconcile(h.reconciler())
+    assert parse_lock(h.cluster.get(NAMESPACES, "tenant")) is None
+    assert quota_hard(h) == before
+
+
 @pytest.mark.parametrize("killed_at", range(FULL_FLOW_WRITES))
 async def test_killed_at_every_write_ends_with_the_original_quota_and_no_lock(
     killed_at: int,

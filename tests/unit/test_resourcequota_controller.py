@@ -81,6 +81,32 @@ def test_an_unsizable_vmi_does_not_fail_the_explanation_of_the_others() -> None:
     assert "skipResourceQuotaAutoScaling" in recorder.events[0][3]
 
 
+def test_a_receive_refused_by_quota_is_told_to_fit_the_quota_as_it_is() -> None:
+    """The receiving side of a decentralized migration holds no room: the Warning says the VM
+    must fit the quota as it is, not that the keys are outside the base."""
+    quota = managed_quota("ns", {"limits.cpu": "3", "limits.memory": "5000Mi"})
+    quota["status"] = {"used": {"limits.cpu": "3", "limits.memory": "5000Mi"}}
+    arriving = vmi("arriving")
+    received = migration("m-receive", arriving, phase="Pending", rejected=True)
+    received["spec"]["receive"] = {"migrationID": "x"}
+    snapshot = NamespaceSnapshot(
+        namespace=rancher_namespace("ns", {"limitsCpu": "3", "limitsMemory": "5000Mi"}),
+        quota=quota,
+        migrations=[received],
+        vmis={"arriving": arriving},
+        pods=[],
+        now=NOW,
+        launcher=LauncherSettings(ratio="1.5", kubevirt_version="1.6"),
+    )
+    plan = plan_quota(snapshot)
+    assert not plan.rooms.rooms
+    recorder = RecordingRecorder()
+    reports(recorder).explain_blocked(snapshot, quota, plan)
+    ((name, _kind, reason, message),) = recorder.events
+    assert (name, reason) == ("m-receive", "MigrationBlockedByQuota")
+    assert "must fit the quota as it is" in message and "limits.cpu: needs" in message
+
+
 class RefusingClient:
     """An API server that refuses every namespace write, as without deploy/'s RBAC for it."""
 

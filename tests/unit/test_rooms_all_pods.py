@@ -1,11 +1,11 @@
 """Rooms cover every pod a migration creates on the target side, for every kind of migration
 KubeVirt runs (issue 29): the hotplug attachment pod beside the target launcher pod (rendered
-before it exists, the real one after), decentralized migrations (room on the receiving side
-only), and a tenant who forges attachment pods or abuses sendTo/receive."""
+before it exists, the real one after), decentralized migrations (no room on either side: the
+receiving side is a VM arriving, charged to the base), and a tenant who forges attachment pods or
+abuses sendTo/receive."""
 
 from __future__ import annotations
 
-import copy
 import datetime
 from typing import Any
 
@@ -313,52 +313,38 @@ def test_the_sending_side_holds_no_room_in_any_phase(phase: str) -> None:
     assert not rooms([mig], [instance], [source]).holds_room
 
 
-@pytest.mark.parametrize("phase", ["Pending", "WaitingForSync", "Synchronizing", "Running"])
-def test_the_receiving_side_holds_room_while_nothing_of_the_vmi_runs_here(phase: str) -> None:
+@pytest.mark.parametrize(
+    "phase", ["", "Pending", "WaitingForSync", "Scheduling", "Running", "Succeeded", "Failed"]
+)
+def test_the_receiving_side_holds_no_room_its_target_is_charged_to_the_base(phase: str) -> None:
+    """The receiving side's target pod becomes the VM's pod for good: the VM arriving, charged
+    to the base like a VM that starts. A room there let a tenant with two namespaces move VMs
+    into a full one, above its quota for good."""
     receiver = hotplugged("vm1")  # a VMI waiting as receiver: no launcher pod of its own
     mig = migration_of("m1", receiver, **RECEIVE)
     mig["status"]["phase"] = phase
-    (room,) = rooms([mig], [receiver], []).rooms
-    assert room.room == launcher_quota_usage(receiver, SETTINGS)
+    assert not rooms([mig], [receiver], []).holds_room
     target = launcher_pod(receiver, "virt-launcher-vm1-dst", migration=mig, phase="Pending")
     planned = rooms([mig], [receiver], [target])
-    assert [(r.target_pod, r.estimated) for r in planned.rooms] == [
-        ("virt-launcher-vm1-dst", False)
-    ]
+    assert not planned.holds_room and planned.target_pods == frozenset(), "target in `used`"
 
 
-def test_the_receiving_side_releases_its_room_when_it_ends() -> None:
+def test_a_tenants_receives_and_sends_for_one_vmi_hold_no_room() -> None:
     receiver = hotplugged("vm1")
-    mig = migration_of("m1", receiver, **RECEIVE)
-    target = launcher_pod(receiver, "virt-launcher-vm1-dst", migration=mig)
-    mig["status"]["phase"] = "Succeeded"
-    assert not rooms([mig], [receiver], [target]).holds_room, "the pod is the VM's now: the base"
-    mig["status"]["phase"] = "Failed"
-    assert rooms([mig], [receiver], [target]).holds_room, "a failed target still counts"
-    gone = copy.deepcopy(target)
-    gone["status"]["phase"] = "Failed"
-    assert not rooms([mig], [receiver], [gone]).holds_room
-
-
-def test_a_tenant_receive_for_a_vmi_that_runs_here_holds_no_room() -> None:
-    """A receive for a running VMI would have virt-controller create a second launcher pod that
-    waits for a peer that never comes: a tenant doubling its VM on room it never gives back."""
-    instance = hotplugged("vm1")
-    source = launcher_pod(instance, "virt-launcher-vm1-src")
-    assert not rooms([migration_of("m1", instance, **RECEIVE)], [instance], [source]).holds_room
-
-
-def test_a_tenants_receives_and_sends_for_one_vmi_hold_one_room() -> None:
-    receiver = hotplugged("vm1")
+    source = launcher_pod(receiver, "virt-launcher-vm1-src")
     migrations = [migration_of(f"r{i:02}", receiver, **RECEIVE) for i in range(10)]
     migrations += [migration_of(f"s{i:02}", receiver, **SEND) for i in range(10)]
-    planned = rooms(migrations, [receiver], [])
-    assert [room.migration for room in planned.rooms] == ["r00"]
+    assert not rooms(migrations, [receiver], []).holds_room
+    assert not rooms(migrations, [receiver], [source]).holds_room
 
 
-def test_a_receiver_reported_not_live_migratable_still_receives() -> None:
-    """virt-api admits decentralized migrations of VMIs with disks not live-migratable: the
-    condition (a tenant can write it too) neither makes nor takes a receiving room."""
-    receiver = hotplugged("vm1")
-    receiver["status"] = {"conditions": [{"type": "LiveMigratable", "status": "False"}]}
-    assert rooms([migration_of("m1", receiver, **RECEIVE)], [receiver], []).holds_room
+def test_a_receive_beside_an_ordinary_migration_of_the_vmi_leaves_its_one_room() -> None:
+    """A tenant's receive for a VMI that runs and migrates here takes nothing from, and adds
+    nothing to, the ordinary migration's room."""
+    instance = hotplugged("vm1")
+    source = launcher_pod(instance, "virt-launcher-vm1-src")
+    ordinary = migration_of("m1", instance)
+    ordinary["status"]["phase"] = "Scheduling"
+    receive = migration_of("m0", instance, **RECEIVE)
+    planned = rooms([receive, ordinary], [instance], [source])
+    assert [room.migration for room in planned.rooms] == ["m1"]

@@ -270,6 +270,20 @@ def test_vm_start_ignores_halted_and_running_vms() -> None:
     validate_vm_start(request("VirtualMachine", vm_object("vm2", 2, "4Gi")), lookups)
 
 
+def test_a_vm_waiting_to_receive_a_migration_must_fit_the_base() -> None:
+    """A VM created to receive a decentralized migration (runStrategy WaitAsReceiver) gets its
+    pod for good when the migration lands, and no room is made for it: it is checked like a VM
+    that starts, so a tenant cannot move a VM into a namespace its quota has no room for."""
+    lookups = FakeLookups(quotas={"ns": quota_with({}, {"limits.memory": "5000Mi"})}, ratio="4.5")
+    receiver = vm_object("vm1", 2, "4Gi")
+    receiver["spec"]["runStrategy"] = "WaitAsReceiver"
+    with pytest.raises(Denied) as denied:
+        validate_vm_start(request("VirtualMachine", receiver, operation="CREATE"), lookups)
+    assert "limits.memory insufficient resources due to resource quota" in denied.value.message
+    roomy = FakeLookups(quotas={"ns": quota_with({}, {"limits.memory": "6000Mi"})}, ratio="4.5")
+    validate_vm_start(request("VirtualMachine", receiver, operation="CREATE"), roomy)
+
+
 def plain_pod(name: str, cpu: str, memory: str, **labels: str) -> Object:
     resources = {"cpu": cpu, "memory": memory}
     return {

@@ -1,7 +1,9 @@
 """Which migrations of a namespace MTQ mode may raise for: blocked by quota, sized, not held back.
 
 A migration is blocked when KubeVirt reports its target pod refused by quota and no target pod
-exists; it is sized as KubeVirt would render its target pod now (util/launcher/), with the
+exists, and it is not one side of a decentralized migration (the receiving side's target pod is
+the VM arriving for good, charged to the quota like a VM that starts: util/resourcequota/rooms.py).
+It is sized as KubeVirt would render its target pod now (util/launcher/), with the
 namespace's LimitRange defaults admission adds, and the attachment pod virt-controller makes beside
 it for hotplugged volumes. One that KubeVirt's parallel-migration limits
 hold back (util/migrationlimits.py) gets no target pod whatever the quota says: it takes no
@@ -32,6 +34,7 @@ from ...util.migrationlimits import (
 )
 from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.mtq import Blocked
+from ...util.resourcequota.rooms import decentralized_side
 from ...util.resources import add
 from ..informers import QuotaInformers
 
@@ -127,8 +130,8 @@ class BlockedMigrations:
             for c in conditions
         )
         uid = str(metadata(migration).get("uid"))
-        if phase != PHASE_PENDING or not rejected:
-            return None
+        if phase != PHASE_PENDING or not rejected or decentralized_side(migration) is not None:
+            return None  # a decentralized receive is the VM arriving: no budget (rooms.py)
         if self.has_target(uid):
             return None
         vmi_name = str((migration.get("spec") or {}).get("vmiName"))

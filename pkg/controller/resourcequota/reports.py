@@ -19,6 +19,7 @@ from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...util.quantity import Quantity
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
+from ...util.resourcequota.rooms import decentralized_side
 from ...util.resources import parse_resource_list_leniently
 from .refusals import RefusalTracker, refused_by_quota
 
@@ -124,7 +125,7 @@ class NamespaceReports:
                 WARNING,
                 "MigrationBlockedByQuota",
                 f"target pod does not fit quota {metadata(quota).get('name')} "
-                f"({cause or _why_not_raised(plan)}): " + "; ".join(short),
+                f"({cause or _why_not_raised(plan, migration)}): " + "; ".join(short),
             )
 
     def forget(self, namespace: str) -> None:
@@ -147,8 +148,13 @@ def room_event_targets(
     ]
 
 
-def _why_not_raised(plan: QuotaPlan) -> str:
+def _why_not_raised(plan: QuotaPlan, migration: Object) -> str:
     """Why the quota as written is final for a migration it does not fit."""
+    if decentralized_side(migration) is not None:
+        return (
+            "a decentralized migration brings the VM into this namespace for good, so it must "
+            "fit the quota as it is: free room, or raise the quota"
+        )
     if plan.skipped:
         return "auto-scaling is disabled by harvesterhci.io/skipResourceQuotaAutoScaling"
     if plan.managed:

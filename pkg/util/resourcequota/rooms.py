@@ -14,11 +14,14 @@ This is design principle 3 and 4 as a pure function of what the cluster shows no
   would render it for the VMI now, with the settings in force now (launcher/render.py,
   launcher/attachment.py).
 - Decentralized live migrations (KubeVirt v1.6+, exactly one of `spec.sendTo` and
-  `spec.receive`): the sending side creates no pod here and holds no room; the receiving side
-  holds room like a target while it is under way and nothing of the VMI runs here yet (a VMI
-  that runs here has nothing to receive). Volume migrations (`updateVolumesStrategy:
-  Migration`) are migrations virt-controller creates itself: their target pod is the VMI's
-  launcher pod rendered with the new claims, sized like any other.
+  `spec.receive`, across namespaces or clusters) hold no room on either side. Room is for the
+  moment a namespace runs one VM twice; here neither does. The sending side creates no pod in
+  its namespace, and its source pod leaves. The receiving side's target pod becomes the VM's
+  pod for good, so it is the VM arriving, charged to the base like a VM that starts (the
+  webhook checks a receiving VM against the base when it is created). A room there would let
+  a tenant bring VMs into a namespace past its quota. Volume migrations
+  (`updateVolumesStrategy: Migration`) are migrations virt-controller creates itself: their
+  target pod is the VMI's launcher pod rendered with the new claims, sized like any other.
 - Nothing is kept in memory between calls: a controller restart, a lost watch, a deleted VMI or
   VMIM all come out right on the next call.
 """
@@ -287,8 +290,8 @@ def decentralized_side(migration: Mapping[str, Any]) -> str | None:
 
 def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> MigrationRoom | None:
     meta = metadata(migration)
-    if decentralized_side(migration) == "source":
-        return None  # the sending side creates no pod here: its target is elsewhere
+    if decentralized_side(migration) is not None:
+        return None  # neither side runs the VM twice in this namespace (module docstring)
     phase = str(status(migration).get("phase") or "")
     candidates = pods.labelled_targets(str(meta.get("uid", "")))
     labelled = _likeliest_target(candidates, migration)
@@ -369,7 +372,7 @@ def _holding_reason(
         return _finished_reason(phase, vmi, target, now, pods)
     if metadata(migration).get("deletionTimestamp") and target is None:
         return None  # aborted before a target pod was made: nothing to admit any more
-    if not _can_migrate(migration, vmi, target, now, pods):
+    if not _can_migrate(vmi, target, now, pods):
         return None
     return "migrating" if phase and phase != PHASE_PENDING else "pending"
 
@@ -397,7 +400,6 @@ def _older_launcher(
 
 
 def _can_migrate(
-    migration: Object,
     vmi: Object,
     target: PodView | None,
     now: datetime.datetime,
@@ -406,19 +408,14 @@ def _can_migrate(
     """A migration under way makes room only for a VMI that runs: a launcher pod of the VMI
     (not the migration's own target) that the kubelet reports Running and that still counts. A
     VMI whose pod never started (refused, unschedulable) has nothing to migrate; neither has one
-    KubeVirt reports not live-migratable. The receiving side of a decentralized migration is
-    the reverse: its VMI must not run here (it arrives from elsewhere), whatever a tenant
-    writes in its conditions; a receive for a VMI that runs here holds no room."""
+    KubeVirt reports not live-migratable."""
     vmi_uid = str(metadata(vmi).get("uid"))
-    running_here = any(
+    if condition_status(vmi, LIVE_MIGRATABLE) == "False":
+        return False
+    return any(
         pod.running and pod.counts(now) and (target is None or pod.name != target.name)
         for pod in pods.launchers_of(vmi_uid)
     )
-    if decentralized_side(migration) == "target":
-        return not running_here
-    if condition_status(vmi, LIVE_MIGRATABLE) == "False":
-        return False
-    return running_here
 
 
 def _estimate(vmi: Object, inputs: RoomInputs) -> ResourceList:

@@ -19,7 +19,11 @@ from ....util.resources import ResourceList, add
 from ...admission import Denied, Request
 from ..common import Lookups, base_of, check_fits_base, launcher_settings, view_of
 
-RUNNING_STRATEGIES: Final = frozenset({"Always", "RerunOnFailure", "Once"})
+RUNNING_STRATEGIES: Final = frozenset({"Always", "RerunOnFailure", "Once", "WaitAsReceiver"})
+"""Run strategies that give the VM a launcher pod without anyone starting it by hand.
+WaitAsReceiver (KubeVirt v1.6+) waits for a decentralized migration into this namespace, whose
+target pod is then the VM's pod for good: the VM arriving, checked like one that starts (no
+room is made for it, util/resourcequota/rooms.py)."""
 
 
 def _will_run(vm: Mapping[str, Any]) -> bool:

@@ -1,0 +1,355 @@
+"""Decentralized live migration (KubeVirt v1.6+) on KubeVirt's own virt-controller (issue 29).
+
+A decentralized migration has one VirtualMachineInstanceMigration per side: `spec.sendTo` in
+the sending namespace (a running VM), `spec.receive` in the receiving one (a VM with runStrategy
+WaitAsReceiver, whose VMI virt-controller creates waiting for the sync). Neither namespace runs
+the VM twice, so neither holds room (util/resourcequota/rooms.py): the sending side's source pod
+leaves, and the receiving side's target pod is the VM arriving for good, charged to the base like
+a VM that starts (the webhook checks the receiving VM against the base when it is created).
+
+Both sides run here in one cluster. KubeVirt's synchronization controller, which carries each
+side's state to the other's VMI, is not built here: `sync_receiving_side` and
+`sync_sending_side` write what it would (the source's pod, node and node selectors into the
+receiving VMI; the receiving migration's uid into the sending VMI), as an administrator. Every
+other step, the receiving target pod included, is virt-controller's; the receiving tenant is a
+real identity with a VM user's roles, and the webhook is the deployed one, called over TLS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harvester_quota.apis.kubevirt import (
+    CONDITION_REJECTED_BY_QUOTA,
+    LABEL_MIGRATION_JOB,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+    VIRTUAL_MACHINES,
+)
+from harvester_quota.app import ControllerApp
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.meta import has_condition
+from harvester_quota.generic.resource import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import VMSpec
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.util.launcher import launcher_quota_usage
+from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resources import ResourceList
+from harvester_quota.webhook.server import WebhookServer
+
+from tests.helpers import caught_up, eventually
+from tests.integration import deployment
+from tests.integration.conftest import fresh_namespace_async
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.tenant import Tenant, tenant, vm_object
+from tests.integration.test_attachment_differential import settings_now
+from tests.integration.test_controllers_on_kubevirt import (
+    MIGRATION_TIMEOUT,
+    SpecHistory,
+    as_quantities,
+    hard_equals,
+    kubevirt,
+    kv,
+)
+from tests.integration.test_target_room import (
+    KEYS,
+    RejectionWatch,
+    assert_never_refused,
+    deployed_controllers,
+    no_slack,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["deployed_controllers", "kubevirt", "kv"]  # fixtures
+
+MIGRATION_ID = "vm1-across"
+SYNC_ADDRESS = "sync.sending.example:9185"
+HOST_MODEL_PREFIXES = (
+    "host-model-cpu.node.kubevirt.io/",
+    "host-model-required-features.node.kubevirt.io/",
+)
+"""The node labels KubeVirt's controller copies into a source state's node selectors."""
+
+
+@pytest.fixture
+async def receiving(kubevirt_api: ApiClient) -> AsyncIterator[str]:
+    """The receiving namespace (the sending one is the driver's, `kubevirt_namespace`)."""
+    async with fresh_namespace_async(kubevirt_api, "recv") as name:
+        yield name
+
+
+@pytest.fixture
+async def webhook(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, receiving: str, tmp_path: Path
+) -> AsyncIterator[WebhookServer]:
+    """The deployed webhook, registered for the receiving namespace."""
+    async with deployment.webhook_for_virt_controller(
+        kubevirt_api, kubevirt_cluster, receiving, tmp_path
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+async def receiver(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, receiving: str
+) -> AsyncIterator[Tenant]:
+    """The receiving namespace's tenant: `edit`, `kubevirt.io:edit` and `kubevirt.io:migrate`."""
+    async with tenant(kubevirt_api, kubevirt_cluster, receiving) as found:
+        yield found
+
+
+# ----------------------------------------------------------------------------------------------
+# What the synchronization controller would write
+
+
+async def source_state(api: ApiClient, node: str, *, pod: str, migration_uid: str) -> Object:
+    """The source state KubeVirt's sending controller publishes: its migration's uid, the source
+    pod and node, and the node's host-model labels as node selectors."""
+    labels = (await api.get(NODES, node))["metadata"].get("labels") or {}
+    selectors = {k: v for k, v in labels.items() if k.startswith(HOST_MODEL_PREFIXES)}
+    return {
+        "migrationUID": migration_uid,
+        "pod": pod,
+        "node": node,
+        "nodeSelectors": selectors,
+        "syncAddress": SYNC_ADDRESS,
+    }
+
+
+async def migration_state(api: ApiClient, namespace: str, side: str) -> dict[str, Any] | None:
+    """`side` ("sourceState" or "targetState") of vm1's VMI in `namespace`, once KubeVirt's
+    controller has given it a migration uid."""
+    vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+    state = ((vmi.get("status") or {}).get("migrationState") or {}).get(side) or {}
+    return state if state.get("migrationUID") else None
+
+
+async def sync_receiving_side(api: ApiClient, namespace: str, source: Object) -> None:
+    """Once virt-controller has set up the receiving VMI's target state (its migration waits
+    for the sync), the source's state is written into it: virt-controller then creates the
+    target pod."""
+    await eventually(
+        lambda: migration_state(api, namespace, "targetState"),
+        what="the receiving VMI's target state",
+        timeout=MIGRATION_TIMEOUT,
+    )
+    body = {"status": {"migrationState": {"sourceState": source}}}
+    await api.patch(VIRTUAL_MACHINE_INSTANCES, "vm1", body, namespace)
+
+
+async def sync_sending_side(api: ApiClient, namespace: str, receiving_uid: str) -> None:
+    """Once virt-controller has set up the sending VMI's source state, the receiving
+    migration's uid is written into its target state: the sending migration goes on."""
+    await eventually(
+        lambda: migration_state(api, namespace, "sourceState"),
+        what="the sending VMI's source state",
+        timeout=MIGRATION_TIMEOUT,
+    )
+    body = {"status": {"migrationState": {"targetState": {"migrationUID": receiving_uid}}}}
+    await api.patch(VIRTUAL_MACHINE_INSTANCES, "vm1", body, namespace)
+
+
+# ----------------------------------------------------------------------------------------------
+# The two sides
+
+
+def receiving_vm(namespace: str, kubevirt: VirtControllerDriver, ratio: str) -> Object:
+    """vm1 as the receiving side creates it: the sender's spec, runStrategy WaitAsReceiver."""
+    vm = vm_object(
+        VMSpec("vm1", cores=1, memory="1Gi"), namespace, kubevirt.kubevirt_version, ratio
+    )
+    vm["spec"].pop("running", None)
+    vm["spec"]["runStrategy"] = "WaitAsReceiver"
+    return vm
+
+
+async def vm_usage(api: ApiClient, namespace: str, vm: Object) -> ResourceList:
+    """What the VM's launcher pod will use, as our renderer says (the differential below
+    compares it with virt-controller's pod)."""
+    settings = (await settings_now(api)).for_namespace([], await api.get(NAMESPACES, namespace))
+    vmi = {
+        "metadata": {"name": "vm1", "namespace": namespace},
+        "spec": vm["spec"]["template"]["spec"],
+    }
+    return launcher_quota_usage(vmi, settings)
+
+
+def webhook_sees(webhook: WebhookServer, namespace: str, hard: dict[str, str]) -> bool:
+    """Whether the webhook's cache holds the namespace's quota with `hard`."""
+    quota = webhook.lookups.managed_quota(namespace) or {}
+    return as_quantities((quota.get("spec") or {}).get("hard") or {}) == as_quantities(hard)
+
+
+def quantities(hards: list[dict[str, str]]) -> list[dict[str, Quantity]]:
+    return [as_quantities(hard) for hard in hards]
+
+
+def base_for(usage: ResourceList, pods: int) -> dict[str, str]:
+    """A quota's hard: exactly `usage` on every key of KEYS but pods."""
+    return {k: str(pods) if k == "pods" else str(usage[k]) for k in KEYS}
+
+
+async def receive(api: ApiClient, receiver: Tenant) -> Object:
+    body = {
+        "metadata": {"name": "vm1-receive"},
+        "spec": {"vmiName": "vm1", "receive": {"migrationID": MIGRATION_ID}},
+    }
+    return await receiver.api.create(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, body, receiver.namespace)
+
+
+async def target_pod(api: ApiClient, namespace: str, migration_uid: str) -> Object | None:
+    listed = await api.list(
+        PODS, namespace, label_selector=f"{LABEL_MIGRATION_JOB}={migration_uid}"
+    )
+    return next(iter(listed.get("items", [])), None)
+
+
+async def test_a_received_vm_lands_on_its_namespaces_base_and_neither_side_holds_room(
+    *,
+    webhook: WebhookServer,
+    deployed_controllers: ControllerApp,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    receiving: str,
+    receiver: Tenant,
+) -> None:
+    """vm1 runs in the sending namespace (quota without slack) and is received into a namespace
+    whose quota holds exactly one such VM. virt-controller takes the sending migration to
+    Scheduling and creates the receiving side's target pod: that pod matches our rendering on
+    every key, quota admission takes it on the base, and neither quota is ever raised."""
+    app, api = deployed_controllers, kv.api
+    await app.start()
+    await kv.create_quota({k: "1000Gi" if "memory" in k else "1000" for k in KEYS})
+    (await kubevirt.create_vm(VMSpec("vm1", cores=1, memory="1Gi"), node="kwok-node-0")).check()
+    sending_base = await no_slack(kv, app, 1)
+    vm = receiving_vm(receiving, kubevirt, await kubevirt.overhead_ratio() or "1.5")
+    needed = await vm_usage(api, receiving, vm)
+    receiving_base = base_for(needed, pods=1)
+    at_receiver = KubeVirtByHand(api, receiving)
+    await at_receiver.create_quota(receiving_base)
+    await eventually(lambda: webhook_sees(webhook, receiving, receiving_base), what="seen")
+    await receiver.api.create(VIRTUAL_MACHINES, vm, receiving)
+    async with (
+        SpecHistory(api, kv.namespace) as sending_history,
+        SpecHistory(api, receiving) as receiving_history,
+        RejectionWatch(api, receiving) as watch,
+    ):
+        send = await api.create(
+            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+            {
+                "metadata": {"name": "vm1-send"},
+                "spec": {
+                    "vmiName": "vm1",
+                    "sendTo": {"migrationID": MIGRATION_ID, "connectURL": SYNC_ADDRESS},
+                },
+            },
+            kv.namespace,
+        )
+        received = await receive(api, receiver)
+        uid = received["metadata"]["uid"]
+        await sync_sending_side(api, kv.namespace, uid)
+        source = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", kv.namespace)
+        (source_pod,) = await kubevirt_pods(api, kv.namespace)
+        await sync_receiving_side(
+            api,
+            receiving,
+            await source_state(
+                api,
+                source["status"]["nodeName"],
+                pod=source_pod["metadata"]["name"],
+                migration_uid=send["metadata"]["uid"],
+            ),
+        )
+        target = await eventually(
+            lambda: target_pod(api, receiving, uid),
+            what="the receiving side's target pod",
+            timeout=MIGRATION_TIMEOUT,
+        )
+        await eventually(
+            lambda: sending_phase_is(api, kv.namespace, "Scheduling"),
+            what="the sending migration under way",
+            timeout=MIGRATION_TIMEOUT,
+        )
+        receiving_vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", receiving)
+        settings = (await settings_now(api)).for_namespace([], await api.get(NAMESPACES, receiving))
+        assert pod_quota_usage(target) == launcher_quota_usage(receiving_vmi, settings) == needed
+        await eventually(lambda: caught_up(app, receiving), what="caught up (receiving)")
+        await eventually(lambda: caught_up(app, kv.namespace), what="caught up (sending)")
+        assert await hard_equals(at_receiver, receiving_base)
+        used = ((await at_receiver.quota()).get("status") or {}).get("used") or {}
+        on_keys = {k: str(used.get(k, "0")) for k in KEYS}
+        assert as_quantities(on_keys) == as_quantities(receiving_base), "the VM on the base"
+    assert quantities(receiving_history.hards) == [as_quantities(receiving_base)], (
+        receiving_history.hards
+    )
+    assert quantities(sending_history.hards) == [as_quantities(sending_base)], sending_history.hards
+    await assert_never_refused(kubevirt, at_receiver, watch, ["vm1-receive"])
+
+
+async def kubevirt_pods(api: ApiClient, namespace: str) -> list[Object]:
+    listed = await api.list(PODS, namespace, label_selector="kubevirt.io=virt-launcher")
+    return list(listed.get("items", []))
+
+
+async def sending_phase_is(api: ApiClient, namespace: str, phase: str) -> bool:
+    send = await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "vm1-send", namespace)
+    return (send.get("status") or {}).get("phase") == phase
+
+
+async def test_a_tenant_cannot_receive_a_vm_its_namespace_has_no_room_for(
+    webhook: WebhookServer,
+    deployed_controllers: ControllerApp,
+    kubevirt: VirtControllerDriver,
+    receiving: str,
+    receiver: Tenant,
+) -> None:
+    """The attack: a tenant with two namespaces moves a VM into the one whose quota is full.
+    A receiving VM that does not fit the base is refused when it is created. One created while
+    it fit, with the namespace filled afterwards by a pod of the tenant's, gets its target pod
+    refused by quota admission (KubeVirt reports the migration rejected by quota): the quota is
+    never raised for it. With a room on the receiving side the target got in above the base,
+    and the VM stayed there for good."""
+    app, api = deployed_controllers, kubevirt.client
+    await app.start()
+    vm = receiving_vm(receiving, kubevirt, await kubevirt.overhead_ratio() or "1.5")
+    needed = await vm_usage(api, receiving, vm)
+    at_receiver = KubeVirtByHand(api, receiving)
+    short = base_for(needed, pods=2) | {
+        "limits.cpu": str(needed["limits.cpu"] - Quantity.parse("100m"))
+    }
+    await at_receiver.create_quota(short)
+    await eventually(lambda: webhook_sees(webhook, receiving, short), what="the quota seen")
+    with pytest.raises(errors.ApiError) as refused:
+        await receiver.api.create(VIRTUAL_MACHINES, vm, receiving)
+    assert "limits.cpu" in str(refused.value), refused.value
+
+    fits = base_for(needed, pods=2)
+    async with SpecHistory(api, receiving) as history:
+        await api.patch(RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": fits}}, receiving)
+        await eventually(lambda: hard_equals(at_receiver, fits), what="room for one VM")
+        await eventually(lambda: caught_up(app, receiving), what="the base recorded")
+        await eventually(lambda: webhook_sees(webhook, receiving, fits), what="room seen")
+        await receiver.api.create(VIRTUAL_MACHINES, vm, receiving)
+        await receiver.create_pod("filler", cpu="100m", memory="64Mi")
+        received = await receive(api, receiver)
+        uid = received["metadata"]["uid"]
+        await sync_receiving_side(
+            api,
+            receiving,
+            await source_state(api, "kwok-node-0", pod="virt-launcher-vm1-away", migration_uid="x"),
+        )
+
+        async def rejected() -> bool:
+            mig = await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "vm1-receive", receiving)
+            return has_condition(mig, CONDITION_REJECTED_BY_QUOTA)
+
+        await eventually(rejected, what="KubeVirt reports the target refused by quota", timeout=60)
+        await eventually(lambda: caught_up(app, receiving), what="caught up")
+        assert await target_pod(api, receiving, uid) is None
+    assert quantities(history.hards) == [as_quantities(fits)], f"never raised: {history.hards}"
