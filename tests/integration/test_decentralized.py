@@ -36,6 +36,7 @@ from harvester_quota.generic.meta import has_condition
 from harvester_quota.generic.resource import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import VMSpec
+from harvester_quota.testbench.sim.kubevirt.handler import SELINUX_NONE
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.launcher import launcher_quota_usage
 from harvester_quota.util.podusage import pod_quota_usage
@@ -108,9 +109,13 @@ async def receiver(
 # What the synchronization controller would write
 
 
-async def source_state(api: ApiClient, node: str, *, pod: str, migration_uid: str) -> Object:
+async def source_state(
+    api: ApiClient, node: str, *, pod: str, migration_uid: str, selinux: str = SELINUX_NONE
+) -> Object:
     """The source state KubeVirt's sending controller publishes: its migration's uid, the source
-    pod and node, and the node's host-model labels as node selectors."""
+    pod and node, the node's host-model labels as node selectors, and the source VMI's SELinux
+    context (the target pod takes its level; "none" where SELinux is off, as the virt-handler
+    stand-in reports)."""
     labels = (await api.get(NODES, node))["metadata"].get("labels") or {}
     selectors = {k: v for k, v in labels.items() if k.startswith(HOST_MODEL_PREFIXES)}
     return {
@@ -119,13 +124,35 @@ async def source_state(api: ApiClient, node: str, *, pod: str, migration_uid: st
         "node": node,
         "nodeSelectors": selectors,
         "syncAddress": SYNC_ADDRESS,
+        "selinuxContext": selinux,
     }
+
+
+async def waiting_for_sync(api: ApiClient, namespace: str) -> bool:
+    """Whether virt-controller has created the receiving VM's VMI, waiting for the sync."""
+    try:
+        vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+    except errors.NotFound:
+        return False
+    return (vmi.get("status") or {}).get("phase") == "WaitingForSync"
+
+
+async def create_receiving_vm(receiver: Tenant, vm: Object) -> None:
+    """The tenant creates the receiving VM; returns once its VMI waits for the sync (a receive
+    created before the VMI exists fails at once)."""
+    await receiver.api.create(VIRTUAL_MACHINES, vm, receiver.namespace)
+    await eventually(
+        lambda: waiting_for_sync(receiver.api, receiver.namespace), what="the receiving VMI"
+    )
 
 
 async def migration_state(api: ApiClient, namespace: str, side: str) -> dict[str, Any] | None:
     """`side` ("sourceState" or "targetState") of vm1's VMI in `namespace`, once KubeVirt's
     controller has given it a migration uid."""
-    vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+    try:
+        vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+    except errors.NotFound:
+        return None  # virt-controller has not created it yet
     state = ((vmi.get("status") or {}).get("migrationState") or {}).get(side) or {}
     return state if state.get("migrationUID") else None
 
@@ -195,12 +222,19 @@ def base_for(usage: ResourceList, pods: int) -> dict[str, str]:
     return {k: str(pods) if k == "pods" else str(usage[k]) for k in KEYS}
 
 
-async def receive(api: ApiClient, receiver: Tenant) -> Object:
-    body = {
-        "metadata": {"name": "vm1-receive"},
-        "spec": {"vmiName": "vm1", "receive": {"migrationID": MIGRATION_ID}},
-    }
+async def receive(receiver: Tenant) -> Object:
+    body = migration_body("vm1-receive", receive={"migrationID": MIGRATION_ID})
     return await receiver.api.create(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, body, receiver.namespace)
+
+
+def migration_body(name: str, **side: Object) -> Object:
+    """A VirtualMachineInstanceMigration of vm1 with one side (sendTo or receive)."""
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": name},
+        "spec": {"vmiName": "vm1", **side},
+    }
 
 
 async def target_pod(api: ApiClient, namespace: str, migration_uid: str) -> Object | None:
@@ -234,24 +268,19 @@ async def test_a_received_vm_lands_on_its_namespaces_base_and_neither_side_holds
     at_receiver = KubeVirtByHand(api, receiving)
     await at_receiver.create_quota(receiving_base)
     await eventually(lambda: webhook_sees(webhook, receiving, receiving_base), what="seen")
-    await receiver.api.create(VIRTUAL_MACHINES, vm, receiving)
+    await create_receiving_vm(receiver, vm)
     async with (
         SpecHistory(api, kv.namespace) as sending_history,
         SpecHistory(api, receiving) as receiving_history,
         RejectionWatch(api, receiving) as watch,
     ):
+        sending = {"migrationID": MIGRATION_ID, "connectURL": SYNC_ADDRESS}
         send = await api.create(
             VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
-            {
-                "metadata": {"name": "vm1-send"},
-                "spec": {
-                    "vmiName": "vm1",
-                    "sendTo": {"migrationID": MIGRATION_ID, "connectURL": SYNC_ADDRESS},
-                },
-            },
+            migration_body("vm1-send", sendTo=sending),
             kv.namespace,
         )
-        received = await receive(api, receiver)
+        received = await receive(receiver)
         uid = received["metadata"]["uid"]
         await sync_sending_side(api, kv.namespace, uid)
         source = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", kv.namespace)
@@ -264,6 +293,7 @@ async def test_a_received_vm_lands_on_its_namespaces_base_and_neither_side_holds
                 source["status"]["nodeName"],
                 pod=source_pod["metadata"]["name"],
                 migration_uid=send["metadata"]["uid"],
+                selinux=source["status"]["selinuxContext"],
             ),
         )
         target = await eventually(
@@ -330,14 +360,14 @@ async def test_a_tenant_cannot_receive_a_vm_its_namespace_has_no_room_for(
     assert "limits.cpu" in str(refused.value), refused.value
 
     fits = base_for(needed, pods=2)
+    await api.patch(RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": fits}}, receiving)
+    await eventually(lambda: hard_equals(at_receiver, fits), what="room for one VM")
+    await eventually(lambda: caught_up(app, receiving), what="the base recorded")
+    await eventually(lambda: webhook_sees(webhook, receiving, fits), what="room seen")
     async with SpecHistory(api, receiving) as history:
-        await api.patch(RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": fits}}, receiving)
-        await eventually(lambda: hard_equals(at_receiver, fits), what="room for one VM")
-        await eventually(lambda: caught_up(app, receiving), what="the base recorded")
-        await eventually(lambda: webhook_sees(webhook, receiving, fits), what="room seen")
-        await receiver.api.create(VIRTUAL_MACHINES, vm, receiving)
+        await create_receiving_vm(receiver, vm)
         await receiver.create_pod("filler", cpu="100m", memory="64Mi")
-        received = await receive(api, receiver)
+        received = await receive(receiver)
         uid = received["metadata"]["uid"]
         await sync_receiving_side(
             api,
