@@ -1,7 +1,8 @@
 """The /validate/pods endpoint's choice: which rule a pod meets, and a target pod's wait.
 
 A pod MTQ mode's active lock admits is left alone (its quota was raised for it); a migration
-target pod may wait for its room (resources/pod/targets.py) and is never denied; any other pod
+target pod that replaces a launcher pod here may wait for its room (resources/pod/targets.py) and
+is never denied; any other pod, a decentralized migration's target pod included,
 while room is held is decided on the reservation every replica shares (resources/pod/
 reservations.py), or on this process's ledger without one, or for a dry run (which reserves
 nothing, anywhere). Runs on the event loop: decisions that do not wait are serialized there.
@@ -21,7 +22,7 @@ from .resources.mtq.validator import active_lock, is_lock_target
 from .resources.pod.ledger import AdmissionLedger
 from .resources.pod.reservations import LeaseReservations
 from .resources.pod.targets import GaveUp, LiveQuotas, QuotaChanges, admit_target
-from .resources.pod.validator import admit_locally, is_migration_target, pod_check
+from .resources.pod.validator import admit_locally, is_room_target, pod_check
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +48,11 @@ class PodAdmissions:
         self._gave_up = GaveUp(self.clock)
 
     def validate(self, request: Request) -> Awaitable[None] | None:
-        """Target pods may wait for their room (never denied); the others are decided at once."""
+        """Room targets may wait for their room (never denied); the others are decided at once."""
         lock = active_lock(self.lookups, request.namespace)
         if lock is not None and is_lock_target(request, self.identities, lock):
             return None  # MTQ raised the quota for it: nothing to wait for, nothing to check
-        if is_migration_target(request, self.identities):
+        if is_room_target(request, self.lookups, self.identities):
             return self._admit_target(request)
         check = pod_check(request, self.lookups, self.identities)
         if check is None:

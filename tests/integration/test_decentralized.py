@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from harvester_quota.apis.kubevirt import (
     CONDITION_REJECTED_BY_QUOTA,
+    KUBEVIRTS,
     LABEL_MIGRATION_JOB,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
@@ -33,11 +34,23 @@ from harvester_quota.app import ControllerApp
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.meta import has_condition
-from harvester_quota.generic.resource import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.generic.resource import (
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_QUOTAS,
+    Object,
+)
 from harvester_quota.testbench.localcluster import ClusterInfo
-from harvester_quota.testbench.sim.kubevirt import VMSpec
+from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import SELINUX_NONE
-from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.testbench.virtcontroller import (
+    KUBEVIRT_NAME,
+    KUBEVIRT_NAMESPACE,
+    VirtControllerDriver,
+)
+from harvester_quota.util import resources
 from harvester_quota.util.launcher import launcher_quota_usage
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
@@ -128,10 +141,10 @@ async def source_state(
     }
 
 
-async def waiting_for_sync(api: ApiClient, namespace: str) -> bool:
+async def waiting_for_sync(api: ApiClient, namespace: str, name: str) -> bool:
     """Whether virt-controller has created the receiving VM's VMI, waiting for the sync."""
     try:
-        vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+        vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
     except errors.NotFound:
         return False
     return (vmi.get("status") or {}).get("phase") == "WaitingForSync"
@@ -141,33 +154,38 @@ async def create_receiving_vm(receiver: Tenant, vm: Object) -> None:
     """The tenant creates the receiving VM; returns once its VMI waits for the sync (a receive
     created before the VMI exists fails at once)."""
     await receiver.api.create(VIRTUAL_MACHINES, vm, receiver.namespace)
+    name = vm["metadata"]["name"]
     await eventually(
-        lambda: waiting_for_sync(receiver.api, receiver.namespace), what="the receiving VMI"
+        lambda: waiting_for_sync(receiver.api, receiver.namespace, name), what="the receiving VMI"
     )
 
 
-async def migration_state(api: ApiClient, namespace: str, side: str) -> dict[str, Any] | None:
-    """`side` ("sourceState" or "targetState") of vm1's VMI in `namespace`, once KubeVirt's
+async def migration_state(
+    api: ApiClient, namespace: str, side: str, name: str = "vm1"
+) -> dict[str, Any] | None:
+    """`side` ("sourceState" or "targetState") of VMI `name` in `namespace`, once KubeVirt's
     controller has given it a migration uid."""
     try:
-        vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+        vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
     except errors.NotFound:
         return None  # virt-controller has not created it yet
     state = ((vmi.get("status") or {}).get("migrationState") or {}).get(side) or {}
     return state if state.get("migrationUID") else None
 
 
-async def sync_receiving_side(api: ApiClient, namespace: str, source: Object) -> None:
+async def sync_receiving_side(
+    api: ApiClient, namespace: str, source: Object, name: str = "vm1"
+) -> None:
     """Once virt-controller has set up the receiving VMI's target state (its migration waits
     for the sync), the source's state is written into it: virt-controller then creates the
     target pod."""
     await eventually(
-        lambda: migration_state(api, namespace, "targetState"),
+        lambda: migration_state(api, namespace, "targetState", name),
         what="the receiving VMI's target state",
         timeout=MIGRATION_TIMEOUT,
     )
     body = {"status": {"migrationState": {"sourceState": source}}}
-    await api.patch(VIRTUAL_MACHINE_INSTANCES, "vm1", body, namespace)
+    await api.patch(VIRTUAL_MACHINE_INSTANCES, name, body, namespace)
 
 
 async def sync_sending_side(api: ApiClient, namespace: str, receiving_uid: str) -> None:
@@ -186,11 +204,11 @@ async def sync_sending_side(api: ApiClient, namespace: str, receiving_uid: str) 
 # The two sides
 
 
-def receiving_vm(namespace: str, kubevirt: VirtControllerDriver, ratio: str) -> Object:
-    """vm1 as the receiving side creates it: the sender's spec, runStrategy WaitAsReceiver."""
-    vm = vm_object(
-        VMSpec("vm1", cores=1, memory="1Gi"), namespace, kubevirt.kubevirt_version, ratio
-    )
+def receiving_vm(
+    namespace: str, kubevirt: VirtControllerDriver, ratio: str, name: str = "vm1"
+) -> Object:
+    """The VM as the receiving side creates it: the sender's spec, runStrategy WaitAsReceiver."""
+    vm = vm_object(VMSpec(name, cores=1, memory="1Gi"), namespace, kubevirt.kubevirt_version, ratio)
     vm["spec"].pop("running", None)
     vm["spec"]["runStrategy"] = "WaitAsReceiver"
     return vm
@@ -201,7 +219,7 @@ async def vm_usage(api: ApiClient, namespace: str, vm: Object) -> ResourceList:
     compares it with virt-controller's pod)."""
     settings = (await settings_now(api)).for_namespace([], await api.get(NAMESPACES, namespace))
     vmi = {
-        "metadata": {"name": "vm1", "namespace": namespace},
+        "metadata": {"name": vm["metadata"]["name"], "namespace": namespace},
         "spec": vm["spec"]["template"]["spec"],
     }
     return launcher_quota_usage(vmi, settings)
@@ -222,18 +240,18 @@ def base_for(usage: ResourceList, pods: int) -> dict[str, str]:
     return {k: str(pods) if k == "pods" else str(usage[k]) for k in KEYS}
 
 
-async def receive(receiver: Tenant) -> Object:
-    body = migration_body("vm1-receive", receive={"migrationID": MIGRATION_ID})
+async def receive(receiver: Tenant, vmi: str = "vm1") -> Object:
+    body = migration_body(f"{vmi}-receive", vmi, receive={"migrationID": MIGRATION_ID})
     return await receiver.api.create(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, body, receiver.namespace)
 
 
-def migration_body(name: str, **side: Object) -> Object:
-    """A VirtualMachineInstanceMigration of vm1 with one side (sendTo or receive)."""
+def migration_body(name: str, vmi: str = "vm1", **side: Object) -> Object:
+    """A VirtualMachineInstanceMigration of `vmi` with one side (sendTo or receive)."""
     return {
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstanceMigration",
         "metadata": {"name": name},
-        "spec": {"vmiName": "vm1", **side},
+        "spec": {"vmiName": vmi, **side},
     }
 
 
@@ -383,3 +401,164 @@ async def test_a_tenant_cannot_receive_a_vm_its_namespace_has_no_room_for(
         await eventually(lambda: caught_up(app, receiving), what="caught up")
         assert await target_pod(api, receiving, uid) is None
     assert quantities(history.hards) == [as_quantities(fits)], f"never raised: {history.hards}"
+
+
+# ----------------------------------------------------------------------------------------------
+# A receive beside migrations within the namespace
+
+
+@pytest.fixture
+async def webhook_here(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str, tmp_path: Path
+) -> AsyncIterator[WebhookServer]:
+    """The deployed webhook, registered for the driver's namespace (whose VMs migrate)."""
+    async with deployment.webhook_for_virt_controller(
+        kubevirt_api, kubevirt_cluster, kubevirt_namespace, tmp_path
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+async def tenant_here(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str
+) -> AsyncIterator[Tenant]:
+    async with tenant(kubevirt_api, kubevirt_cluster, kubevirt_namespace) as found:
+        yield found
+
+
+async def set_outbound_slots(api: ApiClient, slots: int) -> None:
+    """The KubeVirt CR's parallelOutboundMigrationsPerNode (the driver restores the CR's
+    configuration when the test ends). A receiving VMI runs on no node, so the limit never
+    holds a receive back."""
+    body = {"spec": {"configuration": {"migrations": {"parallelOutboundMigrationsPerNode": slots}}}}
+    await api.patch(KUBEVIRTS, KUBEVIRT_NAME, body, KUBEVIRT_NAMESPACE)
+
+
+def plus(*lists: dict[str, str] | ResourceList) -> dict[str, str]:
+    """The sum of resource lists, as a quota's hard."""
+    total: ResourceList = {}
+    for values in lists:
+        total = resources.add(total, as_quantities({k: str(v) for k, v in values.items()}))
+    return {k: str(v) for k, v in total.items()}
+
+
+async def test_a_received_vms_target_pod_cannot_take_a_room_held_for_a_migration_here(
+    *,
+    webhook_here: WebhookServer,
+    deployed_controllers: ControllerApp,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    tenant_here: Tenant,
+) -> None:
+    """The attack the review of the receive rule found: target pods skipped the pod rules and
+    counted in the floor, so a receive's target pod created while another migration's room was
+    raised (that migration's own target held back by KubeVirt's outbound limit) took the room,
+    the next plan raised for it too, and the VM stayed above the base for good. Here vmx and vm1
+    run on one node, vm2 is received into the same namespace (created while it fit), a tenant pod
+    then fills the namespace, vmx migrates slowly and vm1 waits behind the outbound limit with
+    its room raised. vm2's target pod is refused by the webhook as any pod taking a held room;
+    both migrations complete, and the quota is never raised beyond their two rooms."""
+    app, api, namespace = deployed_controllers, kv.api, kv.namespace
+    await app.start()
+    await kv.create_quota({k: "1000Gi" if "memory" in k else "1000" for k in KEYS})
+    slow = VMSpec("vmx", cores=1, memory="1Gi", migration_duration=20.0)
+    for spec in (slow, VMSpec("vm1", cores=1, memory="1Gi")):
+        (await kubevirt.create_vm(spec, node=SOURCE_NODE)).check()
+    nodes = {
+        (await api.get(VIRTUAL_MACHINE_INSTANCES, n, namespace))["status"]["nodeName"]
+        for n in ("vmx", "vm1")
+    }
+    assert len(nodes) == 1, f"vmx and vm1 on one node: {nodes}"
+    two_vms = await no_slack(kv, app, 2)
+    vm2 = receiving_vm(namespace, kubevirt, await kubevirt.overhead_ratio() or "1.5", "vm2")
+    one_vm = await vm_usage(api, namespace, vm2)
+    base = plus(two_vms, {k: str(one_vm[k]) for k in KEYS if k != "pods"}, {"pods": "1"})
+    await api.patch(RESOURCE_QUOTAS, "default-quota", {"spec": {"hard": base}}, namespace)
+    await eventually(lambda: caught_up(app, namespace), what="the base recorded")
+    await eventually(lambda: webhook_sees(webhook_here, namespace, base), what="the base seen")
+    await create_receiving_vm(tenant_here, vm2)
+    await tenant_here.create_pod("filler", cpu="100m", memory="64Mi")
+    room = {k: str(one_vm[k]) for k in KEYS}
+    two_rooms = plus(base, room, room)
+    async with SpecHistory(api, namespace) as history:
+        await set_outbound_slots(api, await outbound_from(api, nodes.pop()) + 1)
+        slow_migration = await kubevirt.migrate("vmx")
+        await eventually(
+            lambda: vmx_under_way(api, namespace, slow_migration), what="vmx migrating"
+        )
+        held_back = await kubevirt.migrate("vm1")
+        await eventually(lambda: hard_equals(kv, two_rooms), what="vm1's room raised")
+        received = await receive(tenant_here, "vm2")
+        await sync_receiving_side(
+            api,
+            namespace,
+            await source_state(api, "kwok-node-1", pod="virt-launcher-vm2-away", migration_uid="x"),
+            "vm2",
+        )
+        refusal = await eventually(
+            lambda: room_refusal(api, namespace), what="vm2's target pod refused", timeout=60
+        )
+        assert await target_pod(api, namespace, received["metadata"]["uid"]) is None, refusal
+        await set_outbound_slots(api, 4)
+        for name in (slow_migration, held_back):
+            record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+            assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+        await eventually(lambda: hard_equals(kv, base), what="back to the base")
+        await eventually(lambda: caught_up(app, namespace), what="caught up")
+        assert await target_pod(api, namespace, received["metadata"]["uid"]) is None
+    beyond = [
+        h
+        for h in quantities(history.hards)
+        if any(v > Quantity.parse(two_rooms[k]) for k, v in h.items() if k in two_rooms)
+    ]
+    assert beyond == [], history.hards
+
+
+SOURCE_NODE = "kwok-node-3"
+"""Where vmx and vm1 run: a node no other test prefers, so few other migrations leave it."""
+NOT_RUNNING = frozenset({"", "Pending", "WaitingForSync", "Synchronizing", "Succeeded", "Failed"})
+"""Phases KubeVirt's IsRunning says no to: the others take an outbound slot of the VMI's node."""
+
+
+async def outbound_from(api: ApiClient, node: str) -> int:
+    """How many migrations of the whole cluster KubeVirt counts against `node`'s outbound limit
+    now: running ones whose VMI runs there (other tests' migrations may still be under way)."""
+    migrations = (await api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)).get("items", [])
+    vmis = (await api.list(VIRTUAL_MACHINE_INSTANCES)).get("items", [])
+    on_node = {
+        (v["metadata"]["namespace"], v["metadata"]["name"])
+        for v in vmis
+        if (v.get("status") or {}).get("nodeName") == node
+    }
+    return sum(
+        1
+        for m in migrations
+        if str((m.get("status") or {}).get("phase") or "") not in NOT_RUNNING
+        and (m["metadata"]["namespace"], (m.get("spec") or {}).get("vmiName")) in on_node
+    )
+
+
+async def vmx_under_way(api: ApiClient, namespace: str, name: str) -> bool:
+    """Whether vmx's migration runs (it takes an outbound slot of the node)."""
+    mig = await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, namespace)
+    return (mig.get("status") or {}).get("phase") in (
+        "Scheduling",
+        "Scheduled",
+        "PreparingTarget",
+        "TargetReady",
+        "Running",
+    )
+
+
+async def room_refusal(api: ApiClient, namespace: str) -> str | None:
+    """The message of virt-controller's FailedCreate Event for a pod our webhook refused for
+    taking a held room, if any."""
+    listed = await api.list(EVENTS, namespace, field_selector="reason=FailedCreate")
+    return next(
+        (
+            e["message"]
+            for e in listed.get("items", [])
+            if "would take room reserved" in e.get("message", "")
+        ),
+        None,
+    )

@@ -230,6 +230,27 @@ def test_no_raise_follows_a_pod_that_arrived_while_room_was_held() -> None:
     assert after.used["limits.cpu"] > Quantity.parse("8"), "reported as used all the same"
 
 
+@pytest.mark.parametrize("side", ["receive", "sendTo"])
+def test_no_raise_follows_a_received_vms_target_pod_that_arrived_while_room_was_held(
+    side: str,
+) -> None:
+    """Review of the receive rule: a decentralized receive's target pod that got in while vm1's
+    room was raised was counted as a target that replaces a launcher, so the floor rose with it
+    and the quota followed the arriving VM upward. It is a VM arriving: no raise follows it."""
+    instance, source = running_vm("vm1")
+    full = tenant_pod("full", "8", "2026-01-01T08:00:00Z")  # the namespace at its base
+    mig = migration_of("m1", instance)
+    before = plan([mig], [instance], [source, full])
+    arriving = vmi("vm2")
+    received = migration_of("r1", arriving, "2026-01-01T09:30:00Z")
+    received["spec"][side] = {"migrationID": "x", "connectURL": "peer:9185"}
+    target = launcher_pod(arriving, "virt-launcher-vm2-dst", migration=received)
+    target["metadata"]["creationTimestamp"] = "2026-01-01T10:00:30Z"
+    after = plan([mig, received], [instance, arriving], [source, full, target])
+    assert cpu(after) == cpu(before) == Quantity.parse("8") + room_cpu(source) * 2
+    assert after.used["limits.cpu"] == Quantity.parse("8") + room_cpu(source) + room_cpu(target)
+
+
 def test_usage_above_the_base_from_before_the_rooms_is_still_raised_for() -> None:
     """The v1.7.0 seed: a VM over the base since the overhead ratio was raised still migrates:
     pods older than the room period are the floor."""

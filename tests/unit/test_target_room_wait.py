@@ -174,24 +174,6 @@ async def test_no_wait_when_no_raise_will_come() -> None:
         assert task.done() and task.result().outcome == outcome, outcome
 
 
-@pytest.mark.parametrize("side", ["receive", "sendTo"])
-async def test_a_decentralized_migrations_target_pod_does_not_wait(side: str) -> None:
-    """No room is made for either side of a decentralized migration: a receiving side's target
-    pod that does not fit is left to quota admission at once, not held for a raise that never
-    comes. An ordinary migration's pod, the same otherwise, waits."""
-    clock = FakeClock()
-    peer = {"receive": {"migrationID": "x"}} if side == "receive" else {"sendTo": {}}
-    decentralized = {"metadata": {"name": "m", "uid": "m1"}, "spec": {"vmiName": "vm1", **peer}}
-    lookups = FakeLookups(quotas={"ns": quota(BASE, BASE)}, migration_list=[decentralized])
-    task = await admitting(lookups, clock, QuotaChanges(clock))
-    assert task.done() and task.result().outcome == "no-raise-coming"
-    ordinary = {"metadata": {"name": "m", "uid": "m1"}, "spec": {"vmiName": "vm1"}}
-    lookups = FakeLookups(quotas={"ns": quota(BASE, BASE)}, migration_list=[ordinary])
-    waiting = await admitting(lookups, clock, QuotaChanges(clock))
-    assert not waiting.done()
-    waiting.cancel()
-
-
 def server_with(lookups: FakeLookups, clock: FakeClock, wait: float) -> WebhookServer:
     return WebhookServer(
         lookups,

@@ -441,6 +441,54 @@ def test_kubevirts_launcher_pod_of_a_new_vmi_is_held_to_the_base_while_room_is_h
     assert "would take room reserved for the live migration of vm1" in denied.value.message
 
 
+def receive_target(lookups: FakeLookups, side: str = "receive") -> Object:
+    """KubeVirt's target pod of a decentralized migration of vm2 into this namespace (the
+    migration in the cache, `side` set), vm2 sized like vm1."""
+    arriving = vmi("vm2")
+    received = migration("r", arriving, phase="Pending")
+    received["spec"][side] = {"migrationID": "x", "connectURL": "peer:9185"}
+    lookups.migration_list.append(received)
+    return launcher_pod(arriving, "virt-launcher-vm2-dst", migration=received)
+
+
+@pytest.mark.parametrize("side", ["receive", "sendTo"])
+def test_a_received_vms_target_pod_is_held_to_the_base_while_another_room_is_held(
+    side: str,
+) -> None:
+    """Review of the receive rule: target pods skipped the pod rules, so a receive's target pod
+    arriving while vm1's room was raised took it, and the VM stayed above the base for good. It
+    is the VM arriving: held to the base like a launcher pod of a VM that starts."""
+    lookups = FakeLookups()
+    room_held(lookups)
+    target = receive_target(lookups, side)
+    with pytest.raises(Denied) as denied:
+        validate_pod(
+            request("Pod", target, operation="CREATE", user=KUBEVIRT_CONTROLLER),
+            lookups,
+            Identities(),
+        )
+    assert "would take room reserved for the live migration of vm1" in denied.value.message
+
+
+def test_an_ordinary_migrations_target_pod_still_uses_its_room() -> None:
+    lookups = FakeLookups()
+    room_held(lookups)
+    mine = lookups.migration_list[0]
+    target = launcher_pod(vmi("vm1"), "virt-launcher-vm1-dst", migration=mine)
+    validate_pod(
+        request("Pod", target, operation="CREATE", user=KUBEVIRT_CONTROLLER), lookups, Identities()
+    )
+
+
+def test_a_received_vms_target_pod_that_fits_the_base_is_admitted() -> None:
+    """Without room held the pod rules leave it to quota admission at the base."""
+    lookups = FakeLookups(quotas={"ns": quota_with({"limits.cpu": "30", "limits.memory": "64Gi"})})
+    target = receive_target(lookups)
+    validate_pod(
+        request("Pod", target, operation="CREATE", user=KUBEVIRT_CONTROLLER), lookups, Identities()
+    )
+
+
 def test_a_vmi_whose_hook_annotation_cannot_be_rendered_fails_no_admission() -> None:
     """A nested hooks annotation on a migrating VMI made every pod admission of its namespace
     a 500; its migration now gets no room and the namespace's pods are decided as before."""

@@ -12,10 +12,11 @@ When the period began is a fact no tenant can shift: the creation time the API s
 earliest migration holding room, recorded on the quota (``harvester-quota.io/rooms-since``,
 written with the first raise, removed with the last release) so that the period does not move
 forward while overlapping migrations follow one another. A pod is "new" by its own
-creationTimestamp, also set by the API server. KubeVirt's migration target pods are never new:
-each replaces a launcher pod that already counted (the labels that mark them are KubeVirt's
-alone, see docs/security.md), so a VM over its base after the overhead ratio was raised (the
-v1.7.0 seed) migrates again and again.
+creationTimestamp, also set by the API server. KubeVirt's target pods of migrations within the
+namespace are never new: each replaces a launcher pod that already counted (the labels that mark
+them are KubeVirt's alone, see docs/security.md), so a VM over its base after the overhead ratio
+was raised (the v1.7.0 seed) migrates again and again. The target pod of a decentralized
+migration is new: it is a VM arriving from elsewhere (rooms.py), and no raise follows it.
 """
 
 from __future__ import annotations
@@ -56,16 +57,26 @@ def used_before(
     since: str | None,
     now: datetime.datetime,
     scope: QuotaScope = UNSCOPED,
+    *,
+    arriving: frozenset[str] = frozenset(),
 ) -> ResourceList:
     """What the namespace's pods a quota of `scope` charges use at `now`, the rooms' target
     pods aside, counting only the pods created before `since` and KubeVirt's migration targets
-    (all pods when `since` is None). Costs the pods created since, not the namespace."""
-    return pods.used_without(targets | frozenset(arrivals(pods, since)), now, scope)
+    but those of the `arriving` migrations (all pods when `since` is None). Costs the pods
+    created since, not the namespace."""
+    return pods.used_without(targets | frozenset(arrivals(pods, since, arriving)), now, scope)
 
 
-def arrivals(pods: NamespacePods, since: str | None) -> list[str]:
-    """The pods created at or after `since` that are not KubeVirt migration targets: what the
-    namespace took while room was held, and no raise follows."""
+def arrivals(
+    pods: NamespacePods, since: str | None, arriving: frozenset[str] = frozenset()
+) -> list[str]:
+    """The pods created at or after `since` that are not the target pods of migrations within
+    the namespace: what the namespace took while room was held, and no raise follows. A target
+    pod of a migration in `arriving` (the uids of decentralized migrations) is an arrival."""
     if since is None:
         return []
-    return [pod.name for pod in pods.created_since(since) if not pod.migration_uid]
+    return [
+        pod.name
+        for pod in pods.created_since(since)
+        if not pod.migration_uid or pod.migration_uid in arriving
+    ]

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...generic.meta import annotations_of
+from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
 from .. import resources
 from ..annotations import (
@@ -58,6 +58,7 @@ from .rooms import (
     RoomInputs,
     RoomPlan,
     VmiUsage,
+    decentralized_side,
     next_release,
     plan_rooms,
     used_without_targets,
@@ -148,7 +149,11 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
     # Without room held there are no arrivals to set aside: the floor is what is used.
     floor = (
-        used if since is None else used_before(pods, rooms.target_pods, since, snapshot.now, scope)
+        used
+        if since is None
+        else used_before(
+            pods, rooms.target_pods, since, snapshot.now, scope, arriving=_arriving(snapshot)
+        )
     )
     managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(
@@ -316,3 +321,13 @@ def _same_text(a: str, b: str) -> bool:
         return Quantity.parse(a) == Quantity.parse(b)
     except ValueError:
         return False
+
+
+def _arriving(snapshot: NamespaceSnapshot) -> frozenset[str]:
+    """The uids of the namespace's decentralized migrations: their target pods are VMs
+    arriving, charged to the base, never raised for (floor.py)."""
+    return frozenset(
+        str(metadata(m).get("uid"))
+        for m in snapshot.migrations
+        if decentralized_side(m) is not None
+    )

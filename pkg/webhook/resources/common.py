@@ -11,8 +11,10 @@ guarding the base and the migration room (design principle 8):
   quota" check, on every key the pod uses).
 - While a migration holds room, a pod that is not a migration target may not push the namespace's
   usage (targets excluded) above the base: that is taking the room a target is waiting for, and
-  would let the namespace grow above its base through the raised quota. Target pods (labelled
-  kubevirt.io/migrationJobUID, created by KubeVirt's controller) always pass.
+  would let the namespace grow above its base through the raised quota. Target pods of
+  migrations within the namespace (labelled kubevirt.io/migrationJobUID, created by KubeVirt's
+  controller) always pass; a decentralized migration's target pod is the VM arriving and meets
+  this rule like any pod (pod/validator.py `is_room_target`).
 Every denial says, with numbers, what would be exceeded.
 """
 

@@ -13,9 +13,9 @@ usage above `status.hard` on some key), the admission waits for the quota's next
 cache, at most `wait` seconds in all, and then allows the pod either way. It waits even when the
 quota already carries a raise for the VM: the controller re-plans as its caches catch up (under
 load a raise was once computed on a floor that a moment later proved too low, measured on the
-v170-test2 scenario), and only the skip switch says no raise will come, or the pod's migration
-being one side of a decentralized migration: no room is made for those (the receiving side's
-target pod is the VM arriving, util/resourcequota/rooms.py), so quota admission decides at once. So the controller stays
+v170-test2 scenario), and only the skip switch says no raise will come. (A decentralized
+migration's target pod never comes here: it is the VM arriving, and meets the pod rules,
+pod/validator.py `is_room_target`.) So the controller stays
 the only writer of the quota, a target pod is never denied here, and with the webhook down
 (failurePolicy Ignore on the rules that carry target pods) nothing waits. A migration whose pod
 waited the whole time in vain does not wait again for `wait` seconds more (GaveUp): a namespace
@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,7 +56,6 @@ from ....util.annotations import parse_migration_annotations
 from ....util.podusage import pod_quota_usage
 from ....util.quotascope import applies_to
 from ....util.resourcequota.calculator import Shortfall, shortfalls
-from ....util.resourcequota.rooms import decentralized_side
 from ....util.resources import ResourceList, parse_resource_list_leniently
 from ...admission import Request
 from ..common import Lookups
@@ -227,9 +226,7 @@ async def admit_target(
                 return TargetAdmission("fits", waited)
             await clock.sleep(LISTER_GRACE)
             return TargetAdmission("fitted-after-wait", clock.monotonic() - started)
-        if parse_migration_annotations(annotations_of(quota)).skip_auto_scaling or _decentralized(
-            lookups.migrations(request.namespace), migration
-        ):
+        if parse_migration_annotations(annotations_of(quota)).skip_auto_scaling:
             return TargetAdmission("no-raise-coming", waited, short)
         if waited >= wait:
             if gave_up is not None and wait > 0:
@@ -237,14 +234,6 @@ async def admit_target(
             return TargetAdmission("timed-out", waited, short)
         await changes.next_change(request.namespace, wait - waited)
         changes_awaited += 1
-
-
-def _decentralized(migrations: Sequence[Object], uid: str) -> bool:
-    """Whether the pod's migration (by its uid) is one side of a decentralized migration: no
-    raise comes for those (util/resourcequota/rooms.py), so its target pod never waits."""
-    return any(
-        metadata(m).get("uid") == uid and decentralized_side(m) is not None for m in migrations
-    )
 
 
 LiveView = Literal["same", "newer", "stale", "unread"]

@@ -1,8 +1,9 @@
 """Pod rules: while a migration holds room, a pod that is not a migration target may not push the
 namespace's usage (targets excluded) above the base, neither by its create nor by growing in place
-(pods/resize). KubeVirt's own launcher pods of new VMIs are held to the base like any other pod;
-only migration target pods (labelled kubevirt.io/migrationJobUID, a label only KubeVirt's
-controller may set, and created by KubeVirt's controller) pass. What was admitted a
+(pods/resize). KubeVirt's own launcher pods of new VMIs are held to the base like any other pod,
+and so is the target pod of a decentralized migration (the VM arriving for good); only the target
+pods of migrations within the namespace (labelled kubevirt.io/migrationJobUID, a label only
+KubeVirt's controller may set, and created by KubeVirt's controller) pass. What was admitted a
 moment ago counts even before the caches show it: in this process (ledger.py), or in every
 replica (reservations.py).
 """
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....generic.meta import labels as labels_of
+from ....generic.meta import metadata
 from ....util.podusage import pod_quota_usage
 from ....util.quotascope import applies_to
+from ....util.resourcequota.rooms import decentralized_side
 from ....util.resources import ResourceList, subtract_non_negative
 from ...admission import Denied, Request
 from ..common import (
@@ -41,6 +44,22 @@ def is_migration_target(request: Request, identities: Identities) -> bool:
         request.operation == "CREATE"
         and LABEL_MIGRATION_JOB in labels
         and request.username in identities.target_creators
+    )
+
+
+def is_room_target(request: Request, lookups: Lookups, identities: Identities) -> bool:
+    """A migration target pod (`is_migration_target`) that replaces a launcher pod of this
+    namespace, so it may use its migration's room: not the pod of a decentralized migration,
+    whose target is the VM arriving in the namespace for good (util/resourcequota/rooms.py) and
+    meets the pod rules like a launcher pod of a VM that starts. Its migration is found in the
+    cache by the uid in its label; one the cache does not hold yet counts as replacing (a
+    receive waits for its peer's sync long before virt-controller creates its pod)."""
+    if not is_migration_target(request, identities):
+        return False
+    uid = labels_of(request.obj).get(LABEL_MIGRATION_JOB)
+    return not any(
+        metadata(m).get("uid") == uid and decentralized_side(m) is not None
+        for m in lookups.migrations(request.namespace)
     )
 
 
@@ -77,13 +96,14 @@ class PodCheck:
 
 
 def pod_check(request: Request, lookups: Lookups, identities: Identities) -> PodCheck | None:
-    """The check a pod create or resize needs, or None: a migration target, any other update, no
+    """The check a pod create or resize needs, or None: a migration target that replaces a launcher
+    pod here (`is_room_target`), any other update, no
     managed quota, a pod outside its scopes (it charges the quota nothing), no room held and
     no raise still enforced (quota admission at hard == base is all the protection needed then;
     while status.hard, or spec.hard against Rancher's annotation, is still raised after a
     release, the room being given back is still guarded: NamespaceView.still_raised), or a
     resize that grows nothing."""
-    if is_migration_target(request, identities):
+    if is_room_target(request, lookups, identities):
         return None
     if request.operation != "CREATE" and request.sub_resource != RESIZE:
         return None
