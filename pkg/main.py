@@ -225,9 +225,10 @@ def _add_run_command(commands: Any) -> None:
     run.add_argument(
         "--room-held-linger",
         type=_non_negative_seconds,
-        default=30.0,
+        default=0.0,
         help="seconds the room-held label stays after a namespace's room was given back, so a "
-        "drain's next wave skips labelling (default 30; 0 removes it at once)",
+        "drain's next wave skips labelling (default 0: it goes with the room; bench/SCALE.md "
+        "found no gain a migration feels)",
     )
     run.add_argument(
         "--rancher-direct-fail-open",

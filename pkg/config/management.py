@@ -51,9 +51,10 @@ class Options:
     VMMRQ is the per-namespace opt-in; without its CRD nothing changes)."""
     mtq_lock_seconds: float = 30.0
     """The longest an MTQ lock (and the raise under it) lasts."""
-    room_held_linger: float = 30.0
-    """Seconds the room-held label stays after a namespace's room was given back (0: removed at
-    once), so that the next migration of a drain is raised without labelling first."""
+    room_held_linger: float = 0.0
+    """Seconds the room-held label stays after a namespace's room was given back (0, the default:
+    removed with the room), so that the next migration of a drain is raised without labelling
+    first. Measured, it saves label writes but no time a migration feels (bench/SCALE.md)."""
     rancher_direct_fail_closed: bool = True
     """Keep the room-held label for good on namespaces whose Rancher quota is raised directly
     (where no label may be written while a raise stands), so that the fail-closed pods rule

@@ -82,12 +82,12 @@ def test_a_lock_of_no_time_is_refused(value: str) -> None:
         build_parser().parse_args(["run", "--mtq-lock-seconds", value])
 
 
-def test_the_room_held_label_lingers_30_seconds_unless_told_and_0_is_allowed() -> None:
+def test_the_room_held_label_goes_with_the_room_unless_told_to_linger() -> None:
     from harvester_quota.main import _options
 
-    assert _options(build_parser().parse_args(["run"])).room_held_linger == 30.0
-    told = build_parser().parse_args(["run", "--room-held-linger", "0"])
-    assert _options(told).room_held_linger == 0.0
+    assert _options(build_parser().parse_args(["run"])).room_held_linger == 0.0
+    told = build_parser().parse_args(["run", "--room-held-linger", "30"])
+    assert _options(told).room_held_linger == 30.0
 
 
 def test_rancher_direct_namespaces_fail_closed_unless_told_to_fail_open() -> None:
