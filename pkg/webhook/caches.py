@@ -18,6 +18,7 @@ from ..config.kubevirt import settings_from
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.informer import ResourceEventHandler, SharedInformerFactory
+from ..generic.meta import metadata
 from ..generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
@@ -32,6 +33,15 @@ from .resources.pod.targets import (
 )
 
 log = logging.getLogger(__name__)
+
+
+MIGRATION_UID_INDEX = "uid"
+"""The migration store's index by metadata.uid (a target pod names its migration by uid)."""
+
+
+def _uid_of(migration: Object) -> list[str]:
+    uid = metadata(migration).get("uid")
+    return [str(uid)] if uid else []
 
 
 class WebhookCaches:
@@ -57,7 +67,9 @@ class WebhookCaches:
             RESOURCE_QUOTAS, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
         )
         self.namespaces = self.factory.informer(NAMESPACES)
-        self._migrations = self.factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
+        self._migrations = self.factory.informer(
+            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, indexers={MIGRATION_UID_INDEX: _uid_of}
+        )
         self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
         self.pods = self.factory.informer(
             PODS, label_selector="kubevirt.io=virt-launcher", transform=strip_pod_to_quota_fields
@@ -96,6 +108,10 @@ class WebhookCaches:
 
     def migrations(self, namespace: str) -> Sequence[Object]:
         return self._migrations.store.by_index("namespace", namespace)
+
+    def migration(self, namespace: str, uid: str) -> Object | None:
+        found = self._migrations.store.by_index(MIGRATION_UID_INDEX, uid)
+        return next((m for m in found if metadata(m).get("namespace") == namespace), None)
 
     def vmis(self, namespace: str) -> Mapping[str, Object]:
         return NamespaceObjects(self._vmis.store, namespace)

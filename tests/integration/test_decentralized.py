@@ -461,7 +461,7 @@ async def test_a_received_vms_target_pod_cannot_take_a_room_held_for_a_migration
     app, api, namespace = deployed_controllers, kv.api, kv.namespace
     await app.start()
     await kv.create_quota({k: "1000Gi" if "memory" in k else "1000" for k in KEYS})
-    slow = VMSpec("vmx", cores=1, memory="1Gi", migration_duration=20.0)
+    slow = VMSpec("vmx", cores=1, memory="1Gi", migration_duration=40.0)
     for spec in (slow, VMSpec("vm1", cores=1, memory="1Gi")):
         (await kubevirt.create_vm(spec, node=SOURCE_NODE)).check()
     nodes = {
@@ -522,18 +522,33 @@ NOT_RUNNING = frozenset({"", "Pending", "WaitingForSync", "Synchronizing", "Succ
 
 async def outbound_from(api: ApiClient, node: str) -> int:
     """How many migrations of the whole cluster KubeVirt counts against `node`'s outbound limit
-    now: running ones whose VMI runs there (other tests' migrations may still be under way)."""
+    now (other tests' migrations may still be under way), as virt-controller's
+    outboundMigrationsOnNode counts them: unfinished migrations that run, or wait with a target
+    pod already made, whose VMI runs on `node` or names it as its migration's source."""
     migrations = (await api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)).get("items", [])
     vmis = (await api.list(VIRTUAL_MACHINE_INSTANCES)).get("items", [])
+    targets = (await api.list(PODS, label_selector=LABEL_MIGRATION_JOB)).get("items", [])
+    with_target = {p["metadata"]["labels"][LABEL_MIGRATION_JOB] for p in targets}
     on_node = {
         (v["metadata"]["namespace"], v["metadata"]["name"])
         for v in vmis
-        if (v.get("status") or {}).get("nodeName") == node
+        if node
+        in (
+            (v.get("status") or {}).get("nodeName"),
+            ((v.get("status") or {}).get("migrationState") or {}).get("sourceNode"),
+        )
     }
+
+    def counted(m: Object) -> bool:
+        phase = str((m.get("status") or {}).get("phase") or "")
+        if phase in ("Succeeded", "Failed"):
+            return False
+        return phase not in NOT_RUNNING or m["metadata"]["uid"] in with_target
+
     return sum(
         1
         for m in migrations
-        if str((m.get("status") or {}).get("phase") or "") not in NOT_RUNNING
+        if counted(m)
         and (m["metadata"]["namespace"], (m.get("spec") or {}).get("vmiName")) in on_node
     )
 

@@ -251,6 +251,45 @@ def test_no_raise_follows_a_received_vms_target_pod_that_arrived_while_room_was_
     assert after.used["limits.cpu"] == Quantity.parse("8") + room_cpu(source) + room_cpu(target)
 
 
+def test_a_received_vm_stays_out_of_the_floor_once_its_migration_is_deleted() -> None:
+    """Re-review: the floor told a receive's target pod by its migration, so once the tenant
+    deleted the finished receive (or KubeVirt's garbage collection did) the VM counted as a
+    target that replaced a launcher, and the quota rose for it. A target pod whose migration is
+    no longer known is an arrival."""
+    instance, source = running_vm("vm1")
+    full = tenant_pod("full", "8", "2026-01-01T08:00:00Z")
+    mig = migration_of("m1", instance)
+    before = plan([mig], [instance], [source, full])
+    arriving = vmi("vm2")
+    received = migration_of("r1", arriving, "2026-01-01T09:30:00Z")
+    received["spec"]["receive"] = {"migrationID": "x"}
+    target = launcher_pod(arriving, "virt-launcher-vm2-dst", migration=received)
+    target["metadata"]["creationTimestamp"] = "2026-01-01T10:00:30Z"
+    deleted = plan([mig], [instance, arriving], [source, full, target])
+    assert cpu(deleted) == cpu(before), "no raise for the VM whose receive was deleted"
+
+
+def test_a_finished_migrations_target_pod_stays_in_the_floor_while_the_migration_is_known() -> None:
+    """Targets of the namespace's own migrations are never new: vm0, migrated (its migration
+    known, Succeeded, its source gone) after the room period began, still stands in the floor of
+    vm1's raise in a namespace over its base (the v1.7.0 seed)."""
+    instance, source = running_vm("vm1")
+    moved = vmi("vm0")
+    moved["metadata"]["creationTimestamp"] = VM_STARTED
+    done = migration_of("m0", moved, "2026-01-01T10:00:05Z")
+    done["status"] = {"phase": "Succeeded"}
+    new_home = launcher_pod(moved, "virt-launcher-vm0-dst", migration=done)
+    new_home["metadata"]["creationTimestamp"] = "2026-01-01T10:00:20Z"
+    over = tenant_pod("over", "9", "2026-01-01T08:00:00Z")
+    pods = [source, over, new_home]
+    mig = migration_of("m1", instance)
+    known = plan([done, mig], [moved, instance], pods)
+    floor = Quantity.parse("9") + room_cpu(source) + room_cpu(new_home)
+    assert cpu(known) == floor + room_cpu(source)
+    forgotten = plan([mig], [moved, instance], pods)
+    assert cpu(forgotten) == cpu(known) - room_cpu(new_home), "fail-safe once it is gone"
+
+
 def test_usage_above_the_base_from_before_the_rooms_is_still_raised_for() -> None:
     """The v1.7.0 seed: a VM over the base since the overhead ratio was raised still migrates:
     pods older than the room period are the floor."""

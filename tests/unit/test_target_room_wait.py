@@ -28,7 +28,14 @@ from harvester_quota.webhook.resources.pod.targets import (
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry
 
-from tests.unit.test_webhook import FakeLookups, plain_pod, request, review
+from tests.unit.test_webhook import (
+    FakeLookups,
+    plain_pod,
+    receive_target,
+    request,
+    review,
+    room_held,
+)
 
 KUBEVIRT = "system:serviceaccount:kubevirt:kubevirt-controller"
 BASE = {"limits.cpu": "3", "limits.memory": "5000Mi"}
@@ -341,3 +348,19 @@ async def test_when_the_live_quota_cannot_be_read_the_cached_decision_stands(bro
         await clock.advance(LIVE_READ_TIMEOUT)
         await settle()
     assert task.done() and task.result().outcome == "fits"
+
+
+async def test_the_pods_endpoint_holds_a_received_vms_target_pod_to_the_base() -> None:
+    """The dispatcher itself (PodAdmissions.validate): a receive's target pod from KubeVirt's
+    controller is answered by the pod rules, refused while vm1's room is held, at once (no wait
+    for a raise that never comes: the fake clock never moves, so a wait would time out here)."""
+    clock = FakeClock()
+    lookups = FakeLookups()
+    room_held(lookups)
+    server = server_with(lookups, clock, wait=8.0)
+    answer = await asyncio.wait_for(
+        server.review("pods", pod_review(receive_target(lookups), KUBEVIRT)), timeout=10
+    )
+    response = json.loads(answer.body)["response"]  # type: ignore[arg-type]
+    assert response["allowed"] is False
+    assert "would take room reserved for the live migration of vm1" in response["status"]["message"]

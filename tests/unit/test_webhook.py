@@ -61,6 +61,9 @@ class FakeLookups:
     def migrations(self, namespace: str) -> Sequence[Object]:
         return self.migration_list
 
+    def migration(self, namespace: str, uid: str) -> Object | None:
+        return next((m for m in self.migration_list if m["metadata"].get("uid") == uid), None)
+
     def vmis(self, namespace: str) -> Mapping[str, Object]:
         return {v["metadata"]["name"]: v for v in self.vmi_list}
 
@@ -470,19 +473,29 @@ def test_a_received_vms_target_pod_is_held_to_the_base_while_another_room_is_hel
     assert "would take room reserved for the live migration of vm1" in denied.value.message
 
 
-def test_an_ordinary_migrations_target_pod_still_uses_its_room() -> None:
+def test_an_ordinary_migrations_target_pod_still_uses_its_room_beside_a_receive() -> None:
+    """Only the pod's own migration decides (by its uid): a receive in the namespace takes
+    nothing from an ordinary migration's target pod."""
     lookups = FakeLookups()
     room_held(lookups)
     mine = lookups.migration_list[0]
+    receive_target(lookups)
     target = launcher_pod(vmi("vm1"), "virt-launcher-vm1-dst", migration=mine)
     validate_pod(
         request("Pod", target, operation="CREATE", user=KUBEVIRT_CONTROLLER), lookups, Identities()
     )
 
 
-def test_a_received_vms_target_pod_that_fits_the_base_is_admitted() -> None:
-    """Without room held the pod rules leave it to quota admission at the base."""
-    lookups = FakeLookups(quotas={"ns": quota_with({"limits.cpu": "30", "limits.memory": "64Gi"})})
+def test_a_received_vms_target_pod_that_fits_the_base_is_admitted_while_room_is_held() -> None:
+    """Held to the base, not refused outright: with room held and a base it fits (vm2 next to
+    vm1, vm1's room on top), the receive's target pod is admitted."""
+    lookups = FakeLookups()
+    room_held(lookups)
+    vm1_used = {"limits.cpu": "2015m", "limits.memory": "4797464313"}
+    base_for_two_plus_vm1s_room = {"limits.cpu": "6045m", "limits.memory": "14392392939"}
+    lookups.quotas["ns"] = quota_with(
+        vm1_used, base_for_two_plus_vm1s_room, **lookups.quotas["ns"]["metadata"]["annotations"]
+    )
     target = receive_target(lookups)
     validate_pod(
         request("Pod", target, operation="CREATE", user=KUBEVIRT_CONTROLLER), lookups, Identities()

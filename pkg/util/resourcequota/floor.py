@@ -16,7 +16,10 @@ creationTimestamp, also set by the API server. KubeVirt's target pods of migrati
 namespace are never new: each replaces a launcher pod that already counted (the labels that mark
 them are KubeVirt's alone, see docs/security.md), so a VM over its base after the overhead ratio
 was raised (the v1.7.0 seed) migrates again and again. The target pod of a decentralized
-migration is new: it is a VM arriving from elsewhere (rooms.py), and no raise follows it.
+migration is new: it is a VM arriving from elsewhere (rooms.py), and no raise follows it. A
+target pod counts as replacing only while its migration is known and within the namespace; one
+whose migration is gone (a finished receive its tenant deleted) is new, so deleting the migration
+does not launder its VM into the floor.
 """
 
 from __future__ import annotations
@@ -58,25 +61,24 @@ def used_before(
     now: datetime.datetime,
     scope: QuotaScope = UNSCOPED,
     *,
-    arriving: frozenset[str] = frozenset(),
+    replacing: frozenset[str],
 ) -> ResourceList:
     """What the namespace's pods a quota of `scope` charges use at `now`, the rooms' target
-    pods aside, counting only the pods created before `since` and KubeVirt's migration targets
-    but those of the `arriving` migrations (all pods when `since` is None). Costs the pods
-    created since, not the namespace."""
-    return pods.used_without(targets | frozenset(arrivals(pods, since, arriving)), now, scope)
+    pods aside, counting only the pods created before `since` and the target pods of the
+    `replacing` migrations (all pods when `since` is None). Costs the pods created since, not
+    the namespace."""
+    return pods.used_without(targets | frozenset(arrivals(pods, since, replacing)), now, scope)
 
 
-def arrivals(
-    pods: NamespacePods, since: str | None, arriving: frozenset[str] = frozenset()
-) -> list[str]:
-    """The pods created at or after `since` that are not the target pods of migrations within
-    the namespace: what the namespace took while room was held, and no raise follows. A target
-    pod of a migration in `arriving` (the uids of decentralized migrations) is an arrival."""
+def arrivals(pods: NamespacePods, since: str | None, replacing: frozenset[str]) -> list[str]:
+    """The pods created at or after `since` that are not target pods of the `replacing`
+    migrations (the uids of the namespace's migrations within it, as the plan knows them): what
+    the namespace took while room was held, and no raise follows. A target pod of a
+    decentralized migration, or of a migration no longer known, is an arrival."""
     if since is None:
         return []
     return [
         pod.name
         for pod in pods.created_since(since)
-        if not pod.migration_uid or pod.migration_uid in arriving
+        if not pod.migration_uid or pod.migration_uid not in replacing
     ]

@@ -152,7 +152,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         used
         if since is None
         else used_before(
-            pods, rooms.target_pods, since, snapshot.now, scope, arriving=_arriving(snapshot)
+            pods, rooms.target_pods, since, snapshot.now, scope, replacing=_replacing(snapshot)
         )
     )
     managed_hard = desired_hard(base.hard, floor, rooms.total())
@@ -323,11 +323,10 @@ def _same_text(a: str, b: str) -> bool:
         return False
 
 
-def _arriving(snapshot: NamespaceSnapshot) -> frozenset[str]:
-    """The uids of the namespace's decentralized migrations: their target pods are VMs
-    arriving, charged to the base, never raised for (floor.py)."""
+def _replacing(snapshot: NamespaceSnapshot) -> frozenset[str]:
+    """The uids of the namespace's migrations within it: their target pods replace a launcher
+    pod that counted. Those of decentralized migrations are VMs arriving, and those of
+    migrations no longer known count as arrivals too (floor.py)."""
     return frozenset(
-        str(metadata(m).get("uid"))
-        for m in snapshot.migrations
-        if decentralized_side(m) is not None
+        str(metadata(m).get("uid")) for m in snapshot.migrations if decentralized_side(m) is None
     )

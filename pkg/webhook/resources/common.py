@@ -56,6 +56,11 @@ class Lookups(Protocol):
 
     def migrations(self, namespace: str) -> Sequence[Object]: ...
 
+    def migration(self, namespace: str, uid: str) -> Object | None:
+        """The namespace's migration with `uid`, if the cache holds it (one lookup, not a scan:
+        a namespace keeps thousands of finished migrations)."""
+        ...
+
     def vmis(self, namespace: str) -> Mapping[str, Object]: ...
 
     def launcher_pods(self, namespace: str) -> Iterable[Object] | NamespacePods:

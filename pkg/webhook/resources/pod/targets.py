@@ -14,8 +14,8 @@ cache, at most `wait` seconds in all, and then allows the pod either way. It wai
 quota already carries a raise for the VM: the controller re-plans as its caches catch up (under
 load a raise was once computed on a floor that a moment later proved too low, measured on the
 v170-test2 scenario), and only the skip switch says no raise will come. (A decentralized
-migration's target pod never comes here: it is the VM arriving, and meets the pod rules,
-pod/validator.py `is_room_target`.) So the controller stays
+migration's target pod comes here only if the cache does not hold its migration yet: it is the
+VM arriving and meets the pod rules, pod/validator.py `is_room_target`.) So the controller stays
 the only writer of the quota, a target pod is never denied here, and with the webhook down
 (failurePolicy Ignore on the rules that carry target pods) nothing waits. A migration whose pod
 waited the whole time in vain does not wait again for `wait` seconds more (GaveUp): a namespace

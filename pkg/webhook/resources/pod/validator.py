@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....generic.meta import labels as labels_of
-from ....generic.meta import metadata
 from ....util.podusage import pod_quota_usage
 from ....util.quotascope import applies_to
 from ....util.resourcequota.rooms import decentralized_side
@@ -52,15 +51,15 @@ def is_room_target(request: Request, lookups: Lookups, identities: Identities) -
     namespace, so it may use its migration's room: not the pod of a decentralized migration,
     whose target is the VM arriving in the namespace for good (util/resourcequota/rooms.py) and
     meets the pod rules like a launcher pod of a VM that starts. Its migration is found in the
-    cache by the uid in its label; one the cache does not hold yet counts as replacing (a
-    receive waits for its peer's sync long before virt-controller creates its pod)."""
+    cache by the uid in its label (an index, not a scan). One the cache does not hold counts as
+    replacing: a receive waits for its peer's sync long before virt-controller creates its pod,
+    and should such a pod get in on a raise all the same, the controller's floor counts it as
+    an arrival and raises nothing for it (util/resourcequota/floor.py)."""
     if not is_migration_target(request, identities):
         return False
-    uid = labels_of(request.obj).get(LABEL_MIGRATION_JOB)
-    return not any(
-        metadata(m).get("uid") == uid and decentralized_side(m) is not None
-        for m in lookups.migrations(request.namespace)
-    )
+    uid = str(labels_of(request.obj).get(LABEL_MIGRATION_JOB))
+    migration = lookups.migration(request.namespace, uid)
+    return migration is None or decentralized_side(migration) is None
 
 
 def requested_usage(request: Request) -> ResourceList:
