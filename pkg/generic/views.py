@@ -87,6 +87,10 @@ class NamespaceViews(Generic[V]):
         """How many of the namespace's views are set aside."""
         return len(self._aside.get(namespace) or {})
 
+    def set_aside_views(self, namespace: str) -> list[V]:
+        """The namespace's views set aside (a new list; the views are shared, not to mutate)."""
+        return list((self._aside.get(namespace) or {}).values())
+
     def get(self, namespace: str, name: str) -> V | None:
         """The view, listed or set aside."""
         views = self._namespaces.get(namespace)

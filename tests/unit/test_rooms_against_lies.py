@@ -56,6 +56,7 @@ def plan(
     vmis: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     quota: dict[str, Any] | None = None,
+    settled: list[dict[str, Any]] | None = None,
 ) -> QuotaPlan:
     return plan_quota(
         NamespaceSnapshot(
@@ -66,6 +67,7 @@ def plan(
             pods=pods,
             now=NOW,
             launcher=LauncherSettings(ratio="1.5", kubevirt_version="1.6"),
+            settled=settled or (),
         )
     )
 
@@ -267,12 +269,18 @@ def test_a_received_vm_stays_out_of_the_floor_once_its_migration_is_deleted() ->
     target["metadata"]["creationTimestamp"] = "2026-01-01T10:00:30Z"
     deleted = plan([mig], [instance, arriving], [source, full, target])
     assert cpu(deleted) == cpu(before), "no raise for the VM whose receive was deleted"
+    received["status"] = {"phase": "Succeeded"}
+    settled = plan([mig], [instance, arriving], [source, full, target], settled=[received])
+    assert cpu(settled) == cpu(before), "nor once settled.py has set the receive aside"
 
 
-def test_a_finished_migrations_target_pod_stays_in_the_floor_while_the_migration_is_known() -> None:
+def test_a_finished_migrations_target_pod_stays_in_the_floor_while_the_migration_exists() -> None:
     """Targets of the namespace's own migrations are never new: vm0, migrated (its migration
-    known, Succeeded, its source gone) after the room period began, still stands in the floor of
-    vm1's raise in a namespace over its base (the v1.7.0 seed)."""
+    Succeeded, its source gone) after the room period began, still stands in the floor of vm1's
+    raise in a namespace over its base (the v1.7.0 seed), also once settled.py has set its
+    migration aside from planning (re-review: set aside, it left the floor, and the next
+    migration's target was refused). Deleted, it leaves the floor: the documented price of
+    letting no deleted receive launder its VM (floor.py)."""
     instance, source = running_vm("vm1")
     moved = vmi("vm0")
     moved["metadata"]["creationTimestamp"] = VM_STARTED
@@ -286,8 +294,10 @@ def test_a_finished_migrations_target_pod_stays_in_the_floor_while_the_migration
     known = plan([done, mig], [moved, instance], pods)
     floor = Quantity.parse("9") + room_cpu(source) + room_cpu(new_home)
     assert cpu(known) == floor + room_cpu(source)
-    forgotten = plan([mig], [moved, instance], pods)
-    assert cpu(forgotten) == cpu(known) - room_cpu(new_home), "fail-safe once it is gone"
+    settled = plan([mig], [moved, instance], pods, settled=[done])
+    assert cpu(settled) == cpu(known), "set aside, it still exists: its VM stays in the floor"
+    deleted = plan([mig], [moved, instance], pods)
+    assert cpu(deleted) == cpu(known) - room_cpu(new_home)
 
 
 def test_usage_above_the_base_from_before_the_rooms_is_still_raised_for() -> None:

@@ -127,4 +127,5 @@ class PlanInputs:
             ),
             mode=self.management.options.mode,
             usage=self.usages.usage,
+            settled=self.migration_views.set_aside_views(name),
         )

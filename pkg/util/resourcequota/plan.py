@@ -83,6 +83,9 @@ class NamespaceSnapshot:
     mode: Mode = "auto"
     usage: VmiUsage = launcher_quota_usage
     """How rooms are estimated from `vmis` (RoomInputs.usage)."""
+    settled: Sequence[Object] = ()
+    """Finished migrations set aside from planning (settled.py): read only to tell whose target
+    pods replace a launcher pod (floor.py), since they still exist."""
 
 
 @dataclass
@@ -324,9 +327,11 @@ def _same_text(a: str, b: str) -> bool:
 
 
 def _replacing(snapshot: NamespaceSnapshot) -> frozenset[str]:
-    """The uids of the namespace's migrations within it: their target pods replace a launcher
-    pod that counted. Those of decentralized migrations are VMs arriving, and those of
-    migrations no longer known count as arrivals too (floor.py)."""
+    """The uids of the namespace's migrations within it, planned or settled: their target pods
+    replace a launcher pod that counted. Those of decentralized migrations are VMs arriving, and
+    those of migrations that no longer exist count as arrivals too (floor.py)."""
     return frozenset(
-        str(metadata(m).get("uid")) for m in snapshot.migrations if decentralized_side(m) is None
+        str(metadata(m).get("uid"))
+        for m in (*snapshot.migrations, *snapshot.settled)
+        if decentralized_side(m) is None
     )
