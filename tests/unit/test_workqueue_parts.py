@@ -107,7 +107,7 @@ async def test_a_spawned_task_is_named_after_the_queue_and_forgotten_when_it_end
 async def test_cancel_all_ends_every_running_task() -> None:
     background = BackgroundTasks("q", LOG)
     loop = asyncio.get_running_loop()
-    tasks = [background.spawn(loop, asyncio.sleep(3600), f"sleeper {i}") for i in range(2)]
+    tasks = [background.spawn(loop, asyncio.Event().wait(), f"waiter {i}") for i in range(2)]
     background.cancel_all()
     await asyncio.wait_for(background.wait_ended(), 5)
     assert all(task.cancelled() for task in tasks)
