@@ -1,10 +1,14 @@
 """`harvester-quota run`: the controllers, leader-elected, with health and metrics endpoints.
 
-Only the leader runs informers and controllers, so every quota write is the leader's (principle 2:
+Only the leader runs the controllers' workers, so every quota write is the leader's (principle 2:
 one planner per namespace, conditional writers, all through controller/quotawriter.py). Standby
-replicas keep /healthz answering and campaign for the Lease; when the leader stops (a node drain
-evicts it, an upgrade replaces it), it releases the Lease and a standby takes over within the
-retry period, then recomputes every namespace from the cluster: nothing is lost in between.
+replicas keep /healthz answering and campaign for the Lease; by default (`Options.warm_standby`)
+they also run the informers, so their caches are warm and their queues hold every key when they
+win: a standby's informer handlers only queue keys, and nothing takes a key off a queue until
+the replica leads. When the leader stops (a node drain evicts it, an upgrade replaces it), it
+releases the Lease and a standby takes over within the retry period; when it dies without
+releasing (SIGKILL, a lost node), within the lease duration and the retry period. Either way the
+new leader recomputes every namespace from the cluster: nothing is lost in between.
 """
 
 from __future__ import annotations
@@ -54,7 +58,9 @@ class ControllerApp:
     leftover_locks: leftover_lock.LeftoverLockReporter = field(init=False)
     """Reports KubeVirt MTQ's namespace locks left behind (with or without MTQ mode)."""
     request_metrics: ApiRequestMetrics = field(init=False)
-    """API requests by verb and resource, counted from start() to stop()."""
+    """API requests by verb and resource, counted from warm() or start() to stop()."""
+    _observing: bool = field(init=False, default=False)
+    _stopped: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.request_metrics = ApiRequestMetrics(self.registry)
@@ -79,13 +85,25 @@ class ControllerApp:
             self.vmim_controller = vmim.register(self.management, annotator)
             self.vmi_controller = vmi.register(self.management, annotator)
 
+    def warm(self) -> None:
+        """Starts the informers only (a warm standby): the caches fill and the controllers'
+        queues collect keys, but no worker runs, so nothing is written. Returns at once; `start`
+        later finds the informers running. Event loop only."""
+        self._observe_requests()
+        self.management.informers.start()
+
+    def _observe_requests(self) -> None:
+        if not self._observing:
+            self.client.add_request_observer(self.request_metrics)
+            self._observing = True
+
     async def start(self) -> None:
         """Starts informers and controllers; returns once the caches are synced (or after
         CACHE_SYNC_TIMEOUT, with a warning: reconciling what is known beats waiting forever).
 
         A required kind the API server does not serve (KubeVirt not installed) is reported once,
         clearly; its informer keeps retrying with backoff and the process stays unready."""
-        self.client.add_request_observer(self.request_metrics)
+        self._observe_requests()
         await self._report_unserved_kinds()
         synced = await self.management.start(sync_timeout=CACHE_SYNC_TIMEOUT)
         if not synced:
@@ -112,9 +130,15 @@ class ControllerApp:
         return self.management.informers.synced()
 
     async def stop(self) -> None:
-        """Stops controllers, informers and the event recorder (pending events are flushed)."""
+        """Stops controllers, informers and the event recorder (pending events are flushed).
+        Once: a later call returns at once."""
+        if self._stopped:
+            return
+        self._stopped = True
         await self.management.stop()
-        self.client.remove_request_observer(self.request_metrics)
+        if self._observing:
+            self.client.remove_request_observer(self.request_metrics)
+            self._observing = False
 
     async def lead(self) -> None:
         """Runs the controllers until cancelled (what a leader does)."""
@@ -127,14 +151,15 @@ class ControllerApp:
 
 def readiness(app: ControllerApp, elector: LeaderElector | None) -> bool:
     """Ready: the leader (or the only replica, without leader election) once its required
-    caches are synced; a standby while it can reach the API server (it can take over).
+    caches are synced; a standby while it can reach the API server (it can take over) and, warm,
+    once its caches are synced too (it can take over at once).
 
     Readiness gates nothing of the controllers' own (they serve no traffic); it tells a rollout
     when the next replica may be replaced, and an operator which replica is stuck.
     """
     if elector is None or elector.leading:
         return app.ready()
-    return elector.healthy()
+    return elector.healthy() and (not app.options.warm_standby or app.ready())
 
 
 async def run(client: ApiClient, options: Options) -> int:
@@ -152,6 +177,8 @@ async def run(client: ApiClient, options: Options) -> int:
         lambda: readiness(app, elector if options.leader_elect else None),
     )
     await health.start()
+    if options.leader_elect and options.warm_standby:
+        app.warm()
     work = asyncio.ensure_future(elector.run() if options.leader_elect else app.lead())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -162,6 +189,9 @@ async def run(client: ApiClient, options: Options) -> int:
         log.info("shutting down")
         return 0
     finally:
+        if options.leader_elect and options.warm_standby:
+            with contextlib.suppress(Exception):
+                await app.stop()  # a standby's informers; a leader's stopped as it ended
         with contextlib.suppress(Exception):
             await health.stop()
     # The elector returned by itself: leadership was lost. Exit, as client-go's users do, so

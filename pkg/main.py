@@ -47,6 +47,7 @@ def _options(args: argparse.Namespace) -> Options:
         identity=args.identity or Options().identity,
         lease_name=args.lease_name,
         leader_elect=not args.no_leader_elect,
+        warm_standby=not args.cold_standby,
         health_port=args.health_port,
         harvester_compat=not args.no_harvester_compat,
         mtq=not args.no_mtq,
@@ -204,6 +205,12 @@ def _add_run_command(commands: Any) -> None:
     run.add_argument("--identity", help="leader-election identity (default: host name)")
     run.add_argument("--lease-name", default="harvester-quota", help="name of the leader Lease")
     run.add_argument("--no-leader-elect", action="store_true", help="run without a Lease")
+    run.add_argument(
+        "--cold-standby",
+        action="store_true",
+        help="a standby opens no watch until it wins the Lease (half the API server watches and "
+        "memory; a failover then waits for its caches to fill)",
+    )
     run.add_argument("--health-port", type=int, default=8080, help="/healthz /readyz /metrics")
     run.add_argument(
         "--no-harvester-compat",

@@ -43,6 +43,11 @@ class Options:
     host must not mistake each other's Lease for their own."""
     lease_name: str = "harvester-quota"
     leader_elect: bool = True
+    warm_standby: bool = True
+    """A standby replica lists and watches everything the leader does while it waits for the
+    Lease, so that it reconciles as soon as it wins instead of first filling its caches (at
+    10,000 VMs, seconds of a failover); it writes nothing and runs no worker until then. False: it
+    opens no watch until it leads (half the watches and memory, a slower takeover)."""
     health_port: int = 8080
     harvester_compat: bool = True
     """Keep Harvester's VMI migration annotations, VM timestamp touch and abort cleanup."""

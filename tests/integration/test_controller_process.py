@@ -28,7 +28,10 @@ pytestmark = pytest.mark.integration
 V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
 
 
-def start_controller(cluster: ClusterInfo, lease: str, log: Path) -> subprocess.Popen[bytes]:
+def start_controller(
+    cluster: ClusterInfo, lease: str, log: Path, *extra: str, health_port: int | None = None
+) -> subprocess.Popen[bytes]:
+    """`harvester-quota run` with the admin kubeconfig and its Lease in ``default``."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -44,7 +47,8 @@ def start_controller(cluster: ClusterInfo, lease: str, log: Path) -> subprocess.
             "--kubevirt-version",
             "1.6",
             "--health-port",
-            str(free_port()),
+            str(health_port or free_port()),
+            *extra,
         ],
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,

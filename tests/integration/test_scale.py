@@ -49,3 +49,38 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
     assert len(report.to_json()["baseline_ratios"]) == len(report.steps)
     assert report.drift == {} and report.stale == {}
     assert report.all_done
+
+
+async def test_a_leader_killed_in_a_drain_is_replaced_by_the_standby_which_raises_the_rest(
+    kubevirt_cluster: ClusterInfo, kubevirt_api: ApiClient, tmp_path: Path
+) -> None:
+    """`make scale --failover`'s path, small: the leader is SIGKILLed as the drain's first
+    migration exists; the standby takes the Lease, raises the rooms the wave still needs, and
+    every migration succeeds with every quota back at its base."""
+    plan = dataclasses.replace(
+        PRESETS["tiny"], namespaces=(6, 6), per_size=2, prefix=f"scale-{uuid.uuid4().hex[:4]}-"
+    )
+    run = ScaleRun(
+        kubevirt_api,
+        kubevirt_cluster,
+        plan,
+        tmp_path,
+        ScaleOptions(
+            baseline=False,
+            failover=True,
+            quiet_timeout=0,
+            delete_namespaces=True,
+            say=lambda _line: None,
+        ),
+    )
+    report = await run.run()
+
+    failover = report.failover
+    assert failover is not None, "the drain wave killed the leader"
+    assert failover.killed == "controller", "the first process held the Lease"
+    assert failover.takeover is not None, "the standby took the Lease"
+    assert failover.first_raise is not None and failover.raised_after_kill >= 1, failover
+    drain = report.steps[-1]
+    assert drain.succeeded == drain.migrations and drain.not_raised == 0, drain.to_json()
+    assert report.drift == {} and report.stale == {} and report.all_done
+    assert report.to_json()["failover"]["standby_caches"] == "warm"

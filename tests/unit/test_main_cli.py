@@ -90,6 +90,13 @@ def test_the_room_held_label_goes_with_the_room_unless_told_to_linger() -> None:
     assert _options(told).room_held_linger == 30.0
 
 
+def test_a_standby_is_warm_unless_told_to_stay_cold() -> None:
+    from harvester_quota.main import _options
+
+    assert _options(build_parser().parse_args(["run"])).warm_standby
+    assert not _options(build_parser().parse_args(["run", "--cold-standby"])).warm_standby
+
+
 def test_rancher_direct_namespaces_fail_closed_unless_told_to_fail_open() -> None:
     from harvester_quota.main import _options
 

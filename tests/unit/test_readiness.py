@@ -14,8 +14,9 @@ from harvester_quota.generic.leader import LeaderElector
 from tests.unit.test_leader_and_events import FreezingApi, elector
 
 
-def app(synced: bool) -> ControllerApp:
-    return cast(ControllerApp, SimpleNamespace(ready=lambda: synced))
+def app(synced: bool, *, warm: bool = False) -> ControllerApp:
+    options = SimpleNamespace(warm_standby=warm)
+    return cast(ControllerApp, SimpleNamespace(ready=lambda: synced, options=options))
 
 
 def standby(leading: bool, healthy: bool) -> LeaderElector:
@@ -35,6 +36,17 @@ def standby(leading: bool, healthy: bool) -> LeaderElector:
 )
 def test_readiness(synced: bool, elector: LeaderElector | None, ready: bool) -> None:
     assert readiness(app(synced), elector) is ready
+
+
+@pytest.mark.parametrize(
+    ("synced", "healthy", "ready"),
+    [(False, True, False), (True, True, True), (True, False, False)],
+)
+def test_a_warm_standby_is_ready_once_its_caches_synced_and_it_reaches_the_lease(
+    synced: bool, healthy: bool, ready: bool
+) -> None:
+    elector = standby(leading=False, healthy=healthy)
+    assert readiness(app(synced, warm=True), elector) is ready
 
 
 async def test_a_standby_is_healthy_only_while_it_reaches_the_lease() -> None:

@@ -62,6 +62,12 @@ def add_command(commands: Any) -> None:
         help="skip the baseline: twin namespaces without any quota, each step run in them too",
     )
     scale.add_argument(
+        "--failover",
+        action="store_true",
+        help="run a standby controller beside the leader and SIGKILL the leader as the first "
+        "drain wave starts: prints the time to the standby's takeover and its first raise",
+    )
+    scale.add_argument(
         "--controller-arg",
         action="append",
         default=[],
@@ -94,6 +100,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
     logging.getLogger("harvester_quota.testbench.sim").setLevel(logging.WARNING)
     try:
         plan = plan_from(args)
+        if args.failover and args.strategy != "ours":
+            raise ValueError("--failover needs --strategy ours")
     except ValueError as error:
         print(f"harvester-quota-bench scale: {error}", file=sys.stderr)
         return 2
@@ -126,6 +134,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
                 ScaleOptions(
                     baseline=not args.no_baseline,
                     strategy=args.strategy,
+                    failover=args.failover,
                     process_args=ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
                 ),
             )

@@ -60,8 +60,9 @@ class HarvesterProduct:
         await self.strategy.stop()
         await self.api.close()
 
-    async def metrics(self) -> Metrics:
-        """Requests and quota writes so far (CPU and memory 0: not told apart from the run's)."""
+    async def metrics(self, *, standby: bool = False) -> Metrics:
+        """Requests and quota writes so far (CPU and memory 0: not told apart from the run's);
+        there is no standby (`standby` is the scale run's Product signature)."""
         writes = float(sum(self.strategy.writes.values()))
         conflicts = float(sum(self.strategy.conflicts.values()))
         return Metrics(

@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ...generic import errors
 from ...generic.client import ApiClient
+from ...generic.resource import LEASES
 from ..localcluster import ClusterInfo
 from ..localcluster.cluster import VIRT_CONTROLLER_USER
 from ..localcluster.deploy import (
@@ -48,6 +49,9 @@ from ..localcluster.process import free_port
 from .breakdown import Breakdown, breakdown_of
 
 K = TypeVar("K")
+LEADER: Final = "a"
+STANDBY: Final = "b"
+"""The two controller processes' leader-election identities, after the Lease's name."""
 READY_TIMEOUT: Final = 120.0
 STOP_GRACE: Final = 10.0
 
@@ -177,9 +181,16 @@ class Product:
     lease_name: str
     """The controller's leader-election Lease; also names the webhook configuration."""
     process_args: ProcessArgs = NO_PROCESS_ARGS
+    standby: bool = False
+    """Start a second controller process as a standby (the failover run, failover.py)."""
     controller: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    """The controller process that leads (after `kill_leader`, the former standby)."""
     webhook: subprocess.Popen[bytes] | None = field(default=None, init=False)
     health_port: int = field(default=0, init=False)
+    """The leading controller's /metrics and /readyz port."""
+    standby_process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    standby_health_port: int = field(default=0, init=False)
+    killed: subprocess.Popen[bytes] | None = field(default=None, init=False)
     webhook_port: int = field(default=0, init=False)
     webhook_metrics_port: int = field(default=0, init=False)
     _configuration: str | None = field(default=None, init=False)
@@ -202,10 +213,22 @@ class Product:
         ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(cert, key)
         self.health_port, self.webhook_port = free_port(), free_port()
         self.webhook_metrics_port = free_port()
-        self.controller = self._spawn("controller", self._controller_args(controller_config))
+        self.controller = self._spawn(
+            "controller", self._controller_args(controller_config, LEADER, self.health_port)
+        )
         self.webhook = self._spawn("webhook", self._webhook_args(webhook_config, cert, key))
         self._session = aiohttp.ClientSession()
         await self._await_ready(f"http://127.0.0.1:{self.health_port}/readyz", "controller")
+        if self.standby:
+            # Started once the first leads, so that the Lease is the first's: the standby's
+            # readiness then says its caches are synced (a warm standby) or that it reaches the
+            # Lease (a cold one).
+            self.standby_health_port = free_port()
+            args = self._controller_args(controller_config, STANDBY, self.standby_health_port)
+            self.standby_process = self._spawn("standby", args)
+            await self._await_ready(
+                f"http://127.0.0.1:{self.standby_health_port}/readyz", "standby"
+            )
         # Where the chart's probes ask: the admission port completes no handshake without the
         # API server's client certificate.
         await self._await_ready(f"http://127.0.0.1:{self.webhook_metrics_port}/readyz", "webhook")
@@ -231,7 +254,7 @@ class Product:
                 await self.api.delete(KINDS["ValidatingWebhookConfiguration"], self._configuration)
                 await unregister_kubevirt_policies(self.api, self._configuration)
             self._configuration = None
-        for process in (self.webhook, self.controller):
+        for process in (self.webhook, self.controller, self.standby_process):
             if process is not None and process.poll() is None:
                 process.terminate()
                 try:
@@ -243,16 +266,40 @@ class Product:
             await self._session.close()
             self._session = None
 
-    def _controller_args(self, kubeconfig: Path) -> list[str]:
+    def _controller_args(self, kubeconfig: Path, identity: str, health_port: int) -> list[str]:
         return [
             "run",
             f"--kubeconfig={kubeconfig}",
             f"--namespace={SYSTEM_NAMESPACE}",
             f"--lease-name={self.lease_name}",
+            f"--identity={self.lease_name}-{identity}",
             f"--kubevirt-version={self.kubevirt_version}",
-            f"--health-port={self.health_port}",
+            f"--health-port={health_port}",
             *self.process_args.controller,
         ]
+
+    async def kill_leader(self) -> tuple[str, str, float]:
+        """SIGKILLs the controller process holding the Lease (it releases nothing); the other
+        leads from then on as far as `metrics` and `pids` go. Returns the killed process's
+        name, the survivor's leader-election identity and the moment of the kill (monotonic).
+        RuntimeError without a standby."""
+        if self.standby_process is None or self.controller is None:
+            raise RuntimeError("no standby to fail over to")
+        lease = await self.api.get(LEASES, self.lease_name, SYSTEM_NAMESPACE)
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        first_leads = holder == f"{self.lease_name}-{LEADER}"
+        victim = self.controller if first_leads else self.standby_process
+        victim.kill()
+        moment = asyncio.get_running_loop().time()
+        await asyncio.to_thread(victim.wait)
+        self.killed = victim
+        if first_leads:
+            self.controller, self.standby_process = self.standby_process, None
+            self.health_port = self.standby_health_port
+        else:
+            self.standby_process = None
+        survivor = STANDBY if first_leads else LEADER
+        return ("controller" if first_leads else "standby"), f"{self.lease_name}-{survivor}", moment
 
     def _webhook_args(self, kubeconfig: Path, cert: Path, key: Path) -> list[str]:
         return [
@@ -299,17 +346,24 @@ class Product:
         raise TimeoutError(f"the {what} was not ready within {READY_TIMEOUT:g}s ({self.workdir})")
 
     def _check_alive(self) -> None:
-        for name, process in (("controller", self.controller), ("webhook", self.webhook)):
+        processes = (
+            ("controller", self.controller),
+            ("webhook", self.webhook),
+            ("standby", self.standby_process),
+        )
+        for name, process in processes:
             if process is not None and process.poll() is not None:
                 raise RuntimeError(
                     f"the {name} exited with {process.returncode}; see {self.workdir}/{name}.log"
                 )
 
-    async def metrics(self) -> Metrics:
-        """The controller's /metrics now, with the webhook's requests and target pods."""
+    async def metrics(self, *, standby: bool = False) -> Metrics:
+        """The leading controller's /metrics now (with `standby`, the standby's), with the
+        webhook's requests and target pods."""
         assert self._session is not None
         self._check_alive()
-        controller = await self._scrape(f"http://127.0.0.1:{self.health_port}/metrics")
+        port = self.standby_health_port if standby else self.health_port
+        controller = await self._scrape(f"http://127.0.0.1:{port}/metrics")
         webhook = await self._scrape(f"http://127.0.0.1:{self.webhook_metrics_port}/metrics")
         return controller.with_webhook(webhook)
 
@@ -323,8 +377,9 @@ class Product:
 
     @property
     def pids(self) -> dict[str, int]:
-        return {
-            name: process.pid
-            for name, process in (("controller", self.controller), ("webhook", self.webhook))
-            if process is not None
-        }
+        processes = (
+            ("controller", self.controller),
+            ("webhook", self.webhook),
+            ("standby", self.standby_process),
+        )
+        return {name: process.pid for name, process in processes if process is not None}

@@ -59,6 +59,7 @@ def render_markdown(report: ScaleReport, command: str) -> str:
         f"annotations {len(report.stale)} namespaces, controller RSS "
         f"{report.controller_rss_bytes / 2**20:.0f} MiB.",
         "",
+        *([report.failover.line().capitalize() + ".", ""] if report.failover else []),
     ]
     return "\n".join(lines)
 

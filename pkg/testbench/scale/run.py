@@ -51,15 +51,16 @@ from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_
 from ...util.rancher import format_namespace_resource_quota
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
-from ..localcluster.deploy import KINDS
+from ..localcluster.deploy import KINDS, SYSTEM_NAMESPACE
 from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
 from ..sim.kubevirt.record import Outcome
 from ..virtcontroller import VirtControllerDriver
+from . import failover
 from .harvester import HarvesterProduct
 from .observe import ProcessSample, QuotaWatch
-from .plan import STRATEGIES, ScalePlan, Step
+from .plan import BASELINE_INFIX, STRATEGIES, ScalePlan, Step
 from .product import NO_PROCESS_ARGS, ProcessArgs, Product
 from .stats import StepResult, baseline_ratios, summarize_step
 
@@ -107,6 +108,8 @@ class ScaleReport:
     drift: dict[str, dict[str, str]] = field(default_factory=dict)
     stale: dict[str, list[str]] = field(default_factory=dict)
     controller_rss_bytes: float = 0.0
+    failover: failover.FailoverTimes | None = None
+    """The leader's SIGKILL in the first drain wave (ScaleOptions.failover)."""
 
     @property
     def all_done(self) -> bool:
@@ -133,6 +136,7 @@ class ScaleReport:
             "drift": self.drift,
             "stale_annotations": self.stale,
             "controller_rss_mib": round(self.controller_rss_bytes / 2**20, 1),
+            "failover": None if self.failover is None else self.failover.to_json(),
             "all_done": self.all_done,
         }
 
@@ -152,6 +156,9 @@ class ScaleOptions:
     """Seconds a step waits at most for the cluster to go quiet before it starts."""
     delete_namespaces: bool = False
     """Delete the run's namespaces at teardown."""
+    failover: bool = False
+    """A standby controller beside the leader, and the leader SIGKILLed in the first drain wave
+    (failover.py); ours only."""
     say: Callable[[str], None] = print
     """Where the run's progress lines go."""
     clock: Clock = REAL_CLOCK
@@ -159,6 +166,8 @@ class ScaleOptions:
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        if self.failover and self.strategy != "ours":
+            raise ValueError("a failover run needs our controller (--strategy ours)")
 
 
 class ScaleRun:
@@ -223,6 +232,7 @@ class ScaleRun:
                 kubevirt_version=cluster.kubevirt_version,
                 lease_name=f"scale-{self.run_id}",
                 process_args=options.process_args,
+                standby=options.failover,
             )
         )
 
@@ -394,14 +404,27 @@ class ScaleRun:
 
         return await _retrying(once)
 
+    def _fails_over(self, step: Step) -> bool:
+        """True for the step whose leader is killed: the first drain wave of a failover run."""
+        return (
+            self.options.failover
+            and step.namespace_size == 0
+            and self.report.failover is None
+            and not step.migrations[0][0].startswith(self.plan.prefix + BASELINE_INFIX)
+        )
+
     async def _step(self, step: Step, index: int) -> StepResult:
         """Runs `step` (the run's `index`-th: it names the step's migrations)."""
         await self._quiet()
-        metrics_before = await self.product.metrics()
+        fails_over = self._fails_over(step)
+        # In the failover step the counters are the standby's: it leads by the step's end.
+        metrics_before = await self.product.metrics(standby=fails_over)
         procs_before = self._processes()
         started = self.clock.monotonic()
         created: dict[tuple[str, str], _Created] = {}
         create_seconds: list[float] = []
+        # A failover step kills the leader first: every room of the wave is the standby's.
+        killing = await self._kill_leader() if fails_over else None
 
         async def migrate(namespace: str, vm: str) -> None:
             asked = self.clock.monotonic()
@@ -415,6 +438,9 @@ class ScaleRun:
         await self.kubevirt.records.wait_for(lambda: self._all_done(created), done_timeout)
         finished = self.clock.monotonic()
         settled = await self._settle(done_timeout)
+        if killing is not None:
+            self.report.failover = self._failover_times(await killing, created)
+            self.say(self.report.failover.line())
         metrics = (await self.product.metrics()).minus(metrics_before)
         procs = {
             k: v.cpu_seconds - procs_before[k].cpu_seconds for k, v in self._processes().items()
@@ -453,6 +479,40 @@ class ScaleRun:
             settle_seconds=settled,
             drift=len(self.quotas.drift(self.bases)),
             stale=len(self.quotas.stale()),
+        )
+
+    async def _kill_leader(self) -> asyncio.Future[tuple[str, float, float | None]]:
+        """Kills the leader; returns a future of (the killed process, the kill's moment, the
+        moment the Lease named the survivor or None), which awaits the takeover meanwhile."""
+        product = self.product
+        assert isinstance(product, Product)
+        killed, survivor, moment = await product.kill_leader()
+        self.say(f"  SIGKILLed the {killed} (holding the Lease); awaiting {survivor}")
+
+        async def takeover() -> tuple[str, float, float | None]:
+            lease = product.lease_name
+            taken = await failover.await_holder(
+                self.api, SYSTEM_NAMESPACE, lease, survivor, self.clock
+            )
+            return killed, moment, taken
+
+        return asyncio.ensure_future(takeover())
+
+    def _failover_times(
+        self,
+        killing: tuple[str, float, float | None],
+        created: Mapping[tuple[str, str], _Created],
+    ) -> failover.FailoverTimes:
+        killed, moment, taken = killing
+        raises = (self.quotas.raised_at(ns, one.vm, moment) for (ns, _), one in created.items())
+        first, count = failover.first_after(raises, moment)
+        cold = "--cold-standby" in self.options.process_args.controller
+        return failover.FailoverTimes(
+            killed=killed,
+            standby_caches="cold" if cold else "warm",
+            takeover=None if taken is None else taken - moment,
+            first_raise=first,
+            raised_after_kill=count,
         )
 
     def _raised(self, namespace: str, created: _Created) -> float | None:
