@@ -3,12 +3,13 @@
 Only the leader runs the controllers' workers, so every quota write is the leader's (principle 2:
 one planner per namespace, conditional writers, all through controller/quotawriter.py). Standby
 replicas keep /healthz answering and campaign for the Lease; by default (`Options.warm_standby`)
-they also run the informers, so their caches are warm and their queues hold every key when they
-win: a standby's informer handlers only queue keys, and nothing takes a key off a queue until
-the replica leads. When the leader stops (a node drain evicts it, an upgrade replaces it), it
-releases the Lease and a standby takes over within the retry period; when it dies without
-releasing (SIGKILL, a lost node), within the lease duration and the retry period. Either way the
-new leader recomputes every namespace from the cluster: nothing is lost in between.
+they also run the informers, so their caches are warm when they win: a standby's controllers are
+held (their informer handlers queue nothing, no worker runs) until it leads, and then queue every
+key of their caches, as a first list would. When the leader stops (a node drain evicts it, an
+upgrade replaces it), it releases the Lease and a standby takes over at its next try (within a
+retry period, 2-2.4 s); when it dies without releasing (SIGKILL, a lost node), once the lease
+duration has passed since the standby last saw it renewed (15-20 s after the death). Either way
+the new leader recomputes every namespace from the cluster: nothing is lost in between.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class ControllerApp:
     """API requests by verb and resource, counted from warm() or start() to stop()."""
     _observing: bool = field(init=False, default=False)
     _stopped: bool = field(init=False, default=False)
+    _unserved_report: asyncio.Future[None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.request_metrics = ApiRequestMetrics(self.registry)
@@ -86,11 +88,15 @@ class ControllerApp:
             self.vmi_controller = vmi.register(self.management, annotator)
 
     def warm(self) -> None:
-        """Starts the informers only (a warm standby): the caches fill and the controllers'
-        queues collect keys, but no worker runs, so nothing is written. Returns at once; `start`
-        later finds the informers running. Event loop only."""
+        """Starts the informers only (a warm standby): the caches fill, the controllers are held
+        (nothing is queued, no worker runs, nothing is written) and refusals are noted only
+        while they stand; the kinds the API server does not serve are reported now, not once
+        the replica leads. Returns at once; `start` later finds the informers running and
+        queues every cached key. Event loop only."""
         self._observe_requests()
-        self.management.informers.start()
+        self.reconciler.inputs.refusals.standby = True
+        self._unserved_report = asyncio.ensure_future(self._report_unserved_kinds())
+        self.management.controllers.warm()
 
     def _observe_requests(self) -> None:
         if not self._observing:
@@ -104,7 +110,9 @@ class ControllerApp:
         A required kind the API server does not serve (KubeVirt not installed) is reported once,
         clearly; its informer keeps retrying with backoff and the process stays unready."""
         self._observe_requests()
-        await self._report_unserved_kinds()
+        if self._unserved_report is None:
+            await self._report_unserved_kinds()
+        self.reconciler.inputs.refusals.standby = False
         synced = await self.management.start(sync_timeout=CACHE_SYNC_TIMEOUT)
         if not synced:
             log.warning(
@@ -135,6 +143,8 @@ class ControllerApp:
         if self._stopped:
             return
         self._stopped = True
+        if self._unserved_report is not None:
+            self._unserved_report.cancel()
         await self.management.stop()
         if self._observing:
             self.client.remove_request_observer(self.request_metrics)

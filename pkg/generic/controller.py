@@ -102,6 +102,7 @@ class Controller(ResourceClient, ResourceCache):
         self._handlers = SharedHandler(self.name, log, observer)
         self._tasks: list[asyncio.Task[None]] = []
         self._watching = False
+        self._held = False
         self._pending_runs = PendingRuns(self.queue, clock)
 
     # Registration -------------------------------------------------------------------------------
@@ -145,7 +146,7 @@ class Controller(ResourceClient, ResourceCache):
         self._watching = True
 
         def enqueue_object(obj: Object | Tombstone) -> None:
-            self.queue.add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
+            self._add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
 
         self.informer.add_event_handler(
             ResourceEventHandler.of_latest(enqueue_object, enqueue_object),
@@ -172,7 +173,7 @@ class Controller(ResourceClient, ResourceCache):
         def enqueue_for(obj: Object | Tombstone) -> None:
             subject = obj.obj if isinstance(obj, Tombstone) else obj
             for key in resolve(subject):
-                self.queue.add(key)
+                self._add(key)
 
         def enqueue_both(old: Object, new: Object) -> None:
             if relevant is not None and not relevant(old, new):
@@ -194,11 +195,21 @@ class Controller(ResourceClient, ResourceCache):
     def enqueue(self, namespace: str | None, name: str) -> None:
         """Queues the object's key now; a key already queued is not queued twice, and a key
         being handled is handled once more after the current run (never by two workers)."""
-        self.queue.add(f"{namespace}/{name}" if namespace else name)
+        self._add(f"{namespace}/{name}" if namespace else name)
 
     def enqueue_key(self, key: str) -> None:
         """`enqueue` by cache key (``namespace/name`` or ``name``)."""
-        self.queue.add(key)
+        self._add(key)
+
+    def _add(self, key: str) -> None:
+        if not self._held:
+            self.queue.add(key)
+
+    def hold(self) -> None:
+        """Drops every key queued from now until `start` (a warm standby: its informers run,
+        its queue stays empty however long it waits); `start` then queues every key of the
+        cache, as a first list would have. Event loop only."""
+        self._held = True
 
     def enqueue_after(self, namespace: str | None, name: str, delay: float) -> None:
         """Queues the key once `delay` seconds have passed on the controller's clock (an earlier
@@ -208,9 +219,14 @@ class Controller(ResourceClient, ResourceCache):
     # Running --------------------------------------------------------------------------------------
 
     def start(self, workers: int | None = None) -> None:
-        """Starts the workers (the informer is started by its factory)."""
+        """Starts the workers (the informer is started by its factory); a held controller
+        (`hold`) first queues every key its cache holds."""
         if self._tasks:
             return
+        if self._held:
+            self._held = False
+            for key in self.informer.store.list_keys():
+                self.queue.add(key)
         for index in range(workers or self.workers):
             self._tasks.append(asyncio.ensure_future(self._worker(index)))
 
@@ -336,6 +352,13 @@ class ControllerFactory:
     def leases(self) -> Controller:
         """The one shared controller of leases."""
         return self.for_resource(LEASES)
+
+    def warm(self) -> None:
+        """Starts the informers and holds every controller (`Controller.hold`): caches fill,
+        nothing is queued or run until `start`."""
+        for controller in self._controllers.values():
+            controller.hold()
+        self.informers.start()
 
     async def start(self, *, sync_timeout: float | None = None) -> bool:
         """Starts informers, waits for their caches, then starts every controller's workers."""

@@ -77,10 +77,8 @@ async def test_a_leader_killed_in_a_drain_is_replaced_by_the_standby_which_raise
 
     failover = report.failover
     assert failover is not None, "the drain wave killed the leader"
-    assert failover.killed == "controller", "the first process held the Lease"
     assert failover.takeover is not None, "the standby took the Lease"
     assert failover.first_raise is not None and failover.raised_after_kill >= 1, failover
     drain = report.steps[-1]
     assert drain.succeeded == drain.migrations and drain.not_raised == 0, drain.to_json()
     assert report.drift == {} and report.stale == {} and report.all_done
-    assert report.to_json()["failover"]["standby_caches"] == "warm"

@@ -323,3 +323,30 @@ async def test_wait_pending_runs_gives_up_after_its_seconds(clock: FakeClock) ->
     assert waiter.result() is False
     await controller.stop()
     await informer.stop()
+
+
+async def test_a_held_controller_queues_nothing_then_every_cached_key_once_started(
+    clock: FakeClock,
+) -> None:
+    """A warm standby's controller: its informer fills the cache and reports changes, a pod
+    deleted meanwhile leaves no key behind, and starting queues exactly the cached keys."""
+    controller, _, informer = await started(clock, pod("a", "1"), pod("b", "1"))
+    runs: list[str] = []
+
+    async def record(key: str, obj: Object | None) -> None:
+        runs.append(key)
+
+    controller.on_change("record", record)
+    controller.hold()
+    informer.start()
+    await informer.wait_for_sync(1)
+    informer.on_event("ADDED", pod("c", "2"))
+    informer.on_event("DELETED", pod("b", "3"))
+    controller.enqueue("ns", "asked-for")
+    await settle(200)
+    assert controller.queue.len() == 0 and runs == []
+    controller.start()
+    await settle(200)
+    assert sorted(runs) == ["ns/a", "ns/c"]
+    await controller.stop()
+    await informer.stop()

@@ -147,3 +147,18 @@ def test_the_reconcile_counts_a_refusal_its_run_came_too_late_to_see() -> None:
     assert [shown["status"] for shown in inputs.migration_views.namespace("ns")] == [
         started()["status"]
     ]
+
+
+def test_a_standby_keeps_only_the_refusals_that_stand_and_its_first_settle_counts_those() -> None:
+    """A warm standby settles nothing: refusals that end while it waits leave no note (the
+    leader of the time reported them), one standing when it wins is counted then."""
+    clock = FakeClock()
+    tracker = RefusalTracker(clock)
+    tracker.standby = True
+    for uid in ("u1", "u2", "u3"):
+        tracker.seen(KEY, refused(uid))
+        tracker.seen(KEY, started())
+    assert tracker.settle("ns").new_refusals == 0, "ended while standby: nothing kept"
+    tracker.seen(KEY, refused("u4"))
+    tracker.standby = False
+    assert tracker.settle("ns").new_refusals == 1

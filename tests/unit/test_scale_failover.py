@@ -29,9 +29,15 @@ def test_no_raise_after_the_kill_reads_as_never() -> None:
 def test_the_target_is_the_lease_duration_plus_one_second(
     first_raise: float | None, met: bool
 ) -> None:
-    times = FailoverTimes("controller", "warm", 15.2, first_raise, 3, lease_seconds=15.0)
+    times = FailoverTimes("warm", 15.2, first_raise, 3, lease_seconds=15.0)
     assert times.met is met
     assert ("met" if met else "missed") in times.line()
+
+
+def test_the_new_leaders_share_is_from_its_takeover_to_its_first_raise() -> None:
+    assert FailoverTimes("warm", 15.5, 15.75, 1).after_takeover == 0.25
+    assert FailoverTimes("cold", None, 15.75, 1).after_takeover is None
+    assert "0.25 s after the takeover" in FailoverTimes("warm", 15.5, 15.75, 1).line()
 
 
 def test_a_failover_run_needs_our_controller() -> None:

@@ -77,6 +77,10 @@ class RefusalTracker:
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._by_namespace: dict[str, _Namespace] = {}
+        self.standby = False
+        """True while nothing settles (a warm standby): a refusal that ends then is dropped,
+        not kept for a count the leader of the time reports, so the notes stay as few as the
+        refusals standing and the new leader counts what a first list would show it."""
 
     def seen(self, key: str, migration: Mapping[str, Any] | None) -> None:
         """The store's view of `key` ("namespace/name") is now `migration` (None: deleted)."""
@@ -88,7 +92,11 @@ class RefusalTracker:
         if noted is not None and tracked is not None:
             if migration is None or uid != noted.uid or not _pending(migration):
                 noted.ended = noted.ended if noted.ended is not None else now
-                tracked.closed.append(tracked.pending.pop(name))
+                ended = tracked.pending.pop(name)
+                if not self.standby:
+                    tracked.closed.append(ended)
+                elif not tracked.pending and not tracked.closed:
+                    del self._by_namespace[namespace]
             elif refused_by_quota(migration):
                 noted.ended = None
             elif noted.ended is None:

@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ...generic import errors
 from ...generic.client import ApiClient
+from ...generic.clock import Clock
 from ...generic.resource import LEASES
 from ..localcluster import ClusterInfo
 from ..localcluster.cluster import VIRT_CONTROLLER_USER
@@ -220,9 +221,10 @@ class Product:
         self._session = aiohttp.ClientSession()
         await self._await_ready(f"http://127.0.0.1:{self.health_port}/readyz", "controller")
         if self.standby:
-            # Started once the first leads, so that the Lease is the first's: the standby's
-            # readiness then says its caches are synced (a warm standby) or that it reaches the
-            # Lease (a cold one).
+            # Started once the Lease names the first (its readiness says its caches synced, not
+            # that it leads), so that the standby is the one waiting; the standby's readiness
+            # then says its caches are synced (warm) or that it reaches the Lease (cold).
+            await self._await_holder(f"{self.lease_name}-{LEADER}")
             self.standby_health_port = free_port()
             args = self._controller_args(controller_config, STANDBY, self.standby_health_port)
             self.standby_process = self._spawn("standby", args)
@@ -278,28 +280,37 @@ class Product:
             *self.process_args.controller,
         ]
 
-    async def kill_leader(self) -> tuple[str, str, float]:
-        """SIGKILLs the controller process holding the Lease (it releases nothing); the other
-        leads from then on as far as `metrics` and `pids` go. Returns the killed process's
-        name, the survivor's leader-election identity and the moment of the kill (monotonic).
-        RuntimeError without a standby."""
+    async def kill_leader(self, clock: Clock) -> tuple[str, float]:
+        """SIGKILLs the leading controller process (it releases nothing); the standby leads
+        from then on as far as `metrics` and `pids` go. Returns the standby's leader-election
+        identity and the moment of the kill on `clock`. RuntimeError without a standby, or if
+        the Lease does not name the leading process (the figures would be another process's)."""
         if self.standby_process is None or self.controller is None:
             raise RuntimeError("no standby to fail over to")
+        holder = await self._holder()
+        if holder != f"{self.lease_name}-{LEADER}":
+            raise RuntimeError(f"the Lease names {holder!r}, not the leading process")
+        self.controller.kill()
+        moment = clock.monotonic()
+        await asyncio.to_thread(self.controller.wait)
+        self.killed = self.controller
+        self.controller, self.standby_process = self.standby_process, None
+        self.health_port = self.standby_health_port
+        return f"{self.lease_name}-{STANDBY}", moment
+
+    async def _holder(self) -> str:
         lease = await self.api.get(LEASES, self.lease_name, SYSTEM_NAMESPACE)
-        holder = (lease.get("spec") or {}).get("holderIdentity")
-        first_leads = holder == f"{self.lease_name}-{LEADER}"
-        victim = self.controller if first_leads else self.standby_process
-        victim.kill()
-        moment = asyncio.get_running_loop().time()
-        await asyncio.to_thread(victim.wait)
-        self.killed = victim
-        if first_leads:
-            self.controller, self.standby_process = self.standby_process, None
-            self.health_port = self.standby_health_port
-        else:
-            self.standby_process = None
-        survivor = STANDBY if first_leads else LEADER
-        return ("controller" if first_leads else "standby"), f"{self.lease_name}-{survivor}", moment
+        return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+    async def _await_holder(self, identity: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_TIMEOUT
+        while loop.time() < deadline:
+            with contextlib.suppress(errors.ApiError):
+                if await self._holder() == identity:
+                    return
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"the Lease did not name {identity} within {READY_TIMEOUT:g}s")
 
     def _webhook_args(self, kubeconfig: Path, cert: Path, key: Path) -> list[str]:
         return [

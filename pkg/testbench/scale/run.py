@@ -481,34 +481,32 @@ class ScaleRun:
             stale=len(self.quotas.stale()),
         )
 
-    async def _kill_leader(self) -> asyncio.Future[tuple[str, float, float | None]]:
-        """Kills the leader; returns a future of (the killed process, the kill's moment, the
-        moment the Lease named the survivor or None), which awaits the takeover meanwhile."""
+    async def _kill_leader(self) -> asyncio.Future[tuple[float, float | None]]:
+        """Kills the leader; returns a future of (the kill's moment, the moment the Lease named
+        the standby or None), which awaits the takeover meanwhile."""
         product = self.product
         assert isinstance(product, Product)
-        killed, survivor, moment = await product.kill_leader()
-        self.say(f"  SIGKILLed the {killed} (holding the Lease); awaiting {survivor}")
+        survivor, moment = await product.kill_leader(self.clock)
+        self.say(f"  SIGKILLed the leading controller; awaiting {survivor}")
 
-        async def takeover() -> tuple[str, float, float | None]:
-            lease = product.lease_name
+        async def takeover() -> tuple[float, float | None]:
             taken = await failover.await_holder(
-                self.api, SYSTEM_NAMESPACE, lease, survivor, self.clock
+                self.api, SYSTEM_NAMESPACE, product.lease_name, survivor, self.clock
             )
-            return killed, moment, taken
+            return moment, taken
 
         return asyncio.ensure_future(takeover())
 
     def _failover_times(
         self,
-        killing: tuple[str, float, float | None],
+        killing: tuple[float, float | None],
         created: Mapping[tuple[str, str], _Created],
     ) -> failover.FailoverTimes:
-        killed, moment, taken = killing
+        moment, taken = killing
         raises = (self.quotas.raised_at(ns, one.vm, moment) for (ns, _), one in created.items())
         first, count = failover.first_after(raises, moment)
         cold = "--cold-standby" in self.options.process_args.controller
         return failover.FailoverTimes(
-            killed=killed,
             standby_caches="cold" if cold else "warm",
             takeover=None if taken is None else taken - moment,
             first_raise=first,
