@@ -19,6 +19,7 @@ from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...generic.views import NamespaceViews
+from ...util.launcher import LauncherSettings
 from ...util.resourcequota.managed import is_managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.planviews import (
@@ -60,9 +61,27 @@ class PlanInputs:
         informers.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
         self.usages = RenderedUsages(self.vmi_facts, informers.vmis.store.get)
         """Room estimates, rendered once per VM shape and settings."""
+        self._cluster_settings: LauncherSettings | None = None
+        """The cluster-wide launcher settings, derived again only after the KubeVirt CR or
+        Harvester's setting changed (`cluster_settings`)."""
+        for informer in (informers.kubevirts, informers.settings):
+            informer.store.add_view(PLAN_VIEW, _nothing, self._cluster_settings_changed)
         self.settled_migrations = SettledMigrations()
         """Finished migrations planned without room, set aside from plans after a grace
         (settled.py)."""
+
+    def _cluster_settings_changed(self, _key: str, _view: None) -> None:
+        """The KubeVirt CR or Harvester's setting was stored or removed (inside the store's
+        write, so before any reconcile it queues): the settings are derived again."""
+        self._cluster_settings = None
+
+    def cluster_settings(self) -> LauncherSettings:
+        """QuotaInformers.kubevirt_settings, kept until either of its objects changes: it
+        decoded the KubeVirt CR and derived the settings from it on every reconcile (issue 30,
+        item 3), though they change only with those objects."""
+        if self._cluster_settings is None:
+            self._cluster_settings = self.informers.kubevirt_settings()
+        return self._cluster_settings
 
     def _pod_changed(self, key: str, view: PodView | None) -> None:
         """The pod store's view listener: the namespace is reconciled when its pods changed as
@@ -122,10 +141,14 @@ class PlanInputs:
             vmis=NamespaceVmis(self.vmi_facts, name),
             pods=self.pod_index.namespace(name),
             now=self.management.clock.now(),
-            launcher=self.informers.kubevirt_settings().for_namespace(
+            launcher=self.cluster_settings().for_namespace(
                 quotas, namespace, self.informers.limit_ranges.store.by_index("namespace", name)
             ),
             mode=self.management.options.mode,
             usage=self.usages.usage,
             settled=self.migration_views.set_aside_views(name),
         )
+
+
+def _nothing(_obj: Object) -> None:
+    """The view of the KubeVirt CR and Harvester's setting: only that they changed matters."""

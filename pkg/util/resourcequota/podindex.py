@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import bisect
 import datetime
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,17 +196,21 @@ def _deadline(meta: Mapping[str, Any]) -> datetime.datetime | None:
 @dataclass
 class Tally:
     """A running sum of ResourceLists that can take one back exactly: per key, the sum in
-    nano-units and how many of the summed lists had the key in each format."""
+    nano-units and how many of the summed lists had the key in each format. The counts are
+    plain dicts, not Counters: a plan copies the namespace's tally (`copy`) once or twice, and
+    a Counter per key made that copy most of a 12-VM namespace's plan (profiled, issue 30)."""
 
     nanos: dict[str, int] = field(default_factory=dict)
-    formats: dict[str, Counter[Format]] = field(default_factory=dict)
+    formats: dict[str, dict[Format, int]] = field(default_factory=dict)
 
     def add(self, usage: Mapping[str, Quantity], sign: int = 1) -> None:
         for key, value in usage.items():
             self.nanos[key] = self.nanos.get(key, 0) + sign * value.nanos
-            formats = self.formats.setdefault(key, Counter())
-            formats[value.format] += sign
-            if formats.total() == 0:
+            formats = self.formats.get(key)
+            if formats is None:
+                formats = self.formats[key] = {}
+            formats[value.format] = formats.get(value.format, 0) + sign
+            if sum(formats.values()) == 0:
                 del self.nanos[key], self.formats[key]
 
     def remove(self, usage: Mapping[str, Quantity]) -> None:
@@ -217,10 +220,12 @@ class Tally:
         """Adds everything `other` summed (as if each of its lists were added here)."""
         for key, nanos in other.nanos.items():
             self.nanos[key] = self.nanos.get(key, 0) + nanos
-            self.formats.setdefault(key, Counter()).update(other.formats[key])
+            mine = self.formats.setdefault(key, {})
+            for fmt, count in other.formats[key].items():
+                mine[fmt] = mine.get(fmt, 0) + count
 
     def copy(self) -> Tally:
-        return Tally(dict(self.nanos), {key: Counter(f) for key, f in self.formats.items()})
+        return Tally(dict(self.nanos), {key: dict(f) for key, f in self.formats.items()})
 
     def result(self) -> ResourceList:
         """The sum, each key in its lists' format where they share one, else DecimalSI."""
