@@ -19,6 +19,7 @@ from harvester_quota.util.resourcequota.planviews import (
     migration_plan_view,
     vmi_facts,
 )
+from harvester_quota.util.resourcequota.podindex import NamespacePods, pod_view
 from harvester_quota.util.resourcequota.rooms import decentralized_side
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -280,3 +281,35 @@ def test_a_finished_migration_is_decided_without_reading_its_vmi() -> None:
     plan = plan_quota(NamespaceSnapshot(**{**vars(full), "vmis": counting}))
     assert [r.vm_name for r in plan.rooms.rooms] == ["vm2", "vm3"]
     assert counting.read == ["vm2", "vm3"]
+
+
+class CountingPods(NamespacePods):
+    """NamespacePods that count the sums of the namespace a plan asks for."""
+
+    sums = 0
+
+    def used_without(self, *args: Any, **kwargs: Any) -> Any:
+        self.sums += 1
+        return super().used_without(*args, **kwargs)
+
+
+def test_a_plan_holding_room_sums_the_namespace_once_unless_pods_arrived_since() -> None:
+    """The floor is the usage without the pods created since the rooms began; with none such
+    it is the usage itself, which the plan summed already (issue 30, item 3: each sum copies
+    the namespace's tally)."""
+    vm = vmi("vm1")
+    vm["metadata"]["creationTimestamp"] = "2026-01-01T09:00:00Z"
+    mig = migration("m1", vm, phase="Running")
+    mig["metadata"]["creationTimestamp"] = "2026-01-01T10:00:00Z"
+    pods = [launcher_pod(vm, "src"), launcher_pod(vm, "dst", migration=mig)]
+    counting = CountingPods(pod_view(pod) for pod in pods)
+    full = full_snapshot([mig], [vm], pods)
+    plan = plan_quota(NamespaceSnapshot(**{**vars(full), "pods": counting}))
+    assert plan.holds_room and counting.sums == 1
+    arrived = bare_launcher(vmi("vm2"), "arrived")
+    arrived["metadata"]["creationTimestamp"] = "2026-01-01T10:00:05Z"
+    counting.put(pod_view(arrived))
+    with_arrival = plan_quota(NamespaceSnapshot(**{**vars(full), "pods": counting}))
+    assert counting.sums == 3, "the floor leaves the arrival out: a second sum"
+    assert with_arrival.used["limits.cpu"] > plan.used["limits.cpu"]
+    assert with_arrival.hard == plan.hard, "no raise follows the arrival"

@@ -72,6 +72,29 @@ def used_before(
     return pods.used_without(targets | frozenset(arrivals(pods, since, replacing)), now, scope)
 
 
+def floor_of(
+    pods: NamespacePods,
+    targets: frozenset[str],
+    since: str | None,
+    now: datetime.datetime,
+    scope: QuotaScope = UNSCOPED,
+    *,
+    replacing: frozenset[str],
+    used: ResourceList,
+) -> ResourceList:
+    """`used_before`, given `used`, the usage with `targets` aside (`pods.used_without(targets,
+    now, scope)`, which a plan sums anyway): when no pod arrived since the rooms began (no room
+    held, or a migration's usual case), the floor leaves out nothing more, so it is `used` and
+    the namespace is not summed again (each sum copies its tally, issue 30, item 3). Which pods
+    arrived is decided by `arrivals` with the same `replacing` either way, so a decentralized
+    migration's target pod, or one whose migration is gone, takes the full sum; a set-aside
+    migration's does not (tests/unit/test_floor_shortcut.py compares the two)."""
+    arrived = arrivals(pods, since, replacing)
+    if not arrived:
+        return used
+    return pods.used_without(targets | frozenset(arrived), now, scope)
+
+
 def arrivals(pods: NamespacePods, since: str | None, replacing: frozenset[str]) -> list[str]:
     """The pods created at or after `since` that are not target pods of the `replacing`
     migrations (the uids of the namespace's migrations within it, as the plan knows them): what

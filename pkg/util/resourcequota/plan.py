@@ -51,7 +51,7 @@ from .base import (
     Mode,
     resolve_base,
 )
-from .floor import ANNOTATION_ROOMS_SINCE, rooms_since, used_before
+from .floor import ANNOTATION_ROOMS_SINCE, floor_of, rooms_since
 from .podindex import NamespacePods, namespace_pods
 from .rooms import (
     MigrationRoom,
@@ -150,12 +150,20 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     rooms = _mask_rooms(rooms, base.hard.keys())
     used = used_without_targets(pods, rooms.target_pods, snapshot.now, scope)
     since = rooms_since(snapshot.quota, (room.created for room in rooms.rooms))
-    # Without room held there are no arrivals to set aside: the floor is what is used.
+    # Without room held there are no arrivals to set aside: the floor is what is used. Nor is
+    # there when no pod arrived since the rooms began (a migration's usual case): floor_of then
+    # gives `used` too, summed once.
     floor = (
         used
         if since is None
-        else used_before(
-            pods, rooms.target_pods, since, snapshot.now, scope, replacing=_replacing(snapshot)
+        else floor_of(
+            pods,
+            rooms.target_pods,
+            since,
+            snapshot.now,
+            scope,
+            replacing=_replacing(snapshot),
+            used=used,
         )
     )
     managed_hard = desired_hard(base.hard, floor, rooms.total())
