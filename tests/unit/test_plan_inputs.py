@@ -93,6 +93,20 @@ def test_the_cluster_settings_are_derived_again_only_when_their_objects_change()
     assert plan_inputs.cluster_settings().ratio == "2"
     store.delete("kubevirt/kubevirt")
     assert plan_inputs.cluster_settings() == plan_inputs.informers.kubevirt_settings()
+    assert plan_inputs.cluster_settings().ratio != "2", "derived again after the delete"
+
+
+def test_a_relist_of_the_kubevirt_cr_derives_the_settings_again() -> None:
+    """A watch that expired is followed by a relist (store.replace): the cached settings must
+    follow it like an upsert."""
+    plan_inputs, _queued = inputs()
+    store = plan_inputs.informers.kubevirts.store
+    store.upsert(kubevirt("1.5"))
+    assert plan_inputs.cluster_settings().ratio == "1.5"
+    store.replace([kubevirt("2.5")])
+    assert plan_inputs.cluster_settings().ratio == "2.5"
+    store.replace([])
+    assert plan_inputs.cluster_settings() == plan_inputs.informers.kubevirt_settings()
 
 
 def harvester_setting(value: str) -> dict[str, Any]:
@@ -112,5 +126,6 @@ def test_without_a_kubevirt_cr_the_settings_follow_harvesters_setting_as_it_chan
     store.upsert(harvester_setting("2"))
     first = plan_inputs.cluster_settings().ratio
     store.upsert({**harvester_setting("3"), "metadata": {**harvester_setting("3")["metadata"]}})
-    assert plan_inputs.cluster_settings().ratio != first
+    assert first == "2"
+    assert plan_inputs.cluster_settings().ratio == "3"
     assert plan_inputs.cluster_settings() == plan_inputs.informers.kubevirt_settings()
