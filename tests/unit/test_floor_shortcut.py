@@ -1,17 +1,18 @@
-"""The floor's shortcut (floor.floor_of) against its full computation (floor.used_before): when no
-pod arrived since the rooms began, the floor is the usage the plan summed already; in every other
+"""The floor's shortcut (floor.floor_of) against its full computation (`used_before` below, the
+oracle): when no pod arrived since the rooms began, the floor is the usage the plan summed already; in every other
 case it is the full sum. Arrivals as main's floor tells them: a decentralized migration's target
 pod and a target pod whose migration is gone are arrivals; a target pod of a migration within the
 namespace, planned or set aside by settled.py, replaces a launcher pod and is not."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
 from harvester_quota.util.quotascope import UNSCOPED, QuotaScope
 from harvester_quota.util.resourcequota import plan as plan_module
-from harvester_quota.util.resourcequota.floor import floor_of, used_before
+from harvester_quota.util.resourcequota.floor import arrivals, floor_of
 from harvester_quota.util.resourcequota.plan import QuotaPlan
 from harvester_quota.util.resourcequota.podindex import NamespacePods, pod_view
 from harvester_quota.util.resourcequota.rooms import LABEL_MIGRATION_JOB
@@ -23,12 +24,26 @@ from tests.objects import launcher_pod, vmi
 from tests.unit.test_plan_views import summary
 from tests.unit.test_podindex import BATCH_ONLY, NOW, pod
 from tests.unit.test_rooms_against_lies import (
-    VM_STARTED,
+    migrated_vm,
     migration_of,
     plan,
     running_vm,
     tenant_pod,
 )
+
+
+def used_before(
+    pods: NamespacePods,
+    targets: frozenset[str],
+    since: str | None,
+    now: datetime.datetime,
+    scope: QuotaScope = UNSCOPED,
+    *,
+    replacing: frozenset[str],
+) -> ResourceList:
+    """The floor summed in full, the oracle `floor_of` must equal: the pods' usage with the
+    targets and every arrival (`arrivals`) left out."""
+    return pods.used_without(targets | frozenset(arrivals(pods, since, replacing)), now, scope)
 
 
 def case(name: str) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
@@ -45,12 +60,7 @@ def case(name: str) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
         target["metadata"]["creationTimestamp"] = "2026-01-01T10:00:10Z"
         pods.append(target)
     elif name.startswith("a migrated vm"):
-        moved = vmi("vm0")
-        moved["metadata"]["creationTimestamp"] = VM_STARTED
-        done = migration_of("m0", moved, "2026-01-01T10:00:05Z")
-        done["status"] = {"phase": "Succeeded"}
-        new_home = launcher_pod(moved, "virt-launcher-vm0-dst", migration=done)
-        new_home["metadata"]["creationTimestamp"] = "2026-01-01T10:00:20Z"
+        moved, done, new_home = migrated_vm()
         vmis.append(moved)
         pods.append(new_home)
         if name == "a migrated vm, its migration planned":

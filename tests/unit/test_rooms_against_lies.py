@@ -38,6 +38,18 @@ def migration_of(name: str, instance: dict[str, Any], created: str = MIGRATED) -
     return mig
 
 
+def migrated_vm() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """vm0, migrated before the room period began: its VMI, its Succeeded migration and its new
+    launcher pod (the migration's target pod, created during the room period)."""
+    moved = vmi("vm0")
+    moved["metadata"]["creationTimestamp"] = VM_STARTED
+    done = migration_of("m0", moved, "2026-01-01T10:00:05Z")
+    done["status"] = {"phase": "Succeeded"}
+    new_home = launcher_pod(moved, "virt-launcher-vm0-dst", migration=done)
+    new_home["metadata"]["creationTimestamp"] = "2026-01-01T10:00:20Z"
+    return moved, done, new_home
+
+
 def tenant_pod(name: str, cpu: str, created: str, **labels: str) -> dict[str, Any]:
     return {
         "metadata": {
@@ -282,12 +294,7 @@ def test_a_finished_migrations_target_pod_stays_in_the_floor_while_the_migration
     migration's target was refused). Deleted, it leaves the floor: the documented price of
     letting no deleted receive launder its VM (floor.py)."""
     instance, source = running_vm("vm1")
-    moved = vmi("vm0")
-    moved["metadata"]["creationTimestamp"] = VM_STARTED
-    done = migration_of("m0", moved, "2026-01-01T10:00:05Z")
-    done["status"] = {"phase": "Succeeded"}
-    new_home = launcher_pod(moved, "virt-launcher-vm0-dst", migration=done)
-    new_home["metadata"]["creationTimestamp"] = "2026-01-01T10:00:20Z"
+    moved, done, new_home = migrated_vm()
     over = tenant_pod("over", "9", "2026-01-01T08:00:00Z")
     pods = [source, over, new_home]
     mig = migration_of("m1", instance)

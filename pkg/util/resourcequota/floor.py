@@ -56,22 +56,6 @@ def rooms_since(quota: Mapping[str, Any], migrations_created: Iterable[str]) -> 
     return min(created)
 
 
-def used_before(
-    pods: NamespacePods,
-    targets: frozenset[str],
-    since: str | None,
-    now: datetime.datetime,
-    scope: QuotaScope = UNSCOPED,
-    *,
-    replacing: frozenset[str],
-) -> ResourceList:
-    """What the namespace's pods a quota of `scope` charges use at `now`, the rooms' target
-    pods aside, counting only the pods created before `since` and the target pods of the
-    `replacing` migrations (all pods when `since` is None). Costs the pods created since, not
-    the namespace."""
-    return pods.used_without(targets | frozenset(arrivals(pods, since, replacing)), now, scope)
-
-
 def floor_of(
     pods: NamespacePods,
     targets: frozenset[str],
@@ -82,9 +66,12 @@ def floor_of(
     replacing: frozenset[str],
     used: ResourceList,
 ) -> ResourceList:
-    """`used_before`, given `used`, the usage with `targets` aside (`pods.used_without(targets,
-    now, scope)`, which a plan sums anyway): when no pod arrived since the rooms began (no room
-    held, or a migration's usual case), the floor leaves out nothing more, so it is `used` and
+    """What the namespace's pods a quota of `scope` charges use at `now`, the rooms' target
+    pods aside, counting only the pods created before `since` and the target pods of the
+    `replacing` migrations (all pods when `since` is None). `used` is the usage with `targets`
+    aside (`pods.used_without(targets, now, scope)`, which a plan sums anyway): when no pod
+    arrived since the rooms began (no room held, or a migration's usual case), the floor leaves
+    out nothing more, so it is `used` and
     the namespace is not summed again (each sum copies its tally, issue 30, item 3). Which pods
     arrived is decided by `arrivals` with the same `replacing` either way, so a decentralized
     migration's target pod, or one whose migration is gone, takes the full sum; a set-aside
