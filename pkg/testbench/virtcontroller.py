@@ -512,11 +512,13 @@ class VirtControllerDriver(KubeVirtDriver):
             self.records.changed()
 
     def _event_seen(self, event: Object) -> None:
-        """Each new quota refusal virt-controller reports on a VMI counts against the migration
-        of that VMI that waits for its target pod."""
+        """Each new failed pod create virt-controller reports on a VMI counts against the
+        migration of that VMI that waits for its target pod: a quota refusal (`note_refusal`) or
+        a create that failed otherwise (`note_failed_create`), such as quota admission's
+        Conflict."""
         involved = event.get("involvedObject") or {}
         message = str(event.get("message") or "")
-        if involved.get("kind") != "VirtualMachineInstance" or EXCEEDED_QUOTA not in message:
+        if involved.get("kind") != "VirtualMachineInstance":
             return
         if not self._in_scope(event):
             return
@@ -534,10 +536,18 @@ class VirtControllerDriver(KubeVirtDriver):
         ]
         if not waiting or new <= 0:
             return
-        now = Moment.now(self.clock)
-        for _ in range(new):
-            waiting[-1].note_refusal(message.removeprefix("Error creating pod: "), now)
+        note_failed_create(waiting[-1], message, new, Moment.now(self.clock))
         self.records.changed()
+
+
+def note_failed_create(record: MigrationRecord, message: str, times: int, now: Moment) -> None:
+    """Notes on `record` `times` failed creates of its target pod, reported by virt-controller
+    with `message` (a FailedCreate Event's): quota refusals (`EXCEEDED_QUOTA`) apart from every
+    other cause."""
+    cause = message.removeprefix("Error creating pod: ")
+    note = record.note_refusal if EXCEEDED_QUOTA in message else record.note_failed_create
+    for _ in range(times):
+        note(cause, now)
 
 
 def _preferred_node(node: str) -> Object:

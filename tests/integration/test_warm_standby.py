@@ -4,7 +4,9 @@ does."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import signal
 from pathlib import Path
 
 import aiohttp
@@ -155,3 +157,30 @@ async def test_a_warm_standby_fills_its_caches_queues_and_writes_nothing_and_rec
         standby.terminate()
         if standby.wait(20) != 0:
             pytest.fail((tmp_path / "standby.log").read_text()[-3000:])
+
+
+async def test_a_warm_standby_stopped_by_sigterm_exits_cleanly_and_leaves_the_leaders_lease(
+    kubevirt_cluster: ClusterInfo, kubevirt_api: ApiClient, tmp_path: Path
+) -> None:
+    lease = f"standby-sigterm-{free_port()}"
+    await hold_lease(kubevirt_api, lease)
+    port = free_port()
+    log = tmp_path / "standby.log"
+    standby = start_controller(kubevirt_cluster, lease, log, health_port=port)
+    try:
+        await eventually(lambda: ready(port), timeout=60, what="the standby ready (caches synced)")
+        standby.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(standby.wait, 20)
+        text = log.read_text()
+        assert code == 0, text[-3000:]
+        assert "shutting down" in text
+        for leftover in ("Traceback", "Unclosed", "Task was destroyed"):
+            assert leftover not in text, f"{leftover!r} on a standby's exit:\n{text[-3000:]}"
+        held = await kubevirt_api.get(LEASES, lease, "default")
+        assert held["spec"]["holderIdentity"] == "another-replica", (
+            "a standby stopping released or took a Lease it never held"
+        )
+    finally:
+        if standby.poll() is None:
+            standby.kill()
+        await kubevirt_api.delete(LEASES, lease, "default")

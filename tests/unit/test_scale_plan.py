@@ -5,14 +5,20 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from harvester_quota.testbench.scale.plan import PRESETS, ScalePlan, parse_namespaces
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.scale.plan import PRESETS, ScalePlan, Step, parse_namespaces
 from harvester_quota.testbench.scale.product import Metrics, parse_metrics
+from harvester_quota.testbench.scale.run import is_quota_drain_wave
 from harvester_quota.testbench.scale.stats import (
     StepResult,
     baseline_ratios,
     baseline_table,
     percentile,
+    summarize_step,
+    table,
 )
+from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord, Moment
+from harvester_quota.testbench.virtcontroller import note_failed_create
 
 
 def test_the_full_preset_is_the_issues_counts() -> None:
@@ -294,3 +300,46 @@ async def test_harvester_in_the_product_s_place_counts_its_own_requests_and_writ
     assert (metrics.cpu_seconds, metrics.rss_bytes, product.pids) == (0.0, 0.0, {})
     await product.api.close()
     await api.close()
+
+
+def test_a_step_counts_stalled_creates_apart_from_refusals() -> None:
+    clock = FakeClock()
+    conflict = 'Error creating pod: Operation cannot be fulfilled on resourcequotas "q"'
+    records = [
+        MigrationRecord("ns", f"m{i}", f"u{i}", f"vm{i}", Moment.now(clock)) for i in range(3)
+    ]
+    note_failed_create(records[0], conflict, 2, Moment.now(clock))
+    note_failed_create(records[1], "Error creating pod: exceeded quota: q", 1, Moment.now(clock))
+    clock.step(50)
+    for entry in records:
+        entry.admitted = Moment.now(clock)
+    step = Step("s", tuple(("ns", f"vm{i}") for i in range(3)))
+    result = summarize_step(
+        step,
+        records=records,
+        latencies=(),
+        create_seconds=(),
+        metrics=Metrics(requests={}, quota_writes={}, cpu_seconds=0.0, rss_bytes=0.0),
+        cpu={},
+        seconds=60.0,
+        settle_seconds=0.0,
+        drift=0,
+        stale=0,
+    )
+    assert (result.refused, result.failed_creates) == (1, 1)
+    assert result.stalled_seconds == pytest.approx(50)
+    assert result.to_json()["failed_creates"] == 1
+    assert "| 1 (50.0) | 1 (50.0) |" in table([result])
+
+
+def test_a_failover_run_kills_the_leader_only_in_a_drain_wave_of_the_quota_namespaces() -> None:
+    plan = PRESETS["tiny"]
+    waves = [step for step in plan.steps() if is_quota_drain_wave(step, plan)]
+    assert waves and all(step.namespace_size == 0 for step in waves)
+    assert len({ns for ns, _ in waves[0].migrations}) > 1, "a wave spans namespaces"
+    assert not any(is_quota_drain_wave(plan.baseline_of(step), plan) for step in plan.steps()), (
+        "a baseline twin's wave has no leader of ours to kill"
+    )
+    assert not any(
+        is_quota_drain_wave(step, plan) for step in plan.steps() if step.namespace_size
+    ), "a one-namespace step is no drain wave"

@@ -35,6 +35,7 @@ from harvester_quota.testbench.sim.kubevirt.objects import (
 from harvester_quota.testbench.sim.kubevirt.phases import Advance, Blocked, Wait
 from harvester_quota.testbench.sim.kubevirt.record import MAX_REFUSAL_MESSAGES, Moment
 from harvester_quota.testbench.sim.kubevirt.simulator import pod_grace_seconds
+from harvester_quota.testbench.virtcontroller import note_failed_create
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 
@@ -281,6 +282,30 @@ def test_blocked_seconds_run_from_the_first_refusal_to_admission() -> None:
     entry.admitted = Moment.now(clock)
     assert entry.blocked_seconds == pytest.approx(6.5)
     assert entry.refusals == 2 and entry.refusal_messages == ["exceeded quota: a"]
+
+
+QUOTA_CONFLICT = (
+    'Error creating pod: Operation cannot be fulfilled on resourcequotas "default-quota": '
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+def test_a_target_pod_create_lost_to_a_quota_conflict_is_a_stall_not_a_refusal() -> None:
+    clock = FakeClock()
+    entry = record(clock)
+    note_failed_create(entry, QUOTA_CONFLICT, 1, Moment.now(clock))
+    clock.step(50)
+    assert entry.stalled_seconds is None, "still waiting for its target pod"
+    note_failed_create(
+        entry, 'Error creating pod: pods "t" is forbidden: exceeded quota: q', 2, Moment.now(clock)
+    )
+    clock.step(3)
+    entry.admitted = Moment.now(clock)
+    assert (entry.failed_creates, entry.refusals) == (1, 2)
+    assert entry.stalled_seconds == pytest.approx(53)
+    assert entry.blocked_seconds == pytest.approx(3)
+    assert entry.failed_create_messages == [QUOTA_CONFLICT.removeprefix("Error creating pod: ")]
+    assert entry.as_dict()["failedCreates"] == 1
 
 
 def test_refusal_messages_are_capped_but_counted() -> None:

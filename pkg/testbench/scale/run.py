@@ -83,6 +83,15 @@ POLL: Final = 0.2
 SERVICE_ACCOUNTS: Final = KINDS["ServiceAccount"]
 
 
+def is_quota_drain_wave(step: Step, plan: ScalePlan) -> bool:
+    """Whether `step` is a drain wave (migrations over many namespaces) of the quota namespaces,
+    not of their baseline twins, which no product serves: the only kind of step a failover run
+    kills the leader in."""
+    return step.namespace_size == 0 and not step.migrations[0][0].startswith(
+        plan.prefix + BASELINE_INFIX
+    )
+
+
 @dataclass(frozen=True)
 class _Created:
     """One migration of a step: its VM, when its create was sent and when it returned
@@ -408,9 +417,8 @@ class ScaleRun:
         """True for the step whose leader is killed: the first drain wave of a failover run."""
         return (
             self.options.failover
-            and step.namespace_size == 0
             and self.report.failover is None
-            and not step.migrations[0][0].startswith(self.plan.prefix + BASELINE_INFIX)
+            and is_quota_drain_wave(step, self.plan)
         )
 
     async def _step(self, step: Step, index: int) -> StepResult:

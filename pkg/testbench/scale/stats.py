@@ -62,6 +62,13 @@ class StepResult:
     targets_waited: float = 0.0
     """Migration target pods whose admission waited for their room (the webhook's count)."""
     target_wait_seconds: float = 0.0
+    failed_creates: int = 0
+    """Migrations whose target pod create failed at least once for another cause than quota
+    refusing it (a quota admission Conflict, say): none is refused, yet virt-controller's rate
+    limiter may hold the migration for minutes."""
+    stalled_seconds: float = 0.0
+    """Summed over those, seconds from the first failed create until the target pod was
+    admitted (or the migration ended)."""
     since_request: tuple[float, ...] = ()
     target_admitted: tuple[float, ...] = ()
     """Seconds from each migration's create request being sent to its target pod admitted (as
@@ -96,7 +103,8 @@ class StepResult:
         return (
             f"{self.name}: {self.succeeded}/{self.migrations} succeeded in {self.seconds:.1f}s, "
             f"raise p50 {_ms(p50)} p99 {_ms(p99)} max {_ms(worst)}, {self.refused} refused "
-            f"({self.blocked_seconds:.1f}s blocked), "
+            f"({self.blocked_seconds:.1f}s blocked), {self.failed_creates} failed creates "
+            f"({self.stalled_seconds:.1f}s stalled), "
             f"{self.per_migration(self.quota_writes):.2f} writes/migration, controller "
             f"{1000 * self.per_migration(self.cpu.get('controller', 0.0)):.1f} ms CPU/migration, "
             f"{self.controller_rss_bytes / 2**20:.0f} MiB, drift {self.drift}, stale {self.stale}"
@@ -137,6 +145,8 @@ class StepResult:
             "refused": self.refused,
             "refusals": self.refusals,
             "blocked_seconds": round(self.blocked_seconds, 2),
+            "failed_creates": self.failed_creates,
+            "stalled_seconds": round(self.stalled_seconds, 2),
             "seconds": round(self.seconds, 2),
             "settle_seconds": round(self.settle_seconds, 2),
             "quota_writes_per_migration": round(self.per_migration(self.quota_writes), 3),
@@ -182,6 +192,7 @@ def summarize_step(
         key = record.outcome.value if record.outcome is not None else "unfinished"
         outcomes[key] = outcomes.get(key, 0) + 1
     blocked = [r.blocked_seconds for r in records if r.blocked_seconds is not None]
+    stalled = [r.stalled_seconds for r in records if r.stalled_seconds is not None]
     return StepResult(
         name=step.name,
         namespace_size=step.namespace_size,
@@ -195,6 +206,8 @@ def summarize_step(
         refused=sum(1 for r in records if r.refusals),
         refusals=sum(r.refusals for r in records),
         blocked_seconds=sum(blocked),
+        failed_creates=sum(1 for r in records if r.failed_creates),
+        stalled_seconds=sum(stalled),
         seconds=seconds,
         settle_seconds=settle_seconds,
         quota_writes=metrics.quota_writes.get("written", 0.0),
@@ -234,11 +247,11 @@ def table(steps: Sequence[StepResult]) -> str:
     header = (
         "| step | done | raise p50 / p99 / max (ms) | create p50 / p99 (ms) "
         "| room after create sent p99 (ms) | target pod after create sent p50 / p99 (ms) "
-        "| targets waited (s) | refused (s blocked) | writes/mig "
+        "| targets waited (s) | refused (s blocked) | failed creates (s stalled) | writes/mig "
         "| requests/mig by verb | controller CPU ms/mig | RSS MiB | apiserver / KCM / "
         "virt-controller CPU s | drift | stale |"
     )
-    rows = [header, "|" + "---|" * 15]
+    rows = [header, "|" + "---|" * 16]
     for s in steps:
         verbs = ", ".join(f"{v} {s.per_migration(n):.2f}" for v, n in s.requests_by_verb().items())
         rows.append(
@@ -248,7 +261,8 @@ def table(steps: Sequence[StepResult]) -> str:
             f"| {_num(percentile(s.since_request, 0.99))} "
             f"| {_num(percentile(s.target_admitted, 0.5))} / {_num(percentile(s.target_admitted, 0.99))} "
             f"| {s.targets_waited:.0f} ({s.target_wait_seconds:.1f}) "
-            f"| {s.refused} ({s.blocked_seconds:.1f}) | {s.per_migration(s.quota_writes):.2f} "
+            f"| {s.refused} ({s.blocked_seconds:.1f}) "
+            f"| {s.failed_creates} ({s.stalled_seconds:.1f}) | {s.per_migration(s.quota_writes):.2f} "
             f"| {verbs or '-'} | {1000 * s.per_migration(s.cpu.get('controller', 0.0)):.1f} "
             f"| {s.controller_rss_bytes / 2**20:.0f} "
             f"| {s.cpu.get('kube-apiserver', 0.0):.1f} / {s.cpu.get('kube-controller-manager', 0.0):.1f}"

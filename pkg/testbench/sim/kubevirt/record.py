@@ -42,6 +42,12 @@ class Moment:
         return cls(clock.now(), clock.monotonic())
 
 
+def _keep(messages: list[str], message: str) -> None:
+    """Appends `message` to `messages` unless it is there already or the list is full."""
+    if message not in messages and len(messages) < MAX_REFUSAL_MESSAGES:
+        messages.append(message)
+
+
 @dataclass
 class MigrationRecord:
     """The life of one migration as the simulator saw it."""
@@ -65,6 +71,12 @@ class MigrationRecord:
     failure_reason: str = ""
     refusals: int = 0
     refusal_messages: list[str] = field(default_factory=list)
+    failed_creates: int = 0
+    """Target pod creates that failed for another cause than quota refusing them, such as quota
+    admission losing its status update to a concurrent write of the quota (a Conflict):
+    virt-controller retries those only as its rate limiter allows."""
+    first_failed_create: Moment | None = None
+    failed_create_messages: list[str] = field(default_factory=list)
     held_by_limits: int = 0
     phases: list[tuple[Phase, Moment]] = field(default_factory=list)
 
@@ -84,12 +96,24 @@ class MigrationRecord:
     def blocked_seconds(self) -> float | None:
         """Seconds from the first quota refusal until the target pod was admitted (or, if it never
         was, until the migration ended): 0.0 if quota never refused it, None while still blocked."""
-        if self.first_refused is None:
+        return self._waited_since(self.first_refused)
+
+    @property
+    def stalled_seconds(self) -> float | None:
+        """Seconds from the first target pod create that failed for another cause than quota
+        (`note_failed_create`) until the target pod was admitted (or the migration ended): 0.0
+        if none failed, None while it still waits."""
+        return self._waited_since(self.first_failed_create)
+
+    def _waited_since(self, start: Moment | None) -> float | None:
+        """Seconds from `start` until the target pod was admitted or the migration ended: 0.0
+        without a start, None while neither happened."""
+        if start is None:
             return 0.0
         end = self.admitted or self.finished
         if end is None:
             return None
-        return max(0.0, end.mono - self.first_refused.mono)
+        return max(0.0, end.mono - start.mono)
 
     @property
     def duration_seconds(self) -> float | None:
@@ -102,11 +126,13 @@ class MigrationRecord:
         self.refusals += 1
         if self.first_refused is None:
             self.first_refused = moment
-        if (
-            message not in self.refusal_messages
-            and len(self.refusal_messages) < MAX_REFUSAL_MESSAGES
-        ):
-            self.refusal_messages.append(message)
+        _keep(self.refusal_messages, message)
+
+    def note_failed_create(self, message: str, moment: Moment) -> None:
+        self.failed_creates += 1
+        if self.first_failed_create is None:
+            self.first_failed_create = moment
+        _keep(self.failed_create_messages, message)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary for reports."""
@@ -136,6 +162,9 @@ class MigrationRecord:
             "durationSeconds": self.duration_seconds,
             "refusals": self.refusals,
             "refusalMessages": list(self.refusal_messages),
+            "failedCreates": self.failed_creates,
+            "failedCreateMessages": list(self.failed_create_messages),
+            "stalledSeconds": self.stalled_seconds,
             "heldByLimits": self.held_by_limits,
             "phases": [(phase.value, at(moment)) for phase, moment in self.phases],
         }
