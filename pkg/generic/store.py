@@ -1,13 +1,13 @@
 """The informer cache: objects keyed ``namespace/name``, with indexes, stored compactly.
 
-A decoded pod costs about 12 KB as Python dicts; the same pod re-encoded as JSON bytes costs
-about 5 KB, and compressed at zlib level 1 under 2 KB, while decoding one back takes tens of
-microseconds either way. Caches therefore store bytes and hand out a fresh dict on every read,
-which callers may mutate freely. The default, ``ZlibCodec``, is what keeps a 50k-pod cache under
-4 KB of RSS per pod (bench/RESULTS.md); its price is about 60 µs more per write, paid once per
-event, and a few µs more per read. ``JsonCodec`` trades that memory for speed; small caches can
-keep the dicts themselves (``DictCodec``), and then readers must treat them as read-only, as
-client-go's listers require.
+A decoded pod costs about 12 KB as Python dicts; the same pod re-encoded as JSON bytes about
+5-6 KB, compressed at zlib level 1 about 2 KB, and with zstd and a dictionary trained on the
+cache's own objects a few hundred bytes. Caches therefore store bytes and hand out a fresh dict
+on every read, which callers may mutate freely. The default, ``ZstdCodec`` (zstdcodec.py), is
+both the smallest and, after ``JsonCodec``, the fastest to write (bench/RESULTS.md): a few µs
+per write and per read more than plain JSON. ``ZlibCodec`` is the previous default;
+``JsonCodec`` trades memory for speed; small caches can keep the dicts themselves
+(``DictCodec``), and then readers must treat them as read-only, as client-go's listers require.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import orjson
 from .resource import Object, key_of
 from .storeindex import IndexFunc, StoreIndex
 from .storeviews import StoreViews, ViewListener
+from .zstdcodec import ZstdCodec
 
 __all__ = [
     "CODECS",
@@ -42,6 +43,7 @@ __all__ = [
     "Transform",
     "ViewListener",
     "ZlibCodec",
+    "ZstdCodec",
     "namespace_index",
     "strip_unread_fields",
 ]
@@ -121,8 +123,14 @@ class ZlibCodec:
         return result
 
 
-CODECS: dict[str, Codec] = {"dict": DictCodec(), "json": JsonCodec(), "zlib": ZlibCodec()}
-DEFAULT_CODEC = "zlib"
+CODECS: dict[str, Callable[[], Codec]] = {
+    "dict": DictCodec,
+    "json": JsonCodec,
+    "zlib": ZlibCodec,
+    "zstd": ZstdCodec,
+}
+"""The codecs by name; a store makes its own instance (a zstd dictionary fits one cache)."""
+DEFAULT_CODEC = "zstd"
 
 
 class Encoded:
@@ -200,7 +208,7 @@ class Store:
         indexers: dict[str, IndexFunc] | None = None,
         codec: Codec | str = DEFAULT_CODEC,
     ) -> None:
-        self._codec: Codec = CODECS[codec] if isinstance(codec, str) else codec
+        self._codec: Codec = CODECS[codec]() if isinstance(codec, str) else codec
         self._items: dict[str, Any] = {}
         self._versions: dict[str, str] = {}
         """key -> metadata.resourceVersion of what is stored (to tell an unchanged relist item)."""
