@@ -8,7 +8,7 @@ import pytest
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.testbench.scale.plan import PRESETS, ScalePlan, Step, parse_namespaces
 from harvester_quota.testbench.scale.product import Metrics, parse_metrics
-from harvester_quota.testbench.scale.run import is_quota_drain_wave
+from harvester_quota.testbench.scale.run import is_quota_drain_wave, step_wall_seconds
 from harvester_quota.testbench.scale.stats import (
     StepResult,
     baseline_ratios,
@@ -343,3 +343,22 @@ def test_a_failover_run_kills_the_leader_only_in_a_drain_wave_of_the_quota_names
     assert not any(
         is_quota_drain_wave(step, plan) for step in plan.steps() if step.namespace_size
     ), "a one-namespace step is no drain wave"
+
+
+def test_a_migration_finishing_after_the_steps_wait_timed_out_ends_the_steps_wall() -> None:
+    clock = FakeClock()
+    started = clock.monotonic()
+    late, early = (MigrationRecord("ns", m, m, m, Moment.now(clock)) for m in ("a", "b"))
+    clock.step(10)
+    early.finished = Moment.now(clock)
+    clock.step(310)
+    waited_until = clock.monotonic()
+    assert step_wall_seconds(started, waited_until, [early, late]) == pytest.approx(320), (
+        "without every outcome, the wait's end"
+    )
+    clock.step(63.7)
+    late.finished = Moment.now(clock)
+    assert step_wall_seconds(started, waited_until, [early, late]) == pytest.approx(383.7)
+    assert step_wall_seconds(started, waited_until, [early]) == pytest.approx(320), (
+        "outcomes seen before the wait ended: its end, as before"
+    )

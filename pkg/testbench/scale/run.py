@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -55,7 +55,7 @@ from ..localcluster.deploy import KINDS, SYSTEM_NAMESPACE
 from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
-from ..sim.kubevirt.record import Outcome
+from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..virtcontroller import VirtControllerDriver
 from . import failover
 from .harvester import HarvesterProduct
@@ -81,6 +81,20 @@ QUIET_CORES: Final = 0.3
 QUIET_WINDOW: Final = 3.0
 POLL: Final = 0.2
 SERVICE_ACCOUNTS: Final = KINDS["ServiceAccount"]
+
+
+def step_wall_seconds(
+    started: float, waited_until: float, records: Iterable[MigrationRecord | None]
+) -> float:
+    """A step's wall time: from its start (`started`) until the step saw every outcome, which is
+    when its wait for them ended (`waited_until`) unless that wait timed out: an outcome that
+    came later, while the step waited for its quotas to settle, then ends the wall, so that a
+    stalled migration lengthens it instead of hiding behind the timeout. While some migration
+    still has no outcome, the wait's end."""
+    ends = [r.finished.mono if r is not None and r.finished else None for r in records]
+    if not ends or None in ends:
+        return waited_until - started
+    return max(waited_until, *(end for end in ends if end is not None)) - started
 
 
 def is_quota_drain_wave(step: Step, plan: ScalePlan) -> bool:
@@ -443,7 +457,8 @@ class ScaleRun:
 
         await asyncio.gather(*(migrate(ns, vm) for ns, vm in step.migrations))
         done_timeout = 120.0 + 2.0 * len(step.migrations)
-        await self.kubevirt.records.wait_for(lambda: self._all_done(created), done_timeout)
+        if not await self.kubevirt.records.wait_for(lambda: self._all_done(created), done_timeout):
+            self.say(f"  {step.name}: not every migration had an outcome after {done_timeout:.0f}s")
         finished = self.clock.monotonic()
         settled = await self._settle(done_timeout)
         if killing is not None:
@@ -483,7 +498,7 @@ class ScaleRun:
             succeeded_after=succeeded_after,
             metrics=metrics,
             cpu=procs,
-            seconds=finished - started,
+            seconds=step_wall_seconds(started, finished, records.values()),
             settle_seconds=settled,
             drift=len(self.quotas.drift(self.bases)),
             stale=len(self.quotas.stale()),
