@@ -17,12 +17,16 @@ a pod, one trained on unrelated junk 2.25 KB, 7 % more than plain zstd's 2.1 KB.
 Contract:
 - One codec per store (`Store` makes its own from the name): the dictionary is trained from,
   and fits, one cache's objects.
-- The first objects encoded are compressed without a dictionary and kept (their JSON) as
-  training samples; the encode that brings them to `TRAINING_SAMPLES` objects or
-  `TRAINING_BYTES` bytes trains an 8 KB dictionary (about 16 ms, once per cache, on the event
-  loop) and drops them. A cache that never gets that far keeps its samples (at most
-  `TRAINING_BYTES`) and no dictionary; a training that fails (samples too few or too alike for
-  zstd) leaves the codec compressing without a dictionary for good, logged once.
+- The first objects encoded are compressed without a dictionary and kept (their JSON, up to
+  `MAX_SAMPLE_BYTES` each) as training samples; the encode that brings them to
+  `TRAINING_SAMPLES` objects, or to `TRAINING_BYTES` bytes with at least `MIN_SAMPLES` objects,
+  trains an 8 KB dictionary (13-64 ms measured, once per cache, on the event loop) and drops
+  them. A cache that never gets that far keeps its samples (at most `TRAINING_BYTES`, twice
+  that after a failed training) and no dictionary. A training that fails is tried once more on twice the samples, then the codec
+  compresses without a dictionary for good, logged.
+- Memory beside the values: per store, zstd's contexts (about 0.1 MB to decode, a compression
+  context sized by the largest object it compressed; the one without the dictionary is dropped
+  once the dictionary is there) and the 8 KB dictionary.
 - Every stored value stays decodable for as long as it lives: the frame says whether it was
   written with the dictionary (zstd's dictionary ID in its header), and the codec never
   replaces its dictionary, so values stored before the training decode without it and those
@@ -38,7 +42,7 @@ Contract:
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import orjson
 import zstandard
@@ -52,10 +56,22 @@ LEVEL: Final = 1
 DICTIONARY_BYTES: Final = 8192
 """Measured on launcher pods: 4 KB of dictionary left 655 B a pod, 8 KB 236 B, 16-32 KB no less."""
 TRAINING_SAMPLES: Final = 128
-"""Objects the dictionary is trained on (16 ms; 500 took 62 ms and compressed no better)."""
+"""Objects the dictionary is trained on (13 ms for 128 launcher pods; 500 took 62 ms and
+compressed no better)."""
 TRAINING_BYTES: Final = 1 << 20
-"""The samples' JSON bytes that train a dictionary however few they are: what a cache that never
-reaches `TRAINING_SAMPLES` objects keeps for nothing is bounded by this."""
+"""The samples' JSON bytes that train a dictionary before `TRAINING_SAMPLES` objects (with at
+least `MIN_SAMPLES` of them): what a cache that never trains keeps for nothing is bounded by
+this, and so is the training's time (64 ms measured at this bound with 8 KB objects)."""
+MAX_SAMPLE_BYTES: Final = 64 << 10
+"""Objects larger than this are stored but not sampled: a few of them (a VMI with a large
+cloud-init, a tenant's 250 KB annotations) would reach `TRAINING_BYTES` alone, and zstd cannot
+train on fewer than about 7 samples."""
+MIN_SAMPLES: Final = 16
+RETRIES: Final = 1
+"""Trainings tried again after a failure, each on twice the samples."""
+
+Sample: TypeAlias = "bytes | bytearray | memoryview[int]"
+"""A training sample, as zstandard's trainer types it."""
 
 
 class ZstdCodec:
@@ -65,9 +81,12 @@ class ZstdCodec:
     def __init__(self, samples: int = TRAINING_SAMPLES, sample_bytes: int = TRAINING_BYTES) -> None:
         self._samples_wanted = samples
         self._sample_bytes_wanted = sample_bytes
-        self._samples: list[bytes | bytearray | memoryview[int]] | None = []
+        self._samples: list[Sample] | None = []
         self._sampled_bytes = 0
-        self._plain = zstandard.ZstdCompressor(level=LEVEL, write_checksum=False)
+        self._retries = RETRIES
+        self._plain: zstandard.ZstdCompressor | None = zstandard.ZstdCompressor(
+            level=LEVEL, write_checksum=False
+        )
         self._plain_decoder = zstandard.ZstdDecompressor()
         self._trained: zstandard.ZstdCompressor | None = None
         self._trained_decoder: zstandard.ZstdDecompressor | None = None
@@ -79,17 +98,11 @@ class ZstdCodec:
 
     def encode(self, obj: Object) -> Any:
         raw = orjson.dumps(obj)
-        if self._trained is not None:
-            return _exact(self._trained.compress(raw))
-        if self._samples is not None:
-            self._samples.append(raw)
-            self._sampled_bytes += len(raw)
-            if (
-                len(self._samples) >= self._samples_wanted
-                or self._sampled_bytes >= self._sample_bytes_wanted
-            ):
-                self._train(self._samples)
-        return _exact(self._plain.compress(raw))
+        if self._trained is None and self._samples is not None:
+            self._sample(raw)
+        compressor = self._trained or self._plain
+        assert compressor is not None  # _plain goes only once _trained is there
+        return _exact(compressor.compress(raw))
 
     def decode(self, stored: Any) -> Object:
         decoder = self._plain_decoder
@@ -98,27 +111,52 @@ class ZstdCodec:
         result: Object = orjson.loads(decoder.decompress(stored))
         return result
 
-    def _train(self, samples: list[bytes | bytearray | memoryview[int]]) -> None:
-        self._samples = None
+    def _sample(self, raw: bytes) -> None:
+        """Keeps `raw` as a training sample if it is small enough; trains once there are enough.
+        The object itself is compressed by the caller, with whichever compressor is there after."""
+        assert self._samples is not None
+        if len(raw) > MAX_SAMPLE_BYTES:
+            return
+        self._samples.append(_exact(raw))  # orjson's buffer is larger than its answer
+        self._sampled_bytes += len(raw)
+        count = len(self._samples)
+        if count >= self._samples_wanted or (
+            count >= MIN_SAMPLES and self._sampled_bytes >= self._sample_bytes_wanted
+        ):
+            self._train()
+
+    def _train(self) -> None:
+        samples, self._samples = self._samples or [], None
         try:
             dictionary = zstandard.train_dictionary(DICTIONARY_BYTES, samples)
         except zstandard.ZstdError as error:
-            log.info(
-                "no zstd dictionary from %d objects (%s); compressing without", len(samples), error
-            )
+            self._failed(len(samples), str(error))
             return
         if not dictionary.dict_id():
             # A frame says it used the dictionary by its ID; an ID of 0 would say it did not.
-            log.info("zstd trained a dictionary without an ID; compressing without")
+            # (zstd's trainer picks IDs of 32768 and more: not seen, kept for safety.)
+            self._failed(len(samples), "a dictionary without an ID")
             return
         self._trained = zstandard.ZstdCompressor(
             level=LEVEL, dict_data=dictionary, write_checksum=False, write_dict_id=True
         )
         self._trained_decoder = zstandard.ZstdDecompressor(dict_data=dictionary)
+        self._plain = None  # its contexts, sized by the largest object seen, are not needed again
+
+    def _failed(self, samples: int, why: str) -> None:
+        """After a failed training: sample again, twice as many, if a retry is left."""
+        if self._retries <= 0:
+            log.info("no zstd dictionary from %d objects (%s); compressing without", samples, why)
+            return
+        self._retries -= 1
+        self._samples, self._sampled_bytes = [], 0
+        self._samples_wanted *= 2
+        self._sample_bytes_wanted *= 2
+        log.info("no zstd dictionary from %d objects (%s); trying again on more", samples, why)
 
 
 def _exact(compressed: bytes) -> bytes:
-    """`compressed` copied into a buffer of its own size. zstd's answer is allocated for the
+    """`compressed` (or any bytes) copied into a buffer of its own size. zstd's answer is allocated for the
     worst case (the input's size and more) and shrunk in place, which leaves every stored value
     beside a hole only a smaller allocation can reuse: measured, 3.8 KB of RSS a launcher pod for
     211 bytes stored, against 0.27 KB with the copy (which frees the whole worst-case buffer for

@@ -71,6 +71,8 @@ DRAIN_TAINT_KEY: Final = "kubevirt.io/drain"
 """KubeVirt's default migrations.nodeDrainTaintKey: the evacuation controller migrates every
 LiveMigrate VMI off a node with this NoSchedule taint."""
 EXCEEDED_QUOTA: Final = "exceeded quota"
+POD_CREATE_FAILED: Final = "Error creating pod: "
+"""How virt-controller's FailedCreate Event on a VMI begins when a pod create failed."""
 START_TIMEOUT: Final = 60.0
 """Seconds a VM start may take on a loaded 2-core machine (pod created, bound, Running)."""
 POLL: Final = 0.1
@@ -515,7 +517,7 @@ class VirtControllerDriver(KubeVirtDriver):
         """Each new failed pod create virt-controller reports on a VMI counts against the
         migration of that VMI that waits for its target pod: a quota refusal (`note_refusal`) or
         a create that failed otherwise (`note_failed_create`), such as quota admission's
-        Conflict."""
+        Conflict (`note_create_failures`)."""
         involved = event.get("involvedObject") or {}
         message = str(event.get("message") or "")
         if involved.get("kind") != "VirtualMachineInstance":
@@ -536,16 +538,24 @@ class VirtControllerDriver(KubeVirtDriver):
         ]
         if not waiting or new <= 0:
             return
-        note_failed_create(waiting[-1], message, new, Moment.now(self.clock))
+        note_create_failures(waiting[-1], message, new, Moment.now(self.clock))
         self.records.changed()
 
 
-def note_failed_create(record: MigrationRecord, message: str, times: int, now: Moment) -> None:
+def note_create_failures(record: MigrationRecord, message: str, times: int, now: Moment) -> None:
     """Notes on `record` `times` failed creates of its target pod, reported by virt-controller
-    with `message` (a FailedCreate Event's): quota refusals (`EXCEEDED_QUOTA`) apart from every
-    other cause."""
-    cause = message.removeprefix("Error creating pod: ")
-    note = record.note_refusal if EXCEEDED_QUOTA in message else record.note_failed_create
+    with `message` (a FailedCreate Event's on the VMI): a quota refusal (`EXCEEDED_QUOTA`) or a
+    pod create that failed otherwise (``Error creating pod: ...``, such as quota admission's
+    Conflict). The Event's other uses of that reason (a migration, an attachment pod or a
+    disruption budget the VMI's controllers could not create) are not the target's, and are
+    ignored."""
+    cause = message.removeprefix(POD_CREATE_FAILED)
+    if EXCEEDED_QUOTA in message:
+        note = record.note_refusal
+    elif message.startswith(POD_CREATE_FAILED):
+        note = record.note_failed_create
+    else:
+        return
     for _ in range(times):
         note(cause, now)
 

@@ -18,7 +18,7 @@ from harvester_quota.testbench.scale.stats import (
     table,
 )
 from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord, Moment
-from harvester_quota.testbench.virtcontroller import note_failed_create
+from harvester_quota.testbench.virtcontroller import note_create_failures
 
 
 def test_the_full_preset_is_the_issues_counts() -> None:
@@ -306,14 +306,17 @@ def test_a_step_counts_stalled_creates_apart_from_refusals() -> None:
     clock = FakeClock()
     conflict = 'Error creating pod: Operation cannot be fulfilled on resourcequotas "q"'
     records = [
-        MigrationRecord("ns", f"m{i}", f"u{i}", f"vm{i}", Moment.now(clock)) for i in range(3)
+        MigrationRecord("ns", f"m{i}", f"u{i}", f"vm{i}", Moment.now(clock)) for i in range(4)
     ]
-    note_failed_create(records[0], conflict, 2, Moment.now(clock))
-    note_failed_create(records[1], "Error creating pod: exceeded quota: q", 1, Moment.now(clock))
+    refusal = "Error creating pod: exceeded quota: q"
+    note_create_failures(records[0], conflict, 2, Moment.now(clock))
+    note_create_failures(records[1], refusal, 1, Moment.now(clock))
+    note_create_failures(records[3], conflict, 1, Moment.now(clock))
+    note_create_failures(records[3], refusal, 1, Moment.now(clock))
     clock.step(50)
     for entry in records:
         entry.admitted = Moment.now(clock)
-    step = Step("s", tuple(("ns", f"vm{i}") for i in range(3)))
+    step = Step("s", tuple(("ns", f"vm{i}") for i in range(4)))
     result = summarize_step(
         step,
         records=records,
@@ -326,10 +329,10 @@ def test_a_step_counts_stalled_creates_apart_from_refusals() -> None:
         drift=0,
         stale=0,
     )
-    assert (result.refused, result.failed_creates) == (1, 1)
+    assert (result.refused, result.failed_creates) == (2, 1), "refused once: refused, not both"
     assert result.stalled_seconds == pytest.approx(50)
     assert result.to_json()["failed_creates"] == 1
-    assert "| 1 (50.0) | 1 (50.0) |" in table([result])
+    assert "| 2 (100.0) | 1 (50.0) |" in table([result])
 
 
 def test_a_failover_run_kills_the_leader_only_in_a_drain_wave_of_the_quota_namespaces() -> None:

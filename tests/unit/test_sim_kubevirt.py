@@ -35,7 +35,7 @@ from harvester_quota.testbench.sim.kubevirt.objects import (
 from harvester_quota.testbench.sim.kubevirt.phases import Advance, Blocked, Wait
 from harvester_quota.testbench.sim.kubevirt.record import MAX_REFUSAL_MESSAGES, Moment
 from harvester_quota.testbench.sim.kubevirt.simulator import pod_grace_seconds
-from harvester_quota.testbench.virtcontroller import note_failed_create
+from harvester_quota.testbench.virtcontroller import note_create_failures
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 
@@ -293,10 +293,10 @@ QUOTA_CONFLICT = (
 def test_a_target_pod_create_lost_to_a_quota_conflict_is_a_stall_not_a_refusal() -> None:
     clock = FakeClock()
     entry = record(clock)
-    note_failed_create(entry, QUOTA_CONFLICT, 1, Moment.now(clock))
+    note_create_failures(entry, QUOTA_CONFLICT, 1, Moment.now(clock))
     clock.step(50)
     assert entry.stalled_seconds is None, "still waiting for its target pod"
-    note_failed_create(
+    note_create_failures(
         entry, 'Error creating pod: pods "t" is forbidden: exceeded quota: q', 2, Moment.now(clock)
     )
     clock.step(3)
@@ -306,6 +306,22 @@ def test_a_target_pod_create_lost_to_a_quota_conflict_is_a_stall_not_a_refusal()
     assert entry.blocked_seconds == pytest.approx(3)
     assert entry.failed_create_messages == [QUOTA_CONFLICT.removeprefix("Error creating pod: ")]
     assert entry.as_dict()["failedCreates"] == 1
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Error creating a Migration: admission webhook denied the request",
+        "Error creating attachment pod: pods is forbidden",
+        "Error creating a PodDisruptionBudget: the server is unavailable",
+    ],
+)
+def test_a_failed_create_event_that_is_not_the_target_pods_counts_for_nothing(message: str) -> None:
+    clock = FakeClock()
+    entry = record(clock)
+    note_create_failures(entry, message, 3, Moment.now(clock))
+    assert (entry.failed_creates, entry.refusals) == (0, 0)
+    assert entry.stalled_seconds == 0.0
 
 
 def test_refusal_messages_are_capped_but_counted() -> None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import copy
 import logging
+import sys
+import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 from harvester_quota.generic.store import DEFAULT_CODEC, Store
 from harvester_quota.generic.zstdcodec import TRAINING_SAMPLES, ZstdCodec
@@ -67,30 +71,90 @@ def test_the_dictionary_makes_alike_objects_smaller_than_without_it() -> None:
     assert sum(trained) < sum(plain) / 2, (sum(trained), sum(plain))
 
 
-def test_few_large_objects_train_on_their_bytes_and_a_cache_below_both_keeps_no_dictionary() -> (
-    None
-):
-    big = ZstdCodec(sample_bytes=20_000)
+def test_a_cache_of_small_objects_trains_on_their_bytes_and_one_below_both_keeps_none() -> None:
+    by_bytes = ZstdCodec(sample_bytes=20_000)
     for i in range(40):
-        big.encode(launcher_pod(i))
-    assert big.trained, "40 pods of ~1 KB passed the byte bound before the count"
+        by_bytes.encode(launcher_pod(i))
+    assert by_bytes.trained, "40 pods of ~640 B passed the byte bound (with 16 samples or more)"
     small = ZstdCodec(sample_bytes=1 << 30)
     for i in range(TRAINING_SAMPLES - 1):
         small.encode(launcher_pod(i))
     assert not small.trained
 
 
-def test_a_training_that_fails_leaves_the_codec_compressing_without_a_dictionary(
+def test_huge_first_objects_are_not_trained_on_and_do_not_stop_a_later_training() -> None:
+    codec = ZstdCodec()
+    huge = [{"metadata": {"name": f"big{i}"}, "data": f"{i:02d}" * 125_000} for i in range(20)]
+    stored = [codec.encode(obj) for obj in huge]
+    assert not codec.trained, "objects over MAX_SAMPLE_BYTES are not samples, 5 MB of them"
+    stored += [codec.encode(launcher_pod(i)) for i in range(TRAINING_SAMPLES)]
+    assert codec.trained
+    assert [codec.decode(v) for v in stored] == [
+        *huge,
+        *(launcher_pod(i) for i in range(TRAINING_SAMPLES)),
+    ]
+
+
+def test_a_failed_training_is_tried_again_on_twice_the_samples(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    codec = ZstdCodec(samples=4)  # zstd cannot train on fewer than 7
+    with caplog.at_level(logging.INFO):
+        stored = [codec.encode(launcher_pod(i)) for i in range(4)]
+        assert not codec.trained and "trying again" in caplog.text
+        stored += [codec.encode(launcher_pod(i)) for i in range(4, 12)]
+    assert codec.trained, "the retry on 8 samples trained"
+    assert [codec.decode(v) for v in stored] == [launcher_pod(i) for i in range(12)]
+
+
+def test_a_training_that_fails_twice_leaves_the_codec_compressing_without_a_dictionary(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     codec = ZstdCodec(samples=2)
-    tiny = [{"a": 1}, {"a": 1}]
+    tiny = [{"a": i} for i in range(6)]
     with caplog.at_level(logging.INFO):
         stored = [codec.encode(obj) for obj in tiny]
     assert not codec.trained
-    assert "no zstd dictionary" in caplog.text
-    later = codec.encode(launcher_pod(1))
-    assert [codec.decode(v) for v in [*stored, later]] == [*tiny, launcher_pod(1)]
+    assert "compressing without" in caplog.text
+    stored += [codec.encode(launcher_pod(i)) for i in range(20)]
+    assert not codec.trained, "no third training"
+    assert [codec.decode(v) for v in stored] == [*tiny, *(launcher_pod(i) for i in range(20))]
+
+
+def traced_per_call(call: Callable[[], object], count: int) -> float:
+    """Bytes still allocated per call of `call`, its results kept (tracemalloc)."""
+    kept: list[object] = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept.extend(call() for _ in range(count))
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return (after - before - sys.getsizeof(kept)) / count
+
+
+def test_a_stored_value_holds_no_more_memory_than_its_bytes() -> None:
+    codec = ZstdCodec()
+    for i in range(TRAINING_SAMPLES):
+        codec.encode(launcher_pod(i))
+    assert codec.trained
+    pod = launcher_pod(7)
+    size = len(codec.encode(pod))
+    per_value = traced_per_call(lambda: codec.encode(pod), 500)
+    assert per_value < size + 64, f"{per_value:.0f} B for a value of {size} B: a buffer kept"
+
+
+def test_samples_hold_no_more_memory_than_their_json() -> None:
+    pods = [launcher_pod(i) for i in range(100)]
+    json_bytes = sum(len(orjson.dumps(pod)) for pod in pods) / len(pods)
+    value_bytes = sum(len(ZstdCodec().encode(pod)) for pod in pods) / len(pods)
+    codec = ZstdCodec(samples=1000)
+    unsampled = iter(pods)
+    per_object = traced_per_call(lambda: codec.encode(next(unsampled)), len(pods))
+    assert per_object < json_bytes + value_bytes + 128, (
+        f"{per_object:.0f} B an object for {json_bytes:.0f} B of JSON: orjson's buffer kept"
+    )
 
 
 def test_a_dictionary_trained_on_a_tenants_odd_objects_costs_size_never_correctness() -> None:
@@ -135,3 +199,19 @@ def test_each_store_trains_its_own_dictionary() -> None:
     assert pods.get(f"tenant-0/virt-launcher-vm-{0:05d}-abcde") == launcher_pod(0)
     assert vmis._codec is not pods._codec
     assert pods._codec.trained and not vmis._codec.trained  # type: ignore[attr-defined]
+
+
+def test_a_relist_across_the_training_finds_nothing_changed_by_resource_version() -> None:
+    store = Store(codec=ZstdCodec(samples=8))
+    pods = [launcher_pod(i) for i in range(5)]
+    assert all(c.new is not None for c in store.replace(pods)), "five added, before the training"
+    for i in range(5, 12):
+        store.upsert(launcher_pod(i))
+    assert store._codec.trained  # type: ignore[attr-defined]
+    changes = store.replace([launcher_pod(i) for i in range(12)])
+    assert all(change.unchanged for change in changes), (
+        "the same resourceVersions, stored as other bytes since the training, are unchanged"
+    )
+    assert [store.get(f"tenant-{i % 7}/virt-launcher-vm-{i:05d}-abcde") for i in range(12)] == [
+        launcher_pod(i) for i in range(12)
+    ]

@@ -64,8 +64,8 @@ class StepResult:
     target_wait_seconds: float = 0.0
     failed_creates: int = 0
     """Migrations whose target pod create failed at least once for another cause than quota
-    refusing it (a quota admission Conflict, say): none is refused, yet virt-controller's rate
-    limiter may hold the migration for minutes."""
+    refusing it (a quota admission Conflict, say), and that quota never refused: none is
+    refused, yet virt-controller's rate limiter may hold the migration for minutes."""
     stalled_seconds: float = 0.0
     """Summed over those, seconds from the first failed create until the target pod was
     admitted (or the migration ended)."""
@@ -192,7 +192,10 @@ def summarize_step(
         key = record.outcome.value if record.outcome is not None else "unfinished"
         outcomes[key] = outcomes.get(key, 0) + 1
     blocked = [r.blocked_seconds for r in records if r.blocked_seconds is not None]
-    stalled = [r.stalled_seconds for r in records if r.stalled_seconds is not None]
+    # A migration quota refused is counted as refused, even if a create of it also failed
+    # otherwise: its wait is blocked time, not stalled time twice.
+    stalled_only = [r for r in records if r.failed_creates and not r.refusals]
+    stalled = [r.stalled_seconds for r in stalled_only if r.stalled_seconds is not None]
     return StepResult(
         name=step.name,
         namespace_size=step.namespace_size,
@@ -206,7 +209,7 @@ def summarize_step(
         refused=sum(1 for r in records if r.refusals),
         refusals=sum(r.refusals for r in records),
         blocked_seconds=sum(blocked),
-        failed_creates=sum(1 for r in records if r.failed_creates),
+        failed_creates=len(stalled_only),
         stalled_seconds=sum(stalled),
         seconds=seconds,
         settle_seconds=settle_seconds,

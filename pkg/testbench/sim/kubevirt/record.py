@@ -20,8 +20,8 @@ from ....generic.clock import REAL_CLOCK, Clock, wait_at_most
 from .phases import Phase
 
 MAX_REFUSAL_MESSAGES: Final = 20
-"""Distinct refusal messages kept per migration (a blocked migration retries many times; the count
-keeps growing, the list does not)."""
+"""Distinct refusal messages, and distinct failed-create messages, kept per migration (a blocked
+migration retries many times; the count keeps growing, the list does not)."""
 
 
 class Outcome(enum.StrEnum):
@@ -42,7 +42,7 @@ class Moment:
         return cls(clock.now(), clock.monotonic())
 
 
-def _keep(messages: list[str], message: str) -> None:
+def _keep_distinct(messages: list[str], message: str) -> None:
     """Appends `message` to `messages` unless it is there already or the list is full."""
     if message not in messages and len(messages) < MAX_REFUSAL_MESSAGES:
         messages.append(message)
@@ -126,13 +126,13 @@ class MigrationRecord:
         self.refusals += 1
         if self.first_refused is None:
             self.first_refused = moment
-        _keep(self.refusal_messages, message)
+        _keep_distinct(self.refusal_messages, message)
 
     def note_failed_create(self, message: str, moment: Moment) -> None:
         self.failed_creates += 1
         if self.first_failed_create is None:
             self.first_failed_create = moment
-        _keep(self.failed_create_messages, message)
+        _keep_distinct(self.failed_create_messages, message)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary for reports."""
