@@ -5,9 +5,10 @@ A decoded pod costs about 12 KB as Python dicts; the same pod re-encoded as JSON
 cache's own objects a few hundred bytes. Caches therefore store bytes and hand out a fresh dict
 on every read, which callers may mutate freely. The default, ``ZstdCodec`` (zstdcodec.py), is
 the smallest of the codecs that store bytes and, after ``JsonCodec``, the fastest to write
-(bench/RESULTS.md): a few µs per write and per read more than plain JSON. ``ZlibCodec`` is the previous default;
-``JsonCodec`` trades memory for speed; small caches can keep the dicts themselves
-(``DictCodec``), and then readers must treat them as read-only, as client-go's listers require.
+(bench/RESULTS.md): a few µs per write and per read more than plain JSON. ``ZlibCodec`` is the
+previous default; ``JsonCodec`` trades memory for speed; small caches can keep the dicts
+themselves (``DictCodec``), and then readers must treat them as read-only, as client-go's
+listers require.
 """
 
 from __future__ import annotations

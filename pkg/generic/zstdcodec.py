@@ -20,13 +20,15 @@ Contract:
 - The first objects encoded are compressed without a dictionary and kept (their JSON, up to
   `MAX_SAMPLE_BYTES` each) as training samples; the encode that brings them to
   `TRAINING_SAMPLES` objects, or to `TRAINING_BYTES` bytes with at least `MIN_SAMPLES` objects,
-  trains an 8 KB dictionary (13-64 ms measured, once per cache, on the event loop) and drops
-  them. A cache that never gets that far keeps its samples (at most `TRAINING_BYTES`, twice
-  that after a failed training) and no dictionary. A training that fails is tried once more on twice the samples, then the codec
-  compresses without a dictionary for good, logged.
-- Memory beside the values: per store, zstd's contexts (about 0.1 MB to decode, a compression
-  context sized by the largest object it compressed; the one without the dictionary is dropped
-  once the dictionary is there) and the 8 KB dictionary.
+  trains an 8 KB dictionary (13 ms measured for 128 launcher pods, 64-91 ms for 1 MiB of larger
+  objects, on the event loop) and drops them. A cache that never gets that far keeps its
+  samples (with the defaults at most `TRAINING_BYTES`) and no dictionary. A training that fails
+  (zstd needs 7 samples or more, fewer than the defaults ask for) is tried once more on twice
+  the samples (up to 2 MiB: 155 ms measured), then the codec compresses without a dictionary
+  for good, logged.
+- Memory beside the values: per store, zstd's contexts (about 0.1 MB to decode, 0.2 MB once
+  there is a dictionary; a compression context sized by the largest object it compressed, the
+  one without the dictionary dropped once the dictionary is there) and the 8 KB dictionary.
 - Every stored value stays decodable for as long as it lives: the frame says whether it was
   written with the dictionary (zstd's dictionary ID in its header), and the codec never
   replaces its dictionary, so values stored before the training decode without it and those
@@ -61,12 +63,13 @@ compressed no better)."""
 TRAINING_BYTES: Final = 1 << 20
 """The samples' JSON bytes that train a dictionary before `TRAINING_SAMPLES` objects (with at
 least `MIN_SAMPLES` of them): what a cache that never trains keeps for nothing is bounded by
-this, and so is the training's time (64 ms measured at this bound with 8 KB objects)."""
+this, and so is the first training's time (64-91 ms measured at this bound)."""
 MAX_SAMPLE_BYTES: Final = 64 << 10
 """Objects larger than this are stored but not sampled: a few of them (a VMI with a large
 cloud-init, a tenant's 250 KB annotations) would reach `TRAINING_BYTES` alone, and zstd cannot
 train on fewer than about 7 samples."""
 MIN_SAMPLES: Final = 16
+"""The fewest samples a byte-triggered training takes (zstd refuses fewer than 7)."""
 RETRIES: Final = 1
 """Trainings tried again after a failure, each on twice the samples."""
 
@@ -137,10 +140,11 @@ class ZstdCodec:
             # (zstd's trainer picks IDs of 32768 and more: not seen, kept for safety.)
             self._failed(len(samples), "a dictionary without an ID")
             return
-        self._trained = zstandard.ZstdCompressor(
+        compressor = zstandard.ZstdCompressor(
             level=LEVEL, dict_data=dictionary, write_checksum=False, write_dict_id=True
         )
-        self._trained_decoder = zstandard.ZstdDecompressor(dict_data=dictionary)
+        decoder = zstandard.ZstdDecompressor(dict_data=dictionary)
+        self._trained, self._trained_decoder = compressor, decoder  # both, or neither
         self._plain = None  # its contexts, sized by the largest object seen, are not needed again
 
     def _failed(self, samples: int, why: str) -> None:
@@ -156,9 +160,10 @@ class ZstdCodec:
 
 
 def _exact(compressed: bytes) -> bytes:
-    """`compressed` (or any bytes) copied into a buffer of its own size. zstd's answer is allocated for the
-    worst case (the input's size and more) and shrunk in place, which leaves every stored value
-    beside a hole only a smaller allocation can reuse: measured, 3.8 KB of RSS a launcher pod for
-    211 bytes stored, against 0.27 KB with the copy (which frees the whole worst-case buffer for
+    """`compressed` (or any bytes) copied into a buffer of its own size. zstd's answer is
+    allocated for the worst case (the input's size and more) and shrunk in place, which leaves
+    every stored value beside a hole only a smaller allocation can reuse: measured, 3.8 KB of RSS
+    a launcher pod for 211 bytes stored, against 0.27 KB with the copy (which frees the whole
+    worst-case buffer for
     the next object)."""
     return bytes(memoryview(compressed))

@@ -39,6 +39,7 @@ from ..apis.kubevirt import (
 from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
+from ..generic.events import AGGREGATE_PREFIX
 from ..generic.informer import ResourceEventHandler, SharedInformerFactory
 from ..generic.resource import EVENTS, NODES, PODS, Object
 from ..generic.store import Tombstone
@@ -544,18 +545,16 @@ class VirtControllerDriver(KubeVirtDriver):
 
 def note_create_failures(record: MigrationRecord, message: str, times: int, now: Moment) -> None:
     """Notes on `record` `times` failed creates of its target pod, reported by virt-controller
-    with `message` (a FailedCreate Event's on the VMI): a quota refusal (`EXCEEDED_QUOTA`) or a
-    pod create that failed otherwise (``Error creating pod: ...``, such as quota admission's
-    Conflict). The Event's other uses of that reason (a migration, an attachment pod or a
-    disruption budget the VMI's controllers could not create) are not the target's, and are
-    ignored."""
-    cause = message.removeprefix(POD_CREATE_FAILED)
-    if EXCEEDED_QUOTA in message:
-        note = record.note_refusal
-    elif message.startswith(POD_CREATE_FAILED):
-        note = record.note_failed_create
-    else:
+    with `message` (a FailedCreate Event's on the VMI, perhaps folded into one "combined from
+    similar events"): a quota refusal (`EXCEEDED_QUOTA`) or a pod create that failed otherwise
+    (``Error creating pod: ...``, such as quota admission's Conflict). The Event's other uses of
+    that reason (a migration, an attachment pod or a disruption budget the VMI's controllers
+    could not create, quota refusing them included) are not the target's, and are ignored."""
+    latest = message.removeprefix(AGGREGATE_PREFIX)
+    if not latest.startswith(POD_CREATE_FAILED):
         return
+    cause = latest.removeprefix(POD_CREATE_FAILED)
+    note = record.note_refusal if EXCEEDED_QUOTA in cause else record.note_failed_create
     for _ in range(times):
         note(cause, now)
 

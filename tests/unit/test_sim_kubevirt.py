@@ -314,6 +314,7 @@ def test_a_target_pod_create_lost_to_a_quota_conflict_is_a_stall_not_a_refusal()
         "Error creating a Migration: admission webhook denied the request",
         "Error creating attachment pod: pods is forbidden",
         "Error creating a PodDisruptionBudget: the server is unavailable",
+        'Error creating attachment pod: pods "hp-volume-x" is forbidden: exceeded quota: q',
     ],
 )
 def test_a_failed_create_event_that_is_not_the_target_pods_counts_for_nothing(message: str) -> None:
@@ -322,6 +323,17 @@ def test_a_failed_create_event_that_is_not_the_target_pods_counts_for_nothing(me
     note_create_failures(entry, message, 3, Moment.now(clock))
     assert (entry.failed_creates, entry.refusals) == (0, 0)
     assert entry.stalled_seconds == 0.0
+
+
+def test_a_conflict_and_a_refusal_folded_into_combined_events_still_count() -> None:
+    clock = FakeClock()
+    entry = record(clock)
+    combined = "(combined from similar events): "
+    note_create_failures(entry, combined + QUOTA_CONFLICT, 2, Moment.now(clock))
+    note_create_failures(
+        entry, combined + "Error creating pod: exceeded quota: q", 1, Moment.now(clock)
+    )
+    assert (entry.failed_creates, entry.refusals) == (2, 1)
 
 
 def test_refusal_messages_are_capped_but_counted() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 from harvester_quota.generic.store import DEFAULT_CODEC, Store
-from harvester_quota.generic.zstdcodec import TRAINING_SAMPLES, ZstdCodec
+from harvester_quota.generic.zstdcodec import MIN_SAMPLES, TRAINING_SAMPLES, ZstdCodec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,6 +55,7 @@ def test_objects_stored_before_the_dictionary_still_decode_after_it() -> None:
     codec = ZstdCodec()
     before = [codec.encode(launcher_pod(i)) for i in range(TRAINING_SAMPLES)]
     assert codec.trained, "the encode that reached the samples trained a dictionary"
+    assert codec._plain is None, "the compressor without the dictionary is dropped"
     after = [codec.encode(launcher_pod(i)) for i in range(TRAINING_SAMPLES, 2 * TRAINING_SAMPLES)]
     assert [codec.decode(v) for v in before] == [launcher_pod(i) for i in range(TRAINING_SAMPLES)]
     assert [codec.decode(v) for v in after] == [
@@ -80,6 +81,15 @@ def test_a_cache_of_small_objects_trains_on_their_bytes_and_one_below_both_keeps
     for i in range(TRAINING_SAMPLES - 1):
         small.encode(launcher_pod(i))
     assert not small.trained
+
+
+def test_a_byte_bound_reached_by_a_few_objects_waits_for_min_samples() -> None:
+    codec = ZstdCodec(sample_bytes=1_000)  # two launcher pods of ~640 B reach it
+    for i in range(MIN_SAMPLES - 1):
+        codec.encode(launcher_pod(i))
+    assert not codec.trained, "fewer than MIN_SAMPLES: no training (zstd refuses under 7)"
+    codec.encode(launcher_pod(MIN_SAMPLES))
+    assert codec.trained
 
 
 def test_huge_first_objects_are_not_trained_on_and_do_not_stop_a_later_training() -> None:
@@ -124,13 +134,16 @@ def test_a_training_that_fails_twice_leaves_the_codec_compressing_without_a_dict
 def traced_per_call(call: Callable[[], object], count: int) -> float:
     """Bytes still allocated per call of `call`, its results kept (tracemalloc)."""
     kept: list[object] = []
-    tracemalloc.start()
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         kept.extend(call() for _ in range(count))
         after = tracemalloc.get_traced_memory()[0]
     finally:
-        tracemalloc.stop()
+        if started:
+            tracemalloc.stop()
     return (after - before - sys.getsizeof(kept)) / count
 
 

@@ -192,8 +192,8 @@ def summarize_step(
         key = record.outcome.value if record.outcome is not None else "unfinished"
         outcomes[key] = outcomes.get(key, 0) + 1
     blocked = [r.blocked_seconds for r in records if r.blocked_seconds is not None]
-    # A migration quota refused is counted as refused, even if a create of it also failed
-    # otherwise: its wait is blocked time, not stalled time twice.
+    # A migration quota refused is counted as refused only, even if a create of it also failed
+    # otherwise (its blocked time runs from the first refusal): one column a migration.
     stalled_only = [r for r in records if r.failed_creates and not r.refusals]
     stalled = [r.stalled_seconds for r in stalled_only if r.stalled_seconds is not None]
     return StepResult(
