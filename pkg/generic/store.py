@@ -24,7 +24,7 @@ import orjson
 from .resource import Object, key_of
 from .storeindex import IndexFunc, StoreIndex
 from .storeviews import StoreViews, ViewListener
-from .zstdcodec import ZstdCodec
+from .zstdcodec import ZstdCodec, exact_bytes
 
 __all__ = [
     "CODECS",
@@ -106,7 +106,7 @@ class JsonCodec:
     """Exact-size JSON bytes (orjson over-allocates its output buffer, so it is copied once)."""
 
     def encode(self, obj: Object) -> Any:
-        return bytes(memoryview(orjson.dumps(obj)))
+        return exact_bytes(orjson.dumps(obj))
 
     def decode(self, stored: Any) -> Object:
         result: Object = orjson.loads(stored)
