@@ -118,6 +118,7 @@ class ControllerApp:
             log.warning(
                 "caches not synced after %.0fs; reconciling what is known", CACHE_SYNC_TIMEOUT
             )
+        self.reconciler.stale_raises.start()
         log.info("controllers started")
 
     async def _report_unserved_kinds(self) -> None:

@@ -53,6 +53,7 @@ def _options(args: argparse.Namespace) -> Options:
         mtq=not args.no_mtq,
         mtq_lock_seconds=args.mtq_lock_seconds,
         room_held_linger=args.room_held_linger,
+        stale_raise_sweep=args.stale_raise_sweep,
         rancher_direct_fail_closed=not args.rancher_direct_fail_open,
     )
 
@@ -236,6 +237,13 @@ def _add_run_command(commands: Any) -> None:
         help="seconds the room-held label stays after a namespace's room was given back, so a "
         "drain's next wave skips labelling (default 0: it goes with the room; bench/SCALE.md "
         "found no gain a migration feels)",
+    )
+    run.add_argument(
+        "--stale-raise-sweep",
+        type=_positive_seconds,
+        default=30.0,
+        help="seconds between looks for a raise standing with no migration holding room; one "
+        "standing a whole interval is reported and planned again (default 30; docs/design.md)",
     )
     run.add_argument(
         "--rancher-direct-fail-open",

@@ -61,6 +61,10 @@ class Options:
     """Seconds the room-held label stays after a namespace's room was given back (0, the default:
     removed with the room), so that the next migration of a drain is raised without labelling
     first. Measured, it saves label writes but no time a migration feels (bench/SCALE.md)."""
+    stale_raise_sweep: float = 30.0
+    """Seconds between the safety net's looks for a raise standing with no migration holding
+    room (controller/resourcequota/staleraise.py): one that stood a whole interval is reported
+    and planned again, so none stands longer than two intervals."""
     rancher_direct_fail_closed: bool = True
     """Keep the room-held label for good on namespaces whose Rancher quota is raised directly
     (where no label may be written while a raise stands), so that the fail-closed pods rule

@@ -73,6 +73,11 @@ class QuotaMetrics:
             "Quota writes denied by Rancher's protection of its default quota, per namespace.",
             ["namespace"],
         )
+        self.stale_raises = declare.counter(
+            "stale_raises",
+            "Raises found standing with no migration holding room for longer than the sweep "
+            "allows (staleraise.py), each then planned again. Never in a healthy cluster.",
+        )
         self._room_keys: dict[str, set[str]] = {}
         self._above_keys: dict[str, set[str]] = {}
 

@@ -3,7 +3,7 @@ from a checkout; `make cluster-up`, `make demo`, `make scale` call it).
 
 Subcommands:
   cluster build|up|down|status|env   the local test cluster (see harvester_quota.testbench.localcluster)
-  scenario run|check                 replay incident scenarios on a cluster
+  scenario run|repeat|check          replay incident scenarios on a cluster
   scale                              the scale run on its own cluster
   demo                               the end-to-end demonstration `make demo` runs
 
@@ -123,6 +123,18 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_scenario_repeat(args: argparse.Namespace) -> int:
+    from .scenario import repeat  # noqa: PLC0415 - see module docstring
+
+    return repeat.repeat(
+        args.file,
+        times=args.times,
+        burners=args.burners,
+        strategy=args.strategy,
+        report_dir=args.report,
+    )
+
+
 def cmd_scenario_check(args: argparse.Namespace) -> int:
     from .scenario import cli as scenario_cli  # noqa: PLC0415 - see module docstring
 
@@ -219,6 +231,17 @@ def _add_scenario_commands(commands: Any) -> None:
     )
     scenario_run.add_argument("--no-progress", action="store_true", help="no live table")
     scenario_run.set_defaults(handler=cmd_scenario_run)
+    scenario_repeat = scenario_actions.add_parser(
+        "repeat", help="run one scenario file many times on one cluster (idle or loaded)"
+    )
+    scenario_repeat.add_argument("file", help="scenario YAML")
+    scenario_repeat.add_argument("--times", type=int, default=50, help="runs (default 50)")
+    scenario_repeat.add_argument(
+        "--burners", type=int, default=0, help="processes spinning on a core each meanwhile"
+    )
+    scenario_repeat.add_argument("--strategy", choices=("ours", "harvester"), default="ours")
+    scenario_repeat.add_argument("--report", default="reports/repeat", help="report directory")
+    scenario_repeat.set_defaults(handler=cmd_scenario_repeat)
     scenario_check = scenario_actions.add_parser("check", help="validate scenario files")
     scenario_check.add_argument("files", nargs="+")
     scenario_check.set_defaults(handler=cmd_scenario_check)

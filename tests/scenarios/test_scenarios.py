@@ -54,8 +54,12 @@ async def test_our_strategy_meets_every_expectation(
 ) -> None:
     result = await run(path, "ours", request, tmp_path)
     failed = [c for c in result["expectations"] if not c["ok"]]
+    evidence = result["evidence"]
     assert not failed, (
-        f"{path.name}: {failed}\nevents: {result['events']}\nquotas: {result['quotas']}"
+        f"{path.name}: {failed}\nevents: {result['events']}\nquotas: {result['quotas']}\n"
+        f"final look at {evidence['final_at']}s: {evidence['final_namespaces']}\n"
+        f"who raised what: {evidence['timeline']}\nRancher's agent: {evidence['rancher_actions']}"
+        f"\nour log: {evidence['log'][-40:]}"
     )
     assert result["expectations"], "every scenario states what it expects"
     assert result["invariants"]["final_hard_equals_base"]

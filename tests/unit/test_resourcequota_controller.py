@@ -357,6 +357,7 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
         forget=lambda _key: None,
     )
     instance.reports = instance.inputs = instance.rancher = nothing  # type: ignore[assignment]
+    instance.stale_raises = nothing  # type: ignore[assignment]
     return instance
 
 

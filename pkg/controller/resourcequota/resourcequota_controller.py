@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ...config.management import Management
@@ -40,6 +40,7 @@ from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .reports import NamespaceReports
 from .roomlabel import RoomHeldLabel, label_policy
 from .specwrites import SpecWrites
+from .staleraise import StaleRaiseSweep, left_to_give_back
 
 __all__ = ["RANCHER_DENIAL_REASON", "QuotaReconciler", "register", "requeue"]
 """RANCHER_DENIAL_REASON: explain.py reads it from here."""
@@ -115,6 +116,18 @@ class QuotaReconciler:
         self.defer_to: Callable[[str], bool] = lambda _namespace: False
         """True for a namespace another mode handles (MTQ mode, where it has a VMMRQ): its
         quota is left alone here once any raise of ours there is given back (handover.py)."""
+        self.stale_raises = StaleRaiseSweep(
+            StaleRaiseView(self),
+            self.namespaces.enqueue_key,
+            clock=management.clock,
+            metrics=self.metrics,
+            recorder=management.recorder,
+            interval=management.options.stale_raise_sweep,
+            stale_after=management.options.stale_raise_sweep,
+        )
+        """The safety net: a raise standing with no room held is planned again (staleraise.py);
+        started with the controllers (ControllerApp.start), stopped with them."""
+        management.on_stop(self.stale_raises.stop)
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
@@ -279,6 +292,46 @@ class QuotaReconciler:
         self.inputs.forget(namespace)
         self.room_label.forget(namespace)
         self.rancher.forget(namespace)
+        self.stale_raises.forget(namespace)
+
+
+class StaleRaiseView:
+    """The reconcile as the stale-raise sweep sees it (staleraise.Planner): the namespaces with
+    a managed quota, and what a plan of each, made now, would still give back."""
+
+    def __init__(self, reconciler: QuotaReconciler) -> None:
+        self.reconciler = reconciler
+
+    def candidates(self) -> Iterator[tuple[str, Object, Object]]:
+        reconciler = self.reconciler
+        quotas = reconciler.inputs.informers.quotas.store
+        for namespace in reconciler.namespaces.informer.store.iter():
+            meta = metadata(namespace)
+            key = str(meta.get("name", ""))
+            if meta.get("deletionTimestamp"):
+                continue
+            quota = managed_quota(quotas.by_index("namespace", key))
+            if quota is not None:
+                yield (
+                    key,
+                    reconciler.room_label.newest(key, namespace),
+                    reconciler.spec_writes.newest(key, quota),
+                )
+
+    def left_behind(self, key: str, namespace: Object, quota: Object) -> str | None:
+        reconciler = self.reconciler
+        planned = reconciler._plan(key, namespace, release=reconciler.defer_to(key))
+        if planned is None:
+            return None
+        keeps_label = planned.labelled_for_good or planned.label_writes_wait
+        due = reconciler.room_label.due(key, planned.namespace, planned.plan.holds_room)
+        return left_to_give_back(
+            planned.quota,
+            planned.namespace,
+            planned.plan,
+            through_rancher=reconciler.rancher.through(planned.namespace, planned.plan),
+            label_due=due and not keeps_label,
+        )
 
 
 def requeue(

@@ -105,6 +105,15 @@ class RoomHeldLabel:
         left = held_at + self.linger - now
         return left if left > 0 else None
 
+    def due(self, key: str, namespace: Object, holds_room: bool) -> bool:
+        """Whether a label on `namespace` outstayed its room: room is not held and its linger
+        (counted from the last plan that held room, as `lingers` counts it) is over, or no plan
+        of this process ever saw it held. Pure: the linger's moment is not started here."""
+        if holds_room or not is_labelled(namespace):
+            return False
+        held_at = self._last_held.get(key)
+        return held_at is None or held_at + self.linger <= self.clock.monotonic()
+
     def retry_removal(self, namespace: Object) -> float | None:
         """After a removal of the label: None if it is gone; else the seconds until label writes
         may be tried again (at least 1 s), since a label left on would keep the fail-closed pods

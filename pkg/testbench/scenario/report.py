@@ -14,12 +14,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ...generic.meta import annotations_of
 from ...util import resources
 from ...util.quantity import Quantity
+from ...util.resourcequota.base import ANNOTATION_RANCHER_APPLIED, ANNOTATION_RANCHER_BASE
 from ...util.resources import ResourceList
 from ..sim.kubevirt.record import MigrationRecord
+from .evidence import changes, facts_of
 from .runner import STALE_PREFIXES, RunResult
 from .schema import UNFINISHED
+
+RANCHER_RECORDS = (ANNOTATION_RANCHER_BASE, ANNOTATION_RANCHER_APPLIED)
+"""Our records of a raise through Rancher's annotation: stale once every migration is done."""
 
 
 def _parse(mapping: dict[str, str]) -> ResourceList:
@@ -62,6 +68,8 @@ def _quota(name: str, result: RunResult) -> dict[str, Any]:
         for k in ((final.get("metadata") or {}).get("annotations") or {})
         if k.startswith(STALE_PREFIXES)
     )
+    namespace_annotations = annotations_of(result.final_namespaces.get(name))
+    stale += [f"namespace {k}" for k in RANCHER_RECORDS if k in namespace_annotations]
     return {
         "base": resources.to_json_dict(base),
         "final_hard": resources.to_json_dict(hard),
@@ -111,6 +119,22 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "ok": all(check["ok"] for check in checks),
         "step_errors": result.step_errors,
         "events": [{"at": round(at, 2), "what": what} for at, what in result.events],
+        "evidence": evidence(result),
+    }
+
+
+def evidence(result: RunResult) -> dict[str, Any]:
+    """What explains a failure (evidence.py): who raised what over time, the final look and
+    when it was taken, Rancher's agent's quota writes, and our controllers' log lines."""
+    return {
+        "final_at": round(result.final_at, 2),
+        "final_namespaces": {
+            name: facts_of(namespace, result.final_quotas.get(name))
+            for name, namespace in result.final_namespaces.items()
+        },
+        "timeline": changes(result.looks),
+        "rancher_actions": result.rancher_actions,
+        "log": result.log,
     }
 
 

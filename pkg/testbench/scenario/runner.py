@@ -27,6 +27,7 @@ from ...apis.harvester import SETTINGS
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
+from ...generic.meta import annotations_of
 from ...generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, Object
 from ...preflight import Plan, Strategy, preflight
 from ...preflight.read import read_cluster
@@ -37,6 +38,7 @@ from ...util.kubevirtversion import parse_kubevirt_version
 from ...util.overhead import kubevirt_ratio_from_harvester_setting
 from ...util.quantity import Quantity
 from ...util.rancher import LIMIT_FIELDS, parse_namespace_resource_quota
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, rancher_base_text
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
 from ..sim.kubevirt.config import KubeVirtConfig, VMStart
@@ -50,6 +52,7 @@ from ..sim.rancher.derive import Project
 from ..sim.rancher.simulator import RancherQuotaSync
 from ..sim.rancher.twin import RancherWebhookTwin
 from ..virtcontroller import VirtControllerDriver
+from .evidence import LogCapture, Look, facts_of
 from .schema import Scenario, Step
 from .strategies import HarvesterStrategy, OurStrategy
 
@@ -95,6 +98,15 @@ class RunResult:
     final_quotas: dict[str, Object] = field(default_factory=dict)
     events: list[tuple[float, str]] = field(default_factory=list)
     step_errors: list[str] = field(default_factory=list)
+    looks: list[Look] = field(default_factory=list)
+    """Who raised what, at every sample (evidence.facts_of): the report keeps the changes."""
+    final_namespaces: dict[str, Object] = field(default_factory=dict)
+    final_at: float = 0.0
+    """Seconds into the run of the final look."""
+    log: list[dict[str, Any]] = field(default_factory=list)
+    """Our controllers' and the bench Rancher agent's log lines about the run's namespaces."""
+    rancher_actions: list[dict[str, Any]] = field(default_factory=list)
+    """The bench Rancher agent's writes of the run's quotas."""
 
     def original(self, namespace: str) -> str:
         """The scenario's name for a run namespace."""
@@ -142,20 +154,27 @@ class ScenarioRun:
         self._sampler: asyncio.Task[None] | None = None
         self._previous_ratio: Object | None = None
         self._cordoned: set[str] = set()
-        self._last_base: dict[str, ResourceList] = {}
+        self._last_namespace: dict[str, Object] = {}
+        self._log = LogCapture(list(self.namespaces.values()), self.now)
         self._created: set[tuple[str, str]] = set()
         """(namespace, name) of every migration this run made or a drain made."""
 
     # Lifecycle ----------------------------------------------------------------------------------
 
     async def run(self) -> RunResult:
+        self._log.attach()
         try:
             await self._setup()
             for step in self.scenario.steps:
                 await self._apply(step)
             await self._finish()
         finally:
-            await self._teardown()
+            try:
+                await self._teardown()
+            finally:
+                self._log.detach()
+                self.result.log = self._log.as_report()
+                self.result.rancher_actions = self._rancher_actions()
         self.result.seconds = time.monotonic() - self.result.started
         return self.result
 
@@ -355,10 +374,13 @@ class ScenarioRun:
         stuck = self.scenario.expects_unfinished(self.strategy_name)
         await self._wait_migrations(FINAL_WAIT_EXPECTING_UNFINISHED if stuck else FINAL_WAIT)
         await self._settle(SETTLE_TIMEOUT)
+        self.result.final_at = self.now()
         for name, real in self.namespaces.items():
             quota = await self.quota(real)
             if quota is not None:
                 self.result.final_quotas[name] = quota
+            with contextlib.suppress(errors.ApiError):
+                self.result.final_namespaces[name] = await self.api.get(NAMESPACES, real)
         writes = self.strategy.writes() if self.strategy is not None else {}
         self.result.writes = {
             name: int(writes.get(real, 0)) for name, real in self.namespaces.items()
@@ -395,9 +417,12 @@ class ScenarioRun:
         """Lets the strategy bring quotas back (ours should; Harvester's may not)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(
-                [self.at_base(real, await self.quota(real)) for real in self.namespaces.values()]
-            ):
+            settled = []
+            for real in self.namespaces.values():
+                quota = await self.quota(real)
+                await self._look_at_namespace(real)  # the base as it is now, not as sampled
+                settled.append(self.at_base(real, quota))
+            if all(settled):
                 return
             await asyncio.sleep(0.5)
 
@@ -433,27 +458,27 @@ class ScenarioRun:
         return items[0] if items else None
 
     async def base(self, namespace: str) -> ResourceList:
-        """Rancher's annotation when the scenario has Rancher, else the hard the file (and the
-        user's edits) set."""
+        """Rancher's annotation when the scenario has Rancher (the text recorded before our
+        raise, while the annotation is the raise we wrote through it), else the hard the file
+        (and the user's edits) set. With Rancher, from the namespace as last looked at."""
         if self.scenario.rancher is not None:
-            ns = await self.api.get(NAMESPACES, namespace)
-            text = (ns["metadata"].get("annotations") or {}).get(
-                CATTLE_ANNOTATION_RESOURCE_QUOTA, ""
-            )
-            try:
-                return parse_namespace_resource_quota(text)
-            except ValueError:
-                return {}
+            return rancher_base_of(self._last_namespace.get(namespace))
         return self.bases.get(namespace, {})
 
     def at_base(self, namespace: str, quota: Object | None) -> bool:
+        """Whether `quota` is back at its base, with no record of a raise left on it or (a raise
+        through Rancher's annotation) on the namespace as last looked at. With Rancher the base
+        is the one the namespace's annotation gives (`rancher_base_of`): during a raise through
+        that annotation the annotation itself is the raise, so a quota copied from it is not
+        at its base."""
         if quota is None:
             return False
         hard = (quota.get("spec") or {}).get("hard") or {}
+        last_namespace = self._last_namespace.get(namespace)
         base = (
             self.bases.get(namespace)
             if self.scenario.rancher is None
-            else self._last_base.get(namespace)
+            else rancher_base_of(last_namespace)
         )
         if not base:
             return False
@@ -462,22 +487,24 @@ class ScenarioRun:
         except ValueError:
             return False
         same = all(key in current and current[key] == value for key, value in base.items())
-        stale = any(
-            k.startswith(STALE_PREFIXES) for k in (quota["metadata"].get("annotations") or {})
-        )
-        return same and not stale
+        stale = any(k.startswith(STALE_PREFIXES) for k in annotations_of(quota))
+        raised_through_rancher = ANNOTATION_RANCHER_BASE in annotations_of(last_namespace)
+        return same and not stale and not raised_through_rancher
 
     async def _sample_loop(self) -> None:
         while True:
             for name, real in self.namespaces.items():
                 try:
                     quota = await self.quota(real)
+                    await self._look_at_namespace(real)
                     base = await self.base(real)
                 except errors.ApiError:
                     continue
+                self.result.looks.append(
+                    Look(self.now(), name, facts_of(self._last_namespace.get(real), quota))
+                )
                 if quota is None:
                     continue
-                self._last_base[real] = base
                 status = quota.get("status") or {}
                 self.result.samples.append(
                     Sample(
@@ -491,6 +518,25 @@ class ScenarioRun:
             if self.progress is not None:
                 self.progress(self)
             await asyncio.sleep(SAMPLE_INTERVAL)
+
+    def _rancher_actions(self) -> list[dict[str, Any]]:
+        """The bench Rancher agent's quota writes in this run's namespaces, to the end."""
+        if self.rancher is None:
+            return []
+        return [
+            {
+                "at": round(action.at - self.result.started, 2),
+                "namespace": self.result.original(action.namespace),
+                "operation": action.operation.value,
+                "hard": action.hard,
+            }
+            for action in self.rancher.actions
+            if action.namespace in self.namespaces.values()
+        ]
+
+    async def _look_at_namespace(self, namespace: str) -> None:
+        """Keeps the namespace as it is now (its annotations say who raised what)."""
+        self._last_namespace[namespace] = await self.api.get(NAMESPACES, namespace)
 
     # Steps --------------------------------------------------------------------------------------
 
@@ -684,6 +730,18 @@ def _run_namespace(name: str, run_id: str) -> str:
 PROJECT_HEADROOM = 3
 """A scenario's project limit, unless it gives one: its namespaces' quotas added up, times this
 (room for every namespace's raise through Rancher's annotation)."""
+
+
+def rancher_base_of(namespace: Object | None) -> ResourceList:
+    """The base Rancher's annotation gives `namespace` (evidence: the text recorded before a
+    raise through it while that raise stands, rancher_base_text), {} without a valid one. The
+    annotation itself would be the raise: a run that looked at it settled the moment a raise
+    through Rancher's annotation was copied into the quota (issue 44)."""
+    text = rancher_base_text(namespace or {}) or ""
+    try:
+        return parse_namespace_resource_quota(text)
+    except ValueError:
+        return {}
 
 
 def scenario_project(scenario: Scenario, run_id: str) -> Project:

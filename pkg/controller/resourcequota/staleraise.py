@@ -1,0 +1,228 @@
+"""The safety net: a raise left standing while no migration holds room is planned again.
+
+The reconcile is level-triggered, but it runs only when something queues the namespace: a raise
+whose release was never planned (an event missed, a plan made from a view that was stale, a bug
+of ours or of a peer's) would stand for good, capacity a tenant holds without paying for it
+(issue 44). So every `interval` seconds a sweep looks at the cached namespaces whose quota or
+namespace shows a raise (`raise_shows`: cheap, no plan), plans those (pure, as the reconcile
+would) and keeps the ones whose plan holds no room while something is still to be given back
+(`left_to_give_back`). One still so `stale_after` seconds after it was first seen, is stale: it
+is logged, counted (harvester_quota_stale_raises_total) and told in a Warning event on the
+quota, once per episode, and queued for the reconcile, which gives it back. So a stale raise
+lasts at most `stale_after` plus one interval. In a healthy cluster it never fires: a release is
+written by the reconcile its event queues, within a second.
+
+A raise through Rancher's annotation is given back when the annotation is; the quota follows
+when Rancher's agent copies it. Where the annotation is back at its base and the quota is not,
+there is nothing for us to write (Rancher forbids it): the episode is still reported, naming
+Rancher's agent, which syncs the quota again on the namespace's next event or its own restart.
+
+Event loop only. The sweep reads the caches and plans; it writes nothing itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from ...config.metrics import QuotaMetrics
+from ...generic.clock import Clock
+from ...generic.events import WARNING, EventRecorder
+from ...generic.meta import annotations_of
+from ...generic.resource import Object
+from ...util import resources
+from ...util.resourcequota.base import (
+    ANNOTATION_BASE,
+    RANCHER,
+    BaseError,
+    rancher_base,
+    spec_hard,
+)
+from ...util.resourcequota.handover import room_raise_left
+from ...util.resourcequota.plan import QuotaPlan, patch_for
+from ...util.resourcequota.rancherpath import annotation_patch
+from .roomlabel import is_labelled
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL: Final = 30.0
+"""Seconds between sweeps. A release takes a reconcile (milliseconds) and, through Rancher, the
+agent's copy (milliseconds more): an interval is hundreds of times that, and a sweep of 10,000
+namespaces costs little (bench/SCALE.md)."""
+STALE_AFTER: Final = 30.0
+"""Seconds a raise must stand with no room held before it counts as stale."""
+REASON: Final = "StaleRaiseGivenBack"
+TURN: Final = 200
+"""Namespaces looked at between two turns the sweep gives the event loop (about 5 ms of work)."""
+
+
+class Planner(Protocol):
+    """What the sweep needs of the reconcile: the cached candidates and what a plan of each
+    would leave to give back."""
+
+    def candidates(self) -> Iterable[tuple[str, Object, Object]]:
+        """(namespace key, namespace, managed quota) for every cached namespace with one, as the
+        reconcile would read them (our writes the caches do not show yet included); lazily, so
+        the sweep can give the event loop a turn between them."""
+        ...
+
+    def left_behind(self, key: str, namespace: Object, quota: Object) -> str | None:
+        """What a reconcile of `key` planned now would still give back while its plan holds no
+        room (`left_to_give_back`), in words; None if nothing (or it manages nothing)."""
+        ...
+
+
+def raise_shows(quota: Object, namespace: Object) -> bool:
+    """Whether the quota or the namespace shows a raise of ours, or the quota stands away from
+    its recorded base: records of a raise, the room-held label, or spec.hard other than the base
+    (Rancher's annotation, or our recorded base). Cheap (no plan); a false positive only costs
+    a plan."""
+    if room_raise_left(quota, namespace) or is_labelled(namespace):
+        return True
+    try:
+        hard = spec_hard(quota)
+        base = rancher_base(namespace)
+        if base is None:
+            recorded = annotations_of(quota).get(ANNOTATION_BASE)
+            base = resources.loads(recorded) if recorded else None
+    except (ValueError, BaseError):
+        return True  # unreadable: let the plan say what it makes of it
+    if base is None:
+        return False
+    return any(key in hard and hard[key] != value for key, value in base.items())
+
+
+def left_to_give_back(
+    quota: Object, namespace: Object, plan: QuotaPlan, *, through_rancher: bool, label_due: bool
+) -> str | None:
+    """What a plan that holds no room still has to give back, in words; None if nothing.
+    `label_due`: the room-held label stands though neither a room, its linger nor a policy of
+    keeping it for good calls for it (RoomHeldLabel.due)."""
+    if not plan.managed or plan.holds_room:
+        return None
+    if through_rancher:
+        if annotation_patch(namespace, plan) is not None:
+            return "Rancher's annotation still carries the raise"
+    elif patch_for(quota, plan) is not None:
+        return "spec.hard or its records stand above the plan"
+    if plan.base is not None and plan.base.source == RANCHER and patch_for(quota, plan):
+        return "Rancher's agent has not copied the annotation's base into the quota"
+    if label_due:
+        return "the room-held label stands for a room no longer held"
+    return None
+
+
+@dataclass
+class _Episode:
+    since: float
+    why: str
+    reported: bool = False
+
+
+class StaleRaiseSweep:
+    """Finds raises standing with no room held, reports each episode once, queues the
+    namespace. `start` runs the sweep every `interval` seconds until `stop`."""
+
+    def __init__(
+        self,
+        planner: Planner,
+        enqueue: Callable[[str], None],
+        *,
+        clock: Clock,
+        metrics: QuotaMetrics,
+        recorder: EventRecorder,
+        interval: float = SWEEP_INTERVAL,
+        stale_after: float = STALE_AFTER,
+    ) -> None:
+        self.planner = planner
+        self.enqueue = enqueue
+        self.clock = clock
+        self.metrics = metrics
+        self.recorder = recorder
+        self.interval = interval
+        self.stale_after = stale_after
+        self.episodes: dict[str, _Episode] = {}
+        """Namespace -> since when (monotonic) its raise stands with no room held."""
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Starts sweeping every `interval` seconds (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.interval)
+            try:
+                await self.sweep()
+            except Exception:  # a failing cache: the net tries again, it does not fall
+                log.exception("the sweep for stale raises failed; trying again next interval")
+
+    async def sweep(self) -> list[str]:
+        """One look at every cached namespace; returns the namespaces found stale (queued).
+        Gives the event loop a turn every TURN namespaces (at 10,000 namespaces a look costs
+        about a quarter of a second of CPU: bench/sweep.py), and reads the caches as they are
+        at each turn."""
+        now = self.clock.monotonic()
+        standing: dict[str, tuple[str, Object]] = {}
+        for seen, (key, namespace, quota) in enumerate(self.planner.candidates(), 1):
+            why = self._why_standing(key, namespace, quota)
+            if why is not None:
+                standing[key] = (why, quota)
+            if seen % TURN == 0:
+                await asyncio.sleep(0)
+        return self._note(standing, now)
+
+    def _note(self, standing: dict[str, tuple[str, Object]], now: float) -> list[str]:
+        """Ends the episodes no longer standing, reports and queues the stale ones."""
+        for key in set(self.episodes) - set(standing):
+            del self.episodes[key]
+        stale = []
+        for key, (why, quota) in standing.items():
+            episode = self.episodes.setdefault(key, _Episode(now, why))
+            if now - episode.since < self.stale_after:
+                continue
+            stale.append(key)
+            if not episode.reported:
+                episode.reported = True
+                self._report(key, quota, why, now - episode.since)
+            self.enqueue(key)
+        return stale
+
+    def _why_standing(self, key: str, namespace: Object, quota: Object) -> str | None:
+        """Why `key`'s raise stands with no room held, or None; a namespace whose plan fails
+        is logged and passed over (its reconcile reports the failure), never the sweep."""
+        try:
+            if not raise_shows(quota, namespace):
+                return None
+            return self.planner.left_behind(key, namespace, quota)
+        except Exception:
+            log.exception("namespace %s: cannot tell whether a raise stands; passed over", key)
+            return None
+
+    def _report(self, key: str, quota: Object, why: str, seconds: float) -> None:
+        message = (
+            f"a raise stood {seconds:.0f}s with no migration holding room ({why}); planned "
+            "again to give it back. This should never happen: please report it with the "
+            "controller's log"
+        )
+        log.warning("namespace %s: %s", key, message)
+        self.metrics.stale_raises.inc()
+        self.recorder.event(quota, WARNING, REASON, message)
+
+    def is_stale(self, key: str) -> bool:
+        """Whether namespace `key` is in a reported stale episode now."""
+        episode = self.episodes.get(key)
+        return episode is not None and episode.reported
+
+    def forget(self, key: str) -> None:
+        self.episodes.pop(key, None)
