@@ -8,6 +8,30 @@ The contract is client-go's SharedInformer contract:
   queue, so a slow handler delays only itself, never the watch or the other handlers;
 - an object that vanished while the watch was down is reported as a delete with a Tombstone.
 
+One object never stops an informer (issue 38: a tenant's pod or VMI that raised on the way into
+the cache reached the reflector, which relisted, met it again, and the cache stayed stale for
+good while fresh replicas never synced). The per-object contract:
+- an object that fails a stage on its way in (``transform``, ``key``, ``encode``, ``index``,
+  ``view``: the transform, its key, the store's codec, an index function, a view's derive) is
+  *skipped*: kept out of the store and so of every index and view; if an earlier version was
+  cached, it is removed and handlers are told of a delete (a Tombstone of what was cached), so
+  that the cache is what a fresh replica's list makes of the same objects. A list completes
+  with the object skipped, so a fresh replica syncs;
+- a skipped object is retried when it changes: the next watch event for it, or the next relist,
+  goes through every stage again; a delete of it drops whatever is cached;
+- a handler that raises on a notification (stage ``handler``) is logged, and the handler gets
+  the next notification as usual: it never stops delivery, to itself or to others;
+- every skip is logged at WARNING naming the object (kind, namespace/name, uid) and the stage,
+  and told to the informer's `skips` callback (SkippedObject): the controller counts it
+  (`harvester_quota_informer_objects_skipped_total`, frameworkmetrics.SkipMetrics) and records a
+  Warning Event on the object; the webhook counts it;
+- decoding is not a stage that skips: JSON nested deeper than orjson takes is decoded with what
+  lies beyond deepjson.MAX_DEPTH cut (watchstream.py, listdecode.py), as is an object too deep
+  for the store's codec (Store.prepare), and each cut is logged naming the object; a watch line
+  that does not decode even so is a broken stream (truncated, not JSON), which is relisted with
+  the reflector's backoff, as client-go does. The API server writes no other JSON orjson
+  refuses (numbers it cannot hold and invalid strings are refused at write).
+
 Unlike client-go, a relist does not report unchanged objects (same resourceVersion) as updates,
 the behaviour lasso offers as SyncOnlyChangedObjects: level-triggered controllers gain nothing
 from thousands of no-op updates after every reconnect. Periodic resync, if asked for, does report
@@ -26,7 +50,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import errors
+from . import deepjson, errors
 from .client import ApiClient
 from .clock import REAL_CLOCK, Clock
 from .discovery import serves
@@ -44,6 +68,7 @@ from .store import (
     Encoded,
     IndexFunc,
     Prepared,
+    StageFailed,
     Store,
     Tombstone,
     Transform,
@@ -60,6 +85,27 @@ this time; one removed later empties the cache within it."""
 
 HandlerResult = Awaitable[None] | None
 SLOW_LISTENER_BACKLOG = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedObject:
+    """One object an informer skipped, or a handler failed on (see the module docstring)."""
+
+    resource: str
+    """The informer's name (its resource, e.g. ``pods``)."""
+    stage: str
+    """transform, key, encode, index, view or handler."""
+    obj: Any
+    """The object as it arrived (for naming it and referring to it in an Event)."""
+    reason: str
+
+    def describe(self) -> str:
+        """``Kind namespace/name (uid ...)``: what a log line and an Event name."""
+        return deepjson.describe(self.obj)
+
+
+SkipReporter = Callable[[SkippedObject], None]
+"""Told of every skip after it was logged (counts it, records an Event); must not raise."""
 
 
 @dataclass
@@ -129,6 +175,8 @@ class _Listener:
     task: asyncio.Task[None] | None = None
     synced: bool = False
     warned: bool = False
+    failed: Callable[[_Notification, Exception], None] | None = None
+    """Told when the handler raised on a notification (the informer reports it as a skip)."""
 
     def push(self, notification: _Notification) -> None:
         self.queue.append(notification)
@@ -169,10 +217,20 @@ class _Listener:
                 await result
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as error:
             log.exception(
                 "%s: %s handler failed for %s", self.name, notification.kind, _key(notification)
             )
+            if self.failed is not None:
+                self.failed(notification, error)
+
+
+def _key_or_none(obj: Object) -> str | None:
+    """The object's cache key, None when its metadata cannot give one."""
+    try:
+        return key_of(obj)
+    except Exception:
+        return None
 
 
 def _key(notification: _Notification) -> str:
@@ -202,8 +260,13 @@ class SharedInformer:
         presence: Presence | None = None,
         presence_period: float = PRESENCE_RECHECK_PERIOD,
         observer: WatchObserver | None = None,
+        skips: SkipReporter | None = None,
     ) -> None:
+        """`skips`: told of every object skipped or failed by a handler (None: logged only)."""
         self.name = name
+        self._skips = skips
+        self.skipped = 0
+        """Objects skipped and handler failures so far (for tests and logs)."""
         self._presence = presence
         """None: a required kind. Otherwise asked before listing and every `presence_period`
         seconds: while it says False the informer is synced and empty."""
@@ -241,6 +304,7 @@ class SharedInformer:
     ) -> Registration:
         """Registers ``handler``; if the cache is already filled it first gets it all as adds."""
         listener = _Listener(handler, name=f"{self.name}/{name or 'handler'}", resync=resync)
+        listener.failed = self._handler_failed
         self._listeners.append(listener)
         if self._synced.is_set():
             for stored in self.store.encoded():
@@ -260,16 +324,73 @@ class SharedInformer:
         for listener in self._listeners:
             listener.push(notification)
 
+    # Skipping one object ------------------------------------------------------------------------
+
+    def _handler_failed(self, notification: _Notification, error: Exception) -> None:
+        subject = notification.new if notification.new is not None else notification.old
+        if isinstance(subject, Tombstone):
+            subject = subject.obj
+        elif isinstance(subject, Encoded):
+            subject = subject.get()
+        self._tell(SkippedObject(self.name, "handler", subject, f"{type(error).__name__}: {error}"))
+
+    def _skip(self, stage: str, obj: Any, error: BaseException) -> None:
+        """Logs and reports an object kept out of the cache at `stage`."""
+        skipped = SkippedObject(self.name, stage, obj, f"{type(error).__name__}: {error}")
+        log.warning(
+            "%s: skipped %s at stage %s, kept out of the cache until it changes: %s",
+            self.name,
+            skipped.describe(),
+            stage,
+            skipped.reason,
+            exc_info=error,
+        )
+        self._tell(skipped)
+
+    def _tell(self, skipped: SkippedObject) -> None:
+        self.skipped += 1
+        if self._skips is None:
+            return
+        try:
+            self._skips(skipped)
+        except Exception:
+            log.exception("%s: reporting a skipped object failed", self.name)
+
+    def _prepared(self, obj: Object) -> Prepared | None:
+        """`obj` through the transform and Store.prepare, or None after reporting the stage
+        that refused it."""
+        try:
+            transformed = self._transform(obj) if self._transform else obj
+        except Exception as error:
+            self._skip("transform", obj, error)
+            return None
+        try:
+            prepared = self.store.prepare(transformed)
+        except StageFailed as failed:
+            self._skip(failed.stage, transformed, failed.__cause__ or failed)
+            return None
+        if prepared.cut:
+            log.warning(
+                "%s: %s: %d values nested deeper than %d levels cut before storing it",
+                self.name,
+                deepjson.describe(transformed),
+                prepared.cut,
+                deepjson.MAX_DEPTH,
+            )
+        return prepared
+
     # ReflectorSink ------------------------------------------------------------------------------
 
-    def prepare_listed(self, item: Object) -> Prepared:
-        """Transforms and encodes each listed item as it arrives, so its dicts can go at once."""
-        return self.store.prepare(self._transform(item) if self._transform else item)
+    def prepare_listed(self, item: Object) -> Prepared | None:
+        """Transforms and encodes each listed item as it arrives, so its dicts can go at once;
+        None for an item skipped (reported; the list goes on without it)."""
+        return self._prepared(item)
 
-    def on_list(self, items: list[Prepared], resource_version: str) -> None:
-        """A (re)list from the reflector: replaces the store, notifying adds, updates of objects whose resourceVersion changed, and deletes; the first list marks the informer synced."""
+    def on_list(self, items: list[Prepared | None], resource_version: str) -> None:
+        """A (re)list from the reflector: replaces the store, notifying adds, updates of objects whose resourceVersion changed, and deletes; the first list marks the informer synced. Skipped items (None) are left out, so a version of them cached before is deleted."""
         first = not self._synced.is_set()
-        for change in self.store.replace_prepared(items):
+        kept = [item for item in items if item is not None]
+        for change in self.store.replace_prepared(kept):
             if change.new is None:
                 assert change.old is not None
                 tombstone = Tombstone(change.key, change.old.get())
@@ -283,18 +404,44 @@ class SharedInformer:
             self._synced.set()
 
     def on_event(self, event_type: str, obj: Object) -> None:
-        """One watch event from the reflector: applied to the store, then notified in order."""
-        if self._transform:
-            obj = self._transform(obj)
+        """One watch event from the reflector: applied to the store, then notified in order.
+        An object skipped (see the module docstring) is removed from the store instead, its
+        cached version, if any, notified as deleted."""
         if event_type == "DELETED":
-            self.store.delete(key_of(obj))
-            self._broadcast(_Notification("delete", old=obj))
+            self._deleted(obj)
             return
-        old = self.store.upsert(obj)
+        prepared = self._prepared(obj)
+        if prepared is None:
+            self._drop(_key_or_none(obj))
+            return
+        old = self.store.put(prepared)
         if old is None:
             self._broadcast(_Notification("add", new=obj))
         else:
             self._broadcast(_Notification("update", old=old, new=obj))
+
+    def _deleted(self, obj: Object) -> None:
+        key = _key_or_none(obj)
+        try:
+            gone = self._transform(obj) if self._transform else obj
+        except Exception as error:
+            self._skip("transform", obj, error)
+            self._drop(key)
+            return
+        if key is None:
+            self._skip("key", obj, ValueError("no namespace/name"))
+            return
+        self.store.delete(key)
+        self._broadcast(_Notification("delete", old=gone))
+
+    def _drop(self, key: str | None) -> None:
+        """Removes what is cached under `key`, telling handlers of a delete (a Tombstone: the
+        object's last state was not taken in); nothing for an object without a key."""
+        if key is None:
+            return
+        old = self.store.delete(key)
+        if old is not None:
+            self._broadcast(_Notification("delete", old=Tombstone(key, old)))
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -403,9 +550,10 @@ class SharedInformerFactory:
         inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
         presence_period: float = PRESENCE_RECHECK_PERIOD,
         observer: WatchObserver | None = None,
+        skips: SkipReporter | None = None,
     ) -> None:
         """`observer`: told of every informer's watch events and watch CPU (None: nothing is
-        measured)."""
+        measured); `skips`: of every object an informer skips (None: logged only)."""
         self.client = client
         self._namespace = namespace
         self._new_informer = functools.partial(
@@ -415,6 +563,7 @@ class SharedInformerFactory:
             inactivity_timeout=inactivity_timeout,
             presence_period=presence_period,
             observer=observer,
+            skips=skips,
         )
         """SharedInformer with this factory's settings for every informer."""
         self._informers: dict[InformerKey, SharedInformer] = {}

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from . import deepjson
 from .resource import Object, key_of
 from .storeindex import IndexFunc, StoreIndex
 from .storeviews import StoreViews, ViewListener
@@ -39,6 +40,7 @@ __all__ = [
     "JsonCodec",
     "NamespaceObjects",
     "Prepared",
+    "StageFailed",
     "Store",
     "Tombstone",
     "Transform",
@@ -178,6 +180,17 @@ class Change:
         return bool(self.old.stored == self.new.stored)
 
 
+class StageFailed(Exception):
+    """One object could not be made ready for the store; the store is unchanged by it.
+
+    `stage` says where: ``key`` (no namespace/name), ``encode`` (the codec refused it), ``index``
+    (an index function raised) or ``view`` (a view's derive raised); the cause is chained."""
+
+    def __init__(self, stage: str, cause: BaseException) -> None:
+        super().__init__(f"{stage}: {type(cause).__name__}: {cause}")
+        self.stage = stage
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """An object made ready for the store while its dicts are alive: key, encoding, index values."""
@@ -188,6 +201,9 @@ class Prepared:
     resource_version: str = ""
     views: dict[str, Any] | None = None
     """Each view's value for the object (Store.add_view), computed from its dicts."""
+    cut: int = 0
+    """Values nested deeper than deepjson.MAX_DEPTH that were replaced by null so that the
+    codec could encode the object (0 for any object but a crafted one)."""
 
 
 class Store:
@@ -283,14 +299,21 @@ class Store:
         self._views.add(name, derive, listener, self._decoded_items())
 
     def upsert(self, obj: Object) -> Object | None:
-        """Adds or replaces ``obj``; returns the previous object (decoded) or None."""
-        key = key_of(obj)
+        """Adds or replaces ``obj``; returns the previous object (decoded) or None. Raises
+        StageFailed, the store unchanged, when ``obj`` cannot be prepared (see `prepare`)."""
+        return self.put(self.prepare(obj))
+
+    def put(self, entry: Prepared) -> Object | None:
+        """Stores a prepared object (its key's objects, indexes and views together); returns
+        the previous object (decoded) or None."""
+        key = entry.key
         stored = self._items.get(key)
         old = None if stored is None else self._codec.decode(stored)
-        self._items[key] = self._codec.encode(obj)
-        self._versions[key] = _version_of(obj)
-        self._index.update(key, obj)
-        self._views.stored(key, obj)
+        self._items[key] = entry.stored
+        self._versions[key] = entry.resource_version
+        decode = partial(self._codec.decode, entry.stored)  # only for what was not prepared
+        self._index.update_prepared(key, entry.index_values, decode)
+        self._views.stored_prepared(key, entry.views, decode)
         return old
 
     def delete(self, key: str) -> Object | None:
@@ -305,14 +328,33 @@ class Store:
 
     def prepare(self, obj: Object) -> Prepared:
         """Encodes and indexes ``obj`` without storing it (a relist prepares items as they arrive
-        and stores them together once the list is complete)."""
+        and stores them together once the list is complete).
+
+        Raises StageFailed naming the stage that refused it; nothing is stored then. An object
+        nested too deep for the codec is first cut to deepjson.MAX_DEPTH levels (in place,
+        before its indexes and views are derived, so they see what is stored) and encoded
+        again; `Prepared.cut` says how many values went."""
+        key = _staged("key", key_of, obj)
+        stored, cut = self._encoded(obj)
         return Prepared(
-            key_of(obj),
-            self._codec.encode(obj),
-            self._index.values_of(obj),
+            key,
+            stored,
+            _staged("index", self._index.values_of, obj),
             _version_of(obj),
-            self._views.derive(obj),
+            _staged("view", self._views.derive, obj),
+            cut,
         )
+
+    def _encoded(self, obj: Object) -> tuple[Any, int]:
+        try:
+            return self._codec.encode(obj), 0
+        except TypeError as error:  # orjson.JSONEncodeError is a TypeError
+            if not deepjson.too_deep(error):
+                raise StageFailed("encode", error) from error
+            cut = deepjson.cut_deep(obj)
+        except Exception as error:
+            raise StageFailed("encode", error) from error
+        return _staged("encode", self._codec.encode, obj), cut
 
     def replace(self, objects: Iterable[Object]) -> list[Change]:
         """Makes the cache equal to ``objects`` (a relist) and says what changed."""
@@ -379,6 +421,14 @@ class NamespaceObjects(Mapping[str, Object]):
 
     def __len__(self) -> int:
         return len(self._store.index_keys(NAMESPACE_INDEX, self._namespace))
+
+
+def _staged(stage: str, step: Callable[[Object], Any], obj: Object) -> Any:
+    """`step(obj)`, any exception it raises as StageFailed(`stage`)."""
+    try:
+        return step(obj)
+    except Exception as error:
+        raise StageFailed(stage, error) from error
 
 
 def _version_of(obj: Object) -> str:

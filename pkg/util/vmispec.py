@@ -91,6 +91,32 @@ def vmi_interfaces(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return result
 
 
+FAR_FUTURE = datetime.datetime.max.replace(tzinfo=datetime.UTC)
+"""The deadline of a pod whose grace period ends beyond what a datetime holds (year 9999)."""
+
+
+def deletion_deadline(deletion: Any, grace: Any) -> datetime.datetime | None:
+    """When a pod being deleted stops counting for quota: its deletionTimestamp plus its
+    deletionGracePeriodSeconds (None unless both are set). ValueError for a field of the wrong
+    type or form.
+
+    Bounded: a tenant with ``edit`` may delete its pod with any grace period up to Go's int64
+    (the API server stores it, its own arithmetic wrapping silently), and the sum overflowed
+    Python's datetime (OverflowError, issue 38). A deadline beyond year 9999 (or before year 1)
+    is `FAR_FUTURE`: the pod counts as long as it exists, as it does while any deletion is under
+    way. Counting it is the side that never gives a tenant more room: a pod still running is
+    charged; Kubernetes' own evaluator, whose arithmetic wraps, may charge it less."""
+    if deletion is None or grace is None:
+        return None
+    if isinstance(grace, bool) or not isinstance(grace, int):
+        raise ValueError(f"metadata.deletionGracePeriodSeconds must be an integer: {grace!r}")
+    moment = parse_time(deletion, "metadata.deletionTimestamp")
+    try:
+        return moment + datetime.timedelta(seconds=grace)
+    except OverflowError:
+        return FAR_FUTURE
+
+
 def parse_time(value: Any, where: str) -> datetime.datetime:
     """An RFC 3339 timestamp with its time zone, as the API server writes them; ValueError that
     names `where` for anything else."""

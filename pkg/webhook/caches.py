@@ -17,7 +17,7 @@ from ..apis.mtq import VMMRQS
 from ..config.kubevirt import settings_from
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
-from ..generic.informer import ResourceEventHandler, SharedInformerFactory
+from ..generic.informer import ResourceEventHandler, SharedInformerFactory, SkipReporter
 from ..generic.meta import metadata
 from ..generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..generic.store import NamespaceObjects
@@ -55,14 +55,16 @@ class WebhookCaches:
         kubevirt_version: str | None = None,
         mtq: bool = True,
         mode: Mode = "auto",
+        skips: SkipReporter | None = None,
     ) -> None:
         """`mtq`: namespaces with a VirtualMachineMigrationResourceQuota are MTQ mode's, and
         their quotas are no managed quota here (no room rules, no target wait), as the
-        controller's --no-mtq decides. `mode`: the controller's --mode (base_mode)."""
+        controller's --no-mtq decides. `mode`: the controller's --mode (base_mode). `skips`: told
+        of every object the caches skip (informer.py; None: logged only)."""
         self._mode: Mode = mode
         self._clock = clock
         self._kubevirt_version = kubevirt_version
-        self.factory = SharedInformerFactory(client, clock=clock)
+        self.factory = SharedInformerFactory(client, clock=clock, skips=skips)
         self.quotas = self.factory.informer(
             RESOURCE_QUOTAS, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
         )

@@ -44,6 +44,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
+from ..generic.frameworkmetrics import SkipMetrics
 from ..util.resourcequota.base import Mode
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .caches import WebhookCaches
@@ -373,7 +374,14 @@ async def serve(
     Leases in `namespace` (its own). `mtq`, `mode`: see WebhookCaches."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
-    caches = WebhookCaches(client, kubevirt_version=kubevirt_version, mtq=mtq, mode=mode)
+    skip_metrics = SkipMetrics(REGISTRY)
+    caches = WebhookCaches(
+        client,
+        kubevirt_version=kubevirt_version,
+        mtq=mtq,
+        mode=mode,
+        skips=lambda skipped: skip_metrics.object_skipped(skipped.resource, skipped.stage),
+    )
     caches.factory.start()
     ledger = AdmissionLedger(REAL_CLOCK)
     server = WebhookServer(
