@@ -20,7 +20,8 @@ from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.controller import ControllerFactory
 from ..generic.events import WARNING, EventRecorder
 from ..generic.frameworkmetrics import FrameworkMetrics, SkipMetrics
-from ..generic.informer import SharedInformerFactory, SkippedObject
+from ..generic.informer import SharedInformerFactory
+from ..generic.intake import SkippedObject
 from ..util.resourcequota.base import Mode
 
 COMPONENT = "harvester-quota"

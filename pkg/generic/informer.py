@@ -22,7 +22,7 @@ good while fresh replicas never synced). The per-object contract:
 - a handler that raises on a notification (stage ``handler``) is logged, and the handler gets
   the next notification as usual: it never stops delivery, to itself or to others;
 - every skip is logged at WARNING naming the object (kind, namespace/name, uid) and the stage,
-  and told to the informer's `skips` callback (SkippedObject): the controller counts it
+  and told to the informer's `skips` callback (intake.SkippedObject; intake.py does the taking in): the controller counts it
   (`harvester_quota_informer_objects_skipped_total`, frameworkmetrics.SkipMetrics) and records a
   Warning Event on the object; the webhook counts it;
 - decoding is not a stage that skips: JSON nested deeper than orjson takes is decoded with what
@@ -50,11 +50,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import deepjson, errors
+from . import errors
 from .client import ApiClient
 from .clock import REAL_CLOCK, Clock
 from .discovery import serves
 from .frameworkmetrics import WatchObserver
+from .intake import Intake, SkipReporter
 from .reflector import (
     DEFAULT_INACTIVITY_TIMEOUT,
     ClientListerWatcher,
@@ -68,7 +69,6 @@ from .store import (
     Encoded,
     IndexFunc,
     Prepared,
-    StageFailed,
     Store,
     Tombstone,
     Transform,
@@ -85,27 +85,6 @@ this time; one removed later empties the cache within it."""
 
 HandlerResult = Awaitable[None] | None
 SLOW_LISTENER_BACKLOG = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class SkippedObject:
-    """One object an informer skipped, or a handler failed on (see the module docstring)."""
-
-    resource: str
-    """The informer's name (its resource, e.g. ``pods``)."""
-    stage: str
-    """transform, key, encode, index, view or handler."""
-    obj: Any
-    """The object as it arrived (for naming it and referring to it in an Event)."""
-    reason: str
-
-    def describe(self) -> str:
-        """``Kind namespace/name (uid ...)``: what a log line and an Event name."""
-        return deepjson.describe(self.obj)
-
-
-SkipReporter = Callable[[SkippedObject], None]
-"""Told of every skip after it was logged (counts it, records an Event); must not raise."""
 
 
 @dataclass
@@ -175,7 +154,7 @@ class _Listener:
     task: asyncio.Task[None] | None = None
     synced: bool = False
     warned: bool = False
-    failed: Callable[[_Notification, Exception], None] | None = None
+    failed: Callable[[Any, Exception], None] | None = None
     """Told when the handler raised on a notification (the informer reports it as a skip)."""
 
     def push(self, notification: _Notification) -> None:
@@ -222,15 +201,15 @@ class _Listener:
                 "%s: %s handler failed for %s", self.name, notification.kind, _key(notification)
             )
             if self.failed is not None:
-                self.failed(notification, error)
+                self.failed(_subject(notification), error)
 
 
-def _key_or_none(obj: Object) -> str | None:
-    """The object's cache key, None when its metadata cannot give one."""
-    try:
-        return key_of(obj)
-    except Exception:
-        return None
+def _subject(notification: _Notification) -> Any:
+    """The object a notification is about, decoded (a Tombstone's last known state)."""
+    subject = notification.new if notification.new is not None else notification.old
+    if isinstance(subject, Tombstone):
+        return subject.obj
+    return subject.get() if isinstance(subject, Encoded) else subject
 
 
 def _key(notification: _Notification) -> str:
@@ -264,9 +243,6 @@ class SharedInformer:
     ) -> None:
         """`skips`: told of every object skipped or failed by a handler (None: logged only)."""
         self.name = name
-        self._skips = skips
-        self.skipped = 0
-        """Objects skipped and handler failures so far (for tests and logs)."""
         self._presence = presence
         """None: a required kind. Otherwise asked before listing and every `presence_period`
         seconds: while it says False the informer is synced and empty."""
@@ -277,6 +253,8 @@ class SharedInformer:
         looked yet, or the look failed before any answer)."""
         self.store = Store(indexers=indexers, codec=codec)
         self._transform = transform
+        self._intake = Intake(name, self.store, transform, skips)
+        """Takes objects into the store, each on its own (intake.py)."""
         self._clock = clock
         self._resync_period = resync_period
         self._listeners: list[_Listener] = []
@@ -304,7 +282,7 @@ class SharedInformer:
     ) -> Registration:
         """Registers ``handler``; if the cache is already filled it first gets it all as adds."""
         listener = _Listener(handler, name=f"{self.name}/{name or 'handler'}", resync=resync)
-        listener.failed = self._handler_failed
+        listener.failed = self._intake.handler_failed
         self._listeners.append(listener)
         if self._synced.is_set():
             for stored in self.store.encoded():
@@ -324,67 +302,12 @@ class SharedInformer:
         for listener in self._listeners:
             listener.push(notification)
 
-    # Skipping one object ------------------------------------------------------------------------
-
-    def _handler_failed(self, notification: _Notification, error: Exception) -> None:
-        subject = notification.new if notification.new is not None else notification.old
-        if isinstance(subject, Tombstone):
-            subject = subject.obj
-        elif isinstance(subject, Encoded):
-            subject = subject.get()
-        self._tell(SkippedObject(self.name, "handler", subject, f"{type(error).__name__}: {error}"))
-
-    def _skip(self, stage: str, obj: Any, error: BaseException) -> None:
-        """Logs and reports an object kept out of the cache at `stage`."""
-        skipped = SkippedObject(self.name, stage, obj, f"{type(error).__name__}: {error}")
-        log.warning(
-            "%s: skipped %s at stage %s, kept out of the cache until it changes: %s",
-            self.name,
-            skipped.describe(),
-            stage,
-            skipped.reason,
-            exc_info=error,
-        )
-        self._tell(skipped)
-
-    def _tell(self, skipped: SkippedObject) -> None:
-        self.skipped += 1
-        if self._skips is None:
-            return
-        try:
-            self._skips(skipped)
-        except Exception:
-            log.exception("%s: reporting a skipped object failed", self.name)
-
-    def _prepared(self, obj: Object) -> Prepared | None:
-        """`obj` through the transform and Store.prepare, or None after reporting the stage
-        that refused it."""
-        try:
-            transformed = self._transform(obj) if self._transform else obj
-        except Exception as error:
-            self._skip("transform", obj, error)
-            return None
-        try:
-            prepared = self.store.prepare(transformed)
-        except StageFailed as failed:
-            self._skip(failed.stage, transformed, failed.__cause__ or failed)
-            return None
-        if prepared.cut:
-            log.warning(
-                "%s: %s: %d values nested deeper than %d levels cut before storing it",
-                self.name,
-                deepjson.describe(transformed),
-                prepared.cut,
-                deepjson.MAX_DEPTH,
-            )
-        return prepared
-
     # ReflectorSink ------------------------------------------------------------------------------
 
     def prepare_listed(self, item: Object) -> Prepared | None:
         """Transforms and encodes each listed item as it arrives, so its dicts can go at once;
         None for an item skipped (reported; the list goes on without it)."""
-        return self._prepared(item)
+        return self._intake.prepared(item)
 
     def on_list(self, items: list[Prepared | None], resource_version: str) -> None:
         """A (re)list from the reflector: replaces the store, notifying adds, updates of objects whose resourceVersion changed, and deletes; the first list marks the informer synced. Skipped items (None) are left out, so a version of them cached before is deleted."""
@@ -407,41 +330,10 @@ class SharedInformer:
         """One watch event from the reflector: applied to the store, then notified in order.
         An object skipped (see the module docstring) is removed from the store instead, its
         cached version, if any, notified as deleted."""
-        if event_type == "DELETED":
-            self._deleted(obj)
-            return
-        prepared = self._prepared(obj)
-        if prepared is None:
-            self._drop(_key_or_none(obj))
-            return
-        old = self.store.put(prepared)
-        if old is None:
-            self._broadcast(_Notification("add", new=obj))
-        else:
-            self._broadcast(_Notification("update", old=old, new=obj))
-
-    def _deleted(self, obj: Object) -> None:
-        key = _key_or_none(obj)
-        try:
-            gone = self._transform(obj) if self._transform else obj
-        except Exception as error:
-            self._skip("transform", obj, error)
-            self._drop(key)
-            return
-        if key is None:
-            self._skip("key", obj, ValueError("no namespace/name"))
-            return
-        self.store.delete(key)
-        self._broadcast(_Notification("delete", old=gone))
-
-    def _drop(self, key: str | None) -> None:
-        """Removes what is cached under `key`, telling handlers of a delete (a Tombstone: the
-        object's last state was not taken in); nothing for an object without a key."""
-        if key is None:
-            return
-        old = self.store.delete(key)
-        if old is not None:
-            self._broadcast(_Notification("delete", old=Tombstone(key, old)))
+        change = self._intake.applied(event_type, obj)
+        if change is not None:
+            kind, old, new = change
+            self._broadcast(_Notification(kind, old=old, new=new))
 
     # Lifecycle ----------------------------------------------------------------------------------
 

@@ -335,7 +335,7 @@ class Store:
         before its indexes and views are derived, so they see what is stored) and encoded
         again; `Prepared.cut` says how many values went."""
         key = _staged("key", key_of, obj)
-        stored, cut = self._encoded(obj)
+        stored, cut = _encoded(self._codec, obj)
         return Prepared(
             key,
             stored,
@@ -344,17 +344,6 @@ class Store:
             _staged("view", self._views.derive, obj),
             cut,
         )
-
-    def _encoded(self, obj: Object) -> tuple[Any, int]:
-        try:
-            return self._codec.encode(obj), 0
-        except TypeError as error:  # orjson.JSONEncodeError is a TypeError
-            if not deepjson.too_deep(error):
-                raise StageFailed("encode", error) from error
-            cut = deepjson.cut_deep(obj)
-        except Exception as error:
-            raise StageFailed("encode", error) from error
-        return _staged("encode", self._codec.encode, obj), cut
 
     def replace(self, objects: Iterable[Object]) -> list[Change]:
         """Makes the cache equal to ``objects`` (a relist) and says what changed."""
@@ -421,6 +410,20 @@ class NamespaceObjects(Mapping[str, Object]):
 
     def __len__(self) -> int:
         return len(self._store.index_keys(NAMESPACE_INDEX, self._namespace))
+
+
+def _encoded(codec: Codec, obj: Object) -> tuple[Any, int]:
+    """(what `codec` stores of `obj`, values cut); an object too deep to encode is cut to
+    deepjson.MAX_DEPTH in place and encoded again; StageFailed("encode") for any refusal."""
+    try:
+        return codec.encode(obj), 0
+    except TypeError as error:  # orjson.JSONEncodeError is a TypeError
+        if not deepjson.too_deep(error):
+            raise StageFailed("encode", error) from error
+        cut = deepjson.cut_deep(obj)
+    except Exception as error:
+        raise StageFailed("encode", error) from error
+    return _staged("encode", codec.encode, obj), cut
 
 
 def _staged(stage: str, step: Callable[[Object], Any], obj: Object) -> Any:

@@ -17,7 +17,8 @@ from ..apis.mtq import VMMRQS
 from ..config.kubevirt import settings_from
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
-from ..generic.informer import ResourceEventHandler, SharedInformerFactory, SkipReporter
+from ..generic.informer import ResourceEventHandler, SharedInformerFactory
+from ..generic.intake import SkipReporter
 from ..generic.meta import metadata
 from ..generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..generic.store import NamespaceObjects

@@ -14,11 +14,8 @@ import pytest
 from harvester_quota.generic import deepjson
 from harvester_quota.generic.client import ListResult, WatchEvent
 from harvester_quota.generic.clock import FakeClock, settle
-from harvester_quota.generic.informer import (
-    ResourceEventHandler,
-    SharedInformer,
-    SkippedObject,
-)
+from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
+from harvester_quota.generic.intake import SkippedObject
 from harvester_quota.generic.listdecode import split_list
 from harvester_quota.generic.reflector import ItemHook
 from harvester_quota.generic.resource import Object
