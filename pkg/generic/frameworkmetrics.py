@@ -104,8 +104,8 @@ class SkipMetrics:
         self.skipped = MetricFactory(registry).counter(
             "informer_objects_skipped",
             "Objects an informer kept out of its cache, or a handler failed on, by informer "
-            "resource and the stage that refused them (decode, transform, key, encode, index, "
-            "view, handler).",
+            "resource and the stage that refused them (transform, key, encode, index, view, "
+            "listener, handler).",
             ["resource", "stage"],
         )
 

@@ -19,6 +19,8 @@ good while fresh replicas never synced). The per-object contract:
   with the object skipped, so a fresh replica syncs;
 - a skipped object is retried when it changes: the next watch event for it, or the next relist,
   goes through every stage again; a delete of it drops whatever is cached;
+- a view's listener that raises (stage ``listener``) never leaves a write half-applied: the
+  store isolates it (storeviews.py), the object is cached and that listener forgets its key;
 - a handler that raises on a notification (stage ``handler``) is logged, and the handler gets
   the next notification as usual: it never stops delivery, to itself or to others;
 - every skip is logged at WARNING naming the object (kind, namespace/name, uid) and the stage,
@@ -251,8 +253,15 @@ class SharedInformer:
         self.present: bool | None = None
         """For an optional kind: whether the server served it at the last look (None: not
         looked yet, or the look failed before any answer)."""
-        self.store = Store(indexers=indexers, codec=codec)
-        self._transform = transform
+        self.store = Store(
+            indexers=indexers,
+            codec=codec,
+            # the intake is made after the store it fills, so it is looked up when called
+            view_failed=lambda view, key, error: self._intake.listener_failed(  # noqa: PLW0108
+                view, key, error
+            ),
+        )
+        """A view's listener that raises is isolated by the store and reported as a skip."""
         self._intake = Intake(name, self.store, transform, skips)
         """Takes objects into the store, each on its own (intake.py)."""
         self._clock = clock

@@ -27,7 +27,8 @@ class SkippedObject:
     resource: str
     """The informer's name (its resource, e.g. ``pods``)."""
     stage: str
-    """transform, key, encode, index, view or handler."""
+    """transform, key, encode, index, view, listener (a view's listener raised: the object is
+    cached, that listener forgot it) or handler."""
     obj: Any
     """The object as it arrived (for naming it and referring to it in an Event)."""
     reason: str
@@ -95,6 +96,14 @@ class Intake:
     def handler_failed(self, subject: Any, error: Exception) -> None:
         """A handler raised on a notification about `subject` (it was logged already)."""
         self._tell(SkippedObject(self.name, "handler", subject, f"{type(error).__name__}: {error}"))
+
+    def listener_failed(self, view: str, key: str, error: Exception) -> None:
+        """A view's listener raised on `key` (StoreViews isolated it: the write completed and
+        the listener forgot the key): reported at stage ``listener``."""
+        namespace, _, name = key.rpartition("/")
+        subject = {"metadata": {"namespace": namespace, "name": name}}
+        reason = f"view {view}: {type(error).__name__}: {error}"
+        self._tell(SkippedObject(self.name, "listener", subject, reason))
 
     def _deleted(self, obj: Object) -> Change | None:
         key = _key_or_none(obj)

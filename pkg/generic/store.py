@@ -24,7 +24,7 @@ import orjson
 from . import deepjson
 from .resource import Object, key_of
 from .storeindex import IndexFunc, StoreIndex
-from .storeviews import StoreViews, ViewListener
+from .storeviews import StoreViews, ViewFailed, ViewListener
 from .zstdcodec import ZstdCodec, exact_bytes
 
 __all__ = [
@@ -224,14 +224,17 @@ class Store:
         *,
         indexers: dict[str, IndexFunc] | None = None,
         codec: Codec | str = DEFAULT_CODEC,
+        view_failed: ViewFailed | None = None,
     ) -> None:
+        """`view_failed`: told when a view's listener raised (StoreViews isolates it: the write
+        completes whole); None: logged only."""
         self._codec: Codec = CODECS[codec]() if isinstance(codec, str) else codec
         self._items: dict[str, Any] = {}
         self._versions: dict[str, str] = {}
         """key -> metadata.resourceVersion of what is stored (to tell an unchanged relist item)."""
         self._index = StoreIndex()
         self._index.add_indexer(NAMESPACE_INDEX, namespace_index, ())
-        self._views = StoreViews()
+        self._views = StoreViews(view_failed)
         self.has_index = self._index.has_index
         """Whether an index of that name exists (StoreIndex.has_index)."""
         self.index_keys = self._index.index_keys
@@ -295,7 +298,10 @@ class Store:
         (never by decoding what is stored, except once for what is cached already, at once).
         The store keeps nothing of it: the listener keeps what it needs, so a consumer that
         reads a few fields of many objects can hold just those, and aggregates that are always
-        exactly what the store holds. `derive` must not raise; it runs on the event loop."""
+        exactly what the store holds. `derive` runs on the event loop; when it raises on an
+        object, the write of that object is refused (StageFailed("view")). A `listener` that
+        raises never leaves a write half-applied: it is isolated (StoreViews), told None for
+        the key, and `view_failed` is told."""
         self._views.add(name, derive, listener, self._decoded_items())
 
     def upsert(self, obj: Object) -> Object | None:

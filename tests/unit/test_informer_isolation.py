@@ -346,3 +346,32 @@ async def test_handler_a_failure_on_one_object_is_named_and_counted_and_delivery
     assert skips.named() == [("handler", "object ns/bad (uid uid-bad)")]
     assert "add handler failed for ns/bad" in caplog.text
     await shared.stop()
+
+
+# View listener --------------------------------------------------------------------------------
+
+
+async def test_listener_one_that_raises_is_isolated_and_reported_and_others_flow(
+    clock: FakeClock,
+) -> None:
+    """Abuse: a view's listener raises on one object. Before, the exception left the store's
+    write half-applied and reached the reflector (relist, the same again, never synced)."""
+    lw = ScriptedListerWatcher()
+    lw.add_list(pod("a", "1"), poisoned("bad", "2"), rv="2")
+    lw.add_watch(WatchEvent("ADDED", pod("b", "3")), HANG)
+    skips = Skips()
+    shared = informer(lw, clock, skips)
+    heard: dict[str, Any] = {}
+
+    def listener(key: str, value: Any) -> None:
+        if value is not None and value.get("poison"):
+            raise RuntimeError("this listener cannot take it")
+        heard[key] = value
+
+    shared.store.add_view("labels", lambda o: o["metadata"].get("labels", {}), listener)
+    await started(shared)
+    assert shared.has_synced() and shared.reflector.lists == 1
+    assert names(shared) == ["ns/a", "ns/b", "ns/bad"]
+    assert heard == {"ns/a": {}, "ns/bad": None, "ns/b": {}}
+    assert skips.named() == [("listener", "object ns/bad (uid ?)")]
+    await shared.stop()
