@@ -1,6 +1,16 @@
 """One poisoned object never stops an informer (issue 38): per stage, a poisoned object planted
 beside good ones is skipped (or, too deep, cut), named, counted and retried when it changes,
-while the others still flow and the list completes (a fresh replica syncs)."""
+while the others still flow and the list completes (a fresh replica syncs).
+
+Each was run against the old behaviour of its stage, the product part reverted locally (see
+the commit that added this paragraph): decode (deepjson.loads as orjson.loads) fails both decode
+tests (never synced; ListDecodeError); the intake re-raising every skip (as the reflector used to
+get it) fails the transform, encode and both poisoned-view tests (never synced, or the stale
+object kept); no cut in Store.prepare fails the encode test (the deep object skipped, not
+cached); the unbounded deadline fails the int64 test (skipped at stage view, OverflowError); no
+handler-failure report fails the handler test (nothing counted); the listener called bare fails
+the listener test (never synced). `test_cut_bytes_counts_brackets_in_strings_as_text` tests a
+helper of the cut and has no old behaviour to fail on."""
 
 from __future__ import annotations
 
