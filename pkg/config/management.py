@@ -112,7 +112,10 @@ class Management:
     def __post_init__(self) -> None:
         self._closers: list[Callable[[], Awaitable[None]]] = []
         self.informers = SharedInformerFactory(
-            self.client, clock=self.clock, observer=self.framework_metrics, skips=self._skipped
+            self.client,
+            clock=self.clock,
+            observer=self.framework_metrics,
+            skips=self.object_skipped,
         )
         self.controllers = ControllerFactory(
             self.client,
@@ -128,7 +131,7 @@ class Management:
             self.client, COMPONENT, host=self.options.identity, clock=self.clock
         )
 
-    def _skipped(self, skipped: SkippedObject) -> None:
+    def object_skipped(self, skipped: SkippedObject) -> None:
         """An informer skipped an object (informer.py): counted, and a Warning Event on it
         when it can be referred to (it has a kind and a name)."""
         if self.skip_metrics is not None:
