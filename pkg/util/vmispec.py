@@ -30,12 +30,27 @@ def sequence_at(parent: Mapping[str, Any], key: str, where: str) -> Sequence[Any
     return value
 
 
+COUNT_MAX = 2**32 - 1
+"""The largest count KubeVirt's Go types hold: CPU sockets, cores, threads, maxSockets and the
+I/O thread pool's count are uint32 there."""
+
+
 def int_at(parent: Mapping[str, Any], key: str, where: str) -> int:
+    """A KubeVirt count (0 when unset); ValueError for a value that is no integer or is outside
+    0..COUNT_MAX.
+
+    Bounded (issue 38): the API server stores any integer a tenant writes there, while
+    virt-controller cannot decode one outside uint32 and renders no launcher for it; unbounded,
+    the product multiplied the factors and overflowed a float (sockets x cores x threads). A
+    ValueError is an estimate error (rooms.py): that migration gets no room, the side that never
+    gives a tenant more room, and the rest of the namespace is planned."""
     value = parent.get(key)
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{where}.{key} must be an integer, not {value!r}")
+    if not 0 <= value <= COUNT_MAX:
+        raise ValueError(f"{where}.{key} must be within 0..{COUNT_MAX} (uint32), not {value}")
     return value
 
 
