@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from .quantity import Quantity
 
@@ -144,3 +144,33 @@ def parse_time(value: Any, where: str) -> datetime.datetime:
     if parsed.tzinfo is None:
         raise ValueError(f"{where} has no time zone: {value!r}")
     return parsed
+
+
+UNREAD_UNKNOWN_FIELDS: Final = (("spec", "domain", "clock"),)
+"""The fields of a VMI that KubeVirt's schema keeps unknown (x-kubernetes-preserve-unknown-fields
+in the CRDs of KubeVirt v1.6 and v1.8: spec.domain.clock only) and no rule of the product reads
+(the launcher pod's resources, the rooms, the hot-plug check and the preflight never look at the
+guest's clock)."""
+
+
+def strip_vmi_unread_unknown(vmi: Mapping[str, Any]) -> dict[str, Any]:
+    """The VMI without UNREAD_UNKNOWN_FIELDS: the VMI caches' transform (controller and webhook),
+    so that a tenant's JSON there, however deep or large, is dropped before it is encoded and
+    kept (issue 38). Everything else is kept as it is: the launcher rendering reads most of the
+    spec, the metadata and the status. The VMI given is not changed (the dicts on the path to a
+    dropped field are copied)."""
+    result = dict(vmi)
+    for path in UNREAD_UNKNOWN_FIELDS:
+        _drop(result, path)
+    return result
+
+
+def _drop(parent: dict[str, Any], path: tuple[str, ...]) -> None:
+    """Removes `path` below `parent`, copying each dict on the way (nothing if it is absent)."""
+    head, rest = path[0], path[1:]
+    child = parent.get(head)
+    if not rest:
+        parent.pop(head, None)
+    elif isinstance(child, Mapping):
+        parent[head] = dict(child)
+        _drop(parent[head], rest)

@@ -29,6 +29,7 @@ from ..util.resourcequota.base import Mode
 from ..util.resourcequota.handover import room_raise_left
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
+from ..util.vmispec import strip_vmi_unread_unknown
 from .resources.pod.targets import (
     QuotaChanges,
 )
@@ -73,7 +74,10 @@ class WebhookCaches:
         self._migrations = self.factory.informer(
             VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, indexers={MIGRATION_UID_INDEX: _uid_of}
         )
-        self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
+        self._vmis = self.factory.informer(
+            VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread_unknown
+        )
+        """Without the unknown fields no rule reads (vmispec.strip_vmi_unread_unknown)."""
         self.pods = self.factory.informer(
             PODS, label_selector="kubevirt.io=virt-launcher", transform=strip_pod_to_quota_fields
         )
