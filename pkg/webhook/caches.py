@@ -7,6 +7,8 @@ import datetime
 import logging
 from collections.abc import Mapping, Sequence
 
+from prometheus_client import CollectorRegistry
+
 from ..apis.harvester import RATIO_SETTING, SETTINGS
 from ..apis.kubevirt import (
     KUBEVIRTS,
@@ -17,6 +19,7 @@ from ..apis.mtq import VMMRQS
 from ..config.kubevirt import settings_from
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
+from ..generic.frameworkmetrics import SkipMetrics
 from ..generic.informer import ResourceEventHandler, SharedInformerFactory
 from ..generic.intake import SkipReporter
 from ..generic.meta import metadata
@@ -44,6 +47,15 @@ MIGRATION_UID_INDEX = "uid"
 def _uid_of(migration: Object) -> list[str]:
     uid = metadata(migration).get("uid")
     return [str(uid)] if uid else []
+
+
+def counted_skips(registry: CollectorRegistry) -> SkipReporter:
+    """The webhook's `skips` reporter: each object its caches skip is counted in
+    `harvester_quota_informer_objects_skipped_total{resource, stage}` (SkipMetrics on
+    `registry`); the informer has logged it already, naming it. No Warning Event: the webhook
+    keeps no Event recorder (the controller's informers record one on the same objects)."""
+    metrics = SkipMetrics(registry)
+    return lambda skipped: metrics.object_skipped(skipped.resource, skipped.stage)
 
 
 class WebhookCaches:

@@ -44,10 +44,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
-from ..generic.frameworkmetrics import SkipMetrics
 from ..util.resourcequota.base import Mode
 from .admission import BadReview, Denied, Request, parse_review, review_response
-from .caches import WebhookCaches
+from .caches import WebhookCaches, counted_skips
 from .clientgate import ClientGate
 from .connections import (
     ADMISSION_SLOT_WAIT,
@@ -374,13 +373,12 @@ async def serve(
     Leases in `namespace` (its own). `mtq`, `mode`: see WebhookCaches."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
-    skip_metrics = SkipMetrics(REGISTRY)
     caches = WebhookCaches(
         client,
         kubevirt_version=kubevirt_version,
         mtq=mtq,
         mode=mode,
-        skips=lambda skipped: skip_metrics.object_skipped(skipped.resource, skipped.stage),
+        skips=counted_skips(REGISTRY),
     )
     caches.factory.start()
     ledger = AdmissionLedger(REAL_CLOCK)

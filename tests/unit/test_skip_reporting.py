@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any, cast
 
+import pytest
 from harvester_quota.config.management import (
     SKIPPED_REASON,
     Management,
@@ -15,11 +16,13 @@ from harvester_quota.config.management import (
 )
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.events import WARNING
 from harvester_quota.generic.frameworkmetrics import SkipMetrics
 from harvester_quota.generic.informer import SharedInformer
 from harvester_quota.generic.intake import SkippedObject
 from harvester_quota.generic.resource import EVENTS, Object
+from harvester_quota.webhook.caches import WebhookCaches, counted_skips
 from prometheus_client import CollectorRegistry
 
 from tests.unit.fakes import HANG, FakeApi, ScriptedListerWatcher, pod
@@ -110,3 +113,19 @@ async def test_a_skip_without_a_kind_or_name_is_counted_but_gets_no_event() -> N
     assert events_of(api) == []
     assert not skipped_event_target(key_only)
     assert skipped_event_target(kinded_pod("a", "1"))
+
+
+def test_the_webhooks_caches_log_and_count_a_skip_without_an_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Abuse: an object the webhook's launcher-pod cache cannot take (no key can be read from it).
+    It is logged naming it and counted; the webhook has no Event recorder (security.md A3)."""
+    registry = CollectorRegistry()
+    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    caches = WebhookCaches(client, clock=FakeClock(), skips=counted_skips(registry))
+    poison: Object = {"kind": "Pod", "metadata": 7}  # no shape the API server writes
+    caches.pods.on_event("ADDED", poison)
+    caches.pods.on_event("ADDED", kinded_pod("good", "2"))
+    assert sorted(caches.pods.store.list_keys()) == ["ns/good"]
+    assert skipped_count(registry, "pods", "key") == 1
+    assert "skipped Pod None (uid ?) at stage key" in caplog.text
