@@ -32,7 +32,7 @@ from .controller.resourcequota import resourcequota_controller as resourcequota
 from .generic import errors
 from .generic.client import ApiClient
 from .generic.clock import REAL_CLOCK, Clock
-from .generic.frameworkmetrics import FrameworkMetrics
+from .generic.frameworkmetrics import FrameworkMetrics, SkipMetrics
 from .generic.health import HealthServer
 from .generic.leader import LeaderElectionConfig, LeaderElector
 from .generic.requestmetrics import ApiRequestMetrics
@@ -72,6 +72,7 @@ class ControllerApp:
             clock=self.clock,
             registry=self.registry,
             framework_metrics=FrameworkMetrics(self.registry),
+            skip_metrics=SkipMetrics(self.registry),
         )
         self.reconciler = resourcequota.register(self.management)
         if self.options.mtq:

@@ -49,8 +49,11 @@ from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, vali
 from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
 from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+from .util.resourcequota.planviews import migration_plan_view, vmi_facts
+from .util.resourcequota.podindex import NamespacePods, pod_view
 from .util.resourcequota.projectroom import NoRoom, raise_verdict, refusal_verdict
 from .util.resourcequota.rancherpath import raised_annotation
+from .util.screen import screened
 
 
 @dataclass
@@ -117,14 +120,14 @@ async def explain(
         settings[0] if settings else None,
         configured_version=kubevirt_version,
     ).for_namespace(quotas, ns, await _list(client, LIMIT_RANGES, namespace))
-    migrations = await _list(client, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace)
-    vmis = await _list(client, VIRTUAL_MACHINE_INSTANCES, namespace)
+    listed = await _screened_lists(client, namespace)
+    migrations = listed.migrations
     snapshot = NamespaceSnapshot(
         namespace=ns,
         quota=quota,
         migrations=migrations,
-        vmis={name(v): v for v in vmis},
-        pods=await _list(client, PODS, namespace),
+        vmis={name(v): v for v in listed.vmis},
+        pods=listed.pods,
         now=now or datetime.datetime.now(datetime.UTC),
         launcher=launcher,
         mode=mode,
@@ -134,8 +137,42 @@ async def explain(
     result = _explanation(namespace, quota, plan, migrations, events)
     result.rancher_project = await _rancher_project(client, ns, plan)
     result.mtq_locks = locks
-    result.warnings = [*result.warnings, *lock_warnings]
+    result.warnings = [*result.warnings, *lock_warnings, *listed.skipped]
     return result
+
+
+@dataclass
+class _Listed:
+    """The namespace's migrations, VMIs and pods that their per-object computation takes, and
+    a warning naming each it raised on (skipped, as the controller's informers skip it)."""
+
+    migrations: list[Object]
+    vmis: list[Object]
+    pods: NamespacePods
+    skipped: list[str]
+
+
+async def _screened_lists(client: ApiClient, namespace: str) -> _Listed:
+    """Lists the namespace's migrations, VMIs and pods and runs on each the view the
+    controller's caches derive (migration_plan_view, vmi_facts, pod_view): one that raises is
+    skipped and named instead of failing the whole command (util/screen.py)."""
+    migrations, skipped_migrations = screened(
+        await _list(client, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace),
+        migration_plan_view,
+        "VirtualMachineInstanceMigration",
+    )
+    vmis, skipped_vmis = screened(
+        await _list(client, VIRTUAL_MACHINE_INSTANCES, namespace),
+        vmi_facts,
+        "VirtualMachineInstance",
+    )
+    pods, skipped_pods = screened(await _list(client, PODS, namespace), pod_view, "Pod")
+    return _Listed(
+        [m for m, _ in migrations],
+        [v for v, _ in vmis],
+        NamespacePods(view for _, view in pods),
+        [*skipped_migrations, *skipped_vmis, *skipped_pods],
+    )
 
 
 async def _rancher_project(

@@ -18,9 +18,10 @@ from ..apis.kubevirt import KubeVirtControllers
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.controller import ControllerFactory
-from ..generic.events import EventRecorder
-from ..generic.frameworkmetrics import FrameworkMetrics
+from ..generic.events import WARNING, EventRecorder
+from ..generic.frameworkmetrics import FrameworkMetrics, SkipMetrics
 from ..generic.informer import SharedInformerFactory
+from ..generic.intake import SkippedObject
 from ..util.resourcequota.base import Mode
 
 COMPONENT = "harvester-quota"
@@ -71,6 +72,27 @@ class Options:
     covers their rooms; False leaves them on the rule that fails open."""
 
 
+SKIPPED_REASON = "ObjectSkipped"
+"""The reason of the Warning Event on an object an informer skipped."""
+
+
+def skipped_event_target(obj: object) -> bool:
+    """Whether an Event can refer to `obj`: an object with a kind and a name."""
+    if not isinstance(obj, dict):
+        return False
+    meta = obj.get("metadata")
+    return bool(obj.get("kind")) and isinstance(meta, dict) and bool(meta.get("name"))
+
+
+def skipped_message(skipped: SkippedObject) -> str:
+    """What the Event says: which cache, which stage, why, and that a change retries it."""
+    return (
+        f"harvester-quota's {skipped.resource} cache could not take this object "
+        f"(stage {skipped.stage}: {skipped.reason}); it is left out of what the quota "
+        "controller reads until the object changes"
+    )
+
+
 @dataclass
 class Management:
     """The per-process context: client, factories, recorder, clock and options."""
@@ -81,6 +103,8 @@ class Management:
     registry: CollectorRegistry = REGISTRY
     framework_metrics: FrameworkMetrics | None = None
     """Watch events and handler CPU of the informers and controllers (None: not measured)."""
+    skip_metrics: SkipMetrics | None = None
+    """Objects the informers skipped (None: not counted; they are logged and get an Event)."""
     informers: SharedInformerFactory = field(init=False)
     controllers: ControllerFactory = field(init=False)
     recorder: EventRecorder = field(init=False)
@@ -92,7 +116,10 @@ class Management:
     def __post_init__(self) -> None:
         self._closers: list[Callable[[], Awaitable[None]]] = []
         self.informers = SharedInformerFactory(
-            self.client, clock=self.clock, observer=self.framework_metrics
+            self.client,
+            clock=self.clock,
+            observer=self.framework_metrics,
+            skips=self.object_skipped,
         )
         self.controllers = ControllerFactory(
             self.client,
@@ -107,6 +134,14 @@ class Management:
         self.recorder = EventRecorder(
             self.client, COMPONENT, host=self.options.identity, clock=self.clock
         )
+
+    def object_skipped(self, skipped: SkippedObject) -> None:
+        """An informer skipped an object (informer.py): counted, and a Warning Event on it
+        when it can be referred to (it has a kind and a name)."""
+        if self.skip_metrics is not None:
+            self.skip_metrics.object_skipped(skipped.resource, skipped.stage)
+        if skipped_event_target(skipped.obj):
+            self.recorder.event(skipped.obj, WARNING, SKIPPED_REASON, skipped_message(skipped))
 
     async def start(self, sync_timeout: float | None = None) -> bool:
         """Starts the shared informers and every registered controller; True if the caches

@@ -12,6 +12,7 @@ Not thread-safe by design: every update happens on the event loop.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -24,8 +25,14 @@ RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 
 
 def as_float(quantity: Quantity) -> float:
-    """A Quantity in base units (0.25 for 250m), as Prometheus wants it."""
-    return quantity.milli_value() / 1000
+    """A Quantity in base units (0.25 for 250m), as Prometheus wants it; one too large for a
+    float (a tenant's VMI may ask for 1e400 bytes, which parses) is +/-Inf, not OverflowError
+    (that failed the namespace's reconcile after its plan; issue 38). Reporting only: no room
+    is computed from it."""
+    try:
+        return quantity.milli_value() / 1000
+    except OverflowError:
+        return math.copysign(math.inf, quantity.sign())
 
 
 class QuotaMetrics:

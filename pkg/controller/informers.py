@@ -21,11 +21,13 @@ from ..generic.informer import SharedInformer
 from ..generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
+from ..util.vmispec import strip_vmi_unread_unknown
 
 
 @dataclass(frozen=True)
 class QuotaInformers:
-    """Quotas, migrations, VMIs and pods (stripped to what quota usage reads), and what sizes a
+    """Quotas, migrations, VMIs (without the unknown fields no rule reads:
+    vmispec.strip_vmi_unread_unknown) and pods (stripped to what quota usage reads), and what sizes a
     room besides the VMI: Harvester's overhead-ratio setting and the KubeVirt CR (both optional
     kinds), and the LimitRanges, whose defaults fill what a launcher container leaves unset, as
     admission does (util/launcher/limitrange.py)."""
@@ -47,7 +49,7 @@ class QuotaInformers:
         return cls(
             quotas=factory.informer(RESOURCE_QUOTAS),
             migrations=factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS),
-            vmis=factory.informer(VIRTUAL_MACHINE_INSTANCES),
+            vmis=factory.informer(VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread_unknown),
             pods=factory.informer(PODS, transform=strip_pod_to_quota_fields),
             settings=factory.informer(
                 SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True

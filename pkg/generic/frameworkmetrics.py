@@ -8,6 +8,9 @@ An operator asking where a controller's CPU goes wants it split the way the fram
 - `harvester_quota_watch_cpu_seconds_total{resource}`: the CPU of the watch streams' own task:
   reading and splitting the stream, decoding each event, storing it (views included) and
   handing it to the handlers' queues;
+- `harvester_quota_informer_objects_skipped_total{resource, stage}` (`SkipMetrics`, its own
+  class because the webhook counts it too): objects an informer kept out of its cache, or whose
+  notification a handler failed on, by the stage that refused them (informer.py's contract);
 - `harvester_quota_handler_cpu_seconds{controller, handler}`: one observation per run of a
   controller's named handler (so its count is the reconciles by handler), the CPU of that run,
   its API requests' client side included (building, encoding, decoding), its waits not.
@@ -91,3 +94,21 @@ class FrameworkMetrics:
 
     def handler_ran(self, controller: str, handler: str, cpu_seconds: float) -> None:
         self.handler_cpu_seconds.labels(controller, handler).observe(cpu_seconds)
+
+
+class SkipMetrics:
+    """`harvester_quota_informer_objects_skipped_total{resource, stage}` on one registry: what
+    informers skip (informer.SkippedObject). A registry takes one instance, a second raises."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.skipped = MetricFactory(registry).counter(
+            "informer_objects_skipped",
+            "Objects an informer kept out of its cache, or a handler failed on, by informer "
+            "resource and the stage that refused them (transform, key, encode, index, view, "
+            "listener, handler).",
+            ["resource", "stage"],
+        )
+
+    def object_skipped(self, resource: str, stage: str) -> None:
+        """Counts one object `resource`'s informer skipped at `stage`."""
+        self.skipped.labels(resource, stage).inc()

@@ -8,6 +8,32 @@ The contract is client-go's SharedInformer contract:
   queue, so a slow handler delays only itself, never the watch or the other handlers;
 - an object that vanished while the watch was down is reported as a delete with a Tombstone.
 
+One object never stops an informer (issue 38: a tenant's pod or VMI that raised on the way into
+the cache reached the reflector, which relisted, met it again, and the cache stayed stale for
+good while fresh replicas never synced). The per-object contract:
+- an object that fails a stage on its way in (``transform``, ``key``, ``encode``, ``index``,
+  ``view``: the transform, its key, the store's codec, an index function, a view's derive) is
+  *skipped*: kept out of the store and so of every index and view; if an earlier version was
+  cached, it is removed and handlers are told of a delete (a Tombstone of what was cached), so
+  that the cache is what a fresh replica's list makes of the same objects. A list completes
+  with the object skipped, so a fresh replica syncs;
+- a skipped object is retried when it changes: the next watch event for it, or the next relist,
+  goes through every stage again; a delete of it drops whatever is cached;
+- a view's listener that raises (stage ``listener``) never leaves a write half-applied: the
+  store isolates it (storeviews.py), the object is cached and that listener forgets its key;
+- a handler that raises on a notification (stage ``handler``) is logged, and the handler gets
+  the next notification as usual: it never stops delivery, to itself or to others;
+- every skip is logged at WARNING naming the object (kind, namespace/name, uid) and the stage,
+  and told to the informer's `skips` callback (intake.SkippedObject; intake.py does the taking in): the controller counts it
+  (`harvester_quota_informer_objects_skipped_total`, frameworkmetrics.SkipMetrics) and records a
+  Warning Event on the object; the webhook counts it;
+- decoding is not a stage that skips: JSON nested deeper than orjson takes is decoded with what
+  lies beyond deepjson.MAX_DEPTH cut (watchstream.py, listdecode.py), as is an object too deep
+  for the store's codec (Store.prepare), and each cut is logged naming the object; a watch line
+  that does not decode even so is a broken stream (truncated, not JSON), which is relisted with
+  the reflector's backoff, as client-go does. The API server writes no other JSON orjson
+  refuses (numbers it cannot hold and invalid strings are refused at write).
+
 Unlike client-go, a relist does not report unchanged objects (same resourceVersion) as updates,
 the behaviour lasso offers as SyncOnlyChangedObjects: level-triggered controllers gain nothing
 from thousands of no-op updates after every reconnect. Periodic resync, if asked for, does report
@@ -31,6 +57,7 @@ from .client import ApiClient
 from .clock import REAL_CLOCK, Clock
 from .discovery import serves
 from .frameworkmetrics import WatchObserver
+from .intake import Intake, SkipReporter
 from .reflector import (
     DEFAULT_INACTIVITY_TIMEOUT,
     ClientListerWatcher,
@@ -129,6 +156,8 @@ class _Listener:
     task: asyncio.Task[None] | None = None
     synced: bool = False
     warned: bool = False
+    failed: Callable[[Any, Exception], None] | None = None
+    """Told when the handler raised on a notification (the informer reports it as a skip)."""
 
     def push(self, notification: _Notification) -> None:
         self.queue.append(notification)
@@ -169,10 +198,20 @@ class _Listener:
                 await result
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as error:
             log.exception(
                 "%s: %s handler failed for %s", self.name, notification.kind, _key(notification)
             )
+            if self.failed is not None:
+                self.failed(_subject(notification), error)
+
+
+def _subject(notification: _Notification) -> Any:
+    """The object a notification is about, decoded (a Tombstone's last known state)."""
+    subject = notification.new if notification.new is not None else notification.old
+    if isinstance(subject, Tombstone):
+        return subject.obj
+    return subject.get() if isinstance(subject, Encoded) else subject
 
 
 def _key(notification: _Notification) -> str:
@@ -202,7 +241,9 @@ class SharedInformer:
         presence: Presence | None = None,
         presence_period: float = PRESENCE_RECHECK_PERIOD,
         observer: WatchObserver | None = None,
+        skips: SkipReporter | None = None,
     ) -> None:
+        """`skips`: told of every object skipped or failed by a handler (None: logged only)."""
         self.name = name
         self._presence = presence
         """None: a required kind. Otherwise asked before listing and every `presence_period`
@@ -212,8 +253,17 @@ class SharedInformer:
         self.present: bool | None = None
         """For an optional kind: whether the server served it at the last look (None: not
         looked yet, or the look failed before any answer)."""
-        self.store = Store(indexers=indexers, codec=codec)
-        self._transform = transform
+        self.store = Store(
+            indexers=indexers,
+            codec=codec,
+            # the intake is made after the store it fills, so it is looked up when called
+            view_failed=lambda view, key, error: self._intake.listener_failed(  # noqa: PLW0108
+                view, key, error
+            ),
+        )
+        """A view's listener that raises is isolated by the store and reported as a skip."""
+        self._intake = Intake(name, self.store, transform, skips)
+        """Takes objects into the store, each on its own (intake.py)."""
         self._clock = clock
         self._resync_period = resync_period
         self._listeners: list[_Listener] = []
@@ -241,6 +291,7 @@ class SharedInformer:
     ) -> Registration:
         """Registers ``handler``; if the cache is already filled it first gets it all as adds."""
         listener = _Listener(handler, name=f"{self.name}/{name or 'handler'}", resync=resync)
+        listener.failed = self._intake.handler_failed
         self._listeners.append(listener)
         if self._synced.is_set():
             for stored in self.store.encoded():
@@ -262,14 +313,16 @@ class SharedInformer:
 
     # ReflectorSink ------------------------------------------------------------------------------
 
-    def prepare_listed(self, item: Object) -> Prepared:
-        """Transforms and encodes each listed item as it arrives, so its dicts can go at once."""
-        return self.store.prepare(self._transform(item) if self._transform else item)
+    def prepare_listed(self, item: Object) -> Prepared | None:
+        """Transforms and encodes each listed item as it arrives, so its dicts can go at once;
+        None for an item skipped (reported; the list goes on without it)."""
+        return self._intake.prepared(item)
 
-    def on_list(self, items: list[Prepared], resource_version: str) -> None:
-        """A (re)list from the reflector: replaces the store, notifying adds, updates of objects whose resourceVersion changed, and deletes; the first list marks the informer synced."""
+    def on_list(self, items: list[Prepared | None], resource_version: str) -> None:
+        """A (re)list from the reflector: replaces the store, notifying adds, updates of objects whose resourceVersion changed, and deletes; the first list marks the informer synced. Skipped items (None) are left out, so a version of them cached before is deleted."""
         first = not self._synced.is_set()
-        for change in self.store.replace_prepared(items):
+        kept = [item for item in items if item is not None]
+        for change in self.store.replace_prepared(kept):
             if change.new is None:
                 assert change.old is not None
                 tombstone = Tombstone(change.key, change.old.get())
@@ -283,18 +336,13 @@ class SharedInformer:
             self._synced.set()
 
     def on_event(self, event_type: str, obj: Object) -> None:
-        """One watch event from the reflector: applied to the store, then notified in order."""
-        if self._transform:
-            obj = self._transform(obj)
-        if event_type == "DELETED":
-            self.store.delete(key_of(obj))
-            self._broadcast(_Notification("delete", old=obj))
-            return
-        old = self.store.upsert(obj)
-        if old is None:
-            self._broadcast(_Notification("add", new=obj))
-        else:
-            self._broadcast(_Notification("update", old=old, new=obj))
+        """One watch event from the reflector: applied to the store, then notified in order.
+        An object skipped (see the module docstring) is removed from the store instead, its
+        cached version, if any, notified as deleted."""
+        change = self._intake.applied(event_type, obj)
+        if change is not None:
+            kind, old, new = change
+            self._broadcast(_Notification(kind, old=old, new=new))
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -403,9 +451,10 @@ class SharedInformerFactory:
         inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
         presence_period: float = PRESENCE_RECHECK_PERIOD,
         observer: WatchObserver | None = None,
+        skips: SkipReporter | None = None,
     ) -> None:
         """`observer`: told of every informer's watch events and watch CPU (None: nothing is
-        measured)."""
+        measured); `skips`: of every object an informer skips (None: logged only)."""
         self.client = client
         self._namespace = namespace
         self._new_informer = functools.partial(
@@ -415,6 +464,7 @@ class SharedInformerFactory:
             inactivity_timeout=inactivity_timeout,
             presence_period=presence_period,
             observer=observer,
+            skips=skips,
         )
         """SharedInformer with this factory's settings for every informer."""
         self._informers: dict[InformerKey, SharedInformer] = {}

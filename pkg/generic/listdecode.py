@@ -18,15 +18,24 @@ prefix that parses is the item, because no shorter prefix of an object is balanc
 Anything that does not look like that (whitespace, an unexpected first item, an item that will not
 parse within a bounded number of tries) switches to decoding the remainder whole, which is always
 correct and only costs the memory this module exists to save.
+
+An item nested deeper than orjson decodes (a tenant's JSON in a field KubeVirt keeps unknown) is
+decoded with what lies deeper than deepjson.MAX_DEPTH cut, never refused: one such item failed the
+whole list, every relist again (issue 38). `cut` counts the values cut; the item is logged.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
+
+from . import deepjson
+
+log = logging.getLogger(__name__)
 
 ITEMS_OPEN: Final = b'"items":['
 ITEMS_EMPTY: Final = b'"items":[]'
@@ -61,6 +70,8 @@ class ListSplitter:
         self._tries = 0
         self._items_closed = False
         self._whole = False
+        self.cut = 0
+        """Values nested deeper than deepjson.MAX_DEPTH replaced by null, over every item."""
 
     # Feeding ----------------------------------------------------------------------------------
 
@@ -132,14 +143,14 @@ class ListSplitter:
                     self._whole = True
                 return
             try:
-                item = orjson.loads(memoryview(buffer)[: end + 1])
+                item, cut = deepjson.loads(memoryview(buffer)[: end + 1])
             except orjson.JSONDecodeError:
                 self._missed(end)
                 continue
             del buffer[: end + 2]  # the item and the comma after it
             self._search_from = 0
             self._tries = 0
-            self._keep(item)
+            self._keep(item, cut)
 
     def _take_last_item(self) -> None:
         """The last item ends at the first ``}]`` whose prefix parses; failing that, decode whole."""
@@ -150,13 +161,13 @@ class ListSplitter:
             if end < 0:
                 break
             try:
-                item = orjson.loads(memoryview(buffer)[: end + 1])
+                item, cut = deepjson.loads(memoryview(buffer)[: end + 1])
             except orjson.JSONDecodeError:
                 search_from = end + 1
                 continue
             del buffer[: end + 2]
             self._items_closed = True
-            self._keep(item)
+            self._keep(item, cut)
             return
         self._whole = True
 
@@ -166,9 +177,17 @@ class ListSplitter:
         if self._tries > MAX_TRIES_PER_ITEM:
             self._whole = True
 
-    def _keep(self, item: Any) -> None:
+    def _keep(self, item: Any, cut: int = 0) -> None:
         if not isinstance(item, dict):
             raise ListDecodeError(f"list item is not an object: {str(item)[:200]}")
+        if cut:
+            self.cut += cut
+            log.warning(
+                "%s: %d values nested deeper than %d levels cut",
+                deepjson.describe(item),
+                cut,
+                deepjson.MAX_DEPTH,
+            )
         self.items.append(self._each(item) if self._each else item)
 
     # The rest ------------------------------------------------------------------------------------
@@ -179,7 +198,7 @@ class ListSplitter:
             document = bytes(self._buffer)
         else:
             document = self._head + ITEMS_OPEN + bytes(self._buffer)
-        decoded = _loads(document)
+        decoded, cut = _loads(document)
         if "items" not in decoded:
             raise ListDecodeError(f"not a List: no items array in {document[:200]!r}")
         # Go encodes an empty (nil) slice as null; client-go reads that as no items.
@@ -187,25 +206,31 @@ class ListSplitter:
         rest = [] if rest is None else rest
         if not isinstance(rest, list):
             raise ListDecodeError(f"not a List: items is not an array in {document[:200]!r}")
+        if cut:
+            log.warning(
+                "a list: %d values nested deeper than %d levels cut", cut, deepjson.MAX_DEPTH
+            )
+            self.cut += cut
         for item in rest:
             self._keep(item)
         self.list_object = decoded
 
     def _decode_list_object(self, tail: bytes) -> None:
         assert self._head is not None
-        decoded = _loads(self._head + ITEMS_EMPTY + tail)
+        decoded, _ = _loads(self._head + ITEMS_EMPTY + tail)
         decoded.pop("items", None)
         self.list_object = decoded
 
 
-def _loads(document: bytes) -> dict[str, Any]:
+def _loads(document: bytes) -> tuple[dict[str, Any], int]:
+    """The List object and how many values were cut (deepjson.loads)."""
     try:
-        decoded = orjson.loads(document)
+        decoded, cut = deepjson.loads(document)
     except orjson.JSONDecodeError as error:
         raise ListDecodeError(f"undecodable list ({error}): {document[:200]!r}") from error
     if not isinstance(decoded, dict):
         raise ListDecodeError(f"not a List object: {document[:200]!r}")
-    return decoded
+    return decoded, cut
 
 
 def _is_top_level(head: bytes) -> bool:

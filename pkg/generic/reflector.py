@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import errors
+from . import deepjson, errors
 from .backoff import Backoff
 from .client import ApiClient, ListResult, WatchEvent, status_error
 from .clock import REAL_CLOCK, Clock, wait_at_most
@@ -356,6 +356,15 @@ class Reflector:
         if self._observer is not None:
             self._observer.watch_event(self.name, event.type)
         version = (event.object.get("metadata") or {}).get("resourceVersion")
+        if event.cut:
+            log.warning(
+                "%s: %s event of %s: %d values nested deeper than %d levels cut",
+                self.name,
+                event.type,
+                deepjson.describe(event.object),
+                event.cut,
+                deepjson.MAX_DEPTH,
+            )
         if event.type != "BOOKMARK":
             self._sink.on_event(event.type, event.object)
         if version:

@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 
 from .. import __version__
-from . import errors
+from . import deepjson, errors
 from .clock import REAL_CLOCK, Clock
 from .config import ClientConfig
 from .requestmetrics import TRANSPORT_ERROR, RequestObserver
@@ -248,9 +248,10 @@ def add_selectors(
 
 
 def _loads(raw: bytes) -> Any:
-    """The JSON value of a body; ``{}`` for an empty one, None for one that is not JSON."""
+    """The JSON value of a body; ``{}`` for an empty one, None for one that is not JSON; nested
+    deeper than orjson decodes, what lies beyond deepjson.MAX_DEPTH is cut (a tenant's VMI)."""
     try:
-        return orjson.loads(raw) if raw else {}
+        return deepjson.loads(raw)[0] if raw else {}
     except orjson.JSONDecodeError:
         return None
 

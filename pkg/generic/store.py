@@ -21,9 +21,10 @@ from typing import Any, Protocol
 
 import orjson
 
+from . import deepjson
 from .resource import Object, key_of
 from .storeindex import IndexFunc, StoreIndex
-from .storeviews import StoreViews, ViewListener
+from .storeviews import StoreViews, ViewFailed, ViewListener
 from .zstdcodec import ZstdCodec, exact_bytes
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "JsonCodec",
     "NamespaceObjects",
     "Prepared",
+    "StageFailed",
     "Store",
     "Tombstone",
     "Transform",
@@ -178,6 +180,17 @@ class Change:
         return bool(self.old.stored == self.new.stored)
 
 
+class StageFailed(Exception):
+    """One object could not be made ready for the store; the store is unchanged by it.
+
+    `stage` says where: ``key`` (no namespace/name), ``encode`` (the codec refused it), ``index``
+    (an index function raised) or ``view`` (a view's derive raised); the cause is chained."""
+
+    def __init__(self, stage: str, cause: BaseException) -> None:
+        super().__init__(f"{stage}: {type(cause).__name__}: {cause}")
+        self.stage = stage
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """An object made ready for the store while its dicts are alive: key, encoding, index values."""
@@ -188,6 +201,9 @@ class Prepared:
     resource_version: str = ""
     views: dict[str, Any] | None = None
     """Each view's value for the object (Store.add_view), computed from its dicts."""
+    cut: int = 0
+    """Values nested deeper than deepjson.MAX_DEPTH that were replaced by null so that the
+    codec could encode the object (0 for any object but a crafted one)."""
 
 
 class Store:
@@ -208,14 +224,17 @@ class Store:
         *,
         indexers: dict[str, IndexFunc] | None = None,
         codec: Codec | str = DEFAULT_CODEC,
+        view_failed: ViewFailed | None = None,
     ) -> None:
+        """`view_failed`: told when a view's listener raised (StoreViews isolates it: the write
+        completes whole); None: logged only."""
         self._codec: Codec = CODECS[codec]() if isinstance(codec, str) else codec
         self._items: dict[str, Any] = {}
         self._versions: dict[str, str] = {}
         """key -> metadata.resourceVersion of what is stored (to tell an unchanged relist item)."""
         self._index = StoreIndex()
         self._index.add_indexer(NAMESPACE_INDEX, namespace_index, ())
-        self._views = StoreViews()
+        self._views = StoreViews(view_failed)
         self.has_index = self._index.has_index
         """Whether an index of that name exists (StoreIndex.has_index)."""
         self.index_keys = self._index.index_keys
@@ -279,18 +298,28 @@ class Store:
         (never by decoding what is stored, except once for what is cached already, at once).
         The store keeps nothing of it: the listener keeps what it needs, so a consumer that
         reads a few fields of many objects can hold just those, and aggregates that are always
-        exactly what the store holds. `derive` must not raise; it runs on the event loop."""
+        exactly what the store holds. `derive` runs on the event loop; when it raises on an
+        object, the write of that object is refused (StageFailed("view")). A `listener` that
+        raises never leaves a write half-applied: it is isolated (StoreViews), told None for
+        the key, and `view_failed` is told."""
         self._views.add(name, derive, listener, self._decoded_items())
 
     def upsert(self, obj: Object) -> Object | None:
-        """Adds or replaces ``obj``; returns the previous object (decoded) or None."""
-        key = key_of(obj)
+        """Adds or replaces ``obj``; returns the previous object (decoded) or None. Raises
+        StageFailed, the store unchanged, when ``obj`` cannot be prepared (see `prepare`)."""
+        return self.put(self.prepare(obj))
+
+    def put(self, entry: Prepared) -> Object | None:
+        """Stores a prepared object (its key's objects, indexes and views together); returns
+        the previous object (decoded) or None."""
+        key = entry.key
         stored = self._items.get(key)
         old = None if stored is None else self._codec.decode(stored)
-        self._items[key] = self._codec.encode(obj)
-        self._versions[key] = _version_of(obj)
-        self._index.update(key, obj)
-        self._views.stored(key, obj)
+        self._items[key] = entry.stored
+        self._versions[key] = entry.resource_version
+        decode = partial(self._codec.decode, entry.stored)  # only for what was not prepared
+        self._index.update_prepared(key, entry.index_values, decode)
+        self._views.stored_prepared(key, entry.views, decode)
         return old
 
     def delete(self, key: str) -> Object | None:
@@ -305,13 +334,21 @@ class Store:
 
     def prepare(self, obj: Object) -> Prepared:
         """Encodes and indexes ``obj`` without storing it (a relist prepares items as they arrive
-        and stores them together once the list is complete)."""
+        and stores them together once the list is complete).
+
+        Raises StageFailed naming the stage that refused it; nothing is stored then. An object
+        nested too deep for the codec is first cut to deepjson.MAX_DEPTH levels (in place,
+        before its indexes and views are derived, so they see what is stored) and encoded
+        again; `Prepared.cut` says how many values went."""
+        key = _staged("key", key_of, obj)
+        stored, cut = _encoded(self._codec, obj)
         return Prepared(
-            key_of(obj),
-            self._codec.encode(obj),
-            self._index.values_of(obj),
+            key,
+            stored,
+            _staged("index", self._index.values_of, obj),
             _version_of(obj),
-            self._views.derive(obj),
+            _staged("view", self._views.derive, obj),
+            cut,
         )
 
     def replace(self, objects: Iterable[Object]) -> list[Change]:
@@ -379,6 +416,28 @@ class NamespaceObjects(Mapping[str, Object]):
 
     def __len__(self) -> int:
         return len(self._store.index_keys(NAMESPACE_INDEX, self._namespace))
+
+
+def _encoded(codec: Codec, obj: Object) -> tuple[Any, int]:
+    """(what `codec` stores of `obj`, values cut); an object too deep to encode is cut to
+    deepjson.MAX_DEPTH in place and encoded again; StageFailed("encode") for any refusal."""
+    try:
+        return codec.encode(obj), 0
+    except TypeError as error:  # orjson.JSONEncodeError is a TypeError
+        if not deepjson.too_deep(error):
+            raise StageFailed("encode", error) from error
+        cut = deepjson.cut_deep(obj)
+    except Exception as error:
+        raise StageFailed("encode", error) from error
+    return _staged("encode", codec.encode, obj), cut
+
+
+def _staged(stage: str, step: Callable[[Object], Any], obj: Object) -> Any:
+    """`step(obj)`, any exception it raises as StageFailed(`stage`)."""
+    try:
+        return step(obj)
+    except Exception as error:
+        raise StageFailed(stage, error) from error
 
 
 def _version_of(obj: Object) -> str:

@@ -66,17 +66,12 @@ class StoreIndex:
         for key, obj in existing:
             self._add(name, key, index_values(function, obj))
 
-    def update(self, key: str, obj: Object) -> None:
-        """Indexes `key` as holding `obj` now, in place of whatever it was indexed under."""
-        self.delete(key)
-        for name, function in self._indexers.items():
-            self._add(name, key, index_values(function, obj))
-
     def update_prepared(
         self, key: str, values: Mapping[str, tuple[str, ...]], decode: Callable[[], Object]
     ) -> None:
-        """As `update`, with each index's values given (`values_of`, computed earlier); an
-        index added since is computed now, over `decode()`, called once at most."""
+        """Indexes `key` as holding the object now, in place of whatever it was indexed under,
+        each index's values given (`values_of`, computed earlier); an index added since is
+        computed now, over `decode()`, called once at most."""
         self.delete(key)
         obj: Object | None = None
         for name, function in self._indexers.items():

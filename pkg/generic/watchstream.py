@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from . import errors
+from . import deepjson, errors
 from .resource import Object
 
 WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
@@ -26,16 +26,21 @@ class WatchEvent:
 
     type: str
     object: Object
+    cut: int = 0
+    """How many values nested deeper than deepjson.MAX_DEPTH were replaced by null."""
 
 
 def decode_watch_line(line: bytes) -> WatchEvent:
     """Parses one watch event, refusing anything that is not a well-formed event.
 
     A truncated line, an unknown event type, or a Status where an object was expected raise
-    DecodeError: the caller cannot trust the stream any more and must relist.
+    DecodeError: the caller cannot trust the stream any more and must relist. A line nested
+    deeper than orjson decodes is no such line: it is decoded with what lies deeper than
+    deepjson.MAX_DEPTH cut (a tenant's JSON in a field KubeVirt keeps unknown), and the event
+    says how much was cut.
     """
     try:
-        raw = orjson.loads(line)
+        raw, cut = deepjson.loads(line)
     except orjson.JSONDecodeError as error:
         raise errors.DecodeError(
             f"watch event is not valid JSON ({error}): {line[:200]!r}"
@@ -48,7 +53,7 @@ def decode_watch_line(line: bytes) -> WatchEvent:
     obj: Object = raw["object"]
     if event_type != "ERROR" and (obj.get("kind") == "Status" or "metadata" not in obj):
         raise errors.DecodeError(f"{event_type} event carries a Status, not an object: {obj}")
-    return WatchEvent(event_type, obj)
+    return WatchEvent(event_type, obj, cut)
 
 
 def status_error(status: Object) -> errors.ApiError:

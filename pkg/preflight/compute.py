@@ -24,12 +24,13 @@ from ..generic.resource import Object
 from ..util.harvesterroom import harvester_ratio
 from ..util.launcher import LauncherSettings, launcher_pod_resources
 from ..util.migrationlimits import migration_limits
-from ..util.podusage import pod_quota_usage
+from ..util.podusage import pod_quota_usage, pod_requests
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancherproject import ProjectQuota, project_reference
 from ..util.resourcequota.base import Mode
 from ..util.resources import to_json_dict
+from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
 from .report import Action, Blocker, PreflightReport, Step, VmVerdict
@@ -127,9 +128,15 @@ def _action(strategy: str, migratable: bool) -> Action:
     return "shutdown"
 
 
+GUEST_MEMORY_MAX: Final = 2**63 - 1
+"""Go's int64: no guest KubeVirt can start has more bytes."""
+
+
 def guest_memory_bytes(vmi: Object) -> int:
     """What a migration copies: the guest's memory (memory.guest, else requests.memory, else
-    limits.memory); 0 when the VMI states none."""
+    limits.memory); 0 when the VMI states none. At most GUEST_MEMORY_MAX: a tenant's "1e400"
+    parses, and the copy-time estimate divided it into a float (OverflowError, the whole
+    preflight failed); the estimate is all it sizes, no room."""
     domain = spec(vmi).get("domain") or {}
     resources = domain.get("resources") or {}
     for raw in (
@@ -139,7 +146,7 @@ def guest_memory_bytes(vmi: Object) -> int:
     ):
         if raw is not None:
             try:
-                return Quantity.parse(str(raw)).value()
+                return min(Quantity.parse(str(raw)).value(), GUEST_MEMORY_MAX)
             except ValueError:
                 continue
     return 0
@@ -176,18 +183,39 @@ class _Cluster:
 
     @classmethod
     def indexed(cls, state: ClusterState, plan: Plan) -> _Cluster:
-        launchers = running_launchers(state.pods)
+        """The state indexed; a pod or VMI the per-object reads raise on is skipped and named
+        in the warnings (util/screen.py), so one poisoned object never fails the preflight."""
+        pods, skipped_pods = screened(state.pods, _read_pod, "Pod")
+        kept_pods = [pod for pod, _ in pods]
+        vmis, skipped_vmis = screened(state.vmis, _read_vmi, "VirtualMachineInstance")
+        kept_vmis = [vmi for vmi, _ in vmis]
+        launchers = running_launchers(kept_pods)
         return cls(
             state,
             plan,
-            free_on_nodes(state.nodes, state.pods),
-            location=vmi_nodes(state.vmis, launchers),
-            running=running_vmis(state.vmis, launched_vmis(state.vmis, launchers)),
+            free_on_nodes(state.nodes, kept_pods),
+            location=vmi_nodes(kept_vmis, launchers),
+            running=running_vmis(kept_vmis, launched_vmis(kept_vmis, launchers)),
+            warnings=[*skipped_pods, *skipped_vmis],
             quotas=_by_namespace(state.quotas),
             limit_ranges=_by_namespace(state.limit_ranges),
             vmmrqs=_by_namespace(state.vmmrqs),
             namespaces={name(n): n for n in state.namespaces},
         )
+
+
+def _read_pod(pod: Object) -> object:
+    """What the preflight reads of each pod (running_launchers, free_on_nodes), on its own."""
+    running_launchers([pod])
+    try:
+        return pod_requests(pod)
+    except ValueError:
+        return None  # charged nothing, as free_on_nodes does
+
+
+def _read_vmi(vmi: Object) -> object:
+    """What the preflight reads of each VMI before judging it, on its own."""
+    return vmi_nodes([vmi], {}), running_vmis([vmi], frozenset())
 
 
 def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
@@ -330,7 +358,13 @@ def _step(cluster: _Cluster, drained: list[str]) -> Step:
     candidates = [cluster.rooms[n] for n in sorted(cluster.rooms) if n not in leaving]
     for key, vmi in cluster.running:
         if cluster.location.get(key) in leaving:
-            step.vms.append(_verdict(cluster, vmi, candidates))
+            try:
+                step.vms.append(_verdict(cluster, vmi, candidates))
+            except Exception as error:  # one VMI never fails the preflight (issue 38)
+                cluster.warnings.append(
+                    f"skipped {named('VirtualMachineInstance', vmi)}: cannot judge it "
+                    f"({type(error).__name__}: {error}); check it by hand"
+                )
     return step
 
 

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from .quantity import Quantity
 from .quotascope import reduced_affinity
-from .vmispec import mapping_at, parse_time, quantity_of, sequence_at
+from .vmispec import deletion_deadline, mapping_at, quantity_of, sequence_at
 
 __all__ = [
     "ResourceList",
@@ -329,12 +329,8 @@ def pod_counts_against_quota(pod: Mapping[str, Any], now: datetime.datetime | No
         return True
     if now.tzinfo is None:
         raise ValueError("now must be a timezone-aware datetime")
-    if isinstance(grace, bool) or not isinstance(grace, int):
-        raise ValueError(f"metadata.deletionGracePeriodSeconds must be an integer: {grace!r}")
-    deadline = parse_time(deletion, "metadata.deletionTimestamp") + datetime.timedelta(
-        seconds=grace
-    )
-    return not now > deadline
+    deadline = deletion_deadline(deletion, grace)
+    return deadline is None or not now > deadline
 
 
 def _compute_usage(requests: ResourceList, limits: ResourceList) -> ResourceList:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from .quantity import Quantity
 
@@ -30,12 +30,27 @@ def sequence_at(parent: Mapping[str, Any], key: str, where: str) -> Sequence[Any
     return value
 
 
+COUNT_MAX = 2**32 - 1
+"""The largest count KubeVirt's Go types hold: CPU sockets, cores, threads, maxSockets and the
+I/O thread pool's count are uint32 there."""
+
+
 def int_at(parent: Mapping[str, Any], key: str, where: str) -> int:
+    """A KubeVirt count (0 when unset); ValueError for a value that is no integer or is outside
+    0..COUNT_MAX.
+
+    Bounded (issue 38): the API server stores any integer a tenant writes there, while
+    virt-controller cannot decode one outside uint32 and renders no launcher for it; unbounded,
+    the product multiplied the factors and overflowed a float (sockets x cores x threads). A
+    ValueError is an estimate error (rooms.py): that migration gets no room, the side that never
+    gives a tenant more room, and the rest of the namespace is planned."""
     value = parent.get(key)
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{where}.{key} must be an integer, not {value!r}")
+    if not 0 <= value <= COUNT_MAX:
+        raise ValueError(f"{where}.{key} must be within 0..{COUNT_MAX} (uint32), not {value}")
     return value
 
 
@@ -91,6 +106,32 @@ def vmi_interfaces(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return result
 
 
+FAR_FUTURE = datetime.datetime.max.replace(tzinfo=datetime.UTC)
+"""The deadline of a pod whose grace period ends beyond what a datetime holds (year 9999)."""
+
+
+def deletion_deadline(deletion: Any, grace: Any) -> datetime.datetime | None:
+    """When a pod being deleted stops counting for quota: its deletionTimestamp plus its
+    deletionGracePeriodSeconds (None unless both are set). ValueError for a field of the wrong
+    type or form.
+
+    Bounded: a tenant with ``edit`` may delete its pod with any grace period up to Go's int64
+    (the API server stores it, its own arithmetic wrapping silently), and the sum overflowed
+    Python's datetime (OverflowError, issue 38). A deadline beyond year 9999 (or before year 1)
+    is `FAR_FUTURE`: the pod counts as long as it exists, as it does while any deletion is under
+    way. Counting it is the side that never gives a tenant more room: a pod still running is
+    charged; Kubernetes' own evaluator, whose arithmetic wraps, may charge it less."""
+    if deletion is None or grace is None:
+        return None
+    if isinstance(grace, bool) or not isinstance(grace, int):
+        raise ValueError(f"metadata.deletionGracePeriodSeconds must be an integer: {grace!r}")
+    moment = parse_time(deletion, "metadata.deletionTimestamp")
+    try:
+        return moment + datetime.timedelta(seconds=grace)
+    except OverflowError:
+        return FAR_FUTURE
+
+
 def parse_time(value: Any, where: str) -> datetime.datetime:
     """An RFC 3339 timestamp with its time zone, as the API server writes them; ValueError that
     names `where` for anything else."""
@@ -103,3 +144,33 @@ def parse_time(value: Any, where: str) -> datetime.datetime:
     if parsed.tzinfo is None:
         raise ValueError(f"{where} has no time zone: {value!r}")
     return parsed
+
+
+UNREAD_UNKNOWN_FIELDS: Final = (("spec", "domain", "clock"),)
+"""The fields of a VMI that KubeVirt's schema keeps unknown (x-kubernetes-preserve-unknown-fields
+in the CRDs of KubeVirt v1.6 and v1.8: spec.domain.clock only) and no rule of the product reads
+(the launcher pod's resources, the rooms, the hot-plug check and the preflight never look at the
+guest's clock)."""
+
+
+def strip_vmi_unread_unknown(vmi: Mapping[str, Any]) -> dict[str, Any]:
+    """The VMI without UNREAD_UNKNOWN_FIELDS: the VMI caches' transform (controller and webhook),
+    so that a tenant's JSON there, however deep or large, is dropped before it is encoded and
+    kept (issue 38). Everything else is kept as it is: the launcher rendering reads most of the
+    spec, the metadata and the status. The VMI given is not changed (the dicts on the path to a
+    dropped field are copied)."""
+    result = dict(vmi)
+    for path in UNREAD_UNKNOWN_FIELDS:
+        _drop(result, path)
+    return result
+
+
+def _drop(parent: dict[str, Any], path: tuple[str, ...]) -> None:
+    """Removes `path` below `parent`, copying each dict on the way (nothing if it is absent)."""
+    head, rest = path[0], path[1:]
+    child = parent.get(head)
+    if not rest:
+        parent.pop(head, None)
+    elif isinstance(child, Mapping):
+        parent[head] = dict(child)
+        _drop(parent[head], rest)

@@ -7,6 +7,8 @@ import datetime
 import logging
 from collections.abc import Mapping, Sequence
 
+from prometheus_client import CollectorRegistry
+
 from ..apis.harvester import RATIO_SETTING, SETTINGS
 from ..apis.kubevirt import (
     KUBEVIRTS,
@@ -17,7 +19,9 @@ from ..apis.mtq import VMMRQS
 from ..config.kubevirt import settings_from
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
+from ..generic.frameworkmetrics import SkipMetrics
 from ..generic.informer import ResourceEventHandler, SharedInformerFactory
+from ..generic.intake import SkipReporter
 from ..generic.meta import metadata
 from ..generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..generic.store import NamespaceObjects
@@ -28,6 +32,7 @@ from ..util.resourcequota.base import Mode
 from ..util.resourcequota.handover import room_raise_left
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
+from ..util.vmispec import strip_vmi_unread_unknown
 from .resources.pod.targets import (
     QuotaChanges,
 )
@@ -44,6 +49,15 @@ def _uid_of(migration: Object) -> list[str]:
     return [str(uid)] if uid else []
 
 
+def counted_skips(registry: CollectorRegistry) -> SkipReporter:
+    """The webhook's `skips` reporter: each object its caches skip is counted in
+    `harvester_quota_informer_objects_skipped_total{resource, stage}` (SkipMetrics on
+    `registry`); the informer has logged it already, naming it. No Warning Event: the webhook
+    keeps no Event recorder (the controller's informers record one on the same objects)."""
+    metrics = SkipMetrics(registry)
+    return lambda skipped: metrics.object_skipped(skipped.resource, skipped.stage)
+
+
 class WebhookCaches:
     """The informer caches the validators read (implements resources.common.Lookups)."""
 
@@ -55,14 +69,16 @@ class WebhookCaches:
         kubevirt_version: str | None = None,
         mtq: bool = True,
         mode: Mode = "auto",
+        skips: SkipReporter | None = None,
     ) -> None:
         """`mtq`: namespaces with a VirtualMachineMigrationResourceQuota are MTQ mode's, and
         their quotas are no managed quota here (no room rules, no target wait), as the
-        controller's --no-mtq decides. `mode`: the controller's --mode (base_mode)."""
+        controller's --no-mtq decides. `mode`: the controller's --mode (base_mode). `skips`: told
+        of every object the caches skip (informer.py; None: logged only)."""
         self._mode: Mode = mode
         self._clock = clock
         self._kubevirt_version = kubevirt_version
-        self.factory = SharedInformerFactory(client, clock=clock)
+        self.factory = SharedInformerFactory(client, clock=clock, skips=skips)
         self.quotas = self.factory.informer(
             RESOURCE_QUOTAS, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
         )
@@ -70,7 +86,10 @@ class WebhookCaches:
         self._migrations = self.factory.informer(
             VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, indexers={MIGRATION_UID_INDEX: _uid_of}
         )
-        self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES)
+        self._vmis = self.factory.informer(
+            VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread_unknown
+        )
+        """Without the unknown fields no rule reads (vmispec.strip_vmi_unread_unknown)."""
         self.pods = self.factory.informer(
             PODS, label_selector="kubevirt.io=virt-launcher", transform=strip_pod_to_quota_fields
         )

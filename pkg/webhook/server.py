@@ -46,7 +46,7 @@ from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..util.resourcequota.base import Mode
 from .admission import BadReview, Denied, Request, parse_review, review_response
-from .caches import WebhookCaches
+from .caches import WebhookCaches, counted_skips
 from .clientgate import ClientGate
 from .connections import (
     ADMISSION_SLOT_WAIT,
@@ -373,7 +373,13 @@ async def serve(
     Leases in `namespace` (its own). `mtq`, `mode`: see WebhookCaches."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
-    caches = WebhookCaches(client, kubevirt_version=kubevirt_version, mtq=mtq, mode=mode)
+    caches = WebhookCaches(
+        client,
+        kubevirt_version=kubevirt_version,
+        mtq=mtq,
+        mode=mode,
+        skips=counted_skips(REGISTRY),
+    )
     caches.factory.start()
     ledger = AdmissionLedger(REAL_CLOCK)
     server = WebhookServer(

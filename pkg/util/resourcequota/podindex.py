@@ -43,6 +43,7 @@ from ..podusage import pod_quota_usage, pod_without_unreadable_quantities
 from ..quantity import Format, Quantity
 from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, pod_scope_facts
 from ..resources import ResourceList
+from ..vmispec import deletion_deadline
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
@@ -182,15 +183,8 @@ def _interned(usage: ResourceList) -> ResourceList:
 
 
 def _deadline(meta: Mapping[str, Any]) -> datetime.datetime | None:
-    deletion, grace = meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")
-    if deletion is None or grace is None:
-        return None
-    if isinstance(grace, bool) or not isinstance(grace, int):
-        raise ValueError(f"metadata.deletionGracePeriodSeconds must be an integer: {grace!r}")
-    moment = datetime.datetime.fromisoformat(str(deletion).replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        raise ValueError(f"metadata.deletionTimestamp has no time zone: {deletion!r}")
-    return moment + datetime.timedelta(seconds=grace)
+    """vmispec.deletion_deadline: bounded, a grace period past year 9999 is FAR_FUTURE."""
+    return deletion_deadline(meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds"))
 
 
 @dataclass

@@ -1,0 +1,43 @@
+"""The VMI caches' transform (issue 38, gap 4): the unknown fields KubeVirt's schema keeps and
+no rule reads (spec.domain.clock) are dropped before encoding; the rest is kept."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from harvester_quota.generic import deepjson
+from harvester_quota.util.launcher.render import launcher_quota_usage
+from harvester_quota.util.vmispec import strip_vmi_unread_unknown
+
+from tests.objects import vmi
+
+
+def deep(levels: int) -> Any:
+    value: Any = {}
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
+def test_a_tenants_deep_clock_is_dropped_and_nothing_read_changes() -> None:
+    """Abuse: 300 levels in spec.domain.clock (past the store codec's 254)."""
+    planted = vmi("v")
+    planted["spec"]["domain"]["clock"] = {"utc": {}, "timer": deep(300)}
+    before = copy.deepcopy(planted)
+
+    stripped = strip_vmi_unread_unknown(planted)
+
+    assert "clock" not in stripped["spec"]["domain"]
+    assert deepjson.depth_of(stripped) < 10
+    assert planted == before, "the object given is not changed"
+    without = copy.deepcopy(before)
+    del without["spec"]["domain"]["clock"]
+    assert stripped == without, "everything else kept"
+    assert launcher_quota_usage(stripped) == launcher_quota_usage(vmi("v")), "clock is not read"
+
+
+def test_a_vmi_without_the_field_or_with_odd_shapes_passes_unchanged() -> None:
+    assert strip_vmi_unread_unknown({"metadata": {"name": "a"}}) == {"metadata": {"name": "a"}}
+    odd = {"metadata": {"name": "a"}, "spec": {"domain": "not an object"}}
+    assert strip_vmi_unread_unknown(odd) == odd
