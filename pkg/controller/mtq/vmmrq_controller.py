@@ -175,6 +175,9 @@ class MtqReconciler:
         namespace = self.writes.newest(f"namespace:{key}", namespace)
         vmmrq = self._vmmrq(key)
         if vmmrq is None:
+            # Gone, its finalizer removed (a tenant's VMMRQ may be): its status's originals
+            # with it. The quotas restore from their own records before the unlock.
+            await self.writes.restore_recorded(key)
             return await self.writes.unlock(namespace)
         now = self.management.clock.now()
         lock = parse_lock(namespace)
