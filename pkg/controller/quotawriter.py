@@ -100,19 +100,22 @@ class QuotaWriter:
         hard: Mapping[str, str],
         *,
         dry_run: bool = False,
+        annotations: Mapping[str, str | None] | None = None,
     ) -> Object:
         """Sets quota `namespace`/`name`'s spec.hard to `hard` (keys of `read`'s it lacks
-        removed), conditional on the resourceVersion of `read`, the quota as the plan read it;
-        returns the answer (with `dry_run`, what would be stored). A Conflict propagates, like
-        every API error."""
+        removed), and its `annotations` (None removing one) in the same write, conditional on
+        the resourceVersion of `read`, the quota as the plan read it; returns the answer (with
+        `dry_run`, what would be stored). A Conflict propagates, like every API error."""
         current = (read.get("spec") or {}).get("hard") or {}
         patch_hard: dict[str, Any] = {k: None for k in current if k not in hard}
         patch_hard.update(hard)
-        version = str(metadata(read).get("resourceVersion"))
+        meta: dict[str, Any] = {"resourceVersion": str(metadata(read).get("resourceVersion"))}
+        if annotations:
+            meta["annotations"] = dict(annotations)
         return await self.client.patch(
             RESOURCE_QUOTAS,
             name,
-            {"metadata": {"resourceVersion": version}, "spec": {"hard": patch_hard}},
+            {"metadata": meta, "spec": {"hard": patch_hard}},
             namespace,
             dry_run=dry_run,
         )

@@ -7,7 +7,9 @@ nor bury the first occurrence. As in client-go's EventCorrelator:
 - from the 10th event of the same object, type and reason within 10 minutes that differs only in
   its message on, they are folded into one Event "(combined from similar events): <latest>";
 - a token bucket per object (burst 25, one token per 5 minutes) drops the rest.
-Recording never blocks the caller: events go through a bounded queue to a background task.
+Recording never blocks the caller: events go through a bounded queue to a background task, served
+round-robin per namespace with a share per namespace (fairqueue.py), so one namespace's flood of
+Warnings (a tenant's objects) neither drops nor delays another namespace's events.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TypeVar
 from . import errors
 from .client import ApiClient
 from .clock import REAL_CLOCK, Clock
+from .fairqueue import FairQueue
 from .resource import EVENTS, Object
 
 log = logging.getLogger(__name__)
@@ -95,7 +98,7 @@ class EventRecorder:
         self._recorded: OrderedDict[tuple[str, ...], _Recorded] = OrderedDict()
         self._similar: OrderedDict[tuple[str, ...], _Similar] = OrderedDict()
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
-        self._queue: asyncio.Queue[tuple[Object, str, str, str]] = asyncio.Queue(QUEUE_SIZE)
+        self._queue: FairQueue[tuple[Object, str, str, str]] = FairQueue(QUEUE_SIZE)
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
         self._last_suffix = 0
@@ -103,14 +106,17 @@ class EventRecorder:
     # Public -------------------------------------------------------------------------------------
 
     def event(self, obj: Object, event_type: str, reason: str, message: str) -> None:
-        """Queues an event for ``obj``; drops it (with a log line) if the queue is full."""
+        """Queues an event for ``obj``; when its namespace's share or the queue is full, an
+        event of the namespace holding the most (this one, if none holds more) is dropped, with
+        a log line."""
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._drain())
-        try:
-            self._queue.put_nowait((obj, event_type, reason, message))
-        except asyncio.QueueFull:
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+        dropped = self._queue.put(namespace, (obj, event_type, reason, message))
+        if dropped is not None:
             self.dropped += 1
-            log.warning("event queue full, dropped %s %s: %s", event_type, reason, message)
+            _obj, kind, why, text = dropped
+            log.warning("event queue full, dropped %s %s: %s", kind, why, text)
 
     async def record(
         self, obj: Object, event_type: str, reason: str, message: str

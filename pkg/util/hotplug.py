@@ -123,8 +123,8 @@ def _asked(template: Mapping[str, Any], kind: str, key: str) -> bool:
 
 
 def _plug_cpu(template: Mapping[str, Any], spec: dict[str, Any], ratio: int) -> bool:
-    """KubeVirt's handleCPUChangeRequest and VMICPUsPatch: more sockets, up to maxSockets, same
-    cores and threads (else a restart), not on ARM; requests and limits the template sets grow
+    """KubeVirt's handleCPUChangeRequest and VMICPUsPatch: more sockets, up to maxSockets, cores
+    and threads as the VMI started with (else a restart, `_surely_changed`), not on ARM; requests and limits the template sets grow
     by 1000m / cpuAllocationRatio per added vCPU."""
     wanted_cpu = mapping_at(_domain(template, "template"), "cpu", "template.domain")
     cpu = mapping_at(_domain(spec, "spec"), "cpu", "spec.domain")
@@ -133,11 +133,8 @@ def _plug_cpu(template: Mapping[str, Any], spec: dict[str, Any], ratio: int) -> 
     most = int_at(cpu, "maxSockets", "spec.domain.cpu")
     if wanted <= sockets or most == 0 or wanted > most or template.get("architecture") == "arm64":
         return False
-    for field in ("cores", "threads"):  # KubeVirt restarts a VM whose cores or threads change
-        if int_at(wanted_cpu, field, "template.domain.cpu") != int_at(
-            cpu, field, "spec.domain.cpu"
-        ):
-            return False
+    if any(_surely_changed(wanted_cpu, cpu, field) for field in ("cores", "threads")):
+        return False  # KubeVirt restarts a VM whose cores or threads differ from its start
     delta_vcpus = _vcpus(wanted_cpu, "template.domain.cpu") - _vcpus(cpu, "spec.domain.cpu")
     spec.setdefault("domain", {})["cpu"] = {**cpu, "sockets": wanted}
     delta = Quantity.parse(f"{max(delta_vcpus, 0) * (1000 // ratio)}m")
@@ -145,6 +142,23 @@ def _plug_cpu(template: Mapping[str, Any], spec: dict[str, Any], ratio: int) -> 
         if _asked(template, kind, "cpu"):
             _set(spec, kind, "cpu", _current(spec, kind, "cpu") + delta)
     return True
+
+
+def _surely_changed(wanted_cpu: Mapping[str, Any], cpu: Mapping[str, Any], field: str) -> bool:
+    """Whether the template's `field` (cores or threads) certainly differs from the template
+    the VMI was started from.
+
+    KubeVirt does not compare the template with the VMI: it compares it with the VM spec it
+    recorded when the VMI started (its last-seen ControllerRevision, syncRestartRequired), unset
+    fields as unset, and asks for a restart only when a field it cannot live-update differs. The
+    VMI shows that start template after defaulting: an unset cores or threads became 1. So a
+    template value equal to the VMI's, or unset (0) where the VMI has 1, may be the start value
+    and is not taken for a restart: a VM whose template never set cores or threads hot-plugs
+    its sockets. Erring this way only ever checks an edit KubeVirt restarts for (the check
+    denies at worst); the other way let a tenant through with a hot-plug."""
+    wanted = int_at(wanted_cpu, field, "template.domain.cpu")
+    running = int_at(cpu, field, "spec.domain.cpu")
+    return wanted != running and not (wanted == 0 and running == 1)
 
 
 def _plug_memory(

@@ -8,10 +8,14 @@ import datetime
 from types import SimpleNamespace
 from typing import Any
 
+from harvester_quota.apis.mtq import decode_vmmrq
 from harvester_quota.controller.mtq.reports import MtqWarnings
 from harvester_quota.controller.mtq.windows import RETRY_AFTER_EXPIRY, RETRY_CAP, ExpiredWindows
 from harvester_quota.generic.clock import FakeClock
-from harvester_quota.util.resourcequota.mtq import Lock
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.mtq import Lock, NamespacePlan, Shortfall
+
+ZERO = Quantity()
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -76,3 +80,30 @@ def test_each_warning_is_sent_once_per_change_of_its_text() -> None:
         ("a", "Reason", "short by 2 CPU"),
         ("b", "Reason", "short by 2 CPU"),
     ]
+
+
+def test_warnings_forget_deleted_migrations_and_namespaces_without_a_budget() -> None:
+    """Item 5 of issue 38: the memory of what was reported kept an entry per migration ever
+    refused, deleted ones included, so a tenant that creates and deletes migrations the budget
+    cannot release grew the controller's memory without bound. It now holds the migrations
+    still listed, and nothing of a namespace without a VMMRQ."""
+    recorder: Any = SimpleNamespace(event=lambda *_args: None)
+    warnings = MtqWarnings(recorder)
+    budget = decode_vmmrq(
+        {
+            "metadata": {"name": "budget", "namespace": "tenant"},
+            "spec": {"additionalMigrationResources": {"requests.cpu": "1"}},
+        }
+    )
+    short = (Shortfall("rq", "requests.cpu", Quantity.parse("2"), ZERO, ZERO, ZERO),)
+    for round_ in range(10):
+        listed = [migration(f"u{round_}-{i}") for i in range(100)]
+        refused = {str(m["metadata"]["name"]): short for m in listed}
+        plan = NamespacePlan({}, {}, {}, refused, {}, (), ())
+        warnings.not_enough(budget, plan, listed, None)
+    assert len(warnings) == 100, "only the migrations still listed are remembered"
+    warnings.not_enough(budget, NamespacePlan({}, {}, {}, {}, {}, (), ()), [], None)
+    assert len(warnings) == 0
+    warnings.once("rancher/budget", {"metadata": {"namespace": "tenant"}}, "R", "m")
+    warnings.forget("tenant")
+    assert len(warnings) == 0

@@ -21,6 +21,7 @@ from harvester_quota.util.launcher import launcher_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,
+    ANNOTATION_RAISED,
     LABEL_LOCKED,
     NOT_ENOUGH_REASON,
     parse_lock,
@@ -336,6 +337,45 @@ async def test_a_vmmrq_deleted_while_locked_restores_before_it_goes() -> None:
     await h.reconcile(reconciler)
     assert vmmrq(h) is None
     assert_back_to_original(h, s)
+
+
+async def test_a_vmmrq_whose_finalizer_a_tenant_removed_and_deleted_still_restores() -> None:
+    """Issue 38 item 4: a tenant with update and delete on its VMMRQ removes the finalizer and
+    deletes it while the quota is raised: the VMMRQ, and the originals its status held, are
+    gone at once, and the namespace was unlocked with the budget left in the quota for good.
+    The raise carries its own record on the quota, which only our controller writes: the quota
+    is restored from it, the record dropped, and only then is the namespace unlocked."""
+    h = harness()
+    s = setup(h)
+    reconciler = h.reconciler()
+    await lock_and_raise(h, reconciler)
+    assert quota_hard(h) == raised(s)
+    stripped = vmmrq(h)
+    assert stripped is not None
+    stripped["metadata"]["finalizers"] = []
+    h.cluster.put(VMMRQS, stripped)
+    h.cluster.delete_gracefully(VMMRQS, "tenant/budget")
+    assert vmmrq(h) is None, "the premise: without the finalizer it goes at once"
+    await h.reconcile(reconciler)
+    assert_back_to_original(h, s)
+    quota = h.cluster.get(RESOURCE_QUOTAS, "tenant/rq")
+    assert quota is not None
+    assert ANNOTATION_RAISED not in (quota["metadata"].get("annotations") or {})
+
+
+async def test_the_whole_flow_leaves_no_raise_record_behind() -> None:
+    """The record goes with the restore, so a later VMMRQ-less pass restores nothing twice."""
+    h = harness()
+    s = setup(h)
+    reconciler = h.reconciler()
+    await lock_and_raise(h, reconciler)
+    quota = h.cluster.get(RESOURCE_QUOTAS, "tenant/rq")
+    assert quota is not None and ANNOTATION_RAISED in quota["metadata"]["annotations"]
+    await converge(h, reconciler, s["original"])
+    assert_back_to_original(h, s)
+    quota = h.cluster.get(RESOURCE_QUOTAS, "tenant/rq")
+    assert quota is not None
+    assert ANNOTATION_RAISED not in (quota["metadata"].get("annotations") or {})
 
 
 async def test_a_namespace_locked_without_a_vmmrq_is_unlocked() -> None:

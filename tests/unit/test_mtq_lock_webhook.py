@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
-from harvester_quota.util.resourcequota.mtq import ANNOTATION_LOCK, LABEL_LOCKED, Lock
+from harvester_quota.util.resourcequota.mtq import ANNOTATION_LOCK, FINALIZER, LABEL_LOCKED, Lock
 from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.mtq.validator import validate_locked
@@ -65,7 +65,9 @@ def test_every_other_pod_is_refused_saying_why_and_until_when(
     message = denied.value.message
     assert "only the migration target pods are created" in message
     assert "VirtualMachineMigrationResourceQuota budget" in message and "mig0" in message
-    assert "until 2026-01-01T00:00:20Z (at most 20s from now)" in message
+    assert (
+        "until 2026-01-01T00:00:20Z (at most 20s from now) and the quotas are restored" in message
+    )
 
 
 def test_quota_edits_and_vmmrq_creates_and_deletes_are_refused_except_our_controller_s() -> None:
@@ -114,10 +116,45 @@ def test_no_pod_grows_in_place_while_locked_not_even_kubevirts_and_shrinks_pass(
     validate_locked(resize("1", "8"), FakeLookups(), Identities())
 
 
-def test_past_its_deadline_the_lock_admits_everything() -> None:
+def test_past_its_deadline_the_lock_holds_until_the_controller_has_restored_and_unlocked() -> None:
+    """Issue 38 item 4: the webhook let the lock go at its deadline, while the quotas stayed
+    raised until the controller's restore (a moment later, or never with the controller
+    dead): a tenant who created pods right at the deadline took the budget. The lock now holds
+    until the controller removes it, which it does only after the restore."""
     expired = locked(until=NOW)
-    check(expired, "Pod", pod(), user="tenant", operation="CREATE")
-    check(expired, "ResourceQuota", {"metadata": {"name": "rq"}}, user="admin", operation="UPDATE")
+    with pytest.raises(Denied) as denied:
+        check(expired, "Pod", pod(), user="tenant", operation="CREATE")
+    assert "until the quotas are restored (its window ended at 2026-01-01T00:00:00Z)" in (
+        denied.value.message
+    )
+    vmmrq = {"metadata": {"name": "budget", "namespace": "ns"}}
+    with pytest.raises(Denied):
+        check(expired, "VirtualMachineMigrationResourceQuota", vmmrq, user="t", operation="DELETE")
+    check(
+        expired, "ResourceQuota", {"metadata": {"name": "rq"}}, user=CONTROLLER, operation="UPDATE"
+    )
+    check(expired, "Pod", pod("mig-uid"), user=KUBEVIRT_CONTROLLER, operation="CREATE")
+
+
+def test_no_one_but_our_controller_takes_the_restore_finalizer_off_while_locked() -> None:
+    """The tenant lies by omission: with update rights on its VMMRQ it removed the finalizer,
+    so the VMMRQ (and the originals its status records) could go before the restore. Other
+    updates pass; so does any update once unlocked."""
+    held = {"metadata": {"name": "budget", "namespace": "ns", "finalizers": [FINALIZER]}}
+    stripped = {"metadata": {"name": "budget", "namespace": "ns", "finalizers": []}}
+    kind = "VirtualMachineMigrationResourceQuota"
+
+    def update(lookups: FakeLookups, user: str, new: Any) -> None:
+        validate_locked(
+            request(kind, new, held, user=user, operation="UPDATE"), lookups, Identities()
+        )
+
+    with pytest.raises(Denied, match=f"its finalizer {FINALIZER} may not be removed"):
+        update(locked(), "tenant", stripped)
+    relabelled = {"metadata": {**held["metadata"], "labels": {"team": "b"}}}
+    update(locked(), "tenant", relabelled)
+    update(locked(), CONTROLLER, stripped)
+    update(FakeLookups(), "tenant", stripped)
 
 
 def test_an_unlocked_namespace_admits_everything_and_an_unknown_kind_is_an_error() -> None:

@@ -458,3 +458,51 @@ def test_a_cpu_hot_plug_beyond_the_base_is_denied_naming_limits_cpu() -> None:
     assert "needs 600m, 485m left" in denied.value.message
     lookups.quotas["ns"] = quota_with({**used, "limits.cpu": "2315m"})
     validate_vm(request("VirtualMachine", vm_of(instance, sockets=4)), lookups)
+
+
+def socket_only_vmi() -> dict[str, Any]:
+    """A running VMI whose VM's template set only sockets (2, maxSockets 8): KubeVirt's defaults
+    gave the VMI 1 core and 1 thread, which the template never set."""
+    instance = hotpluggable_vmi()
+    instance["spec"]["domain"]["cpu"] = {"sockets": 2, "cores": 1, "threads": 1, "maxSockets": 8}
+    instance["spec"]["domain"]["resources"]["limits"]["cpu"] = "2"
+    return instance
+
+
+def socket_only_vm(instance: dict[str, Any], sockets: int) -> dict[str, Any]:
+    """The VM of `socket_only_vmi`, its template setting `sockets` and no cores or threads."""
+    vm = vm_of(instance)
+    vm["spec"]["template"]["spec"]["domain"]["cpu"] = {"sockets": sockets, "maxSockets": 8}
+    return vm
+
+
+def test_a_template_without_cores_or_threads_hot_plugs_its_sockets() -> None:
+    """Issue 38 item 3: KubeVirt compares the template with the one the VMI started from (unset
+    cores and threads on both sides), not with the VMI's defaulted 1, and hot-plugs 2 -> 8
+    sockets: 6 vCPUs, +600m on the CPU limit at cpuAllocationRatio 10. The check called it a
+    restart and let it through."""
+    instance = socket_only_vmi()
+    template = socket_only_vm(instance, 8)["spec"]["template"]["spec"]
+    grown = hot_plugged(template, instance)
+    assert grown is not None, "KubeVirt hot-plugs these sockets; the check called it a restart"
+    assert grown["spec"]["domain"]["cpu"]["sockets"] == 8
+    limit = grown["spec"]["domain"]["resources"]["limits"]["cpu"]
+    assert Quantity.parse(limit) == Quantity.parse("2600m")
+
+
+def test_a_tenant_cannot_grow_a_vm_without_cores_or_threads_past_the_base_by_hot_plug() -> None:
+    """The tenant lies by omission: a template that never set cores or threads, sockets 2 -> 8.
+    The VM rule passed it as a restart while KubeVirt hot-plugged +600m into the target pod; it
+    is now denied when the 600m do not fit. A real core change still counts as a restart:
+    setting 2 cores is not what the VMI started with."""
+    used = {"limits.cpu": "2515m", "limits.memory": "4864573177"}
+    lookups = FakeLookups(quotas={"ns": quota_with(used)})
+    instance = socket_only_vmi()
+    running(lookups, instance)
+    old = socket_only_vm(instance, 2)
+    with pytest.raises(Denied) as denied:
+        validate_vm(request("VirtualMachine", socket_only_vm(instance, 8), old), lookups)
+    assert "needs 600m" in denied.value.message, denied.value.message
+    more_cores = socket_only_vm(instance, 8)
+    more_cores["spec"]["template"]["spec"]["domain"]["cpu"]["cores"] = 2
+    assert hot_plugged(more_cores["spec"]["template"]["spec"], instance) is None

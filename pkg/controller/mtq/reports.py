@@ -30,12 +30,24 @@ MULTIPLE_REASON: Final = "MultipleMigrationResourceQuotas"
 
 
 class MtqWarnings:
-    """Warnings on `recorder`, each key's message once until it changes."""
+    """Warnings on `recorder`, each key's message once until it changes.
+
+    What is remembered is bounded by what exists: a migration's entry goes when the migration
+    is no longer listed in its namespace (deleted, as tenants' migrations are by the thousand),
+    and a namespace's entries all go when it has no VMMRQ or is deleted (`forget`)."""
 
     def __init__(self, recorder: EventRecorder) -> None:
         self.recorder = recorder
-        self._reported: dict[str, str] = {}
-        """Key (a migration uid, or a VMMRQ's) -> the message last reported."""
+        self._reported: dict[str, dict[str, str]] = {}
+        """Namespace -> key (a migration uid, or a VMMRQ's) -> the message last reported."""
+
+    def __len__(self) -> int:
+        """How many messages are remembered, all namespaces together."""
+        return sum(len(keys) for keys in self._reported.values())
+
+    def forget(self, namespace: str) -> None:
+        """Drops everything remembered of `namespace` (deleted, or without a VMMRQ)."""
+        self._reported.pop(namespace, None)
 
     def not_enough(
         self,
@@ -48,6 +60,10 @@ class MtqWarnings:
         once per change of its text. Not for a migration the active lock is held for: it fitted
         when the lock was taken, and "short" now means its own target pod already counts in the
         quota's usage while the caches have not shown the pod yet (seen on the local cluster)."""
+        listed = {str(metadata(migration).get("uid")) for migration in migrations}
+        reported = self._reported.get(vmmrq.namespace, {})
+        for key in [k for k in reported if "/" not in k and k not in listed]:
+            del reported[key]  # a migration that is gone
         for migration in migrations:
             name = str(metadata(migration).get("name"))
             uid = str(metadata(migration).get("uid"))
@@ -55,7 +71,7 @@ class MtqWarnings:
             if lock is not None and lock.admits_target_of(uid):
                 continue
             if short is None:
-                self._reported.pop(uid, None)
+                reported.pop(uid, None)
                 continue
             message = not_enough_message(vmmrq.name, vmmrq.namespace, name, short)
             self.once(uid, migration, NOT_ENOUGH_REASON, message)
@@ -69,12 +85,16 @@ class MtqWarnings:
         if refusal is None or not held or obj is None:
             return
         message = rancher_held_message(vmmrq.name, vmmrq.namespace, held, refusal)
-        self.once(f"rancher/{vmmrq.namespace}/{vmmrq.name}", obj, RANCHER_PROTECTED_REASON, message)
+        self.once(f"rancher/{vmmrq.name}", obj, RANCHER_PROTECTED_REASON, message)
 
     def once(self, key: str, obj: Object, reason: str, message: str) -> None:
-        """A Warning on `obj`, unless `key`'s last one said `message` already."""
-        if self._reported.get(key) == message:
+        """A Warning on `obj`, unless `key`'s last one in `obj`'s namespace said `message`
+        already. A key with a "/" is a VMMRQ's (kept until `forget`); one without is a
+        migration's uid (kept while the migration is listed)."""
+        namespace = str(metadata(obj).get("namespace") or "")
+        reported = self._reported.setdefault(namespace, {})
+        if reported.get(key) == message:
             return
-        self._reported[key] = message
+        reported[key] = message
         log.warning("%s", message)
         self.recorder.event(obj, WARNING, reason, message)

@@ -170,11 +170,16 @@ class MtqReconciler:
         """One step towards the plan for namespace `key` (see the module docstring)."""
         if namespace is None:
             self.rancher.forget(key)
+            self.warnings.forget(key)
             return None
         seen = parse_lock(namespace)
         namespace = self.writes.newest(f"namespace:{key}", namespace)
         vmmrq = self._vmmrq(key)
         if vmmrq is None:
+            # Gone, its finalizer removed (a tenant's VMMRQ may be): its status's originals
+            # with it. The quotas restore from their own records before the unlock.
+            await self.writes.restore_recorded(key)
+            self.warnings.forget(key)
             return await self.writes.unlock(namespace)
         now = self.management.clock.now()
         lock = parse_lock(namespace)
@@ -213,7 +218,7 @@ class MtqReconciler:
         decoded.sort(key=lambda v: not v.status.originals)
         for other in decoded[1:]:
             self.warnings.once(
-                f"multiple/{namespace}/{other.name}",
+                f"multiple/{other.name}",
                 self.vmmrqs.store.get(f"{namespace}/{other.name}") or {},
                 MULTIPLE_REASON,
                 f"namespace {namespace} has more than one VirtualMachineMigrationResourceQuota; "

@@ -16,7 +16,7 @@ import datetime
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from ...apis.mtq import VMMRQS, OriginalQuota, Vmmrq, VmmrqStatus
 from ...generic import errors
@@ -29,21 +29,26 @@ from ...generic.resource import NAMESPACES, Object
 from ...util.resourcequota import conditional
 from ...util.resourcequota.mtq import (
     ANNOTATION_LOCK,
+    ANNOTATION_RAISED,
+    FINALIZER,
     LABEL_LOCKED,
     Lock,
     NamespacePlan,
     QuotaView,
     hard_json,
+    original_hard,
     quota_view,
     raise_action,
+    raise_record,
+    recorded_raise,
+    restore_action,
 )
 from ...util.resources import ResourceList
 from ..quotawriter import QuotaWriter
 
 log = logging.getLogger(__name__)
 
-FINALIZER: Final = "mtq.harvester-quota.io/restore"
-"""On a VMMRQ while it records originals: deleting it restores the quotas first."""
+__all__ = ["FINALIZER", "MtqStats", "MtqWrites", "QuotaAction", "RancherRefusal"]
 
 QuotaAction = Callable[[QuotaView, OriginalQuota, ResourceList], ResourceList | None]
 """raise_action or restore_action: the spec.hard to write to a live quota, or None."""
@@ -215,16 +220,40 @@ class MtqWrites:
         verb: str,
     ) -> None:
         """Writes each live quota the `action` wants changed (a quota gone is skipped), in order.
-        A raise stops at Rancher's refusal (the namespace is planned again without its quota);
-        a restore goes on (Rancher's agent resets what it refuses us)."""
+        A raise writes its record (ANNOTATION_RAISED) with it; a restore removes the record,
+        with the restored spec.hard or alone. A raise stops at Rancher's refusal (the namespace
+        is planned again without its quota); a restore goes on (Rancher's agent resets what it
+        refuses us)."""
         quotas = self.live_quotas(namespace)
+        raising = action is raise_action
         for original in originals:
             live = quotas.get(original.name)
-            target = action(live, original, budget) if live is not None else None
-            if target is not None and live is not None:
-                written = await self._write_hard(namespace, live, target, verb)
-                if not written and action is raise_action:
-                    return
+            if live is None:
+                continue
+            target = action(live, original, budget)
+            if target is None and not raising and live.raised_from is not None:
+                target = live.hard  # restored already: the record goes
+            if target is None:
+                continue
+            record = raise_record(original_hard(original), budget) if raising else None
+            written = await self._write_hard(namespace, live, target, verb, record)
+            if not written and raising:
+                return
+
+    async def restore_recorded(self, namespace: str) -> None:
+        """Restores every quota of `namespace` that carries a raise record, from the record
+        alone (the restore rule), and removes the record: for a namespace whose VMMRQ, and the
+        originals its status held, are gone. A record that cannot be read is logged and left."""
+        for live in self.live_quotas(namespace).values():
+            try:
+                recorded = recorded_raise(live)
+            except ValueError as error:
+                log.error("%s: %s; not restored", namespace, error)
+                continue
+            if recorded is not None:
+                original, budget = recorded
+                target = restore_action(live, original, budget) or live.hard
+                await self._write_hard(namespace, live, target, "restored from its record", None)
 
     async def dry_run_hard(self, namespace: str, quota: QuotaView, hard: ResourceList) -> None:
         """Asks the API server (its admission included) whether spec.hard := `hard` would be
@@ -238,18 +267,22 @@ class MtqWrites:
         return self._writes.newest(key, self.quotas.store.get(f"{namespace}/{quota.name}") or {})
 
     async def _write_hard(
-        self, namespace: str, quota: QuotaView, hard: ResourceList, what: str
+        self, namespace: str, quota: QuotaView, hard: ResourceList, what: str, record: str | None
     ) -> bool:
-        """spec.hard := `hard`, conditional on the version read, then status.hard at once (quota
-        admission reads status.hard; kube-controller-manager copies it only a moment later),
-        conditional on spec.hard being still ours (QuotaWriter.copy_hard_to_status). False if
-        Rancher refused the write of its quota (told to `on_rancher_refusal`)."""
+        """spec.hard := `hard` and the raise record := `record` (None: removed, if there), in one
+        write conditional on the version read, then status.hard at once (quota admission reads
+        status.hard; kube-controller-manager copies it only a moment later), conditional on
+        spec.hard being still ours (QuotaWriter.copy_hard_to_status). False if Rancher refused
+        the write of its quota (told to `on_rancher_refusal`)."""
         key = f"quota:{namespace}/{quota.name}"
         read = self._read(namespace, quota)
         version = str(metadata(read).get("resourceVersion"))
         wanted = hard_json(hard)
+        change = {} if record is None and quota.raised_from is None else {ANNOTATION_RAISED: record}
         try:
-            written = await self.writer.patch_hard_at_version(namespace, quota.name, read, wanted)
+            written = await self.writer.patch_hard_at_version(
+                namespace, quota.name, read, wanted, annotations=change
+            )
         except errors.ApiError as error:
             if not (quota.rancher_default and errors.denied_by_rancher(error)):
                 raise

@@ -21,7 +21,9 @@ raised value cannot be told from the raise; it is restored to the original.)
 The lock lives on the Namespace: the label LABEL_LOCKED (what the webhook rule selects, so its
 failure policy applies to locked namespaces only) and the annotation ANNOTATION_LOCK, a JSON
 record of the deadline, the VMMRQ and the migrations whose target pods may pass. Past its
-deadline a lock is void, whoever reads it: the webhook stops enforcing it by itself.
+deadline the window is over (the controller raises nothing more and restores), but the webhook
+enforces the lock until the controller removes it, after the restore. Each raise writes its own
+record on the quota (ANNOTATION_RAISED), so the restore does not depend on the VMMRQ surviving.
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ LABEL_LOCKED: Final = "mtq.harvester-quota.io/locked"
 """On a Namespace while MTQ mode holds its lock: "true"."""
 ANNOTATION_LOCK: Final = "mtq.harvester-quota.io/lock"
 """On a locked Namespace: ``{"until": RFC 3339, "vmmrq": name, "migrations": {uid: name}}``."""
+ANNOTATION_RAISED: Final = "mtq.harvester-quota.io/raised-from"
+"""On a quota MTQ mode holds raised, written in the same patch as the raise and removed with the
+restore: ``{"original": spec.hard before the raise, "budget": the budget added}``. The record a
+tenant cannot write (the VMMRQ's status and finalizer may be a tenant's): a namespace whose VMMRQ
+is gone is restored from it before it is unlocked."""
+FINALIZER: Final = "mtq.harvester-quota.io/restore"
+"""On a VMMRQ while it records originals: deleting it restores the quotas first. While the
+namespace is locked only our controller may remove it (the webhook's lock rules)."""
 NOT_ENOUGH_REASON: Final = "NotEnoughResourceToRelease"
 """MTQ's Warning event reason, on a migration the budget cannot release."""
 RANCHER_PROTECTED_REASON: Final = "QuotaProtectedByRancher"
@@ -65,7 +75,9 @@ class Lock:
     """Migration uid -> name: the migrations whose target pods may be created."""
 
     def active(self, now: datetime.datetime) -> bool:
-        """True while `now` is before the deadline."""
+        """True while `now` is before the deadline: the window in which the controller may
+        raise. The webhook enforces the lock longer, for as long as the namespace carries it
+        (the controller removes it only once the quotas are restored)."""
         return now < self.until
 
     def admits_target_of(self, migration_uid: str) -> bool:
@@ -92,8 +104,9 @@ def format_time(moment: datetime.datetime) -> str:
 def parse_lock(namespace: Mapping[str, Any] | None) -> Lock | None:
     """The namespace's lock, or None when it is not labelled locked.
 
-    A labelled namespace whose annotation is missing or unreadable has a lock that is already
-    void (deadline at the epoch): a lock nobody can bound must not lock anything."""
+    A labelled namespace whose annotation is missing or unreadable has a lock whose window is
+    already over (deadline at the epoch): the controller raises nothing under it and restores
+    and unlocks; until then the webhook still enforces it (the label is ours alone)."""
     if labels(namespace).get(LABEL_LOCKED) != "true":
         return None
     text = annotations_of(namespace).get(ANNOTATION_LOCK, "")
@@ -123,6 +136,8 @@ class QuotaView:
     """Which pods it charges (quotascope.py): a target pod outside it is not judged by it."""
     rancher_default: bool = False
     """Labelled as Rancher's default quota: the one Rancher 2.14.6+/2.15.2+ may protect."""
+    raised_from: str | None = None
+    """Its ANNOTATION_RAISED (None without one): the raise MTQ mode holds on it."""
 
 
 def quota_view(quota: Mapping[str, Any]) -> QuotaView:
@@ -136,7 +151,30 @@ def quota_view(quota: Mapping[str, Any]) -> QuotaView:
         spec=spec,
         scope=quota_scope(spec),
         rancher_default=labels(quota).get(LABEL_DEFAULT_RESOURCE_QUOTA) == "true",
+        raised_from=annotations_of(quota).get(ANNOTATION_RAISED),
     )
+
+
+def raise_record(original: Mapping[str, Quantity], budget: Mapping[str, Quantity]) -> str:
+    """The ANNOTATION_RAISED value for a raise of `original` by `budget` (deterministic)."""
+    record = {"original": hard_json(original), "budget": hard_json(budget)}
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def recorded_raise(quota: QuotaView) -> tuple[OriginalQuota, ResourceList] | None:
+    """The original and the budget a quota's ANNOTATION_RAISED records, or None without one.
+    ValueError naming the quota for a record that cannot be read (only our controller writes
+    quotas, so that is a bug or an administrator's hand: it is left for them, not guessed)."""
+    if quota.raised_from is None:
+        return None
+    try:
+        raw = json.loads(quota.raised_from)
+        original = OriginalQuota(quota.name, {"hard": dict(raw["original"])})
+        return original, parse_resource_list(dict(raw["budget"]))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"quota {quota.name}: unreadable {ANNOTATION_RAISED} {quota.raised_from!r}: {error}"
+        ) from error
 
 
 def raise_hard(hard: Mapping[str, Quantity], budget: Mapping[str, Quantity]) -> ResourceList:

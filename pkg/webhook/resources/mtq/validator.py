@@ -1,12 +1,16 @@
-"""Managed-Tenant-Quota lock rules: while a namespace is locked (and before the lock's deadline,
-which this webhook checks itself), only KubeVirt's target pods of the migrations the lock is held
-for are created there; ResourceQuota edits and VirtualMachineMigrationResourceQuota creates and
-deletes are refused, except our controller's. Each denial says why and until when.
+"""Managed-Tenant-Quota lock rules: while a namespace is locked, only KubeVirt's target pods of
+the migrations the lock is held for are created there; ResourceQuota edits, VirtualMachineMigrationResourceQuota
+creates and deletes, and removals of the VMMRQ's restore finalizer are refused, except our
+controller's. Each denial says why and until when.
 
 The lock is read from the Namespace (util/resourcequota/mtq.py): its label selects the webhook
 rule in deploy/ (failure policy Fail: with the webhook down, nothing but our controller changes a
-locked namespace), its annotation carries the deadline and the migrations. A lock past its
-deadline, or one whose annotation cannot be read, admits everything.
+locked namespace), its annotation carries the deadline and the migrations. The lock is enforced
+for as long as the namespace carries it, past its deadline too: the deadline ends the window in
+which the controller raises, and the controller removes the lock only once it has restored the
+quotas (a lock that ended at its deadline let pods into quotas still raised). One whose
+annotation cannot be read is enforced the same (the label and annotation are ours alone; the
+controller restores and unlocks it).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Final
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....apis.mtq import KIND as VMMRQ_KIND
 from ....generic.meta import labels as labels_of
-from ....util.resourcequota.mtq import Lock, format_time, parse_lock
+from ....generic.meta import metadata
+from ....util.resourcequota.mtq import FINALIZER, Lock, format_time, parse_lock
 from ...admission import Denied, Request
 from ..common import Identities, Lookups
 from ..pod.validator import RESIZE, requested_usage
@@ -27,19 +32,24 @@ KINDS: Final = frozenset({"Pod", "ResourceQuota", VMMRQ_KIND})
 
 
 def active_lock(lookups: Lookups, namespace: str) -> Lock | None:
-    """The namespace's lock if it is in force now, else None."""
-    lock = parse_lock(lookups.namespace(namespace))
-    return lock if lock is not None and lock.active(lookups.now()) else None
+    """The namespace's lock, in force until the controller removes it (module docstring)."""
+    return parse_lock(lookups.namespace(namespace))
 
 
 def _why(namespace: str, lock: Lock, now: datetime.datetime) -> str:
-    seconds = max(0, int((lock.until - now).total_seconds() + 0.999))
     migrations = ", ".join(sorted(lock.migrations.values())) or "none"
+    if lock.active(now):
+        seconds = max(0, int((lock.until - now).total_seconds() + 0.999))
+        until = (
+            f"until {format_time(lock.until)} (at most {seconds}s from now) and the quotas are "
+            "restored"
+        )
+    else:
+        until = f"until the quotas are restored (its window ended at {format_time(lock.until)})"
     return (
         f"namespace {namespace} is locked by the Managed-Tenant-Quota mode "
         f"(VirtualMachineMigrationResourceQuota {lock.vmmrq or '?'}) while its quotas are raised "
-        f"for the target pods of live migrations {migrations}, until {format_time(lock.until)} "
-        f"(at most {seconds}s from now); retry after that"
+        f"for the target pods of live migrations {migrations}, {until}; retry after that"
     )
 
 
@@ -71,6 +81,21 @@ def validate_locked(request: Request, lookups: Lookups, identities: Identities) 
         raise Denied(
             f"{VMMRQ_KIND} {request.name}: {request.operation.lower()} is not allowed while {why}"
         )
+    elif _drops_finalizer(request):
+        raise Denied(
+            f"{VMMRQ_KIND} {request.name}: its finalizer {FINALIZER} may not be removed while {why}"
+        )
+
+
+def _drops_finalizer(request: Request) -> bool:
+    """An update that takes FINALIZER off a VMMRQ that had it (only our controller may, once
+    the quotas are restored)."""
+
+    def has(obj: object) -> bool:
+        finalizers = metadata(obj).get("finalizers") if isinstance(obj, dict) else None
+        return isinstance(finalizers, list) and FINALIZER in finalizers
+
+    return request.operation == "UPDATE" and has(request.old) and not has(request.obj)
 
 
 def _check_pod(request: Request, identities: Identities, lock: Lock, why: str) -> None:

@@ -12,8 +12,11 @@ Per namespace it keeps a reservation: after each pod it admits, the larger (per 
 cache showed and the reservation so far, plus the pod's usage. A decision counts the larger of the
 cache and the reservation, so a pod admitted a moment ago counts whether or not the cache has it,
 and never twice. The reservation is dropped `ttl` seconds after the namespace's last admission (by
-then the cache shows every pod quota admission let in), and as soon as other migrations hold the
-room (a new room starts from what the cache shows). Until then a pod deleted in the meantime still
+then the cache shows every pod quota admission let in), and as soon as a migration it was made
+under no longer holds room (a release: the room shrinks and the cache is the figure to start from
+again). A migration that joins does not void it: the pods admitted a moment ago still use the
+quota whatever else is migrating, and a tenant who created a migration between two bursts of pods
+had the second burst decided on the cache alone (`still_holds`). Until then a pod deleted in the meantime still
 counts: a pod that would fit may be denied for up to `ttl` seconds after a burst in the same
 migration's window.
 
@@ -34,6 +37,12 @@ LEDGER_TTL = 10.0
 """Seconds a reservation outlives its namespace's last admission: well beyond the watch delay of
 a busy control plane (under a second with two CPU burners beside the local cluster), and short
 enough that deleted pods are credited again soon."""
+
+
+def still_holds(made_under: frozenset[str], holding: frozenset[str]) -> bool:
+    """Whether a reservation made while the migrations `made_under` held room still counts now
+    that `holding` do: every one of them still holds room (others may have joined)."""
+    return made_under <= holding
 
 
 @dataclass
@@ -85,7 +94,7 @@ class AdmissionLedger:
         if reservation is None:
             return None
         expired = reservation.expires <= self._clock.monotonic()
-        if expired or (holders is not None and holders != reservation.holders):
+        if expired or (holders is not None and not still_holds(reservation.holders, holders)):
             del self._reservations[namespace]
             return None
         return reservation
