@@ -358,6 +358,7 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     )
     instance.reports = instance.inputs = instance.rancher = nothing  # type: ignore[assignment]
     instance.stale_raises = nothing  # type: ignore[assignment]
+    instance.spec_writes = SimpleNamespace(newest=lambda _key, quota: quota)  # type: ignore[assignment]
     return instance
 
 
@@ -375,7 +376,7 @@ def lingering_reconciler(
             namespace=ns,
             quota={},
             snapshot=None,
-            plan=SimpleNamespace(holds_room=held, requeue_after=None),
+            plan=SimpleNamespace(holds_room=held, requeue_after=None, hard={}),
             labels_room=held,
             labelled_for_good=False,
             label_writes_wait=False,
@@ -535,7 +536,7 @@ def rancher_direct_reconciler(
             namespace=ns,
             quota={},
             snapshot=None,
-            plan=SimpleNamespace(holds_room=state["room"], requeue_after=None),
+            plan=SimpleNamespace(holds_room=state["room"], requeue_after=None, hard={}),
             labels_room=label.labels_room,
             labelled_for_good=label.for_good,
             label_writes_wait=label.waits,
@@ -709,4 +710,60 @@ async def test_a_quota_gone_while_the_label_was_written_lets_the_labelled_namesp
 
     instance._plan = plan  # type: ignore[method-assign]
     assert await instance._reconcile("ns", labelled_namespace(None)) == labelled_namespace(None)
+    assert client.labels == ["true", None]
+
+
+def released_reconciler(quota: dict[str, Any]) -> tuple[QuotaReconciler, LabelClient, list[bool]]:
+    """A reconciler whose plans release (base 3 CPUs) on `quota` as the cache holds it, the
+    namespace labelled, its label writes on a LabelClient, no linger."""
+    client, clock, holding = LabelClient(), FakeClock(), [True]
+    instance = bare_reconciler(clock, client, 0.0)
+
+    def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
+        return SimpleNamespace(
+            namespace=ns,
+            quota=quota,
+            snapshot=None,
+            plan=SimpleNamespace(
+                holds_room=holding[0], requeue_after=None, hard={"limits.cpu": "3"}
+            ),
+            labels_room=holding[0],
+            labelled_for_good=False,
+            label_writes_wait=False,
+        )
+
+    async def write(*_: Any) -> None:
+        return None
+
+    instance._plan = plan  # type: ignore[method-assign]
+    instance._write_plan = write  # type: ignore[method-assign, assignment]
+    return instance, client, holding
+
+
+@pytest.mark.parametrize(
+    ("spec", "status"),
+    [("5", "5"), ("3", "5")],
+    ids=["annotation-lowered-quota-not-yet", "spec-lowered-status-not-yet"],
+)
+async def test_the_room_held_label_stays_until_spec_and_status_hard_are_down(
+    spec: str, status: str
+) -> None:
+    """Issue 38, item 4: a release through Rancher's annotation removed the label in the pass
+    that lowered the annotation, while spec.hard and status.hard stayed raised until Rancher's
+    agent copied it: the namespace reopened to pods the label's rule refuses, with the raise
+    still there for them to take. The label now stays until both are down (a direct release's
+    status.hard too, a moment behind its spec.hard); the quota's events run it again."""
+    quota = {
+        "metadata": {"name": "default-q", "namespace": "ns"},
+        "spec": {"hard": {"limits.cpu": spec}},
+        "status": {"hard": {"limits.cpu": status}},
+    }
+    instance, client, holding = released_reconciler(quota)
+    namespace = await instance._reconcile("ns", labelled_namespace(None))
+    holding[0] = False
+    namespace = await instance._reconcile("ns", namespace)
+    assert client.labels == ["true"], "no removal while the raise stands in the quota"
+    quota["spec"]["hard"]["limits.cpu"] = "3"
+    quota["status"]["hard"]["limits.cpu"] = "3"
+    await instance._reconcile("ns", namespace)
     assert client.labels == ["true", None]

@@ -29,6 +29,7 @@ from ...generic.controller import RetryAfter
 from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
+from ...util.quantity import Quantity
 from ...util.resourcequota.base import RANCHER
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
@@ -194,7 +195,8 @@ class QuotaReconciler:
         lingers = unlabel = None
         if not planned.labels_room:
             lingers = self.room_label.lingers(key, namespace, planned.plan.holds_room)
-            if lingers is None:
+            quota = self.spec_writes.newest(key, planned.quota)
+            if lingers is None and raise_down(quota, planned.plan):
                 namespace = await self.room_label.set(namespace, False)
                 unlabel = self.room_label.retry_removal(namespace)
         return requeue(namespace, planned.plan, lingers, unlabel=unlabel, project_recheck=recheck)
@@ -332,6 +334,27 @@ class StaleRaiseView:
             through_rancher=reconciler.rancher.through(planned.namespace, planned.plan),
             label_due=due and not keeps_label,
         )
+
+
+def raise_down(quota: Object, plan: QuotaPlan) -> bool:
+    """Whether the quota's spec.hard and status.hard (what quota admission checks) stand at or
+    below the plan on every key it sets: only then does the room-held label go. A release
+    through Rancher's annotation lowers neither until Rancher's agent copies it and
+    kube-controller-manager publishes it, and a release written directly lowers status.hard a
+    moment after spec.hard; until both are down, a pod the label's rule would refuse could take
+    what is still raised (issue 38). The quota's next events queue the namespace again. A value
+    that cannot be read counts as not down (the label stays: the side that fails closed)."""
+    spec = (quota.get("spec") or {}).get("hard") or {}
+    status = (quota.get("status") or {}).get("hard") or {}
+    try:
+        for key, text in plan.hard.items():
+            wanted = Quantity.parse(text)
+            for current in (spec.get(key), status.get(key)):
+                if current is not None and Quantity.parse(str(current)) > wanted:
+                    return False
+    except ValueError:
+        return False
+    return True
 
 
 def requeue(
