@@ -951,6 +951,7 @@ async def start_socket_only_vm(stack: Stack) -> tuple[Object, Object]:
     )
     cpu = vmi["spec"]["domain"]["cpu"]
     assert (cpu["sockets"], cpu.get("maxSockets")) == (2, 8), cpu
+    assert "cores" not in cpu and "threads" not in cpu, cpu
     return vmi, launcher
 
 
