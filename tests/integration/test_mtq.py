@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
@@ -41,8 +42,10 @@ from harvester_quota.generic.resource import (
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.testbench.sim.rancher.twin import RancherWebhookTwin
-from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.testbench.virtcontroller import EXCEEDED_QUOTA, VirtControllerDriver
+from harvester_quota.util import resources
 from harvester_quota.util.mtqlock import REASON as LEFTOVER_REASON
+from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,
@@ -50,13 +53,16 @@ from harvester_quota.util.resourcequota.mtq import (
     NOT_ENOUGH_REASON,
     RANCHER_PROTECTED_REASON,
     Lock,
+    parse_lock,
 )
+from harvester_quota.util.resources import parse_resource_list_leniently
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
 from tests.integration import deployment
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.tenant import Tenant, grant, tenant
 from tests.integration.test_controllers_on_kubevirt import (
     MIGRATION_TIMEOUT,
     V170_HARD,
@@ -214,9 +220,12 @@ async def tenant_quota(kv: KubeVirtByHand, hard: dict[str, str]) -> None:
     await eventually(filled, what="quota status")
 
 
-async def create_vmmrq(kv: KubeVirtByHand, additional: dict[str, str]) -> Object:
-    """A VMMRQ exactly as MTQ's example manifest has it."""
-    return await kv.api.create(
+async def create_vmmrq(
+    kv: KubeVirtByHand, additional: dict[str, str], api: ApiClient | None = None
+) -> Object:
+    """A VMMRQ exactly as MTQ's example manifest has it, created through `api` (the admin's
+    if None)."""
+    return await (api or kv.api).create(
         VMMRQS,
         {
             "apiVersion": "mtq.kubevirt.io/v1alpha1",
@@ -478,12 +487,15 @@ def squatter_pod(*, cpu: str, memory: str) -> Object:
     return {"metadata": {"generateName": "squatter-"}, "spec": {"containers": [container]}}
 
 
-async def test_the_lock_refuses_squatters_edits_and_vmmrq_changes_until_its_deadline(
+async def test_the_lock_refuses_squatters_edits_and_vmmrq_changes_past_its_deadline_until_removed(
     kv: KubeVirtByHand, webhook: WebhookServer
 ) -> None:
+    """A lock set by hand (no controller runs): squatters, quota edits and VMMRQ deletes are
+    refused within its window and still past its deadline (issue 38 item 4: the lock holds
+    until the controller, which restores first, removes it); once it is removed, pods pass."""
     await tenant_quota(kv, V170_HARD)
     budget = await create_vmmrq(kv, V170_ROOM)
-    await lock_by_hand(kv, seconds=15)
+    await lock_by_hand(kv, seconds=8)
     squatter = squatter_pod(cpu="100m", memory="64Mi")
     message = await eventually(
         lambda: refused(lambda: kv.api.create(PODS, squatter, kv.namespace)),
@@ -494,6 +506,12 @@ async def test_the_lock_refuses_squatters_edits_and_vmmrq_changes_until_its_dead
     assert await refused(lambda: kv.api.patch(RESOURCE_QUOTAS, QUOTA, edit, kv.namespace))
     assert await refused(lambda: kv.api.delete(VMMRQS, "budget", kv.namespace))
     assert budget["metadata"]["name"] == "budget"
+    await eventually(lambda: lock_window_over(kv), timeout=40, what="the lock's deadline passed")
+    late = await refused(lambda: kv.api.create(PODS, squatter, kv.namespace))
+    assert late is not None, "past its deadline the lock let a pod in before any restore"
+    assert "until the quotas are restored" in late, late
+    unlock = {"metadata": {"labels": {LABEL_LOCKED: None}, "annotations": {ANNOTATION_LOCK: None}}}
+    await kv.api.patch(NAMESPACES, kv.namespace, unlock)
 
     async def admitted() -> bool:
         try:
@@ -502,7 +520,15 @@ async def test_the_lock_refuses_squatters_edits_and_vmmrq_changes_until_its_dead
             return False
         return True
 
-    await eventually(admitted, timeout=40, what="the webhook lets everything pass at the deadline")
+    await eventually(admitted, what="the webhook lets pods pass once the lock is removed")
+
+
+async def lock_window_over(kv: KubeVirtByHand) -> Lock | None:
+    """The namespace's lock once its deadline has passed (None before, or without a lock)."""
+    lock = parse_lock(await kv.api.get(NAMESPACES, kv.namespace))
+    if lock is None or lock.active(datetime.datetime.now(datetime.UTC)):
+        return None
+    return lock
 
 
 async def raised(kv: KubeVirtByHand) -> bool:
@@ -756,3 +782,174 @@ async def test_a_leftover_kubevirt_mtq_lock_is_reported_with_what_to_delete(
     finally:
         with contextlib.suppress(errors.NotFound):
             await api.delete(VALIDATING_WEBHOOK_CONFIGURATIONS, name)
+
+
+# Issue 38 item 4: no window between the lock and the restore ------------------------------------
+
+SHORT_LOCK = 8.0
+"""A lock window short enough to outlive in a test (seconds)."""
+SQUATTER = squatter_pod(cpu="100m", memory="1Gi")
+"""Beyond the base (425Mi of limits.memory left beside vm1's launcher), within the raise."""
+VMMRQ_ADMIN: Final = {
+    "apiGroups": ["mtq.kubevirt.io"],
+    "resources": ["virtualmachinemigrationresourcequotas"],
+    "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"],
+}
+"""What a namespace administrator holds of its budgets: neither the chart nor Kubernetes'
+`edit` or `admin` grants VMMRQs (no role is aggregated for them), so a tenant who manages its
+own budget is given them by a Role of its namespace."""
+
+
+async def raise_held_by_a_dead_controller(
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    controllers: Controllers,
+    budget_api: ApiClient | None = None,
+) -> str:
+    """vm1's migration refused; a controller (lock window SHORT_LOCK) locks, records, raises
+    and publishes for a VMMRQ of vm1's room (created through `budget_api`, the admin's if
+    None), then writes nothing more and is stopped: no replica is left to restore. Returns
+    the migration, which the raise lets complete."""
+    await tenant_quota(kv, V170_HARD)
+    name = await refused_migration(kv, kubevirt)
+    first = await controllers.start(
+        lock_seconds=SHORT_LOCK, writes=KILL_POINTS["after-publish"], namespace=kv.namespace
+    )
+    await create_vmmrq(kv, V170_ROOM, budget_api)
+
+    async def dead() -> bool:
+        return first.client.killed[0] <= 0  # type: ignore[attr-defined, no-any-return]
+
+    await eventually(dead, timeout=60, what="the controller's lock, record and raise")
+    await controllers.stop_all()
+    assert await raised(kv), "the premise: the quota is raised"
+    assert parse_lock(await kv.api.get(NAMESPACES, kv.namespace)) is not None, "and locked"
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    return name
+
+
+async def squatter_fits(kv: KubeVirtByHand) -> bool:
+    """Quota admission would admit SQUATTER now (the raise stands and vm1's source launcher
+    has exited): only the lock stands in its way."""
+    quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+    status = quota.get("status") or {}
+    hard = parse_resource_list_leniently(status.get("hard"))
+    used = resources.mask(parse_resource_list_leniently(status.get("used")), hard)
+    wanted = resources.mask(pod_quota_usage(SQUATTER), hard)
+    fits, _ = resources.less_or_equal(resources.add(used, wanted), hard)
+    return fits
+
+
+async def test_past_its_deadline_the_lock_refuses_a_tenant_pod_until_the_controller_has_restored(
+    kubevirt_cluster: ClusterInfo,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """Issue 38 item 4: the webhook ended the lock at its deadline while the quota stayed
+    raised until the controller's restore, so a tenant pod created then took the budget. Here
+    the controller raised and died (the restore held back for good), the window is over and
+    the raised quota has room for the tenant's 1Gi pod: the webhook still refuses it, saying
+    it waits for the restore; a new controller restores and unlocks, and the pod meets the
+    quota at its base."""
+    await raise_held_by_a_dead_controller(kv, kubevirt, controllers)
+    await eventually(
+        lambda: lock_window_over(kv), timeout=SHORT_LOCK + 30, what="the lock's deadline passed"
+    )
+    await eventually(lambda: squatter_fits(kv), what="room for the squatter in the raised quota")
+    async with tenant(kv.api, kubevirt_cluster, kv.namespace) as squatter:
+        message = await refused(lambda: squatter.api.create(PODS, SQUATTER, kv.namespace))
+        assert message is not None, "past the deadline a tenant pod took the raised quota"
+        assert "until the quotas are restored" in message, message
+        await controllers.start()
+        await eventually(lambda: restored(kv, V170_HARD), what="quota restored, unlocked")
+        with pytest.raises(errors.Forbidden) as at_the_base:
+            await squatter.api.create(PODS, SQUATTER, kv.namespace)
+        assert EXCEEDED_QUOTA in at_the_base.value.message, at_the_base.value.message
+
+
+async def test_a_tenant_cannot_unfinalize_or_delete_its_vmmrq_while_locked_and_one_gone_is_restored_before_the_unlock(
+    kubevirt_cluster: ClusterInfo,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """Issue 38 item 4: the VMMRQ held the only record of the originals, and its restore
+    finalizer was anyone's to remove, so a tenant who manages its budget (a real identity:
+    the edit roles and VMMRQ rights) took the finalizer off during a lock and deleted the VMMRQ
+    once the webhook let it (at the deadline): the controller unlocked with the budget left in
+    the quota for good. Now, while the namespace is locked (the controller that raised is dead,
+    nothing restores), both are refused; and a VMMRQ gone regardless (the mtq-lock rule taken
+    off the VMMRQs, as an administrator might) is restored from the quota's own record before
+    the namespace is unlocked: the namespace is never seen unlocked with the quota raised."""
+    async with tenant(kv.api, kubevirt_cluster, kv.namespace) as owner:
+        await grant(kv.api, owner, "vmmrq-admin", [VMMRQ_ADMIN])
+        await raise_held_by_a_dead_controller(kv, kubevirt, controllers, owner.api)
+        unfinalize: Object = {"metadata": {"finalizers": []}}
+        message = await refused(lambda: owner.api.patch(VMMRQS, "budget", unfinalize, kv.namespace))
+        assert message is not None, "the tenant took the restore finalizer off during a lock"
+        assert f"its finalizer {FINALIZER} may not be removed" in message, message
+        message = await refused(lambda: owner.api.delete(VMMRQS, "budget", kv.namespace))
+        assert message is not None and "delete is not allowed" in message, message
+        budget = await kv.api.get(VMMRQS, "budget", kv.namespace)
+        assert FINALIZER in budget["metadata"]["finalizers"] and await raised(kv)
+
+        await unguard_vmmrqs(kv.api, kv.namespace)
+        await eventually(
+            lambda: gone_with_the_tenant(owner, unfinalize), what="the VMMRQ gone, unguarded"
+        )
+        async with unlock_watch(kv) as seen_unlocked_raised:
+            await controllers.start()
+            await eventually(lambda: restored(kv, V170_HARD), what="quota restored, unlocked")
+        assert seen_unlocked_raised == [], seen_unlocked_raised
+
+
+async def unguard_vmmrqs(api: ApiClient, namespace: str) -> None:
+    """Takes VMMRQs out of the mtq-lock rule of the test's webhook configuration, as an
+    administrator who edits the configuration would: VMMRQ writes meet no lock there."""
+    listed = await api.list(VALIDATING_WEBHOOK_CONFIGURATIONS)
+    (configuration,) = [c for c in listed["items"] if namespace in json.dumps(c)]
+    for hook in configuration["webhooks"]:
+        hook["rules"] = [r for r in hook["rules"] if VMMRQS.plural not in r["resources"]]
+    await api.update(VALIDATING_WEBHOOK_CONFIGURATIONS, configuration)
+
+
+async def gone_with_the_tenant(owner: Tenant, unfinalize: Object) -> bool:
+    """The tenant removes the finalizer and deletes its VMMRQ (the API server applies the
+    configuration change a moment after it is stored); True once the VMMRQ is gone."""
+    try:
+        await owner.api.patch(VMMRQS, "budget", unfinalize, owner.namespace)
+        await owner.api.delete(VMMRQS, "budget", owner.namespace)
+        await owner.api.get(VMMRQS, "budget", owner.namespace)
+    except errors.NotFound:
+        return True
+    except errors.ApiError as refused_yet:
+        if "locked by the Managed-Tenant-Quota mode" not in refused_yet.message:
+            raise
+    return False
+
+
+@contextlib.asynccontextmanager
+async def unlock_watch(kv: KubeVirtByHand) -> AsyncIterator[list[str]]:
+    """Looks at the namespace, then the quota, over and over while the block runs; yields the
+    list of each look that found the namespace unlocked and the quota, read after it, still
+    raised (the unlock came before the restore)."""
+    seen: list[str] = []
+
+    async def look() -> None:
+        while True:
+            namespace = await kv.api.get(NAMESPACES, kv.namespace)
+            if parse_lock(namespace) is None and await raised(kv):
+                quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+                seen.append(f"unlocked, quota {quota['spec']['hard']}")
+            await asyncio.sleep(0.05)  # the pace of the looks, not a wait for a state
+
+    task = asyncio.ensure_future(look())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ from harvester_quota.testbench.virtcontroller import (
 )
 from harvester_quota.util import resources
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
+from harvester_quota.util.hotplug import hot_plugged
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resources import ResourceList, parse_resource_list_leniently
@@ -915,6 +917,113 @@ async def hot_pluggable_vm(stack: Stack, spec: VMSpec) -> Object:
     vm = tenant_vm_object(spec, stack.namespace, **await _rendering(stack))
     vm["spec"]["template"]["spec"]["domain"]["cpu"]["maxSockets"] = 4
     return vm
+
+
+KUBEVIRT_FIRMWARE_UUIDS: Final = uuid.UUID("6a1a24a1-4061-4607-8bf4-a3963d0c5895")
+"""virt-controller's firmware UUID namespace (CalculateLegacyUUID: a name-based SHA-1 UUID of
+the VM's name). virt-controller writes that UUID into a VM's template once it has started it,
+after recording the template it started from; on this cluster the two then differ, and v1.6.0
+takes that difference for a change it cannot live-update (RestartRequired, so it never
+hot-plugs). The VM is created with the UUID KubeVirt gives it, as any VM that ran before has it."""
+SOCKET_ONLY: Final = VMSpec("vm1", cores=2, memory="4Gi")
+"""Sized as vm1 (2 vCPUs, limits.cpu 2); its template then says 2 sockets and nothing of cores
+or threads."""
+
+
+async def socket_only_vm(stack: Stack) -> Object:
+    """The tenant's VM whose template sets only sockets (2, hot-pluggable up to maxSockets 8),
+    no cores and no threads: what a VM written by hand, not by Harvester's UI, may look like."""
+    vm = tenant_vm_object(SOCKET_ONLY, stack.namespace, **await _rendering(stack))
+    domain = vm["spec"]["template"]["spec"]["domain"]
+    domain["cpu"] = {"sockets": 2, "maxSockets": 8, "model": "host-model"}
+    domain["firmware"] = {"uuid": str(uuid.uuid5(KUBEVIRT_FIRMWARE_UUIDS, SOCKET_ONLY.name))}
+    return vm
+
+
+async def start_socket_only_vm(stack: Stack) -> tuple[Object, Object]:
+    """The tenant starts `socket_only_vm`; returns its VMI and launcher pod once it runs,
+    after checking what virt-controller made of the template: 2 sockets, cores and threads
+    as the template left them (unset: no virt-api defaulting fills them in for a VMI that
+    sets sockets, KubeVirt's SetDefaultGuestCPUTopology only fills an all-unset topology)."""
+    await stack.tenant.api.create(VIRTUAL_MACHINES, await socket_only_vm(stack), stack.namespace)
+    vmi, launcher = await eventually(
+        lambda: _running(stack, SOCKET_ONLY.name), timeout=START_TIMEOUT, what="vm1 running"
+    )
+    cpu = vmi["spec"]["domain"]["cpu"]
+    assert (cpu["sockets"], cpu.get("maxSockets")) == (2, 8), cpu
+    assert "cores" not in cpu and "threads" not in cpu, cpu
+    return vmi, launcher
+
+
+async def cpu_allocation_ratio(stack: Stack) -> int:
+    """KubeVirt's cpuAllocationRatio from its CR (10 unless set)."""
+    cr = await stack.api.get(KUBEVIRTS, KUBEVIRT_NAME, KUBEVIRT_NAMESPACE)
+    developer = ((cr.get("spec") or {}).get("configuration") or {}).get(
+        "developerConfiguration"
+    ) or {}
+    return int(developer.get("cpuAllocationRatio") or 10)
+
+
+def to_eight_sockets() -> Object:
+    return {"spec": {"template": {"spec": {"domain": {"cpu": {"sockets": 8}}}}}}
+
+
+async def test_kubevirt_hot_plugs_a_socket_only_vm_as_the_hot_plug_check_predicts(
+    stack: Stack,
+) -> None:
+    """Issue 38 item 3 on KubeVirt's real virt-controller, where the quota has room: the tenant
+    raises a socket-only VM (no cores, no threads in its template) from 2 to 8 sockets. The
+    webhook admits the edit (it fits), and virt-controller hot-plugs it, no restart: it patches
+    the VMI to 8 sockets and grows the CPU requests and limits the template sets by 6 vCPUs at
+    1000m / cpuAllocationRatio each (+600m), exactly the VMI util/hotplug.py predicted from the
+    template and the running VMI; the VM carries no RestartRequired condition."""
+    await stack.admin.create_quota({"limits.cpu": "20", "limits.memory": "20Gi"})
+    vmi, _ = await start_socket_only_vm(stack)
+    vm = await stack.api.get(VIRTUAL_MACHINES, SOCKET_ONLY.name, stack.namespace)
+    template = vm["spec"]["template"]["spec"]
+    template["domain"]["cpu"]["sockets"] = 8
+    predicted = hot_plugged(template, vmi, await cpu_allocation_ratio(stack))
+    assert predicted is not None, "the check takes this edit for a restart"
+    await stack.tenant.api.patch(
+        VIRTUAL_MACHINES, SOCKET_ONLY.name, to_eight_sockets(), stack.namespace
+    )
+
+    async def hot_plugged_vmi() -> Object | None:
+        found = await stack.api.get(VIRTUAL_MACHINE_INSTANCES, SOCKET_ONLY.name, stack.namespace)
+        return found if found["spec"]["domain"]["cpu"]["sockets"] == 8 else None
+
+    real = await eventually(hot_plugged_vmi, timeout=START_TIMEOUT, what="the VMI at 8 sockets")
+    for kind in ("requests", "limits"):
+        wanted = predicted["spec"]["domain"]["resources"][kind]["cpu"]
+        got = real["spec"]["domain"]["resources"][kind]["cpu"]
+        assert Quantity.parse(str(got)) == Quantity.parse(str(wanted)), (kind, got, wanted)
+    before = Quantity.parse(str(vmi["spec"]["domain"]["resources"]["limits"]["cpu"]))
+    grown = Quantity.parse(str(real["spec"]["domain"]["resources"]["limits"]["cpu"]))
+    assert grown - before == Quantity.parse("600m"), (before, grown)
+    vm = await stack.api.get(VIRTUAL_MACHINES, SOCKET_ONLY.name, stack.namespace)
+    conditions = (vm.get("status") or {}).get("conditions") or []
+    assert not [c for c in conditions if c.get("type") == "RestartRequired"], conditions
+
+
+async def test_hot_plugging_a_socket_only_vm_beyond_the_base_is_denied(stack: Stack) -> None:
+    """Issue 38 item 3 where the base has no room: the socket-only VM (limits.cpu 2015m of the
+    3-CPU base) and a 500m pod leave 485m; 2 -> 8 sockets would hot-plug +600m (the previous
+    test shows virt-controller does), so the webhook refuses the tenant's edit, naming
+    limits.cpu; a relabel still passes and the namespace stays within its base."""
+    await stack.admin.create_quota(BASE)
+    await start_socket_only_vm(stack)
+    await stack.tenant.create_pod("filler", cpu="500m", memory="64Mi")
+    denied = await refusal(
+        stack.tenant.api.patch(
+            VIRTUAL_MACHINES, SOCKET_ONLY.name, to_eight_sockets(), stack.namespace
+        )
+    )
+    assert denied is not None, "the socket-only VM grew past the base through a hot-plug"
+    assert "hot-plugging its CPU or memory" in denied.message, denied.message
+    assert "needs 600m" in denied.message and "limits.cpu" in denied.message, denied.message
+    label = {"metadata": {"labels": {"team": "b"}}}
+    await stack.tenant.api.patch(VIRTUAL_MACHINES, SOCKET_ONLY.name, label, stack.namespace)
+    await within_base(stack)
 
 
 async def test_only_kubevirt_may_write_a_vmis_status_so_a_tenant_forges_no_hot_plug_or_volume(
