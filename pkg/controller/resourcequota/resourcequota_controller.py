@@ -125,6 +125,7 @@ class QuotaReconciler:
             recorder=management.recorder,
             interval=management.options.stale_raise_sweep,
             stale_after=management.options.stale_raise_sweep,
+            ready=management.informers.synced,
         )
         """The safety net: a raise standing with no room held is planned again (staleraise.py);
         started with the controllers (ControllerApp.start), stopped with them."""
@@ -294,7 +295,6 @@ class QuotaReconciler:
         self.inputs.forget(namespace)
         self.room_label.forget(namespace)
         self.rancher.forget(namespace)
-        self.stale_raises.forget(namespace)
 
 
 class StaleRaiseView:
@@ -305,6 +305,8 @@ class StaleRaiseView:
         self.reconciler = reconciler
 
     def candidates(self) -> Iterator[tuple[str, Object, Object]]:
+        """The namespaces cached when the call began, each with its managed quota as cached
+        when it is reached, and our writes the caches do not show yet."""
         reconciler = self.reconciler
         quotas = reconciler.inputs.informers.quotas.store
         for namespace in reconciler.namespaces.informer.store.iter():
@@ -322,7 +324,10 @@ class StaleRaiseView:
 
     def left_behind(self, key: str, namespace: Object, quota: Object) -> str | None:
         reconciler = self.reconciler
-        planned = reconciler._plan(key, namespace, release=reconciler.defer_to(key))
+        handing_over = reconciler.defer_to(key)
+        if handing_over and not reconciler._raise_left(key, namespace):
+            return None  # MTQ mode's: its budget is its own raise
+        planned = reconciler._plan(key, namespace, release=handing_over)
         if planned is None:
             return None
         keeps_label = planned.labelled_for_good or planned.label_writes_wait

@@ -8,8 +8,9 @@ namespace shows a raise (`raise_shows`: cheap, no plan), plans those (pure, as t
 would) and keeps the ones whose plan holds no room while something is still to be given back
 (`left_to_give_back`). One still so `stale_after` seconds after it was first seen, is stale: it
 is logged, counted (harvester_quota_stale_raises_total) and told in a Warning event on the
-quota, once per episode, and queued for the reconcile, which gives it back. So a stale raise
-lasts at most `stale_after` plus one interval. In a healthy cluster it never fires: a release is
+quota, once per episode, and queued for the reconcile, which gives it back. So a stale raise of
+ours lasts at most `stale_after` plus one interval. Namespaces MTQ mode handles (their room-mode
+raise given back) are not looked at: MTQ mode raises them its own way. In a healthy cluster it never fires: a release is
 written by the reconcile its event queues, within a second.
 
 A raise through Rancher's annotation is given back when the annotation is; the quota follows
@@ -34,6 +35,7 @@ from ...generic.events import WARNING, EventRecorder
 from ...generic.meta import annotations_of
 from ...generic.resource import Object
 from ...util import resources
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.resourcequota.base import (
     ANNOTATION_BASE,
     RANCHER,
@@ -56,7 +58,8 @@ STALE_AFTER: Final = 30.0
 """Seconds a raise must stand with no room held before it counts as stale."""
 REASON: Final = "StaleRaiseGivenBack"
 TURN: Final = 200
-"""Namespaces looked at between two turns the sweep gives the event loop (about 5 ms of work)."""
+"""Namespaces looked at between two turns the sweep gives the event loop: 200 pre-filter looks
+cost a few milliseconds; a plan, for a namespace that shows a raise, costs 0.2-1 ms more."""
 
 
 class Planner(Protocol):
@@ -77,11 +80,16 @@ class Planner(Protocol):
 
 def raise_shows(quota: Object, namespace: Object) -> bool:
     """Whether the quota or the namespace shows a raise of ours, or the quota stands away from
-    its recorded base: records of a raise, the room-held label, or spec.hard other than the base
-    (Rancher's annotation, or our recorded base). Cheap (no plan); a false positive only costs
-    a plan."""
-    if room_raise_left(quota, namespace) or is_labelled(namespace):
+    its recorded base: records of a raise, spec.hard other than the base (Rancher's annotation,
+    or our recorded base), or the room-held label on a namespace without Rancher's annotation
+    (a Rancher namespace whose quota we raise directly keeps its label for good: its label alone
+    shows nothing, and a label left on a Rancher namespace raised through its annotation, with
+    no record and no raise left, is not looked for: it holds pods to the base, failing closed).
+    Cheap (no plan); a false positive only costs a plan."""
+    if room_raise_left(quota, namespace):
         return True
+    if is_labelled(namespace) and CATTLE_ANNOTATION_RESOURCE_QUOTA not in annotations_of(namespace):
+        return True  # a Rancher namespace raised directly keeps its label for good: no sign
     try:
         hard = spec_hard(quota)
         base = rancher_base(namespace)
@@ -136,8 +144,12 @@ class StaleRaiseSweep:
         recorder: EventRecorder,
         interval: float = SWEEP_INTERVAL,
         stale_after: float = STALE_AFTER,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self.planner = planner
+        self.ready = ready
+        """Whether the caches have synced: a sweep over caches still filling would take rooms
+        really held for none (their migrations not listed yet), so none runs before."""
         self.enqueue = enqueue
         self.clock = clock
         self.metrics = metrics
@@ -162,6 +174,8 @@ class StaleRaiseSweep:
     async def _loop(self) -> None:
         while True:
             await self.clock.sleep(self.interval)
+            if not self.ready():
+                continue
             try:
                 await self.sweep()
             except Exception:  # a failing cache: the net tries again, it does not fall
@@ -169,9 +183,9 @@ class StaleRaiseSweep:
 
     async def sweep(self) -> list[str]:
         """One look at every cached namespace; returns the namespaces found stale (queued).
-        Gives the event loop a turn every TURN namespaces (at 10,000 namespaces a look costs
-        about a quarter of a second of CPU: bench/sweep.py), and reads the caches as they are
-        at each turn."""
+        Gives the event loop a turn every TURN namespaces (bench/sweep.py measures a look;
+        bench/SCALE.md has the figures). The namespaces are those cached when the look began,
+        each read with its quota as cached when its turn comes."""
         now = self.clock.monotonic()
         standing: dict[str, tuple[str, Object]] = {}
         for seen, (key, namespace, quota) in enumerate(self.planner.candidates(), 1):
@@ -218,11 +232,3 @@ class StaleRaiseSweep:
         log.warning("namespace %s: %s", key, message)
         self.metrics.stale_raises.inc()
         self.recorder.event(quota, WARNING, REASON, message)
-
-    def is_stale(self, key: str) -> bool:
-        """Whether namespace `key` is in a reported stale episode now."""
-        episode = self.episodes.get(key)
-        return episode is not None and episode.reported
-
-    def forget(self, key: str) -> None:
-        self.episodes.pop(key, None)
