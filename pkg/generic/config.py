@@ -280,9 +280,8 @@ def load(kubeconfig: str | Path | None = None, context: str | None = None) -> Cl
     running in a pod; then ~/.kube/config.
     """
     from kubernetes import config as kube_config  # noqa: PLC0415 - heavy import, needed once
-    from kubernetes.client import Configuration  # noqa: PLC0415
 
-    configuration = Configuration()
+    configuration = _configuration_without_proxy()
     explicit = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG")
     in_cluster = not explicit and bool(os.environ.get(IN_CLUSTER_ENV))
     config_file = explicit or str(Path.home() / ".kube" / "config")
@@ -304,6 +303,17 @@ def load(kubeconfig: str | Path | None = None, context: str | None = None) -> Cl
         ) from error
 
 
+def _configuration_without_proxy() -> Any:
+    """The `kubernetes` package's Configuration with its proxy unset: recent releases fill it
+    from the environment (by urllib's rules, not Go's), which would hide whether the kubeconfig
+    named one; `_proxy` decides between the kubeconfig's proxy-url and the environment."""
+    from kubernetes.client import Configuration  # noqa: PLC0415
+
+    configuration = Configuration()
+    configuration.proxy = None
+    return configuration
+
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -315,10 +325,9 @@ def load_in_cluster(
     token (re-read every minute: projected tokens rotate) and CA. The paths are parameters so a
     test can stand in for a pod."""
     from kubernetes import config as kube_config  # noqa: PLC0415
-    from kubernetes.client import Configuration  # noqa: PLC0415
     from kubernetes.config import incluster_config  # noqa: PLC0415
 
-    configuration = Configuration()
+    configuration = _configuration_without_proxy()
     loader = incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
         token_filename=str(token_file), cert_filename=str(ca_file)
     )

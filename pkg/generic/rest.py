@@ -13,6 +13,7 @@ Everything here runs on one event loop and is not thread-safe, as the session it
 
 from __future__ import annotations
 
+import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
@@ -209,8 +210,9 @@ def proxy_and_headers(proxy: str | None) -> tuple[str | None, dict[str, str] | N
     url = yarl.URL(proxy)
     if url.user is None:
         return proxy, None
-    credentials = aiohttp.BasicAuth(url.user, url.password or "").encode()
-    return str(url.with_user(None)), {"Proxy-Authorization": credentials}
+    pair = f"{url.user}:{url.password or ''}".encode()
+    credentials = base64.b64encode(pair).decode("ascii")
+    return str(url.with_user(None)), {"Proxy-Authorization": f"Basic {credentials}"}
 
 
 def decode_response(response: aiohttp.ClientResponse, raw: bytes, method: str, path: str) -> Object:

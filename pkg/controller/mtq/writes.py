@@ -23,6 +23,7 @@ from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import Clock
 from ...generic.informer import SharedInformer
+from ...generic.logformat import fields
 from ...generic.meta import labels, metadata
 from ...generic.ownwrites import OwnWrites
 from ...generic.resource import NAMESPACES, Object
@@ -125,6 +126,7 @@ class MtqWrites:
             vmmrq.namespace,
             wanted.until.isoformat(),
             ", ".join(sorted(wanted.migrations.values())),
+            extra=fields(namespace=vmmrq.namespace, migrations=sorted(wanted.migrations.values())),
         )
         return await self._patch_namespace(
             namespace, {LABEL_LOCKED: "true"}, {ANNOTATION_LOCK: wanted.annotation()}

@@ -18,6 +18,7 @@ from typing import Any
 from ...config.metrics import QuotaMetrics
 from ...generic import errors
 from ...generic.events import NORMAL, EventRecorder
+from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.newest import NewestPerKey
 from ...generic.ownwrites import OwnWrites
@@ -95,6 +96,9 @@ class SpecWrites:
             meta["name"],
             changes or "annotations only",
             holders,
+            extra=fields(
+                namespace=meta["namespace"], migrations=[r.vm_name for r in plan.rooms.rooms]
+            ),
         )
         if changes:
             reason = "MigrationRoomReserved" if plan.holds_room else "MigrationRoomReleased"
