@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import ast
 import datetime
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from harvester_quota.controller.mtq.windows import ExpiredWindows
@@ -67,3 +69,54 @@ def test_a_lock_window_that_ended_is_logged_with_the_migrations_namespace_and_vm
     record = _only_record(caplog, "harvester_quota.controller.mtq.windows")
     line = json.loads(JsonFormatter().format(record))
     assert (line["namespace"], line["vm"], line["migration"]) == ("tenant-a", "db-0", "db-0-mig")
+
+
+PKG = Path(__file__).resolve().parents[2] / "pkg"
+MIGRATION_MODULES = (
+    "controller/migration/vmi_controller.py",
+    "controller/mtq/windows.py",
+    "controller/mtq/blocked.py",
+    "controller/resourcequota/specwrites.py",
+    "controller/resourcequota/rancherwrites.py",
+    "controller/resourcequota/staleraise.py",
+    "controller/mtq/writes.py",
+    "webhook/pods.py",
+    "webhook/resources/pod/targets.py",
+)
+"""The modules whose log lines are about a migration or the quota it raises."""
+LEVELS = {"debug", "info", "warning", "error", "exception"}
+NOT_ABOUT_A_NAMESPACE = {"the sweep for stale raises failed; trying again next interval"}
+"""Lines of those modules about the process, not a migration or a namespace."""
+
+
+def _log_calls_without_fields(source: str) -> list[int]:
+    """Line numbers of `log.<level>(...)` calls that pass no `extra=` (debug lines exempt:
+    they are ours at -v 1, for developers)."""
+    missing = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "log"
+            and node.func.attr in LEVELS - {"debug"}
+            and not any(keyword.arg == "extra" for keyword in node.keywords)
+            and not (
+                node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value in NOT_ABOUT_A_NAMESPACE
+            )
+        ):
+            missing.append(node.lineno)
+    return missing
+
+
+def test_the_field_check_finds_a_log_call_without_extra() -> None:
+    assert _log_calls_without_fields('log.info("x")\nlog.info("y", extra={})\n') == [1]
+
+
+@pytest.mark.parametrize("module", MIGRATION_MODULES)
+def test_every_log_line_of_a_migration_module_passes_its_fields(module: str) -> None:
+    source = (PKG / module).read_text()
+    assert "log." in source
+    assert _log_calls_without_fields(source) == []

@@ -70,7 +70,12 @@ class SpecWrites:
         except errors.Conflict:
             self.metrics.quota_writes.labels("conflict").inc()
             self._ours.forget(namespace)
-            log.info("%s/%s changed since it was read; planning again", namespace, meta["name"])
+            log.info(
+                "%s/%s changed since it was read; planning again",
+                namespace,
+                meta["name"],
+                extra=fields(namespace=namespace),
+            )
             raise
         except errors.ApiError:
             self.metrics.quota_writes.labels("error").inc()
