@@ -28,10 +28,38 @@ def command_parser(
 ) -> tuple[argparse.ArgumentParser, Any]:
     """A parser with --version, -v/--verbose and --log-format, and the subparsers its commands
     are added to; `run_command_line` adds the logging flags to every subcommand too."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = CommandParser(prog=prog, description=description)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version}")
     add_logging_flags(parser, verbosity=0, log_format="text")
     return parser, parser.add_subparsers(dest="command", required=True)
+
+
+VERBOSITY_FLAGS = ("-v", "--verbose")
+
+
+def bare_verbosity_as_1(argv: Sequence[str]) -> list[str]:
+    """`argv` with each -v/--verbose that no number follows written as --verbose=1: the flag
+    was on/off (`prog -v run`), and an optional value would swallow the word after it (the
+    command, or explain's NAMESPACE). Arguments after `--` are left alone."""
+    out: list[str] = []
+    for index, word in enumerate(argv):
+        if word == "--":
+            return [*out, *argv[index:]]
+        following = argv[index + 1] if index + 1 < len(argv) else ""
+        bare = word in VERBOSITY_FLAGS and not following.isdigit()
+        out.append("--verbose=1" if bare else word)
+    return out
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser that reads a bare -v as -v 1 (`bare_verbosity_as_1`) before parsing;
+    its subcommands' parsers are of this class too (argparse makes them like their parent)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = sys.argv[1:] if args is None else args
+        return super().parse_known_args(bare_verbosity_as_1(given), namespace)
 
 
 def parse_verbosity(text: str) -> int:
@@ -53,14 +81,12 @@ def add_logging_flags(
 ) -> None:
     """-v/--verbose [N] and --log-format text|json on `parser`. The top-level parser gets the
     defaults; a subcommand's get SUPPRESS, so a value given before the subcommand is kept
-    unless given again after it. A bare -v is -v 1 (it was an on/off flag)."""
+    unless given again after it. A bare -v is -v 1 (it was an on/off flag; CommandParser)."""
     parser.add_argument(
         "-v",
         "--verbose",
         dest="verbose",
-        nargs="?",
         type=parse_verbosity,
-        const=1,
         default=verbosity,
         metavar="N",
         help="log verbosity: 0 info (default), 1 our debug lines, 2 also the libraries'; "

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 from harvester_quota.generic import logformat
+from harvester_quota.generic.commandline import accept_logging_flags_everywhere
 from harvester_quota.main import build_parser
+from harvester_quota.testbench.cli import build_parser as build_bench_parser
 
 
 @pytest.fixture(autouse=True)
@@ -113,8 +115,21 @@ def test_verbosity_and_log_format_are_accepted_before_or_after_the_subcommand(
     assert (args.verbose, args.log_format) == (2, "json")
 
 
-def test_a_bare_v_is_verbosity_1_and_none_is_0_in_text() -> None:
-    assert build_parser().parse_args(["run", "-v"]).verbose == 1
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [(["-v", "run"], "run"), (["run", "-v"], "run"), (["explain", "-v", "ns"], "explain")],
+    ids=["the old on/off form before the command", "after it", "before a positional"],
+)
+def test_a_bare_v_is_verbosity_1_and_swallows_no_word_after_it(
+    argv: list[str], command: str
+) -> None:
+    args = build_parser().parse_args(argv)
+    assert (args.verbose, args.command) == (1, command)
+    if command == "explain":
+        assert args.namespace == "ns"
+
+
+def test_no_v_is_verbosity_0_in_text() -> None:
     args = build_parser().parse_args(["run"])
     assert (args.verbose, args.log_format) == (0, "text")
 
@@ -127,3 +142,12 @@ def test_a_value_after_the_subcommand_wins_over_one_before() -> None:
 def test_a_verbosity_that_is_not_a_whole_number_from_0_is_refused(value: str) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", f"--verbose={value}"])
+
+
+def test_every_bench_command_takes_the_logging_flags_after_it_without_a_clash() -> None:
+    """run_command_line adds them to every subcommand: a bench flag of the same name would make
+    argparse raise here, before any command ran."""
+    parser = build_bench_parser()
+    accept_logging_flags_everywhere(parser)
+    args = parser.parse_args(["cluster", "status", "-v", "2", "--log-format", "json"])
+    assert (args.verbose, args.log_format) == (2, "json")
