@@ -26,7 +26,11 @@ from . import __version__, app
 from .config.management import Options
 from .generic import config, errors
 from .generic.client import ApiClient
-from .generic.commandline import command_parser, run_command_line
+from .generic.commandline import (
+    accept_logging_flags_everywhere,
+    command_parser,
+    run_command_line,
+)
 from .util.resourcequota.base import Mode
 from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
@@ -59,8 +63,13 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Runs the controllers until SIGTERM. An API server that cannot be reached at startup is
+    one line on stderr and exit 2 (run_command_line), not a process that waits unready with a
+    traceback in its log: the pod's restarts and their back-off say it in `kubectl get pods`."""
+
     async def main() -> int:
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
+            await client.request("GET", "/version")  # ConnectionFailed: cannot reach it
             return await app.run(client, _options(args))
 
     return asyncio.run(main())
@@ -109,22 +118,46 @@ def _client_auth(args: argparse.Namespace) -> ClientAuth | None:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    """Exit 0 with the explanation; 1: the namespace does not exist; 2: no namespace or two
+    different ones given, or an API server that cannot be reached (run_command_line)."""
     from . import explain  # noqa: PLC0415 - see LAZY_IMPORTS
+
+    namespace = _explained_namespace(args)
+    if namespace is None:
+        return EXPLAIN_USAGE
 
     async def main() -> int:
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
             try:
                 found = await explain.explain(
-                    client, args.namespace, mode=args.mode, kubevirt_version=args.kubevirt_version
+                    client, namespace, mode=args.mode, kubevirt_version=args.kubevirt_version
                 )
             except errors.NotFound:
-                print(f"harvester-quota: namespace {args.namespace} not found", file=sys.stderr)
+                print(f"harvester-quota: namespace {namespace} not found", file=sys.stderr)
                 return 1
         render = explain.render_json if args.output == "json" else explain.render_text
         sys.stdout.write(render(found) + ("\n" if args.output == "json" else ""))
         return 0
 
     return asyncio.run(main())
+
+
+EXPLAIN_USAGE = 2
+"""explain's exit code for a namespace missing or given twice (argparse's usage code)."""
+
+
+def _explained_namespace(args: argparse.Namespace) -> str | None:
+    """The namespace `explain` was asked about: the positional NAMESPACE or -n/--namespace (as
+    kubectl takes it), the same if both are given; None, with the reason on stderr, when
+    neither is or they differ."""
+    given: set[str] = {name for name in (args.namespace, args.namespace_flag) if name}
+    if len(given) == 1:
+        return given.pop()
+    reason = (
+        "two namespaces given" if given else "a namespace is needed (NAMESPACE or -n NAMESPACE)"
+    )
+    print(f"harvester-quota explain: {reason}", file=sys.stderr)
+    return None
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -149,6 +182,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
     try:
         report = asyncio.run(main())
+    except errors.ConnectionFailed:
+        raise  # run_command_line's one line, the same as every command's
     except (preflight.UnknownNode, config.ConfigError, errors.ApiError, OSError) as error:
         print(f"harvester-quota preflight: {error}", file=sys.stderr)
         return PREFLIGHT_BAD_INPUT
@@ -259,7 +294,10 @@ def _add_explain_command(commands: Any) -> None:
     command = commands.add_parser(
         "explain", help="why a namespace's quota is what it is (read-only)"
     )
-    command.add_argument("namespace")
+    command.add_argument("namespace", nargs="?", metavar="NAMESPACE")
+    command.add_argument(
+        "-n", "--namespace", dest="namespace_flag", metavar="NAMESPACE", help="as NAMESPACE"
+    )
     _add_connection_flags(command)
     command.add_argument("-o", "--output", choices=("text", "json"), default="text")
     _add_kubevirt_flags(
@@ -405,6 +443,7 @@ def build_parser(prog: str = "harvester-quota") -> argparse.ArgumentParser:
     _add_webhook_command(commands)
     _add_explain_command(commands)
     _add_preflight_command(commands)
+    accept_logging_flags_everywhere(parser)
     return parser
 
 

@@ -7,18 +7,25 @@ object stays behind the bearer-token callable, so an expiring token is refreshed
 official client does it. The package keeps the token under ``api_key["BearerToken"]`` (an
 earlier release of ours read "authorization" and so sent no token at all); a kubeconfig
 ``tokenFile`` is re-read every minute, as kubectl does, which the package does not do.
+
+The way to the server is kubectl's too: a cluster's ``proxy-url`` wins, else the proxy
+environment (HTTPS_PROXY, HTTP_PROXY, NO_PROXY, upper or lower case) read as Go's net/http
+reads it (`proxy_from_environment`); a cluster's ``tls-server-name`` is the name the serving
+certificate is checked against (and sent as SNI) instead of the URL's host.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .clock import REAL_CLOCK, Clock
 
@@ -33,12 +40,16 @@ class ConfigError(Exception):
 
 @dataclass
 class ClientConfig:
-    """Everything a request needs: the server URL, the TLS context and the Authorization header."""
+    """Everything a request needs: the server URL, the TLS context, the Authorization header,
+    and how to get there: `proxy` (an http:// or https:// proxy URL; None: straight) and
+    `tls_server_name` (the name the server's certificate must carry; None: the URL's host)."""
 
     host: str
     ssl_context: ssl.SSLContext | bool
     authorization: Callable[[], str | None] = field(default=lambda: None)
     source: str = ""
+    proxy: str | None = None
+    tls_server_name: str | None = None
 
     @classmethod
     def from_files(
@@ -139,12 +150,106 @@ def _from_kubernetes_configuration(
             return token_file.header()
         return _bearer(configuration.get_api_key_with_prefix("BearerToken"))
 
+    host = str(configuration.host).rstrip("/")
     return ClientConfig(
-        host=str(configuration.host).rstrip("/"),
+        host=host,
         ssl_context=context,
         authorization=authorization,
         source=source,
+        proxy=_proxy(configuration.proxy, host, os.environ),
+        tls_server_name=getattr(configuration, "tls_server_name", None) or None,
     )
+
+
+PROXY_SCHEMES = ("http", "https")
+"""The proxies aiohttp speaks (a CONNECT tunnel through an HTTP or HTTPS proxy); kubectl also
+takes socks5://, which is refused here by name rather than ignored."""
+
+
+def _proxy(proxy_url: str | None, host: str, environ: Mapping[str, str]) -> str | None:
+    """The kubeconfig's proxy-url if it names one (checked), else the environment's for `host`;
+    ConfigError for a proxy-url we cannot use."""
+    if not proxy_url:
+        return proxy_from_environment(host, environ)
+    scheme = urlsplit(proxy_url).scheme
+    if scheme not in PROXY_SCHEMES or not urlsplit(proxy_url).hostname:
+        raise ConfigError(
+            f"proxy-url {proxy_url!r}: only http:// and https:// proxies are supported"
+        )
+    return proxy_url
+
+
+def _env(environ: Mapping[str, str], name: str) -> str:
+    """An environment variable by its upper-case name, else its lower-case one (Go's order)."""
+    return environ.get(name) or environ.get(name.lower()) or ""
+
+
+def proxy_from_environment(url: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The proxy a request to `url` goes through per the environment, as Go's net/http decides
+    it for kubectl: HTTPS_PROXY for an https URL, HTTP_PROXY for http (a value without a
+    scheme is http://); None when the variable is unset, the host is localhost or a loopback
+    address (never proxied), or NO_PROXY names it. `environ` defaults to os.environ."""
+    environ = os.environ if environ is None else environ
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    proxy = _env(environ, "HTTPS_PROXY" if parts.scheme == "https" else "HTTP_PROXY").strip()
+    if not proxy or not host or _is_loopback(host):
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if no_proxy_matches(_env(environ, "NO_PROXY"), host, port):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def no_proxy_matches(no_proxy: str, host: str, port: int) -> bool:
+    """Whether NO_PROXY's list (comma separated) exempts `host`:`port`: ``*`` exempts all; an
+    IP address or a CIDR block matches the host's address; a name matches itself and its
+    subdomains (``.name``: subdomains only); an entry with ``:port`` only that port."""
+    for raw in no_proxy.split(","):
+        entry = raw.strip().lower()
+        if entry == "*":
+            return True
+        if entry and _entry_matches(entry, host, port):
+            return True
+    return False
+
+
+def _entry_matches(entry: str, host: str, port: int) -> bool:
+    if "/" in entry:
+        return _in_network(entry, host)
+    name, entry_port = _split_port(entry)
+    if entry_port is not None and entry_port != port:
+        return False
+    if name.startswith("."):
+        return host.endswith(name)
+    return host == name or host.endswith("." + name)
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    """``name:port``, ``[v6]:port`` or a bare name or address (an IPv6 one has several colons)."""
+    if entry.startswith("["):
+        address, _, rest = entry[1:].partition("]")
+        return address, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    name, colon, port = entry.rpartition(":")
+    if colon and port.isdigit() and ":" not in name:
+        return name, int(port)
+    return entry, None
+
+
+def _in_network(cidr: str, host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")) in ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return False
 
 
 def _kubeconfig_token_file(config_file: str, context: str | None) -> TokenFile | None:
@@ -175,9 +280,8 @@ def load(kubeconfig: str | Path | None = None, context: str | None = None) -> Cl
     running in a pod; then ~/.kube/config.
     """
     from kubernetes import config as kube_config  # noqa: PLC0415 - heavy import, needed once
-    from kubernetes.client import Configuration  # noqa: PLC0415
 
-    configuration = Configuration()
+    configuration = _configuration_without_proxy()
     explicit = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG")
     in_cluster = not explicit and bool(os.environ.get(IN_CLUSTER_ENV))
     config_file = explicit or str(Path.home() / ".kube" / "config")
@@ -199,6 +303,17 @@ def load(kubeconfig: str | Path | None = None, context: str | None = None) -> Cl
         ) from error
 
 
+def _configuration_without_proxy() -> Any:
+    """The `kubernetes` package's Configuration with its proxy unset: recent releases fill it
+    from the environment (by urllib's rules, not Go's), which would hide whether the kubeconfig
+    named one; `_proxy` decides between the kubeconfig's proxy-url and the environment."""
+    from kubernetes.client import Configuration  # noqa: PLC0415
+
+    configuration = Configuration()
+    configuration.proxy = None
+    return configuration
+
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -210,10 +325,9 @@ def load_in_cluster(
     token (re-read every minute: projected tokens rotate) and CA. The paths are parameters so a
     test can stand in for a pod."""
     from kubernetes import config as kube_config  # noqa: PLC0415
-    from kubernetes.client import Configuration  # noqa: PLC0415
     from kubernetes.config import incluster_config  # noqa: PLC0415
 
-    configuration = Configuration()
+    configuration = _configuration_without_proxy()
     loader = incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
         token_filename=str(token_file), cert_filename=str(ca_file)
     )

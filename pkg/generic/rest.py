@@ -13,12 +13,14 @@ Everything here runs on one event loop and is not thread-safe, as the session it
 
 from __future__ import annotations
 
+import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
+import yarl
 
 from .. import __version__
 from . import deepjson, errors
@@ -94,6 +96,7 @@ class RestClient:
         """Paces retries the server asks for (tests pass a FakeClock)."""
         self.observers = RequestObservers(clock)
         self._session: aiohttp.ClientSession | None = None
+        self._proxy, self._proxy_headers = proxy_and_headers(config.proxy)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -151,6 +154,9 @@ class RestClient:
                 data=data,
                 headers=self._headers(content_type if data is not None else None),
                 timeout=timeout,
+                server_hostname=self.config.tls_server_name,
+                proxy=self._proxy,
+                proxy_headers=self._proxy_headers,
             ) as response:
                 answered(response.status)
                 yield response
@@ -193,6 +199,20 @@ class RestClient:
         if content_type:
             headers["Content-Type"] = content_type
         return headers
+
+
+def proxy_and_headers(proxy: str | None) -> tuple[str | None, dict[str, str] | None]:
+    """The proxy URL without its user info, and the Proxy-Authorization header that user info
+    stands for (None without one): a kubeconfig's ``proxy-url: http://user:pass@host:3128``
+    authenticates to the proxy as kubectl's does, and the password is in no URL aiohttp logs."""
+    if not proxy:
+        return None, None
+    url = yarl.URL(proxy)
+    if url.user is None:
+        return proxy, None
+    pair = f"{url.user}:{url.password or ''}".encode()
+    credentials = base64.b64encode(pair).decode("ascii")
+    return str(url.with_user(None)), {"Proxy-Authorization": f"Basic {credentials}"}
 
 
 def decode_response(response: aiohttp.ClientResponse, raw: bytes, method: str, path: str) -> Object:

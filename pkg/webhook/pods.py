@@ -13,8 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..apis.kubevirt import LABEL_MIGRATION_JOB, LABEL_VM_NAME
 from ..generic.clock import Clock
+from ..generic.logformat import migration_fields
+from ..generic.meta import labels
 from .admission import Request
 from .metrics import WebhookMetrics
 from .resources.common import Identities, Lookups
@@ -76,6 +80,7 @@ class PodAdmissions:
         self.metrics.target_pods.labels(admission.outcome).inc()
         self.metrics.target_wait.observe(admission.waited)
         subject = f"{request.namespace}/{request.name or '(generated name)'}"
+        about = _target_fields(request)
         if admission.short:
             missing = "; ".join(
                 f"{s.key} needs {s.needed}, {s.free} left of {s.limit}" for s in admission.short
@@ -87,6 +92,20 @@ class PodAdmissions:
                 admission.waited,
                 admission.outcome,
                 missing,
+                extra=about,
             )
         elif admission.waited > 0:
-            log.info("migration target pod %s fitted after %.2fs", subject, admission.waited)
+            log.info(
+                "migration target pod %s fitted after %.2fs", subject, admission.waited, extra=about
+            )
+
+
+def _target_fields(request: Request) -> dict[str, Any]:
+    """The log fields of a migration target pod's admission: its namespace, its VM (KubeVirt's
+    vm.kubevirt.io/name label on a launcher pod) and its migration's uid, as the pod gives them."""
+    pod_labels = labels(request.obj or {})
+    return migration_fields(
+        request.namespace,
+        pod_labels.get(LABEL_VM_NAME),
+        migration_uid=pod_labels.get(LABEL_MIGRATION_JOB),
+    )

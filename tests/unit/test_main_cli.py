@@ -124,6 +124,15 @@ def test_the_shipped_manifest_starts_each_process_with_flags_it_has() -> None:
     assert commands == {"run", "webhook"}
 
 
+def test_the_manifest_passes_the_charts_log_format_and_verbosity_to_both_processes() -> None:
+    documents = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    for deployment in (d for d in documents if d["kind"] == "Deployment"):
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert {"--log-format=text", "--verbose=0"} <= set(container["args"])
+        args = build_parser().parse_args(container["args"])
+        assert (args.log_format, args.verbose) == ("text", 0)
+
+
 @pytest.mark.parametrize(
     ("launcher", "usage"),
     [

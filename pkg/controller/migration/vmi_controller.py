@@ -15,9 +15,10 @@ from typing import Final
 
 from cachetools import TTLCache
 
-from ...apis.kubevirt import LABEL_MIGRATION_JOB
+from ...apis.kubevirt import LABEL_MIGRATION_JOB, LABEL_VM_NAME
 from ...config.management import Management
 from ...generic import errors
+from ...generic.logformat import migration_fields
 from ...generic.meta import annotations_of, is_deleting, labels, name, namespace, status
 from ...generic.resource import PODS, Object
 from ...util.annotations import ANNOTATION_MIGRATION_UID
@@ -66,7 +67,9 @@ class VmiController:
         if annotations_of(vmi).get(ANNOTATION_MIGRATION_UID) == state.get("migrationUid"):
             await self.annotator.set(vmi, dict.fromkeys(MIGRATION_ANNOTATIONS))
         if state.get("abortStatus") == ABORT_SUCCEEDED and state.get("migrationUid"):
-            await self.delete_leftover_target(namespace(vmi), str(state["migrationUid"]))
+            await self.delete_leftover_target(
+                namespace(vmi), str(state["migrationUid"]), vm=name(vmi)
+            )
         return vmi
 
     def leftover_targets(self, pod_namespace: str, migration_uid: str) -> list[Object]:
@@ -79,7 +82,12 @@ class VmiController:
             and str((pod.get("metadata") or {}).get("uid")) not in self.pending_deletes
         ]
 
-    async def delete_leftover_target(self, pod_namespace: str, migration_uid: str) -> None:
+    async def delete_leftover_target(
+        self, pod_namespace: str, migration_uid: str, *, vm: str | None = None
+    ) -> None:
+        """Deletes the target pods the aborted migration `migration_uid` left in
+        `pod_namespace`; each deletion is logged with the namespace, the VM (`vm`, else the
+        pod's vm.kubevirt.io/name label) and the migration's uid."""
         for pod in self.leftover_targets(pod_namespace, migration_uid):
             pod_name = name(pod)
             log.info(
@@ -87,6 +95,11 @@ class VmiController:
                 pod_namespace,
                 pod_name,
                 migration_uid,
+                extra=migration_fields(
+                    pod_namespace,
+                    vm or labels(pod).get(LABEL_VM_NAME),
+                    migration_uid=migration_uid,
+                ),
             )
             with contextlib.suppress(errors.NotFound):
                 await self.management.client.delete(PODS, pod_name, pod_namespace)

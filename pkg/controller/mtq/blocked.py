@@ -22,6 +22,7 @@ from ...apis.kubevirt import (
     PHASE_PENDING,
 )
 from ...config.management import Management
+from ...generic.logformat import migration_fields
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from ...util.launcher import LauncherSettings, attachment_quota_usage, launcher_quota_usage
@@ -144,7 +145,15 @@ class BlockedMigrations:
             # needs the budget too, or it is refused once the launcher is in.
             usage = add(launcher_quota_usage(vmi, settings), attachment_quota_usage(vmi, settings))
         except ValueError as error:
-            log.warning("%s: cannot size the target pod of %s: %s", namespace, vmi_name, error)
+            log.warning(
+                "%s: cannot size the target pod of %s: %s",
+                namespace,
+                vmi_name,
+                error,
+                extra=migration_fields(
+                    namespace, vmi_name, migration=metadata(migration).get("name")
+                ),
+            )
             return None
         facts = launcher_scope_facts(vmi, usage)
         return Blocked(str(metadata(migration).get("name")), uid, usage, facts, vmi_name)

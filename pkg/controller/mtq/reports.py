@@ -13,6 +13,7 @@ from typing import Final
 
 from ...apis.mtq import Vmmrq
 from ...generic.events import WARNING, EventRecorder
+from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...util.resourcequota.mtq import (
@@ -96,5 +97,5 @@ class MtqWarnings:
         if reported.get(key) == message:
             return
         reported[key] = message
-        log.warning("%s", message)
+        log.warning("%s", message, extra=fields(namespace=namespace or None))
         self.recorder.event(obj, WARNING, reason, message)

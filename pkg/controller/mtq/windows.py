@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ...generic.clock import Clock
+from ...generic.logformat import migration_fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...util.resourcequota.mtq import Lock
@@ -70,6 +71,11 @@ class ExpiredWindows:
                 metadata(migration).get("namespace"),
                 metadata(migration).get("name"),
                 backoff,
+                extra=migration_fields(
+                    metadata(migration).get("namespace"),
+                    (migration.get("spec") or {}).get("vmiName"),
+                    migration=metadata(migration).get("name"),
+                ),
             )
             self.enqueue_after(str(metadata(migration).get("namespace")), backoff)
 

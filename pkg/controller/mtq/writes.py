@@ -23,6 +23,7 @@ from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import Clock
 from ...generic.informer import SharedInformer
+from ...generic.logformat import fields
 from ...generic.meta import labels, metadata
 from ...generic.ownwrites import OwnWrites
 from ...generic.resource import NAMESPACES, Object
@@ -125,6 +126,7 @@ class MtqWrites:
             vmmrq.namespace,
             wanted.until.isoformat(),
             ", ".join(sorted(wanted.migrations.values())),
+            extra=fields(namespace=vmmrq.namespace, migrations=sorted(wanted.migrations.values())),
         )
         return await self._patch_namespace(
             namespace, {LABEL_LOCKED: "true"}, {ANNOTATION_LOCK: wanted.annotation()}
@@ -139,7 +141,7 @@ class MtqWrites:
         if started is not None:
             held = self.clock.monotonic() - started
             self.stats.longest_hold = max(self.stats.longest_hold, held)
-            log.info("%s: unlocked after %.3fs", name, held)
+            log.info("%s: unlocked after %.3fs", name, held, extra=fields(namespace=name))
         return await self._patch_namespace(namespace, {LABEL_LOCKED: None}, {ANNOTATION_LOCK: None})
 
     async def _patch_namespace(
@@ -248,7 +250,9 @@ class MtqWrites:
             try:
                 recorded = recorded_raise(live)
             except ValueError as error:
-                log.error("%s: %s; not restored", namespace, error)
+                log.error(
+                    "%s: %s; not restored", namespace, error, extra=fields(namespace=namespace)
+                )
                 continue
             if recorded is not None:
                 original, budget = recorded
@@ -290,7 +294,14 @@ class MtqWrites:
             return False
         self._writes.wrote(key, version, written)
         self.stats.quota_writes += 1
-        log.info("%s/%s: spec.hard %s to %s", namespace, quota.name, what, wanted)
+        log.info(
+            "%s/%s: spec.hard %s to %s",
+            namespace,
+            quota.name,
+            what,
+            wanted,
+            extra=fields(namespace=namespace),
+        )
         published = await self.writer.copy_hard_to_status(written)
         if published is not written:
             self._writes.wrote(key, version, published)

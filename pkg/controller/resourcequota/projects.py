@@ -19,6 +19,7 @@ from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import Clock
 from ...generic.events import WARNING, EventRecorder
+from ...generic.logformat import fields
 from ...generic.meta import annotations_of, metadata
 from ...generic.permission import Permission
 from ...generic.resource import Object
@@ -154,7 +155,7 @@ class ProjectRoom:
         if self._reported.get(name) == no_room.message:
             return
         self._reported[name] = no_room.message
-        log.warning("%s: %s", name, no_room.message)
+        log.warning("%s: %s", name, no_room.message, extra=fields(namespace=name))
         for target in room_event_targets(namespace, quota, plan, snapshot):
             self.recorder.event(target, WARNING, PROJECT_NO_ROOM_REASON, no_room.message)
 

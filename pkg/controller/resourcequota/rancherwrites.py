@@ -21,6 +21,7 @@ from typing import Any, Final
 from ...config.metrics import QuotaMetrics
 from ...generic import errors
 from ...generic.events import NORMAL, WARNING, EventRecorder
+from ...generic.logformat import fields
 from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
@@ -91,7 +92,7 @@ class RancherPath:
             "field.cattle.io/resourceQuota instead, which Rancher copies to the quota within the "
             "project's limits"
         )
-        log.warning("%s: %s", name, message)
+        log.warning("%s: %s", name, message, extra=fields(namespace=name))
         for target in room_event_targets(namespace, quota, plan, snapshot):
             self.recorder.event(target, WARNING, RANCHER_DENIAL_REASON, message)
 
@@ -129,7 +130,13 @@ class RancherPath:
         self.metrics.quota_writes.labels("written").inc()
         self.writes[name] += 1
         raised = changes.get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
-        log.info("%s: %s set to %s through Rancher", name, CATTLE_ANNOTATION_RESOURCE_QUOTA, raised)
+        log.info(
+            "%s: %s set to %s through Rancher",
+            name,
+            CATTLE_ANNOTATION_RESOURCE_QUOTA,
+            raised,
+            extra=fields(namespace=name),
+        )
         reason = "MigrationRoomReserved" if plan.holds_room else "MigrationRoomReleased"
         self.recorder.event(
             quota,

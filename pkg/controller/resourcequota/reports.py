@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from ...config.metrics import QuotaMetrics
 from ...generic.events import WARNING, EventRecorder
+from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...util.quantity import Quantity
@@ -70,7 +71,7 @@ class NamespaceReports:
         if text:
             self._above_base[namespace] = text
             message = f"namespace {namespace} uses more than its base: {text}"
-            log.warning("%s", message)
+            log.warning("%s", message, extra=fields(namespace=namespace))
             self.recorder.event(quota, WARNING, USAGE_ABOVE_BASE_REASON, message)
         else:
             self._above_base.pop(namespace, None)
@@ -87,7 +88,8 @@ class NamespaceReports:
     def warnings(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
         """The plan's warnings (a room it cannot size, say), each a QuotaNotScaled Warning."""
         for warning in plan.warnings:
-            log.warning("%s: %s", metadata(namespace).get("name"), warning)
+            name = metadata(namespace).get("name")
+            log.warning("%s: %s", name, warning, extra=fields(namespace=name))
             self.recorder.event(quota, WARNING, "QuotaNotScaled", warning)
 
     def explain_blocked(

@@ -18,6 +18,7 @@ from typing import Any
 from ...config.metrics import QuotaMetrics
 from ...generic import errors
 from ...generic.events import NORMAL, EventRecorder
+from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.newest import NewestPerKey
 from ...generic.ownwrites import OwnWrites
@@ -69,7 +70,12 @@ class SpecWrites:
         except errors.Conflict:
             self.metrics.quota_writes.labels("conflict").inc()
             self._ours.forget(namespace)
-            log.info("%s/%s changed since it was read; planning again", namespace, meta["name"])
+            log.info(
+                "%s/%s changed since it was read; planning again",
+                namespace,
+                meta["name"],
+                extra=fields(namespace=namespace),
+            )
             raise
         except errors.ApiError:
             self.metrics.quota_writes.labels("error").inc()
@@ -95,6 +101,9 @@ class SpecWrites:
             meta["name"],
             changes or "annotations only",
             holders,
+            extra=fields(
+                namespace=meta["namespace"], migrations=[r.vm_name for r in plan.rooms.rooms]
+            ),
         )
         if changes:
             reason = "MigrationRoomReserved" if plan.holds_room else "MigrationRoomReleased"

@@ -32,6 +32,7 @@ from typing import Final, Protocol
 from ...config.metrics import QuotaMetrics
 from ...generic.clock import Clock
 from ...generic.events import WARNING, EventRecorder
+from ...generic.logformat import fields
 from ...generic.meta import annotations_of
 from ...generic.resource import Object
 from ...util import resources
@@ -220,7 +221,11 @@ class StaleRaiseSweep:
                 return None
             return self.planner.left_behind(key, namespace, quota)
         except Exception:
-            log.exception("namespace %s: cannot tell whether a raise stands; passed over", key)
+            log.exception(
+                "namespace %s: cannot tell whether a raise stands; passed over",
+                key,
+                extra=fields(namespace=key),
+            )
             return None
 
     def _report(self, key: str, quota: Object, why: str, seconds: float) -> None:
@@ -229,6 +234,6 @@ class StaleRaiseSweep:
             "again to give it back. This should never happen: please report it with the "
             "controller's log"
         )
-        log.warning("namespace %s: %s", key, message)
+        log.warning("namespace %s: %s", key, message, extra=fields(namespace=key))
         self.metrics.stale_raises.inc()
         self.recorder.event(quota, WARNING, REASON, message)

@@ -45,6 +45,7 @@ from ...apis.kubevirt import (
     PHASE_PENDING,
     PHASE_SUCCEEDED,
 )
+from ...generic.logformat import migration_fields
 from ...generic.meta import condition_status, labels, metadata, status
 from ...generic.resource import Object
 from .. import resources
@@ -429,7 +430,10 @@ def _estimate(vmi: Object, inputs: RoomInputs) -> ResourceList:
         raise
     except Exception as error:
         log.warning(
-            "cannot render the launcher pod of VMI %s", metadata(vmi).get("name"), exc_info=True
+            "cannot render the launcher pod of VMI %s",
+            metadata(vmi).get("name"),
+            exc_info=True,
+            extra=migration_fields(metadata(vmi).get("namespace"), metadata(vmi).get("name")),
         )
         raise ValueError(
             f"cannot render the VMI's launcher pod ({type(error).__name__})"

@@ -14,3 +14,15 @@ service: {name: {{ include "hq.webhookName" .root }}, namespace: {{ .root.Releas
 caBundle: {{ .root.Values.certificates.caBundle }}
 {{- end }}
 {{- end -}}
+{{- /* The logging flags of both processes, checked here: a value the command refuses would
+       only show as a crash loop. */ -}}
+{{- define "hq.logArgs" -}}
+{{- if not (has .Values.logging.format (list "text" "json")) -}}
+{{- fail (printf "logging.format must be text or json, not %v" .Values.logging.format) -}}
+{{- end -}}
+{{- if not (regexMatch "^[0-9]+$" (toString .Values.logging.verbosity)) -}}
+{{- fail (printf "logging.verbosity must be a whole number from 0, not %v" .Values.logging.verbosity) -}}
+{{- end -}}
+- --log-format={{ .Values.logging.format }}
+- --verbose={{ .Values.logging.verbosity }}
+{{- end -}}

@@ -44,10 +44,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ....apis.kubevirt import LABEL_MIGRATION_JOB
+from ....apis.kubevirt import LABEL_MIGRATION_JOB, LABEL_VM_NAME
 from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.clock import Clock, wait_at_most
+from ....generic.logformat import migration_fields
 from ....generic.meta import annotations_of, labels, metadata
 from ....generic.meta import name as name_of
 from ....generic.meta import namespace as namespace_of
@@ -195,7 +196,11 @@ async def admit_target(
         needed = pod_quota_usage(pod)
     except ValueError as error:
         log.warning(
-            "migration target pod %s/%s cannot be read: %s", request.namespace, request.name, error
+            "migration target pod %s/%s cannot be read: %s",
+            request.namespace,
+            request.name,
+            error,
+            extra=migration_fields(request.namespace, labels(pod).get(LABEL_VM_NAME)),
         )
         return TargetAdmission("unreadable", 0.0)  # not ours to refuse: the API server will
     migration = labels(pod).get(LABEL_MIGRATION_JOB, "")
