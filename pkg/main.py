@@ -64,12 +64,11 @@ def _options(args: argparse.Namespace) -> Options:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Runs the controllers until SIGTERM. An API server that cannot be reached at startup is
-    one line on stderr and exit 2 (run_command_line), not a process that waits unready with a
-    traceback in its log: the pod's restarts and their back-off say it in `kubectl get pods`."""
+    waited for, unready (its reflectors back off and retry, as during an API server restart),
+    never a crash loop; a kubeconfig that cannot be loaded is one line on stderr and exit 2."""
 
     async def main() -> int:
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
-            await client.request("GET", "/version")  # ConnectionFailed: cannot reach it
             return await app.run(client, _options(args))
 
     return asyncio.run(main())
