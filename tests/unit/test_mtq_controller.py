@@ -475,3 +475,46 @@ async def test_a_budget_that_leaves_out_the_attachment_pod_releases_nothing() ->
     await h.reconcile(reconciler)
     assert LABEL_LOCKED not in namespace_labels(h)
     assert [(name, reason) for name, reason, _ in h.events] == [("mig0", NOT_ENOUGH_REASON)]
+
+
+def tamper_with_status(h: Harness, originals: list[dict[str, Any]], budget: dict[str, str]) -> None:
+    """A tenant with update on its VMMRQ's status writes its own originals and budget."""
+    tampered = vmmrq(h)
+    assert tampered is not None
+    tampered["status"]["originalBlockingResourceQuotas"] = originals
+    tampered["status"]["additionalMigrationResources"] = budget
+    h.cluster.put(VMMRQS, tampered)
+
+
+async def test_a_status_rewritten_by_a_tenant_restores_from_the_quotas_record() -> None:
+    """Review M6: originals X' and budget B' with X' + B' = the raised value made the restore
+    go to X' (the raised value itself here, with B' = 0): the budget stayed in the quota for
+    good. The quota's own record, which only our controller writes, is what is restored."""
+    h = harness()
+    s = setup(h)
+    reconciler = h.reconciler()
+    await lock_and_raise(h, reconciler)
+    assert quota_hard(h) == raised(s)
+    tamper_with_status(
+        h, [{"name": "rq", "spec": {"hard": raised(s)}}], dict.fromkeys(s["budget"], "0")
+    )
+    target_pod_appears(h, 0)
+    await h.reconcile(reconciler)
+    assert_back_to_original(h, s)
+    quota = h.cluster.get(RESOURCE_QUOTAS, "tenant/rq")
+    assert quota is not None
+    assert ANNOTATION_RAISED not in (quota["metadata"].get("annotations") or {})
+
+
+async def test_originals_dropped_from_the_status_by_a_tenant_still_restore() -> None:
+    """The same with the quota left out of the status's originals: nothing planned its restore,
+    and the release unlocked the namespace raised. A quota that carries a record is restored
+    from it whatever the status says."""
+    h = harness()
+    s = setup(h)
+    reconciler = h.reconciler()
+    await lock_and_raise(h, reconciler)
+    tamper_with_status(h, [], s["budget"])
+    target_pod_appears(h, 0)
+    await h.reconcile(reconciler)
+    assert_back_to_original(h, s)

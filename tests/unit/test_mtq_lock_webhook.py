@@ -4,6 +4,7 @@ when; our controller passes; the deadline is honoured by the webhook itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
@@ -155,6 +156,26 @@ def test_no_one_but_our_controller_takes_the_restore_finalizer_off_while_locked(
     update(locked(), "tenant", relabelled)
     update(locked(), CONTROLLER, stripped)
     update(FakeLookups(), "tenant", stripped)
+
+
+def test_no_one_but_our_controller_writes_a_vmmrqs_status_while_locked() -> None:
+    """Review M6: a tenant with rights on its VMMRQ's status wrote originals and a budget that
+    sum to the raised value, so the restore left the budget in the quota. While locked, only
+    our controller writes the status; once unlocked anyone with the rights may."""
+    kind = "VirtualMachineMigrationResourceQuota"
+    old = {"metadata": {"name": "budget", "namespace": "ns", "finalizers": [FINALIZER]}}
+    new = {**old, "status": {"originalBlockingResourceQuotas": []}}
+
+    def update_status(lookups: FakeLookups, user: str) -> None:
+        status = dataclasses.replace(
+            request(kind, new, old, user=user, operation="UPDATE"), sub_resource="status"
+        )
+        validate_locked(status, lookups, Identities())
+
+    with pytest.raises(Denied, match="its status may not be written"):
+        update_status(locked(), "tenant")
+    update_status(locked(), CONTROLLER)
+    update_status(FakeLookups(), "tenant")
 
 
 def test_an_unlocked_namespace_admits_everything_and_an_unknown_kind_is_an_error() -> None:

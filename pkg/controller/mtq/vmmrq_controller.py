@@ -267,10 +267,15 @@ class MtqReconciler:
         await self.writes.ensure_finalizer(vmmrq, present=False)
 
     async def _restore(self, vmmrq: Vmmrq, plan: NamespacePlan) -> set[str]:
-        """Restores each quota the plan gives back by the restore rule; returns the names now
+        """Restores each quota the plan gives back by the restore rule (from the quota's raise
+        record where it carries one), and each other quota with a record the plan does not hold
+        raised (its status, a tenant's to write, may leave it out); returns the names now
         restored (or gone)."""
         await self.writes.bring_each(
             vmmrq.namespace, plan.restore, plan.budget, restore_action, "restored"
+        )
+        await self.writes.restore_recorded(
+            vmmrq.namespace, keep={original.name for original in plan.originals}
         )
         return {original.name for original in plan.restore}
 

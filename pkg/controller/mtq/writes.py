@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,16 +223,21 @@ class MtqWrites:
     ) -> None:
         """Writes each live quota the `action` wants changed (a quota gone is skipped), in order.
         A raise writes its record (ANNOTATION_RAISED) with it; a restore removes the record,
-        with the restored spec.hard or alone. A raise stops at Rancher's refusal (the namespace
-        is planned again without its quota); a restore goes on (Rancher's agent resets what it
+        with the restored spec.hard or alone, and restores from the record where the quota
+        carries one (the originals and budget given come from the VMMRQ's status, which a
+        tenant may write: review M6). A raise stops at Rancher's refusal (the namespace is
+        planned again without its quota); a restore goes on (Rancher's agent resets what it
         refuses us)."""
         quotas = self.live_quotas(namespace)
         raising = action is raise_action
-        for original in originals:
-            live = quotas.get(original.name)
+        for given in originals:
+            live = quotas.get(given.name)
             if live is None:
                 continue
-            target = action(live, original, budget)
+            original, spent = given, budget
+            if not raising:
+                original, spent = _recorded_or(live, given, budget)
+            target = action(live, original, spent)
             if target is None and not raising and live.raised_from is not None:
                 target = live.hard  # restored already: the record goes
             if target is None:
@@ -242,11 +247,16 @@ class MtqWrites:
             if not written and raising:
                 return
 
-    async def restore_recorded(self, namespace: str) -> None:
-        """Restores every quota of `namespace` that carries a raise record, from the record
-        alone (the restore rule), and removes the record: for a namespace whose VMMRQ, and the
-        originals its status held, are gone. A record that cannot be read is logged and left."""
+    async def restore_recorded(self, namespace: str, keep: Iterable[str] = ()) -> None:
+        """Restores every quota of `namespace` that carries a raise record, but those named in
+        `keep` (held raised), from the record alone (the restore rule), and removes the record:
+        for a namespace whose VMMRQ, and the originals its status held, are gone, or whose
+        status no longer names the quota (a tenant's write). A record that cannot be read is
+        logged and left."""
+        kept = set(keep)
         for live in self.live_quotas(namespace).values():
+            if live.name in kept:
+                continue
             try:
                 recorded = recorded_raise(live)
             except ValueError as error:
@@ -306,3 +316,16 @@ class MtqWrites:
         if published is not written:
             self._writes.wrote(key, version, published)
         return True
+
+
+def _recorded_or(
+    live: QuotaView, given: OriginalQuota, budget: ResourceList
+) -> tuple[OriginalQuota, ResourceList]:
+    """The original and budget to restore `live` from: its raise record if it carries a readable
+    one (only our controller writes it), else `given` and `budget` (the VMMRQ's status)."""
+    try:
+        recorded = recorded_raise(live)
+    except ValueError as error:
+        log.error("%s; restoring from the VMMRQ's status", error)
+        return given, budget
+    return recorded if recorded is not None else (given, budget)

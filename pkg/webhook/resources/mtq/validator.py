@@ -1,6 +1,7 @@
 """Managed-Tenant-Quota lock rules: while a namespace is locked, only KubeVirt's target pods of
 the migrations the lock is held for are created there; ResourceQuota edits, VirtualMachineMigrationResourceQuota
-creates and deletes, and removals of the VMMRQ's restore finalizer are refused, except our
+creates and deletes, writes of its status subresource (the originals and budget the restore
+used to read, review M6), and removals of the VMMRQ's restore finalizer are refused, except our
 controller's. Each denial says why and until when.
 
 The lock is read from the Namespace (util/resourcequota/mtq.py): its label selects the webhook
@@ -77,6 +78,11 @@ def validate_locked(request: Request, lookups: Lookups, identities: Identities) 
     elif request.kind == "ResourceQuota":
         if request.operation == "UPDATE":
             raise Denied(f"quota {request.name} cannot be edited while {why}")
+    elif request.sub_resource == "status":
+        raise Denied(
+            f"{VMMRQ_KIND} {request.name}: its status may not be written while {why} (the "
+            "controller records the originals it restores there)"
+        )
     elif request.operation in ("CREATE", "DELETE"):
         raise Denied(
             f"{VMMRQ_KIND} {request.name}: {request.operation.lower()} is not allowed while {why}"
