@@ -23,9 +23,86 @@ MAX_DEPTH: Final = 100
 this becomes null. Well below orjson's limits (254 to encode, 1024 to decode), so a cut object
 still encodes inside a wrapper (a watch event, an AdmissionReview), and far above any read."""
 
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
-"""A string (skipped whole, so brackets inside it are not counted) or a bracket."""
-_QUOTE, _OPEN = 0x22, (0x5B, 0x7B)
+_STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
+"""A JSON string, unrolled, so the regex engine runs over it in C without backtracking."""
+_TEXT = rb'(?:[^"\[\]{}]|' + _STRING + rb")"
+_SKIP = re.compile(_TEXT + rb"*", re.DOTALL)
+"""Everything up to the next bracket outside a string, strings skipped whole; stops at a string
+not yet terminated."""
+_SKIP_LEAVES = re.compile(
+    rb"(?:" + _TEXT + rb"|\[" + _TEXT + rb"*\]|\{" + _TEXT + rb"*\})*", re.DOTALL
+)
+"""The same, and containers holding no container too (one level up and back): skipped where that
+level cannot be the first one cut nor the end of the value, which is nearly everywhere."""
+_RUN = re.compile(rb"[\[{]+|[\]}]+")
+"""A run of opening or of closing brackets: handled as one step however long."""
+_QUOTE = 0x22
+_OPENS = (0x5B, 0x7B)
+
+
+class DepthScan:
+    """One pass over a JSON text, resumable as more of it arrives: tracks the nesting and builds
+    the text with every container deeper than `max_depth` replaced by ``null``. With `stop_at_end`
+    it stops where the first value closes (depth back to 0) and sets `end` to that bracket's
+    index, which is how listdecode finds the end of an item orjson refused for its depth.
+
+    Each byte is looked at once, whatever `scan` is called with: the same text again, grown at its
+    end. Strings and the text between brackets are skipped by a C-level regex; a run of brackets
+    costs one Python step, so 1,000 levels of ``[[[...`` cost what one does."""
+
+    def __init__(self, max_depth: int, *, stop_at_end: bool = False) -> None:
+        self.max_depth = max_depth
+        self.stop_at_end = stop_at_end
+        self.cut = 0
+        self.end = -1
+        """The index of the bracket that closes the first value (with `stop_at_end`), else -1."""
+        self.depth = 0
+        self._out = bytearray()
+        self._pos = 0
+        self._copied = 0
+        self._skip_from = -1
+
+    def scan(self, raw: bytes | bytearray | memoryview) -> int:
+        """Scans what `raw` has past the previous call; returns `end` (-1: not there yet)."""
+        if self.end >= 0:
+            return self.end
+        size, pos, depth, limit = len(raw), self._pos, self.depth, self.max_depth + 1
+        while True:
+            skip = _SKIP if depth == limit - 1 and self._skip_from < 0 else _SKIP_LEAVES
+            pos = skip.match(raw, pos).end()  # type: ignore[union-attr]  # always matches
+            if pos >= size or raw[pos] == _QUOTE:
+                break  # the text ends here, or in a string: wait for more
+            run = _RUN.match(raw, pos)
+            assert run is not None
+            count = run.end() - pos
+            if raw[pos] in _OPENS:
+                if depth < limit <= depth + count and self._skip_from < 0:
+                    start = pos + limit - depth - 1
+                    self._out += raw[self._copied : start]
+                    self._out += b"null"
+                    self._skip_from = start
+                    self.cut += 1
+                depth += count
+            else:
+                if self._skip_from >= 0 and depth - count < limit <= depth:
+                    self._copied = pos + depth - limit + 1
+                    self._skip_from = -1
+                if self.stop_at_end and depth - count <= 0:
+                    self.end = pos + depth - 1
+                    depth = 0
+                    pos = self.end + 1
+                    break
+                depth -= count
+            pos = run.end()
+        self._pos, self.depth = pos, depth
+        return self.end
+
+    def text(self, raw: bytes | bytearray | memoryview) -> bytes:
+        """The text scanned so far (up to `end` with `stop_at_end`), cut. A tail whose brackets
+        do not balance is kept as it was (still invalid: the decoder then says so)."""
+        stop = self.end + 1 if self.end >= 0 else len(raw)
+        tail = raw[self._copied : stop] if self._skip_from < 0 else raw[self._skip_from : stop]
+        return bytes(self._out) + bytes(tail)
 
 
 def too_deep(error: Exception) -> bool:
@@ -50,31 +127,12 @@ def loads(raw: bytes | bytearray | memoryview) -> tuple[Any, int]:
 
 def cut_bytes(raw: bytes, max_depth: int) -> tuple[bytes, int]:
     """`raw` with every array or object nested deeper than `max_depth` replaced by ``null``, and
-    how many were. Strings are skipped whole, so brackets inside them do not count. A document
-    whose brackets do not balance is returned with its unbalanced tail as it was (still invalid:
-    the decoder then says so)."""
-    out = bytearray()
-    depth = copied = cut = 0
-    skip_from = -1
-    for match in _TOKEN.finditer(raw):
-        start = match.start()
-        first = raw[start]
-        if first == _QUOTE:
-            continue
-        if first in _OPEN:
-            depth += 1
-            if depth == max_depth + 1 and skip_from < 0:
-                out += raw[copied:start]
-                out += b"null"
-                skip_from = start
-                cut += 1
-            continue
-        if depth == max_depth + 1 and skip_from >= 0:
-            copied = match.end()
-            skip_from = -1
-        depth -= 1
-    out += raw[copied:] if skip_from < 0 else raw[skip_from:]
-    return bytes(out), cut
+    how many were (one DepthScan pass). Strings are skipped whole, so brackets inside them do not
+    count. A document whose brackets do not balance is returned with its unbalanced tail as it
+    was (still invalid: the decoder then says so)."""
+    scan = DepthScan(max_depth)
+    scan.scan(raw)
+    return scan.text(raw), scan.cut
 
 
 def cut_deep(value: Any, max_depth: int = MAX_DEPTH) -> int:

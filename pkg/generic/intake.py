@@ -62,6 +62,11 @@ class Intake:
     def prepared(self, obj: Object) -> Prepared | None:
         """`obj` through the transform and Store.prepare, or None after reporting the stage
         that refused it; a cut (deepjson) is logged."""
+        taken = self._taken(obj)
+        return None if taken is None else taken[1]
+
+    def _taken(self, obj: Object) -> tuple[Object, Prepared] | None:
+        """(`obj` transformed, its Prepared), or None after reporting the stage that refused it."""
         try:
             transformed = self._transform(obj) if self._transform else obj
         except Exception as error:
@@ -80,18 +85,21 @@ class Intake:
                 prepared.cut,
                 deepjson.MAX_DEPTH,
             )
-        return prepared
+        return transformed, prepared
 
     def applied(self, event_type: str, obj: Object) -> Change | None:
         """Applies one watch event to the store; what to tell handlers (None: nothing). A
-        skipped object's cached version is removed and told as a Tombstone's delete."""
+        skipped object's cached version is removed and told as a Tombstone's delete. Handlers
+        get the object transformed, as the store has it (and as `old` is): never a raw new beside
+        a transformed old."""
         if event_type == "DELETED":
             return self._deleted(obj)
-        prepared = self.prepared(obj)
-        if prepared is None:
+        taken = self._taken(obj)
+        if taken is None:
             return self._dropped(_key_or_none(obj))
+        transformed, prepared = taken
         old = self._store.put(prepared)
-        return ("add", None, obj) if old is None else ("update", old, obj)
+        return ("add", None, transformed) if old is None else ("update", old, transformed)
 
     def handler_failed(self, subject: Any, error: Exception) -> None:
         """A handler raised on a notification about `subject` (it was logged already)."""

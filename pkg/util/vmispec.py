@@ -150,7 +150,14 @@ UNREAD_UNKNOWN_FIELDS: Final = (("spec", "domain", "clock"),)
 """The fields of a VMI that KubeVirt's schema keeps unknown (x-kubernetes-preserve-unknown-fields
 in the CRDs of KubeVirt v1.6 and v1.8: spec.domain.clock only) and no rule of the product reads
 (the launcher pod's resources, the rooms, the hot-plug check and the preflight never look at the
-guest's clock)."""
+guest's clock).
+
+VirtualMachines need no such transform: no cache of the product holds VMs (nothing in the
+controller or the webhook calls KubeVirtControllers.virtual_machines); the webhook sees a VM only
+in an AdmissionReview, decoded with deepjson's depth cut (admission.parse_review) and not kept.
+The VM CRD keeps unknown spec.template.spec.domain.clock and the metadata of spec.template and of
+spec.dataVolumeTemplates (KubeVirt v1.6 and v1.8): a cache that came to hold VMs would drop the
+clock as this does for VMIs (the VM rule reads the template's metadata, so that stays)."""
 
 
 def strip_vmi_unread_unknown(vmi: Mapping[str, Any]) -> dict[str, Any]:

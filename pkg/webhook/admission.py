@@ -4,16 +4,25 @@ A request we cannot parse is never allowed silently and never crashes the server
 uid we answer with a denial that says what was wrong; if it has none there is nothing to answer
 and we return HTTP 400 with the reason, which the API server reports (and its failurePolicy
 decides about).
+
+A review is decoded with deepjson's depth cut, never refused for its nesting: a tenant's JSON
+deeper than orjson decodes in a field KubeVirt keeps unknown (a VM's clock) made the whole review
+undecodable, the answer an HTTP 400, and the VM rule (failurePolicy Ignore) let the VM through
+unchecked (security.md A2). What is cut lies deeper than any field a validator reads.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from ..generic import deepjson
 from ..generic.meta import metadata
+
+log = logging.getLogger(__name__)
 
 
 class Denied(Exception):
@@ -54,9 +63,15 @@ class Request:
 def parse_review(body: bytes) -> Request:
     """Parses an AdmissionReview; raises BadReview naming what is missing or malformed."""
     try:
-        review = orjson.loads(body)
+        review, cut = deepjson.loads(body)
     except orjson.JSONDecodeError as error:
         raise BadReview(f"the body is not JSON: {error}") from error
+    if cut:
+        log.warning(
+            "an AdmissionReview: %d values nested deeper than %d levels cut before validating it",
+            cut,
+            deepjson.MAX_DEPTH,
+        )
     if not isinstance(review, dict):
         raise BadReview("the body is not a JSON object")
     request = review.get("request")

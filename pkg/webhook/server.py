@@ -8,7 +8,7 @@ call per request); a migration target pod's answer may wait for its room to show
 they change on disk (a rotated Secret mounted in the pod), without a restart. A request that
 cannot be parsed gets a clear denial (or HTTP 400 when it has no uid to answer); a bug in a
 validator gets HTTP 500, so the API server applies the webhook's failurePolicy, chosen per
-endpoint in deploy/.
+endpoint in deploy/, except on the endpoints in FAIL_CLOSED, where it is a denial in the review.
 
 Only the API server is meant to call /validate/*, and answers have side effects (reservation
 Leases, held waits), so with a client CA (ClientAuth) a client without a certificate from that
@@ -84,6 +84,16 @@ log = logging.getLogger(__name__)
 Validator = Callable[[Request], Awaitable[None] | None]
 """Raises Denied to deny. A validator that needs to wait returns an awaitable; the others run to
 the end without awaiting, so their decisions are serialized on the event loop."""
+
+
+FAIL_CLOSED: frozenset[str] = frozenset({"virtualmachines"})
+"""Endpoints where a validator that fails on a review with a uid denies it (allowed false, in the
+review) instead of answering HTTP 500. The VM rule is failurePolicy Ignore (a webhook outage must
+not stop tenants' VMs), but an error there is not an outage: a tenant who can make the validator
+fail on its own VM (security.md A2) would have the API server admit it unchecked, hot-plug past
+the base included, for as long as the VM exists. The pod rules keep HTTP 500: pods and
+migration-targets are Ignore so that a migration's target is never refused by a webhook fault
+(design.md, "The webhook down"), room-held-pods is Fail anyway."""
 
 
 class WebhookServer:
@@ -259,7 +269,9 @@ class WebhookServer:
     async def review(self, endpoint: str, body: bytes) -> web.Response:
         """Answers one AdmissionReview body for an endpoint (`answer_review`)."""
         kind, validate = self.validators[endpoint]
-        return await answer_review(endpoint, kind, validate, body, self.metrics)
+        return await answer_review(
+            endpoint, kind, validate, body, self.metrics, fail_closed=endpoint in FAIL_CLOSED
+        )
 
     async def start(self) -> int:
         """Listens (TLS if configured); returns the port (useful with port 0)."""
@@ -309,14 +321,21 @@ class WebhookServer:
 
 
 async def answer_review(
-    endpoint: str, kind: str, validate: Validator, body: bytes, metrics: WebhookMetrics
+    endpoint: str,
+    kind: str,
+    validate: Validator,
+    body: bytes,
+    metrics: WebhookMetrics,
+    *,
+    fail_closed: bool = False,
 ) -> web.Response:
     """Answers one AdmissionReview `body` for `endpoint`, which validates `kind` objects ("" for
     any) with `validate`: allowed, denied with the validator's reason, a denial (or 400 without
     a uid) for a body that cannot be parsed, 500 for a validator that failed (the API server
-    applies the endpoint's failure policy)."""
+    applies the endpoint's failure policy), or with `fail_closed` a denial naming the failure."""
+    parsed: Request | None = None
     try:
-        request = parse_review(body)
+        request = parsed = parse_review(body)
         if kind and request.kind != kind:
             raise Denied(f"this endpoint validates {kind} objects, not {request.kind}", code=400)
         waiting = validate(request)
@@ -341,9 +360,14 @@ async def answer_review(
         )
         metrics.requests.labels(endpoint, "denied").inc()
         return _json(review_response(request.uid, denial))
-    except Exception:
-        log.exception("%s: validator failed; the API server applies the failure policy", endpoint)
+    except Exception as error:
         metrics.requests.labels(endpoint, "error").inc()
+        if fail_closed and parsed is not None:
+            log.exception("%s: validator failed; the review is denied", endpoint)
+            failure = f"{type(error).__name__}: {error}"[:300]
+            refusal = Denied(f"internal error validating this request, denied: {failure}")
+            return _json(review_response(parsed.uid, refusal))
+        log.exception("%s: validator failed; the API server applies the failure policy", endpoint)
         return web.Response(status=500, text="internal error in the validator")
     metrics.requests.labels(endpoint, "allowed").inc()
     return _json(review_response(request.uid))

@@ -385,3 +385,24 @@ async def test_listener_one_that_raises_is_isolated_and_reported_and_others_flow
     assert heard == {"ns/a": {}, "ns/bad": None, "ns/b": {}}
     assert skips.named() == [("listener", "object ns/bad (uid ?)")]
     await shared.stop()
+
+
+def test_intake_tells_handlers_the_transformed_object_beside_a_transformed_old() -> None:
+    """Minor 4: `applied` told handlers the raw object as new while old came from the store,
+    transformed, so `relevant(old, new)` compared a transformed old with a raw new."""
+    from harvester_quota.generic.intake import Intake
+    from harvester_quota.generic.store import Store
+
+    def slim(obj: Object) -> Object:
+        return {"metadata": obj["metadata"], "kept": obj.get("kept")}
+
+    intake = Intake("pods", Store(codec="json"), slim, None)
+    raw = {"metadata": {"namespace": "ns", "name": "a"}, "kept": 1, "dropped": "x" * 100}
+    added = intake.applied("ADDED", raw)
+    assert added is not None and added[0] == "add"
+    assert added[2] == {"metadata": {"namespace": "ns", "name": "a"}, "kept": 1}
+    updated = intake.applied("MODIFIED", {**raw, "kept": 2})
+    assert updated is not None and updated[0] == "update"
+    _, old, new = updated
+    assert "dropped" not in new and new["kept"] == 2
+    assert set(old) == set(new), (old, new)

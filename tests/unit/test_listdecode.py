@@ -197,3 +197,76 @@ def test_any_list_of_objects_decodes_like_orjson(
 
     assert decoded == items
     assert list_object == {"kind": "List", "metadata": {"resourceVersion": "3"}}
+
+
+def deep_and_wide_vmi(name: str, levels: int = 1100, width: int = 2000) -> bytes:
+    """A VMI (a custom resource: its keys sorted, so list items start with "apiVersion") whose
+    clock holds `levels` nested arrays around `width` small objects that start with
+    "apiVersion" too: every `},{"apiVersion":` between them looks like an item's end."""
+    wide = b",".join(b'{"apiVersion":"v%d","k":"]}"}' % i for i in range(width))
+    deep = b"[" * levels + wide + b"]" * levels
+    vmi = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"domain": {"clock": {"deep": "@DEEP@"}, "cpu": {"sockets": 2}}},
+    }
+    return orjson.dumps(vmi).replace(b'"@DEEP@"', deep)
+
+
+def deep_vmi_list(names: list[str], deep: set[str], width: int = 2000) -> bytes:
+    items = [
+        deep_and_wide_vmi(name, width=width)
+        if name in deep
+        else orjson.dumps({"apiVersion": "kubevirt.io/v1", "metadata": {"name": name}})
+        for name in names
+    ]
+    head = b'{"apiVersion":"kubevirt.io/v1","items":['
+    return head + b",".join(items) + b'],"kind":"VirtualMachineInstanceList","metadata":{}}'
+
+
+def test_a_deep_item_costs_one_depth_pass_not_one_per_candidate_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """M4: a depth error on a candidate end ran deepjson.cut_bytes (a Python loop over every
+    token) on each of up to 64 candidate prefixes: 10.7 s on the event loop for one 844 KB VMI.
+    Not a timed check: it counts the depth passes (cut_bytes calls and DepthScan passes, one
+    resumed pass as the chunks arrive counts once) per deep item, in the middle and last."""
+    from harvester_quota.generic import deepjson
+
+    passes: list[str] = []
+    real_cut, real_scan = deepjson.cut_bytes, getattr(deepjson, "DepthScan", None)
+
+    def counted_cut(raw: bytes, max_depth: int) -> tuple[bytes, int]:
+        passes.append("cut_bytes")
+        return real_cut(raw, max_depth)
+
+    def counted_scan(*args: Any, **kwargs: Any) -> Any:
+        passes.append("DepthScan")
+        assert real_scan is not None
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(deepjson, "cut_bytes", counted_cut)
+    monkeypatch.setattr(deepjson, "DepthScan", counted_scan, raising=False)
+    raw = deep_vmi_list(["a", "deep1", "b", "deep2"], {"deep1", "deep2"})
+    listed, items = split_list(raw, chunk=1 << 14)
+    assert [i["metadata"]["name"] for i in items] == ["a", "deep1", "b", "deep2"]
+    assert items[1]["spec"]["domain"]["cpu"] == {"sockets": 2}
+    assert listed["kind"] == "VirtualMachineInstanceList"
+    assert len(passes) == 2, f"{len(passes)} depth passes for 2 deep items: {passes[:5]}"
+
+
+def test_a_deep_item_decodes_as_a_whole_cut_decode_does() -> None:
+    """The one-pass path gives what deepjson.loads gives the item alone, for any chunking."""
+    from harvester_quota.generic import deepjson
+
+    raw = deep_vmi_list(["deep0", "a", "deep1"], {"deep0", "deep1"}, width=50)
+    expected = [deepjson.loads(deep_and_wide_vmi(n, width=50))[0] for n in ("deep0", "deep1")]
+    for chunk in (7, 1000, 1 << 16, len(raw)):
+        splitter = ListSplitter()
+        for start in range(0, len(raw), chunk):
+            splitter.feed(raw[start : start + chunk])
+        splitter.finish()
+        assert [splitter.items[0], splitter.items[2]] == expected, chunk
+        assert splitter.items[1] == {"apiVersion": "kubevirt.io/v1", "metadata": {"name": "a"}}
+        assert splitter.cut == 2

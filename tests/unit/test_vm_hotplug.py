@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from typing import Any
 
+import orjson
 import pytest
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.util.hotplug import hot_plugged
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.webhook.admission import Denied
+from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.resources.virtualmachine.validator import validate_vm
+from harvester_quota.webhook.server import WebhookServer
+from prometheus_client import CollectorRegistry
 
 from tests.objects import launcher_pod, vmi
 from tests.unit.test_webhook import FakeLookups, quota_with, request, room_held
@@ -506,3 +510,61 @@ def test_a_tenant_cannot_grow_a_vm_without_cores_or_threads_past_the_base_by_hot
     more_cores = socket_only_vm(instance, 8)
     more_cores["spec"]["template"]["spec"]["domain"]["cpu"]["cores"] = 2
     assert hot_plugged(more_cores["spec"]["template"]["spec"], instance) is None
+
+
+def deep_clock_review(vm: dict[str, Any], old: dict[str, Any], levels: int) -> bytes:
+    """An UPDATE AdmissionReview of `vm` whose spec.template.spec.domain.clock (kept unknown by
+    KubeVirt's schema) holds `levels` nested arrays: more than orjson decodes (1024)."""
+    vm = copy.deepcopy(vm)
+    vm["spec"]["template"]["spec"]["domain"]["clock"] = {"deep": "@DEEP@"}
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-deep",
+            "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachine"},
+            "operation": "UPDATE",
+            "namespace": "ns",
+            "name": vm["metadata"]["name"],
+            "userInfo": {"username": "tenant"},
+            "object": vm,
+            "oldObject": old,
+        },
+    }
+    deep = b"[" * levels + b"]" * levels
+    return json.dumps(body).encode().replace(b'"@DEEP@"', deep)
+
+
+async def test_a_hot_plug_past_the_base_hidden_under_a_deep_clock_is_denied() -> None:
+    """B1: 1,100 levels in the clock made orjson refuse the review, the webhook answered 400 and
+    the API server, the VM rule being failurePolicy Ignore, admitted the hot-plug unchecked. The
+    review is decoded with the depth cut now, so the 2 -> 8 sockets are checked and denied."""
+    used = {"limits.cpu": "2515m", "limits.memory": "4864573177"}
+    lookups = FakeLookups(quotas={"ns": quota_with(used)})
+    instance = socket_only_vmi()
+    running(lookups, instance)
+    server = WebhookServer(lookups, registry=CollectorRegistry())
+    body = deep_clock_review(socket_only_vm(instance, 8), socket_only_vm(instance, 2), 1100)
+    answer = await server.review("virtualmachines", body)
+    assert answer.status == 200, answer.text
+    response = orjson.loads(answer.body)["response"]  # type: ignore[arg-type]
+    assert response["uid"] == "u-deep" and response["allowed"] is False
+    assert "needs 600m" in response["status"]["message"], response
+
+
+async def test_a_vm_validator_failure_is_a_denial_in_the_review_not_an_http_error() -> None:
+    """B1: an unexpected failure validating a VM review that has a uid is answered as a denial
+    (allowed false, with a message): an HTTP error would let the Ignore rule admit the VM."""
+
+    def broken(_request: Request) -> None:
+        raise KeyError("spec")
+
+    server = WebhookServer(FakeLookups(), registry=CollectorRegistry())
+    server.validators["virtualmachines"] = ("VirtualMachine", broken)
+    instance = socket_only_vmi()
+    body = deep_clock_review(socket_only_vm(instance, 8), socket_only_vm(instance, 2), 3)
+    answer = await server.review("virtualmachines", body)
+    assert answer.status == 200, answer.text
+    response = orjson.loads(answer.body)["response"]  # type: ignore[arg-type]
+    assert response["uid"] == "u-deep" and response["allowed"] is False
+    assert "KeyError" in response["status"]["message"]
