@@ -78,6 +78,7 @@ from .resources.pod.targets import (
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm
 from .tls import CERT_RELOAD_INTERVAL, ClientAuth, ReloadingTLS
+from .turns import NamespaceTurns
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class WebhookServer:
         ledger: AdmissionLedger | None = None,
         reservations: LeaseReservations | None = None,
         live: LiveQuotas | None = None,
+        fair: bool = True,
     ) -> None:
         """With `client_auth` (which needs `tls`), only clients with a certificate from its CA
         get past the handshake and /validate/* answers only the ones it accepts, before reading
@@ -125,7 +127,9 @@ class WebhookServer:
         `reservations` (whose fallback is `ledger`), pods while room is held are decided on the
         reservation every replica shares; without, on this process's `ledger` alone. With `live`
         (targets.live_quotas), a target pod that fits on the cached quota is judged once more on
-        the quota as the API server has it now."""
+        the quota as the API server has it now. With `fair` (the default), pods whose namespace
+        may hold room take fair turns at working its rooms out (turns.py); without, arrival order
+        (the baseline the admission bench compares with)."""
         self.lookups = lookups
         self.body_timeout = body_timeout
         self.metrics = WebhookMetrics(registry)
@@ -157,6 +161,7 @@ class WebhookServer:
             ledger=ledger or AdmissionLedger(clock),
             reservations=reservations,
             live=live,
+            turns=NamespaceTurns(clock) if fair else None,
         )
         """The pods endpoint's rules and target pods' waits (pods.py)."""
         self.quota_changes = self.pods.quota_changes

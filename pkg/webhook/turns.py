@@ -1,0 +1,119 @@
+"""Fair turns at the costly part of pod admissions: no namespace makes another's wait.
+
+Working out a namespace's rooms (pod/validator.py `check_rooms`) runs on the one event loop
+without awaiting, so admissions take it one at a time whatever their number. Taken in arrival
+order, one tenant's flood of creates (dry runs included: they are decided like real ones) put
+every other namespace's admission behind all of its own, past the API server's timeout or the
+admission slots' 429, and the fail-open rules then passed them unchecked.
+
+`NamespaceTurns` gives the turns round robin among the namespaces with an admission waiting (in
+arrival order within a namespace), so an admission waits for at most one turn of each other
+namespace that has one waiting; none waits longer than `wait` seconds of its clock; and while
+another namespace is waiting, a namespace already holding `share` waiting admissions has its
+next ones refused at once, which gives the admission slots back at the pace they are parsed
+instead of the pace they are decided. A refused admission is denied with 429 ("retry"), never
+passed unchecked (pods.py), whatever the rule's failure policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from typing import Final
+
+from ..generic.clock import Clock
+
+TURN_WAIT: Final = 1.0
+"""Seconds an admission waits for its turn before it is refused. The chart gives the webhook 5 s
+(`webhook.timeoutSeconds`); with the admission slots' own 1 s wait before it and the turn itself
+(milliseconds), an answer comes well within that."""
+
+NAMESPACE_SHARE: Final = 16
+"""Admissions of one namespace waiting for a turn past which, while another namespace waits too,
+the next are refused at once: half the admission slots (32), so a flooding namespace holds at
+most half of them waiting and a burst of one namespace alone (forty racing creates) is never
+refused for being many."""
+
+
+class NamespaceTurns:
+    """One turn at a time, round robin among namespaces (see the module docstring). `take`
+    answers True once the caller holds the turn, which it gives back with `release` (in a
+    `finally`), or False when it is refused. Every turn is handed on from the event loop's
+    queue, never within `take`: admissions that became ready in the meantime (read, parsed)
+    are queued by then and take part in the round robin. Event loop only."""
+
+    def __init__(
+        self, clock: Clock, *, wait: float = TURN_WAIT, share: int = NAMESPACE_SHARE
+    ) -> None:
+        if share < 1:
+            raise ValueError(f"a namespace's share of turns must be at least 1, not {share}")
+        self.wait, self.share = wait, share
+        self._clock = clock
+        self._held = False
+        self._queues: dict[str, collections.deque[asyncio.Future[bool]]] = {}
+        """Waiting admissions per namespace; the dict's order is the round robin's."""
+        self.refused = 0
+        """Admissions refused (over the share, or out of time)."""
+
+    def waiting(self, namespace: str) -> int:
+        return sum(1 for w in self._queues.get(namespace, ()) if not w.done())
+
+    async def take(self, namespace: str) -> bool:
+        """True once `namespace`'s admission holds the turn; False (refused) at once when the
+        namespace already has `share` waiting while another namespace waits, or after `wait`
+        seconds without a turn."""
+        if self.waiting(namespace) >= self.share and self._others_wait(namespace):
+            self.refused += 1
+            return False
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._queues.setdefault(namespace, collections.deque()).append(waiter)
+        if not self._held:
+            # Handed on only once what is ready to run has run: the admissions read meanwhile
+            # queue first, so the round robin chooses among them all.
+            self._held = True
+            loop.call_soon(self.release)
+        timer = asyncio.ensure_future(self._expire(waiter))
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.release()  # handed the turn just as the request was cancelled
+            raise
+        finally:
+            timer.cancel()
+            self._forget(namespace, waiter)
+
+    def release(self) -> None:
+        """Gives the turn back: to the first waiting admission of the next namespace in the
+        round robin (which goes to the end of it), else to no one."""
+        self._held = False
+        while self._queues:
+            namespace = next(iter(self._queues))
+            queue = self._queues.pop(namespace)
+            waiter = queue.popleft() if queue else None
+            if queue:
+                self._queues[namespace] = queue  # to the end: the others go first
+            if waiter is not None and not waiter.done():
+                self._held = True
+                waiter.set_result(True)
+                return
+
+    def _others_wait(self, namespace: str) -> bool:
+        return any(ns != namespace and self.waiting(ns) for ns in self._queues)
+
+    async def _expire(self, waiter: asyncio.Future[bool]) -> None:
+        await self._clock.sleep(self.wait)
+        if not waiter.done():
+            self.refused += 1
+            waiter.set_result(False)
+
+    def _forget(self, namespace: str, waiter: asyncio.Future[bool]) -> None:
+        queue = self._queues.get(namespace)
+        if queue is None:
+            return
+        with contextlib.suppress(ValueError):
+            queue.remove(waiter)
+        if not queue:
+            del self._queues[namespace]
