@@ -19,13 +19,15 @@ by the render cache only.
 
 Part two, ``flood``: a tenant namespace with 500 pending migrations sends ``--flood`` dry-run
 creates at once while a victim namespace (5 pending migrations, room held) sends ``--victims``
-creates among them; each request's time from its arrival to its answer (slot wait included),
+creates among them, in turn with creates of a namespace holding nothing (``tenant-0``); each
+request's time from its arrival to its answer (slot wait included); then the same flood with
+half as many creates of the quiet namespace alone among it;
 how many were refused (429 from the slots, or denied 429 by a refused turn), and how many were
 answered after the API server's 5 s timeout (which then applies the rule's failure policy: the
 fail-open rule passes the pod unchecked). The two arms' servers use the real clock.
 
     python -m bench.admission
-    python -m bench.admission --pending 0,50,500 --admissions 200 --flood 96 --rounds 3
+    python -m bench.admission --pending 0,50,500 --admissions 100 --flood 96 --victims 16 --rounds 3
 """
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ VERSION = "1.6"
 VICTIM = "victim"
 VICTIM_PENDING = 5
 FLOODER_PENDING = 500
+VICTIMS = (("victim", VICTIM), ("quiet victim", "tenant-0"))
+"""The flood's victims, taking turns: a namespace holding room (its pods are checked, in turns)
+and one holding nothing (answered without working out rooms)."""
+QUIET_ONLY = ((("quiet victim, no other in turns", "tenant-0"),), "flood, quiet victim only")
+"""A second flood whose only victim holds nothing: no other namespace waits for a turn, so only
+the crowded slots (turns.CROWDED_AFTER) refuse the flood's share."""
+FLOOD_ROWS = (*(who for who, _namespace in VICTIMS), "flood", QUIET_ONLY[0][0][0], QUIET_ONLY[1])
 API_SERVER_TIMEOUT = 5.0
 """The chart's webhook.timeoutSeconds: an answer later than this never reaches the API server."""
 
@@ -233,20 +242,30 @@ async def alone(arms: Arms, pending: list[int], admissions: int, samples: Sample
                 samples.add(f"{arm}/{count}", seconds, refused)
 
 
-async def flood(arms: Arms, arm: str, creates: int, victims: int, samples: Samples) -> None:
-    """`creates` dry-run creates of the flooder arrive at once, `victims` creates of the victim
-    spread among them; each one timed from its arrival."""
+async def flood(
+    arms: Arms,
+    arm: str,
+    creates: int,
+    victims: int,
+    samples: Samples,
+    *,
+    kinds: tuple[tuple[str, str], ...] = VICTIMS,
+    flood_key: str = "flood",
+) -> None:
+    """`creates` dry-run creates of the flooder arrive at once, `victims` creates of `kinds`
+    (row, namespace) spread among them, in turn; each one timed from its arrival."""
     server = arms.of(arm)
     every = max(1, creates // max(1, victims))
     tasks: list[tuple[str, asyncio.Future[tuple[float, bool]]]] = []
     for index in range(creates):
         name = f"flood-{arm}-{index}"
         body = pod_review(f"tenant-{FLOODER_PENDING}", name, dry_run=True)
-        tasks.append(("flood", asyncio.ensure_future(admit(server, body, time.perf_counter()))))
+        tasks.append((flood_key, asyncio.ensure_future(admit(server, body, time.perf_counter()))))
         if index % every == every - 1 and index // every < victims:
-            victim = pod_review(VICTIM, f"victim-{arm}-{index}")
+            who, namespace = kinds[(index // every) % len(kinds)]
+            victim = pod_review(namespace, f"{who}-{arm}-{index}")
             arrived = time.perf_counter()
-            tasks.append(("victim", asyncio.ensure_future(admit(server, victim, arrived))))
+            tasks.append((who, asyncio.ensure_future(admit(server, victim, arrived))))
     for who, task in tasks:
         seconds, refused = await task
         samples.add(f"{arm}/{who}", seconds, refused)
@@ -270,7 +289,7 @@ def tables(pending: list[int], quiet: Samples, flooded: Samples) -> list[str]:
         "after refused / over 5 s | p99 after / before |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for who in ("victim", "flood"):
+    for who in FLOOD_ROWS:
         b, a = f"before/{who}", f"after/{who}"
         lines.append(
             f"| {who} | {flooded.ms(b, 0.5):.1f} / {flooded.ms(b, 0.99):.1f} | "
@@ -294,6 +313,10 @@ async def run(args: argparse.Namespace) -> list[str]:
         order = ("before", "after") if round_ % 2 == 0 else ("after", "before")
         for arm in order:
             await flood(arms, arm, args.flood, args.victims, flooded)
+            kinds, key = QUIET_ONLY
+            await flood(
+                arms, arm, args.flood, args.victims // 2, flooded, kinds=kinds, flood_key=key
+            )
     return tables(args.pending, quiet, flooded)
 
 
@@ -306,7 +329,7 @@ def main() -> None:
     parser.add_argument("--pending", type=_sizes, default=[0, 50, 500])
     parser.add_argument("--admissions", type=int, default=100, help="per namespace and round")
     parser.add_argument("--flood", type=int, default=96, help="dry-run creates at once")
-    parser.add_argument("--victims", type=int, default=8, help="victim creates among them")
+    parser.add_argument("--victims", type=int, default=16, help="victim creates among them")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     print(f"machine: {machine()}", flush=True)

@@ -78,7 +78,7 @@ from .resources.pod.targets import (
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm
 from .tls import CERT_RELOAD_INTERVAL, ClientAuth, ReloadingTLS
-from .turns import NamespaceTurns
+from .turns import CROWDED_AFTER, NamespaceTurns
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class WebhookServer:
             ledger=ledger or AdmissionLedger(clock),
             reservations=reservations,
             live=live,
-            turns=NamespaceTurns(clock) if fair else None,
+            turns=NamespaceTurns(clock, crowded=self._slots_crowded) if fair else None,
         )
         """The pods endpoint's rules and target pods' waits (pods.py)."""
         self.quota_changes = self.pods.quota_changes
@@ -179,6 +179,10 @@ class WebhookServer:
             "mtq-lock": ("", lambda r: validate_locked(r, self.lookups, self.identities)),
         }
         """Endpoint -> (the kind it validates, "" for any; its validator)."""
+
+    def _slots_crowded(self) -> bool:
+        """Whether a request has waited CROWDED_AFTER for an admission slot (turns.py)."""
+        return self.slots.longest_wait() >= CROWDED_AFTER
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._close_unless_kept])

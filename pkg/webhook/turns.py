@@ -9,9 +9,11 @@ admission slots' 429, and the fail-open rules then passed them unchecked.
 `NamespaceTurns` gives the turns round robin among the namespaces with an admission waiting (in
 arrival order within a namespace), so an admission waits for at most one turn of each other
 namespace that has one waiting; none waits longer than `wait` seconds of its clock; and while
-another namespace is waiting, a namespace already holding `share` waiting admissions has its
-next ones refused at once, which gives the admission slots back at the pace they are parsed
-instead of the pace they are decided. A refused admission is denied with 429 ("retry"), never
+another namespace is waiting, or admissions not yet read have waited `CROWDED_AFTER` for an
+admission slot (their namespace is not known yet: the admissions waiting for turns hold the
+slots), a namespace already holding `share` waiting admissions has its next ones refused at
+once, which gives the admission slots back at the pace they are parsed instead of the pace
+they are decided. A refused admission is denied with 429 ("retry"), never
 passed unchecked (pods.py), whatever the rule's failure policy.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from collections.abc import Callable
 from typing import Final
 
 from ..generic.clock import Clock
@@ -35,6 +38,11 @@ the next are refused at once: half the admission slots (32), so a flooding names
 most half of them waiting and a burst of one namespace alone (forty racing creates) is never
 refused for being many."""
 
+CROWDED_AFTER: Final = 0.25
+"""Seconds a request may wait for an admission slot (of the slots' 1 s) before the slots count as
+held by a flood: one namespace's honest burst (forty racing creates, each turn a millisecond or
+two) has been through its turns long before; a flood's turns keep their slots far longer."""
+
 
 class NamespaceTurns:
     """One turn at a time, round robin among namespaces (see the module docstring). `take`
@@ -44,12 +52,20 @@ class NamespaceTurns:
     are queued by then and take part in the round robin. Event loop only."""
 
     def __init__(
-        self, clock: Clock, *, wait: float = TURN_WAIT, share: int = NAMESPACE_SHARE
+        self,
+        clock: Clock,
+        *,
+        wait: float = TURN_WAIT,
+        share: int = NAMESPACE_SHARE,
+        crowded: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`crowded`: whether admissions not yet read are kept waiting too long (the server
+        passes its admission slots' `longest_wait() >= CROWDED_AFTER`)."""
         if share < 1:
             raise ValueError(f"a namespace's share of turns must be at least 1, not {share}")
         self.wait, self.share = wait, share
         self._clock = clock
+        self._crowded = crowded
         self._held = False
         self._queues: dict[str, collections.deque[asyncio.Future[bool]]] = {}
         """Waiting admissions per namespace; the dict's order is the round robin's."""
@@ -61,9 +77,11 @@ class NamespaceTurns:
 
     async def take(self, namespace: str) -> bool:
         """True once `namespace`'s admission holds the turn; False (refused) at once when the
-        namespace already has `share` waiting while another namespace waits, or after `wait`
-        seconds without a turn."""
-        if self.waiting(namespace) >= self.share and self._others_wait(namespace):
+        namespace already has `share` waiting while another namespace waits or the slots are
+        crowded, or after `wait` seconds without a turn."""
+        if self.waiting(namespace) >= self.share and (
+            self._others_wait(namespace) or self._crowded()
+        ):
             self.refused += 1
             return False
         loop = asyncio.get_running_loop()

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import Object
 from harvester_quota.util.annotations import LABEL_ROOM_HELD, TRUE
+from harvester_quota.webhook.connections import AdmissionSlots
 from harvester_quota.webhook.server import WebhookServer
 from harvester_quota.webhook.turns import NamespaceTurns
 from prometheus_client import CollectorRegistry
@@ -56,6 +58,40 @@ async def test_a_namespace_over_its_share_is_refused_at_once_while_another_waits
         await eventually(lambda granted=granted: len(order) == granted)
     assert order == ["flood0", "victim", "flood1"], "round robin, first come first within one"
     turns.release()
+
+
+async def test_over_its_share_a_namespace_is_refused_at_once_while_the_slots_are_crowded() -> None:
+    """No other namespace in the turns, but requests not yet read wait for the slots the flood's
+    waiting turns hold (their namespace is unknown): the flood's next ones are refused then, and
+    only then (a burst alone is never refused for being many)."""
+    crowded = False
+    turns = NamespaceTurns(FakeClock(), share=2, crowded=lambda: crowded)
+    assert await turns.take("holder")
+    flood = [asyncio.ensure_future(turns.take("flood")) for _ in range(3)]
+    await eventually(lambda: turns.waiting("flood") == 3, what="a burst alone queues")
+    crowded = True
+    assert await turns.take("flood") is False
+    assert turns.refused == 1
+    for granted in range(1, 4):
+        turns.release()
+        await eventually(lambda granted=granted: sum(f.done() for f in flood) == granted)
+    assert all(f.result() for f in flood), "the three queued before the crowd all get turns"
+    turns.release()
+
+
+async def test_the_slots_tell_how_long_a_request_has_waited() -> None:
+    clock = FakeClock()
+    slots = AdmissionSlots(1, 1.0, clock)
+    assert slots.longest_wait() == 0.0
+    assert await slots.acquire()
+    waiting = asyncio.ensure_future(slots.acquire())
+    await eventually(lambda: slots.waiting == 1)
+    clock.step(0.3)
+    assert slots.longest_wait() == pytest.approx(0.3)
+    slots.release()
+    assert await waiting
+    assert slots.longest_wait() == 0.0
+    slots.release()
 
 
 async def test_an_admission_that_waits_too_long_for_its_turn_is_refused() -> None:
