@@ -13,8 +13,8 @@ another namespace is waiting, or admissions not yet read have waited `CROWDED_AF
 admission slot (their namespace is not known yet: the admissions waiting for turns hold the
 slots), a namespace already holding `share` waiting admissions has its next ones refused at
 once, which gives the admission slots back at the pace they are parsed instead of the pace
-they are decided. A refused admission is denied with 429 ("retry"), never
-passed unchecked (pods.py), whatever the rule's failure policy.
+they are decided. A refused admission is denied with 429 ("retry"), never passed unchecked
+(pods.py), whatever the rule's failure policy.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ TURN_WAIT: Final = 1.0
 (milliseconds), an answer comes well within that."""
 
 NAMESPACE_SHARE: Final = 16
-"""Admissions of one namespace waiting for a turn past which, while another namespace waits too,
-the next are refused at once: half the admission slots (32), so a flooding namespace holds at
-most half of them waiting and a burst of one namespace alone (forty racing creates) is never
-refused for being many."""
+"""Admissions of one namespace waiting for a turn past which, while another namespace waits too
+(or the slots are crowded), the next are refused at once: half the admission slots (32), so a
+flooding namespace holds at most half of them waiting, and a burst of one namespace alone (forty
+racing creates) is refused for being many only if its turns keep the slots `CROWDED_AFTER`."""
 
 CROWDED_AFTER: Final = 0.25
 """Seconds a request may wait for an admission slot (of the slots' 1 s) before the slots count as
@@ -79,6 +79,7 @@ class NamespaceTurns:
         """True once `namespace`'s admission holds the turn; False (refused) at once when the
         namespace already has `share` waiting while another namespace waits or the slots are
         crowded, or after `wait` seconds without a turn."""
+        self._trim_crowded()
         if self.waiting(namespace) >= self.share and (
             self._others_wait(namespace) or self._crowded()
         ):
@@ -105,8 +106,10 @@ class NamespaceTurns:
 
     def release(self) -> None:
         """Gives the turn back: to the first waiting admission of the next namespace in the
-        round robin (which goes to the end of it), else to no one."""
+        round robin (which goes to the end of it), else to no one; first, while the slots are
+        crowded, trims every namespace to its share (`_trim_crowded`)."""
         self._held = False
+        self._trim_crowded()
         while self._queues:
             namespace = next(iter(self._queues))
             queue = self._queues.pop(namespace)
@@ -117,6 +120,17 @@ class NamespaceTurns:
                 self._held = True
                 waiter.set_result(True)
                 return
+
+    def _trim_crowded(self) -> None:
+        """While the slots are crowded, each namespace keeps its `share` oldest waiting
+        admissions and the newer ones are refused now: their slots come back at once, not one a
+        turn, to the requests not yet read behind them."""
+        if not self._crowded():
+            return
+        for queue in self._queues.values():
+            for waiter in [w for w in queue if not w.done()][self.share :]:
+                self.refused += 1
+                waiter.set_result(False)
 
     def _others_wait(self, namespace: str) -> bool:
         return any(ns != namespace and self.waiting(ns) for ns in self._queues)
