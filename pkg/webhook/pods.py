@@ -79,7 +79,7 @@ class PodAdmissions:
         self, request: Request, question: RoomsQuestion, turns: NamespaceTurns
     ) -> None:
         """Works the rooms out in the namespace's turn, then decides at once (no await between)."""
-        if not await turns.take(request.namespace):
+        if not await turns.take(request.namespace, dry_run=request.dry_run):
             raise Denied(
                 f"too many pod admissions at once in namespace {request.namespace} or beside "
                 "it; retry",

@@ -9,11 +9,14 @@ admission slots' 429, and the fail-open rules then passed them unchecked.
 `NamespaceTurns` gives the turns round robin among the namespaces with an admission waiting (in
 arrival order within a namespace), so an admission waits for at most one turn of each other
 namespace that has one waiting; none waits longer than `wait` seconds of its clock; and while
-another namespace is waiting, or admissions not yet read have waited `CROWDED_AFTER` for an
-admission slot (their namespace is not known yet: the admissions waiting for turns hold the
-slots), a namespace already holding `share` waiting admissions has its next ones refused at
-once, which gives the admission slots back at the pace they are parsed instead of the pace
-they are decided. A refused admission is denied with 429 ("retry"), never passed unchecked
+another namespace is waiting, a namespace already holding `share` waiting admissions has its
+next ones refused at once, which gives the admission slots back at the pace they are parsed
+instead of the pace they are decided. Dry runs more so: while admissions not yet read have
+waited `CROWDED_AFTER` for an admission slot (their namespace is not known yet: the admissions
+waiting for turns hold the slots), a namespace's dry runs past its share are refused, those
+already waiting too. Real creates are not refused for crowding: one namespace's honest burst
+(forty racing creates, decided on the reservation's Lease writes while they hold their slots)
+crowds the slots as well, and leaves real pods behind where a dry-run flood leaves nothing. A refused admission is denied with 429 ("retry"), never passed unchecked
 (pods.py), whatever the rule's failure policy.
 """
 
@@ -34,14 +37,14 @@ TURN_WAIT: Final = 1.0
 
 NAMESPACE_SHARE: Final = 16
 """Admissions of one namespace waiting for a turn past which, while another namespace waits too
-(or the slots are crowded), the next are refused at once: half the admission slots (32), so a
-flooding namespace holds at most half of them waiting, and a burst of one namespace alone (forty
-racing creates) is refused for being many only if its turns keep the slots `CROWDED_AFTER`."""
+(or, for dry runs, the slots are crowded), the next are refused at once: half the admission slots
+(32), so a flooding namespace holds at most half of them waiting, and a burst of one namespace
+alone (forty racing creates) is never refused for being many."""
 
 CROWDED_AFTER: Final = 0.25
 """Seconds a request may wait for an admission slot (of the slots' 1 s) before the slots count as
-held by a flood: one namespace's honest burst (forty racing creates, each turn a millisecond or
-two) has been through its turns long before; a flood's turns keep their slots far longer."""
+crowded, and dry runs past their namespace's share are refused: a quarter of the slots' wait, so
+a request that needs no rooms is read well within it."""
 
 
 class NamespaceTurns:
@@ -68,6 +71,8 @@ class NamespaceTurns:
         self._crowded = crowded
         self._held = False
         self._queues: dict[str, collections.deque[asyncio.Future[bool]]] = {}
+        self._dry_runs: set[asyncio.Future[bool]] = set()
+        """The waiting admissions that are dry runs (the only ones crowded slots refuse)."""
         """Waiting admissions per namespace; the dict's order is the round robin's."""
         self.refused = 0
         """Admissions refused (over the share, or out of time)."""
@@ -75,19 +80,21 @@ class NamespaceTurns:
     def waiting(self, namespace: str) -> int:
         return sum(1 for w in self._queues.get(namespace, ()) if not w.done())
 
-    async def take(self, namespace: str) -> bool:
+    async def take(self, namespace: str, *, dry_run: bool = False) -> bool:
         """True once `namespace`'s admission holds the turn; False (refused) at once when the
-        namespace already has `share` waiting while another namespace waits or the slots are
-        crowded, or after `wait` seconds without a turn."""
+        namespace already has `share` waiting while another namespace waits (or, for a
+        `dry_run`, while the slots are crowded), or after `wait` seconds without a turn."""
         self._trim_crowded()
         if self.waiting(namespace) >= self.share and (
-            self._others_wait(namespace) or self._crowded()
+            self._others_wait(namespace) or (dry_run and self._crowded())
         ):
             self.refused += 1
             return False
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
         self._queues.setdefault(namespace, collections.deque()).append(waiter)
+        if dry_run:
+            self._dry_runs.add(waiter)
         if not self._held:
             # Handed on only once what is ready to run has run: the admissions read meanwhile
             # queue first, so the round robin chooses among them all.
@@ -102,6 +109,7 @@ class NamespaceTurns:
             raise
         finally:
             timer.cancel()
+            self._dry_runs.discard(waiter)
             self._forget(namespace, waiter)
 
     def release(self) -> None:
@@ -123,14 +131,15 @@ class NamespaceTurns:
 
     def _trim_crowded(self) -> None:
         """While the slots are crowded, each namespace keeps its `share` oldest waiting
-        admissions and the newer ones are refused now: their slots come back at once, not one a
-        turn, to the requests not yet read behind them."""
-        if not self._crowded():
+        admissions and the newer dry runs are refused now: their slots come back at once, not
+        one a turn, to the requests not yet read behind them."""
+        if not self._dry_runs or not self._crowded():
             return
         for queue in self._queues.values():
             for waiter in [w for w in queue if not w.done()][self.share :]:
-                self.refused += 1
-                waiter.set_result(False)
+                if waiter in self._dry_runs:
+                    self.refused += 1
+                    waiter.set_result(False)
 
     def _others_wait(self, namespace: str) -> bool:
         return any(ns != namespace and self.waiting(ns) for ns in self._queues)

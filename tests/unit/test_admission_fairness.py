@@ -60,23 +60,30 @@ async def test_a_namespace_over_its_share_is_refused_at_once_while_another_waits
     turns.release()
 
 
-async def test_over_its_share_a_namespace_is_refused_at_once_while_the_slots_are_crowded() -> None:
+async def test_over_its_share_a_namespace_s_dry_runs_are_refused_while_the_slots_are_crowded() -> (
+    None
+):
     """No other namespace in the turns, but requests not yet read wait for the slots the flood's
-    waiting turns hold (their namespace is unknown): the flood's next ones are refused then, and
-    those already waiting past its share, and only then (a burst alone queues)."""
+    waiting turns hold (their namespace is unknown): the flood's next dry runs are refused then,
+    and those already waiting past its share, and only then; real creates (an honest burst)
+    queue even so."""
     crowded = False
     turns = NamespaceTurns(FakeClock(), share=2, crowded=lambda: crowded)
     assert await turns.take("holder")
-    flood = [asyncio.ensure_future(turns.take("flood")) for _ in range(3)]
+    flood = [asyncio.ensure_future(turns.take("flood", dry_run=True)) for _ in range(3)]
     await eventually(lambda: turns.waiting("flood") == 3, what="a burst alone queues")
     crowded = True
-    assert await turns.take("flood") is False
+    assert await turns.take("flood", dry_run=True) is False
     await eventually(flood[2].done, what="the newest past the share refused too")
     assert flood[2].result() is False and turns.refused == 2
-    for granted in range(1, 3):
+    real = asyncio.ensure_future(turns.take("flood"))
+    await eventually(lambda: turns.waiting("flood") == 3, what="a real create queues")
+    for granted in range(1, 4):
         turns.release()
-        await eventually(lambda granted=granted: sum(f.done() for f in flood) == granted + 1)
-    assert flood[0].result() and flood[1].result(), "the share queued first gets its turns"
+        await eventually(
+            lambda granted=granted: sum(f.done() for f in [*flood, real]) == granted + 1
+        )
+    assert flood[0].result() and flood[1].result() and real.result()
     turns.release()
 
 
