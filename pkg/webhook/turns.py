@@ -8,7 +8,9 @@ admission slots' 429, and the fail-open rules then passed them unchecked.
 
 `NamespaceTurns` gives the turns round robin among the namespaces with an admission waiting (in
 arrival order within a namespace), so an admission waits for at most one turn of each other
-namespace that has one waiting; none waits longer than `wait` seconds of its clock; and while
+namespace that has one waiting; none waits longer than `wait` seconds of its clock while
+another namespace has admissions waiting (alone in the turns, a namespace's admissions wait for
+them as they would without turns); and while
 another namespace is waiting, a namespace already holding `share` waiting admissions has its
 next ones refused at once, which gives the admission slots back at the pace they are parsed
 instead of the pace they are decided. Dry runs more so: while admissions not yet read have
@@ -31,7 +33,8 @@ from typing import Final
 from ..generic.clock import Clock
 
 TURN_WAIT: Final = 1.0
-"""Seconds an admission waits for its turn before it is refused. The chart gives the webhook 5 s
+"""Seconds an admission waits for its turn, while other namespaces' wait too, before it is
+refused. The chart gives the webhook 5 s
 (`webhook.timeoutSeconds`); with the admission slots' own 1 s wait before it and the turn itself
 (milliseconds), an answer comes well within that."""
 
@@ -83,7 +86,8 @@ class NamespaceTurns:
     async def take(self, namespace: str, *, dry_run: bool = False) -> bool:
         """True once `namespace`'s admission holds the turn; False (refused) at once when the
         namespace already has `share` waiting while another namespace waits (or, for a
-        `dry_run`, while the slots are crowded), or after `wait` seconds without a turn."""
+        `dry_run`, while the slots are crowded), or after `wait` seconds without a turn while
+        another namespace waits too."""
         self._trim_crowded()
         if self.waiting(namespace) >= self.share and (
             self._others_wait(namespace) or (dry_run and self._crowded())
@@ -100,7 +104,7 @@ class NamespaceTurns:
             # queue first, so the round robin chooses among them all.
             self._held = True
             loop.call_soon(self.release)
-        timer = asyncio.ensure_future(self._expire(waiter))
+        timer = asyncio.ensure_future(self._expire(namespace, waiter))
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -144,11 +148,15 @@ class NamespaceTurns:
     def _others_wait(self, namespace: str) -> bool:
         return any(ns != namespace and self.waiting(ns) for ns in self._queues)
 
-    async def _expire(self, waiter: asyncio.Future[bool]) -> None:
-        await self._clock.sleep(self.wait)
-        if not waiter.done():
-            self.refused += 1
-            waiter.set_result(False)
+    async def _expire(self, namespace: str, waiter: asyncio.Future[bool]) -> None:
+        """Refuses `waiter` once it has waited `wait` seconds while another namespace has
+        admissions waiting too. A namespace alone in the turns waits for them as it would
+        without turns (its own burst, or a busy machine, is no one else's doing)."""
+        while not waiter.done():
+            await self._clock.sleep(self.wait)
+            if not waiter.done() and self._others_wait(namespace):
+                self.refused += 1
+                waiter.set_result(False)
 
     def _forget(self, namespace: str, waiter: asyncio.Future[bool]) -> None:
         queue = self._queues.get(namespace)

@@ -46,7 +46,9 @@ OPEN = {"limits.cpu": "1000", "limits.memory": "4000Gi"}
 
 
 async def migrating_vms(kv: KubeVirtByHand, count: int) -> None:
-    """`count` running VMs, each with a pending migration, ten at a time."""
+    """`count` running VMs, each with a pending migration, ten at a time (call it before the
+    namespace has a quota: ten launcher pods at once meet quota admission's conflicts with the
+    controller's raise, 409)."""
 
     async def one(index: int) -> None:
         vmi, _source = await kv.start_vm(f"vm{index}", cores=1, memory="1Gi")
@@ -78,8 +80,8 @@ async def test_a_tenants_flood_of_dry_run_creates_leaves_another_namespaces_admi
     )
     async with fresh_namespace_async(api, "flooder") as flooder_ns:
         flooder = KubeVirtByHand(api, flooder_ns)
-        await flooder.create_quota(OPEN)
         await migrating_vms(flooder, FLOODER_VMS)
+        await flooder.create_quota(OPEN)
         await eventually(
             lambda: len(server.lookups.migrations(flooder_ns)) == FLOODER_VMS,
             what="the webhook's cache has the flooder's migrations",

@@ -102,19 +102,40 @@ async def test_the_slots_tell_how_long_a_request_has_waited() -> None:
     slots.release()
 
 
-async def test_an_admission_that_waits_too_long_for_its_turn_is_refused() -> None:
+async def test_an_admission_that_waits_too_long_for_its_turn_beside_others_is_refused() -> None:
     clock = FakeClock()
     turns = NamespaceTurns(clock, wait=1.0)
     assert await turns.take("holder")
     waiting = asyncio.ensure_future(turns.take("victim"))
     await eventually(lambda: turns.waiting("victim") == 1)
     clock.step(0.5)
-    await asyncio.sleep(0)
+    flood = asyncio.ensure_future(turns.take("flood"))
+    await eventually(lambda: turns.waiting("flood") == 1)
     assert not waiting.done()
     clock.step(0.5)
-    assert await waiting is False
+    assert await waiting is False, "1 s beside another namespace's admission"
+    clock.step(0.5)
+    await asyncio.sleep(0)
+    assert not flood.done(), "alone in the turns now: it waits"
     turns.release()
-    assert await turns.take("next"), "the turn is free again"
+    assert await flood is True
+    turns.release()
+
+
+async def test_a_namespace_alone_in_the_turns_waits_for_them_as_long_as_it_takes() -> None:
+    """An honest burst on a busy machine: no other namespace waits, so no one gains by a refusal
+    (forty racing creates were refused under load)."""
+    clock = FakeClock()
+    turns = NamespaceTurns(clock, wait=1.0)
+    assert await turns.take("burst")
+    waiting = asyncio.ensure_future(turns.take("burst"))
+    await eventually(lambda: turns.waiting("burst") == 1)
+    for _ in range(3):
+        clock.step(1.0)
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    turns.release()
+    assert await waiting is True
     turns.release()
 
 
