@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -32,16 +33,27 @@ from ..util.resourcequota.base import Mode
 from ..util.resourcequota.handover import room_raise_left
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
+from ..util.resources import ResourceList
 from ..util.vmispec import strip_vmi_unread_unknown
+from .renders import LauncherRenders
 from .resources.pod.targets import (
     QuotaChanges,
 )
+from .underway import VIEW as UNDER_WAY_VIEW
+from .underway import MigrationsUnderWay, under_way
 
 log = logging.getLogger(__name__)
 
 
+SETTINGS_VIEW = "launcher-settings"
+"""The view of the KubeVirt CR and Harvester's setting: only that they changed matters."""
+
 MIGRATION_UID_INDEX = "uid"
 """The migration store's index by metadata.uid (a target pod names its migration by uid)."""
+
+
+def _nothing(_obj: Object) -> None:
+    return None
 
 
 def _uid_of(migration: Object) -> list[str]:
@@ -86,10 +98,15 @@ class WebhookCaches:
         self._migrations = self.factory.informer(
             VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, indexers={MIGRATION_UID_INDEX: _uid_of}
         )
+        self.under_way = MigrationsUnderWay()
+        """Namespaces with a migration under way (underway.py), kept as migrations change."""
+        self._migrations.store.add_view(UNDER_WAY_VIEW, under_way, self.under_way.changed)
         self._vmis = self.factory.informer(
             VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread_unknown
         )
         """Without the unknown fields no rule reads (vmispec.strip_vmi_unread_unknown)."""
+        self.renders = LauncherRenders()
+        """Launcher usages rendered once per VMI version and settings (renders.py)."""
         self.pods = self.factory.informer(
             PODS, label_selector="kubevirt.io=virt-launcher", transform=strip_pod_to_quota_fields
         )
@@ -100,6 +117,9 @@ class WebhookCaches:
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
         self.kubevirts = self.factory.informer(KUBEVIRTS, optional=True)
+        self._cluster_settings: LauncherSettings | None = None
+        for informer in (self.kubevirts, self.settings):
+            informer.store.add_view(SETTINGS_VIEW, _nothing, self._cluster_settings_changed)
         self._limit_ranges = self.factory.informer(LIMIT_RANGES)
         self.vmmrqs = self.factory.informer(VMMRQS, optional=True) if mtq else None
         self.quota_changes = QuotaChanges(clock)
@@ -142,12 +162,27 @@ class WebhookCaches:
         return self._mode
 
     def kubevirt_settings(self) -> LauncherSettings:
-        kubevirts, settings = self.kubevirts.store.objects(), self.settings.store.objects()
-        return settings_from(
-            kubevirts[0] if kubevirts else None,
-            settings[0] if settings else None,
-            configured_version=self._kubevirt_version,
-        )
+        """The cluster-wide launcher settings, derived again only once the KubeVirt CR or
+        Harvester's setting changed: decoding the CR on every admission cost each one, and one
+        settings object for all lets the render cache key them by identity first."""
+        if self._cluster_settings is None:
+            kubevirts, settings = self.kubevirts.store.objects(), self.settings.store.objects()
+            self._cluster_settings = settings_from(
+                kubevirts[0] if kubevirts else None,
+                settings[0] if settings else None,
+                configured_version=self._kubevirt_version,
+            )
+        return self._cluster_settings
+
+    def _cluster_settings_changed(self, _key: str, _view: None) -> None:
+        """Inside the store's write of the KubeVirt CR or Harvester's setting: derive again."""
+        self._cluster_settings = None
+
+    def launcher_usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
+        return self.renders.usage(vmi, settings)
+
+    def migrations_under_way(self, namespace: str) -> bool:
+        return self.under_way.any_in(namespace)
 
     def limit_ranges(self, namespace: str) -> Sequence[Object]:
         return self._limit_ranges.store.by_index("namespace", namespace)

@@ -101,10 +101,17 @@ class AdmissionSlots:
         self.peak = 0
         """The most slots ever held at once."""
         self._waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
+        self._since: dict[asyncio.Future[bool], float] = {}
+        """When each waiting request began to wait (the clock's monotonic seconds)."""
 
     @property
     def waiting(self) -> int:
         return sum(1 for waiter in self._waiters if not waiter.done())
+
+    def longest_wait(self) -> float:
+        """Seconds the request waiting longest for a slot has waited so far (0 with none)."""
+        now = self._clock.monotonic()
+        return max((now - t for w, t in self._since.items() if not w.done()), default=0.0)
 
     async def acquire(self) -> bool:
         """True once a slot is held (give it back with `release`), False after `wait` seconds
@@ -115,6 +122,7 @@ class AdmissionSlots:
             return True
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        self._since[waiter] = self._clock.monotonic()
         timer = asyncio.ensure_future(self._expire(waiter))
         try:
             return await waiter
@@ -124,6 +132,7 @@ class AdmissionSlots:
             raise
         finally:
             timer.cancel()
+            self._since.pop(waiter, None)
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
 

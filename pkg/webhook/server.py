@@ -78,6 +78,7 @@ from .resources.pod.targets import (
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm
 from .tls import CERT_RELOAD_INTERVAL, ClientAuth, ReloadingTLS
+from .turns import CROWDED_AFTER, NamespaceTurns
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class WebhookServer:
         ledger: AdmissionLedger | None = None,
         reservations: LeaseReservations | None = None,
         live: LiveQuotas | None = None,
+        fair: bool = True,
     ) -> None:
         """With `client_auth` (which needs `tls`), only clients with a certificate from its CA
         get past the handshake and /validate/* answers only the ones it accepts, before reading
@@ -135,7 +137,9 @@ class WebhookServer:
         `reservations` (whose fallback is `ledger`), pods while room is held are decided on the
         reservation every replica shares; without, on this process's `ledger` alone. With `live`
         (targets.live_quotas), a target pod that fits on the cached quota is judged once more on
-        the quota as the API server has it now."""
+        the quota as the API server has it now. With `fair` (the default), pods whose namespace
+        may hold room take fair turns at working its rooms out (turns.py); without, arrival order
+        (the baseline the admission bench compares with)."""
         self.lookups = lookups
         self.body_timeout = body_timeout
         self.metrics = WebhookMetrics(registry)
@@ -167,6 +171,7 @@ class WebhookServer:
             ledger=ledger or AdmissionLedger(clock),
             reservations=reservations,
             live=live,
+            turns=NamespaceTurns(clock, crowded=self._slots_crowded) if fair else None,
         )
         """The pods endpoint's rules and target pods' waits (pods.py)."""
         self.quota_changes = self.pods.quota_changes
@@ -184,6 +189,10 @@ class WebhookServer:
             "mtq-lock": ("", lambda r: validate_locked(r, self.lookups, self.identities)),
         }
         """Endpoint -> (the kind it validates, "" for any; its validator)."""
+
+    def _slots_crowded(self) -> bool:
+        """Whether a request has waited CROWDED_AFTER for an admission slot (turns.py)."""
+        return self.slots.longest_wait() >= CROWDED_AFTER
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._close_unless_kept])

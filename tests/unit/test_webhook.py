@@ -13,15 +13,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harvester_quota.apis.kubevirt import FINAL_PHASES
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import Object
 from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 from harvester_quota.util.annotations import migrating_vm_annotation_key
-from harvester_quota.util.launcher import LauncherSettings, launcher_pod_resources
+from harvester_quota.util.launcher import (
+    LauncherSettings,
+    launcher_pod_resources,
+    launcher_quota_usage,
+)
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.base import Mode
+from harvester_quota.util.resources import ResourceList
 from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.namespace.validator import validate_namespace_update
@@ -72,6 +78,14 @@ class FakeLookups:
 
     def kubevirt_settings(self) -> LauncherSettings:
         return settings_from(None, {"value": self.ratio}, configured_version="1.6")
+
+    def launcher_usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
+        return launcher_quota_usage(vmi, settings)
+
+    def migrations_under_way(self, namespace: str) -> bool:
+        return any(
+            m.get("status", {}).get("phase") not in FINAL_PHASES for m in self.migration_list
+        )
 
     def limit_ranges(self, namespace: str) -> Sequence[Object]:
         return self.limit_range_list

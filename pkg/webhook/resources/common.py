@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ...generic.meta import annotations_of
 from ...generic.resource import Object
@@ -69,6 +69,15 @@ class Lookups(Protocol):
         ...
 
     def kubevirt_settings(self) -> LauncherSettings: ...
+
+    def launcher_usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
+        """launcher_quota_usage's contract (a room's estimate before its target pod exists),
+        answered from a cache of renders where the implementation keeps one (renders.py)."""
+        ...
+
+    def migrations_under_way(self, namespace: str) -> bool:
+        """Whether a migration of the namespace has not finished yet (one lookup, not a scan)."""
+        ...
 
     def base_mode(self) -> Mode:
         """The controller's --mode: in "standalone" Rancher's annotation is no base."""
@@ -152,6 +161,7 @@ def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
             pods=lookups.launcher_pods(namespace),
             now=lookups.now(),
             launcher=launcher_settings(lookups, namespace, quota),
+            usage=lookups.launcher_usage,
         )
     ).within(quota_scope(quota))
     recorded = parse_migration_annotations(annotations_of(quota))
@@ -187,17 +197,24 @@ def base_given(view: NamespaceView, from_rancher: ResourceList | None) -> Resour
     """The base the controller works from: Rancher's annotation (`from_rancher`, as
     `rancher_base_of` reads it), else our recorded base, else spec.hard less the rooms recorded
     on the quota (a quota adopted mid-migration)."""
+    return quota_base(view.quota, view.hard, from_rancher)
+
+
+def quota_base(
+    quota: Object, hard: ResourceList, from_rancher: ResourceList | None
+) -> ResourceList:
+    """`base_given` from the quota and its parsed spec.hard alone (no rooms needed)."""
     if from_rancher is not None:
         return from_rancher
-    text = annotations_of(view.quota).get(ANNOTATION_BASE)
+    text = annotations_of(quota).get(ANNOTATION_BASE)
     if text:
         try:
             return resources.loads(text)
         except ValueError:
             pass
-    rooms = parse_migration_annotations(annotations_of(view.quota)).migrating_total()
-    unscaled = resources.subtract_non_negative(view.hard, rooms)
-    return {key: unscaled.get(key, value) for key, value in view.hard.items()}
+    rooms = parse_migration_annotations(annotations_of(quota)).migrating_total()
+    unscaled = resources.subtract_non_negative(hard, rooms)
+    return {key: unscaled.get(key, value) for key, value in hard.items()}
 
 
 # Checks shared by the validators --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....generic.meta import labels as labels_of
+from ....generic.resource import Object
 from ....util.podusage import pod_quota_usage
 from ....util.quotascope import applies_to
 from ....util.resourcequota.rooms import decentralized_side
@@ -29,6 +30,7 @@ from ..common import (
     view_of,
 )
 from .ledger import AdmissionLedger
+from .quiet import room_check_needed
 
 RESIZE = "resize"
 """The pods subresource of an in-place resize (GA in Kubernetes 1.35): a pod grows without a
@@ -95,13 +97,28 @@ class PodCheck:
 
 
 def pod_check(request: Request, lookups: Lookups, identities: Identities) -> PodCheck | None:
-    """The check a pod create or resize needs, or None: a migration target that replaces a launcher
-    pod here (`is_room_target`), any other update, no
-    managed quota, a pod outside its scopes (it charges the quota nothing), no room held and
-    no raise still enforced (quota admission at hard == base is all the protection needed then;
-    while status.hard, or spec.hard against Rancher's annotation, is still raised after a
-    release, the room being given back is still guarded: NamespaceView.still_raised), or a
-    resize that grows nothing."""
+    """The check a pod create or resize needs, or None: `rooms_question`, then, where it asks,
+    `check_rooms` (the costly part)."""
+    question = rooms_question(request, lookups, identities)
+    return None if question is None else check_rooms(request, lookups, question)
+
+
+@dataclass(frozen=True)
+class RoomsQuestion:
+    """A pod whose namespace may hold room: its managed quota and Rancher's base, as read."""
+
+    quota: Object
+    from_rancher: ResourceList | None
+
+
+def rooms_question(
+    request: Request, lookups: Lookups, identities: Identities
+) -> RoomsQuestion | None:
+    """Whether the pod needs its namespace's rooms worked out, decided in a few lookups whatever
+    the namespace holds: not for a migration target that replaces a launcher pod here
+    (`is_room_target`), any other update, no managed quota, a pod outside its scopes (it charges
+    the quota nothing), or nothing that could be held or raised by the quota and namespace alone
+    (quiet.py `room_check_needed`)."""
     if is_room_target(request, lookups, identities):
         return None
     if request.operation != "CREATE" and request.sub_resource != RESIZE:
@@ -109,10 +126,21 @@ def pod_check(request: Request, lookups: Lookups, identities: Identities) -> Pod
     quota = lookups.managed_quota(request.namespace)
     if quota is None or not applies_to(quota, request.obj or {}):
         return None
-    view = view_of(lookups, request.namespace, quota)
-    from_rancher = rancher_base_of(lookups, request.namespace)  # read once, used twice
-    if not view.holds_room and not view.still_raised(from_rancher):
-        return None  # the common case: no base to work out
+    from_rancher = rancher_base_of(lookups, request.namespace)  # read once, used thrice
+    if not room_check_needed(lookups, request.namespace, quota, from_rancher):
+        return None  # nothing held or raised: no rooms to work out (quiet.py)
+    return RoomsQuestion(quota, from_rancher)
+
+
+def check_rooms(request: Request, lookups: Lookups, question: RoomsQuestion) -> PodCheck | None:
+    """The costly part (every migration's room): None when no room is held and no raise is
+    still enforced (quota admission at hard == base is all the protection needed then; while
+    status.hard, or spec.hard against Rancher's annotation, is still raised after a release, the
+    room being given back is still guarded: NamespaceView.still_raised), or for a resize that
+    grows nothing; Denied (422) for a pod whose quantities cannot be read."""
+    view = view_of(lookups, request.namespace, question.quota)
+    if not view.holds_room and not view.still_raised(question.from_rancher):
+        return None
     try:
         needed = requested_usage(request)
     except ValueError as error:
@@ -125,7 +153,7 @@ def pod_check(request: Request, lookups: Lookups, identities: Identities) -> Pod
         subject=f"pod {request.name or '(generated name)'}{' ' + doing if doing else ''} would take "
         f"room reserved for the live migration of {view.holders()}",
         needed=needed,
-        base=base_given(view, from_rancher),
+        base=base_given(view, question.from_rancher),
         view=view,
         holders=frozenset(room.migration_uid for room in view.rooms.rooms),
     )

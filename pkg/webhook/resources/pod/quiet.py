@@ -1,0 +1,54 @@
+"""Whether a pod admission needs the room computation at all, decided from the quota and the
+namespace alone.
+
+The pod rule holds a pod to the base while room is held or a raise is still enforced
+(validator.py `pod_check`). Working that out plans every migration's room, and that cost grew with
+what the tenant created. Most namespaces hold nothing, and there quota admission at a hard no
+higher than the base already refuses everything the rule would (it charges targets too, so it is
+the stricter of the two). So the rooms are computed only where one of these says room may be
+held or a raise may be enforced, each read in a lookup or two:
+
+1. the namespace carries the room-held label (the controller writes it before it raises; Rancher
+   namespaces raised directly keep it for good);
+2. the quota carries our records of a raise or a room (`room_raise_left`: per-VM room keys, ours
+   or an earlier controller's, the applied base, the room period), or the namespace Rancher's
+   annotation text it was raised through;
+3. a hard is above the base on a key of the base (spec.hard raised, or status.hard, which quota
+   admission enforces), or status.hard above spec.hard (a lowering not yet copied): the raise
+   stands or is still being given back;
+4. a migration of the namespace is under way: it exists before the controller raises for it, so
+   a raise may reach quota admission before it reaches this replica's cache.
+
+When none holds, no room of ours can be enforced by quota admission, so passing the pod here loses
+nothing: quota admission judges it against a hard at or below the base.
+"""
+
+from __future__ import annotations
+
+from ....generic.meta import labels as labels_of
+from ....generic.resource import Object
+from ....util.annotations import LABEL_ROOM_HELD, TRUE
+from ....util.resourcequota.handover import room_raise_left
+from ....util.resources import ResourceList, parse_resource_list_leniently
+from ..common import Lookups, quota_base
+
+
+def room_check_needed(
+    lookups: Lookups, namespace: str, quota: Object, from_rancher: ResourceList | None
+) -> bool:
+    """Whether room may be held or a raise enforced in `namespace` (see the module docstring),
+    `from_rancher` being `rancher_base_of` the namespace. Errs toward True."""
+    ns = lookups.namespace(namespace)
+    if labels_of(ns).get(LABEL_ROOM_HELD) == TRUE or room_raise_left(quota, ns):
+        return True
+    if lookups.migrations_under_way(namespace):
+        return True
+    hard = parse_resource_list_leniently((quota.get("spec") or {}).get("hard"))
+    enforced = parse_resource_list_leniently((quota.get("status") or {}).get("hard"))
+    base = quota_base(quota, hard, from_rancher)
+    return _above(hard, base) or _above(enforced, base) or _above(enforced, hard)
+
+
+def _above(limits: ResourceList, reference: ResourceList) -> bool:
+    """Whether `limits` stands above `reference` on a key both have."""
+    return any(key in limits and limits[key] > value for key, value in reference.items())
