@@ -236,7 +236,7 @@ class MtqWrites:
                 continue
             original, spent = given, budget
             if not raising:
-                original, spent = _recorded_or(live, given, budget)
+                original, spent = _recorded_or(namespace, live, given, budget)
             target = action(live, original, spent)
             if target is None and not raising and live.raised_from is not None:
                 target = live.hard  # restored already: the record goes
@@ -319,13 +319,18 @@ class MtqWrites:
 
 
 def _recorded_or(
-    live: QuotaView, given: OriginalQuota, budget: ResourceList
+    namespace: str, live: QuotaView, given: OriginalQuota, budget: ResourceList
 ) -> tuple[OriginalQuota, ResourceList]:
     """The original and budget to restore `live` from: its raise record if it carries a readable
     one (only our controller writes it), else `given` and `budget` (the VMMRQ's status)."""
     try:
         recorded = recorded_raise(live)
     except ValueError as error:
-        log.error("%s; restoring from the VMMRQ's status", error)
+        log.error(
+            "%s: %s; restoring from the VMMRQ's status",
+            namespace,
+            error,
+            extra=fields(namespace=namespace),
+        )
         return given, budget
     return recorded if recorded is not None else (given, budget)
