@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import copy
+import re
+import uuid
 from typing import Any
 
 import pytest
 import yaml
+from harvester_quota.apis.kubevirt import KUBEVIRTS
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import NAMESPACES, PODS, VALIDATING_WEBHOOK_CONFIGURATIONS
 from harvester_quota.testbench.localcluster import ClusterError
 from harvester_quota.testbench.localcluster.chart import (
     CHART,
     MANIFEST,
+    NAMESPACE,
+    RELEASE,
     helm,
     manifest_text,
     render,
 )
+from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER, ClusterInfo
 
 from tests.integration import deployment
 
@@ -308,3 +317,76 @@ def test_no_network_policy_when_disabled() -> None:
         }
     )
     assert not [key for key in rendered if key[0] == "NetworkPolicy"]
+
+
+KUBEVIRT_ACCOUNT = re.compile(r"system:serviceaccount:([a-z0-9-]+):kubevirt-")
+
+
+async def test_on_a_harvester_layout_the_default_install_finds_harvester_system(
+    api: ApiClient, cluster: ClusterInfo
+) -> None:
+    """Harvester's layout: no KubeVirt CR elsewhere, KubeVirt's controller account in
+    harvester-system. Helm, with the chart's defaults and the cluster to look in, names
+    KubeVirt's accounts there in every policy and rule."""
+    assert not (await api.list(KUBEVIRTS)).get("items"), "this cluster has no KubeVirt CR"
+    await deployment.apply_rbac(api)  # deploy/'s RBAC and harvester-system/kubevirt-controller
+    rendered = render(kubeconfig=cluster.kubeconfig)
+    assert set(KUBEVIRT_ACCOUNT.findall(rendered)) == {"harvester-system"}
+
+
+def test_on_an_upstream_layout_the_default_install_names_the_running_virt_controller(
+    kubevirt_cluster: ClusterInfo,
+) -> None:
+    """Upstream KubeVirt's layout (the KubeVirt CR and virt-controller in kubevirt): with its
+    defaults the chart names the account the real virt-controller runs as, and no other."""
+    rendered = render(kubeconfig=kubevirt_cluster.kubeconfig)
+    assert set(KUBEVIRT_ACCOUNT.findall(rendered)) == {"kubevirt"}
+    assert f"--target-creator={VIRT_CONTROLLER_USER}" in rendered
+
+
+async def test_an_install_with_a_wrong_kubevirt_namespace_fails_before_it_changes_anything(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo
+) -> None:
+    """`helm install` with kubevirt.namespace=harvester-system on upstream KubeVirt: refused
+    with what to set; no release recorded, no webhook configuration or policy created."""
+    await deployment.ensure_namespace(kubevirt_api, NAMESPACE)
+    with pytest.raises(ClusterError, match=r"KubeVirt runs in kubevirt in this cluster"):
+        helm(
+            "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+            "--kubeconfig", str(kubevirt_cluster.kubeconfig),
+            "--set", "kubevirt.namespace=harvester-system",
+        )  # fmt: skip
+    listed = helm("list", "-A", "-q", "--kubeconfig", str(kubevirt_cluster.kubeconfig))
+    assert RELEASE not in listed.split()
+    with pytest.raises(errors.NotFound):
+        await kubevirt_api.get(VALIDATING_WEBHOOK_CONFIGURATIONS, RELEASE)
+    policies = deployment.KINDS["ValidatingAdmissionPolicy"]
+    names = [p["metadata"]["name"] for p in (await kubevirt_api.list(policies))["items"]]
+    assert not [n for n in names if n.startswith(f"{RELEASE}-kubevirt")]
+
+
+async def test_a_namespace_enforcing_pod_security_restricted_admits_the_charts_pods(
+    api: ApiClient,
+) -> None:
+    """The API server's Pod Security admission, level restricted, admits each Deployment's pod
+    as the chart renders it (a dry-run create), and refuses it without its seccomp profile (so
+    the namespace does enforce)."""
+    name = f"restricted-{uuid.uuid4().hex[:6]}"
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    await api.create(NAMESPACES, {"metadata": {"name": name, "labels": labels}})
+    try:
+        for deployment_name in ("harvester-quota", "harvester-quota-webhook"):
+            template = by_kind_and_name({})[("Deployment", deployment_name)]["spec"]["template"]
+            pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(template)}
+            pod["metadata"]["name"] = deployment_name
+            pod["spec"].pop("priorityClassName", None)
+            pod["spec"].pop("serviceAccountName")  # its account lives in the release namespace
+            admitted = await api.create(PODS, pod, name, dry_run=True)
+            assert admitted["metadata"]["name"] == deployment_name
+            del pod["spec"]["securityContext"]["seccompProfile"]
+            for container in pod["spec"]["containers"]:
+                del container["securityContext"]["seccompProfile"]
+            with pytest.raises(errors.Forbidden, match="seccompProfile"):
+                await api.create(PODS, pod, name, dry_run=True)
+    finally:
+        await api.delete(NAMESPACES, name)
