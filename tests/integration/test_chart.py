@@ -24,8 +24,11 @@ from harvester_quota.testbench.localcluster.chart import (
     render,
 )
 from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER, ClusterInfo
+from harvester_quota.util.annotations import LABEL_PAUSED
 
+from tests.helpers import eventually
 from tests.integration import deployment
+from tests.integration.tenant import grant, tenant
 
 pytestmark = pytest.mark.integration
 
@@ -144,6 +147,7 @@ def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_th
         "harvester-quota-kubevirt-labels": ["Deny", "Audit"],
         "harvester-quota-kubevirt-status": ["Deny"],
         "harvester-quota-webhook-leases": ["Deny"],
+        "harvester-quota-paused-label": ["Deny"],
     }
     status_writers = policies["harvester-quota-kubevirt-status"]["spec"]["matchConditions"][0]
     for account in ("kubevirt-controller", "kubevirt-handler", "kubevirt-apiserver"):
@@ -191,8 +195,8 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
     # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, three admission
-    # policies with their bindings
-    assert checked == 23
+    # policies with their bindings, the paused-label policy and its binding
+    assert checked == 25
 
 
 def test_the_webhook_replicas_prefer_different_nodes_and_no_budget_can_block_a_drain() -> None:
@@ -390,3 +394,38 @@ async def test_a_namespace_enforcing_pod_security_restricted_admits_the_charts_p
                 await api.create(PODS, pod, name, dry_run=True)
     finally:
         await api.delete(NAMESPACES, name)
+
+
+async def test_only_an_administrator_may_set_change_or_remove_the_paused_label(
+    api: ApiClient, cluster: ClusterInfo, namespace: str
+) -> None:
+    """The chart's paused-label policy, live: a tenant allowed to patch its own namespace (as a
+    Rancher project owner may) changes other labels but cannot opt the namespace out, change an
+    administrator's opt-out or lift it (docs/security.md, row 5k)."""
+    await deployment.apply_rbac(api)  # the shipped policies, paused-label included
+    rules = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["patch"]}]
+    async with tenant(api, cluster, namespace, cluster_roles=()) as found:
+        await grant(api, found, "namespace-labels", rules)
+
+        async def label(client: ApiClient, value: str | None, *, dry_run: bool = False) -> None:
+            body = {"metadata": {"labels": {LABEL_PAUSED: value}}}
+            await client.patch(NAMESPACES, namespace, body, dry_run=dry_run)
+
+        async def refused() -> bool:
+            try:
+                await label(found.api, "true", dry_run=True)
+            except errors.Forbidden as error:
+                return "only an administrator may set" in error.message
+            return False
+
+        await eventually(refused, what="the paused-label policy in force")
+        with pytest.raises(errors.Forbidden, match=r"harvester-quota\.io/paused"):
+            await label(found.api, "true")
+        patch = {"metadata": {"labels": {"team": "a"}}}
+        await found.api.patch(NAMESPACES, namespace, patch)  # other labels are the tenant's
+        await label(api, "true")  # the administrator opts the namespace out
+        for value in ("false", None):
+            with pytest.raises(errors.Forbidden, match=r"harvester-quota\.io/paused"):
+                await label(found.api, value)
+        labels = (await api.get(NAMESPACES, namespace))["metadata"]["labels"]
+        assert labels[LABEL_PAUSED] == "true" and labels["team"] == "a"
