@@ -15,7 +15,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from . import resources
 from .resources import ResourceList
@@ -118,6 +118,15 @@ ANNOTATION_PAUSED: Final = "harvester-quota.io/paused"
 
 TRUE: Final = "true"
 FALSE: Final = "false"
+
+
+def opted_out(namespace: Mapping[str, Any] | None) -> bool:
+    """Whether `namespace` (a Namespace object; None: no) carries the opt-out label
+    LABEL_PAUSED, exactly "true"."""
+    labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(LABEL_PAUSED) == TRUE)
+
+
 """Harvester compares flags to exactly "true" (Go `==`): "True" or "TRUE" are false. So do we."""
 
 # --- key validation --------------------------------------------------------------------------------

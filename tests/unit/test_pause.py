@@ -12,6 +12,7 @@ import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.explain import Explanation, explain, render_text
 from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.leader import lease_metadata
 from harvester_quota.main import build_parser
 from harvester_quota.util.annotations import (
@@ -27,11 +28,15 @@ from harvester_quota.util.resourcequota.plan import (
 )
 from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.common import Identities
+from harvester_quota.webhook.resources.pod.targets import QuotaChanges
 from prometheus_client import CollectorRegistry
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
 from tests.unit.test_quota_plan import V170_HARD, V170_LIMIT, snapshot
 from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
+from tests.unit.test_target_room_wait import BASE as WAIT_BASE
+from tests.unit.test_target_room_wait import admitting
+from tests.unit.test_target_room_wait import quota as wait_quota
 from tests.unit.test_webhook import FakeLookups, plain_pod, request, validate_pod
 
 RAISED = {"limits.cpu": "5015m", "limits.memory": "10040344313"}
@@ -176,3 +181,21 @@ def test_run_takes_the_switch_as_a_flag() -> None:
     args = build_parser().parse_args(["run", "--paused"])
     assert args.paused is True
     assert build_parser().parse_args(["run"]).paused is False
+
+
+async def test_a_target_pod_in_an_opted_out_namespace_waits_for_no_raise() -> None:
+    """The webhook knows the opt-out label as it knows the skip annotation: a migration's
+    target pod that does not fit goes on at once (quota admission then decides), not after
+    the target-room wait; the label with another value still waits."""
+    clock = FakeClock()
+    for value, waits in (("true", False), ("false", True)):
+        lookups = FakeLookups(
+            quotas={"ns": wait_quota(WAIT_BASE, WAIT_BASE)},
+            namespaces={"ns": {"metadata": {"name": "ns", "labels": {LABEL_PAUSED: value}}}},
+        )
+        task = await admitting(lookups, clock, QuotaChanges(clock))
+        assert task.done() != waits, value
+        if waits:
+            task.cancel()
+        else:
+            assert task.result().outcome == "no-raise-coming"

@@ -38,6 +38,7 @@ from ..annotations import (
     LABEL_PAUSED,
     TRUE,
     migrating_vm_annotation_key,
+    opted_out,
     parse_migration_annotations,
 )
 from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quota_usage
@@ -209,8 +210,7 @@ def pause_of(snapshot: NamespaceSnapshot) -> str | None:
     it (raise_down), so the webhook never lets a pod into a raise still standing."""
     if snapshot.paused:
         return PAUSED_GLOBALLY
-    labels = metadata(snapshot.namespace).get("labels") or {}
-    if labels.get(LABEL_PAUSED) == TRUE:
+    if opted_out(snapshot.namespace):
         return PAUSED_HERE
     return None
 
