@@ -156,6 +156,8 @@ def _why_not_raised(plan: QuotaPlan, migration: Object) -> str:
             "a decentralized migration brings the VM into this namespace for good, so it must "
             "fit the quota as it is: free room, or raise the quota"
         )
+    if plan.paused:
+        return plan.paused
     if plan.skipped:
         return "auto-scaling is disabled by harvesterhci.io/skipResourceQuotaAutoScaling"
     if plan.managed:
