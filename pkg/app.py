@@ -36,6 +36,7 @@ from .generic.frameworkmetrics import FrameworkMetrics, SkipMetrics
 from .generic.health import HealthServer
 from .generic.leader import LeaderElectionConfig, LeaderElector
 from .generic.requestmetrics import ApiRequestMetrics
+from .util.annotations import ANNOTATION_PAUSED, TRUE
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,12 @@ async def run(client: ApiClient, options: Options) -> int:
     health = HealthServer(port=options.health_port)
     elector = LeaderElector(
         client,
-        LeaderElectionConfig(options.namespace, options.lease_name, options.identity),
+        LeaderElectionConfig(
+            options.namespace,
+            options.lease_name,
+            options.identity,
+            annotations={ANNOTATION_PAUSED: TRUE if options.paused else None},
+        ),
         on_started_leading=app.lead,
         on_new_leader=lambda holder: log.info("leader is now %s", holder),
     )

@@ -35,6 +35,7 @@ from .generic.client import ApiClient
 from .generic.meta import annotations_of, has_condition, metadata, name, spec, status
 from .generic.resource import (
     EVENTS,
+    LEASES,
     LIMIT_RANGES,
     NAMESPACES,
     PODS,
@@ -43,6 +44,7 @@ from .generic.resource import (
     Object,
     Resource,
 )
+from .util.annotations import ANNOTATION_PAUSED, TRUE
 from .util.mtqlock import locks_of
 from .util.quotascope import quota_scope
 from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, validated_condition
@@ -79,6 +81,9 @@ class Explanation:
     scope: str = ""
     """The managed quota's scopes ("" for none): it charges, and is raised for, only the pods
     they match."""
+    paused: str | None = None
+    """Why the controller gives this namespace's rooms back and raises none (its global switch,
+    read from its leader Lease, or the namespace's opt-out label), or None."""
     mtq_locks: list[dict[str, str]] = field(default_factory=list)
     """KubeVirt MTQ's namespace locks on this namespace: configuration, what it does, how to
     delete it."""
@@ -104,8 +109,12 @@ async def explain(
     mode: Mode = "auto",
     kubevirt_version: str | None = None,
     now: datetime.datetime | None = None,
+    controller_namespace: str = "harvester-system",
+    lease_name: str = "harvester-quota",
 ) -> Explanation:
-    """Reads the namespace and explains its managed quota; raises NotFound for no namespace."""
+    """Reads the namespace and explains its managed quota; raises NotFound for no namespace.
+    Whether the controller runs paused is read from its leader Lease `lease_name` in
+    `controller_namespace` (unreadable: not paused, with a warning)."""
     ns = await client.get(NAMESPACES, namespace)
     locks, lock_warnings = await _mtq_locks(client, namespace)
     quotas = await _list(client, RESOURCE_QUOTAS, namespace)
@@ -121,6 +130,7 @@ async def explain(
         configured_version=kubevirt_version,
     ).for_namespace(quotas, ns, await _list(client, LIMIT_RANGES, namespace))
     listed = await _screened_lists(client, namespace)
+    paused, lease_warnings = await controller_paused(client, controller_namespace, lease_name)
     migrations = listed.migrations
     snapshot = NamespaceSnapshot(
         namespace=ns,
@@ -131,14 +141,32 @@ async def explain(
         now=now or datetime.datetime.now(datetime.UTC),
         launcher=launcher,
         mode=mode,
+        paused=paused,
     )
     plan = plan_quota(snapshot)
     events = await _list(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)
     result.rancher_project = await _rancher_project(client, ns, plan)
     result.mtq_locks = locks
-    result.warnings = [*result.warnings, *lock_warnings, *listed.skipped]
+    result.warnings = [*result.warnings, *lock_warnings, *listed.skipped, *lease_warnings]
     return result
+
+
+async def controller_paused(
+    client: ApiClient, namespace: str, lease_name: str
+) -> tuple[bool, list[str]]:
+    """Whether the controllers' leader runs with its global switch (`run --paused`): the
+    annotation it keeps on its Lease. False, with a warning saying so, when the Lease cannot be
+    read (absent, or not readable with these credentials)."""
+    try:
+        lease = await client.get(LEASES, lease_name, namespace)
+    except (errors.NotFound, errors.Forbidden) as error:
+        why = "not found" if isinstance(error, errors.NotFound) else "not readable here"
+        return False, [
+            f"the controllers' Lease {namespace}/{lease_name} is {why}: whether raising is "
+            "paused cluster-wide is unknown (--controller-namespace names where they run)"
+        ]
+    return annotations_of(lease).get(ANNOTATION_PAUSED) == TRUE, []
 
 
 @dataclass
@@ -248,6 +276,7 @@ def _explanation(
     events: Sequence[Object],
 ) -> Explanation:
     result = Explanation(namespace, name(quota), managed=plan.managed, warnings=plan.warnings)
+    result.paused = plan.paused
     scope = quota_scope(quota)
     result.scope = "" if scope.unscoped else str(scope)
     actual = {str(k): str(v) for k, v in (spec(quota).get("hard") or {}).items()}
@@ -364,6 +393,8 @@ def render_text(e: Explanation) -> str:
             f"scopes: {e.scope} (only the pods they match count, and only migrations whose "
             "target pod they match hold room)"
         )
+    if e.paused:
+        lines.append(f"paused: {e.paused}; every room is given back and none raised")
     if not e.managed:
         lines.append("  not scaled: " + ("; ".join(e.warnings) or "no base"))
     else:

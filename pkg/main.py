@@ -59,6 +59,7 @@ def _options(args: argparse.Namespace) -> Options:
         room_held_linger=args.room_held_linger,
         stale_raise_sweep=args.stale_raise_sweep,
         rancher_direct_fail_closed=not args.rancher_direct_fail_open,
+        paused=args.paused,
     )
 
 
@@ -129,7 +130,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
             try:
                 found = await explain.explain(
-                    client, namespace, mode=args.mode, kubevirt_version=args.kubevirt_version
+                    client,
+                    namespace,
+                    mode=args.mode,
+                    kubevirt_version=args.kubevirt_version,
+                    controller_namespace=args.controller_namespace,
                 )
             except errors.NotFound:
                 print(f"harvester-quota: namespace {namespace} not found", file=sys.stderr)
@@ -286,6 +291,12 @@ def _add_run_command(commands: Any) -> None:
         "label between rooms: their pods meet the webhook's fail-open rule, so a webhook outage "
         "blocks none of them but lets tenant pods into a held room (docs/security.md)",
     )
+    run.add_argument(
+        "--paused",
+        action="store_true",
+        help="the global switch: give every room back and raise none until restarted without it "
+        "(the opt-out of one namespace is its label harvester-quota.io/paused=true)",
+    )
     run.set_defaults(handler=cmd_run)
 
 
@@ -303,6 +314,12 @@ def _add_explain_command(commands: Any) -> None:
         command,
         mode_help="the controller's --mode, if not auto",
         version_help="the controller's --kubevirt-version, if set",
+    )
+    command.add_argument(
+        "--controller-namespace",
+        default="harvester-system",
+        help="where the controllers run: their leader Lease says whether they are paused "
+        "(run --paused)",
     )
     command.set_defaults(handler=cmd_explain)
 

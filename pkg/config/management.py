@@ -66,6 +66,11 @@ class Options:
     """Seconds between the safety net's looks for a raise standing with no migration holding
     room (controller/resourcequota/staleraise.py): one that stood a whole interval is reported
     and planned again, so none stands longer than two intervals."""
+    paused: bool = False
+    """The global switch: every namespace's rooms are given back and none is raised (each plan
+    is a release, plan.pause_of); reported on the leader Lease (for `explain`) and as the
+    metric harvester_quota_paused. The per-namespace opt-out is the label
+    harvester-quota.io/paused=true."""
     rancher_direct_fail_closed: bool = True
     """Keep the room-held label for good on namespaces whose Rancher quota is raised directly
     (where no label may be written while a raise stands), so that the fail-closed pods rule

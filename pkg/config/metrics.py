@@ -85,6 +85,17 @@ class QuotaMetrics:
             "Raises found standing with no migration holding room for longer than the sweep "
             "allows (staleraise.py), each then planned again. Never in a healthy cluster.",
         )
+        self.paused = declare.gauge(
+            "paused",
+            "1 while the controller runs with its global switch (run --paused): every room is "
+            "given back and none raised.",
+        )
+        self.namespace_paused = declare.gauge(
+            "namespace_paused",
+            "1 per namespace whose opt-out label harvester-quota.io/paused=true gives its rooms "
+            "back and stops its raises.",
+            ["namespace"],
+        )
         self._room_keys: dict[str, set[str]] = {}
         self._above_keys: dict[str, set[str]] = {}
 
@@ -101,10 +112,18 @@ class QuotaMetrics:
         positive = {k: v for k, v in excess.items() if v.sign() > 0}
         self._replace(self.usage_above_base, self._above_keys, namespace, positive)
 
+    def set_namespace_paused(self, namespace: str, paused: bool) -> None:
+        """Whether the namespace opted out (its series only while it does)."""
+        if paused:
+            self.namespace_paused.labels(namespace).set(1)
+        else:
+            self._remove(self.namespace_paused, namespace)
+
     def forget(self, namespace: str) -> None:
         """The namespace is gone or unmanaged: all its series go."""
         self.set_room(namespace, {}, 0)
         self.set_above_base(namespace, {})
+        self.set_namespace_paused(namespace, False)
 
     @staticmethod
     def _replace(

@@ -16,8 +16,8 @@ import asyncio
 import datetime
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 from . import errors
 from .client import ApiClient
@@ -43,12 +43,30 @@ class LeaderElectionConfig:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     release_on_cancel: bool = True
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    """Annotations the holder keeps on the Lease at each write (None: removed), so that a
+    reader sees how the leader runs; others' annotations are left as they are."""
 
     def __post_init__(self) -> None:
         if not self.lease_duration > self.renew_deadline > JITTER_FACTOR * self.retry_period > 0:
             raise ValueError(
                 "leader election needs lease_duration > renew_deadline > 1.2 * retry_period > 0"
             )
+
+
+def lease_metadata(previous: Object, wanted: Mapping[str, str | None]) -> Object:
+    """`previous` Lease metadata with the `wanted` annotations set (None: removed); others'
+    annotations kept, no empty annotations map left behind."""
+    annotations = dict(previous.get("annotations") or {})
+    for key, value in wanted.items():
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+    out = {**previous, "annotations": annotations}
+    if not annotations:
+        del out["annotations"]
+    return out
 
 
 class LeaderElector:
@@ -191,7 +209,10 @@ class LeaderElector:
         lease = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": self.config.name, "namespace": self.config.namespace},
+            "metadata": lease_metadata(
+                {"name": self.config.name, "namespace": self.config.namespace},
+                self.config.annotations,
+            ),
             "spec": self._spec(now_wall, acquire_time=now_wall, transitions=0),
         }
         return await self._write("creating", self._client.create(LEASES, lease))
@@ -202,6 +223,7 @@ class LeaderElector:
         acquire = now_wall if took_over else None
         lease = {
             **lease,
+            "metadata": lease_metadata(lease.get("metadata") or {}, self.config.annotations),
             "spec": self._spec(
                 now_wall, acquire_time=acquire, transitions=transitions, previous=spec
             ),

@@ -15,7 +15,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from . import resources
 from .resources import ResourceList
@@ -106,8 +106,27 @@ directly (set there between rooms: controller/resourcequota). The webhook's room
 namespaces with failurePolicy Fail, so with the webhook down no pod but KubeVirt's targets gets in
 while room is held (docs/design.md, "Pods while room is held")."""
 
+LABEL_PAUSED: Final = "harvester-quota.io/paused"
+"""The per-namespace opt-out (value "true") on a Namespace: every room of the namespace is given
+back and none is raised while it is set, as under the controller's global switch (`run
+--paused`). Only administrators may set or remove it (the chart's paused-label policy:
+docs/security.md, row 5k); Harvester's skip annotation on the quota is the tenant-visible other."""
+
+ANNOTATION_PAUSED: Final = "harvester-quota.io/paused"
+"""On the controllers' leader Lease (value "true"): the leader runs with `--paused`, so that
+`explain` can say so."""
+
 TRUE: Final = "true"
 FALSE: Final = "false"
+
+
+def opted_out(namespace: Mapping[str, Any] | None) -> bool:
+    """Whether `namespace` (a Namespace object; None: no) carries the opt-out label
+    LABEL_PAUSED, exactly "true"."""
+    labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(LABEL_PAUSED) == TRUE)
+
+
 """Harvester compares flags to exactly "true" (Go `==`): "True" or "TRUE" are false. So do we."""
 
 # --- key validation --------------------------------------------------------------------------------

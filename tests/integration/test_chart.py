@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
+import copy
+import re
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from harvester_quota.apis.kubevirt import KUBEVIRTS, VIRTUAL_MACHINE_INSTANCES
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.config import ClientConfig
+from harvester_quota.generic.resource import NAMESPACES, PODS, VALIDATING_WEBHOOK_CONFIGURATIONS
 from harvester_quota.testbench.localcluster import ClusterError
+from harvester_quota.testbench.localcluster import deploy as deploy_module
 from harvester_quota.testbench.localcluster.chart import (
     CHART,
     MANIFEST,
+    NAMESPACE,
+    RELEASE,
     helm,
     manifest_text,
     render,
 )
+from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER, ClusterInfo
+from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
+from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.util.annotations import LABEL_PAUSED
 
+from tests.helpers import eventually
 from tests.integration import deployment
+from tests.integration.tenant import grant, tenant
 
 pytestmark = pytest.mark.integration
 
@@ -135,6 +153,7 @@ def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_th
         "harvester-quota-kubevirt-labels": ["Deny", "Audit"],
         "harvester-quota-kubevirt-status": ["Deny"],
         "harvester-quota-webhook-leases": ["Deny"],
+        "harvester-quota-paused-label": ["Deny"],
     }
     status_writers = policies["harvester-quota-kubevirt-status"]["spec"]["matchConditions"][0]
     for account in ("kubevirt-controller", "kubevirt-handler", "kubevirt-apiserver"):
@@ -182,8 +201,8 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
     # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, three admission
-    # policies with their bindings
-    assert checked == 23
+    # policies with their bindings, the paused-label policy and its binding
+    assert checked == 25
 
 
 def test_the_webhook_replicas_prefer_different_nodes_and_no_budget_can_block_a_drain() -> None:
@@ -308,3 +327,277 @@ def test_no_network_policy_when_disabled() -> None:
         }
     )
     assert not [key for key in rendered if key[0] == "NetworkPolicy"]
+
+
+KUBEVIRT_ACCOUNT = re.compile(r"system:serviceaccount:([a-z0-9-]+):kubevirt-")
+
+
+async def test_on_a_harvester_layout_the_default_install_finds_harvester_system(
+    api: ApiClient, cluster: ClusterInfo
+) -> None:
+    """Harvester's layout: no KubeVirt CR elsewhere, KubeVirt's controller account in
+    harvester-system. Helm, with the chart's defaults and the cluster to look in, names
+    KubeVirt's accounts there in every policy and rule."""
+    assert not (await api.list(KUBEVIRTS)).get("items"), "this cluster has no KubeVirt CR"
+    await deployment.apply_rbac(api)  # deploy/'s RBAC and harvester-system/kubevirt-controller
+    rendered = render(kubeconfig=cluster.kubeconfig)
+    assert set(KUBEVIRT_ACCOUNT.findall(rendered)) == {"harvester-system"}
+
+
+def test_on_an_upstream_layout_the_default_install_names_the_running_virt_controller(
+    kubevirt_cluster: ClusterInfo,
+) -> None:
+    """Upstream KubeVirt's layout (the KubeVirt CR and virt-controller in kubevirt): with its
+    defaults the chart names the account the real virt-controller runs as, and no other."""
+    rendered = render(kubeconfig=kubevirt_cluster.kubeconfig)
+    assert set(KUBEVIRT_ACCOUNT.findall(rendered)) == {"kubevirt"}
+    assert f"--target-creator={VIRT_CONTROLLER_USER}" in rendered
+
+
+async def test_an_install_with_a_wrong_kubevirt_namespace_fails_before_it_changes_anything(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo
+) -> None:
+    """`helm install` with kubevirt.namespace=harvester-system on upstream KubeVirt: refused
+    with what to set; no release recorded, no webhook configuration or policy created."""
+    await deployment.ensure_namespace(kubevirt_api, NAMESPACE)
+    with pytest.raises(ClusterError, match=r"KubeVirt runs in kubevirt in this cluster"):
+        helm(
+            "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+            "--kubeconfig", str(kubevirt_cluster.kubeconfig),
+            "--set", "kubevirt.namespace=harvester-system",
+        )  # fmt: skip
+    listed = helm("list", "-A", "-q", "--kubeconfig", str(kubevirt_cluster.kubeconfig))
+    assert RELEASE not in listed.split()
+    with pytest.raises(errors.NotFound):
+        await kubevirt_api.get(VALIDATING_WEBHOOK_CONFIGURATIONS, RELEASE)
+    policies = deployment.KINDS["ValidatingAdmissionPolicy"]
+    names = [p["metadata"]["name"] for p in (await kubevirt_api.list(policies))["items"]]
+    assert not [n for n in names if n.startswith(f"{RELEASE}-kubevirt")]
+
+
+async def test_a_namespace_enforcing_pod_security_restricted_admits_the_charts_pods(
+    api: ApiClient,
+) -> None:
+    """The API server's Pod Security admission, level restricted, admits each Deployment's pod
+    as the chart renders it (a dry-run create), and refuses it without its seccomp profile (so
+    the namespace does enforce)."""
+    name = f"restricted-{uuid.uuid4().hex[:6]}"
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    await api.create(NAMESPACES, {"metadata": {"name": name, "labels": labels}})
+    try:
+        for deployment_name in ("harvester-quota", "harvester-quota-webhook"):
+            template = by_kind_and_name({})[("Deployment", deployment_name)]["spec"]["template"]
+            pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(template)}
+            pod["metadata"]["name"] = deployment_name
+            pod["spec"].pop("priorityClassName", None)
+            pod["spec"].pop("serviceAccountName")  # its account lives in the release namespace
+            admitted = await api.create(PODS, pod, name, dry_run=True)
+            assert admitted["metadata"]["name"] == deployment_name
+            del pod["spec"]["securityContext"]["seccompProfile"]
+            for container in pod["spec"]["containers"]:
+                del container["securityContext"]["seccompProfile"]
+            with pytest.raises(errors.Forbidden, match="seccompProfile"):
+                await api.create(PODS, pod, name, dry_run=True)
+    finally:
+        await api.delete(NAMESPACES, name)
+
+
+async def test_only_an_administrator_may_set_change_or_remove_the_paused_label(
+    api: ApiClient, cluster: ClusterInfo, namespace: str
+) -> None:
+    """The chart's paused-label policy, live: a tenant allowed to patch its own namespace (as a
+    Rancher project owner may) changes other labels but cannot opt the namespace out, change an
+    administrator's opt-out or lift it (docs/security.md, row 5k)."""
+    await deployment.apply_rbac(api)  # the shipped policies, paused-label included
+    rules = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["patch"]}]
+    async with tenant(api, cluster, namespace, cluster_roles=()) as found:
+        await grant(api, found, "namespace-labels", rules)
+
+        async def label(client: ApiClient, value: str | None, *, dry_run: bool = False) -> None:
+            body = {"metadata": {"labels": {LABEL_PAUSED: value}}}
+            await client.patch(NAMESPACES, namespace, body, dry_run=dry_run)
+
+        async def refused() -> bool:
+            try:
+                await label(found.api, "true", dry_run=True)
+            except errors.Forbidden as error:
+                return "only an administrator may set" in error.message
+            return False
+
+        await eventually(refused, what="the paused-label policy in force")
+        with pytest.raises(errors.Forbidden, match=r"harvester-quota\.io/paused"):
+            await label(found.api, "true")
+        patch = {"metadata": {"labels": {"team": "a"}}}
+        await found.api.patch(NAMESPACES, namespace, patch)  # other labels are the tenant's
+        await label(api, "true")  # the administrator opts the namespace out
+        for value in ("false", None):
+            with pytest.raises(errors.Forbidden, match=r"harvester-quota\.io/paused"):
+                await label(found.api, value)
+        labels = (await api.get(NAMESPACES, namespace))["metadata"]["labels"]
+        assert labels[LABEL_PAUSED] == "true" and labels["team"] == "a"
+
+
+def rendered_for(monkeypatch: pytest.MonkeyPatch, cluster: ClusterInfo) -> list[dict[str, Any]]:
+    """The chart rendered by helm with its defaults against `cluster` (its lookups), made the
+    documents the test bench deploys from in place of deploy/harvester-quota.yaml: what the
+    bench then registers names KubeVirt's accounts as the chart found them (the bench's
+    substitution of deploy.KUBEVIRT_USER finds nothing to replace where they differ)."""
+    rendered = [d for d in yaml.safe_load_all(render(kubeconfig=cluster.kubeconfig)) if d]
+    monkeypatch.setattr(deploy_module, "documents", lambda *_: iter(copy.deepcopy(rendered)))
+    return rendered
+
+
+async def account_client(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, name: str
+) -> ApiClient:
+    """A client as the service account `namespace`/`name` (created), bound to cluster-admin
+    as KubeVirt's components are to their wide roles: only the admission policies stop it."""
+    await deployment.ensure_namespace(api, namespace)
+    await deployment.apply(
+        api,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": namespace},
+        },
+    )
+    await deployment.apply(
+        api,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"test-chart-{namespace}-{name}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    token = await deploy_module.service_account_token(api, name, namespace)
+    return ApiClient(ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file, token=token))
+
+
+async def write_vmi_status(client: ApiClient, namespace: str, vmi: str, value: str) -> None:
+    """What virt-handler does to a VMI it runs (a status field no controller acts on)."""
+    body = {"status": {"guestOSInfo": {"name": value}}}
+    await client.patch(VIRTUAL_MACHINE_INSTANCES, vmi, body, namespace)
+
+
+async def status_refused(client: ApiClient, namespace: str, vmi: str) -> bool:
+    try:
+        await write_vmi_status(client, namespace, vmi, "forged")
+    except errors.Forbidden as error:
+        return "only KubeVirt may change" in error.message
+    return False
+
+
+async def test_upstream_layout_default_install_a_vm_starts_migrates_and_handler_writes_status(
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kubevirt_namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Upstream KubeVirt's layout, the chart with its defaults: its webhook rules and its
+    kubevirt-labels and kubevirt-status policies live for the namespace; the real virt-controller
+    (kubevirt:kubevirt-controller) starts and migrates a VM, virt-handler's account of kubevirt
+    writes the VMI's status, Harvester's would-be account is refused (with the old default,
+    harvester-system, the launcher pod itself was refused)."""
+    rendered_for(monkeypatch, kubevirt_cluster)
+    namespace = kubevirt_namespace
+    handler = await account_client(kubevirt_api, kubevirt_cluster, "kubevirt", "kubevirt-handler")
+    stranger = await account_client(
+        kubevirt_api, kubevirt_cluster, "harvester-system", "kubevirt-handler"
+    )
+    try:
+        async with deployment.webhook_for_virt_controller(
+            kubevirt_api, kubevirt_cluster, namespace, tmp_path
+        ):
+            await eventually(
+                lambda: pod_refused(stranger, namespace, LAUNCHER),
+                what="the kubevirt-labels policy in force",
+            )
+            await start_and_migrate(kubevirt_api, kubevirt_cluster, namespace)
+            await eventually(
+                lambda: status_refused(stranger, namespace, "vm1"),
+                what="the kubevirt-status policy in force",
+            )
+            await write_vmi_status(handler, namespace, "vm1", "from-virt-handler")
+    finally:
+        await handler.close()
+        await stranger.close()
+    vmi = await kubevirt_api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+    assert vmi["status"]["guestOSInfo"]["name"] == "from-virt-handler"
+
+
+LAUNCHER: dict[str, Any] = {
+    "metadata": {"name": "virt-launcher-vm1", "labels": {"kubevirt.io": "virt-launcher"}},
+    "spec": {"containers": [{"name": "compute", "image": "x"}]},
+}
+"""A pod as KubeVirt's controller makes a VMI's launcher (its label), for the policy probes."""
+
+
+async def start_and_migrate(api: ApiClient, cluster: ClusterInfo, namespace: str) -> None:
+    """The real virt-controller starts vm1 (its launcher pod admitted) and migrates it."""
+    driver = VirtControllerDriver(
+        api,
+        kubevirt_version=str(cluster.kubevirt_version),
+        namespaces=frozenset({namespace}),
+        timings=HandlerTimings(migration=0.3, source_shutdown=0.5, target_exit=0.5),
+        limits=ParallelLimits(5, 2),
+    )
+    async with driver:
+        started = await driver.create_vm(VMSpec("vm1", cores=1, memory="1Gi"))
+        assert started.started, started.refusal
+        record = await driver.wait_migration(await driver.migrate("vm1"), timeout=60)
+        assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+
+
+async def test_harvester_layout_default_install_kubevirts_controller_passes_the_labels_policy(
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Harvester's layout (KubeVirt's accounts in harvester-system), the chart with its
+    defaults, its webhook and policies live for the namespace: KubeVirt's controller account
+    creates a launcher pod (KubeVirt's labels) that kubevirt's account may not, and the status
+    policy names harvester-system's virt-handler. (This cluster runs no virt-controller, so the
+    account acts by hand; its hand-written VMI CRD has a status subresource, which the status
+    policy does not meet: the live status write is the upstream test's, on KubeVirt's CRDs.)"""
+    controller = await account_client(api, cluster, "harvester-system", "kubevirt-controller")
+    stranger = await account_client(api, cluster, "kubevirt", "kubevirt-handler")
+    rendered = rendered_for(monkeypatch, cluster)
+    await deployment.apply_rbac(api)  # the chart's RBAC as rendered
+    launcher = copy.deepcopy(LAUNCHER)
+    try:
+        async with deployment.running_webhook(
+            api, cluster, namespace, tmp_path, kubevirt_user=deployment.KUBEVIRT_USER
+        ):
+            await eventually(
+                lambda: pod_refused(stranger, namespace, launcher), what="the labels policy"
+            )
+            created = await controller.create(PODS, launcher, namespace)
+            assert created["metadata"]["labels"]["kubevirt.io"] == "virt-launcher"
+    finally:
+        for client in (controller, stranger):
+            await client.close()
+    (status,) = [
+        d
+        for d in rendered
+        if d["metadata"]["name"] == "harvester-quota-kubevirt-status"
+        and d["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    writers = status["spec"]["matchConditions"][0]["expression"]
+    assert "'system:serviceaccount:harvester-system:kubevirt-handler'" in writers
+
+
+async def pod_refused(client: ApiClient, namespace: str, pod: dict[str, Any]) -> bool:
+    try:
+        await client.create(PODS, pod, namespace, dry_run=True)
+    except errors.Forbidden as error:
+        return "only KubeVirt's controller may set" in error.message
+    return False

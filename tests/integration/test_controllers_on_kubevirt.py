@@ -22,14 +22,22 @@ from harvester_quota.apis.kubevirt import (
 from harvester_quota.app import ControllerApp
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS, LIMIT_RANGES, PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.generic.resource import (
+    EVENTS,
+    LIMIT_RANGES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_QUOTAS,
+    Object,
+)
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
 from harvester_quota.testbench.sim.kubevirt.simulator import set_overhead_ratio_setting
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
-from harvester_quota.util.annotations import migrating_vm_annotation_key
+from harvester_quota.util.annotations import LABEL_PAUSED, migrating_vm_annotation_key
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.plan import PAUSED_HERE
 
 from tests.helpers import caught_up, eventually
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
@@ -515,6 +523,36 @@ async def test_skip_annotation_returns_the_quota_to_its_base_and_explains_the_bl
     record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
     assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
     await back_to_the_base(kv)
+
+
+async def test_the_opt_out_label_gives_a_held_room_back_and_blocks_like_the_skip_annotation(
+    controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
+) -> None:
+    """An administrator labels the namespace harvester-quota.io/paused=true: the quota stays at
+    its base, virt-controller's target pod is refused, the Warning event says the namespace is
+    paused and the metric counts it; removing the label lets the migration through."""
+    await kv.set_rancher_base(V170_LIMIT)
+    await kv.create_quota(V170_HARD)
+    await label_paused(kv, "true")
+    (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
+    name = await kubevirt.migrate("vm1")
+    message = await eventually(
+        lambda: blocked_event(kv), timeout=60, what="a Warning event on the blocked migration"
+    )
+    assert PAUSED_HERE in message
+    assert await hard_equals(kv, V170_HARD)
+    gauge = "harvester_quota_namespace_paused"
+    assert controllers.registry.get_sample_value(gauge, {"namespace": kv.namespace}) == 1
+    await label_paused(kv, None)
+    record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    await back_to_the_base(kv)
+
+
+async def label_paused(kv: KubeVirtByHand, value: str | None) -> None:
+    """The administrator sets (or, None, removes) the namespace's opt-out label."""
+    patch = {"metadata": {"labels": {LABEL_PAUSED: value}}}
+    await kv.api.patch(NAMESPACES, kv.namespace, patch)
 
 
 async def blocked_event(kv: KubeVirtByHand) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import pytest
 from harvester_quota.explain import explain, render_text
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.quantity import Quantity
@@ -169,13 +170,17 @@ async def test_a_target_pod_the_quota_does_not_charge_is_not_judged_on_the_live_
 
 
 class ReadOnlyCluster:
-    """The two reads explain makes, over a fixed set of objects by resource plural."""
+    """The two reads explain makes, over a fixed set of objects by resource plural (a get of
+    what is not there: NotFound, as the API server answers)."""
 
     def __init__(self, objects: dict[str, list[dict[str, Any]]]) -> None:
         self.objects = objects
 
     async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
-        return next(o for o in self.objects[resource.plural] if o["metadata"]["name"] == name)
+        for found in self.objects.get(resource.plural, []):
+            if found["metadata"]["name"] == name:
+                return found
+        raise errors.NotFound(f"{resource.plural} {name} not found")
 
     async def list_all(self, resource: Any, namespace: str | None = None) -> Any:
         return SimpleNamespace(items=list(self.objects.get(resource.plural, [])))

@@ -147,6 +147,7 @@ class PlanInputs:
             mode=self.management.options.mode,
             usage=self.usages.usage,
             settled=self.migration_views.set_aside_views(name),
+            paused=self.management.options.paused,
         )
 
 

@@ -19,7 +19,7 @@ from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...util.quantity import Quantity
-from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
+from ...util.resourcequota.plan import PAUSED_HERE, NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.rooms import decentralized_side
 from ...util.resources import parse_resource_list_leniently
 from .refusals import RefusalTracker, refused_by_quota
@@ -49,6 +49,7 @@ class NamespaceReports:
         base = plan.base.hard if plan.base is not None else {}
         excess = {k: plan.used[k] - v for k, v in base.items() if k in plan.used}
         self.metrics.set_above_base(namespace, excess)
+        self.metrics.set_namespace_paused(namespace, plan.paused == PAUSED_HERE)
         self._report_above_base(namespace, snapshot.quota, base, plan.used, excess)
         self._count_refusals(namespace)
 
@@ -157,6 +158,8 @@ def _why_not_raised(plan: QuotaPlan, migration: Object) -> str:
             "a decentralized migration brings the VM into this namespace for good, so it must "
             "fit the quota as it is: free room, or raise the quota"
         )
+    if plan.paused:
+        return plan.paused
     if plan.skipped:
         return "auto-scaling is disabled by harvesterhci.io/skipResourceQuotaAutoScaling"
     if plan.managed:

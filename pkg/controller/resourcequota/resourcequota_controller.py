@@ -85,6 +85,7 @@ class QuotaReconciler:
         self.writer = QuotaWriter(management.client, management.clock)
         """Every write of ours and its permission gate (controller/quotawriter.py)."""
         self.metrics = QuotaMetrics(management.registry)
+        self.metrics.paused.set(1 if management.options.paused else 0)
         self.reports = NamespaceReports(self.metrics, management.recorder, self.inputs.refusals)
         """Metrics and Warning events of each plan (reports.py)."""
         self.spec_writes = SpecWrites(self.writer, self.metrics, management.recorder)

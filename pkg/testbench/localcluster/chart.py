@@ -25,6 +25,9 @@ MANIFEST: Final = REPO / "deploy" / "harvester-quota.yaml"
 RELEASE: Final = "harvester-quota"
 NAMESPACE: Final = "harvester-system"
 KUBE_VERSION: Final = "1.36.5"
+TEMPLATE_VALUES: Final = {"kubevirt": {"namespace": NAMESPACE}}
+"""What the manifest is rendered with beyond the defaults: `helm template` looks in no cluster,
+so the chart cannot find KubeVirt's namespace and needs it given (Harvester's)."""
 
 HEADER: Final = """\
 # harvester-quota: controllers and validating webhook.
@@ -32,7 +35,13 @@ HEADER: Final = """\
 # Generated from deploy/chart/harvester-quota with its default values (`make manifest`); edit the
 # chart, not this file. With Helm: `helm install harvester-quota deploy/chart/harvester-quota
 # --namespace harvester-system` (values: image, replicas, mode, KubeVirt's namespace, failure
-# policies, resources, certificates from cert-manager or a Secret you provide).
+# policies, resources, certificates from cert-manager or a Secret you provide); Helm finds
+# KubeVirt's namespace in the cluster and refuses a wrong one.
+#
+# This file names KubeVirt's namespace as Harvester's, harvester-system: on plain KubeVirt
+# (namespace kubevirt) replace every "serviceaccount:harvester-system:kubevirt-" with
+# "serviceaccount:kubevirt:kubevirt-", or its policies refuse every launcher pod and every
+# virt-handler status write.
 #
 # Apply with `kubectl apply -f deploy/harvester-quota.yaml` after creating the webhook's serving
 # certificate as the Secret harvester-system/harvester-quota-webhook-tls (keys tls.crt, tls.key;
@@ -55,15 +64,30 @@ def helm(*args: str) -> str:
     return done.stdout
 
 
-def render(values: Mapping[str, Any] | None = None, namespace: str = NAMESPACE) -> str:
+def render(
+    values: Mapping[str, Any] | None = None,
+    namespace: str = NAMESPACE,
+    *,
+    kubeconfig: Path | None = None,
+) -> str:
     """The chart rendered for `namespace` with `values` over the defaults, its crds/ included
-    (MTQ's VirtualMachineMigrationResourceQuota), so the plain manifest installs them too."""
+    (MTQ's VirtualMachineMigrationResourceQuota), so the plain manifest installs them too.
+
+    Without `kubeconfig`, `helm template` looks in no cluster: `values` go over TEMPLATE_VALUES
+    (as the manifest is rendered). With it, helm renders against that cluster
+    (`--dry-run=server`: its lookups see the cluster, nothing is written) and only `values` go
+    over the defaults. ClusterError if the chart refuses (its `fail` message in it)."""
     with tempfile.TemporaryDirectory() as tmp:
         args = ["template", RELEASE, str(CHART), "--namespace", namespace, "--include-crds"]
         args += ["--kube-version", KUBE_VERSION]
-        if values:
-            path = Path(tmp) / "values.yaml"
-            path.write_text(yaml.safe_dump(dict(values)))
+        layers: list[Mapping[str, Any]] = [values or {}]
+        if kubeconfig is None:
+            layers.insert(0, TEMPLATE_VALUES)
+        else:
+            args += ["--dry-run=server", "--kubeconfig", str(kubeconfig)]
+        for index, layer in enumerate(layers):
+            path = Path(tmp) / f"values-{index}.yaml"
+            path.write_text(yaml.safe_dump(dict(layer)))
             args += ["--values", str(path)]
         return helm(*args)
 

@@ -35,7 +35,10 @@ from ...generic.resource import Object
 from .. import resources
 from ..annotations import (
     HARVESTER_PREFIX,
+    LABEL_PAUSED,
+    TRUE,
     migrating_vm_annotation_key,
+    opted_out,
     parse_migration_annotations,
 )
 from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quota_usage
@@ -86,6 +89,8 @@ class NamespaceSnapshot:
     settled: Sequence[Object] = ()
     """Finished migrations set aside from planning (settled.py): read only to tell whose target
     pods replace a launcher pod (floor.py), since they still exist."""
+    paused: bool = False
+    """The controller's global switch (`run --paused`): every plan gives every room back."""
 
 
 @dataclass
@@ -100,6 +105,10 @@ class QuotaPlan:
     rooms: RoomPlan = field(default_factory=RoomPlan)
     used: ResourceList = field(default_factory=dict)
     skipped: bool = False
+    """No room is raised (Harvester's skip annotation, or `paused`): rooms are given back."""
+    paused: str | None = None
+    """Why raising is paused here (the global switch or the namespace's opt-out label), if it
+    is: the plan is then `skipped`."""
     warnings: list[str] = field(default_factory=list)
     requeue_after: float | None = None
 
@@ -132,7 +141,8 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         f"{view.error}; what cannot be read is charged nothing by this plan; fix or delete it"
         for view in pods.unreadable()
     ]
-    skipped = recorded.skip_auto_scaling
+    paused = pause_of(snapshot)
+    skipped = recorded.skip_auto_scaling or paused is not None
     try:
         base = resolve_base(
             snapshot.namespace,
@@ -173,6 +183,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         rooms=rooms,
         used=used,
         skipped=skipped,
+        paused=paused,
         warnings=warnings,
         requeue_after=next_release(pods, snapshot.now),
     )
@@ -185,6 +196,23 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         snapshot.quota, base, rooms.rooms, managed_hard, since
     )
     return plan
+
+
+PAUSED_GLOBALLY = "raising is paused for every namespace (harvester-quota run --paused)"
+PAUSED_HERE = f"raising is paused in this namespace (label {LABEL_PAUSED}={TRUE})"
+
+
+def pause_of(snapshot: NamespaceSnapshot) -> str | None:
+    """Why the namespace's rooms are given back and none raised, or None. The global switch
+    first; then the namespace's opt-out label, exactly "true" (any other value is no opt-out).
+    A paused plan takes the path of Harvester's skip annotation (`skipped`): the raise comes
+    down with its migration annotations in one write, and the room-held label goes only after
+    it (raise_down), so the webhook never lets a pod into a raise still standing."""
+    if snapshot.paused:
+        return PAUSED_GLOBALLY
+    if opted_out(snapshot.namespace):
+        return PAUSED_HERE
+    return None
 
 
 def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:

@@ -4,9 +4,54 @@
 {{- define "hq.image" -}}{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}{{- end -}}
 {{- define "hq.controllerUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "hq.name" . }}{{- end -}}
 {{- define "hq.webhookUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "hq.webhookName" . }}{{- end -}}
-{{- define "hq.kubevirtUser" -}}system:serviceaccount:{{ .Values.kubevirt.namespace }}:{{ .Values.kubevirt.controllerServiceAccount }}{{- end -}}
-{{- define "hq.kubevirtHandlerUser" -}}system:serviceaccount:{{ .Values.kubevirt.namespace }}:{{ .Values.kubevirt.handlerServiceAccount }}{{- end -}}
-{{- define "hq.kubevirtApiUser" -}}system:serviceaccount:{{ .Values.kubevirt.namespace }}:{{ .Values.kubevirt.apiServiceAccount }}{{- end -}}
+{{- define "hq.kubevirtUser" -}}system:serviceaccount:{{ include "hq.kubevirtNamespace" . }}:{{ .Values.kubevirt.controllerServiceAccount }}{{- end -}}
+{{- define "hq.kubevirtHandlerUser" -}}system:serviceaccount:{{ include "hq.kubevirtNamespace" . }}:{{ .Values.kubevirt.handlerServiceAccount }}{{- end -}}
+{{- define "hq.kubevirtApiUser" -}}system:serviceaccount:{{ include "hq.kubevirtNamespace" . }}:{{ .Values.kubevirt.apiServiceAccount }}{{- end -}}
+{{/*
+KubeVirt's namespace, the one the webhook's rules and the kubevirt-labels and kubevirt-status
+policies name KubeVirt's accounts in (a wrong one refuses every launcher pod and every
+virt-handler status write). Found in the cluster: the namespaces of the KubeVirt CRs
+(kubevirts.kubevirt.io, any namespace), else those of the ServiceAccounts
+kubevirt.controllerServiceAccount in kubevirt and harvester-system. Then:
+  - found, kubevirt.namespace empty: the one found (several: fail, set it);
+  - found, kubevirt.namespace set: it must be one of them, else fail before anything changes;
+  - nothing found (helm template, --dry-run=client, or KubeVirt not installed yet): the value,
+    which must then be set, else fail saying what to set.
+*/}}
+{{- define "hq.kubevirtNamespace" -}}
+{{- $given := .Values.kubevirt.namespace -}}
+{{- $found := include "hq.kubevirtNamespacesFound" . | fromJsonArray -}}
+{{- if and $found $given -}}
+  {{- if not (has $given $found) -}}
+    {{- fail (printf "kubevirt.namespace=%s, but KubeVirt runs in %s in this cluster: its policies would refuse KubeVirt's own accounts; leave kubevirt.namespace empty (found in the cluster) or set it to %s" $given (join ", " $found) (first $found)) -}}
+  {{- end -}}
+  {{- $given -}}
+{{- else if $found -}}
+  {{- if gt (len $found) 1 -}}
+    {{- fail (printf "KubeVirt runs in several namespaces (%s): set kubevirt.namespace to the one whose virt-controller manages the VMs" (join ", " $found)) -}}
+  {{- end -}}
+  {{- first $found -}}
+{{- else if $given -}}
+  {{- $given -}}
+{{- else -}}
+  {{- fail "cannot find KubeVirt's namespace: no KubeVirt CR (kubevirts.kubevirt.io) in the cluster and no ServiceAccount kubevirt-controller in kubevirt or harvester-system (helm template and --dry-run=client look in no cluster); set kubevirt.namespace: kubevirt upstream, harvester-system on Harvester" -}}
+{{- end -}}
+{{- end -}}
+{{/* The namespaces KubeVirt runs in as the cluster shows them, a JSON list (empty with no cluster). */}}
+{{- define "hq.kubevirtNamespacesFound" -}}
+{{- $found := list -}}
+{{- range (lookup "kubevirt.io/v1" "KubeVirt" "" "").items -}}
+  {{- $found = append $found .metadata.namespace -}}
+{{- end -}}
+{{- if not $found -}}
+  {{- range (list "kubevirt" "harvester-system") -}}
+    {{- if lookup "v1" "ServiceAccount" . $.Values.kubevirt.controllerServiceAccount -}}
+      {{- $found = append $found . -}}
+    {{- end -}}
+  {{- end -}}
+{{- end -}}
+{{- $found | uniq | sortAlpha | toJson -}}
+{{- end -}}
 {{- define "hq.selector" -}}app.kubernetes.io/name: harvester-quota, app.kubernetes.io/component: {{ . }}{{- end -}}
 {{- define "hq.clientConfig" -}}
 service: {name: {{ include "hq.webhookName" .root }}, namespace: {{ .root.Release.Namespace }}, path: /validate/{{ .path }}, port: 443}

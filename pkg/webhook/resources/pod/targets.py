@@ -53,7 +53,7 @@ from ....generic.meta import annotations_of, labels, metadata
 from ....generic.meta import name as name_of
 from ....generic.meta import namespace as namespace_of
 from ....generic.resource import RESOURCE_QUOTAS, Object
-from ....util.annotations import parse_migration_annotations
+from ....util.annotations import opted_out, parse_migration_annotations
 from ....util.podusage import pod_quota_usage
 from ....util.quotascope import applies_to
 from ....util.resourcequota.calculator import Shortfall, shortfalls
@@ -231,7 +231,7 @@ async def admit_target(
                 return TargetAdmission("fits", waited)
             await clock.sleep(LISTER_GRACE)
             return TargetAdmission("fitted-after-wait", clock.monotonic() - started)
-        if parse_migration_annotations(annotations_of(quota)).skip_auto_scaling:
+        if no_raise_coming(quota, lookups.namespace(request.namespace)):
             return TargetAdmission("no-raise-coming", waited, short)
         if waited >= wait:
             if gave_up is not None and wait > 0:
@@ -239,6 +239,15 @@ async def admit_target(
             return TargetAdmission("timed-out", waited, short)
         await changes.next_change(request.namespace, wait - waited)
         changes_awaited += 1
+
+
+def no_raise_coming(quota: Object, namespace: Object | None) -> bool:
+    """Whether the controller will not raise `quota` for a migration: Harvester's skip
+    annotation on it, or the namespace's opt-out label (plan.opted_out). The controller's
+    global switch is not known here: its target pods wait as for a raise that is late."""
+    return parse_migration_annotations(annotations_of(quota)).skip_auto_scaling or opted_out(
+        namespace
+    )
 
 
 LiveView = Literal["same", "newer", "stale", "unread"]
