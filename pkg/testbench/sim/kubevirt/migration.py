@@ -632,6 +632,7 @@ class MigrationController:
         flight.state.update(completed=True, endTimestamp=now, targetNodeDomainReadyTimestamp=now)
         await self._write_vmi_state(flight)
         await self._patch_vmi(flight, {"status": {"nodeName": target_node}}, "status")
+        flight.record.left_source_node = Moment.now(self._sim.clock)
         # KubeVirt leaves kubevirt.io/migrationTargetNodeName in place (see the v1.2.1 seed's VMI).
         await self._patch_vmi(flight, {"metadata": {"labels": {LABEL_NODE_NAME: target_node}}})
         await self._finish(flight, Outcome.SUCCEEDED, "", target_linger=None)

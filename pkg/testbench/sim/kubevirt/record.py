@@ -66,6 +66,10 @@ class MigrationRecord:
     admitted: Moment | None = None
     started: Moment | None = None
     finished: Moment | None = None
+    left_source_node: Moment | None = None
+    """When the VMI's status.nodeName became the target's: from then on the migration no longer
+    counts against its source node's outbound limit (KubeVirt counts a node's outbound
+    migrations by their VMIs' nodeName), a moment before it is marked Succeeded."""
     source_pod_gone: Moment | None = None
     outcome: Outcome | None = None
     failure_reason: str = ""
