@@ -50,6 +50,10 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
             kubevirt = binaries.build_kubevirt(version, force=args.force)
             print(f"KubeVirt {version} virt-controller and CRDs: {kubevirt.directory}")
     print(f"helm: {binaries.build_helm(force=args.force)}")
+    if args.harvester:
+        version = binaries.harvester_version(args.harvester)
+        path = binaries.build_harvester(version, force=args.force)
+        print(f"Harvester {version} migration and resourcequota controllers: {path}")
     return 0
 
 
@@ -181,6 +185,13 @@ def _add_cluster_commands(commands: Any) -> None:
     build.add_argument(
         "--kubevirt-version",
         help=f"{_KUBEVIRT_VERSION_HELP}; 'all' builds every supported version",
+    )
+    build.add_argument(
+        "--harvester",
+        metavar="VERSION",
+        help="also build Harvester's own migration and resourcequota controllers of VERSION "
+        f"(optional, not part of `make cluster-bin`; supported: "
+        f"{', '.join(binaries.supported_harvester_versions())})",
     )
     build.set_defaults(handler=cmd_cluster_build)
     up = actions.add_parser(

@@ -533,6 +533,117 @@ def build_kubevirt(
     return target
 
 
+# Harvester's own controllers -------------------------------------------------------------------
+
+ENV_HARVESTER_VERSION = "HARVESTER_QUOTA_HARVESTER_VERSION"
+HARVESTER_CONTROLLERS = "harvester-controllers"
+_HARVESTER_MODULE_PREFIX = "harvester-"
+
+
+def harvester_module_name(version: str) -> str:
+    """The wrapper module folder of a Harvester version (``v1.8.2`` -> ``harvester-v1-8-2``)."""
+    return _HARVESTER_MODULE_PREFIX + version.replace(".", "-")
+
+
+def supported_harvester_versions() -> list[str]:
+    """The Harvester versions that have a wrapper module, newest first."""
+    versions = []
+    for folder in GOMOD_DIR.glob(f"{_HARVESTER_MODULE_PREFIX}v*"):
+        dotted = folder.name.removeprefix(_HARVESTER_MODULE_PREFIX).replace("-", ".")
+        if _VERSION.match(dotted) and (folder / "go.mod").is_file():
+            versions.append(dotted)
+    return sorted(versions, key=_version_tuple, reverse=True)
+
+
+def harvester_version(explicit: str | None = None) -> str:
+    """The Harvester version to build or run: ``explicit``, else $HARVESTER_QUOTA_HARVESTER_VERSION,
+    else the newest supported one; normalised to ``vX.Y.Z``. Raises ClusterError for a version
+    without a wrapper module, listing the supported ones."""
+    supported = supported_harvester_versions()
+    chosen = (explicit or os.environ.get(ENV_HARVESTER_VERSION) or supported[0]).strip()
+    normalised = chosen if chosen.startswith("v") else f"v{chosen}"
+    if normalised not in supported:
+        source = "" if explicit else f" (from {ENV_HARVESTER_VERSION})"
+        raise ClusterError(
+            f"Harvester {chosen!r}{source} cannot be built here; supported versions: "
+            f"{', '.join(supported)}"
+        )
+    return normalised
+
+
+def harvester_component(version: str) -> Component:
+    """The `go build` of ``harvester-controllers`` for one Harvester version: a main that runs
+    Harvester's migration and resourcequota controllers, unchanged, under Harvester's Lease."""
+    return Component(
+        module_dir=harvester_module_name(version),
+        packages=(".",),
+        outputs=(HARVESTER_CONTROLLERS,),
+        ldflags="-s -w",
+    )
+
+
+def harvester_cache_key(version: str) -> str:
+    """Names the cached build after the Harvester version and a digest of its wrapper module
+    (main.go, go.mod, go.sum), so an edit builds anew."""
+    return f"harvester-{version}_{_digest(harvester_component(version).sources())}"
+
+
+def harvester_paths(version: str) -> list[Path]:
+    """Where ``harvester-controllers`` of ``version`` is looked for, in order: a prebuilt
+    ``$HARVESTER_QUOTA_CLUSTER_BIN/harvester-<version>/``, then the cache."""
+    candidates = []
+    override = os.environ.get(ENV_BIN_DIR)
+    if override:
+        candidates.append(Path(override) / f"harvester-{version}" / HARVESTER_CONTROLLERS)
+    cached = cache_root() / "cluster-bin" / harvester_cache_key(version) / HARVESTER_CONTROLLERS
+    candidates.append(cached)
+    return candidates
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def resolve_harvester(version: str) -> Path:
+    """The usable ``harvester-controllers`` of ``version``, without building anything.
+
+    Raises ClusterError naming where it was looked for and how to build it.
+    """
+    for path in harvester_paths(version):
+        if _executable(path):
+            return path
+    raise ClusterError(
+        f"Harvester {version}'s controllers are not built yet ({harvester_paths(version)[-1]} "
+        f"missing); run `harvester-quota-bench cluster build --harvester {version}`"
+    )
+
+
+def build_harvester(
+    version: str,
+    progress: Callable[[str], None] = _print,
+    *,
+    force: bool = False,
+) -> Path:
+    """Builds ``harvester-controllers`` of ``version`` into the cache unless it is there (or
+    prebuilt, see ``harvester_paths``); returns its path. Optional: not part of ``build`` (nor of
+    `make cluster-bin`); its cold build is measured in gomod/harvester-v1-8-2/README.md.
+
+    Like ``build``: one build at a time per machine, moved into place whole when it succeeded.
+    """
+    if not force:
+        with contextlib.suppress(ClusterError):
+            return resolve_harvester(version)
+    target = harvester_paths(version)[-1]
+    go = find_go()
+    with _exclusive(cache_root() / "build.lock"):
+        if not force and _executable(target):
+            return target
+        with _building_into(target.parent, harvester_cache_key(version), go) as building:
+            what = f"Harvester {version}'s migration and resourcequota controllers"
+            building.compile(harvester_component(version), what, progress)
+    return target
+
+
 HELM_VERSION = "v3.19.0"
 HELM = "helm"
 

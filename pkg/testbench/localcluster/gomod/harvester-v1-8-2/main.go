@@ -62,13 +62,15 @@ func newScheme() *runtime.Scheme {
 }
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file")
+	// A flag set of our own: a dependency (controller-runtime) registers --kubeconfig globally.
+	flags := flag.NewFlagSet("harvester-controllers", flag.ExitOnError)
+	kubeconfig := flags.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file")
 	options := config.Options{}
-	flag.StringVar(&options.Namespace, "namespace", "harvester-system", "Harvester's namespace (its --namespace)")
-	flag.IntVar(&options.Threadiness, "threadiness", 10, "controller threads (Harvester's default)")
-	leaseNamespace := flag.String("lease-namespace", "", "namespace of the leader Lease (\"\": kube-system, as Harvester)")
-	debug := flag.Bool("debug", false, "debug logging")
-	flag.Parse()
+	flags.StringVar(&options.Namespace, "namespace", "harvester-system", "Harvester's namespace (its --namespace)")
+	flags.IntVar(&options.Threadiness, "threadiness", 10, "controller threads (Harvester's default)")
+	leaseNamespace := flags.String("lease-namespace", "", "namespace of the leader Lease (\"\": kube-system, as Harvester)")
+	debug := flags.Bool("debug", false, "debug logging")
+	_ = flags.Parse(os.Args[1:])
 	if *debug {
 		logrus.SetLevel(logrus.DebugLevel)
 	}
