@@ -22,7 +22,6 @@ from harvester_quota.testbench.localcluster import (
     LocalCluster,
     binaries,
     harvester,
-    process,
 )
 from harvester_quota.util.quantity import Quantity
 
@@ -39,23 +38,18 @@ UID_KEY_PREFIX = "harvesterhci.io/migratingUID-"
 @pytest.fixture(scope="module")
 def harvester_cluster() -> Iterator[ClusterInfo]:
     """A cluster of its own (no virt-controller: the test plays KubeVirt by hand) running
-    Harvester's controllers, which hold their Lease before the test starts."""
+    Harvester's controllers as Harvester's service account; `up` returns once they lead."""
     try:
-        binary = binaries.resolve_harvester(HARVESTER_VERSION)
+        binaries.resolve_harvester(HARVESTER_VERSION)
     except ClusterError as missing:
         pytest.skip(str(missing))
     state = session_state_dir()
     local = LocalCluster(state.with_name(f"{state.name}-harvester"))
-    info = local.up(virt_controller=False)
-    record = harvester.start_controllers(info, binary, local.log_dir / "harvester-controllers.log")
+    info = local.up(harvester=HARVESTER_VERSION)
     try:
-        leads = process.wait_for(
-            lambda: harvester.lease_holder(info.rest()) is not None, timeout=60, interval=0.2
-        )
-        assert leads, process.log_tail(record.log)
+        assert harvester.lease_holder(info.rest()) is not None
         yield info
     finally:
-        process.stop(record)
         local.down()
 
 

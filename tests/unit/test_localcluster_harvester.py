@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from harvester_quota.testbench.cli import main
 from harvester_quota.testbench.localcluster import ClusterError, binaries, harvester
+from harvester_quota.testbench.localcluster.cluster import ClusterInfo, Ports
 
 RANCHER_PSEUDO_VERSION = "github.com/rancher/rancher v0.0.0-20250828140533-07a90f09a491"
 
@@ -87,3 +88,29 @@ def test_kubevirts_controller_account_may_update_vmis() -> None:
         {"kind": "ServiceAccount", "name": "kubevirt-controller", "namespace": "harvester-system"}
     ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_harvesters_account_is_cluster_admin_as_its_chart_binds_it() -> None:
+    binding = harvester.harvester_account_binding()
+    assert binding["metadata"]["name"] == "harvester"
+    assert binding["roleRef"]["name"] == "cluster-admin"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "harvester", "namespace": "harvester-system"}
+    ]
+    assert harvester.HARVESTER_USER == "system:serviceaccount:harvester-system:harvester"
+
+
+def test_the_state_remembers_harvesters_version() -> None:
+    info = ClusterInfo(
+        state_dir=Path("/s"),
+        kubeconfig=Path("/s/k"),
+        server="https://127.0.0.1:1",
+        ca_file=Path("/s/ca"),
+        client_cert=Path("/s/c"),
+        client_key=Path("/s/k"),
+        ports=Ports(1, 2, 3, 4, 5),
+        harvester_version="v1.8.2",
+    )
+    assert ClusterInfo.from_json(info.to_json()).harvester_version == "v1.8.2"
+    info.harvester_version = None
+    assert ClusterInfo.from_json(info.to_json()).harvester_version is None
