@@ -15,7 +15,6 @@ RANCHER_PSEUDO_VERSION = "github.com/rancher/rancher v0.0.0-20250828140533-07a90
 
 @pytest.fixture(autouse=True)
 def _no_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(binaries.ENV_HARVESTER_VERSION, raising=False)
     monkeypatch.delenv(binaries.ENV_BIN_DIR, raising=False)
     monkeypatch.setenv(binaries.ENV_CACHE_DIR, str(tmp_path / "cache"))
 
@@ -24,7 +23,9 @@ def test_versions_are_the_wrapper_modules_and_are_normalised() -> None:
     assert binaries.supported_harvester_versions() == ["v1.8.2"]
     assert binaries.harvester_version() == "v1.8.2"
     assert binaries.harvester_version("1.8.2") == "v1.8.2"
-    with pytest.raises(ClusterError, match=r"'v1\.9\.0'.*supported versions: v1\.8\.2"):
+    with pytest.raises(
+        ClusterError, match=r"'v1\.9\.0' cannot be built here; supported versions: v1\.8\.2"
+    ):
         binaries.harvester_version("v1.9.0")
 
 

@@ -11,6 +11,10 @@ KubeVirt version (one wrapper module per supported version, ``gomod/kubevirt-v1-
 so choosing another KubeVirt never rebuilds Kubernetes. Next to it lies ``kubevirt-crds.yaml``: the
 CRDs virt-operator installs for that version, printed by our ``crdgen`` (one source, ``gomod/crdgen``,
 copied into each version's module) from the same module.
+
+Harvester's own migration and resourcequota controllers (``harvester-controllers``, from
+``gomod/harvester-v1-8-2``) are an optional build of the same kind: ``build_harvester``, asked for
+by `cluster build --harvester` or `cluster up --harvester`, never by ``build``.
 """
 
 from __future__ import annotations
@@ -535,7 +539,6 @@ def build_kubevirt(
 
 # Harvester's own controllers -------------------------------------------------------------------
 
-ENV_HARVESTER_VERSION = "HARVESTER_QUOTA_HARVESTER_VERSION"
 HARVESTER_CONTROLLERS = "harvester-controllers"
 _HARVESTER_MODULE_PREFIX = "harvester-"
 
@@ -556,17 +559,15 @@ def supported_harvester_versions() -> list[str]:
 
 
 def harvester_version(explicit: str | None = None) -> str:
-    """The Harvester version to build or run: ``explicit``, else $HARVESTER_QUOTA_HARVESTER_VERSION,
-    else the newest supported one; normalised to ``vX.Y.Z``. Raises ClusterError for a version
-    without a wrapper module, listing the supported ones."""
+    """The Harvester version to build or run: ``explicit``, else the newest supported one;
+    normalised to ``vX.Y.Z``. Raises ClusterError for a version without a wrapper module,
+    listing the supported ones."""
     supported = supported_harvester_versions()
-    chosen = (explicit or os.environ.get(ENV_HARVESTER_VERSION) or supported[0]).strip()
+    chosen = (explicit or supported[0]).strip()
     normalised = chosen if chosen.startswith("v") else f"v{chosen}"
     if normalised not in supported:
-        source = "" if explicit else f" (from {ENV_HARVESTER_VERSION})"
         raise ClusterError(
-            f"Harvester {chosen!r}{source} cannot be built here; supported versions: "
-            f"{', '.join(supported)}"
+            f"Harvester {chosen!r} cannot be built here; supported versions: {', '.join(supported)}"
         )
     return normalised
 
@@ -626,7 +627,7 @@ def build_harvester(
 ) -> Path:
     """Builds ``harvester-controllers`` of ``version`` into the cache unless it is there (or
     prebuilt, see ``harvester_paths``); returns its path. Optional: not part of ``build`` (nor of
-    `make cluster-bin`); its cold build is measured in gomod/harvester-v1-8-2/README.md.
+    `make cluster-bin`); its cold build is measured in docs/operations.md ("The build").
 
     Like ``build``: one build at a time per machine, moved into place whole when it succeeded.
     """
