@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINES
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.localcluster import (
@@ -71,7 +72,7 @@ async def create_vm(api: ApiClient, vmi: Object) -> Object:
     return await api.create(VIRTUAL_MACHINES, vm, meta["namespace"])
 
 
-async def test_harvester_raises_the_quota_for_a_pending_migration(
+async def test_harvester_raises_the_quota_for_a_pending_migration_and_guards_rancher_base(
     harvester_api: ApiClient,
 ) -> None:
     async with fresh_namespace_async(harvester_api, "harv") as namespace:
@@ -88,6 +89,11 @@ async def test_harvester_raises_the_quota_for_a_pending_migration(
             return quota if Quantity.parse(hard["limits.cpu"]) > Quantity.parse("3") else None
 
         quota = await eventually(raised, timeout=60, what="Harvester's raise of default-quota")
+
+        # Harvester's namespace validator refuses Rancher's annotation while a migration is on.
+        with pytest.raises(errors.ApiError) as refused:
+            await kv.set_rancher_base({"limitsCpu": "4000m", "limitsMemory": "5000Mi"})
+        assert "has migrating VMs, can't change resource quotas" in str(refused.value)
 
     annotations = quota["metadata"].get("annotations") or {}
     keys = [key for key in annotations if key.startswith(UID_KEY_PREFIX)]

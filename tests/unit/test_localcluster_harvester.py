@@ -115,3 +115,21 @@ def test_the_state_remembers_harvesters_version() -> None:
     assert ClusterInfo.from_json(info.to_json()).harvester_version == "v1.8.2"
     info.harvester_version = None
     assert ClusterInfo.from_json(info.to_json()).harvester_version is None
+
+
+def test_the_namespace_validator_is_registered_as_harvester_registers_it() -> None:
+    config = harvester.validating_webhook_configuration(4443, b"CA")
+    assert config["metadata"]["name"] == "harvester-validator"
+    (hook,) = config["webhooks"]
+    assert hook["name"] == "validator.harvesterhci.io"
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["clientConfig"]["url"] == "https://127.0.0.1:4443/v1/webhook/validation"
+    assert hook["rules"] == [
+        {
+            "operations": ["UPDATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["namespaces"],
+            "scope": "Cluster",
+        }
+    ]

@@ -506,16 +506,25 @@ class LocalCluster:
 
     def _start_harvester(self, info: ClusterInfo, binary: Path, rest: RestClient) -> None:
         """Harvester's controllers as Harvester's service account (a client certificate naming it:
-        x509 authentication takes the name as is), ready once they hold Harvester's Lease."""
+        x509 authentication takes the name as is), ready once they hold Harvester's Lease, and its
+        namespace validator, registered once it listens."""
         harvester.install_rbac(rest)
+        authority = info.certificate_authority()
         cert, key = self.pki_dir / "harvester.crt", self.pki_dir / "harvester.key"
-        info.certificate_authority().issue(
+        authority.issue(
             harvester.HARVESTER_USER, organizations=harvester.HARVESTER_GROUPS, client=True
         ).write(cert, key)
+        serving = self.pki_dir / "harvester-webhook.crt", self.pki_dir / "harvester-webhook.key"
+        authority.issue("harvester-webhook", ip_addresses=("127.0.0.1",), server=True).write(
+            *serving
+        )
         kubeconfig = self.state_dir / harvester.KUBECONFIG
         self._write_kubeconfig(info, path=kubeconfig, cert=cert, key=key, user="harvester")
-        args = harvester.controllers_args(kubeconfig)
+        port = process.free_port()
+        args = harvester.controllers_args(kubeconfig, port, *serving)
         self._launch(info, binary.parent, HARVESTER_CONTROLLERS, args)
+        self._await(info, HARVESTER_CONTROLLERS, lambda: process.port_in_use(port), STEP_TIMEOUT)
+        harvester.register_webhook(rest, port, info.ca_file.read_bytes())
         self._await(
             info,
             HARVESTER_CONTROLLERS,
