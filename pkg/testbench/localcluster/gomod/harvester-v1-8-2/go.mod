@@ -1,4 +1,4 @@
-// Wrapper module: builds Harvester's VM-migration and ResourceQuota controllers (and links its
+// Wrapper module: builds Harvester's VM-migration and ResourceQuota controllers (and serves its
 // namespace validator) from github.com/harvester/harvester v1.8.2 through the Go module proxy.
 // The replace block is Harvester's own, copied verbatim; go.sum is Harvester's (its rancher/rancher
 // pseudo-version is not in the checksum database, Harvester's go.sum vouches for it) plus the
