@@ -50,6 +50,10 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
             kubevirt = binaries.build_kubevirt(version, force=args.force)
             print(f"KubeVirt {version} virt-controller and CRDs: {kubevirt.directory}")
     print(f"helm: {binaries.build_helm(force=args.force)}")
+    if args.harvester:
+        version = binaries.harvester_version(args.harvester)
+        path = binaries.build_harvester(version, force=args.force)
+        print(f"Harvester {version} migration and resourcequota controllers: {path}")
     return 0
 
 
@@ -66,10 +70,13 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         node_pods=args.node_pods,
         virt_controller=args.virt_controller,
         kubevirt=args.kubevirt_version,
+        harvester=args.harvester,
     )
     print(f"local cluster ready: {info.server} ({len(info.nodes)} kwok nodes)")
     if info.kubevirt_version:
         print(f"KubeVirt {info.kubevirt_version} virt-controller running")
+    if info.harvester_version:
+        print(f"Harvester {info.harvester_version} migration and resourcequota controllers running")
     print(f"kubeconfig: {info.kubeconfig}")
     print(f"logs: {cluster.log_dir}")
     print('use it with: eval "$(harvester-quota-bench cluster env)"')
@@ -182,6 +189,13 @@ def _add_cluster_commands(commands: Any) -> None:
         "--kubevirt-version",
         help=f"{_KUBEVIRT_VERSION_HELP}; 'all' builds every supported version",
     )
+    build.add_argument(
+        "--harvester",
+        metavar="VERSION",
+        help="also build Harvester's own migration and resourcequota controllers of VERSION "
+        f"(optional, not part of `make cluster-bin`; supported: "
+        f"{', '.join(binaries.supported_harvester_versions())})",
+    )
     build.set_defaults(handler=cmd_cluster_build)
     up = actions.add_parser(
         "up", parents=[state], help="start the cluster (idempotent); returns when ready"
@@ -205,6 +219,12 @@ def _add_cluster_commands(commands: Any) -> None:
         "hand (either would fight a real virt-controller)",
     )
     up.add_argument("--kubevirt-version", help=_KUBEVIRT_VERSION_HELP)
+    up.add_argument(
+        "--harvester",
+        metavar="VERSION",
+        help="also run Harvester's own migration and resourcequota controllers of VERSION as "
+        "Harvester's service account, built first if needed (they act on every namespace)",
+    )
     up.set_defaults(handler=cmd_cluster_up)
     for action, handler, text in (
         ("down", cmd_cluster_down, "stop the cluster and delete its data"),

@@ -11,6 +11,10 @@ KubeVirt version (one wrapper module per supported version, ``gomod/kubevirt-v1-
 so choosing another KubeVirt never rebuilds Kubernetes. Next to it lies ``kubevirt-crds.yaml``: the
 CRDs virt-operator installs for that version, printed by our ``crdgen`` (one source, ``gomod/crdgen``,
 copied into each version's module) from the same module.
+
+Harvester's own migration and resourcequota controllers (``harvester-controllers``, from
+``gomod/harvester-v1-8-2``) are an optional build of the same kind: ``build_harvester``, asked for
+by `cluster build --harvester` or `cluster up --harvester`, never by ``build``.
 """
 
 from __future__ import annotations
@@ -530,6 +534,114 @@ def build_kubevirt(
             crdgen = building.outdir / "crdgen"
             _generate_crds(crdgen, building.outdir / KUBEVIRT_CRDS, building.log_path)
             crdgen.unlink()
+    return target
+
+
+# Harvester's own controllers -------------------------------------------------------------------
+
+HARVESTER_CONTROLLERS = "harvester-controllers"
+_HARVESTER_MODULE_PREFIX = "harvester-"
+
+
+def harvester_module_name(version: str) -> str:
+    """The wrapper module folder of a Harvester version (``v1.8.2`` -> ``harvester-v1-8-2``)."""
+    return _HARVESTER_MODULE_PREFIX + version.replace(".", "-")
+
+
+def supported_harvester_versions() -> list[str]:
+    """The Harvester versions that have a wrapper module, newest first."""
+    versions = []
+    for folder in GOMOD_DIR.glob(f"{_HARVESTER_MODULE_PREFIX}v*"):
+        dotted = folder.name.removeprefix(_HARVESTER_MODULE_PREFIX).replace("-", ".")
+        if _VERSION.match(dotted) and (folder / "go.mod").is_file():
+            versions.append(dotted)
+    return sorted(versions, key=_version_tuple, reverse=True)
+
+
+def harvester_version(explicit: str | None = None) -> str:
+    """The Harvester version to build or run: ``explicit``, else the newest supported one;
+    normalised to ``vX.Y.Z``. Raises ClusterError for a version without a wrapper module,
+    listing the supported ones."""
+    supported = supported_harvester_versions()
+    chosen = (explicit or supported[0]).strip()
+    normalised = chosen if chosen.startswith("v") else f"v{chosen}"
+    if normalised not in supported:
+        raise ClusterError(
+            f"Harvester {chosen!r} cannot be built here; supported versions: {', '.join(supported)}"
+        )
+    return normalised
+
+
+def harvester_component(version: str) -> Component:
+    """The `go build` of ``harvester-controllers`` for one Harvester version: a main that runs
+    Harvester's migration and resourcequota controllers, unchanged, under Harvester's Lease."""
+    return Component(
+        module_dir=harvester_module_name(version),
+        packages=(".",),
+        outputs=(HARVESTER_CONTROLLERS,),
+        ldflags="-s -w",
+    )
+
+
+def harvester_cache_key(version: str) -> str:
+    """Names the cached build after the Harvester version and a digest of its wrapper module
+    (main.go, go.mod, go.sum), so an edit builds anew."""
+    return f"harvester-{version}_{_digest(harvester_component(version).sources())}"
+
+
+def harvester_paths(version: str) -> list[Path]:
+    """Where ``harvester-controllers`` of ``version`` is looked for, in order: a prebuilt
+    ``$HARVESTER_QUOTA_CLUSTER_BIN/harvester-<version>/``, then the cache."""
+    candidates = []
+    override = os.environ.get(ENV_BIN_DIR)
+    if override:
+        candidates.append(Path(override) / f"harvester-{version}" / HARVESTER_CONTROLLERS)
+    cached = cache_root() / "cluster-bin" / harvester_cache_key(version) / HARVESTER_CONTROLLERS
+    candidates.append(cached)
+    return candidates
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def resolve_harvester(version: str) -> Path:
+    """The usable ``harvester-controllers`` of ``version``, without building anything.
+
+    Raises ClusterError naming where it was looked for and how to build it.
+    """
+    for path in harvester_paths(version):
+        if _executable(path):
+            return path
+    raise ClusterError(
+        f"Harvester {version}'s controllers are not built yet ({harvester_paths(version)[-1]} "
+        f"missing); run `harvester-quota-bench cluster build --harvester {version}`"
+    )
+
+
+def build_harvester(
+    version: str,
+    progress: Callable[[str], None] = _print,
+    *,
+    force: bool = False,
+) -> Path:
+    """Builds ``harvester-controllers`` of ``version`` into the cache unless it is there (or
+    prebuilt, see ``harvester_paths``); returns its path. Optional: not part of ``build`` (nor of
+    `make cluster-bin`); its cold build is measured in docs/operations.md ("The build").
+
+    Like ``build``: one build at a time per machine, moved into place whole when it succeeded.
+    """
+    if not force:
+        with contextlib.suppress(ClusterError):
+            return resolve_harvester(version)
+    target = harvester_paths(version)[-1]
+    go = find_go()
+    with _exclusive(cache_root() / "build.lock"):
+        if not force and _executable(target):
+            return target
+        with _building_into(target.parent, harvester_cache_key(version), go) as building:
+            what = f"Harvester {version}'s migration and resourcequota controllers"
+            building.compile(harvester_component(version), what, progress)
     return target
 
 

@@ -32,8 +32,16 @@ from typing import Any
 
 import yaml
 
-from . import process
-from .binaries import KubeVirtBuild, build_kubevirt, kubevirt_version, resolve_bin_dir
+from . import harvester, process
+from .binaries import (
+    HARVESTER_CONTROLLERS,
+    KubeVirtBuild,
+    build_harvester,
+    build_kubevirt,
+    harvester_version,
+    kubevirt_version,
+    resolve_bin_dir,
+)
 from .errors import ClusterError
 from .nodes import DEFAULT_NODES, NODE_GRACE_MARGIN, node_lease_seconds
 from .pki import (
@@ -77,6 +85,7 @@ START_ORDER = (
     "kube-scheduler",
     "kwok",
     "virt-controller",
+    "harvester-controllers",
 )
 
 KUBEVIRT_NAMESPACE = "kubevirt"
@@ -183,6 +192,8 @@ class ClusterInfo:
     processes: list[ProcessRecord] = field(default_factory=list)
     kubevirt_version: str | None = None
     """The version of KubeVirt's virt-controller running here; None when it does not run."""
+    harvester_version: str | None = None
+    """The version of Harvester's own controllers running here; None when they do not run."""
     webhook_client_ca: Path | None = None
     """The CA of the client certificate (CN pki.WEBHOOK_CLIENT_NAME) the API server presents to
     every admission webhook (its AdmissionConfiguration's kubeconfig, user "*"): a webhook
@@ -225,6 +236,7 @@ class ClusterInfo:
             "nodes": self.nodes,
             "processes": [asdict(record) for record in self.processes],
             "kubevirt_version": self.kubevirt_version,
+            "harvester_version": self.harvester_version,
             "webhook_client_ca": str(self.webhook_client_ca) if self.webhook_client_ca else None,
         }
 
@@ -246,6 +258,7 @@ class ClusterInfo:
                 for record in data["processes"]
             ],
             kubevirt_version=data.get("kubevirt_version"),
+            harvester_version=data.get("harvester_version"),
             webhook_client_ca=(
                 Path(data["webhook_client_ca"]) if data.get("webhook_client_ca") else None
             ),
@@ -295,6 +308,7 @@ class LocalCluster:
         node_pods: int = 110,
         virt_controller: bool = False,
         kubevirt: str | None = None,
+        harvester: str | None = None,
     ) -> ClusterInfo:
         """Starts the cluster unless it already runs as asked; returns once it is ready to use.
 
@@ -302,16 +316,24 @@ class LocalCluster:
         ``binaries.kubevirt_version()``), built first if it is not in the cache: before anything is
         stopped, so a failed build leaves a running cluster alone. A healthy cluster started with
         another virt-controller choice is stopped and started afresh.
+
+        ``harvester`` adds Harvester's own migration and resourcequota controllers of that version
+        (``harvester.py``), built first like virt-controller; they act on every namespace.
         """
         if kubevirt is not None and not virt_controller:
             raise ValueError(f"a KubeVirt version ({kubevirt}) is only used with virt_controller")
         wanted = kubevirt_version(kubevirt) if virt_controller else None
         kubevirt_build = build_kubevirt(wanted) if wanted else None
+        wanted_harvester = harvester_version(harvester) if harvester else None
+        harvester_build = (
+            (wanted_harvester, build_harvester(wanted_harvester)) if wanted_harvester else None
+        )
         with self._locked():
             existing = self._read_state()
             if (
                 existing is not None
                 and existing.kubevirt_version == wanted
+                and existing.harvester_version == wanted_harvester
                 and existing.is_current()
                 and self._healthy(existing)
             ):
@@ -324,7 +346,11 @@ class LocalCluster:
             for attempt in range(1, START_ATTEMPTS + 1):
                 try:
                     info = self._start(
-                        bin_dir, nodes=nodes, node_pods=node_pods, kubevirt=kubevirt_build
+                        bin_dir,
+                        nodes=nodes,
+                        node_pods=node_pods,
+                        kubevirt=kubevirt_build,
+                        harvester=harvester_build,
                     )
                 except _PortConflict:
                     if attempt == START_ATTEMPTS:
@@ -409,7 +435,13 @@ class LocalCluster:
     # Starting ----------------------------------------------------------------------------------
 
     def _start(
-        self, bin_dir: Path, *, nodes: int, node_pods: int, kubevirt: KubeVirtBuild | None
+        self,
+        bin_dir: Path,
+        *,
+        nodes: int,
+        node_pods: int,
+        kubevirt: KubeVirtBuild | None,
+        harvester: tuple[str, Path] | None = None,
     ) -> ClusterInfo:
         ports = Ports.pick()
         info = ClusterInfo(
@@ -421,6 +453,7 @@ class LocalCluster:
             client_key=self.pki_dir / "admin.key",
             ports=ports,
             kubevirt_version=kubevirt.version if kubevirt else None,
+            harvester_version=harvester[0] if harvester else None,
             webhook_client_ca=self.pki_dir / "webhook-client-ca.crt",
         )
         try:
@@ -450,6 +483,8 @@ class LocalCluster:
             self._await(info, "kube-apiserver", lambda: _crds_established(rest, crds), STEP_TIMEOUT)
             if kubevirt is not None:
                 self._start_virt_controller(info, kubevirt, rest)
+            if harvester is not None:
+                self._start_harvester(info, harvester[1], rest)
         except BaseException:
             self._stop_processes(info.processes)
             raise
@@ -468,6 +503,34 @@ class LocalCluster:
         port = info.ports.pick_virt_controller()
         self._launch(info, kubevirt.directory, "virt-controller", self._virt_controller_args(port))
         self._await(info, "virt-controller", lambda: _lease_held(rest), STEP_TIMEOUT)
+
+    def _start_harvester(self, info: ClusterInfo, binary: Path, rest: RestClient) -> None:
+        """Harvester's controllers as Harvester's service account (a client certificate naming it:
+        x509 authentication takes the name as is), ready once they hold Harvester's Lease, and its
+        namespace validator, registered once it listens."""
+        harvester.install_rbac(rest)
+        authority = info.certificate_authority()
+        cert, key = self.pki_dir / "harvester.crt", self.pki_dir / "harvester.key"
+        authority.issue(
+            harvester.HARVESTER_USER, organizations=harvester.HARVESTER_GROUPS, client=True
+        ).write(cert, key)
+        serving = self.pki_dir / "harvester-webhook.crt", self.pki_dir / "harvester-webhook.key"
+        authority.issue("harvester-webhook", ip_addresses=("127.0.0.1",), server=True).write(
+            *serving
+        )
+        kubeconfig = self.state_dir / harvester.KUBECONFIG
+        self._write_kubeconfig(info, path=kubeconfig, cert=cert, key=key, user="harvester")
+        port = process.free_port()
+        args = harvester.controllers_args(kubeconfig, port, *serving)
+        self._launch(info, binary.parent, HARVESTER_CONTROLLERS, args)
+        self._await(info, HARVESTER_CONTROLLERS, lambda: process.port_in_use(port), STEP_TIMEOUT)
+        harvester.register_webhook(rest, port, info.ca_file.read_bytes())
+        self._await(
+            info,
+            HARVESTER_CONTROLLERS,
+            lambda: harvester.lease_holder(rest) is not None,
+            STEP_TIMEOUT,
+        )
 
     @property
     def virt_controller_kubeconfig(self) -> Path:

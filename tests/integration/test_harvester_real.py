@@ -1,0 +1,108 @@
+"""Harvester v1.8.2's own migration and resourcequota controllers, built from its Go module
+(`harvester-quota-bench cluster build --harvester v1.8.2`), on a cluster of their own: they act on
+every namespace, so they must not share the session's cluster.
+
+Skipped when the binary is not built: it is an optional build, not part of `make cluster-bin`.
+Run alone with your own state directory, e.g.
+HARVESTER_QUOTA_TEST_STATE_DIR=/tmp/hq-pytest-harvester pytest tests/integration/test_harvester_real.py
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINES
+from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
+from harvester_quota.testbench.localcluster import (
+    ClusterError,
+    ClusterInfo,
+    LocalCluster,
+    binaries,
+    harvester,
+)
+from harvester_quota.util.quantity import Quantity
+
+from tests.helpers import eventually
+from tests.integration.conftest import admin_config, fresh_namespace_async, session_state_dir
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+
+pytestmark = pytest.mark.integration
+
+HARVESTER_VERSION = "v1.8.2"
+UID_KEY_PREFIX = "harvesterhci.io/migratingUID-"
+
+
+@pytest.fixture(scope="module")
+def harvester_cluster() -> Iterator[ClusterInfo]:
+    """A cluster of its own (no virt-controller: the test plays KubeVirt by hand) running
+    Harvester's controllers as Harvester's service account; `up` returns once they lead."""
+    try:
+        binaries.resolve_harvester(HARVESTER_VERSION)
+    except ClusterError as missing:
+        pytest.skip(str(missing))
+    state = session_state_dir()
+    local = LocalCluster(state.with_name(f"{state.name}-harvester"))
+    info = local.up(harvester=HARVESTER_VERSION)
+    try:
+        assert harvester.lease_holder(info.rest()) is not None
+        yield info
+    finally:
+        local.down()
+
+
+@pytest.fixture
+async def harvester_api(harvester_cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
+    async with ApiClient(admin_config(harvester_cluster)) as client:
+        yield client
+
+
+async def create_vm(api: ApiClient, vmi: Object) -> Object:
+    """The VirtualMachine of a VMI made by hand: Harvester's migration controller updates it."""
+    meta = vmi["metadata"]
+    vm = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "spec": {"runStrategy": "Always", "template": {"spec": vmi["spec"]}},
+    }
+    return await api.create(VIRTUAL_MACHINES, vm, meta["namespace"])
+
+
+async def test_harvester_raises_the_quota_for_a_pending_migration_and_guards_rancher_base(
+    harvester_api: ApiClient,
+) -> None:
+    async with fresh_namespace_async(harvester_api, "harv") as namespace:
+        kv = KubeVirtByHand(harvester_api, namespace)
+        await kv.set_rancher_base({"limitsCpu": "3000m", "limitsMemory": "5000Mi"})
+        await kv.create_quota({"limits.cpu": "3", "limits.memory": "5000Mi"})
+        vmi, _source = await kv.start_vm("vm1")
+        await create_vm(harvester_api, vmi)
+        await kv.migrate(vmi)
+
+        async def raised() -> Object | None:
+            quota = await harvester_api.get(RESOURCE_QUOTAS, "default-quota", namespace)
+            hard = quota["spec"]["hard"]
+            return quota if Quantity.parse(hard["limits.cpu"]) > Quantity.parse("3") else None
+
+        quota = await eventually(raised, timeout=60, what="Harvester's raise of default-quota")
+
+        # Harvester's namespace validator refuses Rancher's annotation while a migration is on.
+        with pytest.raises(errors.ApiError) as refused:
+            await kv.set_rancher_base({"limitsCpu": "4000m", "limitsMemory": "5000Mi"})
+        assert "has migrating VMs, can't change resource quotas" in str(refused.value)
+
+    annotations = quota["metadata"].get("annotations") or {}
+    keys = [key for key in annotations if key.startswith(UID_KEY_PREFIX)]
+    assert keys == [UID_KEY_PREFIX + vmi["metadata"]["uid"]], annotations
+    room = json.loads(annotations[keys[0]])
+    hard = quota["spec"]["hard"]
+    # base + one room: the VM's CPU limit, and its memory limit plus KubeVirt's overhead
+    assert Quantity.parse(hard["limits.cpu"]) == Quantity.parse("5")
+    assert room["limits.cpu"] == "2"
+    expected_memory = Quantity.parse("5000Mi") + Quantity.parse(room["limits.memory"])
+    assert Quantity.parse(hard["limits.memory"]) == expected_memory
+    assert Quantity.parse(room["limits.memory"]) > Quantity.parse("4Gi")
