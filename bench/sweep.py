@@ -22,8 +22,7 @@ import asyncio
 import datetime
 import json
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import cast
 
 from harvester_quota.config.metrics import QuotaMetrics
@@ -40,6 +39,8 @@ from harvester_quota.util.resourcequota.base import ANNOTATION_APPLIED, ANNOTATI
 from harvester_quota.util.resourcequota.managed import managed_quota
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from prometheus_client import CollectorRegistry
+
+from bench.reconcile import best_of
 
 NOW = datetime.datetime(2026, 11, 26, tzinfo=datetime.UTC)
 BASE = {"limits.cpu": "20", "limits.memory": "40Gi", "requests.cpu": "20"}
@@ -112,15 +113,6 @@ class Caches:
             for key, namespace, quota in self.candidates()
             if self.left_behind(key, namespace, quota)
         )
-
-
-def best_of(repeat: int, work: Callable[[], object]) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def measure_sweep(caches: Caches, repeat: int) -> float:

@@ -363,10 +363,11 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
 
 
 def lingering_reconciler(
-    linger: float,
+    linger: float, quota: dict[str, Any] | None = None, hard: dict[str, str] | None = None
 ) -> tuple[QuotaReconciler, LabelClient, FakeClock, list[bool]]:
-    """A reconciler whose plans hold room while `holding[0]` is true, its label writes on a
-    LabelClient, its clock fake, `room_held_linger` = `linger`."""
+    """A reconciler whose plans hold room while `holding[0]` is true (of `hard`, on `quota` as
+    the cache holds it), its label writes on a LabelClient, its clock fake, `room_held_linger`
+    = `linger`."""
     client, clock, holding = LabelClient(), FakeClock(), [True]
     instance = bare_reconciler(clock, client, linger)
 
@@ -374,9 +375,9 @@ def lingering_reconciler(
         held = holding[0]
         return SimpleNamespace(
             namespace=ns,
-            quota={},
+            quota=quota or {},
             snapshot=None,
-            plan=SimpleNamespace(holds_room=held, requeue_after=None, hard={}),
+            plan=SimpleNamespace(holds_room=held, requeue_after=None, hard=hard or {}),
             labels_room=held,
             labelled_for_good=False,
             label_writes_wait=False,
@@ -713,33 +714,6 @@ async def test_a_quota_gone_while_the_label_was_written_lets_the_labelled_namesp
     assert client.labels == ["true", None]
 
 
-def released_reconciler(quota: dict[str, Any]) -> tuple[QuotaReconciler, LabelClient, list[bool]]:
-    """A reconciler whose plans release (base 3 CPUs) on `quota` as the cache holds it, the
-    namespace labelled, its label writes on a LabelClient, no linger."""
-    client, clock, holding = LabelClient(), FakeClock(), [True]
-    instance = bare_reconciler(clock, client, 0.0)
-
-    def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
-        return SimpleNamespace(
-            namespace=ns,
-            quota=quota,
-            snapshot=None,
-            plan=SimpleNamespace(
-                holds_room=holding[0], requeue_after=None, hard={"limits.cpu": "3"}
-            ),
-            labels_room=holding[0],
-            labelled_for_good=False,
-            label_writes_wait=False,
-        )
-
-    async def write(*_: Any) -> None:
-        return None
-
-    instance._plan = plan  # type: ignore[method-assign]
-    instance._write_plan = write  # type: ignore[method-assign, assignment]
-    return instance, client, holding
-
-
 @pytest.mark.parametrize(
     ("spec", "status"),
     [("5", "5"), ("3", "5")],
@@ -758,7 +732,7 @@ async def test_the_room_held_label_stays_until_spec_and_status_hard_are_down(
         "spec": {"hard": {"limits.cpu": spec}},
         "status": {"hard": {"limits.cpu": status}},
     }
-    instance, client, holding = released_reconciler(quota)
+    instance, client, _clock, holding = lingering_reconciler(0.0, quota, {"limits.cpu": "3"})
     namespace = await instance._reconcile("ns", labelled_namespace(None))
     holding[0] = False
     namespace = await instance._reconcile("ns", namespace)
