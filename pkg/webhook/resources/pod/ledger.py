@@ -12,13 +12,13 @@ Per namespace it keeps a reservation: after each pod it admits, the larger (per 
 cache showed and the reservation so far, plus the pod's usage. A decision counts the larger of the
 cache and the reservation, so a pod admitted a moment ago counts whether or not the cache has it,
 and never twice. The reservation is dropped `ttl` seconds after the namespace's last admission (by
-then the cache shows every pod quota admission let in), and by nothing else: a change in the
-migrations holding room (one joining, or one leaving, even the one the reservation was made under)
-changes the limit each decision is checked against (the base, recomputed every time), never what
-the pods admitted a moment ago use. Voiding it when a migration left let a tenant who created a
-second migration and deleted its first (before that one's target pod existed) have the next burst
-decided on the lagging cache alone. Until then a pod deleted in the meantime still counts: a pod
-that would fit may be denied for up to `ttl` seconds after a burst.
+then the cache shows every pod quota admission let in), and as soon as a migration it was made
+under no longer holds room (a release: the room shrinks and the cache is the figure to start from
+again). A migration that joins does not void it: the pods admitted a moment ago still use the
+quota whatever else is migrating, and a tenant who created a migration between two bursts of pods
+had the second burst decided on the cache alone (`still_holds`). Until then a pod deleted in the meantime still
+counts: a pod that would fit may be denied for up to `ttl` seconds after a burst in the same
+migration's window.
 
 One process's memory only: reservations.py shares the same reservation between webhook replicas
 through the API server and falls back to this ledger when it cannot (docs/design.md, "Pods while
@@ -39,13 +39,18 @@ a busy control plane (under a second with two CPU burners beside the local clust
 enough that deleted pods are credited again soon."""
 
 
+def still_holds(made_under: frozenset[str], holding: frozenset[str]) -> bool:
+    """Whether a reservation made while the migrations `made_under` held room still counts now
+    that `holding` do: every one of them still holds room (others may have joined)."""
+    return made_under <= holding
+
+
 @dataclass
 class _Reservation:
     used: ResourceList
     expires: float
     holders: frozenset[str]
-    """The migrations holding room when it was made (their uids): a record only, a change of
-    holders voids nothing (module docstring)."""
+    """The migrations holding room when it was made (their uids)."""
 
 
 class AdmissionLedger:
@@ -61,11 +66,11 @@ class AdmissionLedger:
         """Seconds a reservation lasts after the namespace's last admission."""
         return self._ttl
 
-    def in_use(self, namespace: str, cached: ResourceList) -> ResourceList:
-        """What the namespace uses as far as this process knows: the cached figure, raised per
-        key to what this process has admitted on top of earlier figures in the last `ttl`
-        seconds, whichever migrations hold room now."""
-        reservation = self._live(namespace)
+    def in_use(self, namespace: str, cached: ResourceList, holders: frozenset[str]) -> ResourceList:
+        """What the namespace uses as far as this process knows while the migrations `holders`
+        hold room: the cached figure, raised per key to what this process has admitted on top of
+        earlier figures during their room."""
+        reservation = self._live(namespace, holders)
         if reservation is None:
             return dict(cached)
         return resources.maximum(cached, reservation.used)
@@ -84,11 +89,12 @@ class AdmissionLedger:
             resources.add(in_use, usage), now + self._ttl, holders
         )
 
-    def _live(self, namespace: str) -> _Reservation | None:
+    def _live(self, namespace: str, holders: frozenset[str] | None = None) -> _Reservation | None:
         reservation = self._reservations.get(namespace)
         if reservation is None:
             return None
-        if reservation.expires <= self._clock.monotonic():
+        expired = reservation.expires <= self._clock.monotonic()
+        if expired or (holders is not None and not still_holds(reservation.holders, holders)):
             del self._reservations[namespace]
             return None
         return reservation

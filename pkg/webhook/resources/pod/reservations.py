@@ -16,9 +16,9 @@ lock while a write was under way are decided together, one after another as if e
 alone, and written in one (a namespace admitted only one pod per round trip before). No pod is
 answered before the write that records it succeeded; a lost race decides the whole batch again.
 
-The reservation expires the ledger's `ttl` seconds after its last admission and nothing else voids
-it (a migration joining or leaving changes the limit, not what was admitted), as in ledger.py;
-the times are wall-clock (the replicas share no
+The reservation expires the ledger's `ttl` seconds after its last admission and is void as soon
+as a migration it was made under no longer holds room (one joining does not void it), as in
+ledger.py; the times are wall-clock (the replicas share no
 monotonic clock). Expired Leases are deleted by `collect`, which every replica runs now and then.
 If the Lease cannot be read or written (an API error other than a conflict, including no RBAC for
 it in an older deploy/), the decision falls back to this process's ledger and a warning is
@@ -45,7 +45,7 @@ from ....util import resources
 from ....util.quantity import Quantity
 from ....util.resources import ResourceList
 from ...admission import Denied
-from .ledger import AdmissionLedger
+from .ledger import AdmissionLedger, still_holds
 from .validator import PodCheck, admit_locally
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,9 @@ class LeaseReservations:
 
     def _in_use(self, check: PodCheck, reservation: Reservation | None) -> ResourceList:
         cached = check.cached_in_use()
-        if reservation is None or reservation.expires <= self._clock.now():
+        if reservation is None or not still_holds(reservation.holders, check.holders):
+            return cached
+        if reservation.expires <= self._clock.now():
             return cached
         return resources.maximum(cached, reservation.used)
 

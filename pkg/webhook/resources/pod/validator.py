@@ -173,7 +173,7 @@ def validate_pod_create(
 def admit_locally(check: PodCheck, ledger: AdmissionLedger, *, dry_run: bool = False) -> None:
     """Decides `check` on the cache and this process's ledger; enters the pod if admitted,
     unless it is a dry run (nothing will be created: nothing may be reserved)."""
-    in_use = ledger.in_use(check.namespace, check.cached_in_use())
+    in_use = ledger.in_use(check.namespace, check.cached_in_use(), check.holders)
     check.decide(in_use)
     if not dry_run:
         ledger.admitted(check.namespace, in_use, check.needed, check.holders)
