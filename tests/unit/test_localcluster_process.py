@@ -60,3 +60,28 @@ def test_log_tail_of_a_large_log_reads_only_its_end(tmp_path: Path) -> None:
     log.write_text("\n".join(f"line {n:07d}" for n in range(200_000)))  # ~2.4 MB
     assert process.log_tail(log, lines=3) == "line 0199997\nline 0199998\nline 0199999"
     assert log.stat().st_size > 20 * process.LOG_TAIL_BYTES
+
+
+def test_a_recorded_pid_reused_by_a_later_process_of_the_same_binary_is_not_ours(
+    tmp_path: Path,
+) -> None:
+    """Every local cluster runs the same binaries: a stale state file's pid, reused by another
+    cluster's process of the same binary, passed the binary check, and stopping the stale
+    cluster stopped the live one (stop 37's full run lost its session cluster mid-run). The
+    start time recorded with the pid tells them apart."""
+    record = process.start("sleeper", ["/bin/sleep", "30"], tmp_path / "l")
+    try:
+        assert record.started is not None and record.running()
+        # As a later CLI call reads it from the state file (no Popen handle): the same pid and
+        # binary, but recorded for a process that started at another time.
+        stale = process.ProcessRecord(
+            "x", record.pid, "/bin/sleep", record.log, started=record.started - 1
+        )
+        process._CHILDREN.pop(record.pid, None)
+        assert not stale.running()
+        same = process.ProcessRecord(
+            "x", record.pid, "/bin/sleep", record.log, record.argv, record.started
+        )
+        assert same.running()
+    finally:
+        process.stop(record)

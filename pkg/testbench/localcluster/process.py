@@ -2,8 +2,11 @@
 
 A cluster outlives the CLI call that started it (`cluster up` returns, the processes stay), so a
 later call knows the processes only by the pid recorded in the state file. Before it signals such a
-pid it checks that the pid still runs the binary it recorded: a pid reused by an unrelated program
-after a reboot must never be killed.
+pid it checks that the pid still runs the binary it recorded and started when it recorded: a pid
+reused by an unrelated program after a reboot must never be killed, nor one reused by another
+cluster's process of the same binary (every local cluster runs the same kube-apiserver; with
+pid_max at 32768, a busy machine reuses pids within hours, and a stale state file then stopped a
+live test cluster mid-run: stop 37's full run).
 """
 
 from __future__ import annotations
@@ -31,14 +34,32 @@ class ProcessRecord:
     binary: str
     log: str
     argv: tuple[str, ...] = ()
+    started: int | None = None
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat), which tells the
+    process from a later one given the same pid; None in state files written before it was kept."""
 
     def running(self) -> bool:
         """True while the pid is alive and still runs ``binary`` (not a zombie, not a reused pid)."""
-        return pid_runs(self.pid, self.binary)
+        return pid_runs(self.pid, self.binary, self.started)
 
 
-def pid_runs(pid: int, binary: str) -> bool:
-    """Whether ``pid`` is a live process of ``binary`` (not a zombie, not a reused pid).
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (field 22 of /proc/<pid>/stat); None if it
+    cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    try:
+        return int(fields[19])  # field 22 overall: the two before the ")" are pid and comm
+    except (IndexError, ValueError):
+        return None
+
+
+def pid_runs(pid: int, binary: str, started_at: int | None = None) -> bool:
+    """Whether ``pid`` is a live process of ``binary`` (not a zombie, not a reused pid), started at
+    ``started_at`` clock ticks since boot when that is known.
 
     A process this Python process started is judged by its Popen handle, which has no race.
     Otherwise /proc/<pid>/exe is compared with the binary: unlike /proc/<pid>/cmdline, which reads
@@ -58,6 +79,8 @@ def pid_runs(pid: int, binary: str) -> bool:
     state = stat.rsplit(")", 1)[1].split()[0]
     if state in ("Z", "X"):
         return False
+    if started_at is not None and start_ticks(pid) != started_at:
+        return False  # the pid now belongs to a later process, whatever it runs
     return exe == os.path.realpath(binary)
 
 
@@ -85,7 +108,12 @@ def start(
         )
     _CHILDREN[child.pid] = (child, argv[0])
     return ProcessRecord(
-        name=name, pid=child.pid, binary=argv[0], log=str(log_path), argv=tuple(argv)
+        name=name,
+        pid=child.pid,
+        binary=argv[0],
+        log=str(log_path),
+        argv=tuple(argv),
+        started=start_ticks(child.pid),
     )
 
 
