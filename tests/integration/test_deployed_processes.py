@@ -254,7 +254,7 @@ async def test_deployed_beside_kubevirts_own_virt_controller(
     ):
         assert (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).started
         for _ in range(3):
-            record = await kubevirt.wait_migration(await kubevirt.migrate("vm1"), timeout=90)
+            record = await kubevirt.wait_migration(await kubevirt.migrate("vm1"), timeout=180)
             assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
             gone = record.source_pod_gone is not None
             assert gone or await kubevirt.records.wait_for(

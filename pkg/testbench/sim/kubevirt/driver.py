@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Self
 
 from ....apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.clock import Clock
 from ....generic.meta import name as name_of
@@ -84,6 +85,17 @@ class KubeVirtDriver(ABC):
         body["metadata"].setdefault("labels", {})[LABEL_VMI_NAME] = vmi_name
         return name_of(await self.client.create(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, body, ns))
 
+    async def _unfinished_story(self, namespace: str, name: str) -> str:
+        """What is known of a migration that did not finish: its record (phases, refusals,
+        failed creates) and the migration's status as the API server has it now."""
+        record = self.records.get(namespace, name)
+        recorded = "no record" if record is None else str(record.as_dict())
+        try:
+            live = await self.client.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, namespace)
+        except errors.ApiError as error:
+            return f"{recorded}; the migration could not be read: {error}"
+        return f"{recorded}; its status now: {live.get('status')}"
+
     async def abort(self, name: str, namespace: str | None = None) -> None:
         """Cancels a migration by deleting it, as `virtctl migrate-cancel` and Harvester do."""
         await self.client.delete(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, self._ns(namespace))
@@ -99,7 +111,10 @@ class KubeVirtDriver(ABC):
             return record is not None and record.done
 
         if not await self.records.wait_for(done, timeout):
-            raise TimeoutError(f"migration {ns}/{name} did not finish within {timeout}s")
+            raise TimeoutError(
+                f"migration {ns}/{name} did not finish within {timeout}s: "
+                f"{await self._unfinished_story(ns, name)}"
+            )
         record = self.records.get(ns, name)
         assert record is not None
         return record
