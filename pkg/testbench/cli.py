@@ -78,7 +78,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     if info.harvester_version:
         print(f"Harvester {info.harvester_version} migration and resourcequota controllers running")
     print(f"kubeconfig: {info.kubeconfig}")
-    print(f"logs: {cluster.log_dir}")
+    print(f"logs: {cluster.log_dir} (audit log: {info.audit_log})")
     print('use it with: eval "$(harvester-quota-bench cluster env)"')
     return 0
 

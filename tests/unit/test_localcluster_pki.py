@@ -171,6 +171,7 @@ def test_a_healthy_cluster_whose_api_server_has_no_webhook_client_certificate_st
     refuse it. `up` stops it and starts a new one; a current one is reused as it is."""
     import json
 
+    from harvester_quota.testbench.localcluster import audit
     from harvester_quota.testbench.localcluster import cluster as cluster_module
     from harvester_quota.testbench.localcluster.cluster import ClusterInfo, LocalCluster, Ports
 
@@ -197,15 +198,25 @@ def test_a_healthy_cluster_whose_api_server_has_no_webhook_client_certificate_st
         "log": "kcm.log",
         "argv": ["--controllers=*", cluster_module.KCM_IDENTITY_FLAG],
     }
+    apiserver = {
+        "name": "kube-apiserver",
+        "pid": 2,
+        "binary": "kube-apiserver",
+        "log": "kube-apiserver.log",
+        "argv": [f"{audit.POLICY_FLAG}={local.audit_policy_path}"],
+    }
 
-    def start(*_args: object, **_kwargs: object) -> ClusterInfo:
-        info = ClusterInfo.from_json(
+    def current(processes: list[dict[str, object]]) -> ClusterInfo:
+        return ClusterInfo.from_json(
             {
                 **written,
                 "webhook_client_ca": str(local.pki_dir / "webhook-client-ca.crt"),
-                "processes": [kcm],
+                "processes": processes,
             }
         )
+
+    def start(*_args: object, **_kwargs: object) -> ClusterInfo:
+        info = current([kcm, apiserver])
         started.append(info)
         return info
 
@@ -219,23 +230,18 @@ def test_a_healthy_cluster_whose_api_server_has_no_webhook_client_certificate_st
     fresh = local.up()
     assert len(stopped) == 1 and started == [fresh]
     assert fresh.webhook_client_ca is not None and fresh.webhook_client_ca.exists()
+    assert local.audit_policy_path.exists(), "the API server's audit policy is written first"
     assert local.up() == fresh, "a current healthy cluster is reused"
     assert len(started) == 1 and len(stopped) == 1
 
     # One whose kube-controller-manager calls as the admin, not as each controller's service
-    # account (a cluster of before KCM_IDENTITY_FLAG), is started afresh too.
-    kcm["argv"] = ["--controllers=*"]
-    local.state_file.write_text(
-        json.dumps(
-            ClusterInfo.from_json(
-                {
-                    **written,
-                    "webhook_client_ca": str(local.pki_dir / "webhook-client-ca.crt"),
-                    "processes": [kcm],
-                }
-            ).to_json()
-        )
+    # account (a cluster of before KCM_IDENTITY_FLAG), is started afresh too; so is one whose API
+    # server writes no audit log (a cluster of before audit.POLICY_FLAG).
+    older = (
+        [{**kcm, "argv": ["--controllers=*"]}, apiserver],
+        [kcm, {**apiserver, "argv": []}],
     )
-    kcm["argv"] = ["--controllers=*", cluster_module.KCM_IDENTITY_FLAG]
-    local.up()
-    assert len(started) == 2 and len(stopped) == 2
+    for count, processes in enumerate(older, start=2):
+        local.state_file.write_text(json.dumps(current(processes).to_json()))
+        local.up()
+        assert len(started) == count and len(stopped) == count

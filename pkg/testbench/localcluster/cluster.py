@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from . import harvester, process
+from . import audit, harvester, process
 from .binaries import (
     HARVESTER_CONTROLLERS,
     KubeVirtBuild,
@@ -55,6 +55,8 @@ from .process import ProcessRecord
 from .rest import ApiError, RestClient
 
 ENV_STATE_DIR = "HARVESTER_QUOTA_STATE_DIR"
+LOG_DIR = "logs"
+"""The components' logs in the state directory (and the API server's audit log, `audit`)."""
 STAGES_FILE = Path(__file__).parent / "stages" / "kwok-stages.yaml"
 CRDS_FILE = Path(__file__).parent / "crds" / "kubevirt-harvester.yaml"
 MTQ_CRDS_FILE = Path(__file__).parent / "crds" / "mtq.yaml"
@@ -200,6 +202,12 @@ class ClusterInfo:
     trusting it accepts the API server's calls only. None in the state of a cluster started
     before the API server had one; `up` starts such a cluster afresh."""
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (`audit.AuditLog` reads it): its accepted and refused writes
+        to quotas, namespaces, pods and KubeVirt's objects."""
+        return audit_log_path(self.state_dir)
+
     def rest(self, timeout: float = 10.0) -> RestClient:
         """A synchronous admin client for this cluster."""
         return RestClient(
@@ -267,14 +275,22 @@ class ClusterInfo:
     def is_current(self) -> bool:
         """Started as this version's `up` starts a cluster: its API server presents the webhook
         client certificate (a state written before that has none, or a state dir whose pki/
-        lost the file), and kube-controller-manager's controllers act as their own service
-        accounts (KCM_IDENTITY_FLAG)."""
+        lost the file) and writes the audit log (audit.POLICY_FLAG), and kube-controller-manager's
+        controllers act as their own service accounts (KCM_IDENTITY_FLAG)."""
         if self.webhook_client_ca is None or not self.webhook_client_ca.exists():
             return False
+        return self._ran_with("kube-controller-manager", KCM_IDENTITY_FLAG) and self._ran_with(
+            "kube-apiserver", audit.POLICY_FLAG
+        )
+
+    def _ran_with(self, component: str, flag: str) -> bool:
+        """A recorded process of ``component`` was started with ``flag`` (as is, or with a value
+        after "=")."""
         return any(
-            KCM_IDENTITY_FLAG in record.argv
+            argument == flag or argument.startswith(f"{flag}=")
             for record in self.processes
-            if record.name == "kube-controller-manager"
+            if record.name == component
+            for argument in record.argv
         )
 
 
@@ -295,7 +311,7 @@ class LocalCluster:
         # What the state directory holds.
         self.state_file = self.state_dir / "state.json"
         self.pki_dir = self.state_dir / "pki"
-        self.log_dir = self.state_dir / "logs"
+        self.log_dir = self.state_dir / LOG_DIR
         self.kubeconfig_path = self.state_dir / "kubeconfig"
         self.etcd_dir = self.state_dir / "etcd-data"
 
@@ -343,6 +359,7 @@ class LocalCluster:
             self._reset_runtime()
             bin_dir = self._bin_dir or resolve_bin_dir()
             self._write_pki()
+            audit.write_policy(self.audit_policy_path)
             for attempt in range(1, START_ATTEMPTS + 1):
                 try:
                     info = self._start(
@@ -655,6 +672,7 @@ class LocalCluster:
             # PodTemplates (unused by anything here) bypass the watch cache, so tests can make
             # an etcd compaction turn an old resourceVersion into a real 410 for an informer.
             "--watch-cache-sizes=podtemplates#0",
+            *audit.apiserver_flags(self.audit_policy_path, audit_log_path(self.state_dir)),
         ]
 
     def _client_component_args(self, port: int) -> list[str]:
@@ -723,6 +741,10 @@ class LocalCluster:
     @property
     def admission_config_path(self) -> Path:
         return self.state_dir / "admission-configuration.yaml"
+
+    @property
+    def audit_policy_path(self) -> Path:
+        return self.state_dir / "audit-policy.yaml"
 
     def _write_webhook_client(self) -> None:
         """The API server's credentials for calling admission webhooks: a client certificate
@@ -865,6 +887,12 @@ class LocalCluster:
             shutil.rmtree(previous, ignore_errors=True)
             self.log_dir.rename(previous)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+
+
+def audit_log_path(state_dir: Path) -> Path:
+    """The audit log of the cluster of ``state_dir``: beside the components' logs, so that a
+    restart moves it to logs.previous with them."""
+    return state_dir / LOG_DIR / audit.LOG_NAME
 
 
 def _child_env() -> dict[str, str]:
