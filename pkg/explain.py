@@ -44,7 +44,7 @@ from .generic.resource import (
     Object,
     Resource,
 )
-from .util.annotations import ANNOTATION_PAUSED, TRUE
+from .util.annotations import ANNOTATION_PAUSED, TRUE, parse_migration_annotations
 from .util.mtqlock import locks_of
 from .util.quotascope import quota_scope
 from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, validated_condition
@@ -142,6 +142,8 @@ async def explain(
         launcher=launcher,
         mode=mode,
         paused=paused,
+        # The controller's option is not known here: an adopted quota is explained as kept so.
+        adopt_harvester=parse_migration_annotations(annotations_of(quota)).adopted,
     )
     plan = plan_quota(snapshot)
     events = await _list(client, EVENTS, namespace)

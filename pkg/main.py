@@ -60,6 +60,7 @@ def _options(args: argparse.Namespace) -> Options:
         stale_raise_sweep=args.stale_raise_sweep,
         rancher_direct_fail_closed=not args.rancher_direct_fail_open,
         paused=args.paused,
+        adopt_harvester_quotas=args.adopt_harvester_quotas,
     )
 
 
@@ -296,6 +297,14 @@ def _add_run_command(commands: Any) -> None:
         action="store_true",
         help="the global switch: give every room back and raise none until restarted without it "
         "(the opt-out of one namespace is its label harvester-quota.io/paused=true)",
+    )
+    run.add_argument(
+        "--adopt-harvester-quotas",
+        action="store_true",
+        help="run beside Harvester's own migration and resourcequota controllers: managed quotas "
+        "carry Harvester's skip annotation with our marker, so its resourcequota controller "
+        "leaves them to us; without the flag, quotas adopted before are given back to Harvester "
+        "(docs/operations.md, On Harvester)",
     )
     run.set_defaults(handler=cmd_run)
 

@@ -71,6 +71,11 @@ class Options:
     is a release, plan.pause_of); reported on the leader Lease (for `explain`) and as the
     metric harvester_quota_paused. The per-namespace opt-out is the label
     harvester-quota.io/paused=true."""
+    adopt_harvester_quotas: bool = False
+    """Run beside Harvester's own controllers: every managed quota carries Harvester's skip
+    annotation with our marker, so Harvester's resourcequota controller leaves it to us, and
+    Harvester's live UID keys stay (util/resourcequota/adoption.py). False gives adopted quotas
+    back to Harvester."""
     rancher_direct_fail_closed: bool = True
     """Keep the room-held label for good on namespaces whose Rancher quota is raised directly
     (where no label may be written while a raise stands), so that the fail-closed pods rule

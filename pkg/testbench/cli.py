@@ -245,9 +245,11 @@ def _add_scenario_commands(commands: Any) -> None:
     scenario_run.add_argument("--report", default="reports", help="directory for the reports")
     scenario_run.add_argument(
         "--strategy",
-        choices=("ours", "harvester", "both"),
+        choices=("ours", "harvester", "harvester-port", "both"),
         default="ours",
-        help="our controllers and webhook, Harvester v1.9's algorithm, or both side by side",
+        help="our controllers and webhook; Harvester's own controllers (the cluster then runs "
+        "them, and ours runs beside them); our port of Harvester v1.9's algorithm; or both: "
+        "Harvester's own, then ours beside it",
     )
     scenario_run.add_argument("--no-progress", action="store_true", help="no live table")
     scenario_run.set_defaults(handler=cmd_scenario_run)
@@ -259,7 +261,9 @@ def _add_scenario_commands(commands: Any) -> None:
     scenario_repeat.add_argument(
         "--burners", type=int, default=0, help="processes spinning on a core each meanwhile"
     )
-    scenario_repeat.add_argument("--strategy", choices=("ours", "harvester"), default="ours")
+    scenario_repeat.add_argument(
+        "--strategy", choices=("ours", "harvester", "harvester-port"), default="ours"
+    )
     scenario_repeat.add_argument("--report", default="reports/repeat", help="report directory")
     scenario_repeat.set_defaults(handler=cmd_scenario_repeat)
     scenario_check = scenario_actions.add_parser("check", help="validate scenario files")

@@ -75,6 +75,13 @@ ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: Final = (
 )
 """Set to exactly "true" to stop all automatic changes to that ResourceQuota (v1.4.2+)."""
 
+ANNOTATION_ADOPTED: Final = "harvester-quota.io/adopted-from-harvester"
+"""Set ("true") by our controller beside Harvester's skip annotation when it set that annotation
+itself, to stop Harvester's resourcequota controller on a quota it manages (adoption.py): a skip
+annotation with this marker is ours and no opt-out; one without it is an administrator's.
+Only administrators and controllers may write a ResourceQuota (Kubernetes' edit and admin roles
+only read them), so a tenant can set neither."""
+
 # --- on the VirtualMachineInstance -----------------------------------------------------------------
 
 ANNOTATION_MIGRATION_UID: Final = f"{HARVESTER_PREFIX}/migrationUID"
@@ -197,6 +204,17 @@ def migrating_vm_annotation_key(vm_name: str) -> str:
     legacy = legacy_migrating_vm_annotation_key(vm_name)
     if is_valid_qualified_name_part(_NAME_PART_PREFIX + vm_name):
         return legacy
+    return adopted_migrating_vm_annotation_key(vm_name)
+
+
+def adopted_migrating_vm_annotation_key(vm_name: str) -> str:
+    """The per-VM key we write on a quota adopted from Harvester (resourcequota/adoption.py):
+    always the digest form of `migrating_vm_annotation_key` (the same key for a name over 53
+    characters), never Harvester's own name key, which Harvester's migration controller deletes
+    when it records its UID key and when the migration ends. Harvester's readers still sum it.
+    The scheme must never change either."""
+    if not vm_name:
+        raise ValueError("a VM name must not be empty")
     digest = hashlib.sha256(vm_name.encode("utf-8")).hexdigest()[:_DIGEST_HEX_CHARS]
     # A VM name (a DNS subdomain) only holds key characters; from any other text they are dropped.
     readable = _NAME_PART_CHAR_RE.sub("", vm_name)[:_READABLE_MAX].rstrip("-_.")
@@ -216,6 +234,7 @@ def migrating_vm_annotation_keys(vm_name: str, vmi_uid: str | None = None) -> fr
     keys = {legacy_migrating_vm_annotation_key(vm_name)}
     if vm_name:
         keys.add(migrating_vm_annotation_key(vm_name))
+        keys.add(adopted_migrating_vm_annotation_key(vm_name))
     if vmi_uid:
         keys.add(migrating_uid_annotation_key(vmi_uid))
     return frozenset(keys)
@@ -245,7 +264,11 @@ class MigrationAnnotations:
     resync_flag: str | None = None
     """The raw resync flag, None when absent ("false" is left behind by Harvester)."""
     skip_auto_scaling: bool = False
-    """The skip switch is exactly "true" (Harvester's test; "True" does not count)."""
+    """The skip switch is exactly "true" (Harvester's test; "True" does not count) and it is an
+    opt-out: not ours (`adopted`)."""
+    adopted: bool = False
+    """The skip switch is exactly "true" and carries our marker ANNOTATION_ADOPTED: we set it to
+    stop Harvester's resourcequota controller, and the quota is ours to raise."""
     skip_auto_scaling_value: str | None = None
     """The raw skip switch, None when absent, so a near miss like "True" can be reported."""
     invalid: dict[str, str] = field(default_factory=dict)
@@ -298,13 +321,15 @@ def parse_migration_annotations(annotations: Mapping[str, str] | None) -> Migrat
 
     resync_flag = annotations.get(ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED)
     skip_value = annotations.get(ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING)
+    adopted = skip_value == TRUE and annotations.get(ANNOTATION_ADOPTED) == TRUE
     return MigrationAnnotations(
         name_keyed=name_keyed,
         uid_keyed=uid_keyed,
         compensation=compensation,
         resync_needed=resync_flag == TRUE,
         resync_flag=resync_flag,
-        skip_auto_scaling=skip_value == TRUE,
+        skip_auto_scaling=skip_value == TRUE and not adopted,
+        adopted=adopted,
         skip_auto_scaling_value=skip_value,
         invalid=invalid,
         migrating_keys=frozenset(migrating_keys),

@@ -8,6 +8,7 @@ import pytest
 from harvester_quota.util import annotations as ann
 from harvester_quota.util.annotations import (
     MigrationAnnotations,
+    adopted_migrating_vm_annotation_key,
     is_valid_annotation_key,
     legacy_migrating_vm_annotation_key,
     migrating_uid_annotation_key,
@@ -220,11 +221,27 @@ def test_uid_key_and_key_set() -> None:
     assert is_valid_annotation_key(migrating_uid_annotation_key(UID))
     assert migrating_vm_annotation_keys("vm1", UID) == {
         "harvesterhci.io/migrating-vm1",
+        adopted_migrating_vm_annotation_key("vm1"),
         f"harvesterhci.io/migratingUID-{UID}",
     }
     assert migrating_vm_annotation_keys(LONG_NAME) == {
         legacy_migrating_vm_annotation_key(LONG_NAME),
         migrating_vm_annotation_key(LONG_NAME),
+    }
+
+
+def test_the_adopted_key_is_never_harvesters_name_key_and_still_a_migrating_key() -> None:
+    """Harvester's migration controller deletes `migrating-<vm>` (its name key) when it records
+    its UID key and when a migration ends: the key we write on an adopted quota is another one,
+    which Harvester's readers still sum (the `migrating-` prefix), and for a name over 53
+    characters the same as the one we always wrote."""
+    key = adopted_migrating_vm_annotation_key("vm1")
+    assert key != legacy_migrating_vm_annotation_key("vm1")
+    assert key.startswith("harvesterhci.io/migrating-vm1-")
+    assert is_valid_annotation_key(key)
+    assert adopted_migrating_vm_annotation_key(LONG_NAME) == migrating_vm_annotation_key(LONG_NAME)
+    assert parse_migration_annotations({key: '{"limits.cpu":"1"}'}).name_keyed == {
+        key: {"limits.cpu": Quantity.parse("1")}
     }
 
 

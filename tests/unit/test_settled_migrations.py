@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from harvester_quota.config.management import Options
 from harvester_quota.controller.resourcequota.inputs import PlanInputs
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
@@ -214,7 +215,7 @@ def test_the_snapshot_hands_the_settled_migrations_to_the_floor() -> None:
     instance.vmi_facts = NamespaceViews()
     instance.pod_index = PodIndex()
     instance.usages = SimpleNamespace(usage=None)  # type: ignore[assignment]
-    instance.management.options = SimpleNamespace(mode="auto", paused=False)  # type: ignore[attr-defined]
+    instance.management.options = Options()  # type: ignore[attr-defined]
     instance.informers.kubevirt_settings = LauncherSettings  # type: ignore[attr-defined]
     instance._cluster_settings = None  # as __init__ leaves it: derived on the first snapshot
     instance.informers.limit_ranges = SimpleNamespace(  # type: ignore[attr-defined]

@@ -148,6 +148,7 @@ class PlanInputs:
             usage=self.usages.usage,
             settled=self.migration_views.set_aside_views(name),
             paused=self.management.options.paused,
+            adopt_harvester=self.management.options.adopt_harvester_quotas,
         )
 
 

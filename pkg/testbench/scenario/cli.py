@@ -16,7 +16,6 @@ from . import report
 from .progress import ProgressTable, comparison_table
 from .runner import ScenarioRun
 from .schema import Scenario, ScenarioError, load
-from .strategies import STRATEGIES
 
 
 def check(paths: list[str]) -> int:
@@ -117,14 +116,22 @@ def run_on_local_cluster(
     return asyncio.run(main())
 
 
-def local_cluster_for(scenario: Scenario) -> ClusterInfo:
-    """The default local cluster, started as `scenario` needs it: running KubeVirt's real
-    virt-controller of the scenario's release when one is built here, else without one (the
-    simulator then plays KubeVirt). A cluster running the other way is restarted."""
+def local_cluster_for(scenario: Scenario, strategies: list[str]) -> ClusterInfo:
+    """The default local cluster, started as `scenario` and `strategies` need it: running
+    KubeVirt's real virt-controller of the scenario's release when one is built here, else without
+    one (the simulator then plays KubeVirt), and Harvester's own controllers (the newest version
+    with a module here) when a strategy is `harvester`: every strategy then runs beside them, as on
+    a Harvester. A cluster running another way is restarted."""
     version = binaries.kubevirt_version_for_minor(scenario.kubevirt_version)
+    harvester = binaries.harvester_version() if "harvester" in strategies else None
     if version is None:
-        return LocalCluster().up(virt_controller=False)
-    return LocalCluster().up(virt_controller=True, kubevirt=version)
+        return LocalCluster().up(virt_controller=False, harvester=harvester)
+    return LocalCluster().up(virt_controller=True, kubevirt=version, harvester=harvester)
+
+
+def strategies_named(choice: str) -> list[str]:
+    """``both``: Harvester's own controllers, then ours beside them; else the one named."""
+    return ["harvester", "ours"] if choice == "both" else [choice]
 
 
 def run(
@@ -136,7 +143,7 @@ def run(
         for problem in error.problems:
             print(problem, file=sys.stderr)
         return 2
-    strategies = list(STRATEGIES) if strategy == "both" else [strategy]
+    strategies = strategies_named(strategy)
     directory = Path(report_dir)
 
     if kubeconfig:
@@ -145,7 +152,7 @@ def run(
         )
     else:
         reports = run_on_local_cluster(
-            scenario, local_cluster_for(scenario), strategies, directory, progress
+            scenario, local_cluster_for(scenario, strategies), strategies, directory, progress
         )
     for name, result in reports.items():
         failed = [c for c in result["expectations"] if not c["ok"]]

@@ -97,7 +97,7 @@ async def _repeat(
 
 def repeat(path: str, *, times: int, burners: int, strategy: str, report_dir: str) -> int:
     """Runs the scenario `times` times; 0 if every run met its expectations, else 1."""
-    info = local_cluster_for(load(path))
+    info = local_cluster_for(load(path), [strategy])
     with cpu_burners(burners):
         summary = asyncio.run(_repeat(info, path, times, strategy, Path(report_dir)))
     print(summary.text(load(path).name, burners))

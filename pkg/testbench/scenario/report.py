@@ -113,6 +113,7 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "migrations": migrations,
         "quotas": quotas,
         "quota_writes": writes,
+        "writers": result.writers.as_report() if result.writers is not None else None,
         "vm_starts": result.vm_starts,
         "invariants": invariants,
         "expectations": checks,

@@ -54,7 +54,8 @@ from ..sim.rancher.twin import RancherWebhookTwin
 from ..virtcontroller import VirtControllerDriver
 from .evidence import LogCapture, Look, facts_of
 from .schema import Scenario, Step
-from .strategies import HarvesterStrategy, OurStrategy
+from .strategies import HARVESTER_STRATEGIES, HarvesterRealStrategy, HarvesterStrategy, OurStrategy
+from .writers import RunWriters, WriterMarks
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,9 @@ class RunResult:
     """Our controllers' and the bench Rancher agent's log lines about the run's namespaces."""
     rancher_actions: list[dict[str, Any]] = field(default_factory=list)
     """The bench Rancher agent's writes of the run's quotas."""
+    writers: RunWriters | None = None
+    """Everyone's quota and namespace writes, and Harvester's error lines, on a local cluster
+    (writers.py); None elsewhere."""
 
     def original(self, namespace: str) -> str:
         """The scenario's name for a run namespace."""
@@ -149,7 +153,7 @@ class ScenarioRun:
         self.kubevirt: KubeVirtSimulator | VirtControllerDriver | None = None
         self.rancher: RancherQuotaSync | None = None
         self.protection: RancherWebhookTwin | None = None
-        self.strategy: OurStrategy | HarvesterStrategy | None = None
+        self.strategy: OurStrategy | HarvesterStrategy | HarvesterRealStrategy | None = None
         self.tenant: ApiClient | None = None
         self._sampler: asyncio.Task[None] | None = None
         self._previous_ratio: Object | None = None
@@ -158,6 +162,7 @@ class ScenarioRun:
         self._log = LogCapture(list(self.namespaces.values()), self.now)
         self._created: set[tuple[str, str]] = set()
         """(namespace, name) of every migration this run made or a drain made."""
+        self._writer_marks = WriterMarks.take(cluster) if cluster is not None else None
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -241,8 +246,10 @@ class ScenarioRun:
             )
         return timings
 
-    def _new_strategy(self) -> OurStrategy | HarvesterStrategy:
+    def _new_strategy(self) -> OurStrategy | HarvesterStrategy | HarvesterRealStrategy:
         if self.strategy_name == "harvester":
+            return HarvesterRealStrategy(self.cluster)
+        if self.strategy_name == "harvester-port":
             return HarvesterStrategy(
                 self.api,
                 kubevirt_version=self.scenario.kubevirt_version,
@@ -386,6 +393,8 @@ class ScenarioRun:
             name: int(writes.get(real, 0)) for name, real in self.namespaces.items()
         }
         self.result.migrations = self.kubevirt.records.all()
+        if self._writer_marks is not None:
+            self.result.writers = self._writer_marks.count(self.namespaces)
 
     async def _wait_migrations(self, timeout: float) -> None:
         """Until every migration this run created or saw has finished and, if it succeeded, its
@@ -573,7 +582,7 @@ class ScenarioRun:
     async def _preflight(self, node: str) -> None:
         """`harvester-quota preflight drain NODE` with this run's strategy, before the drain:
         its summary and blockers, for this run's namespaces, as notes (the report's events)."""
-        strategy: Strategy = "harvester" if self.strategy_name == "harvester" else "ours"
+        strategy: Strategy = "harvester" if self.strategy_name in HARVESTER_STRATEGIES else "ours"
         try:
             state, _ = await read_cluster(self.api)
             report = preflight(state, Plan("drain", [node], strategy, "the scenario's strategy"))

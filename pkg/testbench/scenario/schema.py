@@ -21,8 +21,9 @@ Schema (every key optional unless marked *):
                                     # 2.14.6+/2.15.2+ (only Rancher may write its default quota)
                                     # project_limit: {limitsCpu: "12", ...} the project's limit
                                     # (default: three times its namespaces' quotas added up)
-    harvester: {compensation: true} # --strategy harvester: false leaves out v1.9's compensation of
-                                    # a refused migration (Harvester v1.4.2 to v1.8.2, the v1.7.0 seed)
+    harvester: {compensation: true} # --strategy harvester-port (our port of v1.9): false leaves out
+                                    # v1.9's compensation of a refused migration (Harvester v1.4.2
+                                    # to v1.8.2, the v1.7.0 seed)
     namespaces*:
       - name: str*
         quota: {limitsCpu: "30", ...}    # Rancher's field.cattle.io/resourceQuota limit, or
@@ -53,7 +54,8 @@ Schema (every key optional unless marked *):
       max_blocked_seconds: 0
       max_writes_per_migration: 2
       vm_start_refused: [vm5]
-    expect_harvester: {...}         # the same keys, for --strategy harvester (known failures)
+    expect_harvester: {...}         # the same keys, for --strategy harvester (Harvester's own
+                                    # code) and harvester-port (our port): its known failures
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ import yaml
 
 from ...util.quantity import Quantity
 from ...util.rancher import LIMIT_FIELDS
+
+HARVESTER_STRATEGY_NAMES = frozenset({"harvester", "harvester-port"})
+"""The strategies that are Harvester (its own code, or our port): expect_harvester is theirs."""
 
 STEP_KINDS = (
     "migrate",
@@ -161,7 +166,7 @@ class Scenario:
         return next(vm for vm in self.vms if vm.name == name)
 
     def expectations(self, strategy: str) -> dict[str, Any]:
-        return self.expect_harvester if strategy == "harvester" else self.expect
+        return self.expect_harvester if strategy in HARVESTER_STRATEGY_NAMES else self.expect
 
     def expects_unfinished(self, strategy: str) -> bool:
         """True when the file says a migration is still running at the end with ``strategy``:

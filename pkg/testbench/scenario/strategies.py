@@ -1,7 +1,10 @@
-"""The two ways a scenario can be run: our controllers and webhook, or Harvester v1.9's algorithm.
+"""The ways a scenario can be run: our controllers and webhook (``ours``), Harvester's own
+controllers running in the cluster (``harvester``: `cluster up --harvester`), or our port of
+Harvester v1.9's algorithm (``harvester-port``).
 
-Both present the same small face to the runner: start, stop, and the ResourceQuota writes made per
-namespace, so a comparison counts the same thing.
+Each presents the same small face to the runner: start, stop, and the ResourceQuota writes made
+per namespace. On a cluster running Harvester's controllers, ``ours`` runs beside them, as it
+would be installed on a Harvester; the audit log then counts both (writers.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from ...app import ControllerApp
 from ...config.management import Options
 from ...generic import errors
 from ...generic.client import ApiClient
+from ...generic.config import ClientConfig
 from ...generic.resource import Object, Resource
 from ...webhook.caches import WebhookCaches
 from ...webhook.resources.common import DEFAULT_TARGET_CREATORS, Identities
@@ -26,8 +30,12 @@ from ...webhook.server import WebhookServer
 from ...webhook.tls import ClientAuth, ReloadingTLS
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import API_SERVER_CLIENT_NAMES, webhook_client_ca
+from ..localcluster.harvester import lease_holder
+from .schema import HARVESTER_STRATEGY_NAMES
+from .writers import OURS_IN_SCENARIOS
 
-STRATEGIES = ("ours", "harvester")
+STRATEGIES = ("ours", "harvester", "harvester-port")
+HARVESTER_STRATEGIES = HARVESTER_STRATEGY_NAMES
 WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io",
     "v1",
@@ -66,11 +74,15 @@ class OurStrategy:
         workdir: Path,
         users: frozenset[str],
     ) -> None:
+        """On a cluster running Harvester's own controllers, ours runs beside them as on a
+        Harvester: adopting the quotas it manages (`run --adopt-harvester-quotas`)."""
         self.api, self.cluster = api, cluster
+        self.adopt_harvester = cluster is not None and cluster.harvester_version is not None
         self.kubevirt_version = kubevirt_version
         self.namespaces, self.workdir, self.users = namespaces, workdir, users
         self._apps: list[ControllerApp] = []
         self._earlier: Counter[str] = Counter()
+        self._own: ApiClient | None = None
         self._webhook: WebhookServer | None = None
         self._caches: WebhookCaches | None = None
         self._configuration: str | None = None
@@ -86,12 +98,37 @@ class OurStrategy:
         if self._webhook is None and self.cluster is not None:
             await self._start_webhook()
         app = ControllerApp(
-            self.api,
-            Options(leader_elect=False, kubevirt_version=self.kubevirt_version, workers=3),
+            self._controller_client(),
+            Options(
+                leader_elect=False,
+                kubevirt_version=self.kubevirt_version,
+                workers=3,
+                adopt_harvester_quotas=self.adopt_harvester,
+            ),
             registry=CollectorRegistry(),
         )
         await app.start()
         self._apps.append(app)
+
+    def _controller_client(self) -> ApiClient:
+        """The controllers' client: on the local cluster an identity of their own
+        (OURS_IN_SCENARIOS, an administrator, as the deployed service account is for the quotas
+        it manages), so the audit log tells their writes from the runner's and Rancher's agent's;
+        elsewhere the runner's."""
+        if self.cluster is None:
+            return self.api
+        if self._own is None:
+            pair = self.cluster.certificate_authority().issue(
+                OURS_IN_SCENARIOS, organizations=("system:masters",), client=True
+            )
+            cert, key = self.workdir / "ours.crt", self.workdir / "ours.key"
+            pair.write(cert, key)
+            self._own = ApiClient(
+                ClientConfig.from_files(
+                    self.cluster.server, ca_file=self.cluster.ca_file, cert_file=cert, key_file=key
+                )
+            )
+        return self._own
 
     async def pause(self) -> None:
         """The controllers are down (the webhook stays): nothing reconciles until resume."""
@@ -118,7 +155,7 @@ class OurStrategy:
             # The simulator creates target pods as the runner's users; KubeVirt's real
             # virt-controller as its own service account.
             identities=Identities(
-                controllers=self.users,
+                controllers=self.users | {OURS_IN_SCENARIOS},
                 target_creators=frozenset(self.users) | frozenset(DEFAULT_TARGET_CREATORS),
             ),
             tls=ReloadingTLS(cert, key),
@@ -149,6 +186,8 @@ class OurStrategy:
             await self._webhook.stop()
         if self._caches is not None:
             await self._caches.factory.stop()
+        if self._own is not None:
+            await self._own.close()
 
 
 def _webhook_configuration(port: int, ca_pem: bytes, namespaces: list[str]) -> Object:
@@ -197,10 +236,49 @@ def _webhook_configuration(port: int, ca_pem: bytes, namespaces: list[str]) -> O
     }
 
 
-class HarvesterStrategy:
-    """Harvester v1.9's migration and resourcequota controllers, ported as they are."""
+class HarvesterRealStrategy:
+    """Harvester's own migration and resourcequota controllers, unchanged, as the cluster runs
+    them (`cluster up --harvester VERSION`, localcluster/harvester.py): they act on every
+    namespace from the cluster's start to its end, so start and stop only check that they lead;
+    their writes are counted from the audit log (writers.py), not here."""
 
     name = "harvester"
+
+    def __init__(self, cluster: ClusterInfo | None) -> None:
+        if cluster is None or cluster.harvester_version is None:
+            raise ValueError(
+                "strategy harvester runs Harvester's own controllers: it needs a local cluster "
+                "started with them (`harvester-quota-bench cluster up --harvester v1.8.2`); "
+                "strategy harvester-port runs our port of Harvester's algorithm anywhere"
+            )
+        self.cluster = cluster
+
+    def writes(self) -> Counter[str]:
+        """Nothing of its own: the audit log counts Harvester's writes (writers.py)."""
+        return Counter()
+
+    async def start(self) -> None:
+        if lease_holder(self.cluster.rest()) is None:
+            raise RuntimeError(
+                "Harvester's controllers do not hold their Lease: they are not running"
+            )
+
+    async def pause(self) -> None:
+        raise NotImplementedError("Harvester's own controllers run for the cluster's lifetime")
+
+    async def restart(self) -> None:
+        await self.pause()
+
+    async def stop(self) -> None:
+        return None
+
+
+class HarvesterStrategy:
+    """Our port of Harvester v1.9's migration and resourcequota controllers
+    (testbench/strategy/harvester.py), for clusters and scenarios Harvester's own code cannot run
+    on (KubeVirt's simulator of 0.54 and 1.3, Harvester's Go test tables)."""
+
+    name = "harvester-port"
 
     def __init__(self, api: ApiClient, *, kubevirt_version: str, compensation: bool = True) -> None:
         self.api = api

@@ -37,6 +37,7 @@ from ..annotations import (
     HARVESTER_PREFIX,
     LABEL_PAUSED,
     TRUE,
+    adopted_migrating_vm_annotation_key,
     migrating_vm_annotation_key,
     opted_out,
     parse_migration_annotations,
@@ -45,6 +46,7 @@ from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quo
 from ..quantity import Quantity
 from ..quotascope import quota_scope
 from ..resources import ResourceList, parse_resource_list_leniently
+from .adoption import AdoptionChanges, adoption_changes
 from .base import (
     ANNOTATION_APPLIED,
     ANNOTATION_BASE,
@@ -91,6 +93,8 @@ class NamespaceSnapshot:
     pods replace a launcher pod (floor.py), since they still exist."""
     paused: bool = False
     """The controller's global switch (`run --paused`): every plan gives every room back."""
+    adopt_harvester: bool = False
+    """Adopt the quota from Harvester's resourcequota controller (adoption.py)."""
 
 
 @dataclass
@@ -192,8 +196,17 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         plan.hard = {str(key): str(value) for key, value in current.items()}
         return plan  # no annotation changes either: the write waits whole
     plan.hard = _full_hard(snapshot.quota, base, managed_hard)
+    adoption = adoption_changes(
+        adopt=snapshot.adopt_harvester,
+        paused=paused is not None,
+        holds_room=bool(rooms.rooms),
+        recorded=recorded,
+        current=annotations_of(snapshot.quota),
+        migrations=snapshot.migrations,
+        vmis=snapshot.vmis,
+    )
     plan.annotations, plan.remove_annotations = _annotation_changes(
-        snapshot.quota, base, rooms.rooms, managed_hard, since
+        snapshot.quota, base, rooms.rooms, managed_hard, since, adoption=adoption
     )
     return plan
 
@@ -302,14 +315,17 @@ def _annotation_changes(
     rooms: Sequence[MigrationRoom],
     managed_hard: ResourceList,
     since: str | None,
+    *,
+    adoption: AdoptionChanges,
 ) -> tuple[dict[str, str], list[str]]:
     """(annotations to set, annotation keys to remove) for the quota."""
-    wanted: dict[str, str] = {}
+    wanted: dict[str, str] = dict(adoption.wanted)
     per_vm: dict[str, list[ResourceList]] = {}
     for room in rooms:
         per_vm.setdefault(room.vm_name, []).append(room.room)
+    key_of = adopted_migrating_vm_annotation_key if adoption.wanted else migrating_vm_annotation_key
     for vm_name, vm_rooms in per_vm.items():
-        wanted[migrating_vm_annotation_key(vm_name)] = resources.dumps(resources.total(vm_rooms))
+        wanted[key_of(vm_name)] = resources.dumps(resources.total(vm_rooms))
     if base.source == STANDALONE:
         wanted[ANNOTATION_BASE] = resources.dumps(base.hard)
         if rooms:
@@ -323,7 +339,8 @@ def _annotation_changes(
         if key.startswith(MIGRATING_PREFIX)
         or key in (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE)
     ]
-    remove = sorted(key for key in ours if key not in wanted)
+    ours += [key for key in adoption.remove if key in current]
+    remove = sorted(key for key in ours if key not in wanted and key not in adoption.keep)
     changed = {key: value for key, value in wanted.items() if current.get(key) != value}
     return changed, remove
 

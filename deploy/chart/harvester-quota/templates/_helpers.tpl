@@ -52,6 +52,20 @@ kubevirt.controllerServiceAccount in kubevirt and harvester-system. Then:
 {{- end -}}
 {{- $found | uniq | sortAlpha | toJson -}}
 {{- end -}}
+{{/* Whether the controller adopts quotas from Harvester's own controllers (run
+--adopt-harvester-quotas): controller.adoptHarvesterQuotas "true" or "false", or "auto" (the
+default): on Harvester's layout, KubeVirt in harvester-system, where Harvester's migration and
+resourcequota controllers always run beside us. */}}
+{{- define "hq.adoptHarvesterQuotas" -}}
+{{- $value := toString .Values.controller.adoptHarvesterQuotas -}}
+{{- if eq $value "auto" -}}
+  {{- eq (include "hq.kubevirtNamespace" .) "harvester-system" -}}
+{{- else if has $value (list "true" "false") -}}
+  {{- $value -}}
+{{- else -}}
+  {{- fail (printf "controller.adoptHarvesterQuotas=%s: auto, true or false" $value) -}}
+{{- end -}}
+{{- end -}}
 {{- define "hq.selector" -}}app.kubernetes.io/name: harvester-quota, app.kubernetes.io/component: {{ . }}{{- end -}}
 {{- define "hq.clientConfig" -}}
 service: {name: {{ include "hq.webhookName" .root }}, namespace: {{ .root.Release.Namespace }}, path: /validate/{{ .path }}, port: 443}
