@@ -1,12 +1,18 @@
-"""``python -m bench.scenarios``: every scenario, both strategies, one table.
+"""``python -m bench.scenarios``: every scenario, the strategies side by side, one table.
 
 Scenarios of KubeVirt v1.6 run on a local cluster with KubeVirt's real virt-controller v1.6.0; the
 others (KubeVirt 0.54 and 1.3, not buildable here) on a cluster without it, played by the
-simulator. Per scenario and strategy it prints the migrations, how many were refused by quota at
-least once, the seconds they were blocked in total, the quota writes per migration (the most of any
-namespace) and the final drift of hard from the base. Reports go to ``reports/scenarios/``.
+simulator. With strategy `harvester` (a default), the clusters also run Harvester v1.8.2's own
+controllers, and `ours` runs beside them, as on a Harvester; `harvester-port` is our port of
+Harvester v1.9's algorithm (run it with `harvester` for the differential of port and real code).
+Per scenario and strategy it prints the migrations, how many were refused by quota at least once,
+the seconds they were blocked in total, the quota writes per migration (the most of any
+namespace), the final drift of hard from the base, and from the audit log our writes,
+Harvester's writes (accepted / refused) and Harvester's error lines. Reports go to
+``reports/scenarios/``.
 
-    python -m bench.scenarios [--only NAME ...] [--strategy ours|harvester] [--cpu-burners N]
+    python -m bench.scenarios [--only NAME ...] [--strategy ours|harvester|harvester-port]
+                              [--cpu-burners N]
 
 `--cpu-burners 2` runs the scenarios beside two processes spinning on the CPU: a busy control
 plane, where target pods used to lose the race against the raise.
@@ -31,6 +37,7 @@ from bench.load import cpu_burners
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 REAL_KUBEVIRT = "v1.6.0"
 STRATEGIES = ["harvester", "ours"]
+CHOICES = [*STRATEGIES, "harvester-port"]
 
 
 def _real(scenario: Scenario) -> bool:
@@ -43,7 +50,8 @@ def _row(name: str, player: str, strategy: str, report: dict[str, Any]) -> str:
     return (
         f"| {name} | {player} | {strategy} | {summary['migrations']} | "
         f"{summary['blocked_by_quota']} | {summary['seconds_blocked']} | "
-        f"{summary['quota_writes_per_migration']} | {drift} |"
+        f"{summary['quota_writes_per_migration']} | {drift} | {summary['our_writes']} | "
+        f"{summary['harvester_writes']} | {summary['harvester_errors']} |"
     )
 
 
@@ -52,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
     parser.add_argument("--reports", type=Path, default=Path("reports/scenarios"))
     parser.add_argument(
-        "--strategy", choices=STRATEGIES, action="append", help="default: both, side by side"
+        "--strategy", choices=CHOICES, action="append", help="default: harvester and ours"
     )
     parser.add_argument("--cpu-burners", type=int, default=0, help="busy processes beside")
     args = parser.parse_args(argv)
@@ -69,9 +77,11 @@ def _run(args: argparse.Namespace) -> int:
     ]
     rows = [
         "| scenario | KubeVirt | strategy | migrations | refused at least once | "
-        "seconds blocked | writes per migration | final drift |",
-        "|---|---|---|---|---|---|---|---|",
+        "seconds blocked | writes per migration | final drift | our writes (acc. / ref.) | "
+        "Harvester's writes (acc. / ref.) | Harvester's error lines |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    harvester = binaries.harvester_version() if "harvester" in strategies else None
     state = default_state_dir().parent
     for real, player in ((True, f"virt-controller {REAL_KUBEVIRT}"), (False, "simulator")):
         batch = [s for s in chosen if _real(s) == real]
@@ -79,7 +89,9 @@ def _run(args: argparse.Namespace) -> int:
             continue
         local = LocalCluster(state / ("bench-kubevirt" if real else "bench-sim"))
         info: ClusterInfo = (
-            local.up(virt_controller=True, kubevirt=REAL_KUBEVIRT) if real else local.up()
+            local.up(virt_controller=True, kubevirt=REAL_KUBEVIRT, harvester=harvester)
+            if real
+            else local.up(harvester=harvester)
         )
         try:
             for scenario in batch:

@@ -17,7 +17,7 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import NAMESPACES, Resource
-from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.localcluster import ClusterError, ClusterInfo, LocalCluster, binaries
 from harvester_quota.testbench.localcluster.cluster import default_state_dir
 from harvester_quota.testbench.localcluster.rest import ApiError, RestClient
 
@@ -27,6 +27,8 @@ from tests.integration.kubevirt_by_hand import KubeVirtByHand
 ENV_TEST_STATE_DIR = "HARVESTER_QUOTA_TEST_STATE_DIR"
 REAL_KUBEVIRT_VERSION = "v1.6.0"
 """The KubeVirt of the session's second cluster: Harvester v1.7's, the version of the scenarios."""
+HARVESTER_VERSION = "v1.8.2"
+"""The Harvester whose own controllers the Harvester clusters run."""
 
 
 def session_state_dir() -> Path:
@@ -55,6 +57,40 @@ def kubevirt_cluster() -> Iterator[ClusterInfo]:
         yield info
     finally:
         local.down()
+
+
+def _harvester_cluster(suffix: str, *, virt_controller: bool) -> Iterator[ClusterInfo]:
+    """A cluster of its own running Harvester's own controllers (they act on every namespace,
+    so they share no cluster with other tests); skipped where they are not built (a prebuilt
+    HARVESTER_QUOTA_CLUSTER_BIN without them: `make test` builds them)."""
+    try:
+        binaries.resolve_harvester(HARVESTER_VERSION)
+    except ClusterError as missing:
+        pytest.skip(str(missing))
+    state = session_state_dir()
+    local = LocalCluster(state.with_name(f"{state.name}-{suffix}"))
+    if virt_controller:
+        info = local.up(
+            virt_controller=True, kubevirt=REAL_KUBEVIRT_VERSION, harvester=HARVESTER_VERSION
+        )
+    else:
+        info = local.up(harvester=HARVESTER_VERSION)
+    try:
+        yield info
+    finally:
+        local.down()
+
+
+@pytest.fixture(scope="session")
+def harvester_cluster() -> Iterator[ClusterInfo]:
+    """Harvester's own controllers and no virt-controller: tests and scenarios play KubeVirt."""
+    yield from _harvester_cluster("harvester", virt_controller=False)
+
+
+@pytest.fixture(scope="session")
+def harvester_kubevirt_cluster() -> Iterator[ClusterInfo]:
+    """Harvester's own controllers beside KubeVirt's virt-controller (REAL_KUBEVIRT_VERSION)."""
+    yield from _harvester_cluster("harvester-kubevirt", virt_controller=True)
 
 
 @pytest.fixture

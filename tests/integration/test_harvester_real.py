@@ -10,48 +10,23 @@ HARVESTER_QUOTA_TEST_STATE_DIR=/tmp/hq-pytest-harvester pytest tests/integration
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINES
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
-from harvester_quota.testbench.localcluster import (
-    ClusterError,
-    ClusterInfo,
-    LocalCluster,
-    binaries,
-    harvester,
-)
+from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import eventually
-from tests.integration.conftest import admin_config, fresh_namespace_async, session_state_dir
+from tests.integration.conftest import admin_config, fresh_namespace_async
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 pytestmark = pytest.mark.integration
 
-HARVESTER_VERSION = "v1.8.2"
 UID_KEY_PREFIX = "harvesterhci.io/migratingUID-"
-
-
-@pytest.fixture(scope="module")
-def harvester_cluster() -> Iterator[ClusterInfo]:
-    """A cluster of its own (no virt-controller: the test plays KubeVirt by hand) running
-    Harvester's controllers as Harvester's service account; `up` returns once they lead."""
-    try:
-        binaries.resolve_harvester(HARVESTER_VERSION)
-    except ClusterError as missing:
-        pytest.skip(str(missing))
-    state = session_state_dir()
-    local = LocalCluster(state.with_name(f"{state.name}-harvester"))
-    info = local.up(harvester=HARVESTER_VERSION)
-    try:
-        assert harvester.lease_holder(info.rest()) is not None
-        yield info
-    finally:
-        local.down()
 
 
 @pytest.fixture

@@ -107,6 +107,29 @@ def summary_row(report: dict[str, Any]) -> dict[str, Any]:
         "stale_annotations": not report["invariants"]["no_stale_annotation"],
         "drift": drift,
         "vm_starts_refused": sorted(vm for vm, refusal in report["vm_starts"].items() if refusal),
+        **writers_summary(report.get("writers")),
+    }
+
+
+def writers_summary(writers: dict[str, Any] | None) -> dict[str, str]:
+    """Everyone's quota and namespace writes from the audit log (writers.py), summed over the
+    run's namespaces: ours, and Harvester's accepted/refused and error lines; "n/a" where the
+    cluster keeps no audit log."""
+    if not writers or writers.get("unavailable"):
+        return dict.fromkeys(("our_writes", "harvester_writes", "harvester_errors"), "n/a")
+    counts: dict[str, dict[str, int]] = {}
+    for per_identity in writers["writes_by_identity"].values():
+        for identity, outcome in per_identity.items():
+            total = counts.setdefault(identity, {"accepted": 0, "refused": 0})
+            for key in total:
+                total[key] += outcome[key]
+    ours = counts.get("harvester-quota", {"accepted": 0, "refused": 0})
+    theirs = counts.get("harvester", {"accepted": 0, "refused": 0})
+    errors = sum(writers["harvester_error_lines"].values())
+    return {
+        "our_writes": f"{ours['accepted']} / {ours['refused']}",
+        "harvester_writes": f"{theirs['accepted']} / {theirs['refused']}",
+        "harvester_errors": str(errors) if writers["harvester_error_lines"] else "n/a",
     }
 
 
@@ -121,6 +144,9 @@ ROWS = (
     ("stale_annotations", "stale annotations left"),
     ("drift", "drift (final hard - base)"),
     ("vm_starts_refused", "VM starts refused"),
+    ("our_writes", "our writes, accepted / refused"),
+    ("harvester_writes", "Harvester's writes, acc. / ref."),
+    ("harvester_errors", "Harvester's error lines"),
 )
 
 

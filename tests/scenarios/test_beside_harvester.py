@@ -1,0 +1,106 @@
+"""Harvester's own code in the loop (issue 39): Harvester v1.8.2's migration and resourcequota
+controllers and its namespace validator, built from its Go module, run in the cluster.
+
+Alone (strategy `harvester`), they show the seeds' failures: the comparison is with Harvester's
+code, not with our port of it. With harvester-quota beside them (strategy `ours` on the same
+cluster: it adopts the quotas it manages, util/resourcequota/adoption.py), every scenario chosen
+here meets its expectations, no target pod is refused, and the API server's audit log shows
+Harvester's controllers silenced: no error line of theirs about the scenario's namespaces, and at
+most the two annotation writes per migration of Harvester's migration controller.
+
+KubeVirt v1.6 scenarios run beside KubeVirt's real virt-controller (`harvester_kubevirt_cluster`),
+the others with the simulator (`harvester_cluster`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.scenario import report
+from harvester_quota.testbench.scenario.runner import ScenarioRun
+from harvester_quota.testbench.scenario.schema import load
+
+from tests.integration.conftest import admin_config
+from tests.scenarios.test_scenarios import SCENARIOS, runs_on_real_kubevirt
+
+pytestmark = [pytest.mark.integration, pytest.mark.scenario]
+
+HARVESTER_SHOWS = ("v121-evacuation", "v121-evacuation-kubevirt-1.6")
+"""Seeds whose reported failure Harvester v1.8.2's own controllers show here."""
+BESIDE_HARVESTER = (
+    "v121-evacuation-kubevirt-1.6",
+    "v170-test2-ratio-raised",
+    "long-vm-name",
+    "vmi-deleted-mid-migration",
+)
+"""Issue 39's cases: the v1.2.1 evacuation, usage above the base (v1.7.0), a VM name over 53
+characters, a VMI deleted mid-migration."""
+HARVESTERS_WRITES_PER_MIGRATION = 2
+"""Its migration controller's annotation writes: the UID key added while Pending, removed after."""
+ADOPTION_WRITES = 1
+"""Our one write per quota that adopts it (the first plan of the namespace)."""
+
+
+def path_of(name: str) -> Path:
+    return next(p for p in SCENARIOS if p.stem == name)
+
+
+async def run(name: str, strategy: str, request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    path = path_of(name)
+    fixture = "harvester_kubevirt_cluster" if runs_on_real_kubevirt(path) else "harvester_cluster"
+    cluster: ClusterInfo = request.getfixturevalue(fixture)
+    async with ApiClient(admin_config(cluster)) as api:
+        run = ScenarioRun(load(path), api, cluster, strategy=strategy, workdir=tmp_path / "work")
+        result = await run.run()
+    return report.write(result, tmp_path / strategy)
+
+
+def totals(result: dict[str, Any], identity: str) -> dict[str, int]:
+    """An identity's quota and namespace writes in the run, accepted and refused."""
+    writers = result["writers"]
+    assert writers is not None and writers["unavailable"] is None, writers
+    total = {"accepted": 0, "refused": 0}
+    for per_identity in writers["writes_by_identity"].values():
+        for key in total:
+            total[key] += per_identity.get(identity, {}).get(key, 0)
+    return total
+
+
+@pytest.mark.parametrize("name", HARVESTER_SHOWS)
+async def test_harvesters_own_controllers_show_the_seeds_failure(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    result = await run(name, "harvester", request, tmp_path)
+    failed = [c for c in result["expectations"] if not c["ok"]]
+    assert not failed, f"{name}: Harvester's own code did not fail as reported: {failed}"
+    assert totals(result, "harvester")["accepted"] > 0, "Harvester's controllers raised"
+    assert totals(result, "harvester-quota") == {"accepted": 0, "refused": 0}
+
+
+@pytest.mark.parametrize("name", BESIDE_HARVESTER)
+async def test_beside_harvesters_controllers_ours_meets_the_scenario_and_silences_them(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    result = await run(name, "ours", request, tmp_path)
+    unmet = [
+        c
+        for c in result["expectations"]
+        if not c["ok"] and c["expectation"] != "max_writes_per_migration"
+    ]
+    assert not unmet, f"{name}: {unmet}\nevents: {result['events']}\nwriters: {result['writers']}"
+    refused = [(m["vm"], m["refusals"]) for m in result["migrations"] if m["refusals"]]
+    assert not refused, f"{name}: target pods refused by quota: {refused}"
+    assert result["invariants"]["final_hard_equals_base"]
+    migrations = len(result["migrations"])
+    namespaces = len(result["quotas"])
+    per_migration = load(path_of(name)).expect.get("max_writes_per_migration", 3)
+    ours = totals(result, "harvester-quota")
+    assert ours["accepted"] <= ADOPTION_WRITES * namespaces + per_migration * migrations, ours
+    harvesters = totals(result, "harvester")
+    assert harvesters["accepted"] <= HARVESTERS_WRITES_PER_MIGRATION * migrations, harvesters
+    errors = result["writers"]["harvester_error_lines"]
+    assert sum(errors.values()) == 0, f"Harvester's error lines: {errors}"
