@@ -92,11 +92,12 @@ class ControllerApp:
     def warm(self) -> None:
         """Starts the informers only (a warm standby): the caches fill, the controllers are held
         (nothing is queued, no worker runs, nothing is written) and refusals are noted only
-        while they stand; the kinds the API server does not serve are reported now, not once
-        the replica leads. Returns at once; `start` later finds the informers running and
-        queues every cached key. Event loop only."""
+        while they stand, writes of quotas by others not at all; the kinds the API server does
+        not serve are reported now, not once the replica leads. Returns at once; `start` later
+        finds the informers running and queues every cached key. Event loop only."""
         self._observe_requests()
         self.reconciler.inputs.refusals.standby = True
+        self.reconciler.foreign_writes.standby = True
         self._unserved_report = asyncio.ensure_future(self._report_unserved_kinds())
         self.management.controllers.warm()
 
@@ -115,6 +116,7 @@ class ControllerApp:
         if self._unserved_report is None:
             await self._report_unserved_kinds()
         self.reconciler.inputs.refusals.standby = False
+        self.reconciler.foreign_writes.standby = False
         synced = await self.management.start(sync_timeout=CACHE_SYNC_TIMEOUT)
         if not synced:
             log.warning(

@@ -7,7 +7,8 @@ room (why, since when, how much, which pod), usage without migration targets, de
 actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
 any write Rancher denied, for a namespace of a Rancher project whether Rancher validates it and
 whether the project has room for the raise the plan wants (reading the Project object when the
-cluster has it), and any lock KubeVirt MTQ left on the namespace (with what to delete). It
+cluster has it), any lock KubeVirt MTQ left on the namespace (with what to delete), and who
+besides the controller owns what the plan writes (the quota's managedFields). It
 writes nothing, so any kubeconfig that can read those kinds will do.
 """
 
@@ -55,6 +56,7 @@ from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
 from .util.resourcequota.projectroom import NoRoom, raise_verdict, refusal_verdict
 from .util.resourcequota.rancherpath import raised_annotation
+from .util.resourcequota.writers import other_writers
 from .util.screen import screened
 
 
@@ -87,6 +89,10 @@ class Explanation:
     mtq_locks: list[dict[str, str]] = field(default_factory=list)
     """KubeVirt MTQ's namespace locks on this namespace: configuration, what it does, how to
     delete it."""
+    other_writers: list[dict[str, Any]] = field(default_factory=list)
+    """The quota's writers other than the controller, from its managedFields, that own a field
+    the plan writes (spec.hard of the base's keys, our annotations): manager, operation, time,
+    the fields; oldest first (writers.other_writers)."""
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -278,6 +284,7 @@ def _explanation(
     events: Sequence[Object],
 ) -> Explanation:
     result = Explanation(namespace, name(quota), managed=plan.managed, warnings=plan.warnings)
+    result.other_writers = _other_writers(quota, plan)
     result.paused = plan.paused
     scope = quota_scope(quota)
     result.scope = "" if scope.unscoped else str(scope)
@@ -318,6 +325,30 @@ def _explanation(
         _event_summary(e) for e in events if e.get("reason") == RANCHER_DENIAL_REASON
     ]
     return result
+
+
+def _other_writers(quota: Object, plan: QuotaPlan) -> list[dict[str, Any]]:
+    """Who else owns what the plan writes (of spec.hard, the base's keys; every key without a
+    base), as `explain` shows them."""
+    keys = None if plan.base is None else plan.base.hard.keys()
+    return [
+        {
+            "manager": writer.manager,
+            "operation": writer.operation,
+            "time": writer.time,
+            "fields": [str(f) for f in sorted(writer.fields)],
+        }
+        for writer in other_writers(quota, keys)
+    ]
+
+
+def _writers_line(writers: Sequence[Mapping[str, Any]]) -> str:
+    """'also written by: harvester (Update, 2026-11-26T11:07:36Z: spec.hard limits.cpu)'."""
+    told = [
+        f"{w['manager']} ({w['operation']}, {w['time'] or 'no time'}: {', '.join(w['fields'])})"
+        for w in writers
+    ]
+    return "also written by: " + ("; ".join(told) or "nobody else")
 
 
 def _webhook_rules(result: Explanation, plan: QuotaPlan) -> list[str]:
@@ -411,6 +442,7 @@ def render_text(e: Explanation) -> str:
             f"  {room['migration']} (VM {room['vm']}, {room['phase']}, since {room['since']}): "
             f"{room['why']}; room {_pairs(room['room'])}; {pod}"
         )
+    lines.append(_writers_line(e.other_writers))
     lines.append("spec.hard, desired -> actual:")
     for key, values in e.hard.items():
         mark = "" if values["desired"] in (None, values["actual"]) else "   (differs)"

@@ -17,11 +17,14 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from ..generic.metrics import MetricFactory
+from ..generic.metrics import CappedLabelValues, MetricFactory
 from ..util.quantity import Quantity
 
 BLOCKED_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800)
 RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+FOREIGN_MANAGERS = 20
+"""Distinct `manager` values of harvester_quota_foreign_quota_writes_total; later ones count
+as "other". A cluster has a handful of writers (Harvester, a GitOps tool, kubectl's verbs)."""
 
 
 def as_float(quantity: Quantity) -> float:
@@ -85,6 +88,15 @@ class QuotaMetrics:
             "Raises found standing with no migration holding room for longer than the sweep "
             "allows (staleraise.py), each then planned again. Never in a healthy cluster.",
         )
+        self.foreign_quota_writes = declare.counter(
+            "foreign_quota_writes",
+            "Changes of a managed quota's spec.hard or of our annotations by a writer other than "
+            "this controller and Rancher's agent, by field manager (the first 20; later ones as "
+            "other).",
+            ["manager"],
+        )
+        self.foreign_manager = CappedLabelValues(FOREIGN_MANAGERS)
+        """The `manager` label of foreign_quota_writes for a field manager's name."""
         self.paused = declare.gauge(
             "paused",
             "1 while the controller runs with its global switch (run --paused): every room is "
@@ -98,6 +110,10 @@ class QuotaMetrics:
         )
         self._room_keys: dict[str, set[str]] = {}
         self._above_keys: dict[str, set[str]] = {}
+
+    def count_foreign_write(self, manager: str) -> None:
+        """One foreign write of a managed quota by field manager `manager`."""
+        self.foreign_quota_writes.labels(self.foreign_manager(manager)).inc()
 
     def set_room(self, namespace: str, room: Mapping[str, Quantity], migrations: int) -> None:
         """The namespace's room now; an empty room removes its series."""

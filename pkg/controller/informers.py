@@ -21,12 +21,14 @@ from ..generic.informer import SharedInformer
 from ..generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
+from ..util.resourcequota.writers import keep_writers
 from ..util.vmispec import strip_vmi_unread_unknown
 
 
 @dataclass(frozen=True)
 class QuotaInformers:
-    """Quotas, migrations, VMIs (without the unknown fields no rule reads:
+    """Quotas (their managedFields reduced to the writers of what plans write:
+    writers.keep_writers), migrations, VMIs (without the unknown fields no rule reads:
     vmispec.strip_vmi_unread_unknown) and pods (stripped to what quota usage reads), and what sizes a
     room besides the VMI: Harvester's overhead-ratio setting and the KubeVirt CR (both optional
     kinds), and the LimitRanges, whose defaults fill what a launcher container leaves unset, as
@@ -47,7 +49,7 @@ class QuotaInformers:
         """The informers on `management`'s factory."""
         factory = management.informers
         return cls(
-            quotas=factory.informer(RESOURCE_QUOTAS),
+            quotas=factory.informer(RESOURCE_QUOTAS, transform=keep_writers),
             migrations=factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS),
             vmis=factory.informer(VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread_unknown),
             pods=factory.informer(PODS, transform=strip_pod_to_quota_fields),

@@ -41,3 +41,31 @@ class MetricFactory:
         return Histogram(
             f"{PREFIX}_{name}", documentation, labels, registry=self.registry, buckets=buckets
         )
+
+
+LABEL_VALUE_MAX: Final = 63
+"""Characters kept of a label value that comes from outside (a field manager's name may have 128)."""
+OTHER: Final = "other"
+
+
+class CappedLabelValues:
+    """The values of one label that comes from outside the process (a field manager's name),
+    normalised and capped so that no writer can grow the series without bound: each value keeps
+    its first LABEL_VALUE_MAX characters of ``[A-Za-z0-9._:-]`` (others become "_", an empty one
+    "unknown"); the first `limit` distinct values are kept, every later one is OTHER. The values
+    kept are remembered for the process's life (at most `limit`)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._kept: set[str] = set()
+
+    def __call__(self, raw: str) -> str:
+        """The label value to use for `raw`."""
+        value = "".join(c if c.isascii() and (c.isalnum() or c in "._:-") else "_" for c in raw)
+        value = value[:LABEL_VALUE_MAX] or "unknown"
+        if value in self._kept:
+            return value
+        if len(self._kept) >= self.limit:
+            return OTHER
+        self._kept.add(value)
+        return value

@@ -33,6 +33,10 @@ from .retry import call_with_server_retries
 DEFAULT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
 USER_AGENT = f"harvester-quota/{__version__} (python; aiohttp)"
+FIELD_MANAGER = USER_AGENT.split("/", 1)[0]
+"""The field manager the API server records for our writes ("harvester-quota"): a write that
+names none gets its user agent's part before the first "/" (the API server's
+prefixFromUserAgent), and ours name none."""
 
 
 class RequestObservers:

@@ -11,21 +11,22 @@ run.
 The reconcile wires collaborators, one concern each: what the plan reads (inputs.py), the
 room-held label (roomlabel.py), the writes into the quota and status.hard (specwrites.py, through
 controller/quotawriter.py, the writer MTQ mode shares), the Rancher path (rancherwrites.py,
-projects.py), metrics and Events (reports.py), refusal counting (refusals.py) and the settled
-set-aside (util/resourcequota/settled.py).
+projects.py), metrics and Events (reports.py), refusal counting (refusals.py), the settled
+set-aside (util/resourcequota/settled.py) and the writes of others, told (foreignwrites.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ...config.management import Management
 from ...config.metrics import QuotaMetrics
 from ...generic import errors
 from ...generic.controller import RetryAfter
+from ...generic.informer import ResourceEventHandler
 from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
@@ -34,7 +35,9 @@ from ...util.resourcequota.base import RANCHER
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
+from ...util.resourcequota.writers import FieldChange
 from ..quotawriter import QuotaWriter
+from .foreignwrites import ForeignWriteReports, next_step
 from .inputs import PlanInputs
 from .projects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
@@ -131,6 +134,14 @@ class QuotaReconciler:
         """The safety net: a raise standing with no room held is planned again (staleraise.py);
         started with the controllers (ControllerApp.start), stopped with them."""
         management.on_stop(self.stale_raises.stop)
+        self.foreign_writes = ForeignWriteReports(
+            self.metrics,
+            management.recorder,
+            management.clock,
+            judge=ForeignWriteView(self),
+            namespace_of=self.namespaces.informer.store.get,
+        )
+        """Writes of a managed quota by anyone else, told (foreignwrites.py)."""
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
@@ -143,6 +154,8 @@ class QuotaReconciler:
         for informer in (informers.settings, informers.kubevirts):
             controller.watch_related(informer, inputs.managed_namespaces, name=informer.name)
         controller.on_change(HANDLER, self.reconcile)
+        handler = ResourceEventHandler(on_update=self.foreign_writes.on_update)
+        informers.quotas.add_event_handler(handler, name="foreign writes")
 
     async def settled(self, namespace: str, seconds: float) -> bool:
         """Waits until the reconciles of `namespace` queued or running at the call have ended, at
@@ -340,6 +353,31 @@ class StaleRaiseView:
             through_rancher=reconciler.rancher.through(planned.namespace, planned.plan),
             label_due=due and not keeps_label,
         )
+
+
+class ForeignWriteView:
+    """The reconcile as a foreign write's report sees it (foreignwrites.Judge): what a plan of
+    the namespace, made now, does about the changes."""
+
+    def __init__(self, reconciler: QuotaReconciler) -> None:
+        self.reconciler = reconciler
+
+    def __call__(self, key: str, changes: Sequence[FieldChange]) -> str:
+        reconciler = self.reconciler
+        namespace = reconciler.namespaces.informer.store.get(key)
+        if namespace is None:
+            return "the controller leaves the quota as it is: its namespace is not cached"
+        handing_over = reconciler.defer_to(key)
+        if handing_over and not reconciler._raise_left(key, namespace):
+            return (
+                "the controller leaves the quota to MTQ mode (the namespace has a "
+                "VirtualMachineMigrationResourceQuota)"
+            )
+        planned = reconciler._plan(key, namespace, release=handing_over)
+        if planned is None:
+            return "the controller leaves the quota as it is: it is no longer managed"
+        through = reconciler.rancher.through(planned.namespace, planned.plan)
+        return next_step(planned.plan, planned.quota, changes, through_rancher=through)
 
 
 def raise_down(quota: Object, plan: QuotaPlan) -> bool:

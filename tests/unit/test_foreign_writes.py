@@ -1,0 +1,520 @@
+"""Writes of a managed quota by anyone but us (controller/resourcequota/foreignwrites.py,
+util/resourcequota/writers.py): found from managedFields between an update's old and new
+version, told once per quota per interval (a Warning, a log line, a metric by manager), and
+listed by `explain`; our own writes, status writes, Rancher's sync to its base and Harvester's
+UID annotations are not foreign."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from harvester_quota.config.metrics import FOREIGN_MANAGERS, QuotaMetrics
+from harvester_quota.controller.resourcequota.foreignwrites import (
+    EVENT_INTERVAL,
+    REASON,
+    ForeignWriteReports,
+    PerKeyInterval,
+    next_step,
+)
+from harvester_quota.controller.resourcequota.resourcequota_controller import ForeignWriteView
+from harvester_quota.explain import explain, render_json, render_text
+from harvester_quota.generic.client import ApiClient, WatchEvent
+from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
+from harvester_quota.generic.metrics import OTHER, CappedLabelValues
+from harvester_quota.generic.rest import FIELD_MANAGER, USER_AGENT
+from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
+from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
+from harvester_quota.util.resourcequota.writers import (
+    WRITERS,
+    FieldChange,
+    FieldRef,
+    field_changes,
+    foreign_writes,
+    keep_writers,
+    other_writers,
+    writers_of,
+)
+from prometheus_client import CollectorRegistry
+
+from tests.objects import managed_quota, plain_namespace, rancher_namespace
+from tests.unit.fakes import HANG, ScriptedListerWatcher
+from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
+from tests.unit.test_resourcequota_controller import NOW, real_plan_reconciler
+
+T0 = "2026-11-26T11:00:00Z"
+T1 = "2026-11-26T11:07:36Z"
+UID_KEY = "harvesterhci.io/migratingUID-0b7c"
+
+
+def entry(
+    manager: str,
+    time: str,
+    hard: tuple[str, ...] = (),
+    annotations: tuple[str, ...] = (),
+    *,
+    operation: str = "Update",
+    subresource: str = "",
+    status: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """A managedFields entry as the API server writes it."""
+    fields: dict[str, Any] = {}
+    if hard:
+        fields["f:spec"] = {"f:hard": {".": {}, **{f"f:{k}": {} for k in hard}}}
+    if annotations:
+        fields["f:metadata"] = {"f:annotations": {".": {}, **{f"f:{k}": {} for k in annotations}}}
+    if status:
+        fields["f:status"] = {"f:hard": {f"f:{k}": {} for k in status}}
+    found = {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": "v1",
+        "time": time,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    }
+    if subresource:
+        found["subresource"] = subresource
+    return found
+
+
+def quota(
+    hard: dict[str, str],
+    writers: list[dict[str, Any]],
+    annotations: dict[str, str] | None = None,
+    rv: str = "1",
+    status_hard: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A managed quota in namespace ns as the API server returns it (managedFields included)."""
+    found = managed_quota("ns", hard, annotations)
+    found["metadata"] |= {"uid": "u1", "resourceVersion": rv, "managedFields": writers}
+    found["status"] = {"hard": dict(status_hard or hard)}
+    return found
+
+
+OURS_3 = entry(FIELD_MANAGER, T0, ("limits.cpu",))
+BEFORE = quota({"limits.cpu": "3"}, [OURS_3])
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []
+
+    def event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        self.events.append((obj["metadata"]["name"], kind, reason, message))
+
+
+class Reports(SimpleNamespace):
+    """ForeignWriteReports on fakes: a registry, a recorder, a clock, a judge that says 'next'."""
+
+    reports: ForeignWriteReports
+    registry: CollectorRegistry
+    recorder: Recorder
+    clock: FakeClock
+    judged: list[tuple[str, list[FieldChange]]]
+
+    def count(self, manager: str) -> float:
+        value = self.registry.get_sample_value(
+            "harvester_quota_foreign_quota_writes_total", {"manager": manager}
+        )
+        return value or 0.0
+
+
+def reports(namespace: dict[str, Any] | None = None, *, leading: bool = True) -> Reports:
+    registry, recorder, clock = CollectorRegistry(), Recorder(), FakeClock()
+    judged: list[tuple[str, list[FieldChange]]] = []
+
+    def judge(key: str, changes: Any) -> str:
+        judged.append((key, list(changes)))
+        return "next"
+
+    found = ForeignWriteReports(
+        QuotaMetrics(registry),
+        cast(Any, recorder),
+        clock,
+        judge=judge,
+        namespace_of=lambda _name: namespace or plain_namespace("ns"),
+        standby=not leading,
+    )
+    return Reports(reports=found, registry=registry, recorder=recorder, clock=clock, judged=judged)
+
+
+def gitops_raise(rv: str = "2", cpu: str = "8", time: str = T1) -> dict[str, Any]:
+    """BEFORE after a GitOps tool set limits.cpu (it owns it now; we own nothing of spec.hard)."""
+    return quota(
+        {"limits.cpu": cpu},
+        [entry(FIELD_MANAGER, T0, ()), entry("argocd-controller", time, ("limits.cpu",))],
+        rv=rv,
+    )
+
+
+# Detection --------------------------------------------------------------------------------------
+
+
+def test_a_foreign_update_of_spec_hard_is_told_once_with_its_manager_and_fields() -> None:
+    found = reports()
+    found.reports.on_update(BEFORE, gitops_raise())
+    assert found.count("argocd-controller") == 1
+    assert found.judged == [("ns", [FieldChange(FieldRef("spec.hard", "limits.cpu"), "3", "8")])]
+    [(name, kind, reason, message)] = found.recorder.events
+    assert (name, kind, reason) == ("default-abcde", "Warning", REASON)
+    assert message == (
+        f"written by argocd-controller (Update, {T1}), not by harvester-quota: "
+        "spec.hard limits.cpu 3 -> 8; next"
+    )
+
+
+def test_the_warning_goes_with_a_log_line_naming_quota_manager_and_fields(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        reports().reports.on_update(BEFORE, gitops_raise())
+    [record] = [r for r in caplog.records if "argocd-controller" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "quota ns/default-abcde" in record.getMessage()
+    assert (record.namespace, record.quota, record.manager) == (  # type: ignore[attr-defined]
+        "ns",
+        "default-abcde",
+        "argocd-controller",
+    )
+    assert record.fields == ["spec.hard limits.cpu"]  # type: ignore[attr-defined]
+
+
+def test_our_own_write_is_not_foreign() -> None:
+    found = reports()
+    ours = quota({"limits.cpu": "5"}, [entry(FIELD_MANAGER, T1, ("limits.cpu",))], rv="2")
+    found.reports.on_update(BEFORE, ours)
+    assert found.recorder.events == [] and found.count(FIELD_MANAGER) == 0
+
+
+def test_our_field_manager_is_what_the_api_server_makes_of_our_user_agent() -> None:
+    assert FIELD_MANAGER == "harvester-quota" and USER_AGENT.startswith(FIELD_MANAGER + "/")
+
+
+def test_a_status_only_change_is_not_foreign() -> None:
+    found = reports()
+    status_write = entry(
+        "kube-controller-manager", T1, subresource="status", status=("limits.cpu",)
+    )
+    after = quota(
+        {"limits.cpu": "3"}, [OURS_3, status_write], rv="2", status_hard={"limits.cpu": "9"}
+    )
+    assert field_changes(BEFORE, after) == []
+    found.reports.on_update(BEFORE, after)
+    assert found.recorder.events == [] and found.judged == []
+
+
+def rancher() -> dict[str, Any]:
+    return rancher_namespace("ns", {"limitsCpu": "3000m"})
+
+
+def test_rancher_agent_syncing_spec_hard_to_its_base_is_not_foreign() -> None:
+    """Our raise to 5, reset by Rancher's agent to the annotation's 3: the base, by the agent's
+    name and by the value alone (whatever the agent's field manager is called)."""
+    raised = quota({"limits.cpu": "5"}, [entry(FIELD_MANAGER, T0, ("limits.cpu",))])
+    for manager in ("agent", "some-rancher-build"):
+        found = reports(rancher())
+        reset = quota({"limits.cpu": "3"}, [entry(manager, T1, ("limits.cpu",))], rv="2")
+        found.reports.on_update(raised, reset)
+        assert found.recorder.events == [], manager
+
+
+def test_rancher_agent_is_never_foreign_and_anyone_else_off_the_base_is() -> None:
+    raised = quota({"limits.cpu": "5"}, [entry(FIELD_MANAGER, T0, ("limits.cpu",))])
+    off_base = {"limits.cpu": "4"}
+    by_agent = reports(rancher())
+    by_agent.reports.on_update(raised, quota(off_base, [entry("agent", T1, ("limits.cpu",))]))
+    assert by_agent.recorder.events == []
+    by_person = reports(rancher())
+    by_person.reports.on_update(
+        raised, quota(off_base, [entry("kubectl-edit", T1, ("limits.cpu",))])
+    )
+    assert by_person.count("kubectl-edit") == 1
+
+
+def test_keys_outside_rancher_base_are_not_ours_to_judge() -> None:
+    before = quota(
+        {"limits.cpu": "3", "pods": "10"}, [OURS_3, entry("kubectl-edit", T0, ("pods",))]
+    )
+    after = quota({"limits.cpu": "3", "pods": "20"}, [OURS_3, entry("kubectl-edit", T1, ("pods",))])
+    found = reports(rancher())
+    found.reports.on_update(before, after)
+    assert found.recorder.events == []
+    standalone = reports()
+    standalone.reports.on_update(before, after)
+    assert standalone.count("kubectl-edit") == 1
+
+
+def test_harvester_uid_annotation_is_not_foreign_but_its_spec_hard_write_is() -> None:
+    found = reports()
+    noted = quota(
+        {"limits.cpu": "3"},
+        [OURS_3, entry("harvester", T1, annotations=(UID_KEY,))],
+        {UID_KEY: json.dumps({"limits.cpu": "2"})},
+        rv="2",
+    )
+    found.reports.on_update(BEFORE, noted)
+    assert found.recorder.events == []
+    raised = quota(
+        {"limits.cpu": "5"},
+        [entry(FIELD_MANAGER, T0), entry("harvester", T1, ("limits.cpu",), (UID_KEY,))],
+        {UID_KEY: json.dumps({"limits.cpu": "2"})},
+        rv="3",
+    )
+    found.reports.on_update(noted, raised)
+    assert found.count("harvester") == 1
+    assert [str(c) for _, changes in found.judged for c in changes] == [
+        "spec.hard limits.cpu 3 -> 5"
+    ]
+
+
+def test_an_annotation_of_ours_edited_by_someone_else_is_foreign() -> None:
+    base = json.dumps({"limits.cpu": "3"})
+    before = quota(
+        {"limits.cpu": "3"},
+        [entry(FIELD_MANAGER, T0, ("limits.cpu",), (ANNOTATION_BASE,))],
+        {ANNOTATION_BASE: base},
+    )
+    after = quota(
+        {"limits.cpu": "3"},
+        [
+            entry(FIELD_MANAGER, T0, ("limits.cpu",)),
+            entry("kubectl-annotate", T1, (), (ANNOTATION_BASE,)),
+        ],
+        {ANNOTATION_BASE: json.dumps({"limits.cpu": "9"})},
+    )
+    [write] = foreign_writes(before, after, rancher_base=None)
+    assert write.writer.manager == "kubectl-annotate"
+    assert write.describe() == (
+        f'annotation {ANNOTATION_BASE} {{"limits.cpu": "3"}} -> {{"limits.cpu": "9"}}'
+    )
+
+
+def test_a_removal_is_put_down_to_the_writer_whose_entry_moved_or_to_nobody() -> None:
+    """A removed field has no owner after: the writer whose time moved in the same write made
+    it; a bare removal leaves no trace (its writer owns nothing, so keeps no entry) and is not
+    told rather than guessed."""
+    rooms = {"harvesterhci.io/migrating-vm1": "{}"}
+    before = quota(
+        {"limits.cpu": "5"},
+        [entry(FIELD_MANAGER, T0, ("limits.cpu",), tuple(rooms))],
+        rooms,
+    )
+    with_edit = quota(
+        {"limits.cpu": "6"},
+        [entry(FIELD_MANAGER, T0, ()), entry("kubectl-edit", T1, ("limits.cpu",))],
+    )
+    [write] = foreign_writes(before, with_edit, rancher_base=None)
+    assert [str(c) for c in write.changes] == [
+        "spec.hard limits.cpu 5 -> 6",
+        "annotation harvesterhci.io/migrating-vm1 {} removed",
+    ]
+    bare = quota({"limits.cpu": "5"}, [entry(FIELD_MANAGER, T0, ("limits.cpu",))])
+    assert foreign_writes(before, bare, rancher_base=None) == []
+
+
+def test_a_quota_without_managed_fields_or_unmanaged_or_seen_by_a_standby_is_not_told() -> None:
+    plain_before, plain_after = (
+        managed_quota("ns", {"limits.cpu": "3"}),
+        managed_quota("ns", {"limits.cpu": "8"}),
+    )
+    assert foreign_writes(plain_before, plain_after, rancher_base=None) == []
+    unlabelled = gitops_raise()
+    unlabelled["metadata"]["labels"] = {}
+    found = reports()
+    found.reports.on_update(BEFORE, unlabelled)
+    assert found.judged == []
+    standby = reports(leading=False)
+    standby.reports.on_update(BEFORE, gitops_raise())
+    assert standby.judged == [] and standby.count("argocd-controller") == 0
+
+
+# The cache's form of managedFields ----------------------------------------------------------------
+
+
+def test_the_cache_keeps_the_writers_of_what_plans_write_and_drops_managed_fields() -> None:
+    live = quota(
+        {"limits.cpu": "8"},
+        [
+            entry("argocd-controller", T1, ("limits.cpu",), operation="Apply"),
+            entry(FIELD_MANAGER, T0, (), (ANNOTATION_BASE, UID_KEY, "other.io/x")),
+            entry("kube-controller-manager", T1, subresource="status", status=("limits.cpu",)),
+        ],
+    )
+    cached = keep_writers(json.loads(json.dumps(live)))
+    assert "managedFields" not in cached["metadata"]
+    assert writers_of(cached) == writers_of(live)
+    ours = next(w for w in writers_of(cached) if w.manager == FIELD_MANAGER)
+    assert ours.fields == frozenset({FieldRef("annotation", ANNOTATION_BASE)})
+    assert len(json.dumps(cached[WRITERS])) < len(json.dumps(live["metadata"]["managedFields"]))
+
+
+async def test_through_the_informer_a_foreign_write_is_found_between_cached_versions() -> None:
+    """The quota cache's transform and the update handler together: what the informer hands
+    the handler (both versions transformed) is enough to tell the writer."""
+    clock = FakeClock()
+    lw = ScriptedListerWatcher()
+    lw.add_list(BEFORE, rv="1")
+    lw.add_watch(WatchEvent("MODIFIED", gitops_raise()), HANG)
+    informer = SharedInformer(
+        lw, name="resourcequotas", clock=clock, rng=random.Random(1), transform=keep_writers
+    )
+    found = reports()
+    informer.add_event_handler(ResourceEventHandler(on_update=found.reports.on_update))
+    informer.start()
+    await settle(200)
+    await informer.stop()
+    assert found.count("argocd-controller") == 1 and len(found.recorder.events) == 1
+
+
+# Rate and label limits ---------------------------------------------------------------------
+
+
+def test_one_warning_per_quota_per_interval_the_rest_counted_in_the_next() -> None:
+    found = reports()
+    found.reports.on_update(BEFORE, gitops_raise("2", "8", T1))
+    found.clock.step(EVENT_INTERVAL / 2)
+    found.reports.on_update(BEFORE, gitops_raise("4", "9", T1))
+    found.reports.on_update(BEFORE, gitops_raise("6", "10", T1))
+    assert len(found.recorder.events) == 1
+    assert found.count("argocd-controller") == 3
+    found.clock.step(EVENT_INTERVAL / 2)
+    found.reports.on_update(BEFORE, gitops_raise("8", "11", T1))
+    assert len(found.recorder.events) == 2
+    assert found.recorder.events[1][3].endswith(
+        "; next (2 more foreign writes of this quota since the last such event)"
+    )
+    other = quota({"limits.cpu": "8"}, [entry("argocd-controller", T1, ("limits.cpu",))])
+    other["metadata"]["name"] = "another"
+    found.reports.on_update(BEFORE, other)
+    assert len(found.recorder.events) == 3  # another quota has its own interval
+
+
+def test_the_interval_forgets_ended_keys_first_and_stays_bounded() -> None:
+    clock = FakeClock()
+    interval = PerKeyInterval(clock, 60.0, max_keys=2)
+    assert interval.admit("a") == 0 and interval.admit("a") is None
+    clock.step(60)
+    assert interval.admit("b") == 0 and interval.admit("c") == 0
+    assert interval.admit("b") is None and interval.admit("c") is None
+    assert interval.admit("a") == 0  # forgotten: its interval had ended, its count with it
+
+
+def test_the_manager_label_is_normalised_and_capped_with_an_other_bucket() -> None:
+    capped = CappedLabelValues(3)
+    assert capped("kubectl-edit") == "kubectl-edit"
+    assert capped("Go http client é") == "Go_http_client__"
+    assert capped("x" * 200) == "x" * 63
+    assert capped("") == OTHER  # the fourth distinct value
+    assert capped("kubectl-edit") == "kubectl-edit"
+    registry = CollectorRegistry()
+    metrics = QuotaMetrics(registry)
+    for index in range(FOREIGN_MANAGERS + 5):
+        metrics.count_foreign_write(f"writer-{index}")
+    samples = [
+        s
+        for m in registry.collect()
+        for s in m.samples
+        if s.name == "harvester_quota_foreign_quota_writes_total"
+    ]
+    assert len(samples) == FOREIGN_MANAGERS + 1
+    assert (
+        registry.get_sample_value("harvester_quota_foreign_quota_writes_total", {"manager": OTHER})
+        == 5
+    )
+
+
+# What the controller does next -------------------------------------------------------------------
+
+
+def plan_of(namespace: dict[str, Any], written: dict[str, Any]) -> Any:
+    return plan_quota(
+        NamespaceSnapshot(
+            namespace=namespace, quota=written, migrations=[], vmis={}, pods=[], now=NOW
+        )
+    )
+
+
+CPU_8 = [FieldChange(FieldRef("spec.hard", "limits.cpu"), "3", "8")]
+
+
+def test_next_with_rancher_base_the_plan_is_written_back() -> None:
+    written = managed_quota("ns", {"limits.cpu": "8"})
+    said = next_step(plan_of(rancher(), written), written, CPU_8, through_rancher=False)
+    assert (
+        said == "the controller planned again and writes its plan back: spec.hard limits.cpu 8 -> 3"
+    )
+    through = next_step(plan_of(rancher(), written), written, CPU_8, through_rancher=True)
+    assert "through Rancher's annotation" in through
+
+
+def test_next_without_rancher_the_edit_becomes_the_base_and_is_kept() -> None:
+    written = managed_quota("ns", {"limits.cpu": "8"}, {ANNOTATION_BASE: '{"limits.cpu":"3"}'})
+    said = next_step(plan_of(plain_namespace("ns"), written), written, CPU_8, through_rancher=False)
+    assert said.startswith("the controller planned again and keeps the change: without Rancher")
+
+
+def test_next_for_a_quota_whose_base_is_unknown_it_is_left_alone() -> None:
+    written = managed_quota("ns", {"limits.cpu": "8"})
+    unmanaged = plan_quota(
+        NamespaceSnapshot(
+            namespace=plain_namespace("ns"),
+            quota=written,
+            migrations=[],
+            vmis={},
+            pods=[],
+            now=NOW,
+            mode="rancher",
+        )
+    )
+    said = next_step(unmanaged, written, CPU_8, through_rancher=False)
+    assert said.startswith("the controller leaves the quota as it is: it manages none of it")
+
+
+def test_the_reconciler_judges_from_a_plan_made_now() -> None:
+    written = managed_quota("ns", {"limits.cpu": "8"})
+    namespace = rancher()
+    instance = real_plan_reconciler(namespace, written)
+    instance.namespaces = SimpleNamespace(  # type: ignore[assignment]
+        informer=SimpleNamespace(store=SimpleNamespace(get=lambda _key: namespace))
+    )
+    assert ForeignWriteView(instance)("ns", CPU_8).endswith("spec.hard limits.cpu 8 -> 3")
+    instance.namespaces.informer.store.get = lambda _key: None
+    assert "not cached" in ForeignWriteView(instance)("ns", CPU_8)
+
+
+# explain ------------------------------------------------------------------------------------
+
+
+async def test_explain_lists_the_quotas_other_writers_of_what_the_plan_writes() -> None:
+    live = quota(
+        {"limits.cpu": "8", "pods": "10"},
+        [
+            entry("kubectl-create", T0, ("pods",)),
+            entry(FIELD_MANAGER, T0, ()),
+            entry("harvester", T1, ("limits.cpu",)),
+            entry("kube-controller-manager", T1, subresource="status", status=("limits.cpu",)),
+        ],
+    )
+    cluster = ReadOnlyCluster({"namespaces": [rancher()], "resourcequotas": [live]})
+    found = await explain(cast(ApiClient, cluster), "ns", kubevirt_version="1.6")
+    assert found.other_writers == [
+        {
+            "manager": "harvester",
+            "operation": "Update",
+            "time": T1,
+            "fields": ["spec.hard limits.cpu"],
+        }
+    ]
+    assert f"also written by: harvester (Update, {T1}: spec.hard limits.cpu)" in render_text(found)
+    assert json.loads(render_json(found))["other_writers"] == found.other_writers
+    assert [w.manager for w in other_writers(live, None)] == ["kubectl-create", "harvester"]
+    alone = quota({"limits.cpu": "3"}, [OURS_3])
+    cluster = ReadOnlyCluster({"namespaces": [rancher()], "resourcequotas": [alone]})
+    found = await explain(cast(ApiClient, cluster), "ns", kubevirt_version="1.6")
+    assert "also written by: nobody else" in render_text(found)
