@@ -139,10 +139,17 @@ async def ready(url: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def deployed(
-    api: ApiClient, cluster: ClusterInfo, namespace: str, tmp_path: Path, target_creator: str
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
+    target_creator: str,
+    *,
+    controller_flags: tuple[str, ...] = (),
 ) -> AsyncIterator[tuple[Path, Path]]:
     """The controller and the webhook running as deployed (token kubeconfigs, deploy/'s RBAC,
-    the shipped webhook configuration narrowed to `namespace`), ready; yields their log files."""
+    the shipped webhook configuration narrowed to `namespace`), ready; yields their log files.
+    `controller_flags` are added to `run`'s."""
     await deployment.apply_rbac(api)
     controller_kubeconfig = await token_kubeconfig(
         api, cluster, "harvester-quota", tmp_path / "controller.kubeconfig"
@@ -162,6 +169,7 @@ async def deployed(
         f"--lease-name=deployed-{namespace[-6:]}",
         f"--health-port={health}",
         "--kubevirt-version=1.6",
+        *controller_flags,
     ]
     webhook_args = [
         "webhook",

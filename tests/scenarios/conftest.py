@@ -3,6 +3,8 @@
 from tests.integration.conftest import (  # noqa: F401
     api,
     cluster,
+    harvester_cluster,
+    harvester_kubevirt_cluster,
     kubevirt_api,
     kubevirt_cluster,
     local_cluster,

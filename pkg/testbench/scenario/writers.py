@@ -18,6 +18,7 @@ from typing import Final
 
 from ..localcluster import ClusterInfo
 from ..localcluster.audit import AuditLog, AuditMark, AuditRecord
+from ..localcluster.deploy import CONTROLLER_USER
 from ..localcluster.errors import ClusterError
 from ..localcluster.harvester import HARVESTER_USER
 
@@ -28,7 +29,12 @@ COUNTED_RESOURCES: Final = ("resourcequotas", "namespaces")
 HARVESTER_LOG: Final = "harvester-controllers.log"
 OURS_IN_SCENARIOS: Final = "harvester-quota-scenario"
 """The client-certificate user our strategy runs as in a scenario on the local cluster."""
-SHORT_NAMES: Final = {HARVESTER_USER: "harvester", OURS_IN_SCENARIOS: "harvester-quota"}
+SHORT_NAMES: Final = {
+    HARVESTER_USER: "harvester",
+    OURS_IN_SCENARIOS: "harvester-quota",
+    CONTROLLER_USER: "harvester-quota",
+}
+"""Harvester's service account; our controllers in a scenario and as deployed (its account)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,8 @@ class RunWriters:
 
 def identity_label(user: str) -> str:
     """A short name for an audit user: ``harvester`` for Harvester's service account,
-    ``harvester-quota`` for our strategy's identity, else the user as it is."""
+    ``harvester-quota`` for our controllers (in a scenario, or as deployed), else the user as it
+    is."""
     return SHORT_NAMES.get(user, user)
 
 

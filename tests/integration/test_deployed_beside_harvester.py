@@ -1,0 +1,126 @@
+"""The product deployed beside Harvester v1.8.2's own controllers (issue 39), as on a Harvester:
+`run --adopt-harvester-quotas` and the webhook as their own processes with service-account
+tokens, the chart's RBAC and TLS, on a cluster running Harvester's migration and resourcequota
+controllers and namespace validator (built from Harvester's Go module) and KubeVirt's own
+virt-controller.
+
+A VM in a full Rancher namespace migrates three times: each migration succeeds with no target
+pod refused, the quota is back at its base each time and stays adopted, Harvester logs no error
+about the namespace, and the API server's audit log shows Harvester's controllers writing no
+more than their migration controller's two annotation writes per migration. Then the uninstall's
+first step (the controller without adoption) gives the quota back, and Harvester's own
+behaviour is back: alone, its controllers raise the quota for the next migration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.meta import annotations_of
+from harvester_quota.generic.resource import Object
+from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER
+from harvester_quota.testbench.scenario.writers import WriterMarks
+from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.util.annotations import (
+    ANNOTATION_ADOPTED,
+    ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
+)
+from harvester_quota.util.quantity import Quantity
+
+from tests.helpers import eventually
+from tests.integration.conftest import admin_config, fresh_namespace_async
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_deployed_processes import (
+    V170_HARD,
+    V170_LIMIT,
+    assert_no_refusal_logged,
+    deployed,
+)
+
+pytestmark = pytest.mark.integration
+
+MIGRATIONS = 3
+ADOPT = ("--adopt-harvester-quotas",)
+
+
+@pytest.fixture
+async def harvester_api(harvester_kubevirt_cluster: ClusterInfo) -> ApiClient:
+    return ApiClient(admin_config(harvester_kubevirt_cluster))
+
+
+def adopted(quota: Object) -> bool:
+    annotations = annotations_of(quota)
+    return (
+        annotations.get(ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING) == "true"
+        and annotations.get(ANNOTATION_ADOPTED) == "true"
+    )
+
+
+async def migrate(kubevirt: VirtControllerDriver) -> None:
+    record = await kubevirt.wait_migration(await kubevirt.migrate("vm1"), timeout=180)
+    assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
+    assert record.refusals == 0, record.as_dict()
+    assert record.source_pod_gone is not None or await kubevirt.records.wait_for(
+        lambda: record.source_pod_gone is not None, 60
+    ), "the source launcher exited"
+
+
+async def test_deployed_beside_harvesters_controllers_adopts_silences_them_and_gives_back(
+    harvester_api: ApiClient, harvester_kubevirt_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    cluster = harvester_kubevirt_cluster
+    async with harvester_api as api, fresh_namespace_async(api, "beside") as namespace:
+        tenant = KubeVirtByHand(api, namespace)
+        await tenant.set_rancher_base(V170_LIMIT)
+        await tenant.create_quota(V170_HARD)
+        kubevirt = VirtControllerDriver(
+            api, kubevirt_version=str(cluster.kubevirt_version), namespaces=frozenset({namespace})
+        )
+
+        async def quota_at_base(*, adoption: bool) -> bool:
+            quota = await tenant.quota()
+            return quota["spec"]["hard"] == V170_HARD and adopted(quota) is adoption
+
+        marks = WriterMarks.take(cluster)
+        assert marks is not None and marks.harvester_log is not None
+        async with (
+            deployed(
+                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
+            ) as logs,
+            kubevirt,
+        ):
+            await eventually(lambda: quota_at_base(adoption=True), what="the quota adopted")
+            assert (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).started
+            for _ in range(MIGRATIONS):
+                await migrate(kubevirt)
+                await eventually(lambda: quota_at_base(adoption=True), what="the room given back")
+        counted = marks.count({"ns": namespace})
+        assert_no_refusal_logged(logs)
+        writes = counted.writes["ns"]
+        assert counted.harvester_errors == {"ns": 0}, counted
+        harvesters = writes.get("harvester", {}).get("accepted", 0)
+        assert harvesters <= 2 * MIGRATIONS, writes
+        ours = writes.get("harvester-quota", {}).get("accepted", 0)
+        assert 0 < ours <= 1 + 2 * MIGRATIONS, writes
+
+        # The uninstall's first step: the controller without adoption gives the quota back.
+        after = tmp_path / "after"
+        after.mkdir()
+        async with deployed(api, cluster, namespace, after, VIRT_CONTROLLER_USER):
+            await eventually(lambda: quota_at_base(adoption=False), what="the quota given back")
+        # Harvester's own behaviour is back: alone, its controllers raise for a migration.
+        alone = VirtControllerDriver(
+            api, kubevirt_version=str(cluster.kubevirt_version), namespaces=frozenset({namespace})
+        )
+        async with alone:
+            await alone.migrate("vm1")
+
+            async def raised_by_harvester() -> bool:
+                hard = (await tenant.quota())["spec"]["hard"]
+                return Quantity.parse(hard["limits.cpu"]) > Quantity.parse(V170_HARD["limits.cpu"])
+
+            await eventually(raised_by_harvester, timeout=90, what="Harvester's own raise")
