@@ -1,8 +1,10 @@
 # The two commands a new user runs are `make demo` and `make test` (see README.md).
 # Both bootstrap what they need: a virtualenv with the Python packages (the product installed in
 # place, and the test bench's command line as .venv/bin/harvester-quota-bench), and the local
-# cluster binaries (etcd, Kubernetes, kwok) built once per machine from Go modules and
-# cached under ~/.cache/harvester-quota (or $HARVESTER_QUOTA_CLUSTER_BIN if you have them).
+# cluster binaries (etcd, Kubernetes, kwok, KubeVirt's virt-controller of every supported version,
+# Harvester's own controllers of every supported version, helm) built once per machine from Go
+# modules and cached under ~/.cache/harvester-quota (or $HARVESTER_QUOTA_CLUSTER_BIN if you have
+# them).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -30,7 +32,7 @@ $(STAMP): setup.cfg pyproject.toml
 venv: $(STAMP)
 
 cluster-bin: $(STAMP)
-	$(BENCH) cluster build --kubevirt-version all
+	$(BENCH) cluster build --kubevirt-version all --harvester all
 
 demo: $(STAMP) cluster-bin
 	$(BENCH) demo

@@ -38,20 +38,36 @@ def _cluster(args: argparse.Namespace) -> LocalCluster:
     return LocalCluster(Path(args.state_dir) if args.state_dir else None)
 
 
+ALL_VERSIONS = "all"
+"""The value of `cluster build --kubevirt-version` and `--harvester` that builds every supported
+version (`make cluster-bin` passes both)."""
+
+
+def _kubevirt_versions(asked: str | None) -> list[str]:
+    """The KubeVirt versions `cluster build --kubevirt-version asked` builds."""
+    if asked == ALL_VERSIONS:
+        return binaries.supported_kubevirt_versions()
+    return [binaries.kubevirt_version(asked)]
+
+
+def _harvester_versions(asked: str | None) -> list[str]:
+    """The Harvester versions `cluster build --harvester asked` builds: none unless asked."""
+    if asked is None:
+        return []
+    if asked == ALL_VERSIONS:
+        return binaries.supported_harvester_versions()
+    return [binaries.harvester_version(asked)]
+
+
 def cmd_cluster_build(args: argparse.Namespace) -> int:
     directory = binaries.build(force=args.force)
     print(f"cluster binaries: {directory}")
     if not args.no_virt_controller:
-        if args.kubevirt_version == "all":
-            versions = binaries.supported_kubevirt_versions()
-        else:
-            versions = [binaries.kubevirt_version(args.kubevirt_version)]
-        for version in versions:
+        for version in _kubevirt_versions(args.kubevirt_version):
             kubevirt = binaries.build_kubevirt(version, force=args.force)
             print(f"KubeVirt {version} virt-controller and CRDs: {kubevirt.directory}")
     print(f"helm: {binaries.build_helm(force=args.force)}")
-    if args.harvester:
-        version = binaries.harvester_version(args.harvester)
+    for version in _harvester_versions(args.harvester):
         path = binaries.build_harvester(version, force=args.force)
         print(f"Harvester {version} migration and resourcequota controllers: {path}")
     return 0
@@ -187,14 +203,14 @@ def _add_cluster_commands(commands: Any) -> None:
     )
     build.add_argument(
         "--kubevirt-version",
-        help=f"{_KUBEVIRT_VERSION_HELP}; 'all' builds every supported version",
+        help=f"{_KUBEVIRT_VERSION_HELP}; '{ALL_VERSIONS}' builds every supported version",
     )
     build.add_argument(
         "--harvester",
         metavar="VERSION",
-        help="also build Harvester's own migration and resourcequota controllers of VERSION "
-        f"(optional, not part of `make cluster-bin`; supported: "
-        f"{', '.join(binaries.supported_harvester_versions())})",
+        help="also build Harvester's own migration and resourcequota controllers of VERSION, or "
+        f"of every supported version with '{ALL_VERSIONS}' (what `make cluster-bin` passes; "
+        f"supported: {', '.join(binaries.supported_harvester_versions())})",
     )
     build.set_defaults(handler=cmd_cluster_build)
     up = actions.add_parser(

@@ -2,7 +2,9 @@
 (`harvester-quota-bench cluster build --harvester v1.8.2`), on a cluster of their own: they act on
 every namespace, so they must not share the session's cluster.
 
-Skipped when the binary is not built: it is an optional build, not part of `make cluster-bin`.
+`make test` builds the binary first (its `make cluster-bin` runs `cluster build --harvester all`).
+Skipped when it is missing all the same: pytest run without that build, e.g. with a prebuilt
+HARVESTER_QUOTA_CLUSTER_BIN that has no harvester-v1.8.2/harvester-controllers.
 Run alone with your own state directory, e.g.
 HARVESTER_QUOTA_TEST_STATE_DIR=/tmp/hq-pytest-harvester pytest tests/integration/test_harvester_real.py
 """

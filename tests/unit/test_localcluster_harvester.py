@@ -1,8 +1,11 @@
-"""Harvester's own controllers in the local cluster: the optional build (version choice, prebuilt
-binaries, `cluster build --harvester`), the committed wrapper module, and the RBAC they need."""
+"""Harvester's own controllers in the local cluster: the build (version choice, prebuilt binaries,
+`cluster build --harvester`, `make cluster-bin` building every version), the committed wrapper
+module, and the RBAC they need."""
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from harvester_quota.testbench.localcluster import ClusterError, binaries, harve
 from harvester_quota.testbench.localcluster.cluster import ClusterInfo, Ports
 
 RANCHER_PSEUDO_VERSION = "github.com/rancher/rancher v0.0.0-20250828140533-07a90f09a491"
+MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +77,51 @@ def test_cluster_build_builds_harvester_only_when_asked(
     assert built == []
     assert main(["cluster", "build", "--no-virt-controller", "--harvester", "1.8.2"]) == 0
     assert built == ["v1.8.2"]
+    assert main(["cluster", "build", "--no-virt-controller", "--harvester", "all"]) == 0
+    assert built[1:] == binaries.supported_harvester_versions()
     assert "Harvester v1.8.2 migration and resourcequota controllers" in capsys.readouterr().out
+
+
+def _cluster_bin_arguments() -> list[str]:
+    """The bench arguments of the Makefile's `cluster-bin` recipe (after `$(BENCH)`)."""
+    recipe = re.search(r"^cluster-bin:.*\n\t\$\(BENCH\) (.*)$", MAKEFILE.read_text(), re.M)
+    assert recipe is not None, "the Makefile has no `cluster-bin` recipe running $(BENCH)"
+    return shlex.split(recipe.group(1))
+
+
+def test_make_cluster_bin_builds_every_virt_controller_and_harvester_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make test` and `make demo` depend on `make cluster-bin`: it must leave every supported
+    KubeVirt and Harvester version built, so no test skips for want of a binary."""
+    built: list[str] = []
+    monkeypatch.setattr(binaries, "build", lambda force=False: tmp_path)
+    monkeypatch.setattr(binaries, "build_helm", lambda force=False: tmp_path / "helm")
+
+    def build_kubevirt(version: str, force: bool = False) -> binaries.KubeVirtBuild:
+        built.append(f"kubevirt {version}")
+        return binaries.KubeVirtBuild(version, tmp_path / version)
+
+    def build_harvester(version: str, force: bool = False) -> Path:
+        built.append(f"harvester {version}")
+        return tmp_path / version / binaries.HARVESTER_CONTROLLERS
+
+    monkeypatch.setattr(binaries, "build_kubevirt", build_kubevirt)
+    monkeypatch.setattr(binaries, "build_harvester", build_harvester)
+    assert main(_cluster_bin_arguments()) == 0
+    assert built == [f"kubevirt {v}" for v in binaries.supported_kubevirt_versions()] + [
+        f"harvester {v}" for v in binaries.supported_harvester_versions()
+    ]
+
+
+@pytest.mark.parametrize("version", binaries.supported_harvester_versions())
+def test_the_kubevirt_each_harvester_version_ships_has_a_virt_controller(version: str) -> None:
+    """Harvester's go.mod names the KubeVirt it ships (v1.8.2: v1.7.0); the local cluster can run
+    that virt-controller beside Harvester's controllers."""
+    module = binaries.GOMOD_DIR / binaries.harvester_module_name(version)
+    shipped = re.search(r"^\s*kubevirt\.io/kubevirt (v\S+)$", (module / "go.mod").read_text(), re.M)
+    assert shipped is not None
+    assert shipped.group(1) in binaries.supported_kubevirt_versions()
 
 
 def test_kubevirts_controller_account_may_update_vmis() -> None:

@@ -35,7 +35,7 @@ def _no_version_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_supported_versions_are_the_wrapper_modules_newest_first() -> None:
     versions = binaries.supported_kubevirt_versions()
     assert versions[0] == binaries.DEFAULT_KUBEVIRT_VERSION == "v1.8.4"
-    assert "v1.6.0" in versions
+    assert versions == ["v1.8.4", "v1.7.0", "v1.6.0"]
 
 
 def test_version_defaults_then_environment_then_explicit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,7 +50,7 @@ def test_unsupported_version_lists_the_supported_ones(asked: str) -> None:
     with pytest.raises(ClusterError) as error:
         binaries.kubevirt_version(asked)
     assert repr(asked) in str(error.value)
-    assert "v1.8.4, v1.6.0" in str(error.value)
+    assert "v1.8.4, v1.7.0, v1.6.0" in str(error.value)
 
 
 def test_unsupported_version_from_the_environment_names_the_variable(
@@ -292,13 +292,20 @@ def test_cluster_build_builds_virt_controller_unless_told_not_to(
     assert main(["cluster", "build", "--no-virt-controller"]) == 0
     assert built == ["v1.8.4", "v1.6.0"]
     assert main(["cluster", "build", "--kubevirt-version", "all"]) == 0
-    assert built[2:] == binaries.supported_kubevirt_versions() == ["v1.8.4", "v1.6.0"]
+    assert built[2:] == binaries.supported_kubevirt_versions() == ["v1.8.4", "v1.7.0", "v1.6.0"]
     assert "KubeVirt v1.6.0 virt-controller and CRDs" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("minor", "version"),
-    [("1.6", "v1.6.0"), ("v1.8", "v1.8.4"), ("0.54", None), ("1.3", None), ("1.1", None)],
+    [
+        ("1.6", "v1.6.0"),
+        ("1.7", "v1.7.0"),
+        ("v1.8", "v1.8.4"),
+        ("0.54", None),
+        ("1.3", None),
+        ("1.1", None),
+    ],
 )
 def test_a_scenarios_release_maps_to_the_built_virt_controller_of_that_release(
     minor: str, version: str | None

@@ -13,8 +13,11 @@ CRDs virt-operator installs for that version, printed by our ``crdgen`` (one sou
 copied into each version's module) from the same module.
 
 Harvester's own migration and resourcequota controllers (``harvester-controllers``, from
-``gomod/harvester-v1-8-2``) are an optional build of the same kind: ``build_harvester``, asked for
-by `cluster build --harvester` or `cluster up --harvester`, never by ``build``.
+``gomod/harvester-v1-8-2``) are a build of the same kind, ``build_harvester``, with a cache
+directory per Harvester version: `cluster build --harvester VERSION|all` asks for it (`make
+cluster-bin` passes ``all``, so `make test` and `make demo` have every supported version), and
+`cluster up --harvester VERSION` builds the one it runs if it is missing. ``build`` alone builds
+neither it nor virt-controller.
 """
 
 from __future__ import annotations
@@ -626,8 +629,9 @@ def build_harvester(
     force: bool = False,
 ) -> Path:
     """Builds ``harvester-controllers`` of ``version`` into the cache unless it is there (or
-    prebuilt, see ``harvester_paths``); returns its path. Optional: not part of ``build`` (nor of
-    `make cluster-bin`); its cold build is measured in docs/operations.md ("The build").
+    prebuilt, see ``harvester_paths``); returns its path. Not part of ``build``: `cluster build
+    --harvester` calls it (`make cluster-bin` for every supported version); its cold build is
+    measured in docs/operations.md ("Harvester's own controllers").
 
     Like ``build``: one build at a time per machine, moved into place whole when it succeeded.
     """

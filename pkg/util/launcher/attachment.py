@@ -5,12 +5,12 @@ A VMI with hotplugged volumes gets, next to its launcher pod, one attachment pod
 hotplugged claims on the launcher's node. A migration's target gets one too: virt-controller's
 migration controller creates it once the target launcher pod is ready, labelled with the
 migration's uid (`kubevirt.io/migrationJobUID`) and owned by the target launcher pod
-(pkg/virt-controller/watch/migration, createAttachmentPod, v1.6.0 and v1.8.4 alike).
+(pkg/virt-controller/watch/migration, createAttachmentPod, v1.6.0, v1.7.0 and v1.8.4 alike).
 
 Its one container, `hotplug-disk`, has the same resources whatever the volumes: requests 10m CPU
 and 2M memory, limits 100m CPU and 80M memory, each overridable by the KubeVirt CR's
 supportContainerResources of type `hotplug-disk` (KubeVirt's HotplugAttachment) (renderresources.go,
-hotplugContainerRequests/Limits, identical in v1.6.0 and v1.8.4); the namespace's LimitRange
+hotplugContainerRequests/Limits, identical in v1.6.0, v1.7.0 and v1.8.4); the namespace's LimitRange
 defaults are added by admission as for any pod. Whether there is one is virt-controller's
 VMIHasHotplugVolumes: a volume of the VMI's spec with a hotpluggable persistentVolumeClaim or
 dataVolume, or a volumeStatus entry with hotplugVolume set.
