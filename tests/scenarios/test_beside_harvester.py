@@ -36,9 +36,15 @@ BESIDE_HARVESTER = (
     "v170-test2-ratio-raised",
     "long-vm-name",
     "vmi-deleted-mid-migration",
+    "rancher-protected-quota",
 )
 """Issue 39's cases: the v1.2.1 evacuation, usage above the base (v1.7.0), a VM name over 53
-characters, a VMI deleted mid-migration."""
+characters, a VMI deleted mid-migration, Rancher's protected quota with Harvester's namespace
+validator live (our raise goes through Rancher's annotation, which the validator checks)."""
+HARVESTERS_OWN_FAILURES = {"rancher-protected-quota": ("refused by Rancher's protection",)}
+"""Harvester's error lines a scenario shows with or without us: on Rancher's protected quota,
+Rancher refuses Harvester's own quota writes (its migration controller's UID key) for good, as
+it refuses ours (which go through Rancher's annotation instead)."""
 HARVESTERS_WRITES_PER_MIGRATION = 2
 """Its migration controller's annotation writes: the UID key added while Pending, removed after."""
 ADOPTION_WRITES = 1
@@ -102,5 +108,7 @@ async def test_beside_harvesters_controllers_ours_meets_the_scenario_and_silence
     assert ours["accepted"] <= ADOPTION_WRITES * namespaces + per_migration * migrations, ours
     harvesters = totals(result, "harvester")
     assert harvesters["accepted"] <= HARVESTERS_WRITES_PER_MIGRATION * migrations, harvesters
-    errors = result["writers"]["harvester_error_lines"]
-    assert sum(errors.values()) == 0, f"Harvester's error lines: {errors}"
+    causes = result["writers"]["harvester_error_causes"]
+    allowed = set(HARVESTERS_OWN_FAILURES.get(name, ()))
+    beyond = {ns: {c: n for c, n in by.items() if c not in allowed} for ns, by in causes.items()}
+    assert not any(beyond.values()), f"Harvester's error lines: {causes}"

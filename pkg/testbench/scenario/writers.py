@@ -4,7 +4,7 @@ A scenario run on the local cluster marks the cluster's audit log (`localcluster
 log of Harvester's controllers, when they run, at its start (`WriterMarks.take`); at its end it
 counts (`WriterMarks.count`), per scenario namespace and per identity, the ResourceQuota and
 Namespace writes the API server accepted and refused, and the error lines Harvester's controllers
-logged about the run's namespaces. A comparison of strategies then counts everyone's writes, not
+logged about the run's namespaces (quota writes and Namespace writes apart). A comparison of strategies then counts everyone's writes, not
 only the strategy's own: on a cluster running Harvester, Harvester's too.
 """
 
@@ -25,7 +25,6 @@ from ..localcluster.harvester import HARVESTER_USER
 QUOTA_WRITES: Final = frozenset({"update", "patch"})
 """The verbs that change a quota or a namespace's annotations (creates and deletes are the
 runner's own setup and teardown)."""
-COUNTED_RESOURCES: Final = ("resourcequotas", "namespaces")
 HARVESTER_LOG: Final = "harvester-controllers.log"
 OURS_IN_SCENARIOS: Final = "harvester-quota-scenario"
 """The client-certificate user our strategy runs as in a scenario on the local cluster."""
@@ -65,14 +64,17 @@ class WriterMarks:
         try:
             records = self.audit.since(self.audit_mark)
         except ClusterError as lost:
-            return RunWriters({}, {}, str(lost))
+            return RunWriters({}, {}, {}, {}, str(lost))
+        causes = self._harvester_errors(namespaces)
         return RunWriters(
-            writes_by_identity(records, namespaces),
-            self._harvester_errors(namespaces),
+            writes_by_identity(records, namespaces, "resourcequotas"),
+            writes_by_identity(records, namespaces, "namespaces"),
+            {name: sum(by_cause.values()) for name, by_cause in causes.items()},
+            causes,
             None,
         )
 
-    def _harvester_errors(self, namespaces: Mapping[str, str]) -> dict[str, int]:
+    def _harvester_errors(self, namespaces: Mapping[str, str]) -> dict[str, dict[str, int]]:
         if self.harvester_log is None:
             return {}
         with self.harvester_log.open("rb") as handle:
@@ -86,17 +88,24 @@ class RunWriters:
     """What `WriterMarks.count` found."""
 
     writes: dict[str, dict[str, dict[str, int]]]
-    """Scenario namespace -> identity (`identity_label`) -> {"accepted": n, "refused": n}."""
+    """Quota writes: scenario namespace -> identity (`identity_label`) -> {"accepted": n,
+    "refused": n}."""
+    namespace_writes: dict[str, dict[str, dict[str, int]]]
+    """The same for writes of the Namespace itself (labels, Rancher's annotation)."""
     harvester_errors: dict[str, int]
     """Scenario namespace -> error lines of Harvester's controllers naming it ({} when they do
     not run)."""
+    harvester_error_causes: dict[str, dict[str, int]]
+    """The same by cause (`error_cause`)."""
     unavailable: str | None
     """Why the writes could not be counted, or None."""
 
     def as_report(self) -> dict[str, object]:
         return {
             "writes_by_identity": self.writes,
+            "namespace_writes_by_identity": self.namespace_writes,
             "harvester_error_lines": self.harvester_errors,
+            "harvester_error_causes": self.harvester_error_causes,
             "unavailable": self.unavailable,
         }
 
@@ -109,18 +118,17 @@ def identity_label(user: str) -> str:
 
 
 def writes_by_identity(
-    records: Iterable[AuditRecord], namespaces: Mapping[str, str]
+    records: Iterable[AuditRecord], namespaces: Mapping[str, str], resource: str
 ) -> dict[str, dict[str, dict[str, int]]]:
-    """Updates and patches of the runs' ResourceQuotas (by their namespace) and of the run's
-    Namespaces themselves (by their name), per scenario namespace and identity."""
+    """Updates and patches of ``resource`` (``resourcequotas``: the run's quotas, by their
+    namespace; ``namespaces``: the run's Namespaces themselves, by their name), per scenario
+    namespace and identity."""
     scenario_name = {real: name for name, real in namespaces.items()}
     counts: dict[str, Counter[tuple[str, str]]] = {}
     for record in records:
-        if record.verb not in QUOTA_WRITES or record.subresource:
+        if record.verb not in QUOTA_WRITES or record.subresource or record.resource != resource:
             continue
-        if record.resource not in COUNTED_RESOURCES:
-            continue
-        real = record.namespace if record.resource == "resourcequotas" else record.name
+        real = record.namespace if resource == "resourcequotas" else record.name
         name = scenario_name.get(real or "")
         if name is None:
             continue
@@ -136,14 +144,31 @@ def _by_identity(counter: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]
     return table
 
 
-def error_lines_by_namespace(lines: Iterable[str], namespaces: Mapping[str, str]) -> dict[str, int]:
+ERROR_CAUSES: Final = (
+    ("refused by harvester-quota", "harvester-quota.io"),
+    ("refused by Rancher's protection", "rancher.cattle.io"),
+    ("conflict", "the object has been modified"),
+)
+"""A Harvester error line's cause, by what it quotes: our webhook's name, Rancher's webhook's, or
+the API server's optimistic-concurrency refusal."""
+
+
+def error_cause(line: str) -> str:
+    """The first of ERROR_CAUSES whose text the line quotes, else ``other``."""
+    return next((cause for cause, text in ERROR_CAUSES if text in line), "other")
+
+
+def error_lines_by_namespace(
+    lines: Iterable[str], namespaces: Mapping[str, str]
+) -> dict[str, dict[str, int]]:
     """Per scenario namespace, the lines logged at level error (logrus' ``level=error``) that name
-    the run's namespace."""
-    counts = dict.fromkeys(namespaces, 0)
+    the run's namespace, by cause (`error_cause`)."""
+    counts: dict[str, dict[str, int]] = {name: {} for name in namespaces}
     for line in lines:
         if "level=error" not in line:
             continue
         for name, real in namespaces.items():
             if real in line:
-                counts[name] += 1
+                cause = error_cause(line)
+                counts[name][cause] = counts[name].get(cause, 0) + 1
     return counts
