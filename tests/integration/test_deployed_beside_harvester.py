@@ -14,13 +14,15 @@ behaviour is back: alone, its controllers raise the quota for the next migration
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.meta import annotations_of
 from harvester_quota.generic.resource import Object
-from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.localcluster.binaries import HARVESTER_CONTROLLERS
 from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER
 from harvester_quota.testbench.scenario.writers import WriterMarks
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
@@ -124,3 +126,52 @@ async def test_deployed_beside_harvesters_controllers_adopts_silences_them_and_g
                 return Quantity.parse(hard["limits.cpu"]) > Quantity.parse(V170_HARD["limits.cpu"])
 
             await eventually(raised_by_harvester, timeout=90, what="Harvester's own raise")
+
+
+async def test_harvesters_controllers_restarted_mid_migration_neither_stall_nor_double_raise(
+    harvester_api: ApiClient, harvester_kubevirt_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    """Harvester's controllers killed and started again while a migration runs (its pod
+    restarted during an upgrade): the new process finds the quota adopted and leaves it, the
+    migration completes with its target admitted, and the quota comes back to its base."""
+    cluster = harvester_kubevirt_cluster
+    async with harvester_api as api, fresh_namespace_async(api, "restart") as namespace:
+        tenant = KubeVirtByHand(api, namespace)
+        await tenant.set_rancher_base(V170_LIMIT)
+        await tenant.create_quota(V170_HARD)
+        kubevirt = VirtControllerDriver(
+            api, kubevirt_version=str(cluster.kubevirt_version), namespaces=frozenset({namespace})
+        )
+        marks = WriterMarks.take(cluster)
+        assert marks is not None
+        async with (
+            deployed(
+                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
+            ) as logs,
+            kubevirt,
+        ):
+            spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=8)
+            assert (await kubevirt.create_vm(spec)).started
+            name = await kubevirt.migrate("vm1")
+
+            async def raised() -> bool:
+                hard = (await tenant.quota())["spec"]["hard"]
+                return hard != V170_HARD
+
+            await eventually(raised, what="the room raised")
+            await asyncio.to_thread(
+                LocalCluster(cluster.state_dir).restart_component, HARVESTER_CONTROLLERS
+            )
+            record = await kubevirt.wait_migration(name, timeout=180)
+            assert record.outcome is Outcome.SUCCEEDED and record.refusals == 0, record.as_dict()
+
+            async def back_at_base() -> bool:
+                quota = await tenant.quota()
+                return quota["spec"]["hard"] == V170_HARD and adopted(quota)
+
+            await eventually(back_at_base, what="the room given back, the quota still adopted")
+        assert_no_refusal_logged(logs)
+        counted = marks.count({"ns": namespace})
+        assert counted.harvester_errors == {"ns": 0}, counted
+        ours = counted.writes["ns"].get("harvester-quota", {}).get("accepted", 0)
+        assert ours <= 1 + 2, counted.writes

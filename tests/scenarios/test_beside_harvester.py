@@ -29,8 +29,12 @@ from tests.scenarios.test_scenarios import SCENARIOS, runs_on_real_kubevirt
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 
-HARVESTER_SHOWS = ("v121-evacuation", "v121-evacuation-kubevirt-1.6")
-"""Seeds whose reported failure Harvester v1.8.2's own controllers show here."""
+HARVESTER_SHOWS = ("v121-evacuation-kubevirt-1.6",)
+"""The seed whose reported failure Harvester v1.8.2's own controllers show here beside KubeVirt's
+virt-controller (95.8 s blocked in the run that chose adoption). Measured too, not run by the
+suite (two minutes each): v121-evacuation and v121-four-at-once on the simulator show theirs;
+v170-test2-ratio-raised does not end (v1.8.2 has no compensation: its second migration stays
+Pending, where our port of v1.9 compensates and succeeds)."""
 BESIDE_HARVESTER = (
     "v121-evacuation-kubevirt-1.6",
     "v170-test2-ratio-raised",
@@ -41,10 +45,14 @@ BESIDE_HARVESTER = (
 """Issue 39's cases: the v1.2.1 evacuation, usage above the base (v1.7.0), a VM name over 53
 characters, a VMI deleted mid-migration, Rancher's protected quota with Harvester's namespace
 validator live (our raise goes through Rancher's annotation, which the validator checks)."""
-HARVESTERS_OWN_FAILURES = {"rancher-protected-quota": ("refused by Rancher's protection",)}
+HARVESTERS_OWN_FAILURES = {
+    "rancher-protected-quota": ("refused by Rancher's protection",),
+    "vmi-deleted-mid-migration": ("an object gone",),
+}
 """Harvester's error lines a scenario shows with or without us: on Rancher's protected quota,
 Rancher refuses Harvester's own quota writes (its migration controller's UID key) for good, as
-it refuses ours (which go through Rancher's annotation instead)."""
+it refuses ours (which go through Rancher's annotation instead); a VMI deleted mid-migration
+leaves its migration controller retrying on a VMI that is gone."""
 HARVESTERS_WRITES_PER_MIGRATION = 2
 """Its migration controller's annotation writes: the UID key added while Pending, removed after."""
 ADOPTION_WRITES = 1

@@ -97,6 +97,7 @@ def test_harvesters_error_lines_are_counted_by_namespace_and_cause() -> None:
         }
     }
     assert error_cause("Operation cannot be fulfilled: the object has been modified") == "conflict"
+    assert error_cause('virtualmachineinstances.kubevirt.io "vm1" not found') == "an object gone"
 
 
 def test_the_summary_sums_writes_and_says_n_a_without_an_audit_log() -> None:

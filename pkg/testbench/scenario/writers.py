@@ -148,9 +148,10 @@ ERROR_CAUSES: Final = (
     ("refused by harvester-quota", "harvester-quota.io"),
     ("refused by Rancher's protection", "rancher.cattle.io"),
     ("conflict", "the object has been modified"),
+    ("an object gone", "not found"),
 )
-"""A Harvester error line's cause, by what it quotes: our webhook's name, Rancher's webhook's, or
-the API server's optimistic-concurrency refusal."""
+"""A Harvester error line's cause, by what it quotes: our webhook's name, Rancher's webhook's,
+the API server's optimistic-concurrency refusal, or an object (a VMI) that no longer exists."""
 
 
 def error_cause(line: str) -> str:
