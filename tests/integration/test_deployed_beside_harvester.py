@@ -62,6 +62,23 @@ def adopted(quota: Object) -> bool:
     )
 
 
+def driver(api: ApiClient, cluster: ClusterInfo, namespace: str) -> VirtControllerDriver:
+    """The node side of KubeVirt (virt-handler's part) for `namespace`."""
+    return VirtControllerDriver(
+        api, kubevirt_version=str(cluster.kubevirt_version), namespaces=frozenset({namespace})
+    )
+
+
+async def full_rancher_namespace(
+    api: ApiClient, cluster: ClusterInfo, namespace: str
+) -> tuple[KubeVirtByHand, VirtControllerDriver]:
+    """`namespace` with the v1.7.0 seed's Rancher base and quota, and its KubeVirt driver."""
+    tenant = KubeVirtByHand(api, namespace)
+    await tenant.set_rancher_base(V170_LIMIT)
+    await tenant.create_quota(V170_HARD)
+    return tenant, driver(api, cluster, namespace)
+
+
 async def migrate(kubevirt: VirtControllerDriver) -> None:
     record = await kubevirt.wait_migration(await kubevirt.migrate("vm1"), timeout=180)
     assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
@@ -76,12 +93,7 @@ async def test_deployed_beside_harvesters_controllers_adopts_silences_them_and_g
 ) -> None:
     cluster = harvester_kubevirt_cluster
     async with harvester_api as api, fresh_namespace_async(api, "beside") as namespace:
-        tenant = KubeVirtByHand(api, namespace)
-        await tenant.set_rancher_base(V170_LIMIT)
-        await tenant.create_quota(V170_HARD)
-        kubevirt = VirtControllerDriver(
-            api, kubevirt_version=str(cluster.kubevirt_version), namespaces=frozenset({namespace})
-        )
+        tenant, kubevirt = await full_rancher_namespace(api, cluster, namespace)
 
         async def quota_at_base(*, adoption: bool) -> bool:
             quota = await tenant.quota()
@@ -115,9 +127,7 @@ async def test_deployed_beside_harvesters_controllers_adopts_silences_them_and_g
         async with deployed(api, cluster, namespace, after, VIRT_CONTROLLER_USER):
             await eventually(lambda: quota_at_base(adoption=False), what="the quota given back")
         # Harvester's own behaviour is back: alone, its controllers raise for a migration.
-        alone = VirtControllerDriver(
-            api, kubevirt_version=str(cluster.kubevirt_version), namespaces=frozenset({namespace})
-        )
+        alone = driver(api, cluster, namespace)
         async with alone:
             await alone.migrate("vm1")
 
@@ -136,12 +146,7 @@ async def test_harvesters_controllers_restarted_mid_migration_neither_stall_nor_
     migration completes with its target admitted, and the quota comes back to its base."""
     cluster = harvester_kubevirt_cluster
     async with harvester_api as api, fresh_namespace_async(api, "restart") as namespace:
-        tenant = KubeVirtByHand(api, namespace)
-        await tenant.set_rancher_base(V170_LIMIT)
-        await tenant.create_quota(V170_HARD)
-        kubevirt = VirtControllerDriver(
-            api, kubevirt_version=str(cluster.kubevirt_version), namespaces=frozenset({namespace})
-        )
+        tenant, kubevirt = await full_rancher_namespace(api, cluster, namespace)
         marks = WriterMarks.take(cluster)
         assert marks is not None
         async with (
