@@ -92,6 +92,7 @@ def build_report(result: RunResult) -> dict[str, Any]:
     writes = {
         name: {
             "writes": result.writes.get(name, 0),
+            "setup_writes": result.setup_writes.get(name, 0),
             "migrations": count,
             "per_migration": round(result.writes.get(name, 0) / count, 2) if count else None,
         }

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,11 @@ from ...preflight import Plan, Strategy, preflight
 from ...preflight.read import read_cluster
 from ...preflight.render import summary
 from ...util import resources
-from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.annotations import (
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    LABEL_DEFAULT_RESOURCE_QUOTA,
+    parse_migration_annotations,
+)
 from ...util.kubevirtversion import parse_kubevirt_version
 from ...util.overhead import kubevirt_ratio_from_harvester_setting
 from ...util.quantity import Quantity
@@ -95,7 +100,10 @@ class RunResult:
     vm_starts: dict[str, str | None] = field(default_factory=dict)
     """VM -> None if it started, else the refusal."""
     writes: dict[str, int] = field(default_factory=dict)
-    """Scenario namespace -> ResourceQuota writes by the strategy."""
+    """Scenario namespace -> ResourceQuota writes by the strategy from the first step on."""
+    setup_writes: dict[str, int] = field(default_factory=dict)
+    """Scenario namespace -> the strategy's writes before the first step: once per quota, not
+    per migration (adopting it from Harvester's controllers, recording a standalone base)."""
     final_quotas: dict[str, Object] = field(default_factory=dict)
     events: list[tuple[float, str]] = field(default_factory=list)
     step_errors: list[str] = field(default_factory=list)
@@ -163,6 +171,7 @@ class ScenarioRun:
         self._created: set[tuple[str, str]] = set()
         """(namespace, name) of every migration this run made or a drain made."""
         self._writer_marks = WriterMarks.take(cluster) if cluster is not None else None
+        self._writes_before_steps: Counter[str] = Counter()
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -201,6 +210,27 @@ class ScenarioRun:
         await self.strategy.start()
         self._sampler = asyncio.ensure_future(self._sample_loop())
         await self._create_vms()
+        await self._await_adoption()
+        self._writes_before_steps = Counter(self.strategy.writes())
+
+    async def _await_adoption(self) -> None:
+        """Beside Harvester's controllers, until our strategy has adopted every quota: its one
+        write per quota belongs to the setup, not to a migration. Not where Rancher's write
+        protection is on: there only Rancher's agent writes the quota (ours nor Harvester's)."""
+        if not isinstance(self.strategy, OurStrategy) or not self.strategy.adopt_harvester:
+            return
+        if self.protection is not None:
+            return
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        for real in self.namespaces.values():
+            while not await self._adopted(real):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the quota of namespace {real} was never adopted")
+                await asyncio.sleep(SAMPLE_INTERVAL / 5)
+
+    async def _adopted(self, namespace: str) -> bool:
+        quota = await self.quota(namespace)
+        return quota is not None and parse_migration_annotations(annotations_of(quota)).adopted
 
     def _new_kubevirt(self) -> KubeVirtSimulator | VirtControllerDriver:
         """KubeVirt's real virt-controller when the cluster runs it (of the scenario's version),
@@ -388,9 +418,14 @@ class ScenarioRun:
                 self.result.final_quotas[name] = quota
             with contextlib.suppress(errors.ApiError):
                 self.result.final_namespaces[name] = await self.api.get(NAMESPACES, real)
-        writes = self.strategy.writes() if self.strategy is not None else {}
+        writes = self.strategy.writes() if self.strategy is not None else Counter()
+        before = self._writes_before_steps
         self.result.writes = {
-            name: int(writes.get(real, 0)) for name, real in self.namespaces.items()
+            name: int(writes.get(real, 0) - before.get(real, 0))
+            for name, real in self.namespaces.items()
+        }
+        self.result.setup_writes = {
+            name: int(before.get(real, 0)) for name, real in self.namespaces.items()
         }
         self.result.migrations = self.kubevirt.records.all()
         if self._writer_marks is not None:
