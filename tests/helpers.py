@@ -96,17 +96,26 @@ async def eventually(
 
 @asynccontextmanager
 async def running_controllers(
-    api: ApiClient, *, workers: int = 2, registry: CollectorRegistry | None = None
+    api: ApiClient,
+    *,
+    workers: int = 2,
+    registry: CollectorRegistry | None = None,
+    adopt_harvester_quotas: bool = False,
 ) -> AsyncIterator[ControllerApp]:
     """The controllers in this process as `api`'s user, without leader election, for KubeVirt
-    1.6, with `workers` workers and their metrics in `registry` (a fresh one if None); started
-    on entry, stopped on exit, however the block ends."""
+    1.6, with `workers` workers and their metrics in `registry` (a fresh one if None), adopting
+    quotas from Harvester if asked; started on entry, stopped on exit, however the block ends."""
     from harvester_quota.app import ControllerApp
     from harvester_quota.config.management import Options
 
     app = ControllerApp(
         api,
-        Options(leader_elect=False, kubevirt_version="1.6", workers=workers),
+        Options(
+            leader_elect=False,
+            kubevirt_version="1.6",
+            workers=workers,
+            adopt_harvester_quotas=adopt_harvester_quotas,
+        ),
         registry=registry if registry is not None else CollectorRegistry(),
     )
     await app.start()

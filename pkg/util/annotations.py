@@ -1,6 +1,7 @@
 """Harvester's annotation and label keys, and a tolerant reader of every key it ever wrote.
 
-We are a drop-in replacement for Harvester's quota controllers, so we read all historic keys on a
+We take over from Harvester's quota controllers (or run beside them, adopting the quotas we
+manage: resourcequota/adoption.py), so we read all historic keys on a
 ResourceQuota (name keys from v1.2, UID keys from v1.4.2, compensation and the resync flag from
 v1.9, the skip switch from v1.4.2) and write per-VM keys whose value stays a plain ResourceList JSON,
 so that Harvester's own readers (the VM-start check, the namespace webhook) still sum them.
@@ -21,6 +22,7 @@ from . import resources
 from .resources import ResourceList
 
 __all__ = [
+    "ANNOTATION_ADOPTED",
     "ANNOTATION_MIGRATING_COMPENSATION",
     "ANNOTATION_MIGRATING_NAME_PREFIX",
     "ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED",
@@ -38,6 +40,7 @@ __all__ = [
     "MIGRATION_STATE_PENDING",
     "TRUE",
     "MigrationAnnotations",
+    "adopted_migrating_vm_annotation_key",
     "is_valid_annotation_key",
     "is_valid_qualified_name_part",
     "legacy_migrating_vm_annotation_key",
@@ -204,22 +207,34 @@ def migrating_vm_annotation_key(vm_name: str) -> str:
     legacy = legacy_migrating_vm_annotation_key(vm_name)
     if is_valid_qualified_name_part(_NAME_PART_PREFIX + vm_name):
         return legacy
-    return adopted_migrating_vm_annotation_key(vm_name)
+    return _digest_key(vm_name, "-")
 
 
 def adopted_migrating_vm_annotation_key(vm_name: str) -> str:
     """The per-VM key we write on a quota adopted from Harvester (resourcequota/adoption.py):
-    always the digest form of `migrating_vm_annotation_key` (the same key for a name over 53
-    characters), never Harvester's own name key, which Harvester's migration controller deletes
-    when it records its UID key and when the migration ends. Harvester's readers still sum it.
-    The scheme must never change either."""
+    never Harvester's own name key of any VM, which Harvester's migration controller deletes when
+    it records its UID key and when the migration ends (and skips its own key for a VM whose
+    name key is there). For a name of at most 53 characters: the digest form with '_' before the
+    digest (`harvesterhci.io/migrating-vm1_7b11e3d1b4`), which no VM name can hold; for a longer
+    name, the same key as `migrating_vm_annotation_key`. Harvester's readers still sum it. The
+    scheme must never change either."""
     if not vm_name:
         raise ValueError("a VM name must not be empty")
+    if is_valid_qualified_name_part(_NAME_PART_PREFIX + vm_name):
+        return _digest_key(vm_name, "_")
+    return migrating_vm_annotation_key(vm_name)
+
+
+def _digest_key(vm_name: str, separator: str) -> str:
+    """`harvesterhci.io/migrating-<readable><separator><digest>`, at most 63 characters in the
+    name part."""
     digest = hashlib.sha256(vm_name.encode("utf-8")).hexdigest()[:_DIGEST_HEX_CHARS]
     # A VM name (a DNS subdomain) only holds key characters; from any other text they are dropped.
     readable = _NAME_PART_CHAR_RE.sub("", vm_name)[:_READABLE_MAX].rstrip("-_.")
     name_part = (
-        f"{_NAME_PART_PREFIX}{readable}-{digest}" if readable else _NAME_PART_PREFIX + digest
+        f"{_NAME_PART_PREFIX}{readable}{separator}{digest}"
+        if readable
+        else _NAME_PART_PREFIX + digest
     )
     return f"{HARVESTER_PREFIX}/{name_part}"
 

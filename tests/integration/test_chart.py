@@ -329,6 +329,36 @@ def test_no_network_policy_when_disabled() -> None:
     assert not [key for key in rendered if key[0] == "NetworkPolicy"]
 
 
+def controller_args(values: dict[str, object]) -> list[str]:
+    deployment_ = by_kind_and_name(values)[("Deployment", "harvester-quota")]
+    return list(deployment_["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+@pytest.mark.parametrize(
+    ("kubevirt_namespace", "adopt", "adopts"),
+    [
+        ("harvester-system", "auto", True),
+        ("kubevirt", "auto", False),
+        ("kubevirt", True, True),
+        ("harvester-system", False, False),
+        ("harvester-system", None, True),  # unset: helm upgrade --reuse-values from an older chart
+    ],
+)
+def test_the_controller_adopts_harvesters_quotas_by_default_only_on_harvesters_layout(
+    kubevirt_namespace: str, adopt: object, adopts: bool
+) -> None:
+    values = {
+        "kubevirt": {"namespace": kubevirt_namespace},
+        "controller": {"adoptHarvesterQuotas": adopt},
+    }
+    assert ("--adopt-harvester-quotas" in controller_args(values)) is adopts
+
+
+def test_an_adoption_value_other_than_auto_true_or_false_is_refused_by_the_chart() -> None:
+    with pytest.raises(ClusterError, match=r"adoptHarvesterQuotas=sometimes: auto, true or false"):
+        render({"controller": {"adoptHarvesterQuotas": "sometimes"}})
+
+
 KUBEVIRT_ACCOUNT = re.compile(r"system:serviceaccount:([a-z0-9-]+):kubevirt-")
 
 

@@ -79,6 +79,17 @@ async def full_rancher_namespace(
     return tenant, driver(api, cluster, namespace)
 
 
+def harvester_wrote_hard(quota: Object) -> list[str]:
+    """The managedFields entries of Harvester's controllers (their client's field manager,
+    from the binary's name) that own some of spec.hard: a raise or lowering of theirs."""
+    return [
+        str(entry.get("manager"))
+        for entry in quota["metadata"].get("managedFields") or []
+        if str(entry.get("manager", "")).startswith("harvester-controllers")
+        and "f:hard" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    ]
+
+
 async def migrate(kubevirt: VirtControllerDriver) -> None:
     record = await kubevirt.wait_migration(await kubevirt.migrate("vm1"), timeout=180)
     assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
@@ -112,6 +123,7 @@ async def test_deployed_beside_harvesters_controllers_adopts_silences_them_and_g
             for _ in range(MIGRATIONS):
                 await migrate(kubevirt)
                 await eventually(lambda: quota_at_base(adoption=True), what="the room given back")
+        assert not harvester_wrote_hard(await tenant.quota()), "Harvester never set spec.hard"
         counted = marks.count({"ns": namespace})
         assert_no_refusal_logged(logs)
         writes = counted.writes["ns"]
@@ -136,6 +148,7 @@ async def test_deployed_beside_harvesters_controllers_adopts_silences_them_and_g
                 return Quantity.parse(hard["limits.cpu"]) > Quantity.parse(V170_HARD["limits.cpu"])
 
             await eventually(raised_by_harvester, timeout=90, what="Harvester's own raise")
+            assert harvester_wrote_hard(await tenant.quota()), "the raise was Harvester's"
 
 
 async def test_harvesters_controllers_restarted_mid_migration_neither_stall_nor_double_raise(
@@ -175,6 +188,7 @@ async def test_harvesters_controllers_restarted_mid_migration_neither_stall_nor_
                 return quota["spec"]["hard"] == V170_HARD and adopted(quota)
 
             await eventually(back_at_base, what="the room given back, the quota still adopted")
+        assert not harvester_wrote_hard(await tenant.quota()), "no double raise by Harvester"
         assert_no_refusal_logged(logs)
         counted = marks.count({"ns": namespace})
         assert counted.harvester_errors == {"ns": 0}, counted

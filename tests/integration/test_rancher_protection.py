@@ -386,3 +386,38 @@ async def test_where_rancher_does_not_protect_its_quota_the_label_is_kept_and_ea
 async def _room_held(api: ApiClient, namespace: str) -> bool:
     labels = (await api.get(NAMESPACES, namespace))["metadata"].get("labels") or {}
     return labels.get(LABEL_ROOM_HELD) == "true"
+
+
+async def test_adopting_a_quota_rancher_protects_is_refused_once_quietly_then_rooms_go_through_rancher(
+    kubevirt_api: ApiClient,
+    kv: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    protected_rancher: ProtectedRancher,
+) -> None:
+    """Beside Harvester (--adopt-harvester-quotas), the first plan of a protected quota is an
+    annotation-only adoption: Rancher refuses it, which raised nothing, so no denial is counted
+    nor told in a Warning (at 10,000 namespaces, each leader start would tell 10,000); the
+    namespace is known protected, and the migration's raise goes through Rancher's annotation at
+    its first try."""
+    api = kubevirt_api
+    registry = CollectorRegistry()
+    async with running_controllers(api, registry=registry, adopt_harvester_quotas=True) as app:
+        protected = app.reconciler.rancher.protected
+        await eventually(
+            lambda: kv.namespace in protected, what="the adoption refused, the namespace protected"
+        )
+        spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=LONG)
+        (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
+        name = await kubevirt.migrate("vm1")
+        await eventually(
+            lambda: hard_is(api, kv.namespace, RAISED), what="the raise copied by Rancher"
+        )
+        await kubevirt.abort(name)
+        await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
+        await eventually(lambda: hard_is(api, kv.namespace, SEED_HARD), what="back to the base")
+    denials = registry.get_sample_value(
+        "harvester_quota_rancher_denials_total", {"namespace": kv.namespace}
+    )
+    assert denials is None, "no raise was refused"
+    listed = await api.list_all(EVENTS, kv.namespace)
+    assert not [e for e in listed.items if e.get("reason") == RANCHER_DENIAL_REASON]

@@ -138,15 +138,42 @@ def test_given_back_only_once_no_room_stands() -> None:
     }
 
 
-def test_a_paused_namespace_is_given_back_at_once_with_its_rooms() -> None:
+def test_a_paused_namespace_gives_its_rooms_back_and_stays_adopted() -> None:
+    """Given back to Harvester while we still plan it, Harvester's raise and our plan's lowering
+    would fight: paused, nobody raises, Harvester's live UID key stays."""
     paused = taken(
-        {**ADOPTED, adopted_migrating_vm_annotation_key("vm1"): ROOM},
+        {**ADOPTED, adopted_migrating_vm_annotation_key("vm1"): ROOM, uid_key(): HARVESTERS_ROOM},
         adopt=True,
         raised=True,
         namespace=labelled("true"),
     )
     plan = plan_quota(paused)
     assert plan.skipped and plan.hard == V170_HARD
-    assert {ANNOTATION_ADOPTED, ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING} <= set(
+    assert adopted_migrating_vm_annotation_key("vm1") in plan.remove_annotations
+    assert not {ANNOTATION_ADOPTED, ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING, uid_key()} & set(
         plan.remove_annotations
     )
+
+
+def test_a_stale_marker_goes_so_a_later_administrators_skip_is_never_taken_for_ours() -> None:
+    """The abuse: our marker left behind after someone removed the skip annotation, then an
+    administrator's skip annotation, would read as ours (adopted, raised)."""
+    stale = taken({ANNOTATION_ADOPTED: "true"}, adopt=False, migrating=False)
+    assert ANNOTATION_ADOPTED in plan_quota(stale).remove_annotations
+
+
+def test_a_standalone_quotas_first_base_is_not_lowered_by_harvesters_uid_key() -> None:
+    """Harvester records its UID key without Rancher's annotation too, and never raises there:
+    the first plan of a standalone quota takes spec.hard whole."""
+    quota = managed_quota("ns", V170_HARD, {uid_key(): HARVESTERS_ROOM})
+    standalone = snapshot(
+        {"metadata": {"name": "ns"}},
+        quota,
+        migrations=[migration("m", VM1)],
+        vmis=[VM1],
+        pods=[launcher_pod(VM1, "src")],
+    )
+    standalone.adopt_harvester = True
+    plan = plan_quota(standalone)
+    assert plan.base is not None
+    assert {key: str(value) for key, value in plan.base.hard.items()} == V170_HARD

@@ -234,12 +234,15 @@ def test_the_adopted_key_is_never_harvesters_name_key_and_still_a_migrating_key(
     """Harvester's migration controller deletes `migrating-<vm>` (its name key) when it records
     its UID key and when a migration ends: the key we write on an adopted quota is another one,
     which Harvester's readers still sum (the `migrating-` prefix), and for a name over 53
-    characters the same as the one we always wrote."""
+    characters the same as the one we always wrote. The abuse: a tenant's VM named like our key
+    for another VM (`vm1-<digest>`) gets a name key of its own, never ours: '_' is in no VM name."""
     key = adopted_migrating_vm_annotation_key("vm1")
     assert key != legacy_migrating_vm_annotation_key("vm1")
-    assert key.startswith("harvesterhci.io/migrating-vm1-")
+    assert key.startswith("harvesterhci.io/migrating-vm1_")
     assert is_valid_annotation_key(key)
     assert adopted_migrating_vm_annotation_key(LONG_NAME) == migrating_vm_annotation_key(LONG_NAME)
+    lookalike = key.removeprefix("harvesterhci.io/migrating-").replace("_", "-")
+    assert legacy_migrating_vm_annotation_key(lookalike) != key
     assert parse_migration_annotations({key: '{"limits.cpu":"1"}'}).name_keyed == {
         key: {"limits.cpu": Quantity.parse("1")}
     }

@@ -36,6 +36,7 @@ from harvester_quota.util.resourcequota.writers import (
     FieldRef,
     field_changes,
     foreign_writes,
+    is_plan_annotation,
     keep_writers,
     other_writers,
     writers_of,
@@ -518,3 +519,10 @@ async def test_explain_lists_the_quotas_other_writers_of_what_the_plan_writes() 
     cluster = ReadOnlyCluster({"namespaces": [rancher()], "resourcequotas": [alone]})
     found = await explain(cast(ApiClient, cluster), "ns", kubevirt_version="1.6")
     assert "also written by: nobody else" in render_text(found)
+
+
+def test_harvesters_skip_annotation_is_a_field_our_plans_write() -> None:
+    """An adopted quota carries the skip annotation: someone else flipping it (a GitOps tool
+    setting "false") is a foreign write to report, unlike Harvester's own UID keys."""
+    assert is_plan_annotation("harvesterhci.io/skipResourceQuotaAutoScaling")
+    assert not is_plan_annotation("harvesterhci.io/migratingUID-1234")

@@ -96,6 +96,21 @@ class RancherPath:
         for target in room_event_targets(namespace, quota, plan, snapshot):
             self.recorder.event(target, WARNING, RANCHER_DENIAL_REASON, message)
 
+    def note_protected(self, namespace: Object, error: errors.ApiError) -> None:
+        """Marks the namespace protected after Rancher refused a write that raised nothing (an
+        annotation-only patch: adopting the quota from Harvester, tidying keys): one info line,
+        no Warning nor denial counted, since no room was refused. A raise then goes through
+        Rancher's annotation at once."""
+        name = str(metadata(namespace).get("name"))
+        self.protected.add(name)
+        log.info(
+            "%s: Rancher protects its quota (%s); its annotations are left as they are, rooms go "
+            "through the namespace's field.cattle.io/resourceQuota",
+            name,
+            error.message,
+            extra=fields(namespace=name),
+        )
+
     async def write(
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
     ) -> float | None:

@@ -41,16 +41,18 @@ HEADER: Final = """\
 # This file names KubeVirt's namespace as Harvester's, harvester-system: on plain KubeVirt
 # (namespace kubevirt) replace every "serviceaccount:harvester-system:kubevirt-" with
 # "serviceaccount:kubevirt:kubevirt-", or its policies refuse every launcher pod and every
-# virt-handler status write.
+# virt-handler status write, and drop the controller's --adopt-harvester-quotas (there is no
+# Harvester to adopt quotas from).
 #
 # Apply with `kubectl apply -f deploy/harvester-quota.yaml` after creating the webhook's serving
 # certificate as the Secret harvester-system/harvester-quota-webhook-tls (keys tls.crt, tls.key;
 # e.g. from cert-manager or `kubectl create secret tls`) and putting its CA into caBundle below.
 # Replace the image with the one you build from this repository.
 #
-# On Harvester, this replaces Harvester's migration and resourcequota controllers and the quota
-# part of its namespace webhook: run one or the other, never both (two writers of one quota). It
-# reads every annotation Harvester ever wrote and removes the stale ones on its first pass.
+# On Harvester, it runs beside Harvester's own migration and resourcequota controllers, which no
+# Harvester release can turn off: it adopts the quotas it manages (--adopt-harvester-quotas:
+# Harvester's skip annotation with our marker). Before deleting it, give them back (docs/
+# operations.md, "On Harvester"), or Harvester never raises them again.
 """
 
 

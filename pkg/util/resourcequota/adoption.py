@@ -20,9 +20,12 @@ own code (the closing numbers are in docs/design.md):
   resourcequota controller owns it again and finds nothing to add (given back while a room
   stood, that controller would add our room key to its own and raise twice). That is the
   uninstall procedure's first step (docs/operations.md, "On Harvester").
-- A namespace whose raising is paused (its opt-out label, or ``run --paused``) gives its
-  adopted quota back at once, in the write that gives its rooms back: paused, the namespace is
-  Harvester's, as if we were not installed.
+- A namespace whose raising is paused (its opt-out label, or ``run --paused``) keeps its quota
+  adopted: its rooms are given back and nobody raises it, neither we nor Harvester's
+  resourcequota controller. (Given back to Harvester while we still plan it, its raises and our
+  plan's lowering would fight.) Only a controller without adoption hands quotas back.
+- Our marker without the skip annotation (someone removed or changed that) is stale: it goes,
+  so that an administrator's later skip annotation is never taken for ours.
 """
 
 from __future__ import annotations
@@ -70,14 +73,16 @@ def adoption_changes(
     ``adopt``: the controller adopts (its option); ``paused``: raising is paused here;
     ``holds_room``: the plan holds room for a migration. An administrator's skip annotation
     (`recorded.skip_auto_scaling`) is never adopted."""
-    keeps_adopted = recorded.adopted and holds_room and not paused
-    if (adopt and not paused and not recorded.skip_auto_scaling) or keeps_adopted:
+    keeps_adopted = recorded.adopted and (holds_room or paused)
+    if (adopt and not recorded.skip_auto_scaling) or keeps_adopted:
         return AdoptionChanges(
             wanted=dict(ADOPTION_ANNOTATIONS),
             keep=harvesters_live_keys(current, migrations, vmis),
         )
     if recorded.adopted:
         return AdoptionChanges(remove=tuple(sorted(ADOPTION_ANNOTATIONS)))
+    if ANNOTATION_ADOPTED in current:
+        return AdoptionChanges(remove=(ANNOTATION_ADOPTED,))
     return AdoptionChanges()
 
 

@@ -153,7 +153,10 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
             snapshot.quota,
             mode=snapshot.mode,
             rooms_held=bool(recorded.migrating_keys) or room_plan.holds_room,
-            recorded_rooms=recorded.migrating_total(),
+            # Room keys of ours only: Harvester records its UID key in a namespace without
+            # Rancher's annotation too, but raises only from that annotation (v1.8.2), so a
+            # standalone quota's spec.hard never holds the room of its UID keys.
+            recorded_rooms=resources.total(list(recorded.name_keyed.values())),
         )
     except BaseError as error:
         return QuotaPlan(managed=False, warnings=[*warnings, str(error)], rooms=room_plan)

@@ -36,7 +36,10 @@ from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
 from ...generic.rest import FIELD_MANAGER
 from ...generic.store import strip_unread_fields
-from ..annotations import ANNOTATION_MIGRATING_UID_PREFIX
+from ..annotations import (
+    ANNOTATION_MIGRATING_UID_PREFIX,
+    ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
+)
 from ..quantity import Quantity
 from ..resources import ResourceList
 from .plan import MIGRATING_PREFIX
@@ -128,9 +131,12 @@ class ForeignWrite:
 
 
 def is_plan_annotation(key: str) -> bool:
-    """Whether a plan writes the annotation (Harvester's UID keys aside: see the docstring)."""
+    """Whether a plan writes the annotation (Harvester's UID keys aside: see the docstring):
+    the room keys, ours, and Harvester's skip annotation (an adopted quota carries it)."""
     if key.startswith(ANNOTATION_MIGRATING_UID_PREFIX):
         return False
+    if key == ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING:
+        return True
     return key.startswith((MIGRATING_PREFIX, OUR_ANNOTATION_PREFIX))
 
 

@@ -55,9 +55,11 @@ kubevirt.controllerServiceAccount in kubevirt and harvester-system. Then:
 {{/* Whether the controller adopts quotas from Harvester's own controllers (run
 --adopt-harvester-quotas): controller.adoptHarvesterQuotas "true" or "false", or "auto" (the
 default): on Harvester's layout, KubeVirt in harvester-system, where Harvester's migration and
-resourcequota controllers always run beside us. */}}
+resourcequota controllers always run beside us. Unset (a `helm upgrade --reuse-values` from a
+release without the value) is auto. */}}
 {{- define "hq.adoptHarvesterQuotas" -}}
-{{- $value := toString .Values.controller.adoptHarvesterQuotas -}}
+{{- $given := .Values.controller.adoptHarvesterQuotas -}}
+{{- $value := ternary "auto" (toString $given) (kindIs "invalid" $given) -}}
 {{- if eq $value "auto" -}}
   {{- eq (include "hq.kubevirtNamespace" .) "harvester-system" -}}
 {{- else if has $value (list "true" "false") -}}
