@@ -288,19 +288,31 @@ def load(kubeconfig: str | Path | None = None, context: str | None = None) -> Cl
     try:
         if in_cluster:
             return load_in_cluster()
-        kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=config_file, context=context, client_configuration=configuration
-        )
-        return _from_kubernetes_configuration(
-            configuration,
-            f"kubeconfig {config_file}",
-            _kubeconfig_token_file(config_file, context),
-        )
+        try:
+            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=config_file, context=context, client_configuration=configuration
+            )
+            return _from_kubernetes_configuration(
+                configuration,
+                f"kubeconfig {config_file}",
+                _kubeconfig_token_file(config_file, context),
+            )
+        finally:
+            _remove_key_copies(kube_config)
     except (kube_config.ConfigException, OSError, ValueError) as error:
         where = "the in-cluster service account" if in_cluster else config_file
         raise ConfigError(
             f"cannot load the API server configuration from {where}: {error}"
         ) from error
+
+
+def _remove_key_copies(kube_config: Any) -> None:
+    """Removes the files the `kubernetes` package wrote a kubeconfig's embedded data to
+    (certificate-authority-data, client-certificate-data, client-key-data: a copy of the private
+    key in the temporary folder), once our TLS context holds them: the package removes them only
+    when the interpreter exits normally, so a process killed, or a test session, left private
+    keys behind in /tmp. Its cache of those files goes with them (a later load writes afresh)."""
+    kube_config.kube_config._cleanup_temp_files()
 
 
 def _configuration_without_proxy() -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import yaml
 from harvester_quota.generic import config
 from harvester_quota.generic.rest import proxy_and_headers
 from harvester_quota.main import main
+from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy")
 
@@ -145,3 +147,26 @@ def test_explain_without_a_namespace_or_with_two_is_a_usage_error(
     assert "a namespace is needed" in capsys.readouterr().err
     assert main(["explain", "a", "-n", "b", "--kubeconfig", path]) == 2
     assert "two namespaces" in capsys.readouterr().err
+
+
+def test_a_kubeconfigs_embedded_key_leaves_no_copy_in_the_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `kubernetes` package copies embedded certificate data (the client's private key too)
+    to temporary files and removes them only at a clean interpreter exit: a killed process left
+    private keys in /tmp. Once loaded, none is left, and a second load still works."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    pair = CertificateAuthority.create().issue("someone", client=True)
+    path = kubeconfig(tmp_path, "https://10.0.0.1:6443")
+    document = yaml.safe_load(path.read_text())
+    document["users"][0]["user"] = {
+        "client-certificate-data": base64.b64encode(pair.cert_pem).decode(),
+        "client-key-data": base64.b64encode(pair.key_pem).decode(),
+    }
+    path.write_text(yaml.safe_dump(document))
+    for _ in range(2):
+        loaded = config.load(path)
+        assert loaded.ssl_context is not None
+        assert list(temporary.iterdir()) == []
