@@ -194,3 +194,48 @@ async def test_harvesters_controllers_restarted_mid_migration_neither_stall_nor_
         assert counted.harvester_errors == {"ns": 0}, counted
         ours = counted.writes["ns"].get("harvester-quota", {}).get("accepted", 0)
         assert ours <= 1 + 2, counted.writes
+
+
+async def test_uninstalled_mid_migration_the_quota_is_given_back_only_after_the_room(
+    harvester_api: ApiClient, harvester_kubevirt_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    """The uninstall's first step taken while a migration holds room: the controller without
+    adoption keeps the quota adopted until the room is released (given back under a standing
+    room, Harvester's resourcequota controller would add our room key to its own and raise
+    twice), the migration completes with its target admitted, then the quota is Harvester's
+    again at its base, and Harvester never set spec.hard meanwhile."""
+    cluster = harvester_kubevirt_cluster
+    async with harvester_api as api, fresh_namespace_async(api, "uninstall") as namespace:
+        tenant, kubevirt = await full_rancher_namespace(api, cluster, namespace)
+        async with kubevirt:
+            async with deployed(
+                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
+            ):
+                spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=15)
+                assert (await kubevirt.create_vm(spec)).started
+                name = await kubevirt.migrate("vm1")
+
+                async def raised_and_adopted() -> bool:
+                    quota = await tenant.quota()
+                    return quota["spec"]["hard"] != V170_HARD and adopted(quota)
+
+                await eventually(raised_and_adopted, what="the room raised on the adopted quota")
+            after = tmp_path / "after"
+            after.mkdir()
+            async with deployed(api, cluster, namespace, after, VIRT_CONTROLLER_USER) as logs:
+                quota = await tenant.quota()
+                record = kubevirt.records.get(namespace, name)
+                if record is None or not record.done:
+                    assert adopted(quota), "still adopted while the room stands"
+                record = await kubevirt.wait_migration(name, timeout=180)
+                assert record.outcome is Outcome.SUCCEEDED and record.refusals == 0, (
+                    record.as_dict()
+                )
+
+                async def given_back() -> bool:
+                    quota = await tenant.quota()
+                    return quota["spec"]["hard"] == V170_HARD and not adopted(quota)
+
+                await eventually(given_back, what="the quota given back at its base")
+            assert_no_refusal_logged(logs)
+        assert not harvester_wrote_hard(await tenant.quota()), "Harvester never set spec.hard"
