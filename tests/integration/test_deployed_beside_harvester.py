@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.meta import annotations_of
-from harvester_quota.generic.resource import Object
+from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.testbench.localcluster.binaries import HARVESTER_CONTROLLERS
 from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER
@@ -239,3 +239,38 @@ async def test_uninstalled_mid_migration_the_quota_is_given_back_only_after_the_
                 await eventually(given_back, what="the quota given back at its base")
             assert_no_refusal_logged(logs)
         assert not harvester_wrote_hard(await tenant.quota()), "Harvester never set spec.hard"
+
+
+async def test_an_administrators_skip_annotation_beside_harvester_is_left_to_the_administrator(
+    harvester_api: ApiClient, harvester_kubevirt_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    """An administrator's skip annotation (without our marker) opts the quota out of both
+    controllers: it is never adopted, nobody raises it for a migration (one with room to spare
+    here, so it completes), and Harvester logs nothing about it."""
+    cluster = harvester_kubevirt_cluster
+    async with harvester_api as api, fresh_namespace_async(api, "skip") as namespace:
+        tenant = KubeVirtByHand(api, namespace)
+        roomy = {"limitsCpu": "8000m", "limitsMemory": "20Gi"}
+        await tenant.set_rancher_base(roomy)
+        quota = await tenant.create_quota({"limits.cpu": "8", "limits.memory": "20Gi"})
+        skip = {"metadata": {"annotations": {ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: "true"}}}
+        await api.patch(RESOURCE_QUOTAS, quota["metadata"]["name"], skip, namespace)
+        kubevirt = driver(api, cluster, namespace)
+        marks = WriterMarks.take(cluster)
+        assert marks is not None
+        async with (
+            deployed(
+                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
+            ) as logs,
+            kubevirt,
+        ):
+            assert (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).started
+            await migrate(kubevirt)
+        final = await tenant.quota()
+        assert final["spec"]["hard"] == {"limits.cpu": "8", "limits.memory": "20Gi"}
+        assert annotations_of(final).get(ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING) == "true"
+        assert ANNOTATION_ADOPTED not in annotations_of(final)
+        assert_no_refusal_logged(logs)
+        counted = marks.count({"ns": namespace})
+        assert counted.harvester_errors == {"ns": 0}, counted
+        assert counted.writes.get("ns", {}).get("harvester-quota", {}).get("accepted", 0) == 0

@@ -106,6 +106,11 @@ def test_an_administrators_skip_annotation_is_never_adopted() -> None:
     assert ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING not in plan.remove_annotations
 
 
+def test_beside_harvester_its_uid_key_stays_on_an_administrators_opted_out_quota() -> None:
+    plan = plan_quota(taken({**ADMINS_SKIP, uid_key(): HARVESTERS_ROOM}, adopt=True))
+    assert uid_key() not in plan.remove_annotations
+
+
 def test_the_marker_without_the_skip_annotation_adopts_nothing_by_itself() -> None:
     recorded = parse_migration_annotations({ANNOTATION_ADOPTED: "true"})
     assert not recorded.adopted and not recorded.skip_auto_scaling

@@ -15,6 +15,8 @@ own code (the closing numbers are in docs/design.md):
   deletes that key and the VM's name key. Its UID key of a migration still running is left
   where it is (stripping it only made it write it again), and it counts in no plan of ours.
 - Without the marker the skip annotation is an administrator's opt-out, as before: never adopted.
+  Beside Harvester (adoption on) its live UID keys stay there too: the quota is left to the
+  administrator, and stripping them only made Harvester's migration controller write again.
 - A controller started without adoption gives an adopted quota back once no migration holds
   room in it: both annotations go in the write that brings it to its base, so Harvester's
   resourcequota controller owns it again and finds nothing to add (given back while a room
@@ -74,16 +76,15 @@ def adoption_changes(
     ``holds_room``: the plan holds room for a migration. An administrator's skip annotation
     (`recorded.skip_auto_scaling`) is never adopted."""
     keeps_adopted = recorded.adopted and (holds_room or paused)
+    beside_harvester = adopt or keeps_adopted
+    keep = harvesters_live_keys(current, migrations, vmis) if beside_harvester else frozenset()
     if (adopt and not recorded.skip_auto_scaling) or keeps_adopted:
-        return AdoptionChanges(
-            wanted=dict(ADOPTION_ANNOTATIONS),
-            keep=harvesters_live_keys(current, migrations, vmis),
-        )
+        return AdoptionChanges(wanted=dict(ADOPTION_ANNOTATIONS), keep=keep)
     if recorded.adopted:
-        return AdoptionChanges(remove=tuple(sorted(ADOPTION_ANNOTATIONS)))
+        return AdoptionChanges(remove=tuple(sorted(ADOPTION_ANNOTATIONS)), keep=keep)
     if ANNOTATION_ADOPTED in current:
-        return AdoptionChanges(remove=(ANNOTATION_ADOPTED,))
-    return AdoptionChanges()
+        return AdoptionChanges(remove=(ANNOTATION_ADOPTED,), keep=keep)
+    return AdoptionChanges(keep=keep)
 
 
 def harvesters_live_keys(
