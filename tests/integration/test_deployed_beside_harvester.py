@@ -15,6 +15,8 @@ behaviour is back: alone, its controllers raise the quota for the next migration
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,32 @@ async def full_rancher_namespace(
     return tenant, driver(api, cluster, namespace)
 
 
+@contextlib.asynccontextmanager
+async def adopting(
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
+    kubevirt: VirtControllerDriver,
+) -> AsyncIterator[tuple[Path, Path]]:
+    """Our controller (adopting) and webhook deployed for `namespace`, and KubeVirt's node side,
+    for the block; yields the two processes' logs."""
+    async with (
+        deployed(
+            api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
+        ) as logs,
+        kubevirt,
+    ):
+        yield logs
+
+
+def audit_marks(cluster: ClusterInfo) -> WriterMarks:
+    """The audit log and Harvester's log, marked now."""
+    marks = WriterMarks.take(cluster)
+    assert marks is not None and marks.harvester_log is not None
+    return marks
+
+
 def harvester_wrote_hard(quota: Object) -> list[str]:
     """The managedFields entries of Harvester's controllers (their client's field manager,
     from the binary's name) that own some of spec.hard: a raise or lowering of theirs."""
@@ -110,14 +138,8 @@ async def test_deployed_beside_harvesters_controllers_adopts_silences_them_and_g
             quota = await tenant.quota()
             return quota["spec"]["hard"] == V170_HARD and adopted(quota) is adoption
 
-        marks = WriterMarks.take(cluster)
-        assert marks is not None and marks.harvester_log is not None
-        async with (
-            deployed(
-                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
-            ) as logs,
-            kubevirt,
-        ):
+        marks = audit_marks(cluster)
+        async with adopting(api, cluster, namespace, tmp_path, kubevirt) as logs:
             await eventually(lambda: quota_at_base(adoption=True), what="the quota adopted")
             assert (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).started
             for _ in range(MIGRATIONS):
@@ -160,14 +182,8 @@ async def test_harvesters_controllers_restarted_mid_migration_neither_stall_nor_
     cluster = harvester_kubevirt_cluster
     async with harvester_api as api, fresh_namespace_async(api, "restart") as namespace:
         tenant, kubevirt = await full_rancher_namespace(api, cluster, namespace)
-        marks = WriterMarks.take(cluster)
-        assert marks is not None
-        async with (
-            deployed(
-                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
-            ) as logs,
-            kubevirt,
-        ):
+        marks = audit_marks(cluster)
+        async with adopting(api, cluster, namespace, tmp_path, kubevirt) as logs:
             spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=8)
             assert (await kubevirt.create_vm(spec)).started
             name = await kubevirt.migrate("vm1")
@@ -256,14 +272,8 @@ async def test_an_administrators_skip_annotation_beside_harvester_is_left_to_the
         skip = {"metadata": {"annotations": {ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: "true"}}}
         await api.patch(RESOURCE_QUOTAS, quota["metadata"]["name"], skip, namespace)
         kubevirt = driver(api, cluster, namespace)
-        marks = WriterMarks.take(cluster)
-        assert marks is not None
-        async with (
-            deployed(
-                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
-            ) as logs,
-            kubevirt,
-        ):
+        marks = audit_marks(cluster)
+        async with adopting(api, cluster, namespace, tmp_path, kubevirt) as logs:
             assert (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).started
             await migrate(kubevirt)
         final = await tenant.quota()
