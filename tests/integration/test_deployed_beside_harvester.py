@@ -284,3 +284,39 @@ async def test_an_administrators_skip_annotation_beside_harvester_is_left_to_the
         counted = marks.count({"ns": namespace})
         assert counted.harvester_errors == {"ns": 0}, counted
         assert counted.writes.get("ns", {}).get("harvester-quota", {}).get("accepted", 0) == 0
+
+
+async def test_the_documented_uninstall_steps_mid_migration_leave_every_quota_at_its_base(
+    harvester_api: ApiClient, harvester_kubevirt_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    """docs/operations.md's uninstall (the global switch on, adoption off) while a migration
+    holds room: the room and the adoption go at once, the quota is Harvester's at its base, and
+    stays so with our controller still running."""
+    cluster = harvester_kubevirt_cluster
+    async with harvester_api as api, fresh_namespace_async(api, "steps") as namespace:
+        tenant, kubevirt = await full_rancher_namespace(api, cluster, namespace)
+        async with kubevirt:
+            async with deployed(
+                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
+            ):
+                spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=15)
+                assert (await kubevirt.create_vm(spec)).started
+                await kubevirt.migrate("vm1")
+
+                async def raised_and_adopted() -> bool:
+                    quota = await tenant.quota()
+                    return quota["spec"]["hard"] != V170_HARD and adopted(quota)
+
+                await eventually(raised_and_adopted, what="the room raised on the adopted quota")
+            after = tmp_path / "after"
+            after.mkdir()
+            paused = ("--paused",)
+            async with deployed(
+                api, cluster, namespace, after, VIRT_CONTROLLER_USER, controller_flags=paused
+            ):
+
+                async def given_back() -> bool:
+                    quota = await tenant.quota()
+                    return quota["spec"]["hard"] == V170_HARD and not adopted(quota)
+
+                await eventually(given_back, what="the room and the adoption given back")

@@ -182,3 +182,19 @@ def test_a_standalone_quotas_first_base_is_not_lowered_by_harvesters_uid_key() -
     plan = plan_quota(standalone)
     assert plan.base is not None
     assert {key: str(value) for key, value in plan.base.hard.items()} == V170_HARD
+
+
+def test_paused_without_adoption_the_quota_is_given_back_with_its_rooms() -> None:
+    """The uninstall's steps (paused, adoption off): every room and the adoption go in one
+    write, whatever migration runs."""
+    paused = taken(
+        {**ADOPTED, adopted_migrating_vm_annotation_key("vm1"): ROOM},
+        adopt=False,
+        raised=True,
+        namespace=labelled("true"),
+    )
+    plan = plan_quota(paused)
+    assert plan.hard == V170_HARD
+    assert {ANNOTATION_ADOPTED, ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING} <= set(
+        plan.remove_annotations
+    )

@@ -23,9 +23,10 @@ own code (the closing numbers are in docs/design.md):
   stood, that controller would add our room key to its own and raise twice). That is the
   uninstall procedure's first step (docs/operations.md, "On Harvester").
 - A namespace whose raising is paused (its opt-out label, or ``run --paused``) keeps its quota
-  adopted: its rooms are given back and nobody raises it, neither we nor Harvester's
-  resourcequota controller. (Given back to Harvester while we still plan it, its raises and our
-  plan's lowering would fight.) Only a controller without adoption hands quotas back.
+  adopted while adoption is on: its rooms are given back and nobody raises it, neither we nor
+  Harvester's resourcequota controller. (Given back to Harvester while we still plan it, its
+  raises and our plan's lowering would fight.) Only a controller without adoption hands quotas
+  back; paused and without adoption (the uninstall's steps), it does so at once.
 - Our marker without the skip annotation (someone removed or changed that) is stale: it goes,
   so that an administrator's later skip annotation is never taken for ours.
 """
@@ -63,7 +64,6 @@ class AdoptionChanges:
 def adoption_changes(
     *,
     adopt: bool,
-    paused: bool,
     holds_room: bool,
     recorded: MigrationAnnotations,
     current: Mapping[str, str],
@@ -72,10 +72,12 @@ def adoption_changes(
 ) -> AdoptionChanges:
     """The annotation changes adoption asks of a managed quota.
 
-    ``adopt``: the controller adopts (its option); ``paused``: raising is paused here;
-    ``holds_room``: the plan holds room for a migration. An administrator's skip annotation
+    ``adopt``: the controller adopts (its option); ``holds_room``: the plan holds room for a
+    migration (never when raising is paused here: its rooms are given back). An administrator's skip annotation
     (`recorded.skip_auto_scaling`) is never adopted."""
-    keeps_adopted = recorded.adopted and (holds_room or paused)
+    # Paused with adoption on, the first branch keeps it adopted; paused without (the uninstall
+    # steps), no room stands, so it is given back.
+    keeps_adopted = recorded.adopted and holds_room
     beside_harvester = adopt or keeps_adopted
     keep = harvesters_live_keys(current, migrations, vmis) if beside_harvester else frozenset()
     if (adopt and not recorded.skip_auto_scaling) or keeps_adopted:

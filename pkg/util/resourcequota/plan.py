@@ -201,7 +201,6 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     plan.hard = _full_hard(snapshot.quota, base, managed_hard)
     adoption = adoption_changes(
         adopt=snapshot.adopt_harvester,
-        paused=paused is not None,
         holds_room=bool(rooms.rooms),
         recorded=recorded,
         current=annotations_of(snapshot.quota),
