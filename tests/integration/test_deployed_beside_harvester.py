@@ -212,6 +212,30 @@ async def test_harvesters_controllers_restarted_mid_migration_neither_stall_nor_
         assert ours <= 1 + 2, counted.writes
 
 
+async def migrating_on_an_adopted_quota(
+    api: ApiClient,
+    cluster: ClusterInfo,
+    tenant: KubeVirtByHand,
+    kubevirt: VirtControllerDriver,
+    tmp_path: Path,
+) -> str:
+    """vm1 started and migrating (15 s) under our adopting controller, until its room stands on
+    the adopted quota; the controller is stopped then, the migration goes on. Its name."""
+    async with deployed(
+        api, cluster, tenant.namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
+    ):
+        spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=15)
+        assert (await kubevirt.create_vm(spec)).started
+        name = await kubevirt.migrate("vm1")
+
+        async def raised_and_adopted() -> bool:
+            quota = await tenant.quota()
+            return quota["spec"]["hard"] != V170_HARD and adopted(quota)
+
+        await eventually(raised_and_adopted, what="the room raised on the adopted quota")
+    return name
+
+
 async def test_uninstalled_mid_migration_the_quota_is_given_back_only_after_the_room(
     harvester_api: ApiClient, harvester_kubevirt_cluster: ClusterInfo, tmp_path: Path
 ) -> None:
@@ -224,18 +248,7 @@ async def test_uninstalled_mid_migration_the_quota_is_given_back_only_after_the_
     async with harvester_api as api, fresh_namespace_async(api, "uninstall") as namespace:
         tenant, kubevirt = await full_rancher_namespace(api, cluster, namespace)
         async with kubevirt:
-            async with deployed(
-                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
-            ):
-                spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=15)
-                assert (await kubevirt.create_vm(spec)).started
-                name = await kubevirt.migrate("vm1")
-
-                async def raised_and_adopted() -> bool:
-                    quota = await tenant.quota()
-                    return quota["spec"]["hard"] != V170_HARD and adopted(quota)
-
-                await eventually(raised_and_adopted, what="the room raised on the adopted quota")
+            name = await migrating_on_an_adopted_quota(api, cluster, tenant, kubevirt, tmp_path)
             after = tmp_path / "after"
             after.mkdir()
             async with deployed(api, cluster, namespace, after, VIRT_CONTROLLER_USER) as logs:
@@ -296,18 +309,7 @@ async def test_the_documented_uninstall_steps_mid_migration_leave_every_quota_at
     async with harvester_api as api, fresh_namespace_async(api, "steps") as namespace:
         tenant, kubevirt = await full_rancher_namespace(api, cluster, namespace)
         async with kubevirt:
-            async with deployed(
-                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
-            ):
-                spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=15)
-                assert (await kubevirt.create_vm(spec)).started
-                await kubevirt.migrate("vm1")
-
-                async def raised_and_adopted() -> bool:
-                    quota = await tenant.quota()
-                    return quota["spec"]["hard"] != V170_HARD and adopted(quota)
-
-                await eventually(raised_and_adopted, what="the room raised on the adopted quota")
+            await migrating_on_an_adopted_quota(api, cluster, tenant, kubevirt, tmp_path)
             after = tmp_path / "after"
             after.mkdir()
             paused = ("--paused",)
