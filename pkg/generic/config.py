@@ -311,8 +311,14 @@ def _remove_key_copies(kube_config: Any) -> None:
     (certificate-authority-data, client-certificate-data, client-key-data: a copy of the private
     key in the temporary folder), once our TLS context holds them: the package removes them only
     when the interpreter exits normally, so a process killed, or a test session, left private
-    keys behind in /tmp. Its cache of those files goes with them (a later load writes afresh)."""
-    kube_config.kube_config._cleanup_temp_files()
+    keys behind in /tmp. Its cache of those files goes with them (a later load writes afresh).
+    A release of the package without that (private) function leaves them, as before, rather than
+    failing the load."""
+    cleanup = getattr(kube_config.kube_config, "_cleanup_temp_files", None)
+    if callable(cleanup):
+        cleanup()
+    else:
+        log.debug("the kubernetes package has no _cleanup_temp_files: its temporary files stay")
 
 
 def _configuration_without_proxy() -> Any:

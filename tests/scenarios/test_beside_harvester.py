@@ -23,6 +23,7 @@ from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.scenario import report
 from harvester_quota.testbench.scenario.runner import ScenarioRun
 from harvester_quota.testbench.scenario.schema import load
+from harvester_quota.testbench.scenario.writers import identity_totals
 
 from tests.integration.conftest import admin_config
 from tests.scenarios.test_scenarios import SCENARIOS, runs_on_real_kubevirt
@@ -77,14 +78,10 @@ async def run(name: str, strategy: str, request: pytest.FixtureRequest, tmp_path
 
 
 def totals(result: dict[str, Any], identity: str) -> dict[str, int]:
-    """An identity's quota and namespace writes in the run, accepted and refused."""
+    """An identity's quota writes in the run, accepted and refused (from the audit log)."""
     writers = result["writers"]
     assert writers is not None and writers["unavailable"] is None, writers
-    total = {"accepted": 0, "refused": 0}
-    for per_identity in writers["writes_by_identity"].values():
-        for key in total:
-            total[key] += per_identity.get(identity, {}).get(key, 0)
-    return total
+    return identity_totals(writers["writes_by_identity"], identity)
 
 
 @pytest.mark.parametrize("name", HARVESTER_SHOWS)

@@ -406,6 +406,17 @@ def test_the_interval_forgets_ended_keys_first_and_stays_bounded() -> None:
     assert interval.admit("a") == 0  # forgotten: its interval had ended, its count with it
 
 
+def test_past_the_bound_the_key_admitted_longest_ago_goes_even_within_its_interval() -> None:
+    clock = FakeClock()
+    interval = PerKeyInterval(clock, 60.0, max_keys=2)
+    assert interval.admit("a") == 0 and interval.admit("b") == 0
+    assert interval.admit("b") is None  # counted, not moved
+    assert interval.admit("c") == 0  # three keys: "a", admitted longest ago, goes
+    assert interval.admit("b") is None and interval.admit("a") == 0
+    clock.step(60)
+    assert interval.admit("c") == 0, "c's interval ended with nothing refused"
+
+
 def test_the_manager_label_is_normalised_and_capped_with_an_other_bucket() -> None:
     capped = CappedLabelValues(3)
     assert capped("kubectl-edit") == "kubectl-edit"

@@ -65,9 +65,9 @@ class Judge(Protocol):
 
 class PerKeyInterval:
     """At most one admission per key per `interval` seconds of `clock`; the refused ones are
-    counted and handed to the next admission of the key. Bounded to `max_keys` keys: a key whose
-    interval ended is forgotten first (an admission then is as if it were new), and past that
-    the oldest, with the count it held."""
+    counted and handed to the next admission of the key. Bounded to `max_keys` keys: past that
+    the key admitted longest ago is forgotten (with the count it held; one whose interval ended
+    is older than any whose did not), and an admission of it then is as if it were new."""
 
     def __init__(self, clock: Clock, interval: float, max_keys: int = MAX_QUOTAS) -> None:
         self.clock = clock
@@ -86,14 +86,13 @@ class PerKeyInterval:
             return None
         self._last[key] = (now, 0)
         self._last.move_to_end(key)
-        self._trim(now)
+        self._trim()
         return 0 if last is None else last[1]
 
-    def _trim(self, now: float) -> None:
-        if len(self._last) <= self.max_keys:
-            return
-        for key in [k for k, (when, _) in self._last.items() if now - when >= self.interval]:
-            del self._last[key]
+    def _trim(self) -> None:
+        """Keys are in the order of their last admission (`admit` moves an admitted key to the
+        end), so the first is the oldest: those whose interval ended go before any other, each
+        in O(1), never a scan of every key."""
         while len(self._last) > self.max_keys:
             self._last.popitem(last=False)
 

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from ...util import resources
 from ...util.quantity import Quantity
 from .runner import ScenarioRun
+from .writers import identity_totals
 
 PIPE_INTERVAL = 5.0
 
@@ -112,19 +113,13 @@ def summary_row(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def writers_summary(writers: dict[str, Any] | None) -> dict[str, str]:
-    """Everyone's quota and namespace writes from the audit log (writers.py), summed over the
+    """Everyone's quota writes from the audit log (writers.py), summed over the
     run's namespaces: ours, and Harvester's accepted/refused and error lines; "n/a" where the
     cluster keeps no audit log."""
     if not writers or writers.get("unavailable"):
         return dict.fromkeys(("our_writes", "harvester_writes", "harvester_errors"), "n/a")
-    counts: dict[str, dict[str, int]] = {}
-    for per_identity in writers["writes_by_identity"].values():
-        for identity, outcome in per_identity.items():
-            total = counts.setdefault(identity, {"accepted": 0, "refused": 0})
-            for key in total:
-                total[key] += outcome[key]
-    ours = counts.get("harvester-quota", {"accepted": 0, "refused": 0})
-    theirs = counts.get("harvester", {"accepted": 0, "refused": 0})
+    ours = identity_totals(writers["writes_by_identity"], "harvester-quota")
+    theirs = identity_totals(writers["writes_by_identity"], "harvester")
     errors = sum(writers["harvester_error_lines"].values())
     return {
         "our_writes": f"{ours['accepted']} / {ours['refused']}",

@@ -9,6 +9,7 @@ would be installed on a Harvester; the audit log then counts both (writers.py).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 from collections import Counter
@@ -258,7 +259,7 @@ class HarvesterRealStrategy:
         return Counter()
 
     async def start(self) -> None:
-        if lease_holder(self.cluster.rest()) is None:
+        if await asyncio.to_thread(lease_holder, self.cluster.rest()) is None:
             raise RuntimeError(
                 "Harvester's controllers do not hold their Lease: they are not running"
             )

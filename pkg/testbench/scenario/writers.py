@@ -137,6 +137,18 @@ def writes_by_identity(
     return {name: _by_identity(counter) for name, counter in counts.items()}
 
 
+def identity_totals(
+    writes: Mapping[str, Mapping[str, Mapping[str, int]]], identity: str
+) -> dict[str, int]:
+    """One identity's writes summed over the run's namespaces (a report's
+    `writes_by_identity`): {"accepted": n, "refused": n}."""
+    total = {"accepted": 0, "refused": 0}
+    for per_identity in writes.values():
+        for key in total:
+            total[key] += per_identity.get(identity, {}).get(key, 0)
+    return total
+
+
 def _by_identity(counter: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:
     table: dict[str, dict[str, int]] = {}
     for (identity, outcome), count in sorted(counter.items()):

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ...generic.meta import metadata
+from ...generic.meta import metadata, spec
 from ...generic.resource import Object
 from ..annotations import (
     ANNOTATION_ADOPTED,
@@ -96,7 +96,7 @@ def harvesters_live_keys(
     ``migrations`` (the namespace's unfinished ones, as the plan reads them)."""
     uids = set()
     for migration in migrations:
-        vmi = vmis.get(str((migration.get("spec") or {}).get("vmiName", "")))
+        vmi = vmis.get(str(spec(migration).get("vmiName", "")))
         uid = metadata(vmi).get("uid")
         if uid:
             uids.add(ANNOTATION_MIGRATING_UID_PREFIX + str(uid))
