@@ -32,6 +32,7 @@ from ..util.resourcequota.base import Mode
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
+from .harvesterupgrade import note_upgrade_outcomes
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
 from .report import Action, Blocker, PreflightReport, Step, VmVerdict
 from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
@@ -66,6 +67,9 @@ class ClusterState:
     projects: Sequence[Object] = ()
     harvester_ratio_setting: Object | None = None
     kubevirt_version: str | None = None
+    harvester: bool = False
+    """Whether this is a Harvester cluster (its Settings are served): an `upgrade` then says
+    what Harvester's own upgrade does with each VM (harvesterupgrade.py)."""
 
 
 @dataclass
@@ -243,8 +247,11 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
         if plan.operation == "upgrade"
         else [list(plan.nodes)]
     )
+    vmis = dict(cluster.running)
     for drained in steps:
         step = _step(cluster, drained)
+        if plan.operation == "upgrade" and state.harvester:
+            note_upgrade_outcomes(step.vms, vmis, state.nodes)
         movers = [
             Mover(vm.key, vm.node, vm.memory_bytes)
             for vm in step.vms

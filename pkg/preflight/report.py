@@ -19,6 +19,10 @@ Action = Literal["migrate", "shutdown", "blocks-drain", "external"]
 VM's runStrategy may restart it elsewhere); refuse the launcher's eviction so the drain hangs
 (LiveMigrate on a VMI that cannot migrate); or leave it to an external controller."""
 Cause = Literal["not-migratable", "quota", "node-fit"]
+UPGRADE_MIGRATES: Final = "live-migrates"
+UPGRADE_SHUTS_DOWN: Final = "shut-down"
+UPGRADE_STALLS: Final = "stalls-pre-drain"
+"""What Harvester's upgrade does with a VM (harvesterupgrade.py)."""
 
 
 @dataclass
@@ -67,6 +71,11 @@ class VmVerdict:
     wave: int | None = None
     blockers: list[Blocker] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    harvester_upgrade: str = ""
+    """On a Harvester cluster's `upgrade`: what Harvester's upgrade does with the VM
+    (preflight/harvesterupgrade.py: live-migrates, shut-down, stalls-pre-drain); else empty."""
+    harvester_upgrade_says: str = ""
+    """That outcome as a sentence naming the node and the cause."""
 
     @property
     def key(self) -> str:
@@ -110,8 +119,13 @@ class PreflightReport:
         return [vm for vm in self.vms if vm.blocked]
 
     @property
+    def stalls_harvester_upgrade(self) -> list[VmVerdict]:
+        """The VMs for which Harvester's upgrade would wait for good (a Harvester `upgrade`)."""
+        return [vm for vm in self.vms if vm.harvester_upgrade == UPGRADE_STALLS]
+
+    @property
     def blocks(self) -> bool:
-        return bool(self.blocked)
+        return bool(self.blocked) or bool(self.stalls_harvester_upgrade)
 
     @property
     def estimated_seconds(self) -> float:
