@@ -43,6 +43,7 @@ UTIL_LAYERS: dict[str, float] = {
     f"{UTIL}.kubevirtversion": 3.1,
     f"{UTIL}.screen": 3.1,
     f"{UTIL}.migrationlimits": 3.1,
+    f"{UTIL}.migrationpriority": 3.1,
     f"{UTIL}.annotations": 3.2,
     f"{UTIL}.podusage": 3.2,
     f"{UTIL}.overhead": 3.2,

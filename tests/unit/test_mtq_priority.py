@@ -1,0 +1,71 @@
+"""Scarce MTQ budget goes to migrations in KubeVirt's priority order (issue 41, item 3):
+util/resourcequota/mtq.py `prioritized`, util/migrationpriority.py."""
+
+from __future__ import annotations
+
+from harvester_quota.util.migrationpriority import (
+    DEFAULT,
+    PRIORITIES,
+    SYSTEM_CRITICAL,
+    migration_priority,
+    priority_name,
+)
+from harvester_quota.util.resourcequota.mtq import Blocked, plan_namespace, quota_view
+
+from .test_mtq_model import POD, quota, vmmrq
+
+EVACUATION = PRIORITIES[SYSTEM_CRITICAL]
+
+
+def one_pod_of_budget() -> tuple[object, list[object]]:
+    """A full quota and a budget that lets exactly one more target pod (POD) in."""
+    full = quota_view(
+        quota("q", {"requests.memory": "2Gi", "requests.cpu": "1"}, {"requests.memory": "2Gi"})
+    )
+    return vmmrq({"requests.memory": "1Gi", "requests.cpu": "500m"}), [full]
+
+
+def test_an_evacuation_takes_a_budget_for_one_before_an_older_user_migration() -> None:
+    budget, quotas = one_pod_of_budget()
+    user = Blocked("user", "uid-user", POD, created="2026-11-26T10:00:00Z")
+    evacuation = Blocked(
+        "kubevirt-evacuation-x", "uid-evac", POD, priority=EVACUATION, created="2026-11-26T10:05:00Z"
+    )
+    plan = plan_namespace(budget, [user, evacuation], quotas)  # type: ignore[arg-type]
+    assert plan.uids == {"uid-evac": "kubevirt-evacuation-x"}, "only the evacuation's target in"
+    assert plan.waiting == {"user": ("kubevirt-evacuation-x",)}
+    assert "user" not in plan.migrations and not plan.refused
+
+
+def test_among_equals_nothing_changes_each_is_judged_alone_as_mtq_does() -> None:
+    budget, quotas = one_pod_of_budget()
+    first = Blocked("a", "uid-a", POD, created="2026-11-26T10:00:00Z")
+    second = Blocked("b", "uid-b", POD, created="2026-11-26T10:05:00Z")
+    plan = plan_namespace(budget, [first, second], quotas)  # type: ignore[arg-type]
+    assert plan.uids == {"uid-a": "a", "uid-b": "b"} and not plan.waiting
+
+
+def test_a_budget_for_both_releases_both_whatever_their_priorities() -> None:
+    full = quota_view(quota("q", {"requests.memory": "2Gi"}, {"requests.memory": "2Gi"}))
+    user = Blocked("user", "uid-user", POD)
+    evacuation = Blocked("evac", "uid-evac", POD, priority=EVACUATION)
+    plan = plan_namespace(vmmrq({"requests.memory": "2Gi"}), [user, evacuation], [full])
+    assert set(plan.uids.values()) == {"user", "evac"} and not plan.waiting
+
+
+def test_the_priority_is_kubevirts_spec_priority_and_nothing_else() -> None:
+    """A tenant's label or annotation naming a priority changes nothing: only spec.priority,
+    which virt-api and the chart's policy keep to KubeVirt's own account, is read."""
+    forged = {
+        "metadata": {
+            "labels": {"priority": SYSTEM_CRITICAL},
+            "annotations": {"kubevirt.io/priority": SYSTEM_CRITICAL},
+        },
+        "spec": {"vmiName": "vm"},
+    }
+    assert migration_priority(forged) == DEFAULT
+    assert migration_priority({"spec": {"priority": SYSTEM_CRITICAL}}) == EVACUATION
+    assert migration_priority({"spec": {"priority": "urgent-please"}}) == DEFAULT
+    assert migration_priority({"spec": {"priority": ["system-critical"]}}) == DEFAULT
+    assert migration_priority({"spec": "not a mapping"}) == DEFAULT
+    assert priority_name(EVACUATION) == SYSTEM_CRITICAL and priority_name(DEFAULT) == "default"
