@@ -10,7 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
-from harvester_quota.apis.kubevirt import KUBEVIRTS, VIRTUAL_MACHINE_INSTANCES
+from harvester_quota.apis.kubevirt import (
+    KUBEVIRTS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
@@ -152,6 +156,7 @@ def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_th
     assert bindings == {
         "harvester-quota-kubevirt-labels": ["Deny", "Audit"],
         "harvester-quota-kubevirt-status": ["Deny"],
+        "harvester-quota-kubevirt-migration-priority": ["Deny"],
         "harvester-quota-webhook-leases": ["Deny"],
         "harvester-quota-paused-label": ["Deny"],
     }
@@ -200,9 +205,9 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         answer = await deployment.apply(api, document, dry_run=True)
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
-    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, three admission
+    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, four admission
     # policies with their bindings, the paused-label policy and its binding
-    assert checked == 25
+    assert checked == 27
 
 
 def test_the_webhook_replicas_prefer_different_nodes_and_no_budget_can_block_a_drain() -> None:
@@ -623,6 +628,77 @@ async def test_harvester_layout_default_install_kubevirts_controller_passes_the_
     ]
     writers = status["spec"]["matchConditions"][0]["expression"]
     assert "'system:serviceaccount:harvester-system:kubevirt-handler'" in writers
+
+
+def prioritized_migration(name: str, priority: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"vmiName": "vm1"}
+    if priority is not None:
+        spec["priority"] = priority
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+async def priority_refused(client: ApiClient, namespace: str, migration: dict[str, Any]) -> bool:
+    try:
+        await client.create(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, migration, namespace, dry_run=True)
+    except errors.Forbidden as error:
+        return "only KubeVirt's controller may set a migration's spec.priority" in error.message
+    return False
+
+
+async def test_a_tenant_cannot_put_its_migration_ahead_of_an_evacuation_kubevirt_can(
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kubevirt-migration-priority policy, live (this cluster's migration CRD keeps every
+    field, as KubeVirt v1.7+'s keeps spec.priority): a tenant with KubeVirt's edit role may not
+    create a migration with spec.priority, nor add or change it on one it created; a migration
+    without it is the tenant's to create; KubeVirt's controller account may set it."""
+    controller = await account_client(api, cluster, "harvester-system", "kubevirt-controller")
+    rendered_for(monkeypatch, cluster)
+    await deployment.apply_rbac(api)
+    try:
+        async with (
+            deployment.running_webhook(
+                api, cluster, namespace, tmp_path, kubevirt_user=deployment.KUBEVIRT_USER
+            ),
+            tenant(api, cluster, namespace) as forger,
+        ):
+            critical = prioritized_migration("jump-the-queue", "system-critical")
+            await eventually(
+                lambda: priority_refused(forger.api, namespace, critical),
+                what="the migration-priority policy in force",
+            )
+            plain = await forger.api.create(
+                VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+                prioritized_migration("mine", None),
+                namespace,
+            )
+            assert "priority" not in plain["spec"]
+            added = {"spec": {"priority": "system-critical"}}
+            with pytest.raises(errors.Forbidden, match=r"spec\.priority"):
+                await forger.api.patch(
+                    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "mine", added, namespace
+                )
+            for lower in ("user-triggered", "system-maintenance"):
+                forged = prioritized_migration(f"forged-{lower}", lower)
+                assert await priority_refused(forger.api, namespace, forged), lower
+            evacuation = await controller.create(
+                VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+                prioritized_migration("kubevirt-evacuation-abcde", "system-critical"),
+                namespace,
+                dry_run=True,
+            )
+            assert evacuation["spec"]["priority"] == "system-critical"
+    finally:
+        await controller.close()
 
 
 async def pod_refused(client: ApiClient, namespace: str, pod: dict[str, Any]) -> bool:
