@@ -83,7 +83,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         target_creators=frozenset(args.target_creator or DEFAULT_TARGET_CREATORS),
     )
     client_auth = _client_auth(args)
-    self_signed = _self_signed(args)
+    self_signed = self_signed_options(args)
 
     from .webhook import server as webhook_server  # noqa: PLC0415 - see LAZY_IMPORTS
 
@@ -109,7 +109,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
-def _self_signed(args: argparse.Namespace) -> SelfSigned | None:
+def self_signed_options(args: argparse.Namespace) -> SelfSigned | None:
     """--self-signed-secret and its companions as the webhook's SelfSigned (None without a
     Secret name); exits with a usage error for lifetimes the policy refuses."""
     from .webhook.certkeeper import SelfSigned, parse_duration  # noqa: PLC0415 - LAZY_IMPORTS

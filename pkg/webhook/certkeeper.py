@@ -44,9 +44,11 @@ WRITE_ATTEMPTS = 3
 """Reads and writes of the Secret in one pass before it waits for the next (another replica
 winning each time is unlikely past the second)."""
 
+RETRY_FIRST = 1.0
+"""Seconds before the first retry of a failed pass (at most the policy's interval)."""
+
 MAX_BACKOFF = 30.0
-"""Longest wait between passes after failures (each failure doubles the wait from the policy's
-check interval)."""
+"""Longest wait between passes after failures (each failure doubles the wait)."""
 
 
 class CertificateKeeper:
@@ -73,6 +75,8 @@ class CertificateKeeper:
         self.configuration, self.policy, self.clock = configuration, policy, clock
         self.cert_file, self.key_file, self.changed = cert_file, key_file, changed
         self.served: Pair | None = None
+        self.published = False
+        """Whether the last pass found the configuration holding the Secret's bundle."""
 
     async def first(self) -> None:
         """Passes until one succeeds (the serving files exist then), logging each failure and
@@ -88,7 +92,12 @@ class CertificateKeeper:
             await self.clock.sleep(self._wait(failures))
 
     def _wait(self, failures: int) -> float:
-        return min(MAX_BACKOFF, self.policy.check_interval * 2.0 ** min(failures, 8))
+        """The policy's interval; after failures (or a configuration without the bundle, as
+        when it is applied after the pods), RETRY_FIRST doubling up to MAX_BACKOFF."""
+        interval = self.policy.check_interval
+        if not failures:
+            return interval
+        return min(MAX_BACKOFF, min(interval, RETRY_FIRST) * 2.0 ** min(failures - 1, 8))
 
     async def run(self) -> None:
         """Passes forever, every policy.check_interval; a failed pass is logged and retried after
@@ -97,7 +106,7 @@ class CertificateKeeper:
         while True:
             try:
                 await self.ensure()
-                failures = 0
+                failures = 0 if self.published else failures + 1
             except (errors.ApiError, OSError, ValueError) as error:
                 failures += 1
                 log.error("cannot keep the webhook's certificates current: %s", error)
@@ -107,7 +116,7 @@ class CertificateKeeper:
         """One pass: the Secret as plan says, its bundle in the configuration, then its serving
         pair in the files. True if the files were rewritten."""
         authority = await self._settle_secret()
-        published = await self.publish(authority.bundle_pem)
+        published = self.published = await self.publish(authority.bundle_pem)
         if authority.serving == self.served:
             return False
         if not published and self.served is not None:

@@ -117,10 +117,14 @@ def made_at(cert: x509.Certificate) -> datetime.datetime:
     return cert.not_valid_before_utc + BACKDATE
 
 
-def renew_at(cert: x509.Certificate) -> datetime.datetime:
-    """When RENEW_FRACTION of `cert`'s lifetime has passed."""
+def renew_at(
+    cert: x509.Certificate, lifetime: datetime.timedelta | None = None
+) -> datetime.datetime:
+    """When RENEW_FRACTION of `cert`'s lifetime has passed, or of `lifetime` if shorter (a
+    lifetime shortened by the operator takes effect on the certificates already made)."""
     made = made_at(cert)
-    return made + (cert.not_valid_after_utc - made) * RENEW_FRACTION
+    actual = cert.not_valid_after_utc - made
+    return made + min(actual, lifetime or actual) * RENEW_FRACTION
 
 
 def plan(current: Authority | None, now: datetime.datetime, policy: Policy) -> Authority:
@@ -136,7 +140,7 @@ def plan(current: Authority | None, now: datetime.datetime, policy: Policy) -> A
         return Authority(ca, (ca.cert_pem,), serving, ("made a new CA and serving certificate",))
     notes: list[str] = []
     ca = current.ca
-    if now >= renew_at(ca.cert):
+    if now >= renew_at(ca.cert, policy.ca_lifetime):
         ca = new_ca(now, policy)
         notes.append("renewed the CA; the old one stays trusted until it expires")
     bundle = _trusted(ca, current.bundle, now)
@@ -182,7 +186,7 @@ def _serving_due(
 def _serving_stale(
     cert: x509.Certificate, old_ca: bool, now: datetime.datetime, policy: Policy
 ) -> str:
-    if now >= renew_at(cert):
+    if now >= renew_at(cert, policy.cert_lifetime):
         return "the current one is due for renewal"
     if sorted(hosts_of(cert)) != sorted(policy.hosts):
         return "the host names changed"

@@ -13,12 +13,14 @@ import itertools
 import shutil
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import REAL_CLOCK
 from harvester_quota.generic.resource import Object
+from harvester_quota.main import build_parser, self_signed_options
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER
 from harvester_quota.testbench.localcluster.deploy import (
@@ -41,6 +43,7 @@ from harvester_quota.testbench.localcluster.deploy import (
     webhook_configuration as shipped_webhook_configuration,
 )
 from harvester_quota.webhook.caches import WebhookCaches
+from harvester_quota.webhook.certkeeper import CertificateKeeper, SelfSigned
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.reservations import LeaseReservations
@@ -61,6 +64,7 @@ __all__ = [  # the manifest helpers, for the tests that use them through this mo
     "documents",
     "ensure_namespace",
     "round_robin_proxy",
+    "running_self_certified_webhooks",
     "running_webhook",
     "running_webhooks",
     "webhook_configuration",
@@ -223,14 +227,20 @@ async def running_webhooks(
 
 
 def _replica(
-    client: ApiClient, workdir: Path, kubevirt_user: str, kubevirt_version: str
+    client: ApiClient,
+    workdir: Path,
+    kubevirt_user: str,
+    kubevirt_version: str,
+    *,
+    tls_dir: Path | None = None,
 ) -> tuple[WebhookCaches, WebhookServer]:
     caches = WebhookCaches(client, kubevirt_version=kubevirt_version)
     ledger = AdmissionLedger(REAL_CLOCK)
+    tls_dir = tls_dir or workdir
     server = WebhookServer(
         caches,
         identities=Identities(target_creators=frozenset({kubevirt_user})),
-        tls=ReloadingTLS(workdir / "tls.crt", workdir / "tls.key"),
+        tls=ReloadingTLS(tls_dir / "tls.crt", tls_dir / "tls.key"),
         host="127.0.0.1",
         port=0,
         client_auth=ClientAuth(workdir / CLIENT_CA, API_SERVER_CLIENT_NAMES),
@@ -241,6 +251,114 @@ def _replica(
         live=live_quotas(client),
     )
     return caches, server
+
+
+@dataclass
+class SelfCertified:
+    """Webhook replicas that make their own certificates (running_self_certified_webhooks)."""
+
+    servers: tuple[WebhookServer, ...]
+    keepers: tuple[CertificateKeeper, ...]
+    port: int
+    """The one address the configuration calls (a proxy over the replicas)."""
+
+
+@contextlib.asynccontextmanager
+async def running_self_certified_webhooks(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, workdir: Path, *, replicas: int = 2
+) -> AsyncIterator[SelfCertified]:
+    """`replicas` webhook servers as deployed with the chart's default certificate values: the
+    Secret the chart creates (empty), the configuration with no caBundle under its shipped
+    name (the one the webhook's RBAC names), each replica's certificates made and kept by a
+    CertificateKeeper built from the shipped Deployment's flags (their host name replaced by
+    127.0.0.1, where the servers listen), as the webhook's service account. The configuration
+    is narrowed to `namespace`. Everything made is deleted on exit."""
+    webhook_api = await client_as(api, cluster, "harvester-quota-webhook")
+    shutil.copyfile(webhook_client_ca(cluster), workdir / CLIENT_CA)
+    options = shipped_self_signed()
+    options = replace(options, policy=replace(options.policy, hosts=("127.0.0.1",)))
+    secret = next(
+        d
+        for d in documents()
+        if (d["kind"], d["metadata"]["name"]) == ("Secret", options.secret_name)
+    )
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(KINDS["Secret"], options.secret_name, SYSTEM_NAMESPACE)
+    await apply(api, secret)
+    replica_set: list[tuple[WebhookCaches, WebhookServer]] = []
+    keepers: list[CertificateKeeper] = []
+    tasks: list[asyncio.Future[None]] = []
+    for index in range(replicas):
+        tls_dir = workdir / f"replica-{index}"
+        tls_dir.mkdir()
+        keeper = CertificateKeeper(
+            webhook_api,
+            namespace=SYSTEM_NAMESPACE,
+            secret_name=options.secret_name,
+            configuration=options.configuration,
+            cert_file=tls_dir / "tls.crt",
+            key_file=tls_dir / "tls.key",
+            policy=options.policy,
+            clock=REAL_CLOCK,
+        )
+        keepers.append(keeper)
+    proxy: asyncio.Server | None = None
+    try:
+        # As each pod does: its first certificate, then it listens, then keeps them current.
+        await asyncio.gather(*(keeper.first() for keeper in keepers))
+        ports = []
+        for keeper in keepers:
+            caches, server = _replica(
+                webhook_api, workdir, KUBEVIRT_USER, "1.6", tls_dir=keeper.cert_file.parent
+            )
+            replica_set.append((caches, server))
+            caches.factory.start()
+            await caches.factory.wait_for_cache_sync(30)
+            ports.append(await server.start())
+            assert server.tls is not None
+            keeper.changed = server.tls.reload
+            tasks.append(asyncio.ensure_future(keeper.run()))
+        proxy = await round_robin_proxy(ports)
+        port = proxy.sockets[0].getsockname()[1]
+        configuration = shipped_webhook_configuration(
+            f"https://127.0.0.1:{port}",
+            b"",
+            {"kubernetes.io/metadata.name": namespace},
+            name=options.configuration,
+        )
+        for webhook in configuration["webhooks"]:
+            del webhook["clientConfig"]["caBundle"]  # as shipped: the replicas fill it
+        with contextlib.suppress(errors.NotFound):
+            await api.delete(KINDS["ValidatingWebhookConfiguration"], options.configuration)
+        await apply(api, configuration)
+        yield SelfCertified(tuple(s for _, s in replica_set), tuple(keepers), port)
+    finally:
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(errors.ApiError):
+            await api.delete(KINDS["ValidatingWebhookConfiguration"], options.configuration)
+        with contextlib.suppress(errors.ApiError):
+            await api.delete(KINDS["Secret"], options.secret_name, SYSTEM_NAMESPACE)
+        if proxy is not None:
+            proxy.close()
+        for caches, server in replica_set:
+            await server.stop()
+            await caches.factory.stop()
+        await webhook_api.close()
+
+
+def shipped_self_signed() -> SelfSigned:
+    """The self-managed certificate options the shipped webhook Deployment's flags give."""
+    (deployment,) = [
+        d
+        for d in documents()
+        if (d["kind"], d["metadata"]["name"]) == ("Deployment", "harvester-quota-webhook")
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    options = self_signed_options(args)
+    assert options is not None, "the shipped webhook makes its own certificates"
+    return options
 
 
 async def round_robin_proxy(ports: list[int]) -> asyncio.Server:

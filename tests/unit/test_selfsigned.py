@@ -134,6 +134,17 @@ def test_through_three_ca_lifetimes_the_bundle_always_covers_what_is_served() ->
     assert switches >= 3
 
 
+def test_a_shortened_lifetime_takes_effect_on_the_certificates_already_made() -> None:
+    authority = made()
+    shorter = Policy(POLICY.hosts, ca_lifetime=HOUR, cert_lifetime=HOUR / 2)
+    assert plan(authority, START + HOUR * 0.39, shorter) is authority
+    renewed = plan(authority, START + HOUR * 0.4, shorter)
+    assert renewed.ca == authority.ca and renewed.serving != authority.serving
+    assert renewed.serving.cert.not_valid_after_utc == START + HOUR * 0.4 + HOUR / 2
+    switched = plan(renewed, START + HOUR * 0.8, shorter)
+    assert switched.ca != authority.ca and authority.ca.cert_pem in switched.bundle
+
+
 def test_a_serving_certificate_for_other_hosts_is_replaced() -> None:
     authority = made()
     other = Policy(("elsewhere.example",), POLICY.ca_lifetime, POLICY.cert_lifetime)
