@@ -89,9 +89,9 @@ class CertificateKeeper:
             except (errors.ApiError, OSError, ValueError) as error:
                 failures += 1
                 log.error("cannot make the webhook's serving certificate yet: %s", error)
-            await self.clock.sleep(self._wait(failures))
+            await self.clock.sleep(self.wait_after(failures))
 
-    def _wait(self, failures: int) -> float:
+    def wait_after(self, failures: int) -> float:
         """The policy's interval; after failures (or a configuration without the bundle, as
         when it is applied after the pods), RETRY_FIRST doubling up to MAX_BACKOFF."""
         interval = self.policy.check_interval
@@ -110,7 +110,7 @@ class CertificateKeeper:
             except (errors.ApiError, OSError, ValueError) as error:
                 failures += 1
                 log.error("cannot keep the webhook's certificates current: %s", error)
-            await self.clock.sleep(self._wait(failures))
+            await self.clock.sleep(self.wait_after(failures))
 
     async def ensure(self) -> bool:
         """One pass: the Secret as plan says, its bundle in the configuration, then its serving

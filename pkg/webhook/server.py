@@ -23,7 +23,8 @@ probes are served on a separate plain-HTTP port (`serve`'s metrics_address) that
 NetworkPolicy opens to monitoring only.
 
 Its collaborators, one concern each: caches.py (what the validators read), tls.py (certificates
-and the client check), connections.py (bounds on connections, bodies and admissions at once),
+and the client check), certkeeper.py and selfsigned.py (the webhook's own CA, `serve`'s
+self_signed), connections.py (bounds on connections, bodies and admissions at once),
 metrics.py (the metrics and their endpoint), pods.py (which rule a pod meets, a target pod's
 wait); `answer_review` turns a validator's verdict into the AdmissionReview answer.
 """

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import base64
 import datetime
+from pathlib import Path
+from typing import cast
 
 import pytest
 from cryptography import x509
-from harvester_quota.webhook.certkeeper import authority_of, parse_duration
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.webhook.certkeeper import CertificateKeeper, authority_of, parse_duration
 from harvester_quota.webhook.selfsigned import (
     BACKDATE,
     RENEW_FRACTION,
@@ -188,6 +192,29 @@ def test_a_secret_with_a_key_missing_or_garbage_reads_as_none_and_a_whole_one_ro
     ) is (None)
     del data["ca.key"]
     assert authority_of(secret) is None
+
+
+def test_a_keeper_retries_a_failed_pass_after_a_second_doubling_to_30_s_else_waits_its_interval(
+    tmp_path: Path,
+) -> None:
+    keeper = CertificateKeeper(
+        cast(ApiClient, None),
+        namespace="n",
+        secret_name="s",
+        configuration="c",
+        cert_file=tmp_path / "tls.crt",
+        key_file=tmp_path / "tls.key",
+        policy=Policy(("h",)),
+        clock=FakeClock(),
+    )
+    assert [keeper.wait_after(failures) for failures in (0, 1, 2, 3, 6, 40)] == [
+        30,
+        1,
+        2,
+        4,
+        30,
+        30,
+    ]
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("15m", 900), ("24h", 86400)])
