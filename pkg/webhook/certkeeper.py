@@ -6,7 +6,8 @@ Any replica may create or renew: the Secret is created only if absent (AlreadyEx
 replica won, its CA is used) and updated only at the resourceVersion it was read at (Conflict:
 read again), so concurrent replicas converge on one CA. What to hold is decided by
 selfsigned.plan. The caBundle of every webhook in the configuration, which is patched by name
-and only there (RBAC resourceNames), is set to the Secret's bundle, read fresh in the same pass;
+and only there (RBAC resourceNames), is set to the Secret's bundle, read fresh in the same pass,
+keeping any newer CA another replica put there (selfsigned.to_publish);
 a replica serves the Secret's certificate only once that bundle is in the configuration (or when
 it has nothing to serve yet), then reloads its TLS context for new connections, leaving
 connections already open untouched (ReloadingTLS).
@@ -27,7 +28,7 @@ from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.clock import Clock
 from ..generic.resource import SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, Object
-from .selfsigned import Authority, Pair, Policy, plan, split_bundle
+from .selfsigned import Authority, Pair, Policy, plan, split_bundle, to_publish
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class CertificateKeeper:
         """One pass: the Secret as plan says, its bundle in the configuration, then its serving
         pair in the files. True if the files were rewritten."""
         authority = await self._settle_secret()
-        published = self.published = await self.publish(authority.bundle_pem)
+        published = self.published = await self.publish(authority)
         if authority.serving == self.served:
             return False
         if not published and self.served is not None:
@@ -161,9 +162,10 @@ class CertificateKeeper:
             return
         await self.client.update(SECRETS, {**secret, "data": data})
 
-    async def publish(self, bundle: bytes) -> bool:
-        """Sets every webhook's caBundle in the configuration to `bundle`, at the resourceVersion
-        read (a concurrent change fails the patch, retried next pass). True if it holds it now."""
+    async def publish(self, authority: Authority) -> bool:
+        """Sets every webhook's caBundle in the configuration to `authority`'s bundle (with any
+        newer CA already there: selfsigned.to_publish), at the resourceVersion read (a
+        concurrent change fails the patch, retried next pass). True if it holds it now."""
         try:
             configuration = await self.client.get(
                 VALIDATING_WEBHOOK_CONFIGURATIONS, self.configuration
@@ -171,6 +173,9 @@ class CertificateKeeper:
         except errors.NotFound:
             log.warning("webhook configuration %s not found: caBundle not set", self.configuration)
             return False
+        webhooks = configuration.get("webhooks") or []
+        found = [pem for webhook in webhooks for pem in _bundle_of(webhook)]
+        bundle = b"".join(to_publish(authority, found, self.clock.now()))
         encoded = base64.b64encode(bundle).decode()
         metadata = configuration["metadata"]
         operations: list[dict[str, Any]] = [
@@ -180,7 +185,7 @@ class CertificateKeeper:
                 "value": metadata["resourceVersion"],
             }
         ]
-        for index, webhook in enumerate(configuration.get("webhooks") or []):
+        for index, webhook in enumerate(webhooks):
             if (webhook.get("clientConfig") or {}).get("caBundle") != encoded:
                 path = f"/webhooks/{index}/clientConfig/caBundle"
                 operations.append({"op": "add", "path": path, "value": encoded})
@@ -219,6 +224,15 @@ def authority_of(secret: Object) -> Authority | None:
             log.error("Secret %s unreadable, a new CA replaces it: %s", name, error)
         return None
     return authority
+
+
+def _bundle_of(webhook: Object) -> tuple[bytes, ...]:
+    """The CAs (PEM) of one webhook's caBundle (none if it has none or it is not base64)."""
+    encoded = (webhook.get("clientConfig") or {}).get("caBundle") or ""
+    try:
+        return split_bundle(base64.b64decode(encoded))
+    except ValueError:
+        return ()
 
 
 def _encoded(authority: Authority) -> dict[str, str]:

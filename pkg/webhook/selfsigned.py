@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from cryptography import x509
@@ -303,6 +303,27 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
+
+
+def to_publish(
+    authority: Authority, found: Iterable[bytes], now: datetime.datetime
+) -> tuple[bytes, ...]:
+    """The caBundle to put in the configuration, which holds the CAs `found`: `authority`'s
+    bundle, plus every CA found that is still valid and was made after `authority`'s CA. A
+    replica whose read of the Secret another replica's CA renewal overtook thus never takes the
+    newer CA out of the configuration (the other may serve what it signed by then); the next
+    replica with a fresh read drops whatever the Secret no longer trusts."""
+    newer: list[bytes] = []
+    made = made_at(authority.ca.cert)
+    for pem in found:
+        try:
+            cert = x509.load_pem_x509_certificate(pem)
+        except ValueError:
+            continue
+        known = pem in authority.bundle or pem in newer
+        if not known and made_at(cert) > made and cert.not_valid_after_utc > now:
+            newer.append(pem)
+    return (*newer, *authority.bundle)
 
 
 def split_bundle(pem: bytes) -> tuple[bytes, ...]:

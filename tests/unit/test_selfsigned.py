@@ -23,6 +23,7 @@ from harvester_quota.webhook.selfsigned import (
     plan,
     renew_at,
     signer,
+    to_publish,
 )
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -147,6 +148,20 @@ def test_a_shortened_lifetime_takes_effect_on_the_certificates_already_made() ->
     assert renewed.serving.cert.not_valid_after_utc == START + HOUR * 0.4 + HOUR / 2
     switched = plan(renewed, START + HOUR * 0.8, shorter)
     assert switched.ca != authority.ca and authority.ca.cert_pem in switched.bundle
+
+
+def test_a_replica_with_an_overtaken_read_keeps_the_newer_ca_in_the_configuration() -> None:
+    """Replica A read the Secret just before replica B renewed the CA and published the new one:
+    A's bundle keeps B's CA; a CA older than A's that the Secret no longer trusts (an abandoned
+    one) and an expired newer one are dropped."""
+    stale, due = fresh_before_ca_renewal()
+    fresh = plan(stale, due, POLICY)
+    abandoned = made(START - HOUR)
+    found = [*fresh.bundle, abandoned.ca.cert_pem]
+    assert to_publish(stale, found, due) == (fresh.ca.cert_pem, *stale.bundle)
+    assert to_publish(fresh, found, due) == fresh.bundle
+    after_expiry = due + POLICY.ca_lifetime
+    assert fresh.ca.cert_pem not in to_publish(stale, found, after_expiry)
 
 
 def test_a_serving_certificate_for_other_hosts_is_replaced() -> None:
