@@ -1,5 +1,6 @@
 """The webhook's own CA (selfsigned.plan) stepped through time: renewals before expiry, and a CA
-switch in which the trusted bundle always covers the certificate served."""
+switch in which the trusted bundle always covers the certificate served; what a replica with a
+stale read publishes; the keeper's retry waits; the webhook's self-signed flags."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from cryptography import x509
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
+from harvester_quota.main import build_parser, self_signed_options
 from harvester_quota.webhook.certkeeper import CertificateKeeper, authority_of, parse_duration
 from harvester_quota.webhook.selfsigned import (
     BACKDATE,
@@ -241,3 +243,37 @@ def test_durations_parse(text: str, seconds: float) -> None:
 def test_a_bad_duration_is_refused_naming_it(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
+
+
+def webhook_args(*extra: str) -> list[str]:
+    return ["webhook", "--cert-file=/tls/tls.crt", "--key-file=/tls/tls.key", *extra]
+
+
+def test_the_webhook_flags_give_the_services_names_by_default_and_no_ca_without_a_secret() -> None:
+    args = build_parser().parse_args(
+        webhook_args("--self-signed-secret=ca", "--namespace=kubevirt", "--ca-lifetime=2d")
+    )
+    options = self_signed_options(args)
+    assert options is not None
+    assert options.policy.hosts == (
+        "harvester-quota-webhook.kubevirt.svc",
+        "harvester-quota-webhook.kubevirt.svc.cluster.local",
+    )
+    assert (options.secret_name, options.configuration) == ("ca", "harvester-quota")
+    assert options.policy.ca_lifetime == datetime.timedelta(days=2)
+    assert self_signed_options(build_parser().parse_args(webhook_args())) is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--cert-lifetime=8d",), "exceeds the CA"),
+        (("--ca-lifetime=soon",), "not a duration: 'soon'"),
+    ],
+)
+def test_lifetimes_the_policy_refuses_stop_the_webhook_with_a_usage_error(
+    flags: tuple[str, ...], message: str
+) -> None:
+    args = build_parser().parse_args(webhook_args("--self-signed-secret=ca", *flags))
+    with pytest.raises(SystemExit, match=message):
+        self_signed_options(args)
