@@ -52,6 +52,8 @@ from harvester_quota.webhook.server import WebhookServer
 from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
 from prometheus_client import CollectorRegistry
 
+from tests.helpers import eventually
+
 __all__ = [  # the manifest helpers, for the tests that use them through this module
     "CONTROLLER_USER",
     "KINDS",
@@ -63,10 +65,14 @@ __all__ = [  # the manifest helpers, for the tests that use them through this mo
     "client_as",
     "documents",
     "ensure_namespace",
+    "register_self_certified",
+    "reset_ca_secret",
     "round_robin_proxy",
     "running_self_certified_webhooks",
     "running_webhook",
     "running_webhooks",
+    "shipped_self_signed",
+    "unregister_self_certified",
     "webhook_configuration",
 ]
 
@@ -277,14 +283,7 @@ async def running_self_certified_webhooks(
     shutil.copyfile(webhook_client_ca(cluster), workdir / CLIENT_CA)
     options = shipped_self_signed()
     options = replace(options, policy=replace(options.policy, hosts=("127.0.0.1",)))
-    secret = next(
-        d
-        for d in documents()
-        if (d["kind"], d["metadata"]["name"]) == ("Secret", options.secret_name)
-    )
-    with contextlib.suppress(errors.NotFound):
-        await api.delete(KINDS["Secret"], options.secret_name, SYSTEM_NAMESPACE)
-    await apply(api, secret)
+    await reset_ca_secret(api)
     replica_set: list[tuple[WebhookCaches, WebhookServer]] = []
     keepers: list[CertificateKeeper] = []
     tasks: list[asyncio.Future[None]] = []
@@ -320,31 +319,62 @@ async def running_self_certified_webhooks(
             tasks.append(asyncio.ensure_future(keeper.run()))
         proxy = await round_robin_proxy(ports)
         port = proxy.sockets[0].getsockname()[1]
-        configuration = shipped_webhook_configuration(
-            f"https://127.0.0.1:{port}",
-            b"",
-            {"kubernetes.io/metadata.name": namespace},
-            name=options.configuration,
-        )
-        for webhook in configuration["webhooks"]:
-            del webhook["clientConfig"]["caBundle"]  # as shipped: the replicas fill it
-        with contextlib.suppress(errors.NotFound):
-            await api.delete(KINDS["ValidatingWebhookConfiguration"], options.configuration)
-        await apply(api, configuration)
+        await register_self_certified(api, port, namespace)
         yield SelfCertified(tuple(s for _, s in replica_set), tuple(keepers), port)
     finally:
         for task in tasks:
             task.cancel()
-        with contextlib.suppress(errors.ApiError):
-            await api.delete(KINDS["ValidatingWebhookConfiguration"], options.configuration)
-        with contextlib.suppress(errors.ApiError):
-            await api.delete(KINDS["Secret"], options.secret_name, SYSTEM_NAMESPACE)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await unregister_self_certified(api)
         if proxy is not None:
             proxy.close()
         for caches, server in replica_set:
             await server.stop()
             await caches.factory.stop()
         await webhook_api.close()
+
+
+async def reset_ca_secret(api: ApiClient) -> None:
+    """The webhook's CA Secret as the chart creates it: empty (one left by a test before is
+    deleted first)."""
+    name = shipped_self_signed().secret_name
+    (secret,) = [d for d in documents() if (d["kind"], d["metadata"]["name"]) == ("Secret", name)]
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(KINDS["Secret"], name, SYSTEM_NAMESPACE)
+    await apply(api, secret)
+
+
+async def register_self_certified(api: ApiClient, port: int, namespace: str) -> Object:
+    """The shipped configuration under its shipped name (the one the webhook's RBAC lets it
+    patch), without a caBundle as shipped, for a webhook on 127.0.0.1:`port` and `namespace`
+    only; returns it once the webhook has filled every caBundle."""
+    name = shipped_self_signed().configuration
+    configuration = shipped_webhook_configuration(
+        f"https://127.0.0.1:{port}", b"", {"kubernetes.io/metadata.name": namespace}, name=name
+    )
+    for webhook in configuration["webhooks"]:
+        del webhook["clientConfig"]["caBundle"]  # as shipped: the webhook fills it
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(KINDS["ValidatingWebhookConfiguration"], name)
+    await apply(api, configuration)
+
+    async def filled() -> Object | None:
+        found = await api.get(KINDS["ValidatingWebhookConfiguration"], name)
+        hooks = found["webhooks"]
+        return found if all(w["clientConfig"].get("caBundle") for w in hooks) else None
+
+    filled_in: Object = await eventually(filled, what="the webhook to fill its caBundle")
+    return filled_in
+
+
+async def unregister_self_certified(api: ApiClient) -> None:
+    """Deletes what register_self_certified and reset_ca_secret made (gone is fine)."""
+    options = shipped_self_signed()
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(KINDS["ValidatingWebhookConfiguration"], options.configuration)
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(KINDS["Secret"], options.secret_name, SYSTEM_NAMESPACE)
 
 
 def shipped_self_signed() -> SelfSigned:
