@@ -324,6 +324,72 @@ def test_client_auth_required_without_a_ca_is_refused_by_the_chart() -> None:
         render({"webhook": {"clientAuth": {"required": True}}})
 
 
+SELF_SIGNED_ARGS = [
+    "--self-signed-secret=harvester-quota-webhook-ca",
+    "--ca-lifetime=7d",
+    "--cert-lifetime=24h",
+    "--webhook-configuration=harvester-quota",
+]
+
+
+def webhook_certificate_setup(
+    rendered: dict[tuple[str, str], dict[str, Any]],
+) -> tuple[list[str], dict[str, Any], set[str]]:
+    """(the webhook's self-signed flags, its tls volume, the caBundles of the configuration)."""
+    pod = webhook_pod(rendered)
+    args = pod["containers"][0]["args"]
+    flags = [a for a in args if a.split("=")[0] in {f.split("=")[0] for f in SELF_SIGNED_ARGS}]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    hooks = rendered[("ValidatingWebhookConfiguration", "harvester-quota")]["webhooks"]
+    return flags, volume, {h["clientConfig"].get("caBundle", "") for h in hooks}
+
+
+@pytest.mark.parametrize("old_default", [None, "Cg=="])
+def test_by_default_the_webhook_makes_its_own_certificates_with_one_secret_it_alone_may_touch(
+    old_default: str | None,
+) -> None:
+    """No cert-manager, no Secret to make: the chart creates the CA Secret empty, the webhook
+    fills it (flags) and the caBundle, with RBAC for that Secret and that configuration only.
+    caBundle "Cg==", the default of earlier charts (helm upgrade --reuse-values), counts as
+    unset."""
+    values = {} if old_default is None else {"certificates": {"caBundle": old_default}}
+    rendered = by_kind_and_name(values)
+    flags, volume, bundles = webhook_certificate_setup(rendered)
+    assert flags == SELF_SIGNED_ARGS
+    assert volume == {"name": "tls", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+    assert bundles == {""}, "the webhook fills the caBundle"
+    secret = rendered[("Secret", "harvester-quota-webhook-ca")]
+    assert "data" not in secret and "stringData" not in secret  # an upgrade never resets it
+    role = rendered[("Role", "harvester-quota-webhook-certificates")]
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["harvester-quota-webhook-ca"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    cluster_role = rendered[("ClusterRole", "harvester-quota-webhook-certificates")]
+    assert cluster_role["rules"][0]["resourceNames"] == ["harvester-quota"]
+    assert cluster_role["rules"][0]["verbs"] == ["get", "patch"]
+    assert ("Certificate", "harvester-quota-webhook") not in rendered
+
+
+def test_a_given_secret_and_its_ca_bundle_replace_the_webhooks_own_certificates() -> None:
+    rendered = by_kind_and_name({"certificates": {"caBundle": "UEVN"}})
+    flags, volume, bundles = webhook_certificate_setup(rendered)
+    assert flags == []
+    assert volume == {"name": "tls", "secret": {"secretName": "harvester-quota-webhook-tls"}}
+    assert bundles == {"UEVN"}
+    assert not [key for key in rendered if key[1] == "harvester-quota-webhook-certificates"]
+    assert ("Secret", "harvester-quota-webhook-ca") not in rendered
+
+
+def test_cert_manager_and_a_given_ca_bundle_together_are_refused_by_the_chart() -> None:
+    with pytest.raises(ClusterError, match=r"certManager\.enabled and certificates\.caBundle"):
+        render({"certificates": {"certManager": {"enabled": True}, "caBundle": "UEVN"}})
+
+
 def test_no_network_policy_when_disabled() -> None:
     rendered = by_kind_and_name(
         {

@@ -71,9 +71,25 @@ release without the value) is auto. */}}
 {{- define "hq.selector" -}}app.kubernetes.io/name: harvester-quota, app.kubernetes.io/component: {{ . }}{{- end -}}
 {{- define "hq.clientConfig" -}}
 service: {name: {{ include "hq.webhookName" .root }}, namespace: {{ .root.Release.Namespace }}, path: /validate/{{ .path }}, port: 443}
-{{- if not .root.Values.certificates.certManager.enabled }}
+{{- if eq (include "hq.certificateSource" .root) "secret" }}
 caBundle: {{ .root.Values.certificates.caBundle }}
 {{- end }}
+{{- end -}}
+{{/* Where the serving certificate comes from (values.yaml, certificates): self (the default:
+the webhook's own CA, caBundle kept by the webhook), cert-manager, or secret (given, with its
+caBundle). cert-manager with a caBundle is refused: two sources for one caBundle. */}}
+{{- define "hq.certificateSource" -}}
+{{- $certificates := .Values.certificates -}}
+{{- $bundle := ternary "" (toString $certificates.caBundle) (or (kindIs "invalid" $certificates.caBundle) (eq (toString $certificates.caBundle) "Cg==")) -}}
+{{- if and $certificates.certManager.enabled $bundle -}}
+  {{- fail "certificates.certManager.enabled and certificates.caBundle are both set: cert-manager's CA injector fills caBundle; unset caBundle (or disable certManager to use your own Secret)" -}}
+{{- else if $certificates.certManager.enabled -}}
+cert-manager
+{{- else if $bundle -}}
+secret
+{{- else -}}
+self
+{{- end -}}
 {{- end -}}
 {{- /* The logging flags of both processes, checked here: a value the command refuses would
        only show as a crash loop. */ -}}
