@@ -209,8 +209,8 @@ async def test_every_alert_selects_series_the_controller_and_the_webhook_really_
     kv: KubeVirtByHand,
     kubevirt: VirtControllerDriver,
 ) -> None:
-    """promtool's rule tests stand-in (building promtool costs more than the whole cold
-    cluster-bin budget allows: bench/CLUSTER.md): every instant selector of every alert the
+    """Instead of promtool's rule tests (building promtool costs more than half the cold
+    cluster-bin: bench/CLUSTER.md): every instant selector of every alert the
     chart renders, job aside, picks series from the real /metrics of a leading controller that
     saw a migration refused by quota (or from the webhook's, for the webhook's job), and every
     by() label is on them; NoLeader's sum is 1 while it leads."""
