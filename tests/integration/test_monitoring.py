@@ -58,6 +58,18 @@ def test_the_default_install_renders_no_monitoring_kind_and_no_dashboard() -> No
     assert not [d for d in documents if d["metadata"]["name"] == "harvester-quota-dashboard"]
 
 
+def test_an_upgrade_reusing_an_older_charts_values_renders_as_before() -> None:
+    """`helm upgrade --reuse-values` from a chart without `monitoring` (its values have none,
+    and no metricsNamespaceSelector left empty): no monitoring kind, no failed render, and the
+    metrics ports still open to cattle-monitoring-system only."""
+    no_selector = {"networkPolicy": {"metricsNamespaceSelector": None}}
+    documents = rendered({"monitoring": None, "controller": no_selector, "webhook": no_selector})
+    assert not [d["kind"] for d in documents if d["kind"] in MONITORING_KINDS]
+    default = [{"namespaceSelector": {"matchLabels": {SCRAPER_LABEL: "cattle-monitoring-system"}}}]
+    assert scrapers(documents, "harvester-quota", "health") == default
+    assert scrapers(documents, "harvester-quota-webhook", "metrics") == default
+
+
 def scrapers(documents: list[dict[str, Any]], policy: str, port: str) -> list[dict[str, Any]]:
     spec = named(documents, "NetworkPolicy", policy)["spec"]
     (rule,) = [r for r in spec["ingress"] if r["ports"] == [{"protocol": "TCP", "port": port}]]
