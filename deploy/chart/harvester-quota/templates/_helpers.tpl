@@ -103,3 +103,26 @@ self
 - --log-format={{ .Values.logging.format }}
 - --verbose={{ .Values.logging.verbosity }}
 {{- end -}}
+{{/*
+The namespaceSelector of the pods that may scrape /metrics: a component's
+networkPolicy.metricsNamespaceSelector when set, else the namespace monitoring.namespace, by the
+label the API server sets to a namespace's own name (no tenant can put it on another namespace).
+Called with (list <selector> <root context>).
+*/}}
+{{- define "hq.scrapersSelector" -}}
+{{- $selector := index . 0 -}}
+{{- $root := index . 1 -}}
+{{- if $selector -}}
+{{- toYaml $selector -}}
+{{- else -}}
+{{- $namespace := (($root.Values.monitoring | default dict).namespace) | default "cattle-monitoring-system" -}}
+matchLabels: {kubernetes.io/metadata.name: {{ $namespace | quote }}}
+{{- end -}}
+{{- end -}}
+{{/* The scrape jobs the alerts select: the values, else the PodMonitors' (<namespace>/<name>). */}}
+{{- define "hq.controllerJob" -}}
+{{- .Values.monitoring.prometheusRule.controllerJob | default (printf "%s/%s-controller" .Release.Namespace (include "hq.name" .)) -}}
+{{- end -}}
+{{- define "hq.webhookJob" -}}
+{{- .Values.monitoring.prometheusRule.webhookJob | default (printf "%s/%s" .Release.Namespace (include "hq.webhookName" .)) -}}
+{{- end -}}
