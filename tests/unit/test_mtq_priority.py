@@ -29,7 +29,11 @@ def test_an_evacuation_takes_a_budget_for_one_before_an_older_user_migration() -
     budget, quotas = one_pod_of_budget()
     user = Blocked("user", "uid-user", POD, created="2026-11-26T10:00:00Z")
     evacuation = Blocked(
-        "kubevirt-evacuation-x", "uid-evac", POD, priority=EVACUATION, created="2026-11-26T10:05:00Z"
+        "kubevirt-evacuation-x",
+        "uid-evac",
+        POD,
+        priority=EVACUATION,
+        created="2026-11-26T10:05:00Z",
     )
     plan = plan_namespace(budget, [user, evacuation], quotas)  # type: ignore[arg-type]
     assert plan.uids == {"uid-evac": "kubevirt-evacuation-x"}, "only the evacuation's target in"
