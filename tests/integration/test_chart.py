@@ -73,9 +73,10 @@ def test_the_manifest_is_the_chart_rendered_with_its_defaults() -> None:
 
 
 def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
-    """The webhook writes no namespace and no quota: its ClusterRole only reads, its one
-    writable kind is the Leases of its own namespace, no rule asks it about migrations, and only
-    the controller's quota writes skip the quota rule."""
+    """The webhook writes no namespace and no quota: its ClusterRole only reads but for the
+    caBundle of its own webhook configuration, its writable kinds are the Leases of its own
+    namespace and its own CA Secret (by name), no rule asks it about migrations, and only the
+    controller's quota writes skip the quota rule."""
     documents = [d for d in yaml.safe_load_all(render({}, namespace="quota-system")) if d]
     bound = {
         (binding["roleRef"]["kind"], binding["roleRef"]["name"])
@@ -85,7 +86,7 @@ def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
     }
     assert ("ClusterRole", "harvester-quota-webhook") in bound
     writes = sorted(
-        (role["kind"], resource, verb)
+        (role["kind"], resource, verb, tuple(rule.get("resourceNames") or ()))
         for role in documents
         if (role["kind"], role["metadata"]["name"]) in bound
         for rule in role["rules"]
@@ -94,9 +95,11 @@ def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
         if verb not in ("get", "list", "watch")
     )
     assert writes == [
-        ("Role", "leases", "create"),
-        ("Role", "leases", "delete"),
-        ("Role", "leases", "update"),
+        ("ClusterRole", "validatingwebhookconfigurations", "patch", ("harvester-quota",)),
+        ("Role", "leases", "create", ()),
+        ("Role", "leases", "delete", ()),
+        ("Role", "leases", "update", ()),
+        ("Role", "secrets", "update", ("harvester-quota-webhook-ca",)),
     ]
     (configuration,) = [d for d in documents if d["kind"] == "ValidatingWebhookConfiguration"]
     hooks = {w["name"]: w for w in configuration["webhooks"]}
