@@ -46,6 +46,7 @@ from .generic.resource import (
     Resource,
 )
 from .util.annotations import ANNOTATION_PAUSED, TRUE, parse_migration_annotations
+from .util.migrationpriority import migration_priority, priority_name
 from .util.mtqlock import locks_of
 from .util.quotascope import quota_scope
 from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, validated_condition
@@ -305,6 +306,7 @@ def _explanation(
             for k, v in sorted(plan.base.hard.items())
         }
     created = {name(m): str(metadata(m).get("creationTimestamp") or "") for m in migrations}
+    priority = {name(m): priority_name(migration_priority(m)) for m in migrations}
     result.rooms = [
         {
             "migration": room.migration,
@@ -312,6 +314,7 @@ def _explanation(
             "phase": room.phase or "Pending",
             "why": room.reason,
             "since": created.get(room.migration, ""),
+            "priority": priority.get(room.migration, "default"),
             "room": {k: str(v) for k, v in sorted(room.room.items())},
             "target_pod": room.target_pod,
             "attachment_pods": list(room.attachment_pods),
@@ -439,7 +442,8 @@ def render_text(e: Explanation) -> str:
         if room.get("attachment_pods"):
             pod += ", attachment pods " + ", ".join(room["attachment_pods"])
         lines.append(
-            f"  {room['migration']} (VM {room['vm']}, {room['phase']}, since {room['since']}): "
+            f"  {room['migration']} (VM {room['vm']}, {room['phase']}, since {room['since']}, "
+            f"priority {room['priority']}): "
             f"{room['why']}; room {_pairs(room['room'])}; {pod}"
         )
     lines.append(_writers_line(e.other_writers))

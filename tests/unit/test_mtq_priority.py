@@ -1,8 +1,13 @@
-"""Scarce MTQ budget goes to migrations in KubeVirt's priority order (issue 41, item 3):
-util/resourcequota/mtq.py `prioritized`, util/migrationpriority.py."""
+"""Scarce MTQ budget goes to migrations in KubeVirt's priority order, and explain shows each
+migration's priority (issue 41, item 3): util/resourcequota/mtq.py `prioritized`,
+util/migrationpriority.py."""
 
 from __future__ import annotations
 
+from typing import cast
+
+from harvester_quota.explain import explain, render_text
+from harvester_quota.generic.client import ApiClient
 from harvester_quota.util.migrationpriority import (
     DEFAULT,
     PRIORITIES,
@@ -11,6 +16,10 @@ from harvester_quota.util.migrationpriority import (
     priority_name,
 )
 from harvester_quota.util.resourcequota.mtq import Blocked, plan_namespace, quota_view
+
+from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
+from tests.unit.test_quota_plan import V170_HARD, V170_LIMIT
+from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
 
 from .test_mtq_model import POD, quota, vmmrq
 
@@ -73,3 +82,27 @@ def test_the_priority_is_kubevirts_spec_priority_and_nothing_else() -> None:
     assert migration_priority({"spec": {"priority": ["system-critical"]}}) == DEFAULT
     assert migration_priority({"spec": "not a mapping"}) == DEFAULT
     assert priority_name(EVACUATION) == SYSTEM_CRITICAL and priority_name(DEFAULT) == "default"
+
+
+async def test_explain_shows_each_migrations_kubevirt_priority() -> None:
+    vm1, vm2 = vmi("vm1", "ns"), vmi("vm2", "ns")
+    evacuation = migration("kubevirt-evacuation-a", vm1)
+    evacuation["spec"]["priority"] = SYSTEM_CRITICAL
+    cluster = ReadOnlyCluster(
+        {
+            "namespaces": [rancher_namespace("ns", V170_LIMIT)],
+            "resourcequotas": [managed_quota("ns", V170_HARD)],
+            "virtualmachineinstancemigrations": [evacuation, migration("mine", vm2)],
+            "virtualmachineinstances": [vm1, vm2],
+            "pods": [
+                launcher_pod(vm1, "virt-launcher-vm1"),
+                launcher_pod(vm2, "virt-launcher-vm2"),
+            ],
+        }
+    )
+    found = await explain(cast(ApiClient, cluster), "ns", kubevirt_version="1.6")
+    assert {r["migration"]: r["priority"] for r in found.rooms} == {
+        "kubevirt-evacuation-a": SYSTEM_CRITICAL,
+        "mine": "default",
+    }
+    assert "priority system-critical)" in render_text(found)
