@@ -4,10 +4,10 @@ virt-controller sets a VirtualMachineInstanceMigration's `spec.priority` when it
 migration: `system-critical` for a node drain's evacuation and a workload update,
 `system-maintenance` for an evacuation of lesser urgency, `user-triggered` for a workload update
 while a hotplug is in progress; a migration a user creates has none (the default). virt-api's
-create admitter refuses the field from anyone but virt-controller's account (v1.9), and the
-chart's `kubevirt-migration-priority` policy does the same wherever the chart runs (a KubeVirt
-before v1.9 that serves the field, or virt-api down), so a tenant cannot put its own migration
-ahead. KubeVirt orders its work by these numbers (pkg/util/migrations QueuePriority*); where room
+create admitter refuses the field from anyone but virt-controller's account (v1.7 on, where
+the field is served), and the chart's `kubevirt-migration-priority` policy does the same in the
+API server itself (virt-api's webhook out of the path, an update virt-api does not check), so a
+tenant cannot put its own migration ahead. KubeVirt orders its work by these numbers (pkg/util/migrations QueuePriority*); where room
 is scarce we hand it out in the same order: higher first, then the older migration.
 """
 
