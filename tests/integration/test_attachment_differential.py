@@ -45,6 +45,7 @@ from harvester_quota.util.kubevirtversion import parse_kubevirt_version
 from harvester_quota.util.launcher import (
     LauncherSettings,
     attachment_quota_usage,
+    rendered_memory_overhead,
     target_quota_usage,
 )
 from harvester_quota.util.podusage import pod_quota_usage
@@ -63,6 +64,7 @@ kubevirt_cluster = real_kubevirt.kubevirt_cluster
 PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
 PERSISTENT_VOLUME_CLAIMS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 HOTPLUG_SELECTOR = "kubevirt.io=hotplug-disk"
+OVERHEAD_ANNOTATION = "kubevirt.io/memory-overhead-bytes"
 TIMEOUT = 90.0
 MIGRATION_SECONDS = 10.0
 """How long the stand-in keeps the migration Running: the room is looked at meanwhile."""
@@ -208,6 +210,19 @@ async def _hotplug_into_vm(api: ApiClient, namespace: str, name: str, claims: li
     return await eventually(vmi_has_them, what="the VM's hotplugged volumes in the VMI")
 
 
+def assert_reported_overhead_is_ours(
+    target: Object, vmi: Object, settings: LauncherSettings, reported: bool
+) -> None:
+    """The overhead virt-controller reports on the target pod (kubevirt.io/memory-overhead-bytes,
+    VmiMemoryOverheadReport: on by default from v1.9, where `reported` asks that it be there)
+    equals ours: a room sized from KubeVirt's report would be the room we size."""
+    value = (target["metadata"].get("annotations") or {}).get(OVERHEAD_ANNOTATION)
+    if value is None:
+        assert not reported, "the target pod reports no overhead"
+        return
+    assert int(value) == rendered_memory_overhead(vmi, settings)
+
+
 async def attachment_pods(api: ApiClient, namespace: str) -> list[Object]:
     listed = await api.list(PODS, namespace, label_selector=HOTPLUG_SELECTOR)
     return list(listed.get("items", []))
@@ -334,6 +349,7 @@ async def _attachment_case(
     )
     (room,) = plan.rooms
     target = next(p for p in pods if p["metadata"]["name"] == room.target_pod)
+    assert_reported_overhead_is_ours(target, vmi_now, settings, declarative)
     assert room.attachment_pods == (target_attachment_pod["metadata"]["name"],)
     assert room.room == total([pod_quota_usage(target), pod_quota_usage(target_attachment_pod)])
     record = await kubevirt.wait_migration(migration, timeout=TIMEOUT)
@@ -435,7 +451,10 @@ async def swap_claim(api: ApiClient, namespace: str, template: Object, claim: st
 
 
 async def test_a_volume_migrations_target_matches_virt_controller_on_every_key(
-    api: ApiClient, namespace: str, kubevirt: VirtControllerDriver
+    api: ApiClient,
+    namespace: str,
+    kubevirt: VirtControllerDriver,
+    kubevirt_cluster: ClusterInfo,
 ) -> None:
     """A VM with updateVolumesStrategy Migration whose claim is swapped for another: virt-
     controller's VM controller records the migrated volumes, its workload updater creates the
@@ -448,7 +467,8 @@ async def test_a_volume_migrations_target_matches_virt_controller_on_every_key(
         template = await start_vm_with_claim(api, namespace, kubevirt, spec, source_claim)
         mig = await swap_claim(api, namespace, template, target_claim)
         claims = (source_claim, target_claim)
-        await _volume_migration_target(api, namespace, kubevirt, mig, claims)
+        reported = declarative_hotplug(kubevirt_cluster)  # v1.9: the overhead report is on too
+        await _volume_migration_target(api, namespace, kubevirt, mig, claims, reported=reported)
 
 
 async def _volume_migration_target(
@@ -457,6 +477,8 @@ async def _volume_migration_target(
     kubevirt: VirtControllerDriver,
     mig: Object,
     claims_before_after: tuple[str, str],
+    *,
+    reported: bool,
 ) -> None:
     source_claim, target_claim = claims_before_after
     assert "kubevirt.io/volume-update-migration" in (mig["metadata"].get("labels") or {})
@@ -474,6 +496,7 @@ async def _volume_migration_target(
     vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
     settings = (await settings_now(api)).for_namespace([], await api.get(NAMESPACES, namespace))
     assert pod_quota_usage(target) == target_quota_usage(vmi, settings)
+    assert_reported_overhead_is_ours(target, vmi, settings, reported)
     pods = (await api.list(PODS, namespace)).get("items", [])
     plan = plan_rooms(
         RoomInputs(
