@@ -51,6 +51,7 @@ from .util.mtqlock import locks_of
 from .util.quotascope import quota_scope
 from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, validated_condition
 from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
+from .util.resourcequota.growth import source_pod, target_growth
 from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
@@ -155,6 +156,7 @@ async def explain(
     plan = plan_quota(snapshot)
     events = await _list(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)
+    _add_growth(result, plan, snapshot)
     result.rancher_project = await _rancher_project(client, ns, plan)
     result.mtq_locks = locks
     result.warnings = [*result.warnings, *lock_warnings, *listed.skipped, *lease_warnings]
@@ -330,6 +332,22 @@ def _explanation(
     return result
 
 
+def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapshot) -> None:
+    """Each room's `growth`: why it is bigger than its source pod (growth.py), "" when it is
+    not or no source counts."""
+    pods = snapshot.pods if isinstance(snapshot.pods, NamespacePods) else None
+    for shown, room in zip(result.rooms, plan.rooms.rooms, strict=True):
+        shown["growth"] = ""
+        vmi = snapshot.vmis.get(room.vm_name)
+        if pods is None or vmi is None:
+            continue
+        source = source_pod(pods, room.vmi_uid, room.migration_uid, snapshot.now)
+        growth = (
+            None if source is None else target_growth(room.room, vmi, source, snapshot.launcher)
+        )
+        shown["growth"] = growth.sentence() if growth is not None else ""
+
+
 def _other_writers(quota: Object, plan: QuotaPlan) -> list[dict[str, Any]]:
     """Who else owns what the plan writes (of spec.hard, the base's keys; every key without a
     base), as `explain` shows them."""
@@ -446,6 +464,8 @@ def render_text(e: Explanation) -> str:
             f"priority {room['priority']}): "
             f"{room['why']}; room {_pairs(room['room'])}; {pod}"
         )
+        if room.get("growth"):
+            lines.append(f"    {room['growth']}")
     lines.append(_writers_line(e.other_writers))
     lines.append("spec.hard, desired -> actual:")
     for key, values in e.hard.items():

@@ -277,7 +277,7 @@ def render_launcher_pod(
     version = settings.version
     if not ratio_supported(version):
         settings = dataclasses.replace(settings, ratio=None)
-    rendered = launcher_pod_resources(vmi, settings)
+    rendered = launcher_pod_resources(vmi, settings, migration_target=migration is not None)
     image = launcher_image(version)
     labels = {
         **(metadata.get("labels") or {}),
