@@ -24,6 +24,7 @@ from ..generic.resource import Object
 from ..util.harvesterroom import harvester_ratio
 from ..util.launcher import LauncherSettings, launcher_pod_resources
 from ..util.migrationlimits import migration_limits
+from ..util.migrationpriority import evacuation_priority
 from ..util.podusage import pod_quota_usage, pod_requests
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
@@ -416,6 +417,10 @@ def _judge_target(
         cluster.warnings.append(f"{verdict.key}: cannot render its target pod: {error}")
         return
     verdict.target_usage = to_json_dict(usage)
+    settings = _settings(cluster, context)
+    verdict.migration_priority = evacuation_priority(
+        settings.version, settings.feature_gates, settings.disabled_feature_gates
+    )
     target = TargetPod(vmi, pod, usage, launcher_scope_facts(vmi, usage))
     verdict.blockers.extend(quota_blockers(cluster.plan.strategy, context, target))
     requests = target_requests(pod)

@@ -114,4 +114,4 @@ def _step_lines(step: Step, operation: str) -> list[str]:
 
 def _move(vm: VmVerdict) -> str:
     memory = Quantity.from_int(vm.memory_bytes, "BinarySI")
-    return f"{vm.key} -> {vm.target_node} ({memory})"
+    return f"{vm.key} -> {vm.target_node} ({memory}, priority {vm.migration_priority})"

@@ -67,6 +67,10 @@ class VmVerdict:
     memory_bytes: int
     target_usage: dict[str, str] = field(default_factory=dict)
     """The target pod's quota usage, rendered as KubeVirt renders it."""
+    migration_priority: str = ""
+    """The spec.priority KubeVirt's evacuation gives its migration (util/migrationpriority.py
+    `evacuation_priority`): the order in which a scarce MTQ budget is handed out; empty for a
+    VM that does not migrate."""
     target_node: str | None = None
     wave: int | None = None
     blockers: list[Blocker] = field(default_factory=list)

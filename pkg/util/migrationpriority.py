@@ -13,8 +13,10 @@ is scarce we hand it out in the same order: higher first, then the older migrati
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
+
+from .kubevirtversion import KubeVirtVersion
 
 SYSTEM_CRITICAL: Final = "system-critical"
 USER_TRIGGERED: Final = "user-triggered"
@@ -46,3 +48,23 @@ def scarce_room_order(priority: int, created: str, name: str) -> tuple[int, str,
     """The sort key handing scarce room out in KubeVirt's order: higher priority first, then the
     migration created first (creationTimestamp, the API server's), then by name."""
     return (-priority, created, name)
+
+
+PRIORITY_QUEUE_SINCE: Final = (1, 7)
+"""KubeVirt v1.7 registers the MigrationPriorityQueue gate (Alpha; Beta in v1.8)."""
+PRIORITY_QUEUE_GA: Final = (1, 9)
+"""From v1.9 the gate is GA: always on."""
+PRIORITY_QUEUE_GATE: Final = "MigrationPriorityQueue"
+
+
+def evacuation_priority(
+    version: KubeVirtVersion, enabled: Collection[str], disabled: Collection[str] = ()
+) -> str:
+    """The spec.priority KubeVirt's evacuation controller gives a drain's migration:
+    system-critical with the priority queue on (GA from v1.9; from v1.7 while the CR's
+    featureGates lists it, and in v1.8 not also disabledFeatureGates), else none ("default").
+    (A descheduler's eviction gets system-maintenance; a drain is not one.)"""
+    if version.at_least(*PRIORITY_QUEUE_GA):
+        return SYSTEM_CRITICAL
+    listed = version.at_least(*PRIORITY_QUEUE_SINCE) and PRIORITY_QUEUE_GATE in enabled
+    return SYSTEM_CRITICAL if listed else "default"

@@ -8,10 +8,13 @@ from typing import cast
 
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic.client import ApiClient
+from harvester_quota.preflight.render import render_text as render_preflight
+from harvester_quota.util.kubevirtversion import parse_kubevirt_version
 from harvester_quota.util.migrationpriority import (
     DEFAULT,
     PRIORITIES,
     SYSTEM_CRITICAL,
+    evacuation_priority,
     migration_priority,
     priority_name,
 )
@@ -22,6 +25,7 @@ from tests.unit.test_quota_plan import V170_HARD, V170_LIMIT
 from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
 
 from .test_mtq_model import POD, quota, vmmrq
+from .test_preflight import drain, only_vm, running, state
 
 EVACUATION = PRIORITIES[SYSTEM_CRITICAL]
 
@@ -106,3 +110,25 @@ async def test_explain_shows_each_migrations_kubevirt_priority() -> None:
         "mine": "default",
     }
     assert "priority system-critical)" in render_text(found)
+
+
+def test_a_drains_migration_is_system_critical_where_kubevirts_priority_queue_is_on() -> None:
+    v16, v17, v18, v19 = (parse_kubevirt_version(v) for v in ("1.6", "1.7", "1.8", "1.9"))
+    assert evacuation_priority(v16, {"MigrationPriorityQueue"}) == "default", "no such gate"
+    assert evacuation_priority(v17, set()) == "default", "Alpha: off unless listed"
+    assert evacuation_priority(v17, {"MigrationPriorityQueue"}) == SYSTEM_CRITICAL
+    assert evacuation_priority(v18, set()) == "default", "Beta in v1.8: still off unless listed"
+    assert evacuation_priority(v19, set(), {"MigrationPriorityQueue"}) == SYSTEM_CRITICAL, "GA"
+
+
+def test_preflight_shows_the_priority_of_each_evacuation() -> None:
+    instance, pod = running("vm1")
+    cluster = state([instance], [pod])
+    cluster.kubevirt_version = "1.9"
+    report = drain(cluster)
+    assert only_vm(report).migration_priority == SYSTEM_CRITICAL
+    assert "ns/vm1 -> n2 (" in render_preflight(report) and "priority system-critical)" in (
+        render_preflight(report)
+    )
+    cluster.kubevirt_version = "1.6"
+    assert only_vm(drain(cluster)).migration_priority == "default"
