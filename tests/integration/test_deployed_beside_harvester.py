@@ -23,10 +23,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from harvester_quota.apis.mtq import VMMRQS
+from harvester_quota.config.management import Options
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.meta import annotations_of
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
-from harvester_quota.release import leftovers
+from harvester_quota.release import ReleaseConfig, leftovers, release
 from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.testbench.localcluster import deploy as deployment_module
 from harvester_quota.testbench.localcluster.binaries import HARVESTER_CONTROLLERS
@@ -40,6 +43,7 @@ from harvester_quota.util.annotations import (
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
 )
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.mtq import FINALIZER
 
 from tests.helpers import eventually
 from tests.integration.conftest import admin_config, fresh_namespace_async
@@ -422,3 +426,39 @@ async def test_the_charts_pre_delete_hook_mid_migration_waits_for_the_room_then_
 async def scaled_to(api: ApiClient, replicas: int) -> bool:
     found = await api.get(deployment_module.KINDS["Deployment"], "harvester-quota", SYSTEM)
     return bool(found["spec"]["replicas"] == replicas)
+
+
+async def test_a_planted_restore_finalizer_cannot_block_the_release_with_the_deployment_gone(
+    harvester_api: ApiClient, harvester_kubevirt_cluster: ClusterInfo
+) -> None:
+    """Whoever may edit a VMMRQ (a tenant, where cluster RBAC lets one) plants our restore
+    finalizer with nothing recorded, to make `release` fail and the uninstall with it. With the
+    controller Deployment already gone, `release` (as the controller's service account, with the
+    hook's Role) runs the controllers itself: they take the finalizer off (nothing is recorded)
+    and nothing of ours is left in the namespace."""
+    cluster = harvester_kubevirt_cluster
+    rbac, _ = release_hook(grace=0)
+    async with harvester_api as api, fresh_namespace_async(api, "forge") as namespace:
+        await deployment_module.apply_shipped_rbac(api)
+        for document in rbac:
+            await deployment_module.apply(api, document)
+        with contextlib.suppress(errors.NotFound):
+            await api.delete(deployment_module.KINDS["Deployment"], "harvester-quota", SYSTEM)
+        planted = {
+            "apiVersion": "mtq.kubevirt.io/v1alpha1",
+            "kind": VMMRQS.kind,
+            "metadata": {"name": "budget", "finalizers": [FINALIZER]},
+            "spec": {"additionalMigrationResources": {"limits.cpu": "1"}},
+        }
+        created = await api.create(VMMRQS, planted, namespace)
+        assert FINALIZER in created["metadata"]["finalizers"], "planted"
+        options = Options(namespace=SYSTEM, lease_name=f"forge-{namespace[-6:]}")
+        config = ReleaseConfig(options=options, grace=0, timeout=60, poll=1)
+        controller = await deployment_module.client_as(api, cluster, "harvester-quota")
+        async with controller:
+            result = await release(controller, config)
+        assert result.controller_replicas is None, "the Deployment was gone"
+        mine = [x for x in result.left if namespace in (x.namespace, x.name)]
+        assert not mine, result.left
+        budget = await api.get(VMMRQS, "budget", namespace)
+        assert FINALIZER not in (budget["metadata"].get("finalizers") or []), budget
