@@ -316,10 +316,16 @@ async def release(
     if replicas is not None:
         await scale(client, namespace, name, 0)
         log.info("release: Deployment %s/%s scaled from %d to 0", namespace, name, replicas)
-    async with paused_controllers(client, config.options, clock):
-        left, _ = await _until(
-            clock, config.timeout, config.poll, lambda: leftovers(client), "leftovers"
-        )
+    try:
+        async with paused_controllers(client, config.options, clock):
+            left, _ = await _until(
+                clock, config.timeout, config.poll, lambda: leftovers(client), "leftovers"
+            )
+    except Exception:
+        if replicas:  # never leave the product stopped by a release that did not finish
+            with contextlib.suppress(errors.ApiError):
+                await scale(client, namespace, name, replicas)
+        raise
     if left and replicas:
         await scale(client, namespace, name, replicas)
         log.warning("release: something is left; Deployment %s scaled back to %d", name, replicas)

@@ -5,15 +5,23 @@ mid-migration beside Harvester, is tested on the local cluster
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime
+import types
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import yaml
+from harvester_quota import release as release_module
 from harvester_quota.config.management import Options
+from harvester_quota.generic import errors
 from harvester_quota.main import build_parser
 from harvester_quota.release import (
     ROOM,
     Leftover,
+    ReleaseConfig,
     ReleaseResult,
     namespace_leftovers,
     paused_options,
@@ -168,3 +176,103 @@ def test_the_plain_manifest_carries_no_hook() -> None:
     """kubectl apply would run a hook Job at once: the manifest leaves it out."""
     text = MANIFEST.read_text()
     assert "helm.sh/hook" not in text and "kind: Job" not in text
+
+
+class SteppingClock:
+    """A clock whose sleep moves time on at once: release's waits run to their bounds without
+    waiting."""
+
+    def __init__(self) -> None:
+        self.now_seconds = 0.0
+
+    def monotonic(self) -> float:
+        return self.now_seconds
+
+    def now(self) -> datetime.datetime:
+        return datetime.datetime.fromtimestamp(self.now_seconds, datetime.UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        self.now_seconds += seconds
+        await asyncio.sleep(0)
+
+
+class FakeCluster:
+    """The few calls release makes: the Deployment (get, scale) and the three lists."""
+
+    def __init__(self, replicas: int | None, quotas: list[dict[str, Any]]) -> None:
+        self.replicas = replicas
+        self.quotas = quotas
+        self.scaled: list[int] = []
+
+    async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
+        if self.replicas is None:
+            raise errors.NotFound("deployments.apps not found")
+        return {"spec": {"replicas": self.replicas}}
+
+    async def patch(self, resource: Any, name: str, body: Any, namespace: Any, **kw: Any) -> Any:
+        assert kw.get("subresource") == "scale"
+        self.scaled.append(body["spec"]["replicas"])
+        return {}
+
+    async def list_all(self, resource: Any, namespace: str | None = None) -> Any:
+        items = self.quotas if resource.plural == "resourcequotas" else []
+        return types.SimpleNamespace(items=items)
+
+
+ROOMED = quota({"harvesterhci.io/migrating-vm1": "{}"})
+
+
+def giving_back(cluster: FakeCluster, *, gives: bool, fails: bool = False) -> Any:
+    """In place of the paused controllers: clears the cluster's quotas (or not, or fails)."""
+
+    @contextlib.asynccontextmanager
+    async def controllers(*_: Any) -> AsyncIterator[None]:
+        if fails:
+            raise errors.ServerError("the API server broke")
+        if gives:
+            cluster.quotas = []
+        yield
+
+    return controllers
+
+
+async def test_released_the_deployment_stays_at_zero_after_the_grace_ran_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = FakeCluster(2, [ROOMED])
+    monkeypatch.setattr(release_module, "paused_controllers", giving_back(cluster, gives=True))
+    config = ReleaseConfig(grace=10, timeout=30, poll=2)
+    result = await release_module.release(cluster, config, SteppingClock())  # type: ignore[arg-type]
+    assert result.released and cluster.scaled == [0] and result.controller_replicas == 2
+    assert result.waited_for_migrations == 10  # the room stood through the whole grace
+
+
+async def test_something_left_scales_the_controllers_back_and_lists_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = FakeCluster(3, [ROOMED])
+    monkeypatch.setattr(release_module, "paused_controllers", giving_back(cluster, gives=False))
+    config = ReleaseConfig(grace=0, timeout=6, poll=2)
+    result = await release_module.release(cluster, config, SteppingClock())  # type: ignore[arg-type]
+    assert not result.released and cluster.scaled == [0, 3]
+    assert [left.kind for left in result.left] == [ROOM]
+
+
+async def test_with_the_deployment_gone_nothing_is_scaled_and_no_grace_is_waited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = FakeCluster(None, [ROOMED])
+    monkeypatch.setattr(release_module, "paused_controllers", giving_back(cluster, gives=True))
+    result = await release_module.release(cluster, ReleaseConfig(grace=60), SteppingClock())  # type: ignore[arg-type]
+    assert result.released and cluster.scaled == [] and result.waited_for_migrations == 0
+
+
+async def test_a_give_back_that_breaks_scales_the_controllers_back_before_it_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = FakeCluster(2, [])
+    broken = giving_back(cluster, gives=True, fails=True)
+    monkeypatch.setattr(release_module, "paused_controllers", broken)
+    with pytest.raises(errors.ServerError):
+        await release_module.release(cluster, ReleaseConfig(grace=0), SteppingClock())  # type: ignore[arg-type]
+    assert cluster.scaled == [0, 2]
