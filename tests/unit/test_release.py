@@ -276,3 +276,14 @@ async def test_a_give_back_that_breaks_scales_the_controllers_back_before_it_rai
     with pytest.raises(errors.ServerError):
         await release_module.release(cluster, ReleaseConfig(grace=0), SteppingClock())  # type: ignore[arg-type]
     assert cluster.scaled == [0, 2]
+
+
+def test_an_upgrade_reusing_an_older_charts_values_still_renders_the_hook_with_its_defaults() -> (
+    None
+):
+    """`helm upgrade --reuse-values` from a chart without `release` values leaves them unset
+    (null here): the hook is still there, with the defaults, not a render error."""
+    (job,) = [d for d in hook({"release": None}) if d["kind"] == "Job"]
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--grace=60" in args and "--timeout=180" in args
+    assert job["spec"]["activeDeadlineSeconds"] == 270
