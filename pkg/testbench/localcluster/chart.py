@@ -51,10 +51,11 @@ HEADER: Final = """\
 #
 # On Harvester, it runs beside Harvester's own migration and resourcequota controllers, which no
 # Harvester release can turn off: it adopts the quotas it manages (--adopt-harvester-quotas:
-# Harvester's skip annotation with our marker). Before deleting it, give every room and quota
-# back with `harvester-quota release --namespace harvester-system` (exit code 0: nothing of ours
-# left; docs/operations.md, "Uninstall"), or Harvester never raises them again. The chart runs
-# that as its pre-delete hook; this file carries no hook.
+# Harvester's skip annotation with our marker). Before deleting it, delete its
+# ValidatingWebhookConfiguration, then give every room and quota back with `harvester-quota
+# release --namespace harvester-system` (exit code 0: nothing of ours left; docs/operations.md,
+# "Uninstall"), or Harvester never raises them again. The chart runs that as its pre-delete hook;
+# this file carries no hook.
 """
 
 
