@@ -19,7 +19,8 @@ plain manifest). In order:
    and its finalizer removed.
 4. **Check** every `poll` seconds, until nothing is left or `timeout` has passed: `leftovers`
    lists every record of ours still in the cluster (room keys, raise records, adoption markers,
-   Rancher records, room-held labels, MTQ locks and finalizers).
+   Rancher records, room-held labels, MTQ locks and finalizers); a room-held label where nothing
+   else of ours is left (its quota gone, which the controllers then never plan) is removed here.
 
 Nothing left: exit 0, the Deployment stays at 0 (Helm deletes it next). Something left: the
 Deployment is scaled back to its former replicas (the product goes on as before, unpaused) and
@@ -84,8 +85,9 @@ NAMESPACE_ANNOTATIONS: Final[Mapping[str, str]] = {
     "(harvester-quota.io/rancher-applied)",
     ANNOTATION_LOCK: "MTQ lock (mtq.harvester-quota.io/lock)",
 }
+ROOM_HELD: Final = "room-held label (the webhook's fail-closed pods rule)"
 NAMESPACE_LABELS: Final[Mapping[str, str]] = {
-    LABEL_ROOM_HELD: "room-held label (the webhook's fail-closed pods rule)",
+    LABEL_ROOM_HELD: ROOM_HELD,
     LABEL_LOCKED: "MTQ lock label (mtq.harvester-quota.io/locked)",
 }
 
@@ -166,6 +168,35 @@ async def leftovers(client: ApiClient) -> list[Leftover]:
     found += [leftover for ns in namespaces for leftover in namespace_leftovers(ns)]
     found += [leftover for vmmrq in vmmrqs for leftover in vmmrq_leftovers(vmmrq)]
     return found
+
+
+async def sweep_stray_labels(client: ApiClient, found: list[Leftover]) -> list[Leftover]:
+    """Removes the room-held label from namespaces where nothing else of ours is left, and
+    returns the leftovers that remain. The controllers plan only namespaces with a managed
+    quota, so a label whose quota went (deleted, its namespace terminating) would stay for good;
+    with no room key and no raise record of ours there, no raise of ours stands, so removing it
+    lets no pod into one. A namespace gone meanwhile is no leftover; a refused write keeps it."""
+    busy = {left.namespace for left in found if left.namespace}
+    busy |= {left.name for left in found if left.kind == "Namespace" and left.what != ROOM_HELD}
+    stray = {left.name for left in found if left.what == ROOM_HELD} - busy
+    removed: set[str] = set()
+    for name in sorted(stray):
+        body = {"metadata": {"labels": {LABEL_ROOM_HELD: None}}}
+        try:
+            await client.patch(NAMESPACES, name, body)
+        except errors.NotFound:
+            pass
+        except errors.ApiError as error:
+            log.warning("release: the room-held label of %s could not be removed: %s", name, error)
+            continue
+        log.info("release: removed the room-held label of %s (no raise of ours there)", name)
+        removed.add(name)
+    return [left for left in found if not (left.what == ROOM_HELD and left.name in removed)]
+
+
+async def leftovers_swept(client: ApiClient) -> list[Leftover]:
+    """`leftovers`, with stray room-held labels removed (`sweep_stray_labels`)."""
+    return await sweep_stray_labels(client, await leftovers(client))
 
 
 @dataclass(frozen=True)
@@ -319,7 +350,7 @@ async def release(
     try:
         async with paused_controllers(client, config.options, clock):
             left, _ = await _until(
-                clock, config.timeout, config.poll, lambda: leftovers(client), "leftovers"
+                clock, config.timeout, config.poll, lambda: leftovers_swept(client), "leftovers"
             )
     except Exception:
         if replicas:  # never leave the product stopped by a release that did not finish

@@ -199,24 +199,38 @@ class SteppingClock:
 class FakeCluster:
     """The few calls release makes: the Deployment (get, scale) and the three lists."""
 
-    def __init__(self, replicas: int | None, quotas: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        replicas: int | None,
+        quotas: list[dict[str, Any]],
+        namespaces: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.replicas = replicas
         self.quotas = quotas
+        self.namespaces = namespaces or []
         self.scaled: list[int] = []
+        self.unlabelled: list[str] = []
 
     async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
         if self.replicas is None:
             raise errors.NotFound("deployments.apps not found")
         return {"spec": {"replicas": self.replicas}}
 
-    async def patch(self, resource: Any, name: str, body: Any, namespace: Any, **kw: Any) -> Any:
+    async def patch(
+        self, resource: Any, name: str, body: Any, namespace: Any = None, **kw: Any
+    ) -> Any:
+        if resource.plural == "namespaces":
+            assert body == {"metadata": {"labels": {"harvester-quota.io/room-held": None}}}
+            self.unlabelled.append(name)
+            self.namespaces = [n for n in self.namespaces if n["metadata"]["name"] != name]
+            return {}
         assert kw.get("subresource") == "scale"
         self.scaled.append(body["spec"]["replicas"])
         return {}
 
     async def list_all(self, resource: Any, namespace: str | None = None) -> Any:
-        items = self.quotas if resource.plural == "resourcequotas" else []
-        return types.SimpleNamespace(items=items)
+        lists = {"resourcequotas": self.quotas, "namespaces": self.namespaces}
+        return types.SimpleNamespace(items=lists.get(resource.plural, []))
 
 
 ROOMED = quota({"harvesterhci.io/migrating-vm1": "{}"})
@@ -287,3 +301,22 @@ def test_an_upgrade_reusing_an_older_charts_values_still_renders_the_hook_with_i
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--grace=60" in args and "--timeout=180" in args
     assert job["spec"]["activeDeadlineSeconds"] == 270
+
+
+def labelled(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"harvester-quota.io/room-held": "true"}}}
+
+
+async def test_a_room_held_label_with_nothing_else_of_ours_left_is_removed_one_under_a_room_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A label whose quota went (the controllers never plan that namespace again) is removed by
+    release itself; one where a room of ours still stands is left to the controllers (removing it
+    would let pods into the raise), and is what release reports."""
+    cluster = FakeCluster(None, [ROOMED], [labelled("gone-quota"), labelled("t")])
+    monkeypatch.setattr(release_module, "paused_controllers", giving_back(cluster, gives=False))
+    result = await release_module.release(
+        cluster, ReleaseConfig(timeout=4, poll=2), SteppingClock()
+    )  # type: ignore[arg-type]
+    assert cluster.unlabelled == ["gone-quota"]
+    assert {(left.kind, left.name) for left in result.left} == {(ROOM, "q"), ("Namespace", "t")}
