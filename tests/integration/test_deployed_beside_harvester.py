@@ -368,7 +368,10 @@ async def test_the_charts_pre_delete_hook_mid_migration_waits_for_the_room_then_
     back itself, and exits 0 with the quota at its base, no room key, no marker, nothing of
     ours left in the namespace."""
     cluster = harvester_kubevirt_cluster
-    rbac, args = release_hook(grace=90)
+    # The grace covers this 10 s migration with room to spare. It waits for every room in the
+    # cluster: in a full module run, rooms left in earlier tests' namespaces (terminating) ran a
+    # 90 s grace out (113 s for this test, 28 s alone).
+    rbac, args = release_hook(grace=40)
     async with harvester_api as api, fresh_namespace_async(api, "hook") as namespace:
         tenant, kubevirt = await full_rancher_namespace(api, cluster, namespace)
         await deployment_module.apply_shipped_rbac(api)
@@ -409,6 +412,7 @@ async def test_the_charts_pre_delete_hook_mid_migration_waits_for_the_room_then_
                 )
             # Leaving `deployed` stops the controller process: the kubelet's part of the scale.
             output, _ = await asyncio.wait_for(hook.communicate(), 150)
+        print(output.decode())  # the hook's log, for a slow run (pytest -rP)
         assert hook.returncode == 0, output.decode()
         report = json.loads(output.decode().strip().splitlines()[-1])
         assert report["released"] and report["controller_replicas"] == 2, report
