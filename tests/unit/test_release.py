@@ -320,3 +320,23 @@ async def test_a_room_held_label_with_nothing_else_of_ours_left_is_removed_one_u
     )  # type: ignore[arg-type]
     assert cluster.unlabelled == ["gone-quota"]
     assert {(left.kind, left.name) for left in result.left} == {(ROOM, "q"), ("Namespace", "t")}
+
+
+async def test_records_in_a_namespace_being_deleted_are_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """They go with it (and it admits no new pod): a room still on its quota, its label, leave
+    the release clean; the same in a live namespace does not."""
+    going = {"metadata": {**labelled("t")["metadata"], "deletionTimestamp": "2026-11-26T10:00:00Z"}}
+    cluster = FakeCluster(None, [ROOMED], [going])
+    monkeypatch.setattr(release_module, "paused_controllers", giving_back(cluster, gives=False))
+    result = await release_module.release(
+        cluster, ReleaseConfig(timeout=4, poll=2), SteppingClock()
+    )  # type: ignore[arg-type]
+    assert result.released and cluster.unlabelled == []
+    cluster = FakeCluster(None, [ROOMED], [labelled("t")])
+    monkeypatch.setattr(release_module, "paused_controllers", giving_back(cluster, gives=False))
+    result = await release_module.release(
+        cluster, ReleaseConfig(timeout=4, poll=2), SteppingClock()
+    )  # type: ignore[arg-type]
+    assert not result.released
