@@ -5,6 +5,7 @@ Subcommands:
   webhook   the validating admission webhook
   explain   why a namespace's quota is what it is (read-only)
   preflight which VMs a drain or an upgrade will not migrate, and why (read-only)
+  release   give every room back before an uninstall (the chart's pre-delete hook)
 
 Installed as `kubectl-harvester_quota` too, it is the kubectl plugin `kubectl harvester-quota`.
 
@@ -21,6 +22,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
+
+import orjson
 
 from . import __version__, app
 from .config.management import Options
@@ -225,6 +228,48 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 PREFLIGHT_BAD_INPUT = 2
 """preflight's exit code for input it cannot judge (kubectl's and argparse's usage code too)."""
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    """Exit 0: every room given back, nothing of ours left; 1: something is left (listed; the
+    controllers scaled back as they were); 2: the controller Deployment cannot be read or scaled
+    (RBAC, a bad kubeconfig) or the API server cannot be reached, with the reason on stderr."""
+    from . import release  # noqa: PLC0415 - see LAZY_IMPORTS
+
+    settings = release.ReleaseConfig(
+        options=Options(
+            namespace=args.namespace,
+            lease_name=args.lease_name,
+            mode=args.mode,
+            kubevirt_version=args.kubevirt_version,
+            mtq=not args.no_mtq,
+            mtq_lock_seconds=args.mtq_lock_seconds,
+        ),
+        deployment=args.deployment,
+        grace=args.grace,
+        timeout=args.timeout,
+    )
+
+    async def main() -> release.ReleaseResult:
+        async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
+            return await release.release(client, settings)
+
+    try:
+        result = asyncio.run(main())
+    except errors.ConnectionFailed:
+        raise  # run_command_line's one line, the same as every command's
+    except (config.ConfigError, errors.ApiError) as error:
+        print(f"harvester-quota release: {error}", file=sys.stderr)
+        return RELEASE_FAILED
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(result.as_dict()).decode() + "\n")
+    else:
+        sys.stdout.write(release.render_text(result) + "\n")
+    return 0 if result.released else 1
+
+
+RELEASE_FAILED = 2
+"""release's exit code when it could not start (the Deployment unreadable or unscalable)."""
 
 
 def _add_connection_flags(
@@ -461,6 +506,53 @@ def _add_self_signed_flags(hook: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_release_command(commands: Any) -> None:
+    command = commands.add_parser(
+        "release",
+        help="give every room back before an uninstall: stop the controllers, give back, check",
+        description="exit code 0: every room given back, nothing of ours left; 1: something "
+        "is left (listed; the controllers scaled back as they were); 2: could not start",
+    )
+    _add_connection_flags(command)
+    command.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    command.add_argument(
+        "--namespace", default="harvester-system", help="where the controllers run (their Lease)"
+    )
+    command.add_argument(
+        "--deployment", default="harvester-quota", help="the controllers' Deployment"
+    )
+    command.add_argument(
+        "--lease-name", default="harvester-quota", help="the controllers' leader Lease"
+    )
+    _add_kubevirt_flags(
+        command,
+        mode_help="the controller's --mode, if not auto",
+        version_help="the controller's --kubevirt-version, if set",
+    )
+    command.add_argument("--no-mtq", action="store_true", help="the controller's --no-mtq")
+    command.add_argument(
+        "--mtq-lock-seconds",
+        type=_positive_seconds,
+        default=30.0,
+        help="the controller's --mtq-lock-seconds",
+    )
+    command.add_argument(
+        "--grace",
+        type=_non_negative_seconds,
+        default=60.0,
+        help="seconds to let migrations holding room end first, while the controllers run "
+        "(default 60; 0: give back at once)",
+    )
+    command.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=180.0,
+        help="seconds to wait, after the controllers stopped, for nothing of ours to be left "
+        "(default 180)",
+    )
+    command.set_defaults(handler=cmd_release)
+
+
 def _add_webhook_command(commands: Any) -> None:
     hook = commands.add_parser("webhook", help="run the validating admission webhook (HTTPS)")
     _add_connection_flags(hook)
@@ -525,6 +617,7 @@ def build_parser(prog: str = "harvester-quota") -> argparse.ArgumentParser:
     _add_webhook_command(commands)
     _add_explain_command(commands)
     _add_preflight_command(commands)
+    _add_release_command(commands)
     accept_logging_flags_everywhere(parser)
     return parser
 

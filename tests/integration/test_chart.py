@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import re
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,12 +17,19 @@ from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
 )
+from harvester_quota.apis.mtq import VMMRQS
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
-from harvester_quota.generic.resource import NAMESPACES, PODS, VALIDATING_WEBHOOK_CONFIGURATIONS
+from harvester_quota.generic.resource import (
+    CRDS,
+    NAMESPACES,
+    PODS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+)
 from harvester_quota.testbench.localcluster import ClusterError
 from harvester_quota.testbench.localcluster import deploy as deploy_module
+from harvester_quota.testbench.localcluster.binaries import resolve_bin_dir
 from harvester_quota.testbench.localcluster.chart import (
     CHART,
     MANIFEST,
@@ -209,8 +218,9 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
     # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, four admission
-    # policies with their bindings, the paused-label policy and its binding
-    assert checked == 27
+    # policies with their bindings, the paused-label policy and its binding, the pre-delete
+    # hook's Role, RoleBinding and Job
+    assert checked == 30
 
 
 def test_the_webhook_replicas_prefer_different_nodes_and_no_budget_can_block_a_drain() -> None:
@@ -776,3 +786,63 @@ async def pod_refused(client: ApiClient, namespace: str, pod: dict[str, Any]) ->
     except errors.Forbidden as error:
         return "only KubeVirt's controller may set" in error.message
     return False
+
+
+MTQ_CRD = CHART / "crds" / "virtualmachinemigrationresourcequotas.yaml"
+NEW_STATUS_FIELD = "migrationsToBlockingResourceQuotas"
+"""A status field the controller writes, left out of the "older" CRD below."""
+
+
+def older_mtq_crd(live: dict[str, Any]) -> dict[str, Any]:
+    """The installed CRD as an older chart would have shipped it: without NEW_STATUS_FIELD."""
+    older = copy.deepcopy(live)
+    (version,) = older["spec"]["versions"]
+    del version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][NEW_STATUS_FIELD]
+    return older
+
+
+async def status_field_kept(api: ApiClient, namespace: str, name: str) -> bool:
+    """Writes NEW_STATUS_FIELD to the VMMRQ's status; whether the API server kept it (a schema
+    without the field prunes it, silently)."""
+    body = {"status": {NEW_STATUS_FIELD: {"mig-1": ["default-quota"]}}}
+    written = await api.patch(VMMRQS, name, body, namespace, subresource="status")
+    return NEW_STATUS_FIELD in (written.get("status") or {})
+
+
+async def test_the_documented_crd_upgrade_serves_the_new_schema_over_an_older_install(
+    api: ApiClient, cluster: ClusterInfo, namespace: str
+) -> None:
+    """Helm never upgrades crds/: docs/operations.md's upgrade applies them first with
+    `kubectl apply --server-side --force-conflicts`. With an older CRD installed (as Helm
+    created it: its own update), a status field the new controller writes is pruned; after the documented
+    command the new schema is served and the field is kept. (The CRD is the cluster's
+    shared one: it is left as the chart ships it.)"""
+    crd_name = "virtualmachinemigrationresourcequotas.mtq.kubevirt.io"
+    live = await api.get(CRDS, crd_name)
+    older = older_mtq_crd(live)
+    try:
+        await api.update(CRDS, older)
+        vmmrq = {"apiVersion": "mtq.kubevirt.io/v1alpha1", "kind": VMMRQS.kind}
+        vmmrq["metadata"] = {"name": "budget"}
+        vmmrq["spec"] = {"additionalMigrationResources": {"limits.cpu": "1"}}
+        await api.create(VMMRQS, vmmrq, namespace)
+        await eventually(
+            lambda: _pruned(api, namespace), what="the older schema in force (field pruned)"
+        )
+        kubectl = resolve_bin_dir() / "kubectl"
+        command = [str(kubectl), "--kubeconfig", str(cluster.kubeconfig), "apply"]
+        command += ["--server-side", "--force-conflicts", "-f", str(MTQ_CRD.parent)]
+        done = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        await eventually(
+            lambda: status_field_kept(api, namespace, "budget"), what="the new schema served"
+        )
+    finally:
+        shipped = yaml.safe_load(MTQ_CRD.read_text())
+        await deployment.apply(api, shipped)
+
+
+async def _pruned(api: ApiClient, namespace: str) -> bool:
+    return not await status_field_kept(api, namespace, "budget")

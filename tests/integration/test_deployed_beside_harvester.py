@@ -16,15 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import yaml
+from harvester_quota.apis.mtq import VMMRQS
+from harvester_quota.config.management import Options
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.meta import annotations_of
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
+from harvester_quota.release import ReleaseConfig, leftovers, release
 from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.localcluster import deploy as deployment_module
 from harvester_quota.testbench.localcluster.binaries import HARVESTER_CONTROLLERS
+from harvester_quota.testbench.localcluster.chart import render
 from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER
 from harvester_quota.testbench.scenario.writers import WriterMarks
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
@@ -34,6 +43,7 @@ from harvester_quota.util.annotations import (
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
 )
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.mtq import FINALIZER
 
 from tests.helpers import eventually
 from tests.integration.conftest import admin_config, fresh_namespace_async
@@ -43,11 +53,13 @@ from tests.integration.test_deployed_processes import (
     V170_LIMIT,
     assert_no_refusal_logged,
     deployed,
+    token_kubeconfig,
 )
 
 pytestmark = pytest.mark.integration
 
 MIGRATIONS = 3
+SYSTEM = "harvester-system"
 ADOPT = ("--adopt-harvester-quotas",)
 
 
@@ -322,3 +334,135 @@ async def test_the_documented_uninstall_steps_mid_migration_leave_every_quota_at
                     return quota["spec"]["hard"] == V170_HARD and not adopted(quota)
 
                 await eventually(given_back, what="the room and the adoption given back")
+
+
+def release_hook(grace: int) -> tuple[list[Object], list[str]]:
+    """The chart's pre-delete hook as rendered (graceSeconds `grace`): its RBAC documents, and
+    the Job container's arguments."""
+    values = {"release": {"graceSeconds": grace, "timeoutSeconds": 120}}
+    documents = [d for d in yaml.safe_load_all(render(values)) if d]
+    hook = [d for d in documents if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    (job,) = [d for d in hook if d["kind"] == "Job"]
+    rbac = [d for d in hook if d["kind"] != "Job"]
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == "harvester-quota"
+    return rbac, job["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def controller_deployment() -> Object:
+    """The chart's controller Deployment, as `helm install` creates it."""
+    (found,) = [
+        d
+        for d in yaml.safe_load_all(render())
+        if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "harvester-quota"
+    ]
+    return dict(found)
+
+
+async def test_the_charts_pre_delete_hook_mid_migration_waits_for_the_room_then_gives_all_back(
+    harvester_api: ApiClient, harvester_kubevirt_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    """`helm uninstall`'s pre-delete hook (the chart's Job arguments, as the controller's
+    service account with the chart's RBAC and the hook's own Role) started while a migration
+    holds room on an adopted quota: the controllers keep the room until the migration ends (no
+    target refused), then the hook scales the controller Deployment to 0, gives the adoption
+    back itself, and exits 0 with the quota at its base, no room key, no marker, nothing of
+    ours left in the namespace."""
+    cluster = harvester_kubevirt_cluster
+    # The grace covers this 10 s migration with room to spare. It waits for every room in the
+    # cluster: in a full module run, rooms left in earlier tests' namespaces (terminating) ran a
+    # 90 s grace out (113 s for this test, 28 s alone).
+    rbac, args = release_hook(grace=40)
+    async with harvester_api as api, fresh_namespace_async(api, "hook") as namespace:
+        tenant, kubevirt = await full_rancher_namespace(api, cluster, namespace)
+        await deployment_module.apply_shipped_rbac(api)
+        for document in rbac:
+            await deployment_module.apply(api, document)
+        await deployment_module.apply(api, controller_deployment())
+        kubeconfig = await token_kubeconfig(api, cluster, "harvester-quota", tmp_path / "hook")
+        lease = f"--lease-name=deployed-{namespace[-6:]}"  # the deployed controller's Lease
+        hook_args = [*args, f"--kubeconfig={kubeconfig}", lease, "--output=json"]
+        async with kubevirt:
+            async with deployed(
+                api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
+            ) as logs:
+                spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=10)
+                assert (await kubevirt.create_vm(spec)).started
+                name = await kubevirt.migrate("vm1")
+
+                async def raised() -> bool:
+                    quota = await tenant.quota()
+                    return quota["spec"]["hard"] != V170_HARD and adopted(quota)
+
+                await eventually(raised, what="the room raised on the adopted quota")
+                hook = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "harvester_quota.main",
+                    *hook_args,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                )
+                await eventually(
+                    lambda: scaled_to(api, 0), timeout=120, what="the Deployment scaled to 0"
+                )
+                record = kubevirt.records.get(namespace, name)
+                assert record is not None and record.done, "the room was kept until it ended"
+                assert record.outcome is Outcome.SUCCEEDED and record.refusals == 0, (
+                    record.as_dict()
+                )
+            # Leaving `deployed` stops the controller process: the kubelet's part of the scale.
+            output, _ = await asyncio.wait_for(hook.communicate(), 150)
+        print(output.decode())  # the hook's log, for a slow run (pytest -rP)
+        assert hook.returncode == 0, output.decode()
+        report = json.loads(output.decode().strip().splitlines()[-1])
+        assert report["released"] and report["controller_replicas"] == 2, report
+        quota = await tenant.quota()
+        assert quota["spec"]["hard"] == V170_HARD and not adopted(quota), quota
+        assert ANNOTATION_ADOPTED not in annotations_of(quota), quota
+        left = await leftovers(api)
+        assert not [
+            x for x in left if namespace in (x.namespace, x.name if x.kind == "Namespace" else "")
+        ], left
+        assert_no_refusal_logged(logs)
+        await api.delete(deployment_module.KINDS["Deployment"], "harvester-quota", SYSTEM)
+
+
+async def scaled_to(api: ApiClient, replicas: int) -> bool:
+    found = await api.get(deployment_module.KINDS["Deployment"], "harvester-quota", SYSTEM)
+    return bool(found["spec"]["replicas"] == replicas)
+
+
+async def test_a_planted_restore_finalizer_cannot_block_the_release_with_the_deployment_gone(
+    harvester_api: ApiClient, harvester_kubevirt_cluster: ClusterInfo
+) -> None:
+    """Whoever may edit a VMMRQ (a tenant, where cluster RBAC lets one) plants our restore
+    finalizer with nothing recorded, to make `release` fail and the uninstall with it. With the
+    controller Deployment already gone, `release` (as the controller's service account, with the
+    hook's Role) runs the controllers itself: they take the finalizer off (nothing is recorded)
+    and nothing of ours is left in the namespace."""
+    cluster = harvester_kubevirt_cluster
+    rbac, _ = release_hook(grace=0)
+    async with harvester_api as api, fresh_namespace_async(api, "forge") as namespace:
+        await deployment_module.apply_shipped_rbac(api)
+        for document in rbac:
+            await deployment_module.apply(api, document)
+        with contextlib.suppress(errors.NotFound):
+            await api.delete(deployment_module.KINDS["Deployment"], "harvester-quota", SYSTEM)
+        planted = {
+            "apiVersion": "mtq.kubevirt.io/v1alpha1",
+            "kind": VMMRQS.kind,
+            "metadata": {"name": "budget", "finalizers": [FINALIZER]},
+            "spec": {"additionalMigrationResources": {"limits.cpu": "1"}},
+        }
+        created = await api.create(VMMRQS, planted, namespace)
+        assert FINALIZER in created["metadata"]["finalizers"], "planted"
+        options = Options(namespace=SYSTEM, lease_name=f"forge-{namespace[-6:]}")
+        config = ReleaseConfig(options=options, grace=0, timeout=60, poll=1)
+        controller = await deployment_module.client_as(api, cluster, "harvester-quota")
+        async with controller:
+            result = await release(controller, config)
+        assert result.controller_replicas is None, "the Deployment was gone"
+        mine = [x for x in result.left if namespace in (x.namespace, x.name)]
+        assert not mine, result.left
+        budget = await api.get(VMMRQS, "budget", namespace)
+        assert FINALIZER not in (budget["metadata"].get("finalizers") or []), budget

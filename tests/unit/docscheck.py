@@ -248,6 +248,10 @@ FOREIGN_FLAGS: dict[str, str] = {
     "--set": "helm install's values",
     "--admission-control-config-file": "kube-apiserver's admission configuration",
     "--from-file": "kubectl create configmap",
+    "--reuse-values": "helm upgrade's: keep the installed values",
+    "--reset-then-reuse-values": "helm upgrade's: the new chart's defaults, the installed values",
+    "--force-conflicts": "kubectl apply --server-side's: take the fields over",
+    "--no-hooks": "helm uninstall's: skip the pre-delete hook",
 }
 """Flags of other programs the docs name in a code span of their own."""
 

@@ -30,6 +30,7 @@ PRODUCT_LAYERS: dict[str, int] = {
     "app": 6,
     "explain": 6,
     "preflight": 6,
+    "release": 7,
     "main": 9,
 }
 """The product's top-level packages -> layer."""

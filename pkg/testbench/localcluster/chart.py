@@ -51,8 +51,11 @@ HEADER: Final = """\
 #
 # On Harvester, it runs beside Harvester's own migration and resourcequota controllers, which no
 # Harvester release can turn off: it adopts the quotas it manages (--adopt-harvester-quotas:
-# Harvester's skip annotation with our marker). Before deleting it, give them back (docs/
-# operations.md, "On Harvester"), or Harvester never raises them again.
+# Harvester's skip annotation with our marker). Before deleting it, delete its
+# ValidatingWebhookConfiguration, then give every room and quota back with `harvester-quota
+# release --namespace harvester-system` (exit code 0: nothing of ours left; docs/operations.md,
+# "Uninstall"), or Harvester never raises them again. The chart runs that as its pre-delete hook;
+# this file carries no hook.
 """
 
 
@@ -71,6 +74,7 @@ def render(
     namespace: str = NAMESPACE,
     *,
     kubeconfig: Path | None = None,
+    hooks: bool = True,
 ) -> str:
     """The chart rendered for `namespace` with `values` over the defaults, its crds/ included
     (MTQ's VirtualMachineMigrationResourceQuota), so the plain manifest installs them too.
@@ -78,10 +82,13 @@ def render(
     Without `kubeconfig`, `helm template` looks in no cluster: `values` go over TEMPLATE_VALUES
     (as the manifest is rendered). With it, helm renders against that cluster
     (`--dry-run=server`: its lookups see the cluster, nothing is written) and only `values` go
-    over the defaults. ClusterError if the chart refuses (its `fail` message in it)."""
+    over the defaults. `hooks` False leaves the Helm hooks out (the release Job, which only
+    `helm uninstall` may run). ClusterError if the chart refuses (its `fail` message in it)."""
     with tempfile.TemporaryDirectory() as tmp:
         args = ["template", RELEASE, str(CHART), "--namespace", namespace, "--include-crds"]
         args += ["--kube-version", KUBE_VERSION]
+        if not hooks:
+            args.append("--no-hooks")
         layers: list[Mapping[str, Any]] = [values or {}]
         if kubeconfig is None:
             layers.insert(0, TEMPLATE_VALUES)
@@ -96,7 +103,7 @@ def render(
 
 def manifest_text() -> str:
     """deploy/harvester-quota.yaml as it must be: the header, then the default rendering."""
-    return HEADER + render()
+    return HEADER + render(hooks=False)
 
 
 if __name__ == "__main__":  # pragma: no cover - `make manifest`

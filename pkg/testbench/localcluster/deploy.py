@@ -48,6 +48,7 @@ KINDS: Final = {
     "Role": Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     "RoleBinding": Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     "Deployment": Resource("apps", "v1", "deployments", "Deployment"),
+    "Job": Resource("batch", "v1", "jobs", "Job"),
     "NetworkPolicy": Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
     "CustomResourceDefinition": CRDS,
     "ValidatingAdmissionPolicy": Resource(
