@@ -411,16 +411,14 @@ def _judge_target(
 ) -> None:
     context = _context(cluster, verdict.namespace)
     try:
-        pod = launcher_pod_resources(vmi, _settings(cluster, context))
+        pod = launcher_pod_resources(vmi, _settings(cluster, context), migration_target=True)
         usage = pod_quota_usage(pod)
     except ValueError as error:
         cluster.warnings.append(f"{verdict.key}: cannot render its target pod: {error}")
         return
     verdict.target_usage = to_json_dict(usage)
     settings = _settings(cluster, context)
-    verdict.migration_priority = evacuation_priority(
-        settings.version, settings.feature_gates, settings.disabled_feature_gates
-    )
+    verdict.migration_priority = evacuation_priority(settings.version, settings.feature_gates)
     target = TargetPod(vmi, pod, usage, launcher_scope_facts(vmi, usage))
     verdict.blockers.extend(quota_blockers(cluster.plan.strategy, context, target))
     requests = target_requests(pod)

@@ -57,13 +57,12 @@ PRIORITY_QUEUE_GA: Final = (1, 9)
 PRIORITY_QUEUE_GATE: Final = "MigrationPriorityQueue"
 
 
-def evacuation_priority(
-    version: KubeVirtVersion, enabled: Collection[str], disabled: Collection[str] = ()
-) -> str:
+def evacuation_priority(version: KubeVirtVersion, enabled: Collection[str]) -> str:
     """The spec.priority KubeVirt's evacuation controller gives a drain's migration:
-    system-critical with the priority queue on (GA from v1.9; from v1.7 while the CR's
-    featureGates lists it, and in v1.8 not also disabledFeatureGates), else none ("default").
-    (A descheduler's eviction gets system-maintenance; a drain is not one.)"""
+    system-critical with the priority queue on (GA from v1.9, always; in v1.7 and v1.8, Alpha and
+    Beta, only while the CR's featureGates lists it: listed there it is on whatever
+    disabledFeatureGates says, and a Beta gate listed nowhere is off before v1.9), else none
+    ("default"). (A descheduler's eviction gets system-maintenance; a drain is not one.)"""
     if version.at_least(*PRIORITY_QUEUE_GA):
         return SYSTEM_CRITICAL
     listed = version.at_least(*PRIORITY_QUEUE_SINCE) and PRIORITY_QUEUE_GATE in enabled

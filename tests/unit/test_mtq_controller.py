@@ -14,10 +14,11 @@ from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCES,
 )
 from harvester_quota.apis.mtq import VMMRQS
+from harvester_quota.controller.mtq.reports import WAITING_REASON
 from harvester_quota.controller.mtq.vmmrq_controller import MtqReconciler
 from harvester_quota.controller.mtq.writes import FINALIZER
 from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS
-from harvester_quota.util.launcher import launcher_quota_usage
+from harvester_quota.util.launcher import target_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_LOCK,
@@ -36,7 +37,7 @@ KEYS = ("requests.memory", "requests.cpu")
 
 def usage_of(h: Harness, instance: dict[str, Any]) -> ResourceList:
     settings = h.reconciler().blocked.launcher_settings("tenant")
-    return launcher_quota_usage(instance, settings)
+    return target_quota_usage(instance, settings)
 
 
 def setup(
@@ -407,6 +408,30 @@ async def test_a_migration_joining_a_held_lock_keeps_its_deadline() -> None:
     assert widened is not None and set(widened.migrations.values()) == {"mig0", "mig1"}
     assert widened.until == first.until, "never extended"
     assert reconciler.stats.quota_writes == 1, "the raise is shared, not repeated"
+
+
+async def test_an_evacuation_refused_later_takes_a_held_lock_from_a_user_migration() -> None:
+    """A budget for one target: a user's migration holds the lock, its target pod not made yet;
+    then a drain's evacuation (system-critical) is refused by quota. The lock now admits the
+    evacuation alone, and the user's migration is told it waits for it (review: the held lock
+    had kept both, and whichever target KubeVirt made first took the budget)."""
+    h = harness()
+    s = setup(h, vms=2, budget_targets=1)
+    late = h.cluster.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "tenant/mig1") or {}
+    late["status"] = {"phase": "Pending"}  # not refused yet
+    h.cluster.put(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, late)
+    reconciler = h.reconciler()
+    await lock_and_raise(h, reconciler)
+    first = parse_lock(h.cluster.get(NAMESPACES, "tenant"))
+    assert first is not None and set(first.migrations.values()) == {"mig0"}
+    evacuation = h.cluster.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "tenant/mig1") or {}
+    evacuation["status"] = s["migrations"][1]["status"]
+    evacuation["spec"]["priority"] = "system-critical"
+    h.cluster.put(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, evacuation)
+    await lock_and_raise(h, reconciler)
+    taken = parse_lock(h.cluster.get(NAMESPACES, "tenant"))
+    assert taken is not None and set(taken.migrations.values()) == {"mig1"}
+    assert ("mig0", WAITING_REASON) in [(name, reason) for name, reason, _ in h.events]
 
 
 async def test_with_two_vmmrqs_the_one_recording_a_raise_is_used_and_the_other_named() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from harvester_quota.apis.mtq import Vmmrq
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.preflight.render import render_text as render_preflight
@@ -18,7 +19,7 @@ from harvester_quota.util.migrationpriority import (
     migration_priority,
     priority_name,
 )
-from harvester_quota.util.resourcequota.mtq import Blocked, plan_namespace, quota_view
+from harvester_quota.util.resourcequota.mtq import Blocked, QuotaView, plan_namespace, quota_view
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
 from tests.unit.test_quota_plan import V170_HARD, V170_LIMIT
@@ -30,7 +31,7 @@ from .test_preflight import drain, only_vm, running, state
 EVACUATION = PRIORITIES[SYSTEM_CRITICAL]
 
 
-def one_pod_of_budget() -> tuple[object, list[object]]:
+def one_pod_of_budget() -> tuple[Vmmrq, list[QuotaView]]:
     """A full quota and a budget that lets exactly one more target pod (POD) in."""
     full = quota_view(
         quota("q", {"requests.memory": "2Gi", "requests.cpu": "1"}, {"requests.memory": "2Gi"})
@@ -48,7 +49,7 @@ def test_an_evacuation_takes_a_budget_for_one_before_an_older_user_migration() -
         priority=EVACUATION,
         created="2026-11-26T10:05:00Z",
     )
-    plan = plan_namespace(budget, [user, evacuation], quotas)  # type: ignore[arg-type]
+    plan = plan_namespace(budget, [user, evacuation], quotas)
     assert plan.uids == {"uid-evac": "kubevirt-evacuation-x"}, "only the evacuation's target in"
     assert plan.waiting == {"user": ("kubevirt-evacuation-x",)}
     assert "user" not in plan.migrations and not plan.refused
@@ -58,7 +59,7 @@ def test_among_equals_nothing_changes_each_is_judged_alone_as_mtq_does() -> None
     budget, quotas = one_pod_of_budget()
     first = Blocked("a", "uid-a", POD, created="2026-11-26T10:00:00Z")
     second = Blocked("b", "uid-b", POD, created="2026-11-26T10:05:00Z")
-    plan = plan_namespace(budget, [first, second], quotas)  # type: ignore[arg-type]
+    plan = plan_namespace(budget, [first, second], quotas)
     assert plan.uids == {"uid-a": "a", "uid-b": "b"} and not plan.waiting
 
 
@@ -118,7 +119,7 @@ def test_a_drains_migration_is_system_critical_where_kubevirts_priority_queue_is
     assert evacuation_priority(v17, set()) == "default", "Alpha: off unless listed"
     assert evacuation_priority(v17, {"MigrationPriorityQueue"}) == SYSTEM_CRITICAL
     assert evacuation_priority(v18, set()) == "default", "Beta in v1.8: still off unless listed"
-    assert evacuation_priority(v19, set(), {"MigrationPriorityQueue"}) == SYSTEM_CRITICAL, "GA"
+    assert evacuation_priority(v19, set()) == SYSTEM_CRITICAL, "GA: on whatever the CR says"
 
 
 def test_preflight_shows_the_priority_of_each_evacuation() -> None:

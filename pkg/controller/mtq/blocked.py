@@ -25,7 +25,7 @@ from ...config.management import Management
 from ...generic.logformat import migration_fields
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
-from ...util.launcher import LauncherSettings, attachment_quota_usage, launcher_quota_usage
+from ...util.launcher import LauncherSettings, attachment_quota_usage, target_quota_usage
 from ...util.migrationlimits import (
     FINAL_PHASES,
     RECHECK_SECONDS,
@@ -144,7 +144,7 @@ class BlockedMigrations:
             settings = self.launcher_settings(namespace)
             # The attachment pod virt-controller makes beside a target with hotplugged volumes
             # needs the budget too, or it is refused once the launcher is in.
-            usage = add(launcher_quota_usage(vmi, settings), attachment_quota_usage(vmi, settings))
+            usage = add(target_quota_usage(vmi, settings), attachment_quota_usage(vmi, settings))
         except ValueError as error:
             log.warning(
                 "%s: cannot size the target pod of %s: %s",

@@ -82,11 +82,11 @@ class MtqWarnings:
             uid = str(metadata(migration).get("uid"))
             short = plan.refused.get(name)
             ahead = plan.waiting.get(name)
-            if lock is not None and lock.admits_target_of(uid):
-                continue
-            if ahead is not None:
+            if ahead is not None:  # out of the lock too, if it was in (writes.lock)
                 message = waiting_message(vmmrq.name, vmmrq.namespace, name, ahead)
                 self.once(uid, migration, WAITING_REASON, message)
+                continue
+            if lock is not None and lock.admits_target_of(uid):
                 continue
             if short is None:
                 reported.pop(uid, None)

@@ -107,15 +107,21 @@ class MtqWrites:
         now: datetime.datetime,
     ) -> Object:
         """Takes the lock (deadline now + lock_seconds), or adds migrations to the held one under
-        its own deadline; nothing if the held lock already admits every planned migration. The
+        its own deadline and drops from it those that now wait for migrations of higher priority;
+        nothing if the held lock already admits exactly that. The
         raise waits for the lock to come back through the watch: the API server's webhook
         selector and the webhook's cache learn of it from the same watch, so a pod created
         after the raise meets the lock (KubeVirt MTQ raised right after creating its lock, and
         squatters slipped through)."""
         if lock is not None and lock.active(now):
-            if set(plan.uids) <= set(lock.migrations):
+            # A migration the lock admits whose target pod is not made yet, and which now waits
+            # for one of higher priority (`plan.waiting`), leaves the lock: its target would
+            # take the budget the evacuation needs (mtq.prioritized).
+            kept = {u: n for u, n in lock.migrations.items() if n not in plan.waiting}
+            merged = {**kept, **plan.uids}
+            if merged == dict(lock.migrations):
                 return namespace
-            wanted = Lock(lock.until, vmmrq.name, {**lock.migrations, **plan.uids})
+            wanted = Lock(lock.until, vmmrq.name, merged)
         else:
             until = now + datetime.timedelta(seconds=self.lock_seconds)
             wanted = Lock(until, vmmrq.name, dict(plan.uids))
