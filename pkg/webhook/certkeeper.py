@@ -15,6 +15,7 @@ connections already open untouched (ReloadingTLS).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import logging
@@ -23,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..generic import errors
 from ..generic.client import ApiClient
@@ -87,9 +91,14 @@ class CertificateKeeper:
             try:
                 await self.ensure()
                 return
+            except asyncio.CancelledError:
+                raise
             except (errors.ApiError, OSError, ValueError) as error:
                 failures += 1
                 log.error("cannot make the webhook's serving certificate yet: %s", error)
+            except Exception:
+                failures += 1  # never a crash loop: unready, logged, retried
+                log.exception("cannot make the webhook's serving certificate yet")
             await self.clock.sleep(self.wait_after(failures))
 
     def wait_after(self, failures: int) -> float:
@@ -108,9 +117,14 @@ class CertificateKeeper:
             try:
                 await self.ensure()
                 failures = 0 if self.published else failures + 1
+            except asyncio.CancelledError:
+                raise
             except (errors.ApiError, OSError, ValueError) as error:
                 failures += 1
                 log.error("cannot keep the webhook's certificates current: %s", error)
+            except Exception:
+                failures += 1  # the rotation must never end quietly
+                log.exception("cannot keep the webhook's certificates current")
             await self.clock.sleep(self.wait_after(failures))
 
     async def ensure(self) -> bool:
@@ -218,12 +232,21 @@ def authority_of(secret: Object) -> Authority | None:
             Pair(decoded[TLS_CERT], decoded[TLS_KEY]),
         )
         authority.ca.cert, authority.serving.cert  # noqa: B018 - parsed to check them
+        _check_ec_key(authority.ca.key_pem)
     except (KeyError, ValueError, TypeError) as error:
         if data:
             name = secret["metadata"].get("name")
             log.error("Secret %s unreadable, a new CA replaces it: %s", name, error)
         return None
     return authority
+
+
+def _check_ec_key(key_pem: bytes) -> None:
+    """ValueError unless `key_pem` is an EC private key, the only kind of CA this keeper signs
+    with (a Secret left by another tool, with an RSA CA, is made anew rather than crash)."""
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"its CA key is {type(key).__name__}, not EC")
 
 
 def _bundle_of(webhook: Object) -> tuple[bytes, ...]:

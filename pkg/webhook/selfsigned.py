@@ -237,7 +237,8 @@ def issue(ca: Pair, now: datetime.datetime, policy: Policy) -> Pair:
     from `now` but never past the CA's own expiry."""
     ca_cert = ca.cert
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"the CA's key is {type(ca_key).__name__}, not an EC key this makes")
     key = ec.generate_private_key(ec.SECP256R1())
     expires = min(now + policy.cert_lifetime, ca_cert.not_valid_after_utc)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, policy.hosts[0])])

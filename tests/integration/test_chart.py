@@ -363,9 +363,14 @@ def test_by_default_the_webhook_makes_its_own_certificates_with_one_secret_it_al
 ) -> None:
     """No cert-manager, no Secret to make: the chart creates the CA Secret empty, the webhook
     fills it (flags) and the caBundle, with RBAC for that Secret and that configuration only.
-    caBundle "Cg==", the default of earlier charts (helm upgrade --reuse-values), counts as
-    unset."""
-    values = {} if old_default is None else {"certificates": {"caBundle": old_default}}
+    An upgrade with --reuse-values from an earlier chart renders the same: its caBundle default
+    "Cg==" counts as unset, and its values have no selfSigned block (every value defaulted)."""
+    values = (
+        {}
+        if old_default is None
+        # --reuse-values from an older chart: its caBundle default and no selfSigned key at all
+        else {"certificates": {"caBundle": old_default, "selfSigned": None}}
+    )
     rendered = by_kind_and_name(values)
     flags, volume, bundles = webhook_certificate_setup(rendered)
     assert flags == SELF_SIGNED_ARGS

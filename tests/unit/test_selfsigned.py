@@ -4,6 +4,7 @@ stale read publishes; the keeper's retry waits; the webhook's self-signed flags.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 from pathlib import Path
@@ -11,14 +12,17 @@ from typing import cast
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.main import build_parser, self_signed_options
 from harvester_quota.webhook.certkeeper import CertificateKeeper, authority_of, parse_duration
 from harvester_quota.webhook.selfsigned import (
     BACKDATE,
     RENEW_FRACTION,
     Authority,
+    Pair,
     Policy,
     hosts_of,
     issue,
@@ -217,6 +221,63 @@ def test_a_secret_with_a_key_missing_or_garbage_reads_as_none_and_a_whole_one_ro
     ) is (None)
     del data["ca.key"]
     assert authority_of(secret) is None
+
+
+def test_a_secret_holding_an_rsa_ca_reads_as_none_so_a_new_ca_replaces_it() -> None:
+    """A CA another tool left (RSA) crashed the first pass on every start (a crash loop): it is
+    unreadable to this keeper, which makes an EC CA of its own."""
+    authority = made()
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    rsa_pem = rsa_key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    pems = {
+        "ca.crt": authority.ca.cert_pem,
+        "ca.key": rsa_pem,
+        "ca-bundle.crt": authority.bundle_pem,
+        "tls.crt": authority.serving.cert_pem,
+        "tls.key": authority.serving.key_pem,
+    }
+    data = {key: base64.b64encode(value).decode() for key, value in pems.items()}
+    assert authority_of({"metadata": {"name": "s"}, "data": data}) is None
+    with pytest.raises(ValueError, match="not an EC key"):
+        issue(Pair(authority.ca.cert_pem, rsa_pem), START, Policy(("h",)))
+
+
+async def test_a_keeper_pass_failing_unexpectedly_is_logged_and_retried_never_ending_the_rotation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    keeper = CertificateKeeper(
+        cast(ApiClient, None),
+        namespace="n",
+        secret_name="s",
+        configuration="c",
+        cert_file=tmp_path / "tls.crt",
+        key_file=tmp_path / "tls.key",
+        policy=Policy(("h",)),
+        clock=clock,
+    )
+    passes = 0
+
+    async def broken() -> bool:
+        nonlocal passes
+        passes += 1
+        raise RuntimeError("a bug")
+
+    keeper.ensure = broken  # type: ignore[method-assign]
+    running = asyncio.ensure_future(keeper.run())
+    await settle(50)
+    await clock.advance(1.0)
+    await settle(50)
+    await clock.advance(2.0)
+    await settle(50)
+    assert passes == 3, "retried after 1 s, then 2 s"
+    assert not running.done()
+    assert "cannot keep the webhook's certificates current" in caplog.text
+    running.cancel()
 
 
 def test_a_keeper_retries_a_failed_pass_after_a_second_doubling_to_30_s_else_waits_its_interval(

@@ -126,3 +126,13 @@ matchLabels: {kubernetes.io/metadata.name: {{ $namespace | quote }}}
 {{- define "hq.webhookJob" -}}
 {{- .Values.monitoring.prometheusRule.webhookJob | default (printf "%s/%s" .Release.Namespace (include "hq.webhookName" .)) -}}
 {{- end -}}
+
+{{/*
+The webhook's own CA (certificates.selfSigned), each value defaulted here too: a `helm upgrade
+--reuse-values` from a chart before the self-managed certificates brings no selfSigned key.
+*/}}
+{{- define "hq.selfSigned" -}}
+{{- $given := (.Values.certificates | default dict).selfSigned | default dict -}}
+{{- $defaults := dict "secretName" "harvester-quota-webhook-ca" "caLifetime" "7d" "certLifetime" "24h" -}}
+{{- toJson (merge (deepCopy $given) $defaults) -}}
+{{- end -}}
