@@ -54,6 +54,12 @@ class WebhookMetrics:
             ["endpoint"],
             buckets=LATENCY_BUCKETS,
         )
+        self.certificate_expiry = declare.gauge(
+            "webhook_certificate_expiry_timestamp_seconds",
+            "When the serving certificate this replica serves expires (notAfter, Unix seconds; "
+            "0 before one is loaded): falls behind time() + its renewal margin only when the "
+            "certificates stopped being renewed.",
+        )
         self.in_flight = declare.gauge(
             "webhook_admissions_in_flight",
             f"Admissions holding one of the slots (at most {MAX_ADMISSIONS} by default) between "

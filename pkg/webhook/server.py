@@ -145,6 +145,8 @@ class WebhookServer:
         self.lookups = lookups
         self.body_timeout = body_timeout
         self.metrics = WebhookMetrics(registry)
+        if tls is not None:
+            self.metrics.certificate_expiry.set_function(lambda: tls.not_after)
         self.gate = ClientGate(tls, client_auth, self.metrics, clock)
         self.refusals = self.gate.refusals
         self.slots = AdmissionSlots(max_admissions, admission_wait, clock)

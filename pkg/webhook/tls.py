@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+
 from ..generic.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,8 @@ class ReloadingTLS:
         self._current = self.context
         self._stamp: tuple[float, ...] | None = None
         self.reloads = 0
+        self.not_after = 0.0
+        """When the certificate being served expires (Unix seconds); 0 if it cannot be read."""
         self.reload()
 
     def verify_clients(self, ca_file: Path) -> None:
@@ -86,6 +90,7 @@ class ReloadingTLS:
         self._current = context
         self._stamp = stamp
         self.reloads += 1
+        self.not_after = _not_after(self.cert_file)
         log.info(
             "serving certificate loaded from %s%s",
             self.cert_file,
@@ -174,3 +179,13 @@ class RefusalLog:
         )
         self._last, self.unlogged = now, 0
         return True
+
+
+def _not_after(cert_file: Path) -> float:
+    """The notAfter of the first certificate in `cert_file` (Unix seconds), 0 if unreadable."""
+    try:
+        return x509.load_pem_x509_certificate(
+            cert_file.read_bytes()
+        ).not_valid_after_utc.timestamp()
+    except (OSError, ValueError):
+        return 0.0
