@@ -93,6 +93,19 @@ async def test_harvesters_own_controllers_show_the_seeds_failure(
     assert not failed, f"{name}: Harvester's own code did not fail as reported: {failed}"
     assert totals(result, "harvester")["accepted"] > 0, "Harvester's controllers raised"
     assert totals(result, "harvester-quota") == {"accepted": 0, "refused": 0}
+    preflight_foresaw_the_wait(result)
+
+
+def preflight_foresaw_the_wait(result: dict[str, Any]) -> None:
+    """`preflight --strategy harvester`, run before the drain, named as many waiting target pods
+    as Harvester's real controllers left refused, none blocked for good, and a bound on the
+    wait the run stayed under."""
+    (said,) = result["preflights"]
+    refused = [m for m in result["migrations"] if m["refusals"]]
+    assert not said["blocks"], said
+    assert said["delayed"] == len(refused), (said, refused)
+    waited = sum(m["blocked_seconds"] or 0.0 for m in refused)
+    assert 0 < waited <= said["delayed_seconds_at_most"], (waited, said["delayed_seconds_at_most"])
 
 
 @pytest.mark.parametrize("name", BESIDE_HARVESTER)
@@ -114,6 +127,7 @@ async def test_beside_harvesters_controllers_ours_meets_the_scenario_and_silence
     assert ours["accepted"] <= ADOPTION_WRITES * namespaces + per_migration * migrations, ours
     harvesters = totals(result, "harvester")
     assert harvesters["accepted"] <= HARVESTERS_WRITES_PER_MIGRATION * migrations, harvesters
+    assert not any(said["delayed"] for said in result["preflights"]), result["preflights"]
     causes = result["writers"]["harvester_error_causes"]
     allowed = set(HARVESTERS_OWN_FAILURES.get(name, ()))
     beyond = {ns: {c: n for c, n in by.items() if c not in allowed} for ns, by in causes.items()}
