@@ -32,7 +32,7 @@ from ..util.resourcequota.base import Mode
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
-from .delays import QueuedTarget, plan_delays
+from .delays import QueuedTarget, plan_delays, wave_starts
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
 from .report import Action, Blocker, PreflightReport, Step, VmVerdict
 from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
@@ -260,7 +260,8 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
             for mover in wave:
                 by_key[mover.key].wave = number
         step.waves = [[m.key for m in wave] for wave in waves]
-        plan_delays(plan.strategy, cluster.queued, bandwidth)
+        copies = [[m.memory_bytes / bandwidth for m in wave] for wave in waves]
+        plan_delays(plan.strategy, cluster.queued, bandwidth, wave_starts(copies))
         step.estimated_seconds = estimate_seconds(waves, bandwidth)
         report.steps.append(step)
     report.warnings = cluster.warnings

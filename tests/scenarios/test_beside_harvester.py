@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.testbench.localcluster import ClusterInfo
-from harvester_quota.testbench.scenario import report
+from harvester_quota.testbench.scenario import diff, report
 from harvester_quota.testbench.scenario.runner import ScenarioRun
 from harvester_quota.testbench.scenario.schema import load
 from harvester_quota.testbench.scenario.writers import identity_totals
@@ -61,6 +61,9 @@ HARVESTERS_WRITES_PER_MIGRATION = 2
 """Its migration controller's annotation writes: the UID key added while Pending, removed after."""
 ADOPTION_WRITES = 1
 """Our one write per quota that adopts it (the first plan of the namespace)."""
+CHEAP_DIFFERENTIAL = ("long-vm-name", "v170-test1-ratio-1.5")
+"""The differential's cases the suite runs (about 10 s a strategy each, measured): the rest, the
+documented differences among them, is `python -m bench.scenario_diff` (bench/SCENARIOS.md)."""
 
 
 def path_of(name: str) -> Path:
@@ -132,3 +135,22 @@ async def test_beside_harvesters_controllers_ours_meets_the_scenario_and_silence
     allowed = set(HARVESTERS_OWN_FAILURES.get(name, ()))
     beyond = {ns: {c: n for c, n in by.items() if c not in allowed} for ns, by in causes.items()}
     assert not any(beyond.values()), f"Harvester's error lines: {causes}"
+
+
+@pytest.mark.parametrize("name", CHEAP_DIFFERENTIAL)
+async def test_our_port_and_harvesters_own_code_differ_only_as_documented(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The port (v1.9's algorithm) on the virt-controller cluster without Harvester, and
+    Harvester v1.8.2's own controllers on theirs: every difference in outcome, refusals,
+    seconds blocked, quota at base and writes per migration is in diff.KNOWN_DIFFERENCES."""
+    path = path_of(name)
+    assert runs_on_real_kubevirt(path)
+    real = await run(name, "harvester", request, tmp_path)
+    plain: ClusterInfo = request.getfixturevalue("kubevirt_cluster")
+    async with ApiClient(admin_config(plain)) as api:
+        ported = ScenarioRun(load(path), api, plain, strategy="harvester-port", workdir=tmp_path)
+        port = report.write(await ported.run(), tmp_path / "harvester-port")
+    found = diff.differences(name, port, real)
+    assert not diff.unexplained(found), [diff.explain(d) for d in found]
+    assert not diff.missing(found, [name]), diff.missing(found, [name])

@@ -416,10 +416,12 @@ def test_harvester_compensates_limits_memory_but_not_the_sidecars_limits_cpu() -
     assert (short.key, short.short_by) == ("limits.cpu", "15m")  # the guest-console-log sidecar
 
 
-def evacuation_case() -> ClusterState:
+def evacuation_case(grace: int | None = None) -> ClusterState:
     """The v1.2.1 evacuation's shape: three VMs on n1, a default quota whose limits are theirs
     plus one VM's (Rancher's base) and whose requests.memory leaves room for one target pod."""
     pairs = [running(name) for name in ("vm1", "vm2", "vm3")]
+    for instance, _ in pairs if grace is not None else ():
+        instance["spec"]["terminationGracePeriodSeconds"] = grace
     pods = [pod for _, pod in pairs]
     usage = pod_quota_usage(pods[0])
     one_more = {k: str(v + v + v + v) for k, v in usage.items()}
@@ -451,6 +453,12 @@ def test_harvester_delays_the_targets_that_fit_alone_but_not_next_to_each_other(
     assert text.startswith("preflight drain n1: DELAYED, nothing blocks for good (3 VMs); 2 ")
     assert "DELAYED ns/vm2 on n1" in text
     assert json.loads(render_json(report))["delayed"] == 2
+
+
+def test_a_source_launcher_gone_before_the_next_wave_delays_only_its_own_wave() -> None:
+    report = drain(evacuation_case(grace=1), strategy="harvester")
+    assert report.steps[0].waves == [["ns/vm1", "ns/vm2"], ["ns/vm3"]]
+    assert [vm.name for vm in report.delayed] == ["vm2"]
 
 
 def test_delays_wait_a_source_launchers_grace_per_round() -> None:
