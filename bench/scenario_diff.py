@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,11 @@ def _read(reports: Path, name: str, strategy: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _outcomes(outcome: diff.Outcome) -> str:
+    counts = Counter(outcome.outcome)
+    return ", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "none"
+
+
 def _table(rows: list[tuple[str, diff.Outcome, diff.Outcome]]) -> list[str]:
     lines = [
         "| scenario | outcomes (port / real) | refused | seconds blocked | quota at base | "
@@ -82,7 +88,7 @@ def _table(rows: list[tuple[str, diff.Outcome, diff.Outcome]]) -> list[str]:
     ]
     for name, port, real in rows:
         lines.append(
-            f"| {name} | {','.join(port.outcome)} / {','.join(real.outcome)} | "
+            f"| {name} | {_outcomes(port)} / {_outcomes(real)} | "
             f"{port.refused} / {real.refused} | {port.seconds_blocked} / {real.seconds_blocked} | "
             f"{port.quota_at_base} / {real.quota_at_base} | "
             f"{port.writes_per_migration} / {real.writes_per_migration} |"

@@ -73,3 +73,13 @@ def test_an_undocumented_difference_is_unexplained_and_a_documented_one_gone_is_
 def test_every_documented_difference_names_a_known_behaviour() -> None:
     assert set(diff.KNOWN_DIFFERENCES.values()) <= set(diff.KNOWN_BEHAVIOURS)
     assert {m for _, m in diff.KNOWN_DIFFERENCES} <= set(diff.MEASURES)
+
+
+def test_a_documented_timing_difference_may_be_absent_but_a_behaviour_one_may_not() -> None:
+    timing = [k for k, b in diff.KNOWN_DIFFERENCES.items() if b in diff.TIMING_BEHAVIOURS]
+    behaviour = [k for k, b in diff.KNOWN_DIFFERENCES.items() if b not in diff.TIMING_BEHAVIOURS]
+    assert timing and behaviour
+    assert diff.missing([], [name for name, _ in timing]) == sorted(
+        k for k in behaviour if k[0] in {name for name, _ in timing}
+    )
+    assert set(behaviour) <= set(diff.missing([], [name for name, _ in behaviour]))
