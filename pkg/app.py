@@ -20,7 +20,7 @@ import logging
 import signal
 from dataclasses import dataclass, field
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
 from .config.management import Management, Options
 from .controller.migration import vmi_controller as vmi
@@ -35,6 +35,7 @@ from .generic.clock import REAL_CLOCK, Clock
 from .generic.frameworkmetrics import FrameworkMetrics, SkipMetrics
 from .generic.health import HealthServer
 from .generic.leader import LeaderElectionConfig, LeaderElector
+from .generic.metrics import MetricFactory
 from .generic.requestmetrics import ApiRequestMetrics
 from .util.annotations import ANNOTATION_PAUSED, TRUE
 
@@ -61,12 +62,19 @@ class ControllerApp:
     """Reports KubeVirt MTQ's namespace locks left behind (with or without MTQ mode)."""
     request_metrics: ApiRequestMetrics = field(init=False)
     """API requests by verb and resource, counted from warm() or start() to stop()."""
+    leading: Gauge = field(init=False)
+    """`harvester_quota_leader`: 1 while this process runs the controllers (`lead`), else 0;
+    summed over the replicas it is the number of leaders (the NoLeader alert fires on 0 or on
+    no replica scraped at all)."""
     _observing: bool = field(init=False, default=False)
     _stopped: bool = field(init=False, default=False)
     _unserved_report: asyncio.Future[None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.request_metrics = ApiRequestMetrics(self.registry)
+        self.leading = MetricFactory(self.registry).gauge(
+            "leader", "1 while this replica leads (runs the controllers' workers), else 0."
+        )
         self.management = Management(
             self.client,
             self.options,
@@ -156,12 +164,18 @@ class ControllerApp:
             self._observing = False
 
     async def lead(self) -> None:
-        """Runs the controllers until cancelled (what a leader does)."""
-        await self.start()
+        """Runs the controllers until cancelled (what a leader does); `leading` is 1 from the
+        moment it is called (the Lease is ours, the caches may still be syncing) until it
+        returns."""
+        self.leading.set(1)
         try:
-            await asyncio.Future()
+            await self.start()
+            try:
+                await asyncio.Future()
+            finally:
+                await self.stop()
         finally:
-            await self.stop()
+            self.leading.set(0)
 
 
 def readiness(app: ControllerApp, elector: LeaderElector | None) -> bool:

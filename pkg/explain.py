@@ -46,10 +46,12 @@ from .generic.resource import (
     Resource,
 )
 from .util.annotations import ANNOTATION_PAUSED, TRUE, parse_migration_annotations
+from .util.migrationpriority import migration_priority, priority_name
 from .util.mtqlock import locks_of
 from .util.quotascope import quota_scope
 from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, validated_condition
 from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
+from .util.resourcequota.growth import source_pod, target_growth
 from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
@@ -154,6 +156,7 @@ async def explain(
     plan = plan_quota(snapshot)
     events = await _list(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)
+    _add_growth(result, plan, snapshot)
     result.rancher_project = await _rancher_project(client, ns, plan)
     result.mtq_locks = locks
     result.warnings = [*result.warnings, *lock_warnings, *listed.skipped, *lease_warnings]
@@ -305,6 +308,7 @@ def _explanation(
             for k, v in sorted(plan.base.hard.items())
         }
     created = {name(m): str(metadata(m).get("creationTimestamp") or "") for m in migrations}
+    priority = {name(m): priority_name(migration_priority(m)) for m in migrations}
     result.rooms = [
         {
             "migration": room.migration,
@@ -312,6 +316,7 @@ def _explanation(
             "phase": room.phase or "Pending",
             "why": room.reason,
             "since": created.get(room.migration, ""),
+            "priority": priority.get(room.migration, "default"),
             "room": {k: str(v) for k, v in sorted(room.room.items())},
             "target_pod": room.target_pod,
             "attachment_pods": list(room.attachment_pods),
@@ -325,6 +330,22 @@ def _explanation(
         _event_summary(e) for e in events if e.get("reason") == RANCHER_DENIAL_REASON
     ]
     return result
+
+
+def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapshot) -> None:
+    """Each room's `growth`: why it is bigger than its source pod (growth.py), "" when it is
+    not or no source counts."""
+    pods = snapshot.pods if isinstance(snapshot.pods, NamespacePods) else None
+    for shown, room in zip(result.rooms, plan.rooms.rooms, strict=True):
+        shown["growth"] = ""
+        vmi = snapshot.vmis.get(room.vm_name)
+        if pods is None or vmi is None:
+            continue
+        source = source_pod(pods, room.vmi_uid, room.migration_uid, snapshot.now)
+        growth = (
+            None if source is None else target_growth(room.room, vmi, source, snapshot.launcher)
+        )
+        shown["growth"] = growth.sentence() if growth is not None else ""
 
 
 def _other_writers(quota: Object, plan: QuotaPlan) -> list[dict[str, Any]]:
@@ -439,9 +460,12 @@ def render_text(e: Explanation) -> str:
         if room.get("attachment_pods"):
             pod += ", attachment pods " + ", ".join(room["attachment_pods"])
         lines.append(
-            f"  {room['migration']} (VM {room['vm']}, {room['phase']}, since {room['since']}): "
+            f"  {room['migration']} (VM {room['vm']}, {room['phase']}, since {room['since']}, "
+            f"priority {room['priority']}): "
             f"{room['why']}; room {_pairs(room['room'])}; {pod}"
         )
+        if room.get("growth"):
+            lines.append(f"    {room['growth']}")
     lines.append(_writers_line(e.other_writers))
     lines.append("spec.hard, desired -> actual:")
     for key, values in e.hard.items():

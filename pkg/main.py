@@ -36,6 +36,7 @@ from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_C
 from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
 
 if TYPE_CHECKING:
+    from .webhook.certkeeper import SelfSigned
     from .webhook.tls import ClientAuth
 
 # LAZY_IMPORTS: explain and the webhook server are imported by their commands only: the
@@ -82,6 +83,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         target_creators=frozenset(args.target_creator or DEFAULT_TARGET_CREATORS),
     )
     client_auth = _client_auth(args)
+    self_signed = self_signed_options(args)
 
     from .webhook import server as webhook_server  # noqa: PLC0415 - see LAZY_IMPORTS
 
@@ -101,9 +103,31 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                 target_room_wait=args.target_room_wait,
                 namespace=args.namespace,
                 mtq=not args.no_mtq,
+                self_signed=self_signed,
             )
 
     return asyncio.run(main())
+
+
+def self_signed_options(args: argparse.Namespace) -> SelfSigned | None:
+    """--self-signed-secret and its companions as the webhook's SelfSigned (None without a
+    Secret name); exits with a usage error for lifetimes the policy refuses."""
+    from .webhook.certkeeper import SelfSigned, parse_duration  # noqa: PLC0415 - LAZY_IMPORTS
+    from .webhook.selfsigned import Policy  # noqa: PLC0415 - see LAZY_IMPORTS
+
+    if not args.self_signed_secret:
+        return None
+    service = f"harvester-quota-webhook.{args.namespace}.svc"
+    hosts = tuple(args.cert_host or (service, f"{service}.cluster.local"))
+    try:
+        policy = Policy(
+            hosts,
+            ca_lifetime=parse_duration(args.ca_lifetime),
+            cert_lifetime=parse_duration(args.cert_lifetime),
+        )
+    except ValueError as error:
+        sys.exit(f"harvester-quota webhook: {error}")
+    return SelfSigned(args.self_signed_secret, args.webhook_configuration, policy)
 
 
 def _client_auth(args: argparse.Namespace) -> ClientAuth | None:
@@ -408,14 +432,47 @@ def _add_webhook_endpoint_flags(hook: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_self_signed_flags(hook: argparse.ArgumentParser) -> None:
+    hook.add_argument(
+        "--self-signed-secret",
+        metavar="NAME",
+        help="make and rotate the serving certificate with a CA of the webhook's own, kept in "
+        "this Secret of --namespace (shared by the replicas), and keep the caBundle of "
+        "--webhook-configuration in step",
+    )
+    hook.add_argument(
+        "--webhook-configuration",
+        default="harvester-quota",
+        help="the ValidatingWebhookConfiguration whose caBundle --self-signed-secret keeps",
+    )
+    hook.add_argument(
+        "--cert-host",
+        action="append",
+        help="DNS name or IP address the self-signed serving certificate covers (repeatable; "
+        "default: the Service harvester-quota-webhook.<namespace>.svc[.cluster.local])",
+    )
+    hook.add_argument(
+        "--ca-lifetime", default="7d", help="lifetime of the self-signed CA (default 7d)"
+    )
+    hook.add_argument(
+        "--cert-lifetime",
+        default="24h",
+        help="lifetime of the serving certificate (default 24h); each is renewed after 80%% of it",
+    )
+
+
 def _add_webhook_command(commands: Any) -> None:
     hook = commands.add_parser("webhook", help="run the validating admission webhook (HTTPS)")
     _add_connection_flags(hook)
     _add_webhook_endpoint_flags(hook)
     hook.add_argument(
-        "--cert-file", required=True, help="serving certificate (PEM), reloaded on change"
+        "--cert-file",
+        required=True,
+        help="serving certificate (PEM), reloaded on change; written here with "
+        "--self-signed-secret",
     )
     hook.add_argument("--key-file", required=True, help="its private key (PEM)")
+    _add_self_signed_flags(hook)
     hook.add_argument("--host", default="0.0.0.0", help="address to listen on")
     hook.add_argument("--port", type=int, default=8443, help="port to listen on")
     hook.add_argument(

@@ -13,14 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from harvester_quota.apis.kubevirt import LABEL_VM_NAME
-from harvester_quota.util.annotations import (
-    CATTLE_ANNOTATION_RESOURCE_QUOTA,
-    LABEL_DEFAULT_RESOURCE_QUOTA,
-)
-from harvester_quota.util.harvestervm import (
+from harvester_quota.testbench.harvestervm import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     harvester_guest_memory,
     harvester_vm_requests,
+)
+from harvester_quota.util.annotations import (
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    LABEL_DEFAULT_RESOURCE_QUOTA,
 )
 from harvester_quota.util.launcher import LauncherSettings, launcher_pod_resources
 from harvester_quota.util.resourcequota.rooms import LABEL_CREATED_BY, LABEL_MIGRATION_JOB

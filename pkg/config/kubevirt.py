@@ -10,7 +10,9 @@ quota write is wrong and a third write follows. So the estimate reads what KubeV
 - memory overcommit, CPU allocation ratio and serial-console logging from the CR;
 - the VM rollout strategy from the CR (``spec.configuration.vmRolloutStrategy``): whether a running
   VM's CPU or memory edit is hot-plugged, which decides the migration target pod it leads to;
-- from the CR too: the feature gates (AutoResourceLimitsGate), emulation (no kvm or vhost-net
+- from the CR too: the feature gates (AutoResourceLimitsGate; ImageVolume and
+  ExternalNetResourceInjection as each KubeVirt version reads featureGates and
+  disabledFeatureGates, see util/launcher/featuregates.py), emulation (no kvm or vhost-net
   device), the support containers' resources, the network binding plugins (memory overhead and
   sidecars) and the autoCPULimitNamespaceLabelSelector;
 - the architecture virt-controller sizes a VMI without ``spec.architecture`` for: its own
@@ -110,6 +112,7 @@ def settings_from(
     developer = configuration.get("developerConfiguration")
     if not isinstance(developer, Mapping):
         developer = {}
+    enabled_gates = _feature_gates(developer, "featureGates")
     return LauncherSettings(
         ratio=ratio,
         kubevirt_version=version,
@@ -122,7 +125,9 @@ def settings_from(
             configuration, "virtualMachineOptions", "disableSerialConsoleLog"
         )
         is not None,
-        auto_resource_limits_gate=AUTO_RESOURCE_LIMITS_GATE in _feature_gates(developer),
+        auto_resource_limits_gate=AUTO_RESOURCE_LIMITS_GATE in enabled_gates,
+        feature_gates=enabled_gates,
+        disabled_feature_gates=_feature_gates(developer, "disabledFeatureGates"),
         allow_emulation=_flag(developer, "useEmulation"),
         support_container_resources=_support_containers(
             configuration.get("supportContainerResources")
@@ -186,15 +191,16 @@ def _positive_int(developer: Mapping[str, Any], key: str, default: int) -> int:
     return number
 
 
-def _feature_gates(developer: Mapping[str, Any]) -> frozenset[str]:
-    """developerConfiguration.featureGates (names); unusable: none."""
-    gates = developer.get("featureGates")
+def _feature_gates(developer: Mapping[str, Any], key: str) -> frozenset[str]:
+    """developerConfiguration's featureGates or disabledFeatureGates (names); unusable: none."""
+    gates = developer.get(key)
     if gates is None:
         return frozenset()
     if isinstance(gates, str) or not isinstance(gates, Sequence):
         _report_once(
-            f"featureGates:{gates!r}",
-            "KubeVirt developerConfiguration.featureGates=%r is not a list; assuming none",
+            f"{key}:{gates!r}",
+            "KubeVirt developerConfiguration.%s=%r is not a list; assuming none",
+            key,
             gates,
         )
         return frozenset()

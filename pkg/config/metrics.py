@@ -22,6 +22,9 @@ from ..util.quantity import Quantity
 
 BLOCKED_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800)
 RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+WRITE_OUTCOMES = ("written", "conflict", "error")
+"""The `outcome` values of harvester_quota_quota_writes_total, each exported from the start (at
+0): an alert's increase() sees the first error, which it cannot on a series born with it."""
 FOREIGN_MANAGERS = 20
 """Distinct `manager` values of harvester_quota_foreign_quota_writes_total; later ones count
 as "other". A cluster has a handful of writers (Harvester, a GitOps tool, kubectl's verbs)."""
@@ -73,6 +76,8 @@ class QuotaMetrics:
             "Writes of managed ResourceQuotas, by outcome (written, conflict, error).",
             ["outcome"],
         )
+        for outcome in WRITE_OUTCOMES:
+            self.quota_writes.labels(outcome)
         self.reconcile_seconds = declare.histogram(
             "reconcile_duration_seconds",
             "Time of one namespace reconcile, writes included.",

@@ -156,7 +156,7 @@ class QuotaWriter:
         if not self.status_permission.allowed():
             return written
         try:
-            published = await conditional.copy_hard_to_status(self.client, written)
+            published = await _copy_hard_to_status(self.client, written)
         except (errors.Forbidden, errors.BadRequest) as error:
             self.status_permission.refused(error)
             return written
@@ -184,3 +184,29 @@ class QuotaWriter:
     def label_retry_in(self) -> float:
         """Seconds until label writes may be tried again (0 if they may now)."""
         return self.label_permission.retry_in()
+
+
+async def _copy_hard_to_status(client: ApiClient, written: Object) -> Object:
+    """Copies `written`'s spec.hard into its status.hard (`publish_patch`); returns the quota as
+    stored after, or `written` when there was nothing to copy: status.hard already equal, the
+    quota gone since, or spec.hard changed since (the new writer's to copy). Forbidden (no RBAC
+    for resourcequotas/status) and other API errors propagate."""
+    hard = (written.get("spec") or {}).get("hard") or {}
+    if (written.get("status") or {}).get("hard") == hard:
+        return written
+    meta = metadata(written)
+    try:
+        return await client.patch(
+            RESOURCE_QUOTAS,
+            str(meta["name"]),
+            conditional.publish_patch(written),
+            str(meta["namespace"]),
+            subresource="status",
+            patch_type="json",
+        )
+    except errors.NotFound:
+        return written
+    except errors.ApiError as error:
+        if not conditional.failed_test(error):
+            raise
+        return written

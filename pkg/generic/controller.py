@@ -35,6 +35,7 @@ from .clock import REAL_CLOCK, Clock
 from .frameworkmetrics import HandlerObserver
 from .informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
 from .pendingruns import PendingRuns
+from .reconcileloop import RetryRateLimited, run_reconcile_loop
 from .resource import (
     EVENTS,
     LEASES,
@@ -240,22 +241,17 @@ class Controller(ResourceClient, ResourceCache):
         self._tasks.clear()
 
     async def _worker(self, index: int) -> None:
-        while True:
-            key, shutdown = await self.queue.get()
-            if shutdown or key is None:
-                return
-            try:
-                await self.process(key)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # Handlers' errors are caught in process; this is the cache itself failing (an
-                # undecodable stored object). The worker lives on and the key is retried, spaced.
-                log.exception("%s: processing %s failed, requeuing", self.name, key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-                self._pending_runs.run_ended(key)
+        """One worker: the framework's one loop (reconcileloop.py) over `reconcile`. A failure
+        of the cache itself (an undecodable stored object; handlers' errors are caught in
+        `reconcile`) is logged with its traceback and the key retried, spaced."""
+        await run_reconcile_loop(
+            self.queue,
+            self.reconcile,
+            name=self.name,
+            log=log,
+            expected=(),
+            ended=self._pending_runs.run_ended,
+        )
 
     async def wait_pending_runs(self, key: str, seconds: float) -> bool:
         """Waits until the runs of ``key`` pending at the call have ended (the one a worker holds
@@ -269,17 +265,15 @@ class Controller(ResourceClient, ResourceCache):
         """
         return await self._pending_runs.wait(key, seconds)
 
-    async def process(self, key: str) -> None:
-        """Runs every handler for ``key`` once and decides whether and when it runs again: a
-        failure retries it rate limited; otherwise its failures are forgotten and, if a handler
-        asked with `RetryAfter`, it runs again after the shortest delay asked for."""
+    async def reconcile(self, key: str) -> float | None:
+        """Runs every handler for ``key`` once; returns the seconds after which it runs again
+        (the shortest any handler asked for with `RetryAfter`), or None for its next change.
+        Raises `RetryRateLimited` when a handler failed (each failure is reported where it
+        happened): the loop then retries the key rate limited, else forgets its failures."""
         run = await self._handlers.on_change(key, self.informer.store.get(key))
         if run.failed:
-            self.queue.add_rate_limited(key)
-            return
-        self.queue.forget(key)
-        if run.retry_after is not None:
-            self.queue.add_after(key, run.retry_after)
+            raise RetryRateLimited(key)
+        return run.retry_after
 
 
 class ControllerFactory:

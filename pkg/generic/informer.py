@@ -224,7 +224,20 @@ def _key(notification: _Notification) -> str:
 
 
 class SharedInformer:
-    """A cache of one resource kept by a reflector, fanning notifications out to handlers."""
+    """A cache of one resource kept by a reflector, fanning notifications out to handlers.
+
+    Ordering, for each object the reflector delivers (a list's items, a watch event): the
+    transform, then the store's write, and inside that write its indexes and its views
+    (`Store.add_view`, storeviews.py) with their listeners, synchronously, before the write
+    returns; only then is the notification queued to each handler (`add_event_handler`). Each
+    handler has a queue and a task of its own, as client-go's processorListener: it is told
+    of one object's changes in the order the store took them, but handlers are not ordered
+    among themselves, and one slow handler delays no other. So a view's listener has seen
+    every write before any handler is told of it, and a handler may find the store (and a
+    view's state) already newer than its notification. A view's listener that raises is
+    isolated and reported as a skip: the store keeps the object and the handlers are still
+    told. Event loop only (not thread-safe).
+    """
 
     def __init__(
         self,

@@ -68,6 +68,7 @@ NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota")
 EVENTS = Resource("", "v1", "events", "Event")
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
+SECRETS = Resource("", "v1", "secrets", "Secret")
 LIMIT_RANGES = Resource("", "v1", "limitranges", "LimitRange")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(

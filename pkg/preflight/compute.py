@@ -24,6 +24,7 @@ from ..generic.resource import Object
 from ..util.harvesterroom import harvester_ratio
 from ..util.launcher import LauncherSettings, launcher_pod_resources
 from ..util.migrationlimits import migration_limits
+from ..util.migrationpriority import evacuation_priority
 from ..util.podusage import pod_quota_usage, pod_requests
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
@@ -33,6 +34,7 @@ from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
 from .delays import QueuedTarget, plan_delays, wave_starts
+from .harvesterupgrade import note_upgrade_outcomes
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
 from .report import Action, Blocker, PreflightReport, Step, VmVerdict
 from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
@@ -67,6 +69,9 @@ class ClusterState:
     projects: Sequence[Object] = ()
     harvester_ratio_setting: Object | None = None
     kubevirt_version: str | None = None
+    harvester: bool = False
+    """Whether this is a Harvester cluster (its Settings are served): an `upgrade` then says
+    what Harvester's own upgrade does with each VM (harvesterupgrade.py)."""
 
 
 @dataclass
@@ -246,9 +251,12 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
         if plan.operation == "upgrade"
         else [list(plan.nodes)]
     )
+    vmis = dict(cluster.running)
     for drained in steps:
         cluster.queued = []
         step = _step(cluster, drained)
+        if plan.operation == "upgrade" and state.harvester:
+            note_upgrade_outcomes(step.vms, vmis, state.nodes)
         movers = [
             Mover(vm.key, vm.node, vm.memory_bytes)
             for vm in step.vms
@@ -395,6 +403,10 @@ def _judge_target(
         cluster.warnings.append(f"{verdict.key}: cannot render its target pod: {error}")
         return
     verdict.target_usage = to_json_dict(usage)
+    settings = _settings(cluster, context)
+    verdict.migration_priority = evacuation_priority(
+        settings.version, settings.feature_gates, settings.disabled_feature_gates
+    )
     target = TargetPod(vmi, pod, usage, launcher_scope_facts(vmi, usage))
     verdict.blockers.extend(quota_blockers(cluster.plan.strategy, context, target))
     requests = target_requests(pod)

@@ -131,6 +131,12 @@ def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return str(toleration.get("value") or "") == str(taint.get("value") or "")
 
 
+def required_affinity_matches(affinity: Any, node: Mapping[str, Any]) -> bool:
+    """Whether `node` meets a pod's (or VMI's) required node affinity, as the scheduler's
+    MatchNodeSelectorTerms judges it: any term matches; no terms, any node."""
+    return _affinity_matches(affinity, node)
+
+
 def _affinity_matches(affinity: Any, node: Mapping[str, Any]) -> bool:
     """requiredDuringSchedulingIgnoredDuringExecution: any term matches (no terms: any node)."""
     if not isinstance(affinity, Mapping):

@@ -76,6 +76,7 @@ async def read_cluster(
         projects=await _optional(client, PROJECTS, warnings),
         harvester_ratio_setting=next((s for s in settings if name(s) == RATIO_SETTING), None),
         kubevirt_version=kubevirt_version,
+        harvester=bool(settings),
     )
     if not kubevirts:
         warnings.append("no KubeVirt CR found: KubeVirt's defaults assumed")

@@ -8,7 +8,7 @@ from typing import Final
 import orjson
 
 from ..util.quantity import Quantity
-from .report import PreflightReport, Step, VmVerdict
+from .report import UPGRADE_SHUTS_DOWN, UPGRADE_STALLS, PreflightReport, Step, VmVerdict
 
 _RED: Final = "\033[31m"
 _YELLOW: Final = "\033[33m"
@@ -39,9 +39,12 @@ def summary(report: PreflightReport) -> str:
     waves = sum(len(step.waves) for step in report.steps)
     nodes = ", ".join(n for step in report.steps for n in step.nodes)
     head = f"preflight {report.operation} {nodes}: "
+    stalls = report.stalls_harvester_upgrade
     delayed = report.delayed
     if blocked:
         verdict = f"BLOCKED, {len(blocked)} of {len(vms)} VMs will not move"
+    elif stalls:
+        verdict = f"BLOCKED, {len(stalls)} of {len(vms)} VMs stall Harvester's upgrade"
     elif delayed:
         verdict = f"DELAYED, nothing blocks for good ({len(vms)} VMs)"
     else:
@@ -92,6 +95,11 @@ def render_text(report: PreflightReport, *, colour: bool = False) -> str:
         )
     for vm in report.vms:
         lines.extend(paint(f"NOTE {vm.key}: {note}", _YELLOW) for note in vm.notes)
+    for vm in report.vms:
+        if vm.harvester_upgrade in (UPGRADE_STALLS, UPGRADE_SHUTS_DOWN):
+            stalls = vm.harvester_upgrade == UPGRADE_STALLS
+            line = f"HARVESTER UPGRADE {vm.key}: {vm.harvester_upgrade_says}"
+            lines.append(paint(line, _RED if stalls else _YELLOW))
     for step in report.steps:
         lines.extend(_step_lines(step, report.operation))
     lines.append(
@@ -122,4 +130,4 @@ def _step_lines(step: Step, operation: str) -> list[str]:
 
 def _move(vm: VmVerdict) -> str:
     memory = Quantity.from_int(vm.memory_bytes, "BinarySI")
-    return f"{vm.key} -> {vm.target_node} ({memory})"
+    return f"{vm.key} -> {vm.target_node} ({memory}, priority {vm.migration_priority})"

@@ -19,6 +19,10 @@ Action = Literal["migrate", "shutdown", "blocks-drain", "external"]
 VM's runStrategy may restart it elsewhere); refuse the launcher's eviction so the drain hangs
 (LiveMigrate on a VMI that cannot migrate); or leave it to an external controller."""
 Cause = Literal["not-migratable", "quota", "node-fit"]
+UPGRADE_MIGRATES: Final = "live-migrates"
+UPGRADE_SHUTS_DOWN: Final = "shut-down"
+UPGRADE_STALLS: Final = "stalls-pre-drain"
+"""What Harvester's upgrade does with a VM (harvesterupgrade.py)."""
 
 
 @dataclass
@@ -76,12 +80,21 @@ class VmVerdict:
     memory_bytes: int
     target_usage: dict[str, str] = field(default_factory=dict)
     """The target pod's quota usage, rendered as KubeVirt renders it."""
+    migration_priority: str = ""
+    """The spec.priority KubeVirt's evacuation gives its migration (util/migrationpriority.py
+    `evacuation_priority`): the order in which a scarce MTQ budget is handed out; empty for a
+    VM that does not migrate."""
     target_node: str | None = None
     wave: int | None = None
     blockers: list[Blocker] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     delay: Delay | None = None
     """Set when its target pod fits alone but is refused next to the others' (not a block)."""
+    harvester_upgrade: str = ""
+    """On a Harvester cluster's `upgrade`: what Harvester's upgrade does with the VM
+    (preflight/harvesterupgrade.py: live-migrates, shut-down, stalls-pre-drain); else empty."""
+    harvester_upgrade_says: str = ""
+    """That outcome as a sentence naming the node and the cause."""
 
     @property
     def key(self) -> str:
@@ -129,8 +142,13 @@ class PreflightReport:
         return [vm for vm in self.vms if vm.blocked]
 
     @property
+    def stalls_harvester_upgrade(self) -> list[VmVerdict]:
+        """The VMs for which Harvester's upgrade would wait for good (a Harvester `upgrade`)."""
+        return [vm for vm in self.vms if vm.harvester_upgrade == UPGRADE_STALLS]
+
+    @property
     def blocks(self) -> bool:
-        return bool(self.blocked)
+        return bool(self.blocked) or bool(self.stalls_harvester_upgrade)
 
     @property
     def delayed(self) -> list[VmVerdict]:

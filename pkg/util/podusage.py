@@ -6,7 +6,7 @@ init containers only raise the maximum), pod overhead, pod-level resources, in-p
 terminal and long-terminating pods. Pure functions of their arguments.
 
 The virt-launcher pod KubeVirt renders for a VMI is in `harvester_quota.util.launcher`; the requests
-Harvester's VM mutator writes are in `harvester_quota.util.harvestervm`.
+Harvester's VM mutator writes are in `harvester_quota.testbench.harvestervm`.
 """
 
 from __future__ import annotations

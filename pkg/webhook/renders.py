@@ -7,7 +7,7 @@ make for its VMI now (util/launcher). Rendering is most of that cost (about 0.2 
 admission, it let one tenant's migrations make every admission of its namespace, and through the
 shared event loop everyone's, slower the more it created.
 
-`LauncherRenders.usage` keeps what launcher_quota_usage answered for a VMI under the key
+`LauncherRenders.usage` keeps what target_quota_usage answered for a VMI under the key
 (uid, resourceVersion, the launcher settings): the resourceVersion changes with every write of
 the VMI (its spec, its annotations, which the rendering reads too, even its status), the
 settings key with the cluster-wide KubeVirt settings and the namespace's own (quota keys,
@@ -23,7 +23,7 @@ from typing import Any, Final
 from cachetools import LRUCache
 
 from ..generic.meta import metadata
-from ..util.launcher import LauncherSettings, launcher_quota_usage
+from ..util.launcher import LauncherSettings, target_quota_usage
 from ..util.resources import ResourceList
 
 MAX_RENDERS: Final = 4096
@@ -34,7 +34,7 @@ hundred), so a drain's admissions never render a VMI twice."""
 
 class LauncherRenders:
     """The quota usage of a VMI's launcher pod, rendered once per VMI version and settings
-    (an LRU of `maxsize`). `usage` has launcher_quota_usage's contract (ValueError for a VMI it
+    (an LRU of `maxsize`). `usage` has target_quota_usage's contract (ValueError for a VMI it
     cannot render, never cached: the error is raised again on every call). A VMI without a uid
     or resourceVersion (not as the API server stores it) is rendered every time. Not
     thread-safe: event loop only."""
@@ -46,17 +46,17 @@ class LauncherRenders:
         """Launcher pods rendered (misses and uncacheable VMIs)."""
 
     def usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
-        """What launcher_quota_usage(vmi, settings) gives; the result is the caller's."""
+        """What target_quota_usage(vmi, settings) gives; the result is the caller's."""
         meta = metadata(vmi)
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not uid or not version:
             self.renders += 1
-            return launcher_quota_usage(vmi, settings)
+            return target_quota_usage(vmi, settings)
         key = (str(uid), str(version), self._settings_key(settings))
         cached = self._usages.get(key)
         if cached is None:
             self.renders += 1
-            cached = self._usages[key] = launcher_quota_usage(vmi, settings)
+            cached = self._usages[key] = target_quota_usage(vmi, settings)
         return dict(cached)
 
     def __len__(self) -> int:

@@ -23,7 +23,8 @@ probes are served on a separate plain-HTTP port (`serve`'s metrics_address) that
 NetworkPolicy opens to monitoring only.
 
 Its collaborators, one concern each: caches.py (what the validators read), tls.py (certificates
-and the client check), connections.py (bounds on connections, bodies and admissions at once),
+and the client check), certkeeper.py and selfsigned.py (the webhook's own CA, `serve`'s
+self_signed), connections.py (bounds on connections, bodies and admissions at once),
 metrics.py (the metrics and their endpoint), pods.py (which rule a pod meets, a target pod's
 wait); `answer_review` turns a validator's verdict into the AdmissionReview answer.
 """
@@ -47,6 +48,7 @@ from ..generic.clock import REAL_CLOCK, Clock
 from ..util.resourcequota.base import Mode
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .caches import WebhookCaches, counted_skips
+from .certkeeper import CertificateKeeper, SelfSigned
 from .clientgate import ClientGate
 from .connections import (
     ADMISSION_SLOT_WAIT,
@@ -401,9 +403,12 @@ async def serve(
     target_room_wait: float = TARGET_ROOM_WAIT,
     namespace: str = "harvester-system",
     mtq: bool = True,
+    self_signed: SelfSigned | None = None,
 ) -> int:
     """Runs the webhook until SIGTERM/SIGINT; reservations shared by the replicas live as
-    Leases in `namespace` (its own). `mtq`, `mode`: see WebhookCaches."""
+    Leases in `namespace` (its own). `mtq`, `mode`: see WebhookCaches. With `self_signed`, the
+    serving files are made and kept current by a CertificateKeeper (certkeeper.py), the first
+    time before the server listens."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
     caches = WebhookCaches(
@@ -414,11 +419,31 @@ async def serve(
         skips=counted_skips(REGISTRY),
     )
     caches.factory.start()
+    listening = asyncio.Event()
+    # The probes' port first: while the first certificate is being made (its Secret unreachable,
+    # say), the pod is alive but not ready, rather than restarted over and over.
+    metrics = await start_metrics_endpoint(
+        metrics_address, lambda: listening.is_set() and caches.factory.synced()
+    )
+    keeper = None
+    if self_signed is not None:
+        keeper = CertificateKeeper(
+            client,
+            namespace=namespace,
+            secret_name=self_signed.secret_name,
+            configuration=self_signed.configuration,
+            cert_file=cert_file,
+            key_file=key_file,
+            policy=self_signed.policy,
+            clock=REAL_CLOCK,
+        )
+        await keeper.first()
+    tls = ReloadingTLS(cert_file, key_file)
     ledger = AdmissionLedger(REAL_CLOCK)
     server = WebhookServer(
         caches,
         identities=identities,
-        tls=ReloadingTLS(cert_file, key_file),
+        tls=tls,
         host=host,
         port=port,
         client_auth=client_auth,
@@ -430,13 +455,21 @@ async def serve(
         live=live_quotas(client),
     )
     await server.start()
+    listening.set()
     log.info("webhook listening on %s:%d", host, server.port)
-    metrics = await start_metrics_endpoint(metrics_address, caches.factory.synced)
+    keeping = None
+    if keeper is not None:
+        keeper.changed = tls.reload
+        keeping = asyncio.ensure_future(keeper.run())
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopped.set)
     await stopped.wait()
+    if keeping is not None:
+        keeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeping
     await metrics.stop()
     await server.stop()
     await caches.factory.stop()

@@ -13,12 +13,14 @@ import itertools
 import shutil
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import REAL_CLOCK
 from harvester_quota.generic.resource import Object
+from harvester_quota.main import build_parser, self_signed_options
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER
 from harvester_quota.testbench.localcluster.deploy import (
@@ -41,6 +43,7 @@ from harvester_quota.testbench.localcluster.deploy import (
     webhook_configuration as shipped_webhook_configuration,
 )
 from harvester_quota.webhook.caches import WebhookCaches
+from harvester_quota.webhook.certkeeper import CertificateKeeper, SelfSigned
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.reservations import LeaseReservations
@@ -48,6 +51,8 @@ from harvester_quota.webhook.resources.pod.targets import live_quotas
 from harvester_quota.webhook.server import WebhookServer
 from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
 from prometheus_client import CollectorRegistry
+
+from tests.helpers import eventually
 
 __all__ = [  # the manifest helpers, for the tests that use them through this module
     "CONTROLLER_USER",
@@ -60,9 +65,14 @@ __all__ = [  # the manifest helpers, for the tests that use them through this mo
     "client_as",
     "documents",
     "ensure_namespace",
+    "register_self_certified",
+    "reset_ca_secret",
     "round_robin_proxy",
+    "running_self_certified_webhooks",
     "running_webhook",
     "running_webhooks",
+    "shipped_self_signed",
+    "unregister_self_certified",
     "webhook_configuration",
 ]
 
@@ -223,14 +233,20 @@ async def running_webhooks(
 
 
 def _replica(
-    client: ApiClient, workdir: Path, kubevirt_user: str, kubevirt_version: str
+    client: ApiClient,
+    workdir: Path,
+    kubevirt_user: str,
+    kubevirt_version: str,
+    *,
+    tls_dir: Path | None = None,
 ) -> tuple[WebhookCaches, WebhookServer]:
     caches = WebhookCaches(client, kubevirt_version=kubevirt_version)
     ledger = AdmissionLedger(REAL_CLOCK)
+    tls_dir = tls_dir or workdir
     server = WebhookServer(
         caches,
         identities=Identities(target_creators=frozenset({kubevirt_user})),
-        tls=ReloadingTLS(workdir / "tls.crt", workdir / "tls.key"),
+        tls=ReloadingTLS(tls_dir / "tls.crt", tls_dir / "tls.key"),
         host="127.0.0.1",
         port=0,
         client_auth=ClientAuth(workdir / CLIENT_CA, API_SERVER_CLIENT_NAMES),
@@ -241,6 +257,138 @@ def _replica(
         live=live_quotas(client),
     )
     return caches, server
+
+
+@dataclass
+class SelfCertified:
+    """Webhook replicas that make their own certificates (running_self_certified_webhooks)."""
+
+    servers: tuple[WebhookServer, ...]
+    keepers: tuple[CertificateKeeper, ...]
+    port: int
+    """The one address the configuration calls (a proxy over the replicas)."""
+
+
+@contextlib.asynccontextmanager
+async def running_self_certified_webhooks(
+    api: ApiClient, cluster: ClusterInfo, namespace: str, workdir: Path, *, replicas: int = 2
+) -> AsyncIterator[SelfCertified]:
+    """`replicas` webhook servers as deployed with the chart's default certificate values: the
+    Secret the chart creates (empty), the configuration with no caBundle under its shipped
+    name (the one the webhook's RBAC names), each replica's certificates made and kept by a
+    CertificateKeeper built from the shipped Deployment's flags (their host name replaced by
+    127.0.0.1, where the servers listen), as the webhook's service account. The configuration
+    is narrowed to `namespace`. Everything made is deleted on exit."""
+    webhook_api = await client_as(api, cluster, "harvester-quota-webhook")
+    shutil.copyfile(webhook_client_ca(cluster), workdir / CLIENT_CA)
+    options = shipped_self_signed()
+    options = replace(options, policy=replace(options.policy, hosts=("127.0.0.1",)))
+    await reset_ca_secret(api)
+    replica_set: list[tuple[WebhookCaches, WebhookServer]] = []
+    keepers: list[CertificateKeeper] = []
+    tasks: list[asyncio.Future[None]] = []
+    for index in range(replicas):
+        tls_dir = workdir / f"replica-{index}"
+        tls_dir.mkdir()
+        keeper = CertificateKeeper(
+            webhook_api,
+            namespace=SYSTEM_NAMESPACE,
+            secret_name=options.secret_name,
+            configuration=options.configuration,
+            cert_file=tls_dir / "tls.crt",
+            key_file=tls_dir / "tls.key",
+            policy=options.policy,
+            clock=REAL_CLOCK,
+        )
+        keepers.append(keeper)
+    proxy: asyncio.Server | None = None
+    try:
+        # As each pod does: its first certificate, then it listens, then keeps them current.
+        await asyncio.gather(*(keeper.first() for keeper in keepers))
+        ports = []
+        for keeper in keepers:
+            caches, server = _replica(
+                webhook_api, workdir, KUBEVIRT_USER, "1.6", tls_dir=keeper.cert_file.parent
+            )
+            replica_set.append((caches, server))
+            caches.factory.start()
+            await caches.factory.wait_for_cache_sync(30)
+            ports.append(await server.start())
+            assert server.tls is not None
+            keeper.changed = server.tls.reload
+            tasks.append(asyncio.ensure_future(keeper.run()))
+        proxy = await round_robin_proxy(ports)
+        port = proxy.sockets[0].getsockname()[1]
+        await register_self_certified(api, port, namespace)
+        yield SelfCertified(tuple(s for _, s in replica_set), tuple(keepers), port)
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await unregister_self_certified(api)
+        if proxy is not None:
+            proxy.close()
+        for caches, server in replica_set:
+            await server.stop()
+            await caches.factory.stop()
+        await webhook_api.close()
+
+
+async def reset_ca_secret(api: ApiClient) -> None:
+    """The webhook's CA Secret as the chart creates it: empty (one left by a test before is
+    deleted first)."""
+    name = shipped_self_signed().secret_name
+    (secret,) = [d for d in documents() if (d["kind"], d["metadata"]["name"]) == ("Secret", name)]
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(KINDS["Secret"], name, SYSTEM_NAMESPACE)
+    await apply(api, secret)
+
+
+async def register_self_certified(api: ApiClient, port: int, namespace: str) -> Object:
+    """The shipped configuration under its shipped name (the one the webhook's RBAC lets it
+    patch), without a caBundle as shipped, for a webhook on 127.0.0.1:`port` and `namespace`
+    only; returns it once the webhook has filled every caBundle."""
+    name = shipped_self_signed().configuration
+    configuration = shipped_webhook_configuration(
+        f"https://127.0.0.1:{port}", b"", {"kubernetes.io/metadata.name": namespace}, name=name
+    )
+    for webhook in configuration["webhooks"]:
+        del webhook["clientConfig"]["caBundle"]  # as shipped: the webhook fills it
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(KINDS["ValidatingWebhookConfiguration"], name)
+    await apply(api, configuration)
+
+    async def filled() -> Object | None:
+        found = await api.get(KINDS["ValidatingWebhookConfiguration"], name)
+        hooks = found["webhooks"]
+        return found if all(w["clientConfig"].get("caBundle") for w in hooks) else None
+
+    filled_in: Object = await eventually(filled, what="the webhook to fill its caBundle")
+    return filled_in
+
+
+async def unregister_self_certified(api: ApiClient) -> None:
+    """Deletes what register_self_certified and reset_ca_secret made (gone is fine)."""
+    options = shipped_self_signed()
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(KINDS["ValidatingWebhookConfiguration"], options.configuration)
+    with contextlib.suppress(errors.NotFound):
+        await api.delete(KINDS["Secret"], options.secret_name, SYSTEM_NAMESPACE)
+
+
+def shipped_self_signed() -> SelfSigned:
+    """The self-managed certificate options the shipped webhook Deployment's flags give."""
+    (deployment,) = [
+        d
+        for d in documents()
+        if (d["kind"], d["metadata"]["name"]) == ("Deployment", "harvester-quota-webhook")
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    options = self_signed_options(args)
+    assert options is not None, "the shipped webhook makes its own certificates"
+    return options
 
 
 async def round_robin_proxy(ports: list[int]) -> asyncio.Server:

@@ -41,10 +41,12 @@ from harvester_quota.testbench.localcluster.cluster import KUBEVIRT_NAMESPACE
 from harvester_quota.testbench.sim.kubevirt import VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.util.kubevirtversion import parse_kubevirt_version
 from harvester_quota.util.launcher import (
     LauncherSettings,
     attachment_quota_usage,
-    launcher_quota_usage,
+    rendered_memory_overhead,
+    target_quota_usage,
 )
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
@@ -62,6 +64,7 @@ kubevirt_cluster = real_kubevirt.kubevirt_cluster
 PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
 PERSISTENT_VOLUME_CLAIMS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 HOTPLUG_SELECTOR = "kubevirt.io=hotplug-disk"
+OVERHEAD_ANNOTATION = "kubevirt.io/memory-overhead-bytes"
 TIMEOUT = 90.0
 MIGRATION_SECONDS = 10.0
 """How long the stand-in keeps the migration Running: the room is looked at meanwhile."""
@@ -149,9 +152,27 @@ async def bound_claims(api: ApiClient, namespace: str, count: int) -> list[str]:
     return names
 
 
-async def hotplug(api: ApiClient, namespace: str, vmi_name: str, claims: list[str]) -> Object:
-    """The claims added to the running VMI's spec as virt-api's addvolume adds them (a JSON
-    patch: virt-controller writes the VMI meanwhile)."""
+def declarative_hotplug(cluster: ClusterInfo) -> bool:
+    """KubeVirt v1.9 turns the Beta DeclarativeHotplugVolumes gate on: its VM controller then
+    makes a running VMI's hotplugged volumes those of the VM's spec, removing any added to the
+    VMI alone, so a volume is hotplugged by adding it to the VM."""
+    return parse_kubevirt_version(cluster.kubevirt_version or "").at_least(1, 9)
+
+
+def _hotplug_entries(claim: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    volume = {"name": claim, "persistentVolumeClaim": {"claimName": claim, "hotpluggable": True}}
+    return volume, {"name": claim, "disk": {"bus": "scsi"}}
+
+
+async def hotplug(
+    api: ApiClient, namespace: str, vmi_name: str, claims: list[str], *, declarative: bool
+) -> Object:
+    """The claims hotplugged into the running VMI: added to its VM's spec where KubeVirt syncs
+    hotplugged volumes from it (`declarative_hotplug`), else to the VMI's spec as virt-api's
+    addvolume adds them (a JSON patch: virt-controller writes the VMI meanwhile). Returns the VMI
+    once its spec has them."""
+    if declarative:
+        return await _hotplug_into_vm(api, namespace, vmi_name, claims)
     vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, vmi_name, namespace)
     patch: list[dict[str, Any]] = []
     if not vmi["spec"].get("volumes"):
@@ -159,14 +180,47 @@ async def hotplug(api: ApiClient, namespace: str, vmi_name: str, claims: list[st
     if not vmi["spec"]["domain"]["devices"].get("disks"):
         patch.append({"op": "add", "path": "/spec/domain/devices/disks", "value": []})
     for claim in claims:
-        volume = {
-            "name": claim,
-            "persistentVolumeClaim": {"claimName": claim, "hotpluggable": True},
-        }
-        disk = {"name": claim, "disk": {"bus": "scsi"}}
+        volume, disk = _hotplug_entries(claim)
         patch.append({"op": "add", "path": "/spec/volumes/-", "value": volume})
         patch.append({"op": "add", "path": "/spec/domain/devices/disks/-", "value": disk})
     return await api.patch(VIRTUAL_MACHINE_INSTANCES, vmi_name, patch, namespace, patch_type="json")
+
+
+async def _hotplug_into_vm(api: ApiClient, namespace: str, name: str, claims: list[str]) -> Object:
+    vm = await api.get(VIRTUAL_MACHINES, name, namespace)
+    template = vm["spec"]["template"]["spec"]
+    volumes = list(template.get("volumes") or [])
+    disks = list(template["domain"]["devices"].get("disks") or [])
+    for claim in claims:
+        volume, disk = _hotplug_entries(claim)
+        volumes.append(volume)
+        disks.append(disk)
+    body = {
+        "spec": {
+            "template": {"spec": {"volumes": volumes, "domain": {"devices": {"disks": disks}}}}
+        }
+    }
+    await api.patch(VIRTUAL_MACHINES, name, body, namespace)
+
+    async def vmi_has_them() -> Object | None:
+        vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
+        names = {v.get("name") for v in vmi["spec"].get("volumes") or []}
+        return vmi if set(claims) <= names else None
+
+    return await eventually(vmi_has_them, what="the VM's hotplugged volumes in the VMI")
+
+
+def assert_reported_overhead_is_ours(
+    target: Object, vmi: Object, settings: LauncherSettings, reported: bool
+) -> None:
+    """The overhead virt-controller reports on the target pod (kubevirt.io/memory-overhead-bytes,
+    VmiMemoryOverheadReport: on by default from v1.9, where `reported` asks that it be there)
+    equals ours: a room sized from KubeVirt's report would be the room we size."""
+    value = (target["metadata"].get("annotations") or {}).get(OVERHEAD_ANNOTATION)
+    if value is None:
+        assert not reported, "the target pod reports no overhead"
+        return
+    assert int(value) == rendered_memory_overhead(vmi, settings)
 
 
 async def attachment_pods(api: ApiClient, namespace: str) -> list[Object]:
@@ -233,15 +287,23 @@ async def test_attachment_pods_match_virt_controller_on_every_key(
     kubevirt: VirtControllerDriver,
     volumes: int,
     override: bool,
+    *,
+    kubevirt_cluster: ClusterInfo,
 ) -> None:
     await set_support_containers(
         api, namespace, OVERRIDE if override else None, 4 if override else 5
     )
-    await _attachment_case(api, namespace, kubevirt, volumes)
+    declarative = declarative_hotplug(kubevirt_cluster)
+    await _attachment_case(api, namespace, kubevirt, volumes, declarative=declarative)
 
 
 async def _attachment_case(
-    api: ApiClient, namespace: str, kubevirt: VirtControllerDriver, volumes: int
+    api: ApiClient,
+    namespace: str,
+    kubevirt: VirtControllerDriver,
+    volumes: int,
+    *,
+    declarative: bool,
 ) -> None:
     claims = await bound_claims(api, namespace, volumes)
     (
@@ -250,7 +312,7 @@ async def _attachment_case(
             node="kwok-node-0",
         )
     ).check()
-    vmi = await hotplug(api, namespace, "vm1", claims)
+    vmi = await hotplug(api, namespace, "vm1", claims, declarative=declarative)
 
     async def source_attachment() -> bool:
         return len(await attachment_pods(api, namespace)) == 1
@@ -287,6 +349,7 @@ async def _attachment_case(
     )
     (room,) = plan.rooms
     target = next(p for p in pods if p["metadata"]["name"] == room.target_pod)
+    assert_reported_overhead_is_ours(target, vmi_now, settings, declarative)
     assert room.attachment_pods == (target_attachment_pod["metadata"]["name"],)
     assert room.room == total([pod_quota_usage(target), pod_quota_usage(target_attachment_pod)])
     record = await kubevirt.wait_migration(migration, timeout=TIMEOUT)
@@ -388,7 +451,10 @@ async def swap_claim(api: ApiClient, namespace: str, template: Object, claim: st
 
 
 async def test_a_volume_migrations_target_matches_virt_controller_on_every_key(
-    api: ApiClient, namespace: str, kubevirt: VirtControllerDriver
+    api: ApiClient,
+    namespace: str,
+    kubevirt: VirtControllerDriver,
+    kubevirt_cluster: ClusterInfo,
 ) -> None:
     """A VM with updateVolumesStrategy Migration whose claim is swapped for another: virt-
     controller's VM controller records the migrated volumes, its workload updater creates the
@@ -401,7 +467,8 @@ async def test_a_volume_migrations_target_matches_virt_controller_on_every_key(
         template = await start_vm_with_claim(api, namespace, kubevirt, spec, source_claim)
         mig = await swap_claim(api, namespace, template, target_claim)
         claims = (source_claim, target_claim)
-        await _volume_migration_target(api, namespace, kubevirt, mig, claims)
+        reported = declarative_hotplug(kubevirt_cluster)  # v1.9: the overhead report is on too
+        await _volume_migration_target(api, namespace, kubevirt, mig, claims, reported=reported)
 
 
 async def _volume_migration_target(
@@ -410,6 +477,8 @@ async def _volume_migration_target(
     kubevirt: VirtControllerDriver,
     mig: Object,
     claims_before_after: tuple[str, str],
+    *,
+    reported: bool,
 ) -> None:
     source_claim, target_claim = claims_before_after
     assert "kubevirt.io/volume-update-migration" in (mig["metadata"].get("labels") or {})
@@ -426,7 +495,8 @@ async def _volume_migration_target(
     assert target_claim in claims and source_claim not in claims, claims
     vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
     settings = (await settings_now(api)).for_namespace([], await api.get(NAMESPACES, namespace))
-    assert pod_quota_usage(target) == launcher_quota_usage(vmi, settings)
+    assert pod_quota_usage(target) == target_quota_usage(vmi, settings)
+    assert_reported_overhead_is_ours(target, vmi, settings, reported)
     pods = (await api.list(PODS, namespace)).get("items", [])
     plan = plan_rooms(
         RoomInputs(

@@ -10,7 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
-from harvester_quota.apis.kubevirt import KUBEVIRTS, VIRTUAL_MACHINE_INSTANCES
+from harvester_quota.apis.kubevirt import (
+    KUBEVIRTS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
@@ -69,9 +73,10 @@ def test_the_manifest_is_the_chart_rendered_with_its_defaults() -> None:
 
 
 def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
-    """The webhook writes no namespace and no quota: its ClusterRole only reads, its one
-    writable kind is the Leases of its own namespace, no rule asks it about migrations, and only
-    the controller's quota writes skip the quota rule."""
+    """The webhook writes no namespace and no quota: its ClusterRole only reads but for the
+    caBundle of its own webhook configuration, its writable kinds are the Leases of its own
+    namespace and its own CA Secret (by name), no rule asks it about migrations, and only the
+    controller's quota writes skip the quota rule."""
     documents = [d for d in yaml.safe_load_all(render({}, namespace="quota-system")) if d]
     bound = {
         (binding["roleRef"]["kind"], binding["roleRef"]["name"])
@@ -81,7 +86,7 @@ def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
     }
     assert ("ClusterRole", "harvester-quota-webhook") in bound
     writes = sorted(
-        (role["kind"], resource, verb)
+        (role["kind"], resource, verb, tuple(rule.get("resourceNames") or ()))
         for role in documents
         if (role["kind"], role["metadata"]["name"]) in bound
         for rule in role["rules"]
@@ -90,9 +95,11 @@ def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
         if verb not in ("get", "list", "watch")
     )
     assert writes == [
-        ("Role", "leases", "create"),
-        ("Role", "leases", "delete"),
-        ("Role", "leases", "update"),
+        ("ClusterRole", "validatingwebhookconfigurations", "patch", ("harvester-quota",)),
+        ("Role", "leases", "create", ()),
+        ("Role", "leases", "delete", ()),
+        ("Role", "leases", "update", ()),
+        ("Role", "secrets", "update", ("harvester-quota-webhook-ca",)),
     ]
     (configuration,) = [d for d in documents if d["kind"] == "ValidatingWebhookConfiguration"]
     hooks = {w["name"]: w for w in configuration["webhooks"]}
@@ -152,6 +159,7 @@ def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_th
     assert bindings == {
         "harvester-quota-kubevirt-labels": ["Deny", "Audit"],
         "harvester-quota-kubevirt-status": ["Deny"],
+        "harvester-quota-kubevirt-migration-priority": ["Deny"],
         "harvester-quota-webhook-leases": ["Deny"],
         "harvester-quota-paused-label": ["Deny"],
     }
@@ -200,9 +208,9 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         answer = await deployment.apply(api, document, dry_run=True)
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
-    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, three admission
+    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, four admission
     # policies with their bindings, the paused-label policy and its binding
-    assert checked == 25
+    assert checked == 27
 
 
 def test_the_webhook_replicas_prefer_different_nodes_and_no_budget_can_block_a_drain() -> None:
@@ -317,6 +325,72 @@ def test_the_kubelet_probes_the_webhook_on_its_metrics_port_never_the_admission_
 def test_client_auth_required_without_a_ca_is_refused_by_the_chart() -> None:
     with pytest.raises(ClusterError, match=r"needs webhook\.clientAuth\.caConfigMap or caSecret"):
         render({"webhook": {"clientAuth": {"required": True}}})
+
+
+SELF_SIGNED_ARGS = [
+    "--self-signed-secret=harvester-quota-webhook-ca",
+    "--ca-lifetime=7d",
+    "--cert-lifetime=24h",
+    "--webhook-configuration=harvester-quota",
+]
+
+
+def webhook_certificate_setup(
+    rendered: dict[tuple[str, str], dict[str, Any]],
+) -> tuple[list[str], dict[str, Any], set[str]]:
+    """(the webhook's self-signed flags, its tls volume, the caBundles of the configuration)."""
+    pod = webhook_pod(rendered)
+    args = pod["containers"][0]["args"]
+    flags = [a for a in args if a.split("=")[0] in {f.split("=")[0] for f in SELF_SIGNED_ARGS}]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    hooks = rendered[("ValidatingWebhookConfiguration", "harvester-quota")]["webhooks"]
+    return flags, volume, {h["clientConfig"].get("caBundle", "") for h in hooks}
+
+
+@pytest.mark.parametrize("old_default", [None, "Cg=="])
+def test_by_default_the_webhook_makes_its_own_certificates_with_one_secret_it_alone_may_touch(
+    old_default: str | None,
+) -> None:
+    """No cert-manager, no Secret to make: the chart creates the CA Secret empty, the webhook
+    fills it (flags) and the caBundle, with RBAC for that Secret and that configuration only.
+    caBundle "Cg==", the default of earlier charts (helm upgrade --reuse-values), counts as
+    unset."""
+    values = {} if old_default is None else {"certificates": {"caBundle": old_default}}
+    rendered = by_kind_and_name(values)
+    flags, volume, bundles = webhook_certificate_setup(rendered)
+    assert flags == SELF_SIGNED_ARGS
+    assert volume == {"name": "tls", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+    assert bundles == {""}, "the webhook fills the caBundle"
+    secret = rendered[("Secret", "harvester-quota-webhook-ca")]
+    assert "data" not in secret and "stringData" not in secret  # an upgrade never resets it
+    role = rendered[("Role", "harvester-quota-webhook-certificates")]
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["harvester-quota-webhook-ca"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    cluster_role = rendered[("ClusterRole", "harvester-quota-webhook-certificates")]
+    assert cluster_role["rules"][0]["resourceNames"] == ["harvester-quota"]
+    assert cluster_role["rules"][0]["verbs"] == ["get", "patch"]
+    assert ("Certificate", "harvester-quota-webhook") not in rendered
+
+
+def test_a_given_secret_and_its_ca_bundle_replace_the_webhooks_own_certificates() -> None:
+    rendered = by_kind_and_name({"certificates": {"caBundle": "UEVN"}})
+    flags, volume, bundles = webhook_certificate_setup(rendered)
+    assert flags == []
+    assert volume == {"name": "tls", "secret": {"secretName": "harvester-quota-webhook-tls"}}
+    assert bundles == {"UEVN"}
+    assert not [key for key in rendered if key[1] == "harvester-quota-webhook-certificates"]
+    assert ("Secret", "harvester-quota-webhook-ca") not in rendered
+
+
+def test_cert_manager_and_a_given_ca_bundle_together_are_refused_by_the_chart() -> None:
+    with pytest.raises(ClusterError, match=r"certManager\.enabled and certificates\.caBundle"):
+        render({"certificates": {"certManager": {"enabled": True}, "caBundle": "UEVN"}})
 
 
 def test_no_network_policy_when_disabled() -> None:
@@ -623,6 +697,77 @@ async def test_harvester_layout_default_install_kubevirts_controller_passes_the_
     ]
     writers = status["spec"]["matchConditions"][0]["expression"]
     assert "'system:serviceaccount:harvester-system:kubevirt-handler'" in writers
+
+
+def prioritized_migration(name: str, priority: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"vmiName": "vm1"}
+    if priority is not None:
+        spec["priority"] = priority
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+async def priority_refused(client: ApiClient, namespace: str, migration: dict[str, Any]) -> bool:
+    try:
+        await client.create(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, migration, namespace, dry_run=True)
+    except errors.Forbidden as error:
+        return "only KubeVirt's controller may set a migration's spec.priority" in error.message
+    return False
+
+
+async def test_a_tenant_cannot_put_its_migration_ahead_of_an_evacuation_kubevirt_can(
+    api: ApiClient,
+    cluster: ClusterInfo,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kubevirt-migration-priority policy, live (this cluster's migration CRD keeps every
+    field, as KubeVirt v1.7+'s keeps spec.priority): a tenant with KubeVirt's edit role may not
+    create a migration with spec.priority, nor add or change it on one it created; a migration
+    without it is the tenant's to create; KubeVirt's controller account may set it."""
+    controller = await account_client(api, cluster, "harvester-system", "kubevirt-controller")
+    rendered_for(monkeypatch, cluster)
+    await deployment.apply_rbac(api)
+    try:
+        async with (
+            deployment.running_webhook(
+                api, cluster, namespace, tmp_path, kubevirt_user=deployment.KUBEVIRT_USER
+            ),
+            tenant(api, cluster, namespace) as forger,
+        ):
+            critical = prioritized_migration("jump-the-queue", "system-critical")
+            await eventually(
+                lambda: priority_refused(forger.api, namespace, critical),
+                what="the migration-priority policy in force",
+            )
+            plain = await forger.api.create(
+                VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+                prioritized_migration("mine", None),
+                namespace,
+            )
+            assert "priority" not in plain["spec"]
+            added = {"spec": {"priority": "system-critical"}}
+            with pytest.raises(errors.Forbidden, match=r"spec\.priority"):
+                await forger.api.patch(
+                    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "mine", added, namespace
+                )
+            for lower in ("user-triggered", "system-maintenance"):
+                forged = prioritized_migration(f"forged-{lower}", lower)
+                assert await priority_refused(forger.api, namespace, forged), lower
+            evacuation = await controller.create(
+                VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+                prioritized_migration("kubevirt-evacuation-abcde", "system-critical"),
+                namespace,
+                dry_run=True,
+            )
+            assert evacuation["spec"]["priority"] == "system-critical"
+    finally:
+        await controller.close()
 
 
 async def pod_refused(client: ApiClient, namespace: str, pod: dict[str, Any]) -> bool:

@@ -148,7 +148,9 @@ async def deployed(
     controller_flags: tuple[str, ...] = (),
 ) -> AsyncIterator[tuple[Path, Path]]:
     """The controller and the webhook running as deployed (token kubeconfigs, deploy/'s RBAC,
-    the shipped webhook configuration narrowed to `namespace`), ready; yields their log files.
+    the shipped webhook configuration narrowed to `namespace`, the chart's default
+    certificates: no Secret made by hand, the webhook fills the caBundle), ready; yields their
+    log files.
     `controller_flags` are added to `run`'s."""
     await deployment.apply_rbac(api)
     controller_kubeconfig = await token_kubeconfig(
@@ -157,10 +159,9 @@ async def deployed(
     webhook_kubeconfig = await token_kubeconfig(
         api, cluster, "harvester-quota-webhook", tmp_path / "webhook.kubeconfig"
     )
-    ca = cluster.certificate_authority()
-    ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
-        tmp_path / "tls.crt", tmp_path / "tls.key"
-    )
+    # The chart's default certificates: its empty CA Secret; the webhook makes the rest.
+    await deployment.reset_ca_secret(api)
+    certificates = deployment.shipped_self_signed()
     health, webhook_port, webhook_metrics = free_port(), free_port(), free_port()
     controller_args = [
         "run",
@@ -176,6 +177,9 @@ async def deployed(
         f"--kubeconfig={webhook_kubeconfig}",
         f"--cert-file={tmp_path / 'tls.crt'}",
         f"--key-file={tmp_path / 'tls.key'}",
+        f"--self-signed-secret={certificates.secret_name}",
+        f"--webhook-configuration={certificates.configuration}",
+        "--cert-host=127.0.0.1",
         "--host=127.0.0.1",
         f"--port={webhook_port}",
         *webhook_client_flags(cluster),  # only the API server's calls are answered
@@ -186,7 +190,6 @@ async def deployed(
         "--kubevirt-version=1.6",
     ]
     logs = tmp_path / "controller.log", tmp_path / "webhook.log"
-    configuration = deployment.webhook_configuration(webhook_port, ca.cert_pem, namespace)
     with process(controller_args, logs[0]), process(webhook_args, logs[1]):
         await eventually(
             lambda: ready(f"http://127.0.0.1:{health}/readyz"), timeout=60, what="controller ready"
@@ -201,13 +204,11 @@ async def deployed(
             timeout=60,
             what="the webhook's metrics port",
         )
-        created = await deployment.apply(api, configuration)
         try:
+            await deployment.register_self_certified(api, webhook_port, namespace)
             yield logs
         finally:
-            await api.delete(
-                deployment.KINDS["ValidatingWebhookConfiguration"], created["metadata"]["name"]
-            )
+            await deployment.unregister_self_certified(api)
 
 
 def assert_no_refusal_logged(logs: tuple[Path, Path]) -> None:

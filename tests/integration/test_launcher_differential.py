@@ -19,10 +19,19 @@ informer has the new CR, and only then are the group's VMIs created (all at once
 - memoryOvercommit 150, disableSerialConsoleLog, feature gates, container disks, virtiofs, hook
   sidecars, isolated emulator thread, IOThreads, hugepages, overcommitGuestOverhead, TPM, VSOCK,
   GPUs and host devices (permitted in the CR), supportContainerResources for the rest;
+- ImageVolume enabled in featureGates, then ImageVolume and ExternalNetResourceInjection in
+  disabledFeatureGates (read from v1.8; v1.9 turns both Beta gates on by default, so the other
+  groups run with them on there): container disks (one by tag, one by digest) and a kernel-boot
+  image, with limits, dedicated CPUs and in the quota's namespace;
 - ratio 1.0.
 
 Each group also puts VMIs in a namespace with the auto-memory-limits-ratio label and a quota with
 limits.cpu and limits.memory, and in one the CR's selector matches.
+
+Where virt-controller reports the overhead it added (the launcher pod's annotation
+kubevirt.io/memory-overhead-bytes: VmiMemoryOverheadReport, on by default from v1.9, where every
+pod must carry it), that number must equal ours (`rendered_memory_overhead`) too: a room sized
+from KubeVirt's report would be the room we size, without trusting an annotation a tenant may edit.
 """
 
 from __future__ import annotations
@@ -38,7 +47,12 @@ from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.cluster import KUBEVIRT_NAMESPACE
 from harvester_quota.testbench.localcluster.rest import RestClient
-from harvester_quota.util.launcher import launcher_quota_usage
+from harvester_quota.util.kubevirtversion import parse_kubevirt_version
+from harvester_quota.util.launcher import (
+    LauncherSettings,
+    launcher_quota_usage,
+    rendered_memory_overhead,
+)
 from harvester_quota.util.launcher.settings import AUTO_MEMORY_LIMITS_RATIO_LABEL
 from harvester_quota.util.podusage import ResourceList, pod_quota_usage
 from harvester_quota.util.quantity import Quantity
@@ -56,6 +70,7 @@ KUBEVIRT_CR = f"/apis/kubevirt.io/v1/namespaces/{KUBEVIRT_NAMESPACE}/kubevirts/k
 POD_TIMEOUT = 90.0
 """Every launcher pod of a group (up to ~30 at once) on a loaded 2-core machine."""
 
+OVERHEAD_ANNOTATION = "kubevirt.io/memory-overhead-bytes"
 AUTO_CPU_LABEL = "diff.harvesterhci.io/auto-cpu"
 PLUGIN_WITH_SIDECAR = "sidecar-plugin"
 PLUGIN_OVERHEAD_ONLY = "overhead-plugin"
@@ -340,6 +355,46 @@ def _extra_cases() -> list[Case]:
     ]
 
 
+IMAGE_VOLUME = "ImageVolume"
+V19_LAUNCHER_GATES = [IMAGE_VOLUME, "ExternalNetResourceInjection"]
+"""The Beta gates that change the launcher pod and that v1.9 turns on by default."""
+
+
+def _image_cases(prefix: str) -> list[Case]:
+    """Container disks and a kernel-boot image: what the ImageVolume gate renders differently."""
+    disks = {
+        "devices": {
+            "disks": [
+                {"name": "root", "disk": {"bus": "virtio"}},
+                {"name": "data", "disk": {"bus": "virtio"}},
+            ]
+        },
+        "volumes": [
+            {"name": "root", "containerDisk": {"image": "registry.example/os:1"}},
+            {
+                "name": "data",
+                "containerDisk": {"image": "registry.example/data@sha256:" + "a" * 64},
+            },
+        ],
+    }
+    kernel = {
+        "firmware": {
+            "kernelBoot": {
+                "container": {"image": "registry.example/kernel:1", "kernelPath": "/vmlinuz"}
+            }
+        }
+    }
+    return [
+        Case(f"{prefix}-disks", _with(vmi_spec(2, memory="2Gi"), **disks)),
+        Case(f"{prefix}-disks-limits", _with(vmi_spec(2, memory="2Gi", limits=True), **disks)),
+        Case(
+            f"{prefix}-disks-dedicated", _with(vmi_spec(2, memory="2Gi", dedicated=True), **disks)
+        ),
+        Case(f"{prefix}-kernel-boot", _with(vmi_spec(1, memory="1Gi"), **kernel)),
+        Case(f"{prefix}-disks-quota-limits", _with(vmi_spec(1, memory="1Gi"), **disks), "limits"),
+    ]
+
+
 def configs() -> list[Config]:
     return [
         Config(
@@ -427,6 +482,18 @@ def configs() -> list[Config]:
                 },
             },
             _extra_cases(),
+        ),
+        Config(
+            "image-volume-enabled",
+            20,
+            {"developerConfiguration": {"featureGates": [IMAGE_VOLUME]}},
+            _image_cases("iv-on"),
+        ),
+        Config(
+            "gates-disabled",
+            25,
+            {"developerConfiguration": {"disabledFeatureGates": V19_LAUNCHER_GATES}},
+            _image_cases("iv-off"),
         ),
         Config(
             "ratio-1.0",
@@ -561,13 +628,29 @@ def _apply_config(rest: RestClient, config: Config, plain: str) -> None:
     )
 
 
-def _production_usage(rest: RestClient, vmi: Mapping[str, Any], namespace: str) -> ResourceList:
-    """What production computes: settings from the CR as read, per namespace, then the usage."""
+def _production_settings(rest: RestClient, namespace: str) -> LauncherSettings:
+    """Production's settings: from the CR as read, per namespace."""
     kubevirt = rest.get(KUBEVIRT_CR)
     quotas = rest.get(f"/api/v1/namespaces/{namespace}/resourcequotas").get("items", [])
     ns = rest.get(f"/api/v1/namespaces/{namespace}")
-    settings = settings_from(kubevirt, None).for_namespace(quotas, ns)
-    return launcher_quota_usage(vmi, settings)
+    return settings_from(kubevirt, None).for_namespace(quotas, ns)
+
+
+def _production_usage(rest: RestClient, vmi: Mapping[str, Any], namespace: str) -> ResourceList:
+    """What production computes for the VMI's launcher pod."""
+    return launcher_quota_usage(vmi, _production_settings(rest, namespace))
+
+
+def _reported_overhead_differs(
+    rest: RestClient, pod: Mapping[str, Any], vmi: Mapping[str, Any], namespace: str
+) -> str | None:
+    """KubeVirt's own report of the overhead (the pod annotation virt-controller writes with
+    VmiMemoryOverheadReport on) against ours; None when equal or not reported."""
+    reported = (pod["metadata"].get("annotations") or {}).get(OVERHEAD_ANNOTATION)
+    if reported is None:
+        return None
+    ours = rendered_memory_overhead(vmi, _production_settings(rest, namespace))
+    return None if int(reported) == ours else f"    overhead: reported {reported} != ours {ours}"
 
 
 def _diff(real: ResourceList, ours: ResourceList) -> list[str]:
@@ -588,8 +671,9 @@ def _containers(pod: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _run_group(rest: RestClient, names: Namespaces, config: Config) -> list[str]:
-    """Creates the group's VMIs at once, waits for every launcher pod, returns the mismatches."""
+def _run_group(rest: RestClient, names: Namespaces, config: Config) -> tuple[list[str], int]:
+    """Creates the group's VMIs at once, waits for every launcher pod; returns the mismatches
+    (usage, and the overhead KubeVirt reports where it does) and how many pods reported one."""
     created = []
     for case in config.cases:
         namespace = names[case.namespace]
@@ -597,6 +681,7 @@ def _run_group(rest: RestClient, names: Namespaces, config: Config) -> list[str]
             (case, namespace, _create_vmi(rest, namespace, case.name, case.spec, case.annotations))
         )
     failures = []
+    reports = 0
     for case, namespace, uid in created:
         pod = wait_until(
             lambda n=namespace, u=uid: _one_pod(rest, n, u),
@@ -611,6 +696,10 @@ def _run_group(rest: RestClient, names: Namespaces, config: Config) -> list[str]
             failures.append(f"  {config.name}/{case.name}: ours raised {error}")
             continue
         lines = _diff(real, ours)
+        overhead = _reported_overhead_differs(rest, pod, vmi, namespace)
+        reports += OVERHEAD_ANNOTATION in (pod["metadata"].get("annotations") or {})
+        if overhead:
+            lines.append(overhead)
         if lines:
             failures.append(
                 f"  {config.name}/{case.name} ({case.namespace}):\n"
@@ -618,7 +707,7 @@ def _run_group(rest: RestClient, names: Namespaces, config: Config) -> list[str]
                 + "\n    real pod:\n"
                 + _containers(pod)
             )
-    return failures
+    return failures, reports
 
 
 @pytest.mark.parametrize("config", configs(), ids=lambda c: c.name)
@@ -626,7 +715,10 @@ def test_launcher_pod_quota_usage_matches_production(
     kubevirt_cluster: ClusterInfo, kv_rest: RestClient, namespaces: Namespaces, config: Config
 ) -> None:
     _apply_config(kv_rest, config, namespaces.plain)
-    failures = _run_group(kv_rest, namespaces, config)
+    failures, reports = _run_group(kv_rest, namespaces, config)
+    if parse_kubevirt_version(kubevirt_cluster.kubevirt_version or "").at_least(1, 9):
+        # VmiMemoryOverheadReport is Beta, so on, from v1.9: every pod carries KubeVirt's number.
+        assert reports == len(config.cases), f"{reports} of {len(config.cases)} pods report"
     assert not failures, (
         f"KubeVirt {kubevirt_cluster.kubevirt_version}: {len(failures)} of {len(config.cases)} "
         "launcher pods differ from production's computation:\n" + "\n".join(failures)

@@ -279,7 +279,7 @@ async def test_a_vm_with_a_hotplugged_volume_migrates_in_a_namespace_without_sla
     await app.start()
     (claim,) = await bound_claims(kv.api, kv.namespace, 1)
     (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"), node="kwok-node-0")).check()
-    await hotplug(kv.api, kv.namespace, "vm1", [claim])
+    await hotplug(kv.api, kv.namespace, "vm1", [claim], declarative=False)
     await eventually(
         lambda: attachment_pods(kv.api, kv.namespace), what="the VMI's attachment pod", timeout=90
     )

@@ -154,7 +154,7 @@ async def test_a_cache_that_cannot_be_read_is_retried_and_the_worker_survives(
     monkeypatch.setattr(informer.store, "get", broken_for_a)
     await run(controller, informer)
     assert handled == ["ns/b"], "the one worker lived on to handle the next key"
-    assert "processing ns/a failed, requeuing" in caplog.text
+    assert "ns/a failed, retrying" in caplog.text
     assert controller.queue.num_requeues("ns/a") == 1
     monkeypatch.setattr(informer.store, "get", real_get)
     await clock.advance(1.0)

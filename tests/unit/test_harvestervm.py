@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from harvester_quota.util.harvestervm import (
+from harvester_quota.testbench.harvestervm import (
     HARVESTER_V121_OVERCOMMIT,
     harvester_guest_memory,
     harvester_vm_requests,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from harvester_quota.util.harvestervm import (
+from harvester_quota.testbench.harvestervm import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     harvester_vm_requests,
 )

@@ -34,9 +34,37 @@ PRODUCT_LAYERS: dict[str, int] = {
 }
 """The product's top-level packages -> layer."""
 
+UTIL = "util"
+UTIL_LAYERS: dict[str, float] = {
+    f"{UTIL}.quantity": 3.0,
+    f"{UTIL}.resources": 3.1,
+    f"{UTIL}.quotascope": 3.1,
+    f"{UTIL}.vmispec": 3.1,
+    f"{UTIL}.kubevirtversion": 3.1,
+    f"{UTIL}.screen": 3.1,
+    f"{UTIL}.migrationlimits": 3.1,
+    f"{UTIL}.migrationpriority": 3.1,
+    f"{UTIL}.annotations": 3.2,
+    f"{UTIL}.podusage": 3.2,
+    f"{UTIL}.overhead": 3.2,
+    f"{UTIL}.hotplug": 3.2,
+    f"{UTIL}.mtqlock": 3.2,
+    f"{UTIL}.launcher": 3.3,
+    f"{UTIL}.rancher": 3.3,
+    f"{UTIL}.rancherproject": 3.4,
+    f"{UTIL}.resourcequota": 3.5,
+    f"{UTIL}.harvesterroom": 3.6,
+}
+"""util/'s modules and sub-packages -> layer, all within util's layer 3: quantities; then the
+facts of one object (a resource list, a quota's scopes, a VMI's spec, KubeVirt's version); then
+what is read from them (annotations, a pod's usage, KubeVirt's overhead); then the launcher pod
+KubeVirt renders and Rancher's annotation; Rancher's projects; the room model (resourcequota/);
+and its consumers. A module of util/ not named here fails the layer test until it is placed."""
+
 BENCH = "testbench"
 BENCH_LAYERS: dict[str, int] = {
     BENCH: 10,
+    f"{BENCH}.harvestervm": 10,
     f"{BENCH}.localcluster": 11,
     f"{BENCH}.sim": 12,
     f"{BENCH}.strategy": 12,
@@ -50,7 +78,10 @@ BENCH_LAYERS: dict[str, int] = {
 """The test bench's sub-packages -> layer: every one above the whole product, so the bench may
 use the product and the product never the bench."""
 
-LAYERS: dict[str, int] = PRODUCT_LAYERS | BENCH_LAYERS
+PRODUCT_UNITS: dict[str, float] = {**PRODUCT_LAYERS, **UTIL_LAYERS}
+"""Every unit of the product: its top-level packages, and util/'s modules one by one."""
+
+LAYERS: dict[str, float] = PRODUCT_UNITS | BENCH_LAYERS
 """Unit (a top-level package, or a sub-package of the bench) -> layer: a module may import its own
 unit and lower layers only."""
 
@@ -68,13 +99,17 @@ def _modules(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+SPLIT_UNITS = (UTIL, BENCH)
+"""Top-level packages whose modules or sub-packages are units of their own."""
+
+
 def _unit(parts: list[str]) -> str:
     """The unit a dotted path (below harvester_quota) belongs to: its top-level package, or for
-    the bench its sub-package (`testbench.sim`)."""
+    util/ and the bench its module or sub-package (`util.launcher`, `testbench.sim`)."""
     if not parts:
         return "__init__"
-    if parts[0] == BENCH and len(parts) > 1 and parts[1] != "__init__":
-        return f"{BENCH}.{parts[1]}"
+    if parts[0] in SPLIT_UNITS and len(parts) > 1 and parts[1] != "__init__":
+        return f"{parts[0]}.{parts[1]}"
     return parts[0]
 
 
@@ -87,13 +122,15 @@ def _imported_units(path: Path, root: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.level > 0:
             base = package[: len(package) - (node.level - 1)]
             target = base + (node.module.split(".") if node.module else [])
-            if node.module is None:  # `from .. import x`: x may be a module
+            if node.module is None or target in ([UTIL], [BENCH]):  # x may be a module
                 found.update(_unit([*target, alias.name]) for alias in node.names)
             else:
                 found.add(_unit(target))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(IMPORT_NAME):
             module = (node.module or "").split(".")[1:]
-            if module:
+            if module in ([UTIL], [BENCH]):
+                found.update(_unit([*module, alias.name]) for alias in node.names)
+            elif module:
                 found.add(_unit(module))
             else:
                 found.update(_unit([alias.name]) for alias in node.names)
@@ -113,7 +150,7 @@ def _violations(root: Path = PKG) -> list[str]:
     for path in _modules(root):
         own = _own_unit(path, root)
         if own not in LAYERS:
-            problems.append(f"{path}: unit {own!r} has no layer in LAYERS")
+            problems.append(f"{path.relative_to(root.parent)}: unit {own!r} has no layer in LAYERS")
             continue
         for target in _imported_units(path, root) - {own}:
             if target not in LAYERS:
@@ -129,7 +166,7 @@ def _bench_named_in_product_code(root: Path = PKG) -> list[str]:
     walk above does not see."""
     found = []
     for path in _modules(root):
-        if _own_unit(path, root) not in PRODUCT_LAYERS:
+        if _own_unit(path, root) not in PRODUCT_UNITS:
             continue
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
@@ -154,16 +191,34 @@ def test_every_module_of_the_bench_is_under_pkg_testbench_and_none_of_the_produc
     assert tops - {"py"} == set(PRODUCT_LAYERS) | {BENCH}
 
 
+def test_the_checker_sees_an_upward_import_inside_util(tmp_path: Path) -> None:
+    """util/ has layers inside: quantities may not reach up into the room model, by a relative
+    import of the module or of its package, or by an absolute one; the room model may use them."""
+    fake = tmp_path / "pkg"
+    (fake / "util" / "resourcequota").mkdir(parents=True)
+    (fake / "util" / "quantity.py").write_text("from .resourcequota import plan\n")
+    (fake / "util" / "resources.py").write_text("from . import launcher\n")
+    (fake / "util" / "vmispec.py").write_text("from harvester_quota.util import rancher\n")
+    (fake / "util" / "resourcequota" / "plan.py").write_text("from .. import quantity\n")
+    (fake / "util" / "unplaced.py").write_text("")
+    assert sorted(_violations(fake)) == [
+        "pkg/util/quantity.py (util.quantity) imports util.resourcequota",
+        "pkg/util/resources.py (util.resources) imports util.launcher",
+        "pkg/util/unplaced.py: unit 'util.unplaced' has no layer in LAYERS",
+        "pkg/util/vmispec.py (util.vmispec) imports util.rancher",
+    ]
+
+
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     """The rule itself can fail: a util module importing the controllers is caught."""
     fake = tmp_path / "pkg"
     (fake / "util").mkdir(parents=True)
     (fake / "controller").mkdir()
-    (fake / "util" / "bad.py").write_text("from ..controller import thing\n")
+    (fake / "util" / "quantity.py").write_text("from ..controller import thing\n")
     (fake / "controller" / "thing.py").write_text("from harvester_quota.webhook import x\n")
     assert sorted(_violations(fake)) == [
         "pkg/controller/thing.py (controller) imports webhook",
-        "pkg/util/bad.py (util) imports controller",
+        "pkg/util/quantity.py (util.quantity) imports controller",
     ]
 
 

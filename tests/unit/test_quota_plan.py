@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from harvester_quota.testbench.harvestervm import HARVESTER_V121_OVERCOMMIT
 from harvester_quota.util import resources
 from harvester_quota.util.annotations import (
     ANNOTATION_MIGRATING_COMPENSATION,
@@ -16,7 +17,6 @@ from harvester_quota.util.annotations import (
     migrating_uid_annotation_key,
     migrating_vm_annotation_key,
 )
-from harvester_quota.util.harvestervm import HARVESTER_V121_OVERCOMMIT
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity

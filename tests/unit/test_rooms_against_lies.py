@@ -410,3 +410,24 @@ def test_any_failure_of_a_room_estimate_is_an_estimate_error_not_a_failed_plan()
     assert planned.rooms.estimate_errors == {
         "m1": "cannot render the VMI's launcher pod (RecursionError)"
     }
+
+
+@pytest.mark.parametrize("forged", ["1", "1099511627776"], ids=["shrink", "inflate"])
+def test_a_forged_overhead_report_neither_shrinks_nor_inflates_a_room(forged: str) -> None:
+    """KubeVirt v1.9 reports the overhead it rendered in the launcher pod's annotation
+    kubevirt.io/memory-overhead-bytes and copies it into the VMI's status.memory.memoryOverhead
+    and, from the target, status.migrationState.targetMemoryOverhead; a tenant may edit a pod's
+    annotations, so all three may carry its number. The room is our rendering, whatever they say."""
+    instance, source = running_vm("vm1")
+    honest = plan([migration_of("m1", instance)], [instance], [source])
+    lied_vmi = copy.deepcopy(instance)
+    lied_vmi.setdefault("status", {})["memory"] = {"memoryOverhead": forged}
+    lied_vmi["status"]["migrationState"] = {"targetMemoryOverhead": forged}
+    lied_source = copy.deepcopy(source)
+    lied_source["metadata"].setdefault("annotations", {})["kubevirt.io/memory-overhead-bytes"] = (
+        forged
+    )
+    lied = plan([migration_of("m1", lied_vmi)], [lied_vmi], [lied_source])
+    assert len(honest.rooms.rooms) == 1
+    assert [r.room for r in lied.rooms.rooms] == [r.room for r in honest.rooms.rooms]
+    assert lied.hard == honest.hard

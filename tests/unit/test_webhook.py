@@ -7,7 +7,7 @@ import copy
 import datetime
 import json
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,10 +29,12 @@ from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.base import Mode
 from harvester_quota.util.resources import ResourceList
 from harvester_quota.webhook.admission import Denied, Request
+from harvester_quota.webhook.metrics import WebhookMetrics
+from harvester_quota.webhook.pods import PodAdmissions
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.namespace.validator import validate_namespace_update
 from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
-from harvester_quota.webhook.resources.pod.validator import validate_pod_create
+from harvester_quota.webhook.resources.pod.targets import QuotaChanges
 from harvester_quota.webhook.resources.resourcequota.validator import validate_quota_update
 from harvester_quota.webhook.resources.virtualmachine.validator import validate_vm_start
 from harvester_quota.webhook.server import WebhookServer
@@ -323,10 +325,29 @@ def validate_pod(
     identities: Identities,
     ledger: AdmissionLedger | None = None,
 ) -> None:
-    """The pod rule with a ledger of its own unless the test shares one."""
-    validate_pod_create(
-        req, lookups, identities, ledger if ledger is not None else AdmissionLedger(FakeClock())
+    """The pods endpoint's rules as the server runs them (`PodAdmissions.validate`, decided in
+    arrival order with no reservations across replicas), with a ledger of its own unless the
+    test shares one. A migration's target pod from KubeVirt is run to its end (the room it
+    waits for is not waited for: no wait is configured)."""
+    clock = FakeClock()
+    admissions = PodAdmissions(
+        lookups=lookups,
+        identities=identities,
+        metrics=WebhookMetrics(CollectorRegistry()),
+        clock=clock,
+        quota_changes=QuotaChanges(clock),
+        target_room_wait=0.0,
+        ledger=ledger if ledger is not None else AdmissionLedger(clock),
+        reservations=None,
+        live=None,
     )
+    deciding = admissions.validate(req)
+    if deciding is not None:
+        asyncio.run(_until_done(deciding))
+
+
+async def _until_done(deciding: Awaitable[None]) -> None:
+    await deciding
 
 
 def room_held(lookups: FakeLookups) -> None:

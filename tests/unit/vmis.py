@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from harvester_quota.util.harvestervm import (
+from harvester_quota.testbench.harvestervm import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     HARVESTER_V121_OVERCOMMIT,
     harvester_guest_memory,

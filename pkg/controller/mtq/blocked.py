@@ -33,6 +33,7 @@ from ...util.migrationlimits import (
     migration_limits,
     takes_slot,
 )
+from ...util.migrationpriority import migration_priority
 from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.mtq import Blocked
 from ...util.resourcequota.rooms import decentralized_side
@@ -156,7 +157,15 @@ class BlockedMigrations:
             )
             return None
         facts = launcher_scope_facts(vmi, usage)
-        return Blocked(str(metadata(migration).get("name")), uid, usage, facts, vmi_name)
+        return Blocked(
+            str(metadata(migration).get("name")),
+            uid,
+            usage,
+            facts,
+            vmi_name,
+            priority=migration_priority(migration),
+            created=str(metadata(migration).get("creationTimestamp") or ""),
+        )
 
     def launcher_settings(self, namespace: str) -> LauncherSettings:
         """The launcher settings in force for `namespace`: as the room mode reads them, with the

@@ -1,6 +1,8 @@
 """MTQ mode's Warning events, each once per change of its text.
 
-NotEnoughResourceToRelease on each migration the budget cannot release; QuotaProtectedByRancher
+NotEnoughResourceToRelease on each migration the budget cannot release;
+WaitingForHigherPriorityMigrations on each it holds back for migrations of higher priority
+(KubeVirt's order, util/resourcequota/mtq.py `prioritized`); QuotaProtectedByRancher
 on the VMMRQ once a migration is held by a quota only Rancher may raise;
 MultipleMigrationResourceQuotas on a VMMRQ beside the one used. Not thread-safe: event loop only.
 """
@@ -28,6 +30,16 @@ from ...util.resourcequota.mtq import (
 log = logging.getLogger(__name__)
 
 MULTIPLE_REASON: Final = "MultipleMigrationResourceQuotas"
+WAITING_REASON: Final = "WaitingForHigherPriorityMigrations"
+
+
+def waiting_message(vmmrq: str, namespace: str, migration: str, ahead: Sequence[str]) -> str:
+    """Why the budget holds `migration` back: it goes after `ahead`, of higher priority."""
+    return (
+        f"VirtualMachineMigrationResourceQuota {vmmrq} in namespace {namespace} releases "
+        f"migration {migration} after the migrations of higher priority it does not fit beside: "
+        + ", ".join(ahead)
+    )
 
 
 class MtqWarnings:
@@ -69,7 +81,12 @@ class MtqWarnings:
             name = str(metadata(migration).get("name"))
             uid = str(metadata(migration).get("uid"))
             short = plan.refused.get(name)
+            ahead = plan.waiting.get(name)
             if lock is not None and lock.admits_target_of(uid):
+                continue
+            if ahead is not None:
+                message = waiting_message(vmmrq.name, vmmrq.namespace, name, ahead)
+                self.once(uid, migration, WAITING_REASON, message)
                 continue
             if short is None:
                 reported.pop(uid, None)

@@ -35,8 +35,8 @@ HEADER: Final = """\
 # Generated from deploy/chart/harvester-quota with its default values (`make manifest`); edit the
 # chart, not this file. With Helm: `helm install harvester-quota deploy/chart/harvester-quota
 # --namespace harvester-system` (values: image, replicas, mode, KubeVirt's namespace, failure
-# policies, resources, certificates from cert-manager or a Secret you provide); Helm finds
-# KubeVirt's namespace in the cluster and refuses a wrong one.
+# policies, resources, certificates from cert-manager or a Secret you provide instead of the
+# webhook's own); Helm finds KubeVirt's namespace in the cluster and refuses a wrong one.
 #
 # This file names KubeVirt's namespace as Harvester's, harvester-system: on plain KubeVirt
 # (namespace kubevirt) replace every "serviceaccount:harvester-system:kubevirt-" with
@@ -44,10 +44,10 @@ HEADER: Final = """\
 # virt-handler status write, and drop the controller's --adopt-harvester-quotas (there is no
 # Harvester to adopt quotas from).
 #
-# Apply with `kubectl apply -f deploy/harvester-quota.yaml` after creating the webhook's serving
-# certificate as the Secret harvester-system/harvester-quota-webhook-tls (keys tls.crt, tls.key;
-# e.g. from cert-manager or `kubectl create secret tls`) and putting its CA into caBundle below.
-# Replace the image with the one you build from this repository.
+# Apply with `kubectl apply -f deploy/harvester-quota.yaml`: the webhook makes and renews its
+# own CA and serving certificate (in the Secret harvester-system/harvester-quota-webhook-ca) and
+# fills the caBundle of its configuration; nothing to create first. Replace the image with the
+# one you build from this repository.
 #
 # On Harvester, it runs beside Harvester's own migration and resourcequota controllers, which no
 # Harvester release can turn off: it adopts the quotas it manages (--adopt-harvester-quotas:

@@ -21,7 +21,7 @@ import yaml
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
-from ...generic.resource import CRDS, NAMESPACES, Object, Resource
+from ...generic.resource import CRDS, NAMESPACES, SECRETS, Object, Resource
 from .chart import MANIFEST
 from .cluster import ClusterInfo
 from .errors import ClusterError
@@ -38,6 +38,7 @@ FIELD_MANAGER: Final = "harvester-quota-local"
 KINDS: Final = {
     "ServiceAccount": Resource("", "v1", "serviceaccounts", "ServiceAccount"),
     "Service": Resource("", "v1", "services", "Service"),
+    "Secret": SECRETS,
     "ClusterRole": Resource(
         "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False
     ),

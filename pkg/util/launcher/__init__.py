@@ -3,13 +3,19 @@
 - `settings.LauncherSettings`: every cluster and namespace setting that shapes the pods.
 - `compute`: the compute container (requests, limits, overhead, devices).
 - `render`: the whole launcher pod (`launcher_pod_resources`) and its quota usage
-  (`launcher_quota_usage`).
+  (`launcher_quota_usage`; `target_quota_usage` for a migration's target pod).
+- `featuregates`: the KubeVirt feature gates that change the pod, per KubeVirt version.
 - `attachment`: the hotplug attachment pod beside it (`attachment_pod_resources`,
   `attachment_quota_usage`), for a VMI with hotplugged volumes.
 """
 
 from .attachment import attachment_pod_resources, attachment_quota_usage, has_hotplug_volumes
-from .render import launcher_pod_resources, launcher_quota_usage
+from .render import (
+    launcher_pod_resources,
+    launcher_quota_usage,
+    rendered_memory_overhead,
+    target_quota_usage,
+)
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 
 __all__ = [
@@ -20,4 +26,6 @@ __all__ = [
     "has_hotplug_volumes",
     "launcher_pod_resources",
     "launcher_quota_usage",
+    "rendered_memory_overhead",
+    "target_quota_usage",
 ]

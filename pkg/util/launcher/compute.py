@@ -27,6 +27,7 @@ from ..vmispec import (
     vmi_domain,
     vmi_interfaces,
 )
+from .featuregates import EXTERNAL_NET_RESOURCE_INJECTION
 from .settings import (
     KVM_DEVICE,
     PR_HELPER_DEVICE,
@@ -336,8 +337,11 @@ def _has_persistent_reservation(vmi: Mapping[str, Any]) -> bool:
 
 def _requested_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> list[str]:
     """Device-plugin resources requested once per use, in KubeVirt's order: SR-IOV (and other
-    device-plugin) networks, GPUs, host devices, SEV, persistent reservation (v1.0+)."""
-    names = [name for name in (s.network_resources or {}).values() if name]
+    device-plugin) networks (unless ExternalNetResourceInjection leaves them to an external
+    injector), GPUs, host devices, SEV, persistent reservation (v1.0+)."""
+    names: list[str] = []
+    if not s.gate(EXTERNAL_NET_RESOURCE_INJECTION):
+        names = [name for name in (s.network_resources or {}).values() if name]
     names.extend(_device_plugin_names(vmi, "gpus"))
     names.extend(_device_plugin_names(vmi, "hostDevices"))
     if is_sev(vmi, s.version):

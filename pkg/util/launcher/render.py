@@ -3,6 +3,13 @@
 The compute container (compute.py) and every other container KubeVirt adds: container disks and
 their init containers, the kernel-boot container, virtiofs, hook sidecars, the guest-console-log
 sidecar (a native sidecar from v1.6), per KubeVirt version (template.go, renderresources.go).
+
+With the ImageVolume gate on (featuregates.py; on by default from v1.9) a container disk is a
+Kubernetes image volume: no container-disk or kernel-boot container and no container-disk-binary
+init container. From v1.7 a launcher pod instead gets one small init container per container disk
+(and kernel-boot image), `volume<name>`, that only pulls the image so its digest is recorded; a
+migration target reuses the digests of its source pod (ExtractImageIDsFromSourcePod) and gets
+none. v1.6 renders no init container for them at all.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from ..vmispec import (
     vmi_spec,
 )
 from .compute import EPHEMERAL_STORAGE_OVERHEAD, compute_resources
+from .featuregates import IMAGE_VOLUME
 from .limitrange import apply_defaults
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 
@@ -31,6 +39,8 @@ HOOK_SIDECARS_ANNOTATION: Final = "hooks.kubevirt.io/hookSidecars"
 RESTARTABLE: Final = "Always"
 """restartPolicy of a native sidecar (an init container that keeps running)."""
 _KERNEL_BOOT_VOLUME: Final = "kernel-boot-volume"
+_IMAGE_VOLUME_INITS_SINCE: Final = (1, 7)
+"""The first release that pulls an image volume's image in an init container (v1.6: none)."""
 MAX_HOOK_SIDECARS: Final = 16
 """The most hook sidecars a VMI's annotation may ask for before the pod is not estimated.
 
@@ -237,8 +247,27 @@ def _volumes(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [v for v in sequence_at(vmi_spec(vmi), "volumes", "spec") if isinstance(v, Mapping)]
 
 
-def launcher_pod_resources(
+def rendered_memory_overhead(
     vmi: Mapping[str, Any], settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
+) -> int:
+    """The memory overhead, in bytes, KubeVirt adds to the compute container of the launcher pod
+    it renders for `vmi` with `settings`: the number virt-controller writes into that pod's
+    annotation kubevirt.io/memory-overhead-bytes (gate VmiMemoryOverheadReport). Rooms use this,
+    never the annotation, which a tenant may edit (docs/security.md)."""
+    return memory_overhead(
+        vmi,
+        settings.ratio,
+        settings.version,
+        cluster_arch=settings.cluster_arch,
+        network_bindings=settings.network_bindings,
+    )
+
+
+def launcher_pod_resources(
+    vmi: Mapping[str, Any],
+    settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS,
+    *,
+    migration_target: bool = False,
 ) -> dict[str, Any]:
     """The virt-launcher pod KubeVirt renders for `vmi`, reduced to what quota looks at.
 
@@ -249,10 +278,13 @@ def launcher_pod_resources(
     defaults (`settings.container_defaults`) added as admission adds them. Raises ValueError,
     naming the field, for a VMI KubeVirt would not render.
 
-    Not modelled: the ImageVolume feature gate (container disks as image volumes), DRA claims, and
-    on main the TDX and IOMMUFD devices.
+    `migration_target`: the pod is a migration's target (RenderMigrationManifest), which differs
+    only with ImageVolume on: it has no image-pulling init containers, as its source pod ran and
+    recorded every image's digest (KubeVirt refuses to render a target otherwise).
+
+    Not modelled: DRA claims, and on main the TDX and IOMMUFD devices.
     """
-    render = _PodRender(vmi, settings)
+    render = _PodRender(vmi, settings, migration_target)
     render.compute()
     render.container_disks()
     render.console_log()
@@ -269,8 +301,11 @@ def launcher_pod_resources(
 class _PodRender:
     """One rendering of a launcher pod: each step appends containers in KubeVirt's order."""
 
-    def __init__(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> None:
-        self.vmi, self.s = vmi, settings
+    def __init__(
+        self, vmi: Mapping[str, Any], settings: LauncherSettings, migration_target: bool
+    ) -> None:
+        self.vmi, self.s, self.migration_target = vmi, settings, migration_target
+        self.image_volume = settings.gate(IMAGE_VOLUME)
         self.dedicated = dedicated_cpu(vmi)
         self.wants_dedicated = self.dedicated or wants_guaranteed_qos(vmi, settings.version)
         self.containers: list[dict[str, Any]] = []
@@ -287,21 +322,13 @@ class _PodRender:
         )
 
     def compute(self) -> None:
-        s = self.s
-        overhead = Quantity.from_scaled(
-            memory_overhead(
-                self.vmi,
-                s.ratio,
-                s.version,
-                cluster_arch=s.cluster_arch,
-                network_bindings=s.network_bindings,
-            ),
-            0,
-        )
-        limits, requests = compute_resources(self.vmi, s, overhead)
+        overhead = Quantity.from_scaled(rendered_memory_overhead(self.vmi, self.s), 0)
+        limits, requests = compute_resources(self.vmi, self.s, overhead)
         self.containers.append(_container("compute", limits, requests))
 
     def container_disks(self) -> None:
+        if self.image_volume:
+            return
         limits, requests = _container_disk_resources(self.s, self.wants_dedicated)
         for volume in self.disk_volumes:
             self.containers.append(_container(f"volume{volume.get('name')}", limits, requests))
@@ -344,6 +371,9 @@ class _PodRender:
             self.containers.append(_container(f"hook-sidecar-{index}", limits, requests))
 
     def container_disk_inits(self) -> None:
+        if self.image_volume:
+            self.image_volume_inits()
+            return
         if not (self.disk_volumes or self.kernel_boot):
             return
         binary_limits, binary_requests = _container_disk_binary_resources(
@@ -360,10 +390,33 @@ class _PodRender:
         if self.kernel_boot:
             self.init_containers.append(_container("kernel-boot-init", limits, requests))
 
+    def image_volume_inits(self) -> None:
+        """One `volume<name>` init container per container disk and kernel-boot image (every
+        containerDisk volume, whatever its name), v1.7 on, never for a migration target."""
+        if self.migration_target or not self.s.version.at_least(*_IMAGE_VOLUME_INITS_SINCE):
+            return
+        limits, requests = _container_disk_resources(self.s, self.wants_dedicated)
+        names = [v.get("name") for v in self.volumes if v.get("containerDisk") is not None]
+        if self.kernel_boot:
+            names.append(_KERNEL_BOOT_VOLUME)
+        for name in names:
+            self.init_containers.append(_container(f"volume{name}", limits, requests))
+
 
 def launcher_quota_usage(
+    vmi: Mapping[str, Any],
+    settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS,
+    *,
+    migration_target: bool = False,
+) -> ResourceList:
+    """The quota usage of the launcher pod KubeVirt would render for `vmi` with `settings` (a
+    VMI's first launcher pod; with `migration_target`, a migration's target pod)."""
+    return pod_quota_usage(launcher_pod_resources(vmi, settings, migration_target=migration_target))
+
+
+def target_quota_usage(
     vmi: Mapping[str, Any], settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
 ) -> ResourceList:
-    """The quota usage of the launcher pod KubeVirt would render for `vmi` with `settings`: the
-    room one migration target needs."""
-    return pod_quota_usage(launcher_pod_resources(vmi, settings))
+    """The quota usage of the migration target pod KubeVirt would render for `vmi`: the room one
+    migration needs (launcher_quota_usage's contract otherwise)."""
+    return launcher_quota_usage(vmi, settings, migration_target=True)

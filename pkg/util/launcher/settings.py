@@ -16,6 +16,7 @@ from ...generic.labelselector import selector_matches
 from ..kubevirtversion import KubeVirtVersion, parse_kubevirt_version
 from ..quantity import Quantity
 from ..vmispec import mapping_at, quantity_of
+from .featuregates import Gate, gate_enabled
 from .limitrange import NO_DEFAULTS, ContainerDefaults, container_defaults
 
 DEFAULT_KUBEVIRT_VERSION: Final = "1.6"
@@ -76,6 +77,11 @@ class LauncherSettings:
     no namespace matches; an empty selector matches every namespace)."""
     auto_resource_limits_gate: bool = False
     """The AutoResourceLimitsGate feature gate (needed on v1.1 to v1.4)."""
+    feature_gates: frozenset[str] = frozenset()
+    """developerConfiguration.featureGates: the gates the CR turns on."""
+    disabled_feature_gates: frozenset[str] = frozenset()
+    """developerConfiguration.disabledFeatureGates: the gates the CR turns off (read from v1.8;
+    from v1.9 a Beta gate is on unless listed here)."""
     auto_memory_limits_ratio: str | float | None = None
     """The namespace label alpha.kubevirt.io/auto-memory-limits-ratio (None: KubeVirt's 2.0)."""
     allow_emulation: bool = False
@@ -132,6 +138,11 @@ class LauncherSettings:
         if limit_ranges is not None:
             changes["container_defaults"] = container_defaults(limit_ranges)
         return dataclasses.replace(self, **changes)
+
+    def gate(self, gate: Gate) -> bool:
+        """Whether this KubeVirt version has `gate` on with this CR's gate lists
+        (featuregates.gate_enabled)."""
+        return gate_enabled(gate, self.version, self.feature_gates, self.disabled_feature_gates)
 
     def support_value(self, container_type: str, kind: str, name: str) -> Quantity | None:
         """GetSupportContainerRequest/Limit: the first non-zero override for that container type

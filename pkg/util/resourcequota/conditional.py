@@ -26,9 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ...generic import errors
-from ...generic.client import ApiClient
 from ...generic.meta import annotations_of, labels, metadata
-from ...generic.resource import RESOURCE_QUOTAS, Object
 from ..annotations import ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING, HARVESTER_PREFIX
 
 READ_PREFIXES: Final = (f"{HARVESTER_PREFIX}/", "harvester-quota.io/")
@@ -148,32 +146,6 @@ def publish_patch(written: Mapping[str, Any]) -> list[Operation]:
         {"op": "test", "path": "/spec/hard", "value": hard},
         {"op": "add", "path": "/status/hard", "value": hard},
     ]
-
-
-async def copy_hard_to_status(client: ApiClient, written: Object) -> Object:
-    """Copies `written`'s spec.hard into its status.hard (`publish_patch`); returns the quota as
-    stored after, or `written` when there was nothing to copy: status.hard already equal, the
-    quota gone since, or spec.hard changed since (the new writer's to copy). Forbidden (no RBAC
-    for resourcequotas/status) and other API errors propagate."""
-    hard = (written.get("spec") or {}).get("hard") or {}
-    if (written.get("status") or {}).get("hard") == hard:
-        return written
-    meta = metadata(written)
-    try:
-        return await client.patch(
-            RESOURCE_QUOTAS,
-            str(meta["name"]),
-            publish_patch(written),
-            str(meta["namespace"]),
-            subresource="status",
-            patch_type="json",
-        )
-    except errors.NotFound:
-        return written
-    except errors.ApiError as error:
-        if not failed_test(error):
-            raise
-        return written
 
 
 def failed_test(error: errors.ApiError) -> bool:

@@ -38,6 +38,8 @@ from ...apis.mtq import OriginalQuota, Vmmrq
 from ...generic.meta import annotations_of, labels
 from .. import resources
 from ..annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from ..migrationpriority import DEFAULT as DEFAULT_PRIORITY
+from ..migrationpriority import scarce_room_order
 from ..quantity import Quantity
 from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, quota_scope
 from ..resources import ResourceList, parse_resource_list, parse_resource_list_leniently
@@ -326,6 +328,10 @@ class Blocked:
     """What quota scopes read of its target pod (quotascope.launcher_scope_facts)."""
     vmi: str = ""
     """The name of the VMI it migrates."""
+    priority: int = DEFAULT_PRIORITY
+    """KubeVirt's priority of the migration (util/migrationpriority.py)."""
+    created: str = ""
+    """Its creationTimestamp (the API server's): among equals, the older goes first."""
 
 
 @dataclass(frozen=True)
@@ -345,6 +351,9 @@ class NamespacePlan:
     """status.originalBlockingResourceQuotas: every quota to hold raised, spec before the raise."""
     restore: tuple[OriginalQuota, ...]
     """Recorded originals no longer needed: to restore (the restore rule), then forget."""
+    waiting: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Migration name -> the migrations of higher priority it waits for: the budget releases
+    it alone, but not beside them (`prioritized`)."""
 
     @property
     def locks(self) -> bool:
@@ -402,6 +411,12 @@ def plan_namespace(
             refused[migration.name] = verdict.short
         elif verdict.blocking:
             migrations[migration.name] = verdict.blocking
+    releasable = [b for b in blocked if b.name in migrations]
+    waiting = prioritized(releasable, quotas, recorded_hard, budget, protected)
+    for migration in releasable:
+        if migration.name in waiting:
+            del migrations[migration.name]
+        else:
             uids[migration.uid] = migration.name
     needed = sorted({q for names in migrations.values() for q in names})
     originals = tuple(
@@ -410,7 +425,60 @@ def plan_namespace(
         if name in recorded or name in live
     )
     restore = tuple(o for name, o in sorted(recorded.items()) if name not in needed)
-    return NamespacePlan(budget, migrations, uids, refused, held, originals, restore)
+    return NamespacePlan(budget, migrations, uids, refused, held, originals, restore, waiting)
+
+
+def prioritized(
+    releasable: Sequence[Blocked],
+    quotas: Sequence[QuotaView],
+    originals: Mapping[str, ResourceList],
+    budget: Mapping[str, Quantity],
+    protected: frozenset[str] = frozenset(),
+) -> dict[str, tuple[str, ...]]:
+    """The migrations the budget releases alone but not beside those of higher priority, each
+    with the names of those it waits for. Taken in KubeVirt's order (scarce_room_order), a
+    migration is judged with the target pods of every migration of strictly higher priority
+    counted on each quota that charges them: scarce room goes to evacuations before a user's
+    migrations. Among migrations of one priority nothing changes: each is judged alone, as
+    MTQ does, and quota admission decides between their target pods."""
+    ordered = sorted(releasable, key=lambda b: scarce_room_order(b.priority, b.created, b.name))
+    waiting: dict[str, tuple[str, ...]] = {}
+    for index, migration in enumerate(ordered):
+        ahead = [a for a in ordered[:index] if a.priority > migration.priority]
+        ahead = [a for a in ahead if a.name not in waiting]
+        if ahead and not _fits_beside(
+            migration,
+            ahead,
+            quotas=quotas,
+            originals=originals,
+            budget=budget,
+            protected=protected,
+        ):
+            waiting[migration.name] = tuple(a.name for a in ahead)
+    return waiting
+
+
+def _fits_beside(
+    migration: Blocked,
+    ahead: Sequence[Blocked],
+    *,
+    quotas: Sequence[QuotaView],
+    originals: Mapping[str, ResourceList],
+    budget: Mapping[str, Quantity],
+    protected: frozenset[str],
+) -> bool:
+    """Whether `migration`'s target pod fits every raised quota that charges it with the target
+    pods of `ahead` admitted first (each counted where its own scopes match)."""
+    for quota in quotas:
+        if quota.name in protected or not quota.scope.matches(migration.facts):
+            continue
+        raised = raise_hard(originals.get(quota.name, quota.hard), budget)
+        before = [a.usage for a in ahead if quota.scope.matches(a.facts)]
+        for key in (k for k in raised if k in migration.usage):
+            taken = sum((u.get(key, _ZERO) for u in before), quota.used.get(key, _ZERO))
+            if taken + migration.usage[key] > raised[key]:
+                return False
+    return True
 
 
 def raise_action(

@@ -42,7 +42,7 @@ from ..annotations import (
     opted_out,
     parse_migration_annotations,
 )
-from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, launcher_quota_usage
+from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, target_quota_usage
 from ..quantity import Quantity
 from ..quotascope import quota_scope
 from ..resources import ResourceList, parse_resource_list_leniently
@@ -86,7 +86,7 @@ class NamespaceSnapshot:
     now: datetime.datetime
     launcher: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
     mode: Mode = "auto"
-    usage: VmiUsage = launcher_quota_usage
+    usage: VmiUsage = target_quota_usage
     """How rooms are estimated from `vmis` (RoomInputs.usage)."""
     settled: Sequence[Object] = ()
     """Finished migrations set aside from planning (settled.py): read only to tell whose target

@@ -29,7 +29,7 @@ from ...apis.kubevirt import FINAL_PHASES, LIVE_MIGRATABLE
 from ...generic.meta import condition_status, metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
-from ..launcher import LauncherSettings, has_hotplug_volumes, launcher_quota_usage
+from ..launcher import LauncherSettings, has_hotplug_volumes, target_quota_usage
 from ..quotascope import reduced_affinity
 from ..resources import ResourceList
 from .rooms import HARVESTER_MIGRATION_PREFIX
@@ -201,7 +201,7 @@ class NamespaceVmis(Mapping[str, Object]):
 
 class RenderedUsages:
     """Launcher quota usages by VMI fingerprint and launcher settings (an LRU of
-    RENDERED_USAGES). `usage` has launcher_quota_usage's contract for a narrow VMI of
+    RENDERED_USAGES). `usage` has target_quota_usage's contract for a narrow VMI of
     `NamespaceVmis`: it renders the full VMI `full(key)` on a miss. A VMI it has no facts for is
     rendered as given. Not thread-safe: event loop only."""
 
@@ -220,12 +220,12 @@ class RenderedUsages:
 
     def usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
         """The quota usage of the launcher pod KubeVirt would render for `vmi` now; ValueError
-        as launcher_quota_usage, or when the VMI left the cache. The result is the caller's."""
+        as target_quota_usage, or when the VMI left the cache. The result is the caller's."""
         meta = metadata(vmi)
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         facts = self._facts.get(namespace, name)
         if facts is None:
-            return launcher_quota_usage(vmi, settings)
+            return target_quota_usage(vmi, settings)
         key = (facts.render_key, self._settings_key(settings))
         cached = self._usages.get(key)
         if cached is None:
@@ -233,7 +233,7 @@ class RenderedUsages:
             if full is None:
                 raise ValueError(f"VMI {namespace}/{name} is no longer cached")
             self.renders += 1
-            cached = self._usages[key] = launcher_quota_usage(full, settings)
+            cached = self._usages[key] = target_quota_usage(full, settings)
         return dict(cached)
 
     def _settings_key(self, settings: LauncherSettings) -> str:

@@ -53,7 +53,7 @@ from ..launcher import (
     DEFAULT_LAUNCHER_SETTINGS,
     LauncherSettings,
     attachment_quota_usage,
-    launcher_quota_usage,
+    target_quota_usage,
 )
 from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, launcher_scope_facts
 from ..resources import ResourceList
@@ -194,7 +194,8 @@ def _still_counts(pod: PodView | None, now: datetime.datetime) -> bool:
 
 
 VmiUsage = Callable[[Mapping[str, Any], LauncherSettings], ResourceList]
-"""launcher_quota_usage's contract: the quota usage of the launcher pod rendered for a VMI."""
+"""target_quota_usage's contract: the quota usage of the migration target pod rendered for a
+VMI."""
 
 
 @dataclass
@@ -212,7 +213,7 @@ class RoomInputs:
     """The settings in force for this namespace (room estimates before a target pod exists)."""
     keys: Iterable[str] | None = None
     """The quota keys rooms are reported on (None: every key the pod uses)."""
-    usage: VmiUsage = launcher_quota_usage
+    usage: VmiUsage = target_quota_usage
     """How a VMI's room is estimated before its target pod exists (planviews.RenderedUsages
     for the narrow VMIs a controller keeps)."""
     attachment_usage: VmiUsage = attachment_quota_usage

@@ -71,7 +71,7 @@ class Lookups(Protocol):
     def kubevirt_settings(self) -> LauncherSettings: ...
 
     def launcher_usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
-        """launcher_quota_usage's contract (a room's estimate before its target pod exists),
+        """target_quota_usage's contract (a room's estimate before its target pod exists),
         answered from a cache of renders where the implementation keeps one (renders.py)."""
         ...
 

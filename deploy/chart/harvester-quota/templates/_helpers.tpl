@@ -71,9 +71,25 @@ release without the value) is auto. */}}
 {{- define "hq.selector" -}}app.kubernetes.io/name: harvester-quota, app.kubernetes.io/component: {{ . }}{{- end -}}
 {{- define "hq.clientConfig" -}}
 service: {name: {{ include "hq.webhookName" .root }}, namespace: {{ .root.Release.Namespace }}, path: /validate/{{ .path }}, port: 443}
-{{- if not .root.Values.certificates.certManager.enabled }}
+{{- if eq (include "hq.certificateSource" .root) "secret" }}
 caBundle: {{ .root.Values.certificates.caBundle }}
 {{- end }}
+{{- end -}}
+{{/* Where the serving certificate comes from (values.yaml, certificates): self (the default:
+the webhook's own CA, caBundle kept by the webhook), cert-manager, or secret (given, with its
+caBundle). cert-manager with a caBundle is refused: two sources for one caBundle. */}}
+{{- define "hq.certificateSource" -}}
+{{- $certificates := .Values.certificates -}}
+{{- $bundle := ternary "" (toString $certificates.caBundle) (or (kindIs "invalid" $certificates.caBundle) (eq (toString $certificates.caBundle) "Cg==")) -}}
+{{- if and $certificates.certManager.enabled $bundle -}}
+  {{- fail "certificates.certManager.enabled and certificates.caBundle are both set: cert-manager's CA injector fills caBundle; unset caBundle (or disable certManager to use your own Secret)" -}}
+{{- else if $certificates.certManager.enabled -}}
+cert-manager
+{{- else if $bundle -}}
+secret
+{{- else -}}
+self
+{{- end -}}
 {{- end -}}
 {{- /* The logging flags of both processes, checked here: a value the command refuses would
        only show as a crash loop. */ -}}
@@ -86,4 +102,27 @@ caBundle: {{ .root.Values.certificates.caBundle }}
 {{- end -}}
 - --log-format={{ .Values.logging.format }}
 - --verbose={{ .Values.logging.verbosity }}
+{{- end -}}
+{{/*
+The namespaceSelector of the pods that may scrape /metrics: a component's
+networkPolicy.metricsNamespaceSelector when set, else the namespace monitoring.namespace, by the
+label the API server sets to a namespace's own name (no tenant can put it on another namespace).
+Called with (list <selector> <root context>).
+*/}}
+{{- define "hq.scrapersSelector" -}}
+{{- $selector := index . 0 -}}
+{{- $root := index . 1 -}}
+{{- if $selector -}}
+{{- toYaml $selector -}}
+{{- else -}}
+{{- $namespace := (($root.Values.monitoring | default dict).namespace) | default "cattle-monitoring-system" -}}
+matchLabels: {kubernetes.io/metadata.name: {{ $namespace | quote }}}
+{{- end -}}
+{{- end -}}
+{{/* The scrape jobs the alerts select: the values, else the PodMonitors' (<namespace>/<name>). */}}
+{{- define "hq.controllerJob" -}}
+{{- .Values.monitoring.prometheusRule.controllerJob | default (printf "%s/%s-controller" .Release.Namespace (include "hq.name" .)) -}}
+{{- end -}}
+{{- define "hq.webhookJob" -}}
+{{- .Values.monitoring.prometheusRule.webhookJob | default (printf "%s/%s" .Release.Namespace (include "hq.webhookName" .)) -}}
 {{- end -}}

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ....generic.resource import Object
-from ....util.harvestervm import (
+from ....util.kubevirtversion import KubeVirtVersion, parse_kubevirt_version
+from ....util.launcher import LauncherSettings, launcher_pod_resources
+from ....util.quantity import Quantity
+from ...harvestervm import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     HARVESTER_V121_OVERCOMMIT,
     harvester_guest_memory,
     harvester_vm_requests,
 )
-from ....util.kubevirtversion import KubeVirtVersion, parse_kubevirt_version
-from ....util.launcher import LauncherSettings, launcher_pod_resources
-from ....util.quantity import Quantity
 
 # Labels, annotations, finalizers and condition types, as KubeVirt and Harvester spell them.
 LABEL_APP: Final = "kubevirt.io"
@@ -277,7 +277,7 @@ def render_launcher_pod(
     version = settings.version
     if not ratio_supported(version):
         settings = dataclasses.replace(settings, ratio=None)
-    rendered = launcher_pod_resources(vmi, settings)
+    rendered = launcher_pod_resources(vmi, settings, migration_target=migration is not None)
     image = launcher_image(version)
     labels = {
         **(metadata.get("labels") or {}),

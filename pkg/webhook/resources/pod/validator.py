@@ -159,17 +159,6 @@ def check_rooms(request: Request, lookups: Lookups, question: RoomsQuestion) -> 
     )
 
 
-def validate_pod_create(
-    request: Request, lookups: Lookups, identities: Identities, ledger: AdmissionLedger
-) -> None:
-    """Non-target pods may not take the room migrations hold (see module docstring). Runs to the
-    end without awaiting, so one process's decisions are serialized; an admitted pod is entered
-    in `ledger`."""
-    check = pod_check(request, lookups, identities)
-    if check is not None:
-        admit_locally(check, ledger, dry_run=request.dry_run)
-
-
 def admit_locally(check: PodCheck, ledger: AdmissionLedger, *, dry_run: bool = False) -> None:
     """Decides `check` on the cache and this process's ledger; enters the pod if admitted,
     unless it is a dry run (nothing will be created: nothing may be reserved)."""

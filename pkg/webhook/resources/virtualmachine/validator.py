@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from ....generic.meta import spec
 from ....util.hotplug import hot_plug_inputs, hot_plugged
-from ....util.launcher import attachment_quota_usage, launcher_quota_usage
+from ....util.launcher import attachment_quota_usage, launcher_quota_usage, target_quota_usage
 from ....util.quotascope import launcher_scope_facts, quota_scope
 from ....util.resourcequota.podindex import namespace_pods
 from ....util.resources import ResourceList, add
@@ -139,7 +139,7 @@ def validate_vm_growth(request: Request, lookups: Lookups) -> None:
         )
         if grown is None:
             return
-        needed = launcher_quota_usage(grown, settings)
+        needed = target_quota_usage(grown, settings)
     except (ValueError, OverflowError) as error:
         raise Denied(f"VM {request.name}: cannot size its hot-plug: {error}", code=422) from error
     if not quota_scope(quota).matches(launcher_scope_facts(grown, needed)):

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from .podusage import ResourceList
-from .quantity import Quantity
-from .vmispec import quantity_of
+from ..util.podusage import ResourceList
+from ..util.quantity import Quantity
+from ..util.vmispec import quantity_of
 
 HARVESTER_DEFAULT_OVERCOMMIT: Final[Mapping[str, int]] = {
     "cpu": 1000,
