@@ -4,7 +4,8 @@ Scenarios of KubeVirt v1.6 run on a local cluster with KubeVirt's real virt-cont
 others (KubeVirt 0.54 and 1.3, not buildable here) on a cluster without it, played by the
 simulator. With strategy `harvester` (a default), the clusters also run Harvester v1.8.2's own
 controllers, and `ours` runs beside them, as on a Harvester; `harvester-port` is our port of
-Harvester v1.9's algorithm (run it with `harvester` for the differential of port and real code).
+Harvester v1.9's algorithm, never run with `harvester` (on one cluster both would act on every
+quota): the differential of port and real code is `python -m bench.scenario_diff`.
 Per scenario and strategy it prints the migrations, how many were refused by quota at least once,
 the seconds they were blocked in total, the quota writes per migration (the most of any
 namespace), the final drift of hard from the base, and from the audit log our writes,
@@ -64,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cpu-burners", type=int, default=0, help="busy processes beside")
     args = parser.parse_args(argv)
+    if {"harvester", "harvester-port"} <= set(args.strategy or STRATEGIES):
+        parser.error(
+            "harvester and harvester-port on one cluster: see python -m bench.scenario_diff"
+        )
     with cpu_burners(args.cpu_burners):
         return _run(args)
 

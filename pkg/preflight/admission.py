@@ -3,9 +3,10 @@
 Quota admission charges a new pod against every ResourceQuota of its namespace whose scopes match
 it, on the keys both the quota's spec.hard and the pod have: used + the pod's usage must stay
 within hard, and a quota limiting cpu or memory also wants every container to state it. A target
-pod is judged alone against the quotas as they are now: while it waits, the migrations that do
-get through each free their source pod's share as their target takes it, so a target that does
-not fit now never will, and one that fits alone fits whenever KubeVirt lets it start.
+pod is judged alone against the quotas as they are now: a target that does not fit alone never
+will (the migrations that get through free their source pod's share only as their target takes
+it), a block. One that fits alone may still wait: the targets of one namespace's migrations stack
+while their source launchers count, and delays.py says which wait and for how long at most.
 
 The room each strategy adds to spec.hard for one migration:
 
@@ -104,6 +105,38 @@ def quota_blockers(
         if shortfalls:
             blockers.append(_quota_blocker(name(quota), shortfalls, rooms, strategy))
     return blockers
+
+
+@dataclass(frozen=True)
+class QuotaRoom:
+    """One quota a target pod is charged against, as it is now, and the room the strategy adds
+    to its spec.hard for that one migration (raised minus hard, key by key, never below 0)."""
+
+    quota: str
+    hard: ResourceList
+    used: ResourceList
+    room: ResourceList
+
+
+def quota_rooms(
+    strategy: Strategy, context: NamespaceContext, target: TargetPod
+) -> list[QuotaRoom]:
+    """The quotas charging `target`, by name, with the strategy's room for its migration:
+    what delays.py stacks when several targets of a namespace arrive while the sources count."""
+    rooms = _rooms(strategy, context, target.vmi, target.usage)
+    out = []
+    for quota in sorted(context.quotas, key=name):
+        view = quota_view(quota)
+        if not view.scope.matches(target.facts):
+            continue
+        raised = rooms.raised.get(view.name, {})
+        room = {
+            key: raised[key] - value
+            for key, value in view.hard.items()
+            if key in raised and raised[key] > value
+        }
+        out.append(QuotaRoom(view.name, view.hard, view.used, room))
+    return out
 
 
 def _constraint_blockers(

@@ -33,6 +33,7 @@ from ..util.resourcequota.base import Mode
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
+from .delays import QueuedTarget, plan_delays, wave_starts
 from .harvesterupgrade import note_upgrade_outcomes
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
 from .report import Action, Blocker, PreflightReport, Step, VmVerdict
@@ -185,6 +186,8 @@ class _Cluster:
     limit_ranges: dict[str, list[Object]] = field(default_factory=dict)
     vmmrqs: dict[str, list[Object]] = field(default_factory=dict)
     namespaces: dict[str, Object] = field(default_factory=dict)
+    queued: list[QueuedTarget] = field(default_factory=list)
+    """The current step's migrations whose target pod fits alone, in the step's order."""
 
     @classmethod
     def indexed(cls, state: ClusterState, plan: Plan) -> _Cluster:
@@ -250,6 +253,7 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
     )
     vmis = dict(cluster.running)
     for drained in steps:
+        cluster.queued = []
         step = _step(cluster, drained)
         if plan.operation == "upgrade" and state.harvester:
             note_upgrade_outcomes(step.vms, vmis, state.nodes)
@@ -264,30 +268,12 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
             for mover in wave:
                 by_key[mover.key].wave = number
         step.waves = [[m.key for m in wave] for wave in waves]
-        if plan.strategy == "harvester":
-            _note_harvester_delays(step)
+        copies = [[m.memory_bytes / bandwidth for m in wave] for wave in waves]
+        plan_delays(plan.strategy, cluster.queued, bandwidth, wave_starts(copies))
         step.estimated_seconds = estimate_seconds(waves, bandwidth)
         report.steps.append(step)
     report.warnings = cluster.warnings
     return report
-
-
-HARVESTER_DELAY: Final = (
-    "Harvester gives a migration's room back at Succeeded while its source launcher still "
-    "counts, so the target pods of the other {others} migration(s) of this namespace in the drain "
-    "may be refused until that launcher exits: a delay, not a block (Harvester's known failure 1)"
-)
-
-
-def _note_harvester_delays(step: Step) -> None:
-    """The delays Harvester's early release causes where one namespace migrates several VMs."""
-    movers: dict[str, list[VmVerdict]] = {}
-    for vm in step.vms:
-        if vm.action == "migrate" and not vm.blocked:
-            movers.setdefault(vm.namespace, []).append(vm)
-    for group in movers.values():
-        for vm in group if len(group) > 1 else ():
-            vm.notes.append(HARVESTER_DELAY.format(others=len(group) - 1))
 
 
 def running_launchers(pods: Sequence[Object]) -> dict[tuple[str, str], list[str]]:
@@ -436,6 +422,7 @@ def _judge_target(
         return
     verdict.target_node = room.name
     if not verdict.blocked:
+        cluster.queued.append(QueuedTarget(verdict, target, context))
         source = cluster.rooms.get(verdict.node)
         if source is not None:
             source.take({k: -v for k, v in requests.items()})

@@ -40,13 +40,20 @@ def summary(report: PreflightReport) -> str:
     nodes = ", ".join(n for step in report.steps for n in step.nodes)
     head = f"preflight {report.operation} {nodes}: "
     stalls = report.stalls_harvester_upgrade
-    verdict = (
-        f"BLOCKED, {len(blocked)} of {len(vms)} VMs will not move"
-        if blocked
-        else f"BLOCKED, {len(stalls)} of {len(vms)} VMs stall Harvester's upgrade"
-        if stalls
-        else f"OK, nothing blocks ({len(vms)} VMs)"
-    )
+    delayed = report.delayed
+    if blocked:
+        verdict = f"BLOCKED, {len(blocked)} of {len(vms)} VMs will not move"
+    elif stalls:
+        verdict = f"BLOCKED, {len(stalls)} of {len(vms)} VMs stall Harvester's upgrade"
+    elif delayed:
+        verdict = f"DELAYED, nothing blocks for good ({len(vms)} VMs)"
+    else:
+        verdict = f"OK, nothing blocks ({len(vms)} VMs)"
+    if delayed:
+        verdict += (
+            f"; {len(delayed)} target pods wait for quota until a source launcher exits, "
+            f"up to {duration(report.delayed_seconds_at_most)} in all"
+        )
     plural = "wave" if waves == 1 else "waves"
     tail = (
         f"; {len(moving)} migrate in {waves} {plural}, about {duration(report.estimated_seconds)}"
@@ -64,7 +71,8 @@ def render_text(report: PreflightReport, *, colour: bool = False) -> str:
         return f"{code}{text}{_RESET}" if colour else text
 
     first = summary(report)
-    lines = [paint(first, _BOLD + (_RED if report.blocks else _GREEN))]
+    tone = _RED if report.blocks else _YELLOW if report.delayed else _GREEN
+    lines = [paint(first, _BOLD + tone)]
     for vm in report.blocked:
         lines.append(paint(f"BLOCKED {vm.key} on {vm.node}", _RED))
         for blocker in vm.blockers:
@@ -77,6 +85,14 @@ def render_text(report: PreflightReport, *, colour: bool = False) -> str:
             if not vm.live_migratable:
                 why += f", not live-migratable: {vm.migratable_reason}"
             lines.append(paint(f"{what} {vm.key} on {vm.node}: {why}", _YELLOW))
+    for vm in report.vms:
+        if vm.delay is None:
+            continue
+        lines.append(paint(f"DELAYED {vm.key} on {vm.node}", _YELLOW))
+        lines.append(
+            f"  quota: {vm.delay.message}; waits for {vm.delay.rounds} source launcher exit(s), "
+            f"up to {duration(vm.delay.wait_seconds_at_most)}"
+        )
     for vm in report.vms:
         lines.extend(paint(f"NOTE {vm.key}: {note}", _YELLOW) for note in vm.notes)
     for vm in report.vms:

@@ -52,6 +52,19 @@ class Blocker:
 
 
 @dataclass
+class Delay:
+    """Why a VM's target pod, which fits alone, waits for quota next to the other migrations of
+    its namespace, and for how long at most (delays.py): it moves in the end, late."""
+
+    message: str
+    quotas: list[str]
+    rounds: int
+    """How many source launchers' exits (one after the other) it waits for."""
+    wait_seconds_at_most: float
+    """rounds x (a migration's copy + a source launcher's grace period): an upper bound."""
+
+
+@dataclass
 class VmVerdict:
     """One VMI on a node being drained."""
 
@@ -75,6 +88,8 @@ class VmVerdict:
     wave: int | None = None
     blockers: list[Blocker] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    delay: Delay | None = None
+    """Set when its target pod fits alone but is refused next to the others' (not a block)."""
     harvester_upgrade: str = ""
     """On a Harvester cluster's `upgrade`: what Harvester's upgrade does with the VM
     (preflight/harvesterupgrade.py: live-migrates, shut-down, stalls-pre-drain); else empty."""
@@ -88,6 +103,10 @@ class VmVerdict:
     @property
     def blocked(self) -> bool:
         return bool(self.blockers)
+
+    @property
+    def delayed(self) -> bool:
+        return self.delay is not None
 
 
 @dataclass
@@ -132,15 +151,28 @@ class PreflightReport:
         return bool(self.blocked) or bool(self.stalls_harvester_upgrade)
 
     @property
+    def delayed(self) -> list[VmVerdict]:
+        """The VMs that move late: their target pods wait for quota (not blocks)."""
+        return [vm for vm in self.vms if vm.delayed]
+
+    @property
+    def delayed_seconds_at_most(self) -> float:
+        """The sum of the delayed targets' waits, at most (what a run reports as blocked)."""
+        return sum(vm.delay.wait_seconds_at_most for vm in self.vms if vm.delay is not None)
+
+    @property
     def estimated_seconds(self) -> float:
         return sum(step.estimated_seconds for step in self.steps)
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["blocks"] = self.blocks
+        out["delayed"] = len(self.delayed)
+        out["delayed_seconds_at_most"] = round(self.delayed_seconds_at_most, 1)
         out["estimated_seconds"] = round(self.estimated_seconds, 1)
         for step, raw in zip(self.steps, out["steps"], strict=True):
             raw["estimated_seconds"] = round(step.estimated_seconds, 1)
             for vm, raw_vm in zip(step.vms, raw["vms"], strict=True):
                 raw_vm["blocked"] = vm.blocked
+                raw_vm["delayed"] = vm.delayed
         return out

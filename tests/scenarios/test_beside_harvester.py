@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.testbench.localcluster import ClusterInfo
-from harvester_quota.testbench.scenario import report
+from harvester_quota.testbench.scenario import diff, report
 from harvester_quota.testbench.scenario.runner import ScenarioRun
 from harvester_quota.testbench.scenario.schema import load
 from harvester_quota.testbench.scenario.writers import identity_totals
@@ -61,6 +61,10 @@ HARVESTERS_WRITES_PER_MIGRATION = 2
 """Its migration controller's annotation writes: the UID key added while Pending, removed after."""
 ADOPTION_WRITES = 1
 """Our one write per quota that adopts it (the first plan of the namespace)."""
+CHEAP_DIFFERENTIAL = ("long-vm-name", "v170-test1-ratio-1.5")
+"""The differential's cases the suite runs (v170-test1-ratio-1.5: 32 s for both runs, on clusters
+already up, the machine loaded): the rest, the documented differences among them, is
+`python -m bench.scenario_diff` (bench/SCENARIOS.md)."""
 
 
 def path_of(name: str) -> Path:
@@ -93,6 +97,19 @@ async def test_harvesters_own_controllers_show_the_seeds_failure(
     assert not failed, f"{name}: Harvester's own code did not fail as reported: {failed}"
     assert totals(result, "harvester")["accepted"] > 0, "Harvester's controllers raised"
     assert totals(result, "harvester-quota") == {"accepted": 0, "refused": 0}
+    preflight_foresaw_the_wait(result)
+
+
+def preflight_foresaw_the_wait(result: dict[str, Any]) -> None:
+    """`preflight --strategy harvester`, run before the drain, named as many waiting target pods
+    as Harvester's real controllers left refused, none blocked for good, and a bound on the
+    wait the run stayed under."""
+    (said,) = result["preflights"]
+    refused = [m for m in result["migrations"] if m["refusals"]]
+    assert not said["blocks"], said
+    assert said["delayed"] == len(refused), (said, refused)
+    waited = sum(m["blocked_seconds"] or 0.0 for m in refused)
+    assert 0 < waited <= said["delayed_seconds_at_most"], (waited, said["delayed_seconds_at_most"])
 
 
 @pytest.mark.parametrize("name", BESIDE_HARVESTER)
@@ -114,7 +131,27 @@ async def test_beside_harvesters_controllers_ours_meets_the_scenario_and_silence
     assert ours["accepted"] <= ADOPTION_WRITES * namespaces + per_migration * migrations, ours
     harvesters = totals(result, "harvester")
     assert harvesters["accepted"] <= HARVESTERS_WRITES_PER_MIGRATION * migrations, harvesters
+    assert not any(said["delayed"] for said in result["preflights"]), result["preflights"]
     causes = result["writers"]["harvester_error_causes"]
     allowed = set(HARVESTERS_OWN_FAILURES.get(name, ()))
     beyond = {ns: {c: n for c, n in by.items() if c not in allowed} for ns, by in causes.items()}
     assert not any(beyond.values()), f"Harvester's error lines: {causes}"
+
+
+@pytest.mark.parametrize("name", CHEAP_DIFFERENTIAL)
+async def test_our_port_and_harvesters_own_code_differ_only_as_documented(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The port (v1.9's algorithm) on the virt-controller cluster without Harvester, and
+    Harvester v1.8.2's own controllers on theirs: every difference in outcome, refusals,
+    seconds blocked, quota at base and writes per migration is in diff.KNOWN_DIFFERENCES."""
+    path = path_of(name)
+    assert runs_on_real_kubevirt(path)
+    real = await run(name, "harvester", request, tmp_path)
+    plain: ClusterInfo = request.getfixturevalue("kubevirt_cluster")
+    async with ApiClient(admin_config(plain)) as api:
+        ported = ScenarioRun(load(path), api, plain, strategy="harvester-port", workdir=tmp_path)
+        port = report.write(await ported.run(), tmp_path / "harvester-port")
+    found = diff.differences(name, port, real)
+    assert not diff.unexplained(found), [diff.explain(d) for d in found]
+    assert not diff.missing(found, [name]), diff.missing(found, [name])

@@ -416,13 +416,70 @@ def test_harvester_compensates_limits_memory_but_not_the_sidecars_limits_cpu() -
     assert (short.key, short.short_by) == ("limits.cpu", "15m")  # the guest-console-log sidecar
 
 
-def test_harvester_notes_the_delay_its_early_release_causes_in_a_namespace_of_several() -> None:
+def evacuation_case(grace: int | None = None) -> ClusterState:
+    """The v1.2.1 evacuation's shape: three VMs on n1, a default quota whose limits are theirs
+    plus one VM's (Rancher's base) and whose requests.memory leaves room for one target pod."""
+    pairs = [running(name) for name in ("vm1", "vm2", "vm3")]
+    for instance, _ in pairs if grace is not None else ():
+        instance["spec"]["terminationGracePeriodSeconds"] = grace
+    pods = [pod for _, pod in pairs]
+    usage = pod_quota_usage(pods[0])
+    one_more = {k: str(v + v + v + v) for k, v in usage.items()}
+    ns = rancher_namespace(
+        NS,
+        {
+            "limitsCpu": one_more["limits.cpu"],
+            "limitsMemory": one_more["limits.memory"],
+            "requestsMemory": one_more["requests.memory"],
+        },
+    )
+    hard = {
+        "limits.cpu": one_more["limits.cpu"],
+        "limits.memory": one_more["limits.memory"],
+        "requests.memory": one_more["requests.memory"],
+    }
+    quotas = [quota("default-q", hard, pods, managed=True)]
+    return state([v for v, _ in pairs], pods, quotas=quotas, namespaces=[ns])
+
+
+def test_harvester_delays_the_targets_that_fit_alone_but_not_next_to_each_other() -> None:
+    report = drain(evacuation_case(), strategy="harvester")
+    assert not report.blocks
+    assert [vm.name for vm in report.delayed] == ["vm2", "vm3"]
+    assert [vm.delay.rounds for vm in report.vms if vm.delay] == [1, 2]
+    assert all(vm.delay.quotas == ["default-q"] for vm in report.vms if vm.delay)
+    assert "requests.memory" in report.delayed[0].delay.message  # type: ignore[union-attr]
+    text = render_text(report)
+    assert text.startswith("preflight drain n1: DELAYED, nothing blocks for good (3 VMs); 2 ")
+    assert "DELAYED ns/vm2 on n1" in text
+    assert json.loads(render_json(report))["delayed"] == 2
+
+
+def test_a_source_launcher_gone_before_the_next_wave_delays_only_its_own_wave() -> None:
+    report = drain(evacuation_case(grace=1), strategy="harvester")
+    assert report.steps[0].waves == [["ns/vm1", "ns/vm2"], ["ns/vm3"]]
+    assert [vm.name for vm in report.delayed] == ["vm2"]
+
+
+def test_delays_wait_a_source_launchers_grace_per_round() -> None:
+    report = drain(evacuation_case(), strategy="harvester")
+    copy = report.vms[0].memory_bytes / report.limits["bandwidthPerMigration"]
+    round_seconds = 30 + 30 + copy  # KubeVirt's default grace for a VMI, its launcher's padding
+    waits = [vm.delay.wait_seconds_at_most for vm in report.vms if vm.delay]
+    assert waits == [round(round_seconds, 1), round(2 * round_seconds, 1)]
+    assert report.delayed_seconds_at_most == sum(waits)
+
+
+def test_our_rooms_stack_so_no_target_of_the_evacuation_waits() -> None:
+    report = drain(evacuation_case(), strategy="ours")
+    assert not report.blocks and not report.delayed
+    assert render_text(report).startswith("preflight drain n1: OK, nothing blocks (3 VMs)")
+
+
+def test_without_a_quota_nothing_waits_for_quota() -> None:
     a, pa = running("a")
     b, pb = running("b")
-    cluster = state([a, b], [pa, pb])
-    assert all("known failure 1" in vm.notes[0] for vm in drain(cluster, strategy="harvester").vms)
-    assert not any(vm.notes for vm in drain(cluster, strategy="ours").vms)
-    assert "NOTE ns/a: Harvester gives" in render_text(drain(cluster, strategy="harvester"))
+    assert not drain(state([a, b], [pa, pb]), strategy="harvester").delayed
 
 
 # --- node fit ------------------------------------------------------------------------------------

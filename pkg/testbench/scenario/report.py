@@ -116,6 +116,7 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "quota_writes": writes,
         "writers": result.writers.as_report() if result.writers is not None else None,
         "vm_starts": result.vm_starts,
+        "preflights": result.preflights,
         "invariants": invariants,
         "expectations": checks,
         "ok": all(check["ok"] for check in checks),

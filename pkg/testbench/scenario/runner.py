@@ -116,6 +116,8 @@ class RunResult:
     """Our controllers' and the bench Rancher agent's log lines about the run's namespaces."""
     rancher_actions: list[dict[str, Any]] = field(default_factory=list)
     """The bench Rancher agent's writes of the run's quotas."""
+    preflights: list[dict[str, Any]] = field(default_factory=list)
+    """The JSON form of each preflight run before a drain (this run's namespaces only)."""
     writers: RunWriters | None = None
     """Everyone's quota and namespace writes, and Harvester's error lines, on a local cluster
     (writers.py); None elsewhere."""
@@ -628,9 +630,13 @@ class ScenarioRun:
         for step in report.steps:
             step.vms = [vm for vm in step.vms if vm.namespace in mine]
         self.note(summary(report))
+        self.result.preflights.append(report.as_dict())
         for vm in report.blocked:
             for blocker in vm.blockers:
                 self.note(f"preflight: {vm.key}: {blocker.message}")
+        for vm in report.vms:
+            if vm.delay is not None:
+                self.note(f"preflight: {vm.key} delayed: {vm.delay.message}")
 
     async def _step_set_ratio(self, value: str) -> None:
         await self._set_ratio(value)

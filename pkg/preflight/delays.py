@@ -1,0 +1,204 @@
+"""Which target pods wait for quota although each fits alone (pure).
+
+admission.py judges a target pod alone against the quotas as they are now. In a drain, the
+migrations of one namespace charge the same quotas together: a migration's target counts from
+its admission, and its source launcher keeps counting after the migration succeeded until it has
+exited (the VMI's terminationGracePeriodSeconds: how long KubeVirt's launcher takes to go, and
+what the v1.2.1 incident showed, about 31 s). So targets stack. The targets of a namespace are
+taken in the step's order (namespace then name) at the start of their wave (waves.py, each wave
+as long as its longest copy); each is charged next to the earlier targets still counted then:
+those of its own wave, and those of earlier waves whose source launcher has not exited yet
+(their wave's start + their copy + their grace is later than this wave's start plus
+HANDOVER_SECONDS). The rooms in
+force then:
+
+- ``ours`` holds each migration's room until its source launcher is gone: the room of every
+  target still counted stacks with this one's.
+- ``harvester`` gives a migration's room back when it succeeds, while its source launcher still
+  counts: only the rooms of the admitted targets of the same wave stack. Keys it gives no room
+  on (requests.*, pods) stack with no room at all: the v1.2.1 evacuation's second target.
+- ``none``: no room on any key.
+
+A target that does not fit then waits (KubeVirt retries its target pod) until enough source
+launchers have exited: a delay, not a block (it moves in the end). With `slots` targets of the
+namespace admitted at once, the d-th delayed one waits for ceil(d / slots) rounds, each at most
+one migration's copy plus a source launcher's whole grace period (the VMI's and KubeVirt's
+padding). Which VMs wait depends on the order KubeVirt starts them, which is not the plan's; how
+many wait is what this predicts, and only as well as the copy estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..util import resources
+from ..util.resourcequota.calculator import shortfalls
+from ..util.resources import ResourceList
+from .admission import NamespaceContext, QuotaRoom, Strategy, TargetPod, quota_rooms, readable
+from .report import Delay, VmVerdict
+
+LAUNCHER_GRACE_PADDING: Final = 30
+"""Seconds KubeVirt's launcher pod adds to the VMI's grace period (virt-controller's template:
+the VMI's terminationGracePeriodSeconds plus two paddings of 15 s): the longest a source launcher
+can keep counting after its domain is gone."""
+DEFAULT_VMI_GRACE: Final = 30
+"""KubeVirt's terminationGracePeriodSeconds for a VMI that sets none."""
+HANDOVER_SECONDS: Final = 1.0
+"""From one migration's end to the next target pod of its freed slot: on Harvester's own code
+beside virt-controller v1.6.0 (drain-20-vms-5-namespaces, 2026-11-26) 0.9-2.8 s; the least is
+taken, so a source launcher that exits within a second (grace 1) no longer counts for the next
+wave, and one with the v1.2.1 incident's 31 s does."""
+
+
+@dataclass(frozen=True)
+class QueuedTarget:
+    """One migration of a drain whose target pod fits alone: its verdict, pod and namespace."""
+
+    verdict: VmVerdict
+    target: TargetPod
+    context: NamespaceContext
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A target admitted at its wave's start: what it charges, until when, with which rooms."""
+
+    wave: int | None
+    counts_until: float
+    """Seconds into the step its source launcher exits (its wave's start + copy + grace)."""
+    rooms: dict[str, ResourceList]
+    used: ResourceList
+
+
+def vmi_grace_seconds(target: TargetPod) -> int:
+    """The VMI's terminationGracePeriodSeconds (KubeVirt's default for none)."""
+    raw = (target.vmi.get("spec") or {}).get("terminationGracePeriodSeconds")
+    grace = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
+    return DEFAULT_VMI_GRACE if grace is None else grace
+
+
+def source_exit_seconds(target: TargetPod) -> int:
+    """The longest the VM's source launcher counts after its migration: its grace period."""
+    return vmi_grace_seconds(target) + LAUNCHER_GRACE_PADDING
+
+
+def wave_starts(waves: Sequence[Sequence[float]]) -> list[float]:
+    """Seconds into the step each wave starts, from the copy seconds of its migrations."""
+    starts, at = [], 0.0
+    for copies in waves:
+        starts.append(at)
+        at += max(copies, default=0.0)
+    return starts
+
+
+def plan_delays(
+    strategy: Strategy, queued: Sequence[QueuedTarget], bandwidth: int, starts: Sequence[float]
+) -> None:
+    """Sets `verdict.delay` on every queued target that waits for quota (module docstring).
+
+    `queued` is in the step's order; namespaces are independent (quotas are per namespace);
+    `starts` are the waves' start seconds (wave_starts), wave 1 first."""
+    by_namespace: dict[str, list[QueuedTarget]] = {}
+    for item in queued:
+        by_namespace.setdefault(item.verdict.namespace, []).append(item)
+    for group in by_namespace.values():
+        _namespace_delays(strategy, group, bandwidth, starts)
+
+
+def _start(verdict: VmVerdict, starts: Sequence[float]) -> float:
+    wave = verdict.wave
+    return starts[wave - 1] if wave is not None and 0 < wave <= len(starts) else 0.0
+
+
+def _namespace_delays(
+    strategy: Strategy, group: list[QueuedTarget], bandwidth: int, starts: Sequence[float]
+) -> None:
+    admitted: list[_Admitted] = []
+    waiting: list[tuple[QueuedTarget, str, list[str]]] = []
+    for item in group:
+        quotas = quota_rooms(strategy, item.context, item.target)
+        at = _start(item.verdict, starts)
+        charged = _charged(strategy, item.verdict.wave, at, admitted)
+        refusal = _refusal(item, quotas, charged)
+        if refusal is None:
+            until = at + _copy_seconds(item.verdict, bandwidth) + vmi_grace_seconds(item.target)
+            rooms = {q.quota: q.room for q in quotas}
+            admitted.append(_Admitted(item.verdict.wave, until, rooms, item.target.usage))
+        else:
+            waiting.append((item, *refusal))
+    slots = max(len(admitted), 1)
+    rounds_seconds = max(
+        (_copy_seconds(i.verdict, bandwidth) + source_exit_seconds(i.target) for i in group),
+        default=0.0,
+    )
+    for number, (item, message, names) in enumerate(waiting, start=1):
+        rounds = math.ceil(number / slots)
+        item.verdict.delay = Delay(
+            message=message,
+            quotas=names,
+            rounds=rounds,
+            wait_seconds_at_most=round(rounds * rounds_seconds, 1),
+        )
+
+
+def _copy_seconds(verdict: VmVerdict, bandwidth: int) -> float:
+    return verdict.memory_bytes / bandwidth if bandwidth > 0 else 0.0
+
+
+@dataclass
+class _Charged:
+    """What the earlier targets still counted add: usage on every quota, and the rooms held."""
+
+    used: ResourceList = field(default_factory=dict)
+    rooms: dict[str, ResourceList] = field(default_factory=dict)
+
+
+def _charged(
+    strategy: Strategy, wave: int | None, at: float, admitted: Sequence[_Admitted]
+) -> _Charged:
+    """The earlier targets still counted at `at` (same wave, or source not exited yet), and
+    their rooms still held: all of them for ours, the same wave's for Harvester, none for none."""
+    charged = _Charged()
+    for earlier in admitted:
+        if earlier.wave != wave and earlier.counts_until <= at + HANDOVER_SECONDS:
+            continue
+        charged.used = resources.add(charged.used, earlier.used)
+        if strategy == "ours" or (strategy == "harvester" and earlier.wave == wave):
+            for quota, room in earlier.rooms.items():
+                charged.rooms[quota] = resources.add(charged.rooms.get(quota, {}), room)
+    return charged
+
+
+def _refusal(
+    item: QueuedTarget, quotas: list[QuotaRoom], charged: _Charged
+) -> tuple[str, list[str]] | None:
+    """Why the target is refused next to the earlier targets still counted; None if it fits."""
+    parts, names = [], []
+    for quota in quotas:
+        held = charged.rooms.get(quota.quota, {})
+        hard = resources.add(quota.hard, resources.add(held, quota.room))
+        hard = {k: v for k, v in hard.items() if k in quota.hard}
+        used = resources.add(quota.used, charged.used)
+        short = shortfalls(item.target.usage, hard, used)
+        if short:
+            names.append(quota.quota)
+            parts.append(
+                f"quota {quota.quota}: "
+                + "; ".join(
+                    f"{s.key}: {readable(s.key, str(s.in_use))} used with the targets before it, "
+                    f"it needs {readable(s.key, str(s.needed))} of "
+                    f"{readable(s.key, str(s.limit))}"
+                    for s in short
+                )
+            )
+    if not parts:
+        return None
+    message = (
+        "fits alone, but not next to the target pods of this namespace's earlier migrations "
+        f"while their source launchers still count ({', '.join(parts)}): refused until a source "
+        "launcher exits"
+    )
+    return message, names
