@@ -37,7 +37,11 @@ from typing import Any, Final
 
 from ..apis.harvester import RATIO_SETTING
 from ..generic.labelselector import LabelSelector
-from ..util.kubevirtversion import NEWEST_KUBEVIRT_VERSION, parse_kubevirt_version
+from ..util.kubevirtversion import (
+    NEWEST_KUBEVIRT_VERSION,
+    is_newer_than_known,
+    parse_kubevirt_version,
+)
 from ..util.launcher import LauncherSettings
 from ..util.launcher.settings import DEFAULT_KUBEVIRT_VERSION
 from ..util.overhead import kubevirt_ratio_from_harvester_setting
@@ -150,23 +154,25 @@ def _report_once(key: str, message: str, *args: Any) -> None:
 
 
 def _known_version(observed: Any) -> str:
-    """The KubeVirt CR's observed version if we know its launcher formula, else the newest we do.
+    """The KubeVirt CR's observed version if we know its launcher formula, else the closest we do.
 
     A KubeVirt newer than this release (or a "devel" build) must not make every room estimate and
-    every VM-start check fail: the newest formula is the closest guess, and --kubevirt-version
-    overrides it.
+    every VM-start check fail. A release after v1.9 (v1.10.0, a main build's v1.10.0-alpha.0-...)
+    was cut from main, so it is computed as "main" (QEMU's 50Mi included); anything else unknown
+    as the newest release. Either is reported once; --kubevirt-version overrides it.
     """
     text = str(observed) if observed not in (None, "") else DEFAULT_KUBEVIRT_VERSION
     try:
         parse_kubevirt_version(text)
     except ValueError as error:
+        fallback = "main" if is_newer_than_known(text) else NEWEST_KUBEVIRT_VERSION
         _report_once(
             f"version:{text}",
             "%s; computing launcher pods as KubeVirt %s does (set --kubevirt-version to choose)",
             error,
-            NEWEST_KUBEVIRT_VERSION,
+            fallback,
         )
-        return NEWEST_KUBEVIRT_VERSION
+        return fallback
     return text
 
 

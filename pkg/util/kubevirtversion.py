@@ -37,8 +37,9 @@ class KubeVirtVersion:
         return "main" if self.is_main else f"v{self.major}.{self.minor}.{self.patch}"
 
 
-MAIN: Final = KubeVirtVersion(1, 9, 0, is_main=True)
-"""KubeVirt's main branch after v1.9.0: like v1.9 but QEMU's share grew from 30Mi to 50Mi."""
+MAIN: Final = KubeVirtVersion(1, 10, 0, is_main=True)
+"""KubeVirt's main branch after v1.9.0, the future v1.10: like v1.9 but QEMU's share grew from 30Mi
+to 50Mi (c822873795, not in any v1.9 release)."""
 
 _OLDEST_MINOR: Final = (0, 54)  # Harvester v1.2.1 ships KubeVirt v0.54, the oldest we port
 _NEWEST_MINOR: Final = (1, 9)
@@ -75,3 +76,13 @@ def parse_kubevirt_version(version: str | KubeVirtVersion) -> KubeVirtVersion:
             f"unknown KubeVirt version {version!r}: supported are v0.54 to v1.9 and 'main'"
         )
     return KubeVirtVersion(major, minor, patch)
+
+
+def is_newer_than_known(version: str) -> bool:
+    """Whether `version` reads as a release after the newest minor this module knows ("v1.10.0",
+    "v1.10.0-alpha.0-12-gabcdef", "v2.0.0"): a release cut from main after v1.9.0, so it holds at
+    least what MAIN stands for. False for anything else (older, unreadable, "devel")."""
+    match = _VERSION_RE.fullmatch(version.strip())
+    if match is None:
+        return False
+    return (int(match.group(1)), int(match.group(2))) > _NEWEST_MINOR

@@ -309,6 +309,11 @@ def pagetable_bytes(requests_memory: int) -> int:
     return kilo * 1000 // 512
 
 
+_QEMU_50MI_SINCE: Final = (1, 10)
+"""KubeVirt's main raised QemuOverhead from 30Mi to 50Mi after v1.9.0 (c822873795): v1.10 and main
+(MAIN stands for both); every v1.9 patch release keeps 30Mi."""
+
+
 def _process_rss_mib(version: KubeVirtVersion) -> tuple[tuple[str, int], ...]:
     """The fixed RSS of the launcher's processes, per release (changed in v0.55, v0.57, v0.58.1,
     v1.4.1, v1.5 and on main)."""
@@ -324,7 +329,7 @@ def _process_rss_mib(version: KubeVirtVersion) -> tuple[tuple[str, int], ...]:
     if version.at_least(1, 4, 1):  # v1.4.1 raised virtqemud to 40Mi before v1.5.0 shipped
         daemon = 40
     daemon_name = "libvirtd" if not version.at_least(0, 59) else "virtqemud"
-    qemu = 50 if version.is_main else 30
+    qemu = 50 if version.at_least(*_QEMU_50MI_SINCE) else 30
     return (
         ("virt-launcher-monitor", 25 * MI),
         ("virt-launcher", launcher * MI),

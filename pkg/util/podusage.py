@@ -23,6 +23,8 @@ from .quotascope import reduced_affinity
 from .vmispec import deletion_deadline, mapping_at, quantity_of, sequence_at
 
 __all__ = [
+    "KUBERNETES_1_36",
+    "QuotaFeatures",
     "ResourceList",
     "pod_counts_against_quota",
     "pod_limits",
@@ -45,6 +47,7 @@ _REQUESTS_PREFIX: Final = "requests."
 _DEVICE_CLASS_PREFIX: Final = "deviceclass.resource.kubernetes.io/"
 _NATIVE_NAMESPACE: Final = "kubernetes.io/"
 _POD_LEVEL_RESOURCES: Final = frozenset({"cpu", "memory"})
+_EPHEMERAL_STORAGE: Final = "ephemeral-storage"
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 _DNS1123_LABEL: Final = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
@@ -87,8 +90,34 @@ def _is_extended_resource(name: str) -> bool:
     return _is_qualified_name(_REQUESTS_PREFIX + name)
 
 
-def _is_pod_level_resource(name: str) -> bool:
-    return name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX)
+@dataclass(frozen=True)
+class QuotaFeatures:
+    """Kubernetes feature gates, as the API server has them, that change what quota charges.
+
+    The default is Kubernetes v1.36 (the bench's cluster), where none of these exists.
+    `pod_level_ephemeral_storage` is PodLevelResourcesEphemeralStorage (KEP-6386, alpha in v1.38,
+    off by default): a pod's spec.resources may set `ephemeral-storage`, which then replaces the
+    containers' sum as cpu and memory do. No server version implies it (an alpha gate is off
+    unless the cluster's operator turns it on), so only an explicit option sets it. Modelled from
+    the KEP's text, not checked against a real API server.
+    """
+
+    pod_level_ephemeral_storage: bool = False
+
+    @property
+    def pod_level_resources(self) -> frozenset[str]:
+        """The named resources spec.resources may set besides hugepages-<size>."""
+        if self.pod_level_ephemeral_storage:
+            return _POD_LEVEL_RESOURCES | {_EPHEMERAL_STORAGE}
+        return _POD_LEVEL_RESOURCES
+
+
+KUBERNETES_1_36: Final = QuotaFeatures()
+"""No optional gate: what the bench's Kubernetes v1.36 charges."""
+
+
+def _is_pod_level_resource(name: str, pod_level: frozenset[str]) -> bool:
+    return name in pod_level or name.startswith(_HUGEPAGES_PREFIX)
 
 
 def resource_list_at(raw: Any, where: str) -> ResourceList:
@@ -146,6 +175,8 @@ class _PodView:
     pod_requests: ResourceList | None
     pod_limits: ResourceList | None
     overhead: ResourceList = field(default_factory=dict)
+    pod_level: frozenset[str] = _POD_LEVEL_RESOURCES
+    """The resources spec.resources may set besides hugepages (QuotaFeatures)."""
 
 
 def _parse_container(raw: Any, where: str) -> _Container:
@@ -166,7 +197,7 @@ def _parse_container(raw: Any, where: str) -> _Container:
     )
 
 
-def _parse_pod(pod: Mapping[str, Any]) -> _PodView:
+def _parse_pod(pod: Mapping[str, Any], features: QuotaFeatures = KUBERNETES_1_36) -> _PodView:
     if not isinstance(pod, Mapping):
         raise ValueError(f"a pod must be an object, not {type(pod).__name__}")
     spec = mapping_at(pod, "spec", "pod")
@@ -210,6 +241,7 @@ def _parse_pod(pod: Mapping[str, Any]) -> _PodView:
         pod_requests=pod_requests,
         pod_limits=pod_limits,
         overhead=resource_list_at(spec.get("overhead"), "spec.overhead"),
+        pod_level=features.pod_level_resources,
     )
     return _default_pod_level_resources(view)
 
@@ -231,10 +263,10 @@ def _default_pod_level_resources(view: _PodView) -> _PodView:
     if limits:
         container_requests = _aggregate(view, use_status=False, kind="requests")
         for name, quantity in container_requests.items():
-            if name in _POD_LEVEL_RESOURCES:  # overcommittable pod-level resources
+            if name in view.pod_level:  # overcommittable pod-level resources
                 requests.setdefault(name, quantity)
         for name, quantity in limits.items():
-            if _is_pod_level_resource(name):
+            if _is_pod_level_resource(name, view.pod_level):
                 requests.setdefault(name, quantity)
     return dataclasses.replace(view, pod_requests=requests, pod_limits=limits)
 
@@ -278,9 +310,9 @@ def _aggregate(view: _PodView, *, use_status: bool, kind: str) -> ResourceList:
 def _pod_requests(view: _PodView) -> ResourceList:
     requests = _aggregate(view, use_status=True, kind="requests")
     pod_level = view.pod_requests or {}
-    if any(_is_pod_level_resource(name) for name in pod_level):
+    if any(_is_pod_level_resource(name, view.pod_level) for name in pod_level):
         for name, quantity in pod_level.items():
-            if _is_pod_level_resource(name):
+            if _is_pod_level_resource(name, view.pod_level):
                 requests[name] = quantity
     _add_into(requests, view.overhead)
     return requests
@@ -289,9 +321,9 @@ def _pod_requests(view: _PodView) -> ResourceList:
 def _pod_limits(view: _PodView) -> ResourceList:
     limits = _aggregate(view, use_status=True, kind="limits")
     pod_level = {**(view.pod_requests or {}), **(view.pod_limits or {})}
-    if any(_is_pod_level_resource(name) for name in pod_level):
+    if any(_is_pod_level_resource(name, view.pod_level) for name in pod_level):
         for name, quantity in (view.pod_limits or {}).items():
-            if _is_pod_level_resource(name):
+            if _is_pod_level_resource(name, view.pod_level):
                 limits[name] = quantity
     for name, quantity in view.overhead.items():
         if name in limits and not limits[name].is_zero():
@@ -299,15 +331,19 @@ def _pod_limits(view: _PodView) -> ResourceList:
     return limits
 
 
-def pod_requests(pod: Mapping[str, Any]) -> ResourceList:
+def pod_requests(
+    pod: Mapping[str, Any], *, features: QuotaFeatures = KUBERNETES_1_36
+) -> ResourceList:
     """resourcehelper.PodRequests as the quota evaluator calls it (status resources, pod-level
     resources and pod overhead included)."""
-    return _pod_requests(_parse_pod(pod))
+    return _pod_requests(_parse_pod(pod, features))
 
 
-def pod_limits(pod: Mapping[str, Any]) -> ResourceList:
+def pod_limits(
+    pod: Mapping[str, Any], *, features: QuotaFeatures = KUBERNETES_1_36
+) -> ResourceList:
     """resourcehelper.PodLimits as the quota evaluator calls it."""
-    return _pod_limits(_parse_pod(pod))
+    return _pod_limits(_parse_pod(pod, features))
 
 
 def pod_counts_against_quota(pod: Mapping[str, Any], now: datetime.datetime | None) -> bool:
@@ -352,7 +388,10 @@ def _compute_usage(requests: ResourceList, limits: ResourceList) -> ResourceList
 
 
 def pod_quota_usage(
-    pod: Mapping[str, Any], *, now: datetime.datetime | None = None
+    pod: Mapping[str, Any],
+    *,
+    now: datetime.datetime | None = None,
+    features: QuotaFeatures = KUBERNETES_1_36,
 ) -> ResourceList:
     """Exactly what Kubernetes v1.36's quota pod evaluator charges for `pod`.
 
@@ -360,12 +399,13 @@ def pod_quota_usage(
     `memory`, `ephemeral-storage` (= the requests), `requests.*` and `limits.*` of those three,
     `hugepages-<size>` and `requests.hugepages-<size>`, and `requests.<name>` for each extended
     resource. Containers whose limits lack a request get the limit as request, as the API server
-    defaults them on create (a no-op for pods read from the API).
+    defaults them on create (a no-op for pods read from the API). `features` are the API server's
+    gates that change the charge (QuotaFeatures; default v1.36's).
     """
     usage: ResourceList = {"count/pods": _one()}
     if not pod_counts_against_quota(pod, now):
         return usage
-    view = _parse_pod(pod)
+    view = _parse_pod(pod, features)
     _add_into(usage, _compute_usage(_pod_requests(view), _pod_limits(view)))
     return usage
 
@@ -442,9 +482,10 @@ def quota_usage_for(
     quota_hard_keys: Iterable[str],
     *,
     now: datetime.datetime | None = None,
+    features: QuotaFeatures = KUBERNETES_1_36,
 ) -> ResourceList:
     """The pod's usage restricted to the resources a quota limits (the keys of its spec.hard)."""
-    usage = pod_quota_usage(pod, now=now)
+    usage = pod_quota_usage(pod, now=now, features=features)
     return {name: usage[name] for name in quota_hard_keys if name in usage}
 
 
@@ -454,19 +495,24 @@ _CONSTRAINED: Final = frozenset(
 
 
 def quota_constraint_violations(
-    pod: Mapping[str, Any], quota_hard_keys: Iterable[str]
+    pod: Mapping[str, Any],
+    quota_hard_keys: Iterable[str],
+    *,
+    features: QuotaFeatures = KUBERNETES_1_36,
 ) -> dict[str, list[str]]:
     """The pod evaluator's Constraints check: resource -> containers that do not specify it.
 
     When a quota limits cpu or memory (requests.* or limits.*), every container and init container
     must set that request or limit, or the pod is rejected ("must specify limits.cpu for:
-    compute"), whatever the totals. Not checked when pod-level resources are set. An empty result
-    means the pod passes.
+    compute"), whatever the totals. Not checked when pod-level resources are set (with
+    `features`' PodLevelResourcesEphemeralStorage, pod-level ephemeral-storage alone counts as
+    set, as the KEP extends the supported pod-level resources). An empty result means the pod
+    passes.
     """
-    view = _parse_pod(pod)
+    view = _parse_pod(pod, features)
     required = _CONSTRAINED.intersection(quota_hard_keys)
     pod_level = {**(view.pod_requests or {}), **(view.pod_limits or {})}
-    if not required or any(_is_pod_level_resource(name) for name in pod_level):
+    if not required or any(_is_pod_level_resource(name, view.pod_level) for name in pod_level):
         return {}
     missing: dict[str, list[str]] = {}
     for container in (*view.containers, *view.init_containers):

@@ -20,6 +20,7 @@ equal our rendering of the VMI and be the room.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import uuid
 from collections.abc import AsyncIterator
@@ -35,7 +36,7 @@ from harvester_quota.apis.kubevirt import (
 )
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import NAMESPACES, PODS, Object, Resource
+from harvester_quota.generic.resource import NAMESPACES, NODES, PODS, Object, Resource
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.cluster import KUBEVIRT_NAMESPACE
 from harvester_quota.testbench.sim.kubevirt import VMSpec
@@ -50,6 +51,7 @@ from harvester_quota.util.launcher import (
 )
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.resourcequota.plan import desired_hard
 from harvester_quota.util.resourcequota.rooms import RoomInputs, plan_rooms
 from harvester_quota.util.resources import total
 
@@ -254,6 +256,12 @@ async def set_support_containers(
     await api.patch(
         KUBEVIRTS, "kubevirt", {"spec": {"configuration": configuration}}, KUBEVIRT_NAMESPACE
     )
+    await rendered_at_ratio(api, namespace, marker)
+
+
+async def rendered_at_ratio(api: ApiClient, namespace: str, marker: int) -> None:
+    """Returns once virt-controller renders with cpuAllocationRatio `marker` (a probe VMI without
+    a cpu request gets requests.cpu = 1/marker): its informer has the CR's latest configuration."""
     spec = real_kubevirt.defaulted_vmi_spec()
     del spec["domain"]["resources"]["requests"]["cpu"], spec["domain"]["resources"]["limits"]
     probe = await api.create(
@@ -516,3 +524,95 @@ async def _volume_migration_target(
     assert room.room == pod_quota_usage(target)
     record = await kubevirt.wait_migration(mig["metadata"]["name"], timeout=TIMEOUT)
     assert record.outcome is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# vGPU: VGPULiveMigration (alpha, v1.9)
+
+VGPU = "nvidia.com/GRID_T4-1Q"
+VGPU_NODES = ("kwok-node-0", "kwok-node-1")
+
+
+@contextlib.asynccontextmanager
+async def vgpu_live_migration(api: ApiClient, namespace: str) -> AsyncIterator[None]:
+    """The KubeVirt CR permits the vGPU as a mediated device and turns VGPULiveMigration on (the
+    nodes advertise it, as NVIDIA's device plugin would); all restored afterwards."""
+    kubevirt_cr = await api.get(KUBEVIRTS, "kubevirt", KUBEVIRT_NAMESPACE)
+    saved = copy.deepcopy(kubevirt_cr["spec"].get("configuration") or {})
+    configuration = copy.deepcopy(saved)
+    developer = configuration.setdefault("developerConfiguration", {})
+    developer["featureGates"] = [*developer.get("featureGates", []), "VGPULiveMigration"]
+    developer["cpuAllocationRatio"] = 8  # the marker (1000m / 8: exact)
+    configuration["permittedHostDevices"] = {
+        "mediatedDevices": [{"mdevNameSelector": "GRID T4-1Q", "resourceName": VGPU}]
+    }
+    kubevirt_cr["spec"]["configuration"] = configuration
+    await api.update(KUBEVIRTS, kubevirt_cr)
+    await _advertise(api, "4")
+    try:
+        await rendered_at_ratio(api, namespace, 8)
+        yield
+    finally:
+        await _advertise(api, None)
+        current = await api.get(KUBEVIRTS, "kubevirt", KUBEVIRT_NAMESPACE)
+        current["spec"]["configuration"] = saved
+        await api.update(KUBEVIRTS, current)
+
+
+async def _advertise(api: ApiClient, count: str | None) -> None:
+    body = {"status": {"capacity": {VGPU: count}, "allocatable": {VGPU: count}}}
+    for node in VGPU_NODES:
+        await api.patch(NODES, node, body, subresource="status")
+
+
+@pytest.fixture
+def vgpu_gate_registered(kubevirt_cluster: ClusterInfo) -> None:
+    """Skips before any namespace or driver is set up where the gate does not exist."""
+    if not parse_kubevirt_version(kubevirt_cluster.kubevirt_version or "").at_least(1, 9):
+        pytest.skip("VGPULiveMigration is registered from KubeVirt v1.9")
+
+
+@pytest.mark.usefixtures("vgpu_gate_registered")
+async def test_a_vgpu_vms_migration_target_asks_its_vgpu_and_the_room_raises_a_quota_on_it(
+    api: ApiClient, namespace: str, kubevirt: VirtControllerDriver
+) -> None:
+    """VGPULiveMigration on (v1.9 registers it): virt-controller renders the target of a VM with
+    one vGPU (the launcher flag --vgpu-dedicated-hook shows it read the gate) asking the VMI's own
+    vGPU resource, one, as the source does; that pod equals our rendering on every key, and the
+    room holds requests.<vGPU>, so a quota limiting it is raised by one."""
+    spec = VMSpec("vm1", cores=1, memory="1Gi", migration_duration=MIGRATION_SECONDS, gpus=(VGPU,))
+    async with vgpu_live_migration(api, namespace):
+        (await kubevirt.create_vm(spec, node="kwok-node-0")).check()
+        migration = await kubevirt.migrate("vm1")
+        mig = await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, migration, namespace)
+        selector = f"{LABEL_MIGRATION_JOB}={mig['metadata']['uid']}"
+
+        async def target_pod() -> Object | None:
+            listed = await api.list(PODS, namespace, label_selector=selector)
+            return next(iter(listed.get("items", [])), None)
+
+        target = await eventually(target_pod, what="the vGPU VM's target pod", timeout=TIMEOUT)
+        compute = next(c for c in target["spec"]["containers"] if c["name"] == "compute")
+        assert "--vgpu-dedicated-hook" in compute["command"]
+        vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+        settings = (await settings_now(api)).for_namespace([], await api.get(NAMESPACES, namespace))
+        real = pod_quota_usage(target)
+        assert real[f"requests.{VGPU}"] == Quantity.parse("1")
+        assert real == target_quota_usage(vmi, settings)
+        pods = (await api.list(PODS, namespace)).get("items", [])
+        plan = plan_rooms(
+            RoomInputs(
+                migrations=[mig],
+                vmis={"vm1": vmi},
+                pods=pods,
+                now=datetime.datetime.now(datetime.UTC),
+                launcher=settings,
+            )
+        )
+        (room,) = plan.rooms
+        assert room.room == real
+        key = f"requests.{VGPU}"
+        one = Quantity.parse("1")
+        assert desired_hard({key: one}, {key: one}, room.room)[key] == Quantity.parse("2")
+        record = await kubevirt.wait_migration(migration, timeout=TIMEOUT)
+        assert record.outcome is not None

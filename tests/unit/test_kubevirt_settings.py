@@ -34,15 +34,24 @@ def test_a_known_version_is_used_as_observed() -> None:
     assert settings_from(_cr(), None).kubevirt_version == kubevirt.DEFAULT_KUBEVIRT_VERSION
 
 
-@pytest.mark.parametrize("observed", ["v1.10.0", "v2.0.0", "devel", "v0.40.0"])
-def test_an_unknown_version_falls_back_to_the_newest_formula_with_one_warning(
-    observed: str, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("observed", "fallback"),
+    [
+        ("v1.10.0", "main"),
+        ("v1.10.0-alpha.0-123-gabcdef0", "main"),
+        ("v2.0.0", "main"),
+        ("devel", NEWEST_KUBEVIRT_VERSION),
+        ("v0.40.0", NEWEST_KUBEVIRT_VERSION),
+    ],
+)
+def test_an_unknown_version_falls_back_to_main_if_newer_else_the_newest_release_warning_once(
+    observed: str, fallback: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with pytest.raises(ValueError):
         parse_kubevirt_version(observed)
     with caplog.at_level(logging.WARNING, logger="harvester_quota.config.kubevirt"):
         for _ in range(3):
-            assert settings_from(_cr(observed), None).kubevirt_version == NEWEST_KUBEVIRT_VERSION
+            assert settings_from(_cr(observed), None).kubevirt_version == fallback
     warnings = [r for r in caplog.records if observed in r.getMessage()]
     assert len(warnings) == 1, "reported once, not once per reconcile"
     assert "--kubevirt-version" in warnings[0].getMessage()

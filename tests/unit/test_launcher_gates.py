@@ -150,3 +150,29 @@ def test_external_net_resource_injection_leaves_network_devices_out_of_the_compu
     )
     assert "requests.intel.com/sriov" not in launcher_quota_usage(V170_VM, on)
     assert launcher_quota_usage(V170_VM, off)["requests.intel.com/sriov"] == q("1")
+
+
+VGPU = "nvidia.com/GRID_T4-1Q"
+
+
+@pytest.mark.parametrize(
+    "developer",
+    [
+        pytest.param({"featureGates": ["VGPULiveMigration"]}, id="gate-on"),
+        pytest.param({}, id="gate-off"),
+    ],
+)
+def test_a_vgpu_target_pod_asks_the_sources_extended_resource_with_vgpu_live_migration_on_or_off(
+    developer: dict[str, Any],
+) -> None:
+    """KubeVirt v1.9.0 (template.go, renderresources.go WithGPUsDevicePlugins): the gate only adds
+    a launcher flag; the target pod, like the source, requests and limits one of the VMI's own
+    deviceName per device-plugin GPU (not a resource of another name, nothing from the status)."""
+    vmi = copy.deepcopy(V170_VM)
+    vmi["spec"]["domain"]["devices"]["gpus"] = [{"name": "gpu1", "deviceName": VGPU}]
+    settings = settings_from(_cr("v1.9.0", developer), None)
+    target = target_quota_usage(vmi, settings)
+    assert target[f"requests.{VGPU}"] == q("1")
+    assert target == launcher_quota_usage(vmi, settings)
+    compute = launcher_pod_resources(vmi, settings, migration_target=True)["spec"]["containers"][0]
+    assert compute["resources"]["limits"][VGPU] == compute["resources"]["requests"][VGPU] == "1"

@@ -213,6 +213,24 @@ def test_fixed_part_by_version(version: str, fixed_mib: int) -> None:
     assert memory_overhead(vmi, None, version) == fixed_mib * MI
 
 
+@pytest.mark.parametrize(
+    ("version", "qemu_mib"),
+    [
+        pytest.param(KubeVirtVersion(1, 9, 0), 30, id="v1.9.0"),
+        pytest.param(KubeVirtVersion(1, 9, 7), 30, id="v1.9-patch"),
+        pytest.param(KubeVirtVersion(1, 10, 0), 50, id="v1.10.0"),
+        pytest.param(MAIN, 50, id="main"),
+    ],
+)
+def test_qemu_share_is_50mi_from_v1_10_and_on_main_30mi_on_every_v1_9(
+    version: KubeVirtVersion, qemu_mib: int
+) -> None:
+    parts = dict(
+        memory_overhead_details(make_vmi(requests={"cpu": "125m"}), None, version).multiplied
+    )
+    assert parts["qemu"] == qemu_mib * MI
+
+
 # --------------------------------------------------------------------------------------------
 # Rounding
 

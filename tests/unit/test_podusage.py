@@ -11,6 +11,7 @@ from harvester_quota.util.launcher import (
     launcher_pod_resources,
 )
 from harvester_quota.util.podusage import (
+    QuotaFeatures,
     pod_counts_against_quota,
     pod_limits,
     pod_quota_usage,
@@ -388,3 +389,56 @@ def test_quota_constraints_checks_init_containers_and_skips_pod_level() -> None:
     }
     the_pod["spec"]["resources"] = {"limits": {"cpu": "2"}}
     assert quota_constraint_violations(the_pod, ["limits.cpu"]) == {}
+
+
+# --------------------------------------------------------------------------------------------
+# PodLevelResourcesEphemeralStorage (KEP-6386, alpha in Kubernetes v1.38): modelled from the KEP,
+# not checked against a real API server (the bench runs v1.36, which has no such gate)
+
+EPHEMERAL_ON = QuotaFeatures(pod_level_ephemeral_storage=True)
+
+
+def two_containers_with_scratch(**spec: Any) -> dict[str, Any]:
+    return pod(
+        container("a", {"cpu": "1", "ephemeral-storage": "1Gi"}),
+        container("b", {"cpu": "1", "ephemeral-storage": "1Gi"}),
+        **spec,
+    )
+
+
+def test_pod_level_ephemeral_storage_replaces_the_containers_sum_only_behind_its_gate() -> None:
+    the_pod = two_containers_with_scratch(
+        resources={"requests": {"ephemeral-storage": "5Gi"}, "limits": {"ephemeral-storage": "8Gi"}}
+    )
+    on = pod_quota_usage(the_pod, features=EPHEMERAL_ON)
+    assert on["ephemeral-storage"] == on["requests.ephemeral-storage"] == q("5Gi")
+    assert on["limits.ephemeral-storage"] == q("8Gi")
+    assert on["requests.cpu"] == q("2"), "cpu stays the containers' sum"
+    off = pod_quota_usage(the_pod)
+    assert off["requests.ephemeral-storage"] == q("2Gi")
+    assert "limits.ephemeral-storage" not in off
+
+
+def test_a_pod_level_ephemeral_storage_limit_defaults_its_request_like_memory() -> None:
+    """SetDefaults_Pod as for cpu and memory: the containers' requests if any, else the limit."""
+    with_requests = two_containers_with_scratch(resources={"limits": {"ephemeral-storage": "8Gi"}})
+    usage = pod_quota_usage(with_requests, features=EPHEMERAL_ON)
+    assert usage["requests.ephemeral-storage"] == q("2Gi")
+    assert usage["limits.ephemeral-storage"] == q("8Gi")
+    bare = pod(container("a", {"cpu": "1"}), resources={"limits": {"ephemeral-storage": "8Gi"}})
+    assert pod_quota_usage(bare, features=EPHEMERAL_ON)["requests.ephemeral-storage"] == q("8Gi")
+
+
+def test_pod_level_ephemeral_storage_waives_the_container_constraints_only_behind_its_gate() -> (
+    None
+):
+    """A tenant's pod with pod-level ephemeral-storage alone: with the gate it counts as
+    pod-level resources set (the API server skips the per-container check); without it, the
+    containers must still name limits.cpu."""
+    the_pod = pod(
+        container("a", {"ephemeral-storage": "1Gi"}),
+        container("b"),
+        resources={"limits": {"ephemeral-storage": "8Gi"}},
+    )
+    assert quota_constraint_violations(the_pod, ["limits.cpu"], features=EPHEMERAL_ON) == {}
+    assert quota_constraint_violations(the_pod, ["limits.cpu"]) == {"limits.cpu": ["a", "b"]}

@@ -21,6 +21,7 @@ from harvester_quota.util.launcher import (
 from harvester_quota.util.launcher.limitrange import container_defaults
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.quotascope import QuotaScope, ScopeRequirement
+from harvester_quota.util.resourcequota.plan import desired_hard
 from harvester_quota.util.resourcequota.planviews import vmi_facts
 from harvester_quota.util.resourcequota.rooms import (
     RoomInputs,
@@ -348,3 +349,29 @@ def test_a_receive_beside_an_ordinary_migration_of_the_vmi_leaves_its_one_room()
     receive = migration_of("m0", instance, **RECEIVE)
     planned = rooms([receive, ordinary], [instance], [source])
     assert [room.migration for room in planned.rooms] == ["m1"]
+
+
+VGPU = "nvidia.com/GRID_T4-1Q"
+
+
+def vgpu_vmi(name: str) -> dict[str, Any]:
+    """A running VMI with one mediated (vGPU) device, the only GPU VMI KubeVirt v1.9 migrates
+    (VGPULiveMigration on)."""
+    instance = vmi(name)
+    instance["metadata"]["creationTimestamp"] = VM_STARTED
+    instance["spec"]["domain"].setdefault("devices", {})["gpus"] = [
+        {"name": "gpu1", "deviceName": VGPU}
+    ]
+    return instance
+
+
+def test_a_vgpu_migrations_room_covers_a_quota_on_the_vgpu_extended_resource() -> None:
+    """v1.9's target pod asks the source's own vGPU resource (one per GPU, the VMI's deviceName):
+    the room holds requests.<resource> and a quota limiting it is raised by exactly that."""
+    instance = vgpu_vmi("vm1")
+    source = launcher_pod(instance, "virt-launcher-vm1-src")
+    (room,) = rooms([migration_of("m1", instance)], [instance], [source]).rooms
+    assert room.room[f"requests.{VGPU}"] == q("1")
+    base = {f"requests.{VGPU}": q("1"), "requests.cpu": q("8")}
+    used = {f"requests.{VGPU}": q("1"), "requests.cpu": q("1")}
+    assert desired_hard(base, used, room.room)[f"requests.{VGPU}"] == q("2")

@@ -338,7 +338,11 @@ def _has_persistent_reservation(vmi: Mapping[str, Any]) -> bool:
 def _requested_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> list[str]:
     """Device-plugin resources requested once per use, in KubeVirt's order: SR-IOV (and other
     device-plugin) networks (unless ExternalNetResourceInjection leaves them to an external
-    injector), GPUs, host devices, SEV, persistent reservation (v1.0+)."""
+    injector), GPUs, host devices, SEV, persistent reservation (v1.0+).
+
+    A migration target asks the same names as the source: with VGPULiveMigration (alpha, v1.9)
+    a VMI with one mediated GPU may migrate, and v1.9.0's target still requests its spec's
+    deviceName (the gate only adds a launcher flag), so no gate is read here."""
     names: list[str] = []
     if not s.gate(EXTERNAL_NET_RESOURCE_INJECTION):
         names = [name for name in (s.network_resources or {}).values() if name]

@@ -87,6 +87,7 @@ class VMSpec:
     target is always rendered for the simulator's version, as after a KubeVirt upgrade.
     `overcommit` is Harvester's overcommit-config (None: the default of that Harvester release).
     `migration_duration` overrides the simulator's Running-phase duration for this VM (seconds).
+    `gpus` are the device-plugin resource names of its GPUs (spec.domain.devices.gpus, one each).
     """
 
     name: str
@@ -100,6 +101,7 @@ class VMSpec:
     reserved_memory: str | None = None
     migration_duration: float | None = None
     labels: Mapping[str, str] | None = None
+    gpus: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -139,6 +141,15 @@ def vm_resources(spec: VMSpec, version: KubeVirtVersion, ratio: str | None) -> V
 
 
 def vmi_domain(spec: VMSpec, resources: VMResources) -> Object:
+    domain = _domain(spec, resources)
+    if spec.gpus:
+        domain["devices"]["gpus"] = [
+            {"name": f"gpu{i}", "deviceName": name} for i, name in enumerate(spec.gpus)
+        ]
+    return domain
+
+
+def _domain(spec: VMSpec, resources: VMResources) -> Object:
     return {
         "cpu": {"cores": spec.cores, "sockets": 1, "threads": 1},
         "devices": {
