@@ -237,8 +237,11 @@ async def test_a_drains_evacuation_takes_a_scarce_budget_before_an_older_user_mi
     first = await kubevirt.wait_migration(evacuation, ns, timeout=MIGRATION_TIMEOUT)
     assert first.outcome is Outcome.SUCCEEDED, first.as_dict()
     waiting = kubevirt.records.get(ns, user)
-    assert waiting is not None and waiting.admitted is None, waiting and waiting.as_dict()
-    assert waiting.outcome is None, waiting.as_dict()
+    assert waiting is not None, kubevirt.records.all()
+    assert waiting.admitted is None and waiting.outcome is None, (
+        waiting.as_dict(),
+        first.as_dict(),
+    )
     warnings = await waiting_warnings(kubevirt_api, ns, user)
     assert warnings and all(evacuation in message for message in warnings), warnings
 
