@@ -132,9 +132,19 @@ KUBEVIRT_LABELS_POLICY: Final = "harvester-quota-kubevirt-labels"
 KUBEVIRT_STATUS_POLICY: Final = "harvester-quota-kubevirt-status"
 """The shipped policy that lets only KubeVirt change a VMI's status."""
 
-KUBEVIRT_POLICIES: Final = (KUBEVIRT_LABELS_POLICY, KUBEVIRT_STATUS_POLICY)
-"""The shipped policies a test or a run binds to its own namespaces (kubevirt_policies); the
-other shipped policy (the webhook's Leases) is cluster-wide as shipped (apply_shipped_rbac)."""
+KUBEVIRT_PRIORITY_POLICY: Final = "harvester-quota-kubevirt-migration-priority"
+"""The shipped policy that lets only KubeVirt's controller set a migration's spec.priority."""
+
+KUBEVIRT_POLICIES: Final = (
+    KUBEVIRT_LABELS_POLICY,
+    KUBEVIRT_STATUS_POLICY,
+    KUBEVIRT_PRIORITY_POLICY,
+)
+"""The shipped policies naming KubeVirt's controller, which a test or a run binds to its own
+namespaces with the user its cluster's KubeVirt runs as (kubevirt_policies): applied cluster-wide
+as shipped, they would name Harvester's account and refuse the local cluster's real
+virt-controller (its evacuations carry spec.priority from KubeVirt v1.9). The other shipped
+policy (the webhook's Leases) is cluster-wide as shipped (apply_shipped_rbac)."""
 
 
 def kubevirt_policies(
@@ -166,7 +176,8 @@ def kubevirt_policies(
 
 
 def _policy_name(name: str, shipped: str) -> str:
-    """`name` for the labels policy (as before there were two), `name`-status for the other."""
+    """`name` for the labels policy (as before there were more), `name`-status and
+    `name`-priority for the others."""
     return name if shipped == KUBEVIRT_LABELS_POLICY else f"{name}-{shipped.rsplit('-', 1)[-1]}"
 
 

@@ -1,0 +1,252 @@
+"""Issue 41 item 3 on the real cluster: a scarce MTQ budget follows KubeVirt's priority when a
+user's migration and a node drain's evacuation compete for it.
+
+KubeVirt v1.9.0's own virt-controller (its migration priority queue is GA there) creates the
+evacuation, with the spec.priority it gives a drain's migration; our controller runs in MTQ mode
+as its service account under deploy/'s RBAC, our webhook holds the lock, real quota admission
+decides every target pod. The cluster is this module's own (v1.9.0, three nodes: the drained
+one, the user's VM's, and one for the targets to land on).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+from harvester_quota.controller.mtq.reports import WAITING_REASON
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
+from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
+from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord
+from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.util.migrationpriority import (
+    DEFAULT,
+    SYSTEM_CRITICAL,
+    migration_priority,
+    scarce_room_order,
+)
+from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.webhook.server import WebhookServer
+
+from tests.helpers import eventually
+from tests.integration import deployment
+from tests.integration.conftest import session_state_dir
+from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.test_controllers_on_kubevirt import MIGRATION_TIMEOUT, wait_refused
+from tests.integration.test_mtq import (
+    QUOTA,
+    Controllers,
+    controllers,
+    create_vmmrq,
+    restored,
+    tenant_quota,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["controllers"]  # the fixture
+
+KUBEVIRT_VERSION = "v1.9.0"
+"""The first KubeVirt whose priority queue is GA: every drain's evacuation is system-critical."""
+DRAINED, USERS_NODE = "kwok-node-0", "kwok-node-1"
+KEY = "requests.memory"
+MARGIN = Quantity.parse("256Mi")
+"""Over one target pod's usage, far under a second one's (each launcher asks over 1Gi)."""
+
+
+@pytest.fixture(scope="module")
+def kubevirt_cluster() -> Iterator[ClusterInfo]:
+    """This module's cluster: virt-controller v1.9.0 on three nodes (the session's virt-controller
+    cluster runs v1.6.0, which gives an evacuation no priority)."""
+    state = session_state_dir()
+    local = LocalCluster(state.with_name(f"{state.name}-kubevirt-{KUBEVIRT_VERSION}"))
+    info = local.up(nodes=3, virt_controller=True, kubevirt=KUBEVIRT_VERSION)
+    try:
+        yield info
+    finally:
+        local.down()
+
+
+@pytest.fixture
+async def webhook(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str, tmp_path: Path
+) -> AsyncIterator[WebhookServer]:
+    """Our webhook, called by the API server: while the budget is lent, only the released
+    migration's target pod may use it."""
+    async with deployment.webhook_for_virt_controller(
+        kubevirt_api, kubevirt_cluster, kubevirt_namespace, tmp_path
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+async def kubevirt(
+    kubevirt_api: ApiClient, kubevirt_cluster: ClusterInfo, kubevirt_namespace: str
+) -> AsyncIterator[VirtControllerDriver]:
+    driver = VirtControllerDriver(
+        kubevirt_api,
+        kubevirt_version=str(kubevirt_cluster.kubevirt_version),
+        namespaces=frozenset({kubevirt_namespace}),
+        timings=HandlerTimings(migration=0.5, source_shutdown=0.5, target_exit=0.5),
+        limits=ParallelLimits(5, 2),
+    )
+    async with driver:
+        yield driver
+
+
+async def start(kubevirt: VirtControllerDriver, name: str, node: str, namespace: str) -> Object:
+    """A 1-core/1Gi VM running on `node`; returns its launcher pod."""
+    started = await kubevirt.create_vm(VMSpec(name, cores=1, memory="1Gi"), namespace, node=node)
+    started.check()
+    assert started.node == node
+    return await kubevirt.client.get(PODS, str(started.pod), started.namespace)
+
+
+async def full_quota(kv: KubeVirtByHand, first: Object) -> Quantity:
+    """The tenant's quota on KEY closed to what both launchers use; returns that hard."""
+    await tenant_quota(kv, {KEY: "100Gi"})
+
+    async def both_counted() -> Quantity | None:
+        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+        used = ((quota.get("status") or {}).get("used") or {}).get(KEY)
+        value = Quantity.parse(used) if used else None
+        return value if value is not None and value > pod_quota_usage(first)[KEY] else None
+
+    used = await eventually(both_counted, what="both launchers in the tenant's quota")
+    await kv.api.patch(RESOURCE_QUOTAS, QUOTA, {"spec": {"hard": {KEY: str(used)}}}, kv.namespace)
+
+    async def closed() -> bool:
+        quota = await kv.api.get(RESOURCE_QUOTAS, QUOTA, kv.namespace)
+        hard = ((quota.get("status") or {}).get("hard") or {}).get(KEY)
+        return hard is not None and Quantity.parse(hard) == used
+
+    await eventually(closed, what="the tenant's quota full")
+    return used
+
+
+async def evacuation_of(kubevirt: VirtControllerDriver, vmi: str) -> MigrationRecord:
+    """The migration KubeVirt's evacuation controller created for `vmi`, once refused by quota."""
+
+    def refused() -> MigrationRecord | None:
+        return next(
+            (
+                r
+                for r in kubevirt.records.all()
+                if r.vmi == vmi and r.evacuation_node and r.first_refused is not None
+            ),
+            None,
+        )
+
+    try:
+        found: MigrationRecord = await eventually(
+            refused, timeout=MIGRATION_TIMEOUT, what=f"{vmi}'s evacuation refused"
+        )
+    except AssertionError as error:
+        listed = await kubevirt.client.list_all(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)
+        raise AssertionError(
+            f"{error}; records {[r.as_dict() for r in kubevirt.records.all()]}; "
+            f"migrations {[(m['metadata'], m.get('spec'), m.get('status')) for m in listed.items]}"
+        ) from None
+    return found
+
+
+async def waiting_warnings(api: ApiClient, namespace: str, migration: str) -> list[str]:
+    """The messages of our WaitingForHigherPriorityMigrations Warnings on `migration`."""
+    events = await api.list_all(EVENTS, namespace)
+    return [
+        str(e.get("message"))
+        for e in events.items
+        if e.get("reason") == WAITING_REASON
+        and (e.get("involvedObject") or {}).get("name") == migration
+        and (e.get("involvedObject") or {}).get("kind") == "VirtualMachineInstanceMigration"
+    ]
+
+
+async def a_second_after_creation(api: ApiClient, migration: str, namespace: str) -> None:
+    """Returns once the wall clock has passed `migration`'s creation second: a migration
+    created after that is older by its creationTimestamp (whole seconds), not only by name."""
+    created = (await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, migration, namespace))[
+        "metadata"
+    ]["creationTimestamp"]
+    after = datetime.datetime.fromisoformat(created) + datetime.timedelta(seconds=1)
+    await eventually(
+        lambda: datetime.datetime.now(datetime.UTC) > after, what=f"a second after {created}"
+    )
+
+
+def order_of(migrations: list[Object], *, priorities: bool) -> list[str]:
+    """The migrations' names in the order scarce room goes to them: KubeVirt's priorities, or
+    with `priorities` False every one at the default (what a controller without the ordering,
+    or a KubeVirt without the priority queue, would see)."""
+    keyed = [
+        (
+            scarce_room_order(
+                migration_priority(m) if priorities else DEFAULT,
+                str(m["metadata"]["creationTimestamp"]),
+                str(m["metadata"]["name"]),
+            ),
+            str(m["metadata"]["name"]),
+        )
+        for m in migrations
+    ]
+    return [name for _, name in sorted(keyed)]
+
+
+async def test_a_drains_evacuation_takes_a_scarce_budget_before_an_older_user_migration(
+    kubevirt_api: ApiClient,
+    kubevirt_namespace: str,
+    kubevirt: VirtControllerDriver,
+    webhook: WebhookServer,
+    controllers: Controllers,
+) -> None:
+    """vm-a (on kwok-node-1) and vm-b (on kwok-node-0) fill the tenant's quota; the VMMRQ's
+    budget covers one target pod. The user migrates vm-a first: refused by quota. Then
+    kwok-node-0 is drained: KubeVirt's evacuation of vm-b, system-critical, is refused too. Our
+    controller starts with both waiting: vm-b's evacuation gets the budget and Succeeds while
+    vm-a's migration waits (Warning WaitingForHigherPriorityMigrations naming the evacuation),
+    then vm-a's migration gets it and Succeeds; the quota ends at its base, unlocked."""
+    ns = kubevirt_namespace
+    kv = KubeVirtByHand(kubevirt_api, ns)
+    launcher_a = await start(kubevirt, "vm-a", USERS_NODE, ns)
+    await start(kubevirt, "vm-b", DRAINED, ns)
+    base = await full_quota(kv, launcher_a)
+    await create_vmmrq(kv, {KEY: str(pod_quota_usage(launcher_a)[KEY] + MARGIN)})
+
+    user = await kubevirt.migrate("vm-a", ns)
+    await wait_refused(kubevirt, ns, user)
+    await a_second_after_creation(kubevirt_api, user, ns)
+    await kubevirt.drain(DRAINED)
+    evacuation = (await evacuation_of(kubevirt, "vm-b")).name
+
+    # KubeVirt's own word on the two: the evacuation is system-critical, the user's has none,
+    # and the user's is the older: only the priority puts the evacuation first.
+    live = [
+        await kubevirt_api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, ns)
+        for name in (user, evacuation)
+    ]
+    assert [m["spec"].get("priority") for m in live] == [None, SYSTEM_CRITICAL]
+    assert order_of(live, priorities=False) == [user, evacuation]
+    assert order_of(live, priorities=True) == [evacuation, user]
+
+    await controllers.start()
+    first = await kubevirt.wait_migration(evacuation, ns, timeout=MIGRATION_TIMEOUT)
+    assert first.outcome is Outcome.SUCCEEDED, first.as_dict()
+    waiting = kubevirt.records.get(ns, user)
+    assert waiting is not None, kubevirt.records.all()
+    assert waiting.admitted is None and waiting.outcome is None, (
+        waiting.as_dict(),
+        first.as_dict(),
+    )
+    warnings = await waiting_warnings(kubevirt_api, ns, user)
+    assert warnings and all(evacuation in message for message in warnings), warnings
+
+    second = await kubevirt.wait_migration(user, ns, timeout=MIGRATION_TIMEOUT)
+    assert second.outcome is Outcome.SUCCEEDED, second.as_dict()
+    assert first.finished is not None and second.admitted is not None
+    assert second.admitted.mono > first.finished.mono, (first.as_dict(), second.as_dict())
+    await eventually(lambda: restored(kv, {KEY: str(base)}), what="quota at its base, unlocked")
