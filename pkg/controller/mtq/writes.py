@@ -114,9 +114,8 @@ class MtqWrites:
         after the raise meets the lock (KubeVirt MTQ raised right after creating its lock, and
         squatters slipped through)."""
         if lock is not None and lock.active(now):
-            # A migration the lock admits whose target pod is not made yet, and which now waits
-            # for one of higher priority (`plan.waiting`), leaves the lock: its target would
-            # take the budget the evacuation needs (mtq.prioritized).
+            # One now waiting for a migration of higher priority (its target not made yet)
+            # leaves the lock, or its target takes the budget (mtq.prioritized).
             kept = {u: n for u, n in lock.migrations.items() if n not in plan.waiting}
             merged = {**kept, **plan.uids}
             if merged == dict(lock.migrations):
