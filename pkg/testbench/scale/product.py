@@ -364,8 +364,10 @@ class Product:
         )
         for name, process in processes:
             if process is not None and process.poll() is not None:
+                log_file = self.workdir / f"{name}.log"
                 raise RuntimeError(
-                    f"the {name} exited with {process.returncode}; see {self.workdir}/{name}.log"
+                    f"the {name} exited with {process.returncode}; see {log_file}; it ended:\n"
+                    + _tail(log_file)
                 )
 
     async def metrics(self, *, standby: bool = False) -> Metrics:
@@ -394,3 +396,12 @@ class Product:
             ("standby", self.standby_process),
         )
         return {name: process.pid for name, process in processes if process is not None}
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of `path` (a failure's story, kept in the error itself: pytest's
+    temporary directories are gone a few sessions later), or why it cannot be read."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as error:
+        return f"(cannot read it: {error})"
