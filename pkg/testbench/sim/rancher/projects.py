@@ -72,6 +72,10 @@ def project_object(project: Project, used: RancherLimit | None = None) -> Object
     }
 
 
+PUBLISH_TRIES: Final = 5
+"""Reads and writes of a project object before a Conflict is the caller's."""
+
+
 class ProjectObjects:
     """The simulator's projects as Project objects (the CRD installed on first use)."""
 
@@ -98,10 +102,21 @@ class ProjectObjects:
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
     async def publish(self, project: Project) -> None:
-        """Creates or replaces the project's object (its usedLimit kept)."""
+        """Creates or replaces the project's object (its usedLimit kept). A Conflict with the
+        sync's own usedLimit write (write_used_limit) is read again and retried, as Rancher's
+        clients retry, PUBLISH_TRIES times at most."""
         await self.ensure_crd()
         with contextlib.suppress(errors.AlreadyExists):
             await self.client.create(NAMESPACES, {"metadata": {"name": project.cluster_id}})
+        for attempt in range(PUBLISH_TRIES):
+            try:
+                await self._publish_once(project)
+                return
+            except errors.Conflict:
+                if attempt == PUBLISH_TRIES - 1:
+                    raise
+
+    async def _publish_once(self, project: Project) -> None:
         wanted = project_object(project)
         try:
             current = await self.client.get(PROJECTS, project.id, project.cluster_id)
