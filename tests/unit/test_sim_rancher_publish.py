@@ -41,7 +41,7 @@ class RacingClient:
 
 def publisher(client: RacingClient) -> ProjectObjects:
     objects = ProjectObjects(cast(ApiClient, client))
-    objects._ready = True  # noqa: SLF001 (no CRD to install here)
+    objects._ready = True  # no CRD to install here
     return objects
 
 
