@@ -114,7 +114,7 @@ async def install_prometheus_operator_crds(api: ApiClient) -> None:
     async def established() -> bool:
         for resource in (POD_MONITORS, PROMETHEUS_RULES):
             crd = await api.get(CRDS, f"{resource.plural}.{resource.group}")
-            conditions = crd.get("status", {}).get("conditions", [])
+            conditions = (crd.get("status") or {}).get("conditions") or []
             if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 return False
         return True
