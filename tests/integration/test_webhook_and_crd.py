@@ -136,7 +136,7 @@ def test_custom_resources_can_be_created_and_listed(rest: RestClient, namespace:
             raise
 
     def established() -> bool:
-        conditions = rest.get(f"{crds}/{crd_name}").get("status", {}).get("conditions", [])
+        conditions = (rest.get(f"{crds}/{crd_name}").get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     wait_until(established, what="the CRD to be Established")

@@ -1057,7 +1057,7 @@ def _lease_held(rest: RestClient) -> bool:
 def _crds_established(rest: RestClient, names: list[str]) -> bool:
     for name in names:
         crd = rest.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        conditions = crd.get("status", {}).get("conditions", [])
+        conditions = (crd.get("status") or {}).get("conditions") or []
         if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             return False
     return True
@@ -1103,7 +1103,7 @@ def _nodes_ready(rest: RestClient, names: list[str]) -> bool:
     ready = {
         item["metadata"]["name"]
         for item in listed.get("items", [])
-        for condition in item.get("status", {}).get("conditions", [])
+        for condition in (item.get("status") or {}).get("conditions") or []
         if condition.get("type") == "Ready" and condition.get("status") == "True"
     }
     return set(names) <= ready
