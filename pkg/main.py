@@ -85,29 +85,28 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         controllers=frozenset(args.controller_user or DEFAULT_CONTROLLER_USERS),
         target_creators=frozenset(args.target_creator or DEFAULT_TARGET_CREATORS),
     )
-    client_auth = _client_auth(args)
-    self_signed = self_signed_options(args)
-
     from .webhook import server as webhook_server  # noqa: PLC0415 - see LAZY_IMPORTS
+    from .webhook.options import WebhookOptions  # noqa: PLC0415 - see LAZY_IMPORTS
+
+    options = WebhookOptions(
+        cert_file=Path(args.cert_file),
+        key_file=Path(args.key_file),
+        identities=identities,
+        host=args.host,
+        port=args.port,
+        client_auth=_client_auth(args),
+        metrics_address=(args.metrics_host, args.metrics_port),
+        kubevirt_version=args.kubevirt_version,
+        mode=args.mode,
+        target_room_wait=args.target_room_wait,
+        namespace=args.namespace,
+        mtq=not args.no_mtq,
+        self_signed=self_signed_options(args),
+    )
 
     async def main() -> int:
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
-            return await webhook_server.serve(
-                client,
-                cert_file=Path(args.cert_file),
-                key_file=Path(args.key_file),
-                host=args.host,
-                port=args.port,
-                client_auth=client_auth,
-                metrics_address=(args.metrics_host, args.metrics_port),
-                identities=identities,
-                kubevirt_version=args.kubevirt_version,
-                mode=args.mode,
-                target_room_wait=args.target_room_wait,
-                namespace=args.namespace,
-                mtq=not args.no_mtq,
-                self_signed=self_signed,
-            )
+            return await webhook_server.serve(client, options)
 
     return asyncio.run(main())
 

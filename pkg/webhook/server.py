@@ -36,7 +36,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -45,10 +44,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
-from ..util.resourcequota.base import Mode
 from .admission import BadReview, Denied, Request, parse_review, review_response
 from .caches import WebhookCaches, counted_skips
-from .certkeeper import CertificateKeeper, SelfSigned
+from .certkeeper import CertificateKeeper
 from .clientgate import ClientGate
 from .connections import (
     ADMISSION_SLOT_WAIT,
@@ -64,7 +62,8 @@ from .connections import (
     AdmissionSlots,
     ConnectionGuard,
 )
-from .metrics import METRICS_PORT, WebhookMetrics, start_metrics_endpoint
+from .metrics import WebhookMetrics, start_metrics_endpoint
+from .options import WebhookOptions
 from .pods import PodAdmissions
 from .resources.common import Identities, Lookups
 from .resources.mtq.validator import validate_locked
@@ -390,34 +389,18 @@ def _json(body: bytes) -> web.Response:
     return web.Response(body=body, content_type="application/json")
 
 
-async def serve(
-    client: ApiClient,
-    *,
-    cert_file: Path,
-    key_file: Path,
-    host: str,
-    port: int,
-    client_auth: ClientAuth | None = None,
-    metrics_address: tuple[str, int] = ("0.0.0.0", METRICS_PORT),
-    identities: Identities,
-    kubevirt_version: str | None,
-    mode: Mode = "auto",
-    target_room_wait: float = TARGET_ROOM_WAIT,
-    namespace: str = "harvester-system",
-    mtq: bool = True,
-    self_signed: SelfSigned | None = None,
-) -> int:
-    """Runs the webhook until SIGTERM/SIGINT; reservations shared by the replicas live as
-    Leases in `namespace` (its own). `mtq`, `mode`: see WebhookCaches. With `self_signed`, the
-    serving files are made and kept current by a CertificateKeeper (certkeeper.py), the first
-    time before the server listens."""
+async def serve(client: ApiClient, options: WebhookOptions) -> int:
+    """Runs the webhook with `options` until SIGTERM/SIGINT; reservations shared by the replicas
+    live as Leases in options.namespace (its own). With options.self_signed, the serving files
+    are made and kept current by a CertificateKeeper (certkeeper.py), the first time before the
+    server listens."""
     import signal  # noqa: PLC0415 - only the CLI entry point needs signals
 
     caches = WebhookCaches(
         client,
-        kubevirt_version=kubevirt_version,
-        mtq=mtq,
-        mode=mode,
+        kubevirt_version=options.kubevirt_version,
+        mtq=options.mtq,
+        mode=options.mode,
         skips=counted_skips(REGISTRY),
     )
     caches.factory.start()
@@ -425,40 +408,16 @@ async def serve(
     # The probes' port first: while the first certificate is being made (its Secret unreachable,
     # say), the pod is alive but not ready, rather than restarted over and over.
     metrics = await start_metrics_endpoint(
-        metrics_address, lambda: listening.is_set() and caches.factory.synced()
+        options.metrics_address, lambda: listening.is_set() and caches.factory.synced()
     )
-    keeper = None
-    if self_signed is not None:
-        keeper = CertificateKeeper(
-            client,
-            namespace=namespace,
-            secret_name=self_signed.secret_name,
-            configuration=self_signed.configuration,
-            cert_file=cert_file,
-            key_file=key_file,
-            policy=self_signed.policy,
-            clock=REAL_CLOCK,
-        )
+    keeper = _certificate_keeper(client, options)
+    if keeper is not None:
         await keeper.first()
-    tls = ReloadingTLS(cert_file, key_file)
-    ledger = AdmissionLedger(REAL_CLOCK)
-    server = WebhookServer(
-        caches,
-        identities=identities,
-        tls=tls,
-        host=host,
-        port=port,
-        client_auth=client_auth,
-        ready=caches.factory.synced,
-        quota_changes=caches.quota_changes,
-        target_room_wait=target_room_wait,
-        ledger=ledger,
-        reservations=LeaseReservations(client, namespace, REAL_CLOCK, ledger),
-        live=live_quotas(client),
-    )
+    tls = ReloadingTLS(options.cert_file, options.key_file)
+    server = _server(client, caches, tls, options)
     await server.start()
     listening.set()
-    log.info("webhook listening on %s:%d", host, server.port)
+    log.info("webhook listening on %s:%d", options.host, server.port)
     keeping = None
     if keeper is not None:
         keeper.changed = tls.reload
@@ -476,3 +435,42 @@ async def serve(
     await server.stop()
     await caches.factory.stop()
     return 0
+
+
+def _certificate_keeper(client: ApiClient, options: WebhookOptions) -> CertificateKeeper | None:
+    """The keeper of the serving files, with options.self_signed (else None: given files)."""
+    self_signed = options.self_signed
+    if self_signed is None:
+        return None
+    return CertificateKeeper(
+        client,
+        namespace=options.namespace,
+        secret_name=self_signed.secret_name,
+        configuration=self_signed.configuration,
+        cert_file=options.cert_file,
+        key_file=options.key_file,
+        policy=self_signed.policy,
+        clock=REAL_CLOCK,
+    )
+
+
+def _server(
+    client: ApiClient, caches: WebhookCaches, tls: ReloadingTLS, options: WebhookOptions
+) -> WebhookServer:
+    """The admission server as the process runs it: the caches' lookups and quota changes,
+    reservations shared by the replicas, target pods judged once more on the live quota."""
+    ledger = AdmissionLedger(REAL_CLOCK)
+    return WebhookServer(
+        caches,
+        identities=options.identities,
+        tls=tls,
+        host=options.host,
+        port=options.port,
+        client_auth=options.client_auth,
+        ready=caches.factory.synced,
+        quota_changes=caches.quota_changes,
+        target_room_wait=options.target_room_wait,
+        ledger=ledger,
+        reservations=LeaseReservations(client, options.namespace, REAL_CLOCK, ledger),
+        live=live_quotas(client),
+    )
