@@ -239,12 +239,13 @@ class Harness:
     events: list[tuple[str, str, str]]
     namespaces: FakeNamespaces
 
-    def reconciler(self, lock_seconds: float = 30.0) -> MtqReconciler:
-        """A fresh controller process over the same cluster (a restart forgets everything)."""
+    def reconciler(self, lock_seconds: float = 30.0, *, paused: bool = False) -> MtqReconciler:
+        """A fresh controller process over the same cluster (a restart forgets everything);
+        `paused`: run with the global switch on."""
         management = SimpleNamespace(
             client=self.cluster,
             clock=self.clock,
-            options=Options(),
+            options=Options(paused=paused),
             informers=SimpleNamespace(
                 informer=lambda resource, **_: SimpleNamespace(
                     store=FakeStore(self.cluster, resource), name=resource.plural

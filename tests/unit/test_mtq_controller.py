@@ -18,6 +18,7 @@ from harvester_quota.controller.mtq.reports import WAITING_REASON
 from harvester_quota.controller.mtq.vmmrq_controller import MtqReconciler
 from harvester_quota.controller.mtq.writes import FINALIZER
 from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS
+from harvester_quota.util.annotations import LABEL_PAUSED
 from harvester_quota.util.launcher import target_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.mtq import (
@@ -432,6 +433,28 @@ async def test_an_evacuation_refused_later_takes_a_held_lock_from_a_user_migrati
     taken = parse_lock(h.cluster.get(NAMESPACES, "tenant"))
     assert taken is not None and set(taken.migrations.values()) == {"mig1"}
     assert ("mig0", WAITING_REASON) in [(name, reason) for name, reason, _ in h.events]
+
+
+async def test_paused_mtq_mode_releases_no_budget_and_restores_a_held_raise() -> None:
+    """The global switch and the namespace's opt-out pause MTQ mode too (they paused the room
+    mode only, so a tenant could keep an uninstall's release from ever finding nothing of ours
+    left by migrating in a VMMRQ namespace): nothing is raised or locked for a refused
+    migration, and a raise standing when the switch comes is restored and unlocked."""
+    h = harness()
+    s = setup(h)
+    paused = h.reconciler(paused=True)
+    await lock_and_raise(h, paused)
+    assert quota_hard(h) == s["original"] and LABEL_LOCKED not in namespace_labels(h)
+    assert paused.stats.quota_writes == 0 and paused.stats.locks == 0
+    opted = harness()
+    s = setup(opted)
+    await lock_and_raise(opted, opted.reconciler())
+    assert quota_hard(opted) != s["original"], "raised while not paused"
+    namespace = opted.cluster.get(NAMESPACES, "tenant") or {}
+    namespace["metadata"].setdefault("labels", {})[LABEL_PAUSED] = "true"
+    opted.cluster.put(NAMESPACES, namespace)
+    await lock_and_raise(opted, opted.reconciler())
+    assert quota_hard(opted) == s["original"] and LABEL_LOCKED not in namespace_labels(opted)
 
 
 async def test_with_two_vmmrqs_the_one_recording_a_raise_is_used_and_the_other_named() -> None:

@@ -51,6 +51,7 @@ from ...generic import errors
 from ...generic.meta import labels, metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
+from ...util.annotations import opted_out
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.mtq import (
@@ -237,11 +238,22 @@ class MtqReconciler:
         excluded = frozenset(self.windows.waiting(migrations)) | self.blocked.held_back(
             namespace, blocked
         )
+        if self._paused(namespace):
+            # The global switch or the namespace's opt-out: no budget is released (none
+            # raised, no lock taken); what is recorded is restored and the lock ends.
+            excluded |= {migration.name for migration in blocked}
         quotas = list(self.writes.live_quotas(namespace).values())
         protected = frozenset(
             q.name for q in quotas if q.rancher_default and namespace in self.rancher.protected
         )
         return plan_namespace(vmmrq, blocked, quotas, excluded=excluded, protected=protected)
+
+    def _paused(self, namespace: str) -> bool:
+        """Whether raising is paused for `namespace`, as in the room mode (plan.pause_of): the
+        controllers' global switch, or the namespace's opt-out label."""
+        if self.management.options.paused:
+            return True
+        return opted_out(self.namespaces.cached(None, namespace))
 
     def _rancher_refused(self, namespace: str, quota: str, error: errors.ApiError) -> None:
         """Rancher refused a raise of `quota`: learned, and the namespace planned again at once
