@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -232,7 +233,8 @@ PREFLIGHT_BAD_INPUT = 2
 def cmd_release(args: argparse.Namespace) -> int:
     """Exit 0: every room given back, nothing of ours left; 1: something is left (listed; the
     controllers scaled back as they were); 2: the controller Deployment cannot be read or scaled
-    (RBAC, a bad kubeconfig) or the API server cannot be reached, with the reason on stderr."""
+    (RBAC, a bad kubeconfig) or the API server cannot be reached, with the reason on stderr;
+    3: something is left and the controllers could not be scaled back (the command on stderr)."""
     from . import release  # noqa: PLC0415 - see LAZY_IMPORTS
 
     settings = release.ReleaseConfig(
@@ -250,16 +252,27 @@ def cmd_release(args: argparse.Namespace) -> int:
     )
 
     async def main() -> release.ReleaseResult:
+        # SIGTERM (the hook's Job past its deadline) cancels the release, which then scales
+        # the controllers back before it ends.
+        current = asyncio.current_task()
+        assert current is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, current.cancel)
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
             return await release.release(client, settings)
 
     try:
         result = asyncio.run(main())
+    except asyncio.CancelledError:
+        print("harvester-quota release: stopped (SIGTERM) before it finished", file=sys.stderr)
+        return RELEASE_FAILED
     except errors.ConnectionFailed:
         raise  # run_command_line's one line, the same as every command's
     except (config.ConfigError, errors.ApiError) as error:
         print(f"harvester-quota release: {error}", file=sys.stderr)
         return RELEASE_FAILED
+    except release.ScaleBackFailed as error:
+        print(f"harvester-quota release: {error}", file=sys.stderr)
+        return RELEASE_CONTROLLERS_STOPPED
     if args.output == "json":
         sys.stdout.write(orjson.dumps(result.as_dict()).decode() + "\n")
     else:
@@ -269,6 +282,9 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 RELEASE_FAILED = 2
 """release's exit code when it could not start (the Deployment unreadable or unscalable)."""
+RELEASE_CONTROLLERS_STOPPED = 3
+"""release's exit code when something is left and the controllers it stopped could not be
+scaled back (the message names the command that does it)."""
 
 
 def _add_connection_flags(
@@ -510,7 +526,8 @@ def _add_release_command(commands: Any) -> None:
         "release",
         help="give every room back before an uninstall: stop the controllers, give back, check",
         description="exit code 0: every room given back, nothing of ours left; 1: something "
-        "is left (listed; the controllers scaled back as they were); 2: could not start",
+        "is left (listed; the controllers scaled back as they were); 2: could not start; "
+        "3: something is left and the controllers could not be scaled back",
     )
     _add_connection_flags(command)
     command.add_argument("-o", "--output", choices=("text", "json"), default="text")

@@ -161,9 +161,11 @@ async def leftovers(client: ApiClient) -> list[Leftover]:
     """Every record of ours in the cluster, from three cluster-wide lists (quotas, namespaces,
     VMMRQs), read at about the same moment (not one snapshot: a write between the lists may be
     seen half, and the next look sees it whole). Namespaces being deleted are left out, with
-    everything in them: their records go with them, and a namespace that admits no new object
-    can have no pod let into a raise (the controllers need not plan it, and in a full test run
-    one took 108 s to go)."""
+    everything in them but our finalizers: their records go with them, and a namespace that
+    admits no new object can have no pod let into a raise (the controllers need not plan it, and
+    in a full test run one took 108 s to go). A VMMRQ's finalizer of ours does not go with its
+    namespace, it holds the namespace's deletion until a controller of ours removes it, so it
+    counts wherever it is."""
     quotas, namespaces, vmmrqs = await asyncio.gather(
         _list(client, RESOURCE_QUOTAS), _list(client, NAMESPACES), _list(client, VMMRQS)
     )
@@ -171,7 +173,11 @@ async def leftovers(client: ApiClient) -> list[Leftover]:
     found += [leftover for ns in namespaces for leftover in namespace_leftovers(ns)]
     found += [leftover for vmmrq in vmmrqs for leftover in vmmrq_leftovers(vmmrq)]
     going = {str(metadata(ns).get("name")) for ns in namespaces if terminating(ns)}
-    return [left for left in found if (left.namespace or left.name) not in going]
+    return [
+        left
+        for left in found
+        if left.kind == VMMRQS.kind or (left.namespace or left.name) not in going
+    ]
 
 
 def terminating(namespace: Object) -> bool:
@@ -361,15 +367,46 @@ async def release(
             left, _ = await _until(
                 clock, config.timeout, config.poll, lambda: leftovers_swept(client), "leftovers"
             )
-    except Exception:
+    except BaseException:  # cancelled too (the hook's Job past its deadline: SIGTERM)
         if replicas:  # never leave the product stopped by a release that did not finish
-            with contextlib.suppress(errors.ApiError):
-                await scale(client, namespace, name, replicas)
+            with contextlib.suppress(ScaleBackFailed):
+                await scale_back(client, namespace, name, replicas, clock)
         raise
     if left and replicas:
-        await scale(client, namespace, name, replicas)
+        await scale_back(client, namespace, name, replicas, clock)
         log.warning("release: something is left; Deployment %s scaled back to %d", name, replicas)
     return ReleaseResult(left, replicas, waited)
+
+
+SCALE_BACK_TRIES: Final = 5
+"""Tries to scale the controllers back, a second apart, before the release says it could not."""
+
+
+class ScaleBackFailed(Exception):
+    """The controllers were stopped by the release and could not be scaled back: the operator
+    must (the message says the command)."""
+
+
+async def scale_back(
+    client: ApiClient, namespace: str, name: str, replicas: int, clock: Clock
+) -> None:
+    """Scales the Deployment back to `replicas`, retrying an API error SCALE_BACK_TRIES times a
+    second apart (the API server briefly away); ScaleBackFailed, naming the command that does it
+    by hand, if it never took. A Deployment gone meanwhile is nothing to scale back."""
+    for attempt in range(SCALE_BACK_TRIES):
+        try:
+            await scale(client, namespace, name, replicas)
+            return
+        except errors.NotFound:
+            return
+        except errors.ApiError as error:
+            log.warning("release: scaling %s/%s back failed (%s)", namespace, name, error)
+            if attempt == SCALE_BACK_TRIES - 1:
+                raise ScaleBackFailed(
+                    f"the controllers are stopped and could not be scaled back ({error}): "
+                    f"kubectl -n {namespace} scale deployment {name} --replicas={replicas}"
+                ) from error
+            await clock.sleep(1.0)
 
 
 def render_text(result: ReleaseResult) -> str:

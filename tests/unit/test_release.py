@@ -137,14 +137,16 @@ def hook(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 def test_the_pre_delete_hook_runs_release_as_the_controller_within_helms_timeout() -> None:
     """Its RBAC is created before the Job (weights) and may only read and scale the controller
     Deployment; the Job runs `release` with the controller's mode, once, bounded below helm's
-    default timeout; everything is deleted once it succeeded, kept for its log when it failed."""
+    default timeout; everything is deleted once it succeeded; when it failed the permission goes
+    too and only the Job stays, for its log."""
     documents = hook()
     by_kind = {d["kind"]: d for d in documents}
     assert set(by_kind) == {"Role", "RoleBinding", "Job"}
     for document in documents:
         annotations = document["metadata"]["annotations"]
         assert annotations["helm.sh/hook"] == "pre-delete"
-        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        policy = annotations["helm.sh/hook-delete-policy"].split(",")
+        assert policy[:2] == ["before-hook-creation", "hook-succeeded"]
     weight = {
         k: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for k, d in by_kind.items()
     }
@@ -204,10 +206,15 @@ class FakeCluster:
         replicas: int | None,
         quotas: list[dict[str, Any]],
         namespaces: list[dict[str, Any]] | None = None,
+        vmmrqs: list[dict[str, Any]] | None = None,
+        scale_back_failures: int = 0,
     ) -> None:
         self.replicas = replicas
         self.quotas = quotas
         self.namespaces = namespaces or []
+        self.vmmrqs = vmmrqs or []
+        self.scale_back_failures = scale_back_failures
+        """Scale-backs (to a replica count above 0) that fail with a ServerError first."""
         self.scaled: list[int] = []
         self.unlabelled: list[str] = []
 
@@ -225,11 +232,18 @@ class FakeCluster:
             self.namespaces = [n for n in self.namespaces if n["metadata"]["name"] != name]
             return {}
         assert kw.get("subresource") == "scale"
+        if body["spec"]["replicas"] and self.scale_back_failures:
+            self.scale_back_failures -= 1
+            raise errors.ServerError("the API server is away")
         self.scaled.append(body["spec"]["replicas"])
         return {}
 
     async def list_all(self, resource: Any, namespace: str | None = None) -> Any:
-        lists = {"resourcequotas": self.quotas, "namespaces": self.namespaces}
+        lists = {
+            "resourcequotas": self.quotas,
+            "namespaces": self.namespaces,
+            "virtualmachinemigrationresourcequotas": self.vmmrqs,
+        }
         return types.SimpleNamespace(items=lists.get(resource.plural, []))
 
 
@@ -340,3 +354,76 @@ async def test_records_in_a_namespace_being_deleted_are_not_waited_for(
         cluster, ReleaseConfig(timeout=4, poll=2), SteppingClock()
     )  # type: ignore[arg-type]
     assert not result.released
+
+
+async def test_a_scale_back_the_api_server_refuses_for_a_while_is_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = FakeCluster(3, [ROOMED], scale_back_failures=2)
+    monkeypatch.setattr(release_module, "paused_controllers", giving_back(cluster, gives=False))
+    config = ReleaseConfig(grace=0, timeout=4, poll=2)
+    result = await release_module.release(cluster, config, SteppingClock())  # type: ignore[arg-type]
+    assert not result.released and cluster.scaled == [0, 3]
+
+
+async def test_a_scale_back_that_never_takes_is_its_own_failure_naming_the_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Second review: it escaped as an ApiError, and exit 2 said nothing was changed while the
+    controllers stayed stopped."""
+    cluster = FakeCluster(3, [ROOMED], scale_back_failures=release_module.SCALE_BACK_TRIES)
+    monkeypatch.setattr(release_module, "paused_controllers", giving_back(cluster, gives=False))
+    config = ReleaseConfig(grace=0, timeout=4, poll=2)
+    with pytest.raises(release_module.ScaleBackFailed, match="--replicas=3"):
+        await release_module.release(cluster, config, SteppingClock())  # type: ignore[arg-type]
+    assert cluster.scaled == [0]
+
+
+async def test_a_release_cancelled_mid_way_scales_the_controllers_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hook's Job past its deadline: SIGTERM cancels the release, which must not leave the
+    controllers stopped."""
+    cluster = FakeCluster(2, [ROOMED])
+
+    @contextlib.asynccontextmanager
+    async def cancelled(*_: Any) -> AsyncIterator[None]:
+        raise asyncio.CancelledError
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(release_module, "paused_controllers", cancelled)
+    with pytest.raises(asyncio.CancelledError):
+        await release_module.release(cluster, ReleaseConfig(grace=0), SteppingClock())  # type: ignore[arg-type]
+    assert cluster.scaled == [0, 2]
+
+
+async def test_our_finalizer_in_a_namespace_being_deleted_is_still_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Second review: a VMMRQ's finalizer of ours does not go with its namespace, it holds the
+    namespace's deletion until a controller of ours removes it; exempting it let release say
+    released while the namespace would stay Terminating for good."""
+    going = {"metadata": {"name": "t", "deletionTimestamp": "2026-11-26T10:00:00Z"}}
+    held = {
+        "metadata": {
+            "namespace": "t",
+            "name": "budget",
+            "finalizers": ["mtq.harvester-quota.io/restore"],
+        }
+    }
+    cluster = FakeCluster(None, [], [going], vmmrqs=[held])
+    monkeypatch.setattr(release_module, "paused_controllers", giving_back(cluster, gives=False))
+    result = await release_module.release(
+        cluster, ReleaseConfig(timeout=4, poll=2), SteppingClock()
+    )  # type: ignore[arg-type]
+    assert [(left.kind, left.namespace) for left in result.left] == [
+        ("VirtualMachineMigrationResourceQuota", "t")
+    ]
+
+
+def test_the_hooks_permission_goes_with_a_failed_hook_too_its_job_stays_for_its_log() -> None:
+    policies = {
+        d["kind"]: d["metadata"]["annotations"]["helm.sh/hook-delete-policy"] for d in hook()
+    }
+    assert "hook-failed" in policies["Role"] and "hook-failed" in policies["RoleBinding"]
+    assert "hook-failed" not in policies["Job"]
