@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import orjson
 
 from . import __version__, app
+from .config.kubevirt import known_fallback
 from .config.management import Options
 from .generic import config, errors
 from .generic.client import ApiClient
@@ -35,6 +36,7 @@ from .generic.commandline import (
     command_parser,
     run_command_line,
 )
+from .util.kubevirtversion import parse_kubevirt_version
 from .util.resourcequota.base import Mode
 from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
@@ -310,7 +312,21 @@ def _add_kubevirt_flags(
     every command that reads a base or sizes pods takes; the help says what this command does
     with them."""
     parser.add_argument("--mode", choices=get_args(Mode), default="auto", help=mode_help)
-    parser.add_argument("--kubevirt-version", help=version_help)
+    parser.add_argument("--kubevirt-version", type=kubevirt_version_arg, help=version_help)
+
+
+def kubevirt_version_arg(text: str) -> str:
+    """--kubevirt-version as the KubeVirt CR's version is read: a release we know, or "main"
+    (given, or for a release after the newest we know, or a "devel" build); anything else is a
+    usage error now rather than a ValueError at every room and VM-start check later."""
+    try:
+        parse_kubevirt_version(text)
+    except ValueError as error:
+        fallback = known_fallback(text)
+        if fallback != "main":
+            raise argparse.ArgumentTypeError(str(error)) from error
+        return fallback
+    return text
 
 
 def _add_run_command(commands: Any) -> None:

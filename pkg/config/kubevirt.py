@@ -158,14 +158,16 @@ def _known_version(observed: Any) -> str:
 
     A KubeVirt newer than this release (or a "devel" build) must not make every room estimate and
     every VM-start check fail. A release after v1.9 (v1.10.0, a main build's v1.10.0-alpha.0-...)
-    was cut from main, so it is computed as "main" (QEMU's 50Mi included); anything else unknown
-    as the newest release. Either is reported once; --kubevirt-version overrides it.
+    was cut from main, and so is a "devel" build: both are computed as "main" (QEMU's 50Mi
+    included; were it v1.9 after all, a room 20Mi too large is the harmless side, a room 20Mi
+    too small refuses the target); anything else unknown as the newest release. Either is
+    reported once; --kubevirt-version overrides it.
     """
     text = str(observed) if observed not in (None, "") else DEFAULT_KUBEVIRT_VERSION
     try:
         parse_kubevirt_version(text)
     except ValueError as error:
-        fallback = "main" if is_newer_than_known(text) else NEWEST_KUBEVIRT_VERSION
+        fallback = known_fallback(text)
         _report_once(
             f"version:{text}",
             "%s; computing launcher pods as KubeVirt %s does (set --kubevirt-version to choose)",
@@ -174,6 +176,17 @@ def _known_version(observed: Any) -> str:
         )
         return fallback
     return text
+
+
+def known_fallback(version: str) -> str:
+    """The version whose launcher formula stands in for `version`, which we do not know: "main"
+    for a release after the newest we know or a "devel" build, else the newest release."""
+    newer = is_newer_than_known(version) or version.strip() == DEVEL
+    return "main" if newer else NEWEST_KUBEVIRT_VERSION
+
+
+DEVEL: Final = "devel"
+"""The version a KubeVirt built from its main branch without a tag reports."""
 
 
 def _positive_int(developer: Mapping[str, Any], key: str, default: int) -> int:

@@ -190,3 +190,30 @@ def test_every_command_takes_the_kubeconfig_before_or_after_it(command: list[str
     assert build_parser().parse_args(command).kubeconfig is None
     assert build_parser().parse_args(["--kubeconfig", "/k", *command]).kubeconfig == "/k"
     assert build_parser().parse_args([*command, "--kubeconfig", "/k"]).kubeconfig == "/k"
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("1.8", "1.8"),
+        ("v1.9.1-rc.0", "v1.9.1-rc.0"),
+        ("main", "main"),
+        ("v1.10.0", "main"),
+        ("devel", "main"),
+    ],
+)
+def test_a_kubevirt_version_flag_is_read_as_the_crs_version_is(given: str, used: str) -> None:
+    """Second review: "v1.10.0" passed argparse and then failed every room's sizing with a
+    ValueError, where the same version read from the KubeVirt CR is computed as main."""
+    for command in (["run"], ["explain", "ns"]):
+        args = build_parser().parse_args([*command, "--kubevirt-version", given])
+        assert args.kubevirt_version == used
+
+
+def test_an_unusable_kubevirt_version_flag_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(["run", "--kubevirt-version", "v0.40.0"])
+    assert stopped.value.code == 2
+    assert "unknown KubeVirt version 'v0.40.0'" in capsys.readouterr().err
