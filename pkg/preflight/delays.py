@@ -118,7 +118,9 @@ def _namespace_delays(
 ) -> None:
     admitted: list[_Admitted] = []
     waiting: list[tuple[QueuedTarget, str, list[str]]] = []
-    for item in group:
+    # In the order the targets start: by wave, then by name (waves skip a mover whose node is
+    # full, so a later name may start in an earlier wave).
+    for item in sorted(group, key=lambda i: (_start(i.verdict, starts), i.verdict.key)):
         quotas = quota_rooms(strategy, item.context, item.target)
         at = _start(item.verdict, starts)
         charged = _charged(strategy, item.verdict.wave, at, admitted)

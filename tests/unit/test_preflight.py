@@ -470,6 +470,35 @@ def test_delays_wait_a_source_launchers_grace_per_round() -> None:
     assert report.delayed_seconds_at_most == sum(waits)
 
 
+def test_targets_are_judged_in_the_order_their_waves_start_not_by_name() -> None:
+    """Second review: vm4, on another node, starts in wave 1 beside vm1 and vm2 while vm3 waits
+    for wave 2 (two outbound migrations per node); judged by name, vm3 was charged before vm4
+    and found room that vm4, starting earlier, takes. Room for three targets: wave 1's three
+    get it, and vm3 waits for their sources to go."""
+    pairs = [running(n, "n1") for n in ("vm1", "vm2", "vm3")] + [running("vm4", "n2")]
+    pods = [pod for _, pod in pairs]
+    seven = {k: str(v * 7) for k, v in pod_quota_usage(pods[0]).items()}
+    ns = rancher_namespace(
+        NS,
+        {
+            "limitsCpu": seven["limits.cpu"],
+            "limitsMemory": seven["limits.memory"],
+            "requestsMemory": seven["requests.memory"],
+        },
+    )
+    hard = {k: seven[k] for k in ("limits.cpu", "limits.memory", "requests.memory")}
+    cluster = state(
+        [v for v, _ in pairs],
+        pods,
+        quotas=[quota("default-q", hard, pods, managed=True)],
+        namespaces=[ns],
+        nodes=[node("n1"), node("n2"), node("n3")],
+    )
+    report = preflight(cluster, Plan("drain", ("n1", "n2"), "harvester"))
+    assert report.steps[0].waves == [["ns/vm1", "ns/vm2", "ns/vm4"], ["ns/vm3"]]
+    assert [vm.name for vm in report.delayed] == ["vm3"]
+
+
 def test_our_rooms_stack_so_no_target_of_the_evacuation_waits() -> None:
     report = drain(evacuation_case(), strategy="ours")
     assert not report.blocks and not report.delayed
