@@ -60,6 +60,11 @@ class WebhookMetrics:
             "0 before one is loaded): falls behind time() + its renewal margin only when the "
             "certificates stopped being renewed.",
         )
+        self.certificate_start = declare.gauge(
+            "webhook_certificate_start_timestamp_seconds",
+            "When the serving certificate this replica serves became valid (notBefore, Unix "
+            "seconds; 0 before one is loaded): with its expiry, its lifetime.",
+        )
         self.in_flight = declare.gauge(
             "webhook_admissions_in_flight",
             f"Admissions holding one of the slots (at most {MAX_ADMISSIONS} by default) between "

@@ -312,8 +312,9 @@ def to_publish(
     """The caBundle to put in the configuration, which holds the CAs `found`: `authority`'s
     bundle, plus every CA found that is still valid and was made after `authority`'s CA. A
     replica whose read of the Secret another replica's CA renewal overtook thus never takes the
-    newer CA out of the configuration (the other may serve what it signed by then); the next
-    replica with a fresh read drops whatever the Secret no longer trusts."""
+    newer CA out of the configuration (the other may serve what it signed by then). A fresh read
+    drops the CAs the Secret no longer trusts that are older than its own; a valid CA found that
+    is newer than it stays until it expires."""
     newer: list[bytes] = []
     made = made_at(authority.ca.cert)
     for pem in found:

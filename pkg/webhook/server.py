@@ -146,6 +146,7 @@ class WebhookServer:
         self.metrics = WebhookMetrics(registry)
         if tls is not None:
             self.metrics.certificate_expiry.set_function(lambda: tls.not_after)
+            self.metrics.certificate_start.set_function(lambda: tls.not_before)
         self.gate = ClientGate(tls, client_auth, self.metrics, clock)
         self.refusals = self.gate.refusals
         self.slots = AdmissionSlots(max_admissions, admission_wait, clock)

@@ -46,8 +46,9 @@ class ReloadingTLS:
         self._current = self.context
         self._stamp: tuple[float, ...] | None = None
         self.reloads = 0
-        self.not_after = 0.0
-        """When the certificate being served expires (Unix seconds); 0 if it cannot be read."""
+        self.not_before = self.not_after = 0.0
+        """When the certificate being served became valid and expires (Unix seconds); 0 if it
+        cannot be read."""
         self.reload()
 
     def verify_clients(self, ca_file: Path) -> None:
@@ -90,7 +91,7 @@ class ReloadingTLS:
         self._current = context
         self._stamp = stamp
         self.reloads += 1
-        self.not_after = _not_after(self.cert_file)
+        self.not_before, self.not_after = _validity(self.cert_file)
         log.info(
             "serving certificate loaded from %s%s",
             self.cert_file,
@@ -181,11 +182,11 @@ class RefusalLog:
         return True
 
 
-def _not_after(cert_file: Path) -> float:
-    """The notAfter of the first certificate in `cert_file` (Unix seconds), 0 if unreadable."""
+def _validity(cert_file: Path) -> tuple[float, float]:
+    """notBefore and notAfter of the first certificate in `cert_file` (Unix seconds), zeros if
+    it cannot be read."""
     try:
-        return x509.load_pem_x509_certificate(
-            cert_file.read_bytes()
-        ).not_valid_after_utc.timestamp()
+        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
     except (OSError, ValueError):
-        return 0.0
+        return 0.0, 0.0
+    return cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp()

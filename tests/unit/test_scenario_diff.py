@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from harvester_quota.testbench.scenario import diff
 
 
@@ -83,3 +84,11 @@ def test_a_documented_timing_difference_may_be_absent_but_a_behaviour_one_may_no
         k for k in behaviour if k[0] in {name for name, _ in timing}
     )
     assert set(behaviour) <= set(diff.missing([], [name for name, _ in behaviour]))
+
+
+def test_a_real_run_without_its_audit_log_is_an_error_not_zero_writes() -> None:
+    """Second review: its writes read as 0, which the documented write differences absorbed."""
+    real = report("harvester")
+    real["writers"] = {"unavailable": "the cluster keeps no audit log"}
+    with pytest.raises(ValueError, match="cannot be counted: the cluster keeps no audit log"):
+        diff.differences("s", report("harvester-port"), real)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 from harvester_quota.apis.kubevirt import FINAL_PHASES
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.clock import FakeClock
@@ -760,6 +761,30 @@ async def test_the_serving_certificate_is_reloaded_when_its_files_change(tmp_pat
         assert await peer_common_name(port, tmp_path / "ca.crt") == "second"
     finally:
         await server.stop()
+
+
+def test_the_served_certificates_validity_is_exported_for_the_expiry_alert(tmp_path: Path) -> None:
+    """HarvesterQuotaWebhookCertificateExpiring reads these two: 0 before a certificate is
+    loaded, then the notBefore and notAfter of the one served."""
+    ca = CertificateAuthority.create()
+    ca.issue("first", ip_addresses=("127.0.0.1",), server=True).write(
+        tmp_path / "tls.crt", tmp_path / "tls.key"
+    )
+    served = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    registry = CollectorRegistry()
+    tls = ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key")
+    WebhookServer(FakeLookups(), tls=tls, registry=registry)
+    expiry = registry.get_sample_value(
+        "harvester_quota_webhook_certificate_expiry_timestamp_seconds"
+    )
+    start = registry.get_sample_value("harvester_quota_webhook_certificate_start_timestamp_seconds")
+    assert expiry == served.not_valid_after_utc.timestamp()
+    assert start == served.not_valid_before_utc.timestamp()
+    bare = CollectorRegistry()
+    WebhookServer(FakeLookups(), registry=bare)
+    assert (
+        bare.get_sample_value("harvester_quota_webhook_certificate_expiry_timestamp_seconds") == 0
+    )
 
 
 async def peer_common_name(port: int, ca_file: Path) -> str:

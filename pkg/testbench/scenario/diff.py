@@ -132,16 +132,22 @@ def runnable_by_real_code(scenario: Scenario) -> bool:
 
 def _harvester_writes_per_migration(report: Mapping[str, Any]) -> float:
     """The most, over namespaces, of Harvester's accepted quota writes per migration: from the
-    audit log for the real controllers, from the port's own counter for the port."""
+    audit log for the real controllers, from the port's own counter for the port. A real run
+    without its audit log is an error, never 0 writes (a difference it would hide)."""
     writers = report.get("writers") or {}
-    by_namespace = writers.get("writes_by_identity") if not writers.get("unavailable") else None
+    if report.get("strategy") == "harvester" and writers.get("unavailable"):
+        raise ValueError(
+            f"scenario {report.get('scenario')!r}: Harvester's writes cannot be counted: "
+            f"{writers.get('unavailable')}"
+        )
+    by_namespace = writers.get("writes_by_identity") or {}
     worst = 0.0
     for namespace, writes in (report.get("quota_writes") or {}).items():
         migrations = writes.get("migrations") or 0
         if not migrations:
             continue
         if report.get("strategy") == "harvester":
-            count = ((by_namespace or {}).get(namespace) or {}).get("harvester", {})
+            count = (by_namespace.get(namespace) or {}).get("harvester", {})
             total = float(count.get("accepted", 0))
         else:
             total = float(writes.get("writes") or 0)
