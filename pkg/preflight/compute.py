@@ -256,7 +256,7 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
         cluster.queued = []
         step = _step(cluster, drained)
         if plan.operation == "upgrade" and state.harvester:
-            note_upgrade_outcomes(step.vms, vmis, state.nodes)
+            note_upgrade_outcomes(step.vms, vmis, state.nodes, cluster.warnings)
         movers = [
             Mover(vm.key, vm.node, vm.memory_bytes)
             for vm in step.vms

@@ -102,10 +102,22 @@ def _why_left(verdict: VmVerdict) -> str:
 
 
 def note_upgrade_outcomes(
-    verdicts: Sequence[VmVerdict], vmis: Mapping[str, Any], nodes: Sequence[Object]
+    verdicts: Sequence[VmVerdict],
+    vmis: Mapping[str, Any],
+    nodes: Sequence[Object],
+    warnings: list[str],
 ) -> None:
-    """Sets each verdict's Harvester upgrade outcome; `vmis` by key (namespace/name)."""
+    """Sets each verdict's Harvester upgrade outcome; `vmis` by key (namespace/name). A VMI whose
+    fields cannot be read as Harvester's detector reads them (a tenant's odd spec) gets no
+    outcome and a line in `warnings`: one VMI never fails the preflight."""
     for verdict in verdicts:
         vmi = vmis.get(verdict.key)
-        reason = detector_shuts_down(vmi, nodes, verdict.node) if vmi is not None else None
+        try:
+            reason = detector_shuts_down(vmi, nodes, verdict.node) if vmi is not None else None
+        except (AttributeError, TypeError, ValueError) as error:
+            warnings.append(
+                f"{verdict.key}: cannot predict what Harvester's upgrade does with it "
+                f"({type(error).__name__}: {error}); check it by hand"
+            )
+            continue
         verdict.harvester_upgrade, verdict.harvester_upgrade_says = upgrade_outcome(verdict, reason)

@@ -11,7 +11,7 @@ from harvester_quota.preflight import Plan, PreflightReport, preflight
 from harvester_quota.preflight.harvesterupgrade import WITNESS_LABEL, detector_shuts_down
 from harvester_quota.preflight.render import render_text
 
-from .test_preflight import node, only_vm, rancher_case, running, state
+from .test_preflight import migratable, node, only_vm, rancher_case, running, state
 
 Object = dict[str, Any]
 
@@ -112,3 +112,16 @@ def test_off_harvester_or_in_a_drain_no_upgrade_outcome_is_said() -> None:
     assert not plain.blocks
     drained = preflight(on_harvester([instance], [pod]), Plan("drain", ("n1",)))
     assert only_vm(drained).harvester_upgrade == ""
+
+
+def test_a_vmi_harvesters_detector_cannot_read_costs_only_its_own_outcome() -> None:
+    """A tenant's VMI whose nodeAffinity is no object (not migratable, so nothing before the
+    detector read it) would fail the whole preflight upgrade in the detector's reading."""
+    odd, odd_pod = running("odd")
+    migratable(odd, False, "DisksNotLiveMigratable")
+    odd["spec"]["affinity"] = {"nodeAffinity": ["not", "an", "object"]}
+    fine, fine_pod = running("fine")
+    report = upgrade(on_harvester([odd, fine], [odd_pod, fine_pod]))
+    outcomes = {vm.name: vm.harvester_upgrade for step in report.steps for vm in step.vms}
+    assert outcomes == {"odd": "", "fine": "live-migrates"}
+    assert any("ns/odd: cannot predict what Harvester's upgrade does" in w for w in report.warnings)
