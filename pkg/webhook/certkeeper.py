@@ -87,18 +87,8 @@ class CertificateKeeper:
         """Passes until one succeeds (the serving files exist then), logging each failure and
         waiting as `run` does between failures: the server cannot listen before."""
         failures = 0
-        while True:
-            try:
-                await self.ensure()
-                return
-            except asyncio.CancelledError:
-                raise
-            except (errors.ApiError, OSError, ValueError) as error:
-                failures += 1
-                log.error("cannot make the webhook's serving certificate yet: %s", error)
-            except Exception:
-                failures += 1  # never a crash loop: unready, logged, retried
-                log.exception("cannot make the webhook's serving certificate yet")
+        while not await self._pass("cannot make the webhook's serving certificate yet"):
+            failures += 1
             await self.clock.sleep(self.wait_after(failures))
 
     def wait_after(self, failures: int) -> float:
@@ -110,22 +100,30 @@ class CertificateKeeper:
         return min(MAX_BACKOFF, min(interval, RETRY_FIRST) * 2.0 ** min(failures - 1, 8))
 
     async def run(self) -> None:
-        """Passes forever, every policy.check_interval; a failed pass is logged and retried after
-        a doubling wait (at most MAX_BACKOFF)."""
+        """Passes forever, every policy.check_interval; a failed pass, or one that found the
+        configuration without the bundle, is retried after a doubling wait (at most
+        MAX_BACKOFF)."""
         failures = 0
         while True:
-            try:
-                await self.ensure()
-                failures = 0 if self.published else failures + 1
-            except asyncio.CancelledError:
-                raise
-            except (errors.ApiError, OSError, ValueError) as error:
-                failures += 1
-                log.error("cannot keep the webhook's certificates current: %s", error)
-            except Exception:
-                failures += 1  # the rotation must never end quietly
-                log.exception("cannot keep the webhook's certificates current")
+            done = await self._pass("cannot keep the webhook's certificates current")
+            failures = 0 if done and self.published else failures + 1
             await self.clock.sleep(self.wait_after(failures))
+
+    async def _pass(self, failing: str) -> bool:
+        """One `ensure`; False if it failed, logged under `failing`. Any error is logged and
+        retried by the caller, never raised: the rotation must not end quietly, nor the first
+        pass become a crash loop. Cancellation propagates."""
+        try:
+            await self.ensure()
+        except asyncio.CancelledError:
+            raise
+        except (errors.ApiError, OSError, ValueError) as error:
+            log.error("%s: %s", failing, error)
+            return False
+        except Exception:
+            log.exception("%s", failing)
+            return False
+        return True
 
     async def ensure(self) -> bool:
         """One pass: the Secret as plan says, its bundle in the configuration, then its serving
