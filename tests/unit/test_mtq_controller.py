@@ -26,6 +26,7 @@ from harvester_quota.util.resourcequota.mtq import (
     ANNOTATION_RAISED,
     LABEL_LOCKED,
     NOT_ENOUGH_REASON,
+    Lock,
     parse_lock,
 )
 from harvester_quota.util.resources import ResourceList, to_json_dict
@@ -390,16 +391,23 @@ async def test_a_namespace_locked_without_a_vmmrq_is_unlocked() -> None:
     assert LABEL_LOCKED not in namespace_labels(h)
 
 
-async def test_a_migration_joining_a_held_lock_keeps_its_deadline() -> None:
-    h = harness()
-    s = setup(h, vms=2, budget_targets=2)
+async def mig0_locked_before_mig1_is_refused(h: Harness) -> tuple[MtqReconciler, Lock]:
+    """mig1 not refused yet (Pending), mig0 refused: the lock taken for mig0 alone, and the
+    raise under it; the controller and that lock."""
     late = h.cluster.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "tenant/mig1") or {}
-    late["status"] = {"phase": "Pending"}  # not refused yet
+    late["status"] = {"phase": "Pending"}
     h.cluster.put(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, late)
     reconciler = h.reconciler()
     await lock_and_raise(h, reconciler)
     first = parse_lock(h.cluster.get(NAMESPACES, "tenant"))
     assert first is not None and set(first.migrations.values()) == {"mig0"}
+    return reconciler, first
+
+
+async def test_a_migration_joining_a_held_lock_keeps_its_deadline() -> None:
+    h = harness()
+    s = setup(h, vms=2, budget_targets=2)
+    reconciler, first = await mig0_locked_before_mig1_is_refused(h)
     await h.clock.advance(5)
     late = h.cluster.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "tenant/mig1") or {}
     late["status"] = s["migrations"][1]["status"]
@@ -418,13 +426,7 @@ async def test_an_evacuation_refused_later_takes_a_held_lock_from_a_user_migrati
     had kept both, and whichever target KubeVirt made first took the budget)."""
     h = harness()
     s = setup(h, vms=2, budget_targets=1)
-    late = h.cluster.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "tenant/mig1") or {}
-    late["status"] = {"phase": "Pending"}  # not refused yet
-    h.cluster.put(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, late)
-    reconciler = h.reconciler()
-    await lock_and_raise(h, reconciler)
-    first = parse_lock(h.cluster.get(NAMESPACES, "tenant"))
-    assert first is not None and set(first.migrations.values()) == {"mig0"}
+    reconciler, _ = await mig0_locked_before_mig1_is_refused(h)
     evacuation = h.cluster.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "tenant/mig1") or {}
     evacuation["status"] = s["migrations"][1]["status"]
     evacuation["spec"]["priority"] = "system-critical"

@@ -246,11 +246,9 @@ def test_a_secret_holding_an_rsa_ca_reads_as_none_so_a_new_ca_replaces_it() -> N
         issue(Pair(authority.ca.cert_pem, rsa_pem), START, Policy(("h",)))
 
 
-async def test_a_keeper_pass_failing_unexpectedly_is_logged_and_retried_never_ending_the_rotation(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    clock = FakeClock()
-    keeper = CertificateKeeper(
+def offline_keeper(tmp_path: Path, clock: FakeClock) -> CertificateKeeper:
+    """A keeper with no cluster, for what it decides without one (its waits, its failures)."""
+    return CertificateKeeper(
         cast(ApiClient, None),
         namespace="n",
         secret_name="s",
@@ -260,6 +258,13 @@ async def test_a_keeper_pass_failing_unexpectedly_is_logged_and_retried_never_en
         policy=Policy(("h",)),
         clock=clock,
     )
+
+
+async def test_a_keeper_pass_failing_unexpectedly_is_logged_and_retried_never_ending_the_rotation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    keeper = offline_keeper(tmp_path, clock)
     passes = 0
 
     async def broken() -> bool:
@@ -283,16 +288,7 @@ async def test_a_keeper_pass_failing_unexpectedly_is_logged_and_retried_never_en
 def test_a_keeper_retries_a_failed_pass_after_a_second_doubling_to_30_s_else_waits_its_interval(
     tmp_path: Path,
 ) -> None:
-    keeper = CertificateKeeper(
-        cast(ApiClient, None),
-        namespace="n",
-        secret_name="s",
-        configuration="c",
-        cert_file=tmp_path / "tls.crt",
-        key_file=tmp_path / "tls.key",
-        policy=Policy(("h",)),
-        clock=FakeClock(),
-    )
+    keeper = offline_keeper(tmp_path, FakeClock())
     assert [keeper.wait_after(failures) for failures in (0, 1, 2, 3, 6, 40)] == [
         30,
         1,
