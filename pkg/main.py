@@ -64,6 +64,7 @@ def _options(args: argparse.Namespace) -> Options:
         mtq=not args.no_mtq,
         mtq_lock_seconds=args.mtq_lock_seconds,
         room_held_linger=args.room_held_linger,
+        release_gather=args.release_gather,
         stale_raise_sweep=args.stale_raise_sweep,
         rancher_direct_fail_closed=not args.rancher_direct_fail_open,
         paused=args.paused,
@@ -377,6 +378,14 @@ def _add_run_command(commands: Any) -> None:
         help="seconds the room-held label stays after a namespace's room was given back, so a "
         "drain's next wave skips labelling (default 0: it goes with the room; bench/SCALE.md "
         "found no gain a migration feels)",
+    )
+    run.add_argument(
+        "--release-gather",
+        type=_non_negative_seconds,
+        default=3.0,
+        help="the longest seconds a release waits while the namespace's next migration target "
+        "pod is being created, so that it does not make that pod's quota admission conflict "
+        "(default 3; 0: never)",
     )
     run.add_argument(
         "--stale-raise-sweep",

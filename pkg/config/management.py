@@ -62,6 +62,10 @@ class Options:
     """Seconds the room-held label stays after a namespace's room was given back (0, the default:
     removed with the room), so that the next migration of a drain is raised without labelling
     first. Measured, it saves label writes but no time a migration feels (bench/SCALE.md)."""
+    release_gather: float = 3.0
+    """The longest a release is held back while the namespace's next migration target pod is
+    being created (controller/resourcequota/gather.py; 0: never held), so that our write does
+    not land in quota admission's update for that pod (issue 40)."""
     stale_raise_sweep: float = 30.0
     """Seconds between the safety net's looks for a raise standing with no migration holding
     room (controller/resourcequota/staleraise.py): one that stood a whole interval is reported

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.controller.quotawriter import QuotaWriter
+from harvester_quota.controller.resourcequota.gather import ReleaseGathering
 from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
@@ -291,7 +292,9 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
             namespace=ns,
             quota={},
             snapshot=None,
-            plan=SimpleNamespace(name=next(plans), holds_room=True, requeue_after=None),
+            plan=SimpleNamespace(
+                name=next(plans), holds_room=True, requeue_after=None, gathers=False
+            ),
             labels_room=True,
             labelled_for_good=False,
             label_writes_wait=False,
@@ -359,6 +362,7 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     instance.reports = instance.inputs = instance.rancher = nothing  # type: ignore[assignment]
     instance.stale_raises = nothing  # type: ignore[assignment]
     instance.spec_writes = SimpleNamespace(newest=lambda _key, quota: quota)  # type: ignore[assignment]
+    instance.gathering = ReleaseGathering(clock, 0.0)
     return instance
 
 
@@ -377,7 +381,9 @@ def lingering_reconciler(
             namespace=ns,
             quota=quota or {},
             snapshot=None,
-            plan=SimpleNamespace(holds_room=held, requeue_after=None, hard=hard or {}),
+            plan=SimpleNamespace(
+                holds_room=held, requeue_after=None, hard=hard or {}, gathers=False
+            ),
             labels_room=held,
             labelled_for_good=False,
             label_writes_wait=False,
@@ -537,7 +543,9 @@ def rancher_direct_reconciler(
             namespace=ns,
             quota={},
             snapshot=None,
-            plan=SimpleNamespace(holds_room=state["room"], requeue_after=None, hard={}),
+            plan=SimpleNamespace(
+                holds_room=state["room"], requeue_after=None, hard={}, gathers=False
+            ),
             labels_room=label.labels_room,
             labelled_for_good=label.for_good,
             label_writes_wait=label.waits,

@@ -38,6 +38,7 @@ from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, 
 from ...util.resourcequota.writers import FieldChange
 from ..quotawriter import QuotaWriter
 from .foreignwrites import ForeignWriteReports, next_step
+from .gather import GATHER_RETRY, ReleaseGathering
 from .inputs import PlanInputs
 from .projects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
@@ -142,6 +143,10 @@ class QuotaReconciler:
             namespace_of=self.namespaces.informer.store.get,
         )
         """Writes of a managed quota by anyone else, told (foreignwrites.py)."""
+        self.gathering = ReleaseGathering(
+            management.clock, management.options.release_gather, self.metrics.releases_held.inc
+        )
+        """Releases held back while a target pod is being created (gather.py)."""
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
@@ -198,15 +203,18 @@ class QuotaReconciler:
         self.reports.warnings(planned.namespace, planned.quota, planned.plan)
         self.reports.export(key, planned.snapshot, planned.plan)
         self.inputs.set_aside_settled(key, planned.snapshot, planned.plan)
-        recheck = await self._write_plan(
-            planned.namespace, planned.quota, planned.plan, planned.snapshot
-        )
+        held = self.gathering.hold(key, planned.plan.gathers)
+        recheck = None
+        if held is None:
+            recheck = await self._write_plan(
+                planned.namespace, planned.quota, planned.plan, planned.snapshot
+            )
         namespace = planned.namespace
         if planned.labelled_for_good:
             relabel = self.room_label.retry_labelling(namespace)
-            return requeue(namespace, planned.plan, None, project_recheck=recheck, relabel=relabel)
+            return requeue(namespace, planned.plan, None, recheck, relabel=relabel, gather=held)
         if planned.label_writes_wait:
-            return requeue(namespace, planned.plan, None, project_recheck=recheck)
+            return requeue(namespace, planned.plan, None, recheck, gather=held)
         lingers = unlabel = None
         if not planned.labels_room:
             lingers = self.room_label.lingers(key, namespace, planned.plan.holds_room)
@@ -214,7 +222,7 @@ class QuotaReconciler:
             if lingers is None and raise_down(quota, planned.plan):
                 namespace = await self.room_label.set(namespace, False)
                 unlabel = self.room_label.retry_removal(namespace)
-        return requeue(namespace, planned.plan, lingers, unlabel=unlabel, project_recheck=recheck)
+        return requeue(namespace, planned.plan, lingers, recheck, unlabel=unlabel, gather=held)
 
     async def _label_first(self, key: str, planned: _Planned) -> _Planned | None:
         """Sets the label before the plan is written; if that took a write, plans again from
@@ -312,6 +320,7 @@ class QuotaReconciler:
         self.inputs.forget(namespace)
         self.room_label.forget(namespace)
         self.rancher.forget(namespace)
+        self.gathering.forget(namespace)
 
 
 class StaleRaiseView:
@@ -408,16 +417,19 @@ def requeue(
     namespace: Object,
     plan: QuotaPlan,
     label_lingers: float | None,
+    project_recheck: float | None = None,
     *,
     unlabel: float | None = None,
-    project_recheck: float | None = None,
     relabel: float | None = None,
+    gather: float | None = None,
 ) -> Object:
     """Returns `namespace`, or raises RetryAfter to run it again when a terminating pod stops
     counting, the room-held label's linger ends, a refused removal of it or a refused label may
-    be tried again, or a raise held back for its Rancher project's room is checked again,
-    whichever comes first."""
+    be tried again, a raise held back for its Rancher project's room is checked again, or a
+    release held back for the namespace's target pods is due, whichever comes first."""
     waits = []
+    if gather is not None:
+        waits.append((gather, GATHER_RETRY))
     if project_recheck is not None:
         waits.append((project_recheck, "the Rancher project's room is checked again then"))
     if plan.requeue_after is not None:
