@@ -81,6 +81,15 @@ def _harvester_cluster(suffix: str, *, virt_controller: bool) -> Iterator[Cluste
         local.down()
 
 
+@pytest.fixture(scope="session", params=binaries.supported_kubevirt_versions())
+def versioned_kubevirt_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+    """A cluster running virt-controller of one KubeVirt version, shared by the modules that
+    bind `real_kubevirt.kubevirt_cluster` (see tests/integration/real_kubevirt.py)."""
+    from tests.integration.real_kubevirt import cluster_of_version  # it imports this module
+
+    yield from cluster_of_version(request.param)
+
+
 @pytest.fixture(scope="session")
 def harvester_cluster() -> Iterator[ClusterInfo]:
     """Harvester's own controllers and no virt-controller: tests and scenarios play KubeVirt."""

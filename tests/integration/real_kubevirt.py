@@ -1,13 +1,18 @@
 """A local cluster running KubeVirt's own virt-controller, shared by the modules that test against it.
 
-One extra cluster per KubeVirt version, in a state directory beside the session's, started for a
-test module only and stopped at its end; it never runs the KubeVirt simulator, which would fight
-the real controller. Every version with a wrapper module is a parameter; one that is not built yet
-is skipped with the command that builds it (the default version is built on demand, as `up` does).
+One extra cluster per KubeVirt version, in a state directory beside the session's, shared by
+every module that tests against it: `versioned_kubevirt_cluster` (tests/integration/conftest.py)
+is session-scoped and parametrized by version, so pytest runs the tests of one version together,
+across modules, and stops that version's cluster before it starts the next one's (one cluster at
+a time, one start per version: three modules used to start twelve). It never runs the KubeVirt
+simulator, which would fight the real controller. Every version with a wrapper module is a
+parameter; one that is not built yet is skipped with the command that builds it (the default
+version is built on demand, as `up` does). A module that changes the cluster's KubeVirt CR or
+nodes puts them back before it ends: the next module of that version shares them.
 
 A module uses the fixtures by binding them at module level, e.g.
-`kubevirt_cluster = real_kubevirt.kubevirt_cluster` (module scope: one cluster per module and
-version, stopped before the next starts).
+`kubevirt_cluster = real_kubevirt.kubevirt_cluster` (module scope over the session's cluster of
+the version).
 
 virt-api does not run here, so VMIs are created the way virt-api's defaulting would leave them:
 CPU topology and model, machine type, guest memory, requests and limits all set.
@@ -56,11 +61,10 @@ def virt_controller(info: ClusterInfo) -> Any:
     return next(record for record in info.processes if record.name == "virt-controller")
 
 
-@pytest.fixture(scope="module", params=binaries.supported_kubevirt_versions())
-def kubevirt_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
-    """A cluster running virt-controller of one KubeVirt version; stopped, and checked to leave
-    no virt-controller behind, when the module's tests for that version are done."""
-    version: str = request.param
+def cluster_of_version(version: str) -> Iterator[ClusterInfo]:
+    """A cluster running virt-controller of KubeVirt `version` (the body of the session fixture
+    `versioned_kubevirt_cluster`); stopped, and checked to leave no virt-controller behind,
+    when the session's tests of that version are done."""
     require_built(version)
     local = LocalCluster(state_dir(version))
     info = local.up(nodes=2, virt_controller=True, kubevirt=version)
@@ -69,6 +73,12 @@ def kubevirt_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
     finally:
         local.down()
     assert not virt_controller(info).running()
+
+
+@pytest.fixture(scope="module")
+def kubevirt_cluster(versioned_kubevirt_cluster: ClusterInfo) -> ClusterInfo:
+    """The session's cluster of the version the test runs for."""
+    return versioned_kubevirt_cluster
 
 
 @pytest.fixture

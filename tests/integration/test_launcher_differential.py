@@ -547,9 +547,29 @@ def namespaces(kubevirt_cluster: ClusterInfo) -> Iterator[Namespaces]:
         lambda pod: "memory" in _compute(pod)["resources"].get("limits", {}),
         what="automatic limits in the quota's namespace",
     )
+    saved = (rest.get(KUBEVIRT_CR)["spec"].get("configuration") or {}).copy()
     yield names
+    _restore_config(rest, saved, names.plain)
     for name in (names.plain, names.limits, names.selected):
         real_kubevirt.delete_namespace(rest, name)
+
+
+def _restore_config(rest: RestClient, saved: dict[str, Any], plain: str) -> None:
+    """Puts the CR's configuration back as the module found it (the cluster is the session's,
+    shared with the next module of its version) and waits until virt-controller renders by it
+    again (its CPU allocation ratio, 10 unless the CR set one)."""
+    cr = rest.get(KUBEVIRT_CR)
+    cr["spec"]["configuration"] = saved
+    rest.put(KUBEVIRT_CR, cr)
+    ratio = int((saved.get("developerConfiguration") or {}).get("cpuAllocationRatio") or 10)
+    expected = Quantity.parse(f"{1000 // ratio}m")
+    _probe(
+        rest,
+        plain,
+        vmi_spec(1, memory="1Gi", requests=False),
+        lambda pod: Quantity.parse(_compute(pod)["resources"]["requests"]["cpu"]) == expected,
+        what="virt-controller to use the configuration the module found",
+    )
 
 
 def _compute(pod: Mapping[str, Any]) -> dict[str, Any]:
