@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from harvester_quota.testbench.scenario import diff
+from harvester_quota.testbench.scenario.schema import UNFINISHED
 
 
 def report(
@@ -61,24 +62,43 @@ def test_each_measure_parts_on_its_own() -> None:
 
 
 def test_an_undocumented_difference_is_unexplained_and_a_documented_one_gone_is_missing() -> None:
-    (name, measure), *_ = diff.KNOWN_DIFFERENCES
-    known = diff.Difference(name, measure, 1, 2)
+    name, measure = "v170-test2-ratio-raised", "outcome"
+    known = diff.Difference(name, measure, ("Succeeded",) * 3, ("Succeeded", UNFINISHED))
     new = diff.Difference("long-vm-name", "quota_at_base", True, False)
     assert diff.unexplained([known, new]) == [new]
     assert "UNEXPLAINED" in diff.explain(new)
-    assert diff.KNOWN_BEHAVIOURS[diff.KNOWN_DIFFERENCES[known.key]] in diff.explain(known)
+    behaviour, _ = diff.KNOWN_DIFFERENCES[known.key]
+    assert diff.KNOWN_BEHAVIOURS[behaviour] in diff.explain(known)
     assert (name, measure) in diff.missing([], [name])
     assert diff.missing([], ["another-scenario"]) == []
 
 
+def test_a_documented_difference_beyond_its_bound_or_the_other_way_is_unexplained() -> None:
+    """Review: a documented difference absorbed any size and either direction."""
+    drain = "drain-20-vms-5-namespaces"
+    slower = diff.Difference(drain, "seconds_blocked", 12.5, 0.3)
+    assert diff.unexplained([slower]) == [], "the measured difference"
+    much_slower = diff.Difference(drain, "seconds_blocked", 300.0, 0.3)
+    other_way = diff.Difference(drain, "refused", 0, 3)
+    assert diff.unexplained([much_slower, other_way]) == [much_slower, other_way]
+    assert "BEYOND ITS BOUND" in diff.explain(much_slower)
+    writes = diff.Difference("v121-evacuation", "writes_per_migration", 4.0, 2.67)
+    assert diff.unexplained([writes]) == [], "write coalescing goes either way"
+    assert diff.unexplained([diff.Difference("v121-evacuation", "writes_per_migration", 7.0, 2.67)])
+    outcome = "v170-test2-ratio-raised", "outcome"
+    assert diff.unexplained([diff.Difference(*outcome, (UNFINISHED,), ("Succeeded",))])
+
+
 def test_every_documented_difference_names_a_known_behaviour() -> None:
-    assert set(diff.KNOWN_DIFFERENCES.values()) <= set(diff.KNOWN_BEHAVIOURS)
+    assert {b for b, _ in diff.KNOWN_DIFFERENCES.values()} <= set(diff.KNOWN_BEHAVIOURS)
     assert {m for _, m in diff.KNOWN_DIFFERENCES} <= set(diff.MEASURES)
 
 
 def test_a_documented_timing_difference_may_be_absent_but_a_behaviour_one_may_not() -> None:
-    timing = [k for k, b in diff.KNOWN_DIFFERENCES.items() if b in diff.TIMING_BEHAVIOURS]
-    behaviour = [k for k, b in diff.KNOWN_DIFFERENCES.items() if b not in diff.TIMING_BEHAVIOURS]
+    timing = [k for k, (b, _) in diff.KNOWN_DIFFERENCES.items() if b in diff.TIMING_BEHAVIOURS]
+    behaviour = [
+        k for k, (b, _) in diff.KNOWN_DIFFERENCES.items() if b not in diff.TIMING_BEHAVIOURS
+    ]
     assert timing and behaviour
     assert diff.missing([], [name for name, _ in timing]) == sorted(
         k for k in behaviour if k[0] in {name for name, _ in timing}
