@@ -291,23 +291,49 @@ class LeaderElector:
         self._observed = lease
 
     async def _release(self) -> None:
-        """Gives the lease up so that a successor does not wait out the lease duration."""
-        if (
-            self._observed is None
-            or (self._observed.get("spec") or {}).get("holderIdentity") != self.config.identity
-        ):
+        """Gives the lease up so that a successor does not wait out the lease duration.
+
+        A renew cancelled at its deadline may still have been written: the lease then moved past
+        the one observed and the release meets a Conflict. It reads the lease once more and, if
+        it is still ours, releases that (once: a successor's lease is never touched)."""
+        observed = self._observed
+        if observed is None or not self._holds(observed):
             return
+        try:
+            await self._client.update(LEASES, self._released(observed))
+        except errors.Conflict:
+            await self._release_fresh()
+        except errors.ApiError as error:
+            log.warning("releasing lease %s failed: %s", self.config.name, error)
+        else:
+            log.info("%s released lease %s", self.config.identity, self.config.name)
+
+    async def _release_fresh(self) -> None:
+        """The release again, from the lease as it is now (see `_release`)."""
+        try:
+            current = await self._client.get(LEASES, self.config.name, self.config.namespace)
+            if not self._holds(current):
+                return
+            await self._client.update(LEASES, self._released(current))
+        except errors.ApiError as error:
+            log.warning("releasing lease %s failed: %s", self.config.name, error)
+        else:
+            log.info("%s released lease %s", self.config.identity, self.config.name)
+
+    def _holds(self, lease: Object | None) -> bool:
+        return (
+            lease is not None
+            and (lease.get("spec") or {}).get("holderIdentity") == self.config.identity
+        )
+
+    def _released(self, lease: Object) -> Object:
+        """`lease` given up: no holder, a 1 s duration (client-go's release)."""
         now = format_micro_time(self._clock.now())
-        lease = {**self._observed}
-        lease["spec"] = {
-            **(self._observed.get("spec") or {}),
+        spec = {
+            **(lease.get("spec") or {}),
             "holderIdentity": "",
             "leaseDurationSeconds": 1,
             "renewTime": now,
             "acquireTime": now,
         }
-        try:
-            await self._client.update(LEASES, lease)
-            log.info("%s released lease %s", self.config.identity, self.config.name)
-        except errors.ApiError as error:
-            log.warning("releasing lease %s failed: %s", self.config.name, error)
+        return {**lease, "spec": spec}

@@ -67,6 +67,36 @@ async def test_one_leader_and_a_prompt_handover_on_release(clock: FakeClock) -> 
     await asyncio.gather(second, return_exceptions=True)
 
 
+async def test_a_release_after_a_renew_written_but_not_seen_reads_the_lease_again(
+    clock: FakeClock,
+) -> None:
+    """Seen under `helm uninstall` on a loaded machine: a renew cancelled at its deadline had
+    been written, the release from the lease last observed met a Conflict, and the successor
+    waited out the lease. The release reads the lease once more and gives it up."""
+    api, leading = FakeApi(), []
+    first = asyncio.ensure_future(elector(api, clock, "a", leading).run())
+    await settle()
+    key = (LEASES.name, "kube-system", "harvester-quota")
+    api._bump(api.objects[key])  # the renew the leader never saw answered
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await settle()
+    assert holder(api) == "", "released despite the Conflict"
+
+
+async def test_a_release_never_touches_a_successors_lease(clock: FakeClock) -> None:
+    api, leading = FakeApi(), []
+    first = asyncio.ensure_future(elector(api, clock, "a", leading).run())
+    await settle()
+    lease = api.objects[(LEASES.name, "kube-system", "harvester-quota")]
+    lease["spec"]["holderIdentity"] = "b"  # taken over meanwhile
+    api._bump(lease)
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await settle()
+    assert holder(api) == "b"
+
+
 async def test_a_dead_leader_is_replaced_after_the_lease_duration(clock: FakeClock) -> None:
     api, leading = FakeApi(), []
     first = asyncio.ensure_future(elector(api, clock, "a", leading, release=False).run())
