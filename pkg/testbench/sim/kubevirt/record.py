@@ -75,6 +75,9 @@ class MigrationRecord:
     failure_reason: str = ""
     refusals: int = 0
     refusal_messages: list[str] = field(default_factory=list)
+    """The distinct refusal messages, the first MAX_REFUSAL_MESSAGES of them."""
+    last_refusal: str | None = None
+    """The newest refusal's message (what blocks the migration now)."""
     failed_creates: int = 0
     """Target pod creates that failed for another cause than quota refusing them, such as quota
     admission losing its status update to a concurrent write of the quota (a Conflict):
@@ -128,6 +131,7 @@ class MigrationRecord:
 
     def note_refusal(self, message: str, moment: Moment) -> None:
         self.refusals += 1
+        self.last_refusal = message
         if self.first_refused is None:
             self.first_refused = moment
         _keep_distinct(self.refusal_messages, message)
