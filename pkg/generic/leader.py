@@ -296,44 +296,43 @@ class LeaderElector:
         A renew cancelled at its deadline may still have been written: the lease then moved past
         the one observed and the release meets a Conflict. It reads the lease once more and, if
         it is still ours, releases that (once: a successor's lease is never touched)."""
-        observed = self._observed
-        if observed is None or not self._holds(observed):
-            return
-        try:
-            await self._client.update(LEASES, self._released(observed))
-        except errors.Conflict:
-            await self._release_fresh()
-        except errors.ApiError as error:
-            log.warning("releasing lease %s failed: %s", self.config.name, error)
-        else:
-            log.info("%s released lease %s", self.config.identity, self.config.name)
-
-    async def _release_fresh(self) -> None:
-        """The release again, from the lease as it is now (see `_release`)."""
-        try:
-            current = await self._client.get(LEASES, self.config.name, self.config.namespace)
-            if not self._holds(current):
+        lease = self._observed
+        for attempt in range(2):
+            spec = (lease or {}).get("spec") or {}
+            if lease is None or spec.get("holderIdentity") != self.config.identity:
                 return
-            await self._client.update(LEASES, self._released(current))
-        except errors.ApiError as error:
-            log.warning("releasing lease %s failed: %s", self.config.name, error)
-        else:
+            now = format_micro_time(self._clock.now())
+            try:
+                await self._client.update(LEASES, released_lease(lease, now))
+            except errors.Conflict as error:
+                if attempt:
+                    log.warning("releasing lease %s failed: %s", self.config.name, error)
+                    return
+                lease = await read_lease(self._client, self.config)
+                continue
+            except errors.ApiError as error:
+                log.warning("releasing lease %s failed: %s", self.config.name, error)
+                return
             log.info("%s released lease %s", self.config.identity, self.config.name)
+            return
 
-    def _holds(self, lease: Object | None) -> bool:
-        return (
-            lease is not None
-            and (lease.get("spec") or {}).get("holderIdentity") == self.config.identity
-        )
 
-    def _released(self, lease: Object) -> Object:
-        """`lease` given up: no holder, a 1 s duration (client-go's release)."""
-        now = format_micro_time(self._clock.now())
-        spec = {
-            **(lease.get("spec") or {}),
-            "holderIdentity": "",
-            "leaseDurationSeconds": 1,
-            "renewTime": now,
-            "acquireTime": now,
-        }
-        return {**lease, "spec": spec}
+def released_lease(lease: Object, now: str) -> Object:
+    """`lease` given up at `now` (a MicroTime): no holder, a 1 s duration (client-go's release)."""
+    spec = {
+        **(lease.get("spec") or {}),
+        "holderIdentity": "",
+        "leaseDurationSeconds": 1,
+        "renewTime": now,
+        "acquireTime": now,
+    }
+    return {**lease, "spec": spec}
+
+
+async def read_lease(client: ApiClient, config: LeaderElectionConfig) -> Object | None:
+    """The lease as it is now, or None if it cannot be read (logged)."""
+    try:
+        return await client.get(LEASES, config.name, config.namespace)
+    except errors.ApiError as error:
+        log.warning("releasing lease %s: cannot read it: %s", config.name, error)
+        return None
