@@ -19,10 +19,8 @@ import contextlib
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object, Resource
@@ -34,6 +32,7 @@ from harvester_quota.util.annotations import migrating_vm_annotation_key
 
 from tests.helpers import eventually
 from tests.integration.conftest import admin_config, session_state_dir
+from tests.integration.test_deployed_processes import token_kubeconfig
 from tests.objects import managed_quota, rancher_namespace
 
 pytestmark = pytest.mark.integration
@@ -115,8 +114,9 @@ async def left_raised(api: ApiClient, namespace: str) -> None:
 
 async def play_kubelet_for_the_hook(api: ApiClient, cluster: ClusterInfo, workdir: Path) -> int:
     """Waits for the hook Job's pod, runs its container's arguments as a process as the pod's
-    service account, and writes the exit into the pod's status (the kubelet's part); returns
-    the exit code."""
+    service account (a kubeconfig with a token from the TokenRequest API, as the kubelet mounts
+    one), and writes the exit into the pod's status (the kubelet's part); returns the exit
+    code. The pod's namespace is harvester-system, where `token_kubeconfig` asks."""
 
     async def hook_pod() -> Object | None:
         pods = await api.list(PODS, NAMESPACE, label_selector=f"job-name={HOOK}")
@@ -129,13 +129,8 @@ async def play_kubelet_for_the_hook(api: ApiClient, cluster: ClusterInfo, workdi
     assert pod is not None
     spec = pod["spec"]
     (container,) = spec["containers"]
-    token = await api.request(
-        "POST",
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{spec['serviceAccountName']}/token",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    kubeconfig = workdir / "hook-kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(_kubeconfig(cluster, token["status"]["token"])))
+    account = spec["serviceAccountName"]
+    kubeconfig = await token_kubeconfig(api, cluster, account, workdir / "hook-kubeconfig")
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -150,25 +145,6 @@ async def play_kubelet_for_the_hook(api: ApiClient, cluster: ClusterInfo, workdi
     code = int(process.returncode or 0)
     await _terminated(api, pod, container["name"], code)
     return code
-
-
-def _kubeconfig(cluster: ClusterInfo, token: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "c",
-                "cluster": {
-                    "server": cluster.server,
-                    "certificate-authority": str(cluster.ca_file),
-                },
-            }
-        ],
-        "users": [{"name": "hook", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "hook"}}],
-        "current-context": "c",
-    }
 
 
 async def _terminated(api: ApiClient, pod: Object, container: str, code: int) -> None:

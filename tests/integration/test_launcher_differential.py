@@ -556,20 +556,10 @@ def namespaces(kubevirt_cluster: ClusterInfo) -> Iterator[Namespaces]:
 
 def _restore_config(rest: RestClient, saved: dict[str, Any], plain: str) -> None:
     """Puts the CR's configuration back as the module found it (the cluster is the session's,
-    shared with the next module of its version) and waits until virt-controller renders by it
-    again (its CPU allocation ratio, 10 unless the CR set one)."""
-    cr = rest.get(KUBEVIRT_CR)
-    cr["spec"]["configuration"] = saved
-    rest.put(KUBEVIRT_CR, cr)
+    shared with the next module of its version), its CPU allocation ratio (10 unless the CR
+    set one) the marker."""
     ratio = int((saved.get("developerConfiguration") or {}).get("cpuAllocationRatio") or 10)
-    expected = Quantity.parse(f"{1000 // ratio}m")
-    _probe(
-        rest,
-        plain,
-        vmi_spec(1, memory="1Gi", requests=False),
-        lambda pod: Quantity.parse(_compute(pod)["resources"]["requests"]["cpu"]) == expected,
-        what="virt-controller to use the configuration the module found",
-    )
+    _set_configuration(rest, saved, ratio, plain, "the configuration the module found")
 
 
 def _compute(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -634,17 +624,27 @@ def _probe(
 
 
 def _apply_config(rest: RestClient, config: Config, plain: str) -> None:
-    """Replaces the CR's spec.configuration; waits until a fresh VMI's pod shows the marker."""
+    """Replaces the CR's spec.configuration with `config`'s (`_set_configuration`)."""
+    configuration = config.spec_configuration()
+    ratio = config.cpu_allocation_ratio
+    _set_configuration(rest, configuration, ratio, plain, f"configuration {config.name}")
+
+
+def _set_configuration(
+    rest: RestClient, configuration: dict[str, Any], ratio: int, plain: str, name: str
+) -> None:
+    """Replaces the CR's spec.configuration; waits until a fresh VMI's pod shows its CPU
+    allocation `ratio` (the marker that virt-controller renders by it)."""
     cr = rest.get(KUBEVIRT_CR)
-    cr["spec"]["configuration"] = config.spec_configuration()
+    cr["spec"]["configuration"] = configuration
     rest.put(KUBEVIRT_CR, cr)
-    expected = Quantity.parse(f"{1000 // config.cpu_allocation_ratio}m")
+    expected = Quantity.parse(f"{1000 // ratio}m")
     _probe(
         rest,
         plain,
         vmi_spec(1, memory="1Gi", requests=False),
         lambda pod: Quantity.parse(_compute(pod)["resources"]["requests"]["cpu"]) == expected,
-        what=f"virt-controller to use configuration {config.name}",
+        what=f"virt-controller to use {name}",
     )
 
 
