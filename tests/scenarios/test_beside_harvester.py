@@ -101,13 +101,17 @@ async def test_harvesters_own_controllers_show_the_seeds_failure(
 
 
 def preflight_foresaw_the_wait(result: dict[str, Any]) -> None:
-    """`preflight --strategy harvester`, run before the drain, named as many waiting target pods
-    as Harvester's real controllers left refused, none blocked for good, and a bound on the
-    wait the run stayed under."""
+    """`preflight --strategy harvester`, run before the drain, named at least as many waiting
+    target pods as Harvester's real controllers left refused (at least one), none blocked for
+    good, and a bound on the wait the run stayed under. At most, not exactly: which targets
+    wait hangs on when KubeVirt hands over from one migration to the next (idle, 2 of 3 as the
+    seed reports; once at load 5, vm3's target came after a source launcher had exited and only
+    1 waited). A refusal shorter than diff.RACE_SECONDS is the race of the raise and KubeVirt's
+    target pod, not a wait (run G of stop 48 at load 5-7 saw one beside the two waits)."""
     (said,) = result["preflights"]
-    refused = [m for m in result["migrations"] if m["refusals"]]
+    refused = [m for m in result["migrations"] if diff.waited(m)]
     assert not said["blocks"], said
-    assert said["delayed"] == len(refused), (said, refused)
+    assert 1 <= len(refused) <= said["delayed"], (said, refused)
     waited = sum(m["blocked_seconds"] or 0.0 for m in refused)
     assert 0 < waited <= said["delayed_seconds_at_most"], (waited, said["delayed_seconds_at_most"])
 

@@ -73,6 +73,12 @@ KNOWN_BEHAVIOURS: Final = {
         "the simulator, Harvester's own the other way round); one migration at a time both "
         "write 4"
     ),
+    "port-under-load": (
+        "not a v1.8.2/v1.9 behaviour: on a loaded machine the port, in the bench's Python process, "
+        "sees its own writes late and redoes a step (its annotation and the resync flag written "
+        "again): 6 writes for one migration where both write 4 idle (v170-test1-ratio-1.5, run "
+        "G of stop 48, load average 5-7)"
+    ),
 }
 """The behaviours of Harvester v1.8.2 that the port (v1.9) does not share, by name."""
 
@@ -140,11 +146,19 @@ KNOWN_DIFFERENCES: Final[dict[tuple[str, str], tuple[str, Bound]]] = {
         "write-coalescing",
         Bound("either way, by at most 2 a migration (8 or 12 writes for 3)", _within(2.0)),
     ),
+    ("v170-test1-ratio-1.5", "writes_per_migration"): (
+        "port-under-load",
+        Bound("the port writes more, by at most 2 a migration", _within(2.0, port_more=True)),
+    ),
+    ("long-vm-name", "writes_per_migration"): (
+        "port-under-load",
+        Bound("the port writes more, by at most 2 a migration", _within(2.0, port_more=True)),
+    ),
 }
 """(scenario, measure) -> the behaviour (KNOWN_BEHAVIOURS) that explains the difference and how
 far it may go, as measured by `python -m bench.scenario_diff` (bench/SCENARIOS.md) with room for
 a loaded machine's spread."""
-TIMING_BEHAVIOURS: Final = frozenset({"reaction-time", "write-coalescing"})
+TIMING_BEHAVIOURS: Final = frozenset({"reaction-time", "write-coalescing", "port-under-load"})
 """Differences that hang on timing: a run may show them or not, so `missing` never asks for
 them (an unexplained one still fails)."""
 
@@ -212,7 +226,7 @@ def _harvester_writes_per_migration(report: Mapping[str, Any]) -> float:
     return round(worst, 2)
 
 
-def _waited(migration: Mapping[str, Any]) -> bool:
+def waited(migration: Mapping[str, Any]) -> bool:
     """Refused by quota for longer than the race, or never admitted."""
     if not migration.get("refusals"):
         return False
@@ -225,7 +239,7 @@ def outcome_of(report: Mapping[str, Any]) -> Outcome:
     migrations = report.get("migrations") or []
     return Outcome(
         outcome=tuple(sorted(str(m.get("outcome") or UNFINISHED) for m in migrations)),
-        refused=sum(1 for m in migrations if _waited(m)),
+        refused=sum(1 for m in migrations if waited(m)),
         seconds_blocked=round(sum(m.get("blocked_seconds") or 0.0 for m in migrations), 1),
         quota_at_base=bool((report.get("invariants") or {}).get("final_hard_equals_base")),
         writes_per_migration=_harvester_writes_per_migration(report),
