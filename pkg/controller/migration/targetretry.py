@@ -65,7 +65,7 @@ MIGRATIONS_BY_VMI: Final = "migrations-by-vmi"
 """The migration store's index of unfinished migrations by ``namespace/vmiName``."""
 REASON_RETRIED: Final = "TargetPodCreateRetried"
 REASON_EXHAUSTED: Final = "TargetPodRetriesExhausted"
-SHOWN_MESSAGE: Final = 200
+SHOWN_MESSAGE: Final = 400
 """Characters of virt-controller's error quoted in our Event."""
 
 
