@@ -1,6 +1,6 @@
 """The target-pod retry beside KubeVirt's real virt-controller (issue 40, item 3).
 
-A ValidatingAdmissionPolicy of the test's own denies migration target pods in the test's
+The first test: a ValidatingAdmissionPolicy of the test's own denies migration target pods in the test's
 namespace while the namespace carries a label: a plain denial, not a quota refusal, as quota
 admission's Conflict or a webhook timeout would be. virt-controller fails the create, records
 FailedCreate on the VMI and requeues the migration through its rate limiter, whose per-key backoff
@@ -8,17 +8,25 @@ doubles from 5 ms with every failure. Our controllers run as their service accou
 chart's RBAC. Once two of our retries have failed too, the denial is lifted: virt-controller's own
 next try is then seconds away (5 ms times 2 to the number of failures), and our third retry, a
 second later, must bring the target pod well before it.
+
+The second: tenants allowed to create Events forge virt-controller's FailedCreate, on a VMI of
+another namespace and as a flood on their own waiting migration (virt-controller's migration slots
+closed, so it waits Pending with no target pod and no real failure): nothing is written for the
+first (the API server itself refuses an Event naming an object of another namespace; our own
+check of it is a second line), at most three retries for the second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from harvester_quota.apis.kubevirt import (
+    KUBEVIRTS,
     LABEL_MIGRATION_JOB,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
@@ -33,16 +41,21 @@ from harvester_quota.controller.migration.createfailures import (
 from harvester_quota.controller.migration.targetretry import REASON_RETRIED
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS
+from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
-from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.testbench.virtcontroller import (
+    KUBEVIRT_NAME,
+    KUBEVIRT_NAMESPACE,
+    VirtControllerDriver,
+)
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
 from tests.integration import deployment
-from tests.integration.tenant import small_pod
+from tests.integration.conftest import fresh_namespace_async
+from tests.integration.tenant import grant, small_pod, tenant
 
 pytestmark = pytest.mark.integration
 
@@ -237,3 +250,91 @@ async def test_a_target_pod_create_denied_for_a_reason_other_than_quota_is_retri
         "harvester_quota_target_pod_retries_total", {"outcome": "retried"}
     )
     assert retried == MAX_RETRIES
+
+
+FORGED = 'Error creating pod: Operation cannot be fulfilled on resourcequotas "q": forged'
+CREATE_EVENTS = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+
+
+def forged_failure(name: str, event_namespace: str, vmi: Object, message: str) -> Object:
+    """A FailedCreate Event as virt-controller writes it, naming `vmi` (its real uid)."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    meta = vmi["metadata"]
+    return {
+        "metadata": {"name": name, "namespace": event_namespace},
+        "involvedObject": {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+        },
+        "reason": "FailedCreate",
+        "message": message,
+        "type": "Warning",
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": "virtualmachine-controller"},
+    }
+
+
+async def annotated(api: ApiClient, namespace: str, name: str, retries: int) -> bool:
+    migration = await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, namespace)
+    return (migration["metadata"].get("annotations") or {}).get(ANNOTATION_RETRIES) == str(retries)
+
+
+def counted(app: ControllerApp, outcome: str) -> float | None:
+    return app.registry.get_sample_value(
+        "harvester_quota_target_pod_retries_total", {"outcome": outcome}
+    )
+
+
+async def test_forged_failed_creates_cost_at_most_three_writes_and_cannot_cross_namespaces(
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kubevirt_namespace: str,
+    kubevirt: VirtControllerDriver,
+    deployed_controllers: ControllerApp,
+) -> None:
+    api, namespace = kubevirt_api, kubevirt_namespace
+    slots = {"spec": {"configuration": {"migrations": {"parallelMigrationsPerCluster": 0}}}}
+    await api.patch(KUBEVIRTS, KUBEVIRT_NAME, slots, KUBEVIRT_NAMESPACE)  # the driver restores it
+    (await kubevirt.create_vm(VMSpec("vm1", cores=1, memory="1Gi"))).check()
+    vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
+    name = await kubevirt.migrate("vm1")
+    retry = deployed_controllers.target_retry
+
+    async with (
+        fresh_namespace_async(api, "attacker") as elsewhere,
+        tenant(api, kubevirt_cluster, elsewhere) as attacker,
+        tenant(api, kubevirt_cluster, namespace) as owner,
+    ):
+        await grant(api, attacker, "events", CREATE_EVENTS)
+        await grant(api, owner, "events", CREATE_EVENTS)
+        across = forged_failure("across", elsewhere, vmi, FORGED)
+        with pytest.raises(errors.Invalid, match=r"does not match event\.namespace"):
+            await attacker.api.create(EVENTS, across, elsewhere)  # refused before it reaches us
+
+        for number in range(1, MAX_RETRIES + 2):  # one at a time: a burst is answered once
+            forged = forged_failure(f"flood-{number}", namespace, vmi, FORGED)
+            await owner.api.create(EVENTS, forged, namespace)
+            if number <= MAX_RETRIES:
+                await eventually(
+                    lambda n=number: annotated(api, namespace, name, n), what=f"retry {number}"
+                )
+        await eventually(lambda: counted(deployed_controllers, "exhausted") == 1, what="told")
+        extra = [
+            await owner.api.create(
+                EVENTS, forged_failure(f"more-{index}", namespace, vmi, FORGED), namespace
+            )
+            for index in range(10)
+        ]
+        state = retry.states[f"{namespace}/{name}"]
+        answered = {(e["metadata"]["uid"], 1) for e in extra}
+        await eventually(lambda: answered <= state.answered, what="the rest answered, unwritten")
+    assert await annotated(api, namespace, name, MAX_RETRIES)
+    assert counted(deployed_controllers, "retried") == MAX_RETRIES
+    assert counted(deployed_controllers, "exhausted") == 1
+    migration = await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, namespace)
+    assert migration["status"]["phase"] == "Pending", "it still waits: nothing else was changed"
