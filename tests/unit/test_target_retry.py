@@ -353,3 +353,20 @@ def test_the_events_store_is_indexed_by_the_vmi_uid() -> None:
     harness = Harness()
     harness.add(event())
     assert harness.retry.events.store.by_index(FAILURE_INDEX, "vmi-uid")
+
+
+def test_an_event_queues_the_unfinished_migrations_of_the_vmi_it_names() -> None:
+    harness = Harness()
+    harness.add(migration(), migration("done", phase="Succeeded"), vmi())
+    assert harness.retry.migrations_of(strip_event(event())) == ["ns/mig"]
+
+
+def test_the_state_forgets_failures_no_longer_reported() -> None:
+    state = RetryState("uid-mig")
+    old, new = failure(count=1), failure(count=2)
+    state.observe([old], 0.0)
+    state.answer([old])
+    state.forget_gone([new])
+    state.observe([new], 1.0)
+    assert state.answered == set()
+    assert state.seen == {new.ident: 1.0}

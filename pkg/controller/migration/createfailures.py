@@ -186,6 +186,13 @@ class RetryState:
             if failure.ident not in self.answered:
                 self.seen.setdefault(failure.ident, now)
 
+    def forget_gone(self, failures: list[CreateFailure]) -> None:
+        """Drops what is known of failures no longer reported (an Event expired, or bumped to a
+        new count): the state stays as small as the Events cache, however many came and went."""
+        present = {failure.ident for failure in failures}
+        self.answered &= present
+        self.seen = {ident: at for ident, at in self.seen.items() if ident in present}
+
     def answer(self, failures: list[CreateFailure]) -> None:
         """Every failure known now is answered (an older one never triggers a later retry)."""
         for failure in failures:

@@ -139,6 +139,7 @@ class TargetPodRetry:
         if state is None:
             return migration
         now = self.clock.monotonic()
+        state.forget_gone(failures)
         state.observe(failures, now)
         uid = str(metadata(migration).get("uid"))
         has_target = bool(self.pods.store.by_index(TARGET_INDEX, uid))
