@@ -8,21 +8,34 @@ asks in one place. Reads the caches only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from ..apis.harvester import RATIO_SETTING, SETTINGS
 from ..apis.kubevirt import (
     KUBEVIRTS,
+    LABEL_MIGRATION_JOB,
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
 )
 from ..config.kubevirt import settings_from
 from ..config.management import Management
 from ..generic.informer import SharedInformer
-from ..generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS
+from ..generic.meta import labels
+from ..generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS, Object
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
 from ..util.resourcequota.writers import keep_writers
 from ..util.vmispec import strip_vmi_unread_unknown
+
+TARGET_INDEX: Final = "mtq-migration-target"
+"""The pod store's index of migration target pods by their migration's uid (MTQ mode's blocked
+migrations and the target-pod retry both ask whether a migration's target pod exists)."""
+
+
+def target_index(pod: Object) -> list[str]:
+    """TARGET_INDEX's function: the uid of the migration whose target pod `pod` is, if any."""
+    uid = labels(pod).get(LABEL_MIGRATION_JOB)
+    return [str(uid)] if uid else []
 
 
 @dataclass(frozen=True)

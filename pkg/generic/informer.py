@@ -419,7 +419,7 @@ class SharedInformer:
                 log.info("%s is served now: listing it", self.name)
             self._reflecting = asyncio.ensure_future(self.reflector.run())
         elif not present and self.present is not False:
-            log.info("%s is not served by the API server: an empty cache until it is", self.name)
+            log.info("%s is not available (not served, or not readable): an empty cache", self.name)
             if self._reflecting is not None:
                 self._reflecting.cancel()
                 self._reflecting = None
@@ -494,13 +494,15 @@ class SharedInformerFactory:
         transform: Transform | None = strip_unread_fields,
         codec: Codec | str = DEFAULT_CODEC,
         optional: bool = False,
+        presence: Presence | None = None,
     ) -> SharedInformer:
         """The shared informer for this resource; indexers asked for later are added to it.
 
         ``optional``: the kind may not be installed (a CRD); while the server does not serve it,
         the informer is synced and empty, and it is looked for again every `presence_period`
-        seconds (30 by default). The first
-        caller's choice stands for a shared informer."""
+        seconds (30 by default). ``presence``: another look than discovery's, making the kind
+        optional the same way (e.g. access.readable: while this process may not list it). The
+        first caller's choice stands for a shared informer."""
         key = InformerKey(resource, namespace or self._namespace, label_selector, field_selector)
         informer = self._informers.get(key)
         if informer is None:
@@ -513,7 +515,7 @@ class SharedInformerFactory:
                 transform=transform,
                 indexers=indexers,
                 codec=codec,
-                presence=self._presence_of(resource) if optional else None,
+                presence=presence or (self._presence_of(resource) if optional else None),
             )
             self._informers[key] = informer
             if self._started:

@@ -130,6 +130,25 @@ def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
     assert not any("harvester-quota-webhook" in expression for expression in conditions)
 
 
+def test_the_controller_only_annotates_migrations_and_reads_events_cluster_wide() -> None:
+    """The target-pod retry's RBAC (controller/migration/targetretry.py): patch is the one write
+    on migrations (an annotation; never their status, never delete), and Events are listed and
+    watched (virt-controller's FailedCreate) besides the create and patch of our own."""
+    documents = [d for d in yaml.safe_load_all(render({}, namespace="quota-system")) if d]
+    (role,) = [
+        d
+        for d in documents
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "harvester-quota"
+    ]
+    verbs: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            verbs.setdefault(resource, set()).update(rule["verbs"])
+    assert verbs["virtualmachineinstancemigrations"] == {"get", "list", "watch", "patch"}
+    assert "virtualmachineinstancemigrations/status" not in verbs
+    assert verbs["events"] == {"create", "patch", "list", "watch"}
+
+
 def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_them() -> None:
     """KubeVirt's launcher pods of new VMIs skipped every pod rule while room was held (the
     room-held rule left out KubeVirt's whole service account): now both pod rules leave out

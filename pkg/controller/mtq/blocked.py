@@ -18,12 +18,11 @@ from typing import Final
 
 from ...apis.kubevirt import (
     CONDITION_REJECTED_BY_QUOTA,
-    LABEL_MIGRATION_JOB,
     PHASE_PENDING,
 )
 from ...config.management import Management
 from ...generic.logformat import migration_fields
-from ...generic.meta import labels, metadata, status
+from ...generic.meta import metadata, status
 from ...generic.resource import Object
 from ...util.launcher import LauncherSettings, attachment_quota_usage, target_quota_usage
 from ...util.migrationlimits import (
@@ -38,23 +37,14 @@ from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.mtq import Blocked
 from ...util.resourcequota.rooms import decentralized_side
 from ...util.resources import add
-from ..informers import QuotaInformers
+from ..informers import TARGET_INDEX, QuotaInformers, target_index
 
 log = logging.getLogger(__name__)
-
-TARGET_INDEX: Final = "mtq-migration-target"
-"""The pod store's index of target pods by their migration's uid."""
-
 
 UNFINISHED_INDEX: Final = "mtq-unfinished-migration"
 """The migration store's index of the migrations not in a final phase, under UNFINISHED: those
 that may take a parallel-migration slot (a namespace keeps thousands of finished ones)."""
 UNFINISHED: Final = "unfinished"
-
-
-def _target_index(pod: Object) -> list[str]:
-    uid = labels(pod).get(LABEL_MIGRATION_JOB)
-    return [str(uid)] if uid else []
 
 
 def unfinished_index(migration: Object) -> list[str]:
@@ -71,7 +61,7 @@ class BlockedMigrations:
         self.informers = QuotaInformers.of(management)
         pods = self.informers.pods
         if not pods.store.has_index(TARGET_INDEX):
-            pods.store.add_indexers({TARGET_INDEX: _target_index})
+            pods.store.add_indexers({TARGET_INDEX: target_index})
         migrations = self.informers.migrations
         if not migrations.store.has_index(UNFINISHED_INDEX):
             migrations.store.add_indexers({UNFINISHED_INDEX: unfinished_index})
