@@ -10,6 +10,7 @@ one target are recorded in time order. Not thread-safe.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -46,12 +47,16 @@ class SeriesDatabase:
 
     def __init__(self) -> None:
         self._points: dict[Labels, list[Point]] = {}
+        self._by_name: dict[str, dict[Labels, list[Point]]] = {}
         self._last_scrape: dict[tuple[str, str], set[Labels]] = {}
 
     def append(self, labels: Mapping[str, str], at: float, value: float | None) -> None:
         """One point of the series `labels`; ValueError if it goes back in time."""
         key = labels_of(labels)
-        points = self._points.setdefault(key, [])
+        points = self._points.get(key)
+        if points is None:
+            points = self._points[key] = []
+            self._by_name.setdefault(labels.get("__name__", ""), {})[key] = points
         if points and points[-1][0] > at:
             raise ValueError(f"point at {at} before the last one of {dict(key)}")
         points.append((at, value))
@@ -74,10 +79,9 @@ class SeriesDatabase:
         self, name: str, matchers: tuple[Matcher, ...]
     ) -> Iterator[tuple[Labels, list[Point]]]:
         """Every series named `name` (any name when "") whose labels pass every matcher."""
-        for labels, points in self._points.items():
+        candidates = self._by_name.get(name, {}) if name else self._points
+        for labels, points in candidates.items():
             have = dict(labels)
-            if name and have.get("__name__") != name:
-                continue
             if all(m.matches(have.get(m.label, "")) for m in matchers):
                 yield labels, points
 
@@ -85,6 +89,16 @@ class SeriesDatabase:
 def _samples(text: str, target: Target) -> Iterator[tuple[dict[str, str], float]]:
     """The exposition's samples with the target's labels under their own (honor_labels)."""
     base = target.labels()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            yield {**base, **sample.labels, "__name__": sample.name}, float(sample.value)
+    for labels, value in _parsed(text):
+        yield {**base, **dict(labels)}, value
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(text: str) -> tuple[tuple[Labels, float], ...]:
+    """The samples of an exposition text, each with its name as __name__ (parsed once: tests
+    replay the same texts many times)."""
+    return tuple(
+        (labels_of({**sample.labels, "__name__": sample.name}), float(sample.value))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    )
