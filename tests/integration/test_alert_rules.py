@@ -124,10 +124,10 @@ class Recording:
         return [t for t in found if t is not None]
 
     def database(
-        self, until: str, moved: Callable[[int, str, str], str] = lambda i, c, t: t
+        self, until: str, moved: Callable[[int, str, str], str | None] = lambda i, c, t: t
     ) -> SeriesDatabase:
         """The scrapes up to mark `until` in a fresh database, each answered text through
-        `moved`(round, component, text)."""
+        `moved`(round, component, text) (None: that scrape failed)."""
         db = SeriesDatabase()
         components = targets()
         for at, component, text in self.scrapes:
@@ -379,6 +379,22 @@ def test_target_pods_refused_fires_for_a_real_refusal_in_its_namespace_for_15_mi
     assert firing(db, recording.marks["refusal-old"]) == {}
 
 
+def test_target_pods_refused_is_silent_15_minutes_after_one_failed_scrape(
+    recording: Recording,
+) -> None:
+    """Moved: one controller scrape after the real refusal fails (a network blip, a slow
+    answer), which ends every series for a moment; 15 minutes later the refusal counter must
+    not look newly born (it was, for one evaluation, with `unless ... offset 15m`)."""
+    born = round((recording.marks["refused"] - recording.start) / INTERVAL)
+
+    def blip(round_: int, component: str, text: str) -> str | None:
+        return None if (round_, component) == (born + 1, "controller") else text
+
+    db = recording.database("refusal-old", blip)
+    for round_ in (born + 31, born + 32):
+        assert "HarvesterQuotaTargetPodsRefused" not in firing(db, recording.moment(round_))
+
+
 def test_webhook_down_fires_two_minutes_after_its_scrapes_fail(recording: Recording) -> None:
     """Real: the webhook process stopped, its scrapes fail (up 0, its series stale): pending at
     first, firing once it held for the rule's 2 minutes; the controller still leads."""
@@ -455,6 +471,26 @@ def test_migration_blocked_fires_for_a_block_over_5_minutes_only(recording: Reco
         fired = firing(recording.database("healthy", blocked), recording.marks["healthy"])
         assert ("HarvesterQuotaMigrationBlocked" in fired) is fires, seconds
         assert set(fired) <= {"HarvesterQuotaMigrationBlocked"}
+
+
+def test_migration_blocked_is_silent_for_a_short_block_after_an_older_long_one(
+    recording: Recording,
+) -> None:
+    """Moved: the controller had observed one 400 s block before the timeline began (its
+    +Inf bucket at 1, its 300 s bucket at 0), then observes a 200 s one. increase()
+    extrapolates the two buckets differently (the 300 s bucket's zero point bounds its
+    extrapolation, the +Inf bucket's does not), so their difference is a fraction above 0
+    though no block over 5 minutes happened in the window."""
+    histogram = "harvester_quota_migration_blocked_seconds"
+
+    def moved(round_: int, component: str, text: str) -> str:
+        if component != "controller":
+            return text
+        text = observed(text, histogram, 400.0)
+        return observed(text, histogram, 200.0) if round_ >= 6 else text
+
+    fired = firing(recording.database("healthy", moved), recording.marks["healthy"])
+    assert "HarvesterQuotaMigrationBlocked" not in fired
 
 
 def test_write_errors_fire_on_one_failed_quota_write_for_10_minutes(recording: Recording) -> None:

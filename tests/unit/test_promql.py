@@ -220,3 +220,17 @@ def test_selectors_read_escapes_and_durations_as_prometheus_does() -> None:
     assert parse_duration("1h30m") == 5400.0
     with pytest.raises(ValueError, match="duration"):
         parse_duration("15")
+
+
+def test_present_over_time_sees_a_series_through_a_staleness_gap_in_its_window() -> None:
+    """A failed scrape ends a series for a moment: `offset` alone then finds nothing there,
+    present_over_time over the window still finds the series."""
+    db = SeriesDatabase()
+    target = Target("j", "i")
+    for i in range(10):
+        db.record(30.0 * i, target, None if i == 4 else 'c_total{namespace="n"} 1\n')
+    evaluator = Evaluator(db)
+    assert evaluator.vector("c_total offset 150s", 270.0) == []
+    (present,) = evaluator.vector("present_over_time(c_total[150s] offset 150s)", 270.0)
+    assert present.value == 1.0 and present.get("namespace") == "n"
+    assert present.get("__name__") == ""

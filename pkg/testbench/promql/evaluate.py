@@ -7,8 +7,9 @@ the points in (moment - range, moment] (Prometheus 3's left-open window), marker
 `offset` moves both back. increase() is Prometheus' extrapolated counter increase (resets
 added back, extrapolated to the window's ends when the first/last sample is within 1.1 average
 intervals of them, else by half an interval, never back past the counter's zero) and needs two
-samples. Arithmetic and functions drop the metric name; comparisons without `bool` filter and
-keep the left (or the vector) side's sample. Vector/vector operators match one-to-one on all
+samples; present_over_time() is 1 for each series with a sample in its window. Arithmetic
+and functions drop the metric name; comparisons without `bool` filter and keep the left (or
+the vector) side's sample. Vector/vector operators match one-to-one on all
 labels but the name; a side with two series of one signature is an error, as in Prometheus.
 absent() returns 1 labelled with its selector's single equality matchers. `sum` of nothing is
 nothing.
@@ -214,10 +215,17 @@ class Evaluator:
         (ranged,) = call.args
         assert isinstance(ranged, RangeSelector)  # the parser checked
         end = at - ranged.selector.offset
+        if call.function == "present_over_time":
+            return [
+                Sample(_without_name(labels), 1.0)
+                for labels, points in self._window(ranged, at)
+                if points
+            ]
         return _unique(
             [
                 Sample(
-                    _without_name(labels), extrapolated_increase(points, end - ranged.seconds, end)
+                    _without_name(labels),
+                    extrapolated_increase(points, end - ranged.seconds, end),
                 )
                 for labels, points in self._window(ranged, at)
                 if len(points) >= 2

@@ -1,8 +1,8 @@
 """A recursive-descent parser for the part of PromQL the chart's alert rules use.
 
 Accepted: numbers; instant selectors with label matchers (=, !=, =~, !~); range selectors
-(`[15m]`); `offset`; the functions increase(), absent() and time(); `sum` with or without
-`by (...)`; the binary operators + - * / % ^, == != < > <= >=, and, or, unless, with
+(`[15m]`); `offset`; the functions increase(), present_over_time(), absent() and time();
+`sum` with or without `by (...)`; the binary operators + - * / % ^, == != < > <= >=, and, or, unless, with
 Prometheus' precedence (^ binds tightest and to the right; then * / %; + -; comparisons; and
 unless; or loosest). Anything else PromQL has (bool, on/ignoring, group_left, other functions
 and aggregations, subqueries, @, strings, unary minus) is refused with `Unsupported` naming the
@@ -55,7 +55,8 @@ _AGGREGATIONS: Final = frozenset(
     {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk", "bottomk"}
     | {"quantile", "count_values", "limitk", "limit_ratio"}
 )
-FUNCTIONS: Final = frozenset({"increase", "absent", "time"})
+FUNCTIONS: Final = frozenset({"increase", "present_over_time", "absent", "time"})
+RANGE_FUNCTIONS: Final = frozenset({"increase", "present_over_time"})
 
 
 class Unsupported(ValueError):
@@ -350,8 +351,8 @@ def _checked_call(call: Call, parser: _Parser) -> Call:
     if call.function == "time" and call.args:
         raise parser.fail("time() takes no argument")
     arg = call.args[0] if len(call.args) == 1 else None
-    if call.function == "increase" and not isinstance(arg, RangeSelector):
-        raise parser.fail("increase() takes one range selector")
+    if call.function in RANGE_FUNCTIONS and not isinstance(arg, RangeSelector):
+        raise parser.fail(f"{call.function}() takes one range selector")
     if call.function == "absent" and (arg is None or isinstance(arg, (RangeSelector, Number))):
         raise parser.fail("absent() takes one instant vector")
     return call
