@@ -66,6 +66,7 @@ BENCH = "testbench"
 BENCH_LAYERS: dict[str, int] = {
     BENCH: 10,
     f"{BENCH}.harvestervm": 10,
+    f"{BENCH}.promql": 10,
     f"{BENCH}.localcluster": 11,
     f"{BENCH}.sim": 12,
     f"{BENCH}.strategy": 12,
