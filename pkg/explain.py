@@ -319,7 +319,15 @@ def _explanation(
             "priority": priority.get(room.migration, "default"),
             "room": {k: str(v) for k, v in sorted(room.room.items())},
             "target_pod": room.target_pod,
-            "attachment_pods": list(room.attachment_pods),
+            "attachment_pods": [pod for part in room.parts[1:] for pod in part.pods],
+            "parts": [
+                {
+                    "kind": part.kind,
+                    "pods": list(part.pods),
+                    "room": {k: str(v) for k, v in sorted(part.room.items())},
+                }
+                for part in room.parts
+            ],
             "estimated": room.estimated,
         }
         for room in plan.rooms.rooms
@@ -457,8 +465,9 @@ def render_text(e: Explanation) -> str:
     lines.append("migrations holding room:" + ("" if e.rooms else " none"))
     for room in e.rooms:
         pod = room["target_pod"] or "no target pod yet (estimated from the VMI)"
-        if room.get("attachment_pods"):
-            pod += ", attachment pods " + ", ".join(room["attachment_pods"])
+        for part in room.get("parts", [])[1:]:
+            if part["pods"]:
+                pod += f", {part['kind']} pods " + ", ".join(part["pods"])
         lines.append(
             f"  {room['migration']} (VM {room['vm']}, {room['phase']}, since {room['since']}, "
             f"priority {room['priority']}): "

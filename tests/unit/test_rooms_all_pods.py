@@ -205,7 +205,7 @@ def test_kubevirts_attachment_pod_is_part_of_the_room_and_not_of_the_base() -> N
     attachment = attachment_pod("hp-volume-abcde", target, mig)
     planned = rooms([mig], [instance], [source, target, attachment])
     (room,) = planned.rooms
-    assert room.attachment_pods == ("hp-volume-abcde",)
+    assert room.pods_of("attachment") == ("hp-volume-abcde",)
     assert planned.target_pods == {"virt-launcher-vm1-dst", "hp-volume-abcde"}
     assert room.room["pods"] == q("2")
     assert room.in_use == room.room, "both pods exist and count"
@@ -275,7 +275,7 @@ def test_a_forged_attachment_pod_is_charged_to_the_base(forgery: str) -> None:
         forged["metadata"]["labels"]["kubevirt.io"] = "virt-launcher"
     planned = rooms([mig], [instance], [source, target, forged])
     (room,) = planned.rooms
-    assert room.attachment_pods == ()
+    assert room.pods_of("attachment") == ()
     assert "hp-volume-x" not in planned.target_pods
     assert room.room["pods"] == q("2"), "the rendered attachment pod still stands in the room"
 

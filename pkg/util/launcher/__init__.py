@@ -7,6 +7,8 @@
 - `featuregates`: the KubeVirt feature gates that change the pod, per KubeVirt version.
 - `attachment`: the hotplug attachment pod beside it (`attachment_pod_resources`,
   `attachment_quota_usage`), for a VMI with hotplugged volumes.
+- `parts`: the registry of every pod a migration's target side charges (`TARGET_PARTS`,
+  `target_parts`), which the room model, MTQ mode, the VM validator and explain read.
 """
 
 from .attachment import attachment_pod_resources, attachment_quota_usage, has_hotplug_volumes

@@ -237,15 +237,7 @@ def pause_of(snapshot: NamespaceSnapshot) -> str | None:
 
 def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
     wanted = list(keys)
-    rooms = [
-        dataclasses.replace(
-            room,
-            room=resources.mask(room.room, wanted),
-            attachment_room=resources.mask(room.attachment_room, wanted),
-        )
-        for room in plan.rooms
-    ]
-    return dataclasses.replace(plan, rooms=rooms)
+    return dataclasses.replace(plan, rooms=[room.masked(wanted) for room in plan.rooms])
 
 
 def desired_hard(base: ResourceList, used: ResourceList, rooms: ResourceList) -> ResourceList:
