@@ -46,6 +46,7 @@ from .generic.resource import (
     Resource,
 )
 from .util.annotations import ANNOTATION_PAUSED, TRUE, parse_migration_annotations
+from .util.launcher import as_view
 from .util.migrationpriority import migration_priority, priority_name
 from .util.mtqlock import locks_of
 from .util.quotascope import quota_scope
@@ -347,11 +348,12 @@ def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapsho
     for shown, room in zip(result.rooms, plan.rooms.rooms, strict=True):
         shown["growth"] = ""
         vmi = snapshot.vmis.get(room.vm_name)
-        if pods is None or vmi is None:
+        full = as_view(vmi).source if vmi is not None else None
+        if pods is None or full is None:
             continue
         source = source_pod(pods, room.vmi_uid, room.migration_uid, snapshot.now)
         growth = (
-            None if source is None else target_growth(room.room, vmi, source, snapshot.launcher)
+            None if source is None else target_growth(room.room, full, source, snapshot.launcher)
         )
         shown["growth"] = growth.sentence() if growth is not None else ""
 

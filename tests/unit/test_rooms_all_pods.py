@@ -18,6 +18,7 @@ from harvester_quota.util.launcher import (
     has_hotplug_volumes,
     launcher_quota_usage,
 )
+from harvester_quota.util.launcher.attachment import attachment_usage
 from harvester_quota.util.launcher.limitrange import container_defaults
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.quotascope import QuotaScope, ScopeRequirement
@@ -164,7 +165,7 @@ def test_a_hotplug_volume_status_alone_makes_an_attachment_pod_as_in_virt_contro
     instance = vmi("vm")
     instance["status"] = {"volumeStatus": [{"name": "x", "hotplugVolume": {}}]}
     assert has_hotplug_volumes(instance)
-    assert vmi_facts(instance).hotplug and has_hotplug_volumes(vmi_facts(instance).as_object())
+    assert vmi_facts(instance).hotplug and attachment_usage(vmi_facts(instance), SETTINGS)
     assert not vmi_facts(vmi("plain")).hotplug
 
 

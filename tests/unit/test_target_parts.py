@@ -7,13 +7,12 @@ file knowing it."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from harvester_quota import explain as explain_module
 from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
-from harvester_quota.util.launcher import LauncherSettings, launcher_pod_resources, parts
+from harvester_quota.util.launcher import LauncherSettings, VmiView, launcher_pod_resources, parts
 from harvester_quota.util.launcher.parts import PartKind
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
@@ -26,18 +25,18 @@ from harvester_quota.webhook.resources.virtualmachine.validator import validate_
 from tests.objects import launcher_pod, vmi
 from tests.unit.mtq_fakes import harness
 from tests.unit.test_mtq_controller import NOT_ENOUGH_REASON, namespace_labels, setup
-from tests.unit.test_rooms_all_pods import SETTINGS, migration_of, rooms
+from tests.unit.test_rooms_all_pods import migration_of, rooms
 from tests.unit.test_webhook import FakeLookups, quota_with, request, vm_object
 
 SIDECAR_LABEL = "test-sidecar"
 SIDECAR_POD = {"spec": {"containers": [{"name": "side", "resources": {"limits": {"cpu": "50m"}}}]}}
 
 
-def _sidecar_usage(_vmi: Mapping[str, Any], _settings: LauncherSettings) -> ResourceList:
+def _sidecar_usage(_vmi: VmiView, _settings: LauncherSettings) -> ResourceList:
     return pod_quota_usage(SIDECAR_POD)
 
 
-def _sidecar_facts(_vmi: Mapping[str, Any], _usage: ResourceList) -> PodScopeFacts:
+def _sidecar_facts(_vmi: VmiView, _usage: ResourceList) -> PodScopeFacts:
     return PLAIN_FACTS
 
 
@@ -121,7 +120,7 @@ def test_the_vm_start_check_counts_a_registered_kind() -> None:
     with pytest.raises(Denied) as denied:
         validate_vm_start(request("VirtualMachine", vm_object("vm1", 2, "4Gi")), lookups)
     assert "limits.cpu" in denied.value.message
-    both = add(launcher, _sidecar_usage({}, SETTINGS))
+    both = add(launcher, pod_quota_usage(SIDECAR_POD))
     lookups = FakeLookups(quotas={"ns": quota_with({}, {"limits.cpu": str(both["limits.cpu"])})})
     validate_vm_start(request("VirtualMachine", vm_object("vm1", 2, "4Gi")), lookups)
 

@@ -22,17 +22,19 @@ from functools import lru_cache
 from typing import Any, Final
 
 from ...apis.kubevirt import HOTPLUG_DISK, LAUNCHER
-from ..quotascope import PLAIN_FACTS, PodScopeFacts, launcher_scope_facts
+from ..quotascope import PLAIN_FACTS, PodScopeFacts, rendered_pod_facts
 from ..resources import ResourceList
-from .attachment import attachment_quota_usage
+from .attachment import attachment_usage
 from .render import launcher_quota_usage, target_quota_usage
 from .settings import LauncherSettings
+from .vmiview import VmiSource, VmiView, as_view, source_of
 
-PartRender = Callable[[Mapping[str, Any], LauncherSettings], ResourceList]
+PartRender = Callable[[VmiView, LauncherSettings], ResourceList]
 """How KubeVirt renders one kind of pod for a VMI, as quota charges it ({}: the VMI gets none).
-Raises ValueError for a VMI KubeVirt would not render."""
+Raises ValueError for a VMI KubeVirt would not render. It reads the view's declared fields (the
+launcher's, the whole spec, through `source_of`)."""
 
-PartFacts = Callable[[Mapping[str, Any], ResourceList], PodScopeFacts]
+PartFacts = Callable[[VmiView, ResourceList], PodScopeFacts]
 """What quota scopes read of the pod of one kind rendered for a VMI with that usage."""
 
 
@@ -54,29 +56,39 @@ class PartKind:
     """The launcher: the pod every other part is made beside (exactly one kind, the first)."""
 
 
-def _attachment_facts(_vmi: Mapping[str, Any], _usage: ResourceList) -> PodScopeFacts:
+def _attachment_facts(_vmi: VmiView, _usage: ResourceList) -> PodScopeFacts:
     """KubeVirt renders the attachment pod without the VMI's priority class or pod affinity,
     with requests and no deadline, whatever the launcher has (RenderHotplugAttachmentPodTemplate)."""
     return PLAIN_FACTS
 
 
-def _first_launcher(vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
-    return launcher_quota_usage(vmi, settings)
+def _target_launcher(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
+    return target_quota_usage(source_of(vmi), settings)
+
+
+def _first_launcher(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
+    return launcher_quota_usage(source_of(vmi), settings)
+
+
+def launcher_facts(vmi: VmiView, usage: ResourceList) -> PodScopeFacts:
+    """quotascope.launcher_scope_facts for a view: the VMI's priority class and affinity are
+    copied to its launcher pod."""
+    return rendered_pod_facts(vmi.priority_class, vmi.affinity, usage)
 
 
 LAUNCHER_PART: Final = PartKind(
     name="launcher",
     label=LAUNCHER,
-    render=target_quota_usage,
+    render=_target_launcher,
     render_first=_first_launcher,
-    facts=launcher_scope_facts,
+    facts=launcher_facts,
     primary=True,
 )
 ATTACHMENT_PART: Final = PartKind(
     name="attachment",
     label=HOTPLUG_DISK,
-    render=attachment_quota_usage,
-    render_first=attachment_quota_usage,
+    render=attachment_usage,
+    render_first=attachment_usage,
     facts=_attachment_facts,
 )
 
@@ -88,6 +100,19 @@ TARGET_PARTS: tuple[PartKind, ...] = (LAUNCHER_PART, ATTACHMENT_PART)
 def target_part_kinds() -> tuple[PartKind, ...]:
     """The registered kinds, the launcher first (read at each call, never cached)."""
     return TARGET_PARTS
+
+
+SourceRender = Callable[[Mapping[str, Any], LauncherSettings], ResourceList]
+"""A renderer of full VMI objects (target_quota_usage, a cache of its renders)."""
+
+
+def by_source(render: SourceRender) -> PartRender:
+    """`render` as the launcher part's renderer of views that keep their object (source_of)."""
+
+    def rendered(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
+        return render(source_of(vmi), settings)
+
+    return rendered
 
 
 def secondary_labels() -> frozenset[str]:
@@ -111,14 +136,15 @@ class RenderedPart:
 
 
 def target_parts(
-    vmi: Mapping[str, Any], settings: LauncherSettings, *, first: bool = False
+    vmi: VmiSource, settings: LauncherSettings, *, first: bool = False
 ) -> tuple[RenderedPart, ...]:
     """Every pod KubeVirt would render for `vmi` on a migration's target side (`first`: beside
     its first launcher pod, a VM that starts), the launcher first; kinds the VMI gets none of
     are left out. Raises ValueError as the renderers do."""
+    view = as_view(vmi)
     parts: list[RenderedPart] = []
     for kind in target_part_kinds():
-        usage = (kind.render_first if first else kind.render)(vmi, settings)
+        usage = (kind.render_first if first else kind.render)(view, settings)
         if usage or kind.primary:
-            parts.append(RenderedPart(kind, usage, kind.facts(vmi, usage)))
+            parts.append(RenderedPart(kind, usage, kind.facts(view, usage)))
     return tuple(parts)

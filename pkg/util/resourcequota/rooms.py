@@ -40,17 +40,17 @@ from ...apis.kubevirt import (
     LABEL_KUBEVIRT,
     LABEL_MIGRATION_JOB,
     LAUNCHER,
-    LIVE_MIGRATABLE,
     PHASE_FAILED,
     PHASE_PENDING,
     PHASE_SUCCEEDED,
 )
 from ...generic.logformat import migration_fields
-from ...generic.meta import condition_status, labels, metadata, status
+from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from .. import resources
-from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, target_quota_usage
-from ..launcher.parts import PartKind, target_part_kinds
+from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
+from ..launcher.parts import LAUNCHER_PART, PartKind, PartRender, target_part_kinds
+from ..launcher.vmiview import VmiSource, VmiView, as_view
 from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope
 from ..resources import ResourceList
 from .podindex import NamespacePods, PodView, namespace_pods
@@ -220,9 +220,9 @@ def _still_counts(pod: PodView | None, now: datetime.datetime) -> bool:
     return pod is not None and pod.counts(now)
 
 
-VmiUsage = Callable[[Mapping[str, Any], LauncherSettings], ResourceList]
-"""target_quota_usage's contract: the quota usage of the migration target pod rendered for a
-VMI."""
+VmiUsage = PartRender
+"""The launcher part's render contract (target_quota_usage's for a view): the quota usage of
+the migration target pod rendered for a VMI."""
 
 
 @dataclass
@@ -230,8 +230,9 @@ class RoomInputs:
     """Everything about one namespace that decides its rooms."""
 
     migrations: Sequence[Object]
-    vmis: Mapping[str, Object]
-    """VMIs of the namespace by name (only those migrations name are looked up)."""
+    vmis: Mapping[str, VmiSource]
+    """VMIs of the namespace by name, as views or full objects (only those migrations name are
+    looked up, each adapted once: launcher.as_view)."""
     pods: Iterable[Object] | NamespacePods
     """Every pod of the namespace (the quota charges all of them), as objects or as the views a
     PodIndex keeps."""
@@ -240,7 +241,7 @@ class RoomInputs:
     """The settings in force for this namespace (room estimates before a target pod exists)."""
     keys: Iterable[str] | None = None
     """The quota keys rooms are reported on (None: every key the pod uses)."""
-    usage: VmiUsage = target_quota_usage
+    usage: VmiUsage = LAUNCHER_PART.render
     """How a VMI's target launcher pod is estimated before it exists (planviews.RenderedUsages
     for the narrow VMIs a controller keeps); the other parts render as their PartKind says
     (they read only what narrow VMIs keep)."""
@@ -329,10 +330,11 @@ def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> Migr
         # their VMI (`_finished_reason` decides the rest).
         return None
     vmi_name = str((migration.get("spec") or {}).get("vmiName", ""))
-    vmi = inputs.vmis.get(vmi_name)
-    if vmi is None:
+    found = inputs.vmis.get(vmi_name)
+    if found is None:
         # Nothing can be migrated, nothing will be admitted: the migration holds no room.
         return None
+    vmi = as_view(found)
     if _of_an_earlier_instance(migration, vmi):
         return None
     target = next((pod for pod in candidates if is_target_of(pod, migration, vmi)), None)
@@ -361,7 +363,7 @@ def _may_hold_room(
     return _older_launcher(pods, labelled.created_by or "", labelled, now) is not None
 
 
-def is_target_of(pod: PodView | None, migration: Mapping[str, Any], vmi: Mapping[str, Any]) -> bool:
+def is_target_of(pod: PodView | None, migration: Mapping[str, Any], vmi: VmiView) -> bool:
     """Whether `pod` is the migration's target as only KubeVirt can make one: labelled with the
     migration's uid and, as a launcher, with the VMI's uid (labels the shipped admission policy
     lets no one but KubeVirt's controller set), and created no earlier than the migration (a
@@ -369,24 +371,24 @@ def is_target_of(pod: PodView | None, migration: Mapping[str, Any], vmi: Mapping
     is an ordinary pod, charged against the base."""
     if pod is None or not pod.launcher:
         return False
-    if pod.created_by != metadata(vmi).get("uid"):
+    if pod.created_by != vmi.uid:
         return False
     return pod.created >= str(metadata(migration).get("creationTimestamp") or "")
 
 
-def _of_an_earlier_instance(migration: Object, vmi: Object) -> bool:
+def _of_an_earlier_instance(migration: Object, vmi: VmiView) -> bool:
     """Whether the migration belongs to a VMI of the same name that no longer exists (the VM
     restarted): the migration is older than the current VMI (KubeVirt only admits a migration
     for an existing VMI)."""
     migration_created = metadata(migration).get("creationTimestamp")
-    vmi_created = metadata(vmi).get("creationTimestamp")
+    vmi_created = vmi.created
     # RFC 3339 UTC timestamps of the same form compare correctly as strings.
     return bool(migration_created and vmi_created and str(migration_created) < str(vmi_created))
 
 
 def _holding_reason(
     migration: Object,
-    vmi: Object,
+    vmi: VmiView,
     target: PodView | None,
     now: datetime.datetime,
     pods: NamespacePods,
@@ -405,7 +407,7 @@ def _holding_reason(
 
 
 def _finished_reason(
-    phase: str, vmi: Object, target: PodView | None, now: datetime.datetime, pods: NamespacePods
+    phase: str, vmi: VmiView, target: PodView | None, now: datetime.datetime, pods: NamespacePods
 ) -> str | None:
     """A finished migration holds room while its target pod counts and, once it succeeded,
     while a launcher pod of the VMI older than that target (its source) still counts too."""
@@ -413,7 +415,7 @@ def _finished_reason(
         return None
     if phase == PHASE_FAILED:
         return "target pod of a failed migration still counts"
-    source = _older_launcher(pods, str(metadata(vmi).get("uid")), target, now)
+    source = _older_launcher(pods, str(vmi.uid), target, now)
     return f"source pod {source.name} still counts" if source is not None else None
 
 
@@ -427,7 +429,7 @@ def _older_launcher(
 
 
 def _can_migrate(
-    vmi: Object,
+    vmi: VmiView,
     target: PodView | None,
     now: datetime.datetime,
     pods: NamespacePods,
@@ -436,8 +438,8 @@ def _can_migrate(
     (not the migration's own target) that the kubelet reports Running and that still counts. A
     VMI whose pod never started (refused, unschedulable) has nothing to migrate; neither has one
     KubeVirt reports not live-migratable."""
-    vmi_uid = str(metadata(vmi).get("uid"))
-    if condition_status(vmi, LIVE_MIGRATABLE) == "False":
+    vmi_uid = str(vmi.uid)
+    if vmi.not_migratable:
         return False
     return any(
         pod.running and pod.counts(now) and (target is None or pod.name != target.name)
@@ -445,7 +447,7 @@ def _can_migrate(
     )
 
 
-def _estimate(kind: PartKind, vmi: Object, inputs: RoomInputs) -> ResourceList:
+def _estimate(kind: PartKind, vmi: VmiView, inputs: RoomInputs) -> ResourceList:
     """The rendered pod of `kind` for `vmi` ({}: the VMI gets none; the launcher through
     `inputs.usage`, which may keep renders). Any failure of the estimate is a ValueError (an
     estimate error: that migration gets no room and a Warning, the rest is planned), whatever
@@ -459,9 +461,9 @@ def _estimate(kind: PartKind, vmi: Object, inputs: RoomInputs) -> ResourceList:
         log.warning(
             "cannot render the %s pod of VMI %s",
             kind.name,
-            metadata(vmi).get("name"),
+            vmi.name,
             exc_info=True,
-            extra=migration_fields(metadata(vmi).get("namespace"), metadata(vmi).get("name")),
+            extra=migration_fields(vmi.namespace, vmi.name),
         )
         raise ValueError(
             f"cannot render the VMI's {kind.name} pod ({type(error).__name__})"
@@ -470,7 +472,7 @@ def _estimate(kind: PartKind, vmi: Object, inputs: RoomInputs) -> ResourceList:
 
 def _room(
     migration: Object,
-    vmi: Object,
+    vmi: VmiView,
     target: PodView | None,
     reason: str,
     *,
@@ -490,8 +492,8 @@ def _room(
     return MigrationRoom(
         migration=str(metadata(migration).get("name", "")),
         migration_uid=str(metadata(migration).get("uid", "")),
-        vm_name=str(metadata(vmi).get("name", "")),
-        vmi_uid=str(metadata(vmi).get("uid", "")),
+        vm_name=vmi.name,
+        vmi_uid=vmi.uid or "",
         phase=str(status(migration).get("phase") or ""),
         room=resources.total(part.room for part in parts),
         target_pod=target.name if target is not None else None,
@@ -505,7 +507,7 @@ def _room(
 def _part(
     kind: PartKind,
     migration: Object,
-    vmi: Object,
+    vmi: VmiView,
     target: PodView | None,
     under_way: bool,
     *,
