@@ -53,11 +53,11 @@ from harvester_quota.testbench.sim.kubevirt.objects import (
     render_vmi,
     vm_resources,
 )
+from harvester_quota.util.launcher import VmiView
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 from harvester_quota.util.resourcequota.planviews import (
     NamespaceVmis,
     RenderedUsages,
-    VmiFacts,
     migration_plan_view,
     vmi_facts,
 )
@@ -85,9 +85,9 @@ class Caches:
         self.settled_views: NamespaceViews[Object] = NamespaceViews()
         """The same views, where `settle` sets the settled finished migrations aside."""
         self.migrations.add_view("settled", migration_plan_view, self.settled_views.changed)
-        self.facts: NamespaceViews[VmiFacts] = NamespaceViews()
+        self.facts: NamespaceViews[VmiView] = NamespaceViews()
         self.vmis.add_view("plan", vmi_facts, self.facts.changed)
-        self.usages = RenderedUsages(self.facts, self.vmis.get)
+        self.usages = RenderedUsages(self.vmis.get)
 
 
 def _uid(kind: str, index: int) -> str:

@@ -46,6 +46,7 @@ from .generic.resource import (
     Resource,
 )
 from .util.annotations import ANNOTATION_PAUSED, TRUE, parse_migration_annotations
+from .util.launcher import as_view
 from .util.migrationpriority import migration_priority, priority_name
 from .util.mtqlock import locks_of
 from .util.quotascope import quota_scope
@@ -319,7 +320,15 @@ def _explanation(
             "priority": priority.get(room.migration, "default"),
             "room": {k: str(v) for k, v in sorted(room.room.items())},
             "target_pod": room.target_pod,
-            "attachment_pods": list(room.attachment_pods),
+            "attachment_pods": [pod for part in room.parts[1:] for pod in part.pods],
+            "parts": [
+                {
+                    "kind": part.kind,
+                    "pods": list(part.pods),
+                    "room": {k: str(v) for k, v in sorted(part.room.items())},
+                }
+                for part in room.parts
+            ],
             "estimated": room.estimated,
         }
         for room in plan.rooms.rooms
@@ -339,11 +348,12 @@ def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapsho
     for shown, room in zip(result.rooms, plan.rooms.rooms, strict=True):
         shown["growth"] = ""
         vmi = snapshot.vmis.get(room.vm_name)
-        if pods is None or vmi is None:
+        full = as_view(vmi).source if vmi is not None else None
+        if pods is None or full is None:
             continue
         source = source_pod(pods, room.vmi_uid, room.migration_uid, snapshot.now)
         growth = (
-            None if source is None else target_growth(room.room, vmi, source, snapshot.launcher)
+            None if source is None else target_growth(room.room, full, source, snapshot.launcher)
         )
         shown["growth"] = growth.sentence() if growth is not None else ""
 
@@ -457,8 +467,9 @@ def render_text(e: Explanation) -> str:
     lines.append("migrations holding room:" + ("" if e.rooms else " none"))
     for room in e.rooms:
         pod = room["target_pod"] or "no target pod yet (estimated from the VMI)"
-        if room.get("attachment_pods"):
-            pod += ", attachment pods " + ", ".join(room["attachment_pods"])
+        for part in room.get("parts", [])[1:]:
+            if part["pods"]:
+                pod += f", {part['kind']} pods " + ", ".join(part["pods"])
         lines.append(
             f"  {room['migration']} (VM {room['vm']}, {room['phase']}, since {room['since']}, "
             f"priority {room['priority']}): "

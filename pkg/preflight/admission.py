@@ -16,7 +16,7 @@ The room each strategy adds to spec.hard for one migration:
   key the pod uses at max(base, used) + its share, the others at their base), unless the quota
   carries the skip annotation. On Rancher's path the raise must also fit the Rancher project
   (projectroom.py); a raise it has no room for is never written. Any other quota gets nothing.
-- ``harvester`` (Harvester v1.9): util/harvesterroom.py: limits.cpu and limits.memory of the
+- ``harvester`` (Harvester v1.9): preflight/harvesterroom.py: limits.cpu and limits.memory of the
   compute container, on the default quota only, limits.memory compensated after a refusal.
 - ``none`` (plain KubeVirt, no quota controller): nothing.
 """
@@ -30,7 +30,6 @@ from typing import Any, Final, Literal
 from ..apis.mtq import Vmmrq
 from ..generic.meta import annotations_of, name
 from ..util.annotations import parse_migration_annotations
-from ..util.harvesterroom import LIMITS_MEMORY, harvester_room
 from ..util.kubevirtversion import KubeVirtVersion
 from ..util.podusage import quota_constraint_violations
 from ..util.quantity import Quantity
@@ -44,6 +43,7 @@ from ..util.resourcequota.plan import desired_hard
 from ..util.resourcequota.projectroom import describe_shortfall, raise_verdict
 from ..util.resourcequota.rancherpath import raised_annotation
 from ..util.resources import ResourceList
+from .harvesterroom import LIMITS_MEMORY, harvester_room
 from .report import Blocker, QuotaShortfall
 
 Strategy = Literal["ours", "harvester", "none"]

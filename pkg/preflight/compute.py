@@ -21,7 +21,6 @@ from ..apis.mtq import Vmmrq, VmmrqError, decode_vmmrq
 from ..config.kubevirt import settings_from
 from ..generic.meta import labels, metadata, name, namespace, spec, status
 from ..generic.resource import Object
-from ..util.harvesterroom import harvester_ratio
 from ..util.launcher import LauncherSettings, launcher_pod_resources
 from ..util.migrationlimits import migration_limits
 from ..util.migrationpriority import evacuation_priority
@@ -34,6 +33,7 @@ from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
 from .delays import QueuedTarget, plan_delays, wave_starts
+from .harvesterroom import harvester_ratio
 from .harvesterupgrade import note_upgrade_outcomes
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
 from .report import Action, Blocker, PreflightReport, Step, VmVerdict

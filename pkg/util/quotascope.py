@@ -183,13 +183,21 @@ def launcher_scope_facts(vmi: Mapping[str, Any], usage: Mapping[str, Quantity]) 
     BestEffort only if nothing in it asks for cpu or memory."""
     spec = vmi.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
+    return rendered_pod_facts(_text(spec.get("priorityClassName")), spec.get("affinity"), usage)
+
+
+def rendered_pod_facts(
+    priority_class: str, affinity: Any, usage: Mapping[str, Quantity]
+) -> PodScopeFacts:
+    """The facts of a pod KubeVirt renders with `priority_class` and `affinity` whose quota
+    usage is `usage` (no deadline; BestEffort only if nothing in it asks for cpu or memory)."""
     return interned(
         PodScopeFacts(
-            priority_class=_text(spec.get("priorityClassName")),
+            priority_class=priority_class,
             best_effort=not any(
                 key in _QOS_USAGE_KEYS and value.sign() > 0 for key, value in usage.items()
             ),
-            cross_namespace_affinity=uses_cross_namespace_affinity(spec.get("affinity")),
+            cross_namespace_affinity=uses_cross_namespace_affinity(affinity),
         )
     )
 

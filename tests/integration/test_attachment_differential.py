@@ -358,7 +358,7 @@ async def _attachment_case(
     (room,) = plan.rooms
     target = next(p for p in pods if p["metadata"]["name"] == room.target_pod)
     assert_reported_overhead_is_ours(target, vmi_now, settings, declarative)
-    assert room.attachment_pods == (target_attachment_pod["metadata"]["name"],)
+    assert room.pods_of("attachment") == (target_attachment_pod["metadata"]["name"],)
     assert room.room == total([pod_quota_usage(target), pod_quota_usage(target_attachment_pod)])
     record = await kubevirt.wait_migration(migration, timeout=TIMEOUT)
     assert record.outcome is not None
@@ -520,7 +520,7 @@ async def _volume_migration_target(
         )
     )
     (room,) = plan.rooms
-    assert room.target_pod == target["metadata"]["name"] and room.attachment_pods == ()
+    assert room.target_pod == target["metadata"]["name"] and room.pods_of("attachment") == ()
     assert room.room == pod_quota_usage(target)
     record = await kubevirt.wait_migration(mig["metadata"]["name"], timeout=TIMEOUT)
     assert record.outcome is not None

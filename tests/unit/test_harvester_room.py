@@ -1,4 +1,4 @@
-"""The product's model of Harvester's room (util/harvesterroom.py) against the test bench's
+"""The product's model of Harvester's room (preflight/harvesterroom.py) against the test bench's
 faithful port of Harvester's Go code (testbench/strategy/harvester): same share, same refusals."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import pytest
+from harvester_quota.preflight.harvesterroom import harvester_ratio, harvester_room
 from harvester_quota.testbench.strategy.harvester.calculator import (
     additional_guest_memory_overhead_ratio,
     calculate_scale_resource_quota_with_vmi,
@@ -20,7 +21,6 @@ from harvester_quota.util.annotations import (
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
 )
-from harvester_quota.util.harvesterroom import harvester_ratio, harvester_room
 
 from ..objects import managed_quota, rancher_namespace, vmi
 

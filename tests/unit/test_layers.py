@@ -54,13 +54,12 @@ UTIL_LAYERS: dict[str, float] = {
     f"{UTIL}.rancher": 3.3,
     f"{UTIL}.rancherproject": 3.4,
     f"{UTIL}.resourcequota": 3.5,
-    f"{UTIL}.harvesterroom": 3.6,
 }
 """util/'s modules and sub-packages -> layer, all within util's layer 3: quantities; then the
 facts of one object (a resource list, a quota's scopes, a VMI's spec, KubeVirt's version); then
 what is read from them (annotations, a pod's usage, KubeVirt's overhead); then the launcher pod
-KubeVirt renders and Rancher's annotation; Rancher's projects; the room model (resourcequota/);
-and its consumers. A module of util/ not named here fails the layer test until it is placed."""
+KubeVirt renders and Rancher's annotation; Rancher's projects; the room model (resourcequota/).
+A module of util/ not named here fails the layer test until it is placed."""
 
 BENCH = "testbench"
 BENCH_LAYERS: dict[str, int] = {

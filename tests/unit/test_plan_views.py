@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 from harvester_quota.generic.store import Store
 from harvester_quota.generic.views import NamespaceViews
-from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.launcher import LauncherSettings, VmiView
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from harvester_quota.util.resourcequota.planviews import (
     NamespaceVmis,
     RenderedUsages,
-    VmiFacts,
     migration_plan_view,
     vmi_facts,
 )
@@ -46,12 +45,12 @@ class Caches:
         self.changed: list[str] = []
         self.migration_store, self.vmi_store = Store(), Store()
         self.migrations: NamespaceViews[dict[str, Any]] = NamespaceViews(self.changed.append)
-        self.facts: NamespaceViews[VmiFacts] = NamespaceViews(self.changed.append)
+        self.facts: NamespaceViews[VmiView] = NamespaceViews(self.changed.append)
         self.migration_store.add_view("plan", migration_plan_view, self.migrations.changed)
         self.vmi_store.add_view("plan", vmi_facts, self.facts.changed)
         self.migration_store.replace(copy.deepcopy(migrations))
         self.vmi_store.replace(copy.deepcopy(vmis))
-        self.usages = RenderedUsages(self.facts, self.vmi_store.get)
+        self.usages = RenderedUsages(self.vmi_store.get)
 
     def snapshot(self, full: NamespaceSnapshot) -> NamespaceSnapshot:
         return NamespaceSnapshot(

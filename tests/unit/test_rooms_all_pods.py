@@ -18,6 +18,7 @@ from harvester_quota.util.launcher import (
     has_hotplug_volumes,
     launcher_quota_usage,
 )
+from harvester_quota.util.launcher.attachment import attachment_usage
 from harvester_quota.util.launcher.limitrange import container_defaults
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.quotascope import QuotaScope, ScopeRequirement
@@ -164,7 +165,7 @@ def test_a_hotplug_volume_status_alone_makes_an_attachment_pod_as_in_virt_contro
     instance = vmi("vm")
     instance["status"] = {"volumeStatus": [{"name": "x", "hotplugVolume": {}}]}
     assert has_hotplug_volumes(instance)
-    assert vmi_facts(instance).hotplug and has_hotplug_volumes(vmi_facts(instance).as_object())
+    assert vmi_facts(instance).hotplug and attachment_usage(vmi_facts(instance), SETTINGS)
     assert not vmi_facts(vmi("plain")).hotplug
 
 
@@ -205,7 +206,7 @@ def test_kubevirts_attachment_pod_is_part_of_the_room_and_not_of_the_base() -> N
     attachment = attachment_pod("hp-volume-abcde", target, mig)
     planned = rooms([mig], [instance], [source, target, attachment])
     (room,) = planned.rooms
-    assert room.attachment_pods == ("hp-volume-abcde",)
+    assert room.pods_of("attachment") == ("hp-volume-abcde",)
     assert planned.target_pods == {"virt-launcher-vm1-dst", "hp-volume-abcde"}
     assert room.room["pods"] == q("2")
     assert room.in_use == room.room, "both pods exist and count"
@@ -275,7 +276,7 @@ def test_a_forged_attachment_pod_is_charged_to_the_base(forgery: str) -> None:
         forged["metadata"]["labels"]["kubevirt.io"] = "virt-launcher"
     planned = rooms([mig], [instance], [source, target, forged])
     (room,) = planned.rooms
-    assert room.attachment_pods == ()
+    assert room.pods_of("attachment") == ()
     assert "hp-volume-x" not in planned.target_pods
     assert room.room["pods"] == q("2"), "the rendered attachment pod still stands in the room"
 

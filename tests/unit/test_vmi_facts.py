@@ -1,4 +1,4 @@
-"""Which VMI updates can change a quota plan: those that change its facts (planviews.VmiFacts);
+"""Which VMI updates can change a quota plan: those that change its facts (launcher.VmiView, planviews.vmi_facts);
 the controller queues no reconcile for the others."""
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ from ...config.management import Management
 from ...generic.logformat import migration_fields
 from ...generic.meta import metadata, status
 from ...generic.resource import Object
-from ...util.launcher import LauncherSettings, attachment_quota_usage, target_quota_usage
+from ...util.launcher import LauncherSettings
+from ...util.launcher.parts import target_parts
 from ...util.migrationlimits import (
     FINAL_PHASES,
     RECHECK_SECONDS,
@@ -33,10 +34,9 @@ from ...util.migrationlimits import (
     takes_slot,
 )
 from ...util.migrationpriority import migration_priority
-from ...util.quotascope import launcher_scope_facts
 from ...util.resourcequota.mtq import Blocked
 from ...util.resourcequota.rooms import decentralized_side
-from ...util.resources import add
+from ...util.resources import total
 from ..informers import TARGET_INDEX, QuotaInformers, target_index
 
 log = logging.getLogger(__name__)
@@ -131,10 +131,10 @@ class BlockedMigrations:
         if vmi is None:
             return None
         try:
-            settings = self.launcher_settings(namespace)
-            # The attachment pod virt-controller makes beside a target with hotplugged volumes
-            # needs the budget too, or it is refused once the launcher is in.
-            usage = add(target_quota_usage(vmi, settings), attachment_quota_usage(vmi, settings))
+            # Every pod of the target side needs the budget (the attachment pod virt-controller
+            # makes beside a target with hotplugged volumes too, or it is refused once the
+            # launcher is in), judged by the launcher's scope facts.
+            parts = target_parts(vmi, self.launcher_settings(namespace))
         except ValueError as error:
             log.warning(
                 "%s: cannot size the target pod of %s: %s",
@@ -146,12 +146,11 @@ class BlockedMigrations:
                 ),
             )
             return None
-        facts = launcher_scope_facts(vmi, usage)
         return Blocked(
             str(metadata(migration).get("name")),
             uid,
-            usage,
-            facts,
+            total(part.usage for part in parts),
+            parts[0].facts,
             vmi_name,
             priority=migration_priority(migration),
             created=str(metadata(migration).get("creationTimestamp") or ""),

@@ -19,13 +19,12 @@ from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...generic.views import NamespaceViews
-from ...util.launcher import LauncherSettings
+from ...util.launcher import LauncherSettings, VmiView
 from ...util.resourcequota.managed import is_managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.planviews import (
     NamespaceVmis,
     RenderedUsages,
-    VmiFacts,
     migration_plan_view,
     vmi_facts,
 )
@@ -56,10 +55,10 @@ class PlanInputs:
         self.refusals = RefusalTracker(management.clock)
         """Quota refusals as the migrations' changes showed them (refusals.py)."""
         informers.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)
-        self.vmi_facts: NamespaceViews[VmiFacts] = NamespaceViews(changed)
-        """Every namespace's VMIs as the plan reads them (planviews.VmiFacts)."""
+        self.vmi_facts: NamespaceViews[VmiView] = NamespaceViews(changed)
+        """Every namespace's VMIs as the plan reads them (launcher.VmiView, narrow)."""
         informers.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
-        self.usages = RenderedUsages(self.vmi_facts, informers.vmis.store.get)
+        self.usages = RenderedUsages(informers.vmis.store.get)
         """Room estimates, rendered once per VM shape and settings."""
         self._cluster_settings: LauncherSettings | None = None
         """The cluster-wide launcher settings, derived again only after the KubeVirt CR or

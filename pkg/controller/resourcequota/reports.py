@@ -18,6 +18,7 @@ from ...generic.events import WARNING, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
+from ...util.launcher import as_view
 from ...util.quantity import Quantity
 from ...util.resourcequota.plan import PAUSED_HERE, NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.rooms import decentralized_side
@@ -113,7 +114,7 @@ class NamespaceReports:
             if vmi is None:
                 continue
             try:
-                needed = snapshot.usage(vmi, snapshot.launcher)
+                needed = snapshot.usage(as_view(vmi), snapshot.launcher)
             except ValueError:
                 continue  # reported already as a QuotaNotScaled warning ("cannot size the room")
             short = [

@@ -7,9 +7,13 @@
 - `featuregates`: the KubeVirt feature gates that change the pod, per KubeVirt version.
 - `attachment`: the hotplug attachment pod beside it (`attachment_pod_resources`,
   `attachment_quota_usage`), for a VMI with hotplugged volumes.
+- `vmiview`: `VmiView`, a VMI as the room model and the part renderers read it, and its one
+  adapter from a full object (`vmi_view`, `as_view`).
+- `parts`: the registry of every pod a migration's target side charges (`TARGET_PARTS`,
+  `target_parts`), which the room model, MTQ mode, the VM validator and explain read.
 """
 
-from .attachment import attachment_pod_resources, attachment_quota_usage, has_hotplug_volumes
+from .attachment import attachment_pod_resources, attachment_quota_usage
 from .render import (
     launcher_pod_resources,
     launcher_quota_usage,
@@ -17,10 +21,14 @@ from .render import (
     target_quota_usage,
 )
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
+from .vmiview import VmiSource, VmiView, as_view, has_hotplug_volumes, vmi_view
 
 __all__ = [
     "DEFAULT_LAUNCHER_SETTINGS",
     "LauncherSettings",
+    "VmiSource",
+    "VmiView",
+    "as_view",
     "attachment_pod_resources",
     "attachment_quota_usage",
     "has_hotplug_volumes",
@@ -28,4 +36,5 @@ __all__ = [
     "launcher_quota_usage",
     "rendered_memory_overhead",
     "target_quota_usage",
+    "vmi_view",
 ]

@@ -23,9 +23,9 @@ from typing import Any, Final
 
 from ...apis.kubevirt import HOTPLUG_DISK
 from ..podusage import ResourceList, pod_quota_usage
-from ..vmispec import mapping_at, sequence_at, vmi_spec
 from .limitrange import apply_defaults
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
+from .vmiview import VmiView, has_hotplug_volumes
 
 HOTPLUG_ATTACHMENT: Final = "hotplug-disk"
 """supportContainerResources type of the attachment pod's container."""
@@ -33,23 +33,6 @@ ATTACHMENT_GENERATE_NAME: Final = "hp-volume-"
 
 _LIMITS: Final = {"cpu": "100m", "memory": "80M"}
 _REQUESTS: Final = {"cpu": "10m", "memory": "2M"}
-
-
-def has_hotplug_volumes(vmi: Mapping[str, Any]) -> bool:
-    """virt-controller's VMIHasHotplugVolumes: whether the VMI's pods include an attachment pod.
-    Raises ValueError for a volume list or volume status that is not a list of objects' kind."""
-    state = mapping_at(vmi, "status", "VMI")
-    for entry in sequence_at(state, "volumeStatus", "status"):
-        if isinstance(entry, Mapping) and entry.get("hotplugVolume") is not None:
-            return True
-    for volume in sequence_at(vmi_spec(vmi), "volumes", "spec"):
-        if not isinstance(volume, Mapping):
-            continue
-        for source in ("persistentVolumeClaim", "dataVolume"):
-            claim = volume.get(source)
-            if isinstance(claim, Mapping) and claim.get("hotpluggable") is True:
-                return True
-    return False
 
 
 def _resolved(settings: LauncherSettings, kind: str, defaults: Mapping[str, str]) -> dict[str, str]:
@@ -81,7 +64,15 @@ def attachment_quota_usage(
     vmi: Mapping[str, Any], settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
 ) -> ResourceList:
     """The quota usage of the attachment pod virt-controller creates for `vmi` on a migration's
-    target side, or {} when the VMI has no hotplugged volume (no attachment pod)."""
+    target side, or {} when the VMI has no hotplugged volume (no attachment pod); ValueError for
+    volumes that cannot be read."""
     if not has_hotplug_volumes(vmi):
+        return {}
+    return pod_quota_usage(attachment_pod_resources(settings))
+
+
+def attachment_usage(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
+    """attachment_quota_usage for a view (the attachment part's renderer, parts.py)."""
+    if not vmi.hotplug:
         return {}
     return pod_quota_usage(attachment_pod_resources(settings))

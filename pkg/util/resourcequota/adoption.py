@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ...generic.meta import metadata, spec
+from ...generic.meta import spec
 from ...generic.resource import Object
 from ..annotations import (
     ANNOTATION_ADOPTED,
@@ -45,6 +45,7 @@ from ..annotations import (
     TRUE,
     MigrationAnnotations,
 )
+from ..launcher import VmiSource, as_view
 
 ADOPTION_ANNOTATIONS = {ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: TRUE, ANNOTATION_ADOPTED: TRUE}
 
@@ -68,7 +69,7 @@ def adoption_changes(
     recorded: MigrationAnnotations,
     current: Mapping[str, str],
     migrations: Iterable[Object],
-    vmis: Mapping[str, Object],
+    vmis: Mapping[str, VmiSource],
 ) -> AdoptionChanges:
     """The annotation changes adoption asks of a managed quota.
 
@@ -90,14 +91,14 @@ def adoption_changes(
 
 
 def harvesters_live_keys(
-    current: Mapping[str, str], migrations: Iterable[Object], vmis: Mapping[str, Object]
+    current: Mapping[str, str], migrations: Iterable[Object], vmis: Mapping[str, VmiSource]
 ) -> frozenset[str]:
     """Harvester's ``migratingUID-<uid>`` keys on the quota whose VMI has a migration in
     ``migrations`` (the namespace's unfinished ones, as the plan reads them)."""
     uids = set()
     for migration in migrations:
         vmi = vmis.get(str(spec(migration).get("vmiName", "")))
-        uid = metadata(vmi).get("uid")
+        uid = as_view(vmi).uid if vmi is not None else None
         if uid:
             uids.add(ANNOTATION_MIGRATING_UID_PREFIX + str(uid))
     return frozenset(key for key in current if key in uids)

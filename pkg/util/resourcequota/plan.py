@@ -42,7 +42,8 @@ from ..annotations import (
     opted_out,
     parse_migration_annotations,
 )
-from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, target_quota_usage
+from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, VmiSource
+from ..launcher.parts import LAUNCHER_PART
 from ..quantity import Quantity
 from ..quotascope import quota_scope
 from ..resources import ResourceList, parse_resource_list_leniently
@@ -80,13 +81,14 @@ class NamespaceSnapshot:
     namespace: Object
     quota: Object
     migrations: Sequence[Object]
-    vmis: Mapping[str, Object]
+    vmis: Mapping[str, VmiSource]
+    """The namespace's VMIs by name: views (the controller's narrow ones) or full objects."""
     pods: Iterable[Object] | NamespacePods
     """Every pod of the namespace: objects, or the views a PodIndex keeps (the controller's)."""
     now: datetime.datetime
     launcher: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
     mode: Mode = "auto"
-    usage: VmiUsage = target_quota_usage
+    usage: VmiUsage = LAUNCHER_PART.render
     """How rooms are estimated from `vmis` (RoomInputs.usage)."""
     settled: Sequence[Object] = ()
     """Finished migrations set aside from planning (settled.py): read only to tell whose target
@@ -237,15 +239,7 @@ def pause_of(snapshot: NamespaceSnapshot) -> str | None:
 
 def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
     wanted = list(keys)
-    rooms = [
-        dataclasses.replace(
-            room,
-            room=resources.mask(room.room, wanted),
-            attachment_room=resources.mask(room.attachment_room, wanted),
-        )
-        for room in plan.rooms
-    ]
-    return dataclasses.replace(plan, rooms=rooms)
+    return dataclasses.replace(plan, rooms=[room.masked(wanted) for room in plan.rooms])
 
 
 def desired_hard(base: ResourceList, used: ResourceList, rooms: ResourceList) -> ResourceList:

@@ -8,8 +8,9 @@ Here:
 
 - a migration is reduced, when it changes, to the few fields the plan and the controller read
   (`migration_plan_view`, a small dict shaped like the object, so every reader keeps working);
-- a VMI is reduced to `VmiFacts`: its identity, the migration its migrationState names, and a
-  fingerprint of what the launcher rendering reads (annotations, spec);
+- a VMI is reduced to its `VmiView` without the object (launcher/vmiview.py): its identity and
+  the facts rooms read, and a fingerprint of what the launcher rendering reads (annotations,
+  spec);
 - `RenderedUsages` renders a launcher pod once per fingerprint and settings: VMIs of one size
   share it, and a VMI's status updates (several a second while it migrates) keep it.
 """
@@ -19,18 +20,16 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from cachetools import LRUCache
 
-from ...apis.kubevirt import FINAL_PHASES, LIVE_MIGRATABLE
-from ...generic.meta import condition_status, metadata, status
+from ...apis.kubevirt import FINAL_PHASES
+from ...generic.meta import metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
-from ..launcher import LauncherSettings, has_hotplug_volumes, target_quota_usage
-from ..quotascope import reduced_affinity
+from ..launcher import LauncherSettings, VmiView, target_quota_usage, vmi_view
 from ..resources import ResourceList
 from .rooms import HARVESTER_MIGRATION_PREFIX
 
@@ -91,81 +90,11 @@ def _narrow_spec(spec: object) -> dict[str, Any]:
     return narrow
 
 
-@dataclass(frozen=True, slots=True)
-class VmiFacts:
-    """What the quota plan reads of one VMI, besides the rendering (see the module docstring)."""
-
-    name: str
-    namespace: str
-    uid: str | None
-    created: str | None
-    not_migratable: bool
-    """KubeVirt's LiveMigratable condition is False: no migration of it holds room."""
-    priority_class: str
-    """spec.priorityClassName (KubeVirt copies it to the launcher pod: quota scopes read it)."""
-    affinity: Object | None
-    """spec.affinity reduced to whether it is cross-namespace (quotascope.reduced_affinity)."""
-    render_key: bytes
-    """A digest of what the launcher rendering reads: the annotations (Harvester's migration
-    annotations aside) and the spec. Equal for VMIs that render to the same launcher pod under
-    the same settings; labels are left out (virt-controller's kubevirt.io/nodeName differs per
-    node and changes with every migration, and the rendering never reads labels)."""
-
-    hotplug: bool = False
-    """The VMI has hotplugged volumes (launcher.has_hotplug_volumes): a migration's target
-    gets an attachment pod too."""
-
-    def as_object(self) -> Object:
-        """A VMI object with only these fields, for readers of objects (rooms.py)."""
-        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
-        if self.uid is not None:
-            meta["uid"] = self.uid
-        if self.created is not None:
-            meta["creationTimestamp"] = self.created
-        state: dict[str, Any] = {}
-        if self.not_migratable:
-            state["conditions"] = [{"type": LIVE_MIGRATABLE, "status": "False"}]
-        if self.hotplug:
-            state["volumeStatus"] = [{"name": "", "hotplugVolume": {}}]
-        spec: dict[str, Any] = {}
-        if self.priority_class:
-            spec["priorityClassName"] = self.priority_class
-        if self.affinity is not None:
-            spec["affinity"] = self.affinity
-        return {"metadata": meta, "spec": spec, "status": state}
-
-
-def vmi_facts(vmi: Object) -> VmiFacts:
-    """The VMI's facts; never raises (what cannot be encoded gets a key of its own, so it is
-    rendered, and its error reported, on every plan as before)."""
-    meta = metadata(vmi)
-    spec = vmi.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
-    priority_class = spec.get("priorityClassName")
-    return VmiFacts(
-        name=str(meta.get("name") or ""),
-        namespace=str(meta.get("namespace") or ""),
-        uid=_text(meta.get("uid")),
-        created=_text(meta.get("creationTimestamp")),
-        not_migratable=condition_status(vmi, LIVE_MIGRATABLE) == "False",
-        priority_class=priority_class if isinstance(priority_class, str) else "",
-        affinity=reduced_affinity(spec.get("affinity")),
-        render_key=_render_key(vmi),
-        hotplug=_has_hotplug_volumes(vmi),
-    )
-
-
-def _has_hotplug_volumes(vmi: Object) -> bool:
-    """has_hotplug_volumes, False for volumes it cannot read (the launcher rendering reports
-    them)."""
-    try:
-        return has_hotplug_volumes(vmi)
-    except ValueError:
-        return False
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
+def vmi_facts(vmi: Object) -> VmiView:
+    """The VMI as the controller's caches keep it: its view without the object, with the digest
+    of what the launcher rendering reads (`render_key`); never raises (what cannot be encoded
+    gets a key of its own, so it is rendered, and its error reported, on every plan as before)."""
+    return vmi_view(vmi, keep=False, render_key=_render_key(vmi))
 
 
 def _render_key(vmi: Object) -> bytes:
@@ -183,55 +112,49 @@ def _render_key(vmi: Object) -> bytes:
     return hashlib.blake2b(encoded, digest_size=16).digest()
 
 
-class NamespaceVmis(Mapping[str, Object]):
-    """A namespace's VMIs by name as narrow objects (`VmiFacts.as_object`), built per lookup."""
+class NamespaceVmis(Mapping[str, VmiView]):
+    """A namespace's VMIs by name, as the narrow views the caches keep."""
 
-    def __init__(self, facts: NamespaceViews[VmiFacts], namespace: str) -> None:
-        self._facts = facts.by_name(namespace)
+    def __init__(self, views: NamespaceViews[VmiView], namespace: str) -> None:
+        self._views = views.by_name(namespace)
 
-    def __getitem__(self, name: str) -> Object:
-        return self._facts[name].as_object()
+    def __getitem__(self, name: str) -> VmiView:
+        return self._views[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._facts)
+        return iter(self._views)
 
     def __len__(self) -> int:
-        return len(self._facts)
+        return len(self._views)
 
 
 class RenderedUsages:
     """Launcher quota usages by VMI fingerprint and launcher settings (an LRU of
-    RENDERED_USAGES). `usage` has target_quota_usage's contract for a narrow VMI of
-    `NamespaceVmis`: it renders the full VMI `full(key)` on a miss. A VMI it has no facts for is
-    rendered as given. Not thread-safe: event loop only."""
+    RENDERED_USAGES). `usage` is the launcher part's renderer (parts.PartRender) for the narrow
+    views of `NamespaceVmis`: it reads the view's `render_key` and, on a miss only, decodes the
+    full VMI `full(key)` once to render it. A view that keeps its object is rendered as given.
+    Not thread-safe: event loop only."""
 
     def __init__(
-        self,
-        facts: NamespaceViews[VmiFacts],
-        full: Callable[[str], Object | None],
-        maxsize: int = RENDERED_USAGES,
+        self, full: Callable[[str], Object | None], maxsize: int = RENDERED_USAGES
     ) -> None:
-        self._facts = facts
         self._full = full
         self._usages: LRUCache[tuple[bytes, str], ResourceList] = LRUCache(maxsize=maxsize)
         self._settings: tuple[LauncherSettings, str] | None = None
         self.renders = 0
         """Launcher pods rendered (misses)."""
 
-    def usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
+    def usage(self, vmi: VmiView, settings: LauncherSettings) -> ResourceList:
         """The quota usage of the launcher pod KubeVirt would render for `vmi` now; ValueError
         as target_quota_usage, or when the VMI left the cache. The result is the caller's."""
-        meta = metadata(vmi)
-        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        facts = self._facts.get(namespace, name)
-        if facts is None:
-            return target_quota_usage(vmi, settings)
-        key = (facts.render_key, self._settings_key(settings))
+        if vmi.source is not None:
+            return target_quota_usage(vmi.source, settings)
+        key = (vmi.render_key, self._settings_key(settings))
         cached = self._usages.get(key)
         if cached is None:
-            full = self._full(f"{namespace}/{name}")
+            full = self._full(vmi.key)
             if full is None:
-                raise ValueError(f"VMI {namespace}/{name} is no longer cached")
+                raise ValueError(f"VMI {vmi.key} is no longer cached")
             self.renders += 1
             cached = self._usages[key] = target_quota_usage(full, settings)
         return dict(cached)

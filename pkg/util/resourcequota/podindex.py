@@ -31,7 +31,6 @@ from typing import Any
 from cachetools import LRUCache
 
 from ...apis.kubevirt import (
-    HOTPLUG_DISK,
     LABEL_CREATED_BY,
     LABEL_KUBEVIRT,
     LABEL_MIGRATION_JOB,
@@ -39,6 +38,7 @@ from ...apis.kubevirt import (
 )
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
+from ..launcher.parts import secondary_labels
 from ..podusage import pod_quota_usage, pod_without_unreadable_quantities
 from ..quantity import Format, Quantity
 from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, pod_scope_facts
@@ -76,12 +76,13 @@ class PodView:
     """What a quota's scopes read of it (quotascope.py; shared between views)."""
     uid: str = ""
     """metadata.uid (the API server's), of a launcher pod only."""
-    attachment: bool = False
-    """Labelled kubevirt.io=hotplug-disk: a hotplug attachment pod, if KubeVirt made it (a
-    label anyone may set; rooms.attachments_of tells KubeVirt's apart)."""
+    part: str = ""
+    """Its kubevirt.io label when that names a kind of pod KubeVirt makes beside a target
+    launcher (launcher/parts.py: "hotplug-disk", an attachment pod), else "": such a pod if
+    KubeVirt made it (a label anyone may set; rooms.pods_beside tells KubeVirt's apart)."""
     controller_uid: str | None = None
-    """The uid of the ownerReference marked controller, of an attachment pod only: for
-    KubeVirt's, the launcher pod it serves."""
+    """The uid of the ownerReference marked controller, of such a pod only: for KubeVirt's,
+    the launcher pod it serves."""
 
     @property
     def steady(self) -> bool:
@@ -121,11 +122,12 @@ def pod_view(pod: Object) -> PodView:
         "scope": pod_scope_facts(pod),
     }
     # Kept only where a room reads them (a string per pod of a 10,000-VM namespace otherwise):
-    # a launcher's uid, an attachment pod's controller.
+    # a launcher's uid, the controller of a pod made beside one.
+    kind = pod_labels.get(LABEL_KUBEVIRT)
     if common["launcher"]:
         common["uid"] = str(meta.get("uid") or "")
-    elif pod_labels.get(LABEL_KUBEVIRT) == HOTPLUG_DISK:
-        common["attachment"] = True
+    elif kind and kind in secondary_labels():
+        common["part"] = kind
         common["controller_uid"] = _controller_uid(meta)
     try:
         common["deadline"] = _deadline(meta)

@@ -8,11 +8,11 @@ This is design principle 3 and 4 as a pure function of what the cluster shows no
   period.) Harvester gives the room back at "Succeeded", while the source pod still counts, which
   is why a second migration in a full namespace was refused in the v1.2.1 seed.
 - The room is the real quota usage, on every key (all containers, requests and limits, pods,
-  ephemeral storage, ...), of every pod the migration creates on the target side: the target
-  launcher pod and, for a VMI with hotplugged volumes, the hotplug attachment pod virt-controller
-  creates beside it (`attachments_of`). A pod that does not exist yet is counted as KubeVirt
-  would render it for the VMI now, with the settings in force now (launcher/render.py,
-  launcher/attachment.py).
+  ephemeral storage, ...), of every pod the migration creates on the target side, one
+  `RoomPart` per kind registered in launcher/parts.py: the target launcher pod and, for a VMI
+  with hotplugged volumes, the hotplug attachment pod virt-controller creates beside it
+  (`pods_beside`). A pod that does not exist yet is counted as KubeVirt would render it for
+  the VMI now, with the settings in force now (launcher/render.py, launcher/attachment.py).
 - Decentralized live migrations (KubeVirt v1.6+, exactly one of `spec.sendTo` and
   `spec.receive`, across namespaces or clusters) hold no room on either side. Room is for the
   moment a namespace runs one VM twice; here neither does. The sending side creates no pod in
@@ -40,22 +40,18 @@ from ...apis.kubevirt import (
     LABEL_KUBEVIRT,
     LABEL_MIGRATION_JOB,
     LAUNCHER,
-    LIVE_MIGRATABLE,
     PHASE_FAILED,
     PHASE_PENDING,
     PHASE_SUCCEEDED,
 )
 from ...generic.logformat import migration_fields
-from ...generic.meta import condition_status, labels, metadata, status
+from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from .. import resources
-from ..launcher import (
-    DEFAULT_LAUNCHER_SETTINGS,
-    LauncherSettings,
-    attachment_quota_usage,
-    target_quota_usage,
-)
-from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, launcher_scope_facts
+from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
+from ..launcher.parts import LAUNCHER_PART, PartKind, PartRender, target_part_kinds
+from ..launcher.vmiview import VmiSource, VmiView, as_view
+from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope
 from ..resources import ResourceList
 from .podindex import NamespacePods, PodView, namespace_pods
 
@@ -78,6 +74,22 @@ def vmi_pod_index(pod: Object) -> list[str]:
     return [uid] if uid and is_launcher(pod) else []
 
 
+@dataclass(frozen=True, slots=True)
+class RoomPart:
+    """One kind of pod of a migration's target side, as its room holds it (launcher/parts.py)."""
+
+    kind: str
+    """The PartKind's name ("launcher", "attachment", ...)."""
+    pods: tuple[str, ...]
+    """Its real pods whose usage is `room` (): not made yet, `room` is rendered)."""
+    room: ResourceList
+    facts: PodScopeFacts
+    """What quota scopes read of it: a real pod's own facts, else the rendered pod's."""
+
+    def masked(self, keys: Iterable[str]) -> RoomPart:
+        return dataclasses.replace(self, room=resources.mask(self.room, keys))
+
+
 @dataclass(frozen=True)
 class MigrationRoom:
     """One migration that holds room, the room, and why it still holds it."""
@@ -88,50 +100,64 @@ class MigrationRoom:
     vmi_uid: str
     phase: str
     room: ResourceList
+    """The sum of its parts' rooms."""
     target_pod: str | None
     estimated: bool
     reason: str
     created: str = ""
     """The migration's creationTimestamp (which of a VMI's migrations holds its room)."""
-    attachment_pods: tuple[str, ...] = ()
-    """KubeVirt's hotplug attachment pods of the target whose usage is part of the room."""
-    facts: PodScopeFacts = PLAIN_FACTS
-    """What quota scopes read of its target pod: the pod's own once it exists, else the launcher
-    pod's KubeVirt would render (quotascope.py)."""
-    attachment_room: ResourceList = field(default_factory=dict)
-    """The part of `room` that is the target's attachment pod, real or rendered ({}: none)."""
-    attachment_facts: PodScopeFacts = PLAIN_FACTS
-    """What quota scopes read of the attachment pod: KubeVirt renders it without the VMI's
-    priority class or pod affinity, with requests and no deadline, whatever the launcher has."""
+    parts: tuple[RoomPart, ...] = ()
+    """Every pod of the target side that makes up `room`, the launcher first (launcher/parts.py;
+    () for a room made by hand: all of it the launcher's, of plain facts)."""
 
     @property
     def finished(self) -> bool:
         return self.phase in (PHASE_SUCCEEDED, PHASE_FAILED)
 
     @property
+    def facts(self) -> PodScopeFacts:
+        """What quota scopes read of its target launcher pod (quotascope.py)."""
+        return self.parts[0].facts if self.parts else PLAIN_FACTS
+
+    @property
     def in_use(self) -> ResourceList:
         """The part of the room its pods already use, quota admission counting them: nothing
-        while the target is estimated, the target without the rendered attachment pod while
-        that pod does not exist yet, else the whole room."""
+        while the target is estimated, the room less the rendered parts whose pods do not
+        exist yet, else the whole room."""
         if self.estimated:
             return {}
-        if self.attachment_room and not self.attachment_pods:
-            return _without(self.room, self.attachment_room)
-        return self.room
+        missing = [part.room for part in self.parts[1:] if part.room and not part.pods]
+        return _without(self.room, resources.total(missing)) if missing else self.room
 
     def within(self, scope: QuotaScope) -> MigrationRoom | None:
         """The room as a quota of `scope` charges it: each of the target's pods is in it only if
         the scope matches that pod (a launcher of a priority class the quota selects is charged
-        there, its attachment pod, of no class, is not); None when the quota charges neither."""
-        launcher = scope.matches(self.facts)
-        attachment = bool(self.attachment_room) and scope.matches(self.attachment_facts)
-        if launcher and (attachment or not self.attachment_room):
-            return self
-        if attachment:
-            return dataclasses.replace(self, room=self.attachment_room)
-        if launcher:
-            return dataclasses.replace(self, room=_without(self.room, self.attachment_room))
+        there, its attachment pod, of no class, is not); None when the quota charges none."""
+        if not self.parts:
+            return self if scope.matches(PLAIN_FACTS) else None
+        launcher, *others = self.parts
+        charged = [part for part in others if part.room and scope.matches(part.facts)]
+        uncharged = [part.room for part in others if part.room and not scope.matches(part.facts)]
+        if scope.matches(launcher.facts):
+            if not uncharged:
+                return self
+            return dataclasses.replace(self, room=_without(self.room, resources.total(uncharged)))
+        if charged:
+            return dataclasses.replace(self, room=resources.total(p.room for p in charged))
         return None
+
+    def pods_of(self, kind: str) -> tuple[str, ...]:
+        """The real pods of its part of `kind` (a PartKind's name), () while there are none."""
+        return next((part.pods for part in self.parts if part.kind == kind), ())
+
+    def masked(self, keys: Iterable[str]) -> MigrationRoom:
+        """The room and its parts on `keys` only."""
+        wanted = list(keys)
+        return dataclasses.replace(
+            self,
+            room=resources.mask(self.room, wanted),
+            parts=tuple(part.masked(wanted) for part in self.parts),
+        )
 
 
 def _without(room: ResourceList, part: ResourceList) -> ResourceList:
@@ -175,7 +201,8 @@ def _room_pods(rooms: Iterable[MigrationRoom]) -> frozenset[str]:
     for room in rooms:
         if room.target_pod and not room.estimated:
             names.add(room.target_pod)
-        names.update(room.attachment_pods)
+        for part in room.parts[1:]:
+            names.update(part.pods)
     return frozenset(names)
 
 
@@ -193,9 +220,9 @@ def _still_counts(pod: PodView | None, now: datetime.datetime) -> bool:
     return pod is not None and pod.counts(now)
 
 
-VmiUsage = Callable[[Mapping[str, Any], LauncherSettings], ResourceList]
-"""target_quota_usage's contract: the quota usage of the migration target pod rendered for a
-VMI."""
+VmiUsage = PartRender
+"""The launcher part's render contract (target_quota_usage's for a view): the quota usage of
+the migration target pod rendered for a VMI."""
 
 
 @dataclass
@@ -203,8 +230,9 @@ class RoomInputs:
     """Everything about one namespace that decides its rooms."""
 
     migrations: Sequence[Object]
-    vmis: Mapping[str, Object]
-    """VMIs of the namespace by name (only those migrations name are looked up)."""
+    vmis: Mapping[str, VmiSource]
+    """VMIs of the namespace by name, as views or full objects (only those migrations name are
+    looked up, each adapted once: launcher.as_view)."""
     pods: Iterable[Object] | NamespacePods
     """Every pod of the namespace (the quota charges all of them), as objects or as the views a
     PodIndex keeps."""
@@ -213,12 +241,10 @@ class RoomInputs:
     """The settings in force for this namespace (room estimates before a target pod exists)."""
     keys: Iterable[str] | None = None
     """The quota keys rooms are reported on (None: every key the pod uses)."""
-    usage: VmiUsage = target_quota_usage
-    """How a VMI's room is estimated before its target pod exists (planviews.RenderedUsages
-    for the narrow VMIs a controller keeps)."""
-    attachment_usage: VmiUsage = attachment_quota_usage
-    """The target's attachment pod for a VMI before it exists ({}: the VMI has none; reads
-    only the VMI's volumes and volume statuses, which narrow VMIs keep)."""
+    usage: VmiUsage = LAUNCHER_PART.render
+    """How a VMI's target launcher pod is estimated before it exists (planviews.RenderedUsages
+    for the narrow VMIs a controller keeps); the other parts render as their PartKind says
+    (they read only what narrow VMIs keep)."""
 
 
 def plan_rooms(inputs: RoomInputs) -> RoomPlan:
@@ -304,10 +330,11 @@ def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> Migr
         # their VMI (`_finished_reason` decides the rest).
         return None
     vmi_name = str((migration.get("spec") or {}).get("vmiName", ""))
-    vmi = inputs.vmis.get(vmi_name)
-    if vmi is None:
+    found = inputs.vmis.get(vmi_name)
+    if found is None:
         # Nothing can be migrated, nothing will be admitted: the migration holds no room.
         return None
+    vmi = as_view(found)
     if _of_an_earlier_instance(migration, vmi):
         return None
     target = next((pod for pod in candidates if is_target_of(pod, migration, vmi)), None)
@@ -336,7 +363,7 @@ def _may_hold_room(
     return _older_launcher(pods, labelled.created_by or "", labelled, now) is not None
 
 
-def is_target_of(pod: PodView | None, migration: Mapping[str, Any], vmi: Mapping[str, Any]) -> bool:
+def is_target_of(pod: PodView | None, migration: Mapping[str, Any], vmi: VmiView) -> bool:
     """Whether `pod` is the migration's target as only KubeVirt can make one: labelled with the
     migration's uid and, as a launcher, with the VMI's uid (labels the shipped admission policy
     lets no one but KubeVirt's controller set), and created no earlier than the migration (a
@@ -344,24 +371,24 @@ def is_target_of(pod: PodView | None, migration: Mapping[str, Any], vmi: Mapping
     is an ordinary pod, charged against the base."""
     if pod is None or not pod.launcher:
         return False
-    if pod.created_by != metadata(vmi).get("uid"):
+    if pod.created_by != vmi.uid:
         return False
     return pod.created >= str(metadata(migration).get("creationTimestamp") or "")
 
 
-def _of_an_earlier_instance(migration: Object, vmi: Object) -> bool:
+def _of_an_earlier_instance(migration: Object, vmi: VmiView) -> bool:
     """Whether the migration belongs to a VMI of the same name that no longer exists (the VM
     restarted): the migration is older than the current VMI (KubeVirt only admits a migration
     for an existing VMI)."""
     migration_created = metadata(migration).get("creationTimestamp")
-    vmi_created = metadata(vmi).get("creationTimestamp")
+    vmi_created = vmi.created
     # RFC 3339 UTC timestamps of the same form compare correctly as strings.
     return bool(migration_created and vmi_created and str(migration_created) < str(vmi_created))
 
 
 def _holding_reason(
     migration: Object,
-    vmi: Object,
+    vmi: VmiView,
     target: PodView | None,
     now: datetime.datetime,
     pods: NamespacePods,
@@ -380,7 +407,7 @@ def _holding_reason(
 
 
 def _finished_reason(
-    phase: str, vmi: Object, target: PodView | None, now: datetime.datetime, pods: NamespacePods
+    phase: str, vmi: VmiView, target: PodView | None, now: datetime.datetime, pods: NamespacePods
 ) -> str | None:
     """A finished migration holds room while its target pod counts and, once it succeeded,
     while a launcher pod of the VMI older than that target (its source) still counts too."""
@@ -388,7 +415,7 @@ def _finished_reason(
         return None
     if phase == PHASE_FAILED:
         return "target pod of a failed migration still counts"
-    source = _older_launcher(pods, str(metadata(vmi).get("uid")), target, now)
+    source = _older_launcher(pods, str(vmi.uid), target, now)
     return f"source pod {source.name} still counts" if source is not None else None
 
 
@@ -402,7 +429,7 @@ def _older_launcher(
 
 
 def _can_migrate(
-    vmi: Object,
+    vmi: VmiView,
     target: PodView | None,
     now: datetime.datetime,
     pods: NamespacePods,
@@ -411,8 +438,8 @@ def _can_migrate(
     (not the migration's own target) that the kubelet reports Running and that still counts. A
     VMI whose pod never started (refused, unschedulable) has nothing to migrate; neither has one
     KubeVirt reports not live-migratable."""
-    vmi_uid = str(metadata(vmi).get("uid"))
-    if condition_status(vmi, LIVE_MIGRATABLE) == "False":
+    vmi_uid = str(vmi.uid)
+    if vmi.not_migratable:
         return False
     return any(
         pod.running and pod.counts(now) and (target is None or pod.name != target.name)
@@ -420,107 +447,118 @@ def _can_migrate(
     )
 
 
-def _estimate(vmi: Object, inputs: RoomInputs) -> ResourceList:
-    """The rendered room of `vmi`. Any failure of the estimate is a ValueError (an estimate
-    error: that migration gets no room and a Warning, the rest is planned), whatever raised it:
-    the VMI's spec and annotations are the tenant's to write, and a plan that fails on them
-    leaves every migration of the namespace without room and the webhook answering 500."""
+def _estimate(kind: PartKind, vmi: VmiView, inputs: RoomInputs) -> ResourceList:
+    """The rendered pod of `kind` for `vmi` ({}: the VMI gets none; the launcher through
+    `inputs.usage`, which may keep renders). Any failure of the estimate is a ValueError (an
+    estimate error: that migration gets no room and a Warning, the rest is planned), whatever
+    raised it: the VMI's spec and annotations are the tenant's to write, and a plan that fails
+    on them leaves every migration of the namespace without room and the webhook answering 500."""
     try:
-        return inputs.usage(vmi, inputs.launcher)
+        return (inputs.usage if kind.primary else kind.render)(vmi, inputs.launcher)
     except ValueError:
         raise
     except Exception as error:
         log.warning(
-            "cannot render the launcher pod of VMI %s",
-            metadata(vmi).get("name"),
+            "cannot render the %s pod of VMI %s",
+            kind.name,
+            vmi.name,
             exc_info=True,
-            extra=migration_fields(metadata(vmi).get("namespace"), metadata(vmi).get("name")),
+            extra=migration_fields(vmi.namespace, vmi.name),
         )
         raise ValueError(
-            f"cannot render the VMI's launcher pod ({type(error).__name__})"
+            f"cannot render the VMI's {kind.name} pod ({type(error).__name__})"
         ) from error
 
 
 def _room(
     migration: Object,
-    vmi: Object,
+    vmi: VmiView,
     target: PodView | None,
     reason: str,
     *,
     inputs: RoomInputs,
     pods: NamespacePods,
 ) -> MigrationRoom:
-    """The room: the real target pod's usage once it exists, else the rendered estimate; plus
-    the target's attachment pods once they exist, else, for a migration under way whose VMI
-    has hotplugged volumes, the attachment pod rendered."""
-    attachments: list[PodView] = []
-    if target is not None and _still_counts(target, inputs.now):
-        room, estimated, facts = target.usage_at(inputs.now), False, target.scope
-        attachments = attachments_of(migration, target, pods, inputs.now)
-    else:
-        room, estimated = _estimate(vmi, inputs), True
-        facts = launcher_scope_facts(vmi, room)
-    attachment: ResourceList = {}
-    attachment_facts = PLAIN_FACTS
-    if attachments:
-        attachment = resources.total(pod.usage_at(inputs.now) for pod in attachments)
-        attachment_facts = attachments[0].scope
-    elif str(status(migration).get("phase") or "") not in (PHASE_SUCCEEDED, PHASE_FAILED):
-        attachment = _estimate_attachment(vmi, inputs)
-    if inputs.keys is not None:
-        room, attachment = (
-            resources.mask(room, inputs.keys),
-            resources.mask(attachment, inputs.keys),
-        )
+    """The room: one part per kind of pod the target side charges (launcher/parts.py), each
+    the usage of its real pods once they exist, else, while the migration is under way, the pod
+    KubeVirt would render for the VMI now (a finished migration's missing parts hold nothing)."""
+    real = target if target is not None and _still_counts(target, inputs.now) else None
+    under_way = str(status(migration).get("phase") or "") not in (PHASE_SUCCEEDED, PHASE_FAILED)
+    parts: list[RoomPart] = []
+    for kind in target_part_kinds():
+        part = _part(kind, migration, vmi, real, under_way, inputs=inputs, pods=pods)
+        if part is not None:
+            parts.append(part)
     return MigrationRoom(
         migration=str(metadata(migration).get("name", "")),
         migration_uid=str(metadata(migration).get("uid", "")),
-        vm_name=str(metadata(vmi).get("name", "")),
-        vmi_uid=str(metadata(vmi).get("uid", "")),
+        vm_name=vmi.name,
+        vmi_uid=vmi.uid or "",
         phase=str(status(migration).get("phase") or ""),
-        room=resources.add(room, attachment),
+        room=resources.total(part.room for part in parts),
         target_pod=target.name if target is not None else None,
-        estimated=estimated,
+        estimated=real is None,
         reason=reason,
         created=str(metadata(migration).get("creationTimestamp") or ""),
-        facts=facts,
-        attachment_pods=tuple(pod.name for pod in attachments),
-        attachment_room=attachment,
-        attachment_facts=attachment_facts,
+        parts=tuple(parts),
     )
 
 
-def attachments_of(
-    migration: Mapping[str, Any], target: PodView, pods: NamespacePods, now: datetime.datetime
+def _part(
+    kind: PartKind,
+    migration: Object,
+    vmi: VmiView,
+    target: PodView | None,
+    under_way: bool,
+    *,
+    inputs: RoomInputs,
+    pods: NamespacePods,
+) -> RoomPart | None:
+    """The part of `kind` given the real target launcher pod (None: not made, or gone): its
+    real pods, else its rendered pod; None for a part beside the launcher that holds nothing."""
+    if kind.primary:
+        real = [target] if target is not None else []
+    elif target is not None:
+        real = pods_beside(migration, target, pods, inputs.now, kind.label)
+    else:
+        real = []
+    if real:
+        room = resources.total(pod.usage_at(inputs.now) for pod in real)
+        facts = real[0].scope
+    elif kind.primary or under_way:
+        room = _estimate(kind, vmi, inputs)
+        facts = kind.facts(vmi, room)
+    else:
+        return None
+    if inputs.keys is not None:
+        room = resources.mask(room, inputs.keys)
+    if not (kind.primary or real or room):
+        return None
+    return RoomPart(kind.name, tuple(pod.name for pod in real), room, facts)
+
+
+def pods_beside(
+    migration: Mapping[str, Any],
+    target: PodView,
+    pods: NamespacePods,
+    now: datetime.datetime,
+    label: str,
 ) -> list[PodView]:
-    """The hotplug attachment pods KubeVirt made for the migration's target, as only KubeVirt
-    can make one: labelled with the migration's uid (a label only KubeVirt's controller may
-    set), labelled kubevirt.io=hotplug-disk, controlled by the target launcher pod (its uid, the
-    API server's), created no earlier than the migration, and still counting."""
+    """The pods of one kind beside the launcher (labelled kubevirt.io=`label`) KubeVirt made
+    for the migration's target, as only KubeVirt can make one: labelled with the migration's
+    uid (a label only KubeVirt's controller may set), controlled by the target launcher pod (its
+    uid, the API server's), created no earlier than the migration, and still counting."""
     created = str(metadata(migration).get("creationTimestamp") or "")
     return [
         pod
         for pod in pods.labelled_targets(str(metadata(migration).get("uid", "")))
-        if pod.attachment
+        if pod.part == label
         and not pod.launcher
         and target.uid
         and pod.controller_uid == target.uid
         and pod.created >= created
         and pod.counts(now)
     ]
-
-
-def _estimate_attachment(vmi: Object, inputs: RoomInputs) -> ResourceList:
-    """The rendered attachment pod of `vmi` ({} without hotplugged volumes); a failure is an
-    estimate error, as for the launcher (`_estimate`)."""
-    try:
-        return inputs.attachment_usage(vmi, inputs.launcher)
-    except ValueError:
-        raise
-    except Exception as error:
-        raise ValueError(
-            f"cannot render the VMI's attachment pod ({type(error).__name__})"
-        ) from error
 
 
 def used_without_targets(

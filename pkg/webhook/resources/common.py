@@ -30,6 +30,7 @@ from ...generic.resource import Object
 from ...util import resources
 from ...util.annotations import parse_migration_annotations
 from ...util.launcher import LauncherSettings
+from ...util.launcher.parts import by_source
 from ...util.quantity import Quantity
 from ...util.quotascope import quota_scope
 from ...util.rancher import LIMIT_FIELDS
@@ -161,7 +162,7 @@ def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
             pods=lookups.launcher_pods(namespace),
             now=lookups.now(),
             launcher=launcher_settings(lookups, namespace, quota),
-            usage=lookups.launcher_usage,
+            usage=by_source(lookups.launcher_usage),
         )
     ).within(quota_scope(quota))
     recorded = parse_migration_annotations(annotations_of(quota))

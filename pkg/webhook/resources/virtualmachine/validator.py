@@ -12,10 +12,11 @@ from typing import Any, Final
 
 from ....generic.meta import spec
 from ....util.hotplug import hot_plug_inputs, hot_plugged
-from ....util.launcher import attachment_quota_usage, launcher_quota_usage, target_quota_usage
+from ....util.launcher import target_quota_usage
+from ....util.launcher.parts import target_parts
 from ....util.quotascope import launcher_scope_facts, quota_scope
 from ....util.resourcequota.podindex import namespace_pods
-from ....util.resources import ResourceList, add
+from ....util.resources import ResourceList, total
 from ...admission import Denied, Request
 from ..common import Lookups, base_of, check_fits_base, launcher_settings, view_of
 
@@ -50,13 +51,14 @@ def validate_vm_start(request: Request, lookups: Lookups) -> None:
     view = view_of(lookups, request.namespace, quota)
     try:
         settings = launcher_settings(lookups, request.namespace, quota)
-        needed = add(launcher_quota_usage(vmi, settings), attachment_quota_usage(vmi, settings))
+        parts = target_parts(vmi, settings, first=True)
     except (ValueError, OverflowError) as error:  # OverflowError: a quantity beyond a float
         raise Denied(
             f"VM {request.name}: cannot size its launcher and attachment pods: {error}", code=422
         ) from error
-    if not quota_scope(quota).matches(launcher_scope_facts(vmi, needed)):
+    if not quota_scope(quota).matches(parts[0].facts):
         return
+    needed = total(part.usage for part in parts)
     check_fits_base(f"VM {request.name}", needed, base_of(lookups, request.namespace, view), view)
 
 

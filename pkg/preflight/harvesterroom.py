@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..generic.meta import annotations_of
-from .annotations import ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING
-from .kubevirtversion import KubeVirtVersion
-from .overhead import HARVESTER_RATIO_DEFAULT, go_parse_float, memory_overhead
-from .quantity import Quantity
-from .resourcequota.base import rancher_base
-from .resourcequota.managed import managed_quota
-from .resources import ResourceList, parse_resource_list_leniently
+from ..util.annotations import ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING
+from ..util.kubevirtversion import KubeVirtVersion
+from ..util.overhead import HARVESTER_RATIO_DEFAULT, go_parse_float, memory_overhead
+from ..util.quantity import Quantity
+from ..util.resourcequota.base import rancher_base
+from ..util.resourcequota.managed import managed_quota
+from ..util.resources import ResourceList, parse_resource_list_leniently
 
 LIMITS_CPU: Final = "limits.cpu"
 LIMITS_MEMORY: Final = "limits.memory"
