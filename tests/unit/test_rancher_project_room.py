@@ -27,6 +27,7 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.rancherproject import (
     ProjectQuota,
     RancherLimit,
@@ -39,6 +40,7 @@ from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_BASE,
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
+from harvester_quota.util.resourcequota.priorityprefix import prefixes
 from harvester_quota.util.resourcequota.projectroom import (
     NO_ROOM,
     raise_verdict,
@@ -394,3 +396,80 @@ async def test_the_project_s_members_are_looked_up_only_for_a_verdict_and_by_its
     changes = annotation_patch(ns, plan)
     assert await room.lacking(ns, plan, changes) is not None, "the sibling fills the project"
     assert asked == ["local:p-abcde"]
+
+
+TWO_VMS = '{"limit":{"limitsCpu":"6000m","limitsMemory":"10000Mi"}}'
+
+
+def competing(namespace: dict[str, Any], evacuation_first: bool) -> tuple[NamespaceSnapshot, Any]:
+    """Two VMs at the namespace's base, each migrating: vm-user's migration a user's (no
+    priority), created first; vm-evac's a drain's (system-critical), created a second later
+    (or the other way round in time with `evacuation_first`)."""
+    quota = managed_quota("ns", {"limits.cpu": "6", "limits.memory": "10000Mi"})
+    user, evac = vmi("vm-user"), vmi("vm-evac")
+    by_user, by_drain = migration("m-user", user), migration("m-evac", evac)
+    by_drain["spec"]["priority"] = "system-critical"
+    early, late = "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z"
+    by_user["metadata"]["creationTimestamp"] = late if evacuation_first else early
+    by_drain["metadata"]["creationTimestamp"] = early if evacuation_first else late
+    snapshot = NamespaceSnapshot(
+        namespace=namespace,
+        quota=quota,
+        migrations=[by_user, by_drain],
+        vmis={"vm-user": user, "vm-evac": evac},
+        pods=[bare_launcher(user, "virt-launcher-user"), bare_launcher(evac, "virt-launcher-evac")],
+        now=NOW,
+        launcher=LauncherSettings(ratio="1.5", kubevirt_version="1.6"),
+    )
+    return snapshot, quota
+
+
+def raised_cpu(client: ProjectClient) -> str:
+    (written,) = client.patches
+    value = next(
+        op["value"]
+        for op in written
+        if op["op"] == "add"
+        and op["path"].endswith(CATTLE_ANNOTATION_RESOURCE_QUOTA.replace("/", "~1"))
+    )
+    return str(json.loads(value)["limit"]["limitsCpu"])
+
+
+async def test_scarce_project_room_goes_to_the_evacuation_before_an_older_user_migration() -> None:
+    """Issue 41: the project has room for one of two rooms. The raise that fits is written for
+    the drain's system-critical migration, though the user's migration is older; and for the
+    older one when both have the same priority (KubeVirt's order: priority, then creation)."""
+    ns = member("ns", TWO_VMS)
+    other = member("other", '{"limit":{"limitsCpu":"1000m","limitsMemory":"1000Mi"}}')
+    project = project_object(
+        {"limitsCpu": "9500m", "limitsMemory": "17000Mi"},
+        {"limitsCpu": "3", "limitsMemory": "5000Mi"},
+    )
+    client = ProjectClient(project)
+    instance = rancher_path(client, [ns, other])
+    snapshot, quota = competing(ns, evacuation_first=False)
+    plan = plan_quota(snapshot)
+    assert {r.vm_name: r.priority for r in plan.rooms.rooms} == {"vm-user": 0, "vm-evac": 100}
+    assert await instance.write(ns, quota, plan, snapshot) == PROJECT_RECHECK
+    recorder: Any = instance.recorder
+    assert any(reason == PROJECT_NO_ROOM_REASON for _, reason, _ in recorder.events), "the rest"
+    (one,) = [r.room["limits.cpu"] for r in plan.rooms.rooms if r.vm_name == "vm-evac"]
+    assert Quantity.parse(raised_cpu(client)) == Quantity.parse("6") + one, "one room only"
+    (kept,) = [p.rooms.rooms for p in prefixes(plan)]
+    assert [r.vm_name for r in kept] == ["vm-evac"], "the evacuation's room, not the user's"
+    same = dataclasses.replace(plan.rooms.rooms[1], priority=0)
+    tied = dataclasses.replace(
+        plan, rooms=dataclasses.replace(plan.rooms, rooms=[plan.rooms.rooms[0], same])
+    )
+    (kept,) = [p.rooms.rooms for p in prefixes(tied)]
+    assert [r.vm_name for r in kept] == ["vm-user"], "one priority: the older first"
+
+
+async def test_nothing_is_written_in_part_where_the_project_cannot_be_read() -> None:
+    ns = member("ns", TWO_VMS)
+    client = ProjectClient(None)
+    instance = rancher_path(client, [ns])
+    snapshot, quota = competing(ns, evacuation_first=True)
+    plan = plan_quota(snapshot)
+    await instance.write(ns, quota, plan, snapshot)
+    assert len(client.patches) == 1, "the whole raise, unjudged, as before: never a part"

@@ -134,6 +134,11 @@ class ProjectRoom:
         project = await self.reader.project_of(namespace)
         return refusal_verdict(namespace, project, self._members(project)) if project else verdict
 
+    async def judged(self, namespace: Object) -> bool:
+        """Whether a raise of `namespace` is judged against its project (the project can be
+        read now): a raise the project was not asked about is never written in part."""
+        return await self.reader.project_of(namespace) is not None
+
     def _members(self, project: ProjectQuota | None) -> list[Object]:
         """The project's namespaces in the cache (none without a project: no verdict then)."""
         return self.members(project.id) if project is not None else []

@@ -27,6 +27,7 @@ from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
+from ...util.resourcequota.priorityprefix import prefixes
 from ...util.resourcequota.rancherpath import annotation_patch
 from ..quotawriter import QuotaWriter
 from .projects import ProjectRoom
@@ -122,12 +123,36 @@ class RancherPath:
         self.project_room.report(namespace, quota, plan, snapshot, no_room)
         if no_room is not None:  # the raise is held back (or stands, refused by Rancher)
             self.reports.explain_blocked(snapshot, quota, plan, cause=no_room.message)
+            await self._write_what_fits(namespace, quota, plan)
             return PROJECT_RECHECK
         if changes is None:
             self.reports.explain_blocked(snapshot, quota, plan)
             return None
         await self._patch(namespace, quota, plan, changes)
         return None
+
+    async def _write_what_fits(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
+        """Where the project lacks room for the whole raise, the raise for as many migrations
+        as it has room for, in KubeVirt's priority order (priorityprefix.py): the first fitting
+        plan of `prefixes` is written, if it changes the annotation. Only a plan whose raise
+        was judged (the project read): where it cannot be read, nothing is written."""
+        if len(plan.rooms.rooms) < 2 or not await self.project_room.judged(namespace):
+            return
+        for fewer in prefixes(plan):
+            changes = annotation_patch(namespace, fewer)
+            if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+                continue
+            if await self.project_room.lacking(namespace, fewer, changes) is not None:
+                continue
+            holders = ", ".join(room.vm_name for room in fewer.rooms.rooms)
+            log.info(
+                "%s: the project has room for the raise of %s only (KubeVirt's priority order)",
+                metadata(namespace).get("name"),
+                holders,
+                extra=fields(namespace=str(metadata(namespace).get("name"))),
+            )
+            await self._patch(namespace, quota, fewer, changes)
+            return
 
     async def _patch(
         self, namespace: Object, quota: Object, plan: QuotaPlan, changes: Mapping[str, Any]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -81,9 +82,13 @@ def migration_plan_view(migration: Object) -> Object:
 
 
 def _narrow_spec(spec: object) -> dict[str, Any]:
-    """spec.vmiName, and spec.sendTo and spec.receive as {} where they are set (not null)."""
+    """spec.vmiName, spec.priority (interned: a handful of names) where it is a string, and
+    spec.sendTo and spec.receive as {} where they are set (not null)."""
     spec = spec if isinstance(spec, Mapping) else {}
     narrow: dict[str, Any] = {"vmiName": spec.get("vmiName")}
+    priority = spec.get("priority")
+    if isinstance(priority, str):
+        narrow["priority"] = sys.intern(priority)
     for side in ("sendTo", "receive"):
         if spec.get(side) is not None:
             narrow[side] = {}

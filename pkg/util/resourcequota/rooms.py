@@ -51,6 +51,8 @@ from .. import resources
 from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 from ..launcher.parts import LAUNCHER_PART, PartKind, PartRender, target_part_kinds
 from ..launcher.vmiview import VmiSource, VmiView, as_view
+from ..migrationpriority import DEFAULT as DEFAULT_PRIORITY
+from ..migrationpriority import migration_priority
 from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope
 from ..resources import ResourceList
 from .podindex import NamespacePods, PodView, namespace_pods
@@ -106,6 +108,9 @@ class MigrationRoom:
     reason: str
     created: str = ""
     """The migration's creationTimestamp (which of a VMI's migrations holds its room)."""
+    priority: int = DEFAULT_PRIORITY
+    """KubeVirt's queue priority of the migration (util/migrationpriority.py): where room is
+    scarce, it goes in KubeVirt's order (`scarce_room_order`)."""
     parts: tuple[RoomPart, ...] = ()
     """Every pod of the target side that makes up `room`, the launcher first (launcher/parts.py;
     () for a room made by hand: all of it the launcher's, of plain facts)."""
@@ -500,6 +505,7 @@ def _room(
         estimated=real is None,
         reason=reason,
         created=str(metadata(migration).get("creationTimestamp") or ""),
+        priority=migration_priority(migration),
         parts=tuple(parts),
     )
 
