@@ -106,8 +106,9 @@ def test_a_hold_lasts_at_most_its_window_then_the_release_is_written() -> None:
     assert gathering.hold("ns", True) == pytest.approx(1.0), "the window runs from the first hold"
     clock.step(1.0)
     assert gathering.hold("ns", True) is None, "written once the window is over"
-    assert not gathering.holding("ns")
+    assert gathering.hold("ns", True) is None, "a failed write is tried again at once"
     assert len(holds) == 1, "one hold counted per episode"
+    assert gathering.hold("ns", False) is None and not gathering.holding("ns")
     assert gathering.hold("ns", True) == pytest.approx(3.0), "the next release starts afresh"
     assert len(holds) == 2
 
@@ -199,14 +200,18 @@ async def test_spec_writes_hand_only_raises_to_the_status_publisher() -> None:
     writes = SpecWrites(writer, metrics, recorder)  # type: ignore[arg-type]
     submitted: list[str] = []
     writes.publisher = SimpleNamespace(submit=lambda ns, _q: submitted.append(ns))  # type: ignore[assignment]
-    plan = SimpleNamespace(rooms=SimpleNamespace(rooms=[]), holds_room=False)
+    holding = SimpleNamespace(rooms=SimpleNamespace(rooms=[]), holds_room=True)
+    last = SimpleNamespace(rooms=SimpleNamespace(rooms=[]), holds_room=False)
     raised = managed_quota("ns", RAISED)
     raised["status"] = {"hard": dict(RAISED)}
-    await writes.write(raised, {"spec": {"hard": base}}, plan)  # type: ignore[arg-type]
-    assert submitted == [], "the release is left to kube-controller-manager"
+    await writes.write(raised, {"spec": {"hard": base}}, holding)  # type: ignore[arg-type]
+    assert submitted == [], "a release while rooms are held is left to kube-controller-manager"
+    await writes.write(raised, {"spec": {"hard": base}}, last)  # type: ignore[arg-type]
+    assert submitted == ["ns"], "the last release is copied: nothing of ours guards the lag"
+    submitted.clear()
     low = managed_quota("ns", base)
     low["status"] = {"hard": dict(base)}
-    await writes.write(low, {"spec": {"hard": RAISED}}, plan)  # type: ignore[arg-type]
+    await writes.write(low, {"spec": {"hard": RAISED}}, holding)  # type: ignore[arg-type]
     assert submitted == ["ns"], "the raise is copied at once"
 
 

@@ -358,6 +358,7 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
         export=lambda *_: None,
         set_aside_settled=lambda *_: None,
         forget=lambda _key: None,
+        through=lambda *_: False,
     )
     instance.reports = instance.inputs = instance.rancher = nothing  # type: ignore[assignment]
     instance.stale_raises = nothing  # type: ignore[assignment]

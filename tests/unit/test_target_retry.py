@@ -19,6 +19,7 @@ from harvester_quota.controller.migration import targetretry
 from harvester_quota.controller.migration.createfailures import (
     ANNOTATION_RETRIES,
     FAILURE_INDEX,
+    FAILURES_READ,
     MAX_RETRIES,
     MESSAGE_LIMIT,
     QUIET,
@@ -31,6 +32,7 @@ from harvester_quota.controller.migration.createfailures import (
     decide,
     failure_index,
     failure_of,
+    newest,
     strip_event,
 )
 from harvester_quota.generic import errors
@@ -184,7 +186,7 @@ def test_the_annotation_carries_the_count_to_a_new_leader() -> None:
 
 def test_an_event_in_another_namespace_than_the_vmi_it_names_is_nobodys_failure() -> None:
     assert failure_index(event(ns="tenant-a", involved_ns="tenant-b")) == []
-    assert failure_index(event()) == ["vmi-uid"]
+    assert failure_index(event()) == ["ns/vmi-uid"]
 
 
 def test_an_event_about_another_kind_or_without_a_uid_is_not_indexed() -> None:
@@ -352,7 +354,7 @@ async def test_a_finished_or_deleted_migration_forgets_its_state() -> None:
 def test_the_events_store_is_indexed_by_the_vmi_uid() -> None:
     harness = Harness()
     harness.add(event())
-    assert harness.retry.events.store.by_index(FAILURE_INDEX, "vmi-uid")
+    assert harness.retry.events.store.by_index(FAILURE_INDEX, "ns/vmi-uid")
 
 
 def test_an_event_queues_the_unfinished_migrations_of_the_vmi_it_names() -> None:
@@ -370,3 +372,36 @@ def test_the_state_forgets_failures_no_longer_reported() -> None:
     state.observe([new], 1.0)
     assert state.answered == set()
     assert state.seen == {new.ident: 1.0}
+
+
+async def test_an_event_in_the_attackers_namespace_naming_the_victims_vmi_uid_retries_nothing() -> (
+    None
+):
+    """Second review, M2: the Event's namespace and involvedObject agree (the API server's own
+    check), but the uid is another namespace's VMI's. Keyed by namespace and uid, it is found
+    only under the attacker's namespace: the victim's migration is never patched."""
+    harness = Harness()
+    harness.add(migration(ns="victim"), vmi(ns="victim", uid="victim-vmi-uid"))
+    for index in range(MAX_RETRIES + 1):
+        forged = event(f"f{index}", ns="attacker", involved_ns="attacker")
+        forged["involvedObject"]["uid"] = "victim-vmi-uid"
+        harness.add(forged)
+        await harness.run("victim/mig")
+        harness.clock.step(QUIET)
+        await harness.run("victim/mig")
+    assert harness.patches == [] and harness.recorder.events == []
+
+
+def test_a_decision_reads_the_newest_failures_only_however_many_are_forged() -> None:
+    """Second review, M3: a flood of Events on one VMI costs a decision one scan, and the
+    decision reads FAILURES_READ of them, the newest."""
+    stamps = [f"2026-01-01T0{i // 3600}:{i // 60 % 60:02d}:{i % 60:02d}Z" for i in range(500)]
+    failures = [failure(name=f"e{i}", at=stamp) for i, stamp in enumerate(stamps)]
+    kept = newest(failures)
+    assert len(kept) == FAILURES_READ
+    assert kept[0].at == max(f.at for f in failures)
+
+
+def test_a_forged_message_cannot_forge_log_lines() -> None:
+    stripped = strip_event(event(message="Error creating pod: x\n2026-01-01 INFO forged line"))
+    assert "\n" not in stripped["message"]

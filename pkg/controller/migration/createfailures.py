@@ -28,6 +28,8 @@ created before the failure; each migration is retried at most MAX_RETRIES times.
 from __future__ import annotations
 
 import datetime
+import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -43,6 +45,8 @@ of it), a few per failed create, never the cluster's whole event stream."""
 EXCEEDED_QUOTA: Final = "exceeded quota"
 """What virt-controller looks for in the error to call it a quota refusal; so do we."""
 FAILURE_INDEX: Final = "failed-create-by-vmi-uid"
+FAILURES_READ: Final = 8
+"""The newest failures of a VMI a decision reads (`newest`)."""
 """The Event store's index of FailedCreate Events by the uid of the VMI they name."""
 MESSAGE_LIMIT: Final = 512
 """Characters of an Event's message kept in the cache: enough for KubeVirt's ("Error creating
@@ -78,15 +82,23 @@ def strip_event(event: Object) -> Object:
             if isinstance(involved, dict) and key in involved
         },
         "reason": event.get("reason"),
-        "message": str(event.get("message") or "")[:MESSAGE_LIMIT],
+        "message": printable(str(event.get("message") or "")[:MESSAGE_LIMIT]),
         "count": event.get("count"),
         "lastTimestamp": event.get("lastTimestamp") or event.get("eventTime"),
     }
 
 
+def failure_key(namespace: str, vmi_uid: str) -> str:
+    """FAILURE_INDEX's key: the namespace and the VMI's uid. The Event's own namespace is part of
+    it, so an Event naming another namespace's VMI by its uid is found under the Event's
+    namespace, never the VMI's (second review, M2)."""
+    return f"{namespace}/{vmi_uid}"
+
+
 def failure_index(event: Object) -> list[str]:
-    """FAILURE_INDEX's function: the named VMI's uid, for a FailedCreate Event in that VMI's own
-    namespace (an Event naming another namespace's object is nobody's failure)."""
+    """FAILURE_INDEX's function: `failure_key` of the Event's namespace and the named VMI's uid,
+    for a FailedCreate Event in that VMI's own namespace (an Event naming another namespace's
+    object is nobody's failure)."""
     involved = event.get("involvedObject") or {}
     if not isinstance(involved, dict) or event.get("reason") != FAILED_CREATE:
         return []
@@ -94,7 +106,19 @@ def failure_index(event: Object) -> list[str]:
         return []
     if involved.get("namespace") != metadata(event).get("namespace"):
         return []
-    return [str(involved["uid"])]
+    return [failure_key(str(involved["namespace"]), str(involved["uid"]))]
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (a forged message's newlines, which would forge log
+    lines in the text format) as spaces: it is quoted in our Events and log lines."""
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+def newest(failures: Iterable[CreateFailure], count: int = FAILURES_READ) -> list[CreateFailure]:
+    """The `count` newest of `failures`: a flood of forged Events on one VMI costs each decision
+    a scan, never a decision over every one of them (second review, M3)."""
+    return heapq.nlargest(count, failures, key=lambda f: f.at)
 
 
 def parse_time(value: Any) -> datetime.datetime | None:

@@ -54,7 +54,9 @@ from .createfailures import (
     Wait,
     decide,
     failure_index,
+    failure_key,
     failure_of,
+    newest,
     strip_event,
 )
 
@@ -126,8 +128,9 @@ class TargetPodRetry:
         uid = metadata(vmi).get("uid") if vmi else None
         if not uid:
             return []
-        found = (failure_of(e) for e in self.events.store.by_index(FAILURE_INDEX, str(uid)))
-        return [f for f in found if f is not None]
+        key = failure_key(namespace(migration), str(uid))
+        found = (failure_of(e) for e in self.events.store.by_index(FAILURE_INDEX, key))
+        return newest(f for f in found if f is not None)
 
     async def on_changed(self, key: str, migration: Object | None) -> Object | None:
         """Decides for one migration and acts; returns it unchanged for the next handler."""

@@ -45,7 +45,8 @@ class ReleaseGathering:
 
         `gathers` is the plan's `QuotaPlan.gathers`. A plan that does not gather ends the
         namespace's hold (its write goes now); one that gathers is held until `window` seconds
-        after its namespace's first hold, then written (and the next hold starts afresh)."""
+        after its namespace's first hold, then written, again at once while it still gathers
+        (its write failed); the next hold starts afresh once a plan did not gather."""
         if not gathers or self.window == 0:
             self._held_since.pop(namespace, None)
             return None
@@ -55,10 +56,10 @@ class ReleaseGathering:
             since = self._held_since[namespace] = now
             self.on_hold()
         left = since + self.window - now
-        if left <= 0:
-            del self._held_since[namespace]
-            return None
-        return left
+        # Past the window the release is written; the hold's start stays until a plan no
+        # longer gathers, so a write that failed (a Conflict) is tried again at once, never
+        # held for a new window (second review, m2).
+        return left if left > 0 else None
 
     def holding(self, namespace: str) -> bool:
         """Whether a release of the namespace is held back now."""

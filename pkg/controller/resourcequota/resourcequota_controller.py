@@ -203,7 +203,10 @@ class QuotaReconciler:
         self.reports.warnings(planned.namespace, planned.quota, planned.plan)
         self.reports.export(key, planned.snapshot, planned.plan)
         self.inputs.set_aside_settled(key, planned.snapshot, planned.plan)
-        held = self.gathering.hold(key, planned.plan.gathers)
+        # Not through Rancher's annotation: the plan compares with spec.hard, which lags the
+        # annotation until Rancher's agent copies it (second review, m1).
+        gathers = planned.plan.gathers and not self.rancher.through(namespace, planned.plan)
+        held = self.gathering.hold(key, gathers)
         recheck = None
         if held is None:
             recheck = await self._write_plan(

@@ -5,7 +5,8 @@ user, Rancher) changed what the plan read since, it is a Conflict, nothing of th
 overwritten, and the namespace is planned again. Here each write is counted (metrics, `writes`),
 logged and told in an Event on the quota, kept as ours until the cache shows it, and a new
 spec.hard that raises a key handed to `publisher`, which copies it into status.hard beside the
-namespace's reconciles (a release is left to kube-controller-manager: `raise_waits_on_status`).
+namespace's reconciles (a release while rooms are still held is left to kube-controller-manager:
+`raise_waits_on_status`; the last one, which takes our records off, is copied).
 Not thread-safe: event loop only, per namespace from one worker at a time.
 """
 
@@ -70,7 +71,9 @@ class SpecWrites:
         )
         """Copies each spec.hard we write that raises a key into status.hard beside the
         namespace's reconciles (`raise_waits_on_status`), so the next raise of a burst does not
-        wait for it (traced: 100-170 ms a raise on a
+        wait for it; and the release that leaves no room held, after which nothing of ours
+        (records, label, MTQ mode's handover) holds pods to the base while status.hard lags
+        (second review, M1) (traced: 100-170 ms a raise on a
         3,000-VM namespace, bench/SCALE.md). One copy of a namespace's at a time, the newest
         written after it; each tests its own spec.hard, so an older one never lands over a newer
         spec. API errors other than a refusal are logged and dropped: kube-controller-manager's
@@ -107,7 +110,7 @@ class SpecWrites:
             self.metrics.quota_writes.labels("error").inc()
             raise
         self.metrics.quota_writes.labels("written").inc()
-        if "spec" in patch and raise_waits_on_status(written):
+        if "spec" in patch and (raise_waits_on_status(written) or not plan.holds_room):
             self.publisher.submit(namespace, written)
         self._ours.wrote(namespace, str(meta.get("resourceVersion", "")), written)
         self.writes[namespace] += 1
