@@ -93,7 +93,11 @@ class ControllerApp:
             self.reconciler.defer_to = self.mtq.has_budget
         self.leftover_locks = leftover_lock.register(self.management)
         if self.options.harvester_compat:
-            annotator = VmiAnnotator(self.management, quota_first=self.reconciler.settled)
+            annotator = VmiAnnotator(
+                self.management,
+                quota_first=self.reconciler.settled,
+                count_write=self.reconciler.metrics.count_write,
+            )
             self.vmim_controller = vmim.register(self.management, annotator)
             self.vmi_controller = vmi.register(self.management, annotator)
 
