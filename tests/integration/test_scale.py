@@ -1,6 +1,7 @@
 """The scale run, small and fast, in the suite: it checks counts (every migration done, no
-drift, no stale annotation, every room seen; the baseline's migrations done without a quota
-write), never timings; `make scale` measures."""
+drift, no stale annotation, every room seen; the baseline's and the headroom arm's migrations
+done without a quota write of ours; the conflicts and writes each arm counts), never timings;
+`make scale` measures."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
     )
     report = await run.run()
 
-    assert report.vms_running == 2 * plan.vms, "the plan's VMs and the baseline's twins"
+    assert report.vms_running == 3 * plan.vms, "the plan's VMs, the baseline's and headroom twins"
     assert [s.name for s in report.steps] == [s.name for s in plan.steps()]
     for step in report.steps:
         assert step.succeeded == step.migrations, step.to_json()
@@ -39,6 +40,9 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
         assert step.quota_writes >= 1, step.to_json()
         assert step.drift == 0 and step.stale == 0, step.to_json()
         assert len(step.succeeded_after) == step.migrations, step.to_json()
+        assert step.writes.get("spec", 0) >= 1, "our raises, counted by kind as sent"
+        assert step.pod_create_409 is not None, "the API server's /metrics was read"
+        assert step.pod_create_409 >= step.conflict_events, step.to_json()
     # The same steps in the twin namespaces, which hold no quota: every migration succeeded and
     # the controller wrote no quota for them.
     assert [s.name for s in report.baseline_steps] == [s.name for s in plan.steps()]
@@ -46,7 +50,17 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
         assert step.succeeded == step.migrations, step.to_json()
         assert step.quota_writes == 0 and step.latencies == (), step.to_json()
         assert len(step.target_admitted) == step.migrations, step.to_json()
+    # And in the headroom twins, whose quota nothing of ours writes: not its spec, not its
+    # status, not its namespace's label (the VMI and VM writes are the migration annotations,
+    # written in every namespace, as Harvester does).
+    assert [s.name for s in report.headroom_steps] == [s.name for s in plan.steps()]
+    for step in report.headroom_steps:
+        assert step.succeeded == step.migrations, step.to_json()
+        for kind in ("spec", "status", "label", "rancher"):
+            assert step.writes.get(kind, 0) == 0, step.to_json()
+        assert step.latencies == () and step.refused == 0, step.to_json()
     assert len(report.to_json()["baseline_ratios"]) == len(report.steps)
+    assert len(report.to_json()["arms"]) == 3 * len(report.steps)
     assert report.drift == {} and report.stale == {}
     assert report.all_done
 
