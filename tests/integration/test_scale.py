@@ -1,7 +1,8 @@
 """The scale run, small and fast, in the suite: it checks counts (every migration done, no
-drift, no stale annotation, every room seen; the baseline's and the headroom arm's migrations
-done without a quota write of ours; the conflicts and writes each arm counts), never timings;
-`make scale` measures."""
+drift, no stale annotation, every room seen; the baseline's migrations done without a quota
+write; the API server's 409s and our writes by kind read), never timings; `make scale`
+measures. The headroom arm is left out here (it added 35 s to the run, measured loaded); its
+plan and namespaces are tests/unit/test_scale_arms.py's."""
 
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
         kubevirt_cluster,
         plan,
         tmp_path,
-        ScaleOptions(quiet_timeout=0, delete_namespaces=True, say=lambda _line: None),
+        ScaleOptions(
+            headroom=False, quiet_timeout=0, delete_namespaces=True, say=lambda _line: None
+        ),
     )
     report = await run.run()
 
-    assert report.vms_running == 3 * plan.vms, "the plan's VMs, the baseline's and headroom twins"
+    assert report.vms_running == 2 * plan.vms, "the plan's VMs and the baseline's twins"
     assert [s.name for s in report.steps] == [s.name for s in plan.steps()]
     for step in report.steps:
         assert step.succeeded == step.migrations, step.to_json()
@@ -49,18 +52,10 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
     for step in report.baseline_steps:
         assert step.succeeded == step.migrations, step.to_json()
         assert step.quota_writes == 0 and step.latencies == (), step.to_json()
+        assert step.writes.get("spec", 0) == step.writes.get("status", 0) == 0, step.to_json()
         assert len(step.target_admitted) == step.migrations, step.to_json()
-    # And in the headroom twins, whose quota nothing of ours writes: not its spec, not its
-    # status, not its namespace's label (the VMI and VM writes are the migration annotations,
-    # written in every namespace, as Harvester does).
-    assert [s.name for s in report.headroom_steps] == [s.name for s in plan.steps()]
-    for step in report.headroom_steps:
-        assert step.succeeded == step.migrations, step.to_json()
-        for kind in ("spec", "status", "label", "rancher"):
-            assert step.writes.get(kind, 0) == 0, step.to_json()
-        assert step.latencies == () and step.refused == 0, step.to_json()
     assert len(report.to_json()["baseline_ratios"]) == len(report.steps)
-    assert len(report.to_json()["arms"]) == 3 * len(report.steps)
+    assert len(report.to_json()["arms"]) == 2 * len(report.steps), "ours and no quota, per step"
     assert report.drift == {} and report.stale == {}
     assert report.all_done
 
