@@ -371,19 +371,28 @@ class ScaleRun:
 
     async def _create_namespace(self, namespace: str) -> None:
         """Creates the namespace and its open quota; a namespace a kept cluster has from an
-        earlier run is taken over (labelled with this run) with its quota and VMs, so a rerun
-        with ``--keep`` skips the VMs' creation."""
+        earlier run is taken over (`_takeover`) with its quota and VMs, so a rerun with
+        ``--keep`` skips the VMs' creation."""
         labels = {RUN_LABEL: self.run_id}
         try:
             await self.api.create(NAMESPACES, {"metadata": {"name": namespace, "labels": labels}})
         except errors.AlreadyExists:
-            await self.api.patch(NAMESPACES, namespace, {"metadata": {"labels": labels}})
+            await self.api.patch(NAMESPACES, namespace, self._takeover())
         quota = {
             "metadata": {"name": QUOTA_NAME, "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}},
             "spec": {"hard": dict(OPEN_HARD)},
         }
         with contextlib.suppress(errors.AlreadyExists):
             await self.api.create(RESOURCE_QUOTAS, quota, namespace)
+
+    def _takeover(self) -> dict[str, Any]:
+        """The patch that makes a kept namespace this run's: its label and, for our controller,
+        no Rancher base annotation left by a Harvester run on the same cluster (with it, our
+        controller would take Rancher's text, at Harvester's closed keys, for the base)."""
+        meta: dict[str, Any] = {"labels": {RUN_LABEL: self.run_id}}
+        if self.report.strategy != "harvester":
+            meta["annotations"] = {CATTLE_ANNOTATION_RESOURCE_QUOTA: None}
+        return {"metadata": meta}
 
     async def _create_baseline_namespace(self, namespace: str) -> None:
         """A twin namespace: no quota, not labelled with the run (the webhook never sees it)."""
