@@ -158,6 +158,7 @@ def test_a_step_counts_conflicted_migrations_their_events_and_stalls() -> None:
     assert result.conflict_stalls == pytest.approx((4.0, 50.0))
     assert result.pod_create_409 == 3.0
     assert result.to_json()["writes_per_migration_by_kind"] == {"spec": 1.5, "vmi": 2.0}
+    assert "2 on a conflict (3 events, 3 pod creates 409)" in result.line()
 
 
 def _arm_step(

@@ -16,8 +16,8 @@
 
 With `baseline` (the default), every namespace has a twin without any ResourceQuota, outside the
 product's webhook selector, with the same VMs (`ScalePlan.baseline_namespace`); each step then
-runs twice, in the quota namespaces and in their twins, one after the other on the same cluster
-(which one first alternates from step to step), so that what users feel (the target pod
+runs in the quota namespaces and in their twins, one after the other on the same cluster (which
+one first alternates from step to step), so that what users feel (the target pod
 admitted, the migration Succeeded, the drain's wall time) is compared with no quota at all
 (`stats.baseline_table`).
 
@@ -170,8 +170,7 @@ class ScaleReport:
         """Each arm's steps, by arm name (stats.ARM_*; the quota arm named after the strategy),
         the arms this run had only."""
         quota = ARM_HARVESTER if self.strategy == "harvester" else ARM_OURS
-        arms = {quota: self.steps, ARM_NONE: self.baseline_steps}
-        arms[ARM_HEADROOM] = self.headroom_steps
+        arms = {quota: self.steps, ARM_NONE: self.baseline_steps, ARM_HEADROOM: self.headroom_steps}
         return {arm: steps for arm, steps in arms.items() if steps}
 
     def to_json(self) -> dict[str, Any]:

@@ -117,7 +117,8 @@ class StepResult:
             f"{self.name}: {self.succeeded}/{self.migrations} succeeded in {self.seconds:.1f}s, "
             f"raise p50 {_ms(p50)} p99 {_ms(p99)} max {_ms(worst)}, {self.refused} refused "
             f"({self.blocked_seconds:.1f}s blocked), {self.failed_creates} failed creates "
-            f"({self.stalled_seconds:.1f}s stalled), "
+            f"({self.stalled_seconds:.1f}s stalled), {self.conflicted} on a conflict "
+            f"({self.conflict_events} events, {_count(self.pod_create_409)} pod creates 409), "
             f"{self.per_migration(self.quota_writes):.2f} writes/migration, controller "
             f"{1000 * self.per_migration(self.cpu.get('controller', 0.0)):.1f} ms CPU/migration, "
             f"{self.controller_rss_bytes / 2**20:.0f} MiB, drift {self.drift}, stale {self.stale}"
@@ -255,6 +256,10 @@ def summarize_step(
         pod_create_409=pod_create_409,
         writes=dict(metrics.writes),
     )
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _ms(value: float | None) -> str:
