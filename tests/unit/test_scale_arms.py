@@ -17,6 +17,7 @@ from harvester_quota.testbench.scale.product import Metrics, parse_metrics
 from harvester_quota.testbench.scale.run import (
     OPEN_HARD,
     QUOTA_NAME,
+    ScaleReport,
     ScaleRun,
     is_quota_drain_wave,
     rotated,
@@ -233,3 +234,71 @@ def test_the_command_line_runs_three_arms_unless_told_fewer() -> None:
     assert arm_count(parse(["scale", "--no-headroom"])) == 2
     assert arm_count(parse(["scale", "--no-baseline"])) == 1, "--no-baseline: the quota arm only"
     assert arm_count(parse(["scale", "--no-baseline", "--no-headroom"])) == 1
+
+
+async def test_a_kept_cluster_s_unfinished_migrations_are_deleted_and_finished_ones_kept() -> None:
+    """A Harvester run leaves migrations Pending for good (its raise is 15m short of a target
+    pod); the next run on the kept cluster deletes them, or they would hold their VMs and
+    KubeVirt's parallel-migration slots through its steps."""
+    from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+
+    deleted: list[tuple[str, str]] = []
+
+    class Api:
+        async def list(self, resource: Any, namespace: str) -> dict[str, Any]:
+            assert resource is VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+            phases = {"done": "Succeeded", "failed": "Failed", "stuck": "Pending", "new": None}
+            return {
+                "items": [
+                    {"metadata": {"name": name}, "status": {"phase": phase} if phase else {}}
+                    for name, phase in phases.items()
+                ]
+            }
+
+        async def delete(self, resource: Any, name: str, namespace: str) -> None:
+            deleted.append((namespace, name))
+
+    run = object.__new__(ScaleRun)
+    run.api = Api()  # type: ignore[assignment]
+    run.say = lambda _line: None
+    await run._delete_unfinished_migrations("scale-001")
+    assert deleted == [("scale-001", "stuck"), ("scale-001", "new")]
+
+
+async def test_closing_a_kept_quota_drops_every_room_an_earlier_run_left_on_it() -> None:
+    """Harvester's raise that was never given back (its migratingUID- record) or ours: at the
+    close no migration holds room, and a record left would be adopted as held."""
+    quota: dict[str, Any] = {
+        "metadata": {
+            "name": QUOTA_NAME,
+            "namespace": "scale-001",
+            "annotations": {
+                "harvesterhci.io/migratingUID-3e91": '{"limits.cpu":"1"}',
+                "harvesterhci.io/migrating-vm-00001": '{"limits.cpu":"1"}',
+                "harvesterhci.io/migratingScalingResyncNeeded": "false",
+                "harvester-quota.io/base": '{"limits.cpu":"6"}',
+            },
+        },
+        "spec": {"hard": {"limits.cpu": "7"}},
+        "status": {"used": {"limits.cpu": "6", "limits.memory": "8Gi", "requests.memory": "6Gi"}},
+    }
+    updated: list[dict[str, Any]] = []
+
+    class Api:
+        async def get(self, resource: Any, name: str, namespace: str) -> dict[str, Any]:
+            return quota
+
+        async def update(self, resource: Any, body: dict[str, Any]) -> None:
+            updated.append(body)
+
+    run = object.__new__(ScaleRun)
+    run.api = Api()  # type: ignore[assignment]
+    run.report = ScaleReport(PRESETS["tiny"], strategy="ours")
+    await run._close_quota("scale-001")
+    (written,) = updated
+    assert written["metadata"]["annotations"] == {"harvester-quota.io/base": '{"limits.cpu":"6"}'}
+    assert written["spec"]["hard"] == {
+        "limits.cpu": "6",
+        "limits.memory": "8Gi",
+        "requests.memory": "6Gi",
+    }

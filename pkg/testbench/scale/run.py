@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from ...apis.kubevirt import FINAL_PHASES, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import REAL_CLOCK, Clock
@@ -63,6 +64,7 @@ from ...generic.resource import NAMESPACES, RESOURCE_QUOTAS
 from ...util import resources
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
 from ...util.rancher import format_namespace_resource_quota
+from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import KINDS, SYSTEM_NAMESPACE
@@ -354,6 +356,7 @@ class ScaleRun:
             await self._create_headroom_namespace(namespace)
         for namespace in self._all_namespaces:
             await self._await_service_account(namespace)
+            await self._delete_unfinished_migrations(namespace)
         self.say(f"{len(self._all_namespaces)} namespaces; creating {self.vms} VMs")
         await self._create_vms()
         await self._await_running(started)
@@ -407,6 +410,19 @@ class ScaleRun:
         quota = {"metadata": {"name": QUOTA_NAME}, "spec": {"hard": dict(OPEN_HARD)}}
         with contextlib.suppress(errors.AlreadyExists):
             await self.api.create(RESOURCE_QUOTAS, quota, namespace)
+
+    async def _delete_unfinished_migrations(self, namespace: str) -> None:
+        """Deletes the migrations an earlier run on a kept cluster left unfinished (Harvester's
+        raise falls 15m short of a target pod, which then stays refused for good): they would
+        hold their VMs and KubeVirt's parallel-migration slots through this run's steps."""
+        listed = await self.api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace)
+        for migration in listed.get("items") or []:
+            if str((migration.get("status") or {}).get("phase") or "") in FINAL_PHASES:
+                continue
+            name = str(migration["metadata"]["name"])
+            self.say(f"  deleting {namespace}/{name}, left unfinished by an earlier run")
+            with contextlib.suppress(errors.NotFound):
+                await self.api.delete(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, namespace)
 
     @property
     def _all_namespaces(self) -> list[str]:
@@ -466,6 +482,7 @@ class ScaleRun:
             hard = {key: str(used.get(key, "0")) for key in closed}
             hard.update({key: OPEN_HARD[key] for key in CLOSED_KEYS if key not in closed})
             quota["spec"]["hard"] = hard
+            _drop_rooms(quota)
             try:
                 await self.api.update(RESOURCE_QUOTAS, quota)
             except errors.Conflict:
@@ -673,6 +690,15 @@ class ScaleRun:
             for namespace in self._all_namespaces:
                 with contextlib.suppress(errors.ApiError):
                     await self.api.delete(NAMESPACES, namespace)
+
+
+def _drop_rooms(quota: dict[str, Any]) -> None:
+    """Removes every migration room annotation (``harvesterhci.io/migrating*``: ours and
+    Harvester's) from `quota`: closed, a quota holds no room, and one an earlier run on a kept
+    cluster left (Harvester's raise that is never given back) would be adopted as held."""
+    annotations = (quota.get("metadata") or {}).get("annotations") or {}
+    for key in [k for k in annotations if k.startswith(MIGRATING_PREFIX)]:
+        del annotations[key]
 
 
 def rotated(items: list[T], index: int) -> list[T]:
