@@ -28,6 +28,11 @@ WRITE_OUTCOMES = ("written", "conflict", "error")
 RETRY_OUTCOMES = ("retried", "exhausted", "refused")
 """The `outcome` values of harvester_quota_target_pod_retries_total: a migration requeued, a
 failure met with its retries spent, a requeue the API server refused (no RBAC for it)."""
+WRITE_KINDS = ("spec", "status", "label", "rancher", "vmi", "vm")
+"""The `kind` values of harvester_quota_api_writes_total, each exported from the start (at 0): a
+quota's spec.hard and annotations (both modes), a copy into its status.hard, the namespace's
+room-held label, Rancher's namespace annotation (a raise through Rancher), Harvester's migration
+annotations on a VMI, and the timestamp touch of its VM."""
 FOREIGN_MANAGERS = 20
 """Distinct `manager` values of harvester_quota_foreign_quota_writes_total; later ones count
 as "other". A cluster has a handful of writers (Harvester, a GitOps tool, kubectl's verbs)."""
@@ -81,6 +86,14 @@ class QuotaMetrics:
         )
         for outcome in WRITE_OUTCOMES:
             self.quota_writes.labels(outcome)
+        self.api_writes = declare.counter(
+            "api_writes",
+            "Write requests this controller sent to the API server, by kind (spec, status, label, "
+            "rancher, vmi, vm), counted as sent, whatever the answer.",
+            ["kind"],
+        )
+        for kind in WRITE_KINDS:
+            self.api_writes.labels(kind)
         self.reconcile_seconds = declare.histogram(
             "reconcile_duration_seconds",
             "Time of one namespace reconcile, writes included.",
@@ -132,6 +145,10 @@ class QuotaMetrics:
             self.target_pod_retries.labels(outcome)
         self._room_keys: dict[str, set[str]] = {}
         self._above_keys: dict[str, set[str]] = {}
+
+    def count_write(self, kind: str) -> None:
+        """One write request of `kind` (one of WRITE_KINDS) sent to the API server."""
+        self.api_writes.labels(kind).inc()
 
     def count_foreign_write(self, manager: str) -> None:
         """One foreign write of a managed quota by field manager `manager`."""

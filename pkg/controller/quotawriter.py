@@ -23,13 +23,14 @@ its own writes (generic/ownwrites.py) stays with the mode: the writer returns wh
 server stored. Both modes share one instance (pkg/app.py): a refusal either meets holds for the
 other too (RBAC is the one service account's; rancher-webhook refuses every status write but
 kube-controller-manager's and the API server's, on every quota, labelled or not), so one gate
-learns it and one warning says it. Not thread-safe: event loop only.
+learns it and one warning says it. Each write request is counted by kind as it is sent
+(`count_write`, harvester_quota_api_writes_total), dry runs not. Not thread-safe: event loop only.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..generic import errors
@@ -53,11 +54,19 @@ RANCHER_PATH_ANNOTATIONS = (
 on them alone."""
 
 
+def _uncounted(kind: str) -> None:
+    """No count (a writer whose caller keeps no metrics)."""
+
+
 class QuotaWriter:
     """Sends quota changes, each conditional on what its plan read (see the module docstring)."""
 
-    def __init__(self, client: ApiClient, clock: Clock) -> None:
+    def __init__(
+        self, client: ApiClient, clock: Clock, count_write: Callable[[str], None] = _uncounted
+    ) -> None:
         self.client = client
+        self.count_write = count_write
+        """Told the kind of every write request as it is sent (config.metrics.WRITE_KINDS)."""
         self.label_permission = Permission(
             "label namespaces",
             "with the webhook down, pods are not refused while room is held; grant patch on "
@@ -79,6 +88,7 @@ class QuotaWriter:
         if it is still as the plan read it (conditional.conditional_patch); returns the quota as
         stored. A failed condition raises errors.Conflict; other API errors propagate."""
         meta = metadata(quota)
+        self.count_write("spec")
         try:
             return await self.client.patch(
                 RESOURCE_QUOTAS,
@@ -112,6 +122,8 @@ class QuotaWriter:
         meta: dict[str, Any] = {"resourceVersion": str(metadata(read).get("resourceVersion"))}
         if annotations:
             meta["annotations"] = dict(annotations)
+        if not dry_run:
+            self.count_write("spec")
         return await self.client.patch(
             RESOURCE_QUOTAS,
             name,
@@ -130,6 +142,7 @@ class QuotaWriter:
         a write conditional on the version lost to it again and again, each Conflict a longer
         backoff. A failed condition raises errors.Conflict; other API errors propagate."""
         patch = conditional.annotation_patch_if(namespace, changes, RANCHER_PATH_ANNOTATIONS)
+        self.count_write("rancher")
         try:
             return await self.client.patch(
                 NAMESPACES, str(metadata(namespace).get("name")), patch, patch_type="json"
@@ -156,7 +169,7 @@ class QuotaWriter:
         if not self.status_permission.allowed():
             return written
         try:
-            published = await _copy_hard_to_status(self.client, written)
+            published = await _copy_hard_to_status(self.client, written, self.count_write)
         except (errors.Forbidden, errors.BadRequest) as error:
             self.status_permission.refused(error)
             return written
@@ -173,6 +186,7 @@ class QuotaWriter:
         if not self.label_permission.allowed():
             return namespace
         patch = {"metadata": {"labels": {LABEL_ROOM_HELD: "true" if held else None}}}
+        self.count_write("label")
         try:
             written = await self.client.patch(NAMESPACES, str(metadata(namespace)["name"]), patch)
         except errors.Forbidden as error:
@@ -186,7 +200,9 @@ class QuotaWriter:
         return self.label_permission.retry_in()
 
 
-async def _copy_hard_to_status(client: ApiClient, written: Object) -> Object:
+async def _copy_hard_to_status(
+    client: ApiClient, written: Object, count_write: Callable[[str], None] = _uncounted
+) -> Object:
     """Copies `written`'s spec.hard into its status.hard (`publish_patch`); returns the quota as
     stored after, or `written` when there was nothing to copy: status.hard already equal, the
     quota gone since, or spec.hard changed since (the new writer's to copy). Forbidden (no RBAC
@@ -195,6 +211,7 @@ async def _copy_hard_to_status(client: ApiClient, written: Object) -> Object:
     if (written.get("status") or {}).get("hard") == hard:
         return written
     meta = metadata(written)
+    count_write("status")
     try:
         return await client.patch(
             RESOURCE_QUOTAS,

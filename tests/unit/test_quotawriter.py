@@ -8,6 +8,7 @@ from typing import Any, cast
 import pytest
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
+from harvester_quota.config.metrics import WRITE_KINDS, QuotaMetrics
 from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
@@ -229,3 +230,55 @@ def test_both_modes_write_through_one_writer_so_one_refusal_closes_one_gate() ->
     )
     assert app.mtq is not None
     assert app.mtq.writes.writer is app.reconciler.writer
+
+
+def write_counts(registry: CollectorRegistry) -> dict[str, float]:
+    return {
+        kind: registry.get_sample_value("harvester_quota_api_writes_total", {"kind": kind}) or 0.0
+        for kind in WRITE_KINDS
+    }
+
+
+async def test_each_write_request_is_counted_by_kind_as_sent_and_a_dry_run_or_no_op_is_not() -> (
+    None
+):
+    """harvester_quota_api_writes_total, what the scale run reads as our writes per migration:
+    one per request sent (a refused one too: it still cost quota admission a write to race),
+    none for a dry run or for a status copy or label that would change nothing."""
+    registry = CollectorRegistry()
+    metrics = QuotaMetrics(registry)
+    client = Client(errors.Conflict("modified", status=409))
+    quota_writer = QuotaWriter(client, FakeClock(), metrics.count_write)  # type: ignore[arg-type]
+    assert write_counts(registry) == dict.fromkeys(WRITE_KINDS, 0.0), "exported at 0"
+    patch = {"spec": {"hard": {"limits.cpu": "5"}}}
+    with pytest.raises(errors.Conflict):
+        await quota_writer.patch_as_planned(quota({"limits.cpu": "3"}), patch)
+    await quota_writer.patch_as_planned(quota({"limits.cpu": "3"}), patch)
+    await quota_writer.patch_hard_at_version("ns", "q", quota({}), {"limits.cpu": "4"})
+    await quota_writer.patch_hard_at_version("ns", "q", quota({}), {"a": "1"}, dry_run=True)
+    await quota_writer.copy_hard_to_status(quota({"limits.cpu": "5"}, {"limits.cpu": "3"}))
+    await quota_writer.copy_hard_to_status(quota({"limits.cpu": "5"}, {"limits.cpu": "5"}))
+    namespace = {"metadata": {"name": "ns", "uid": "n1", "labels": {}, "annotations": {}}}
+    await quota_writer.label_room_held(namespace, True)
+    await quota_writer.label_room_held(namespace, False)  # equal already: nothing sent
+    await quota_writer.patch_rancher_annotation(namespace, {"field.cattle.io/resourceQuota": "{}"})
+
+    assert write_counts(registry) == {
+        "spec": 3.0,
+        "status": 1.0,
+        "label": 1.0,
+        "rancher": 1.0,
+        "vmi": 0.0,
+        "vm": 0.0,
+    }
+    assert len(client.patches) == 7, "every counted write was sent, and only those"
+
+
+def test_the_controller_counts_its_quota_namespace_vmi_and_vm_writes_on_its_own_registry() -> None:
+    app = ControllerApp(
+        cast(ApiClient, object()), Options(), clock=FakeClock(), registry=CollectorRegistry()
+    )
+    assert app.reconciler.writer.count_write == app.reconciler.metrics.count_write
+    assert app.vmim_controller is not None and app.vmi_controller is not None
+    assert app.vmim_controller.annotator.count_write == app.reconciler.metrics.count_write
+    assert app.vmi_controller.annotator is app.vmim_controller.annotator

@@ -174,7 +174,8 @@ async def test_a_kept_clusters_namespace_is_taken_over_with_its_quota_and_vms() 
     (the webhook configuration selects by it), the quota and VMs left as they are."""
     from harvester_quota.generic import errors
     from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS
-    from harvester_quota.testbench.scale.run import RUN_LABEL, ScaleRun
+    from harvester_quota.testbench.scale.run import RUN_LABEL, ScaleReport, ScaleRun
+    from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 
     calls: list[tuple[str, str, object]] = []
 
@@ -189,12 +190,28 @@ async def test_a_kept_clusters_namespace_is_taken_over_with_its_quota_and_vms() 
     run = object.__new__(ScaleRun)
     run.api = KeptCluster()  # type: ignore[assignment]
     run.run_id = "abc123"
+    run.report = ScaleReport(PRESETS["tiny"], strategy="harvester")
     await run._create_namespace("scale-000")
     assert calls == [
         ("create", str(NAMESPACES), ""),
         ("patch", "scale-000", {"metadata": {"labels": {RUN_LABEL: "abc123"}}}),
         ("create", str(RESOURCE_QUOTAS), "scale-000"),
     ]
+    # Ours after a Harvester run on the same cluster: Rancher's base annotation, which that run
+    # wrote at its own closed keys, goes (our controller would take it for the base).
+    calls.clear()
+    run.report = ScaleReport(PRESETS["tiny"], strategy="ours")
+    await run._create_namespace("scale-000")
+    assert calls[1] == (
+        "patch",
+        "scale-000",
+        {
+            "metadata": {
+                "labels": {RUN_LABEL: "abc123"},
+                "annotations": {CATTLE_ANNOTATION_RESOURCE_QUOTA: None},
+            }
+        },
+    )
 
 
 async def test_a_migration_create_retried_after_it_landed_makes_no_second_migration() -> None:

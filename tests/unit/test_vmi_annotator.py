@@ -233,3 +233,21 @@ async def test_two_controllers_released_by_one_raise_send_one_patch_not_two() ->
     assert plurals == [VIRTUAL_MACHINE_INSTANCES.plural, VIRTUAL_MACHINES.plural]
     assert client.vmi["metadata"]["annotations"] == {}
     assert writer._writing._locks == {}, "no lock is kept for a VMI nobody writes"
+
+
+async def test_each_vmi_patch_and_vm_touch_is_counted_once_as_sent() -> None:
+    """harvester_quota_api_writes_total{kind="vmi"|"vm"}: the scale run's VMI and VM writes per
+    migration; a change the annotator judges already written is neither sent nor counted."""
+    stale = vmi()
+    client = PatchingClient(copy.deepcopy(stale))
+    counted: list[str] = []
+    management = SimpleNamespace(client=client, clock=FakeClock())
+    writer = VmiAnnotator(cast(Management, management), count_write=counted.append)
+    for _ in range(3):
+        await writer.set(stale, MIGRATING)
+    await writer.set(stale, {ANNOTATION_MIGRATION_UID: None, ANNOTATION_MIGRATION_STATE: None})
+    assert counted == ["vmi", "vm", "vmi", "vm"]
+    assert [plural for plural, _ in client.patches] == [
+        VIRTUAL_MACHINE_INSTANCES.plural,
+        VIRTUAL_MACHINES.plural,
+    ] * 2

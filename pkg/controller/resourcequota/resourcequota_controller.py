@@ -86,9 +86,9 @@ class QuotaReconciler:
         self.namespaces = management.controllers.namespaces()
         self.inputs = PlanInputs(management, self.namespaces.enqueue_key)
         """The informers and views plans read (inputs.py)."""
-        self.writer = QuotaWriter(management.client, management.clock)
-        """Every write of ours and its permission gate (controller/quotawriter.py)."""
         self.metrics = QuotaMetrics(management.registry)
+        self.writer = QuotaWriter(management.client, management.clock, self.metrics.count_write)
+        """Every write of ours and its permission gate (controller/quotawriter.py)."""
         self.metrics.paused.set(1 if management.options.paused else 0)
         self.reports = NamespaceReports(self.metrics, management.recorder, self.inputs.refusals)
         """Metrics and Warning events of each plan (reports.py)."""

@@ -59,7 +59,14 @@ def add_command(commands: Any) -> None:
     scale.add_argument(
         "--no-baseline",
         action="store_true",
-        help="skip the baseline: twin namespaces without any quota, each step run in them too",
+        help="run the quota arm only: no twin namespaces without a quota (the baseline), no "
+        "headroom twins",
+    )
+    scale.add_argument(
+        "--no-headroom",
+        action="store_true",
+        help="leave out the headroom arm: twin namespaces with a quota on the same keys, open, "
+        "that no controller writes (kube-controller-manager and quota admission only)",
     )
     scale.add_argument(
         "--failover",
@@ -95,6 +102,12 @@ def plan_from(args: argparse.Namespace) -> ScalePlan:
     return dataclasses.replace(plan, **changes)
 
 
+def arm_count(args: argparse.Namespace) -> int:
+    """How many arms the run has: the quota arm, and with the baseline its twins without a
+    quota and (unless --no-headroom) the headroom twins."""
+    return 1 if args.no_baseline else (2 if args.no_headroom else 3)
+
+
 def cmd_scale(args: argparse.Namespace) -> int:
     # The stand-ins log every VM and migration step: thousands of lines that hide the figures.
     logging.getLogger("harvester_quota.testbench.sim").setLevel(logging.WARNING)
@@ -110,7 +123,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
     local = LocalCluster(args.state_dir or default_state_dir("scale", ENV_STATE_DIR))
     if not args.keep:
         local.down()
-    vms = plan.vms * (1 if args.no_baseline else 2)  # the baseline's twins hold as many
+    vms = plan.vms * arm_count(args)  # each arm's twins hold as many
     node_pods = max(PODS_PER_NODE_FLOOR, 4 * vms // plan.nodes)
     print(f"starting a cluster of {plan.nodes} kwok nodes with virt-controller ({local.state_dir})")
     cluster = local.up(nodes=plan.nodes, node_pods=node_pods, virt_controller=True)
@@ -133,6 +146,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
                 args.report,
                 ScaleOptions(
                     baseline=not args.no_baseline,
+                    headroom=not args.no_headroom,
                     strategy=args.strategy,
                     failover=args.failover,
                     process_args=ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),

@@ -6,14 +6,16 @@ none for this), beside the same baseline namespaces without any quota.
 `HarvesterProduct` has the shape `ScaleRun` uses of `product.Product`: `start`, `stop`,
 `metrics` and `pids`. The strategy runs in the run's own process, on a client of its own, so its
 API requests are counted exactly (by verb and resource, from that client's request observer) and
-its quota writes from its own count; its CPU and memory are not told apart from the run's, so
-they are reported as 0.
+its quota writes from its own count; its writes by kind are its write requests by resource
+(`WRITE_KIND_OF`); its CPU and memory are not told apart from the run's, so they are reported
+as 0.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from typing import Final
 
 from prometheus_client import CollectorRegistry
 
@@ -22,6 +24,29 @@ from ...generic.client import ApiClient
 from ...generic.requestmetrics import request_info
 from ..strategy.harvester import HarvesterStrategy
 from .product import Metrics
+
+WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete"})
+WRITE_KIND_OF: Final = {
+    "resourcequotas": "spec",
+    "resourcequotas/status": "status",
+    "virtualmachineinstances": "vmi",
+    "virtualmachines": "vm",
+}
+"""The resource a write request of Harvester's controllers goes to -> the kind our controller
+counts it as (harvester_quota_api_writes_total): Harvester updates a quota whole (its spec.hard
+and annotations), a VMI's annotations and its VM's; it writes no status copy and no namespace
+(so no kind maps to those)."""
+
+
+def writes_by_kind(requests: Mapping[tuple[str, str], float]) -> dict[str, float]:
+    """Write requests by kind (`WRITE_KIND_OF`) from requests by (verb, resource); writes to
+    other resources are not counted."""
+    kinds: dict[str, float] = {}
+    for (verb, resource), count in requests.items():
+        kind = WRITE_KIND_OF.get(resource)
+        if verb in WRITE_VERBS and kind is not None:
+            kinds[kind] = kinds.get(kind, 0.0) + count
+    return kinds
 
 
 class _RequestCounter:
@@ -65,11 +90,13 @@ class HarvesterProduct:
         there is no standby (`standby` is the scale run's Product signature)."""
         writes = float(sum(self.strategy.writes.values()))
         conflicts = float(sum(self.strategy.conflicts.values()))
+        requests = {key: float(n) for key, n in self.requests.counts.items()}
         return Metrics(
-            requests={key: float(n) for key, n in self.requests.counts.items()},
+            requests=requests,
             quota_writes={"written": writes, "conflict": conflicts},
             cpu_seconds=0.0,
             rss_bytes=0.0,
+            writes=writes_by_kind(requests),
         )
 
     @property

@@ -7,12 +7,14 @@ created at a moment, when its room was raised, and, once a step settled, which q
 from their base and which still carry a migration annotation.
 
 `ProcessSample` reads a process's CPU seconds and resident memory from /proc (Linux).
-Both run on one event loop; not thread-safe.
+`pod_create_conflicts` scrapes the API server's own count of pod creates it answered 409.
+All run on one event loop; not thread-safe.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from ...generic.clock import REAL_CLOCK, Clock
 from ...generic.informer import ResourceEventHandler, SharedInformerFactory
 from ...generic.meta import annotations_of
 from ...generic.resource import RESOURCE_QUOTAS, Object, key_of
+from ...generic.rest import raise_for_status
 from ...generic.store import Tombstone
 from ...util import resources
 from ...util.annotations import ANNOTATION_MIGRATING_NAME_PREFIX, LABEL_DEFAULT_RESOURCE_QUOTA
@@ -30,6 +33,11 @@ from ...util.resourcequota.base import ANNOTATION_APPLIED
 from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
 
+APISERVER_REQUESTS: Final = "apiserver_request_total{"
+CREATE_VERBS: Final = frozenset({"POST", "create"})
+"""How apiserver_request_total names a create: the HTTP method its metrics keep for it (POST), or
+the Kubernetes verb, should a version name it so."""
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 STALE_PREFIXES: Final = (MIGRATING_PREFIX, ANNOTATION_APPLIED)
 """Annotations that must be gone from a quota once no migration holds room in its namespace."""
 
@@ -149,3 +157,33 @@ class ProcessSample:
         ticks = os.sysconf("SC_CLK_TCK")
         pages = int(stat[21])
         return cls((int(stat[11]) + int(stat[12])) / ticks, pages * os.sysconf("SC_PAGE_SIZE"))
+
+
+def count_pod_create_conflicts(exposition: str) -> float:
+    """Pod creates the API server answered 409 (Conflict: quota admission lost its status update
+    to another write of the quota, or the pod existed), summed over the other labels of
+    apiserver_request_total, from its /metrics text. Only that metric's lines are parsed: the
+    whole exposition is megabytes the scrape would otherwise decode."""
+    total = 0.0
+    for line in exposition.splitlines():
+        if not line.startswith(APISERVER_REQUESTS):
+            continue
+        labels_text, _, value = line[len(APISERVER_REQUESTS) :].rpartition("} ")
+        labels = dict(_LABEL.findall(labels_text))
+        if (
+            labels.get("resource") == "pods"
+            and not labels.get("subresource")
+            and labels.get("verb") in CREATE_VERBS
+            and labels.get("code") == "409"
+        ):
+            total += float(value.split()[0])
+    return total
+
+
+async def pod_create_conflicts(api: ApiClient) -> float:
+    """The API server's count of pod creates it answered 409 so far (its /metrics, read with
+    `api`'s credentials; `count_pod_create_conflicts`). A step's delta is its own when steps run
+    one after the other."""
+    async with api.rest.exchange("GET", "/metrics", request_timeout=60.0) as response:
+        await raise_for_status(response)
+        return count_pod_create_conflicts(await response.text())

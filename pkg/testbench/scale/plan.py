@@ -14,7 +14,9 @@ A VM may migrate in several steps: a step starts only after the previous one set
 
 With a baseline, every namespace has a twin without any ResourceQuota (``<prefix>noquota-000``,
 ...) holding the same VMs, and `baseline_of` turns each step into the same step in the twins:
-what the same migrations cost a namespace with no quota at all.
+what the same migrations cost a namespace with no quota at all. The headroom arm adds a third
+twin (``<prefix>headroom-000``, ...): a ResourceQuota on the same keys, wide open, which nothing of
+ours manages (`headroom_of`): what a quota costs when no controller writes it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Final
 
 NAMESPACE_PREFIX: Final = "scale-"
 BASELINE_INFIX: Final = "noquota-"
+HEADROOM_INFIX: Final = "headroom-"
 STRATEGIES: Final = ("ours", "harvester")
 """What keeps a scale run's quotas: the product as deployed, or Harvester's algorithm in its place
 (`harvester.HarvesterProduct`)."""
@@ -80,16 +83,37 @@ class ScalePlan:
         """The twin of namespace `index` without a quota (see the module docstring)."""
         return f"{self.prefix}{BASELINE_INFIX}{index:03d}"
 
+    def headroom_namespace(self, index: int) -> str:
+        """The twin of namespace `index` with a quota of its own that no controller manages."""
+        return f"{self.prefix}{HEADROOM_INFIX}{index:03d}"
+
     def baseline_vms(self) -> Iterator[tuple[str, str]]:
         """(twin namespace, VM name) of every VM of the baseline, namespace by namespace."""
+        return self._twin_vms(BASELINE_INFIX)
+
+    def headroom_vms(self) -> Iterator[tuple[str, str]]:
+        """(headroom twin namespace, VM name) of every VM of the headroom arm."""
+        return self._twin_vms(HEADROOM_INFIX)
+
+    def _twin_vms(self, infix: str) -> Iterator[tuple[str, str]]:
         for index, count in enumerate(self.namespaces):
             for vm in range(count):
-                yield self.baseline_namespace(index), self.vm(vm)
+                yield f"{self.prefix}{infix}{index:03d}", self.vm(vm)
 
     def baseline_of(self, step: Step) -> Step:
         """`step` in the twin namespaces: the same VMs, named alike, in namespaces without a
         quota."""
-        twins = {self.namespace(i): self.baseline_namespace(i) for i in range(len(self.namespaces))}
+        return self._twin_of(step, BASELINE_INFIX)
+
+    def headroom_of(self, step: Step) -> Step:
+        """`step` in the headroom twins: the same VMs, in namespaces whose quota no controller
+        manages and no target needs raised."""
+        return self._twin_of(step, HEADROOM_INFIX)
+
+    def _twin_of(self, step: Step, infix: str) -> Step:
+        twins = {
+            self.namespace(i): f"{self.prefix}{infix}{i:03d}" for i in range(len(self.namespaces))
+        }
         return Step(
             step.name,
             tuple((twins[namespace], vm) for namespace, vm in step.migrations),

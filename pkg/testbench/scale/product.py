@@ -76,6 +76,9 @@ class Metrics:
     """The webhook's: the seconds target pod admissions waited, all of them together."""
     breakdown: Breakdown = field(default_factory=Breakdown)
     """The controller's: where its CPU goes (watch events, handler runs, its own requests)."""
+    writes: Mapping[str, float] = field(default_factory=dict)
+    """The controller's: kind -> write requests sent (harvester_quota_api_writes_total: spec,
+    status, label, rancher, vmi, vm)."""
 
     def with_webhook(self, webhook: Metrics) -> Metrics:
         """These (the controller's) with the webhook's API requests added and its target pod
@@ -100,6 +103,7 @@ class Metrics:
             self.targets_waited - earlier.targets_waited,
             self.target_wait_seconds - earlier.target_wait_seconds,
             self.breakdown.minus(earlier.breakdown),
+            _minus(self.writes, earlier.writes),
         )
 
 
@@ -115,6 +119,7 @@ def parse_metrics(text: str) -> Metrics:
     """The scale run's share of a Prometheus text exposition."""
     requests: dict[tuple[str, str], float] = {}
     writes: dict[str, float] = {}
+    by_kind: dict[str, float] = {}
     cpu = rss = reconciles = reconcile_seconds = waited = wait_seconds = 0.0
     samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
     for sample in samples:
@@ -124,6 +129,9 @@ def parse_metrics(text: str) -> Metrics:
         elif sample.name == "harvester_quota_quota_writes_total":
             outcome = sample.labels.get("outcome", "")
             writes[outcome] = writes.get(outcome, 0.0) + sample.value
+        elif sample.name == "harvester_quota_api_writes_total":
+            kind = sample.labels.get("kind", "")
+            by_kind[kind] = by_kind.get(kind, 0.0) + sample.value
         elif sample.name == "process_cpu_seconds_total":
             cpu = sample.value
         elif sample.name == "process_resident_memory_bytes":
@@ -148,6 +156,7 @@ def parse_metrics(text: str) -> Metrics:
         waited,
         wait_seconds,
         breakdown_of(samples),
+        by_kind,
     )
 
 

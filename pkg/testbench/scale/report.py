@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from .run import ScaleReport
-from .stats import baseline_table, breakdown_table, table
+from .stats import arms_table, baseline_table, breakdown_table, table
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ def render_markdown(report: ScaleReport, command: str) -> str:
         "",
         table(report.steps),
         "",
+        *_arms_section(report),
         *_breakdown_section(report),
         *_baseline_section(report),
         f"End: all done {report.all_done}, drift {len(report.drift)} namespaces, stale "
@@ -62,6 +63,27 @@ def render_markdown(report: ScaleReport, command: str) -> str:
         *([report.failover.line().capitalize() + ".", ""] if report.failover else []),
     ]
     return "\n".join(lines)
+
+
+def _arms_section(report: ScaleReport) -> list[str]:
+    """Per step and arm, the conflicts, stalls and writes issue 40 counts (empty for a run of
+    the quota arm alone)."""
+    arms = report.arms()
+    if len(arms) < 2:
+        return []
+    quota = "Harvester's controllers" if report.strategy == "harvester" else "our controller"
+    return [
+        f"Per step and arm: the quota arm is {quota} (the other strategy's arm is a run of its "
+        "own, `--strategy`, on the same kept cluster); 'no quota' and 'headroom, no controller' "
+        "are twins of the same VMs without a quota and with one nobody writes. Failed creates "
+        "on a conflict are virt-controller's FailedCreate events in the arm's namespaces; 409 "
+        "pod creates are the API server's own count over the step (all namespaces); the stall "
+        "runs from a migration's first failed create to its target pod admitted; writes are "
+        "the quota arm's controller's requests during the step:",
+        "",
+        arms_table(arms),
+        "",
+    ]
 
 
 def _breakdown_section(report: ScaleReport) -> list[str]:

@@ -16,10 +16,24 @@
 
 With `baseline` (the default), every namespace has a twin without any ResourceQuota, outside the
 product's webhook selector, with the same VMs (`ScalePlan.baseline_namespace`); each step then
-runs twice, in the quota namespaces and in their twins, one after the other on the same cluster
-(which one first alternates from step to step), so that what users feel (the target pod
+runs in the quota namespaces and in their twins, one after the other on the same cluster (which
+one first alternates from step to step), so that what users feel (the target pod
 admitted, the migration Succeeded, the drain's wall time) is compared with no quota at all
 (`stats.baseline_table`).
+
+With `ScaleOptions.headroom` (the default, with a baseline) a third arm of twins joins
+(`ScalePlan.headroom_namespace`): each namespace's ResourceQuota on the same keys, opened wide
+(OPEN_HARD) and not labelled as managed, in a namespace outside the run's label: no controller
+of ours nor Harvester's writes it, and kube-controller-manager's status writes and quota
+admission are its only writers, so what it costs is what any quota costs. Each step runs in
+every arm, one after the other, the order rotated by one from step to step
+(`stats.arms_table`).
+
+Per step and arm the run counts the target pod creates that failed on quota admission's Conflict
+(virt-controller's FailedCreate events, per migration, in that arm's namespaces), the API
+server's own count of pod creates it answered 409 over the step (`observe.pod_create_conflicts`,
+all namespaces: the arms' steps never overlap, so the delta is the arm's), and the controller's
+write requests by kind (harvester_quota_api_writes_total; Harvester's from its client).
 
 With ``strategy="harvester"`` Harvester's own controllers (`harvester.HarvesterProduct`) take the
 product's place, no webhook: the same steps and baseline, to set Harvester's ratios beside ours
@@ -42,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from ...apis.kubevirt import FINAL_PHASES, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import REAL_CLOCK, Clock
@@ -49,6 +64,7 @@ from ...generic.resource import NAMESPACES, RESOURCE_QUOTAS
 from ...util import resources
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
 from ...util.rancher import format_namespace_resource_quota
+from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import KINDS, SYSTEM_NAMESPACE
@@ -59,10 +75,19 @@ from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..virtcontroller import VirtControllerDriver
 from . import failover
 from .harvester import HarvesterProduct
-from .observe import ProcessSample, QuotaWatch
-from .plan import BASELINE_INFIX, STRATEGIES, ScalePlan, Step
+from .observe import ProcessSample, QuotaWatch, pod_create_conflicts
+from .plan import BASELINE_INFIX, HEADROOM_INFIX, STRATEGIES, ScalePlan, Step
 from .product import NO_PROCESS_ARGS, ProcessArgs, Product
-from .stats import StepResult, baseline_ratios, summarize_step
+from .stats import (
+    ARM_HARVESTER,
+    ARM_HEADROOM,
+    ARM_NONE,
+    ARM_OURS,
+    StepResult,
+    arm_rows,
+    baseline_ratios,
+    summarize_step,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -99,11 +124,10 @@ def step_wall_seconds(
 
 def is_quota_drain_wave(step: Step, plan: ScalePlan) -> bool:
     """Whether `step` is a drain wave (migrations over many namespaces) of the quota namespaces,
-    not of their baseline twins, which no product serves: the only kind of step a failover run
-    kills the leader in."""
-    return step.namespace_size == 0 and not step.migrations[0][0].startswith(
-        plan.prefix + BASELINE_INFIX
-    )
+    not of their twins (baseline or headroom), which no product serves: the only kind of step a
+    failover run kills the leader in."""
+    twins = (plan.prefix + BASELINE_INFIX, plan.prefix + HEADROOM_INFIX)
+    return step.namespace_size == 0 and not step.migrations[0][0].startswith(twins)
 
 
 @dataclass(frozen=True)
@@ -128,6 +152,9 @@ class ScaleReport:
     baseline_steps: list[StepResult] = field(default_factory=list)
     """The same steps in the twin namespaces without a quota (empty without a baseline), in
     the order of `steps`."""
+    headroom_steps: list[StepResult] = field(default_factory=list)
+    """The same steps in the headroom twins (a quota no controller writes; empty without that
+    arm), in the order of `steps`."""
     drift: dict[str, dict[str, str]] = field(default_factory=dict)
     stale: dict[str, list[str]] = field(default_factory=dict)
     controller_rss_bytes: float = 0.0
@@ -137,8 +164,16 @@ class ScaleReport:
     @property
     def all_done(self) -> bool:
         return all(
-            step.succeeded == step.migrations for step in (*self.steps, *self.baseline_steps)
+            step.succeeded == step.migrations
+            for step in (*self.steps, *self.baseline_steps, *self.headroom_steps)
         )
+
+    def arms(self) -> dict[str, list[StepResult]]:
+        """Each arm's steps, by arm name (stats.ARM_*; the quota arm named after the strategy),
+        the arms this run had only."""
+        quota = ARM_HARVESTER if self.strategy == "harvester" else ARM_OURS
+        arms = {quota: self.steps, ARM_NONE: self.baseline_steps, ARM_HEADROOM: self.headroom_steps}
+        return {arm: steps for arm, steps in arms.items() if steps}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -155,7 +190,9 @@ class ScaleReport:
             "vms_running": self.vms_running,
             "steps": [step.to_json() for step in self.steps],
             "baseline_steps": [step.to_json() for step in self.baseline_steps],
+            "headroom_steps": [step.to_json() for step in self.headroom_steps],
             "baseline_ratios": baseline_ratios(self.steps, self.baseline_steps),
+            "arms": arm_rows(self.arms()),
             "drift": self.drift,
             "stale_annotations": self.stale,
             "controller_rss_mib": round(self.controller_rss_bytes / 2**20, 1),
@@ -170,7 +207,11 @@ class ScaleOptions:
     strategy not in `plan.STRATEGIES`."""
 
     baseline: bool = True
-    """Run each step again in twin namespaces without any quota (see the module docstring)."""
+    """Run each step again in twin namespaces without any quota (see the module docstring);
+    without it, only the quota arm runs."""
+    headroom: bool = True
+    """With `baseline`, run each step a third time in twins whose quota no controller writes
+    (see the module docstring)."""
     strategy: str = "ours"
     """Whose quota writer runs: ours as deployed, or Harvester's own controllers."""
     process_args: ProcessArgs = NO_PROCESS_ARGS
@@ -222,13 +263,18 @@ class ScaleRun:
             if options.baseline
             else []
         )
+        self.headroom_namespaces = (
+            [plan.headroom_namespace(i) for i in range(len(plan.namespaces))]
+            if options.baseline and options.headroom
+            else []
+        )
         self.bases: dict[str, ResourceList] = {}
         self.report = ScaleReport(plan, strategy=options.strategy)
         in_run = frozenset(self.namespaces)
         self.kubevirt = VirtControllerDriver(
             api,
             kubevirt_version=cluster.kubevirt_version,
-            namespaces=in_run | frozenset(self.baseline_namespaces),
+            namespaces=in_run | frozenset(self.baseline_namespaces + self.headroom_namespaces),
             timings=HandlerTimings(
                 preparing_target=0.2,
                 target_ready=0.2,
@@ -279,14 +325,16 @@ class ScaleRun:
             await self._teardown()
 
     async def _step_and_baseline(self, index: int, step: Step) -> None:
-        """`step` in the quota namespaces and, with a baseline, in their twins; the baseline
-        goes first on odd steps, so that neither arm always runs on the other's tail."""
+        """`step` in the quota namespaces and, with a baseline, in their twins (and headroom
+        twins); the order is rotated by one each step (`rotated`), so that no arm always runs
+        on another's tail."""
         arms: list[tuple[list[StepResult], Step, str]] = [(self.report.steps, step, "")]
         if self.options.baseline:
             arms.append((self.report.baseline_steps, self.plan.baseline_of(step), "no quota: "))
-            if index % 2:
-                arms.reverse()
-        for results, arm, label in arms:
+        if self.headroom_namespaces:
+            label = f"{ARM_HEADROOM}: "
+            arms.append((self.report.headroom_steps, self.plan.headroom_of(step), label))
+        for results, arm, label in rotated(arms, index):
             results.append(await self._step(arm, index))
             self.say(label + results[-1].line())
             self.say(results[-1].breakdown_line())
@@ -295,8 +343,8 @@ class ScaleRun:
 
     @property
     def vms(self) -> int:
-        """The VMs of the run: the plan's, twice with a baseline."""
-        return self.plan.vms * (2 if self.options.baseline else 1)
+        """The VMs of the run: the plan's, once per arm."""
+        return self.plan.vms * (1 + bool(self.baseline_namespaces) + bool(self.headroom_namespaces))
 
     async def _setup(self) -> None:
         started = self.clock.monotonic()
@@ -304,12 +352,12 @@ class ScaleRun:
             await self._create_namespace(namespace)
         for namespace in self.baseline_namespaces:
             await self._create_baseline_namespace(namespace)
-        for namespace in (*self.namespaces, *self.baseline_namespaces):
+        for namespace in self.headroom_namespaces:
+            await self._create_headroom_namespace(namespace)
+        for namespace in self._all_namespaces:
             await self._await_service_account(namespace)
-        self.say(
-            f"{len(self.namespaces) + len(self.baseline_namespaces)} namespaces; creating "
-            f"{self.vms} VMs"
-        )
+            await self._delete_unfinished_migrations(namespace)
+        self.say(f"{len(self._all_namespaces)} namespaces; creating {self.vms} VMs")
         await self._create_vms()
         await self._await_running(started)
         for namespace in self.namespaces:
@@ -325,13 +373,13 @@ class ScaleRun:
 
     async def _create_namespace(self, namespace: str) -> None:
         """Creates the namespace and its open quota; a namespace a kept cluster has from an
-        earlier run is taken over (labelled with this run) with its quota and VMs, so a rerun
-        with ``--keep`` skips the VMs' creation."""
+        earlier run is taken over (`_takeover`) with its quota and VMs, so a rerun with
+        ``--keep`` skips the VMs' creation."""
         labels = {RUN_LABEL: self.run_id}
         try:
             await self.api.create(NAMESPACES, {"metadata": {"name": namespace, "labels": labels}})
         except errors.AlreadyExists:
-            await self.api.patch(NAMESPACES, namespace, {"metadata": {"labels": labels}})
+            await self.api.patch(NAMESPACES, namespace, self._takeover())
         quota = {
             "metadata": {"name": QUOTA_NAME, "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}},
             "spec": {"hard": dict(OPEN_HARD)},
@@ -339,10 +387,46 @@ class ScaleRun:
         with contextlib.suppress(errors.AlreadyExists):
             await self.api.create(RESOURCE_QUOTAS, quota, namespace)
 
+    def _takeover(self) -> dict[str, Any]:
+        """The patch that makes a kept namespace this run's: its label and, for our controller,
+        no Rancher base annotation left by a Harvester run on the same cluster (with it, our
+        controller would take Rancher's text, at Harvester's closed keys, for the base)."""
+        meta: dict[str, Any] = {"labels": {RUN_LABEL: self.run_id}}
+        if self.report.strategy != "harvester":
+            meta["annotations"] = {CATTLE_ANNOTATION_RESOURCE_QUOTA: None}
+        return {"metadata": meta}
+
     async def _create_baseline_namespace(self, namespace: str) -> None:
         """A twin namespace: no quota, not labelled with the run (the webhook never sees it)."""
         with contextlib.suppress(errors.AlreadyExists):
             await self.api.create(NAMESPACES, {"metadata": {"name": namespace}})
+
+    async def _create_headroom_namespace(self, namespace: str) -> None:
+        """A headroom twin: not labelled with the run (no webhook of ours), its quota on the
+        same keys as the run's, open (OPEN_HARD) and without the managed label: no controller
+        raises or restores it."""
+        with contextlib.suppress(errors.AlreadyExists):
+            await self.api.create(NAMESPACES, {"metadata": {"name": namespace}})
+        quota = {"metadata": {"name": QUOTA_NAME}, "spec": {"hard": dict(OPEN_HARD)}}
+        with contextlib.suppress(errors.AlreadyExists):
+            await self.api.create(RESOURCE_QUOTAS, quota, namespace)
+
+    async def _delete_unfinished_migrations(self, namespace: str) -> None:
+        """Deletes the migrations an earlier run on a kept cluster left unfinished (Harvester's
+        raise falls 15m short of a target pod, which then stays refused for good): they would
+        hold their VMs and KubeVirt's parallel-migration slots through this run's steps."""
+        listed = await self.api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace)
+        for migration in listed.get("items") or []:
+            if str((migration.get("status") or {}).get("phase") or "") in FINAL_PHASES:
+                continue
+            name = str(migration["metadata"]["name"])
+            self.say(f"  deleting {namespace}/{name}, left unfinished by an earlier run")
+            with contextlib.suppress(errors.NotFound):
+                await self.api.delete(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, namespace)
+
+    @property
+    def _all_namespaces(self) -> list[str]:
+        return [*self.namespaces, *self.baseline_namespaces, *self.headroom_namespaces]
 
     async def _await_service_account(self, namespace: str) -> None:
         """Launcher pods need the namespace's default service account, which
@@ -371,7 +455,8 @@ class ScaleRun:
 
         everything = [
             *self.plan.all_vms(),
-            *(self.plan.baseline_vms() if self.options.baseline else ()),
+            *(self.plan.baseline_vms() if self.baseline_namespaces else ()),
+            *(self.plan.headroom_vms() if self.headroom_namespaces else ()),
         ]
         await asyncio.gather(*(create(ns, vm) for ns, vm in everything))
 
@@ -397,6 +482,7 @@ class ScaleRun:
             hard = {key: str(used.get(key, "0")) for key in closed}
             hard.update({key: OPEN_HARD[key] for key in CLOSED_KEYS if key not in closed})
             quota["spec"]["hard"] = hard
+            _drop_rooms(quota)
             try:
                 await self.api.update(RESOURCE_QUOTAS, quota)
             except errors.Conflict:
@@ -441,6 +527,7 @@ class ScaleRun:
         fails_over = self._fails_over(step)
         # In the failover step the counters are the standby's: it leads by the step's end.
         metrics_before = await self.product.metrics(standby=fails_over)
+        conflicts_before = await self._pod_create_conflicts()
         procs_before = self._processes()
         started = self.clock.monotonic()
         created: dict[tuple[str, str], _Created] = {}
@@ -465,6 +552,12 @@ class ScaleRun:
             self.report.failover = self._failover_times(await killing, created)
             self.say(self.report.failover.line())
         metrics = (await self.product.metrics()).minus(metrics_before)
+        conflicts_after = await self._pod_create_conflicts()
+        api_409 = (
+            None
+            if conflicts_before is None or conflicts_after is None
+            else conflicts_after - conflicts_before
+        )
         procs = {
             k: v.cpu_seconds - procs_before[k].cpu_seconds for k, v in self._processes().items()
         }
@@ -502,7 +595,17 @@ class ScaleRun:
             settle_seconds=settled,
             drift=len(self.quotas.drift(self.bases)),
             stale=len(self.quotas.stale()),
+            pod_create_409=api_409,
         )
+
+    async def _pod_create_conflicts(self) -> float | None:
+        """The API server's count of pod creates answered 409 so far; None (logged) if its
+        /metrics cannot be read: the step's other figures stand without it."""
+        try:
+            return await pod_create_conflicts(self.api)
+        except (errors.ApiError, ValueError) as error:
+            log.warning("cannot read the API server's /metrics: %s", error)
+            return None
 
     async def _kill_leader(self) -> asyncio.Future[tuple[float, float | None]]:
         """Kills the leader; returns a future of (the kill's moment, the moment the Lease named
@@ -584,9 +687,27 @@ class ScaleRun:
         await self.quotas.stop()
         await self.kubevirt.stop()
         if self.options.delete_namespaces:
-            for namespace in (*self.namespaces, *self.baseline_namespaces):
+            for namespace in self._all_namespaces:
                 with contextlib.suppress(errors.ApiError):
                     await self.api.delete(NAMESPACES, namespace)
+
+
+def _drop_rooms(quota: dict[str, Any]) -> None:
+    """Removes every migration room annotation (``harvesterhci.io/migrating*``: ours and
+    Harvester's) from `quota`: closed, a quota holds no room, and one an earlier run on a kept
+    cluster left (Harvester's raise that is never given back) would be adopted as held."""
+    annotations = (quota.get("metadata") or {}).get("annotations") or {}
+    for key in [k for k in annotations if k.startswith(MIGRATING_PREFIX)]:
+        del annotations[key]
+
+
+def rotated(items: list[T], index: int) -> list[T]:
+    """`items` rotated left by `index` (modulo their count): with two arms, the second goes
+    first on odd steps; with three, each arm goes first, second and last in turn."""
+    if not items:
+        return items
+    shift = index % len(items)
+    return items[shift:] + items[:shift]
 
 
 async def _retrying(call: Callable[[], Awaitable[T]], attempts: int = 5) -> T:

@@ -78,6 +78,19 @@ class StepResult:
     phase (as the run's KubeVirt watch saw it)."""
     """Seconds from each migration's create request being sent to its room seen on the quota:
     the create and the raise together, whichever writes the room."""
+    conflicted: int = 0
+    """Migrations whose target pod create failed at least once on quota admission's Conflict
+    (virt-controller's FailedCreate events, `record.is_conflict`), refused by quota or not."""
+    conflict_events: int = 0
+    """Those failed creates, all of them (an Event's count included)."""
+    conflict_stalls: tuple[float, ...] = ()
+    """Per conflicted migration, seconds from its first failed create until its target pod was
+    admitted (or it ended)."""
+    pod_create_409: float | None = None
+    """Pod creates the API server answered 409 during the step, all namespaces
+    (apiserver_request_total): the cross-check of `conflict_events`; None if not scraped."""
+    writes: Mapping[str, float] = field(default_factory=dict)
+    """Our controller's write requests during the step by kind (WRITE_KINDS), or Harvester's."""
 
     @property
     def not_raised(self) -> int:
@@ -104,7 +117,8 @@ class StepResult:
             f"{self.name}: {self.succeeded}/{self.migrations} succeeded in {self.seconds:.1f}s, "
             f"raise p50 {_ms(p50)} p99 {_ms(p99)} max {_ms(worst)}, {self.refused} refused "
             f"({self.blocked_seconds:.1f}s blocked), {self.failed_creates} failed creates "
-            f"({self.stalled_seconds:.1f}s stalled), "
+            f"({self.stalled_seconds:.1f}s stalled), {self.conflicted} on a conflict "
+            f"({self.conflict_events} events, {_count(self.pod_create_409)} pod creates 409), "
             f"{self.per_migration(self.quota_writes):.2f} writes/migration, controller "
             f"{1000 * self.per_migration(self.cpu.get('controller', 0.0)):.1f} ms CPU/migration, "
             f"{self.controller_rss_bytes / 2**20:.0f} MiB, drift {self.drift}, stale {self.stale}"
@@ -166,6 +180,13 @@ class StepResult:
             ),
             "drift": self.drift,
             "stale_annotations": self.stale,
+            "conflicted": self.conflicted,
+            "conflict_events": self.conflict_events,
+            "conflict_stall_seconds": [round(v, 2) for v in self.conflict_stalls],
+            "pod_create_409": self.pod_create_409,
+            "writes_per_migration_by_kind": {
+                kind: round(self.per_migration(n), 3) for kind, n in sorted(self.writes.items())
+            },
         }
 
 
@@ -184,6 +205,7 @@ def summarize_step(
     settle_seconds: float,
     drift: int,
     stale: int,
+    pod_create_409: float | None = None,
 ) -> StepResult:
     """The step's figures. `cpu` holds per-process CPU seconds read from /proc; the controller's
     comes from its own /metrics (`metrics.cpu_seconds`), which counts exactly its process."""
@@ -196,6 +218,7 @@ def summarize_step(
     # otherwise (its blocked time runs from the first refusal): one column a migration.
     stalled_only = [r for r in records if r.failed_creates and not r.refusals]
     stalled = [r.stalled_seconds for r in stalled_only if r.stalled_seconds is not None]
+    conflicted = [r for r in records if r.conflicts]
     return StepResult(
         name=step.name,
         namespace_size=step.namespace_size,
@@ -225,7 +248,18 @@ def summarize_step(
         stale=stale,
         outcomes=outcomes,
         breakdown=metrics.breakdown,
+        conflicted=len(conflicted),
+        conflict_events=sum(r.conflicts for r in conflicted),
+        conflict_stalls=tuple(
+            sorted(r.stalled_seconds for r in conflicted if r.stalled_seconds is not None)
+        ),
+        pod_create_409=pod_create_409,
+        writes=dict(metrics.writes),
     )
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _ms(value: float | None) -> str:
@@ -342,4 +376,80 @@ def baseline_table(steps: Sequence[StepResult], baselines: Sequence[StepResult])
 
 
 def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+# The arms: the same steps with our quota (or Harvester's), without any, with one nobody writes --
+
+ARM_OURS: Final = "ours"
+ARM_HARVESTER: Final = "Harvester's"
+ARM_NONE: Final = "no quota"
+ARM_HEADROOM: Final = "headroom, no controller"
+WRITE_COLUMNS: Final = ("spec", "status", "label", "rancher", "vmi", "vm")
+"""The kinds of write the arms table gives per migration, in its order (config.metrics'
+WRITE_KINDS)."""
+
+
+def arm_rows(arms: Mapping[str, Sequence[StepResult]]) -> list[dict[str, Any]]:
+    """Per step (by position) and arm (in `arms`' order), what issue 40 counts: migrations,
+    failed creates on a Conflict (migrations, events), the API server's 409 pod creates, the
+    stall (sum and largest), writes per migration by kind, p50/p99 Succeeded and their ratio to
+    the ARM_NONE arm's same step (None without it)."""
+    baseline = arms.get(ARM_NONE, ())
+    rows: list[dict[str, Any]] = []
+    for index in range(max((len(steps) for steps in arms.values()), default=0)):
+        none = baseline[index] if index < len(baseline) else None
+        for arm, steps in arms.items():
+            if index < len(steps):
+                rows.append(_arm_row(arm, steps[index], none))
+    return rows
+
+
+def _arm_row(arm: str, step: StepResult, none: StepResult | None) -> dict[str, Any]:
+    p50, p99 = percentile(step.succeeded_after, 0.5), percentile(step.succeeded_after, 0.99)
+    none_p50 = None if none is None else percentile(none.succeeded_after, 0.5)
+    none_p99 = None if none is None else percentile(none.succeeded_after, 0.99)
+    return {
+        "step": step.name,
+        "arm": arm,
+        "migrations": step.migrations,
+        "succeeded": step.succeeded,
+        "conflicted": step.conflicted,
+        "conflict_events": step.conflict_events,
+        "pod_create_409": step.pod_create_409,
+        "stall_seconds": round(sum(step.conflict_stalls), 2),
+        "stall_max_seconds": round(max(step.conflict_stalls, default=0.0), 2),
+        "writes_per_migration": {
+            kind: round(step.per_migration(step.writes.get(kind, 0.0)), 3) for kind in WRITE_COLUMNS
+        },
+        "succeeded_p50_s": p50,
+        "succeeded_p99_s": p99,
+        "ratio_p50": _ratio(p50, none_p50),
+        "ratio_p99": _ratio(p99, none_p99),
+    }
+
+
+def arms_table(arms: Mapping[str, Sequence[StepResult]]) -> str:
+    """`arm_rows` as a Markdown table: one row per step and arm."""
+    rows = [
+        "| step | arm | done | failed creates on a conflict (migrations, events) "
+        "| 409 pod creates (API server) | stall s (sum / max) "
+        "| writes/mig spec / status / label / rancher / VMI / VM "
+        "| Succeeded p50 / p99 s | ratio to no quota p50 / p99 |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for row in arm_rows(arms):
+        writes = " / ".join(f"{v:.2f}" for v in row["writes_per_migration"].values())
+        api_409 = "-" if row["pod_create_409"] is None else f"{row['pod_create_409']:.0f}"
+        rows.append(
+            f"| {row['step']} | {row['arm']} | {row['succeeded']}/{row['migrations']} "
+            f"| {row['conflicted']} ({row['conflict_events']}) | {api_409} "
+            f"| {row['stall_seconds']:.1f} / {row['stall_max_seconds']:.1f} | {writes} "
+            f"| {_seconds(row['succeeded_p50_s'])} / {_seconds(row['succeeded_p99_s'])} "
+            f"| {_ratio_text(row['ratio_p50'])} / {_ratio_text(row['ratio_p99'])} |"
+        )
+    return "\n".join(rows)
+
+
+def _ratio_text(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"

@@ -20,6 +20,19 @@ from ....generic.clock import REAL_CLOCK, Clock, wait_at_most
 from .phases import Phase
 
 MAX_REFUSAL_MESSAGES: Final = 20
+CONFLICT_MARKS: Final = (
+    "the object has been modified",
+    "Operation cannot be fulfilled on resourcequotas",
+)
+"""Text of a failed pod create that quota admission lost to a concurrent write of the quota (a
+Conflict on its status update): either mark makes a failed create a conflict (`is_conflict`)."""
+
+
+def is_conflict(message: str) -> bool:
+    """Whether a failed create's message is quota admission's Conflict (CONFLICT_MARKS)."""
+    return any(mark in message for mark in CONFLICT_MARKS)
+
+
 """Distinct refusal messages, and distinct failed-create messages, kept per migration (a blocked
 migration retries many times; the count keeps growing, the list does not)."""
 
@@ -84,6 +97,8 @@ class MigrationRecord:
     virt-controller retries those only as its rate limiter allows."""
     first_failed_create: Moment | None = None
     failed_create_messages: list[str] = field(default_factory=list)
+    conflicts: int = 0
+    """Of `failed_creates`, those whose message is quota admission's Conflict (`is_conflict`)."""
     held_by_limits: int = 0
     phases: list[tuple[Phase, Moment]] = field(default_factory=list)
 
@@ -138,6 +153,8 @@ class MigrationRecord:
 
     def note_failed_create(self, message: str, moment: Moment) -> None:
         self.failed_creates += 1
+        if is_conflict(message):
+            self.conflicts += 1
         if self.first_failed_create is None:
             self.first_failed_create = moment
         _keep_distinct(self.failed_create_messages, message)
@@ -172,6 +189,7 @@ class MigrationRecord:
             "refusalMessages": list(self.refusal_messages),
             "failedCreates": self.failed_creates,
             "failedCreateMessages": list(self.failed_create_messages),
+            "conflicts": self.conflicts,
             "stalledSeconds": self.stalled_seconds,
             "heldByLimits": self.held_by_limits,
             "phases": [(phase.value, at(moment)) for phase, moment in self.phases],

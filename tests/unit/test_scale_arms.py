@@ -1,0 +1,304 @@
+"""The scale run's arms (issue 40 item 1): the headroom twins, the arms' order, and what each
+step counts per arm: failed creates on a conflict, the API server's 409 pod creates, the stall,
+and the writes per migration by kind."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS
+from harvester_quota.testbench.scale.harvester import writes_by_kind
+from harvester_quota.testbench.scale.observe import count_pod_create_conflicts
+from harvester_quota.testbench.scale.plan import PRESETS, Step
+from harvester_quota.testbench.scale.product import Metrics, parse_metrics
+from harvester_quota.testbench.scale.run import (
+    OPEN_HARD,
+    QUOTA_NAME,
+    ScaleReport,
+    ScaleRun,
+    is_quota_drain_wave,
+    rotated,
+)
+from harvester_quota.testbench.scale.stats import (
+    ARM_HEADROOM,
+    ARM_NONE,
+    ARM_OURS,
+    StepResult,
+    arm_rows,
+    arms_table,
+    summarize_step,
+)
+from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord, Moment, is_conflict
+from harvester_quota.testbench.virtcontroller import note_create_failures
+from harvester_quota.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+
+CONFLICT = (
+    'Error creating pod: Operation cannot be fulfilled on resourcequotas "default-quota": the '
+    "object has been modified; please apply your changes to the latest version and try again"
+)
+REFUSAL = 'Error creating pod: pods "t" is forbidden: exceeded quota: default-quota'
+
+
+def test_the_headroom_arm_runs_each_step_on_the_same_vms_in_namespaces_of_its_own() -> None:
+    plan = PRESETS["tiny"]
+    headroom = set(plan.headroom_vms())
+    assert len(headroom) == plan.vms
+    assert not headroom & set(plan.all_vms()), "no headroom twin is a quota namespace"
+    assert not headroom & set(plan.baseline_vms()), "nor a baseline twin"
+    for step in plan.steps():
+        twin = plan.headroom_of(step)
+        assert (twin.name, twin.namespace_size) == (step.name, step.namespace_size)
+        assert [vm for _, vm in twin.migrations] == [vm for _, vm in step.migrations]
+        assert set(twin.migrations) <= headroom
+        assert not is_quota_drain_wave(twin, plan), "no leader of ours to kill in a twin"
+
+
+def test_the_arms_order_rotates_so_each_arm_goes_first_in_turn() -> None:
+    arms = ["ours", "none", "headroom"]
+    assert [rotated(arms, i)[0] for i in range(4)] == ["ours", "none", "headroom", "ours"]
+    assert rotated(arms, 1) == ["none", "headroom", "ours"]
+    assert [rotated(["ours", "none"], i) for i in range(2)] == [
+        ["ours", "none"],
+        ["none", "ours"],
+    ], "two arms alternate, as the baseline always did"
+    assert rotated([], 3) == []
+
+
+async def test_a_headroom_namespace_s_quota_is_open_on_the_same_keys_and_marked_for_nobody() -> (
+    None
+):
+    """Nothing of ours may touch the headroom arm: its namespace carries no run label (the
+    webhook's and KubeVirt policies' selector) and its quota not the managed label (the
+    controller's, and Harvester's needs Rancher's namespace annotation, which it lacks)."""
+    created: list[tuple[Any, dict[str, Any], str]] = []
+
+    class Api:
+        async def create(self, resource: Any, body: dict[str, Any], namespace: str = "") -> None:
+            created.append((resource, body, namespace))
+
+    run = object.__new__(ScaleRun)
+    run.api = Api()  # type: ignore[assignment]
+    await run._create_headroom_namespace("scale-headroom-000")
+    (ns_resource, namespace, _), (quota_resource, quota, where) = created
+    assert (ns_resource, quota_resource, where) == (
+        NAMESPACES,
+        RESOURCE_QUOTAS,
+        "scale-headroom-000",
+    )
+    assert namespace == {"metadata": {"name": "scale-headroom-000"}}, "no label, no annotation"
+    assert quota["metadata"] == {"name": QUOTA_NAME}
+    assert LABEL_DEFAULT_RESOURCE_QUOTA not in str(quota)
+    assert quota["spec"]["hard"] == OPEN_HARD
+
+
+APISERVER = """\
+# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 40
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 3
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="eviction",verb="POST",version="v1"} 7
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="resourcequotas",scope="resource",subresource="status",verb="PUT",version="v1"} 11
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="PATCH",version="v1"} 5
+apiserver_request_duration_seconds_count{code="409",resource="pods",subresource="",verb="POST"} 2
+"""
+
+
+def test_the_api_server_s_409_pod_creates_are_its_conflicts_only() -> None:
+    """Only pod creates: not evictions (a disruption budget's 409), not the quota's own status
+    updates, not pod patches, not another metric's series."""
+    assert count_pod_create_conflicts(APISERVER) == 3.0
+    assert count_pod_create_conflicts("") == 0.0
+
+
+def test_a_conflict_is_told_from_a_quota_refusal_and_other_failures() -> None:
+    assert is_conflict(CONFLICT)
+    assert not is_conflict(REFUSAL)
+    assert not is_conflict("Error creating pod: Internal error occurred: webhook timed out")
+
+
+def _records(clock: FakeClock, count: int) -> list[MigrationRecord]:
+    return [
+        MigrationRecord("ns", f"m{i}", f"u{i}", f"vm{i}", Moment.now(clock)) for i in range(count)
+    ]
+
+
+def _summarize(records: list[MigrationRecord], metrics: Metrics, **kwargs: Any) -> StepResult:
+    step = Step("drain", tuple(("ns", r.vmi) for r in records))
+    return summarize_step(
+        step,
+        records=records,
+        latencies=(),
+        create_seconds=(),
+        metrics=metrics,
+        cpu={},
+        seconds=10.0,
+        settle_seconds=0.0,
+        drift=0,
+        stale=0,
+        **kwargs,
+    )
+
+
+def test_a_step_counts_conflicted_migrations_their_events_and_stalls() -> None:
+    clock = FakeClock()
+    records = _records(clock, 4)
+    note_create_failures(records[0], CONFLICT, 2, Moment.now(clock))  # one Event, count 2
+    note_create_failures(records[1], REFUSAL, 3, Moment.now(clock))
+    note_create_failures(records[2], CONFLICT, 1, Moment.now(clock))
+    note_create_failures(records[2], REFUSAL, 1, Moment.now(clock))
+    clock.step(4)
+    records[2].admitted = Moment.now(clock)
+    clock.step(46)
+    records[0].admitted = Moment.now(clock)
+    metrics = Metrics({}, {}, 0.0, 0.0, writes={"spec": 6.0, "vmi": 8.0})
+    result = _summarize(records, metrics, pod_create_409=3.0)
+    assert (result.conflicted, result.conflict_events) == (2, 3), "a refused one counts too"
+    assert result.conflict_stalls == pytest.approx((4.0, 50.0))
+    assert result.pod_create_409 == 3.0
+    assert result.to_json()["writes_per_migration_by_kind"] == {"spec": 1.5, "vmi": 2.0}
+    assert "2 on a conflict (3 events, 3 pod creates 409)" in result.line()
+
+
+def _arm_step(
+    succeeded: list[float], writes: dict[str, float], api_409: float | None
+) -> StepResult:
+    clock = FakeClock()
+    records = _records(clock, len(succeeded))
+    result = _summarize(records, Metrics({}, {}, 0.0, 0.0, writes=writes), pod_create_409=api_409)
+    return dataclasses.replace(result, succeeded_after=tuple(succeeded), succeeded=len(succeeded))
+
+
+def test_the_arms_table_gives_each_arm_s_writes_and_its_ratio_to_no_quota() -> None:
+    arms = {
+        ARM_OURS: [_arm_step([2.0, 4.0], {"spec": 2.0, "status": 1.0, "vmi": 4.0}, 1.0)],
+        ARM_NONE: [_arm_step([1.0, 2.0], {"vmi": 4.0, "vm": 4.0}, 0.0)],
+        ARM_HEADROOM: [_arm_step([1.0, 3.0], {}, None)],
+    }
+    ours, none, headroom = arm_rows(arms)
+    assert [r["arm"] for r in (ours, none, headroom)] == [ARM_OURS, ARM_NONE, ARM_HEADROOM]
+    assert ours["writes_per_migration"] == {
+        "spec": 1.0,
+        "status": 0.5,
+        "label": 0.0,
+        "rancher": 0.0,
+        "vmi": 2.0,
+        "vm": 0.0,
+    }
+    assert (ours["ratio_p50"], ours["ratio_p99"]) == (2.0, 2.0)
+    assert (none["ratio_p50"], headroom["ratio_p99"]) == (1.0, 1.5)
+    table = arms_table(arms)
+    assert (
+        "| drain | ours | 2/2 | 0 (0) | 1 | 0.0 / 0.0 | 1.00 / 0.50 / 0.00 / 0.00 / 2.00 / 0.00"
+        in (table)
+    )
+    assert f"| drain | {ARM_HEADROOM} | 2/2 | 0 (0) | - |" in table, "409s not scraped: -"
+    (alone,) = arm_rows({ARM_OURS: arms[ARM_OURS]})
+    assert alone["ratio_p50"] is None, "no ratio without the no-quota arm"
+
+
+EXPOSITION = """\
+# TYPE harvester_quota_api_writes_total counter
+harvester_quota_api_writes_total{kind="spec"} 5.0
+harvester_quota_api_writes_total{kind="status"} 2.0
+harvester_quota_api_writes_total{kind="vmi"} 9.0
+"""
+
+
+def test_our_writes_by_kind_are_read_from_the_controller_and_subtracted() -> None:
+    now = parse_metrics(EXPOSITION)
+    assert now.writes == {"spec": 5.0, "status": 2.0, "vmi": 9.0}
+    before = Metrics({}, {}, 0.0, 0.0, writes={"spec": 1.0, "status": 2.0})
+    assert now.minus(before).writes == {"spec": 4.0, "vmi": 9.0}
+
+
+def test_harvester_s_writes_by_kind_are_its_write_requests_by_resource() -> None:
+    requests = {
+        ("update", "resourcequotas"): 3.0,
+        ("get", "resourcequotas"): 50.0,
+        ("update", "virtualmachineinstances"): 4.0,
+        ("update", "virtualmachines"): 2.0,
+        ("delete", "pods"): 1.0,
+    }
+    assert writes_by_kind(requests) == {"spec": 3.0, "vmi": 4.0, "vm": 2.0}
+
+
+def test_the_command_line_runs_three_arms_unless_told_fewer() -> None:
+    from harvester_quota.testbench.cli import build_parser
+    from harvester_quota.testbench.scale.cli import arm_count
+
+    parse = build_parser().parse_args
+    assert arm_count(parse(["scale"])) == 3
+    assert arm_count(parse(["scale", "--no-headroom"])) == 2
+    assert arm_count(parse(["scale", "--no-baseline"])) == 1, "--no-baseline: the quota arm only"
+    assert arm_count(parse(["scale", "--no-baseline", "--no-headroom"])) == 1
+
+
+async def test_a_kept_cluster_s_unfinished_migrations_are_deleted_and_finished_ones_kept() -> None:
+    """A Harvester run leaves migrations Pending for good (its raise is 15m short of a target
+    pod); the next run on the kept cluster deletes them, or they would hold their VMs and
+    KubeVirt's parallel-migration slots through its steps."""
+    from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+
+    deleted: list[tuple[str, str]] = []
+
+    class Api:
+        async def list(self, resource: Any, namespace: str) -> dict[str, Any]:
+            assert resource is VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+            phases = {"done": "Succeeded", "failed": "Failed", "stuck": "Pending", "new": None}
+            return {
+                "items": [
+                    {"metadata": {"name": name}, "status": {"phase": phase} if phase else {}}
+                    for name, phase in phases.items()
+                ]
+            }
+
+        async def delete(self, resource: Any, name: str, namespace: str) -> None:
+            deleted.append((namespace, name))
+
+    run = object.__new__(ScaleRun)
+    run.api = Api()  # type: ignore[assignment]
+    run.say = lambda _line: None
+    await run._delete_unfinished_migrations("scale-001")
+    assert deleted == [("scale-001", "stuck"), ("scale-001", "new")]
+
+
+async def test_closing_a_kept_quota_drops_every_room_an_earlier_run_left_on_it() -> None:
+    """Harvester's raise that was never given back (its migratingUID- record) or ours: at the
+    close no migration holds room, and a record left would be adopted as held."""
+    quota: dict[str, Any] = {
+        "metadata": {
+            "name": QUOTA_NAME,
+            "namespace": "scale-001",
+            "annotations": {
+                "harvesterhci.io/migratingUID-3e91": '{"limits.cpu":"1"}',
+                "harvesterhci.io/migrating-vm-00001": '{"limits.cpu":"1"}',
+                "harvesterhci.io/migratingScalingResyncNeeded": "false",
+                "harvester-quota.io/base": '{"limits.cpu":"6"}',
+            },
+        },
+        "spec": {"hard": {"limits.cpu": "7"}},
+        "status": {"used": {"limits.cpu": "6", "limits.memory": "8Gi", "requests.memory": "6Gi"}},
+    }
+    updated: list[dict[str, Any]] = []
+
+    class Api:
+        async def get(self, resource: Any, name: str, namespace: str) -> dict[str, Any]:
+            return quota
+
+        async def update(self, resource: Any, body: dict[str, Any]) -> None:
+            updated.append(body)
+
+    run = object.__new__(ScaleRun)
+    run.api = Api()  # type: ignore[assignment]
+    run.report = ScaleReport(PRESETS["tiny"], strategy="ours")
+    await run._close_quota("scale-001")
+    (written,) = updated
+    assert written["metadata"]["annotations"] == {"harvester-quota.io/base": '{"limits.cpu":"6"}'}
+    assert written["spec"]["hard"] == {
+        "limits.cpu": "6",
+        "limits.memory": "8Gi",
+        "requests.memory": "6Gi",
+    }
