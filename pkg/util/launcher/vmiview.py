@@ -44,8 +44,10 @@ class VmiView:
     affinity: Object | None
     """spec.affinity reduced to whether it is cross-namespace (quotascope.reduced_affinity)."""
     hotplug: bool
-    """The VMI has hotplugged volumes (`has_hotplug_volumes`; False where they cannot be read,
-    the launcher rendering reports those): a migration's target gets an attachment pod too."""
+    """The VMI has hotplugged volumes (`has_hotplug_volumes`): a migration's target gets an
+    attachment pod too. False where its volumes or volumeStatus cannot be read: the room then
+    has no attachment pod (only KubeVirt writes a VMI's status, under the chart's
+    kubevirt-status policy; a malformed spec.volumes is refused by virt-api)."""
     render_key: bytes = b""
     """A digest of what the launcher rendering reads (planviews.py; b"" where `source` is kept)."""
     source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
