@@ -405,3 +405,30 @@ def test_a_decision_reads_the_newest_failures_only_however_many_are_forged() -> 
 def test_a_forged_message_cannot_forge_log_lines() -> None:
     stripped = strip_event(event(message="Error creating pod: x\n2026-01-01 INFO forged line"))
     assert "\n" not in stripped["message"]
+
+
+def test_a_failure_in_a_namespace_being_deleted_is_not_retried_nor_told() -> None:
+    """Run I of stop 48: a test's namespace being deleted left a FailedCreate ("unable to create
+    new content in namespace ... because it is being terminated"); a controller started later
+    told it exhausted, in a Warning the API server refused there too."""
+    gone = (
+        'Error creating pod: pods "virt-launcher-vm2-" is forbidden: unable to create new content '
+        "in namespace ns because it is being terminated"
+    )
+    assert isinstance(decided([failure(message=gone)]), Nothing)
+    spent = migration(**{ANNOTATION_RETRIES: str(MAX_RETRIES)})
+    assert isinstance(decided([failure(message=gone)], subject=spent), Nothing)
+
+
+async def test_a_migration_in_a_namespace_being_deleted_is_left_alone() -> None:
+    """Run I of stop 48: a controller started after a namespace's deletion began told that
+    namespace's migration exhausted, in an Event the API server refused there."""
+    harness = Harness()
+    harness.add(migration(), vmi(), event())
+    going = {"metadata": {"name": "ns", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    harness.retry.namespaces.upsert(going)
+    for _ in range(MAX_RETRIES + 2):
+        await harness.run()
+        harness.clock.step(QUIET)
+    assert harness.patches == [] and harness.recorder.events == []
+    assert harness.retry.states == {}

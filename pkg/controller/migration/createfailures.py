@@ -43,6 +43,8 @@ EVENT_SELECTOR: Final = f"involvedObject.kind={VMI_KIND},reason={FAILED_CREATE}"
 """The field selector of the Events watch: only virt-controller's kind of report (and forgeries
 of it), a few per failed create, never the cluster's whole event stream."""
 EXCEEDED_QUOTA: Final = "exceeded quota"
+NAMESPACE_TERMINATING: Final = "because it is being terminated"
+"""The API server's refusal of any create in a namespace being deleted: no retry creates there."""
 """What virt-controller looks for in the error to call it a quota refusal; so do we."""
 FAILURE_INDEX: Final = "failed-create-by-vmi-uid"
 FAILURES_READ: Final = 8
@@ -146,6 +148,13 @@ class CreateFailure:
     @property
     def quota_refusal(self) -> bool:
         return EXCEEDED_QUOTA in self.message
+
+    @property
+    def retryable(self) -> bool:
+        """Whether a retry may create the pod: not a quota refusal (KubeVirt's own to retry), not
+        a namespace being deleted (nothing is created there again; seen in a full run, where a
+        Warning we then wrote there was refused too)."""
+        return not self.quota_refusal and NAMESPACE_TERMINATING not in self.message
 
 
 def failure_of(event: Object) -> CreateFailure | None:
@@ -258,9 +267,7 @@ def decide(
     open_ = [
         f
         for f in failures
-        if not f.quota_refusal
-        and f.ident not in state.answered
-        and (floor is None or f.at >= floor)
+        if f.retryable and f.ident not in state.answered and (floor is None or f.at >= floor)
     ]
     if not open_:
         return Nothing("no failure to answer")

@@ -37,7 +37,7 @@ from ...generic import errors
 from ...generic.access import readable
 from ...generic.events import NORMAL, WARNING
 from ...generic.logformat import migration_fields
-from ...generic.meta import metadata, name, namespace, spec, status
+from ...generic.meta import is_deleting, metadata, name, namespace, spec, status
 from ...generic.permission import Permission
 from ...generic.resource import EVENTS, Object
 from ..informers import TARGET_INDEX, QuotaInformers, target_index
@@ -95,6 +95,7 @@ class TargetPodRetry:
             indexers={FAILURE_INDEX: failure_index},
             presence=readable(management.client, EVENTS),
         )
+        self.namespaces = management.controllers.namespaces().informer.store
         self.migrations.add_indexer(MIGRATIONS_BY_VMI, migrations_by_vmi)
         if not self.pods.store.has_index(TARGET_INDEX):
             self.pods.store.add_indexers({TARGET_INDEX: target_index})
@@ -135,6 +136,10 @@ class TargetPodRetry:
     async def on_changed(self, key: str, migration: Object | None) -> Object | None:
         """Decides for one migration and acts; returns it unchanged for the next handler."""
         if migration is None or str(status(migration).get("phase") or "") in FINAL_PHASES:
+            self.states.pop(key, None)
+            return migration
+        if is_deleting(self.namespaces.get(namespace(migration))):
+            # Nothing is created there again, not even our Event (seen in a full run).
             self.states.pop(key, None)
             return migration
         failures = self.failures_for(migration)
