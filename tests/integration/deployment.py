@@ -15,7 +15,10 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from harvester_quota.app import ControllerApp
+from harvester_quota.config.management import Options
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import REAL_CLOCK
@@ -417,3 +420,25 @@ async def round_robin_proxy(ports: list[int]) -> asyncio.Server:
         await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
 
     return await asyncio.start_server(connect, "127.0.0.1", 0)
+
+
+@contextlib.asynccontextmanager
+async def controllers_as_account(
+    api: ApiClient, cluster: ClusterInfo, *, start: bool = True, **options: Any
+) -> AsyncIterator[ControllerApp]:
+    """The controllers in this process as their service account (harvester-quota, the chart's
+    RBAC as last applied), without leader election, `options` over the defaults; started unless
+    `start` is False (the caller starts them); stopped and their client closed on exit."""
+    client = await client_as(api, cluster, "harvester-quota")
+    app = ControllerApp(
+        client,
+        Options(leader_elect=False, kubevirt_version=str(cluster.kubevirt_version), **options),
+        registry=CollectorRegistry(),
+    )
+    try:
+        if start:
+            await app.start()
+        yield app
+    finally:
+        await app.stop()
+        await client.close()

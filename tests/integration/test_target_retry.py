@@ -32,7 +32,6 @@ from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCES,
 )
 from harvester_quota.app import ControllerApp
-from harvester_quota.config.management import Options
 from harvester_quota.controller.migration.createfailures import (
     ANNOTATION_RETRIES,
     EVENT_SELECTOR,
@@ -50,7 +49,6 @@ from harvester_quota.testbench.virtcontroller import (
     KUBEVIRT_NAMESPACE,
     VirtControllerDriver,
 )
-from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
 from tests.integration import deployment
@@ -154,18 +152,8 @@ async def deployed_controllers(
 ) -> AsyncIterator[ControllerApp]:
     """The controllers as their service account with the chart's RBAC, started."""
     await deployment.apply_rbac(kubevirt_api)
-    client = await deployment.client_as(kubevirt_api, kubevirt_cluster, "harvester-quota")
-    app = ControllerApp(
-        client,
-        Options(leader_elect=False, kubevirt_version=str(kubevirt_cluster.kubevirt_version)),
-        registry=CollectorRegistry(),
-    )
-    await app.start()
-    try:
+    async with deployment.controllers_as_account(kubevirt_api, kubevirt_cluster) as app:
         yield app
-    finally:
-        await app.stop()
-        await client.close()
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
 )
 from harvester_quota.app import ControllerApp
-from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, RESOURCE_QUOTAS
 from harvester_quota.testbench.localcluster import ClusterInfo
@@ -28,7 +27,6 @@ from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.testbench.virtcontroller import EXCEEDED_QUOTA, VirtControllerDriver
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.server import WebhookServer
-from prometheus_client import CollectorRegistry
 
 from tests.helpers import caught_up, cpu_burners, eventually
 from tests.integration import deployment
@@ -74,17 +72,10 @@ async def deployed_controllers(
 ) -> AsyncIterator[ControllerApp]:
     """The controllers as their service account with deploy/'s RBAC, not yet started."""
     await deployment.apply_rbac(kubevirt_api)
-    client = await deployment.client_as(kubevirt_api, kubevirt_cluster, "harvester-quota")
-    app = ControllerApp(
-        client,
-        Options(leader_elect=False, kubevirt_version=str(kubevirt_cluster.kubevirt_version)),
-        registry=CollectorRegistry(),
-    )
-    try:
+    async with deployment.controllers_as_account(
+        kubevirt_api, kubevirt_cluster, start=False
+    ) as app:
         yield app
-    finally:
-        await app.stop()
-        await client.close()
 
 
 class RejectionWatch:

@@ -42,7 +42,6 @@ from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINES,
 )
 from harvester_quota.app import ControllerApp
-from harvester_quota.config.management import Options
 from harvester_quota.generic import config as client_config
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
@@ -63,7 +62,6 @@ from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resources import ResourceList, parse_resource_list_leniently
 from harvester_quota.webhook.server import WebhookServer
-from prometheus_client import CollectorRegistry
 
 from tests.helpers import caught_up, eventually
 from tests.integration import deployment
@@ -165,21 +163,9 @@ async def controllers(
 ) -> AsyncIterator[ControllerApp]:
     """The controllers as their service account (the chart's RBAC, applied with the webhook);
     an indirect parameter gives Options fields to change."""
-    client = await deployment.client_as(kubevirt_api, kubevirt_cluster, "harvester-quota")
     told: dict[str, Any] = getattr(request, "param", {})
-    app = ControllerApp(
-        client,
-        Options(
-            leader_elect=False, kubevirt_version=str(kubevirt_cluster.kubevirt_version), **told
-        ),
-        registry=CollectorRegistry(),
-    )
-    await app.start()
-    try:
+    async with deployment.controllers_as_account(kubevirt_api, kubevirt_cluster, **told) as app:
         yield app
-    finally:
-        await app.stop()
-        await client.close()
 
 
 @pytest.fixture
