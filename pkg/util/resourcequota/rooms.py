@@ -259,9 +259,10 @@ def plan_rooms(inputs: RoomInputs) -> RoomPlan:
     pods = namespace_pods(inputs.pods)
     rooms: list[MigrationRoom] = []
     errors: dict[str, str] = {}
+    views: dict[str, VmiView] = {}
     for migration in inputs.migrations:
         try:
-            room = _room_of(migration, inputs, pods)
+            room = _room_of(migration, inputs, pods, views)
         except ValueError as error:
             errors[str(metadata(migration).get("name"))] = str(error)
             continue
@@ -321,7 +322,11 @@ def decentralized_side(migration: Mapping[str, Any]) -> str | None:
     return "source" if send else "target"
 
 
-def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> MigrationRoom | None:
+def _room_of(
+    migration: Object, inputs: RoomInputs, pods: NamespacePods, views: dict[str, VmiView]
+) -> MigrationRoom | None:
+    """The room `migration` holds, or None; `views` keeps each VMI's view once adapted (one
+    plan: twenty migrations of one VMI adapt it once)."""
     meta = metadata(migration)
     if decentralized_side(migration) is not None:
         return None  # neither side runs the VM twice in this namespace (module docstring)
@@ -339,7 +344,9 @@ def _room_of(migration: Object, inputs: RoomInputs, pods: NamespacePods) -> Migr
     if found is None:
         # Nothing can be migrated, nothing will be admitted: the migration holds no room.
         return None
-    vmi = as_view(found)
+    vmi = views.get(vmi_name)
+    if vmi is None:
+        vmi = views[vmi_name] = as_view(found)
     if _of_an_earlier_instance(migration, vmi):
         return None
     target = next((pod for pod in candidates if is_target_of(pod, migration, vmi)), None)
