@@ -899,9 +899,10 @@ async def test_a_stolen_controller_token_may_only_count_retries_on_a_migration(
     migration and nothing else: not an owner reference (garbage collection would delete the
     migration), a finalizer, a label, another annotation, the spec, nor delete it."""
     controller = await account_client(api, cluster, "harvester-system", "harvester-quota")
-    rendered_for(monkeypatch, cluster)
-    await deployment.apply_rbac(api)
     try:
+        await deployment.apply_rbac(api)  # KubeVirt's account too, which the chart looks up
+        rendered_for(monkeypatch, cluster)
+        await deployment.apply_rbac(api)  # as rendered
         async with deployment.running_webhook(
             api, cluster, namespace, tmp_path, kubevirt_user=deployment.KUBEVIRT_USER
         ):
@@ -928,3 +929,9 @@ async def test_a_stolen_controller_token_may_only_count_retries_on_a_migration(
                 await controller.delete(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "m", namespace)
     finally:
         await controller.close()
+        # The controller's own account keeps no cluster-admin for the session's later tests
+        # (run J: test_deployed_processes' least-privilege check found it could delete a
+        # namespace).
+        await api.delete(
+            deploy_module.KINDS["ClusterRoleBinding"], "test-chart-harvester-system-harvester-quota"
+        )
