@@ -8,10 +8,12 @@ one namespace with its self-managed certificate), their /metrics scraped back to
 round stamped 30 s after the last (the chart's scrape interval: the moments are a virtual
 clock's, the texts are real), under the jobs the chart's PodMonitors give. On that timeline:
 healthy, then a migration really refused by quota (KubeVirt's condition on the VMIM, set as
-virt-controller sets it), 16 minutes more, then the webhook stopped, then the controller stopped.
-Conditions too costly to make real (a write error, a timed-out target pod, a 5-minute block, a
-certificate near its end, a standby's leader gauge) are the recorded texts with one value moved
-as the real process moves it; each test says which.
+virt-controller sets it) for 7 minutes, then cleared, 16 minutes after the refusal, then the
+webhook stopped, then the controller stopped. The timeline is shifted so that the refusal's
+scrape falls at the real moment it was taken, so the real timestamps the controller exports
+(when a refusal began) stand where they belong on it. Conditions too costly to make real (a
+write error, a timed-out target pod, a certificate near its end, a standby's leader gauge) are
+the recorded texts with one value moved as the real process moves it; each test says which.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from harvester_quota.apis.kubevirt import CONDITION_REJECTED_BY_QUOTA
+from harvester_quota.apis.kubevirt import (
+    CONDITION_REJECTED_BY_QUOTA,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+)
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.deploy import webhook_client_flags
@@ -51,8 +56,11 @@ INTERVAL = 30.0
 PodMonitor interval (prometheus-operator evaluates rules every 30 s by default too)."""
 HEALTHY = 12
 """Scrapes before anything happens: 6 minutes, longer than any rule's `for`."""
+BLOCKED = 14
+"""Scrapes while the refusal stands: 7 minutes, past the blocked rule's 5."""
 LATER = 32
-"""Scrapes after the refusal: 16 minutes, past the refusal rule's 15-minute window."""
+"""Scrapes after the refusal (cleared after BLOCKED of them): 16 minutes, past the refusal
+rule's 15-minute window."""
 DOWN = 5
 """Failed scrapes of a stopped process: 2 minutes from the first, the down rules' `for`."""
 MONITORING = {"monitoring": {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}}
@@ -60,6 +68,7 @@ NAMESPACE = deployment.SYSTEM_NAMESPACE
 V170_LIMIT = {"limitsCpu": "3000m", "limitsMemory": "5000Mi"}
 V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
 REFUSED = "harvester_quota_target_pods_refused_total"
+REFUSED_SINCE = "harvester_quota_migration_refused_since_timestamp_seconds"
 FIRED_BY = {
     "HarvesterQuotaNoLeader": "test_no_leader_fires_two_minutes_after_the_controller_stops",
     "HarvesterQuotaWebhookDown": "test_webhook_down_fires_two_minutes_after_its_scrapes_fail",
@@ -70,7 +79,9 @@ FIRED_BY = {
         "test_target_pods_refused_fires_for_a_real_refusal_in_its_namespace_for_15_minutes"
     ),
     "HarvesterQuotaTargetPodTimedOut": "test_target_pod_timed_out_fires_on_one_timed_out_admission",
-    "HarvesterQuotaMigrationBlocked": "test_migration_blocked_fires_for_a_block_over_5_minutes_only",
+    "HarvesterQuotaMigrationBlocked": (
+        "test_migration_blocked_fires_while_a_real_refusal_stands_past_5_minutes_in_its_namespace"
+    ),
     "HarvesterQuotaWriteErrors": "test_write_errors_fire_on_one_failed_quota_write_for_10_minutes",
 }
 """Every alert the chart renders -> the test here that makes it fire."""
@@ -110,6 +121,8 @@ class Recording:
     """The real scrapes on their timeline, and its named moments."""
 
     start: float
+    namespace: str
+    """The tenant namespace of the refused migration."""
     scrapes: list[Scrape] = field(default_factory=list)
     marks: dict[str, float] = field(default_factory=dict)
 
@@ -142,6 +155,15 @@ class Recording:
 
     def moment(self, round_: int) -> float:
         return self.start + round_ * INTERVAL
+
+    def round_of(self, mark: str) -> int:
+        return round((self.marks[mark] - self.start) / INTERVAL)
+
+    def shift(self, seconds: float) -> None:
+        """Moves the whole timeline (its start, every scrape and mark) by `seconds`."""
+        self.start += seconds
+        self.scrapes = [(at + seconds, c, t) for at, c, t in self.scrapes]
+        self.marks = {name: at + seconds for name, at in self.marks.items()}
 
 
 @dataclass
@@ -259,6 +281,20 @@ async def refuse_a_migration(api: ApiClient, cluster: ClusterInfo, namespace: st
         await kubevirt_api.close()
 
 
+async def clear_the_refusal(api: ApiClient, cluster: ClusterInfo, namespace: str) -> None:
+    """What virt-controller does once a target pod is admitted: the condition goes False."""
+    kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
+    try:
+        kubevirt = KubeVirtByHand(kubevirt_api, namespace)
+        (migration,) = (await kubevirt_api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace))[
+            "items"
+        ]
+        cleared = {"type": CONDITION_REJECTED_BY_QUOTA, "status": "False", "reason": "Admitted"}
+        await kubevirt.set_phase(migration, "Pending", conditions=[cleared])
+    finally:
+        await kubevirt_api.close()
+
+
 async def record(cluster: ClusterInfo, namespace: str, workdir: Path) -> Recording:
     async with (
         ApiClient(admin_config(cluster)) as api,
@@ -270,7 +306,7 @@ async def record(cluster: ClusterInfo, namespace: str, workdir: Path) -> Recordi
             return await exported(ports["controller"], "harvester_quota_leader") == 1.0
 
         await eventually(leads, timeout=60, what="the controller leads")
-        recording = Recording(start=float(int(time.time())))
+        recording = Recording(start=float(int(time.time())), namespace=namespace)
         for _ in range(HEALTHY):
             await scrape_round(recording, product)
         recording.marks["healthy"] = recording.now
@@ -279,10 +315,24 @@ async def record(cluster: ClusterInfo, namespace: str, workdir: Path) -> Recordi
         async def counted() -> float | None:
             return await exported(ports["controller"], REFUSED, namespace=namespace)
 
+        async def refused_since() -> float | None:
+            return await exported(ports["controller"], REFUSED_SINCE, namespace=namespace)
+
         await eventually(counted, timeout=60, what="the refusal counted")
+        await eventually(refused_since, timeout=60, what="the standing refusal exported")
+        recording.shift(time.time() - (recording.now + INTERVAL))
         await scrape_round(recording, product)
         recording.marks["refused"] = recording.now
-        for _ in range(LATER):
+        for _ in range(BLOCKED):
+            await scrape_round(recording, product)
+        await clear_the_refusal(api, cluster, namespace)
+
+        async def cleared() -> bool:
+            return await refused_since() is None
+
+        await eventually(cleared, timeout=60, what="the cleared refusal no longer exported")
+        recording.marks["blocked"] = recording.now
+        for _ in range(LATER - BLOCKED):
             await scrape_round(recording, product)
         recording.marks["refusal-old"] = recording.now
         stop(product.webhook)
@@ -461,36 +511,37 @@ def test_target_pod_timed_out_fires_on_one_timed_out_admission(recording: Record
     assert "HarvesterQuotaTargetPodTimedOut" not in firing(db, recording.moment(6 + 31))
 
 
-def test_migration_blocked_fires_for_a_block_over_5_minutes_only(recording: Recording) -> None:
-    """Moved: one observation of the real controller's histogram, whose buckets it exports as
-    le="300.0": 400 s fires, 200 s (under the 300 s bound) does not."""
-    histogram = "harvester_quota_migration_blocked_seconds"
-    assert f'{histogram}_bucket{{le="300.0"}}' in recording.texts("controller", "healthy")[0]
-    for seconds, fires in ((200.0, False), (400.0, True)):
-        blocked = from_round(6, "controller", lambda t, s=seconds: observed(t, histogram, s))
-        fired = firing(recording.database("healthy", blocked), recording.marks["healthy"])
-        assert ("HarvesterQuotaMigrationBlocked" in fired) is fires, seconds
-        assert set(fired) <= {"HarvesterQuotaMigrationBlocked"}
-
-
-def test_migration_blocked_is_silent_for_a_short_block_after_an_older_long_one(
+def test_migration_blocked_fires_while_a_real_refusal_stands_past_5_minutes_in_its_namespace(
     recording: Recording,
 ) -> None:
-    """Moved: the controller had observed one 400 s block before the timeline began (its
-    +Inf bucket at 1, its 300 s bucket at 0), then observes a 200 s one. increase()
-    extrapolates the two buckets differently (the 300 s bucket's zero point bounds its
-    extrapolation, the +Inf bucket's does not), so their difference is a fraction above 0
-    though no block over 5 minutes happened in the window."""
-    histogram = "harvester_quota_migration_blocked_seconds"
-
-    def moved(round_: int, component: str, text: str) -> str:
-        if component != "controller":
-            return text
-        text = observed(text, histogram, 400.0)
-        return observed(text, histogram, 200.0) if round_ >= 6 else text
-
-    fired = firing(recording.database("healthy", moved), recording.marks["healthy"])
-    assert "HarvesterQuotaMigrationBlocked" not in fired
+    """Real: the controller exports when the standing refusal began (the real wall time, on
+    the shifted timeline). Every round while it stands: the rule fires, for the tenant's
+    namespace, exactly when more than 300 s have passed since that moment; from the first
+    scrape after KubeVirt cleared the condition it is silent, though the migration is still
+    Pending."""
+    db = recording.database("refusal-old")
+    refused, cleared = recording.round_of("refused"), recording.round_of("blocked")
+    texts = [t for _, c, t in recording.scrapes if c == "controller"]
+    standing = {value(t, REFUSED_SINCE, namespace=recording.namespace) for t in texts}
+    assert standing == {None, value(texts[refused], REFUSED_SINCE, namespace=recording.namespace)}
+    moments = {
+        value(t, REFUSED_SINCE, namespace=recording.namespace) for t in texts[refused : cleared + 1]
+    }
+    assert len(moments) == 1, "one moment, in every scrape while the refusal stood"
+    (began,) = moments
+    assert began is not None and began <= recording.marks["refused"]
+    fired_rounds = 0
+    for round_ in range(refused, cleared + 1):
+        fired = firing(db, recording.moment(round_))
+        blocked = fired.get("HarvesterQuotaMigrationBlocked")
+        assert (blocked is not None) is (recording.moment(round_) - began > 300), round_
+        if blocked is not None:
+            fired_rounds += 1
+            assert [element["namespace"] for element in blocked] == [recording.namespace]
+        assert set(fired) <= {"HarvesterQuotaMigrationBlocked", "HarvesterQuotaTargetPodsRefused"}
+    assert fired_rounds >= 3, "the refusal stood 7 minutes"
+    for round_ in range(cleared + 1, recording.round_of("refusal-old") + 1):
+        assert "HarvesterQuotaMigrationBlocked" not in firing(db, recording.moment(round_))
 
 
 def test_write_errors_fire_on_one_failed_quota_write_for_10_minutes(recording: Recording) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -162,3 +163,47 @@ def test_a_standby_keeps_only_the_refusals_that_stand_and_its_first_settle_count
     tracker.seen(KEY, refused("u4"))
     tracker.standby = False
     assert tracker.settle("ns").new_refusals == 1
+
+
+def test_the_oldest_standing_refusal_is_reported_while_it_stands_and_not_once_cleared() -> None:
+    """The block is seen while it lasts: each settle gives the wall time of the first refusal
+    of the migration refused longest that is still refused (a refused-again migration keeps
+    its first moment); a cleared one no longer counts, though it is still Pending."""
+    clock = FakeClock(wall=datetime.datetime(2026, 11, 26, tzinfo=datetime.UTC))
+    start = clock.now().timestamp()
+    tracker = RefusalTracker(clock)
+    assert tracker.settle("ns").refused_since is None
+    tracker.seen(KEY, refused())
+    clock.step(10)
+    tracker.seen("ns/m2", refused("u2"))
+    clock.step(400)
+    assert tracker.settle("ns").refused_since == start
+    tracker.seen(KEY, pending())
+    assert tracker.settle("ns").refused_since == start + 10, "m1 cleared: m2 is the oldest"
+    tracker.seen("ns/m2", started())
+    tracker.seen(KEY, refused())
+    assert tracker.settle("ns").refused_since == start, "refused again: its first moment"
+    tracker.seen(KEY, started())
+    assert tracker.settle("ns").refused_since is None
+
+
+def test_the_reconcile_exports_when_the_standing_refusal_began_and_removes_it_once_cleared() -> (
+    None
+):
+    clock = FakeClock(wall=datetime.datetime(2026, 11, 26, tzinfo=datetime.UTC))
+    registry = CollectorRegistry()
+    tracker = RefusalTracker(clock)
+    reports = NamespaceReports(QuotaMetrics(registry), None, tracker)  # type: ignore[arg-type]
+    since = "harvester_quota_migration_refused_since_timestamp_seconds"
+    tracker.seen(KEY, refused())
+    began = clock.now().timestamp()
+    clock.step(301)
+    reports._count_refusals("ns")
+    assert registry.get_sample_value(since, {"namespace": "ns"}) == began
+    tracker.seen(KEY, started())
+    reports._count_refusals("ns")
+    assert registry.get_sample_value(since, {"namespace": "ns"}) is None
+    tracker.seen(KEY, refused("u2"))
+    reports._count_refusals("ns")
+    reports.forget("ns")
+    assert registry.get_sample_value(since, {"namespace": "ns"}) is None

@@ -12,7 +12,10 @@ depend on when reconciles run:
   briefly that stood and however often KubeVirt refused it again;
 - its blocked time runs from its first refusal to the last time it was seen cleared, and is
   reported once, when it leaves Pending or is deleted (before that, a later refusal would
-  extend it).
+  extend it);
+- while any of the namespace's migrations stands refused, each settle reports when the
+  longest-standing of them was first refused (wall time), so a block is seen while it lasts,
+  not only once it ends.
 
 A migration is kept while it is pending after a refusal (one small record each). Not
 thread-safe: event loop only, like the store listeners that feed it.
@@ -58,6 +61,9 @@ class Settled:
     """Migrations refused for the first time since the last settle."""
     blocked_seconds: list[float] = field(default_factory=list)
     """How long each migration that left Pending (or was deleted) since stayed refused."""
+    refused_since: float | None = None
+    """Unix time of the first refusal of the migration refused now that was first refused
+    earliest; None when none stands refused."""
 
 
 @dataclass
@@ -107,11 +113,15 @@ class RefusalTracker:
 
     def settle(self, namespace: str) -> Settled:
         """Counts the namespace's migrations refused for the first time since the last settle,
-        and reports the blocked time of those that left Pending or were deleted since."""
+        reports the blocked time of those that left Pending or were deleted since, and when
+        the oldest refusal standing now began."""
         result = Settled()
         tracked = self._by_namespace.get(namespace)
         if tracked is None:
             return result
+        result.refused_since = self._wall_time(
+            min((r.since for r in tracked.pending.values() if r.ended is None), default=None)
+        )
         for refusal in [*tracked.closed, *tracked.pending.values()]:
             if not refusal.counted:
                 refusal.counted = True
@@ -123,6 +133,12 @@ class RefusalTracker:
         if not tracked.pending:
             del self._by_namespace[namespace]
         return result
+
+    def _wall_time(self, moment: float | None) -> float | None:
+        """The Unix time of monotonic `moment` (None stays None)."""
+        if moment is None:
+            return None
+        return self._clock.now().timestamp() - (self._clock.monotonic() - moment)
 
     def forget(self, namespace: str) -> None:
         """Drops the namespace's notes without counting them (it is no longer ours to report)."""
