@@ -481,6 +481,9 @@ async def test_on_a_harvester_layout_the_default_install_finds_harvester_system(
     await deployment.apply_rbac(api)  # deploy/'s RBAC and harvester-system/kubevirt-controller
     rendered = render(kubeconfig=cluster.kubeconfig)
     assert set(KUBEVIRT_ACCOUNT.findall(rendered)) == {"harvester-system"}
+    notes = install_notes(cluster)
+    assert "system:serviceaccount:harvester-system:kubevirt-* (found in the cluster)" in notes
+    assert "Harvester's quotas adopted: true (Harvester's own" in notes
 
 
 def test_on_an_upstream_layout_the_default_install_names_the_running_virt_controller(
@@ -491,6 +494,23 @@ def test_on_an_upstream_layout_the_default_install_names_the_running_virt_contro
     rendered = render(kubeconfig=kubevirt_cluster.kubeconfig)
     assert set(KUBEVIRT_ACCOUNT.findall(rendered)) == {"kubevirt"}
     assert f"--target-creator={VIRT_CONTROLLER_USER}" in rendered
+    notes = install_notes(kubevirt_cluster)
+    assert "system:serviceaccount:kubevirt:kubevirt-* (found in the cluster)" in notes
+    assert "Harvester's quotas adopted: false." in notes
+    assert "Webhook certificate: self (the webhook makes its own CA" in notes
+
+
+def install_notes(cluster: ClusterInfo) -> str:
+    """What `helm install` with the chart's defaults prints after its release (NOTES.txt),
+    rendered against `cluster` (a server dry run: nothing is written, so the ownership Helm
+    would take of the session's own copies of the chart's objects is never taken)."""
+    out = helm(
+        "install", RELEASE, str(CHART), "--namespace", "harvester-quota-notes", "--dry-run=server",
+        "--take-ownership",
+        "--kubeconfig", str(cluster.kubeconfig),
+    )  # fmt: skip
+    assert "NOTES:" in out, out[-2000:]
+    return out.split("NOTES:", 1)[1]
 
 
 async def test_an_install_with_a_wrong_kubevirt_namespace_fails_before_it_changes_anything(
