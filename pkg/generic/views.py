@@ -25,14 +25,22 @@ class NamespaceViews(Generic[V]):
 
     `on_change(namespace)` is called when a view of that namespace was added, changed (compared
     with ``==``) or removed; an update that leaves the view equal calls nothing, so a consumer
-    can enqueue its reconcile there instead of on every event of the kind.
+    can enqueue its reconcile there instead of on every event of the kind. With `acted_on`, a
+    change is told only if it changes `acted_on(view)` (the part the consumer acts on): the
+    new view is stored either way, so a later read sees it, but nothing is queued for it.
     """
 
-    def __init__(self, on_change: Callable[[str], object] | None = None) -> None:
+    def __init__(
+        self,
+        on_change: Callable[[str], object] | None = None,
+        *,
+        acted_on: Callable[[V], object] | None = None,
+    ) -> None:
         self._namespaces: dict[str, dict[str, V]] = {}
         self._aside: dict[str, dict[str, V]] = {}
         """Views set aside, by namespace and name (never also in `_namespaces`)."""
         self._on_change = on_change
+        self._acted_on = acted_on
 
     def changed(self, key: str, view: V | None) -> bool:
         """The store's listener: the object under `key` ("namespace/name") is now `view` (None:
@@ -51,12 +59,19 @@ class NamespaceViews(Generic[V]):
         else:
             if views is None:
                 views = self._namespaces[namespace] = {}
-            if views.get(name) == view:
+            old = views.get(name)
+            if old == view:
                 return False
             views[name] = view
+            if old is not None and self._unremarkable(old, view):
+                return True
         if self._on_change is not None:
             self._on_change(namespace)
         return True
+
+    def _unremarkable(self, old: V, new: V) -> bool:
+        """Whether the change from `old` to `new` leaves what the consumer acts on equal."""
+        return self._acted_on is not None and self._acted_on(old) == self._acted_on(new)
 
     def _take_aside(self, namespace: str, name: str, view: V | None) -> bool:
         """For `changed`: True if the change is fully handled here (an object set aside that

@@ -16,6 +16,7 @@ from harvester_quota.util.resourcequota.planviews import (
     NamespaceVmis,
     RenderedUsages,
     migration_plan_view,
+    plan_acted_on,
     vmi_facts,
 )
 from harvester_quota.util.resourcequota.podindex import NamespacePods, pod_view
@@ -44,7 +45,9 @@ class Caches:
     def __init__(self, migrations: list[dict[str, Any]], vmis: list[dict[str, Any]]) -> None:
         self.changed: list[str] = []
         self.migration_store, self.vmi_store = Store(), Store()
-        self.migrations: NamespaceViews[dict[str, Any]] = NamespaceViews(self.changed.append)
+        self.migrations: NamespaceViews[dict[str, Any]] = NamespaceViews(
+            self.changed.append, acted_on=plan_acted_on
+        )
         self.facts: NamespaceViews[VmiView] = NamespaceViews(self.changed.append)
         self.migration_store.add_view("plan", migration_plan_view, self.migrations.changed)
         self.vmi_store.add_view("plan", vmi_facts, self.facts.changed)
@@ -174,7 +177,9 @@ def test_a_spec_change_renders_again_and_status_noise_does_not() -> None:
     assert after["limits.memory"] > before["limits.memory"]
 
 
-def test_migration_status_noise_queues_nothing_and_a_phase_change_does() -> None:
+def test_migration_status_noise_and_steps_under_way_queue_nothing_and_an_end_does() -> None:
+    """KubeVirt's status noise queues nothing, nor do its steps between Pending and a final
+    phase (the view stored still shows the exact phase); Succeeded and a delete do."""
     vm = vmi("vm1")
     mig = migration("m1", vm, phase="Scheduling")
     caches = Caches([mig], [vm])
@@ -185,11 +190,67 @@ def test_migration_status_noise_queues_nothing_and_a_phase_change_does() -> None
     noisy["status"]["migrationState"] = {"targetNode": "kwok-node-2"}
     caches.migration_store.upsert(noisy)
     assert caches.changed == []
-    noisy["status"]["phase"] = "Running"
+    for phase in ("Scheduled", "PreparingTarget", "TargetReady", "Running"):
+        noisy["status"]["phase"] = phase
+        caches.migration_store.upsert(copy.deepcopy(noisy))
+    assert caches.changed == []
+    assert caches.migrations.namespace("ns")[0]["status"]["phase"] == "Running"
+    noisy["status"]["phase"] = "Succeeded"
     caches.migration_store.upsert(copy.deepcopy(noisy))
     assert caches.changed == ["ns"]
     caches.migration_store.delete("ns/m1")
     assert caches.changed == ["ns", "ns"] and caches.migrations.namespace("ns") == []
+
+
+UNDER_WAY_PHASES = (
+    "Scheduling",
+    "Scheduled",
+    "PreparingTarget",
+    "TargetReady",
+    "Running",
+    "WaitingForSync",
+    "Synchronizing",
+)
+
+
+def plan_outputs(plan: QuotaPlan) -> tuple[Any, ...]:
+    """Everything a reconcile does with a plan: what it writes, holds, waits for and says."""
+    return (*summary(plan), plan.holds_room, plan.gathers, plan.requeue_after, plan.skipped)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from(STATES), min_size=1, max_size=6),
+    st.lists(st.sampled_from(UNDER_WAY_PHASES), min_size=6, max_size=6),
+    st.booleans(),
+)
+def test_a_plan_is_the_same_whichever_step_under_way_each_migration_is_at(
+    states: list[str], phases: list[str], decentralized: bool
+) -> None:
+    """What the views' `plan_acted_on` leaves out is what the plan never reads apart: each
+    migration under way (with or without its target pod, decentralized or not) moved to any
+    other step between Pending and a final phase plans the same writes, rooms, holds and
+    waits. So the steps a view change no longer queues could not have changed a plan."""
+    migrations, vmis, pods = [], [], []
+    for index, state in enumerate(states):
+        m, v, p = one_vm(index, state)
+        if state == "running-with-target" and index % 2:
+            p = [pod for pod in p if not pod["metadata"]["name"].endswith("-dst")]
+        if decentralized:
+            for each in m:
+                each["spec"]["receive"] = {"migrationID": "x"}
+        migrations += m
+        vmis += v
+        pods += p
+    baseline = plan_outputs(plan_quota(full_snapshot(migrations, vmis, pods)))
+    moved = copy.deepcopy(migrations)
+    for index, each in enumerate(moved):
+        if each["status"]["phase"] == "Running":
+            each["status"]["phase"] = phases[index % len(phases)]
+            assert plan_acted_on(migration_plan_view(each)) == plan_acted_on(
+                migration_plan_view(migrations[index])
+            )
+    assert plan_outputs(plan_quota(full_snapshot(moved, vmis, pods))) == baseline
 
 
 @pytest.mark.parametrize("phase", ["", "Pending", "Scheduling", "TargetReady", "Running"])
@@ -312,3 +373,17 @@ def test_a_plan_holding_room_sums_the_namespace_once_unless_pods_arrived_since()
     assert counting.sums == 3, "the floor leaves the arrival out: a second sum"
     assert with_arrival.used["limits.cpu"] > plan.used["limits.cpu"]
     assert with_arrival.hard == plan.hard, "no raise follows the arrival"
+
+
+def test_namespace_views_store_a_change_outside_acted_on_without_telling_it() -> None:
+    told: list[str] = []
+    views: NamespaceViews[dict[str, int]] = NamespaceViews(
+        told.append, acted_on=lambda v: v["acted"]
+    )
+    assert views.changed("ns/a", {"acted": 1, "noise": 1})
+    assert views.changed("ns/a", {"acted": 1, "noise": 2}), "the listing changed"
+    assert told == ["ns"] and views.get("ns", "a") == {"acted": 1, "noise": 2}
+    assert views.changed("ns/a", {"acted": 2, "noise": 2})
+    assert not views.changed("ns/a", {"acted": 2, "noise": 2})
+    views.changed("ns/a", None)
+    assert told == ["ns", "ns", "ns"]

@@ -26,6 +26,7 @@ from ...util.resourcequota.planviews import (
     NamespaceVmis,
     RenderedUsages,
     migration_plan_view,
+    plan_acted_on,
     vmi_facts,
 )
 from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
@@ -50,8 +51,11 @@ class PlanInputs:
         self.pod_index = PodIndex()
         """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
         informers.pods.store.add_view(PodIndex.VIEW, pod_view, self._pod_changed)
-        self.migration_views: NamespaceViews[Object] = NamespaceViews(changed)
-        """Every namespace's migrations as the plan reads them (planviews.migration_plan_view)."""
+        self.migration_views: NamespaceViews[Object] = NamespaceViews(
+            changed, acted_on=plan_acted_on
+        )
+        """Every namespace's migrations as the plan reads them (planviews.migration_plan_view);
+        KubeVirt's steps between Pending and a final phase queue nothing (plan_acted_on)."""
         self.refusals = RefusalTracker(management.clock)
         """Quota refusals as the migrations' changes showed them (refusals.py)."""
         informers.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)

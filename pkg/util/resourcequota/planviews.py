@@ -21,12 +21,12 @@ import hashlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from cachetools import LRUCache
 
-from ...apis.kubevirt import FINAL_PHASES
+from ...apis.kubevirt import FINAL_PHASES, PHASE_PENDING
 from ...generic.meta import metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
@@ -79,6 +79,25 @@ def migration_plan_view(migration: Object) -> Object:
         if final:
             narrow["status"]["phaseTransitionTimestamps"] = final
     return narrow
+
+
+UNDER_WAY: Final = "(under way)"
+"""What `plan_acted_on` makes of every phase between Pending and a final one."""
+
+
+def plan_acted_on(view: Object) -> Object:
+    """The part of a `migration_plan_view` a plan acts on: the view with its phase reduced to
+    the classes the room model tells apart (none, Pending, under way, Succeeded, Failed).
+    KubeVirt steps an admitted migration through Scheduling, Scheduled, PreparingTarget,
+    TargetReady and Running (WaitingForSync and Synchronizing when decentralized); a room,
+    its reason ("migrating"), a refusal and a release read none of those apart, and the
+    changes that do matter at those moments come as changes of their own (the target pod's
+    view, the source pod KubeVirt records, a condition). So the steps between queue no plan;
+    the view stored keeps the exact phase for whatever reads it next (`explain`)."""
+    phase = status(view).get("phase")
+    if phase in (None, "", PHASE_PENDING) or phase in FINAL_PHASES:
+        return view
+    return {**view, "status": {**status(view), "phase": UNDER_WAY}}
 
 
 def _narrow_spec(spec: object) -> dict[str, Any]:
