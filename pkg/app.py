@@ -83,7 +83,7 @@ class ControllerApp:
             self.options,
             clock=self.clock,
             registry=self.registry,
-            framework_metrics=FrameworkMetrics(self.registry),
+            framework_metrics=FrameworkMetrics(self.registry, cpu=self.options.cpu_accounting),
             skip_metrics=SkipMetrics(self.registry),
         )
         self.reconciler = resourcequota.register(self.management)

@@ -51,6 +51,10 @@ class Options:
     first raise instead of 8 s: bench/SCALE.md, "Leader failover"). False: it opens no watch
     until it leads (half the watches and memory, a slower takeover)."""
     health_port: int = 8080
+    cpu_accounting: bool = False
+    """Measure the CPU of each watch stream and handler run (harvester_quota_watch_cpu_seconds,
+    harvester_quota_handler_cpu_seconds): two CPU-clock reads per coroutine step, 8-10 % of the
+    controller's CPU in a scale run's profile, so off unless asked for."""
     harvester_compat: bool = True
     """Keep Harvester's VMI migration annotations, VM timestamp touch and abort cleanup."""
     mtq: bool = True

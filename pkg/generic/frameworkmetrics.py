@@ -11,15 +11,20 @@ An operator asking where a controller's CPU goes wants it split the way the fram
 - `harvester_quota_informer_objects_skipped_total{resource, stage}` (`SkipMetrics`, its own
   class because the webhook counts it too): objects an informer kept out of its cache, or whose
   notification a handler failed on, by the stage that refused them (informer.py's contract);
-- `harvester_quota_handler_cpu_seconds{controller, handler}`: one observation per run of a
-  controller's named handler (so its count is the reconciles by handler), the CPU of that run,
-  its API requests' client side included (building, encoding, decoding), its waits not.
+- `harvester_quota_handler_runs_total{controller, handler}`: runs of a controller's named
+  handler (the reconciles by handler), counted as each starts;
+- `harvester_quota_handler_cpu_seconds{controller, handler}`: one observation per run, the CPU
+  of that run, its API requests' client side included (building, encoding, decoding), its
+  waits not.
 
-The CPU is measured on the event loop's thread (`cputime.cpu_metered` for the watch streams,
-`cputime.cpu_timed` for handler runs). What neither counts (the listeners' tasks that queue
-keys, the HTTP transport's reading of responses, work beside the reconciles, leader election,
-/metrics) is the process's CPU less these. CPython's garbage collector runs inside whichever
-step allocated when it triggered, so most of its cost lands in watch or handler CPU.
+The two CPU metrics are kept only with `cpu=True` (`run --cpu-accounting`; the scale run turns
+it on): they read the event loop thread's CPU clock twice per coroutine step
+(`cputime.cpu_metered` for the watch streams, `cputime.cpu_timed` for handler runs), a system
+call each, which a profile of a scale run found to be 8-10 % of the controller's CPU. What
+neither counts (the listeners' tasks that queue keys, the HTTP transport's reading of responses,
+work beside the reconciles, leader election, /metrics) is the process's CPU less these.
+CPython's garbage collector runs inside whichever step allocated when it triggered, so most of
+its cost lands in watch or handler CPU.
 
 Not thread-safe by design: every observation happens on the event loop.
 """
@@ -37,7 +42,11 @@ HANDLER_CPU_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02
 
 
 class WatchObserver(Protocol):
-    """Told of every watch event a reflector applies and of its watch streams' CPU."""
+    """Told of every watch event a reflector applies and, if it `measures_cpu`, of its watch
+    streams' CPU."""
+
+    @property
+    def measures_cpu(self) -> bool: ...
 
     def watch_event(self, resource: str, event_type: str) -> None: ...
 
@@ -45,35 +54,51 @@ class WatchObserver(Protocol):
 
 
 class HandlerObserver(Protocol):
-    """Told of every run of a controller's named handler, with its CPU seconds."""
+    """Told of every run of a controller's named handler as it starts and, if it
+    `measures_cpu`, of each run's CPU seconds when it ends."""
+
+    @property
+    def measures_cpu(self) -> bool: ...
+
+    def handler_started(self, controller: str, handler: str) -> None: ...
 
     def handler_ran(self, controller: str, handler: str, cpu_seconds: float) -> None: ...
 
 
 class FrameworkMetrics:
-    """The three metrics of the module docstring on one registry (a WatchObserver and a
-    HandlerObserver); a registry takes one instance, a second raises."""
+    """The metrics of the module docstring on one registry (a WatchObserver and a
+    HandlerObserver); a registry takes one instance, a second raises. With `cpu` False the two
+    CPU metrics are not declared and `measures_cpu` tells the framework not to measure."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, *, cpu: bool = False) -> None:
         declare = MetricFactory(registry)
+        self.measures_cpu = cpu
         self.watch_events = declare.counter(
             "watch_events",
             "Watch events received and decoded, by informer resource and event type.",
             ["resource", "type"],
         )
-        self.watch_cpu_seconds = declare.counter(
-            "watch_cpu_seconds",
-            "CPU seconds of the watch streams' task (read, decode, store, notify), by resource.",
-            ["resource"],
-        )
-        self.handler_cpu_seconds = declare.histogram(
-            "handler_cpu_seconds",
-            "CPU seconds of one run of a controller's handler, its API calls' client side "
-            "included; the count is the runs.",
+        self.handler_runs = declare.counter(
+            "handler_runs",
+            "Runs of a controller's named handler, counted as each starts.",
             ["controller", "handler"],
-            buckets=HANDLER_CPU_BUCKETS,
         )
+        if cpu:
+            self.watch_cpu_seconds = declare.counter(
+                "watch_cpu_seconds",
+                "CPU seconds of the watch streams' task (read, decode, store, notify), by "
+                "resource (run --cpu-accounting).",
+                ["resource"],
+            )
+            self.handler_cpu_seconds = declare.histogram(
+                "handler_cpu_seconds",
+                "CPU seconds of one run of a controller's handler, its API calls' client side "
+                "included; the count is the runs (run --cpu-accounting).",
+                ["controller", "handler"],
+                buckets=HANDLER_CPU_BUCKETS,
+            )
         self._counted: dict[tuple[str, str], Callable[[], None]] = {}
+        self._runs: dict[tuple[str, str], Callable[[], None]] = {}
         self._cpu: dict[str, Callable[[float], None]] = {}
         """The labelled children's `inc`, bound once: a `labels()` lookup per event or step cost
         more than the clock reads it records."""
@@ -92,7 +117,16 @@ class FrameworkMetrics:
             add = self._cpu[resource] = self.watch_cpu_seconds.labels(resource).inc
         add(seconds)
 
+    def handler_started(self, controller: str, handler: str) -> None:
+        count = self._runs.get((controller, handler))
+        if count is None:
+            count = self._runs[controller, handler] = self.handler_runs.labels(
+                controller, handler
+            ).inc
+        count()
+
     def handler_ran(self, controller: str, handler: str, cpu_seconds: float) -> None:
+        """A run's CPU (told only while `measures_cpu`)."""
         self.handler_cpu_seconds.labels(controller, handler).observe(cpu_seconds)
 
 

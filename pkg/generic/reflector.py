@@ -392,10 +392,10 @@ async def _measured(
     observer: WatchObserver | None,
     resource: str,
 ) -> None:
-    """Runs `consume()`, its CPU told to `observer` step by step if there is one. The coroutine
+    """Runs `consume()`, its CPU told to `observer` step by step if it measures CPU. The coroutine
     is made only once this runs, so a consumer cancelled before its first step leaves no
     coroutine that was never awaited."""
-    if observer is None:
+    if observer is None or not observer.measures_cpu:
         await consume()
         return
     await cpu_metered(consume(), functools.partial(observer.watch_cpu, resource))

@@ -60,7 +60,8 @@ class SharedHandler:
     def __init__(
         self, name: str, log: logging.Logger, observer: HandlerObserver | None = None
     ) -> None:
-        """`observer`: told of every handler run with its CPU (None: nothing is measured)."""
+        """`observer`: told of every handler run, with its CPU if it measures CPU (None:
+        nothing is counted)."""
         self._name = name
         self._log = log
         self._observer = observer
@@ -118,10 +119,14 @@ class SharedHandler:
     def _run(
         self, name: str, handler: Handler, key: str, obj: Object | None
     ) -> Awaitable[Object | None]:
-        """One handler's run, its CPU told to the observer when it ends, if there is one."""
+        """One handler's run, counted by the observer as it starts and its CPU told when it
+        ends if the observer measures CPU."""
         run = handler(key, obj)
         observer = self._observer
         if observer is None:
+            return run
+        observer.handler_started(self._name, name)
+        if not observer.measures_cpu:
             return run
         coro = run if isinstance(run, Coroutine) else _coroutine(run)
         return cpu_timed(coro, functools.partial(observer.handler_ran, self._name, name))

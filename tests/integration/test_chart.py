@@ -463,6 +463,11 @@ def test_the_controller_adopts_harvesters_quotas_by_default_only_on_harvesters_l
     assert ("--adopt-harvester-quotas" in controller_args(values)) is adopts
 
 
+def test_cpu_accounting_is_off_by_default_and_a_value_turns_it_on() -> None:
+    assert "--cpu-accounting" not in controller_args({})
+    assert "--cpu-accounting" in controller_args({"controller": {"cpuAccounting": True}})
+
+
 def test_an_adoption_value_other_than_auto_true_or_false_is_refused_by_the_chart() -> None:
     with pytest.raises(ClusterError, match=r"adoptHarvesterQuotas=sometimes: auto, true or false"):
         render({"controller": {"adoptHarvesterQuotas": "sometimes"}})

@@ -14,6 +14,8 @@ from typing import Any, cast
 import pytest
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
+from harvester_quota.generic import reflector as reflector_module
+from harvester_quota.generic import sharedhandler as sharedhandler_module
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.cputime import cpu_metered, cpu_timed
@@ -110,9 +112,16 @@ async def test_cancellation_reaches_the_timed_coroutine_and_is_told_once() -> No
     assert told == [0.5]
 
 
-async def test_the_reflector_counts_watch_events_by_resource_and_type() -> None:
+@pytest.mark.parametrize("cpu", [True, False])
+async def test_the_reflector_counts_watch_events_by_resource_and_type(
+    cpu: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events are counted either way; the watch stream's CPU only with accounting on, and
+    without it the stream is never driven through the CPU meter (no clock read a step)."""
     registry = CollectorRegistry()
-    metrics = FrameworkMetrics(registry)
+    metrics = FrameworkMetrics(registry, cpu=cpu)
+    if not cpu:
+        monkeypatch.setattr(reflector_module, "cpu_metered", _never_called)
     lw = ScriptedListerWatcher()
     lw.add_list(pod("a", "10"), rv="10")
     lw.add_watch(
@@ -137,15 +146,26 @@ async def test_the_reflector_counts_watch_events_by_resource_and_type() -> None:
         )
 
     assert [count(t) for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")] == [1, 2, 1, 1]
-    assert (
-        registry.get_sample_value("harvester_quota_watch_cpu_seconds_total", {"resource": "pods"})
-        is not None
-    ), "the watch stream's CPU is counted under its resource"
+    watch_cpu = registry.get_sample_value(
+        "harvester_quota_watch_cpu_seconds_total", {"resource": "pods"}
+    )
+    assert (watch_cpu is not None) is cpu, "the stream's CPU is counted under its resource"
 
 
-async def test_every_handler_run_is_observed_by_controller_and_handler_failures_too() -> None:
+def _never_called(*args: object, **kwargs: object) -> Any:
+    raise AssertionError("the CPU meter ran with accounting off")
+
+
+@pytest.mark.parametrize("cpu", [True, False])
+async def test_every_handler_run_is_observed_by_controller_and_handler_failures_too(
+    cpu: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs are counted either way; each run's CPU only with accounting on, and without it no
+    run is driven through the CPU timer."""
     registry = CollectorRegistry()
-    shared = SharedHandler("namespaces", LOG, FrameworkMetrics(registry))
+    shared = SharedHandler("namespaces", LOG, FrameworkMetrics(registry, cpu=cpu))
+    if not cpu:
+        monkeypatch.setattr(sharedhandler_module, "cpu_timed", _never_called)
 
     async def ok(key: str, obj: Object | None) -> Object | None:
         return None
@@ -158,19 +178,23 @@ async def test_every_handler_run_is_observed_by_controller_and_handler_failures_
     await shared.on_change("ns-a", None)
     await shared.on_change("ns-b", None)
 
-    def runs(handler: str) -> float | None:
-        return registry.get_sample_value(
-            "harvester_quota_handler_cpu_seconds_count",
-            {"controller": "namespaces", "handler": handler},
-        )
+    def runs(handler: str, name: str = "harvester_quota_handler_runs_total") -> float | None:
+        return registry.get_sample_value(name, {"controller": "namespaces", "handler": handler})
 
     assert (runs("quota"), runs("mtq")) == (2, 2)
+    timed = "harvester_quota_handler_cpu_seconds_count"
+    assert (runs("quota", timed), runs("mtq", timed)) == ((2, 2) if cpu else (None, None))
 
 
 async def test_a_handler_returning_a_plain_awaitable_is_timed_too() -> None:
     observed: list[tuple[str, str]] = []
 
     class Recorder:
+        measures_cpu = True
+
+        def handler_started(self, controller: str, handler: str) -> None:
+            pass
+
         def handler_ran(self, controller: str, handler: str, cpu_seconds: float) -> None:
             assert cpu_seconds >= 0
             observed.append((controller, handler))
@@ -192,3 +216,11 @@ def test_the_controller_process_measures_its_informers_and_handlers() -> None:
     assert informer.reflector._observer is metrics
     controller: Any = app.management.controllers.controllers[0]
     assert controller._handlers._observer is metrics
+    assert not metrics.measures_cpu, "CPU accounting is off unless asked for"
+    measured = ControllerApp(
+        cast(ApiClient, object()),
+        Options(cpu_accounting=True),
+        clock=FakeClock(),
+        registry=CollectorRegistry(),
+    ).management.framework_metrics
+    assert measured is not None and measured.measures_cpu

@@ -217,3 +217,10 @@ def test_an_unusable_kubevirt_version_flag_is_a_usage_error(
         build_parser().parse_args(["run", "--kubevirt-version", "v0.40.0"])
     assert stopped.value.code == 2
     assert "unknown KubeVirt version 'v0.40.0'" in capsys.readouterr().err
+
+
+def test_cpu_accounting_is_off_unless_asked_for() -> None:
+    from harvester_quota.main import _options
+
+    assert not _options(build_parser().parse_args(["run"])).cpu_accounting
+    assert _options(build_parser().parse_args(["run", "--cpu-accounting"])).cpu_accounting

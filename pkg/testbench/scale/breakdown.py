@@ -22,7 +22,7 @@ K = TypeVar("K")
 
 WATCH_EVENTS: Final = "harvester_quota_watch_events_total"
 WATCH_CPU: Final = "harvester_quota_watch_cpu_seconds_total"
-HANDLER_RUNS: Final = "harvester_quota_handler_cpu_seconds_count"
+HANDLER_RUNS: Final = "harvester_quota_handler_runs_total"
 HANDLER_CPU: Final = "harvester_quota_handler_cpu_seconds_sum"
 REQUESTS: Final = "harvester_quota_api_requests_total"
 

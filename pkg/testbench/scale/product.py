@@ -286,6 +286,7 @@ class Product:
             f"--identity={self.lease_name}-{identity}",
             f"--kubevirt-version={self.kubevirt_version}",
             f"--health-port={health_port}",
+            "--cpu-accounting",  # the breakdown of its CPU (breakdown.py)
             *self.process_args.controller,
         ]
 
