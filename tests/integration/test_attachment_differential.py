@@ -35,6 +35,7 @@ from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINES,
 )
 from harvester_quota.config.kubevirt import settings_from
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import NAMESPACES, NODES, PODS, Object, Resource
 from harvester_quota.testbench.localcluster import ClusterInfo
@@ -546,17 +547,31 @@ async def vgpu_live_migration(api: ApiClient, namespace: str) -> AsyncIterator[N
     configuration["permittedHostDevices"] = {
         "mediatedDevices": [{"mdevNameSelector": "GRID T4-1Q", "resourceName": VGPU}]
     }
-    kubevirt_cr["spec"]["configuration"] = configuration
-    await api.update(KUBEVIRTS, kubevirt_cr)
+    await replace_configuration(api, configuration)
     await _advertise(api, "4")
     try:
         await rendered_at_ratio(api, namespace, 8)
         yield
     finally:
         await _advertise(api, None)
+        await replace_configuration(api, saved)
+
+
+CONFLICT_RETRIES = 5
+
+
+async def replace_configuration(api: ApiClient, configuration: dict[str, Any]) -> None:
+    """Replaces the KubeVirt CR's spec.configuration, read again and retried on a Conflict (as
+    client-go's RetryOnConflict): another writer of the CR meanwhile must not fail the test."""
+    for attempt in range(CONFLICT_RETRIES):
         current = await api.get(KUBEVIRTS, "kubevirt", KUBEVIRT_NAMESPACE)
-        current["spec"]["configuration"] = saved
-        await api.update(KUBEVIRTS, current)
+        current["spec"]["configuration"] = configuration
+        try:
+            await api.update(KUBEVIRTS, current)
+            return
+        except errors.Conflict:
+            if attempt == CONFLICT_RETRIES - 1:
+                raise
 
 
 async def _advertise(api: ApiClient, count: str | None) -> None:

@@ -46,7 +46,7 @@ import pytest
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.cluster import KUBEVIRT_NAMESPACE
-from harvester_quota.testbench.localcluster.rest import RestClient
+from harvester_quota.testbench.localcluster.rest import ApiError, RestClient
 from harvester_quota.util.kubevirtversion import parse_kubevirt_version
 from harvester_quota.util.launcher import (
     LauncherSettings,
@@ -635,9 +635,7 @@ def _set_configuration(
 ) -> None:
     """Replaces the CR's spec.configuration; waits until a fresh VMI's pod shows its CPU
     allocation `ratio` (the marker that virt-controller renders by it)."""
-    cr = rest.get(KUBEVIRT_CR)
-    cr["spec"]["configuration"] = configuration
-    rest.put(KUBEVIRT_CR, cr)
+    _replace_configuration(rest, configuration)
     expected = Quantity.parse(f"{1000 // ratio}m")
     _probe(
         rest,
@@ -646,6 +644,24 @@ def _set_configuration(
         lambda pod: Quantity.parse(_compute(pod)["resources"]["requests"]["cpu"]) == expected,
         what=f"virt-controller to use {name}",
     )
+
+
+CONFLICT_RETRIES = 5
+"""Tries of a read-modify-write of the KubeVirt CR that another writer raced (run L: a 409)."""
+
+
+def _replace_configuration(rest: RestClient, configuration: dict[str, Any]) -> None:
+    """Replaces the CR's spec.configuration, read again and retried on a Conflict (as
+    client-go's RetryOnConflict): anything else writing the CR meanwhile wins its write."""
+    for attempt in range(CONFLICT_RETRIES):
+        cr = rest.get(KUBEVIRT_CR)
+        cr["spec"]["configuration"] = configuration
+        try:
+            rest.put(KUBEVIRT_CR, cr)
+            return
+        except ApiError as error:
+            if error.status != 409 or attempt == CONFLICT_RETRIES - 1:
+                raise
 
 
 def _production_settings(rest: RestClient, namespace: str) -> LauncherSettings:
