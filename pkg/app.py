@@ -97,12 +97,14 @@ class ControllerApp:
         self.leftover_locks = leftover_lock.register(self.management)
         self.target_retry = targetretry.register(self.management, self.reconciler.metrics)
         if self.options.harvester_compat:
-            annotator = VmiAnnotator(
-                self.management,
-                quota_first=self.reconciler.settled,
-                count_write=self.reconciler.metrics.count_write,
-            )
-            self.vmim_controller = vmim.register(self.management, annotator)
+            annotator = None
+            if self.options.harvester_annotations:
+                annotator = VmiAnnotator(
+                    self.management,
+                    quota_first=self.reconciler.settled,
+                    count_write=self.reconciler.metrics.count_write,
+                )
+                self.vmim_controller = vmim.register(self.management, annotator)
             self.vmi_controller = vmi.register(self.management, annotator)
 
     def warm(self) -> None:

@@ -62,6 +62,7 @@ def _options(args: argparse.Namespace) -> Options:
         health_port=args.health_port,
         cpu_accounting=args.cpu_accounting,
         harvester_compat=not args.no_harvester_compat,
+        harvester_annotations=args.harvester_annotations,
         mtq=not args.no_mtq,
         mtq_lock_seconds=args.mtq_lock_seconds,
         room_held_linger=args.room_held_linger,
@@ -364,7 +365,13 @@ def _add_run_command(commands: Any) -> None:
     run.add_argument(
         "--no-harvester-compat",
         action="store_true",
-        help="skip Harvester's VMI migration annotations, VM timestamp touch and abort cleanup",
+        help="skip the cleanup of an aborted migration's target pod (and the annotations)",
+    )
+    run.add_argument(
+        "--harvester-annotations",
+        action="store_true",
+        help="write Harvester's VMI migration annotations and VM timestamp touch (off: on "
+        "Harvester its own migration controller writes them; elsewhere nothing reads them)",
     )
     run.add_argument(
         "--no-mtq",

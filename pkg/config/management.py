@@ -56,7 +56,13 @@ class Options:
     harvester_quota_handler_cpu_seconds): two CPU-clock reads per coroutine step, 8-10 % of the
     controller's CPU in a scale run's profile, so off unless asked for."""
     harvester_compat: bool = True
-    """Keep Harvester's VMI migration annotations, VM timestamp touch and abort cleanup."""
+    """Delete the target pod an aborted migration leaves (Harvester's VMI controller), and, with
+    `harvester_annotations`, write Harvester's migration annotations. False: neither."""
+    harvester_annotations: bool = False
+    """Write Harvester's VMI migration annotations and touch the VM (Harvester's migration
+    controller): off by default, because on Harvester its own migration controller, which no
+    release can turn off, writes the same annotations for every migration, and without
+    Harvester nothing reads them (6 requests a migration: bench/SCALE.md)."""
     mtq: bool = True
     """Managed-Tenant-Quota mode for namespaces with a VirtualMachineMigrationResourceQuota (the
     VMMRQ is the per-namespace opt-in; without its CRD nothing changes)."""

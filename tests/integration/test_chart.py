@@ -463,9 +463,15 @@ def test_the_controller_adopts_harvesters_quotas_by_default_only_on_harvesters_l
     assert ("--adopt-harvester-quotas" in controller_args(values)) is adopts
 
 
-def test_cpu_accounting_is_off_by_default_and_a_value_turns_it_on() -> None:
-    assert "--cpu-accounting" not in controller_args({})
-    assert "--cpu-accounting" in controller_args({"controller": {"cpuAccounting": True}})
+@pytest.mark.parametrize(
+    ("value", "flag"),
+    [("cpuAccounting", "--cpu-accounting"), ("harvesterAnnotations", "--harvester-annotations")],
+)
+def test_an_opt_in_controller_flag_is_off_by_default_and_its_value_turns_it_on(
+    value: str, flag: str
+) -> None:
+    assert flag not in controller_args({})
+    assert flag in controller_args({"controller": {value: True}})
 
 
 def test_an_adoption_value_other_than_auto_true_or_false_is_refused_by_the_chart() -> None:

@@ -276,9 +276,29 @@ async def test_each_write_request_is_counted_by_kind_as_sent_and_a_dry_run_or_no
 
 def test_the_controller_counts_its_quota_namespace_vmi_and_vm_writes_on_its_own_registry() -> None:
     app = ControllerApp(
-        cast(ApiClient, object()), Options(), clock=FakeClock(), registry=CollectorRegistry()
+        cast(ApiClient, object()),
+        Options(harvester_annotations=True),
+        clock=FakeClock(),
+        registry=CollectorRegistry(),
     )
     assert app.reconciler.writer.count_write == app.reconciler.metrics.count_write
     assert app.vmim_controller is not None and app.vmi_controller is not None
     assert app.vmim_controller.annotator.count_write == app.reconciler.metrics.count_write
     assert app.vmi_controller.annotator is app.vmim_controller.annotator
+
+
+def test_by_default_nothing_writes_harvesters_annotations_and_aborted_targets_are_cleaned() -> None:
+    """Harvester's migration annotations are left to Harvester's own migration controller:
+    no VMIM annotation handler and no annotator; the aborted target pod's cleanup stays."""
+    app = ControllerApp(
+        cast(ApiClient, object()), Options(), clock=FakeClock(), registry=CollectorRegistry()
+    )
+    assert app.vmim_controller is None
+    assert app.vmi_controller is not None and app.vmi_controller.annotator is None
+    bare = ControllerApp(
+        cast(ApiClient, object()),
+        Options(harvester_compat=False),
+        clock=FakeClock(),
+        registry=CollectorRegistry(),
+    )
+    assert bare.vmim_controller is None and bare.vmi_controller is None

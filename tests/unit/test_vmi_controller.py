@@ -106,3 +106,17 @@ async def test_a_pod_already_terminating_is_left_alone() -> None:
     vmi_controller, client, _ = controller([pod])
     await vmi_controller.on_changed("ns/vm", aborted_vmi())
     assert client.deleted == []
+
+
+async def test_without_an_annotator_a_finished_migrations_annotations_are_left_alone() -> None:
+    """Harvester's own migration controller wrote and clears them (run --harvester-annotations
+    off): the cleanup of the aborted target still runs, and nothing patches the VMI."""
+    pods = [target_pod("uid-1")]
+    vmi_controller, client, _ = controller(pods)
+    finished = aborted_vmi()
+    finished["metadata"]["annotations"] = {
+        "harvesterhci.io/migrationUID": "mig-1",
+        "harvesterhci.io/migrationState": "Aborting migration",
+    }
+    await vmi_controller.on_changed("ns/vm1", finished)  # RecordingClient has no patch
+    assert client.deleted == [("ns", "virt-launcher-vm-target")]

@@ -1,8 +1,9 @@
 """What the VMIM and VMI controllers share: Harvester's migration annotations on a VMI, and the
 touch of its VM that makes Harvester's UI refresh.
 
-Kept from Harvester (pkg/controller/master/migration), because its UI and other controllers read
-them: the VMI annotations ``harvesterhci.io/migrationUID`` and ``harvesterhci.io/migrationState``
+Ported from Harvester (pkg/controller/master/migration), whose UI reads them, and written only
+with `run --harvester-annotations` (on Harvester, its own migration controller writes them for
+every migration; without Harvester nothing reads them): the VMI annotations ``harvesterhci.io/migrationUID`` and ``harvesterhci.io/migrationState``
 ("Pending migration", "Migrating", "Aborting migration"), cleared when the migration ends, and the
 VM's ``harvesterhci.io/timestamp``. Changed: these controllers never write a ResourceQuota (the
 room mode's and MTQ mode's namespace reconciles do, through controller/quotawriter.py).

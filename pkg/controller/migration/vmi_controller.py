@@ -1,7 +1,8 @@
 """The VMI controller (Harvester's vmi_controller.go): cleans up after a finished migration.
 
 When a VMI's ``status.migrationState`` says its migration completed, the migration annotations
-it still carries for that migration are removed; when the migration was aborted, the target pod it
+it still carries for that migration are removed (only with `run --harvester-annotations`: they
+are ours to clear only if we wrote them); when the migration was aborted, the target pod it
 left behind is deleted (kubevirt/kubevirt#5373), once: an expectations cache remembers the deletes
 this process issued until the pod informer shows them, so a resync or a second VMI update in
 between issues no second DELETE.
@@ -43,8 +44,10 @@ class VmiController:
     """
 
     def __init__(self, management: Management, annotator: VmiAnnotator | None = None) -> None:
+        """`annotator`: clears Harvester's migration annotations a finished migration left
+        (None: the annotations are not ours to clear, run --harvester-annotations is off)."""
         self.management = management
-        self.annotator = annotator or VmiAnnotator(management)
+        self.annotator = annotator
         self.vmis = management.kubevirt.virtual_machine_instances()
         # Shared with the quota reconcile, which asks first: the same transform either way.
         self.pods = management.informers.informer(PODS, transform=strip_pod_to_quota_fields)
@@ -64,7 +67,9 @@ class VmiController:
         state = status(vmi).get("migrationState")
         if not isinstance(state, dict) or not state.get("completed"):
             return vmi
-        if annotations_of(vmi).get(ANNOTATION_MIGRATION_UID) == state.get("migrationUid"):
+        if self.annotator is not None and annotations_of(vmi).get(
+            ANNOTATION_MIGRATION_UID
+        ) == state.get("migrationUid"):
             await self.annotator.set(vmi, dict.fromkeys(MIGRATION_ANNOTATIONS))
         if state.get("abortStatus") == ABORT_SUCCEEDED and state.get("migrationUid"):
             await self.delete_leftover_target(
