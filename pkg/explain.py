@@ -348,7 +348,7 @@ def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapsho
     for shown, room in zip(result.rooms, plan.rooms.rooms, strict=True):
         shown["growth"] = ""
         vmi = snapshot.vmis.get(room.vm_name)
-        full = as_view(vmi).source if vmi is not None else None
+        full = as_view(vmi).spec if vmi is not None else None
         if pods is None or full is None:
             continue
         source = source_pod(pods, room.vmi_uid, room.migration_uid, snapshot.now)

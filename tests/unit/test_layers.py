@@ -41,6 +41,7 @@ UTIL_LAYERS: dict[str, float] = {
     f"{UTIL}.resources": 3.1,
     f"{UTIL}.quotascope": 3.1,
     f"{UTIL}.vmispec": 3.1,
+    f"{UTIL}.vmispecview": 3.1,
     f"{UTIL}.kubevirtversion": 3.1,
     f"{UTIL}.screen": 3.1,
     f"{UTIL}.migrationlimits": 3.1,

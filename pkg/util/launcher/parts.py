@@ -16,10 +16,10 @@ pods qualify, for every kind alike); a kind renders {} for a VMI that gets none 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final
+from typing import Final
 
 from ...apis.kubevirt import HOTPLUG_DISK, LAUNCHER
 from ..quotascope import PLAIN_FACTS, PodScopeFacts, rendered_pod_facts
@@ -27,12 +27,12 @@ from ..resources import ResourceList
 from .attachment import attachment_usage
 from .render import launcher_quota_usage, target_quota_usage
 from .settings import LauncherSettings
-from .vmiview import VmiSource, VmiView, as_view, source_of
+from .vmiview import VmiSource, VmiView, as_view, spec_of
 
 PartRender = Callable[[VmiView, LauncherSettings], ResourceList]
 """How KubeVirt renders one kind of pod for a VMI, as quota charges it ({}: the VMI gets none).
 Raises ValueError for a VMI KubeVirt would not render. It reads the view's declared fields (the
-launcher's, the whole spec, through `source_of`)."""
+launcher's: its typed `spec`, through `spec_of`)."""
 
 PartFacts = Callable[[VmiView, ResourceList], PodScopeFacts]
 """What quota scopes read of the pod of one kind rendered for a VMI with that usage."""
@@ -63,11 +63,11 @@ def _attachment_facts(_vmi: VmiView, _usage: ResourceList) -> PodScopeFacts:
 
 
 def _target_launcher(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
-    return target_quota_usage(source_of(vmi), settings)
+    return target_quota_usage(spec_of(vmi), settings)
 
 
 def _first_launcher(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
-    return launcher_quota_usage(source_of(vmi), settings)
+    return launcher_quota_usage(spec_of(vmi), settings)
 
 
 def launcher_facts(vmi: VmiView, usage: ResourceList) -> PodScopeFacts:
@@ -100,19 +100,6 @@ TARGET_PARTS: tuple[PartKind, ...] = (LAUNCHER_PART, ATTACHMENT_PART)
 def target_part_kinds() -> tuple[PartKind, ...]:
     """The registered kinds, the launcher first (read at each call, never cached)."""
     return TARGET_PARTS
-
-
-SourceRender = Callable[[Mapping[str, Any], LauncherSettings], ResourceList]
-"""A renderer of full VMI objects (target_quota_usage, a cache of its renders)."""
-
-
-def by_source(render: SourceRender) -> PartRender:
-    """`render` as the launcher part's renderer of views that keep their object (source_of)."""
-
-    def rendered(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
-        return render(source_of(vmi), settings)
-
-    return rendered
 
 
 def secondary_labels() -> frozenset[str]:

@@ -30,7 +30,7 @@ from ...apis.kubevirt import FINAL_PHASES
 from ...generic.meta import metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
-from ..launcher import LauncherSettings, VmiView, target_quota_usage, vmi_view
+from ..launcher import LauncherSettings, VmiView, spec_of, target_quota_usage, vmi_view
 from ..resources import ResourceList
 from .rooms import HARVESTER_MIGRATION_PREFIX
 
@@ -152,8 +152,8 @@ class RenderedUsages:
     def usage(self, vmi: VmiView, settings: LauncherSettings) -> ResourceList:
         """The quota usage of the launcher pod KubeVirt would render for `vmi` now; ValueError
         as target_quota_usage, or when the VMI left the cache. The result is the caller's."""
-        if vmi.source is not None:
-            return target_quota_usage(vmi.source, settings)
+        if vmi.spec is not None or vmi.spec_error is not None:
+            return target_quota_usage(spec_of(vmi), settings)
         key = (vmi.render_key, self._settings_key(settings))
         cached = self._usages.get(key)
         if cached is None:
