@@ -128,9 +128,21 @@ def target_parts(
     """Every pod KubeVirt would render for `vmi` on a migration's target side (`first`: beside
     its first launcher pod, a VM that starts), the launcher first; kinds the VMI gets none of
     are left out. Raises ValueError as the renderers do."""
-    view = as_view(vmi)
+    return _rendered(as_view(vmi), settings, target_part_kinds(), first)
+
+
+def beside_parts(vmi: VmiSource, settings: LauncherSettings) -> tuple[RenderedPart, ...]:
+    """`target_parts` without the launcher: the pods made beside a migration's target launcher,
+    for a caller that renders the launcher pod itself (preflight reads its containers)."""
+    kinds = tuple(kind for kind in target_part_kinds() if not kind.primary)
+    return _rendered(as_view(vmi), settings, kinds, False)
+
+
+def _rendered(
+    view: VmiView, settings: LauncherSettings, kinds: tuple[PartKind, ...], first: bool
+) -> tuple[RenderedPart, ...]:
     parts: list[RenderedPart] = []
-    for kind in target_part_kinds():
+    for kind in kinds:
         usage = (kind.render_first if first else kind.render)(view, settings)
         if usage or kind.primary:
             parts.append(RenderedPart(kind, usage, kind.facts(view, usage)))
