@@ -137,7 +137,8 @@ class RenderedUsages:
     """Launcher quota usages by VMI fingerprint and launcher settings (an LRU of
     RENDERED_USAGES). `usage` is the launcher part's renderer (parts.PartRender) for the narrow
     views of `NamespaceVmis`: it reads the view's `render_key` and, on a miss only, decodes the
-    full VMI `full(key)` once to render it. A view that keeps its object is rendered as given.
+    full VMI `full(key)` once to render it. A view with its spec (or its spec's error) is
+    rendered as given.
     Not thread-safe: event loop only."""
 
     def __init__(
