@@ -50,14 +50,14 @@ from .util.launcher import as_view
 from .util.migrationpriority import migration_priority, priority_name
 from .util.mtqlock import locks_of
 from .util.quotascope import quota_scope
-from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, validated_condition
+from .util.rancher.project import PROJECTS, ProjectQuota, project_reference, validated_condition
+from .util.rancher.projectroom import NoRoom, raise_verdict, refusal_verdict
 from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
 from .util.resourcequota.growth import source_pod, target_growth
 from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
-from .util.resourcequota.projectroom import NoRoom, raise_verdict, refusal_verdict
 from .util.resourcequota.rancherpath import raised_annotation
 from .util.resourcequota.writers import other_writers
 from .util.screen import screened

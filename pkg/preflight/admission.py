@@ -35,13 +35,13 @@ from ..util.launcher.parts import RenderedPart
 from ..util.podusage import quota_constraint_violations
 from ..util.quantity import Quantity
 from ..util.quotascope import PodScopeFacts, QuotaScope
-from ..util.rancherproject import ProjectQuota
+from ..util.rancher.project import ProjectQuota
+from ..util.rancher.projectroom import describe_shortfall, raise_verdict
 from ..util.resourcequota.base import RANCHER, BaseError, Mode, rancher_base_text, resolve_base
 from ..util.resourcequota.calculator import shortfalls
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
 from ..util.resourcequota.plan import desired_hard
-from ..util.resourcequota.projectroom import describe_shortfall, raise_verdict
 from ..util.resourcequota.rancherpath import raised_annotation
 from ..util.resources import ResourceList, add
 from .harvesterroom import LIMITS_MEMORY, harvester_room

@@ -28,7 +28,7 @@ from ..util.migrationpriority import evacuation_priority
 from ..util.podusage import pod_quota_usage, pod_requests
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
-from ..util.rancherproject import ProjectQuota, project_reference
+from ..util.rancher.project import ProjectQuota, project_reference
 from ..util.resourcequota.base import Mode
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened

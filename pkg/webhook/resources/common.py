@@ -32,7 +32,7 @@ from ...util.annotations import parse_migration_annotations
 from ...util.launcher import LauncherSettings, VmiSource
 from ...util.quantity import Quantity
 from ...util.quotascope import quota_scope
-from ...util.rancher import LIMIT_FIELDS
+from ...util.rancher.annotation import LIMIT_FIELDS
 from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, Mode, rancher_base
 from ...util.resourcequota.calculator import shortfalls
 from ...util.resourcequota.podindex import NamespacePods
