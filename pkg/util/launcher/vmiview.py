@@ -8,13 +8,13 @@ declare. It comes from one adapter, `vmi_view`, whichever the source:
   (resourcequota/planviews.py `vmi_facts`, with a digest of what the launcher rendering reads and
   without the object: narrow at 10,000 VMs);
 - `explain`, the webhook and MTQ mode adapt the full object they hold (`as_view`, per lookup),
-  with its `spec`.
+  with a `SpecReader` of its spec, read at the first render.
 
-What the launcher rendering reads (render.py, compute.py, the overhead formula) is `spec`, the
-typed `SpecView` (util/vmispecview.py) the same adapter fills; a renderer reading a field it
-does not declare fails to type-check. The controller's narrow views carry no `spec` (None): the
-caller's cache of renders (planviews.RenderedUsages) adapts the full VMI once per VM shape and
-settings. No raw object is kept: nothing reads one through the view.
+What the launcher rendering reads (render.py, compute.py, the overhead formula) is its spec, the
+typed `SpecView` (util/vmispecview.py, through `spec_of`); a renderer reading a field it does
+not declare fails to type-check. The controller's narrow views carry no spec: the caller's
+cache of renders (planviews.RenderedUsages) adapts the full VMI once per VM shape and settings.
+No reader gets the raw object: the `SpecReader` holds it privately until its first read.
 """
 
 from __future__ import annotations
@@ -29,6 +29,32 @@ from ...generic.resource import Object
 from ..quotascope import reduced_affinity
 from ..vmispec import mapping_at, sequence_at, vmi_spec
 from ..vmispecview import SpecView, spec_view
+
+
+class SpecReader:
+    """A VMI's `SpecView`, read from the object at the first ask and kept, with its error; the
+    object is let go once read. Lazy because most asks never come: the webhook's render cache
+    (webhook/renders.py) answers an unchanged VMI from its uid and resourceVersion. Not
+    thread-safe (event loop only); a second reader of the same view reads the same result."""
+
+    __slots__ = ("_error", "_view", "_vmi")
+
+    def __init__(self, vmi: Mapping[str, Any]) -> None:
+        self._vmi: Mapping[str, Any] | None = vmi
+        self._view: SpecView | None = None
+        self._error = ""
+
+    def read(self) -> SpecView:
+        """The spec view; ValueError (the same each time) for a VMI whose spec does not read."""
+        if self._vmi is not None:
+            try:
+                self._view = spec_view(self._vmi)
+            except ValueError as err:
+                self._error = str(err)
+            self._vmi = None
+        if self._view is None:
+            raise ValueError(self._error)
+        return self._view
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +83,9 @@ class VmiView:
     """metadata.resourceVersion: a render of the view's spec is good while it stays the same
     (webhook/renders.py). Not compared: a VMI's every write changes it, and the controller's
     caches tell a changed view from an unchanged one by what the plan reads."""
-    spec: SpecView | None = field(default=None, compare=False, repr=False)
-    """What the launcher rendering reads (None in the controller's narrow caches, and for a VMI
-    whose spec does not read: then `spec_error` says why)."""
-    spec_error: str | None = field(default=None, compare=False, repr=False)
-    """Why the spec could not be read (`spec_view`'s ValueError), None when it could."""
+    spec_reader: SpecReader | None = field(default=None, compare=False, repr=False)
+    """Its spec view, what the launcher rendering reads (`spec_of`); None in the controller's
+    narrow caches."""
 
     @property
     def key(self) -> str:
@@ -74,10 +98,9 @@ VmiSource = VmiView | Mapping[str, Any]
 
 
 def vmi_view(vmi: Mapping[str, Any], *, keep: bool = True, render_key: bytes = b"") -> VmiView:
-    """The view of a full VMI object, with its `spec` view unless not `keep` (the controller's
-    narrow caches); never raises (what cannot be read is read as absent, a spec that cannot be
-    read leaves its error in `spec_error`)."""
-    spec_read, spec_error = _spec(vmi) if keep else (None, None)
+    """The view of a full VMI object, with a reader of its spec view unless not `keep` (the
+    controller's narrow caches); never raises (what cannot be read is read as absent; a spec
+    that cannot be read raises when it is read, `spec_of`)."""
     meta = metadata(vmi)
     spec = vmi.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
@@ -93,16 +116,8 @@ def vmi_view(vmi: Mapping[str, Any], *, keep: bool = True, render_key: bytes = b
         affinity=reduced_affinity(spec.get("affinity")),
         hotplug=_readable_hotplug(vmi),
         render_key=render_key,
-        spec=spec_read,
-        spec_error=spec_error,
+        spec_reader=SpecReader(vmi) if keep else None,
     )
-
-
-def _spec(vmi: Mapping[str, Any]) -> tuple[SpecView | None, str | None]:
-    try:
-        return spec_view(vmi), None
-    except ValueError as err:
-        return None, str(err)
 
 
 def as_view(vmi: VmiSource) -> VmiView:
@@ -113,11 +128,9 @@ def as_view(vmi: VmiSource) -> VmiView:
 def spec_of(vmi: VmiView) -> SpecView:
     """What the launcher rendering reads of `vmi`; ValueError with the spec's own error, or
     for a narrow view (one without its spec)."""
-    if vmi.spec is not None:
-        return vmi.spec
-    if vmi.spec_error is not None:
-        raise ValueError(vmi.spec_error)
-    raise ValueError(f"VMI {vmi.key}: only its narrow view is at hand, not its spec")
+    if vmi.spec_reader is None:
+        raise ValueError(f"VMI {vmi.key}: only its narrow view is at hand, not its spec")
+    return vmi.spec_reader.read()
 
 
 def has_hotplug_volumes(vmi: Mapping[str, Any]) -> bool:

@@ -153,7 +153,7 @@ class RenderedUsages:
     def usage(self, vmi: VmiView, settings: LauncherSettings) -> ResourceList:
         """The quota usage of the launcher pod KubeVirt would render for `vmi` now; ValueError
         as target_quota_usage, or when the VMI left the cache. The result is the caller's."""
-        if vmi.spec is not None or vmi.spec_error is not None:
+        if vmi.spec_reader is not None:
             return target_quota_usage(spec_of(vmi), settings)
         key = (vmi.render_key, self._settings_key(settings))
         cached = self._usages.get(key)
