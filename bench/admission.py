@@ -59,6 +59,7 @@ from harvester_quota.util.launcher import LauncherSettings, launcher_quota_usage
 from harvester_quota.util.resources import ResourceList
 from harvester_quota.webhook.caches import WebhookCaches
 from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.serving import Bounds
 from prometheus_client import CollectorRegistry
 
 from bench.report import machine
@@ -204,7 +205,9 @@ class Arms:
     @classmethod
     def on(cls, caches: WebhookCaches) -> Arms:
         return cls(
-            before=WebhookServer(Before(caches), registry=CollectorRegistry(), fair=False),
+            before=WebhookServer(
+                Before(caches), bounds=Bounds(fair=False), registry=CollectorRegistry()
+            ),
             after=WebhookServer(caches, registry=CollectorRegistry()),
         )
 

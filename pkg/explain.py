@@ -46,21 +46,22 @@ from .generic.resource import (
     Resource,
 )
 from .util.annotations import ANNOTATION_PAUSED, TRUE, parse_migration_annotations
-from .util.launcher import as_view
+from .util.launcher import VmiSource, as_view, spec_of
 from .util.migrationpriority import migration_priority, priority_name
 from .util.mtqlock import locks_of
 from .util.quotascope import quota_scope
-from .util.rancherproject import PROJECTS, ProjectQuota, project_reference, validated_condition
+from .util.rancher.project import PROJECTS, ProjectQuota, project_reference, validated_condition
+from .util.rancher.projectroom import NoRoom, raise_verdict, refusal_verdict
 from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
 from .util.resourcequota.growth import source_pod, target_growth
 from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
-from .util.resourcequota.projectroom import NoRoom, raise_verdict, refusal_verdict
 from .util.resourcequota.rancherpath import raised_annotation
 from .util.resourcequota.writers import other_writers
 from .util.screen import screened
+from .util.vmispecview import SpecView
 
 
 @dataclass
@@ -348,7 +349,7 @@ def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapsho
     for shown, room in zip(result.rooms, plan.rooms.rooms, strict=True):
         shown["growth"] = ""
         vmi = snapshot.vmis.get(room.vm_name)
-        full = as_view(vmi).source if vmi is not None else None
+        full = _spec_or_none(vmi)
         if pods is None or full is None:
             continue
         source = source_pod(pods, room.vmi_uid, room.migration_uid, snapshot.now)
@@ -356,6 +357,17 @@ def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapsho
             None if source is None else target_growth(room.room, full, source, snapshot.launcher)
         )
         shown["growth"] = growth.sentence() if growth is not None else ""
+
+
+def _spec_or_none(vmi: VmiSource | None) -> SpecView | None:
+    """The VMI's spec view, None without one (a narrow view) or for a spec that does not read
+    (its room then has no estimate to explain)."""
+    if vmi is None:
+        return None
+    try:
+        return spec_of(as_view(vmi))
+    except ValueError:
+        return None
 
 
 def _other_writers(quota: Object, plan: QuotaPlan) -> list[dict[str, Any]]:

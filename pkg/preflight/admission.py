@@ -31,18 +31,19 @@ from ..apis.mtq import Vmmrq
 from ..generic.meta import annotations_of, name
 from ..util.annotations import parse_migration_annotations
 from ..util.kubevirtversion import KubeVirtVersion
+from ..util.launcher.parts import RenderedPart
 from ..util.podusage import quota_constraint_violations
 from ..util.quantity import Quantity
-from ..util.quotascope import PodScopeFacts
-from ..util.rancherproject import ProjectQuota
+from ..util.quotascope import PodScopeFacts, QuotaScope
+from ..util.rancher.project import ProjectQuota
+from ..util.rancher.projectroom import describe_shortfall, raise_verdict
 from ..util.resourcequota.base import RANCHER, BaseError, Mode, rancher_base_text, resolve_base
 from ..util.resourcequota.calculator import shortfalls
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
 from ..util.resourcequota.plan import desired_hard
-from ..util.resourcequota.projectroom import describe_shortfall, raise_verdict
 from ..util.resourcequota.rancherpath import raised_annotation
-from ..util.resources import ResourceList
+from ..util.resources import ResourceList, add
 from .harvesterroom import LIMITS_MEMORY, harvester_room
 from .report import Blocker, QuotaShortfall
 
@@ -88,6 +89,30 @@ class TargetPod:
     """Its quota usage (podusage.pod_quota_usage)."""
     facts: PodScopeFacts
     """What quota scopes see of it (quotascope.launcher_scope_facts)."""
+    beside: tuple[RenderedPart, ...] = ()
+    """The other pods of its target side, rendered (launcher/parts.py `beside_parts`: the
+    attachment pod of a VMI with hotplugged volumes, and every kind registered there)."""
+
+    @property
+    def total(self) -> ResourceList:
+        """What the whole target side charges: the launcher and every pod beside it."""
+        total = dict(self.usage)
+        for part in self.beside:
+            total = add(total, part.usage)
+        return total
+
+    def charged(self, scope: QuotaScope) -> ResourceList | None:
+        """What the target side charges a quota of `scope`: the usage of each of its pods the
+        scope matches (each pod is admitted with its own facts), summed; None if it matches
+        none."""
+        pods = [(self.usage, self.facts), *((p.usage, p.facts) for p in self.beside)]
+        matched = [usage for usage, facts in pods if scope.matches(facts)]
+        if not matched:
+            return None
+        total: ResourceList = {}
+        for usage in matched:
+            total = add(total, usage)
+        return total
 
 
 def quota_blockers(
@@ -95,13 +120,14 @@ def quota_blockers(
 ) -> list[Blocker]:
     """Every reason quota admission would refuse `target` under `strategy`; [] if it would be
     admitted."""
-    usage = target.usage
-    applying = [q for q in context.quotas if quota_view(q).scope.matches(target.facts)]
-    blockers = _constraint_blockers(applying, target.pod)
-    rooms = _rooms(strategy, context, target.vmi, usage)
+    charged = {name(q): target.charged(quota_view(q).scope) for q in context.quotas}
+    applying = [q for q in context.quotas if charged[name(q)] is not None]
+    launcher_applying = [q for q in applying if quota_view(q).scope.matches(target.facts)]
+    blockers = _constraint_blockers(launcher_applying, target.pod)
+    rooms = _rooms(strategy, context, target.vmi, target.total)
     blockers.extend(rooms.blockers)
     for quota in sorted(applying, key=name):
-        shortfalls = _shortfalls(quota, usage, rooms.raised.get(name(quota)))
+        shortfalls = _shortfalls(quota, charged[name(quota)] or {}, rooms.raised.get(name(quota)))
         if shortfalls:
             blockers.append(_quota_blocker(name(quota), shortfalls, rooms, strategy))
     return blockers
@@ -123,11 +149,11 @@ def quota_rooms(
 ) -> list[QuotaRoom]:
     """The quotas charging `target`, by name, with the strategy's room for its migration:
     what delays.py stacks when several targets of a namespace arrive while the sources count."""
-    rooms = _rooms(strategy, context, target.vmi, target.usage)
+    rooms = _rooms(strategy, context, target.vmi, target.total)
     out = []
     for quota in sorted(context.quotas, key=name):
         view = quota_view(quota)
-        if not view.scope.matches(target.facts):
+        if target.charged(view.scope) is None:
             continue
         raised = rooms.raised.get(view.name, {})
         room = {

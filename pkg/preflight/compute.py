@@ -22,12 +22,13 @@ from ..config.kubevirt import settings_from
 from ..generic.meta import labels, metadata, name, namespace, spec, status
 from ..generic.resource import Object
 from ..util.launcher import LauncherSettings, launcher_pod_resources
+from ..util.launcher.parts import beside_parts
 from ..util.migrationlimits import migration_limits
 from ..util.migrationpriority import evacuation_priority
 from ..util.podusage import pod_quota_usage, pod_requests
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
-from ..util.rancherproject import ProjectQuota, project_reference
+from ..util.rancher.project import ProjectQuota, project_reference
 from ..util.resourcequota.base import Mode
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
@@ -397,15 +398,17 @@ def _judge_target(
 ) -> None:
     context = _context(cluster, verdict.namespace)
     try:
-        pod = launcher_pod_resources(vmi, _settings(cluster, context), migration_target=True)
+        settings = _settings(cluster, context)
+        pod = launcher_pod_resources(vmi, settings, migration_target=True)
         usage = pod_quota_usage(pod)
+        beside = beside_parts(vmi, settings)
     except ValueError as error:
         cluster.warnings.append(f"{verdict.key}: cannot render its target pod: {error}")
         return
-    verdict.target_usage = to_json_dict(usage)
-    settings = _settings(cluster, context)
+    target = TargetPod(vmi, pod, usage, launcher_scope_facts(vmi, usage), beside)
+    verdict.target_usage = to_json_dict(target.total)
+    verdict.target_parts = ["launcher", *(part.kind.name for part in beside)]
     verdict.migration_priority = evacuation_priority(settings.version, settings.feature_gates)
-    target = TargetPod(vmi, pod, usage, launcher_scope_facts(vmi, usage))
     verdict.blockers.extend(quota_blockers(cluster.plan.strategy, context, target))
     requests = target_requests(pod)
     room, refusals = first_fit(candidates, vmi, requests)

@@ -128,7 +128,7 @@ def _namespace_delays(
         if refusal is None:
             until = at + _copy_seconds(item.verdict, bandwidth) + vmi_grace_seconds(item.target)
             rooms = {q.quota: q.room for q in quotas}
-            admitted.append(_Admitted(item.verdict.wave, until, rooms, item.target.usage))
+            admitted.append(_Admitted(item.verdict.wave, until, rooms, item.target.total))
         else:
             waiting.append((item, *refusal))
     slots = max(len(admitted), 1)
@@ -184,7 +184,7 @@ def _refusal(
         hard = resources.add(quota.hard, resources.add(held, quota.room))
         hard = {k: v for k, v in hard.items() if k in quota.hard}
         used = resources.add(quota.used, charged.used)
-        short = shortfalls(item.target.usage, hard, used)
+        short = shortfalls(item.target.total, hard, used)
         if short:
             names.append(quota.quota)
             parts.append(

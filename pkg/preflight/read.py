@@ -26,7 +26,7 @@ from ..generic.resource import (
     Resource,
 )
 from ..util.podusage import strip_pod_to_quota_fields
-from ..util.rancherproject import PROJECTS
+from ..util.rancher.project import PROJECTS
 from .admission import Strategy
 from .compute import ClusterState
 

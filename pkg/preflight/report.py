@@ -79,7 +79,10 @@ class VmVerdict:
     action: Action
     memory_bytes: int
     target_usage: dict[str, str] = field(default_factory=dict)
-    """The target pod's quota usage, rendered as KubeVirt renders it."""
+    """The quota usage of its migration's target side, rendered as KubeVirt renders it: the
+    target launcher pod and every pod made beside it (`target_parts`)."""
+    target_parts: list[str] = field(default_factory=list)
+    """The kinds of pod its target side is made of, the launcher first (launcher/parts.py)."""
     migration_priority: str = ""
     """The spec.priority KubeVirt's evacuation gives its migration (util/migrationpriority.py
     `evacuation_priority`): the order in which a scarce MTQ budget is handed out; empty for a

@@ -12,8 +12,9 @@ Sources (read, not copied): kubevirt/kubevirt `GetMemoryOverhead` in
 `pkg/hypervisor/kvm/hypervisorbackend.go` (v1.8 on), `CalculateMemoryOverhead` and the network
 binding memory calculator. The version boundaries below were checked tag by tag.
 
-The VMI is the plain dict the API server returns (after KubeVirt's defaulting webhooks). Missing
-fields mean "not set", as in Go; fields of the wrong type are bad input and raise ValueError.
+The VMI is read through its typed view (vmispecview.py `SpecView`; a plain dict as the API server
+returns it is adapted by `spec_view`). Missing fields mean "not set", as in Go; fields of the
+wrong type are bad input and raise ValueError.
 """
 
 from __future__ import annotations
@@ -26,18 +27,8 @@ from typing import Any, Final, TypedDict, Unpack
 
 from .kubevirtversion import MAIN, NEWEST_KUBEVIRT_VERSION, KubeVirtVersion, parse_kubevirt_version
 from .quantity import Quantity
-from .vmispec import (
-    bool_at,
-    int_at,
-    mapping_at,
-    quantity_of,
-    sequence_at,
-    vmi_cpu,
-    vmi_devices,
-    vmi_domain,
-    vmi_interfaces,
-    vmi_spec,
-)
+from .vmispec import mapping_at, quantity_of
+from .vmispecview import SpecView, spec_view, topology_vcpus
 
 __all__ = [
     "HARVESTER_RATIO_DEFAULT",
@@ -46,6 +37,8 @@ __all__ = [
     "ClusterOptions",
     "KubeVirtVersion",
     "MemoryOverhead",
+    "SpecSource",
+    "as_spec",
     "dedicated_cpu",
     "kubevirt_ratio_from_harvester_setting",
     "memory_overhead",
@@ -173,41 +166,29 @@ def _apply_ratio(overhead: int, ratio: float) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# Reading the VMI
+# Reading the VMI (its typed view, vmispecview.py)
+
+SpecSource = SpecView | Mapping[str, Any]
+"""A VMI as callers hold it: its spec view, or the full object (adapted by `spec_view`)."""
 
 
-def _vmi_resource(vmi: Mapping[str, Any], kind: str, name: str) -> Quantity | None:
-    """spec.domain.resources.<kind>[name], or None when absent."""
-    resources = mapping_at(vmi_domain(vmi), "resources", "spec.domain")
-    values = mapping_at(resources, kind, "spec.domain.resources")
-    raw = values.get(name)
-    if raw is None:
-        return None
-    return quantity_of(raw, f"spec.domain.resources.{kind}.{name}")
+def as_spec(vmi: SpecSource) -> SpecView:
+    """`vmi`'s spec view: itself if it is one, else adapted (ValueError for a malformed field)."""
+    return vmi if isinstance(vmi, SpecView) else spec_view(vmi)
 
 
-def topology_vcpus(cpu: Mapping[str, Any]) -> int:
-    """KubeVirt's GetNumberOfVCPUs: sockets x cores x threads, where a zero factor is skipped."""
-    where = "spec.domain.cpu"
-    total = int_at(cpu, "cores", where)
-    for factor in (int_at(cpu, "sockets", where), int_at(cpu, "threads", where)):
-        if factor != 0:
-            total = factor if total == 0 else total * factor
-    return total
-
-
-def vcpu_count(vmi: Mapping[str, Any]) -> int:
+def vcpu_count(vmi: SpecSource) -> int:
     """The vCPU count the overhead is sized for (at least 1).
 
     From the CPU topology when spec.domain.cpu exists (even if all its counts are 0); otherwise from
     limits.cpu, else requests.cpu, rounded up to whole CPUs.
     """
-    cpu = vmi_cpu(vmi)
-    if cpu is not None:
-        vcpus = topology_vcpus(cpu)
+    view = as_spec(vmi)
+    if view.cpu is not None:
+        vcpus = view.cpu.vcpus
     else:
-        limit = _vmi_resource(vmi, "limits", "cpu")
-        request = _vmi_resource(vmi, "requests", "cpu")
+        limit = view.resources.limits.get("cpu")
+        request = view.resources.requests.get("cpu")
         if limit is not None:
             vcpus = limit.value()
         elif request is not None:
@@ -217,13 +198,13 @@ def vcpu_count(vmi: Mapping[str, Any]) -> int:
     return max(vcpus, 1)
 
 
-def dedicated_cpu(vmi: Mapping[str, Any]) -> bool:
+def dedicated_cpu(vmi: SpecSource) -> bool:
     """VMI.IsCPUDedicated: spec.domain.cpu.dedicatedCpuPlacement."""
-    cpu = vmi_cpu(vmi)
-    return cpu is not None and bool(bool_at(cpu, "dedicatedCpuPlacement", "spec.domain.cpu"))
+    cpu = as_spec(vmi).cpu
+    return cpu is not None and cpu.dedicated
 
 
-def wants_guaranteed_qos(vmi: Mapping[str, Any], version: str | KubeVirtVersion) -> bool:
+def wants_guaranteed_qos(vmi: SpecSource, version: str | KubeVirtVersion) -> bool:
     """VMI.WantsToHaveQOSGuaranteed for that KubeVirt version.
 
     CPU: requests.cpu is set, non-zero and equal to limits.cpu. Memory: requests.memory non-zero and
@@ -231,14 +212,12 @@ def wants_guaranteed_qos(vmi: Mapping[str, Any], version: str | KubeVirtVersion)
     limit into the request).
     """
     kv = parse_kubevirt_version(version)
+    resources = as_spec(vmi).resources
     zero = Quantity.from_int(0)
-
-    def get(kind: str, name: str) -> Quantity:
-        found = _vmi_resource(vmi, kind, name)
-        return zero if found is None else found
-
-    req_mem, lim_mem = get("requests", "memory"), get("limits", "memory")
-    req_cpu, lim_cpu = get("requests", "cpu"), get("limits", "cpu")
+    req_mem = resources.requests.get("memory", zero)
+    lim_mem = resources.limits.get("memory", zero)
+    req_cpu = resources.requests.get("cpu", zero)
+    lim_cpu = resources.limits.get("cpu", zero)
     memory_wants = not req_mem.is_zero() and req_mem == lim_mem
     if kv.at_least(1, 7):
         memory_wants = memory_wants or (req_mem.is_zero() and not lim_mem.is_zero())
@@ -246,54 +225,36 @@ def wants_guaranteed_qos(vmi: Mapping[str, Any], version: str | KubeVirtVersion)
     return memory_wants and cpu_wants
 
 
-def _has_vfio(vmi: Mapping[str, Any]) -> bool:
-    devices = vmi_devices(vmi)
-    where = "spec.domain.devices"
-    return (
-        len(sequence_at(devices, "gpus", where)) > 0
-        or len(sequence_at(devices, "hostDevices", where)) > 0
-        or any(iface.get("sriov") is not None for iface in vmi_interfaces(vmi))
-    )
+def _has_vfio(view: SpecView) -> bool:
+    devices = view.devices
+    return devices.gpus > 0 or devices.host_devices > 0 or any(i.sriov for i in devices.interfaces)
 
 
-def _has_downward_metrics_disk(vmi: Mapping[str, Any]) -> bool:
-    volumes = sequence_at(vmi_spec(vmi), "volumes", "spec")
-    return any(isinstance(v, Mapping) and v.get("downwardMetrics") is not None for v in volumes)
+def _has_downward_metrics_disk(view: SpecView) -> bool:
+    return any(v.downward_metrics for v in view.volumes)
 
 
-def _has_exec_probe(vmi: Mapping[str, Any], key: str) -> bool:
-    probe = mapping_at(vmi_spec(vmi), key, "spec")
-    return probe.get("exec") is not None
-
-
-def is_sev(vmi: Mapping[str, Any], version: KubeVirtVersion) -> bool:
+def is_sev(vmi: SpecSource, version: KubeVirtVersion) -> bool:
     """SEV (and, from v1.7, SEV-SNP; SEV-ES is a SEV policy so it is covered by SEV)."""
-    launch_security = mapping_at(vmi_domain(vmi), "launchSecurity", "spec.domain")
-    if launch_security.get("sev") is not None:
-        return True
-    return version.at_least(1, 7) and launch_security.get("snp") is not None
+    view = as_spec(vmi)
+    return view.sev or (version.at_least(1, 7) and view.snp)
 
 
-def _has_tpm(vmi: Mapping[str, Any], version: KubeVirtVersion) -> bool:
+def _has_tpm(view: SpecView, version: KubeVirtVersion) -> bool:
     """A TPM device; from v1.4.1 / v1.5.1 one with `enabled: false` does not count."""
-    devices = vmi_devices(vmi)
-    if devices.get("tpm") is None:
+    if not view.devices.tpm:
         return False
     honours_enabled = version.between((1, 4, 1), (1, 5, 0)) or version.at_least(1, 5, 1)
     if not honours_enabled:
         return True
-    enabled = bool_at(mapping_at(devices, "tpm", "spec.domain.devices"), "enabled", "tpm")
+    enabled = view.devices.tpm_enabled
     return enabled is None or enabled
 
 
-def _architecture(vmi: Mapping[str, Any], version: KubeVirtVersion, cluster_arch: str) -> str:
+def _architecture(view: SpecView, version: KubeVirtVersion, cluster_arch: str) -> str:
     """v1.2+ sizes for spec.architecture (falling back to the cluster's); older for the cluster's."""
-    if version.at_least(1, 2):
-        arch = vmi_spec(vmi).get("architecture")
-        if arch:
-            if not isinstance(arch, str):
-                raise ValueError(f"spec.architecture must be a string, not {arch!r}")
-            return arch
+    if version.at_least(1, 2) and view.architecture:
+        return view.architecture
     return cluster_arch
 
 
@@ -368,15 +329,15 @@ class MemoryOverhead:
 
 
 def _base_parts(
-    vmi: Mapping[str, Any], version: KubeVirtVersion, cluster_arch: str
+    vmi: SpecView, version: KubeVirtVersion, cluster_arch: str
 ) -> list[tuple[str, int]]:
     """What every launcher needs: page tables, process RSS, vCPUs, an IOThread, video, firmware."""
-    requests_memory = _vmi_resource(vmi, "requests", "memory")
+    requests_memory = vmi.resources.requests.get("memory")
     pagetables = pagetable_bytes(0 if requests_memory is None else requests_memory.value())
     parts = [("pagetables", pagetables), *_process_rss_mib(version)]
     parts.append(("vcpus", 8 * MI * vcpu_count(vmi)))
     parts.append(("iothread", 8 * MI))
-    autoattach_graphics = bool_at(vmi_devices(vmi), "autoattachGraphicsDevice", "devices")
+    autoattach_graphics = vmi.devices.autoattach_graphics
     if autoattach_graphics is None or autoattach_graphics:
         parts.append(("video", (32 if version.at_least(1, 6) else 16) * MI))
     if _architecture(vmi, version, cluster_arch) == "arm64":
@@ -384,14 +345,21 @@ def _base_parts(
     return parts
 
 
-def _feature_parts(vmi: Mapping[str, Any], version: KubeVirtVersion) -> list[tuple[str, int]]:
+def _feature_parts(vmi: SpecView, version: KubeVirtVersion) -> list[tuple[str, int]]:
     """Optional devices and features, each with its fixed reservation."""
     parts: list[tuple[str, int]] = []
     if _has_vfio(vmi):
         parts.append(("vfio", 1024 * MI))
     if _has_downward_metrics_disk(vmi):
         parts.append(("downward-metrics", 1 * MI))
-    probes = [key for key in ("livenessProbe", "readinessProbe") if _has_exec_probe(vmi, key)]
+    probes = [
+        key
+        for key, exec_probe in (
+            ("livenessProbe", vmi.liveness_exec),
+            ("readinessProbe", vmi.readiness_exec),
+        )
+        if exec_probe
+    ]
     parts.extend((f"{key}-exec", 10 * MI) for key in probes)
     if probes:
         parts.append(("virt-probe", 100 * MI))
@@ -403,14 +371,14 @@ def _feature_parts(vmi: Mapping[str, Any], version: KubeVirtVersion) -> list[tup
         # An 800Mi reservation per passt interface forwarding all ports, inside the ratio.
         parts.extend(
             ("passt", 800 * MI)
-            for iface in vmi_interfaces(vmi)
-            if iface.get("passt") is not None and not iface.get("ports")
+            for iface in vmi.devices.interfaces
+            if iface.passt and iface.all_ports
         )
     return parts
 
 
 def memory_overhead_details(
-    vmi: Mapping[str, Any],
+    vmi: SpecSource,
     ratio: str | float | None = None,
     kubevirt_version: str | KubeVirtVersion = "1.6",
     *,
@@ -427,27 +395,24 @@ def memory_overhead_details(
     """
     version = parse_kubevirt_version(kubevirt_version)
     parsed_ratio = parse_overhead_ratio(ratio)
-    parts = _base_parts(vmi, version, cluster_arch) + _feature_parts(vmi, version)
+    view = as_spec(vmi)
+    parts = _base_parts(view, version, cluster_arch) + _feature_parts(view, version)
 
     unmultiplied: list[tuple[str, int]] = []
-    wants_dedicated = dedicated_cpu(vmi) or wants_guaranteed_qos(vmi, version)
+    wants_dedicated = dedicated_cpu(view) or wants_guaranteed_qos(view, version)
     if wants_dedicated and version.at_least(1, 1):
         # v1.1 to v1.5.2 add it after the ratio; v1.5.3 moved it before, so it is multiplied.
         (parts if version.at_least(1, 5, 3) else unmultiplied).append(("dedicated-cpu", 100 * MI))
-    if version.at_least(1, 8):
-        added = mapping_at(
-            mapping_at(vmi_domain(vmi), "memory", "spec.domain"), "reservedOverhead", "memory"
-        )
-        if added.get("addedOverhead") is not None:
-            reserved = quantity_of(added["addedOverhead"], "reservedOverhead.addedOverhead")
-            parts.append(("reserved-overhead", reserved.value()))
+    reserved = view.memory.added_overhead
+    if version.at_least(1, 8) and reserved is not None:
+        parts.append(("reserved-overhead", reserved.value()))
 
     applied_ratio = parsed_ratio if _supports_ratio(version) else None
     extra = 0
     if applied_ratio is not None:
         extra = _apply_ratio(sum(size for _, size in parts), applied_ratio)
 
-    unmultiplied.extend(_network_binding_memory(vmi, version, network_bindings))
+    unmultiplied.extend(_network_binding_memory(view, version, network_bindings))
     return MemoryOverhead(
         version=version,
         multiplied=tuple(parts),
@@ -458,23 +423,20 @@ def memory_overhead_details(
 
 
 def _network_binding_memory(
-    vmi: Mapping[str, Any], version: KubeVirtVersion, network_bindings: Mapping[str, Any] | None
+    vmi: SpecView, version: KubeVirtVersion, network_bindings: Mapping[str, Any] | None
 ) -> list[tuple[str, int]]:
     """Memory of network bindings, added after the ratio: passt 250Mi (v1.8+), plus each distinct
     registered binding plugin's computeResourceOverhead.requests.memory (v1.3+)."""
     if not version.at_least(1, 3):
         return []
     result: list[tuple[str, int]] = []
-    interfaces = vmi_interfaces(vmi)
-    if version.at_least(1, 8) and any(i.get("passtBinding") is not None for i in interfaces):
+    interfaces = vmi.devices.interfaces
+    if version.at_least(1, 8) and any(i.passt_binding for i in interfaces):
         result.append(("passt-binding", 250 * MI))
     seen: set[str] = set()
     for iface in interfaces:
-        binding = iface.get("binding")
-        if not isinstance(binding, Mapping):
-            continue
-        name = binding.get("name")
-        if not isinstance(name, str) or name in seen or not network_bindings:
+        name = iface.binding
+        if name is None or name in seen or not network_bindings:
             continue
         plugin = network_bindings.get(name)
         if not isinstance(plugin, Mapping):
@@ -497,7 +459,7 @@ class ClusterOptions(TypedDict, total=False):
 
 
 def memory_overhead(
-    vmi: Mapping[str, Any],
+    vmi: SpecSource,
     ratio: str | float | None = None,
     kubevirt_version: str | KubeVirtVersion = "1.6",
     **options: Unpack[ClusterOptions],

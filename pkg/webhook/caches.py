@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -27,7 +26,7 @@ from ..generic.meta import metadata
 from ..generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
-from ..util.launcher import LauncherSettings
+from ..util.launcher import LauncherSettings, VmiSource
 from ..util.podusage import strip_pod_to_quota_fields
 from ..util.resourcequota.base import Mode
 from ..util.resourcequota.handover import room_raise_left
@@ -178,7 +177,7 @@ class WebhookCaches:
         """Inside the store's write of the KubeVirt CR or Harvester's setting: derive again."""
         self._cluster_settings = None
 
-    def launcher_usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
+    def launcher_usage(self, vmi: VmiSource, settings: LauncherSettings) -> ResourceList:
         return self.renders.usage(vmi, settings)
 
     def migrations_under_way(self, namespace: str) -> bool:

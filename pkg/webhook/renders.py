@@ -17,13 +17,11 @@ unchanged one never again while it stays in the bounded LRU.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from cachetools import LRUCache
 
-from ..generic.meta import metadata
-from ..util.launcher import LauncherSettings, target_quota_usage
+from ..util.launcher import LauncherSettings, VmiSource, as_view, target_quota_usage
 from ..util.resources import ResourceList
 
 MAX_RENDERS: Final = 4096
@@ -45,18 +43,18 @@ class LauncherRenders:
         self.renders = 0
         """Launcher pods rendered (misses and uncacheable VMIs)."""
 
-    def usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
+    def usage(self, vmi: VmiSource, settings: LauncherSettings) -> ResourceList:
         """What target_quota_usage(vmi, settings) gives; the result is the caller's."""
-        meta = metadata(vmi)
-        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        view = as_view(vmi)
+        uid, version = view.uid, view.resource_version
         if not uid or not version:
             self.renders += 1
-            return target_quota_usage(vmi, settings)
-        key = (str(uid), str(version), self._settings_key(settings))
+            return target_quota_usage(view, settings)
+        key = (uid, version, self._settings_key(settings))
         cached = self._usages.get(key)
         if cached is None:
             self.renders += 1
-            cached = self._usages[key] = target_quota_usage(vmi, settings)
+            cached = self._usages[key] = target_quota_usage(view, settings)
         return dict(cached)
 
     def __len__(self) -> int:

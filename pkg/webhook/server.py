@@ -49,16 +49,9 @@ from .caches import WebhookCaches, counted_skips
 from .certkeeper import CertificateKeeper
 from .clientgate import ClientGate
 from .connections import (
-    ADMISSION_SLOT_WAIT,
-    BODY_TIMEOUT,
     CLOSE_HEADERS,
-    HANDSHAKE_TIMEOUT,
-    HEADER_TIMEOUT,
     KEEPALIVE_TIMEOUT,
-    MAX_ADMISSIONS,
     MAX_BODY,
-    MAX_CONNECTIONS,
-    MAX_CONNECTIONS_PER_PEER,
     AdmissionSlots,
     ConnectionGuard,
 )
@@ -71,14 +64,13 @@ from .resources.namespace.validator import validate_namespace_update
 from .resources.pod.ledger import AdmissionLedger
 from .resources.pod.reservations import COLLECT_AFTER, LeaseReservations
 from .resources.pod.targets import (
-    TARGET_ROOM_WAIT,
-    LiveQuotas,
     QuotaChanges,
     live_quotas,
 )
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm
-from .tls import CERT_RELOAD_INTERVAL, ClientAuth, ReloadingTLS
+from .serving import DEFAULT_BOUNDS, LOCAL, UNSHARED, Bounds, Listening, RoomSharing
+from .tls import CERT_RELOAD_INTERVAL, ReloadingTLS
 from .turns import CROWDED_AFTER, NamespaceTurns
 
 log = logging.getLogger(__name__)
@@ -108,75 +100,41 @@ class WebhookServer:
         lookups: Lookups,
         *,
         identities: Identities | None = None,
-        tls: ReloadingTLS | None = None,
-        host: str = "0.0.0.0",  # the API server calls in through a Service
-        port: int = 8443,
+        listening: Listening = LOCAL,
+        bounds: Bounds = DEFAULT_BOUNDS,
+        sharing: RoomSharing = UNSHARED,
         ready: Callable[[], bool] = lambda: True,
         clock: Clock = REAL_CLOCK,
         registry: CollectorRegistry = REGISTRY,
-        header_timeout: float = HEADER_TIMEOUT,
-        body_timeout: float = BODY_TIMEOUT,
-        max_connections: int = MAX_CONNECTIONS,
-        max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER,
-        handshake_timeout: float = HANDSHAKE_TIMEOUT,
-        client_auth: ClientAuth | None = None,
-        max_admissions: int = MAX_ADMISSIONS,
-        admission_wait: float = ADMISSION_SLOT_WAIT,
-        quota_changes: QuotaChanges | None = None,
-        target_room_wait: float = TARGET_ROOM_WAIT,
-        ledger: AdmissionLedger | None = None,
-        reservations: LeaseReservations | None = None,
-        live: LiveQuotas | None = None,
-        fair: bool = True,
     ) -> None:
-        """With `client_auth` (which needs `tls`), only clients with a certificate from its CA
-        get past the handshake and /validate/* answers only the ones it accepts, before reading
-        their body; connections are bounded as ConnectionGuard says; at most `max_admissions` bodies are read and decided
-        at once, the others wait up to `admission_wait` seconds and are then answered 429.
-        `quota_changes` (WebhookCaches.quota_changes) wakes target pods waiting up to
-        `target_room_wait` seconds for their room; without it they do not wait. With
-        `reservations` (whose fallback is `ledger`), pods while room is held are decided on the
-        reservation every replica shares; without, on this process's `ledger` alone. With `live`
-        (targets.live_quotas), a target pod that fits on the cached quota is judged once more on
-        the quota as the API server has it now. With `fair` (the default), pods whose namespace
-        may hold room take fair turns at working its rooms out (turns.py); without, arrival order
-        (the baseline the admission bench compares with)."""
+        """Serves `lookups` on `listening` within `bounds`, deciding pods with what `sharing`
+        gives (serving.py says what each group does); `ready` answers /readyz."""
+        tls, client_auth = listening.tls, listening.client_auth
         self.lookups = lookups
-        self.body_timeout = body_timeout
+        self.body_timeout = bounds.body_timeout
         self.metrics = WebhookMetrics(registry)
         if tls is not None:
             self.metrics.certificate_expiry.set_function(lambda: tls.not_after)
             self.metrics.certificate_start.set_function(lambda: tls.not_before)
         self.gate = ClientGate(tls, client_auth, self.metrics, clock)
         self.refusals = self.gate.refusals
-        self.slots = AdmissionSlots(max_admissions, admission_wait, clock)
+        self.slots = AdmissionSlots(bounds.max_admissions, bounds.admission_wait, clock)
         self.guard = ConnectionGuard(
             tls=tls.context if tls is not None else None,
             vouch=self.gate.vouches if client_auth is not None else None,
-            header_timeout=header_timeout,
-            handshake_timeout=handshake_timeout,
-            max_connections=max_connections,
-            max_per_peer=max_connections_per_peer,
+            header_timeout=bounds.header_timeout,
+            handshake_timeout=bounds.handshake_timeout,
+            max_connections=bounds.max_connections,
+            max_per_peer=bounds.max_connections_per_peer,
             clock=clock,
         )
         self.identities = identities or Identities()
         self.tls = tls
-        self.host, self.port = host, port
+        self.host, self.port = listening.host, listening.port
         self._ready = ready
         self._clock = clock
-        self.reservations = reservations
-        self.pods = PodAdmissions(
-            lookups=lookups,
-            identities=self.identities,
-            metrics=self.metrics,
-            clock=clock,
-            quota_changes=quota_changes or QuotaChanges(clock),
-            target_room_wait=target_room_wait if quota_changes is not None else 0.0,
-            ledger=ledger or AdmissionLedger(clock),
-            reservations=reservations,
-            live=live,
-            turns=NamespaceTurns(clock, crowded=self._slots_crowded) if fair else None,
-        )
+        self.reservations = sharing.reservations
+        self.pods = self._pod_admissions(sharing, bounds.fair, clock)
         """The pods endpoint's rules and target pods' waits (pods.py)."""
         self.quota_changes = self.pods.quota_changes
         self._collector: asyncio.Task[None] | None = None
@@ -193,6 +151,21 @@ class WebhookServer:
             "mtq-lock": ("", lambda r: validate_locked(r, self.lookups, self.identities)),
         }
         """Endpoint -> (the kind it validates, "" for any; its validator)."""
+
+    def _pod_admissions(self, sharing: RoomSharing, fair: bool, clock: Clock) -> PodAdmissions:
+        changes = sharing.quota_changes
+        return PodAdmissions(
+            lookups=self.lookups,
+            identities=self.identities,
+            metrics=self.metrics,
+            clock=clock,
+            quota_changes=changes or QuotaChanges(clock),
+            target_room_wait=sharing.target_room_wait if changes is not None else 0.0,
+            ledger=sharing.ledger or AdmissionLedger(clock),
+            reservations=sharing.reservations,
+            live=sharing.live,
+            turns=NamespaceTurns(clock, crowded=self._slots_crowded) if fair else None,
+        )
 
     def _slots_crowded(self) -> bool:
         """Whether a request has waited CROWDED_AFTER for an admission slot (turns.py)."""
@@ -464,14 +437,13 @@ def _server(
     return WebhookServer(
         caches,
         identities=options.identities,
-        tls=tls,
-        host=options.host,
-        port=options.port,
-        client_auth=options.client_auth,
+        listening=Listening(options.host, options.port, tls, options.client_auth),
+        sharing=RoomSharing(
+            quota_changes=caches.quota_changes,
+            target_room_wait=options.target_room_wait,
+            ledger=ledger,
+            reservations=LeaseReservations(client, options.namespace, REAL_CLOCK, ledger),
+            live=live_quotas(client),
+        ),
         ready=caches.factory.synced,
-        quota_changes=caches.quota_changes,
-        target_room_wait=options.target_room_wait,
-        ledger=ledger,
-        reservations=LeaseReservations(client, options.namespace, REAL_CLOCK, ledger),
-        live=live_quotas(client),
     )

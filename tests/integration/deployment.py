@@ -52,6 +52,7 @@ from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
 from harvester_quota.webhook.resources.pod.reservations import LeaseReservations
 from harvester_quota.webhook.resources.pod.targets import live_quotas
 from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.serving import Listening, RoomSharing
 from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
 from prometheus_client import CollectorRegistry
 
@@ -249,15 +250,19 @@ def _replica(
     server = WebhookServer(
         caches,
         identities=Identities(target_creators=frozenset({kubevirt_user})),
-        tls=ReloadingTLS(tls_dir / "tls.crt", tls_dir / "tls.key"),
-        host="127.0.0.1",
-        port=0,
-        client_auth=ClientAuth(workdir / CLIENT_CA, API_SERVER_CLIENT_NAMES),
+        listening=Listening(
+            "127.0.0.1",
+            0,
+            ReloadingTLS(tls_dir / "tls.crt", tls_dir / "tls.key"),
+            ClientAuth(workdir / CLIENT_CA, API_SERVER_CLIENT_NAMES),
+        ),
+        sharing=RoomSharing(
+            quota_changes=caches.quota_changes,
+            ledger=ledger,
+            reservations=LeaseReservations(client, SYSTEM_NAMESPACE, REAL_CLOCK, ledger),
+            live=live_quotas(client),
+        ),
         registry=CollectorRegistry(),
-        quota_changes=caches.quota_changes,
-        ledger=ledger,
-        reservations=LeaseReservations(client, SYSTEM_NAMESPACE, REAL_CLOCK, ledger),
-        live=live_quotas(client),
     )
     return caches, server
 

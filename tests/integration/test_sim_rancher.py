@@ -30,11 +30,11 @@ from harvester_quota.util.annotations import (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,
 )
-from harvester_quota.util.rancherproject import (
+from harvester_quota.util.rancher.project import (
     PROJECTS,
     validated_condition,
 )
-from harvester_quota.util.rancherproject import (
+from harvester_quota.util.rancher.project import (
     QUOTA_PROJECT_ID_ANNOTATION as QUOTA_PROJECT_ID,
 )
 

@@ -41,6 +41,7 @@ UTIL_LAYERS: dict[str, float] = {
     f"{UTIL}.resources": 3.1,
     f"{UTIL}.quotascope": 3.1,
     f"{UTIL}.vmispec": 3.1,
+    f"{UTIL}.vmispecview": 3.1,
     f"{UTIL}.kubevirtversion": 3.1,
     f"{UTIL}.screen": 3.1,
     f"{UTIL}.migrationlimits": 3.1,
@@ -52,13 +53,12 @@ UTIL_LAYERS: dict[str, float] = {
     f"{UTIL}.mtqlock": 3.2,
     f"{UTIL}.launcher": 3.3,
     f"{UTIL}.rancher": 3.3,
-    f"{UTIL}.rancherproject": 3.4,
     f"{UTIL}.resourcequota": 3.5,
 }
 """util/'s modules and sub-packages -> layer, all within util's layer 3: quantities; then the
 facts of one object (a resource list, a quota's scopes, a VMI's spec, KubeVirt's version); then
 what is read from them (annotations, a pod's usage, KubeVirt's overhead); then the launcher pod
-KubeVirt renders and Rancher's annotation; Rancher's projects; the room model (resourcequota/).
+KubeVirt renders and Rancher's model (its annotation, projects and project room); the room model (resourcequota/).
 A module of util/ not named here fails the layer test until it is placed."""
 
 BENCH = "testbench"

@@ -30,7 +30,7 @@ from harvester_quota.util.annotations import (
 )
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quotascope import launcher_scope_facts
-from harvester_quota.util.rancherproject import PROJECT_ID_ANNOTATION
+from harvester_quota.util.rancher.project import PROJECT_ID_ANNOTATION
 
 from ..objects import launcher_pod, managed_quota, plain_namespace, rancher_namespace, vmi
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from harvester_quota.util.quantity import Format, Quantity
-from harvester_quota.util.rancher import (
+from harvester_quota.util.rancher.annotation import (
     LIMIT_FIELDS,
     NamespaceResourceQuota,
     format_namespace_resource_quota,

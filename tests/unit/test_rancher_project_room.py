@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from harvester_quota.controller.quotawriter import QuotaWriter
-from harvester_quota.controller.resourcequota.projects import (
+from harvester_quota.controller.resourcequota.rancherprojects import (
     PROJECT_NO_ROOM_REASON,
     TTL,
     ProjectReader,
@@ -28,12 +28,17 @@ from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.rancherproject import (
+from harvester_quota.util.rancher.project import (
     ProjectQuota,
     RancherLimit,
     lacks_room,
     namespace_fit,
     validated_condition,
+)
+from harvester_quota.util.rancher.projectroom import (
+    NO_ROOM,
+    raise_verdict,
+    refusal_verdict,
 )
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
@@ -41,11 +46,6 @@ from harvester_quota.util.resourcequota.base import (
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 from harvester_quota.util.resourcequota.priorityprefix import prefixes
-from harvester_quota.util.resourcequota.projectroom import (
-    NO_ROOM,
-    raise_verdict,
-    refusal_verdict,
-)
 from harvester_quota.util.resourcequota.rancherpath import annotation_patch
 from harvester_quota.util.resources import parse_resource_list
 

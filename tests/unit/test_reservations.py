@@ -26,6 +26,7 @@ from harvester_quota.webhook.resources.pod.reservations import (
 )
 from harvester_quota.webhook.resources.pod.validator import PodCheck, pod_check
 from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.serving import RoomSharing
 from prometheus_client import CollectorRegistry
 
 from tests.unit.fakes import FakeApi
@@ -283,8 +284,10 @@ async def test_a_dry_run_is_decided_but_reserves_nothing_anywhere() -> None:
         lookups,
         clock=clock,
         registry=CollectorRegistry(),
-        ledger=ledger,
-        reservations=LeaseReservations(api, SYSTEM, clock, ledger),  # type: ignore[arg-type]
+        sharing=RoomSharing(
+            ledger=ledger,
+            reservations=LeaseReservations(api, SYSTEM, clock, ledger),  # type: ignore[arg-type]
+        ),
     )
 
     def review(name: str, cpu: str, *, dry_run: bool) -> bytes:

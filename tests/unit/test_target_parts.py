@@ -2,7 +2,7 @@
 a "sidecar" kind registered here only, by replacing the registry for one test, shows up in the
 room (rendered before it exists, its real pod after, a forged one charged to the base), in
 MTQ's budget for a blocked migration, in the VM start check and in explain, without any other
-file knowing it."""
+file knowing it; and in preflight's answer for a drain."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from harvester_quota import explain as explain_module
 from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
+from harvester_quota.preflight import Plan, preflight
 from harvester_quota.util.launcher import LauncherSettings, VmiView, launcher_pod_resources, parts
 from harvester_quota.util.launcher.parts import PartKind
 from harvester_quota.util.podusage import pod_quota_usage
@@ -25,6 +26,8 @@ from harvester_quota.webhook.resources.virtualmachine.validator import validate_
 from tests.objects import launcher_pod, vmi
 from tests.unit.mtq_fakes import harness
 from tests.unit.test_mtq_controller import NOT_ENOUGH_REASON, namespace_labels, setup
+from tests.unit.test_preflight import only_vm, quota, state
+from tests.unit.test_preflight import running as preflight_running
 from tests.unit.test_rooms_all_pods import migration_of, rooms
 from tests.unit.test_webhook import FakeLookups, quota_with, request, vm_object
 
@@ -137,3 +140,19 @@ def test_explain_lists_a_registered_kinds_pods() -> None:
     (room,) = explained.rooms
     assert [part["kind"] for part in room["parts"]] == ["launcher", "sidecar"]
     assert ", sidecar pods side-real" in explain_module.render_text(explained)
+
+
+def test_preflight_charges_a_registered_kind_to_the_drains_target_side() -> None:
+    """A quota with room for exactly one more launcher: the target side with the sidecar is
+    50m short of it, and preflight names the sidecar among the parts it charged."""
+    instance, pod = preflight_running("vm1")
+    launcher = pod_quota_usage(pod)["limits.cpu"]
+    exact = quota("team-cap", {"limits.cpu": str(launcher + launcher)}, [pod])
+    vm = only_vm(
+        preflight(state([instance], [pod], quotas=[exact]), Plan("drain", ("n1",), "ours"))
+    )
+    assert vm.target_parts == ["launcher", "sidecar"]
+    assert Quantity.parse(vm.target_usage["limits.cpu"]) == launcher + Quantity.parse("50m")
+    (blocker,) = vm.blockers
+    (short,) = blocker.shortfalls
+    assert (short.quota, short.key, short.short_by) == ("team-cap", "limits.cpu", "50m")

@@ -26,6 +26,7 @@ from harvester_quota.webhook.resources.pod.targets import (
     admit_target,
 )
 from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.serving import RoomSharing
 from prometheus_client import CollectorRegistry
 
 from tests.unit.test_webhook import (
@@ -187,8 +188,7 @@ def server_with(lookups: FakeLookups, clock: FakeClock, wait: float) -> WebhookS
         identities=Identities(target_creators=frozenset({KUBEVIRT})),
         clock=clock,
         registry=CollectorRegistry(),
-        quota_changes=QuotaChanges(clock),
-        target_room_wait=wait,
+        sharing=RoomSharing(quota_changes=QuotaChanges(clock), target_room_wait=wait),
     )
 
 

@@ -39,6 +39,7 @@ from harvester_quota.webhook.resources.pod.targets import QuotaChanges
 from harvester_quota.webhook.resources.resourcequota.validator import validate_quota_update
 from harvester_quota.webhook.resources.virtualmachine.validator import validate_vm_start
 from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.serving import Listening
 from harvester_quota.webhook.tls import ReloadingTLS
 from prometheus_client import CollectorRegistry
 
@@ -742,7 +743,7 @@ async def test_the_serving_certificate_is_reloaded_when_its_files_change(tmp_pat
     )
     tls = ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key")
     server = WebhookServer(
-        FakeLookups(), tls=tls, host="127.0.0.1", port=0, registry=CollectorRegistry()
+        FakeLookups(), listening=Listening("127.0.0.1", 0, tls), registry=CollectorRegistry()
     )
     port = await server.start()
     try:
@@ -773,7 +774,7 @@ def test_the_served_certificates_validity_is_exported_for_the_expiry_alert(tmp_p
     served = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
     registry = CollectorRegistry()
     tls = ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key")
-    WebhookServer(FakeLookups(), tls=tls, registry=registry)
+    WebhookServer(FakeLookups(), listening=Listening(tls=tls), registry=registry)
     expiry = registry.get_sample_value(
         "harvester_quota_webhook_certificate_expiry_timestamp_seconds"
     )

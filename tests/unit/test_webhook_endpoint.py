@@ -20,10 +20,11 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.clock import REAL_CLOCK, Clock, FakeClock
 from harvester_quota.main import _client_auth, build_parser
 from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 from harvester_quota.webhook.admission import Request
@@ -36,6 +37,7 @@ from harvester_quota.webhook.connections import (
 )
 from harvester_quota.webhook.metrics import METRICS_PORT, start_metrics_endpoint
 from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.serving import Bounds, Listening
 from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
 from prometheus_client import CollectorRegistry
 
@@ -105,18 +107,17 @@ async def running(server: WebhookServer) -> AsyncIterator[WebhookServer]:
         await server.stop()
 
 
-def webhook(pki: Pki, **options: object) -> WebhookServer:
+def webhook(pki: Pki, clock: Clock = REAL_CLOCK, **bounds: Any) -> WebhookServer:
     """A TLS server that requires the API server's client certificate, bodies never timed out."""
     tls = ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
     return WebhookServer(
         FakeLookups(),
-        tls=tls,
-        client_auth=ClientAuth(pki.client_ca, frozenset({API_SERVER})),
-        host="127.0.0.1",
-        port=0,
+        listening=Listening(
+            "127.0.0.1", 0, tls, ClientAuth(pki.client_ca, frozenset({API_SERVER}))
+        ),
+        bounds=Bounds(**{"body_timeout": PATIENT, **bounds}),
+        clock=clock,
         registry=CollectorRegistry(),
-        body_timeout=PATIENT,
-        **options,  # type: ignore[arg-type]
     )
 
 
@@ -209,7 +210,7 @@ def test_client_auth_without_tls_is_refused() -> None:
     with pytest.raises(ValueError, match="client certificates need TLS"):
         WebhookServer(
             FakeLookups(),
-            client_auth=ClientAuth(Path("/nonexistent")),
+            listening=Listening(client_auth=ClientAuth(Path("/nonexistent"))),
             registry=CollectorRegistry(),
         )
 
@@ -322,10 +323,7 @@ async def test_a_replaced_client_ca_is_trusted_no_more(tmp_path: Path, pki: Pki)
     tls = ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
     server = WebhookServer(
         FakeLookups(),
-        tls=tls,
-        client_auth=ClientAuth(ca_file),
-        host="127.0.0.1",
-        port=0,
+        listening=Listening("127.0.0.1", 0, tls, ClientAuth(ca_file)),
         registry=CollectorRegistry(),
     )
     server.validators["pods"] = ("Pod", Recorder())
@@ -395,16 +393,15 @@ ATTACKERS = [f"127.0.0.{n}" for n in range(2, 2 + MAX_CONNECTIONS // MAX_CONNECT
 127.0.0.0/8 is loopback on Linux); the API server's calls come from 127.0.0.1."""
 
 
-def open_webhook(pki: Pki, **options: object) -> WebhookServer:
+def open_webhook(pki: Pki, **bounds: Any) -> WebhookServer:
     """A TLS server that checks no client certificate (the chart's default)."""
     return WebhookServer(
         FakeLookups(),
-        tls=ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key"),
-        host="127.0.0.1",
-        port=0,
+        listening=Listening(
+            "127.0.0.1", 0, ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
+        ),
+        bounds=Bounds(**{"body_timeout": PATIENT, **bounds}),
         registry=CollectorRegistry(),
-        body_timeout=PATIENT,
-        **options,  # type: ignore[arg-type]
     )
 
 

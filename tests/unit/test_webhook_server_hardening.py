@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 from harvester_quota.webhook.connections import ConnectionGuard
 from harvester_quota.webhook.server import WebhookServer
+from harvester_quota.webhook.serving import Bounds, Listening
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -32,12 +33,9 @@ SHORT = 0.5
 async def server() -> AsyncIterator[WebhookServer]:
     webhook = WebhookServer(
         FakeLookups(),
-        host="127.0.0.1",
-        port=0,
+        listening=Listening("127.0.0.1", 0),
+        bounds=Bounds(header_timeout=SHORT, body_timeout=SHORT, max_connections=4),
         registry=CollectorRegistry(),
-        header_timeout=SHORT,
-        body_timeout=SHORT,
-        max_connections=4,
     )
     await webhook.start()
     yield webhook
@@ -229,7 +227,9 @@ def test_malformed_reviews_never_get_a_5xx(
 def running() -> Any:
     """One server and session for all the generated cases (hypothesis runs them synchronously)."""
     loop = asyncio.new_event_loop()
-    webhook = WebhookServer(FakeLookups(), host="127.0.0.1", port=0, registry=CollectorRegistry())
+    webhook = WebhookServer(
+        FakeLookups(), listening=Listening("127.0.0.1", 0), registry=CollectorRegistry()
+    )
     loop.run_until_complete(webhook.start())
     session = loop.run_until_complete(_session())
     tracemalloc.start()

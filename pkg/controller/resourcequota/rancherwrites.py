@@ -30,7 +30,7 @@ from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.priorityprefix import prefixes
 from ...util.resourcequota.rancherpath import annotation_patch
 from ..quotawriter import QuotaWriter
-from .projects import ProjectRoom
+from .rancherprojects import ProjectRoom
 from .reports import NamespaceReports, room_event_targets
 
 log = logging.getLogger(__name__)

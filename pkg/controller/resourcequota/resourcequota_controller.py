@@ -40,7 +40,7 @@ from ..quotawriter import QuotaWriter
 from .foreignwrites import ForeignWriteReports, next_step
 from .gather import GATHER_RETRY, ReleaseGathering
 from .inputs import PlanInputs
-from .projects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
+from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .reports import NamespaceReports
 from .roomlabel import RoomHeldLabel, label_policy

@@ -63,7 +63,7 @@ from ...generic.clock import REAL_CLOCK, Clock
 from ...generic.resource import NAMESPACES, RESOURCE_QUOTAS
 from ...util import resources
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
-from ...util.rancher import format_namespace_resource_quota
+from ...util.rancher.annotation import format_namespace_resource_quota
 from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo

@@ -42,7 +42,7 @@ from ...util.annotations import (
 from ...util.kubevirtversion import parse_kubevirt_version
 from ...util.overhead import kubevirt_ratio_from_harvester_setting
 from ...util.quantity import Quantity
-from ...util.rancher import LIMIT_FIELDS, parse_namespace_resource_quota
+from ...util.rancher.annotation import LIMIT_FIELDS, parse_namespace_resource_quota
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, rancher_base_text
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo

@@ -71,7 +71,7 @@ from typing import Any
 import yaml
 
 from ...util.quantity import Quantity
-from ...util.rancher import LIMIT_FIELDS
+from ...util.rancher.annotation import LIMIT_FIELDS
 
 HARVESTER_STRATEGY_NAMES = frozenset({"harvester", "harvester-port"})
 """The strategies that are Harvester (its own code, or our port): expect_harvester is theirs."""

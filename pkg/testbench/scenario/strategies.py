@@ -28,6 +28,7 @@ from ...webhook.caches import WebhookCaches
 from ...webhook.resources.common import DEFAULT_TARGET_CREATORS, Identities
 from ...webhook.resources.pod.targets import live_quotas
 from ...webhook.server import WebhookServer
+from ...webhook.serving import Listening, RoomSharing
 from ...webhook.tls import ClientAuth, ReloadingTLS
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import API_SERVER_CLIENT_NAMES, webhook_client_ca
@@ -159,14 +160,17 @@ class OurStrategy:
                 controllers=self.users | {OURS_IN_SCENARIOS},
                 target_creators=frozenset(self.users) | frozenset(DEFAULT_TARGET_CREATORS),
             ),
-            tls=ReloadingTLS(cert, key),
             # As deployed: only the API server's calls (its webhook client certificate).
-            client_auth=ClientAuth(webhook_client_ca(self.cluster), API_SERVER_CLIENT_NAMES),
-            host="127.0.0.1",
-            port=0,
+            listening=Listening(
+                "127.0.0.1",
+                0,
+                ReloadingTLS(cert, key),
+                ClientAuth(webhook_client_ca(self.cluster), API_SERVER_CLIENT_NAMES),
+            ),
+            sharing=RoomSharing(
+                quota_changes=self._caches.quota_changes, live=live_quotas(self.api)
+            ),
             registry=CollectorRegistry(),
-            quota_changes=self._caches.quota_changes,
-            live=live_quotas(self.api),
         )
         self._caches.factory.start()
         await self._caches.factory.wait_for_cache_sync(60)

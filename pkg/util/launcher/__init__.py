@@ -8,7 +8,8 @@
 - `attachment`: the hotplug attachment pod beside it (`attachment_pod_resources`,
   `attachment_quota_usage`), for a VMI with hotplugged volumes.
 - `vmiview`: `VmiView`, a VMI as the room model and the part renderers read it, and its one
-  adapter from a full object (`vmi_view`, `as_view`).
+  adapter from a full object (`vmi_view`, `as_view`); its `spec` (util/vmispecview.py
+  `SpecView`) is every field the launcher renderer reads (`spec_of`).
 - `parts`: the registry of every pod a migration's target side charges (`TARGET_PARTS`,
   `target_parts`), which the room model, MTQ mode, the VM validator and explain read.
 """
@@ -21,7 +22,7 @@ from .render import (
     target_quota_usage,
 )
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
-from .vmiview import VmiSource, VmiView, as_view, has_hotplug_volumes, vmi_view
+from .vmiview import VmiSource, VmiView, as_view, has_hotplug_volumes, spec_of, vmi_view
 
 __all__ = [
     "DEFAULT_LAUNCHER_SETTINGS",
@@ -35,6 +36,7 @@ __all__ = [
     "launcher_pod_resources",
     "launcher_quota_usage",
     "rendered_memory_overhead",
+    "spec_of",
     "target_quota_usage",
     "vmi_view",
 ]

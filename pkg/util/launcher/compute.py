@@ -7,26 +7,15 @@ allocation ratio (or pinned), automatic limits, and the device-plugin resources 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Final
+from typing import Final
 
 from ..kubevirtversion import KubeVirtVersion
-from ..overhead import dedicated_cpu, go_parse_float, is_sev, topology_vcpus
-from ..podusage import ResourceList, resource_list_at
+from ..overhead import dedicated_cpu, go_parse_float, is_sev
+from ..podusage import ResourceList
 from ..quantity import Quantity
-from ..vmispec import (
-    bool_at,
-    int_at,
-    mapping_at,
-    quantity_of,
-    sequence_at,
-    vmi_cpu,
-    vmi_devices,
-    vmi_domain,
-    vmi_interfaces,
-)
+from ..vmispecview import SpecView
 from .featuregates import EXTERNAL_NET_RESOURCE_INJECTION
 from .settings import (
     KVM_DEVICE,
@@ -45,7 +34,6 @@ DEFAULT_MEMORY_LIMITS_RATIO: Final = 2.0
 """Auto memory limits: limit = request x the namespace label alpha.kubevirt.io/auto-memory-limits-ratio
 (KubeVirt's default when the label is absent or invalid)."""
 
-EVEN_PARITY_ANNOTATION: Final = "alpha.kubevirt.io/EmulatorThreadCompleteToEvenParity"
 HUGEPAGES_PREFIX: Final = "hugepages-"
 
 
@@ -103,44 +91,25 @@ def _add_ephemeral_storage(requests: ResourceList, limits: ResourceList) -> None
         limits["ephemeral-storage"] = limits["ephemeral-storage"] + overhead
 
 
-def _virtualization_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> ResourceList:
+def _virtualization_devices(vmi: SpecView, s: LauncherSettings) -> ResourceList:
     """getRequiredResources: tun, vhost-net, kvm and vhost-vsock, set as limits (count 1)."""
-    devices = vmi_devices(vmi)
-    interfaces = vmi_interfaces(vmi)
+    devices = vmi.devices
+    interfaces = devices.interfaces
     result: ResourceList = {}
-    autoattach_pod = bool_at(devices, "autoattachPodInterface", "spec.domain.devices")
+    autoattach_pod = devices.autoattach_pod_interface
     if interfaces or autoattach_pod is None or autoattach_pod:
         result[TUN_DEVICE] = one()
-    virtio = any(iface.get("model", "") in ("", "virtio") for iface in interfaces)
+    virtio = any(iface.virtio for iface in interfaces)
     if virtio and not s.allow_emulation:
         result[VHOST_NET_DEVICE] = one()
     if not s.allow_emulation:
         result[KVM_DEVICE] = one()
-    if s.version.at_least(0, 59) and bool_at(devices, "autoattachVSOCK", "devices"):
+    if s.version.at_least(0, 59) and devices.autoattach_vsock:
         result[VHOST_VSOCK_DEVICE] = one()
     return result
 
 
-def _memory_spec(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
-    return mapping_at(vmi_domain(vmi), "memory", "spec.domain")
-
-
-def _guest_memory(vmi: Mapping[str, Any]) -> Quantity | None:
-    raw = _memory_spec(vmi).get("guest")
-    return None if raw is None else quantity_of(raw, "spec.domain.memory.guest")
-
-
-def _hugepage_size(vmi: Mapping[str, Any]) -> str | None:
-    memory = _memory_spec(vmi)
-    if memory.get("hugepages") is None:
-        return None
-    page_size = mapping_at(memory, "hugepages", "spec.domain.memory").get("pageSize", "")
-    if not isinstance(page_size, str):
-        raise ValueError(f"spec.domain.memory.hugepages.pageSize must be a string: {page_size!r}")
-    return page_size
-
-
-def _with_memory_requests(vmi: Mapping[str, Any], r: Renderer, overcommit: int) -> None:
+def _with_memory_requests(vmi: SpecView, r: Renderer, overcommit: int) -> None:
     """v1.7+: a VMI without a memory request gets its limit, else guest (or the hugepage size)
     scaled by the cluster's memoryOvercommit percentage."""
     limit, request = r.vm_limits.get("memory"), r.vm_requests.get("memory")
@@ -148,9 +117,9 @@ def _with_memory_requests(vmi: Mapping[str, Any], r: Renderer, overcommit: int) 
         r.vm_requests["memory"] = limit
     if "memory" in r.vm_requests:
         return
-    memory = _guest_memory(vmi)
+    memory = vmi.memory.guest
     if memory is None:
-        page_size = _hugepage_size(vmi)
+        page_size = vmi.memory.hugepage_size
         if page_size is not None:
             try:
                 memory = Quantity.parse(page_size)
@@ -166,7 +135,7 @@ def _with_memory_requests(vmi: Mapping[str, Any], r: Renderer, overcommit: int) 
 
 
 def _with_hugepages(
-    vmi: Mapping[str, Any],
+    vmi: SpecView,
     *,
     requests: ResourceList,
     limits: ResourceList,
@@ -175,9 +144,9 @@ def _with_hugepages(
     overhead: Quantity,
 ) -> None:
     """Hugepages back the guest; the memory request/limit keep only overhead + (request - guest)."""
-    page_size = _hugepage_size(vmi) or ""
+    page_size = vmi.memory.hugepage_size or ""
     name = HUGEPAGES_PREFIX + page_size
-    guest = _guest_memory(vmi)
+    guest = vmi.memory.guest
     request = requests.get("memory", zero())
     limit = limits.get("memory", zero())
     hugepages = request
@@ -198,39 +167,29 @@ def _with_hugepages(
 
 
 def _with_memory_overhead(
-    vmi: Mapping[str, Any], requests: ResourceList, limits: ResourceList, overhead: Quantity
+    vmi: SpecView, requests: ResourceList, limits: ResourceList, overhead: Quantity
 ) -> None:
-    resources = mapping_at(vmi_domain(vmi), "resources", "spec.domain")
-    overcommit_guest = bool_at(resources, "overcommitGuestOverhead", "resources")
+    overcommit_guest = vmi.resources.overcommit_guest_overhead
     request = requests.get("memory", zero())
     requests["memory"] = request if overcommit_guest else request + overhead
     if "memory" in limits:
         limits["memory"] = limits["memory"] + overhead
 
 
-def _io_threads(vmi: Mapping[str, Any]) -> tuple[int, int]:
+def _io_threads(vmi: SpecView) -> tuple[int, int]:
     """(supplementalPoolThreadCount, the same count only when ioThreadsPolicy is supplementalPool)."""
-    domain = vmi_domain(vmi)
-    count = int_at(
-        mapping_at(domain, "ioThreads", "spec.domain"), "supplementalPoolThreadCount", "ioThreads"
-    )
-    pool = count if domain.get("ioThreadsPolicy") == "supplementalPool" else 0
-    return count, pool
+    count = vmi.io_thread_count
+    return count, count if vmi.supplemental_pool else 0
 
 
-def _even_parity_requested(vmi: Mapping[str, Any]) -> bool:
-    annotations = mapping_at(mapping_at(vmi, "metadata", "vmi"), "annotations", "metadata")
-    return EVEN_PARITY_ANNOTATION in annotations
-
-
-def _with_cpu_pinning(vmi: Mapping[str, Any], r: Renderer, version: KubeVirtVersion) -> None:
+def _with_cpu_pinning(vmi: SpecView, r: Renderer, version: KubeVirtVersion) -> None:
     """Dedicated CPUs, as each generation of KubeVirt's WithCPUPinning renders them.
 
     Up to v1.5.1 the vCPU count is a calculated limit (the VMI's own limit wins) and the memory
     limit becomes the memory request; v1.5.2 pins limits and requests to vCPUs + IOThreads.
     """
-    cpu = vmi_cpu(vmi) or {}
-    vcpus = topology_vcpus(cpu)
+    cpu = vmi.cpu
+    vcpus = 0 if cpu is None else cpu.vcpus
     modern = version.at_least(1, 5, 2)
     if modern:
         _pin_cpus_modern(vmi, r, vcpus)
@@ -241,7 +200,7 @@ def _with_cpu_pinning(vmi: Mapping[str, Any], r: Renderer, version: KubeVirtVers
     elif "cpu" in r.vm_requests:
         r.vm_limits["cpu"] = r.vm_requests["cpu"]
 
-    if bool_at(cpu, "isolateEmulatorThread", "spec.domain.cpu"):
+    if cpu is not None and cpu.isolate_emulator_thread:
         _isolate_emulator_thread(vmi, r, version)
 
     if not modern:
@@ -250,7 +209,7 @@ def _with_cpu_pinning(vmi: Mapping[str, Any], r: Renderer, version: KubeVirtVers
         r.vm_limits["memory"] = r.vm_requests["memory"]
 
 
-def _pin_cpus_modern(vmi: Mapping[str, Any], r: Renderer, vcpus: int) -> None:
+def _pin_cpus_modern(vmi: SpecView, r: Renderer, vcpus: int) -> None:
     io_count = _io_threads(vmi)[0]
     if vcpus != 0:
         total = Quantity.from_int(vcpus + io_count, "BinarySI")
@@ -263,12 +222,12 @@ def _pin_cpus_modern(vmi: Mapping[str, Any], r: Renderer, vcpus: int) -> None:
             values["cpu"] = values["cpu"] + extra
 
 
-def _isolate_emulator_thread(vmi: Mapping[str, Any], r: Renderer, version: KubeVirtVersion) -> None:
+def _isolate_emulator_thread(vmi: SpecView, r: Renderer, version: KubeVirtVersion) -> None:
     """One more pCPU for the emulator thread (two to reach an even count, when annotated, v1.2+)."""
     modern = version.at_least(1, 5, 2)
     base = (r.vm_limits if modern else r.calc_limits).get("cpu", zero())
     additional = _io_threads(vmi)[1] if version.at_least(1, 5) else 0
-    even_parity = version.at_least(1, 2) and _even_parity_requested(vmi)
+    even_parity = version.at_least(1, 2) and vmi.even_parity
     threads = Quantity.from_int(
         2 if even_parity and (base.value() + additional) % 2 == 0 else 1, "BinarySI"
     )
@@ -278,11 +237,9 @@ def _isolate_emulator_thread(vmi: Mapping[str, Any], r: Renderer, version: KubeV
         r.vm_requests["cpu"] = r.vm_requests["cpu"] + threads
 
 
-def _auto_cpu_limits(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
+def _auto_cpu_limits(vmi: SpecView, s: LauncherSettings) -> bool:
     """Whether KubeVirt sets limits.cpu = vCPUs for a VMI without one (v1.0+)."""
-    if "cpu" in mapping_at(
-        mapping_at(vmi_domain(vmi), "resources", "spec.domain"), "limits", "resources"
-    ):
+    if "cpu" in vmi.resources.limits:
         return False
     if s.version.at_least(1, 5):
         by_quota = s.quota_has_limits_cpu
@@ -293,11 +250,9 @@ def _auto_cpu_limits(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
     return s.version.at_least(1, 0) and (by_quota or s.auto_cpu_limit_namespace_match)
 
 
-def _auto_memory_limits(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
+def _auto_memory_limits(vmi: SpecView, s: LauncherSettings) -> bool:
     """Whether KubeVirt sets limits.memory = request x ratio for a VMI without one (v1.1+)."""
-    if "memory" in mapping_at(
-        mapping_at(vmi_domain(vmi), "resources", "spec.domain"), "limits", "resources"
-    ):
+    if "memory" in vmi.resources.limits:
         return False
     if s.version.at_least(1, 5):
         return s.quota_has_limits_memory
@@ -317,25 +272,7 @@ def _memory_limits_ratio(value: str | float | None) -> float:
     return ratio
 
 
-def _device_plugin_names(vmi: Mapping[str, Any], key: str) -> list[str]:
-    names = []
-    for entry in sequence_at(vmi_devices(vmi), key, "spec.domain.devices"):
-        if isinstance(entry, Mapping):
-            name = entry.get("deviceName")
-            if isinstance(name, str) and name and entry.get("claimRequest") is None:
-                names.append(name)
-    return names
-
-
-def _has_persistent_reservation(vmi: Mapping[str, Any]) -> bool:
-    for disk in sequence_at(vmi_devices(vmi), "disks", "spec.domain.devices"):
-        lun = disk.get("lun") if isinstance(disk, Mapping) else None
-        if isinstance(lun, Mapping) and lun.get("reservation"):
-            return True
-    return False
-
-
-def _requested_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> list[str]:
+def _requested_devices(vmi: SpecView, s: LauncherSettings) -> list[str]:
     """Device-plugin resources requested once per use, in KubeVirt's order: SR-IOV (and other
     device-plugin) networks (unless ExternalNetResourceInjection leaves them to an external
     injector), GPUs, host devices, SEV, persistent reservation (v1.0+).
@@ -346,11 +283,11 @@ def _requested_devices(vmi: Mapping[str, Any], s: LauncherSettings) -> list[str]
     names: list[str] = []
     if not s.gate(EXTERNAL_NET_RESOURCE_INJECTION):
         names = [name for name in (s.network_resources or {}).values() if name]
-    names.extend(_device_plugin_names(vmi, "gpus"))
-    names.extend(_device_plugin_names(vmi, "hostDevices"))
+    names.extend(vmi.devices.gpu_plugins)
+    names.extend(vmi.devices.host_device_plugins)
     if is_sev(vmi, s.version):
         names.append(SEV_DEVICE)
-    if s.version.at_least(1, 0) and _has_persistent_reservation(vmi):
+    if s.version.at_least(1, 0) and vmi.devices.lun_reservation:
         names.append(PR_HELPER_DEVICE)
     return names
 
@@ -359,10 +296,10 @@ def _bump(values: ResourceList, name: str) -> None:
     values[name] = values[name] + one() if name in values else one()
 
 
-def _without_dedicated_cpu(vmi: Mapping[str, Any], r: Renderer, s: LauncherSettings) -> None:
+def _without_dedicated_cpu(vmi: SpecView, r: Renderer, s: LauncherSettings) -> None:
     """requests.cpu = (vCPUs + IOThreads from v1.5.2) / cpuAllocationRatio, and automatic limits."""
-    cpu = vmi_cpu(vmi)
-    vcpus = 1 if cpu is None else topology_vcpus(cpu)
+    cpu = vmi.cpu
+    vcpus = 1 if cpu is None else cpu.vcpus
     if s.version.at_least(1, 5, 2):
         vcpus += _io_threads(vmi)[0]
     if vcpus != 0:
@@ -372,12 +309,11 @@ def _without_dedicated_cpu(vmi: Mapping[str, Any], r: Renderer, s: LauncherSetti
 
 
 def compute_resources(
-    vmi: Mapping[str, Any], s: LauncherSettings, overhead: Quantity
+    vmi: SpecView, s: LauncherSettings, overhead: Quantity
 ) -> tuple[ResourceList, ResourceList]:
-    """The compute container's (limits, requests)."""
-    resources = mapping_at(vmi_domain(vmi), "resources", "spec.domain")
-    vm_limits = resource_list_at(resources.get("limits"), "spec.domain.resources.limits")
-    vm_requests = resource_list_at(resources.get("requests"), "spec.domain.resources.requests")
+    """The compute container's (limits, requests); the view is not changed."""
+    vm_limits = dict(vmi.resources.limits)
+    vm_requests = dict(vmi.resources.requests)
     if not s.version.at_least(0, 56):
         return _compute_resources_v054(vmi, s, overhead, vm_limits, vm_requests)
 
@@ -390,7 +326,7 @@ def compute_resources(
         _with_cpu_pinning(vmi, r, s.version)
     else:
         _without_dedicated_cpu(vmi, r, s)
-    if _hugepage_size(vmi) is not None:
+    if vmi.memory.hugepage_size is not None:
         _with_hugepages(
             vmi,
             requests=r.vm_requests,
@@ -416,7 +352,7 @@ def compute_resources(
 
 
 def _compute_resources_v054(
-    vmi: Mapping[str, Any],
+    vmi: SpecView,
     s: LauncherSettings,
     overhead: Quantity,
     vm_limits: ResourceList,
@@ -425,15 +361,15 @@ def _compute_resources_v054(
     """v0.54 and v0.55 rendered the compute resources inline, in a slightly different order."""
     requests: ResourceList = {}
     dedicated = dedicated_cpu(vmi)
-    cpu = vmi_cpu(vmi)
+    cpu = vmi.cpu
     if not dedicated:
-        vcpus = 1 if cpu is None else topology_vcpus(cpu)
+        vcpus = 1 if cpu is None else cpu.vcpus
         if vcpus != 0:
             requests["cpu"] = _cpu_request_for(vcpus, s.cpu_allocation_ratio)
     requests.update(vm_requests)
     limits = dict(vm_limits)
     _add_ephemeral_storage(requests, limits)
-    if _hugepage_size(vmi) is not None:
+    if vmi.memory.hugepage_size is not None:
         _with_hugepages(
             vmi,
             requests=requests,
@@ -445,14 +381,14 @@ def _compute_resources_v054(
     else:
         _with_memory_overhead(vmi, requests, limits, overhead)
     if dedicated:
-        pinned = topology_vcpus(cpu or {})
+        pinned = 0 if cpu is None else cpu.vcpus
         if pinned != 0:
             limits["cpu"] = Quantity.from_int(pinned, "BinarySI")
         elif "cpu" in limits:
             requests["cpu"] = limits["cpu"]
         elif "cpu" in requests:
             limits["cpu"] = requests["cpu"]
-        if bool_at(cpu or {}, "isolateEmulatorThread", "spec.domain.cpu"):
+        if cpu is not None and cpu.isolate_emulator_thread:
             thread = Quantity.from_int(1, "BinarySI")
             limits["cpu"] = limits.get("cpu", zero()) + thread
             if "cpu" in requests:

@@ -16,10 +16,10 @@ pods qualify, for every kind alike); a kind renders {} for a VMI that gets none 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final
+from typing import Final
 
 from ...apis.kubevirt import HOTPLUG_DISK, LAUNCHER
 from ..quotascope import PLAIN_FACTS, PodScopeFacts, rendered_pod_facts
@@ -27,12 +27,12 @@ from ..resources import ResourceList
 from .attachment import attachment_usage
 from .render import launcher_quota_usage, target_quota_usage
 from .settings import LauncherSettings
-from .vmiview import VmiSource, VmiView, as_view, source_of
+from .vmiview import VmiSource, VmiView, as_view, spec_of
 
 PartRender = Callable[[VmiView, LauncherSettings], ResourceList]
 """How KubeVirt renders one kind of pod for a VMI, as quota charges it ({}: the VMI gets none).
 Raises ValueError for a VMI KubeVirt would not render. It reads the view's declared fields (the
-launcher's, the whole spec, through `source_of`)."""
+launcher's: its typed `spec`, through `spec_of`)."""
 
 PartFacts = Callable[[VmiView, ResourceList], PodScopeFacts]
 """What quota scopes read of the pod of one kind rendered for a VMI with that usage."""
@@ -63,11 +63,11 @@ def _attachment_facts(_vmi: VmiView, _usage: ResourceList) -> PodScopeFacts:
 
 
 def _target_launcher(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
-    return target_quota_usage(source_of(vmi), settings)
+    return target_quota_usage(spec_of(vmi), settings)
 
 
 def _first_launcher(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
-    return launcher_quota_usage(source_of(vmi), settings)
+    return launcher_quota_usage(spec_of(vmi), settings)
 
 
 def launcher_facts(vmi: VmiView, usage: ResourceList) -> PodScopeFacts:
@@ -102,19 +102,6 @@ def target_part_kinds() -> tuple[PartKind, ...]:
     return TARGET_PARTS
 
 
-SourceRender = Callable[[Mapping[str, Any], LauncherSettings], ResourceList]
-"""A renderer of full VMI objects (target_quota_usage, a cache of its renders)."""
-
-
-def by_source(render: SourceRender) -> PartRender:
-    """`render` as the launcher part's renderer of views that keep their object (source_of)."""
-
-    def rendered(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
-        return render(source_of(vmi), settings)
-
-    return rendered
-
-
 def secondary_labels() -> frozenset[str]:
     """The kubevirt.io labels of the kinds made beside the launcher (read for every pod the
     informers see: one set per registry, kept)."""
@@ -141,9 +128,21 @@ def target_parts(
     """Every pod KubeVirt would render for `vmi` on a migration's target side (`first`: beside
     its first launcher pod, a VM that starts), the launcher first; kinds the VMI gets none of
     are left out. Raises ValueError as the renderers do."""
-    view = as_view(vmi)
+    return _rendered(as_view(vmi), settings, target_part_kinds(), first)
+
+
+def beside_parts(vmi: VmiSource, settings: LauncherSettings) -> tuple[RenderedPart, ...]:
+    """`target_parts` without the launcher: the pods made beside a migration's target launcher,
+    for a caller that renders the launcher pod itself (preflight reads its containers)."""
+    kinds = tuple(kind for kind in target_part_kinds() if not kind.primary)
+    return _rendered(as_view(vmi), settings, kinds, False)
+
+
+def _rendered(
+    view: VmiView, settings: LauncherSettings, kinds: tuple[PartKind, ...], first: bool
+) -> tuple[RenderedPart, ...]:
     parts: list[RenderedPart] = []
-    for kind in target_part_kinds():
+    for kind in kinds:
         usage = (kind.render_first if first else kind.render)(view, settings)
         if usage or kind.primary:
             parts.append(RenderedPart(kind, usage, kind.facts(view, usage)))

@@ -18,24 +18,16 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..overhead import dedicated_cpu, memory_overhead, wants_guaranteed_qos
+from ..overhead import SpecSource, as_spec, dedicated_cpu, memory_overhead, wants_guaranteed_qos
 from ..podusage import ResourceList, pod_quota_usage
 from ..quantity import Quantity
-from ..vmispec import (
-    bool_at,
-    mapping_at,
-    sequence_at,
-    vmi_devices,
-    vmi_domain,
-    vmi_interfaces,
-    vmi_spec,
-)
+from ..vmispecview import HOOK_SIDECARS_ANNOTATION, SpecView, VolumeView
 from .compute import EPHEMERAL_STORAGE_OVERHEAD, compute_resources
 from .featuregates import IMAGE_VOLUME
 from .limitrange import apply_defaults
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
+from .vmiview import VmiView, spec_of
 
-HOOK_SIDECARS_ANNOTATION: Final = "hooks.kubevirt.io/hookSidecars"
 RESTARTABLE: Final = "Always"
 """restartPolicy of a native sidecar (an init container that keeps running)."""
 _KERNEL_BOOT_VOLUME: Final = "kernel-boot-volume"
@@ -88,13 +80,13 @@ def _support_resources(
     return resolve("limits", limits), resolve("requests", requests)
 
 
-def _serial_console_log_enabled(vmi: Mapping[str, Any], s: LauncherSettings) -> bool:
+def _serial_console_log_enabled(vmi: SpecView, s: LauncherSettings) -> bool:
     if not s.version.at_least(1, 1):
         return False
-    devices = vmi_devices(vmi)
-    if bool_at(devices, "autoattachSerialConsole", "spec.domain.devices") is False:
+    devices = vmi.devices
+    if devices.autoattach_serial_console is False:
         return False
-    log_serial = bool_at(devices, "logSerialConsole", "spec.domain.devices")
+    log_serial = devices.log_serial_console
     if log_serial is not None:
         return log_serial
     return not s.serial_console_log_disabled
@@ -199,21 +191,19 @@ def _sidecar_resources(
     return limits, requests
 
 
-def _hook_sidecar_count(vmi: Mapping[str, Any], s: LauncherSettings) -> int:
+def _hook_sidecar_count(vmi: SpecView, s: LauncherSettings) -> int:
     """Sidecars from the hooks annotation, plus one per network binding plugin with an image."""
-    annotations = mapping_at(mapping_at(vmi, "metadata", "vmi"), "annotations", "metadata")
     count = 0
-    raw = annotations.get(HOOK_SIDECARS_ANNOTATION)
+    raw = vmi.hook_sidecars
     if raw:
         count += _requested_hook_sidecars(raw)
     if s.version.at_least(1, 1) and s.network_bindings is not None:
         plugins: set[str] = set()
-        for iface in vmi_interfaces(vmi):
-            binding = iface.get("binding")
-            if not isinstance(binding, Mapping):
+        for iface in vmi.devices.interfaces:
+            if not iface.has_binding:
                 continue
-            name = binding.get("name")
-            plugin = s.network_bindings.get(name) if isinstance(name, str) else None
+            name = iface.binding
+            plugin = s.network_bindings.get(name) if name is not None else None
             if not isinstance(plugin, Mapping):
                 raise ValueError(f"couldn't find configuration for network binding: {name}")
             if plugin.get("sidecarImage"):
@@ -222,7 +212,7 @@ def _hook_sidecar_count(vmi: Mapping[str, Any], s: LauncherSettings) -> int:
     return count
 
 
-def _requested_hook_sidecars(raw: Any) -> int:
+def _requested_hook_sidecars(raw: str) -> int:
     """How many sidecars the hooks annotation asks for: a JSON list of sidecar objects, at most
     MAX_HOOK_SIDECARS of them. Raises ValueError for anything else, KubeVirt's refusals (not a
     list, an entry that is not an object) and ours (too many entries, nesting too deep to parse)
@@ -243,19 +233,24 @@ def _requested_hook_sidecars(raw: Any) -> int:
     return len(sidecars)
 
 
-def _volumes(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [v for v in sequence_at(vmi_spec(vmi), "volumes", "spec") if isinstance(v, Mapping)]
+RenderSource = VmiView | SpecSource
+"""What the renderer takes: a VMI's view (its `spec` is read), its spec view, or the full object
+(adapted by `as_spec`, ValueError for a malformed field)."""
+
+
+def _spec(vmi: RenderSource) -> SpecView:
+    return spec_of(vmi) if isinstance(vmi, VmiView) else as_spec(vmi)
 
 
 def rendered_memory_overhead(
-    vmi: Mapping[str, Any], settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
+    vmi: RenderSource, settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
 ) -> int:
     """The memory overhead, in bytes, KubeVirt adds to the compute container of the launcher pod
     it renders for `vmi` with `settings`: the number virt-controller writes into that pod's
     annotation kubevirt.io/memory-overhead-bytes (gate VmiMemoryOverheadReport). Rooms use this,
     never the annotation, which a tenant may edit (docs/security.md)."""
     return memory_overhead(
-        vmi,
+        _spec(vmi),
         settings.ratio,
         settings.version,
         cluster_arch=settings.cluster_arch,
@@ -264,7 +259,7 @@ def rendered_memory_overhead(
 
 
 def launcher_pod_resources(
-    vmi: Mapping[str, Any],
+    vmi: RenderSource,
     settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS,
     *,
     migration_target: bool = False,
@@ -284,7 +279,7 @@ def launcher_pod_resources(
 
     Not modelled: DRA claims, and on main the TDX and IOMMUFD devices.
     """
-    render = _PodRender(vmi, settings, migration_target)
+    render = _PodRender(_spec(vmi), settings, migration_target)
     render.compute()
     render.container_disks()
     render.console_log()
@@ -301,25 +296,18 @@ def launcher_pod_resources(
 class _PodRender:
     """One rendering of a launcher pod: each step appends containers in KubeVirt's order."""
 
-    def __init__(
-        self, vmi: Mapping[str, Any], settings: LauncherSettings, migration_target: bool
-    ) -> None:
+    def __init__(self, vmi: SpecView, settings: LauncherSettings, migration_target: bool) -> None:
         self.vmi, self.s, self.migration_target = vmi, settings, migration_target
         self.image_volume = settings.gate(IMAGE_VOLUME)
         self.dedicated = dedicated_cpu(vmi)
         self.wants_dedicated = self.dedicated or wants_guaranteed_qos(vmi, settings.version)
         self.containers: list[dict[str, Any]] = []
         self.init_containers: list[dict[str, Any]] = []
-        self.volumes = _volumes(vmi)
+        self.volumes: tuple[VolumeView, ...] = vmi.volumes
         self.disk_volumes = [
-            v
-            for v in self.volumes
-            if v.get("containerDisk") is not None and v.get("name") != _KERNEL_BOOT_VOLUME
+            v for v in self.volumes if v.container_disk and v.name != _KERNEL_BOOT_VOLUME
         ]
-        firmware = mapping_at(vmi_domain(vmi), "firmware", "spec.domain")
-        self.kernel_boot = (
-            mapping_at(firmware, "kernelBoot", "firmware").get("container") is not None
-        )
+        self.kernel_boot = vmi.kernel_boot_container
 
     def compute(self) -> None:
         overhead = Quantity.from_scaled(rendered_memory_overhead(self.vmi, self.s), 0)
@@ -331,7 +319,7 @@ class _PodRender:
             return
         limits, requests = _container_disk_resources(self.s, self.wants_dedicated)
         for volume in self.disk_volumes:
-            self.containers.append(_container(f"volume{volume.get('name')}", limits, requests))
+            self.containers.append(_container(f"volume{volume.name}", limits, requests))
         if self.kernel_boot:
             self.containers.append(_container("kernel-boot", limits, requests))
 
@@ -353,17 +341,11 @@ class _PodRender:
     def virtiofs(self) -> None:
         if not self.s.version.at_least(0, 58):
             return
-        filesystems = {
-            f.get("name")
-            for f in sequence_at(vmi_devices(self.vmi), "filesystems", "spec.domain.devices")
-            if isinstance(f, Mapping)
-        }
+        filesystems = self.vmi.devices.filesystems
         limits, requests = _virtiofs_resources(self.s, self.dedicated, self.wants_dedicated)
         for volume in self.volumes:
-            if volume.get("name") in filesystems and volume.get("containerPath") is None:
-                self.containers.append(
-                    _container(f"virtiofs-{volume.get('name')}", limits, requests)
-                )
+            if volume.name in filesystems and not volume.container_path:
+                self.containers.append(_container(f"virtiofs-{volume.name}", limits, requests))
 
     def hook_sidecars(self) -> None:
         limits, requests = _sidecar_resources(self.s, self.wants_dedicated)
@@ -384,9 +366,7 @@ class _PodRender:
         )
         limits, requests = _container_disk_resources(self.s, self.wants_dedicated)
         for volume in self.disk_volumes:
-            self.init_containers.append(
-                _container(f"volume{volume.get('name')}-init", limits, requests)
-            )
+            self.init_containers.append(_container(f"volume{volume.name}-init", limits, requests))
         if self.kernel_boot:
             self.init_containers.append(_container("kernel-boot-init", limits, requests))
 
@@ -396,7 +376,7 @@ class _PodRender:
         if self.migration_target or not self.s.version.at_least(*_IMAGE_VOLUME_INITS_SINCE):
             return
         limits, requests = _container_disk_resources(self.s, self.wants_dedicated)
-        names = [v.get("name") for v in self.volumes if v.get("containerDisk") is not None]
+        names = [v.name for v in self.volumes if v.container_disk]
         if self.kernel_boot:
             names.append(_KERNEL_BOOT_VOLUME)
         for name in names:
@@ -404,7 +384,7 @@ class _PodRender:
 
 
 def launcher_quota_usage(
-    vmi: Mapping[str, Any],
+    vmi: RenderSource,
     settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS,
     *,
     migration_target: bool = False,
@@ -415,7 +395,7 @@ def launcher_quota_usage(
 
 
 def target_quota_usage(
-    vmi: Mapping[str, Any], settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
+    vmi: RenderSource, settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
 ) -> ResourceList:
     """The quota usage of the migration target pod KubeVirt would render for `vmi`: the room one
     migration needs (launcher_quota_usage's contract otherwise)."""

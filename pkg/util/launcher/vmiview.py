@@ -8,11 +8,13 @@ declare. It comes from one adapter, `vmi_view`, whichever the source:
   (resourcequota/planviews.py `vmi_facts`, with a digest of what the launcher rendering reads and
   without the object: narrow at 10,000 VMs);
 - `explain`, the webhook and MTQ mode adapt the full object they hold (`as_view`, per lookup),
-  and keep it as `source`, which the launcher rendering reads.
+  with a `SpecReader` of its spec, read at the first render.
 
-The launcher rendering reads the VMI's whole spec (render.py, compute.py): that one reader
-takes `source`, the full object; where the view has none (the controller's), the caller's cache of
-renders (planviews.RenderedUsages) decodes it once per VM shape and settings.
+What the launcher rendering reads (render.py, compute.py, the overhead formula) is its spec, the
+typed `SpecView` (util/vmispecview.py, through `spec_of`); a renderer reading a field it does
+not declare fails to type-check. The controller's narrow views carry no spec: the caller's
+cache of renders (planviews.RenderedUsages) adapts the full VMI once per VM shape and settings.
+No reader gets the raw object: the `SpecReader` holds it privately until its first read.
 """
 
 from __future__ import annotations
@@ -26,6 +28,33 @@ from ...generic.meta import condition_status, metadata
 from ...generic.resource import Object
 from ..quotascope import reduced_affinity
 from ..vmispec import mapping_at, sequence_at, vmi_spec
+from ..vmispecview import SpecView, spec_view
+
+
+class SpecReader:
+    """A VMI's `SpecView`, read from the object at the first ask and kept, with its error; the
+    object is let go once read. Lazy because most asks never come: the webhook's render cache
+    (webhook/renders.py) answers an unchanged VMI from its uid and resourceVersion. Not
+    thread-safe (event loop only); a second reader of the same view reads the same result."""
+
+    __slots__ = ("_error", "_view", "_vmi")
+
+    def __init__(self, vmi: Mapping[str, Any]) -> None:
+        self._vmi: Mapping[str, Any] | None = vmi
+        self._view: SpecView | None = None
+        self._error = ""
+
+    def read(self) -> SpecView:
+        """The spec view; ValueError (the same each time) for a VMI whose spec does not read."""
+        if self._vmi is not None:
+            try:
+                self._view = spec_view(self._vmi)
+            except ValueError as err:
+                self._error = str(err)
+            self._vmi = None
+        if self._view is None:
+            raise ValueError(self._error)
+        return self._view
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +78,14 @@ class VmiView:
     has no attachment pod (only KubeVirt writes a VMI's status, under the chart's
     kubevirt-status policy; a malformed spec.volumes is refused by virt-api)."""
     render_key: bytes = b""
-    """A digest of what the launcher rendering reads (planviews.py; b"" where `source` is kept)."""
-    source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
-    """The full VMI it was adapted from (None in the controller's narrow caches)."""
+    """A digest of what the launcher rendering reads (planviews.py; b"" where `spec` is kept)."""
+    resource_version: str | None = field(default=None, compare=False)
+    """metadata.resourceVersion: a render of the view's spec is good while it stays the same
+    (webhook/renders.py). Not compared: a VMI's every write changes it, and the controller's
+    caches tell a changed view from an unchanged one by what the plan reads."""
+    spec_reader: SpecReader | None = field(default=None, compare=False, repr=False)
+    """Its spec view, what the launcher rendering reads (`spec_of`); None in the controller's
+    narrow caches."""
 
     @property
     def key(self) -> str:
@@ -64,8 +98,9 @@ VmiSource = VmiView | Mapping[str, Any]
 
 
 def vmi_view(vmi: Mapping[str, Any], *, keep: bool = True, render_key: bytes = b"") -> VmiView:
-    """The view of a full VMI object, keeping the object as `source` unless not `keep`; never
-    raises (what cannot be read is read as absent)."""
+    """The view of a full VMI object, with a reader of its spec view unless not `keep` (the
+    controller's narrow caches); never raises (what cannot be read is read as absent; a spec
+    that cannot be read raises when it is read, `spec_of`)."""
     meta = metadata(vmi)
     spec = vmi.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
@@ -74,26 +109,28 @@ def vmi_view(vmi: Mapping[str, Any], *, keep: bool = True, render_key: bytes = b
         name=str(meta.get("name") or ""),
         namespace=str(meta.get("namespace") or ""),
         uid=_text(meta.get("uid")),
+        resource_version=_text(meta.get("resourceVersion")),
         created=_text(meta.get("creationTimestamp")),
         not_migratable=condition_status(vmi, LIVE_MIGRATABLE) == "False",
         priority_class=priority_class if isinstance(priority_class, str) else "",
         affinity=reduced_affinity(spec.get("affinity")),
         hotplug=_readable_hotplug(vmi),
         render_key=render_key,
-        source=vmi if keep else None,
+        spec_reader=SpecReader(vmi) if keep else None,
     )
 
 
 def as_view(vmi: VmiSource) -> VmiView:
-    """`vmi` as a view: itself if it is one, else adapted (`vmi_view`), keeping the object."""
+    """`vmi` as a view: itself if it is one, else adapted (`vmi_view`) with its spec."""
     return vmi if isinstance(vmi, VmiView) else vmi_view(vmi)
 
 
-def source_of(vmi: VmiView) -> Mapping[str, Any]:
-    """The full object a renderer of the whole spec reads; ValueError for a narrow view."""
-    if vmi.source is None:
-        raise ValueError(f"VMI {vmi.key}: only its narrow view is at hand, not the object")
-    return vmi.source
+def spec_of(vmi: VmiView) -> SpecView:
+    """What the launcher rendering reads of `vmi`; ValueError with the spec's own error, or
+    for a narrow view (one without its spec)."""
+    if vmi.spec_reader is None:
+        raise ValueError(f"VMI {vmi.key}: only its narrow view is at hand, not its spec")
+    return vmi.spec_reader.read()
 
 
 def has_hotplug_volumes(vmi: Mapping[str, Any]) -> bool:

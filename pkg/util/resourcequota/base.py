@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ...generic.meta import annotations_of
 from .. import resources
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from ..rancher import parse_namespace_resource_quota
+from ..rancher.annotation import parse_namespace_resource_quota
 from ..resources import ResourceList
 
 ANNOTATION_BASE = "harvester-quota.io/base"

@@ -16,12 +16,12 @@ the pod annotation `kubevirt.io/memory-overhead-bytes`, which a tenant may edit
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from ..kubevirtversion import KubeVirtVersion
 from ..launcher import LauncherSettings, rendered_memory_overhead
+from ..overhead import SpecSource
 from ..quantity import Quantity
 from ..resources import ResourceList
 from .podindex import NamespacePods, PodView
@@ -69,7 +69,7 @@ def source_pod(
 
 def target_growth(
     room: ResourceList,
-    vmi: Mapping[str, Any],
+    vmi: SpecSource,
     source: PodView,
     settings: LauncherSettings,
 ) -> TargetGrowth | None:

@@ -30,7 +30,7 @@ from ...apis.kubevirt import FINAL_PHASES, PHASE_PENDING
 from ...generic.meta import metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
-from ..launcher import LauncherSettings, VmiView, target_quota_usage, vmi_view
+from ..launcher import LauncherSettings, VmiView, spec_of, target_quota_usage, vmi_view
 from ..resources import ResourceList
 from .rooms import HARVESTER_MIGRATION_PREFIX
 
@@ -156,7 +156,8 @@ class RenderedUsages:
     """Launcher quota usages by VMI fingerprint and launcher settings (an LRU of
     RENDERED_USAGES). `usage` is the launcher part's renderer (parts.PartRender) for the narrow
     views of `NamespaceVmis`: it reads the view's `render_key` and, on a miss only, decodes the
-    full VMI `full(key)` once to render it. A view that keeps its object is rendered as given.
+    full VMI `full(key)` once to render it. A view with its spec (or its spec's error) is
+    rendered as given.
     Not thread-safe: event loop only."""
 
     def __init__(
@@ -171,8 +172,8 @@ class RenderedUsages:
     def usage(self, vmi: VmiView, settings: LauncherSettings) -> ResourceList:
         """The quota usage of the launcher pod KubeVirt would render for `vmi` now; ValueError
         as target_quota_usage, or when the VMI left the cache. The result is the caller's."""
-        if vmi.source is not None:
-            return target_quota_usage(vmi.source, settings)
+        if vmi.spec_reader is not None:
+            return target_quota_usage(spec_of(vmi), settings)
         key = (vmi.render_key, self._settings_key(settings))
         cached = self._usages.get(key)
         if cached is None:

@@ -26,7 +26,7 @@ from typing import Any
 from ...generic.meta import annotations_of
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..quantity import Quantity
-from ..rancher import NamespaceResourceQuota, parse_namespace_resource_quota_details
+from ..rancher.annotation import NamespaceResourceQuota, parse_namespace_resource_quota_details
 from .base import ANNOTATION_RANCHER_APPLIED, ANNOTATION_RANCHER_BASE, rancher_base_text
 from .plan import QuotaPlan
 

@@ -23,17 +23,16 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ...generic.meta import annotations_of
 from ...generic.resource import Object
 from ...util import resources
 from ...util.annotations import parse_migration_annotations
-from ...util.launcher import LauncherSettings
-from ...util.launcher.parts import by_source
+from ...util.launcher import LauncherSettings, VmiSource
 from ...util.quantity import Quantity
 from ...util.quotascope import quota_scope
-from ...util.rancher import LIMIT_FIELDS
+from ...util.rancher.annotation import LIMIT_FIELDS
 from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, Mode, rancher_base
 from ...util.resourcequota.calculator import shortfalls
 from ...util.resourcequota.podindex import NamespacePods
@@ -71,7 +70,7 @@ class Lookups(Protocol):
 
     def kubevirt_settings(self) -> LauncherSettings: ...
 
-    def launcher_usage(self, vmi: Mapping[str, Any], settings: LauncherSettings) -> ResourceList:
+    def launcher_usage(self, vmi: VmiSource, settings: LauncherSettings) -> ResourceList:
         """target_quota_usage's contract (a room's estimate before its target pod exists),
         answered from a cache of renders where the implementation keeps one (renders.py)."""
         ...
@@ -162,7 +161,7 @@ def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
             pods=lookups.launcher_pods(namespace),
             now=lookups.now(),
             launcher=launcher_settings(lookups, namespace, quota),
-            usage=by_source(lookups.launcher_usage),
+            usage=lookups.launcher_usage,
         )
     ).within(quota_scope(quota))
     recorded = parse_migration_annotations(annotations_of(quota))

@@ -5,7 +5,7 @@ Mirrors rancher/rancher `pkg/controllers/managementuser/resourcequota` (`deriveR
 `completeQuota`, `CreateResourceQuota`, `zeroOutResourceQuotaLimit`) and
 `pkg/resourcequota/quota_validate.go` (`IsQuotaFit`) as released in v2.14 and v2.15 (read at
 release/v2.14 096e380e and release/v2.15 2e25858e); the completion and the fit are
-`harvester_quota.util.rancherproject`'s, which the product shares:
+`harvester_quota.util.rancher.project`'s, which the product shares:
 
 - requested (the `field.cattle.io/resourceQuota` annotation) without a project default: nothing
   (a project without quota, or none at all); a project default without requested: the default;
@@ -29,10 +29,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ....util import rancherproject, resources
+from ....util import resources
 from ....util.quantity import Quantity
-from ....util.rancher import NamespaceResourceQuota
-from ....util.rancherproject import (
+from ....util.rancher import project as rancherproject
+from ....util.rancher.annotation import NamespaceResourceQuota
+from ....util.rancher.project import (
     CONDITION_VALIDATED,
     PROJECT_ID_ANNOTATION,
     QUOTA_PROJECT_ID_ANNOTATION,

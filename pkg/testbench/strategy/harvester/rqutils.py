@@ -38,7 +38,7 @@ from ....util.annotations import (
     migrating_uid_annotation_key,
 )
 from ....util.quantity import Quantity
-from ....util.rancher import LIMIT_FIELDS, go_fold
+from ....util.rancher.annotation import LIMIT_FIELDS, go_fold
 from ....util.resources import ResourceList
 
 __all__ = [

@@ -31,13 +31,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..generic.meta import annotations_of
-from ..generic.resource import Object, Resource
-from . import resources
-from .annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from .quantity import Quantity
-from .rancher import EXTENDED_FIELD, LIMIT_FIELDS, parse_namespace_resource_quota_details
-from .resources import ResourceList
+from ...generic.meta import annotations_of
+from ...generic.resource import Object, Resource
+from .. import resources
+from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ..quantity import Quantity
+from ..resources import ResourceList
+from .annotation import EXTENDED_FIELD, LIMIT_FIELDS, parse_namespace_resource_quota_details
 
 PROJECTS: Final = Resource("management.cattle.io", "v3", "projects", "Project")
 PROJECT_ID_ANNOTATION: Final = "field.cattle.io/projectId"

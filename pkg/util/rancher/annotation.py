@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
-from .annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from .quantity import Quantity
-from .resources import ResourceList, go_json_dumps
+from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ..quantity import Quantity
+from ..resources import ResourceList, go_json_dumps
 
 __all__ = [
     "EXTENDED_FIELD",

@@ -3,7 +3,7 @@
 Rancher's agent copies a raised ``field.cattle.io/resourceQuota`` into the quota only if the
 namespace, with every other namespace of its project, stays within the project's limit; if not,
 it marks the namespace ``ResourceQuotaValidated=False`` ("... exceeds project limit") and leaves
-the quota as it was (util/rancherproject.py). A migration then waits for a raise that never comes,
+the quota as it was (util/rancher/project.py). A migration then waits for a raise that never comes,
 and once the raise is given back Rancher does not check the namespace again while its quota does
 not change: it stays marked, out of the project's usedLimit.
 
@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from ...generic.meta import annotations_of
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from ..rancherproject import ProjectQuota, lacks_room, namespace_fit
 from ..resources import ResourceList
+from .project import ProjectQuota, lacks_room, namespace_fit
 
 NO_ROOM: Final = "the project has no room for this migration"
 

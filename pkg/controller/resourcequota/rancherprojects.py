@@ -24,15 +24,15 @@ from ...generic.meta import annotations_of, metadata
 from ...generic.permission import Permission
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from ...util.rancherproject import (
+from ...util.rancher.project import (
     PROJECT_ID_ANNOTATION,
     PROJECTS,
     ProjectQuota,
     project_reference,
 )
+from ...util.rancher.projectroom import NoRoom, raise_verdict, refusal_verdict
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
-from ...util.resourcequota.projectroom import NoRoom, raise_verdict, refusal_verdict
 from .reports import room_event_targets
 
 log = logging.getLogger(__name__)
