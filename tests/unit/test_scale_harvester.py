@@ -217,3 +217,32 @@ async def test_our_room_on_an_adopted_quota_is_its_digest_key_not_harvester_s_ui
     watch._seen(_quota("5", {migrating_uid_annotation_key("uid-1"): "{}", ours: "{}"}))
     assert watch.raised_at("ns", "vm1", 0.0) == clock.monotonic()
     assert watch.raised_at("ns", "vm2", 0.0) is None
+
+
+def test_harvester_s_writes_beside_ours_are_tabled_per_step_and_arm_with_both_quota_writes() -> (
+    None
+):
+    from harvester_quota.testbench.scale.plan import Step
+    from harvester_quota.testbench.scale.product import Metrics
+    from harvester_quota.testbench.scale.stats import beside_table, summarize_step
+
+    step = summarize_step(
+        Step("drain", (("scale-000", "vm1"), ("scale-001", "vm2"))),
+        records=[],
+        latencies=[],
+        create_seconds=[],
+        metrics=Metrics({}, {}, 0.0, 0.0, writes={"spec": 2.0, "status": 1.0}),
+        cpu={},
+        seconds=1.0,
+        settle_seconds=0.0,
+        drift=0,
+        stale=0,
+        beside_writes={"spec": 4.0, "vmi": 6.0, "vm": 3.0},
+    )
+    assert step.to_json()["harvester_beside_writes_per_migration_by_kind"] == {
+        "spec": 2.0,
+        "vm": 1.5,
+        "vmi": 3.0,
+    }
+    rows = beside_table({"ours": [step]}).splitlines()
+    assert rows[2] == "| drain | ours | 2.00 / 3.00 / 1.50 | 1.50 + 2.00 |"

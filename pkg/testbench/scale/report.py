@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from .run import ScaleReport
-from .stats import arms_table, baseline_table, breakdown_table, table
+from .stats import arms_table, baseline_table, beside_table, breakdown_table, table
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ def render_markdown(report: ScaleReport, command: str) -> str:
         table(report.steps),
         "",
         *_arms_section(report),
+        *_beside_section(report),
         *_breakdown_section(report),
         *_baseline_section(report),
         f"End: all done {report.all_done}, drift {len(report.drift)} namespaces, stale "
@@ -101,6 +102,19 @@ def _arms_section(report: ScaleReport) -> list[str]:
     ]
 
 
+def _beside_section(report: ScaleReport) -> list[str]:
+    """Harvester's own writes per step and arm, in a run of ours beside its controllers."""
+    if report.strategy == "harvester" or not report.harvester_version:
+        return []
+    return [
+        f"Harvester {report.harvester_version}'s own controllers beside ours, their write "
+        "requests per migration during each step (the audit log; every namespace):",
+        "",
+        beside_table(report.arms()),
+        "",
+    ]
+
+
 def _breakdown_section(report: ScaleReport) -> list[str]:
     """Where the controller's CPU went, per step and migration (and in the twins, if any)."""
     if report.strategy == "harvester":
@@ -123,13 +137,14 @@ def _baseline_section(report: ScaleReport) -> list[str]:
     quota against without (empty for a run without a baseline)."""
     if not report.baseline_steps:
         return []
+    whose = "Harvester's" if report.strategy == "harvester" else "our"
     return [
         "The same steps in twin namespaces without any ResourceQuota (the baseline):",
         "",
         table(report.baseline_steps),
         "",
-        "What users feel, from each migration's create request: with our quota / without any "
-        "quota = ratio (1.00: the quota cost nothing):",
+        f"What users feel, from each migration's create request: with {whose} quota / without "
+        "any quota = ratio (1.00: the quota cost nothing):",
         "",
         baseline_table(report.steps, report.baseline_steps),
         "",

@@ -308,6 +308,12 @@ class ScaleRun:
             clock=self.clock,
         )
         self.quotas = QuotaWatch(api, in_run.__contains__, self.clock)
+        self.beside = (
+            HarvesterRealProduct(cluster)
+            if options.strategy != "harvester" and cluster.harvester_version
+            else None
+        )
+        """Harvester's own controllers beside ours: their writes counted per step too."""
         self.product: Product | HarvesterRealProduct = (
             HarvesterRealProduct(cluster)
             if options.strategy == "harvester"
@@ -329,6 +335,8 @@ class ScaleRun:
             await self.quotas.start()
             await self._setup()
             await self.product.start()
+            if self.beside is not None:
+                await self.beside.start()
             if isinstance(self.product, HarvesterRealProduct):
                 self.say(
                     f"Harvester {self.cluster.harvester_version}'s controllers lead, no webhook "
@@ -563,6 +571,7 @@ class ScaleRun:
         fails_over = self._fails_over(step)
         # In the failover step the counters are the standby's: it leads by the step's end.
         metrics_before = await self.product.metrics(standby=fails_over)
+        beside_before = await self._beside_writes()
         conflicts_before = await self._pod_create_conflicts()
         procs_before = self._processes()
         started = self.clock.monotonic()
@@ -588,6 +597,7 @@ class ScaleRun:
             self.report.failover = self._failover_times(await killing, created)
             self.say(self.report.failover.line())
         metrics = (await self.product.metrics()).minus(metrics_before)
+        beside_after = await self._beside_writes()
         conflicts_after = await self._pod_create_conflicts()
         api_409 = (
             None
@@ -632,7 +642,14 @@ class ScaleRun:
             drift=len(self.quotas.drift(self.bases)),
             stale=len(self.quotas.stale()),
             pod_create_409=api_409,
+            beside_writes={k: v - beside_before.get(k, 0.0) for k, v in beside_after.items()},
         )
+
+    async def _beside_writes(self) -> dict[str, float]:
+        """Harvester's own controllers' writes so far by kind, when they run beside ours."""
+        if self.beside is None:
+            return {}
+        return dict((await self.beside.metrics()).writes)
 
     async def _pod_create_conflicts(self) -> float | None:
         """The API server's count of pod creates answered 409 so far; None (logged) if its
