@@ -246,3 +246,30 @@ def test_harvester_s_writes_beside_ours_are_tabled_per_step_and_arm_with_both_qu
     }
     rows = beside_table({"ours": [step]}).splitlines()
     assert rows[2] == "| drain | ours | 2.00 / 3.00 / 1.50 | 1.50 + 2.00 |"
+
+
+def test_beside_harvester_the_kubevirt_policies_exempt_exactly_kubevirt_s_two_accounts() -> None:
+    """The run's KubeVirt policies take the account Harvester's VMI writes impersonate (KubeVirt's
+    on a Harvester) for KubeVirt's controller too, and no one else: a tenant stays bound."""
+    from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER
+    from harvester_quota.testbench.localcluster.deploy import kubevirt_policies
+    from harvester_quota.testbench.localcluster.harvester import HARVESTER_KUBEVIRT_USER
+
+    def first_conditions(**extra: Any) -> list[str]:
+        documents = kubevirt_policies(
+            {"run": "x"}, kubevirt_user=VIRT_CONTROLLER_USER, name="p", **extra
+        )
+        return [
+            d["spec"]["matchConditions"][0]["expression"]
+            for d in documents
+            if d["kind"] == "ValidatingAdmissionPolicy"
+        ]
+
+    alone = first_conditions()
+    assert all(HARVESTER_KUBEVIRT_USER not in e for e in alone), alone
+    beside = first_conditions(also_kubevirt=(HARVESTER_KUBEVIRT_USER,))
+    exactly = (
+        f"!(request.userInfo.username in ['{VIRT_CONTROLLER_USER}', '{HARVESTER_KUBEVIRT_USER}'"
+    )
+    assert beside[0] == beside[2] == exactly + "])", "the labels and priority policies"
+    assert beside[1].startswith(exactly + ", "), "the status policy: KubeVirt's other accounts too"

@@ -80,6 +80,7 @@ from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import KINDS, SYSTEM_NAMESPACE
+from ..localcluster.harvester import HARVESTER_KUBEVIRT_USER
 from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
@@ -326,6 +327,7 @@ class ScaleRun:
                 lease_name=f"scale-{self.run_id}",
                 process_args=process_args_on(cluster, options.process_args),
                 standby=options.failover,
+                also_kubevirt=(HARVESTER_KUBEVIRT_USER,) if cluster.harvester_version else (),
             )
         )
 
