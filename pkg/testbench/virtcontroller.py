@@ -225,6 +225,12 @@ class VirtControllerDriver(KubeVirtDriver):
             if self._in_scope(vmi) and status(vmi).get("phase") == "Running"
         )
 
+    def vmi_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of VMI `namespace`/`name` as the watch cache holds it (no request); None if
+        it holds none."""
+        vmi = self._vmis.store.get(f"{namespace}/{name}")
+        return None if vmi is None else str(meta(vmi).get("uid"))
+
     async def start_vm(
         self, name: str, namespace: str | None = None, *, node: str | None = None
     ) -> VMStart:

@@ -20,6 +20,8 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.scale.harvester import HarvesterRealProduct
+from harvester_quota.testbench.scale.product import Metrics
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import eventually
@@ -83,3 +85,38 @@ async def test_harvester_raises_the_quota_for_a_pending_migration_and_guards_ran
     expected_memory = Quantity.parse("5000Mi") + Quantity.parse(room["limits.memory"])
     assert Quantity.parse(hard["limits.memory"]) == expected_memory
     assert Quantity.parse(room["limits.memory"]) > Quantity.parse("4Gi")
+
+
+async def test_the_scale_run_counts_harvester_s_quota_vmi_and_vm_writes_from_the_audit_log(
+    harvester_cluster: ClusterInfo, harvester_api: ApiClient
+) -> None:
+    """`scale --strategy harvester`'s product: it runs nothing, waits for Harvester's Lease, and
+    counts the writes Harvester's controllers make for one pending migration (its UID key and
+    its raise of the quota, the VMI's migration annotations, the VM's touch) from the real audit
+    log, by kind, with its process's CPU."""
+    product = HarvesterRealProduct(harvester_cluster)
+    await product.start()
+    before = await product.metrics()
+    async with fresh_namespace_async(harvester_api, "harvcount") as namespace:
+        kv = KubeVirtByHand(harvester_api, namespace)
+        await kv.set_rancher_base({"limitsCpu": "3000m", "limitsMemory": "5000Mi"})
+        await kv.create_quota({"limits.cpu": "3", "limits.memory": "5000Mi"})
+        vmi, _source = await kv.start_vm("vm1")
+        await create_vm(harvester_api, vmi)
+        await kv.migrate(vmi)
+
+        async def counted() -> Metrics | None:
+            step = (await product.metrics()).minus(before)
+            done = step.writes.get("spec", 0) >= 2 and step.writes.get("vm", 0) >= 1
+            return step if done else None
+
+        step = await eventually(counted, timeout=60, what="Harvester's writes in the audit log")
+    # Its migration controller records the UID key, its resourcequota controller raises: two
+    # accepted quota updates; the VMI's annotations (written as KubeVirt's account) are its own.
+    assert step.quota_writes.get("written", 0) >= 2, step
+    assert step.writes.get("vmi", 0) >= 1, step
+    assert step.requests.get(("update", "resourcequotas"), 0) >= 2, step
+    assert step.writes.get("status", 0) == 0, "kube-controller-manager's status writes are not its"
+    # Its CPU is its process's (harvester-controllers), read from /proc.
+    assert set(product.pids) == {"controller"}
+    assert (await product.metrics()).cpu_seconds > 0

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS
-from harvester_quota.testbench.scale.harvester import writes_by_kind
 from harvester_quota.testbench.scale.observe import count_pod_create_conflicts
 from harvester_quota.testbench.scale.plan import PRESETS, Step
 from harvester_quota.testbench.scale.product import Metrics, parse_metrics
@@ -212,17 +211,6 @@ def test_our_writes_by_kind_are_read_from_the_controller_and_subtracted() -> Non
     assert now.writes == {"spec": 5.0, "status": 2.0, "vmi": 9.0}
     before = Metrics({}, {}, 0.0, 0.0, writes={"spec": 1.0, "status": 2.0})
     assert now.minus(before).writes == {"spec": 4.0, "vmi": 9.0}
-
-
-def test_harvester_s_writes_by_kind_are_its_write_requests_by_resource() -> None:
-    requests = {
-        ("update", "resourcequotas"): 3.0,
-        ("get", "resourcequotas"): 50.0,
-        ("update", "virtualmachineinstances"): 4.0,
-        ("update", "virtualmachines"): 2.0,
-        ("delete", "pods"): 1.0,
-    }
-    assert writes_by_kind(requests) == {"spec": 3.0, "vmi": 4.0, "vm": 2.0}
 
 
 def test_the_command_line_runs_three_arms_unless_told_fewer() -> None:

@@ -301,24 +301,6 @@ def test_a_baseline_step_without_samples_has_no_ratio() -> None:
     assert row["wall"]["ratio"] is None, "a zero baseline divides nothing"
 
 
-async def test_harvester_in_the_product_s_place_counts_its_own_requests_and_writes() -> None:
-    from harvester_quota.generic.client import ApiClient
-    from harvester_quota.generic.config import ClientConfig
-    from harvester_quota.testbench.scale.harvester import HarvesterProduct
-
-    api = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
-    product = HarvesterProduct(api, kubevirt_version="v1.8.4")
-    product.requests.observe("PATCH", "/api/v1/namespaces/n/resourcequotas/q", None, "200", 0.01)
-    product.requests.observe("PATCH", "/api/v1/namespaces/n/resourcequotas/q", None, "409", 0.01)
-    product.strategy.writes["n"] += 2
-    metrics = await product.metrics()
-    assert metrics.requests == {("patch", "resourcequotas"): 2.0}
-    assert metrics.quota_writes["written"] == 2.0
-    assert (metrics.cpu_seconds, metrics.rss_bytes, product.pids) == (0.0, 0.0, {})
-    await product.api.close()
-    await api.close()
-
-
 def test_a_step_counts_stalled_creates_apart_from_refusals() -> None:
     clock = FakeClock()
     conflict = 'Error creating pod: Operation cannot be fulfilled on resourcequotas "q"'

@@ -12,7 +12,7 @@ import base64
 import contextlib
 import copy
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -148,12 +148,19 @@ policy (the webhook's Leases) is cluster-wide as shipped (apply_shipped_rbac).""
 
 
 def kubevirt_policies(
-    match_labels: Mapping[str, str], *, kubevirt_user: str = KUBEVIRT_USER, name: str
+    match_labels: Mapping[str, str],
+    *,
+    kubevirt_user: str = KUBEVIRT_USER,
+    name: str,
+    also_kubevirt: Sequence[str] = (),
 ) -> list[Object]:
     """The shipped KUBEVIRT_POLICIES and their bindings, each named `name` and a suffix, with
     `kubevirt_user` as KubeVirt's controller, bound only to the namespaces labelled
     `match_labels` (as webhook_configuration narrows the webhook), so that a test's or a run's
-    policies never meet another's namespaces; each policy before its binding."""
+    policies never meet another's namespaces; each policy before its binding. `also_kubevirt`
+    names more identities taken for KubeVirt's controller: on a Harvester KubeVirt runs in
+    Harvester's namespace and Harvester's migration controller writes VMIs impersonating its
+    account, which the local cluster runs virt-controller under another name than."""
     documents_out: list[Object] = []
     for shipped in KUBEVIRT_POLICIES:
         policy, binding = (
@@ -165,7 +172,9 @@ def kubevirt_policies(
         policy["metadata"]["name"] = binding["metadata"]["name"] = _policy_name(name, shipped)
         binding["spec"]["policyName"] = policy["metadata"]["name"]
         for condition in policy["spec"]["matchConditions"]:
-            condition["expression"] = condition["expression"].replace(KUBEVIRT_USER, kubevirt_user)
+            condition["expression"] = _as_kubevirt(
+                condition["expression"], (kubevirt_user, *also_kubevirt)
+            )
         selector = binding["spec"]["matchResources"].get("namespaceSelector") or {}
         binding["spec"]["matchResources"]["namespaceSelector"] = {
             **selector,
@@ -173,6 +182,16 @@ def kubevirt_policies(
         }
         documents_out += [policy, binding]
     return documents_out
+
+
+def _as_kubevirt(expression: str, users: Sequence[str]) -> str:
+    """A policy's condition with `users` in the place of the shipped KubeVirt controller's
+    account: one user in its place; several as a list (``!= 'u'`` becomes ``not in [...]``)."""
+    if len(users) == 1:
+        return expression.replace(KUBEVIRT_USER, users[0])
+    single = f"request.userInfo.username != '{KUBEVIRT_USER}'"
+    expression = expression.replace(single, f"!(request.userInfo.username in ['{KUBEVIRT_USER}'])")
+    return expression.replace(f"'{KUBEVIRT_USER}'", ", ".join(f"'{user}'" for user in users))
 
 
 def _policy_name(name: str, shipped: str) -> str:
@@ -285,10 +304,17 @@ def webhook_configuration(
 
 
 async def register_kubevirt_policies(
-    api: ApiClient, match_labels: Mapping[str, str], *, kubevirt_user: str, name: str
+    api: ApiClient,
+    match_labels: Mapping[str, str],
+    *,
+    kubevirt_user: str,
+    name: str,
+    also_kubevirt: Sequence[str] = (),
 ) -> None:
     """Applies kubevirt_policies (each policy first, then its binding)."""
-    for document in kubevirt_policies(match_labels, kubevirt_user=kubevirt_user, name=name):
+    for document in kubevirt_policies(
+        match_labels, kubevirt_user=kubevirt_user, name=name, also_kubevirt=also_kubevirt
+    ):
         await apply(api, document)
 
 

@@ -44,6 +44,11 @@ VALIDATION_PATH = "/v1/webhook/validation"
 KUBEVIRT_CONTROLLER_ACCOUNT = "kubevirt-controller"
 """KubeVirt's controller service account (kubevirt.io/kubevirt components.ControllerServiceAccountName),
 the identity Harvester's migration controller writes VMIs as."""
+HARVESTER_KUBEVIRT_USER = (
+    f"system:serviceaccount:{HARVESTER_NAMESPACE}:{KUBEVIRT_CONTROLLER_ACCOUNT}"
+)
+"""The user Harvester's migration controller's VMI writes impersonate: KubeVirt's controller on a
+Harvester, where KubeVirt runs in Harvester's namespace."""
 _ROLE_NAME = "harvester-quota-bench:kubevirt-controller-vmis"
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
-from .plan import PRESETS, STRATEGIES, ScalePlan, parse_namespaces
+from .plan import HARVESTER_VERSION, PRESETS, STRATEGIES, ScalePlan, parse_namespaces
 from .product import ProcessArgs
 
 if TYPE_CHECKING:
@@ -53,8 +53,9 @@ def add_command(commands: Any) -> None:
         "--strategy",
         choices=STRATEGIES,
         default="ours",
-        help="what keeps the quotas: the product as deployed, or Harvester's own controllers "
-        "(no webhook) for Harvester's ratios against the same baseline",
+        help="what keeps the quotas: the product as deployed, or Harvester v1.8.2's own "
+        "controllers (the cluster runs them; no webhook) against the same baseline. Ours on a "
+        "kept cluster running Harvester's controllers runs beside them, adopting its quotas",
     )
     scale.add_argument(
         "--no-baseline",
@@ -108,6 +109,24 @@ def arm_count(args: argparse.Namespace) -> int:
     return 1 if args.no_baseline else (2 if args.no_headroom else 3)
 
 
+def harvester_for(strategy: str, kept: ClusterInfo | None) -> str | None:
+    """The Harvester controllers' version the run's cluster is started with: HARVESTER_VERSION
+    for Harvester's arm; for ours, the kept cluster's (a kept cluster is reused as it runs:
+    ours then runs beside Harvester's controllers, as on a Harvester), else none. A kept cluster
+    that does not run what is asked is started afresh (`LocalCluster.up`), which is said."""
+    wanted = HARVESTER_VERSION if strategy == "harvester" else None
+    if kept is None:
+        return wanted
+    if wanted is None:
+        return kept.harvester_version
+    if kept.harvester_version != wanted:
+        print(
+            f"the kept cluster does not run Harvester {wanted}'s controllers: it is started "
+            "afresh with them (its namespaces and VMs are lost)"
+        )
+    return wanted
+
+
 def cmd_scale(args: argparse.Namespace) -> int:
     # The stand-ins log every VM and migration step: thousands of lines that hide the figures.
     logging.getLogger("harvester_quota.testbench.sim").setLevel(logging.WARNING)
@@ -123,10 +142,17 @@ def cmd_scale(args: argparse.Namespace) -> int:
     local = LocalCluster(args.state_dir or default_state_dir("scale", ENV_STATE_DIR))
     if not args.keep:
         local.down()
+    harvester = harvester_for(args.strategy, local.info())
     vms = plan.vms * arm_count(args)  # each arm's twins hold as many
     node_pods = max(PODS_PER_NODE_FLOOR, 4 * vms // plan.nodes)
-    print(f"starting a cluster of {plan.nodes} kwok nodes with virt-controller ({local.state_dir})")
-    cluster = local.up(nodes=plan.nodes, node_pods=node_pods, virt_controller=True)
+    print(
+        f"starting a cluster of {plan.nodes} kwok nodes with virt-controller"
+        + (f" and Harvester {harvester}'s controllers" if harvester else "")
+        + f" ({local.state_dir})"
+    )
+    cluster = local.up(
+        nodes=plan.nodes, node_pods=node_pods, virt_controller=True, harvester=harvester
+    )
     if len(cluster.nodes) != plan.nodes:
         print(
             f"harvester-quota-bench scale: the kept cluster has {len(cluster.nodes)} nodes, not "

@@ -1,10 +1,15 @@
 """What the scale run watches besides KubeVirt: the managed quotas, and the processes it measures.
 
-`QuotaWatch` keeps the managed ResourceQuota of every namespace of the run and the moment each
-migrating VM's room first appeared on it (the ``harvesterhci.io/migrating-<vm>`` annotation, which
-the controller writes in the same update as the raised ``spec.hard``). It answers, for a migration
-created at a moment, when its room was raised, and, once a step settled, which quotas drifted
-from their base and which still carry a migration annotation.
+`QuotaWatch` keeps the managed ResourceQuota of every namespace of the run, the moments each
+migration room annotation (``harvesterhci.io/migrating*``) appeared on it and the moments its
+``spec.hard`` rose. It answers, for a migration created at a moment, when its room was raised,
+and, once a step settled, which quotas drifted from their base and which still carry a migration
+annotation. Our controller writes a VM's room key (``migrating-<vm>``, or on a quota adopted
+from Harvester its digest form) in the same update as the raised ``spec.hard``: the key's
+appearance is the raise. Harvester's migration controller writes its key
+(``migratingUID-<vmi uid>``) alone and its resourcequota controller raises ``spec.hard`` in a
+second write: for Harvester the raise is the first rise of ``spec.hard`` after the key appeared
+(`raised_at`'s ``harvester``).
 
 `ProcessSample` reads a process's CPU seconds and resident memory from /proc (Linux).
 `pod_create_conflicts` scrapes the API server's own count of pod creates it answered 409.
@@ -28,7 +33,13 @@ from ...generic.resource import RESOURCE_QUOTAS, Object, key_of
 from ...generic.rest import raise_for_status
 from ...generic.store import Tombstone
 from ...util import resources
-from ...util.annotations import ANNOTATION_MIGRATING_NAME_PREFIX, LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.annotations import (
+    LABEL_DEFAULT_RESOURCE_QUOTA,
+    adopted_migrating_vm_annotation_key,
+    legacy_migrating_vm_annotation_key,
+    migrating_uid_annotation_key,
+    migrating_vm_annotation_key,
+)
 from ...util.resourcequota.base import ANNOTATION_APPLIED
 from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
@@ -55,8 +66,13 @@ class QuotaWatch:
             RESOURCE_QUOTAS, label_selector=f"{LABEL_DEFAULT_RESOURCE_QUOTA}=true"
         )
         self._rooms: dict[tuple[str, str], set[str]] = {}
+        """(namespace, quota key) -> its room annotation keys when last seen."""
+        self._hard: dict[tuple[str, str], ResourceList] = {}
+        """(namespace, quota key) -> its spec.hard when last seen."""
         self._appeared: dict[tuple[str, str], list[float]] = {}
-        """(namespace, VM) -> monotonic times its room annotation appeared, oldest first."""
+        """(namespace, room annotation key) -> monotonic times it appeared, oldest first."""
+        self._rises: dict[str, list[float]] = {}
+        """namespace -> monotonic times its quota's spec.hard rose on some key, oldest first."""
         self._quotas.add_event_handler(
             ResourceEventHandler.of_latest(self._seen, self._gone),
             name="scale run: quota rooms",
@@ -77,26 +93,52 @@ class QuotaWatch:
             return
         now = self.clock.monotonic()
         key = (namespace, key_of(quota))
-        rooms = {
-            k.removeprefix(ANNOTATION_MIGRATING_NAME_PREFIX)
-            for k in annotations_of(quota)
-            if k.startswith(ANNOTATION_MIGRATING_NAME_PREFIX)
-        }
-        for vm in rooms - self._rooms.get(key, set()):
-            self._appeared.setdefault((namespace, vm), []).append(now)
+        rooms = {k for k in annotations_of(quota) if k.startswith(MIGRATING_PREFIX)}
+        for room in rooms - self._rooms.get(key, set()):
+            self._appeared.setdefault((namespace, room), []).append(now)
         self._rooms[key] = rooms
+        hard = _hard(quota)
+        before = self._hard.get(key)
+        if before is not None and any(v > before.get(k, v) for k, v in hard.items()):
+            self._rises.setdefault(namespace, []).append(now)
+        self._hard[key] = hard
 
     def _gone(self, obj: Object | Tombstone) -> None:
         quota = obj.obj if isinstance(obj, Tombstone) else obj
         namespace, _ = _split(key_of(quota))
         self._rooms.pop((namespace, key_of(quota)), None)
+        self._hard.pop((namespace, key_of(quota)), None)
 
-    def raised_at(self, namespace: str, vm: str, since: float) -> float | None:
-        """The first appearance of the VM's room at or after `since` (monotonic), if any."""
-        for moment in self._appeared.get((namespace, vm), []):
-            if moment >= since:
-                return moment
-        return None
+    def raised_at(
+        self,
+        namespace: str,
+        vm: str,
+        since: float,
+        *,
+        vmi_uid: str | None = None,
+        harvester: bool = False,
+    ) -> float | None:
+        """When the VM's room was raised at or after `since` (monotonic), if it was: the first
+        appearance of one of our keys for the VM (its name key, or the digest form we write on
+        an adopted quota); with `harvester`, the first rise of the namespace's ``spec.hard`` at
+        or after the appearance of Harvester's key for the VMI (`vmi_uid`; None: never)."""
+        if not harvester:
+            keys = {
+                legacy_migrating_vm_annotation_key(vm),
+                migrating_vm_annotation_key(vm),
+                adopted_migrating_vm_annotation_key(vm),
+            }
+            found = [t for k in keys if (t := self._first(namespace, k, since)) is not None]
+            return min(found, default=None)
+        if vmi_uid is None:
+            return None
+        recorded = self._first(namespace, migrating_uid_annotation_key(vmi_uid), since)
+        if recorded is None:
+            return None
+        return next((t for t in self._rises.get(namespace, []) if t >= recorded), None)
+
+    def _first(self, namespace: str, key: str, since: float) -> float | None:
+        return next((t for t in self._appeared.get((namespace, key), []) if t >= since), None)
 
     def quotas(self) -> list[Object]:
         return [q for q in self._quotas.store.iter() if self._in_run(_split(key_of(q))[0])]

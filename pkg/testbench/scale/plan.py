@@ -30,8 +30,11 @@ NAMESPACE_PREFIX: Final = "scale-"
 BASELINE_INFIX: Final = "noquota-"
 HEADROOM_INFIX: Final = "headroom-"
 STRATEGIES: Final = ("ours", "harvester")
-"""What keeps a scale run's quotas: the product as deployed, or Harvester's algorithm in its place
-(`harvester.HarvesterProduct`)."""
+"""What keeps a scale run's quotas: the product as deployed, or Harvester's own controllers in its
+place (`harvester.HarvesterRealProduct`)."""
+HARVESTER_VERSION: Final = "v1.8.2"
+"""The Harvester release whose controllers a Harvester scale run starts its cluster with (the one
+the suite and the scenarios run)."""
 
 
 @dataclass(frozen=True)

@@ -193,6 +193,9 @@ class Product:
     process_args: ProcessArgs = NO_PROCESS_ARGS
     standby: bool = False
     """Start a second controller process as a standby (the failover run, failover.py)."""
+    also_kubevirt: tuple[str, ...] = ()
+    """More identities the KubeVirt policies take for KubeVirt's controller (beside Harvester's
+    controllers: the KubeVirt account their VMI writes impersonate, deploy.kubevirt_policies)."""
     controller: subprocess.Popen[bytes] | None = field(default=None, init=False)
     """The controller process that leads (after `kill_leader`, the former standby)."""
     webhook: subprocess.Popen[bytes] | None = field(default=None, init=False)
@@ -257,6 +260,7 @@ class Product:
             self.match_labels,
             kubevirt_user=VIRT_CONTROLLER_USER,
             name=self._configuration,
+            also_kubevirt=self.also_kubevirt,
         )
 
     async def stop(self) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from .run import ScaleReport
-from .stats import arms_table, baseline_table, breakdown_table, table
+from .stats import arms_table, baseline_table, beside_table, breakdown_table, table
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +42,7 @@ def render_markdown(report: ScaleReport, command: str) -> str:
     lines = [
         f"`{command}`",
         "",
-        *(
-            ["Harvester's own controllers keep the quotas (no webhook), not the product.", ""]
-            if report.strategy == "harvester"
-            else []
-        ),
+        *_who_line(report),
         f"{plan.nodes} kwok nodes, {plan.vms} VMs in {len(plan.namespaces)} namespaces "
         f"(largest {max(plan.namespaces)}), {plan.in_flight} migrations in flight per drain "
         f"wave; setup {report.setup_seconds:.0f} s ({report.vms_running} VMs running).",
@@ -54,6 +50,7 @@ def render_markdown(report: ScaleReport, command: str) -> str:
         table(report.steps),
         "",
         *_arms_section(report),
+        *_beside_section(report),
         *_breakdown_section(report),
         *_baseline_section(report),
         f"End: all done {report.all_done}, drift {len(report.drift)} namespaces, stale "
@@ -63,6 +60,24 @@ def render_markdown(report: ScaleReport, command: str) -> str:
         *([report.failover.line().capitalize() + ".", ""] if report.failover else []),
     ]
     return "\n".join(lines)
+
+
+def _who_line(report: ScaleReport) -> list[str]:
+    """Who kept the quotas, and beside what."""
+    if report.strategy == "harvester":
+        return [
+            f"Harvester {report.harvester_version}'s own controllers keep the quotas (no "
+            "webhook), not the product; their writes are counted from the API server's audit "
+            "log.",
+            "",
+        ]
+    if report.harvester_version:
+        return [
+            f"Our controller and webhook, beside Harvester {report.harvester_version}'s own "
+            "controllers (quotas adopted); the writes are ours only.",
+            "",
+        ]
+    return []
 
 
 def _arms_section(report: ScaleReport) -> list[str]:
@@ -79,15 +94,31 @@ def _arms_section(report: ScaleReport) -> list[str]:
         "on a conflict are virt-controller's FailedCreate events in the arm's namespaces; 409 "
         "pod creates are the API server's own count over the step (all namespaces); the stall "
         "runs from a migration's first failed create to its target pod admitted; writes are "
-        "the quota arm's controller's requests during the step:",
+        "the quota arm's controller's requests during the step (Harvester's: its write "
+        "requests in the audit log, in every namespace):",
         "",
         arms_table(arms),
         "",
     ]
 
 
+def _beside_section(report: ScaleReport) -> list[str]:
+    """Harvester's own writes per step and arm, in a run of ours beside its controllers."""
+    if report.strategy == "harvester" or not report.harvester_version:
+        return []
+    return [
+        f"Harvester {report.harvester_version}'s own controllers beside ours, their write "
+        "requests per migration during each step (the audit log; every namespace):",
+        "",
+        beside_table(report.arms()),
+        "",
+    ]
+
+
 def _breakdown_section(report: ScaleReport) -> list[str]:
     """Where the controller's CPU went, per step and migration (and in the twins, if any)."""
+    if report.strategy == "harvester":
+        return []  # the split is our controller's metrics: Harvester's process has none
     steps = list(report.steps)
     if report.baseline_steps:
         steps += [replace(s, name=f"{s.name} (no quota)") for s in report.baseline_steps]
@@ -106,13 +137,14 @@ def _baseline_section(report: ScaleReport) -> list[str]:
     quota against without (empty for a run without a baseline)."""
     if not report.baseline_steps:
         return []
+    whose = "Harvester's" if report.strategy == "harvester" else "our"
     return [
         "The same steps in twin namespaces without any ResourceQuota (the baseline):",
         "",
         table(report.baseline_steps),
         "",
-        "What users feel, from each migration's create request: with our quota / without any "
-        "quota = ratio (1.00: the quota cost nothing):",
+        f"What users feel, from each migration's create request: with {whose} quota / without "
+        "any quota = ratio (1.00: the quota cost nothing):",
         "",
         baseline_table(report.steps, report.baseline_steps),
         "",

@@ -35,9 +35,16 @@ server's own count of pod creates it answered 409 over the step (`observe.pod_cr
 all namespaces: the arms' steps never overlap, so the delta is the arm's), and the controller's
 write requests by kind (harvester_quota_api_writes_total; Harvester's from its client).
 
-With ``strategy="harvester"`` Harvester's own controllers (`harvester.HarvesterProduct`) take the
-product's place, no webhook: the same steps and baseline, to set Harvester's ratios beside ours
-(a run of its own: two algorithms writing the same quotas would compare nothing).
+With ``strategy="harvester"`` Harvester v1.8.2's own controllers, which the cluster runs
+(`LocalCluster.up(harvester=...)`), take the product's place (`harvester.HarvesterRealProduct`):
+no webhook, no algorithm in this process, their writes counted from the API server's audit log.
+They act on every namespace of their cluster: the twins' VMIs and VMs get their migration
+annotations as on any Harvester, and no twin quota is theirs to raise (the no-quota twins have
+none; the headroom twins' quota lacks Rancher's label, which both of their controllers look for).
+A run of ours on such a cluster is ours as installed on a Harvester: the controller adopts its
+quotas (``--adopt-harvester-quotas``), and Harvester's migration controller still records its
+key on them. The two quota arms are runs of their own on one kept cluster (two writers of the
+same quotas would compare nothing).
 
 Latency is measured from the moment a migration's create request returned (the VMIM exists) to
 the moment the run's own quota watch saw that VM's room on the quota (watch delay included); how
@@ -62,19 +69,25 @@ from ...generic.client import ApiClient
 from ...generic.clock import REAL_CLOCK, Clock
 from ...generic.resource import NAMESPACES, RESOURCE_QUOTAS
 from ...util import resources
-from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ...util.annotations import (
+    ANNOTATION_ADOPTED,
+    ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    LABEL_DEFAULT_RESOURCE_QUOTA,
+)
 from ...util.rancher.annotation import format_namespace_resource_quota
 from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import KINDS, SYSTEM_NAMESPACE
+from ..localcluster.harvester import HARVESTER_KUBEVIRT_USER
 from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
 from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..virtcontroller import VirtControllerDriver
 from . import failover
-from .harvester import HarvesterProduct
+from .harvester import HarvesterRealProduct
 from .observe import ProcessSample, QuotaWatch, pod_create_conflicts
 from .plan import BASELINE_INFIX, HEADROOM_INFIX, STRATEGIES, ScalePlan, Step
 from .product import NO_PROCESS_ARGS, ProcessArgs, Product
@@ -146,6 +159,9 @@ class ScaleReport:
 
     plan: ScalePlan
     strategy: str = "ours"
+    harvester_version: str | None = None
+    """The version of Harvester's controllers the cluster ran (None: none): the Harvester arm's
+    writer, and beside our arm, the Harvester ours was installed on."""
     setup_seconds: float = 0.0
     vms_running: int = 0
     steps: list[StepResult] = field(default_factory=list)
@@ -178,6 +194,7 @@ class ScaleReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "strategy": self.strategy,
+            "harvester_controllers": self.harvester_version,
             "plan": {
                 "nodes": self.plan.nodes,
                 "namespaces": list(self.plan.namespaces),
@@ -269,7 +286,9 @@ class ScaleRun:
             else []
         )
         self.bases: dict[str, ResourceList] = {}
-        self.report = ScaleReport(plan, strategy=options.strategy)
+        self.report = ScaleReport(
+            plan, strategy=options.strategy, harvester_version=cluster.harvester_version
+        )
         in_run = frozenset(self.namespaces)
         self.kubevirt = VirtControllerDriver(
             api,
@@ -290,8 +309,14 @@ class ScaleRun:
             clock=self.clock,
         )
         self.quotas = QuotaWatch(api, in_run.__contains__, self.clock)
-        self.product: Product | HarvesterProduct = (
-            HarvesterProduct(api, kubevirt_version=cluster.kubevirt_version)
+        self.beside = (
+            HarvesterRealProduct(cluster)
+            if options.strategy != "harvester" and cluster.harvester_version
+            else None
+        )
+        """Harvester's own controllers beside ours: their writes counted per step too."""
+        self.product: Product | HarvesterRealProduct = (
+            HarvesterRealProduct(cluster)
             if options.strategy == "harvester"
             else Product(
                 api,
@@ -300,8 +325,9 @@ class ScaleRun:
                 match_labels={RUN_LABEL: self.run_id},
                 kubevirt_version=cluster.kubevirt_version,
                 lease_name=f"scale-{self.run_id}",
-                process_args=options.process_args,
+                process_args=process_args_on(cluster, options.process_args),
                 standby=options.failover,
+                also_kubevirt=(HARVESTER_KUBEVIRT_USER,) if cluster.harvester_version else (),
             )
         )
 
@@ -311,10 +337,23 @@ class ScaleRun:
             await self.quotas.start()
             await self._setup()
             await self.product.start()
-            if isinstance(self.product, HarvesterProduct):
-                self.say("Harvester's controllers running in this process, no webhook")
+            if self.beside is not None:
+                await self.beside.start()
+            if isinstance(self.product, HarvesterRealProduct):
+                self.say(
+                    f"Harvester {self.cluster.harvester_version}'s controllers lead, no webhook "
+                    "of ours; their writes counted from the audit log"
+                )
             else:
-                self.say(f"controller and webhook running as deployed (logs in {self.workdir})")
+                beside = (
+                    f", beside Harvester {self.cluster.harvester_version}'s controllers "
+                    "(quotas adopted)"
+                    if self.cluster.harvester_version
+                    else ""
+                )
+                self.say(
+                    f"controller and webhook running as deployed{beside} (logs in {self.workdir})"
+                )
             for index, step in enumerate(self.plan.steps()):
                 await self._step_and_baseline(index, step)
             self.report.drift = self.quotas.drift(self.bases)
@@ -337,7 +376,8 @@ class ScaleRun:
         for results, arm, label in rotated(arms, index):
             results.append(await self._step(arm, index))
             self.say(label + results[-1].line())
-            self.say(results[-1].breakdown_line())
+            if isinstance(self.product, Product):  # our controller's metrics; none of Harvester's
+                self.say(results[-1].breakdown_line())
 
     # Setup --------------------------------------------------------------------------------------
 
@@ -364,6 +404,10 @@ class ScaleRun:
             self.bases[namespace] = await self._close_quota(namespace)
             if self.report.strategy == "harvester":
                 await self._annotate_rancher_base(namespace, self.bases[namespace])
+                # Harvester's resourcequota controller may have set the quota to a Rancher base
+                # a kept cluster's earlier run left, between the two writes: closed again, it
+                # finds the quota at the new base and has nothing to write.
+                await self._close_quota(namespace)
         self.report.setup_seconds = self.clock.monotonic() - started
         self.report.vms_running = self.kubevirt.running_vmis()
         self.say(
@@ -483,6 +527,8 @@ class ScaleRun:
             hard.update({key: OPEN_HARD[key] for key in CLOSED_KEYS if key not in closed})
             quota["spec"]["hard"] = hard
             _drop_rooms(quota)
+            if self.report.strategy == "harvester":
+                drop_adoption(quota)
             try:
                 await self.api.update(RESOURCE_QUOTAS, quota)
             except errors.Conflict:
@@ -527,6 +573,7 @@ class ScaleRun:
         fails_over = self._fails_over(step)
         # In the failover step the counters are the standby's: it leads by the step's end.
         metrics_before = await self.product.metrics(standby=fails_over)
+        beside_before = await self._beside_writes()
         conflicts_before = await self._pod_create_conflicts()
         procs_before = self._processes()
         started = self.clock.monotonic()
@@ -552,6 +599,7 @@ class ScaleRun:
             self.report.failover = self._failover_times(await killing, created)
             self.say(self.report.failover.line())
         metrics = (await self.product.metrics()).minus(metrics_before)
+        beside_after = await self._beside_writes()
         conflicts_after = await self._pod_create_conflicts()
         api_409 = (
             None
@@ -596,7 +644,14 @@ class ScaleRun:
             drift=len(self.quotas.drift(self.bases)),
             stale=len(self.quotas.stale()),
             pod_create_409=api_409,
+            beside_writes={k: v - beside_before.get(k, 0.0) for k, v in beside_after.items()},
         )
+
+    async def _beside_writes(self) -> dict[str, float]:
+        """Harvester's own controllers' writes so far by kind, when they run beside ours."""
+        if self.beside is None:
+            return {}
+        return dict((await self.beside.metrics()).writes)
 
     async def _pod_create_conflicts(self) -> float | None:
         """The API server's count of pod creates answered 409 so far; None (logged) if its
@@ -644,7 +699,13 @@ class ScaleRun:
         room may appear before the create's response reaches us (the controller may see the
         migration first): one that appeared after the request was sent counts, as latency 0 (a
         step starts only when no room is held, so it cannot be another migration's)."""
-        return self.quotas.raised_at(namespace, created.vm, created.asked)
+        return self.quotas.raised_at(
+            namespace,
+            created.vm,
+            created.asked,
+            vmi_uid=self.kubevirt.vmi_uid(namespace, created.vm),
+            harvester=self.report.strategy == "harvester",
+        )
 
     def _all_done(self, created: Mapping[tuple[str, str], _Created]) -> bool:
         for key in created:
@@ -690,6 +751,27 @@ class ScaleRun:
             for namespace in self._all_namespaces:
                 with contextlib.suppress(errors.ApiError):
                     await self.api.delete(NAMESPACES, namespace)
+
+
+def drop_adoption(quota: dict[str, Any]) -> None:
+    """Gives a quota our controller adopted on a kept cluster (a run of ours beside Harvester's
+    controllers: the skip annotation with our marker) back to Harvester, as the controller does
+    when adoption is turned off: with the skip annotation Harvester's resourcequota controller
+    would never raise it. A skip annotation without our marker is left: not ours."""
+    annotations = (quota.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(ANNOTATION_ADOPTED) is not None:
+        annotations.pop(ANNOTATION_ADOPTED)
+        annotations.pop(ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING, None)
+
+
+def process_args_on(cluster: ClusterInfo, args: ProcessArgs) -> ProcessArgs:
+    """Our processes' flags on `cluster`: on a cluster running Harvester's controllers the
+    controller adopts its quotas (``--adopt-harvester-quotas``, the chart's default on a
+    Harvester), unless the flags say so already."""
+    flag = "--adopt-harvester-quotas"
+    if cluster.harvester_version is None or flag in args.controller:
+        return args
+    return ProcessArgs((*args.controller, flag), args.webhook)
 
 
 def _drop_rooms(quota: dict[str, Any]) -> None:

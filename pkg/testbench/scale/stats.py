@@ -91,6 +91,9 @@ class StepResult:
     (apiserver_request_total): the cross-check of `conflict_events`; None if not scraped."""
     writes: Mapping[str, float] = field(default_factory=dict)
     """Our controller's write requests during the step by kind (WRITE_KINDS), or Harvester's."""
+    beside_writes: Mapping[str, float] = field(default_factory=dict)
+    """With ours beside Harvester's own controllers: theirs during the step, by kind (from the
+    audit log: harvester.metrics_of); empty otherwise."""
 
     @property
     def not_raised(self) -> int:
@@ -187,6 +190,10 @@ class StepResult:
             "writes_per_migration_by_kind": {
                 kind: round(self.per_migration(n), 3) for kind, n in sorted(self.writes.items())
             },
+            "harvester_beside_writes_per_migration_by_kind": {
+                kind: round(self.per_migration(n), 3)
+                for kind, n in sorted(self.beside_writes.items())
+            },
         }
 
 
@@ -206,6 +213,7 @@ def summarize_step(
     drift: int,
     stale: int,
     pod_create_409: float | None = None,
+    beside_writes: Mapping[str, float] | None = None,
 ) -> StepResult:
     """The step's figures. `cpu` holds per-process CPU seconds read from /proc; the controller's
     comes from its own /metrics (`metrics.cpu_seconds`), which counts exactly its process."""
@@ -255,6 +263,7 @@ def summarize_step(
         ),
         pod_create_409=pod_create_409,
         writes=dict(metrics.writes),
+        beside_writes=dict(beside_writes or {}),
     )
 
 
@@ -422,6 +431,9 @@ def _arm_row(arm: str, step: StepResult, none: StepResult | None) -> dict[str, A
         "writes_per_migration": {
             kind: round(step.per_migration(step.writes.get(kind, 0.0)), 3) for kind in WRITE_COLUMNS
         },
+        "harvester_beside_writes_per_migration": {
+            kind: round(step.per_migration(count), 3) for kind, count in step.beside_writes.items()
+        },
         "succeeded_p50_s": p50,
         "succeeded_p99_s": p99,
         "ratio_p50": _ratio(p50, none_p50),
@@ -449,6 +461,28 @@ def arms_table(arms: Mapping[str, Sequence[StepResult]]) -> str:
             f"| {_ratio_text(row['ratio_p50'])} / {_ratio_text(row['ratio_p99'])} |"
         )
     return "\n".join(rows)
+
+
+def beside_table(arms: Mapping[str, Sequence[StepResult]]) -> str:
+    """Per step and arm, Harvester's own writes per migration beside ours (`beside_writes`) and
+    the quota writes of both together, as a Markdown table."""
+    rows = [
+        "| step | arm | Harvester's writes/mig spec / VMI / VM | quota writes/mig ours + Harvester's |",
+        "|---|---|---|---:|",
+    ]
+    for arm, steps in arms.items():
+        for step in steps:
+            theirs = [step.per_migration(step.beside_writes.get(k, 0.0)) for k in BESIDE_COLUMNS]
+            ours = step.per_migration(step.writes.get("spec", 0.0) + step.writes.get("status", 0.0))
+            rows.append(
+                f"| {step.name} | {arm} | {' / '.join(f'{v:.2f}' for v in theirs)} "
+                f"| {ours:.2f} + {theirs[0]:.2f} |"
+            )
+    return "\n".join(rows)
+
+
+BESIDE_COLUMNS: Final = ("spec", "vmi", "vm")
+"""Harvester's write kinds (harvester.WRITE_KIND_OF: it writes no quota status nor namespace)."""
 
 
 def _ratio_text(value: float | None) -> str:
