@@ -3,7 +3,8 @@
 Every scenario Harvester's own controllers can play (diff.NOT_RUN_BY_REAL_CODE names the others)
 runs twice: with ``harvester`` on a local cluster running Harvester v1.8.2's controllers, and
 with ``harvester-port`` on a cluster without them (both act on every namespace, so they never
-share a cluster). KubeVirt v1.6 scenarios run beside KubeVirt's real virt-controller v1.6.0, the
+share a cluster). Scenarios that play on the KubeVirt Harvester ships (v1.7.0 for v1.8.2: the
+v1.6 scenarios, through ``kubevirt.also_on``) run both arms beside that real virt-controller, the
 others on the simulator. It prints each run's measures side by side, every difference with the
 behaviour that explains it (testbench/scenario/diff.py), and exits 1 when a difference is not in
 the documented list or a documented one did not show. Reports go to
@@ -30,14 +31,16 @@ from harvester_quota.testbench.localcluster.cluster import default_state_dir
 from harvester_quota.testbench.scenario import diff
 from harvester_quota.testbench.scenario.cli import run_on_local_cluster
 from harvester_quota.testbench.scenario.schema import Scenario, load
+from harvester_quota.testbench.scenario.versions import listed_release
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
-REAL_KUBEVIRT = "v1.6.0"
 PORT, REAL = "harvester-port", "harvester"
 
 
 def _real_kubevirt(scenario: Scenario) -> bool:
-    return binaries.kubevirt_version_for_minor(scenario.kubevirt_version) == REAL_KUBEVIRT
+    """Whether the scenario plays on the virt-controller Harvester ships (both arms run on it)."""
+    shipped = binaries.harvester_kubevirt_version(binaries.harvester_version())
+    return listed_release(scenario, shipped)
 
 
 def _run_all(chosen: list[Scenario], reports: Path, state: Path) -> None:
@@ -51,7 +54,11 @@ def _run_all(chosen: list[Scenario], reports: Path, state: Path) -> None:
             local = LocalCluster(state.with_name(f"{state.name}-{kind}"))
             version = harvester if strategy == REAL else None
             info = (
-                local.up(virt_controller=True, kubevirt=REAL_KUBEVIRT, harvester=version)
+                local.up(
+                    virt_controller=True,
+                    kubevirt=binaries.harvester_kubevirt_version(harvester),
+                    harvester=version,
+                )
                 if real
                 else local.up(harvester=version)
             )

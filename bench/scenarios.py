@@ -3,7 +3,8 @@
 Scenarios of KubeVirt v1.6 run on a local cluster with KubeVirt's real virt-controller v1.6.0; the
 others (KubeVirt 0.54 and 1.3, not buildable here) on a cluster without it, played by the
 simulator. With strategy `harvester` (a default), the clusters also run Harvester v1.8.2's own
-controllers, and `ours` runs beside them, as on a Harvester; `harvester-port` is our port of
+controllers, and `ours` runs beside them, as on a Harvester: the real virt-controller is then
+the one Harvester ships (v1.7.0), which plays the v1.6 scenarios (their ``kubevirt.also_on``); `harvester-port` is our port of
 Harvester v1.9's algorithm, never run with `harvester` (on one cluster both would act on every
 quota): the differential of port and real code is `python -m bench.scenario_diff`.
 Per scenario and strategy it prints the migrations, how many were refused by quota at least once,
@@ -32,6 +33,7 @@ from harvester_quota.testbench.localcluster.cluster import default_state_dir
 from harvester_quota.testbench.scenario.cli import run_on_local_cluster
 from harvester_quota.testbench.scenario.progress import summary_row
 from harvester_quota.testbench.scenario.schema import Scenario, load
+from harvester_quota.testbench.scenario.versions import listed_release
 
 from bench.load import cpu_burners
 
@@ -41,8 +43,14 @@ STRATEGIES = ["harvester", "ours"]
 CHOICES = [*STRATEGIES, "harvester-port"]
 
 
-def _real(scenario: Scenario) -> bool:
-    return binaries.kubevirt_version_for_minor(scenario.kubevirt_version) == REAL_KUBEVIRT
+def _kubevirt(harvester: str | None) -> str:
+    """The virt-controller of the real-KubeVirt batch: the one Harvester ships beside Harvester's
+    controllers, else REAL_KUBEVIRT."""
+    return binaries.harvester_kubevirt_version(harvester) if harvester else REAL_KUBEVIRT
+
+
+def _real(scenario: Scenario, kubevirt: str) -> bool:
+    return listed_release(scenario, kubevirt)
 
 
 def _row(name: str, player: str, strategy: str, report: dict[str, Any]) -> str:
@@ -88,13 +96,14 @@ def _run(args: argparse.Namespace) -> int:
     ]
     harvester = binaries.harvester_version() if "harvester" in strategies else None
     state = default_state_dir().parent
-    for real, player in ((True, f"virt-controller {REAL_KUBEVIRT}"), (False, "simulator")):
-        batch = [s for s in chosen if _real(s) == real]
+    kubevirt = _kubevirt(harvester)
+    for real, player in ((True, f"virt-controller {kubevirt}"), (False, "simulator")):
+        batch = [s for s in chosen if _real(s, kubevirt) == real]
         if not batch:
             continue
         local = LocalCluster(state / ("bench-kubevirt" if real else "bench-sim"))
         info: ClusterInfo = (
-            local.up(virt_controller=True, kubevirt=REAL_KUBEVIRT, harvester=harvester)
+            local.up(virt_controller=True, kubevirt=kubevirt, harvester=harvester)
             if real
             else local.up(harvester=harvester)
         )

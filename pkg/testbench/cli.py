@@ -239,7 +239,9 @@ def _add_cluster_commands(commands: Any) -> None:
         "--harvester",
         metavar="VERSION",
         help="also run Harvester's own migration and resourcequota controllers of VERSION as "
-        "Harvester's service account, built first if needed (they act on every namespace)",
+        "Harvester's service account, built first if needed (they act on every namespace); "
+        "virt-controller is then the KubeVirt that VERSION ships unless --kubevirt-version says "
+        f"otherwise ({', '.join(f'{h}: {k}' for h, k in binaries.HARVESTER_KUBEVIRT.items())})",
     )
     up.set_defaults(handler=cmd_cluster_up)
     for action, handler, text in (

@@ -1,14 +1,20 @@
 """`make demo`: the v1.2.1 evacuation incident, replayed on a real local cluster, both ways.
 
-It starts a local cluster in its own state directory with KubeVirt's real virt-controller (v1.6.0,
-Harvester v1.7's) and Harvester's own migration and resourcequota controllers and namespace
-validator (v1.8.2, built from Harvester's Go module), runs
-scenarios/v121-evacuation-kubevirt-1.6.yaml (the incident's shape on that KubeVirt: the v1.2.1
-seed's own KubeVirt 0.54 cannot be built here) first on Harvester's controllers alone and then
+It starts a local cluster in its own state directory with Harvester's own migration and
+resourcequota controllers and namespace validator (v1.8.2, built from Harvester's Go module) and
+the virt-controller that Harvester ships (v1.7.0, binaries.HARVESTER_KUBEVIRT), runs
+scenarios/v121-evacuation-kubevirt-1.6.yaml (the incident's shape on a KubeVirt built here: the
+v1.2.1 seed's own KubeVirt 0.54 cannot be) first on Harvester's controllers alone and then
 with harvester-quota installed beside them (adopting the quotas it manages), showing a live
 progress table of the migrations and the quota, then prints the two side by side (everyone's
 quota writes counted from the API server's audit log) with the paths of the reports and
 timeline plots, and stops the cluster.
+
+The scenario was written for KubeVirt v1.6 (Harvester v1.7's) and lists v1.7 in
+``kubevirt.also_on``: its quotas are tuned to its launcher pods (room for one target pod, not
+two), and v1.7.0 renders those pods to the same figures (1015m limits.cpu, 1173751936
+requests.memory, 1557364928 limits.memory each; the runner checks this before it starts, see
+scenario/versions.py), so the incident plays out alike beside the KubeVirt Harvester v1.8.2 runs.
 """
 
 from __future__ import annotations
@@ -18,17 +24,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .localcluster import LocalCluster
+from .localcluster import LocalCluster, binaries
 from .localcluster.cluster import default_state_dir
 from .scenario.cli import run_on_local_cluster
 from .scenario.progress import comparison_table, summary_row
 from .scenario.schema import ScenarioError, load
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "v121-evacuation-kubevirt-1.6.yaml"
-KUBEVIRT = "v1.6.0"
-"""The virt-controller the demo runs: the scenario's KubeVirt."""
 HARVESTER = "v1.8.2"
 """The Harvester whose own controllers the demo runs."""
+KUBEVIRT = binaries.HARVESTER_KUBEVIRT[HARVESTER]
+"""The virt-controller the demo runs: the one that Harvester ships."""
 STRATEGIES = ["harvester", "ours"]
 
 

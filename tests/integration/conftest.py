@@ -29,6 +29,8 @@ REAL_KUBEVIRT_VERSION = "v1.6.0"
 """The KubeVirt of the session's second cluster: Harvester v1.7's, the version of the scenarios."""
 HARVESTER_VERSION = "v1.8.2"
 """The Harvester whose own controllers the Harvester clusters run."""
+HARVESTER_KUBEVIRT_VERSION = binaries.HARVESTER_KUBEVIRT[HARVESTER_VERSION]
+"""The virt-controller beside them: the KubeVirt that Harvester ships (v1.7.0 for v1.8.2)."""
 
 
 def session_state_dir() -> Path:
@@ -71,7 +73,7 @@ def _harvester_cluster(suffix: str, *, virt_controller: bool) -> Iterator[Cluste
     local = LocalCluster(state.with_name(f"{state.name}-{suffix}"))
     if virt_controller:
         info = local.up(
-            virt_controller=True, kubevirt=REAL_KUBEVIRT_VERSION, harvester=HARVESTER_VERSION
+            virt_controller=True, kubevirt=HARVESTER_KUBEVIRT_VERSION, harvester=HARVESTER_VERSION
         )
     else:
         info = local.up(harvester=HARVESTER_VERSION)
@@ -98,7 +100,8 @@ def harvester_cluster() -> Iterator[ClusterInfo]:
 
 @pytest.fixture(scope="session")
 def harvester_kubevirt_cluster() -> Iterator[ClusterInfo]:
-    """Harvester's own controllers beside KubeVirt's virt-controller (REAL_KUBEVIRT_VERSION)."""
+    """Harvester's own controllers beside the virt-controller Harvester ships
+    (HARVESTER_KUBEVIRT_VERSION), as on a Harvester node."""
     yield from _harvester_cluster("harvester-kubevirt", virt_controller=True)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from harvester_quota.testbench.cli import main
 from harvester_quota.testbench.localcluster import ClusterError, binaries, harvester
+from harvester_quota.testbench.localcluster import cluster as cluster_module
 from harvester_quota.testbench.localcluster.cluster import ClusterInfo, Ports
 
 RANCHER_PSEUDO_VERSION = "github.com/rancher/rancher v0.0.0-20250828140533-07a90f09a491"
@@ -44,6 +45,48 @@ def test_the_wrapper_module_carries_harvesters_replace_block_and_go_sum() -> Non
     assert f"{RANCHER_PSEUDO_VERSION} h1:" in go_sum
     assert "github.com/harvester/harvester v1.8.2 h1:" in go_sum
     assert binaries.harvester_component("v1.8.2").outputs == (binaries.HARVESTER_CONTROLLERS,)
+
+
+@pytest.mark.parametrize("version", binaries.supported_harvester_versions())
+def test_each_harvester_runs_the_kubevirt_its_go_mod_requires(version: str) -> None:
+    module = binaries.GOMOD_DIR / binaries.harvester_module_name(version)
+    required = re.search(
+        r"^\s*kubevirt\.io/kubevirt (v\S+)$", (module / "go.mod").read_text(), re.M
+    )
+    assert required is not None, "the wrapper module pins kubevirt.io/kubevirt"
+    assert binaries.harvester_kubevirt_version(version) == required.group(1)
+    assert required.group(1) in binaries.supported_kubevirt_versions(), "its virt-controller builds"
+
+
+def test_a_harvester_without_a_kubevirt_entry_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(binaries, "HARVESTER_KUBEVIRT", {})
+    with pytest.raises(ClusterError, match=r"Harvester v1\.8\.2 has no entry"):
+        binaries.harvester_kubevirt_version("1.8.2")
+
+
+class _Chosen(Exception):
+    """Stops `up` at the virt-controller build, carrying the version it was asked for."""
+
+
+def _stop_at_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    def build_kubevirt(version: str) -> binaries.KubeVirtBuild:
+        raise _Chosen(version)
+
+    monkeypatch.setattr(cluster_module, "build_kubevirt", build_kubevirt)
+
+
+def test_a_harvester_cluster_runs_harvesters_kubevirt_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _stop_at_the_build(monkeypatch)
+    monkeypatch.setenv(binaries.ENV_KUBEVIRT_VERSION, "v1.8.4")
+    local = cluster_module.LocalCluster(tmp_path / "state")
+    with pytest.raises(_Chosen, match=r"^v1\.7\.0$"):
+        local.up(virt_controller=True, harvester="v1.8.2")
+    with pytest.raises(_Chosen, match=r"^v1\.6\.0$"):
+        local.up(virt_controller=True, kubevirt="v1.6.0", harvester="v1.8.2")
+    with pytest.raises(_Chosen, match=r"^v1\.8\.4$"):
+        local.up(virt_controller=True)
 
 
 def test_an_unbuilt_binary_names_the_command_that_builds_it() -> None:

@@ -125,6 +125,18 @@ CASES = {
     "bad-vm-name": ("{name: vm1,", "{name: VM_1,", 7, "vms[0].name 'VM_1' is not a valid name"),
     "empty-namespace-name": ("  - name: ns", "  - name: ''", 4, "'' is not a valid name"),
     "empty-drain": ("  - migrate: vm1", "  - drain: ''", 9, "drain '' is not a valid name"),
+    "also-on-not-a-list": (
+        "name: ok",
+        'name: ok\nkubevirt: {also_on: "1.7"}',
+        2,
+        "kubevirt.also_on must be a list",
+    ),
+    "also-on-not-a-release": (
+        "name: ok",
+        'name: ok\nkubevirt: {also_on: ["seven"]}',
+        2,
+        "kubevirt.also_on:",
+    ),
 }
 
 

@@ -578,6 +578,24 @@ def harvester_version(explicit: str | None = None) -> str:
     return normalised
 
 
+HARVESTER_KUBEVIRT = {"v1.8.2": "v1.7.0"}
+"""The KubeVirt each supported Harvester ships: the ``kubevirt.io/kubevirt`` its go.mod requires
+(Harvester's chart deploys that release's virt-operator). A Harvester cluster runs that
+virt-controller beside Harvester's controllers unless told otherwise, as on a Harvester node; a
+unit test holds this table to the wrapper modules' go.mod."""
+
+
+def harvester_kubevirt_version(harvester: str) -> str:
+    """The KubeVirt version ``harvester`` ships (``v1.8.2`` -> ``v1.7.0``), normalised and checked
+    as ``kubevirt_version`` checks it. Raises ClusterError for a Harvester version without a
+    wrapper module or without an entry in HARVESTER_KUBEVIRT."""
+    version = harvester_version(harvester)
+    shipped = HARVESTER_KUBEVIRT.get(version)
+    if shipped is None:
+        raise ClusterError(f"Harvester {version} has no entry in HARVESTER_KUBEVIRT")
+    return kubevirt_version(shipped)
+
+
 def harvester_component(version: str) -> Component:
     """The `go build` of ``harvester-controllers`` for one Harvester version: a main that runs
     Harvester's migration and resourcequota controllers, unchanged, under Harvester's Lease."""

@@ -38,6 +38,7 @@ from .binaries import (
     KubeVirtBuild,
     build_harvester,
     build_kubevirt,
+    harvester_kubevirt_version,
     harvester_version,
     kubevirt_version,
     resolve_bin_dir,
@@ -334,10 +335,14 @@ class LocalCluster:
         another virt-controller choice is stopped and started afresh.
 
         ``harvester`` adds Harvester's own migration and resourcequota controllers of that version
-        (``harvester.py``), built first like virt-controller; they act on every namespace.
+        (``harvester.py``), built first like virt-controller; they act on every namespace. With
+        them, virt-controller's default is the KubeVirt that Harvester version ships
+        (``binaries.harvester_kubevirt_version``), not $HARVESTER_QUOTA_KUBEVIRT_VERSION.
         """
         if kubevirt is not None and not virt_controller:
             raise ValueError(f"a KubeVirt version ({kubevirt}) is only used with virt_controller")
+        if harvester and virt_controller and kubevirt is None:
+            kubevirt = harvester_kubevirt_version(harvester)
         wanted = kubevirt_version(kubevirt) if virt_controller else None
         kubevirt_build = build_kubevirt(wanted) if wanted else None
         wanted_harvester = harvester_version(harvester) if harvester else None

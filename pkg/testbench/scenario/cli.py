@@ -16,6 +16,7 @@ from . import report
 from .progress import ProgressTable, comparison_table
 from .runner import ScenarioRun
 from .schema import Scenario, ScenarioError, load
+from .versions import launcher_differences, listed_release
 
 
 def check(paths: list[str]) -> int:
@@ -28,6 +29,15 @@ def check(paths: list[str]) -> int:
             failed += 1
             for problem in error.problems:
                 print(problem, file=sys.stderr)
+            continue
+        differences = [
+            f"{path}: kubevirt.also_on {release}: {difference}"
+            for release in scenario.kubevirt_also_on
+            for difference in launcher_differences(scenario, release)
+        ]
+        if differences:
+            failed += 1
+            print("\n".join(differences), file=sys.stderr)
             continue
         print(f"{path}: ok ({len(scenario.vms)} VMs, {len(scenario.steps)} steps)")
     return 1 if failed else 0
@@ -117,16 +127,29 @@ def run_on_local_cluster(
 
 
 def local_cluster_for(scenario: Scenario, strategies: list[str]) -> ClusterInfo:
-    """The default local cluster, started as `scenario` and `strategies` need it: running
-    KubeVirt's real virt-controller of the scenario's release when one is built here, else without
-    one (the simulator then plays KubeVirt), and Harvester's own controllers (the newest version
-    with a module here) when a strategy is `harvester`: every strategy then runs beside them, as on
-    a Harvester. A cluster running another way is restarted."""
-    version = binaries.kubevirt_version_for_minor(scenario.kubevirt_version)
+    """The default local cluster, started as `scenario` and `strategies` need it (a cluster
+    running another way is restarted; see `kubevirt_for`).
+
+    Without a `harvester` strategy: KubeVirt's real virt-controller of the scenario's release
+    when one is built here, else none (the simulator then plays KubeVirt). With one, Harvester's
+    own controllers (the newest version with a module here) run and every strategy runs beside
+    them, as on a Harvester: beside the virt-controller that Harvester ships when the scenario
+    plays on it (its release or `kubevirt.also_on`), else beside the simulator."""
     harvester = binaries.harvester_version() if "harvester" in strategies else None
+    version = kubevirt_for(scenario, harvester)
     if version is None:
         return LocalCluster().up(virt_controller=False, harvester=harvester)
     return LocalCluster().up(virt_controller=True, kubevirt=version, harvester=harvester)
+
+
+def kubevirt_for(scenario: Scenario, harvester: str | None) -> str | None:
+    """The virt-controller version a local cluster runs for `scenario` beside Harvester
+    `harvester` (None: no Harvester), or None for the simulator. Beside Harvester, only the
+    KubeVirt that Harvester ships: a Harvester never runs another."""
+    if harvester is None:
+        return binaries.kubevirt_version_for_minor(scenario.kubevirt_version)
+    shipped = binaries.harvester_kubevirt_version(harvester)
+    return shipped if listed_release(scenario, shipped) else None
 
 
 def strategies_named(choice: str) -> list[str]:

@@ -109,6 +109,7 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "scenario": result.scenario.name,
         "file": str(result.scenario.path),
         "strategy": result.strategy,
+        "kubevirt": result.kubevirt,
         "run_id": result.run_id,
         "seconds": round(result.seconds, 1),
         "migrations": migrations,

@@ -39,7 +39,6 @@ from ...util.annotations import (
     LABEL_DEFAULT_RESOURCE_QUOTA,
     parse_migration_annotations,
 )
-from ...util.kubevirtversion import parse_kubevirt_version
 from ...util.overhead import kubevirt_ratio_from_harvester_setting
 from ...util.quantity import Quantity
 from ...util.rancher.annotation import LIMIT_FIELDS, parse_namespace_resource_quota
@@ -60,6 +59,7 @@ from ..virtcontroller import VirtControllerDriver
 from .evidence import LogCapture, Look, facts_of
 from .schema import Scenario, Step
 from .strategies import HARVESTER_STRATEGIES, HarvesterRealStrategy, HarvesterStrategy, OurStrategy
+from .versions import check_plays_on
 from .writers import RunWriters, WriterMarks
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,8 @@ class RunResult:
     """Our controllers' and the bench Rancher agent's log lines about the run's namespaces."""
     rancher_actions: list[dict[str, Any]] = field(default_factory=list)
     """The bench Rancher agent's writes of the run's quotas."""
+    kubevirt: dict[str, str | None] = field(default_factory=dict)
+    """Who played KubeVirt and beside which Harvester (``played_by``)."""
     preflights: list[dict[str, Any]] = field(default_factory=list)
     """The JSON form of each preflight run before a drain (this run's namespaces only)."""
     writers: RunWriters | None = None
@@ -159,6 +161,7 @@ class ScenarioRun:
         self.result = RunResult(
             scenario, strategy, self.run_id, self.namespaces, started=time.monotonic()
         )
+        self.result.kubevirt = played_by(scenario, cluster)
         self.bases: dict[str, ResourceList] = {}
         self.kubevirt: KubeVirtSimulator | VirtControllerDriver | None = None
         self.rancher: RancherQuotaSync | None = None
@@ -278,19 +281,24 @@ class ScenarioRun:
             )
         return timings
 
+    def _kubevirt_release(self) -> str:
+        """The KubeVirt the strategies are told of: the virt-controller playing the scenario,
+        else the release the simulator plays."""
+        return self.result.kubevirt.get("virt_controller") or self.scenario.kubevirt_version
+
     def _new_strategy(self) -> OurStrategy | HarvesterStrategy | HarvesterRealStrategy:
         if self.strategy_name == "harvester":
             return HarvesterRealStrategy(self.cluster)
         if self.strategy_name == "harvester-port":
             return HarvesterStrategy(
                 self.api,
-                kubevirt_version=self.scenario.kubevirt_version,
+                kubevirt_version=self._kubevirt_release(),
                 compensation=self.scenario.harvester_compensation,
             )
         return OurStrategy(
             self.api,
             self.cluster,
-            kubevirt_version=self.scenario.kubevirt_version,
+            kubevirt_version=self._kubevirt_release(),
             namespaces=list(self.namespaces.values()),
             workdir=self.workdir,
             users=frozenset({"admin"}),
@@ -759,18 +767,25 @@ class ScenarioRun:
 
 def uses_real_kubevirt(scenario: Scenario, cluster: ClusterInfo | None) -> bool:
     """Whether `scenario` runs on KubeVirt's real virt-controller: when `cluster` runs one of
-    the scenario's KubeVirt minor version. The simulator plays KubeVirt on a cluster without one
-    (it would fight a real virt-controller, so a cluster running another version is an error)."""
+    the scenario's KubeVirt release, or of a release in its ``kubevirt.also_on`` that renders
+    its launcher pods alike (versions.check_plays_on). The simulator plays KubeVirt on a cluster
+    without one (it would fight a real virt-controller, so a cluster running another version is
+    an error, ValueError)."""
     if cluster is None or cluster.kubevirt_version is None:
         return False
-    wanted = parse_kubevirt_version(scenario.kubevirt_version)
-    running = parse_kubevirt_version(cluster.kubevirt_version)
-    if (wanted.major, wanted.minor) != (running.major, running.minor):
-        raise ValueError(
-            f"scenario {scenario.name} needs KubeVirt {scenario.kubevirt_version}; the cluster "
-            f"runs virt-controller {cluster.kubevirt_version}"
-        )
+    check_plays_on(scenario, cluster.kubevirt_version)
     return True
+
+
+def played_by(scenario: Scenario, cluster: ClusterInfo | None) -> dict[str, str | None]:
+    """For the report: the scenario's KubeVirt release, the virt-controller that played it (None:
+    the simulator played the scenario's release) and the Harvester whose controllers ran."""
+    real = uses_real_kubevirt(scenario, cluster)
+    return {
+        "scenario": scenario.kubevirt_version,
+        "virt_controller": cluster.kubevirt_version if real and cluster is not None else None,
+        "harvester": cluster.harvester_version if cluster is not None else None,
+    }
 
 
 def _run_namespace(name: str, run_id: str) -> str:

@@ -11,6 +11,8 @@ Schema (every key optional unless marked *):
     description: str
     kubevirt:
       version: "0.54" | "1.6" | ...  # KubeVirt whose launcher pods are simulated (default "1.6")
+      also_on: ["1.7"]              # other releases whose real virt-controller may play it (the
+                                    # runner refuses one whose launcher pods render otherwise)
       overcommit: v1.2.1 | current | {cpu: int, memory: int}   # Harvester's overcommit-config
       ratio: "1.5"                  # initial additional-guest-memory-overhead-ratio (null: unset)
       timings: fast | seed          # migration pace (seed: the v1.2.1 report's, ~20 s each)
@@ -148,6 +150,9 @@ class Scenario:
     path: Path
     description: str = ""
     kubevirt_version: str = "1.6"
+    kubevirt_also_on: tuple[str, ...] = ()
+    """Other KubeVirt releases (minor versions) whose real virt-controller may play the scenario
+    (scenario/versions.py checks the claim before a run)."""
     overcommit: dict[str, int] = field(default_factory=lambda: dict(OVERCOMMITS["current"]))
     ratio: str | None = "1.5"
     timings: str = "fast"
@@ -401,12 +406,29 @@ def _scenario(c: _Checker, root: yaml.Node, path: Path) -> Scenario:
     return scenario
 
 
+def _also_on(c: _Checker, node: yaml.Node, scenario: Scenario) -> None:
+    from ...util.kubevirtversion import parse_kubevirt_version  # noqa: PLC0415
+
+    releases = []
+    for item in c.sequence(node, "kubevirt.also_on"):
+        text = c.scalar(item, "kubevirt.also_on")
+        try:
+            parse_kubevirt_version(text)
+        except ValueError as error:
+            c.problem(item, f"kubevirt.also_on: {error}")
+            continue
+        releases.append(text)
+    scenario.kubevirt_also_on = tuple(releases)
+
+
 def _kubevirt(c: _Checker, node: yaml.Node, scenario: Scenario) -> None:
     kv = c.mapping(
         node,
         "kubevirt",
-        ("version", "overcommit", "ratio", "timings", "source_pod_grace", "parallel"),
+        ("version", "also_on", "overcommit", "ratio", "timings", "source_pod_grace", "parallel"),
     )
+    if "also_on" in kv:
+        _also_on(c, kv["also_on"], scenario)
     if "source_pod_grace" in kv:
         scenario.source_pod_grace = c.integer(
             kv["source_pod_grace"], "kubevirt.source_pod_grace", 0
@@ -678,6 +700,7 @@ def describe(scenario: Scenario) -> Mapping[str, Any]:
         "file": str(scenario.path),
         "description": scenario.description.strip(),
         "kubevirt": scenario.kubevirt_version,
+        "kubevirt_also_on": list(scenario.kubevirt_also_on),
         "rancher": scenario.rancher is not None,
         "namespaces": [ns.name for ns in scenario.namespaces],
         "vms": len(scenario.vms),
