@@ -79,12 +79,6 @@ class QuotaMetrics:
             "observed when it leaves Pending or is deleted.",
             buckets=BLOCKED_BUCKETS,
         )
-        self.refused_since = declare.gauge(
-            "migration_refused_since_timestamp_seconds",
-            "Unix time of the first quota refusal of the namespace's longest-refused migration "
-            "that stands refused now (absent while none does), per namespace.",
-            ["namespace"],
-        )
         self.quota_writes = declare.counter(
             "quota_writes",
             "Writes of managed ResourceQuotas, by outcome (written, conflict, error).",
@@ -180,16 +174,8 @@ class QuotaMetrics:
         else:
             self._remove(self.namespace_paused, namespace)
 
-    def set_refused_since(self, namespace: str, since: float | None) -> None:
-        """When the namespace's oldest refusal standing now began (None: its series goes)."""
-        if since is not None:
-            self.refused_since.labels(namespace).set(since)
-        else:
-            self._remove(self.refused_since, namespace)
-
     def forget(self, namespace: str) -> None:
         """The namespace is gone or unmanaged: all its series go."""
-        self.set_refused_since(namespace, None)
         self.set_room(namespace, {}, 0)
         self.set_above_base(namespace, {})
         self.set_namespace_paused(namespace, False)

@@ -112,6 +112,9 @@ class FrameworkMetrics:
         count()
 
     def watch_cpu(self, resource: str, seconds: float) -> None:
+        """A watch stream step's CPU (nothing without `measures_cpu`)."""
+        if not self.measures_cpu:
+            return
         add = self._cpu.get(resource)
         if add is None:
             add = self._cpu[resource] = self.watch_cpu_seconds.labels(resource).inc
@@ -126,8 +129,9 @@ class FrameworkMetrics:
         count()
 
     def handler_ran(self, controller: str, handler: str, cpu_seconds: float) -> None:
-        """A run's CPU (told only while `measures_cpu`)."""
-        self.handler_cpu_seconds.labels(controller, handler).observe(cpu_seconds)
+        """A run's CPU (nothing without `measures_cpu`)."""
+        if self.measures_cpu:
+            self.handler_cpu_seconds.labels(controller, handler).observe(cpu_seconds)
 
 
 class SkipMetrics:

@@ -8,7 +8,7 @@ one namespace with its self-managed certificate), their /metrics scraped back to
 round stamped 30 s after the last (the chart's scrape interval: the moments are a virtual
 clock's, the texts are real), under the jobs the chart's PodMonitors give. On that timeline:
 healthy, then a migration really refused by quota (KubeVirt's condition on the VMIM, set as
-virt-controller sets it) for 7 minutes, then cleared, 16 minutes after the refusal, then the
+virt-controller sets it) for 7 minutes, then admitted, 16 minutes after the refusal, then the
 webhook stopped, then the controller stopped. The timeline is shifted so that the refusal's
 scrape falls at the real moment it was taken, so the real timestamps the controller exports
 (when a refusal began) stand where they belong on it. Conditions too costly to make real (a
@@ -275,22 +275,29 @@ async def refuse_a_migration(api: ApiClient, cluster: ClusterInfo, namespace: st
         kubevirt = KubeVirtByHand(kubevirt_api, namespace)
         vmi, _source = await kubevirt.start_vm("vm1")
         migration = await kubevirt.migrate(vmi)
-        refused = {"type": CONDITION_REJECTED_BY_QUOTA, "status": "True", "reason": "FailedCreate"}
+        refused = {
+            "type": CONDITION_REJECTED_BY_QUOTA,
+            "status": "True",
+            "reason": "FailedCreate",
+            "lastProbeTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         await kubevirt.set_phase(migration, "Pending", conditions=[refused])
     finally:
         await kubevirt_api.close()
 
 
 async def clear_the_refusal(api: ApiClient, cluster: ClusterInfo, namespace: str) -> None:
-    """What virt-controller does once a target pod is admitted: the condition goes False."""
+    """What virt-controller does once a target pod is admitted: the migration leaves Pending
+    for Scheduling with the condition still on, then the condition is dropped."""
     kubevirt_api = await deployment.client_as(api, cluster, "kubevirt-controller")
     try:
         kubevirt = KubeVirtByHand(kubevirt_api, namespace)
         (migration,) = (await kubevirt_api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace))[
             "items"
         ]
-        cleared = {"type": CONDITION_REJECTED_BY_QUOTA, "status": "False", "reason": "Admitted"}
-        await kubevirt.set_phase(migration, "Pending", conditions=[cleared])
+        still = migration["status"]["conditions"]
+        migration = await kubevirt.set_phase(migration, "Scheduling", conditions=still)
+        await kubevirt.set_phase(migration, "Scheduling", conditions=[])
     finally:
         await kubevirt_api.close()
 
@@ -517,8 +524,8 @@ def test_migration_blocked_fires_while_a_real_refusal_stands_past_5_minutes_in_i
     """Real: the controller exports when the standing refusal began (the real wall time, on
     the shifted timeline). Every round while it stands: the rule fires, for the tenant's
     namespace, exactly when more than 300 s have passed since that moment; from the first
-    scrape after KubeVirt cleared the condition it is silent, though the migration is still
-    Pending."""
+    scrape after the migration left Pending (KubeVirt then drops the condition) it is
+    silent."""
     db = recording.database("refusal-old")
     refused, cleared = recording.round_of("refused"), recording.round_of("blocked")
     texts = [t for _, c, t in recording.scrapes if c == "controller"]

@@ -474,6 +474,23 @@ def test_an_opt_in_controller_flag_is_off_by_default_and_its_value_turns_it_on(
     assert flag in controller_args({"controller": {value: True}})
 
 
+def test_the_controller_may_patch_vmis_and_vms_only_with_harvesters_annotations_on() -> None:
+    """A stolen controller token gets no cluster-wide VMI or VM patch by default."""
+
+    def patchable(values: dict[str, object]) -> set[str]:
+        role = by_kind_and_name(values)[("ClusterRole", "harvester-quota")]
+        return {
+            resource
+            for rule in role["rules"]
+            if "patch" in rule.get("verbs", [])
+            for resource in rule.get("resources", [])
+        }
+
+    assert not {"virtualmachineinstances", "virtualmachines"} & patchable({})
+    on = patchable({"controller": {"harvesterAnnotations": True}})
+    assert {"virtualmachineinstances", "virtualmachines"} <= on
+
+
 def test_an_adoption_value_other_than_auto_true_or_false_is_refused_by_the_chart() -> None:
     with pytest.raises(ClusterError, match=r"adoptHarvesterQuotas=sometimes: auto, true or false"):
         render({"controller": {"adoptHarvesterQuotas": "sometimes"}})
@@ -493,7 +510,8 @@ async def test_on_a_harvester_layout_the_default_install_finds_harvester_system(
     rendered = render(kubeconfig=cluster.kubeconfig)
     assert set(KUBEVIRT_ACCOUNT.findall(rendered)) == {"harvester-system"}
     notes = install_notes(cluster)
-    assert "system:serviceaccount:harvester-system:kubevirt-* (found in the cluster)" in notes
+    assert "KubeVirt's namespace: harvester-system (found in the cluster)" in notes
+    assert "system:serviceaccount:harvester-system:kubevirt-controller," in notes
     assert "Harvester's quotas adopted: true (Harvester's own" in notes
 
 
@@ -506,7 +524,8 @@ def test_on_an_upstream_layout_the_default_install_names_the_running_virt_contro
     assert set(KUBEVIRT_ACCOUNT.findall(rendered)) == {"kubevirt"}
     assert f"--target-creator={VIRT_CONTROLLER_USER}" in rendered
     notes = install_notes(kubevirt_cluster)
-    assert "system:serviceaccount:kubevirt:kubevirt-* (found in the cluster)" in notes
+    assert "KubeVirt's namespace: kubevirt (found in the cluster)" in notes
+    assert "system:serviceaccount:kubevirt:kubevirt-handler and" in notes
     assert "Harvester's quotas adopted: false." in notes
     assert "Webhook certificate: self (the webhook makes its own CA" in notes
 

@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 import yaml
 from harvester_quota.apis.harvester import SETTINGS
+from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.discovery import serves
@@ -305,6 +306,10 @@ async def assert_least_privilege(api: ApiClient, cluster: ClusterInfo, namespace
             await controller.delete(NAMESPACES, namespace)
         with pytest.raises(errors.Forbidden):
             await controller.create(PODS, {"metadata": {"name": "x"}, "spec": {}}, namespace)
+        # Harvester's annotations are off by default, and with them the VMI and VM patch.
+        for kind in (VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES):
+            with pytest.raises(errors.Forbidden):
+                await controller.patch(kind, "vm1", {"metadata": {"labels": {"x": "y"}}}, namespace)
         # The webhook writes nothing but its reservation Leases: no namespace, no quota.
         with pytest.raises(errors.Forbidden):
             await webhook.patch(NAMESPACES, namespace, {"metadata": {"labels": {"x": "y"}}})

@@ -8,11 +8,15 @@ from typing import Any
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.controller.resourcequota.inputs import PlanInputs
-from harvester_quota.controller.resourcequota.refusals import RefusalTracker, refused_by_quota
+from harvester_quota.controller.resourcequota.refusals import (
+    RefusalTracker,
+    StandingRefusals,
+    refused_by_quota,
+)
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
-from harvester_quota.util.resourcequota.planviews import migration_plan_view
+from harvester_quota.util.resourcequota.planviews import migration_plan_view, plan_acted_on
 from prometheus_client import CollectorRegistry
 
 from tests.objects import migration, vmi
@@ -165,45 +169,117 @@ def test_a_standby_keeps_only_the_refusals_that_stand_and_its_first_settle_count
     assert tracker.settle("ns").new_refusals == 1
 
 
+def refused_at(moment: str | None, uid: str = "u1") -> dict[str, Any]:
+    """Refused, with the condition's lastProbeTime as virt-controller sets it (None: none)."""
+    found = refused(uid)
+    if moment is not None:
+        found["status"]["conditions"][0]["lastProbeTime"] = moment
+    return found
+
+
+WALL = datetime.datetime(2026, 11, 26, 12, 0, tzinfo=datetime.UTC)
+
+
 def test_the_oldest_standing_refusal_is_reported_while_it_stands_and_not_once_cleared() -> None:
-    """The block is seen while it lasts: each settle gives the wall time of the first refusal
-    of the migration refused longest that is still refused (a refused-again migration keeps
-    its first moment); a cleared one no longer counts, though it is still Pending."""
-    clock = FakeClock(wall=datetime.datetime(2026, 11, 26, tzinfo=datetime.UTC))
+    """A block is seen while it lasts: per namespace, when the longest-standing refusal began
+    (a refused-again migration keeps its first moment); a cleared one no longer counts, though
+    it is still Pending."""
+    clock = FakeClock(wall=WALL)
     start = clock.now().timestamp()
     tracker = RefusalTracker(clock)
-    assert tracker.settle("ns").refused_since is None
+    assert tracker.standing_since() == {}
     tracker.seen(KEY, refused())
     clock.step(10)
     tracker.seen("ns/m2", refused("u2"))
     clock.step(400)
-    assert tracker.settle("ns").refused_since == start
+    assert tracker.standing_since() == {"ns": start}
     tracker.seen(KEY, pending())
-    assert tracker.settle("ns").refused_since == start + 10, "m1 cleared: m2 is the oldest"
+    assert tracker.standing_since() == {"ns": start + 10}, "m1 cleared: m2 is the oldest"
     tracker.seen("ns/m2", started())
     tracker.seen(KEY, refused())
-    assert tracker.settle("ns").refused_since == start, "refused again: its first moment"
+    assert tracker.standing_since() == {"ns": start}, "refused again: its first moment"
     tracker.seen(KEY, started())
-    assert tracker.settle("ns").refused_since is None
+    assert tracker.standing_since() == {}
 
 
-def test_the_reconcile_exports_when_the_standing_refusal_began_and_removes_it_once_cleared() -> (
-    None
-):
-    clock = FakeClock(wall=datetime.datetime(2026, 11, 26, tzinfo=datetime.UTC))
+def test_a_controller_that_starts_mid_block_reports_when_kubevirt_says_it_began() -> None:
+    """A new leader (a restart, a cold standby, an upgrade) first sees a refusal 4 minutes
+    into it: the start is virt-controller's lastProbeTime, not its first sight, so the alert's
+    5 minutes do not start over. A time in the future, or one that cannot be read, is our first
+    sight (a block never starts later than we saw it)."""
+    clock = FakeClock(wall=WALL)
+    tracker = RefusalTracker(clock)
+    tracker.seen(KEY, refused_at("2026-11-26T11:56:00Z"))
+    tracker.seen("other/m1", refused_at("2026-11-26T12:30:00Z"))
+    tracker.seen("third/m1", refused_at("yesterday"))
+    tracker.seen("fourth/m1", refused_at(None))
+    now = WALL.timestamp()
+    assert tracker.standing_since() == {
+        "ns": now - 240,
+        "other": now,
+        "third": now,
+        "fourth": now,
+    }
+
+
+def test_the_view_keeps_the_refusals_probe_time_and_no_other_conditions() -> None:
+    view = migration_plan_view(
+        {
+            **refused_at("2026-11-26T11:56:00Z"),
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "migrationRejectedByResourceQuota",
+                        "status": "True",
+                        "lastProbeTime": "2026-11-26T11:56:00Z",
+                        "reason": "x",
+                    },
+                    {"type": "Other", "status": "True", "lastProbeTime": "2026-11-26T11:00:00Z"},
+                ],
+            },
+        }
+    )
+    assert view["status"]["conditions"] == [
+        {
+            "type": "migrationRejectedByResourceQuota",
+            "status": "True",
+            "lastProbeTime": "2026-11-26T11:56:00Z",
+        },
+        {"type": "Other", "status": "True"},
+    ]
+
+
+def test_the_scrape_exports_the_standing_refusals_and_nothing_from_a_standby() -> None:
+    """Read at each scrape: a reconcile that failed cannot leave a value behind; a cleared
+    refusal is gone from the next scrape; a standby exports none."""
+    clock = FakeClock(wall=WALL)
     registry = CollectorRegistry()
     tracker = RefusalTracker(clock)
-    reports = NamespaceReports(QuotaMetrics(registry), None, tracker)  # type: ignore[arg-type]
-    since = "harvester_quota_migration_refused_since_timestamp_seconds"
-    tracker.seen(KEY, refused())
-    began = clock.now().timestamp()
-    clock.step(301)
-    reports._count_refusals("ns")
-    assert registry.get_sample_value(since, {"namespace": "ns"}) == began
+    registry.register(StandingRefusals(tracker))
+    since = StandingRefusals.NAME
+    tracker.seen(KEY, refused_at("2026-11-26T11:56:00Z"))
+    assert registry.get_sample_value(since, {"namespace": "ns"}) == WALL.timestamp() - 240
+    tracker.standby = True
+    assert registry.get_sample_value(since, {"namespace": "ns"}) is None
+    tracker.standby = False
     tracker.seen(KEY, started())
-    reports._count_refusals("ns")
     assert registry.get_sample_value(since, {"namespace": "ns"}) is None
-    tracker.seen(KEY, refused("u2"))
-    reports._count_refusals("ns")
-    reports.forget("ns")
-    assert registry.get_sample_value(since, {"namespace": "ns"}) is None
+
+
+def test_a_refusal_and_its_end_each_queue_the_namespace_through_the_phase_classes() -> None:
+    """The tracker's contract (every change it notes queues the namespace) under the views'
+    phase classes: refused while Pending, admitted (Scheduling, the condition still set, as
+    KubeVirt leaves it until it drops it) and the condition dropped are each told."""
+    queued: list[str] = []
+    views: NamespaceViews[dict[str, Any]] = NamespaceViews(queued.append, acted_on=plan_acted_on)
+    tracker = RefusalTracker(FakeClock(wall=WALL))
+    steps = [refused(), view(phase="Scheduling", rejected=True), view(phase="Scheduling")]
+    told = []
+    for step in steps:
+        before = len(queued)
+        tracker.seen(KEY, step)
+        views.changed(KEY, step)
+        told.append(len(queued) > before)
+    assert told == [True, True, True]
+    assert tracker.standing_since() == {}

@@ -2,7 +2,8 @@
 
 Migrations, VMIs and pods are read through views the stores derive once per change
 (util/resourcequota/planviews.py, podindex.py); a change of a view (not every status write of
-virt-controller, virt-handler or the kubelet) queues its namespace. The listeners run inside the
+virt-controller, virt-handler or the kubelet, nor a migration's step between Pending and a final
+phase: planviews.plan_acted_on) queues its namespace. The listeners run inside the
 store's write, so the reconcile they queue reads the views with the change in them. Quota
 refusals are noted as the migrations change (refusals.py), not when a reconcile happens to run.
 Finished migrations that settled are set aside from the views (util/resourcequota/settled.py): a

@@ -13,9 +13,12 @@ depend on when reconciles run:
 - its blocked time runs from its first refusal to the last time it was seen cleared, and is
   reported once, when it leaves Pending or is deleted (before that, a later refusal would
   extend it);
-- while any of the namespace's migrations stands refused, each settle reports when the
-  longest-standing of them was first refused (wall time), so a block is seen while it lasts,
-  not only once it ends.
+- while any of the namespace's migrations stands refused, `StandingRefusals` exports, at each
+  scrape, when the longest-standing of them began (wall time), so a block is seen while it
+  lasts, not only once it ends. That moment is virt-controller's own (the condition's
+  lastProbeTime, set once when it adds the condition; only KubeVirt writes a VMIM's status),
+  so a controller that restarts or takes over mid-block reports the block's true start, not
+  when it first saw it; it is never later than that first sight.
 
 A migration is kept while it is pending after a refusal (one small record each). Not
 thread-safe: event loop only, like the store listeners that feed it.
@@ -23,13 +26,17 @@ thread-safe: event loop only, like the store listeners that feed it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from ...apis.kubevirt import CONDITION_REJECTED_BY_QUOTA, PHASE_PENDING
 from ...generic.clock import Clock
 from ...generic.meta import has_condition, metadata, status
+from ...util.vmispec import parse_time
 
 
 def _pending(migration: Mapping[str, Any]) -> bool:
@@ -48,6 +55,9 @@ class _Refusal:
     uid: str
     since: float
     """Monotonic moment of its first refusal."""
+    began: float
+    """Unix time it began: KubeVirt's lastProbeTime of the condition, or our first sight if
+    that is earlier or the time cannot be read."""
     ended: float | None = None
     """Monotonic moment it was last seen cleared (or gone); None while refused."""
     counted: bool = False
@@ -61,9 +71,6 @@ class Settled:
     """Migrations refused for the first time since the last settle."""
     blocked_seconds: list[float] = field(default_factory=list)
     """How long each migration that left Pending (or was deleted) since stayed refused."""
-    refused_since: float | None = None
-    """Unix time of the first refusal of the migration refused now that was first refused
-    earliest; None when none stands refused."""
 
 
 @dataclass
@@ -109,19 +116,17 @@ class RefusalTracker:
                 noted.ended = now
         if migration is not None and refused_by_quota(migration):
             tracked = self._by_namespace.setdefault(namespace, _Namespace())
-            tracked.pending.setdefault(name, _Refusal(str(uid), now))
+            if name not in tracked.pending:
+                began = _refused_at(migration, self._clock.now().timestamp())
+                tracked.pending[name] = _Refusal(str(uid), now, began)
 
     def settle(self, namespace: str) -> Settled:
         """Counts the namespace's migrations refused for the first time since the last settle,
-        reports the blocked time of those that left Pending or were deleted since, and when
-        the oldest refusal standing now began."""
+        and reports the blocked time of those that left Pending or were deleted since."""
         result = Settled()
         tracked = self._by_namespace.get(namespace)
         if tracked is None:
             return result
-        result.refused_since = self._wall_time(
-            min((r.since for r in tracked.pending.values() if r.ended is None), default=None)
-        )
         for refusal in [*tracked.closed, *tracked.pending.values()]:
             if not refusal.counted:
                 refusal.counted = True
@@ -134,11 +139,15 @@ class RefusalTracker:
             del self._by_namespace[namespace]
         return result
 
-    def _wall_time(self, moment: float | None) -> float | None:
-        """The Unix time of monotonic `moment` (None stays None)."""
-        if moment is None:
-            return None
-        return self._clock.now().timestamp() - (self._clock.monotonic() - moment)
+    def standing_since(self) -> dict[str, float]:
+        """Namespace -> Unix time the longest-standing refusal refused now began (namespaces
+        with none left out)."""
+        found: dict[str, float] = {}
+        for namespace, tracked in self._by_namespace.items():
+            began = [r.began for r in tracked.pending.values() if r.ended is None]
+            if began:
+                found[namespace] = min(began)
+        return found
 
     def forget(self, namespace: str) -> None:
         """Drops the namespace's notes without counting them (it is no longer ours to report)."""
@@ -152,3 +161,43 @@ class RefusalTracker:
             for r in tracked.pending.values()
             if r.ended is None
         )
+
+
+def _refused_at(migration: Mapping[str, Any], seen_at: float) -> float:
+    """When the quota refusal condition of `migration` began: its lastProbeTime, which
+    virt-controller sets once when it adds the condition, if readable and not later than
+    `seen_at` (our first sight, Unix time), else `seen_at`."""
+    for condition in status(migration).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == CONDITION_REJECTED_BY_QUOTA:
+            try:
+                probed = parse_time(condition.get("lastProbeTime"), "lastProbeTime").timestamp()
+            except ValueError:
+                return seen_at
+            return min(probed, seen_at)
+    return seen_at
+
+
+class StandingRefusals(Collector):
+    """`harvester_quota_migration_refused_since_timestamp_seconds{namespace}`, read from the
+    tracker at each scrape: per namespace, when its longest-standing refusal began (absent
+    while none stands, and from a standby, which reports nothing). A collector rather than a
+    gauge set by reconciles: a scrape can never show a value a failed reconcile left behind.
+    Scrapes run on the event loop (generic/health.py), like everything that changes the
+    tracker."""
+
+    NAME: Final = "harvester_quota_migration_refused_since_timestamp_seconds"
+
+    def __init__(self, tracker: RefusalTracker) -> None:
+        self._tracker = tracker
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            self.NAME,
+            "Unix time the namespace's longest-standing refusal of a migration target pod by "
+            "quota began (KubeVirt's condition), while it stands; per namespace.",
+            labels=["namespace"],
+        )
+        if not self._tracker.standby:
+            for namespace, began in sorted(self._tracker.standing_since().items()):
+                family.add_metric([namespace], began)
+        yield family

@@ -79,11 +79,9 @@ class NamespaceReports:
             self._above_base.pop(namespace, None)
 
     def _count_refusals(self, namespace: str) -> None:
-        """Counts each migration KubeVirt reported refused by quota once, however briefly,
-        observes how long each refusal that ended since stood, and exports when the oldest
-        refusal standing now began (refusals.py)."""
+        """Counts each migration KubeVirt reported refused by quota once, however briefly, and
+        observes how long each refusal that ended since stood (refusals.py)."""
         settled = self.refusals.settle(namespace)
-        self.metrics.set_refused_since(namespace, settled.refused_since)
         if settled.new_refusals:
             self.metrics.target_pods_refused.labels(namespace).inc(settled.new_refusals)
         for seconds in settled.blocked_seconds:

@@ -42,6 +42,7 @@ from .gather import GATHER_RETRY, ReleaseGathering
 from .inputs import PlanInputs
 from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
+from .refusals import StandingRefusals
 from .reports import NamespaceReports
 from .roomlabel import RoomHeldLabel, label_policy
 from .specwrites import SpecWrites
@@ -87,6 +88,7 @@ class QuotaReconciler:
         self.inputs = PlanInputs(management, self.namespaces.enqueue_key)
         """The informers and views plans read (inputs.py)."""
         self.metrics = QuotaMetrics(management.registry)
+        management.registry.register(StandingRefusals(self.inputs.refusals))
         self.writer = QuotaWriter(management.client, management.clock, self.metrics.count_write)
         """Every write of ours and its permission gate (controller/quotawriter.py)."""
         self.metrics.paused.set(1 if management.options.paused else 0)

@@ -26,7 +26,7 @@ from typing import Any, Final
 import orjson
 from cachetools import LRUCache
 
-from ...apis.kubevirt import FINAL_PHASES, PHASE_PENDING
+from ...apis.kubevirt import CONDITION_REJECTED_BY_QUOTA, FINAL_PHASES, PHASE_PENDING
 from ...generic.meta import metadata, status
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
@@ -42,7 +42,8 @@ def migration_plan_view(migration: Object) -> Object:
     """The migration with only what the quota plan and its controller read: identity (and kind,
     for Events), creation and deletion times, the VMI, which side of a decentralized migration
     it is (spec.sendTo and spec.receive kept as {} where set: `rooms.decentralized_side` reads
-    only their presence), the phase, the conditions' type and status, the source pod KubeVirt
+    only their presence), the phase, the conditions' type and status (and the quota refusal's
+    lastProbeTime), the source pod KubeVirt
     recorded and when it reached a final phase (phaseTransitionTimestamps of Succeeded and
     Failed only, for settled.py). Never raises; a malformed field is kept as it is and judged by
     the reader, as on the full object."""
@@ -64,9 +65,7 @@ def migration_plan_view(migration: Object) -> Object:
     conditions = state.get("conditions")
     if isinstance(conditions, list):
         narrow["status"]["conditions"] = [
-            {"type": c.get("type"), "status": c.get("status")}
-            for c in conditions
-            if isinstance(c, Mapping)
+            _narrow_condition(c) for c in conditions if isinstance(c, Mapping)
         ]
     own = state.get("migrationState")
     if isinstance(own, Mapping) and own.get("sourcePod"):
@@ -78,6 +77,15 @@ def migration_plan_view(migration: Object) -> Object:
         ]
         if final:
             narrow["status"]["phaseTransitionTimestamps"] = final
+    return narrow
+
+
+def _narrow_condition(condition: Mapping[str, Any]) -> dict[str, Any]:
+    """A condition's type and status; for the quota refusal also its lastProbeTime, which
+    virt-controller sets once when it adds the condition (when the block began, refusals.py)."""
+    narrow = {"type": condition.get("type"), "status": condition.get("status")}
+    if condition.get("type") == CONDITION_REJECTED_BY_QUOTA and "lastProbeTime" in condition:
+        narrow["lastProbeTime"] = condition["lastProbeTime"]
     return narrow
 
 
