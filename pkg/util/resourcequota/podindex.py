@@ -380,7 +380,9 @@ def _unlink(index: dict[str, set[str]], value: str | None, name: str) -> None:
 
 
 def namespace_pods(pods: Iterable[Object] | NamespacePods) -> NamespacePods:
-    """The pods of a namespace as NamespacePods (built from a list where a caller has one)."""
+    """The pods of a namespace as NamespacePods (built from a list where a caller has one, each
+    pod charged as Kubernetes v1.36 charges it: the product's commands hand NamespacePods whose
+    views their --quota-feature-gates made, so a list is for tests and the bench)."""
     if isinstance(pods, NamespacePods):
         return pods
     return NamespacePods(pod_view(pod) for pod in pods)
@@ -388,8 +390,8 @@ def namespace_pods(pods: Iterable[Object] | NamespacePods) -> NamespacePods:
 
 class PodIndex:
     """NamespacePods for every namespace of a pod store, kept by the listener of its view
-    (`store.add_view(PodIndex.VIEW, pod_view, index.changed)`): always exactly what the store
-    holds."""
+    (`store.add_view(PodIndex.VIEW, pod_view, index.changed)`, pod_view given the process's
+    QuotaFeatures): always exactly what the store holds."""
 
     VIEW = "quota"
 
