@@ -18,6 +18,7 @@ import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -49,6 +50,7 @@ from .util.annotations import ANNOTATION_PAUSED, TRUE, parse_migration_annotatio
 from .util.launcher import VmiSource, as_view, spec_of
 from .util.migrationpriority import migration_priority, priority_name
 from .util.mtqlock import locks_of
+from .util.podusage import KUBERNETES_1_36, QuotaFeatures
 from .util.quotascope import quota_scope
 from .util.rancher.project import PROJECTS, ProjectQuota, project_reference, validated_condition
 from .util.rancher.projectroom import NoRoom, raise_verdict, refusal_verdict
@@ -118,11 +120,13 @@ async def explain(
     *,
     mode: Mode = "auto",
     kubevirt_version: str | None = None,
+    quota_features: QuotaFeatures = KUBERNETES_1_36,
     now: datetime.datetime | None = None,
     controller_namespace: str = "harvester-system",
     lease_name: str = "harvester-quota",
 ) -> Explanation:
-    """Reads the namespace and explains its managed quota; raises NotFound for no namespace.
+    """Reads the namespace and explains its managed quota, its pods charged as an API server
+    with `quota_features` charges them; raises NotFound for no namespace.
     Whether the controller runs paused is read from its leader Lease `lease_name` in
     `controller_namespace` (unreadable: not paused, with a warning)."""
     ns = await client.get(NAMESPACES, namespace)
@@ -139,7 +143,7 @@ async def explain(
         settings[0] if settings else None,
         configured_version=kubevirt_version,
     ).for_namespace(quotas, ns, await _list(client, LIMIT_RANGES, namespace))
-    listed = await _screened_lists(client, namespace)
+    listed = await _screened_lists(client, namespace, quota_features)
     paused, lease_warnings = await controller_paused(client, controller_namespace, lease_name)
     migrations = listed.migrations
     snapshot = NamespaceSnapshot(
@@ -193,7 +197,7 @@ class _Listed:
     skipped: list[str]
 
 
-async def _screened_lists(client: ApiClient, namespace: str) -> _Listed:
+async def _screened_lists(client: ApiClient, namespace: str, features: QuotaFeatures) -> _Listed:
     """Lists the namespace's migrations, VMIs and pods and runs on each the view the
     controller's caches derive (migration_plan_view, vmi_facts, pod_view): one that raises is
     skipped and named instead of failing the whole command (util/screen.py)."""
@@ -207,7 +211,9 @@ async def _screened_lists(client: ApiClient, namespace: str) -> _Listed:
         vmi_facts,
         "VirtualMachineInstance",
     )
-    pods, skipped_pods = screened(await _list(client, PODS, namespace), pod_view, "Pod")
+    pods, skipped_pods = screened(
+        await _list(client, PODS, namespace), partial(pod_view, features=features), "Pod"
+    )
     return _Listed(
         [m for m, _ in migrations],
         [v for v, _ in vmis],

@@ -37,6 +37,12 @@ from .generic.commandline import (
     run_command_line,
 )
 from .util.kubevirtversion import parse_kubevirt_version
+from .util.podusage import (
+    KUBERNETES_1_36,
+    QUOTA_FEATURE_GATES,
+    QuotaFeatures,
+    quota_features_from_gates,
+)
 from .util.resourcequota.base import Mode
 from .webhook.resources.common import DEFAULT_CONTROLLER_USERS, DEFAULT_TARGET_CREATORS, Identities
 from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
@@ -54,6 +60,7 @@ def _options(args: argparse.Namespace) -> Options:
         namespace=args.namespace,
         mode=args.mode,
         kubevirt_version=args.kubevirt_version,
+        quota_features=args.quota_feature_gates,
         workers=args.workers,
         identity=args.identity or Options().identity,
         lease_name=args.lease_name,
@@ -104,6 +111,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         metrics_address=(args.metrics_host, args.metrics_port),
         kubevirt_version=args.kubevirt_version,
         mode=args.mode,
+        quota_features=args.quota_feature_gates,
         target_room_wait=args.target_room_wait,
         namespace=args.namespace,
         mtq=not args.no_mtq,
@@ -167,6 +175,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                     namespace,
                     mode=args.mode,
                     kubevirt_version=args.kubevirt_version,
+                    quota_features=args.quota_feature_gates,
                     controller_namespace=args.controller_namespace,
                 )
             except errors.NotFound:
@@ -212,7 +221,14 @@ def cmd_preflight(args: argparse.Namespace) -> int:
                 strategy, reason = await read.detect_strategy(client, state)
             else:
                 strategy, reason = args.strategy, "asked for with --strategy"
-        plan = preflight.Plan(args.operation, args.nodes or (), strategy, reason, mode=args.mode)
+        plan = preflight.Plan(
+            args.operation,
+            args.nodes or (),
+            strategy,
+            reason,
+            mode=args.mode,
+            quota_features=args.quota_feature_gates,
+        )
         report = preflight.preflight(state, plan)
         report.warnings = [*warnings, *report.warnings]
         return report
@@ -318,6 +334,28 @@ def _add_kubevirt_flags(
     parser.add_argument("--kubevirt-version", type=kubevirt_version_arg, help=version_help)
 
 
+def _add_quota_feature_gates_flag(parser: argparse.ArgumentParser) -> None:
+    """--quota-feature-gates, on every command that charges pods as quota admission does."""
+    parser.add_argument(
+        "--quota-feature-gates",
+        type=quota_feature_gates_arg,
+        default=KUBERNETES_1_36,
+        metavar="GATE=BOOL,...",
+        help="the API server's feature gates that change what quota charges a pod, in its "
+        f"--feature-gates syntax (known: {', '.join(QUOTA_FEATURE_GATES)}; default: none on, "
+        "as on Kubernetes v1.36; the same on the controller, the webhook, explain and preflight)",
+    )
+
+
+def quota_feature_gates_arg(text: str) -> QuotaFeatures:
+    """--quota-feature-gates as QuotaFeatures; an unknown gate or a value that is not a bool is
+    a usage error at start, naming the gates known."""
+    try:
+        return quota_features_from_gates(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
 def kubevirt_version_arg(text: str) -> str:
     """--kubevirt-version as the KubeVirt CR's version is read: a release we know, or "main"
     (given, or for a release after the newest we know, or a "devel" build); anything else is a
@@ -345,6 +383,7 @@ def _add_run_command(commands: Any) -> None:
         version_help="KubeVirt version whose launcher pods to size (default: read from the "
         "KubeVirt CR)",
     )
+    _add_quota_feature_gates_flag(run)
     run.add_argument("--workers", type=int, default=5, help="workers per controller")
     run.add_argument("--identity", help="leader-election identity (default: host name)")
     run.add_argument("--lease-name", default="harvester-quota", help="name of the leader Lease")
@@ -447,6 +486,7 @@ def _add_explain_command(commands: Any) -> None:
         mode_help="the controller's --mode, if not auto",
         version_help="the controller's --kubevirt-version, if set",
     )
+    _add_quota_feature_gates_flag(command)
     command.add_argument(
         "--controller-namespace",
         default="harvester-system",
@@ -484,6 +524,7 @@ def _add_preflight_command(commands: Any) -> None:
             mode_help="the controller's --mode, if not auto (strategy ours)",
             version_help="KubeVirt version (default: from its CR)",
         )
+        _add_quota_feature_gates_flag(parser)
         parser.set_defaults(handler=cmd_preflight)
     upgrade.set_defaults(nodes=[])
 
@@ -639,6 +680,7 @@ def _add_webhook_command(commands: Any) -> None:
         mode_help="the controller's --mode: in standalone mode Rancher's annotation is no base",
         version_help="KubeVirt version (default: from the KubeVirt CR)",
     )
+    _add_quota_feature_gates_flag(hook)
     hook.add_argument(
         "--namespace",
         default="harvester-system",

@@ -22,6 +22,7 @@ from ..generic.events import WARNING, EventRecorder
 from ..generic.frameworkmetrics import FrameworkMetrics, SkipMetrics
 from ..generic.informer import SharedInformerFactory
 from ..generic.intake import SkippedObject
+from ..util.podusage import KUBERNETES_1_36, QuotaFeatures
 from ..util.resourcequota.base import Mode
 
 COMPONENT = "harvester-quota"
@@ -38,6 +39,9 @@ class Options:
     standalone force one of the two."""
     kubevirt_version: str | None = None
     """None: read status.observedKubeVirtVersion from the KubeVirt CR (default 1.6)."""
+    quota_features: QuotaFeatures = KUBERNETES_1_36
+    """The API server's feature gates that change what quota charges a pod (--quota-feature-gates):
+    every pod's usage in the plan is computed with them. No server version implies them."""
     workers: int = 5
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4()}")
     """Unique per process (host name plus a UUID, as client-go's users do): two processes on one

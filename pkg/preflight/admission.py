@@ -32,7 +32,7 @@ from ..generic.meta import annotations_of, name
 from ..util.annotations import parse_migration_annotations
 from ..util.kubevirtversion import KubeVirtVersion
 from ..util.launcher.parts import RenderedPart
-from ..util.podusage import quota_constraint_violations
+from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, quota_constraint_violations
 from ..util.quantity import Quantity
 from ..util.quotascope import PodScopeFacts, QuotaScope
 from ..util.rancher.project import ProjectQuota
@@ -66,6 +66,8 @@ class NamespaceContext:
     kubevirt_version: str | KubeVirtVersion = "1.6"
     mode: Mode = "auto"
     """The controller's --mode (in standalone, Rancher's annotation is no base)."""
+    quota_features: QuotaFeatures = KUBERNETES_1_36
+    """The controller's --quota-feature-gates: what quota charges a pod."""
 
 
 @dataclass
@@ -123,7 +125,7 @@ def quota_blockers(
     charged = {name(q): target.charged(quota_view(q).scope) for q in context.quotas}
     applying = [q for q in context.quotas if charged[name(q)] is not None]
     launcher_applying = [q for q in applying if quota_view(q).scope.matches(target.facts)]
-    blockers = _constraint_blockers(launcher_applying, target.pod)
+    blockers = _constraint_blockers(launcher_applying, target.pod, context.quota_features)
     rooms = _rooms(strategy, context, target.vmi, target.total)
     blockers.extend(rooms.blockers)
     for quota in sorted(applying, key=name):
@@ -166,12 +168,14 @@ def quota_rooms(
 
 
 def _constraint_blockers(
-    quotas: Sequence[Mapping[str, Any]], pod: Mapping[str, Any]
+    quotas: Sequence[Mapping[str, Any]], pod: Mapping[str, Any], features: QuotaFeatures
 ) -> list[Blocker]:
     out = []
     for quota in sorted(quotas, key=name):
         hard = (quota.get("spec") or {}).get("hard") or {}
-        for key, containers in sorted(quota_constraint_violations(pod, hard).items()):
+        for key, containers in sorted(
+            quota_constraint_violations(pod, hard, features=features).items()
+        ):
             out.append(
                 Blocker(
                     "quota",

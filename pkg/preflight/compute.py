@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from ..apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LAUNCHER
@@ -25,7 +26,7 @@ from ..util.launcher import LauncherSettings, launcher_pod_resources
 from ..util.launcher.parts import beside_parts
 from ..util.migrationlimits import migration_limits
 from ..util.migrationpriority import evacuation_priority
-from ..util.podusage import pod_quota_usage, pod_requests
+from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, pod_quota_usage, pod_requests
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancher.project import ProjectQuota, project_reference
@@ -85,6 +86,9 @@ class Plan:
     strategy_reason: str = "asked for"
     mode: Mode = "auto"
     """The controller's --mode: where our strategy takes the base from."""
+    quota_features: QuotaFeatures = KUBERNETES_1_36
+    """The controller's --quota-feature-gates: what quota charges a pod (and what the
+    scheduler sums of the pods on a node, the gates being the cluster's)."""
 
 
 class UnknownNode(ValueError):
@@ -194,7 +198,8 @@ class _Cluster:
     def indexed(cls, state: ClusterState, plan: Plan) -> _Cluster:
         """The state indexed; a pod or VMI the per-object reads raise on is skipped and named
         in the warnings (util/screen.py), so one poisoned object never fails the preflight."""
-        pods, skipped_pods = screened(state.pods, _read_pod, "Pod")
+        features = plan.quota_features
+        pods, skipped_pods = screened(state.pods, partial(_read_pod, features=features), "Pod")
         kept_pods = [pod for pod, _ in pods]
         vmis, skipped_vmis = screened(state.vmis, _read_vmi, "VirtualMachineInstance")
         kept_vmis = [vmi for vmi, _ in vmis]
@@ -202,7 +207,7 @@ class _Cluster:
         return cls(
             state,
             plan,
-            free_on_nodes(state.nodes, kept_pods),
+            free_on_nodes(state.nodes, kept_pods, features),
             location=vmi_nodes(kept_vmis, launchers),
             running=running_vmis(kept_vmis, launched_vmis(kept_vmis, launchers)),
             warnings=[*skipped_pods, *skipped_vmis],
@@ -213,11 +218,11 @@ class _Cluster:
         )
 
 
-def _read_pod(pod: Object) -> object:
+def _read_pod(pod: Object, features: QuotaFeatures) -> object:
     """What the preflight reads of each pod (running_launchers, free_on_nodes), on its own."""
     running_launchers([pod])
     try:
-        return pod_requests(pod)
+        return pod_requests(pod, features=features)
     except ValueError:
         return None  # charged nothing, as free_on_nodes does
 
@@ -400,7 +405,7 @@ def _judge_target(
     try:
         settings = _settings(cluster, context)
         pod = launcher_pod_resources(vmi, settings, migration_target=True)
-        usage = pod_quota_usage(pod)
+        usage = pod_quota_usage(pod, features=cluster.plan.quota_features)
         beside = beside_parts(vmi, settings)
     except ValueError as error:
         cluster.warnings.append(f"{verdict.key}: cannot render its target pod: {error}")
@@ -410,7 +415,7 @@ def _judge_target(
     verdict.target_parts = ["launcher", *(part.kind.name for part in beside)]
     verdict.migration_priority = evacuation_priority(settings.version, settings.feature_gates)
     verdict.blockers.extend(quota_blockers(cluster.plan.strategy, context, target))
-    requests = target_requests(pod)
+    requests = target_requests(pod, cluster.plan.quota_features)
     room, refusals = first_fit(candidates, vmi, requests)
     if room is None:
         figures = refusal_text(refusals) or "no node left"
@@ -468,6 +473,7 @@ def _context(cluster: _Cluster, ns_name: str) -> NamespaceContext:
         project=_project(state, ns),
         project_members=state.namespaces,
         mode=cluster.plan.mode,
+        quota_features=cluster.plan.quota_features,
         harvester_ratio=harvester_ratio(state.harvester_ratio_setting),
         kubevirt_version=settings_from(
             state.kubevirt, None, configured_version=state.kubevirt_version

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..generic.meta import labels, name, spec, status
-from ..util.podusage import pod_requests
+from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, pod_requests
 from ..util.quantity import Quantity
 from ..util.resources import ResourceList, parse_resource_list_leniently
 
@@ -45,10 +45,13 @@ class NodeRoom:
 
 
 def free_on_nodes(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    features: QuotaFeatures = KUBERNETES_1_36,
 ) -> dict[str, NodeRoom]:
-    """Each node's allocatable minus the requests of the unfinished pods bound to it, with
-    ``pods`` counting one per pod. Pods that cannot be read are charged nothing."""
+    """Each node's allocatable minus the requests of the unfinished pods bound to it (summed
+    with `features`, the gates taken to be the cluster's), with ``pods`` counting one per pod.
+    Pods that cannot be read are charged nothing."""
     rooms = {
         name(n): NodeRoom(n, parse_resource_list_leniently(status(n).get("allocatable")))
         for n in nodes
@@ -58,16 +61,18 @@ def free_on_nodes(
         if node not in rooms or status(pod).get("phase") in _FINISHED:
             continue
         try:
-            requests = pod_requests(pod)
+            requests = pod_requests(pod, features=features)
         except ValueError:
             continue
         rooms[str(node)].take({**requests, "pods": _ONE_POD})
     return rooms
 
 
-def target_requests(pod: Mapping[str, Any]) -> ResourceList:
+def target_requests(
+    pod: Mapping[str, Any], features: QuotaFeatures = KUBERNETES_1_36
+) -> ResourceList:
     """What the scheduler counts for the target pod: its requests and one pod."""
-    return {**pod_requests(pod), "pods": _ONE_POD}
+    return {**pod_requests(pod, features=features), "pods": _ONE_POD}
 
 
 def why_not(room: NodeRoom, vmi: Mapping[str, Any], requests: ResourceList) -> str | None:

@@ -24,6 +24,7 @@ from .vmispec import deletion_deadline, mapping_at, quantity_of, sequence_at
 
 __all__ = [
     "KUBERNETES_1_36",
+    "QUOTA_FEATURE_GATES",
     "QuotaFeatures",
     "ResourceList",
     "pod_counts_against_quota",
@@ -32,6 +33,7 @@ __all__ = [
     "pod_requests",
     "pod_without_unreadable_quantities",
     "quota_constraint_violations",
+    "quota_features_from_gates",
     "quota_usage_for",
     "strip_pod_to_quota_fields",
 ]
@@ -114,6 +116,36 @@ class QuotaFeatures:
 
 KUBERNETES_1_36: Final = QuotaFeatures()
 """No optional gate: what the bench's Kubernetes v1.36 charges."""
+
+_GATES: Final = {"PodLevelResourcesEphemeralStorage": "pod_level_ephemeral_storage"}
+"""Kubernetes' gate name -> the QuotaFeatures field it sets."""
+QUOTA_FEATURE_GATES: Final = tuple(sorted(_GATES))
+"""The gates `quota_features_from_gates` knows, by name."""
+_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+"""The spellings Go's strconv.ParseBool takes, as the API server's --feature-gates reads them."""
+
+
+def quota_features_from_gates(text: str) -> QuotaFeatures:
+    """QuotaFeatures from gates written as the API server's `--feature-gates` takes them:
+    comma-separated `Gate=bool` pairs (empty pairs skipped, the last of a gate given twice
+    wins). ValueError naming the offending pair, and the known gates for an unknown one: a
+    gate we do not model must not be taken as set."""
+    fields: dict[str, bool] = {}
+    for pair in text.split(","):
+        if not pair.strip():
+            continue
+        gate, equals, value = (part.strip() for part in pair.partition("="))
+        if not equals:
+            raise ValueError(f"malformed pair {pair!r}: expected Gate=true or Gate=false")
+        if gate not in _GATES:
+            raise ValueError(
+                f"unknown feature gate {gate!r} (known: {', '.join(QUOTA_FEATURE_GATES)})"
+            )
+        if value not in _TRUE | _FALSE:
+            raise ValueError(f"invalid value of {gate}={value!r}: expected true or false")
+        fields[_GATES[gate]] = value in _TRUE
+    return QuotaFeatures(**fields)
 
 
 def _is_pod_level_resource(name: str, pod_level: frozenset[str]) -> bool:

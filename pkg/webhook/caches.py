@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 from prometheus_client import CollectorRegistry
 
@@ -27,7 +28,7 @@ from ..generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, 
 from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings, VmiSource
-from ..util.podusage import strip_pod_to_quota_fields
+from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, strip_pod_to_quota_fields
 from ..util.resourcequota.base import Mode
 from ..util.resourcequota.handover import room_raise_left
 from ..util.resourcequota.managed import managed_quota
@@ -80,13 +81,16 @@ class WebhookCaches:
         kubevirt_version: str | None = None,
         mtq: bool = True,
         mode: Mode = "auto",
+        quota_features: QuotaFeatures = KUBERNETES_1_36,
         skips: SkipReporter | None = None,
     ) -> None:
         """`mtq`: namespaces with a VirtualMachineMigrationResourceQuota are MTQ mode's, and
         their quotas are no managed quota here (no room rules, no target wait), as the
-        controller's --no-mtq decides. `mode`: the controller's --mode (base_mode). `skips`: told
+        controller's --no-mtq decides. `mode`: the controller's --mode (base_mode).
+        `quota_features`: the controller's --quota-feature-gates (quota_features). `skips`: told
         of every object the caches skip (informer.py; None: logged only)."""
         self._mode: Mode = mode
+        self._quota_features = quota_features
         self._clock = clock
         self._kubevirt_version = kubevirt_version
         self.factory = SharedInformerFactory(client, clock=clock, skips=skips)
@@ -111,7 +115,9 @@ class WebhookCaches:
         )
         self.pod_index = PodIndex()
         """The launcher pods as the room plan reads them, kept as they change (podindex.py)."""
-        self.pods.store.add_view(PodIndex.VIEW, pod_view, self.pod_index.changed)
+        self.pods.store.add_view(
+            PodIndex.VIEW, partial(pod_view, features=quota_features), self.pod_index.changed
+        )
         self.settings = self.factory.informer(
             SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True
         )
@@ -159,6 +165,9 @@ class WebhookCaches:
 
     def base_mode(self) -> Mode:
         return self._mode
+
+    def quota_features(self) -> QuotaFeatures:
+        return self._quota_features
 
     def kubevirt_settings(self) -> LauncherSettings:
         """The cluster-wide launcher settings, derived again only once the KubeVirt CR or

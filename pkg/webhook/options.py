@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..util.podusage import KUBERNETES_1_36, QuotaFeatures
 from ..util.resourcequota.base import Mode
 from .certkeeper import SelfSigned
 from .metrics import METRICS_PORT
@@ -36,6 +37,8 @@ class WebhookOptions:
     """None: read from the KubeVirt CR, as the controller does."""
     mode: Mode = "auto"
     """The controller's --mode: where the base comes from (WebhookCaches)."""
+    quota_features: QuotaFeatures = KUBERNETES_1_36
+    """The controller's --quota-feature-gates: what quota charges a pod (WebhookCaches)."""
     target_room_wait: float = TARGET_ROOM_WAIT
     """The longest a migration target pod's admission waits for its room (pod/targets.py)."""
     namespace: str = "harvester-system"

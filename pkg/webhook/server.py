@@ -375,6 +375,7 @@ async def serve(client: ApiClient, options: WebhookOptions) -> int:
         kubevirt_version=options.kubevirt_version,
         mtq=options.mtq,
         mode=options.mode,
+        quota_features=options.quota_features,
         skips=counted_skips(REGISTRY),
     )
     caches.factory.start()

@@ -44,6 +44,11 @@ from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSp
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.annotations import LABEL_PAUSED
+from harvester_quota.util.podusage import (
+    QUOTA_FEATURE_GATES,
+    QuotaFeatures,
+    quota_features_from_gates,
+)
 
 from tests.helpers import eventually
 from tests.integration import deployment
@@ -489,6 +494,45 @@ def test_the_controller_may_patch_vmis_and_vms_only_with_harvesters_annotations_
     assert not {"virtualmachineinstances", "virtualmachines"} & patchable({})
     on = patchable({"controller": {"harvesterAnnotations": True}})
     assert {"virtualmachineinstances", "virtualmachines"} <= on
+
+
+def process_args(values: dict[str, object]) -> tuple[list[str], list[str]]:
+    """The controller's and the webhook's args, as the chart renders them with `values`."""
+    rendered = by_kind_and_name(values)
+    controller = rendered[("Deployment", "harvester-quota")]["spec"]["template"]["spec"]
+    webhook = webhook_pod(rendered)["containers"][0]["args"]
+    return list(controller["containers"][0]["args"]), list(webhook)
+
+
+def test_quota_feature_gates_reach_both_processes_and_none_by_default() -> None:
+    """quota.featureGates is one value for the two processes that charge pods: rendered to the
+    flag on both, in Kubernetes' --feature-gates syntax that `run` and `webhook` parse back
+    to the same QuotaFeatures; empty by default, so no flag at all."""
+    controller, webhook = process_args({})
+    assert not any(a.startswith("--quota-feature-gates") for a in [*controller, *webhook])
+    gates = dict.fromkeys(QUOTA_FEATURE_GATES, True)
+    for args in process_args({"quota": {"featureGates": gates}}):
+        flags = [a for a in args if a.startswith("--quota-feature-gates=")]
+        assert len(flags) == 1
+        text = flags[0].split("=", 1)[1]
+        assert quota_features_from_gates(text) == QuotaFeatures(pod_level_ephemeral_storage=True)
+    off = {"quota": {"featureGates": {"PodLevelResourcesEphemeralStorage": False}}}
+    assert "--quota-feature-gates=PodLevelResourcesEphemeralStorage=false" in controller_args(off)
+
+
+@pytest.mark.parametrize(
+    ("gates", "refusal"),
+    [
+        ({"PodLevelResources": True}, r"quota\.featureGates\.PodLevelResources: unknown gate"),
+        ({"PodLevelResourcesEphemeralStorage": "yes"}, r"=yes: true or false"),
+    ],
+)
+def test_an_unknown_quota_feature_gate_or_a_value_not_a_bool_is_refused_by_the_chart(
+    gates: dict[str, object], refusal: str
+) -> None:
+    """Refused at `helm install`, not by every pod at its start (a crash loop)."""
+    with pytest.raises(ClusterError, match=refusal):
+        render({"quota": {"featureGates": gates}})
 
 
 def test_an_adoption_value_other_than_auto_true_or_false_is_refused_by_the_chart() -> None:

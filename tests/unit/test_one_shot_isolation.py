@@ -12,6 +12,7 @@ from harvester_quota.explain import explain, render_text
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.preflight import Plan, compute, preflight
 from harvester_quota.preflight.render import render_text as render_preflight
+from harvester_quota.util.podusage import KUBERNETES_1_36, QuotaFeatures
 from harvester_quota.util.resourcequota import podindex
 from harvester_quota.util.resourcequota.podindex import PodView, pod_view
 
@@ -23,11 +24,11 @@ from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
 NS = "quota-test"
 
 
-def poisoned_pod_view(pod: Any) -> PodView:
+def poisoned_pod_view(pod: Any, features: QuotaFeatures = KUBERNETES_1_36) -> PodView:
     """The pod view, raising on one pod (as pod_view did on an int64 grace period)."""
     if pod["metadata"].get("labels", {}).get("poison"):
         raise OverflowError("date value out of range")
-    return pod_view(pod)
+    return pod_view(pod, features)
 
 
 async def test_explain_skips_a_pod_its_view_raises_on_and_names_it(

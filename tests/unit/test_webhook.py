@@ -25,7 +25,7 @@ from harvester_quota.util.launcher import (
     launcher_pod_resources,
     launcher_quota_usage,
 )
-from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.podusage import KUBERNETES_1_36, QuotaFeatures, pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.base import Mode
 from harvester_quota.util.resources import ResourceList
@@ -58,9 +58,13 @@ class FakeLookups:
     ratio: str = "1.5"
     limit_range_list: list[Object] = field(default_factory=list)
     mode: Mode = "auto"
+    features: QuotaFeatures = KUBERNETES_1_36
 
     def base_mode(self) -> Mode:
         return self.mode
+
+    def quota_features(self) -> QuotaFeatures:
+        return self.features
 
     def managed_quota(self, namespace: str) -> Object | None:
         return self.quotas.get(namespace)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from ...config.management import Management
 from ...generic.meta import metadata
@@ -51,7 +52,10 @@ class PlanInputs:
         informers = self.informers
         self.pod_index = PodIndex()
         """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
-        informers.pods.store.add_view(PodIndex.VIEW, pod_view, self._pod_changed)
+        features = management.options.quota_features
+        informers.pods.store.add_view(
+            PodIndex.VIEW, partial(pod_view, features=features), self._pod_changed
+        )
         self.migration_views: NamespaceViews[Object] = NamespaceViews(
             changed, acted_on=plan_acted_on
         )

@@ -39,7 +39,12 @@ from ...apis.kubevirt import (
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from ..launcher.parts import secondary_labels
-from ..podusage import pod_quota_usage, pod_without_unreadable_quantities
+from ..podusage import (
+    KUBERNETES_1_36,
+    QuotaFeatures,
+    pod_quota_usage,
+    pod_without_unreadable_quantities,
+)
 from ..quantity import Format, Quantity
 from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, pod_scope_facts
 from ..resources import ResourceList
@@ -103,10 +108,11 @@ class PodView:
         return dict(self.usage) if self.counts(now) else {}
 
 
-def pod_view(pod: Object) -> PodView:
-    """The view of `pod`; never raises. Its phase and deletion deadline are read first, apart
-    from its quantities; a quantity that cannot be read is left out (the pod's other keys
-    still charge) and the view carries why, as it does when nothing of the pod can be read."""
+def pod_view(pod: Object, features: QuotaFeatures = KUBERNETES_1_36) -> PodView:
+    """The view of `pod`, its usage charged as an API server with `features` charges it; never
+    raises. Its phase and deletion deadline are read first, apart from its quantities; a
+    quantity that cannot be read is left out (the pod's other keys still charge) and the view
+    carries why, as it does when nothing of the pod can be read."""
     meta = metadata(pod)
     pod_labels = labels(pod)
     name = str(meta.get("name") or "")
@@ -135,7 +141,7 @@ def pod_view(pod: Object) -> PodView:
         return PodView(usage=_EMPTY, error=f"pod {name} cannot be read: {error}", **common)
     if common["terminal"]:
         return PodView(usage=_EMPTY, **common)
-    return _with_usage(pod, common)
+    return _with_usage(pod, common, features)
 
 
 def _controller_uid(meta: Mapping[str, Any]) -> str | None:
@@ -149,16 +155,16 @@ def _controller_uid(meta: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _with_usage(pod: Object, common: dict[str, Any]) -> PodView:
+def _with_usage(pod: Object, common: dict[str, Any], features: QuotaFeatures) -> PodView:
     """The view with the pod's usage. A pod that reads whole (all but a crafted one) is parsed
     once; only one that does not is filtered (a second parse) to charge what can be read."""
     try:
-        return PodView(usage=_interned(pod_quota_usage(pod, now=None)), **common)
+        return PodView(usage=_interned(pod_quota_usage(pod, now=None, features=features)), **common)
     except (ValueError, TypeError, AttributeError):
         pass
     readable, dropped = pod_without_unreadable_quantities(pod)
     try:
-        usage = _interned(pod_quota_usage(readable, now=None))
+        usage = _interned(pod_quota_usage(readable, now=None, features=features))
     except (ValueError, TypeError, AttributeError) as error:
         return PodView(
             usage=_EMPTY, error=f"pod {common['name']} cannot be read: {error}", **common
@@ -374,7 +380,9 @@ def _unlink(index: dict[str, set[str]], value: str | None, name: str) -> None:
 
 
 def namespace_pods(pods: Iterable[Object] | NamespacePods) -> NamespacePods:
-    """The pods of a namespace as NamespacePods (built from a list where a caller has one)."""
+    """The pods of a namespace as NamespacePods (built from a list where a caller has one, each
+    pod charged as Kubernetes v1.36 charges it: the product's commands hand NamespacePods whose
+    views their --quota-feature-gates made, so a list is for tests and the bench)."""
     if isinstance(pods, NamespacePods):
         return pods
     return NamespacePods(pod_view(pod) for pod in pods)
@@ -382,8 +390,8 @@ def namespace_pods(pods: Iterable[Object] | NamespacePods) -> NamespacePods:
 
 class PodIndex:
     """NamespacePods for every namespace of a pod store, kept by the listener of its view
-    (`store.add_view(PodIndex.VIEW, pod_view, index.changed)`): always exactly what the store
-    holds."""
+    (`store.add_view(PodIndex.VIEW, pod_view, index.changed)`, pod_view given the process's
+    QuotaFeatures): always exactly what the store holds."""
 
     VIEW = "quota"
 

@@ -30,6 +30,7 @@ from ...generic.resource import Object
 from ...util import resources
 from ...util.annotations import parse_migration_annotations
 from ...util.launcher import LauncherSettings, VmiSource
+from ...util.podusage import QuotaFeatures
 from ...util.quantity import Quantity
 from ...util.quotascope import quota_scope
 from ...util.rancher.annotation import LIMIT_FIELDS
@@ -81,6 +82,12 @@ class Lookups(Protocol):
 
     def base_mode(self) -> Mode:
         """The controller's --mode: in "standalone" Rancher's annotation is no base."""
+        ...
+
+    def quota_features(self) -> QuotaFeatures:
+        """The API server's gates that change what quota charges a pod (--quota-feature-gates):
+        what a pod's create or resize is charged, and the launcher pods' usage, are computed
+        with them."""
         ...
 
     def limit_ranges(self, namespace: str) -> Sequence[Object]:

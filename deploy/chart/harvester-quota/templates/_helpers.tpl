@@ -91,6 +91,24 @@ secret
 self
 {{- end -}}
 {{- end -}}
+{{- /* quota.featureGates as the --quota-feature-gates arg (nothing when empty). The known gates
+       are the command's (harvester_quota.util.podusage.QUOTA_FEATURE_GATES, each rendered by
+       tests/integration/test_chart.py): another is refused here rather than by each pod at its
+       start. dig: an upgrade reusing an older chart's values has no quota. */ -}}
+{{- define "hq.quotaFeatureGates" -}}
+{{- $known := list "PodLevelResourcesEphemeralStorage" -}}
+{{- $pairs := list -}}
+{{- range $gate, $on := (dig "quota" "featureGates" (dict) .Values.AsMap) -}}
+{{- if not (has $gate $known) -}}
+{{- fail (printf "quota.featureGates.%s: unknown gate (known: %s)" $gate (join ", " $known)) -}}
+{{- end -}}
+{{- if not (kindIs "bool" $on) -}}
+{{- fail (printf "quota.featureGates.%s=%v: true or false" $gate $on) -}}
+{{- end -}}
+{{- $pairs = append $pairs (printf "%s=%t" $gate $on) -}}
+{{- end -}}
+{{- if $pairs }}- --quota-feature-gates={{ join "," $pairs }}{{ end -}}
+{{- end -}}
 {{- /* The logging flags of both processes, checked here: a value the command refuses would
        only show as a crash loop. */ -}}
 {{- define "hq.logArgs" -}}

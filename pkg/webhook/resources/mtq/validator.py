@@ -23,6 +23,7 @@ from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....apis.mtq import KIND as VMMRQ_KIND
 from ....generic.meta import labels as labels_of
 from ....generic.meta import metadata
+from ....util.podusage import QuotaFeatures
 from ....util.resourcequota.mtq import FINALIZER, Lock, format_time, parse_lock
 from ...admission import Denied, Request
 from ..common import Identities, Lookups
@@ -74,7 +75,7 @@ def validate_locked(request: Request, lookups: Lookups, identities: Identities) 
         return
     why = _why(request.namespace, lock, lookups.now())
     if request.kind == "Pod":
-        _check_pod(request, identities, lock, why)
+        _check_pod(request, identities, lock, why, lookups.quota_features())
     elif request.kind == "ResourceQuota":
         if request.operation == "UPDATE":
             raise Denied(f"quota {request.name} cannot be edited while {why}")
@@ -104,7 +105,9 @@ def _drops_finalizer(request: Request) -> bool:
     return request.operation == "UPDATE" and has(request.old) and not has(request.obj)
 
 
-def _check_pod(request: Request, identities: Identities, lock: Lock, why: str) -> None:
+def _check_pod(
+    request: Request, identities: Identities, lock: Lock, why: str, features: QuotaFeatures
+) -> None:
     """While locked only the lock's target pods are created, and no pod grows in place
     (pods/resize): a resize into the budget would take what the migrations were given."""
     name = request.name or "(generated name)"
@@ -115,7 +118,7 @@ def _check_pod(request: Request, identities: Identities, lock: Lock, why: str) -
     if request.sub_resource != RESIZE:
         return
     try:
-        grown = requested_usage(request)
+        grown = requested_usage(request, features)
     except ValueError as error:
         raise Denied(f"pod {name}: {error}", code=422) from error
     if grown:

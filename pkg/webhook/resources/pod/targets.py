@@ -193,7 +193,7 @@ async def admit_target(
     docstring)."""
     pod = request.obj or {}
     try:
-        needed = pod_quota_usage(pod)
+        needed = pod_quota_usage(pod, features=lookups.quota_features())
     except ValueError as error:
         log.warning(
             "migration target pod %s/%s cannot be read: %s",

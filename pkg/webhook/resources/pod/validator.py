@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....generic.meta import labels as labels_of
 from ....generic.resource import Object
-from ....util.podusage import pod_quota_usage
+from ....util.podusage import QuotaFeatures, pod_quota_usage
 from ....util.quotascope import applies_to
 from ....util.resourcequota.rooms import decentralized_side
 from ....util.resources import ResourceList, subtract_non_negative
@@ -64,14 +64,14 @@ def is_room_target(request: Request, lookups: Lookups, identities: Identities) -
     return migration is None or decentralized_side(migration) is None
 
 
-def requested_usage(request: Request) -> ResourceList:
-    """What the request adds to the namespace's quota usage: the whole pod for a create, what
-    an in-place resize grows on each key (nothing for what it shrinks) for a resize. ValueError
-    for a pod quota could not read."""
-    needed = pod_quota_usage(request.obj or {})
+def requested_usage(request: Request, features: QuotaFeatures) -> ResourceList:
+    """What the request adds to the namespace's quota usage, charged as an API server with
+    `features` charges it: the whole pod for a create, what an in-place resize grows on each
+    key (nothing for what it shrinks) for a resize. ValueError for a pod quota could not read."""
+    needed = pod_quota_usage(request.obj or {}, features=features)
     if request.operation == "CREATE":
         return needed
-    before = pod_quota_usage(request.old or {})
+    before = pod_quota_usage(request.old or {}, features=features)
     grown = subtract_non_negative(needed, before)
     return {key: value for key, value in grown.items() if value.sign() > 0}
 
@@ -142,7 +142,7 @@ def check_rooms(request: Request, lookups: Lookups, question: RoomsQuestion) -> 
     if not view.holds_room and not view.still_raised(question.from_rancher):
         return None
     try:
-        needed = requested_usage(request)
+        needed = requested_usage(request, lookups.quota_features())
     except ValueError as error:
         raise Denied(f"pod {request.name}: {error}", code=422) from error
     if not needed:
