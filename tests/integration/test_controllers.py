@@ -29,14 +29,23 @@ V170_LIMIT = {"limitsCpu": "3000m", "limitsMemory": "5000Mi"}
 V170_HARD = {"limits.cpu": "3", "limits.memory": "5000Mi"}
 
 
-def new_app(api: ApiClient) -> ControllerApp:
-    options = Options(leader_elect=False, kubevirt_version="1.6", workers=2)
+def new_app(api: ApiClient, *, harvester_annotations: bool = False) -> ControllerApp:
+    """The controllers in this process; `harvester_annotations` for the tests that check the
+    opt-in Harvester migration annotations are cleared when the migration ends."""
+    options = Options(
+        leader_elect=False,
+        kubevirt_version="1.6",
+        workers=2,
+        harvester_annotations=harvester_annotations,
+    )
     return ControllerApp(api, options, registry=CollectorRegistry())
 
 
 @pytest.fixture
 async def controllers(api: ApiClient) -> AsyncIterator[ControllerApp]:
-    app = new_app(api)
+    """The controllers with Harvester's migration annotations on (the opt-in path: written
+    while a migration runs, cleared when it ends)."""
+    app = new_app(api, harvester_annotations=True)
     await app.start()
     yield app
     await app.stop()
@@ -84,6 +93,12 @@ async def test_room_is_held_while_the_source_pod_terminates_then_hard_is_exactly
     vmi, source = await kv.start_vm("vm1")
     migration = await kv.migrate(vmi)
     target = await eventually(lambda: kv.try_create_target(vmi, migration), what="target admitted")
+
+    async def annotated() -> bool:
+        current = await kv.api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", kv.namespace)
+        return "harvesterhci.io/migrationState" in (current["metadata"].get("annotations") or {})
+
+    await eventually(annotated, what="Harvester's migration annotation written (opt-in)")
     await succeed_migration(kv, migration, source, target)
     await kv.delete_pod(source["metadata"]["name"], grace=6)
     await eventually(lambda: caught_up(controllers, kv.namespace), what="controllers caught up")

@@ -244,7 +244,7 @@ async def test_a_migration_refused_by_quota_goes_through_once_the_controller_run
     record = kubevirt.records.get(kv.namespace, name)
     assert record is not None and record.admitted is None, "refused without the controller"
 
-    app = new_app(kubevirt_api)
+    app = new_app(kubevirt_api, harvester_annotations=True)  # their clearing, checked below
     async with SpecHistory(kubevirt_api, kv.namespace) as history:
         await app.start()
         try:
