@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from .metrics import MetricFactory
 
@@ -97,36 +97,28 @@ class FrameworkMetrics:
                 ["controller", "handler"],
                 buckets=HANDLER_CPU_BUCKETS,
             )
-        self._counted: dict[tuple[str, str], Callable[[], None]] = {}
-        self._runs: dict[tuple[str, str], Callable[[], None]] = {}
-        self._cpu: dict[str, Callable[[float], None]] = {}
-        """The labelled children's `inc`, bound once: a `labels()` lookup per event or step cost
-        more than the clock reads it records."""
+        self._bound: dict[tuple[object, ...], Callable[..., None]] = {}
+        """The labelled children's `inc`, by metric and labels, bound once: a `labels()`
+        lookup per event or step cost more than the clock reads it records."""
+
+    def _inc(self, counter: Counter, *labels: str) -> Callable[..., None]:
+        """`counter.labels(*labels).inc`, bound at its first use."""
+        key = (id(counter), *labels)  # the counters live as long as this object
+        inc = self._bound.get(key)
+        if inc is None:
+            inc = self._bound[key] = counter.labels(*labels).inc
+        return inc
 
     def watch_event(self, resource: str, event_type: str) -> None:
-        count = self._counted.get((resource, event_type))
-        if count is None:
-            count = self._counted[resource, event_type] = self.watch_events.labels(
-                resource, event_type
-            ).inc
-        count()
+        self._inc(self.watch_events, resource, event_type)()
 
     def watch_cpu(self, resource: str, seconds: float) -> None:
         """A watch stream step's CPU (nothing without `measures_cpu`)."""
-        if not self.measures_cpu:
-            return
-        add = self._cpu.get(resource)
-        if add is None:
-            add = self._cpu[resource] = self.watch_cpu_seconds.labels(resource).inc
-        add(seconds)
+        if self.measures_cpu:
+            self._inc(self.watch_cpu_seconds, resource)(seconds)
 
     def handler_started(self, controller: str, handler: str) -> None:
-        count = self._runs.get((controller, handler))
-        if count is None:
-            count = self._runs[controller, handler] = self.handler_runs.labels(
-                controller, handler
-            ).inc
-        count()
+        self._inc(self.handler_runs, controller, handler)()
 
     def handler_ran(self, controller: str, handler: str, cpu_seconds: float) -> None:
         """A run's CPU (nothing without `measures_cpu`)."""

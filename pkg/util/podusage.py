@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from .quantity import Quantity
 from .quotascope import reduced_affinity
-from .vmispec import deletion_deadline, mapping_at, quantity_of, sequence_at
+from .vmispec import deletion_deadline, mapping_at, quantity_of, resource_list_at, sequence_at
 
 __all__ = [
     "KUBERNETES_1_36",
@@ -150,15 +150,6 @@ def quota_features_from_gates(text: str) -> QuotaFeatures:
 
 def _is_pod_level_resource(name: str, pod_level: frozenset[str]) -> bool:
     return name in pod_level or name.startswith(_HUGEPAGES_PREFIX)
-
-
-def resource_list_at(raw: Any, where: str) -> ResourceList:
-    """Parses a requests/limits object found at `where`; ValueError naming `where` if malformed."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{where} must be an object, not {type(raw).__name__}")
-    return {str(name): quantity_of(value, f"{where}.{name}") for name, value in raw.items()}
 
 
 def _add_into(target: ResourceList, other: Mapping[str, Quantity]) -> None:

@@ -73,6 +73,16 @@ def quantity_of(value: Any, where: str) -> Quantity:
         raise ValueError(f"{where}: {err}") from None
 
 
+def resource_list_at(raw: Any, where: str) -> dict[str, Quantity]:
+    """A requests/limits object found at `where` (a pod's or a VMI's); ValueError naming
+    `where` if malformed."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be an object, not {type(raw).__name__}")
+    return {str(name): quantity_of(value, f"{where}.{name}") for name, value in raw.items()}
+
+
 def vmi_spec(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(vmi, Mapping):
         raise ValueError(f"a VMI must be an object, not {type(vmi).__name__}")

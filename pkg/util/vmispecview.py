@@ -26,6 +26,7 @@ from .vmispec import (
     int_at,
     mapping_at,
     quantity_of,
+    resource_list_at,
     sequence_at,
     vmi_domain,
     vmi_interfaces,
@@ -203,20 +204,11 @@ def _cpu(domain: Mapping[str, Any]) -> CpuView | None:
     )
 
 
-def quantities_at(raw: Any, where: str) -> dict[str, Quantity]:
-    """A requests/limits object found at `where`; ValueError naming `where` if malformed."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{where} must be an object, not {type(raw).__name__}")
-    return {str(name): quantity_of(value, f"{where}.{name}") for name, value in raw.items()}
-
-
 def _resources(resources: Mapping[str, Any]) -> ResourcesView:
     where = "spec.domain.resources"
     return ResourcesView(
-        limits=quantities_at(resources.get("limits"), f"{where}.limits"),
-        requests=quantities_at(resources.get("requests"), f"{where}.requests"),
+        limits=resource_list_at(resources.get("limits"), f"{where}.limits"),
+        requests=resource_list_at(resources.get("requests"), f"{where}.requests"),
         overcommit_guest_overhead=bool(bool_at(resources, "overcommitGuestOverhead", "resources")),
     )
 
