@@ -144,6 +144,8 @@ class QuotaRoom:
     hard: ResourceList
     used: ResourceList
     room: ResourceList
+    charge: ResourceList
+    """What the target side charges this quota: its pods the quota's scope matches."""
 
 
 def quota_rooms(
@@ -155,7 +157,8 @@ def quota_rooms(
     out = []
     for quota in sorted(context.quotas, key=name):
         view = quota_view(quota)
-        if target.charged(view.scope) is None:
+        charge = target.charged(view.scope)
+        if charge is None:
             continue
         raised = rooms.raised.get(view.name, {})
         room = {
@@ -163,7 +166,7 @@ def quota_rooms(
             for key, value in view.hard.items()
             if key in raised and raised[key] > value
         }
-        out.append(QuotaRoom(view.name, view.hard, view.used, room))
+        out.append(QuotaRoom(view.name, view.hard, view.used, room, charge))
     return out
 
 

@@ -70,7 +70,8 @@ class _Admitted:
     counts_until: float
     """Seconds into the step its source launcher exits (its wave's start + copy + grace)."""
     rooms: dict[str, ResourceList]
-    used: ResourceList
+    used: dict[str, ResourceList]
+    """What it charges each quota, by name (each quota's scope charges its own pods)."""
 
 
 def vmi_grace_seconds(target: TargetPod) -> int:
@@ -128,7 +129,8 @@ def _namespace_delays(
         if refusal is None:
             until = at + _copy_seconds(item.verdict, bandwidth) + vmi_grace_seconds(item.target)
             rooms = {q.quota: q.room for q in quotas}
-            admitted.append(_Admitted(item.verdict.wave, until, rooms, item.target.total))
+            used = {q.quota: q.charge for q in quotas}
+            admitted.append(_Admitted(item.verdict.wave, until, rooms, used))
         else:
             waiting.append((item, *refusal))
     slots = max(len(admitted), 1)
@@ -152,9 +154,9 @@ def _copy_seconds(verdict: VmVerdict, bandwidth: int) -> float:
 
 @dataclass
 class _Charged:
-    """What the earlier targets still counted add: usage on every quota, and the rooms held."""
+    """What the earlier targets still counted add, by quota: their usage, and the rooms held."""
 
-    used: ResourceList = field(default_factory=dict)
+    used: dict[str, ResourceList] = field(default_factory=dict)
     rooms: dict[str, ResourceList] = field(default_factory=dict)
 
 
@@ -167,7 +169,8 @@ def _charged(
     for earlier in admitted:
         if earlier.wave != wave and earlier.counts_until <= at + HANDOVER_SECONDS:
             continue
-        charged.used = resources.add(charged.used, earlier.used)
+        for quota, usage in earlier.used.items():
+            charged.used[quota] = resources.add(charged.used.get(quota, {}), usage)
         if strategy == "ours" or (strategy == "harvester" and earlier.wave == wave):
             for quota, room in earlier.rooms.items():
                 charged.rooms[quota] = resources.add(charged.rooms.get(quota, {}), room)
@@ -183,8 +186,8 @@ def _refusal(
         held = charged.rooms.get(quota.quota, {})
         hard = resources.add(quota.hard, resources.add(held, quota.room))
         hard = {k: v for k, v in hard.items() if k in quota.hard}
-        used = resources.add(quota.used, charged.used)
-        short = shortfalls(item.target.total, hard, used)
+        used = resources.add(quota.used, charged.used.get(quota.quota, {}))
+        short = shortfalls(quota.charge, hard, used)
         if short:
             names.append(quota.quota)
             parts.append(

@@ -505,6 +505,40 @@ def test_our_rooms_stack_so_no_target_of_the_evacuation_waits() -> None:
     assert render_text(report).startswith("preflight drain n1: OK, nothing blocks (3 VMs)")
 
 
+def test_an_earlier_target_the_quotas_scope_does_not_match_delays_nothing_there() -> None:
+    """Review minor 8: delays.py stacked every earlier target's whole usage onto each quota. A
+    quota scoped to PriorityClass gold, with room for vm2's (gold) target alone: vm1's target,
+    which starts first and is not gold, is not charged to it, so vm2 does not wait."""
+    plain, plain_pod = running("vm1")
+    gold, gold_pod = running("vm2")
+    gold["spec"]["priorityClassName"] = "gold"
+    gold_pod["spec"]["priorityClassName"] = "gold"
+    target = pod_quota_usage(gold_pod)["requests.memory"]
+    scoped = quota(
+        "gold-only",
+        {"requests.memory": str(target + target)},
+        [gold_pod],
+        spec_extra={
+            "scopeSelector": {
+                "matchExpressions": [
+                    {"scopeName": "PriorityClass", "operator": "In", "values": ["gold"]}
+                ]
+            }
+        },
+    )
+    report = drain(state([plain, gold], [plain_pod, gold_pod], quotas=[scoped]), strategy="none")
+    assert not report.blocks
+    assert not report.delayed
+    tight = quota(
+        "gold-only",
+        {"requests.memory": str(target + target)},
+        [gold_pod],
+        spec_extra={"scopes": []},
+    )
+    unscoped = drain(state([plain, gold], [plain_pod, gold_pod], quotas=[tight]), strategy="none")
+    assert [vm.name for vm in unscoped.delayed] == ["vm2"], "an unscoped quota does charge both"
+
+
 def test_without_a_quota_nothing_waits_for_quota() -> None:
     a, pa = running("a")
     b, pb = running("b")
