@@ -24,6 +24,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from harvester_quota.testbench.scale.product import LEADER
+
 Stack = list[str]
 """One sample's frames, outermost first, each "function (file:line)" as py-spy writes them."""
 
@@ -80,18 +82,30 @@ def table(total: int, parts: dict[str, int]) -> str:
 
 
 def _controller_pid(report: Path, scale: subprocess.Popen[bytes]) -> int | None:
-    """The pid of the run's controller process once it runs (its kubeconfig is in `report`)."""
+    """The pid of the run's leading controller process once it runs: its kubeconfig is in
+    `report`, its leader-election identity ends in LEADER (a failover run's standby does not)."""
     while scale.poll() is None:
         found = subprocess.run(
-            ["pgrep", "-f", f"harvester_quota.main run .*{report}"],
-            capture_output=True,
-            text=True,
-            check=False,
+            ["pgrep", "-f", "harvester_quota.main run"], capture_output=True, text=True, check=False
         ).stdout.split()
-        if found:
-            return int(found[0])
+        for pid in found:
+            if is_the_leader(_command_line(int(pid)), report):
+                return int(pid)
         time.sleep(0.5)
     return None
+
+
+def _command_line(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []  # gone since pgrep listed it
+
+
+def is_the_leader(args: list[str], report: Path) -> bool:
+    return any(str(report) in a for a in args) and any(
+        a.startswith("--identity=") and a.endswith(f"-{LEADER}") for a in args
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,9 @@ the first that matches, in PARTS' order."""
 
 from __future__ import annotations
 
-from bench.profile import OTHER, PARTS, collapsed, shares, table
+from pathlib import Path
+
+from bench.profile import OTHER, PARTS, collapsed, is_the_leader, shares, table
 
 RAW = """\
 <module> (pkg/main.py:3);_drive (pkg/generic/cputime.py:60) 7
@@ -32,3 +34,12 @@ def test_the_table_gives_each_part_its_share_of_the_samples() -> None:
     text = table(*shares(collapsed(RAW.splitlines())))
     assert "| room plan (plan_quota) | 5 | 27.8 % |" in text
     assert text.startswith("| part (18 samples) |")
+
+
+def test_the_profiled_process_is_the_runs_leading_controller_not_a_standby_or_another_run() -> None:
+    report = Path("/tmp/run-1/report")
+    leader = ["python", "-m", "harvester_quota.main", "run", f"--kubeconfig={report}/work/c.kc"]
+    assert is_the_leader([*leader, "--identity=scale-x-a"], report)
+    assert not is_the_leader([*leader, "--identity=scale-x-b"], report), "the standby"
+    other = [a.replace("run-1", "run-2") for a in leader]
+    assert not is_the_leader([*other, "--identity=scale-x-a"], report), "another run's"
