@@ -53,7 +53,7 @@ integration: $(STAMP) cluster-bin
 # Everything CI checks: style, types, then the whole suite (unit, integration on the local
 # cluster, scenarios) in one pytest run so that its closing line counts every test.
 test: $(STAMP) cluster-bin lint typecheck
-	$(BIN)/pytest tests $(PYTEST_ARGS)
+	$(BIN)/pytest tests --durations=40 $(PYTEST_ARGS)
 
 bench: $(STAMP) cluster-bin
 	$(BIN)/python -m bench

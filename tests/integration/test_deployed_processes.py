@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Final
 
 import aiohttp
 import pytest
@@ -127,7 +128,11 @@ def process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
                 proc.wait(10)
 
 
-async def ready(url: str) -> bool:
+async def ready(url: str, serving: subprocess.Popen[bytes] | None = None) -> bool:
+    """Whether `url` answers 200; fails at once if `serving`, the process behind it, has exited
+    (a port taken, a flag refused), rather than after the caller's whole wait."""
+    if serving is not None and serving.poll() is not None:
+        raise AssertionError(f"{url}: the process serving it exited with {serving.returncode}")
     try:
         async with (
             aiohttp.ClientSession() as session,
@@ -136,6 +141,29 @@ async def ready(url: str) -> bool:
             return response.status == 200
     except (aiohttp.ClientError, TimeoutError):
         return False
+
+
+LOG_TAIL: Final = 4000
+"""How much of each process's log a failed start tells (its end, where the cause is)."""
+
+
+@contextlib.contextmanager
+def logs_told_on_failure(logs: tuple[Path, Path]) -> Iterator[None]:
+    """Re-raises an AssertionError of the block with the end of each of `logs` appended: a
+    process that never became ready explains itself in the test's report (CI-49's webhook that
+    was not ready in 60 s left no trace of why)."""
+    try:
+        yield
+    except AssertionError as failure:
+        tails = [f"--- {log.name}:\n{_tail(log)}" for log in logs]
+        raise AssertionError("\n".join([str(failure), *tails])) from None
+
+
+def _tail(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")[-LOG_TAIL:]
+    except OSError as error:
+        return f"(unreadable: {error})"
 
 
 @contextlib.asynccontextmanager
@@ -191,20 +219,23 @@ async def deployed(
         "--kubevirt-version=1.6",
     ]
     logs = tmp_path / "controller.log", tmp_path / "webhook.log"
-    with process(controller_args, logs[0]), process(webhook_args, logs[1]):
-        await eventually(
-            lambda: ready(f"http://127.0.0.1:{health}/readyz"), timeout=60, what="controller ready"
-        )
-        await eventually(  # where the chart's probes ask: the admission port wants a certificate
-            lambda: ready(f"http://127.0.0.1:{webhook_metrics}/readyz"),
-            timeout=60,
-            what="webhook ready",
-        )
-        await eventually(
-            lambda: ready(f"http://127.0.0.1:{webhook_metrics}/metrics"),
-            timeout=60,
-            what="the webhook's metrics port",
-        )
+    with process(controller_args, logs[0]) as controller, process(webhook_args, logs[1]) as hook:
+        with logs_told_on_failure(logs):
+            await eventually(
+                lambda: ready(f"http://127.0.0.1:{health}/readyz", controller),
+                timeout=60,
+                what="controller ready",
+            )
+            await eventually(  # where the chart's probes ask: the admission port wants a cert
+                lambda: ready(f"http://127.0.0.1:{webhook_metrics}/readyz", hook),
+                timeout=60,
+                what="webhook ready",
+            )
+            await eventually(
+                lambda: ready(f"http://127.0.0.1:{webhook_metrics}/metrics", hook),
+                timeout=60,
+                what="the webhook's metrics port",
+            )
         try:
             await deployment.register_self_certified(api, webhook_port, namespace)
             yield logs

@@ -302,27 +302,43 @@ async def test_a_vm_pinned_to_the_drained_node_fits_nowhere_and_its_target_stays
     )
 
 
-async def test_a_live_migrate_vm_that_is_not_migratable_stays_and_blocks_the_drain(
-    kubevirt_namespace: str, kubevirt: VirtControllerDriver
-) -> None:
-    """virt-handler reports vm-stuck not live-migratable (DisksNotLiveMigratable); vm-ok moves."""
-    await start(kubevirt, "vm-ok", namespace=kubevirt_namespace)
-    await start(kubevirt, "vm-stuck", namespace=kubevirt_namespace)
-    vmi = await kubevirt.client.get(VIRTUAL_MACHINE_INSTANCES, "vm-stuck", kubevirt_namespace)
+async def report_not_live_migratable(
+    kubevirt: VirtControllerDriver, name: str, namespace: str
+) -> bool:
+    """Says, as virt-handler would, that the VMI's disks are not live-migratable; False when
+    virt-controller wrote the VMI between our read and our write (the 409 of run CI-49), for
+    `eventually` to read it again."""
+    vmi = await kubevirt.client.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
     conditions = [
         {**c, "status": "False", "reason": "DisksNotLiveMigratable", "message": "RWO disk"}
         if c.get("type") == "LiveMigratable"
         else c
         for c in vmi["status"]["conditions"]
     ]
-    await kubevirt.client.patch(
-        VIRTUAL_MACHINE_INSTANCES,
-        "vm-stuck",
-        {
-            "metadata": {"resourceVersion": vmi["metadata"]["resourceVersion"]},
-            "status": {"conditions": conditions},
-        },
-        kubevirt_namespace,
+    try:
+        await kubevirt.client.patch(
+            VIRTUAL_MACHINE_INSTANCES,
+            name,
+            {
+                "metadata": {"resourceVersion": vmi["metadata"]["resourceVersion"]},
+                "status": {"conditions": conditions},
+            },
+            namespace,
+        )
+    except errors.Conflict:
+        return False
+    return True
+
+
+async def test_a_live_migrate_vm_that_is_not_migratable_stays_and_blocks_the_drain(
+    kubevirt_namespace: str, kubevirt: VirtControllerDriver
+) -> None:
+    """virt-handler reports vm-stuck not live-migratable (DisksNotLiveMigratable); vm-ok moves."""
+    await start(kubevirt, "vm-ok", namespace=kubevirt_namespace)
+    await start(kubevirt, "vm-stuck", namespace=kubevirt_namespace)
+    await eventually(
+        lambda: report_not_live_migratable(kubevirt, "vm-stuck", kubevirt_namespace),
+        what="vm-stuck reported not live-migratable",
     )
     await compare(
         kubevirt,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 
+import pytest
 from harvester_quota.testbench.localcluster import process
 
 
@@ -53,6 +55,36 @@ def test_log_tail_reads_the_end_of_a_log(tmp_path: Path) -> None:
 def test_free_port_is_free() -> None:
     port = process.free_port()
     assert not process.port_in_use(port)
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_and_never_twice() -> None:
+    """The kernel hands outgoing connections their local ports from the ephemeral range: a port
+    from there could be taken by the suite's next connection before our server binds it."""
+    low = int(process.EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    ports = [process.free_port() for _ in range(50)]
+    assert all(process.LISTEN_PORT_FLOOR <= port < low for port in ports), ports
+    assert len(set(ports)) == len(ports)
+
+
+def test_a_port_someone_listens_on_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", process.free_port()))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        draws = iter([busy, busy, busy + 1])
+        monkeypatch.setattr(process.random, "randrange", lambda _low, _high: next(draws))
+        process._handed_out.discard(busy + 1)
+        assert process.free_port() == busy + 1
+
+
+def test_without_room_below_the_ephemeral_range_the_kernel_chooses(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    kernel_low = int(process.EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("1024\t65000\n")
+    monkeypatch.setattr(process, "EPHEMERAL_RANGE_FILE", ranges)
+    assert process.free_port() >= kernel_low, "the kernel's own choice, from its real range"
 
 
 def test_log_tail_of_a_large_log_reads_only_its_end(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 STOP_TIMEOUT = 10.0
 POLL_INTERVAL = 0.05
@@ -151,8 +153,55 @@ def stop(record: ProcessRecord, timeout: float = STOP_TIMEOUT) -> None:
     wait_gone(record, STOP_TIMEOUT)
 
 
+EPHEMERAL_RANGE_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LISTEN_PORT_FLOOR: Final = 10000
+"""The lowest port `free_port` hands out: above the well-known and registered services most
+machines run."""
+DEFAULT_EPHEMERAL_LOW: Final = 32768
+"""Linux's default start of the ephemeral range, when /proc does not say."""
+FREE_PORT_ATTEMPTS: Final = 200
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (a later bind may still race; callers retry)."""
+    """A TCP port nobody is bound to right now, below the kernel's ephemeral range and not handed
+    out before by this process (a later bind by someone else may still race; callers retry).
+
+    Below the ephemeral range: the kernel gives the local port of every outgoing connection
+    (kubectl's, the controllers', the informers') from that range, so a port asked of it (a bind
+    to port 0) was one a busy suite's next connection could take before our server bound it, and
+    the server then failed with EADDRINUSE. Chosen at random, so that two processes drawing at
+    once rarely draw the same.
+    """
+    low = LISTEN_PORT_FLOOR
+    high = _ephemeral_low()
+    if high - low < 100:  # an ephemeral range that starts low leaves nothing below it
+        return _kernel_port(host)
+    for _ in range(FREE_PORT_ATTEMPTS):
+        port = random.randrange(low, high)  # spreading, not secrecy
+        if port not in _handed_out and _bindable(host, port):
+            _handed_out.add(port)
+            return port
+    return _kernel_port(host)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return DEFAULT_EPHEMERAL_LOW
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _kernel_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
