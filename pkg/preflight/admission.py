@@ -32,7 +32,12 @@ from ..generic.meta import annotations_of, name
 from ..util.annotations import parse_migration_annotations
 from ..util.kubevirtversion import KubeVirtVersion
 from ..util.launcher.parts import RenderedPart
-from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, quota_constraint_violations
+from ..util.podusage import (
+    KUBERNETES_1_36,
+    QuotaFeatures,
+    quota_constraint_violations,
+    usage_constraint_violations,
+)
 from ..util.quantity import Quantity
 from ..util.quotascope import PodScopeFacts, QuotaScope
 from ..util.rancher.project import ProjectQuota
@@ -126,6 +131,7 @@ def quota_blockers(
     applying = [q for q in context.quotas if charged[name(q)] is not None]
     launcher_applying = [q for q in applying if quota_view(q).scope.matches(target.facts)]
     blockers = _constraint_blockers(launcher_applying, target.pod, context.quota_features)
+    blockers.extend(_part_constraint_blockers(applying, target.beside))
     rooms = _rooms(strategy, context, target.vmi, target.total)
     blockers.extend(rooms.blockers)
     for quota in sorted(applying, key=name):
@@ -189,6 +195,31 @@ def _constraint_blockers(
                     quotas=[name(quota)],
                 )
             )
+    return out
+
+
+def _part_constraint_blockers(
+    quotas: Sequence[Mapping[str, Any]], beside: Sequence[RenderedPart]
+) -> list[Blocker]:
+    """The constraint check for each pod made beside the launcher, against the quotas whose
+    scope matches it: quota admission refuses such a pod as it would the launcher, and the
+    migration waits on it (podusage.usage_constraint_violations)."""
+    out = []
+    for part in beside:
+        for quota in sorted(quotas, key=name):
+            view = quota_view(quota)
+            if not view.scope.matches(part.facts):
+                continue
+            for key in usage_constraint_violations(part.usage, view.hard):
+                out.append(
+                    Blocker(
+                        "quota",
+                        f"quota {view.name} limits {key}, and the target's {part.kind.name} "
+                        "pod does not set it (quota admission refuses it whatever the room)",
+                        f"add a LimitRange that gives every container a default for {key}",
+                        quotas=[view.name],
+                    )
+                )
     return out
 
 

@@ -37,7 +37,7 @@ from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
 from .delays import QueuedTarget, plan_delays, wave_starts
 from .harvesterroom import harvester_ratio
 from .harvesterupgrade import note_upgrade_outcomes
-from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_requests
+from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_side_requests
 from .report import Action, Blocker, PreflightReport, Step, VmVerdict
 from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
 
@@ -415,14 +415,16 @@ def _judge_target(
     verdict.target_parts = ["launcher", *(part.kind.name for part in beside)]
     verdict.migration_priority = evacuation_priority(settings.version, settings.feature_gates)
     verdict.blockers.extend(quota_blockers(cluster.plan.strategy, context, target))
-    requests = target_requests(pod, cluster.plan.quota_features)
+    requests = target_side_requests(
+        pod, (part.usage for part in beside), cluster.plan.quota_features
+    )
     room, refusals = first_fit(candidates, vmi, requests)
     if room is None:
         figures = refusal_text(refusals) or "no node left"
         verdict.blockers.append(
             Blocker(
                 "node-fit",
-                f"its target pod fits on no node left ({figures})",
+                f"its target side fits on no node left ({figures})",
                 "free capacity on a node left that it may use, or let it use another (labels, "
                 "taints, its selectors), or drain fewer nodes at once",
             )

@@ -26,6 +26,7 @@ CPU_MANAGER_LABEL: Final = "cpumanager"
 _BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 _ONE_POD: Final = Quantity.from_int(1)
+_REQUESTS: Final = "requests."
 
 
 @dataclass
@@ -73,6 +74,32 @@ def target_requests(
 ) -> ResourceList:
     """What the scheduler counts for the target pod: its requests and one pod."""
     return {**pod_requests(pod, features=features), "pods": _ONE_POD}
+
+
+def target_side_requests(
+    pod: Mapping[str, Any],
+    beside: Iterable[ResourceList],
+    features: QuotaFeatures = KUBERNETES_1_36,
+) -> ResourceList:
+    """What the scheduler counts on the target's node for its whole side: the launcher pod's
+    requests and one pod, and for each pod made beside it (by its quota usage, `beside`) its
+    requests and one pod. KubeVirt pins those pods to the launcher's node (the attachment pod's
+    required node affinity), so they fit there or the target side does not."""
+    total = target_requests(pod, features)
+    for usage in beside:
+        for key, value in (*_requested(usage), ("pods", _ONE_POD)):
+            total[key] = total[key] + value if key in total else value
+    return total
+
+
+def _requested(usage: ResourceList) -> list[tuple[str, Quantity]]:
+    """A pod's requests, read back from its quota usage (requests.<name>: cpu, memory,
+    ephemeral-storage, hugepages and extended resources alike)."""
+    return [
+        (key.removeprefix(_REQUESTS), value)
+        for key, value in usage.items()
+        if key.startswith(_REQUESTS)
+    ]
 
 
 def why_not(room: NodeRoom, vmi: Mapping[str, Any], requests: ResourceList) -> str | None:

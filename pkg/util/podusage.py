@@ -545,6 +545,14 @@ def quota_constraint_violations(
     return missing
 
 
+def usage_constraint_violations(usage: ResourceList, quota_hard_keys: Iterable[str]) -> list[str]:
+    """The Constraints check of `quota_constraint_violations` for a pod known by its quota usage
+    alone, one whose containers all set the same keys (a pod KubeVirt renders beside the
+    launcher, launcher/parts.py: one container): the keys the quota makes every container set
+    that the pod does not, sorted; [] if it passes. A key the pod sets at 0 is set."""
+    return sorted(_CONSTRAINED.intersection(quota_hard_keys).difference(usage))
+
+
 _SPEC_READ: Final = (
     "containers",
     "initContainers",

@@ -29,6 +29,7 @@ from harvester_quota.util.annotations import (
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
 )
 from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.quotascope import launcher_scope_facts
 from harvester_quota.util.rancher.project import PROJECT_ID_ANNOTATION
 
@@ -558,13 +559,34 @@ def test_a_target_that_fits_on_no_node_left_is_a_blocker_with_each_nodes_figures
     assert "n3: not labelled kubevirt.io/schedulable=true" in blocker.message
 
 
+def test_a_hotplugged_vms_attachment_pod_must_fit_on_the_target_node_with_its_launcher() -> None:
+    """KubeVirt pins the attachment pod to the target launcher's node: a node with room for the
+    launcher alone, not for the attachment pod's 2M of memory beside it, does not take the
+    target side."""
+    instance, pod = running("vm1")
+    instance["spec"].setdefault("volumes", []).append(
+        {"name": "hp", "persistentVolumeClaim": {"claimName": "hp", "hotpluggable": True}}
+    )
+    side = only_vm(drain(state([instance], [pod])))
+    assert side.target_parts == ["launcher", "attachment"]
+    launcher_memory = Quantity.parse(side.target_usage["requests.memory"]) - Quantity.parse("2M")
+    just_the_launcher = str(launcher_memory + Quantity.parse("1M"))
+    nodes = [node("n1"), node("n2", memory=just_the_launcher)]
+    (blocker,) = only_vm(drain(state([instance], [pod], nodes=nodes))).blockers
+    assert blocker.cause == "node-fit"
+    assert f"n2: memory {just_the_launcher} free, needs" in blocker.message
+    roomier = [node("n1"), node("n2", memory=str(launcher_memory + Quantity.parse("2M")))]
+    vm = only_vm(drain(state([instance], [pod], nodes=roomier)))
+    assert not vm.blockers and vm.target_node == "n2", "the launcher and its 2M fit exactly"
+
+
 def test_the_nodes_refusing_for_one_reason_are_named_up_to_three_and_the_rest_counted() -> None:
     instance, pod = running("vm1")
     instance["spec"]["nodeSelector"] = {"gpu": "yes"}
     nodes = [node("n1"), *(node(f"m{i}") for i in range(5)), node("x", schedulable=False)]
     (blocker,) = only_vm(drain(state([instance], [pod], nodes=nodes))).blockers
     assert blocker.message == (
-        "its target pod fits on no node left (m0, m1, m2 and 2 more: nodeSelector gpu=yes does "
+        "its target side fits on no node left (m0, m1, m2 and 2 more: nodeSelector gpu=yes does "
         "not match; x: not labelled kubevirt.io/schedulable=true)"
     )
 

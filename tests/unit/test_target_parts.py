@@ -156,3 +156,18 @@ def test_preflight_charges_a_registered_kind_to_the_drains_target_side() -> None
     (blocker,) = vm.blockers
     (short,) = blocker.shortfalls
     assert (short.quota, short.key, short.short_by) == ("team-cap", "limits.cpu", "50m")
+
+
+def test_preflight_checks_a_registered_kinds_pod_against_a_quotas_constraints() -> None:
+    """A quota on requests.memory makes every container set it: the launcher does, the sidecar
+    (limits.cpu alone) does not, so quota admission would refuse the sidecar whatever the room,
+    and preflight says so by its kind."""
+    instance, pod = preflight_running("vm1")
+    roomy = quota("mem-cap", {"requests.memory": "1Ti"}, [pod])
+    vm = only_vm(
+        preflight(state([instance], [pod], quotas=[roomy]), Plan("drain", ("n1",), "ours"))
+    )
+    (blocker,) = vm.blockers
+    assert blocker.cause == "quota" and blocker.quotas == ["mem-cap"]
+    assert "the target's sidecar pod does not set it" in blocker.message
+    assert "limits requests.memory" in blocker.message

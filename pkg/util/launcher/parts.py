@@ -5,13 +5,17 @@ attachment pod beside a target whose VMI has hotplugged volumes (attachment.py),
 may add more. Each such pod is a `PartKind` in `TARGET_PARTS`: how KubeVirt renders it for a
 VMI, what quota scopes read of it, and the `kubevirt.io` label its real pods carry. The room
 model (util/resourcequota/rooms.py), MTQ's blocked budget (controller/mtq/blocked.py), the VM
-validator and `explain` read the parts through `target_parts` and `target_part_kinds`, so a new
-kind is one entry here plus its differential test against the real virt-controller.
+validator, `explain` and `preflight` (its charge, its quota-constraint check and its node fit) read
+the parts through `target_parts`, `beside_parts` and `target_part_kinds`, so a new kind is one
+entry here plus its differential test against the real virt-controller.
 
 Contracts every kind keeps: the launcher comes first (`primary`): it is the pod the others are
 made beside; a secondary kind's real pods are those KubeVirt labels with the migration's uid and
 with the kind's `label`, controlled by the target launcher pod (rooms.pods_beside decides which
-pods qualify, for every kind alike); a kind renders {} for a VMI that gets none of its pods.
+pods qualify, for every kind alike); a kind renders {} for a VMI that gets none of its pods; a
+secondary kind's pod has one container (or containers that all set the same resources), so the
+keys of its usage are the ones it sets (preflight's constraint check reads them), and it runs on
+the launcher's node (preflight's node fit counts its requests there).
 """
 
 from __future__ import annotations
