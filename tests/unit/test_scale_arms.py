@@ -5,6 +5,7 @@ and the writes per migration by kind."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -290,3 +291,38 @@ async def test_closing_a_kept_quota_drops_every_room_an_earlier_run_left_on_it()
         "limits.memory": "8Gi",
         "requests.memory": "6Gi",
     }
+
+
+def test_without_cpu_accounting_the_controller_runs_as_deployed_and_the_report_has_no_breakdown(
+    tmp_path: Path,
+) -> None:
+    """`scale --no-cpu-accounting`: the controller's command line has no --cpu-accounting (the
+    chart's default), and the report leaves the breakdown out rather than print zeros."""
+    from harvester_quota.testbench.cli import build_parser
+    from harvester_quota.testbench.scale.product import Product
+    from harvester_quota.testbench.scale.report import render_markdown
+
+    parse = build_parser().parse_args
+    assert parse(["scale"]).no_cpu_accounting is False
+    assert parse(["scale", "--no-cpu-accounting"]).no_cpu_accounting is True
+
+    def controller_flags(accounting: bool) -> list[str]:
+        product = Product(
+            None,  # type: ignore[arg-type]  # the command line needs no client
+            None,  # type: ignore[arg-type]
+            tmp_path,
+            match_labels={},
+            kubevirt_version="1.6",
+            lease_name="l",
+            cpu_accounting=accounting,
+        )
+        return product._controller_args(tmp_path / "k", "a", 1)
+
+    assert "--cpu-accounting" in controller_flags(True)
+    assert "--cpu-accounting" not in controller_flags(False)
+    step = _summarize(_records(FakeClock(), 1), Metrics({}, {}, 1.0, 0.0))
+    on = ScaleReport(PRESETS["tiny"], steps=[step])
+    off = dataclasses.replace(on, cpu_accounting=False)
+    assert "Where the controller's CPU went" in render_markdown(on, "scale")
+    assert "Where the controller's CPU went" not in render_markdown(off, "scale")
+    assert off.to_json()["cpu_accounting"] is False

@@ -76,6 +76,12 @@ def add_command(commands: Any) -> None:
         "drain wave starts: prints the time to the standby's takeover and its first raise",
     )
     scale.add_argument(
+        "--no-cpu-accounting",
+        action="store_true",
+        help="run our controller without --cpu-accounting, as the chart deploys it by default: "
+        "no CPU breakdown, and none of the accounting's own cost in its CPU figures",
+    )
+    scale.add_argument(
         "--controller-arg",
         action="append",
         default=[],
@@ -175,6 +181,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
                     headroom=not args.no_headroom,
                     strategy=args.strategy,
                     failover=args.failover,
+                    cpu_accounting=not args.no_cpu_accounting,
                     process_args=ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
                 ),
             )

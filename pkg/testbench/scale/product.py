@@ -193,6 +193,8 @@ class Product:
     process_args: ProcessArgs = NO_PROCESS_ARGS
     standby: bool = False
     """Start a second controller process as a standby (the failover run, failover.py)."""
+    cpu_accounting: bool = True
+    """Run the controller with `--cpu-accounting` (its CPU breakdown, breakdown.py)."""
     also_kubevirt: tuple[str, ...] = ()
     """More identities the KubeVirt policies take for KubeVirt's controller (beside Harvester's
     controllers: the KubeVirt account their VMI writes impersonate, deploy.kubevirt_policies)."""
@@ -290,7 +292,7 @@ class Product:
             f"--identity={self.lease_name}-{identity}",
             f"--kubevirt-version={self.kubevirt_version}",
             f"--health-port={health_port}",
-            "--cpu-accounting",  # the breakdown of its CPU (breakdown.py)
+            *(("--cpu-accounting",) if self.cpu_accounting else ()),  # breakdown.py's split
             *self.process_args.controller,
         ]
 

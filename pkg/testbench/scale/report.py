@@ -117,8 +117,8 @@ def _beside_section(report: ScaleReport) -> list[str]:
 
 def _breakdown_section(report: ScaleReport) -> list[str]:
     """Where the controller's CPU went, per step and migration (and in the twins, if any)."""
-    if report.strategy == "harvester":
-        return []  # the split is our controller's metrics: Harvester's process has none
+    if not report.has_breakdown:
+        return []  # the split is our controller's accounting: off, or Harvester's process
     steps = list(report.steps)
     if report.baseline_steps:
         steps += [replace(s, name=f"{s.name} (no quota)") for s in report.baseline_steps]

@@ -176,6 +176,14 @@ class ScaleReport:
     controller_rss_bytes: float = 0.0
     failover: failover.FailoverTimes | None = None
     """The leader's SIGKILL in the first drain wave (ScaleOptions.failover)."""
+    cpu_accounting: bool = True
+    """Our controller ran with its CPU accounting (ScaleOptions.cpu_accounting)."""
+
+    @property
+    def has_breakdown(self) -> bool:
+        """Whether the steps' CPU breakdown was measured: our controller's accounting, on (none
+        of Harvester's controllers has it)."""
+        return self.strategy != "harvester" and self.cpu_accounting
 
     @property
     def all_done(self) -> bool:
@@ -195,6 +203,7 @@ class ScaleReport:
         return {
             "strategy": self.strategy,
             "harvester_controllers": self.harvester_version,
+            "cpu_accounting": self.cpu_accounting,
             "plan": {
                 "nodes": self.plan.nodes,
                 "namespaces": list(self.plan.namespaces),
@@ -240,6 +249,10 @@ class ScaleOptions:
     failover: bool = False
     """A standby controller beside the leader, and the leader SIGKILLed in the first drain wave
     (failover.py); ours only."""
+    cpu_accounting: bool = True
+    """Run our controller with `--cpu-accounting`, for the breakdown of its CPU (breakdown.py);
+    off, it runs as the chart deploys it by default, and the run has no breakdown (an A/B of the
+    product's CPU without the accounting's own cost)."""
     say: Callable[[str], None] = print
     """Where the run's progress lines go."""
     clock: Clock = REAL_CLOCK
@@ -287,7 +300,10 @@ class ScaleRun:
         )
         self.bases: dict[str, ResourceList] = {}
         self.report = ScaleReport(
-            plan, strategy=options.strategy, harvester_version=cluster.harvester_version
+            plan,
+            strategy=options.strategy,
+            harvester_version=cluster.harvester_version,
+            cpu_accounting=options.cpu_accounting,
         )
         in_run = frozenset(self.namespaces)
         self.kubevirt = VirtControllerDriver(
@@ -327,6 +343,7 @@ class ScaleRun:
                 lease_name=f"scale-{self.run_id}",
                 process_args=process_args_on(cluster, options.process_args),
                 standby=options.failover,
+                cpu_accounting=options.cpu_accounting,
                 also_kubevirt=(HARVESTER_KUBEVIRT_USER,) if cluster.harvester_version else (),
             )
         )
@@ -376,7 +393,7 @@ class ScaleRun:
         for results, arm, label in rotated(arms, index):
             results.append(await self._step(arm, index))
             self.say(label + results[-1].line())
-            if isinstance(self.product, Product):  # our controller's metrics; none of Harvester's
+            if self.report.has_breakdown:
                 self.say(results[-1].breakdown_line())
 
     # Setup --------------------------------------------------------------------------------------
