@@ -79,7 +79,9 @@ from ...util.rancher.annotation import format_namespace_resource_quota
 from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
-from ..localcluster.deploy import KINDS, SYSTEM_NAMESPACE
+from ..localcluster.audit import WRITE_VERBS, AuditLog, AuditMark
+from ..localcluster.deploy import CONTROLLER_USER, KINDS, SYSTEM_NAMESPACE
+from ..localcluster.errors import ClusterError
 from ..localcluster.harvester import HARVESTER_KUBEVIRT_USER
 from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
@@ -305,6 +307,8 @@ class ScaleRun:
             harvester_version=cluster.harvester_version,
             cpu_accounting=options.cpu_accounting,
         )
+        self.audit = AuditLog(cluster.audit_log)
+        """The API server's audit log: our writes per step by namespace (`_run_namespace_writes`)."""
         in_run = frozenset(self.namespaces)
         self.kubevirt = VirtControllerDriver(
             api,
@@ -591,6 +595,7 @@ class ScaleRun:
         # In the failover step the counters are the standby's: it leads by the step's end.
         metrics_before = await self.product.metrics(standby=fails_over)
         beside_before = await self._beside_writes()
+        audit_before = await self._audit_mark()
         conflicts_before = await self._pod_create_conflicts()
         procs_before = self._processes()
         started = self.clock.monotonic()
@@ -662,6 +667,33 @@ class ScaleRun:
             stale=len(self.quotas.stale()),
             pod_create_409=api_409,
             beside_writes={k: v - beside_before.get(k, 0.0) for k, v in beside_after.items()},
+            run_namespace_writes=await self._run_namespace_writes(audit_before),
+        )
+
+    async def _audit_mark(self) -> AuditMark | None:
+        """Where the audit log ends now, for our arm (Harvester's writes are counted otherwise)."""
+        if not isinstance(self.product, Product):
+            return None
+        return await asyncio.to_thread(self.audit.mark)
+
+    async def _run_namespace_writes(self, mark: AuditMark | None) -> int | None:
+        """Our controller's accepted writes since `mark` in the run's quota namespaces (the audit
+        log); None without a mark, or (logged) if the log rotated past it."""
+        if mark is None:
+            return None
+        try:
+            records = await asyncio.to_thread(self.audit.since, mark)
+        except ClusterError as error:
+            log.warning("the step's writes by namespace are not counted: %s", error)
+            return None
+        ours = frozenset(self.namespaces)
+        return sum(
+            1
+            for record in records
+            if record.user == CONTROLLER_USER
+            and record.namespace in ours
+            and record.verb in WRITE_VERBS
+            and record.accepted
         )
 
     async def _beside_writes(self) -> dict[str, float]:

@@ -94,6 +94,11 @@ class StepResult:
     beside_writes: Mapping[str, float] = field(default_factory=dict)
     """With ours beside Harvester's own controllers: theirs during the step, by kind (from the
     audit log: harvester.metrics_of); empty otherwise."""
+    run_namespace_writes: int | None = None
+    """Our controller's accepted writes during the step in the run's quota namespaces, from the
+    API server's audit log, by namespace: unlike `writes` (the controller's own counters, every
+    namespace), nothing another namespace's migrations cause enters it. None for Harvester's arm
+    or where the audit log could not be read."""
 
     @property
     def not_raised(self) -> int:
@@ -194,6 +199,7 @@ class StepResult:
                 kind: round(self.per_migration(n), 3)
                 for kind, n in sorted(self.beside_writes.items())
             },
+            "run_namespace_writes": self.run_namespace_writes,
         }
 
 
@@ -214,6 +220,7 @@ def summarize_step(
     stale: int,
     pod_create_409: float | None = None,
     beside_writes: Mapping[str, float] | None = None,
+    run_namespace_writes: int | None = None,
 ) -> StepResult:
     """The step's figures. `cpu` holds per-process CPU seconds read from /proc; the controller's
     comes from its own /metrics (`metrics.cpu_seconds`), which counts exactly its process."""
@@ -264,6 +271,7 @@ def summarize_step(
         pod_create_409=pod_create_409,
         writes=dict(metrics.writes),
         beside_writes=dict(beside_writes or {}),
+        run_namespace_writes=run_namespace_writes,
     )
 
 
