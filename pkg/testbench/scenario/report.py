@@ -26,6 +26,7 @@ from .schema import UNFINISHED
 
 RANCHER_RECORDS = (ANNOTATION_RANCHER_BASE, ANNOTATION_RANCHER_APPLIED)
 """Our records of a raise through Rancher's annotation: stale once every migration is done."""
+METRICS_FILE = "metrics.prom"
 
 
 def _parse(mapping: dict[str, str]) -> ResourceList:
@@ -202,10 +203,14 @@ def check_expectations(
 
 
 def write(result: RunResult, directory: Path) -> dict[str, Any]:
-    """Writes report.json and timeline.png into ``directory``; returns the report."""
+    """Writes report.json, timeline.png and, when the strategy exported metrics (``ours``),
+    metrics.prom (its processes' Prometheus text, bench/metricdump.py compares two) into
+    ``directory``; returns the report."""
     directory.mkdir(parents=True, exist_ok=True)
     report = build_report(result)
     (directory / "report.json").write_text(json.dumps(report, indent=2))
+    if result.metrics is not None:
+        (directory / METRICS_FILE).write_text(result.metrics)
     note = plot_timeline(result, directory / "timeline.png")
     if note:
         report["timeline"] = note
