@@ -10,7 +10,9 @@ error or when no dump is common to both).
 What is compared, and how:
 
 - **Families** (metric names): one exported on one side only is always judged, whatever its
-  kind: a metric added or removed is a change of what operators scrape, not of timing.
+  kind (a metric added or removed is a change of what operators scrape, not of timing), except
+  the ``_created`` families the text format writes beside each counter and histogram and the
+  runtime's ``process_*`` and ``python_*``.
 - **Ignored** (neither their series nor their values are judged), because they measure time or
   CPU, which no two runs share:
   every sample whose name contains ``_seconds`` (durations, CPU seconds, Unix timestamps in
@@ -48,7 +50,9 @@ from prometheus_client.parser import text_string_to_metric_families
 DUMP = "metrics.prom"
 IGNORED_NAME = re.compile(r"_seconds|_timestamp|_bucket$|_created$|^process_|^python_")
 """Samples measuring time or CPU, or the runtime's own (module docstring)."""
-RUNTIME_FAMILY = re.compile(r"^(process|python)_")
+UNJUDGED_FAMILY = re.compile(r"^(process|python)_|_created$")
+"""Families whose presence is not judged: the runtime's, and the ``_created`` ones, which the
+text format writes beside each counter and histogram (they come and go with their metric)."""
 TIMING_DEPENDENT = frozenset(
     {
         "harvester_quota_api_requests",
@@ -125,8 +129,8 @@ def kind(key: SeriesKey, family: str) -> str:
 def compare(a: Dump, b: Dump) -> Comparison:
     """Every difference of `b` from `a`, sorted, each in its class (module docstring)."""
     result = Comparison(
-        families_only_a=sorted(f for f in a.families - b.families if not RUNTIME_FAMILY.match(f)),
-        families_only_b=sorted(f for f in b.families - a.families if not RUNTIME_FAMILY.match(f)),
+        families_only_a=sorted(f for f in a.families - b.families if not UNJUDGED_FAMILY.search(f)),
+        families_only_b=sorted(f for f in b.families - a.families if not UNJUDGED_FAMILY.search(f)),
     )
     shared = a.families & b.families
     for key in sorted(a.values.keys() | b.values.keys()):
