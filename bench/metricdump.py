@@ -103,8 +103,8 @@ class Comparison:
     series_only_a: list[SeriesKey] = field(default_factory=list)
     series_only_b: list[SeriesKey] = field(default_factory=list)
     values: list[tuple[SeriesKey, float, float]] = field(default_factory=list)
-    timing_series: list[SeriesKey] = field(default_factory=list)
-    """Timing-dependent series on one side only (not judged)."""
+    timing_series: list[tuple[SeriesKey, str]] = field(default_factory=list)
+    """Timing-dependent series on one side only, with that side ("A" or "B"; not judged)."""
     timing_values: list[tuple[SeriesKey, float, float]] = field(default_factory=list)
     """Timing-dependent values that differ (not judged)."""
 
@@ -140,7 +140,7 @@ def compare(a: Dump, b: Dump) -> Comparison:
             continue
         if key not in a.values or key not in b.values:
             if what == "timing":
-                result.timing_series.append(key)
+                result.timing_series.append((key, "A" if key in a.values else "B"))
             else:
                 (result.series_only_a if key in a.values else result.series_only_b).append(key)
         elif a.values[key] != b.values[key]:
@@ -172,7 +172,9 @@ def report_lines(comparison: Comparison, *, verbose: bool = False) -> list[str]:
             f"{len(comparison.timing_series)} series on one side only"
         )
         if verbose:
-            lines += [f"    one side: {show(k)}" for k in comparison.timing_series]
+            lines += [
+                f"    series only in {side}: {show(k)}" for k, side in comparison.timing_series
+            ]
             lines += [
                 f"    value: {show(k)} {number(x)} -> {number(y)}"
                 for k, x, y in comparison.timing_values
