@@ -1,4 +1,5 @@
-"""What a scenario run shows: report.json, timeline.png, the invariants and the expectations.
+"""What a scenario run shows: report.json, timeline.png, the invariants and the expectations
+(and, for strategy ``ours``, metrics.prom: exposition.py).
 
 report.json holds, per migration, its outcome and the seconds it was blocked by quota; per quota,
 its base, final hard, highest hard and usage; the quota writes per migration; and the invariants
@@ -27,6 +28,7 @@ from .schema import UNFINISHED
 RANCHER_RECORDS = (ANNOTATION_RANCHER_BASE, ANNOTATION_RANCHER_APPLIED)
 """Our records of a raise through Rancher's annotation: stale once every migration is done."""
 METRICS_FILE = "metrics.prom"
+"""Beside report.json: the run's processes' Prometheus text (RunResult.metrics)."""
 
 
 def _parse(mapping: dict[str, str]) -> ResourceList:
