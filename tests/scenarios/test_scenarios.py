@@ -12,6 +12,7 @@ from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.scenario import report
 from harvester_quota.testbench.scenario.runner import ScenarioRun, uses_real_kubevirt
 from harvester_quota.testbench.scenario.schema import load
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import REAL_KUBEVIRT_VERSION, admin_config
 
@@ -72,6 +73,29 @@ async def test_our_strategy_meets_every_expectation(
     refused = [(m["vm"], m["refusals"]) for m in result["migrations"] if m["refusals"]]
     assert not refused, f"{path.name}: target pods refused by quota: {refused}"
     assert (tmp_path / "ours" / "timeline.png").stat().st_size > 10_000
+    assert_metric_dump_names_processes_and_scenario_namespaces(tmp_path / "ours", result)
+
+
+def assert_metric_dump_names_processes_and_scenario_namespaces(
+    directory: Path,
+    result: dict,  # type: ignore[type-arg]
+) -> None:
+    """metrics.prom holds the webhook's and every controller's series, each told by its process,
+    and no namespace label by its run name (bench/metricdump.py compares runs by these names)."""
+    samples = [
+        sample
+        for family in text_string_to_metric_families((directory / report.METRICS_FILE).read_text())
+        for sample in family.samples
+    ]
+    processes = {sample.labels.get("process") for sample in samples}
+    starts = 1 + sum(
+        1
+        for event in result["events"]
+        if event["what"].startswith(("step controller-start", "step controller-restart"))
+    )
+    assert processes == {"webhook"} | {f"controller-{i}" for i in range(1, starts + 1)}
+    namespaces = {s.labels["namespace"] for s in samples if "namespace" in s.labels}
+    assert not {n for n in namespaces if n.endswith(f"-{result['run_id']}")}
 
 
 @pytest.mark.parametrize("name", HARVESTER_FAILURES)

@@ -1,4 +1,5 @@
-"""What a scenario run shows: report.json, timeline.png, the invariants and the expectations.
+"""What a scenario run shows: report.json, timeline.png, the invariants and the expectations
+(and, for strategy ``ours``, metrics.prom: exposition.py).
 
 report.json holds, per migration, its outcome and the seconds it was blocked by quota; per quota,
 its base, final hard, highest hard and usage; the quota writes per migration; and the invariants
@@ -26,6 +27,8 @@ from .schema import UNFINISHED
 
 RANCHER_RECORDS = (ANNOTATION_RANCHER_BASE, ANNOTATION_RANCHER_APPLIED)
 """Our records of a raise through Rancher's annotation: stale once every migration is done."""
+METRICS_FILE = "metrics.prom"
+"""Beside report.json: the run's processes' Prometheus text (RunResult.metrics)."""
 
 
 def _parse(mapping: dict[str, str]) -> ResourceList:
@@ -202,10 +205,14 @@ def check_expectations(
 
 
 def write(result: RunResult, directory: Path) -> dict[str, Any]:
-    """Writes report.json and timeline.png into ``directory``; returns the report."""
+    """Writes report.json, timeline.png and, when the strategy exported metrics (``ours``),
+    metrics.prom (its processes' Prometheus text, bench/metricdump.py compares two) into
+    ``directory``; returns the report."""
     directory.mkdir(parents=True, exist_ok=True)
     report = build_report(result)
     (directory / "report.json").write_text(json.dumps(report, indent=2))
+    if result.metrics is not None:
+        (directory / METRICS_FILE).write_text(result.metrics)
     note = plot_timeline(result, directory / "timeline.png")
     if note:
         report["timeline"] = note

@@ -120,6 +120,9 @@ class RunResult:
     """Who played KubeVirt and beside which Harvester (``played_by``)."""
     preflights: list[dict[str, Any]] = field(default_factory=list)
     """The JSON form of each preflight run before a drain (this run's namespaces only)."""
+    metrics: str | None = None
+    """Strategy ``ours``: the Prometheus text of its controllers and webhook after the run
+    (exposition.py), namespaces by their scenario names; None for the other strategies."""
     writers: RunWriters | None = None
     """Everyone's quota and namespace writes, and Harvester's error lines, on a local cluster
     (writers.py); None elsewhere."""
@@ -190,6 +193,9 @@ class ScenarioRun:
         finally:
             try:
                 await self._teardown()
+                if isinstance(self.strategy, OurStrategy):
+                    rename = {real: name for name, real in self.namespaces.items()}
+                    self.result.metrics = self.strategy.exposition(rename)
             finally:
                 self._log.detach()
                 self.result.log = self._log.as_report()

@@ -33,6 +33,7 @@ from ...webhook.tls import ClientAuth, ReloadingTLS
 from ..localcluster import ClusterInfo
 from ..localcluster.deploy import API_SERVER_CLIENT_NAMES, webhook_client_ca
 from ..localcluster.harvester import lease_holder
+from .exposition import exposition
 from .schema import HARVESTER_STRATEGY_NAMES
 from .writers import OURS_IN_SCENARIOS
 
@@ -88,6 +89,15 @@ class OurStrategy:
         self._webhook: WebhookServer | None = None
         self._caches: WebhookCaches | None = None
         self._configuration: str | None = None
+        self._registries: list[tuple[str, CollectorRegistry]] = []
+        """Every process's registry, in start order (the webhook's first): kept past the
+        process's stop, so the run's metrics.prom has them all."""
+
+    def exposition(self, rename: dict[str, str]) -> str:
+        """The Prometheus text of every controller this strategy started and of its webhook,
+        each sample labelled with its process (exposition.py); `rename` maps the run's
+        namespaces to the scenario's names."""
+        return exposition(self._registries, rename)
 
     def writes(self) -> Counter[str]:
         total = Counter(self._earlier)
@@ -99,6 +109,9 @@ class OurStrategy:
         # The webhook runs in this process: the API server can call it only if it is local.
         if self._webhook is None and self.cluster is not None:
             await self._start_webhook()
+        registry = CollectorRegistry()
+        started = sum(1 for name, _ in self._registries if name.startswith("controller"))
+        self._registries.append((f"controller-{started + 1}", registry))
         app = ControllerApp(
             self._controller_client(),
             Options(
@@ -107,7 +120,7 @@ class OurStrategy:
                 workers=3,
                 adopt_harvester_quotas=self.adopt_harvester,
             ),
-            registry=CollectorRegistry(),
+            registry=registry,
         )
         await app.start()
         self._apps.append(app)
@@ -152,6 +165,8 @@ class OurStrategy:
         ca.issue("harvester-quota-webhook", ip_addresses=("127.0.0.1",), server=True).write(
             cert, key
         )
+        registry = CollectorRegistry()
+        self._registries.append(("webhook", registry))
         self._webhook = WebhookServer(
             self._caches,
             # The simulator creates target pods as the runner's users; KubeVirt's real
@@ -170,7 +185,7 @@ class OurStrategy:
             sharing=RoomSharing(
                 quota_changes=self._caches.quota_changes, live=live_quotas(self.api)
             ),
-            registry=CollectorRegistry(),
+            registry=registry,
         )
         self._caches.factory.start()
         await self._caches.factory.wait_for_cache_sync(60)
