@@ -326,3 +326,23 @@ def test_without_cpu_accounting_the_controller_runs_as_deployed_and_the_report_h
     assert "Where the controller's CPU went" in render_markdown(on, "scale")
     assert "Where the controller's CPU went" not in render_markdown(off, "scale")
     assert off.to_json()["cpu_accounting"] is False
+
+
+async def test_a_cluster_without_an_audit_log_counts_no_writes_rather_than_zero(
+    tmp_path: Path,
+) -> None:
+    """A kept cluster started without an audit log: the step's writes by namespace are unknown
+    (None), not 0, which test_scale and a reader would take for "nothing written"."""
+    from harvester_quota.testbench.localcluster.audit import AuditLog
+    from harvester_quota.testbench.scale.product import Product
+
+    run = object.__new__(ScaleRun)
+    run.product = object.__new__(Product)
+    run.namespaces = ["scale-000"]
+    run.audit = AuditLog(tmp_path / "logs" / "audit.log")
+    assert await run._audit_mark() is None
+    assert await run._run_namespace_writes(await run._audit_mark()) is None
+    run.audit.path.parent.mkdir()
+    run.audit.path.write_text("")
+    mark = await run._audit_mark()
+    assert mark is not None and await run._run_namespace_writes(mark) == 0

@@ -671,10 +671,16 @@ class ScaleRun:
         )
 
     async def _audit_mark(self) -> AuditMark | None:
-        """Where the audit log ends now, for our arm (Harvester's writes are counted otherwise)."""
+        """Where the audit log ends now, for our arm (Harvester's writes are counted otherwise);
+        None (logged) where the cluster keeps no audit log (a kept cluster started without
+        one): the step's count is then unknown, never a silent 0."""
         if not isinstance(self.product, Product):
             return None
-        return await asyncio.to_thread(self.audit.mark)
+        mark = await asyncio.to_thread(self.audit.mark)
+        if mark.inode is None:
+            log.warning("no audit log at %s: our writes per step are not counted", self.audit.path)
+            return None
+        return mark
 
     async def _run_namespace_writes(self, mark: AuditMark | None) -> int | None:
         """Our controller's accepted writes since `mark` in the run's quota namespaces (the audit
