@@ -35,11 +35,13 @@ from ...util.resourcequota.base import RANCHER
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
+from ...util.resourcequota.projectqueue import Step, waiting_steps
 from ...util.resourcequota.writers import FieldChange
 from ..quotawriter import QuotaWriter
 from .foreignwrites import ForeignWriteReports, next_step
 from .gather import GATHER_RETRY, ReleaseGathering
 from .inputs import PlanInputs
+from .projectdemands import ProjectDemands
 from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .refusals import StandingRefusals
@@ -111,6 +113,8 @@ class QuotaReconciler:
             ProjectReader(management.client, management.clock),
             management.recorder,
             lambda project: namespace_cache.by_index(PROJECT_INDEX, project),
+            ProjectDemands(self.namespaces.enqueue_key),
+            ProjectSiblingsView(self),
         )
         self.rancher = RancherPath(
             self.writer,
@@ -303,6 +307,7 @@ class QuotaReconciler:
         the seconds until the plan must be tried again for its Rancher project's room, or None."""
         if self.rancher.through(namespace, plan):
             return await self.rancher.write(namespace, quota, plan, snapshot)
+        self.rancher.asks_nothing(str(metadata(namespace).get("name")))
         patch = patch_for(quota, plan)
         if patch is None:
             self.reports.explain_blocked(snapshot, quota, plan)
@@ -326,6 +331,36 @@ class QuotaReconciler:
         self.room_label.forget(namespace)
         self.rancher.forget(namespace)
         self.gathering.forget(namespace)
+
+
+class ProjectSiblingsView:
+    """The reconcile as a Rancher project's judge sees it (rancherprojects.ProjectRoom): the
+    rooms the project's other namespaces have not been given yet."""
+
+    def __init__(self, reconciler: QuotaReconciler) -> None:
+        self.reconciler = reconciler
+
+    def __call__(self, project: str, besides: str) -> list[Step]:
+        """The rooms the namespaces of Rancher project `project` but `besides` have not been
+        given by it, planned from the caches now (projectqueue.waiting_steps), our writes the
+        caches do not show yet applied: the judge of a raise on Rancher's protected path counts
+        those earlier in KubeVirt's order as taken. Only a namespace with migrations cached is
+        planned, and only one whose base is Rancher's annotation (not one MTQ mode handles).
+        Pure but for reading."""
+        reconciler = self.reconciler
+        steps: list[Step] = []
+        for cached in reconciler.namespaces.informer.store.by_index(PROJECT_INDEX, project):
+            name = str(metadata(cached).get("name", ""))
+            if name == besides or reconciler.defer_to(name):
+                continue
+            if not reconciler.inputs.migration_views.namespace(name):
+                continue
+            planned = reconciler._plan(name, reconciler.rancher.project_room.newest(cached))
+            if planned is None or planned.plan.base is None:
+                continue
+            if planned.plan.base.source == RANCHER:
+                steps += waiting_steps(planned.namespace, planned.plan)
+        return steps
 
 
 class StaleRaiseView:

@@ -11,12 +11,14 @@ So the controller asks first (`raise_verdict`, when it can read the project): a 
 not fit is not written, and the Warning names the cause and the cure, "the project has no room for
 this migration: raise the project limit by X", X being what the project's namespaces would then
 ask beyond its limit, per key. Where the project cannot be read, Rancher's own condition tells
-(`refusal_verdict`): X from the project when it can be read by then, else Rancher's totals.
+(`refusal_verdict`): X from the project when it can be read by then, else Rancher's totals. A
+raise that fits but whose room is owed to sibling namespaces' migrations earlier in KubeVirt's
+order waits for them, named (`queued_verdict`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,10 +37,25 @@ class NoRoom:
 
     message: str
     shortfall: ResourceList
+    first: tuple[str, ...] = ()
+    """The sibling namespaces' migrations that go first, where the project's room would fit the
+    raise but is owed to rooms earlier in KubeVirt's order (`queued_verdict`); () otherwise."""
 
 
 def describe_shortfall(shortfall: Mapping[str, Any]) -> str:
     return ", ".join(f"{key} {shortfall[key]}" for key in sorted(shortfall))
+
+
+def queued_verdict(first: Sequence[str]) -> NoRoom:
+    """The raise would fit the project, but its room goes first to `first` (each
+    ``namespace/migration (priority, created)``), rooms of sibling namespaces that come earlier
+    in KubeVirt's order and wait for it (util/resourcequota/projectqueue.py)."""
+    return NoRoom(
+        f"{NO_ROOM} yet: its room goes first to {', '.join(first)}, earlier in KubeVirt's order "
+        "(priority, then creation); this raise follows once those are given",
+        {},
+        tuple(first),
+    )
 
 
 def raise_verdict(

@@ -1,0 +1,108 @@
+"""Which namespaces of each Rancher project wait for its room, and queueing them when room moves.
+
+A namespace's raise on Rancher's protected path is judged against its project counting as taken
+the rooms its sibling namespaces have not been given yet that come earlier in KubeVirt's order
+(rancherprojects.ProjectRoom, util/resourcequota/projectqueue.py): those are planned from the
+caches at the judgment (the reconciler's `siblings_waiting`), whichever namespace reconciled
+first. What this registry keeps is who waits: each reconcile on the Rancher path records the
+namespace's rooms not given (none once given), and when a namespace of the project writes its
+annotation (a raise given, a room given back) or a room it waited for goes (its migration ended
+or gone, the namespace no longer ours), the project's other waiting namespaces are queued at
+once (`enqueue`), not only at the project recheck (rancherwrites.PROJECT_RECHECK).
+
+State is in memory and per process, rebuilt by the reconciles: after a restart (or a change of
+leader) the waiting namespaces are unknown until each reconciles once (every namespace does at
+the informers' first sync). The order itself is not affected (it is planned from the caches at
+each judgment); only the at-once queueing is, and a namespace not known to wait is judged again
+at its recheck.
+
+Concurrency: the reconciles of different namespaces run in different workers on one event loop.
+The registry is touched only from the loop, between awaits, so each call sees a consistent map;
+the judge-then-write of a namespace of a project runs under that project's lock (`lock`), so
+two siblings never judge against the same room and both write it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from ...util.resourcequota.projectqueue import Step
+
+log = logging.getLogger(__name__)
+
+
+class ProjectDemands:
+    """Per project id, each namespace's waiting steps (in KubeVirt's order)."""
+
+    def __init__(self, enqueue: Callable[[str], None]) -> None:
+        self.enqueue = enqueue
+        """Queues a namespace's reconcile (the namespace controller's enqueue_key)."""
+        self._waiting: dict[str, dict[str, tuple[Step, ...]]] = {}
+        self._project_of: dict[str, str] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, project: str) -> asyncio.Lock:
+        """The project's lock: held from a namespace's judgment to its write (module docstring).
+        One per project id, kept for the process's life (projects are few)."""
+        return self._locks.setdefault(project, asyncio.Lock())
+
+    def record(
+        self, project: str, namespace: str, waiting: Sequence[Step], *, wrote: bool = False
+    ) -> None:
+        """`namespace` of `project` waits for `waiting` now (replacing what it waited for). If
+        it `wrote` its annotation, or a room it waited for is no longer waiting, the project's
+        other waiting namespaces are queued."""
+        before = self._project_of.get(namespace, project)
+        still = {step.room.migration_uid for step in waiting}
+        gone = [step for step in self._take(namespace) if step.room.migration_uid not in still]
+        if waiting:
+            self._waiting.setdefault(project, {})[namespace] = tuple(waiting)
+            self._project_of[namespace] = project
+        if gone or wrote or before != project:
+            self._requeue(before, namespace, gone)
+
+    def waiters(self, project: str) -> list[str]:
+        """The project's namespaces known to wait for room, sorted."""
+        return sorted(self._waiting.get(project, {}))
+
+    def forget(self, namespace: str) -> None:
+        """The namespace no longer asks its project for anything (no raise through Rancher's
+        annotation, or no longer ours): its waiting rooms go, and its siblings are queued."""
+        project = self._project_of.get(namespace)
+        gone = self._take(namespace)
+        if project is not None:
+            self._requeue(project, namespace, gone)
+
+    def waiting(self, project: str, besides: str) -> list[Step]:
+        """Every waiting step of the project's namespaces but `besides`, as they recorded it
+        (where the judge is given no planner of the siblings: ProjectRoom)."""
+        namespaces = self._waiting.get(project, {})
+        return [step for name, steps in namespaces.items() if name != besides for step in steps]
+
+    def _take(self, namespace: str) -> tuple[Step, ...]:
+        project = self._project_of.pop(namespace, None)
+        if project is None:
+            return ()
+        namespaces = self._waiting.get(project, {})
+        steps = namespaces.pop(namespace, ())
+        if not namespaces:
+            self._waiting.pop(project, None)
+        return steps
+
+    def _requeue(self, project: str, namespace: str, gone: Sequence[Step]) -> None:
+        siblings = sorted(self._waiting.get(project, {}))
+        siblings = [name for name in siblings if name != namespace]
+        if not siblings:
+            return
+        log.info(
+            "project %s: room moved in %s (%s); queued %s",
+            project,
+            namespace,
+            ", ".join(f"{step.room.migration} no longer waits" for step in gone)
+            or "its annotation written",
+            ", ".join(siblings),
+        )
+        for name in siblings:
+            self.enqueue(name)

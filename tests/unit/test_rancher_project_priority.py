@@ -1,0 +1,446 @@
+"""A Rancher project's scarce room across its namespaces goes in KubeVirt's order (issue 41,
+item 3, on Rancher's protected path): a drain's evacuation (system-critical) in one namespace
+before a user's migration in a sibling, whichever namespace reconciles first; among one
+priority, the older migration; a room that can never fit holds no one back; nothing a tenant
+writes on its objects moves the order; a sibling is queued again when a room it waited behind
+goes. Fakes as in test_rancher_project_room.py: the Project served, namespace patches applied,
+Rancher's agent assumed to copy what fits."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import itertools
+import json
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+from harvester_quota.controller.quotawriter import QuotaWriter
+from harvester_quota.controller.resourcequota.projectdemands import ProjectDemands
+from harvester_quota.controller.resourcequota.rancherprojects import (
+    PROJECT_NO_ROOM_REASON,
+    PROJECT_QUEUED_REASON,
+    ProjectReader,
+    ProjectRoom,
+    project_index,
+)
+from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHECK, RancherPath
+from harvester_quota.controller.resourcequota.refusals import RefusalTracker
+from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.generic import errors
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
+from harvester_quota.util.resourcequota.projectqueue import Step, waiting_steps
+
+from tests.objects import bare_launcher, managed_quota, migration, vmi
+
+PROJECT_ID = "local:p-abcde"
+SEED = '{"limit":{"limitsCpu":"3000m","limitsMemory":"5000Mi"}}'
+"""Each namespace's base: one VM (2 cores, 4Gi) fills it; its migration's room is ~2 CPU."""
+ROOM_FOR_ONE = {"limitsCpu": "8500m", "limitsMemory": "16000Mi"}
+"""Two bases (6 CPU, 10000Mi) and one migration's room (2015m, ~4575Mi), not two."""
+ROOM_FOR_TWO = {"limitsCpu": "10500m", "limitsMemory": "20000Mi"}
+C_FULL = '{"limit":{"limitsCpu":"2015m","limitsMemory":"4600Mi"}}'
+"""A third namespace of the project taking what room the project has (c's room given)."""
+C_EMPTY = '{"limit":{"limitsCpu":"0","limitsMemory":"0"}}'
+EARLY, LATE = "2026-01-01T00:00:00Z", "2026-01-01T00:00:07Z"
+
+
+def unescape(part: str) -> str:
+    return part.replace("~1", "/").replace("~0", "~")
+
+
+class Cluster:
+    """The API server as the Rancher path meets it: one Project served, namespaces whose
+    annotation patches are applied (their tests checked, a failed one a Conflict), and the
+    namespace cache, which shows every write at once unless `lagging`."""
+
+    def __init__(self, limit: dict[str, str]) -> None:
+        self.project = {
+            "metadata": {"name": "p-abcde", "namespace": "local"},
+            "spec": {
+                "resourceQuota": {"limit": dict(limit)},
+                "namespaceDefaultResourceQuota": {
+                    "limit": {"limitsCpu": "3", "limitsMemory": "5000Mi"}
+                },
+            },
+        }
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        self.cache: dict[str, dict[str, Any]] = {}
+        self.lagging = False
+        self.versions = itertools.count(2)
+        self.patched: list[str] = []
+
+    def add(self, name: str, annotation: str = SEED) -> None:
+        self.namespaces[name] = {
+            "metadata": {
+                "name": name,
+                "uid": f"uid-{name}",
+                "resourceVersion": "1",
+                "annotations": {
+                    "field.cattle.io/projectId": PROJECT_ID,
+                    CATTLE_ANNOTATION_RESOURCE_QUOTA: annotation,
+                },
+            }
+        }
+        self.cache[name] = copy.deepcopy(self.namespaces[name])
+
+    def set_cached(self, name: str, annotation: str) -> None:
+        """The namespace's annotation as the cache shows it (someone else's write)."""
+        self.cache[name]["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA] = annotation
+
+    def members(self, project: str) -> list[dict[str, Any]]:
+        return [ns for ns in self.cache.values() if project in project_index(ns)]
+
+    async def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
+        return copy.deepcopy(self.project)
+
+    async def patch(self, resource: Any, name: str, body: Any, *_: Any, **__: Any) -> Any:
+        stored = self.namespaces[name]
+        for op in body:
+            parts = [unescape(p) for p in op["path"].split("/")[1:]]
+            if parts == ["metadata", "uid"]:
+                continue
+            annotations = stored["metadata"]["annotations"]
+            key = parts[-1]
+            if op["op"] == "test" and annotations.get(key) != op["value"]:
+                raise errors.Conflict(f"test of {key} failed")
+            if op["op"] == "add":
+                annotations[key] = op["value"]
+            if op["op"] == "remove":
+                annotations.pop(key, None)
+        stored["metadata"]["resourceVersion"] = str(next(self.versions))
+        self.patched.append(name)
+        if not self.lagging:
+            self.cache[name] = copy.deepcopy(stored)
+        return copy.deepcopy(stored)
+
+    def asks(self, name: str) -> str:
+        return str(
+            self.namespaces[name]["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA]
+        )
+
+    def raised(self, name: str) -> bool:
+        return self.asks(name) != SEED
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        self.events.append((str(obj["metadata"]["name"]), reason, message))
+
+
+class Project:
+    """Namespaces of one project, each a base filled by its VMs, their migrations, and the
+    Rancher path that reconciles them (a namespace's reconcile: its plan, then `write`)."""
+
+    def __init__(self, limit: dict[str, str]) -> None:
+        self.cluster = Cluster(limit)
+        self.clock = FakeClock()
+        self.queued: list[str] = []
+        self.recorder = Recorder()
+        counter = SimpleNamespace(inc=lambda *_: None)
+        metrics: Any = SimpleNamespace(quota_writes=SimpleNamespace(labels=lambda *_: counter))
+        self.demands = ProjectDemands(self.queued.append)
+        self.path = RancherPath(
+            QuotaWriter(self.cluster, self.clock),  # type: ignore[arg-type]
+            metrics=metrics,
+            recorder=self.recorder,  # type: ignore[arg-type]
+            project_room=ProjectRoom(
+                ProjectReader(self.cluster, self.clock),  # type: ignore[arg-type]
+                self.recorder,  # type: ignore[arg-type]
+                self.cluster.members,
+                self.demands,
+                self.siblings_waiting,
+            ),
+            reports=NamespaceReports(metrics, self.recorder, RefusalTracker(self.clock)),  # type: ignore[arg-type]
+            writes=Counter(),
+        )
+        self.vms: dict[str, dict[str, Any]] = {}
+        self.migrations: dict[str, list[dict[str, Any]]] = {}
+
+    def namespace(self, name: str, vms: int = 1, annotation: str | None = None) -> None:
+        self.cluster.add(name, annotation or SEED)
+        self.migrations[name] = []
+        for index in range(vms):
+            self.vms[f"{name}-vm{index}"] = vmi(f"{name}-vm{index}", namespace=name)
+
+    def migrate(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        vm: int = 0,
+        created: str = EARLY,
+        priority: str | None = None,
+    ) -> dict[str, Any]:
+        made = migration(name, self.vms[f"{namespace}-vm{vm}"])
+        made["metadata"]["creationTimestamp"] = created
+        if priority is not None:
+            made["spec"]["priority"] = priority
+        self.migrations[namespace].append(made)
+        return made
+
+    def end(self, namespace: str, name: str) -> None:
+        self.migrations[namespace] = [
+            m for m in self.migrations[namespace] if m["metadata"]["name"] != name
+        ]
+
+    def snapshot(self, name: str) -> tuple[NamespaceSnapshot, dict[str, Any]]:
+        vms = {k: v for k, v in self.vms.items() if v["metadata"]["namespace"] == name}
+        limit = {"limits.cpu": str(3 * len(vms)), "limits.memory": f"{5000 * len(vms)}Mi"}
+        quota = managed_quota(name, limit)
+        quota["metadata"]["namespace"] = name
+        snapshot = NamespaceSnapshot(
+            namespace=self.path.project_room.newest(self.cluster.cache[name]),
+            quota=quota,
+            migrations=self.migrations[name],
+            vmis=vms,
+            pods=[bare_launcher(vm, f"virt-launcher-{key}") for key, vm in vms.items()],
+            now=NOW,
+            launcher=LauncherSettings(ratio="1.5", kubevirt_version="1.9"),
+        )
+        return snapshot, quota
+
+    def siblings_waiting(self, project: str, besides: str) -> list[Step]:
+        """As the reconciler plans them: every other namespace's rooms not given yet."""
+        steps: list[Step] = []
+        for name in self.migrations:
+            cached = self.path.project_room.newest(self.cluster.cache[name])
+            if name != besides and project in project_index(cached):
+                snapshot, _ = self.snapshot(name)
+                steps += waiting_steps(cached, plan_quota(snapshot))
+        return steps
+
+    async def reconcile(self, name: str) -> float | None:
+        snapshot, quota = self.snapshot(name)
+        plan = plan_quota(snapshot)
+        assert plan.base is not None and plan.base.source == "rancher"
+        return await self.path.write(self.cluster.cache[name], quota, plan, snapshot)
+
+    def warnings(self, reason: str) -> list[tuple[str, str]]:
+        return [(name, message) for name, why, message in self.recorder.events if why == reason]
+
+
+NOW = datetime.datetime(2026, 1, 1, 0, 1, tzinfo=datetime.UTC)
+
+
+def evacuation_and_user(*, evacuation_created: str, user_created: str) -> Project:
+    """Namespace a: a user's migration; namespace b: a drain's evacuation (system-critical);
+    the project has room for one of the two."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a")
+    project.namespace("b")
+    project.migrate("a", "user-mig", created=user_created)
+    project.migrate("b", "evacuation", created=evacuation_created, priority="system-critical")
+    return project
+
+
+async def test_the_evacuation_in_a_sibling_gets_the_room_whatever_the_reconcile_order() -> None:
+    """A user's migration in a, an evacuation in b, room for one: the evacuation gets it
+    whether it was created before or after the user's migration and whichever namespace
+    reconciles first (a's first reconcile sees b's evacuation in the caches, before b's
+    reconcile ever ran); a's raise waits."""
+    for evacuation_created, user_created in ((LATE, EARLY), (EARLY, LATE)):
+        for first, second in (("a", "b"), ("b", "a")):
+            project = evacuation_and_user(
+                evacuation_created=evacuation_created, user_created=user_created
+            )
+            await project.reconcile(first)
+            await project.reconcile(second)
+            await project.reconcile(first)
+            case = (evacuation_created, first)
+            assert project.cluster.raised("b"), case
+            assert not project.cluster.raised("a"), case
+
+
+async def test_the_user_s_raise_waits_named_and_follows_once_the_evacuation_s_room_is_given_back() -> (
+    None
+):
+    """a reconciles first: its raise would fit, but the room goes to b's evacuation, and the
+    Warning on a's quota, namespace and held migration names it. b is given the room; when
+    b's migration ends and its room is given back, a is queued at once and raised."""
+    project = evacuation_and_user(evacuation_created=LATE, user_created=EARLY)
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    assert not project.cluster.raised("a")
+    warned = project.warnings(PROJECT_QUEUED_REASON)
+    assert {name for name, _ in warned} == {"default-abcde", "a", "user-mig"}
+    assert all("b/evacuation (priority system-critical" in message for _, message in warned)
+    assert await project.reconcile("b") is None and project.cluster.raised("b")
+    assert project.queued == ["a"], "b's write moved the project's room: a is judged again"
+    assert await project.reconcile("a") == PROJECT_RECHECK, "no room left for a"
+    project.queued.clear()
+    project.end("b", "evacuation")
+    assert await project.reconcile("b") is None and not project.cluster.raised("b")
+    assert project.queued == ["a"], "b gave its room back: a queued at once"
+    assert await project.reconcile("a") is None
+    assert project.cluster.raised("a")
+
+
+async def test_a_sibling_waiting_behind_a_room_is_queued_when_that_room_is_given() -> None:
+    """Room for one, taken by a third namespace: b's evacuation and a's user migration both
+    wait. Once the third gives its room back, b (first in order) gets it; a is queued the
+    moment b's waiting room goes (given), and a's raise follows once b's ends."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a")
+    project.namespace("b")
+    project.cluster.add("c", C_FULL)
+    project.migrate("a", "user-mig", created=EARLY)
+    project.migrate("b", "evacuation", created=LATE, priority="system-critical")
+    assert await project.reconcile("b") == PROJECT_RECHECK
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    assert project.warnings(PROJECT_NO_ROOM_REASON), "the project lacks the room: said so"
+    project.cluster.set_cached("c", C_EMPTY)
+    project.cluster.namespaces["c"] = copy.deepcopy(project.cluster.cache["c"])
+    project.queued.clear()
+    assert await project.reconcile("a") == PROJECT_RECHECK, "b's evacuation comes first"
+    assert project.queued == []
+    assert await project.reconcile("b") is None and project.cluster.raised("b")
+    assert project.queued == ["a"], "a queued as b's waiting room went"
+    project.end("b", "evacuation")
+    await project.reconcile("b")
+    assert await project.reconcile("a") is None and project.cluster.raised("a")
+
+
+async def test_a_sibling_is_queued_when_the_migration_it_waited_behind_is_gone() -> None:
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a")
+    project.namespace("b")
+    project.cluster.add("c", C_FULL)
+    project.migrate("a", "user-mig", created=LATE)
+    project.migrate("b", "older-user-mig", created=EARLY)
+    await project.reconcile("b")
+    await project.reconcile("a")
+    project.queued.clear()
+    project.end("b", "older-user-mig")
+    await project.reconcile("b")
+    assert project.queued == ["a"]
+    project.path.forget("a")
+    project.queued.clear()
+    project.migrate("b", "again", created=LATE)
+    await project.reconcile("b")
+    project.path.forget("b")
+    assert project.queued == [], "no sibling waits: nothing to queue"
+
+
+async def test_between_two_user_migrations_the_older_one_gets_the_room() -> None:
+    for first in ("a", "b"):
+        project = Project(ROOM_FOR_ONE)
+        project.namespace("a")
+        project.namespace("b")
+        project.migrate("a", "newer", created=LATE)
+        project.migrate("b", "older", created=EARLY)
+        await project.reconcile(first)
+        await project.reconcile("b" if first == "a" else "a")
+        await project.reconcile(first)
+        assert project.cluster.raised("b") and not project.cluster.raised("a"), first
+
+
+async def test_a_newer_migration_waits_for_an_older_one_in_a_sibling_named_in_its_warning() -> None:
+    """b's older migration waits while a third namespace holds the room; the room frees and
+    a's newer migration is judged first: a does not take it, and says who goes first."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a")
+    project.namespace("b")
+    project.cluster.add("c", C_FULL)
+    project.migrate("b", "older", created=EARLY)
+    await project.reconcile("b")
+    project.cluster.set_cached("c", C_EMPTY)
+    project.migrate("a", "newer", created=LATE)
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    assert not project.cluster.raised("a")
+    (message,) = {m for _, m in project.warnings(PROJECT_QUEUED_REASON)}
+    assert "b/older (priority default, created 2026-01-01T00:00:00Z)" in message
+
+
+async def test_a_room_that_can_never_fit_holds_no_smaller_later_room_back() -> None:
+    """b's evacuation needs more than the project has left (a 4-core VM); a's user migration
+    fits: it is raised, not starved behind a room the project cannot give."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a")
+    project.cluster.add("b", SEED)
+    project.migrations["b"] = []
+    project.vms["b-vm0"] = vmi("b-vm0", namespace="b", cores=4, memory="4Gi")
+    project.migrate("b", "big-evacuation", created=EARLY, priority="system-critical")
+    project.migrate("a", "user-mig", created=LATE)
+    assert await project.reconcile("b") == PROJECT_RECHECK
+    assert project.warnings(PROJECT_NO_ROOM_REASON)
+    assert await project.reconcile("a") is None
+    assert project.cluster.raised("a") and not project.cluster.raised("b")
+
+
+async def test_a_tenant_cannot_get_ahead_by_a_label_an_annotation_or_a_name() -> None:
+    """Only spec.priority (which only virt-controller may set) and the API server's
+    creationTimestamp order the rooms: a label or annotation naming a priority, or a name
+    that sorts first, leaves a newer user migration behind an older one and any migration
+    behind an evacuation."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a")
+    project.namespace("b")
+    sneaky = project.migrate("a", "0000-first", created=LATE)
+    sneaky["metadata"]["labels"]["kubevirt.io/migration-priority"] = "system-critical"
+    sneaky["metadata"]["annotations"] = {"kubevirt.io/priority": "system-critical"}
+    sneaky["spec"]["priority"] = "i-am-important"  # not KubeVirt's: the default
+    project.migrate("b", "zzzz-evac", created=LATE, priority="system-critical")
+    await project.reconcile("a")
+    await project.reconcile("b")
+    assert project.cluster.raised("b") and not project.cluster.raised("a")
+    tied = Project(ROOM_FOR_ONE)
+    tied.namespace("a")
+    tied.namespace("b")
+    tied.migrate("a", "0000-newer", created=LATE)
+    tied.migrate("b", "zzzz-older", created=EARLY)
+    await tied.reconcile("a")
+    await tied.reconcile("b")
+    assert tied.cluster.raised("b") and not tied.cluster.raised("a")
+
+
+async def test_a_sibling_queued_before_the_cache_shows_a_room_given_back_is_raised_at_once() -> (
+    None
+):
+    """b gives its room back and a is queued at once; the namespace cache does not show b's
+    write yet, but a's judge sees it (our own writes), so a is raised now, not 30 s later."""
+    project = evacuation_and_user(evacuation_created=LATE, user_created=EARLY)
+    await project.reconcile("b")
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    project.cluster.lagging = True
+    project.end("b", "evacuation")
+    project.queued.clear()
+    assert await project.reconcile("b") is None
+    assert project.queued == ["a"]
+    assert await project.reconcile("a") is None
+    assert project.cluster.raised("a")
+
+
+async def test_a_standing_partial_raise_is_kept_not_lowered_at_each_recheck() -> None:
+    """Three migrations in one namespace, room for two: the raise for two is written once and
+    then stands; a recheck does not lower it to one (which took a room back, then gave it
+    again, at every recheck)."""
+    project = Project(ROOM_FOR_TWO)
+    project.namespace("a", vms=3)
+    project.cluster.add("b", SEED)
+    project.migrations["b"] = []
+    for vm, created in enumerate(("2026-01-01T00:00:01Z", "2026-01-01T00:00:02Z", LATE)):
+        project.migrate("a", f"mig-{vm}", vm=vm, created=created)
+    seeds = '{"limit":{"limitsCpu":"9000m","limitsMemory":"15000Mi"}}'
+    project.cluster.namespaces["a"]["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA] = (
+        seeds
+    )
+    project.cluster.cache["a"] = copy.deepcopy(project.cluster.namespaces["a"])
+    project.cluster.project["spec"]["resourceQuota"]["limit"] = {
+        "limitsCpu": "16500m",
+        "limitsMemory": "30000Mi",
+    }
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    assert project.cluster.patched == ["a"]
+    two = project.cluster.asks("a")
+    for _ in range(3):
+        project.clock.step(PROJECT_RECHECK)
+        assert await project.reconcile("a") == PROJECT_RECHECK
+    assert project.cluster.patched == ["a"] and project.cluster.asks("a") == two
+    assert json.loads(two)["limit"]["limitsCpu"] != "9000m"
