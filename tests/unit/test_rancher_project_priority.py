@@ -14,7 +14,7 @@ import itertools
 import json
 from collections import Counter
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.controller.resourcequota.projectdemands import ProjectDemands
@@ -28,14 +28,25 @@ from harvester_quota.controller.resourcequota.rancherprojects import (
 from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHECK, RancherPath
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 from harvester_quota.util.resourcequota.projectqueue import Step, waiting_steps
 
-from tests.objects import bare_launcher, managed_quota, migration, vmi
+from tests.objects import (
+    bare_launcher,
+    launcher_pod,
+    managed_quota,
+    migration,
+    rancher_namespace,
+    vmi,
+)
+from tests.unit.test_quota_plan import V170_HARD, V170_LIMIT
+from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
 
 PROJECT_ID = "local:p-abcde"
 SEED = '{"limit":{"limitsCpu":"3000m","limitsMemory":"5000Mi"}}'
@@ -444,3 +455,51 @@ async def test_a_standing_partial_raise_is_kept_not_lowered_at_each_recheck() ->
         assert await project.reconcile("a") == PROJECT_RECHECK
     assert project.cluster.patched == ["a"] and project.cluster.asks("a") == two
     assert json.loads(two)["limit"]["limitsCpu"] != "9000m"
+
+
+async def test_explain_shows_the_controllers_last_word_on_the_siblings_that_go_first() -> None:
+    """explain reads the controller's WaitingForEarlierMigrationsInProject Warning (the
+    latest, on the quota or a migration still holding room) into the Rancher project's lines;
+    one about a migration that holds no room any more is not shown."""
+    vm = vmi("vm1", "ns")
+    namespace = rancher_namespace("ns", V170_LIMIT)
+    namespace["metadata"]["annotations"]["field.cattle.io/projectId"] = PROJECT_ID
+
+    def said(kind: str, name: str, message: str, time: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": f"e-{time}"},
+            "reason": PROJECT_QUEUED_REASON,
+            "involvedObject": {"kind": kind, "name": name},
+            "message": message,
+            "lastTimestamp": time,
+        }
+
+    objects: dict[str, list[dict[str, Any]]] = {
+        "namespaces": [namespace],
+        "resourcequotas": [managed_quota("ns", V170_HARD)],
+        "virtualmachineinstancemigrations": [migration("mine", vm)],
+        "virtualmachineinstances": [vm],
+        "pods": [launcher_pod(vm, "virt-launcher-vm1")],
+        "events": [
+            said("ResourceQuota", "default-abcde", "goes first to b/old", "2026-01-01T00:00:01Z"),
+            said(
+                "VirtualMachineInstanceMigration",
+                "mine",
+                "goes first to b/evac",
+                "2026-01-01T00:00:09Z",
+            ),
+            said(
+                "VirtualMachineInstanceMigration",
+                "gone",
+                "goes first to b/x",
+                "2026-01-01T00:00:20Z",
+            ),
+        ],
+    }
+    found = await explain(cast(ApiClient, ReadOnlyCluster(objects)), "ns", kubevirt_version="1.6")
+    assert found.rancher_project is not None
+    assert found.rancher_project["queued_behind"]["message"] == "goes first to b/evac"
+    assert "the controller, 2026-01-01T00:00:09Z: goes first to b/evac" in render_text(found)
+    objects["virtualmachineinstancemigrations"] = []
+    idle = await explain(cast(ApiClient, ReadOnlyCluster(objects)), "ns", kubevirt_version="1.6")
+    assert idle.rancher_project is not None and idle.rancher_project["queued_behind"] is None
