@@ -7,6 +7,12 @@ cluster imported into another Rancher. It is read only before a raise through th
 while Rancher marks the namespace as not fitting (projectroom.py): a GET, kept `TTL` seconds. A
 project that is not there (no such kind, no such project) is None for the same time; a refusal
 (no RBAC for it) closes the reads for a backoff (permission.py), logged once.
+
+A raise that fits the project is judged again with the rooms the project's other namespaces
+have not been given counted as taken, those earlier in KubeVirt's order that could fit
+(util/resourcequota/projectqueue.py, planned by the reconciler's ProjectSiblingsView): where it
+no longer fits, it waits for them, and the Warning names the first of each
+(PROJECT_QUEUED_REASON).
 """
 
 from __future__ import annotations

@@ -358,8 +358,12 @@ class ProjectSiblingsView:
             planned = reconciler._plan(name, reconciler.rancher.project_room.newest(cached))
             if planned is None or planned.plan.base is None:
                 continue
-            if planned.plan.base.source == RANCHER:
+            if planned.plan.base.source != RANCHER:
+                continue
+            try:
                 steps += waiting_steps(planned.namespace, planned.plan)
+            except ValueError as error:  # its own reconcile names it (QuotaNotScaled)
+                log.info("project %s: %s's waiting rooms not read: %s", project, name, error)
         return steps
 
 
