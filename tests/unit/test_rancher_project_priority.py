@@ -2,13 +2,15 @@
 item 3, on Rancher's protected path): a drain's evacuation (system-critical) in one namespace
 before a user's migration in a sibling, whichever namespace reconciles first; among one
 priority, the older migration; a room that can never fit holds no one back; nothing a tenant
-writes on its objects moves the order; a sibling is queued again when a room it waited behind
-goes. Fakes as in test_rancher_project_room.py: the Project served, namespace patches applied,
-Rancher's agent assumed to copy what fits."""
+writes on its objects moves the order; a sibling is queued again when room moves; a partial
+raise that stands is kept; the reconciler plans only its Rancher siblings' rooms; explain shows
+the controller's last word. Fakes as in test_rancher_project_room.py: the Project served,
+namespace patches applied, Rancher's agent assumed to copy what fits."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import itertools
 import json
@@ -28,6 +30,10 @@ from harvester_quota.controller.resourcequota.rancherprojects import (
 from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHECK, RancherPath
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.controller.resourcequota.resourcequota_controller import (
+    ProjectSiblingsView,
+    QuotaReconciler,
+)
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
@@ -503,3 +509,38 @@ async def test_explain_shows_the_controllers_last_word_on_the_siblings_that_go_f
     objects["virtualmachineinstancemigrations"] = []
     idle = await explain(cast(ApiClient, ReadOnlyCluster(objects)), "ns", kubevirt_version="1.6")
     assert idle.rancher_project is not None and idle.rancher_project["queued_behind"] is None
+
+
+def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_only() -> None:
+    """ProjectSiblingsView plans, from the caches, each other namespace of the project with
+    migrations whose base is Rancher's annotation: not the namespace judged, not one MTQ mode
+    handles, not one without migrations (never planned), not one whose base is not Rancher's."""
+    project = Project(ROOM_FOR_ONE)
+    for name in ("judged", "sibling", "mtq", "idle", "direct"):
+        project.namespace(name)
+        if name != "idle":
+            project.migrate(name, f"{name}-mig")
+    planned: list[str] = []
+
+    def plan(name: str, namespace: dict[str, Any], **_: Any) -> Any:
+        planned.append(name)
+        made = plan_quota(project.snapshot(name)[0])
+        if name == "direct":
+            made = dataclasses.replace(made, base=dataclasses.replace(made.base, source="quota"))
+        return SimpleNamespace(namespace=namespace, plan=made)
+
+    reconciler: Any = object.__new__(QuotaReconciler)
+    reconciler.namespaces = SimpleNamespace(
+        informer=SimpleNamespace(
+            store=SimpleNamespace(by_index=lambda _index, key: project.cluster.members(key))
+        )
+    )
+    reconciler.inputs = SimpleNamespace(
+        migration_views=SimpleNamespace(namespace=lambda name: project.migrations[name])
+    )
+    reconciler.rancher = SimpleNamespace(project_room=project.path.project_room)
+    reconciler.defer_to = lambda name: name == "mtq"
+    reconciler._plan = plan
+    steps = ProjectSiblingsView(reconciler)(PROJECT_ID, "judged")
+    assert [(s.namespace, s.room.migration) for s in steps] == [("sibling", "sibling-mig")]
+    assert sorted(planned) == ["direct", "sibling"]

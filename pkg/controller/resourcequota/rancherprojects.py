@@ -246,6 +246,7 @@ class ProjectRoom:
             self.recorder.event(target, WARNING, reason, no_room.message)
 
     def forget(self, namespace: str) -> None:
-        """The namespace is no longer ours: nothing reported, nothing waited for there."""
+        """The namespace is no longer ours: nothing reported, written or waited for there."""
         self._reported.pop(namespace, None)
+        self._written.forget(namespace)
         self.demands.forget(namespace)
