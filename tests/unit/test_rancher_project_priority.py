@@ -9,6 +9,7 @@ namespace patches applied, Rancher's agent assumed to copy what fits."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import datetime
@@ -31,6 +32,7 @@ from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHE
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
 from harvester_quota.controller.resourcequota.resourcequota_controller import (
+    SIBLINGS_SLICE,
     ProjectSiblingsView,
     QuotaReconciler,
 )
@@ -224,7 +226,7 @@ class Project:
         )
         return snapshot, quota
 
-    def siblings_waiting(self, project: str, besides: str) -> list[Step]:
+    async def siblings_waiting(self, project: str, besides: str) -> list[Step]:
         """As the reconciler plans them: every other namespace's rooms not given yet."""
         steps: list[Step] = []
         for name in self.migrations:
@@ -417,6 +419,145 @@ async def test_a_tenant_cannot_get_ahead_by_a_label_an_annotation_or_a_name() ->
     assert tied.cluster.raised("b") and not tied.cluster.raised("a")
 
 
+T0, T5, T9 = "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", "2026-01-01T00:00:09Z"
+
+
+async def _handoff(*, a1_cores: int) -> Project:
+    """a's user migration a1 (T0, an `a1_cores` VM) is given the project's room; b's
+    evacuation (T5, 2 cores) waits; the tenant starts a2 in a (T9, 2 cores), then a1 ends."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a", vms=2)
+    project.vms["a-vm0"] = vmi("a-vm0", namespace="a", cores=a1_cores, memory="2Gi")
+    project.namespace("b")
+    project.migrate("a", "a1", vm=0, created=T0)
+    assert await project.reconcile("a") is None and project.cluster.raised("a")
+    project.migrate("b", "evac", created=T5, priority="system-critical")
+    assert await project.reconcile("b") == PROJECT_RECHECK and not project.cluster.raised("b")
+    project.migrate("a", "a2", vm=1, created=T9)
+    await project.reconcile("a")
+    project.end("a", "a1")
+    project.queued.clear()
+    return project
+
+
+async def test_a_new_migration_does_not_inherit_an_ended_room_ahead_of_a_siblings_evacuation() -> (
+    None
+):
+    """Review 50, major 1: a tenant starting a migration while its earlier one runs cannot
+    keep the project's room once that one ends: the new room (as big, or bigger) was never
+    given, so it waits behind b's earlier evacuation; a gives back the ended room (the release
+    is written even though a is held back, else b could never fit) and b is raised."""
+    for a1_cores in (2, 1):
+        project = await _handoff(a1_cores=a1_cores)
+        assert await project.reconcile("a") == PROJECT_RECHECK, a1_cores
+        assert not project.cluster.raised("a"), "the ended room is given back"
+        assert project.queued == ["b"], "b is queued at once by a's write"
+        warned = {message for _, message in project.warnings(PROJECT_QUEUED_REASON)}
+        assert any("b/evac (priority system-critical" in m for m in warned), warned
+        assert await project.reconcile("b") is None and project.cluster.raised("b"), a1_cores
+        assert await project.reconcile("a") == PROJECT_RECHECK
+        assert not project.cluster.raised("a"), "a2 waits for the room b holds"
+
+
+async def test_a_room_given_for_a_migration_is_kept_while_it_runs_beside_a_new_one() -> None:
+    """The other side of the record: a1's room, given, stays while a1 runs; a2, started after
+    b's evacuation, waits; a1's raise is not lowered for it."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a", vms=2)
+    project.namespace("b")
+    project.migrate("a", "a1", vm=0, created=T0)
+    assert await project.reconcile("a") is None
+    one = project.cluster.asks("a")
+    project.migrate("b", "evac", created=T5, priority="system-critical")
+    await project.reconcile("b")
+    project.migrate("a", "a2", vm=1, created=T9)
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    assert project.cluster.asks("a") == one and not project.cluster.raised("b")
+
+
+async def test_a_standing_partial_raise_is_lowered_once_it_no_longer_fits_on_its_own() -> None:
+    """Minor 5: a standing raise for one of two migrations is kept at its recheck while it fits,
+    but once the project's limit is lowered below it, it is given back, not kept for good."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a", vms=2)
+    project.namespace("b")
+    project.migrate("a", "a1", vm=0, created=T0)
+    project.migrate("a", "a2", vm=1, created=T5)
+    assert await project.reconcile("a") == PROJECT_RECHECK and project.cluster.raised("a")
+    project.clock.step(PROJECT_RECHECK)
+    written = len(project.cluster.patched)
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    assert len(project.cluster.patched) == written and project.cluster.raised("a")
+    project.cluster.project["spec"]["resourceQuota"]["limit"] = {
+        "limitsCpu": "6000m",
+        "limitsMemory": "10000Mi",
+    }
+    project.clock.step(PROJECT_RECHECK)
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    assert not project.cluster.raised("a"), "a raise the project no longer fits goes"
+
+
+async def test_a_waiter_is_queued_when_a_claim_goes_before_its_sibling_ever_recorded() -> None:
+    """Minor 4: a is held behind b's evacuation, planned from the caches before b ever
+    reconciled; the evacuation is gone before b's first reconcile. b's reconcile (on the Rancher
+    path or not) queues a at once, not at its 30 s recheck."""
+    for b_on_the_path in (True, False):
+        project = evacuation_and_user(evacuation_created=LATE, user_created=EARLY)
+        assert await project.reconcile("a") == PROJECT_RECHECK
+        project.queued.clear()
+        project.end("b", "evacuation")
+        if b_on_the_path:
+            await project.reconcile("b")
+        else:
+            project.path.asks_nothing("b")
+        assert project.queued == ["a"], b_on_the_path
+        assert await project.reconcile("a") is None and project.cluster.raised("a")
+
+
+def test_a_move_in_a_big_project_logs_one_bounded_line(caplog: Any) -> None:
+    """Minor 11: a room moving in a project of 200 waiting namespaces logs one line naming the
+    first few and counting the rest, and queues every one of them."""
+    queued: list[str] = []
+    demands = ProjectDemands(queued.append)
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a")
+    project.migrate("a", "m")
+    step = waiting_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))[0]
+    for index in range(200):
+        demands.record(PROJECT_ID, f"ns{index:03d}", [dataclasses.replace(step, namespace="x")])
+    caplog.set_level("INFO")
+    demands.record(PROJECT_ID, "mover", [], wrote=True)
+    assert len(queued) == 200
+    (line,) = [r.getMessage() for r in caplog.records if "queued" in r.getMessage()]
+    assert "ns000, ns001, ns002, ns003, ns004 and 195 more (200 in all)" in line
+    assert len(line) < 300
+
+
+async def test_planning_siblings_yields_to_the_event_loop_between_siblings() -> None:
+    """Major 2: planning a big project's siblings lets the event loop run (/healthz, the Lease
+    renewal) once it has held it SIBLINGS_SLICE seconds, not only at the end."""
+    project = Project(ROOM_FOR_ONE)
+    for index in range(4):
+        project.namespace(f"s{index}")
+    ran: list[int] = []
+    ticks = itertools.count()
+    reconciler: Any = object.__new__(QuotaReconciler)
+    reconciler.namespaces = SimpleNamespace(
+        informer=SimpleNamespace(
+            store=SimpleNamespace(by_index=lambda _index, key: project.cluster.members(key))
+        )
+    )
+    reconciler.defer_to = lambda name: True  # planned or not, each sibling costs a tick
+
+    async def other_task() -> None:
+        ran.append(next(ticks))
+
+    view = ProjectSiblingsView(reconciler, clock=lambda: next(ticks) * SIBLINGS_SLICE)
+    task = asyncio.ensure_future(other_task())
+    await view(PROJECT_ID, "none")
+    assert ran and task.done(), "another task ran while the siblings were planned"
+
+
 async def test_a_sibling_queued_before_the_cache_shows_a_room_given_back_is_raised_at_once() -> (
     None
 ):
@@ -511,19 +652,26 @@ async def test_explain_shows_the_controllers_last_word_on_the_siblings_that_go_f
     assert idle.rancher_project is not None and idle.rancher_project["queued_behind"] is None
 
 
-def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_only() -> None:
+async def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_only() -> None:
     """ProjectSiblingsView plans, from the caches, each other namespace of the project with
     migrations whose base is Rancher's annotation: not the namespace judged, not one MTQ mode
-    handles, not one without migrations (never planned), not one whose base is not Rancher's."""
+    handles, not one without migrations (never planned), not one whose base is not Rancher's,
+    not a Terminating one (never planned), not one whose raises do not go through Rancher's
+    annotation (not refused in this process, no raise under way); one whose plan fails for
+    any reason is skipped, the others still counted (minors 3, 4 and 10)."""
     project = Project(ROOM_FOR_ONE)
-    for name in ("judged", "sibling", "mtq", "idle", "direct"):
+    names = ("judged", "sibling", "mtq", "idle", "direct", "terminating", "unrefused", "broken")
+    for name in names:
         project.namespace(name)
         if name != "idle":
             project.migrate(name, f"{name}-mig")
+    project.cluster.cache["terminating"]["metadata"]["deletionTimestamp"] = T5
     planned: list[str] = []
 
     def plan(name: str, namespace: dict[str, Any], **_: Any) -> Any:
         planned.append(name)
+        if name == "broken":
+            raise KeyError("a bug planning one sibling")
         made = plan_quota(project.snapshot(name)[0])
         if name == "direct":
             made = dataclasses.replace(made, base=dataclasses.replace(made.base, source="quota"))
@@ -538,9 +686,10 @@ def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_only() -
     reconciler.inputs = SimpleNamespace(
         migration_views=SimpleNamespace(namespace=lambda name: project.migrations[name])
     )
-    reconciler.rancher = SimpleNamespace(project_room=project.path.project_room)
+    reconciler.rancher = project.path
+    project.path.protected.update({"sibling", "direct", "broken"})
     reconciler.defer_to = lambda name: name == "mtq"
     reconciler._plan = plan
-    steps = ProjectSiblingsView(reconciler)(PROJECT_ID, "judged")
+    steps = await ProjectSiblingsView(reconciler)(PROJECT_ID, "judged")
     assert [(s.namespace, s.room.migration) for s in steps] == [("sibling", "sibling-mig")]
-    assert sorted(planned) == ["direct", "sibling"]
+    assert sorted(planned) == ["broken", "direct", "sibling", "unrefused"]

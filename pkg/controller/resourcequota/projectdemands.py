@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from ...util.resourcequota.projectqueue import Step
 
@@ -42,6 +43,9 @@ class ProjectDemands:
         self._waiting: dict[str, dict[str, tuple[Step, ...]]] = {}
         self._project_of: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._behind: dict[str, dict[str, set[str]]] = {}
+        """Sibling namespace -> waiter -> uids of the sibling's migrations the waiter waits
+        behind (`record`'s `behind`)."""
 
     def lock(self, project: str) -> asyncio.Lock:
         """The project's lock: held from a namespace's judgment to its write (module docstring).
@@ -49,19 +53,57 @@ class ProjectDemands:
         return self._locks.setdefault(project, asyncio.Lock())
 
     def record(
-        self, project: str, namespace: str, waiting: Sequence[Step], *, wrote: bool = False
+        self,
+        project: str,
+        namespace: str,
+        waiting: Sequence[Step],
+        *,
+        wrote: bool = False,
+        behind: Sequence[tuple[str, str]] = (),
     ) -> None:
-        """`namespace` of `project` waits for `waiting` now (replacing what it waited for). If
-        it `wrote` its annotation, or a room it waited for is no longer waiting, the project's
-        other waiting namespaces are queued."""
+        """`namespace` of `project` waits for `waiting` now (replacing what it waited for),
+        behind the siblings' migrations `behind` ((namespace, migration uid), planned from the
+        caches: the sibling may never have recorded them). If it `wrote` its annotation, or a
+        room it waited for is no longer waiting, the project's other waiting namespaces are
+        queued; and whoever waited behind one of its migrations that no longer waits is queued
+        (a sibling's migration gone before that sibling ever recorded it included)."""
         before = self._project_of.get(namespace, project)
         still = {step.room.migration_uid for step in waiting}
         gone = [step for step in self._take(namespace) if step.room.migration_uid not in still]
         if waiting:
             self._waiting.setdefault(project, {})[namespace] = tuple(waiting)
             self._project_of[namespace] = project
-        if gone or wrote or before != project:
-            self._requeue(before, namespace, gone)
+        self._wait_behind(namespace, behind)
+        queued = (
+            self._requeue(before, namespace, gone) if gone or wrote or before != project else []
+        )
+        self._release_waiters(namespace, still, queued)
+
+    def _wait_behind(self, waiter: str, behind: Sequence[tuple[str, str]]) -> None:
+        """`waiter` waits behind `behind` now (replacing what it waited behind)."""
+        for waiters in self._behind.values():
+            waiters.pop(waiter, None)
+        for sibling, uid in behind:
+            self._behind.setdefault(sibling, {}).setdefault(waiter, set()).add(uid)
+
+    def _release_waiters(self, namespace: str, still: set[str], queued: Sequence[str]) -> None:
+        """Queues whoever waited behind a migration of `namespace` not among `still` (unless
+        already `queued`)."""
+        waiters = self._behind.get(namespace, {})
+        moved = sorted(w for w, uids in waiters.items() if uids - still and w != namespace)
+        for waiter in moved:
+            waiters.pop(waiter, None)
+        if not waiters:
+            self._behind.pop(namespace, None)
+        moved = [waiter for waiter in moved if waiter not in queued]
+        for waiter in moved:
+            self.enqueue(waiter)
+        if moved:
+            log.info(
+                "%s: a migration waited behind no longer waits; queued %s",
+                namespace,
+                _bounded(moved),
+            )
 
     def waiters(self, project: str) -> list[str]:
         """The project's namespaces known to wait for room, sorted."""
@@ -72,8 +114,9 @@ class ProjectDemands:
         annotation, or no longer ours): its waiting rooms go, and its siblings are queued."""
         project = self._project_of.get(namespace)
         gone = self._take(namespace)
-        if project is not None:
-            self._requeue(project, namespace, gone)
+        self._wait_behind(namespace, ())
+        queued = self._requeue(project, namespace, gone) if project is not None else []
+        self._release_waiters(namespace, set(), queued)
 
     def waiting(self, project: str, besides: str) -> list[Step]:
         """Every waiting step of the project's namespaces but `besides`, as they recorded it
@@ -91,18 +134,32 @@ class ProjectDemands:
             self._waiting.pop(project, None)
         return steps
 
-    def _requeue(self, project: str, namespace: str, gone: Sequence[Step]) -> None:
+    def _requeue(self, project: str, namespace: str, gone: Sequence[Step]) -> list[str]:
+        """Queues the project's waiting namespaces but `namespace`; returns them."""
         siblings = sorted(self._waiting.get(project, {}))
         siblings = [name for name in siblings if name != namespace]
         if not siblings:
-            return
+            return []
+        moved = [f"{step.room.migration} no longer waits" for step in gone]
         log.info(
             "project %s: room moved in %s (%s); queued %s",
             project,
             namespace,
-            ", ".join(f"{step.room.migration} no longer waits" for step in gone)
-            or "its annotation written",
-            ", ".join(siblings),
+            _bounded(moved) or "its annotation written",
+            _bounded(siblings),
         )
         for name in siblings:
             self.enqueue(name)
+        return siblings
+
+
+LOGGED_NAMES: Final = 5
+"""At most this many names in one log line; the rest counted."""
+
+
+def _bounded(names: Sequence[str]) -> str:
+    """The first LOGGED_NAMES of `names`, then how many more: a project of hundreds of waiting
+    namespaces writes one short line per move, not every name."""
+    shown = ", ".join(names[:LOGGED_NAMES])
+    more = len(names) - LOGGED_NAMES
+    return f"{shown} and {more} more ({len(names)} in all)" if more > 0 else shown

@@ -15,9 +15,10 @@ namespaces judge and write one at a time (the project's lock).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -29,12 +30,12 @@ from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.rancher.project import PROJECT_ID_ANNOTATION
-from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, rancher_base_text
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
-from ...util.resourcequota.projectqueue import Step, covered, ladder
+from ...util.resourcequota.projectqueue import Step, given, kept, ladder, last_waiting
 from ...util.resourcequota.rancherpath import annotation_patch
 from ..quotawriter import QuotaWriter
-from .rancherprojects import ProjectRoom
+from .rancherprojects import Judgment, ProjectRoom
 from .reports import NamespaceReports, room_event_targets
 
 log = logging.getLogger(__name__)
@@ -141,12 +142,21 @@ class RancherPath:
         snapshot: NamespaceSnapshot,
         project: str | None,
     ) -> float | None:
-        """`write` under the project's lock: judge, write what fits, record what waits."""
+        """`write` under the project's lock: judge, write what fits, record what waits. A room
+        is asked of the project anew unless the raise standing was given for its migration
+        (projectqueue.given): a new migration does not inherit the room of one that ended
+        ahead of a sibling's earlier room. One `Judgment` serves every step judged here."""
         steps = ladder(namespace, plan)
-        given = covered(namespace, steps)
+        flags = given(namespace, steps)
+        keeps = kept(flags)
+        judgment = Judgment(
+            self.project_room,
+            namespace,
+            steps[keeps - 1].annotation if keeps else rancher_base_text(namespace),
+        )
         changes = annotation_patch(namespace, plan)
-        ahead_of = steps[-1].order if len(steps) > given else None
-        no_room = await self.project_room.lacking(namespace, plan, changes, ahead_of)
+        ahead_of = last_waiting(steps, flags)
+        no_room = await self.project_room.lacking(namespace, plan, changes, ahead_of, judgment)
         if no_room is None:
             self.project_room.report(namespace, quota, plan, snapshot, None)
             if changes is None:
@@ -157,45 +167,70 @@ class RancherPath:
             return None
         # The raise is held back (or stands, refused by Rancher): what fits is written.
         self.reports.explain_blocked(snapshot, quota, plan, cause=no_room.message)
-        wrote = await self._write_what_fits(namespace, quota, steps, given)
-        waiting = steps[given if wrote is None else wrote :]
+        wrote = await self._write_what_fits(
+            namespace, quota, plan, steps, flags=flags, judgment=judgment
+        )
+        if wrote is None:
+            waiting = [step for step, done in zip(steps, flags, strict=True) if not done]
+        else:
+            waiting = steps[wrote:]
         held = {step.room.migration for step in waiting} if no_room.first else None
         self.project_room.report(namespace, quota, plan, snapshot, no_room, held=held)
-        self._record(project, namespace, waiting, wrote=wrote is not None)
+        self._record(project, namespace, waiting, wrote=wrote is not None, behind=no_room.behind)
         return PROJECT_RECHECK
 
     def _record(
-        self, project: str | None, namespace: Object, waiting: list[Step], *, wrote: bool
+        self,
+        project: str | None,
+        namespace: Object,
+        waiting: list[Step],
+        *,
+        wrote: bool,
+        behind: Sequence[tuple[str, str]] = (),
     ) -> None:
-        """What the namespace's project has not given it yet, and whether its annotation was
-        written (projectdemands.py: its waiting siblings are queued then)."""
+        """What the namespace's project has not given it yet, whether its annotation was
+        written (projectdemands.py: its waiting siblings are queued then), and the siblings'
+        migrations it waits behind (it is queued once one of them no longer waits)."""
         name = str(metadata(namespace).get("name"))
         if project is None:
             self.project_room.demands.forget(name)
         else:
-            self.project_room.demands.record(project, name, waiting, wrote=wrote)
+            self.project_room.demands.record(project, name, waiting, wrote=wrote, behind=behind)
 
     async def _write_what_fits(
-        self, namespace: Object, quota: Object, steps: list[Step], given: int
+        self,
+        namespace: Object,
+        quota: Object,
+        plan: QuotaPlan,
+        steps: list[Step],
+        *,
+        flags: list[bool],
+        judgment: Judgment,
     ) -> int | None:
         """Where the project lacks room for the whole raise (or owes it to siblings' earlier
         rooms), the raise for as many migrations as it has room for, in KubeVirt's priority
-        order (priorityprefix.py, projectqueue.ladder): the furthest step that fits is written,
-        or kept where the annotation asks for it already (never lowered to a nearer step that
-        fits too: that took a room back at every recheck). Only a plan whose raise was judged
-        (the project read): where it cannot be read, nothing is written. Returns how many
-        steps the annotation asks for after a write, None where nothing was written."""
-        if len(steps) < 2 or not await self.project_room.judged(namespace):
+        order (priorityprefix.py, projectqueue.ladder): the furthest step that fits, its rooms
+        not given judged against the siblings' earlier ones, is written, or kept where it stands
+        (a standing step is kept while it fits the project on its own, never lowered to a nearer
+        one that fits too: that took a room back at every recheck; lowered once it no longer
+        fits, the project limit lowered). Where no step fits, the raise is given back: the rooms
+        of migrations that ended go, or a sibling waiting for them would wait for good. Only a
+        plan whose raise was judged (the project read): where it cannot be read, nothing is
+        written. Returns how many steps the annotation asks for after a write, None where
+        nothing was written."""
+        if not await self.project_room.judged(namespace):
             return None
         for count in range(len(steps) - 1, 0, -1):
             step = steps[count - 1]
-            changes = annotation_patch(namespace, step.plan)
-            if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
-                # It stands already, or records to drop first (someone else's edit).
-                return None
-            ahead_of = step.order if count > given else None
-            if await self.project_room.lacking(namespace, step.plan, changes, ahead_of):
+            judged = {CATTLE_ANNOTATION_RESOURCE_QUOTA: step.annotation}
+            ahead_of = last_waiting(steps[:count], flags)
+            if await self.project_room.lacking(namespace, step.plan, judged, ahead_of, judgment):
                 continue
+            changes = annotation_patch(namespace, step.plan)
+            if changes is None:
+                return None  # it stands already
+            if CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+                return None  # records to drop first (someone else's edit)
             holders = ", ".join(s.room.vm_name for s in steps[:count])
             log.info(
                 "%s: the project has room for the raise of %s only (KubeVirt's priority order)",
@@ -205,7 +240,22 @@ class RancherPath:
             )
             await self._patch(namespace, quota, step.plan, changes)
             return count
-        return None
+        return await self._give_back(namespace, quota, plan)
+
+    async def _give_back(self, namespace: Object, quota: Object, plan: QuotaPlan) -> int | None:
+        """The release of every room (none fits, or none is owed to this namespace first);
+        0 once written, None where there was nothing to give back."""
+        released = dataclasses.replace(plan, rooms=dataclasses.replace(plan.rooms, rooms=[]))
+        changes = annotation_patch(namespace, released)
+        if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+            return None
+        log.info(
+            "%s: no room of the raise goes to it first: its raise is given back",
+            metadata(namespace).get("name"),
+            extra=fields(namespace=str(metadata(namespace).get("name"))),
+        )
+        await self._patch(namespace, quota, released, changes)
+        return 0
 
     async def _patch(
         self, namespace: Object, quota: Object, plan: QuotaPlan, changes: Mapping[str, Any]

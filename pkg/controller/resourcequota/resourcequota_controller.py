@@ -17,10 +17,13 @@ set-aside (util/resourcequota/settled.py) and the writes of others, told (foreig
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from ...config.management import Management
 from ...config.metrics import QuotaMetrics
@@ -333,38 +336,61 @@ class QuotaReconciler:
         self.gathering.forget(namespace)
 
 
+SIBLINGS_SLICE: Final = 0.005
+"""Seconds ProjectSiblingsView plans siblings before it lets the event loop run others."""
+
+
 class ProjectSiblingsView:
     """The reconcile as a Rancher project's judge sees it (rancherprojects.ProjectRoom): the
     rooms the project's other namespaces have not been given yet."""
 
-    def __init__(self, reconciler: QuotaReconciler) -> None:
+    def __init__(
+        self, reconciler: QuotaReconciler, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.reconciler = reconciler
+        self.clock = clock
+        """Seconds, monotonic: when planning has held the event loop for SIBLINGS_SLICE."""
 
-    def __call__(self, project: str, besides: str) -> list[Step]:
+    async def __call__(self, project: str, besides: str) -> list[Step]:
         """The rooms the namespaces of Rancher project `project` but `besides` have not been
         given by it, planned from the caches now (projectqueue.waiting_steps), our writes the
         caches do not show yet applied: the judge of a raise on Rancher's protected path counts
-        those earlier in KubeVirt's order as taken. Only a namespace with migrations cached is
-        planned, and only one whose base is Rancher's annotation (not one MTQ mode handles).
-        Pure but for reading."""
-        reconciler = self.reconciler
+        those earlier in KubeVirt's order as taken. Planned: a namespace with migrations cached,
+        not Terminating (its rooms will never be given), whose plan goes through Rancher's
+        annotation (RancherPath.through: Rancher refused a quota write there in this process,
+        or a raise through it is under way; after a restart a sibling counts from its first
+        refused write, at its first reconcile). A sibling whose plan fails is logged and
+        skipped (it claims nothing; its own reconcile reports it), never a failed judgment.
+        Pure but for reading; called once per write (rancherprojects.Judgment); yields to the
+        event loop between siblings once it has held it SIBLINGS_SLICE seconds (/healthz and
+        the Lease renewal run on it), so each sibling is read as the caches stand then."""
         steps: list[Step] = []
-        for cached in reconciler.namespaces.informer.store.by_index(PROJECT_INDEX, project):
+        store = self.reconciler.namespaces.informer.store
+        since = self.clock()
+        for cached in store.by_index(PROJECT_INDEX, project):
+            if self.clock() - since > SIBLINGS_SLICE:
+                await asyncio.sleep(0)
+                since = self.clock()
             name = str(metadata(cached).get("name", ""))
-            if name == besides or reconciler.defer_to(name):
-                continue
-            if not reconciler.inputs.migration_views.namespace(name):
-                continue
-            planned = reconciler._plan(name, reconciler.rancher.project_room.newest(cached))
-            if planned is None or planned.plan.base is None:
-                continue
-            if planned.plan.base.source != RANCHER:
+            if name == besides or metadata(cached).get("deletionTimestamp"):
                 continue
             try:
-                steps += waiting_steps(planned.namespace, planned.plan)
-            except ValueError as error:  # its own reconcile names it (QuotaNotScaled)
-                log.info("project %s: %s's waiting rooms not read: %s", project, name, error)
+                steps += self._waiting(name, cached)
+            except Exception:  # contained per sibling, logged
+                log.exception("project %s: %s's waiting rooms not planned", project, name)
         return steps
+
+    def _waiting(self, name: str, cached: Object) -> list[Step]:
+        """The sibling's rooms not given, [] where it asks nothing of the project."""
+        reconciler = self.reconciler
+        if reconciler.defer_to(name) or not reconciler.inputs.migration_views.namespace(name):
+            return []
+        planned = reconciler._plan(name, reconciler.rancher.project_room.newest(cached))
+        if planned is None or planned.plan.base is None or planned.plan.base.source != RANCHER:
+            return []
+        if not reconciler.rancher.through(planned.namespace, planned.plan):
+            return []
+        return waiting_steps(planned.namespace, planned.plan)
 
 
 class StaleRaiseView:

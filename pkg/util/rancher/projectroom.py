@@ -25,7 +25,7 @@ from typing import Any, Final
 from ...generic.meta import annotations_of
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..resources import ResourceList
-from .project import ProjectQuota, lacks_room, namespace_fit
+from .project import Fit, ProjectQuota, lacks_room, namespace_fit
 
 NO_ROOM: Final = "the project has no room for this migration"
 
@@ -40,13 +40,16 @@ class NoRoom:
     first: tuple[str, ...] = ()
     """The sibling namespaces' migrations that go first, where the project's room would fit the
     raise but is owed to rooms earlier in KubeVirt's order (`queued_verdict`); () otherwise."""
+    behind: tuple[tuple[str, str], ...] = ()
+    """Those migrations as (namespace, migration uid): the raise is judged again once one of
+    them no longer waits (projectdemands.py)."""
 
 
 def describe_shortfall(shortfall: Mapping[str, Any]) -> str:
     return ", ".join(f"{key} {shortfall[key]}" for key in sorted(shortfall))
 
 
-def queued_verdict(first: Sequence[str]) -> NoRoom:
+def queued_verdict(first: Sequence[str], behind: Sequence[tuple[str, str]] = ()) -> NoRoom:
     """The raise would fit the project, but its room goes first to `first` (each
     ``namespace/migration (priority, created)``), rooms of sibling namespaces that come earlier
     in KubeVirt's order and wait for it (util/resourcequota/projectqueue.py)."""
@@ -55,6 +58,7 @@ def queued_verdict(first: Sequence[str]) -> NoRoom:
         "(priority, then creation); this raise follows once those are given",
         {},
         tuple(first),
+        tuple(behind),
     )
 
 
@@ -73,6 +77,11 @@ def raise_verdict(
         fit = namespace_fit(namespace, raised, project, members)
     except ValueError:
         return None  # a sibling's annotation Rancher cannot read either: its agent fails too
+    return fit_verdict(fit)
+
+
+def fit_verdict(fit: Fit | None) -> NoRoom | None:
+    """NoRoom naming what the project limit lacks where Rancher's verdict `fit` is no fit."""
     if fit is None or fit.fits or not fit.shortfall:
         return None
     text = describe_shortfall(fit.shortfall)

@@ -10,14 +10,22 @@ room a drain's evacuation (system-critical) in another is waiting for.
 - `ladder`: a namespace's rooms in KubeVirt's order, each with the annotation the namespace would
   ask for with that room and every earlier one given (a step per room, cumulative, as the
   namespace's raises are written: priorityprefix.py).
-- `covered`: how many steps of the ladder the namespace's annotation already asks for (the
-  namespace's quota is one pool: the rooms it holds are its first ones, whichever pod uses them);
-  `waiting_steps`, the rest: the rooms the project has not given the namespace yet.
+- `given`: which steps of the ladder the project has given the namespace: a room whose migration
+  is among those our standing raise was given for (rancherpath.given_migrations, recorded by our
+  controller only) and which the annotation asks for (`covered`). A room the annotation would
+  cover but that was not given for it (a new migration taking the room of one that ended) is
+  not given: it waits in the project's order like any other. `waiting_steps`: the rest; `kept`:
+  how many leading steps are given (the raise the namespace keeps); `last_waiting`: the order of
+  the furthest room a raise to a step asks the project for anew.
+- `MemberTotals`: the project's namespaces' annotations parsed and summed once per judgment, so
+  that each fit test costs one addition, not a parse of every member (module cost: one judgment
+  is O(members + waiting steps) fit tests).
 - `claims_ahead`: per sibling namespace, the furthest of its waiting steps earlier in KubeVirt's
-  order than the room being judged that would fit the project as its namespaces stand now;
-  a step that cannot fit even with the whole room the project has left does not hold anyone back
-  (no one starves behind a room that cannot be given). `with_claims` gives the siblings as the
-  judge then counts them: each claiming sibling as if its claim were given.
+  order than the room being judged that would fit the project as its namespaces stand now, the
+  judged namespace counted at the raise it keeps (its rooms given back where not kept); a step
+  that cannot fit even with the whole room the project has left does not hold anyone back (no
+  one starves behind a room that cannot be given). Steps are tried from the furthest down and
+  the first that fits is the claim.
 
 The order key is `scarce_room_order` (spec.priority, which only virt-controller may set; the
 API server's creationTimestamp; the migration's name), then the namespace: a total order across
@@ -27,6 +35,7 @@ between migrations of one priority created in the same second.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,12 +43,20 @@ from typing import Any
 from ...generic.meta import annotations_of, metadata
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..migrationpriority import priority_name, scarce_room_order
-from ..rancher.project import ProjectQuota, namespace_fit, namespace_limit
-from ..resources import less_or_equal
+from ..rancher.project import (
+    PROJECT_ID_ANNOTATION,
+    Fit,
+    ProjectQuota,
+    RancherLimit,
+    complete_quota,
+    fit,
+    namespace_limit,
+)
+from ..resources import ResourceList, add, less_or_equal, subtract, total
 from .base import rancher_base_text
 from .plan import QuotaPlan
 from .priorityprefix import in_priority_order, prefixes
-from .rancherpath import raised_annotation
+from .rancherpath import given_migrations, raised_annotation
 from .rooms import MigrationRoom
 
 OrderKey = tuple[int, str, str, str]
@@ -61,6 +78,12 @@ class Step:
     order: OrderKey
     annotation: str
     plan: QuotaPlan
+
+    @functools.cached_property
+    def limit(self) -> ResourceList:
+        """The annotation's limit, as Rancher's agent sums a sibling's (ValueError if bad;
+        parsed once per step)."""
+        return _hard(self.annotation)
 
     def describe(self) -> str:
         """``namespace/migration (priority P, created T)``, as Events and logs name it."""
@@ -102,70 +125,124 @@ def covered(namespace: Mapping[str, Any], steps: Sequence[Step]) -> int:
     return 0
 
 
+def given(namespace: Mapping[str, Any], steps: Sequence[Step]) -> list[bool]:
+    """Per step, whether the project gave the namespace its room (module docstring)."""
+    asked = covered(namespace, steps)
+    uids = given_migrations(namespace)
+    return [
+        index < asked and (uids is None or step.room.migration_uid in uids)
+        for index, step in enumerate(steps)
+    ]
+
+
+def kept(flags: Sequence[bool]) -> int:
+    """How many leading steps are given: the raise the namespace keeps whatever it waits for."""
+    count = 0
+    while count < len(flags) and flags[count]:
+        count += 1
+    return count
+
+
+def last_waiting(steps: Sequence[Step], flags: Sequence[bool]) -> OrderKey | None:
+    """The order of the furthest of `steps` not given (None: a raise to them asks nothing new)."""
+    orders = [step.order for step, done in zip(steps, flags, strict=False) if not done]
+    return max(orders) if orders else None
+
+
 def waiting_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
-    """The steps of the namespace's ladder its annotation does not ask for yet: the rooms its
-    project has not given it."""
+    """The steps of the namespace's ladder the project has not given it (module docstring)."""
     steps = ladder(namespace, plan)
-    return steps[covered(namespace, steps) :]
+    return [step for step, done in zip(steps, given(namespace, steps), strict=True) if not done]
 
 
-def claims_ahead(
-    waiting: Iterable[Step],
-    ahead_of: OrderKey,
-    project: ProjectQuota,
-    members: Sequence[Mapping[str, Any]],
-) -> list[Step]:
+class MemberTotals:
+    """The project's namespaces but the judged one, their annotations parsed once, as Rancher's
+    agent sums them (rancher/project.py `namespace_fit`): `fit` of the judged namespace, or of a
+    sibling with the judged namespace at `keeps`, costs one sum. Built per judgment from one
+    read of the caches; not updated. `readable` is False where a member's annotation cannot be
+    read (Rancher's agent fails then too): nothing is judged against the project then."""
+
+    def __init__(
+        self,
+        project: ProjectQuota,
+        members: Sequence[Mapping[str, Any]],
+        judged: str,
+        keeps: str | None,
+    ) -> None:
+        self.project = project
+        self.judged = judged
+        self.limits: dict[str, ResourceList] = {}
+        self.readable = True
+        try:
+            for member in members:
+                name = _name(member)
+                if (
+                    name == judged
+                    or annotations_of(member).get(PROJECT_ID_ANNOTATION) != project.id
+                ):
+                    continue
+                self.limits[name] = _hard(
+                    annotations_of(member).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+                )
+            self.keeps = _hard(keeps)
+        except ValueError:
+            self.readable = False
+            self.keeps = {}
+        self.others = total(self.limits.values())
+        self._fits: dict[tuple[str, str], bool] = {}
+
+    def fit(self, name: str, annotation: str, claims: Sequence[Step] = ()) -> Fit | None:
+        """Namespace `name` (the judged one or a sibling) with `annotation` as its request, the
+        `claims` given to their siblings, the judged namespace at `keeps` where `name` is a
+        sibling: Rancher's verdict (None: no quota or default on the project, or unreadable)."""
+        project = self.project
+        if project.limit is None or project.namespace_default is None or not self.readable:
+            return None
+        requested = namespace_limit(annotation) or RancherLimit()
+        merged = complete_quota(requested, project.namespace_default).hard()
+        others = self.others
+        if name != self.judged:
+            others = add(subtract(others, self.limits.get(name, {})), self.keeps)
+        for claim in claims:
+            others = add(subtract(others, self.limits.get(claim.namespace, {})), claim.limit)
+        return fit(merged, [others], project.limit.hard())
+
+    def fits(self, name: str, annotation: str) -> bool:
+        """Whether `fit` says it fits (an annotation that cannot be read does not); each
+        (namespace, annotation) judged once per judgment, however many steps ask."""
+        known = self._fits.get((name, annotation))
+        if known is None:
+            try:
+                verdict = self.fit(name, annotation)
+            except ValueError:
+                verdict = None
+            known = self._fits[name, annotation] = verdict is not None and verdict.fits
+        return known
+
+
+def _hard(annotation: str | None) -> ResourceList:
+    return (namespace_limit(annotation) or RancherLimit()).hard()
+
+
+def claims_ahead(waiting: Iterable[Step], ahead_of: OrderKey, totals: MemberTotals) -> list[Step]:
     """Per sibling namespace, the furthest of its `waiting` steps earlier than `ahead_of` that
-    fits the project with every namespace as `members` shows it (module docstring); a sibling
-    not among `members` claims nothing."""
+    fits the project (module docstring), tried from the furthest down; a sibling not among the
+    members `totals` counts claims nothing."""
     by_namespace: dict[str, list[Step]] = {}
     for step in waiting:
-        if step.order < ahead_of:
+        if step.order < ahead_of and step.namespace in totals.limits:
             by_namespace.setdefault(step.namespace, []).append(step)
-    cached = {str(metadata(m).get("name", "")): m for m in members}
     claims = []
-    for name, steps in sorted(by_namespace.items()):
-        sibling = cached.get(name)
-        if sibling is None:
-            continue
-        fitting = [s for s in steps if _fits(sibling, s.annotation, project, members)]
-        if fitting:
-            claims.append(max(fitting, key=lambda s: s.order))
+    for _, steps in sorted(by_namespace.items()):
+        for step in sorted(steps, key=lambda s: s.order, reverse=True):
+            if totals.fits(step.namespace, step.annotation):
+                claims.append(step)
+                break
     return claims
-
-
-def _fits(
-    namespace: Mapping[str, Any],
-    annotation: str,
-    project: ProjectQuota,
-    members: Sequence[Mapping[str, Any]],
-) -> bool:
-    try:
-        fit = namespace_fit(namespace, annotation, project, members)
-    except ValueError:
-        return False
-    return fit is not None and fit.fits
-
-
-def with_claims(
-    members: Sequence[Mapping[str, Any]], claims: Sequence[Step]
-) -> list[Mapping[str, Any]]:
-    """`members`, each claiming sibling as if its claim were given (its annotation the claim's)."""
-    claimed = {claim.namespace: claim.annotation for claim in claims}
-    return [_asking(m, claimed[name]) if (name := _name(m)) in claimed else m for m in members]
 
 
 def _name(namespace: Mapping[str, Any]) -> str:
     return str(metadata(namespace).get("name", ""))
-
-
-def _asking(namespace: Mapping[str, Any], annotation: str) -> dict[str, Any]:
-    meta = dict(metadata(namespace))
-    meta["annotations"] = {
-        **annotations_of(namespace),
-        CATTLE_ANNOTATION_RESOURCE_QUOTA: annotation,
-    }
-    return {**namespace, "metadata": meta}
 
 
 def first_waiting(claims: Sequence[Step], waiting: Iterable[Step]) -> list[Step]:
