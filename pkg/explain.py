@@ -32,6 +32,7 @@ from .apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCES,
 )
 from .config.kubevirt import settings_from
+from .config.management import COMPONENT
 from .controller.resourcequota.rancherprojects import PROJECT_QUEUED_REASON
 from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_REASON
 from .generic import errors
@@ -62,6 +63,7 @@ from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
+from .util.resourcequota.projectqueue import given, ladder
 from .util.resourcequota.rancherpath import raised_annotation
 from .util.resourcequota.writers import other_writers
 from .util.screen import screened
@@ -169,7 +171,7 @@ async def explain(
     _add_growth(result, plan, snapshot)
     result.rancher_project = await _rancher_project(client, ns, plan)
     if result.rancher_project is not None:
-        result.rancher_project["queued_behind"] = _queued_behind(events, plan)
+        result.rancher_project["queued_behind"] = _queued_behind(events, ns, plan)
     result.mtq_locks = locks
     result.warnings = [*result.warnings, *lock_warnings, *listed.skipped, *lease_warnings]
     return result
@@ -269,25 +271,44 @@ def _no_room(
     return raise_verdict(namespace, raised_annotation(base_text, plan.hard), project, members)
 
 
-def _queued_behind(events: Sequence[Object], plan: QuotaPlan) -> dict[str, str] | None:
+def _queued_behind(
+    events: Sequence[Object], namespace: Object, plan: QuotaPlan
+) -> dict[str, str] | None:
     """The controller's last word that the project's room goes first to sibling namespaces'
     migrations earlier in KubeVirt's order (its WaitingForEarlierMigrationsInProject Warning on
-    the quota or a migration still holding room), or None. Read from the Events, not planned
-    again here: which siblings wait is the controller's judgment of every namespace of the
-    project from its caches, at the moment it judged."""
+    the quota or a migration whose room is still held back), or None: shown only while the
+    namespace's annotation was not given a room of the plan (projectqueue.given; once every
+    room is given, the last Warning is history), and only an Event our controller reported
+    (its reportingComponent or source). Read from the Events, not planned again here: which
+    siblings wait is the controller's judgment of every namespace of the project from its
+    caches, at the moment it judged."""
     if not plan.holds_room:
         return None
-    holders = {room.migration for room in plan.rooms.rooms}
+    try:
+        steps = ladder(namespace, plan)
+        flags = given(namespace, steps)
+    except ValueError:
+        return None
+    held = {step.room.migration for step, done in zip(steps, flags, strict=True) if not done}
+    if not held:
+        return None
     said = [
         _event_summary(e)
         for e in events
         if e.get("reason") == PROJECT_QUEUED_REASON
+        and _ours(e)
         and (
             (e.get("involvedObject") or {}).get("kind") == "ResourceQuota"
-            or (e.get("involvedObject") or {}).get("name") in holders
+            or (e.get("involvedObject") or {}).get("name") in held
         )
     ]
     return max(said, key=lambda summary: summary["time"]) if said else None
+
+
+def _ours(event: Object) -> bool:
+    """Whether our controller reported `event` (as its EventRecorder names itself)."""
+    source = event.get("source") or {}
+    return COMPONENT in {event.get("reportingComponent"), source.get("component")}
 
 
 async def _readable(client: ApiClient, resource: Resource) -> list[Object]:

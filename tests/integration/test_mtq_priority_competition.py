@@ -357,11 +357,19 @@ async def test_a_drains_evacuation_takes_a_rancher_projects_room_before_a_siblin
                 await eventually(partial(held, tenant), what=f"{tenant}'s raise held back")
             await join_project(kubevirt_api, third, project, SEED_ANNOTATION)
             await touch(kubevirt_api, users, "1")
-            warned = await eventually(
-                lambda: queued_warnings(kubevirt_api, users, user),
-                what="the user's raise waiting for the evacuation",
-            )
-            assert all(f"{drained}/{evacuation}" in m for m in warned), warned
+
+            async def first_judged() -> tuple[str, list[str]] | None:
+                # users' reconcile (queued now) or drained's 30 s recheck may come first: either
+                # users waits, naming the evacuation, or the evacuation is raised; never users.
+                warned = await queued_warnings(kubevirt_api, users, user)
+                if warned:
+                    return "users judged first", warned
+                if await asks(kubevirt_api, drained) != SEED_ANNOTATION:
+                    return "drained rechecked first", []
+                return None
+
+            order, warned = await eventually(first_judged, what="the room to the evacuation first")
+            assert all(f"{drained}/{evacuation}" in m for m in warned), (order, warned)
             assert await asks(kubevirt_api, users) == SEED_ANNOTATION, "no raise for the user's"
             await touch(kubevirt_api, drained, "1")
             first = await kubevirt.wait_migration(evacuation, drained, timeout=MIGRATION_TIMEOUT)

@@ -42,6 +42,11 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.resourcequota.base import (
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_GIVEN,
+)
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 from harvester_quota.util.resourcequota.projectqueue import Step, waiting_steps
 
@@ -606,19 +611,24 @@ async def test_a_standing_partial_raise_is_kept_not_lowered_at_each_recheck() ->
 
 async def test_explain_shows_the_controllers_last_word_on_the_siblings_that_go_first() -> None:
     """explain reads the controller's WaitingForEarlierMigrationsInProject Warning (the
-    latest, on the quota or a migration still holding room) into the Rancher project's lines;
-    one about a migration that holds no room any more is not shown."""
+    latest our controller reported, on the quota or a migration still holding room) into the
+    Rancher project's lines; one about a migration that holds no room any more, one another
+    component wrote, and any once the raise was given (minor 9), are not shown."""
     vm = vmi("vm1", "ns")
     namespace = rancher_namespace("ns", V170_LIMIT)
     namespace["metadata"]["annotations"]["field.cattle.io/projectId"] = PROJECT_ID
 
-    def said(kind: str, name: str, message: str, time: str) -> dict[str, Any]:
+    def said(
+        kind: str, name: str, message: str, time: str, by: str = "harvester-quota"
+    ) -> dict[str, Any]:
         return {
             "metadata": {"name": f"e-{time}"},
             "reason": PROJECT_QUEUED_REASON,
             "involvedObject": {"kind": kind, "name": name},
             "message": message,
             "lastTimestamp": time,
+            "reportingComponent": by,
+            "source": {"component": by},
         }
 
     objects: dict[str, list[dict[str, Any]]] = {
@@ -641,12 +651,30 @@ async def test_explain_shows_the_controllers_last_word_on_the_siblings_that_go_f
                 "goes first to b/x",
                 "2026-01-01T00:00:20Z",
             ),
+            said(
+                "VirtualMachineInstanceMigration",
+                "mine",
+                "forged: goes first to b/forged",
+                "2026-01-01T00:00:30Z",
+                by="someone-else",
+            ),
         ],
     }
     found = await explain(cast(ApiClient, ReadOnlyCluster(objects)), "ns", kubevirt_version="1.6")
     assert found.rancher_project is not None
     assert found.rancher_project["queued_behind"]["message"] == "goes first to b/evac"
     assert "the controller, 2026-01-01T00:00:09Z: goes first to b/evac" in render_text(found)
+    raised = '{"limit":{"limitsCpu":"100","limitsMemory":"1000Gi"}}'
+    mine = objects["virtualmachineinstancemigrations"][0]["metadata"]["uid"]
+    namespace["metadata"]["annotations"] |= {
+        CATTLE_ANNOTATION_RESOURCE_QUOTA: raised,
+        ANNOTATION_RANCHER_BASE: json.dumps({"limit": V170_LIMIT}),
+        ANNOTATION_RANCHER_APPLIED: raised,
+        ANNOTATION_RANCHER_GIVEN: mine,
+    }
+    given = await explain(cast(ApiClient, ReadOnlyCluster(objects)), "ns", kubevirt_version="1.6")
+    assert given.rancher_project is not None
+    assert given.rancher_project["queued_behind"] is None, "the raise was given since"
     objects["virtualmachineinstancemigrations"] = []
     idle = await explain(cast(ApiClient, ReadOnlyCluster(objects)), "ns", kubevirt_version="1.6")
     assert idle.rancher_project is not None and idle.rancher_project["queued_behind"] is None
@@ -656,9 +684,9 @@ async def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_on
     """ProjectSiblingsView plans, from the caches, each other namespace of the project with
     migrations whose base is Rancher's annotation: not the namespace judged, not one MTQ mode
     handles, not one without migrations (never planned), not one whose base is not Rancher's,
-    not a Terminating one (never planned), not one whose raises do not go through Rancher's
-    annotation (not refused in this process, no raise under way); one whose plan fails for
-    any reason is skipped, the others still counted (minors 3, 4 and 10)."""
+    not a Terminating one (never planned); one not refused by Rancher in this process yet is
+    counted (after a restart it would otherwise lose its place); one whose plan fails for any
+    reason is skipped, the others still counted (minors 3, 4 and 10)."""
     project = Project(ROOM_FOR_ONE)
     names = ("judged", "sibling", "mtq", "idle", "direct", "terminating", "unrefused", "broken")
     for name in names:
@@ -691,5 +719,8 @@ async def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_on
     reconciler.defer_to = lambda name: name == "mtq"
     reconciler._plan = plan
     steps = await ProjectSiblingsView(reconciler)(PROJECT_ID, "judged")
-    assert [(s.namespace, s.room.migration) for s in steps] == [("sibling", "sibling-mig")]
+    assert sorted((s.namespace, s.room.migration) for s in steps) == [
+        ("sibling", "sibling-mig"),
+        ("unrefused", "unrefused-mig"),
+    ]
     assert sorted(planned) == ["broken", "direct", "sibling", "unrefused"]

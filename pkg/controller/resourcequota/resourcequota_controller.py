@@ -356,10 +356,13 @@ class ProjectSiblingsView:
         given by it, planned from the caches now (projectqueue.waiting_steps), our writes the
         caches do not show yet applied: the judge of a raise on Rancher's protected path counts
         those earlier in KubeVirt's order as taken. Planned: a namespace with migrations cached,
-        not Terminating (its rooms will never be given), whose plan goes through Rancher's
-        annotation (RancherPath.through: Rancher refused a quota write there in this process,
-        or a raise through it is under way; after a restart a sibling counts from its first
-        refused write, at its first reconcile). A sibling whose plan fails is logged and
+        not Terminating (its rooms will never be given), whose base is Rancher's annotation,
+        whether or not Rancher refused a quota write there in this process yet
+        (RancherPath.through): a judge runs only where Rancher refused one, and Rancher's
+        protection is its webhook's, for every namespace's default quota alike, so each such
+        sibling's raise goes through the project too; waiting for its refusal would let the
+        namespace reconciled first after a restart take the room ahead of a sibling's earlier
+        migration. A sibling whose plan fails is logged and
         skipped (it claims nothing; its own reconcile reports it), never a failed judgment.
         Pure but for reading; called once per write (rancherprojects.Judgment); yields to the
         event loop between siblings once it has held it SIBLINGS_SLICE seconds (/healthz and
@@ -387,8 +390,6 @@ class ProjectSiblingsView:
             return []
         planned = reconciler._plan(name, reconciler.rancher.project_room.newest(cached))
         if planned is None or planned.plan.base is None or planned.plan.base.source != RANCHER:
-            return []
-        if not reconciler.rancher.through(planned.namespace, planned.plan):
             return []
         return waiting_steps(planned.namespace, planned.plan)
 
