@@ -49,12 +49,20 @@ def describe_shortfall(shortfall: Mapping[str, Any]) -> str:
     return ", ".join(f"{key} {shortfall[key]}" for key in sorted(shortfall))
 
 
+NAMED: Final = 3
+"""At most this many migrations named in a queued verdict's message (the rest counted): a
+project of hundreds of waiting namespaces must not make an Event message of every name."""
+
+
 def queued_verdict(first: Sequence[str], behind: Sequence[tuple[str, str]] = ()) -> NoRoom:
     """The raise would fit the project, but its room goes first to `first` (each
     ``namespace/migration (priority, created)``), rooms of sibling namespaces that come earlier
     in KubeVirt's order and wait for it (util/resourcequota/projectqueue.py)."""
+    named = ", ".join(first[:NAMED])
+    if len(first) > NAMED:
+        named += f" and {len(first) - NAMED} more migrations of sibling namespaces"
     return NoRoom(
-        f"{NO_ROOM} yet: its room goes first to {', '.join(first)}, earlier in KubeVirt's order "
+        f"{NO_ROOM} yet: its room goes first to {named}, earlier in KubeVirt's order "
         "(priority, then creation); this raise follows once those are given",
         {},
         tuple(first),

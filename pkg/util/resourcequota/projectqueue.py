@@ -247,5 +247,9 @@ def _name(namespace: Mapping[str, Any]) -> str:
 
 def first_waiting(claims: Sequence[Step], waiting: Iterable[Step]) -> list[Step]:
     """For each claim, its namespace's first waiting step: the migration that goes first."""
-    steps = sorted(waiting, key=lambda s: s.order)
-    return [next(s for s in steps if s.namespace == c.namespace) for c in claims]
+    first: dict[str, Step] = {}
+    for step in waiting:
+        known = first.get(step.namespace)
+        if known is None or step.order < known.order:
+            first[step.namespace] = step
+    return [first[claim.namespace] for claim in claims]
