@@ -42,6 +42,7 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.rancher.projectroom import queued_verdict
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,
@@ -480,6 +481,26 @@ async def test_a_room_given_for_a_migration_is_kept_while_it_runs_beside_a_new_o
     assert project.cluster.asks("a") == one and not project.cluster.raised("b")
 
 
+async def test_a_given_room_is_not_taken_back_when_an_evacuation_arrives_beside_it() -> None:
+    """a1's room is given; b's evacuation (T3) waits for it; then a drain evacuates a VM of a
+    (T5). a1's room stays a1's (neither given back to b's earlier evacuation nor moved to a's
+    own): a room once given is never taken back; both evacuations wait."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a", vms=2)
+    project.namespace("b")
+    project.migrate("a", "a1", vm=0, created=T0)
+    assert await project.reconcile("a") is None
+    one = project.cluster.asks("a")
+    project.migrate("b", "b-evac", created="2026-01-01T00:00:03Z", priority="system-critical")
+    assert await project.reconcile("b") == PROJECT_RECHECK
+    project.migrate("a", "a-evac", vm=1, created=T5, priority="system-critical")
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    assert project.cluster.asks("a") == one, "a1's room stands"
+    given = project.cluster.namespaces["a"]["metadata"]["annotations"][ANNOTATION_RANCHER_GIVEN]
+    assert given == project.migrations["a"][0]["metadata"]["uid"], "still given for a1"
+    assert await project.reconcile("b") == PROJECT_RECHECK and not project.cluster.raised("b")
+
+
 async def test_a_standing_partial_raise_is_lowered_once_it_no_longer_fits_on_its_own() -> None:
     """Minor 5: a standing raise for one of two migrations is kept at its recheck while it fits,
     but once the project's limit is lowered below it, it is given back, not kept for good."""
@@ -561,6 +582,17 @@ async def test_planning_siblings_yields_to_the_event_loop_between_siblings() -> 
     task = asyncio.ensure_future(other_task())
     await view(PROJECT_ID, "none")
     assert ran and task.done(), "another task ran while the siblings were planned"
+
+
+def test_a_queued_verdict_names_a_few_migrations_and_counts_the_rest() -> None:
+    """A namespace behind 99 siblings' migrations gets a Warning naming three and counting the
+    other 96, not an Event message of every name; all 99 still count for its requeue."""
+    first = [f"ns{index:03d}/mig (priority default, created T)" for index in range(99)]
+    verdict = queued_verdict(first, [(f"ns{index:03d}", "uid") for index in range(99)])
+    assert "ns000/mig" in verdict.message and "ns002/mig" in verdict.message
+    assert "ns003/mig" not in verdict.message
+    assert "and 96 more migrations of sibling namespaces" in verdict.message
+    assert len(verdict.behind) == 99 and len(verdict.message) < 400
 
 
 async def test_a_sibling_queued_before_the_cache_shows_a_room_given_back_is_raised_at_once() -> (

@@ -7,9 +7,11 @@ KubeVirt's order (priorityprefix.py); across the namespaces of a project, this m
 rooms of the siblings come first, so that a user's migration in one namespace does not take the
 room a drain's evacuation (system-critical) in another is waiting for.
 
-- `ladder`: a namespace's rooms in KubeVirt's order, each with the annotation the namespace would
-  ask for with that room and every earlier one given (a step per room, cumulative, as the
-  namespace's raises are written: priorityprefix.py).
+- `ladder`: a namespace's rooms, those its raise was given for first, then the others, each part
+  in KubeVirt's order, each with the annotation the namespace would ask for with that room and
+  every earlier one given (a step per room, cumulative, as the namespace's raises are written:
+  priorityprefix.py). A room once given is never taken back for an earlier one that arrives
+  after it (KubeVirt does not preempt a running migration either).
 - `given`: which steps of the ladder the project has given the namespace: a room whose migration
   is among those our standing raise was given for (rancherpath.given_migrations, recorded by our
   controller only) and which the annotation asks for (`covered`). A room the annotation would
@@ -94,14 +96,22 @@ class Step:
 
 
 def ladder(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
-    """The namespace's steps in KubeVirt's order; [] for a plan that holds no room or a
-    namespace without Rancher's annotation (nothing is asked of the project then)."""
+    """The namespace's steps: the rooms its raise was given for first, then the others, each
+    part in KubeVirt's order (a room once given is never taken back for an earlier one that
+    arrives after it; a raise without the record, of an older version: KubeVirt's order
+    alone); [] for a plan that holds no room or a namespace without Rancher's annotation
+    (nothing is asked of the project then)."""
     base_text = rancher_base_text(namespace)
     if not plan.holds_room or plan.base is None or base_text is None:
         return []
     name = str(metadata(namespace).get("name", ""))
     ordered = in_priority_order(plan.rooms.rooms)
-    plans = [*reversed(list(prefixes(plan))), plan] if len(ordered) > 1 else [plan]
+    uids = given_migrations(namespace)
+    if uids:
+        ordered = [r for r in ordered if r.migration_uid in uids] + [
+            r for r in ordered if r.migration_uid not in uids
+        ]
+    plans = [*reversed(list(prefixes(plan, ordered))), plan] if len(ordered) > 1 else [plan]
     return [
         Step(name, room, order_key(name, room), raised_annotation(base_text, fewer.hard), fewer)
         for room, fewer in zip(ordered, plans, strict=True)
