@@ -49,7 +49,7 @@ from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_GIVEN,
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
-from harvester_quota.util.resourcequota.projectqueue import Step, waiting_steps
+from harvester_quota.util.resourcequota.projectqueue import Step, WaitingCache, waiting_steps
 
 from tests.objects import (
     bare_launcher,
@@ -593,6 +593,33 @@ def test_a_queued_verdict_names_a_few_migrations_and_counts_the_rest() -> None:
     assert "ns003/mig" not in verdict.message
     assert "and 96 more migrations of sibling namespaces" in verdict.message
     assert len(verdict.behind) == 99 and len(verdict.message) < 400
+
+
+async def test_a_siblings_ladder_is_reused_only_while_its_annotations_and_plan_stand() -> None:
+    """Major 2: ProjectSiblingsView ladders a sibling again only when what a ladder reads
+    changed: the same annotations and an equal plan (made anew) give the same steps without
+    laddering; a room that changed size, or the sibling's annotation written, ladder again."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("b", vms=2)
+    project.migrate("b", "b1", vm=0, created=T0)
+    project.migrate("b", "b2", vm=1, created=T5)
+    cache = WaitingCache()
+    cached = project.cluster.cache["b"]
+    first = cache.waiting(cached, plan_quota(project.snapshot("b")[0]), PROJECT_ID)
+    assert len(first) == 2
+    assert cache.waiting(cached, plan_quota(project.snapshot("b")[0]), PROJECT_ID) is first
+    project.vms["b-vm1"] = vmi("b-vm1", namespace="b", cores=4, memory="8Gi")
+    bigger = cache.waiting(cached, plan_quota(project.snapshot("b")[0]), PROJECT_ID)
+    assert bigger is not first and bigger[-1].annotation != first[-1].annotation
+    await project.reconcile("b")  # the project has room for b1's: b's annotation written
+    assert project.cluster.raised("b")
+    written = project.cluster.cache["b"]
+    given = cache.waiting(written, plan_quota(project.snapshot("b")[0]), PROJECT_ID)
+    assert [step.room.migration for step in given] == ["b2"], "b1's room given now"
+    cache.keep(PROJECT_ID, {"b"})
+    assert cache.waiting(written, plan_quota(project.snapshot("b")[0]), PROJECT_ID) is given
+    cache.keep(PROJECT_ID, {"a"})  # b deleted or moved: its entry goes
+    assert cache.waiting(written, plan_quota(project.snapshot("b")[0]), PROJECT_ID) is not given
 
 
 async def test_a_sibling_queued_before_the_cache_shows_a_room_given_back_is_raised_at_once() -> (

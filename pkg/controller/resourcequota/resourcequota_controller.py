@@ -38,7 +38,7 @@ from ...util.resourcequota.base import RANCHER
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
-from ...util.resourcequota.projectqueue import Step, waiting_steps
+from ...util.resourcequota.projectqueue import Step, WaitingCache
 from ...util.resourcequota.writers import FieldChange
 from ..quotawriter import QuotaWriter
 from .foreignwrites import ForeignWriteReports, next_step
@@ -350,6 +350,8 @@ class ProjectSiblingsView:
         self.reconciler = reconciler
         self.clock = clock
         """Seconds, monotonic: when planning has held the event loop for SIBLINGS_SLICE."""
+        self.ladders = WaitingCache()
+        """Each sibling's waiting steps, laddered again only when its inputs change."""
 
     async def __call__(self, project: str, besides: str) -> list[Step]:
         """The rooms the namespaces of Rancher project `project` but `besides` have not been
@@ -370,7 +372,9 @@ class ProjectSiblingsView:
         steps: list[Step] = []
         store = self.reconciler.namespaces.informer.store
         since = self.clock()
-        for cached in store.by_index(PROJECT_INDEX, project):
+        members = store.by_index(PROJECT_INDEX, project)
+        self.ladders.keep(project, {str(metadata(m).get("name", "")) for m in members})
+        for cached in members:
             if self.clock() - since > SIBLINGS_SLICE:
                 await asyncio.sleep(0)
                 since = self.clock()
@@ -378,12 +382,12 @@ class ProjectSiblingsView:
             if name == besides or metadata(cached).get("deletionTimestamp"):
                 continue
             try:
-                steps += self._waiting(name, cached)
+                steps += self._waiting(project, name, cached)
             except Exception:  # contained per sibling, logged
                 log.exception("project %s: %s's waiting rooms not planned", project, name)
         return steps
 
-    def _waiting(self, name: str, cached: Object) -> list[Step]:
+    def _waiting(self, project: str, name: str, cached: Object) -> list[Step]:
         """The sibling's rooms not given, [] where it asks nothing of the project."""
         reconciler = self.reconciler
         if reconciler.defer_to(name) or not reconciler.inputs.migration_views.namespace(name):
@@ -391,7 +395,7 @@ class ProjectSiblingsView:
         planned = reconciler._plan(name, reconciler.rancher.project_room.newest(cached))
         if planned is None or planned.plan.base is None or planned.plan.base.source != RANCHER:
             return []
-        return waiting_steps(planned.namespace, planned.plan)
+        return self.ladders.waiting(planned.namespace, planned.plan, project)
 
 
 class StaleRaiseView:

@@ -38,7 +38,7 @@ between migrations of one priority created in the same second.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,11 +55,24 @@ from ..rancher.project import (
     namespace_limit,
 )
 from ..resources import ResourceList, add, less_or_equal, subtract, total
-from .base import rancher_base_text
+from .base import (
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_GIVEN,
+    rancher_base_text,
+)
 from .plan import QuotaPlan
 from .priorityprefix import in_priority_order, prefixes
 from .rancherpath import given_migrations, raised_annotation
 from .rooms import MigrationRoom
+
+RANCHER_PATH_KEYS = (
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_GIVEN,
+)
+"""The namespace annotations a ladder and `given` read."""
 
 OrderKey = tuple[int, str, str, str]
 """(-priority, creationTimestamp, migration name, namespace): smaller goes first."""
@@ -163,6 +176,54 @@ def waiting_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
     """The steps of the namespace's ladder the project has not given it (module docstring)."""
     steps = ladder(namespace, plan)
     return [step for step, done in zip(steps, given(namespace, steps), strict=True) if not done]
+
+
+class WaitingCache:
+    """Per namespace, its `waiting_steps` for the last (annotations, plan) they were computed
+    from: a sibling whose annotations and plan did not change since the last write of its
+    project is not laddered again (a ladder renders a raise per room). Keyed by value (the
+    Rancher path's annotations and the plan's fields a ladder reads), so a change of either is
+    a new ladder; one entry per namespace, dropped once its project no longer lists it (`keep`).
+    Event loop only."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[str, str, list[Step]]] = {}
+        """Namespace -> (its project id, the fingerprint, its waiting steps)."""
+
+    def waiting(self, namespace: Mapping[str, Any], plan: QuotaPlan, project: str) -> list[Step]:
+        """`waiting_steps(namespace, plan)`, computed again only where its inputs changed."""
+        name = _name(namespace)
+        key = _fingerprint(namespace, plan)
+        known = self._entries.get(name)
+        if known is not None and known[1] == key:
+            return known[2]
+        steps = waiting_steps(namespace, plan)
+        self._entries[name] = (project, key, steps)
+        return steps
+
+    def keep(self, project: str, members: Collection[str]) -> None:
+        """Drops the entries of `project`'s namespaces not among `members` (deleted, moved)."""
+        gone = [n for n, entry in self._entries.items() if entry[0] == project and n not in members]
+        for name in gone:
+            del self._entries[name]
+
+
+def _fingerprint(namespace: Mapping[str, Any], plan: QuotaPlan) -> str:
+    """What a ladder and `given` read, as one string: the namespace's Rancher-path annotations,
+    and the plan's base, spec.hard, rooms (every field) and target pods."""
+    annotations = annotations_of(namespace)
+    read = [annotations.get(key) for key in RANCHER_PATH_KEYS]
+    return repr(
+        (
+            read,
+            plan.managed,
+            plan.skipped,
+            plan.base,
+            sorted(plan.hard.items()),
+            plan.rooms.rooms,
+            sorted(plan.rooms.target_pods),
+        )
+    )
 
 
 class MemberTotals:
