@@ -8,7 +8,9 @@ first. What this registry keeps is who waits: each reconcile on the Rancher path
 namespace's rooms not given (none once given), and when a namespace of the project writes its
 annotation (a raise given, a room given back) or a room it waited for goes (its migration ended
 or gone, the namespace no longer ours), the project's other waiting namespaces are queued at
-once (`enqueue`), not only at the project recheck (rancherwrites.PROJECT_RECHECK).
+once (`enqueue`), not only at the project recheck (rancherwrites.PROJECT_RECHECK); so is a
+namespace held behind a sibling's migration (planned from the caches) once that sibling's
+reconcile finds the migration no longer waiting, even if the sibling never recorded it.
 
 State is in memory and per process, rebuilt by the reconciles: after a restart (or a change of
 leader) the waiting namespaces are unknown until each reconciles once (every namespace does at
@@ -81,8 +83,10 @@ class ProjectDemands:
 
     def _wait_behind(self, waiter: str, behind: Sequence[tuple[str, str]]) -> None:
         """`waiter` waits behind `behind` now (replacing what it waited behind)."""
-        for waiters in self._behind.values():
-            waiters.pop(waiter, None)
+        for sibling in list(self._behind):
+            self._behind[sibling].pop(waiter, None)
+            if not self._behind[sibling]:
+                del self._behind[sibling]
         for sibling, uid in behind:
             self._behind.setdefault(sibling, {}).setdefault(waiter, set()).add(uid)
 
