@@ -7,7 +7,8 @@ room (why, since when, how much, which pod), usage without migration targets, de
 actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
 any write Rancher denied, for a namespace of a Rancher project whether Rancher validates it and
 whether the project has room for the raise the plan wants (reading the Project object when the
-cluster has it), any lock KubeVirt MTQ left on the namespace (with what to delete), and who
+cluster has it) and, where the controller holds the raise back for sibling namespaces'
+migrations earlier in KubeVirt's order, its last word naming them, any lock KubeVirt MTQ left on the namespace (with what to delete), and who
 besides the controller owns what the plan writes (the quota's managedFields). It
 writes nothing, so any kubeconfig that can read those kinds will do.
 """
@@ -31,6 +32,8 @@ from .apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCES,
 )
 from .config.kubevirt import settings_from
+from .config.management import COMPONENT
+from .controller.resourcequota.rancherprojects import PROJECT_QUEUED_REASON
 from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_REASON
 from .generic import errors
 from .generic.client import ApiClient
@@ -60,6 +63,7 @@ from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
+from .util.resourcequota.projectqueue import given, ladder
 from .util.resourcequota.rancherpath import raised_annotation
 from .util.resourcequota.writers import other_writers
 from .util.screen import screened
@@ -84,8 +88,10 @@ class Explanation:
     rancher_denials: list[dict[str, str]] = field(default_factory=list)
     rancher_project: dict[str, Any] | None = None
     """For a namespace of a Rancher project: its id, whether its object could be read, Rancher's
-    ResourceQuotaValidated condition, and `no_room` (what to raise the project limit by), empty
-    when the project has room for the plan."""
+    ResourceQuotaValidated condition, `no_room` (what to raise the project limit by), empty
+    when the project has room for the plan, and `queued_behind`: the controller's last Warning
+    that the room goes first to sibling namespaces' migrations (object, message, time), or
+    None."""
     scope: str = ""
     """The managed quota's scopes ("" for none): it charges, and is raised for, only the pods
     they match."""
@@ -164,6 +170,8 @@ async def explain(
     result = _explanation(namespace, quota, plan, migrations, events)
     _add_growth(result, plan, snapshot)
     result.rancher_project = await _rancher_project(client, ns, plan)
+    if result.rancher_project is not None:
+        result.rancher_project["queued_behind"] = _queued_behind(events, ns, plan)
     result.mtq_locks = locks
     result.warnings = [*result.warnings, *lock_warnings, *listed.skipped, *lease_warnings]
     return result
@@ -261,6 +269,46 @@ def _no_room(
     if base_text is None:
         return None
     return raise_verdict(namespace, raised_annotation(base_text, plan.hard), project, members)
+
+
+def _queued_behind(
+    events: Sequence[Object], namespace: Object, plan: QuotaPlan
+) -> dict[str, str] | None:
+    """The controller's last word that the project's room goes first to sibling namespaces'
+    migrations earlier in KubeVirt's order (its WaitingForEarlierMigrationsInProject Warning on
+    the quota or a migration whose room is still held back), or None: shown only while the
+    namespace's annotation was not given a room of the plan (projectqueue.given; once every
+    room is given, the last Warning is history), and only an Event our controller reported
+    (its reportingComponent or source). Read from the Events, not planned again here: which
+    siblings wait is the controller's judgment of every namespace of the project from its
+    caches, at the moment it judged."""
+    if not plan.holds_room:
+        return None
+    try:
+        steps = ladder(namespace, plan)
+        flags = given(namespace, steps)
+    except ValueError:
+        return None
+    held = {step.room.migration for step, done in zip(steps, flags, strict=True) if not done}
+    if not held:
+        return None
+    said = [
+        _event_summary(e)
+        for e in events
+        if e.get("reason") == PROJECT_QUEUED_REASON
+        and _ours(e)
+        and (
+            (e.get("involvedObject") or {}).get("kind") == "ResourceQuota"
+            or (e.get("involvedObject") or {}).get("name") in held
+        )
+    ]
+    return max(said, key=lambda summary: summary["time"]) if said else None
+
+
+def _ours(event: Object) -> bool:
+    """Whether our controller reported `event` (as its EventRecorder names itself)."""
+    source = event.get("source") or {}
+    return COMPONENT in {event.get("reportingComponent"), source.get("component")}
 
 
 async def _readable(client: ApiClient, resource: Resource) -> list[Object]:
@@ -525,6 +573,9 @@ def _project_lines(project: Mapping[str, Any] | None) -> list[str]:
     lines = [f"Rancher project {project['project']}{read}: {state}"]
     if project["no_room"]:
         lines.append(f"  {project['no_room']}")
+    queued = project.get("queued_behind")
+    if queued:
+        lines.append(f"  the controller, {queued['time']}: {queued['message']}")
     return lines
 
 

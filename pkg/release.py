@@ -57,6 +57,7 @@ from .util.resourcequota.base import (
     ANNOTATION_APPLIED,
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_GIVEN,
 )
 from .util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
 from .util.resourcequota.mtq import ANNOTATION_LOCK, ANNOTATION_RAISED, FINALIZER, LABEL_LOCKED
@@ -83,6 +84,7 @@ NAMESPACE_ANNOTATIONS: Final[Mapping[str, str]] = {
     ANNOTATION_RANCHER_BASE: "Rancher's annotation still raised (harvester-quota.io/rancher-base)",
     ANNOTATION_RANCHER_APPLIED: "Rancher's annotation still raised "
     "(harvester-quota.io/rancher-applied)",
+    ANNOTATION_RANCHER_GIVEN: "Rancher's annotation still raised (harvester-quota.io/rancher-given)",
     ANNOTATION_LOCK: "MTQ lock (mtq.harvester-quota.io/lock)",
 }
 ROOM_HELD: Final = "room-held label (the webhook's fail-closed pods rule)"

@@ -41,7 +41,11 @@ from ..generic.permission import Permission
 from ..generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
 from ..util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
 from ..util.resourcequota import conditional
-from ..util.resourcequota.base import ANNOTATION_RANCHER_APPLIED, ANNOTATION_RANCHER_BASE
+from ..util.resourcequota.base import (
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_GIVEN,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,7 @@ RANCHER_PATH_ANNOTATIONS = (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     ANNOTATION_RANCHER_BASE,
     ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_GIVEN,
 )
 """The namespace annotations a raise through Rancher reads and writes: its write is conditional
 on them alone."""

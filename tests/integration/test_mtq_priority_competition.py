@@ -1,5 +1,6 @@
-"""Issue 41 item 3 on the real cluster: a scarce MTQ budget follows KubeVirt's priority when a
-user's migration and a node drain's evacuation compete for it.
+"""Issue 41 item 3 on the real cluster: a scarce MTQ budget, and a Rancher project's scarce room
+across its namespaces, follow KubeVirt's priority when a user's migration and a node drain's
+evacuation compete for them.
 
 KubeVirt v1.9.0's own virt-controller (its migration priority queue is GA there) creates the
 evacuation, with the spec.priority it gives a drain's migration; our controller runs in MTQ mode
@@ -12,18 +13,26 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
 from harvester_quota.controller.mtq.reports import WAITING_REASON
+from harvester_quota.controller.resourcequota.rancherprojects import (
+    PROJECT_NO_ROOM_REASON,
+    PROJECT_QUEUED_REASON,
+)
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
 from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord
+from harvester_quota.testbench.sim.rancher import RancherQuotaSync
+from harvester_quota.testbench.sim.rancher.twin import RancherWebhookTwin
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.migrationpriority import (
     DEFAULT,
     SYSTEM_CRITICAL,
@@ -46,6 +55,13 @@ from tests.integration.test_mtq import (
     create_vmmrq,
     restored,
     tenant_quota,
+)
+from tests.integration.test_sim_rancher import (
+    SEED_ANNOTATION,
+    SEED_HARD,
+    hard_is,
+    join_project,
+    seed_project,
 )
 
 pytestmark = pytest.mark.integration
@@ -250,3 +266,119 @@ async def test_a_drains_evacuation_takes_a_scarce_budget_before_an_older_user_mi
     assert first.finished is not None and second.admitted is not None
     assert second.admitted.mono > first.finished.mono, (first.as_dict(), second.as_dict())
     await eventually(lambda: restored(kv, {KEY: str(base)}), what="quota at its base, unlocked")
+
+
+PROJECT_FULL_BY_A_THIRD = '{"limit":{"limitsCpu":"6","limitsMemory":"12000Mi"}}'
+"""A third namespace of the project, raised by an administrator: with the two tenants' seeds
+(3 CPU, 5000Mi each) it fills the project's limit (12 CPU, 22000Mi)."""
+PROJECT_ROOM_FOR_ONE = {"limits.cpu": "12", "limits.memory": "22000Mi"}
+"""Once the third namespace is back at the seed, room for one 2-core/4Gi target (about 2 CPU
+and 4.5Gi of limits), not two."""
+
+
+async def queued_warnings(api: ApiClient, namespace: str, migration: str) -> list[str]:
+    """The messages of our WaitingForEarlierMigrationsInProject Warnings on `migration`."""
+    events = await api.list_all(EVENTS, namespace)
+    return [
+        str(e.get("message"))
+        for e in events.items
+        if e.get("reason") == PROJECT_QUEUED_REASON
+        and (e.get("involvedObject") or {}).get("name") == migration
+    ]
+
+
+async def asks(api: ApiClient, namespace: str) -> str:
+    """The namespace's field.cattle.io/resourceQuota: what it asks of its Rancher project."""
+    found = (await api.get(NAMESPACES, namespace))["metadata"].get("annotations") or {}
+    return str(found.get(CATTLE_ANNOTATION_RESOURCE_QUOTA))
+
+
+async def touch(api: ApiClient, namespace: str, value: str) -> None:
+    """An administrator's annotation on the namespace: its (and only its) reconcile is queued."""
+    patch = {"metadata": {"annotations": {"example.com/touched": value}}}
+    await api.patch(NAMESPACES, namespace, patch)
+
+
+async def test_a_drains_evacuation_takes_a_rancher_projects_room_before_a_sibling_users_migration(
+    kubevirt_api: ApiClient,
+    kubevirt_cluster: ClusterInfo,
+    kubevirt_namespace: str,
+    controllers: Controllers,
+) -> None:
+    """Rancher 2.15.2 protects the quotas of a project's namespaces (twin and agent): tenant-a's
+    VM and tenant-b's each fill their namespace, a third namespace fills the project. A user
+    migrates tenant-a's VM; then the node of tenant-b's VM is drained (KubeVirt v1.9's
+    evacuation, system-critical). Our controller (as deployed: its account, deploy/'s RBAC)
+    holds both raises back for the project's room. The third namespace gives its room back and
+    tenant-a's namespace is judged first: its raise would fit, but the room goes to tenant-b's
+    evacuation, named in a Warning on the user's migration. The evacuation gets it and
+    Succeeds; then the user's raise follows and its migration Succeeds."""
+    users, drained = kubevirt_namespace, f"{kubevirt_namespace}-b"
+    third = f"{kubevirt_namespace}-c"
+    for created in (drained, third):
+        await kubevirt_api.create(NAMESPACES, {"metadata": {"name": created}})
+    project = seed_project(users, PROJECT_ROOM_FOR_ONE)
+    twin = await RancherWebhookTwin.install(kubevirt_api, kubevirt_cluster, [users, drained])
+    try:
+        async with (
+            RancherQuotaSync(
+                kubevirt_api, projects=[project], quota_client=twin.sudo, version="2.15.2"
+            ),
+            VirtControllerDriver(
+                kubevirt_api,
+                kubevirt_version=str(kubevirt_cluster.kubevirt_version),
+                namespaces=frozenset({users, drained}),
+                timings=HandlerTimings(migration=0.5, source_shutdown=0.5, target_exit=0.5),
+                limits=ParallelLimits(5, 2),
+            ) as kubevirt,
+        ):
+            await join_project(kubevirt_api, third, project, PROJECT_FULL_BY_A_THIRD)
+            for tenant in (users, drained):
+                await join_project(kubevirt_api, tenant, project, SEED_ANNOTATION)
+                await eventually(
+                    partial(hard_is, kubevirt_api, tenant, SEED_HARD), what="Rancher's quota"
+                )
+            spec = {"cores": 2, "memory": "4Gi"}
+            (await kubevirt.create_vm(VMSpec("vm-a", **spec), users, node=USERS_NODE)).check()
+            (await kubevirt.create_vm(VMSpec("vm-b", **spec), drained, node=DRAINED)).check()
+            user = await kubevirt.migrate("vm-a", users)
+            await wait_refused(kubevirt, users, user)
+            await a_second_after_creation(kubevirt_api, user, users)
+            await kubevirt.drain(DRAINED)
+            evacuation = (await evacuation_of(kubevirt, "vm-b")).name
+
+            await controllers.start()
+
+            async def held(namespace: str) -> bool:
+                listed = await kubevirt_api.list_all(EVENTS, namespace)
+                return any(e.get("reason") == PROJECT_NO_ROOM_REASON for e in listed.items)
+
+            for tenant in (users, drained):
+                await eventually(partial(held, tenant), what=f"{tenant}'s raise held back")
+            await join_project(kubevirt_api, third, project, SEED_ANNOTATION)
+            await touch(kubevirt_api, users, "1")
+
+            async def first_judged() -> tuple[str, list[str]] | None:
+                # users' reconcile (queued now) or drained's 30 s recheck may come first: either
+                # users waits, naming the evacuation, or the evacuation is raised; never users.
+                warned = await queued_warnings(kubevirt_api, users, user)
+                if warned:
+                    return "users judged first", warned
+                if await asks(kubevirt_api, drained) != SEED_ANNOTATION:
+                    return "drained rechecked first", []
+                return None
+
+            order, warned = await eventually(first_judged, what="the room to the evacuation first")
+            assert all(f"{drained}/{evacuation}" in m for m in warned), (order, warned)
+            assert await asks(kubevirt_api, users) == SEED_ANNOTATION, "no raise for the user's"
+            await touch(kubevirt_api, drained, "1")
+            first = await kubevirt.wait_migration(evacuation, drained, timeout=MIGRATION_TIMEOUT)
+            assert first.outcome is Outcome.SUCCEEDED, first.as_dict()
+            second = await kubevirt.wait_migration(user, users, timeout=MIGRATION_TIMEOUT)
+            assert second.outcome is Outcome.SUCCEEDED, second.as_dict()
+            assert first.finished is not None and second.admitted is not None
+            assert second.admitted.mono > first.finished.mono, (first.as_dict(), second.as_dict())
+    finally:
+        await twin.remove()
+        for created in (drained, third):
+            await kubevirt_api.delete(NAMESPACES, created)

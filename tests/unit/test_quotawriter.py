@@ -161,6 +161,7 @@ async def test_a_raise_through_rancher_is_conditional_on_its_annotations_not_the
         "/metadata/annotations/field.cattle.io~1resourceQuota": '{"limit":{}}',
         "/metadata/annotations/harvester-quota.io~1rancher-base": None,
         "/metadata/annotations/harvester-quota.io~1rancher-applied": None,
+        "/metadata/annotations/harvester-quota.io~1rancher-given": None,
     }, "the other annotation and the version are no condition"
     assert [op for op in body if op["op"] != "test"] == [
         {

@@ -7,12 +7,18 @@ cluster imported into another Rancher. It is read only before a raise through th
 while Rancher marks the namespace as not fitting (projectroom.py): a GET, kept `TTL` seconds. A
 project that is not there (no such kind, no such project) is None for the same time; a refusal
 (no RBAC for it) closes the reads for a backoff (permission.py), logged once.
+
+A raise that fits the project is judged again with the rooms the project's other namespaces
+have not been given counted as taken, those earlier in KubeVirt's order that could fit
+(util/resourcequota/projectqueue.py, planned by the reconciler's ProjectSiblingsView): where it
+no longer fits, it waits for them, and the Warning names the first of each
+(PROJECT_QUEUED_REASON).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
 from ...generic import errors
@@ -21,6 +27,7 @@ from ...generic.clock import Clock
 from ...generic.events import WARNING, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import annotations_of, metadata
+from ...generic.ownwrites import OwnWrites
 from ...generic.permission import Permission
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
@@ -30,15 +37,26 @@ from ...util.rancher.project import (
     ProjectQuota,
     project_reference,
 )
-from ...util.rancher.projectroom import NoRoom, raise_verdict, refusal_verdict
+from ...util.rancher.projectroom import NoRoom, fit_verdict, queued_verdict, refusal_verdict
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
+from ...util.resourcequota.projectqueue import (
+    MemberTotals,
+    OrderKey,
+    Step,
+    claims_ahead,
+    first_waiting,
+)
+from .projectdemands import ProjectDemands
 from .reports import room_event_targets
 
 log = logging.getLogger(__name__)
 
 PROJECT_NO_ROOM_REASON: Final = "ProjectHasNoRoom"
 """Warning event reason when a raise through Rancher's annotation does not fit its project."""
+PROJECT_QUEUED_REASON: Final = "WaitingForEarlierMigrationsInProject"
+"""Warning event reason when a raise would fit its project but the room goes first to
+migrations of sibling namespaces earlier in KubeVirt's order (projectdemands.py)."""
 TTL: Final = 5.0
 """Seconds a project read (or its absence) is used: a raised project limit is seen that soon."""
 PROJECT_INDEX: Final = "rancher-project"
@@ -98,13 +116,16 @@ class ProjectReader:
 
 class ProjectRoom:
     """Whether a namespace's Rancher project has room for a raise through Rancher's annotation,
-    and the ProjectHasNoRoom Warning while it has not (once per change)."""
+    counting as taken the rooms its sibling namespaces wait for that come earlier in KubeVirt's
+    order (`demands`), and the Warning while it has not (once per change)."""
 
     def __init__(
         self,
         reader: ProjectReader,
         recorder: EventRecorder,
         members: Callable[[str], list[Object]],
+        demands: ProjectDemands | None = None,
+        siblings_waiting: Callable[[str, str], Awaitable[list[Step]]] | None = None,
     ) -> None:
         self.reader = reader
         self.recorder = recorder
@@ -112,36 +133,100 @@ class ProjectRoom:
         """The cached namespaces naming a project id (`project_index`): the namespace and its
         siblings. Asked only once the project is read, never per reconcile of a namespace
         whose raise needs no verdict."""
+        self.demands = demands if demands is not None else ProjectDemands(lambda _key: None)
+        """Who waits for each project's room, queued when room moves (projectdemands.py)."""
+        self.siblings_waiting = siblings_waiting or self._recorded
+        """(project id, namespace) -> the steps the project's other namespaces have not been
+        given, planned from the caches now (the reconciler's); by default as they recorded
+        them."""
+        self._written = OwnWrites()
+        """Our annotation writes the namespace cache does not show yet (`wrote`)."""
         self._reported: dict[str, str] = {}
         """Namespace -> the project's lack of room last reported (a Warning once per change)."""
 
+    async def _recorded(self, project: str, besides: str) -> list[Step]:
+        """The siblings' waiting steps as they recorded them (no planner given)."""
+        return self.demands.waiting(project, besides)
+
+    def wrote(self, before: Object, written: Object) -> None:
+        """Our write of a namespace's annotation: until the cache shows it, the namespace and
+        its siblings' judges see the written namespace (`newest`), so a sibling queued at once
+        does not judge against the annotation as it was."""
+        meta = metadata(before)
+        self._written.wrote(str(meta.get("name")), str(meta.get("resourceVersion", "")), written)
+
+    def newest(self, namespace: Object) -> Object:
+        """The namespace as we last wrote it, if the cache does not show that write yet."""
+        return self._written.newest(str(metadata(namespace).get("name")), namespace)
+
     async def lacking(
-        self, namespace: Object, plan: QuotaPlan, changes: Mapping[str, Any] | None
+        self,
+        namespace: Object,
+        plan: QuotaPlan,
+        changes: Mapping[str, Any] | None,
+        ahead_of: OrderKey | None = None,
+        judgment: Judgment | None = None,
     ) -> NoRoom | None:
         """Whether the Rancher project lacks room for the raise: before writing one (when the
-        project can be read), or, with our raise standing, as Rancher's condition says."""
+        project can be read), or, with our raise standing, as Rancher's condition says. With
+        `ahead_of` (the order of the raise's last room not given yet), the rooms sibling
+        namespaces wait for that come earlier count as taken (`queued_verdict`). `judgment`: the
+        write's (its siblings planned and the members summed once for all its steps); a new
+        one, counting the namespace as it stands, without."""
         if not plan.holds_room:
             return None
         raised = (changes or {}).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
         if raised is not None:
-            project = await self.reader.project_of(namespace)
-            return raise_verdict(namespace, raised, project, self._members(project))
+            judgment = judgment or Judgment(self, namespace, None)
+            return await self._raise_verdict(judgment, raised, ahead_of)
         if changes is not None or ANNOTATION_RANCHER_BASE not in annotations_of(namespace):
             return None  # no raise of ours standing (or records to drop first)
         verdict = refusal_verdict(namespace, None, ())
         if verdict is None:
-            return None  # Rancher has not marked it: nothing to read the project for
+            return None
         project = await self.reader.project_of(namespace)
-        return refusal_verdict(namespace, project, self._members(project)) if project else verdict
+        return refusal_verdict(namespace, project, self._members(project))
 
     async def judged(self, namespace: Object) -> bool:
         """Whether a raise of `namespace` is judged against its project (the project can be
         read now): a raise the project was not asked about is never written in part."""
         return await self.reader.project_of(namespace) is not None
 
+    async def _raise_verdict(
+        self, judgment: Judgment, raised: str, ahead_of: OrderKey | None
+    ) -> NoRoom | None:
+        """`lacking` of a raise to `raised`: against the project as it stands, then, with
+        `ahead_of`, behind the siblings' earlier rooms."""
+        project = await self.reader.project_of(judgment.namespace)
+        if project is None:
+            return None
+        totals = judgment.totals(project)
+        verdict = _verdict(totals, raised, ())
+        if verdict is not None or ahead_of is None:
+            return verdict
+        return await self._behind_siblings(judgment, totals, raised, ahead_of)
+
+    async def _behind_siblings(
+        self, judgment: Judgment, totals: MemberTotals, raised: str, ahead_of: OrderKey
+    ) -> NoRoom | None:
+        """The verdict on a raise that fits the project as it stands, once the rooms its
+        siblings wait for ahead of it are counted as taken (projectqueue.claims_ahead)."""
+        waiting = await judgment.siblings_waiting(totals.project.id)
+        claims = claims_ahead(waiting, ahead_of, totals)
+        if not claims or _verdict(totals, raised, claims) is None:
+            return None
+        first = first_waiting(claims, waiting)
+        return queued_verdict(
+            [step.describe() for step in first],
+            [(step.namespace, step.room.migration_uid) for step in first],
+        )
+
     def _members(self, project: ProjectQuota | None) -> list[Object]:
-        """The project's namespaces in the cache (none without a project: no verdict then)."""
-        return self.members(project.id) if project is not None else []
+        """The project's namespaces in the cache, our writes it does not show yet applied (none
+        without a project: no verdict then)."""
+        if project is None:
+            return []
+        return [self.newest(member) for member in self.members(project.id)]
 
     def report(
         self,
@@ -150,9 +235,13 @@ class ProjectRoom:
         plan: QuotaPlan,
         snapshot: NamespaceSnapshot,
         no_room: NoRoom | None,
+        *,
+        held: Collection[str] | None = None,
     ) -> None:
-        """A Warning on the quota, the namespace and every migration holding room, once per
-        change, while the Rancher project lacks room for the raise."""
+        """A Warning once per change while the raise is held back: where the project lacks the
+        room, ProjectHasNoRoom on the quota, the namespace and every migration holding room;
+        where the room goes first to sibling namespaces' migrations, the Warning naming them on
+        the quota, the namespace and the migrations held (`held`, by name; None: every one)."""
         name = str(metadata(namespace).get("name"))
         if no_room is None:
             self._reported.pop(name, None)
@@ -161,8 +250,58 @@ class ProjectRoom:
             return
         self._reported[name] = no_room.message
         log.warning("%s: %s", name, no_room.message, extra=fields(namespace=name))
-        for target in room_event_targets(namespace, quota, plan, snapshot):
-            self.recorder.event(target, WARNING, PROJECT_NO_ROOM_REASON, no_room.message)
+        reason = PROJECT_QUEUED_REASON if no_room.first else PROJECT_NO_ROOM_REASON
+        targets = room_event_targets(namespace, quota, plan, snapshot)
+        if held is not None:
+            migrations = [m for m in snapshot.migrations if metadata(m).get("name") in held]
+            targets = [quota, namespace, *migrations]
+        for target in targets:
+            self.recorder.event(target, WARNING, reason, no_room.message)
 
     def forget(self, namespace: str) -> None:
+        """The namespace is no longer ours: nothing reported, written or waited for there."""
         self._reported.pop(namespace, None)
+        self._written.forget(namespace)
+        self.demands.forget(namespace)
+
+
+def _verdict(totals: MemberTotals, raised: str, claims: Sequence[Step]) -> NoRoom | None:
+    """NoRoom where the judged namespace at `raised`, `claims` given, does not fit (an
+    annotation Rancher cannot read either is no verdict: its agent fails too)."""
+    try:
+        return fit_verdict(totals.fit(totals.judged, raised, claims))
+    except ValueError:
+        return None
+
+
+class Judgment:
+    """One write's judgments of a namespace against its Rancher project: the siblings' waiting
+    rooms planned once and the project's members summed once (projectqueue.MemberTotals),
+    however many of the write's steps are judged; the namespace counted at `keeps` (the raise
+    for the rooms it keeps; None: its annotation as it stands) where a sibling's room is judged.
+    Lives for one write, under the project's lock; reads the caches when first asked."""
+
+    def __init__(self, room: ProjectRoom, namespace: Object, keeps: str | None) -> None:
+        self.room = room
+        self.namespace = namespace
+        self.name = str(metadata(namespace).get("name"))
+        self.keeps = (
+            keeps
+            if keeps is not None
+            else annotations_of(namespace).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+        )
+        self._totals: tuple[ProjectQuota, MemberTotals] | None = None
+        self._waiting: list[Step] | None = None
+
+    def totals(self, project: ProjectQuota) -> MemberTotals:
+        """The members summed (once per project read)."""
+        if self._totals is None or self._totals[0] is not project:
+            members = self.room._members(project)
+            self._totals = (project, MemberTotals(project, members, self.name, self.keeps))
+        return self._totals[1]
+
+    async def siblings_waiting(self, project: str) -> list[Step]:
+        """The rooms the project's other namespaces have not been given (planned once)."""
+        if self._waiting is None:
+            self._waiting = await self.room.siblings_waiting(project, self.name)
+        return self._waiting

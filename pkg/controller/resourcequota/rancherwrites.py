@@ -6,15 +6,19 @@ errors.denied_by_rancher, and per namespace), or a raise through the annotation 
 (recorded on the namespace, so a restarted controller finishes it), the plan is written into
 the namespace's field.cattle.io/resourceQuota instead (util/resourcequota/rancherpath.py), and
 Rancher's agent copies it into the quota within the project's limits. A raise the project has no
-room for is held back and checked again PROJECT_RECHECK seconds later (projects.ProjectRoom).
-Not thread-safe: event loop only, per namespace from one worker at a time.
+room for is held back and checked again PROJECT_RECHECK seconds later (projects.ProjectRoom), and
+so is one whose room goes first to migrations of sibling namespaces earlier in KubeVirt's order
+(projectdemands.py), which are queued again as soon as such a room is given or goes.
+Not thread-safe: event loop only, per namespace from one worker at a time; one project's
+namespaces judge and write one at a time (the project's lock).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -25,12 +29,13 @@ from ...generic.logformat import fields
 from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
+from ...util.rancher.project import PROJECT_ID_ANNOTATION
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, rancher_base_text
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
-from ...util.resourcequota.priorityprefix import prefixes
+from ...util.resourcequota.projectqueue import Step, given, kept, ladder, last_waiting
 from ...util.resourcequota.rancherpath import annotation_patch
 from ..quotawriter import QuotaWriter
-from .rancherprojects import ProjectRoom
+from .rancherprojects import Judgment, ProjectRoom
 from .reports import NamespaceReports, room_event_targets
 
 log = logging.getLogger(__name__)
@@ -116,43 +121,141 @@ class RancherPath:
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
     ) -> float | None:
         """Writes the plan into Rancher's annotation (conditional on the annotations it reads,
-        QuotaWriter.patch_rancher_annotation), unless it is a raise the Rancher project has no room for. Returns the seconds until the
-        project's room is checked again while it has none, else None."""
-        changes = annotation_patch(namespace, plan)
-        no_room = await self.project_room.lacking(namespace, plan, changes)
-        self.project_room.report(namespace, quota, plan, snapshot, no_room)
-        if no_room is not None:  # the raise is held back (or stands, refused by Rancher)
-            self.reports.explain_blocked(snapshot, quota, plan, cause=no_room.message)
-            await self._write_what_fits(namespace, quota, plan)
-            return PROJECT_RECHECK
-        if changes is None:
-            self.reports.explain_blocked(snapshot, quota, plan)
-            return None
-        await self._patch(namespace, quota, plan, changes)
-        return None
+        QuotaWriter.patch_rancher_annotation), unless it is a raise the Rancher project has no
+        room for, or whose room goes first to sibling namespaces' migrations earlier in
+        KubeVirt's order (projectdemands.py); then the raise for the rooms that fit. Returns the
+        seconds until the project's room is checked again while the raise waits, else None.
+        The judgments and writes of one project's namespaces run one at a time (its lock), each
+        seeing our earlier writes of its siblings (ProjectRoom.newest)."""
+        namespace = self.project_room.newest(namespace)
+        project = annotations_of(namespace).get(PROJECT_ID_ANNOTATION)
+        if not project:
+            return await self._write(namespace, quota, plan, snapshot, None)
+        async with self.project_room.demands.lock(project):
+            return await self._write(namespace, quota, plan, snapshot, project)
 
-    async def _write_what_fits(self, namespace: Object, quota: Object, plan: QuotaPlan) -> None:
-        """Where the project lacks room for the whole raise, the raise for as many migrations
-        as it has room for, in KubeVirt's priority order (priorityprefix.py): the first fitting
-        plan of `prefixes` is written, if it changes the annotation. Only a plan whose raise
-        was judged (the project read): where it cannot be read, nothing is written."""
-        if len(plan.rooms.rooms) < 2 or not await self.project_room.judged(namespace):
-            return
-        for fewer in prefixes(plan):
-            changes = annotation_patch(namespace, fewer)
-            if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+    async def _write(
+        self,
+        namespace: Object,
+        quota: Object,
+        plan: QuotaPlan,
+        snapshot: NamespaceSnapshot,
+        project: str | None,
+    ) -> float | None:
+        """`write` under the project's lock: judge, write what fits, record what waits. A room
+        is asked of the project anew unless the raise standing was given for its migration
+        (projectqueue.given): a new migration does not inherit the room of one that ended
+        ahead of a sibling's earlier room. One `Judgment` serves every step judged here."""
+        steps = ladder(namespace, plan)
+        flags = given(namespace, steps)
+        keeps = kept(flags)
+        judgment = Judgment(
+            self.project_room,
+            namespace,
+            steps[keeps - 1].annotation if keeps else rancher_base_text(namespace),
+        )
+        changes = annotation_patch(namespace, plan)
+        ahead_of = last_waiting(steps, flags)
+        no_room = await self.project_room.lacking(namespace, plan, changes, ahead_of, judgment)
+        if no_room is None:
+            self.project_room.report(namespace, quota, plan, snapshot, None)
+            if changes is None:
+                self.reports.explain_blocked(snapshot, quota, plan)
+            else:
+                await self._patch(namespace, quota, plan, changes)
+            self._record(project, namespace, [], wrote=changes is not None)
+            return None
+        # The raise is held back (or stands, refused by Rancher): what fits is written.
+        self.reports.explain_blocked(snapshot, quota, plan, cause=no_room.message)
+        wrote = await self._write_what_fits(
+            namespace, quota, plan, steps, flags=flags, judgment=judgment
+        )
+        if wrote is None:
+            waiting = [step for step, done in zip(steps, flags, strict=True) if not done]
+        else:
+            waiting = steps[wrote:]
+        held = {step.room.migration for step in waiting} if no_room.first else None
+        self.project_room.report(namespace, quota, plan, snapshot, no_room, held=held)
+        self._record(project, namespace, waiting, wrote=wrote is not None, behind=no_room.behind)
+        return PROJECT_RECHECK
+
+    def _record(
+        self,
+        project: str | None,
+        namespace: Object,
+        waiting: list[Step],
+        *,
+        wrote: bool,
+        behind: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """What the namespace's project has not given it yet, whether its annotation was
+        written (projectdemands.py: its waiting siblings are queued then), and the siblings'
+        migrations it waits behind (it is queued once one of them no longer waits)."""
+        name = str(metadata(namespace).get("name"))
+        if project is None:
+            self.project_room.demands.forget(name)
+        else:
+            self.project_room.demands.record(project, name, waiting, wrote=wrote, behind=behind)
+
+    async def _write_what_fits(
+        self,
+        namespace: Object,
+        quota: Object,
+        plan: QuotaPlan,
+        steps: list[Step],
+        *,
+        flags: list[bool],
+        judgment: Judgment,
+    ) -> int | None:
+        """Where the project lacks room for the whole raise (or owes it to siblings' earlier
+        rooms), the raise for as many migrations as it has room for, in KubeVirt's priority
+        order (priorityprefix.py, projectqueue.ladder): the furthest step that fits, its rooms
+        not given judged against the siblings' earlier ones, is written, or kept where it stands
+        (a standing step is kept while it fits the project on its own, never lowered to a nearer
+        one that fits too: that took a room back at every recheck; lowered once it no longer
+        fits, the project limit lowered). Where no step fits, the raise is given back: the rooms
+        of migrations that ended go, or a sibling waiting for them would wait for good. Only a
+        plan whose raise was judged (the project read): where it cannot be read, nothing is
+        written. Returns how many steps the annotation asks for after a write, None where
+        nothing was written."""
+        if not await self.project_room.judged(namespace):
+            return None
+        for count in range(len(steps) - 1, 0, -1):
+            step = steps[count - 1]
+            judged = {CATTLE_ANNOTATION_RESOURCE_QUOTA: step.annotation}
+            ahead_of = last_waiting(steps[:count], flags)
+            if await self.project_room.lacking(namespace, step.plan, judged, ahead_of, judgment):
                 continue
-            if await self.project_room.lacking(namespace, fewer, changes) is not None:
-                continue
-            holders = ", ".join(room.vm_name for room in fewer.rooms.rooms)
+            changes = annotation_patch(namespace, step.plan)
+            if changes is None:
+                return None  # it stands already
+            if CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+                return None  # records to drop first (someone else's edit)
+            holders = ", ".join(s.room.vm_name for s in steps[:count])
             log.info(
                 "%s: the project has room for the raise of %s only (KubeVirt's priority order)",
                 metadata(namespace).get("name"),
                 holders,
                 extra=fields(namespace=str(metadata(namespace).get("name"))),
             )
-            await self._patch(namespace, quota, fewer, changes)
-            return
+            await self._patch(namespace, quota, step.plan, changes)
+            return count
+        return await self._give_back(namespace, quota, plan)
+
+    async def _give_back(self, namespace: Object, quota: Object, plan: QuotaPlan) -> int | None:
+        """The release of every room (none fits, or none is owed to this namespace first);
+        0 once written, None where there was nothing to give back."""
+        released = dataclasses.replace(plan, rooms=dataclasses.replace(plan.rooms, rooms=[]))
+        changes = annotation_patch(namespace, released)
+        if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+            return None
+        log.info(
+            "%s: no room of the raise goes to it first: its raise is given back",
+            metadata(namespace).get("name"),
+            extra=fields(namespace=str(metadata(namespace).get("name"))),
+        )
+        await self._patch(namespace, quota, released, changes)
+        return 0
 
     async def _patch(
         self, namespace: Object, quota: Object, plan: QuotaPlan, changes: Mapping[str, Any]
@@ -160,7 +263,7 @@ class RancherPath:
         """The annotation write itself, counted, logged and told in an Event on the quota."""
         name = str(metadata(namespace).get("name"))
         try:
-            await self.writer.patch_rancher_annotation(namespace, changes)
+            written = await self.writer.patch_rancher_annotation(namespace, changes)
         except errors.Conflict:
             self.metrics.quota_writes.labels("conflict").inc()
             raise
@@ -168,6 +271,7 @@ class RancherPath:
             self.metrics.quota_writes.labels("error").inc()
             raise
         self.metrics.quota_writes.labels("written").inc()
+        self.project_room.wrote(namespace, written)
         self.writes[name] += 1
         raised = changes.get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
         log.info(
@@ -184,6 +288,11 @@ class RancherPath:
             reason,
             f"{CATTLE_ANNOTATION_RESOURCE_QUOTA} set to {raised} (Rancher copies it)",
         )
+
+    def asks_nothing(self, namespace: str) -> None:
+        """The namespace's plan does not go through Rancher's annotation: it waits for no room
+        of its project (its siblings are queued if it did)."""
+        self.project_room.demands.forget(namespace)
 
     def forget(self, namespace: str) -> None:
         """The namespace is no longer ours: learned again on Rancher's next refusal there."""

@@ -17,10 +17,13 @@ set-aside (util/resourcequota/settled.py) and the writes of others, told (foreig
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from ...config.management import Management
 from ...config.metrics import QuotaMetrics
@@ -35,11 +38,13 @@ from ...util.resourcequota.base import RANCHER
 from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
+from ...util.resourcequota.projectqueue import Step, WaitingCache
 from ...util.resourcequota.writers import FieldChange
 from ..quotawriter import QuotaWriter
 from .foreignwrites import ForeignWriteReports, next_step
 from .gather import GATHER_RETRY, ReleaseGathering
 from .inputs import PlanInputs
+from .projectdemands import ProjectDemands
 from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .refusals import StandingRefusals
@@ -111,6 +116,8 @@ class QuotaReconciler:
             ProjectReader(management.client, management.clock),
             management.recorder,
             lambda project: namespace_cache.by_index(PROJECT_INDEX, project),
+            ProjectDemands(self.namespaces.enqueue_key),
+            ProjectSiblingsView(self),
         )
         self.rancher = RancherPath(
             self.writer,
@@ -303,6 +310,7 @@ class QuotaReconciler:
         the seconds until the plan must be tried again for its Rancher project's room, or None."""
         if self.rancher.through(namespace, plan):
             return await self.rancher.write(namespace, quota, plan, snapshot)
+        self.rancher.asks_nothing(str(metadata(namespace).get("name")))
         patch = patch_for(quota, plan)
         if patch is None:
             self.reports.explain_blocked(snapshot, quota, plan)
@@ -326,6 +334,68 @@ class QuotaReconciler:
         self.room_label.forget(namespace)
         self.rancher.forget(namespace)
         self.gathering.forget(namespace)
+
+
+SIBLINGS_SLICE: Final = 0.005
+"""Seconds ProjectSiblingsView plans siblings before it lets the event loop run others."""
+
+
+class ProjectSiblingsView:
+    """The reconcile as a Rancher project's judge sees it (rancherprojects.ProjectRoom): the
+    rooms the project's other namespaces have not been given yet."""
+
+    def __init__(
+        self, reconciler: QuotaReconciler, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.reconciler = reconciler
+        self.clock = clock
+        """Seconds, monotonic: when planning has held the event loop for SIBLINGS_SLICE."""
+        self.ladders = WaitingCache()
+        """Each sibling's waiting steps, laddered again only when its inputs change."""
+
+    async def __call__(self, project: str, besides: str) -> list[Step]:
+        """The rooms the namespaces of Rancher project `project` but `besides` have not been
+        given by it, planned from the caches now (projectqueue.waiting_steps), our writes the
+        caches do not show yet applied: the judge of a raise on Rancher's protected path counts
+        those earlier in KubeVirt's order as taken. Planned: a namespace with migrations cached,
+        not Terminating (its rooms will never be given), whose base is Rancher's annotation,
+        whether or not Rancher refused a quota write there in this process yet
+        (RancherPath.through): a judge runs only where Rancher refused one, and Rancher's
+        protection is its webhook's, for every namespace's default quota alike, so each such
+        sibling's raise goes through the project too; waiting for its refusal would let the
+        namespace reconciled first after a restart take the room ahead of a sibling's earlier
+        migration. A sibling whose plan fails is logged and
+        skipped (it claims nothing; its own reconcile reports it), never a failed judgment.
+        Pure but for reading; called once per write (rancherprojects.Judgment); yields to the
+        event loop between siblings once it has held it SIBLINGS_SLICE seconds (/healthz and
+        the Lease renewal run on it), so each sibling is read as the caches stand then."""
+        steps: list[Step] = []
+        store = self.reconciler.namespaces.informer.store
+        since = self.clock()
+        members = store.by_index(PROJECT_INDEX, project)
+        self.ladders.keep(project, {str(metadata(m).get("name", "")) for m in members})
+        for cached in members:
+            if self.clock() - since > SIBLINGS_SLICE:
+                await asyncio.sleep(0)
+                since = self.clock()
+            name = str(metadata(cached).get("name", ""))
+            if name == besides or metadata(cached).get("deletionTimestamp"):
+                continue
+            try:
+                steps += self._waiting(project, name, cached)
+            except Exception:  # contained per sibling, logged
+                log.exception("project %s: %s's waiting rooms not planned", project, name)
+        return steps
+
+    def _waiting(self, project: str, name: str, cached: Object) -> list[Step]:
+        """The sibling's rooms not given, [] where it asks nothing of the project."""
+        reconciler = self.reconciler
+        if reconciler.defer_to(name) or not reconciler.inputs.migration_views.namespace(name):
+            return []
+        planned = reconciler._plan(name, reconciler.rancher.project_room.newest(cached))
+        if planned is None or planned.plan.base is None or planned.plan.base.source != RANCHER:
+            return []
+        return self.ladders.waiting(planned.namespace, planned.plan, project)
 
 
 class StaleRaiseView:

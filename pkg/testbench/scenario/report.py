@@ -18,14 +18,18 @@ from typing import Any
 from ...generic.meta import annotations_of
 from ...util import resources
 from ...util.quantity import Quantity
-from ...util.resourcequota.base import ANNOTATION_RANCHER_APPLIED, ANNOTATION_RANCHER_BASE
+from ...util.resourcequota.base import (
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_GIVEN,
+)
 from ...util.resources import ResourceList
 from ..sim.kubevirt.record import MigrationRecord
 from .evidence import changes, facts_of
 from .runner import STALE_PREFIXES, RunResult
 from .schema import UNFINISHED
 
-RANCHER_RECORDS = (ANNOTATION_RANCHER_BASE, ANNOTATION_RANCHER_APPLIED)
+RANCHER_RECORDS = (ANNOTATION_RANCHER_BASE, ANNOTATION_RANCHER_APPLIED, ANNOTATION_RANCHER_GIVEN)
 """Our records of a raise through Rancher's annotation: stale once every migration is done."""
 METRICS_FILE = "metrics.prom"
 """Beside report.json: the run's processes' Prometheus text (RunResult.metrics)."""

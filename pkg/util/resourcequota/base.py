@@ -36,6 +36,12 @@ ANNOTATION_RANCHER_BASE = "harvester-quota.io/rancher-base"
 before the raise (the base)."""
 ANNOTATION_RANCHER_APPLIED = "harvester-quota.io/rancher-applied"
 """On the Namespace, with ANNOTATION_RANCHER_BASE: the raised annotation text we wrote."""
+ANNOTATION_RANCHER_GIVEN = "harvester-quota.io/rancher-given"
+"""On the Namespace, with ANNOTATION_RANCHER_APPLIED: the uids of the migrations (sorted,
+comma-separated) the raise we wrote was given for. A room of the namespace whose migration is not
+among them has not been given by its Rancher project, even where the raised annotation would cover
+it (the room of a migration that ended): it waits in KubeVirt's order across the project
+(projectqueue.py). Only our controller writes it (tenants cannot write namespaces)."""
 
 Mode = Literal["auto", "rancher", "standalone"]
 RANCHER = "rancher"

@@ -27,12 +27,13 @@ def in_priority_order(rooms: list[MigrationRoom]) -> list[MigrationRoom]:
     return sorted(rooms, key=lambda r: scarce_room_order(r.priority, r.created, r.migration))
 
 
-def prefixes(plan: QuotaPlan) -> Iterator[QuotaPlan]:
-    """The plans raising for fewer of `plan`'s rooms, most rooms first (module docstring);
-    nothing for a plan that holds one room or none, or has no base."""
+def prefixes(plan: QuotaPlan, ordered: list[MigrationRoom] | None = None) -> Iterator[QuotaPlan]:
+    """The plans raising for fewer of `plan`'s rooms, most rooms first (module docstring), the
+    rooms taken in `ordered` (default: KubeVirt's order); nothing for a plan that holds one
+    room or none, or has no base."""
     if plan.base is None or not plan.holds_room or len(plan.rooms.rooms) < 2:
         return
-    ordered = in_priority_order(plan.rooms.rooms)
+    ordered = ordered if ordered is not None else in_priority_order(plan.rooms.rooms)
     everyone = plan.rooms.total()
     for count in range(len(ordered) - 1, 0, -1):
         kept = ordered[:count]

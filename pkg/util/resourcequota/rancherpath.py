@@ -8,8 +8,10 @@ and copied to the quota by Rancher's agent. So the raise a plan wants goes there
 
 - raising: the annotation gets the plan's values on the keys it limits (other fields, such as
   ``extended``, kept as they are); the annotation's text before the first raise is recorded in
-  ``harvester-quota.io/rancher-base``, and what we wrote in ``harvester-quota.io/rancher-applied``;
-- releasing: the recorded text goes back exactly, and both records go;
+  ``harvester-quota.io/rancher-base``, what we wrote in ``harvester-quota.io/rancher-applied``,
+  and the migrations it was given for in ``harvester-quota.io/rancher-given`` (written again when
+  they change, even where the text does not);
+- releasing: the recorded text goes back exactly, and the records go;
 - an annotation someone else changed meanwhile is theirs: it is the base from then on
   (base.rancher_base_text) and the stale records are dropped.
 
@@ -27,7 +29,12 @@ from ...generic.meta import annotations_of
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..quantity import Quantity
 from ..rancher.annotation import NamespaceResourceQuota, parse_namespace_resource_quota_details
-from .base import ANNOTATION_RANCHER_APPLIED, ANNOTATION_RANCHER_BASE, rancher_base_text
+from .base import (
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_GIVEN,
+    rancher_base_text,
+)
 from .plan import QuotaPlan
 
 
@@ -55,16 +62,45 @@ def annotation_patch(namespace: Mapping[str, Any], plan: QuotaPlan) -> dict[str,
     if ANNOTATION_RANCHER_BASE in annotations and current != annotations.get(
         ANNOTATION_RANCHER_APPLIED
     ):
-        return {ANNOTATION_RANCHER_BASE: None, ANNOTATION_RANCHER_APPLIED: None}
+        return {
+            ANNOTATION_RANCHER_BASE: None,
+            ANNOTATION_RANCHER_APPLIED: None,
+            ANNOTATION_RANCHER_GIVEN: None,
+        }
     wanted = raised_annotation(base_text, plan.hard) if plan.holds_room else base_text
     if wanted != base_text:
+        given = given_text(plan)
         raise_it = {
             CATTLE_ANNOTATION_RESOURCE_QUOTA: wanted,
             ANNOTATION_RANCHER_BASE: base_text,
             ANNOTATION_RANCHER_APPLIED: wanted,
+            ANNOTATION_RANCHER_GIVEN: given,
         }
-        return raise_it if wanted != current else None
+        recorded = annotations.get(ANNOTATION_RANCHER_GIVEN)
+        # A raise of ours without the record (written before it existed) stands as it is.
+        stands = wanted == current and recorded in {given, None}
+        return None if stands else raise_it
     return _release(annotations, base_text)
+
+
+def given_text(plan: QuotaPlan) -> str:
+    """ANNOTATION_RANCHER_GIVEN's value for a raise of `plan`: its rooms' migration uids."""
+    return ",".join(sorted({room.migration_uid for room in plan.rooms.rooms}))
+
+
+def given_migrations(namespace: Mapping[str, Any]) -> frozenset[str] | None:
+    """The migration uids our raise standing on the namespace was given for: empty unless the
+    annotation is still the raise we wrote (someone else's edit gives nothing of ours); None
+    for a raise of ours without the record (written by a version before it): every room it
+    covers counts as given then, until the raise is next written."""
+    annotations = annotations_of(namespace)
+    current = annotations.get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+    if current is None or current != annotations.get(ANNOTATION_RANCHER_APPLIED):
+        return frozenset()
+    text = annotations.get(ANNOTATION_RANCHER_GIVEN)
+    if text is None:
+        return None
+    return frozenset(uid for uid in text.split(",") if uid)
 
 
 def _release(annotations: Mapping[str, str], base_text: str) -> dict[str, Any] | None:
@@ -75,4 +111,5 @@ def _release(annotations: Mapping[str, str], base_text: str) -> dict[str, Any] |
         CATTLE_ANNOTATION_RESOURCE_QUOTA: base_text,
         ANNOTATION_RANCHER_BASE: None,
         ANNOTATION_RANCHER_APPLIED: None,
+        ANNOTATION_RANCHER_GIVEN: None,
     }

@@ -1,0 +1,284 @@
+"""``python -m bench.projectqueue``: what one judgment of a Rancher project's room costs.
+
+On Rancher's protected path a namespace's raise is judged against its project counting as taken
+the rooms its sibling namespaces wait for that come earlier in KubeVirt's order
+(util/resourcequota/projectqueue.py, controller/resourcequota/rancherprojects.py). This bench
+builds a project of N namespaces with M pending migrations each, without a cluster, the
+project's room enough for about half the rooms (so every namespace waits and every step of the
+judged namespace is tried), and times `RancherPath.write` of the namespace whose migrations
+come last in KubeVirt's order (the worst case: every sibling's waiting step is earlier), three
+ways in the same run:
+
+- ``single``: the same namespace with no sibling waiting (the judgment of a namespace alone in
+  its project: the baseline);
+- ``judge``: the siblings' waiting steps planned beforehand, handed to the judge (its own cost:
+  the claims, the sums, the verdicts of every step);
+- ``planned``: the siblings planned within the judgment, from their objects (`plan_quota` of
+  each, then `waiting_steps`);
+- ``cached``: the same, each sibling's ladder taken from a `WaitingCache` filled by an earlier
+  write (its inputs unchanged), as ProjectSiblingsView does once per write (it plans from the
+  informers' views, which render a launcher once per VM shape: cheaper than here).
+
+It prints milliseconds per judgment (median of `--repeat`) for each size, and the ratio of
+``judge`` and ``cached`` against ``single``. With siblings the judged namespace waits (nothing
+is written); alone, its raise fits and is written to a fake that does not apply it.
+
+    python -m bench.projectqueue                        # 20x10, 50x10, 100x10
+    python -m bench.projectqueue --sizes 100x10,200x5 --repeat 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import logging
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
+from typing import Any
+
+from harvester_quota.config.kubevirt import settings_from
+from harvester_quota.controller.quotawriter import QuotaWriter
+from harvester_quota.controller.resourcequota.projectdemands import ProjectDemands
+from harvester_quota.controller.resourcequota.rancherprojects import (
+    ProjectReader,
+    ProjectRoom,
+    project_index,
+)
+from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
+from harvester_quota.controller.resourcequota.refusals import RefusalTracker
+from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.resource import Object
+from harvester_quota.testbench.sim.kubevirt.objects import (
+    VMSpec,
+    parse_version,
+    render_launcher_pod,
+    render_migration,
+    render_vm,
+    render_vmi,
+    vm_resources,
+)
+from harvester_quota.util.annotations import (
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    LABEL_DEFAULT_RESOURCE_QUOTA,
+)
+from harvester_quota.util.rancher.project import PROJECT_ID_ANNOTATION
+from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+from harvester_quota.util.resourcequota.projectqueue import Step, WaitingCache, waiting_steps
+
+from bench.reconcile import NOW
+
+VERSION = "1.6"
+PROJECT = "local:p-bench"
+SEED = '{"limit":{"limitsCpu":"3000m","limitsMemory":"5000Mi"}}'
+DEFAULT_SIZES = ((20, 10), (50, 10), (100, 10))
+
+
+class Nothing:
+    """Events and metrics that go nowhere."""
+
+    def event(self, *_: Any) -> None:
+        """No Event."""
+
+    def labels(self, *_: Any) -> Any:
+        return SimpleNamespace(inc=lambda *_: None)
+
+
+class Cluster:
+    """The Project object and the namespaces, as the judge reads them (writes not applied)."""
+
+    def __init__(self, namespaces: int, rooms: int) -> None:
+        cpu = 3000 * namespaces + 2015 * (namespaces * rooms // 2)
+        memory = 5000 * namespaces + 4600 * (namespaces * rooms // 2)
+        self.project = {
+            "metadata": {"name": "p-bench", "namespace": "local"},
+            "spec": {
+                "resourceQuota": {"limit": {"limitsCpu": f"{cpu}m", "limitsMemory": f"{memory}Mi"}},
+                "namespaceDefaultResourceQuota": {
+                    "limit": {"limitsCpu": "3", "limitsMemory": "5000Mi"}
+                },
+            },
+        }
+        self.namespaces: dict[str, Object] = {}
+
+    async def get(self, *_: Any, **__: Any) -> Object:
+        return copy.deepcopy(self.project)
+
+    async def patch(self, _resource: Any, name: str, *_: Any, **__: Any) -> Object:
+        """The write of the single path (the judged namespace alone fits): not applied."""
+        return self.namespaces[name]
+
+    def members(self, project: str) -> list[Object]:
+        return [ns for ns in self.namespaces.values() if project in project_index(ns)]
+
+
+def _namespace(name: str) -> Object:
+    annotations = {PROJECT_ID_ANNOTATION: PROJECT, CATTLE_ANNOTATION_RESOURCE_QUOTA: SEED}
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "annotations": annotations}}
+
+
+def _snapshot(namespace: Object, rooms: int, minute: int) -> NamespaceSnapshot:
+    """`rooms` running 2-core VMs, each with a pending migration created in `minute`."""
+    name = str(namespace["metadata"]["name"])
+    settings = settings_from(None, None, configured_version=VERSION)
+    vmis: dict[str, Object] = {}
+    pods: list[Object] = []
+    migrations: list[Object] = []
+    for index in range(rooms):
+        spec = VMSpec(f"vm-{index}", cores=2, memory="4Gi")
+        vm = render_vm(spec, name, vm_resources(spec, parse_version(VERSION), "1.5"), running=True)
+        vmi = render_vmi(vm)
+        vmi["metadata"].update(uid=f"{name}-vmi-{index}", creationTimestamp="2026-01-01T00:00:00Z")
+        pod = render_launcher_pod(vmi, node="node-0", settings=settings)
+        pod["metadata"].update(name=f"virt-launcher-vm-{index}", uid=f"{name}-pod-{index}")
+        pod["status"] = {"phase": "Running"}
+        migration = render_migration(name, spec.name, name=f"mig-{index}")
+        created = f"2026-01-01T{minute // 60:02d}:{minute % 60:02d}:{index:02d}Z"
+        migration["metadata"].update(uid=f"{name}-mig-{index}", creationTimestamp=created)
+        migration["status"] = {"phase": "Pending"}
+        vmis[spec.name] = vmi
+        pods.append(pod)
+        migrations.append(migration)
+    quota = {
+        "metadata": {
+            "name": "default-bench",
+            "namespace": name,
+            "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"},
+            "annotations": {},
+        },
+        "spec": {"hard": {"limits.cpu": str(3 * rooms), "limits.memory": f"{5000 * rooms}Mi"}},
+    }
+    return NamespaceSnapshot(
+        namespace=namespace,
+        quota=quota,
+        migrations=migrations,
+        vmis=vmis,
+        pods=pods,
+        now=NOW,
+        launcher=settings,
+    )
+
+
+class Project:
+    """N namespaces of one project, M pending migrations each; the last namespace's come last."""
+
+    def __init__(self, namespaces: int, rooms: int) -> None:
+        self.cluster = Cluster(namespaces, rooms)
+        self.snapshots: dict[str, NamespaceSnapshot] = {}
+        for index in range(namespaces):
+            name = f"ns{index:03d}"
+            self.cluster.namespaces[name] = _namespace(name)
+            minute = 59 if index == namespaces - 1 else index % 59
+            self.snapshots[name] = _snapshot(self.cluster.namespaces[name], rooms, minute)
+        self.judged = f"ns{namespaces - 1:03d}"
+        self.ladders = WaitingCache()
+
+    async def planned(self, _project: str, besides: str) -> list[Step]:
+        """Every other namespace planned and laddered now."""
+        steps: list[Step] = []
+        for name, snapshot in self.snapshots.items():
+            if name != besides:
+                steps += waiting_steps(snapshot.namespace, plan_quota(snapshot))
+        return steps
+
+    async def cached(self, _project: str, besides: str) -> list[Step]:
+        """Every other namespace planned now, its ladder from the last write where its inputs
+        did not change, as ProjectSiblingsView does once per write (WaitingCache)."""
+        steps: list[Step] = []
+        for name, snapshot in self.snapshots.items():
+            if name != besides:
+                steps += self.ladders.waiting(snapshot.namespace, plan_quota(snapshot), PROJECT)
+        return steps
+
+    def path(self, siblings: Callable[[str, str], Awaitable[list[Step]]]) -> RancherPath:
+        nothing: Any = Nothing()
+        clock = FakeClock()
+        client: Any = self.cluster
+        metrics: Any = SimpleNamespace(quota_writes=nothing)
+        return RancherPath(
+            QuotaWriter(client, clock),
+            metrics=metrics,
+            recorder=nothing,
+            project_room=ProjectRoom(
+                ProjectReader(client, clock),
+                nothing,
+                self.cluster.members,
+                ProjectDemands(lambda _key: None),
+                siblings,
+            ),
+            reports=NamespaceReports(metrics, nothing, RefusalTracker(clock)),
+            writes=Counter(),
+        )
+
+    def plan(self) -> tuple[Object, Object, QuotaPlan, NamespaceSnapshot]:
+        snapshot = self.snapshots[self.judged]
+        return snapshot.namespace, snapshot.quota, plan_quota(snapshot), snapshot
+
+
+async def _time(project: Project, mode: str, repeat: int) -> float:
+    """Median seconds of one `write` of the judged namespace in `mode`."""
+    waiting = await project.planned(PROJECT, project.judged)
+
+    async def given(_project: str, _besides: str) -> list[Step]:
+        return waiting
+
+    async def alone(_project: str, _besides: str) -> list[Step]:
+        return []
+
+    await project.cached(PROJECT, project.judged)  # the ladders of an earlier write
+    modes = {"single": alone, "judge": given, "planned": project.planned, "cached": project.cached}
+    siblings = modes[mode]
+    figures = []
+    for _ in range(repeat):
+        path = project.path(siblings)
+        namespace, quota, plan, snapshot = project.plan()
+        started = time.perf_counter()
+        await path.write(namespace, quota, plan, snapshot)
+        figures.append(time.perf_counter() - started)
+    return statistics.median(figures)
+
+
+def _sizes(text: str) -> list[tuple[int, int]]:
+    sizes = []
+    for part in text.split(","):
+        namespaces, _, rooms = part.partition("x")
+        sizes.append((int(namespaces), int(rooms)))
+    return sizes
+
+
+async def run(sizes: list[tuple[int, int]], repeat: int) -> None:
+    print(
+        f"{'project':>10} {'single ms':>10} {'judge ms':>10} {'planned ms':>11} "
+        f"{'cached ms':>10} {'judge/single':>13} {'cached/single':>14}"
+    )
+    for namespaces, rooms in sizes:
+        project = Project(namespaces, rooms)
+        single = await _time(project, "single", repeat)
+        judge = await _time(project, "judge", repeat)
+        planned = await _time(project, "planned", repeat)
+        cached = await _time(project, "cached", repeat)
+        print(
+            f"{namespaces:>5}x{rooms:<4} {single * 1e3:>10.1f} {judge * 1e3:>10.1f} "
+            f"{planned * 1e3:>11.1f} {cached * 1e3:>10.1f} {judge / single:>13.1f} "
+            f"{cached / single:>14.1f}",
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.disable(logging.WARNING)  # the judged namespace's Warning lines, not the figures
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default=",".join(f"{n}x{m}" for n, m in DEFAULT_SIZES))
+    parser.add_argument("--repeat", type=int, default=5)
+    options = parser.parse_args(argv)
+    asyncio.run(run(_sizes(options.sizes), options.repeat))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""A Rancher project's scarce room across its namespaces, in KubeVirt's order (pure).
+
+On Rancher's protected path a namespace's raise is its ``field.cattle.io/resourceQuota``, which
+Rancher's agent copies into the quota only while the project's namespaces together stay within the
+project's limit (util/rancher/project.py). Within one namespace the room goes to its migrations in
+KubeVirt's order (priorityprefix.py); across the namespaces of a project, this module says which
+rooms of the siblings come first, so that a user's migration in one namespace does not take the
+room a drain's evacuation (system-critical) in another is waiting for.
+
+- `ladder`: a namespace's rooms, those its raise was given for first, then the others, each part
+  in KubeVirt's order, each with the annotation the namespace would ask for with that room and
+  every earlier one given (a step per room, cumulative, as the namespace's raises are written:
+  priorityprefix.py). A room once given is never taken back for an earlier one that arrives
+  after it (KubeVirt does not preempt a running migration either).
+- `given`: which steps of the ladder the project has given the namespace: a room whose migration
+  is among those our standing raise was given for (rancherpath.given_migrations, recorded by our
+  controller only) and which the annotation asks for (`covered`). A room the annotation would
+  cover but that was not given for it (a new migration taking the room of one that ended) is
+  not given: it waits in the project's order like any other. `waiting_steps`: the rest; `kept`:
+  how many leading steps are given (the raise the namespace keeps); `last_waiting`: the order of
+  the furthest room a raise to a step asks the project for anew.
+- `MemberTotals`: the project's namespaces' annotations parsed and summed once per judgment, so
+  that each fit test costs one addition, not a parse of every member (module cost: one judgment
+  is O(members + waiting steps) fit tests).
+- `claims_ahead`: per sibling namespace, the furthest of its waiting steps earlier in KubeVirt's
+  order than the room being judged that would fit the project as its namespaces stand now, the
+  judged namespace counted at the raise it keeps (its rooms given back where not kept); a step
+  that cannot fit even with the whole room the project has left does not hold anyone back (no
+  one starves behind a room that cannot be given). Steps are tried from the furthest down and
+  the first that fits is the claim.
+
+The order key is `scarce_room_order` (spec.priority, which only virt-controller may set; the
+API server's creationTimestamp; the migration's name), then the namespace: a total order across
+the project. Nothing a tenant writes on its own objects but the name moves it, and the name only
+between migrations of one priority created in the same second.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...generic.meta import annotations_of, metadata
+from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ..migrationpriority import priority_name, scarce_room_order
+from ..rancher.project import (
+    PROJECT_ID_ANNOTATION,
+    Fit,
+    ProjectQuota,
+    RancherLimit,
+    complete_quota,
+    fit,
+    namespace_limit,
+)
+from ..resources import ResourceList, add, less_or_equal, subtract, total
+from .base import (
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_GIVEN,
+    rancher_base_text,
+)
+from .plan import QuotaPlan
+from .priorityprefix import in_priority_order, prefixes
+from .rancherpath import given_migrations, raised_annotation
+from .rooms import MigrationRoom
+
+RANCHER_PATH_KEYS = (
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_GIVEN,
+)
+"""The namespace annotations a ladder and `given` read."""
+
+OrderKey = tuple[int, str, str, str]
+"""(-priority, creationTimestamp, migration name, namespace): smaller goes first."""
+
+
+def order_key(namespace: str, room: MigrationRoom) -> OrderKey:
+    """Where `room` of `namespace` stands in KubeVirt's order across a project."""
+    return (*scarce_room_order(room.priority, room.created, room.migration), namespace)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One room of a namespace's ladder: the room, its order, and the namespace's annotation
+    with it and every earlier room of the namespace given (`plan`: that raise's plan)."""
+
+    namespace: str
+    room: MigrationRoom
+    order: OrderKey
+    annotation: str
+    plan: QuotaPlan
+
+    @functools.cached_property
+    def limit(self) -> ResourceList:
+        """The annotation's limit, as Rancher's agent sums a sibling's (ValueError if bad;
+        parsed once per step)."""
+        return _hard(self.annotation)
+
+    def describe(self) -> str:
+        """``namespace/migration (priority P, created T)``, as Events and logs name it."""
+        return (
+            f"{self.namespace}/{self.room.migration} (priority "
+            f"{priority_name(self.room.priority)}, created {self.room.created or 'unknown'})"
+        )
+
+
+def ladder(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
+    """The namespace's steps: the rooms its raise was given for first, then the others, each
+    part in KubeVirt's order (a room once given is never taken back for an earlier one that
+    arrives after it; a raise without the record, of an older version: KubeVirt's order
+    alone); [] for a plan that holds no room or a namespace without Rancher's annotation
+    (nothing is asked of the project then)."""
+    base_text = rancher_base_text(namespace)
+    if not plan.holds_room or plan.base is None or base_text is None:
+        return []
+    name = str(metadata(namespace).get("name", ""))
+    ordered = in_priority_order(plan.rooms.rooms)
+    uids = given_migrations(namespace)
+    if uids:
+        ordered = [r for r in ordered if r.migration_uid in uids] + [
+            r for r in ordered if r.migration_uid not in uids
+        ]
+    plans = [*reversed(list(prefixes(plan, ordered))), plan] if len(ordered) > 1 else [plan]
+    return [
+        Step(name, room, order_key(name, room), raised_annotation(base_text, fewer.hard), fewer)
+        for room, fewer in zip(ordered, plans, strict=True)
+    ]
+
+
+def covered(namespace: Mapping[str, Any], steps: Sequence[Step]) -> int:
+    """How many of `steps` the namespace's annotation asks for already: the furthest step whose
+    request it meets on every key (0 when none, or when an annotation cannot be read)."""
+    try:
+        asked = namespace_limit(annotations_of(namespace).get(CATTLE_ANNOTATION_RESOURCE_QUOTA))
+        if asked is None:
+            return 0
+        have = asked.hard()
+        for count in range(len(steps), 0, -1):
+            wanted = namespace_limit(steps[count - 1].annotation)
+            if wanted is not None and less_or_equal(wanted.hard(), have)[0]:
+                return count
+    except ValueError:
+        return 0
+    return 0
+
+
+def given(namespace: Mapping[str, Any], steps: Sequence[Step]) -> list[bool]:
+    """Per step, whether the project gave the namespace its room (module docstring)."""
+    asked = covered(namespace, steps)
+    uids = given_migrations(namespace)
+    return [
+        index < asked and (uids is None or step.room.migration_uid in uids)
+        for index, step in enumerate(steps)
+    ]
+
+
+def kept(flags: Sequence[bool]) -> int:
+    """How many leading steps are given: the raise the namespace keeps whatever it waits for."""
+    count = 0
+    while count < len(flags) and flags[count]:
+        count += 1
+    return count
+
+
+def last_waiting(steps: Sequence[Step], flags: Sequence[bool]) -> OrderKey | None:
+    """The order of the furthest of `steps` not given (None: a raise to them asks nothing new)."""
+    orders = [step.order for step, done in zip(steps, flags, strict=False) if not done]
+    return max(orders) if orders else None
+
+
+def waiting_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
+    """The steps of the namespace's ladder the project has not given it (module docstring)."""
+    steps = ladder(namespace, plan)
+    return [step for step, done in zip(steps, given(namespace, steps), strict=True) if not done]
+
+
+class WaitingCache:
+    """Per namespace, its `waiting_steps` for the last (annotations, plan) they were computed
+    from: a sibling whose annotations and plan did not change since the last write of its
+    project is not laddered again (a ladder renders a raise per room). Keyed by value (the
+    Rancher path's annotations and the plan's fields a ladder reads), so a change of either is
+    a new ladder; one entry per namespace, dropped once its project no longer lists it (`keep`).
+    Event loop only."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[str, str, list[Step]]] = {}
+        """Namespace -> (its project id, the fingerprint, its waiting steps)."""
+
+    def waiting(self, namespace: Mapping[str, Any], plan: QuotaPlan, project: str) -> list[Step]:
+        """`waiting_steps(namespace, plan)`, computed again only where its inputs changed."""
+        name = _name(namespace)
+        key = _fingerprint(namespace, plan)
+        known = self._entries.get(name)
+        if known is not None and known[1] == key:
+            return known[2]
+        steps = waiting_steps(namespace, plan)
+        self._entries[name] = (project, key, steps)
+        return steps
+
+    def keep(self, project: str, members: Collection[str]) -> None:
+        """Drops the entries of `project`'s namespaces not among `members` (deleted, moved)."""
+        gone = [n for n, entry in self._entries.items() if entry[0] == project and n not in members]
+        for name in gone:
+            del self._entries[name]
+
+
+def _fingerprint(namespace: Mapping[str, Any], plan: QuotaPlan) -> str:
+    """What a ladder and `given` read, as one string: the namespace's Rancher-path annotations,
+    and the plan's base, spec.hard, rooms (every field) and target pods."""
+    annotations = annotations_of(namespace)
+    read = [annotations.get(key) for key in RANCHER_PATH_KEYS]
+    return repr(
+        (
+            read,
+            plan.managed,
+            plan.skipped,
+            plan.base,
+            sorted(plan.hard.items()),
+            plan.rooms.rooms,
+            sorted(plan.rooms.target_pods),
+        )
+    )
+
+
+class MemberTotals:
+    """The project's namespaces but the judged one, their annotations parsed once, as Rancher's
+    agent sums them (rancher/project.py `namespace_fit`): `fit` of the judged namespace, or of a
+    sibling with the judged namespace at `keeps`, costs one sum. Built per judgment from one
+    read of the caches; not updated. `readable` is False where a member's annotation cannot be
+    read (Rancher's agent fails then too): nothing is judged against the project then."""
+
+    def __init__(
+        self,
+        project: ProjectQuota,
+        members: Sequence[Mapping[str, Any]],
+        judged: str,
+        keeps: str | None,
+    ) -> None:
+        self.project = project
+        self.judged = judged
+        self.limits: dict[str, ResourceList] = {}
+        self.readable = True
+        try:
+            for member in members:
+                name = _name(member)
+                if (
+                    name == judged
+                    or annotations_of(member).get(PROJECT_ID_ANNOTATION) != project.id
+                ):
+                    continue
+                self.limits[name] = _hard(
+                    annotations_of(member).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+                )
+            self.keeps = _hard(keeps)
+        except ValueError:
+            self.readable = False
+            self.keeps = {}
+        self.others = total(self.limits.values())
+        self._fits: dict[tuple[str, str], bool] = {}
+
+    def fit(self, name: str, annotation: str, claims: Sequence[Step] = ()) -> Fit | None:
+        """Namespace `name` (the judged one or a sibling) with `annotation` as its request, the
+        `claims` given to their siblings, the judged namespace at `keeps` where `name` is a
+        sibling: Rancher's verdict (None: no quota or default on the project, or unreadable)."""
+        project = self.project
+        if project.limit is None or project.namespace_default is None or not self.readable:
+            return None
+        requested = namespace_limit(annotation) or RancherLimit()
+        merged = complete_quota(requested, project.namespace_default).hard()
+        others = self.others
+        if name != self.judged:
+            others = add(subtract(others, self.limits.get(name, {})), self.keeps)
+        for claim in claims:
+            others = add(subtract(others, self.limits.get(claim.namespace, {})), claim.limit)
+        return fit(merged, [others], project.limit.hard())
+
+    def fits(self, name: str, annotation: str) -> bool:
+        """Whether `fit` says it fits (an annotation that cannot be read does not); each
+        (namespace, annotation) judged once per judgment, however many steps ask."""
+        known = self._fits.get((name, annotation))
+        if known is None:
+            try:
+                verdict = self.fit(name, annotation)
+            except ValueError:
+                verdict = None
+            known = self._fits[name, annotation] = verdict is not None and verdict.fits
+        return known
+
+
+def _hard(annotation: str | None) -> ResourceList:
+    return (namespace_limit(annotation) or RancherLimit()).hard()
+
+
+def claims_ahead(waiting: Iterable[Step], ahead_of: OrderKey, totals: MemberTotals) -> list[Step]:
+    """Per sibling namespace, the furthest of its `waiting` steps earlier than `ahead_of` that
+    fits the project (module docstring), tried from the furthest down; a sibling not among the
+    members `totals` counts claims nothing."""
+    by_namespace: dict[str, list[Step]] = {}
+    for step in waiting:
+        if step.order < ahead_of and step.namespace in totals.limits:
+            by_namespace.setdefault(step.namespace, []).append(step)
+    claims = []
+    for _, steps in sorted(by_namespace.items()):
+        for step in sorted(steps, key=lambda s: s.order, reverse=True):
+            if totals.fits(step.namespace, step.annotation):
+                claims.append(step)
+                break
+    return claims
+
+
+def _name(namespace: Mapping[str, Any]) -> str:
+    return str(metadata(namespace).get("name", ""))
+
+
+def first_waiting(claims: Sequence[Step], waiting: Iterable[Step]) -> list[Step]:
+    """For each claim, its namespace's first waiting step: the migration that goes first."""
+    first: dict[str, Step] = {}
+    for step in waiting:
+        known = first.get(step.namespace)
+        if known is None or step.order < known.order:
+            first[step.namespace] = step
+    return [first[claim.namespace] for claim in claims]
