@@ -576,10 +576,13 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
 def _wait_behind(
     cluster: _Cluster, verdict: VmVerdict, behind: Sequence[ProjectStep], bandwidth: int
 ) -> None:
-    """`verdict` delayed behind `behind` (projectorder.ProjectWait), combined with a quota
-    delay it has already (the waits add up)."""
-    named = [describe(step) for step in behind]
-    seconds = max((_copy_and_exit(cluster, step, bandwidth) for step in behind), default=0.0)
+    """`verdict` delayed behind `behind` (projectorder.ProjectWait), named in KubeVirt's
+    order, for up to the sum of their copies and source launchers' grace, combined with a
+    quota delay it has already (the waits add up)."""
+    ordered = sorted(behind, key=lambda step: step.order)
+    named = [describe(step) for step in ordered]
+    # One after the other where the project has room for one at a time: their sum bounds it.
+    seconds = sum(_copy_and_exit(cluster, step, bandwidth) for step in ordered)
     message = (
         "fits its Rancher project alone, but the project's room goes first to "
         f"{', '.join(named)}, earlier in KubeVirt's order (priority, then creation): its "

@@ -93,8 +93,10 @@ class Members:
 
 @dataclass
 class ProjectWait:
-    """An evacuation whose room goes first to sibling namespaces' migrations (`behind`, each
-    ``namespace/migration (priority P, created T)``), and those it goes ahead of (`ahead_of`)."""
+    """What the order means for one evacuation: the sibling namespaces' migrations its room
+    goes to first (`behind`: the first waiting one of each sibling that claims room ahead of
+    it), or, where none, the siblings' waiting migrations it takes the room ahead of
+    (`ahead_of`); each a step of its namespace's ladder (projectqueue.Step)."""
 
     behind: list[Step] = field(default_factory=list)
     ahead_of: list[Step] = field(default_factory=list)
@@ -186,8 +188,11 @@ def _one_project(
     waiting = {
         ns_name: waiting_steps(members.namespaces[ns_name], p) for ns_name, p in plans.items()
     }
+    evacuated = {key[0] for key in moves}
     out: dict[tuple[str, str], ProjectWait] = {}
     for ns_name, plan in plans.items():
+        if ns_name not in evacuated:
+            continue
         siblings = [s for other, steps in waiting.items() if other != ns_name for s in steps]
         judged = _judge(project, namespaces, members.namespaces[ns_name], plan, siblings)
         out.update({(ns_name, vm): wait for vm, wait in judged.items()})

@@ -232,3 +232,24 @@ def test_a_sibling_outside_the_project_or_in_mtq_mode_holds_no_one_back() -> Non
     annotations = project.namespaces[1]["metadata"]["annotations"]
     annotations[PROJECT_ID_ANNOTATION] = "c-1:p-other"
     assert verdict(project.drain("n1"), "a/vm-a").delay is None
+
+
+def test_a_vm_behind_two_siblings_names_both_in_kubevirts_order_and_waits_for_both() -> None:
+    """Three namespaces, room for one migration beyond their bases: c's evacuation under way
+    (created before the drain) goes first, then a's of this drain, then b's, which names both,
+    c's first, and may wait for both one after the other (the sum of their waits)."""
+    project = Project({"limitsCpu": "11500m", "limitsMemory": "21000Mi"})
+    project.namespace("a", "n1")
+    project.namespace("b", "n1")
+    project.namespace("c", "n2")
+    project.migrate("c", "evacuation-c", LATER, "system-critical")
+    report = project.drain("n1")
+    first, second = verdict(report, "a/vm-a"), verdict(report, "b/vm-b")
+    assert first.delay is not None and second.delay is not None
+    c_evacuation = "c/evacuation-c (priority system-critical, created 2026-01-01T00:05:00Z)"
+    assert first.delay.behind == [c_evacuation]
+    assert second.delay.behind == [
+        c_evacuation,
+        "a/vm-a's evacuation in this drain (priority system-critical)",
+    ]
+    assert second.delay.wait_seconds_at_most == 2 * first.delay.wait_seconds_at_most
