@@ -86,8 +86,9 @@ class Project:
         self.migrations.append(made)
         return made
 
-    def drain(self, *nodes: str) -> PreflightReport:
-        state = ClusterState(
+    def state(self, version: str = "1.9", now: datetime.datetime | None = NOW) -> ClusterState:
+        """The cluster as preflight reads it, KubeVirt at `version`, read at `now`."""
+        return ClusterState(
             nodes=[node("n1"), node("n2"), node("n3")],
             vmis=list(self.vmis.values()),
             pods=self.pods,
@@ -96,10 +97,12 @@ class Project:
             projects=[self.project],
             migrations=self.migrations,
             vmmrqs=self.vmmrqs,
-            kubevirt_version="1.9",
-            now=NOW,
+            kubevirt_version=version,
+            now=now,
         )
-        return preflight(state, Plan("drain", list(nodes)))
+
+    def drain(self, *nodes: str) -> PreflightReport:
+        return preflight(self.state(), Plan("drain", list(nodes)))
 
 
 def verdict(report: PreflightReport, key: str) -> VmVerdict:
@@ -174,20 +177,7 @@ def test_an_older_user_migration_in_the_sibling_goes_first_before_kubevirts_prio
     project.namespace("a", "n1")
     project.namespace("b", "n2")
     project.migrate("b", "user-mig", EARLY, None)
-    state_report = preflight(
-        ClusterState(
-            nodes=[node("n1"), node("n2")],
-            vmis=list(project.vmis.values()),
-            pods=project.pods,
-            quotas=project.quotas,
-            namespaces=project.namespaces,
-            projects=[project.project],
-            migrations=project.migrations,
-            kubevirt_version="1.6",
-            now=NOW,
-        ),
-        Plan("drain", ["n1"]),
-    )
+    state_report = preflight(project.state(version="1.6"), Plan("drain", ["n1"]))
     vm = verdict(state_report, "a/vm-a")
     assert vm.migration_priority == "default"
     assert vm.delay is not None and vm.delay.behind == [
@@ -253,3 +243,15 @@ def test_a_vm_behind_two_siblings_names_both_in_kubevirts_order_and_waits_for_bo
         "a/vm-a's evacuation in this drain (priority system-critical)",
     ]
     assert second.delay.wait_seconds_at_most == 2 * first.delay.wait_seconds_at_most
+
+
+def test_a_state_without_its_reading_time_creates_the_evacuations_after_every_migration() -> None:
+    """A state built by hand without `now`: the drain's evacuations are created after the
+    newest creationTimestamp it shows, so b's evacuation under way still goes first."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a", "n1")
+    project.namespace("b", "n2")
+    project.migrate("b", "evacuation-b", LATER, "system-critical")
+    state = project.state(now=None)
+    vm = verdict(preflight(state, Plan("drain", ["n1"])), "a/vm-a")
+    assert vm.delay is not None and [b.split(" ")[0] for b in vm.delay.behind] == ["b/evacuation-b"]
