@@ -6,8 +6,11 @@ node, in order) it takes the running VMIs on the drained nodes in namespace/name
 for each what KubeVirt's evacuation does with it (eviction strategy, LiveMigratable), whether its
 target pod, rendered as KubeVirt would, passes quota admission with the chosen strategy's room
 (admission.py), and where it lands, first fit on the nodes left (nodes.py). The migrations are
-then cut into waves by KubeVirt's limits (waves.py). In an upgrade a VM that moved is counted on
-its new node from the next step on, and its old node gets back what its source pod requested.
+then cut into waves by KubeVirt's limits (waves.py); those whose target fits alone may still wait
+beside their namespace's other targets (delays.py) or, on Rancher's path, for their project's
+room behind sibling namespaces' migrations earlier in KubeVirt's order (projectorder.py). In an
+upgrade a VM that moved is counted on its new node from the next step on, and its old node gets
+back what its source pod requested.
 """
 
 from __future__ import annotations

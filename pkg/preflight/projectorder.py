@@ -11,7 +11,7 @@ product's own code, when the step's evacuations arrive:
 
 - Each namespace of a project the step evacuates from is planned as the controller plans it
   (`plan_quota`) from its migrations under way and, where the step evacuates from it, the
-  step's evacuations that fit alone (admission.py) as KubeVirt creates them (`evacuations`):
+  step's evacuations that fit alone (admission.py) as KubeVirt creates them (`evacuation_migration`):
   spec.priority as the VM's `migration_priority` (system-critical with KubeVirt's priority queue
   on), created after every migration under way, wave by wave (KubeVirt creates a migration when
   its parallel limits leave a slot); within a wave in the step's order (namespace, then VM).
@@ -23,11 +23,13 @@ product's own code, when the step's evacuations arrive:
   first, then KubeVirt's order) is judged as the controller judges a write's step: where it fits
   the project as it stands but waits behind siblings' rooms, the VM is delayed (`ProjectWait`),
   naming each migration it waits behind with its priority; where it takes the room ahead of a
-  sibling's waiting migration lower in KubeVirt's order, the VM's note names that migration (a
+  sibling's waiting migration later in KubeVirt's order, the VM's note names that migration (a
   tenant's migration the drain will hold back).
 
 What the module does not do: follow the project over time (a step is judged once, as its
-evacuations arrive), or judge a raise that does not fit beside the namespace's own earlier rooms.
+evacuations arrive); judge a raise that does not fit beside the namespace's own earlier rooms;
+or tell that an evacuation admission.py blocks because a sibling's migration under way holds the
+project's room (given, never taken back) moves once that migration has ended: it stays blocked.
 """
 
 from __future__ import annotations
