@@ -27,7 +27,8 @@ room a drain's evacuation (system-critical) in another is waiting for.
   judged namespace counted at the raise it keeps (its rooms given back where not kept); a step
   that cannot fit even with the whole room the project has left does not hold anyone back (no
   one starves behind a room that cannot be given). Steps are tried from the furthest down and
-  the first that fits is the claim.
+  the first that fits is the claim. `waits_behind`: the raise judged beside those claims, and
+  whom it waits behind (the controller's judgment, and preflight's prediction of it).
 
 The order key is `scarce_room_order` (spec.priority, which only virt-controller may set; the
 API server's creationTimestamp; the migration's name), then the namespace: a total order across
