@@ -6,12 +6,16 @@ node, in order) it takes the running VMIs on the drained nodes in namespace/name
 for each what KubeVirt's evacuation does with it (eviction strategy, LiveMigratable), whether its
 target pod, rendered as KubeVirt would, passes quota admission with the chosen strategy's room
 (admission.py), and where it lands, first fit on the nodes left (nodes.py). The migrations are
-then cut into waves by KubeVirt's limits (waves.py). In an upgrade a VM that moved is counted on
-its new node from the next step on, and its old node gets back what its source pod requested.
+then cut into waves by KubeVirt's limits (waves.py); those whose target fits alone may still wait
+beside their namespace's other targets (delays.py) or, on Rancher's path, for their project's
+room behind sibling namespaces' migrations earlier in KubeVirt's order (projectorder.py). In an
+upgrade a VM that moved is counted on its new node from the next step on, and its old node gets
+back what its source pod requested.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,14 +35,17 @@ from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancher.project import ProjectQuota, project_reference
 from ..util.resourcequota.base import Mode
+from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.projectqueue import Step as ProjectStep
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
-from .delays import QueuedTarget, plan_delays, wave_starts
+from .delays import LAUNCHER_GRACE_PADDING, QueuedTarget, grace_seconds, plan_delays, wave_starts
 from .harvesterroom import harvester_ratio
 from .harvesterupgrade import note_upgrade_outcomes
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_side_requests
-from .report import Action, Blocker, PreflightReport, Step, VmVerdict
+from .projectorder import TIMESTAMP, Evacuation, Members, describe, project_order
+from .report import Action, Blocker, Delay, PreflightReport, Step, VmVerdict
 from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
 
 LIVE_MIGRATE: Final = "LiveMigrate"
@@ -74,6 +81,12 @@ class ClusterState:
     harvester: bool = False
     """Whether this is a Harvester cluster (its Settings are served): an `upgrade` then says
     what Harvester's own upgrade does with each VM (harvesterupgrade.py)."""
+    migrations: Sequence[Object] = ()
+    """VirtualMachineInstanceMigrations: those under way in a Rancher project's namespaces
+    compete with a step's evacuations for the project's room (projectorder.py)."""
+    now: datetime.datetime | None = None
+    """When the state was read (which pods still count, when the step's evacuations are
+    created); None: the latest creationTimestamp the state shows, else the Unix epoch."""
 
 
 @dataclass
@@ -191,6 +204,10 @@ class _Cluster:
     limit_ranges: dict[str, list[Object]] = field(default_factory=dict)
     vmmrqs: dict[str, list[Object]] = field(default_factory=dict)
     namespaces: dict[str, Object] = field(default_factory=dict)
+    migrations: dict[str, list[Object]] = field(default_factory=dict)
+    pods: dict[str, list[Object]] = field(default_factory=dict)
+    vmis: dict[str, list[Object]] = field(default_factory=dict)
+    """The pods and VMIs the screen kept, by namespace (a project's namespaces are planned)."""
     queued: list[QueuedTarget] = field(default_factory=list)
     """The current step's migrations whose target pod fits alone, in the step's order."""
 
@@ -215,6 +232,9 @@ class _Cluster:
             limit_ranges=_by_namespace(state.limit_ranges),
             vmmrqs=_by_namespace(state.vmmrqs),
             namespaces={name(n): n for n in state.namespaces},
+            migrations=_by_namespace(state.migrations),
+            pods=_by_namespace(kept_pods),
+            vmis=_by_namespace(kept_vmis),
         )
 
 
@@ -276,6 +296,8 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
         step.waves = [[m.key for m in wave] for wave in waves]
         copies = [[m.memory_bytes / bandwidth for m in wave] for wave in waves]
         plan_delays(plan.strategy, cluster.queued, bandwidth, wave_starts(copies))
+        if plan.strategy == "ours":
+            _project_waits(cluster, bandwidth)
         step.estimated_seconds = estimate_seconds(waves, bandwidth)
         report.steps.append(step)
     report.warnings = cluster.warnings
@@ -494,3 +516,105 @@ def _project(state: ClusterState, ns: Mapping[str, Any]) -> ProjectQuota | None:
         if name(raw) == project and namespace(raw) == cluster:
             return ProjectQuota.from_object(raw)
     return None
+
+
+def _state_now(state: ClusterState) -> datetime.datetime:
+    """`state.now`, else the latest creationTimestamp among its migrations, VMIs and pods (a
+    state built by hand), else the Unix epoch."""
+    if state.now is not None:
+        return state.now
+    stamps = [
+        str(metadata(obj).get("creationTimestamp") or "")
+        for obj in (*state.migrations, *state.vmis, *state.pods)
+    ]
+    latest = max((s for s in stamps if s), default="")
+    try:
+        return datetime.datetime.strptime(latest, TIMESTAMP).replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
+def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
+    """The step's evacuations on Rancher's path judged in their projects' order across
+    namespaces (projectorder.py): a Delay naming the migrations one waits behind, a note naming
+    those it goes ahead of."""
+    queued = {item.verdict.key: item for item in cluster.queued}
+    evacuations = [
+        Evacuation(
+            i.verdict.namespace, i.verdict.name, i.verdict.wave, i.verdict.migration_priority
+        )
+        for i in cluster.queued
+    ]
+    members = Members(
+        namespaces=cluster.namespaces,
+        quotas=cluster.quotas,
+        vmmrqs=cluster.vmmrqs,
+        migrations=cluster.migrations,
+        vmis=cluster.vmis,
+        pods=cluster.pods,
+        settings=lambda ns: _settings(cluster, _context(cluster, ns)),
+        mode=cluster.plan.mode,
+        now=_state_now(cluster.state),
+    )
+    contexts = {e.namespace: _context(cluster, e.namespace) for e in evacuations}
+    try:
+        order = project_order(evacuations, contexts, members)
+    except Exception as error:  # a poisoned object never fails the preflight (issue 38)
+        cluster.warnings.append(
+            "cannot order the Rancher projects' room across their namespaces "
+            f"({type(error).__name__}: {error}); each evacuation is judged alone"
+        )
+        return
+    for (ns, vm), wait in order.items():
+        verdict = queued[f"{ns}/{vm}"].verdict
+        if wait.behind:
+            _wait_behind(cluster, verdict, wait.behind, bandwidth)
+        for step in wait.ahead_of:
+            verdict.notes.append(
+                f"its evacuation takes its Rancher project's room ahead of {describe(step)}, "
+                "later in KubeVirt's order (priority, then creation), which waits for it"
+            )
+
+
+def _wait_behind(
+    cluster: _Cluster, verdict: VmVerdict, behind: Sequence[ProjectStep], bandwidth: int
+) -> None:
+    """`verdict` delayed behind `behind` (projectorder.ProjectWait), named in KubeVirt's
+    order, for up to the sum of their copies and source launchers' grace, combined with a
+    quota delay it has already (the waits add up)."""
+    ordered = sorted(behind, key=lambda step: step.order)
+    named = [describe(step) for step in ordered]
+    # One after the other where the project has room for one at a time: their sum bounds it.
+    seconds = sum(_copy_and_exit(cluster, step, bandwidth) for step in ordered)
+    message = (
+        "fits its Rancher project alone, but the project's room goes first to "
+        f"{', '.join(named)}, earlier in KubeVirt's order (priority, then creation): its "
+        "raise is held back (the controller's WaitingForEarlierMigrationsInProject) until "
+        "those have had their room and given it back"
+    )
+    earlier = verdict.delay
+    verdict.delay = Delay(
+        message=message if earlier is None else f"{message}; then {earlier.message}",
+        quotas=sorted({*(earlier.quotas if earlier else ()), *_managed(cluster, verdict)}),
+        rounds=1 + (earlier.rounds if earlier else 0),
+        wait_seconds_at_most=round(seconds + (earlier.wait_seconds_at_most if earlier else 0.0), 1),
+        cause="project",
+        behind=named,
+    )
+
+
+def _managed(cluster: _Cluster, verdict: VmVerdict) -> list[str]:
+    quota = managed_quota(cluster.quotas.get(verdict.namespace, []))
+    return [name(quota)] if quota is not None else []
+
+
+def _copy_and_exit(cluster: _Cluster, step: ProjectStep, bandwidth: int) -> float:
+    """The longest `step`'s migration takes to give its room back once it has it: its guest's
+    copy at `bandwidth` and its source launcher's grace (0 for a VMI no longer listed)."""
+    vmi = next(
+        (v for v in cluster.vmis.get(step.namespace, []) if name(v) == step.room.vm_name), None
+    )
+    if vmi is None:
+        return 0.0
+    copy = guest_memory_bytes(vmi) / bandwidth if bandwidth > 0 else 0.0
+    return copy + grace_seconds(vmi) + LAUNCHER_GRACE_PADDING

@@ -30,9 +30,9 @@ many wait is what this predicts, and only as well as the copy estimate.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from ..util import resources
 from ..util.resourcequota.calculator import shortfalls
@@ -76,7 +76,12 @@ class _Admitted:
 
 def vmi_grace_seconds(target: TargetPod) -> int:
     """The VMI's terminationGracePeriodSeconds (KubeVirt's default for none)."""
-    raw = (target.vmi.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return grace_seconds(target.vmi)
+
+
+def grace_seconds(vmi: Mapping[str, Any]) -> int:
+    """`vmi`'s terminationGracePeriodSeconds (KubeVirt's default for none or a bad value)."""
+    raw = (vmi.get("spec") or {}).get("terminationGracePeriodSeconds")
     grace = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
     return DEFAULT_VMI_GRACE if grace is None else grace
 

@@ -3,14 +3,21 @@ kinds below will do).
 
 Listed cluster-wide: Nodes, VMIs, Pods (reduced to what quota and scheduling read), quotas,
 LimitRanges, Namespaces, the KubeVirt CR and, when the cluster serves them, VMMRQs, Rancher
-Projects and Harvester's overhead-ratio setting. A kind the server does not serve reads as none;
+Projects, Harvester's overhead-ratio setting and VirtualMachineInstanceMigrations (those under
+way compete with a drain's evacuations for a Rancher project's room). A kind the server does not serve reads as none;
 one this kubeconfig may not list is a warning for the optional kinds and an error for the others.
 """
 
 from __future__ import annotations
 
+import datetime
+
 from ..apis.harvester import RATIO_SETTING, SETTINGS
-from ..apis.kubevirt import KUBEVIRTS, VIRTUAL_MACHINE_INSTANCES
+from ..apis.kubevirt import (
+    KUBEVIRTS,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
 from ..apis.mtq import VMMRQS
 from ..generic import errors
 from ..generic.client import ApiClient
@@ -51,11 +58,16 @@ async def _optional(client: ApiClient, resource: Resource, warnings: list[str]) 
 
 
 async def read_cluster(
-    client: ApiClient, *, kubevirt_version: str | None = None
+    client: ApiClient,
+    *,
+    kubevirt_version: str | None = None,
+    now: datetime.datetime | None = None,
 ) -> tuple[ClusterState, list[str]]:
     """The cluster's state as a preflight reads it, and warnings about what could not be read.
-    Errors from the API (unreachable, forbidden on a required kind) propagate."""
+    Errors from the API (unreachable, forbidden on a required kind) propagate. `now`: when it
+    was read (default: this machine's clock as the reading begins)."""
     warnings: list[str] = []
+    now = now or datetime.datetime.now(datetime.UTC)
     try:
         vmis = list((await client.list_all(VIRTUAL_MACHINE_INSTANCES)).items)
     except errors.NotFound:
@@ -77,6 +89,8 @@ async def read_cluster(
         harvester_ratio_setting=next((s for s in settings if name(s) == RATIO_SETTING), None),
         kubevirt_version=kubevirt_version,
         harvester=bool(settings),
+        migrations=await _optional(client, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, warnings),
+        now=now,
     )
     if not kubevirts:
         warnings.append("no KubeVirt CR found: KubeVirt's defaults assumed")

@@ -8,7 +8,14 @@ from typing import Final
 import orjson
 
 from ..util.quantity import Quantity
-from .report import UPGRADE_SHUTS_DOWN, UPGRADE_STALLS, PreflightReport, Step, VmVerdict
+from .report import (
+    UPGRADE_SHUTS_DOWN,
+    UPGRADE_STALLS,
+    Delay,
+    PreflightReport,
+    Step,
+    VmVerdict,
+)
 
 _RED: Final = "\033[31m"
 _YELLOW: Final = "\033[33m"
@@ -50,9 +57,16 @@ def summary(report: PreflightReport) -> str:
     else:
         verdict = f"OK, nothing blocks ({len(vms)} VMs)"
     if delayed:
+        waits = [vm for vm in delayed if vm.delay is not None and vm.delay.cause == "project"]
         verdict += (
-            f"; {len(delayed)} target pods wait for quota until a source launcher exits, "
-            f"up to {duration(report.delayed_seconds_at_most)} in all"
+            f"; {len(delayed)} target pods wait for quota until a source launcher exits"
+            + (
+                f" ({len(waits)} behind sibling namespaces' migrations for their Rancher "
+                "project's room)"
+                if waits
+                else ""
+            )
+            + f", up to {duration(report.delayed_seconds_at_most)} in all"
         )
     plural = "wave" if waves == 1 else "waves"
     tail = (
@@ -86,13 +100,9 @@ def render_text(report: PreflightReport, *, colour: bool = False) -> str:
                 why += f", not live-migratable: {vm.migratable_reason}"
             lines.append(paint(f"{what} {vm.key} on {vm.node}: {why}", _YELLOW))
     for vm in report.vms:
-        if vm.delay is None:
-            continue
-        lines.append(paint(f"DELAYED {vm.key} on {vm.node}", _YELLOW))
-        lines.append(
-            f"  quota: {vm.delay.message}; waits for {vm.delay.rounds} source launcher exit(s), "
-            f"up to {duration(vm.delay.wait_seconds_at_most)}"
-        )
+        if vm.delay is not None:
+            lines.append(paint(f"DELAYED {vm.key} on {vm.node}", _YELLOW))
+            lines.append(_delay_line(vm.delay))
     for vm in report.vms:
         lines.extend(paint(f"NOTE {vm.key}: {note}", _YELLOW) for note in vm.notes)
     for vm in report.vms:
@@ -131,3 +141,16 @@ def _step_lines(step: Step, operation: str) -> list[str]:
 def _move(vm: VmVerdict) -> str:
     memory = Quantity.from_int(vm.memory_bytes, "BinarySI")
     return f"{vm.key} -> {vm.target_node} ({memory}, priority {vm.migration_priority})"
+
+
+def _delay_line(delay: Delay) -> str:
+    """Why a delayed VM waits, and how long at most."""
+    if delay.cause == "project":
+        return (
+            f"  project: {delay.message}; up to {duration(delay.wait_seconds_at_most)} if those "
+            "move at once"
+        )
+    return (
+        f"  quota: {delay.message}; waits for {delay.rounds} source launcher exit(s), "
+        f"up to {duration(delay.wait_seconds_at_most)}"
+    )

@@ -19,6 +19,7 @@ Action = Literal["migrate", "shutdown", "blocks-drain", "external"]
 VM's runStrategy may restart it elsewhere); refuse the launcher's eviction so the drain hangs
 (LiveMigrate on a VMI that cannot migrate); or leave it to an external controller."""
 Cause = Literal["not-migratable", "quota", "node-fit"]
+DelayCause = Literal["quota", "project"]
 UPGRADE_MIGRATES: Final = "live-migrates"
 UPGRADE_SHUTS_DOWN: Final = "shut-down"
 UPGRADE_STALLS: Final = "stalls-pre-drain"
@@ -61,7 +62,17 @@ class Delay:
     rounds: int
     """How many source launchers' exits (one after the other) it waits for."""
     wait_seconds_at_most: float
-    """rounds x (a migration's copy + a source launcher's grace period): an upper bound."""
+    """rounds x (a migration's copy + a source launcher's grace period): an upper bound (for
+    a `project` wait, the sum of the awaited migrations' copy and grace, if they run)."""
+    cause: DelayCause = "quota"
+    """What it waits for: `quota` (the target pods of its namespace's earlier migrations,
+    delays.py) or `project` (its Rancher project's room, owed first to sibling namespaces'
+    migrations earlier in KubeVirt's order, projectorder.py)."""
+    behind: list[str] = field(default_factory=list)
+    """For a `project` wait, each migration it waits behind, in KubeVirt's order,
+    ``namespace/migration (priority P, created T)`` (a simulated evacuation of the drain:
+    ``namespace/vm's evacuation in this drain (priority P)``), as the controller's
+    WaitingForEarlierMigrationsInProject names them."""
 
 
 @dataclass

@@ -28,6 +28,7 @@ from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSp
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
 from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
+from harvester_quota.util.migrationpriority import migration_priority, priority_name
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 
@@ -430,6 +431,24 @@ async def test_a_rancher_project_without_room_on_the_protected_path(
             f"{other_namespace}/vm-free": "moved",
         }
         await compare(kubevirt, "ours", expected)
+        await _reads_the_evacuation_as_it_predicted_it(kubevirt, kubevirt_namespace)
+
+
+async def _reads_the_evacuation_as_it_predicted_it(
+    kubevirt: VirtControllerDriver, namespace: str
+) -> None:
+    """After the drain, the preflight reads the evacuation virt-controller made for vm1 (held
+    back: the project has no room), the migration a Rancher project's order weighs, with the
+    priority the preflight gives the evacuation it simulates (preflight/projectorder.py)."""
+    state, _ = await read.read_cluster(kubevirt.client, kubevirt_version=kubevirt.kubevirt_version)
+    evacuations = [
+        m
+        for m in state.migrations
+        if m["metadata"]["namespace"] == namespace and m["spec"].get("vmiName") == "vm1"
+    ]
+    assert evacuations, "the drain's evacuation of vm1 is read"
+    (vm1,) = [vm for vm in preflight(state, Plan("drain", [NODE])).vms if vm.name == "vm1"]
+    assert {priority_name(migration_priority(m)) for m in evacuations} == {vm1.migration_priority}
 
 
 def test_the_command_line_reads_a_real_cluster_and_exits_by_its_contract(

@@ -44,8 +44,7 @@ from ...util.resourcequota.projectqueue import (
     MemberTotals,
     OrderKey,
     Step,
-    claims_ahead,
-    first_waiting,
+    waits_behind,
 )
 from .projectdemands import ProjectDemands
 from .reports import room_event_targets
@@ -210,12 +209,11 @@ class ProjectRoom:
         self, judgment: Judgment, totals: MemberTotals, raised: str, ahead_of: OrderKey
     ) -> NoRoom | None:
         """The verdict on a raise that fits the project as it stands, once the rooms its
-        siblings wait for ahead of it are counted as taken (projectqueue.claims_ahead)."""
+        siblings wait for ahead of it are counted as taken (projectqueue.waits_behind)."""
         waiting = await judgment.siblings_waiting(totals.project.id)
-        claims = claims_ahead(waiting, ahead_of, totals)
-        if not claims or _verdict(totals, raised, claims) is None:
+        first = waits_behind(waiting, ahead_of, totals, raised)
+        if not first:
             return None
-        first = first_waiting(claims, waiting)
         return queued_verdict(
             [step.describe() for step in first],
             [(step.namespace, step.room.migration_uid) for step in first],

@@ -27,7 +27,8 @@ room a drain's evacuation (system-critical) in another is waiting for.
   judged namespace counted at the raise it keeps (its rooms given back where not kept); a step
   that cannot fit even with the whole room the project has left does not hold anyone back (no
   one starves behind a room that cannot be given). Steps are tried from the furthest down and
-  the first that fits is the claim.
+  the first that fits is the claim. `waits_behind`: the raise judged beside those claims, and
+  whom it waits behind (the controller's judgment, and preflight's prediction of it).
 
 The order key is `scarce_room_order` (spec.priority, which only virt-controller may set; the
 API server's creationTimestamp; the migration's name), then the namespace: a total order across
@@ -54,6 +55,7 @@ from ..rancher.project import (
     fit,
     namespace_limit,
 )
+from ..rancher.projectroom import fit_verdict
 from ..resources import ResourceList, add, less_or_equal, subtract, total
 from .base import (
     ANNOTATION_RANCHER_APPLIED,
@@ -324,3 +326,22 @@ def first_waiting(claims: Sequence[Step], waiting: Iterable[Step]) -> list[Step]
         if known is None or step.order < known.order:
             first[step.namespace] = step
     return [first[claim.namespace] for claim in claims]
+
+
+def waits_behind(
+    waiting: Sequence[Step], ahead_of: OrderKey, totals: MemberTotals, raised: str
+) -> list[Step]:
+    """The judged namespace's raise to `raised` (its furthest room not given at `ahead_of`)
+    against the rooms its siblings wait for (`waiting`): where it fits the project beside the
+    siblings' claims ahead of it (`claims_ahead`), or cannot be judged (an annotation Rancher
+    cannot read either), []; else the first waiting migration of each claiming sibling, the
+    rooms it waits behind (the controller's and preflight's one judgment of this)."""
+    claims = claims_ahead(waiting, ahead_of, totals)
+    if not claims:
+        return []
+    try:
+        if fit_verdict(totals.fit(totals.judged, raised, claims)) is None:
+            return []
+    except ValueError:
+        return []
+    return first_waiting(claims, waiting)
