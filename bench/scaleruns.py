@@ -118,11 +118,16 @@ def _runner_log(directory: Path) -> dict[str, Any]:
 
 
 def directories(patterns: Iterable[str]) -> list[Path]:
-    """The report directories `patterns` name, globs expanded (in order, each once); ValueError
-    for a pattern that names none."""
+    """The report directories `patterns` name, globs expanded to the directories they match (in
+    order, each once: a runner's logs beside them are not runs); ValueError for a pattern that
+    names none."""
     found: list[Path] = []
     for pattern in patterns:
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        matches = (
+            sorted(m for m in glob.glob(pattern) if Path(m).is_dir())
+            if glob.has_magic(pattern)
+            else [pattern]
+        )
         if not matches:
             raise ValueError(f"{pattern!r} names no directory")
         found += [Path(m) for m in matches if Path(m) not in found]

@@ -294,7 +294,8 @@ def test_the_command_line_expands_globs_prints_the_verdicts_and_exits_by_them(
     idle = {"load_before": 0.4, "load_after": 1.9, "started": "2026-11-28T01:00:00Z"}
     write_run(tmp_path, "1-ours", runner=idle)
     write_run(tmp_path, "2-ours", runner={**idle, "load_before": 2.5})
-    assert scaleruns.main([f"{tmp_path}/*-ours"]) == 0
+    (tmp_path / "1-ours.log").write_text("a runner's log beside the runs is no run\n")
+    assert scaleruns.main([f"{tmp_path}/*-ours*"]) == 0
     out = capsys.readouterr().out
     assert out.count("**met**") == 3
     assert f"| {tmp_path / '1-ours'} | ours | 0123abcd | 2026-11-28T01:00:00Z | 0.4 / 1.9 |" in out
