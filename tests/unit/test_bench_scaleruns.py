@@ -106,6 +106,18 @@ def test_ours_pass_the_conflict_verdict_with_no_more_failed_creates_than_headroo
     assert f"{DRAIN}: ours 2 [2, 0] vs headroom 1 [1, 0] over 2 runs: MORE" in verdict.lines
 
 
+def test_the_conflict_verdict_counts_the_api_server_s_409s_where_events_were_dropped(
+    tmp_path: Path,
+) -> None:
+    dropped = arm(events=1)
+    dropped[1]["pod_create_409"] = 4.0  # the event recorder dropped repeats
+    headroom = arm(events=2)
+    headroom[1]["pod_create_409"] = None  # not scraped: the events stand
+    verdict = by_name(verdicts(runs(write_run(tmp_path, "1", quota=dropped, headroom=headroom))))
+    assert not verdict["(a)"].met
+    assert f"{DRAIN}: ours 4 [4] vs headroom 2 [2] over 1 runs: MORE" in verdict["(a)"].lines
+
+
 def test_the_conflict_verdict_compares_with_our_runs_headroom_not_harvester_runs(
     tmp_path: Path,
 ) -> None:
