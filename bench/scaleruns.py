@@ -55,7 +55,7 @@ DRAIN_P99_RATIO: Final = 1.10
 RUNS_ASKED: Final = 10
 """Issue 40 asks for ten idle runs of ours."""
 IDLE_LOAD: Final = 1.0
-"""The one-minute load average under which the runner calls the machine idle (arms_runs.sh)."""
+"""The one-minute load average under which the runner calls the machine idle (bench/arms_runs.py)."""
 ARM_ORDER: Final = (ARM_NONE, ARM_HEADROOM, ARM_OURS, ARM_HARVESTER)
 RUN_ARMS: Final = {"ours": ARM_OURS, "harvester": ARM_HARVESTER}
 ARM_KEYS: Final = ((ARM_NONE, "baseline_steps"), (ARM_HEADROOM, "headroom_steps"))
@@ -63,7 +63,7 @@ RUN_OWN_OPTIONS: Final = frozenset({"--report", "--state-dir", "--strategy"})
 """Options that differ between runs of one comparison (each takes a value)."""
 RUN_OWN_FLAGS: Final = frozenset({"--keep"})
 RUNNER_LOG: Final = "runner.json"
-"""What arms_runs.sh writes beside each run's report.json (load, commit, times)."""
+"""What bench/arms_runs.py writes beside each run's report.json (load, commit, times)."""
 
 
 # Reading the runs ---------------------------------------------------------------------------------
@@ -325,7 +325,10 @@ def table(runs: Sequence[Run], columns: Sequence[tuple[str, str, int]]) -> str:
 
 def runs_table(runs: Sequence[Run]) -> str:
     """The runs in order: strategy, commit, and what the runner logged of each."""
-    rows = ["| run | strategy | commit | started | load before / after |", "|---|---|---|---|---|"]
+    rows = [
+        "| run | strategy | commit | started | load before / after | exit code |",
+        "|---|---|---|---|---|---:|",
+    ]
     for run in runs:
         log = run.runner
         commit = (run.commit or "-")[:12] + (
@@ -333,7 +336,8 @@ def runs_table(runs: Sequence[Run]) -> str:
         )
         rows.append(
             f"| {run.name} | {run.strategy} | {commit} | {log.get('started', '-')} "
-            f"| {log.get('load_before', '-')} / {log.get('load_after', '-')} |"
+            f"| {log.get('load_before', '-')} / {log.get('load_after', '-')} "
+            f"| {log.get('exit_code', '-')} |"
         )
     return "\n".join(rows)
 

@@ -303,14 +303,21 @@ def test_the_totals_give_conflicts_and_writes_per_migration_over_every_step(
 def test_the_command_line_expands_globs_prints_the_verdicts_and_exits_by_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    idle = {"load_before": 0.4, "load_after": 1.9, "started": "2026-11-28T01:00:00Z"}
+    idle = {
+        "load_before": 0.4,
+        "load_after": 1.9,
+        "started": "2026-11-28T01:00:00Z",
+        "exit_code": 1,
+    }
     write_run(tmp_path, "1-ours", runner=idle)
     write_run(tmp_path, "2-ours", runner={**idle, "load_before": 2.5})
     (tmp_path / "1-ours.log").write_text("a runner's log beside the runs is no run\n")
     assert scaleruns.main([f"{tmp_path}/*-ours*"]) == 0
     out = capsys.readouterr().out
     assert out.count("**met**") == 3
-    assert f"| {tmp_path / '1-ours'} | ours | 0123abcd | 2026-11-28T01:00:00Z | 0.4 / 1.9 |" in out
+    assert (
+        f"| {tmp_path / '1-ours'} | ours | 0123abcd | 2026-11-28T01:00:00Z | 0.4 / 1.9 | 1 |" in out
+    )
     assert f"not known idle (load >= 1.0 or not logged): {tmp_path / '2-ours'}" in out
     assert "2 runs of ours; issue 40's verdict is on 10" in out
     write_run(tmp_path, "3-ours", quota=arm(events=1))
