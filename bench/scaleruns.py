@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import shlex
 import statistics
 import sys
@@ -462,29 +463,43 @@ class ExtraWait:
 def extra_waits(run: Run, name: str) -> list[ExtraWait] | None:
     """Per conflicted migration of our arm in step `name` of `run`, its extra wait over its
     no-quota twin that the conflict explains: its Succeeded later than the twin's, bounded by
-    its stall; the whole stall where either has no Succeeded time, or the report has no
-    per-migration times (an upper bound, said so). None if the run lacks either step."""
+    its stall; the whole stall where either has no Succeeded time; without end (math.inf) for
+    one still waiting when the step ended. From a report without per-migration times, the
+    longest stall (an upper bound, said so). None if the run lacks either step."""
     step, twin = run.step(ARM_OURS, name), run.step(ARM_NONE, name)
     if step is None or twin is None:
         return None
     if "migrations_by_twin" not in step:
-        stalls = step.get("conflict_stall_seconds", [])
-        how = "the stall (report without per-migration times: an upper bound)"
-        return [ExtraWait(run.name, name, "?", max(stalls), how)] if stalls else []
+        return _step_wide_wait(run, name, step)
     twins = twin.get("migrations_by_twin", {})
     waits = []
     for key, times in step["migrations_by_twin"].items():
-        stall = times.get("conflict_stall_s")
+        if "conflict_stall_s" not in times:
+            continue  # no create of it failed on a conflict
+        stall, mine = times["conflict_stall_s"], times.get("succeeded_s")
+        theirs = twins.get(key, {}).get("succeeded_s")
         if stall is None:
-            continue
-        mine, theirs = times.get("succeeded_s"), twins.get(key, {}).get("succeeded_s")
-        if mine is None or theirs is None:
+            waits.append(ExtraWait(run.name, name, key, math.inf, STILL_WAITING))
+        elif mine is None or theirs is None:
             waits.append(ExtraWait(run.name, name, key, stall, "the stall (no Succeeded pair)"))
         else:
             extra = min(max(mine - theirs, 0.0), stall)
             how = f"Succeeded {mine:.2f} s vs twin {theirs:.2f} s, stall {stall:.2f} s"
             waits.append(ExtraWait(run.name, name, key, extra, how))
     return waits
+
+
+STILL_WAITING: Final = "no target pod when the step ended"
+
+
+def _step_wide_wait(run: Run, name: str, step: Mapping[str, Any]) -> list[ExtraWait]:
+    """A report from before ``migrations_by_twin``: its longest stall, or no end if a conflicted
+    migration has none (it still waited)."""
+    stalls = step.get("conflict_stall_seconds", [])
+    if step.get("conflicted", 0) > len(stalls):
+        return [ExtraWait(run.name, name, "?", math.inf, STILL_WAITING)]
+    how = "the stall (report without per-migration times: an upper bound)"
+    return [ExtraWait(run.name, name, "?", max(stalls), how)] if stalls else []
 
 
 def wait_verdict(runs: Sequence[Run]) -> Verdict:

@@ -128,7 +128,7 @@ def test_the_conflict_verdict_compares_with_our_runs_headroom_not_harvester_runs
     assert not by_name(verdicts(mixed))["(a)"].met, "a Harvester run's headroom excuses nothing"
 
 
-def conflicted(succeeded: float | None, stall: float) -> dict[str, float | None]:
+def conflicted(succeeded: float | None, stall: float | None) -> dict[str, float | None]:
     return {"succeeded_s": succeeded, "conflict_stall_s": stall}
 
 
@@ -177,6 +177,24 @@ def test_a_conflicted_migration_without_a_succeeded_pair_counts_its_whole_stall(
     assert not verdict.met
     assert "1.50 s" in verdict.lines[-1]
     assert "no Succeeded pair" in verdict.lines[-1]
+
+
+def test_a_conflicted_migration_still_waiting_when_the_step_ended_fails_the_wait_verdict(
+    tmp_path: Path,
+) -> None:
+    stuck = write_run(
+        tmp_path,
+        "stuck",
+        quota=arm(events=3, twins={"000/vm-1": conflicted(None, None)}),
+        none=arm(twins={"000/vm-1": {"succeeded_s": 12.0}}),
+    )
+    verdict = by_name(verdicts(runs(stuck)))["(b)"]
+    assert not verdict.met
+    assert "inf s" in verdict.lines[-1] and scaleruns.STILL_WAITING in verdict.lines[-1]
+    old = step(DRAIN, events=2, stalls=(0.5,))
+    old["conflicted"] = 2  # one of the two had no stall yet: the old report left it out
+    verdict = by_name(verdicts(runs(write_run(tmp_path, "old", quota=[step(SPOT), old]))))["(b)"]
+    assert not verdict.met and scaleruns.STILL_WAITING in verdict.lines[-1]
 
 
 def test_a_report_without_per_migration_times_takes_the_longest_stall_as_an_upper_bound(

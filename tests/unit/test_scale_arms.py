@@ -371,9 +371,10 @@ def test_a_migration_and_its_twins_share_one_key_and_no_two_migrations_of_a_step
 
 def test_each_migration_s_times_pair_it_with_its_twin_and_say_which_stalled_on_a_conflict() -> None:
     clock = FakeClock()
-    conflicted, plain, failed = _records(clock, 3)
+    conflicted, plain, failed, stuck = _records(clock, 4)
     asked = clock.monotonic()
     note_create_failures(conflicted, CONFLICT, 1, Moment.now(clock))
+    note_create_failures(stuck, CONFLICT, 3, Moment.now(clock))  # never admitted nor ended
     clock.step(7)
     for record in (conflicted, plain):
         record.admitted = Moment.now(clock)
@@ -387,13 +388,19 @@ def test_each_migration_s_times_pair_it_with_its_twin_and_say_which_stalled_on_a
             ("000/b", plain, asked + 1),
             ("001/a", failed, asked),
             ("001/b", None, asked),
+            ("002/a", stuck, asked),
         ]
     )
-    assert times["000/a"] == MigrationTimes(9.0, 7.0)
-    assert times["000/b"] == MigrationTimes(8.0, None), "no conflict, no stall of one"
+    assert times["000/a"] == MigrationTimes(9.0, True, 7.0)
+    assert times["000/b"] == MigrationTimes(8.0), "no conflict, no stall of one"
     assert times["001/a"].succeeded is None, "a failed migration has no Succeeded time"
     assert times["001/b"] == MigrationTimes(None)
-    step = _summarize([conflicted, plain], Metrics({}, {}, 0.0, 0.0), by_twin=times)
+    assert times["002/a"] == MigrationTimes(None, True, None), "conflicted, still waiting"
+    step = _summarize([conflicted, plain, stuck], Metrics({}, {}, 0.0, 0.0), by_twin=times)
+    assert step.to_json()["migrations_by_twin"]["002/a"] == {
+        "succeeded_s": None,
+        "conflict_stall_s": None,
+    }, "a conflicted migration is never left out for waiting still"
     assert step.to_json()["migrations_by_twin"]["000/a"] == {
         "succeeded_s": 9.0,
         "conflict_stall_s": 7.0,

@@ -35,14 +35,18 @@ class MigrationTimes:
     succeeded: float | None
     """Seconds from its create request being sent to its Succeeded phase; None if it did not
     succeed."""
+    conflicted: bool = False
+    """A target pod create of it failed on quota admission's Conflict."""
     conflict_stall: float | None = None
-    """If a target pod create of it failed on quota admission's Conflict: seconds from its first
-    failed create until its target pod was admitted (or it ended; `conflict_stalls`' figure);
-    None otherwise, or while it still waited."""
+    """If `conflicted`: seconds from its first failed create until its target pod was admitted
+    (or it ended; `conflict_stalls`' figure), None while it still waited when the step ended.
+    None if not conflicted."""
 
     def to_json(self) -> dict[str, float | None]:
+        """``succeeded_s``, and for a conflicted migration ``conflict_stall_s`` (null: it still
+        waited when the step ended)."""
         data: dict[str, float | None] = {"succeeded_s": _round_s(self.succeeded)}
-        if self.conflict_stall is not None:
+        if self.conflicted:
             data["conflict_stall_s"] = _round_s(self.conflict_stall)
         return data
 
@@ -62,8 +66,9 @@ def migration_times(
             if record.outcome is Outcome.SUCCEEDED and record.finished is not None
             else None
         )
-        stall = record.stalled_seconds if record.conflicts else None
-        times[key] = MigrationTimes(succeeded, stall)
+        conflicted = bool(record.conflicts)
+        stall = record.stalled_seconds if conflicted else None
+        times[key] = MigrationTimes(succeeded, conflicted, stall)
     return times
 
 
