@@ -57,6 +57,13 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
         # Nothing migrates in the quota namespaces meanwhile: no write of ours there (counted
         # by namespace: another module's namespace on the session's cluster does not count).
         assert step.run_namespace_writes == 0, step.to_json()
+    # Each migration pairs with its no-quota twin (bench/scaleruns.py's extra wait): the same
+    # keys in both arms, one a migration, each with its Succeeded time.
+    for step, twin in zip(report.steps, report.baseline_steps, strict=True):
+        assert len(step.by_twin) == step.migrations and set(step.by_twin) == set(twin.by_twin)
+        assert all(
+            t.succeeded is not None for t in [*step.by_twin.values(), *twin.by_twin.values()]
+        )
     assert len(report.to_json()["baseline_ratios"]) == len(report.steps)
     assert len(report.to_json()["arms"]) == 2 * len(report.steps), "ours and no quota, per step"
     assert report.drift == {} and report.stale == {}

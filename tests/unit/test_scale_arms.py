@@ -5,6 +5,7 @@ and the writes per migration by kind."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS
 from harvester_quota.testbench.scale.observe import count_pod_create_conflicts
 from harvester_quota.testbench.scale.plan import PRESETS, Step
 from harvester_quota.testbench.scale.product import Metrics, parse_metrics
+from harvester_quota.testbench.scale.report import source_commit
 from harvester_quota.testbench.scale.run import (
     OPEN_HARD,
     QUOTA_NAME,
@@ -26,12 +28,19 @@ from harvester_quota.testbench.scale.stats import (
     ARM_HEADROOM,
     ARM_NONE,
     ARM_OURS,
+    MigrationTimes,
     StepResult,
     arm_rows,
     arms_table,
+    migration_times,
     summarize_step,
 )
-from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord, Moment, is_conflict
+from harvester_quota.testbench.sim.kubevirt.record import (
+    MigrationRecord,
+    Moment,
+    Outcome,
+    is_conflict,
+)
 from harvester_quota.testbench.virtcontroller import note_create_failures
 from harvester_quota.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 
@@ -346,3 +355,72 @@ async def test_a_cluster_without_an_audit_log_counts_no_writes_rather_than_zero(
     run.audit.path.write_text("")
     mark = await run._audit_mark()
     assert mark is not None and await run._run_namespace_writes(mark) == 0
+
+
+def test_a_migration_and_its_twins_share_one_key_and_no_two_migrations_of_a_step_do() -> None:
+    plan = PRESETS["small"]
+    for step in plan.steps():
+        keys = [plan.twin_key(ns, vm) for ns, vm in step.migrations]
+        assert len(set(keys)) == len(keys), f"{step.name}: two migrations share a key"
+        for twin in (plan.baseline_of(step), plan.headroom_of(step)):
+            assert [plan.twin_key(ns, vm) for ns, vm in twin.migrations] == keys
+    for stranger in ("default", "scale-", "scale-noquota-", "scale-other-001", "scale-012"):
+        with pytest.raises(ValueError, match=stranger):
+            plan.twin_key(stranger, "vm-00000")
+
+
+def test_each_migration_s_times_pair_it_with_its_twin_and_say_which_stalled_on_a_conflict() -> None:
+    clock = FakeClock()
+    conflicted, plain, failed, stuck = _records(clock, 4)
+    asked = clock.monotonic()
+    note_create_failures(conflicted, CONFLICT, 1, Moment.now(clock))
+    note_create_failures(stuck, CONFLICT, 3, Moment.now(clock))  # never admitted nor ended
+    clock.step(7)
+    for record in (conflicted, plain):
+        record.admitted = Moment.now(clock)
+    clock.step(2)
+    for record, outcome in ((conflicted, Outcome.SUCCEEDED), (plain, Outcome.SUCCEEDED)):
+        record.finished, record.outcome = Moment.now(clock), outcome
+    failed.finished, failed.outcome = Moment.now(clock), Outcome.FAILED
+    times = migration_times(
+        [
+            ("000/a", conflicted, asked),
+            ("000/b", plain, asked + 1),
+            ("001/a", failed, asked),
+            ("001/b", None, asked),
+            ("002/a", stuck, asked),
+        ]
+    )
+    assert times["000/a"] == MigrationTimes(9.0, True, 7.0)
+    assert times["000/b"] == MigrationTimes(8.0), "no conflict, no stall of one"
+    assert times["001/a"].succeeded is None, "a failed migration has no Succeeded time"
+    assert times["001/b"] == MigrationTimes(None)
+    assert times["002/a"] == MigrationTimes(None, True, None), "conflicted, still waiting"
+    step = _summarize([conflicted, plain, stuck], Metrics({}, {}, 0.0, 0.0), by_twin=times)
+    assert step.to_json()["migrations_by_twin"]["002/a"] == {
+        "succeeded_s": None,
+        "conflict_stall_s": None,
+    }, "a conflicted migration is never left out for waiting still"
+    assert step.to_json()["migrations_by_twin"]["000/a"] == {
+        "succeeded_s": 9.0,
+        "conflict_stall_s": 7.0,
+    }
+    assert step.to_json()["migrations_by_twin"]["000/b"] == {"succeeded_s": 8.0}
+
+
+def test_report_json_names_the_commit_it_ran_and_whether_files_differed(tmp_path: Path) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    assert source_commit(tmp_path) is None, "not a checkout: unknown, not a guess"
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = git("rev-parse", "HEAD")
+    (tmp_path / "untracked.txt").write_text("not code of the run\n")
+    assert source_commit(tmp_path) == head
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert source_commit(tmp_path) == head + "+dirty"

@@ -170,6 +170,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
     from .run import ScaleOptions  # noqa: PLC0415 - only `scale` needs the run
 
     command = "harvester-quota " + shlex.join(sys.argv[1:])
+    commit = report_files.source_commit()  # the code the run starts with
     try:
         report = asyncio.run(
             _run(
@@ -189,7 +190,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
     finally:
         if not args.keep:
             local.down()
-    path = report_files.write(report, args.report, command=command)
+    path = report_files.write(report, args.report, command=command, commit=commit)
     print(path.read_text())
     return 0 if report.all_done and not report.drift and not report.stale else 1
 

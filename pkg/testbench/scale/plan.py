@@ -90,6 +90,18 @@ class ScalePlan:
         """The twin of namespace `index` with a quota of its own that no controller manages."""
         return f"{self.prefix}{HEADROOM_INFIX}{index:03d}"
 
+    def twin_key(self, namespace: str, vm: str) -> str:
+        """What a migration of `vm` in `namespace` shares with its twins in every arm (the quota
+        namespace, its no-quota and headroom twins): the namespace's index and the VM's name,
+        ``003/vm-00007``. A step and its twins (`baseline_of`, `headroom_of`) hold the same keys,
+        each once. ValueError for a namespace of no arm of this plan."""
+        rest = namespace.removeprefix(self.prefix)
+        for infix in (BASELINE_INFIX, HEADROOM_INFIX):
+            rest = rest.removeprefix(infix)
+        if rest == namespace or not rest.isdigit() or int(rest) >= len(self.namespaces):
+            raise ValueError(f"{namespace!r} is no namespace of this plan's arms")
+        return f"{int(rest):03d}/{vm}"
+
     def baseline_vms(self) -> Iterator[tuple[str, str]]:
         """(twin namespace, VM name) of every VM of the baseline, namespace by namespace."""
         return self._twin_vms(BASELINE_INFIX)

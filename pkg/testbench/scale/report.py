@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Final
@@ -19,15 +20,20 @@ from .stats import arms_table, baseline_table, beside_table, breakdown_table, ta
 log = logging.getLogger(__name__)
 
 TARGET_P99_MS: Final = 100.0
+SOURCE: Final = Path(__file__).resolve().parent
+GIT_TIMEOUT_SECONDS: Final = 10.0
+"""Two local git commands; a checkout that takes longer is broken, and the run goes on without."""
 PLOT_MISSING: Final = (
     "no scale.png: matplotlib is not installed; pip install 'harvester-quota[report]' to get it"
 )
 
 
-def write(report: ScaleReport, directory: Path, *, command: str) -> Path:
-    """Writes report.json, report.md and scale.png into `directory`; returns report.md's path."""
+def write(report: ScaleReport, directory: Path, *, command: str, commit: str | None = None) -> Path:
+    """Writes report.json, report.md and scale.png into `directory`; returns report.md's path.
+    `commit` (`source_commit`) goes into report.json, so that runs of different code are told
+    apart (bench/scaleruns.py)."""
     directory.mkdir(parents=True, exist_ok=True)
-    data = {"command": command, **report.to_json()}
+    data = {"command": command, "commit": commit, **report.to_json()}
     (directory / "report.json").write_text(json.dumps(data, indent=2) + "\n")
     markdown = render_markdown(report, command)
     note = plot(report, directory / "scale.png")
@@ -35,6 +41,29 @@ def write(report: ScaleReport, directory: Path, *, command: str) -> Path:
         markdown += f"\n{note}\n"
     (directory / "report.md").write_text(markdown)
     return directory / "report.md"
+
+
+def source_commit(directory: Path = SOURCE) -> str | None:
+    """The commit of the git checkout holding `directory` (by default this package's source),
+    with ``+dirty`` when a tracked file differs from it; None (logged) outside a checkout or
+    without git."""
+    try:
+        head = _git(directory, "rev-parse", "HEAD")
+        changed = _git(directory, "status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError) as error:
+        log.warning("the run's commit is unknown (%s): report.json says null", error)
+        return None
+    return head.strip() + ("+dirty" if changed.strip() else "")
+
+
+def _git(directory: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(directory), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=GIT_TIMEOUT_SECONDS,
+    ).stdout
 
 
 def render_markdown(report: ScaleReport, command: str) -> str:

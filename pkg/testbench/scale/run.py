@@ -101,6 +101,7 @@ from .stats import (
     StepResult,
     arm_rows,
     baseline_ratios,
+    migration_times,
     summarize_step,
 )
 
@@ -668,6 +669,10 @@ class ScaleRun:
             pod_create_409=api_409,
             beside_writes={k: v - beside_before.get(k, 0.0) for k, v in beside_after.items()},
             run_namespace_writes=await self._run_namespace_writes(audit_before),
+            by_twin=migration_times(
+                (self.plan.twin_key(key[0], one.vm), records[key], one.asked)
+                for key, one in created.items()
+            ),
         )
 
     async def _audit_mark(self) -> AuditMark | None:

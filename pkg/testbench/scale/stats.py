@@ -7,7 +7,7 @@ core; requests and writes are per migration of the step.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -25,6 +25,55 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, math.ceil(fraction * len(ordered)))
     return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class MigrationTimes:
+    """One migration of a step, under the key it shares with its twins in the other arms
+    (`ScalePlan.twin_key`): what pairs it with its no-quota twin (bench/scaleruns.py)."""
+
+    succeeded: float | None
+    """Seconds from its create request being sent to its Succeeded phase; None if it did not
+    succeed."""
+    conflicted: bool = False
+    """A target pod create of it failed on quota admission's Conflict."""
+    conflict_stall: float | None = None
+    """If `conflicted`: seconds from its first failed create until its target pod was admitted
+    (or it ended; `conflict_stalls`' figure), None while it still waited when the step ended.
+    None if not conflicted."""
+
+    def to_json(self) -> dict[str, float | None]:
+        """``succeeded_s``, and for a conflicted migration ``conflict_stall_s`` (null: it still
+        waited when the step ended)."""
+        data: dict[str, float | None] = {"succeeded_s": _round_s(self.succeeded)}
+        if self.conflicted:
+            data["conflict_stall_s"] = _round_s(self.conflict_stall)
+        return data
+
+
+def migration_times(
+    migrations: Iterable[tuple[str, MigrationRecord | None, float]],
+) -> dict[str, MigrationTimes]:
+    """Each migration's `MigrationTimes` by twin key, from (twin key, its record if KubeVirt's
+    watch saw it, the monotonic moment its create request was sent)."""
+    times = {}
+    for key, record, asked in migrations:
+        if record is None:
+            times[key] = MigrationTimes(None)
+            continue
+        succeeded = (
+            record.finished.mono - asked
+            if record.outcome is Outcome.SUCCEEDED and record.finished is not None
+            else None
+        )
+        conflicted = bool(record.conflicts)
+        stall = record.stalled_seconds if conflicted else None
+        times[key] = MigrationTimes(succeeded, conflicted, stall)
+    return times
+
+
+def _round_s(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 @dataclass(frozen=True)
@@ -99,6 +148,9 @@ class StepResult:
     API server's audit log, by namespace: unlike `writes` (the controller's own counters, every
     namespace), nothing another namespace's migrations cause enters it. None for Harvester's arm
     or where the audit log could not be read."""
+    by_twin: Mapping[str, MigrationTimes] = field(default_factory=dict)
+    """Each migration's times by the key it shares with its twins (`migration_times`): what
+    pairs a conflicted migration with its no-quota twin; empty where not measured."""
 
     @property
     def not_raised(self) -> int:
@@ -200,6 +252,9 @@ class StepResult:
                 for kind, n in sorted(self.beside_writes.items())
             },
             "run_namespace_writes": self.run_namespace_writes,
+            "migrations_by_twin": {
+                key: times.to_json() for key, times in sorted(self.by_twin.items())
+            },
         }
 
 
@@ -221,6 +276,7 @@ def summarize_step(
     pod_create_409: float | None = None,
     beside_writes: Mapping[str, float] | None = None,
     run_namespace_writes: int | None = None,
+    by_twin: Mapping[str, MigrationTimes] | None = None,
 ) -> StepResult:
     """The step's figures. `cpu` holds per-process CPU seconds read from /proc; the controller's
     comes from its own /metrics (`metrics.cpu_seconds`), which counts exactly its process."""
@@ -272,6 +328,7 @@ def summarize_step(
         writes=dict(metrics.writes),
         beside_writes=dict(beside_writes or {}),
         run_namespace_writes=run_namespace_writes,
+        by_twin=dict(by_twin or {}),
     )
 
 
