@@ -60,8 +60,9 @@ IDLE_LOAD: Final = 1.0
 ARM_ORDER: Final = (ARM_NONE, ARM_HEADROOM, ARM_OURS, ARM_HARVESTER)
 RUN_ARMS: Final = {"ours": ARM_OURS, "harvester": ARM_HARVESTER}
 ARM_KEYS: Final = ((ARM_NONE, "baseline_steps"), (ARM_HEADROOM, "headroom_steps"))
-RUN_OWN_OPTIONS: Final = frozenset({"--report", "--state-dir", "--strategy"})
-"""Options that differ between runs of one comparison (each takes a value)."""
+RUN_OWN_OPTIONS: Final = frozenset({"--report", "--state-dir", "--strategy", "--step-timeout"})
+"""Options that differ between runs of one comparison (each takes a value): `--step-timeout`
+only bounds how long a step waits for migrations that never end (Harvester's runs)."""
 RUN_OWN_FLAGS: Final = frozenset({"--keep"})
 RUNNER_LOG: Final = "runner.json"
 """What bench/arms_runs.py writes beside each run's report.json (load, commit, times)."""

@@ -98,6 +98,8 @@ async def test_the_runs_share_one_kept_cluster_each_logs_its_load_and_commit_the
         ]
     assert harvester[harvester.index("--strategy") + 1] == HARVESTER
     assert "--strategy" not in ours
+    assert harvester[harvester.index("--step-timeout") + 1] == "120"
+    assert "--step-timeout" not in ours, "our runs wait as long as the scale run's default"
     assert down[-4:] == ["cluster", "down", "--state-dir", str(options.state_dir)]
     first = json.loads((made[0] / "runner.json").read_text())
     assert (first["commit"], first["load_before"], first["load_after"], first["idle"]) == (

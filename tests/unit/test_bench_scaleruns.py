@@ -260,8 +260,13 @@ def test_runs_of_other_commits_commands_or_plans_are_refused_and_run_own_options
     tmp_path: Path,
 ) -> None:
     one = write_run(tmp_path, "one")
-    harvester = write_run(tmp_path, "harvester", strategy="harvester")
-    assert refusals(runs(one, harvester)) == [], "report, state dir, strategy, --keep differ"
+    harvester = write_run(
+        tmp_path,
+        "harvester",
+        strategy="harvester",
+        options="--size small --waves 2 --step-timeout 90",
+    )
+    assert refusals(runs(one, harvester)) == [], "report, state dir, strategy, step timeout differ"
     other_commit = write_run(tmp_path, "other-commit", commit="fedcba98")
     unknown = write_run(tmp_path, "unknown", commit=None)
     bigger = write_run(tmp_path, "bigger", options="--size small --waves 3")

@@ -19,10 +19,12 @@ from harvester_quota.testbench.scale.report import source_commit
 from harvester_quota.testbench.scale.run import (
     OPEN_HARD,
     QUOTA_NAME,
+    ScaleOptions,
     ScaleReport,
     ScaleRun,
     is_quota_drain_wave,
     rotated,
+    step_wait_seconds,
 )
 from harvester_quota.testbench.scale.stats import (
     ARM_HEADROOM,
@@ -424,3 +426,18 @@ def test_report_json_names_the_commit_it_ran_and_whether_files_differed(tmp_path
     assert source_commit(tmp_path) == head
     (tmp_path / "a.py").write_text("x = 2\n")
     assert source_commit(tmp_path) == head + "+dirty"
+
+
+def test_a_step_waits_the_step_timeout_asked_for_or_two_minutes_and_two_seconds_a_migration() -> (
+    None
+):
+    from harvester_quota.testbench.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["scale"]).step_timeout is None
+    assert parse(["scale", "--step-timeout", "90"]).step_timeout == 90.0
+    for bad in ("0", "-5", "soon"):
+        with pytest.raises(SystemExit):
+            parse(["scale", "--step-timeout", bad])
+    assert step_wait_seconds(ScaleOptions(), 100) == 320.0
+    assert step_wait_seconds(ScaleOptions(step_timeout=90.0), 100) == 90.0

@@ -82,6 +82,14 @@ def add_command(commands: Any) -> None:
         "no CPU breakdown, and none of the accounting's own cost in its CPU figures",
     )
     scale.add_argument(
+        "--step-timeout",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="how long a step waits at most for every migration's outcome, and again for the "
+        "quotas to settle (default: 120 s plus 2 s a migration)",
+    )
+    scale.add_argument(
         "--controller-arg",
         action="append",
         default=[],
@@ -96,6 +104,17 @@ def add_command(commands: Any) -> None:
         "--webhook-arg=--target-room-wait=4",
     )
     scale.set_defaults(handler=cmd_scale)
+
+
+def _positive_seconds(text: str) -> float:
+    """A `--step-timeout` value: seconds above 0 (argparse's error otherwise)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds: {text!r}")
+    return seconds
 
 
 def plan_from(args: argparse.Namespace) -> ScalePlan:
@@ -183,6 +202,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
                     strategy=args.strategy,
                     failover=args.failover,
                     cpu_accounting=not args.no_cpu_accounting,
+                    step_timeout=args.step_timeout,
                     process_args=ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
                 ),
             )

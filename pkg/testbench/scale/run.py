@@ -230,6 +230,13 @@ class ScaleReport:
         }
 
 
+def step_wait_seconds(options: ScaleOptions, migrations: int) -> float:
+    """How long a step of `migrations` waits at most for their outcomes, and again for the quotas
+    to settle: `options.step_timeout`, or 120 s plus 2 s a migration."""
+    chosen = options.step_timeout
+    return chosen if chosen is not None else 120.0 + 2.0 * migrations
+
+
 @dataclass(frozen=True)
 class ScaleOptions:
     """How a `ScaleRun` runs its plan; the defaults are the command line's. ValueError for a
@@ -252,6 +259,10 @@ class ScaleOptions:
     failover: bool = False
     """A standby controller beside the leader, and the leader SIGKILLed in the first drain wave
     (failover.py); ours only."""
+    step_timeout: float | None = None
+    """Seconds a step waits at most for every migration's outcome, and again at most for the
+    quotas to settle; None: 120 s plus 2 s a migration of the step. A run whose arm leaves
+    migrations Pending for good (Harvester's, see bench/SCALE.md) waits both out in every step."""
     cpu_accounting: bool = True
     """Run our controller with `--cpu-accounting`, for the breakdown of its CPU (breakdown.py);
     off, it runs as the chart deploys it by default, and the run has no breakdown (an A/B of the
@@ -613,7 +624,7 @@ class ScaleRun:
             create_seconds.append(exists - asked)
 
         await asyncio.gather(*(migrate(ns, vm) for ns, vm in step.migrations))
-        done_timeout = 120.0 + 2.0 * len(step.migrations)
+        done_timeout = step_wait_seconds(self.options, len(step.migrations))
         if not await self.kubevirt.records.wait_for(lambda: self._all_done(created), done_timeout):
             self.say(f"  {step.name}: not every migration had an outcome after {done_timeout:.0f}s")
         finished = self.clock.monotonic()
