@@ -19,10 +19,14 @@ from tests.integration.conftest import REAL_KUBEVIRT_VERSION, admin_config
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.yaml"))
-# The seeds whose failures our port of Harvester's algorithm must show (expect_harvester); the
-# v1.2.1 evacuation on KubeVirt v1.6 is Harvester's own code's (test_beside_harvester.py).
+# The seeds whose failures our port of Harvester's algorithm must show (expect_harvester), where
+# the suite runs no Harvester code of its own on them. The v1.2.1 evacuation is not among them:
+# Harvester v1.8.2's own controllers show its failure (requests.memory never raised, the second
+# target refused until a source launcher exits) on the KubeVirt v1.6 launcher sizes,
+# test_beside_harvester.py::test_harvesters_own_controllers_show_the_seeds_failure; on the
+# simulator's KubeVirt 0.54 sizes port and real code measured alike (bench/SCENARIOS.md), and the
+# port's run took 136 s of the suite.
 HARVESTER_FAILURES = (
-    "v121-evacuation",
     "v121-four-at-once",
     "v170-test2-ratio-raised",
     "v170-test2-before-compensation",

@@ -18,7 +18,11 @@ from harvester_quota.testbench.scenario.report import build_report
 from harvester_quota.testbench.scenario.runner import ScenarioRun, rancher_base_of
 from harvester_quota.testbench.scenario.schema import load
 from harvester_quota.util import resources
-from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from harvester_quota.util.annotations import (
+    ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED,
+    ANNOTATION_MIGRATING_UID_PREFIX,
+    CATTLE_ANNOTATION_RESOURCE_QUOTA,
+)
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,
@@ -42,8 +46,11 @@ def _namespace(text: str, *, raised_through: bool) -> dict[str, Any]:
     return {"metadata": {"name": "quota-test-x", "annotations": annotations}}
 
 
-def _quota(hard: dict[str, str]) -> dict[str, Any]:
-    return {"metadata": {"name": "default-x", "annotations": {}}, "spec": {"hard": hard}}
+def _quota(hard: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "default-x", "annotations": annotations or {}},
+        "spec": {"hard": hard},
+    }
 
 
 def test_the_base_of_a_namespace_raised_through_rancher_is_the_recorded_text() -> None:
@@ -65,6 +72,22 @@ def test_a_released_annotation_not_yet_copied_into_the_quota_is_not_settled(
     run._last_namespace["quota-test-x"] = _namespace(BASE_TEXT, raised_through=False)
     assert not run.at_base("quota-test-x", _quota(RAISED_HARD))
     assert run.at_base("quota-test-x", _quota(BASE_HARD))
+
+
+def test_harvesters_resync_flag_left_at_false_is_settled_and_at_true_or_beside_a_uid_key_not(
+    tmp_path: Path,
+) -> None:
+    """The port of Harvester v1.9 leaves its resync flag at "false" after every migration: the
+    settle ends there, not SETTLE_TIMEOUT later; the flag at "true" (a scale-up not yet applied)
+    or a migration's UID key beside it is a raise still standing."""
+    run = _run(tmp_path)
+    run._last_namespace["quota-test-x"] = _namespace(BASE_TEXT, raised_through=False)
+    flag = ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED
+    assert run.at_base("quota-test-x", _quota(BASE_HARD, {flag: "false"}))
+    assert not run.at_base("quota-test-x", _quota(BASE_HARD, {flag: "true"}))
+    uid_key = f"{ANNOTATION_MIGRATING_UID_PREFIX}0433cc12"
+    room = '{"limits.cpu":"1"}'
+    assert not run.at_base("quota-test-x", _quota(BASE_HARD, {flag: "false", uid_key: room}))
 
 
 def test_records_of_a_raise_left_on_the_namespace_are_not_settled(tmp_path: Path) -> None:
