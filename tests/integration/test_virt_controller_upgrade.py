@@ -23,8 +23,8 @@ target pod and no Event, for as long as it exists. Our controller holds that mig
 meanwhile (a Pending migration of a running VM), exactly the target v1.9 would render; deleting
 the migration (an abort) gives it back.
 
-The cluster is the session's v1.8.4 one (`versioned_kubevirt_cluster`); the module switches it
-back to v1.8.4 before it ends, and sorts after every other module of that cluster.
+The cluster is the session's v1.8.4 one (`versioned_kubevirt_cluster`): the module switches it
+back to v1.8.4 before it ends, keeping the session's ClusterInfo true (`real_kubevirt.switch`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from harvester_quota.app import ControllerApp
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object
-from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.cluster import (
     KUBEVIRT_NAMESPACE,
     VIRT_CONTROLLER_USER,
@@ -125,13 +125,12 @@ WITHOUT_DIGEST = "no-digest"
 
 
 @pytest.fixture(scope="module")
-def upgrade(kubevirt_cluster: ClusterInfo) -> Iterator[LocalCluster]:
-    """The session's FROM cluster, to switch to TO; switched back to FROM when the module ends
-    (the next module of this version shares it)."""
+def upgrade(kubevirt_cluster: ClusterInfo) -> Iterator[ClusterInfo]:
+    """The session's FROM cluster, to switch to TO (`real_kubevirt.switch`); switched back to
+    FROM when the module ends (the next module of this version shares it)."""
     real_kubevirt.require_built(TO)
-    local = LocalCluster(kubevirt_cluster.state_dir)
-    yield local
-    local.switch_virt_controller(FROM)
+    yield kubevirt_cluster
+    real_kubevirt.switch(kubevirt_cluster, FROM)
 
 
 @pytest.fixture
@@ -253,14 +252,12 @@ async def v19_settings(api: ApiClient, namespace: str) -> LauncherSettings:
     )
 
 
-def virt_controller_log(local: LocalCluster) -> Path:
-    info = local.info()
-    assert info is not None
+def virt_controller_log(info: ClusterInfo) -> Path:
     return Path(real_kubevirt.virt_controller(info).log)
 
 
 async def test_after_an_upgrade_to_v1_9_each_workload_update_target_is_ours_and_fits_the_room(
-    upgrade: LocalCluster,
+    upgrade: ClusterInfo,
     controllers: ControllerApp,
     kv: KubeVirtByHand,
     kubevirt: VirtControllerDriver,
@@ -273,7 +270,7 @@ async def test_after_an_upgrade_to_v1_9_each_workload_update_target_is_ours_and_
     await kv.create_quota({k: "1000Gi" if "memory" in k else "1000" for k in KEYS})
     base = await no_slack(kv, controllers, len(VMS))
     async with live_migrate_workload_updates(api):
-        await asyncio.to_thread(upgrade.switch_virt_controller, TO)
+        await asyncio.to_thread(real_kubevirt.switch, upgrade, TO)
         # Only now: replacing a CRD ends every watch of its objects.
         async with RejectionWatch(api, namespace) as watch:
             migrations = await workload_updates(api, namespace)
@@ -306,7 +303,7 @@ async def targets_are_ours(
 
 
 async def held_while_v19_refuses_to_render(
-    upgrade: LocalCluster,
+    upgrade: ClusterInfo,
     kv: KubeVirtByHand,
     stuck: Object,
     base: dict[str, str],
