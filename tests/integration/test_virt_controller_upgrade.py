@@ -270,8 +270,8 @@ async def test_after_an_upgrade_to_v1_9_each_workload_update_target_is_ours_and_
     kubevirt: VirtControllerDriver,
 ) -> None:
     api, namespace = kv.api, kv.namespace
+    await asyncio.gather(*(start_vm(kubevirt, api, namespace, name) for name in VMS))
     for name in VMS:
-        await start_vm(kubevirt, api, namespace, name)
         if name != WITHOUT_DIGEST:
             await report_digests(api, namespace, str(kubevirt.vmi_uid(namespace, name)))
     await kv.create_quota({k: "1000Gi" if "memory" in k else "1000" for k in KEYS})
