@@ -269,6 +269,9 @@ async def test_after_an_upgrade_to_v1_9_each_workload_update_target_is_ours_and_
     kv: KubeVirtByHand,
     kubevirt: VirtControllerDriver,
 ) -> None:
+    """The module's case (its docstring): every target v1.9 renders for a VMI v1.8.4 started is
+    ours and admitted at once in a namespace without slack; the one it cannot render holds its
+    room until its migration is deleted."""
     api, namespace = kv.api, kv.namespace
     await asyncio.gather(*(start_vm(kubevirt, api, namespace, name) for name in VMS))
     for name in VMS:
