@@ -141,7 +141,7 @@ async def running_webhook(
     workdir: Path,
     *,
     kubevirt_user: str = KUBEVIRT_USER,
-    kubevirt_version: str = "1.6",
+    kubevirt_version: str | None = "1.6",
 ) -> AsyncIterator[WebhookServer]:
     """One replica of running_webhooks."""
     async with running_webhooks(
@@ -182,7 +182,7 @@ async def running_webhooks(
     *,
     replicas: int = 1,
     kubevirt_user: str = KUBEVIRT_USER,
-    kubevirt_version: str = "1.6",
+    kubevirt_version: str | None = "1.6",
 ) -> AsyncIterator[tuple[WebhookServer, ...]]:
     """`replicas` webhook processes' worth of servers in this process, each with its own caches
     and ledger, as the webhook's service account with deploy/'s RBAC (apply_rbac first), sharing
@@ -240,7 +240,7 @@ def _replica(
     client: ApiClient,
     workdir: Path,
     kubevirt_user: str,
-    kubevirt_version: str,
+    kubevirt_version: str | None,
     *,
     tls_dir: Path | None = None,
 ) -> tuple[WebhookCaches, WebhookServer]:
@@ -432,14 +432,13 @@ async def controllers_as_account(
     api: ApiClient, cluster: ClusterInfo, *, start: bool = True, **options: Any
 ) -> AsyncIterator[ControllerApp]:
     """The controllers in this process as their service account (harvester-quota, the chart's
-    RBAC as last applied), without leader election, `options` over the defaults; started unless
-    `start` is False (the caller starts them); stopped and their client closed on exit."""
+    RBAC as last applied), without leader election, `options` over the defaults (the KubeVirt
+    version the cluster runs; `kubevirt_version=None`: read from the KubeVirt CR, as deployed);
+    started unless `start` is False (the caller starts them); stopped and their client closed on
+    exit."""
     client = await client_as(api, cluster, "harvester-quota")
-    app = ControllerApp(
-        client,
-        Options(leader_elect=False, kubevirt_version=str(cluster.kubevirt_version), **options),
-        registry=CollectorRegistry(),
-    )
+    chosen = {"leader_elect": False, "kubevirt_version": str(cluster.kubevirt_version), **options}
+    app = ControllerApp(client, Options(**chosen), registry=CollectorRegistry())
     try:
         if start:
             await app.start()

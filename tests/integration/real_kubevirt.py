@@ -75,6 +75,16 @@ def cluster_of_version(version: str) -> Iterator[ClusterInfo]:
     assert not virt_controller(info).running()
 
 
+def switch(info: ClusterInfo, version: str) -> ClusterInfo:
+    """Replaces the virt-controller of the session's cluster `info` with KubeVirt `version`'s
+    (`LocalCluster.switch_virt_controller`) and keeps `info`, which every module of its version
+    shares, true: its processes and version are the switched cluster's. Returns `info`."""
+    switched = LocalCluster(info.state_dir).switch_virt_controller(version)
+    info.processes = switched.processes
+    info.kubevirt_version = switched.kubevirt_version
+    return info
+
+
 @pytest.fixture(scope="module")
 def kubevirt_cluster(versioned_kubevirt_cluster: ClusterInfo) -> ClusterInfo:
     """The session's cluster of the version the test runs for."""

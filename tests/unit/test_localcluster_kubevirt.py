@@ -13,6 +13,7 @@ import pytest
 import yaml
 from harvester_quota.testbench.cli import main
 from harvester_quota.testbench.localcluster import ClusterError, LocalCluster, binaries
+from harvester_quota.testbench.localcluster import cluster as cluster_module
 from harvester_quota.testbench.localcluster.cluster import (
     CRDS_FILE,
     KUBEVIRT_DEVICES,
@@ -23,6 +24,8 @@ from harvester_quota.testbench.localcluster.cluster import (
     _fake_node,
     _kubevirt_node,
     crd_documents,
+    crd_replacement,
+    launcher_image,
 )
 
 
@@ -362,3 +365,66 @@ def test_kubevirts_user_roles_are_v1_8_4_s_edit_and_migrate() -> None:
     assert writes <= _rules_for(migrate, "kubevirt.io", migrations)
     assert _rules_for(migrate, "subresources.kubevirt.io", "virtualmachines/migrate") == {"update"}
     assert _rules_for(edit, "kubevirt.io", "kubevirts") == {"get", "list"}
+
+
+def _versioned_crd(
+    versions: list[tuple[str, bool]], stored: list[str] | None = None
+) -> dict[str, Any]:
+    """A CRD serving `versions` (name, storage), with status.storedVersions if given."""
+    crd: dict[str, Any] = {
+        "metadata": {"name": "things.example.io", "resourceVersion": "41"},
+        "spec": {
+            "versions": [
+                {"name": name, "served": True, "storage": storage, "schema": {"v": name}}
+                for name, storage in versions
+            ]
+        },
+    }
+    if stored is not None:
+        crd["status"] = {"storedVersions": stored}
+    return crd
+
+
+def test_a_replaced_crd_keeps_a_version_objects_are_stored_in_as_served_not_storage() -> None:
+    """Back to an older KubeVirt: its CRD lacks v1, which the newer one stored objects in; the
+    API server refuses a CRD without it, so v1 stays, served, no longer the storage version."""
+    stored = _versioned_crd([("v1", True), ("v1beta1", False)], stored=["v1beta1", "v1"])
+    older = _versioned_crd([("v1beta1", True), ("v1alpha1", False)])
+    del older["metadata"]["resourceVersion"]
+    replacement = crd_replacement(stored, older)
+    versions = {v["name"]: (v["served"], v["storage"]) for v in replacement["spec"]["versions"]}
+    assert versions == {"v1beta1": (True, True), "v1alpha1": (True, False), "v1": (True, False)}
+    kept = next(v for v in replacement["spec"]["versions"] if v["name"] == "v1")
+    assert kept["schema"] == {"v": "v1"}
+    assert replacement["metadata"]["resourceVersion"] == "41"
+    assert "resourceVersion" not in older["metadata"]
+    assert [v["name"] for v in older["spec"]["versions"]] == ["v1beta1", "v1alpha1"]
+
+
+def test_a_replaced_crd_drops_a_version_no_object_was_stored_in() -> None:
+    stored = _versioned_crd([("v1", True), ("v1alpha1", False)], stored=["v1"])
+    newer = _versioned_crd([("v1", True)])
+    names = [v["name"] for v in crd_replacement(stored, newer)["spec"]["versions"]]
+    assert names == ["v1"]
+
+
+def test_switching_a_cluster_without_virt_controller_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        cluster_module, "build_kubevirt", lambda version: binaries.KubeVirtBuild(version, tmp_path)
+    )
+    with pytest.raises(ClusterError, match="no virt-controller runs"):
+        LocalCluster(tmp_path / "state").switch_virt_controller("v1.9.0")
+
+
+def test_each_kubevirt_version_renders_with_its_own_launcher_image(tmp_path: Path) -> None:
+    """After a switch the new virt-controller finds every VMI started before it outdated (its
+    workload updater compares the VMI's launcher image with its own), as after an upgrade."""
+    local = LocalCluster(tmp_path)
+    images = {
+        version: next(a for a in local._virt_controller_args(1, version) if "launcher-image" in a)
+        for version in ("v1.8.4", "v1.9.0")
+    }
+    assert images["v1.8.4"] != images["v1.9.0"]
+    assert images["v1.9.0"].endswith(launcher_image("v1.9.0"))
