@@ -210,7 +210,7 @@ class ProjectRoom:
     ) -> NoRoom | None:
         """The verdict on a raise that fits the project as it stands, once the rooms its
         siblings wait for ahead of it are counted as taken (projectqueue.waits_behind)."""
-        waiting = await judgment.siblings_waiting(totals.project.id)
+        waiting = [*await judgment.siblings_waiting(totals.project.id), *judgment.own]
         first = waits_behind(waiting, ahead_of, totals, raised)
         if not first:
             return None
@@ -279,8 +279,17 @@ class Judgment:
     for the rooms it keeps; None: its annotation as it stands) where a sibling's room is judged.
     Lives for one write, under the project's lock; reads the caches when first asked."""
 
-    def __init__(self, room: ProjectRoom, namespace: Object, keeps: str | None) -> None:
+    def __init__(
+        self,
+        room: ProjectRoom,
+        namespace: Object,
+        keeps: str | None,
+        own: Sequence[Step] = (),
+    ) -> None:
         self.room = room
+        self.own = [step for step in own if step.given]
+        """The namespace's own given steps (projectqueue.EventualFit reads when each was
+        given)."""
         self.namespace = namespace
         self.name = str(metadata(namespace).get("name"))
         self.keeps = (
@@ -299,7 +308,8 @@ class Judgment:
         return self._totals[1]
 
     async def siblings_waiting(self, project: str) -> list[Step]:
-        """The rooms the project's other namespaces have not been given (planned once)."""
+        """The project's other namespaces' steps, `given` marked (planned once): the rooms
+        they have not been given, and those they have (projectqueue.EventualFit)."""
         if self._waiting is None:
             self._waiting = await self.room.siblings_waiting(project, self.name)
         return self._waiting

@@ -33,7 +33,7 @@ from ...util.rancher.project import PROJECT_ID_ANNOTATION
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, rancher_base_text
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.projectqueue import Step, given, kept, ladder, last_waiting
-from ...util.resourcequota.rancherpath import annotation_patch
+from ...util.resourcequota.rancherpath import annotation_patch, unjudged_record
 from ..quotawriter import QuotaWriter
 from .rancherprojects import Judgment, ProjectRoom
 from .reports import NamespaceReports, room_event_targets
@@ -153,10 +153,22 @@ class RancherPath:
             self.project_room,
             namespace,
             steps[keeps - 1].annotation if keeps else rancher_base_text(namespace),
+            [
+                dataclasses.replace(step, given=done)
+                for step, done in zip(steps, flags, strict=True)
+            ],
         )
         changes = annotation_patch(namespace, plan)
         ahead_of = last_waiting(steps, flags)
         no_room = await self.project_room.lacking(namespace, plan, changes, ahead_of, judgment)
+        if (
+            no_room is None
+            and changes is not None
+            and not await self.project_room.judged(namespace)
+        ):
+            changes = unjudged_record(
+                namespace, changes, [s for s, done in zip(steps, flags, strict=True) if done]
+            )
         if no_room is None:
             self.project_room.report(namespace, quota, plan, snapshot, None)
             if changes is None:
