@@ -548,7 +548,8 @@ async def test_a_waiter_is_queued_when_a_claim_goes_before_its_sibling_ever_reco
 
 def test_a_move_in_a_big_project_logs_one_bounded_line(caplog: Any) -> None:
     """Minor 11: a room moving in a project of 200 waiting namespaces logs one line naming the
-    first few and counting the rest, and queues every one of them."""
+    first few and counting the rest; review 51 major 4: it queues one of them (the wave's
+    first, in KubeVirt's order), not all 200."""
     queued: list[str] = []
     demands = ProjectDemands(queued.append)
     project = Project(ROOM_FOR_ONE)
@@ -559,8 +560,8 @@ def test_a_move_in_a_big_project_logs_one_bounded_line(caplog: Any) -> None:
         demands.record(PROJECT_ID, f"ns{index:03d}", [dataclasses.replace(step, namespace="x")])
     caplog.set_level("INFO")
     demands.record(PROJECT_ID, "mover", [], wrote=True)
-    assert len(queued) == 200
-    (line,) = [r.getMessage() for r in caplog.records if "queued" in r.getMessage()]
+    assert len(queued) == 1 and demands.heading(PROJECT_ID, queued[0])
+    (line,) = [r.getMessage() for r in caplog.records if "judged again" in r.getMessage()]
     assert "ns000, ns001, ns002, ns003, ns004 and 195 more (200 in all)" in line
     assert len(line) < 300
 
@@ -580,6 +581,7 @@ async def test_planning_siblings_yields_to_the_event_loop_between_siblings() -> 
         )
     )
     reconciler.defer_to = lambda name: True  # planned or not, each sibling costs a tick
+    reconciler.rancher = project.path
 
     async def other_task() -> None:
         ran.append(next(ticks))
@@ -919,3 +921,97 @@ async def test_a_raise_written_while_the_project_cannot_be_read_records_no_room_
     for name in ("a", "b", "a"):
         await project.reconcile(name)
     assert project.cluster.raised("b") and not project.cluster.raised("a")
+
+
+async def _freed_room(waiters: int) -> tuple[Project, str, int, int]:
+    """A project of `waiters` waiting namespaces (one, `head`, first in KubeVirt's order) and
+    h holding the one room; h's migration ends. Returns the project, the head, and how many
+    judgments (reconciles of a waiter) and sibling plannings the freed room cost until no
+    namespace was queued."""
+    project = Project(
+        {"limitsCpu": f"{3000 * waiters + 5015}m", "limitsMemory": f"{5000 * waiters + 9600}Mi"}
+    )
+    project.namespace("h")
+    project.migrate("h", "hm", created="2025-12-31T00:00:00Z")
+    assert await project.reconcile("h") is None and project.cluster.raised("h")
+    head = f"w{waiters - 1:03d}"
+    for index in range(waiters):
+        project.namespace(f"w{index:03d}")
+        project.migrate(f"w{index:03d}", "m", created=EARLY if index == waiters - 1 else LATE)
+    for index in range(waiters):
+        assert await project.reconcile(f"w{index:03d}") == PROJECT_RECHECK
+    plannings = 0
+    planner = project.siblings_waiting
+
+    async def counting(name: str, besides: str) -> list[Step]:
+        nonlocal plannings
+        plannings += 1
+        return await planner(name, besides)
+
+    project.path.project_room.siblings_waiting = counting
+    project.queued.clear()
+    project.end("h", "hm")
+    await project.reconcile("h")
+    judgments = 0
+    while project.queued:
+        judgments += 1
+        await project.reconcile(project.queued.pop(0))
+    return project, head, judgments, plannings
+
+
+async def test_one_freed_room_is_judged_by_the_first_waiter_not_every_waiter() -> None:
+    """Review 51, major 4: a room given back in a project of 40 waiting namespaces queues the
+    waiters one at a time in KubeVirt's order: the first (the head) gets it and the wave
+    stops at the next, which can no longer fit: two judgments, each planning the siblings
+    once (O(N) sibling plans per freed room, not O(N^2))."""
+    project, head, judgments, plannings = await _freed_room(40)
+    assert project.cluster.raised(head)
+    assert sum(project.cluster.raised(f"w{i:03d}") for i in range(40)) == 1
+    assert judgments <= 2 and plannings <= 2 * judgments, (judgments, plannings)
+
+
+async def test_the_wave_goes_past_a_room_the_project_can_never_give_to_one_that_fits() -> None:
+    """Review 51, major 4, no deadlock: the wave's first waiter (b's 4-core evacuation, more than
+    the project could ever give) holds no one back, so the wave goes on to a's room, which
+    fits the freed room: a is raised by the wave, not at its 30 s recheck."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a")
+    project.namespace("b")
+    project.vms["b-vm0"] = vmi("b-vm0", namespace="b", cores=4, memory="4Gi")
+    project.cluster.add("c", C_FULL)
+    project.migrations["c"] = []
+    project.migrate("b", "big-evac", created=EARLY, priority="system-critical")
+    project.migrate("a", "user-mig", created=LATE)
+    assert await project.reconcile("b") == PROJECT_RECHECK
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    project.queued.clear()
+    project.cluster.set_cached("c", C_EMPTY)
+    project.demands.record(PROJECT_ID, "c", [], wrote=True)  # c gave its room back
+    assert project.queued == ["b"], "the wave starts with the first in KubeVirt's order"
+    await project.reconcile(project.queued.pop(0))
+    assert project.queued == ["a"], "b's room can never be given: the wave goes on"
+    assert await project.reconcile(project.queued.pop(0)) is None
+    assert project.cluster.raised("a") and not project.cluster.raised("b")
+
+
+async def test_a_projects_lock_and_a_forgotten_siblings_ladder_are_not_kept() -> None:
+    """Review 51, minor 12: a project's lock lives while a write holds or waits for it, then
+    goes; a namespace no longer ours drops its cached ladder."""
+    demands = ProjectDemands(lambda _name: None)
+    inside: list[bool] = []
+
+    async def write() -> None:
+        async with demands.judging(PROJECT_ID):
+            inside.append(demands.lock(PROJECT_ID).locked())
+            await asyncio.sleep(0)
+
+    await asyncio.gather(write(), write())
+    assert inside == [True, True] and demands._locks == {}
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("b")
+    project.migrate("b", "b1")
+    cache = WaitingCache()
+    first = cache.waiting(project.cluster.cache["b"], plan_quota(project.snapshot("b")[0]), "p")
+    cache.forget("b")
+    again = cache.waiting(project.cluster.cache["b"], plan_quota(project.snapshot("b")[0]), "p")
+    assert again == first and again is not first

@@ -350,8 +350,12 @@ class ProjectSiblingsView:
         self.reconciler = reconciler
         self.clock = clock
         """Seconds, monotonic: when planning has held the event loop for SIBLINGS_SLICE."""
-        self.ladders = WaitingCache()
-        """Each sibling's steps, laddered again only when its inputs change."""
+
+    @property
+    def ladders(self) -> WaitingCache:
+        """Each sibling's steps, laddered again only when its inputs change (the registry's:
+        a namespace no longer ours drops its entry with the rest of what it waited for)."""
+        return self.reconciler.rancher.project_room.demands.ladders
 
     async def __call__(self, project: str, besides: str) -> list[Step]:
         """The steps of the namespaces of Rancher project `project` but `besides`, each marked

@@ -13,21 +13,25 @@ room a drain's evacuation (system-critical) in another is waiting for.
   priorityprefix.py). A room once given is never taken back for an earlier one that arrives
   after it (KubeVirt does not preempt a running migration either).
 - `given`: which steps of the ladder the project has given the namespace: a room whose migration
-  is among those our standing raise was given for (rancherpath.given_migrations, recorded by our
-  controller only) and which the annotation asks for (`covered`). A room the annotation would
+  is among those our standing raise was given for (rancherpath.given_migrations: recorded by our
+  controller, with the project that gave it), whatever its size now (a room that grew stays
+  given; only its growth is judged, against the project alone). A room the annotation would
   cover but that was not given for it (a new migration taking the room of one that ended) is
-  not given: it waits in the project's order like any other. `waiting_steps`: the rest; `kept`:
+  not given: it waits in the project's order like any other. Without a record (a raise of an
+  older version, until the next write records it), the rooms the annotation covers (`covered`). `waiting_steps`: the rest; `kept`:
   how many leading steps are given (the raise the namespace keeps); `last_waiting`: the order of
   the furthest room a raise to a step asks the project for anew.
 - `MemberTotals`: the project's namespaces' annotations parsed and summed once per judgment, so
   that each fit test costs one addition, not a parse of every member (module cost: one judgment
   is O(members + waiting steps) fit tests).
 - `claims_ahead`: per sibling namespace, the furthest of its waiting steps earlier in KubeVirt's
-  order than the room being judged that would fit the project as its namespaces stand now, the
-  judged namespace counted at the raise it keeps (its rooms given back where not kept); a step
-  that cannot fit even with the whole room the project has left does not hold anyone back (no
-  one starves behind a room that cannot be given). Steps are tried from the furthest down and
-  the first that fits is the claim. `waits_behind`: the raise judged beside those claims, and
+  order than the room being judged that could fit the project once the rooms given to
+  migrations later than it are given back (`EventualFit`), whether or not it fits now: room
+  freeing a bit at a time is not taken by later, smaller rooms. A step bigger than the project
+  limit less the bases and the rooms given to earlier migrations holds no one back (no one
+  starves behind a room the project can never give). Steps are tried from the furthest down and
+  the first that could fit is the claim; the judged raise is then judged beside the claims, the
+  others as they stand. `waits_behind`: the raise judged beside those claims, and
   whom it waits behind (the controller's judgment, and preflight's prediction of it).
 
 The order key is `scarce_room_order` (spec.priority, which only virt-controller may set; the
