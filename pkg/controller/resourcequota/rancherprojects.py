@@ -43,7 +43,6 @@ from ...util.rancher.projectroom import NoRoom, fit_verdict, queued_verdict, ref
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, rancher_base_text
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.projectqueue import (
-    EventualFit,
     MemberTotals,
     OrderKey,
     Step,
@@ -279,7 +278,7 @@ class ProjectRoom:
             return None
         totals = judgment.totals(project)
         steps = [*await judgment.siblings_waiting(project.id), *judgment.own]
-        if EventualFit(totals, steps).could_fit(waiting[0]):
+        if totals.eventual(steps).could_fit(waiting[0]):
             return None
         for name, step in sorted(firsts.items(), key=lambda item: item[1].order):
             if name != judgment.name and totals.fits(name, step.annotation):

@@ -301,6 +301,14 @@ class MemberTotals:
             self.keeps = {}
         self.others = total(self.limits.values())
         self._fits: dict[tuple[str, str], bool] = {}
+        self._eventual: EventualFit | None = None
+
+    def eventual(self, steps: Sequence[Step]) -> EventualFit:
+        """The `EventualFit` of these members and `steps`, built once: a judgment passes the
+        same steps (its siblings' and its own) to every claims_ahead of its totals."""
+        if self._eventual is None:
+            self._eventual = EventualFit(self, steps)
+        return self._eventual
 
     def fit(self, name: str, annotation: str, claims: Sequence[Step] = ()) -> Fit | None:
         """Namespace `name` (the judged one or a sibling) with `annotation` as its request, the
@@ -375,6 +383,7 @@ class EventualFit:
         for _, room in self._events:
             self._sums.append(add(self._sums[-1], room))
         self._base_total = total(base.values())
+        self._could: dict[tuple[str, str, OrderKey], bool] = {}
 
     def _now(self, name: str) -> ResourceList:
         if name == self.totals.judged:
@@ -390,7 +399,15 @@ class EventualFit:
         return given[count - 1][1] if count else self.totals.bases[name]
 
     def could_fit(self, step: Step) -> bool:
-        """Whether `step` (of a sibling, waiting) fits once later given rooms are back."""
+        """Whether `step` (waiting) fits once later given rooms are back (each step judged
+        once)."""
+        key = (step.namespace, step.annotation, step.order)
+        known = self._could.get(key)
+        if known is None:
+            known = self._could[key] = self._could_fit(step)
+        return known
+
+    def _could_fit(self, step: Step) -> bool:
         totals = self.totals
         project = totals.project
         if project.limit is None or project.namespace_default is None or not totals.readable:
@@ -416,9 +433,10 @@ def claims_ahead(waiting: Iterable[Step], ahead_of: OrderKey, totals: MemberTota
     could fit the project once the rooms given to later migrations are given back
     (`EventualFit`), tried from the furthest down; a sibling not among the members `totals`
     counts claims nothing. `waiting` may hold given steps too (`Step.given`): they are never
-    claims, only read for `EventualFit`."""
+    claims, only read for `EventualFit` (built at the first call for `totals`: pass the same
+    steps for one `totals`)."""
     listed = list(waiting)
-    eventual = EventualFit(totals, listed)
+    eventual = totals.eventual(listed)
     by_namespace: dict[str, list[Step]] = {}
     for step in listed:
         if not step.given and step.order < ahead_of and step.namespace in totals.limits:
