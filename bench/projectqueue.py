@@ -14,7 +14,7 @@ ways in the same run:
 - ``judge``: the siblings' waiting steps planned beforehand, handed to the judge (its own cost:
   the claims, the sums, the verdicts of every step);
 - ``planned``: the siblings planned within the judgment, from their objects (`plan_quota` of
-  each, then `waiting_steps`);
+  each, then `project_steps`);
 - ``cached``: the same, each sibling's ladder taken from a `WaitingCache` filled by an earlier
   write (its inputs unchanged), as ProjectSiblingsView does once per write (it plans from the
   informers' views, which render a launcher once per VM shape: cheaper than here).
@@ -25,6 +25,16 @@ is written); alone, its raise fits and is written to a fake that does not apply 
 
     python -m bench.projectqueue                        # 20x10, 50x10, 100x10
     python -m bench.projectqueue --sizes 100x10,200x5 --repeat 7
+
+``--freed 20,40,80,100`` (the default; ``--freed ''`` skips it) times one freed room instead: N
+namespaces each waiting with one migration (the one first in KubeVirt's order last by name), a
+namespace holding the project's one room; its migration ends and its reconcile gives the room
+back; then every namespace queued is reconciled until none is (the controller's queue, drained
+in order, each write applying). Printed per N: the judgments (waiters' reconciles) and the
+sibling plannings they made, and the seconds from the give-back to the queue drained, two ways
+in the same run: ``fan-out`` (every waiter queued at once, as before review 51's major 4) and
+``wave`` (ProjectDemands' wave: the first in KubeVirt's order, then on only while the room can
+go further).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import logging
 import statistics
 import sys
@@ -69,7 +80,7 @@ from harvester_quota.util.annotations import (
 )
 from harvester_quota.util.rancher.project import PROJECT_ID_ANNOTATION
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
-from harvester_quota.util.resourcequota.projectqueue import Step, WaitingCache, waiting_steps
+from harvester_quota.util.resourcequota.projectqueue import Step, WaitingCache, project_steps
 
 from bench.reconcile import NOW
 
@@ -183,7 +194,7 @@ class Project:
         steps: list[Step] = []
         for name, snapshot in self.snapshots.items():
             if name != besides:
-                steps += waiting_steps(snapshot.namespace, plan_quota(snapshot))
+                steps += project_steps(snapshot.namespace, plan_quota(snapshot))
         return steps
 
     async def cached(self, _project: str, besides: str) -> list[Step]:
@@ -192,7 +203,7 @@ class Project:
         steps: list[Step] = []
         for name, snapshot in self.snapshots.items():
             if name != besides:
-                steps += self.ladders.waiting(snapshot.namespace, plan_quota(snapshot), PROJECT)
+                steps += self.ladders.steps(snapshot.namespace, plan_quota(snapshot), PROJECT)
         return steps
 
     def path(self, siblings: Callable[[str, str], Awaitable[list[Step]]]) -> RancherPath:
@@ -243,6 +254,117 @@ async def _time(project: Project, mode: str, repeat: int) -> float:
     return statistics.median(figures)
 
 
+class Applying(Cluster):
+    """The cluster of the freed-room case: namespace annotation patches applied (their tests
+    checked), so each judgment sees the writes before it."""
+
+    async def patch(self, _resource: Any, name: str, body: Any, *_: Any, **__: Any) -> Object:
+        annotations = self.namespaces[name]["metadata"]["annotations"]
+        for op in body:
+            key = op["path"].split("/")[-1].replace("~1", "/").replace("~0", "~")
+            if op["path"] == "/metadata/uid":
+                continue
+            if op["op"] == "test" and annotations.get(key) != op["value"]:
+                raise RuntimeError(f"test of {key} failed")
+            if op["op"] == "add":
+                annotations[key] = op["value"]
+            if op["op"] == "remove":
+                annotations.pop(key, None)
+        return copy.deepcopy(self.namespaces[name])
+
+
+class FanOut(ProjectDemands):
+    """The queueing before the wave: every waiter queued at once when room moves."""
+
+    def _wave(self, project: str | None, names: Any) -> None:
+        for name in names:
+            self.enqueue(name)
+
+
+class FreedRoom:
+    """`waiters` namespaces each waiting with one migration, `holder` holding the one room."""
+
+    def __init__(self, waiters: int, demands: type[ProjectDemands]) -> None:
+        self.cluster = Applying(waiters + 1, 0)
+        limit = self.cluster.project["spec"]["resourceQuota"]["limit"]  # type: ignore[index]
+        limit.update(
+            limitsCpu=f"{3000 * (waiters + 1) + 2015}m",
+            limitsMemory=f"{5000 * (waiters + 1) + 4600}Mi",
+        )
+        self.snapshots: dict[str, NamespaceSnapshot] = {}
+        for index, name in enumerate(["holder", *(f"w{i:03d}" for i in range(waiters))]):
+            self.cluster.namespaces[name] = _namespace(name)
+            minute = 0 if name == "holder" else 1 if index == waiters else 2
+            self.snapshots[name] = _snapshot(self.cluster.namespaces[name], 1, minute)
+        self.head = f"w{waiters - 1:03d}"
+        self.queued: list[str] = []
+        self.plannings = 0
+        self.ladders = WaitingCache()
+        bench = Project.__new__(Project)
+        bench.cluster = self.cluster
+        self.path = bench.path(self.siblings)
+        self.path.project_room.demands = demands(self.enqueue)
+
+    def enqueue(self, name: str) -> None:
+        """The controller's queue: a key already queued is not queued twice."""
+        if name not in self.queued:
+            self.queued.append(name)
+
+    def snapshot(self, name: str) -> NamespaceSnapshot:
+        namespace = self.path.project_room.newest(self.cluster.namespaces[name])
+        return dataclasses.replace(self.snapshots[name], namespace=copy.deepcopy(namespace))
+
+    async def siblings(self, _project: str, besides: str) -> list[Step]:
+        """Every other namespace planned now, its ladder cached (ProjectSiblingsView)."""
+        self.plannings += 1
+        steps: list[Step] = []
+        for name in self.snapshots:
+            if name != besides:
+                snapshot = self.snapshot(name)
+                steps += self.ladders.steps(snapshot.namespace, plan_quota(snapshot), PROJECT)
+        return steps
+
+    async def reconcile(self, name: str) -> None:
+        snapshot = self.snapshot(name)
+        await self.path.write(snapshot.namespace, snapshot.quota, plan_quota(snapshot), snapshot)
+
+
+async def freed_room(waiters: int, demands: type[ProjectDemands]) -> tuple[int, int, float]:
+    """(judgments, sibling plannings, seconds) of one freed room (module docstring)."""
+    case = FreedRoom(waiters, demands)
+    for name in case.snapshots:
+        await case.reconcile(name)
+    case.queued.clear()
+    case.plannings = 0
+    case.snapshots["holder"] = dataclasses.replace(case.snapshots["holder"], migrations=[])
+    started = time.perf_counter()
+    await case.reconcile("holder")
+    judgments = 0
+    while case.queued:
+        judgments += 1
+        await case.reconcile(case.queued.pop(0))
+    took = time.perf_counter() - started
+    raised = case.cluster.namespaces[case.head]["metadata"]["annotations"]
+    if raised[CATTLE_ANNOTATION_RESOURCE_QUOTA] == SEED:
+        raise AssertionError(f"the head {case.head} was not given the freed room")
+    return judgments, case.plannings, took
+
+
+async def run_freed(counts: list[int]) -> None:
+    print(
+        f"{'waiters':>8} {'fan-out judged':>15} {'plannings':>10} {'s':>7} "
+        f"{'wave judged':>12} {'plannings':>10} {'s':>7}"
+    )
+    for count in counts:
+        before = await freed_room(count, FanOut)
+        after = await freed_room(count, ProjectDemands)
+        print(
+            f"{count:>8} {before[0]:>15} {before[1]:>10} {before[2]:>7.2f} "
+            f"{after[0]:>12} {after[1]:>10} {after[2]:>7.2f}",
+            flush=True,
+        )
+
+
 def _sizes(text: str) -> list[tuple[int, int]]:
     sizes = []
     for part in text.split(","):
@@ -275,8 +397,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(f"{n}x{m}" for n, m in DEFAULT_SIZES))
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--freed", default="20,40,80,100")
     options = parser.parse_args(argv)
-    asyncio.run(run(_sizes(options.sizes), options.repeat))
+    if options.sizes:
+        asyncio.run(run(_sizes(options.sizes), options.repeat))
+    if options.freed:
+        asyncio.run(run_freed([int(part) for part in options.freed.split(",")]))
     return 0
 
 

@@ -43,6 +43,7 @@ from harvester_quota.util.rancher.projectroom import (
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_GIVEN,
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 from harvester_quota.util.resourcequota.priorityprefix import prefixes
@@ -353,6 +354,8 @@ async def test_a_raise_rancher_marked_as_not_fitting_gets_the_project_warning() 
     client = ProjectClient(None, refuse=True)
     instance = rancher_path(client, [ns])
     snapshot, quota = migrating(ns)
+    uid = snapshot.migrations[0]["metadata"]["uid"]
+    annotations[ANNOTATION_RANCHER_GIVEN] = f"local:p-abcde {uid}"  # given for it
     plan = plan_quota(snapshot)
     assert await instance.write(ns, quota, plan, snapshot) == PROJECT_RECHECK
     assert client.patches == []

@@ -122,4 +122,6 @@ def test_a_given_record_counts_only_beside_our_own_raise() -> None:
     assert given_migrations(forged) == frozenset()
     older = namespace(**{CATTLE: RAISED, BASE: SEED, APPLIED: RAISED})
     assert given_migrations(older) is None, "a raise of an older version: all it covers"
-    assert annotation_patch(older, plan(RAISE, holding=True)) is None, "stands as it is"
+    recorded = annotation_patch(older, plan(RAISE, holding=True))
+    assert recorded is not None and recorded[GIVEN] == "uid", "the first reconcile records it"
+    assert recorded[CATTLE] == RAISED, "the raise itself stands as it is"

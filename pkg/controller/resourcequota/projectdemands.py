@@ -7,10 +7,19 @@ caches at the judgment (the reconciler's `siblings_waiting`), whichever namespac
 first. What this registry keeps is who waits: each reconcile on the Rancher path records the
 namespace's rooms not given (none once given), and when a namespace of the project writes its
 annotation (a raise given, a room given back) or a room it waited for goes (its migration ended
-or gone, the namespace no longer ours), the project's other waiting namespaces are queued at
-once (`enqueue`), not only at the project recheck (rancherwrites.PROJECT_RECHECK); so is a
-namespace held behind a sibling's migration (planned from the caches) once that sibling's
-reconcile finds the migration no longer waiting, even if the sibling never recorded it.
+or gone, the namespace no longer ours), the project's other waiting namespaces are judged again
+at once, not only at the project recheck (rancherwrites.PROJECT_RECHECK); so is a namespace held
+behind a sibling's migration (planned from the caches) once that sibling's reconcile finds the
+migration no longer waiting, even if the sibling never recorded it.
+
+They are judged one at a time, in KubeVirt's order of their first waiting rooms (the wave): the
+first is queued (`enqueue`); once judged, the wave goes on to the next only where the room can go
+further (it wrote, or it still waits and its room can never fit: ProjectRoom.next_in_wave then
+picks the first waiter whose first room fits the project as it stands) and ends where it holds
+the later rooms back. A freed room so costs a few judgments, each planning the project's
+siblings once, not one per waiter (O(N) sibling plans, not O(N^2)). A waiter not known to wait
+is queued at once. A wave whose awaited judgment never comes (that reconcile failing) goes on at
+that namespace's retry, or the waiters' rechecks.
 
 State is in memory and per process, rebuilt by the reconciles: after a restart (or a change of
 leader) the waiting namespaces are unknown until each reconciles once (every namespace does at
@@ -20,18 +29,19 @@ at its recheck.
 
 Concurrency: the reconciles of different namespaces run in different workers on one event loop.
 The registry is touched only from the loop, between awaits, so each call sees a consistent map;
-the judge-then-write of a namespace of a project runs under that project's lock (`lock`), so
+the judge-then-write of a namespace of a project runs under that project's lock (`judging`), so
 two siblings never judge against the same room and both write it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
-from ...util.resourcequota.projectqueue import Step
+from ...util.resourcequota.projectqueue import OrderKey, Step, WaitingCache
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +58,35 @@ class ProjectDemands:
         self._behind: dict[str, dict[str, set[str]]] = {}
         """Sibling namespace -> waiter -> uids of the sibling's migrations the waiter waits
         behind (`record`'s `behind`)."""
+        self._pending: dict[str, set[str]] = {}
+        """Project -> its waiting namespaces still to be judged in the wave under way."""
+        self._head: dict[str, str] = {}
+        """Project -> the waiting namespace the wave queued last, whose judgment it awaits."""
+        self.ladders = WaitingCache()
+        """Each namespace's steps as its siblings' judges planned them (the reconciler's
+        ProjectSiblingsView), laddered again only when its inputs change; dropped with the rest
+        when the namespace is forgotten."""
+        self._users: dict[str, int] = {}
+        """Project -> how many writes hold or wait for its lock (`judging`)."""
 
     def lock(self, project: str) -> asyncio.Lock:
         """The project's lock: held from a namespace's judgment to its write (module docstring).
-        One per project id, kept for the process's life (projects are few)."""
+        One per project id while any write holds or waits for it (`judging`)."""
         return self._locks.setdefault(project, asyncio.Lock())
+
+    @contextlib.asynccontextmanager
+    async def judging(self, project: str) -> AsyncIterator[None]:
+        """Holds the project's lock for a judgment and its write; the lock is dropped once no
+        write holds or waits for it (a project's lock is not kept for the process's life)."""
+        self._users[project] = self._users.get(project, 0) + 1
+        try:
+            async with self.lock(project):
+                yield
+        finally:
+            self._users[project] -= 1
+            if not self._users[project]:
+                del self._users[project]
+                self._locks.pop(project, None)
 
     def record(
         self,
@@ -70,6 +104,9 @@ class ProjectDemands:
         queued; and whoever waited behind one of its migrations that no longer waits is queued
         (a sibling's migration gone before that sibling ever recorded it included)."""
         before = self._project_of.get(namespace, project)
+        headed = self._head.get(before) == namespace
+        if headed and (wrote or not waiting or before != project):
+            del self._head[before]  # judged, and the wave goes on (below, or by `_requeue`)
         still = {step.room.migration_uid for step in waiting}
         gone = [step for step in self._take(namespace) if step.room.migration_uid not in still]
         if waiting:
@@ -79,7 +116,9 @@ class ProjectDemands:
         queued = (
             self._requeue(before, namespace, gone) if gone or wrote or before != project else []
         )
-        self._release_waiters(namespace, still, queued)
+        self._release_waiters(before, namespace, still, queued)
+        if headed and before not in self._head:
+            self._advance(before)
 
     def _wait_behind(self, waiter: str, behind: Sequence[tuple[str, str]]) -> None:
         """`waiter` waits behind `behind` now (replacing what it waited behind)."""
@@ -90,9 +129,11 @@ class ProjectDemands:
         for sibling, uid in behind:
             self._behind.setdefault(sibling, {}).setdefault(waiter, set()).add(uid)
 
-    def _release_waiters(self, namespace: str, still: set[str], queued: Sequence[str]) -> None:
-        """Queues whoever waited behind a migration of `namespace` not among `still` (unless
-        already `queued`)."""
+    def _release_waiters(
+        self, project: str | None, namespace: str, still: set[str], queued: Sequence[str]
+    ) -> None:
+        """Queues (in `project`'s wave) whoever waited behind a migration of `namespace` not
+        among `still` (unless already `queued`)."""
         waiters = self._behind.get(namespace, {})
         moved = sorted(w for w, uids in waiters.items() if uids - still and w != namespace)
         for waiter in moved:
@@ -100,9 +141,8 @@ class ProjectDemands:
         if not waiters:
             self._behind.pop(namespace, None)
         moved = [waiter for waiter in moved if waiter not in queued]
-        for waiter in moved:
-            self.enqueue(waiter)
         if moved:
+            self._wave(project, moved)
             log.info(
                 "%s: a migration waited behind no longer waits; queued %s",
                 namespace,
@@ -116,11 +156,17 @@ class ProjectDemands:
     def forget(self, namespace: str) -> None:
         """The namespace no longer asks its project for anything (no raise through Rancher's
         annotation, or no longer ours): its waiting rooms go, and its siblings are queued."""
+        self.ladders.forget(namespace)
         project = self._project_of.get(namespace)
+        headed = project is not None and self._head.get(project) == namespace
+        if headed:
+            del self._head[str(project)]
         gone = self._take(namespace)
         self._wait_behind(namespace, ())
         queued = self._requeue(project, namespace, gone) if project is not None else []
-        self._release_waiters(namespace, set(), queued)
+        self._release_waiters(project, namespace, set(), queued)
+        if headed and project not in self._head:
+            self._advance(str(project))
 
     def waiting(self, project: str, besides: str) -> list[Step]:
         """Every waiting step of the project's namespaces but `besides`, as they recorded it
@@ -146,15 +192,76 @@ class ProjectDemands:
             return []
         moved = [f"{step.room.migration} no longer waits" for step in gone]
         log.info(
-            "project %s: room moved in %s (%s); queued %s",
+            "project %s: room moved in %s (%s); judged again in KubeVirt's order: %s",
             project,
             namespace,
             _bounded(moved) or "its annotation written",
             _bounded(siblings),
         )
-        for name in siblings:
-            self.enqueue(name)
+        self._wave(project, siblings)
         return siblings
+
+    # The wave: the waiters judged again one at a time, in KubeVirt's order ------------------
+
+    def _wave(self, project: str | None, names: Sequence[str]) -> None:
+        """`names` are to be judged again: a namespace not known to wait in `project` is
+        queued at once; the others join the project's wave, whose first (in KubeVirt's order)
+        is queued unless the wave awaits a judgment already (`advance` goes on from it)."""
+        known = self._waiting.get(project, {}) if project is not None else {}
+        for name in names:
+            if name not in known:
+                self.enqueue(name)
+        if project is None:
+            return
+        self._pending.setdefault(project, set()).update(n for n in names if n in known)
+        if project not in self._head:
+            self._advance(project)
+
+    def heading(self, project: str, namespace: str) -> bool:
+        """Whether the project's wave awaits `namespace`'s judgment (its caller tells
+        `advance` how the wave goes on)."""
+        return self._head.get(project) == namespace
+
+    def firsts(self, project: str) -> dict[str, Step]:
+        """The first waiting step (in KubeVirt's order) of each namespace the wave has yet to
+        judge, as it recorded them."""
+        known = self._waiting.get(project, {})
+        return {
+            name: min(known[name], key=lambda step: step.order)
+            for name in self._pending.get(project, ())
+            if known.get(name)
+        }
+
+    def advance(self, project: str, namespace: str, to: str | None) -> None:
+        """`namespace`, the wave's awaited judgment, still waits and wrote nothing: the wave
+        goes on with `to` (a waiter whose first room fits the project now, behind no room
+        that holds it back), or ends (None: the rest wait behind `namespace`'s room or an
+        earlier one, and are judged again when room next moves, or at their recheck)."""
+        if self._head.get(project) != namespace:
+            return
+        del self._head[project]
+        if to is None:
+            self._pending.pop(project, None)
+            return
+        self._advance(project, to)
+
+    def _advance(self, project: str, to: str | None = None) -> None:
+        """Queues `to`, else the first in KubeVirt's order of those the wave has yet to judge,
+        as the judgment the wave awaits; the wave ends when none is left."""
+        known = self._waiting.get(project, {})
+        pending = {name for name in self._pending.get(project, ()) if known.get(name)}
+        if not pending:
+            self._pending.pop(project, None)
+            return
+        head = to if to in pending else min(pending, key=lambda n: _first_order(known[n]))
+        pending.discard(head)
+        self._pending[project] = pending
+        self._head[project] = head
+        self.enqueue(head)
+
+
+def _first_order(steps: Sequence[Step]) -> OrderKey:
+    return min(step.order for step in steps)
 
 
 LOGGED_NAMES: Final = 5

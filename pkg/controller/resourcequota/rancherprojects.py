@@ -9,7 +9,8 @@ project that is not there (no such kind, no such project) is None for the same t
 (no RBAC for it) closes the reads for a backoff (permission.py), logged once.
 
 A raise that fits the project is judged again with the rooms the project's other namespaces
-have not been given counted as taken, those earlier in KubeVirt's order that could fit
+have not been given counted as taken, those earlier in KubeVirt's order that could fit once
+the rooms given to later migrations are back
 (util/resourcequota/projectqueue.py, planned by the reconciler's ProjectSiblingsView): where it
 no longer fits, it waits for them, and the Warning names the first of each
 (PROJECT_QUEUED_REASON).
@@ -17,6 +18,7 @@ no longer fits, it waits for them, and the Warning names the first of each
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Final
@@ -38,14 +40,16 @@ from ...util.rancher.project import (
     project_reference,
 )
 from ...util.rancher.projectroom import NoRoom, fit_verdict, queued_verdict, refusal_verdict
-from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, rancher_base_text
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.projectqueue import (
     MemberTotals,
     OrderKey,
     Step,
+    kept,
     waits_behind,
 )
+from ...util.resourcequota.rancherpath import unjudged_record
 from .projectdemands import ProjectDemands
 from .reports import room_event_targets
 
@@ -64,8 +68,10 @@ PROJECT_INDEX: Final = "rancher-project"
 
 def project_index(namespace: Object) -> list[str]:
     """The project id (``<cluster>:<project>``) the namespace names in field.cattle.io/projectId,
-    if any: what a ProjectRoom's `members` looks up. Only Rancher and cluster administrators
-    write a namespace's annotations (a tenant's `edit` role has no verb on namespaces)."""
+    if any: what a ProjectRoom's `members` looks up. A tenant's `edit` role has no verb on
+    namespaces, but Rancher gives a project member who may create namespaces every verb on the
+    project's namespaces (`<project>-namespaces-edit`): such a member may edit this annotation
+    and our records on them, as it may Rancher's quota annotation (docs/security.md row 5m')."""
     project = annotations_of(namespace).get(PROJECT_ID_ANNOTATION)
     return [project] if project else []
 
@@ -210,7 +216,7 @@ class ProjectRoom:
     ) -> NoRoom | None:
         """The verdict on a raise that fits the project as it stands, once the rooms its
         siblings wait for ahead of it are counted as taken (projectqueue.waits_behind)."""
-        waiting = await judgment.siblings_waiting(totals.project.id)
+        waiting = [*await judgment.siblings_waiting(totals.project.id), *judgment.own]
         first = waits_behind(waiting, ahead_of, totals, raised)
         if not first:
             return None
@@ -218,6 +224,66 @@ class ProjectRoom:
             [step.describe() for step in first],
             [(step.namespace, step.room.migration_uid) for step in first],
         )
+
+    async def recorded(
+        self, namespace: Object, changes: dict[str, Any] | None, judgment: Judgment
+    ) -> dict[str, Any] | None:
+        """`changes`, a raise `lacking` let through, as written: where its project could not be
+        read (no judgment), the record names only the rooms given before (minor 5 of review
+        51: a transient read error gives no room ahead of the order); None: nothing to write."""
+        if changes is None or await self.judged(namespace):
+            return changes
+        return unjudged_record(namespace, changes, judgment.own)
+
+    async def settle(
+        self,
+        project: str | None,
+        judgment: Judgment,
+        waiting: Sequence[Step],
+        *,
+        wrote: bool,
+        no_room: NoRoom | None = None,
+    ) -> None:
+        """After a write's judgment: what the namespace's project has not given it yet,
+        whether its annotation was written (its waiting siblings are judged again then), the
+        siblings' migrations it waits behind (projectdemands.py); where the project's wave
+        awaited this judgment, whom it goes on with (`next_in_wave`)."""
+        demands, name = self.demands, judgment.name
+        if project is None:
+            demands.forget(name)
+            return
+        behind = no_room.behind if no_room is not None else ()
+        demands.record(project, name, waiting, wrote=wrote, behind=behind)
+        if no_room is not None and demands.heading(project, name):
+            to = await self.next_in_wave(judgment, waiting, no_room, demands.firsts(project))
+            demands.advance(project, name, to)
+
+    async def next_in_wave(
+        self,
+        judgment: Judgment,
+        waiting: Sequence[Step],
+        no_room: NoRoom,
+        firsts: Mapping[str, Step],
+    ) -> str | None:
+        """Whom the project's wave judges after the judged namespace, which still waits
+        (projectdemands.py): no one where it waits behind a sibling's earlier room, or where
+        its own first waiting room could fit once the rooms given to later migrations are back
+        (it holds every later room back: projectqueue.EventualFit); else the first in KubeVirt's
+        order of `firsts` (the waves's others, by their first waiting room) whose first room
+        fits the project as it stands. One planning of the siblings at most (the judgment's)."""
+        if no_room.first or not waiting:
+            return None
+        project = await self.reader.project_of(judgment.namespace)
+        if project is None:
+            return None
+        totals = judgment.totals(project)
+        steps = [*await judgment.siblings_waiting(project.id), *judgment.own]
+        if totals.eventual(steps).could_fit(waiting[0]):
+            return None
+        for name, step in sorted(firsts.items(), key=lambda item: item[1].order):
+            if name != judgment.name and totals.fits(name, step.annotation):
+                return name
+        return None
 
     def _members(self, project: ProjectQuota | None) -> list[Object]:
         """The project's namespaces in the cache, our writes it does not show yet applied (none
@@ -279,8 +345,17 @@ class Judgment:
     for the rooms it keeps; None: its annotation as it stands) where a sibling's room is judged.
     Lives for one write, under the project's lock; reads the caches when first asked."""
 
-    def __init__(self, room: ProjectRoom, namespace: Object, keeps: str | None) -> None:
+    def __init__(
+        self,
+        room: ProjectRoom,
+        namespace: Object,
+        keeps: str | None,
+        own: Sequence[Step] = (),
+    ) -> None:
         self.room = room
+        self.own = [step for step in own if step.given]
+        """The namespace's own given steps (projectqueue.EventualFit reads when each was
+        given)."""
         self.namespace = namespace
         self.name = str(metadata(namespace).get("name"))
         self.keeps = (
@@ -291,6 +366,23 @@ class Judgment:
         self._totals: tuple[ProjectQuota, MemberTotals] | None = None
         self._waiting: list[Step] | None = None
 
+    @classmethod
+    def of(
+        cls, room: ProjectRoom, namespace: Object, steps: Sequence[Step], flags: Sequence[bool]
+    ) -> Judgment:
+        """The judgment of a write of `namespace` whose ladder is `steps`, `flags` given: the
+        namespace counted at the raise for the rooms it keeps (projectqueue.kept)."""
+        keeps = kept(flags)
+        return cls(
+            room,
+            namespace,
+            steps[keeps - 1].annotation if keeps else rancher_base_text(namespace),
+            [
+                dataclasses.replace(step, given=done)
+                for step, done in zip(steps, flags, strict=True)
+            ],
+        )
+
     def totals(self, project: ProjectQuota) -> MemberTotals:
         """The members summed (once per project read)."""
         if self._totals is None or self._totals[0] is not project:
@@ -299,7 +391,8 @@ class Judgment:
         return self._totals[1]
 
     async def siblings_waiting(self, project: str) -> list[Step]:
-        """The rooms the project's other namespaces have not been given (planned once)."""
+        """The project's other namespaces' steps, `given` marked (planned once): the rooms
+        they have not been given, and those they have (projectqueue.EventualFit)."""
         if self._waiting is None:
             self._waiting = await self.room.siblings_waiting(project, self.name)
         return self._waiting

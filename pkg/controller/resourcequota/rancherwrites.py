@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -30,9 +30,9 @@ from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.rancher.project import PROJECT_ID_ANNOTATION
-from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, rancher_base_text
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
-from ...util.resourcequota.projectqueue import Step, given, kept, ladder, last_waiting
+from ...util.resourcequota.projectqueue import Step, given, ladder, last_waiting
 from ...util.resourcequota.rancherpath import annotation_patch
 from ..quotawriter import QuotaWriter
 from .rancherprojects import Judgment, ProjectRoom
@@ -131,7 +131,7 @@ class RancherPath:
         project = annotations_of(namespace).get(PROJECT_ID_ANNOTATION)
         if not project:
             return await self._write(namespace, quota, plan, snapshot, None)
-        async with self.project_room.demands.lock(project):
+        async with self.project_room.demands.judging(project):
             return await self._write(namespace, quota, plan, snapshot, project)
 
     async def _write(
@@ -148,22 +148,18 @@ class RancherPath:
         ahead of a sibling's earlier room. One `Judgment` serves every step judged here."""
         steps = ladder(namespace, plan)
         flags = given(namespace, steps)
-        keeps = kept(flags)
-        judgment = Judgment(
-            self.project_room,
-            namespace,
-            steps[keeps - 1].annotation if keeps else rancher_base_text(namespace),
-        )
+        judgment = Judgment.of(self.project_room, namespace, steps, flags)
         changes = annotation_patch(namespace, plan)
         ahead_of = last_waiting(steps, flags)
         no_room = await self.project_room.lacking(namespace, plan, changes, ahead_of, judgment)
         if no_room is None:
+            changes = await self.project_room.recorded(namespace, changes, judgment)
             self.project_room.report(namespace, quota, plan, snapshot, None)
             if changes is None:
                 self.reports.explain_blocked(snapshot, quota, plan)
             else:
                 await self._patch(namespace, quota, plan, changes)
-            self._record(project, namespace, [], wrote=changes is not None)
+            await self.project_room.settle(project, judgment, [], wrote=changes is not None)
             return None
         # The raise is held back (or stands, refused by Rancher): what fits is written.
         self.reports.explain_blocked(snapshot, quota, plan, cause=no_room.message)
@@ -176,26 +172,10 @@ class RancherPath:
             waiting = steps[wrote:]
         held = {step.room.migration for step in waiting} if no_room.first else None
         self.project_room.report(namespace, quota, plan, snapshot, no_room, held=held)
-        self._record(project, namespace, waiting, wrote=wrote is not None, behind=no_room.behind)
+        await self.project_room.settle(
+            project, judgment, waiting, wrote=wrote is not None, no_room=no_room
+        )
         return PROJECT_RECHECK
-
-    def _record(
-        self,
-        project: str | None,
-        namespace: Object,
-        waiting: list[Step],
-        *,
-        wrote: bool,
-        behind: Sequence[tuple[str, str]] = (),
-    ) -> None:
-        """What the namespace's project has not given it yet, whether its annotation was
-        written (projectdemands.py: its waiting siblings are queued then), and the siblings'
-        migrations it waits behind (it is queued once one of them no longer waits)."""
-        name = str(metadata(namespace).get("name"))
-        if project is None:
-            self.project_room.demands.forget(name)
-        else:
-            self.project_room.demands.record(project, name, waiting, wrote=wrote, behind=behind)
 
     async def _write_what_fits(
         self,

@@ -350,12 +350,17 @@ class ProjectSiblingsView:
         self.reconciler = reconciler
         self.clock = clock
         """Seconds, monotonic: when planning has held the event loop for SIBLINGS_SLICE."""
-        self.ladders = WaitingCache()
-        """Each sibling's waiting steps, laddered again only when its inputs change."""
+
+    @property
+    def ladders(self) -> WaitingCache:
+        """Each sibling's steps, laddered again only when its inputs change (the registry's:
+        a namespace no longer ours drops its entry with the rest of what it waited for)."""
+        return self.reconciler.rancher.project_room.demands.ladders
 
     async def __call__(self, project: str, besides: str) -> list[Step]:
-        """The rooms the namespaces of Rancher project `project` but `besides` have not been
-        given by it, planned from the caches now (projectqueue.waiting_steps), our writes the
+        """The steps of the namespaces of Rancher project `project` but `besides`, each marked
+        whether the project gave its room (projectqueue.project_steps: those not given wait;
+        the given ones say when each was given), planned from the caches now, our writes the
         caches do not show yet applied: the judge of a raise on Rancher's protected path counts
         those earlier in KubeVirt's order as taken. Planned: a namespace with migrations cached,
         not Terminating (its rooms will never be given), whose base is Rancher's annotation,
@@ -395,7 +400,7 @@ class ProjectSiblingsView:
         planned = reconciler._plan(name, reconciler.rancher.project_room.newest(cached))
         if planned is None or planned.plan.base is None or planned.plan.base.source != RANCHER:
             return []
-        return self.ladders.waiting(planned.namespace, planned.plan, project)
+        return self.ladders.steps(planned.namespace, planned.plan, project)
 
 
 class StaleRaiseView:

@@ -13,21 +13,25 @@ room a drain's evacuation (system-critical) in another is waiting for.
   priorityprefix.py). A room once given is never taken back for an earlier one that arrives
   after it (KubeVirt does not preempt a running migration either).
 - `given`: which steps of the ladder the project has given the namespace: a room whose migration
-  is among those our standing raise was given for (rancherpath.given_migrations, recorded by our
-  controller only) and which the annotation asks for (`covered`). A room the annotation would
+  is among those our standing raise was given for (rancherpath.given_migrations: recorded by our
+  controller, with the project that gave it), whatever its size now (a room that grew stays
+  given; only its growth is judged, against the project alone). A room the annotation would
   cover but that was not given for it (a new migration taking the room of one that ended) is
-  not given: it waits in the project's order like any other. `waiting_steps`: the rest; `kept`:
+  not given: it waits in the project's order like any other. Without a record (a raise of an
+  older version, until the next write records it), the rooms the annotation covers (`covered`). `waiting_steps`: the rest; `kept`:
   how many leading steps are given (the raise the namespace keeps); `last_waiting`: the order of
   the furthest room a raise to a step asks the project for anew.
 - `MemberTotals`: the project's namespaces' annotations parsed and summed once per judgment, so
   that each fit test costs one addition, not a parse of every member (module cost: one judgment
   is O(members + waiting steps) fit tests).
 - `claims_ahead`: per sibling namespace, the furthest of its waiting steps earlier in KubeVirt's
-  order than the room being judged that would fit the project as its namespaces stand now, the
-  judged namespace counted at the raise it keeps (its rooms given back where not kept); a step
-  that cannot fit even with the whole room the project has left does not hold anyone back (no
-  one starves behind a room that cannot be given). Steps are tried from the furthest down and
-  the first that fits is the claim. `waits_behind`: the raise judged beside those claims, and
+  order than the room being judged that could fit the project once the rooms given to
+  migrations later than it are given back (`EventualFit`), whether or not it fits now: room
+  freeing a bit at a time is not taken by later, smaller rooms. A step bigger than the project
+  limit less the bases and the rooms given to earlier migrations holds no one back (no one
+  starves behind a room the project can never give). Steps are tried from the furthest down and
+  the first that could fit is the claim; the judged raise is then judged beside the claims, the
+  others as they stand. `waits_behind`: the raise judged beside those claims, and
   whom it waits behind (the controller's judgment, and preflight's prediction of it).
 
 The order key is `scarce_room_order` (spec.priority, which only virt-controller may set; the
@@ -38,6 +42,8 @@ between migrations of one priority created in the same second.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import functools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,6 +75,7 @@ from .rancherpath import given_migrations, raised_annotation
 from .rooms import MigrationRoom
 
 RANCHER_PATH_KEYS = (
+    PROJECT_ID_ANNOTATION,
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     ANNOTATION_RANCHER_BASE,
     ANNOTATION_RANCHER_APPLIED,
@@ -95,6 +102,8 @@ class Step:
     order: OrderKey
     annotation: str
     plan: QuotaPlan
+    given: bool = False
+    """Whether the project gave the namespace this room (`given`; set by `project_steps`)."""
 
     @functools.cached_property
     def limit(self) -> ResourceList:
@@ -151,13 +160,16 @@ def covered(namespace: Mapping[str, Any], steps: Sequence[Step]) -> int:
 
 
 def given(namespace: Mapping[str, Any], steps: Sequence[Step]) -> list[bool]:
-    """Per step, whether the project gave the namespace its room (module docstring)."""
-    asked = covered(namespace, steps)
+    """Per step, whether the project gave the namespace its room (module docstring): its
+    migration's uid is in our record, whatever the room's size now (a room that grew stays
+    given; only its growth is judged, against the project alone). Without a record (a raise
+    written by a version before it, until the next reconcile writes one), the rooms the
+    annotation covers."""
     uids = given_migrations(namespace)
-    return [
-        index < asked and (uids is None or step.room.migration_uid in uids)
-        for index, step in enumerate(steps)
-    ]
+    if uids is None:
+        asked = covered(namespace, steps)
+        return [index < asked for index in range(len(steps))]
+    return [step.room.migration_uid in uids for step in steps]
 
 
 def kept(flags: Sequence[bool]) -> int:
@@ -174,40 +186,63 @@ def last_waiting(steps: Sequence[Step], flags: Sequence[bool]) -> OrderKey | Non
     return max(orders) if orders else None
 
 
+def project_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
+    """The namespace's ladder, each step marked `given` or not (what a sibling's judge reads:
+    its waiting steps, and its given ones for `EventualFit`)."""
+    steps = ladder(namespace, plan)
+    return [
+        dataclasses.replace(step, given=done)
+        for step, done in zip(steps, given(namespace, steps), strict=True)
+    ]
+
+
 def waiting_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
     """The steps of the namespace's ladder the project has not given it (module docstring)."""
-    steps = ladder(namespace, plan)
-    return [step for step, done in zip(steps, given(namespace, steps), strict=True) if not done]
+    return [step for step in project_steps(namespace, plan) if not step.given]
 
 
 class WaitingCache:
-    """Per namespace, its `waiting_steps` for the last (annotations, plan) they were computed
+    """Per namespace, its `project_steps` for the last (annotations, plan) they were computed
     from: a sibling whose annotations and plan did not change since the last write of its
     project is not laddered again (a ladder renders a raise per room). Keyed by value (the
     Rancher path's annotations and the plan's fields a ladder reads), so a change of either is
-    a new ladder; one entry per namespace, dropped once its project no longer lists it (`keep`).
-    Event loop only."""
+    a new ladder; one entry per namespace, dropped once its project no longer lists it (`keep`)
+    or the namespace is no longer ours (`forget`). Event loop only."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[str, str, list[Step]]] = {}
-        """Namespace -> (its project id, the fingerprint, its waiting steps)."""
+        self._entries: dict[str, tuple[str, str, list[Step], list[Step]]] = {}
+        """Namespace -> (its project id, the fingerprint, its steps, its waiting steps)."""
+
+    def steps(self, namespace: Mapping[str, Any], plan: QuotaPlan, project: str) -> list[Step]:
+        """`project_steps(namespace, plan)`, computed again only where its inputs changed."""
+        return self._entry(namespace, plan, project)[2]
 
     def waiting(self, namespace: Mapping[str, Any], plan: QuotaPlan, project: str) -> list[Step]:
         """`waiting_steps(namespace, plan)`, computed again only where its inputs changed."""
+        return self._entry(namespace, plan, project)[3]
+
+    def _entry(
+        self, namespace: Mapping[str, Any], plan: QuotaPlan, project: str
+    ) -> tuple[str, str, list[Step], list[Step]]:
         name = _name(namespace)
         key = _fingerprint(namespace, plan)
         known = self._entries.get(name)
         if known is not None and known[1] == key:
-            return known[2]
-        steps = waiting_steps(namespace, plan)
-        self._entries[name] = (project, key, steps)
-        return steps
+            return known
+        steps = project_steps(namespace, plan)
+        entry = (project, key, steps, [step for step in steps if not step.given])
+        self._entries[name] = entry
+        return entry
 
     def keep(self, project: str, members: Collection[str]) -> None:
         """Drops the entries of `project`'s namespaces not among `members` (deleted, moved)."""
         gone = [n for n, entry in self._entries.items() if entry[0] == project and n not in members]
         for name in gone:
             del self._entries[name]
+
+    def forget(self, namespace: str) -> None:
+        """Drops the namespace's entry (deleted, or no longer ours)."""
+        self._entries.pop(namespace, None)
 
 
 def _fingerprint(namespace: Mapping[str, Any], plan: QuotaPlan) -> str:
@@ -245,14 +280,17 @@ class MemberTotals:
         self.project = project
         self.judged = judged
         self.limits: dict[str, ResourceList] = {}
+        self.bases: dict[str, ResourceList] = {}
+        """Each member's base (its Rancher annotation before any raise of ours), the judged
+        namespace's included: what it asks once every room given to it is given back."""
         self.readable = True
         try:
             for member in members:
                 name = _name(member)
-                if (
-                    name == judged
-                    or annotations_of(member).get(PROJECT_ID_ANNOTATION) != project.id
-                ):
+                if annotations_of(member).get(PROJECT_ID_ANNOTATION) != project.id:
+                    continue
+                self.bases[name] = _hard(rancher_base_text(member))
+                if name == judged:
                     continue
                 self.limits[name] = _hard(
                     annotations_of(member).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
@@ -263,6 +301,14 @@ class MemberTotals:
             self.keeps = {}
         self.others = total(self.limits.values())
         self._fits: dict[tuple[str, str], bool] = {}
+        self._eventual: EventualFit | None = None
+
+    def eventual(self, steps: Sequence[Step]) -> EventualFit:
+        """The `EventualFit` of these members and `steps`, built once: a judgment passes the
+        same steps (its siblings' and its own) to every claims_ahead of its totals."""
+        if self._eventual is None:
+            self._eventual = EventualFit(self, steps)
+        return self._eventual
 
     def fit(self, name: str, annotation: str, claims: Sequence[Step] = ()) -> Fit | None:
         """Namespace `name` (the judged one or a sibling) with `annotation` as its request, the
@@ -297,18 +343,108 @@ def _hard(annotation: str | None) -> ResourceList:
     return (namespace_limit(annotation) or RancherLimit()).hard()
 
 
+class EventualFit:
+    """Whether a sibling's waiting step could fit the project once the rooms given to
+    migrations later than it in KubeVirt's order are given back (they will be: each ends):
+    the step's namespace at the step, its rooms given to later migrations taken out, beside
+    every other member at its base plus the rooms given to it for migrations earlier than the
+    step. A step that does not fit even so cannot be given before an earlier migration ends,
+    so it holds no later room back; one that does holds every later room back, whether or not
+    it fits now, so that room freeing a bit at a time is not taken by later, smaller rooms.
+
+    `steps`: the ladders of the members (projectqueue.project_steps), their `given` steps read:
+    a member with none listed counts at its annotation as it stands (a namespace not on
+    Rancher's path, or whose rooms the caller did not plan: nothing of it is given back).
+    Built once per judgment: O(G log G) for G given steps, then each test is a bisection and a
+    few sums."""
+
+    def __init__(self, totals: MemberTotals, steps: Iterable[Step]) -> None:
+        self.totals = totals
+        self._given: dict[str, list[tuple[OrderKey, ResourceList]]] = {}
+        """Member -> its given steps in ladder order: (order, its limit with that room and
+        every earlier given one)."""
+        for step in steps:
+            if step.given and step.namespace in totals.bases:
+                self._given.setdefault(step.namespace, []).append((step.order, step.limit))
+        self._events: list[tuple[OrderKey, ResourceList]] = []
+        """Every given room across the project, in KubeVirt's order: (order, its size)."""
+        base: dict[str, ResourceList] = {}
+        for name in {*totals.limits, totals.judged}:
+            base[name] = self._now(name)
+        for name, given in self._given.items():
+            base[name] = totals.bases[name]
+            before = totals.bases[name]
+            for order, limit in given:
+                self._events.append((order, subtract(limit, before)))
+                before = limit
+        self._events.sort(key=lambda event: event[0])
+        self._orders = [order for order, _ in self._events]
+        self._sums: list[ResourceList] = [{}]
+        for _, room in self._events:
+            self._sums.append(add(self._sums[-1], room))
+        self._base_total = total(base.values())
+        self._could: dict[tuple[str, str, OrderKey], bool] = {}
+
+    def _now(self, name: str) -> ResourceList:
+        if name == self.totals.judged:
+            return self.totals.keeps
+        return self.totals.limits.get(name, {})
+
+    def _member_at(self, name: str, order: OrderKey) -> ResourceList:
+        """The member with its given rooms earlier than `order` only."""
+        given = self._given.get(name)
+        if given is None:
+            return self._now(name)
+        count = sum(1 for at, _ in given if at < order)
+        return given[count - 1][1] if count else self.totals.bases[name]
+
+    def could_fit(self, step: Step) -> bool:
+        """Whether `step` (waiting) fits once later given rooms are back (each step judged
+        once)."""
+        key = (step.namespace, step.annotation, step.order)
+        known = self._could.get(key)
+        if known is None:
+            known = self._could[key] = self._could_fit(step)
+        return known
+
+    def _could_fit(self, step: Step) -> bool:
+        totals = self.totals
+        project = totals.project
+        if project.limit is None or project.namespace_default is None or not totals.readable:
+            return False
+        try:
+            requested = namespace_limit(step.annotation) or RancherLimit()
+        except ValueError:
+            return False
+        merged = complete_quota(requested, project.namespace_default).hard()
+        given = self._given.get(step.namespace)
+        if given:
+            later = subtract(given[-1][1], self._member_at(step.namespace, step.order))
+            merged = subtract(merged, later)
+        earlier = self._sums[bisect.bisect_left(self._orders, step.order)]
+        others = add(self._base_total, earlier)
+        mine = self._member_at(step.namespace, step.order)
+        others = subtract(others, mine)
+        return fit(merged, [others], project.limit.hard()).fits
+
+
 def claims_ahead(waiting: Iterable[Step], ahead_of: OrderKey, totals: MemberTotals) -> list[Step]:
     """Per sibling namespace, the furthest of its `waiting` steps earlier than `ahead_of` that
-    fits the project (module docstring), tried from the furthest down; a sibling not among the
-    members `totals` counts claims nothing."""
+    could fit the project once the rooms given to later migrations are given back
+    (`EventualFit`), tried from the furthest down; a sibling not among the members `totals`
+    counts claims nothing. `waiting` may hold given steps too (`Step.given`): they are never
+    claims, only read for `EventualFit` (built at the first call for `totals`: pass the same
+    steps for one `totals`)."""
+    listed = list(waiting)
+    eventual = totals.eventual(listed)
     by_namespace: dict[str, list[Step]] = {}
-    for step in waiting:
-        if step.order < ahead_of and step.namespace in totals.limits:
+    for step in listed:
+        if not step.given and step.order < ahead_of and step.namespace in totals.limits:
             by_namespace.setdefault(step.namespace, []).append(step)
     claims = []
     for _, steps in sorted(by_namespace.items()):
         for step in sorted(steps, key=lambda s: s.order, reverse=True):
-            if totals.fits(step.namespace, step.annotation):
+            if eventual.could_fit(step):
                 claims.append(step)
                 break
     return claims
@@ -322,6 +458,8 @@ def first_waiting(claims: Sequence[Step], waiting: Iterable[Step]) -> list[Step]
     """For each claim, its namespace's first waiting step: the migration that goes first."""
     first: dict[str, Step] = {}
     for step in waiting:
+        if step.given:
+            continue
         known = first.get(step.namespace)
         if known is None or step.order < known.order:
             first[step.namespace] = step
