@@ -34,6 +34,7 @@ project's room (given, never taken back) moves once that migration has ended: it
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from ..util.resourcequota.projectqueue import (
     kept,
     ladder,
     last_waiting,
-    waiting_steps,
+    project_steps,
     waits_behind,
 )
 from .admission import NamespaceContext
@@ -187,15 +188,15 @@ def _one_project(
         plan = _rancher_plan(ns, simulated_here, members)
         if plan is not None:
             plans[ns_name] = plan
-    waiting = {
-        ns_name: waiting_steps(members.namespaces[ns_name], p) for ns_name, p in plans.items()
+    laddered = {
+        ns_name: project_steps(members.namespaces[ns_name], p) for ns_name, p in plans.items()
     }
     evacuated = {key[0] for key in moves}
     out: dict[tuple[str, str], ProjectWait] = {}
     for ns_name, plan in plans.items():
         if ns_name not in evacuated:
             continue
-        siblings = [s for other, steps in waiting.items() if other != ns_name for s in steps]
+        siblings = [s for other, steps in laddered.items() if other != ns_name for s in steps]
         judged = _judge(project, namespaces, members.namespaces[ns_name], plan, siblings)
         out.update({(ns_name, vm): wait for vm, wait in judged.items()})
     return out
@@ -247,9 +248,16 @@ def _judge(
     """Per simulated evacuation of `ns` (by VM), the rooms it waits behind and goes ahead of,
     its namespace's raise up to its room judged as the controller judges a write's step
     (rancherwrites.py `_write_what_fits`): against the project as it stands first; fitting, the
-    siblings' claims ahead of it (projectqueue.waits_behind)."""
+    siblings' claims ahead of it (projectqueue.waits_behind). `siblings` holds the siblings'
+    given steps too (`project_steps`): with the namespace's own given steps they are what
+    `EventualFit` reads, as in the controller (rancherprojects.py `_behind_siblings`)."""
     steps = ladder(ns, plan)
     flags = given(ns, steps)
+    own_given = [
+        dataclasses.replace(step, given=True)
+        for step, done in zip(steps, flags, strict=True)
+        if done
+    ]
     count = kept(flags)
     keeps = steps[count - 1].annotation if count else rancher_base_text(ns)
     totals = MemberTotals(project, namespaces, name(ns), keeps)
@@ -258,7 +266,8 @@ def _judge(
         ahead_of = last_waiting(steps[: index + 1], flags)
         if not simulated(step) or ahead_of is None or not totals.fits(name(ns), step.annotation):
             continue
-        wait = ProjectWait(behind=waits_behind(siblings, ahead_of, totals, step.annotation))
+        judged_with = [*siblings, *own_given]
+        wait = ProjectWait(behind=waits_behind(judged_with, ahead_of, totals, step.annotation))
         if not wait.behind:
             raised = MemberTotals(project, namespaces, name(ns), step.annotation)
             wait.ahead_of = _pushed_back(step, siblings, totals, raised)
@@ -275,7 +284,7 @@ def _pushed_back(
     raise to `step` (`raised`): the rooms the evacuation takes ahead of them."""
     first: dict[str, Step] = {}
     for sibling in sorted(siblings, key=lambda s: s.order):
-        if sibling.order > step.order:
+        if not sibling.given and sibling.order > step.order:
             first.setdefault(sibling.namespace, sibling)
     return [
         s

@@ -17,6 +17,11 @@ from harvester_quota.preflight.render import render_json, render_text
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.rancher.project import PROJECT_ID_ANNOTATION
+from harvester_quota.util.resourcequota.base import (
+    ANNOTATION_RANCHER_APPLIED,
+    ANNOTATION_RANCHER_BASE,
+    ANNOTATION_RANCHER_GIVEN,
+)
 
 from ..objects import launcher_pod, managed_quota, migration, vmi
 from .test_preflight import migratable, node
@@ -51,23 +56,26 @@ class Project:
         self.migrations: list[Object] = []
         self.vmmrqs: list[Object] = []
 
-    def namespace(self, name: str, node_name: str) -> Object:
-        """Namespace `name` with VM `vm-<name>` running on `node_name`."""
+    def namespace(
+        self, name: str, node_name: str, memory: str = "4Gi", base: dict[str, str] = SEED
+    ) -> Object:
+        """Namespace `name` with VM `vm-<name>` (2 cores, `memory`) running on `node_name`, its
+        Rancher base `base` (its quota's hard)."""
         self.namespaces.append(
             {
                 "metadata": {
                     "name": name,
                     "annotations": {
                         PROJECT_ID_ANNOTATION: PROJECT,
-                        CATTLE_ANNOTATION_RESOURCE_QUOTA: json.dumps({"limit": SEED}),
+                        CATTLE_ANNOTATION_RESOURCE_QUOTA: json.dumps({"limit": base}),
                     },
                 }
             }
         )
-        instance = migratable(vmi(f"vm-{name}", name, node=node_name))
+        instance = migratable(vmi(f"vm-{name}", name, node=node_name, memory=memory))
         instance["metadata"]["creationTimestamp"] = EARLY
         pod = launcher_pod(instance, f"virt-launcher-vm-{name}", node=node_name)
-        hard = {"limits.cpu": "3", "limits.memory": "5000Mi"}
+        hard = {"limits.cpu": base["limitsCpu"], "limits.memory": base["limitsMemory"]}
         quota = managed_quota(name, hard)
         used = pod_quota_usage(pod)
         quota["status"] = {"hard": hard, "used": {k: str(used[k]) for k in hard if k in used}}
@@ -152,6 +160,41 @@ def test_the_evacuation_waits_behind_an_earlier_evacuation_in_a_sibling_named_wi
     assert raw["delay"]["cause"] == "project" and raw["delay"]["behind"] == [named]
     project.project["spec"]["resourceQuota"]["limit"] = dict(ROOM_FOR_TWO)
     assert verdict(project.drain("n1"), "a/vm-a").delay is None
+
+
+def test_an_earlier_evacuation_that_fits_once_a_later_given_room_is_back_holds_the_drain_back() -> (
+    None
+):
+    """The controller's rule since review 51 (projectqueue.EventualFit), predicted: b's
+    evacuation (created before the drain, 8Gi) does not fit the project now, but would once c's
+    room, given to a user migration created after it, is back; so it holds vm-a's evacuation
+    (4Gi, which fits now) back, and preflight says vm-a waits behind it. Without c's given room
+    counted (preflight passing siblings' waiting steps only), b's room could never fit, held
+    no one back, and vm-a went ahead: the starvation the review found."""
+    bigger = {"limitsCpu": "3000m", "limitsMemory": "10000Mi"}
+    given_raise = {"limitsCpu": "5100m", "limitsMemory": "9700Mi"}
+    project = Project({"limitsCpu": "14100m", "limitsMemory": "30700Mi"})
+    project.namespace("a", "n1")
+    project.namespace("b", "n2", memory="8Gi", base=bigger)
+    project.namespace("c", "n3")
+    project.migrate("b", "evacuation-b", LATER, "system-critical")
+    running = project.migrate("c", "user-c", "2026-01-01T00:07:00Z", None)
+    running["status"]["phase"] = "Running"
+    raised = json.dumps({"limit": given_raise})
+    c = next(ns for ns in project.namespaces if ns["metadata"]["name"] == "c")
+    c["metadata"]["annotations"] |= {
+        CATTLE_ANNOTATION_RESOURCE_QUOTA: raised,
+        ANNOTATION_RANCHER_BASE: json.dumps({"limit": SEED}),
+        ANNOTATION_RANCHER_APPLIED: raised,
+        ANNOTATION_RANCHER_GIVEN: f"{PROJECT} {running['metadata']['uid']}",
+    }
+    vm = verdict(project.drain("n1"), "a/vm-a")
+    assert not vm.blocked and vm.delay is not None and vm.delay.cause == "project"
+    assert vm.delay.behind == [
+        "b/evacuation-b (priority system-critical, created 2026-01-01T00:05:00Z)"
+    ]
+    c["metadata"]["annotations"][ANNOTATION_RANCHER_GIVEN] = f"{PROJECT} someone-else"
+    assert verdict(project.drain("n1"), "a/vm-a").delay is None, "c's room not given: b never fits"
 
 
 def test_two_evacuations_of_one_drain_in_two_namespaces_go_one_after_the_other() -> None:
