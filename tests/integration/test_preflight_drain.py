@@ -447,7 +447,9 @@ async def _reads_the_evacuation_as_it_predicted_it(
         if m["metadata"]["namespace"] == namespace and m["spec"].get("vmiName") == "vm1"
     ]
     assert evacuations, "the drain's evacuation of vm1 is read"
-    (vm1,) = [vm for vm in preflight(state, Plan("drain", [NODE])).vms if vm.name == "vm1"]
+    (vm1,) = [
+        vm for vm in preflight(state, Plan("drain", [NODE])).vms if vm.key == f"{namespace}/vm1"
+    ]
     assert {priority_name(migration_priority(m)) for m in evacuations} == {vm1.migration_priority}
 
 
