@@ -432,6 +432,7 @@ async def test_a_tenant_cannot_get_ahead_by_a_label_an_annotation_or_a_name() ->
 
 
 T0, T5, T9 = "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z", "2026-01-01T00:00:09Z"
+T1 = "2026-01-01T00:00:01Z"
 
 
 async def _handoff(*, a1_cores: int) -> Project:
@@ -853,6 +854,55 @@ async def test_a_given_room_that_grows_stays_given_and_only_its_growth_is_judged
     grown = json.loads(project.cluster.asks("a"))["limit"]["limitsMemory"]
     assert project.cluster.raised("a") and project.cluster.asks("a") != one, grown
     assert await project.reconcile("b") == PROJECT_RECHECK and not project.cluster.raised("b")
+
+
+async def test_a_given_room_whose_growth_does_not_fit_stands_as_written_and_goes_to_no_sibling() -> (
+    None
+):
+    """Review 52, major 1: a1's room is given; b's evacuation waits; a1's room grows 100Mi past
+    what the project has left. a's raise stands as written (its growth waits, rechecked), it is
+    not given back, and b is still not raised: a room once given is never taken back by the
+    order. Once the project's limit is lowered below the raise standing, it goes."""
+    project = Project({"limitsCpu": "8500m", "limitsMemory": "14625Mi"})
+    project.namespace("a")
+    project.namespace("b")
+    project.migrate("a", "a1", created=T0)
+    assert await project.reconcile("a") is None and project.cluster.raised("a")
+    written = project.cluster.asks("a")
+    project.migrate("b", "evac", created=T5, priority="system-critical")
+    assert await project.reconcile("b") == PROJECT_RECHECK and not project.cluster.raised("b")
+    project.vms["a-vm0"] = vmi("a-vm0", namespace="a", memory="4196Mi")
+    assert await project.reconcile("a") == PROJECT_RECHECK, "the growth waits, rechecked"
+    assert project.cluster.asks("a") == written, "the given room stands as written"
+    assert await project.reconcile("b") == PROJECT_RECHECK and not project.cluster.raised("b")
+    project.cluster.project["spec"]["resourceQuota"]["limit"] = {
+        "limitsCpu": "6000m",
+        "limitsMemory": "10000Mi",
+    }
+    project.clock.step(PROJECT_RECHECK)
+    await project.reconcile("a")
+    assert not project.cluster.raised("a"), "a standing raise the project no longer fits goes"
+
+
+async def test_of_two_given_rooms_one_growing_past_the_free_room_neither_is_taken_back() -> None:
+    """Review 52, major 1 with two rooms: a1 and a2 given; a2's room grows past what the
+    project has left. a's raise is not lowered to a1's room alone (a2's given room taken back
+    and handed to b's evacuation): both stay recorded, the annotation stands, b waits."""
+    project = Project({"limitsCpu": "10530m", "limitsMemory": "19200Mi"})
+    project.namespace("a", vms=2)
+    project.namespace("b")
+    project.migrate("a", "a1", vm=0, created=T0)
+    project.migrate("a", "a2", vm=1, created=T1)
+    assert await project.reconcile("a") is None
+    written, record = project.cluster.asks("a"), given_uids(project, "a")
+    project.migrate("b", "evac", created=T5, priority="system-critical")
+    await project.reconcile("b")
+    assert not project.cluster.raised("b")
+    project.vms["a-vm1"] = vmi("a-vm1", namespace="a", memory="4196Mi")
+    await project.reconcile("a")
+    assert (project.cluster.asks("a"), given_uids(project, "a")) == (written, record)
+    await project.reconcile("b")
+    assert not project.cluster.raised("b")
 
 
 async def test_a_raise_without_the_record_gets_it_at_once_so_no_later_migration_inherits_it() -> (

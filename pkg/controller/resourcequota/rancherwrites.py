@@ -32,7 +32,7 @@ from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.rancher.project import PROJECT_ID_ANNOTATION
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
-from ...util.resourcequota.projectqueue import Step, given, ladder, last_waiting
+from ...util.resourcequota.projectqueue import Step, given, kept, ladder, last_waiting
 from ...util.resourcequota.rancherpath import annotation_patch
 from ..quotawriter import QuotaWriter
 from .rancherprojects import Judgment, ProjectRoom
@@ -193,14 +193,20 @@ class RancherPath:
         not given judged against the siblings' earlier ones, is written, or kept where it stands
         (a standing step is kept while it fits the project on its own, never lowered to a nearer
         one that fits too: that took a room back at every recheck; lowered once it no longer
-        fits, the project limit lowered). Where no step fits, the raise is given back: the rooms
-        of migrations that ended go, or a sibling waiting for them would wait for good. Only a
-        plan whose raise was judged (the project read): where it cannot be read, nothing is
-        written. Returns how many steps the annotation asks for after a write, None where
-        nothing was written."""
+        fits, the project limit lowered). A step never drops a room given to this namespace
+        (`kept`, they lead the ladder): where even the given rooms do not fit as they are
+        planned now (one grew) and the raise standing still fits the project, it stands, its
+        growth waiting; only a raise standing that no longer fits is lowered (review 52, major
+        1). Where no step fits, the raise is given back: the rooms of migrations that ended go,
+        or a sibling waiting for them would wait for good. Only a plan whose raise was judged
+        (the project read): where it cannot be read, nothing is written. Returns how many steps
+        the annotation asks for after a write, None where nothing was written."""
         if not await self.project_room.judged(namespace):
             return None
+        given_count = kept(flags)
         for count in range(len(steps) - 1, 0, -1):
+            if count < given_count:
+                break
             step = steps[count - 1]
             judged = {CATTLE_ANNOTATION_RESOURCE_QUOTA: step.annotation}
             ahead_of = last_waiting(steps[:count], flags)
@@ -220,7 +226,18 @@ class RancherPath:
             )
             await self._patch(namespace, quota, step.plan, changes)
             return count
+        if given_count and await self._standing_fits(namespace, plan, judgment):
+            return None
         return await self._give_back(namespace, quota, plan)
+
+    async def _standing_fits(self, namespace: Object, plan: QuotaPlan, judgment: Judgment) -> bool:
+        """Whether the raise standing on `namespace` (its given rooms as they were written)
+        still fits its Rancher project as the project stands, siblings' waits aside."""
+        standing = annotations_of(namespace).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+        if standing is None:
+            return False
+        judged = {CATTLE_ANNOTATION_RESOURCE_QUOTA: standing}
+        return await self.project_room.lacking(namespace, plan, judged, None, judgment) is None
 
     async def _give_back(self, namespace: Object, quota: Object, plan: QuotaPlan) -> int | None:
         """The release of every room (none fits, or none is owed to this namespace first);
