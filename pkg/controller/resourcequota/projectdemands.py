@@ -18,8 +18,9 @@ further (it wrote, or it still waits and its room can never fit: ProjectRoom.nex
 picks the first waiter whose first room fits the project as it stands) and ends where it holds
 the later rooms back. A freed room so costs a few judgments, each planning the project's
 siblings once, not one per waiter (O(N) sibling plans, not O(N^2)). A waiter not known to wait
-is queued at once. A wave whose awaited judgment never comes (that reconcile failing) goes on at
-that namespace's retry, or the waiters' rechecks.
+is queued at once. A wave whose awaited judgment never comes (that reconcile failing) stays at
+it until a retry of that reconcile judges; meanwhile the other waiters are judged only at their
+own rechecks (each alone, in the same order), not at once.
 
 State is in memory and per process, rebuilt by the reconciles: after a restart (or a change of
 leader) the waiting namespaces are unknown until each reconciles once (every namespace does at
