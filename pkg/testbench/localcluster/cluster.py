@@ -1164,12 +1164,9 @@ def _virt_controller_record(info: ClusterInfo | None) -> ProcessRecord | None:
 def _lease_renewed(rest: RestClient, since: datetime.datetime) -> bool:
     """virt-controller's Lease was renewed at or after ``since`` (this host's clock, as the API
     server's): a virt-controller started then leads."""
-    try:
-        lease = rest.get(VIRT_CONTROLLER_LEASE)
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
+    lease = _virt_controller_lease(rest)
+    if lease is None:
+        return False
     renewed = (lease.get("spec") or {}).get("renewTime")
     if not renewed:
         return False
@@ -1178,13 +1175,18 @@ def _lease_renewed(rest: RestClient, since: datetime.datetime) -> bool:
 
 def _lease_held(rest: RestClient) -> bool:
     """virt-controller leads: its Lease exists and names a holder."""
+    lease = _virt_controller_lease(rest)
+    return lease is not None and bool(lease.get("spec", {}).get("holderIdentity"))
+
+
+def _virt_controller_lease(rest: RestClient) -> dict[str, Any] | None:
+    """virt-controller's Lease, None where it does not exist (yet); other errors raise."""
     try:
-        lease = rest.get(VIRT_CONTROLLER_LEASE)
+        return rest.get(VIRT_CONTROLLER_LEASE)
     except ApiError as error:
         if error.status == 404:
-            return False
+            return None
         raise
-    return bool(lease.get("spec", {}).get("holderIdentity"))
 
 
 def _crds_established(rest: RestClient, names: list[str]) -> bool:
