@@ -905,6 +905,48 @@ async def test_of_two_given_rooms_one_growing_past_the_free_room_neither_is_take
     assert not project.cluster.raised("b")
 
 
+async def test_an_ended_given_room_goes_back_while_another_given_room_waits_for_its_growth() -> (
+    None
+):
+    """Review 53, major 1: a1 and a2 given; b's evacuation waits; a1 ends and a2's room grows
+    past the free room plus a1's. a's raise is kept for a2 alone, capped at what stands: a1's
+    room goes back (the CPU a2's growth does not touch is lowered) and the record names a2
+    only; a2's growth waits."""
+    project = Project({"limitsCpu": "10530m", "limitsMemory": "19200Mi"})
+    project.namespace("a", vms=2)
+    project.namespace("b")
+    project.migrate("a", "a1", vm=0, created=T0)
+    a2 = project.migrate("a", "a2", vm=1, created=T1)
+    assert await project.reconcile("a") is None
+    two = json.loads(project.cluster.asks("a"))["limit"]
+    project.migrate("b", "evac", created=T5, priority="system-critical")
+    assert await project.reconcile("b") == PROJECT_RECHECK
+    project.end("a", "a1")
+    project.vms["a-vm1"] = vmi("a-vm1", namespace="a", memory="9Gi")
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    kept_for_a2 = json.loads(project.cluster.asks("a"))["limit"]
+    assert kept_for_a2["limitsCpu"] != two["limitsCpu"], "a1's ended room went back"
+    assert project.cluster.raised("a"), "a2's given room is kept"
+    assert given_uids(project, "a") == f"{PROJECT_ID} {a2['metadata']['uid']}"
+
+
+async def test_a_lowered_project_limit_keeps_the_given_rooms_that_still_fit() -> None:
+    """Review 53, major 2: a1 and a2 given with room for two; the project's limit is lowered to
+    room for one (and a3 arrives). The raise standing no longer fits, so smaller sets of the
+    given rooms are tried, against the project alone: a keeps a1's room, not its base."""
+    project = Project(ROOM_FOR_TWO)
+    project.namespace("a", vms=3)
+    project.namespace("b")
+    project.migrate("a", "a1", vm=0, created=T0)
+    project.migrate("a", "a2", vm=1, created=T1)
+    assert await project.reconcile("a") is None
+    project.cluster.project["spec"]["resourceQuota"]["limit"] = dict(ROOM_FOR_ONE)
+    project.migrate("a", "a3", vm=2, created=T5)
+    project.clock.step(PROJECT_RECHECK)
+    assert await project.reconcile("a") == PROJECT_RECHECK
+    assert project.cluster.raised("a"), "a1's room fits the lowered project: kept"
+
+
 async def test_a_raise_without_the_record_gets_it_at_once_so_no_later_migration_inherits_it() -> (
     None
 ):

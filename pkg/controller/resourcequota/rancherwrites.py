@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -29,7 +29,8 @@ from ...generic.logformat import fields
 from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
-from ...util.rancher.project import PROJECT_ID_ANNOTATION
+from ...util.quantity import Quantity
+from ...util.rancher.project import PROJECT_ID_ANNOTATION, namespace_limit
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.projectqueue import Step, given, kept, ladder, last_waiting
@@ -193,30 +194,34 @@ class RancherPath:
         not given judged against the siblings' earlier ones, is written, or kept where it stands
         (a standing step is kept while it fits the project on its own, never lowered to a nearer
         one that fits too: that took a room back at every recheck; lowered once it no longer
-        fits, the project limit lowered). A step never drops a room given to this namespace
-        (`kept`, they lead the ladder): where even the given rooms do not fit as they are
-        planned now (one grew) and the raise standing still fits the project, it stands, its
-        growth waiting; only a raise standing that no longer fits is lowered (review 52, major
-        1). Where no step fits, the raise is given back: the rooms of migrations that ended go,
+        fits, the project limit lowered). A room given to this namespace (`kept`, they lead the
+        ladder) is not dropped while the raise standing fits the project: where even the given
+        rooms do not fit as they are planned now (one grew), the raise standing is kept for
+        them alone (`GivenRooms`), their growth waiting (review 52, major 1); only where the
+        raise standing no longer fits are smaller sets of given rooms tried, judged against the
+        project alone (review 53). Where no step fits, the raise is given back: the rooms of migrations that ended go,
         or a sibling waiting for them would wait for good. Only a plan whose raise was judged
         (the project read): where it cannot be read, nothing is written. Returns how many steps
         the annotation asks for after a write, None where nothing was written."""
         if not await self.project_room.judged(namespace):
             return None
         given_count = kept(flags)
+        standing_judged = False
         for count in range(len(steps) - 1, 0, -1):
-            if count < given_count:
-                break
+            if count < given_count and not standing_judged:
+                standing_judged = True
+                if await GivenRooms(self.project_room, self._patch).kept_for_given(
+                    namespace, quota, plan, steps[count], judgment
+                ):
+                    return None
             step = steps[count - 1]
             judged = {CATTLE_ANNOTATION_RESOURCE_QUOTA: step.annotation}
             ahead_of = last_waiting(steps[:count], flags)
             if await self.project_room.lacking(namespace, step.plan, judged, ahead_of, judgment):
                 continue
             changes = annotation_patch(namespace, step.plan)
-            if changes is None:
-                return None  # it stands already
-            if CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
-                return None  # records to drop first (someone else's edit)
+            if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+                return None  # it stands already, or records to drop first (someone else's edit)
             holders = ", ".join(s.room.vm_name for s in steps[:count])
             log.info(
                 "%s: the project has room for the raise of %s only (KubeVirt's priority order)",
@@ -226,18 +231,15 @@ class RancherPath:
             )
             await self._patch(namespace, quota, step.plan, changes)
             return count
-        if given_count and await self._standing_fits(namespace, plan, judgment):
+        if (
+            given_count
+            and not standing_judged
+            and await GivenRooms(self.project_room, self._patch).kept_for_given(
+                namespace, quota, plan, steps[0], judgment
+            )
+        ):
             return None
         return await self._give_back(namespace, quota, plan)
-
-    async def _standing_fits(self, namespace: Object, plan: QuotaPlan, judgment: Judgment) -> bool:
-        """Whether the raise standing on `namespace` (its given rooms as they were written)
-        still fits its Rancher project as the project stands, siblings' waits aside."""
-        standing = annotations_of(namespace).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
-        if standing is None:
-            return False
-        judged = {CATTLE_ANNOTATION_RESOURCE_QUOTA: standing}
-        return await self.project_room.lacking(namespace, plan, judged, None, judgment) is None
 
     async def _give_back(self, namespace: Object, quota: Object, plan: QuotaPlan) -> int | None:
         """The release of every room (none fits, or none is owed to this namespace first);
@@ -295,3 +297,52 @@ class RancherPath:
         """The namespace is no longer ours: learned again on Rancher's next refusal there."""
         self.protected.discard(namespace)
         self.project_room.forget(namespace)
+
+
+@dataclass(frozen=True)
+class GivenRooms:
+    """A raise standing for rooms given to a namespace, kept for them alone where their growth
+    does not fit its Rancher project (RancherPath._write_what_fits; reviews 52 and 53). `patch`
+    writes the annotation as RancherPath does (counted, logged, told)."""
+
+    project_room: ProjectRoom
+    patch: Callable[[Object, Object, QuotaPlan, Mapping[str, Any]], Awaitable[None]]
+
+    async def kept_for_given(
+        self, namespace: Object, quota: Object, plan: QuotaPlan, given: Step, judgment: Judgment
+    ) -> bool:
+        """Whether the raise standing still fits the project; then it is kept for the given
+        rooms alone (`given`: the step of all of them, as planned now)."""
+        if not await self._standing_fits(namespace, plan, judgment):
+            return False
+        await self._keep_given(namespace, quota, given.plan)
+        return True
+
+    async def _keep_given(self, namespace: Object, quota: Object, given_plan: QuotaPlan) -> None:
+        """The raise standing, kept for the given rooms alone: `given_plan` (the step of the
+        given rooms as planned now) capped, key by key, at the annotation standing, so it still
+        fits the project while the rooms of migrations that ended, or written unjudged, go,
+        and the record names the given rooms only (review 53). Nothing is written where that is
+        what stands."""
+        standing = namespace_limit(annotations_of(namespace).get(CATTLE_ANNOTATION_RESOURCE_QUOTA))
+        ceiling = standing.hard() if standing is not None else {}
+        hard = {
+            key: str(ceiling[key])
+            if key in ceiling and Quantity.parse(value) > ceiling[key]
+            else value
+            for key, value in given_plan.hard.items()
+        }
+        kept_plan = dataclasses.replace(given_plan, hard=hard)
+        changes = annotation_patch(namespace, kept_plan)
+        if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+            return
+        await self.patch(namespace, quota, kept_plan, changes)
+
+    async def _standing_fits(self, namespace: Object, plan: QuotaPlan, judgment: Judgment) -> bool:
+        """Whether the raise standing on `namespace` (its given rooms as they were written)
+        still fits its Rancher project as the project stands, siblings' waits aside."""
+        standing = annotations_of(namespace).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+        if standing is None:
+            return False
+        judged = {CATTLE_ANNOTATION_RESOURCE_QUOTA: standing}
+        return await self.project_room.lacking(namespace, plan, judged, None, judgment) is None
