@@ -14,8 +14,10 @@ target has no init container at all.
 
 Each real target pod's quota usage equals `target_quota_usage` with the settings read from the
 v1.9 cluster on every key (and KubeVirt's reported overhead equals ours); KubeVirt reports no
-quota refusal, so the room the controller raised covered every target; and the quota returns to
-its base.
+quota refusal, so the room the controller raised covered every target; each migrated VMI is
+never seen completed under its old launcher image (virt-handler's stand-in clears it in the
+hand-off, as virt-handler does) and is migrated once, not again; and the quota returns to its
+base.
 
 A source pod without a digest (kwok's empty `imageID`): v1.9 refuses to render the target
 ("no reproducible image digest") and the migration stays Pending, retried with backoff, with no
@@ -52,6 +54,7 @@ from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.cluster import (
     KUBEVIRT_NAMESPACE,
     VIRT_CONTROLLER_USER,
+    launcher_image,
 )
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
@@ -284,7 +287,7 @@ async def test_after_an_upgrade_to_v1_9_each_workload_update_target_is_ours_and_
     async with live_migrate_workload_updates(api):
         await asyncio.to_thread(real_kubevirt.switch, upgrade, TO)
         # Only now: replacing a CRD ends every watch of its objects.
-        async with RejectionWatch(api, namespace) as watch:
+        async with RejectionWatch(api, namespace) as watch, HandOffWatch(api, namespace) as vmis:
             migrations = await workload_updates(api, namespace)
             stuck = migrations.pop(WITHOUT_DIGEST)
             settings = await v19_settings(api, namespace)
@@ -295,6 +298,7 @@ async def test_after_an_upgrade_to_v1_9_each_workload_update_target_is_ours_and_
                 assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
             done = [m["metadata"]["name"] for m in migrations.values()]
             await assert_never_refused(kubevirt, kv, watch, done)
+            await each_migrated_once(api, namespace, vmis, list(migrations))
         await held_while_v19_refuses_to_render(upgrade, kv, stuck, base, settings)
     # Workload updates off first: v1.9's updater makes a new migration for the still outdated
     # VMI within milliseconds of its migration's delete (seen in a full run), raising its room
@@ -321,6 +325,68 @@ async def rooms_given_back_once_unfinished_deleted(
         except errors.NotFound:
             continue
     return bool(await hard_equals(kv, base))
+
+
+class HandOffWatch:
+    """The namespace's VMIs ever seen migrated (``migrationState`` completed, not failed) while
+    their status still named FROM's launcher image, from a watch of our own. virt-handler clears
+    that image in the hand-off that completes a migration; a VMI seen so is one v1.9's workload
+    updater can take for outdated and migrate a second time."""
+
+    def __init__(self, api: ApiClient, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.stale: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _watch(self) -> None:
+        old = launcher_image(FROM)
+        async for event in self.api.watch(
+            VIRTUAL_MACHINE_INSTANCES, self.namespace, resource_version="0"
+        ):
+            if event.type != "MODIFIED":
+                continue
+            state = event.object.get("status") or {}
+            handed_off = (state.get("migrationState") or {}).get("completed") and not (
+                state.get("migrationState") or {}
+            ).get("failed")
+            if handed_off and state.get("launcherContainerImageVersion") == old:
+                self.stale.add(event.object["metadata"]["name"])
+
+    async def __aenter__(self) -> HandOffWatch:
+        self._task = asyncio.ensure_future(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        if self._task.done():
+            self._task.result()  # a watch that died is a broken test, not "never stale"
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def each_migrated_once(
+    api: ApiClient, namespace: str, vmis: HandOffWatch, names: list[str]
+) -> None:
+    """Each VMI of `names` runs TO's launcher (virt-controller read it from the target pod), was
+    never seen migrated under FROM's launcher image, and v1.9's workload updater made one
+    migration of it, not a second."""
+
+    async def on_new_launcher() -> bool:
+        for name in names:
+            vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
+            if (vmi.get("status") or {}).get("launcherContainerImageVersion") != launcher_image(TO):
+                return False
+        return True
+
+    await eventually(on_new_launcher, what="each migrated VMI on v1.9's launcher")
+    assert vmis.stale == set()
+    listed = (await api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace))["items"]
+    updates = [
+        m["spec"]["vmiName"]
+        for m in listed
+        if WORKLOAD_UPDATE in (m["metadata"].get("annotations") or {})
+    ]
+    assert sorted(n for n in updates if n in names) == sorted(names), updates
 
 
 async def targets_are_ours(

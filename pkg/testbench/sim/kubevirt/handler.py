@@ -9,8 +9,11 @@ run on kwok. `VirtHandler` does exactly the node side's share, nothing of virt-c
 - Migration, once virt-controller has handed it off (``status.migrationState.targetNode`` set):
   the target reports its address (TargetReady), the source starts (Running), after the VM's
   migration time the target detects and readies the domain, then the migration completes: the
-  VMI moves to the target node (``status.nodeName``, the ``kubevirt.io/nodeName`` label) and the
-  migration-target label goes. virt-controller then marks the migration Succeeded.
+  VMI moves to the target node (``status.nodeName``, the ``kubevirt.io/nodeName`` label), the
+  migration-target and outdated-launcher labels go, and so do its eviction-source annotation,
+  launcher image version and evacuation node (virt-controller reads the version again from the
+  target pod: until then no workload updater takes the VMI for outdated). virt-controller then
+  marks the migration Succeeded.
 - After a completed migration the source virt-launcher exits: its pod goes ``Succeeded`` after
   `HandlerTimings.source_shutdown` (the v1.2.1 seed saw about 31 s); virt-controller does not
   delete it. After a failed or aborted one, the target launcher exits (``Failed``).
@@ -43,8 +46,10 @@ from ....generic.resource import PODS, Object, key_of
 from ....generic.store import Tombstone
 from ....generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from .objects import (
+    ANNOTATION_EVICTION_SOURCE,
     LABEL_MIGRATION_TARGET_NODE,
     LABEL_NODE_NAME,
+    LABEL_OUTDATED_LAUNCHER_IMAGE,
     MIGRATION_FINALIZER,
     meta,
     status,
@@ -355,16 +360,33 @@ class VirtHandler:
         return {"failed": True, "completed": True, "endTimestamp": now, "failureReason": reason}
 
     async def _complete(self, vmi: Object, state: dict[str, Any], now: str) -> None:
+        """The hand-off virt-handler writes once the target readied the domain (KubeVirt
+        v1.8/v1.9 ``ackMigrationCompletion``): the VMI on the target node, and what described
+        the source cleared. Its launcher image version goes (virt-controller reads it again from
+        the target pod; till then no workload updater counts the VMI as outdated, so none
+        migrates it twice), as do the outdated-launcher label, the eviction-source annotation
+        and the evacuation node; the target's memory overhead, where virt-controller reported
+        one, becomes the VMI's."""
         target = str(state["targetNode"])
-        labels: dict[str, Any] = {LABEL_NODE_NAME: target, LABEL_MIGRATION_TARGET_NODE: None}
+        labels: dict[str, Any] = {
+            LABEL_NODE_NAME: target,
+            LABEL_MIGRATION_TARGET_NODE: None,
+            LABEL_OUTDATED_LAUNCHER_IMAGE: None,
+        }
+        handed_off: dict[str, Any] = {
+            "nodeName": target,
+            "migrationState": {"endTimestamp": now, "completed": True},
+            "launcherContainerImageVersion": None,
+            "evacuationNodeName": None,
+            "migrationTransport": "Unix",
+        }
+        if state.get("targetMemoryOverhead"):
+            handed_off["memory"] = {"memoryOverhead": state["targetMemoryOverhead"]}
         await self._patch_vmi(
             vmi,
             {
-                "metadata": {"labels": labels},
-                "status": {
-                    "nodeName": target,
-                    "migrationState": {"endTimestamp": now, "completed": True},
-                },
+                "metadata": {"labels": labels, "annotations": {ANNOTATION_EVICTION_SOURCE: None}},
+                "status": handed_off,
             },
         )
         log.info("virt-handler stand-in: %s migrated to %s", key_of(vmi), target)
