@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Self
 
 import pytest
 from harvester_quota.apis.kubevirt import (
@@ -21,7 +22,7 @@ from harvester_quota.apis.kubevirt import (
 )
 from harvester_quota.app import ControllerApp
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import EVENTS, RESOURCE_QUOTAS
+from harvester_quota.generic.resource import EVENTS, RESOURCE_QUOTAS, Object, Resource
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.testbench.virtcontroller import EXCEEDED_QUOTA, VirtControllerDriver
@@ -78,38 +79,54 @@ async def deployed_controllers(
         yield app
 
 
-class RejectionWatch:
-    """Names of the namespace's migrations that ever carried KubeVirt's
-    migrationRejectedByResourceQuota condition, from a watch of our own."""
+class NamespaceWatch:
+    """A watch of our own of one resource in one namespace, from the API server's cache
+    (resourceVersion 0), each ADDED or MODIFIED object handed to `seen` while the block runs.
+    A watch that died is a broken test: leaving the block raises its error."""
+
+    resource: Resource
 
     def __init__(self, api: ApiClient, namespace: str) -> None:
         self.api, self.namespace = api, namespace
-        self.rejected: set[str] = set()
-        self.seen: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
-    async def _watch(self) -> None:
-        async for event in self.api.watch(
-            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, self.namespace, resource_version="0"
-        ):
-            if event.type not in ("ADDED", "MODIFIED"):
-                continue  # bookmarks carry no migration
-            name = event.object["metadata"]["name"]
-            self.seen.add(name)
-            conditions = (event.object.get("status") or {}).get("conditions") or []
-            if any(c.get("type") == CONDITION_REJECTED_BY_QUOTA for c in conditions):
-                self.rejected.add(name)
+    def seen(self, obj: Object) -> None:
+        raise NotImplementedError
 
-    async def __aenter__(self) -> RejectionWatch:
+    async def _watch(self) -> None:
+        async for event in self.api.watch(self.resource, self.namespace, resource_version="0"):
+            if event.type in ("ADDED", "MODIFIED"):  # bookmarks carry no object
+                self.seen(event.object)
+
+    async def __aenter__(self) -> Self:
         self._task = asyncio.ensure_future(self._watch())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._task is not None
         if self._task.done():
-            self._task.result()  # a watch that died is a broken test, not "never rejected"
+            self._task.result()  # a watch that died is a broken test, not "never seen"
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+
+
+class RejectionWatch(NamespaceWatch):
+    """Names of the namespace's migrations that ever carried KubeVirt's
+    migrationRejectedByResourceQuota condition."""
+
+    resource = VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+
+    def __init__(self, api: ApiClient, namespace: str) -> None:
+        super().__init__(api, namespace)
+        self.rejected: set[str] = set()
+        self.seen_names: set[str] = set()
+
+    def seen(self, obj: Object) -> None:
+        name = obj["metadata"]["name"]
+        self.seen_names.add(name)
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == CONDITION_REJECTED_BY_QUOTA for c in conditions):
+            self.rejected.add(name)
 
 
 def outcomes(server: WebhookServer) -> dict[str, float]:
@@ -205,7 +222,7 @@ async def assert_never_refused(
     """No quota refusal KubeVirt reported: no "exceeded quota" FailedCreate event in the
     namespace (listed now, and as the driver's records counted them per migration), and no
     migration that ever carried the rejected condition."""
-    await eventually(lambda: watch.seen >= set(names), what="the watch has every migration")
+    await eventually(lambda: watch.seen_names >= set(names), what="the watch has every migration")
     listed = await kv.api.list(EVENTS, kv.namespace, field_selector="reason=FailedCreate")
     refused = [e["message"] for e in listed["items"] if EXCEEDED_QUOTA in e.get("message", "")]
     counted = {name: refusals(kubevirt, kv.namespace, name) for name in names}

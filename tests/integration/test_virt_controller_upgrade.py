@@ -79,6 +79,7 @@ from tests.integration.test_attachment_differential import (
 from tests.integration.test_controllers_on_kubevirt import MIGRATION_TIMEOUT, hard_equals
 from tests.integration.test_target_room import (
     KEYS,
+    NamespaceWatch,
     RejectionWatch,
     assert_never_refused,
     no_slack,
@@ -327,41 +328,24 @@ async def rooms_given_back_once_unfinished_deleted(
     return bool(await hard_equals(kv, base))
 
 
-class HandOffWatch:
+class HandOffWatch(NamespaceWatch):
     """The namespace's VMIs ever seen migrated (``migrationState`` completed, not failed) while
-    their status still named FROM's launcher image, from a watch of our own. virt-handler clears
-    that image in the hand-off that completes a migration; a VMI seen so is one v1.9's workload
-    updater can take for outdated and migrate a second time."""
+    their status still named FROM's launcher image. virt-handler clears that image in the
+    hand-off that completes a migration; a VMI seen so is one v1.9's workload updater can take
+    for outdated and migrate a second time."""
+
+    resource = VIRTUAL_MACHINE_INSTANCES
 
     def __init__(self, api: ApiClient, namespace: str) -> None:
-        self.api, self.namespace = api, namespace
+        super().__init__(api, namespace)
         self.stale: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
 
-    async def _watch(self) -> None:
-        old = launcher_image(FROM)
-        async for event in self.api.watch(
-            VIRTUAL_MACHINE_INSTANCES, self.namespace, resource_version="0"
-        ):
-            if event.type != "MODIFIED":
-                continue
-            state = event.object.get("status") or {}
-            handed_off = (state.get("migrationState") or {}).get("completed") and not (
-                state.get("migrationState") or {}
-            ).get("failed")
-            if handed_off and state.get("launcherContainerImageVersion") == old:
-                self.stale.add(event.object["metadata"]["name"])
-
-    async def __aenter__(self) -> HandOffWatch:
-        self._task = asyncio.ensure_future(self._watch())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        if self._task.done():
-            self._task.result()  # a watch that died is a broken test, not "never stale"
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+    def seen(self, obj: Object) -> None:
+        state = obj.get("status") or {}
+        migration = state.get("migrationState") or {}
+        handed_off = migration.get("completed") and not migration.get("failed")
+        if handed_off and state.get("launcherContainerImageVersion") == launcher_image(FROM):
+            self.stale.add(obj["metadata"]["name"])
 
 
 async def each_migrated_once(
