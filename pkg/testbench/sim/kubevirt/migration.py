@@ -552,10 +552,7 @@ class MigrationController:
         if target is not None:
             flight.target_seen = True
         if flight.target_seen and (target is None or pod_is_down(target)):
-            reason = "target pod disappeared during migration"
-            await self._fail_on_vmi(flight, vmi)
-            await self._finish(flight, Outcome.FAILED, reason, target_linger=0.0)
-            return 0.0
+            return await self._target_lost(flight)
         step = next_step(
             flight.phase,
             entered_at=flight.entered,
@@ -570,6 +567,19 @@ class MigrationController:
             return None
         assert isinstance(step, Advance)
         await self._enter(flight, vmi, step.phase, target)
+        return 0.0
+
+    async def _target_lost(self, flight: Flight) -> float:
+        """The target pod went mid-migration. A deleted VMI takes its pods with it, and the pod
+        cache may learn of that before the VMI cache does: the VMI is read from the API server
+        first, so its deletion is the reason whenever it is the cause."""
+        vmi = await self._fetch_vmi(flight)
+        if vmi is None or _shut_down(vmi):
+            reason = "vmi does not exist" if vmi is None else "vmi shutdown during migration"
+        else:
+            reason = "target pod disappeared during migration"
+            await self._fail_on_vmi(flight, vmi)
+        await self._finish(flight, Outcome.FAILED, reason, target_linger=0.0)
         return 0.0
 
     async def _enter(
