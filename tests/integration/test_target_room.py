@@ -81,7 +81,8 @@ async def deployed_controllers(
 
 class NamespaceWatch:
     """A watch of our own of one resource in one namespace, from the API server's cache
-    (resourceVersion 0), each ADDED or MODIFIED object handed to `seen` while the block runs.
+    (resourceVersion 0), each ADDED or MODIFIED object handed to `on_object`, in the order of
+    the watch, while the block runs.
     A watch that died is a broken test: leaving the block raises its error."""
 
     resource: Resource
@@ -90,13 +91,13 @@ class NamespaceWatch:
         self.api, self.namespace = api, namespace
         self._task: asyncio.Task[None] | None = None
 
-    def seen(self, obj: Object) -> None:
+    def on_object(self, obj: Object) -> None:
         raise NotImplementedError
 
     async def _watch(self) -> None:
         async for event in self.api.watch(self.resource, self.namespace, resource_version="0"):
             if event.type in ("ADDED", "MODIFIED"):  # bookmarks carry no object
-                self.seen(event.object)
+                self.on_object(event.object)
 
     async def __aenter__(self) -> Self:
         self._task = asyncio.ensure_future(self._watch())
@@ -119,11 +120,11 @@ class RejectionWatch(NamespaceWatch):
     def __init__(self, api: ApiClient, namespace: str) -> None:
         super().__init__(api, namespace)
         self.rejected: set[str] = set()
-        self.seen_names: set[str] = set()
+        self.seen: set[str] = set()
 
-    def seen(self, obj: Object) -> None:
+    def on_object(self, obj: Object) -> None:
         name = obj["metadata"]["name"]
-        self.seen_names.add(name)
+        self.seen.add(name)
         conditions = (obj.get("status") or {}).get("conditions") or []
         if any(c.get("type") == CONDITION_REJECTED_BY_QUOTA for c in conditions):
             self.rejected.add(name)
@@ -222,7 +223,7 @@ async def assert_never_refused(
     """No quota refusal KubeVirt reported: no "exceeded quota" FailedCreate event in the
     namespace (listed now, and as the driver's records counted them per migration), and no
     migration that ever carried the rejected condition."""
-    await eventually(lambda: watch.seen_names >= set(names), what="the watch has every migration")
+    await eventually(lambda: watch.seen >= set(names), what="the watch has every migration")
     listed = await kv.api.list(EVENTS, kv.namespace, field_selector="reason=FailedCreate")
     refused = [e["message"] for e in listed["items"] if EXCEEDED_QUOTA in e.get("message", "")]
     counted = {name: refusals(kubevirt, kv.namespace, name) for name in names}

@@ -330,22 +330,26 @@ async def rooms_given_back_once_unfinished_deleted(
 
 class HandOffWatch(NamespaceWatch):
     """The namespace's VMIs ever seen migrated (``migrationState`` completed, not failed) while
-    their status still named FROM's launcher image. virt-handler clears that image in the
-    hand-off that completes a migration; a VMI seen so is one v1.9's workload updater can take
-    for outdated and migrate a second time."""
+    their status still named FROM's launcher image, and the launcher image each names last.
+    virt-handler clears that image in the hand-off that completes a migration; a VMI seen so is
+    one v1.9's workload updater can take for outdated and migrate a second time. The watch
+    delivers a VMI's revisions in order: once it has seen TO's image on a VMI, it has seen every
+    earlier revision of it."""
 
     resource = VIRTUAL_MACHINE_INSTANCES
 
     def __init__(self, api: ApiClient, namespace: str) -> None:
         super().__init__(api, namespace)
         self.stale: set[str] = set()
+        self.images: dict[str, str | None] = {}
 
-    def seen(self, obj: Object) -> None:
-        state = obj.get("status") or {}
+    def on_object(self, obj: Object) -> None:
+        name, state = obj["metadata"]["name"], obj.get("status") or {}
         migration = state.get("migrationState") or {}
         handed_off = migration.get("completed") and not migration.get("failed")
-        if handed_off and state.get("launcherContainerImageVersion") == launcher_image(FROM):
-            self.stale.add(obj["metadata"]["name"])
+        self.images[name] = state.get("launcherContainerImageVersion")
+        if handed_off and self.images[name] == launcher_image(FROM):
+            self.stale.add(name)
 
 
 async def each_migrated_once(
@@ -355,14 +359,10 @@ async def each_migrated_once(
     never seen migrated under FROM's launcher image, and v1.9's workload updater made one
     migration of it, not a second."""
 
-    async def on_new_launcher() -> bool:
-        for name in names:
-            vmi = await api.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
-            if (vmi.get("status") or {}).get("launcherContainerImageVersion") != launcher_image(TO):
-                return False
-        return True
+    def on_new_launcher() -> bool:
+        return all(vmis.images.get(name) == launcher_image(TO) for name in names)
 
-    await eventually(on_new_launcher, what="each migrated VMI on v1.9's launcher")
+    await eventually(on_new_launcher, what="the watch seeing each migrated VMI on v1.9's launcher")
     assert vmis.stale == set()
     listed = (await api.list(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace))["items"]
     updates = [

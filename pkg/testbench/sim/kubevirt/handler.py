@@ -361,8 +361,9 @@ class VirtHandler:
 
     async def _complete(self, vmi: Object, state: dict[str, Any], now: str) -> None:
         """The hand-off virt-handler writes once the target readied the domain (KubeVirt
-        v1.8/v1.9 ``ackMigrationCompletion``): the VMI on the target node, and what described
-        the source cleared. Its launcher image version goes (virt-controller reads it again from
+        v1.8/v1.9 ``ackMigrationCompletion``, and the completion v1.9 writes after it in
+        ``finalizeMigration``, here in one write; no ``Migrated`` Event): the VMI on the target
+        node, and what described the source cleared. Its launcher image version goes (virt-controller reads it again from
         the target pod; till then no workload updater counts the VMI as outdated, so none
         migrates it twice), as do the outdated-launcher label, the eviction-source annotation
         and the evacuation node; the target's memory overhead, where virt-controller reported
