@@ -94,8 +94,9 @@ pytestmark = [
 kubevirt_cluster = real_kubevirt.kubevirt_cluster
 
 WORKLOAD_UPDATE = "kubevirt.io/workloadUpdateMigration"
-FINAL_PHASES = frozenset({"Succeeded", "Failed"})
 """The annotation v1.9's workload updater puts on the migrations it creates."""
+FINAL_PHASES = frozenset({"Succeeded", "Failed"})
+"""A migration's phases after which nothing of it changes."""
 NO_DIGEST = "no reproducible image digest"
 """What v1.9 says (in its log) when it refuses to render a target (RenderMigrationManifest)."""
 DISK = "registry.example/os:1"

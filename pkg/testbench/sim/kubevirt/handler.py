@@ -363,11 +363,11 @@ class VirtHandler:
         """The hand-off virt-handler writes once the target readied the domain (KubeVirt
         v1.8/v1.9 ``ackMigrationCompletion``, and the completion v1.9 writes after it in
         ``finalizeMigration``, here in one write; no ``Migrated`` Event): the VMI on the target
-        node, and what described the source cleared. Its launcher image version goes (virt-controller reads it again from
-        the target pod; till then no workload updater counts the VMI as outdated, so none
-        migrates it twice), as do the outdated-launcher label, the eviction-source annotation
-        and the evacuation node; the target's memory overhead, where virt-controller reported
-        one, becomes the VMI's."""
+        node, and what described the source cleared. Its launcher image version goes
+        (virt-controller reads it again from the target pod; till then no workload updater
+        counts the VMI as outdated, so none migrates it twice), as do the outdated-launcher
+        label, the eviction-source annotation and the evacuation node; the target's memory
+        overhead, where virt-controller reported one, becomes the VMI's."""
         target = str(state["targetNode"])
         labels: dict[str, Any] = {
             LABEL_NODE_NAME: target,
