@@ -30,9 +30,9 @@ from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings, VmiSource
 from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, strip_pod_to_quota_fields
 from ..util.resourcequota.base import Mode
-from ..util.resourcequota.handover import room_raise_left
 from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
+from ..util.resourcequota.standing import raise_stands
 from ..util.resources import ResourceList
 from ..util.vmispec import strip_vmi_unread_unknown
 from .renders import LauncherRenders
@@ -142,9 +142,9 @@ class WebhookCaches:
         if (
             self.vmmrqs is not None
             and self.vmmrqs.store.by_index("namespace", namespace)
-            and not room_raise_left(quota, self.namespace(namespace))
+            and not raise_stands(quota, self.namespace(namespace))
         ):
-            return None  # MTQ mode's namespace: the room mode does not manage its quota
+            return None  # MTQ mode's: no raise of the room mode is left to guard (standing.py)
         return quota
 
     def namespace(self, name: str) -> Object | None:

@@ -27,7 +27,8 @@ from harvester_quota.util.launcher import (
 )
 from harvester_quota.util.podusage import KUBERNETES_1_36, QuotaFeatures, pod_quota_usage
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.base import Mode
+from harvester_quota.util.resourcequota.base import ANNOTATION_BASE, Mode
+from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
 from harvester_quota.util.resources import ResourceList
 from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.metrics import WebhookMetrics
@@ -643,6 +644,61 @@ def test_a_pod_is_held_to_the_base_while_status_hard_still_holds_a_lowered_raise
     quota["status"]["used"] = {"limits.cpu": "1", "limits.memory": "1000Mi"}
     validate_pod(
         request("Pod", plain_pod("fits", "2", "1Gi"), operation="CREATE"), lookups, Identities()
+    )
+
+
+def release_window_quota(**records: str) -> Object:
+    """The direct path between a migration's end and the release write: spec.hard and
+    status.hard still at the raise, no migration holding room, status.used back at the base's
+    3 CPU (the source pod gone), our base recorded and `records` on the quota."""
+    quota = quota_with(
+        {"limits.cpu": "3", "limits.memory": "4000Mi"},
+        RAISED,
+        **{ANNOTATION_BASE: json.dumps(BASE)},
+        **records,
+    )
+    quota["status"]["hard"] = dict(RAISED)
+    return quota
+
+
+def test_no_pod_enters_a_raise_that_outlives_its_room_before_the_release_write() -> None:
+    """The release window: no room is held any more, but quota admission still enforces the
+    raise until the controller's release write (and kube-controller-manager's copy) lands. A
+    2-CPU pod fits the raise and would leave the tenant above its base for good (and the floor
+    would raise on top of it at its next migration); it is held to the base."""
+    quota = release_window_quota(**{ANNOTATION_ROOMS_SINCE: "2026-11-27T10:00:00Z"})
+    lookups = FakeLookups(quotas={"ns": quota})
+    with pytest.raises(Denied) as denied:
+        validate_pod(
+            request("Pod", plain_pod("grab", "2", "1Gi"), operation="CREATE"), lookups, Identities()
+        )
+    assert "limits.cpu insufficient resources" in denied.value.message
+    quota["status"]["used"] = {"limits.cpu": "1", "limits.memory": "1000Mi"}
+    validate_pod(  # what fits under the base is left to quota admission
+        request("Pod", plain_pod("fits", "2", "1Gi"), operation="CREATE"), lookups, Identities()
+    )
+
+
+def test_harvesters_own_room_keys_hold_pods_to_the_base_while_their_raise_stands() -> None:
+    """A raise Harvester's own controllers made (their per-VM key, adopted) is a raise of ours:
+    its key left on the quota after its migration ended holds pods to the base."""
+    key = migrating_vm_annotation_key("vm1")
+    quota = release_window_quota(**{key: json.dumps({"limits.cpu": "2015m"})})
+    with pytest.raises(Denied):
+        validate_pod(
+            request("Pod", plain_pod("grab", "2", "1Gi"), operation="CREATE"),
+            FakeLookups(quotas={"ns": quota}),
+            Identities(),
+        )
+
+
+def test_a_raise_without_our_records_is_the_administrators_new_limit() -> None:
+    """The same quota once the release write removed our records, raised again by its
+    administrator (spec.hard and status.hard both at it): the new limit, nothing held."""
+    validate_pod(
+        request("Pod", plain_pod("honest", "2", "1Gi"), operation="CREATE"),
+        FakeLookups(quotas={"ns": release_window_quota()}),
+        Identities(),
     )
 
 

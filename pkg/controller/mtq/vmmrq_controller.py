@@ -52,7 +52,6 @@ from ...generic.meta import labels, metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...util.annotations import opted_out
-from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.mtq import (
     Lock,
@@ -62,6 +61,7 @@ from ...util.resourcequota.mtq import (
     raise_action,
     restore_action,
 )
+from ...util.resourcequota.standing import raise_records
 from ..quotawriter import QuotaWriter
 from .blocked import BlockedMigrations
 from .rancher import RancherGuard
@@ -147,7 +147,7 @@ class MtqReconciler:
 
     def has_budget(self, namespace: str) -> bool:
         """True if `namespace` has a VMMRQ: it is MTQ mode's once the room mode has given its
-        raise back there (handover.py)."""
+        raise back there (standing.py)."""
         return bool(self.vmmrqs.store.index_keys("namespace", namespace))
 
     def manages(self, namespace: str) -> bool:
@@ -156,7 +156,7 @@ class MtqReconciler:
         if not self.has_budget(namespace):
             return False
         quota = managed_quota(self.quotas.store.by_index("namespace", namespace))
-        return not room_raise_left(quota, None)
+        return not raise_records(quota, None)
 
     def _where_managed(
         self, resolve: Callable[[Object], list[str]]

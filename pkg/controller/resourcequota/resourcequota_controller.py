@@ -35,10 +35,10 @@ from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...util.quantity import Quantity
 from ...util.resourcequota.base import RANCHER
-from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.managed import managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
 from ...util.resourcequota.projectqueue import Step, WaitingCache
+from ...util.resourcequota.standing import raise_records
 from ...util.resourcequota.writers import FieldChange
 from ..quotawriter import QuotaWriter
 from .foreignwrites import ForeignWriteReports, next_step
@@ -264,7 +264,7 @@ class QuotaReconciler:
         quota = managed_quota(self.inputs.informers.quotas.store.by_index("namespace", key))
         if quota is not None:
             quota = self.spec_writes.newest(key, quota)
-        return room_raise_left(quota, self.room_label.newest(key, namespace))
+        return raise_records(quota, self.room_label.newest(key, namespace))
 
     def _plan(self, key: str, namespace: Object, *, release: bool = False) -> _Planned | None:
         """The namespace's plan from the caches (and our writes they do not show yet); None

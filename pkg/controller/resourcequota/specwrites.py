@@ -39,7 +39,7 @@ def raise_waits_on_status(written: Object) -> bool:
 
     A release alone (every key at or below status.hard) waits on nothing: while status.hard
     stands above spec.hard the webhook holds the namespace's pods to the base
-    (`NamespaceView.still_raised`) and the room-held label stays (`raise_down`), and
+    (util/resourcequota/standing.py `raise_enforced`) and the room-held label stays (`raise_down`), and
     kube-controller-manager lowers status.hard a moment later. Not copying it saves a quota
     write at the moment a migration's end makes KubeVirt create the next target pod, whose
     quota admission our write made conflict (issue 40). A value that cannot be read counts as

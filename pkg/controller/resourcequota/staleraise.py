@@ -44,9 +44,9 @@ from ...util.resourcequota.base import (
     rancher_base,
     spec_hard,
 )
-from ...util.resourcequota.handover import room_raise_left
 from ...util.resourcequota.plan import QuotaPlan, patch_for
 from ...util.resourcequota.rancherpath import annotation_patch
+from ...util.resourcequota.standing import raise_records
 from .roomlabel import is_labelled
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def raise_shows(quota: Object, namespace: Object) -> bool:
     shows nothing, and a label left on a Rancher namespace raised through its annotation, with
     no record and no raise left, is not looked for: it holds pods to the base, failing closed).
     Cheap (no plan); a false positive only costs a plan."""
-    if room_raise_left(quota, namespace):
+    if raise_records(quota, namespace):
         return True
     if is_labelled(namespace) and CATTLE_ANNOTATION_RESOURCE_QUOTA not in annotations_of(namespace):
         return True  # a Rancher namespace raised directly keeps its label for good: no sign

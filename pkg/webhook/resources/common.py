@@ -114,28 +114,10 @@ class NamespaceView:
     used: ResourceList
     rooms: RoomPlan
     legacy_room_keys: frozenset[str] = field(default_factory=frozenset)
-    status_hard: ResourceList = field(default_factory=dict)
-    """What quota admission enforces: status.hard, which follows spec.hard a moment later."""
 
     @property
     def holds_room(self) -> bool:
         return self.rooms.holds_room or bool(self.legacy_room_keys)
-
-    def still_raised(self, rancher_base: ResourceList | None) -> bool:
-        """Whether a raise is still enforced though no room is held: status.hard (what quota
-        admission enforces) above a spec.hard already lowered, until kube-controller-manager
-        copies it; or, where Rancher's annotation is the base (`rancher_base`), spec.hard above
-        it until Rancher's agent copies the lowered annotation. Pods are held to the base until
-        both are down. An administrator's raise of spec.hard is none of these: it is enforced
-        only once status.hard follows, and then it is the new limit."""
-        lagging = any(
-            key in self.hard and value > self.hard[key] for key, value in self.status_hard.items()
-        )
-        if lagging or rancher_base is None:
-            return lagging
-        return any(
-            key in self.hard and self.hard[key] > limit for key, limit in rancher_base.items()
-        )
 
     def holders(self) -> str:
         names = sorted({room.vm_name for room in self.rooms.rooms})
@@ -176,7 +158,6 @@ def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
         quota=quota,
         hard=parse_resource_list_leniently((quota.get("spec") or {}).get("hard")),
         used=parse_resource_list_leniently((quota.get("status") or {}).get("used")),
-        status_hard=parse_resource_list_leniently((quota.get("status") or {}).get("hard")),
         rooms=rooms,
         legacy_room_keys=recorded.migrating_keys,
     )

@@ -10,7 +10,7 @@ held or a raise may be enforced, each read in a lookup or two:
 
 1. the namespace carries the room-held label (the controller writes it before it raises; Rancher
    namespaces raised directly keep it for good);
-2. the quota carries our records of a raise or a room (`room_raise_left`: per-VM room keys, ours
+2. the quota carries our records of a raise or a room (`raise_records`: per-VM room keys, ours
    or an earlier controller's, the applied base, the room period), or the namespace Rancher's
    annotation text it was raised through;
 3. a hard is above the base on a key of the base (spec.hard raised, or status.hard, which quota
@@ -28,8 +28,8 @@ from __future__ import annotations
 from ....generic.meta import labels as labels_of
 from ....generic.resource import Object
 from ....util.annotations import LABEL_ROOM_HELD, TRUE
-from ....util.resourcequota.handover import room_raise_left
-from ....util.resources import ResourceList, parse_resource_list_leniently
+from ....util.resourcequota.standing import above, limits, raise_records
+from ....util.resources import ResourceList
 from ..common import Lookups, quota_base
 
 
@@ -39,16 +39,10 @@ def room_check_needed(
     """Whether room may be held or a raise enforced in `namespace` (see the module docstring),
     `from_rancher` being `rancher_base_of` the namespace. Errs toward True."""
     ns = lookups.namespace(namespace)
-    if labels_of(ns).get(LABEL_ROOM_HELD) == TRUE or room_raise_left(quota, ns):
+    if labels_of(ns).get(LABEL_ROOM_HELD) == TRUE or raise_records(quota, ns):
         return True
     if lookups.migrations_under_way(namespace):
         return True
-    hard = parse_resource_list_leniently((quota.get("spec") or {}).get("hard"))
-    enforced = parse_resource_list_leniently((quota.get("status") or {}).get("hard"))
+    hard, enforced = limits(quota)
     base = quota_base(quota, hard, from_rancher)
-    return _above(hard, base) or _above(enforced, base) or _above(enforced, hard)
-
-
-def _above(limits: ResourceList, reference: ResourceList) -> bool:
-    """Whether `limits` stands above `reference` on a key both have."""
-    return any(key in limits and limits[key] > value for key, value in reference.items())
+    return above(hard, base) or above(enforced, base) or above(enforced, hard)

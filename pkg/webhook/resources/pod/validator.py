@@ -18,6 +18,7 @@ from ....generic.resource import Object
 from ....util.podusage import QuotaFeatures, pod_quota_usage
 from ....util.quotascope import applies_to
 from ....util.resourcequota.rooms import decentralized_side
+from ....util.resourcequota.standing import raise_enforced
 from ....util.resources import ResourceList, subtract_non_negative
 from ...admission import Denied, Request
 from ..common import (
@@ -133,13 +134,19 @@ def rooms_question(
 
 
 def check_rooms(request: Request, lookups: Lookups, question: RoomsQuestion) -> PodCheck | None:
-    """The costly part (every migration's room): None when no room is held and no raise is
-    still enforced (quota admission at hard == base is all the protection needed then; while
-    status.hard, or spec.hard against Rancher's annotation, is still raised after a release, the
-    room being given back is still guarded: NamespaceView.still_raised), or for a resize that
+    """The costly part (every migration's room): None when no room is held and no raise of ours
+    stands above the base (quota admission at hard == base is all the protection needed then;
+    a raise outlives its room until both spec.hard and status.hard are down, and pods are held to
+    the base throughout: util/resourcequota/standing.py `raise_enforced`), or for a resize that
     grows nothing; Denied (422) for a pod whose quantities cannot be read."""
     view = view_of(lookups, request.namespace, question.quota)
-    if not view.holds_room and not view.still_raised(question.from_rancher):
+    base = base_given(view, question.from_rancher)
+    if not view.holds_room and not raise_enforced(
+        view.quota,
+        lookups.namespace(request.namespace),
+        base,
+        rancher=question.from_rancher is not None,
+    ):
         return None
     try:
         needed = requested_usage(request, lookups.quota_features())
@@ -153,7 +160,7 @@ def check_rooms(request: Request, lookups: Lookups, question: RoomsQuestion) -> 
         subject=f"pod {request.name or '(generated name)'}{' ' + doing if doing else ''} would take "
         f"room reserved for the live migration of {view.holders()}",
         needed=needed,
-        base=base_given(view, question.from_rancher),
+        base=base,
         view=view,
         holders=frozenset(room.migration_uid for room in view.rooms.rooms),
     )

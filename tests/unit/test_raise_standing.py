@@ -1,0 +1,74 @@
+"""The raise standing (util/resourcequota/standing.py), as the webhook's handover to MTQ mode
+reads it: a namespace with a VMMRQ stays under the room mode's pod rules until nothing of the
+room mode's raise is left, status.hard included."""
+
+from __future__ import annotations
+
+import json
+
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.config import ClientConfig
+from harvester_quota.generic.resource import Object
+from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
+from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
+from harvester_quota.util.resourcequota.standing import raise_enforced, raise_stands
+from harvester_quota.util.resources import parse_resource_list
+from harvester_quota.webhook.caches import WebhookCaches
+
+from tests.objects import managed_quota
+
+BASE = {"limits.cpu": "3"}
+RAISED = {"limits.cpu": "5"}
+
+
+def quota(spec: dict[str, str], status: dict[str, str], **annotations: str) -> Object:
+    found = managed_quota("ns", spec, {ANNOTATION_BASE: json.dumps(BASE), **annotations})
+    found["status"] = {"hard": dict(status), "used": {"limits.cpu": "3"}}
+    return found
+
+
+def vmmrq() -> Object:
+    return {
+        "apiVersion": "mtq.kubevirt.io/v1alpha1",
+        "kind": "VirtualMachineMigrationResourceQuota",
+        "metadata": {"namespace": "ns", "name": "budget", "uid": "vmmrq-1"},
+        "spec": {"additionalMigrationResources": {"limits.cpu": "2"}},
+    }
+
+
+def caches_with(found: Object) -> WebhookCaches:
+    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    caches = WebhookCaches(client, clock=FakeClock(), mtq=True)
+    assert caches.vmmrqs is not None
+    caches.vmmrqs.store.upsert(vmmrq())
+    caches.quotas.store.upsert(found)
+    return caches
+
+
+def test_a_namespace_with_a_budget_keeps_the_room_rules_while_status_hard_lags_the_release() -> (
+    None
+):
+    """The MTQ handover moment: the release write removed our records and lowered spec.hard,
+    status.hard still enforces the raise. The room mode's pod rules keep the namespace (its
+    managed quota is the webhook's) until status.hard is down too; then MTQ mode's."""
+    lagging = quota(BASE, RAISED)
+    assert caches_with(lagging).managed_quota("ns") is not None
+    down = quota(BASE, BASE)
+    assert caches_with(down).managed_quota("ns") is None
+
+
+def test_records_alone_keep_a_raise_standing_and_an_administrators_raise_is_none() -> None:
+    """Abuse of the rule's exemption: only our records (which a tenant cannot write: it may not
+    edit quotas) or a lagging status.hard make a raise ours; an administrator's raise with
+    spec.hard and status.hard both at it is the new limit."""
+    base = parse_resource_list(BASE)
+    in_window = quota(RAISED, RAISED, **{ANNOTATION_ROOMS_SINCE: "2026-11-27T10:00:00Z"})
+    assert raise_stands(in_window, None)
+    assert raise_enforced(in_window, None, base, rancher=False)
+    administrators = quota(RAISED, RAISED)
+    assert not raise_stands(administrators, None)
+    assert not raise_enforced(administrators, None, base, rancher=False)
+    assert raise_enforced(administrators, None, base, rancher=True)  # Rancher resets spec.hard
+    at_base = quota(BASE, BASE, **{ANNOTATION_ROOMS_SINCE: "2026-11-27T10:00:00Z"})
+    assert not raise_enforced(at_base, None, base, rancher=False)
