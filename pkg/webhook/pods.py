@@ -5,10 +5,9 @@ target pod that replaces a launcher pod here may wait for its room (resources/po
 is never denied; any other pod, a decentralized migration's target pod included,
 while room is held is decided on the reservation every replica shares (resources/pod/
 reservations.py), or on this process's ledger without one, or for a dry run (which reserves
-nothing, anywhere). Where the namespace may hold room, working its rooms out waits for a fair
-turn (turns.py): a refused turn is a denial with 429 (retry), never a pass. Runs on the event
-loop: a pod's rooms are worked out and the pod decided on them without awaiting in between, so
-decisions are serialized there.
+nothing, anywhere). How many admissions are decided at once, and fairly among namespaces, is the
+server's admission limiter's (limiter.py). Runs on the event loop: a pod's rooms are worked out
+and the pod decided on them without awaiting in between, so decisions are serialized there.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from ..apis.kubevirt import LABEL_MIGRATION_JOB, LABEL_VM_NAME
 from ..generic.clock import Clock
 from ..generic.logformat import migration_fields
 from ..generic.meta import labels
-from .admission import Denied, Request
+from .admission import Request
 from .metrics import WebhookMetrics
 from .resources.common import Identities, Lookups
 from .resources.mtq.validator import active_lock, is_lock_target
@@ -31,13 +30,11 @@ from .resources.pod.reservations import LeaseReservations
 from .resources.pod.targets import GaveUp, LiveQuotas, QuotaChanges, admit_target
 from .resources.pod.validator import (
     PodCheck,
-    RoomsQuestion,
     admit_locally,
     check_rooms,
     is_room_target,
     rooms_question,
 )
-from .turns import NamespaceTurns
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +54,6 @@ class PodAdmissions:
     """Pods admitted while room is held, until the caches show them (pod/ledger.py)."""
     reservations: LeaseReservations | None
     live: LiveQuotas | None
-    turns: NamespaceTurns | None = None
-    """Fair turns at the rooms' computation (turns.py); None: in arrival order (the baseline
-    `python -m bench.admission` compares with)."""
     _gave_up: GaveUp = field(init=False)
 
     def __post_init__(self) -> None:
@@ -75,27 +69,7 @@ class PodAdmissions:
         question = rooms_question(request, self.lookups, self.identities)
         if question is None:
             return None  # nothing held or raised here: no rooms to work out
-        if self.turns is None:
-            return self._decide(request, check_rooms(request, self.lookups, question))
-        return self._in_turn(request, question, self.turns)
-
-    async def _in_turn(
-        self, request: Request, question: RoomsQuestion, turns: NamespaceTurns
-    ) -> None:
-        """Works the rooms out in the namespace's turn, then decides at once (no await between)."""
-        if not await turns.take(request.namespace, dry_run=request.dry_run):
-            raise Denied(
-                f"too many pod admissions at once in namespace {request.namespace} or beside "
-                "it; retry",
-                code=429,
-            )
-        try:
-            check = check_rooms(request, self.lookups, question)
-        finally:
-            turns.release()
-        deciding = self._decide(request, check)
-        if deciding is not None:
-            await deciding
+        return self._decide(request, check_rooms(request, self.lookups, question))
 
     def _decide(self, request: Request, check: PodCheck | None) -> Awaitable[None] | None:
         if check is None:

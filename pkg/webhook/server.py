@@ -17,8 +17,9 @@ before its body is read. Connections are counted from their arrival, per address
 (ConnectionGuard): an address may hold only a few that no certificate vouches for, a newcomer
 finding all taken evicts such a connection rather than being refused, and a connection that
 carried no admission its client may send is closed after its answer. Bodies are capped at
-MAX_BODY and at most MAX_ADMISSIONS are read and decided at once (AdmissionSlots), so the memory
-that requests can take is bounded. /metrics, which names every namespace, and the kubelet's
+MAX_BODY and at most MAX_ADMISSIONS are read at once (AdmissionSlots), so the memory that
+requests can take is bounded; once parsed, each is decided holding a place of the one admission
+limiter under its namespace (limiter.py), so no namespace's flood makes another's wait. /metrics, which names every namespace, and the kubelet's
 probes are served on a separate plain-HTTP port (`serve`'s metrics_address) that the chart's
 NetworkPolicy opens to monitoring only.
 
@@ -26,7 +27,8 @@ Its collaborators, one concern each: caches.py (what the validators read), tls.p
 and the client check), certkeeper.py and selfsigned.py (the webhook's own CA, `serve`'s
 self_signed), connections.py (bounds on connections, bodies and admissions at once),
 metrics.py (the metrics and their endpoint), pods.py (which rule a pod meets, a target pod's
-wait); `answer_review` turns a validator's verdict into the AdmissionReview answer.
+wait), limiter.py (admissions decided at once, fairly per namespace); `answer_request` turns a
+validator's verdict into the AdmissionReview answer.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from .connections import (
     AdmissionSlots,
     ConnectionGuard,
 )
+from .limiter import SHARE, SIZE, AdmissionLimiter
 from .metrics import WebhookMetrics, start_metrics_endpoint
 from .options import WebhookOptions
 from .pods import PodAdmissions
@@ -63,15 +66,12 @@ from .resources.mtq.validator import validate_locked
 from .resources.namespace.validator import validate_namespace_update
 from .resources.pod.ledger import AdmissionLedger
 from .resources.pod.reservations import COLLECT_AFTER, LeaseReservations
-from .resources.pod.targets import (
-    QuotaChanges,
-    live_quotas,
-)
+from .resources.pod.targets import QuotaChanges, live_quotas
+from .resources.pod.validator import is_migration_target
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm
 from .serving import DEFAULT_BOUNDS, LOCAL, UNSHARED, Bounds, Listening, RoomSharing
 from .tls import CERT_RELOAD_INTERVAL, ReloadingTLS
-from .turns import CROWDED_AFTER, NamespaceTurns
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,9 @@ class WebhookServer:
         self.gate = ClientGate(tls, client_auth, self.metrics, clock)
         self.refusals = self.gate.refusals
         self.slots = AdmissionSlots(bounds.max_admissions, bounds.admission_wait, clock)
+        """Bodies read at once (bounded before anyone knows whose they are)."""
+        self.admissions = AdmissionLimiter(clock, share=SHARE if bounds.fair else SIZE)
+        """Admissions decided at once, fairly per namespace (limiter.py)."""
         self.guard = ConnectionGuard(
             tls=tls.context if tls is not None else None,
             vouch=self.gate.vouches if client_auth is not None else None,
@@ -134,7 +137,7 @@ class WebhookServer:
         self._ready = ready
         self._clock = clock
         self.reservations = sharing.reservations
-        self.pods = self._pod_admissions(sharing, bounds.fair, clock)
+        self.pods = self._pod_admissions(sharing, clock)
         """The pods endpoint's rules and target pods' waits (pods.py)."""
         self.quota_changes = self.pods.quota_changes
         self._collector: asyncio.Task[None] | None = None
@@ -152,7 +155,7 @@ class WebhookServer:
         }
         """Endpoint -> (the kind it validates, "" for any; its validator)."""
 
-    def _pod_admissions(self, sharing: RoomSharing, fair: bool, clock: Clock) -> PodAdmissions:
+    def _pod_admissions(self, sharing: RoomSharing, clock: Clock) -> PodAdmissions:
         changes = sharing.quota_changes
         return PodAdmissions(
             lookups=self.lookups,
@@ -164,12 +167,7 @@ class WebhookServer:
             ledger=sharing.ledger or AdmissionLedger(clock),
             reservations=sharing.reservations,
             live=sharing.live,
-            turns=NamespaceTurns(clock, crowded=self._slots_crowded) if fair else None,
         )
-
-    def _slots_crowded(self) -> bool:
-        """Whether a request has waited CROWDED_AFTER for an admission slot (turns.py)."""
-        return self.slots.longest_wait() >= CROWDED_AFTER
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._close_unless_kept])
@@ -217,28 +215,32 @@ class WebhookServer:
                 return web.Response(
                     status=413, text=f"the body is over {MAX_BODY} bytes", headers=CLOSE_HEADERS
                 )
-            if not await self.slots.acquire():
-                self.metrics.requests.labels(endpoint, "busy").inc()
-                log.info(
-                    "%s: no admission slot within %.1fs; answering 429", endpoint, self.slots.wait
-                )
-                return web.Response(
-                    status=429, text="too many admissions at once", headers=CLOSE_HEADERS
-                )
+            started = time.perf_counter()
+            body = await self._read(endpoint, http)
+            if isinstance(body, web.Response):
+                return body
             self.metrics.in_flight.inc()
             try:
-                return await self._answer(endpoint, http)
+                return await self.review(endpoint, body)
             finally:
                 self.metrics.in_flight.dec()
-                self.slots.release()
+                self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
 
         return handle
 
-    async def _answer(self, endpoint: str, http: web.Request) -> web.StreamResponse:
-        """Reads the body (within body_timeout) and answers the review in it."""
-        started = time.perf_counter()
+    async def _read(self, endpoint: str, http: web.Request) -> bytes | web.Response:
+        """The request's body, read holding one of the reading slots (`slots`: bodies in memory
+        are bounded before anyone knows whose they are), or the answer that ends the request:
+        429 without a slot within its wait, 408 for a body not received within body_timeout,
+        400 for a client gone."""
+        if not await self.slots.acquire():
+            self.metrics.requests.labels(endpoint, "busy").inc()
+            log.info("%s: no slot to read within %.1fs; answering 429", endpoint, self.slots.wait)
+            return web.Response(
+                status=429, text="too many admissions at once", headers=CLOSE_HEADERS
+            )
         try:
-            body = await asyncio.wait_for(http.read(), self.body_timeout)
+            return await asyncio.wait_for(http.read(), self.body_timeout)
         except TimeoutError:
             self.metrics.requests.labels(endpoint, "timeout").inc()
             log.info("%s: body not received within %.0fs; closing", endpoint, self.body_timeout)
@@ -247,17 +249,30 @@ class WebhookServer:
             self.metrics.requests.labels(endpoint, "disconnected").inc()
             log.debug("%s: client went away while sending: %s", endpoint, error)
             return web.Response(status=400, text="connection lost", headers=CLOSE_HEADERS)
-        try:
-            return await self.review(endpoint, body)
         finally:
-            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+            self.slots.release()
 
     async def review(self, endpoint: str, body: bytes) -> web.Response:
-        """Answers one AdmissionReview body for an endpoint (`answer_review`)."""
+        """Answers one AdmissionReview body for an endpoint: parsed, then decided holding a
+        place of the admission limiter under its namespace (limiter.py; KubeVirt's migration
+        target pods in places of their own), or denied with 429 when refused one."""
         kind, validate = self.validators[endpoint]
-        return await answer_review(
-            endpoint, kind, validate, body, self.metrics, fail_closed=endpoint in FAIL_CLOSED
-        )
+        try:
+            request = parse_review(body)
+        except BadReview as error:
+            return answer_bad_review(endpoint, error, self.metrics)
+        key = request.namespace or request.name
+        priority = endpoint == "pods" and is_migration_target(request, self.identities)
+        if not await self.admissions.acquire(key, priority=priority):
+            self.metrics.requests.labels(endpoint, "busy").inc()
+            refusal = Denied(f"too many admissions at once from namespace {key}; retry", code=429)
+            return _json(review_response(request.uid, refusal))
+        try:
+            return await answer_request(
+                endpoint, kind, validate, request, self.metrics, fail_closed=endpoint in FAIL_CLOSED
+            )
+        finally:
+            self.admissions.release(key, priority=priority)
 
     async def start(self) -> int:
         """Listens (TLS if configured); returns the port (useful with port 0)."""
@@ -306,34 +321,35 @@ class WebhookServer:
             self._runner = None
 
 
-async def answer_review(
+def answer_bad_review(endpoint: str, error: BadReview, metrics: WebhookMetrics) -> web.Response:
+    """A body that cannot be parsed: a denial naming why, or HTTP 400 when it has no uid."""
+    log.warning("%s: unparseable AdmissionReview: %s", endpoint, error)
+    metrics.requests.labels(endpoint, "bad-request").inc()
+    if error.uid is None:
+        return web.Response(status=400, text=f"cannot parse the AdmissionReview: {error}")
+    denial = Denied(f"cannot parse the AdmissionReview: {error}", code=400)
+    return _json(review_response(error.uid, denial))
+
+
+async def answer_request(
     endpoint: str,
     kind: str,
     validate: Validator,
-    body: bytes,
+    request: Request,
     metrics: WebhookMetrics,
     *,
     fail_closed: bool = False,
 ) -> web.Response:
-    """Answers one AdmissionReview `body` for `endpoint`, which validates `kind` objects ("" for
-    any) with `validate`: allowed, denied with the validator's reason, a denial (or 400 without
-    a uid) for a body that cannot be parsed, 500 for a validator that failed (the API server
-    applies the endpoint's failure policy), or with `fail_closed` a denial naming the failure."""
-    parsed: Request | None = None
+    """Answers one parsed admission `request` for `endpoint`, which validates `kind` objects
+    ("" for any) with `validate`: allowed, denied with the validator's reason, 500 for a
+    validator that failed (the API server applies the endpoint's failure policy), or with
+    `fail_closed` a denial naming the failure."""
     try:
-        request = parsed = parse_review(body)
         if kind and request.kind != kind:
             raise Denied(f"this endpoint validates {kind} objects, not {request.kind}", code=400)
         waiting = validate(request)
         if waiting is not None:
             await waiting
-    except BadReview as error:
-        log.warning("%s: unparseable AdmissionReview: %s", endpoint, error)
-        metrics.requests.labels(endpoint, "bad-request").inc()
-        if error.uid is None:
-            return web.Response(status=400, text=f"cannot parse the AdmissionReview: {error}")
-        denial = Denied(f"cannot parse the AdmissionReview: {error}", code=400)
-        return _json(review_response(error.uid, denial))
     except Denied as denial:
         log.info(
             "%s: denied %s %s/%s for %s: %s",
@@ -348,11 +364,11 @@ async def answer_review(
         return _json(review_response(request.uid, denial))
     except Exception as error:
         metrics.requests.labels(endpoint, "error").inc()
-        if fail_closed and parsed is not None:
+        if fail_closed:
             log.exception("%s: validator failed; the review is denied", endpoint)
             failure = f"{type(error).__name__}: {error}"[:300]
             refusal = Denied(f"internal error validating this request, denied: {failure}")
-            return _json(review_response(parsed.uid, refusal))
+            return _json(review_response(request.uid, refusal))
         log.exception("%s: validator failed; the API server applies the failure policy", endpoint)
         return web.Response(status=500, text="internal error in the validator")
     metrics.requests.labels(endpoint, "allowed").inc()

@@ -47,9 +47,10 @@ class Listening:
 @dataclass(frozen=True)
 class Bounds:
     """Connections are bounded as ConnectionGuard says; at most `max_admissions` bodies are read
-    and decided at once, the others wait up to `admission_wait` seconds and are then answered
-    429. With `fair`, pods whose namespace may hold room take fair turns at working its rooms
-    out (turns.py); without, arrival order (the baseline the admission bench compares with)."""
+    at once, the others wait up to `admission_wait` seconds to be read and are then answered
+    429. Once parsed, admissions are decided within the admission limiter's places
+    (limiter.py): with `fair`, at most its share of them per namespace; without, in arrival
+    order up to its size (the baseline the admission bench compares with)."""
 
     header_timeout: float = HEADER_TIMEOUT
     body_timeout: float = BODY_TIMEOUT

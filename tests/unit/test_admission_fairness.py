@@ -1,142 +1,144 @@
-"""Issue 38 item 2: no tenant makes another namespace's pod admissions wait (webhook/turns.py).
+"""No namespace's flood makes another namespace's admissions wait or be refused
+(webhook/limiter.py, the one admission limiter in front of every endpoint's rules).
 
-Before, the costly part of a pod admission ran in arrival order on the one event loop: a flood of
-(dry-run) creates in one namespace put another namespace's admission behind all of it."""
+A denied request costs its sender nothing, so the limiter counts every admission alike (dry
+runs, creates the rules deny, VM creates): a namespace has at most its share of the places in
+decision whether or not another waits, a full queue is trimmed from the largest holder's end,
+and KubeVirt's migration target pods take places of their own."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-from harvester_quota.generic.clock import FakeClock
+import aiohttp
+from harvester_quota.generic.clock import REAL_CLOCK, FakeClock
 from harvester_quota.generic.resource import Object
 from harvester_quota.util.annotations import LABEL_ROOM_HELD, TRUE
-from harvester_quota.webhook.connections import AdmissionSlots
+from harvester_quota.webhook.limiter import AdmissionLimiter
 from harvester_quota.webhook.server import WebhookServer
-from harvester_quota.webhook.turns import NamespaceTurns
+from harvester_quota.webhook.serving import Bounds, Listening
+from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
 from tests.objects import migration, plain_namespace
 from tests.unit.test_webhook import FakeLookups, plain_pod, quota_with, running_vm
+from tests.unit.test_webhook_endpoint import API_SERVER, Pki, client_context, pki, running
+
+__all__ = ["pki"]  # the fixture, from test_webhook_endpoint.py
 
 BASE = {"limits.cpu": "3", "limits.memory": "5000Mi"}
 
 
-async def test_turns_go_round_robin_so_a_flood_delays_another_namespace_by_one_turn() -> None:
-    turns = NamespaceTurns(FakeClock(), share=100)
-    order: list[str] = []
-
-    async def admission(namespace: str) -> None:
-        assert await turns.take(namespace)
-        order.append(namespace)
-        turns.release()
-
-    flood = [asyncio.ensure_future(admission("flood")) for _ in range(10)]
-    victim = asyncio.ensure_future(admission("victim"))
-    await asyncio.gather(*flood, victim)
-    assert order.index("victim") <= 1, order
-
-
-async def test_a_namespace_over_its_share_is_refused_at_once_while_another_waits() -> None:
-    clock = FakeClock()
-    turns = NamespaceTurns(clock, share=2)
-    assert await turns.take("holder")  # holds the turn: everyone else queues
-    flood = [asyncio.ensure_future(turns.take("flood")) for _ in range(2)]
-    victim = asyncio.ensure_future(turns.take("victim"))
-    await eventually(lambda: turns.waiting("flood") == 2 and turns.waiting("victim") == 1)
-    assert await turns.take("flood") is False, "a third of the flood's, while the victim waits"
-    order: list[str] = []
-    for name, task in [("flood0", flood[0]), ("flood1", flood[1]), ("victim", victim)]:
-        task.add_done_callback(lambda t, name=name: order.append(name) if t.result() else None)
-    for granted in range(1, 4):
-        turns.release()
-        await eventually(lambda granted=granted: len(order) == granted)
-    assert order == ["flood0", "victim", "flood1"], "round robin, first come first within one"
-    turns.release()
-
-
-async def test_over_its_share_a_namespace_s_dry_runs_are_refused_while_the_slots_are_crowded() -> (
+async def test_a_namespace_alone_holds_at_most_its_share_and_a_newcomer_is_decided_at_once() -> (
     None
 ):
-    """No other namespace in the turns, but requests not yet read wait for the slots the flood's
-    waiting turns hold (their namespace is unknown): the flood's next dry runs are refused then,
-    and those already waiting past its share, and only then; real creates (an honest burst)
-    queue even so."""
-    crowded = False
-    turns = NamespaceTurns(FakeClock(), share=2, crowded=lambda: crowded)
-    assert await turns.take("holder")
-    flood = [asyncio.ensure_future(turns.take("flood", dry_run=True)) for _ in range(3)]
-    await eventually(lambda: turns.waiting("flood") == 3, what="a burst alone queues")
-    crowded = True
-    assert await turns.take("flood", dry_run=True) is False
-    await eventually(flood[2].done, what="the newest past the share refused too")
-    assert flood[2].result() is False and turns.refused == 2
-    real = asyncio.ensure_future(turns.take("flood"))
-    await eventually(lambda: turns.waiting("flood") == 3, what="a real create queues")
-    for granted in range(1, 4):
-        turns.release()
-        await eventually(
-            lambda granted=granted: sum(f.done() for f in [*flood, real]) == granted + 1
-        )
-    assert flood[0].result() and flood[1].result() and real.result()
-    turns.release()
+    """The share holds whether or not another namespace waits: a flood alone has `share`
+    places, the rest of its admissions wait, and another namespace's admission takes a free
+    place without waiting."""
+    limiter = AdmissionLimiter(FakeClock(), size=4, share=2, queue=10)
+    assert await limiter.acquire("flood") and await limiter.acquire("flood")
+    third = asyncio.ensure_future(limiter.acquire("flood"))
+    await eventually(lambda: limiter.waiting_in("flood") == 1, what="the flood's third waits")
+    assert await asyncio.wait_for(limiter.acquire("victim"), 1.0), "a free place, at once"
+    assert not third.done()
+    limiter.release("flood")
+    assert await third
+    for key in ("flood", "flood", "victim"):
+        limiter.release(key)
+    assert (limiter.deciding, limiter.waiting) == (0, 0)
 
 
-async def test_the_slots_tell_how_long_a_request_has_waited() -> None:
+async def test_a_free_place_goes_to_the_namespace_with_the_fewest_in_decision() -> None:
+    limiter = AdmissionLimiter(FakeClock(), size=2, share=2, queue=10)
+    assert await limiter.acquire("flood") and await limiter.acquire("flood")
+    flood = [asyncio.ensure_future(limiter.acquire("flood")) for _ in range(3)]
+    await eventually(lambda: limiter.waiting_in("flood") == 3)
+    victim = asyncio.ensure_future(limiter.acquire("victim"))
+    await eventually(lambda: limiter.waiting_in("victim") == 1)
+    limiter.release("flood")
+    assert await victim, "before the flood's older waiters: it has none in decision"
+    assert not any(f.done() for f in flood)
+    limiter.release("victim")
+    assert await flood[0]
+    for waiting in flood[1:]:
+        limiter.release("flood")
+        assert await waiting
+    limiter.release("flood")
+    limiter.release("flood")
+
+
+async def test_a_full_queue_refuses_the_flood_from_its_own_end_never_the_newcomer() -> None:
+    """The queue full of one namespace's admissions: its newest waiter is refused to make room
+    for another namespace's; the flood's own newcomer is refused at once."""
+    limiter = AdmissionLimiter(FakeClock(), size=1, share=1, queue=3)
+    assert await limiter.acquire("holder")
+    flood = [asyncio.ensure_future(limiter.acquire("flood")) for _ in range(3)]
+    await eventually(lambda: limiter.waiting == 3)
+    assert await limiter.acquire("flood") is False, "the flood's fourth: its own end"
+    victim = asyncio.ensure_future(limiter.acquire("victim"))
+    await eventually(flood[2].done, what="the flood's newest waiter refused for the victim")
+    assert flood[2].result() is False
+    assert limiter.waiting_in("victim") == 1 and limiter.refused == 2
+    limiter.release("holder")
+    assert await flood[0], "the first in the lines among equals"
+    limiter.release("flood")
+    assert await victim, "round robin: before the flood's second"
+    limiter.release("victim")
+    assert await flood[1]
+    limiter.release("flood")
+
+
+async def test_a_waiting_admission_is_refused_after_its_wait_only_beside_another_namespace() -> (
+    None
+):
+    """Beside another namespace's waiting admissions, a wait ends in a refusal after `wait`
+    seconds; a namespace alone in the lines (an honest burst on a busy machine) waits on."""
     clock = FakeClock()
-    slots = AdmissionSlots(1, 1.0, clock)
-    assert slots.longest_wait() == 0.0
-    assert await slots.acquire()
-    waiting = asyncio.ensure_future(slots.acquire())
-    await eventually(lambda: slots.waiting == 1)
-    clock.step(0.3)
-    assert slots.longest_wait() == pytest.approx(0.3)
-    slots.release()
-    assert await waiting
-    assert slots.longest_wait() == 0.0
-    slots.release()
-
-
-async def test_an_admission_that_waits_too_long_for_its_turn_beside_others_is_refused() -> None:
-    clock = FakeClock()
-    turns = NamespaceTurns(clock, wait=1.0)
-    assert await turns.take("holder")
-    waiting = asyncio.ensure_future(turns.take("victim"))
-    await eventually(lambda: turns.waiting("victim") == 1)
-    clock.step(0.5)
-    flood = asyncio.ensure_future(turns.take("flood"))
-    await eventually(lambda: turns.waiting("flood") == 1)
-    assert not waiting.done()
-    clock.step(0.5)
-    assert await waiting is False, "1 s beside another namespace's admission"
-    clock.step(0.5)
-    await asyncio.sleep(0)
-    assert not flood.done(), "alone in the turns now: it waits"
-    turns.release()
-    assert await flood is True
-    turns.release()
-
-
-async def test_a_namespace_alone_in_the_turns_waits_for_them_as_long_as_it_takes() -> None:
-    """An honest burst on a busy machine: no other namespace waits, so no one gains by a refusal
-    (forty racing creates were refused under load)."""
-    clock = FakeClock()
-    turns = NamespaceTurns(clock, wait=1.0)
-    assert await turns.take("burst")
-    waiting = asyncio.ensure_future(turns.take("burst"))
-    await eventually(lambda: turns.waiting("burst") == 1)
+    limiter = AdmissionLimiter(clock, size=1, share=1, queue=10, wait=1.0)
+    assert await limiter.acquire("holder")
+    burst = asyncio.ensure_future(limiter.acquire("burst"))
+    await eventually(lambda: limiter.waiting_in("burst") == 1)
     for _ in range(3):
         clock.step(1.0)
         await asyncio.sleep(0)
-    assert not waiting.done()
-    turns.release()
-    assert await waiting is True
-    turns.release()
+    assert not burst.done(), "alone in the lines: it waits"
+    other = asyncio.ensure_future(limiter.acquire("other"))
+    await eventually(lambda: limiter.waiting_in("other") == 1)
+    clock.step(1.0)
+    await eventually(burst.done, what="refused beside another namespace")
+    assert burst.result() is False
+    limiter.release("holder")
+    assert await other
+    limiter.release("other")
+
+
+async def test_kubevirts_target_pods_take_places_of_their_own_and_never_wait() -> None:
+    limiter = AdmissionLimiter(FakeClock(), size=1, share=1, queue=1, priority_size=2)
+    assert await limiter.acquire("flood")
+    assert await asyncio.wait_for(limiter.acquire("victim", priority=True), 1.0)
+    assert await asyncio.wait_for(limiter.acquire("victim", priority=True), 1.0)
+    assert await limiter.acquire("victim", priority=True) is False, "beyond its places: refused"
+    limiter.release("victim", priority=True)
+    assert await limiter.acquire("victim", priority=True)
+
+
+async def test_an_admission_cancelled_while_waiting_leaves_the_places_whole() -> None:
+    limiter = AdmissionLimiter(FakeClock(), size=1, share=1, queue=5)
+    assert await limiter.acquire("a")
+    waiting = asyncio.ensure_future(limiter.acquire("b"))
+    await eventually(lambda: limiter.waiting == 1)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    limiter.release("a")
+    assert (limiter.deciding, limiter.waiting) == (0, 0)
+    assert await limiter.acquire("b"), "the place is free again"
+    limiter.release("b")
 
 
 @dataclass
@@ -209,3 +211,143 @@ async def test_a_flood_of_dry_run_creates_does_not_put_another_namespace_behind_
     answers = await asyncio.gather(*flood, victim)
     assert all(answer.status == 200 for answer in answers)
     assert lookups.worked_out.index("victim") <= 1, lookups.worked_out
+
+
+@dataclass
+class CostlyLookups(ObservedLookups):
+    """`ObservedLookups` whose `costly` namespace takes `cost` seconds of the event loop to work
+    out its rooms, as a namespace with hundreds of pending migrations does."""
+
+    costly: str = "flood"
+    cost: float = 0.02
+
+    def migrations(self, namespace: str) -> Sequence[Object]:
+        if namespace == self.costly:
+            time.sleep(self.cost)  # the rooms' computation: the loop is busy, not waiting
+        return super().migrations(namespace)
+
+
+def vm_review(namespace: str, name: str) -> bytes:
+    """A dry-run create of a running VM: the VM rule works the namespace's rooms out."""
+    vm = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "running": True,
+            "template": {
+                "spec": {
+                    "domain": {
+                        "cpu": {"cores": 1},
+                        "resources": {"requests": {"memory": "64Mi"}},
+                    }
+                }
+            },
+        },
+    }
+    request = {
+        "uid": name,
+        "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachine"},
+        "operation": "CREATE",
+        "namespace": namespace,
+        "name": name,
+        "userInfo": {"username": "tenant"},
+        "object": vm,
+        "dryRun": True,
+    }
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "request": request}).encode()
+
+
+def over_base_review(namespace: str, name: str) -> bytes:
+    """A real create the pod rule denies: 5 CPU over a 3-CPU base while room is held."""
+    body = json.loads(pod_review(namespace, name, dry_run=False))
+    pod = body["request"]["object"]
+    for container in pod["spec"]["containers"]:
+        container["resources"] = {"limits": {"cpu": "5", "memory": "1Mi"}}
+    return json.dumps(body).encode()
+
+
+async def answer(
+    session: aiohttp.ClientSession, server: WebhookServer, pki: Pki, endpoint: str, body: bytes
+) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and the review's response of one call as the API server makes it."""
+    async with session.post(
+        f"https://127.0.0.1:{server.port}/validate/{endpoint}",
+        data=body,
+        ssl=client_context(pki, "apiserver"),
+    ) as response:
+        text = await response.read()
+        found = json.loads(text)["response"] if response.status == 200 else {}
+        return response.status, found
+
+
+def refused(reply: tuple[int, dict[str, Any]]) -> bool:
+    """An HTTP 429, or a denial with code 429 ("retry"), as the API server would get it."""
+    status, response = reply
+    return status == 429 or (response.get("status") or {}).get("code") == 429
+
+
+async def flood_beside_a_victim(
+    pki: Pki, endpoint: str, flood_review: Any
+) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, dict[str, Any]]]]:
+    """One hundred admissions of the `flood` namespace (each working out costly rooms) sent at
+    once through the webhook's HTTPS port as the API server sends them, then nine pod creates
+    of a `victim` namespace that holds room too; both answered lists."""
+    lookups = CostlyLookups(
+        per_namespace={"flood": holding_room("flood"), "victim": holding_room("victim")}
+    )
+    tls = ReloadingTLS(pki.root / "tls.crt", pki.root / "tls.key")
+    server = WebhookServer(
+        lookups,
+        listening=Listening(
+            "127.0.0.1", 0, tls, ClientAuth(pki.client_ca, frozenset({API_SERVER}))
+        ),
+        bounds=Bounds(body_timeout=60.0),
+        clock=REAL_CLOCK,
+        registry=CollectorRegistry(),
+    )
+    async with (
+        running(server),
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+    ):
+        flood = [
+            asyncio.ensure_future(answer(session, server, pki, endpoint, flood_review(f"f{i}")))
+            for i in range(100)
+        ]
+        await eventually(lambda: "flood" in lookups.worked_out, what="the flood being decided")
+        victims = await asyncio.gather(
+            *(
+                answer(session, server, pki, "pods", pod_review("victim", f"v{i}", dry_run=False))
+                for i in range(9)
+            )
+        )
+        return list(await asyncio.gather(*flood)), list(victims)
+
+
+async def test_a_flood_of_denied_creates_leaves_another_namespaces_pods_answered_and_admitted(
+    pki: Pki,
+) -> None:
+    """A tenant whose namespace holds room sends a hundred pod creates over its base at once
+    (each denied, each free for it). Before, they held every admission slot while their rooms
+    were worked out one after another, and the victim namespace's creates waited unread, then
+    got 429 (its fail-closed rule: refused). Now the flood has its share of the places; every
+    victim create is answered and admitted, and only the flood's own are refused."""
+    flood, victims = await flood_beside_a_victim(
+        pki, "pods", lambda n: over_base_review("flood", n)
+    )
+    assert [status for status, _ in victims] == [200] * 9
+    assert all(response["allowed"] for _, response in victims), victims
+    assert all(status == 200 and not response["allowed"] for status, response in flood)
+
+
+async def test_a_flood_of_dry_run_vm_creates_leaves_another_namespaces_pods_answered(
+    pki: Pki,
+) -> None:
+    """The same flood as dry-run creates of running VMs, whose rule works every room out: the
+    VM endpoint takes its places in the same limiter, so the victim's pods are not refused."""
+    flood, victims = await flood_beside_a_victim(
+        pki, "virtualmachines", lambda n: vm_review("flood", n)
+    )
+    assert not any(refused(reply) for reply in victims), victims
+    assert all(response["allowed"] for _, response in victims)
+    assert all(status == 200 for status, _ in flood), "refused in the review, never passed"

@@ -1,0 +1,215 @@
+"""The one admission limiter: how many admissions are decided at once, fairly per namespace.
+
+Every admission of every endpoint is read and parsed first (its body under the transport's
+bounds, connections.py), then takes a place here under its namespace's key before its rules run,
+and gives it back when answered. The limiter never looks at what an admission is: a create the
+rules deny, a dry run, a VM update and a pod create all count alike, because a denied request
+costs its sender nothing and can be sent again at once.
+
+- At most `size` admissions are decided at once, at most `share` of them of one namespace,
+  whether or not another namespace is waiting: a namespace alone cannot take every place, so a
+  newcomer from elsewhere finds one free unless `size / share` namespaces are busy at once.
+- Admissions beyond those wait in their namespace's line; a place that comes free goes to the
+  oldest admission of the namespace with the fewest in decision among those under their share
+  (round robin among equals).
+- At most `queue` admissions wait at once. A newcomer finding the queue full refuses the newest
+  waiting admission of the namespace holding the most (in decision and waiting), or is itself
+  refused when that is its own namespace: a flood is refused from its own end, never a victim.
+- A waiting admission is refused after `wait` seconds of the clock while another namespace has
+  admissions waiting too; a namespace alone in the lines waits as long as it takes (its own
+  burst, or a busy machine, is no one else's doing; the API server's timeout ends the wait).
+- KubeVirt's migration target pods (`priority`) never wait behind a tenant: they take a place of
+  their own at once, up to `priority_size` at a time (KubeVirt creates a few target pods at once:
+  its parallel migration limits, 5 per cluster by default), beyond which they are refused.
+
+Places are handed out from the event loop's queue, never within `acquire`: the admissions read
+meanwhile are in the lines by then, so the order of grants, which is the order in which the
+rules' costly parts run (they run without awaiting), is the round robin's, not arrival order.
+
+A refused admission is answered with a denial whose code is 429 ("retry"), never passed
+unchecked. What one namespace can cost another, whatever it sends (creates, dry runs, VM
+edits): the other's admission is granted at the next hand-out, ahead of any namespace with more
+in decision, while fewer than `size / share` namespaces are busy (otherwise at the first place
+that comes free); its costly part then runs after at most `share` costly parts of each busy
+namespace (those granted before it); it is refused only if it waits `wait` seconds beside
+others, which needs `size / share` namespaces keeping their whole share in decision that long.
+
+Event loop only; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections import Counter
+from typing import Final
+
+from ..generic.clock import Clock
+
+SIZE: Final = 32
+"""Admissions decided at once: the admission slots of before, one API server's usual number of
+concurrent calls to a webhook under load."""
+SHARE: Final = 4
+"""Admissions of one namespace decided at once: an eighth of `SIZE`, so eight namespaces at their
+share are needed before anyone else waits, and another namespace's admission runs after at most
+four costly parts of each busy one; enough for one namespace's honest burst to have its pods
+decided in batches on the reservation's Lease writes."""
+QUEUE: Final = 48
+"""Admissions waiting at once: with `SHARE`, an honest burst of 52 creates of one namespace is
+decided without a refusal. With `SIZE` and `PRIORITY_SIZE`, the parsed admissions held are at
+most 88, their bodies capped at connections.MAX_BODY."""
+WAIT: Final = 2.0
+"""Seconds an admission waits for a place before it is refused: well within the chart's 5 s
+webhook timeout, so the refusal (429, retry) reaches the API server."""
+PRIORITY_SIZE: Final = 8
+"""KubeVirt's migration target pods decided at once (its default parallel migrations: 5 per
+cluster)."""
+
+
+class AdmissionLimiter:
+    """See the module docstring. `acquire` answers True once the caller holds a place (given
+    back with `release` in a `finally`, with the same key and priority), or False if refused."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        size: int = SIZE,
+        share: int = SHARE,
+        queue: int = QUEUE,
+        wait: float = WAIT,
+        priority_size: int = PRIORITY_SIZE,
+    ) -> None:
+        if not 1 <= share <= size:
+            raise ValueError(f"a namespace's share must be within 1..{size}, not {share}")
+        if queue < 0 or priority_size < 0:
+            raise ValueError("the queue and the priority places cannot be negative")
+        self.size, self.share, self.queue, self.wait = size, share, queue, wait
+        self.priority_size = priority_size
+        self._clock = clock
+        self._deciding: Counter[str] = Counter()
+        self._priority = 0
+        self._dispatching = False
+        """A dispatch is scheduled on the event loop."""
+        self._lines: dict[str, collections.deque[asyncio.Future[bool]]] = {}
+        """Waiting admissions per namespace, oldest first; the dict's order is the round robin's."""
+        self.refused = 0
+        """Admissions refused (queue full, out of time, or priority places taken)."""
+        self.peak = 0
+        """The most admissions ever decided at once (priority ones aside)."""
+
+    @property
+    def deciding(self) -> int:
+        return sum(self._deciding.values())
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(line) for line in self._lines.values())
+
+    def waiting_in(self, key: str) -> int:
+        return len(self._lines.get(key, ()))
+
+    async def acquire(self, key: str, *, priority: bool = False) -> bool:
+        """True once an admission of namespace `key` may be decided; False when refused (see
+        the module docstring). A priority admission never waits. Any other is granted from the
+        event loop's queue, never within this call: the admissions read meanwhile are in the
+        lines by then, and the round robin chooses among them all (the rules' costly part runs
+        without awaiting, so the order of grants is the order of the costly parts)."""
+        if priority:
+            return self._take_priority()
+        if self.waiting >= self.queue and not self._make_room(key):
+            self.refused += 1
+            return False
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._lines.setdefault(key, collections.deque()).append(waiter)
+        self._schedule_dispatch(loop)
+        timer = asyncio.ensure_future(self._expire(key, waiter))
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.release(key)  # granted just as the request was cancelled
+            raise
+        finally:
+            timer.cancel()
+            self._forget(key, waiter)
+
+    def release(self, key: str, *, priority: bool = False) -> None:
+        """Gives back a place `acquire` granted; it goes to the next waiting admission."""
+        if priority:
+            self._priority -= 1
+            return
+        self._deciding[key] -= 1
+        if self._deciding[key] <= 0:
+            del self._deciding[key]
+        if self._lines:
+            self._schedule_dispatch(asyncio.get_running_loop())
+
+    def _schedule_dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._dispatching:
+            self._dispatching = True
+            loop.call_soon(self._dispatch)
+
+    def _take_priority(self) -> bool:
+        if self._priority >= self.priority_size:
+            self.refused += 1
+            return False
+        self._priority += 1
+        return True
+
+    def _grant(self, key: str) -> None:
+        self._deciding[key] += 1
+        self.peak = max(self.peak, self.deciding)
+
+    def _dispatch(self) -> None:
+        """Hands free places to waiting admissions, each to the namespace with the fewest in
+        decision among those under their share (the first in the lines among equals; a
+        namespace served goes to the end of them)."""
+        self._dispatching = False
+        while self.deciding < self.size:
+            eligible = [k for k in self._lines if self._deciding[k] < self.share]
+            if not eligible:
+                return
+            key = min(eligible, key=lambda k: self._deciding[k])  # the first of equals
+            line = self._lines.pop(key)
+            waiter = line.popleft()
+            if line:
+                self._lines[key] = line
+            if not waiter.done():  # one cancelled meanwhile is skipped
+                self._grant(key)
+                waiter.set_result(True)
+
+    def _make_room(self, newcomer: str) -> bool:
+        """With the queue full: refuses the newest waiting admission of the namespace holding
+        the most, unless that is `newcomer`'s own (then False: the newcomer is refused)."""
+        held = {key: self._deciding[key] + len(line) for key, line in self._lines.items()}
+        largest = max(held, key=lambda key: held[key])
+        if held.get(newcomer, self._deciding[newcomer]) + 1 >= held[largest]:
+            return False
+        line = self._lines[largest]
+        evicted = line.pop()
+        if not line:
+            del self._lines[largest]
+        self.refused += 1
+        evicted.set_result(False)
+        return True
+
+    async def _expire(self, key: str, waiter: asyncio.Future[bool]) -> None:
+        """Refuses `waiter` once it has waited `wait` seconds while another namespace waits."""
+        while not waiter.done():
+            await self._clock.sleep(self.wait)
+            if not waiter.done() and any(k != key for k in self._lines):
+                self._forget(key, waiter)
+                self.refused += 1
+                waiter.set_result(False)
+
+    def _forget(self, key: str, waiter: asyncio.Future[bool]) -> None:
+        line = self._lines.get(key)
+        if line is None:
+            return
+        with contextlib.suppress(ValueError):
+            line.remove(waiter)
+        if not line:
+            del self._lines[key]
