@@ -60,8 +60,9 @@ deleting by v1.4.2+). Value: ResourceList JSON, e.g. '{"limits.cpu":"1","limits.
 Harvester matches it by prefix: every key that starts with it counts as a migrating VM."""
 
 ANNOTATION_MIGRATING_UID_PREFIX: Final = f"{HARVESTER_PREFIX}/migratingUID-"
-"""`harvesterhci.io/migratingUID-<vmi uid>`: the same, keyed by VMI UID (v1.4.2+, issue #7464: a name
-key is invalid for VM names over 53 characters). Not a prefix of, nor prefixed by, the name key."""
+"""`harvesterhci.io/migratingUID-<vmi uid>`: the same, keyed by VMI UID (v1.4.2+,
+harvester/harvester#7464: a name key is invalid for VM names over 53 characters). Not a prefix
+of, nor prefixed by, the name key."""
 
 ANNOTATION_MIGRATING_COMPENSATION: Final = f"{HARVESTER_PREFIX}/migratingCompensation"
 """Extra room (ResourceList JSON, only limits.memory is read) for VMs already over quota (v1.9+).
@@ -198,8 +199,9 @@ def migrating_vm_annotation_key(vm_name: str) -> str:
     `harvesterhci.io/migrating-<vm name>` when that is a valid key (the VM name is at most 53
     characters), exactly as Harvester writes it. Otherwise the first 42 characters of the name
     (without trailing '-', '.' or '_'), '-', and 10 hex characters of the sha256 of the whole name:
-    `harvesterhci.io/migrating-a-very-long-name-exceeds-the-63-length-and-11e086f797` for issue
-    #7464's 75-character name. Harvester's readers still see a `migrating-` key and sum its value.
+    `harvesterhci.io/migrating-a-very-long-name-exceeds-the-63-length-and-11e086f797` for the
+    75-character name of harvester/harvester#7464. Harvester's readers still see a `migrating-`
+    key and sum its value.
     The scheme must never change: a key written before an upgrade is found again by name after it.
     """
     if not vm_name:

@@ -75,7 +75,7 @@ class VmiAnnotator:
     call it from the event loop. The two controllers may call it for one VMI at once (both clear
     a finished migration's annotations, and both wait for the same release): the writes of one
     VMI are made one at a time, each judged against the other's returned patch, so the second
-    sends nothing when the first already wrote its changes (measured, issue 30: 3.3-4 VMI and VM
+    sends nothing when the first already wrote its changes (measured without it: 3.3-4 VMI and VM
     patches per migration in quota namespaces, 3 without a quota, where nothing waits).
 
     `count_write` is told "vmi" and "vm" as each VMI patch and VM touch is sent

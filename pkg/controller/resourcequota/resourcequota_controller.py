@@ -478,7 +478,7 @@ def raise_down(quota: Object, plan: QuotaPlan) -> bool:
     through Rancher's annotation lowers neither until Rancher's agent copies it and
     kube-controller-manager publishes it, and a release written directly lowers status.hard a
     moment after spec.hard; until both are down, a pod the label's rule would refuse could take
-    what is still raised (issue 38). The quota's next events queue the namespace again. A value
+    what is still raised. The quota's next events queue the namespace again. A value
     that cannot be read counts as not down (the label stays: the side that fails closed)."""
     spec = (quota.get("spec") or {}).get("hard") or {}
     status = (quota.get("status") or {}).get("hard") or {}

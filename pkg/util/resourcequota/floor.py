@@ -71,11 +71,10 @@ def floor_of(
     `replacing` migrations (all pods when `since` is None). `used` is the usage with `targets`
     aside (`pods.used_without(targets, now, scope)`, which a plan sums anyway): when no pod
     arrived since the rooms began (no room held, or a migration's usual case), the floor leaves
-    out nothing more, so it is `used` and
-    the namespace is not summed again (each sum copies its tally, issue 30, item 3). Which pods
-    arrived is decided by `arrivals` with the same `replacing` either way, so a decentralized
-    migration's target pod, or one whose migration is gone, takes the full sum; a set-aside
-    migration's does not (tests/unit/test_floor_shortcut.py compares the two)."""
+    out nothing more, so it is `used` and the namespace is not summed again (each sum copies its
+    tally). Which pods arrived is decided by `arrivals` with the same `replacing` either way, so
+    a decentralized migration's target pod, or one whose migration is gone, takes the full sum;
+    a set-aside migration's does not (tests/unit/test_floor_shortcut.py compares the two)."""
     arrived = arrivals(pods, since, replacing)
     if not arrived:
         return used

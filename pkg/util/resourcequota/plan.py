@@ -293,7 +293,7 @@ def release_gathers(hard: ResourceList, quota: Mapping[str, Any], rooms: RoomPla
     Such a release is what a migration's end writes, and a migration's end is when KubeVirt
     creates the next target pod (its parallel limits free a slot): quota admission updates the
     quota's status.used for that pod, and a write of ours landing in the same milliseconds makes
-    its update conflict (issue 40). Holding the release until the target exists, or a few
+    its update conflict. Holding the release until the target exists, or a few
     seconds, moves it out of that moment and gives several releases back in one write. Holding
     it keeps nothing from a tenant's pods: room is held, so the webhook holds them to the base
     (webhook/resources/pod/validator.py). A key of `hard` spec.hard lacks counts as a raise."""
