@@ -100,7 +100,9 @@ class PlanInputs:
 
     def _migration_changed(self, key: str, view: Object | None) -> None:
         """The migration store's view listener: notes a quota refusal's start or end as it
-        happens (a reconcile may come only after both), then lists the view for the plan."""
+        happens (a reconcile may come only after both), then lists the view for the plan. The
+        quota side of Harvester's `OnVmimChanged`: a migration's change that the plan acts on
+        queues its namespace."""
         self.refusals.seen(key, view)
         self.migration_views.changed(key, view)
 
