@@ -1,7 +1,7 @@
 """`harvester-quota run`: the controllers, leader-elected, with health and metrics endpoints.
 
-Only the leader runs the controllers' workers, so every quota write is the leader's (principle 2:
-one planner per namespace, conditional writers, all through controller/quotawriter.py). Standby
+Only the leader runs the controllers' workers, so every quota write is the leader's (one planner
+per namespace, conditional writers, all through controller/quotawriter.py). Standby
 replicas keep /healthz answering and campaign for the Lease; by default (`Options.warm_standby`)
 they also run the informers, so their caches are warm when they win: a standby's controllers are
 held (their informer handlers queue nothing, no worker runs) until it leads, and then queue every
@@ -47,7 +47,10 @@ CACHE_SYNC_TIMEOUT = 120.0
 
 @dataclass
 class ControllerApp:
-    """The controllers of one process: build, start, stop."""
+    """The controllers of one process: build, start, stop.
+
+    Harvester's `Register` functions (register.go of its migration and resourcequota
+    controllers) are this wiring: building it calls each controller's `register`."""
 
     client: ApiClient
     options: Options

@@ -77,7 +77,11 @@ def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
 
 
 def ratio_from_setting(setting: Mapping[str, Any] | None) -> str | None:
-    """Harvester's ratio: the setting's value, else its default, else "1.5" (Harvester's default)."""
+    """Harvester's ratio: the setting's value, else its default, else "1.5" (Harvester's default).
+
+    Harvester's `GetAdditionalGuestMemoryOverheadRatioWithoutError` (and
+    `GetAdditionalGuestMemoryOverheadRatio`, which returns the error instead of logging it); read
+    only when the KubeVirt CR, which carries the ratio in force, is not cached (`settings_from`)."""
     value = None
     if setting is not None:
         value = setting.get("value") or setting.get("default")

@@ -79,7 +79,7 @@ class Options:
     release_gather: float = 3.0
     """The longest a release is held back while the namespace's next migration target pod is
     being created (controller/resourcequota/gather.py; 0: never held), so that our write does
-    not land in quota admission's update for that pod (issue 40)."""
+    not land in quota admission's update of status.used for that pod and make it conflict."""
     stale_raise_sweep: float = 30.0
     """Seconds between the safety net's looks for a raise standing with no migration holding
     room (controller/resourcequota/staleraise.py): one that stood a whole interval is reported

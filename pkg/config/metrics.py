@@ -41,7 +41,7 @@ as "other". A cluster has a handful of writers (Harvester, a GitOps tool, kubect
 def as_float(quantity: Quantity) -> float:
     """A Quantity in base units (0.25 for 250m), as Prometheus wants it; one too large for a
     float (a tenant's VMI may ask for 1e400 bytes, which parses) is +/-Inf, not OverflowError
-    (that failed the namespace's reconcile after its plan; issue 38). Reporting only: no room
+    (that would fail the namespace's reconcile after its plan). Reporting only: no room
     is computed from it."""
     try:
         return quantity.milli_value() / 1000

@@ -2,8 +2,8 @@
 
 A field KubeVirt's schema keeps unknown (preserve-unknown-fields) holds whatever JSON a tenant
 writes, however deep. orjson refuses to decode more than 1024 levels and to encode more than 254,
-and one object it refuses stopped a whole cache (issue 38): the watch line, the list, the store's
-encoding all failed on it, every relist again. No field the product reads is nested more than a
+and one object it refuses would stop a whole cache: the watch line, the list, the store's
+encoding all fail on it, every relist again. No field the product reads is nested more than a
 few dozen levels (a pod's or a VMI's deepest read is about 10), so values deeper than
 `MAX_DEPTH` are replaced by null, in the bytes before decoding (`loads`) or in the dicts before
 encoding (`cut_deep`). What is cut is what no reader looks at; the object keeps its name, its

@@ -8,9 +8,9 @@ The contract is client-go's SharedInformer contract:
   queue, so a slow handler delays only itself, never the watch or the other handlers;
 - an object that vanished while the watch was down is reported as a delete with a Tombstone.
 
-One object never stops an informer (issue 38: a tenant's pod or VMI that raised on the way into
-the cache reached the reflector, which relisted, met it again, and the cache stayed stale for
-good while fresh replicas never synced). The per-object contract:
+One object never stops an informer (otherwise a tenant's pod or VMI that raises on the way into
+the cache reaches the reflector, which relists, meets it again, and the cache stays stale for
+good while fresh replicas never sync). The per-object contract:
 - an object that fails a stage on its way in (``transform``, ``key``, ``encode``, ``index``,
   ``view``: the transform, its key, the store's codec, an index function, a view's derive) is
   *skipped*: kept out of the store and so of every index and view; if an earlier version was

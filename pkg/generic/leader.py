@@ -1,13 +1,12 @@
 """Leader election on a coordination.k8s.io Lease, as client-go's leaderelection does it.
 
-Only one replica of the controllers may write quotas at a time (principle 2: conditional writers,
-in one process). The
-Lease records a holder and a renew time; a candidate takes it over once the holder has not renewed
-for ``lease_duration``. Expiry is judged by *local* observation time (when this process last saw the
-record change), never by comparing the holder's timestamps with our clock, so clock skew between
-machines cannot make two leaders. Defaults are controller-runtime's: 15 s lease, 10 s renew
-deadline, 2 s retry. On shutdown the leader releases the lease (holder cleared, 1 s duration) so a
-successor takes over at once instead of waiting out the lease.
+Only one replica of the controllers may write quotas at a time (one planner per namespace,
+conditional writers, in one process). The Lease records a holder and a renew time; a candidate
+takes it over once the holder has not renewed for ``lease_duration``. Expiry is judged by *local*
+observation time (when this process last saw the record change), never by comparing the holder's
+timestamps with our clock, so clock skew between machines cannot make two leaders. Defaults are
+controller-runtime's: 15 s lease, 10 s renew deadline, 2 s retry. On shutdown the leader releases
+the lease (holder cleared, 1 s duration) so a successor takes over at once instead of waiting out the lease.
 """
 
 from __future__ import annotations

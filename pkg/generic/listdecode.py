@@ -20,8 +20,8 @@ parse within a bounded number of tries) switches to decoding the remainder whole
 correct and only costs the memory this module exists to save.
 
 An item nested deeper than orjson decodes (a tenant's JSON in a field KubeVirt keeps unknown) is
-decoded with what lies deeper than deepjson.MAX_DEPTH cut, never refused: one such item failed the
-whole list, every relist again (issue 38). `cut` counts the values cut; the item is logged. The
+decoded with what lies deeper than deepjson.MAX_DEPTH cut, never refused (a refused item would
+fail the whole list, every relist again). `cut` counts the values cut; the item is logged. The
 first candidate end orjson refuses for its depth switches that item to one bracket-aware pass
 (deepjson.DepthScan, resumed as chunks arrive) that finds the item's end and cuts it at once; the
 candidates are not tried further. Cutting each candidate prefix instead took 10.7 s on the event

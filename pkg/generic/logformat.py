@@ -110,13 +110,39 @@ def formatter(log_format: LogFormat) -> logging.Formatter:
     raise ValueError(f"unknown log format {log_format!r}: expected one of {', '.join(LOG_FORMATS)}")
 
 
+class StderrHandler(logging.StreamHandler[TextIO]):
+    """A StreamHandler on the process's standard error as it is when a line is written, not as
+    it was when the handler was made (as logging's own last-resort handler does).
+
+    A command line run in-process (a test calling `main`, a second command line in one process)
+    may configure logging while sys.stderr is a stream someone else later swaps out and closes
+    (pytest's capture of one test); a handler holding that stream would fail every later line
+    with "I/O operation on closed file", and logging would print a traceback per line into
+    whatever sys.stderr is then. In a process whose stderr never changes, this is a plain
+    StreamHandler on stderr."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> TextIO:
+        """sys.stderr now."""
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _stream: TextIO) -> None:
+        """Kept for StreamHandler's API (`setStream`); the handler always writes to sys.stderr
+        as it is then, so a stream given here is not kept."""
+
+
 def configure(
     log_format: LogFormat = "text", verbosity: int = 0, stream: TextIO | None = None
 ) -> logging.Handler:
-    """Sends every log line to `stream` (stderr by default) in `log_format`, replacing the root
-    logger's handlers, at the levels `verbosity` says (module docstring); returns the handler.
-    Calling it again reconfigures (a test, a second command line in one process)."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    """Sends every log line to `stream` (stderr by default, as it is when each line is written:
+    `StderrHandler`) in `log_format`, replacing the root logger's handlers, at the levels
+    `verbosity` says (module docstring); returns the handler. Calling it again reconfigures (a
+    test, a second command line in one process)."""
+    handler = logging.StreamHandler(stream) if stream is not None else StderrHandler()
     handler.setFormatter(formatter(log_format))
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -341,7 +341,7 @@ class Reflector:
 
         A stream whose events are already buffered (a burst: fifty pods created at once) never
         suspends on its own, so without the turn one informer held the loop for the whole
-        burst. Measured in a scale run (issue 12, session 16): stalls of 100-130 ms between a
+        burst. Measured in a scale run: stalls of 100-130 ms between a
         quota write's response and the next reconcile, while the loop applied buffered pod and
         VMI events. With the turn, other tasks wait for one event's work at most."""
         async for event in stream:

@@ -4,7 +4,7 @@ A view is a `derive` function and a `listener`. The store (store.py) calls in he
 its writes, while the written object's dicts are at hand, so a view costs one `derive` per change
 and never a decode of what is stored. Nothing of a view is kept here: the listener keeps what it
 needs (views.py's NamespaceViews, say), and so always holds exactly what the store holds, or
-less: a listener that raises is isolated (issue 38), see `StoreViews`.
+less: a listener that raises is isolated, see `StoreViews`.
 """
 
 from __future__ import annotations

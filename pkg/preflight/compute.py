@@ -382,7 +382,7 @@ def _step(cluster: _Cluster, drained: list[str]) -> Step:
         if cluster.location.get(key) in leaving:
             try:
                 step.vms.append(_verdict(cluster, vmi, candidates))
-            except Exception as error:  # one VMI never fails the preflight (issue 38)
+            except Exception as error:  # one VMI never fails the preflight
                 cluster.warnings.append(
                     f"skipped {named('VirtualMachineInstance', vmi)}: cannot judge it "
                     f"({type(error).__name__}: {error}); check it by hand"
@@ -559,7 +559,7 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
     contexts = {e.namespace: _context(cluster, e.namespace) for e in evacuations}
     try:
         order = project_order(evacuations, contexts, members)
-    except Exception as error:  # a poisoned object never fails the preflight (issue 38)
+    except Exception as error:  # a poisoned object never fails the preflight
         cluster.warnings.append(
             "cannot order the Rancher projects' room across their namespaces "
             f"({type(error).__name__}: {error}); each evacuation is judged alone"

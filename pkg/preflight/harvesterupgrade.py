@@ -1,5 +1,5 @@
 """What Harvester's own upgrade does with each VM on the node it upgrades (`preflight upgrade` on
-a Harvester cluster; issue 41, item 5).
+a Harvester cluster names it beside each VM's quota verdict).
 
 Read in Harvester's `package/upgrade/upgrade_node.sh` (v1.7.0 to v1.8.2) and its upgrade
 helper. A node's pre-drain:

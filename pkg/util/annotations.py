@@ -60,8 +60,9 @@ deleting by v1.4.2+). Value: ResourceList JSON, e.g. '{"limits.cpu":"1","limits.
 Harvester matches it by prefix: every key that starts with it counts as a migrating VM."""
 
 ANNOTATION_MIGRATING_UID_PREFIX: Final = f"{HARVESTER_PREFIX}/migratingUID-"
-"""`harvesterhci.io/migratingUID-<vmi uid>`: the same, keyed by VMI UID (v1.4.2+, issue #7464: a name
-key is invalid for VM names over 53 characters). Not a prefix of, nor prefixed by, the name key."""
+"""`harvesterhci.io/migratingUID-<vmi uid>`: the same, keyed by VMI UID (v1.4.2+,
+harvester/harvester#7464: a name key is invalid for VM names over 53 characters). Not a prefix
+of, nor prefixed by, the name key."""
 
 ANNOTATION_MIGRATING_COMPENSATION: Final = f"{HARVESTER_PREFIX}/migratingCompensation"
 """Extra room (ResourceList JSON, only limits.memory is read) for VMs already over quota (v1.9+).
@@ -196,10 +197,12 @@ def migrating_vm_annotation_key(vm_name: str) -> str:
     """The per-VM key we write: always a valid annotation key, the same name always the same key.
 
     `harvesterhci.io/migrating-<vm name>` when that is a valid key (the VM name is at most 53
-    characters), exactly as Harvester writes it. Otherwise the first 42 characters of the name
-    (without trailing '-', '.' or '_'), '-', and 10 hex characters of the sha256 of the whole name:
-    `harvesterhci.io/migrating-a-very-long-name-exceeds-the-63-length-and-11e086f797` for issue
-    #7464's 75-character name. Harvester's readers still see a `migrating-` key and sum its value.
+    characters), exactly as Harvester's `GenerateAnnotationKeyMigratingVMName` writes it.
+    Otherwise the first 42 characters of the name (without trailing '-', '.' or '_'), '-', and 10
+    hex characters of the sha256 of the whole name:
+    `harvesterhci.io/migrating-a-very-long-name-exceeds-the-63-length-and-11e086f797` for the
+    75-character name of harvester/harvester#7464. Harvester's readers still see a `migrating-`
+    key and sum its value.
     The scheme must never change: a key written before an upgrade is found again by name after it.
     """
     if not vm_name:
@@ -273,14 +276,20 @@ class MigrationAnnotations:
     uid_keyed: dict[str, ResourceList] = field(default_factory=dict)
     """`harvesterhci.io/migratingUID-*`: Harvester v1.4.2+ keys."""
     compensation: ResourceList | None = None
-    """None when absent or empty (Harvester treats "" as absent)."""
+    """None when absent or empty (Harvester treats "" as absent). Harvester's
+    `HasMigratingCompensation`, `getResourceListOfMigratingCompensation` and
+    `GetCompensationFromResourceQuota` read it; here it is read only to be removed (a plan's
+    floor is the compensation, floor.py)."""
     resync_needed: bool = False
-    """The resync flag is exactly "true"."""
+    """The resync flag is exactly "true" (Harvester's `IsMigratingScalingResyncNeeded`). Its
+    writers, `SetAnnotationMigratingScalingResyncNeeded` and
+    `ClearAnnotationMigratingScalingResyncNeeded`, have no twin: one writer needs no flag, and a
+    flag left behind is removed."""
     resync_flag: str | None = None
     """The raw resync flag, None when absent ("false" is left behind by Harvester)."""
     skip_auto_scaling: bool = False
-    """The skip switch is exactly "true" (Harvester's test; "True" does not count) and it is an
-    opt-out: not ours (`adopted`)."""
+    """The skip switch is exactly "true" (Harvester's `IsResourceQuotaAutoScalingDisabled`; "True"
+    does not count) and it is an opt-out: not ours (`adopted`)."""
     adopted: bool = False
     """The skip switch is exactly "true" and carries our marker ANNOTATION_ADOPTED: we set it to
     stop Harvester's resourcequota controller, and the quota is ours to raise."""
@@ -304,12 +313,17 @@ class MigrationAnnotations:
         return found
 
     def migrating_total(self) -> ResourceList:
-        """The sum of all readable per-VM entries (what Harvester adds to the base)."""
+        """The sum of all readable per-VM entries (what Harvester adds to the base): Harvester's
+        `GetVMIMResourcesFromRQAnnotation` (`getVMIMResourcesFromRQAnnotation`,
+        `getRunningVMIMResources`). Ours reads the usage without targets from the rooms; these
+        are summed only for the base of a quota adopted mid-migration."""
         return resources.total([*self.name_keyed.values(), *self.uid_keyed.values()])
 
 
 def parse_migration_annotations(annotations: Mapping[str, str] | None) -> MigrationAnnotations:
-    """Classify a ResourceQuota's annotations; never raises on bad values (see `invalid`)."""
+    """Classify a ResourceQuota's annotations; never raises on bad values (see `invalid`).
+    Harvester's `getResourceListFromMigratingVMs` reads the same per-VM keys, but fails the
+    whole read on one unreadable value."""
     if not annotations:
         return MigrationAnnotations()
     name_keyed: dict[str, ResourceList] = {}

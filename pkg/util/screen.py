@@ -1,4 +1,4 @@
-"""One poisoned object never fails a whole one-shot command (issue 38): `explain` and
+"""One poisoned object never fails a whole one-shot command: `explain` and
 `preflight` run their per-object computation on each listed object on its own, and an object
 it raises on is skipped and named in the command's warnings, as the informers skip it.
 """

@@ -39,7 +39,7 @@ def int_at(parent: Mapping[str, Any], key: str, where: str) -> int:
     """A KubeVirt count (0 when unset); ValueError for a value that is no integer or is outside
     0..COUNT_MAX.
 
-    Bounded (issue 38): the API server stores any integer a tenant writes there, while
+    Bounded: the API server stores any integer a tenant writes there, while
     virt-controller cannot decode one outside uint32 and renders no launcher for it; unbounded,
     the product multiplied the factors and overflowed a float (sockets x cores x threads). A
     ValueError is an estimate error (rooms.py): that migration gets no room, the side that never
@@ -127,7 +127,7 @@ def deletion_deadline(deletion: Any, grace: Any) -> datetime.datetime | None:
 
     Bounded: a tenant with ``edit`` may delete its pod with any grace period up to Go's int64
     (the API server stores it, its own arithmetic wrapping silently), and the sum overflowed
-    Python's datetime (OverflowError, issue 38). A deadline beyond year 9999 (or before year 1)
+    Python's datetime (OverflowError). A deadline beyond year 9999 (or before year 1)
     is `FAR_FUTURE`: the pod counts as long as it exists, as it does while any deletion is under
     way. Counting it is the side that never gives a tenant more room: a pod still running is
     charged; Kubernetes' own evaluator, whose arithmetic wraps, may charge it less."""
@@ -173,7 +173,7 @@ clock as this does for VMIs (the VM rule reads the template's metadata, so that 
 def strip_vmi_unread_unknown(vmi: Mapping[str, Any]) -> dict[str, Any]:
     """The VMI without UNREAD_UNKNOWN_FIELDS: the VMI caches' transform (controller and webhook),
     so that a tenant's JSON there, however deep or large, is dropped before it is encoded and
-    kept (issue 38). Everything else is kept as it is: the launcher rendering reads most of the
+    kept. Everything else is kept as it is: the launcher rendering reads most of the
     spec, the metadata and the status. The VMI given is not changed (the dicts on the path to a
     dropped field are copied)."""
     result = dict(vmi)

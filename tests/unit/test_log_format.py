@@ -6,24 +6,13 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
+import sys
 
 import pytest
 from harvester_quota.generic import logformat
 from harvester_quota.generic.commandline import accept_logging_flags_everywhere
 from harvester_quota.main import build_parser
 from harvester_quota.testbench.cli import build_parser as build_bench_parser
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """configure() replaces the root handlers and sets levels: put them back after each test."""
-    root, ours = logging.getLogger(), logging.getLogger(logformat.OUR_LOGGER)
-    handlers, root_level, our_level = list(root.handlers), root.level, ours.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(root_level)
-    ours.setLevel(our_level)
 
 
 def _log_one(log_format: logformat.LogFormat, **extra: object) -> str:
@@ -82,6 +71,24 @@ def test_a_text_field_with_a_space_is_quoted_and_a_list_joined() -> None:
 
 def test_a_field_that_is_none_is_left_out() -> None:
     assert logformat.migration_fields("tenant-a", None) == {"namespace": "tenant-a"}
+
+
+def test_the_default_handler_writes_to_stderr_as_it_is_when_a_line_is_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A command line run in-process configures logging while sys.stderr is one test's capture,
+    which pytest closes after that test: a later line goes to the stderr of then, whole, with no
+    "--- Logging error ---" traceback in its place."""
+    then = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", then)
+    logformat.configure("text", 0)
+    then.close()
+    now = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", now)
+    logging.getLogger("harvester_quota.test").warning("written after the first stderr closed")
+    assert "Logging error" not in now.getvalue()
+    (line,) = now.getvalue().splitlines()
+    assert line.endswith("WARNING harvester_quota.test: written after the first stderr closed")
 
 
 @pytest.mark.parametrize(

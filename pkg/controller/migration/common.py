@@ -34,7 +34,9 @@ MIGRATION_ANNOTATIONS = (
     ANNOTATION_MIGRATION_STATE,
     ANNOTATION_MIGRATION_TARGET,
 )
-"""Every annotation a migration leaves on its VMI; all are removed together when it ends."""
+"""Every annotation a migration leaves on its VMI; all are removed together when it ends (what
+Harvester's `resetHarvesterMigrationStateInVmiAndSyncVM` and `resetHarvesterMigrationStateInVMI`
+clear)."""
 
 QuotaFirst = Callable[[str, float], Awaitable[object]]
 """Waits, at most the given seconds, until the namespace's quota reconciles queued or running at
@@ -75,7 +77,7 @@ class VmiAnnotator:
     call it from the event loop. The two controllers may call it for one VMI at once (both clear
     a finished migration's annotations, and both wait for the same release): the writes of one
     VMI are made one at a time, each judged against the other's returned patch, so the second
-    sends nothing when the first already wrote its changes (measured, issue 30: 3.3-4 VMI and VM
+    sends nothing when the first already wrote its changes (measured without it: 3.3-4 VMI and VM
     patches per migration in quota namespaces, 3 without a quota, where nothing waits).
 
     `count_write` is told "vmi" and "vm" as each VMI patch and VM touch is sent
@@ -97,7 +99,8 @@ class VmiAnnotator:
 
     async def set(self, vmi: Object, changes: Mapping[str, Any]) -> None:
         """Patches the VMI's annotations if they differ, then touches its VM (Harvester's
-        syncVM).
+        syncVM): Harvester's `setVmiMigrationUIDAnnotation`, `resetHarvesterMigrationStateInVMI`
+        and `resetHarvesterMigrationStateInVmiAndSyncVM` in one, the changes saying which.
 
         A VMI or VM that went away since the cache saw it is not an error: there is nothing left
         to annotate. Other API errors propagate, so the controller re-queues the key with backoff.
@@ -171,7 +174,8 @@ class _OneAtATime:
 
 
 async def touch_vm(management: Management, vm_namespace: str, vm_name: str) -> None:
-    """Sets the VM's ``harvesterhci.io/timestamp`` to now (a VMI without a VM is skipped)."""
+    """Sets the VM's ``harvesterhci.io/timestamp`` to now (a VMI without a VM is skipped):
+    Harvester's `syncVM`, so that Harvester's UI refreshes the VM's actions."""
     stamp = management.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         await management.client.patch(

@@ -1,5 +1,6 @@
 """The target-pod retry: a migration whose target pod create failed for a reason other than quota
-is requeued in virt-controller at once, not left to its rate limiter (issue 40, item 3).
+is requeued in virt-controller at once, not left to its rate limiter (whose backoff
+can hold a migration for minutes).
 
 What a failure is, when a migration is retried and why that write works is in
 createfailures.py. Here: a watch of virt-controller's FailedCreate Events on VMIs (a field

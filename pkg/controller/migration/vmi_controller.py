@@ -61,7 +61,8 @@ class VmiController:
         self.vmis.on_change(HANDLER, self.on_changed)
 
     async def on_changed(self, key: str, vmi: Object | None) -> Object | None:
-        """Clears a completed migration's annotations and deletes an aborted one's target pod."""
+        """Clears a completed migration's annotations and deletes an aborted one's target pod:
+        Harvester's `OnVmiChanged`."""
         if vmi is None or is_deleting(vmi):
             return vmi
         state = status(vmi).get("migrationState")
@@ -112,7 +113,8 @@ class VmiController:
 
 
 def register(management: Management, annotator: VmiAnnotator | None = None) -> VmiController:
-    """Registers the controller; `annotator` is shared with the other controller writing VMIs."""
+    """Registers the controller (Harvester's `Register` in its migration register.go); `annotator`
+    is shared with the other controller writing VMIs."""
     controller = VmiController(management, annotator)
     controller.register()
     return controller

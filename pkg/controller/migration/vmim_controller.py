@@ -44,7 +44,8 @@ pending, `Synchronizing` (the two sides exchange the migration's state) is migra
 
 def migration_state(migration: Object) -> str | None:
     """The Harvester state a VMIM's phase maps to (None once it has finished): aborting while
-    an abort is requested, pending in WAITING_PHASES, migrating in any other phase."""
+    an abort is requested (Harvester's `isAbortRequest`), pending in WAITING_PHASES, migrating
+    in any other phase."""
     phase = str(status(migration).get("phase") or "")
     if phase in FINAL_PHASES:
         return None
@@ -82,7 +83,9 @@ class VmimController:
         self.vmims.on_change(HANDLER, self.on_changed)
 
     async def on_changed(self, key: str, migration: Object | None) -> Object | None:
-        """Sets or clears the VMI's migration annotations for this VMIM (idempotent)."""
+        """Sets or clears the VMI's migration annotations for this VMIM (idempotent): Harvester's
+        `OnVmimChanged` without its quota writes, which a VMIM's change queues for the namespace's
+        reconcile instead (PlanInputs._migration_changed)."""
         if migration is None:
             return None
         vmi = self.vmis.cached(namespace(migration), str(spec(migration).get("vmiName")))
@@ -101,7 +104,8 @@ class VmimController:
 
 
 def register(management: Management, annotator: VmiAnnotator | None = None) -> VmimController:
-    """Registers the controller; `annotator` is shared with the other controller writing VMIs."""
+    """Registers the controller (Harvester's `Register` in its migration register.go); `annotator`
+    is shared with the other controller writing VMIs."""
     controller = VmimController(management, annotator)
     controller.register()
     return controller

@@ -1,4 +1,4 @@
-"""Writes of a managed quota by anyone but us, seen and told (issue 39, item 3).
+"""Writes of a managed quota by anyone but us, seen and told: who changed which field.
 
 Harvester's own controllers (when they run beside us), a GitOps tool or a person may change
 what our plans write: spec.hard of the keys the base knows, and our annotations. The reconcile

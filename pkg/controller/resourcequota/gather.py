@@ -1,4 +1,5 @@
-"""Releases held back a moment while a namespace's next target pod is being created (issue 40).
+"""Releases held back a moment while a namespace's next target pod is being created, so that
+our write does not make that pod's quota admission conflict.
 
 A migration's end is when KubeVirt creates the next target pod of the namespace (its parallel
 limits free a slot) and when the room mode gives the ended migration's room back. Quota

@@ -84,9 +84,9 @@ class PlanInputs:
         self._cluster_settings = None
 
     def cluster_settings(self) -> LauncherSettings:
-        """QuotaInformers.kubevirt_settings, kept until either of its objects changes: it
-        decoded the KubeVirt CR and derived the settings from it on every reconcile (issue 30,
-        item 3), though they change only with those objects."""
+        """QuotaInformers.kubevirt_settings, kept until either of its objects changes, so
+        that a reconcile neither decodes the KubeVirt CR nor derives the settings from it (a
+        profiled cost of every reconcile), though they change only with those objects."""
         if self._cluster_settings is None:
             self._cluster_settings = self.informers.kubevirt_settings()
         return self._cluster_settings
@@ -100,7 +100,9 @@ class PlanInputs:
 
     def _migration_changed(self, key: str, view: Object | None) -> None:
         """The migration store's view listener: notes a quota refusal's start or end as it
-        happens (a reconcile may come only after both), then lists the view for the plan."""
+        happens (a reconcile may come only after both), then lists the view for the plan. The
+        quota side of Harvester's `OnVmimChanged`: a migration's change that the plan acts on
+        queues its namespace."""
         self.refusals.seen(key, view)
         self.migration_views.changed(key, view)
 

@@ -197,12 +197,13 @@ class RancherPath:
         fits, the project limit lowered). A room given to this namespace (`kept`, they lead the
         ladder) is not dropped while the raise standing fits the project: where even the given
         rooms do not fit as they are planned now (one grew), the raise standing is kept for
-        them alone (`GivenRooms`), their growth waiting (review 52, major 1); only where the
-        raise standing no longer fits are smaller sets of given rooms tried, judged against the
-        project alone (review 53). Where no step fits, the raise is given back: the rooms of migrations that ended go,
-        or a sibling waiting for them would wait for good. Only a plan whose raise was judged
-        (the project read): where it cannot be read, nothing is written. Returns how many steps
-        the annotation asks for after a write, None where nothing was written."""
+        them alone (`GivenRooms`), their growth waiting: no given room is lowered or handed to a
+        sibling for another's growth. Only where the raise standing no longer fits are smaller
+        sets of given rooms tried, judged against the project alone (a given room waits behind
+        no sibling). Where no step fits, the raise is given back: the rooms of migrations that
+        ended go, or a sibling waiting for them would wait for good. Only a plan whose raise was
+        judged (the project read): where it cannot be read, nothing is written. Returns how many
+        steps the annotation asks for after a write, None where nothing was written."""
         if not await self.project_room.judged(namespace):
             return None
         given_count = kept(flags)
@@ -302,7 +303,7 @@ class RancherPath:
 @dataclass(frozen=True)
 class GivenRooms:
     """A raise standing for rooms given to a namespace, kept for them alone where their growth
-    does not fit its Rancher project (RancherPath._write_what_fits; reviews 52 and 53). `patch`
+    does not fit its Rancher project (RancherPath._write_what_fits). `patch`
     writes the annotation as RancherPath does (counted, logged, told)."""
 
     project_room: ProjectRoom
@@ -322,7 +323,7 @@ class GivenRooms:
         """The raise standing, kept for the given rooms alone: `given_plan` (the step of the
         given rooms as planned now) capped, key by key, at the annotation standing, so it still
         fits the project while the rooms of migrations that ended, or written unjudged, go,
-        and the record names the given rooms only (review 53). Nothing is written where that is
+        and the record names the given rooms only. Nothing is written where that is
         what stands."""
         standing = namespace_limit(annotations_of(namespace).get(CATTLE_ANNOTATION_RESOURCE_QUOTA))
         ceiling = standing.hard() if standing is not None else {}

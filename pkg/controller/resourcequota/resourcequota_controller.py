@@ -1,9 +1,10 @@
 """The room mode's writer of managed ResourceQuotas: one level-triggered reconcile per namespace.
 
-Harvester splits this between a VMIM controller that edits annotations and a ResourceQuota controller
-that recomputes spec.hard, coordinated by a resync flag the two toggle. Here one reconcile, keyed
-by namespace, reads the whole namespace from the caches (its quota, migrations, VMIs, pods, the
-overhead ratio in force), computes the desired quota (plan.py) and writes it once if it differs.
+Harvester splits this between a VMIM controller (vmim_controller.go) that edits annotations and a
+ResourceQuota controller (resourcequota_controller.go, this file's namesake) that recomputes
+spec.hard, coordinated by a resync flag the two toggle. Here one reconcile, keyed by namespace,
+reads the whole namespace from the caches (its quota, migrations, VMIs, pods, the overhead ratio
+in force), computes the desired quota (plan.py) and writes it once if it differs.
 Every input's change re-queues the namespace; nothing is remembered between runs that is not
 learned again, so a restart, a lost watch or Rancher resetting spec.hard all converge on the next
 run.
@@ -184,10 +185,9 @@ class QuotaReconciler:
     # The reconcile ------------------------------------------------------------------------------
 
     async def reconcile(self, key: str, namespace: Object | None) -> Object | None:
-        """Brings the namespace's managed quota to its plan (one conditional write at most).
-
-        Called by the namespace controller's workers, never twice at once for one namespace.
-        """
+        """Brings the namespace's managed quota to its plan (one conditional write at most):
+        Harvester's `scaleResourceQuota` and `OnResourceQuotaChanged` in one, keyed by namespace.
+        Called by the namespace controller's workers, never twice at once for one namespace."""
         started = self.management.clock.monotonic()
         try:
             return await self._reconcile(key, namespace)
@@ -478,7 +478,7 @@ def raise_down(quota: Object, plan: QuotaPlan) -> bool:
     through Rancher's annotation lowers neither until Rancher's agent copies it and
     kube-controller-manager publishes it, and a release written directly lowers status.hard a
     moment after spec.hard; until both are down, a pod the label's rule would refuse could take
-    what is still raised (issue 38). The quota's next events queue the namespace again. A value
+    what is still raised. The quota's next events queue the namespace again. A value
     that cannot be read counts as not down (the label stays: the side that fails closed)."""
     spec = (quota.get("spec") or {}).get("hard") or {}
     status = (quota.get("status") or {}).get("hard") or {}
@@ -526,7 +526,8 @@ def requeue(
 
 
 def register(management: Management) -> QuotaReconciler:
-    """The room mode's reconcile on the namespace controller."""
+    """The room mode's reconcile on the namespace controller: Harvester's `Register` of its
+    resourcequota controller (register.go), on namespaces instead of quotas."""
     reconciler = QuotaReconciler(management)
     reconciler.register()
     return reconciler

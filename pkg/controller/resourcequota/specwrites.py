@@ -42,8 +42,8 @@ def raise_waits_on_status(written: Object) -> bool:
     (util/resourcequota/standing.py `raise_enforced`) and the room-held label stays (`raise_down`), and
     kube-controller-manager lowers status.hard a moment later. Not copying it saves a quota
     write at the moment a migration's end makes KubeVirt create the next target pod, whose
-    quota admission our write made conflict (issue 40). A value that cannot be read counts as
-    waiting (the copy is made: it only publishes what spec.hard says)."""
+    quota admission (an update of status.used) our write would make conflict. A value that
+    cannot be read counts as waiting (the copy is made: it only publishes what spec.hard says)."""
     spec = (written.get("spec") or {}).get("hard") or {}
     status = (written.get("status") or {}).get("hard") or {}
     try:

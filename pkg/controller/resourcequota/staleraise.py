@@ -2,8 +2,8 @@
 
 The reconcile is level-triggered, but it runs only when something queues the namespace: a raise
 whose release was never planned (an event missed, a plan made from a view that was stale, a bug
-of ours or of a peer's) would stand for good, capacity a tenant holds without paying for it
-(issue 44). So every `interval` seconds a sweep looks at the cached namespaces whose quota or
+of ours or of a peer's) would stand for good, capacity a tenant holds without paying for it.
+So every `interval` seconds a sweep looks at the cached namespaces whose quota or
 namespace shows a raise (`raise_shows`: cheap, no plan), plans those (pure, as the reconcile
 would) and keeps the ones whose plan holds no room while something is still to be given back
 (`left_to_give_back`). One still so `stale_after` seconds after it was first seen, is stale: it

@@ -5,8 +5,8 @@ later call knows the processes only by the pid recorded in the state file. Befor
 pid it checks that the pid still runs the binary it recorded and started when it recorded: a pid
 reused by an unrelated program after a reboot must never be killed, nor one reused by another
 cluster's process of the same binary (every local cluster runs the same kube-apiserver; with
-pid_max at 32768, a busy machine reuses pids within hours, and a stale state file then stopped a
-live test cluster mid-run: stop 37's full run).
+pid_max at 32768, a busy machine reuses pids within hours, and a stale state file has stopped a
+live test cluster mid-run).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where a step's controller CPU went, per migration (issue 30, item 3): read from the
+"""Where a step's controller CPU went, per migration: read from the
 controller's own /metrics (pure: no I/O).
 
 The controller exports (generic/frameworkmetrics.py) its watch events by resource and type with

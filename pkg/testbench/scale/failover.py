@@ -13,7 +13,7 @@ measures, from the kill:
   standby's first correct quota write;
 
 and the wave's own figures say whether a migration was refused meanwhile (KubeVirt's
-FailedCreate) and whether every quota came back to its base. The target (issue 30, item 5): the
+FailedCreate) and whether every quota came back to its base. The target: the
 first raise within the lease duration plus one second.
 """
 

@@ -110,7 +110,8 @@ def _who_line(report: ScaleReport) -> list[str]:
 
 
 def _arms_section(report: ScaleReport) -> list[str]:
-    """Per step and arm, the conflicts, stalls and writes issue 40 counts (empty for a run of
+    """Per step and arm, the conflicts, stalls and writes that show whether our
+    quota writes collide with quota admission's (empty for a run of
     the quota arm alone)."""
     arms = report.arms()
     if len(arms) < 2:

@@ -465,7 +465,8 @@ WRITE_KINDS)."""
 
 
 def arm_rows(arms: Mapping[str, Sequence[StepResult]]) -> list[dict[str, Any]]:
-    """Per step (by position) and arm (in `arms`' order), what issue 40 counts: migrations,
+    """Per step (by position) and arm (in `arms`' order), what shows whether our quota writes
+    collide with quota admission's: migrations,
     failed creates on a Conflict (migrations, events), the API server's 409 pod creates, the
     stall (sum and largest), writes per migration by kind, p50/p99 Succeeded and their ratio to
     the ARM_NONE arm's same step (None without it)."""

@@ -76,8 +76,8 @@ KNOWN_BEHAVIOURS: Final = {
     "port-under-load": (
         "not a v1.8.2/v1.9 behaviour: on a loaded machine the port, in the bench's Python process, "
         "sees its own writes late and redoes a step (its annotation and the resync flag written "
-        "again): 6 writes for one migration where both write 4 idle (v170-test1-ratio-1.5, run "
-        "G of stop 48, load average 5-7)"
+        "again): 6 writes for one migration where both write 4 idle (v170-test1-ratio-1.5, seen "
+        "in a full run at load average 5-7)"
     ),
 }
 """The behaviours of Harvester v1.8.2 that the port (v1.9) does not share, by name."""

@@ -820,8 +820,8 @@ def raise_record(key: str, value: str) -> bool:
 def rancher_base_of(namespace: Object | None) -> ResourceList:
     """The base Rancher's annotation gives `namespace` (evidence: the text recorded before a
     raise through it while that raise stands, rancher_base_text), {} without a valid one. The
-    annotation itself would be the raise: a run that looked at it settled the moment a raise
-    through Rancher's annotation was copied into the quota (issue 44)."""
+    annotation itself would be the raise: a run that looked at it would settle the moment a
+    raise through Rancher's annotation was copied into the quota."""
     text = rancher_base_text(namespace or {}) or ""
     try:
         return parse_namespace_resource_quota(text)

@@ -390,7 +390,8 @@ def launcher_quota_usage(
     migration_target: bool = False,
 ) -> ResourceList:
     """The quota usage of the launcher pod KubeVirt would render for `vmi` with `settings` (a
-    VMI's first launcher pod; with `migration_target`, a migration's target pod)."""
+    VMI's first launcher pod; with `migration_target`, a migration's target pod). Harvester's
+    `calculateVMActualOverhead` estimates the memory overhead alone; this is the whole pod."""
     return pod_quota_usage(launcher_pod_resources(vmi, settings, migration_target=migration_target))
 
 

@@ -205,6 +205,11 @@ def _decode_extended(value: object, extended: dict[str, str], errors: list[str])
 def parse_namespace_resource_quota(text: str) -> ResourceList:
     """The base quota from the annotation: ResourceQuota `hard` keys, `extended` ignored.
 
+    Harvester's `GetCPUMemoryLimitsFromRancherNamespaceResourceQuota`,
+    `GetMemoryLimitsFromRancherNamespaceResourceQuota` and
+    `convertNamespaceResourceLimitToResourceList` read a few of its fields; this maps every field
+    Rancher maps.
+
     "" -> {}. Invalid JSON or an invalid quantity ("10000m invalid") -> ValueError naming the field.
     """
     return parse_namespace_resource_quota_details(text).limit

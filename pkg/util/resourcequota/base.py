@@ -1,4 +1,4 @@
-"""The base quota of a namespace: what spec.hard is when no migration holds room (principle 2).
+"""The base quota of a namespace: what spec.hard is when no migration holds room.
 
 - With Rancher, the base is the namespace annotation ``field.cattle.io/resourceQuota``: the only
   source of truth Rancher keeps, and what it resets spec.hard to on every namespace event. All its
@@ -83,7 +83,9 @@ def rancher_base_text(namespace: Mapping[str, Any]) -> str | None:
 
 
 def rancher_base(namespace: Mapping[str, Any]) -> ResourceList | None:
-    """The base from Rancher's annotation; None when the namespace has none (or it is empty)."""
+    """The base from Rancher's annotation; None when the namespace has none (or it is empty).
+    Harvester's `getNamespaceResourceQuota`, every field Rancher maps (not limits.cpu and
+    limits.memory alone); BaseError for an annotation that does not parse or is negative."""
     text = rancher_base_text(namespace)
     if text is None or not text.strip():
         return None
@@ -116,6 +118,10 @@ def resolve_base(
 
     ``recorded_rooms`` is what the quota's per-VM annotations say was added (used only to adopt,
     mid-migration, a quota nobody recorded a base for: spec.hard minus those rooms).
+
+    Harvester's `scaleResourceQuotaOnDemand` takes the base from Rancher's annotation alone, and
+    only where `IsResourceQuotaManagedByNamespaceAnnotation` holds; here, without Rancher's
+    annotation, a base recorded on the quota stands in.
     """
     if mode != STANDALONE:
         base = rancher_base(namespace)

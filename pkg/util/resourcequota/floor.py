@@ -1,4 +1,4 @@
-"""What a raise may stand on: the usage a namespace had before its rooms began (principle 5).
+"""What a raise may stand on: the usage a namespace had before its rooms began.
 
 While migrations hold room, ``hard = max(base, floor) + rooms``. The floor is what the
 namespace's pods use, targets aside, counting only pods that existed before the room period
@@ -71,11 +71,14 @@ def floor_of(
     `replacing` migrations (all pods when `since` is None). `used` is the usage with `targets`
     aside (`pods.used_without(targets, now, scope)`, which a plan sums anyway): when no pod
     arrived since the rooms began (no room held, or a migration's usual case), the floor leaves
-    out nothing more, so it is `used` and
-    the namespace is not summed again (each sum copies its tally, issue 30, item 3). Which pods
-    arrived is decided by `arrivals` with the same `replacing` either way, so a decentralized
-    migration's target pod, or one whose migration is gone, takes the full sum; a set-aside
-    migration's does not (tests/unit/test_floor_shortcut.py compares the two)."""
+    out nothing more, so it is `used` and the namespace is not summed again (each sum copies its
+    tally). Which pods arrived is decided by `arrivals` with the same `replacing` either way, so
+    a decentralized migration's target pod, or one whose migration is gone, takes the full sum;
+    a set-aside migration's does not (tests/unit/test_floor_shortcut.py compares the two).
+
+    Harvester's `compensatePendingMigration` and `compensateResourceQuotaBase` raise the base
+    once a migration's target pod was refused (`CalculateCompensationResourceQuotaWithVMI`, on
+    limits.memory); here the floor is in every plan, on every key, before any refusal."""
     arrived = arrivals(pods, since, replacing)
     if not arrived:
         return used

@@ -1,6 +1,6 @@
 """The desired state of a namespace's managed ResourceQuota, computed from the cluster as it is.
 
-Principle 5, per key k the base limits:
+Compensation as arithmetic, per key k the base limits:
 
     while any migration holds room on k:  hard_k = max(base_k, floor_k) + sum of the rooms on k
     otherwise:                            hard_k = base_k
@@ -128,7 +128,11 @@ class QuotaPlan:
 
 
 def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
-    """The desired spec.hard and annotations for the snapshot's managed quota."""
+    """The desired spec.hard and annotations for the snapshot's managed quota.
+
+    Harvester's `scaleResourceQuotaWithVMI` and `scaleResourceQuotaOnDemand` made as one plan,
+    recomputed from the cluster every time, so `ContainsMigratingVM` ("already scaled") has no
+    twin: every key is recomputed."""
     recorded = parse_migration_annotations(annotations_of(snapshot.quota))
     warnings = [f"ignored invalid annotation {key}: {why}" for key, why in recorded.invalid.items()]
     pods = namespace_pods(snapshot.pods)
@@ -243,7 +247,15 @@ def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
 
 
 def desired_hard(base: ResourceList, used: ResourceList, rooms: ResourceList) -> ResourceList:
-    """Principle 5, key by key."""
+    """spec.hard, key by key of `base` (compensation as arithmetic): where `rooms` holds some of
+    the key, max(base, used) + room, `used` being the floor (floor.py); else the base.
+
+    Harvester's functions for it: `CalculateNewResourceQuotaFromBaseDelta` (base plus the
+    rooms), `CalculateCompensationResourceQuotaWithVMI` (here the max with `used`, on every key,
+    so `IsResourceQuotaManagedByNamespaceAnnotationWithMemoryLimits` has no twin: compensation is
+    not memory-only), and `restoreResourceQuota` and `restoreResourceQuotaWithVMI` (a plan
+    without rooms is the base). Only the base's keys are planned, so `checkResourceQuotaAndVMI`,
+    `isEmpty`, `IsEmptyResourceQuota` and `isMemoryLimitEmpty` have nothing to test."""
     hard: ResourceList = {}
     for key, base_value in base.items():
         room = rooms.get(key)
@@ -293,7 +305,7 @@ def release_gathers(hard: ResourceList, quota: Mapping[str, Any], rooms: RoomPla
     Such a release is what a migration's end writes, and a migration's end is when KubeVirt
     creates the next target pod (its parallel limits free a slot): quota admission updates the
     quota's status.used for that pod, and a write of ours landing in the same milliseconds makes
-    its update conflict (issue 40). Holding the release until the target exists, or a few
+    its update conflict. Holding the release until the target exists, or a few
     seconds, moves it out of that moment and gives several releases back in one write. Holding
     it keeps nothing from a tenant's pods: room is held, so the webhook holds them to the base
     (webhook/resources/pod/validator.py). A key of `hard` spec.hard lacks counts as a raise."""
@@ -338,7 +350,11 @@ def _annotation_changes(
     *,
     adoption: AdoptionChanges,
 ) -> tuple[dict[str, str], list[str]]:
-    """(annotations to set, annotation keys to remove) for the quota."""
+    """(annotations to set, annotation keys to remove) for the quota: a per-VM key for each
+    VM whose migration holds room (Harvester's `AddMigratingVM`), and every migrating key no
+    room needs removed (`DeleteMigratingVM`), a compensation or resync flag Harvester left among
+    them (we never write a compensation: `AddMigratingCompensation` has no twin, and
+    `DeleteMigratingCompensation` is this removal)."""
     wanted: dict[str, str] = dict(adoption.wanted)
     per_vm: dict[str, list[ResourceList]] = {}
     for room in rooms:

@@ -2,7 +2,7 @@
 
 The plan reads a few fields of every pod of the namespace: its quota usage, whether it still
 counts, a few of KubeVirt's labels. Decoding every cached pod and recomputing every pod's usage on
-every reconcile made one reconcile cost 0.3-0.45 ms per VM of the namespace (issue 12), all of it
+every reconcile made one reconcile cost 0.3-0.45 ms per VM of the namespace (measured), all of it
 on the one event loop. Here each pod is reduced once, when it changes, to a PodView (what
 pod_quota_usage charges, computed then), and each namespace keeps a running total of the pods
 whose charge does not depend on the time: all but those being deleted (a terminal pod is among
@@ -12,7 +12,7 @@ the rest is one sum it reads. The steady total is kept per distinct `PodScopeFac
 namespace's pods share a handful), so a quota with scopes reads the sum of the facts it charges
 rather than walking the namespace. Terminal pods cost nothing: KubeVirt leaves every migration's
 source pod Completed until its VMI goes, and a kept 3,000-VM namespace held 1,800 of them, which
-each plan walked (10 ms a plan) while they were counted as changing (issue 12, session 16).
+each plan walked (10 ms a plan) while they were counted as changing.
 
 The totals are exact (quantities are integers of nano-units; adding and removing a pod's usage
 leaves no residue), and a key is in the total exactly while some counted pod charges it, so
@@ -178,8 +178,8 @@ def _with_usage(pod: Object, common: dict[str, Any], features: QuotaFeatures) ->
 _EMPTY: ResourceList = {}
 _USAGES: LRUCache[tuple[tuple[str, str], ...], ResourceList] = LRUCache(maxsize=4096)
 """Usages seen lately, shared by the views that charge the same: the pods of VMs of one size
-all charge the same, and a usage of a dozen Quantities is most of a view's memory (issue 12:
-1.8 KB a view before, at 10,000 VMs). A view's usage is never mutated (see `usage_at`)."""
+all charge the same, and a usage of a dozen Quantities is most of a view's memory (an
+unshared one took 1.8 KB a view at 10,000 VMs). A view's usage is never mutated (see `usage_at`)."""
 
 
 def _interned(usage: ResourceList) -> ResourceList:
@@ -200,7 +200,7 @@ class Tally:
     """A running sum of ResourceLists that can take one back exactly: per key, the sum in
     nano-units and how many of the summed lists had the key in each format. The counts are
     plain dicts, not Counters: a plan copies the namespace's tally (`copy`) once or twice, and
-    a Counter per key made that copy most of a 12-VM namespace's plan (profiled, issue 30)."""
+    a Counter per key made that copy most of a 12-VM namespace's plan (profiled)."""
 
     nanos: dict[str, int] = field(default_factory=dict)
     formats: dict[str, dict[Format, int]] = field(default_factory=dict)

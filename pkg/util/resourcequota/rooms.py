@@ -1,6 +1,7 @@
 """Which live migrations hold quota room in a namespace, and how much.
 
-This is design principle 3 and 4 as a pure function of what the cluster shows now:
+This is the principle that a migration holds room from its creation until its pods stop counting,
+as a pure function of what the cluster shows now:
 
 - A migration holds room from the moment its VirtualMachineInstanceMigration exists until its
   source pod is really gone; a failed or aborted migration holds it until its target pod is gone.
@@ -255,7 +256,8 @@ class RoomInputs:
 def plan_rooms(inputs: RoomInputs) -> RoomPlan:
     """Every migration of the namespace that holds room, with its room, at most one migration
     under way per VMI (`_one_under_way_per_vmi`). Costs the migrations and their pods, not the
-    namespace's other pods (given NamespacePods)."""
+    namespace's other pods (given NamespacePods). With `plan_quota`, Harvester's
+    `scaleResourceQuotaWithVMI`, for every migration at once."""
     pods = namespace_pods(inputs.pods)
     rooms: list[MigrationRoom] = []
     errors: dict[str, str] = {}
@@ -405,9 +407,10 @@ def _holding_reason(
     now: datetime.datetime,
     pods: NamespacePods,
 ) -> str | None:
-    """Why the migration still holds room, or None once it does not (principle 3), decided
+    """Why the migration still holds room, or None once it does not, decided
     from pods alone: what a tenant can write (a migration's or VMI's status, which neither has
-    as a subresource) never makes room."""
+    as a subresource) never makes room. Harvester's `handlePendingMigration` raises once for a
+    pending migration; here a pending migration of a running VMI holds room in every plan."""
     phase = str(status(migration).get("phase") or "")
     if phase in (PHASE_SUCCEEDED, PHASE_FAILED):
         return _finished_reason(phase, vmi, target, now, pods)
@@ -422,7 +425,9 @@ def _finished_reason(
     phase: str, vmi: VmiView, target: PodView | None, now: datetime.datetime, pods: NamespacePods
 ) -> str | None:
     """A finished migration holds room while its target pod counts and, once it succeeded,
-    while a launcher pod of the VMI older than that target (its source) still counts too."""
+    while a launcher pod of the VMI older than that target (its source) still counts too.
+    Harvester's `handleFinishedMigration` gives the room back at once; this holds it until the
+    pods stop counting."""
     if not _still_counts(target, now) or target is None:
         return None
     if phase == PHASE_FAILED:
@@ -493,7 +498,9 @@ def _room(
 ) -> MigrationRoom:
     """The room: one part per kind of pod the target side charges (launcher/parts.py), each
     the usage of its real pods once they exist, else, while the migration is under way, the pod
-    KubeVirt would render for the VMI now (a finished migration's missing parts hold nothing)."""
+    KubeVirt would render for the VMI now (a finished migration's missing parts hold nothing).
+    Harvester's `CalculateScaleResourceQuotaWithVMI` sizes it from the VMI's limits and the
+    compute container's overhead instead, on limits.cpu and limits.memory only."""
     real = target if target is not None and _still_counts(target, inputs.now) else None
     under_way = str(status(migration).get("phase") or "") not in (PHASE_SUCCEEDED, PHASE_FAILED)
     parts: list[RoomPart] = []

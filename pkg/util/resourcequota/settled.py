@@ -4,7 +4,7 @@ KubeVirt keeps finished VirtualMachineInstanceMigrations: virt-controller garbag
 per VMI, keeping the newest few, so a namespace of thousands of VMs keeps thousands of them. The
 plan judges each one again on every reconcile (rooms.py: a finished migration holds room until
 its source pod, or for a failed one its target pod, stops counting). Measured in a 3,000-VM
-namespace keeping 400-550 finished migrations (issue 12, session 16, py-spy): 59 % of the
+namespace keeping 400-550 finished migrations (py-spy): 59 % of the
 controller's CPU in a scale run went to plans (10 ms a plan at p50, 25 ms at p90, about half of
 it on finished migrations), and the namespace was reconciled about ten times per migration.
 

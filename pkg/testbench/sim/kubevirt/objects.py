@@ -201,7 +201,7 @@ def hostname(vm_name: str) -> str:
 
 def name_label(key: str, name: str) -> dict[str, str]:
     """A label carrying a name, left out when the name is longer than a label value may be:
-    VM names may be up to 253 characters (Harvester issue #7464 had one of 75)."""
+    VM names may be up to 253 characters (harvester/harvester#7464 had one of 75)."""
     return {key: name} if len(name) <= MAX_LABEL_VALUE else {}
 
 
