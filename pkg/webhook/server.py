@@ -93,7 +93,8 @@ migration-targets are Ignore so that a migration's target is never refused by a 
 class WebhookServer:
     """Routes AdmissionReviews to validators; serves /healthz and /readyz too (the kubelet's
     probes use the metrics port's: with client certificates required, they could not connect
-    here)."""
+    here). Its routes are what Harvester's validators declare with `NewValidator` and
+    `Resource`: the kind and the operations each rule admits."""
 
     def __init__(
         self,

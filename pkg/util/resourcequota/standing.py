@@ -1,7 +1,8 @@
 """Whether a raise of ours still stands in a namespace, and the one rule that follows from it.
 
-The rule (design principle 8): outside KubeVirt's own targets of a migration holding room, no pod
-is admitted above the base while any raise of ours still stands. A raise stands from the write
+The rule (the design's "the room belongs to the migration, and so does the raise"): outside
+KubeVirt's own targets of a migration holding room, no pod is admitted above the base while any
+raise of ours still stands. A raise stands from the write
 that raises spec.hard until both spec.hard and status.hard (what quota admission enforces, which
 kube-controller-manager copies a moment after spec.hard) are back at the base. It outlives the
 room it was made for: a migration ends (its source pod gone, so quota admission drops

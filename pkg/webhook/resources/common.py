@@ -1,7 +1,8 @@
 """What the webhook's validators share: the caches they read, the namespace view, the checks.
 
 The rules themselves are one module per kind (Harvester's pkg/webhook/resources/<kind>), each
-guarding the base and the migration room (design principle 8):
+guarding the base and the migration room (the room belongs to the migration, and so does the
+raise until it is down: util/resourcequota/standing.py):
 
 - Lowering a namespace's base (Rancher's annotation) or the managed quota's spec.hard below what
   the namespace uses is denied at any time; lowering it while a migration holds room is denied;
@@ -226,7 +227,8 @@ def check_lowering(
     view: NamespaceView | None,
     names: Mapping[str, str] | None = None,
 ) -> None:
-    """Denies a lowered limit while room is held, or below what the namespace uses."""
+    """Denies a lowered limit while room is held, or below what the namespace uses: Harvester's
+    `checkIfNewResourceQuotaIsSufficient` (limits.cpu and limits.memory), on every key."""
     if view is None:
         return
     label = names or {}

@@ -1,4 +1,4 @@
-"""Namespace rules (Harvester's namespace validator, quota part): Rancher's annotation
+"""Namespace rules (Harvester's namespace validator.go, quota part): Rancher's annotation
 ``field.cattle.io/resourceQuota`` is the base; lowering it below usage, or at all while a migration
 holds room, is denied; raising is allowed; removing it is allowed.
 """
@@ -14,7 +14,8 @@ from ..common import RANCHER_NAMES, Lookups, check_lowering, view_of
 
 def validate_namespace_update(request: Request, lookups: Lookups) -> None:
     """Rancher's quota annotation is the base: guard lowering it (Harvester's namespace check,
-    on every key, plus the migration-room rule)."""
+    on every key, plus the migration-room rule): Harvester's `Update` and its
+    `resourceQuotaValidation`."""
     old_text = annotations_of(request.old).get(CATTLE_ANNOTATION_RESOURCE_QUOTA, "")
     new_text = annotations_of(request.obj).get(CATTLE_ANNOTATION_RESOURCE_QUOTA, "")
     if not new_text.strip() or old_text == new_text:

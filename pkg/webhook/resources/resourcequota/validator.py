@@ -1,5 +1,8 @@
 """ResourceQuota rules: direct edits of the managed quota's spec.hard follow the namespace rules
 (no lowering below usage, none while a migration holds room), except our own controller's writes.
+
+Harvester's resourcequota validator.go at this path validates its own harvesterhci.io/v1beta1
+ResourceQuota (VM snapshot limits), another kind: this file shares its path, not its job.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""VirtualMachine rules (Harvester's VM validator, quota part): a VM that is to run but has no
+"""VirtualMachine rules (Harvester's VM validator.go, quota part): a VM that is to run but has no
 instance yet must fit under the base, its launcher pod's overhead and sidecars included, and the
 hotplug attachment pod virt-controller creates beside it for hotplugged volumes, on every key
 the pods use; and a running VM that an edit grows in place (CPU or memory hot-plug, which
@@ -37,7 +37,11 @@ def _will_run(vm: Mapping[str, Any]) -> bool:
 def validate_vm_start(request: Request, lookups: Lookups) -> None:
     """A VM that is to run but has no instance yet must fit under the base, overhead,
     sidecars and attachment pod included (Harvester checks this on VM create and update, limits
-    only), unless the managed quota's scopes do not charge its launcher pod."""
+    only), unless the managed quota's scopes do not charge its launcher pod.
+
+    Harvester's `CheckIfVMCanStartByResourceQuota`, which its `Create` and `Update` run from
+    `checkVMSpec`; a VM whose instance exists is skipped, as `VMPodsExist` (over `getVMPods`)
+    skips one whose pods exist."""
     vm = request.obj or {}
     if not _will_run(vm) or request.name in lookups.vmis(request.namespace):
         return  # halted, or already running (its pod is counted already)
