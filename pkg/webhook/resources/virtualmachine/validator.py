@@ -18,7 +18,8 @@ from ....util.quotascope import launcher_scope_facts, quota_scope
 from ....util.resourcequota.podindex import namespace_pods
 from ....util.resources import ResourceList, total
 from ...admission import Denied, Request
-from ..common import Lookups, base_of, check_fits_base, launcher_settings, view_of
+from ..common import Lookups, base_of, check_fits_base, launcher_settings
+from ..pod.quiet import quiet_view
 
 RUNNING_STRATEGIES: Final = frozenset({"Always", "RerunOnFailure", "Once", "WaitAsReceiver"})
 """Run strategies that give the VM a launcher pod without anyone starting it by hand.
@@ -52,7 +53,7 @@ def validate_vm_start(request: Request, lookups: Lookups) -> None:
         "metadata": {"name": request.name, "namespace": request.namespace},
         "spec": dict(spec(spec(vm).get("template"))),
     }
-    view = view_of(lookups, request.namespace, quota)
+    view = quiet_view(lookups, request.namespace, quota)
     try:
         settings = launcher_settings(lookups, request.namespace, quota)
         parts = target_parts(vmi, settings, first=True)
@@ -150,7 +151,7 @@ def validate_vm_growth(request: Request, lookups: Lookups) -> None:
         raise Denied(f"VM {request.name}: cannot size its hot-plug: {error}", code=422) from error
     if not quota_scope(quota).matches(launcher_scope_facts(grown, needed)):
         return
-    view = view_of(lookups, request.namespace, quota)
+    view = quiet_view(lookups, request.namespace, quota)
     growth = _beyond(needed, _launcher_usage_now(lookups, request.namespace, vmi))
     check_fits_base(
         f"VM {request.name}: hot-plugging its CPU or memory grows its launcher pod",
