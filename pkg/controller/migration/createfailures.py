@@ -93,7 +93,7 @@ def strip_event(event: Object) -> Object:
 def failure_key(namespace: str, vmi_uid: str) -> str:
     """FAILURE_INDEX's key: the namespace and the VMI's uid. The Event's own namespace is part of
     it, so an Event naming another namespace's VMI by its uid is found under the Event's
-    namespace, never the VMI's (second review, M2)."""
+    namespace, never the VMI's."""
     return f"{namespace}/{vmi_uid}"
 
 
@@ -119,7 +119,7 @@ def printable(text: str) -> str:
 
 def newest(failures: Iterable[CreateFailure], count: int = FAILURES_READ) -> list[CreateFailure]:
     """The `count` newest of `failures`: a flood of forged Events on one VMI costs each decision
-    a scan, never a decision over every one of them (second review, M3)."""
+    a scan, never a decision over every one of them."""
     return heapq.nlargest(count, failures, key=lambda f: f.at)
 
 

@@ -230,7 +230,7 @@ class MtqWrites:
         A raise writes its record (ANNOTATION_RAISED) with it; a restore removes the record,
         with the restored spec.hard or alone, and restores from the record where the quota
         carries one (the originals and budget given come from the VMMRQ's status, which a
-        tenant may write: review M6). A raise stops at Rancher's refusal (the namespace is
+        tenant may write). A raise stops at Rancher's refusal (the namespace is
         planned again without its quota); a restore goes on (Rancher's agent resets what it
         refuses us)."""
         quotas = self.live_quotas(namespace)

@@ -59,7 +59,7 @@ class ReleaseGathering:
         left = since + self.window - now
         # Past the window the release is written; the hold's start stays until a plan no
         # longer gathers, so a write that failed (a Conflict) is tried again at once, never
-        # held for a new window (second review, m2).
+        # held for a new window.
         return left if left > 0 else None
 
     def holding(self, namespace: str) -> bool:

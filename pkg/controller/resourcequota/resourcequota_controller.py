@@ -213,7 +213,7 @@ class QuotaReconciler:
         self.reports.export(key, planned.snapshot, planned.plan)
         self.inputs.set_aside_settled(key, planned.snapshot, planned.plan)
         # Not through Rancher's annotation: the plan compares with spec.hard, which lags the
-        # annotation until Rancher's agent copies it (second review, m1).
+        # annotation until Rancher's agent copies it.
         gathers = planned.plan.gathers and not self.rancher.through(namespace, planned.plan)
         held = self.gathering.hold(key, gathers)
         recheck = None

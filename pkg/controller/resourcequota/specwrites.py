@@ -71,10 +71,10 @@ class SpecWrites:
         )
         """Copies each spec.hard we write that raises a key into status.hard beside the
         namespace's reconciles (`raise_waits_on_status`), so the next raise of a burst does not
-        wait for it; and the release that leaves no room held, after which nothing of ours
-        (records, label, MTQ mode's handover) holds pods to the base while status.hard lags
-        (second review, M1) (traced: 100-170 ms a raise on a
-        3,000-VM namespace, bench/SCALE.md). One copy of a namespace's at a time, the newest
+        wait for it; and the release that leaves no room held, so that the room-held label and
+        the webhook's hold on the namespace's pods, which last while status.hard stands above
+        spec.hard (util/resourcequota/standing.py), end at once (traced: 100-170 ms a raise on
+        a 3,000-VM namespace, bench/SCALE.md). One copy of a namespace's at a time, the newest
         written after it; each tests its own spec.hard, so an older one never lands over a newer
         spec. API errors other than a refusal are logged and dropped: kube-controller-manager's
         copy follows anyway."""

@@ -1,7 +1,7 @@
 """Managed-Tenant-Quota lock rules: while a namespace is locked, only KubeVirt's target pods of
 the migrations the lock is held for are created there; ResourceQuota edits, VirtualMachineMigrationResourceQuota
 creates and deletes, writes of its status subresource (the originals and budget the restore
-used to read, review M6), and removals of the VMMRQ's restore finalizer are refused, except our
+used to read, since a tenant may write that status), and removals of the VMMRQ's restore finalizer are refused, except our
 controller's. Each denial says why and until when.
 
 The lock is read from the Namespace (util/resourcequota/mtq.py): its label selects the webhook
