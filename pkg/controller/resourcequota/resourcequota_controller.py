@@ -320,10 +320,9 @@ class QuotaReconciler:
         except (errors.Forbidden, errors.BadRequest) as error:
             if not self.rancher.refused(error, plan):
                 raise
-            if "spec" in patch:
-                self.rancher.report_denial(namespace, quota, plan, snapshot, error)
-            else:
-                self.rancher.note_protected(namespace, error)
+            self.rancher.report_denial(
+                namespace, quota, plan, snapshot, error, raised="spec" in patch
+            )
             return await self.rancher.write(namespace, quota, plan, snapshot)
         return None
 
