@@ -229,11 +229,12 @@ class ProjectRoom:
         self, namespace: Object, changes: dict[str, Any] | None, judgment: Judgment
     ) -> dict[str, Any] | None:
         """`changes`, a raise `lacking` let through, as written: where its project could not be
-        read (no judgment), the record names only the rooms given before (minor 5 of review
-        51: a transient read error gives no room ahead of the order); None: nothing to write."""
+        read (no judgment), the record names only the rooms given before (a transient read
+        error gives no room ahead of the order); None: nothing to write."""
         if changes is None or await self.judged(namespace):
             return changes
-        return unjudged_record(namespace, changes, judgment.own)
+        given = {step.room.migration_uid for step in judgment.own}
+        return unjudged_record(namespace, changes, given)
 
     async def settle(
         self,

@@ -23,8 +23,8 @@ namespace and the plan; the caller writes it, conditional on the annotations it 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from ...generic.meta import annotations_of
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
@@ -38,9 +38,6 @@ from .base import (
     rancher_base_text,
 )
 from .plan import QuotaPlan
-
-if TYPE_CHECKING:
-    from .projectqueue import Step
 
 
 def raised_annotation(base_text: str, hard: Mapping[str, str]) -> str:
@@ -118,16 +115,17 @@ def given_migrations(namespace: Mapping[str, Any]) -> frozenset[str] | None:
 
 
 def unjudged_record(
-    namespace: Mapping[str, Any], changes: Mapping[str, Any], given: Sequence[Step]
+    namespace: Mapping[str, Any], changes: Mapping[str, Any], given: Collection[str]
 ) -> dict[str, Any] | None:
     """`changes` (a raise) written without the project's judgment (its project could not be
-    read now): the record names only the rooms given already (`given`), so the others still
+    read now): the record names only the rooms given already (`given`, their migrations'
+    uids), so the others still
     wait in the project's order and are judged once it can be read; None where that leaves
     nothing to write."""
     if changes.get(ANNOTATION_RANCHER_GIVEN) is None:
         return dict(changes)
     annotations = annotations_of(namespace)
-    uids = ",".join(sorted({step.room.migration_uid for step in given}))
+    uids = ",".join(sorted(set(given)))
     project = annotations.get(PROJECT_ID_ANNOTATION)
     written = {**changes, ANNOTATION_RANCHER_GIVEN: f"{project} {uids}" if project else uids}
     if all(annotations.get(key) == value for key, value in written.items()):
