@@ -14,17 +14,20 @@ before the migration ends.
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+from harvester_quota.apis.mtq import VMMRQS
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.meta import metadata
-from harvester_quota.generic.resource import PODS, Object
-from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.caches import WebhookCaches
@@ -151,3 +154,59 @@ async def _migrations_succeeded(admin: KubeVirtByHand) -> int:
         for item in listed.get("items") or []
         if ((item.get("status") or {}).get("phase")) == "Succeeded"
     )
+
+
+async def test_a_budgeted_namespace_keeps_the_room_rules_while_status_hard_still_holds_the_raise(
+    api: ApiClient, cluster: ClusterInfo, local_cluster: LocalCluster, stack: Stack
+) -> None:
+    """The MTQ handover moment: a namespace with a VMMRQ whose room mode raise was just given
+    back (no records of ours, spec.hard at the base) while status.hard, what quota admission
+    enforces, still holds the raise. Before, the webhook handed the namespace to MTQ's rules at
+    once (no lock: nothing checked) and quota admission admitted a pod into the raise. The
+    moment is held by freezing kube-controller-manager (SIGSTOP) with status.hard written by
+    hand, nothing of ours running but the webhook."""
+    admin, kubevirt, controllers, server = stack
+    caches = server.lookups
+    assert isinstance(caches, WebhookCaches) and caches.vmmrqs is not None
+    await controllers.stop()  # the state below is set by hand
+    _vmi, source = await kubevirt.start_vm("vm1", cores=1, memory="1Gi")
+    usage = pod_quota_usage(source)
+    base = {key: str(usage[key]) for key in KEYS}
+    await admin.create_quota(base)
+    budget = {
+        "apiVersion": "mtq.kubevirt.io/v1alpha1",
+        "kind": "VirtualMachineMigrationResourceQuota",
+        "metadata": {"name": "budget"},
+        "spec": {"additionalMigrationResources": {"limits.cpu": "2", "limits.memory": "2Gi"}},
+    }
+    await admin.api.create(VMMRQS, budget, admin.namespace)
+    await eventually(
+        lambda: bool(caches.vmmrqs and caches.vmmrqs.store.by_index("namespace", admin.namespace)),
+        what="the webhook's caches to hold the budget",
+    )
+    current = local_cluster.info()
+    assert current is not None
+    (kcm,) = [p for p in current.processes if p.name == "kube-controller-manager"]
+    os.kill(kcm.pid, signal.SIGSTOP)
+    try:
+        quota = await admin.quota()
+        raised_status = {key: str(usage[key] * 2) for key in KEYS}
+        quota["status"] = {**quota["status"], "hard": raised_status}
+        await admin.api.update_status(RESOURCE_QUOTAS, quota)
+        await eventually(
+            lambda: _status_raised_in(caches, admin.namespace),
+            what="the webhook's caches to show status.hard above spec.hard",
+        )
+        async with tenant(api, cluster, admin.namespace) as attacker:
+            grab = small_pod("grab", str(usage["limits.cpu"]), "16Mi")
+            with pytest.raises(errors.ApiError) as refused:
+                await attacker.api.create(PODS, grab, admin.namespace)
+            assert "admission webhook" in refused.value.message, refused.value.message
+            assert "limits.cpu insufficient resources" in refused.value.message
+    finally:
+        os.kill(kcm.pid, signal.SIGCONT)
+
+
+def _status_raised_in(caches: WebhookCaches, namespace: str) -> bool:
+    quota = caches.quotas.store.by_index("namespace", namespace)
+    return bool(quota) and limits_of(quota[0], "status") != limits_of(quota[0])
