@@ -676,19 +676,36 @@ async def test_a_silent_handshake_is_cut_off_after_the_handshake_timeout(pki: Pk
 # How many at once ----------------------------------------------------------------------------
 
 
-async def test_admissions_beyond_the_slots_wait_then_get_429_with_their_bodies_unread(
-    pki: Pki,
-) -> None:
-    """Two slots, both held by slow reviews: a third request (headers only, its body withheld)
-    waits for a slot, and when the wait is over gets 429 at once: its body was never awaited.
-    Only the two held bodies were ever parsed."""
+async def withheld(server: WebhookServer, pki: Pki, body: bytes) -> Any:
+    """A connection of the API server's that sent a review's headers and withholds its body
+    (until `send_rest`): it holds a read slot meanwhile."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", server.port, ssl=client_context(pki, "apiserver")
+    )
+    writer.write(post_head("pods", len(body)))
+    await writer.drain()
+
+    async def send_rest() -> str:
+        writer.write(body)
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), ANSWER_WITHIN)
+        writer.close()
+        return line.decode().strip()
+
+    return send_rest
+
+
+async def test_bodies_beyond_the_read_slots_wait_then_get_429_unread(pki: Pki) -> None:
+    """Two read slots, both held by requests whose bodies are withheld: a third request
+    (headers only) waits for a slot, and when the wait is over gets 429 at once: its body was
+    never awaited. The two held bodies, once sent, are read and answered."""
     clock = FakeClock()
-    recorder = Recorder(hold=True)
+    recorder = Recorder()
     server = webhook(pki, clock=clock, max_admissions=2, admission_wait=1.0)
     server.validators["pods"] = ("Pod", recorder)
     async with running(server):
-        held = [asyncio.ensure_future(post(server, pki, pod_review(f"p{i}"))) for i in range(2)]
-        await eventually(lambda: len(recorder.asked) == 2, what="two reviews held")
+        held = [await withheld(server, pki, pod_review(f"p{i}")) for i in range(2)]
+        await eventually(lambda: server.slots.in_use == 2, what="two bodies being read")
         third = asyncio.ensure_future(
             status_of(server, pki, post_head("pods", 100), as_="apiserver")
         )
@@ -696,27 +713,42 @@ async def test_admissions_beyond_the_slots_wait_then_get_429_with_their_bodies_u
         assert not third.done()
         clock.step(1.0)
         assert await third == "HTTP/1.1 429 Too Many Requests"
-        recorder.gate.set()
-        assert await asyncio.gather(*held) == [200, 200]
+        assert [await send() for send in held] == ["HTTP/1.1 200 OK"] * 2
     assert recorder.asked == ["p0", "p1"]
     assert server.slots.peak == 2
     assert outcomes(server) == {"busy": 1, "allowed": 2}
 
 
-async def test_a_slot_given_back_goes_to_the_request_waiting_for_it(pki: Pki) -> None:
+async def test_a_read_slot_given_back_goes_to_the_request_waiting_for_it(pki: Pki) -> None:
     clock = FakeClock()
-    recorder = Recorder(hold=True)
+    recorder = Recorder()
     server = webhook(pki, clock=clock, max_admissions=1, admission_wait=1.0)
     server.validators["pods"] = ("Pod", recorder)
     async with running(server):
-        first = asyncio.ensure_future(post(server, pki, pod_review("first")))
-        await eventually(lambda: recorder.asked == ["first"], what="the first review held")
+        first = await withheld(server, pki, pod_review("first"))
+        await eventually(lambda: server.slots.in_use == 1, what="the first body being read")
         second = asyncio.ensure_future(post(server, pki, pod_review("second")))
         await eventually(lambda: server.slots.waiting == 1, what="the second waiting")
-        recorder.gate.set()
-        assert [await first, await second] == [200, 200]
+        assert await first() == "HTTP/1.1 200 OK"
+        assert await second == 200
     assert recorder.asked == ["first", "second"]
     assert server.slots.peak == 1
+
+
+async def test_a_review_being_decided_holds_no_read_slot(pki: Pki) -> None:
+    """One read slot, and a review whose decision waits (a target pod waiting for its room):
+    the next request is read and decided meanwhile. Before, a decision held its slot, so
+    admissions waiting to be decided kept every other request unread."""
+    recorder = Recorder(hold=True)
+    server = webhook(pki, max_admissions=1, admission_wait=1.0)
+    server.validators["pods"] = ("Pod", recorder)
+    async with running(server):
+        held = asyncio.ensure_future(post(server, pki, pod_review("held")))
+        await eventually(lambda: recorder.asked == ["held"], what="the first decision waiting")
+        second = asyncio.ensure_future(post(server, pki, pod_review("second")))
+        await eventually(lambda: recorder.asked == ["held", "second"], what="the second read")
+        recorder.gate.set()
+        assert [await held, await second] == [200, 200]
 
 
 async def test_a_request_cancelled_while_waiting_for_a_slot_leaves_the_slots_whole() -> None:
