@@ -35,6 +35,7 @@ __all__ = [
     "FALSE",
     "HARVESTER_PREFIX",
     "LABEL_DEFAULT_RESOURCE_QUOTA",
+    "MIGRATING_PREFIX",
     "MIGRATION_STATE_ABORTING",
     "MIGRATION_STATE_MIGRATING",
     "MIGRATION_STATE_PENDING",
@@ -51,6 +52,8 @@ __all__ = [
 ]
 
 HARVESTER_PREFIX: Final = "harvesterhci.io"
+MIGRATING_PREFIX: Final = f"{HARVESTER_PREFIX}/migrating"
+"""Every key Harvester ever wrote for migrations starts with this (name, UID, compensation, flag)."""
 
 # --- on the ResourceQuota --------------------------------------------------------------------------
 

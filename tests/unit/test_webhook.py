@@ -27,7 +27,7 @@ from harvester_quota.util.launcher import (
 )
 from harvester_quota.util.podusage import KUBERNETES_1_36, QuotaFeatures, pod_quota_usage
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.base import ANNOTATION_BASE, Mode
+from harvester_quota.util.resourcequota.base import ANNOTATION_APPLIED, ANNOTATION_BASE, Mode
 from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
 from harvester_quota.util.resources import ResourceList
 from harvester_quota.webhook.admission import Denied, Request
@@ -650,7 +650,8 @@ def test_a_pod_is_held_to_the_base_while_status_hard_still_holds_a_lowered_raise
 def release_window_quota(**records: str) -> Object:
     """The direct path between a migration's end and the release write: spec.hard and
     status.hard still at the raise, no migration holding room, status.used back at the base's
-    3 CPU (the source pod gone), our base recorded and `records` on the quota."""
+    3 CPU (the source pod gone), our base recorded and `records` on the quota (the raise we
+    applied among them, as our controller writes it with every raise)."""
     quota = quota_with(
         {"limits.cpu": "3", "limits.memory": "4000Mi"},
         RAISED,
@@ -666,7 +667,9 @@ def test_no_pod_enters_a_raise_that_outlives_its_room_before_the_release_write()
     raise until the controller's release write (and kube-controller-manager's copy) lands. A
     2-CPU pod fits the raise and would leave the tenant above its base for good (and the floor
     would raise on top of it at its next migration); it is held to the base."""
-    quota = release_window_quota(**{ANNOTATION_ROOMS_SINCE: "2026-11-27T10:00:00Z"})
+    quota = release_window_quota(
+        **{ANNOTATION_ROOMS_SINCE: "2026-11-27T10:00:00Z", ANNOTATION_APPLIED: json.dumps(RAISED)}
+    )
     lookups = FakeLookups(quotas={"ns": quota})
     with pytest.raises(Denied) as denied:
         validate_pod(
@@ -683,13 +686,37 @@ def test_harvesters_own_room_keys_hold_pods_to_the_base_while_their_raise_stands
     """A raise Harvester's own controllers made (their per-VM key, adopted) is a raise of ours:
     its key left on the quota after its migration ended holds pods to the base."""
     key = migrating_vm_annotation_key("vm1")
-    quota = release_window_quota(**{key: json.dumps({"limits.cpu": "2015m"})})
+    quota = release_window_quota(
+        **{key: json.dumps({"limits.cpu": "2015m"}), ANNOTATION_APPLIED: json.dumps(RAISED)}
+    )
     with pytest.raises(Denied):
         validate_pod(
             request("Pod", plain_pod("grab", "2", "1Gi"), operation="CREATE"),
             FakeLookups(quotas={"ns": quota}),
             Identities(),
         )
+
+
+def test_an_administrators_edit_in_the_release_window_moves_the_base_as_the_controller_does() -> (
+    None
+):
+    """One reader of the base: an administrator raises spec.hard by 1 CPU over the raise we
+    applied, in the release window. The controller takes that as the base raised by 1 CPU; the
+    webhook holds pods to that base, not to the recorded one, nor to the raise."""
+    quota = release_window_quota(
+        **{ANNOTATION_ROOMS_SINCE: "2026-11-27T10:00:00Z", ANNOTATION_APPLIED: json.dumps(RAISED)}
+    )
+    quota["spec"]["hard"] = {**RAISED, "limits.cpu": "6015m"}
+    quota["status"]["hard"] = dict(quota["spec"]["hard"])
+    lookups = FakeLookups(quotas={"ns": quota})
+    validate_pod(
+        request("Pod", plain_pod("fits", "1", "500Mi"), operation="CREATE"), lookups, Identities()
+    )
+    with pytest.raises(Denied) as denied:
+        validate_pod(
+            request("Pod", plain_pod("grab", "2", "500Mi"), operation="CREATE"), lookups, Identities()
+        )
+    assert "of the base 4" in denied.value.message
 
 
 def test_a_raise_without_our_records_is_the_administrators_new_limit() -> None:

@@ -35,13 +35,13 @@ from ...generic.store import Tombstone
 from ...util import resources
 from ...util.annotations import (
     LABEL_DEFAULT_RESOURCE_QUOTA,
+    MIGRATING_PREFIX,
     adopted_migrating_vm_annotation_key,
     legacy_migrating_vm_annotation_key,
     migrating_uid_annotation_key,
     migrating_vm_annotation_key,
 )
 from ...util.resourcequota.base import ANNOTATION_APPLIED
-from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
 
 APISERVER_REQUESTS: Final = "apiserver_request_total{"

@@ -74,9 +74,9 @@ from ...util.annotations import (
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,
+    MIGRATING_PREFIX,
 )
 from ...util.rancher.annotation import format_namespace_resource_quota
-from ...util.resourcequota.plan import MIGRATING_PREFIX
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
 from ..localcluster.audit import WRITE_VERBS, AuditLog, AuditMark

@@ -129,12 +129,17 @@ def resolve_base(
             return Base(hard=base, source=RANCHER)
         if mode == RANCHER:
             return None
-    return _standalone_base(quota, rooms_held=rooms_held, recorded_rooms=recorded_rooms)
+    return standalone_base(quota, rooms_held=rooms_held, recorded_rooms=recorded_rooms)
 
 
-def _standalone_base(
+def standalone_base(
     quota: Mapping[str, Any], *, rooms_held: bool, recorded_rooms: ResourceList | None
 ) -> Base | None:
+    """The recorded base of a quota without Rancher's annotation, following the user's edits
+    of spec.hard (measured against the spec.hard we applied while `rooms_held`: our records
+    of a raise are on the quota, or rooms are held); spec.hard less `recorded_rooms` the
+    first time. None without spec.hard; BaseError for a spec.hard that cannot be read. The
+    controller's plan and the webhook read the base through this one function."""
     name = (quota.get("metadata") or {}).get("name", "?")
     try:
         hard = spec_hard(quota)

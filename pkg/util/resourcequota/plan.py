@@ -34,8 +34,8 @@ from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
 from .. import resources
 from ..annotations import (
-    HARVESTER_PREFIX,
     LABEL_PAUSED,
+    MIGRATING_PREFIX,
     TRUE,
     adopted_migrating_vm_annotation_key,
     migrating_vm_annotation_key,
@@ -69,9 +69,7 @@ from .rooms import (
     plan_rooms,
     used_without_targets,
 )
-
-MIGRATING_PREFIX = f"{HARVESTER_PREFIX}/migrating"
-"""Every key Harvester ever wrote for migrations starts with this (name, UID, compensation, flag)."""
+from .standing import raise_records
 
 
 @dataclass
@@ -162,7 +160,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
             snapshot.namespace,
             snapshot.quota,
             mode=snapshot.mode,
-            rooms_held=bool(recorded.migrating_keys) or room_plan.holds_room,
+            rooms_held=raise_records(snapshot.quota, None) or room_plan.holds_room,
             # Room keys of ours only: Harvester records its UID key in a namespace without
             # Rancher's annotation too, but raises only from that annotation (v1.8.2), so a
             # standalone quota's spec.hard never holds the room of its UID keys.

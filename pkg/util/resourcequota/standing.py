@@ -28,10 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...generic.meta import annotations_of
+from ..annotations import MIGRATING_PREFIX
 from ..resources import ResourceList, parse_resource_list_leniently
 from .base import ANNOTATION_APPLIED, ANNOTATION_RANCHER_BASE
 from .floor import ANNOTATION_ROOMS_SINCE
-from .plan import MIGRATING_PREFIX
 
 
 def raise_records(quota: Mapping[str, Any] | None, namespace: Mapping[str, Any] | None) -> bool:

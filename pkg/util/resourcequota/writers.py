@@ -39,10 +39,10 @@ from ...generic.store import strip_unread_fields
 from ..annotations import (
     ANNOTATION_MIGRATING_UID_PREFIX,
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
+    MIGRATING_PREFIX,
 )
 from ..quantity import Quantity
 from ..resources import ResourceList
-from .plan import MIGRATING_PREFIX
 
 __all__ = [
     "ANNOTATION",

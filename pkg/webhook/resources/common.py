@@ -35,10 +35,11 @@ from ...util.podusage import QuotaFeatures
 from ...util.quantity import Quantity
 from ...util.quotascope import quota_scope
 from ...util.rancher.annotation import LIMIT_FIELDS
-from ...util.resourcequota.base import ANNOTATION_BASE, BaseError, Mode, rancher_base
+from ...util.resourcequota.base import BaseError, Mode, rancher_base, standalone_base
 from ...util.resourcequota.calculator import shortfalls
 from ...util.resourcequota.podindex import NamespacePods
 from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms
+from ...util.resourcequota.standing import raise_records
 from ...util.resources import ResourceList, parse_resource_list_leniently
 from ..admission import Denied
 
@@ -192,17 +193,24 @@ def base_given(view: NamespaceView, from_rancher: ResourceList | None) -> Resour
 def quota_base(
     quota: Object, hard: ResourceList, from_rancher: ResourceList | None
 ) -> ResourceList:
-    """`base_given` from the quota and its parsed spec.hard alone (no rooms needed)."""
+    """`base_given` from the quota and its parsed spec.hard alone (no rooms needed): Rancher's
+    base where given, else the controller's own reading of the recorded base
+    (util/resourcequota/base.py `standalone_base`, user edits followed as the controller
+    follows them), else spec.hard less the rooms recorded on the quota where it cannot be read."""
     if from_rancher is not None:
         return from_rancher
-    text = annotations_of(quota).get(ANNOTATION_BASE)
-    if text:
-        try:
-            return resources.loads(text)
-        except ValueError:
-            pass
-    rooms = parse_migration_annotations(annotations_of(quota)).migrating_total()
-    unscaled = resources.subtract_non_negative(hard, rooms)
+    recorded = parse_migration_annotations(annotations_of(quota))
+    try:
+        base = standalone_base(
+            quota,
+            rooms_held=raise_records(quota, None),
+            recorded_rooms=resources.total(list(recorded.name_keyed.values())),
+        )
+    except BaseError:
+        base = None
+    if base is not None:
+        return base.hard
+    unscaled = resources.subtract_non_negative(hard, recorded.migrating_total())
     return {key: unscaled.get(key, value) for key, value in hard.items()}
 
 
