@@ -714,7 +714,9 @@ def test_an_administrators_edit_in_the_release_window_moves_the_base_as_the_cont
     )
     with pytest.raises(Denied) as denied:
         validate_pod(
-            request("Pod", plain_pod("grab", "2", "500Mi"), operation="CREATE"), lookups, Identities()
+            request("Pod", plain_pod("grab", "2", "500Mi"), operation="CREATE"),
+            lookups,
+            Identities(),
         )
     assert "of the base 4" in denied.value.message
 
