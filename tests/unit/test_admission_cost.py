@@ -26,7 +26,14 @@ from harvester_quota.webhook.renders import LauncherRenders
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.validator import pod_check
 
-from tests.objects import launcher_pod, managed_quota, migration, plain_namespace, vmi
+from tests.objects import (
+    launcher_pod,
+    managed_quota,
+    migration,
+    plain_namespace,
+    rancher_namespace,
+    vmi,
+)
 from tests.unit.test_webhook import FakeLookups, plain_pod, quota_with, running_vm
 
 BASE = {"limits.cpu": "3", "limits.memory": "5000Mi"}
@@ -93,9 +100,12 @@ def _recorded(lookups: CountingLookups) -> None:
 
 
 def _spec_raised(lookups: CountingLookups) -> None:
+    """spec.hard above Rancher's annotation, the base (a raise of ours written directly: no
+    record of ours on a quota Rancher's agent resets). Without Rancher, spec.hard above a
+    recorded base with no record of a raise is an administrator's edit, the new base."""
     lookups.quotas["ns"]["spec"]["hard"]["limits.cpu"] = "5"
-    lookups.quotas["ns"]["metadata"]["annotations"]["harvester-quota.io/base"] = (
-        '{"limits.cpu":"3","limits.memory":"5000Mi"}'
+    lookups.namespaces["ns"] = rancher_namespace(
+        "ns", {"limitsCpu": "3000m", "limitsMemory": "5000Mi"}
     )
 
 
