@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from ..generic.health import HealthServer
 from ..generic.metrics import MetricFactory
-from .connections import MAX_ADMISSIONS
+from .limiter import PRIORITY_SIZE, QUEUE, SIZE
 from .resources.pod.targets import (
     OUTCOMES,
 )
@@ -67,8 +67,8 @@ class WebhookMetrics:
         )
         self.in_flight = declare.gauge(
             "webhook_admissions_in_flight",
-            f"Admissions holding one of the slots (at most {MAX_ADMISSIONS} by default) between "
-            "reading their body and answering.",
+            "Admissions read and not yet answered: waiting for a place of the admission limiter "
+            f"or being decided (at most {SIZE + PRIORITY_SIZE + QUEUE} by default).",
         )
 
 
