@@ -49,6 +49,7 @@ from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
 from ..util.resourcequota.plan import desired_hard
 from ..util.resourcequota.rancherpath import raised_annotation
+from ..util.resourcequota.standing import raise_records
 from ..util.resources import ResourceList, add
 from .harvesterroom import LIMITS_MEMORY, harvester_room
 from .report import Blocker, QuotaShortfall
@@ -319,7 +320,9 @@ def _our_rooms(context: NamespaceContext, usage: ResourceList) -> _Rooms:
     if parse_migration_annotations(annotations_of(quota)).skip_auto_scaling:
         return _Rooms(fix="remove the skip annotation from quota " + name(quota))
     try:
-        base = resolve_base(context.namespace, quota, mode=context.mode, rooms_held=False)
+        base = resolve_base(
+            context.namespace, quota, mode=context.mode, raise_recorded=raise_records(quota, None)
+        )
     except BaseError as error:
         return _Rooms(fix=f"fix the base of quota {name(quota)} ({error})")
     if base is None:

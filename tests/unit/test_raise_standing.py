@@ -72,3 +72,21 @@ def test_records_alone_keep_a_raise_standing_and_an_administrators_raise_is_none
     assert raise_enforced(administrators, None, base, rancher=True)  # Rancher resets spec.hard
     at_base = quota(BASE, BASE, **{ANNOTATION_ROOMS_SINCE: "2026-11-27T10:00:00Z"})
     assert not raise_enforced(at_base, None, base, rancher=False)
+
+
+def test_without_the_applied_record_a_standing_raise_is_never_taken_for_an_edit() -> None:
+    """The base as the controller and the webhook read it (base.standalone_base): with a raise
+    of ours recorded but not the spec.hard we applied (an earlier controller's, Harvester's
+    beside us), spec.hard above the recorded base is not followed as the user's edit; with the
+    applied record, an edit beyond it is; with no record of a raise, spec.hard is the user's."""
+    from harvester_quota.util.resourcequota.base import ANNOTATION_APPLIED, standalone_base
+
+    keyed = quota(RAISED, RAISED, **{"harvesterhci.io/migrating-vm1": '{"limits.cpu":"2"}'})
+    found = standalone_base(keyed, raise_recorded=True, recorded_rooms=None)
+    assert found is not None and found.hard == parse_resource_list(BASE)
+    edited = quota({"limits.cpu": "6"}, RAISED, **{ANNOTATION_APPLIED: json.dumps(RAISED)})
+    found = standalone_base(edited, raise_recorded=True, recorded_rooms=None)
+    assert found is not None and found.hard == parse_resource_list({"limits.cpu": "4"})
+    administrators = quota(RAISED, RAISED)
+    found = standalone_base(administrators, raise_recorded=False, recorded_rooms=None)
+    assert found is not None and found.hard == parse_resource_list(RAISED)

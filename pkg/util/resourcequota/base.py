@@ -111,7 +111,7 @@ def resolve_base(
     quota: Mapping[str, Any],
     *,
     mode: Mode = "auto",
-    rooms_held: bool,
+    raise_recorded: bool,
     recorded_rooms: ResourceList | None = None,
 ) -> Base | None:
     """The base for this namespace's managed quota, or None when nothing is to be managed.
@@ -129,17 +129,21 @@ def resolve_base(
             return Base(hard=base, source=RANCHER)
         if mode == RANCHER:
             return None
-    return standalone_base(quota, rooms_held=rooms_held, recorded_rooms=recorded_rooms)
+    return standalone_base(quota, raise_recorded=raise_recorded, recorded_rooms=recorded_rooms)
 
 
 def standalone_base(
-    quota: Mapping[str, Any], *, rooms_held: bool, recorded_rooms: ResourceList | None
+    quota: Mapping[str, Any], *, raise_recorded: bool, recorded_rooms: ResourceList | None
 ) -> Base | None:
     """The recorded base of a quota without Rancher's annotation, following the user's edits
-    of spec.hard (measured against the spec.hard we applied while `rooms_held`: our records
-    of a raise are on the quota, or rooms are held); spec.hard less `recorded_rooms` the
-    first time. None without spec.hard; BaseError for a spec.hard that cannot be read. The
-    controller's plan and the webhook read the base through this one function."""
+    of spec.hard; spec.hard less `recorded_rooms` the first time. With no record of a raise of
+    ours on the quota (`raise_recorded` False: standing.raise_records), spec.hard differs from
+    the recorded base only by the user's edits; while one stands, by the edits made since we
+    applied the spec.hard recorded with it (ANNOTATION_APPLIED), and where that record is
+    missing (a quota raised by an earlier controller, or by Harvester's beside us) the raise
+    cannot be told from an edit, so none is followed until the raise is given back. None
+    without spec.hard; BaseError for a spec.hard that cannot be read. The controller's plan
+    and the webhook read the base through this one function."""
     name = (quota.get("metadata") or {}).get("name", "?")
     try:
         hard = spec_hard(quota)
@@ -154,8 +158,15 @@ def standalone_base(
         adopted = resources.subtract_non_negative(hard, recorded_rooms or {})
         adopted = {key: adopted.get(key, value) for key, value in hard.items()}
         return Base(hard=adopted, source=STANDALONE, record=True, notes=tuple(notes))
-    applied = _read(quota, ANNOTATION_APPLIED, notes) if rooms_held else None
-    followed = _follow_edits(recorded, applied if applied is not None else recorded, hard)
+    if raise_recorded:
+        applied = _read(quota, ANNOTATION_APPLIED, notes)
+        followed = (
+            _follow_edits(recorded, applied, hard)
+            if applied is not None
+            else {key: recorded.get(key, value) for key, value in hard.items()}
+        )
+    else:
+        followed = _follow_edits(recorded, recorded, hard)
     changed = not resources.equal(followed, recorded)
     return Base(hard=followed, source=STANDALONE, record=changed, notes=tuple(notes))
 

@@ -160,7 +160,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
             snapshot.namespace,
             snapshot.quota,
             mode=snapshot.mode,
-            rooms_held=raise_records(snapshot.quota, None) or room_plan.holds_room,
+            raise_recorded=raise_records(snapshot.quota, None),
             # Room keys of ours only: Harvester records its UID key in a namespace without
             # Rancher's annotation too, but raises only from that annotation (v1.8.2), so a
             # standalone quota's spec.hard never holds the room of its UID keys.

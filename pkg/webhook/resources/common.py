@@ -203,7 +203,7 @@ def quota_base(
     try:
         base = standalone_base(
             quota,
-            rooms_held=raise_records(quota, None),
+            raise_recorded=raise_records(quota, None),
             recorded_rooms=resources.total(list(recorded.name_keyed.values())),
         )
     except BaseError:
