@@ -36,6 +36,7 @@ from ..util.resourcequota.standing import raise_stands
 from ..util.resources import ResourceList
 from ..util.vmispec import strip_vmi_unread_unknown
 from .renders import LauncherRenders
+from .resources.common import rancher_base_of
 from .resources.pod.targets import (
     QuotaChanges,
 )
@@ -142,7 +143,7 @@ class WebhookCaches:
         if (
             self.vmmrqs is not None
             and self.vmmrqs.store.by_index("namespace", namespace)
-            and not raise_stands(quota, self.namespace(namespace))
+            and not raise_stands(quota, self.namespace(namespace), rancher_base_of(self, namespace))
         ):
             return None  # MTQ mode's: no raise of the room mode is left to guard (standing.py)
         return quota

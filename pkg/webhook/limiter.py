@@ -9,30 +9,35 @@ costs its sender nothing and can be sent again at once.
 - At most `size` admissions are decided at once, at most `share` of them of one namespace,
   whether or not another namespace is waiting: a namespace alone cannot take every place, so a
   newcomer from elsewhere finds one free unless `size / share` namespaces are busy at once.
-- Admissions beyond those wait in their namespace's line; a place that comes free goes to the
-  oldest admission of the namespace with the fewest in decision among those under their share
-  (round robin among equals).
-- At most `queue` admissions wait at once. A newcomer finding the queue full refuses the newest
-  waiting admission of the namespace holding the most (in decision and waiting), or is itself
-  refused when that is its own namespace: a flood is refused from its own end, never a victim.
-- A waiting admission is refused after `wait` seconds of the clock while another namespace has
-  admissions waiting too; a namespace alone in the lines waits as long as it takes (its own
-  burst, or a busy machine, is no one else's doing; the API server's timeout ends the wait).
-- KubeVirt's migration target pods (`priority`) never wait behind a tenant: they take a place of
-  their own at once, up to `priority_size` at a time (KubeVirt creates a few target pods at once:
-  its parallel migration limits, 5 per cluster by default), beyond which they are refused.
+- Admissions beyond those wait in their namespace's line, at most `line` of them (the next of
+  that namespace is refused at once); a place that comes free goes to the oldest admission of
+  the namespace with the fewest in decision among those under their share (round robin among
+  equals).
+- At most `queue` admissions wait at once in all lines. A newcomer finding them full refuses
+  the newest waiting admission of the namespace holding the most (in decision and waiting), or
+  is itself refused when that is its own namespace: a flood is refused from its own end.
+- A waiting admission is refused after `wait` seconds of the clock while its line is longer
+  than every other namespace's (a flood's own line is cut down to the next longest; a burst no
+  longer than another's beside it waits on),
+  and after `deadline` seconds in any case: an answer must reach the API server within its
+  webhook timeout (the chart's 5 s), or a rule whose failure policy is Ignore would let the
+  request through unchecked.
+- The requests the product's own users make (`priority`: KubeVirt's migration target pods, our
+  controller's writes) never wait behind a tenant: they take a place of their own at once, up
+  to `priority_size` at a time, beyond which they are refused.
 
 Places are handed out from the event loop's queue, never within `acquire`: the admissions read
 meanwhile are in the lines by then, so the order of grants, which is the order in which the
 rules' costly parts run (they run without awaiting), is the round robin's, not arrival order.
 
-A refused admission is answered with a denial whose code is 429 ("retry"), never passed
-unchecked. What one namespace can cost another, whatever it sends (creates, dry runs, VM
-edits): the other's admission is granted at the next hand-out, ahead of any namespace with more
-in decision, while fewer than `size / share` namespaces are busy (otherwise at the first place
-that comes free); its costly part then runs after at most `share` costly parts of each busy
-namespace (those granted before it); it is refused only if it waits `wait` seconds beside
-others, which needs `size / share` namespaces keeping their whole share in decision that long.
+What one namespace can cost another, whatever it sends (creates, dry runs, VM edits): the
+other's admission is granted at the next hand-out, ahead of any namespace with more in decision,
+while fewer than `size / share` namespaces are busy (otherwise at the first place that comes
+free); its costly part then runs after at most `share` costly parts of each busy namespace
+(those granted before it). Its burst of up to `line` admissions is refused only where
+`queue / line` namespaces fill their lines at once, and a wait of its ends in a refusal beside a
+flood only where its own line is the longest. What the limiter cannot bound: reading and parsing
+a body, before its namespace is known (the transport's bounds, connections.py).
 
 Event loop only; not thread-safe.
 """
@@ -55,16 +60,20 @@ SHARE: Final = 4
 share are needed before anyone else waits, and another namespace's admission runs after at most
 four costly parts of each busy one; enough for one namespace's honest burst to have its pods
 decided in batches on the reservation's Lease writes."""
-QUEUE: Final = 48
-"""Admissions waiting at once: with `SHARE`, an honest burst of 52 creates of one namespace is
-decided without a refusal. With `SIZE` and `PRIORITY_SIZE`, the parsed admissions held are at
-most 88, their bodies capped at connections.MAX_BODY."""
+LINE: Final = 64
+"""Admissions of one namespace waiting at once: an honest burst of 68 racing creates of one
+namespace (`SHARE` of them in decision) is decided without a refusal."""
+QUEUE: Final = 256
+"""Admissions waiting at once in all lines: four namespaces' full lines. Each holds its parsed
+body (at most connections.MAX_BODY read); connections.MAX_CONNECTIONS bounds them too."""
 WAIT: Final = 2.0
-"""Seconds an admission waits for a place before it is refused: well within the chart's 5 s
-webhook timeout, so the refusal (429, retry) reaches the API server."""
-PRIORITY_SIZE: Final = 8
-"""KubeVirt's migration target pods decided at once (its default parallel migrations: 5 per
-cluster)."""
+"""Seconds after which a waiting admission whose line is longer than any other is refused."""
+DEADLINE: Final = 3.0
+"""Seconds after which any waiting admission is refused (429, retry): the rules then still have
+2 s before the chart's 5 s webhook timeout, past which an Ignore rule passes the request."""
+PRIORITY_SIZE: Final = 32
+"""Priority admissions decided at once: KubeVirt creates a few target pods at once (its parallel
+migration limits: 5 per cluster by default), each waiting up to its room's wait (8 s)."""
 
 
 class AdmissionLimiter:
@@ -77,15 +86,18 @@ class AdmissionLimiter:
         *,
         size: int = SIZE,
         share: int = SHARE,
+        line: int = LINE,
         queue: int = QUEUE,
         wait: float = WAIT,
+        deadline: float = DEADLINE,
         priority_size: int = PRIORITY_SIZE,
     ) -> None:
         if not 1 <= share <= size:
             raise ValueError(f"a namespace's share must be within 1..{size}, not {share}")
-        if queue < 0 or priority_size < 0:
-            raise ValueError("the queue and the priority places cannot be negative")
-        self.size, self.share, self.queue, self.wait = size, share, queue, wait
+        if min(line, queue, priority_size) < 0 or not 0 < wait <= deadline:
+            raise ValueError("negative lines or places, or a wait beyond the deadline")
+        self.size, self.share, self.line, self.queue = size, share, line, queue
+        self.wait, self.deadline = wait, deadline
         self.priority_size = priority_size
         self._clock = clock
         self._deciding: Counter[str] = Counter()
@@ -118,7 +130,9 @@ class AdmissionLimiter:
         without awaiting, so the order of grants is the order of the costly parts)."""
         if priority:
             return self._take_priority()
-        if self.waiting >= self.queue and not self._make_room(key):
+        if self.waiting_in(key) >= self.line or (
+            self.waiting >= self.queue and not self._make_room(key)
+        ):
             self.refused += 1
             return False
         loop = asyncio.get_running_loop()
@@ -189,21 +203,35 @@ class AdmissionLimiter:
         if held.get(newcomer, self._deciding[newcomer]) + 1 >= held[largest]:
             return False
         line = self._lines[largest]
-        evicted = line.pop()
+        while line:
+            evicted = line.pop()
+            if not evicted.done():  # one cancelled meanwhile goes without a refusal
+                self.refused += 1
+                evicted.set_result(False)
+                break
         if not line:
             del self._lines[largest]
-        self.refused += 1
-        evicted.set_result(False)
         return True
 
     async def _expire(self, key: str, waiter: asyncio.Future[bool]) -> None:
-        """Refuses `waiter` once it has waited `wait` seconds while another namespace waits."""
+        """Refuses `waiter` after `wait` seconds while its line is longer than every other
+        namespace's waiting, and after `deadline` seconds in any case."""
+        waited = 0.0
         while not waiter.done():
-            await self._clock.sleep(self.wait)
-            if not waiter.done() and any(k != key for k in self._lines):
+            step = min(self.wait, self.deadline - waited)
+            await self._clock.sleep(step)
+            waited += step
+            if waiter.done():
+                return
+            if waited >= self.deadline or self._longest_beside_others(key):
                 self._forget(key, waiter)
                 self.refused += 1
                 waiter.set_result(False)
+
+    def _longest_beside_others(self, key: str) -> bool:
+        """Whether another namespace waits too, every one with a shorter line than `key`'s."""
+        others = [len(line) for other, line in self._lines.items() if other != key]
+        return bool(others) and self.waiting_in(key) > max(others)
 
     def _forget(self, key: str, waiter: asyncio.Future[bool]) -> None:
         line = self._lines.get(key)

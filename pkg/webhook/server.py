@@ -255,17 +255,21 @@ class WebhookServer:
 
     async def review(self, endpoint: str, body: bytes) -> web.Response:
         """Answers one AdmissionReview body for an endpoint: parsed, then decided holding a
-        place of the admission limiter under its namespace (limiter.py; KubeVirt's migration
-        target pods in places of their own), or denied with 429 when refused one."""
+        place of the admission limiter under its namespace (limiter.py), or refused one: a
+        tenant's admission with a denial whose code is 429 (never passed unchecked), a priority
+        one (`is_priority`) with HTTP 429, so that its rule's failure policy decides (a
+        migration target pod is never denied)."""
         kind, validate = self.validators[endpoint]
         try:
             request = parse_review(body)
         except BadReview as error:
             return answer_bad_review(endpoint, error, self.metrics)
         key = request.namespace or request.name
-        priority = endpoint == "pods" and is_migration_target(request, self.identities)
+        priority = self.is_priority(endpoint, request)
         if not await self.admissions.acquire(key, priority=priority):
             self.metrics.requests.labels(endpoint, "busy").inc()
+            if priority:
+                return web.Response(status=429, text="too many admissions at once")
             refusal = Denied(f"too many admissions at once from namespace {key}; retry", code=429)
             return _json(review_response(request.uid, refusal))
         try:
@@ -274,6 +278,14 @@ class WebhookServer:
             )
         finally:
             self.admissions.release(key, priority=priority)
+
+    def is_priority(self, endpoint: str, request: Request) -> bool:
+        """Whether the admission is one the product's own users make, which never waits behind
+        a tenant's: KubeVirt's migration target pods (on the pod rules and MTQ's lock) and our
+        controller's writes, by the API server's userInfo."""
+        if request.username in self.identities.controllers:
+            return True
+        return endpoint in ("pods", "mtq-lock") and is_migration_target(request, self.identities)
 
     async def start(self) -> int:
         """Listens (TLS if configured); returns the port (useful with port 0)."""

@@ -19,7 +19,9 @@ import aiohttp
 from harvester_quota.generic.clock import REAL_CLOCK, FakeClock
 from harvester_quota.generic.resource import Object
 from harvester_quota.util.annotations import LABEL_ROOM_HELD, TRUE
+from harvester_quota.webhook.admission import parse_review
 from harvester_quota.webhook.limiter import AdmissionLimiter
+from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.server import WebhookServer
 from harvester_quota.webhook.serving import Bounds, Listening
 from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
@@ -94,28 +96,72 @@ async def test_a_full_queue_refuses_the_flood_from_its_own_end_never_the_newcome
     limiter.release("flood")
 
 
-async def test_a_waiting_admission_is_refused_after_its_wait_only_beside_another_namespace() -> (
-    None
-):
-    """Beside another namespace's waiting admissions, a wait ends in a refusal after `wait`
-    seconds; a namespace alone in the lines (an honest burst on a busy machine) waits on."""
+async def steps(clock: FakeClock, count: int, seconds: float = 1.0) -> None:
+    for _ in range(count):
+        clock.step(seconds)
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+
+async def test_a_wait_beside_a_longer_line_goes_on_and_the_longest_line_is_refused() -> None:
+    """A victim's two waiting admissions beside a flood's four: after `wait` the flood's line is
+    cut down to the victim's (its oldest first), the victim's wait on; a namespace alone
+    waits past `wait` too."""
     clock = FakeClock()
-    limiter = AdmissionLimiter(clock, size=1, share=1, queue=10, wait=1.0)
+    limiter = AdmissionLimiter(clock, size=1, share=1, wait=1.0, deadline=10.0)
     assert await limiter.acquire("holder")
-    burst = asyncio.ensure_future(limiter.acquire("burst"))
-    await eventually(lambda: limiter.waiting_in("burst") == 1)
-    for _ in range(3):
-        clock.step(1.0)
-        await asyncio.sleep(0)
-    assert not burst.done(), "alone in the lines: it waits"
-    other = asyncio.ensure_future(limiter.acquire("other"))
-    await eventually(lambda: limiter.waiting_in("other") == 1)
-    clock.step(1.0)
-    await eventually(burst.done, what="refused beside another namespace")
-    assert burst.result() is False
+    burst = [asyncio.ensure_future(limiter.acquire("burst")) for _ in range(2)]
+    await eventually(lambda: limiter.waiting_in("burst") == 2)
+    await steps(clock, 2)
+    assert not any(b.done() for b in burst), "alone in the lines: it waits"
+    flood = [asyncio.ensure_future(limiter.acquire("flood")) for _ in range(4)]
+    await eventually(lambda: limiter.waiting_in("flood") == 4)
+    await steps(clock, 1)
+    await eventually(lambda: limiter.waiting_in("flood") == 2, what="the longest line cut")
+    assert sum(f.done() and not f.result() for f in flood) == 2
+    assert not any(b.done() for b in burst), "a line no longer than another's waits on"
     limiter.release("holder")
-    assert await other
-    limiter.release("other")
+    for _ in range(4):
+        await eventually(lambda: limiter.deciding == 1, what="the next grant")
+        limiter.release(next(iter(limiter._deciding)))
+    assert all(b.result() for b in burst)
+
+
+async def test_every_wait_ends_by_the_deadline_so_an_ignore_rule_never_times_out() -> None:
+    """Alone in the lines too: a wait past the API server's timeout would let a request through
+    unchecked on a rule whose failure policy is Ignore (a running VM's hot-plug)."""
+    clock = FakeClock()
+    limiter = AdmissionLimiter(clock, size=1, share=1, wait=1.0, deadline=3.0)
+    assert await limiter.acquire("holder")
+    alone = asyncio.ensure_future(limiter.acquire("alone"))
+    await eventually(lambda: limiter.waiting_in("alone") == 1)
+    await steps(clock, 2)
+    assert not alone.done()
+    await steps(clock, 1)
+    await eventually(alone.done, what="refused at the deadline")
+    assert alone.result() is False
+    limiter.release("holder")
+
+
+async def test_a_namespace_past_its_line_is_refused_and_a_victims_burst_beside_it_is_not() -> None:
+    """A flood fills its own line and is refused beyond it; a victim's burst of as many waits
+    in a line of its own, none refused."""
+    limiter = AdmissionLimiter(FakeClock(), size=1, share=1, line=5, queue=100)
+    assert await limiter.acquire("holder")
+    flood = [asyncio.ensure_future(limiter.acquire("flood")) for _ in range(8)]
+    await eventually(lambda: sum(f.done() for f in flood) == 3, what="the flood's overflow")
+    assert limiter.waiting_in("flood") == 5
+    victims = [asyncio.ensure_future(limiter.acquire("victim")) for _ in range(5)]
+    await eventually(lambda: limiter.waiting_in("victim") == 5)
+    assert limiter.refused == 3
+    limiter.release("holder")
+    granted = 0
+    while granted < 10:
+        await eventually(lambda: limiter.deciding == 1, what="the next grant")
+        key = next(iter(limiter._deciding))
+        limiter.release(key)
+        granted += 1
+    assert all(v.done() and v.result() for v in victims)
 
 
 async def test_kubevirts_target_pods_take_places_of_their_own_and_never_wait() -> None:
@@ -351,3 +397,32 @@ async def test_a_flood_of_dry_run_vm_creates_leaves_another_namespaces_pods_answ
     assert not any(refused(reply) for reply in victims), victims
     assert all(response["allowed"] for _, response in victims)
     assert all(status == 200 for status, _ in flood), "refused in the review, never passed"
+
+
+def target_review(namespace: str, name: str, username: str) -> bytes:
+    """A migration target pod's create as KubeVirt's controller sends it (or a tenant forging)."""
+    body = json.loads(pod_review(namespace, name, dry_run=False))
+    body["request"]["userInfo"] = {"username": username}
+    body["request"]["object"]["metadata"]["labels"] = {"kubevirt.io/migrationJobUID": "m-uid"}
+    return json.dumps(body).encode()
+
+
+async def test_a_refused_priority_admission_gets_http_429_and_a_tenants_a_denial() -> None:
+    """KubeVirt's target pods are never denied: one refused a place (its places all taken) gets
+    HTTP 429, so its rule's failure policy decides (Ignore: quota admission judges it). A
+    tenant's refused admission is a denial with code 429, never a pass; a tenant forging the
+    target's label without KubeVirt's identity is a tenant."""
+    lookups = ObservedLookups(per_namespace={"ns": holding_room("ns")})
+    server = WebhookServer(lookups, registry=CollectorRegistry(), clock=FakeClock())
+    server.admissions = AdmissionLimiter(FakeClock(), line=0, priority_size=0)
+    kubevirt = next(iter(Identities().target_creators))
+    answer = await server.review("pods", target_review("ns", "t", kubevirt))
+    assert answer.status == 429
+    forged = await server.review("pods", target_review("ns", "f", "tenant"))
+    assert forged.status == 200 and forged.body is not None
+    response = json.loads(forged.body)["response"]  # type: ignore[arg-type]
+    assert response["allowed"] is False and response["status"]["code"] == 429
+    assert server.is_priority("pods", parse_review(target_review("ns", "t", kubevirt)))
+    controller = next(iter(Identities().controllers))
+    assert server.is_priority("namespaces", parse_review(target_review("ns", "c", controller)))
+    assert not server.is_priority("pods", parse_review(target_review("ns", "f", "tenant")))

@@ -90,3 +90,22 @@ def test_without_the_applied_record_a_standing_raise_is_never_taken_for_an_edit(
     administrators = quota(RAISED, RAISED)
     found = standalone_base(administrators, raise_recorded=False, recorded_rooms=None)
     assert found is not None and found.hard == parse_resource_list(RAISED)
+
+
+def test_on_rancher_s_path_a_budgeted_namespace_keeps_the_room_rules_until_rancher_copies() -> None:
+    """The MTQ handover on Rancher's protected path: the release went through Rancher's
+    annotation (back at the base, our records gone from the namespace in the same write) and
+    Rancher's agent has not copied it to spec.hard yet. The room rules keep the namespace until
+    spec.hard and status.hard are at Rancher's base; then it is MTQ mode's."""
+    from tests.objects import rancher_namespace
+
+    raised = managed_quota("ns", {"limits.cpu": "5"}, {})
+    raised["status"] = {"hard": {"limits.cpu": "5"}, "used": {"limits.cpu": "3"}}
+    caches = caches_with(raised)
+    caches.namespaces.store.upsert(rancher_namespace("ns", {"limitsCpu": "3"}))
+    assert caches.managed_quota("ns") is not None
+    copied = managed_quota("ns", {"limits.cpu": "3"}, {})
+    copied["status"] = {"hard": {"limits.cpu": "3"}, "used": {"limits.cpu": "3"}}
+    caches = caches_with(copied)
+    caches.namespaces.store.upsert(rancher_namespace("ns", {"limitsCpu": "3"}))
+    assert caches.managed_quota("ns") is None

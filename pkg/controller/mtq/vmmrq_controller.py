@@ -152,11 +152,12 @@ class MtqReconciler:
 
     def manages(self, namespace: str) -> bool:
         """True if MTQ mode handles `namespace`: it has a VMMRQ and no raise of the room mode
-        stands in its managed quota (the room mode gives it back first)."""
+        stands in its managed quota or its namespace (the room mode gives it back first; a
+        release through Rancher's annotation leaves our records on the namespace until then)."""
         if not self.has_budget(namespace):
             return False
         quota = managed_quota(self.quotas.store.by_index("namespace", namespace))
-        return not raise_records(quota, None)
+        return not raise_records(quota, self.namespaces.cached(None, namespace))
 
     def _where_managed(
         self, resolve: Callable[[Object], list[str]]

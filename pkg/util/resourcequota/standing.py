@@ -53,11 +53,23 @@ def status_lags(quota: Mapping[str, Any] | None) -> bool:
     return above(enforced, hard)
 
 
-def raise_stands(quota: Mapping[str, Any] | None, namespace: Mapping[str, Any] | None) -> bool:
+def raise_stands(
+    quota: Mapping[str, Any] | None,
+    namespace: Mapping[str, Any] | None,
+    rancher_base: ResourceList | None = None,
+) -> bool:
     """Whether the room mode's raise may still be enforced by quota admission: our records
-    stand (`raise_records`), or status.hard still lags a lowered spec.hard. The webhook keeps a
-    namespace with a VMMRQ under the room mode's pod rules until this is False."""
-    return raise_records(quota, namespace) or status_lags(quota)
+    stand (`raise_records`), status.hard still lags a lowered spec.hard, or, where Rancher's
+    annotation is the base (`rancher_base`), spec.hard or status.hard stands above it (a
+    release through the annotation removes our records at once; Rancher's agent copies it a
+    moment later). The webhook keeps a namespace with a VMMRQ under the room mode's pod rules
+    until this is False."""
+    if raise_records(quota, namespace) or status_lags(quota):
+        return True
+    if rancher_base is None:
+        return False
+    hard, enforced = limits(quota)
+    return above(hard, rancher_base) or above(enforced, rancher_base)
 
 
 def raise_enforced(
