@@ -50,7 +50,8 @@ class WebhookMetrics:
         )
         self.latency = declare.histogram(
             "webhook_seconds",
-            "Time to answer one admission request.",
+            "Time to answer one admission request, from its headers (before its read slot and "
+            "body) to its answer, the admission limiter's wait included.",
             ["endpoint"],
             buckets=LATENCY_BUCKETS,
         )
