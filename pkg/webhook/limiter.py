@@ -9,10 +9,13 @@ costs its sender nothing and can be sent again at once.
 - At most `size` admissions are decided at once, at most `share` of them of one namespace,
   whether or not another namespace is waiting: a namespace alone cannot take every place, so a
   newcomer from elsewhere finds one free unless `size / share` namespaces are busy at once.
-- Admissions beyond those wait in their namespace's line, at most `line` of them (the next of
-  that namespace is refused at once); a place that comes free goes to the oldest admission of
-  the namespace with the fewest in decision among those under their share (round robin among
-  equals).
+- Admissions beyond those wait in their namespace's line, at most `line` of them alone, and
+  while another namespace waits too at most `crowded_line` where its line is the longest: the next of that namespace is refused at once, and when another namespace's
+  admission arrives, longer lines are cut to the longer of `crowded_line` and its line (their
+  newest refused), so a flood's queued work is shed rather than decided, while a burst no
+  longer than another namespace's line waits on. A place that comes free goes to the oldest
+  admission of the namespace with the fewest in decision among those under their share (round
+  robin among equals).
 - At most `queue` admissions wait at once in all lines. A newcomer finding them full refuses
   the newest waiting admission of the namespace holding the most (in decision and waiting), or
   is itself refused when that is its own namespace: a flood is refused from its own end.
@@ -63,6 +66,11 @@ decided in batches on the reservation's Lease writes."""
 LINE: Final = 64
 """Admissions of one namespace waiting at once: an honest burst of 68 racing creates of one
 namespace (`SHARE` of them in decision) is decided without a refusal."""
+CROWDED_LINE: Final = 16
+"""Admissions of one namespace waiting at once while another namespace waits too, where its line
+is the longest: a flood beside others keeps a few admissions ready and sheds the rest at once
+(each admission decided costs the event loop its rooms' computation, and all namespaces share
+the loop), while a burst beside them keeps four times its share waiting."""
 QUEUE: Final = 256
 """Admissions waiting at once in all lines: four namespaces' full lines. Each holds its parsed
 body (at most connections.MAX_BODY read); connections.MAX_CONNECTIONS bounds them too."""
@@ -87,6 +95,7 @@ class AdmissionLimiter:
         size: int = SIZE,
         share: int = SHARE,
         line: int = LINE,
+        crowded_line: int = CROWDED_LINE,
         queue: int = QUEUE,
         wait: float = WAIT,
         deadline: float = DEADLINE,
@@ -97,6 +106,7 @@ class AdmissionLimiter:
         if min(line, queue, priority_size) < 0 or not 0 < wait <= deadline:
             raise ValueError("negative lines or places, or a wait beyond the deadline")
         self.size, self.share, self.line, self.queue = size, share, line, queue
+        self.crowded_line = crowded_line
         self.wait, self.deadline = wait, deadline
         self.priority_size = priority_size
         self._clock = clock
@@ -130,14 +140,13 @@ class AdmissionLimiter:
         without awaiting, so the order of grants is the order of the costly parts)."""
         if priority:
             return self._take_priority()
-        if self.waiting_in(key) >= self.line or (
-            self.waiting >= self.queue and not self._make_room(key)
-        ):
+        if self._over_its_line(key) or (self.waiting >= self.queue and not self._make_room(key)):
             self.refused += 1
             return False
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
         self._lines.setdefault(key, collections.deque()).append(waiter)
+        self._trim_beside(key)
         self._schedule_dispatch(loop)
         timer = asyncio.ensure_future(self._expire(key, waiter))
         try:
@@ -165,6 +174,35 @@ class AdmissionLimiter:
         if not self._dispatching:
             self._dispatching = True
             loop.call_soon(self._dispatch)
+
+    def _over_its_line(self, key: str) -> bool:
+        """Whether `key`'s next admission finds its line full: `line` long, or, while another
+        namespace waits too, `crowded_line` long and longer than every other line (a flood's
+        newcomers are refused at once; a burst no longer than another's goes on)."""
+        waiting = self.waiting_in(key)
+        if waiting >= self.line:
+            return True
+        others = self._other_lines(key)
+        if waiting < self.crowded_line or not others:
+            return False
+        return waiting > max(others)
+
+    def _trim_beside(self, key: str) -> None:
+        """With `key`'s admission just in the lines: every other line longer than both
+        `crowded_line` and `key`'s is cut down to the longer of those two, its newest refused
+        now (a flood's queued work is shed as soon as another namespace waits, not decided)."""
+        keep = max(self.crowded_line, self.waiting_in(key))
+        for other, line in list(self._lines.items()):
+            while other != key and len(line) > keep:
+                evicted = line.pop()
+                if not evicted.done():
+                    self.refused += 1
+                    evicted.set_result(False)
+            if not line:
+                del self._lines[other]
+
+    def _other_lines(self, key: str) -> list[int]:
+        return [len(line) for other, line in self._lines.items() if other != key]
 
     def _take_priority(self) -> bool:
         if self._priority >= self.priority_size:
@@ -230,7 +268,7 @@ class AdmissionLimiter:
 
     def _longest_beside_others(self, key: str) -> bool:
         """Whether another namespace waits too, every one with a shorter line than `key`'s."""
-        others = [len(line) for other, line in self._lines.items() if other != key]
+        others = self._other_lines(key)
         return bool(others) and self.waiting_in(key) > max(others)
 
     def _forget(self, key: str, waiter: asyncio.Future[bool]) -> None:

@@ -127,6 +127,29 @@ async def test_a_wait_beside_a_longer_line_goes_on_and_the_longest_line_is_refus
     assert all(b.result() for b in burst)
 
 
+async def test_a_floods_queued_work_is_shed_when_another_namespace_waits() -> None:
+    """Thirty admissions of a flood wait alone (a namespace alone may queue its burst); a victim's
+    admission arrives: the flood's line is cut to `crowded_line` at once (its newest refused,
+    never decided: each decision costs the shared event loop), its newcomers are refused while
+    its line is the longest, and the victim's is granted before the flood's second."""
+    limiter = AdmissionLimiter(FakeClock(), size=1, share=1, crowded_line=4)
+    assert await limiter.acquire("holder")
+    flood = [asyncio.ensure_future(limiter.acquire("flood")) for _ in range(30)]
+    await eventually(lambda: limiter.waiting_in("flood") == 30, what="a burst alone queues")
+    victim = asyncio.ensure_future(limiter.acquire("victim"))
+    await eventually(lambda: limiter.waiting_in("flood") == 4, what="the flood's line cut")
+    assert sum(f.done() and not f.result() for f in flood) == 26
+    assert await limiter.acquire("flood") is False, "a newcomer of the longest line"
+    limiter.release("holder")
+    assert await flood[0], "round robin among equals: the flood's line came first"
+    limiter.release("flood")
+    assert await victim, "then the victim's, before the flood's second"
+    limiter.release("victim")
+    for waiting in flood[1:4]:
+        assert await waiting
+        limiter.release("flood")
+
+
 async def test_every_wait_ends_by_the_deadline_so_an_ignore_rule_never_times_out() -> None:
     """Alone in the lines too: a wait past the API server's timeout would let a request through
     unchecked on a rule whose failure policy is Ignore (a running VM's hot-plug)."""
