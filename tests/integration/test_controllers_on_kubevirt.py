@@ -426,9 +426,10 @@ async def test_a_61_character_vm_name_migrates_with_a_valid_hashed_key(
 async def test_a_vmi_deleted_mid_migration_leaks_no_room(
     controllers: ControllerApp, kv: KubeVirtByHand, kubevirt: VirtControllerDriver
 ) -> None:
-    """Both launcher pods are deleted with the VMI (a grace period of 0 here, so that the test
-    need not wait out the pods' termination, during which they still count and the room stays);
-    the migration fails and its room goes."""
+    """Both launcher pods are deleted with the VMI; the migration fails and its room goes once
+    the launchers have exited. The VMI's grace period is 0 here, so that the test need not wait
+    out its shutdown, during which the pods still count and the room stays (their deletion, the
+    grace KubeVirt pads by 30 s, goes on after: its end is no part of what is tested)."""
     await v170_mid_migration(kv, kubevirt, grace=0)
     await kubevirt.delete_vmi("vm1")
     await back_to_the_base(kv, controllers)

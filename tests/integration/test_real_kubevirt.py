@@ -17,13 +17,14 @@ from harvester_quota.apis.kubevirt import (
 )
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import NODES, PODS, RESOURCE_QUOTAS
+from harvester_quota.generic.resource import NODES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import SELINUX_NONE, HandlerTimings
 from harvester_quota.testbench.virtcontroller import DRAIN_TAINT_KEY, VirtControllerDriver
 
 from tests.helpers import eventually
+from tests.integration.test_target_room import NamespaceWatch
 
 pytestmark = pytest.mark.integration
 
@@ -147,6 +148,49 @@ async def test_a_failed_migration_leaves_the_vm_where_it_was(
     assert record.outcome is Outcome.FAILED, record.as_dict()
     vmi = await real.client.get(VIRTUAL_MACHINE_INSTANCES, "vm1", real_ns)
     assert vmi["status"]["nodeName"] == started.node
+
+
+class PodPhases(NamespaceWatch):
+    """Every phase each pod of the namespace was seen in, in the order of the watch."""
+
+    resource = PODS
+
+    def __init__(self, api: ApiClient, namespace: str) -> None:
+        super().__init__(api, namespace)
+        self.phases: dict[str, list[str]] = {}
+
+    def on_object(self, obj: Object) -> None:
+        seen = self.phases.setdefault(obj["metadata"]["name"], [])
+        phase = str((obj.get("status") or {}).get("phase"))
+        if seen[-1:] != [phase]:
+            seen.append(phase)
+
+
+async def test_a_vmi_deleted_mid_migration_has_both_launchers_exit_within_its_grace(
+    real: VirtControllerDriver, real_ns: str
+) -> None:
+    """virt-handler's share of a deletion: the domain is shut down within the VMI's grace period
+    (0 here) and both launchers exit, their pods Succeeded, so they count for quota no longer.
+    virt-controller deletes the pods with the launcher's own grace, the VMI's padded by 30 s;
+    a launcher that never exited would count until kwok removed its pod when that ended."""
+    spec = VMSpec(
+        "vm1", cores=1, memory="1Gi", migration_duration=120, termination_grace_period_seconds=0
+    )
+    started = await real.create_vm(spec, node="kwok-node-0")
+    name = await real.migrate("vm1")
+    await real.records.wait_for(lambda: _started(real, real_ns, name), 60)
+    record = real.records.get(real_ns, name)
+    assert record is not None and record.target_pod is not None
+    launchers = {str(started.pod), str(record.target_pod)}
+    async with PodPhases(real.client, real_ns) as pods:
+        await eventually(lambda: all(pod in pods.phases for pod in launchers), what="watched")
+        await real.delete_vmi("vm1")
+
+        def exited() -> bool:
+            return all(pods.phases.get(pod, [])[-1:] == ["Succeeded"] for pod in launchers)
+
+        await eventually(exited, what=f"launchers {sorted(launchers)} Succeeded")
+    assert all(pods.phases[pod][-2:] == ["Running", "Succeeded"] for pod in launchers)
 
 
 async def least_busy_node(client: ApiClient) -> str:

@@ -20,6 +20,11 @@ run on kwok. `VirtHandler` does exactly the node side's share, nothing of virt-c
 - Abort (virt-controller sets ``abortRequested`` when the migration is deleted after hand-off):
   the source reports ``abortStatus: Succeeded`` and the migration failed.
 - Injected failure (`fail_next_migration`): the source reports the migration failed.
+- VMI deletion: the domain is shut down once the VMI's ``terminationGracePeriodSeconds`` is
+  over (no guest here shuts down sooner), and every running launcher of the VMI exits (its pod
+  ``Succeeded``): the source and, mid-migration, the target. virt-controller deletes the pods with the launcher's own grace, the VMI's padded
+  by 30 s, and kwok removes a pod only once that grace ends; without the exit a pod would count
+  for quota admission that long, where on a node it stops as soon as its launcher has exited.
 - virt-api's share: the ``kubevirt.io/migrationJobFinalize`` finalizer on every new migration.
 
 Writes to a VMI go to the object itself (KubeVirt's VMI CRD has no status subresource) as merge
@@ -36,7 +41,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ....apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, VIRTUAL_MACHINE_INSTANCES
+from ....apis.kubevirt import (
+    LABEL_CREATED_BY,
+    LABEL_KUBEVIRT,
+    LAUNCHER,
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
 from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.clock import REAL_CLOCK, Clock
@@ -63,6 +74,9 @@ SELINUX_NONE: Final = "none"
 """The selinuxContext virt-handler reports on a node without SELinux."""
 CONDITION_LIVE_MIGRATABLE: Final = "LiveMigratable"
 TERMINAL_POD_PHASES: Final = frozenset({"Succeeded", "Failed"})
+DEFAULT_VMI_GRACE_SECONDS: Final = 30
+"""KubeVirt's terminationGracePeriodSeconds for a VMI that leaves it unset
+(v1.DefaultGracePeriodSeconds)."""
 
 DurationSource = Callable[[str, str], "float | None"]
 """(namespace, VMI name) -> that VM's migration time in seconds, or None for the default."""
@@ -231,8 +245,14 @@ class VirtHandler:
     async def reconcile(self, key: str) -> float | None:
         """One look at one VMI; returns when to look again (None: on its next change)."""
         vmi = self.vmis.store.get(key)
-        if vmi is None or meta(vmi).get("deletionTimestamp"):
+        if vmi is None:
             return None
+        if meta(vmi).get("deletionTimestamp"):
+            return await self._shut_down(vmi)
+        return await self._live(vmi)
+
+    async def _live(self, vmi: Object) -> float | None:
+        """One look at a VMI not being deleted: its start, then its migrations."""
         phase = status(vmi).get("phase")
         if phase == "Scheduled" and status(vmi).get("nodeName"):
             await self._run(vmi)
@@ -410,13 +430,41 @@ class VirtHandler:
         await self._pod_exits(namespace, str(pod), phase)
         return None
 
-    async def _pod_exits(self, namespace: str, name: str, phase: str) -> None:
+    # VMI deletion -------------------------------------------------------------------------------
+
+    async def _shut_down(self, vmi: Object) -> float | None:
+        """A deleted VMI's domain is shut down once its grace period is over, then each of its
+        launchers that runs exits, whether or not virt-controller has deleted its pod yet (those
+        it deletes stay, terminating, until their own grace ends); a launcher pod that never ran
+        is left to its deletion. Returns the grace left, or None once every running launcher of
+        the VMI has exited."""
+        uid = str(meta(vmi).get("uid") or "")
+        left = self._waited(uid, "shutdown", vmi_grace_seconds(vmi))
+        if left is not None:
+            return left
+        namespace = str(meta(vmi).get("namespace"))
+        selector = f"{LABEL_KUBEVIRT}={LAUNCHER},{LABEL_CREATED_BY}={uid}"
+        listed = await self._client.list(PODS, namespace, label_selector=selector)
+        for pod in listed.get("items") or []:
+            name = str(meta(pod).get("name"))
+            running = status(pod).get("phase") == "Running"
+            if running and f"{namespace}/{name}" not in self._exited:
+                await self._pod_exits(namespace, name, "Succeeded", deleted_too=True)
+        return None
+
+    async def _pod_exits(
+        self, namespace: str, name: str, phase: str, *, deleted_too: bool = False
+    ) -> None:
+        """The launcher in pod `name` exits: the pod ends in `phase`. A pod already terminal,
+        or being deleted (unless `deleted_too`: its launcher exits all the same), is left as it
+        is."""
         try:
             pod = await self._client.get(PODS, name, namespace)
         except errors.NotFound:
             self._exited.add(f"{namespace}/{name}")
             return
-        if status(pod).get("phase") in TERMINAL_POD_PHASES or meta(pod).get("deletionTimestamp"):
+        deleting = bool(meta(pod).get("deletionTimestamp")) and not deleted_too
+        if status(pod).get("phase") in TERMINAL_POD_PHASES or deleting:
             self._exited.add(f"{namespace}/{name}")
             return
         now = timestamp(self._clock.now())
@@ -442,7 +490,8 @@ class VirtHandler:
                 "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
             }
         }
-        await self._client.patch(PODS, name, body, namespace, subresource="status")
+        with contextlib.suppress(errors.NotFound):  # removed meanwhile: nothing left to exit
+            await self._client.patch(PODS, name, body, namespace, subresource="status")
         self._exited.add(f"{namespace}/{name}")
         log.info("virt-handler stand-in: launcher %s/%s exited (%s)", namespace, name, phase)
 
@@ -453,3 +502,13 @@ class VirtHandler:
             body,
             str(meta(vmi).get("namespace")),
         )
+
+
+def vmi_grace_seconds(vmi: Object) -> float:
+    """The VMI's spec.terminationGracePeriodSeconds (KubeVirt's default where it is unset or
+    unreadable): how long virt-handler lets a deleted VMI's domain shut down."""
+    grace = (vmi.get("spec") or {}).get("terminationGracePeriodSeconds")
+    try:
+        return DEFAULT_VMI_GRACE_SECONDS if grace is None else max(0.0, float(grace))
+    except (TypeError, ValueError):
+        return DEFAULT_VMI_GRACE_SECONDS
