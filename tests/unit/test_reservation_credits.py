@@ -319,3 +319,21 @@ async def test_a_failing_watch_is_retried_after_a_pause_never_in_a_hot_loop() ->
     await settle()
     assert len(api.watched_from) == 2
     await watch.stop()
+
+
+async def test_a_replica_watches_where_it_decides_and_credits_what_its_watch_saw_go() -> None:
+    """No test double for the credit: the replica's own watch, started by its first decision in
+    the namespace, sees p0 deleted, and p1 gets p0's room."""
+    api, clock, lookups = (
+        WatchingApi([pod_event("DELETED", "uid-p0", "12")]),
+        FakeClock(),
+        FakeLookups(),
+    )
+    room_held(lookups)
+    shared = LeaseReservations(api, SYSTEM, clock, AdmissionLedger(clock, ttl=30))  # type: ignore[arg-type]
+    await shared.admit(check(lookups, "p0", "900m"), "uid-p0")
+    assert shared.watch.followed() == 1
+    await settle()
+    await shared.admit(after_leaving(check(lookups, "p1", "900m")), "uid-p1")
+    assert list((await lease_reservation(api)).tally.pods) == ["uid-p1"]
+    await shared.watch.stop()
