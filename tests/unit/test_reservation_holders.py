@@ -1,6 +1,7 @@
 """A reservation of admitted pods outlives a migration that joins: a tenant who creates another
 migration between two bursts of pods does not have the second burst decided on the cache alone
-(issue 38 item 5). It still ends when a migration it was made under stops holding room."""
+(issue 38 item 5). One holding a pod admitted without a uid still ends when a migration it was
+made under stops holding room; by uid, none leaving ends it (test_reservation_credits.py)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from harvester_quota.generic.resource import LEASES, Object
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.common import Identities
-from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger
+from harvester_quota.webhook.resources.pod.ledger import AdmissionLedger, Tally
 from harvester_quota.webhook.resources.pod.reservations import (
     ANNOTATION_RESERVATION,
     LeaseReservations,
@@ -204,11 +204,17 @@ async def test_expired_reservation_leases_are_collected_and_fresh_ones_kept() ->
 
 def test_a_reservation_round_trips_and_garbage_is_refused() -> None:
     reservation = Reservation(
-        {"limits.cpu": Quantity.parse("2915m")},
+        Tally(
+            {"limits.cpu": Quantity.parse("2015m")},
+            {"uid-p0": {"limits.cpu": Quantity.parse("900m")}},
+        ),
         datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
         frozenset({"b", "a"}),
     )
     assert Reservation.loads(reservation.dumps()) == reservation
+    assert json.loads(reservation.dumps())["used"] == {"limits.cpu": "2915m"}, "for older replicas"
+    before_pods = '{"used": {"cpu": "1"}, "expires": "2026-01-01T00:00:00+00:00", "holders": []}'
+    assert Reservation.loads(before_pods).tally == Tally({"cpu": Quantity.parse("1")})
     for garbage in (
         "{",
         "[]",

@@ -16,10 +16,15 @@ lock while a write was under way are decided together, one after another as if e
 alone, and written in one (a namespace admitted only one pod per round trip before). No pod is
 answered before the write that records it succeeded; a lost race decides the whole batch again.
 
-The reservation expires the ledger's `ttl` seconds after its last admission and is void as soon
-as a migration it was made under no longer holds room (one joining does not void it), as in
-ledger.py; the times are wall-clock (the replicas share no
-monotonic clock). Expired Leases are deleted by `collect`, which every replica runs now and then.
+The reservation is ledger.py's `Tally` (a base, and each pod admitted since by uid) and expires
+the ledger's `ttl` seconds after its last admission, as in ledger.py; the times are wall-clock
+(the replicas share no monotonic clock). No migration leaving voids it (only one with a pod
+admitted without a uid, as in ledger.py). A pod of the tally that is gone is dropped from it by
+a replica that saw it go: each replica watches the pods of a namespace from its first decision
+there until WATCH_AFTER seconds past its last (`PodReleaseWatch`), and the next admission it
+writes leaves the pod out for every replica. A replica that did not see a pod go counts it, the
+safe side: its decisions may deny what fits until the other's next write, or the reservation
+ends. Expired Leases are deleted by `collect`, which every replica runs now and then.
 If the Lease cannot be read or written (an API error other than a conflict, including no RBAC for
 it in an older deploy/), the decision falls back to this process's ledger and a warning is
 logged: the pod is still checked, against what this replica knows. Lost races never fall back:
@@ -33,19 +38,19 @@ import asyncio
 import datetime
 import json
 import logging
+import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ....generic import errors
-from ....generic.client import ApiClient
+from ....generic.client import ApiClient, WatchEvent, status_error
 from ....generic.clock import Clock
-from ....generic.resource import LEASES, Object
-from ....util import resources
+from ....generic.resource import LEASES, PODS, Object
 from ....util.quantity import Quantity
 from ....util.resources import ResourceList
 from ...admission import Denied
-from .ledger import AdmissionLedger, still_holds
+from .ledger import AdmissionLedger, Releases, Tally, still_holds
 from .validator import PodCheck, admit_locally
 
 log = logging.getLogger(__name__)
@@ -53,14 +58,27 @@ log = logging.getLogger(__name__)
 LABEL_RESERVATION = "harvester-quota.io/room-reservation"
 """On each reservation Lease ("true"); `collect` lists by it."""
 ANNOTATION_RESERVATION = "harvester-quota.io/reservation"
-"""The reservation as JSON: {"used" (quantities by key), "expires" (RFC 3339), "holders" (the
-uids of the migrations holding room when it was made)}; the namespace is in the Lease's name."""
+"""The reservation as JSON: {"base" (quantities by key), "pods" (uid -> quantities by key: each pod
+admitted since the base was taken), "used" (base plus pods, what a replica before "pods" reads),
+"expires" (RFC 3339), "holders" (the uids of the migrations holding room when a pod without a
+uid was admitted; empty if none was)}; the namespace is in the Lease's name. Without "pods" (a
+Lease from before them), "used" is the base."""
 DECIDE_WITHIN = 3.0
 """Seconds one pod's decision may take while it keeps losing races for the Lease, before it is
 refused with 429 (the pods rules give the webhook 5 s). Each lost race is another replica's
 admission, and admissions end when the free room does, so this only bites under a flood."""
 COLLECT_AFTER = 60.0
 """Seconds past its expiry before an unused reservation Lease is deleted."""
+WATCH_AFTER = 60.0
+"""Seconds a replica keeps watching a namespace's pods beyond the ledger's `ttl` after its last
+decision there: the other replica may keep the reservation alive meanwhile, and a pod this one
+did not see go counts for it. One idle watch per such namespace is all it costs."""
+WATCH_TIMEOUT = 30
+"""Seconds the API server keeps one watch of a namespace's pods open before it is renewed."""
+WATCH_RETRY = 1.0
+"""Seconds before a failed watch is started again (its gap's pods count until their reservation
+ends)."""
+_ENDED = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(eq=False)
@@ -70,6 +88,8 @@ class Waiting:
     check: PodCheck
     decided: asyncio.Future[None]
     """Done when decided: None for admitted, Denied for refused."""
+    uid: str = ""
+    """The pod's uid ("" if the caller has none)."""
 
     def settle(self, denied: Denied | None) -> None:
         if self.decided.done():
@@ -82,14 +102,21 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Reservation:
-    used: ResourceList
+    tally: Tally
     expires: datetime.datetime
-    holders: frozenset[str]
+    holders: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def used(self) -> ResourceList:
+        """The tally's total."""
+        return self.tally.total()
 
     def dumps(self) -> str:
         return json.dumps(
             {
-                "used": {key: str(value) for key, value in sorted(self.used.items())},
+                "base": _quantities(self.tally.base),
+                "pods": {uid: _quantities(usage) for uid, usage in self.tally.pods.items()},
+                "used": _quantities(self.used),
                 "expires": self.expires.isoformat(),
                 "holders": sorted(self.holders),
             }
@@ -97,17 +124,34 @@ class Reservation:
 
     @classmethod
     def loads(cls, text: str) -> Reservation:
-        """Raises ValueError for anything but what `dumps` writes (a Lease edited by hand)."""
+        """Raises ValueError for anything but what `dumps` writes, or wrote before "pods" (a
+        Lease edited by hand)."""
         try:
             data = json.loads(text)
             expires = datetime.datetime.fromisoformat(str(data["expires"]))
-            used = {str(key): Quantity.parse(str(value)) for key, value in data["used"].items()}
+            tally = _tally_of(data)
             holders = frozenset(str(h) for h in data["holders"])
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as error:
             raise ValueError(f"not a reservation: {error}") from error
         if expires.tzinfo is None:
             raise ValueError(f"not a reservation: expires has no time zone: {data['expires']!r}")
-        return cls(used, expires, holders)
+        return cls(tally, expires, holders)
+
+
+def _quantities(usage: ResourceList) -> dict[str, str]:
+    return {key: str(value) for key, value in sorted(usage.items())}
+
+
+def _parsed(data: Any) -> ResourceList:
+    return {str(key): Quantity.parse(str(value)) for key, value in data.items()}
+
+
+def _tally_of(data: Any) -> Tally:
+    """The tally a reservation's JSON holds; from before "pods", its "used" as the base."""
+    if "pods" not in data:
+        return Tally(_parsed(data["used"]))
+    pods = {str(uid): _parsed(usage) for uid, usage in data["pods"].items()}
+    return Tally(_parsed(data["base"]), pods)
 
 
 def lease_name(namespace: str) -> str:
@@ -130,11 +174,14 @@ class LeaseReservations:
         fallback: AdmissionLedger,
     ) -> None:
         """`fallback`: this process's ledger, for decisions the Lease cannot take; a reservation
-        lasts as long as the ledger's (its `ttl`), whichever of the two holds it."""
+        lasts as long as the ledger's (its `ttl`), whichever of the two holds it, and both credit
+        the pods its `releases` were told went (by `watch`)."""
         self._client = client
         self._namespace = namespace
         self._clock = clock
         self._fallback = fallback
+        self.watch = PodReleaseWatch(client, clock, fallback.releases)
+        """The pods of the namespaces decided lately, watched for the ones that go."""
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._users: Counter[str] = Counter()
         """Decisions under way or waiting, per namespace: its lock goes when none is left."""
@@ -146,10 +193,14 @@ class LeaseReservations:
         fails and the Lease is read)."""
         self._warned = False
 
-    async def admit(self, check: PodCheck) -> None:
-        """Raises Denied unless the pod fits next to the shared reservation; records it if so."""
+    async def admit(self, check: PodCheck, uid: str = "") -> None:
+        """Raises Denied unless the pod fits next to the shared reservation; records it if so,
+        by `uid` ("" if unknown: then as ledger.py counts a pod without one), and from then on
+        watches the namespace's pods for those that go."""
         namespace = check.namespace
-        waiting = Waiting(check, asyncio.get_running_loop().create_future())
+        if uid:
+            self.watch.follow(namespace, self._fallback.ttl + WATCH_AFTER)
+        waiting = Waiting(check, asyncio.get_running_loop().create_future(), uid)
         self._queued.setdefault(namespace, []).append(waiting)
         self._users[namespace] += 1
         try:
@@ -184,11 +235,21 @@ class LeaseReservations:
             self._fall_back(namespace, error)
             for waiting in batch:
                 try:
-                    admit_locally(waiting.check, self._fallback)
+                    self._admit_locally(waiting)
                 except Denied as denied:
                     waiting.settle(denied)
                 else:
                     waiting.settle(None)
+
+    def _admit_locally(self, waiting: Waiting) -> None:
+        """admit_locally, recording the pod by its uid."""
+        check = waiting.check
+        if not waiting.uid:
+            admit_locally(check, self._fallback)
+            return
+        in_use = self._fallback.in_use(check.namespace, check.cached_in_use(), check.holders)
+        check.decide(in_use)
+        self._fallback.admitted(check.namespace, in_use, check.needed, check.holders, waiting.uid)
 
     async def _decide_shared(self, namespace: str, batch: list[Waiting]) -> None:
         """Decides the checks one after another, each on the reservation the ones before it
@@ -201,18 +262,17 @@ class LeaseReservations:
             reservation = _reservation_of(lease)
             decisions: list[tuple[Waiting, ResourceList | Denied]] = []
             for waiting in batch:
-                in_use = self._in_use(waiting.check, reservation)
+                reservation = self._live(waiting.check, reservation)
+                in_use = waiting.check.cached_in_use()
+                if reservation is not None:
+                    in_use = reservation.tally.in_use(in_use)
                 try:
                     waiting.check.decide(in_use)
                 except Denied as denied:
                     decisions.append((waiting, denied))
                     continue
                 decisions.append((waiting, in_use))
-                reservation = Reservation(
-                    resources.add(in_use, waiting.check.needed),
-                    self._clock.now() + datetime.timedelta(seconds=self._fallback.ttl),
-                    waiting.check.holders,
-                )
+                reservation = self._admitted(reservation, waiting, in_use)
             if any(not isinstance(decided, Denied) for _, decided in decisions):
                 assert reservation is not None
                 try:
@@ -237,16 +297,33 @@ class LeaseReservations:
                 waiting.settle(decided)
                 continue
             check = waiting.check
-            self._fallback.admitted(check.namespace, decided, check.needed, check.holders)
+            self._fallback.admitted(
+                check.namespace, decided, check.needed, check.holders, waiting.uid
+            )
             waiting.settle(None)
 
-    def _in_use(self, check: PodCheck, reservation: Reservation | None) -> ResourceList:
-        cached = check.cached_in_use()
+    def _live(self, check: PodCheck, reservation: Reservation | None) -> Reservation | None:
+        """`reservation` without the pods seen going, or None if it counts for nothing now:
+        expired, or void (a pod without a uid admitted under a migration no longer holding
+        room)."""
         if reservation is None or not still_holds(reservation.holders, check.holders):
-            return cached
+            return None
         if reservation.expires <= self._clock.now():
-            return cached
-        return resources.maximum(cached, reservation.used)
+            return None
+        tally = reservation.tally.without(self._fallback.releases.gone(check.namespace))
+        return Reservation(tally, reservation.expires, reservation.holders)
+
+    def _admitted(
+        self, live: Reservation | None, waiting: Waiting, in_use: ResourceList
+    ) -> Reservation:
+        """The reservation once `waiting`'s pod is admitted on `in_use`, for another `ttl`."""
+        tally = Tally() if live is None else live.tally
+        holders: frozenset[str] = frozenset() if live is None else live.holders
+        return Reservation(
+            tally.admit(in_use, waiting.uid, waiting.check.needed),
+            self._clock.now() + datetime.timedelta(seconds=self._fallback.ttl),
+            holders if waiting.uid else waiting.check.holders,
+        )
 
     async def _read(self, name: str) -> Object | None:
         try:
@@ -326,3 +403,99 @@ def _reservation_of(lease: Object | None) -> Reservation | None:
         name = (lease.get("metadata") or {}).get("name")
         log.warning("reservation Lease %s is damaged, ignoring it: %s", name, error)
         return None
+
+
+class PodReleaseWatch:
+    """Watches the pods of the namespaces it is asked to follow and tells `releases` of each one
+    that goes: deleted, or ended (Succeeded or Failed, which quota no longer charges; only the
+    kubelet writes a pod's status). A namespace is followed until the time asked last; a watch
+    the API server ends is renewed from its last version, and one that fails is started again
+    from now, after WATCH_RETRY seconds (what went in between is not told: it keeps counting)."""
+
+    def __init__(self, client: ApiClient, clock: Clock, releases: Releases) -> None:
+        self._client = client
+        self._clock = clock
+        self._releases = releases
+        self._until: dict[str, float] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def follow(self, namespace: str, seconds: float) -> None:
+        """Watches `namespace`'s pods for at least `seconds` more."""
+        until = self._clock.monotonic() + seconds
+        self._until[namespace] = max(until, self._until.get(namespace, until))
+        running = self._tasks.get(namespace)
+        if running is None or running.done():
+            task = asyncio.ensure_future(self._watch(namespace))
+            self._tasks[namespace] = task
+            task.add_done_callback(lambda done: self._ended(namespace, done))
+
+    def followed(self) -> int:
+        """Namespaces being watched."""
+        return sum(1 for task in self._tasks.values() if not task.done())
+
+    async def stop(self) -> None:
+        """Ends every watch."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _ended(self, namespace: str, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(namespace) is task:
+            del self._tasks[namespace]
+            self._until.pop(namespace, None)
+
+    def _remaining(self, namespace: str) -> float:
+        return self._until.get(namespace, 0.0) - self._clock.monotonic()
+
+    async def _watch(self, namespace: str) -> None:
+        version: str | None = None
+        while self._remaining(namespace) > 0:
+            started = self._clock.monotonic()
+            version = await self._watch_once(namespace, version)
+            if self._clock.monotonic() - started < WATCH_RETRY:
+                await self._clock.sleep(WATCH_RETRY)  # ended at once: never a hot loop
+
+    async def _watch_once(self, namespace: str, version: str | None) -> str | None:
+        """One watch, from `version` (None: from now); the version to go on from (None: start
+        again from now, what went in between not told)."""
+        try:
+            return await self._follow_events(
+                namespace, version or await self._version_now(namespace)
+            )
+        except errors.Gone:
+            return None
+        except errors.ApiError as error:
+            log.debug("watch of the pods of %s failed, started again: %s", namespace, error)
+            return None
+
+    async def _version_now(self, namespace: str) -> str:
+        """A version to watch the namespace's pods from: the present (one pod listed at most)."""
+        listed = await self._client.list(PODS, namespace, limit=1)
+        return str((listed.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def _follow_events(self, namespace: str, version: str) -> str:
+        """Follows one watch until the API server ends it; the last version it told of."""
+        seconds = max(1, min(WATCH_TIMEOUT, math.ceil(self._remaining(namespace))))
+        async for event in self._client.watch(
+            PODS,
+            namespace,
+            resource_version=version or None,
+            timeout_seconds=seconds,
+            read_timeout=seconds + WATCH_RETRY * 10,
+        ):
+            if event.type == "ERROR":
+                raise status_error(event.object)
+            metadata = event.object.get("metadata") or {}
+            version = str(metadata.get("resourceVersion") or version)
+            if _gone(event) and metadata.get("uid"):
+                self._releases.released(namespace, str(metadata["uid"]))
+        return version
+
+
+def _gone(event: WatchEvent) -> bool:
+    """Whether the event tells of a pod that quota no longer charges."""
+    if event.type == "DELETED":
+        return True
+    phase = (event.object.get("status") or {}).get("phase")
+    return event.type in ("ADDED", "MODIFIED") and phase in _ENDED
