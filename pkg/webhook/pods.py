@@ -78,7 +78,7 @@ class PodAdmissions:
             # A dry run is decided as this replica sees it and reserves nothing, anywhere.
             admit_locally(check, self.ledger, dry_run=request.dry_run)
             return None
-        return self.reservations.admit(check)
+        return self.reservations.admit(check, check.uid)
 
     async def _admit_target(self, request: Request) -> None:
         admission = await admit_target(

@@ -329,6 +329,8 @@ class WebhookServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reloader
         await self.guard.stop()
+        if self.reservations is not None:
+            await self.reservations.watch.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

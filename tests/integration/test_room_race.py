@@ -217,11 +217,6 @@ def sized_pod(name: str, cpu: str) -> Object:
     return pod
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the pod rule passes no uid to the reservation yet (PodCheck carries none), so it is "
-    "still void once its migration left (docs/security.md, 'What remains possible')",
-)
 async def test_a_migration_leaving_frees_nothing_admitted_a_moment_ago(
     api: ApiClient,
     cluster: ClusterInfo,

@@ -18,6 +18,7 @@ from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.resource import LEASES, Object
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied
+from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.ledger import (
     MAX_PODS,
     MAX_RELEASES,
@@ -33,11 +34,11 @@ from harvester_quota.webhook.resources.pod.reservations import (
     Reservation,
     lease_name,
 )
-from harvester_quota.webhook.resources.pod.validator import PodCheck
+from harvester_quota.webhook.resources.pod.validator import PodCheck, admit_locally, pod_check
 
 from tests.unit.fakes import FakeApi
 from tests.unit.test_reservations import SYSTEM, check
-from tests.unit.test_webhook import FakeLookups, room_held
+from tests.unit.test_webhook import FakeLookups, create_pod, room_held
 
 
 def after_leaving(found: PodCheck) -> PodCheck:
@@ -337,3 +338,21 @@ async def test_a_replica_watches_where_it_decides_and_credits_what_its_watch_saw
     await shared.admit(after_leaving(check(lookups, "p1", "900m")), "uid-p1")
     assert list((await lease_reservation(api)).tally.pods) == ["uid-p1"]
     await shared.watch.stop()
+
+
+def test_the_pod_rule_gives_the_reservation_the_pods_uid() -> None:
+    """The API server sets metadata.uid before validating admission: the check carries it, and
+    the pod's going is credited."""
+    lookups, clock = FakeLookups(), FakeClock()
+    room_held(lookups)
+    ledger = AdmissionLedger(clock, ttl=30)
+    request = create_pod("p0", "900m")
+    assert request.obj is not None
+    request.obj["metadata"]["uid"] = "uid-p0"
+    found = pod_check(request, lookups, Identities())
+    assert found is not None and found.uid == "uid-p0"
+    admit_locally(found, ledger)
+    with pytest.raises(Denied):
+        admit_locally(after_leaving(check(lookups, "p1", "900m")), ledger)
+    ledger.releases.released("ns", "uid-p0")
+    admit_locally(after_leaving(check(lookups, "p1", "900m")), ledger)

@@ -87,6 +87,9 @@ class PodCheck:
     base: ResourceList
     view: NamespaceView
     holders: frozenset[str]
+    uid: str = ""
+    """The pod's metadata.uid (the API server sets it before validating admission; "" if the
+    review has none): what the reservation credits once the pod is seen going."""
 
     def cached_in_use(self) -> ResourceList:
         """What the namespace uses without targets, as the quota in the cache shows it."""
@@ -163,6 +166,7 @@ def check_rooms(request: Request, lookups: Lookups, question: RoomsQuestion) -> 
         base=base,
         view=view,
         holders=frozenset(room.migration_uid for room in view.rooms.rooms),
+        uid=str(((request.obj or {}).get("metadata") or {}).get("uid") or ""),
     )
 
 
@@ -172,4 +176,4 @@ def admit_locally(check: PodCheck, ledger: AdmissionLedger, *, dry_run: bool = F
     in_use = ledger.in_use(check.namespace, check.cached_in_use(), check.holders)
     check.decide(in_use)
     if not dry_run:
-        ledger.admitted(check.namespace, in_use, check.needed, check.holders)
+        ledger.admitted(check.namespace, in_use, check.needed, check.holders, check.uid)
