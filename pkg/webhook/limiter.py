@@ -139,7 +139,11 @@ class AdmissionLimiter:
         lines by then, and the round robin chooses among them all (the rules' costly part runs
         without awaiting, so the order of grants is the order of the costly parts)."""
         if priority:
-            return self._take_priority()
+            if self._priority >= self.priority_size:
+                self.refused += 1
+                return False
+            self._priority += 1
+            return True
         if self._over_its_line(key) or (self.waiting >= self.queue and not self._make_room(key)):
             self.refused += 1
             return False
@@ -203,13 +207,6 @@ class AdmissionLimiter:
 
     def _other_lines(self, key: str) -> list[int]:
         return [len(line) for other, line in self._lines.items() if other != key]
-
-    def _take_priority(self) -> bool:
-        if self._priority >= self.priority_size:
-            self.refused += 1
-            return False
-        self._priority += 1
-        return True
 
     def _grant(self, key: str) -> None:
         self._deciding[key] += 1
