@@ -2,7 +2,7 @@
 from a checkout; `make cluster-up`, `make demo`, `make scale` call it).
 
 Subcommands:
-  cluster build|up|down|status|env   the local test cluster (see harvester_quota.testbench.localcluster)
+  cluster build|build-node|up|down|status|env   the local test cluster (see harvester_quota.testbench.localcluster)
   scenario run|repeat|check          replay incident scenarios on a cluster
   scale                              the scale run on its own cluster
   demo                               the end-to-end demonstration `make demo` runs
@@ -81,13 +81,20 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         )
         return 2
     cluster = _cluster(args)
-    info = cluster.up(
-        nodes=args.nodes,
-        node_pods=args.node_pods,
-        virt_controller=args.virt_controller,
-        kubevirt=args.kubevirt_version,
-        harvester=args.harvester,
-    )
+    options: dict[str, Any] = {
+        "nodes": args.nodes,
+        "node_pods": args.node_pods,
+        "virt_controller": args.virt_controller,
+        "kubevirt": args.kubevirt_version,
+        "harvester": args.harvester,
+    }
+    if args.real_node:
+        from .localcluster import realnode  # noqa: PLC0415 - see module docstring
+
+        info, node = realnode.up_with_real_node(cluster, **options)
+        print(f"real node {node.name} ready (logs: {node.log_dir})")
+    else:
+        info = cluster.up(**options)
     print(f"local cluster ready: {info.server} ({len(info.nodes)} kwok nodes)")
     if info.kubevirt_version:
         print(f"KubeVirt {info.kubevirt_version} virt-controller running")
@@ -100,7 +107,13 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_down(args: argparse.Namespace) -> int:
-    if _cluster(args).down():
+    cluster = _cluster(args)
+    if (cluster.state_dir / "real-node" / "node.json").exists():
+        from .localcluster import realnode  # noqa: PLC0415 - see module docstring
+
+        if realnode.down_real_node(cluster):
+            print("real node stopped")
+    if cluster.down():
         print("local cluster stopped")
     else:
         print("no local cluster is recorded in this state directory")
@@ -180,6 +193,20 @@ _KUBEVIRT_VERSION_HELP = (
 )
 
 
+def cmd_cluster_build_node(args: argparse.Namespace) -> int:
+    """What the real node needs (`make node-bin`): its Debian packages (installed as root on
+    Debian), kubelet and kube-proxy (built like the control plane), and the product's image
+    (built from deploy/Containerfile)."""
+    from .localcluster import image, realnode  # noqa: PLC0415 - see module docstring
+
+    realnode.install_packages(print)
+    print(f"kubelet and kube-proxy: {binaries.build_node(force=args.force)}")
+    print(
+        f"images ({image.product_image()}, {image.SANDBOX_IMAGE}): {image.build_image(force=args.force)}"
+    )
+    return 0
+
+
 def _add_cluster_commands(commands: Any) -> None:
     state_help = (
         "where the cluster keeps its state (default: $HARVESTER_QUOTA_STATE_DIR or "
@@ -213,6 +240,14 @@ def _add_cluster_commands(commands: Any) -> None:
         f"supported: {', '.join(binaries.supported_harvester_versions())})",
     )
     build.set_defaults(handler=cmd_cluster_build)
+    build_node = actions.add_parser(
+        "build-node",
+        parents=[state],
+        help="build what the real node needs once: kubelet, kube-proxy, the product's image "
+        "(root; installs their Debian packages)",
+    )
+    build_node.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build_node.set_defaults(handler=cmd_cluster_build_node)
     up = actions.add_parser(
         "up", parents=[state], help="start the cluster (idempotent); returns when ready"
     )
@@ -242,6 +277,12 @@ def _add_cluster_commands(commands: Any) -> None:
         "Harvester's service account, built first if needed (they act on every namespace); "
         "virt-controller is then the KubeVirt that VERSION ships unless --kubevirt-version says "
         f"otherwise ({', '.join(f'{h}: {k}' for h, k in binaries.HARVESTER_KUBEVIRT.items())})",
+    )
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also run a real node beside the kwok nodes (kubelet, containerd, kube-proxy; root "
+        "and `make node-bin` needed) that runs the product's image",
     )
     up.set_defaults(handler=cmd_cluster_up)
     for action, handler, text in (
