@@ -15,6 +15,7 @@ cluster's process code are imported by their commands only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -143,6 +144,10 @@ def cmd_cluster_env(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    # kubectl and helm as `make cluster-bin` built them, for commands typed by hand.
+    with contextlib.suppress(ClusterError):
+        tools = [binaries.resolve_bin_dir(), binaries.helm_path().parent]
+        print(f'export PATH="{":".join(str(path) for path in tools)}:$PATH"')
     print(f"export KUBECONFIG={info.kubeconfig}")
     return 0
 
@@ -288,7 +293,7 @@ def _add_cluster_commands(commands: Any) -> None:
     for action, handler, text in (
         ("down", cmd_cluster_down, "stop the cluster and delete its data"),
         ("status", cmd_cluster_status, "show each component"),
-        ("env", cmd_cluster_env, "print `export KUBECONFIG=...` for eval"),
+        ("env", cmd_cluster_env, "print `export PATH=... KUBECONFIG=...` for eval"),
     ):
         actions.add_parser(action, parents=[state], help=text).set_defaults(handler=handler)
 

@@ -739,6 +739,8 @@ class LocalCluster:
         else:
             listen = ["--bind-address=0.0.0.0", f"--advertise-address={node_ip}"]
             listen.append("--endpoint-reconciler-type=lease")
+            # The node's name resolves nowhere: logs and exec go to its address.
+            listen.append("--kubelet-preferred-address-types=InternalIP")
         return [
             f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
             f"--secure-port={ports.apiserver}",

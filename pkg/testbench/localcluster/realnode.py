@@ -232,7 +232,9 @@ class RealNode:
     def _host_settings(self) -> None:
         """What a bridge CNI and kube-proxy need of the host: forwarding, and bridged traffic
         through iptables (so that a pod reaches a Service whose endpoint is on its bridge)."""
-        subprocess.run(["modprobe", "br_netfilter"], capture_output=True, check=False)
+        modprobe = shutil.which("modprobe")
+        if modprobe is not None:  # a kernel with the module built in has no modprobe to call
+            subprocess.run([modprobe, "br_netfilter"], capture_output=True, check=False)
         for key in ("net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"):
             path = Path("/proc/sys") / key
             if not path.exists():
@@ -272,8 +274,9 @@ class RealNode:
 
     def _containerd_config(self, cni_bin: Path, conf_dir: Path) -> str:
         """containerd's configuration: every path under the state directory (network
-        namespaces too, so that ``stop`` finds them), Debian's runc without the systemd cgroup
-        driver, the sandbox image the image build made (image.SANDBOX_IMAGE)."""
+        namespaces and runc's state too, so that ``stop`` finds them and no other containerd on
+        the machine shares them), Debian's runc without the systemd cgroup driver, the sandbox
+        image the image build made (image.SANDBOX_IMAGE)."""
         cri = 'plugins."io.containerd.grpc.v1.cri"'
         runc = shutil.which("runc") or "runc"
         unused = ("btrfs", "aufs", "zfs", "devmapper")
@@ -292,6 +295,11 @@ class RealNode:
                 '  stream_server_address = "127.0.0.1"',
                 '  stream_server_port = "0"',
                 "  netns_mounts_under_state_dir = true",
+                # No container may ask for a lower oom_score_adj than containerd's own: lowering
+                # it needs CAP_SYS_RESOURCE, which some machines (this one) withhold from root,
+                # and runc then fails to start every pod sandbox (the kubelet gives sandboxes
+                # -998).
+                "  restrict_oom_score_adj = true",
                 f"[{cri}.containerd]",
                 '  snapshotter = "overlayfs"',
                 '  default_runtime_name = "runc"',
@@ -299,6 +307,7 @@ class RealNode:
                 '  runtime_type = "io.containerd.runc.v2"',
                 f"[{cri}.containerd.runtimes.runc.options]",
                 f'  BinaryName = "{runc}"',
+                f'  Root = "{self.state_dir / "runc"}"',
                 "  SystemdCgroup = false",
                 f"[{cri}.cni]",
                 f'  bin_dir = "{cni_bin}"',
@@ -340,6 +349,7 @@ class RealNode:
         return path
 
     def _start_kubelet(self, binary: Path) -> None:
+        _make_cgroups(CGROUP_ROOT)
         kubeconfig = self._kubeconfig(f"system:node:{self.name}", ("system:nodes",))
         config = self.state_dir / "kubelet.yaml"
         config.write_text(yaml.safe_dump(self._kubelet_config(), sort_keys=False))
@@ -375,6 +385,7 @@ class RealNode:
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
             "failSwapOn": False,
+            "podLogsDir": str(self.state_dir / "pod-logs"),
             "resolvConf": "/etc/resolv.conf",
             "maxPods": 30,
             "evictionHard": {
@@ -495,8 +506,10 @@ class RealNode:
         binary = build_node_path(KUBE_PROXY)
         if binary is not None:
             subprocess.run([str(binary), "--cleanup"], capture_output=True, timeout=60, check=False)
+        _remove_kubelet_chains()
         subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
         _remove_cgroups(CGROUP_ROOT)
+        _remove_links_into(Path("/var/log/containers"), self.state_dir)
         if self.state_dir.exists():
             for entry in self.state_dir.iterdir():
                 if entry.name == "logs":
@@ -569,6 +582,28 @@ def down_real_node(local: LocalCluster) -> bool:
     return True
 
 
+KUBELET_CHAINS: Final = {
+    "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY"),
+    "nat": ("KUBE-KUBELET-CANARY",),
+    "mangle": ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"),
+}
+"""The iptables chains the kubelet makes (kube-proxy's --cleanup removes only its own)."""
+
+
+def _remove_kubelet_chains() -> None:
+    """Removes the kubelet's chains and the jumps to them; absent ones are no error."""
+
+    def iptables(*args: str) -> None:
+        subprocess.run(["iptables", "-w", *args], capture_output=True, timeout=60, check=False)
+
+    for parent in ("INPUT", "OUTPUT"):
+        iptables("-t", "filter", "-D", parent, "-j", "KUBE-FIREWALL")
+    for table, chains in KUBELET_CHAINS.items():
+        for chain in chains:
+            iptables("-t", table, "-F", chain)
+            iptables("-t", table, "-X", chain)
+
+
 @contextlib.contextmanager
 def _flocked(path: Path) -> Iterator[None]:
     with path.open("w") as handle:
@@ -579,11 +614,38 @@ def _flocked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _remove_links_into(folder: Path, target: Path) -> None:
+    """Removes the symbolic links in ``folder`` that point below ``target``: the kubelet links
+    each container's log into /var/log/containers, wherever its pod logs are."""
+    prefix = str(target.resolve()) + "/"
+    for link in folder.glob("*") if folder.is_dir() else []:
+        with contextlib.suppress(OSError):
+            if link.is_symlink() and os.readlink(link).startswith(prefix):
+                link.unlink()
+
+
+def _cgroup_hierarchies() -> list[Path]:
+    """The mounted cgroup hierarchies (each v1 controller's, the named systemd one, the unified
+    one), from /proc/self/mounts."""
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] in ("cgroup", "cgroup2"):
+            found.append(Path(fields[1]))
+    return found
+
+
+def _make_cgroups(root: str) -> None:
+    """Creates the cgroup ``root`` in every hierarchy: the kubelet's cgroup root must exist in
+    each before it starts (with the cgroupfs driver it creates only what lies below)."""
+    for hierarchy in _cgroup_hierarchies():
+        (hierarchy / root.lstrip("/")).mkdir(exist_ok=True)
+
+
 def _remove_cgroups(root: str) -> None:
     """Removes the cgroup ``root`` and everything below it in every cgroup v1 hierarchy (and the
     unified one), deepest first; a cgroup that still has a process stays."""
-    base = Path("/sys/fs/cgroup")
-    for hierarchy in base.iterdir() if base.exists() else []:
+    for hierarchy in _cgroup_hierarchies():
         top = hierarchy / root.lstrip("/")
         if not top.is_dir():
             continue
