@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS
+from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Resource
 from harvester_quota.testbench.localcluster import (
     ClusterInfo,
     LocalCluster,
     binaries,
+    deploy,
     image,
     realnode,
 )
@@ -45,6 +47,8 @@ from tests.helpers import eventually, succeed_migration
 from tests.integration.conftest import admin_config, session_state_dir
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
+RBAC = "rbac.authorization.k8s.io"
+CLUSTER_ROLE_BINDINGS = Resource(RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False)
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "docs" / "quickstart.md"
 NAMESPACE = "harvester-system"
@@ -291,16 +295,36 @@ def kwok_pod(name: str, node: str = "kwok-node-0") -> dict[str, Any]:
     }
 
 
+@pytest.fixture
+async def kubevirt_api(api: ApiClient, installed: ClusterInfo) -> AsyncIterator[ApiClient]:
+    """KubeVirt's controller as the chart's rules know it: the service account the quickstart
+    created (harvester-system/kubevirt-controller), with a token from the TokenRequest API and,
+    for this test, the rights of cluster-admin (virt-controller's own are as broad for pods)."""
+    binding = {
+        "metadata": {"name": "test-kubevirt-controller"},
+        "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": "kubevirt-controller", "namespace": NAMESPACE}
+        ],
+    }
+    with contextlib.suppress(errors.AlreadyExists):
+        await api.create(CLUSTER_ROLE_BINDINGS, binding)
+    async with await deploy.client_as(api, installed, "kubevirt-controller") as client:
+        yield client
+
+
 async def test_a_migration_on_the_kwok_side_is_raised_admitted_and_given_back(
-    api: ApiClient,
+    api: ApiClient, kubevirt_api: ApiClient
 ) -> None:
     """The controller in its pod raises the quota for a migration of a VM on a kwok node, the
-    target pod is admitted, and once the migration succeeded and the source pod is gone the
+    target pod KubeVirt's controller creates is admitted (the webhook's migration-target rule,
+    then quota admission), and once the migration succeeded and the source pod is gone the
     quota is exactly its base again."""
     namespace = "tenant-migrate"
     await api.create(NAMESPACES, {"metadata": {"name": namespace}})
     kv = KubeVirtByHand(api, namespace)
     vmi, source, migration = await kv.v170_migration()
+    kubevirt = KubeVirtByHand(kubevirt_api, namespace)
 
     async def raised() -> bool:
         hard = (await kv.quota())["spec"]["hard"]
@@ -308,10 +332,12 @@ async def test_a_migration_on_the_kwok_side_is_raised_admitted_and_given_back(
 
     await eventually(raised, timeout=60, what="the controller raised the quota")
     target = await eventually(
-        lambda: kv.try_create_target(vmi, migration), timeout=60, what="the target pod admitted"
+        lambda: kubevirt.try_create_target(vmi, migration),
+        timeout=60,
+        what="the target pod admitted",
     )
-    await succeed_migration(kv, migration, source, target)
-    await kv.delete_pod(source["metadata"]["name"], grace=0)
+    await succeed_migration(kubevirt, migration, source, target)
+    await kubevirt.delete_pod(source["metadata"]["name"], grace=0)
 
     async def at_base() -> bool:
         quota = await kv.quota()
@@ -434,7 +460,12 @@ async def test_helm_uninstall_runs_its_hook_on_the_real_node_and_every_quota_is_
     quota = await api.get(RESOURCE_QUOTAS, "default-quota", namespace)
     assert quota["spec"]["hard"] == BASE_HARD
     assert not [k for k in quota["metadata"].get("annotations") or {} if "migrating" in k]
-    assert product_pods(rest) == []
+    # Helm waits for the Deployments to go; their pods terminate after them.
+    await eventually(
+        lambda: asyncio.to_thread(lambda: not product_pods(rest)),
+        timeout=90,
+        what="no product pod left",
+    )
     events = rest.get(f"/api/v1/namespaces/{NAMESPACE}/events", fieldSelector="reason=Scheduled")
     placed = [e["message"] for e in events["items"] if "harvester-quota-release" in e["message"]]
     assert placed and all(m.endswith(f"to {realnode.NODE_NAME}") for m in placed), placed
