@@ -204,7 +204,7 @@ def test_the_image_runs_its_commands_as_uid_65532_on_a_read_only_root() -> None:
     product imports, and each subcommand starts, as the image's user on a read-only root."""
     archive = image.build_image()
     assert archive.exists()
-    run = ["podman", "run", "--rm", "--read-only", "--network", "none", *image.PODMAN_LIMITS]
+    run = [*image.PODMAN, "run", "--rm", "--read-only", "--network", "none", *image.PODMAN_LIMITS]
 
     def in_image(*args: str, entrypoint: str | None = None) -> str:
         argv = [*run, *(["--entrypoint", entrypoint] if entrypoint else []), image.product_image()]

@@ -52,6 +52,9 @@ BASE_PACKAGES: Final = ("python3", "python3-pip")
 system."""
 SANDBOX_IMAGE: Final = "localhost/harvester-quota-pause:bookworm"
 """The pod sandbox image of the real node's containerd: holds each pod's namespaces."""
+PODMAN: Final = ("podman", "--runtime", "runc")
+"""podman with runc, whatever its default runtime: crun refuses a machine that mounts cgroup v1
+beside an empty unified hierarchy."""
 PODMAN_LIMITS: Final = ("--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096")
 """Explicit limits for podman's containers: its defaults (a million open files) exceed the hard
 limits of some machines (20,000 here), and runc then refuses to start the container."""
@@ -139,12 +142,13 @@ def _run(argv: list[str], log: Path, *, stdin: int | None = None, cwd: Path | No
             check=False,
         )
     if done.returncode != 0:
-        raise ClusterError(f"{argv[0]} {argv[1]} failed (exit {done.returncode}); log: {log}")
+        shown = " ".join(argv[:6])
+        raise ClusterError(f"`{shown} ...` failed (exit {done.returncode}); log: {log}")
 
 
 def _image_exists(name: str) -> bool:
     done = subprocess.run(
-        ["podman", "image", "exists", name], capture_output=True, timeout=60, check=False
+        [*PODMAN, "image", "exists", name], capture_output=True, timeout=60, check=False
     )
     return done.returncode == 0
 
@@ -199,9 +203,7 @@ def _make_base(log: Path, progress: Callable[[str], None]) -> None:
             (SANDBOX_IMAGE, 'ENTRYPOINT ["/bin/sleep", "infinity"]'),
         ):
             with tarball.open("rb") as source:
-                _run(
-                    ["podman", "import", "--change", change, "-", name], log, stdin=source.fileno()
-                )
+                _run([*PODMAN, "import", "--change", change, "-", name], log, stdin=source.fileno())
 
 
 def build_image(progress: Callable[[str], None] = _print, *, force: bool = False) -> Path:
@@ -220,12 +222,12 @@ def build_image(progress: Callable[[str], None] = _print, *, force: bool = False
             if force or not (_image_exists(base_image()) and _image_exists(SANDBOX_IMAGE)):
                 _make_base(log, progress)
             progress(f"building {product_image()} from deploy/Containerfile (log: {log})")
-            argv = ["podman", "build", "--network", "host", *PODMAN_LIMITS]
+            argv = [*PODMAN, "build", "--network", "host", *PODMAN_LIMITS]
             argv += ["--build-arg", f"BASE={base_image()}", "-f", str(CONTAINERFILE)]
             _run([*argv, "-t", product_image(), str(REPO)], log, cwd=REPO)
             partial = target.with_suffix(".partial")
             partial.unlink(missing_ok=True)
-            save = ["podman", "save", "--format", "docker-archive", "-m", "-o", str(partial)]
+            save = [*PODMAN, "save", "--format", "docker-archive", "-m", "-o", str(partial)]
             _run([*save, product_image(), SANDBOX_IMAGE], log)
             partial.replace(target)
             for stale in target.parent.glob(f"{IMAGE_REPOSITORY}-*.tar"):

@@ -44,7 +44,7 @@ import yaml
 
 from . import process
 from .binaries import KUBE_PROXY, KUBELET, build_node, node_bin_dir
-from .cluster import CONTEXT_NAME, POD_CIDR, SERVICE_CIDR, ClusterInfo, LocalCluster
+from .cluster import CONTEXT_NAME, ClusterInfo, LocalCluster
 from .errors import ClusterError
 from .image import SANDBOX_IMAGE, build_image
 from .process import ProcessRecord
@@ -109,7 +109,7 @@ def install_packages(progress: Callable[[str], None]) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for argv in (
         ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *debian_packages()],
+        ["apt-get", "install", "-y", "-qq", *debian_packages()],
     ):
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -670,9 +670,7 @@ def _http_ok(url: str) -> bool:
 __all__ = [
     "BRIDGE",
     "NODE_NAME",
-    "POD_CIDR",
     "POD_SUBNET",
-    "SERVICE_CIDR",
     "RealNode",
     "debian_packages",
     "down_real_node",
