@@ -102,3 +102,26 @@ def test_kubelet_and_kube_proxy_come_from_the_control_plane_s_module() -> None:
     assert node.ldflags == control_plane.ldflags
     assert node.tags == control_plane.tags
     assert binaries.node_cache_key().startswith(f"k8s-node-{binaries.K8S_VERSION}_")
+
+
+def test_the_scenario_timeline_ends_with_the_final_look() -> None:
+    """The sampler stops between looks; the final look (the quota back at its base) is the
+    picture's last point, not a sample taken while a room was still held."""
+    from types import SimpleNamespace
+
+    from harvester_quota.testbench.scenario.runner import RunResult, Sample, ScenarioRun
+
+    result = RunResult.__new__(RunResult)
+    result.samples = [Sample(1.0, "a", {"limits.cpu": "6"}, {}, {"limits.cpu": "4"})]
+    result.final_at = 2.5
+    run = SimpleNamespace(
+        result=result,
+        bases={"real-a": {}},
+        scenario=SimpleNamespace(rancher=None),
+        _last_namespace={},
+    )
+    quota = {"spec": {"hard": {"limits.cpu": "4"}}, "status": {"used": {"limits.cpu": "2"}}}
+    ScenarioRun._sample_final(run, "a", "real-a", quota)  # type: ignore[arg-type]
+    last = result.samples[-1]
+    assert (last.at, last.hard, last.used) == (2.5, {"limits.cpu": "4"}, {"limits.cpu": "2"})
+    assert last.base == {"limits.cpu": "4"}, "the base as sampled before: the panels stay"

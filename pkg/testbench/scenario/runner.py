@@ -567,6 +567,7 @@ class ScenarioRun:
         base = self.bases.get(real, {})
         if self.scenario.rancher is not None:
             base = rancher_base_of(self._last_namespace.get(real))
+        earlier = [s.base for s in self.result.samples if s.namespace == name]
         status = quota.get("status") or {}
         self.result.samples.append(
             Sample(
@@ -574,7 +575,8 @@ class ScenarioRun:
                 namespace=name,
                 hard=dict((quota.get("spec") or {}).get("hard") or {}),
                 used=dict(status.get("used") or {}),
-                base=resources.to_json_dict(base),
+                # The picture draws the keys of the last sample's base: never an empty one.
+                base=resources.to_json_dict(base) if base else (earlier[-1] if earlier else {}),
             )
         )
 
