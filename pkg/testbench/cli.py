@@ -123,7 +123,8 @@ def cmd_cluster_down(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    info, components, ready = _cluster(args).status()
+    cluster = _cluster(args)
+    info, components, ready = cluster.status()
     if info is None:
         print("no local cluster is recorded in this state directory")
         return 1
@@ -131,6 +132,15 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     print(f"kubeconfig: {info.kubeconfig}")
     if info.kubevirt_version:
         print(f"KubeVirt: {info.kubevirt_version} (virt-controller)")
+    if (cluster.state_dir / "real-node" / "node.json").exists():
+        from .localcluster import realnode  # noqa: PLC0415 - see module docstring
+        from .localcluster.cluster import ComponentStatus  # noqa: PLC0415
+
+        node = realnode.RealNode.load(info, cluster.state_dir / realnode.NODE_STATE_DIR)
+        components += [
+            ComponentStatus(f"{node.name}: {r.name}", r.pid, r.running(), r.log)
+            for r in node.processes
+        ]
     for component in components:
         state = "running" if component.running else "NOT RUNNING"
         print(f"  {component.name:<24} pid {component.pid:<8} {state:<12} {component.log}")
