@@ -282,10 +282,19 @@ def test_the_api_server_calls_the_webhook_through_its_service(
     assert addresses == webhook_ips
     env = kubectl_path_env(shell_env)
     before = webhook_calls(env, "pods.harvester-quota.io").get("200", 0.0)
-    rest.post("/api/v1/namespaces", {"metadata": {"name": "tenant-service"}})
-    rest.post("/api/v1/namespaces/tenant-service/pods", kwok_pod("p1"))
+    tenant_namespace(rest)
+    rest.post(f"/api/v1/namespaces/{TENANT}/pods", kwok_pod("p1"))
     after = webhook_calls(env, "pods.harvester-quota.io").get("200", 0.0)
     assert after > before, "the webhook answered the API server through its Service"
+
+
+TENANT = "tenant-service"
+"""Where the tests create plain pods on a kwok node, each one a call of the pods rule."""
+
+
+def tenant_namespace(rest: RestClient) -> None:
+    if not rest.exists(f"/api/v1/namespaces/{TENANT}"):
+        rest.post("/api/v1/namespaces", {"metadata": {"name": TENANT}})
 
 
 def kwok_pod(name: str, node: str = "kwok-node-0") -> dict[str, Any]:
@@ -365,11 +374,12 @@ def ready(rest: RestClient, name: str) -> bool:
 def admit_pods_while(rest: RestClient, prefix: str, until: Any, timeout: float) -> int:
     """Creates pods on a kwok node (each one a webhook call) until ``until()`` or ``timeout``;
     returns how many were created. Every create must succeed."""
+    tenant_namespace(rest)
     created = 0
     deadline = time.monotonic() + timeout
     while not until():
         assert time.monotonic() < deadline, f"not done after {timeout:.0f}s"
-        rest.post("/api/v1/namespaces/tenant-service/pods", kwok_pod(f"{prefix}-{created}"))
+        rest.post(f"/api/v1/namespaces/{TENANT}/pods", kwok_pod(f"{prefix}-{created}"))
         created += 1
         time.sleep(0.2)
     return created
