@@ -14,7 +14,7 @@ BENCH  := $(BIN)/harvester-quota-bench
 PYTEST_ARGS ?=
 
 .PHONY: all demo test lint typecheck unit integration test-scenarios bench scale cluster-bin \
-        cluster-up cluster-down venv clean manifest
+        cluster-up cluster-down venv clean manifest node-bin test-realnode
 
 all: test
 
@@ -62,6 +62,18 @@ bench: $(STAMP) cluster-bin
 SIZE ?= small
 scale: $(STAMP) cluster-bin
 	$(BENCH) scale --size $(SIZE) --report reports/scale/$(SIZE) $(SCALE_ARGS)
+
+# The real node beside the kwok nodes (docs/quickstart.md, "Try it on the local cluster first"):
+# as root, installs the Debian packages containerd, runc, containernetworking-plugins, iptables,
+# conntrack, podman and debootstrap, builds kubelet and kube-proxy like the control plane, and
+# builds the product image from deploy/Containerfile. Not part of cluster-bin: only
+# test-realnode and `cluster up --real-node` need it.
+node-bin: $(STAMP) cluster-bin
+	$(BENCH) cluster build-node
+
+# The image and the chart run for real (tests/realnode): root only, outside `make test`.
+test-realnode: $(STAMP) node-bin
+	HARVESTER_QUOTA_REAL_NODE=1 $(BIN)/pytest tests/realnode -v $(PYTEST_ARGS)
 
 cluster-up: $(STAMP) cluster-bin
 	$(BENCH) cluster up

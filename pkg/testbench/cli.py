@@ -2,7 +2,7 @@
 from a checkout; `make cluster-up`, `make demo`, `make scale` call it).
 
 Subcommands:
-  cluster build|up|down|status|env   the local test cluster (see harvester_quota.testbench.localcluster)
+  cluster build|build-node|up|down|status|env   the local test cluster (see harvester_quota.testbench.localcluster)
   scenario run|repeat|check          replay incident scenarios on a cluster
   scale                              the scale run on its own cluster
   demo                               the end-to-end demonstration `make demo` runs
@@ -15,7 +15,9 @@ cluster's process code are imported by their commands only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,13 +83,20 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         )
         return 2
     cluster = _cluster(args)
-    info = cluster.up(
-        nodes=args.nodes,
-        node_pods=args.node_pods,
-        virt_controller=args.virt_controller,
-        kubevirt=args.kubevirt_version,
-        harvester=args.harvester,
-    )
+    options: dict[str, Any] = {
+        "nodes": args.nodes,
+        "node_pods": args.node_pods,
+        "virt_controller": args.virt_controller,
+        "kubevirt": args.kubevirt_version,
+        "harvester": args.harvester,
+    }
+    if args.real_node:
+        from .localcluster import realnode  # noqa: PLC0415 - see module docstring
+
+        info, node = realnode.up_with_real_node(cluster, **options)
+        print(f"real node {node.name} ready (logs: {node.log_dir})")
+    else:
+        info = cluster.up(**options)
     print(f"local cluster ready: {info.server} ({len(info.nodes)} kwok nodes)")
     if info.kubevirt_version:
         print(f"KubeVirt {info.kubevirt_version} virt-controller running")
@@ -100,7 +109,13 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_down(args: argparse.Namespace) -> int:
-    if _cluster(args).down():
+    cluster = _cluster(args)
+    if (cluster.state_dir / "real-node" / "node.json").exists():
+        from .localcluster import realnode  # noqa: PLC0415 - see module docstring
+
+        if realnode.down_real_node(cluster):
+            print("real node stopped")
+    if cluster.down():
         print("local cluster stopped")
     else:
         print("no local cluster is recorded in this state directory")
@@ -108,7 +123,8 @@ def cmd_cluster_down(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    info, components, ready = _cluster(args).status()
+    cluster = _cluster(args)
+    info, components, ready = cluster.status()
     if info is None:
         print("no local cluster is recorded in this state directory")
         return 1
@@ -116,6 +132,15 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     print(f"kubeconfig: {info.kubeconfig}")
     if info.kubevirt_version:
         print(f"KubeVirt: {info.kubevirt_version} (virt-controller)")
+    if (cluster.state_dir / "real-node" / "node.json").exists():
+        from .localcluster import realnode  # noqa: PLC0415 - see module docstring
+        from .localcluster.cluster import ComponentStatus  # noqa: PLC0415
+
+        node = realnode.RealNode.load(info, cluster.state_dir / realnode.NODE_STATE_DIR)
+        components += [
+            ComponentStatus(f"{node.name}: {r.name}", r.pid, r.running(), r.log)
+            for r in node.processes
+        ]
     for component in components:
         state = "running" if component.running else "NOT RUNNING"
         print(f"  {component.name:<24} pid {component.pid:<8} {state:<12} {component.log}")
@@ -130,6 +155,10 @@ def cmd_cluster_env(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    # kubectl and helm as `make cluster-bin` built them, for commands typed by hand.
+    with contextlib.suppress(ClusterError):
+        tools = [binaries.resolve_bin_dir(), binaries.helm_path().parent]
+        print(f'export PATH="{":".join(str(path) for path in tools)}:$PATH"')
     print(f"export KUBECONFIG={info.kubeconfig}")
     return 0
 
@@ -180,6 +209,24 @@ _KUBEVIRT_VERSION_HELP = (
 )
 
 
+def cmd_cluster_build_node(args: argparse.Namespace) -> int:
+    """What the real node needs (`make node-bin`): its Debian packages (installed as root on
+    Debian), kubelet and kube-proxy (built like the control plane), and the product's image
+    (built from deploy/Containerfile)."""
+    from .localcluster import image, realnode  # noqa: PLC0415 - see module docstring
+
+    if os.geteuid() != 0:
+        # Nothing to build for a machine that cannot run it: the tests skip, saying why.
+        print(f"no real node here: {realnode.missing_requirements()}", file=sys.stderr)
+        return 0
+    realnode.install_packages(print)
+    print(f"kubelet and kube-proxy: {binaries.build_node(force=args.force)}")
+    print(
+        f"images ({image.product_image()}, {image.SANDBOX_IMAGE}): {image.build_image(force=args.force)}"
+    )
+    return 0
+
+
 def _add_cluster_commands(commands: Any) -> None:
     state_help = (
         "where the cluster keeps its state (default: $HARVESTER_QUOTA_STATE_DIR or "
@@ -213,6 +260,14 @@ def _add_cluster_commands(commands: Any) -> None:
         f"supported: {', '.join(binaries.supported_harvester_versions())})",
     )
     build.set_defaults(handler=cmd_cluster_build)
+    build_node = actions.add_parser(
+        "build-node",
+        parents=[state],
+        help="build what the real node needs once: kubelet, kube-proxy, the product's image "
+        "(root; installs their Debian packages)",
+    )
+    build_node.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build_node.set_defaults(handler=cmd_cluster_build_node)
     up = actions.add_parser(
         "up", parents=[state], help="start the cluster (idempotent); returns when ready"
     )
@@ -243,11 +298,17 @@ def _add_cluster_commands(commands: Any) -> None:
         "virt-controller is then the KubeVirt that VERSION ships unless --kubevirt-version says "
         f"otherwise ({', '.join(f'{h}: {k}' for h, k in binaries.HARVESTER_KUBEVIRT.items())})",
     )
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also run a real node beside the kwok nodes (kubelet, containerd, kube-proxy; root "
+        "and `make node-bin` needed) that runs the product's image",
+    )
     up.set_defaults(handler=cmd_cluster_up)
     for action, handler, text in (
         ("down", cmd_cluster_down, "stop the cluster and delete its data"),
         ("status", cmd_cluster_status, "show each component"),
-        ("env", cmd_cluster_env, "print `export KUBECONFIG=...` for eval"),
+        ("env", cmd_cluster_env, "print `export PATH=... KUBECONFIG=...` for eval"),
     ):
         actions.add_parser(action, parents=[state], help=text).set_defaults(handler=handler)
 

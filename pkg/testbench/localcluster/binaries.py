@@ -707,6 +707,62 @@ def build_helm(progress: Callable[[str], None] = _print, *, force: bool = False)
     return target
 
 
+# The real node's kubelet and kube-proxy ---------------------------------------------------------
+
+KUBELET = "kubelet"
+KUBE_PROXY = "kube-proxy"
+NODE_BINARIES = (KUBELET, KUBE_PROXY)
+
+
+def node_component() -> Component:
+    """The `go build` of the real node's kubelet and kube-proxy: the control plane's wrapper
+    module (``gomod/kube``), version stamps and tags, so the node runs the very Kubernetes
+    release the API server does."""
+    return Component(
+        module_dir="kube",
+        packages=tuple(f"k8s.io/kubernetes/cmd/{name}" for name in NODE_BINARIES),
+        outputs=NODE_BINARIES,
+        ldflags=_kube_ldflags(),
+        tags="selinux,notest",
+    )
+
+
+def node_cache_key() -> str:
+    """Names the cached kubelet and kube-proxy after the Kubernetes version and a digest of the
+    wrapper module (its go.sum grew their dependencies' sums), so an edit builds anew; a cache
+    folder of their own, so that adding them never rebuilds the control plane."""
+    return f"k8s-node-{K8S_VERSION}_{_digest(node_component().sources())}"
+
+
+def node_bin_dir() -> Path:
+    """Where kubelet and kube-proxy are: a prebuilt ``$HARVESTER_QUOTA_CLUSTER_BIN`` that holds
+    both, else the cache."""
+    override = os.environ.get(ENV_BIN_DIR)
+    if override and all(_executable(Path(override) / name) for name in NODE_BINARIES):
+        return Path(override)
+    return cache_root() / "cluster-bin" / node_cache_key()
+
+
+def build_node(progress: Callable[[str], None] = _print, *, force: bool = False) -> Path:
+    """Builds kubelet and kube-proxy into the cache unless they are there; returns their folder.
+
+    Not part of ``build`` nor of `make cluster-bin`: only the real-node tests and their `make`
+    target need them (`cluster build --node`). Like ``build``: one build at a time per machine,
+    moved into place whole when it succeeded. Raises ClusterError when Go or the module proxy
+    fails.
+    """
+    target = node_bin_dir()
+    if not force and all(_executable(target / name) for name in NODE_BINARIES):
+        return target
+    go = find_go()
+    with _exclusive(cache_root() / "build.lock"):
+        if not force and all(_executable(target / name) for name in NODE_BINARIES):
+            return target
+        with _building_into(target, node_cache_key(), go) as building:
+            building.compile(node_component(), f"kubelet and kube-proxy {K8S_VERSION}", progress)
+    return target
+
+
 PROMETHEUS_OPERATOR = "prometheus-operator"
 PROMETHEUS_OPERATOR_CRDS = (
     "monitoring.coreos.com_podmonitors.yaml",

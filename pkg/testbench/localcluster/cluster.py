@@ -213,6 +213,10 @@ class ClusterInfo:
     every admission webhook (its AdmissionConfiguration's kubeconfig, user "*"): a webhook
     trusting it accepts the API server's calls only. None in the state of a cluster started
     before the API server had one; `up` starts such a cluster afresh."""
+    node_ip: str | None = None
+    """The host address a real node (realnode.py) runs beside the kwok nodes with: the API server
+    listens on it too and gives it as the `kubernetes` Service's endpoint, so pods reach the API
+    server; None (the default) where only kwok nodes run."""
 
     @property
     def audit_log(self) -> Path:
@@ -258,6 +262,7 @@ class ClusterInfo:
             "kubevirt_version": self.kubevirt_version,
             "harvester_version": self.harvester_version,
             "webhook_client_ca": str(self.webhook_client_ca) if self.webhook_client_ca else None,
+            "node_ip": self.node_ip,
         }
 
     @classmethod
@@ -282,6 +287,7 @@ class ClusterInfo:
             webhook_client_ca=(
                 Path(data["webhook_client_ca"]) if data.get("webhook_client_ca") else None
             ),
+            node_ip=data.get("node_ip"),
         )
 
     def is_current(self) -> bool:
@@ -337,6 +343,7 @@ class LocalCluster:
         virt_controller: bool = False,
         kubevirt: str | None = None,
         harvester: str | None = None,
+        node_ip: str | None = None,
     ) -> ClusterInfo:
         """Starts the cluster unless it already runs as asked; returns once it is ready to use.
 
@@ -349,6 +356,12 @@ class LocalCluster:
         (``harvester.py``), built first like virt-controller; they act on every namespace. With
         them, virt-controller's default is the KubeVirt that Harvester version ships
         (``binaries.harvester_kubevirt_version``), not $HARVESTER_QUOTA_KUBEVIRT_VERSION.
+
+        ``node_ip`` (a host address) makes room for a real node beside the kwok nodes
+        (``realnode.RealNode`` starts it): the API server listens on every address, not on
+        loopback only, and gives ``node_ip`` as the `kubernetes` Service's endpoint (pods reach it
+        through that Service's ClusterIP), and kwok manages only the nodes it created (annotated
+        ``kwok.x-k8s.io/node: fake``), leaving the others to their kubelet.
         """
         if kubevirt is not None and not virt_controller:
             raise ValueError(f"a KubeVirt version ({kubevirt}) is only used with virt_controller")
@@ -366,6 +379,7 @@ class LocalCluster:
                 existing is not None
                 and existing.kubevirt_version == wanted
                 and existing.harvester_version == wanted_harvester
+                and existing.node_ip == node_ip
                 and existing.is_current()
                 and self._healthy(existing)
             ):
@@ -384,6 +398,7 @@ class LocalCluster:
                         node_pods=node_pods,
                         kubevirt=kubevirt_build,
                         harvester=harvester_build,
+                        node_ip=node_ip,
                     )
                 except _PortConflict:
                     if attempt == START_ATTEMPTS:
@@ -519,6 +534,7 @@ class LocalCluster:
         node_pods: int,
         kubevirt: KubeVirtBuild | None,
         harvester: tuple[str, Path] | None = None,
+        node_ip: str | None = None,
     ) -> ClusterInfo:
         ports = Ports.pick()
         info = ClusterInfo(
@@ -532,11 +548,12 @@ class LocalCluster:
             kubevirt_version=kubevirt.version if kubevirt else None,
             harvester_version=harvester[0] if harvester else None,
             webhook_client_ca=self.pki_dir / "webhook-client-ca.crt",
+            node_ip=node_ip,
         )
         try:
             self._launch(info, bin_dir, "etcd", self._etcd_args(ports))
             self._await(info, "etcd", lambda: _etcd_healthy(ports.etcd_client), STEP_TIMEOUT)
-            self._launch(info, bin_dir, "kube-apiserver", self._apiserver_args(ports))
+            self._launch(info, bin_dir, "kube-apiserver", self._apiserver_args(ports, node_ip))
             rest = info.rest(timeout=5.0)
             self._await(info, "kube-apiserver", rest.healthy, APISERVER_READY_TIMEOUT)
             self._write_kubeconfig(info)
@@ -545,7 +562,9 @@ class LocalCluster:
             lease = node_lease_seconds(nodes)
             self._launch(info, bin_dir, "kube-controller-manager", self._kcm_args(ports, lease))
             self._launch(info, bin_dir, "kube-scheduler", self._scheduler_args(ports))
-            self._launch(info, bin_dir, "kwok", self._kwok_args(lease))
+            self._launch(
+                info, bin_dir, "kwok", self._kwok_args(lease, fake_only=node_ip is not None)
+            )
             self._await(
                 info,
                 "kube-controller-manager",
@@ -708,17 +727,24 @@ class LocalCluster:
             "--log-level=warn",
         ]
 
-    def _apiserver_args(self, ports: Ports) -> list[str]:
+    def _apiserver_args(self, ports: Ports, node_ip: str | None = None) -> list[str]:
         pki = self.pki_dir
+        # Without an explicit address the API server looks for a default route and refuses to
+        # start on a machine that has none; a loopback address then needs the endpoint
+        # reconciler off, since endpoints may not be loopback addresses. Beside a real node it
+        # listens on every address and advertises the node's, which its pods can reach.
+        if node_ip is None:
+            listen = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"]
+            listen.append("--endpoint-reconciler-type=none")
+        else:
+            listen = ["--bind-address=0.0.0.0", f"--advertise-address={node_ip}"]
+            listen.append("--endpoint-reconciler-type=lease")
+            # The node's name resolves nowhere: logs and exec go to its address.
+            listen.append("--kubelet-preferred-address-types=InternalIP")
         return [
             f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
-            "--bind-address=127.0.0.1",
             f"--secure-port={ports.apiserver}",
-            # Without an explicit address the API server looks for a default route and refuses
-            # to start on a machine that has none; a loopback address then needs the endpoint
-            # reconciler off, since endpoints may not be loopback addresses.
-            "--advertise-address=127.0.0.1",
-            "--endpoint-reconciler-type=none",
+            *listen,
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
@@ -771,10 +797,17 @@ class LocalCluster:
             f"--port={port}",
         ]
 
-    def _kwok_args(self, node_lease: int) -> list[str]:
+    def _kwok_args(self, node_lease: int, *, fake_only: bool = False) -> list[str]:
+        """kwok's flags; ``fake_only`` leaves every node without its annotation (a real node's)
+        to that node's kubelet."""
+        manage = (
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake"
+            if fake_only
+            else "--manage-all-nodes=true"
+        )
         return [
             f"--kubeconfig={self.kubeconfig_path}",
-            "--manage-all-nodes=true",
+            manage,
             f"--cidr={POD_CIDR}",
             "--node-ip=10.0.0.1",
             f"--node-lease-duration-seconds={node_lease}",

@@ -440,6 +440,7 @@ class ScenarioRun:
             quota = await self.quota(real)
             if quota is not None:
                 self.result.final_quotas[name] = quota
+                self._sample_final(name, real, quota)
             with contextlib.suppress(errors.ApiError):
                 self.result.final_namespaces[name] = await self.api.get(NAMESPACES, real)
         writes = self.strategy.writes() if self.strategy is not None else Counter()
@@ -558,6 +559,26 @@ class ScenarioRun:
         stale = any(raise_record(k, v) for k, v in annotations_of(quota).items())
         raised_through_rancher = ANNOTATION_RANCHER_BASE in annotations_of(last_namespace)
         return same and not stale and not raised_through_rancher
+
+    def _sample_final(self, name: str, real: str, quota: Object) -> None:
+        """The final look as the timeline's last sample: the sampler stops when the last
+        migration ends, and a picture drawn from its samples alone ended while a room could
+        still be held (the give-back comes once the source pod is gone)."""
+        base = self.bases.get(real, {})
+        if self.scenario.rancher is not None:
+            base = rancher_base_of(self._last_namespace.get(real))
+        earlier = [s.base for s in self.result.samples if s.namespace == name]
+        status = quota.get("status") or {}
+        self.result.samples.append(
+            Sample(
+                at=self.result.final_at,
+                namespace=name,
+                hard=dict((quota.get("spec") or {}).get("hard") or {}),
+                used=dict(status.get("used") or {}),
+                # The picture draws the keys of the last sample's base: never an empty one.
+                base=resources.to_json_dict(base) if base else (earlier[-1] if earlier else {}),
+            )
+        )
 
     async def _sample_loop(self) -> None:
         while True:

@@ -1,6 +1,7 @@
-// Wrapper module: builds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
-// from k8s.io/kubernetes through the Go module proxy. k8s.io/kubernetes requires its staging
-// modules at the placeholder v0.0.0, so every one is pinned to the matching published tag here.
+// Wrapper module: builds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl,
+// and the real node's kubelet and kube-proxy, from k8s.io/kubernetes through the Go module
+// proxy. k8s.io/kubernetes requires its staging modules at the placeholder v0.0.0, so every one
+// is pinned to the matching published tag here.
 module harvester-quota.invalid/cluster/kube
 
 go 1.26.0
