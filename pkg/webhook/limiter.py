@@ -29,9 +29,10 @@ costs its sender nothing and can be sent again at once.
   controller's writes) never wait behind a tenant: they take a place of their own at once, up
   to `priority_size` at a time, beyond which they are refused.
 
-Places are handed out from the event loop's queue, never within `acquire`: the admissions read
-meanwhile are in the lines by then, so the order of grants, which is the order in which the
-rules' costly parts run (they run without awaiting), is the round robin's, not arrival order.
+Places are handed out from the event loop's queue, one a turn of the loop, never within
+`acquire`: the admissions read meanwhile are in the lines by then, so the order of grants, which
+is the order in which the rules' costly parts run (they run without awaiting), is the round
+robin's, not arrival order, and every request's I/O is served between two costly parts.
 
 What one namespace can cost another, whatever it sends (creates, dry runs, VM edits): the
 other's admission is granted at the next hand-out, ahead of any namespace with more in decision,
@@ -213,9 +214,11 @@ class AdmissionLimiter:
         self.peak = max(self.peak, self.deciding)
 
     def _dispatch(self) -> None:
-        """Hands free places to waiting admissions, each to the namespace with the fewest in
+        """Hands one free place to a waiting admission, of the namespace with the fewest in
         decision among those under their share (the first in the lines among equals; a
-        namespace served goes to the end of them)."""
+        namespace served goes to the end of them), and schedules the next hand-out on the
+        event loop: one grant a turn of the loop, so the I/O of every request (a victim's body,
+        a Lease's answer) is served between two costly parts, not after all of them."""
         self._dispatching = False
         while self.deciding < self.size:
             eligible = [k for k in self._lines if self._deciding[k] < self.share]
@@ -229,6 +232,9 @@ class AdmissionLimiter:
             if not waiter.done():  # one cancelled meanwhile is skipped
                 self._grant(key)
                 waiter.set_result(True)
+                if self._lines:
+                    self._schedule_dispatch(asyncio.get_running_loop())
+                return
 
     def _make_room(self, newcomer: str) -> bool:
         """With the queue full: refuses the newest waiting admission of the namespace holding

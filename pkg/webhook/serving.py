@@ -49,8 +49,8 @@ class Bounds:
     """Connections are bounded as ConnectionGuard says; at most `max_admissions` bodies are read
     at once, the others wait up to `admission_wait` seconds to be read and are then answered
     429. Once parsed, admissions are decided within the admission limiter's places
-    (limiter.py): with `fair`, at most its share of them per namespace; without, in arrival
-    order up to its size (the baseline the admission bench compares with)."""
+    (limiter.py): with `fair`, at most its share of them per namespace; without, any one
+    namespace may take every place (the limiter's size as its share)."""
 
     header_timeout: float = HEADER_TIMEOUT
     body_timeout: float = BODY_TIMEOUT
