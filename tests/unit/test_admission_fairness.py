@@ -27,6 +27,7 @@ from harvester_quota.webhook.serving import Bounds, Listening
 from harvester_quota.webhook.tls import ClientAuth, ReloadingTLS
 from prometheus_client import CollectorRegistry
 
+from bench.admission import vm_review
 from tests.helpers import eventually
 from tests.objects import migration, plain_namespace
 from tests.unit.test_webhook import FakeLookups, plain_pod, quota_with, running_vm
@@ -294,37 +295,6 @@ class CostlyLookups(ObservedLookups):
         if namespace == self.costly:
             time.sleep(self.cost)  # the rooms' computation: the loop is busy, not waiting
         return super().migrations(namespace)
-
-
-def vm_review(namespace: str, name: str) -> bytes:
-    """A dry-run create of a running VM: the VM rule works the namespace's rooms out."""
-    vm = {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachine",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "running": True,
-            "template": {
-                "spec": {
-                    "domain": {
-                        "cpu": {"cores": 1},
-                        "resources": {"requests": {"memory": "64Mi"}},
-                    }
-                }
-            },
-        },
-    }
-    request = {
-        "uid": name,
-        "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachine"},
-        "operation": "CREATE",
-        "namespace": namespace,
-        "name": name,
-        "userInfo": {"username": "tenant"},
-        "object": vm,
-        "dryRun": True,
-    }
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "request": request}).encode()
 
 
 def over_base_review(namespace: str, name: str) -> bytes:
