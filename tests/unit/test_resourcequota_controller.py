@@ -695,37 +695,6 @@ def test_only_rancher_own_refusal_sends_only_that_namespace_through_its_annotati
     assert not instance.through(tenant_b, plan)  # type: ignore[arg-type]
 
 
-def test_rancher_refusing_an_annotation_only_write_is_reported_where_an_operator_looks() -> None:
-    """The first write Rancher refuses in a namespace may write annotations only (adopting the
-    quota, tidying keys): the namespace's rooms go through Rancher's annotation from then on,
-    so it is reported as a refused raise is (a Warning on the quota and the namespace, the
-    denials counter), with what happens instead. Before, one info line and nothing else."""
-    from harvester_quota.util.resourcequota.base import Base
-
-    recorder, metrics = RecordingRecorder(), QuotaMetrics(CollectorRegistry())
-    instance = RancherPath(
-        QuotaWriter(None, FakeClock()),  # type: ignore[arg-type]
-        metrics=metrics,
-        recorder=recorder,  # type: ignore[arg-type]
-        project_room=None,  # type: ignore[arg-type]
-        reports=None,  # type: ignore[arg-type]
-        writes=Counter(),
-    )
-    plan = SimpleNamespace(base=Base(hard={}, source="rancher"), rooms=SimpleNamespace(rooms=[]))
-    refusal = errors.BadRequest("users are forbidden from changing resources managed by Rancher")
-    namespace = rancher_namespace("ns", {"limitsCpu": "3"})
-    quota = managed_quota("ns", {"limits.cpu": "3"})
-    snapshot = SimpleNamespace(migrations=[])
-    instance.report_denial(namespace, quota, plan, snapshot, refusal, raised=False)  # type: ignore[arg-type]
-    assert [(name, kind, reason) for name, kind, reason, _ in recorder.events] == [
-        (quota["metadata"]["name"], "Warning", "QuotaWriteDeniedByRancher"),
-        ("ns", "Warning", "QuotaWriteDeniedByRancher"),
-    ]
-    assert "rooms here go through" in recorder.events[0][3]
-    assert metrics.rancher_denials.labels("ns")._value.get() == 1
-    assert instance.through(namespace, plan)  # type: ignore[arg-type]
-
-
 async def test_a_namespace_handed_over_to_mtq_mode_loses_its_room_held_label() -> None:
     """Review of issue 25's label kept for good: a namespace that gets a VMMRQ is MTQ mode's
     once our raise is given back; a room-held label left on it (kept for good, or lingering)

@@ -87,31 +87,36 @@ class RancherPath:
         plan: QuotaPlan,
         snapshot: NamespaceSnapshot,
         error: errors.ApiError,
-        *,
-        raised: bool = True,
     ) -> None:
         """Marks the namespace protected and says where someone will look (the quota, the
-        namespace and every migration holding room: a Warning `QuotaWriteDeniedByRancher`, the
-        `rancher_denials` counter, a log line) that Rancher refused the write, and what happens
-        instead. `raised`: the refused write raised spec.hard; else it wrote annotations only
-        (adopting the quota, tidying keys), and the namespace's next rooms go through Rancher's
-        annotation all the same, which an operator must be able to see."""
+        namespace and every migration holding room) that Rancher refused the write, and what
+        happens instead."""
         name = str(metadata(namespace).get("name"))
         self.protected.add(name)
         self.metrics.rancher_denials.labels(name).inc()
-        instead = (
-            "raising through the namespace's field.cattle.io/resourceQuota instead"
-            if raised
-            else "its annotations are left as they are; rooms here go through the namespace's "
-            "field.cattle.io/resourceQuota from now on"
-        )
         message = (
-            f"Rancher refused the quota write ({error.message}); {instead}, which Rancher "
-            "copies to the quota within the project's limits"
+            f"Rancher refused the quota write ({error.message}); raising through the namespace's "
+            "field.cattle.io/resourceQuota instead, which Rancher copies to the quota within the "
+            "project's limits"
         )
         log.warning("%s: %s", name, message, extra=fields(namespace=name))
         for target in room_event_targets(namespace, quota, plan, snapshot):
             self.recorder.event(target, WARNING, RANCHER_DENIAL_REASON, message)
+
+    def note_protected(self, namespace: Object, error: errors.ApiError) -> None:
+        """Marks the namespace protected after Rancher refused a write that raised nothing (an
+        annotation-only patch: adopting the quota from Harvester, tidying keys): one info line,
+        no Warning nor denial counted, since no room was refused. A raise then goes through
+        Rancher's annotation at once."""
+        name = str(metadata(namespace).get("name"))
+        self.protected.add(name)
+        log.info(
+            "%s: Rancher protects its quota (%s); its annotations are left as they are, rooms go "
+            "through the namespace's field.cattle.io/resourceQuota",
+            name,
+            error.message,
+            extra=fields(namespace=name),
+        )
 
     async def write(
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot

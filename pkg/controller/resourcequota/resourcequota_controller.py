@@ -320,9 +320,10 @@ class QuotaReconciler:
         except (errors.Forbidden, errors.BadRequest) as error:
             if not self.rancher.refused(error, plan):
                 raise
-            self.rancher.report_denial(
-                namespace, quota, plan, snapshot, error, raised="spec" in patch
-            )
+            if "spec" in patch:
+                self.rancher.report_denial(namespace, quota, plan, snapshot, error)
+            else:
+                self.rancher.note_protected(namespace, error)
             return await self.rancher.write(namespace, quota, plan, snapshot)
         return None
 
