@@ -43,7 +43,7 @@ from harvester_quota.testbench.localcluster import (
 from harvester_quota.testbench.localcluster.cluster import ENV_STATE_DIR
 from harvester_quota.testbench.localcluster.rest import RestClient
 
-from tests.helpers import eventually, succeed_migration
+from tests.helpers import eventually, succeed_migration, wait_until
 from tests.integration.conftest import admin_config, session_state_dir
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
@@ -426,22 +426,17 @@ def test_a_frozen_webhook_fails_its_probes_as_the_chart_configures_them(
     restarts = restart_count(rest, second)
     pid = container_pid(state_dir, pod["status"]["containerStatuses"][0]["containerID"])
     os.kill(pid, signal.SIGSTOP)
-    wait_for(lambda: not ready(rest, second), 60, "the frozen replica not ready")
-    wait_for(lambda: restart_count(rest, second) > restarts, 150, "the kubelet restarted it")
-    wait_for(lambda: ready(rest, second), 60, "the restarted replica ready")
+    wait_until(lambda: not ready(rest, second), timeout=60, what="the frozen replica not ready")
+    wait_until(
+        lambda: restart_count(rest, second) > restarts, timeout=150, what="the kubelet restarted it"
+    )
+    wait_until(lambda: ready(rest, second), timeout=60, what="the restarted replica ready")
     events = rest.get(
         f"/api/v1/namespaces/{NAMESPACE}/events", fieldSelector=f"involvedObject.name={second}"
     )["items"]
     messages = [e.get("message", "") for e in events if e.get("reason") == "Unhealthy"]
     assert any(m.startswith("Liveness probe failed") for m in messages), messages
     assert any(m.startswith("Readiness probe failed") for m in messages), messages
-
-
-def wait_for(probe: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
-        time.sleep(0.5)
 
 
 # The uninstall ----------------------------------------------------------------------------------
