@@ -33,6 +33,7 @@ from .apis.kubevirt import (
 )
 from .config.kubevirt import settings_from
 from .config.management import COMPONENT
+from .controller.resourcequota.planner import ListedSource, NamespacePlanner
 from .controller.resourcequota.rancherprojects import PROJECT_QUEUED_REASON
 from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_REASON
 from .generic import errors
@@ -60,7 +61,7 @@ from .util.rancher.projectroom import NoRoom, raise_verdict, refusal_verdict
 from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
 from .util.resourcequota.growth import source_pod, target_growth
 from .util.resourcequota.managed import managed_quota
-from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
 from .util.resourcequota.projectqueue import given, ladder
@@ -152,9 +153,8 @@ async def explain(
     listed = await _screened_lists(client, namespace, quota_features)
     paused, lease_warnings = await controller_paused(client, controller_namespace, lease_name)
     migrations = listed.migrations
-    snapshot = NamespaceSnapshot(
-        namespace=ns,
-        quota=quota,
+    source = ListedSource(
+        quota_list=quotas,
         migrations=migrations,
         vmis={name(v): v for v in listed.vmis},
         pods=listed.pods,
@@ -165,7 +165,9 @@ async def explain(
         # The controller's option is not known here: an adopted quota is explained as kept so.
         adopt_harvester=parse_migration_annotations(annotations_of(quota)).adopted,
     )
-    plan = plan_quota(snapshot)
+    planned = NamespacePlanner(source).plan(ns)
+    assert planned is not None, "the managed quota was found above"
+    plan, snapshot = planned.plan, planned.snapshot
     events = await _list(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)
     _add_growth(result, plan, snapshot)

@@ -46,7 +46,7 @@ from prometheus_client import CollectorRegistry
 from tests.objects import managed_quota, plain_namespace, rancher_namespace
 from tests.unit.fakes import HANG, ScriptedListerWatcher
 from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
-from tests.unit.test_resourcequota_controller import NOW, real_plan_reconciler
+from tests.unit.test_resourcequota_controller import NOW, real_planner
 
 T0 = "2026-11-26T11:00:00Z"
 T1 = "2026-11-26T11:07:36Z"
@@ -491,13 +491,10 @@ def test_next_for_a_quota_whose_base_is_unknown_it_is_left_alone() -> None:
 def test_the_reconciler_judges_from_a_plan_made_now() -> None:
     written = managed_quota("ns", {"limits.cpu": "8"})
     namespace = rancher()
-    instance = real_plan_reconciler(namespace, written)
-    instance.namespaces = SimpleNamespace(  # type: ignore[assignment]
-        informer=SimpleNamespace(store=SimpleNamespace(get=lambda _key: namespace))
-    )
-    assert ForeignWriteView(instance)("ns", CPU_8).endswith("spec.hard limits.cpu 8 -> 3")
-    instance.namespaces.informer.store.get = lambda _key: None
-    assert "not cached" in ForeignWriteView(instance)("ns", CPU_8)
+    planner = real_planner(written)
+    view = ForeignWriteView(planner, {"ns": namespace}.get)
+    assert view("ns", CPU_8).endswith("spec.hard limits.cpu 8 -> 3")
+    assert "not cached" in ForeignWriteView(planner, {}.get)("ns", CPU_8)
 
 
 # explain ------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from ...util.resourcequota.base import (
 from ...util.resourcequota.plan import QuotaPlan, patch_for
 from ...util.resourcequota.rancherpath import annotation_patch
 from ...util.resourcequota.standing import raise_records
+from .planner import NamespacePlanner
 from .roomlabel import is_labelled
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,36 @@ def left_to_give_back(
     if label_due:
         return "the room-held label stands for a room no longer held"
     return None
+
+
+class StaleRaiseView:
+    """The sweep's `Planner` from a NamespacePlanner: `candidates` lists the namespaces to look
+    at (CachedSource.candidates), `label_due(key, namespace, holds_room)` whether a room-held
+    label outstayed its room (RoomHeldLabel.due)."""
+
+    def __init__(
+        self,
+        planner: NamespacePlanner,
+        candidates: Callable[[], Iterable[tuple[str, Object, Object]]],
+        label_due: Callable[[str, Object, bool], bool],
+    ) -> None:
+        self.planner = planner
+        self.candidates = candidates
+        self.label_due = label_due
+
+    def left_behind(self, key: str, namespace: Object, quota: Object) -> str | None:
+        planned = self.planner.plan(namespace)
+        if planned is None:
+            return None  # not ours, or MTQ mode's once our raise is given back
+        keeps_label = planned.labelled_for_good or planned.label_writes_wait
+        due = self.label_due(key, planned.namespace, planned.plan.holds_room)
+        return left_to_give_back(
+            planned.quota,
+            planned.namespace,
+            planned.plan,
+            through_rancher=self.planner.through(planned.namespace, planned.plan),
+            label_due=due and not keeps_label,
+        )
 
 
 @dataclass
