@@ -66,7 +66,7 @@ from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
 from .util.resourcequota.projectqueue import given, ladder
 from .util.resourcequota.rancherpath import raised_annotation
-from .util.resourcequota.writers import other_writers
+from .util.resourcequota.writers import FIELD_MANAGER, hard_writers
 from .util.screen import screened
 from .util.vmispecview import SpecView
 
@@ -103,9 +103,9 @@ class Explanation:
     """KubeVirt MTQ's namespace locks on this namespace: configuration, what it does, how to
     delete it."""
     other_writers: list[dict[str, Any]] = field(default_factory=list)
-    """The quota's writers other than the controller, from its managedFields, that own a field
-    the plan writes (spec.hard of the base's keys, our annotations): manager, operation, time,
-    the fields; oldest first (writers.other_writers)."""
+    """The quota's writers other than the controller, from its managedFields, that own a key of
+    spec.hard the plan writes (the base's keys): manager, operation, time, the fields; oldest
+    first (writers.hard_writers)."""
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -427,18 +427,21 @@ def _spec_or_none(vmi: VmiSource | None) -> SpecView | None:
 
 
 def _other_writers(quota: Object, plan: QuotaPlan) -> list[dict[str, Any]]:
-    """Who else owns what the plan writes (of spec.hard, the base's keys; every key without a
-    base), as `explain` shows them."""
-    keys = None if plan.base is None else plan.base.hard.keys()
-    return [
-        {
-            "manager": writer.manager,
-            "operation": writer.operation,
-            "time": writer.time,
-            "fields": [str(f) for f in sorted(writer.fields)],
-        }
-        for writer in other_writers(quota, keys)
-    ]
+    """Who else owns keys of spec.hard the plan writes (the base's keys; every key without a
+    base), oldest first, as `explain` shows them."""
+    found = []
+    for writer in sorted(hard_writers(quota), key=lambda w: (w.time, w.manager)):
+        keys = [k for k in writer.keys if plan.base is None or k in plan.base.hard]
+        if writer.manager != FIELD_MANAGER and keys:
+            found.append(
+                {
+                    "manager": writer.manager,
+                    "operation": writer.operation,
+                    "time": writer.time,
+                    "fields": [f"spec.hard {key}" for key in keys],
+                }
+            )
+    return found
 
 
 def _writers_line(writers: Sequence[Mapping[str, Any]]) -> str:

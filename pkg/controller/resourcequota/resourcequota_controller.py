@@ -19,7 +19,7 @@ set-aside (util/resourcequota/settled.py) and the writes of others, told (foreig
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 
 from ...config.management import Management
@@ -32,9 +32,8 @@ from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...util.quantity import Quantity
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
-from ...util.resourcequota.writers import FieldChange
 from ..quotawriter import QuotaWriter
-from .foreignwrites import ForeignWriteReports, next_step
+from .foreignwrites import ForeignWriteReports
 from .gather import GATHER_RETRY, ReleaseGathering
 from .inputs import PlanInputs
 from .planner import CachedSource, NamespacePlan, NamespacePlanner
@@ -138,13 +137,9 @@ class QuotaReconciler:
         started with the controllers (ControllerApp.start), stopped with them."""
         management.on_stop(self.stale_raises.stop)
         self.foreign_writes = ForeignWriteReports(
-            self.metrics,
-            management.recorder,
-            management.clock,
-            judge=ForeignWriteView(self.planner, namespace_cache.get),
-            namespace_of=self.namespaces.informer.store.get,
+            self.metrics, management.recorder, management.clock
         )
-        """Writes of a managed quota by anyone else, told (foreignwrites.py)."""
+        """Writes of a managed quota's spec.hard by anyone else, told (foreignwrites.py)."""
         self.gathering = ReleaseGathering(
             management.clock, management.options.release_gather, self.metrics.releases_held.inc
         )
@@ -288,32 +283,6 @@ class QuotaReconciler:
         self.room_label.forget(namespace)
         self.rancher.forget(namespace)
         self.gathering.forget(namespace)
-
-
-class ForeignWriteView:
-    """What a plan of a namespace, made now, does about a foreign write's changes
-    (foreignwrites.Judge), from `planner` and the cached namespace by name (`namespace_of`)."""
-
-    def __init__(
-        self, planner: NamespacePlanner, namespace_of: Callable[[str], Object | None]
-    ) -> None:
-        self.planner = planner
-        self.namespace_of = namespace_of
-
-    def __call__(self, key: str, changes: Sequence[FieldChange]) -> str:
-        namespace = self.namespace_of(key)
-        if namespace is None:
-            return "the controller leaves the quota as it is: its namespace is not cached"
-        planned = self.planner.plan(namespace)
-        if planned is None and self.planner.defer_to(key):
-            return (
-                "the controller leaves the quota to MTQ mode (the namespace has a "
-                "VirtualMachineMigrationResourceQuota)"
-            )
-        if planned is None:
-            return "the controller leaves the quota as it is: it is no longer managed"
-        through = self.planner.through(planned.namespace, planned.plan)
-        return next_step(planned.plan, planned.quota, changes, through_rancher=through)
 
 
 def raise_down(quota: Object, plan: QuotaPlan) -> bool:
