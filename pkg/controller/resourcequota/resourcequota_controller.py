@@ -25,7 +25,7 @@ from functools import partial
 from ...config.management import Management
 from ...config.metrics import QuotaMetrics
 from ...generic import errors
-from ...generic.controller import RetryAfter
+from ...generic.controller import Controller, RetryAfter
 from ...generic.informer import ResourceEventHandler
 from ...generic.meta import metadata
 from ...generic.resource import Object
@@ -44,7 +44,7 @@ from .refusals import StandingRefusals
 from .reports import NamespaceReports
 from .roomlabel import RoomHeldLabel
 from .specwrites import SpecWrites
-from .staleraise import StaleRaiseSweep, StaleRaiseView
+from .staleraise import StaleRaiseView, stale_raise_sweep
 
 __all__ = ["RANCHER_DENIAL_REASON", "QuotaReconciler", "register", "requeue"]
 """RANCHER_DENIAL_REASON: explain.py reads it from here."""
@@ -86,56 +86,34 @@ class QuotaReconciler:
             self.writer, management.clock, management.options.room_held_linger
         )
         """The room-held label and its linger (roomlabel.py)."""
-        namespace_cache = self.namespaces.informer.store
-        if not namespace_cache.has_index(PROJECT_INDEX):
-            namespace_cache.add_indexers({PROJECT_INDEX: project_index})
-        demands = ProjectDemands(self.namespaces.enqueue_key)
-        members = partial(namespace_cache.by_index, PROJECT_INDEX)
-        project_room = ProjectRoom(
-            ProjectReader(management.client, management.clock),
-            management.recorder,
-            members,
-            demands,
+        source = CachedSource(
+            self.inputs,
+            self.namespaces.informer.store,
+            self.spec_writes.newest,
+            self.room_label.newest,
         )
+        self.planner = NamespacePlanner(
+            source, fail_closed=management.options.rancher_direct_fail_closed
+        )
+        """Plans one namespace from the caches and our writes they do not show yet: what the
+        reconcile, the stale-raise sweep and a Rancher project's sibling judgment each read."""
         self.rancher = RancherPath(
             self.writer,
             metrics=self.metrics,
             recorder=management.recorder,
-            project_room=project_room,
+            project_room=_project_room(management, self.namespaces, self.planner, self.inputs),
             reports=self.reports,
             writes=self.writes,
         )
         """Raises through Rancher's annotation where Rancher protects its quota."""
-        source = CachedSource(
-            self.inputs, namespace_cache, self.spec_writes.newest, self.room_label.newest
-        )
-        self.planner = NamespacePlanner(
-            source,
-            through=self.rancher.through,
-            fail_closed=management.options.rancher_direct_fail_closed,
-        )
-        """Plans one namespace from the caches and our writes they do not show yet: what the
-        reconcile, the stale-raise sweep and a Rancher project's sibling judgment each read."""
-        project_room.siblings_waiting = ProjectSiblingsView(
-            self.planner,
-            members,
-            demands.ladders,
-            self.inputs.migration_views.namespace,
-            project_room.newest,
-        )
-        self.stale_raises = StaleRaiseSweep(
+        self.planner.through = self.rancher.through
+        self.stale_raises = stale_raise_sweep(
+            management,
             StaleRaiseView(self.planner, source.candidates, self.room_label.due),
             self.namespaces.enqueue_key,
-            clock=management.clock,
-            metrics=self.metrics,
-            recorder=management.recorder,
-            interval=management.options.stale_raise_sweep,
-            stale_after=management.options.stale_raise_sweep,
-            ready=management.informers.synced,
+            self.metrics,
         )
-        """The safety net: a raise standing with no room held is planned again (staleraise.py);
-        started with the controllers (ControllerApp.start), stopped with them."""
-        management.on_stop(self.stale_raises.stop)
+        """The safety net: a raise standing with no room held is planned again (staleraise.py)."""
         self.foreign_writes = ForeignWriteReports(
             self.metrics, management.recorder, management.clock
         )
@@ -174,10 +152,6 @@ class QuotaReconciler:
         most `seconds`: for writes that may wait behind a raise (Controller.wait_pending_runs).
         True if they ended."""
         return await self.namespaces.wait_pending_runs(namespace, seconds)
-
-    def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
-        """What a plan of `namespace` reads now (PlanInputs.snapshot)."""
-        return self.inputs.snapshot(namespace, quota, quotas)
 
     # The reconcile ------------------------------------------------------------------------------
 
@@ -336,6 +310,25 @@ def requeue(
     if waits:
         raise RetryAfter(*min(waits))
     return namespace
+
+
+def _project_room(
+    management: Management, namespaces: Controller, planner: NamespacePlanner, inputs: PlanInputs
+) -> ProjectRoom:
+    """Rancher projects' room (rancherprojects.py), its judge counting the siblings' rooms
+    `planner` plans (projectdemands.ProjectSiblingsView) over the cached namespaces of each
+    project (the namespace cache's project index, added here)."""
+    cache = namespaces.informer.store
+    if not cache.has_index(PROJECT_INDEX):
+        cache.add_indexers({PROJECT_INDEX: project_index})
+    members = partial(cache.by_index, PROJECT_INDEX)
+    reader = ProjectReader(management.client, management.clock)
+    demands = ProjectDemands(namespaces.enqueue_key)
+    room = ProjectRoom(reader, management.recorder, members, demands)
+    room.siblings_waiting = ProjectSiblingsView(
+        planner, members, demands.ladders, inputs.migration_views.namespace, room.newest
+    )
+    return room
 
 
 def register(management: Management) -> QuotaReconciler:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from ...config.management import Management
 from ...config.metrics import QuotaMetrics
 from ...generic.clock import Clock
 from ...generic.events import WARNING, EventRecorder
@@ -268,3 +269,26 @@ class StaleRaiseSweep:
         log.warning("namespace %s: %s", key, message, extra=fields(namespace=key))
         self.metrics.stale_raises.inc()
         self.recorder.event(quota, WARNING, REASON, message)
+
+
+def stale_raise_sweep(
+    management: Management,
+    planner: Planner,
+    enqueue: Callable[[str], None],
+    metrics: QuotaMetrics,
+) -> StaleRaiseSweep:
+    """The sweep of `management`'s options (`stale_raise_sweep` seconds, both its interval and
+    how long a raise stands before it is stale), ready once its informers synced; started with
+    the controllers (ControllerApp.start), stopped with `management`."""
+    sweep = StaleRaiseSweep(
+        planner,
+        enqueue,
+        clock=management.clock,
+        metrics=metrics,
+        recorder=management.recorder,
+        interval=management.options.stale_raise_sweep,
+        stale_after=management.options.stale_raise_sweep,
+        ready=management.informers.synced,
+    )
+    management.on_stop(sweep.stop)
+    return sweep
