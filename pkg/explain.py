@@ -1,8 +1,8 @@
 """`harvester-quota explain NAMESPACE`: why the namespace's quota is what it is, read-only.
 
 Reads the namespace as the controller would (its quotas, migrations, VMIs, pods, the KubeVirt
-CR and Harvester's ratio setting when present) straight from the API server, runs the same plan
-(`util.resourcequota.plan`), and reports: the base and where it comes from, each migration holding
+CR and Harvester's ratio setting when present) straight from the API server, plans it with the
+controller's planner (`NamespacePlanner` over a `ListedSource`), and reports: the base and where it comes from, each migration holding
 room (why, since when, how much, which pod), usage without migration targets, desired versus
 actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
 any write Rancher denied, for a namespace of a Rancher project whether Rancher validates it and

@@ -10,7 +10,7 @@ the project as it stands; this module makes the controller's judgment of the ord
 product's own code, when the step's evacuations arrive:
 
 - Each namespace of a project the step evacuates from is planned as the controller plans it
-  (`plan_quota`) from its migrations under way and, where the step evacuates from it, the
+  (`NamespacePlanner`) from its migrations under way and, where the step evacuates from it, the
   step's evacuations that fit alone (admission.py) as KubeVirt creates them (`evacuation_migration`):
   spec.priority as the VM's `migration_priority` (system-critical with KubeVirt's priority queue
   on), created after every migration under way, wave by wave (KubeVirt creates a migration when

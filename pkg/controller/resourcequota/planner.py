@@ -76,7 +76,9 @@ def never(_key: str) -> bool:
 
 
 class NamespacePlanner:
-    """Plans one namespace from `source`; pure but for reading: no write, no Event, no metric.
+    """Plans one namespace from `source`: Harvester's `scaleResourceQuotaWithVMI`, each VMI's
+    raise sized as its `CalculateScaleResourceQuotaWithVMI` sizes it, for every migration of the
+    namespace at once. Pure but for reading: no write, no Event, no metric.
 
     `through(namespace, plan)`: whether the plan's raise goes through Rancher's annotation
     (RancherPath.through; by default wherever the base is Rancher's). `defer_to(key)`: whether
