@@ -66,8 +66,8 @@ cost a few milliseconds; a plan, for a namespace that shows a raise, costs 0.2-1
 
 
 class Planner(Protocol):
-    """What the sweep needs of the reconcile: the cached candidates and what a plan of each
-    would leave to give back."""
+    """What the sweep reads: the cached candidates and what a plan of each would leave to give
+    back (StaleRaiseView, from the reconcile's NamespacePlanner)."""
 
     def candidates(self) -> Iterable[tuple[str, Object, Object]]:
         """(namespace key, namespace, managed quota) for every cached namespace with one, as the
