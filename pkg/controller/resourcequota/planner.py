@@ -59,7 +59,7 @@ class NamespacePlan:
     snapshot: NamespaceSnapshot
     plan: QuotaPlan
     labels_room: bool
-    """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`may_label`)."""
+    """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`_may_label`)."""
     labelled_for_good: bool
     """The namespace carries LABEL_ROOM_HELD whether or not room is held (roomlabel.py)."""
     label_writes_wait: bool
@@ -72,6 +72,7 @@ def rancher_base(plan: QuotaPlan) -> bool:
 
 
 def never(_key: str) -> bool:
+    """No namespace is another mode's (the default `defer_to`)."""
     return False
 
 
