@@ -205,7 +205,7 @@ def test_a_status_only_change_is_not_foreign() -> None:
     after = quota(
         {"limits.cpu": "3"}, [OURS_3, status_write], rv="2", status_hard={"limits.cpu": "9"}
     )
-    assert hard_changes(BEFORE, after) == []
+    assert hard_changes(BEFORE, after) == {}
     found.reports.on_update(BEFORE, after)
     assert found.recorder.events == [] and found.count("kube-controller-manager") == 0
 

@@ -113,7 +113,7 @@ class ForeignWriteReports:
         when = f", {writer.time}" if writer.time else ""
         message = (
             f"written by {writer.manager or 'an unnamed field manager'} ({writer.operation or '?'}"
-            f"{when}), not by {FIELD_MANAGER}: {'; '.join(map(str, changes))}; {NEXT}"
+            f"{when}), not by {FIELD_MANAGER}: {'; '.join(f'spec.hard {k} {how}' for k, how in changes.items())}; {NEXT}"
         )
         if waited:
             message += f" ({waited} more foreign write{'s' if waited > 1 else ''} of this quota "
@@ -122,34 +122,22 @@ class ForeignWriteReports:
             namespace=namespace,
             quota=meta.get("name"),
             manager=writer.manager,
-            fields=[f"spec.hard {change.key}" for change in changes],
+            fields=[f"spec.hard {key}" for key in changes],
         )
         log.warning("quota %s: %s", key, message, extra=told)
         self.recorder.event(new, WARNING, REASON, message)
 
 
-@dataclass(frozen=True)
-class HardChange:
-    """A key of spec.hard before and after (None: absent)."""
-
-    key: str
-    old: str | None
-    new: str | None
-
-    def __str__(self) -> str:
-        before = "(none)" if self.old is None else self.old
-        return f"spec.hard {self.key} {before} -> {'(removed)' if self.new is None else self.new}"
-
-
-def hard_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[HardChange]:
-    """The keys of spec.hard whose value differs between `old` and `new` (quantities compared
-    by value, so 3 and 3000m are the same), sorted."""
+def hard_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:
+    """Each key of spec.hard whose value differs between `old` and `new` (quantities compared
+    by value, so 3 and 3000m are the same), in key order, with how: '3 -> 8', '(none) -> 8',
+    '3 -> (removed)'."""
     before, after = _hard(old), _hard(new)
-    return [
-        HardChange(key, before.get(key), after.get(key))
+    return {
+        key: f"{before.get(key, '(none)')} -> {after.get(key, '(removed)')}"
         for key in sorted(set(before) | set(after))
         if not _same(before.get(key), after.get(key))
-    ]
+    }
 
 
 def _hard(quota: Mapping[str, Any]) -> dict[str, str]:
