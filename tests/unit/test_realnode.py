@@ -83,6 +83,26 @@ def test_without_root_no_real_node_runs_and_the_reason_says_so(
     assert reason is not None and "root" in reason
 
 
+def test_node_bin_builds_nothing_as_root_without_apt_get_and_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(realnode.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(realnode.shutil, "which", lambda _command: None)
+    reason = realnode.cannot_build()
+    assert reason is not None and "containerd" in reason and "apt-get install" in reason
+
+
+def test_node_bin_builds_as_root_with_apt_get_though_packages_are_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(realnode.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(
+        realnode.shutil, "which", lambda c: "/usr/bin/apt-get" if c == "apt-get" else None
+    )
+    assert realnode.missing_requirements() is not None
+    assert realnode.cannot_build() is None
+
+
 def test_the_image_is_rebuilt_for_the_product_s_files_only() -> None:
     inputs = image.build_inputs()
     assert "deploy/Containerfile" in inputs
