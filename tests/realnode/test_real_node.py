@@ -348,12 +348,15 @@ async def kubevirt_api(api: ApiClient, installed: ClusterInfo) -> AsyncIterator[
 
 
 async def test_a_migration_on_the_kwok_side_is_raised_admitted_and_given_back(
-    api: ApiClient, kubevirt_api: ApiClient
+    api: ApiClient, kubevirt_api: ApiClient, shell_env: dict[str, str]
 ) -> None:
     """The controller in its pod raises the quota for a migration of a VM on a kwok node, the
-    target pod KubeVirt's controller creates is admitted (the webhook's migration-target rule,
-    then quota admission), and once the migration succeeded and the source pod is gone the
-    quota is exactly its base again."""
+    target pod KubeVirt's controller creates is admitted (the webhook's migration-target rule
+    answered, then quota admission), and once the migration succeeded and the source pod is
+    gone the quota is exactly its base again."""
+    env = kubectl_path_env(shell_env)
+    rule = "migration-targets.harvester-quota.io"
+    before = (await asyncio.to_thread(webhook_calls, env, rule)).get("200", 0.0)
     namespace = "tenant-migrate"
     await api.create(NAMESPACES, {"metadata": {"name": namespace}})
     kv = KubeVirtByHand(api, namespace)
@@ -370,6 +373,8 @@ async def test_a_migration_on_the_kwok_side_is_raised_admitted_and_given_back(
         timeout=60,
         what="the target pod admitted",
     )
+    answered = (await asyncio.to_thread(webhook_calls, env, rule)).get("200", 0.0)
+    assert answered > before, "the webhook judged the target pod (its migration-target rule)"
     await succeed_migration(kubevirt, migration, source, target)
     await kubevirt.delete_pod(source["metadata"]["name"], grace=0)
 
