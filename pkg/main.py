@@ -68,13 +68,9 @@ def _options(args: argparse.Namespace) -> Options:
         warm_standby=not args.cold_standby,
         health_port=args.health_port,
         cpu_accounting=args.cpu_accounting,
-        harvester_compat=not args.no_harvester_compat,
         harvester_annotations=args.harvester_annotations,
         mtq=not args.no_mtq,
         mtq_lock_seconds=args.mtq_lock_seconds,
-        room_held_linger=args.room_held_linger,
-        release_gather=args.release_gather,
-        stale_raise_sweep=args.stale_raise_sweep,
         rancher_direct_fail_closed=not args.rancher_direct_fail_open,
         paused=args.paused,
         adopt_harvester_quotas=args.adopt_harvester_quotas,
@@ -402,11 +398,6 @@ def _add_run_command(commands: Any) -> None:
         "coroutine step: 8-10%% of the controller's CPU, measured)",
     )
     run.add_argument(
-        "--no-harvester-compat",
-        action="store_true",
-        help="skip the cleanup of an aborted migration's target pod (and the annotations)",
-    )
-    run.add_argument(
         "--harvester-annotations",
         action="store_true",
         help="write Harvester's VMI migration annotations and VM timestamp touch (off: on "
@@ -423,29 +414,6 @@ def _add_run_command(commands: Any) -> None:
         type=_positive_seconds,
         default=30.0,
         help="the longest an MTQ namespace lock and its raise last (default 30)",
-    )
-    run.add_argument(
-        "--room-held-linger",
-        type=_non_negative_seconds,
-        default=0.0,
-        help="seconds the room-held label stays after a namespace's room was given back, so a "
-        "drain's next wave skips labelling (default 0: it goes with the room; bench/SCALE.md "
-        "found no gain a migration feels)",
-    )
-    run.add_argument(
-        "--release-gather",
-        type=_non_negative_seconds,
-        default=3.0,
-        help="the longest seconds a release waits while the namespace's next migration target "
-        "pod is being created, so that it does not make that pod's quota admission conflict "
-        "(default 3; 0: never)",
-    )
-    run.add_argument(
-        "--stale-raise-sweep",
-        type=_positive_seconds,
-        default=30.0,
-        help="seconds between looks for a raise standing with no migration holding room; one "
-        "standing a whole interval is reported and planned again (default 30; docs/design.md)",
     )
     run.add_argument(
         "--rancher-direct-fail-open",
