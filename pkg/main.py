@@ -64,7 +64,6 @@ def _options(args: argparse.Namespace) -> Options:
         workers=args.workers,
         identity=args.identity or Options().identity,
         lease_name=args.lease_name,
-        leader_elect=not args.no_leader_elect,
         warm_standby=not args.cold_standby,
         health_port=args.health_port,
         cpu_accounting=args.cpu_accounting,
@@ -383,7 +382,6 @@ def _add_run_command(commands: Any) -> None:
     run.add_argument("--workers", type=int, default=5, help="workers per controller")
     run.add_argument("--identity", help="leader-election identity (default: host name)")
     run.add_argument("--lease-name", default="harvester-quota", help="name of the leader Lease")
-    run.add_argument("--no-leader-elect", action="store_true", help="run without a Lease")
     run.add_argument(
         "--cold-standby",
         action="store_true",
