@@ -241,10 +241,10 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         answer = await deployment.apply(api, document, dry_run=True)
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
-    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, five admission
+    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, four admission
     # policies with their bindings, the paused-label policy and its binding, the pre-delete
     # hook's Role, RoleBinding and Job
-    assert checked == 32
+    assert checked == 30
 
 
 def test_the_webhook_replicas_prefer_different_nodes_and_no_budget_can_block_a_drain() -> None:
