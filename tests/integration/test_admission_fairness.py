@@ -108,7 +108,6 @@ def floods(namespace: str) -> tuple[Flood, ...]:
     return (
         Flood("denied-creates", "pods", small_pod("flood", OVER_BASE_CPU, "8Mi"), False, "room"),
         Flood("dry-run-vms", "virtualmachines", vm, True, "admitted"),
-        Flood("dry-run-pods", "pods", small_pod("flood", "10m", "8Mi"), True, "admitted"),
     )
 
 
@@ -147,7 +146,9 @@ async def _flood_main(server: str, ca_file: str, token: str, namespace: str) -> 
             clients = [asyncio.ensure_future(client(i)) for i in range(FLOOD_CLIENTS)]
             await reader.readline()
             stop.set()
-            await asyncio.gather(*clients)
+            for waiting in clients:  # the requests still in flight are not waited for
+                waiting.cancel()
+            await asyncio.gather(*clients, return_exceptions=True)
             print(json.dumps(outcomes), flush=True)
 
 
@@ -350,12 +351,13 @@ async def victim_labelled(api: ApiClient, namespace: str) -> bool:
     return (found["metadata"].get("labels") or {}).get(LABEL_ROOM_HELD) == "true"
 
 
-async def test_floods_of_denied_creates_vm_creates_and_dry_runs_leave_a_victims_vm_started_and_migrated(
+async def test_floods_of_denied_creates_then_dry_run_vm_creates_leave_a_victims_vm_started_and_migrated(
     api: ApiClient, cluster: ClusterInfo, stack: Stack
 ) -> None:
     """A tenant whose namespace holds room for its pending migrations floods the webhook from a
-    hundred clients, in turn with pod creates over its base (each denied, each free for it),
-    dry-run creates of running VMs (each working out every room) and dry-run pod creates.
+    hundred clients, first with pod creates over its base (each denied, each free for it), then
+    with dry-run creates of running VMs (each rendering the VM and working out every room; a
+    dry-run pod create costs the webhook less, and the limiter counts both alike).
     During each, a victim namespace holding room has a VM created, started and migrated: every
     admission of it decided by the webhook and admitted, no request of it refused (429) or
     failed, and KubeVirt's target pod admitted while the flood goes on."""
