@@ -21,7 +21,7 @@ from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
-from tests.unit.test_resourcequota_controller import bare_reconciler
+from tests.unit.test_resourcequota_controller import bare_reconciler, lingering_reconciler
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 KEYS = ("limits.cpu", "limits.memory")
@@ -74,8 +74,35 @@ def test_the_cached_plan_of_that_moment_gives_the_room_back() -> None:
 
 async def test_a_release_waits_while_the_api_server_has_a_migration_the_cache_lacks() -> None:
     planned, live = _first_migration_over()
+    reconciler, _client, _clock, _holding = lingering_reconciler(0.0, planned.quota)
+    written: list[Any] = []
+
+    def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
+        return SimpleNamespace(
+            namespace=ns,
+            quota=planned.quota,
+            snapshot=planned.snapshot,
+            plan=planned.plan,
+            labels_room=False,
+            labelled_for_good=False,
+            label_writes_wait=False,
+        )
+
+    async def write(*args: Any) -> None:
+        written.append(args)
+
+    async def read(_namespace: str) -> list[Any]:
+        return live
+
+    reconciler._plan = plan  # type: ignore[method-assign]
+    reconciler._write_plan = write  # type: ignore[method-assign, assignment]
+    reconciler.live_migrations = read
     with pytest.raises(RetryAfter):
-        await _reconciler(live)._confirm_release("ns", planned)
+        await reconciler._reconcile("ns", planned.snapshot.namespace)
+    assert written == [], "no release while the API server has vm1's next migration"
+    reconciler.live_migrations = _reconciler(live[:1]).live_migrations
+    await reconciler._reconcile("ns", planned.snapshot.namespace)
+    assert len(written) == 1, "the release is written once the API server confirms it"
 
 
 async def test_a_release_the_api_server_confirms_is_written() -> None:
