@@ -21,7 +21,11 @@ from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
-from tests.unit.test_resourcequota_controller import bare_reconciler, lingering_reconciler
+from tests.unit.test_resourcequota_controller import (
+    bare_reconciler,
+    lingering_reconciler,
+    plans_with,
+)
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 KEYS = ("limits.cpu", "limits.memory")
@@ -94,7 +98,7 @@ async def test_a_release_waits_while_the_api_server_has_a_migration_the_cache_la
     async def read(_namespace: str) -> list[Any]:
         return live
 
-    reconciler._plan = plan  # type: ignore[method-assign]
+    plans_with(reconciler, plan)
     reconciler._write_plan = write  # type: ignore[method-assign, assignment]
     reconciler.live_migrations = read
     with pytest.raises(RetryAfter):
