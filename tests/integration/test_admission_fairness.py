@@ -111,45 +111,56 @@ def floods(namespace: str) -> tuple[Flood, ...]:
     )
 
 
+class FloodRun:
+    """One flood in the flood's process: FLOOD_CLIENTS clients sending `flood` with `api` until
+    `stop` is set, the answers they had counted by text (the flood's names left out)."""
+
+    def __init__(self, api: ApiClient, namespace: str, flood: Flood) -> None:
+        self.api, self.namespace, self.flood = api, namespace, flood
+        self.stop = asyncio.Event()
+        self.outcomes: Counter[str] = Counter()
+        self.answered = 0
+        """Clients that had their first answer."""
+
+    async def client(self, index: int) -> None:
+        """Sends again as soon as answered (after REFUSED_PAUSE when refused); prints "ready"
+        when it is the last client to have its first answer."""
+        resource = {"pods": PODS, "virtualmachines": VIRTUAL_MACHINES}[self.flood.resource]
+        sent = 0
+        while not self.stop.is_set():
+            body = {**self.flood.body, "metadata": {"name": f"flood-{index}-{sent}"}}
+            answer = await answer_of(
+                self.api.create(resource, body, self.namespace, dry_run=self.flood.dry_run)
+            )
+            self.outcomes[re.sub(r"flood-\d+-\d+", "flood-*", answer)[:160]] += 1
+            if sent == 0:
+                self.answered += 1
+                if self.answered == FLOOD_CLIENTS:
+                    print("ready", flush=True)
+            sent += 1
+            if REFUSED in answer:
+                await asyncio.sleep(REFUSED_PAUSE)
+
+
 async def _flood_main(server: str, ca_file: str, token: str, namespace: str) -> None:
-    """The flood process: for each JSON Flood line on stdin, FLOOD_CLIENTS clients send it,
-    each again as soon as answered, until the next line ("stop"); prints "ready" once every
-    client had its first answer (the flood at full strength: every connection it needs is up),
-    and at the stop the answers counted by text (the flood's names left out) as one JSON line."""
-    resources = {"pods": PODS, "virtualmachines": VIRTUAL_MACHINES}
+    """The flood process: for each JSON Flood line on stdin, a FloodRun until the next line
+    ("stop"); prints "ready" once every client had its first answer (the flood at full
+    strength: every connection it needs is up), and at the stop the answers as one JSON line
+    (the requests still in flight are not waited for)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     config = ClientConfig.from_files(server, ca_file=ca_file, token=token)
     async with ApiClient(config) as api:
         while line := await reader.readline():
-            flood = Flood(**json.loads(line))
-            stop = asyncio.Event()
-            outcomes: Counter[str] = Counter()
-            answered: list[int] = []
-
-            async def client(index: int, flood: Flood = flood, stop: asyncio.Event = stop) -> None:
-                sent = 0
-                while not stop.is_set():
-                    body = {**flood.body, "metadata": {"name": f"flood-{index}-{sent}"}}
-                    create = api.create(resources[flood.resource], body, namespace, dry_run=flood.dry_run)  # fmt: skip
-                    answer = await answer_of(create)
-                    outcomes[re.sub(r"flood-\d+-\d+", "flood-*", answer)[:160]] += 1  # noqa: B023
-                    if sent == 0:
-                        answered.append(index)  # noqa: B023
-                        if len(answered) == FLOOD_CLIENTS:  # noqa: B023
-                            print("ready", flush=True)
-                    sent += 1
-                    if REFUSED in answer:
-                        await asyncio.sleep(REFUSED_PAUSE)
-
-            clients = [asyncio.ensure_future(client(i)) for i in range(FLOOD_CLIENTS)]
+            run = FloodRun(api, namespace, Flood(**json.loads(line)))
+            clients = [asyncio.ensure_future(run.client(i)) for i in range(FLOOD_CLIENTS)]
             await reader.readline()
-            stop.set()
-            for waiting in clients:  # the requests still in flight are not waited for
-                waiting.cancel()
+            run.stop.set()
+            for sending in clients:
+                sending.cancel()
             await asyncio.gather(*clients, return_exceptions=True)
-            print(json.dumps(outcomes), flush=True)
+            print(json.dumps(run.outcomes), flush=True)
 
 
 class FloodProcess:
@@ -182,7 +193,11 @@ class FloodProcess:
 
 
 @contextlib.asynccontextmanager
-async def flood_process(cluster: ClusterInfo, token: str, namespace: str) -> AsyncIterator[FloodProcess]:  # fmt: skip
+async def flood_process(
+    cluster: ClusterInfo, token: str, namespace: str
+) -> AsyncIterator[FloodProcess]:
+    """The flood's process for `namespace`, its clients authenticated by `token`, FLOOD_NICENESS
+    nicer than this one; ended (its stdin closed) on exit."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
