@@ -8,7 +8,7 @@ from the lagging cache gives the standing room back, and the new migration's tar
 virt-controller creates as soon as it sees the migration, can meet quota admission after that
 release and before the raise that follows it: refused once, though our webhook had seen the
 raise in place (its live read of the quota came before the release; webhook/resources/pod/
-targets.py). Measured once in a full run of the v170-test4 scenario.
+targets.py).
 
 So before a plan that lowers some key of spec.hard is written, the namespace's migrations are
 listed from the API server (one LIST, no resourceVersion: served from etcd). A migration there
