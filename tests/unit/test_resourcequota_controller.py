@@ -295,7 +295,7 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
             quota={},
             snapshot=None,
             plan=SimpleNamespace(
-                name=next(plans), holds_room=True, requeue_after=None, gathers=False
+                name=next(plans), holds_room=True, requeue_after=None, hard={}, gathers=False
             ),
             labels_room=True,
             labelled_for_good=False,
@@ -368,6 +368,11 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     instance.stale_raises = nothing  # type: ignore[assignment]
     instance.spec_writes = SimpleNamespace(newest=lambda _key, quota: quota)  # type: ignore[assignment]
     instance.gathering = ReleaseGathering(clock, 0.0)
+
+    async def no_migrations(_namespace: str) -> list[Any]:
+        return []
+
+    instance.live_migrations = no_migrations
     return instance
 
 
@@ -390,9 +395,9 @@ def lingering_reconciler(
         return SimpleNamespace(
             namespace=ns,
             quota=quota or {},
-            snapshot=None,
+            snapshot=SimpleNamespace(migrations=[], settled=[]),
             plan=SimpleNamespace(
-                holds_room=held, requeue_after=None, hard=hard or {}, gathers=False
+                holds_room=held, requeue_after=None, hard=hard or {}, gathers=False, skipped=False
             ),
             labels_room=held,
             labelled_for_good=False,
