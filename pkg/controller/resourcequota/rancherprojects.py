@@ -18,7 +18,6 @@ no longer fits, it waits for them, and the Warning names the first of each
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Final
@@ -40,13 +39,13 @@ from ...util.rancher.project import (
     project_reference,
 )
 from ...util.rancher.projectroom import NoRoom, fit_verdict, queued_verdict, refusal_verdict
-from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, rancher_base_text
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.projectqueue import (
     MemberTotals,
     OrderKey,
     Step,
-    kept,
+    kept_raise,
     waits_behind,
 )
 from ...util.resourcequota.rancherpath import unjudged_record
@@ -372,17 +371,9 @@ class Judgment:
         cls, room: ProjectRoom, namespace: Object, steps: Sequence[Step], flags: Sequence[bool]
     ) -> Judgment:
         """The judgment of a write of `namespace` whose ladder is `steps`, `flags` given: the
-        namespace counted at the raise for the rooms it keeps (projectqueue.kept)."""
-        keeps = kept(flags)
-        return cls(
-            room,
-            namespace,
-            steps[keeps - 1].annotation if keeps else rancher_base_text(namespace),
-            [
-                dataclasses.replace(step, given=done)
-                for step, done in zip(steps, flags, strict=True)
-            ],
-        )
+        namespace counted at the raise for the rooms it keeps (projectqueue.kept_raise)."""
+        keeps, own = kept_raise(namespace, steps, flags)
+        return cls(room, namespace, keeps, own)
 
     def totals(self, project: ProjectQuota) -> MemberTotals:
         """The members summed (once per project read)."""
