@@ -62,7 +62,7 @@ from ..rancher.project import (
     fit,
     namespace_limit,
 )
-from ..rancher.projectroom import fit_verdict
+from ..rancher.verdicts import fit_verdict
 from ..resources import ResourceList, add, less_or_equal, subtract, total
 from .base import (
     ANNOTATION_RANCHER_APPLIED,
