@@ -3,6 +3,7 @@ webhook's log, the hops between them, and the hop the quota arm waits on."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,19 @@ def test_hops_are_the_spans_whose_both_ends_were_seen() -> None:
     assert hops["created → admitted"] == (0.04, 0.17)
 
 
+def test_counts_say_whose_room_came_before_the_first_try_and_who_copied_status_hard() -> None:
+    early = Timeline(created=at(0), hard=at(20), hard_by=KCM_QUOTA_USER, tried=at(30))
+    late = Timeline(created=at(0), hard=at(40), hard_by=CONTROLLER_USER, tried=at(30))
+    never_tried = Timeline(created=at(0), hard=at(10), hard_by=CONTROLLER_USER)
+
+    assert timeline.counts([early, late, never_tried, Timeline()]) == {
+        "migrations": 3,
+        "room before first try": 1,
+        "status.hard by kube-controller-manager": 1,
+        "status.hard by our controller": 2,
+    }
+
+
 def test_the_waited_hop_is_the_one_longest_beyond_no_quota() -> None:
     none = {"created → first try": (0.01,), "accepted try → admitted": (0.02,)}
     quota = {"created → first try": (0.05,), "accepted try → admitted": (0.3,)}
@@ -266,7 +280,9 @@ def test_webhook_answers_are_its_json_lines_about_target_pods(tmp_path: Path) ->
     assert timeline.webhook_answers(tmp_path / "missing.log", T0) == []
 
 
-def step_with(name: str, hops: dict[str, tuple[float, ...]]) -> StepResult:
+def step_with(
+    name: str, hops: dict[str, tuple[float, ...]], found: dict[str, int] | None = None
+) -> StepResult:
     return StepResult(
         name=name,
         namespace_size=0,
@@ -288,6 +304,7 @@ def step_with(name: str, hops: dict[str, tuple[float, ...]]) -> StepResult:
         drift=0,
         stale=0,
         timeline=hops,
+        timeline_counts=found or {},
     )
 
 
@@ -295,11 +312,14 @@ def test_the_table_gives_each_hop_per_arm_and_names_the_waited_hop() -> None:
     quota = step_with(
         "drain-1", {"created → raised": (0.01, 0.02), "accepted try → admitted": (0.2, 0.4)}
     )
+    quota = replace(quota, timeline_counts={"migrations": 2, "room before first try": 1})
     none = step_with("drain-1", {"accepted try → admitted": (0.01, 0.03)})
 
     rendered = timeline.table(ARM_OURS, {ARM_OURS: [quota], ARM_NONE: [none]})
 
     assert "| drain-1 | created → raised | 10 / 20 | - |" in rendered
     assert "| drain-1 | accepted try → admitted | 200 / 400 | 10 / 30 |" in rendered
-    assert rendered.endswith("drain-1: accepted try → admitted (+190 ms at the median).")
+    assert rendered.endswith(
+        "drain-1: accepted try → admitted (+190 ms at the median; room before the first try 1 of 2)."
+    )
     assert timeline.table(ARM_OURS, {ARM_OURS: [step_with("s", {})]}) == ""

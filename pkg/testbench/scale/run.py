@@ -683,7 +683,7 @@ class ScaleRun:
             pod_create_409=api_409,
             beside_writes={k: v - beside_before.get(k, 0.0) for k, v in beside_after.items()},
             run_namespace_writes=self._run_namespace_writes(audited),
-            timeline=self._timeline(created, records, audited, step_began),
+            **self._timeline(created, records, audited, step_began),
             by_twin=migration_times(
                 (self.plan.twin_key(key[0], one.vm), records[key], one.asked)
                 for key, one in created.items()
@@ -734,9 +734,10 @@ class ScaleRun:
         records: Mapping[tuple[str, str], MigrationRecord | None],
         audited: list[AuditRecord] | None,
         began: datetime.datetime,
-    ) -> dict[str, tuple[float, ...]]:
-        """The step's hops (timeline.hop_seconds) from its audit `records` and the webhook's
-        log since the step `began`; none without the audit log."""
+    ) -> dict[str, Any]:
+        """`summarize_step`'s ``timeline`` (timeline.hop_seconds) and ``timeline_counts``
+        (timeline.counts) from the step's audit `records` and the webhook's log since the step
+        `began`; neither without the audit log."""
         if audited is None or not isinstance(self.product, Product):
             return {}
         quota = frozenset(self.namespaces)
@@ -752,7 +753,8 @@ class ScaleRun:
             for (namespace, name), one in created.items()
         ]
         answers = timeline.webhook_answers(self.product.workdir / "webhook.log", began)
-        return timeline.hop_seconds(timeline.assemble(migrations, audited, answers))
+        found = timeline.assemble(migrations, audited, answers)
+        return {"timeline": timeline.hop_seconds(found), "timeline_counts": timeline.counts(found)}
 
     async def _beside_writes(self) -> dict[str, float]:
         """Harvester's own controllers' writes so far by kind, when they run beside ours."""

@@ -154,6 +154,9 @@ class StepResult:
     timeline: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Per hop of a migration's timeline (timeline.HOPS), the seconds each migration of the step
     spent on it, sorted; empty where not measured (no audit log, Harvester's arm)."""
+    timeline_counts: Mapping[str, int] = field(default_factory=dict)
+    """The step's migrations with a timeline, those whose room was in status.hard before the
+    first try at their target pod, and who made status.hard follow (timeline.counts)."""
 
     @property
     def not_raised(self) -> int:
@@ -256,6 +259,7 @@ class StepResult:
             },
             "run_namespace_writes": self.run_namespace_writes,
             "timeline_ms": {hop: _spread_ms(spans) for hop, spans in self.timeline.items()},
+            "timeline_counts": dict(self.timeline_counts),
             "migrations_by_twin": {
                 key: times.to_json() for key, times in sorted(self.by_twin.items())
             },
@@ -282,6 +286,7 @@ def summarize_step(
     run_namespace_writes: int | None = None,
     by_twin: Mapping[str, MigrationTimes] | None = None,
     timeline: Mapping[str, tuple[float, ...]] | None = None,
+    timeline_counts: Mapping[str, int] | None = None,
 ) -> StepResult:
     """The step's figures. `cpu` holds per-process CPU seconds read from /proc; the controller's
     comes from its own /metrics (`metrics.cpu_seconds`), which counts exactly its process."""
@@ -335,6 +340,7 @@ def summarize_step(
         run_namespace_writes=run_namespace_writes,
         by_twin=dict(by_twin or {}),
         timeline=dict(timeline or {}),
+        timeline_counts=dict(timeline_counts or {}),
     )
 
 

@@ -35,6 +35,7 @@ import orjson
 
 from ...apis.kubevirt import LABEL_VM_NAME
 from ..localcluster.audit import AuditRecord
+from ..localcluster.deploy import CONTROLLER_USER
 from .stats import ARM_NONE, StepResult, percentile
 
 VIRT_CONTROLLER_USER: Final = "system:serviceaccount:kubevirt:kubevirt-controller"
@@ -230,6 +231,24 @@ def hop_seconds(timelines: Iterable[Timeline]) -> dict[str, tuple[float, ...]]:
     return {hop: tuple(sorted(values)) for hop, values in spans.items()}
 
 
+def counts(timelines: Iterable[Timeline]) -> dict[str, int]:
+    """How many migrations had a timeline (their create seen), how many had status.hard raised
+    for them before virt-controller's first try at their target pod (then the target never
+    waited for its room), and by whom status.hard followed: kube-controller-manager or our
+    controller's copy."""
+    seen = [t for t in timelines if t.created is not None]
+    return {
+        "migrations": len(seen),
+        "room before first try": sum(
+            1 for t in seen if t.hard is not None and t.tried is not None and t.hard <= t.tried
+        ),
+        "status.hard by kube-controller-manager": sum(
+            1 for t in seen if t.hard_by == KCM_QUOTA_USER
+        ),
+        "status.hard by our controller": sum(1 for t in seen if t.hard_by == CONTROLLER_USER),
+    }
+
+
 COMPARED: Final = (
     "created → first try",
     "first try → accepted try",
@@ -301,10 +320,20 @@ def table(quota_arm: str, arms: Mapping[str, Sequence[StepResult]]) -> str:
                 cells = " | ".join(_spread(row.get(arm, {}).get(hop, ())) for arm in names)
                 lines.append(f"| {step.name} | {hop} | {cells} |")
         waited = waited_hop(row.get(quota_arm, {}), row.get(ARM_NONE, {}))
+        room = _room_note(step.timeline_counts)
         if waited is not None:
-            waits.append(f"{step.name}: {waited[0]} (+{1000 * waited[1]:.0f} ms at the median)")
+            waits.append(
+                f"{step.name}: {waited[0]} (+{1000 * waited[1]:.0f} ms at the median{room})"
+            )
     verdict = "; ".join(waits) if waits else "none (no hop is longer with the quota)"
     return "\n".join([*lines, "", f"The hop the quota arm waits on beyond no quota: {verdict}."])
+
+
+def _room_note(found: Mapping[str, int]) -> str:
+    """``; room before the first try N of M`` from `counts`' figures, empty without them."""
+    if not found.get("migrations"):
+        return ""
+    return f"; room before the first try {found['room before first try']} of {found['migrations']}"
 
 
 def _spread(values: Sequence[float]) -> str:
