@@ -327,6 +327,11 @@ class VirtControllerDriver(KubeVirtDriver):
     def fail_next_migration(self, vmi_name: str, namespace: str | None = None) -> None:
         self.handler.fail_next_migration(self._ns(namespace), vmi_name)
 
+    def end_migration_now(self, vmi_name: str, namespace: str | None = None) -> None:
+        """The VM's migration completes now instead of after its duration
+        (`VirtHandler.end_migration_now`): a test holds it running while it looks, then ends it."""
+        self.handler.end_migration_now(self._ns(namespace), vmi_name)
+
     async def drain(self, node: str, *, cordon: bool = True) -> list[str]:
         """``kubectl drain`` as KubeVirt sees it: the node cordoned (optional) and tainted with
         KubeVirt's drain taint; virt-controller's evacuation controller then creates the

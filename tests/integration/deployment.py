@@ -45,6 +45,7 @@ from harvester_quota.testbench.localcluster.deploy import (
 from harvester_quota.testbench.localcluster.deploy import (
     webhook_configuration as shipped_webhook_configuration,
 )
+from harvester_quota.testbench.localcluster.pki import KeyPair
 from harvester_quota.webhook.caches import WebhookCaches
 from harvester_quota.webhook.certkeeper import CertificateKeeper, SelfSigned
 from harvester_quota.webhook.resources.common import Identities
@@ -192,10 +193,8 @@ async def running_webhooks(
     webhook_api = await client_as(api, cluster, "harvester-quota-webhook")
     # The API server's webhook client CA, where the replicas read it (the chart mounts it).
     shutil.copyfile(webhook_client_ca(cluster), workdir / CLIENT_CA)
-    ca = cluster.certificate_authority()
-    ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True).write(
-        workdir / "tls.crt", workdir / "tls.key"
-    )
+    ca_pem, serving = serving_pair(cluster)
+    serving.write(workdir / "tls.crt", workdir / "tls.key")
     replica_set = [
         _replica(webhook_api, workdir, kubevirt_user, kubevirt_version) for _ in range(replicas)
     ]
@@ -211,7 +210,7 @@ async def running_webhooks(
             proxy = await round_robin_proxy(ports)
             ports = [proxy.sockets[0].getsockname()[1]]
         configuration = webhook_configuration(
-            ports[0], ca.cert_pem, namespace, kubevirt_user=kubevirt_user
+            ports[0], ca_pem, namespace, kubevirt_user=kubevirt_user
         )
         created = await apply(api, configuration)
         await register_kubevirt_policies(
@@ -234,6 +233,23 @@ async def running_webhooks(
             await server.stop()
             await caches.factory.stop()
         await webhook_api.close()
+
+
+_SERVING_PAIRS: dict[bytes, tuple[bytes, KeyPair]] = {}
+"""Per cluster CA file's content: what `serving_pair` returned for it."""
+
+
+def serving_pair(cluster: ClusterInfo) -> tuple[bytes, KeyPair]:
+    """The cluster CA's certificate (PEM) and a serving certificate for 127.0.0.1 it signed,
+    issued once per CA in this process: loading the CA's key and making a new RSA key took
+    0.4 s of CPU for every webhook a test started, and no test tells one webhook's
+    certificate from another's."""
+    key = cluster.ca_file.read_bytes()
+    if key not in _SERVING_PAIRS:
+        ca = cluster.certificate_authority()
+        pair = ca.issue("webhook", ip_addresses=("127.0.0.1",), server=True)
+        _SERVING_PAIRS[key] = (ca.cert_pem, pair)
+    return _SERVING_PAIRS[key]
 
 
 def _replica(

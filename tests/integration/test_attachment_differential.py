@@ -69,8 +69,9 @@ PERSISTENT_VOLUME_CLAIMS = Resource("", "v1", "persistentvolumeclaims", "Persist
 HOTPLUG_SELECTOR = "kubevirt.io=hotplug-disk"
 OVERHEAD_ANNOTATION = "kubevirt.io/memory-overhead-bytes"
 TIMEOUT = 90.0
-MIGRATION_SECONDS = 10.0
-"""How long the stand-in keeps the migration Running: the room is looked at meanwhile."""
+MIGRATION_SECONDS = 120.0
+"""How long the stand-in would keep the migration Running: the room is looked at meanwhile, then
+the test ends the migration (`end_migration_now`) and waits for its outcome."""
 OVERRIDE = [
     {
         "type": "hotplug-disk",
@@ -361,6 +362,7 @@ async def _attachment_case(
     assert_reported_overhead_is_ours(target, vmi_now, settings, declarative)
     assert room.pods_of("attachment") == (target_attachment_pod["metadata"]["name"],)
     assert room.room == total([pod_quota_usage(target), pod_quota_usage(target_attachment_pod)])
+    kubevirt.end_migration_now("vm1")
     record = await kubevirt.wait_migration(migration, timeout=TIMEOUT)
     assert record.outcome is not None
 
@@ -523,6 +525,7 @@ async def _volume_migration_target(
     (room,) = plan.rooms
     assert room.target_pod == target["metadata"]["name"] and room.pods_of("attachment") == ()
     assert room.room == pod_quota_usage(target)
+    kubevirt.end_migration_now("vm1")
     record = await kubevirt.wait_migration(mig["metadata"]["name"], timeout=TIMEOUT)
     assert record.outcome is not None
 
@@ -629,5 +632,6 @@ async def test_a_vgpu_vms_migration_target_asks_its_vgpu_and_the_room_raises_a_q
         key = f"requests.{VGPU}"
         one = Quantity.parse("1")
         assert desired_hard({key: one}, {key: one}, room.room)[key] == Quantity.parse("2")
+        kubevirt.end_migration_now("vm1")
         record = await kubevirt.wait_migration(migration, timeout=TIMEOUT)
         assert record.outcome is not None

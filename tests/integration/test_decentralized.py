@@ -461,7 +461,7 @@ async def test_a_received_vms_target_pod_cannot_take_a_room_held_for_a_migration
     app, api, namespace = deployed_controllers, kv.api, kv.namespace
     await app.start()
     await kv.create_quota({k: "1000Gi" if "memory" in k else "1000" for k in KEYS})
-    slow = VMSpec("vmx", cores=1, memory="1Gi", migration_duration=40.0)
+    slow = VMSpec("vmx", cores=1, memory="1Gi", migration_duration=120.0)
     for spec in (slow, VMSpec("vm1", cores=1, memory="1Gi")):
         (await kubevirt.create_vm(spec, node=SOURCE_NODE)).check()
     nodes = {
@@ -500,6 +500,7 @@ async def test_a_received_vms_target_pod_cannot_take_a_room_held_for_a_migration
         )
         assert await target_pod(api, namespace, received["metadata"]["uid"]) is None, refusal
         await set_outbound_slots(api, 4)
+        kubevirt.end_migration_now("vmx")  # slow until now: it held vm1 back
         for name in (slow_migration, held_back):
             record = await kubevirt.wait_migration(name, timeout=MIGRATION_TIMEOUT)
             assert record.outcome is Outcome.SUCCEEDED, record.as_dict()

@@ -1,4 +1,5 @@
-"""Every scenario in scenarios/ meets its expectations with our strategy, and our port of
+"""Every scenario in scenarios/ meets its expectations with our strategy (here, or beside
+Harvester's own controllers in test_beside_harvester.py: RUN_BESIDE_HARVESTER), and our port of
 Harvester's algorithm reproduces the failures the incident reports show (Harvester's own code:
 test_beside_harvester.py)."""
 
@@ -34,6 +35,15 @@ HARVESTER_FAILURES = (
     "rancher-protected-quota",
 )
 
+RUN_BESIDE_HARVESTER = ("v121-evacuation-kubevirt-1.6",)
+"""Scenarios whose run with our strategy is test_beside_harvester.py's only (it asserts their
+expectations, no target pod refused and the quota back at its base, on the virt-controller
+Harvester ships, which renders their launcher pods alike): the v1.2.1 evacuation on KubeVirt 1.6
+took 39 s here too, and its seed with our controller alone runs here on the simulator
+(v121-evacuation). The runner's other checks (no stale annotation, every migration finished,
+the timeline and the metric dump) are every other scenario's."""
+OURS_HERE = [p for p in SCENARIOS if p.stem not in RUN_BESIDE_HARVESTER]
+
 
 def runs_on_real_kubevirt(path: Path) -> bool:
     """A scenario runs on the session's virt-controller cluster when that cluster's KubeVirt is
@@ -54,7 +64,7 @@ async def run(path: Path, strategy: str, request: pytest.FixtureRequest, tmp_pat
     return report.write(result, tmp_path / strategy)
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+@pytest.mark.parametrize("path", OURS_HERE, ids=[p.stem for p in OURS_HERE])
 async def test_our_strategy_meets_every_expectation(
     path: Path, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import functools
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -82,10 +83,16 @@ TOKEN_SECONDS: Final = 24 * 3600
 
 
 def documents(manifest: Path = MANIFEST) -> Iterator[Object]:
-    """The documents of the shipped manifest, in order."""
-    for document in yaml.safe_load_all(manifest.read_text()):
-        if document:
-            yield document
+    """The documents of the shipped manifest, in order, each a copy of its own (a caller may
+    change it). A text is parsed once per process: most tests ask for the manifest several
+    times, and each parse took 0.16 s of CPU."""
+    for document in _parsed(manifest.read_text()):
+        yield copy.deepcopy(document)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str) -> tuple[Object, ...]:
+    return tuple(document for document in yaml.safe_load_all(text) if document)
 
 
 async def ensure_namespace(api: ApiClient, name: str = SYSTEM_NAMESPACE) -> None:

@@ -7,6 +7,7 @@ the asynchronous client in ``harvester_quota.generic``.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import ssl
 from dataclasses import dataclass
@@ -30,6 +31,16 @@ class ApiError(Exception):
         self.body = body
 
 
+@functools.lru_cache(maxsize=32)
+def _context_of(ca: str, cert: str, key: str, versions: tuple[int, ...]) -> ssl.SSLContext:
+    """The client context of `ca`, `cert` and `key` as they were at `versions` (their
+    modification times); a context is safe to share between connections and threads."""
+    del versions  # part of the cache key only
+    context = ssl.create_default_context(cafile=ca)
+    context.load_cert_chain(cert, key)
+    return context
+
+
 @dataclass
 class RestClient:
     """HTTPS to one API server with a client certificate, verifying the server against ``ca``."""
@@ -42,9 +53,10 @@ class RestClient:
     timeout: float = DEFAULT_TIMEOUT
 
     def _context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(self.ca))
-        context.load_cert_chain(str(self.cert), str(self.key))
-        return context
+        """A TLS context of the three files as they are now: made again only when one of them
+        changed (a context took 2.5 ms of CPU, and tests poll with a request every 0.2 s)."""
+        files = tuple(path.stat().st_mtime_ns for path in (self.ca, self.cert, self.key))
+        return _context_of(str(self.ca), str(self.cert), str(self.key), files)
 
     def request(
         self,
