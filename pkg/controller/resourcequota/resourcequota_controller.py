@@ -46,7 +46,7 @@ from .foreignwrites import ForeignWriteReports, next_step
 from .gather import GATHER_RETRY, ReleaseGathering
 from .inputs import PlanInputs
 from .projectdemands import ProjectDemands
-from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
+from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .refusals import StandingRefusals
 from .reports import NamespaceReports
@@ -100,28 +100,31 @@ class QuotaReconciler:
         self.metrics.paused.set(1 if management.options.paused else 0)
         self.reports = NamespaceReports(self.metrics, management.recorder, self.inputs.refusals)
         """Metrics and Warning events of each plan (reports.py)."""
-        self.spec_writes = SpecWrites(self.writer, self.metrics, management.recorder)
+        self.spec_writes = SpecWrites(
+            self.writer, self.metrics, management.recorder, self.inputs.quotas
+        )
         """Plans written into the quota, copies into status.hard (specwrites.py)."""
         self.writes = self.spec_writes.writes
         """Quota writes per namespace (tests and the scenario report read it)."""
         self.publisher = self.spec_writes.publisher
         management.on_stop(self.publisher.stop)
         self.room_label = RoomHeldLabel(
-            self.writer, management.clock, management.options.room_held_linger
+            self.writer,
+            management.clock,
+            management.options.room_held_linger,
+            self.inputs.namespaces,
         )
         """The room-held label and its linger (roomlabel.py)."""
-        namespace_cache = self.namespaces.informer.store
-        if not namespace_cache.has_index(PROJECT_INDEX):
-            namespace_cache.add_indexers({PROJECT_INDEX: project_index})
         project_room = ProjectRoom(
             ProjectReader(management.client, management.clock),
             management.recorder,
-            lambda project: namespace_cache.by_index(PROJECT_INDEX, project),
+            lambda project: self.inputs.namespaces.by_index(PROJECT_INDEX, project),
             ProjectDemands(self.namespaces.enqueue_key),
             ProjectSiblingsView(self),
         )
         self.rancher = RancherPath(
             self.writer,
+            self.inputs.namespaces,
             metrics=self.metrics,
             recorder=management.recorder,
             project_room=project_room,
@@ -206,7 +209,7 @@ class QuotaReconciler:
         if planned is not None and (planned.labels_room or planned.labelled_for_good):
             planned = await self._label_first(key, planned)
             # The namespace as labelled, also when the quota went meanwhile (let go below).
-            namespace = planned.namespace if planned else self.room_label.newest(key, namespace)
+            namespace = planned.namespace if planned else self.inputs.namespaces.newest(namespace)
         if planned is None:
             return await self._let_go(key, namespace)
         self.reports.warnings(planned.namespace, planned.quota, planned.plan)
@@ -230,7 +233,7 @@ class QuotaReconciler:
         lingers = unlabel = None
         if not planned.labels_room:
             lingers = self.room_label.lingers(key, namespace, planned.plan.holds_room)
-            quota = self.spec_writes.newest(key, planned.quota)
+            quota = self.inputs.quotas.newest(planned.quota)
             if lingers is None and raise_down(quota, planned.plan):
                 namespace = await self.room_label.set(namespace, False)
                 unlabel = self.room_label.retry_removal(namespace)
@@ -261,22 +264,19 @@ class QuotaReconciler:
 
     def _raise_left(self, key: str, namespace: Object) -> bool:
         """Whether a raise of ours still stands in the namespace (as we last wrote it)."""
-        quota = managed_quota(self.inputs.informers.quotas.store.by_index("namespace", key))
-        if quota is not None:
-            quota = self.spec_writes.newest(key, quota)
-        return raise_records(quota, self.room_label.newest(key, namespace))
+        quota = managed_quota(self.inputs.quotas.by_index("namespace", key))
+        return raise_records(quota, self.inputs.namespaces.newest(namespace))
 
     def _plan(self, key: str, namespace: Object, *, release: bool = False) -> _Planned | None:
         """The namespace's plan from the caches (and our writes they do not show yet); None
         without a managed quota. With `release`, the plan of a namespace with no migration
         (every room given back: a namespace handed over to MTQ mode). Pure but for reading: no
         write, no Event, no metric."""
-        quotas = self.inputs.informers.quotas.store.by_index("namespace", key)
+        quotas = self.inputs.quotas.by_index("namespace", key)
         quota = managed_quota(quotas)
         if quota is None:
             return None
-        quota = self.spec_writes.newest(key, quota)
-        namespace = self.room_label.newest(key, namespace)
+        namespace = self.inputs.namespaces.newest(namespace)
         snapshot = self.inputs.snapshot(namespace, quota, quotas)
         if release:
             snapshot = dataclasses.replace(snapshot, migrations=[])
@@ -375,9 +375,8 @@ class ProjectSiblingsView:
         event loop between siblings once it has held it SIBLINGS_SLICE seconds (/healthz and
         the Lease renewal run on it), so each sibling is read as the caches stand then."""
         steps: list[Step] = []
-        store = self.reconciler.namespaces.informer.store
         since = self.clock()
-        members = store.by_index(PROJECT_INDEX, project)
+        members = self.reconciler.inputs.namespaces.by_index(PROJECT_INDEX, project)
         self.ladders.keep(project, {str(metadata(m).get("name", "")) for m in members})
         for cached in members:
             if self.clock() - since > SIBLINGS_SLICE:
@@ -397,7 +396,7 @@ class ProjectSiblingsView:
         reconciler = self.reconciler
         if reconciler.defer_to(name) or not reconciler.inputs.migration_views.namespace(name):
             return []
-        planned = reconciler._plan(name, reconciler.rancher.project_room.newest(cached))
+        planned = reconciler._plan(name, cached)
         if planned is None or planned.plan.base is None or planned.plan.base.source != RANCHER:
             return []
         return self.ladders.steps(planned.namespace, planned.plan, project)
@@ -424,8 +423,8 @@ class StaleRaiseView:
             if quota is not None:
                 yield (
                     key,
-                    reconciler.room_label.newest(key, namespace),
-                    reconciler.spec_writes.newest(key, quota),
+                    reconciler.inputs.namespaces.newest(namespace),
+                    reconciler.inputs.quotas.newest(quota),
                 )
 
     def left_behind(self, key: str, namespace: Object, quota: Object) -> str | None:
