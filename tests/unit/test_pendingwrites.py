@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from harvester_quota.config.management import Management, Options
+from harvester_quota.controller.mtq.vmmrq_controller import MtqReconciler
+from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
+from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.pendingwrites import PendingWrites
-from harvester_quota.generic.resource import Object
+from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
 from harvester_quota.generic.store import Store
+from prometheus_client import CollectorRegistry
 
 
 def obj(version: str, uid: str = "u1", value: str = "", name: str = "ns") -> Object:
@@ -80,3 +86,21 @@ def test_a_forgotten_write_leaves_the_cache_in_charge() -> None:
     writes.wrote(obj("12", value="ours"))
     writes.forget("ns")
     assert writes.newest(obj("10", value="cached"))["value"] == "cached"
+
+
+async def test_every_writer_and_reader_of_a_kind_shares_its_informers_overlay() -> None:
+    """One overlay per kind: the room mode's label, Rancher annotation and plans, and MTQ mode's
+    lock, all on the namespaces' informer's; both modes' quota writes and plans on the quotas'."""
+    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    management = Management(
+        client=client, options=Options(), clock=FakeClock(), registry=CollectorRegistry()
+    )
+    room, mtq = QuotaReconciler(management), MtqReconciler(management, writer=None)
+    namespaces = management.informers.informer(NAMESPACES).pending
+    assert room.inputs.namespaces is namespaces
+    assert room.room_label.pending is namespaces and room.rancher.pending is namespaces
+    assert mtq.writes.namespaces.pending is namespaces
+    quotas = management.informers.informer(RESOURCE_QUOTAS).pending
+    assert room.inputs.quotas is quotas and room.spec_writes.pending is quotas
+    assert mtq.writes.quotas.pending is quotas
+    await management.client.close()
