@@ -96,7 +96,7 @@ class VmiAnnotator:
         self.management = management
         self.count_write = count_write or _uncounted
         """Told "vmi" and "vm" as each write is sent (harvester_quota_api_writes_total)."""
-        self._written = (
+        self._pending = (
             pending if pending is not None else QuotaInformers.of(management).vmis.pending
         )
         self._quota_first = quota_first
@@ -135,15 +135,15 @@ class VmiAnnotator:
                 vmi_namespace,
             )
         except errors.NotFound:
-            self._written.forget(key)
+            self._pending.forget(key)
             return
-        self._written.wrote(written)
+        self._pending.wrote(written)
         self.count_write("vm")
         await touch_vm(self.management, vmi_namespace, vmi_name)
 
     def _wanted(self, vmi: Object, changes: Mapping[str, Any]) -> dict[str, Any]:
         """The changes the newest VMI we know (the cache's or our last patch's) lacks."""
-        return annotation_changes(annotations_of(self._written.newest(vmi)), changes)
+        return annotation_changes(annotations_of(self._pending.newest(vmi)), changes)
 
 
 def _uncounted(kind: str) -> None:

@@ -5,10 +5,10 @@ before a raise is written and removes it after the room is given back and a ling
 the rule covers the whole time a raised quota could admit a pod, and a drain's next wave is
 raised without the label's round trip on its path. A namespace whose Rancher quota we raise
 directly, where no namespace write may be made while a raise stands, keeps it for good instead
-(`label_policy`). The write itself, and its permission gate,
-are the QuotaWriter's (controller/quotawriter.py); this keeps the linger and records each label write
-in the namespaces' pending writes (generic/pendingwrites.py). Not thread-safe: event loop only, per namespace from one
-worker at a time (the workqueue's guarantee).
+(`label_policy`). The write itself, and its permission gate, are the QuotaWriter's
+(controller/quotawriter.py); this keeps the linger and records each label write in the
+namespaces' pending writes (generic/pendingwrites.py). Not thread-safe: event loop only, per
+namespace from one worker at a time (the workqueue's guarantee).
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ The write is the QuotaWriter's conditional JSON patch (controller/quotawriter.py
 user, Rancher) changed what the plan read since, it is a Conflict, nothing of theirs is
 overwritten, and the namespace is planned again. Here each write is counted (metrics, `writes`),
 logged and told in an Event on the quota, recorded in the quotas' pending writes
-(generic/pendingwrites.py), and a new
-spec.hard that raises a key handed to `publisher`, which copies it into status.hard beside the
-namespace's reconciles (a release while rooms are still held is left to kube-controller-manager:
+(generic/pendingwrites.py), and a new spec.hard that raises a key handed to `publisher`, which
+copies it into status.hard beside the namespace's reconciles (a release while rooms are still held is left to kube-controller-manager:
 `raise_waits_on_status`; the last one, which takes our records off, is copied).
 Not thread-safe: event loop only, per namespace from one worker at a time.
 """
