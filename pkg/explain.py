@@ -1,8 +1,8 @@
 """`harvester-quota explain NAMESPACE`: why the namespace's quota is what it is, read-only.
 
 Reads the namespace as the controller would (its quotas, migrations, VMIs, pods, the KubeVirt
-CR and Harvester's ratio setting when present) straight from the API server, runs the same plan
-(`util.resourcequota.plan`), and reports: the base and where it comes from, each migration holding
+CR and Harvester's ratio setting when present) straight from the API server, plans it with the
+controller's planner (`NamespacePlanner` over a `ListedSource`), and reports: the base and where it comes from, each migration holding
 room (why, since when, how much, which pod), usage without migration targets, desired versus
 actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
 any write Rancher denied, for a namespace of a Rancher project whether Rancher validates it and
@@ -33,6 +33,7 @@ from .apis.kubevirt import (
 )
 from .config.kubevirt import settings_from
 from .config.management import COMPONENT
+from .controller.resourcequota.planner import ListedSource, NamespacePlanner
 from .controller.resourcequota.rancherprojects import PROJECT_QUEUED_REASON
 from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_REASON
 from .generic import errors
@@ -60,12 +61,12 @@ from .util.rancher.projectroom import NoRoom, raise_verdict, refusal_verdict
 from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
 from .util.resourcequota.growth import source_pod, target_growth
 from .util.resourcequota.managed import managed_quota
-from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
 from .util.resourcequota.projectqueue import given, ladder
 from .util.resourcequota.rancherpath import raised_annotation
-from .util.resourcequota.writers import other_writers
+from .util.resourcequota.writers import FIELD_MANAGER, hard_writers
 from .util.screen import screened
 from .util.vmispecview import SpecView
 
@@ -102,9 +103,9 @@ class Explanation:
     """KubeVirt MTQ's namespace locks on this namespace: configuration, what it does, how to
     delete it."""
     other_writers: list[dict[str, Any]] = field(default_factory=list)
-    """The quota's writers other than the controller, from its managedFields, that own a field
-    the plan writes (spec.hard of the base's keys, our annotations): manager, operation, time,
-    the fields; oldest first (writers.other_writers)."""
+    """The quota's writers other than the controller, from its managedFields, that own a key of
+    spec.hard the plan writes (the base's keys): manager, operation, time, the fields; oldest
+    first (writers.hard_writers)."""
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -152,9 +153,8 @@ async def explain(
     listed = await _screened_lists(client, namespace, quota_features)
     paused, lease_warnings = await controller_paused(client, controller_namespace, lease_name)
     migrations = listed.migrations
-    snapshot = NamespaceSnapshot(
-        namespace=ns,
-        quota=quota,
+    source = ListedSource(
+        quota_list=quotas,
         migrations=migrations,
         vmis={name(v): v for v in listed.vmis},
         pods=listed.pods,
@@ -165,7 +165,9 @@ async def explain(
         # The controller's option is not known here: an adopted quota is explained as kept so.
         adopt_harvester=parse_migration_annotations(annotations_of(quota)).adopted,
     )
-    plan = plan_quota(snapshot)
+    planned = NamespacePlanner(source).plan(ns)
+    assert planned is not None, "the managed quota was found above"
+    plan, snapshot = planned.plan, planned.snapshot
     events = await _list(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)
     _add_growth(result, plan, snapshot)
@@ -425,18 +427,21 @@ def _spec_or_none(vmi: VmiSource | None) -> SpecView | None:
 
 
 def _other_writers(quota: Object, plan: QuotaPlan) -> list[dict[str, Any]]:
-    """Who else owns what the plan writes (of spec.hard, the base's keys; every key without a
-    base), as `explain` shows them."""
-    keys = None if plan.base is None else plan.base.hard.keys()
-    return [
-        {
-            "manager": writer.manager,
-            "operation": writer.operation,
-            "time": writer.time,
-            "fields": [str(f) for f in sorted(writer.fields)],
-        }
-        for writer in other_writers(quota, keys)
-    ]
+    """Who else owns keys of spec.hard the plan writes (the base's keys; every key without a
+    base), oldest first, as `explain` shows them."""
+    found = []
+    for writer in sorted(hard_writers(quota), key=lambda w: (w.time, w.manager)):
+        keys = [k for k in writer.keys if plan.base is None or k in plan.base.hard]
+        if writer.manager != FIELD_MANAGER and keys:
+            found.append(
+                {
+                    "manager": writer.manager,
+                    "operation": writer.operation,
+                    "time": writer.time,
+                    "fields": [f"spec.hard {key}" for key in keys],
+                }
+            )
+    return found
 
 
 def _writers_line(writers: Sequence[Mapping[str, Any]]) -> str:

@@ -111,9 +111,8 @@ class QuotaMetrics:
         )
         self.foreign_quota_writes = declare.counter(
             "foreign_quota_writes",
-            "Changes of a managed quota's spec.hard or of our annotations by a writer other than "
-            "this controller and Rancher's agent, by field manager (the first 20; later ones as "
-            "other).",
+            "Changes of a managed quota's spec.hard by a writer other than this controller and "
+            "Rancher's agent, by field manager (the first 20; later ones as other).",
             ["manager"],
         )
         self.foreign_manager = CappedLabelValues(FOREIGN_MANAGERS)

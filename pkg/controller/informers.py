@@ -40,7 +40,7 @@ def target_index(pod: Object) -> list[str]:
 
 @dataclass(frozen=True)
 class QuotaInformers:
-    """Quotas (their managedFields reduced to the writers of what plans write:
+    """Quotas (their managedFields reduced to the writers of spec.hard:
     writers.keep_writers), migrations, VMIs (without the unknown fields no rule reads:
     vmispec.strip_vmi_unread_unknown) and pods (stripped to what quota usage reads), and what sizes a
     room besides the VMI: Harvester's overhead-ratio setting and the KubeVirt CR (both optional

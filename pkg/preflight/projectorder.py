@@ -10,7 +10,7 @@ the project as it stands; this module makes the controller's judgment of the ord
 product's own code, when the step's evacuations arrive:
 
 - Each namespace of a project the step evacuates from is planned as the controller plans it
-  (`plan_quota`) from its migrations under way and, where the step evacuates from it, the
+  (`NamespacePlanner`) from its migrations under way and, where the step evacuates from it, the
   step's evacuations that fit alone (admission.py) as KubeVirt creates them (`evacuation_migration`):
   spec.priority as the VM's `migration_priority` (system-critical with KubeVirt's priority queue
   on), created after every migration under way, wave by wave (KubeVirt creates a migration when
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..apis.mtq import VmmrqError, decode_vmmrq
+from ..controller.resourcequota.planner import ListedSource, NamespacePlanner
 from ..generic.meta import annotations_of, metadata, name
 from ..generic.resource import Object
 from ..util.launcher import LauncherSettings
@@ -48,7 +49,7 @@ from ..util.migrationpriority import PRIORITIES, priority_name
 from ..util.rancher.project import PROJECT_ID_ANNOTATION, ProjectQuota
 from ..util.resourcequota.base import RANCHER, Mode, rancher_base_text
 from ..util.resourcequota.managed import managed_quota
-from ..util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+from ..util.resourcequota.plan import QuotaPlan
 from ..util.resourcequota.projectqueue import (
     MemberTotals,
     Step,
@@ -211,9 +212,8 @@ def _rancher_plan(ns: Object, evacuations: list[Object], members: Members) -> Qu
         return None
     if rancher_base_text(ns) is None:
         return None
-    snapshot = NamespaceSnapshot(
-        namespace=ns,
-        quota=quota,
+    source = ListedSource(
+        quota_list=members.quotas.get(ns_name, []),
         migrations=[*members.migrations.get(ns_name, []), *evacuations],
         vmis={name(v): v for v in members.vmis.get(ns_name, [])},
         pods=list(members.pods.get(ns_name, [])),
@@ -221,7 +221,10 @@ def _rancher_plan(ns: Object, evacuations: list[Object], members: Members) -> Qu
         launcher=members.settings(ns_name),
         mode=members.mode,
     )
-    plan = plan_quota(snapshot)
+    planned = NamespacePlanner(source).plan(ns)
+    if planned is None:
+        return None
+    plan = planned.plan
     if plan.base is None or plan.base.source != RANCHER or not plan.holds_room:
         return None
     return plan

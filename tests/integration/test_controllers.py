@@ -184,7 +184,7 @@ async def test_a_quota_write_never_overwrites_an_edit_made_after_the_plan(
     await kv.api.patch(RESOURCE_QUOTAS, planned_from["metadata"]["name"], user_edit, kv.namespace)
     stale_patch = {"spec": {"hard": {"pods": "11"}}}
     plan = plan_quota(
-        controllers.reconciler.snapshot(
+        controllers.reconciler.inputs.snapshot(
             await kv.api.get(NAMESPACES, kv.namespace), planned_from, [planned_from]
         )
     )
@@ -215,7 +215,7 @@ async def planned_write(
     await hands_off(controllers, kv.namespace)
     planned_from = await kv.quota()
     plan = plan_quota(
-        controllers.reconciler.snapshot(
+        controllers.reconciler.inputs.snapshot(
             await kv.api.get(NAMESPACES, kv.namespace), planned_from, [planned_from]
         )
     )

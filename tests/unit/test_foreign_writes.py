@@ -1,8 +1,8 @@
-"""Writes of a managed quota by anyone but us (controller/resourcequota/foreignwrites.py,
-util/resourcequota/writers.py): found from managedFields between an update's old and new
-version, told once per quota per interval (a Warning, a log line, a metric by manager), and
-listed by `explain`; our own writes, status writes, Rancher's sync to its base and Harvester's
-UID annotations are not foreign."""
+"""Writes of a managed quota's spec.hard by anyone but us (controller/resourcequota/
+foreignwrites.py, util/resourcequota/writers.py): the writer named from the newest managedFields
+entry that owns a key of spec.hard, told once per quota per interval (a Warning, a log line, a
+metric by manager), and listed by `explain`; our own writes, status writes and Rancher's agent
+are not foreign."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ import pytest
 from harvester_quota.config.metrics import FOREIGN_MANAGERS, QuotaMetrics
 from harvester_quota.controller.resourcequota.foreignwrites import (
     EVENT_INTERVAL,
+    NEXT,
     REASON,
     ForeignWriteReports,
     PerKeyInterval,
-    next_step,
+    hard_changes,
 )
-from harvester_quota.controller.resourcequota.resourcequota_controller import ForeignWriteView
 from harvester_quota.explain import explain, render_json, render_text
 from harvester_quota.generic.client import ApiClient, WatchEvent
 from harvester_quota.generic.clock import FakeClock, settle
@@ -29,24 +29,17 @@ from harvester_quota.generic.informer import ResourceEventHandler, SharedInforme
 from harvester_quota.generic.metrics import OTHER, CappedLabelValues
 from harvester_quota.generic.rest import FIELD_MANAGER, USER_AGENT
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
-from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 from harvester_quota.util.resourcequota.writers import (
     WRITERS,
-    FieldChange,
-    FieldRef,
-    field_changes,
-    foreign_writes,
-    is_plan_annotation,
+    hard_writers,
     keep_writers,
-    other_writers,
-    writers_of,
+    newest_hard_writer,
 )
 from prometheus_client import CollectorRegistry
 
-from tests.objects import managed_quota, plain_namespace, rancher_namespace
+from tests.objects import managed_quota, rancher_namespace
 from tests.unit.fakes import HANG, ScriptedListerWatcher
 from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
-from tests.unit.test_resourcequota_controller import NOW, real_plan_reconciler
 
 T0 = "2026-11-26T11:00:00Z"
 T1 = "2026-11-26T11:07:36Z"
@@ -111,13 +104,12 @@ class Recorder:
 
 
 class Reports(SimpleNamespace):
-    """ForeignWriteReports on fakes: a registry, a recorder, a clock, a judge that says 'next'."""
+    """ForeignWriteReports on fakes: a registry, a recorder, a clock."""
 
     reports: ForeignWriteReports
     registry: CollectorRegistry
     recorder: Recorder
     clock: FakeClock
-    judged: list[tuple[str, list[FieldChange]]]
 
     def count(self, manager: str) -> float:
         value = self.registry.get_sample_value(
@@ -126,23 +118,12 @@ class Reports(SimpleNamespace):
         return value or 0.0
 
 
-def reports(namespace: dict[str, Any] | None = None, *, leading: bool = True) -> Reports:
+def reports(*, leading: bool = True) -> Reports:
     registry, recorder, clock = CollectorRegistry(), Recorder(), FakeClock()
-    judged: list[tuple[str, list[FieldChange]]] = []
-
-    def judge(key: str, changes: Any) -> str:
-        judged.append((key, list(changes)))
-        return "next"
-
     found = ForeignWriteReports(
-        QuotaMetrics(registry),
-        cast(Any, recorder),
-        clock,
-        judge=judge,
-        namespace_of=lambda _name: namespace or plain_namespace("ns"),
-        standby=not leading,
+        QuotaMetrics(registry), cast(Any, recorder), clock, standby=not leading
     )
-    return Reports(reports=found, registry=registry, recorder=recorder, clock=clock, judged=judged)
+    return Reports(reports=found, registry=registry, recorder=recorder, clock=clock)
 
 
 def gitops_raise(rv: str = "2", cpu: str = "8", time: str = T1) -> dict[str, Any]:
@@ -161,13 +142,32 @@ def test_a_foreign_update_of_spec_hard_is_told_once_with_its_manager_and_fields(
     found = reports()
     found.reports.on_update(BEFORE, gitops_raise())
     assert found.count("argocd-controller") == 1
-    assert found.judged == [("ns", [FieldChange(FieldRef("spec.hard", "limits.cpu"), "3", "8")])]
     [(name, kind, reason, message)] = found.recorder.events
     assert (name, kind, reason) == ("default-abcde", "Warning", REASON)
     assert message == (
         f"written by argocd-controller (Update, {T1}), not by harvester-quota: "
-        "spec.hard limits.cpu 3 -> 8; next"
+        f"spec.hard limits.cpu 3 -> 8; {NEXT}"
     )
+
+
+def test_the_newest_entry_owning_spec_hard_names_the_writer() -> None:
+    """Two writers own keys of spec.hard: the one whose entry changed last is named; where
+    that is ours (our write back after theirs), nothing is told."""
+    cpu_then_pods = quota(
+        {"limits.cpu": "8", "pods": "20"},
+        [entry("argocd-controller", T0, ("limits.cpu",)), entry("kubectl-edit", T1, ("pods",))],
+        rv="2",
+    )
+    found = reports()
+    found.reports.on_update(BEFORE, cpu_then_pods)
+    assert (found.count("kubectl-edit"), found.count("argocd-controller")) == (1, 0)
+    written_back = quota(
+        {"limits.cpu": "3"},
+        [entry("argocd-controller", T0, ()), entry(FIELD_MANAGER, T1, ("limits.cpu",))],
+        rv="3",
+    )
+    found.reports.on_update(gitops_raise(), written_back)
+    assert found.count(FIELD_MANAGER) == 0 and len(found.recorder.events) == 1
 
 
 def test_the_warning_goes_with_a_log_line_naming_quota_manager_and_fields(
@@ -205,53 +205,35 @@ def test_a_status_only_change_is_not_foreign() -> None:
     after = quota(
         {"limits.cpu": "3"}, [OURS_3, status_write], rv="2", status_hard={"limits.cpu": "9"}
     )
-    assert field_changes(BEFORE, after) == []
+    assert hard_changes(BEFORE, after) == {}
     found.reports.on_update(BEFORE, after)
-    assert found.recorder.events == [] and found.judged == []
+    assert found.recorder.events == [] and found.count("kube-controller-manager") == 0
 
 
 def rancher() -> dict[str, Any]:
     return rancher_namespace("ns", {"limitsCpu": "3000m"})
 
 
-def test_rancher_agent_syncing_spec_hard_to_its_base_is_not_foreign() -> None:
-    """Our raise to 5, reset by Rancher's agent to the annotation's 3: the base, by the agent's
-    name and by the value alone (whatever the agent's field manager is called)."""
+def test_rancher_agent_is_never_foreign_and_anyone_else_is() -> None:
+    """Our raise to 5, reset by Rancher's agent (or its server) to the annotation's 3, or set
+    to 4: not foreign by Rancher's managers; by a person, foreign."""
     raised = quota({"limits.cpu": "5"}, [entry(FIELD_MANAGER, T0, ("limits.cpu",))])
-    for manager in ("agent", "some-rancher-build"):
-        found = reports(rancher())
-        reset = quota({"limits.cpu": "3"}, [entry(manager, T1, ("limits.cpu",))], rv="2")
-        found.reports.on_update(raised, reset)
-        assert found.recorder.events == [], manager
-
-
-def test_rancher_agent_is_never_foreign_and_anyone_else_off_the_base_is() -> None:
-    raised = quota({"limits.cpu": "5"}, [entry(FIELD_MANAGER, T0, ("limits.cpu",))])
-    off_base = {"limits.cpu": "4"}
-    by_agent = reports(rancher())
-    by_agent.reports.on_update(raised, quota(off_base, [entry("agent", T1, ("limits.cpu",))]))
-    assert by_agent.recorder.events == []
-    by_person = reports(rancher())
+    for manager, cpu in (("agent", "3"), ("rancher", "3"), ("agent", "4")):
+        by_rancher = reports()
+        by_rancher.reports.on_update(
+            raised, quota({"limits.cpu": cpu}, [entry(manager, T1, ("limits.cpu",))], rv="2")
+        )
+        assert by_rancher.recorder.events == [], (manager, cpu)
+    by_person = reports()
     by_person.reports.on_update(
-        raised, quota(off_base, [entry("kubectl-edit", T1, ("limits.cpu",))])
+        raised, quota({"limits.cpu": "4"}, [entry("kubectl-edit", T1, ("limits.cpu",))])
     )
     assert by_person.count("kubectl-edit") == 1
 
 
-def test_keys_outside_rancher_base_are_not_ours_to_judge() -> None:
-    before = quota(
-        {"limits.cpu": "3", "pods": "10"}, [OURS_3, entry("kubectl-edit", T0, ("pods",))]
-    )
-    after = quota({"limits.cpu": "3", "pods": "20"}, [OURS_3, entry("kubectl-edit", T1, ("pods",))])
-    found = reports(rancher())
-    found.reports.on_update(before, after)
-    assert found.recorder.events == []
-    standalone = reports()
-    standalone.reports.on_update(before, after)
-    assert standalone.count("kubectl-edit") == 1
-
-
-def test_harvester_uid_annotation_is_not_foreign_but_its_spec_hard_write_is() -> None:
+def test_an_annotation_write_is_not_told_but_a_spec_hard_write_is() -> None:
+    """Harvester's UID annotation (or any annotation) changes no key of spec.hard: not told;
+    Harvester's write of spec.hard is."""
     found = reports()
     noted = quota(
         {"limits.cpu": "3"},
@@ -269,54 +251,7 @@ def test_harvester_uid_annotation_is_not_foreign_but_its_spec_hard_write_is() ->
     )
     found.reports.on_update(noted, raised)
     assert found.count("harvester") == 1
-    assert [str(c) for _, changes in found.judged for c in changes] == [
-        "spec.hard limits.cpu 3 -> 5"
-    ]
-
-
-def test_an_annotation_of_ours_edited_by_someone_else_is_foreign() -> None:
-    base = json.dumps({"limits.cpu": "3"})
-    before = quota(
-        {"limits.cpu": "3"},
-        [entry(FIELD_MANAGER, T0, ("limits.cpu",), (ANNOTATION_BASE,))],
-        {ANNOTATION_BASE: base},
-    )
-    after = quota(
-        {"limits.cpu": "3"},
-        [
-            entry(FIELD_MANAGER, T0, ("limits.cpu",)),
-            entry("kubectl-annotate", T1, (), (ANNOTATION_BASE,)),
-        ],
-        {ANNOTATION_BASE: json.dumps({"limits.cpu": "9"})},
-    )
-    [write] = foreign_writes(before, after, rancher_base=None)
-    assert write.writer.manager == "kubectl-annotate"
-    assert write.describe() == (
-        f'annotation {ANNOTATION_BASE} {{"limits.cpu": "3"}} -> {{"limits.cpu": "9"}}'
-    )
-
-
-def test_a_removal_is_put_down_to_the_writer_whose_entry_moved_or_to_nobody() -> None:
-    """A removed field has no owner after: the writer whose time moved in the same write made
-    it; a bare removal leaves no trace (its writer owns nothing, so keeps no entry) and is not
-    told rather than guessed."""
-    rooms = {"harvesterhci.io/migrating-vm1": "{}"}
-    before = quota(
-        {"limits.cpu": "5"},
-        [entry(FIELD_MANAGER, T0, ("limits.cpu",), tuple(rooms))],
-        rooms,
-    )
-    with_edit = quota(
-        {"limits.cpu": "6"},
-        [entry(FIELD_MANAGER, T0, ()), entry("kubectl-edit", T1, ("limits.cpu",))],
-    )
-    [write] = foreign_writes(before, with_edit, rancher_base=None)
-    assert [str(c) for c in write.changes] == [
-        "spec.hard limits.cpu 5 -> 6",
-        "annotation harvesterhci.io/migrating-vm1 {} removed",
-    ]
-    bare = quota({"limits.cpu": "5"}, [entry(FIELD_MANAGER, T0, ("limits.cpu",))])
-    assert foreign_writes(before, bare, rancher_base=None) == []
+    assert "spec.hard limits.cpu 3 -> 5;" in found.recorder.events[0][3]
 
 
 def test_a_quota_without_managed_fields_or_unmanaged_or_seen_by_a_standby_is_not_told() -> None:
@@ -324,21 +259,21 @@ def test_a_quota_without_managed_fields_or_unmanaged_or_seen_by_a_standby_is_not
         managed_quota("ns", {"limits.cpu": "3"}),
         managed_quota("ns", {"limits.cpu": "8"}),
     )
-    assert foreign_writes(plain_before, plain_after, rancher_base=None) == []
+    found = reports()
+    found.reports.on_update(plain_before, plain_after)
     unlabelled = gitops_raise()
     unlabelled["metadata"]["labels"] = {}
-    found = reports()
     found.reports.on_update(BEFORE, unlabelled)
-    assert found.judged == []
+    assert found.recorder.events == [] and found.count("argocd-controller") == 0
     standby = reports(leading=False)
     standby.reports.on_update(BEFORE, gitops_raise())
-    assert standby.judged == [] and standby.count("argocd-controller") == 0
+    assert standby.recorder.events == [] and standby.count("argocd-controller") == 0
 
 
 # The cache's form of managedFields ----------------------------------------------------------------
 
 
-def test_the_cache_keeps_the_writers_of_what_plans_write_and_drops_managed_fields() -> None:
+def test_the_cache_keeps_the_writers_of_spec_hard_and_drops_managed_fields() -> None:
     live = quota(
         {"limits.cpu": "8"},
         [
@@ -349,9 +284,11 @@ def test_the_cache_keeps_the_writers_of_what_plans_write_and_drops_managed_field
     )
     cached = keep_writers(json.loads(json.dumps(live)))
     assert "managedFields" not in cached["metadata"]
-    assert writers_of(cached) == writers_of(live)
-    ours = next(w for w in writers_of(cached) if w.manager == FIELD_MANAGER)
-    assert ours.fields == frozenset({FieldRef("annotation", ANNOTATION_BASE)})
+    assert hard_writers(cached) == hard_writers(live)
+    assert [(w.manager, w.keys) for w in hard_writers(cached)] == [
+        ("argocd-controller", ("limits.cpu",))
+    ]
+    assert newest_hard_writer(cached) == newest_hard_writer(live)
     assert len(json.dumps(cached[WRITERS])) < len(json.dumps(live["metadata"]["managedFields"]))
 
 
@@ -388,7 +325,7 @@ def test_one_warning_per_quota_per_interval_the_rest_counted_in_the_next() -> No
     found.reports.on_update(BEFORE, gitops_raise("8", "11", T1))
     assert len(found.recorder.events) == 2
     assert found.recorder.events[1][3].endswith(
-        "; next (2 more foreign writes of this quota since the last such event)"
+        f"; {NEXT} (2 more foreign writes of this quota since the last such event)"
     )
     other = quota({"limits.cpu": "8"}, [entry("argocd-controller", T1, ("limits.cpu",))])
     other["metadata"]["name"] = "another"
@@ -441,65 +378,6 @@ def test_the_manager_label_is_normalised_and_capped_with_an_other_bucket() -> No
     )
 
 
-# What the controller does next -------------------------------------------------------------------
-
-
-def plan_of(namespace: dict[str, Any], written: dict[str, Any]) -> Any:
-    return plan_quota(
-        NamespaceSnapshot(
-            namespace=namespace, quota=written, migrations=[], vmis={}, pods=[], now=NOW
-        )
-    )
-
-
-CPU_8 = [FieldChange(FieldRef("spec.hard", "limits.cpu"), "3", "8")]
-
-
-def test_next_with_rancher_base_the_plan_is_written_back() -> None:
-    written = managed_quota("ns", {"limits.cpu": "8"})
-    said = next_step(plan_of(rancher(), written), written, CPU_8, through_rancher=False)
-    assert (
-        said == "the controller planned again and writes its plan back: spec.hard limits.cpu 8 -> 3"
-    )
-    through = next_step(plan_of(rancher(), written), written, CPU_8, through_rancher=True)
-    assert "through Rancher's annotation" in through
-
-
-def test_next_without_rancher_the_edit_becomes_the_base_and_is_kept() -> None:
-    written = managed_quota("ns", {"limits.cpu": "8"}, {ANNOTATION_BASE: '{"limits.cpu":"3"}'})
-    said = next_step(plan_of(plain_namespace("ns"), written), written, CPU_8, through_rancher=False)
-    assert said.startswith("the controller planned again and keeps the change: without Rancher")
-
-
-def test_next_for_a_quota_whose_base_is_unknown_it_is_left_alone() -> None:
-    written = managed_quota("ns", {"limits.cpu": "8"})
-    unmanaged = plan_quota(
-        NamespaceSnapshot(
-            namespace=plain_namespace("ns"),
-            quota=written,
-            migrations=[],
-            vmis={},
-            pods=[],
-            now=NOW,
-            mode="rancher",
-        )
-    )
-    said = next_step(unmanaged, written, CPU_8, through_rancher=False)
-    assert said.startswith("the controller leaves the quota as it is: it manages none of it")
-
-
-def test_the_reconciler_judges_from_a_plan_made_now() -> None:
-    written = managed_quota("ns", {"limits.cpu": "8"})
-    namespace = rancher()
-    instance = real_plan_reconciler(namespace, written)
-    instance.namespaces = SimpleNamespace(  # type: ignore[assignment]
-        informer=SimpleNamespace(store=SimpleNamespace(get=lambda _key: namespace))
-    )
-    assert ForeignWriteView(instance)("ns", CPU_8).endswith("spec.hard limits.cpu 8 -> 3")
-    instance.namespaces.informer.store.get = lambda _key: None
-    assert "not cached" in ForeignWriteView(instance)("ns", CPU_8)
-
-
 # explain ------------------------------------------------------------------------------------
 
 
@@ -525,15 +403,8 @@ async def test_explain_lists_the_quotas_other_writers_of_what_the_plan_writes() 
     ]
     assert f"also written by: harvester (Update, {T1}: spec.hard limits.cpu)" in render_text(found)
     assert json.loads(render_json(found))["other_writers"] == found.other_writers
-    assert [w.manager for w in other_writers(live, None)] == ["kubectl-create", "harvester"]
+    assert [w.manager for w in hard_writers(live)] == ["kubectl-create", "harvester"]
     alone = quota({"limits.cpu": "3"}, [OURS_3])
     cluster = ReadOnlyCluster({"namespaces": [rancher()], "resourcequotas": [alone]})
     found = await explain(cast(ApiClient, cluster), "ns", kubevirt_version="1.6")
     assert "also written by: nobody else" in render_text(found)
-
-
-def test_harvesters_skip_annotation_is_a_field_our_plans_write() -> None:
-    """An adopted quota carries the skip annotation: someone else flipping it (a GitOps tool
-    setting "false") is a foreign write to report, unlike Harvester's own UID keys."""
-    assert is_plan_annotation("harvesterhci.io/skipResourceQuotaAutoScaling")
-    assert not is_plan_annotation("harvesterhci.io/migratingUID-1234")

@@ -20,7 +20,11 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from harvester_quota.controller.quotawriter import QuotaWriter
-from harvester_quota.controller.resourcequota.projectdemands import ProjectDemands
+from harvester_quota.controller.resourcequota.projectdemands import (
+    SIBLINGS_SLICE,
+    ProjectDemands,
+    ProjectSiblingsView,
+)
 from harvester_quota.controller.resourcequota.rancherprojects import (
     PROJECT_NO_ROOM_REASON,
     PROJECT_QUEUED_REASON,
@@ -31,11 +35,6 @@ from harvester_quota.controller.resourcequota.rancherprojects import (
 from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHECK, RancherPath
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
-from harvester_quota.controller.resourcequota.resourcequota_controller import (
-    SIBLINGS_SLICE,
-    ProjectSiblingsView,
-    QuotaReconciler,
-)
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
@@ -188,7 +187,7 @@ class Project:
             project_room=ProjectRoom(
                 ProjectReader(self.cluster, self.clock),  # type: ignore[arg-type]
                 self.recorder,  # type: ignore[arg-type]
-                lambda project: [self.pending.newest(m) for m in self.cluster.members(project)],
+                self.members,
                 self.demands,
                 self.siblings_waiting,
             ),
@@ -257,12 +256,10 @@ class Project:
         assert plan.base is not None and plan.base.source == "rancher"
         return await self.path.write(self.cluster.cache[name], quota, plan, snapshot)
 
-    def namespaces_read(self) -> Any:
-        """The namespaces by project as the reconciler reads them: the cache, our writes it does
-        not show yet applied (PlanInputs.namespaces)."""
-        return SimpleNamespace(
-            by_index=lambda _index, key: [self.pending.newest(m) for m in self.cluster.members(key)]
-        )
+    def members(self, project: str) -> list[dict[str, Any]]:
+        """The namespaces of `project` as the reconciler reads them: the cache, our writes it
+        does not show yet applied (PlanInputs.namespaces)."""
+        return [self.pending.newest(m) for m in self.cluster.members(project)]
 
     def warnings(self, reason: str) -> list[tuple[str, str]]:
         return [(name, message) for name, why, message in self.recorder.events if why == reason]
@@ -586,15 +583,18 @@ async def test_planning_siblings_yields_to_the_event_loop_between_siblings() -> 
         project.namespace(f"s{index}")
     ran: list[int] = []
     ticks = itertools.count()
-    reconciler: Any = object.__new__(QuotaReconciler)
-    reconciler.inputs = SimpleNamespace(namespaces=project.namespaces_read())
-    reconciler.defer_to = lambda name: True  # planned or not, each sibling costs a tick
-    reconciler.rancher = project.path
+    planner: Any = SimpleNamespace(defer_to=lambda name: True)  # each sibling costs a tick
 
     async def other_task() -> None:
         ran.append(next(ticks))
 
-    view = ProjectSiblingsView(reconciler, clock=lambda: next(ticks) * SIBLINGS_SLICE)
+    view = ProjectSiblingsView(
+        planner,
+        project.members,
+        project.path.project_room.demands.ladders,
+        lambda _name: [],
+        clock=lambda: next(ticks) * SIBLINGS_SLICE,
+    )
     task = asyncio.ensure_future(other_task())
     await view(PROJECT_ID, "none")
     assert ran and task.done(), "another task ran while the siblings were planned"
@@ -771,7 +771,8 @@ async def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_on
     project.cluster.cache["terminating"]["metadata"]["deletionTimestamp"] = T5
     planned: list[str] = []
 
-    def plan(name: str, namespace: dict[str, Any], **_: Any) -> Any:
+    def plan(namespace: dict[str, Any]) -> Any:
+        name = namespace["metadata"]["name"]
         planned.append(name)
         if name == "broken":
             raise KeyError("a bug planning one sibling")
@@ -780,16 +781,15 @@ async def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_on
             made = dataclasses.replace(made, base=dataclasses.replace(made.base, source="quota"))
         return SimpleNamespace(namespace=namespace, plan=made)
 
-    reconciler: Any = object.__new__(QuotaReconciler)
-    reconciler.inputs = SimpleNamespace(
-        namespaces=project.namespaces_read(),
-        migration_views=SimpleNamespace(namespace=lambda name: project.migrations[name]),
-    )
-    reconciler.rancher = project.path
     project.path.protected.update({"sibling", "direct", "broken"})
-    reconciler.defer_to = lambda name: name == "mtq"
-    reconciler._plan = plan
-    steps = await ProjectSiblingsView(reconciler)(PROJECT_ID, "judged")
+    planner: Any = SimpleNamespace(defer_to=lambda name: name == "mtq", plan=plan)
+    view = ProjectSiblingsView(
+        planner,
+        project.members,
+        project.path.project_room.demands.ladders,
+        lambda name: project.migrations[name],
+    )
+    steps = await view(PROJECT_ID, "judged")
     assert sorted((s.namespace, s.room.migration) for s in steps) == [
         ("sibling", "sibling-mig"),
         ("unrefused", "unrefused-mig"),

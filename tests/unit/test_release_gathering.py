@@ -26,7 +26,7 @@ from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.common import Identities
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
-from tests.unit.test_resourcequota_controller import bare_reconciler
+from tests.unit.test_resourcequota_controller import bare_reconciler, plans_with
 from tests.unit.test_webhook import FakeLookups, plain_pod, request, validate_pod
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -151,7 +151,7 @@ async def test_the_reconcile_holds_a_gathering_release_back_then_writes_it() -> 
     async def write(*_args: Any) -> None:
         writes.append(clock.monotonic() - start)
 
-    instance._plan = plan  # type: ignore[method-assign]
+    plans_with(instance, plan)
     instance._write_plan = write  # type: ignore[assignment,method-assign]
     namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
     with pytest.raises(RetryAfter) as held:

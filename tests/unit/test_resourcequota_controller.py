@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections import Counter
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.controller.resourcequota.gather import ReleaseGathering
+from harvester_quota.controller.resourcequota.planner import ListedSource, NamespacePlanner
 from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
@@ -30,7 +32,7 @@ from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.permission import FIRST_RETRY
 from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
-from harvester_quota.util.launcher import LauncherSettings
+from harvester_quota.util.launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 from prometheus_client import CollectorRegistry
 
@@ -313,7 +315,7 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
 
     instance = bare_reconciler(FakeClock())
     instance.room_label = SimpleNamespace(held_now=lambda _key: None, set=label)  # type: ignore[assignment]
-    instance._plan = plan  # type: ignore[method-assign]
+    plans_with(instance, plan)
     instance._write_plan = write  # type: ignore[method-assign, assignment]
     assert await instance._reconcile("ns", namespace) is labelled
     assert written == ["three migrations"]
@@ -365,7 +367,9 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     instance.management = SimpleNamespace(clock=clock)  # type: ignore[assignment]
     namespaces = PendingWrites(Store(), clock)
     instance.room_label = RoomHeldLabel(QuotaWriter(client, clock), clock, linger, namespaces)
-    instance.defer_to = lambda _key: False  # type: ignore[method-assign]
+    instance.planner = NamespacePlanner(
+        ListedSource([], [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS)
+    )
     nothing = SimpleNamespace(
         warnings=lambda *_: None,
         export=lambda *_: None,
@@ -379,6 +383,11 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     instance.stale_raises = nothing  # type: ignore[assignment]
     instance.gathering = ReleaseGathering(clock, 0.0)
     return instance
+
+
+def plans_with(instance: QuotaReconciler, plan: Callable[..., Any]) -> None:
+    """Has `instance`'s planner answer `plan(key, namespace)`."""
+    instance.planner.plan = lambda ns: plan(ns["metadata"]["name"], ns)  # type: ignore[method-assign]
 
 
 def lingering_reconciler(
@@ -407,7 +416,7 @@ def lingering_reconciler(
     async def write(*_: Any) -> None:
         return None
 
-    instance._plan = plan  # type: ignore[method-assign]
+    plans_with(instance, plan)
     instance._write_plan = write  # type: ignore[method-assign, assignment]
     return instance, client, clock, holding
 
@@ -569,7 +578,7 @@ def rancher_direct_reconciler(
     async def write(*_: Any) -> None:
         return None
 
-    instance._plan = plan  # type: ignore[method-assign]
+    plans_with(instance, plan)
     instance._write_plan = write  # type: ignore[method-assign, assignment]
     return instance, client, clock, state
 
@@ -606,37 +615,26 @@ async def test_a_rancher_direct_namespace_found_unlabelled_under_a_raise_is_labe
     assert "labelled room-held for good while our raise stands" in caplog.text
 
 
-def real_plan_reconciler(
-    namespace: dict[str, Any], quota: dict[str, Any], *, fail_closed: bool = True
-) -> QuotaReconciler:
-    """A reconciler whose `_plan` is its own, on one namespace's quota in a store and the
-    direct Rancher path (Rancher has refused nothing)."""
-    clock = FakeClock()
-    instance = bare_reconciler(clock, LabelClient())
-    instance.management = SimpleNamespace(  # type: ignore[assignment]
-        clock=clock, options=SimpleNamespace(rancher_direct_fail_closed=fail_closed)
+def real_planner(quota: dict[str, Any], *, fail_closed: bool = True) -> NamespacePlanner:
+    """A planner of one namespace's `quota` with no migration, on the direct Rancher path
+    (Rancher has refused nothing)."""
+    return NamespacePlanner(
+        ListedSource([quota], [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS),
+        through=lambda _ns, _plan: False,
+        fail_closed=fail_closed,
     )
-    instance.inputs = SimpleNamespace(  # type: ignore[assignment]
-        namespaces=instance.room_label.pending,
-        quotas=SimpleNamespace(by_index=lambda _index, _key: [quota]),
-        snapshot=lambda ns, q, _quotas: NamespaceSnapshot(
-            namespace=ns, quota=q, migrations=[], vmis={}, pods=[], now=NOW
-        ),
-    )
-    instance.rancher = SimpleNamespace(through=lambda _ns, _plan: False)  # type: ignore[assignment]
-    return instance
 
 
 def test_the_plan_of_a_rancher_direct_namespace_keeps_the_label_and_knows_a_standing_raise() -> (
     None
 ):
-    """`_plan` on the real inputs: a Rancher namespace whose quota we raise directly is never
+    """The planner on the real inputs: a Rancher namespace whose quota we raise directly is never
     labelled for a room (a write per room would have Rancher's agent reset each raise), is kept
     labelled for good, and knows when our raise's records still stand on the quota; told to
     fail open, it is neither."""
     namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
     raised = managed_quota("ns", {"limits.cpu": "5"}, {"harvesterhci.io/migrating-vm1": "{}"})
-    planned = real_plan_reconciler(namespace, raised)._plan("ns", namespace)
+    planned = real_planner(raised).plan(namespace)
     assert planned is not None and planned.plan.managed
     assert (planned.labels_room, planned.labelled_for_good, planned.label_writes_wait) == (
         False,
@@ -644,9 +642,9 @@ def test_the_plan_of_a_rancher_direct_namespace_keeps_the_label_and_knows_a_stan
         True,
     )
     at_base = managed_quota("ns", {"limits.cpu": "3"})
-    planned = real_plan_reconciler(namespace, at_base)._plan("ns", namespace)
+    planned = real_planner(at_base).plan(namespace)
     assert planned is not None and not planned.label_writes_wait
-    told = real_plan_reconciler(namespace, raised, fail_closed=False)._plan("ns", namespace)
+    told = real_planner(raised, fail_closed=False).plan(namespace)
     assert told is not None and not told.labelled_for_good and told.label_writes_wait
 
 
@@ -715,8 +713,7 @@ async def test_a_namespace_handed_over_to_mtq_mode_loses_its_room_held_label() -
     would keep its pods on the fail-closed rule for good, so it goes then."""
     client, clock = LabelClient(), FakeClock()
     instance = bare_reconciler(clock, client)
-    instance.defer_to = lambda _key: True  # type: ignore[method-assign]
-    instance._raise_left = lambda _key, _ns: False  # type: ignore[method-assign]
+    instance.defer_to = lambda _key: True
     assert room_held(await instance._reconcile("ns", labelled_namespace("true"))) is None
     assert client.labels == [None]
 
@@ -725,14 +722,14 @@ async def test_a_quota_gone_while_the_label_was_written_lets_the_labelled_namesp
     """The plan after the label's write finds no managed quota (deleted in that round trip):
     the namespace is no longer ours, and the label just written is removed, not left on."""
     instance, client, _clock, _state = rancher_direct_reconciler()
-    first_plan = instance._plan
+    first_plan = instance.planner.plan
     calls = [0]
 
-    def plan(key: str, ns: dict[str, Any], **options: Any) -> Any:
+    def plan(_key: str, ns: dict[str, Any]) -> Any:
         calls[0] += 1
-        return first_plan(key, ns, **options) if calls[0] == 1 else None
+        return first_plan(ns) if calls[0] == 1 else None
 
-    instance._plan = plan  # type: ignore[method-assign]
+    plans_with(instance, plan)
     assert room_held(await instance._reconcile("ns", labelled_namespace(None))) is None
     assert client.labels == ["true", None]
 

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
-from harvester_quota.controller.resourcequota.resourcequota_controller import StaleRaiseView
+from harvester_quota.controller.resourcequota.planner import NamespacePlanner
+from harvester_quota.controller.resourcequota.roomlabel import is_labelled
 from harvester_quota.controller.resourcequota.staleraise import (
     REASON,
     StaleRaiseSweep,
+    StaleRaiseView,
     left_to_give_back,
     raise_shows,
 )
@@ -30,7 +32,7 @@ from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from prometheus_client import CollectorRegistry
 
 from tests.objects import managed_quota, plain_namespace, rancher_namespace
-from tests.unit.test_resourcequota_controller import NOW, real_plan_reconciler
+from tests.unit.test_resourcequota_controller import NOW, real_planner
 
 BASE = {"limits.cpu": "3"}
 RAISED = {"limits.cpu": "5"}
@@ -245,22 +247,23 @@ async def test_the_sweep_runs_every_interval_until_stopped() -> None:
     await asyncio.sleep(0)
 
 
-# The reconcile's side (resourcequota_controller.StaleRaiseView) -------------------------------
+# The planner's side (StaleRaiseView) --------------------------------------------------------
 
 
-def test_the_reconciles_view_finds_what_its_own_plan_would_give_back() -> None:
+def view_of(planner: NamespacePlanner) -> StaleRaiseView:
+    """The sweep's view of `planner`, no label's linger running (a label is due once no room
+    is held)."""
+    return StaleRaiseView(planner, list, lambda _key, ns, held: not held and is_labelled(ns))
+
+
+def test_the_planners_view_finds_what_its_own_plan_would_give_back() -> None:
     namespace = plain_namespace("ns")
-    view = StaleRaiseView(real_plan_reconciler(namespace, standalone_raised()))
+    view = view_of(real_planner(standalone_raised()))
     assert view.left_behind("ns", namespace, standalone_raised()) == (
         "spec.hard or its records stand above the plan"
     )
     at_base = managed_quota("ns", BASE, {ANNOTATION_BASE: compact(BASE)})
-    assert (
-        StaleRaiseView(real_plan_reconciler(namespace, at_base)).left_behind(
-            "ns", namespace, at_base
-        )
-        is None
-    )
+    assert view_of(real_planner(at_base)).left_behind("ns", namespace, at_base) is None
 
 
 def test_a_label_kept_for_good_is_never_due_but_a_leftover_one_is() -> None:
@@ -269,24 +272,23 @@ def test_a_label_kept_for_good_is_never_due_but_a_leftover_one_is() -> None:
     labelled = rancher_namespace("ns", {"limitsCpu": "3000m"})
     labelled["metadata"]["labels"] = {LABEL_ROOM_HELD: "true"}
     at_base = managed_quota("ns", BASE)
-    kept = StaleRaiseView(real_plan_reconciler(labelled, at_base, fail_closed=True))
+    kept = view_of(real_planner(at_base, fail_closed=True))
     assert kept.left_behind("ns", labelled, at_base) is None
-    left = StaleRaiseView(real_plan_reconciler(labelled, at_base, fail_closed=False))
+    left = view_of(real_planner(at_base, fail_closed=False))
     assert left.left_behind("ns", labelled, at_base) == (
         "the room-held label stands for a room no longer held"
     )
 
 
 def test_a_namespace_mtq_mode_handles_is_no_stale_raise_of_ours() -> None:
-    """Review finding: MTQ mode's budget stands above the recorded base by design; the sweep
-    took it for a stale raise of ours and said "this should never happen" every window."""
+    """MTQ mode's budget stands above the recorded base by design: once our raise there is
+    given back, the sweep does not take it for a stale raise of ours."""
     namespace = plain_namespace("ns")
     budget = managed_quota("ns", RAISED, {ANNOTATION_BASE: compact(BASE)})
-    reconciler = real_plan_reconciler(namespace, budget)
-    assert StaleRaiseView(reconciler).left_behind("ns", namespace, budget) is not None
-    reconciler.defer_to = lambda _key: True  # type: ignore[method-assign]
-    reconciler._raise_left = lambda _key, _ns: False  # type: ignore[method-assign]
-    assert StaleRaiseView(reconciler).left_behind("ns", namespace, budget) is None
+    planner = real_planner(budget)
+    assert view_of(planner).left_behind("ns", namespace, budget) is not None
+    planner.defer_to = lambda _key: True
+    assert view_of(planner).left_behind("ns", namespace, budget) is None
 
 
 def test_a_rancher_namespace_labelled_for_good_at_its_base_shows_no_raise() -> None:

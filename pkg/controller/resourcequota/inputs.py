@@ -34,7 +34,6 @@ from ...util.resourcequota.planviews import (
 from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
 from ...util.resourcequota.settled import SettledMigrations
 from ..informers import QuotaInformers
-from .rancherprojects import PROJECT_INDEX, project_index
 from .refusals import RefusalTracker
 
 log = logging.getLogger(__name__)
@@ -55,9 +54,7 @@ class PlanInputs:
         self.quotas = informers.quotas.pending
         """Our namespace and quota writes the caches do not show yet: every writer of the room
         mode records into them, and plans read the two kinds through them
-        (generic/pendingwrites.py). The namespaces are indexed by Rancher project too."""
-        if not self.namespaces.store.has_index(PROJECT_INDEX):
-            self.namespaces.store.add_indexers({PROJECT_INDEX: project_index})
+        (generic/pendingwrites.py)."""
         self.pod_index = PodIndex()
         """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
         features = management.options.quota_features

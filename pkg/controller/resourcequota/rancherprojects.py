@@ -11,7 +11,7 @@ project that is not there (no such kind, no such project) is None for the same t
 A raise that fits the project is judged again with the rooms the project's other namespaces
 have not been given counted as taken, those earlier in KubeVirt's order that could fit once
 the rooms given to later migrations are back
-(util/resourcequota/projectqueue.py, planned by the reconciler's ProjectSiblingsView): where it
+(util/resourcequota/projectqueue.py, planned by projectdemands.ProjectSiblingsView): where it
 no longer fits, it waits for them, and the Warning names the first of each
 (PROJECT_QUEUED_REASON).
 """

@@ -18,41 +18,33 @@ set-aside (util/resourcequota/settled.py) and the writes of others, told (foreig
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Callable
+from functools import partial
 
 from ...config.management import Management
 from ...config.metrics import QuotaMetrics
 from ...generic import errors
-from ...generic.controller import RetryAfter
+from ...generic.controller import Controller, RetryAfter
 from ...generic.informer import ResourceEventHandler
 from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...util.quantity import Quantity
-from ...util.resourcequota.base import RANCHER
-from ...util.resourcequota.managed import managed_quota
-from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for, plan_quota
-from ...util.resourcequota.projectqueue import Step, WaitingCache
-from ...util.resourcequota.standing import raise_records
-from ...util.resourcequota.writers import FieldChange
+from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
-from .foreignwrites import ForeignWriteReports, next_step
+from .foreignwrites import ForeignWriteReports
 from .gather import GATHER_RETRY, ReleaseGathering
 from .inputs import PlanInputs
-from .projectdemands import ProjectDemands
-from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom
+from .planner import CachedSource, NamespacePlan, NamespacePlanner
+from .projectdemands import ProjectDemands, ProjectSiblingsView
+from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .refusals import StandingRefusals
 from .reports import NamespaceReports
-from .roomlabel import RoomHeldLabel, label_policy
+from .roomlabel import RoomHeldLabel
 from .specwrites import SpecWrites
-from .staleraise import StaleRaiseSweep, left_to_give_back
+from .staleraise import StaleRaiseView, stale_raise_sweep
 
 __all__ = ["RANCHER_DENIAL_REASON", "QuotaReconciler", "register", "requeue"]
 """RANCHER_DENIAL_REASON: explain.py reads it from here."""
@@ -67,22 +59,6 @@ LABELLED_UNDER_A_RAISE = (
 )
 
 HANDLER = "resourcequota-reconcile"
-
-
-@dataclass(frozen=True)
-class _Planned:
-    """One plan of a namespace and what it was made from."""
-
-    namespace: Object
-    quota: Object
-    snapshot: NamespaceSnapshot
-    plan: QuotaPlan
-    labels_room: bool
-    """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`_may_label`)."""
-    labelled_for_good: bool
-    """The namespace carries LABEL_ROOM_HELD whether or not room is held (roomlabel.py)."""
-    label_writes_wait: bool
-    """No label write now: one would have Rancher's agent reset the raise standing here."""
 
 
 class QuotaReconciler:
@@ -115,51 +91,48 @@ class QuotaReconciler:
             self.inputs.namespaces,
         )
         """The room-held label and its linger (roomlabel.py)."""
-        project_room = ProjectRoom(
-            ProjectReader(management.client, management.clock),
-            management.recorder,
-            lambda project: self.inputs.namespaces.by_index(PROJECT_INDEX, project),
-            ProjectDemands(self.namespaces.enqueue_key),
-            ProjectSiblingsView(self),
+        source = CachedSource(self.inputs)
+        self.planner = NamespacePlanner(
+            source, fail_closed=management.options.rancher_direct_fail_closed
         )
+        """Plans one namespace from the caches and our writes they do not show yet: what the
+        reconcile, the stale-raise sweep and a Rancher project's sibling judgment each read."""
         self.rancher = RancherPath(
             self.writer,
             self.inputs.namespaces,
             metrics=self.metrics,
             recorder=management.recorder,
-            project_room=project_room,
+            project_room=_project_room(management, self.namespaces, self.planner, self.inputs),
             reports=self.reports,
             writes=self.writes,
         )
         """Raises through Rancher's annotation where Rancher protects its quota."""
-        self.defer_to: Callable[[str], bool] = lambda _namespace: False
-        """True for a namespace another mode handles (MTQ mode, where it has a VMMRQ): its
-        quota is left alone here once any raise of ours there is given back (handover.py)."""
-        self.stale_raises = StaleRaiseSweep(
-            StaleRaiseView(self),
+        self.planner.through = self.rancher.through
+        self.stale_raises = stale_raise_sweep(
+            management,
+            StaleRaiseView(self.planner, source.candidates, self.room_label.due),
             self.namespaces.enqueue_key,
-            clock=management.clock,
-            metrics=self.metrics,
-            recorder=management.recorder,
-            interval=management.options.stale_raise_sweep,
-            stale_after=management.options.stale_raise_sweep,
-            ready=management.informers.synced,
-        )
-        """The safety net: a raise standing with no room held is planned again (staleraise.py);
-        started with the controllers (ControllerApp.start), stopped with them."""
-        management.on_stop(self.stale_raises.stop)
-        self.foreign_writes = ForeignWriteReports(
             self.metrics,
-            management.recorder,
-            management.clock,
-            judge=ForeignWriteView(self),
-            namespace_of=self.namespaces.informer.store.get,
         )
-        """Writes of a managed quota by anyone else, told (foreignwrites.py)."""
+        """The safety net: a raise standing with no room held is planned again (staleraise.py)."""
+        self.foreign_writes = ForeignWriteReports(
+            self.metrics, management.recorder, management.clock
+        )
+        """Writes of a managed quota's spec.hard by anyone else, told (foreignwrites.py)."""
         self.gathering = ReleaseGathering(
             management.clock, management.options.release_gather, self.metrics.releases_held.inc
         )
         """Releases held back while a target pod is being created (gather.py)."""
+
+    @property
+    def defer_to(self) -> Callable[[str], bool]:
+        """True for a namespace another mode handles (MTQ mode, where it has a VMMRQ): its
+        quota is left alone here once any raise of ours there is given back (handover.py)."""
+        return self.planner.defer_to
+
+    @defer_to.setter
+    def defer_to(self, defer_to: Callable[[str], bool]) -> None:
+        self.planner.defer_to = defer_to
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
@@ -181,10 +154,6 @@ class QuotaReconciler:
         True if they ended."""
         return await self.namespaces.wait_pending_runs(namespace, seconds)
 
-    def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
-        """What a plan of `namespace` reads now (PlanInputs.snapshot)."""
-        return self.inputs.snapshot(namespace, quota, quotas)
-
     # The reconcile ------------------------------------------------------------------------------
 
     async def reconcile(self, key: str, namespace: Object | None) -> Object | None:
@@ -201,11 +170,7 @@ class QuotaReconciler:
         if namespace is None or metadata(namespace).get("deletionTimestamp"):
             self._forget(key)
             return namespace
-        handing_over = self.defer_to(key)
-        if handing_over and not self._raise_left(key, namespace):
-            # MTQ mode locks the namespace its own way: no room-held label stays behind.
-            return await self._let_go(key, namespace)
-        planned = self._plan(key, namespace, release=handing_over)
+        planned = self.planner.plan(namespace)
         if planned is not None and (planned.labels_room or planned.labelled_for_good):
             planned = await self._label_first(key, planned)
             # The namespace as labelled, also when the quota went meanwhile (let go below).
@@ -239,7 +204,7 @@ class QuotaReconciler:
                 unlabel = self.room_label.retry_removal(namespace)
         return requeue(namespace, planned.plan, lingers, recheck, unlabel=unlabel, gather=held)
 
-    async def _label_first(self, key: str, planned: _Planned) -> _Planned | None:
+    async def _label_first(self, key: str, planned: NamespacePlan) -> NamespacePlan | None:
         """Sets the label before the plan is written; if that took a write, plans again from
         the labelled namespace: in its round trip a burst's other migrations arrive, and the
         raise then covers them instead of waiting for another run."""
@@ -250,7 +215,7 @@ class QuotaReconciler:
             return planned
         if planned.label_writes_wait:
             log.info(LABELLED_UNDER_A_RAISE, key)
-        return self._plan(key, labelled)
+        return self.planner.plan(labelled)
 
     async def _let_go(self, key: str, namespace: Object) -> Object:
         """The namespace is no longer ours (no managed quota, or handed over): forgets it and
@@ -261,47 +226,6 @@ class QuotaReconciler:
         if retry is not None:
             raise RetryAfter(retry, UNLABEL_RETRY)
         return namespace
-
-    def _raise_left(self, key: str, namespace: Object) -> bool:
-        """Whether a raise of ours still stands in the namespace (as we last wrote it)."""
-        quota = managed_quota(self.inputs.quotas.by_index("namespace", key))
-        return raise_records(quota, self.inputs.namespaces.newest(namespace))
-
-    def _plan(self, key: str, namespace: Object, *, release: bool = False) -> _Planned | None:
-        """The namespace's plan from the caches (and our writes they do not show yet); None
-        without a managed quota. With `release`, the plan of a namespace with no migration
-        (every room given back: a namespace handed over to MTQ mode). Pure but for reading: no
-        write, no Event, no metric."""
-        quotas = self.inputs.quotas.by_index("namespace", key)
-        quota = managed_quota(quotas)
-        if quota is None:
-            return None
-        namespace = self.inputs.namespaces.newest(namespace)
-        snapshot = self.inputs.snapshot(namespace, quota, quotas)
-        if release:
-            snapshot = dataclasses.replace(snapshot, migrations=[])
-        plan = plan_quota(snapshot)
-        may_label = self._may_label(namespace, plan)
-        label = label_policy(
-            managed=plan.managed,
-            holds_room=plan.holds_room,
-            may_label=may_label,
-            raise_stands=not may_label and self._raise_left(key, namespace),
-            fail_closed=self.management.options.rancher_direct_fail_closed,
-        )
-        return _Planned(
-            namespace, quota, snapshot, plan, label.labels_room, label.for_good, label.waits
-        )
-
-    def _may_label(self, namespace: Object, plan: QuotaPlan) -> bool:
-        """Whether a namespace write is safe while room is held. Rancher's agent re-derives the
-        quota from its annotation on every namespace event: where our raise is written to
-        spec.hard directly, a label write would have Rancher reset the raise (measured: a second
-        raise and a refusal per migration). Through Rancher's annotation (its protected quota)
-        the raise survives any namespace event, and elsewhere nobody resets."""
-        if plan.base is None or plan.base.source != RANCHER:
-            return True
-        return self.rancher.through(namespace, plan)
 
     async def _write_plan(
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
@@ -334,141 +258,6 @@ class QuotaReconciler:
         self.room_label.forget(namespace)
         self.rancher.forget(namespace)
         self.gathering.forget(namespace)
-
-
-SIBLINGS_SLICE: Final = 0.005
-"""Seconds ProjectSiblingsView plans siblings before it lets the event loop run others."""
-
-
-class ProjectSiblingsView:
-    """The reconcile as a Rancher project's judge sees it (rancherprojects.ProjectRoom): the
-    rooms the project's other namespaces have not been given yet."""
-
-    def __init__(
-        self, reconciler: QuotaReconciler, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.reconciler = reconciler
-        self.clock = clock
-        """Seconds, monotonic: when planning has held the event loop for SIBLINGS_SLICE."""
-
-    @property
-    def ladders(self) -> WaitingCache:
-        """Each sibling's steps, laddered again only when its inputs change (the registry's:
-        a namespace no longer ours drops its entry with the rest of what it waited for)."""
-        return self.reconciler.rancher.project_room.demands.ladders
-
-    async def __call__(self, project: str, besides: str) -> list[Step]:
-        """The steps of the namespaces of Rancher project `project` but `besides`, each marked
-        whether the project gave its room (projectqueue.project_steps: those not given wait;
-        the given ones say when each was given), planned from the caches now, our writes the
-        caches do not show yet applied: the judge of a raise on Rancher's protected path counts
-        those earlier in KubeVirt's order as taken. Planned: a namespace with migrations cached,
-        not Terminating (its rooms will never be given), whose base is Rancher's annotation,
-        whether or not Rancher refused a quota write there in this process yet
-        (RancherPath.through): a judge runs only where Rancher refused one, and Rancher's
-        protection is its webhook's, for every namespace's default quota alike, so each such
-        sibling's raise goes through the project too; waiting for its refusal would let the
-        namespace reconciled first after a restart take the room ahead of a sibling's earlier
-        migration. A sibling whose plan fails is logged and
-        skipped (it claims nothing; its own reconcile reports it), never a failed judgment.
-        Pure but for reading; called once per write (rancherprojects.Judgment); yields to the
-        event loop between siblings once it has held it SIBLINGS_SLICE seconds (/healthz and
-        the Lease renewal run on it), so each sibling is read as the caches stand then."""
-        steps: list[Step] = []
-        since = self.clock()
-        members = self.reconciler.inputs.namespaces.by_index(PROJECT_INDEX, project)
-        self.ladders.keep(project, {str(metadata(m).get("name", "")) for m in members})
-        for cached in members:
-            if self.clock() - since > SIBLINGS_SLICE:
-                await asyncio.sleep(0)
-                since = self.clock()
-            name = str(metadata(cached).get("name", ""))
-            if name == besides or metadata(cached).get("deletionTimestamp"):
-                continue
-            try:
-                steps += self._waiting(project, name, cached)
-            except Exception:  # contained per sibling, logged
-                log.exception("project %s: %s's waiting rooms not planned", project, name)
-        return steps
-
-    def _waiting(self, project: str, name: str, cached: Object) -> list[Step]:
-        """The sibling's rooms not given, [] where it asks nothing of the project."""
-        reconciler = self.reconciler
-        if reconciler.defer_to(name) or not reconciler.inputs.migration_views.namespace(name):
-            return []
-        planned = reconciler._plan(name, cached)
-        if planned is None or planned.plan.base is None or planned.plan.base.source != RANCHER:
-            return []
-        return self.ladders.steps(planned.namespace, planned.plan, project)
-
-
-class StaleRaiseView:
-    """The reconcile as the stale-raise sweep sees it (staleraise.Planner): the namespaces with
-    a managed quota, and what a plan of each, made now, would still give back."""
-
-    def __init__(self, reconciler: QuotaReconciler) -> None:
-        self.reconciler = reconciler
-
-    def candidates(self) -> Iterator[tuple[str, Object, Object]]:
-        """The namespaces cached when the call began, each with its managed quota as cached
-        when it is reached, and our writes the caches do not show yet."""
-        reconciler = self.reconciler
-        quotas = reconciler.inputs.informers.quotas.store
-        for namespace in reconciler.namespaces.informer.store.iter():
-            meta = metadata(namespace)
-            key = str(meta.get("name", ""))
-            if meta.get("deletionTimestamp"):
-                continue
-            quota = managed_quota(quotas.by_index("namespace", key))
-            if quota is not None:
-                yield (
-                    key,
-                    reconciler.inputs.namespaces.newest(namespace),
-                    reconciler.inputs.quotas.newest(quota),
-                )
-
-    def left_behind(self, key: str, namespace: Object, quota: Object) -> str | None:
-        reconciler = self.reconciler
-        handing_over = reconciler.defer_to(key)
-        if handing_over and not reconciler._raise_left(key, namespace):
-            return None  # MTQ mode's: its budget is its own raise
-        planned = reconciler._plan(key, namespace, release=handing_over)
-        if planned is None:
-            return None
-        keeps_label = planned.labelled_for_good or planned.label_writes_wait
-        due = reconciler.room_label.due(key, planned.namespace, planned.plan.holds_room)
-        return left_to_give_back(
-            planned.quota,
-            planned.namespace,
-            planned.plan,
-            through_rancher=reconciler.rancher.through(planned.namespace, planned.plan),
-            label_due=due and not keeps_label,
-        )
-
-
-class ForeignWriteView:
-    """The reconcile as a foreign write's report sees it (foreignwrites.Judge): what a plan of
-    the namespace, made now, does about the changes."""
-
-    def __init__(self, reconciler: QuotaReconciler) -> None:
-        self.reconciler = reconciler
-
-    def __call__(self, key: str, changes: Sequence[FieldChange]) -> str:
-        reconciler = self.reconciler
-        namespace = reconciler.namespaces.informer.store.get(key)
-        if namespace is None:
-            return "the controller leaves the quota as it is: its namespace is not cached"
-        handing_over = reconciler.defer_to(key)
-        if handing_over and not reconciler._raise_left(key, namespace):
-            return (
-                "the controller leaves the quota to MTQ mode (the namespace has a "
-                "VirtualMachineMigrationResourceQuota)"
-            )
-        planned = reconciler._plan(key, namespace, release=handing_over)
-        if planned is None:
-            return "the controller leaves the quota as it is: it is no longer managed"
-        through = reconciler.rancher.through(planned.namespace, planned.plan)
-        return next_step(planned.plan, planned.quota, changes, through_rancher=through)
 
 
 def raise_down(quota: Object, plan: QuotaPlan) -> bool:
@@ -522,6 +311,26 @@ def requeue(
     if waits:
         raise RetryAfter(*min(waits))
     return namespace
+
+
+def _project_room(
+    management: Management, namespaces: Controller, planner: NamespacePlanner, inputs: PlanInputs
+) -> ProjectRoom:
+    """Rancher projects' room (rancherprojects.py), its judge counting the siblings' rooms
+    `planner` plans (projectdemands.ProjectSiblingsView) over the namespaces of each project
+    (the namespace cache's project index, added here), our writes the cache does not show yet
+    applied."""
+    cache = inputs.namespaces.store
+    if not cache.has_index(PROJECT_INDEX):
+        cache.add_indexers({PROJECT_INDEX: project_index})
+    members = partial(inputs.namespaces.by_index, PROJECT_INDEX)
+    reader = ProjectReader(management.client, management.clock)
+    demands = ProjectDemands(namespaces.enqueue_key)
+    room = ProjectRoom(reader, management.recorder, members, demands)
+    room.siblings_waiting = ProjectSiblingsView(
+        planner, members, demands.ladders, inputs.migration_views.namespace
+    )
+    return room
 
 
 def register(management: Management) -> QuotaReconciler:

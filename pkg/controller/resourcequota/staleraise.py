@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from ...config.management import Management
 from ...config.metrics import QuotaMetrics
 from ...generic.clock import Clock
 from ...generic.events import WARNING, EventRecorder
@@ -47,6 +48,7 @@ from ...util.resourcequota.base import (
 from ...util.resourcequota.plan import QuotaPlan, patch_for
 from ...util.resourcequota.rancherpath import annotation_patch
 from ...util.resourcequota.standing import raise_records
+from .planner import NamespacePlanner
 from .roomlabel import is_labelled
 
 log = logging.getLogger(__name__)
@@ -64,8 +66,8 @@ cost a few milliseconds; a plan, for a namespace that shows a raise, costs 0.2-1
 
 
 class Planner(Protocol):
-    """What the sweep needs of the reconcile: the cached candidates and what a plan of each
-    would leave to give back."""
+    """What the sweep reads: the cached candidates and what a plan of each would leave to give
+    back (StaleRaiseView, from the reconcile's NamespacePlanner)."""
 
     def candidates(self) -> Iterable[tuple[str, Object, Object]]:
         """(namespace key, namespace, managed quota) for every cached namespace with one, as the
@@ -122,6 +124,36 @@ def left_to_give_back(
     if label_due:
         return "the room-held label stands for a room no longer held"
     return None
+
+
+class StaleRaiseView:
+    """The sweep's `Planner` from a NamespacePlanner: `candidates` lists the namespaces to look
+    at (CachedSource.candidates), `label_due(key, namespace, holds_room)` whether a room-held
+    label outstayed its room (RoomHeldLabel.due)."""
+
+    def __init__(
+        self,
+        planner: NamespacePlanner,
+        candidates: Callable[[], Iterable[tuple[str, Object, Object]]],
+        label_due: Callable[[str, Object, bool], bool],
+    ) -> None:
+        self.planner = planner
+        self.candidates = candidates
+        self.label_due = label_due
+
+    def left_behind(self, key: str, namespace: Object, quota: Object) -> str | None:
+        planned = self.planner.plan(namespace)
+        if planned is None:
+            return None  # not ours, or MTQ mode's once our raise is given back
+        keeps_label = planned.labelled_for_good or planned.label_writes_wait
+        due = self.label_due(key, planned.namespace, planned.plan.holds_room)
+        return left_to_give_back(
+            planned.quota,
+            planned.namespace,
+            planned.plan,
+            through_rancher=self.planner.through(planned.namespace, planned.plan),
+            label_due=due and not keeps_label,
+        )
 
 
 @dataclass
@@ -237,3 +269,26 @@ class StaleRaiseSweep:
         log.warning("namespace %s: %s", key, message, extra=fields(namespace=key))
         self.metrics.stale_raises.inc()
         self.recorder.event(quota, WARNING, REASON, message)
+
+
+def stale_raise_sweep(
+    management: Management,
+    planner: Planner,
+    enqueue: Callable[[str], None],
+    metrics: QuotaMetrics,
+) -> StaleRaiseSweep:
+    """The sweep of `management`'s options (`stale_raise_sweep` seconds, both its interval and
+    how long a raise stands before it is stale), ready once its informers synced; started with
+    the controllers (ControllerApp.start), stopped with `management`."""
+    sweep = StaleRaiseSweep(
+        planner,
+        enqueue,
+        clock=management.clock,
+        metrics=metrics,
+        recorder=management.recorder,
+        interval=management.options.stale_raise_sweep,
+        stale_after=management.options.stale_raise_sweep,
+        ready=management.informers.synced,
+    )
+    management.on_stop(sweep.stop)
+    return sweep
