@@ -51,9 +51,11 @@ integration: $(STAMP) cluster-bin
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
 # Everything CI checks: style, types, then the whole suite (unit, integration on the local
-# cluster, scenarios) in one pytest run so that its closing line counts every test.
-test: $(STAMP) cluster-bin lint typecheck
-	$(BIN)/pytest tests --durations=40 $(PYTEST_ARGS)
+# cluster, the real node, scenarios) in one pytest run so that its closing line counts every test.
+# The real node's tests (tests/realnode) need root: node-bin builds what they need as root and
+# says why not otherwise, and then pytest lists them as skipped with that reason.
+test: $(STAMP) cluster-bin node-bin lint typecheck
+	HARVESTER_QUOTA_REAL_NODE=1 $(BIN)/pytest tests --durations=40 $(PYTEST_ARGS)
 
 bench: $(STAMP) cluster-bin
 	$(BIN)/python -m bench
@@ -66,12 +68,13 @@ scale: $(STAMP) cluster-bin
 # The real node beside the kwok nodes (docs/quickstart.md, "Try it on the local cluster first"):
 # as root, installs the Debian packages containerd, runc, containernetworking-plugins, iptables,
 # conntrack, podman and debootstrap, builds kubelet and kube-proxy like the control plane, and
-# builds the product image from deploy/Containerfile. Not part of cluster-bin: only
-# test-realnode and `cluster up --real-node` need it.
+# builds the product image from deploy/Containerfile (each cached: once per machine, the image
+# again when the product's sources change). Not root: builds nothing and says why. Not part of
+# cluster-bin: only `make test`, test-realnode and `cluster up --real-node` need it.
 node-bin: $(STAMP) cluster-bin
 	$(BENCH) cluster build-node
 
-# The image and the chart run for real (tests/realnode): root only, outside `make test`.
+# The image and the chart run for real (tests/realnode, which `make test` runs too) alone.
 test-realnode: $(STAMP) node-bin
 	HARVESTER_QUOTA_REAL_NODE=1 $(BIN)/pytest tests/realnode -v $(PYTEST_ARGS)
 

@@ -45,7 +45,6 @@ PARTS: Sequence[tuple[str, Callable[[Stack], bool]]] = (
     ("room plan (plan_quota)", lambda f: any(frame.startswith("plan_quota ") for frame in f)),
     ("rest of the namespace reconcile", _through("QuotaReconciler.reconcile")),
     ("Harvester compatibility (VMI annotations, VM touch)", _through("VmiAnnotator", "Vmim")),
-    ("target-pod retry", _through("targetretry")),
     ("MTQ handlers", _through("/mtq/")),
     ("other handlers", _through("SharedHandler.on_change")),
     ("watch streams: decode, store, notify", _through("Reflector._consume")),

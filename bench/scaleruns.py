@@ -47,6 +47,7 @@ from harvester_quota.testbench.scale.stats import (
     ARM_OURS,
     WRITE_COLUMNS,
 )
+from harvester_quota.testbench.scale.timeline import HOPS
 
 ONE_SECOND: Final = 1.0
 """Issue 40: no migration waits more than a second longer than its no-quota twin because of a
@@ -325,6 +326,41 @@ def table(runs: Sequence[Run], columns: Sequence[tuple[str, str, int]]) -> str:
     return "\n".join(rows)
 
 
+def hop_p50_s(step: Mapping[str, Any] | None, hop: str) -> float | None:
+    """The step's p50 of one hop of a migration's timeline (timeline.HOPS), seconds; None if the
+    step lacks it (a report without timelines, or a hop the arm has not)."""
+    value = None if step is None else step.get("timeline_ms", {}).get(hop, {}).get("p50")
+    return None if value is None else value / 1000
+
+
+def hops_table(runs: Sequence[Run]) -> str:
+    """Per step and hop of a migration's timeline, the p50 in our arm and in the no-quota arm
+    (the median over runs [each run's value], ms) and their difference's median: where the
+    quota arm waits beyond no quota. Empty if no run has timelines."""
+    given = [r for r in runs if r.quota_arm == ARM_OURS]
+    rows = [
+        f"| step | hop | {ARM_OURS} p50 ms | {ARM_NONE} p50 ms | {ARM_OURS} - {ARM_NONE} ms |",
+        "|---|---|---|---|---|",
+    ]
+    for name in step_names(given):
+        for hop, _, _ in HOPS:
+            ours_s = [hop_p50_s(run.step(ARM_OURS, name), hop) for run in given]
+            none_s = [hop_p50_s(run.step(ARM_NONE, name), hop) for run in given]
+            if not any(v is not None for v in (*ours_s, *none_s)):
+                continue
+            excess = [
+                None if o is None or n is None else o - n
+                for o, n in zip(ours_s, none_s, strict=True)
+            ]
+            cells = [cell([_ms(v) for v in values], 0) for values in (ours_s, none_s, excess)]
+            rows.append(f"| {name} | {hop} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) if len(rows) > 2 else ""
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else 1000 * seconds
+
+
 def runs_table(runs: Sequence[Run]) -> str:
     """The runs in order: strategy, commit, and what the runner logged of each."""
     rows = [
@@ -596,6 +632,7 @@ def render(runs: Sequence[Run]) -> str:
             "",
             table(runs, COST),
             "",
+            *_hops_section(runs),
             "Per migration over every step, totals of the arm's runs (the closing note's figures):",
             "",
             totals_table(runs),
@@ -606,6 +643,18 @@ def render(runs: Sequence[Run]) -> str:
             "",
         ]
     )
+
+
+def _hops_section(runs: Sequence[Run]) -> list[str]:
+    rendered = hops_table(runs)
+    if not rendered:
+        return []
+    return [
+        "A migration's timeline per step and hop (scale/timeline.py), our arm against no quota:",
+        "",
+        rendered,
+        "",
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

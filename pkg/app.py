@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
 from .config.management import Management, Options
-from .controller.migration import targetretry
 from .controller.migration import vmi_controller as vmi
 from .controller.migration import vmim_controller as vmim
 from .controller.migration.common import VmiAnnotator
@@ -62,8 +61,6 @@ class ControllerApp:
     vmi_controller: vmi.VmiController | None = field(init=False, default=None)
     mtq: mtq.MtqReconciler | None = field(init=False, default=None)
     """Managed-Tenant-Quota mode (namespaces with a VMMRQ), unless --no-mtq."""
-    target_retry: targetretry.TargetPodRetry = field(init=False)
-    """Requeues a migration whose target pod create failed for a reason other than quota."""
     leftover_locks: leftover_lock.LeftoverLockReporter = field(init=False)
     """Reports KubeVirt MTQ's namespace locks left behind (with or without MTQ mode)."""
     request_metrics: ApiRequestMetrics = field(init=False)
@@ -98,7 +95,6 @@ class ControllerApp:
             )
             self.reconciler.defer_to = self.mtq.has_budget
         self.leftover_locks = leftover_lock.register(self.management)
-        self.target_retry = targetretry.register(self.management, self.reconciler.metrics)
         if self.options.harvester_compat:
             annotator = None
             if self.options.harvester_annotations:

@@ -64,17 +64,12 @@ def _options(args: argparse.Namespace) -> Options:
         workers=args.workers,
         identity=args.identity or Options().identity,
         lease_name=args.lease_name,
-        leader_elect=not args.no_leader_elect,
         warm_standby=not args.cold_standby,
         health_port=args.health_port,
         cpu_accounting=args.cpu_accounting,
-        harvester_compat=not args.no_harvester_compat,
         harvester_annotations=args.harvester_annotations,
         mtq=not args.no_mtq,
         mtq_lock_seconds=args.mtq_lock_seconds,
-        room_held_linger=args.room_held_linger,
-        release_gather=args.release_gather,
-        stale_raise_sweep=args.stale_raise_sweep,
         rancher_direct_fail_closed=not args.rancher_direct_fail_open,
         paused=args.paused,
         adopt_harvester_quotas=args.adopt_harvester_quotas,
@@ -387,7 +382,6 @@ def _add_run_command(commands: Any) -> None:
     run.add_argument("--workers", type=int, default=5, help="workers per controller")
     run.add_argument("--identity", help="leader-election identity (default: host name)")
     run.add_argument("--lease-name", default="harvester-quota", help="name of the leader Lease")
-    run.add_argument("--no-leader-elect", action="store_true", help="run without a Lease")
     run.add_argument(
         "--cold-standby",
         action="store_true",
@@ -400,11 +394,6 @@ def _add_run_command(commands: Any) -> None:
         action="store_true",
         help="export the CPU of each watch stream and handler run (two CPU-clock reads per "
         "coroutine step: 8-10%% of the controller's CPU, measured)",
-    )
-    run.add_argument(
-        "--no-harvester-compat",
-        action="store_true",
-        help="skip the cleanup of an aborted migration's target pod (and the annotations)",
     )
     run.add_argument(
         "--harvester-annotations",
@@ -423,29 +412,6 @@ def _add_run_command(commands: Any) -> None:
         type=_positive_seconds,
         default=30.0,
         help="the longest an MTQ namespace lock and its raise last (default 30)",
-    )
-    run.add_argument(
-        "--room-held-linger",
-        type=_non_negative_seconds,
-        default=0.0,
-        help="seconds the room-held label stays after a namespace's room was given back, so a "
-        "drain's next wave skips labelling (default 0: it goes with the room; bench/SCALE.md "
-        "found no gain a migration feels)",
-    )
-    run.add_argument(
-        "--release-gather",
-        type=_non_negative_seconds,
-        default=3.0,
-        help="the longest seconds a release waits while the namespace's next migration target "
-        "pod is being created, so that it does not make that pod's quota admission conflict "
-        "(default 3; 0: never)",
-    )
-    run.add_argument(
-        "--stale-raise-sweep",
-        type=_positive_seconds,
-        default=30.0,
-        help="seconds between looks for a raise standing with no migration holding room; one "
-        "standing a whole interval is reported and planned again (default 30; docs/design.md)",
     )
     run.add_argument(
         "--rancher-direct-fail-open",

@@ -30,7 +30,11 @@ COMPONENT = "harvester-quota"
 
 @dataclass
 class Options:
-    """Everything `harvester-quota run` can be told (each has a CLI flag of the same name)."""
+    """The controller process's settings, each with its default: the one settings object of
+    `harvester-quota run`, whose flags (main.py) fill it. Every field has a flag of the same
+    name but `leader_elect`, `harvester_compat`, `room_held_linger`, `release_gather` and
+    `stale_raise_sweep`: fixed at their defaults for users, set in-process by tests and the
+    test bench."""
 
     namespace: str = "harvester-system"
     """Where the leader-election Lease lives."""

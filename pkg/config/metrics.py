@@ -25,9 +25,6 @@ RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 WRITE_OUTCOMES = ("written", "conflict", "error")
 """The `outcome` values of harvester_quota_quota_writes_total, each exported from the start (at
 0): an alert's increase() sees the first error, which it cannot on a series born with it."""
-RETRY_OUTCOMES = ("retried", "exhausted", "refused")
-"""The `outcome` values of harvester_quota_target_pod_retries_total: a migration requeued, a
-failure met with its retries spent, a requeue the API server refused (no RBAC for it)."""
 WRITE_KINDS = ("spec", "status", "label", "rancher", "vmi", "vm")
 """The `kind` values of harvester_quota_api_writes_total, each exported from the start (at 0): a
 quota's spec.hard and annotations (both modes), a copy into its status.hard, the namespace's
@@ -133,15 +130,6 @@ class QuotaMetrics:
             "Releases held back while the namespace's next migration target pod was being "
             "created (controller/resourcequota/gather.py), one per hold.",
         )
-        self.target_pod_retries = declare.counter(
-            "target_pod_retries",
-            "Migrations requeued in virt-controller at once after a target pod create failed for "
-            "a reason other than quota (controller/migration/targetretry.py), by outcome "
-            "(retried, exhausted, refused).",
-            ["outcome"],
-        )
-        for outcome in RETRY_OUTCOMES:
-            self.target_pod_retries.labels(outcome)
         self._room_keys: dict[str, set[str]] = {}
         self._above_keys: dict[str, set[str]] = {}
 

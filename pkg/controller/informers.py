@@ -29,7 +29,7 @@ from ..util.vmispec import strip_vmi_unread_unknown
 
 TARGET_INDEX: Final = "mtq-migration-target"
 """The pod store's index of migration target pods by their migration's uid (MTQ mode's blocked
-migrations and the target-pod retry both ask whether a migration's target pod exists)."""
+migrations ask whether a migration's target pod exists)."""
 
 
 def target_index(pod: Object) -> list[str]:

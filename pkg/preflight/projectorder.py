@@ -34,7 +34,6 @@ project's room (given, never taken back) moves once that migration has ended: it
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +53,7 @@ from ..util.resourcequota.projectqueue import (
     MemberTotals,
     Step,
     given,
-    kept,
+    kept_raise,
     ladder,
     last_waiting,
     project_steps,
@@ -256,13 +255,7 @@ def _judge(
     `EventualFit` reads, as in the controller (rancherprojects.py `_behind_siblings`)."""
     steps = ladder(ns, plan)
     flags = given(ns, steps)
-    own_given = [
-        dataclasses.replace(step, given=True)
-        for step, done in zip(steps, flags, strict=True)
-        if done
-    ]
-    count = kept(flags)
-    keeps = steps[count - 1].annotation if count else rancher_base_text(ns)
+    keeps, own_given = kept_raise(ns, steps, flags)
     totals = MemberTotals(project, namespaces, name(ns), keeps)
     out: dict[str, ProjectWait] = {}
     for index, step in enumerate(steps):

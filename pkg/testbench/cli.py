@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -215,9 +214,10 @@ def cmd_cluster_build_node(args: argparse.Namespace) -> int:
     (built from deploy/Containerfile)."""
     from .localcluster import image, realnode  # noqa: PLC0415 - see module docstring
 
-    if os.geteuid() != 0:
+    reason = realnode.cannot_build()
+    if reason is not None:
         # Nothing to build for a machine that cannot run it: the tests skip, saying why.
-        print(f"no real node here: {realnode.missing_requirements()}", file=sys.stderr)
+        print(f"no real node here: {reason}", file=sys.stderr)
         return 0
     realnode.install_packages(print)
     print(f"kubelet and kube-proxy: {binaries.build_node(force=args.force)}")

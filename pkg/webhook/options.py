@@ -18,7 +18,11 @@ from .tls import ClientAuth
 
 @dataclass(frozen=True)
 class WebhookOptions:
-    """The webhook process's settings (each has a CLI flag of the same name)."""
+    """The webhook process's settings, each with its default: the one settings object of
+    `harvester-quota webhook`, which main.py fills from the flags: `identities` from
+    --controller-user and --target-creator, `client_auth` from --client-ca-file and
+    --client-name, `metrics_address` from --metrics-host and --metrics-port, `self_signed` from
+    --self-signed-secret and its companions, every other field from the flag of its name."""
 
     cert_file: Path
     """The serving certificate (PEM), reloaded when it changes; written by the CertificateKeeper

@@ -135,10 +135,10 @@ def test_the_webhook_only_reads_outside_its_reservation_leases() -> None:
     assert not any("harvester-quota-webhook" in expression for expression in conditions)
 
 
-def test_the_controller_only_annotates_migrations_and_reads_events_cluster_wide() -> None:
-    """The target-pod retry's RBAC (controller/migration/targetretry.py): patch is the one write
-    on migrations (an annotation; never their status, never delete), and Events are listed and
-    watched (virt-controller's FailedCreate) besides the create and patch of our own."""
+def test_the_controller_never_writes_migrations_nor_reads_events() -> None:
+    """The controller's RBAC: migrations are only read (a stolen token cannot set an owner
+    reference, a finalizer or anything else on one, nor delete it), and Events are only its
+    own, created and patched, never listed or watched."""
     documents = [d for d in yaml.safe_load_all(render({}, namespace="quota-system")) if d]
     (role,) = [
         d
@@ -149,9 +149,9 @@ def test_the_controller_only_annotates_migrations_and_reads_events_cluster_wide(
     for rule in role["rules"]:
         for resource in rule["resources"]:
             verbs.setdefault(resource, set()).update(rule["verbs"])
-    assert verbs["virtualmachineinstancemigrations"] == {"get", "list", "watch", "patch"}
+    assert verbs["virtualmachineinstancemigrations"] == {"get", "list", "watch"}
     assert "virtualmachineinstancemigrations/status" not in verbs
-    assert verbs["events"] == {"create", "patch", "list", "watch"}
+    assert verbs["events"] == {"create", "patch"}
 
 
 def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_them() -> None:
@@ -195,7 +195,6 @@ def test_only_kubevirts_migration_targets_skip_the_pod_rules_and_resizes_meet_th
         "harvester-quota-kubevirt-migration-priority": ["Deny"],
         "harvester-quota-webhook-leases": ["Deny"],
         "harvester-quota-paused-label": ["Deny"],
-        "harvester-quota-controller-migrations": ["Deny"],
     }
     status_writers = policies["harvester-quota-kubevirt-status"]["spec"]["matchConditions"][0]
     for account in ("kubevirt-controller", "kubevirt-handler", "kubevirt-apiserver"):
@@ -242,10 +241,10 @@ async def test_the_chart_with_other_values_passes_a_server_side_dry_run(api: Api
         answer = await deployment.apply(api, document, dry_run=True)
         assert answer["metadata"]["name"] == document["metadata"]["name"]
         checked += 1
-    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, five admission
+    # 12, the reservation Role and RoleBinding, MTQ's CRD, two NetworkPolicies, four admission
     # policies with their bindings, the paused-label policy and its binding, the pre-delete
     # hook's Role, RoleBinding and Job
-    assert checked == 32
+    assert checked == 30
 
 
 def test_the_webhook_replicas_prefer_different_nodes_and_no_budget_can_block_a_drain() -> None:
@@ -965,67 +964,3 @@ async def test_the_documented_crd_upgrade_serves_the_new_schema_over_an_older_in
 
 async def _pruned(api: ApiClient, namespace: str) -> bool:
     return not await status_field_kept(api, namespace, "budget")
-
-
-async def controller_patch_refused(
-    client: ApiClient, namespace: str, name: str, patch: dict[str, Any]
-) -> bool:
-    try:
-        await client.patch(
-            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, name, patch, namespace, dry_run=True
-        )
-    except errors.Forbidden as error:
-        return "may change only the annotation harvester-quota.io/target-pod-retries" in (
-            error.message
-        )
-    return False
-
-
-async def test_a_stolen_controller_token_may_only_count_retries_on_a_migration(
-    api: ApiClient,
-    cluster: ClusterInfo,
-    namespace: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The controller-migrations policy, live (second review, m5): the controller's account
-    (bound here to cluster-admin, so only the policy stops it) may set its retry annotation on a
-    migration and nothing else: not an owner reference (garbage collection would delete the
-    migration), a finalizer, a label, another annotation, the spec, nor delete it."""
-    controller = await account_client(api, cluster, "harvester-system", "harvester-quota")
-    try:
-        await deployment.apply_rbac(api)  # KubeVirt's account too, which the chart looks up
-        rendered_for(monkeypatch, cluster)
-        await deployment.apply_rbac(api)  # as rendered
-        async with deployment.running_webhook(
-            api, cluster, namespace, tmp_path, kubevirt_user=deployment.KUBEVIRT_USER
-        ):
-            await api.create(
-                VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, prioritized_migration("m", None), namespace
-            )
-            owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u"}
-            forbidden = [
-                {"metadata": {"ownerReferences": [owner]}},
-                {"metadata": {"finalizers": ["example.com/hold"]}},
-                {"metadata": {"labels": {"kubevirt.io/vmi-name": "other"}}},
-                {"metadata": {"annotations": {"other.example.com/x": "1"}}},
-                {"spec": {"vmiName": "other"}},
-            ]
-            await eventually(
-                lambda: controller_patch_refused(controller, namespace, "m", forbidden[0]),
-                what="the controller-migrations policy in force",
-            )
-            for patch in forbidden[1:]:
-                assert await controller_patch_refused(controller, namespace, "m", patch), patch
-            allowed = {"metadata": {"annotations": {"harvester-quota.io/target-pod-retries": "1"}}}
-            await controller.patch(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "m", allowed, namespace)
-            with pytest.raises(errors.Forbidden, match="target-pod-retries"):
-                await controller.delete(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, "m", namespace)
-    finally:
-        await controller.close()
-        # The controller's own account keeps no cluster-admin for the session's later tests
-        # (run J: test_deployed_processes' least-privilege check found it could delete a
-        # namespace).
-        await api.delete(
-            deploy_module.KINDS["ClusterRoleBinding"], "test-chart-harvester-system-harvester-quota"
-        )

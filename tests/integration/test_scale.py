@@ -47,6 +47,10 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
         assert step.run_namespace_writes, "the audit log counts them in the run's namespaces"
         assert step.pod_create_409 is not None, "the API server's /metrics was read"
         assert step.pod_create_409 >= step.conflict_events, step.to_json()
+        # Each migration's timeline from the audit log: its raise and its target pod found.
+        assert step.timeline_counts["migrations"] == step.migrations, step.to_json()
+        for hop in ("created → raised", "raised → status.hard", "created → admitted"):
+            assert len(step.timeline[hop]) == step.migrations, (hop, step.to_json())
     # The same steps in the twin namespaces, which hold no quota: every migration succeeded and
     # the controller wrote no quota for them.
     assert [s.name for s in report.baseline_steps] == [s.name for s in plan.steps()]
@@ -57,6 +61,8 @@ async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quot
         # Nothing migrates in the quota namespaces meanwhile: no write of ours there (counted
         # by namespace: another module's namespace on the session's cluster does not count).
         assert step.run_namespace_writes == 0, step.to_json()
+        assert len(step.timeline["created → admitted"]) == step.migrations, step.to_json()
+        assert "created → raised" not in step.timeline, "no quota, no raise"
     # Each migration pairs with its no-quota twin (bench/scaleruns.py's extra wait): the same
     # keys in both arms, one a migration, each with its Succeeded time.
     for step, twin in zip(report.steps, report.baseline_steps, strict=True):

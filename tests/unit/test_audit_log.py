@@ -109,6 +109,18 @@ def test_a_record_holds_who_did_what_and_the_answer(log_path: Path) -> None:
     )
 
 
+def test_a_record_at_request_level_holds_the_requests_body(log_path: Path) -> None:
+    line = orjson.loads(event(code=200, message=None))
+    body = {"metadata": {"annotations": {"harvesterhci.io/migrating-vm0": "{}"}}}
+    append(log_path, orjson.dumps({**line, "level": "Request", "requestObject": body}) + b"\n")
+    append(log_path, event(code=200, message=None))
+
+    with_body, without = AuditLog(log_path).since(AuditMark(None, 0))
+
+    assert with_body.request_object == body
+    assert without.request_object is None
+
+
 def test_a_torn_last_line_is_left_until_it_is_complete(log_path: Path) -> None:
     torn = event(code=200, message=None)
     append(log_path, ADMIN_UPDATE, torn[:50])
@@ -214,10 +226,21 @@ def test_the_policy_audits_finished_writes_of_quotas_pods_and_kubevirt_only(
     policy = yaml.safe_load(path.read_text())
     assert (policy["apiVersion"], policy["kind"]) == ("audit.k8s.io/v1", "Policy")
     assert set(policy["omitStages"]) == {"RequestReceived", "ResponseStarted", "Panic"}
-    leases, writes, rest = policy["rules"]
+    leases, pod_creates, quota_writes, writes, rest = policy["rules"]
     assert leases == {
         "level": "None",
         "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+    }
+    # With their bodies: pod creates and quota spec writes only, never a pod's status.
+    assert pod_creates == {
+        "level": "Request",
+        "verbs": ["create"],
+        "resources": [{"group": "", "resources": ["pods"]}],
+    }
+    assert quota_writes == {
+        "level": "Request",
+        "verbs": ["update", "patch"],
+        "resources": [{"group": "", "resources": ["resourcequotas"]}],
     }
     assert writes["level"] == "Metadata"
     assert writes["verbs"] == ["create", "update", "patch", "delete"]

@@ -306,6 +306,28 @@ def test_the_tables_give_each_arm_its_own_runs_median_and_every_run_s_value(
     assert "| 3.00 [3.00] |" in rows[(f"| {DRAIN}", ARM_HARVESTER, "1")], "ratio of its run"
 
 
+def test_the_hops_table_gives_each_hop_s_p50_in_both_arms_and_their_difference(
+    tmp_path: Path,
+) -> None:
+    def timed(ms: float) -> list[dict[str, Any]]:
+        steps = arm()
+        steps[1]["timeline_ms"] = {"accepted try → admitted": {"p50": ms, "p99": ms, "max": ms}}
+        return steps
+
+    chosen = runs(
+        write_run(tmp_path, "1-ours", quota=timed(300), none=timed(20)),
+        write_run(tmp_path, "2-ours", quota=timed(100), none=timed(40)),
+        write_run(tmp_path, "3-harvester", strategy="harvester", quota=timed(900)),
+    )
+
+    rows = scaleruns.hops_table(chosen).splitlines()[2:]
+
+    assert rows == [
+        f"| {DRAIN} | accepted try → admitted | 200 [300, 100] | 30 [20, 40] | 170 [280, 60] |"
+    ]
+    assert scaleruns.hops_table(runs(write_run(tmp_path, "4-ours"))) == ""
+
+
 def test_the_totals_give_conflicts_and_writes_per_migration_over_every_step(
     tmp_path: Path,
 ) -> None:

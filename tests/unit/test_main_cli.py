@@ -82,14 +82,6 @@ def test_a_lock_of_no_time_is_refused(value: str) -> None:
         build_parser().parse_args(["run", "--mtq-lock-seconds", value])
 
 
-def test_the_room_held_label_goes_with_the_room_unless_told_to_linger() -> None:
-    from harvester_quota.main import _options
-
-    assert _options(build_parser().parse_args(["run"])).room_held_linger == 0.0
-    told = build_parser().parse_args(["run", "--room-held-linger", "30"])
-    assert _options(told).room_held_linger == 30.0
-
-
 def test_a_standby_is_warm_unless_told_to_stay_cold() -> None:
     from harvester_quota.main import _options
 
@@ -103,12 +95,6 @@ def test_rancher_direct_namespaces_fail_closed_unless_told_to_fail_open() -> Non
     assert _options(build_parser().parse_args(["run"])).rancher_direct_fail_closed
     told = build_parser().parse_args(["run", "--rancher-direct-fail-open"])
     assert not _options(told).rancher_direct_fail_closed
-
-
-@pytest.mark.parametrize("value", ["-1", "inf", "soon"])
-def test_a_linger_below_zero_or_without_end_is_refused(value: str) -> None:
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["run", "--room-held-linger", value])
 
 
 def test_the_shipped_manifest_starts_each_process_with_flags_it_has() -> None:

@@ -5,9 +5,15 @@ from __future__ import annotations
 import random
 
 from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
-from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
-from harvester_quota.generic.resource import Object
+from harvester_quota.generic.config import ClientConfig
+from harvester_quota.generic.informer import (
+    ResourceEventHandler,
+    SharedInformer,
+    SharedInformerFactory,
+)
+from harvester_quota.generic.resource import EVENTS, Object
 from harvester_quota.generic.store import Tombstone
 
 from tests.unit.fakes import ScriptedListerWatcher, pod
@@ -98,3 +104,14 @@ async def test_a_failed_look_keeps_what_was_known_and_asks_again_next_period() -
     await clock.advance(PERIOD / 2)
     assert informer.has_synced()
     await informer.stop()
+
+
+async def test_an_informer_with_its_own_presence_is_optional_and_never_reported_unserved() -> None:
+    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    factory = SharedInformerFactory(client)
+    informer = factory.informer(
+        EVENTS, field_selector="reason=FailedCreate", presence=Answers(False)
+    )
+    assert informer.optional
+    assert await factory.unserved_required() == []
+    await client.close()

@@ -37,7 +37,7 @@ from harvester_quota.util.rancher.project import (
     namespace_fit,
     validated_condition,
 )
-from harvester_quota.util.rancher.projectroom import (
+from harvester_quota.util.rancher.verdicts import (
     NO_ROOM,
     raise_verdict,
     refusal_verdict,

@@ -26,7 +26,7 @@ def standby(leading: bool, healthy: bool) -> LeaderElector:
 @pytest.mark.parametrize(
     ("synced", "elector", "ready"),
     [
-        (False, None, False),  # --no-leader-elect: caches not synced yet
+        (False, None, False),  # no leader election: caches not synced yet
         (True, None, True),
         (False, standby(leading=True, healthy=True), False),  # leading, caches not synced
         (True, standby(leading=True, healthy=True), True),

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from harvester_quota.testbench import cli
 from harvester_quota.testbench.localcluster import binaries, cluster, image, realnode
 from harvester_quota.testbench.localcluster.cluster import ClusterInfo, LocalCluster, Ports
 
@@ -81,6 +82,35 @@ def test_without_root_no_real_node_runs_and_the_reason_says_so(
     monkeypatch.setattr(realnode.os, "geteuid", lambda: 1000)
     reason = realnode.missing_requirements()
     assert reason is not None and "root" in reason
+
+
+def test_node_bin_builds_nothing_as_root_without_apt_get_and_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(realnode.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(realnode.shutil, "which", lambda _command: None)
+    reason = realnode.cannot_build()
+    assert reason is not None and "containerd" in reason and "apt-get install" in reason
+
+
+def test_node_bin_without_root_builds_nothing_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(realnode.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(binaries, "build_node", lambda *a, **k: pytest.fail("built"))
+    assert cli.main(["cluster", "build-node"]) == 0
+    assert "no real node here: a real node runs containers" in capsys.readouterr().err
+
+
+def test_node_bin_builds_as_root_with_apt_get_though_packages_are_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(realnode.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(
+        realnode.shutil, "which", lambda c: "/usr/bin/apt-get" if c == "apt-get" else None
+    )
+    assert realnode.missing_requirements() is not None
+    assert realnode.cannot_build() is None
 
 
 def test_the_image_is_rebuilt_for_the_product_s_files_only() -> None:

@@ -299,7 +299,7 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
             quota={},
             snapshot=None,
             plan=SimpleNamespace(
-                name=next(plans), holds_room=True, requeue_after=None, gathers=False
+                name=next(plans), holds_room=True, requeue_after=None, hard={}, gathers=False
             ),
             labels_room=True,
             labelled_for_good=False,
@@ -382,6 +382,11 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     instance.reports = instance.inputs = instance.rancher = nothing  # type: ignore[assignment]
     instance.stale_raises = nothing  # type: ignore[assignment]
     instance.gathering = ReleaseGathering(clock, 0.0)
+
+    async def no_migrations(_namespace: str) -> list[Any]:
+        return []
+
+    instance.live_migrations = no_migrations
     return instance
 
 
@@ -404,9 +409,9 @@ def lingering_reconciler(
         return SimpleNamespace(
             namespace=ns,
             quota=quota or {},
-            snapshot=None,
+            snapshot=SimpleNamespace(migrations=[], settled=[]),
             plan=SimpleNamespace(
-                holds_room=held, requeue_after=None, hard=hard or {}, gathers=False
+                holds_room=held, requeue_after=None, hard=hard or {}, gathers=False, skipped=False
             ),
             labels_room=held,
             labelled_for_good=False,

@@ -352,11 +352,11 @@ async def test_a_cluster_without_an_audit_log_counts_no_writes_rather_than_zero(
     run.namespaces = ["scale-000"]
     run.audit = AuditLog(tmp_path / "logs" / "audit.log")
     assert await run._audit_mark() is None
-    assert await run._run_namespace_writes(await run._audit_mark()) is None
+    assert run._run_namespace_writes(await run._audited(await run._audit_mark())) is None
     run.audit.path.parent.mkdir()
     run.audit.path.write_text("")
     mark = await run._audit_mark()
-    assert mark is not None and await run._run_namespace_writes(mark) == 0
+    assert mark is not None and run._run_namespace_writes(await run._audited(mark)) == 0
 
 
 def test_a_migration_and_its_twins_share_one_key_and_no_two_migrations_of_a_step_do() -> None:

@@ -4,7 +4,7 @@ A namespace of a Rancher project names it in ``field.cattle.io/projectId`` (``<c
 the project is a management.cattle.io/v3 Project named ``<project>`` in namespace ``<cluster>``,
 present where Rancher runs in the cluster itself (Harvester's embedded Rancher), absent on a
 cluster imported into another Rancher. It is read only before a raise through the annotation and
-while Rancher marks the namespace as not fitting (projectroom.py): a GET, kept `TTL` seconds. A
+while Rancher marks the namespace as not fitting (verdicts.py): a GET, kept `TTL` seconds. A
 project that is not there (no such kind, no such project) is None for the same time; a refusal
 (no RBAC for it) closes the reads for a backoff (permission.py), logged once.
 
@@ -18,7 +18,6 @@ no longer fits, it waits for them, and the Warning names the first of each
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Final
@@ -38,14 +37,14 @@ from ...util.rancher.project import (
     ProjectQuota,
     project_reference,
 )
-from ...util.rancher.projectroom import NoRoom, fit_verdict, queued_verdict, refusal_verdict
-from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, rancher_base_text
+from ...util.rancher.verdicts import NoRoom, fit_verdict, queued_verdict, refusal_verdict
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.projectqueue import (
     MemberTotals,
     OrderKey,
     Step,
-    kept,
+    kept_raise,
     waits_behind,
 )
 from ...util.resourcequota.rancherpath import unjudged_record
@@ -359,17 +358,9 @@ class Judgment:
         cls, room: ProjectRoom, namespace: Object, steps: Sequence[Step], flags: Sequence[bool]
     ) -> Judgment:
         """The judgment of a write of `namespace` whose ladder is `steps`, `flags` given: the
-        namespace counted at the raise for the rooms it keeps (projectqueue.kept)."""
-        keeps = kept(flags)
-        return cls(
-            room,
-            namespace,
-            steps[keeps - 1].annotation if keeps else rancher_base_text(namespace),
-            [
-                dataclasses.replace(step, given=done)
-                for step, done in zip(steps, flags, strict=True)
-            ],
-        )
+        namespace counted at the raise for the rooms it keeps (projectqueue.kept_raise)."""
+        keeps, own = kept_raise(namespace, steps, flags)
+        return cls(room, namespace, keeps, own)
 
     def totals(self, project: ProjectQuota) -> MemberTotals:
         """The members summed (once per project read)."""

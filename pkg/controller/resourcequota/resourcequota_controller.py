@@ -41,6 +41,9 @@ from .projectdemands import ProjectDemands, ProjectSiblingsView
 from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .refusals import StandingRefusals
+from .releaseconfirm import RETRY_AFTER as RELEASE_RETRY_AFTER
+from .releaseconfirm import RETRY_REASON as RELEASE_RETRY
+from .releaseconfirm import live_migrations, lowers, release_waits
 from .reports import NamespaceReports
 from .roomlabel import RoomHeldLabel
 from .specwrites import SpecWrites
@@ -91,6 +94,9 @@ class QuotaReconciler:
             self.inputs.namespaces,
         )
         """The room-held label and its linger (roomlabel.py)."""
+        self.live_migrations = live_migrations(management.client)
+        """The namespace's migrations from the API server, read before a release
+        (releaseconfirm.py)."""
         source = CachedSource(self.inputs)
         self.planner = NamespacePlanner(
             source, fail_closed=management.options.rancher_direct_fail_closed
@@ -186,6 +192,7 @@ class QuotaReconciler:
         held = self.gathering.hold(key, gathers)
         recheck = None
         if held is None:
+            await self._confirm_release(key, planned)
             recheck = await self._write_plan(
                 planned.namespace, planned.quota, planned.plan, planned.snapshot
             )
@@ -203,6 +210,21 @@ class QuotaReconciler:
                 namespace = await self.room_label.set(namespace, False)
                 unlabel = self.room_label.retry_removal(namespace)
         return requeue(namespace, planned.plan, lingers, recheck, unlabel=unlabel, gather=held)
+
+    async def _confirm_release(self, key: str, planned: NamespacePlan) -> None:
+        """Raises RetryAfter, writing nothing, while a plan that lowers spec.hard was made
+        without a migration the API server already has (releaseconfirm.py). Not for a plan that
+        gives every room back whatever migrations exist (skipped, paused, handed over)."""
+        if not lowers(planned.quota, planned.plan.hard) or planned.plan.skipped:
+            return
+        if self.planner.defer_to(key):
+            return
+        snapshot = planned.snapshot
+        known = [*snapshot.migrations, *snapshot.settled]
+        waiting = await release_waits(self.live_migrations, key, known)
+        if waiting:
+            log.info("%s: release held until the cache shows migrations %s", key, waiting)
+            raise RetryAfter(RELEASE_RETRY_AFTER, RELEASE_RETRY)
 
     async def _label_first(self, key: str, planned: NamespacePlan) -> NamespacePlan | None:
         """Sets the label before the plan is written; if that took a write, plans again from

@@ -2,8 +2,9 @@
 
 `LocalCluster.up` starts kube-apiserver with `POLICY` (written by `write_policy`) and
 `apiserver_flags`: one JSON line per finished write (stage ResponseComplete, level Metadata: who,
-what, the answer's code and message, never an object's body) to ResourceQuotas, Namespaces, Pods
-and KubeVirt's VMs, VMIs and migrations, and nothing else. The log is
+what, the answer's code and message) to ResourceQuotas, Namespaces, Pods and KubeVirt's VMs, VMIs
+and migrations, and nothing else; pod creates and quota spec writes with the request's body
+(level Request, `REQUEST_LEVEL`), never a response's. The log is
 ``<state dir>/logs/audit.log`` (`ClusterInfo.audit_log`); kube-apiserver rotates it at
 `MAX_SIZE_MB` into ``audit-<time>.log``, keeping `MAX_BACKUPS`, and a restart of the cluster moves
 it with the other logs to ``logs.previous``.
@@ -67,6 +68,14 @@ AUDITED_RESOURCES: Final = {
 subresources that change quota usage (a quota's status, a pod's resize, an eviction) or the
 phases controllers act on. Not pods/status nor pods/binding: kwok's and kube-scheduler's
 bookkeeping, a few writes for every pod of the suite, which no test counts."""
+REQUEST_LEVEL: Final = (
+    {"verbs": ["create"], "resources": [{"group": "", "resources": ["pods"]}]},
+    {"verbs": ["update", "patch"], "resources": [{"group": "", "resources": ["resourcequotas"]}]},
+)
+"""The writes logged with their body (level Request): pod creates, whose labels say whose
+launcher a pod is (a generated name is not in the metadata), and writes of a quota's spec and
+annotations, which say whose room a write raised (the scale run's migration timelines,
+scale/timeline.py). A quota is small; a pod's body is a few kB."""
 POLICY: Final[dict[str, Any]] = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -74,6 +83,7 @@ POLICY: Final[dict[str, Any]] = {
     "rules": [
         # Every component's heartbeat: the most frequent write there is, and never of interest.
         {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        *({"level": "Request", **rule} for rule in REQUEST_LEVEL),
         {
             "level": "Metadata",
             "verbs": list(WRITE_VERBS),
@@ -137,6 +147,9 @@ class AuditRecord:
     """When the API server received the request (requestReceivedTimestamp, aware, UTC)."""
     completed: datetime
     """When it finished answering (stageTimestamp, aware, UTC)."""
+    request_object: Any = None
+    """The request's body as sent (requestObject), for the writes `POLICY` logs at Request level
+    (`REQUEST_LEVEL`); None for the others."""
 
     @property
     def accepted(self) -> bool:
@@ -202,6 +215,7 @@ def _record(event: dict[str, Any]) -> AuditRecord:
         user_agent=event.get("userAgent"),
         received=datetime.fromisoformat(event["requestReceivedTimestamp"]),
         completed=datetime.fromisoformat(event["stageTimestamp"]),
+        request_object=event.get("requestObject"),
     )
 
 

@@ -23,7 +23,6 @@ neither it nor virt-controller.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ClusterError
+from .process import exclusive
 
 K8S_VERSION = "v1.36.5"
 ETCD_VERSION = "v3.6.16"
@@ -396,18 +396,6 @@ def build_env() -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    """Serialises builds on one machine, so two `make test` runs do not compile twice."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _build_component(
     go: str, component: Component, workdir: Path, outdir: Path, log_path: Path
 ) -> None:
@@ -506,7 +494,7 @@ def build(
     if not force and not missing_binaries(target):
         return target
     go = find_go()
-    with _exclusive(cache_root() / "build.lock"):
+    with exclusive(cache_root() / "build.lock"):
         if not force and not missing_binaries(target):
             return target
         with _building_into(target, cache_key(), go) as building:
@@ -531,7 +519,7 @@ def build_kubevirt(
             return resolve_kubevirt(version)
     target = KubeVirtBuild(version, kubevirt_dirs(version)[-1])
     go = find_go()
-    with _exclusive(cache_root() / "build.lock"):
+    with exclusive(cache_root() / "build.lock"):
         if not force and not target.missing():
             return target
         with _building_into(target.directory, kubevirt_cache_key(version), go) as building:
@@ -661,7 +649,7 @@ def build_harvester(
             return resolve_harvester(version)
     target = harvester_paths(version)[-1]
     go = find_go()
-    with _exclusive(cache_root() / "build.lock"):
+    with exclusive(cache_root() / "build.lock"):
         if not force and _executable(target):
             return target
         with _building_into(target.parent, harvester_cache_key(version), go) as building:
@@ -698,7 +686,7 @@ def build_helm(progress: Callable[[str], None] = _print, *, force: bool = False)
     if target.exists() and not force:
         return target
     go = find_go()
-    with _exclusive(cache_root() / "build.lock"):
+    with exclusive(cache_root() / "build.lock"):
         if target.exists() and not force:
             return target
         with _building_into(target.parent, helm_cache_key(), go) as building:
@@ -755,7 +743,7 @@ def build_node(progress: Callable[[str], None] = _print, *, force: bool = False)
     if not force and all(_executable(target / name) for name in NODE_BINARIES):
         return target
     go = find_go()
-    with _exclusive(cache_root() / "build.lock"):
+    with exclusive(cache_root() / "build.lock"):
         if not force and all(_executable(target / name) for name in NODE_BINARIES):
             return target
         with _building_into(target, node_cache_key(), go) as building:
@@ -798,7 +786,7 @@ def prometheus_operator_crds() -> list[Path]:
             f"go mod download of prometheus-operator failed: {done.stdout}{done.stderr}"
         )
     source = Path(json.loads(done.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
-    with _exclusive(cache_root() / "build.lock"):
+    with exclusive(cache_root() / "build.lock"):
         target.mkdir(parents=True, exist_ok=True)
         for path in paths:
             partial = path.with_suffix(".partial")
@@ -841,7 +829,7 @@ def build_clientgo_informer(progress: Callable[[str], None] = _print) -> Path:
     if target.exists():
         return target
     go = find_go()
-    with _exclusive(cache_root() / "build.lock"):
+    with exclusive(cache_root() / "build.lock"):
         if target.exists():
             return target
         with _building_into(target.parent, target.parent.name, go) as building:

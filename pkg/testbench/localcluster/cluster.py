@@ -20,7 +20,6 @@ import base64
 import contextlib
 import copy
 import datetime
-import fcntl
 import json
 import os
 import shutil
@@ -442,7 +441,7 @@ class LocalCluster:
                 raise ClusterError(f"no restartable component {name!r} in this cluster")
             process.stop(record)
             replacement = process.start(
-                name, record.argv, Path(record.log), env=_child_env(), cwd=self.state_dir
+                name, record.argv, Path(record.log), env=process.child_env(), cwd=self.state_dir
             )
             info.processes = [replacement if r is record else r for r in info.processes]
             if name == "kube-apiserver":
@@ -672,15 +671,8 @@ class LocalCluster:
         )
 
     def _launch(self, info: ClusterInfo, bin_dir: Path, name: str, args: list[str]) -> None:
-        binary = str(bin_dir / name)
-        record = process.start(
-            name,
-            [binary, *args],
-            self.log_dir / f"{name}.log",
-            env=_child_env(),
-            cwd=self.state_dir,
-        )
-        info.processes.append(record)
+        argv = [str(bin_dir / name), *args]
+        process.launch(info.processes, name, argv, self.log_dir, self.state_dir)
 
     def _await(
         self,
@@ -690,24 +682,15 @@ class LocalCluster:
         timeout: float,
     ) -> None:
         """Waits for ``ready()``; fails fast, with the log tail, if any started process died."""
-
-        def alive() -> None:
-            for record in info.processes:
-                if not record.running():
-                    tail = process.log_tail(record.log)
-                    if "address already in use" in tail:
-                        raise _PortConflict(record.name)
-                    raise ClusterError(
-                        f"{record.name} exited while the cluster was starting. "
-                        f"Last log lines:\n{tail}\nFull log: {record.log}"
-                    )
-
-        if not process.wait_for(ready, timeout=timeout, alive=alive):
-            log = self.log_dir / f"{name}.log"
-            raise ClusterError(
-                f"{name} was not ready after {timeout:.0f}s. "
-                f"Last log lines:\n{process.log_tail(log)}\nFull log: {log}"
-            )
+        process.await_ready(
+            ready,
+            name=name,
+            log=self.log_dir / f"{name}.log",
+            timeout=timeout,
+            records=info.processes,
+            starting="the cluster",
+            died=_port_conflict,
+        )
 
     # Component arguments -------------------------------------------------------------------------
 
@@ -939,13 +922,8 @@ class LocalCluster:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """One `up`/`down` at a time per state directory, across processes."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with (self.state_dir / "lock").open("w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with process.exclusive(self.state_dir / "lock"):
+            yield
 
     def _read_state(self) -> ClusterInfo | None:
         try:
@@ -989,15 +967,10 @@ def audit_log_path(state_dir: Path) -> Path:
     return state_dir / LOG_DIR / audit.LOG_NAME
 
 
-def _child_env() -> dict[str, str]:
-    """The components talk only to 127.0.0.1: no proxy may intercept that."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key.lower() not in ("http_proxy", "https_proxy", "all_proxy")
-    }
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    return env
+def _port_conflict(record: ProcessRecord, tail: str) -> None:
+    """A component that exited because its port was taken: the start is retried on others."""
+    if "address already in use" in tail:
+        raise _PortConflict(record.name)
 
 
 def _fake_node(name: str, pods: int) -> dict[str, Any]:

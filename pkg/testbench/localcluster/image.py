@@ -26,7 +26,6 @@ absent.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -41,6 +40,7 @@ import yaml
 
 from .binaries import cache_root
 from .errors import ClusterError
+from .process import exclusive
 
 REPO: Final = Path(__file__).resolve().parents[3]
 CONTAINERFILE: Final = REPO / "deploy" / "Containerfile"
@@ -158,18 +158,6 @@ def _print(message: str) -> None:
 
 
 @contextlib.contextmanager
-def machine_lock(path: Path) -> Iterator[None]:
-    """Holds an exclusive lock on ``path`` (created) for the body: one holder per machine."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
 def _logging(name: str) -> Iterator[Path]:
     log = cache_root() / f"build-{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -215,7 +203,7 @@ def build_image(progress: Callable[[str], None] = _print, *, force: bool = False
     if target.exists() and not force:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with machine_lock(cache_root() / "image.lock"):
+    with exclusive(cache_root() / "image.lock"):
         if target.exists() and not force:
             return target
         with _logging(target.stem) as log:

@@ -12,16 +12,19 @@ live test cluster mid-run).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from .errors import ClusterError
 
 STOP_TIMEOUT = 10.0
 POLL_INTERVAL = 0.05
@@ -117,6 +120,75 @@ def start(
         argv=tuple(argv),
         started=start_ticks(child.pid),
     )
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a started component: this one's, without a proxy for HTTP(S) (the
+    components talk to the API server, the node and each other directly; 127.0.0.1 and
+    localhost named in NO_PROXY besides)."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+    }
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+def launch(
+    records: list[ProcessRecord], name: str, argv: Sequence[str], log_dir: Path, cwd: Path
+) -> ProcessRecord:
+    """Starts ``argv`` as ``start`` does, with ``child_env``, logging to ``log_dir/<name>.log``
+    in ``cwd``, and appends its record to ``records`` (the caller's list of what to stop)."""
+    record = start(name, argv, log_dir / f"{name}.log", env=child_env(), cwd=cwd)
+    records.append(record)
+    return record
+
+
+def await_ready(
+    ready: Callable[[], bool],
+    *,
+    name: str,
+    log: Path,
+    timeout: float,
+    records: Sequence[ProcessRecord],
+    starting: str,
+    died: Callable[[ProcessRecord, str], None] | None = None,
+) -> None:
+    """Polls ``ready()`` until true; ClusterError with the last lines of ``log`` (``name``'s) if
+    it is not after ``timeout`` seconds. Fails fast if any of ``records`` exits meanwhile:
+    ``died(record, log tail)`` may raise an error of its own first, else ClusterError saying it
+    exited while ``starting`` (such as "the cluster") was starting, with its log's last lines."""
+
+    def alive() -> None:
+        for record in records:
+            if not record.running():
+                tail = log_tail(record.log)
+                if died is not None:
+                    died(record, tail)
+                raise ClusterError(
+                    f"{record.name} exited while {starting} was starting. "
+                    f"Last log lines:\n{tail}\nFull log: {record.log}"
+                )
+
+    if not wait_for(ready, timeout=timeout, alive=alive):
+        raise ClusterError(
+            f"{name} was not ready after {timeout:.0f}s. "
+            f"Last log lines:\n{log_tail(log)}\nFull log: {log}"
+        )
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Holds an exclusive lock on ``lock_path`` (created, with its folder) for the body: one
+    holder per machine at a time, whichever process."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # Popen objects of the processes this Python process started, by pid: the race-free way to know

@@ -26,7 +26,6 @@ with that reason.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import ipaddress
 import json
 import os
@@ -35,7 +34,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -87,6 +86,16 @@ def missing_requirements() -> str | None:
             f"missing Debian packages {', '.join(missing)}: run `make node-bin` as root "
             f"(or apt-get install {' '.join(missing)})"
         )
+    return None
+
+
+def cannot_build() -> str | None:
+    """Why `make node-bin` builds nothing on this machine (not root; or packages missing and no
+    apt-get to install them), which ``missing_requirements`` then tells the tests too; None when
+    it can install and build what the node needs."""
+    reason = missing_requirements()
+    if os.geteuid() != 0 or (reason is not None and shutil.which("apt-get") is None):
+        return reason
     return None
 
 
@@ -211,7 +220,7 @@ class RealNode:
     def _claim_machine(self) -> None:
         """Records this node as the machine's one real node in MACHINE_CLAIM; ClusterError if
         another state directory's node is recorded there and still runs a process."""
-        with _flocked(MACHINE_CLAIM.with_suffix(".lock")):
+        with process.exclusive(MACHINE_CLAIM.with_suffix(".lock")):
             with contextlib.suppress(FileNotFoundError):
                 holder = Path(MACHINE_CLAIM.read_text().strip())
                 if holder != self.state_dir.resolve():
@@ -225,7 +234,7 @@ class RealNode:
             MACHINE_CLAIM.write_text(f"{self.state_dir.resolve()}\n")
 
     def _release_machine(self) -> None:
-        with _flocked(MACHINE_CLAIM.with_suffix(".lock")), contextlib.suppress(OSError):
+        with process.exclusive(MACHINE_CLAIM.with_suffix(".lock")), contextlib.suppress(OSError):
             if Path(MACHINE_CLAIM.read_text().strip()) == self.state_dir.resolve():
                 MACHINE_CLAIM.unlink()
 
@@ -432,26 +441,19 @@ class RealNode:
         return done.returncode
 
     def _launch(self, name: str, argv: list[str]) -> None:
-        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-        record = process.start(name, argv, self.log_dir / f"{name}.log", env=env)
-        self.processes.append(record)
+        process.launch(self.processes, name, argv, self.log_dir, self.state_dir)
         self._save()
 
     def _await(self, ready: Callable[[], bool], name: str, timeout: float) -> None:
-        def alive() -> None:
-            for record in self.processes:
-                if not record.running():
-                    raise ClusterError(
-                        f"{record.name} exited while the real node was starting. Last log "
-                        f"lines:\n{process.log_tail(record.log)}\nFull log: {record.log}"
-                    )
-
-        if not process.wait_for(ready, timeout=timeout, alive=alive):
-            log = self.log_dir / f"{name}.log"
-            raise ClusterError(
-                f"{name} was not ready after {timeout:.0f}s. Last log lines:\n"
-                f"{process.log_tail(log)}\nFull log: {log}"
-            )
+        log = self.log_dir / f"{name}.log"
+        process.await_ready(
+            ready,
+            name=name,
+            log=log,
+            timeout=timeout,
+            records=self.processes,
+            starting="the real node",
+        )
 
     def _node_ready(self) -> bool:
         rest = RestClient(
@@ -604,16 +606,6 @@ def _remove_kubelet_chains() -> None:
             iptables("-t", table, "-X", chain)
 
 
-@contextlib.contextmanager
-def _flocked(path: Path) -> Iterator[None]:
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _remove_links_into(folder: Path, target: Path) -> None:
     """Removes the symbolic links in ``folder`` that point below ``target``: the kubelet links
     each container's log into /var/log/containers, wherever its pod logs are."""
@@ -672,6 +664,7 @@ __all__ = [
     "NODE_NAME",
     "POD_SUBNET",
     "RealNode",
+    "cannot_build",
     "debian_packages",
     "down_real_node",
     "host_address",

@@ -53,6 +53,18 @@ STALE_PREFIXES: Final = (MIGRATING_PREFIX, ANNOTATION_APPLIED)
 """Annotations that must be gone from a quota once no migration holds room in its namespace."""
 
 
+def room_keys(vm: str) -> frozenset[str]:
+    """The quota annotation keys any of which holds `vm`'s room as our controller writes it: its
+    name key (and the older form), or the digest form it writes on an adopted quota."""
+    return frozenset(
+        {
+            legacy_migrating_vm_annotation_key(vm),
+            migrating_vm_annotation_key(vm),
+            adopted_migrating_vm_annotation_key(vm),
+        }
+    )
+
+
 class QuotaWatch:
     """The run's managed quotas and when each VM's room appeared (see the module docstring)."""
 
@@ -123,11 +135,7 @@ class QuotaWatch:
         an adopted quota); with `harvester`, the first rise of the namespace's ``spec.hard`` at
         or after the appearance of Harvester's key for the VMI (`vmi_uid`; None: never)."""
         if not harvester:
-            keys = {
-                legacy_migrating_vm_annotation_key(vm),
-                migrating_vm_annotation_key(vm),
-                adopted_migrating_vm_annotation_key(vm),
-            }
+            keys = room_keys(vm)
             found = [t for k in keys if (t := self._first(namespace, k, since)) is not None]
             return min(found, default=None)
         if vmi_uid is None:

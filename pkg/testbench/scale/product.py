@@ -331,6 +331,7 @@ class Product:
     def _webhook_args(self, kubeconfig: Path, cert: Path, key: Path) -> list[str]:
         return [
             "webhook",
+            "--log-format=json",  # the migration timelines read its answers (timeline.py)
             f"--kubeconfig={kubeconfig}",
             f"--cert-file={cert}",
             f"--key-file={key}",

@@ -14,8 +14,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
+from . import timeline
 from .run import ScaleReport
-from .stats import arms_table, baseline_table, beside_table, breakdown_table, table
+from .stats import (
+    ARM_HARVESTER,
+    ARM_OURS,
+    arms_table,
+    baseline_table,
+    beside_table,
+    breakdown_table,
+    table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +91,7 @@ def render_markdown(report: ScaleReport, command: str) -> str:
         *_beside_section(report),
         *_breakdown_section(report),
         *_baseline_section(report),
+        *_timeline_section(report),
         f"End: all done {report.all_done}, drift {len(report.drift)} namespaces, stale "
         f"annotations {len(report.stale)} namespaces, controller RSS "
         f"{report.controller_rss_bytes / 2**20:.0f} MiB.",
@@ -128,6 +138,24 @@ def _arms_section(report: ScaleReport) -> list[str]:
         "requests in the audit log, in every namespace):",
         "",
         arms_table(arms),
+        "",
+    ]
+
+
+def _timeline_section(report: ScaleReport) -> list[str]:
+    """Per step, arm and hop of a migration's timeline (timeline.py), p50 and p99."""
+    arms = report.arms()
+    quota = ARM_HARVESTER if report.strategy == "harvester" else ARM_OURS
+    rendered = timeline.table(quota, arms)
+    if not rendered:
+        return []
+    return [
+        "A migration's timeline per step and arm, from the API server's audit log (requests "
+        "received and completed), the webhook's log and the run's KubeVirt watch: its create, "
+        "our raise, the quota's status.hard following it, virt-controller's first and accepted "
+        "target pod create, the webhook's answer, the pod admitted, the migration Succeeded:",
+        "",
+        rendered,
         "",
     ]
 

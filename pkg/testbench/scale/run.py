@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -79,7 +80,7 @@ from ...util.annotations import (
 from ...util.rancher.annotation import format_namespace_resource_quota
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
-from ..localcluster.audit import WRITE_VERBS, AuditLog, AuditMark
+from ..localcluster.audit import WRITE_VERBS, AuditLog, AuditMark, AuditRecord
 from ..localcluster.deploy import CONTROLLER_USER, KINDS, SYSTEM_NAMESPACE
 from ..localcluster.errors import ClusterError
 from ..localcluster.harvester import HARVESTER_KUBEVIRT_USER
@@ -88,9 +89,9 @@ from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
 from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..virtcontroller import VirtControllerDriver
-from . import failover
+from . import failover, timeline
 from .harvester import HarvesterRealProduct
-from .observe import ProcessSample, QuotaWatch, pod_create_conflicts
+from .observe import ProcessSample, QuotaWatch, pod_create_conflicts, room_keys
 from .plan import BASELINE_INFIX, HEADROOM_INFIX, STRATEGIES, ScalePlan, Step
 from .product import NO_PROCESS_ARGS, ProcessArgs, Product
 from .stats import (
@@ -611,6 +612,7 @@ class ScaleRun:
         conflicts_before = await self._pod_create_conflicts()
         procs_before = self._processes()
         started = self.clock.monotonic()
+        step_began = self.clock.now()
         created: dict[tuple[str, str], _Created] = {}
         create_seconds: list[float] = []
         # A failover step kills the leader first: every room of the wave is the standby's.
@@ -634,6 +636,7 @@ class ScaleRun:
             self.say(self.report.failover.line())
         metrics = (await self.product.metrics()).minus(metrics_before)
         beside_after = await self._beside_writes()
+        audited = await self._audited(audit_before)
         conflicts_after = await self._pod_create_conflicts()
         api_409 = (
             None
@@ -679,7 +682,8 @@ class ScaleRun:
             stale=len(self.quotas.stale()),
             pod_create_409=api_409,
             beside_writes={k: v - beside_before.get(k, 0.0) for k, v in beside_after.items()},
-            run_namespace_writes=await self._run_namespace_writes(audit_before),
+            run_namespace_writes=self._run_namespace_writes(audited),
+            **self._timeline(created, records, audited, step_began),
             by_twin=migration_times(
                 (self.plan.twin_key(key[0], one.vm), records[key], one.asked)
                 for key, one in created.items()
@@ -698,15 +702,21 @@ class ScaleRun:
             return None
         return mark
 
-    async def _run_namespace_writes(self, mark: AuditMark | None) -> int | None:
-        """Our controller's accepted writes since `mark` in the run's quota namespaces (the audit
-        log); None without a mark, or (logged) if the log rotated past it."""
+    async def _audited(self, mark: AuditMark | None) -> list[AuditRecord] | None:
+        """The audit log's records since `mark`; None without a mark, or (logged) if the log
+        rotated past it."""
         if mark is None:
             return None
         try:
-            records = await asyncio.to_thread(self.audit.since, mark)
+            return await asyncio.to_thread(self.audit.since, mark)
         except ClusterError as error:
-            log.warning("the step's writes by namespace are not counted: %s", error)
+            log.warning("the step's audited writes are not counted: %s", error)
+            return None
+
+    def _run_namespace_writes(self, records: list[AuditRecord] | None) -> int | None:
+        """Our controller's accepted writes among `records` (the step's audit log) in the run's
+        quota namespaces; None without them."""
+        if records is None:
             return None
         ours = frozenset(self.namespaces)
         return sum(
@@ -717,6 +727,34 @@ class ScaleRun:
             and record.verb in WRITE_VERBS
             and record.accepted
         )
+
+    def _timeline(
+        self,
+        created: Mapping[tuple[str, str], _Created],
+        records: Mapping[tuple[str, str], MigrationRecord | None],
+        audited: list[AuditRecord] | None,
+        began: datetime.datetime,
+    ) -> dict[str, Any]:
+        """`summarize_step`'s ``timeline`` (timeline.hop_seconds) and ``timeline_counts``
+        (timeline.counts) from the step's audit `records` and the webhook's log since the step
+        `began`; neither without the audit log."""
+        if audited is None or not isinstance(self.product, Product):
+            return {}
+        quota = frozenset(self.namespaces)
+        migrations = [
+            timeline.Migration(
+                namespace,
+                one.vm,
+                name,
+                room_keys=room_keys(one.vm),
+                succeeded=_succeeded_at(records.get((namespace, name))),
+                webhook=namespace in quota,
+            )
+            for (namespace, name), one in created.items()
+        ]
+        answers = timeline.webhook_answers(self.product.workdir / "webhook.log", began)
+        found = timeline.assemble(migrations, audited, answers)
+        return {"timeline": timeline.hop_seconds(found), "timeline_counts": timeline.counts(found)}
 
     async def _beside_writes(self) -> dict[str, float]:
         """Harvester's own controllers' writes so far by kind, when they run beside ours."""
@@ -822,6 +860,13 @@ class ScaleRun:
             for namespace in self._all_namespaces:
                 with contextlib.suppress(errors.ApiError):
                     await self.api.delete(NAMESPACES, namespace)
+
+
+def _succeeded_at(record: MigrationRecord | None) -> datetime.datetime | None:
+    """When the run's KubeVirt watch saw the migration Succeeded (None: it did not)."""
+    if record is None or record.outcome is not Outcome.SUCCEEDED or record.finished is None:
+        return None
+    return record.finished.at
 
 
 def drop_adoption(quota: dict[str, Any]) -> None:

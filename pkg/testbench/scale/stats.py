@@ -151,6 +151,12 @@ class StepResult:
     by_twin: Mapping[str, MigrationTimes] = field(default_factory=dict)
     """Each migration's times by the key it shares with its twins (`migration_times`): what
     pairs a conflicted migration with its no-quota twin; empty where not measured."""
+    timeline: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """Per hop of a migration's timeline (timeline.HOPS), the seconds each migration of the step
+    spent on it, sorted; empty where not measured (no audit log, Harvester's arm)."""
+    timeline_counts: Mapping[str, int] = field(default_factory=dict)
+    """The step's migrations with a timeline, those whose room was in status.hard before the
+    first try at their target pod, and who made status.hard follow (timeline.counts)."""
 
     @property
     def not_raised(self) -> int:
@@ -252,6 +258,8 @@ class StepResult:
                 for kind, n in sorted(self.beside_writes.items())
             },
             "run_namespace_writes": self.run_namespace_writes,
+            "timeline_ms": {hop: _spread_ms(spans) for hop, spans in self.timeline.items()},
+            "timeline_counts": dict(self.timeline_counts),
             "migrations_by_twin": {
                 key: times.to_json() for key, times in sorted(self.by_twin.items())
             },
@@ -277,6 +285,8 @@ def summarize_step(
     beside_writes: Mapping[str, float] | None = None,
     run_namespace_writes: int | None = None,
     by_twin: Mapping[str, MigrationTimes] | None = None,
+    timeline: Mapping[str, tuple[float, ...]] | None = None,
+    timeline_counts: Mapping[str, int] | None = None,
 ) -> StepResult:
     """The step's figures. `cpu` holds per-process CPU seconds read from /proc; the controller's
     comes from its own /metrics (`metrics.cpu_seconds`), which counts exactly its process."""
@@ -329,6 +339,8 @@ def summarize_step(
         beside_writes=dict(beside_writes or {}),
         run_namespace_writes=run_namespace_writes,
         by_twin=dict(by_twin or {}),
+        timeline=dict(timeline or {}),
+        timeline_counts=dict(timeline_counts or {}),
     )
 
 

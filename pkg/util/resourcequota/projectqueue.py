@@ -19,7 +19,8 @@ room a drain's evacuation (system-critical) in another is waiting for.
   cover but that was not given for it (a new migration taking the room of one that ended) is
   not given: it waits in the project's order like any other. Without a record (a raise of an
   older version, until the next write records it), the rooms the annotation covers (`covered`). `waiting_steps`: the rest; `kept`:
-  how many leading steps are given (the raise the namespace keeps); `last_waiting`: the order of
+  how many leading steps are given (the raise the namespace keeps: `kept_raise`, with its given
+  steps, where every judgment starts); `last_waiting`: the order of
   the furthest room a raise to a step asks the project for anew.
 - `MemberTotals`: the project's namespaces' annotations parsed and summed once per judgment, so
   that each fit test costs one addition, not a parse of every member (module cost: one judgment
@@ -61,7 +62,7 @@ from ..rancher.project import (
     fit,
     namespace_limit,
 )
-from ..rancher.projectroom import fit_verdict
+from ..rancher.verdicts import fit_verdict
 from ..resources import ResourceList, add, less_or_equal, subtract, total
 from .base import (
     ANNOTATION_RANCHER_APPLIED,
@@ -178,6 +179,24 @@ def kept(flags: Sequence[bool]) -> int:
     while count < len(flags) and flags[count]:
         count += 1
     return count
+
+
+def kept_raise(
+    namespace: Mapping[str, Any], steps: Sequence[Step], flags: Sequence[bool]
+) -> tuple[str | None, list[Step]]:
+    """What a judgment of `namespace` against its project starts from, its ladder `steps` and
+    `flags` (`given`): the raise it keeps for the rooms given to it (the annotation of its last
+    leading given step; without one its base text, None where it has none), and its given
+    steps marked `given` (`EventualFit` reads when each was given). The controller's judgment
+    of a write and preflight's prediction of it both take it from here."""
+    count = kept(flags)
+    keeps = steps[count - 1].annotation if count else rancher_base_text(namespace)
+    own = [
+        dataclasses.replace(step, given=True)
+        for step, done in zip(steps, flags, strict=True)
+        if done
+    ]
+    return keeps, own
 
 
 def last_waiting(steps: Sequence[Step], flags: Sequence[bool]) -> OrderKey | None:

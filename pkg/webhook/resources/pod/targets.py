@@ -30,9 +30,10 @@ showed the new migration. The cache still showed the first raise, the pod was le
 once, and quota admission, which had the release, refused it (seen once in a CI run of the
 v170-test4 scenario). Now the pod waits for the next change as any pod that does not fit; if the
 live quota is newer than the cache and fits, the pod pays the lister grace, since quota admission's
-own cache may lag the live object as ours did. Only the window between that GET and quota
-admission remains, one round trip instead of the cache's lag. Should the GET fail, the cached
-decision stands (the webhook never denies a target pod).
+own cache may lag the live object as ours did. The window between that GET and quota admission
+is closed on the controller's side: it writes a release only once the API server shows no
+migration its plan did not read (controller/resourcequota/releaseconfirm.py). Should the GET
+fail, the cached decision stands (the webhook never denies a target pod).
 """
 
 from __future__ import annotations
