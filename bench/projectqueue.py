@@ -64,7 +64,9 @@ from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
 from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.resource import Object
+from harvester_quota.generic.store import Store
 from harvester_quota.testbench.sim.kubevirt.objects import (
     VMSpec,
     parse_version,
@@ -211,14 +213,16 @@ class Project:
         clock = FakeClock()
         client: Any = self.cluster
         metrics: Any = SimpleNamespace(quota_writes=nothing)
+        pending = PendingWrites(Store(), clock)
         return RancherPath(
             QuotaWriter(client, clock),
+            pending,
             metrics=metrics,
             recorder=nothing,
             project_room=ProjectRoom(
                 ProjectReader(client, clock),
                 nothing,
-                self.cluster.members,
+                lambda project: [pending.newest(m) for m in self.cluster.members(project)],
                 ProjectDemands(lambda _key: None),
                 siblings,
             ),
@@ -311,7 +315,7 @@ class FreedRoom:
             self.queued.append(name)
 
     def snapshot(self, name: str) -> NamespaceSnapshot:
-        namespace = self.path.project_room.newest(self.cluster.namespaces[name])
+        namespace = self.path.pending.newest(self.cluster.namespaces[name])
         return dataclasses.replace(self.snapshots[name], namespace=copy.deepcopy(namespace))
 
     async def siblings(self, _project: str, besides: str) -> list[Step]:

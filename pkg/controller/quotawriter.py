@@ -18,13 +18,14 @@ util/resourcequota/standing.py), and write through the same `QuotaWriter`:
 - `label_room_held`: the room-held label on the namespace, behind the `label_permission` gate.
 
 The two gates (generic/permission.py) are for writes that help but are not required: a refusal
-closes one for a backoff and never fails the reconcile. What a mode counts, logs and records as
-its own writes (generic/ownwrites.py) stays with the mode: the writer returns what the API
-server stored. Both modes share one instance (pkg/app.py): a refusal either meets holds for the
-other too (RBAC is the one service account's; rancher-webhook refuses every status write but
-kube-controller-manager's and the API server's, on every quota, labelled or not), so one gate
-learns it and one warning says it. Each write request is counted by kind as it is sent
-(`count_write`, harvester_quota_api_writes_total), dry runs not. Not thread-safe: event loop only.
+closes one for a backoff and never fails the reconcile. What a mode counts and logs stays with
+the mode, which records what the writer returns (what the API server stored) in the kind's
+pending writes (generic/pendingwrites.py). Both modes share one instance (pkg/app.py): a
+refusal either meets holds for the other too (RBAC is the one service account's;
+rancher-webhook refuses every status write but kube-controller-manager's and the API server's,
+on every quota, labelled or not), so one gate learns it and one warning says it. Each write
+request is counted by kind as it is sent (`count_write`, harvester_quota_api_writes_total), dry
+runs not. Not thread-safe: event loop only.
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ from .clock import REAL_CLOCK, Clock
 from .discovery import serves
 from .frameworkmetrics import WatchObserver
 from .intake import Intake, SkipReporter
+from .pendingwrites import PendingWrites
 from .reflector import (
     DEFAULT_INACTIVITY_TIMEOUT,
     ClientListerWatcher,
@@ -275,6 +276,9 @@ class SharedInformer:
             ),
         )
         """A view's listener that raises is isolated by the store and reported as a skip."""
+        self.pending = PendingWrites(self.store, clock)
+        """Our writes of this kind the store does not show yet: every writer of the kind records
+        into it, every reader that must see them reads through it (pendingwrites.py)."""
         self._intake = Intake(name, self.store, transform, skips)
         """Takes objects into the store, each on its own (intake.py)."""
         self._clock = clock

@@ -18,6 +18,7 @@ from harvester_quota.controller.mtq.blocked import TARGET_INDEX
 from harvester_quota.controller.mtq.vmmrq_controller import MtqReconciler
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.resource import NAMESPACES, Object, Resource
 
 Obj = dict[str, Any]
@@ -218,6 +219,8 @@ class FakeNamespaces:
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
         self.delayed: list[tuple[str, float]] = []
+        self.informer: Any = None
+        """The namespaces' informer (its pending writes), set by the harness."""
 
     def watch_related(self, *_: Any, **__: Any) -> None:
         return None
@@ -242,15 +245,24 @@ class Harness:
     def reconciler(self, lock_seconds: float = 30.0, *, paused: bool = False) -> MtqReconciler:
         """A fresh controller process over the same cluster (a restart forgets everything);
         `paused`: run with the global switch on."""
+        informers: dict[str, SimpleNamespace] = {}
+
+        def informer(resource: Resource, **_: Any) -> SimpleNamespace:
+            """One informer per kind, as the factory shares them, with its pending writes."""
+            if resource.plural not in informers:
+                store = FakeStore(self.cluster, resource)
+                pending = PendingWrites(store, self.clock)  # type: ignore[arg-type]
+                informers[resource.plural] = SimpleNamespace(
+                    store=store, name=resource.plural, pending=pending
+                )
+            return informers[resource.plural]
+
+        self.namespaces.informer = informer(NAMESPACES)
         management = SimpleNamespace(
             client=self.cluster,
             clock=self.clock,
             options=Options(paused=paused),
-            informers=SimpleNamespace(
-                informer=lambda resource, **_: SimpleNamespace(
-                    store=FakeStore(self.cluster, resource), name=resource.plural
-                )
-            ),
+            informers=SimpleNamespace(informer=informer),
             controllers=SimpleNamespace(namespaces=lambda: self.namespaces),
             recorder=SimpleNamespace(
                 event=lambda obj, kind, reason, message: self.events.append(

@@ -39,6 +39,8 @@ from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.pendingwrites import PendingWrites
+from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.rancher.verdicts import queued_verdict
@@ -176,14 +178,16 @@ class Project:
         counter = SimpleNamespace(inc=lambda *_: None)
         metrics: Any = SimpleNamespace(quota_writes=SimpleNamespace(labels=lambda *_: counter))
         self.demands = ProjectDemands(self.queued.append)
+        self.pending = PendingWrites(Store(), self.clock)
         self.path = RancherPath(
             QuotaWriter(self.cluster, self.clock),  # type: ignore[arg-type]
+            self.pending,
             metrics=metrics,
             recorder=self.recorder,  # type: ignore[arg-type]
             project_room=ProjectRoom(
                 ProjectReader(self.cluster, self.clock),  # type: ignore[arg-type]
                 self.recorder,  # type: ignore[arg-type]
-                self.cluster.members,
+                self.members,
                 self.demands,
                 self.siblings_waiting,
             ),
@@ -226,7 +230,7 @@ class Project:
         quota = managed_quota(name, limit)
         quota["metadata"]["namespace"] = name
         snapshot = NamespaceSnapshot(
-            namespace=self.path.project_room.newest(self.cluster.cache[name]),
+            namespace=self.pending.newest(self.cluster.cache[name]),
             quota=quota,
             migrations=self.migrations[name],
             vmis=vms,
@@ -240,7 +244,7 @@ class Project:
         """As the reconciler plans them: every other namespace's rooms not given yet."""
         steps: list[Step] = []
         for name in self.migrations:
-            cached = self.path.project_room.newest(self.cluster.cache[name])
+            cached = self.pending.newest(self.cluster.cache[name])
             if name != besides and project in project_index(cached):
                 snapshot, _ = self.snapshot(name)
                 steps += project_steps(cached, plan_quota(snapshot))
@@ -251,6 +255,11 @@ class Project:
         plan = plan_quota(snapshot)
         assert plan.base is not None and plan.base.source == "rancher"
         return await self.path.write(self.cluster.cache[name], quota, plan, snapshot)
+
+    def members(self, project: str) -> list[dict[str, Any]]:
+        """The namespaces of `project` as the reconciler reads them: the cache, our writes it
+        does not show yet applied (PlanInputs.namespaces)."""
+        return [self.pending.newest(m) for m in self.cluster.members(project)]
 
     def warnings(self, reason: str) -> list[tuple[str, str]]:
         return [(name, message) for name, why, message in self.recorder.events if why == reason]
@@ -581,10 +590,9 @@ async def test_planning_siblings_yields_to_the_event_loop_between_siblings() -> 
 
     view = ProjectSiblingsView(
         planner,
-        project.cluster.members,
+        project.members,
         project.path.project_room.demands.ladders,
         lambda _name: [],
-        project.path.project_room.newest,
         clock=lambda: next(ticks) * SIBLINGS_SLICE,
     )
     task = asyncio.ensure_future(other_task())
@@ -777,10 +785,9 @@ async def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_on
     planner: Any = SimpleNamespace(defer_to=lambda name: name == "mtq", plan=plan)
     view = ProjectSiblingsView(
         planner,
-        project.cluster.members,
+        project.members,
         project.path.project_room.demands.ladders,
         lambda name: project.migrations[name],
-        project.path.project_room.newest,
     )
     steps = await view(PROJECT_ID, "judged")
     assert sorted((s.namespace, s.room.migration) for s in steps) == [
@@ -956,7 +963,7 @@ async def test_a_raise_without_the_record_gets_it_at_once_so_no_later_migration_
     assert await project.reconcile("a") is None and project.cluster.raised("a")
     for store in (project.cluster.namespaces, project.cluster.cache):
         store["a"]["metadata"]["annotations"].pop(ANNOTATION_RANCHER_GIVEN)
-    project.path.project_room._written.forget("a")
+    project.pending.forget("a")
     assert await project.reconcile("a") is None
     assert given_uids(project, "a") == f"{PROJECT_ID} {a1['metadata']['uid']}", "recorded"
     project.migrate("b", "evac", created=T5, priority="system-critical")
@@ -984,7 +991,7 @@ async def test_a_namespace_moved_to_another_project_keeps_no_room_given_by_the_f
         for name in ("a", "b"):
             store[name]["metadata"]["annotations"]["field.cattle.io/projectId"] = other
     project.cluster.project["metadata"]["name"] = "p-other"  # as big as the first
-    project.path.project_room._written.forget("a")
+    project.pending.forget("a")
     project.clock.step(10)
     assert waiting_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))
     assert await project.reconcile("a") == PROJECT_RECHECK

@@ -25,6 +25,8 @@ from harvester_quota.controller.resourcequota.refusals import RefusalTracker
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.pendingwrites import PendingWrites
+from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
@@ -258,14 +260,16 @@ def rancher_path(client: ProjectClient, members: list[dict[str, Any]]) -> Ranche
     counter = SimpleNamespace(inc=lambda *_: None)
     metrics: Any = SimpleNamespace(quota_writes=SimpleNamespace(labels=lambda *_: counter))
     recorder: Any = Recorder()
+    pending = PendingWrites(Store(), clock)
     path = RancherPath(
         QuotaWriter(client, clock),  # type: ignore[arg-type]
+        pending,
         metrics=metrics,
         recorder=recorder,
         project_room=ProjectRoom(
             ProjectReader(client, clock),  # type: ignore[arg-type]
             recorder,
-            lambda project: [m for m in members if project in project_index(m)],
+            lambda project: [pending.newest(m) for m in members if project in project_index(m)],
         ),
         reports=NamespaceReports(metrics, recorder, RefusalTracker(clock)),
         writes=Counter(),

@@ -15,7 +15,9 @@ import pytest
 from harvester_quota.controller.resourcequota.gather import ReleaseGathering
 from harvester_quota.controller.resourcequota.specwrites import SpecWrites, raise_waits_on_status
 from harvester_quota.generic.clock import FakeClock
+from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.sharedhandler import RetryAfter
+from harvester_quota.generic.store import Store
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
@@ -197,7 +199,7 @@ async def test_spec_writes_hand_only_raises_to_the_status_publisher() -> None:
     metrics = SimpleNamespace(quota_writes=SimpleNamespace(labels=lambda _o: SimpleNamespace(
         inc=lambda: None)))  # fmt: skip
     recorder = SimpleNamespace(event=lambda *_a: None)
-    writes = SpecWrites(writer, metrics, recorder)  # type: ignore[arg-type]
+    writes = SpecWrites(writer, metrics, recorder, PendingWrites(Store()))  # type: ignore[arg-type]
     submitted: list[str] = []
     writes.publisher = SimpleNamespace(submit=lambda ns, _q: submitted.append(ns))  # type: ignore[assignment]
     holding = SimpleNamespace(rooms=SimpleNamespace(rooms=[]), holds_room=True)

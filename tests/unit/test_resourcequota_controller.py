@@ -28,7 +28,9 @@ from harvester_quota.controller.resourcequota.specwrites import SpecWrites
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.controller import RetryAfter
+from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.permission import FIRST_RETRY
+from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
@@ -127,7 +129,8 @@ async def test_a_refused_label_write_never_stands_between_a_migration_and_its_ra
     """The room-held label is a guard, not a prerequisite: refused once, it is not tried again
     and the reconcile goes on to the raise."""
     client, clock = RefusingClient(), FakeClock()
-    label = RoomHeldLabel(QuotaWriter(client, clock), clock, 30.0)  # type: ignore[arg-type]
+    pending = PendingWrites(Store(), clock)
+    label = RoomHeldLabel(QuotaWriter(client, clock), clock, 30.0, pending)  # type: ignore[arg-type]
     namespace = rancher_namespace("ns", {"limitsCpu": "3"})
     assert await label.set(namespace, True) is namespace
     assert await label.set(namespace, True) is namespace
@@ -211,7 +214,8 @@ def publishing_writes() -> tuple[SpecWrites, StatusClient]:
     client = StatusClient()
     writer = QuotaWriter(client, FakeClock())  # type: ignore[arg-type]
     metrics = QuotaMetrics(CollectorRegistry())
-    return SpecWrites(writer, metrics, RecordingRecorder()), client  # type: ignore[arg-type]
+    pending = PendingWrites(Store())
+    return SpecWrites(writer, metrics, RecordingRecorder(), pending), client  # type: ignore[arg-type]
 
 
 RAISING = SimpleNamespace(rooms=SimpleNamespace(rooms=[]), holds_room=True)
@@ -338,11 +342,19 @@ class LabelClient:
             raise errors.Forbidden('clusterrole "harvester-quota" not found', status=403)
         value = patch["metadata"]["labels"][LABEL_ROOM_HELD]
         self.labels.append(value)
-        return labelled_namespace(value)
+        return labelled_namespace(value, version=1 + self.patches)
 
 
-def labelled_namespace(value: str | None) -> dict[str, Any]:
+def room_held(namespace: dict[str, Any] | None) -> str | None:
+    """The namespace's LABEL_ROOM_HELD value (None: unlabelled)."""
+    assert namespace is not None
+    return (namespace["metadata"].get("labels") or {}).get(LABEL_ROOM_HELD)
+
+
+def labelled_namespace(value: str | None, version: int = 1) -> dict[str, Any]:
+    """The namespace labelled `value` (None: unlabelled) at resourceVersion `version`."""
     namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
+    namespace["metadata"]["resourceVersion"] = str(version)
     if value is not None:
         namespace["metadata"]["labels"] = {LABEL_ROOM_HELD: value}
     return namespace
@@ -353,7 +365,8 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     Rancher path do nothing (tests give it the plans and writes they need)."""
     instance = object.__new__(QuotaReconciler)
     instance.management = SimpleNamespace(clock=clock)  # type: ignore[assignment]
-    instance.room_label = RoomHeldLabel(QuotaWriter(client, clock), clock, linger)
+    namespaces = PendingWrites(Store(), clock)
+    instance.room_label = RoomHeldLabel(QuotaWriter(client, clock), clock, linger, namespaces)
     instance.planner = NamespacePlanner(
         ListedSource([], [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS)
     )
@@ -363,10 +376,11 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
         set_aside_settled=lambda *_: None,
         forget=lambda _key: None,
         through=lambda *_: False,
+        namespaces=namespaces,
+        quotas=PendingWrites(Store(), clock),
     )
     instance.reports = instance.inputs = instance.rancher = nothing  # type: ignore[assignment]
     instance.stale_raises = nothing  # type: ignore[assignment]
-    instance.spec_writes = SimpleNamespace(newest=lambda _key, quota: quota)  # type: ignore[assignment]
     instance.gathering = ReleaseGathering(clock, 0.0)
 
     async def no_migrations(_namespace: str) -> list[Any]:
@@ -479,7 +493,7 @@ async def test_a_failed_removal_after_the_linger_is_tried_again_at_once() -> Non
     client.failures = 1
     with pytest.raises(errors.ServerError):
         await instance._reconcile("ns", namespace)
-    assert await instance._reconcile("ns", namespace) == labelled_namespace(None)
+    assert room_held(await instance._reconcile("ns", namespace)) is None
     assert client.labels == ["true", None]
 
 
@@ -502,7 +516,7 @@ async def test_a_refused_removal_runs_the_namespace_again_when_labels_may_be_wri
         await instance._reconcile("ns", namespace)
     assert second.value.seconds == 2 * FIRST_RETRY, "the backoff doubles"
     clock.step(2 * FIRST_RETRY)
-    assert await instance._reconcile("ns", namespace) == labelled_namespace(None)
+    assert room_held(await instance._reconcile("ns", namespace)) is None
     assert client.labels == ["true", None]
 
 
@@ -587,7 +601,7 @@ async def test_a_rancher_direct_namespace_keeps_the_label_through_rooms_and_past
     namespace = await instance._reconcile("ns", namespace)
     state.update({"room": False, "raise": False})
     await clock.advance(120)
-    assert await instance._reconcile("ns", namespace) == labelled_namespace("true")
+    assert room_held(await instance._reconcile("ns", namespace)) == "true"
     assert client.labels == ["true"], "never removed, never written again"
 
 
@@ -648,7 +662,7 @@ async def test_a_refused_label_of_a_rancher_direct_namespace_is_tried_again_afte
         await instance._reconcile("ns", labelled_namespace(None))
     assert retry.value.seconds == FIRST_RETRY
     clock.step(FIRST_RETRY)
-    assert await instance._reconcile("ns", labelled_namespace(None)) == labelled_namespace("true")
+    assert room_held(await instance._reconcile("ns", labelled_namespace(None))) == "true"
     assert client.labels == ["true"]
 
 
@@ -674,6 +688,7 @@ def test_only_rancher_own_refusal_sends_only_that_namespace_through_its_annotati
 
     instance = RancherPath(
         QuotaWriter(None, FakeClock()),  # type: ignore[arg-type]
+        PendingWrites(Store()),
         metrics=QuotaMetrics(CollectorRegistry()),
         recorder=RecordingRecorder(),  # type: ignore[arg-type]
         project_room=None,  # type: ignore[arg-type]
@@ -704,7 +719,7 @@ async def test_a_namespace_handed_over_to_mtq_mode_loses_its_room_held_label() -
     client, clock = LabelClient(), FakeClock()
     instance = bare_reconciler(clock, client)
     instance.defer_to = lambda _key: True
-    assert await instance._reconcile("ns", labelled_namespace("true")) == labelled_namespace(None)
+    assert room_held(await instance._reconcile("ns", labelled_namespace("true"))) is None
     assert client.labels == [None]
 
 
@@ -720,7 +735,7 @@ async def test_a_quota_gone_while_the_label_was_written_lets_the_labelled_namesp
         return first_plan(ns) if calls[0] == 1 else None
 
     plans_with(instance, plan)
-    assert await instance._reconcile("ns", labelled_namespace(None)) == labelled_namespace(None)
+    assert room_held(await instance._reconcile("ns", labelled_namespace(None))) is None
     assert client.labels == ["true", None]
 
 

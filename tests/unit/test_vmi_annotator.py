@@ -3,7 +3,8 @@
 During a migration the VMI changes many times a second, and the VMIM controller re-processes the
 migration on each phase change: judged from a cache that has not seen our patch yet, it sent the
 same annotations again and touched the VM again (8 of each per migration in a 100-migration
-drain). `VmiAnnotator` compares with the VMI our own patch returned until the cache catches up.
+drain). `VmiAnnotator` compares with the VMI our own patch returned (the VMIs' pending writes) until the
+cache catches up.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from harvester_quota.config.management import Management
 from harvester_quota.controller.migration.common import QUOTA_FIRST_SECONDS, VmiAnnotator
 from harvester_quota.controller.migration.vmim_controller import VmimController, migration_state
 from harvester_quota.generic.clock import FakeClock, settle
+from harvester_quota.generic.pendingwrites import PendingWrites
+from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import ANNOTATION_MIGRATION_STATE, ANNOTATION_MIGRATION_UID
 
 
@@ -44,6 +47,11 @@ class PatchingClient:
         return copy.deepcopy(self.vmi)
 
 
+def fresh_pending() -> PendingWrites:
+    """The VMIs' pending writes of a process that has written none yet."""
+    return PendingWrites(Store())
+
+
 def vmi(version: int = 10, **annotations: str) -> dict[str, Any]:
     return {
         "metadata": {
@@ -59,7 +67,7 @@ def vmi(version: int = 10, **annotations: str) -> dict[str, Any]:
 def annotator(server_vmi: dict[str, Any]) -> tuple[VmiAnnotator, PatchingClient]:
     client = PatchingClient(server_vmi)
     management = SimpleNamespace(client=client, clock=FakeClock())
-    return VmiAnnotator(cast(Management, management)), client
+    return VmiAnnotator(cast(Management, management), pending=fresh_pending()), client
 
 
 MIGRATING = {ANNOTATION_MIGRATION_UID: "mig-1", ANNOTATION_MIGRATION_STATE: "Migrating"}
@@ -147,7 +155,7 @@ async def test_a_write_waits_for_the_namespace_raise_and_rechecks_after_it() -> 
         await raised.wait()
         return True
 
-    writer = VmiAnnotator(management, quota_first=quota_first)
+    writer = VmiAnnotator(management, quota_first=quota_first, pending=fresh_pending())
     first = asyncio.ensure_future(writer.set(stale, MIGRATING))
     second = asyncio.ensure_future(writer.set(stale, MIGRATING))
     await settle()
@@ -171,7 +179,9 @@ async def test_nothing_to_write_waits_for_nothing() -> None:
         calls.append(namespace)
         return True
 
-    await VmiAnnotator(management, quota_first=quota_first).set(current, MIGRATING)
+    await VmiAnnotator(management, quota_first=quota_first, pending=fresh_pending()).set(
+        current, MIGRATING
+    )
     assert calls == [] and client.patches == []
 
 
@@ -223,7 +233,7 @@ async def test_two_controllers_released_by_one_raise_send_one_patch_not_two() ->
         await released.wait()
         return True
 
-    writer = VmiAnnotator(management, quota_first=quota_first)
+    writer = VmiAnnotator(management, quota_first=quota_first, pending=fresh_pending())
     clear = dict.fromkeys(MIGRATING)
     both = asyncio.gather(writer.set(finished, clear), writer.set(finished, clear))
     await settle()
@@ -242,7 +252,9 @@ async def test_each_vmi_patch_and_vm_touch_is_counted_once_as_sent() -> None:
     client = PatchingClient(copy.deepcopy(stale))
     counted: list[str] = []
     management = SimpleNamespace(client=client, clock=FakeClock())
-    writer = VmiAnnotator(cast(Management, management), count_write=counted.append)
+    writer = VmiAnnotator(
+        cast(Management, management), count_write=counted.append, pending=fresh_pending()
+    )
     for _ in range(3):
         await writer.set(stale, MIGRATING)
     await writer.set(stale, {ANNOTATION_MIGRATION_UID: None, ANNOTATION_MIGRATION_STATE: None})

@@ -19,14 +19,15 @@ from typing import Any, Final
 from ...apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MACHINES
 from ...config.management import Management
 from ...generic import errors
-from ...generic.meta import annotations_of, metadata, name, namespace
-from ...generic.ownwrites import OwnWrites
+from ...generic.meta import annotations_of, name, namespace
+from ...generic.pendingwrites import PendingWrites
 from ...generic.resource import Object
 from ...util.annotations import (
     ANNOTATION_MIGRATION_STATE,
     ANNOTATION_MIGRATION_UID,
     ANNOTATION_TIMESTAMP,
 )
+from ..informers import QuotaInformers
 
 ANNOTATION_MIGRATION_TARGET = "harvesterhci.io/migrationTargetNodeName"
 MIGRATION_ANNOTATIONS = (
@@ -66,8 +67,9 @@ class VmiAnnotator:
     a migration (virt-controller and virt-handler write its status), so the VMI cache often lags
     behind our own last patch: judged from the cache alone, each VMIM phase change re-sent the
     same annotations and touched the VM again (measured: 8 VMI and 8 VM patches per migration in
-    a 100-migration drain, 3 when idle). `OwnWrites` keeps the VMI our patch returned until the
-    cache has caught up with it, so a change is compared with the newest VMI we know.
+    a 100-migration drain, 3 when idle). Each VMI our patch returned is recorded in the VMIs'
+    pending writes (`pending`, the VMI informer's by default: generic/pendingwrites.py) until the
+    cache has caught up with it, and a change is compared with the newest VMI we know.
 
     With `quota_first`, a write first lets the namespace's queued and running quota reconciles
     end (at most QUOTA_FIRST_SECONDS): a burst of migrations would otherwise send two writes
@@ -89,11 +91,14 @@ class VmiAnnotator:
         management: Management,
         quota_first: QuotaFirst | None = None,
         count_write: Callable[[str], None] | None = None,
+        pending: PendingWrites | None = None,
     ) -> None:
         self.management = management
         self.count_write = count_write or _uncounted
         """Told "vmi" and "vm" as each write is sent (harvester_quota_api_writes_total)."""
-        self._written = OwnWrites()
+        self._pending = (
+            pending if pending is not None else QuotaInformers.of(management).vmis.pending
+        )
         self._quota_first = quota_first
         self._writing = _OneAtATime()
 
@@ -107,21 +112,19 @@ class VmiAnnotator:
         """
         vmi_name, vmi_namespace = name(vmi), namespace(vmi)
         key = f"{vmi_namespace}/{vmi_name}"
-        _, wanted = self._wanted(key, vmi, changes)
+        wanted = self._wanted(vmi, changes)
         if wanted and self._quota_first is not None:
             await self._quota_first(vmi_namespace, QUOTA_FIRST_SECONDS)
         if not wanted:
             return
         async with self._writing.hold(key):
             # Judged again in turn: the other controller may have written it meanwhile.
-            newest, wanted = self._wanted(key, vmi, changes)
+            wanted = self._wanted(vmi, changes)
             if wanted:
-                await self._write(key, vmi, newest, wanted)
+                await self._write(key, vmi, wanted)
 
-    async def _write(
-        self, key: str, vmi: Object, newest: Object, wanted: Mapping[str, Any]
-    ) -> None:
-        """Patches `wanted` onto the VMI, remembers the VMI it returned, touches its VM."""
+    async def _write(self, key: str, vmi: Object, wanted: Mapping[str, Any]) -> None:
+        """Patches `wanted` onto the VMI, records the VMI it returned, touches its VM."""
         vmi_name, vmi_namespace = name(vmi), namespace(vmi)
         self.count_write("vmi")
         try:
@@ -132,19 +135,15 @@ class VmiAnnotator:
                 vmi_namespace,
             )
         except errors.NotFound:
-            self._written.forget(key)
+            self._pending.forget(key)
             return
-        replaced = str(metadata(newest).get("resourceVersion", ""))
-        self._written.wrote(key, replaced, written)
+        self._pending.wrote(written)
         self.count_write("vm")
         await touch_vm(self.management, vmi_namespace, vmi_name)
 
-    def _wanted(
-        self, key: str, vmi: Object, changes: Mapping[str, Any]
-    ) -> tuple[Object, dict[str, Any]]:
-        """The newest VMI we know (the cache's or our last patch's) and the changes it lacks."""
-        newest = self._written.newest(key, vmi)
-        return newest, annotation_changes(annotations_of(newest), changes)
+    def _wanted(self, vmi: Object, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """The changes the newest VMI we know (the cache's or our last patch's) lacks."""
+        return annotation_changes(annotations_of(self._pending.newest(vmi)), changes)
 
 
 def _uncounted(kind: str) -> None:

@@ -116,6 +116,7 @@ class MtqReconciler:
             client=management.client,
             clock=management.clock,
             writer=writer or QuotaWriter(management.client, management.clock),
+            namespaces=self.namespaces.informer,
             quotas=self.quotas,
             vmmrqs=self.vmmrqs,
             on_rancher_refusal=self._rancher_refused,
@@ -175,7 +176,7 @@ class MtqReconciler:
             self.warnings.forget(key)
             return None
         seen = parse_lock(namespace)
-        namespace = self.writes.newest(f"namespace:{key}", namespace)
+        namespace = self.namespaces.informer.pending.newest(namespace)
         vmmrq = self._vmmrq(key)
         if vmmrq is None:
             # Gone, its finalizer removed (a tenant's VMMRQ may be): its status's originals
@@ -202,13 +203,7 @@ class MtqReconciler:
     def _vmmrq(self, namespace: str) -> Vmmrq | None:
         """The namespace's one VMMRQ (with several: the one recording a raise, else the first by
         name, and a Warning on the others); None without a decodable one."""
-        objects = sorted(
-            (
-                self.writes.newest(f"vmmrq:{namespace}/{_name(o)}", o)
-                for o in self.vmmrqs.store.by_index("namespace", namespace)
-            ),
-            key=_name,
-        )
+        objects = sorted(self.vmmrqs.pending.by_index("namespace", namespace), key=_name)
         decoded: list[Vmmrq] = []
         for obj in objects:
             try:

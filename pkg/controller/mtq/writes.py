@@ -25,7 +25,6 @@ from ...generic.clock import Clock
 from ...generic.informer import SharedInformer
 from ...generic.logformat import fields
 from ...generic.meta import labels, metadata
-from ...generic.ownwrites import OwnWrites
 from ...generic.resource import NAMESPACES, Object
 from ...util.resourcequota import conditional
 from ...util.resourcequota.mtq import (
@@ -72,28 +71,25 @@ class MtqStats:
 
 @dataclass
 class MtqWrites:
-    """MTQ mode's writes on `client` (quota changes through `writer`), counted in `stats`."""
+    """MTQ mode's writes on `client` (quota changes through `writer`), counted in `stats`, each
+    recorded in its kind's pending writes (`SharedInformer.pending`: the namespaces', the
+    quotas', the VMMRQs'), through which every read here goes."""
 
     client: ApiClient
     clock: Clock
     writer: QuotaWriter
+    namespaces: SharedInformer
     quotas: SharedInformer
     vmmrqs: SharedInformer
     on_rancher_refusal: RancherRefusal
     lock_seconds: float
     stats: MtqStats = field(default_factory=MtqStats, init=False)
-    _writes: OwnWrites = field(default_factory=OwnWrites, init=False)
-
-    def newest(self, key: str, cached: Object) -> Object:
-        """`cached`, or our write of `key` if the cache does not show it yet."""
-        return self._writes.newest(key, cached)
 
     def live_quotas(self, namespace: str) -> dict[str, QuotaView]:
         """The namespace's quotas by name, our unseen writes included."""
         views = {}
-        for quota in self.quotas.store.by_index("namespace", namespace):
-            name = str(metadata(quota).get("name"))
-            views[name] = quota_view(self._writes.newest(f"quota:{namespace}/{name}", quota))
+        for quota in self.quotas.pending.by_index("namespace", namespace):
+            views[str(metadata(quota).get("name"))] = quota_view(quota)
         return views
 
     # The lock ---------------------------------------------------------------------------------
@@ -159,7 +155,6 @@ class MtqWrites:
         to it, each Conflict a backoff (as the room mode's raise through Rancher's annotation
         did). A failed test raises errors.Conflict; other API errors propagate."""
         meta = metadata(namespace)
-        version = str(meta.get("resourceVersion"))
         operations = conditional.annotation_patch_if(namespace, annotation, (ANNOTATION_LOCK,))
         operations += conditional.metadata_map_patch_if(namespace, "labels", label)
         try:
@@ -170,18 +165,16 @@ class MtqWrites:
             if isinstance(error, errors.Conflict) or not conditional.failed_test(error):
                 raise
             raise errors.Conflict(str(error)) from error
-        self._writes.wrote(f"namespace:{meta['name']}", version, written)
+        self.namespaces.pending.wrote(written)
         return written
 
     # The VMMRQ --------------------------------------------------------------------------------
 
     async def ensure_finalizer(self, vmmrq: Vmmrq, *, present: bool) -> None:
         """Adds or removes FINALIZER on the VMMRQ, if it differs (a VMMRQ gone is left)."""
-        key = f"vmmrq:{vmmrq.namespace}/{vmmrq.name}"
-        cached = self.vmmrqs.store.get(f"{vmmrq.namespace}/{vmmrq.name}")
-        if cached is None:
+        obj = self.vmmrqs.pending.get(f"{vmmrq.namespace}/{vmmrq.name}")
+        if obj is None:
             return
-        obj = self._writes.newest(key, cached)
         finalizers = list(metadata(obj).get("finalizers") or [])
         if (FINALIZER in finalizers) == present:
             return
@@ -192,7 +185,7 @@ class MtqWrites:
             written = await self.client.patch(VMMRQS, vmmrq.name, patch, vmmrq.namespace)
         except errors.NotFound:
             return
-        self._writes.wrote(key, version, written)
+        self.vmmrqs.pending.wrote(written)
 
     async def write_status(self, vmmrq: Vmmrq, plan: NamespacePlan, restored: set[str]) -> None:
         """The status the plan implies: the budget, the releasable migrations and the originals
@@ -206,14 +199,12 @@ class MtqWrites:
         )
         if wanted.to_json() == vmmrq.status.to_json():
             return
-        key = f"vmmrq:{vmmrq.namespace}/{vmmrq.name}"
-        obj = self.vmmrqs.store.get(f"{vmmrq.namespace}/{vmmrq.name}")
+        obj = self.vmmrqs.pending.get(f"{vmmrq.namespace}/{vmmrq.name}")
         if obj is None:
             return
-        obj = self._writes.newest(key, obj)
         body = {**obj, "status": wanted.to_json()}
         written = await self.client.update_status(VMMRQS, body)
-        self._writes.wrote(key, vmmrq.resource_version, written)
+        self.vmmrqs.pending.wrote(written)
         self.stats.status_writes += 1
 
     # The quotas -------------------------------------------------------------------------------
@@ -282,8 +273,7 @@ class MtqWrites:
         )
 
     def _read(self, namespace: str, quota: QuotaView) -> Object:
-        key = f"quota:{namespace}/{quota.name}"
-        return self._writes.newest(key, self.quotas.store.get(f"{namespace}/{quota.name}") or {})
+        return self.quotas.pending.get(f"{namespace}/{quota.name}") or {}
 
     async def _write_hard(
         self, namespace: str, quota: QuotaView, hard: ResourceList, what: str, record: str | None
@@ -293,9 +283,7 @@ class MtqWrites:
         status.hard; kube-controller-manager copies it only a moment later), conditional on
         spec.hard being still ours (QuotaWriter.copy_hard_to_status). False if Rancher refused
         the write of its quota (told to `on_rancher_refusal`)."""
-        key = f"quota:{namespace}/{quota.name}"
         read = self._read(namespace, quota)
-        version = str(metadata(read).get("resourceVersion"))
         wanted = hard_json(hard)
         change = {} if record is None and quota.raised_from is None else {ANNOTATION_RAISED: record}
         try:
@@ -307,7 +295,7 @@ class MtqWrites:
                 raise
             self.on_rancher_refusal(namespace, quota.name, error)
             return False
-        self._writes.wrote(key, version, written)
+        self.quotas.pending.wrote(written)
         self.stats.quota_writes += 1
         log.info(
             "%s/%s: spec.hard %s to %s",
@@ -319,7 +307,7 @@ class MtqWrites:
         )
         published = await self.writer.copy_hard_to_status(written)
         if published is not written:
-            self._writes.wrote(key, version, published)
+            self.quotas.pending.wrote(published)
         return True
 
 

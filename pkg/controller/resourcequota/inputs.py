@@ -18,7 +18,7 @@ from functools import partial
 
 from ...config.management import Management
 from ...generic.meta import metadata
-from ...generic.resource import Object
+from ...generic.resource import NAMESPACES, Object
 from ...generic.store import namespace_index
 from ...generic.views import NamespaceViews
 from ...util.launcher import LauncherSettings, VmiView
@@ -50,6 +50,11 @@ class PlanInputs:
         self.changed = changed
         self.informers = QuotaInformers.of(management)
         informers = self.informers
+        self.namespaces = management.informers.informer(NAMESPACES).pending
+        self.quotas = informers.quotas.pending
+        """Our namespace and quota writes the caches do not show yet: every writer of the room
+        mode records into them, and plans read the two kinds through them
+        (generic/pendingwrites.py)."""
         self.pod_index = PodIndex()
         """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
         features = management.options.quota_features

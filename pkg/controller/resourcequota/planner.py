@@ -19,7 +19,6 @@ from typing import Protocol
 
 from ...generic.meta import metadata, name
 from ...generic.resource import Object
-from ...generic.store import Store
 from ...util.launcher import LauncherSettings, VmiSource
 from ...util.resourcequota.base import RANCHER, Mode
 from ...util.resourcequota.managed import managed_quota
@@ -151,28 +150,18 @@ class NamespacePlanner:
 
 
 class CachedSource:
-    """The controller's caches (`inputs`, the `namespaces` cache), with our quota writes
-    (`quota_newest`) and namespace writes (`namespace_newest`) they do not show yet."""
+    """The controller's caches (`inputs`), read through our namespace and quota writes they do
+    not show yet (PlanInputs.namespaces and .quotas, generic/pendingwrites.py)."""
 
-    def __init__(
-        self,
-        inputs: PlanInputs,
-        namespaces: Store,
-        quota_newest: Callable[[str, Object], Object],
-        namespace_newest: Callable[[str, Object], Object],
-    ) -> None:
+    def __init__(self, inputs: PlanInputs) -> None:
         self.inputs = inputs
-        self.namespaces = namespaces
-        self.quota_newest = quota_newest
-        self.namespace_newest = namespace_newest
 
     def quotas(self, key: str) -> tuple[Object | None, list[Object]]:
-        quotas = self.inputs.informers.quotas.store.by_index("namespace", key)
-        quota = managed_quota(quotas)
-        return (None if quota is None else self.quota_newest(key, quota)), quotas
+        quotas = self.inputs.quotas.by_index("namespace", key)
+        return managed_quota(quotas), quotas
 
     def newest(self, key: str, namespace: Object) -> Object:
-        return self.namespace_newest(key, namespace)
+        return self.inputs.namespaces.newest(namespace)
 
     def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
         return self.inputs.snapshot(namespace, quota, quotas)
@@ -181,7 +170,7 @@ class CachedSource:
         """(key, namespace, managed quota) of every namespace cached when the call began and not
         Terminating, each with its quota as cached when it is reached, our writes the caches do
         not show yet applied; lazily."""
-        for namespace in self.namespaces.iter():
+        for namespace in self.inputs.namespaces.store.iter():
             key = name(namespace)
             if metadata(namespace).get("deletionTimestamp"):
                 continue

@@ -288,9 +288,9 @@ SIBLINGS_SLICE: Final = 0.005
 class ProjectSiblingsView:
     """What a Rancher project's judge (rancherprojects.ProjectRoom) counts as taken: the rooms
     the project's other namespaces have not been given yet, planned by `planner`. `members`:
-    the cached namespaces of a project; `ladders`: each sibling's steps (ProjectDemands');
-    `migrations`: a namespace's cached migrations; `newest`: a namespace with our Rancher
-    annotation writes the cache does not show yet."""
+    the namespaces of a project, our writes the cache does not show yet applied (the
+    namespaces' pending writes); `ladders`: each sibling's steps (ProjectDemands');
+    `migrations`: a namespace's cached migrations."""
 
     def __init__(
         self,
@@ -298,7 +298,6 @@ class ProjectSiblingsView:
         members: Callable[[str], list[Object]],
         ladders: WaitingCache,
         migrations: Callable[[str], Sequence[Object]],
-        newest: Callable[[Object], Object],
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -308,7 +307,6 @@ class ProjectSiblingsView:
         """Each sibling's steps, laddered again only when its inputs change (the registry's:
         a namespace no longer ours drops its entry with the rest of what it waited for)."""
         self.migrations = migrations
-        self.newest = newest
         self.clock = clock
         """Seconds, monotonic: when planning has held the event loop for SIBLINGS_SLICE."""
 
@@ -350,7 +348,7 @@ class ProjectSiblingsView:
         """The sibling's rooms not given, [] where it asks nothing of the project."""
         if self.planner.defer_to(sibling) or not self.migrations(sibling):
             return []
-        planned = self.planner.plan(self.newest(cached))
+        planned = self.planner.plan(cached)
         if planned is None or not rancher_base(planned.plan):
             return []
         return self.ladders.steps(planned.namespace, planned.plan, project)

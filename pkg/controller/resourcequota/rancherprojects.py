@@ -28,7 +28,6 @@ from ...generic.clock import Clock
 from ...generic.events import WARNING, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import annotations_of, metadata
-from ...generic.ownwrites import OwnWrites
 from ...generic.permission import Permission
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
@@ -134,8 +133,10 @@ class ProjectRoom:
         self.reader = reader
         self.recorder = recorder
         self.members = members
-        """The cached namespaces naming a project id (`project_index`): the namespace and its
-        siblings. Asked only once the project is read, never per reconcile of a namespace
+        """The cached namespaces naming a project id (`project_index`), read through the
+        namespaces' pending writes (generic/pendingwrites.py): the namespace and its siblings as
+        we last wrote them, so a sibling queued at once does not judge against an annotation we
+        replaced. Asked only once the project is read, never per reconcile of a namespace
         whose raise needs no verdict."""
         self.demands = demands if demands is not None else ProjectDemands(lambda _key: None)
         """Who waits for each project's room, queued when room moves (projectdemands.py)."""
@@ -143,25 +144,12 @@ class ProjectRoom:
         """(project id, namespace) -> the steps the project's other namespaces have not been
         given, planned from the caches now (the reconciler's); by default as they recorded
         them."""
-        self._written = OwnWrites()
-        """Our annotation writes the namespace cache does not show yet (`wrote`)."""
         self._reported: dict[str, str] = {}
         """Namespace -> the project's lack of room last reported (a Warning once per change)."""
 
     async def _recorded(self, project: str, besides: str) -> list[Step]:
         """The siblings' waiting steps as they recorded them (no planner given)."""
         return self.demands.waiting(project, besides)
-
-    def wrote(self, before: Object, written: Object) -> None:
-        """Our write of a namespace's annotation: until the cache shows it, the namespace and
-        its siblings' judges see the written namespace (`newest`), so a sibling queued at once
-        does not judge against the annotation as it was."""
-        meta = metadata(before)
-        self._written.wrote(str(meta.get("name")), str(meta.get("resourceVersion", "")), written)
-
-    def newest(self, namespace: Object) -> Object:
-        """The namespace as we last wrote it, if the cache does not show that write yet."""
-        return self._written.newest(str(metadata(namespace).get("name")), namespace)
 
     async def lacking(
         self,
@@ -286,11 +274,11 @@ class ProjectRoom:
         return None
 
     def _members(self, project: ProjectQuota | None) -> list[Object]:
-        """The project's namespaces in the cache, our writes it does not show yet applied (none
-        without a project: no verdict then)."""
+        """The project's namespaces (`members`: our writes the cache does not show yet applied;
+        none without a project: no verdict then)."""
         if project is None:
             return []
-        return [self.newest(member) for member in self.members(project.id)]
+        return self.members(project.id)
 
     def report(
         self,
@@ -323,9 +311,8 @@ class ProjectRoom:
             self.recorder.event(target, WARNING, reason, no_room.message)
 
     def forget(self, namespace: str) -> None:
-        """The namespace is no longer ours: nothing reported, written or waited for there."""
+        """The namespace is no longer ours: nothing reported or waited for there."""
         self._reported.pop(namespace, None)
-        self._written.forget(namespace)
         self.demands.forget(namespace)
 
 

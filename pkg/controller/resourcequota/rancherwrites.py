@@ -27,6 +27,7 @@ from ...generic import errors
 from ...generic.events import NORMAL, WARNING, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import annotations_of, metadata
+from ...generic.pendingwrites import PendingWrites
 from ...generic.resource import Object
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.quantity import Quantity
@@ -50,9 +51,10 @@ may be raised meanwhile; nothing else queues the namespace then)."""
 
 @dataclass
 class RancherPath:
-    """Which namespaces' raises go through Rancher's annotation, and those writes."""
+    """Which namespaces' raises go through Rancher's annotation; their writes, into `pending`."""
 
     writer: QuotaWriter
+    pending: PendingWrites
     metrics: QuotaMetrics
     recorder: EventRecorder
     project_room: ProjectRoom
@@ -127,8 +129,8 @@ class RancherPath:
         KubeVirt's order (projectdemands.py); then the raise for the rooms that fit. Returns the
         seconds until the project's room is checked again while the raise waits, else None.
         The judgments and writes of one project's namespaces run one at a time (its lock), each
-        seeing our earlier writes of its siblings (ProjectRoom.newest)."""
-        namespace = self.project_room.newest(namespace)
+        seeing our earlier writes of it and its siblings (`pending`)."""
+        namespace = self.pending.newest(namespace)
         project = annotations_of(namespace).get(PROJECT_ID_ANNOTATION)
         if not project:
             return await self._write(namespace, quota, plan, snapshot, None)
@@ -271,7 +273,7 @@ class RancherPath:
             self.metrics.quota_writes.labels("error").inc()
             raise
         self.metrics.quota_writes.labels("written").inc()
-        self.project_room.wrote(namespace, written)
+        self.pending.wrote(written)
         self.writes[name] += 1
         raised = changes.get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
         log.info(

@@ -79,25 +79,25 @@ class QuotaReconciler:
         self.metrics.paused.set(1 if management.options.paused else 0)
         self.reports = NamespaceReports(self.metrics, management.recorder, self.inputs.refusals)
         """Metrics and Warning events of each plan (reports.py)."""
-        self.spec_writes = SpecWrites(self.writer, self.metrics, management.recorder)
+        self.spec_writes = SpecWrites(
+            self.writer, self.metrics, management.recorder, self.inputs.quotas
+        )
         """Plans written into the quota, copies into status.hard (specwrites.py)."""
         self.writes = self.spec_writes.writes
         """Quota writes per namespace (tests and the scenario report read it)."""
         self.publisher = self.spec_writes.publisher
         management.on_stop(self.publisher.stop)
         self.room_label = RoomHeldLabel(
-            self.writer, management.clock, management.options.room_held_linger
+            self.writer,
+            management.clock,
+            management.options.room_held_linger,
+            self.inputs.namespaces,
         )
         """The room-held label and its linger (roomlabel.py)."""
         self.live_migrations = live_migrations(management.client)
         """The namespace's migrations from the API server, read before a release
         (releaseconfirm.py)."""
-        source = CachedSource(
-            self.inputs,
-            self.namespaces.informer.store,
-            self.spec_writes.newest,
-            self.room_label.newest,
-        )
+        source = CachedSource(self.inputs)
         self.planner = NamespacePlanner(
             source, fail_closed=management.options.rancher_direct_fail_closed
         )
@@ -105,6 +105,7 @@ class QuotaReconciler:
         reconcile, the stale-raise sweep and a Rancher project's sibling judgment each read."""
         self.rancher = RancherPath(
             self.writer,
+            self.inputs.namespaces,
             metrics=self.metrics,
             recorder=management.recorder,
             project_room=_project_room(management, self.namespaces, self.planner, self.inputs),
@@ -179,7 +180,7 @@ class QuotaReconciler:
         if planned is not None and (planned.labels_room or planned.labelled_for_good):
             planned = await self._label_first(key, planned)
             # The namespace as labelled, also when the quota went meanwhile (let go below).
-            namespace = planned.namespace if planned else self.room_label.newest(key, namespace)
+            namespace = planned.namespace if planned else self.inputs.namespaces.newest(namespace)
         if planned is None:
             return await self._let_go(key, namespace)
         self.reports.warnings(planned.namespace, planned.quota, planned.plan)
@@ -204,7 +205,7 @@ class QuotaReconciler:
         lingers = unlabel = None
         if not planned.labels_room:
             lingers = self.room_label.lingers(key, namespace, planned.plan.holds_room)
-            quota = self.spec_writes.newest(key, planned.quota)
+            quota = self.inputs.quotas.newest(planned.quota)
             if lingers is None and raise_down(quota, planned.plan):
                 namespace = await self.room_label.set(namespace, False)
                 unlabel = self.room_label.retry_removal(namespace)
@@ -338,17 +339,18 @@ def _project_room(
     management: Management, namespaces: Controller, planner: NamespacePlanner, inputs: PlanInputs
 ) -> ProjectRoom:
     """Rancher projects' room (rancherprojects.py), its judge counting the siblings' rooms
-    `planner` plans (projectdemands.ProjectSiblingsView) over the cached namespaces of each
-    project (the namespace cache's project index, added here)."""
-    cache = namespaces.informer.store
+    `planner` plans (projectdemands.ProjectSiblingsView) over the namespaces of each project
+    (the namespace cache's project index, added here), our writes the cache does not show yet
+    applied."""
+    cache = inputs.namespaces.store
     if not cache.has_index(PROJECT_INDEX):
         cache.add_indexers({PROJECT_INDEX: project_index})
-    members = partial(cache.by_index, PROJECT_INDEX)
+    members = partial(inputs.namespaces.by_index, PROJECT_INDEX)
     reader = ProjectReader(management.client, management.clock)
     demands = ProjectDemands(namespaces.enqueue_key)
     room = ProjectRoom(reader, management.recorder, members, demands)
     room.siblings_waiting = ProjectSiblingsView(
-        planner, members, demands.ladders, inputs.migration_views.namespace, room.newest
+        planner, members, demands.ladders, inputs.migration_views.namespace
     )
     return room
 

@@ -5,10 +5,10 @@ before a raise is written and removes it after the room is given back and a ling
 the rule covers the whole time a raised quota could admit a pod, and a drain's next wave is
 raised without the label's round trip on its path. A namespace whose Rancher quota we raise
 directly, where no namespace write may be made while a raise stands, keeps it for good instead
-(`label_policy`). The write itself, and its permission gate,
-are the QuotaWriter's (controller/quotawriter.py); this keeps the linger and our label writes
-until the namespace cache shows them. Not thread-safe: event loop only, per namespace from one
-worker at a time (the workqueue's guarantee).
+(`label_policy`). The write itself, and its permission gate, are the QuotaWriter's
+(controller/quotawriter.py); this keeps the linger and records each label write in the
+namespaces' pending writes (generic/pendingwrites.py). Not thread-safe: event loop only, per
+namespace from one worker at a time (the workqueue's guarantee).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...generic.clock import Clock
-from ...generic.meta import labels, metadata
-from ...generic.ownwrites import OwnWrites
+from ...generic.meta import labels
+from ...generic.pendingwrites import PendingWrites
 from ...generic.resource import Object
 from ...util.annotations import LABEL_ROOM_HELD
 from ..quotawriter import QuotaWriter
@@ -62,21 +62,19 @@ def is_labelled(namespace: Object) -> bool:
 
 
 class RoomHeldLabel:
-    """Sets and removes the label through `writer`; `linger` seconds after room was last held."""
+    """Sets and removes the label through `writer`, each write recorded in `pending` (the
+    namespaces' pending writes); `linger` seconds after room was last held."""
 
-    def __init__(self, writer: QuotaWriter, clock: Clock, linger: float) -> None:
+    def __init__(
+        self, writer: QuotaWriter, clock: Clock, linger: float, pending: PendingWrites
+    ) -> None:
         self.writer = writer
+        self.pending = pending
         self.clock = clock
         self.linger = linger
-        self._writes = OwnWrites()
-        """Our label writes by namespace, until the cache has them (one write per change)."""
         self._last_held: dict[str, float] = {}
         """Namespace -> the monotonic moment a plan of it last held room, while its label
         lingers (`lingers`)."""
-
-    def newest(self, key: str, namespace: Object) -> Object:
-        """The namespace as we last wrote it, if the cache does not show that write yet."""
-        return self._writes.newest(key, namespace)
 
     def held_now(self, key: str) -> None:
         """A plan of namespace `key` holds room now (the linger counts from here)."""
@@ -85,10 +83,9 @@ class RoomHeldLabel:
     async def set(self, namespace: Object, held: bool) -> Object:
         """Sets or removes the label, if it differs; returns the namespace as stored after (or
         `namespace`, when nothing was written: equal already, or the write's gate closed)."""
-        meta = metadata(namespace)
         written = await self.writer.label_room_held(namespace, held)
         if written is not namespace:
-            self._writes.wrote(str(meta["name"]), str(meta.get("resourceVersion", "")), written)
+            self.pending.wrote(written)
         return written
 
     def lingers(self, key: str, namespace: Object, holds_room: bool) -> float | None:

@@ -3,9 +3,9 @@
 The write is the QuotaWriter's conditional JSON patch (controller/quotawriter.py): if anyone (a
 user, Rancher) changed what the plan read since, it is a Conflict, nothing of theirs is
 overwritten, and the namespace is planned again. Here each write is counted (metrics, `writes`),
-logged and told in an Event on the quota, kept as ours until the cache shows it, and a new
-spec.hard that raises a key handed to `publisher`, which copies it into status.hard beside the
-namespace's reconciles (a release while rooms are still held is left to kube-controller-manager:
+logged and told in an Event on the quota, recorded in the quotas' pending writes
+(generic/pendingwrites.py), and a new spec.hard that raises a key handed to `publisher`, which
+copies it into status.hard beside the namespace's reconciles (a release while rooms are still held is left to kube-controller-manager:
 `raise_waits_on_status`; the last one, which takes our records off, is copied).
 Not thread-safe: event loop only, per namespace from one worker at a time.
 """
@@ -23,8 +23,8 @@ from ...generic.events import NORMAL, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.newest import NewestPerKey
-from ...generic.ownwrites import OwnWrites
-from ...generic.resource import Object
+from ...generic.pendingwrites import PendingWrites
+from ...generic.resource import Object, key_of
 from ...util.quantity import Quantity
 from ...util.resourcequota.plan import QuotaPlan
 from ..quotawriter import QuotaWriter
@@ -56,16 +56,22 @@ def raise_waits_on_status(written: Object) -> bool:
 
 
 class SpecWrites:
-    """Writes plans into quotas through `writer`; `publisher` copies each new spec.hard."""
+    """Writes plans into quotas through `writer`, each recorded in `pending` (the quotas' pending
+    writes); `publisher` copies each new spec.hard."""
 
-    def __init__(self, writer: QuotaWriter, metrics: QuotaMetrics, recorder: EventRecorder) -> None:
+    def __init__(
+        self,
+        writer: QuotaWriter,
+        metrics: QuotaMetrics,
+        recorder: EventRecorder,
+        pending: PendingWrites,
+    ) -> None:
         self.writer = writer
+        self.pending = pending
         self.metrics = metrics
         self.recorder = recorder
         self.writes: Counter[str] = Counter()
         """Quota writes per namespace (tests and the scenario report read it)."""
-        self._ours = OwnWrites()
-        """Our quota writes by namespace, until the cache has them (one write per change)."""
         self.publisher: NewestPerKey[Object] = NewestPerKey(
             "copying spec.hard into status.hard", writer.copy_hard_to_status
         )
@@ -78,10 +84,6 @@ class SpecWrites:
         written after it; each tests its own spec.hard, so an older one never lands over a newer
         spec. API errors other than a refusal are logged and dropped: kube-controller-manager's
         copy follows anyway."""
-
-    def newest(self, key: str, quota: Object) -> Object:
-        """The quota as we last wrote it, if the cache does not show that write yet."""
-        return self._ours.newest(key, quota)
 
     async def write(self, quota: Object, patch: Mapping[str, Any], plan: QuotaPlan) -> None:
         """Applies `patch` to the quota only if it is still as the plan read it.
@@ -98,7 +100,7 @@ class SpecWrites:
             written = await self.writer.patch_as_planned(quota, patch)
         except errors.Conflict:
             self.metrics.quota_writes.labels("conflict").inc()
-            self._ours.forget(namespace)
+            self.pending.forget(key_of(quota))
             log.info(
                 "%s/%s changed since it was read; planning again",
                 namespace,
@@ -112,7 +114,7 @@ class SpecWrites:
         self.metrics.quota_writes.labels("written").inc()
         if "spec" in patch and (raise_waits_on_status(written) or not plan.holds_room):
             self.publisher.submit(namespace, written)
-        self._ours.wrote(namespace, str(meta.get("resourceVersion", "")), written)
+        self.pending.wrote(written)
         self.writes[namespace] += 1
         self._tell(quota, patch, plan)
 
