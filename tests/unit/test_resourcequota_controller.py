@@ -18,6 +18,7 @@ from harvester_quota.controller.resourcequota.gather import ReleaseGathering
 from harvester_quota.controller.resourcequota.planner import ListedSource, NamespacePlanner
 from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
 from harvester_quota.controller.resourcequota.refusals import RefusalTracker
+from harvester_quota.controller.resourcequota.releaseconfirm import ReleaseCheck
 from harvester_quota.controller.resourcequota.reports import NamespaceReports
 from harvester_quota.controller.resourcequota.resourcequota_controller import (
     QuotaReconciler,
@@ -383,10 +384,10 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     instance.stale_raises = nothing  # type: ignore[assignment]
     instance.gathering = ReleaseGathering(clock, 0.0)
 
-    async def no_migrations(_namespace: str) -> list[Any]:
-        return []
+    async def no_migrations(*_: Any) -> dict[str, Any]:
+        return {"items": []}
 
-    instance.live_migrations = no_migrations
+    instance.release_check = ReleaseCheck(no_migrations, clock)
     return instance
 
 

@@ -10,32 +10,48 @@ release and before the raise that follows it: refused once, though our webhook h
 raise in place (its live read of the quota came before the release; webhook/resources/pod/
 targets.py).
 
-So before a plan that lowers some key of spec.hard is written, the namespace's migrations are
-listed from the API server (one LIST, no resourceVersion: served from etcd). A migration there
-that is not in a final phase, not being deleted, and that the plan did not read (neither planned
-nor set aside as settled) means the cache lags: the release waits for the cache, which queues
-the namespace again when it stores the migration (`RETRY_AFTER` as a backstop). The window
-left: a migration created between that LIST and the release write whose target pod meets quota
-admission within the same gap, a few milliseconds of this process's own time.
+So before a plan whose write lowers something (`lowers`: spec.hard, or on Rancher's path the
+annotation as it stands) is written, the API server is asked (no resourceVersion: served from
+etcd) for the namespace's migrations, first one of them (limit=1): when it holds no more than
+the plan read (1 + metadata.remainingItemCount) and the plan read that one (its uid), the release
+goes on. Only otherwise (or when the count is not told) are all of them listed, in pages of
+`PAGE` so that no single decode blocks the event loop for long. A migration there that is not in
+a final phase, not being deleted, and that the plan did not read (neither planned nor set aside
+as settled) means the cache lags: the release waits for the cache, which queues the namespace
+again when it stores the migration (`RETRY_AFTER` as a backstop). A migration the cache still
+lacks `STALE_AFTER` after its creation is not lag (a stored object the informer skips, a wedged
+watch): it is named in one WARNING and no longer holds the release. The windows left: a
+migration created between the check and the release write whose target pod meets quota
+admission within the same gap, a few milliseconds of this process's own time; and the count
+check misses a migration created while another the plan read was deleted in the same gap
+(equal counts): its target pod may be refused once, and KubeVirt retries it on the quota's next
+update.
 
 What holding a release keeps from a tenant: nothing. While room is held or a raise stands the
 webhook holds the namespace's pods to the base (util/resourcequota/standing.py). A tenant can
-delay its own release by creating migrations, which it may do anyway. Should the LIST fail,
-the cache's plan is written (the release is never withheld on an error).
+delay its own release by creating migrations, which it may do anyway, for `STALE_AFTER` at most
+each. Should the check fail, the cache's plan is written (the release is never withheld on an
+error) and a WARNING says so, at most once per `WARN_EVERY`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any, Final
 
 from ...apis.kubevirt import FINAL_PHASES, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
 from ...generic import errors
 from ...generic.client import ApiClient
-from ...generic.meta import metadata
+from ...generic.clock import Clock
+from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
+from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.quantity import Quantity
+from ...util.rancher.annotation import parse_namespace_resource_quota_details
+from ...util.resourcequota.plan import QuotaPlan
+from ...util.resourcequota.rancherpath import annotation_patch
+from ...util.vmispec import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -43,46 +59,64 @@ RETRY_AFTER: Final = 1.0
 """Seconds after which a release held for a migration the cache lacks is planned again, should
 the cache's own event not queue the namespace first."""
 RETRY_REASON: Final = "a release held for a migration the cache has not stored yet is planned then"
+PAGE: Final = 500
+"""Migrations per page of the full listing."""
+STALE_AFTER: Final = 30.0
+"""Seconds after its creation from which a migration the cache lacks no longer holds a release
+(the cache's real lag is under a second)."""
+WARN_EVERY: Final = 60.0
+"""Seconds between two warnings that the migrations could not be read."""
 
-LiveMigrations = Callable[[str], Awaitable[list[Object]]]
-"""namespace -> its migrations as the API server has them now. Raises errors.ApiError (or
-TimeoutError) when they cannot be read."""
+ListPage = Callable[[str, int, str | None], Awaitable[Object]]
+"""(namespace, limit, continue token) -> that page of the namespace's migrations as the API server
+has them now. Raises errors.ApiError (or TimeoutError) when they cannot be read."""
 
 
-def live_migrations(client: ApiClient) -> LiveMigrations:
-    """Lists a namespace's migrations from the API server (every page)."""
+def list_page(client: ApiClient) -> ListPage:
+    """One page of a namespace's migrations from the API server."""
 
-    async def read(namespace: str) -> list[Object]:
-        items: list[Object] = []
-        token: str | None = None
-        while True:
-            page = await client.list(
-                VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace, continue_token=token
-            )
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue") or None
-            if token is None:
-                return items
+    async def read(namespace: str, limit: int, token: str | None) -> Object:
+        return await client.list(
+            VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace, limit=limit, continue_token=token
+        )
 
     return read
 
 
-def lowers(quota: Mapping[str, Any], hard: Mapping[str, str]) -> bool:
-    """Whether writing `hard` lowers some key of the quota's spec.hard. A value that cannot be
-    read counts as lowering (the release is confirmed: the side that costs one LIST)."""
-    current = (quota.get("spec") or {}).get("hard") or {}
+def lowers(current: Mapping[str, Any], hard: Mapping[str, Any]) -> bool:
+    """Whether writing `hard` lowers some key of `current` (spec.hard, or the limits of Rancher's
+    annotation). A value that cannot be read counts as lowering (the release is confirmed: the
+    side that costs a LIST)."""
     try:
         return any(
-            key in current and Quantity.parse(str(current[key])) > Quantity.parse(text)
+            key in current and Quantity.parse(str(current[key])) > Quantity.parse(str(text))
             for key, text in hard.items()
         )
     except ValueError:
         return True
 
 
-def unseen(live: Iterable[Object], known: Iterable[Object]) -> list[str]:
-    """Names of the live migrations that may hold room and that are not among `known` (by uid):
-    not in a final phase and not being deleted."""
+def write_lowers(quota: Object, rancher: Object | None, plan: QuotaPlan) -> bool:
+    """Whether the plan's write lowers something: the quota's spec.hard, or where it goes
+    through Rancher (`rancher`: the namespace as last written) a limit of Rancher's annotation
+    as it stands, which spec.hard lags until Rancher's agent copies it (unreadable text counts
+    as lowering)."""
+    if rancher is None:
+        return lowers((quota.get("spec") or {}).get("hard") or {}, plan.hard)
+    wanted = (annotation_patch(rancher, plan) or {}).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+    current = annotations_of(rancher).get(CATTLE_ANNOTATION_RESOURCE_QUOTA)
+    if wanted is None or current is None:
+        return False
+    try:
+        limits = parse_namespace_resource_quota_details
+        return lowers(limits(current).raw_limit, limits(wanted).raw_limit)
+    except ValueError:
+        return True
+
+
+def unseen(live: Iterable[Object], known: Iterable[Object]) -> list[Object]:
+    """The live migrations that may hold room and that are not among `known` (by uid): not in
+    a final phase and not being deleted."""
     uids = {metadata(m).get("uid") for m in known}
     found = []
     for migration in live:
@@ -90,16 +124,69 @@ def unseen(live: Iterable[Object], known: Iterable[Object]) -> list[str]:
         phase = (migration.get("status") or {}).get("phase")
         if meta.get("uid") in uids or meta.get("deletionTimestamp") or phase in FINAL_PHASES:
             continue
-        found.append(str(meta.get("name")))
+        found.append(migration)
     return found
 
 
-async def release_waits(read: LiveMigrations, namespace: str, known: Iterable[Object]) -> list[str]:
-    """The migrations (names) a release of `namespace` must wait for the cache to show: those
-    the API server has and the plan did not read (`unseen`); [] when it cannot be read."""
-    try:
-        live = await read(namespace)
-    except (errors.ApiError, TimeoutError) as error:
-        log.debug("%s: migrations not listed (%s): the release is written", namespace, error)
-        return []
-    return unseen(live, known)
+class ReleaseCheck:
+    """What a release of a namespace waits for (`waits`). Called by the namespace's reconcile,
+    never twice at once for one namespace; its warning records are shared by all."""
+
+    def __init__(self, read: ListPage, clock: Clock) -> None:
+        self.read = read
+        self.clock = clock
+        self.warned: set[str] = set()
+        """Uids of the stale migrations already warned of."""
+        self.failed_at: float | None = None
+        """When a failed read was last warned of (monotonic)."""
+
+    async def waits(self, namespace: str, known: Collection[Object]) -> list[str]:
+        """Names of the migrations a release of `namespace` must wait for the cache to show:
+        those the API server has, the plan did not read (`unseen`) and are not stale; [] when
+        they cannot be read."""
+        try:
+            live = await self._live(namespace, known)
+        except (errors.ApiError, TimeoutError) as error:
+            now = self.clock.monotonic()
+            if self.failed_at is None or now - self.failed_at >= WARN_EVERY:
+                self.failed_at = now
+                log.warning("%s: migrations not listed (%s): release written", namespace, error)
+            return []
+        return [str(metadata(m).get("name")) for m in unseen(live, known) if self._fresh(m)]
+
+    async def _live(self, namespace: str, known: Collection[Object]) -> list[Object]:
+        """The namespace's migrations the API server has, or only its first when the count and
+        the uid show the plan read them all (a first page without `continue` is all of them)."""
+        page = await self.read(namespace, 1, None)
+        items: list[Object] = list(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue") or None
+        remaining = (page.get("metadata") or {}).get("remainingItemCount")
+        uids = {metadata(m).get("uid") for m in known}
+        counted = isinstance(remaining, int) and 1 + remaining <= len(uids)
+        if counted and items and metadata(items[0]).get("uid") in uids:
+            return items
+        while token is not None:
+            page = await self.read(namespace, PAGE, token)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or None
+        return items
+
+    def _fresh(self, migration: Object) -> bool:
+        """False for a migration created `STALE_AFTER` ago or more (warned of once)."""
+        meta = metadata(migration)
+        try:
+            age = (self.clock.now() - parse_time(meta.get("creationTimestamp"), "")).total_seconds()
+        except ValueError:
+            return True
+        if age < STALE_AFTER:
+            return True
+        if meta.get("uid") not in self.warned:
+            self.warned.add(str(meta.get("uid")))
+            log.warning(
+                "%s/%s: migration not in the cache %.0f s after its creation: a release is "
+                "written without it",
+                meta.get("namespace"),
+                meta.get("name"),
+                age,
+            )
+        return False

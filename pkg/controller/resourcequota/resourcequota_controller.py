@@ -43,7 +43,7 @@ from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .refusals import StandingRefusals
 from .releaseconfirm import RETRY_AFTER as RELEASE_RETRY_AFTER
 from .releaseconfirm import RETRY_REASON as RELEASE_RETRY
-from .releaseconfirm import live_migrations, lowers, release_waits
+from .releaseconfirm import ReleaseCheck, list_page, write_lowers
 from .reports import NamespaceReports
 from .roomlabel import RoomHeldLabel
 from .specwrites import SpecWrites
@@ -94,7 +94,7 @@ class QuotaReconciler:
             self.inputs.namespaces,
         )
         """The room-held label and its linger (roomlabel.py)."""
-        self.live_migrations = live_migrations(management.client)
+        self.release_check = ReleaseCheck(list_page(management.client), management.clock)
         """The namespace's migrations from the API server, read before a release
         (releaseconfirm.py)."""
         source = CachedSource(self.inputs)
@@ -214,14 +214,24 @@ class QuotaReconciler:
     async def _confirm_release(self, key: str, planned: NamespacePlan) -> None:
         """Raises RetryAfter, writing nothing, while a plan that lowers spec.hard was made
         without a migration the API server already has (releaseconfirm.py). Not for a plan that
-        gives every room back whatever migrations exist (skipped, paused, handed over)."""
-        if not lowers(planned.quota, planned.plan.hard) or planned.plan.skipped:
-            return
-        if self.planner.defer_to(key):
+        gives every room back whatever migrations exist (skipped, paused, handed over). What
+        is lowered is what `_write_plan` writes: Rancher's annotation where the plan goes
+        through it, else spec.hard."""
+        namespace, plan = planned.namespace, planned.plan
+        rancher = (
+            self.rancher.pending.newest(namespace)
+            if self.rancher.through(namespace, plan)
+            else None
+        )
+        if (
+            not write_lowers(planned.quota, rancher, plan)
+            or plan.skipped
+            or self.planner.defer_to(key)
+        ):
             return
         snapshot = planned.snapshot
         known = [*snapshot.migrations, *snapshot.settled]
-        waiting = await release_waits(self.live_migrations, key, known)
+        waiting = await self.release_check.waits(key, known)
         if waiting:
             log.info("%s: release held until the cache shows migrations %s", key, waiting)
             raise RetryAfter(RELEASE_RETRY_AFTER, RELEASE_RETRY)
