@@ -175,7 +175,9 @@ class ReleaseCheck:
         """False for a migration created `STALE_AFTER` ago or more (warned of once)."""
         meta = metadata(migration)
         try:
-            age = (self.clock.now() - parse_time(meta.get("creationTimestamp"), "")).total_seconds()
+            age = (
+                self.clock.now() - parse_time(meta.get("creationTimestamp"), "created")
+            ).total_seconds()
         except ValueError:
             return True
         if age < STALE_AFTER:

@@ -212,22 +212,17 @@ class QuotaReconciler:
         return requeue(namespace, planned.plan, lingers, recheck, unlabel=unlabel, gather=held)
 
     async def _confirm_release(self, key: str, planned: NamespacePlan) -> None:
-        """Raises RetryAfter, writing nothing, while a plan that lowers spec.hard was made
-        without a migration the API server already has (releaseconfirm.py). Not for a plan that
-        gives every room back whatever migrations exist (skipped, paused, handed over). What
-        is lowered is what `_write_plan` writes: Rancher's annotation where the plan goes
-        through it, else spec.hard."""
-        namespace, plan = planned.namespace, planned.plan
-        rancher = (
-            self.rancher.pending.newest(namespace)
-            if self.rancher.through(namespace, plan)
-            else None
-        )
-        if (
-            not write_lowers(planned.quota, rancher, plan)
-            or plan.skipped
-            or self.planner.defer_to(key)
-        ):
+        """Raises RetryAfter, writing nothing, while a plan whose write lowers something (what
+        `_write_plan` writes: Rancher's annotation where the plan goes through it, else
+        spec.hard) was made without a migration the API server already has (releaseconfirm.py).
+        Not for a plan that gives every room back whatever migrations exist (skipped, paused,
+        handed over)."""
+        plan = planned.plan
+        through = self.rancher.through(planned.namespace, plan)
+        rancher = self.rancher.pending.newest(planned.namespace) if through else None
+        if not write_lowers(planned.quota, rancher, plan) or plan.skipped:
+            return
+        if self.planner.defer_to(key):
             return
         snapshot = planned.snapshot
         known = [*snapshot.migrations, *snapshot.settled]
