@@ -4,9 +4,10 @@ Harvester's own controllers (when they run beside us), a GitOps tool or a person
 spec.hard, which our plans write. The reconcile plans the namespace again either way (a quota
 change queues it); this says who did it, so that an operator can find the other writer before
 the two fight. On every update event of a managed quota (the informer's handler gets the old and
-the new version; nothing is listed) whose spec.hard changed, the writer is the newest
-managedFields entry that owns a key of spec.hard (writers.newest_hard_writer); unless that is us
-or Rancher's agent (RANCHER_MANAGERS, syncing spec.hard to its base), the write is counted
+the new version; nothing is listed) whose spec.hard changed, the writer is among the newest
+managedFields entries that own a key that changed (writers.change_writers: managedFields are not
+in write order, so of one second each is a candidate); if one of them is neither us nor
+Rancher's agent (RANCHER_MANAGERS, syncing spec.hard to its base), the write is counted
 (harvester_quota_foreign_quota_writes_total, by manager) and, at most once per quota per
 EVENT_INTERVAL, logged and told in a ForeignQuotaWrite Warning on the quota: who, which keys
 from what to what, and what the controller does about it (NEXT); the writes that waited are
@@ -33,7 +34,7 @@ from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...util.quantity import Quantity
 from ...util.resourcequota.managed import is_managed_quota
-from ...util.resourcequota.writers import FIELD_MANAGER, RANCHER_MANAGERS, newest_hard_writer
+from ...util.resourcequota.writers import FIELD_MANAGER, RANCHER_MANAGERS, change_writers
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +97,19 @@ class ForeignWriteReports:
 
     def on_update(self, old: Object, new: Object) -> None:
         """Tells the write between `old` and `new` of a managed quota if it changed spec.hard
-        and its newest writer of spec.hard is neither us nor Rancher's agent."""
+        and one of its candidate writers (writers.change_writers; the last listed of those that
+        are foreign is named) is neither us nor Rancher's agent."""
         if self.standby or not is_managed_quota(new):
             return
         changes = hard_changes(old, new)
-        writer = newest_hard_writer(new) if changes else None
-        if writer is None or writer.manager == FIELD_MANAGER or writer.manager in RANCHER_MANAGERS:
+        foreign = [
+            writer
+            for writer in (change_writers(old, new, changes) if changes else [])
+            if writer.manager != FIELD_MANAGER and writer.manager not in RANCHER_MANAGERS
+        ]
+        if not foreign:
             return
+        writer = foreign[-1]
         self.metrics.count_foreign_write(writer.manager)
         meta = metadata(new)
         namespace = str(meta.get("namespace") or "")
