@@ -21,6 +21,7 @@ from harvester_quota.controller.resourcequota.foreignwrites import (
     ForeignWriteReports,
     PerKeyInterval,
     hard_changes,
+    sets_rancher_base,
 )
 from harvester_quota.explain import explain, render_json, render_text
 from harvester_quota.generic.client import ApiClient, WatchEvent
@@ -28,6 +29,7 @@ from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.metrics import OTHER, CappedLabelValues
 from harvester_quota.generic.rest import FIELD_MANAGER, USER_AGENT
+from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
 from harvester_quota.util.resourcequota.writers import (
     WRITERS,
@@ -118,10 +120,15 @@ class Reports(SimpleNamespace):
         return value or 0.0
 
 
-def reports(*, leading: bool = True) -> Reports:
+def reports(*, leading: bool = True, namespace: dict[str, Any] | None = None) -> Reports:
+    """`namespace`: what the namespace cache holds for every name (none by default)."""
     registry, recorder, clock = CollectorRegistry(), Recorder(), FakeClock()
     found = ForeignWriteReports(
-        QuotaMetrics(registry), cast(Any, recorder), clock, standby=not leading
+        QuotaMetrics(registry),
+        cast(Any, recorder),
+        clock,
+        namespace_of=lambda _name: namespace,
+        standby=not leading,
     )
     return Reports(reports=found, registry=registry, recorder=recorder, clock=clock)
 
@@ -313,6 +320,27 @@ def test_rancher_agent_is_never_foreign_and_anyone_else_is() -> None:
         raised, quota({"limits.cpu": "4"}, [entry("kubectl-edit", T1, ("limits.cpu",))])
     )
     assert by_person.count("kubectl-edit") == 1
+
+
+def test_a_write_of_the_rancher_base_is_rancher_s_whatever_its_manager_but_harvester_s() -> None:
+    """Our raise to 5 set back to the namespace's Rancher base (3) by a manager not named
+    Rancher's: not told; set to 4 by it: told. Harvester's controller, which sets spec.hard
+    back to the base too, is told even when it writes the base."""
+    raised = quota({"limits.cpu": "5"}, [entry(FIELD_MANAGER, T0, ("limits.cpu",))])
+    for manager, cpu, told in (
+        ("cattle-cluster-agent", "3", 0),
+        ("cattle-cluster-agent", "4", 1),
+        ("harvester", "3", 1),
+    ):
+        found = reports(namespace=rancher())
+        after = quota({"limits.cpu": cpu}, [entry(manager, T1, ("limits.cpu",))], rv="2")
+        found.reports.on_update(raised, after)
+        assert (found.count(manager), len(found.recorder.events)) == (told, told), (manager, cpu)
+    assert sets_rancher_base(rancher(), quota({"limits.cpu": "3000m"}, []), ["limits.cpu"])
+    assert not sets_rancher_base(None, quota({"limits.cpu": "3"}, []), ["limits.cpu"])
+    broken = rancher_namespace("ns", {"limitsCpu": "3000m"})
+    broken["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA] = "{not json"
+    assert not sets_rancher_base(broken, quota({"limits.cpu": "3"}, []), ["limits.cpu"])
 
 
 def test_an_annotation_write_is_not_told_but_a_spec_hard_write_is() -> None:
