@@ -117,14 +117,13 @@ class ForeignWriteReports:
         ]
         if not foreign:
             return
-        writer = foreign[-1]
+        writer, meta = foreign[-1], metadata(new)
+        namespace = str(meta.get("namespace") or "")
         if writer.manager != HARVESTER_MANAGER and sets_rancher_base(
-            self.namespace_of(str(metadata(new).get("namespace") or "")), new, changes
+            self.namespace_of(namespace), new, changes
         ):
             return
         self.metrics.count_foreign_write(writer.manager)
-        meta = metadata(new)
-        namespace = str(meta.get("namespace") or "")
         key = f"{namespace}/{meta.get('name')}"
         waited = self.events.admit(key)
         if waited is None:
