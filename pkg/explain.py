@@ -166,7 +166,9 @@ async def explain(
         adopt_harvester=parse_migration_annotations(annotations_of(quota)).adopted,
     )
     planned = NamespacePlanner(source).plan(ns)
-    assert planned is not None, "the managed quota was found above"
+    if planned is None:  # the planner found no managed quota where the list had one
+        warnings = ["the planner found no managed ResourceQuota", *lock_warnings]
+        return Explanation(namespace, None, managed=False, mtq_locks=locks, warnings=warnings)
     plan, snapshot = planned.plan, planned.snapshot
     events = await _list(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)

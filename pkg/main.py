@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, Final, get_args
 
 import orjson
 
@@ -50,6 +51,45 @@ from .webhook.resources.pod.targets import TARGET_ROOM_WAIT
 if TYPE_CHECKING:
     from .webhook.certkeeper import SelfSigned
     from .webhook.tls import ClientAuth
+
+log = logging.getLogger(__name__)
+
+RETIRED_RUN_FLAGS: Final = {
+    "--no-harvester-compat": 0,
+    "--no-leader-elect": 0,
+    "--release-gather": 1,
+    "--room-held-linger": 1,
+    "--stale-raise-sweep": 1,
+}
+"""Flags `run` once had, with the number of values each took: still accepted (hidden from
+--help, the value unchecked) and ignored with one warning at start, so that a Deployment whose
+args still set one keeps running rather than crash-looping on a usage error."""
+
+
+class _Retired(argparse.Action):
+    """Records the retired flag given in `retired_flags` (a list, in the order given)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        namespace.retired_flags = [*getattr(namespace, "retired_flags", []), option_string]
+
+
+def _add_retired_flags(parser: argparse.ArgumentParser) -> None:
+    for flag, values in RETIRED_RUN_FLAGS.items():
+        parser.add_argument(flag, action=_Retired, nargs=values, help=argparse.SUPPRESS)
+
+
+def _warn_retired(args: argparse.Namespace) -> None:
+    """One warning naming each retired flag given (RETIRED_RUN_FLAGS), if any."""
+    retired = sorted(set(getattr(args, "retired_flags", [])))
+    if retired:
+        log.warning("retired flags, ignored: %s (remove them from the args)", ", ".join(retired))
+
 
 # LAZY_IMPORTS: explain and the webhook server are imported by their commands only: the
 # controllers' process (`run`) then does not carry them.
@@ -79,7 +119,9 @@ def _options(args: argparse.Namespace) -> Options:
 def cmd_run(args: argparse.Namespace) -> int:
     """Runs the controllers until SIGTERM. An API server that cannot be reached at startup is
     waited for, unready (its reflectors back off and retry, as during an API server restart),
-    never a crash loop; a kubeconfig that cannot be loaded is one line on stderr and exit 2."""
+    never a crash loop; a kubeconfig that cannot be loaded is one line on stderr and exit 2.
+    Retired flags given are warned of first (`_warn_retired`)."""
+    _warn_retired(args)
 
     async def main() -> int:
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
@@ -434,6 +476,7 @@ def _add_run_command(commands: Any) -> None:
         "leaves them to us; without the flag, quotas adopted before are given back to Harvester "
         "(docs/operations.md, On Harvester)",
     )
+    _add_retired_flags(run)
     run.set_defaults(handler=cmd_run)
 
 

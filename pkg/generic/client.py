@@ -21,7 +21,14 @@ from .clock import REAL_CLOCK, Clock
 from .config import ClientConfig
 from .pager import ListPager, ListResult
 from .resource import Object, Resource
-from .rest import DEFAULT_TIMEOUT, RestClient, add_selectors, list_params, raise_for_status
+from .rest import (
+    DEFAULT_TIMEOUT,
+    USER_AGENT,
+    RestClient,
+    add_selectors,
+    list_params,
+    raise_for_status,
+)
 from .watchstream import WatchEvent, decode_watch_line, split_lines, status_error
 
 __all__ = [
@@ -61,11 +68,17 @@ class ApiClient:
     """
 
     def __init__(
-        self, config: ClientConfig, *, timeout: float = DEFAULT_TIMEOUT, clock: Clock = REAL_CLOCK
+        self,
+        config: ClientConfig,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        clock: Clock = REAL_CLOCK,
+        user_agent: str = USER_AGENT,
     ) -> None:
-        self.rest = RestClient(config, timeout=timeout, clock=clock)
+        self.rest = RestClient(config, timeout=timeout, clock=clock, user_agent=user_agent)
         """The session, request sending and decoding; `clock` paces the retries the server asks
-        for, `timeout` is a request's total timeout unless it names one."""
+        for, `timeout` is a request's total timeout unless it names one; `user_agent` is sent
+        with every request (the product's own unless a test bench's simulator names another)."""
         self.pager = ListPager(self.rest)
         self.config = self.rest.config
         self.request = self.rest.request

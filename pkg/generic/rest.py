@@ -91,9 +91,16 @@ class RestClient:
     close it when done (a later request opens a new session)."""
 
     def __init__(
-        self, config: ClientConfig, *, timeout: float = DEFAULT_TIMEOUT, clock: Clock = REAL_CLOCK
+        self,
+        config: ClientConfig,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        clock: Clock = REAL_CLOCK,
+        user_agent: str = USER_AGENT,
     ) -> None:
         self.config = config
+        self.user_agent = user_agent
+        """Sent with every request; the API server names writes' field manager by its first part."""
         self.timeout = timeout
         """The total timeout of a request that names none (streams have none in total)."""
         self.clock = clock
@@ -109,7 +116,7 @@ class RestClient:
             connector = aiohttp.TCPConnector(ssl=self.config.ssl_context, limit=100)
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+                headers={"User-Agent": self.user_agent, "Accept": "application/json"},
                 json_serialize=lambda obj: orjson.dumps(obj).decode(),
             )
         return self._session

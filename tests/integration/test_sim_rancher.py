@@ -105,6 +105,9 @@ async def test_sync_creates_resets_on_namespace_events_and_restart(
         quota = await eventually(lambda: hard_is(api, namespace, SEED_HARD), what="the quota")
         assert await rancher.wait_idle(10)  # its own namespace writes sync once more
         assert quota["metadata"]["generateName"] == "default-"
+        entries = quota["metadata"]["managedFields"]
+        managers = {entry["manager"] for entry in entries if not entry.get("subresource")}
+        assert managers == {"agent"}, "the API server names the agent's writes as Rancher's"
         assert quota["metadata"]["labels"] == {
             LABEL_DEFAULT_RESOURCE_QUOTA: "true",
             "cattle.io/creator": "norman",

@@ -297,15 +297,20 @@ class Commands:
 
     def __init__(self, *parsers: argparse.ArgumentParser) -> None:
         self.flags: dict[tuple[str, ...], set[str]] = {}
+        self.hidden: dict[tuple[str, ...], set[str]] = {}
+        """Flags hidden from --help (argparse.SUPPRESS): retired ones, accepted and ignored."""
         self.children: dict[tuple[str, ...], set[str]] = {}
         for parser in parsers:
             self._walk(parser, (parser.prog,))
 
     def _walk(self, parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
         self.flags[path] = set()
+        self.hidden[path] = set()
         self.children[path] = set()
         for action in parser._actions:  # argparse offers no public walk of its tree
             self.flags[path].update(action.option_strings)
+            if action.help == argparse.SUPPRESS:
+                self.hidden[path].update(action.option_strings)
             if isinstance(action, argparse._SubParsersAction):
                 for name, child in action.choices.items():
                     self.children[path].add(name)

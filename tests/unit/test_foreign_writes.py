@@ -1,6 +1,6 @@
 """Writes of a managed quota's spec.hard by anyone but us (controller/resourcequota/
 foreignwrites.py, util/resourcequota/writers.py): the writer named from the newest managedFields
-entry that owns a key of spec.hard, told once per quota per interval (a Warning, a log line, a
+entries that own a key that changed, told once per quota per interval (a Warning, a log line, a
 metric by manager), and listed by `explain`; our own writes, status writes and Rancher's agent
 are not foreign."""
 
@@ -21,6 +21,7 @@ from harvester_quota.controller.resourcequota.foreignwrites import (
     ForeignWriteReports,
     PerKeyInterval,
     hard_changes,
+    sets_rancher_base,
 )
 from harvester_quota.explain import explain, render_json, render_text
 from harvester_quota.generic.client import ApiClient, WatchEvent
@@ -28,12 +29,13 @@ from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.metrics import OTHER, CappedLabelValues
 from harvester_quota.generic.rest import FIELD_MANAGER, USER_AGENT
+from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
 from harvester_quota.util.resourcequota.writers import (
     WRITERS,
+    change_writers,
     hard_writers,
     keep_writers,
-    newest_hard_writer,
 )
 from prometheus_client import CollectorRegistry
 
@@ -118,10 +120,15 @@ class Reports(SimpleNamespace):
         return value or 0.0
 
 
-def reports(*, leading: bool = True) -> Reports:
+def reports(*, leading: bool = True, namespace: dict[str, Any] | None = None) -> Reports:
+    """`namespace`: what the namespace cache holds for every name (none by default)."""
     registry, recorder, clock = CollectorRegistry(), Recorder(), FakeClock()
     found = ForeignWriteReports(
-        QuotaMetrics(registry), cast(Any, recorder), clock, standby=not leading
+        QuotaMetrics(registry),
+        cast(Any, recorder),
+        clock,
+        namespace_of=lambda _name: namespace,
+        standby=not leading,
     )
     return Reports(reports=found, registry=registry, recorder=recorder, clock=clock)
 
@@ -150,17 +157,24 @@ def test_a_foreign_update_of_spec_hard_is_told_once_with_its_manager_and_fields(
     )
 
 
-def test_the_newest_entry_owning_spec_hard_names_the_writer() -> None:
-    """Two writers own keys of spec.hard: the one whose entry changed last is named; where
-    that is ours (our write back after theirs), nothing is told."""
-    cpu_then_pods = quota(
+def test_the_entry_owning_the_changed_key_names_the_writer_not_the_newest_entry() -> None:
+    """argocd changes limits.cpu; kubectl-edit, which owns only pods (unchanged), wrote in the
+    same second and is listed later: argocd is named. Our write back after argocd's: not told."""
+    before = quota(
+        {"limits.cpu": "3", "pods": "20"}, [OURS_3, entry("kubectl-edit", T1, ("pods",))]
+    )
+    cpu_by_argocd = quota(
         {"limits.cpu": "8", "pods": "20"},
-        [entry("argocd-controller", T0, ("limits.cpu",)), entry("kubectl-edit", T1, ("pods",))],
+        [
+            entry("argocd-controller", T1, ("limits.cpu",)),
+            entry(FIELD_MANAGER, T0, ()),
+            entry("kubectl-edit", T1, ("pods",)),
+        ],
         rv="2",
     )
     found = reports()
-    found.reports.on_update(BEFORE, cpu_then_pods)
-    assert (found.count("kubectl-edit"), found.count("argocd-controller")) == (1, 0)
+    found.reports.on_update(before, cpu_by_argocd)
+    assert (found.count("argocd-controller"), found.count("kubectl-edit")) == (1, 0)
     written_back = quota(
         {"limits.cpu": "3"},
         [entry("argocd-controller", T0, ()), entry(FIELD_MANAGER, T1, ("limits.cpu",))],
@@ -168,6 +182,83 @@ def test_the_newest_entry_owning_spec_hard_names_the_writer() -> None:
     )
     found.reports.on_update(gitops_raise(), written_back)
     assert found.count(FIELD_MANAGER) == 0 and len(found.recorder.events) == 1
+
+
+def test_harvester_resetting_a_key_in_the_second_of_our_raise_is_told() -> None:
+    """We raised limits.cpu and requests.cpu; in the same second Harvester's controller
+    (manager `harvester`, listed before ours) resets limits.cpu: Harvester is named."""
+    raised = quota(
+        {"limits.cpu": "5", "requests.cpu": "5"},
+        [entry(FIELD_MANAGER, T1, ("limits.cpu", "requests.cpu"))],
+    )
+    reset = quota(
+        {"limits.cpu": "3", "requests.cpu": "5"},
+        [entry("harvester", T1, ("limits.cpu",)), entry(FIELD_MANAGER, T1, ("requests.cpu",))],
+        rv="2",
+    )
+    found = reports()
+    found.reports.on_update(raised, reset)
+    assert (found.count("harvester"), found.count(FIELD_MANAGER)) == (1, 0)
+    assert found.recorder.events[0][3].startswith(f"written by harvester (Update, {T1})")
+
+
+def test_an_apply_in_the_second_of_our_write_is_told() -> None:
+    """An Apply entry is listed before our Update of the same second; the Apply changed
+    limits.cpu (ours owns only requests.cpu after it): argocd is named."""
+    ours = quota(
+        {"limits.cpu": "5", "requests.cpu": "5"},
+        [entry(FIELD_MANAGER, T1, ("limits.cpu", "requests.cpu"))],
+    )
+    applied = quota(
+        {"limits.cpu": "8", "requests.cpu": "5"},
+        [
+            entry("argocd-controller", T1, ("limits.cpu",), operation="Apply"),
+            entry(FIELD_MANAGER, T1, ("requests.cpu",)),
+        ],
+        rv="2",
+    )
+    found = reports()
+    found.reports.on_update(ours, applied)
+    assert found.count("argocd-controller") == 1
+    assert found.recorder.events[0][3].startswith(f"written by argocd-controller (Apply, {T1})")
+
+
+def test_our_write_back_in_the_second_of_a_person_s_edit_of_another_key_is_not_told() -> None:
+    """kubectl-edit set pods and we wrote limits.cpu back in the same second; kubectl-edit is
+    listed after us: the write of limits.cpu is ours, nothing is told."""
+    edited = quota(
+        {"limits.cpu": "8", "pods": "20"},
+        [
+            entry("argocd-controller", T0, ("limits.cpu",)),
+            entry(FIELD_MANAGER, T0, ()),
+            entry("kubectl-edit", T1, ("pods",)),
+        ],
+    )
+    written_back = quota(
+        {"limits.cpu": "3", "pods": "20"},
+        [entry(FIELD_MANAGER, T1, ("limits.cpu",)), entry("kubectl-edit", T1, ("pods",))],
+        rv="2",
+    )
+    found = reports()
+    found.reports.on_update(edited, written_back)
+    assert found.recorder.events == [] and found.count("kubectl-edit") == 0
+
+
+def test_a_removed_key_is_put_down_to_the_entry_that_changed() -> None:
+    """A key removed is owned by nobody: the writer is the entry that differs from before."""
+    before = quota(
+        {"limits.cpu": "3", "pods": "20", "requests.memory": "1Gi"},
+        [OURS_3, entry("kubectl-edit", T0, ("pods", "requests.memory"))],
+    )
+    removed = quota(
+        {"limits.cpu": "3", "requests.memory": "1Gi"},
+        [OURS_3, entry("kubectl-edit", T1, ("requests.memory",))],
+        rv="2",
+    )
+    assert [w.manager for w in change_writers(before, removed, ["pods"])] == ["kubectl-edit"]
+    found = reports()
+    found.reports.on_update(before, removed)
+    assert "spec.hard pods 20 -> (removed)" in found.recorder.events[0][3]
 
 
 def test_the_warning_goes_with_a_log_line_naming_quota_manager_and_fields(
@@ -231,6 +322,27 @@ def test_rancher_agent_is_never_foreign_and_anyone_else_is() -> None:
     assert by_person.count("kubectl-edit") == 1
 
 
+def test_a_write_of_the_rancher_base_is_rancher_s_whatever_its_manager_but_harvester_s() -> None:
+    """Our raise to 5 set back to the namespace's Rancher base (3) by a manager not named
+    Rancher's: not told; set to 4 by it: told. Harvester's controller, which sets spec.hard
+    back to the base too, is told even when it writes the base."""
+    raised = quota({"limits.cpu": "5"}, [entry(FIELD_MANAGER, T0, ("limits.cpu",))])
+    for manager, cpu, told in (
+        ("cattle-cluster-agent", "3", 0),
+        ("cattle-cluster-agent", "4", 1),
+        ("harvester", "3", 1),
+    ):
+        found = reports(namespace=rancher())
+        after = quota({"limits.cpu": cpu}, [entry(manager, T1, ("limits.cpu",))], rv="2")
+        found.reports.on_update(raised, after)
+        assert (found.count(manager), len(found.recorder.events)) == (told, told), (manager, cpu)
+    assert sets_rancher_base(rancher(), quota({"limits.cpu": "3000m"}, []), ["limits.cpu"])
+    assert not sets_rancher_base(None, quota({"limits.cpu": "3"}, []), ["limits.cpu"])
+    broken = rancher_namespace("ns", {"limitsCpu": "3000m"})
+    broken["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA] = "{not json"
+    assert not sets_rancher_base(broken, quota({"limits.cpu": "3"}, []), ["limits.cpu"])
+
+
 def test_an_annotation_write_is_not_told_but_a_spec_hard_write_is() -> None:
     """Harvester's UID annotation (or any annotation) changes no key of spec.hard: not told;
     Harvester's write of spec.hard is."""
@@ -288,7 +400,6 @@ def test_the_cache_keeps_the_writers_of_spec_hard_and_drops_managed_fields() -> 
     assert [(w.manager, w.keys) for w in hard_writers(cached)] == [
         ("argocd-controller", ("limits.cpu",))
     ]
-    assert newest_hard_writer(cached) == newest_hard_writer(live)
     assert len(json.dumps(cached[WRITERS])) < len(json.dumps(live["metadata"]["managedFields"]))
 
 

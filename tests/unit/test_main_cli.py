@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 import yaml
-from harvester_quota.main import build_parser
+from harvester_quota.main import RETIRED_RUN_FLAGS, _warn_retired, build_parser
 from harvester_quota.testbench.cli import build_parser as bench_parser
 from harvester_quota.testbench.localcluster.chart import MANIFEST
 
@@ -210,3 +211,35 @@ def test_cpu_accounting_is_off_unless_asked_for() -> None:
 
     assert not _options(build_parser().parse_args(["run"])).cpu_accounting
     assert _options(build_parser().parse_args(["run", "--cpu-accounting"])).cpu_accounting
+
+
+def test_retired_run_flags_are_accepted_hidden_and_warned_of_once(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "run",
+        "--no-harvester-compat",
+        "--room-held-linger",
+        "30",
+        "--release-gather=3",
+        "--stale-raise-sweep",
+        "30",
+        "--no-leader-elect",
+        "--no-leader-elect",
+    ]
+    args = build_parser().parse_args(argv)
+    with caplog.at_level(logging.WARNING, logger="harvester_quota.main"):
+        _warn_retired(args)
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "retired flags, ignored: --no-harvester-compat, --no-leader-elect, --release-gather, "
+        "--room-held-linger, --stale-raise-sweep (remove them from the args)"
+    )
+    assert set(RETIRED_RUN_FLAGS) == set(args.retired_flags)
+    caplog.clear()
+    _warn_retired(build_parser().parse_args(["run"]))
+    assert caplog.records == []
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--help"])
+    assert not [flag for flag in RETIRED_RUN_FLAGS if flag in capsys.readouterr().out]

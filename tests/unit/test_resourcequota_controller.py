@@ -32,12 +32,21 @@ from harvester_quota.generic.controller import RetryAfter
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.permission import FIRST_RETRY
 from harvester_quota.generic.store import Store
-from harvester_quota.util.annotations import LABEL_ROOM_HELD
+from harvester_quota.util.annotations import LABEL_ROOM_HELD, migrating_vm_annotation_key
 from harvester_quota.util.launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 from prometheus_client import CollectorRegistry
 
-from tests.objects import bare_launcher, managed_quota, migration, rancher_namespace, vmi
+from tests.objects import (
+    bare_launcher,
+    launcher_pod,
+    managed_quota,
+    migration,
+    rancher_namespace,
+    vmi,
+)
+from tests.unit.test_pause import ROOM
+from tests.unit.test_quota_plan import V170_HARD, V170_LIMIT
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -652,6 +661,43 @@ def test_the_plan_of_a_rancher_direct_namespace_keeps_the_label_and_knows_a_stan
     assert planned is not None and not planned.label_writes_wait
     told = real_planner(raised, fail_closed=False).plan(namespace)
     assert told is not None and not told.labelled_for_good and told.label_writes_wait
+
+
+def test_a_handed_over_namespace_labelled_for_good_gets_no_raise() -> None:
+    """A Rancher namespace raised directly (fail-closed: labelled for good) that MTQ mode takes
+    over while vm1 migrates and our raise for it stands: the plan (the one made again once the
+    label is written too) gives the room back to the base and raises nothing for vm1; not
+    handed over, the same inputs raise."""
+    vm = vmi("vm1")
+    namespace = rancher_namespace("ns", V170_LIMIT)
+    namespace["metadata"]["labels"] = {LABEL_ROOM_HELD: "true"}
+    raised = managed_quota(
+        "ns",
+        {"limits.cpu": "5015m", "limits.memory": "10040344313"},
+        {migrating_vm_annotation_key("vm1"): ROOM},
+    )
+    source = ListedSource(
+        [raised],
+        [migration("m", vm)],
+        {"vm1": vm},
+        [launcher_pod(vm, "src")],
+        NOW,
+        DEFAULT_LAUNCHER_SETTINGS,
+    )
+
+    def planner(handed_over: bool) -> NamespacePlanner:
+        return NamespacePlanner(
+            source,
+            through=lambda _ns, _plan: False,
+            defer_to=lambda _key: handed_over,
+            fail_closed=True,
+        )
+
+    planned = planner(True).plan(namespace)
+    assert planned is not None and planned.labelled_for_good
+    assert planned.plan.hard == V170_HARD and not planned.plan.holds_room
+    kept = planner(False).plan(namespace)
+    assert kept is not None and kept.plan.holds_room and kept.plan.hard != V170_HARD
 
 
 async def test_a_refused_label_of_a_rancher_direct_namespace_is_tried_again_after_the_backoff() -> (

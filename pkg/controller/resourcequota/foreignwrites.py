@@ -4,9 +4,12 @@ Harvester's own controllers (when they run beside us), a GitOps tool or a person
 spec.hard, which our plans write. The reconcile plans the namespace again either way (a quota
 change queues it); this says who did it, so that an operator can find the other writer before
 the two fight. On every update event of a managed quota (the informer's handler gets the old and
-the new version; nothing is listed) whose spec.hard changed, the writer is the newest
-managedFields entry that owns a key of spec.hard (writers.newest_hard_writer); unless that is us
-or Rancher's agent (RANCHER_MANAGERS, syncing spec.hard to its base), the write is counted
+the new version; nothing is listed) whose spec.hard changed, the writer is among the newest
+managedFields entries that own a key that changed (writers.change_writers: managedFields are not
+in write order, so of one second each is a candidate); if one of them is neither us nor
+Rancher's agent (RANCHER_MANAGERS, syncing spec.hard to its base; or a write of the keys it
+changed to the namespace's Rancher base, `sets_rancher_base`, by anyone but Harvester's
+controllers, which write the base too), the write is counted
 (harvester_quota_foreign_quota_writes_total, by manager) and, at most once per quota per
 EVENT_INTERVAL, logged and told in a ForeignQuotaWrite Warning on the quota: who, which keys
 from what to what, and what the controller does about it (NEXT); the writes that waited are
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -32,8 +35,9 @@ from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...util.quantity import Quantity
+from ...util.resourcequota.base import rancher_base, spec_hard
 from ...util.resourcequota.managed import is_managed_quota
-from ...util.resourcequota.writers import FIELD_MANAGER, RANCHER_MANAGERS, newest_hard_writer
+from ...util.resourcequota.writers import FIELD_MANAGER, RANCHER_MANAGERS, change_writers
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,9 @@ EVENT_INTERVAL: Final = 60.0
 that sets spec.hard back after each of our writes makes one a minute, not one per write."""
 MAX_QUOTAS: Final = 4096
 """Quotas whose last Event time is remembered; beyond, those whose interval ended go first."""
+HARVESTER_MANAGER: Final = "harvester"
+"""The field manager of Harvester's controllers: its resourcequota controller also sets spec.hard
+back to the base, so a write of the base by it is told all the same."""
 NEXT: Final = (
     "the controller plans the namespace again: where the base is Rancher's annotation it writes "
     "its plan back; without it an edit of spec.hard becomes the base (or, while room is held, "
@@ -87,6 +94,8 @@ class ForeignWriteReports:
     recorder: EventRecorder
     clock: Clock
     interval: float = EVENT_INTERVAL
+    namespace_of: Callable[[str], Object | None] = lambda _name: None
+    """The cached namespace of a name (the namespaces informer's store), for its Rancher base."""
     standby: bool = False
     """True while this replica's controllers are held (a warm standby, ControllerApp.warm):
     nothing is reported then; the leader reports."""
@@ -96,16 +105,25 @@ class ForeignWriteReports:
 
     def on_update(self, old: Object, new: Object) -> None:
         """Tells the write between `old` and `new` of a managed quota if it changed spec.hard
-        and its newest writer of spec.hard is neither us nor Rancher's agent."""
+        and one of its candidate writers (writers.change_writers; the last listed of those that
+        are foreign is named) is neither us nor Rancher's agent."""
         if self.standby or not is_managed_quota(new):
             return
         changes = hard_changes(old, new)
-        writer = newest_hard_writer(new) if changes else None
-        if writer is None or writer.manager == FIELD_MANAGER or writer.manager in RANCHER_MANAGERS:
+        foreign = [
+            writer
+            for writer in (change_writers(old, new, changes) if changes else [])
+            if writer.manager != FIELD_MANAGER and writer.manager not in RANCHER_MANAGERS
+        ]
+        if not foreign:
+            return
+        writer, meta = foreign[-1], metadata(new)
+        namespace = str(meta.get("namespace") or "")
+        if writer.manager != HARVESTER_MANAGER and sets_rancher_base(
+            self.namespace_of(namespace), new, changes
+        ):
             return
         self.metrics.count_foreign_write(writer.manager)
-        meta = metadata(new)
-        namespace = str(meta.get("namespace") or "")
         key = f"{namespace}/{meta.get('name')}"
         waited = self.events.admit(key)
         if waited is None:
@@ -126,6 +144,20 @@ class ForeignWriteReports:
         )
         log.warning("quota %s: %s", key, message, extra=told)
         self.recorder.event(new, WARNING, REASON, message)
+
+
+def sets_rancher_base(
+    namespace: Object | None, quota: Mapping[str, Any], keys: Iterable[str]
+) -> bool:
+    """Whether each of `keys` of the quota's spec.hard is what the namespace's Rancher base
+    (base.rancher_base) gives it, absent where the base has no such key: Rancher's sync of the
+    quota, whatever its field manager. False without a namespace, a base, or a readable one."""
+    try:
+        base = rancher_base(namespace) if namespace is not None else None
+        hard = spec_hard(quota)
+    except ValueError:  # a BaseError too
+        return False
+    return base is not None and all(hard.get(key) == base.get(key) for key in keys)
 
 
 def hard_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:

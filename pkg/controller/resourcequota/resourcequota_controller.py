@@ -122,7 +122,10 @@ class QuotaReconciler:
         )
         """The safety net: a raise standing with no room held is planned again (staleraise.py)."""
         self.foreign_writes = ForeignWriteReports(
-            self.metrics, management.recorder, management.clock
+            self.metrics,
+            management.recorder,
+            management.clock,
+            namespace_of=self.namespaces.informer.store.get,
         )
         """Writes of a managed quota's spec.hard by anyone else, told (foreignwrites.py)."""
         self.gathering = ReleaseGathering(

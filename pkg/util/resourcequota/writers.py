@@ -2,10 +2,10 @@
 
 The API server records on every object, per field manager and operation, the fields that
 manager owns and the second it last changed one of them (metadata.managedFields). Of the entries
-that own a key of spec.hard, the one that changed last names the quota's latest writer of
-spec.hard (`newest_hard_writer`): ours (FIELD_MANAGER, the API server's name for our client's
-user agent), Rancher's (RANCHER_MANAGERS), or anyone else's (controller/resourcequota/
-foreignwrites.py tells those). Status writes own status.hard, never spec.hard.
+that own a key of spec.hard, those that own a key a write changed name its writer
+(`change_writers`: a write that changes a field takes its ownership): ours (FIELD_MANAGER, the
+API server's name for our client's user agent), Rancher's (RANCHER_MANAGERS), or anyone else's
+(controller/resourcequota/foreignwrites.py tells those). Status writes own status.hard, never spec.hard.
 
 The informer keeps no managedFields (they are often half a quota's size): `keep_writers`, the
 quota cache's transform, replaces them with WRITERS, the entries that own a key of spec.hard
@@ -14,7 +14,7 @@ reduced to their manager, operation, time and keys.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
@@ -28,9 +28,9 @@ __all__ = [
     "RANCHER_MANAGERS",
     "WRITERS",
     "Writer",
+    "change_writers",
     "hard_writers",
     "keep_writers",
-    "newest_hard_writer",
 ]
 
 WRITERS: Final = "harvesterQuotaWriters"
@@ -86,13 +86,23 @@ def hard_writers(quota: Mapping[str, Any]) -> list[Writer]:
     return [writer for writer in found if writer is not None]
 
 
-def newest_hard_writer(quota: Mapping[str, Any]) -> Writer | None:
-    """The writer of spec.hard whose entry changed last (of one second, the later listed)."""
-    newest = None
-    for writer in hard_writers(quota):
-        if newest is None or writer.time >= newest.time:
-            newest = writer
-    return newest
+def change_writers(
+    old: Mapping[str, Any], new: Mapping[str, Any], keys: Iterable[str]
+) -> list[Writer]:
+    """Who may have made the change of spec.hard's `keys` between `old` and `new`: of `new`'s
+    writers that own one of `keys` (a write that changes a field takes its ownership: an Update
+    always, an Apply when forced, which a changed value needs), or, where none does (a key
+    removed is owned by nobody), of those whose entry differs from every entry of `old`, all
+    of the newest second, in managedFields order. The API server orders managedFields by
+    operation, second and manager name, not by write order, so of one second which wrote last
+    is unknown: each is a candidate. Empty when no entry is left to name."""
+    wanted = set(keys)
+    found = [writer for writer in hard_writers(new) if wanted & set(writer.keys)]
+    if not found:
+        before = hard_writers(old)
+        found = [writer for writer in hard_writers(new) if writer not in before]
+    newest = max((writer.time for writer in found), default="")
+    return [writer for writer in found if writer.time == newest]
 
 
 def keep_writers(quota: Object) -> Object:

@@ -71,6 +71,9 @@ from .projects import ProjectObjects
 log = logging.getLogger(__name__)
 
 DEFAULT_VERSION = "2.12"
+AGENT_USER_AGENT = "agent/v2.12.0 (linux/amd64) kubernetes/$Format"
+"""The user agent of the agent's quota writes: client-go's default for Rancher's agent binary
+(`agent`), so the API server names their field manager `agent`, as on a Rancher cluster."""
 DEFAULT_WORKERS = 2
 IDLE_POLL = 0.05
 """Seconds between looks while waiting for the sync to go idle."""
@@ -119,6 +122,8 @@ class RancherQuotaSync:
         self._factory: ControllerFactory | None = None
         self._busy = 0
         self._written: dict[str, str] = {}
+        self._writer: ApiClient | None = None
+        """quota_client's identity with the agent's user agent (AGENT_USER_AGENT), while started."""
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -126,6 +131,7 @@ class RancherQuotaSync:
         """Starts a fresh agent: a namespace informer whose initial list syncs every namespace."""
         if self._factory is not None:
             return
+        self._writer = ApiClient(self.quota_client.config, user_agent=AGENT_USER_AGENT)
         for project in self.projects.values():
             await self.project_objects.publish(project)
         factory = ControllerFactory(
@@ -147,6 +153,15 @@ class RancherQuotaSync:
         if self._factory is not None:
             factory, self._factory = self._factory, None
             await factory.stop()
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            await writer.close()
+
+    @property
+    def writer(self) -> ApiClient:
+        """The client of the agent's quota writes: quota_client's identity, the agent's user
+        agent, once started (quota_client itself before)."""
+        return self._writer or self.quota_client
 
     async def __aenter__(self) -> RancherQuotaSync:
         await self.start()
@@ -265,7 +280,7 @@ class RancherQuotaSync:
         labels = {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}
         if self.flavour.creator_label:
             labels[CREATOR_LABEL] = "norman"
-        await self.quota_client.create(
+        await self.writer.create(
             RESOURCE_QUOTAS,
             {"metadata": {"generateName": "default-", "labels": labels}, "spec": {"hard": hard}},
             _name(namespace),
@@ -285,7 +300,7 @@ class RancherQuotaSync:
             return namespace
         updated = copy.deepcopy(existing)
         updated["spec"] = spec  # the whole spec: extra keys, scopes and selectors go
-        await self.quota_client.update(RESOURCE_QUOTAS, updated)
+        await self.writer.update(RESOURCE_QUOTAS, updated)
         self._record(namespace, Operation.UPDATE, spec["hard"])
         log.info("Updating default resource quota for namespace %s", _name(namespace))
         return namespace
@@ -297,7 +312,7 @@ class RancherQuotaSync:
             del stripped["metadata"]["annotations"][CATTLE_ANNOTATION_RESOURCE_QUOTA]
             namespace = await self.client.update(NAMESPACES, stripped)
             self._written[_name(namespace)] = _version(namespace)
-        await self.quota_client.delete(RESOURCE_QUOTAS, _name(existing), _name(namespace))
+        await self.writer.delete(RESOURCE_QUOTAS, _name(existing), _name(namespace))
         self._record(namespace, Operation.DELETE, None)
         log.info("Deleting default resource quota for namespace %s", _name(namespace))
         return namespace
