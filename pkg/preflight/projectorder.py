@@ -54,6 +54,7 @@ from ..util.resourcequota.projectqueue import (
     Step,
     given,
     kept_raise,
+    lacks_alone,
     ladder,
     last_waiting,
     project_steps,
@@ -249,8 +250,9 @@ def _judge(
 ) -> dict[str, ProjectWait]:
     """Per simulated evacuation of `ns` (by VM), the rooms it waits behind and goes ahead of,
     its namespace's raise up to its room judged as the controller judges a write's step
-    (rancherwrites.py `_write_what_fits`): against the project as it stands first; fitting, the
-    siblings' claims ahead of it (projectqueue.waits_behind). `siblings` holds the siblings'
+    (rancherwrites.py `_write_what_fits`), by the same two functions: against the project as it
+    stands first (projectqueue.lacks_alone); fitting, the siblings' claims ahead of it
+    (projectqueue.waits_behind). `siblings` holds the siblings'
     given steps too (`project_steps`): with the namespace's own given steps they are what
     `EventualFit` reads, as in the controller (rancherprojects.py `_behind_siblings`)."""
     steps = ladder(ns, plan)
@@ -260,7 +262,7 @@ def _judge(
     out: dict[str, ProjectWait] = {}
     for index, step in enumerate(steps):
         ahead_of = last_waiting(steps[: index + 1], flags)
-        if not simulated(step) or ahead_of is None or not totals.fits(name(ns), step.annotation):
+        if not simulated(step) or ahead_of is None or lacks_alone(totals, step.annotation):
             continue
         judged_with = [*siblings, *own_given]
         wait = ProjectWait(behind=waits_behind(judged_with, ahead_of, totals, step.annotation))

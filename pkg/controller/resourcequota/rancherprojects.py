@@ -37,7 +37,7 @@ from ...util.rancher.project import (
     ProjectQuota,
     project_reference,
 )
-from ...util.rancher.verdicts import NoRoom, fit_verdict, queued_verdict, refusal_verdict
+from ...util.rancher.verdicts import NoRoom, queued_verdict, refusal_verdict
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.projectqueue import (
@@ -45,6 +45,7 @@ from ...util.resourcequota.projectqueue import (
     OrderKey,
     Step,
     kept_raise,
+    lacks_alone,
     waits_behind,
 )
 from ...util.resourcequota.rancherpath import unjudged_record
@@ -193,7 +194,7 @@ class ProjectRoom:
         if project is None:
             return None
         totals = judgment.totals(project)
-        verdict = _verdict(totals, raised, ())
+        verdict = lacks_alone(totals, raised)
         if verdict is not None or ahead_of is None:
             return verdict
         return await self._behind_siblings(judgment, totals, raised, ahead_of)
@@ -314,15 +315,6 @@ class ProjectRoom:
         """The namespace is no longer ours: nothing reported or waited for there."""
         self._reported.pop(namespace, None)
         self.demands.forget(namespace)
-
-
-def _verdict(totals: MemberTotals, raised: str, claims: Sequence[Step]) -> NoRoom | None:
-    """NoRoom where the judged namespace at `raised`, `claims` given, does not fit (an
-    annotation Rancher cannot read either is no verdict: its agent fails too)."""
-    try:
-        return fit_verdict(totals.fit(totals.judged, raised, claims))
-    except ValueError:
-        return None
 
 
 class Judgment:

@@ -62,7 +62,7 @@ from ..rancher.project import (
     fit,
     namespace_limit,
 )
-from ..rancher.verdicts import fit_verdict
+from ..rancher.verdicts import NoRoom, fit_verdict
 from ..resources import ResourceList, add, less_or_equal, subtract, total
 from .base import (
     ANNOTATION_RANCHER_APPLIED,
@@ -483,6 +483,17 @@ def first_waiting(claims: Sequence[Step], waiting: Iterable[Step]) -> list[Step]
         if known is None or step.order < known.order:
             first[step.namespace] = step
     return [first[claim.namespace] for claim in claims]
+
+
+def lacks_alone(totals: MemberTotals, raised: str) -> NoRoom | None:
+    """A raise's first judgment, the controller's and preflight's: NoRoom where the judged
+    namespace at `raised` does not fit the project as it stands (an annotation Rancher cannot
+    read either is no verdict: its agent fails too). None: judge it next against the rooms its
+    siblings wait for (`waits_behind`)."""
+    try:
+        return fit_verdict(totals.fit(totals.judged, raised, ()))
+    except ValueError:
+        return None
 
 
 def waits_behind(
