@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+NAMESPACE_TERMINATING = "NamespaceTerminating"
+"""The Status cause the API server gives for a create refused in a namespace being deleted."""
+
 
 class ApiError(Exception):
     """An error answer from the API server (or the failure to get one)."""

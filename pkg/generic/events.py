@@ -151,7 +151,11 @@ class EventRecorder:
                     return written
             return await self._create(key, reference, event_type, reason, message)
         except errors.ApiError as error:
-            log.warning(
+            # As client-go's recorder: a namespace being deleted takes no new Events; the
+            # event is dropped quietly (the object it is about is going with it).
+            terminating = error.has_cause(errors.NAMESPACE_TERMINATING)
+            log.log(
+                logging.DEBUG if terminating else logging.WARNING,
                 "writing event %s %s for %s failed: %s",
                 event_type,
                 reason,

@@ -60,8 +60,24 @@ def small_pod(name: str) -> Object:
     }
 
 
+RETRIES_AFTER_429 = 20
+"""How often a racer sends its pod again after a 429, as a ReplicaSet controller would: the
+webhook answers 429 (retry) to a pod whose decision kept losing the replicas' Lease races."""
+
+
 async def create(tenant: KubeVirtByHand, name: str) -> bool:
-    """True if admitted, False if our webhook denied it (anything else fails the test)."""
+    """True if admitted, False if our webhook denied it (anything else fails the test); a 429 is
+    sent again, at most RETRIES_AFTER_429 times."""
+    for _ in range(RETRIES_AFTER_429):
+        try:
+            return await create_once(tenant, name)
+        except errors.TooManyRequests:
+            await asyncio.sleep(0.1)
+    return await create_once(tenant, name)
+
+
+async def create_once(tenant: KubeVirtByHand, name: str) -> bool:
+    """One create: True if admitted, False if our webhook denied it."""
     try:
         await tenant.api.create(PODS, small_pod(name), tenant.namespace)
     except errors.Forbidden as denied:

@@ -214,3 +214,38 @@ async def test_a_hanging_renewal_stops_the_leader_before_the_lease_can_expire(
     assert stopped_at, "stopped while the request still hangs"
     assert stopped_at[0] - last_renewal < candidate.config.lease_duration
     assert task.done()
+
+
+class TerminatingNamespaceApi(FakeApi):
+    """An API server whose namespace `going` is being deleted: creates there are refused with
+    the NamespaceTerminating cause, as the NamespaceLifecycle admission plugin answers."""
+
+    async def create(self, resource: object, body: dict, namespace: str | None = None) -> dict:  # type: ignore[override]
+        if (namespace or body["metadata"].get("namespace")) == "going":
+            raise errors.Forbidden(
+                f"events is forbidden: unable to create new content in namespace {namespace} "
+                "because it is being terminated",
+                status=403,
+                details={"causes": [{"reason": errors.NAMESPACE_TERMINATING}]},
+            )
+        if (namespace or body["metadata"].get("namespace")) == "locked":
+            raise errors.Forbidden("events is forbidden: by a policy", status=403)
+        return await super().create(resource, body, namespace)  # type: ignore[arg-type]
+
+
+async def test_an_event_refused_in_a_namespace_being_deleted_is_dropped_quietly_any_other_refusal_warns(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = TerminatingNamespaceApi()
+    recorder = EventRecorder(cast(ApiClient, api), "harvester-quota", clock=clock)
+    going = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "q", "namespace": "going", "uid": "u1"},
+    }
+    with caplog.at_level("DEBUG", logger="harvester_quota.generic.events"):
+        assert await recorder.record(going, WARNING, "ForeignQuotaWrite", "x") is None
+        locked = {**going, "metadata": {**going["metadata"], "namespace": "locked"}}
+        assert await recorder.record(locked, WARNING, "ForeignQuotaWrite", "x") is None
+    levels = [r.levelname for r in caplog.records if "failed" in r.getMessage()]
+    assert levels == ["DEBUG", "WARNING"]
