@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from harvester_quota.controller.resourcequota.releaseconfirm import (
+    MAX_WARNED,
     ReleaseCheck,
     unseen,
     write_lowers,
@@ -231,3 +232,23 @@ async def test_a_release_through_rancher_is_judged_on_the_annotation_not_on_spec
     )
     with pytest.raises(RetryAfter):
         await reconciler._confirm_release("ns", planned)
+
+
+async def test_the_memory_of_stale_migrations_warned_of_stays_bounded() -> None:
+    """A tenant's stream of migrations the cache never stores (each let go after 30 s) cannot
+    grow what the check remembers past MAX_WARNED."""
+    clock = FakeClock()
+    stale = [
+        {
+            "metadata": {
+                "name": f"m{i}",
+                "namespace": "ns",
+                "uid": f"u{i}",
+                "creationTimestamp": (clock.now() - datetime.timedelta(seconds=60)).isoformat(),
+            }
+        }
+        for i in range(MAX_WARNED + 10)
+    ]
+    check = ReleaseCheck(ApiServer(stale, counts=False), clock)
+    assert await check.waits("ns", []) == []
+    assert 0 < len(check.warned) <= MAX_WARNED

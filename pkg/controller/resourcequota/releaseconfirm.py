@@ -64,6 +64,9 @@ PAGE: Final = 500
 STALE_AFTER: Final = 30.0
 """Seconds after its creation from which a migration the cache lacks no longer holds a release
 (the cache's real lag is under a second)."""
+MAX_WARNED: Final = 4096
+"""Stale migrations remembered as warned of; past that the memory starts afresh (a migration may
+then be warned of again), so a tenant's stream of them cannot grow it."""
 WARN_EVERY: Final = 60.0
 """Seconds between two warnings that the migrations could not be read."""
 
@@ -136,7 +139,7 @@ class ReleaseCheck:
         self.read = read
         self.clock = clock
         self.warned: set[str] = set()
-        """Uids of the stale migrations already warned of."""
+        """Uids of the stale migrations already warned of (at most MAX_WARNED)."""
         self.failed_at: float | None = None
         """When a failed read was last warned of (monotonic)."""
 
@@ -183,6 +186,8 @@ class ReleaseCheck:
         if age < STALE_AFTER:
             return True
         if meta.get("uid") not in self.warned:
+            if len(self.warned) >= MAX_WARNED:
+                self.warned.clear()
             self.warned.add(str(meta.get("uid")))
             log.warning(
                 "%s/%s: migration not in the cache %.0f s after its creation: a release is "
