@@ -39,7 +39,7 @@ class PlanSource(Protocol):
         quotas."""
         ...
 
-    def newest(self, key: str, namespace: Object) -> Object:
+    def newest(self, namespace: Object) -> Object:
         """`namespace` with our writes the source does not show yet."""
         ...
 
@@ -113,7 +113,7 @@ class NamespacePlanner:
         """Whether a raise of ours still stands in the namespace (as we last wrote it)."""
         key = name(namespace)
         quota, _quotas = self.source.quotas(key)
-        return raise_records(quota, self.source.newest(key, namespace))
+        return raise_records(quota, self.source.newest(namespace))
 
     def _plan(self, key: str, namespace: Object, *, release: bool) -> NamespacePlan | None:
         """With `release`, the plan of the namespace with no migration (every room given
@@ -121,7 +121,7 @@ class NamespacePlanner:
         quota, quotas = self.source.quotas(key)
         if quota is None:
             return None
-        namespace = self.source.newest(key, namespace)
+        namespace = self.source.newest(namespace)
         snapshot = self.source.snapshot(namespace, quota, quotas)
         if release:
             snapshot = dataclasses.replace(snapshot, migrations=[])
@@ -160,7 +160,7 @@ class CachedSource:
         quotas = self.inputs.quotas.by_index("namespace", key)
         return managed_quota(quotas), quotas
 
-    def newest(self, key: str, namespace: Object) -> Object:
+    def newest(self, namespace: Object) -> Object:
         return self.inputs.namespaces.newest(namespace)
 
     def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
@@ -176,7 +176,7 @@ class CachedSource:
                 continue
             quota, _quotas = self.quotas(key)
             if quota is not None:
-                yield key, self.newest(key, namespace), quota
+                yield key, self.newest(namespace), quota
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ class ListedSource:
     def quotas(self, key: str) -> tuple[Object | None, list[Object]]:
         return managed_quota(self.quota_list), list(self.quota_list)
 
-    def newest(self, key: str, namespace: Object) -> Object:
+    def newest(self, namespace: Object) -> Object:
         return namespace
 
     def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
