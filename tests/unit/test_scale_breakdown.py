@@ -10,6 +10,8 @@ from harvester_quota.testbench.scale.product import parse_metrics
 from harvester_quota.testbench.scale.stats import StepResult, breakdown_table
 from prometheus_client import CollectorRegistry, generate_latest
 
+from tests.unit.scalesteps import step_result
+
 VMIS = "/apis/kubevirt.io/v1/namespaces/ns/virtualmachineinstances/vm-1"
 QUOTA = "/api/v1/namespaces/ns/resourcequotas/q"
 
@@ -40,26 +42,12 @@ def ran(c: Controller, controller: str, handler: str, cpu_seconds: float) -> Non
 
 def step_of(controller: Controller, before: str, migrations: int, name: str = "s") -> StepResult:
     metrics = parse_metrics(controller.scrape()).minus(parse_metrics(before))
-    return StepResult(
-        name=name,
-        namespace_size=0,
+    return step_result(
+        name,
         migrations=migrations,
         succeeded=migrations,
-        latencies=(),
-        create_seconds=(),
-        refused=0,
-        refusals=0,
-        blocked_seconds=0.0,
-        seconds=1.0,
-        settle_seconds=0.0,
-        quota_writes=0.0,
         requests=metrics.requests,
         cpu={"controller": metrics.cpu_seconds},
-        controller_rss_bytes=0.0,
-        reconciles=0.0,
-        reconcile_seconds=0.0,
-        drift=0,
-        stale=0,
         breakdown=metrics.breakdown,
     )
 

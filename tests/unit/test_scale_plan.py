@@ -20,6 +20,8 @@ from harvester_quota.testbench.scale.stats import (
 from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord, Moment
 from harvester_quota.testbench.virtcontroller import note_create_failures
 
+from tests.unit.scalesteps import step_result
+
 
 def test_the_full_preset_is_the_issues_counts() -> None:
     full = PRESETS["full"]
@@ -256,26 +258,11 @@ def test_the_baseline_runs_each_step_on_the_same_vms_in_twin_namespaces() -> Non
 
 
 def _step(name: str, admitted: list[float], succeeded: list[float], seconds: float) -> StepResult:
-    return StepResult(
-        name=name,
-        namespace_size=0,
+    return step_result(
+        name,
         migrations=len(admitted),
         succeeded=len(succeeded),
-        latencies=(),
-        create_seconds=(),
-        refused=0,
-        refusals=0,
-        blocked_seconds=0.0,
         seconds=seconds,
-        settle_seconds=0.0,
-        quota_writes=0.0,
-        requests={},
-        cpu={},
-        controller_rss_bytes=0.0,
-        reconciles=0.0,
-        reconcile_seconds=0.0,
-        drift=0,
-        stale=0,
         target_admitted=tuple(admitted),
         succeeded_after=tuple(succeeded),
     )

@@ -24,6 +24,8 @@ from harvester_quota.testbench.scale.timeline import (
 )
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 
+from tests.unit.scalesteps import step_result
+
 NS = "scale-000"
 T0 = datetime(2026, 11, 27, 19, 0, tzinfo=UTC)
 ROOM_PATH = "/metadata/annotations/" + migrating_vm_annotation_key("vm-1").replace("/", "~1")
@@ -283,29 +285,7 @@ def test_webhook_answers_are_its_json_lines_about_target_pods(tmp_path: Path) ->
 def step_with(
     name: str, hops: dict[str, tuple[float, ...]], found: dict[str, int] | None = None
 ) -> StepResult:
-    return StepResult(
-        name=name,
-        namespace_size=0,
-        migrations=2,
-        succeeded=2,
-        latencies=(),
-        create_seconds=(),
-        refused=0,
-        refusals=0,
-        blocked_seconds=0.0,
-        seconds=1.0,
-        settle_seconds=0.0,
-        quota_writes=0.0,
-        requests={},
-        cpu={},
-        controller_rss_bytes=0.0,
-        reconciles=0.0,
-        reconcile_seconds=0.0,
-        drift=0,
-        stale=0,
-        timeline=hops,
-        timeline_counts=found or {},
-    )
+    return step_result(name, migrations=2, succeeded=2, timeline=hops, timeline_counts=found or {})
 
 
 def test_the_table_gives_each_hop_per_arm_and_names_the_waited_hop() -> None:
