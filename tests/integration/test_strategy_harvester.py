@@ -12,6 +12,7 @@ HARVESTER_QUOTA_TEST_STATE_DIR=$HOME/.local/state/harvester-quota/pytest-strateg
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 
 import pytest
@@ -138,6 +139,23 @@ def as_quantities(values: dict[str, str | int]) -> dict[str, Quantity]:
     return {k: Quantity.parse(str(v)) for k, v in values.items()}
 
 
+def quota_refusal(message: str, quota: str) -> dict[str, dict[str, Quantity]] | None:
+    """The requested, used and limited lists of quota admission's refusal by QUOTA in MESSAGE
+    ("exceeded quota: NAME, requested: K=V,..., used: ..., limited: ..."), None if it is not one:
+    compared as quantities, since the API server prints each as the quota stores it."""
+    found = re.search(
+        "exceeded quota: " + re.escape(quota) + r", requested: (\S+), used: (\S+), limited: (\S+)",
+        message,
+    )
+    if found is None:
+        return None
+    lists = dict(zip(("requested", "used", "limited"), found.groups(), strict=True))
+    return {
+        part: as_quantities(dict(item.split("=", 1) for item in text.split(",")))
+        for part, text in lists.items()
+    }
+
+
 async def hard_is(kv: KubeVirtByHand, expected: dict[str, str | int], name: str) -> bool:
     quota = await kv.api.get(RESOURCE_QUOTAS, name, kv.namespace)
     return as_quantities(quota["spec"]["hard"]) == as_quantities(expected)
@@ -236,16 +254,24 @@ async def test_v170_ratio_raised_second_migration_is_refused_then_compensated(
             assert second.outcome is Outcome.SUCCEEDED, second.as_dict()
             # The seed's refusal is against the raised hard; when virt-controller's first try
             # comes before the raise and its retry after the compensation, the only refusal is
-            # against the base (the compensation below still shows the raise fell short).
-            refusals = [
-                "exceeded quota: " + name + ", requested: limits.memory=5682461313, "
-                "used: limits.memory=5682461313, limited: limits.memory=" + limited
-                for limited in ("10865341313", "5242880000")
+            # against the base, where the target's CPU is over too (2 x 2015m > 3); the
+            # compensation below still shows the raise fell short.
+            seed_refusal = {
+                "requested": {"limits.memory": 5682461313},
+                "used": {"limits.memory": 5682461313},
+                "limited": {"limits.memory": 10865341313},
+            }
+            base_refusal = {
+                "requested": {"limits.cpu": "2015m", "limits.memory": 5682461313},
+                "used": {"limits.cpu": "2015m", "limits.memory": 5682461313},
+                "limited": V170_HARD,
+            }
+            expected = [
+                {part: as_quantities(values) for part, values in refusal.items()}
+                for refusal in (seed_refusal, base_refusal)
             ]
-            assert any(r in m for r in refusals for m in second.refusal_messages), (
-                second.refusal_messages,
-                history.seen,
-            )
+            refused = [quota_refusal(m, name) for m in second.refusal_messages]
+            assert any(r in expected for r in refused), (second.refusal_messages, history.seen)
             compensations = compensations_seen(history)
             seed_compensation = '{"limits.memory":"573799041"}'
             # In the race in compensations_seen, more: in the first migration, both pods
