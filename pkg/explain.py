@@ -56,8 +56,15 @@ from .util.migrationpriority import migration_priority, priority_name
 from .util.mtqlock import locks_of
 from .util.podusage import KUBERNETES_1_36, QuotaFeatures
 from .util.quotascope import quota_scope
-from .util.rancher.project import PROJECTS, ProjectQuota, project_reference, validated_condition
-from .util.rancher.verdicts import NoRoom, raise_verdict, refusal_verdict
+from .util.rancher.project import (
+    PROJECTS,
+    NoRoom,
+    ProjectQuota,
+    project_reference,
+    raise_verdict,
+    refusal_verdict,
+    validated_condition,
+)
 from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
 from .util.resourcequota.growth import source_pod, target_growth
 from .util.resourcequota.managed import managed_quota
@@ -237,7 +244,7 @@ async def _screened_lists(client: ApiClient, namespace: str, features: QuotaFeat
 async def _rancher_project(
     client: ApiClient, namespace: Object, plan: QuotaPlan
 ) -> dict[str, Any] | None:
-    """The namespace's Rancher project as it bears on the plan (verdicts.py), or None."""
+    """The namespace's Rancher project as it bears on the plan (util/rancher/project.py), or None."""
     reference = project_reference(namespace)
     if reference is None or plan.base is None or plan.base.source != RANCHER:
         return None

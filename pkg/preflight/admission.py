@@ -15,7 +15,7 @@ The room each strategy adds to spec.hard for one migration:
   controller's ``plan.desired_hard`` with the whole target pod as the room (compensation as
   arithmetic: each base key the pod uses at max(base, used) + its share, the others at their base),
   unless the quota carries the skip annotation. On Rancher's path the raise must also fit the
-  Rancher project (verdicts.py); a raise it has no room for is never written. Any other quota
+  Rancher project (util/rancher/project.py); a raise it has no room for is never written. Any other quota
   gets nothing.
 - ``harvester`` (Harvester v1.9): preflight/harvesterroom.py: limits.cpu and limits.memory of the
   compute container, on the default quota only, limits.memory compensated after a refusal.
@@ -41,8 +41,7 @@ from ..util.podusage import (
 )
 from ..util.quantity import Quantity
 from ..util.quotascope import PodScopeFacts, QuotaScope
-from ..util.rancher.project import ProjectQuota
-from ..util.rancher.verdicts import describe_shortfall, raise_verdict
+from ..util.rancher.project import ProjectQuota, describe_shortfall, raise_verdict
 from ..util.resourcequota.base import RANCHER, BaseError, Mode, rancher_base_text, resolve_base
 from ..util.resourcequota.calculator import shortfalls
 from ..util.resourcequota.managed import managed_quota

@@ -43,7 +43,7 @@ from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
-from harvester_quota.util.rancher.verdicts import queued_verdict
+from harvester_quota.util.rancher.project import queued_verdict
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,

@@ -31,16 +31,14 @@ from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.rancher.project import (
+    NO_ROOM,
     ProjectQuota,
     RancherLimit,
     lacks_room,
     namespace_fit,
-    validated_condition,
-)
-from harvester_quota.util.rancher.verdicts import (
-    NO_ROOM,
     raise_verdict,
     refusal_verdict,
+    validated_condition,
 )
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,

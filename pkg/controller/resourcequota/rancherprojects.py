@@ -4,7 +4,7 @@ A namespace of a Rancher project names it in ``field.cattle.io/projectId`` (``<c
 the project is a management.cattle.io/v3 Project named ``<project>`` in namespace ``<cluster>``,
 present where Rancher runs in the cluster itself (Harvester's embedded Rancher), absent on a
 cluster imported into another Rancher. It is read only before a raise through the annotation and
-while Rancher marks the namespace as not fitting (verdicts.py): a GET, kept `TTL` seconds. A
+while Rancher marks the namespace as not fitting (util/rancher/project.py): a GET, kept `TTL` seconds. A
 project that is not there (no such kind, no such project) is None for the same time; a refusal
 (no RBAC for it) closes the reads for a backoff (permission.py), logged once.
 
@@ -34,10 +34,12 @@ from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.rancher.project import (
     PROJECT_ID_ANNOTATION,
     PROJECTS,
+    NoRoom,
     ProjectQuota,
     project_reference,
+    queued_verdict,
+    refusal_verdict,
 )
-from ...util.rancher.verdicts import NoRoom, queued_verdict, refusal_verdict
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.projectqueue import (

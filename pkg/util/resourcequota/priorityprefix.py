@@ -1,7 +1,7 @@
 """Scarce room in KubeVirt's order: a plan raised for its first migrations only (pure).
 
 Where a namespace's whole raise cannot be had (its Rancher project lacks the room for it:
-rancher/verdicts.py), the room goes to migrations in KubeVirt's priority order: a node
+rancher/project.py), the room goes to migrations in KubeVirt's priority order: a node
 drain's evacuations (system-critical) before a user's migration, then the migration created
 first (util/migrationpriority.py `scarce_room_order`). `prefixes` gives the plans that raise for
 the first k rooms in that order, k from one fewer than all down to one, each with spec.hard as

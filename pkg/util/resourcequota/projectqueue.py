@@ -56,13 +56,14 @@ from ..migrationpriority import priority_name, scarce_room_order
 from ..rancher.project import (
     PROJECT_ID_ANNOTATION,
     Fit,
+    NoRoom,
     ProjectQuota,
     RancherLimit,
     complete_quota,
     fit,
+    fit_verdict,
     namespace_limit,
 )
-from ..rancher.verdicts import NoRoom, fit_verdict
 from ..resources import ResourceList, add, less_or_equal, subtract, total
 from .base import (
     ANNOTATION_RANCHER_APPLIED,
