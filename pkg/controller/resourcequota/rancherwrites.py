@@ -192,7 +192,7 @@ class RancherPath:
     ) -> int | None:
         """Where the project lacks room for the whole raise (or owes it to siblings' earlier
         rooms), the raise for as many migrations as it has room for, in KubeVirt's priority
-        order (priorityprefix.py, projectqueue.ladder): the furthest step that fits, its rooms
+        order (projectqueue.prefixes, projectqueue.ladder): the furthest step that fits, its rooms
         not given judged against the siblings' earlier ones, is written, or kept where it stands
         (a standing step is kept while it fits the project on its own, never lowered to a nearer
         one that fits too: that took a room back at every recheck; lowered once it no longer

@@ -3,14 +3,14 @@
 On Rancher's protected path a namespace's raise is its ``field.cattle.io/resourceQuota``, which
 Rancher's agent copies into the quota only while the project's namespaces together stay within the
 project's limit (util/rancher/project.py). Within one namespace the room goes to its migrations in
-KubeVirt's order (priorityprefix.py); across the namespaces of a project, this module says which
+KubeVirt's order (`prefixes`, below); across the namespaces of a project, this module says which
 rooms of the siblings come first, so that a user's migration in one namespace does not take the
 room a drain's evacuation (system-critical) in another is waiting for.
 
 - `ladder`: a namespace's rooms, those its raise was given for first, then the others, each part
   in KubeVirt's order, each with the annotation the namespace would ask for with that room and
   every earlier one given (a step per room, cumulative, as the namespace's raises are written:
-  priorityprefix.py). A room once given is never taken back for an earlier one that arrives
+  `prefixes`). A room once given is never taken back for an earlier one that arrives
   after it (KubeVirt does not preempt a running migration either).
 - `given`: which steps of the ladder the project has given the namespace: a room whose migration
   is among those our standing raise was given for (rancherpath.given_migrations: recorded by our
@@ -35,6 +35,16 @@ room a drain's evacuation (system-critical) in another is waiting for.
   others as they stand. `waits_behind`: the raise judged beside those claims, and
   whom it waits behind (the controller's judgment, and preflight's prediction of it).
 
+Scarce room within one namespace, a plan raised for its first migrations only: where a
+namespace's whole raise cannot be had (its Rancher project lacks the room for it), the room goes
+to migrations in KubeVirt's priority order: a node drain's evacuations (system-critical) before a
+user's migration, then the migration created first (util/migrationpriority.py
+`scarce_room_order`). `prefixes` gives the plans that raise for the first k rooms in that order,
+k from one fewer than all down to one, each with spec.hard as `plan_quota` gives it for those
+rooms alone: per key, the base where none of them holds room, else the same floor (the base or
+what is used without targets, whichever is more) plus their rooms. The caller writes the first
+one that fits; the rest wait for the project's room.
+
 The order key is `scarce_room_order` (spec.priority, which only virt-controller may set; the
 API server's creationTimestamp; the migration's name), then the namespace: a total order across
 the project. Nothing a tenant writes on its own objects but the name moves it, and the name only
@@ -46,13 +56,14 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...generic.meta import annotations_of, metadata
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..migrationpriority import priority_name, scarce_room_order
+from ..quantity import Quantity
 from ..rancher.project import (
     PROJECT_ID_ANNOTATION,
     Fit,
@@ -72,9 +83,8 @@ from .base import (
     rancher_base_text,
 )
 from .plan import QuotaPlan
-from .priorityprefix import in_priority_order, prefixes
 from .rancherpath import given_migrations, raised_annotation
-from .rooms import MigrationRoom
+from .rooms import MigrationRoom, RoomPlan
 
 RANCHER_PATH_KEYS = (
     PROJECT_ID_ANNOTATION,
@@ -92,6 +102,42 @@ OrderKey = tuple[int, str, str, str]
 def order_key(namespace: str, room: MigrationRoom) -> OrderKey:
     """Where `room` of `namespace` stands in KubeVirt's order across a project."""
     return (*scarce_room_order(room.priority, room.created, room.migration), namespace)
+
+
+def in_priority_order(rooms: list[MigrationRoom]) -> list[MigrationRoom]:
+    """`rooms` in the order scarce room is handed out (KubeVirt's)."""
+    return sorted(rooms, key=lambda r: scarce_room_order(r.priority, r.created, r.migration))
+
+
+def prefixes(plan: QuotaPlan, ordered: list[MigrationRoom] | None = None) -> Iterator[QuotaPlan]:
+    """The plans raising for fewer of `plan`'s rooms, most rooms first (module docstring), the
+    rooms taken in `ordered` (default: KubeVirt's order); nothing for a plan that holds one
+    room or none, or has no base."""
+    if plan.base is None or not plan.holds_room or len(plan.rooms.rooms) < 2:
+        return
+    ordered = ordered if ordered is not None else in_priority_order(plan.rooms.rooms)
+    everyone = plan.rooms.total()
+    for count in range(len(ordered) - 1, 0, -1):
+        kept = ordered[:count]
+        hard = _hard_for(plan, everyone, total(room.room for room in kept))
+        rooms = RoomPlan(rooms=kept, target_pods=plan.rooms.target_pods)
+        yield dataclasses.replace(plan, hard=hard, rooms=rooms)
+
+
+def _hard_for(plan: QuotaPlan, everyone: ResourceList, kept: ResourceList) -> dict[str, str]:
+    """spec.hard of `plan` with only the `kept` rooms (module docstring)."""
+    assert plan.base is not None
+    hard = dict(plan.hard)
+    for key, base in plan.base.hard.items():
+        room, mine = everyone.get(key), kept.get(key)
+        if key not in hard or room is None or room.sign() <= 0:
+            continue
+        if mine is None or mine.sign() <= 0:
+            hard[key] = str(base)
+            continue
+        floor = Quantity.parse(hard[key]) - room
+        hard[key] = str(floor + mine)
+    return hard
 
 
 @dataclass(frozen=True)
