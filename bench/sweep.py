@@ -35,8 +35,11 @@ from harvester_quota.generic.events import EventRecorder
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
-from harvester_quota.util.resourcequota.base import ANNOTATION_APPLIED, ANNOTATION_BASE
-from harvester_quota.util.resourcequota.managed import managed_quota
+from harvester_quota.util.resourcequota.base import (
+    ANNOTATION_APPLIED,
+    ANNOTATION_BASE,
+    managed_quota,
+)
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from prometheus_client import CollectorRegistry
 

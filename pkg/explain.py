@@ -65,9 +65,14 @@ from .util.rancher.project import (
     refusal_verdict,
     validated_condition,
 )
-from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
+from .util.resourcequota.base import (
+    ANNOTATION_RANCHER_BASE,
+    RANCHER,
+    Mode,
+    managed_quota,
+    rancher_base_text,
+)
 from .util.resourcequota.growth import source_pod, target_growth
-from .util.resourcequota.managed import managed_quota
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view

@@ -42,9 +42,15 @@ from ..util.podusage import (
 from ..util.quantity import Quantity
 from ..util.quotascope import PodScopeFacts, QuotaScope
 from ..util.rancher.project import ProjectQuota, describe_shortfall, raise_verdict
-from ..util.resourcequota.base import RANCHER, BaseError, Mode, rancher_base_text, resolve_base
+from ..util.resourcequota.base import (
+    RANCHER,
+    BaseError,
+    Mode,
+    managed_quota,
+    rancher_base_text,
+    resolve_base,
+)
 from ..util.resourcequota.calculator import shortfalls
-from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
 from ..util.resourcequota.plan import desired_hard
 from ..util.resourcequota.rancherpath import raised_annotation

@@ -34,8 +34,7 @@ from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, pod_quota_usage, pod
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancher.project import ProjectQuota, project_reference
-from ..util.resourcequota.base import Mode
-from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.base import Mode, managed_quota
 from ..util.resourcequota.projectqueue import Step as ProjectStep
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened

@@ -25,8 +25,7 @@ from ..util.annotations import ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING
 from ..util.kubevirtversion import KubeVirtVersion
 from ..util.overhead import HARVESTER_RATIO_DEFAULT, go_parse_float, memory_overhead
 from ..util.quantity import Quantity
-from ..util.resourcequota.base import rancher_base
-from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.base import managed_quota, rancher_base
 from ..util.resources import ResourceList, parse_resource_list_leniently
 
 LIMITS_CPU: Final = "limits.cpu"

@@ -46,8 +46,7 @@ from ..generic.resource import Object
 from ..util.launcher import LauncherSettings
 from ..util.migrationpriority import PRIORITIES, priority_name
 from ..util.rancher.project import PROJECT_ID_ANNOTATION, ProjectQuota
-from ..util.resourcequota.base import RANCHER, Mode, rancher_base_text
-from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.base import RANCHER, Mode, managed_quota, rancher_base_text
 from ..util.resourcequota.plan import QuotaPlan
 from ..util.resourcequota.projectqueue import (
     MemberTotals,

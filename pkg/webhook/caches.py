@@ -29,8 +29,7 @@ from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings, VmiSource
 from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, strip_pod_to_quota_fields
-from ..util.resourcequota.base import Mode
-from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.base import Mode, managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
 from ..util.resourcequota.standing import raise_stands
 from ..util.resources import ResourceList

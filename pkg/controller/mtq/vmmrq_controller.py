@@ -52,7 +52,7 @@ from ...generic.meta import labels, metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...util.annotations import opted_out
-from ...util.resourcequota.managed import managed_quota
+from ...util.resourcequota.base import managed_quota
 from ...util.resourcequota.mtq import (
     Lock,
     NamespacePlan,

@@ -35,8 +35,7 @@ from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...util.quantity import Quantity
-from ...util.resourcequota.base import rancher_base, spec_hard
-from ...util.resourcequota.managed import is_managed_quota
+from ...util.resourcequota.base import is_managed_quota, rancher_base, spec_hard
 from ...util.resourcequota.writers import FIELD_MANAGER, RANCHER_MANAGERS, change_writers
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from ...generic.resource import NAMESPACES, Object
 from ...generic.store import namespace_index
 from ...generic.views import NamespaceViews
 from ...util.launcher import LauncherSettings, VmiView
-from ...util.resourcequota.managed import is_managed_quota
+from ...util.resourcequota.base import is_managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.planviews import (
     NamespaceVmis,

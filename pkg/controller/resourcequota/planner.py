@@ -20,8 +20,7 @@ from typing import Protocol
 from ...generic.meta import metadata, name
 from ...generic.resource import Object
 from ...util.launcher import LauncherSettings, VmiSource
-from ...util.resourcequota.base import RANCHER, Mode
-from ...util.resourcequota.managed import managed_quota
+from ...util.resourcequota.base import RANCHER, Mode, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from ...util.resourcequota.podindex import NamespacePods
 from ...util.resourcequota.standing import raise_records

@@ -1,4 +1,9 @@
-"""The base quota of a namespace: what spec.hard is when no migration holds room.
+"""The managed quota of a namespace and its base: which quota we scale, and what its spec.hard is
+when no migration holds room.
+
+- The managed quota is the one Rancher creates and Harvester scales: labelled
+  resourcequota.management.cattle.io/default-resource-quota=true (`managed_quota`), never told by
+  a label or name a tenant may set on another quota.
 
 - With Rancher, the base is the namespace annotation ``field.cattle.io/resourceQuota``: the only
   source of truth Rancher keeps, and what it resets spec.hard to on every namespace event. All its
@@ -16,13 +21,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from ...generic.meta import annotations_of
+from ...generic.meta import annotations_of, is_deleting, labels
+from ...generic.meta import name as object_name
 from .. import resources
-from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
 from ..rancher.annotation import parse_namespace_resource_quota
 from ..resources import ResourceList
 
@@ -49,6 +55,27 @@ same power as editing Rancher's own annotation (docs/security.md row 5m')."""
 Mode = Literal["auto", "rancher", "standalone"]
 RANCHER = "rancher"
 STANDALONE = "standalone"
+
+Quota = TypeVar("Quota", bound=Mapping[str, Any])
+
+
+def is_managed_quota(quota: Mapping[str, Any]) -> bool:
+    """Labelled resourcequota.management.cattle.io/default-resource-quota=true (never selected by
+    cattle.io/creator, which Rancher also sets on quotas it does not scale). With `resolve_base`,
+    Harvester's `IsResourceQuotaManagedByNamespaceAnnotation`: a labelled quota with a base."""
+    return labels(quota).get(LABEL_DEFAULT_RESOURCE_QUOTA) == "true"
+
+
+def managed_quota(quotas: Iterable[Quota]) -> Quota | None:
+    """The namespace's managed quota: the first labelled, not deleting one by name, as Rancher
+    picks it. Deterministic whatever order the cache lists them in. Harvester's
+    `getResourceQuota` picks the first labelled one too; its `isNamespaceManagedByResourceQuota`
+    holds for any quota of the namespace, labelled or not."""
+    candidates = sorted(
+        (q for q in quotas if is_managed_quota(q) and not is_deleting(q)),
+        key=object_name,
+    )
+    return candidates[0] if candidates else None
 
 
 class BaseError(ValueError):
