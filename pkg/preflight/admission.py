@@ -53,8 +53,8 @@ from ..util.resourcequota.base import (
 from ..util.resourcequota.calculator import shortfalls
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
 from ..util.resourcequota.plan import desired_hard
+from ..util.resourcequota.raises import raise_records
 from ..util.resourcequota.rancherpath import raised_annotation
-from ..util.resourcequota.standing import raise_records
 from ..util.resources import ResourceList, add
 from .harvesterroom import LIMITS_MEMORY, harvester_room
 from .report import Blocker, QuotaShortfall

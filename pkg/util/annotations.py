@@ -282,7 +282,7 @@ class MigrationAnnotations:
     """None when absent or empty (Harvester treats "" as absent). Harvester's
     `HasMigratingCompensation`, `getResourceListOfMigratingCompensation` and
     `GetCompensationFromResourceQuota` read it; here it is read only to be removed (a plan's
-    floor is the compensation, floor.py)."""
+    floor is the compensation, resourcequota/raises.py)."""
     resync_needed: bool = False
     """The resync flag is exactly "true" (Harvester's `IsMigratingScalingResyncNeeded`). Its
     writers, `SetAnnotationMigratingScalingResyncNeeded` and

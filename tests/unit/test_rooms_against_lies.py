@@ -13,8 +13,8 @@ import pytest
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+from harvester_quota.util.resourcequota.raises import ANNOTATION_ROOMS_SINCE
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
 
@@ -292,7 +292,7 @@ def test_a_finished_migrations_target_pod_stays_in_the_floor_while_the_migration
     raise in a namespace over its base (the v1.7.0 seed), also once settled.py has set its
     migration aside from planning (re-review: set aside, it left the floor, and the next
     migration's target was refused). Deleted, it leaves the floor: the documented price of
-    letting no deleted receive launder its VM (floor.py)."""
+    letting no deleted receive launder its VM (raises.py)."""
     instance, source = running_vm("vm1")
     moved, done, new_home = migrated_vm()
     over = tenant_pod("over", "9", "2026-01-01T08:00:00Z")

@@ -207,7 +207,7 @@ def test_the_plan_view_keeps_only_the_final_phase_transitions() -> None:
 
 def test_the_snapshot_hands_the_settled_migrations_to_the_floor() -> None:
     """Set aside from planning, a finished migration still exists: the snapshot carries it, so
-    the floor still knows its target pod replaced a launcher pod (floor.py; re-review: without
+    the floor still knows its target pod replaced a launcher pod (raises.py; re-review: without
     it, a migrated VM left the floor of a namespace over its base a minute after its
     migration finished)."""
     clock = FakeClock()

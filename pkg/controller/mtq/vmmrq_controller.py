@@ -61,7 +61,7 @@ from ...util.resourcequota.mtq import (
     raise_action,
     restore_action,
 )
-from ...util.resourcequota.standing import raise_records
+from ...util.resourcequota.raises import raise_records
 from ..quotawriter import QuotaWriter
 from .blocked import BlockedMigrations
 from .rancher import RancherGuard
@@ -148,7 +148,7 @@ class MtqReconciler:
 
     def has_budget(self, namespace: str) -> bool:
         """True if `namespace` has a VMMRQ: it is MTQ mode's once the room mode has given its
-        raise back there (standing.py)."""
+        raise back there (raises.py)."""
         return bool(self.vmmrqs.store.index_keys("namespace", namespace))
 
     def manages(self, namespace: str) -> bool:

@@ -23,7 +23,7 @@ from ...util.launcher import LauncherSettings, VmiSource
 from ...util.resourcequota.base import RANCHER, Mode, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from ...util.resourcequota.podindex import NamespacePods
-from ...util.resourcequota.standing import raise_records
+from ...util.resourcequota.raises import raise_records
 from .inputs import PlanInputs
 from .roomlabel import label_policy
 

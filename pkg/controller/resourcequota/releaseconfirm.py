@@ -28,7 +28,7 @@ check misses a migration created while another the plan read was deleted in the 
 update.
 
 What holding a release keeps from a tenant: nothing. While room is held or a raise stands the
-webhook holds the namespace's pods to the base (util/resourcequota/standing.py). A tenant can
+webhook holds the namespace's pods to the base (util/resourcequota/raises.py). A tenant can
 delay its own release by creating migrations, which it may do anyway, for `STALE_AFTER` at most
 each. Should the check fail, the cache's plan is written (the release is never withheld on an
 error) and a WARNING says so, at most once per `WARN_EVERY`.

@@ -39,7 +39,7 @@ def raise_waits_on_status(written: Object) -> bool:
 
     A release alone (every key at or below status.hard) waits on nothing: while status.hard
     stands above spec.hard the webhook holds the namespace's pods to the base
-    (util/resourcequota/standing.py `raise_enforced`) and the room-held label stays (`raise_down`), and
+    (util/resourcequota/raises.py `raise_enforced`) and the room-held label stays (`raise_down`), and
     kube-controller-manager lowers status.hard a moment later. Not copying it saves a quota
     write at the moment a migration's end makes KubeVirt create the next target pod, whose
     quota admission (an update of status.used) our write would make conflict. A value that
@@ -79,7 +79,7 @@ class SpecWrites:
         namespace's reconciles (`raise_waits_on_status`), so the next raise of a burst does not
         wait for it; and the release that leaves no room held, so that the room-held label and
         the webhook's hold on the namespace's pods, which last while status.hard stands above
-        spec.hard (util/resourcequota/standing.py), end at once (traced: 100-170 ms a raise on
+        spec.hard (util/resourcequota/raises.py), end at once (traced: 100-170 ms a raise on
         a 3,000-VM namespace, bench/SCALE.md). One copy of a namespace's at a time, the newest
         written after it; each tests its own spec.hard, so an older one never lands over a newer
         spec. API errors other than a refusal are logged and dropped: kube-controller-manager's

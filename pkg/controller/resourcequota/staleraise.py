@@ -46,8 +46,8 @@ from ...util.resourcequota.base import (
     spec_hard,
 )
 from ...util.resourcequota.plan import QuotaPlan, patch_for
+from ...util.resourcequota.raises import raise_records
 from ...util.resourcequota.rancherpath import annotation_patch
-from ...util.resourcequota.standing import raise_records
 from .planner import NamespacePlanner
 from .roomlabel import is_labelled
 

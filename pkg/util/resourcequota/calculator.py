@@ -12,7 +12,7 @@ Named after Harvester's calculator.go, whose jobs went where one plan per namesp
   target pod's usage, or the launcher pod KubeVirt would render, util/launcher/render.py, instead
   of `calculateVMActualOverhead`'s estimate);
 - the quota a plan writes, `CalculateNewResourceQuotaFromBaseDelta` and
-  `CalculateCompensationResourceQuotaWithVMI`, is plan.py's `desired_hard` over floor.py's
+  `CalculateCompensationResourceQuotaWithVMI`, is plan.py's `desired_hard` over raises.py's
   `floor_of`; `CalculateRestoreResourceQuotaWithVMI` has no twin (nothing in Harvester calls it);
 - the base, `getNamespaceResourceQuota`, is base.py's `rancher_base`, and the annotations' sums,
   `GetVMIMResourcesFromRQAnnotation`, util/annotations.py's `MigrationAnnotations`;

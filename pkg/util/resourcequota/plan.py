@@ -6,7 +6,7 @@ Compensation as arithmetic, per key k the base limits:
     otherwise:                            hard_k = base_k
 
 where floor_k is what the namespace's pods are charged now, not counting the target pods that make
-up the rooms nor the pods that arrived since the rooms began (floor.py). A VM that went over its
+up the rooms nor the pods that arrived since the rooms began (raises.py). A VM that went over its
 quota after the overhead ratio was raised can therefore still migrate (max with the floor), while
 no new VM can start above the base (the webhook keeps non-target pods out of the room) and no raise
 follows a pod that got in while room was held. Keys of spec.hard that the base does not know pass
@@ -57,8 +57,8 @@ from .base import (
     Mode,
     resolve_base,
 )
-from .floor import ANNOTATION_ROOMS_SINCE, floor_of, rooms_since
 from .podindex import NamespacePods, namespace_pods
+from .raises import ANNOTATION_ROOMS_SINCE, floor_of, raise_records, rooms_since
 from .rooms import (
     MigrationRoom,
     RoomInputs,
@@ -69,7 +69,6 @@ from .rooms import (
     plan_rooms,
     used_without_targets,
 )
-from .standing import raise_records
 
 
 @dataclass
@@ -90,7 +89,7 @@ class NamespaceSnapshot:
     """How rooms are estimated from `vmis` (RoomInputs.usage)."""
     settled: Sequence[Object] = ()
     """Finished migrations set aside from planning (settled.py): read only to tell whose target
-    pods replace a launcher pod (floor.py), since they still exist."""
+    pods replace a launcher pod (raises.py), since they still exist."""
     paused: bool = False
     """The controller's global switch (`run --paused`): every plan gives every room back."""
     adopt_harvester: bool = False
@@ -246,7 +245,7 @@ def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
 
 def desired_hard(base: ResourceList, used: ResourceList, rooms: ResourceList) -> ResourceList:
     """spec.hard, key by key of `base` (compensation as arithmetic): where `rooms` holds some of
-    the key, max(base, used) + room, `used` being the floor (floor.py); else the base.
+    the key, max(base, used) + room, `used` being the floor (raises.py); else the base.
 
     Harvester's functions for it: `CalculateNewResourceQuotaFromBaseDelta` (base plus the
     rooms), `CalculateCompensationResourceQuotaWithVMI` (here the max with `used`, on every key,
@@ -416,7 +415,7 @@ def _same_text(a: str, b: str) -> bool:
 def _replacing(snapshot: NamespaceSnapshot) -> frozenset[str]:
     """The uids of the namespace's migrations within it, planned or settled: their target pods
     replace a launcher pod that counted. Those of decentralized migrations are VMs arriving, and
-    those of migrations that no longer exist count as arrivals too (floor.py)."""
+    those of migrations that no longer exist count as arrivals too (raises.py)."""
     return frozenset(
         str(metadata(m).get("uid"))
         for m in (*snapshot.migrations, *snapshot.settled)
