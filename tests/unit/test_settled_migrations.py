@@ -1,4 +1,4 @@
-"""Finished migrations without room are set aside from plans after a grace (settled.py), and
+"""Finished migrations without room are set aside from plans after a grace (planviews.SettledMigrations), and
 setting them aside never changes a plan."""
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import plan_quota
-from harvester_quota.util.resourcequota.planviews import migration_plan_view
+from harvester_quota.util.resourcequota.planviews import (
+    SETTLE_AFTER,
+    SettledMigrations,
+    migration_plan_view,
+)
 from harvester_quota.util.resourcequota.podindex import PodIndex
 from harvester_quota.util.resourcequota.rooms import MigrationRoom, RoomPlan
-from harvester_quota.util.resourcequota.settled import SETTLE_AFTER, SettledMigrations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

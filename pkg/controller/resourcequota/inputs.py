@@ -6,7 +6,7 @@ virt-controller, virt-handler or the kubelet, nor a migration's step between Pen
 phase: planviews.plan_acted_on) queues its namespace. The listeners run inside the
 store's write, so the reconcile they queue reads the views with the change in them. Quota
 refusals are noted as the migrations change (refusals.py), not when a reconcile happens to run.
-Finished migrations that settled are set aside from the views (util/resourcequota/settled.py): a
+Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
 namespace keeps thousands of them.
 """
 
@@ -27,12 +27,12 @@ from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ...util.resourcequota.planviews import (
     NamespaceVmis,
     RenderedUsages,
+    SettledMigrations,
     migration_plan_view,
     plan_acted_on,
     vmi_facts,
 )
 from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
-from ...util.resourcequota.settled import SettledMigrations
 from ..informers import QuotaInformers
 from .refusals import RefusalTracker
 
@@ -81,7 +81,7 @@ class PlanInputs:
             informer.store.add_view(PLAN_VIEW, _nothing, self._cluster_settings_changed)
         self.settled_migrations = SettledMigrations()
         """Finished migrations planned without room, set aside from plans after a grace
-        (settled.py)."""
+        (planviews.SettledMigrations)."""
 
     def _cluster_settings_changed(self, _key: str, _view: None) -> None:
         """The KubeVirt CR or Harvester's setting was stored or removed (inside the store's

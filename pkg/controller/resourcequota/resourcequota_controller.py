@@ -13,7 +13,7 @@ The reconcile wires collaborators, one concern each: what the plan reads (inputs
 room-held label (roomlabel.py), the writes into the quota and status.hard (specwrites.py, through
 controller/quotawriter.py, the writer MTQ mode shares), the Rancher path (rancherwrites.py,
 projects.py), metrics and Events (reports.py), refusal counting (refusals.py), the settled
-set-aside (util/resourcequota/settled.py) and the writes of others, told (foreignwrites.py).
+set-aside (util/resourcequota/planviews.py) and the writes of others, told (foreignwrites.py).
 """
 
 from __future__ import annotations

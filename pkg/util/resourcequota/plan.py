@@ -88,7 +88,7 @@ class NamespaceSnapshot:
     usage: VmiUsage = LAUNCHER_PART.render
     """How rooms are estimated from `vmis` (RoomInputs.usage)."""
     settled: Sequence[Object] = ()
-    """Finished migrations set aside from planning (settled.py): read only to tell whose target
+    """Finished migrations set aside from planning (planviews.SettledMigrations): read only to tell whose target
     pods replace a launcher pod (raises.py), since they still exist."""
     paused: bool = False
     """The controller's global switch (`run --paused`): every plan gives every room back."""

@@ -20,7 +20,7 @@ them are KubeVirt's alone, see docs/security.md), so a VM over its base after th
 was raised (the v1.7.0 seed) migrates again and again. The target pod of a decentralized
 migration is new: it is a VM arriving from elsewhere (rooms.py), and no raise follows it. A
 target pod counts as replacing only while its migration exists (planned, or finished and set aside
-by settled.py) and is within the namespace; one whose migration is gone (a finished receive its
+by planviews.SettledMigrations) and is within the namespace; one whose migration is gone (a finished receive its
 tenant deleted) is new, so deleting the migration does not launder its VM into the floor. The
 price: an ordinary migration deleted while a room period is open takes its VM out of the floor;
 in a namespace over its base that may leave the next target short until the period ends.
