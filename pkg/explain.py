@@ -72,12 +72,12 @@ from .util.resourcequota.base import (
     managed_quota,
     rancher_base_text,
 )
-from .util.resourcequota.growth import source_pod, target_growth
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
 from .util.resourcequota.projectqueue import given, ladder
 from .util.resourcequota.rancherpath import raised_annotation
+from .util.resourcequota.rooms import source_pod, target_growth
 from .util.resourcequota.writers import FIELD_MANAGER, hard_writers
 from .util.screen import screened
 from .util.vmispecview import SpecView
@@ -413,7 +413,7 @@ def _explanation(
 
 
 def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapshot) -> None:
-    """Each room's `growth`: why it is bigger than its source pod (growth.py), "" when it is
+    """Each room's `growth`: why it is bigger than its source pod (rooms.target_growth), "" when it is
     not or no source counts."""
     pods = snapshot.pods if isinstance(snapshot.pods, NamespacePods) else None
     for shown, room in zip(result.rooms, plan.rooms.rooms, strict=True):
