@@ -50,6 +50,7 @@ from .generic.resource import (
     Object,
     Resource,
 )
+from .generic.rest import FIELD_MANAGER
 from .util.annotations import ANNOTATION_PAUSED, TRUE, parse_migration_annotations
 from .util.launcher import VmiSource, as_view, spec_of
 from .util.migrationpriority import migration_priority, priority_name
@@ -72,13 +73,13 @@ from .util.resourcequota.base import (
     managed_quota,
     rancher_base_text,
 )
+from .util.resourcequota.conditional import hard_writers
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
 from .util.resourcequota.projectqueue import given, ladder
 from .util.resourcequota.rancherpath import raised_annotation
 from .util.resourcequota.rooms import source_pod, target_growth
-from .util.resourcequota.writers import FIELD_MANAGER, hard_writers
 from .util.screen import screened
 from .util.vmispecview import SpecView
 

@@ -24,7 +24,7 @@ from ..generic.meta import labels
 from ..generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS, Object
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
-from ..util.resourcequota.writers import keep_writers
+from ..util.resourcequota.conditional import keep_writers
 from ..util.vmispec import strip_vmi_unread_unknown
 
 TARGET_INDEX: Final = "mtq-migration-target"

@@ -18,7 +18,7 @@ from harvester_quota.util.annotations import (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,
 )
-from harvester_quota.util.resourcequota.writers import hard_writers
+from harvester_quota.util.resourcequota.conditional import hard_writers
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually

@@ -1,5 +1,5 @@
 """Writes of a managed quota's spec.hard by anyone but us (controller/resourcequota/
-foreignwrites.py, util/resourcequota/writers.py): the writer named from the newest managedFields
+foreignwrites.py, util/resourcequota/conditional.py): the writer named from the newest managedFields
 entries that own a key that changed, told once per quota per interval (a Warning, a log line, a
 metric by manager), and listed by `explain`; our own writes, status writes and Rancher's agent
 are not foreign."""
@@ -31,7 +31,7 @@ from harvester_quota.generic.metrics import OTHER, CappedLabelValues
 from harvester_quota.generic.rest import FIELD_MANAGER, USER_AGENT
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
-from harvester_quota.util.resourcequota.writers import (
+from harvester_quota.util.resourcequota.conditional import (
     WRITERS,
     change_writers,
     hard_writers,

@@ -34,9 +34,10 @@ from ...generic.events import WARNING, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
+from ...generic.rest import FIELD_MANAGER
 from ...util.quantity import Quantity
 from ...util.resourcequota.base import is_managed_quota, rancher_base, spec_hard
-from ...util.resourcequota.writers import FIELD_MANAGER, RANCHER_MANAGERS, change_writers
+from ...util.resourcequota.conditional import RANCHER_MANAGERS, change_writers
 
 log = logging.getLogger(__name__)
 
