@@ -49,8 +49,8 @@ from ..util.resourcequota.base import (
     managed_quota,
     rancher_base_text,
     resolve_base,
+    shortfalls,
 )
-from ..util.resourcequota.calculator import shortfalls
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
 from ..util.resourcequota.plan import desired_hard
 from ..util.resourcequota.raises import raise_records
@@ -234,7 +234,7 @@ def _shortfalls(
     quota: Mapping[str, Any], usage: ResourceList, raised: ResourceList | None
 ) -> list[QuotaShortfall]:
     """The keys of the quota's spec.hard (as the strategy raises them) the target does not fit
-    under: calculator.shortfalls, the webhook's rule, which as quota admission checks only the
+    under: base.shortfalls, the webhook's rule, which as quota admission checks only the
     keys the pod uses more than zero of."""
     view = quota_view(quota)
     hard = {key: (raised or {}).get(key, value) for key, value in view.hard.items()}

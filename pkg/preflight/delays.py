@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..util import resources
-from ..util.resourcequota.calculator import shortfalls
+from ..util.resourcequota.base import shortfalls
 from ..util.resources import ResourceList
 from .admission import NamespaceContext, QuotaRoom, Strategy, TargetPod, quota_rooms, readable
 from .report import Delay, VmVerdict

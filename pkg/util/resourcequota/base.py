@@ -1,10 +1,10 @@
-"""The managed quota of a namespace and its base: which quota we scale, and what its spec.hard is
-when no migration holds room.
+"""The managed quota of a namespace and its base: which quota we scale, what its spec.hard is
+when no migration holds room, and whether a pod fits under it (`shortfalls`, the VM-start check's
+arithmetic: the webhook words the denial, the numbers come from here).
 
 - The managed quota is the one Rancher creates and Harvester scales: labelled
   resourcequota.management.cattle.io/default-resource-quota=true (`managed_quota`), never told by
   a label or name a tenant may set on another quota.
-
 - With Rancher, the base is the namespace annotation ``field.cattle.io/resourceQuota``: the only
   source of truth Rancher keeps, and what it resets spec.hard to on every namespace event. All its
   fields are mapped as Rancher maps them; ``extended`` is parsed and ignored, as Harvester does.
@@ -17,6 +17,24 @@ when no migration holds room.
   ours on the quota, and follows the user's own edits of spec.hard: an edit made while no
   migration holds room becomes the base; an edit made while one does moves the base by the same
   amount (we know what we applied, so the difference is the user's).
+
+Harvester's calculator.go has no file of its own here; its jobs went where one plan per namespace
+needs them:
+- the VM-start check, `CheckIfVMCanStartByResourceQuota` (with `NewCalculator`, `VMPodsExist`,
+  `getVMPods`, `getResourceQuota`), is webhook/resources/virtualmachine/validator.py's
+  `validate_vm_start`; its arithmetic, `containsEnoughResourceQuotaToStartVM`, is `shortfalls`
+  here, on every key the launcher pod uses, and error.go's `InsufficientResourceError` is the
+  webhook's denial, worded from a `Shortfall`;
+- the room of a migration, `CalculateScaleResourceQuotaWithVMI`, is rooms.py's `_room` (the
+  target pod's usage, or the launcher pod KubeVirt would render, util/launcher/render.py, instead
+  of `calculateVMActualOverhead`'s estimate);
+- the quota a plan writes, `CalculateNewResourceQuotaFromBaseDelta` and
+  `CalculateCompensationResourceQuotaWithVMI`, is plan.py's `desired_hard` over raises.py's
+  `floor_of`; `CalculateRestoreResourceQuotaWithVMI` has no twin (nothing in Harvester calls it);
+- the base, `getNamespaceResourceQuota`, is `rancher_base` here, and the annotations' sums,
+  `GetVMIMResourcesFromRQAnnotation`, util/annotations.py's `MigrationAnnotations`;
+- the storage check, `CheckStorageResourceQuota` with `calculateVMStorageQuantity`, is not ported:
+  storage is never part of a room (docs/architecture.md says why).
 """
 
 from __future__ import annotations
@@ -29,6 +47,7 @@ from ...generic.meta import annotations_of, is_deleting, labels
 from ...generic.meta import name as object_name
 from .. import resources
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ..quantity import Quantity
 from ..rancher.annotation import parse_namespace_resource_quota
 from ..resources import ResourceList
 
@@ -223,3 +242,44 @@ def _follow_edits(
             edited = recorded.get(key, applied[key]) + (value - applied[key])
             base[key] = edited if edited.sign() >= 0 else value
     return base
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """One quota key a pod does not fit on: the numbers the webhook's denial words, where
+    Harvester's `InsufficientResourceError` names only the resource (`IsInsufficientResourceError`
+    tells it from other errors; the webhook's Denied is their twin)."""
+
+    key: str
+    needed: Quantity
+    in_use: Quantity
+    limit: Quantity
+
+    @property
+    def free(self) -> Quantity:
+        """What is left under the limit (never negative)."""
+        left = self.limit - self.in_use
+        return left if left.sign() > 0 else Quantity.from_int(0)
+
+
+def shortfalls(
+    needed: Mapping[str, Quantity], base: Mapping[str, Quantity], in_use: ResourceList
+) -> list[Shortfall]:
+    """Every key of `base` on which `needed` more does not fit next to `in_use`, sorted by key.
+
+    Keys `needed` does not use (or uses zero or less of) never fall short; a key absent from
+    `in_use` counts as zero in use.
+
+    Harvester's `containsEnoughResourceQuotaToStartVM`, the arithmetic of its
+    `CheckIfVMCanStartByResourceQuota`, on limits.cpu and limits.memory; this is on every key of
+    the base. Pure, over the caches the caller reads, so `NewCalculator` has no twin.
+    """
+    short = []
+    for key, limit in sorted(base.items()):
+        want = needed.get(key)
+        if want is None or want.sign() <= 0:
+            continue
+        used = in_use.get(key, want * 0)
+        if used + want > limit:
+            short.append(Shortfall(key, want, used, limit))
+    return short

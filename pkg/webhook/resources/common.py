@@ -35,8 +35,7 @@ from ...util.podusage import QuotaFeatures
 from ...util.quantity import Quantity
 from ...util.quotascope import quota_scope
 from ...util.rancher.annotation import LIMIT_FIELDS
-from ...util.resourcequota.base import BaseError, Mode, rancher_base, standalone_base
-from ...util.resourcequota.calculator import shortfalls
+from ...util.resourcequota.base import BaseError, Mode, rancher_base, shortfalls, standalone_base
 from ...util.resourcequota.podindex import NamespacePods
 from ...util.resourcequota.raises import raise_records
 from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms

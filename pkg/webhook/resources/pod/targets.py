@@ -57,7 +57,7 @@ from ....generic.resource import RESOURCE_QUOTAS, Object
 from ....util.annotations import opted_out, parse_migration_annotations
 from ....util.podusage import pod_quota_usage
 from ....util.quotascope import applies_to
-from ....util.resourcequota.calculator import Shortfall, shortfalls
+from ....util.resourcequota.base import Shortfall, shortfalls
 from ....util.resources import ResourceList, parse_resource_list_leniently
 from ...admission import Request
 from ..common import Lookups
