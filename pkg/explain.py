@@ -77,8 +77,7 @@ from .util.resourcequota.conditional import hard_writers
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
-from .util.resourcequota.projectqueue import given, ladder
-from .util.resourcequota.rancherpath import raised_annotation
+from .util.resourcequota.rancherpath import given, ladder, raised_annotation
 from .util.resourcequota.rooms import source_pod, target_growth
 from .util.screen import screened
 from .util.vmispecview import SpecView
@@ -294,7 +293,7 @@ def _queued_behind(
     """The controller's last word that the project's room goes first to sibling namespaces'
     migrations earlier in KubeVirt's order (its WaitingForEarlierMigrationsInProject Warning on
     the quota or a migration whose room is still held back), or None: shown only while the
-    namespace's annotation was not given a room of the plan (projectqueue.given; once every
+    namespace's annotation was not given a room of the plan (rancherpath.given; once every
     room is given, the last Warning is history), and only an Event our controller reported
     (its reportingComponent or source). Read from the Events, not planned again here: which
     siblings wait is the controller's judgment of every namespace of the project from its

@@ -35,7 +35,7 @@ from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancher.project import ProjectQuota, project_reference
 from ..util.resourcequota.base import Mode, managed_quota
-from ..util.resourcequota.projectqueue import Step as ProjectStep
+from ..util.resourcequota.rancherpath import Step as ProjectStep
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers

@@ -4,7 +4,7 @@ On Rancher's protected path our raise is a namespace's ``field.cattle.io/resourc
 the project gives only while its namespaces together stay within its limit. The controller hands
 that room out across the project in KubeVirt's order: a raise that fits the project as it stands
 still waits where rooms sibling namespaces wait for, earlier in KubeVirt's order and able to fit,
-would then no longer fit (util/resourcequota/projectqueue.py `waits_behind`; the controller's
+would then no longer fit (util/resourcequota/rancherpath.py `waits_behind`; the controller's
 WaitingForEarlierMigrationsInProject Warning). admission.py judges each evacuation alone against
 the project as it stands; this module makes the controller's judgment of the order, with the
 product's own code, when the step's evacuations arrive:
@@ -19,7 +19,7 @@ product's own code, when the step's evacuations arrive:
   preflight's guess, not KubeVirt's promise.
 - A namespace whose plan does not go through Rancher's annotation (another base, MTQ mode, a
   namespace being deleted, no managed quota) takes no part, as the controller skips it.
-- For each evacuation, its namespace's raise up to its room (`projectqueue.ladder`: rooms given
+- For each evacuation, its namespace's raise up to its room (`rancherpath.ladder`: rooms given
   first, then KubeVirt's order) is judged as the controller judges a write's step: where it fits
   the project as it stands but waits behind siblings' rooms, the VM is delayed (`ProjectWait`),
   naming each migration it waits behind with its priority; where it takes the room ahead of a
@@ -48,7 +48,7 @@ from ..util.migrationpriority import PRIORITIES, priority_name
 from ..util.rancher.project import PROJECT_ID_ANNOTATION, ProjectQuota
 from ..util.resourcequota.base import RANCHER, Mode, managed_quota, rancher_base_text
 from ..util.resourcequota.plan import QuotaPlan
-from ..util.resourcequota.projectqueue import (
+from ..util.resourcequota.rancherpath import (
     MemberTotals,
     Step,
     given,
@@ -99,7 +99,7 @@ class ProjectWait:
     """What the order means for one evacuation: the sibling namespaces' migrations its room
     goes to first (`behind`: the first waiting one of each sibling that claims room ahead of
     it), or, where none, the siblings' waiting migrations it takes the room ahead of
-    (`ahead_of`); each a step of its namespace's ladder (projectqueue.Step)."""
+    (`ahead_of`); each a step of its namespace's ladder (rancherpath.Step)."""
 
     behind: list[Step] = field(default_factory=list)
     ahead_of: list[Step] = field(default_factory=list)
@@ -250,8 +250,8 @@ def _judge(
     """Per simulated evacuation of `ns` (by VM), the rooms it waits behind and goes ahead of,
     its namespace's raise up to its room judged as the controller judges a write's step
     (rancherwrites.py `_write_what_fits`), by the same two functions: against the project as it
-    stands first (projectqueue.lacks_alone); fitting, the siblings' claims ahead of it
-    (projectqueue.waits_behind). `siblings` holds the siblings'
+    stands first (rancherpath.lacks_alone); fitting, the siblings' claims ahead of it
+    (rancherpath.waits_behind). `siblings` holds the siblings'
     given steps too (`project_steps`): with the namespace's own given steps they are what
     `EventualFit` reads, as in the controller (rancherprojects.py `_behind_siblings`)."""
     steps = ladder(ns, plan)

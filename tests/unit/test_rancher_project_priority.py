@@ -50,7 +50,7 @@ from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_GIVEN,
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
-from harvester_quota.util.resourcequota.projectqueue import (
+from harvester_quota.util.resourcequota.rancherpath import (
     Step,
     WaitingCache,
     project_steps,

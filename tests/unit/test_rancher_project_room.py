@@ -46,8 +46,7 @@ from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_GIVEN,
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
-from harvester_quota.util.resourcequota.projectqueue import prefixes
-from harvester_quota.util.resourcequota.rancherpath import annotation_patch
+from harvester_quota.util.resourcequota.rancherpath import annotation_patch, prefixes
 from harvester_quota.util.resources import parse_resource_list
 
 from tests.objects import bare_launcher, managed_quota, migration, vmi

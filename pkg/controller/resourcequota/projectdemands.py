@@ -2,7 +2,7 @@
 
 A namespace's raise on Rancher's protected path is judged against its project counting as taken
 the rooms its sibling namespaces have not been given yet that come earlier in KubeVirt's order
-(rancherprojects.ProjectRoom, util/resourcequota/projectqueue.py): those are planned from the
+(rancherprojects.ProjectRoom, util/resourcequota/rancherpath.py): those are planned from the
 caches at the judgment (`ProjectSiblingsView`, the judge's `siblings_waiting`), whichever namespace reconciled
 first. What this registry keeps is who waits: each reconcile on the Rancher path records the
 namespace's rooms not given (none once given), and when a namespace of the project writes its
@@ -45,7 +45,7 @@ from typing import Final
 
 from ...generic.meta import metadata
 from ...generic.resource import Object
-from ...util.resourcequota.projectqueue import OrderKey, Step, WaitingCache
+from ...util.resourcequota.rancherpath import OrderKey, Step, WaitingCache
 from .planner import NamespacePlanner, rancher_base
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,7 @@ class ProjectSiblingsView:
 
     async def __call__(self, project: str, besides: str) -> list[Step]:
         """The steps of the namespaces of Rancher project `project` but `besides`, each marked
-        whether the project gave its room (projectqueue.project_steps: those not given wait;
+        whether the project gave its room (rancherpath.project_steps: those not given wait;
         the given ones say when each was given), planned from the caches now, our writes the
         caches do not show yet applied: the judge of a raise on Rancher's protected path counts
         those earlier in KubeVirt's order as taken. Planned: a namespace with migrations cached,

@@ -11,7 +11,7 @@ project that is not there (no such kind, no such project) is None for the same t
 A raise that fits the project is judged again with the rooms the project's other namespaces
 have not been given counted as taken, those earlier in KubeVirt's order that could fit once
 the rooms given to later migrations are back
-(util/resourcequota/projectqueue.py, planned by projectdemands.ProjectSiblingsView): where it
+(util/resourcequota/rancherpath.py, planned by projectdemands.ProjectSiblingsView): where it
 no longer fits, it waits for them, and the Warning names the first of each
 (PROJECT_QUEUED_REASON).
 """
@@ -42,15 +42,15 @@ from ...util.rancher.project import (
 )
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
-from ...util.resourcequota.projectqueue import (
+from ...util.resourcequota.rancherpath import (
     MemberTotals,
     OrderKey,
     Step,
     kept_raise,
     lacks_alone,
+    unjudged_record,
     waits_behind,
 )
-from ...util.resourcequota.rancherpath import unjudged_record
 from .projectdemands import ProjectDemands
 from .reports import room_event_targets
 
@@ -205,7 +205,7 @@ class ProjectRoom:
         self, judgment: Judgment, totals: MemberTotals, raised: str, ahead_of: OrderKey
     ) -> NoRoom | None:
         """The verdict on a raise that fits the project as it stands, once the rooms its
-        siblings wait for ahead of it are counted as taken (projectqueue.waits_behind)."""
+        siblings wait for ahead of it are counted as taken (rancherpath.waits_behind)."""
         waiting = [*await judgment.siblings_waiting(totals.project.id), *judgment.own]
         first = waits_behind(waiting, ahead_of, totals, raised)
         if not first:
@@ -259,7 +259,7 @@ class ProjectRoom:
         """Whom the project's wave judges after the judged namespace, which still waits
         (projectdemands.py): no one where it waits behind a sibling's earlier room, or where
         its own first waiting room could fit once the rooms given to later migrations are back
-        (it holds every later room back: projectqueue.EventualFit); else the first in KubeVirt's
+        (it holds every later room back: rancherpath.EventualFit); else the first in KubeVirt's
         order of `firsts` (the waves's others, by their first waiting room) whose first room
         fits the project as it stands. One planning of the siblings at most (the judgment's)."""
         if no_room.first or not waiting:
@@ -321,7 +321,7 @@ class ProjectRoom:
 
 class Judgment:
     """One write's judgments of a namespace against its Rancher project: the siblings' waiting
-    rooms planned once and the project's members summed once (projectqueue.MemberTotals),
+    rooms planned once and the project's members summed once (rancherpath.MemberTotals),
     however many of the write's steps are judged; the namespace counted at `keeps` (the raise
     for the rooms it keeps; None: its annotation as it stands) where a sibling's room is judged.
     Lives for one write, under the project's lock; reads the caches when first asked."""
@@ -335,7 +335,7 @@ class Judgment:
     ) -> None:
         self.room = room
         self.own = [step for step in own if step.given]
-        """The namespace's own given steps (projectqueue.EventualFit reads when each was
+        """The namespace's own given steps (rancherpath.EventualFit reads when each was
         given)."""
         self.namespace = namespace
         self.name = str(metadata(namespace).get("name"))
@@ -352,7 +352,7 @@ class Judgment:
         cls, room: ProjectRoom, namespace: Object, steps: Sequence[Step], flags: Sequence[bool]
     ) -> Judgment:
         """The judgment of a write of `namespace` whose ladder is `steps`, `flags` given: the
-        namespace counted at the raise for the rooms it keeps (projectqueue.kept_raise)."""
+        namespace counted at the raise for the rooms it keeps (rancherpath.kept_raise)."""
         keeps, own = kept_raise(namespace, steps, flags)
         return cls(room, namespace, keeps, own)
 
@@ -365,7 +365,7 @@ class Judgment:
 
     async def siblings_waiting(self, project: str) -> list[Step]:
         """The project's other namespaces' steps, `given` marked (planned once): the rooms
-        they have not been given, and those they have (projectqueue.EventualFit)."""
+        they have not been given, and those they have (rancherpath.EventualFit)."""
         if self._waiting is None:
             self._waiting = await self.room.siblings_waiting(project, self.name)
         return self._waiting

@@ -34,8 +34,14 @@ from ...util.quantity import Quantity
 from ...util.rancher.project import PROJECT_ID_ANNOTATION, namespace_limit
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
-from ...util.resourcequota.projectqueue import Step, given, kept, ladder, last_waiting
-from ...util.resourcequota.rancherpath import annotation_patch
+from ...util.resourcequota.rancherpath import (
+    Step,
+    annotation_patch,
+    given,
+    kept,
+    ladder,
+    last_waiting,
+)
 from ..quotawriter import QuotaWriter
 from .rancherprojects import Judgment, ProjectRoom
 from .reports import NamespaceReports, room_event_targets
@@ -147,7 +153,7 @@ class RancherPath:
     ) -> float | None:
         """`write` under the project's lock: judge, write what fits, record what waits. A room
         is asked of the project anew unless the raise standing was given for its migration
-        (projectqueue.given): a new migration does not inherit the room of one that ended
+        (rancherpath.given): a new migration does not inherit the room of one that ended
         ahead of a sibling's earlier room. One `Judgment` serves every step judged here."""
         steps = ladder(namespace, plan)
         flags = given(namespace, steps)
@@ -192,7 +198,7 @@ class RancherPath:
     ) -> int | None:
         """Where the project lacks room for the whole raise (or owes it to siblings' earlier
         rooms), the raise for as many migrations as it has room for, in KubeVirt's priority
-        order (projectqueue.prefixes, projectqueue.ladder): the furthest step that fits, its rooms
+        order (rancherpath.prefixes, rancherpath.ladder): the furthest step that fits, its rooms
         not given judged against the siblings' earlier ones, is written, or kept where it stands
         (a standing step is kept while it fits the project on its own, never lowered to a nearer
         one that fits too: that took a room back at every recheck; lowered once it no longer

@@ -304,7 +304,7 @@ project of hundreds of waiting namespaces must not make an Event message of ever
 def queued_verdict(first: Sequence[str], behind: Sequence[tuple[str, str]] = ()) -> NoRoom:
     """The raise would fit the project, but its room goes first to `first` (each
     ``namespace/migration (priority, created)``), rooms of sibling namespaces that come earlier
-    in KubeVirt's order and wait for it (util/resourcequota/projectqueue.py)."""
+    in KubeVirt's order and wait for it (util/resourcequota/rancherpath.py)."""
     named = ", ".join(first[:NAMED])
     if len(first) > NAMED:
         named += f" and {len(first) - NAMED} more migrations of sibling namespaces"

@@ -66,7 +66,7 @@ ANNOTATION_RANCHER_GIVEN = "harvester-quota.io/rancher-given"
 comma-separated) the raise we wrote was given for. A room of the namespace whose migration is not
 among them has not been given by its Rancher project, even where the raised annotation would cover
 it (the room of a migration that ended): it waits in KubeVirt's order across the project
-(projectqueue.py). Prefixed with the Rancher project id that gave the rooms and a space
+(rancherpath.py). Prefixed with the Rancher project id that gave the rooms and a space
 (rancherpath.given_text). Written by our controller, but not tenant-proof: Rancher lets a project
 member who may create namespaces edit the project's namespaces (`<project>-namespaces-edit`), the
 same power as editing Rancher's own annotation (docs/security.md row 5m')."""
