@@ -40,7 +40,7 @@ needs them:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from ...generic.meta import annotations_of, is_deleting, labels
@@ -246,14 +246,20 @@ def _follow_edits(
 
 @dataclass(frozen=True)
 class Shortfall:
-    """One quota key a pod does not fit on: the numbers the webhook's denial words, where
-    Harvester's `InsufficientResourceError` names only the resource (`IsInsufficientResourceError`
-    tells it from other errors; the webhook's Denied is their twin)."""
+    """One key of a quota a pod does not fit under: `needed` more does not fit beside `in_use`
+    within `limit`. The VM-start check's (`shortfalls`, against the base) are the numbers the
+    webhook's denial words, where Harvester's `InsufficientResourceError` names only the resource
+    (`IsInsufficientResourceError` tells it from other errors; the webhook's Denied is their
+    twin). MTQ mode's (mtq.evaluate) name the quota, and `limit` includes the VMMRQ's `budget`."""
 
     key: str
     needed: Quantity
     in_use: Quantity
     limit: Quantity
+    quota: str = ""
+    """The quota the key is of; "" for the base."""
+    budget: Quantity = field(default_factory=Quantity)
+    """What a VMMRQ's budget adds to `limit`; zero for the base."""
 
     @property
     def free(self) -> Quantity:
