@@ -249,7 +249,7 @@ async def _screened_lists(client: ApiClient, namespace: str, features: QuotaFeat
 async def _rancher_project(
     client: ApiClient, namespace: Object, plan: QuotaPlan
 ) -> dict[str, Any] | None:
-    """The namespace's Rancher project as it bears on the plan (util/rancher/project.py), or None."""
+    """The namespace's Rancher project as it bears on the plan (rancher/project.py), or None."""
     reference = project_reference(namespace)
     if reference is None or plan.base is None or plan.base.source != RANCHER:
         return None
@@ -413,8 +413,8 @@ def _explanation(
 
 
 def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapshot) -> None:
-    """Each room's `growth`: why it is bigger than its source pod (rooms.target_growth), "" when it is
-    not or no source counts."""
+    """Each room's `growth`: why it is bigger than its source pod (rooms.target_growth), ""
+    when it is not or no source counts."""
     pods = snapshot.pods if isinstance(snapshot.pods, NamespacePods) else None
     for shown, room in zip(result.rooms, plan.rooms.rooms, strict=True):
         shown["growth"] = ""

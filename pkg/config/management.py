@@ -96,7 +96,7 @@ class Options:
     adopt_harvester_quotas: bool = False
     """Run beside Harvester's own controllers: every managed quota carries Harvester's skip
     annotation with our marker, so Harvester's resourcequota controller leaves it to us, and
-    Harvester's live UID keys stay (util/resourcequota/plan.py `adoption_changes`). False gives adopted quotas
+    Harvester's live UID keys stay (resourcequota/plan.py). False gives adopted quotas
     back to Harvester."""
     rancher_direct_fail_closed: bool = True
     """Keep the room-held label for good on namespaces whose Rancher quota is raised directly

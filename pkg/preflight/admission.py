@@ -15,7 +15,7 @@ The room each strategy adds to spec.hard for one migration:
   controller's ``plan.desired_hard`` with the whole target pod as the room (compensation as
   arithmetic: each base key the pod uses at max(base, used) + its share, the others at their base),
   unless the quota carries the skip annotation. On Rancher's path the raise must also fit the
-  Rancher project (util/rancher/project.py); a raise it has no room for is never written. Any other quota
+  Rancher project (rancher/project.py); a raise it has no room for is never written. Any other quota
   gets nothing.
 - ``harvester`` (Harvester v1.9): preflight/harvesterroom.py: limits.cpu and limits.memory of the
   compute container, on the default quota only, limits.memory compensated after a refusal.

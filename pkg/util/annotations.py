@@ -84,8 +84,8 @@ ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: Final = (
 
 ANNOTATION_ADOPTED: Final = "harvester-quota.io/adopted-from-harvester"
 """Set ("true") by our controller beside Harvester's skip annotation when it set that annotation
-itself, to stop Harvester's resourcequota controller on a quota it manages (resourcequota/plan.py `adoption_changes`): a skip
-annotation with this marker is ours and no opt-out; one without it is an administrator's.
+itself, to stop Harvester's resourcequota controller on a quota it manages
+(resourcequota/plan.py): a skip annotation with this marker is ours and no opt-out; one without it is an administrator's.
 Only administrators and controllers may write a ResourceQuota (Kubernetes' edit and admin roles
 only read them), so a tenant can set neither."""
 
@@ -217,7 +217,7 @@ def migrating_vm_annotation_key(vm_name: str) -> str:
 
 
 def adopted_migrating_vm_annotation_key(vm_name: str) -> str:
-    """The per-VM key we write on a quota adopted from Harvester (resourcequota/plan.py `adoption_changes`):
+    """The per-VM key we write on a quota adopted from Harvester (resourcequota/plan.py):
     never Harvester's own name key of any VM, which Harvester's migration controller deletes when
     it records its UID key and when the migration ends (and skips its own key for a VM whose
     name key is there). For a name of at most 53 characters: the digest form with '_' before the

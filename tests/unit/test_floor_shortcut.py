@@ -2,7 +2,7 @@
 oracle): when no pod arrived since the rooms began, the floor is the usage the plan summed already; in every other
 case it is the full sum. Arrivals as main's floor tells them: a decentralized migration's target
 pod and a target pod whose migration is gone are arrivals; a target pod of a migration within the
-namespace, planned or set aside by planviews.SettledMigrations, replaces a launcher pod and is not."""
+namespace, planned or set aside by planviews.py, replaces a launcher pod and is not."""
 
 from __future__ import annotations
 

@@ -283,15 +283,13 @@ def test_a_received_vm_stays_out_of_the_floor_once_its_migration_is_deleted() ->
     assert cpu(deleted) == cpu(before), "no raise for the VM whose receive was deleted"
     received["status"] = {"phase": "Succeeded"}
     settled = plan([mig], [instance, arriving], [source, full, target], settled=[received])
-    assert cpu(settled) == cpu(before), (
-        "nor once planviews.SettledMigrations has set the receive aside"
-    )
+    assert cpu(settled) == cpu(before), "nor once planviews.py has set the receive aside"
 
 
 def test_a_finished_migrations_target_pod_stays_in_the_floor_while_the_migration_exists() -> None:
     """Targets of the namespace's own migrations are never new: vm0, migrated (its migration
     Succeeded, its source gone) after the room period began, still stands in the floor of vm1's
-    raise in a namespace over its base (the v1.7.0 seed), also once planviews.SettledMigrations has set its
+    raise in a namespace over its base (the v1.7.0 seed), also once planviews.py has set its
     migration aside from planning (re-review: set aside, it left the floor, and the next
     migration's target was refused). Deleted, it leaves the floor: the documented price of
     letting no deleted receive launder its VM (raises.py)."""

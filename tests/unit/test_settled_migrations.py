@@ -1,4 +1,4 @@
-"""Finished migrations without room are set aside from plans after a grace (planviews.SettledMigrations), and
+"""Finished migrations without room are set aside from plans after a grace (planviews.py), and
 setting them aside never changes a plan."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A namespace of a Rancher project names it in ``field.cattle.io/projectId`` (``<c
 the project is a management.cattle.io/v3 Project named ``<project>`` in namespace ``<cluster>``,
 present where Rancher runs in the cluster itself (Harvester's embedded Rancher), absent on a
 cluster imported into another Rancher. It is read only before a raise through the annotation and
-while Rancher marks the namespace as not fitting (util/rancher/project.py): a GET, kept `TTL` seconds. A
+while Rancher marks the namespace as not fitting (rancher/project.py): a GET, kept `TTL` seconds. A
 project that is not there (no such kind, no such project) is None for the same time; a refusal
 (no RBAC for it) closes the reads for a backoff (permission.py), logged once.
 

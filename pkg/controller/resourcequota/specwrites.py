@@ -39,7 +39,7 @@ def raise_waits_on_status(written: Object) -> bool:
 
     A release alone (every key at or below status.hard) waits on nothing: while status.hard
     stands above spec.hard the webhook holds the namespace's pods to the base
-    (util/resourcequota/raises.py `raise_enforced`) and the room-held label stays (`raise_down`), and
+    (resourcequota/raises.py `raise_enforced`) and the room-held label stays (`raise_down`), and
     kube-controller-manager lowers status.hard a moment later. Not copying it saves a quota
     write at the moment a migration's end makes KubeVirt create the next target pod, whose
     quota admission (an update of status.used) our write would make conflict. A value that

@@ -20,12 +20,13 @@ kept (the patch names only the keys it changes).
 spec.hard being still the one written, not on the resourceVersion that kube-controller-manager's
 own status write moves right after.
 
-Who last wrote a managed quota's spec.hard is read from its managedFields. The API server records on every object, per field manager and operation, the fields that
-manager owns and the second it last changed one of them (metadata.managedFields). Of the entries
-that own a key of spec.hard, those that own a key a write changed name its writer
-(`change_writers`: a write that changes a field takes its ownership): ours (FIELD_MANAGER, the
-API server's name for our client's user agent), Rancher's (RANCHER_MANAGERS), or anyone else's
-(controller/resourcequota/foreignwrites.py tells those). Status writes own status.hard, never spec.hard.
+Who last wrote a managed quota's spec.hard is read from its managedFields. The API server records
+on every object, per field manager and operation, the fields that manager owns and the second it
+last changed one of them (metadata.managedFields). Of the entries that own a key of spec.hard,
+those that own a key a write changed name its writer (`change_writers`: a write that changes a
+field takes its ownership): ours (FIELD_MANAGER, the API server's name for our client's user
+agent), Rancher's (RANCHER_MANAGERS), or anyone else's (controller/resourcequota/foreignwrites.py
+tells those). Status writes own status.hard, never spec.hard.
 
 The informer keeps no managedFields (they are often half a quota's size): `keep_writers`, the
 quota cache's transform, replaces them with WRITERS, the entries that own a key of spec.hard

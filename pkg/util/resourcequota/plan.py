@@ -22,9 +22,10 @@ in standalone mode, and nothing stale: every other historic Harvester key is rem
 writes once, only if something differs (``patch_for``).
 
 Beside Harvester's own controllers the plan adopts the quotas we manage (docs/design.md, "Beside
-Harvester's own controllers"; `adoption_changes`, below). No Harvester release can turn its migration and resourcequota controllers off, so on a Harvester
-both run. Adoption is how we run beside them, chosen by measurement against Harvester v1.8.2's
-own code (the closing numbers are in docs/design.md):
+Harvester's own controllers"; `adoption_changes`, below). No Harvester release can turn its
+migration and resourcequota controllers off, so on a Harvester both run. Adoption is how we run
+beside them, chosen by measurement against Harvester v1.8.2's own code (the closing numbers are in
+docs/design.md):
 
 - Harvester's resourcequota controller, the one that sets spec.hard (to the Rancher base plus
   the rooms its annotations record), honours its own skip annotation
@@ -121,8 +122,8 @@ class NamespaceSnapshot:
     usage: VmiUsage = LAUNCHER_PART.render
     """How rooms are estimated from `vmis` (RoomInputs.usage)."""
     settled: Sequence[Object] = ()
-    """Finished migrations set aside from planning (planviews.SettledMigrations): read only to tell whose target
-    pods replace a launcher pod (raises.py), since they still exist."""
+    """Finished migrations set aside from planning (planviews.SettledMigrations): read only to
+    tell whose target pods replace a launcher pod (raises.py), since they still exist."""
     paused: bool = False
     """The controller's global switch (`run --paused`): every plan gives every room back."""
     adopt_harvester: bool = False
@@ -483,8 +484,8 @@ def adoption_changes(
     """The annotation changes adoption asks of a managed quota.
 
     ``adopt``: the controller adopts (its option); ``holds_room``: the plan holds room for a
-    migration (never when raising is paused here: its rooms are given back). An administrator's skip annotation
-    (`recorded.skip_auto_scaling`) is never adopted."""
+    migration (never when raising is paused here: its rooms are given back). An
+    administrator's skip annotation (`recorded.skip_auto_scaling`) is never adopted."""
     # Paused with adoption on, the first branch keeps it adopted; paused without (the uninstall
     # steps), no room stands, so it is given back.
     keeps_adopted = recorded.adopted and holds_room

@@ -70,8 +70,8 @@ def migration_plan_view(migration: Object) -> Object:
     only their presence), the phase, the conditions' type and status (and the quota refusal's
     lastProbeTime), the source pod KubeVirt
     recorded and when it reached a final phase (phaseTransitionTimestamps of Succeeded and
-    Failed only, for `SettledMigrations`). Never raises; a malformed field is kept as it is and judged by
-    the reader, as on the full object."""
+    Failed only, for `SettledMigrations`). Never raises; a malformed field is kept as it is and
+    judged by the reader, as on the full object."""
     meta = metadata(migration)
     state = status(migration)
     narrow: dict[str, Any] = {

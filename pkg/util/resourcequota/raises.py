@@ -11,30 +11,30 @@ over a 5-CPU base after two migrations, measured). With it, an outage's excess i
 rooms held, and the pods that took it are charged against the base (``UsageAboveBase``).
 
 When the period began is a fact no tenant can shift: the creation time the API server gave the
-earliest migration holding room, recorded on the quota (``harvester-quota.io/rooms-since``,
-written with the first raise, removed with the last release) so that the period does not move
-forward while overlapping migrations follow one another. A pod is "new" by its own
-creationTimestamp, also set by the API server. KubeVirt's target pods of migrations within the
-namespace are never new: each replaces a launcher pod that already counted (the labels that mark
-them are KubeVirt's alone, see docs/security.md), so a VM over its base after the overhead ratio
-was raised (the v1.7.0 seed) migrates again and again. The target pod of a decentralized
-migration is new: it is a VM arriving from elsewhere (rooms.py), and no raise follows it. A
-target pod counts as replacing only while its migration exists (planned, or finished and set aside
-by planviews.SettledMigrations) and is within the namespace; one whose migration is gone (a finished receive its
-tenant deleted) is new, so deleting the migration does not launder its VM into the floor. The
-price: an ordinary migration deleted while a room period is open takes its VM out of the floor;
-in a namespace over its base that may leave the next target short until the period ends.
+earliest migration holding room, recorded on the quota (``harvester-quota.io/rooms-since``, written
+with the first raise, removed with the last release) so that the period does not move forward while
+overlapping migrations follow one another. A pod is "new" by its own creationTimestamp, also set by
+the API server. KubeVirt's target pods of migrations within the namespace are never new: each
+replaces a launcher pod that already counted (the labels that mark them are KubeVirt's alone, see
+docs/security.md), so a VM over its base after the overhead ratio was raised (the v1.7.0 seed)
+migrates again and again. The target pod of a decentralized migration is new: it is a VM arriving
+from elsewhere (rooms.py), and no raise follows it. A target pod counts as replacing only while its
+migration exists (planned, or finished and set aside by planviews.SettledMigrations) and is within
+the namespace; one whose migration is gone (a finished receive its tenant deleted) is new, so
+deleting the migration does not launder its VM into the floor. The price: an ordinary migration
+deleted while a room period is open takes its VM out of the floor; in a namespace over its base
+that may leave the next target short until the period ends.
 
-Whether a raise of ours still stands in a namespace decides one rule. The rule (the design's "the room belongs to the migration, and so does the raise"): outside
-KubeVirt's own targets of a migration holding room, no pod is admitted above the base while any
-raise of ours still stands. A raise stands from the write
-that raises spec.hard until both spec.hard and status.hard (what quota admission enforces, which
-kube-controller-manager copies a moment after spec.hard) are back at the base. It outlives the
-room it was made for: a migration ends (its source pod gone, so quota admission drops
-status.used at once) before the controller's release write lands, and in that moment no room is
-held while the raise is still enforced. The webhook holds pods to the base throughout
-(`raise_enforced`), and MTQ mode takes a namespace over only once nothing of the room mode's raise
-stands (`raise_stands`).
+Whether a raise of ours still stands in a namespace decides one rule. The rule (the design's "the
+room belongs to the migration, and so does the raise"): outside KubeVirt's own targets of a
+migration holding room, no pod is admitted above the base while any raise of ours still stands. A
+raise stands from the write that raises spec.hard until both spec.hard and status.hard (what quota
+admission enforces, which kube-controller-manager copies a moment after spec.hard) are back at the
+base. It outlives the room it was made for: a migration ends (its source pod gone, so quota
+admission drops status.used at once) before the controller's release write lands, and in that
+moment no room is held while the raise is still enforced. The webhook holds pods to the base
+throughout (`raise_enforced`), and MTQ mode takes a namespace over only once nothing of the room
+mode's raise stands (`raise_stands`).
 
 What marks a raise as ours, never a label, annotation or name a tenant can set:
 - our records on the quota (per-VM room keys, ours or Harvester's; the applied spec.hard; the

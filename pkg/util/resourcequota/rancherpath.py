@@ -22,12 +22,13 @@ Pure: `annotation_patch` computes the namespace's metadata.annotations merge pat
 namespace and the plan; the caller writes it, conditional on the annotations it reads
 (conditional.annotation_patch_if), not on the namespace's resourceVersion.
 
-A Rancher project's scarce room across its namespaces, in KubeVirt's order. On Rancher's protected path a namespace's raise is its ``field.cattle.io/resourceQuota``, which
-Rancher's agent copies into the quota only while the project's namespaces together stay within the
-project's limit (util/rancher/project.py). Within one namespace the room goes to its migrations in
-KubeVirt's order (`prefixes`, below); across the namespaces of a project, this module says which
-rooms of the siblings come first, so that a user's migration in one namespace does not take the
-room a drain's evacuation (system-critical) in another is waiting for.
+A Rancher project's scarce room across its namespaces, in KubeVirt's order. On Rancher's protected
+path a namespace's raise is its ``field.cattle.io/resourceQuota``, which Rancher's agent copies
+into the quota only while the project's namespaces together stay within the project's limit
+(util/rancher/project.py). Within one namespace the room goes to its migrations in KubeVirt's order
+(`prefixes`, below); across the namespaces of a project, this module says which rooms of the
+siblings come first, so that a user's migration in one namespace does not take the room a drain's
+evacuation (system-critical) in another is waiting for.
 
 - `ladder`: a namespace's rooms, those its raise was given for first, then the others, each part
   in KubeVirt's order, each with the annotation the namespace would ask for with that room and
