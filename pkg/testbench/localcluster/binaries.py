@@ -285,11 +285,17 @@ def kubevirt_cache_key(version: str) -> str:
 def kubevirt_dirs(version: str) -> list[Path]:
     """Where virt-controller for ``version`` is looked for, in order: a prebuilt
     ``$HARVESTER_QUOTA_CLUSTER_BIN/kubevirt-<version>/``, then the cache."""
+    return _prebuilt_then_cached(f"kubevirt-{version}", kubevirt_cache_key(version))
+
+
+def _prebuilt_then_cached(prebuilt: str, cache_key: str) -> list[Path]:
+    """The folders a build is looked for in, in order: ``$HARVESTER_QUOTA_CLUSTER_BIN/<prebuilt>``
+    when that variable is set, then the cache's ``cluster-bin/<cache_key>``."""
     candidates = []
     override = os.environ.get(ENV_BIN_DIR)
     if override:
-        candidates.append(Path(override) / f"kubevirt-{version}")
-    candidates.append(cache_root() / "cluster-bin" / kubevirt_cache_key(version))
+        candidates.append(Path(override) / prebuilt)
+    candidates.append(cache_root() / "cluster-bin" / cache_key)
     return candidates
 
 
@@ -598,13 +604,8 @@ def harvester_cache_key(version: str) -> str:
 def harvester_paths(version: str) -> list[Path]:
     """Where ``harvester-controllers`` of ``version`` is looked for, in order: a prebuilt
     ``$HARVESTER_QUOTA_CLUSTER_BIN/harvester-<version>/``, then the cache."""
-    candidates = []
-    override = os.environ.get(ENV_BIN_DIR)
-    if override:
-        candidates.append(Path(override) / f"harvester-{version}" / HARVESTER_CONTROLLERS)
-    cached = cache_root() / "cluster-bin" / harvester_cache_key(version) / HARVESTER_CONTROLLERS
-    candidates.append(cached)
-    return candidates
+    folders = _prebuilt_then_cached(f"harvester-{version}", harvester_cache_key(version))
+    return [folder / HARVESTER_CONTROLLERS for folder in folders]
 
 
 def _executable(path: Path) -> bool:
