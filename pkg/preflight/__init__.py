@@ -3,7 +3,8 @@ migrate and why (read-only).
 
 - `compute.preflight(ClusterState, Plan) -> PreflightReport`: the pure computation, the Python API.
 - `read.read_cluster`, `read.detect_strategy`: what it reads, from the API server.
-- `render.render_text`, `render.render_json`: the report for a person or a program.
+- `report.PreflightReport`, `report.render_text`, `report.render_json`: the report, as data and
+  for a person or a program.
 
 The rules: `compute` (eviction strategy, LiveMigratable, steps), `admission` (quota admission of
 each target pod with each strategy's room), `nodes` (first fit on the nodes left), `waves`

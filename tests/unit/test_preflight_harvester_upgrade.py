@@ -9,7 +9,7 @@ from typing import Any
 
 from harvester_quota.preflight import Plan, PreflightReport, preflight
 from harvester_quota.preflight.harvesterupgrade import WITNESS_LABEL, detector_shuts_down
-from harvester_quota.preflight.render import render_text
+from harvester_quota.preflight.report import render_text
 
 from .test_preflight import migratable, node, only_vm, rancher_case, running, state
 

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from harvester_quota.preflight import ClusterState, Plan, PreflightReport, VmVerdict, preflight
-from harvester_quota.preflight.render import render_json, render_text
+from harvester_quota.preflight.report import render_json, render_text
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.rancher.project import PROJECT_ID_ANNOTATION
