@@ -7,9 +7,9 @@ migrate and why (read-only).
   for a person or a program.
 
 The rules: `compute` (eviction strategy, LiveMigratable, steps), `admission` (quota admission of
-each target pod with each strategy's room), `nodes` (first fit on the nodes left), `waves`
-(KubeVirt's parallel limits, the duration estimate), `delays` (targets that wait beside their
-namespace's others), `projectorder` (a Rancher project's room across its namespaces, in the
+each target pod with each strategy's room), `nodes` (first fit on the nodes left), `delays`
+(the step over time: KubeVirt's parallel limits, the duration estimate, targets that wait beside
+their namespace's others), `projectorder` (a Rancher project's room across its namespaces, in the
 controller's order).
 """
 

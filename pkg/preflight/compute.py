@@ -6,7 +6,7 @@ node, in order) it takes the running VMIs on the drained nodes in namespace/name
 for each what KubeVirt's evacuation does with it (eviction strategy, LiveMigratable), whether its
 target pod, rendered as KubeVirt would, passes quota admission with the chosen strategy's room
 (admission.py), and where it lands, first fit on the nodes left (nodes.py). The migrations are
-then cut into waves by KubeVirt's limits (waves.py); those whose target fits alone may still wait
+then cut into waves by KubeVirt's limits; those whose target fits alone may still wait
 beside their namespace's other targets (delays.py) or, on Rancher's path, for their project's
 room behind sibling namespaces' migrations earlier in KubeVirt's order (projectorder.py). In an
 upgrade a VM that moved is counted on its new node from the next step on, and its old node gets
@@ -40,13 +40,21 @@ from ..util.resourcequota.projectqueue import Step as ProjectStep
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
-from .delays import LAUNCHER_GRACE_PADDING, QueuedTarget, grace_seconds, plan_delays, wave_starts
+from .delays import (
+    LAUNCHER_GRACE_PADDING,
+    QueuedTarget,
+    bandwidth_per_migration,
+    estimate_seconds,
+    grace_seconds,
+    plan_delays,
+    plan_waves,
+    wave_starts,
+)
 from .harvesterroom import harvester_ratio
 from .harvesterupgrade import note_upgrade_outcomes
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_side_requests
 from .projectorder import TIMESTAMP, Evacuation, Members, describe, project_order
 from .report import Action, Blocker, Delay, PreflightReport, Step, VmVerdict
-from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
 
 LIVE_MIGRATE: Final = "LiveMigrate"
 LIVE_MIGRATE_IF_POSSIBLE: Final = "LiveMigrateIfPossible"
@@ -283,16 +291,11 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
         step = _step(cluster, drained)
         if plan.operation == "upgrade" and state.harvester:
             note_upgrade_outcomes(step.vms, vmis, state.nodes, cluster.warnings)
-        movers = [
-            Mover(vm.key, vm.node, vm.memory_bytes)
-            for vm in step.vms
-            if vm.action == "migrate" and not vm.blocked
-        ]
+        movers = [vm for vm in step.vms if vm.action == "migrate" and not vm.blocked]
         waves = plan_waves(movers, limits)
-        by_key = {vm.key: vm for vm in step.vms}
         for number, wave in enumerate(waves, start=1):
             for mover in wave:
-                by_key[mover.key].wave = number
+                mover.wave = number
         step.waves = [[m.key for m in wave] for wave in waves]
         copies = [[m.memory_bytes / bandwidth for m in wave] for wave in waves]
         plan_delays(plan.strategy, cluster.queued, bandwidth, wave_starts(copies))
