@@ -39,7 +39,7 @@ from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.projectqueue import Step as ProjectStep
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
-from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
+from .admission import NamespaceContext, Strategy, TargetPod, harvester_ratio, quota_blockers
 from .delays import (
     LAUNCHER_GRACE_PADDING,
     QueuedTarget,
@@ -50,7 +50,6 @@ from .delays import (
     plan_waves,
     wave_starts,
 )
-from .harvesterroom import harvester_ratio
 from .harvesterupgrade import note_upgrade_outcomes
 from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_side_requests
 from .projectorder import TIMESTAMP, Evacuation, Members, describe, project_order
