@@ -29,7 +29,7 @@ DelayCause = Literal["quota", "project"]
 UPGRADE_MIGRATES: Final = "live-migrates"
 UPGRADE_SHUTS_DOWN: Final = "shut-down"
 UPGRADE_STALLS: Final = "stalls-pre-drain"
-"""What Harvester's upgrade does with a VM (harvesterupgrade.py)."""
+"""What Harvester's upgrade does with a VM (compute.py `note_upgrade_outcomes`)."""
 
 
 @dataclass
@@ -112,7 +112,7 @@ class VmVerdict:
     """Set when its target pod fits alone but is refused next to the others' (not a block)."""
     harvester_upgrade: str = ""
     """On a Harvester cluster's `upgrade`: what Harvester's upgrade does with the VM
-    (preflight/harvesterupgrade.py: live-migrates, shut-down, stalls-pre-drain); else empty."""
+    (compute.py `note_upgrade_outcomes`: live-migrates, shut-down, stalls-pre-drain); else empty."""
     harvester_upgrade_says: str = ""
     """That outcome as a sentence naming the node and the cause."""
 
