@@ -46,6 +46,7 @@ from typing import Any, Final
 from ..apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LAUNCHER
 from ..apis.mtq import Vmmrq, VmmrqError, decode_vmmrq
 from ..config.kubevirt import settings_from
+from ..controller.resourcequota.planner import ListedSource, NamespacePlanner
 from ..generic.meta import labels, metadata, name, namespace, spec, status
 from ..generic.resource import Object
 from ..util.launcher import LauncherSettings, launcher_pod_resources
@@ -56,8 +57,9 @@ from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, pod_quota_usage, pod
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancher.project import ProjectQuota, project_reference
-from ..util.resourcequota.base import Mode
+from ..util.resourcequota.base import Mode, rancher_base_text
 from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.plan import QuotaPlan
 from ..util.resourcequota.projectqueue import Step as ProjectStep
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
@@ -80,7 +82,7 @@ from .nodes import (
     required_affinity_matches,
     target_side_requests,
 )
-from .projectorder import TIMESTAMP, Evacuation, Members, describe, project_order
+from .projectorder import TIMESTAMP, describe, project_order
 from .report import (
     UPGRADE_MIGRATES,
     UPGRADE_SHUTS_DOWN,
@@ -584,26 +586,13 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
     namespaces (projectorder.py): a Delay naming the migrations one waits behind, a note naming
     those it goes ahead of."""
     queued = {item.verdict.key: item for item in cluster.queued}
-    evacuations = [
-        Evacuation(
-            i.verdict.namespace, i.verdict.name, i.verdict.wave, i.verdict.migration_priority
-        )
-        for i in cluster.queued
-    ]
-    members = Members(
-        namespaces=cluster.namespaces,
-        quotas=cluster.quotas,
-        vmmrqs=cluster.vmmrqs,
-        migrations=cluster.migrations,
-        vmis=cluster.vmis,
-        pods=cluster.pods,
-        settings=lambda ns: _settings(cluster, _context(cluster, ns)),
-        mode=cluster.plan.mode,
-        now=_state_now(cluster.state),
-    )
+    evacuations = [item.verdict for item in cluster.queued]
     contexts = {e.namespace: _context(cluster, e.namespace) for e in evacuations}
+    now = _state_now(cluster.state)
     try:
-        order = project_order(evacuations, contexts, members)
+        order = project_order(
+            evacuations, contexts, cluster.namespaces, partial(_plan_with, cluster, now), now
+        )
     except Exception as error:  # a poisoned object never fails the preflight
         cluster.warnings.append(
             "cannot order the Rancher projects' room across their namespaces "
@@ -619,6 +608,43 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
                 f"its evacuation takes its Rancher project's room ahead of {describe(step)}, "
                 "later in KubeVirt's order (priority, then creation), which waits for it"
             )
+
+
+def _plan_with(
+    cluster: _Cluster, now: datetime.datetime, ns: Object, evacuations: list[Object]
+) -> QuotaPlan | None:
+    """The controller's plan of `ns` (`NamespacePlanner`) from the state read, the step's
+    `evacuations` beside its migrations under way, a namespace with a live VMMRQ deferred to
+    MTQ mode as the controller defers (projectorder.PlanWith). None, its launcher settings not
+    rendered, where no raise of ours could go through Rancher's annotation (no managed quota,
+    no Rancher annotation)."""
+    ns_name = name(ns)
+    quotas = cluster.quotas.get(ns_name, [])
+    if managed_quota(quotas) is None or rancher_base_text(ns) is None:
+        return None
+    source = ListedSource(
+        quota_list=quotas,
+        migrations=[*cluster.migrations.get(ns_name, []), *evacuations],
+        vmis={name(v): v for v in cluster.vmis.get(ns_name, [])},
+        pods=list(cluster.pods.get(ns_name, [])),
+        now=now,
+        launcher=_settings(cluster, _context(cluster, ns_name)),
+        mode=cluster.plan.mode,
+    )
+    mtq = _mtq_mode(cluster.vmmrqs.get(ns_name, []))
+    planned = NamespacePlanner(source, defer_to=lambda _key: mtq).plan(ns)
+    return None if planned is None else planned.plan
+
+
+def _mtq_mode(vmmrqs: Sequence[Object]) -> bool:
+    """Whether a live VMMRQ puts the namespace in MTQ mode (the controller defers to it)."""
+    for raw in vmmrqs:
+        try:
+            if not decode_vmmrq(raw).deleting:
+                return True
+        except VmmrqError:
+            continue
+    return False
 
 
 def _wait_behind(

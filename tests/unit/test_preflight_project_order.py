@@ -267,6 +267,18 @@ def test_a_sibling_outside_the_project_or_in_mtq_mode_holds_no_one_back() -> Non
     assert verdict(project.drain("n1"), "a/vm-a").delay is None
 
 
+def test_a_terminating_sibling_holds_no_one_back() -> None:
+    """b's earlier evacuation counts only while b is not being deleted (projectqueue.asks_project,
+    the controller's test of its siblings too): a Terminating namespace's rooms are never given."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a", "n1")
+    project.namespace("b", "n2")
+    project.migrate("b", "evacuation-b", LATER, "system-critical")
+    assert verdict(project.drain("n1"), "a/vm-a").delay is not None
+    project.namespaces[1]["metadata"]["deletionTimestamp"] = LATER
+    assert verdict(project.drain("n1"), "a/vm-a").delay is None
+
+
 def test_a_vm_behind_two_siblings_names_both_in_kubevirts_order_and_waits_for_both() -> None:
     """Three namespaces, room for one migration beyond their bases: c's evacuation under way
     (created before the drain) goes first, then a's of this drain, then b's, which names both,
