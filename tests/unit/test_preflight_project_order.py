@@ -268,8 +268,8 @@ def test_a_sibling_outside_the_project_or_in_mtq_mode_holds_no_one_back() -> Non
 
 
 def test_a_terminating_sibling_holds_no_one_back() -> None:
-    """b's earlier evacuation counts only while b is not being deleted (projectqueue.asks_project,
-    the controller's test of its siblings too): a Terminating namespace's rooms are never given."""
+    """b's earlier evacuation counts only while b is not being deleted (projectqueue.asks_project):
+    a Terminating namespace's rooms are never given."""
     project = Project(ROOM_FOR_ONE)
     project.namespace("a", "n1")
     project.namespace("b", "n2")
