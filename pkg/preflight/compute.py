@@ -585,8 +585,8 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
     """The step's evacuations on Rancher's path judged in their projects' order across
     namespaces (projectorder.py): a Delay naming the migrations one waits behind, a note naming
     those it goes ahead of."""
-    queued = {item.verdict.key: item for item in cluster.queued}
     evacuations = [item.verdict for item in cluster.queued]
+    by_key = {verdict.key: verdict for verdict in evacuations}
     contexts = {e.namespace: _context(cluster, e.namespace) for e in evacuations}
     now = _state_now(cluster.state)
     try:
@@ -600,7 +600,7 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
         )
         return
     for (ns, vm), wait in order.items():
-        verdict = queued[f"{ns}/{vm}"].verdict
+        verdict = by_key[f"{ns}/{vm}"]
         if wait.behind:
             _wait_behind(cluster, verdict, wait.behind, bandwidth)
         for step in wait.ahead_of:
