@@ -33,7 +33,7 @@ from ...generic.meta import annotations_of
 from ...generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, Object
 from ...preflight import Plan, Strategy, preflight
 from ...preflight.read import read_cluster
-from ...preflight.render import summary
+from ...preflight.report import summary
 from ...util import resources
 from ...util.annotations import (
     ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED,
