@@ -287,13 +287,9 @@ class SharedInformer:
         `presence_period` seconds: while it says False the informer is synced and empty."""
 
     def _follow(self, presence: Presence, period: float) -> PresenceFollower:
+        absent = functools.partial(self.on_list, [], "")
         return PresenceFollower(
-            self.name,
-            presence,
-            reflect=self.reflector.run,
-            absent=lambda: self.on_list([], ""),
-            clock=self._clock,
-            period=period,
+            self.name, presence, self.reflector.run, absent, self._clock, period
         )
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors
@@ -26,44 +27,35 @@ PRESENCE_RECHECK_PERIOD = 30.0
 this time; one removed later empties the cache within it."""
 
 
+@dataclass
 class PresenceFollower:
     """Runs `reflect()` while `presence()` says the kind `name` is served, and calls `absent()`
     each time it stops being served (or is found not served at the first look)."""
 
-    def __init__(
-        self,
-        name: str,
-        presence: Presence,
-        *,
-        reflect: Callable[[], Coroutine[Any, Any, None]],
-        absent: Callable[[], None],
-        clock: Clock,
-        period: float = PRESENCE_RECHECK_PERIOD,
-    ) -> None:
-        self.name = name
-        self._presence = presence
-        self._reflect = reflect
-        self._absent = absent
-        self._clock = clock
-        self._period = period
-        self._reflecting: asyncio.Task[None] | None = None
-        self.present: bool | None = None
-        """Whether the server served the kind at the last look (None: not looked yet, or the
-        look failed before any answer)."""
+    name: str
+    presence: Presence
+    reflect: Callable[[], Coroutine[Any, Any, None]]
+    absent: Callable[[], None]
+    clock: Clock
+    period: float = PRESENCE_RECHECK_PERIOD
+    present: bool | None = field(default=None, init=False)
+    """Whether the server served the kind at the last look (None: not looked yet, or the look
+    failed before any answer)."""
+    _reflecting: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def run(self) -> None:
         """Looks every period until cancelled; the reflector is stopped on the way out."""
         try:
             while True:
                 try:
-                    present = await self._presence()
+                    present = await self.presence()
                 except errors.ApiError as error:
                     log.info(
                         "%s: cannot tell whether it is served (%s); rechecking", self.name, error
                     )
                 else:
                     self._apply(present)
-                await self._clock.sleep(self._period)
+                await self.clock.sleep(self.period)
         finally:
             await self._stop_reflecting()
 
@@ -71,13 +63,13 @@ class PresenceFollower:
         if present and self._reflecting is None:
             if self.present is False:
                 log.info("%s is served now: listing it", self.name)
-            self._reflecting = asyncio.ensure_future(self._reflect())
+            self._reflecting = asyncio.ensure_future(self.reflect())
         elif not present and self.present is not False:
             log.info("%s is not available (not served, or not readable): an empty cache", self.name)
             if self._reflecting is not None:
                 self._reflecting.cancel()
                 self._reflecting = None
-            self._absent()
+            self.absent()
         self.present = present
 
     async def _stop_reflecting(self) -> None:
