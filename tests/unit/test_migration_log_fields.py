@@ -76,7 +76,7 @@ MIGRATION_MODULES = (
     "controller/migration/vmi_controller.py",
     "controller/mtq/windows.py",
     "controller/mtq/blocked.py",
-    "controller/resourcequota/specwrites.py",
+    "controller/resourcequota/writes.py",
     "controller/resourcequota/rancherwrites.py",
     "controller/resourcequota/staleraise.py",
     "controller/mtq/writes.py",

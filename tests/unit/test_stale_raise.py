@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.controller.resourcequota.planner import NamespacePlanner
-from harvester_quota.controller.resourcequota.roomlabel import is_labelled
 from harvester_quota.controller.resourcequota.staleraise import (
     REASON,
     StaleRaiseSweep,
@@ -20,6 +19,7 @@ from harvester_quota.controller.resourcequota.staleraise import (
     left_to_give_back,
     raise_shows,
 )
+from harvester_quota.controller.resourcequota.writes import is_labelled
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.resourcequota.base import (

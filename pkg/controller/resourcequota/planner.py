@@ -26,7 +26,6 @@ from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from ...util.resourcequota.podindex import NamespacePods
 from ...util.resourcequota.standing import raise_records
 from .inputs import PlanInputs
-from .roomlabel import label_policy
 
 __all__ = ["CachedSource", "ListedSource", "NamespacePlan", "NamespacePlanner", "PlanSource"]
 
@@ -60,9 +59,42 @@ class NamespacePlan:
     labels_room: bool
     """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`_may_label`)."""
     labelled_for_good: bool
-    """The namespace carries LABEL_ROOM_HELD whether or not room is held (roomlabel.py)."""
+    """The namespace carries LABEL_ROOM_HELD whether or not room is held (`label_policy`)."""
     label_writes_wait: bool
     """No label write now: one would have Rancher's agent reset the raise standing here."""
+
+
+@dataclass(frozen=True)
+class _LabelPolicy:
+    """What one plan of a namespace does with its label (`label_policy`)."""
+
+    labels_room: bool
+    """Set it now: the plan holds room and a namespace write is safe."""
+    for_good: bool
+    """Keep it whether or not room is held: set whenever it is missing, never removed."""
+    waits: bool
+    """A namespace write now would have Rancher's agent reset a standing raise: a label this
+    policy does not keep for good is not removed now."""
+
+
+def label_policy(
+    *, managed: bool, holds_room: bool, may_label: bool, raise_stands: bool, fail_closed: bool
+) -> _LabelPolicy:
+    """The label's policy for a plan. Where a namespace write is safe during a room
+    (`may_label`), the label is set for the room and lingers after it. Where it is not (a
+    Rancher quota raised directly), a label per room could never be written, which left those
+    rooms on the pods rule that fails open; with `fail_closed` the label is kept there for
+    good instead. It is written once, normally when the namespace is first planned, before any
+    raise; found missing while a raise stands (an upgrade from a version that did not keep it,
+    the write refused until then), it is written all the same: Rancher's agent may then reset
+    the raise once, which the next plan raises again, where leaving the room on the fail-open
+    rule would let pods in for as long as it lasts. A label not kept for good there is only
+    removed while no raise of ours `raise_stands`."""
+    return _LabelPolicy(
+        labels_room=managed and holds_room and may_label,
+        for_good=managed and not may_label and fail_closed,
+        waits=not may_label and (holds_room or raise_stands),
+    )
 
 
 def rancher_base(plan: QuotaPlan) -> bool:

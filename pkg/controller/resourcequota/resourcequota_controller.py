@@ -9,11 +9,12 @@ Every input's change re-queues the namespace; nothing is remembered between runs
 learned again, so a restart, a lost watch or Rancher resetting spec.hard all converge on the next
 run.
 
-The reconcile wires collaborators, one concern each: what the plan reads (inputs.py), the
-room-held label (roomlabel.py), the writes into the quota and status.hard (specwrites.py, through
-controller/quotawriter.py, the writer MTQ mode shares), the Rancher path (rancherwrites.py,
-projects.py), metrics and Events (reports.py), refusal counting (refusals.py), the settled
-set-aside (util/resourcequota/settled.py) and the writes of others, told (foreignwrites.py).
+The reconcile wires collaborators, one concern each: what the plan reads (inputs.py), how our
+writes are made (writes.py: the quota and status.hard through controller/quotawriter.py, the
+writer MTQ mode shares; the room-held label; a release's gathering and confirmation), the
+Rancher path (rancherwrites.py, rancherprojects.py), metrics and Events (reports.py), refusal
+counting (refusals.py), the settled set-aside (util/resourcequota/settled.py) and the writes of
+others, told (foreignwrites.py).
 """
 
 from __future__ import annotations
@@ -34,20 +35,25 @@ from ...util.quantity import Quantity
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
 from .foreignwrites import ForeignWriteReports
-from .gather import GATHER_RETRY, ReleaseGathering
 from .inputs import PlanInputs
 from .planner import CachedSource, NamespacePlan, NamespacePlanner
 from .projectdemands import ProjectDemands, ProjectSiblingsView
 from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .refusals import StandingRefusals
-from .releaseconfirm import RETRY_AFTER as RELEASE_RETRY_AFTER
-from .releaseconfirm import RETRY_REASON as RELEASE_RETRY
-from .releaseconfirm import ReleaseCheck, list_page, write_lowers
 from .reports import NamespaceReports
-from .roomlabel import RoomHeldLabel
-from .specwrites import SpecWrites
 from .staleraise import StaleRaiseView, stale_raise_sweep
+from .writes import (
+    GATHER_RETRY,
+    RELEASE_RETRY,
+    RELEASE_RETRY_AFTER,
+    ReleaseCheck,
+    ReleaseGathering,
+    RoomHeldLabel,
+    SpecWrites,
+    list_page,
+    write_lowers,
+)
 
 __all__ = ["RANCHER_DENIAL_REASON", "QuotaReconciler", "register", "requeue"]
 """RANCHER_DENIAL_REASON: explain.py reads it from here."""
@@ -82,7 +88,7 @@ class QuotaReconciler:
         self.spec_writes = SpecWrites(
             self.writer, self.metrics, management.recorder, self.inputs.quotas
         )
-        """Plans written into the quota, copies into status.hard (specwrites.py)."""
+        """Plans written into the quota, copies into status.hard (writes.py)."""
         self.writes = self.spec_writes.writes
         """Quota writes per namespace (tests and the scenario report read it)."""
         self.publisher = self.spec_writes.publisher
@@ -93,10 +99,10 @@ class QuotaReconciler:
             management.options.room_held_linger,
             self.inputs.namespaces,
         )
-        """The room-held label and its linger (roomlabel.py)."""
+        """The room-held label and its linger (writes.py)."""
         self.release_check = ReleaseCheck(list_page(management.client), management.clock)
         """The namespace's migrations from the API server, read before a release
-        (releaseconfirm.py)."""
+        (writes.py)."""
         source = CachedSource(self.inputs)
         self.planner = NamespacePlanner(
             source, fail_closed=management.options.rancher_direct_fail_closed
@@ -131,7 +137,7 @@ class QuotaReconciler:
         self.gathering = ReleaseGathering(
             management.clock, management.options.release_gather, self.metrics.releases_held.inc
         )
-        """Releases held back while a target pod is being created (gather.py)."""
+        """Releases held back while a target pod is being created (writes.py)."""
 
     @property
     def defer_to(self) -> Callable[[str], bool]:
@@ -217,7 +223,7 @@ class QuotaReconciler:
     async def _confirm_release(self, key: str, planned: NamespacePlan) -> None:
         """Raises RetryAfter, writing nothing, while a plan whose write lowers something (what
         `_write_plan` writes: Rancher's annotation where the plan goes through it, else
-        spec.hard) was made without a migration the API server already has (releaseconfirm.py).
+        spec.hard) was made without a migration the API server already has (writes.py).
         Not for a plan that gives every room back whatever migrations exist (skipped, paused,
         handed over)."""
         plan = planned.plan

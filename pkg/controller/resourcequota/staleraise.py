@@ -49,7 +49,7 @@ from ...util.resourcequota.plan import QuotaPlan, patch_for
 from ...util.resourcequota.rancherpath import annotation_patch
 from ...util.resourcequota.standing import raise_records
 from .planner import NamespacePlanner
-from .roomlabel import is_labelled
+from .writes import is_labelled
 
 log = logging.getLogger(__name__)
 
