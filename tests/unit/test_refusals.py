@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
-from harvester_quota.controller.resourcequota.inputs import PlanInputs
+from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.controller.resourcequota.refusals import (
     RefusalTracker,
     StandingRefusals,

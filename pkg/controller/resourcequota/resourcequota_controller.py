@@ -9,7 +9,7 @@ Every input's change re-queues the namespace; nothing is remembered between runs
 learned again, so a restart, a lost watch or Rancher resetting spec.hard all converge on the next
 run.
 
-The reconcile wires collaborators, one concern each: what the plan reads (inputs.py), how our
+The reconcile wires collaborators, one concern each: what the plan reads (planner.py), how our
 writes are made (writes.py: the quota and status.hard through controller/quotawriter.py, the
 writer MTQ mode shares; the room-held label; a release's gathering and confirmation), the
 Rancher path (rancherwrites.py, rancherprojects.py), metrics and Events (reports.py), refusal
@@ -35,8 +35,7 @@ from ...util.quantity import Quantity
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
 from .foreignwrites import ForeignWriteReports
-from .inputs import PlanInputs
-from .planner import CachedSource, NamespacePlan, NamespacePlanner
+from .planner import NamespacePlan, NamespacePlanner, PlanInputs
 from .projectdemands import ProjectDemands, ProjectSiblingsView
 from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
@@ -77,7 +76,7 @@ class QuotaReconciler:
         self.management = management
         self.namespaces = management.controllers.namespaces()
         self.inputs = PlanInputs(management, self.namespaces.enqueue_key)
-        """The informers and views plans read (inputs.py)."""
+        """The informers and views plans read, the planner's source (planner.py)."""
         self.metrics = QuotaMetrics(management.registry)
         management.registry.register(StandingRefusals(self.inputs.refusals))
         self.writer = QuotaWriter(management.client, management.clock, self.metrics.count_write)
@@ -103,9 +102,8 @@ class QuotaReconciler:
         self.release_check = ReleaseCheck(list_page(management.client), management.clock)
         """The namespace's migrations from the API server, read before a release
         (writes.py)."""
-        source = CachedSource(self.inputs)
         self.planner = NamespacePlanner(
-            source, fail_closed=management.options.rancher_direct_fail_closed
+            self.inputs, fail_closed=management.options.rancher_direct_fail_closed
         )
         """Plans one namespace from the caches and our writes they do not show yet: what the
         reconcile, the stale-raise sweep and a Rancher project's sibling judgment each read."""
@@ -122,7 +120,7 @@ class QuotaReconciler:
         self.planner.through = self.rancher.through
         self.stale_raises = stale_raise_sweep(
             management,
-            StaleRaiseView(self.planner, source.candidates, self.room_label.due),
+            StaleRaiseView(self.planner, self.inputs.candidates, self.room_label.due),
             self.namespaces.enqueue_key,
             self.metrics,
         )
@@ -155,7 +153,7 @@ class QuotaReconciler:
         controller.watch_related(
             informers.limit_ranges, namespace_index, name=informers.limit_ranges.name
         )
-        # Migrations and VMIs queue their namespace from their views (inputs.py): only changes
+        # Migrations and VMIs queue their namespace from their views (planner.py): only changes
         # the plan reads, not virt-controller's and virt-handler's status writes.
         for informer in (informers.settings, informers.kubevirts):
             controller.watch_related(informer, inputs.managed_namespaces, name=informer.name)

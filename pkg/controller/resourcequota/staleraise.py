@@ -128,7 +128,7 @@ def left_to_give_back(
 
 class StaleRaiseView:
     """The sweep's `Planner` from a NamespacePlanner: `candidates` lists the namespaces to look
-    at (CachedSource.candidates), `label_due(key, namespace, holds_room)` whether a room-held
+    at (PlanInputs.candidates), `label_due(key, namespace, holds_room)` whether a room-held
     label outstayed its room (RoomHeldLabel.due)."""
 
     def __init__(
