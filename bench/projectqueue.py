@@ -61,8 +61,7 @@ from harvester_quota.controller.resourcequota.rancherprojects import (
     project_index,
 )
 from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
-from harvester_quota.controller.resourcequota.refusals import RefusalTracker
-from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.resource import Object

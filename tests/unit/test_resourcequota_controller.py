@@ -20,8 +20,7 @@ from harvester_quota.controller.resourcequota.planner import (
     label_policy,
 )
 from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
-from harvester_quota.controller.resourcequota.refusals import RefusalTracker
-from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
 from harvester_quota.controller.resourcequota.resourcequota_controller import (
     QuotaReconciler,
     requeue,

@@ -14,7 +14,7 @@ The caches' migrations, VMIs and pods are read through views the stores derive o
 virt-controller, virt-handler or the kubelet, nor a migration's step between Pending and a final
 phase: planviews.plan_acted_on) queues its namespace. The listeners run inside the
 store's write, so the reconcile they queue reads the views with the change in them. Quota
-refusals are noted as the migrations change (refusals.py), not when a reconcile happens to run.
+refusals are noted as the migrations change (reports.py), not when a reconcile happens to run.
 Finished migrations that settled are set aside from the views (util/resourcequota/settled.py): a
 namespace keeps thousands of them. Planning is pure but for reading; event loop only.
 """
@@ -49,7 +49,7 @@ from ...util.resourcequota.podindex import NamespacePods, PodIndex, PodView, pod
 from ...util.resourcequota.settled import SettledMigrations
 from ...util.resourcequota.standing import raise_records
 from ..informers import QuotaInformers
-from .refusals import RefusalTracker
+from .reports import RefusalTracker
 
 __all__ = [
     "ListedSource",
@@ -244,7 +244,7 @@ class PlanInputs:
         """Every namespace's migrations as the plan reads them (planviews.migration_plan_view);
         KubeVirt's steps between Pending and a final phase queue nothing (plan_acted_on)."""
         self.refusals = RefusalTracker(management.clock)
-        """Quota refusals as the migrations' changes showed them (refusals.py)."""
+        """Quota refusals as the migrations' changes showed them (reports.py)."""
         informers.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)
         self.vmi_facts: NamespaceViews[VmiView] = NamespaceViews(changed)
         """Every namespace's VMIs as the plan reads them (launcher.VmiView, narrow)."""

@@ -12,9 +12,8 @@ run.
 The reconcile wires collaborators, one concern each: what the plan reads (planner.py), how our
 writes are made (writes.py: the quota and status.hard through controller/quotawriter.py, the
 writer MTQ mode shares; the room-held label; a release's gathering and confirmation), the
-Rancher path (rancherwrites.py, rancherprojects.py), metrics and Events (reports.py), refusal
-counting (refusals.py), the settled set-aside (util/resourcequota/settled.py) and the writes of
-others, told (foreignwrites.py).
+Rancher path (rancherwrites.py, rancherprojects.py), metrics, Events and refusal counts, and the writes
+of others, told (reports.py), the settled set-aside (util/resourcequota/settled.py).
 """
 
 from __future__ import annotations
@@ -34,13 +33,11 @@ from ...generic.store import namespace_index
 from ...util.quantity import Quantity
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
-from .foreignwrites import ForeignWriteReports
 from .planner import NamespacePlan, NamespacePlanner, PlanInputs
 from .projectdemands import ProjectDemands, ProjectSiblingsView
 from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
-from .refusals import StandingRefusals
-from .reports import NamespaceReports
+from .reports import ForeignWriteReports, NamespaceReports
 from .staleraise import StaleRaiseView, stale_raise_sweep
 from .writes import (
     GATHER_RETRY,
@@ -78,7 +75,7 @@ class QuotaReconciler:
         self.inputs = PlanInputs(management, self.namespaces.enqueue_key)
         """The informers and views plans read, the planner's source (planner.py)."""
         self.metrics = QuotaMetrics(management.registry)
-        management.registry.register(StandingRefusals(self.inputs.refusals))
+        management.registry.register(self.inputs.refusals)
         self.writer = QuotaWriter(management.client, management.clock, self.metrics.count_write)
         """Every write of ours and its permission gate (controller/quotawriter.py)."""
         self.metrics.paused.set(1 if management.options.paused else 0)
@@ -131,7 +128,7 @@ class QuotaReconciler:
             management.clock,
             namespace_of=self.namespaces.informer.store.get,
         )
-        """Writes of a managed quota's spec.hard by anyone else, told (foreignwrites.py)."""
+        """Writes of a managed quota's spec.hard by anyone else, told (reports.py)."""
         self.gathering = ReleaseGathering(
             management.clock, management.options.release_gather, self.metrics.releases_held.inc
         )
