@@ -38,7 +38,7 @@ from .projectdemands import ProjectDemands, ProjectSiblingsView
 from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
 from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
 from .reports import ForeignWriteReports, NamespaceReports
-from .staleraise import StaleRaiseView, stale_raise_sweep
+from .staleraise import left_behind, stale_raise_sweep
 from .writes import (
     GATHER_RETRY,
     RELEASE_RETRY,
@@ -117,7 +117,8 @@ class QuotaReconciler:
         self.planner.through = self.rancher.through
         self.stale_raises = stale_raise_sweep(
             management,
-            StaleRaiseView(self.planner, self.inputs.candidates, self.room_label.due),
+            self.inputs.candidates,
+            partial(left_behind, self.planner, self.room_label.due),
             self.namespaces.enqueue_key,
             self.metrics,
         )
