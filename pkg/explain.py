@@ -34,7 +34,7 @@ from .apis.kubevirt import (
 from .config.kubevirt import settings_from
 from .config.management import COMPONENT
 from .controller.resourcequota.planner import ListedSource, NamespacePlanner
-from .controller.resourcequota.rancherprojects import PROJECT_QUEUED_REASON
+from .controller.resourcequota.rancher import PROJECT_QUEUED_REASON
 from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_REASON
 from .generic import errors
 from .generic.client import ApiClient

@@ -19,7 +19,7 @@ from harvester_quota.controller.resourcequota.planner import (
     NamespacePlanner,
     label_policy,
 )
-from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
+from harvester_quota.controller.resourcequota.rancher import RancherPath
 from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
 from harvester_quota.controller.resourcequota.resourcequota_controller import (
     QuotaReconciler,

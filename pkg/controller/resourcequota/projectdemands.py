@@ -2,13 +2,13 @@
 
 A namespace's raise on Rancher's protected path is judged against its project counting as taken
 the rooms its sibling namespaces have not been given yet that come earlier in KubeVirt's order
-(rancherprojects.ProjectRoom, util/resourcequota/projectqueue.py): those are planned from the
+(rancher.ProjectRoom, util/resourcequota/projectqueue.py): those are planned from the
 caches at the judgment (`ProjectSiblingsView`, the judge's `siblings_waiting`), whichever namespace reconciled
 first. What this registry keeps is who waits: each reconcile on the Rancher path records the
 namespace's rooms not given (none once given), and when a namespace of the project writes its
 annotation (a raise given, a room given back) or a room it waited for goes (its migration ended
 or gone, the namespace no longer ours), the project's other waiting namespaces are judged again
-at once, not only at the project recheck (rancherwrites.PROJECT_RECHECK); so is a namespace held
+at once, not only at the project recheck (rancher.PROJECT_RECHECK); so is a namespace held
 behind a sibling's migration (planned from the caches) once that sibling's reconcile finds the
 migration no longer waiting, even if the sibling never recorded it.
 
@@ -286,7 +286,7 @@ SIBLINGS_SLICE: Final = 0.005
 
 
 class ProjectSiblingsView:
-    """What a Rancher project's judge (rancherprojects.ProjectRoom) counts as taken: the rooms
+    """What a Rancher project's judge (rancher.ProjectRoom) counts as taken: the rooms
     the project's other namespaces have not been given yet, planned by `planner`. `members`:
     the namespaces of a project, our writes the cache does not show yet applied (the
     namespaces' pending writes); `ladders`: each sibling's steps (ProjectDemands');
@@ -324,7 +324,7 @@ class ProjectSiblingsView:
         namespace reconciled first after a restart take the room ahead of a sibling's earlier
         migration. A sibling whose plan fails is logged and
         skipped (it claims nothing; its own reconcile reports it), never a failed judgment.
-        Pure but for reading; called once per write (rancherprojects.Judgment); yields to the
+        Pure but for reading; called once per write (rancher.py's judgment of a write); yields to the
         event loop between siblings once it has held it SIBLINGS_SLICE seconds (/healthz and
         the Lease renewal run on it), so each sibling is read as the caches stand then."""
         steps: list[Step] = []

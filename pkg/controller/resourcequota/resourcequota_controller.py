@@ -12,7 +12,7 @@ run.
 The reconcile wires collaborators, one concern each: what the plan reads (planner.py), how our
 writes are made (writes.py: the quota and status.hard through controller/quotawriter.py, the
 writer MTQ mode shares; the room-held label; a release's gathering and confirmation), the
-Rancher path (rancherwrites.py, rancherprojects.py), metrics, Events and refusal counts, and the writes
+Rancher path (rancher.py, projectdemands.py), metrics, Events and refusal counts, and the writes
 of others, told (reports.py), the settled set-aside (util/resourcequota/settled.py).
 """
 
@@ -35,8 +35,14 @@ from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
 from .planner import NamespacePlan, NamespacePlanner, PlanInputs
 from .projectdemands import ProjectDemands, ProjectSiblingsView
-from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
-from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
+from .rancher import (
+    PROJECT_INDEX,
+    RANCHER_DENIAL_REASON,
+    ProjectReader,
+    ProjectRoom,
+    RancherPath,
+    project_index,
+)
 from .reports import ForeignWriteReports, NamespaceReports
 from .staleraise import left_behind, stale_raise_sweep
 from .writes import (
@@ -348,7 +354,7 @@ def requeue(
 def _project_room(
     management: Management, namespaces: Controller, planner: NamespacePlanner, inputs: PlanInputs
 ) -> ProjectRoom:
-    """Rancher projects' room (rancherprojects.py), its judge counting the siblings' rooms
+    """Rancher projects' room (rancher.py), its judge counting the siblings' rooms
     `planner` plans (projectdemands.ProjectSiblingsView) over the namespaces of each project
     (the namespace cache's project index, added here), our writes the cache does not show yet
     applied."""
