@@ -218,7 +218,7 @@ class RancherPath:
             return None
         # The raise is held back (or stands, refused by Rancher): what fits is written.
         self.reports.explain_blocked(snapshot, quota, plan, cause=no_room.message)
-        wrote = await self._write_what_fits(
+        wrote = await _WhatFits(self.project_room, self._patch).write(
             namespace, quota, plan, steps, flags=flags, judgment=judgment
         )
         if wrote is None:
@@ -231,85 +231,6 @@ class RancherPath:
             project, judgment, waiting, wrote=wrote is not None, no_room=no_room
         )
         return PROJECT_RECHECK
-
-    async def _write_what_fits(
-        self,
-        namespace: Object,
-        quota: Object,
-        plan: QuotaPlan,
-        steps: list[Step],
-        *,
-        flags: list[bool],
-        judgment: _Judgment,
-    ) -> int | None:
-        """Where the project lacks room for the whole raise (or owes it to siblings' earlier
-        rooms), the raise for as many migrations as it has room for, in KubeVirt's priority
-        order (priorityprefix.py, projectqueue.ladder): the furthest step that fits, its rooms
-        not given judged against the siblings' earlier ones, is written, or kept where it stands
-        (a standing step is kept while it fits the project on its own, never lowered to a nearer
-        one that fits too: that took a room back at every recheck; lowered once it no longer
-        fits, the project limit lowered). A room given to this namespace (`kept`, they lead the
-        ladder) is not dropped while the raise standing fits the project: where even the given
-        rooms do not fit as they are planned now (one grew), the raise standing is kept for
-        them alone (`_GivenRooms`), their growth waiting: no given room is lowered or handed to a
-        sibling for another's growth. Only where the raise standing no longer fits are smaller
-        sets of given rooms tried, judged against the project alone (a given room waits behind
-        no sibling). Where no step fits, the raise is given back: the rooms of migrations that
-        ended go, or a sibling waiting for them would wait for good. Only a plan whose raise was
-        judged (the project read): where it cannot be read, nothing is written. Returns how many
-        steps the annotation asks for after a write, None where nothing was written."""
-        if not await self.project_room.judged(namespace):
-            return None
-        given_count = kept(flags)
-        standing_judged = False
-        for count in range(len(steps) - 1, 0, -1):
-            if count < given_count and not standing_judged:
-                standing_judged = True
-                if await _GivenRooms(self.project_room, self._patch).kept_for_given(
-                    namespace, quota, plan, steps[count], judgment
-                ):
-                    return None
-            step = steps[count - 1]
-            judged = {CATTLE_ANNOTATION_RESOURCE_QUOTA: step.annotation}
-            ahead_of = last_waiting(steps[:count], flags)
-            if await self.project_room.lacking(namespace, step.plan, judged, ahead_of, judgment):
-                continue
-            changes = annotation_patch(namespace, step.plan)
-            if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
-                return None  # it stands already, or records to drop first (someone else's edit)
-            holders = ", ".join(s.room.vm_name for s in steps[:count])
-            log.info(
-                "%s: the project has room for the raise of %s only (KubeVirt's priority order)",
-                metadata(namespace).get("name"),
-                holders,
-                extra=fields(namespace=str(metadata(namespace).get("name"))),
-            )
-            await self._patch(namespace, quota, step.plan, changes)
-            return count
-        if (
-            given_count
-            and not standing_judged
-            and await _GivenRooms(self.project_room, self._patch).kept_for_given(
-                namespace, quota, plan, steps[0], judgment
-            )
-        ):
-            return None
-        return await self._give_back(namespace, quota, plan)
-
-    async def _give_back(self, namespace: Object, quota: Object, plan: QuotaPlan) -> int | None:
-        """The release of every room (none fits, or none is owed to this namespace first);
-        0 once written, None where there was nothing to give back."""
-        released = dataclasses.replace(plan, rooms=dataclasses.replace(plan.rooms, rooms=[]))
-        changes = annotation_patch(namespace, released)
-        if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
-            return None
-        log.info(
-            "%s: no room of the raise goes to it first: its raise is given back",
-            metadata(namespace).get("name"),
-            extra=fields(namespace=str(metadata(namespace).get("name"))),
-        )
-        await self._patch(namespace, quota, released, changes)
-        return 0
 
     async def _patch(
         self, namespace: Object, quota: Object, plan: QuotaPlan, changes: Mapping[str, Any]
@@ -355,15 +276,91 @@ class RancherPath:
 
 
 @dataclass(frozen=True)
-class _GivenRooms:
-    """A raise standing for rooms given to a namespace, kept for them alone where their growth
-    does not fit its Rancher project (RancherPath._write_what_fits). `patch`
-    writes the annotation as RancherPath does (counted, logged, told)."""
+class _WhatFits:
+    """Where a namespace's Rancher project lacks room for its whole raise (or owes it to
+    siblings' earlier rooms): the raise for the rooms that fit, the raise standing kept for the
+    rooms given, or every room given back (`write`). `patch` writes the annotation as
+    RancherPath does (counted, logged, told). Lives for one write, under the project's lock."""
 
     project_room: ProjectRoom
     patch: Callable[[Object, Object, QuotaPlan, Mapping[str, Any]], Awaitable[None]]
 
-    async def kept_for_given(
+    async def write(
+        self,
+        namespace: Object,
+        quota: Object,
+        plan: QuotaPlan,
+        steps: list[Step],
+        *,
+        flags: list[bool],
+        judgment: _Judgment,
+    ) -> int | None:
+        """Where the project lacks room for the whole raise (or owes it to siblings' earlier
+        rooms), the raise for as many migrations as it has room for, in KubeVirt's priority
+        order (priorityprefix.py, projectqueue.ladder): the furthest step that fits, its rooms
+        not given judged against the siblings' earlier ones, is written, or kept where it stands
+        (a standing step is kept while it fits the project on its own, never lowered to a nearer
+        one that fits too: that took a room back at every recheck; lowered once it no longer
+        fits, the project limit lowered). A room given to this namespace (`kept`, they lead the
+        ladder) is not dropped while the raise standing fits the project: where even the given
+        rooms do not fit as they are planned now (one grew), the raise standing is kept for
+        them alone (`_kept_for_given`), their growth waiting: no given room is lowered or handed
+        to a sibling for another's growth. Only where the raise standing no longer fits are smaller
+        sets of given rooms tried, judged against the project alone (a given room waits behind
+        no sibling). Where no step fits, the raise is given back: the rooms of migrations that
+        ended go, or a sibling waiting for them would wait for good. Only a plan whose raise was
+        judged (the project read): where it cannot be read, nothing is written. Returns how many
+        steps the annotation asks for after a write, None where nothing was written."""
+        if not await self.project_room.judged(namespace):
+            return None
+        given_count = kept(flags)
+        standing_judged = False
+        for count in range(len(steps) - 1, 0, -1):
+            if count < given_count and not standing_judged:
+                standing_judged = True
+                if await self._kept_for_given(namespace, quota, plan, steps[count], judgment):
+                    return None
+            step = steps[count - 1]
+            judged = {CATTLE_ANNOTATION_RESOURCE_QUOTA: step.annotation}
+            ahead_of = last_waiting(steps[:count], flags)
+            if await self.project_room.lacking(namespace, step.plan, judged, ahead_of, judgment):
+                continue
+            changes = annotation_patch(namespace, step.plan)
+            if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+                return None  # it stands already, or records to drop first (someone else's edit)
+            holders = ", ".join(s.room.vm_name for s in steps[:count])
+            log.info(
+                "%s: the project has room for the raise of %s only (KubeVirt's priority order)",
+                metadata(namespace).get("name"),
+                holders,
+                extra=fields(namespace=str(metadata(namespace).get("name"))),
+            )
+            await self.patch(namespace, quota, step.plan, changes)
+            return count
+        if (
+            given_count
+            and not standing_judged
+            and await self._kept_for_given(namespace, quota, plan, steps[0], judgment)
+        ):
+            return None
+        return await self._give_back(namespace, quota, plan)
+
+    async def _give_back(self, namespace: Object, quota: Object, plan: QuotaPlan) -> int | None:
+        """The release of every room (none fits, or none is owed to this namespace first);
+        0 once written, None where there was nothing to give back."""
+        released = dataclasses.replace(plan, rooms=dataclasses.replace(plan.rooms, rooms=[]))
+        changes = annotation_patch(namespace, released)
+        if changes is None or CATTLE_ANNOTATION_RESOURCE_QUOTA not in changes:
+            return None
+        log.info(
+            "%s: no room of the raise goes to it first: its raise is given back",
+            metadata(namespace).get("name"),
+            extra=fields(namespace=str(metadata(namespace).get("name"))),
+        )
+        await self.patch(namespace, quota, released, changes)
+        return 0
+
+    async def _kept_for_given(
         self, namespace: Object, quota: Object, plan: QuotaPlan, given: Step, judgment: _Judgment
     ) -> bool:
         """Whether the raise standing still fits the project; then it is kept for the given
