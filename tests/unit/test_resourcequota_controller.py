@@ -770,7 +770,7 @@ async def test_a_namespace_handed_over_to_mtq_mode_loses_its_room_held_label() -
     would keep its pods on the fail-closed rule for good, so it goes then."""
     client, clock = LabelClient(), FakeClock()
     instance = bare_reconciler(clock, client)
-    instance.defer_to = lambda _key: True
+    instance.planner.defer_to = lambda _key: True
     assert room_held(await instance._reconcile("ns", labelled_namespace("true"))) is None
     assert client.labels == [None]
 

@@ -244,7 +244,9 @@ class PlanInputs:
         """Every namespace's migrations as the plan reads them (planviews.migration_plan_view);
         KubeVirt's steps between Pending and a final phase queue nothing (plan_acted_on)."""
         self.refusals = RefusalTracker(management.clock)
-        """Quota refusals as the migrations' changes showed them (reports.py)."""
+        """Quota refusals as the migrations' changes showed them (reports.py), exported at each
+        scrape of `management`'s registry."""
+        management.registry.register(self.refusals)
         informers.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)
         self.vmi_facts: NamespaceViews[VmiView] = NamespaceViews(changed)
         """Every namespace's VMIs as the plan reads them (launcher.VmiView, narrow)."""

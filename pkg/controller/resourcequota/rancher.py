@@ -157,6 +157,30 @@ class RancherPath:
         for target in room_event_targets(namespace, quota, plan, snapshot):
             self.recorder.event(target, WARNING, RANCHER_DENIAL_REASON, message)
 
+    async def take_over(
+        self,
+        error: errors.ApiError,
+        namespace: Object,
+        quota: Object,
+        plan: QuotaPlan,
+        snapshot: NamespaceSnapshot,
+        *,
+        spec: bool,
+    ) -> float | None:
+        """After a write of the quota was refused with `error`: where it is Rancher's own refusal
+        of a quota whose base is its (`refused`), marks the namespace protected (told where
+        someone will look when the write changed the `spec`, `report_denial`; one info line
+        when it only touched annotations, `note_protected`) and writes the plan through
+        Rancher's annotation instead (`write`, whose result it returns); any other error is
+        raised again."""
+        if not self.refused(error, plan):
+            raise error
+        if spec:
+            self.report_denial(namespace, quota, plan, snapshot, error)
+        else:
+            self.note_protected(namespace, error)
+        return await self.write(namespace, quota, plan, snapshot)
+
     def note_protected(self, namespace: Object, error: errors.ApiError) -> None:
         """Marks the namespace protected after Rancher refused a write that raised nothing (an
         annotation-only patch: adopting the quota from Harvester, tidying keys): one info line,

@@ -19,7 +19,6 @@ of others, told (reports.py), the settled set-aside (util/resourcequota/settled.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from functools import partial
 
 from ...config.management import Management
@@ -49,6 +48,7 @@ from .writes import (
     GATHER_RETRY,
     RELEASE_RETRY,
     RELEASE_RETRY_AFTER,
+    UNLABEL_RETRY,
     ReleaseCheck,
     ReleaseGathering,
     RoomHeldLabel,
@@ -62,7 +62,6 @@ __all__ = ["RANCHER_DENIAL_REASON", "QuotaReconciler", "register", "requeue"]
 
 log = logging.getLogger(__name__)
 
-UNLABEL_RETRY = "the room-held label's removal may be tried again then"
 LABEL_RETRY = "the room-held label may be tried again then"
 LABELLED_UNDER_A_RAISE = (
     "namespace %s: labelled room-held for good while our raise stands; Rancher's agent may reset "
@@ -81,7 +80,6 @@ class QuotaReconciler:
         self.inputs = PlanInputs(management, self.namespaces.enqueue_key)
         """The informers and views plans read, the planner's source (planner.py)."""
         self.metrics = QuotaMetrics(management.registry)
-        management.registry.register(self.inputs.refusals)
         self.writer = QuotaWriter(management.client, management.clock, self.metrics.count_write)
         """Every write of ours and its permission gate (controller/quotawriter.py)."""
         self.metrics.paused.set(1 if management.options.paused else 0)
@@ -109,7 +107,9 @@ class QuotaReconciler:
             self.inputs, fail_closed=management.options.rancher_direct_fail_closed
         )
         """Plans one namespace from the caches and our writes they do not show yet: what the
-        reconcile, the stale-raise sweep and a Rancher project's sibling judgment each read."""
+        reconcile, the stale-raise sweep and a Rancher project's sibling judgment each read.
+        Its `defer_to` is MTQ mode's, where that mode runs (app.py): a namespace with a VMMRQ
+        is left alone here once any raise of ours there is given back (handover.py)."""
         self.rancher = RancherPath(
             self.writer,
             self.inputs.namespaces,
@@ -141,22 +141,10 @@ class QuotaReconciler:
         )
         """Releases held back while a target pod is being created (writes.py)."""
 
-    @property
-    def defer_to(self) -> Callable[[str], bool]:
-        """True for a namespace another mode handles (MTQ mode, where it has a VMMRQ): its
-        quota is left alone here once any raise of ours there is given back (handover.py)."""
-        return self.planner.defer_to
-
-    @defer_to.setter
-    def defer_to(self, defer_to: Callable[[str], bool]) -> None:
-        self.planner.defer_to = defer_to
-
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
-        controller.watch_related(informers.quotas, namespace_index, name=informers.quotas.name)
-        controller.watch_related(
-            informers.limit_ranges, namespace_index, name=informers.limit_ranges.name
-        )
+        for informer in (informers.quotas, informers.limit_ranges):
+            controller.watch_related(informer, namespace_index, name=informer.name)
         # Migrations and VMIs queue their namespace from their views (planner.py): only changes
         # the plan reads, not virt-controller's and virt-handler's status writes.
         for informer in (informers.settings, informers.kubevirts):
@@ -193,7 +181,9 @@ class QuotaReconciler:
             # The namespace as labelled, also when the quota went meanwhile (let go below).
             namespace = planned.namespace if planned else self.inputs.namespaces.newest(namespace)
         if planned is None:
-            return await self._let_go(key, namespace)
+            # No longer ours (no managed quota, or handed over): forgotten, its label removed.
+            self._forget(key)
+            return await self.room_label.remove(namespace)
         self.reports.warnings(planned.namespace, planned.quota, planned.plan)
         self.reports.export(key, planned.snapshot, planned.plan)
         self.inputs.set_aside_settled(key, planned.snapshot, planned.plan)
@@ -255,16 +245,6 @@ class QuotaReconciler:
             log.info(LABELLED_UNDER_A_RAISE, key)
         return self.planner.plan(labelled)
 
-    async def _let_go(self, key: str, namespace: Object) -> Object:
-        """The namespace is no longer ours (no managed quota, or handed over): forgets it and
-        removes its label, run again while the removal is refused."""
-        self._forget(key)
-        namespace = await self.room_label.set(namespace, False)
-        retry = self.room_label.retry_removal(namespace)
-        if retry is not None:
-            raise RetryAfter(retry, UNLABEL_RETRY)
-        return namespace
-
     async def _write_plan(
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
     ) -> float | None:
@@ -280,13 +260,8 @@ class QuotaReconciler:
         try:
             await self.spec_writes.write(quota, patch, plan)
         except (errors.Forbidden, errors.BadRequest) as error:
-            if not self.rancher.refused(error, plan):
-                raise
-            if "spec" in patch:
-                self.rancher.report_denial(namespace, quota, plan, snapshot, error)
-            else:
-                self.rancher.note_protected(namespace, error)
-            return await self.rancher.write(namespace, quota, plan, snapshot)
+            spec = "spec" in patch
+            return await self.rancher.take_over(error, namespace, quota, plan, snapshot, spec=spec)
         return None
 
     def _forget(self, namespace: str) -> None:

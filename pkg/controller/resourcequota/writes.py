@@ -86,6 +86,7 @@ from ...config.metrics import QuotaMetrics
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.clock import Clock
+from ...generic.controller import RetryAfter
 from ...generic.events import NORMAL, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import annotations_of, labels, metadata
@@ -101,6 +102,8 @@ from ...util.vmispec import parse_time
 from ..quotawriter import QuotaWriter
 
 log = logging.getLogger(__name__)
+
+UNLABEL_RETRY: Final = "the room-held label's removal may be tried again then"
 
 
 # The plan written into the quota ------------------------------------------------------------------
@@ -274,6 +277,16 @@ class RoomHeldLabel:
             return False
         held_at = self._last_held.get(key)
         return held_at is None or held_at + self.linger <= self.clock.monotonic()
+
+    async def remove(self, namespace: Object) -> Object:
+        """Removes the label from a namespace no longer ours (no managed quota, or handed
+        over); returns the namespace as stored after. Raises RetryAfter while the removal is
+        refused (`retry_removal`), so the namespace is run again."""
+        namespace = await self.set(namespace, False)
+        retry = self.retry_removal(namespace)
+        if retry is not None:
+            raise RetryAfter(retry, UNLABEL_RETRY)
+        return namespace
 
     def retry_removal(self, namespace: Object) -> float | None:
         """After a removal of the label: None if it is gone; else the seconds until label writes
