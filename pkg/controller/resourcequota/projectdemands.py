@@ -60,9 +60,8 @@ class ProjectDemands:
         self._waiting: dict[str, dict[str, tuple[Step, ...]]] = {}
         self._project_of: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._behind: dict[str, dict[str, set[str]]] = {}
-        """Sibling namespace -> waiter -> uids of the sibling's migrations the waiter waits
-        behind (`record`'s `behind`)."""
+        self._behind = _WaitsBehind()
+        """Who waits behind which sibling's migrations (`record`'s `behind`)."""
         self._pending: dict[str, set[str]] = {}
         """Project -> its waiting namespaces still to be judged in the wave under way."""
         self._head: dict[str, str] = {}
@@ -117,7 +116,7 @@ class ProjectDemands:
         if waiting:
             self._waiting.setdefault(project, {})[namespace] = tuple(waiting)
             self._project_of[namespace] = project
-        self._wait_behind(namespace, behind)
+        self._behind.wait(namespace, behind)
         queued = (
             self._requeue(before, namespace, gone) if gone or wrote or before != project else []
         )
@@ -125,27 +124,12 @@ class ProjectDemands:
         if headed and before not in self._head:
             self._advance(before)
 
-    def _wait_behind(self, waiter: str, behind: Sequence[tuple[str, str]]) -> None:
-        """`waiter` waits behind `behind` now (replacing what it waited behind)."""
-        for sibling in list(self._behind):
-            self._behind[sibling].pop(waiter, None)
-            if not self._behind[sibling]:
-                del self._behind[sibling]
-        for sibling, uid in behind:
-            self._behind.setdefault(sibling, {}).setdefault(waiter, set()).add(uid)
-
     def _release_waiters(
         self, project: str | None, namespace: str, still: set[str], queued: Sequence[str]
     ) -> None:
         """Queues (in `project`'s wave) whoever waited behind a migration of `namespace` not
         among `still` (unless already `queued`)."""
-        waiters = self._behind.get(namespace, {})
-        moved = sorted(w for w, uids in waiters.items() if uids - still and w != namespace)
-        for waiter in moved:
-            waiters.pop(waiter, None)
-        if not waiters:
-            self._behind.pop(namespace, None)
-        moved = [waiter for waiter in moved if waiter not in queued]
+        moved = [w for w in self._behind.released(namespace, still) if w not in queued]
         if moved:
             self._wave(project, moved)
             log.info(
@@ -167,7 +151,7 @@ class ProjectDemands:
         if headed:
             del self._head[str(project)]
         gone = self._take(namespace)
-        self._wait_behind(namespace, ())
+        self._behind.wait(namespace, ())
         queued = self._requeue(project, namespace, gone) if project is not None else []
         self._release_waiters(project, namespace, set(), queued)
         if headed and project not in self._head:
@@ -263,6 +247,34 @@ class ProjectDemands:
         self._pending[project] = pending
         self._head[project] = head
         self.enqueue(head)
+
+
+class _WaitsBehind:
+    """Who waits behind which sibling's migrations: sibling namespace -> waiter -> uids of the
+    sibling's migrations the waiter waits behind (ProjectDemands.record's `behind`)."""
+
+    def __init__(self) -> None:
+        self._behind: dict[str, dict[str, set[str]]] = {}
+
+    def wait(self, waiter: str, behind: Sequence[tuple[str, str]]) -> None:
+        """`waiter` waits behind `behind` now (replacing what it waited behind)."""
+        for sibling in list(self._behind):
+            self._behind[sibling].pop(waiter, None)
+            if not self._behind[sibling]:
+                del self._behind[sibling]
+        for sibling, uid in behind:
+            self._behind.setdefault(sibling, {}).setdefault(waiter, set()).add(uid)
+
+    def released(self, namespace: str, still: set[str]) -> list[str]:
+        """The waiters (sorted) that waited behind a migration of `namespace` not among
+        `still`, forgotten as its waiters."""
+        waiters = self._behind.get(namespace, {})
+        moved = sorted(w for w, uids in waiters.items() if uids - still and w != namespace)
+        for waiter in moved:
+            waiters.pop(waiter, None)
+        if not waiters:
+            self._behind.pop(namespace, None)
+        return moved
 
 
 def _first_order(steps: Sequence[Step]) -> OrderKey:
