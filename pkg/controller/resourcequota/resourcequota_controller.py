@@ -13,7 +13,8 @@ The reconcile wires collaborators, one concern each: what the plan reads (planne
 writes are made (writes.py: the quota and status.hard through controller/quotawriter.py, the
 writer MTQ mode shares; the room-held label; a release's gathering and confirmation), the
 Rancher path (rancher.py, projectdemands.py), metrics, Events and refusal counts, and the writes
-of others, told (reports.py), the settled set-aside (util/resourcequota/settled.py).
+of others, told (reports.py), the settled set-aside (util/resourcequota/settled.py), and the
+safety net that plans a stale raise again (staleraise.py).
 """
 
 from __future__ import annotations
