@@ -68,6 +68,7 @@ from .base import (
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,
     ANNOTATION_RANCHER_GIVEN,
+    RANCHER,
     rancher_base_text,
 )
 from .plan import QuotaPlan
@@ -213,6 +214,19 @@ def project_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
         dataclasses.replace(step, given=done)
         for step, done in zip(steps, given(namespace, steps), strict=True)
     ]
+
+
+def asks_project(namespace: Mapping[str, Any], plan: QuotaPlan | None) -> bool:
+    """Whether a member namespace's rooms take part in its Rancher project's order (its
+    `project_steps` count for its siblings' judges and its own): not Terminating (its rooms
+    will never be given), planned (None: no managed quota, or handed over to MTQ mode), and its
+    plan's base Rancher's annotation (else its raise does not go through the project): the rule
+    the controller's ProjectSiblingsView applies to its siblings, planned over its caches;
+    preflight plans over the state it listed, the step's evacuations added. A namespace MTQ
+    mode handles is planned with no room (NamespacePlanner's `defer_to`): it asks nothing."""
+    if plan is None or metadata(namespace).get("deletionTimestamp"):
+        return False
+    return plan.base is not None and plan.base.source == RANCHER
 
 
 def waiting_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
