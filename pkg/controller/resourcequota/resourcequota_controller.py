@@ -37,7 +37,6 @@ from .planner import NamespacePlan, NamespacePlanner, PlanInputs
 from .projectdemands import ProjectDemands, ProjectSiblingsView
 from .rancher import (
     PROJECT_INDEX,
-    RANCHER_DENIAL_REASON,
     ProjectReader,
     ProjectRoom,
     RancherPath,
@@ -58,8 +57,7 @@ from .writes import (
     write_lowers,
 )
 
-__all__ = ["RANCHER_DENIAL_REASON", "QuotaReconciler", "register", "requeue"]
-"""RANCHER_DENIAL_REASON: explain.py reads it from here."""
+__all__ = ["QuotaReconciler", "register", "requeue"]
 
 log = logging.getLogger(__name__)
 
