@@ -126,7 +126,7 @@ class QuotaMetrics:
         self.releases_held = declare.counter(
             "releases_held",
             "Releases held back while the namespace's next migration target pod was being "
-            "created (controller/resourcequota/gather.py), one per hold.",
+            "created (controller/resourcequota/writes.py), one per hold.",
         )
         self._room_keys: dict[str, set[str]] = {}
         self._above_keys: dict[str, set[str]] = {}
