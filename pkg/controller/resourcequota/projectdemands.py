@@ -45,8 +45,8 @@ from typing import Final
 
 from ...generic.meta import metadata
 from ...generic.resource import Object
-from ...util.resourcequota.projectqueue import OrderKey, Step, WaitingCache
-from .planner import NamespacePlanner, rancher_base
+from ...util.resourcequota.projectqueue import OrderKey, Step, WaitingCache, asks_project
+from .planner import NamespacePlanner
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +349,7 @@ class ProjectSiblingsView:
                 since = self.clock()
             sibling = str(metadata(cached).get("name", ""))
             if sibling == besides or metadata(cached).get("deletionTimestamp"):
-                continue
+                continue  # a Terminating one is not worth planning: asks_project refuses it
             try:
                 steps += self._waiting(project, sibling, cached)
             except Exception:  # contained per sibling, logged
@@ -361,6 +361,6 @@ class ProjectSiblingsView:
         if self.planner.defer_to(sibling) or not self.migrations(sibling):
             return []
         planned = self.planner.plan(cached)
-        if planned is None or not rancher_base(planned.plan):
+        if planned is None or not asks_project(cached, planned.plan):
             return []
         return self.ladders.steps(planned.namespace, planned.plan, project)
