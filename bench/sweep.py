@@ -121,7 +121,8 @@ class Caches:
 def measure_sweep(caches: Caches, repeat: int) -> float:
     """The fastest of `repeat` sweeps over `caches`, in seconds."""
     sweep = StaleRaiseSweep(
-        caches,
+        caches.candidates,
+        caches.left_behind,
         lambda _key: None,
         clock=FakeClock(),
         metrics=QuotaMetrics(CollectorRegistry()),

@@ -34,8 +34,7 @@ from .apis.kubevirt import (
 from .config.kubevirt import settings_from
 from .config.management import COMPONENT
 from .controller.resourcequota.planner import ListedSource, NamespacePlanner
-from .controller.resourcequota.rancherprojects import PROJECT_QUEUED_REASON
-from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_REASON
+from .controller.resourcequota.rancher import PROJECT_QUEUED_REASON, RANCHER_DENIAL_REASON
 from .generic import errors
 from .generic.client import ApiClient
 from .generic.meta import annotations_of, has_condition, metadata, name, spec, status

@@ -1,6 +1,6 @@
 """The informers both quota modes read, and the launcher settings in force from them.
 
-The room mode (controller/resourcequota/inputs.py) and MTQ mode (controller/mtq/blocked.py) read
+The room mode (controller/resourcequota/planner.py) and MTQ mode (controller/mtq/blocked.py) read
 the same kinds; the factory shares one informer per kind, so asking twice costs nothing, and this
 asks in one place. Reads the caches only.
 """

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from harvester_quota.controller.resourcequota.rancherprojects import PROJECT_NO_ROOM_REASON
-from harvester_quota.controller.resourcequota.rancherwrites import RANCHER_DENIAL_REASON
+from harvester_quota.controller.resourcequota.rancher import (
+    PROJECT_NO_ROOM_REASON,
+    RANCHER_DENIAL_REASON,
+)
 from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, RESOURCE_QUOTAS

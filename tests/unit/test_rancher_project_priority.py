@@ -25,16 +25,16 @@ from harvester_quota.controller.resourcequota.projectdemands import (
     ProjectDemands,
     ProjectSiblingsView,
 )
-from harvester_quota.controller.resourcequota.rancherprojects import (
+from harvester_quota.controller.resourcequota.rancher import (
     PROJECT_NO_ROOM_REASON,
     PROJECT_QUEUED_REASON,
+    PROJECT_RECHECK,
     ProjectReader,
     ProjectRoom,
+    RancherPath,
     project_index,
 )
-from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHECK, RancherPath
-from harvester_quota.controller.resourcequota.refusals import RefusalTracker
-from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient

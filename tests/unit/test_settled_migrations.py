@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from harvester_quota.config.management import Options
-from harvester_quota.controller.resourcequota.inputs import PlanInputs
+from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.util.launcher import LauncherSettings
