@@ -6,6 +6,6 @@
   and whether a raise through the annotation fits the namespace's project.
 
 The raise through the annotation (util/resourcequota/rancherpath.py) reads the quota plan and
-lives with it; the controller's Rancher code is controller/resourcequota/rancherwrites.py and
-rancherprojects.py, MTQ mode's controller/mtq/rancher.py.
+lives with it; the controller's Rancher code is controller/resourcequota/rancher.py, MTQ mode's
+controller/mtq/rancher.py.
 """

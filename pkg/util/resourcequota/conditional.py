@@ -25,8 +25,8 @@ on every object, per field manager and operation, the fields that manager owns a
 last changed one of them (metadata.managedFields). Of the entries that own a key of spec.hard,
 those that own a key a write changed name its writer (`change_writers`: a write that changes a
 field takes its ownership): ours (FIELD_MANAGER, the API server's name for our client's user
-agent), Rancher's (RANCHER_MANAGERS), or anyone else's (controller/resourcequota/foreignwrites.py
-tells those). Status writes own status.hard, never spec.hard.
+agent), Rancher's (RANCHER_MANAGERS), or anyone else's (controller/resourcequota/reports.py
+ForeignWriteReports tells those). Status writes own status.hard, never spec.hard.
 
 The informer keeps no managedFields (they are often half a quota's size): `keep_writers`, the
 quota cache's transform, replaces them with WRITERS, the entries that own a key of spec.hard

@@ -151,7 +151,7 @@ class QuotaPlan:
     gathers: bool = False
     """The write would only give room back while a migration of the namespace still holds room
     for a target pod that does not exist yet (`release_gathers`): a release the writer may hold
-    back a moment, to give it back with the next ones (controller/resourcequota/gather.py)."""
+    back a moment, to give it back with the next ones (controller/resourcequota/writes.py, ReleaseGathering)."""
 
     @property
     def holds_room(self) -> bool:

@@ -107,7 +107,8 @@ def migration_plan_view(migration: Object) -> Object:
 
 def _narrow_condition(condition: Mapping[str, Any]) -> dict[str, Any]:
     """A condition's type and status; for the quota refusal also its lastProbeTime, which
-    virt-controller sets once when it adds the condition (when the block began, refusals.py)."""
+    virt-controller sets once when it adds the condition (when the block began:
+    controller/resourcequota/reports.py RefusalTracker)."""
     narrow = {"type": condition.get("type"), "status": condition.get("status")}
     if condition.get("type") == CONDITION_REJECTED_BY_QUOTA and "lastProbeTime" in condition:
         narrow["lastProbeTime"] = condition["lastProbeTime"]

@@ -32,7 +32,7 @@ v170-test4 scenario). Now the pod waits for the next change as any pod that does
 live quota is newer than the cache and fits, the pod pays the lister grace, since quota admission's
 own cache may lag the live object as ours did. The window between that GET and quota admission
 is closed on the controller's side: it writes a release only once the API server shows no
-migration its plan did not read (controller/resourcequota/releaseconfirm.py). Should the GET
+migration its plan did not read (controller/resourcequota/writes.py, ReleaseCheck). Should the GET
 fail, the cached decision stands (the webhook never denies a target pod).
 """
 
