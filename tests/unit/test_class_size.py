@@ -17,7 +17,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "pkg"
 BENCH = "testbench"
-MAX_LINES = 250
+MAX_LINES = 200
 MAX_METHODS = 15
 
 KNOWN_LARGE: dict[str, str] = {}
