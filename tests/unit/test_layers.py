@@ -408,3 +408,69 @@ def test_installed_the_package_is_harvester_quota_and_nothing_named_pkg(tmp_path
         [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["True", "harvester_quota"]
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: Path, root: Path, known: set[str]) -> set[str]:
+    """The modules of `root` (dotted, below the package) that `path` imports anywhere in it
+    (function-local and TYPE_CHECKING imports too: a circle broken by a late import is still
+    a circle to a reader)."""
+    rel = list(path.relative_to(root).with_suffix("").parts)
+    package = rel if rel[-1] == "__init__" else rel[:-1]
+    package = [p for p in package if p != "__init__"]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level > 0:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join(base + (node.module.split(".") if node.module else []))
+            elif (node.module or "").startswith(IMPORT_NAME):
+                target = (node.module or "").removeprefix(IMPORT_NAME).lstrip(".")
+            else:
+                continue
+            names = [target] + [f"{target}.{a.name}".lstrip(".") for a in node.names]
+            found.update(n for n in names if n in known)
+    return found
+
+
+def _import_circles(root: Path = PKG) -> list[list[str]]:
+    """Every set of product modules (the bench aside) that import each other round a circle."""
+    paths = {
+        _module_name(p, root): p for p in _modules(root) if p.relative_to(root).parts[0] != BENCH
+    }
+    graph = {m: _imported_modules(p, root, set(paths)) - {m} for m, p in paths.items()}
+    reaches: dict[str, set[str]] = {}
+    for start, imported in graph.items():
+        seen: set[str] = set()
+        frontier = list(imported)
+        while frontier:
+            module = frontier.pop()
+            if module not in seen:
+                seen.add(module)
+                frontier.extend(graph[module])
+        reaches[start] = seen
+    circles = {
+        tuple(
+            sorted(m for m in graph if m == start or (m in reaches[start] and start in reaches[m]))
+        )
+        for start in graph
+        if start in reaches[start]
+    }
+    return [list(c) for c in sorted(circles)]
+
+
+def test_no_product_modules_import_each_other_round_a_circle() -> None:
+    assert _import_circles() == []
+
+
+def test_the_checker_sees_an_import_circle(tmp_path: Path) -> None:
+    (tmp_path / "util").mkdir()
+    (tmp_path / "util" / "__init__.py").write_text("")
+    (tmp_path / "util" / "first.py").write_text("from .second import b\n")
+    (tmp_path / "util" / "second.py").write_text("def b() -> None:\n    from . import first\n")
+    (tmp_path / "util" / "alone.py").write_text("from .first import x\n")
+    assert _import_circles(tmp_path) == [["util.first", "util.second"]]
