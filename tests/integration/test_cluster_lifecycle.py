@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harvester_quota.testbench.cli import main
 from harvester_quota.testbench.localcluster import ClusterError, LocalCluster, binaries, process
 from harvester_quota.testbench.localcluster.cluster import Ports
 
@@ -37,20 +36,16 @@ def no_process_left(records: list[process.ProcessRecord]) -> bool:
     return not any(record.running() for record in records)
 
 
-def test_up_is_idempotent_and_down_leaves_nothing(local: LocalCluster) -> None:
+def test_up_is_idempotent_recovers_from_a_killed_run_and_down_leaves_nothing(
+    local: LocalCluster,
+) -> None:
+    """`up` on a running cluster keeps its processes; after its API server was killed, `up`
+    replaces every process; `down` stops them all, frees their ports and is a no-op the second
+    time."""
     first = local.up(nodes=1)
     again = local.up(nodes=1)
     assert [r.pid for r in again.processes] == [r.pid for r in first.processes]
     assert sorted(processes_in(local.state_dir)) == sorted(r.pid for r in first.processes)
-    assert local.down() is True
-    assert processes_in(local.state_dir) == []
-    assert no_process_left(first.processes)
-    assert not any(process.port_in_use(port) for port in first.ports.all())
-    assert local.down() is False
-
-
-def test_up_recovers_from_a_killed_run(local: LocalCluster) -> None:
-    first = local.up(nodes=1)
     apiserver = next(r for r in first.processes if r.name == "kube-apiserver")
     os.killpg(apiserver.pid, signal.SIGKILL)
     process.wait_gone(apiserver, 10)
@@ -58,6 +53,11 @@ def test_up_recovers_from_a_killed_run(local: LocalCluster) -> None:
     assert no_process_left(first.processes)
     assert second.rest().healthy()
     assert {r.pid for r in second.processes}.isdisjoint({r.pid for r in first.processes})
+    assert local.down() is True
+    assert processes_in(local.state_dir) == []
+    assert no_process_left(second.processes)
+    assert not any(process.port_in_use(port) for port in second.ports.all())
+    assert local.down() is False
 
 
 def fake_bin_dir(tmp_path: Path, real: Path, crashing: str) -> Path:
@@ -131,22 +131,3 @@ def test_a_port_taken_after_it_was_chosen_is_retried(
         assert info.rest().healthy()
     finally:
         process.stop(blocker)
-
-
-def test_cli_reports_status_and_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    state = str(tmp_path / "cli-state")
-    assert main(["cluster", "--state-dir", state, "status"]) == 1
-    assert "no local cluster" in capsys.readouterr().out
-    assert (
-        main(["cluster", "--state-dir", state, "up", "--nodes", "1", "--no-virt-controller"]) == 0
-    )
-    try:
-        assert main(["cluster", "--state-dir", state, "env"]) == 0
-        assert capsys.readouterr().out.strip().endswith(f"export KUBECONFIG={state}/kubeconfig")
-        assert main(["cluster", "--state-dir", state, "status"]) == 0
-        status = capsys.readouterr().out
-        for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kwok"):
-            assert f"{name} " in status
-        assert "ready: yes" in status
-    finally:
-        assert main(["cluster", "--state-dir", state, "down"]) == 0

@@ -175,34 +175,6 @@ async def hook_rbac_left(api: ApiClient) -> list[str]:
     return [r["metadata"]["name"] for r in roles.get("items", []) if r["metadata"]["name"] == HOOK]
 
 
-async def test_helm_uninstall_runs_the_hook_which_gives_every_room_back_then_helm_deletes_all(
-    api: ApiClient, helm_cluster: ClusterInfo, tmp_path: Path
-) -> None:
-    """`helm install` with the defaults, a quota left raised by us, `helm uninstall`: the hook's
-    release gives the room back (the quota at Rancher's base, no room key), exits 0, the Job
-    completes, Helm deletes the release and the hook's Job, Role and RoleBinding (its delete
-    policies), and nothing of ours is left in the cluster."""
-    await harvester_layout(api)
-    await left_raised(api, "tenant-helm")
-    code, output = await helm(
-        helm_cluster, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, *RELEASE_VALUES
-    )
-    assert code == 0, output
-    uninstall = asyncio.create_task(
-        helm(helm_cluster, "uninstall", RELEASE, "--namespace", NAMESPACE)
-    )
-    assert await play_kubelet_for_the_hook(api, helm_cluster, tmp_path) == 0
-    code, output = await uninstall
-    assert code == 0, output
-    quota = (await api.list(RESOURCE_QUOTAS, "tenant-helm"))["items"][0]
-    assert quota["spec"]["hard"] == BASE_HARD, quota
-    assert await leftovers(api) == []
-    assert (await api.list(JOBS, NAMESPACE)).get("items") == [], "hook-succeeded deletes the Job"
-    assert await hook_rbac_left(api) == [], "and its Role"
-    code, output = await helm(helm_cluster, "status", RELEASE, "--namespace", NAMESPACE)
-    assert code != 0 and "not found" in output, output
-
-
 @contextlib.asynccontextmanager
 async def controller_refused_in(api: ApiClient, namespace: str) -> AsyncIterator[None]:
     """A policy refusing the controller's quota writes in `namespace` (an administrator's, say):
@@ -261,7 +233,10 @@ async def test_a_failed_hook_stops_the_uninstall_and_leaves_a_working_release_to
     nothing but the hook's Role and RoleBinding (hook-failed), keeping the Job for its log; the
     controller Deployment is scaled back to its replicas, every object of the release still
     there (Helm's status says "uninstalling"). Once the policy is gone, `helm uninstall` again
-    succeeds (before-hook-creation replaces the failed Job)."""
+    runs the hook (before-hook-creation replaces the failed Job), whose release gives the room
+    back (the quota at Rancher's base, no room key) and exits 0; the Job completes, Helm
+    deletes the release and the hook's Job, Role and RoleBinding (hook-succeeded), and nothing
+    of ours is left in the cluster."""
     await harvester_layout(api)
     await left_raised(api, STUCK)
     code, output = await helm(
@@ -290,4 +265,10 @@ async def test_a_failed_hook_stops_the_uninstall_and_leaves_a_working_release_to
     assert await play_kubelet_for_the_hook(api, helm_cluster, tmp_path) == 0
     code, output = await uninstall
     assert code == 0, output
+    quota = (await api.list(RESOURCE_QUOTAS, STUCK))["items"][0]
+    assert quota["spec"]["hard"] == BASE_HARD, quota
     assert await leftovers(api) == []
+    assert (await api.list(JOBS, NAMESPACE)).get("items") == [], "hook-succeeded deletes the Job"
+    assert await hook_rbac_left(api) == [], "and its Role"
+    code, output = await helm(helm_cluster, "status", RELEASE, "--namespace", NAMESPACE)
+    assert code != 0 and "not found" in output, output

@@ -1,11 +1,12 @@
-"""The scale run, small and fast, in the suite: it checks counts (every migration done, no
-drift, no stale annotation, every room seen; the baseline's migrations done without a quota
-write; the API server's 409s and our writes by kind read), never timings; `make scale`
-measures. The headroom arm is left out here (it added 35 s to the run, measured loaded); its
-plan and namespaces are tests/unit/test_scale_arms.py's. The failover arm (`--failover`) is left
-out too (35 s of the suite): what it counts is tests/unit/test_scale_failover.py's, a standby
-that wins the Lease raising the room a migration needs is test_warm_standby.py's, and a leader
-killed mid-migration replaced without leaking room is test_controller_process.py's."""
+"""The scale run in the suite, at a third of `make scale SIZE=tiny` (SUITE_NAMESPACES): it
+checks counts (every migration done, no drift, no stale annotation, every room seen; the
+baseline's migrations done without a quota write; the API server's 409s and our writes by kind
+read), never timings; `make scale` measures. The headroom arm is left out here (it added 35 s to
+the run, measured loaded); its plan and namespaces are tests/unit/test_scale_arms.py's. The
+failover arm (`--failover`) is left out too (35 s of the suite): what it counts is
+tests/unit/test_scale_failover.py's, a standby that wins the Lease raising the room a migration
+needs is test_warm_standby.py's, and a leader killed mid-migration replaced without leaking room
+is test_controller_process.py's."""
 
 from __future__ import annotations
 
@@ -21,11 +22,25 @@ from harvester_quota.testbench.scale.run import ScaleOptions, ScaleRun
 
 pytestmark = pytest.mark.integration
 
+SUITE_NAMESPACES = (4, 2, 2)
+"""The tiny preset's shape at a third of its VMs (8 and their 8 twins, not 24 and 24): two
+namespace sizes, so two per-size steps and a drain wave over three namespaces."""
+SUITE_PER_SIZE = 2
+"""Two migrations at once in one namespace: they share its quota's room."""
+SUITE_IN_FLIGHT = 4
+"""The drain wave: migrations in every namespace at once, two in the largest."""
 
-async def test_the_tiny_scale_run_finishes_every_migration_and_leaves_every_quota_at_its_base(
+
+async def test_a_small_scale_run_finishes_every_migration_and_leaves_every_quota_at_its_base(
     kubevirt_cluster: ClusterInfo, kubevirt_api: ApiClient, tmp_path: Path
 ) -> None:
-    plan = dataclasses.replace(PRESETS["tiny"], prefix=f"scale-{uuid.uuid4().hex[:4]}-")
+    plan = dataclasses.replace(
+        PRESETS["tiny"],
+        namespaces=SUITE_NAMESPACES,
+        per_size=SUITE_PER_SIZE,
+        in_flight=SUITE_IN_FLIGHT,
+        prefix=f"scale-{uuid.uuid4().hex[:4]}-",
+    )
     run = ScaleRun(
         kubevirt_api,
         kubevirt_cluster,

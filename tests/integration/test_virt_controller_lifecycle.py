@@ -1,5 +1,5 @@
 """`cluster up` from the command line, which runs virt-controller by default: switching a running
-cluster to it and back, status, and a `down` that leaves no virt-controller behind.
+cluster to it and back, status and env, and a `down` that leaves no virt-controller behind.
 
 In a module of its own, so that it runs after test_virt_controller.py's clusters are stopped.
 """
@@ -21,9 +21,14 @@ pytestmark = pytest.mark.integration
 def test_up_switches_virt_controller_on_and_off(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`status` before `up` says there is no cluster; `up` switches a running plain cluster to
+    virt-controller (new processes) and `--no-virt-controller` back; `env` and `status` report
+    the running cluster; `down` leaves no process and no port behind."""
     state = tmp_path / "state"
     local = LocalCluster(state)
     cli = ["cluster", "--state-dir", str(state)]
+    assert main([*cli, "status"]) == 1
+    assert "no local cluster" in capsys.readouterr().out
     try:
         plain = local.up(nodes=1)
         assert plain.kubevirt_version is None
@@ -38,8 +43,19 @@ def test_up_switches_virt_controller_on_and_off(
         assert with_vc.kubevirt_version == binaries.DEFAULT_KUBEVIRT_VERSION
         assert {r.pid for r in with_vc.processes}.isdisjoint({r.pid for r in plain.processes})
         assert with_vc.rest().get(VIRT_CONTROLLER_LEASE)["spec"]["holderIdentity"]
+        assert main([*cli, "env"]) == 0
+        assert capsys.readouterr().out.strip().endswith(f"export KUBECONFIG={state}/kubeconfig")
         assert main([*cli, "status"]) == 0
-        assert "virt-controller " in capsys.readouterr().out
+        status = capsys.readouterr().out
+        for name in (
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kwok",
+            "virt-controller",
+        ):
+            assert f"{name} " in status
+        assert "ready: yes" in status
 
         assert main([*cli, "up", "--nodes", "1", "--no-virt-controller"]) == 0
         again = local.info()

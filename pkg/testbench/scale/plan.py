@@ -192,8 +192,9 @@ PRESETS: Final = {
         nodes=1000, namespaces=(3000, 1000, *([100] * 60)), per_size=50, in_flight=500
     ),
 }
-"""tiny: the suite's counts-only run; small: ``make scale``; full: ``make scale SIZE=full``, the
-issue's 1,000 nodes and 10,000 VMs with one namespace of 3,000 and 500 migrations in flight."""
+"""tiny: a counts-only run (tests/integration/test_scale.py runs it at a third of its VMs);
+small: ``make scale``; full: ``make scale SIZE=full``, the issue's 1,000 nodes and 10,000 VMs
+with one namespace of 3,000 and 500 migrations in flight."""
 
 _NAMESPACES_TERM = re.compile(r"^(\d+)(?:x(\d+))?$")
 
