@@ -33,6 +33,7 @@ from typing import Any
 from ...generic.meta import annotations_of, metadata
 from ...generic.resource import Object
 from .. import resources
+from ..annotations import ANNOTATION_ROOM_MIGRATIONS as ROOM_MIGRATIONS
 from ..annotations import (
     LABEL_PAUSED,
     MIGRATING_PREFIX,
@@ -349,7 +350,8 @@ def _annotation_changes(
     adoption: AdoptionChanges,
 ) -> tuple[dict[str, str], list[str]]:
     """(annotations to set, annotation keys to remove) for the quota: a per-VM key for each
-    VM whose migration holds room (Harvester's `AddMigratingVM`), and every migrating key no
+    VM whose migration holds room (Harvester's `AddMigratingVM`), the uids of those migrations
+    (ROOM_MIGRATIONS, in the same write as the raise), and every migrating key no
     room needs removed (`DeleteMigratingVM`), a compensation or resync flag Harvester left among
     them (we never write a compensation: `AddMigratingCompensation` has no twin, and
     `DeleteMigratingCompensation` is this removal)."""
@@ -366,12 +368,15 @@ def _annotation_changes(
             wanted[ANNOTATION_APPLIED] = resources.dumps(managed_hard)
     if rooms and since is not None:
         wanted[ANNOTATION_ROOMS_SINCE] = since
+    if rooms:
+        uids = sorted({room.migration_uid for room in rooms})
+        wanted[ROOM_MIGRATIONS] = ",".join(uids)
     current = annotations_of(quota)
     ours = [
         key
         for key in current
         if key.startswith(MIGRATING_PREFIX)
-        or key in (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE)
+        or key in (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE, ROOM_MIGRATIONS)
     ]
     ours += [key for key in adoption.remove if key in current]
     remove = sorted(key for key in ours if key not in wanted and key not in adoption.keep)
