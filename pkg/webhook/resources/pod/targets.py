@@ -197,8 +197,8 @@ async def admit_target(
 ) -> TargetAdmission:
     """Returns once the target pod fits under the managed quota's `status.hard` as the cache
     shows it (at once if its scopes do not charge the pod; on the first look, as `live` shows it
-    too, when given), at once if no raise will come, or after `wait` seconds (see module
-    docstring)."""
+    too, when given and the cached quota is not `raised_for` the pod's migration), at once if no
+    raise will come, or after `wait` seconds (see module docstring)."""
     pod = request.obj or {}
     try:
         needed = pod_quota_usage(pod, features=lookups.quota_features())
