@@ -2,7 +2,7 @@
 
 On Rancher's protected path a namespace's raise is judged against its project counting as taken
 the rooms its sibling namespaces wait for that come earlier in KubeVirt's order
-(util/resourcequota/projectqueue.py, controller/resourcequota/rancherprojects.py). This bench
+(util/resourcequota/rancherpath.py, controller/resourcequota/rancher.py). This bench
 builds a project of N namespaces with M pending migrations each, without a cluster, the
 project's room enough for about half the rooms (so every namespace waits and every step of the
 judged namespace is tried), and times `RancherPath.write` of the namespace whose migrations
@@ -55,14 +55,13 @@ from typing import Any
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.controller.resourcequota.projectdemands import ProjectDemands
-from harvester_quota.controller.resourcequota.rancherprojects import (
+from harvester_quota.controller.resourcequota.rancher import (
     ProjectReader,
     ProjectRoom,
+    RancherPath,
     project_index,
 )
-from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
-from harvester_quota.controller.resourcequota.refusals import RefusalTracker
-from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.resource import Object
@@ -82,7 +81,7 @@ from harvester_quota.util.annotations import (
 )
 from harvester_quota.util.rancher.project import PROJECT_ID_ANNOTATION
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
-from harvester_quota.util.resourcequota.projectqueue import Step, WaitingCache, project_steps
+from harvester_quota.util.resourcequota.rancherpath import Step, WaitingCache, project_steps
 
 from bench.reconcile import NOW
 

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harvester_quota.controller.resourcequota.rancherprojects import (
+from harvester_quota.controller.resourcequota.rancher import (
     PROJECT_NO_ROOM_REASON,
     PROJECT_QUEUED_REASON,
     ProjectRoom,

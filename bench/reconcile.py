@@ -14,7 +14,7 @@ reading and planning, for two paths side by side in the same run:
 - ``views``, the controller of sessions 13-15: migrations and VMIs as the plan's views keep
   them (planviews.py: narrow, kept as they change), a launcher pod rendered once per VM shape;
 - ``settled``, the controller now: the same views, with the finished migrations set aside once
-  their grace has passed (settled.py; the bench sets them aside at once).
+  their grace has passed (planviews.SettledMigrations; the bench sets them aside at once).
 
 ``--pending`` migrations wait for their target pod (the first has one) and ``--finished`` ones
 succeeded with their source pod gone, as a namespace looks in a burst (KubeVirt keeps finished
@@ -58,11 +58,11 @@ from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quot
 from harvester_quota.util.resourcequota.planviews import (
     NamespaceVmis,
     RenderedUsages,
+    SettledMigrations,
     migration_plan_view,
     vmi_facts,
 )
 from harvester_quota.util.resourcequota.podindex import PodIndex, pod_view
-from harvester_quota.util.resourcequota.settled import SettledMigrations
 
 NAMESPACE = "tenant"
 VERSION = "1.6"

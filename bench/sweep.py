@@ -35,8 +35,11 @@ from harvester_quota.generic.events import EventRecorder
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
-from harvester_quota.util.resourcequota.base import ANNOTATION_APPLIED, ANNOTATION_BASE
-from harvester_quota.util.resourcequota.managed import managed_quota
+from harvester_quota.util.resourcequota.base import (
+    ANNOTATION_APPLIED,
+    ANNOTATION_BASE,
+    managed_quota,
+)
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from prometheus_client import CollectorRegistry
 
@@ -118,7 +121,8 @@ class Caches:
 def measure_sweep(caches: Caches, repeat: int) -> float:
     """The fastest of `repeat` sweeps over `caches`, in seconds."""
     sweep = StaleRaiseSweep(
-        caches,
+        caches.candidates,
+        caches.left_behind,
         lambda _key: None,
         clock=FakeClock(),
         metrics=QuotaMetrics(CollectorRegistry()),

@@ -93,7 +93,7 @@ class ControllerApp:
                 lock_seconds=self.options.mtq_lock_seconds,
                 writer=self.reconciler.writer,
             )
-            self.reconciler.defer_to = self.mtq.has_budget
+            self.reconciler.planner.defer_to = self.mtq.has_budget
         self.leftover_locks = leftover_lock.register(self.management)
         if self.options.harvester_compat:
             annotator = None

@@ -34,8 +34,7 @@ from .apis.kubevirt import (
 from .config.kubevirt import settings_from
 from .config.management import COMPONENT
 from .controller.resourcequota.planner import ListedSource, NamespacePlanner
-from .controller.resourcequota.rancherprojects import PROJECT_QUEUED_REASON
-from .controller.resourcequota.resourcequota_controller import RANCHER_DENIAL_REASON
+from .controller.resourcequota.rancher import PROJECT_QUEUED_REASON, RANCHER_DENIAL_REASON
 from .generic import errors
 from .generic.client import ApiClient
 from .generic.meta import annotations_of, has_condition, metadata, name, spec, status
@@ -50,23 +49,35 @@ from .generic.resource import (
     Object,
     Resource,
 )
+from .generic.rest import FIELD_MANAGER
 from .util.annotations import ANNOTATION_PAUSED, TRUE, parse_migration_annotations
 from .util.launcher import VmiSource, as_view, spec_of
 from .util.migrationpriority import migration_priority, priority_name
 from .util.mtqlock import locks_of
 from .util.podusage import KUBERNETES_1_36, QuotaFeatures
 from .util.quotascope import quota_scope
-from .util.rancher.project import PROJECTS, ProjectQuota, project_reference, validated_condition
-from .util.rancher.verdicts import NoRoom, raise_verdict, refusal_verdict
-from .util.resourcequota.base import ANNOTATION_RANCHER_BASE, RANCHER, Mode, rancher_base_text
-from .util.resourcequota.growth import source_pod, target_growth
-from .util.resourcequota.managed import managed_quota
+from .util.rancher.project import (
+    PROJECTS,
+    NoRoom,
+    ProjectQuota,
+    project_reference,
+    raise_verdict,
+    refusal_verdict,
+    validated_condition,
+)
+from .util.resourcequota.base import (
+    ANNOTATION_RANCHER_BASE,
+    RANCHER,
+    Mode,
+    managed_quota,
+    rancher_base_text,
+)
+from .util.resourcequota.conditional import hard_writers
 from .util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from .util.resourcequota.planviews import migration_plan_view, vmi_facts
 from .util.resourcequota.podindex import NamespacePods, pod_view
-from .util.resourcequota.projectqueue import given, ladder
-from .util.resourcequota.rancherpath import raised_annotation
-from .util.resourcequota.writers import FIELD_MANAGER, hard_writers
+from .util.resourcequota.rancherpath import given, ladder, raised_annotation
+from .util.resourcequota.rooms import source_pod, target_growth
 from .util.screen import screened
 from .util.vmispecview import SpecView
 
@@ -237,7 +248,7 @@ async def _screened_lists(client: ApiClient, namespace: str, features: QuotaFeat
 async def _rancher_project(
     client: ApiClient, namespace: Object, plan: QuotaPlan
 ) -> dict[str, Any] | None:
-    """The namespace's Rancher project as it bears on the plan (verdicts.py), or None."""
+    """The namespace's Rancher project as it bears on the plan (rancher/project.py), or None."""
     reference = project_reference(namespace)
     if reference is None or plan.base is None or plan.base.source != RANCHER:
         return None
@@ -281,7 +292,7 @@ def _queued_behind(
     """The controller's last word that the project's room goes first to sibling namespaces'
     migrations earlier in KubeVirt's order (its WaitingForEarlierMigrationsInProject Warning on
     the quota or a migration whose room is still held back), or None: shown only while the
-    namespace's annotation was not given a room of the plan (projectqueue.given; once every
+    namespace's annotation was not given a room of the plan (rancherpath.given; once every
     room is given, the last Warning is history), and only an Event our controller reported
     (its reportingComponent or source). Read from the Events, not planned again here: which
     siblings wait is the controller's judgment of every namespace of the project from its
@@ -401,8 +412,8 @@ def _explanation(
 
 
 def _add_growth(result: Explanation, plan: QuotaPlan, snapshot: NamespaceSnapshot) -> None:
-    """Each room's `growth`: why it is bigger than its source pod (growth.py), "" when it is
-    not or no source counts."""
+    """Each room's `growth`: why it is bigger than its source pod (rooms.target_growth), ""
+    when it is not or no source counts."""
     pods = snapshot.pods if isinstance(snapshot.pods, NamespacePods) else None
     for shown, room in zip(result.rooms, plan.rooms.rooms, strict=True):
         shown["growth"] = ""

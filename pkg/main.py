@@ -247,7 +247,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     """Exit 0: nothing blocks; 1: something does; 2: bad input (an unknown node, a cluster that
     cannot be reached or read), with the reason on stderr."""
     from . import preflight  # noqa: PLC0415 - see LAZY_IMPORTS
-    from .preflight import read, render  # noqa: PLC0415
+    from .preflight import read  # noqa: PLC0415
+    from .preflight.report import render_json, render_text  # noqa: PLC0415
 
     async def main() -> preflight.PreflightReport:
         async with ApiClient(config.load(args.kubeconfig, args.context)) as client:
@@ -278,9 +279,9 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         print(f"harvester-quota preflight: {error}", file=sys.stderr)
         return PREFLIGHT_BAD_INPUT
     if args.output == "json":
-        sys.stdout.write(render.render_json(report))
+        sys.stdout.write(render_json(report))
     else:
-        sys.stdout.write(render.render_text(report, colour=sys.stdout.isatty()))
+        sys.stdout.write(render_text(report, colour=sys.stdout.isatty()))
     return 1 if report.blocks else 0
 
 

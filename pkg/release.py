@@ -60,8 +60,8 @@ from .util.resourcequota.base import (
     ANNOTATION_RANCHER_BASE,
     ANNOTATION_RANCHER_GIVEN,
 )
-from .util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
 from .util.resourcequota.mtq import ANNOTATION_LOCK, ANNOTATION_RAISED, FINALIZER, LABEL_LOCKED
+from .util.resourcequota.raises import ANNOTATION_ROOMS_SINCE
 
 log = logging.getLogger(__name__)
 

@@ -82,7 +82,7 @@ class Options:
     first. Measured, it saves label writes but no time a migration feels (bench/SCALE.md)."""
     release_gather: float = 3.0
     """The longest a release is held back while the namespace's next migration target pod is
-    being created (controller/resourcequota/gather.py; 0: never held), so that our write does
+    being created (controller/resourcequota/writes.py; 0: never held), so that our write does
     not land in quota admission's update of status.used for that pod and make it conflict."""
     stale_raise_sweep: float = 30.0
     """Seconds between the safety net's looks for a raise standing with no migration holding
@@ -96,7 +96,7 @@ class Options:
     adopt_harvester_quotas: bool = False
     """Run beside Harvester's own controllers: every managed quota carries Harvester's skip
     annotation with our marker, so Harvester's resourcequota controller leaves it to us, and
-    Harvester's live UID keys stay (util/resourcequota/adoption.py). False gives adopted quotas
+    Harvester's live UID keys stay (resourcequota/plan.py). False gives adopted quotas
     back to Harvester."""
     rancher_direct_fail_closed: bool = True
     """Keep the room-held label for good on namespaces whose Rancher quota is raised directly

@@ -76,21 +76,19 @@ class QuotaMetrics:
             "observed when it leaves Pending or is deleted.",
             buckets=BLOCKED_BUCKETS,
         )
-        self.quota_writes = declare.counter(
+        self.quota_writes = declare.counter_over(
             "quota_writes",
             "Writes of managed ResourceQuotas, by outcome (written, conflict, error).",
-            ["outcome"],
+            "outcome",
+            WRITE_OUTCOMES,
         )
-        for outcome in WRITE_OUTCOMES:
-            self.quota_writes.labels(outcome)
-        self.api_writes = declare.counter(
+        self.api_writes = declare.counter_over(
             "api_writes",
             "Write requests this controller sent to the API server, by kind (spec, status, label, "
             "rancher, vmi, vm), counted as sent, whatever the answer.",
-            ["kind"],
+            "kind",
+            WRITE_KINDS,
         )
-        for kind in WRITE_KINDS:
-            self.api_writes.labels(kind)
         self.reconcile_seconds = declare.histogram(
             "reconcile_duration_seconds",
             "Time of one namespace reconcile, writes included.",
@@ -128,7 +126,7 @@ class QuotaMetrics:
         self.releases_held = declare.counter(
             "releases_held",
             "Releases held back while the namespace's next migration target pod was being "
-            "created (controller/resourcequota/gather.py), one per hold.",
+            "created (controller/resourcequota/writes.py), one per hold.",
         )
         self._room_keys: dict[str, set[str]] = {}
         self._above_keys: dict[str, set[str]] = {}

@@ -1,6 +1,6 @@
 """The informers both quota modes read, and the launcher settings in force from them.
 
-The room mode (controller/resourcequota/inputs.py) and MTQ mode (controller/mtq/blocked.py) read
+The room mode (controller/resourcequota/planner.py) and MTQ mode (controller/mtq/blocked.py) read
 the same kinds; the factory shares one informer per kind, so asking twice costs nothing, and this
 asks in one place. Reads the caches only.
 """
@@ -24,7 +24,7 @@ from ..generic.meta import labels
 from ..generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS, Object
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
-from ..util.resourcequota.writers import keep_writers
+from ..util.resourcequota.conditional import keep_writers
 from ..util.vmispec import strip_vmi_unread_unknown
 
 TARGET_INDEX: Final = "mtq-migration-target"

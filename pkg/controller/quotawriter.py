@@ -2,7 +2,7 @@
 
 The room mode (controller/resourcequota/) and MTQ mode (controller/mtq/) plan differently, on
 disjoint namespaces (a namespace is MTQ mode's once the room mode has given its raise back,
-util/resourcequota/standing.py), and write through the same `QuotaWriter`:
+util/resourcequota/raises.py), and write through the same `QuotaWriter`:
 
 - `patch_as_planned`: the room mode's write of spec.hard and its annotations, one JSON patch
   whose ``test`` operations carry the quota's uid, spec, labels and read annotations as the plan

@@ -16,15 +16,14 @@ key, by a fixed number of workers fed from a rate-limited workqueue:
 
 As in wrangler, the controller is its run loop (workers over the queue) and the registration that
 feeds it; its collaborators hold the rest: the handler list and one run of it
-(``sharedhandler.SharedHandler``), the callers of ``wait_pending_runs`` (``pendingruns``), and the
-client verbs and cache reads bound to its resource, which it inherits as wrangler's controller
+(``sharedhandler.SharedHandler``), the finalizer behind ``on_remove`` (``finalizers``), the
+callers of ``wait_pending_runs`` (``pendingruns``), and the client verbs and cache reads bound to its resource, which it inherits as wrangler's controller
 embeds its client (``resourceclient.ResourceClient``, ``resourcecache.ResourceCache``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Callable, Iterable
 
@@ -32,6 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from .client import ApiClient
 from .clock import REAL_CLOCK, Clock
+from .finalizers import finalizer_guard
 from .frameworkmetrics import HandlerObserver
 from .informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
 from .pendingruns import PendingRuns
@@ -118,28 +118,8 @@ class Controller(ResourceClient, ResourceCache):
 
     def on_remove(self, name: str, handler: Handler) -> None:
         """Runs ``handler(key, obj)`` once when an object is being deleted, via a finalizer."""
-        finalizer = f"{self.finalizer_prefix}/{name}"
-
-        async def guarded(key: str, obj: Object | None) -> Object | None:
-            if obj is None:
-                return None
-            metadata = obj.get("metadata") or {}
-            finalizers: list[str] = list(metadata.get("finalizers") or [])
-            if not metadata.get("deletionTimestamp"):
-                if finalizer in finalizers:
-                    return obj
-                return await self._set_finalizers(obj, [*finalizers, finalizer])
-            if finalizer not in finalizers:
-                return obj
-            await handler(key, obj)
-            return await self._set_finalizers(obj, [f for f in finalizers if f != finalizer])
-
+        guarded = finalizer_guard(f"{self.finalizer_prefix}/{name}", handler, self.update)
         self.on_change(name, guarded)
-
-    async def _set_finalizers(self, obj: Object, finalizers: list[str]) -> Object:
-        updated = copy.deepcopy(obj)
-        updated["metadata"]["finalizers"] = finalizers
-        return await self.update(updated)
 
     def _watch_informer(self) -> None:
         if self._watching:

@@ -52,13 +52,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import errors
 from .client import ApiClient
 from .clock import REAL_CLOCK, Clock
 from .discovery import serves
 from .frameworkmetrics import WatchObserver
 from .intake import Intake, SkipReporter
 from .pendingwrites import PendingWrites
+from .presence import PRESENCE_RECHECK_PERIOD, Presence, PresenceFollower
 from .reflector import (
     DEFAULT_INACTIVITY_TIMEOUT,
     ClientListerWatcher,
@@ -80,11 +80,6 @@ from .store import (
 
 log = logging.getLogger(__name__)
 
-Presence = Callable[[], Awaitable[bool]]
-"""Asks the API server whether an optional kind is served (see discovery.serves)."""
-PRESENCE_RECHECK_PERIOD = 30.0
-"""How often an optional kind's presence is asked again: a CRD installed later is listed within
-this time; one removed later empties the cache within it."""
 
 HandlerResult = Awaitable[None] | None
 SLOW_LISTENER_BACKLOG = 10_000
@@ -259,14 +254,6 @@ class SharedInformer:
     ) -> None:
         """`skips`: told of every object skipped or failed by a handler (None: logged only)."""
         self.name = name
-        self._presence = presence
-        """None: a required kind. Otherwise asked before listing and every `presence_period`
-        seconds: while it says False the informer is synced and empty."""
-        self._presence_period = presence_period
-        self._reflecting: asyncio.Task[None] | None = None
-        self.present: bool | None = None
-        """For an optional kind: whether the server served it at the last look (None: not
-        looked yet, or the look failed before any answer)."""
         self.store = Store(
             indexers=indexers,
             codec=codec,
@@ -295,11 +282,26 @@ class SharedInformer:
             rng=rng,
             observer=observer,
         )
+        self._follower = None if presence is None else self._follow(presence, presence_period)
+        """None: a required kind. Otherwise `presence` is asked before listing and every
+        `presence_period` seconds: while it says False the informer is synced and empty."""
+
+    def _follow(self, presence: Presence, period: float) -> PresenceFollower:
+        absent = functools.partial(self.on_list, [], "")
+        return PresenceFollower(
+            self.name, presence, self.reflector.run, absent, self._clock, period
+        )
 
     @property
     def optional(self) -> bool:
         """True for an optional kind (an empty cache while the server does not serve it)."""
-        return self._presence is not None
+        return self._follower is not None
+
+    @property
+    def present(self) -> bool | None:
+        """For an optional kind: whether the server served it at the last look (None: not
+        looked yet, or the look failed before any answer; always None for a required kind)."""
+        return None if self._follower is None else self._follower.present
 
     # Handlers -----------------------------------------------------------------------------------
 
@@ -382,10 +384,10 @@ class SharedInformer:
         for listener in self._listeners:
             if listener.task is None:
                 listener.task = asyncio.ensure_future(listener.run())
-        if self._presence is None:
+        if self._follower is None:
             self._tasks.append(asyncio.ensure_future(self.reflector.run()))
         else:
-            self._tasks.append(asyncio.ensure_future(self._follow_presence(self._presence)))
+            self._tasks.append(asyncio.ensure_future(self._follower.run()))
         if self._resync_period > 0:
             self._tasks.append(asyncio.ensure_future(self._resync_loop()))
 
@@ -398,43 +400,6 @@ class SharedInformer:
         self._tasks.clear()
         for listener in self._listeners:
             listener.task = None
-
-    async def _follow_presence(self, presence: Presence) -> None:
-        """Runs the reflector only while the optional kind is served; absent, the cache is synced
-        and empty (removing a CRD delivers deletes for what was cached). A failed look keeps the
-        current state and is retried at the next period: never a hot loop, never a guess."""
-        try:
-            while True:
-                try:
-                    present = await presence()
-                except errors.ApiError as error:
-                    log.info(
-                        "%s: cannot tell whether it is served (%s); rechecking", self.name, error
-                    )
-                else:
-                    self._apply_presence(present)
-                await self._clock.sleep(self._presence_period)
-        finally:
-            await self._stop_reflecting()
-
-    def _apply_presence(self, present: bool) -> None:
-        if present and self._reflecting is None:
-            if self.present is False:
-                log.info("%s is served now: listing it", self.name)
-            self._reflecting = asyncio.ensure_future(self.reflector.run())
-        elif not present and self.present is not False:
-            log.info("%s is not available (not served, or not readable): an empty cache", self.name)
-            if self._reflecting is not None:
-                self._reflecting.cancel()
-                self._reflecting = None
-            self.on_list([], "")
-        self.present = present
-
-    async def _stop_reflecting(self) -> None:
-        if self._reflecting is not None:
-            self._reflecting.cancel()
-            await asyncio.gather(self._reflecting, return_exceptions=True)
-            self._reflecting = None
 
     async def _resync_loop(self) -> None:
         while True:

@@ -68,6 +68,73 @@ def lease_metadata(previous: Object, wanted: Mapping[str, str | None]) -> Object
     return out
 
 
+def holder_spec(
+    config: LeaderElectionConfig,
+    now_wall: datetime.datetime,
+    *,
+    acquire_time: datetime.datetime | None,
+    transitions: int,
+    previous: Object | None = None,
+) -> Object:
+    """The Lease spec of `config.identity` holding it, renewed at `now_wall` (acquired at
+    `acquire_time` if given; else `previous`'s acquireTime stays), other fields of `previous` kept."""
+    spec = dict(previous or {})
+    spec.update(
+        {
+            "holderIdentity": config.identity,
+            "leaseDurationSeconds": int(config.lease_duration),
+            "renewTime": format_micro_time(now_wall),
+            "leaseTransitions": transitions,
+        }
+    )
+    if acquire_time is not None:
+        spec["acquireTime"] = format_micro_time(acquire_time)
+    return spec
+
+
+def _record(spec: Object) -> tuple[object, object, object]:
+    """What identifies one write of the Lease record: holder, renew time and transitions."""
+    return (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
+
+
+class LeaseObservation:
+    """What this replica has seen of the Lease, timed on its own monotonic clock: the last lease
+    read or written, when its record last changed (expiry is judged from that, never from the
+    holder's timestamps, so clock skew cannot make two leaders), its holder, and when the API
+    server last answered. `on_new_leader(holder)` is told each time a new non-empty holder is
+    seen. Event loop only."""
+
+    def __init__(self, clock: Clock, on_new_leader: Callable[[str], None]) -> None:
+        self._clock = clock
+        self._on_new_leader = on_new_leader
+        self.lease: Object | None = None
+        self.holder = ""
+        self.changed_at = 0.0
+        self._last_contact: float | None = None
+
+    def contacted_within(self, seconds: float) -> bool:
+        """Whether the Lease was read or written within the last `seconds`."""
+        return (
+            self._last_contact is not None
+            and self._clock.monotonic() - self._last_contact < seconds
+        )
+
+    def observe(self, lease: Object) -> None:
+        """Remembers `lease`, read or written now; its record's change time moves only if the
+        record differs from the one seen before (a first one always does)."""
+        self._last_contact = self._clock.monotonic()
+        spec = lease.get("spec") or {}
+        previous = (self.lease or {}).get("spec")
+        if _record(spec) != (_record(previous) if previous else None):
+            self.changed_at = self._clock.monotonic()
+        holder = spec.get("holderIdentity") or ""
+        if holder != self.holder:
+            self.holder = holder
+            if holder:
+                self._on_new_leader(holder)
+        self.lease = lease
+
+
 class LeaderElector:
     """Campaigns for the Lease, calls ``on_started_leading`` once won, renews until lost."""
 
@@ -86,27 +153,20 @@ class LeaderElector:
         self.config = config
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
-        self._on_new_leader = on_new_leader
         self._clock = clock
         self._rng = rng or random.Random()
-        self._observed: Object | None = None
-        self._observed_holder = ""
-        self._observed_at = 0.0
-        self._last_contact: float | None = None
+        self._seen = LeaseObservation(clock, on_new_leader)
         self.leading = False
 
     @property
     def leader(self) -> str:
         """The holder this replica last saw ("" before any look)."""
-        return self._observed_holder
+        return self._seen.holder
 
     def healthy(self) -> bool:
         """True while this replica has read or written the Lease within the lease duration: a
         standby that can reach the API server is ready to take over; one that cannot is not."""
-        return (
-            self._last_contact is not None
-            and self._clock.monotonic() - self._last_contact < self.config.lease_duration
-        )
+        return self._seen.contacted_within(self.config.lease_duration)
 
     async def run(self) -> None:
         """Acquires, leads (running on_started_leading beside the renew loop), and on losing
@@ -195,12 +255,12 @@ class LeaderElector:
         except errors.ApiError as error:
             log.warning("getting lease %s failed: %s", self.config.name, error)
             return False
-        self._observe(lease)
+        self._seen.observe(lease)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         held_by_other = holder and holder != self.config.identity
         duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration)
-        if held_by_other and self._observed_at + duration > self._clock.monotonic():
+        if held_by_other and self._seen.changed_at + duration > self._clock.monotonic():
             return False
         return await self._update(lease, now_wall, took_over=holder != self.config.identity)
 
@@ -212,7 +272,7 @@ class LeaderElector:
                 {"name": self.config.name, "namespace": self.config.namespace},
                 self.config.annotations,
             ),
-            "spec": self._spec(now_wall, acquire_time=now_wall, transitions=0),
+            "spec": holder_spec(self.config, now_wall, acquire_time=now_wall, transitions=0),
         }
         return await self._write("creating", self._client.create(LEASES, lease))
 
@@ -223,8 +283,8 @@ class LeaderElector:
         lease = {
             **lease,
             "metadata": lease_metadata(lease.get("metadata") or {}, self.config.annotations),
-            "spec": self._spec(
-                now_wall, acquire_time=acquire, transitions=transitions, previous=spec
+            "spec": holder_spec(
+                self.config, now_wall, acquire_time=acquire, transitions=transitions, previous=spec
             ),
         }
         return await self._write("updating", self._client.update(LEASES, lease))
@@ -237,57 +297,8 @@ class LeaderElector:
         except errors.ApiError as error:
             log.info("%s lease %s failed: %s", verb, self.config.name, error)
             return False
-        self._observe(written)
+        self._seen.observe(written)
         return True
-
-    def _spec(
-        self,
-        now_wall: datetime.datetime,
-        *,
-        acquire_time: datetime.datetime | None,
-        transitions: int,
-        previous: Object | None = None,
-    ) -> Object:
-        spec = dict(previous or {})
-        spec.update(
-            {
-                "holderIdentity": self.config.identity,
-                "leaseDurationSeconds": int(self.config.lease_duration),
-                "renewTime": format_micro_time(now_wall),
-                "leaseTransitions": transitions,
-            }
-        )
-        if acquire_time is not None:
-            spec["acquireTime"] = format_micro_time(acquire_time)
-        return spec
-
-    def _observe(self, lease: Object) -> None:
-        """Remembers when the record last changed, by our own clock (skew-proof expiry)."""
-        self._last_contact = self._clock.monotonic()
-        spec = lease.get("spec") or {}
-        fingerprint = (
-            spec.get("holderIdentity"),
-            spec.get("renewTime"),
-            spec.get("leaseTransitions"),
-        )
-        previous = self._observed.get("spec") if self._observed else None
-        previous_fingerprint = (
-            (
-                previous.get("holderIdentity"),
-                previous.get("renewTime"),
-                previous.get("leaseTransitions"),
-            )
-            if previous
-            else None
-        )
-        if fingerprint != previous_fingerprint:
-            self._observed_at = self._clock.monotonic()
-        holder = spec.get("holderIdentity") or ""
-        if holder != self._observed_holder:
-            self._observed_holder = holder
-            if holder:
-                self._on_new_leader(holder)
-        self._observed = lease
 
     async def _release(self) -> None:
         """Gives the lease up so that a successor does not wait out the lease duration.
@@ -295,7 +306,7 @@ class LeaderElector:
         A renew cancelled at its deadline may still have been written: the lease then moved past
         the one observed and the release meets a Conflict. It reads the lease once more and, if
         it is still ours, releases that (once: a successor's lease is never touched)."""
-        lease = self._observed
+        lease = self._seen.lease
         for attempt in range(2):
             spec = (lease or {}).get("spec") or {}
             if lease is None or spec.get("holderIdentity") != self.config.identity:

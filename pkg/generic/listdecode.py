@@ -111,32 +111,16 @@ class ListSplitter:
     # Finding the items ------------------------------------------------------------------------
 
     def _find_items(self) -> bool:
-        at = self._buffer.find(ITEMS_OPEN)
-        if at < 0:
-            if len(self._buffer) > MAX_PENDING_BYTES:
-                self._whole = True
+        self._head, self._whole = _items_head(self._buffer)
+        if self._head is None:
             return False
-        head = bytes(self._buffer[:at])
-        if not _is_top_level(head):
-            # An "items" array nested in something before the List's own: only a whole decode
-            # can tell which one is the List's (or that there is none).
-            self._whole = True
-            return False
-        self._head = head
-        del self._buffer[: at + len(ITEMS_OPEN)]
+        del self._buffer[: len(self._head) + len(ITEMS_OPEN)]
         return True
 
     def _learn_boundary(self) -> bool:
         """Reads the first item's first key; an empty list or an odd layout is left to finish."""
-        if len(self._buffer) < 2 + 64 + 2:
-            return False
-        match = _FIRST_KEY.match(self._buffer)
-        if match is None:
-            if self._buffer[:1] != b"]":
-                self._whole = True
-            return False
-        self._boundary = b'},{"' + match.group(1) + b'":'
-        return True
+        self._boundary, self._whole = _item_boundary(self._buffer)
+        return self._boundary is not None
 
     def _take_items(self) -> None:
         assert self._boundary is not None
@@ -152,11 +136,10 @@ class ListSplitter:
                 if len(buffer) > MAX_PENDING_BYTES:
                     self._whole = True
                 return
-            try:
-                item = orjson.loads(memoryview(buffer)[: end + 1])
-            except orjson.JSONDecodeError as error:
-                if deepjson.too_deep(error):
-                    self._deep = deepjson.DepthScan(deepjson.MAX_DEPTH, stop_at_end=True)
+            item, too_deep = _item_ending_at(buffer, end)
+            if item is None:
+                if too_deep:
+                    self._deep = _depth_pass()
                 else:
                     self._missed(end)
                 continue
@@ -207,23 +190,14 @@ class ListSplitter:
         """The last item ends at the first ``}]`` whose prefix parses; failing that, decode whole."""
         buffer = self._buffer
         if self._deep is None:
-            search_from = 0
-            for _ in range(MAX_TRIES_PER_ITEM):
-                end = buffer.find(b"}]", search_from)
-                if end < 0:
-                    break
-                try:
-                    item = orjson.loads(memoryview(buffer)[: end + 1])
-                except orjson.JSONDecodeError as error:
-                    if deepjson.too_deep(error):
-                        self._deep = deepjson.DepthScan(deepjson.MAX_DEPTH, stop_at_end=True)
-                        break
-                    search_from = end + 1
-                    continue
+            end, item, too_deep = _last_item(buffer)
+            if item is not None:
                 del buffer[: end + 2]
                 self._items_closed = True
                 self._keep(item)
                 return
+            if too_deep:
+                self._deep = _depth_pass()
         if self._deep is not None:
             end = self._deep.scan(buffer)
             if (
@@ -259,18 +233,7 @@ class ListSplitter:
 
     def _decode_rest_whole(self) -> None:
         """What is left, decoded in one go: the header, the items not yet taken, the tail."""
-        if self._head is None:
-            document = bytes(self._buffer)
-        else:
-            document = self._head + ITEMS_OPEN + bytes(self._buffer)
-        decoded, cut = _loads(document)
-        if "items" not in decoded:
-            raise ListDecodeError(f"not a List: no items array in {document[:200]!r}")
-        # Go encodes an empty (nil) slice as null; client-go reads that as no items.
-        rest = decoded.pop("items")
-        rest = [] if rest is None else rest
-        if not isinstance(rest, list):
-            raise ListDecodeError(f"not a List: items is not an array in {document[:200]!r}")
+        self.list_object, rest, cut = decode_whole(self._head, bytes(self._buffer))
         if cut:
             log.warning(
                 "a list: %d values nested deeper than %d levels cut", cut, deepjson.MAX_DEPTH
@@ -278,13 +241,85 @@ class ListSplitter:
             self.cut += cut
         for item in rest:
             self._keep(item)
-        self.list_object = decoded
 
     def _decode_list_object(self, tail: bytes) -> None:
         assert self._head is not None
         decoded, _ = _loads(self._head + ITEMS_EMPTY + tail)
         decoded.pop("items", None)
         self.list_object = decoded
+
+
+def _items_head(buffer: bytearray) -> tuple[bytes | None, bool]:
+    """(what precedes the List's ``"items":[``, False) once the buffer holds it; (None, True)
+    where only a whole decode can tell (MAX_PENDING_BYTES without it, or an "items" array nested
+    in something before the List's own); (None, False): wait for more."""
+    at = buffer.find(ITEMS_OPEN)
+    if at < 0:
+        return None, len(buffer) > MAX_PENDING_BYTES
+    head = bytes(buffer[:at])
+    if not _is_top_level(head):
+        return None, True
+    return head, False
+
+
+def _item_boundary(buffer: bytearray) -> tuple[bytes | None, bool]:
+    """(what separates the items, False) from the first item's first key at the buffer's start;
+    (None, True) for a layout only a whole decode reads; (None, False) for an empty list, or to
+    wait for more."""
+    if len(buffer) < 2 + 64 + 2:
+        return None, False
+    match = _FIRST_KEY.match(buffer)
+    if match is None:
+        return None, buffer[:1] != b"]"
+    return b'},{"' + match.group(1) + b'":', False
+
+
+def _last_item(buffer: bytearray) -> tuple[int, Any, bool]:
+    """The last item, ending at the first ``}]`` whose prefix parses, of at most
+    MAX_TRIES_PER_ITEM: (its end, the item, False); (-1, None, True) once orjson refused a
+    candidate for its depth; (-1, None, False) if none parsed."""
+    search_from = 0
+    for _ in range(MAX_TRIES_PER_ITEM):
+        end = buffer.find(b"}]", search_from)
+        if end < 0:
+            break
+        item, too_deep = _item_ending_at(buffer, end)
+        if too_deep:
+            return -1, None, True
+        if item is not None:
+            return end, item, False
+        search_from = end + 1
+    return -1, None, False
+
+
+def _item_ending_at(buffer: bytearray, end: int) -> tuple[Any, bool]:
+    """(the item, False) if the buffer up to `end` (a candidate closing brace) parses; else
+    (None, whether orjson refused it for its depth: then only a depth pass can find its end)."""
+    try:
+        return orjson.loads(memoryview(buffer)[: end + 1]), False
+    except orjson.JSONDecodeError as error:
+        return None, deepjson.too_deep(error)
+
+
+def _depth_pass() -> deepjson.DepthScan:
+    """The bracket-aware pass over an item orjson refused for its depth (module docstring)."""
+    return deepjson.DepthScan(deepjson.MAX_DEPTH, stop_at_end=True)
+
+
+def decode_whole(head: bytes | None, rest: bytes) -> tuple[dict[str, Any], list[Any], int]:
+    """A List decoded in one go from what came before its items array (`head`, None if it was
+    never found) and the rest of the response: (the List without items, its items, how many
+    values were cut for their depth)."""
+    document = rest if head is None else head + ITEMS_OPEN + rest
+    decoded, cut = _loads(document)
+    if "items" not in decoded:
+        raise ListDecodeError(f"not a List: no items array in {document[:200]!r}")
+    # Go encodes an empty (nil) slice as null; client-go reads that as no items.
+    items = decoded.pop("items")
+    items = [] if items is None else items
+    if not isinstance(items, list):
+        raise ListDecodeError(f"not a List: items is not an array in {document[:200]!r}")
+    return decoded, items, cut
 
 
 def _loads(document: bytes) -> tuple[dict[str, Any], int]:

@@ -7,7 +7,7 @@ registry, so that a module declares a metric by its own name, help and labels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -26,6 +26,16 @@ class MetricFactory:
 
     def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
         return Counter(f"{PREFIX}_{name}", documentation, labels, registry=self.registry)
+
+    def counter_over(
+        self, name: str, documentation: str, label: str, values: Iterable[str]
+    ) -> Counter:
+        """A counter of one `label` whose every value is known: each series is exported from
+        the start, at 0, so that a rate over it never starts from nothing."""
+        counter = self.counter(name, documentation, [label])
+        for value in values:
+            counter.labels(value)
+        return counter
 
     def gauge(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
         return Gauge(f"{PREFIX}_{name}", documentation, labels, registry=self.registry)

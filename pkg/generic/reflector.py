@@ -17,7 +17,7 @@ production:
   10 s ends, and while the server is not there or still starting (connections refused, 503 before
   its paths are installed, 429 while its storage initializes: cheap answers) we look again within
   2-4 s (or its Retry-After), so a restarted API server is watched again within seconds however
-  many times it restarted before.
+  many times it restarted before. These waits are relistwaits.py's.
 - a watch that goes quiet past the inactivity timeout is abandoned and re-established: a half-open
   TCP connection would otherwise hang the informer forever (kopf and the official client both hit
   this). A watch that ends in under a second with no event counts as a failure, not a success.
@@ -29,26 +29,21 @@ import asyncio
 import functools
 import logging
 import random
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import deepjson, errors
-from .backoff import Backoff
 from .client import ApiClient, ListResult, WatchEvent, status_error
 from .clock import REAL_CLOCK, Clock, wait_at_most
 from .cputime import cpu_metered
 from .frameworkmetrics import WatchObserver
+from .relistwaits import RelistWaits, server_restarting
 from .resource import Object, Resource
 
 log = logging.getLogger(__name__)
 
 MIN_WATCH_TIMEOUT = 300
-LASTING_WATCH = 10.0
-"""A watch open this long before it ended was a working server (see _forget_failures...)."""
-REFUSED_BACKOFF_CAP = 2.0
-"""Longest base delay (before jitter) while connections are refused: a server restarting."""
 DEFAULT_INACTIVITY_TIMEOUT = 90.0
 VERY_SHORT_WATCH = 1.0
 PAGE_SIZE = 500
@@ -125,14 +120,6 @@ class ReflectorSink(Protocol):
     def on_event(self, event_type: str, obj: Object) -> None: ...
 
 
-@dataclass(frozen=True)
-class Wait:
-    """One wait before a relist or re-watch; `asked`: the server's Retry-After set its length."""
-
-    seconds: float
-    asked: bool = False
-
-
 class InactivityTimeout(Exception):
     """No event, not even a bookmark, arrived within the inactivity timeout."""
 
@@ -168,7 +155,7 @@ class Reflector:
         self._sink = sink
         self._clock = clock
         self._rng = rng or random.Random()
-        self._backoff = Backoff(clock, rng=self._rng)
+        self._waits = RelistWaits(clock, self._rng)
         self.inactivity_timeout = inactivity_timeout
         self.min_watch_timeout = min_watch_timeout
         self.last_sync_resource_version = ""
@@ -179,9 +166,8 @@ class Reflector:
         self._events_this_watch = 0
         self.lists = 0
         self.watches = 0
-        self.waits: deque[Wait] = deque(maxlen=64)
-        """The most recent waits before a relist or re-watch (for tests and the scale run: how
-        long the cache could lag after a failure)."""
+        self.waits = self._waits.recent
+        """The most recent waits before a relist or re-watch (relistwaits.py)."""
 
     # Resource-version policy --------------------------------------------------------------------
 
@@ -193,13 +179,6 @@ class Reflector:
             return "0"
         return self.last_sync_resource_version
 
-    def _page_size(self, resource_version: str) -> int:
-        if self._paginated_result or resource_version in ("", "0"):
-            return PAGE_SIZE
-        # A list at a specific version is served from the watch cache only when unpaginated;
-        # paginating it would send every relist of every client to etcd.
-        return 0
-
     # Main loop --------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -210,33 +189,15 @@ class Reflector:
             except asyncio.CancelledError:
                 raise
             except (errors.ConnectionRefused, errors.TooManyRequests, errors.ServerError) as error:
-                if not _server_restarting(error):
-                    log.warning("%s: list/watch failed, will relist: %s", self.name, error)
-                    await self._wait(self._backoff.next())
-                    continue
                 log.warning("%s: list/watch failed, will relist: %s", self.name, error)
-                await self._wait_restart(error)
-                continue
+                if server_restarting(error):
+                    await self._waits.after_restart(error)
+                    continue
             except errors.ApiError as error:
                 log.warning("%s: list/watch failed, will relist: %s", self.name, error)
             except Exception:
                 log.exception("%s: unexpected failure, will relist", self.name)
-            await self._wait(self._backoff.next())
-
-    async def _wait_restart(self, error: errors.ApiError) -> None:
-        """The capped delay, or the server's own Retry-After when it asked for longer."""
-        ours = self._restart_delay(error)
-        told = error.retry_after or 0.0
-        await self._wait(max(ours, told), asked=told > ours)
-
-    async def _wait(self, seconds: float, *, asked: bool = False) -> None:
-        self.waits.append(Wait(seconds, asked))
-        await self._clock.sleep(seconds)
-
-    def _restart_delay(self, error: errors.ApiError) -> float:
-        """The backoff, capped while the server is (re)starting (see the module docstring)."""
-        delay = self._backoff.next()
-        return min(delay, REFUSED_BACKOFF_CAP * (1.0 + self._rng.random()))
+            await self._waits.after_failure()
 
     async def list_and_watch(self) -> None:
         """One list followed by watches until one of them needs a relist."""
@@ -249,7 +210,7 @@ class Reflector:
         try:
             result = await self._lw.list(
                 resource_version=resource_version,
-                page_size=self._page_size(resource_version),
+                page_size=page_size(resource_version, paginated=self._paginated_result),
                 each=self._sink.prepare_listed,
             )
         except errors.ApiError as error:
@@ -277,14 +238,14 @@ class Reflector:
             try:
                 await self._watch_once(timeout)
             except (errors.TooManyRequests, errors.ConnectionRefused, StreamBroken) as error:
-                self._forget_failures_before_a_lasting_watch()
-                if isinstance(error, errors.ApiError) and _server_restarting(error):
+                self._waits.forget_failures(self._watch_started)
+                if isinstance(error, errors.ApiError) and server_restarting(error):
                     log.info("%s: watch ended (%s), re-watching", self.name, error)
-                    await self._wait_restart(error)
+                    await self._waits.after_restart(error)
                     continue
-                delay = self._backoff.next()
+                delay = self._waits.next_delay()
                 log.info("%s: watch ended (%s), re-watching in %.1fs", self.name, error, delay)
-                await self._wait(delay)
+                await self._waits.wait(delay)
             except InactivityTimeout:
                 # Info, not warning: a quiet resource (Harvester's settings) gets here every
                 # period with nothing wrong; a dead connection is what it guards against.
@@ -298,17 +259,11 @@ class Reflector:
                 # The version is too old for a watch; a list at it may still succeed (it returns
                 # data at least as fresh), so relist from it rather than jumping to "".
                 log.info("%s: watch expired (%s), relisting", self.name, error)
-                self._backoff.reset()  # the server answered: it is there and working
+                self._waits.reset()  # the server answered: it is there and working
                 return
             except errors.DecodeError as error:
                 log.error("%s: undecodable watch stream, relisting: %s", self.name, error)
                 return
-
-    def _forget_failures_before_a_lasting_watch(self) -> None:
-        """A watch that ran for a while before it ended was a working server: the failures
-        before it say nothing about the one now (an API server that restarted)."""
-        if self._clock.monotonic() - self._watch_started >= LASTING_WATCH:
-            self._backoff.reset()
 
     async def _watch_once(self, timeout_seconds: int) -> None:
         self.watches += 1
@@ -322,7 +277,9 @@ class Reflector:
             consuming = _measured(
                 functools.partial(self._consume, stream), self._observer, self.name
             )
-            await self._with_inactivity_deadline(consuming)
+            await _until_inactive(
+                consuming, lambda: self._last_event_at, self.inactivity_timeout, self._clock
+            )
         except errors.ConnectionFailed as error:
             if isinstance(error, errors.ConnectionRefused) or not self._watch_was_healthy(started):
                 raise
@@ -370,21 +327,36 @@ class Reflector:
         if version:
             self.last_sync_resource_version = str(version)
 
-    async def _with_inactivity_deadline(self, consuming: Awaitable[None]) -> None:
-        """Runs the consumer; cancels it if no event arrives within the inactivity timeout."""
-        consumer = asyncio.ensure_future(consuming)
-        try:
-            while not consumer.done():
-                remaining = self._last_event_at + self.inactivity_timeout - self._clock.monotonic()
-                if remaining <= 0:
-                    consumer.cancel()
-                    raise InactivityTimeout(self.name)
-                await wait_at_most(self._clock, consumer, remaining)
-            consumer.result()
-        finally:
-            if not consumer.done():
+
+def page_size(resource_version: str, *, paginated: bool) -> int:
+    """The page size of a list at `resource_version` (0: unpaginated), `paginated` once the
+    server paginated a list at "0" (then it cannot serve from its watch cache anyway)."""
+    if paginated or resource_version in ("", "0"):
+        return PAGE_SIZE
+    # A list at a specific version is served from the watch cache only when unpaginated;
+    # paginating it would send every relist of every client to etcd.
+    return 0
+
+
+async def _until_inactive(
+    consuming: Awaitable[None], last_event_at: Callable[[], float], timeout: float, clock: Clock
+) -> None:
+    """Runs the consumer; cancels it and raises InactivityTimeout once `timeout` seconds pass on
+    `clock` after `last_event_at()` (the consumer moves it at each event) with the consumer
+    still running."""
+    consumer = asyncio.ensure_future(consuming)
+    try:
+        while not consumer.done():
+            remaining = last_event_at() + timeout - clock.monotonic()
+            if remaining <= 0:
                 consumer.cancel()
-            await asyncio.gather(consumer, return_exceptions=True)
+                raise InactivityTimeout()
+            await wait_at_most(clock, consumer, remaining)
+        consumer.result()
+    finally:
+        if not consumer.done():
+            consumer.cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
 
 
 async def _measured(
@@ -403,11 +375,3 @@ async def _measured(
 
 def _version_unavailable(error: errors.ApiError) -> bool:
     return isinstance(error, errors.Gone) or errors.is_resource_version_too_large(error)
-
-
-def _server_restarting(error: errors.ApiError) -> bool:
-    """What an API server says while it is not (yet) there: connections refused, 503 before its
-    paths are installed, 429 while its storage initializes."""
-    return isinstance(error, errors.ConnectionRefused | errors.TooManyRequests) or (
-        isinstance(error, errors.ServerError) and error.status == 503
-    )

@@ -15,24 +15,37 @@ The room each strategy adds to spec.hard for one migration:
   controller's ``plan.desired_hard`` with the whole target pod as the room (compensation as
   arithmetic: each base key the pod uses at max(base, used) + its share, the others at their base),
   unless the quota carries the skip annotation. On Rancher's path the raise must also fit the
-  Rancher project (verdicts.py); a raise it has no room for is never written. Any other quota
+  Rancher project (rancher/project.py); a raise it has no room for is never written. Any other quota
   gets nothing.
-- ``harvester`` (Harvester v1.9): preflight/harvesterroom.py: limits.cpu and limits.memory of the
-  compute container, on the default quota only, limits.memory compensated after a refusal.
+- ``harvester`` (Harvester v1.9): the room Harvester's own controllers give one migration
+  (`harvester_room`). Harvester scales one quota, the first labelled as Rancher's default, and
+  only when the namespace carries Rancher's annotation with a non-zero limitsCpu or limitsMemory,
+  the quota limits one of those two keys, the skip annotation is not "true" and the VMI sets cpu
+  or memory limits. Its share of a VM is the VMI's limits.cpu and its limits.memory plus
+  KubeVirt's memory overhead of the compute container, on the keys the quota already has:
+  nothing on requests.*, pods or ephemeral storage, nothing for the sidecars (the
+  guest-console-log's 15m CPU and 60M memory). After a refusal it compensates limits.memory
+  (used + share - hard + 128Mi), never limits.cpu. The test bench's port
+  (harvester_quota.testbench.strategy.harvester) is the faithful copy of the Go code; this is
+  the small model of its outcome, checked against that port by tests/unit/test_harvester_room.py.
 - ``none`` (plain KubeVirt, no quota controller): nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ..apis.mtq import Vmmrq
 from ..generic.meta import annotations_of, name
-from ..util.annotations import parse_migration_annotations
+from ..util.annotations import (
+    ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
+    parse_migration_annotations,
+)
 from ..util.kubevirtversion import KubeVirtVersion
 from ..util.launcher.parts import RenderedPart
+from ..util.overhead import HARVESTER_RATIO_DEFAULT, go_parse_float, memory_overhead
 from ..util.podusage import (
     KUBERNETES_1_36,
     QuotaFeatures,
@@ -41,23 +54,34 @@ from ..util.podusage import (
 )
 from ..util.quantity import Quantity
 from ..util.quotascope import PodScopeFacts, QuotaScope
-from ..util.rancher.project import ProjectQuota
-from ..util.rancher.verdicts import describe_shortfall, raise_verdict
-from ..util.resourcequota.base import RANCHER, BaseError, Mode, rancher_base_text, resolve_base
-from ..util.resourcequota.calculator import shortfalls
-from ..util.resourcequota.managed import managed_quota
+from ..util.rancher.project import ProjectQuota, describe_shortfall, raise_verdict
+from ..util.resourcequota.base import (
+    RANCHER,
+    BaseError,
+    Mode,
+    managed_quota,
+    rancher_base,
+    rancher_base_text,
+    resolve_base,
+    shortfalls,
+)
 from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
 from ..util.resourcequota.plan import desired_hard
+from ..util.resourcequota.raises import raise_records
 from ..util.resourcequota.rancherpath import raised_annotation
-from ..util.resourcequota.standing import raise_records
-from ..util.resources import ResourceList, add
-from .harvesterroom import LIMITS_MEMORY, harvester_room
+from ..util.resources import ResourceList, add, parse_resource_list_leniently
 from .report import Blocker, QuotaShortfall
 
 Strategy = Literal["ours", "harvester", "none"]
 STRATEGIES: Final = ("ours", "harvester", "none")
 _COMPENSATION_MARGIN: Final = Quantity.from_int(128 << 20, "BinarySI")
 """Harvester's margin on a memory compensation (128Mi)."""
+LIMITS_CPU: Final = "limits.cpu"
+LIMITS_MEMORY: Final = "limits.memory"
+HARVESTER_ARCH: Final = "amd64"
+"""Harvester passes its own binary's architecture to KubeVirt's overhead formula."""
+_RATIO_RANGE: Final = (1.0, 10.0)
+"""Harvester's allowed range for its overhead-ratio setting; outside it (or 0) it uses 1.5."""
 
 
 @dataclass(frozen=True)
@@ -229,7 +253,7 @@ def _shortfalls(
     quota: Mapping[str, Any], usage: ResourceList, raised: ResourceList | None
 ) -> list[QuotaShortfall]:
     """The keys of the quota's spec.hard (as the strategy raises them) the target does not fit
-    under: calculator.shortfalls, the webhook's rule, which as quota admission checks only the
+    under: base.shortfalls, the webhook's rule, which as quota admission checks only the
     keys the pod uses more than zero of."""
     view = quota_view(quota)
     hard = {key: (raised or {}).get(key, value) for key, value in view.hard.items()}
@@ -376,3 +400,96 @@ def _harvester_rooms(
         used = view.used.get(LIMITS_MEMORY, Quantity())
         raised[LIMITS_MEMORY] = max(raised[LIMITS_MEMORY], used + share + _COMPENSATION_MARGIN)
     return _Rooms(raised={room.quota: raised}, fix=fix)
+
+
+@dataclass(frozen=True)
+class HarvesterRoom:
+    """What Harvester raises for one migration: on which quota, by how much per key, whether it
+    compensates limits.memory after a refusal, and if it raises nothing, why."""
+
+    quota: str | None
+    share: ResourceList = field(default_factory=dict)
+    compensates_memory: bool = False
+    why_none: str = ""
+
+
+def harvester_ratio(setting: Mapping[str, Any] | None) -> str:
+    """The overhead ratio Harvester scales with: its setting's value, else default, else 1.5; a
+    value that does not parse, is 0 or lies outside 1..10 also gives 1.5."""
+    if setting is None:
+        return HARVESTER_RATIO_DEFAULT
+    value = str(setting.get("value") or "") or str(setting.get("default") or "")
+    if not value:
+        return HARVESTER_RATIO_DEFAULT
+    try:
+        ratio = go_parse_float(value)
+    except ValueError:
+        return HARVESTER_RATIO_DEFAULT
+    low, high = _RATIO_RANGE
+    return value if low <= ratio <= high else HARVESTER_RATIO_DEFAULT
+
+
+def _vmi_limits(vmi: Mapping[str, Any]) -> ResourceList:
+    spec = vmi.get("spec") or {}
+    domain = spec.get("domain") if isinstance(spec, Mapping) else None
+    resources = domain.get("resources") if isinstance(domain, Mapping) else None
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    return parse_resource_list_leniently(limits)
+
+
+def _positive(values: Mapping[str, Quantity], key: str) -> bool:
+    value = values.get(key)
+    return value is not None and value.sign() > 0
+
+
+def _why_no_room(
+    namespace: Mapping[str, Any], quota: Mapping[str, Any], limits: ResourceList
+) -> str | None:
+    """Harvester's early returns before it scales, in words; None when it scales."""
+    hard = parse_resource_list_leniently((quota.get("spec") or {}).get("hard"))
+    if annotations_of(quota).get(ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING) == "true":
+        return "the quota carries the skip annotation"
+    try:
+        base = rancher_base(namespace) or {}
+    except ValueError as error:
+        return f"Rancher's annotation is invalid: {error}"
+    if not (_positive(base, LIMITS_CPU) or _positive(base, LIMITS_MEMORY)):
+        return "no limitsCpu or limitsMemory in Rancher's namespace annotation"
+    if not (_positive(hard, LIMITS_CPU) or _positive(hard, LIMITS_MEMORY)):
+        return "the quota limits neither limits.cpu nor limits.memory"
+    if not (_positive(limits, "cpu") or _positive(limits, "memory")):
+        return "the VMI sets no cpu or memory limits"
+    return None
+
+
+def harvester_room(
+    namespace: Mapping[str, Any],
+    quotas: Iterable[Mapping[str, Any]],
+    vmi: Mapping[str, Any],
+    *,
+    ratio: str,
+    kubevirt_version: str | KubeVirtVersion,
+) -> HarvesterRoom:
+    """Harvester's raise for a migration of `vmi` in `namespace` with these quotas."""
+    quota = managed_quota(quotas)
+    if quota is None:
+        return HarvesterRoom(None, why_none="no quota labelled as Rancher's default")
+    quota_name = str((quota.get("metadata") or {}).get("name"))
+    limits = _vmi_limits(vmi)
+    why = _why_no_room(namespace, quota, limits)
+    if why is not None:
+        return HarvesterRoom(quota_name, why_none=why)
+    hard = parse_resource_list_leniently((quota.get("spec") or {}).get("hard"))
+    share: ResourceList = {}
+    if _positive(limits, "cpu") and LIMITS_CPU in hard:
+        share[LIMITS_CPU] = limits["cpu"]
+    if _positive(limits, "memory") and LIMITS_MEMORY in hard:
+        overhead = memory_overhead(vmi, ratio, kubevirt_version, cluster_arch=HARVESTER_ARCH)
+        share[LIMITS_MEMORY] = limits["memory"] + Quantity.from_int(overhead)
+    base = rancher_base(namespace) or {}
+    compensates = (
+        _positive(limits, "memory")
+        and _positive(hard, LIMITS_MEMORY)
+        and _positive(base, LIMITS_MEMORY)
+    )
+    return HarvesterRoom(quota_name, share, compensates_memory=compensates)

@@ -6,11 +6,33 @@ node, in order) it takes the running VMIs on the drained nodes in namespace/name
 for each what KubeVirt's evacuation does with it (eviction strategy, LiveMigratable), whether its
 target pod, rendered as KubeVirt would, passes quota admission with the chosen strategy's room
 (admission.py), and where it lands, first fit on the nodes left (nodes.py). The migrations are
-then cut into waves by KubeVirt's limits (waves.py); those whose target fits alone may still wait
+then cut into waves by KubeVirt's limits; those whose target fits alone may still wait
 beside their namespace's other targets (delays.py) or, on Rancher's path, for their project's
 room behind sibling namespaces' migrations earlier in KubeVirt's order (projectorder.py). In an
 upgrade a VM that moved is counted on its new node from the next step on, and its old node gets
 back what its source pod requested.
+
+`upgrade` on a Harvester cluster also names what Harvester's own upgrade does with each VM
+on the node it upgrades, beside its quota verdict (`note_upgrade_outcomes`).
+
+Read in Harvester's `package/upgrade/upgrade_node.sh` (v1.7.0 to v1.8.2) and its upgrade
+helper. A node's pre-drain:
+
+1. shuts down the VMs Harvester's detector finds not live-migratable
+   (`upgrade-helper vm-live-migrate-detector --shutdown`): every VM when one node that is not a
+   witness is left, else a VMI with a nodeSelector, with host devices, or whose required node
+   affinity no other schedulable node (other than the one its status names) meets;
+2. taints the node `kubevirt.io/drain`, so that KubeVirt evacuates what it will;
+3. waits, with no timeout, until no VMI is left on the node, looking every 5 s: an evacuation
+   migration (`kubevirt-evacuation-*`) that Failed with a FailedMigration warning has its VM
+   stopped (`virtctl stop`); a Pending or Scheduling one is only logged.
+
+So a VM whose target pod quota admission refuses stalls the upgrade for good (its migration stays
+Pending: KubeVirt's pending-pod timeouts start only once a target pod exists), and one whose
+target pod is created but fits no node is shut down once KubeVirt fails the migration: it deletes
+a target pod unschedulable for UNSCHEDULABLE_TIMEOUT seconds (its default; a migration may carry
+its own in an annotation). A VM KubeVirt does not evacuate (eviction strategy None or External,
+or LiveMigrate while not live-migratable) stays on the node, and the pre-drain waits for it.
 """
 
 from __future__ import annotations
@@ -24,6 +46,7 @@ from typing import Any, Final
 from ..apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LAUNCHER
 from ..apis.mtq import Vmmrq, VmmrqError, decode_vmmrq
 from ..config.kubevirt import settings_from
+from ..controller.resourcequota.planner import ListedSource, NamespacePlanner
 from ..generic.meta import labels, metadata, name, namespace, spec, status
 from ..generic.resource import Object
 from ..util.launcher import LauncherSettings, launcher_pod_resources
@@ -34,19 +57,42 @@ from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, pod_quota_usage, pod
 from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancher.project import ProjectQuota, project_reference
-from ..util.resourcequota.base import Mode
-from ..util.resourcequota.managed import managed_quota
-from ..util.resourcequota.projectqueue import Step as ProjectStep
+from ..util.resourcequota.base import Mode, managed_quota, rancher_base_text
+from ..util.resourcequota.plan import QuotaPlan
+from ..util.resourcequota.rancherpath import Step as ProjectStep
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
-from .admission import NamespaceContext, Strategy, TargetPod, quota_blockers
-from .delays import LAUNCHER_GRACE_PADDING, QueuedTarget, grace_seconds, plan_delays, wave_starts
-from .harvesterroom import harvester_ratio
-from .harvesterupgrade import note_upgrade_outcomes
-from .nodes import NodeRoom, first_fit, free_on_nodes, refusal_text, target_side_requests
-from .projectorder import TIMESTAMP, Evacuation, Members, describe, project_order
-from .report import Action, Blocker, Delay, PreflightReport, Step, VmVerdict
-from .waves import Mover, bandwidth_per_migration, estimate_seconds, plan_waves
+from .admission import NamespaceContext, Strategy, TargetPod, harvester_ratio, quota_blockers
+from .delays import (
+    LAUNCHER_GRACE_PADDING,
+    QueuedTarget,
+    bandwidth_per_migration,
+    estimate_seconds,
+    grace_seconds,
+    plan_delays,
+    plan_waves,
+    wave_starts,
+)
+from .nodes import (
+    NodeRoom,
+    first_fit,
+    free_on_nodes,
+    refusal_text,
+    required_affinity_matches,
+    target_side_requests,
+)
+from .projectorder import TIMESTAMP, describe, project_order
+from .report import (
+    UPGRADE_MIGRATES,
+    UPGRADE_SHUTS_DOWN,
+    UPGRADE_STALLS,
+    Action,
+    Blocker,
+    Delay,
+    PreflightReport,
+    Step,
+    VmVerdict,
+)
 
 LIVE_MIGRATE: Final = "LiveMigrate"
 LIVE_MIGRATE_IF_POSSIBLE: Final = "LiveMigrateIfPossible"
@@ -61,6 +107,11 @@ ORDER_REASON: Final = (
     "rolling upgrade (Harvester's upgrade and RKE2's system-upgrade plans take the servers' plan "
     "before the agents', one node at a time)"
 )
+WITNESS_LABEL: Final = "node-role.harvesterhci.io/witness"
+"""A Harvester witness node (etcd only, runs no VM): Harvester's detector leaves it out."""
+UNSCHEDULABLE_TIMEOUT: Final = 300
+"""Seconds KubeVirt's migration controller lets a target pod stay unschedulable before it
+deletes it and the migration fails (defaultUnschedulablePendingTimeoutSeconds)."""
 
 
 @dataclass
@@ -80,7 +131,7 @@ class ClusterState:
     kubevirt_version: str | None = None
     harvester: bool = False
     """Whether this is a Harvester cluster (its Settings are served): an `upgrade` then says
-    what Harvester's own upgrade does with each VM (harvesterupgrade.py)."""
+    what Harvester's own upgrade does with each VM (`note_upgrade_outcomes`)."""
     migrations: Sequence[Object] = ()
     """VirtualMachineInstanceMigrations: those under way in a Rancher project's namespaces
     compete with a step's evacuations for the project's room (projectorder.py)."""
@@ -283,16 +334,11 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
         step = _step(cluster, drained)
         if plan.operation == "upgrade" and state.harvester:
             note_upgrade_outcomes(step.vms, vmis, state.nodes, cluster.warnings)
-        movers = [
-            Mover(vm.key, vm.node, vm.memory_bytes)
-            for vm in step.vms
-            if vm.action == "migrate" and not vm.blocked
-        ]
+        movers = [vm for vm in step.vms if vm.action == "migrate" and not vm.blocked]
         waves = plan_waves(movers, limits)
-        by_key = {vm.key: vm for vm in step.vms}
         for number, wave in enumerate(waves, start=1):
             for mover in wave:
-                by_key[mover.key].wave = number
+                mover.wave = number
         step.waves = [[m.key for m in wave] for wave in waves]
         copies = [[m.memory_bytes / bandwidth for m in wave] for wave in waves]
         plan_delays(plan.strategy, cluster.queued, bandwidth, wave_starts(copies))
@@ -538,27 +584,14 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
     """The step's evacuations on Rancher's path judged in their projects' order across
     namespaces (projectorder.py): a Delay naming the migrations one waits behind, a note naming
     those it goes ahead of."""
-    queued = {item.verdict.key: item for item in cluster.queued}
-    evacuations = [
-        Evacuation(
-            i.verdict.namespace, i.verdict.name, i.verdict.wave, i.verdict.migration_priority
-        )
-        for i in cluster.queued
-    ]
-    members = Members(
-        namespaces=cluster.namespaces,
-        quotas=cluster.quotas,
-        vmmrqs=cluster.vmmrqs,
-        migrations=cluster.migrations,
-        vmis=cluster.vmis,
-        pods=cluster.pods,
-        settings=lambda ns: _settings(cluster, _context(cluster, ns)),
-        mode=cluster.plan.mode,
-        now=_state_now(cluster.state),
-    )
+    evacuations = [item.verdict for item in cluster.queued]
+    by_key = {verdict.key: verdict for verdict in evacuations}
     contexts = {e.namespace: _context(cluster, e.namespace) for e in evacuations}
+    now = _state_now(cluster.state)
     try:
-        order = project_order(evacuations, contexts, members)
+        order = project_order(
+            evacuations, contexts, cluster.namespaces, partial(_plan_with, cluster, now), now
+        )
     except Exception as error:  # a poisoned object never fails the preflight
         cluster.warnings.append(
             "cannot order the Rancher projects' room across their namespaces "
@@ -566,7 +599,7 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
         )
         return
     for (ns, vm), wait in order.items():
-        verdict = queued[f"{ns}/{vm}"].verdict
+        verdict = by_key[f"{ns}/{vm}"]
         if wait.behind:
             _wait_behind(cluster, verdict, wait.behind, bandwidth)
         for step in wait.ahead_of:
@@ -574,6 +607,43 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
                 f"its evacuation takes its Rancher project's room ahead of {describe(step)}, "
                 "later in KubeVirt's order (priority, then creation), which waits for it"
             )
+
+
+def _plan_with(
+    cluster: _Cluster, now: datetime.datetime, ns: Object, evacuations: list[Object]
+) -> QuotaPlan | None:
+    """The controller's plan of `ns` (`NamespacePlanner`) from the state read, the step's
+    `evacuations` beside its migrations under way, a namespace with a live VMMRQ deferred to
+    MTQ mode as the controller defers (projectorder.PlanWith). None, its launcher settings not
+    rendered, where no raise of ours could go through Rancher's annotation (no managed quota,
+    no Rancher annotation)."""
+    ns_name = name(ns)
+    quotas = cluster.quotas.get(ns_name, [])
+    if managed_quota(quotas) is None or rancher_base_text(ns) is None:
+        return None
+    source = ListedSource(
+        quota_list=quotas,
+        migrations=[*cluster.migrations.get(ns_name, []), *evacuations],
+        vmis={name(v): v for v in cluster.vmis.get(ns_name, [])},
+        pods=list(cluster.pods.get(ns_name, [])),
+        now=now,
+        launcher=_settings(cluster, _context(cluster, ns_name)),
+        mode=cluster.plan.mode,
+    )
+    mtq = _mtq_mode(cluster.vmmrqs.get(ns_name, []))
+    planned = NamespacePlanner(source, defer_to=lambda _key: mtq).plan(ns)
+    return None if planned is None else planned.plan
+
+
+def _mtq_mode(vmmrqs: Sequence[Object]) -> bool:
+    """Whether a live VMMRQ puts the namespace in MTQ mode (the controller defers to it)."""
+    for raw in vmmrqs:
+        try:
+            if not decode_vmmrq(raw).deleting:
+                return True
+        except VmmrqError:
+            continue
+    return False
 
 
 def _wait_behind(
@@ -618,3 +688,87 @@ def _copy_and_exit(cluster: _Cluster, step: ProjectStep, bandwidth: int) -> floa
         return 0.0
     copy = guest_memory_bytes(vmi) / bandwidth if bandwidth > 0 else 0.0
     return copy + grace_seconds(vmi) + LAUNCHER_GRACE_PADDING
+
+
+def detector_shuts_down(vmi: Object, nodes: Sequence[Object], here: str) -> str | None:
+    """Why Harvester's upgrade detector finds `vmi`, running on node `here`, not
+    live-migratable (so the pre-drain shuts it down before the evacuation), or None. Harvester
+    reads the node from the VMI's status, which is where the VM runs by then: the preflight's
+    location of it, in an upgrade's later steps too."""
+    others = [n for n in nodes if WITNESS_LABEL not in labels(n)]
+    if len(others) == 1:
+        return "one node that is not a witness: Harvester shuts every VM down"
+    vmi_spec = spec(vmi)
+    if vmi_spec.get("nodeSelector") is not None:
+        return "it has a nodeSelector"
+    devices = (vmi_spec.get("domain") or {}).get("devices") or {}
+    if devices.get("hostDevices") is not None:
+        return "it has host (PCIe or USB) devices"
+    if not _another_node_meets_affinity(vmi, others, here):
+        return "no other schedulable node meets its required node affinity"
+    return None
+
+
+def _another_node_meets_affinity(vmi: Object, nodes: Sequence[Object], here: str) -> bool:
+    candidates = [n for n in nodes if name(n) != here]
+    return any(
+        not spec(n).get("unschedulable") and required_affinity_matches(spec(vmi).get("affinity"), n)
+        for n in candidates
+    )
+
+
+def upgrade_outcome(verdict: VmVerdict, shut_down_because: str | None) -> tuple[str, str]:
+    """(outcome, sentence): what Harvester's upgrade of `verdict.node` does with the VM, given
+    the preflight's verdict and the detector's reason to shut it down (None: it does not)."""
+    node = verdict.node
+    if shut_down_because is not None:
+        return (
+            UPGRADE_SHUTS_DOWN,
+            f"will be shut down by node {node}'s pre-drain: {shut_down_because}",
+        )
+    causes = {b.cause for b in verdict.blockers}
+    if verdict.action == "migrate" and "quota" in causes:
+        return UPGRADE_STALLS, (
+            f"stalls node {node}'s pre-drain: quota admission refuses its target pod, so its "
+            "evacuation stays Pending, and Harvester's upgrade waits for it without a timeout"
+        )
+    if verdict.action == "migrate" and "node-fit" in causes:
+        return UPGRADE_SHUTS_DOWN, (
+            f"will be shut down during node {node}'s pre-drain: its target pod fits no node, "
+            f"KubeVirt fails the evacuation after {UNSCHEDULABLE_TIMEOUT} s unschedulable, and "
+            "Harvester stops a VM whose evacuation failed (virtctl stop)"
+        )
+    if verdict.action == "migrate":
+        return UPGRADE_MIGRATES, f"live-migrates off node {node}"
+    return UPGRADE_STALLS, (
+        f"stalls node {node}'s pre-drain: KubeVirt does not evacuate it ({_why_left(verdict)}) "
+        "and Harvester's detector does not shut it down; stop it before the upgrade"
+    )
+
+
+def _why_left(verdict: VmVerdict) -> str:
+    if verdict.action == "blocks-drain":
+        return f"not live-migratable: {verdict.migratable_reason}"
+    return f"eviction strategy {verdict.eviction_strategy}"
+
+
+def note_upgrade_outcomes(
+    verdicts: Sequence[VmVerdict],
+    vmis: Mapping[str, Any],
+    nodes: Sequence[Object],
+    warnings: list[str],
+) -> None:
+    """Sets each verdict's Harvester upgrade outcome; `vmis` by key (namespace/name). A VMI whose
+    fields cannot be read as Harvester's detector reads them (a tenant's odd spec) gets no
+    outcome and a line in `warnings`: one VMI never fails the preflight."""
+    for verdict in verdicts:
+        vmi = vmis.get(verdict.key)
+        try:
+            reason = detector_shuts_down(vmi, nodes, verdict.node) if vmi is not None else None
+        except (AttributeError, TypeError, ValueError) as error:
+            warnings.append(
+                f"{verdict.key}: cannot predict what Harvester's upgrade does with it "
+                f"({type(error).__name__}: {error}); check it by hand"
+            )
+            continue
+        verdict.harvester_upgrade, verdict.harvester_upgrade_says = upgrade_outcome(verdict, reason)

@@ -1,12 +1,19 @@
-"""Which target pods wait for quota although each fits alone (pure).
+"""A drain step over time (pure): the waves KubeVirt's parallel limits cut its migrations into,
+how long they take, and which target pods wait for quota although each fits alone.
 
-admission.py judges a target pod alone against the quotas as they are now. In a drain, the
+Waves: virt-controller runs at most parallelMigrationsPerCluster migrations at once, at most
+parallelOutboundMigrationsPerNode of them from one source node, each throttled to
+bandwidthPerMigration. The waves here fill each slot in the step's order, a wave ending when
+its slowest migration does: a coarse model (real migrations start as slots free, dirty pages are
+sent again, the bandwidth may be shared), so the duration is an estimate, labelled as such.
+
+Delays: admission.py judges a target pod alone against the quotas as they are now. In a drain, the
 migrations of one namespace charge the same quotas together: a migration's target counts from
 its admission, and its source launcher keeps counting after the migration succeeded until it has
 exited (the VMI's terminationGracePeriodSeconds: how long KubeVirt's launcher takes to go, and
 what the v1.2.1 incident showed, about 31 s). So targets stack. The targets of a namespace are
-taken in the step's order (namespace then name) at the start of their wave (waves.py, each wave
-as long as its longest copy); each is charged next to the earlier targets still counted then:
+taken in the step's order (namespace then name) at the start of their wave (`plan_waves`, each
+wave as long as its longest copy); each is charged next to the earlier targets still counted then:
 those of its own wave, and those of earlier waves whose source launcher has not exited yet
 (their wave's start + their copy + their grace is later than this wave's start plus
 HANDOVER_SECONDS). The rooms in
@@ -35,11 +42,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..util import resources
-from ..util.resourcequota.calculator import shortfalls
+from ..util.migrationlimits import MigrationLimits
+from ..util.quantity import Quantity
+from ..util.resourcequota.base import shortfalls
 from ..util.resources import ResourceList
 from .admission import NamespaceContext, QuotaRoom, Strategy, TargetPod, quota_rooms, readable
 from .report import Delay, VmVerdict
 
+DEFAULT_BANDWIDTH: Final = 64 << 20
+"""Bytes per second: KubeVirt's default bandwidthPerMigration (64Mi)."""
 LAUNCHER_GRACE_PADDING: Final = 30
 """Seconds KubeVirt's launcher pod adds to the VMI's grace period (virt-controller's template:
 the VMI's terminationGracePeriodSeconds plus two paddings of 15 s): the longest a source launcher
@@ -72,6 +83,46 @@ class _Admitted:
     rooms: dict[str, ResourceList]
     used: dict[str, ResourceList]
     """What it charges each quota, by name (each quota's scope charges its own pods)."""
+
+
+def bandwidth_per_migration(kubevirt: Mapping[str, Any] | None) -> int:
+    """spec.configuration.migrations.bandwidthPerMigration in bytes per second; KubeVirt's
+    default for none, zero or an unreadable value."""
+    migrations = (((kubevirt or {}).get("spec") or {}).get("configuration") or {}).get("migrations")
+    raw = migrations.get("bandwidthPerMigration") if isinstance(migrations, Mapping) else None
+    if raw is None:
+        return DEFAULT_BANDWIDTH
+    try:
+        value = Quantity.parse(str(raw)).value()
+    except ValueError:
+        return DEFAULT_BANDWIDTH
+    return value if value > 0 else DEFAULT_BANDWIDTH
+
+
+def plan_waves(movers: Sequence[VmVerdict], limits: MigrationLimits) -> list[list[VmVerdict]]:
+    """Waves in list order: each takes the first migrations (from their `node`) that fit the
+    cluster and per-node slots."""
+    waves: list[list[VmVerdict]] = []
+    left = list(movers)
+    while left:
+        wave: list[VmVerdict] = []
+        per_node: dict[str, int] = {}
+        rest: list[VmVerdict] = []
+        for mover in left:
+            full = len(wave) >= limits.per_cluster
+            if full or per_node.get(mover.node, 0) >= limits.outbound_per_node:
+                rest.append(mover)
+                continue
+            wave.append(mover)
+            per_node[mover.node] = per_node.get(mover.node, 0) + 1
+        left = rest
+        waves.append(wave)
+    return waves
+
+
+def estimate_seconds(waves: Sequence[Sequence[VmVerdict]], bandwidth: int) -> float:
+    """The sum over waves of the slowest memory copy at `bandwidth` bytes per second."""
+    return sum(max(m.memory_bytes for m in wave) / bandwidth for wave in waves if wave)
 
 
 def vmi_grace_seconds(target: TargetPod) -> int:

@@ -4,22 +4,25 @@ On Rancher's protected path our raise is a namespace's ``field.cattle.io/resourc
 the project gives only while its namespaces together stay within its limit. The controller hands
 that room out across the project in KubeVirt's order: a raise that fits the project as it stands
 still waits where rooms sibling namespaces wait for, earlier in KubeVirt's order and able to fit,
-would then no longer fit (util/resourcequota/projectqueue.py `waits_behind`; the controller's
+would then no longer fit (util/resourcequota/rancherpath.py `waits_behind`; the controller's
 WaitingForEarlierMigrationsInProject Warning). admission.py judges each evacuation alone against
 the project as it stands; this module makes the controller's judgment of the order, with the
 product's own code, when the step's evacuations arrive:
 
-- Each namespace of a project the step evacuates from is planned as the controller plans it
-  (`NamespacePlanner`) from its migrations under way and, where the step evacuates from it, the
-  step's evacuations that fit alone (admission.py) as KubeVirt creates them (`evacuation_migration`):
+- Each namespace of a project the step evacuates from is planned by the caller's `plan_with`
+  (compute.py: the controller's `NamespacePlanner` over the state read, MTQ mode deferred to as
+  the controller defers) from its migrations under way and, where the step evacuates from it,
+  the step's evacuations that fit alone (admission.py) as KubeVirt creates them
+  (`evacuation_migration`):
   spec.priority as the VM's `migration_priority` (system-critical with KubeVirt's priority queue
   on), created after every migration under way, wave by wave (KubeVirt creates a migration when
   its parallel limits leave a slot); within a wave in the step's order (namespace, then VM).
   KubeVirt names evacuations at random, so the order of two created in the same second is
   preflight's guess, not KubeVirt's promise.
 - A namespace whose plan does not go through Rancher's annotation (another base, MTQ mode, a
-  namespace being deleted, no managed quota) takes no part, as the controller skips it.
-- For each evacuation, its namespace's raise up to its room (`projectqueue.ladder`: rooms given
+  namespace being deleted, no managed quota) takes no part (`rancherpath.asks_project`: the
+  rule the controller's ProjectSiblingsView applies to its siblings).
+- For each evacuation, its namespace's raise up to its room (`rancherpath.ladder`: rooms given
   first, then KubeVirt's order) is judged as the controller judges a write's step: where it fits
   the project as it stands but waits behind siblings' rooms, the VM is delayed (`ProjectWait`),
   naming each migration it waits behind with its priority; where it takes the room ahead of a
@@ -39,19 +42,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..apis.mtq import VmmrqError, decode_vmmrq
-from ..controller.resourcequota.planner import ListedSource, NamespacePlanner
 from ..generic.meta import annotations_of, metadata, name
 from ..generic.resource import Object
-from ..util.launcher import LauncherSettings
 from ..util.migrationpriority import PRIORITIES, priority_name
 from ..util.rancher.project import PROJECT_ID_ANNOTATION, ProjectQuota
-from ..util.resourcequota.base import RANCHER, Mode, rancher_base_text
-from ..util.resourcequota.managed import managed_quota
 from ..util.resourcequota.plan import QuotaPlan
-from ..util.resourcequota.projectqueue import (
+from ..util.resourcequota.rancherpath import (
     MemberTotals,
     Step,
+    asks_project,
     given,
     kept_raise,
     lacks_alone,
@@ -61,6 +60,7 @@ from ..util.resourcequota.projectqueue import (
     waits_behind,
 )
 from .admission import NamespaceContext
+from .report import VmVerdict
 
 EVACUATION_UID: Final = "preflight-evacuation:"
 """The uid prefix of an evacuation the step simulates (never a real migration's: the API
@@ -68,31 +68,9 @@ server's uids are UUIDs)."""
 TIMESTAMP: Final = "%Y-%m-%dT%H:%M:%SZ"
 
 
-@dataclass(frozen=True)
-class Evacuation:
-    """One evacuation of the step whose target pod fits alone: its VM and namespace, the wave
-    it starts in (1 first; None: no wave) and the spec.priority KubeVirt gives it."""
-
-    namespace: str
-    vm: str
-    wave: int | None
-    priority: str
-
-
-@dataclass(frozen=True)
-class Members:
-    """What planning a project's namespaces reads, indexed by namespace (compute.py's state)."""
-
-    namespaces: Mapping[str, Object]
-    quotas: Mapping[str, Sequence[Object]]
-    vmmrqs: Mapping[str, Sequence[Object]]
-    migrations: Mapping[str, Sequence[Object]]
-    vmis: Mapping[str, Sequence[Object]]
-    pods: Mapping[str, Sequence[Object]]
-    settings: Callable[[str], LauncherSettings]
-    """The launcher settings KubeVirt renders a namespace's pods with."""
-    mode: Mode
-    now: datetime.datetime
+PlanWith = Callable[[Object, list[Object]], QuotaPlan | None]
+"""The controller's plan of a namespace from the caller's reads, with these simulated
+evacuations beside its migrations under way (None: no managed quota, or MTQ mode's)."""
 
 
 @dataclass
@@ -100,28 +78,28 @@ class ProjectWait:
     """What the order means for one evacuation: the sibling namespaces' migrations its room
     goes to first (`behind`: the first waiting one of each sibling that claims room ahead of
     it), or, where none, the siblings' waiting migrations it takes the room ahead of
-    (`ahead_of`); each a step of its namespace's ladder (projectqueue.Step)."""
+    (`ahead_of`); each a step of its namespace's ladder (rancherpath.Step)."""
 
     behind: list[Step] = field(default_factory=list)
     ahead_of: list[Step] = field(default_factory=list)
 
 
-def evacuation_migration(evacuation: Evacuation, sequence: int, now: datetime.datetime) -> Object:
-    """The VirtualMachineInstanceMigration KubeVirt's evacuation would create (module
-    docstring): created `wave` seconds after `now`, named so that the step's order decides
-    between two of one second."""
+def evacuation_migration(evacuation: VmVerdict, sequence: int, now: datetime.datetime) -> Object:
+    """The VirtualMachineInstanceMigration KubeVirt's evacuation of `evacuation`'s VM would
+    create (module docstring): created `wave` seconds after `now`, named so that the step's
+    order decides between two of one second; spec.priority its `migration_priority`."""
     wave = evacuation.wave or 1
     created = (now + datetime.timedelta(seconds=wave)).strftime(TIMESTAMP)
-    spec: dict[str, Any] = {"vmiName": evacuation.vm}
-    if evacuation.priority in PRIORITIES:
-        spec["priority"] = evacuation.priority
+    spec: dict[str, Any] = {"vmiName": evacuation.name}
+    if evacuation.migration_priority in PRIORITIES:
+        spec["priority"] = evacuation.migration_priority
     return {
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstanceMigration",
         "metadata": {
-            "name": f"evacuation-{sequence:05d}-{evacuation.vm}",
+            "name": f"evacuation-{sequence:05d}-{evacuation.name}",
             "namespace": evacuation.namespace,
-            "uid": f"{EVACUATION_UID}{evacuation.namespace}/{evacuation.vm}",
+            "uid": f"{EVACUATION_UID}{evacuation.namespace}/{evacuation.name}",
             "creationTimestamp": created,
         },
         "spec": spec,
@@ -146,15 +124,19 @@ def describe(step: Step) -> str:
 
 
 def project_order(
-    evacuations: Sequence[Evacuation],
+    evacuations: Sequence[VmVerdict],
     contexts: Mapping[str, NamespaceContext],
-    members: Members,
+    namespaces: Mapping[str, Object],
+    plan_with: PlanWith,
+    now: datetime.datetime,
 ) -> dict[tuple[str, str], ProjectWait]:
     """Per evacuation (namespace, VM) that waits behind, or goes ahead of, a sibling
-    namespace's migration for its Rancher project's room: who (module docstring). `contexts`:
-    each evacuated namespace's (its project read). Evacuations in namespaces of no readable
-    project with a limit, or off Rancher's path, are judged by admission.py alone."""
-    moves = {(e.namespace, e.vm): e for e in evacuations}
+    namespace's migration for its Rancher project's room: who (module docstring).
+    `evacuations`: the step's that fit alone, in the step's order (their wave set); `contexts`:
+    each evacuated namespace's (its project read); `namespaces`: every namespace read, by name;
+    `now`: when the state was read. Evacuations in namespaces of no readable project with a
+    limit, or off Rancher's path, are judged by admission.py alone."""
+    moves = {(e.namespace, e.name): e for e in evacuations}
     sequence = {key: index for index, key in enumerate(moves)}
     projects: dict[str, ProjectQuota] = {}
     for evacuation in evacuations:
@@ -163,82 +145,54 @@ def project_order(
             projects.setdefault(project.id, project)
     out: dict[tuple[str, str], ProjectWait] = {}
     for project in projects.values():
-        out.update(_one_project(project, moves, sequence, members))
+        members = [
+            ns
+            for ns in namespaces.values()
+            if annotations_of(ns).get(PROJECT_ID_ANNOTATION) == project.id
+        ]
+        simulated_in = {
+            name(ns): [
+                evacuation_migration(e, sequence[key], now)
+                for key, e in moves.items()
+                if key[0] == name(ns)
+            ]
+            for ns in members
+        }
+        plans = _plans(members, simulated_in, plan_with)
+        out.update(_one_project(project, members, plans, {key[0] for key in moves}))
     return out
+
+
+def _plans(
+    members: Sequence[Object], simulated_in: Mapping[str, list[Object]], plan_with: PlanWith
+) -> dict[str, tuple[Object, QuotaPlan]]:
+    """The members whose rooms take part in the project's order (rancherpath.asks_project),
+    each with its plan, the step's evacuations in it simulated."""
+    plans: dict[str, tuple[Object, QuotaPlan]] = {}
+    for ns in members:
+        if metadata(ns).get("deletionTimestamp"):
+            continue  # not planned: asks_project says no to it whatever its plan
+        plan = plan_with(ns, simulated_in[name(ns)])
+        if plan is not None and asks_project(ns, plan):
+            plans[name(ns)] = (ns, plan)
+    return plans
 
 
 def _one_project(
     project: ProjectQuota,
-    moves: Mapping[tuple[str, str], Evacuation],
-    sequence: Mapping[tuple[str, str], int],
-    members: Members,
+    members: Sequence[Object],
+    plans: Mapping[str, tuple[Object, QuotaPlan]],
+    evacuated: set[str],
 ) -> dict[tuple[str, str], ProjectWait]:
-    namespaces = [
-        ns
-        for ns in members.namespaces.values()
-        if annotations_of(ns).get(PROJECT_ID_ANNOTATION) == project.id
-    ]
-    plans: dict[str, QuotaPlan] = {}
-    for ns in namespaces:
-        ns_name = name(ns)
-        simulated_here = [
-            evacuation_migration(e, sequence[key], members.now)
-            for key, e in moves.items()
-            if key[0] == ns_name
-        ]
-        plan = _rancher_plan(ns, simulated_here, members)
-        if plan is not None:
-            plans[ns_name] = plan
-    laddered = {
-        ns_name: project_steps(members.namespaces[ns_name], p) for ns_name, p in plans.items()
-    }
-    evacuated = {key[0] for key in moves}
+    laddered = {ns_name: project_steps(ns, plan) for ns_name, (ns, plan) in plans.items()}
     out: dict[tuple[str, str], ProjectWait] = {}
-    for ns_name, plan in plans.items():
+    for ns_name, (ns, plan) in plans.items():
         if ns_name not in evacuated:
             continue
         siblings = [s for other, steps in laddered.items() if other != ns_name for s in steps]
-        judged = _judge(project, namespaces, members.namespaces[ns_name], plan, siblings)
+        judged = _judge(project, members, ns, plan, siblings)
         out.update({(ns_name, vm): wait for vm, wait in judged.items()})
     return out
-
-
-def _rancher_plan(ns: Object, evacuations: list[Object], members: Members) -> QuotaPlan | None:
-    """The controller's plan of `ns` with the step's `evacuations` beside its migrations, or
-    None where its raise does not go through Rancher's annotation (module docstring)."""
-    ns_name = name(ns)
-    quota = managed_quota(members.quotas.get(ns_name, []))
-    if quota is None or metadata(ns).get("deletionTimestamp") or _mtq_mode(members, ns_name):
-        return None
-    if rancher_base_text(ns) is None:
-        return None
-    source = ListedSource(
-        quota_list=members.quotas.get(ns_name, []),
-        migrations=[*members.migrations.get(ns_name, []), *evacuations],
-        vmis={name(v): v for v in members.vmis.get(ns_name, [])},
-        pods=list(members.pods.get(ns_name, [])),
-        now=members.now,
-        launcher=members.settings(ns_name),
-        mode=members.mode,
-    )
-    planned = NamespacePlanner(source).plan(ns)
-    if planned is None:
-        return None
-    plan = planned.plan
-    if plan.base is None or plan.base.source != RANCHER or not plan.holds_room:
-        return None
-    return plan
-
-
-def _mtq_mode(members: Members, ns_name: str) -> bool:
-    """Whether a live VMMRQ puts the namespace in MTQ mode (the controller defers to it)."""
-    for raw in members.vmmrqs.get(ns_name, []):
-        try:
-            if not decode_vmmrq(raw).deleting:
-                return True
-        except VmmrqError:
-            continue
-    return False
 
 
 def _judge(
@@ -250,11 +204,11 @@ def _judge(
 ) -> dict[str, ProjectWait]:
     """Per simulated evacuation of `ns` (by VM), the rooms it waits behind and goes ahead of,
     its namespace's raise up to its room judged as the controller judges a write's step
-    (rancherwrites.py `_write_what_fits`), by the same two functions: against the project as it
-    stands first (projectqueue.lacks_alone); fitting, the siblings' claims ahead of it
-    (projectqueue.waits_behind). `siblings` holds the siblings'
+    (controller/resourcequota/rancher.py `_WhatFits.write`), by the same two functions: against the project as it
+    stands first (rancherpath.lacks_alone); fitting, the siblings' claims ahead of it
+    (rancherpath.waits_behind). `siblings` holds the siblings'
     given steps too (`project_steps`): with the namespace's own given steps they are what
-    `EventualFit` reads, as in the controller (rancherprojects.py `_behind_siblings`)."""
+    `EventualFit` reads, as in the controller (controller/resourcequota/rancher.py `ProjectRoom._behind_siblings`)."""
     steps = ladder(ns, plan)
     flags = given(ns, steps)
     keeps, own_given = kept_raise(ns, steps, flags)

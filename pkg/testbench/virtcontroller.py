@@ -272,11 +272,8 @@ class VirtControllerDriver(KubeVirtDriver):
         return await self.start_vm(name, ns)
 
     async def _vmi_uid(self, namespace: str, name: str) -> str | None:
-        try:
-            vmi = await self.client.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
-        except errors.NotFound:
-            return None
-        return str(meta(vmi).get("uid"))
+        vmi = await self._read_vmi(namespace, name)
+        return None if vmi is None else str(meta(vmi).get("uid"))
 
     async def _wait_started(self, namespace: str, name: str, *, old_uid: str | None) -> VMStart:
         deadline = self.clock.monotonic() + START_TIMEOUT
@@ -288,9 +285,8 @@ class VirtControllerDriver(KubeVirtDriver):
         raise TimeoutError(f"VM {namespace}/{name} neither ran nor was refused in {START_TIMEOUT}s")
 
     async def _started(self, namespace: str, name: str, old_uid: str | None) -> VMStart | None:
-        try:
-            vmi = await self.client.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
-        except errors.NotFound:
+        vmi = await self._read_vmi(namespace, name)
+        if vmi is None:
             return None
         uid = str(meta(vmi).get("uid"))
         if uid == old_uid:

@@ -1,7 +1,7 @@
 """Harvester's annotation and label keys, and a tolerant reader of every key it ever wrote.
 
 We take over from Harvester's quota controllers (or run beside them, adopting the quotas we
-manage: resourcequota/adoption.py), so we read all historic keys on a
+manage: resourcequota/plan.py `adoption_changes`), so we read all historic keys on a
 ResourceQuota (name keys from v1.2, UID keys from v1.4.2, compensation and the resync flag from
 v1.9, the skip switch from v1.4.2) and write per-VM keys whose value stays a plain ResourceList JSON,
 so that Harvester's own readers (the VM-start check, the namespace webhook) still sum them.
@@ -86,8 +86,8 @@ ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: Final = (
 
 ANNOTATION_ADOPTED: Final = "harvester-quota.io/adopted-from-harvester"
 """Set ("true") by our controller beside Harvester's skip annotation when it set that annotation
-itself, to stop Harvester's resourcequota controller on a quota it manages (adoption.py): a skip
-annotation with this marker is ours and no opt-out; one without it is an administrator's.
+itself, to stop Harvester's resourcequota controller on a quota it manages
+(resourcequota/plan.py): a skip annotation with this marker is ours and no opt-out; one without it is an administrator's.
 Only administrators and controllers may write a ResourceQuota (Kubernetes' edit and admin roles
 only read them), so a tenant can set neither."""
 
@@ -234,7 +234,7 @@ def migrating_vm_annotation_key(vm_name: str) -> str:
 
 
 def adopted_migrating_vm_annotation_key(vm_name: str) -> str:
-    """The per-VM key we write on a quota adopted from Harvester (resourcequota/adoption.py):
+    """The per-VM key we write on a quota adopted from Harvester (resourcequota/plan.py):
     never Harvester's own name key of any VM, which Harvester's migration controller deletes when
     it records its UID key and when the migration ends (and skips its own key for a VM whose
     name key is there). For a name of at most 53 characters: the digest form with '_' before the
@@ -299,7 +299,7 @@ class MigrationAnnotations:
     """None when absent or empty (Harvester treats "" as absent). Harvester's
     `HasMigratingCompensation`, `getResourceListOfMigratingCompensation` and
     `GetCompensationFromResourceQuota` read it; here it is read only to be removed (a plan's
-    floor is the compensation, floor.py)."""
+    floor is the compensation, resourcequota/raises.py)."""
     resync_needed: bool = False
     """The resync flag is exactly "true" (Harvester's `IsMigratingScalingResyncNeeded`). Its
     writers, `SetAnnotationMigratingScalingResyncNeeded` and

@@ -29,10 +29,9 @@ from ..generic.store import NamespaceObjects
 from ..util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from ..util.launcher import LauncherSettings, VmiSource
 from ..util.podusage import KUBERNETES_1_36, QuotaFeatures, strip_pod_to_quota_fields
-from ..util.resourcequota.base import Mode
-from ..util.resourcequota.managed import managed_quota
+from ..util.resourcequota.base import Mode, managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
-from ..util.resourcequota.standing import raise_stands
+from ..util.resourcequota.raises import raise_stands
 from ..util.resources import ResourceList
 from ..util.vmispec import strip_vmi_unread_unknown
 from .renders import LauncherRenders
@@ -145,7 +144,7 @@ class WebhookCaches:
             and self.vmmrqs.store.by_index("namespace", namespace)
             and not raise_stands(quota, self.namespace(namespace), rancher_base_of(self, namespace))
         ):
-            return None  # MTQ mode's: no raise of the room mode is left to guard (standing.py)
+            return None  # MTQ mode's: no raise of the room mode is left to guard (raises.py)
         return quota
 
     def namespace(self, name: str) -> Object | None:

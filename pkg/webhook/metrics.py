@@ -31,13 +31,12 @@ class WebhookMetrics:
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         declare = MetricFactory(registry)
-        self.target_pods = declare.counter(
+        self.target_pods = declare.counter_over(
             "webhook_target_pods",
             "Migration target pods admitted, by how their room was found (pod/targets.py).",
-            ["outcome"],
+            "outcome",
+            OUTCOMES,
         )
-        for outcome in OUTCOMES:
-            self.target_pods.labels(outcome)
         self.target_wait = declare.histogram(
             "webhook_target_wait_seconds",
             "Time a migration target pod's admission waited for its room.",

@@ -27,8 +27,9 @@ Its collaborators, one concern each: caches.py (what the validators read), tls.p
 and the client check), certkeeper.py and selfsigned.py (the webhook's own CA, `serve`'s
 self_signed), connections.py (bounds on connections, bodies and admissions at once),
 metrics.py (the metrics and their endpoint), pods.py (which rule a pod meets, a target pod's
-wait), limiter.py (admissions decided at once, fairly per namespace); `answer_request` turns a
-validator's verdict into the AdmissionReview answer.
+wait), limiter.py (admissions decided at once, fairly per namespace), housekeeping.py
+(certificate reloads, expired reservations collected); `read_body` reads a request's body
+within the bounds, `answer_request` turns a validator's verdict into the AdmissionReview answer.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from ..generic import errors
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from .admission import BadReview, Denied, Request, parse_review, review_response
@@ -57,6 +57,7 @@ from .connections import (
     AdmissionSlots,
     ConnectionGuard,
 )
+from .housekeeping import Housekeeping
 from .limiter import SHARE, SIZE, AdmissionLimiter
 from .metrics import WebhookMetrics, start_metrics_endpoint
 from .options import WebhookOptions
@@ -65,13 +66,13 @@ from .resources.common import Identities, Lookups
 from .resources.mtq.validator import validate_locked
 from .resources.namespace.validator import validate_namespace_update
 from .resources.pod.ledger import AdmissionLedger
-from .resources.pod.reservations import COLLECT_AFTER, LeaseReservations
+from .resources.pod.reservations import LeaseReservations
 from .resources.pod.targets import QuotaChanges, live_quotas
 from .resources.pod.validator import is_migration_target
 from .resources.resourcequota.validator import validate_quota_update
 from .resources.virtualmachine.validator import validate_vm
 from .serving import DEFAULT_BOUNDS, LOCAL, UNSHARED, Bounds, Listening, RoomSharing
-from .tls import CERT_RELOAD_INTERVAL, ReloadingTLS
+from .tls import ReloadingTLS
 
 log = logging.getLogger(__name__)
 
@@ -136,14 +137,13 @@ class WebhookServer:
         self.tls = tls
         self.host, self.port = listening.host, listening.port
         self._ready = ready
-        self._clock = clock
         self.reservations = sharing.reservations
         self.pods = self._pod_admissions(sharing, clock)
         """The pods endpoint's rules and target pods' waits (pods.py)."""
         self.quota_changes = self.pods.quota_changes
-        self._collector: asyncio.Task[None] | None = None
+        self.housekeeping = Housekeeping(clock, tls, sharing.reservations)
+        """Certificate reloads and the collection of expired reservations (housekeeping.py)."""
         self._runner: web.AppRunner | None = None
-        self._reloader: asyncio.Task[None] | None = None
         self.validators: dict[str, tuple[str, Validator]] = {
             "namespaces": ("Namespace", lambda r: validate_namespace_update(r, self.lookups)),
             "resourcequotas": (
@@ -217,7 +217,7 @@ class WebhookServer:
                     status=413, text=f"the body is over {MAX_BODY} bytes", headers=CLOSE_HEADERS
                 )
             started = time.perf_counter()
-            body = await self._read(endpoint, http)
+            body = await read_body(endpoint, http, self.slots, self.body_timeout, self.metrics)
             if isinstance(body, web.Response):
                 return body
             self.metrics.in_flight.inc()
@@ -228,30 +228,6 @@ class WebhookServer:
                 self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
 
         return handle
-
-    async def _read(self, endpoint: str, http: web.Request) -> bytes | web.Response:
-        """The request's body, read holding one of the reading slots (`slots`: bodies in memory
-        are bounded before anyone knows whose they are), or the answer that ends the request:
-        429 without a slot within its wait, 408 for a body not received within body_timeout,
-        400 for a client gone."""
-        if not await self.slots.acquire():
-            self.metrics.requests.labels(endpoint, "busy").inc()
-            log.info("%s: no slot to read within %.1fs; answering 429", endpoint, self.slots.wait)
-            return web.Response(
-                status=429, text="too many admissions at once", headers=CLOSE_HEADERS
-            )
-        try:
-            return await asyncio.wait_for(http.read(), self.body_timeout)
-        except TimeoutError:
-            self.metrics.requests.labels(endpoint, "timeout").inc()
-            log.info("%s: body not received within %.0fs; closing", endpoint, self.body_timeout)
-            return web.Response(status=408, text="request body too slow", headers=CLOSE_HEADERS)
-        except (ConnectionError, aiohttp.ClientConnectionError) as error:
-            self.metrics.requests.labels(endpoint, "disconnected").inc()
-            log.debug("%s: client went away while sending: %s", endpoint, error)
-            return web.Response(status=400, text="connection lost", headers=CLOSE_HEADERS)
-        finally:
-            self.slots.release()
 
     async def review(self, endpoint: str, body: bytes) -> web.Response:
         """Answers one AdmissionReview body for an endpoint: parsed, then decided holding a
@@ -298,42 +274,46 @@ class WebhookServer:
         await self._runner.setup()
         assert self._runner.server is not None
         self.port = await self.guard.serve(self._runner.server, self.host, self.port)
-        if self.tls is not None:
-            self._reloader = asyncio.ensure_future(self._reload_loop())
-        if self.reservations is not None:
-            self._collector = asyncio.ensure_future(self._collect_loop(self.reservations))
+        self.housekeeping.start()
         return self.port
 
-    async def _reload_loop(self) -> None:
-        assert self.tls is not None
-        while True:
-            await self._clock.sleep(CERT_RELOAD_INTERVAL)
-            self.tls.reload()
-
-    async def _collect_loop(self, reservations: LeaseReservations) -> None:
-        """Deletes expired reservation Leases now and then; a failure is logged and retried."""
-        while True:
-            await self._clock.sleep(COLLECT_AFTER)
-            try:
-                await reservations.collect()
-            except errors.ApiError as error:
-                log.warning("could not delete expired reservation Leases: %s", error)
-
     async def stop(self) -> None:
-        if self._collector is not None:
-            self._collector.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._collector
-        if self._reloader is not None:
-            self._reloader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reloader
+        await self.housekeeping.stop()
         await self.guard.stop()
         if self.reservations is not None:
             await self.reservations.watch.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+async def read_body(
+    endpoint: str,
+    http: web.Request,
+    slots: AdmissionSlots,
+    timeout: float,
+    metrics: WebhookMetrics,
+) -> bytes | web.Response:
+    """The request's body, read holding one of the reading `slots` (bodies in memory are
+    bounded before anyone knows whose they are), or the answer that ends the request, counted
+    in `metrics`: 429 without a slot within its wait, 408 for a body not received within
+    `timeout` seconds, 400 for a client gone."""
+    if not await slots.acquire():
+        metrics.requests.labels(endpoint, "busy").inc()
+        log.info("%s: no slot to read within %.1fs; answering 429", endpoint, slots.wait)
+        return web.Response(status=429, text="too many admissions at once", headers=CLOSE_HEADERS)
+    try:
+        return await asyncio.wait_for(http.read(), timeout)
+    except TimeoutError:
+        metrics.requests.labels(endpoint, "timeout").inc()
+        log.info("%s: body not received within %.0fs; closing", endpoint, timeout)
+        return web.Response(status=408, text="request body too slow", headers=CLOSE_HEADERS)
+    except (ConnectionError, aiohttp.ClientConnectionError) as error:
+        metrics.requests.labels(endpoint, "disconnected").inc()
+        log.debug("%s: client went away while sending: %s", endpoint, error)
+        return web.Response(status=400, text="connection lost", headers=CLOSE_HEADERS)
+    finally:
+        slots.release()
 
 
 def answer_bad_review(endpoint: str, error: BadReview, metrics: WebhookMetrics) -> web.Response:

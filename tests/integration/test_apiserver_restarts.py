@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Iterator
 
 import pytest
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.reflector import LASTING_WATCH, REFUSED_BACKOFF_CAP
+from harvester_quota.generic.relistwaits import LASTING_WATCH, REFUSED_BACKOFF_CAP
 from harvester_quota.generic.resource import PODS
 from harvester_quota.testbench.localcluster import LocalCluster
 from harvester_quota.testbench.localcluster.rest import RestClient

@@ -198,8 +198,9 @@ async def hands_off(controllers: ControllerApp, namespace: str) -> None:
     """Has the reconciler leave `namespace` alone from now on (as a namespace another mode
     handles), once its reconciles and status copies under way are done: the test's direct
     calls are then the only writes of ours on its quota, not racing the running controller's."""
-    others = controllers.reconciler.defer_to
-    controllers.reconciler.defer_to = lambda key: key == namespace or others(key)
+    planner = controllers.reconciler.planner
+    others = planner.defer_to
+    planner.defer_to = lambda key: key == namespace or others(key)
     assert await controllers.reconciler.settled(namespace, 30)
     await controllers.reconciler.publisher.idle(namespace)
 

@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
-from harvester_quota.controller.resourcequota.foreignwrites import NEXT, REASON
+from harvester_quota.controller.resourcequota.reports import (
+    FOREIGN_WRITE_NEXT,
+    FOREIGN_WRITE_REASON,
+)
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, RESOURCE_QUOTAS
 from harvester_quota.generic.rest import FIELD_MANAGER
@@ -18,7 +21,7 @@ from harvester_quota.util.annotations import (
     CATTLE_ANNOTATION_RESOURCE_QUOTA,
     LABEL_DEFAULT_RESOURCE_QUOTA,
 )
-from harvester_quota.util.resourcequota.writers import hard_writers
+from harvester_quota.util.resourcequota.conditional import hard_writers
 from prometheus_client import CollectorRegistry
 
 from tests.helpers import eventually
@@ -51,7 +54,8 @@ async def _warnings(api: ApiClient, namespace: str) -> list[str]:
     return [
         event["message"]
         for event in events.get("items") or []
-        if event.get("reason") == REASON and event["involvedObject"].get("name") == QUOTA
+        if event.get("reason") == FOREIGN_WRITE_REASON
+        and event["involvedObject"].get("name") == QUOTA
     ]
 
 
@@ -122,7 +126,7 @@ async def test_a_foreign_write_is_told_counted_and_written_back(
         )
         assert message.startswith(f"written by {GITOPS} (Update, ")
         assert "spec.hard limits.cpu 3 -> 8" in message
-        assert message.endswith(NEXT)
+        assert message.endswith(FOREIGN_WRITE_NEXT)
         assert counted(GITOPS) == 1
 
         await _set_cpu(api, namespace, "9", PERSON)

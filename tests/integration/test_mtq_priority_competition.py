@@ -23,7 +23,7 @@ import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
 from harvester_quota.app import ControllerApp
 from harvester_quota.controller.mtq.reports import WAITING_REASON
-from harvester_quota.controller.resourcequota.rancherprojects import (
+from harvester_quota.controller.resourcequota.rancher import (
     PROJECT_NO_ROOM_REASON,
     PROJECT_QUEUED_REASON,
 )

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from harvester_quota.controller.resourcequota.rancherprojects import PROJECT_NO_ROOM_REASON
-from harvester_quota.controller.resourcequota.rancherwrites import RANCHER_DENIAL_REASON
+from harvester_quota.controller.resourcequota.rancher import (
+    PROJECT_NO_ROOM_REASON,
+    RANCHER_DENIAL_REASON,
+)
 from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, RESOURCE_QUOTAS
@@ -28,8 +30,7 @@ from harvester_quota.testbench.sim.rancher.twin import RancherWebhookTwin
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_ROOM_HELD
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.rancher.project import QUOTA_PROJECT_ID_ANNOTATION
-from harvester_quota.util.rancher.verdicts import NO_ROOM
+from harvester_quota.util.rancher.project import NO_ROOM, QUOTA_PROJECT_ID_ANNOTATION
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,

@@ -3,7 +3,7 @@ controllers and its namespace validator, built from its Go module, run in the cl
 
 Alone (strategy `harvester`), they show the seeds' failures: the comparison is with Harvester's
 code, not with our port of it. With harvester-quota beside them (strategy `ours` on the same
-cluster: it adopts the quotas it manages, util/resourcequota/adoption.py), every scenario chosen
+cluster: it adopts the quotas it manages, resourcequota/plan.py), every scenario chosen
 here meets its expectations, no target pod is refused, and the API server's audit log shows
 Harvester's controllers silenced: no error line of theirs about the scenario's namespaces, and at
 most the two annotation writes per migration of Harvester's migration controller.

@@ -19,7 +19,7 @@ from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import Object
 from harvester_quota.util.annotations import LABEL_ROOM_HELD, TRUE
 from harvester_quota.util.launcher import LauncherSettings
-from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
+from harvester_quota.util.resourcequota.raises import ANNOTATION_ROOMS_SINCE
 from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.caches import WebhookCaches
 from harvester_quota.webhook.renders import LauncherRenders

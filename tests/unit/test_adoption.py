@@ -1,4 +1,4 @@
-"""Adopting quotas from Harvester's own controllers (util/resourcequota/adoption.py): the skip
+"""Adopting quotas from Harvester's own controllers (resourcequota/plan.py): the skip
 annotation with our marker from the first plan, our room key never Harvester's name key,
 Harvester's live UID key left alone, an administrator's skip annotation never adopted, and an
 adopted quota given back only once no room stands (or at once when paused)."""

@@ -1,6 +1,6 @@
 """No hub classes in the product: each class of pkg/ (the bench aside) stays within MAX_LINES
 lines and MAX_METHODS methods, so a new feature becomes a collaborator of its own (as
-controller/resourcequota/refusals.py set the pattern) instead of more methods on a class that
+controller/resourcequota/reports.py's RefusalTracker set the pattern) instead of more methods on a class that
 already holds several concerns.
 
 Measured from the source with `ast`: a class's lines run from its `class` line to its last line;

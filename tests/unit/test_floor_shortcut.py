@@ -2,7 +2,7 @@
 oracle): when no pod arrived since the rooms began, the floor is the usage the plan summed already; in every other
 case it is the full sum. Arrivals as main's floor tells them: a decentralized migration's target
 pod and a target pod whose migration is gone are arrivals; a target pod of a migration within the
-namespace, planned or set aside by settled.py, replaces a launcher pod and is not."""
+namespace, planned or set aside by planviews.py, replaces a launcher pod and is not."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from harvester_quota.util.quotascope import UNSCOPED, QuotaScope
 from harvester_quota.util.resourcequota import plan as plan_module
-from harvester_quota.util.resourcequota.floor import arrivals, floor_of
 from harvester_quota.util.resourcequota.plan import QuotaPlan
 from harvester_quota.util.resourcequota.podindex import NamespacePods, pod_view
+from harvester_quota.util.resourcequota.raises import arrivals, floor_of
 from harvester_quota.util.resourcequota.rooms import LABEL_MIGRATION_JOB
 from harvester_quota.util.resources import ResourceList
 from hypothesis import given, settings

@@ -1,6 +1,6 @@
-"""Writes of a managed quota's spec.hard by anyone but us (controller/resourcequota/
-foreignwrites.py, util/resourcequota/writers.py): the writer named from the newest managedFields
-entries that own a key that changed, told once per quota per interval (a Warning, a log line, a
+"""Writes of a managed quota's spec.hard by anyone but us (ForeignWriteReports in
+controller/resourcequota/reports.py, util/resourcequota/conditional.py): the writer named from the
+newest managedFields entries that own a key that changed, told once per quota per interval (a Warning, a log line, a
 metric by manager), and listed by `explain`; our own writes, status writes and Rancher's agent
 are not foreign."""
 
@@ -14,10 +14,10 @@ from typing import Any, cast
 
 import pytest
 from harvester_quota.config.metrics import FOREIGN_MANAGERS, QuotaMetrics
-from harvester_quota.controller.resourcequota.foreignwrites import (
+from harvester_quota.controller.resourcequota.reports import (
     EVENT_INTERVAL,
-    NEXT,
-    REASON,
+    FOREIGN_WRITE_NEXT,
+    FOREIGN_WRITE_REASON,
     ForeignWriteReports,
     PerKeyInterval,
     hard_changes,
@@ -31,7 +31,7 @@ from harvester_quota.generic.metrics import OTHER, CappedLabelValues
 from harvester_quota.generic.rest import FIELD_MANAGER, USER_AGENT
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
-from harvester_quota.util.resourcequota.writers import (
+from harvester_quota.util.resourcequota.conditional import (
     WRITERS,
     change_writers,
     hard_writers,
@@ -150,10 +150,10 @@ def test_a_foreign_update_of_spec_hard_is_told_once_with_its_manager_and_fields(
     found.reports.on_update(BEFORE, gitops_raise())
     assert found.count("argocd-controller") == 1
     [(name, kind, reason, message)] = found.recorder.events
-    assert (name, kind, reason) == ("default-abcde", "Warning", REASON)
+    assert (name, kind, reason) == ("default-abcde", "Warning", FOREIGN_WRITE_REASON)
     assert message == (
         f"written by argocd-controller (Update, {T1}), not by harvester-quota: "
-        f"spec.hard limits.cpu 3 -> 8; {NEXT}"
+        f"spec.hard limits.cpu 3 -> 8; {FOREIGN_WRITE_NEXT}"
     )
 
 
@@ -436,7 +436,7 @@ def test_one_warning_per_quota_per_interval_the_rest_counted_in_the_next() -> No
     found.reports.on_update(BEFORE, gitops_raise("8", "11", T1))
     assert len(found.recorder.events) == 2
     assert found.recorder.events[1][3].endswith(
-        f"; {NEXT} (2 more foreign writes of this quota since the last such event)"
+        f"; {FOREIGN_WRITE_NEXT} (2 more foreign writes of this quota since the last such event)"
     )
     other = quota({"limits.cpu": "8"}, [entry("argocd-controller", T1, ("limits.cpu",))])
     other["metadata"]["name"] = "another"

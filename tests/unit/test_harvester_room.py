@@ -1,5 +1,6 @@
-"""The product's model of Harvester's room (preflight/harvesterroom.py) against the test bench's
-faithful port of Harvester's Go code (testbench/strategy/harvester): same share, same refusals."""
+"""The product's model of Harvester's room (preflight/admission.py `harvester_room`) against the
+test bench's faithful port of Harvester's Go code (testbench/strategy/harvester): same share,
+same refusals."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import copy
 from typing import Any
 
 import pytest
-from harvester_quota.preflight.harvesterroom import harvester_ratio, harvester_room
+from harvester_quota.preflight.admission import harvester_ratio, harvester_room
 from harvester_quota.testbench.strategy.harvester.calculator import (
     additional_guest_memory_overhead_ratio,
     calculate_scale_resource_quota_with_vmi,

@@ -117,3 +117,35 @@ def test_a_recorded_pid_reused_by_a_later_process_of_the_same_binary_is_not_ours
         assert same.running()
     finally:
         process.stop(record)
+
+
+def test_run_logged_appends_the_command_and_its_output_and_returns_its_exit_code(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "build.log"
+    log.write_text("earlier\n")
+    argv = ["sh", "-c", "echo out; echo err >&2; pwd; exit 3"]
+
+    code = process.run_logged(argv, log, shown="(cd here) sh", cwd=tmp_path)
+
+    assert code == 3
+    assert log.read_text().splitlines() == [
+        "earlier",
+        "",
+        "$ (cd here) sh",
+        "out",
+        "err",
+        str(tmp_path),
+    ]
+
+
+def test_run_logged_shows_argv_when_told_nothing_else_and_passes_the_environment(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "build.log"
+    argv = ["sh", "-c", 'echo "$MARK"']
+
+    code = process.run_logged(argv, log, env={"MARK": "given"})
+
+    assert code == 0
+    assert log.read_text().splitlines() == ["", f"$ {' '.join(argv)}", "given"]

@@ -76,8 +76,8 @@ MIGRATION_MODULES = (
     "controller/migration/vmi_controller.py",
     "controller/mtq/windows.py",
     "controller/mtq/blocked.py",
-    "controller/resourcequota/specwrites.py",
-    "controller/resourcequota/rancherwrites.py",
+    "controller/resourcequota/writes.py",
+    "controller/resourcequota/rancher.py",
     "controller/resourcequota/staleraise.py",
     "controller/mtq/writes.py",
     "webhook/pods.py",
@@ -85,8 +85,11 @@ MIGRATION_MODULES = (
 )
 """The modules whose log lines are about a migration or the quota it raises."""
 LEVELS = {"debug", "info", "warning", "error", "exception"}
-NOT_ABOUT_A_NAMESPACE = {"the sweep for stale raises failed; trying again next interval"}
-"""Lines of those modules about the process, not a migration or a namespace."""
+NOT_ABOUT_A_NAMESPACE = {
+    "the sweep for stale raises failed; trying again next interval",
+    "cannot read Rancher project %s/%s now: %s",
+}
+"""Lines of those modules about the process or a Rancher project, not a migration or a namespace."""
 
 
 def _log_calls_without_fields(source: str) -> list[int]:

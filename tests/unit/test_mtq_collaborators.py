@@ -13,7 +13,8 @@ from harvester_quota.controller.mtq.reports import MtqWarnings
 from harvester_quota.controller.mtq.windows import RETRY_AFTER_EXPIRY, RETRY_CAP, ExpiredWindows
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.mtq import Lock, NamespacePlan, Shortfall
+from harvester_quota.util.resourcequota.base import Shortfall
+from harvester_quota.util.resourcequota.mtq import Lock, NamespacePlan
 
 ZERO = Quantity()
 
@@ -95,7 +96,7 @@ def test_warnings_forget_deleted_migrations_and_namespaces_without_a_budget() ->
             "spec": {"additionalMigrationResources": {"requests.cpu": "1"}},
         }
     )
-    short = (Shortfall("rq", "requests.cpu", Quantity.parse("2"), ZERO, ZERO, ZERO),)
+    short = (Shortfall("requests.cpu", Quantity.parse("2"), ZERO, ZERO, quota="rq", budget=ZERO),)
     for round_ in range(10):
         listed = [migration(f"u{round_}-{i}") for i in range(100)]
         refused = {str(m["metadata"]["name"]): short for m in listed}

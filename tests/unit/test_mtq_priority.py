@@ -9,7 +9,7 @@ from typing import cast
 from harvester_quota.apis.mtq import Vmmrq
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.preflight.render import render_text as render_preflight
+from harvester_quota.preflight.report import render_text as render_preflight
 from harvester_quota.util.kubevirtversion import parse_kubevirt_version
 from harvester_quota.util.migrationpriority import (
     DEFAULT,

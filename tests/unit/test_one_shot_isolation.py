@@ -11,7 +11,7 @@ from harvester_quota import explain as explain_module
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.preflight import Plan, compute, preflight
-from harvester_quota.preflight.render import render_text as render_preflight
+from harvester_quota.preflight.report import render_text as render_preflight
 from harvester_quota.util.podusage import KUBERNETES_1_36, QuotaFeatures
 from harvester_quota.util.resourcequota import podindex
 from harvester_quota.util.resourcequota.podindex import PodView, pod_view

@@ -99,7 +99,7 @@ async def test_every_writer_and_reader_of_a_kind_shares_its_informers_overlay() 
     namespaces = management.informers.informer(NAMESPACES).pending
     assert room.inputs.namespaces is namespaces
     assert room.room_label.pending is namespaces and room.rancher.pending is namespaces
-    assert mtq.writes.namespaces.pending is namespaces
+    assert mtq.locks.namespaces.pending is namespaces
     quotas = management.informers.informer(RESOURCE_QUOTAS).pending
     assert room.inputs.quotas is quotas and room.spec_writes.pending is quotas
     assert mtq.writes.quotas.pending is quotas

@@ -1,4 +1,4 @@
-"""What the room mode's plans read (controller/resourcequota/inputs.py) on a real informer factory
+"""What the room mode's plans read (controller/resourcequota/planner.py) on a real informer factory
 that never connects: which changes queue a namespace, and what is derived once per change."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from harvester_quota.config.management import Management, Options
-from harvester_quota.controller.resourcequota.inputs import PlanInputs
+from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig

@@ -24,7 +24,7 @@ from harvester_quota.preflight import (
     read,
 )
 from harvester_quota.preflight.admission import TargetPod, quota_blockers
-from harvester_quota.preflight.render import render_json, render_text
+from harvester_quota.preflight.report import render_json, render_text
 from harvester_quota.util.annotations import (
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
 )

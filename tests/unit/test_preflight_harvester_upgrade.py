@@ -1,6 +1,7 @@
 """`preflight upgrade` on a Harvester cluster says what Harvester's own upgrade does with each VM
-(preflight/harvesterupgrade.py, read in Harvester v1.8.2's upgrade_node.sh pre-drain): shut down
-by its detector, stalls the pre-drain for good, shut down after a failed evacuation, or migrates.
+(preflight/compute.py `note_upgrade_outcomes`, read in Harvester v1.8.2's upgrade_node.sh
+pre-drain): shut down by its detector, stalls the pre-drain for good, shut down after a failed
+evacuation, or migrates.
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from harvester_quota.preflight import Plan, PreflightReport, preflight
-from harvester_quota.preflight.harvesterupgrade import WITNESS_LABEL, detector_shuts_down
-from harvester_quota.preflight.render import render_text
+from harvester_quota.preflight.compute import WITNESS_LABEL, detector_shuts_down
+from harvester_quota.preflight.report import render_text
 
 from .test_preflight import migratable, node, only_vm, rancher_case, running, state
 

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from harvester_quota.preflight import ClusterState, Plan, PreflightReport, VmVerdict, preflight
-from harvester_quota.preflight.render import render_json, render_text
+from harvester_quota.preflight.report import render_json, render_text
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.rancher.project import PROJECT_ID_ANNOTATION
@@ -165,7 +165,7 @@ def test_the_evacuation_waits_behind_an_earlier_evacuation_in_a_sibling_named_wi
 def test_an_earlier_evacuation_that_fits_once_a_later_given_room_is_back_holds_the_drain_back() -> (
     None
 ):
-    """The controller's rule since review 51 (projectqueue.EventualFit), predicted: b's
+    """The controller's rule since review 51 (rancherpath.EventualFit), predicted: b's
     evacuation (created before the drain, 8Gi) does not fit the project now, but would once c's
     room, given to a user migration created after it, is back; so it holds vm-a's evacuation
     (4Gi, which fits now) back, and preflight says vm-a waits behind it. Without c's given room
@@ -264,6 +264,18 @@ def test_a_sibling_outside_the_project_or_in_mtq_mode_holds_no_one_back() -> Non
     project.vmmrqs.clear()
     annotations = project.namespaces[1]["metadata"]["annotations"]
     annotations[PROJECT_ID_ANNOTATION] = "c-1:p-other"
+    assert verdict(project.drain("n1"), "a/vm-a").delay is None
+
+
+def test_a_terminating_sibling_holds_no_one_back() -> None:
+    """b's earlier evacuation counts only while b is not being deleted (rancherpath.asks_project):
+    a Terminating namespace's rooms are never given."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a", "n1")
+    project.namespace("b", "n2")
+    project.migrate("b", "evacuation-b", LATER, "system-critical")
+    assert verdict(project.drain("n1"), "a/vm-a").delay is not None
+    project.namespaces[1]["metadata"]["deletionTimestamp"] = LATER
     assert verdict(project.drain("n1"), "a/vm-a").delay is None
 
 

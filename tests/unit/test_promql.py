@@ -234,3 +234,12 @@ def test_present_over_time_sees_a_series_through_a_staleness_gap_in_its_window()
     (present,) = evaluator.vector("present_over_time(c_total[150s] offset 150s)", 270.0)
     assert present.value == 1.0 and present.get("namespace") == "n"
     assert present.get("__name__") == ""
+
+
+def test_groupings_and_selectors_take_comma_lists_with_a_trailing_comma() -> None:
+    assert parse('x{a="1", b!="2",}') == parse('x{a="1",b!="2"}')
+    assert parse("sum by (a, b,) (x)") == parse("sum by (a,b) (x)")
+    assert parse("sum by () (x)").by == ()  # type: ignore[union-attr]
+    for missing_comma in ('x{a="1" b="2"}', "sum by (a b) (x)", "sum by (,) (x)"):
+        with pytest.raises(Unsupported):
+            parse(missing_comma)

@@ -17,7 +17,7 @@ from typing import Any, cast
 import pytest
 from harvester_quota import main as cli
 from harvester_quota.config.management import Management, Options
-from harvester_quota.controller.resourcequota.inputs import PlanInputs
+from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.clock import FakeClock

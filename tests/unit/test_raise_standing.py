@@ -1,4 +1,4 @@
-"""The raise standing (util/resourcequota/standing.py), as the webhook's handover to MTQ mode
+"""The raise standing (util/resourcequota/raises.py), as the webhook's handover to MTQ mode
 reads it: a namespace with a VMMRQ stays under the room mode's pod rules until nothing of the
 room mode's raise is left, status.hard included."""
 
@@ -11,8 +11,11 @@ from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import Object
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
-from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
-from harvester_quota.util.resourcequota.standing import raise_enforced, raise_stands
+from harvester_quota.util.resourcequota.raises import (
+    ANNOTATION_ROOMS_SINCE,
+    raise_enforced,
+    raise_stands,
+)
 from harvester_quota.util.resources import parse_resource_list
 from harvester_quota.webhook.caches import WebhookCaches
 

@@ -25,16 +25,16 @@ from harvester_quota.controller.resourcequota.projectdemands import (
     ProjectDemands,
     ProjectSiblingsView,
 )
-from harvester_quota.controller.resourcequota.rancherprojects import (
+from harvester_quota.controller.resourcequota.rancher import (
     PROJECT_NO_ROOM_REASON,
     PROJECT_QUEUED_REASON,
+    PROJECT_RECHECK,
     ProjectReader,
     ProjectRoom,
+    RancherPath,
     project_index,
 )
-from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHECK, RancherPath
-from harvester_quota.controller.resourcequota.refusals import RefusalTracker
-from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
@@ -43,14 +43,14 @@ from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
-from harvester_quota.util.rancher.verdicts import queued_verdict
+from harvester_quota.util.rancher.project import queued_verdict
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,
     ANNOTATION_RANCHER_GIVEN,
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
-from harvester_quota.util.resourcequota.projectqueue import (
+from harvester_quota.util.resourcequota.rancherpath import (
     Step,
     WaitingCache,
     project_steps,

@@ -13,16 +13,16 @@ from types import SimpleNamespace
 from typing import Any
 
 from harvester_quota.controller.quotawriter import QuotaWriter
-from harvester_quota.controller.resourcequota.rancherprojects import (
+from harvester_quota.controller.resourcequota.rancher import (
     PROJECT_NO_ROOM_REASON,
-    TTL,
+    PROJECT_RECHECK,
+    PROJECT_TTL,
     ProjectReader,
     ProjectRoom,
+    RancherPath,
     project_index,
 )
-from harvester_quota.controller.resourcequota.rancherwrites import PROJECT_RECHECK, RancherPath
-from harvester_quota.controller.resourcequota.refusals import RefusalTracker
-from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
@@ -31,16 +31,14 @@ from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.rancher.project import (
+    NO_ROOM,
     ProjectQuota,
     RancherLimit,
     lacks_room,
     namespace_fit,
-    validated_condition,
-)
-from harvester_quota.util.rancher.verdicts import (
-    NO_ROOM,
     raise_verdict,
     refusal_verdict,
+    validated_condition,
 )
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_APPLIED,
@@ -48,8 +46,7 @@ from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_GIVEN,
 )
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
-from harvester_quota.util.resourcequota.priorityprefix import prefixes
-from harvester_quota.util.resourcequota.rancherpath import annotation_patch
+from harvester_quota.util.resourcequota.rancherpath import annotation_patch, prefixes
 from harvester_quota.util.resources import parse_resource_list
 
 from tests.objects import bare_launcher, managed_quota, migration, vmi
@@ -233,9 +230,9 @@ async def test_the_reader_keeps_a_project_for_a_while_and_backs_off_when_refused
     ns = member("ns", SEED)
     assert (await reader.project_of(ns)) is not None
     assert (await reader.project_of(ns)) is not None and client.gets == 1
-    clock.step(TTL)
+    clock.step(PROJECT_TTL)
     await reader.project_of(ns)
-    assert client.gets == 2, "read again once the TTL is over"
+    assert client.gets == 2, "read again once the PROJECT_TTL is over"
     assert await reader.project_of(member("x", SEED, project="")) is None
     refused = ProjectClient(None, refuse=True)
     gated = ProjectReader(refused, clock)  # type: ignore[arg-type]
@@ -329,7 +326,7 @@ async def test_a_raise_the_project_has_no_room_for_is_held_back_with_one_warning
     client.project = roomy
     clock = instance.project_room.reader.clock
     assert isinstance(clock, FakeClock)
-    clock.step(TTL)
+    clock.step(PROJECT_TTL)
     assert await instance.write(ns, quota, plan, snapshot) is None
     (written,) = client.patches
     annotations = {

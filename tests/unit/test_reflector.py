@@ -10,7 +10,8 @@ import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.backoff import Backoff
 from harvester_quota.generic.clock import FakeClock, settle
-from harvester_quota.generic.reflector import REFUSED_BACKOFF_CAP, Reflector
+from harvester_quota.generic.reflector import Reflector, page_size
+from harvester_quota.generic.relistwaits import REFUSED_BACKOFF_CAP
 
 from tests.unit.fakes import HANG, RecordingSink, ScriptedListerWatcher, error_event, event, pod
 
@@ -269,9 +270,8 @@ def test_paginated_initial_list_keeps_paginating(
 ) -> None:
     reflector = Reflector("pods", lw, sink, clock=clock)
     reflector.last_sync_resource_version = "99"
-    assert reflector._page_size(reflector.relist_resource_version()) == 0
-    reflector._paginated_result = True
-    assert reflector._page_size(reflector.relist_resource_version()) == 500
+    assert page_size(reflector.relist_resource_version(), paginated=False) == 0
+    assert page_size(reflector.relist_resource_version(), paginated=True) == 500
 
 
 async def test_a_stream_broken_after_events_rewatches_from_the_last_version(

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
-from harvester_quota.controller.resourcequota.inputs import PlanInputs
-from harvester_quota.controller.resourcequota.refusals import (
+from harvester_quota.controller.resourcequota.planner import PlanInputs
+from harvester_quota.controller.resourcequota.reports import (
+    STANDING_SINCE,
+    NamespaceReports,
     RefusalTracker,
-    StandingRefusals,
     refused_by_quota,
 )
-from harvester_quota.controller.resourcequota.reports import NamespaceReports
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.util.resourcequota.planviews import migration_plan_view, plan_acted_on
@@ -256,8 +256,8 @@ def test_the_scrape_exports_the_standing_refusals_and_nothing_from_a_standby() -
     clock = FakeClock(wall=WALL)
     registry = CollectorRegistry()
     tracker = RefusalTracker(clock)
-    registry.register(StandingRefusals(tracker))
-    since = StandingRefusals.NAME
+    registry.register(tracker)
+    since = STANDING_SINCE
     tracker.seen(KEY, refused_at("2026-11-26T11:56:00Z"))
     assert registry.get_sample_value(since, {"namespace": "ns"}) == WALL.timestamp() - 240
     tracker.standby = True

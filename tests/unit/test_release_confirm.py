@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from harvester_quota.controller.resourcequota.releaseconfirm import (
+from harvester_quota.controller.resourcequota.writes import (
     MAX_WARNED,
     ReleaseCheck,
     unseen,

@@ -12,8 +12,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from harvester_quota.controller.resourcequota.gather import ReleaseGathering
-from harvester_quota.controller.resourcequota.specwrites import SpecWrites, raise_waits_on_status
+from harvester_quota.controller.resourcequota.writes import (
+    ReleaseGathering,
+    SpecWrites,
+    raise_waits_on_status,
+)
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.sharedhandler import RetryAfter

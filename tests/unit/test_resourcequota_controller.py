@@ -14,18 +14,23 @@ from typing import Any
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.controller.quotawriter import QuotaWriter
-from harvester_quota.controller.resourcequota.gather import ReleaseGathering
-from harvester_quota.controller.resourcequota.planner import ListedSource, NamespacePlanner
-from harvester_quota.controller.resourcequota.rancherwrites import RancherPath
-from harvester_quota.controller.resourcequota.refusals import RefusalTracker
-from harvester_quota.controller.resourcequota.releaseconfirm import ReleaseCheck
-from harvester_quota.controller.resourcequota.reports import NamespaceReports
+from harvester_quota.controller.resourcequota.planner import (
+    ListedSource,
+    NamespacePlanner,
+    label_policy,
+)
+from harvester_quota.controller.resourcequota.rancher import RancherPath
+from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
 from harvester_quota.controller.resourcequota.resourcequota_controller import (
     QuotaReconciler,
     requeue,
 )
-from harvester_quota.controller.resourcequota.roomlabel import RoomHeldLabel, label_policy
-from harvester_quota.controller.resourcequota.specwrites import SpecWrites
+from harvester_quota.controller.resourcequota.writes import (
+    ReleaseCheck,
+    ReleaseGathering,
+    RoomHeldLabel,
+    SpecWrites,
+)
 from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.controller import RetryAfter
@@ -765,7 +770,7 @@ async def test_a_namespace_handed_over_to_mtq_mode_loses_its_room_held_label() -
     would keep its pods on the fail-closed rule for good, so it goes then."""
     client, clock = LabelClient(), FakeClock()
     instance = bare_reconciler(clock, client)
-    instance.defer_to = lambda _key: True
+    instance.planner.defer_to = lambda _key: True
     assert room_held(await instance._reconcile("ns", labelled_namespace("true"))) is None
     assert client.labels == [None]
 

@@ -14,8 +14,8 @@ from harvester_quota.util.annotations import ANNOTATION_ROOM_MIGRATIONS, room_mi
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
+from harvester_quota.util.resourcequota.raises import ANNOTATION_ROOMS_SINCE
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
 
@@ -284,16 +284,16 @@ def test_a_received_vm_stays_out_of_the_floor_once_its_migration_is_deleted() ->
     assert cpu(deleted) == cpu(before), "no raise for the VM whose receive was deleted"
     received["status"] = {"phase": "Succeeded"}
     settled = plan([mig], [instance, arriving], [source, full, target], settled=[received])
-    assert cpu(settled) == cpu(before), "nor once settled.py has set the receive aside"
+    assert cpu(settled) == cpu(before), "nor once planviews.py has set the receive aside"
 
 
 def test_a_finished_migrations_target_pod_stays_in_the_floor_while_the_migration_exists() -> None:
     """Targets of the namespace's own migrations are never new: vm0, migrated (its migration
     Succeeded, its source gone) after the room period began, still stands in the floor of vm1's
-    raise in a namespace over its base (the v1.7.0 seed), also once settled.py has set its
+    raise in a namespace over its base (the v1.7.0 seed), also once planviews.py has set its
     migration aside from planning (re-review: set aside, it left the floor, and the next
     migration's target was refused). Deleted, it leaves the floor: the documented price of
-    letting no deleted receive launder its VM (floor.py)."""
+    letting no deleted receive launder its VM (raises.py)."""
     instance, source = running_vm("vm1")
     moved, done, new_home = migrated_vm()
     over = tenant_pod("over", "9", "2026-01-01T08:00:00Z")

@@ -1,4 +1,4 @@
-"""Finished migrations without room are set aside from plans after a grace (settled.py), and
+"""Finished migrations without room are set aside from plans after a grace (planviews.py), and
 setting them aside never changes a plan."""
 
 from __future__ import annotations
@@ -7,15 +7,18 @@ from types import SimpleNamespace
 from typing import Any
 
 from harvester_quota.config.management import Options
-from harvester_quota.controller.resourcequota.inputs import PlanInputs
+from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import plan_quota
-from harvester_quota.util.resourcequota.planviews import migration_plan_view
+from harvester_quota.util.resourcequota.planviews import (
+    SETTLE_AFTER,
+    SettledMigrations,
+    migration_plan_view,
+)
 from harvester_quota.util.resourcequota.podindex import PodIndex
 from harvester_quota.util.resourcequota.rooms import MigrationRoom, RoomPlan
-from harvester_quota.util.resourcequota.settled import SETTLE_AFTER, SettledMigrations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -207,7 +210,7 @@ def test_the_plan_view_keeps_only_the_final_phase_transitions() -> None:
 
 def test_the_snapshot_hands_the_settled_migrations_to_the_floor() -> None:
     """Set aside from planning, a finished migration still exists: the snapshot carries it, so
-    the floor still knows its target pod replaced a launcher pod (floor.py; re-review: without
+    the floor still knows its target pod replaced a launcher pod (raises.py; re-review: without
     it, a migrated VM left the floor of a namespace over its base a minute after its
     migration finished)."""
     clock = FakeClock()

@@ -7,19 +7,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from functools import partial
 from typing import Any
 
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.controller.resourcequota.planner import NamespacePlanner
-from harvester_quota.controller.resourcequota.roomlabel import is_labelled
 from harvester_quota.controller.resourcequota.staleraise import (
     REASON,
+    LeftBehind,
     StaleRaiseSweep,
-    StaleRaiseView,
+    left_behind,
     left_to_give_back,
     raise_shows,
 )
+from harvester_quota.controller.resourcequota.writes import is_labelled
 from harvester_quota.generic.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.resourcequota.base import (
@@ -146,7 +148,7 @@ class Recorder:
 
 
 class Planner:
-    """Namespaces whose raise stands (`standing`: key -> why); `broken` raises."""
+    """The sweep's candidates and what each leaves behind: namespaces whose raise stands (`standing`: key -> why); `broken` raises."""
 
     def __init__(self) -> None:
         self.standing: dict[str, str] = {}
@@ -169,7 +171,8 @@ def sweep_of(
     recorder = Recorder()
     metrics = QuotaMetrics(CollectorRegistry())
     sweep = StaleRaiseSweep(
-        planner,
+        planner.candidates,
+        planner.left_behind,
         queued.append,
         clock=clock,
         metrics=metrics,
@@ -247,23 +250,23 @@ async def test_the_sweep_runs_every_interval_until_stopped() -> None:
     await asyncio.sleep(0)
 
 
-# The planner's side (StaleRaiseView) --------------------------------------------------------
+# The planner's side (left_behind) ---------------------------------------------------------------
 
 
-def view_of(planner: NamespacePlanner) -> StaleRaiseView:
-    """The sweep's view of `planner`, no label's linger running (a label is due once no room
-    is held)."""
-    return StaleRaiseView(planner, list, lambda _key, ns, held: not held and is_labelled(ns))
+def view_of(planner: NamespacePlanner) -> LeftBehind:
+    """The sweep's `left_behind` of `planner`, no label's linger running (a label is due once no
+    room is held)."""
+    return partial(left_behind, planner, lambda _key, ns, held: not held and is_labelled(ns))
 
 
 def test_the_planners_view_finds_what_its_own_plan_would_give_back() -> None:
     namespace = plain_namespace("ns")
     view = view_of(real_planner(standalone_raised()))
-    assert view.left_behind("ns", namespace, standalone_raised()) == (
+    assert view("ns", namespace, standalone_raised()) == (
         "spec.hard or its records stand above the plan"
     )
     at_base = managed_quota("ns", BASE, {ANNOTATION_BASE: compact(BASE)})
-    assert view_of(real_planner(at_base)).left_behind("ns", namespace, at_base) is None
+    assert view_of(real_planner(at_base))("ns", namespace, at_base) is None
 
 
 def test_a_label_kept_for_good_is_never_due_but_a_leftover_one_is() -> None:
@@ -273,11 +276,9 @@ def test_a_label_kept_for_good_is_never_due_but_a_leftover_one_is() -> None:
     labelled["metadata"]["labels"] = {LABEL_ROOM_HELD: "true"}
     at_base = managed_quota("ns", BASE)
     kept = view_of(real_planner(at_base, fail_closed=True))
-    assert kept.left_behind("ns", labelled, at_base) is None
+    assert kept("ns", labelled, at_base) is None
     left = view_of(real_planner(at_base, fail_closed=False))
-    assert left.left_behind("ns", labelled, at_base) == (
-        "the room-held label stands for a room no longer held"
-    )
+    assert left("ns", labelled, at_base) == ("the room-held label stands for a room no longer held")
 
 
 def test_a_namespace_mtq_mode_handles_is_no_stale_raise_of_ours() -> None:
@@ -286,9 +287,9 @@ def test_a_namespace_mtq_mode_handles_is_no_stale_raise_of_ours() -> None:
     namespace = plain_namespace("ns")
     budget = managed_quota("ns", RAISED, {ANNOTATION_BASE: compact(BASE)})
     planner = real_planner(budget)
-    assert view_of(planner).left_behind("ns", namespace, budget) is not None
+    assert view_of(planner)("ns", namespace, budget) is not None
     planner.defer_to = lambda _key: True
-    assert view_of(planner).left_behind("ns", namespace, budget) is None
+    assert view_of(planner)("ns", namespace, budget) is None
 
 
 def test_a_rancher_namespace_labelled_for_good_at_its_base_shows_no_raise() -> None:
@@ -306,7 +307,8 @@ async def test_no_sweep_runs_before_the_caches_have_synced() -> None:
     queued: list[str] = []
     synced = [False]
     sweep = StaleRaiseSweep(
-        planner,
+        planner.candidates,
+        planner.left_behind,
         queued.append,
         clock=clock,
         metrics=QuotaMetrics(CollectorRegistry()),

@@ -10,8 +10,8 @@ from typing import Any, cast
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.util.launcher import LauncherSettings, rendered_memory_overhead
-from harvester_quota.util.resourcequota.growth import source_pod, target_growth
 from harvester_quota.util.resourcequota.podindex import NamespacePods, PodView
+from harvester_quota.util.resourcequota.rooms import source_pod, target_growth
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
 from tests.unit.test_quota_plan import V170_HARD, V170_LIMIT

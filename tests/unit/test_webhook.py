@@ -28,7 +28,7 @@ from harvester_quota.util.launcher import (
 from harvester_quota.util.podusage import KUBERNETES_1_36, QuotaFeatures, pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.base import ANNOTATION_APPLIED, ANNOTATION_BASE, Mode
-from harvester_quota.util.resourcequota.floor import ANNOTATION_ROOMS_SINCE
+from harvester_quota.util.resourcequota.raises import ANNOTATION_ROOMS_SINCE
 from harvester_quota.util.resources import ResourceList
 from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.metrics import WebhookMetrics

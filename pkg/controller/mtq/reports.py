@@ -82,7 +82,7 @@ class MtqWarnings:
             uid = str(metadata(migration).get("uid"))
             short = plan.refused.get(name)
             ahead = plan.waiting.get(name)
-            if ahead is not None:  # out of the lock too, if it was in (writes.lock)
+            if ahead is not None:  # out of the lock too, if it was in (LockWrites.lock)
                 message = waiting_message(vmmrq.name, vmmrq.namespace, name, ahead)
                 self.once(uid, migration, WAITING_REASON, message)
                 continue

@@ -32,8 +32,9 @@ out of every plan from then on (mtq.py: protected), with one Warning QuotaProtec
 the VMMRQ saying what to do: no lock is taken for a raise that cannot happen, and none again.
 
 The reconcile wires collaborators, one concern each: which migrations are blocked and sized
-(blocked.py), windows that ended (windows.py), the writes of each step (writes.py, quota changes
-through controller/quotawriter.py, the writer the room mode shares), Rancher's protection
+(blocked.py), windows that ended (windows.py), the lock's writes (lockwrites.py), the writes of
+the other steps (writes.py, quota changes through controller/quotawriter.py, the writer the room
+mode shares), Rancher's protection
 (rancher.py) and the Warnings (reports.py).
 """
 
@@ -52,18 +53,17 @@ from ...generic.meta import labels, metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...util.annotations import opted_out
-from ...util.resourcequota.managed import managed_quota
+from ...util.resourcequota.base import managed_quota
 from ...util.resourcequota.mtq import (
     Lock,
     NamespacePlan,
     parse_lock,
     plan_namespace,
-    raise_action,
-    restore_action,
 )
-from ...util.resourcequota.standing import raise_records
+from ...util.resourcequota.raises import raise_records
 from ..quotawriter import QuotaWriter
 from .blocked import BlockedMigrations
+from .lockwrites import LockWrites
 from .rancher import RancherGuard
 from .reports import MULTIPLE_REASON, MtqWarnings
 from .windows import ExpiredWindows
@@ -114,16 +114,17 @@ class MtqReconciler:
         """Migrations waiting after a lock window that ended (windows.py)."""
         self.writes = MtqWrites(
             client=management.client,
-            clock=management.clock,
             writer=writer or QuotaWriter(management.client, management.clock),
-            namespaces=self.namespaces.informer,
             quotas=self.quotas,
             vmmrqs=self.vmmrqs,
             on_rancher_refusal=self._rancher_refused,
-            lock_seconds=lock_seconds,
         )
-        """Every write of the flow (writes.py; quota changes through the QuotaWriter)."""
+        """The VMMRQ's and the quotas' writes (writes.py; quota changes through the QuotaWriter)."""
         self.stats = self.writes.stats
+        self.locks = LockWrites(
+            management.client, management.clock, self.namespaces.informer, lock_seconds, self.stats
+        )
+        """The namespace lock's writes (lockwrites.py)."""
         self.rancher = RancherGuard(self.writes, self.stats)
         """Namespaces whose Rancher quota MTQ mode leaves alone (rancher.py)."""
         self.warnings = MtqWarnings(management.recorder)
@@ -148,7 +149,7 @@ class MtqReconciler:
 
     def has_budget(self, namespace: str) -> bool:
         """True if `namespace` has a VMMRQ: it is MTQ mode's once the room mode has given its
-        raise back there (standing.py)."""
+        raise back there (raises.py)."""
         return bool(self.vmmrqs.store.index_keys("namespace", namespace))
 
     def manages(self, namespace: str) -> bool:
@@ -183,7 +184,7 @@ class MtqReconciler:
             # with it. The quotas restore from their own records before the unlock.
             await self.writes.restore_recorded(key)
             self.warnings.forget(key)
-            return await self.writes.unlock(namespace)
+            return await self.locks.unlock(namespace)
         now = self.management.clock.now()
         lock = parse_lock(namespace)
         plan = self._plan(vmmrq, key, lock, now)
@@ -191,12 +192,12 @@ class MtqReconciler:
             plan = self._plan(vmmrq, key, lock, now)
         self._report(vmmrq, plan, lock if lock is not None and lock.active(now) else None)
         if plan.locks:
-            namespace = await self.writes.lock(namespace, vmmrq, plan, lock, now)
+            namespace = await self.locks.lock(namespace, vmmrq, plan, lock, now)
             if _covers(seen, plan, now):
-                await self._record_and_raise(vmmrq, plan)
+                await self.writes.record_and_raise(vmmrq, plan)
         else:
-            await self._release(vmmrq, plan)
-            namespace = await self.writes.unlock(namespace)
+            await self.writes.release(vmmrq, plan)
+            namespace = await self.locks.unlock(namespace)
         self._wake_at_deadline(key, parse_lock(namespace), now)
         return namespace
 
@@ -256,36 +257,6 @@ class MtqReconciler:
         without its Rancher quotas."""
         self.rancher.learn(namespace, quota, error)
         self.namespaces.enqueue_after(None, namespace, 0.0)
-
-    # Holding and releasing --------------------------------------------------------------------
-
-    async def _record_and_raise(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
-        """Finalizer, originals recorded in status, then the raise: each only if not done yet."""
-        await self.writes.ensure_finalizer(vmmrq, present=True)
-        restored = await self._restore(vmmrq, plan)
-        await self.writes.write_status(vmmrq, plan, restored)
-        await self.writes.bring_each(
-            vmmrq.namespace, plan.originals, plan.budget, raise_action, "raised"
-        )
-
-    async def _release(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
-        """Restore, forget the originals, drop the finalizer (the unlock follows)."""
-        restored = await self._restore(vmmrq, plan)
-        await self.writes.write_status(vmmrq, plan, restored)
-        await self.writes.ensure_finalizer(vmmrq, present=False)
-
-    async def _restore(self, vmmrq: Vmmrq, plan: NamespacePlan) -> set[str]:
-        """Restores each quota the plan gives back by the restore rule (from the quota's raise
-        record where it carries one), and each other quota with a record the plan does not hold
-        raised (its status, a tenant's to write, may leave it out); returns the names now
-        restored (or gone)."""
-        await self.writes.bring_each(
-            vmmrq.namespace, plan.restore, plan.budget, restore_action, "restored"
-        )
-        await self.writes.restore_recorded(
-            vmmrq.namespace, keep={original.name for original in plan.originals}
-        )
-        return {original.name for original in plan.restore}
 
     # Events and timers ------------------------------------------------------------------------
 

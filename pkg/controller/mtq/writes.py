@@ -1,38 +1,30 @@
 """MTQ mode's writes, each one step of its flow and each conditional on what it read.
 
-The namespace lock (label and annotation, conditional on the lock as read, not on the
-namespace's resourceVersion), the VMMRQ's finalizer and status (the budget and the originals, recorded BEFORE any quota is
-touched), and the quotas' spec.hard with its copy into status.hard. The quota writes go through
+The VMMRQ's finalizer and status (the budget and the originals, recorded BEFORE any quota is
+touched), and the quotas' spec.hard with its copy into status.hard; the namespace lock's writes
+are lockwrites.py's. The quota writes go through
 the QuotaWriter the room mode uses too (controller/quotawriter.py): a merge patch conditional on
 the resourceVersion read, then the copy conditional on spec.hard being still ours, behind the
-writer's permission gate. Our writes are kept (keys ``quota:ns/name``, ``namespace:name``,
-``vmmrq:ns/name``) until the caches show them: a reconcile right after a write reads what it
+writer's permission gate. Our writes are kept (keys ``quota:ns/name``, ``vmmrq:ns/name``) until the caches show them: a reconcile right after a write reads what it
 wrote. Not thread-safe: event loop only, per namespace from one worker at a time.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ...apis.mtq import VMMRQS, OriginalQuota, Vmmrq, VmmrqStatus
 from ...generic import errors
 from ...generic.client import ApiClient
-from ...generic.clock import Clock
 from ...generic.informer import SharedInformer
 from ...generic.logformat import fields
-from ...generic.meta import labels, metadata
-from ...generic.resource import NAMESPACES, Object
-from ...util.resourcequota import conditional
+from ...generic.meta import metadata
+from ...generic.resource import Object
 from ...util.resourcequota.mtq import (
-    ANNOTATION_LOCK,
     ANNOTATION_RAISED,
     FINALIZER,
-    LABEL_LOCKED,
-    Lock,
     NamespacePlan,
     QuotaView,
     hard_json,
@@ -76,13 +68,10 @@ class MtqWrites:
     quotas', the VMMRQs'), through which every read here goes."""
 
     client: ApiClient
-    clock: Clock
     writer: QuotaWriter
-    namespaces: SharedInformer
     quotas: SharedInformer
     vmmrqs: SharedInformer
     on_rancher_refusal: RancherRefusal
-    lock_seconds: float
     stats: MtqStats = field(default_factory=MtqStats, init=False)
 
     def live_quotas(self, namespace: str) -> dict[str, QuotaView]:
@@ -92,81 +81,33 @@ class MtqWrites:
             views[str(metadata(quota).get("name"))] = quota_view(quota)
         return views
 
-    # The lock ---------------------------------------------------------------------------------
+    # The steps ------------------------------------------------------------------------------
 
-    async def lock(
-        self,
-        namespace: Object,
-        vmmrq: Vmmrq,
-        plan: NamespacePlan,
-        lock: Lock | None,
-        now: datetime.datetime,
-    ) -> Object:
-        """Takes the lock (deadline now + lock_seconds), or adds migrations to the held one under
-        its own deadline and drops from it those that now wait for migrations of higher priority;
-        nothing if the held lock already admits exactly that. The
-        raise waits for the lock to come back through the watch: the API server's webhook
-        selector and the webhook's cache learn of it from the same watch, so a pod created
-        after the raise meets the lock (KubeVirt MTQ raised right after creating its lock, and
-        squatters slipped through)."""
-        if lock is not None and lock.active(now):
-            # One now waiting for a migration of higher priority (its target not made yet)
-            # leaves the lock, or its target takes the budget (mtq.prioritized).
-            kept = {u: n for u, n in lock.migrations.items() if n not in plan.waiting}
-            merged = {**kept, **plan.uids}
-            if merged == dict(lock.migrations):
-                return namespace
-            wanted = Lock(lock.until, vmmrq.name, merged)
-        else:
-            until = now + datetime.timedelta(seconds=self.lock_seconds)
-            wanted = Lock(until, vmmrq.name, dict(plan.uids))
-            self.stats.locks += 1
-            self.stats.locked_at[vmmrq.namespace] = self.clock.monotonic()
-        log.info(
-            "%s: locked until %s for %s",
-            vmmrq.namespace,
-            wanted.until.isoformat(),
-            ", ".join(sorted(wanted.migrations.values())),
-            extra=fields(namespace=vmmrq.namespace, migrations=sorted(wanted.migrations.values())),
+    async def record_and_raise(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
+        """Finalizer, originals recorded in status, then the raise: each only if not done yet."""
+        await self.ensure_finalizer(vmmrq, present=True)
+        restored = await self._restore(vmmrq, plan)
+        await self.write_status(vmmrq, plan, restored)
+        await self.bring_each(vmmrq.namespace, plan.originals, plan.budget, raise_action, "raised")
+
+    async def release(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
+        """Restore, forget the originals, drop the finalizer (the unlock follows)."""
+        restored = await self._restore(vmmrq, plan)
+        await self.write_status(vmmrq, plan, restored)
+        await self.ensure_finalizer(vmmrq, present=False)
+
+    async def _restore(self, vmmrq: Vmmrq, plan: NamespacePlan) -> set[str]:
+        """Restores each quota the plan gives back by the restore rule (from the quota's raise
+        record where it carries one), and each other quota with a record the plan does not hold
+        raised (its status, a tenant's to write, may leave it out); returns the names now
+        restored (or gone)."""
+        await self.bring_each(
+            vmmrq.namespace, plan.restore, plan.budget, restore_action, "restored"
         )
-        return await self._patch_namespace(
-            namespace, {LABEL_LOCKED: "true"}, {ANNOTATION_LOCK: wanted.annotation()}
+        await self.restore_recorded(
+            vmmrq.namespace, keep={original.name for original in plan.originals}
         )
-
-    async def unlock(self, namespace: Object) -> Object:
-        """Removes the lock, if any, noting how long it was held."""
-        if labels(namespace).get(LABEL_LOCKED) is None:
-            return namespace
-        name = str(metadata(namespace).get("name"))
-        started = self.stats.locked_at.pop(name, None)
-        if started is not None:
-            held = self.clock.monotonic() - started
-            self.stats.longest_hold = max(self.stats.longest_hold, held)
-            log.info("%s: unlocked after %.3fs", name, held, extra=fields(namespace=name))
-        return await self._patch_namespace(namespace, {LABEL_LOCKED: None}, {ANNOTATION_LOCK: None})
-
-    async def _patch_namespace(
-        self, namespace: Object, label: dict[str, Any], annotation: dict[str, Any]
-    ) -> Object:
-        """Sets (value) or removes (None) the lock's `label` and `annotation` in one JSON patch
-        whose tests are the namespace's uid and the lock's label and annotation as read
-        (conditional.annotation_patch_if), not its resourceVersion: Rancher's agent writes the
-        namespaces of its projects on every sync, and a lock conditional on the version lost
-        to it, each Conflict a backoff (as the room mode's raise through Rancher's annotation
-        did). A failed test raises errors.Conflict; other API errors propagate."""
-        meta = metadata(namespace)
-        operations = conditional.annotation_patch_if(namespace, annotation, (ANNOTATION_LOCK,))
-        operations += conditional.metadata_map_patch_if(namespace, "labels", label)
-        try:
-            written = await self.client.patch(
-                NAMESPACES, str(meta["name"]), operations, patch_type="json"
-            )
-        except errors.ApiError as error:
-            if isinstance(error, errors.Conflict) or not conditional.failed_test(error):
-                raise
-            raise errors.Conflict(str(error)) from error
-        self.namespaces.pending.wrote(written)
-        return written
+        return {original.name for original in plan.restore}
 
     # The VMMRQ --------------------------------------------------------------------------------
 

@@ -1,40 +1,74 @@
-"""Planning one namespace: what its managed quota should be now, and what the room-held label does.
+"""What a plan of a namespace reads, and planning one namespace: what its managed quota should be
+now, and what the room-held label does.
 
 Harvester sizes one VMI's raise with `CalculateScaleResourceQuotaWithVMI` (calculator.go) and
 adds it to the quota in its vmim controller's scaling (`scaleResourceQuotaWithVMI`); here one
 plan of the whole namespace does both (`plan_quota`, util/resourcequota/plan.py). A
 `NamespacePlanner` makes that plan from a `PlanSource`: the controller's caches with our writes
-they do not show yet (`CachedSource`), or objects listed from the API server (`ListedSource`:
+they do not show yet (`PlanInputs`), or objects listed from the API server (`ListedSource`:
 `explain`, `preflight`). The reconcile, the stale-raise sweep and a Rancher project's sibling
 judgment hold the same planner, so each reads a namespace as the others do.
+
+The caches' migrations, VMIs and pods are read through views the stores derive once per change
+(util/resourcequota/planviews.py, podindex.py); a change of a view (not every status write of
+virt-controller, virt-handler or the kubelet, nor a migration's step between Pending and a final
+phase: planviews.plan_acted_on) queues its namespace. The listeners run inside the
+store's write, so the reconcile they queue reads the views with the change in them. Quota
+refusals are noted as the migrations change (reports.py), not when a reconcile happens to run.
+Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
+namespace keeps thousands of them. Planning is pure but for reading; event loop only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
+from ...config.management import Management
 from ...generic.meta import metadata, name
-from ...generic.resource import Object
-from ...util.launcher import LauncherSettings, VmiSource
-from ...util.resourcequota.base import RANCHER, Mode
-from ...util.resourcequota.managed import managed_quota
+from ...generic.resource import NAMESPACES, Object
+from ...generic.store import namespace_index
+from ...generic.views import NamespaceViews
+from ...util.launcher import LauncherSettings, VmiSource, VmiView
+from ...util.resourcequota.base import RANCHER, Mode, is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
-from ...util.resourcequota.podindex import NamespacePods
-from ...util.resourcequota.standing import raise_records
-from .inputs import PlanInputs
-from .roomlabel import label_policy
+from ...util.resourcequota.planviews import (
+    NamespaceVmis,
+    RenderedUsages,
+    SettledMigrations,
+    migration_plan_view,
+    plan_acted_on,
+    vmi_facts,
+)
+from ...util.resourcequota.podindex import NamespacePods, PodIndex, PodView, pod_view
+from ...util.resourcequota.raises import raise_records
+from ..informers import QuotaInformers
+from .reports import RefusalTracker
 
-__all__ = ["CachedSource", "ListedSource", "NamespacePlan", "NamespacePlanner", "PlanSource"]
+__all__ = [
+    "ListedSource",
+    "NamespacePlan",
+    "NamespacePlanner",
+    "PlanInputs",
+    "PlanSource",
+    "label_policy",
+]
+
+log = logging.getLogger(__name__)
+
+PLAN_VIEW = "quota-plan"
+"""The migration and VMI store views the room mode keeps (planviews.py)."""
 
 
 class PlanSource(Protocol):
     """What a plan of one namespace reads."""
 
-    def quotas(self, key: str) -> tuple[Object | None, list[Object]]:
+    def quotas_of(self, key: str) -> tuple[Object | None, list[Object]]:
         """Namespace `key`'s managed quota as we last know it (None without one) and all its
         quotas."""
         ...
@@ -60,9 +94,42 @@ class NamespacePlan:
     labels_room: bool
     """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`_may_label`)."""
     labelled_for_good: bool
-    """The namespace carries LABEL_ROOM_HELD whether or not room is held (roomlabel.py)."""
+    """The namespace carries LABEL_ROOM_HELD whether or not room is held (`label_policy`)."""
     label_writes_wait: bool
     """No label write now: one would have Rancher's agent reset the raise standing here."""
+
+
+@dataclass(frozen=True)
+class _LabelPolicy:
+    """What one plan of a namespace does with its label (`label_policy`)."""
+
+    labels_room: bool
+    """Set it now: the plan holds room and a namespace write is safe."""
+    for_good: bool
+    """Keep it whether or not room is held: set whenever it is missing, never removed."""
+    waits: bool
+    """A namespace write now would have Rancher's agent reset a standing raise: a label this
+    policy does not keep for good is not removed now."""
+
+
+def label_policy(
+    *, managed: bool, holds_room: bool, may_label: bool, raise_stands: bool, fail_closed: bool
+) -> _LabelPolicy:
+    """The label's policy for a plan. Where a namespace write is safe during a room
+    (`may_label`), the label is set for the room and lingers after it. Where it is not (a
+    Rancher quota raised directly), a label per room could never be written, which left those
+    rooms on the pods rule that fails open; with `fail_closed` the label is kept there for
+    good instead. It is written once, normally when the namespace is first planned, before any
+    raise; found missing while a raise stands (an upgrade from a version that did not keep it,
+    the write refused until then), it is written all the same: Rancher's agent may then reset
+    the raise once, which the next plan raises again, where leaving the room on the fail-open
+    rule would let pods in for as long as it lasts. A label not kept for good there is only
+    removed while no raise of ours `raise_stands`."""
+    return _LabelPolicy(
+        labels_room=managed and holds_room and may_label,
+        for_good=managed and not may_label and fail_closed,
+        waits=not may_label and (holds_room or raise_stands),
+    )
 
 
 def rancher_base(plan: QuotaPlan) -> bool:
@@ -112,13 +179,13 @@ class NamespacePlanner:
     def raise_left(self, namespace: Object) -> bool:
         """Whether a raise of ours still stands in the namespace (as we last wrote it)."""
         key = name(namespace)
-        quota, _quotas = self.source.quotas(key)
+        quota, _quotas = self.source.quotas_of(key)
         return raise_records(quota, self.source.newest(namespace))
 
     def _plan(self, key: str, namespace: Object, *, release: bool) -> NamespacePlan | None:
         """With `release`, the plan of the namespace with no migration (every room given
         back: a namespace handed over to MTQ mode)."""
-        quota, quotas = self.source.quotas(key)
+        quota, quotas = self.source.quotas_of(key)
         if quota is None:
             return None
         namespace = self.source.newest(namespace)
@@ -149,34 +216,158 @@ class NamespacePlanner:
         return self.through(namespace, plan)
 
 
-class CachedSource:
-    """The controller's caches (`inputs`), read through our namespace and quota writes they do
-    not show yet (PlanInputs.namespaces and .quotas, generic/pendingwrites.py)."""
+class PlanInputs:
+    """The informers and views a plan reads; `changed(namespace)` is called when they change.
+    The reconcile's `PlanSource`: the caches read through our namespace and quota writes they
+    do not show yet (`namespaces`, `quotas`: generic/pendingwrites.py)."""
 
-    def __init__(self, inputs: PlanInputs) -> None:
-        self.inputs = inputs
+    def __init__(self, management: Management, changed: Callable[[str], None]) -> None:
+        self.management = management
+        self.changed = changed
+        self.informers = QuotaInformers.of(management)
+        informers = self.informers
+        self.namespaces = management.informers.informer(NAMESPACES).pending
+        self.quotas = informers.quotas.pending
+        """Our namespace and quota writes the caches do not show yet: every writer of the room
+        mode records into them, and plans read the two kinds through them
+        (generic/pendingwrites.py)."""
+        self.pod_index = PodIndex()
+        """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
+        features = management.options.quota_features
+        informers.pods.store.add_view(
+            PodIndex.VIEW, partial(pod_view, features=features), self._pod_changed
+        )
+        self.migration_views: NamespaceViews[Object] = NamespaceViews(
+            changed, acted_on=plan_acted_on
+        )
+        """Every namespace's migrations as the plan reads them (planviews.migration_plan_view);
+        KubeVirt's steps between Pending and a final phase queue nothing (plan_acted_on)."""
+        self.refusals = RefusalTracker(management.clock)
+        """Quota refusals as the migrations' changes showed them (reports.py), exported at each
+        scrape of `management`'s registry."""
+        management.registry.register(self.refusals)
+        informers.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)
+        self.vmi_facts: NamespaceViews[VmiView] = NamespaceViews(changed)
+        """Every namespace's VMIs as the plan reads them (launcher.VmiView, narrow)."""
+        informers.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
+        self.usages = RenderedUsages(informers.vmis.store.get)
+        """Room estimates, rendered once per VM shape and settings."""
+        self._cluster_settings: LauncherSettings | None = None
+        """The cluster-wide launcher settings, derived again only after the KubeVirt CR or
+        Harvester's setting changed (`cluster_settings`)."""
+        for informer in (informers.kubevirts, informers.settings):
+            informer.store.add_view(PLAN_VIEW, _nothing, self._cluster_settings_changed)
+        self.settled_migrations = SettledMigrations()
+        """Finished migrations planned without room, set aside from plans after a grace
+        (planviews.SettledMigrations)."""
 
-    def quotas(self, key: str) -> tuple[Object | None, list[Object]]:
-        quotas = self.inputs.quotas.by_index("namespace", key)
+    # The PlanSource of the reconcile: the caches, our writes they do not show yet applied --------
+
+    def quotas_of(self, key: str) -> tuple[Object | None, list[Object]]:
+        quotas = self.quotas.by_index("namespace", key)
         return managed_quota(quotas), quotas
 
     def newest(self, namespace: Object) -> Object:
-        return self.inputs.namespaces.newest(namespace)
-
-    def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
-        return self.inputs.snapshot(namespace, quota, quotas)
+        return self.namespaces.newest(namespace)
 
     def candidates(self) -> Iterable[tuple[str, Object, Object]]:
         """(key, namespace, managed quota) of every namespace cached when the call began and not
         Terminating, each with its quota as cached when it is reached, our writes the caches do
         not show yet applied; lazily."""
-        for namespace in self.inputs.namespaces.store.iter():
+        for namespace in self.namespaces.store.iter():
             key = name(namespace)
             if metadata(namespace).get("deletionTimestamp"):
                 continue
-            quota, _quotas = self.quotas(key)
+            quota, _quotas = self.quotas_of(key)
             if quota is not None:
                 yield key, self.newest(namespace), quota
+
+    def _cluster_settings_changed(self, _key: str, _view: None) -> None:
+        """The KubeVirt CR or Harvester's setting was stored or removed (inside the store's
+        write, so before any reconcile it queues): the settings are derived again."""
+        self._cluster_settings = None
+
+    def cluster_settings(self) -> LauncherSettings:
+        """QuotaInformers.kubevirt_settings, kept until either of its objects changes, so
+        that a reconcile neither decodes the KubeVirt CR nor derives the settings from it (a
+        profiled cost of every reconcile), though they change only with those objects."""
+        if self._cluster_settings is None:
+            self._cluster_settings = self.informers.kubevirt_settings()
+        return self._cluster_settings
+
+    def _pod_changed(self, key: str, view: PodView | None) -> None:
+        """The pod store's view listener: the namespace is reconciled when its pods changed as
+        the plan sees them, not on every pod update (kwok's and the kubelet's status writes
+        leave most views equal)."""
+        if self.pod_index.changed(key, view):
+            self.changed(key.split("/", 1)[0])
+
+    def _migration_changed(self, key: str, view: Object | None) -> None:
+        """The migration store's view listener: notes a quota refusal's start or end as it
+        happens (a reconcile may come only after both), then lists the view for the plan. The
+        quota side of Harvester's `OnVmimChanged`: a migration's change that the plan acts on
+        queues its namespace."""
+        self.refusals.seen(key, view)
+        self.migration_views.changed(key, view)
+
+    def managed_namespaces(self, _changed: Object) -> list[str]:
+        """A cluster-wide setting changed: every namespace with a managed quota is affected."""
+        return sorted(
+            {
+                ns
+                for q in self.informers.quotas.store.objects()
+                if is_managed_quota(q)
+                for ns in namespace_index(q)
+            }
+        )
+
+    def synced(self) -> bool:
+        """Whether the caches a room depends on (migrations, VMIs, pods) have synced."""
+        informers = self.informers
+        return all(i.has_synced() for i in (informers.migrations, informers.vmis, informers.pods))
+
+    def set_aside_settled(self, key: str, snapshot: NamespaceSnapshot, plan: QuotaPlan) -> None:
+        """Takes the namespace's settled finished migrations out of what its plans read, once
+        the caches a room depends on have synced: a plan made before that (the process goes
+        on after CACHE_SYNC_TIMEOUT) may miss the pod a finished migration still waits for,
+        and a migration set aside is not judged again until it changes."""
+        if not self.synced():
+            return
+        settled = self.settled_migrations.settled(
+            key, snapshot.migrations, plan.rooms, self.management.clock.monotonic(), snapshot.now
+        )
+        for migration in settled:
+            self.migration_views.set_aside(key, migration)
+        if settled:
+            log.debug("%s: %d finished migrations settled", key, len(settled))
+
+    def forget(self, namespace: str) -> None:
+        """The namespace is no longer ours: its settled migrations are forgotten."""
+        self.settled_migrations.forget(namespace)
+
+    def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
+        """What a plan of `namespace` reads now, with `quota` its managed quota of `quotas`."""
+        key = str(metadata(namespace).get("name"))
+        return NamespaceSnapshot(
+            namespace=namespace,
+            quota=quota,
+            migrations=self.migration_views.namespace(key),
+            vmis=NamespaceVmis(self.vmi_facts, key),
+            pods=self.pod_index.namespace(key),
+            now=self.management.clock.now(),
+            launcher=self.cluster_settings().for_namespace(
+                quotas, namespace, self.informers.limit_ranges.store.by_index("namespace", key)
+            ),
+            mode=self.management.options.mode,
+            usage=self.usages.usage,
+            settled=self.migration_views.set_aside_views(key),
+            paused=self.management.options.paused,
+            adopt_harvester=self.management.options.adopt_harvester_quotas,
+        )
+
+
+def _nothing(_obj: Object) -> None:
+    """The view of the KubeVirt CR and Harvester's setting: only that they changed matters."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +385,7 @@ class ListedSource:
     paused: bool = False
     adopt_harvester: bool = False
 
-    def quotas(self, key: str) -> tuple[Object | None, list[Object]]:
+    def quotas_of(self, key: str) -> tuple[Object | None, list[Object]]:
         return managed_quota(self.quota_list), list(self.quota_list)
 
     def newest(self, namespace: Object) -> Object:

@@ -2,13 +2,13 @@
 
 A namespace's raise on Rancher's protected path is judged against its project counting as taken
 the rooms its sibling namespaces have not been given yet that come earlier in KubeVirt's order
-(rancherprojects.ProjectRoom, util/resourcequota/projectqueue.py): those are planned from the
+(rancher.ProjectRoom, util/resourcequota/rancherpath.py): those are planned from the
 caches at the judgment (`ProjectSiblingsView`, the judge's `siblings_waiting`), whichever namespace reconciled
 first. What this registry keeps is who waits: each reconcile on the Rancher path records the
 namespace's rooms not given (none once given), and when a namespace of the project writes its
 annotation (a raise given, a room given back) or a room it waited for goes (its migration ended
 or gone, the namespace no longer ours), the project's other waiting namespaces are judged again
-at once, not only at the project recheck (rancherwrites.PROJECT_RECHECK); so is a namespace held
+at once, not only at the project recheck (rancher.PROJECT_RECHECK); so is a namespace held
 behind a sibling's migration (planned from the caches) once that sibling's reconcile finds the
 migration no longer waiting, even if the sibling never recorded it.
 
@@ -45,8 +45,8 @@ from typing import Final
 
 from ...generic.meta import metadata
 from ...generic.resource import Object
-from ...util.resourcequota.projectqueue import OrderKey, Step, WaitingCache
-from .planner import NamespacePlanner, rancher_base
+from ...util.resourcequota.rancherpath import OrderKey, Step, WaitingCache, asks_project
+from .planner import NamespacePlanner
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,8 @@ class ProjectDemands:
         self._waiting: dict[str, dict[str, tuple[Step, ...]]] = {}
         self._project_of: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._behind: dict[str, dict[str, set[str]]] = {}
-        """Sibling namespace -> waiter -> uids of the sibling's migrations the waiter waits
-        behind (`record`'s `behind`)."""
+        self._behind = _WaitsBehind()
+        """Who waits behind which sibling's migrations (`record`'s `behind`)."""
         self._pending: dict[str, set[str]] = {}
         """Project -> its waiting namespaces still to be judged in the wave under way."""
         self._head: dict[str, str] = {}
@@ -117,7 +116,7 @@ class ProjectDemands:
         if waiting:
             self._waiting.setdefault(project, {})[namespace] = tuple(waiting)
             self._project_of[namespace] = project
-        self._wait_behind(namespace, behind)
+        self._behind.wait(namespace, behind)
         queued = (
             self._requeue(before, namespace, gone) if gone or wrote or before != project else []
         )
@@ -125,27 +124,12 @@ class ProjectDemands:
         if headed and before not in self._head:
             self._advance(before)
 
-    def _wait_behind(self, waiter: str, behind: Sequence[tuple[str, str]]) -> None:
-        """`waiter` waits behind `behind` now (replacing what it waited behind)."""
-        for sibling in list(self._behind):
-            self._behind[sibling].pop(waiter, None)
-            if not self._behind[sibling]:
-                del self._behind[sibling]
-        for sibling, uid in behind:
-            self._behind.setdefault(sibling, {}).setdefault(waiter, set()).add(uid)
-
     def _release_waiters(
         self, project: str | None, namespace: str, still: set[str], queued: Sequence[str]
     ) -> None:
         """Queues (in `project`'s wave) whoever waited behind a migration of `namespace` not
         among `still` (unless already `queued`)."""
-        waiters = self._behind.get(namespace, {})
-        moved = sorted(w for w, uids in waiters.items() if uids - still and w != namespace)
-        for waiter in moved:
-            waiters.pop(waiter, None)
-        if not waiters:
-            self._behind.pop(namespace, None)
-        moved = [waiter for waiter in moved if waiter not in queued]
+        moved = [w for w in self._behind.released(namespace, still) if w not in queued]
         if moved:
             self._wave(project, moved)
             log.info(
@@ -167,7 +151,7 @@ class ProjectDemands:
         if headed:
             del self._head[str(project)]
         gone = self._take(namespace)
-        self._wait_behind(namespace, ())
+        self._behind.wait(namespace, ())
         queued = self._requeue(project, namespace, gone) if project is not None else []
         self._release_waiters(project, namespace, set(), queued)
         if headed and project not in self._head:
@@ -265,6 +249,34 @@ class ProjectDemands:
         self.enqueue(head)
 
 
+class _WaitsBehind:
+    """Who waits behind which sibling's migrations: sibling namespace -> waiter -> uids of the
+    sibling's migrations the waiter waits behind (ProjectDemands.record's `behind`)."""
+
+    def __init__(self) -> None:
+        self._behind: dict[str, dict[str, set[str]]] = {}
+
+    def wait(self, waiter: str, behind: Sequence[tuple[str, str]]) -> None:
+        """`waiter` waits behind `behind` now (replacing what it waited behind)."""
+        for sibling in list(self._behind):
+            self._behind[sibling].pop(waiter, None)
+            if not self._behind[sibling]:
+                del self._behind[sibling]
+        for sibling, uid in behind:
+            self._behind.setdefault(sibling, {}).setdefault(waiter, set()).add(uid)
+
+    def released(self, namespace: str, still: set[str]) -> list[str]:
+        """The waiters (sorted) that waited behind a migration of `namespace` not among
+        `still`, forgotten as its waiters."""
+        waiters = self._behind.get(namespace, {})
+        moved = sorted(w for w, uids in waiters.items() if uids - still and w != namespace)
+        for waiter in moved:
+            waiters.pop(waiter, None)
+        if not waiters:
+            self._behind.pop(namespace, None)
+        return moved
+
+
 def _first_order(steps: Sequence[Step]) -> OrderKey:
     return min(step.order for step in steps)
 
@@ -286,7 +298,7 @@ SIBLINGS_SLICE: Final = 0.005
 
 
 class ProjectSiblingsView:
-    """What a Rancher project's judge (rancherprojects.ProjectRoom) counts as taken: the rooms
+    """What a Rancher project's judge (rancher.ProjectRoom) counts as taken: the rooms
     the project's other namespaces have not been given yet, planned by `planner`. `members`:
     the namespaces of a project, our writes the cache does not show yet applied (the
     namespaces' pending writes); `ladders`: each sibling's steps (ProjectDemands');
@@ -312,7 +324,7 @@ class ProjectSiblingsView:
 
     async def __call__(self, project: str, besides: str) -> list[Step]:
         """The steps of the namespaces of Rancher project `project` but `besides`, each marked
-        whether the project gave its room (projectqueue.project_steps: those not given wait;
+        whether the project gave its room (rancherpath.project_steps: those not given wait;
         the given ones say when each was given), planned from the caches now, our writes the
         caches do not show yet applied: the judge of a raise on Rancher's protected path counts
         those earlier in KubeVirt's order as taken. Planned: a namespace with migrations cached,
@@ -324,7 +336,7 @@ class ProjectSiblingsView:
         namespace reconciled first after a restart take the room ahead of a sibling's earlier
         migration. A sibling whose plan fails is logged and
         skipped (it claims nothing; its own reconcile reports it), never a failed judgment.
-        Pure but for reading; called once per write (rancherprojects.Judgment); yields to the
+        Pure but for reading; called once per write (rancher.py's judgment of a write); yields to the
         event loop between siblings once it has held it SIBLINGS_SLICE seconds (/healthz and
         the Lease renewal run on it), so each sibling is read as the caches stand then."""
         steps: list[Step] = []
@@ -337,7 +349,7 @@ class ProjectSiblingsView:
                 since = self.clock()
             sibling = str(metadata(cached).get("name", ""))
             if sibling == besides or metadata(cached).get("deletionTimestamp"):
-                continue
+                continue  # a Terminating one is not worth planning: asks_project refuses it
             try:
                 steps += self._waiting(project, sibling, cached)
             except Exception:  # contained per sibling, logged
@@ -349,6 +361,6 @@ class ProjectSiblingsView:
         if self.planner.defer_to(sibling) or not self.migrations(sibling):
             return []
         planned = self.planner.plan(cached)
-        if planned is None or not rancher_base(planned.plan):
+        if planned is None or not asks_project(cached, planned.plan):
             return []
         return self.ladders.steps(planned.namespace, planned.plan, project)

@@ -9,17 +9,17 @@ Every input's change re-queues the namespace; nothing is remembered between runs
 learned again, so a restart, a lost watch or Rancher resetting spec.hard all converge on the next
 run.
 
-The reconcile wires collaborators, one concern each: what the plan reads (inputs.py), the
-room-held label (roomlabel.py), the writes into the quota and status.hard (specwrites.py, through
-controller/quotawriter.py, the writer MTQ mode shares), the Rancher path (rancherwrites.py,
-projects.py), metrics and Events (reports.py), refusal counting (refusals.py), the settled
-set-aside (util/resourcequota/settled.py) and the writes of others, told (foreignwrites.py).
+The reconcile wires collaborators, one concern each: what the plan reads (planner.py), how our
+writes are made (writes.py: the quota and status.hard through controller/quotawriter.py, the
+writer MTQ mode shares; the room-held label; a release's gathering and confirmation), the
+Rancher path (rancher.py, projectdemands.py), metrics, Events and refusal counts, and the writes
+of others, told (reports.py), the settled set-aside (util/resourcequota/planviews.py), and the
+safety net that plans a stale raise again (staleraise.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from functools import partial
 
 from ...config.management import Management
@@ -33,28 +33,34 @@ from ...generic.store import namespace_index
 from ...util.quantity import Quantity
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
-from .foreignwrites import ForeignWriteReports
-from .gather import GATHER_RETRY, ReleaseGathering
-from .inputs import PlanInputs
-from .planner import CachedSource, NamespacePlan, NamespacePlanner
+from .planner import NamespacePlan, NamespacePlanner, PlanInputs
 from .projectdemands import ProjectDemands, ProjectSiblingsView
-from .rancherprojects import PROJECT_INDEX, ProjectReader, ProjectRoom, project_index
-from .rancherwrites import RANCHER_DENIAL_REASON, RancherPath
-from .refusals import StandingRefusals
-from .releaseconfirm import RETRY_AFTER as RELEASE_RETRY_AFTER
-from .releaseconfirm import RETRY_REASON as RELEASE_RETRY
-from .releaseconfirm import ReleaseCheck, list_page, write_lowers
-from .reports import NamespaceReports
-from .roomlabel import RoomHeldLabel
-from .specwrites import SpecWrites
-from .staleraise import StaleRaiseView, stale_raise_sweep
+from .rancher import (
+    PROJECT_INDEX,
+    ProjectReader,
+    ProjectRoom,
+    RancherPath,
+    project_index,
+)
+from .reports import ForeignWriteReports, NamespaceReports
+from .staleraise import left_behind, stale_raise_sweep
+from .writes import (
+    GATHER_RETRY,
+    RELEASE_RETRY,
+    RELEASE_RETRY_AFTER,
+    UNLABEL_RETRY,
+    ReleaseCheck,
+    ReleaseGathering,
+    RoomHeldLabel,
+    SpecWrites,
+    list_page,
+    write_lowers,
+)
 
-__all__ = ["RANCHER_DENIAL_REASON", "QuotaReconciler", "register", "requeue"]
-"""RANCHER_DENIAL_REASON: explain.py reads it from here."""
+__all__ = ["QuotaReconciler", "register", "requeue"]
 
 log = logging.getLogger(__name__)
 
-UNLABEL_RETRY = "the room-held label's removal may be tried again then"
 LABEL_RETRY = "the room-held label may be tried again then"
 LABELLED_UNDER_A_RAISE = (
     "namespace %s: labelled room-held for good while our raise stands; Rancher's agent may reset "
@@ -71,9 +77,8 @@ class QuotaReconciler:
         self.management = management
         self.namespaces = management.controllers.namespaces()
         self.inputs = PlanInputs(management, self.namespaces.enqueue_key)
-        """The informers and views plans read (inputs.py)."""
+        """The informers and views plans read, the planner's source (planner.py)."""
         self.metrics = QuotaMetrics(management.registry)
-        management.registry.register(StandingRefusals(self.inputs.refusals))
         self.writer = QuotaWriter(management.client, management.clock, self.metrics.count_write)
         """Every write of ours and its permission gate (controller/quotawriter.py)."""
         self.metrics.paused.set(1 if management.options.paused else 0)
@@ -82,7 +87,7 @@ class QuotaReconciler:
         self.spec_writes = SpecWrites(
             self.writer, self.metrics, management.recorder, self.inputs.quotas
         )
-        """Plans written into the quota, copies into status.hard (specwrites.py)."""
+        """Plans written into the quota, copies into status.hard (writes.py)."""
         self.writes = self.spec_writes.writes
         """Quota writes per namespace (tests and the scenario report read it)."""
         self.publisher = self.spec_writes.publisher
@@ -93,16 +98,17 @@ class QuotaReconciler:
             management.options.room_held_linger,
             self.inputs.namespaces,
         )
-        """The room-held label and its linger (roomlabel.py)."""
+        """The room-held label and its linger (writes.py)."""
         self.release_check = ReleaseCheck(list_page(management.client), management.clock)
         """The namespace's migrations from the API server, read before a release
-        (releaseconfirm.py)."""
-        source = CachedSource(self.inputs)
+        (writes.py)."""
         self.planner = NamespacePlanner(
-            source, fail_closed=management.options.rancher_direct_fail_closed
+            self.inputs, fail_closed=management.options.rancher_direct_fail_closed
         )
         """Plans one namespace from the caches and our writes they do not show yet: what the
-        reconcile, the stale-raise sweep and a Rancher project's sibling judgment each read."""
+        reconcile, the stale-raise sweep and a Rancher project's sibling judgment each read.
+        Its `defer_to` is MTQ mode's, where that mode runs (app.py): a namespace with a VMMRQ
+        is left alone here once any raise of ours there is given back (handover.py)."""
         self.rancher = RancherPath(
             self.writer,
             self.inputs.namespaces,
@@ -116,7 +122,8 @@ class QuotaReconciler:
         self.planner.through = self.rancher.through
         self.stale_raises = stale_raise_sweep(
             management,
-            StaleRaiseView(self.planner, source.candidates, self.room_label.due),
+            self.inputs.candidates,
+            partial(left_behind, self.planner, self.room_label.due),
             self.namespaces.enqueue_key,
             self.metrics,
         )
@@ -127,29 +134,17 @@ class QuotaReconciler:
             management.clock,
             namespace_of=self.namespaces.informer.store.get,
         )
-        """Writes of a managed quota's spec.hard by anyone else, told (foreignwrites.py)."""
+        """Writes of a managed quota's spec.hard by anyone else, told (reports.py)."""
         self.gathering = ReleaseGathering(
             management.clock, management.options.release_gather, self.metrics.releases_held.inc
         )
-        """Releases held back while a target pod is being created (gather.py)."""
-
-    @property
-    def defer_to(self) -> Callable[[str], bool]:
-        """True for a namespace another mode handles (MTQ mode, where it has a VMMRQ): its
-        quota is left alone here once any raise of ours there is given back (handover.py)."""
-        return self.planner.defer_to
-
-    @defer_to.setter
-    def defer_to(self, defer_to: Callable[[str], bool]) -> None:
-        self.planner.defer_to = defer_to
+        """Releases held back while a target pod is being created (writes.py)."""
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
-        controller.watch_related(informers.quotas, namespace_index, name=informers.quotas.name)
-        controller.watch_related(
-            informers.limit_ranges, namespace_index, name=informers.limit_ranges.name
-        )
-        # Migrations and VMIs queue their namespace from their views (inputs.py): only changes
+        for informer in (informers.quotas, informers.limit_ranges):
+            controller.watch_related(informer, namespace_index, name=informer.name)
+        # Migrations and VMIs queue their namespace from their views (planner.py): only changes
         # the plan reads, not virt-controller's and virt-handler's status writes.
         for informer in (informers.settings, informers.kubevirts):
             controller.watch_related(informer, inputs.managed_namespaces, name=informer.name)
@@ -185,7 +180,9 @@ class QuotaReconciler:
             # The namespace as labelled, also when the quota went meanwhile (let go below).
             namespace = planned.namespace if planned else self.inputs.namespaces.newest(namespace)
         if planned is None:
-            return await self._let_go(key, namespace)
+            # No longer ours (no managed quota, or handed over): forgotten, its label removed.
+            self._forget(key)
+            return await self.room_label.remove(namespace)
         self.reports.warnings(planned.namespace, planned.quota, planned.plan)
         self.reports.export(key, planned.snapshot, planned.plan)
         self.inputs.set_aside_settled(key, planned.snapshot, planned.plan)
@@ -217,7 +214,7 @@ class QuotaReconciler:
     async def _confirm_release(self, key: str, planned: NamespacePlan) -> None:
         """Raises RetryAfter, writing nothing, while a plan whose write lowers something (what
         `_write_plan` writes: Rancher's annotation where the plan goes through it, else
-        spec.hard) was made without a migration the API server already has (releaseconfirm.py).
+        spec.hard) was made without a migration the API server already has (writes.py).
         Not for a plan that gives every room back whatever migrations exist (skipped, paused,
         handed over)."""
         plan = planned.plan
@@ -247,16 +244,6 @@ class QuotaReconciler:
             log.info(LABELLED_UNDER_A_RAISE, key)
         return self.planner.plan(labelled)
 
-    async def _let_go(self, key: str, namespace: Object) -> Object:
-        """The namespace is no longer ours (no managed quota, or handed over): forgets it and
-        removes its label, run again while the removal is refused."""
-        self._forget(key)
-        namespace = await self.room_label.set(namespace, False)
-        retry = self.room_label.retry_removal(namespace)
-        if retry is not None:
-            raise RetryAfter(retry, UNLABEL_RETRY)
-        return namespace
-
     async def _write_plan(
         self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
     ) -> float | None:
@@ -272,13 +259,8 @@ class QuotaReconciler:
         try:
             await self.spec_writes.write(quota, patch, plan)
         except (errors.Forbidden, errors.BadRequest) as error:
-            if not self.rancher.refused(error, plan):
-                raise
-            if "spec" in patch:
-                self.rancher.report_denial(namespace, quota, plan, snapshot, error)
-            else:
-                self.rancher.note_protected(namespace, error)
-            return await self.rancher.write(namespace, quota, plan, snapshot)
+            spec = "spec" in patch
+            return await self.rancher.take_over(error, namespace, quota, plan, snapshot, spec=spec)
         return None
 
     def _forget(self, namespace: str) -> None:
@@ -346,7 +328,7 @@ def requeue(
 def _project_room(
     management: Management, namespaces: Controller, planner: NamespacePlanner, inputs: PlanInputs
 ) -> ProjectRoom:
-    """Rancher projects' room (rancherprojects.py), its judge counting the siblings' rooms
+    """Rancher projects' room (rancher.py), its judge counting the siblings' rooms
     `planner` plans (projectdemands.ProjectSiblingsView) over the namespaces of each project
     (the namespace cache's project index, added here), our writes the cache does not show yet
     applied."""

@@ -27,7 +27,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 from ...config.management import Management
 from ...config.metrics import QuotaMetrics
@@ -46,10 +46,10 @@ from ...util.resourcequota.base import (
     spec_hard,
 )
 from ...util.resourcequota.plan import QuotaPlan, patch_for
+from ...util.resourcequota.raises import raise_records
 from ...util.resourcequota.rancherpath import annotation_patch
-from ...util.resourcequota.standing import raise_records
 from .planner import NamespacePlanner
-from .roomlabel import is_labelled
+from .writes import is_labelled
 
 log = logging.getLogger(__name__)
 
@@ -65,20 +65,14 @@ TURN: Final = 200
 cost a few milliseconds; a plan, for a namespace that shows a raise, costs 0.2-1 ms more."""
 
 
-class Planner(Protocol):
-    """What the sweep reads: the cached candidates and what a plan of each would leave to give
-    back (StaleRaiseView, from the reconcile's NamespacePlanner)."""
-
-    def candidates(self) -> Iterable[tuple[str, Object, Object]]:
-        """(namespace key, namespace, managed quota) for every cached namespace with one, as the
-        reconcile would read them (our writes the caches do not show yet included); lazily, so
-        the sweep can give the event loop a turn between them."""
-        ...
-
-    def left_behind(self, key: str, namespace: Object, quota: Object) -> str | None:
-        """What a reconcile of `key` planned now would still give back while its plan holds no
-        room (`left_to_give_back`), in words; None if nothing (or it manages nothing)."""
-        ...
+Candidates = Callable[[], Iterable[tuple[str, Object, Object]]]
+"""(namespace key, namespace, managed quota) for every cached namespace with one, as the reconcile
+would read them (our writes the caches do not show yet included); lazily, so the sweep can give
+the event loop a turn between them (PlanInputs.candidates)."""
+LeftBehind = Callable[[str, Object, Object], str | None]
+"""(key, namespace, quota) -> what a reconcile of `key` planned now would still give back while
+its plan holds no room (`left_to_give_back`), in words; None if nothing (or it manages nothing):
+`left_behind` over the reconcile's NamespacePlanner."""
 
 
 def raise_shows(quota: Object, namespace: Object) -> bool:
@@ -126,34 +120,29 @@ def left_to_give_back(
     return None
 
 
-class StaleRaiseView:
-    """The sweep's `Planner` from a NamespacePlanner: `candidates` lists the namespaces to look
-    at (CachedSource.candidates), `label_due(key, namespace, holds_room)` whether a room-held
-    label outstayed its room (RoomHeldLabel.due)."""
-
-    def __init__(
-        self,
-        planner: NamespacePlanner,
-        candidates: Callable[[], Iterable[tuple[str, Object, Object]]],
-        label_due: Callable[[str, Object, bool], bool],
-    ) -> None:
-        self.planner = planner
-        self.candidates = candidates
-        self.label_due = label_due
-
-    def left_behind(self, key: str, namespace: Object, quota: Object) -> str | None:
-        planned = self.planner.plan(namespace)
-        if planned is None:
-            return None  # not ours, or MTQ mode's once our raise is given back
-        keeps_label = planned.labelled_for_good or planned.label_writes_wait
-        due = self.label_due(key, planned.namespace, planned.plan.holds_room)
-        return left_to_give_back(
-            planned.quota,
-            planned.namespace,
-            planned.plan,
-            through_rancher=self.planner.through(planned.namespace, planned.plan),
-            label_due=due and not keeps_label,
-        )
+def left_behind(
+    planner: NamespacePlanner,
+    label_due: Callable[[str, Object, bool], bool],
+    key: str,
+    namespace: Object,
+    quota: Object,
+) -> str | None:
+    """The sweep's `LeftBehind` from the reconcile's planner (bound with functools.partial):
+    `key`'s namespace planned now, and what it still has to give back (`left_to_give_back`).
+    `label_due(key, namespace, holds_room)`: whether a room-held label outstayed its room
+    (RoomHeldLabel.due)."""
+    planned = planner.plan(namespace)
+    if planned is None:
+        return None  # not ours, or MTQ mode's once our raise is given back
+    keeps_label = planned.labelled_for_good or planned.label_writes_wait
+    due = label_due(key, planned.namespace, planned.plan.holds_room)
+    return left_to_give_back(
+        planned.quota,
+        planned.namespace,
+        planned.plan,
+        through_rancher=planner.through(planned.namespace, planned.plan),
+        label_due=due and not keeps_label,
+    )
 
 
 @dataclass
@@ -164,12 +153,14 @@ class _Episode:
 
 
 class StaleRaiseSweep:
-    """Finds raises standing with no room held, reports each episode once, queues the
-    namespace. `start` runs the sweep every `interval` seconds until `stop`."""
+    """Finds raises standing with no room held among the `candidates`, as `left_behind` plans
+    them, reports each episode once, queues the namespace. `start` runs the sweep every
+    `interval` seconds until `stop`."""
 
     def __init__(
         self,
-        planner: Planner,
+        candidates: Candidates,
+        left_behind: LeftBehind,
         enqueue: Callable[[str], None],
         *,
         clock: Clock,
@@ -179,7 +170,8 @@ class StaleRaiseSweep:
         stale_after: float = STALE_AFTER,
         ready: Callable[[], bool] = lambda: True,
     ) -> None:
-        self.planner = planner
+        self.candidates = candidates
+        self.left_behind = left_behind
         self.ready = ready
         """Whether the caches have synced: a sweep over caches still filling would take rooms
         really held for none (their migrations not listed yet), so none runs before."""
@@ -221,7 +213,7 @@ class StaleRaiseSweep:
         each read with its quota as cached when its turn comes."""
         now = self.clock.monotonic()
         standing: dict[str, tuple[str, Object]] = {}
-        for seen, (key, namespace, quota) in enumerate(self.planner.candidates(), 1):
+        for seen, (key, namespace, quota) in enumerate(self.candidates(), 1):
             why = self._why_standing(key, namespace, quota)
             if why is not None:
                 standing[key] = (why, quota)
@@ -251,7 +243,7 @@ class StaleRaiseSweep:
         try:
             if not raise_shows(quota, namespace):
                 return None
-            return self.planner.left_behind(key, namespace, quota)
+            return self.left_behind(key, namespace, quota)
         except Exception:
             log.exception(
                 "namespace %s: cannot tell whether a raise stands; passed over",
@@ -273,7 +265,8 @@ class StaleRaiseSweep:
 
 def stale_raise_sweep(
     management: Management,
-    planner: Planner,
+    candidates: Candidates,
+    left_behind: LeftBehind,
     enqueue: Callable[[str], None],
     metrics: QuotaMetrics,
 ) -> StaleRaiseSweep:
@@ -281,7 +274,8 @@ def stale_raise_sweep(
     how long a raise stands before it is stale), ready once its informers synced; started with
     the controllers (ControllerApp.start), stopped with `management`."""
     sweep = StaleRaiseSweep(
-        planner,
+        candidates,
+        left_behind,
         enqueue,
         clock=management.clock,
         metrics=metrics,

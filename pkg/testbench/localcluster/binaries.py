@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ClusterError
-from .process import exclusive
+from .process import exclusive, run_logged
 
 K8S_VERSION = "v1.36.5"
 ETCD_VERSION = "v3.6.16"
@@ -207,20 +207,43 @@ class KubeVirtBuild:
         return missing
 
 
-def kubevirt_module_name(version: str) -> str:
+def _module_name(prefix: str, version: str) -> str:
     """The wrapper module folder of a version: dots become dashes, because setuptools skips
     folders with a dot in their name when it collects package data."""
-    return _KUBEVIRT_MODULE_PREFIX + version.replace(".", "-")
+    return prefix + version.replace(".", "-")
+
+
+def _supported_versions(prefix: str) -> list[str]:
+    """The versions that have a wrapper module named ``<prefix><version>``, newest first."""
+    versions = []
+    for folder in GOMOD_DIR.glob(f"{prefix}v*"):
+        dotted = folder.name.removeprefix(prefix).replace("-", ".")
+        if _VERSION.match(dotted) and (folder / "go.mod").is_file():
+            versions.append(dotted)
+    return sorted(versions, key=_version_tuple, reverse=True)
+
+
+def _checked_version(what: str, chosen: str, supported: list[str], source: str = "") -> str:
+    """``chosen`` normalised to ``vX.Y.Z``; ClusterError listing ``supported`` when it is not one
+    of them (``what`` names the project, ``source`` where the choice came from)."""
+    chosen = chosen.strip()
+    normalised = chosen if chosen.startswith("v") else f"v{chosen}"
+    if normalised not in supported:
+        raise ClusterError(
+            f"{what} {chosen!r}{source} cannot be built here; supported versions: "
+            f"{', '.join(supported)}"
+        )
+    return normalised
+
+
+def kubevirt_module_name(version: str) -> str:
+    """The wrapper module folder of a KubeVirt version (``v1.8.4`` -> ``kubevirt-v1-8-4``)."""
+    return _module_name(_KUBEVIRT_MODULE_PREFIX, version)
 
 
 def supported_kubevirt_versions() -> list[str]:
     """The KubeVirt versions that have a wrapper module, newest first."""
-    versions = []
-    for folder in GOMOD_DIR.glob(f"{_KUBEVIRT_MODULE_PREFIX}v*"):
-        dotted = folder.name.removeprefix(_KUBEVIRT_MODULE_PREFIX).replace("-", ".")
-        if _VERSION.match(dotted) and (folder / "go.mod").is_file():
-            versions.append(dotted)
-    return sorted(versions, key=_version_tuple, reverse=True)
+    return _supported_versions(_KUBEVIRT_MODULE_PREFIX)
 
 
 def kubevirt_version_for_minor(minor: str) -> str | None:
@@ -248,16 +271,8 @@ def kubevirt_version(explicit: str | None = None) -> str:
     module proxy serves only some exact versions, and each needs its own committed go.sum.
     """
     chosen = explicit or os.environ.get(ENV_KUBEVIRT_VERSION) or DEFAULT_KUBEVIRT_VERSION
-    chosen = chosen.strip()
-    supported = supported_kubevirt_versions()
-    normalised = chosen if chosen.startswith("v") else f"v{chosen}"
-    if normalised not in supported:
-        source = "" if explicit else f" (from {ENV_KUBEVIRT_VERSION})"
-        raise ClusterError(
-            f"KubeVirt {chosen!r}{source} cannot be built here; supported versions: "
-            f"{', '.join(supported)}"
-        )
-    return normalised
+    source = "" if explicit else f" (from {ENV_KUBEVIRT_VERSION})"
+    return _checked_version("KubeVirt", chosen, supported_kubevirt_versions(), source)
 
 
 def kubevirt_cache_key(version: str) -> str:
@@ -270,11 +285,17 @@ def kubevirt_cache_key(version: str) -> str:
 def kubevirt_dirs(version: str) -> list[Path]:
     """Where virt-controller for ``version`` is looked for, in order: a prebuilt
     ``$HARVESTER_QUOTA_CLUSTER_BIN/kubevirt-<version>/``, then the cache."""
+    return _prebuilt_then_cached(f"kubevirt-{version}", kubevirt_cache_key(version))
+
+
+def _prebuilt_then_cached(prebuilt: str, cache_key: str) -> list[Path]:
+    """The folders a build is looked for in, in order: ``$HARVESTER_QUOTA_CLUSTER_BIN/<prebuilt>``
+    when that variable is set, then the cache's ``cluster-bin/<cache_key>``."""
     candidates = []
     override = os.environ.get(ENV_BIN_DIR)
     if override:
-        candidates.append(Path(override) / f"kubevirt-{version}")
-    candidates.append(cache_root() / "cluster-bin" / kubevirt_cache_key(version))
+        candidates.append(Path(override) / prebuilt)
+    candidates.append(cache_root() / "cluster-bin" / cache_key)
     return candidates
 
 
@@ -414,18 +435,9 @@ def _build_component(
     if component.tags:
         argv += ["-tags", component.tags]
     argv += list(component.packages)
-    with log_path.open("a") as log:
-        log.write(f"\n$ (cd {component.module_dir}) {' '.join(argv)}\n")
-        log.flush()
-        result = subprocess.run(
-            argv,
-            cwd=module_copy,
-            env=build_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    if result.returncode != 0:
+    shown = f"(cd {component.module_dir}) {' '.join(argv)}"
+    code = run_logged(argv, log_path, shown=shown, cwd=module_copy, env=build_env())
+    if code != 0:
         tail = log_path.read_text(errors="replace")[-3000:]
         if _NETWORK_FAILURE.search(tail):
             proxy = build_env()["GOPROXY"]
@@ -434,8 +446,7 @@ def _build_component(
                 f"check the network or GOPROXY. Full log: {log_path}"
             )
         raise ClusterError(
-            f"go build of {', '.join(component.outputs)} failed (exit {result.returncode}). "
-            f"Full log: {log_path}"
+            f"go build of {', '.join(component.outputs)} failed (exit {code}). Full log: {log_path}"
         )
 
 
@@ -539,17 +550,12 @@ _HARVESTER_MODULE_PREFIX = "harvester-"
 
 def harvester_module_name(version: str) -> str:
     """The wrapper module folder of a Harvester version (``v1.8.2`` -> ``harvester-v1-8-2``)."""
-    return _HARVESTER_MODULE_PREFIX + version.replace(".", "-")
+    return _module_name(_HARVESTER_MODULE_PREFIX, version)
 
 
 def supported_harvester_versions() -> list[str]:
     """The Harvester versions that have a wrapper module, newest first."""
-    versions = []
-    for folder in GOMOD_DIR.glob(f"{_HARVESTER_MODULE_PREFIX}v*"):
-        dotted = folder.name.removeprefix(_HARVESTER_MODULE_PREFIX).replace("-", ".")
-        if _VERSION.match(dotted) and (folder / "go.mod").is_file():
-            versions.append(dotted)
-    return sorted(versions, key=_version_tuple, reverse=True)
+    return _supported_versions(_HARVESTER_MODULE_PREFIX)
 
 
 def harvester_version(explicit: str | None = None) -> str:
@@ -557,13 +563,7 @@ def harvester_version(explicit: str | None = None) -> str:
     normalised to ``vX.Y.Z``. Raises ClusterError for a version without a wrapper module,
     listing the supported ones."""
     supported = supported_harvester_versions()
-    chosen = (explicit or supported[0]).strip()
-    normalised = chosen if chosen.startswith("v") else f"v{chosen}"
-    if normalised not in supported:
-        raise ClusterError(
-            f"Harvester {chosen!r} cannot be built here; supported versions: {', '.join(supported)}"
-        )
-    return normalised
+    return _checked_version("Harvester", explicit or supported[0], supported)
 
 
 HARVESTER_KUBEVIRT = {"v1.8.2": "v1.7.0"}
@@ -604,13 +604,8 @@ def harvester_cache_key(version: str) -> str:
 def harvester_paths(version: str) -> list[Path]:
     """Where ``harvester-controllers`` of ``version`` is looked for, in order: a prebuilt
     ``$HARVESTER_QUOTA_CLUSTER_BIN/harvester-<version>/``, then the cache."""
-    candidates = []
-    override = os.environ.get(ENV_BIN_DIR)
-    if override:
-        candidates.append(Path(override) / f"harvester-{version}" / HARVESTER_CONTROLLERS)
-    cached = cache_root() / "cluster-bin" / harvester_cache_key(version) / HARVESTER_CONTROLLERS
-    candidates.append(cached)
-    return candidates
+    folders = _prebuilt_then_cached(f"harvester-{version}", harvester_cache_key(version))
+    return [folder / HARVESTER_CONTROLLERS for folder in folders]
 
 
 def _executable(path: Path) -> bool:

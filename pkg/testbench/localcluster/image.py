@@ -40,7 +40,7 @@ import yaml
 
 from .binaries import cache_root
 from .errors import ClusterError
-from .process import exclusive
+from .process import exclusive, run_logged
 
 REPO: Final = Path(__file__).resolve().parents[3]
 CONTAINERFILE: Final = REPO / "deploy" / "Containerfile"
@@ -129,21 +129,10 @@ def archive_path() -> Path:
 
 def _run(argv: list[str], log: Path, *, stdin: int | None = None, cwd: Path | None = None) -> None:
     """Runs ``argv`` with its output appended to ``log``; ClusterError naming the log on failure."""
-    with log.open("a") as out:
-        out.write(f"\n$ {' '.join(argv)}\n")
-        out.flush()
-        done = subprocess.run(
-            argv,
-            stdin=stdin,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            timeout=BUILD_TIMEOUT,
-            check=False,
-        )
-    if done.returncode != 0:
+    code = run_logged(argv, log, stdin=stdin, cwd=cwd, timeout=BUILD_TIMEOUT)
+    if code != 0:
         shown = " ".join(argv[:6])
-        raise ClusterError(f"`{shown} ...` failed (exit {done.returncode}); log: {log}")
+        raise ClusterError(f"`{shown} ...` failed (exit {code}); log: {log}")
 
 
 def _image_exists(name: str) -> bool:

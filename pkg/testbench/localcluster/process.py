@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -285,6 +285,35 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+def run_logged(
+    argv: Sequence[str],
+    log: Path,
+    *,
+    shown: str | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: int | None = None,
+    timeout: float | None = None,
+) -> int:
+    """Runs ``argv`` to its end with stdout and stderr appended to ``log``, after a line
+    ``$ <shown>`` (default: ``argv`` joined by spaces); returns its exit code. Blocks the caller;
+    TimeoutExpired after ``timeout`` seconds (None: no limit)."""
+    with log.open("a") as out:
+        out.write(f"\n$ {' '.join(argv) if shown is None else shown}\n")
+        out.flush()
+        done = subprocess.run(
+            argv,
+            stdin=stdin,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+    return done.returncode
 
 
 LOG_TAIL_BYTES = 64 * 1024

@@ -12,9 +12,9 @@ construct, so a rule that starts to use one fails its test instead of being eval
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 DURATION_UNITS: Final = {
     "ms": 0.001,
@@ -169,6 +169,9 @@ def _unquote(token: _Token) -> str:
     return "".join(out)
 
 
+Item = TypeVar("Item")
+
+
 class _Parser:
     """One expression's tokens, consumed left to right."""
 
@@ -270,14 +273,19 @@ class _Parser:
             raise self.fail("'without'", token)
         self.at += 1
         self.expect("(")
-        labels: list[str] = []
-        while not self.accept(")"):
-            if labels:
+        return tuple(self.comma_list(")", self.label_name))
+
+    def comma_list(self, close: str, item: Callable[[], Item]) -> list[Item]:
+        """What `item` parses, again and again, separated by commas, until `close` (consumed); a
+        comma before `close` is allowed, as PromQL allows it in groupings and selectors."""
+        items: list[Item] = []
+        while not self.accept(close):
+            if items:
                 self.expect(",")
-                if self.accept(")"):
+                if self.accept(close):
                     break
-            labels.append(self.label_name())
-        return tuple(labels)
+            items.append(item())
+        return items
 
     def label_name(self) -> str:
         token = self.next()
@@ -298,14 +306,7 @@ class _Parser:
         return _checked_call(Call(token.text, tuple(args)), self)
 
     def selector(self, name: str) -> Expr:
-        matchers: list[Matcher] = []
-        if self.accept("{"):
-            while not self.accept("}"):
-                if matchers:
-                    self.expect(",")
-                    if self.accept("}"):
-                        break
-                matchers.append(self.matcher())
+        matchers = self.comma_list("}", self.matcher) if self.accept("{") else []
         if not name and all(m.matches("") for m in matchers):
             raise self.fail("a selector without a metric name or a matcher that needs a value")
         seconds = self.range()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -22,7 +23,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ...apis.harvester import SETTINGS
 from ...generic import errors
@@ -32,7 +33,7 @@ from ...generic.meta import annotations_of
 from ...generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, Object
 from ...preflight import Plan, Strategy, preflight
 from ...preflight.read import read_cluster
-from ...preflight.render import summary
+from ...preflight.report import summary
 from ...util import resources
 from ...util.annotations import (
     ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED,
@@ -50,7 +51,7 @@ from ..sim.kubevirt.config import KubeVirtConfig, VMStart
 from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
-from ..sim.kubevirt.phases import MigrationTimings
+from ..sim.kubevirt.phases import MigrationTimings, StepTimings
 from ..sim.kubevirt.record import MigrationRecord, Outcome
 from ..sim.kubevirt.simulator import KubeVirtSimulator
 from ..sim.rancher.derive import Project
@@ -64,6 +65,8 @@ from .versions import check_plays_on
 from .writers import RunWriters, WriterMarks
 
 log = logging.getLogger(__name__)
+
+Paced = TypeVar("Paced", bound=StepTimings)
 
 RATIO_SETTING = "additional-guest-memory-overhead-ratio"
 SAMPLE_INTERVAL = 0.5
@@ -276,24 +279,25 @@ class ScenarioRun:
         )
 
     def _sim_timings(self) -> MigrationTimings:
-        seed = self.scenario.timings == "seed"
-        timings = MigrationTimings.like_v121_seed() if seed else MigrationTimings()
-        if self.scenario.source_pod_grace is not None:
-            timings = MigrationTimings(
-                **{**vars(timings), "source_pod_grace_seconds": self.scenario.source_pod_grace}
-            )
-        return timings
+        """The simulator's pace; the scenario's source_pod_grace is the source pod's grace."""
+        seed, default = MigrationTimings.like_v121_seed(), MigrationTimings()
+        return self._paced(seed, default, grace_field="source_pod_grace_seconds")
 
     def _handler_timings(self) -> HandlerTimings:
         """The node side's pace; the scenario's source_pod_grace is how long the source launcher
         takes to exit after its migration succeeded."""
-        seed = self.scenario.timings == "seed"
-        timings = HandlerTimings.like_v121_seed() if seed else HandlerTimings()
-        if self.scenario.source_pod_grace is not None:
-            timings = HandlerTimings(
-                **{**vars(timings), "source_shutdown": float(self.scenario.source_pod_grace)}
-            )
-        return timings
+        seed, default = HandlerTimings.like_v121_seed(), HandlerTimings()
+        return self._paced(seed, default, grace_field="source_shutdown")
+
+    def _paced(self, seed: Paced, default: Paced, *, grace_field: str) -> Paced:
+        """`seed` when the scenario asks for the seed's pace (timings: seed), else `default`; with
+        the scenario's source_pod_grace, if it sets one, in `grace_field` (as that field's type)."""
+        timings = seed if self.scenario.timings == "seed" else default
+        grace = self.scenario.source_pod_grace
+        if grace is None:
+            return timings
+        as_field_type = type(getattr(timings, grace_field))
+        return dataclasses.replace(timings, **{grace_field: as_field_type(grace)})
 
     def _kubevirt_release(self) -> str:
         """The KubeVirt the strategies are told of: the virt-controller playing the scenario,

@@ -1,5 +1,10 @@
-"""The base quota of a namespace: what spec.hard is when no migration holds room.
+"""The managed quota of a namespace and its base: which quota we scale, what its spec.hard is
+when no migration holds room, and whether a pod fits under it (`shortfalls`, the VM-start check's
+arithmetic: the webhook words the denial, the numbers come from here).
 
+- The managed quota is the one Rancher creates and Harvester scales: labelled
+  resourcequota.management.cattle.io/default-resource-quota=true (`managed_quota`), never told by
+  a label or name a tenant may set on another quota.
 - With Rancher, the base is the namespace annotation ``field.cattle.io/resourceQuota``: the only
   source of truth Rancher keeps, and what it resets spec.hard to on every namespace event. All its
   fields are mapped as Rancher maps them; ``extended`` is parsed and ignored, as Harvester does.
@@ -12,17 +17,37 @@
   ours on the quota, and follows the user's own edits of spec.hard: an edit made while no
   migration holds room becomes the base; an edit made while one does moves the base by the same
   amount (we know what we applied, so the difference is the user's).
+
+Harvester's calculator.go has no file of its own here; its jobs went where one plan per namespace
+needs them:
+- the VM-start check, `CheckIfVMCanStartByResourceQuota` (with `NewCalculator`, `VMPodsExist`,
+  `getVMPods`, `getResourceQuota`), is webhook/resources/virtualmachine/validator.py's
+  `validate_vm_start`; its arithmetic, `containsEnoughResourceQuotaToStartVM`, is `shortfalls`
+  here, on every key the launcher pod uses, and error.go's `InsufficientResourceError` is the
+  webhook's denial, worded from a `Shortfall`;
+- the room of a migration, `CalculateScaleResourceQuotaWithVMI`, is rooms.py's `_room` (the
+  target pod's usage, or the launcher pod KubeVirt would render, util/launcher/render.py, instead
+  of `calculateVMActualOverhead`'s estimate);
+- the quota a plan writes, `CalculateNewResourceQuotaFromBaseDelta` and
+  `CalculateCompensationResourceQuotaWithVMI`, is plan.py's `desired_hard` over raises.py's
+  `floor_of`; `CalculateRestoreResourceQuotaWithVMI` has no twin (nothing in Harvester calls it);
+- the base, `getNamespaceResourceQuota`, is `rancher_base` here, and the annotations' sums,
+  `GetVMIMResourcesFromRQAnnotation`, util/annotations.py's `MigrationAnnotations`;
+- the storage check, `CheckStorageResourceQuota` with `calculateVMStorageQuantity`, is not ported:
+  storage is never part of a room (docs/architecture.md says why).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
-from ...generic.meta import annotations_of
+from ...generic.meta import annotations_of, is_deleting, labels
+from ...generic.meta import name as object_name
 from .. import resources
-from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
+from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA, LABEL_DEFAULT_RESOURCE_QUOTA
+from ..quantity import Quantity
 from ..rancher.annotation import parse_namespace_resource_quota
 from ..resources import ResourceList
 
@@ -41,7 +66,7 @@ ANNOTATION_RANCHER_GIVEN = "harvester-quota.io/rancher-given"
 comma-separated) the raise we wrote was given for. A room of the namespace whose migration is not
 among them has not been given by its Rancher project, even where the raised annotation would cover
 it (the room of a migration that ended): it waits in KubeVirt's order across the project
-(projectqueue.py). Prefixed with the Rancher project id that gave the rooms and a space
+(rancherpath.py). Prefixed with the Rancher project id that gave the rooms and a space
 (rancherpath.given_text). Written by our controller, but not tenant-proof: Rancher lets a project
 member who may create namespaces edit the project's namespaces (`<project>-namespaces-edit`), the
 same power as editing Rancher's own annotation (docs/security.md row 5m')."""
@@ -49,6 +74,27 @@ same power as editing Rancher's own annotation (docs/security.md row 5m')."""
 Mode = Literal["auto", "rancher", "standalone"]
 RANCHER = "rancher"
 STANDALONE = "standalone"
+
+Quota = TypeVar("Quota", bound=Mapping[str, Any])
+
+
+def is_managed_quota(quota: Mapping[str, Any]) -> bool:
+    """Labelled resourcequota.management.cattle.io/default-resource-quota=true (never selected by
+    cattle.io/creator, which Rancher also sets on quotas it does not scale). With `resolve_base`,
+    Harvester's `IsResourceQuotaManagedByNamespaceAnnotation`: a labelled quota with a base."""
+    return labels(quota).get(LABEL_DEFAULT_RESOURCE_QUOTA) == "true"
+
+
+def managed_quota(quotas: Iterable[Quota]) -> Quota | None:
+    """The namespace's managed quota: the first labelled, not deleting one by name, as Rancher
+    picks it. Deterministic whatever order the cache lists them in. Harvester's
+    `getResourceQuota` picks the first labelled one too; its `isNamespaceManagedByResourceQuota`
+    holds for any quota of the namespace, labelled or not."""
+    candidates = sorted(
+        (q for q in quotas if is_managed_quota(q) and not is_deleting(q)),
+        key=object_name,
+    )
+    return candidates[0] if candidates else None
 
 
 class BaseError(ValueError):
@@ -196,3 +242,50 @@ def _follow_edits(
             edited = recorded.get(key, applied[key]) + (value - applied[key])
             base[key] = edited if edited.sign() >= 0 else value
     return base
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """One key of a quota a pod does not fit under: `needed` more does not fit beside `in_use`
+    within `limit`. The VM-start check's (`shortfalls`, against the base) are the numbers the
+    webhook's denial words, where Harvester's `InsufficientResourceError` names only the resource
+    (`IsInsufficientResourceError` tells it from other errors; the webhook's Denied is their
+    twin). MTQ mode's (mtq.evaluate) name the quota, and `limit` includes the VMMRQ's `budget`."""
+
+    key: str
+    needed: Quantity
+    in_use: Quantity
+    limit: Quantity
+    quota: str = ""
+    """The quota the key is of; "" for the base."""
+    budget: Quantity = field(default_factory=Quantity)
+    """What a VMMRQ's budget adds to `limit`; zero for the base."""
+
+    @property
+    def free(self) -> Quantity:
+        """What is left under the limit (never negative)."""
+        left = self.limit - self.in_use
+        return left if left.sign() > 0 else Quantity.from_int(0)
+
+
+def shortfalls(
+    needed: Mapping[str, Quantity], base: Mapping[str, Quantity], in_use: ResourceList
+) -> list[Shortfall]:
+    """Every key of `base` on which `needed` more does not fit next to `in_use`, sorted by key.
+
+    Keys `needed` does not use (or uses zero or less of) never fall short; a key absent from
+    `in_use` counts as zero in use.
+
+    Harvester's `containsEnoughResourceQuotaToStartVM`, the arithmetic of its
+    `CheckIfVMCanStartByResourceQuota`, on limits.cpu and limits.memory; this is on every key of
+    the base. Pure, over the caches the caller reads, so `NewCalculator` has no twin.
+    """
+    short = []
+    for key, limit in sorted(base.items()):
+        want = needed.get(key)
+        if want is None or want.sign() <= 0:
+            continue
+        used = in_use.get(key, want * 0)
+        if used + want > limit:
+            short.append(Shortfall(key, want, used, limit))
+    return short

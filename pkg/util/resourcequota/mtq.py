@@ -43,6 +43,7 @@ from ..migrationpriority import scarce_room_order
 from ..quantity import Quantity
 from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, quota_scope
 from ..resources import ResourceList, parse_resource_list, parse_resource_list_leniently
+from .base import Shortfall
 
 LABEL_LOCKED: Final = "mtq.harvester-quota.io/locked"
 """On a Namespace while MTQ mode holds its lock: "true"."""
@@ -213,25 +214,6 @@ def hard_json(hard: Mapping[str, Quantity]) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class Shortfall:
-    """One key of one quota the target pod does not fit under even with the budget."""
-
-    quota: str
-    key: str
-    needed: Quantity
-    used: Quantity
-    limit: Quantity
-    budget: Quantity
-
-    def __str__(self) -> str:
-        return (
-            f"quota {self.quota} {self.key}: the target pod needs {self.needed}, "
-            f"{self.used} is used of {self.limit} including the budget's {self.budget} "
-            f"(short by {self.used + self.needed - self.limit})"
-        )
-
-
-@dataclass(frozen=True)
 class Verdict:
     """What the budget can do for one blocked migration."""
 
@@ -280,9 +262,14 @@ def evaluate(
             blocking.append(quota.name)
         raised = raise_hard(hard, budget)
         short.extend(
-            Shortfall(quota.name, k, usage[k], quota.used.get(k, _ZERO), raised[k], budget[k])
-            if k in budget
-            else Shortfall(quota.name, k, usage[k], quota.used.get(k, _ZERO), raised[k], _ZERO)
+            Shortfall(
+                k,
+                usage[k],
+                quota.used.get(k, _ZERO),
+                raised[k],
+                quota=quota.name,
+                budget=budget.get(k, _ZERO),
+            )
             for k in keys
             if quota.used.get(k, _ZERO) + usage[k] > raised[k]
         )
@@ -296,7 +283,16 @@ def not_enough_message(
     return (
         f"VirtualMachineMigrationResourceQuota {vmmrq} in namespace {namespace} does not have "
         f"enough resources to release blocked migration {migration}: "
-        + "; ".join(str(s) for s in short)
+        + "; ".join(_budget_words(s) for s in short)
+    )
+
+
+def _budget_words(short: Shortfall) -> str:
+    """One key the budget cannot release, in the NotEnoughResourceToRelease event's words."""
+    return (
+        f"quota {short.quota} {short.key}: the target pod needs {short.needed}, "
+        f"{short.in_use} is used of {short.limit} including the budget's {short.budget} "
+        f"(short by {short.in_use + short.needed - short.limit})"
     )
 
 

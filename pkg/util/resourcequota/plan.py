@@ -6,7 +6,7 @@ Compensation as arithmetic, per key k the base limits:
     otherwise:                            hard_k = base_k
 
 where floor_k is what the namespace's pods are charged now, not counting the target pods that make
-up the rooms nor the pods that arrived since the rooms began (floor.py). A VM that went over its
+up the rooms nor the pods that arrived since the rooms began (raises.py). A VM that went over its
 quota after the overhead ratio was raised can therefore still migrate (max with the floor), while
 no new VM can start above the base (the webhook keeps non-target pods out of the room) and no raise
 follows a pod that got in while room was held. Keys of spec.hard that the base does not know pass
@@ -20,6 +20,37 @@ The plan also says which annotations the quota must carry: one ResourceList JSON
 (``harvesterhci.io/migrating-<vm>``, so Harvester's own readers still sum them), our recorded base
 in standalone mode, and nothing stale: every other historic Harvester key is removed. The caller
 writes once, only if something differs (``patch_for``).
+
+Beside Harvester's own controllers the plan adopts the quotas we manage (docs/design.md, "Beside
+Harvester's own controllers"; `adoption_changes`, below). No Harvester release can turn its
+migration and resourcequota controllers off, so on a Harvester both run. Adoption is how we run
+beside them, chosen by measurement against Harvester v1.8.2's own code (the closing numbers are in
+docs/design.md):
+
+- Harvester's resourcequota controller, the one that sets spec.hard (to the Rancher base plus
+  the rooms its annotations record), honours its own skip annotation
+  (``harvesterhci.io/skipResourceQuotaAutoScaling: "true"``). An adopted quota carries it, with
+  our marker ANNOTATION_ADOPTED beside it, from the first plan that manages it: that controller
+  never writes an adopted quota again, so nothing raises twice and nothing lowers under a room.
+- Harvester's migration controller ignores the skip annotation: while a migration is Pending it
+  records the VMI's room under ``migratingUID-<vmi uid>``, and when the migration ends it
+  deletes that key and the VM's name key. Its UID key of a migration still running is left
+  where it is (stripping it only made it write it again), and it counts in no plan of ours.
+- Without the marker the skip annotation is an administrator's opt-out, as before: never adopted.
+  Beside Harvester (adoption on) its live UID keys stay there too: the quota is left to the
+  administrator, and stripping them only made Harvester's migration controller write again.
+- A controller started without adoption gives an adopted quota back once no migration holds
+  room in it: both annotations go in the write that brings it to its base, so Harvester's
+  resourcequota controller owns it again and finds nothing to add (given back while a room
+  stood, that controller would add our room key to its own and raise twice). That is the
+  uninstall procedure's first step (docs/operations.md, "On Harvester").
+- A namespace whose raising is paused (its opt-out label, or ``run --paused``) keeps its quota
+  adopted while adoption is on: its rooms are given back and nobody raises it, neither we nor
+  Harvester's resourcequota controller. (Given back to Harvester while we still plan it, its
+  raises and our plan's lowering would fight.) Only a controller without adoption hands quotas
+  back; paused and without adoption (the uninstall's steps), it does so at once.
+- Our marker without the skip annotation (someone removed or changed that) is stale: it goes,
+  so that an administrator's later skip annotation is never taken for ours.
 """
 
 from __future__ import annotations
@@ -30,25 +61,28 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...generic.meta import annotations_of, metadata
+from ...generic.meta import annotations_of, metadata, spec
 from ...generic.resource import Object
 from .. import resources
 from ..annotations import ANNOTATION_ROOM_MIGRATIONS as ROOM_MIGRATIONS
 from ..annotations import (
+    ANNOTATION_ADOPTED,
+    ANNOTATION_MIGRATING_UID_PREFIX,
+    ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
     LABEL_PAUSED,
     MIGRATING_PREFIX,
     TRUE,
+    MigrationAnnotations,
     adopted_migrating_vm_annotation_key,
     migrating_vm_annotation_key,
     opted_out,
     parse_migration_annotations,
 )
-from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, VmiSource
+from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, VmiSource, as_view
 from ..launcher.parts import LAUNCHER_PART
 from ..quantity import Quantity
 from ..quotascope import quota_scope
 from ..resources import ResourceList, parse_resource_list_leniently
-from .adoption import AdoptionChanges, adoption_changes
 from .base import (
     ANNOTATION_APPLIED,
     ANNOTATION_BASE,
@@ -58,8 +92,8 @@ from .base import (
     Mode,
     resolve_base,
 )
-from .floor import ANNOTATION_ROOMS_SINCE, floor_of, rooms_since
 from .podindex import NamespacePods, namespace_pods
+from .raises import ANNOTATION_ROOMS_SINCE, floor_of, raise_records, rooms_since
 from .rooms import (
     MigrationRoom,
     RoomInputs,
@@ -70,7 +104,6 @@ from .rooms import (
     plan_rooms,
     used_without_targets,
 )
-from .standing import raise_records
 
 
 @dataclass
@@ -90,12 +123,12 @@ class NamespaceSnapshot:
     usage: VmiUsage = LAUNCHER_PART.render
     """How rooms are estimated from `vmis` (RoomInputs.usage)."""
     settled: Sequence[Object] = ()
-    """Finished migrations set aside from planning (settled.py): read only to tell whose target
-    pods replace a launcher pod (floor.py), since they still exist."""
+    """Finished migrations set aside from planning (planviews.SettledMigrations): read only to
+    tell whose target pods replace a launcher pod (raises.py), since they still exist."""
     paused: bool = False
     """The controller's global switch (`run --paused`): every plan gives every room back."""
     adopt_harvester: bool = False
-    """Adopt the quota from Harvester's resourcequota controller (adoption.py)."""
+    """Adopt the quota from Harvester's resourcequota controller (`adoption_changes`)."""
 
 
 @dataclass
@@ -119,7 +152,7 @@ class QuotaPlan:
     gathers: bool = False
     """The write would only give room back while a migration of the namespace still holds room
     for a target pod that does not exist yet (`release_gathers`): a release the writer may hold
-    back a moment, to give it back with the next ones (controller/resourcequota/gather.py)."""
+    back a moment, to give it back with the next ones (controller/resourcequota/writes.py, ReleaseGathering)."""
 
     @property
     def holds_room(self) -> bool:
@@ -247,7 +280,7 @@ def _mask_rooms(plan: RoomPlan, keys: Any) -> RoomPlan:
 
 def desired_hard(base: ResourceList, used: ResourceList, rooms: ResourceList) -> ResourceList:
     """spec.hard, key by key of `base` (compensation as arithmetic): where `rooms` holds some of
-    the key, max(base, used) + room, `used` being the floor (floor.py); else the base.
+    the key, max(base, used) + room, `used` being the floor (raises.py); else the base.
 
     Harvester's functions for it: `CalculateNewResourceQuotaFromBaseDelta` (base plus the
     rooms), `CalculateCompensationResourceQuotaWithVMI` (here the max with `used`, on every key,
@@ -347,7 +380,7 @@ def _annotation_changes(
     managed_hard: ResourceList,
     since: str | None,
     *,
-    adoption: AdoptionChanges,
+    adoption: _AdoptionChanges,
 ) -> tuple[dict[str, str], list[str]]:
     """(annotations to set, annotation keys to remove) for the quota: a per-VM key for each
     VM whose migration holds room (Harvester's `AddMigratingVM`), the uids of those migrations
@@ -421,9 +454,66 @@ def _same_text(a: str, b: str) -> bool:
 def _replacing(snapshot: NamespaceSnapshot) -> frozenset[str]:
     """The uids of the namespace's migrations within it, planned or settled: their target pods
     replace a launcher pod that counted. Those of decentralized migrations are VMs arriving, and
-    those of migrations that no longer exist count as arrivals too (floor.py)."""
+    those of migrations that no longer exist count as arrivals too (raises.py)."""
     return frozenset(
         str(metadata(m).get("uid"))
         for m in (*snapshot.migrations, *snapshot.settled)
         if decentralized_side(m) is None
     )
+
+
+ADOPTION_ANNOTATIONS = {ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: TRUE, ANNOTATION_ADOPTED: TRUE}
+
+
+@dataclass(frozen=True)
+class _AdoptionChanges:
+    """What adoption adds to a plan's annotation changes."""
+
+    wanted: dict[str, str] = field(default_factory=dict)
+    """Annotations the quota must carry."""
+    keep: frozenset[str] = frozenset()
+    """Harvester's keys a plan must leave where they are (its live UID keys)."""
+    remove: tuple[str, ...] = ()
+    """Annotations to remove (an adopted quota given back)."""
+
+
+def adoption_changes(
+    *,
+    adopt: bool,
+    holds_room: bool,
+    recorded: MigrationAnnotations,
+    current: Mapping[str, str],
+    migrations: Iterable[Object],
+    vmis: Mapping[str, VmiSource],
+) -> _AdoptionChanges:
+    """The annotation changes adoption asks of a managed quota.
+
+    ``adopt``: the controller adopts (its option); ``holds_room``: the plan holds room for a
+    migration (never when raising is paused here: its rooms are given back). An
+    administrator's skip annotation (`recorded.skip_auto_scaling`) is never adopted."""
+    # Paused with adoption on, the first branch keeps it adopted; paused without (the uninstall
+    # steps), no room stands, so it is given back.
+    keeps_adopted = recorded.adopted and holds_room
+    beside_harvester = adopt or keeps_adopted
+    keep = harvesters_live_keys(current, migrations, vmis) if beside_harvester else frozenset()
+    if (adopt and not recorded.skip_auto_scaling) or keeps_adopted:
+        return _AdoptionChanges(wanted=dict(ADOPTION_ANNOTATIONS), keep=keep)
+    if recorded.adopted:
+        return _AdoptionChanges(remove=tuple(sorted(ADOPTION_ANNOTATIONS)), keep=keep)
+    if ANNOTATION_ADOPTED in current:
+        return _AdoptionChanges(remove=(ANNOTATION_ADOPTED,), keep=keep)
+    return _AdoptionChanges(keep=keep)
+
+
+def harvesters_live_keys(
+    current: Mapping[str, str], migrations: Iterable[Object], vmis: Mapping[str, VmiSource]
+) -> frozenset[str]:
+    """Harvester's ``migratingUID-<uid>`` keys on the quota whose VMI has a migration in
+    ``migrations`` (the namespace's unfinished ones, as the plan reads them)."""
+    uids = set()
+    for migration in migrations:
+        vmi = vmis.get(str(spec(migration).get("vmiName", "")))
+        uid = as_view(vmi).uid if vmi is not None else None
+        if uid:
+            uids.add(ANNOTATION_MIGRATING_UID_PREFIX + str(uid))
+    return frozenset(key for key in current if key in uids)

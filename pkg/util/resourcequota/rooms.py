@@ -25,6 +25,20 @@ as a pure function of what the cluster shows now:
   target pod is the VMI's launcher pod rendered with the new claims, sized like any other.
 - Nothing is kept in memory between calls: a controller restart, a lost watch, a deleted VMI or
   VMIM all come out right on the next call.
+
+Why a migration's room can be bigger than the pod it replaces (`target_growth`, below).
+
+A source launcher pod keeps the resources KubeVirt rendered when it was created; its target is
+rendered now, with the overhead ratio in force now and the running KubeVirt's formula. Raise the
+ratio (Harvester's `additional-guest-memory-overhead-ratio`) or upgrade KubeVirt, and every
+migration's target asks for more than its source, which a quota sized for the running VMs
+refuses. `explain` says so, with the numbers.
+
+Only what the API server and KubeVirt vouch for is read: the source is a launcher pod of the VMI
+(the guarded `kubevirt.io=virt-launcher` and `kubevirt.io/created-by` labels) that is not a target
+of this migration, its usage is its spec as created; the overhead named is our rendering, never
+the pod annotation `kubevirt.io/memory-overhead-bytes`, which a tenant may edit
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -34,7 +48,7 @@ import datetime
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ...apis.kubevirt import (
     LABEL_CREATED_BY,
@@ -49,11 +63,14 @@ from ...generic.logformat import migration_fields
 from ...generic.meta import labels, metadata, status
 from ...generic.resource import Object
 from .. import resources
-from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
+from ..kubevirtversion import KubeVirtVersion
+from ..launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings, rendered_memory_overhead
 from ..launcher.parts import LAUNCHER_PART, PartKind, PartRender, target_part_kinds
 from ..launcher.vmiview import VmiSource, VmiView, as_view
 from ..migrationpriority import DEFAULT as DEFAULT_PRIORITY
 from ..migrationpriority import migration_priority
+from ..overhead import SpecSource
+from ..quantity import Quantity
 from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope
 from ..resources import ResourceList
 from .podindex import NamespacePods, PodView, namespace_pods
@@ -606,3 +623,67 @@ def next_release(pods: Iterable[Object] | NamespacePods, now: datetime.datetime)
         if seconds > 0 and (soonest is None or seconds < soonest):
             soonest = seconds
     return soonest
+
+
+MEMORY_KEYS: Final = ("requests.memory", "limits.memory", "memory")
+
+
+@dataclass(frozen=True)
+class TargetGrowth:
+    """How much a room asks beyond its source pod, and the overhead the target is rendered with."""
+
+    source_pod: str
+    grown: ResourceList
+    """The keys the room asks more of than the source pod charges, by how much."""
+    overhead_now: int
+    """The memory overhead KubeVirt adds to the target's compute container now (bytes)."""
+    ratio: str | None
+    version: KubeVirtVersion
+
+    def sentence(self) -> str:
+        """One line for `explain`: what grew, and the overhead in force when memory did."""
+        grown = ", ".join(f"{key} +{value}" for key, value in self.grown.items())
+        line = f"bigger than its source pod {self.source_pod}: {grown}"
+        if any(key in self.grown for key in MEMORY_KEYS):
+            ratio = self.ratio if self.ratio is not None else "unset"
+            line += (
+                f"; the target is rendered with {Quantity.from_scaled(self.overhead_now, 0)} of"
+                f" memory overhead (overhead ratio {ratio}, KubeVirt {self.version}): a source"
+                " created under a lower ratio or an older KubeVirt carries less, or the VMI grew"
+            )
+        return line
+
+
+def source_pod(
+    pods: NamespacePods, vmi_uid: str, migration_uid: str, now: datetime.datetime
+) -> PodView | None:
+    """The VMI's oldest launcher pod that still counts and is no target of this migration."""
+    candidates = [
+        view
+        for view in pods.launchers_of(vmi_uid)
+        if view.launcher and view.migration_uid != migration_uid and view.counts(now)
+    ]
+    return min(candidates, key=lambda view: (view.created, view.name), default=None)
+
+
+def target_growth(
+    room: ResourceList,
+    vmi: SpecSource,
+    source: PodView,
+    settings: LauncherSettings,
+) -> TargetGrowth | None:
+    """How `room` exceeds what `source` charges, or None when it does not (nothing grew)."""
+    grown: ResourceList = {}
+    for key, needed in room.items():
+        had = source.usage.get(key)
+        if had is None or needed > had:
+            grown[key] = needed - had if had is not None else needed
+    if not grown:
+        return None
+    return TargetGrowth(
+        source_pod=source.name,
+        grown=dict(sorted(grown.items())),
+        overhead_now=rendered_memory_overhead(vmi, settings),
+        ratio=None if settings.ratio is None else str(settings.ratio),
+        version=settings.version,
+    )

@@ -2,7 +2,7 @@
 
 The rules themselves are one module per kind (Harvester's pkg/webhook/resources/<kind>), each
 guarding the base and the migration room (the room belongs to the migration, and so does the
-raise until it is down: util/resourcequota/standing.py):
+raise until it is down: util/resourcequota/raises.py):
 
 - Lowering a namespace's base (Rancher's annotation) or the managed quota's spec.hard below what
   the namespace uses is denied at any time; lowering it while a migration holds room is denied;
@@ -35,11 +35,10 @@ from ...util.podusage import QuotaFeatures
 from ...util.quantity import Quantity
 from ...util.quotascope import quota_scope
 from ...util.rancher.annotation import LIMIT_FIELDS
-from ...util.resourcequota.base import BaseError, Mode, rancher_base, standalone_base
-from ...util.resourcequota.calculator import shortfalls
+from ...util.resourcequota.base import BaseError, Mode, rancher_base, shortfalls, standalone_base
 from ...util.resourcequota.podindex import NamespacePods
+from ...util.resourcequota.raises import raise_records
 from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms
-from ...util.resourcequota.standing import raise_records
 from ...util.resources import ResourceList, parse_resource_list_leniently
 from ..admission import Denied
 

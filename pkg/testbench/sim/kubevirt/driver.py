@@ -3,9 +3,9 @@
 `KubeVirtSimulator` (simulator.py) plays virt-controller itself; `VirtControllerDriver`
 (testbench/virtcontroller.py) drives KubeVirt's real virt-controller. Scenarios, the scale run and
 the tests use either through the same calls; this base holds the parts that do not depend on which:
-the VM specs by key (for migration durations), the migration log built by watching, creating and
-aborting migrations as users do, waiting for a migration's outcome, and the async context that
-starts and stops the driver.
+the VM specs by key (for migration durations), reading a VMI, the migration log built by watching,
+creating and aborting migrations as users do, waiting for a migration's outcome, and the async
+context that starts and stops the driver.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Self
 
-from ....apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS
+from ....apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, VIRTUAL_MACHINE_INSTANCES
 from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.clock import Clock
 from ....generic.meta import name as name_of
+from ....generic.resource import Object
 from .objects import LABEL_VMI_NAME, VMSpec, render_migration
 from .record import MigrationLog, MigrationRecord
 
@@ -61,6 +62,13 @@ class KubeVirtDriver(ABC):
 
     def _spec(self, namespace: str, name: str) -> VMSpec | None:
         return self._specs.get(f"{namespace}/{name}")
+
+    async def _read_vmi(self, namespace: str, name: str) -> Object | None:
+        """The VMI as the API server has it now (one GET, not the watch cache); None if none."""
+        try:
+            return await self.client.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
+        except errors.NotFound:
+            return None
 
     def migration_duration(self, namespace: str, vmi_name: str) -> float | None:
         """The VM's own migration duration, if its spec set one (None: the default timings)."""

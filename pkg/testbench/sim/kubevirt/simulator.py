@@ -232,9 +232,8 @@ class KubeVirtSimulator(KubeVirtDriver):
 
     async def _start(self, vm: Object, node: str | None) -> VMStart:
         ns, name = str(meta(vm).get("namespace")), str(meta(vm).get("name"))
-        try:
-            vmi = await self.client.get(VIRTUAL_MACHINE_INSTANCES, name, ns)
-        except errors.NotFound:
+        vmi = await self._read_vmi(ns, name)
+        if vmi is None:
             vmi = await self.client.create(VIRTUAL_MACHINE_INSTANCES, render_vmi(vm), ns)
             vmi = await self._patch_vmi_status(
                 vmi,
@@ -432,9 +431,8 @@ class KubeVirtSimulator(KubeVirtDriver):
 
     async def _shutdown_vmi(self, namespace: str, name: str, grace: int | None) -> str | None:
         """Graceful shutdown: VMI Succeeded, its pods deleted, the VMI deleted; returns its UID."""
-        try:
-            vmi = await self.client.get(VIRTUAL_MACHINE_INSTANCES, name, namespace)
-        except errors.NotFound:
+        vmi = await self._read_vmi(namespace, name)
+        if vmi is None:
             return None
         uid = str(meta(vmi).get("uid"))
         pods = await self._pods_of(namespace, uid)

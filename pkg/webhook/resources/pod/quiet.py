@@ -28,8 +28,8 @@ from __future__ import annotations
 from ....generic.meta import labels as labels_of
 from ....generic.resource import Object
 from ....util.annotations import LABEL_ROOM_HELD, TRUE
+from ....util.resourcequota.raises import above, limits, raise_records
 from ....util.resourcequota.rooms import RoomPlan
-from ....util.resourcequota.standing import above, limits, raise_records
 from ....util.resources import ResourceList, parse_resource_list_leniently
 from ..common import Lookups, NamespaceView, quota_base, rancher_base_of, view_of
 

@@ -187,10 +187,7 @@ class LeaseReservations:
         """Decisions under way or waiting, per namespace: its lock goes when none is left."""
         self._queued: dict[str, list[Waiting]] = {}
         """Checks waiting for their namespace's lock and not yet taken into a batch."""
-        self._written: dict[str, Object] = {}
-        """Tenant namespace -> its Lease as our last write returned it: the next decision there
-        starts from it instead of a GET (if another replica wrote since, the conditional write
-        fails and the Lease is read)."""
+        self._leases = ReservationLeases(client, namespace, clock)
         self._warned = False
 
     async def admit(self, check: PodCheck, uid: str = "") -> None:
@@ -255,10 +252,9 @@ class LeaseReservations:
         """Decides the checks one after another, each on the reservation the ones before it
         left, and settles them once the Lease holds what they admitted (none admitted: nothing
         is written); a lost race decides them all again, until DECIDE_WITHIN has passed."""
-        name = lease_name(namespace)
         deadline = self._clock.monotonic() + DECIDE_WITHIN
         while self._clock.monotonic() < deadline:
-            lease = self._written.pop(namespace, None) or await self._read(name)
+            lease = await self._leases.latest(namespace)
             reservation = _reservation_of(lease)
             decisions: list[tuple[Waiting, ResourceList | Denied]] = []
             for waiting in batch:
@@ -276,10 +272,9 @@ class LeaseReservations:
             if any(not isinstance(decided, Denied) for _, decided in decisions):
                 assert reservation is not None
                 try:
-                    written = await self._write(name, lease, reservation)
+                    await self._leases.write(namespace, lease, reservation)
                 except (errors.Conflict, errors.AlreadyExists, errors.NotFound):
                     continue  # another replica wrote (or collected) it meanwhile: decide again
-                self._written[namespace] = written
             self._settle(decisions)
             return
         for waiting in batch:
@@ -325,6 +320,50 @@ class LeaseReservations:
             holders if waiting.uid else waiting.check.holders,
         )
 
+    def _fall_back(self, namespace: str, error: errors.ApiError) -> None:
+        if not self._warned:
+            log.warning(
+                "cannot share admissions through Leases in %s (%s): deciding pods in %s (and "
+                "wherever this recurs) on this replica's ledger only; if it is permissions, "
+                "grant get, list, create, update and delete on leases there",
+                self._namespace,
+                error,
+                namespace,
+            )
+            self._warned = True
+
+    async def collect(self) -> int:
+        """Deletes reservation Leases expired for COLLECT_AFTER seconds (ReservationLeases.collect);
+        returns how many went."""
+        return await self._leases.collect()
+
+
+class ReservationLeases:
+    """The reservation Leases in the webhook's `namespace`, one per tenant namespace (`lease_name`):
+    read, written conditional on the version read (or created), deleted once expired.
+
+    The Lease a write returned is kept: the next decision in that tenant namespace starts from it
+    instead of a GET (if another replica wrote since, the conditional write fails and the Lease is
+    read). Event loop only; the callers serialize the decisions of one tenant namespace.
+    """
+
+    def __init__(self, client: ApiClient, namespace: str, clock: Clock) -> None:
+        self._client = client
+        self._namespace = namespace
+        self._clock = clock
+        self._written: dict[str, Object] = {}
+        """Tenant namespace -> its Lease as our last write returned it."""
+
+    async def latest(self, tenant: str) -> Object | None:
+        """The tenant namespace's Lease as our last write returned it (once: a write that fails
+        reads it next time), else as read now; None if there is none."""
+        return self._written.pop(tenant, None) or await self._read(lease_name(tenant))
+
+    async def write(self, tenant: str, lease: Object | None, reservation: Reservation) -> None:
+        """Writes `reservation` into `lease` (None: creates it), conditional on its version;
+        Conflict, AlreadyExists or NotFound when another replica wrote or collected it."""
+        self._written[tenant] = await self._write(lease_name(tenant), lease, reservation)
+
     async def _read(self, name: str) -> Object | None:
         try:
             return await self._client.get(LEASES, name, self._namespace)
@@ -347,21 +386,9 @@ class LeaseReservations:
             LEASES, {**lease, "metadata": {**lease["metadata"], **metadata}}
         )
 
-    def _fall_back(self, namespace: str, error: errors.ApiError) -> None:
-        if not self._warned:
-            log.warning(
-                "cannot share admissions through Leases in %s (%s): deciding pods in %s (and "
-                "wherever this recurs) on this replica's ledger only; if it is permissions, "
-                "grant get, list, create, update and delete on leases there",
-                self._namespace,
-                error,
-                namespace,
-            )
-            self._warned = True
-
     async def collect(self) -> int:
         """Deletes reservation Leases expired for COLLECT_AFTER seconds (each only as read, so a
-        fresh admission is never lost); returns how many went."""
+        fresh admission is never lost), and forgets our writes of them; returns how many went."""
         listed = await self._client.list(
             LEASES, self._namespace, label_selector=f"{LABEL_RESERVATION}=true"
         )

@@ -39,7 +39,7 @@ because only the controller writes quotas, and only for a pod virt-controller cr
 (`is_room_target`); a target pod is allowed here in every case, so the skip changes when a pod
 is answered, never whether: quota admission still judges it on the API server's quota. The window between that GET and quota admission
 is closed on the controller's side: it writes a release only once the API server shows no
-migration its plan did not read (controller/resourcequota/releaseconfirm.py). Should the GET
+migration its plan did not read (controller/resourcequota/writes.py, ReleaseCheck). Should the GET
 fail, the cached decision stands (the webhook never denies a target pod).
 """
 
@@ -64,7 +64,7 @@ from ....generic.resource import RESOURCE_QUOTAS, Object
 from ....util.annotations import opted_out, parse_migration_annotations, room_migrations
 from ....util.podusage import pod_quota_usage
 from ....util.quotascope import applies_to
-from ....util.resourcequota.calculator import Shortfall, shortfalls
+from ....util.resourcequota.base import Shortfall, shortfalls
 from ....util.resources import ResourceList, parse_resource_list_leniently
 from ...admission import Request
 from ..common import Lookups

@@ -17,8 +17,8 @@ from ....generic.meta import labels as labels_of
 from ....generic.resource import Object
 from ....util.podusage import QuotaFeatures, pod_quota_usage
 from ....util.quotascope import applies_to
+from ....util.resourcequota.raises import raise_enforced
 from ....util.resourcequota.rooms import decentralized_side
-from ....util.resourcequota.standing import raise_enforced
 from ....util.resources import ResourceList, subtract_non_negative
 from ...admission import Denied, Request
 from ..common import (
@@ -57,7 +57,7 @@ def is_room_target(request: Request, lookups: Lookups, identities: Identities) -
     cache by the uid in its label (an index, not a scan). One the cache does not hold counts as
     replacing: a receive waits for its peer's sync long before virt-controller creates its pod,
     and should such a pod get in on a raise all the same, the controller's floor counts it as
-    an arrival and raises nothing for it (util/resourcequota/floor.py)."""
+    an arrival and raises nothing for it (util/resourcequota/raises.py)."""
     if not is_migration_target(request, identities):
         return False
     uid = str(labels_of(request.obj).get(LABEL_MIGRATION_JOB))
@@ -140,7 +140,7 @@ def check_rooms(request: Request, lookups: Lookups, question: RoomsQuestion) -> 
     """The costly part (every migration's room): None when no room is held and no raise of ours
     stands above the base (quota admission at hard == base is all the protection needed then;
     a raise outlives its room until both spec.hard and status.hard are down, and pods are held to
-    the base throughout: util/resourcequota/standing.py `raise_enforced`), or for a resize that
+    the base throughout: util/resourcequota/raises.py `raise_enforced`), or for a resize that
     grows nothing; Denied (422) for a pod whose quantities cannot be read."""
     view = view_of(lookups, request.namespace, question.quota)
     base = base_given(view, question.from_rancher)
