@@ -26,21 +26,22 @@ A pod that fits on the first look is judged once more by what quota admission wi
 as the API server has it now (`LiveQuotas`, one GET). Our cache can lag a write the controller has
 just made, and the write that matters here is a release: the second migration of a VM created as
 the first one's source pod went, whose room the controller briefly gave back before its cache
-showed the new migration. The cache still showed the first raise, the pod was let through at
-once, and quota admission, which had the release, refused it (seen once in a CI run of the
-v170-test4 scenario). Now the pod waits for the next change as any pod that does not fit; if the
-live quota is newer than the cache and fits, the pod pays the lister grace, since quota admission's
-own cache may lag the live object as ours did. The read is skipped when the cached copy itself names the pod's migration
-among those whose room it holds (ANNOTATION_ROOM_MIGRATIONS, written with the raise): the
-controller had read that migration when it wrote the raise, and gives its room back only once
-the migration is done, so no release of it can be newer than the copy (the second migration's
-pod above finds the first one named, not its own, and is read live). The record is trusted
-because only the controller writes quotas, and only for a pod virt-controller creates
-(`is_room_target`); a target pod is allowed here in every case, so the skip changes when a pod
-is answered, never whether: quota admission still judges it on the API server's quota. The window between that GET and quota admission
-is closed on the controller's side: it writes a release only once the API server shows no
-migration its plan did not read (controller/resourcequota/writes.py, ReleaseCheck). Should the GET
-fail, the cached decision stands (the webhook never denies a target pod).
+showed the new migration. The cache still showed the first raise, the pod was let through at once,
+and quota admission, which had the release, refused it (seen once in a CI run of the v170-test4
+scenario). Now the pod waits for the next change as any pod that does not fit; if the live quota is
+newer than the cache and fits, the pod pays the lister grace, since quota admission's own cache may
+lag the live object as ours did. The read is skipped when the cached copy itself names the pod's
+migration among those whose room it holds (ANNOTATION_ROOM_MIGRATIONS, written with the raise): the
+controller had read that migration when it wrote the raise, and gives its room back only once the
+migration is done, so no release of it can be newer than the copy (the second migration's pod above
+finds the first one named, not its own, and is read live). The record is trusted because a tenant
+cannot write a quota (administrators and controllers only), and only for a pod virt-controller
+creates (`is_room_target`); a target pod is allowed here in every case, so the skip changes when a
+pod is answered, never whether: quota admission still judges it on the API server's quota. The
+window between that GET and quota admission is closed on the controller's side: it writes a release
+only once the API server shows no migration its plan did not read
+(controller/resourcequota/writes.py, ReleaseCheck). Should the GET fail, the cached decision stands
+(the webhook never denies a target pod).
 """
 
 from __future__ import annotations
