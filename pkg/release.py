@@ -50,6 +50,7 @@ from .util.annotations import (
     ANNOTATION_ADOPTED,
     ANNOTATION_MIGRATING_NAME_PREFIX,
     ANNOTATION_PAUSED,
+    ANNOTATION_ROOM_MIGRATIONS,
     LABEL_ROOM_HELD,
     TRUE,
 )
@@ -74,6 +75,7 @@ ROOM: Final = "room"
 QUOTA_RECORDS: Final[Mapping[str, str]] = {
     ANNOTATION_APPLIED: "record of a raise (harvester-quota.io/applied)",
     ANNOTATION_ROOMS_SINCE: "record of a raise (harvester-quota.io/rooms-since)",
+    ANNOTATION_ROOM_MIGRATIONS: "record of a raise (harvester-quota.io/room-migrations)",
     ANNOTATION_ADOPTED: "adopted from Harvester (Harvester's controllers do not raise it)",
     ANNOTATION_RAISED: "raised by MTQ mode (mtq.harvester-quota.io/raised-from)",
 }

@@ -29,6 +29,7 @@ __all__ = [
     "ANNOTATION_MIGRATING_UID_PREFIX",
     "ANNOTATION_MIGRATION_STATE",
     "ANNOTATION_MIGRATION_UID",
+    "ANNOTATION_ROOM_MIGRATIONS",
     "ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING",
     "ANNOTATION_TIMESTAMP",
     "CATTLE_ANNOTATION_RESOURCE_QUOTA",
@@ -49,6 +50,7 @@ __all__ = [
     "migrating_vm_annotation_key",
     "migrating_vm_annotation_keys",
     "parse_migration_annotations",
+    "room_migrations",
 ]
 
 HARVESTER_PREFIX: Final = "harvesterhci.io"
@@ -88,6 +90,21 @@ itself, to stop Harvester's resourcequota controller on a quota it manages
 (resourcequota/plan.py): a skip annotation with this marker is ours and no opt-out; one without it is an administrator's.
 Only administrators and controllers may write a ResourceQuota (Kubernetes' edit and admin roles
 only read them), so a tenant can set neither."""
+
+ANNOTATION_ROOM_MIGRATIONS: Final = "harvester-quota.io/room-migrations"
+"""Written by our controller in the same write as the raise it records, removed with the last
+room: the uids of the migrations whose room spec.hard holds, sorted, comma-separated. A quota
+whose copy names a migration was raised on a plan that read it; the controller gives that room
+back only once the migration is done (util/resourcequota/rooms.py), so while its target pod is
+being created no release of it can be newer than that copy (webhook/resources/pod/targets.py).
+Only administrators and controllers may write a ResourceQuota: a tenant cannot set it."""
+
+
+def room_migrations(annotations: Mapping[str, str] | None) -> frozenset[str]:
+    """The migration uids ANNOTATION_ROOM_MIGRATIONS names (empty when absent)."""
+    value = (annotations or {}).get(ANNOTATION_ROOM_MIGRATIONS) or ""
+    return frozenset(uid for uid in value.split(",") if uid)
+
 
 # --- on the VirtualMachineInstance -----------------------------------------------------------------
 

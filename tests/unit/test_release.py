@@ -53,6 +53,7 @@ def test_our_room_keys_and_records_are_left_harvesters_uid_keys_and_the_base_are
                 "harvester-quota.io/adopted-from-harvester": "true",
                 "harvester-quota.io/applied": "{}",
                 "harvester-quota.io/rooms-since": "2026-11-26T10:00:00Z",
+                "harvester-quota.io/room-migrations": "uid-1,uid-2",
                 "mtq.harvester-quota.io/raised-from": "{}",
                 "harvester-quota.io/base": '{"limits.cpu":"3"}',
             }
@@ -60,9 +61,9 @@ def test_our_room_keys_and_records_are_left_harvesters_uid_keys_and_the_base_are
     )
     assert [f.kind for f in found].count(ROOM) == 2
     whats = " ".join(f.what for f in found)
-    for record in ("adopted", "applied", "rooms-since", "raised-from"):
+    for record in ("adopted", "applied", "rooms-since", "room-migrations", "raised-from"):
         assert record in whats
-    assert "UID" not in whats and "base" not in whats and len(found) == 6
+    assert "UID" not in whats and "base" not in whats and len(found) == 7
 
 
 def test_a_quota_at_its_base_with_no_record_leaves_nothing() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from harvester_quota.util.annotations import ANNOTATION_ROOM_MIGRATIONS, room_migrations
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
@@ -334,6 +335,26 @@ def test_the_room_period_is_recorded_with_the_raise_and_holds_across_overlapping
     assert ANNOTATION_ROOMS_SINCE not in later.annotations, "already recorded"
     released = plan([], [second_vm], [first_source, second_source], quota)
     assert ANNOTATION_ROOMS_SINCE in released.remove_annotations
+
+
+def test_the_raise_names_the_migrations_it_holds_room_for_and_the_release_removes_them() -> None:
+    """The webhook trusts a cached quota that names a target pod's migration (pod/targets.py
+    `raised_for`): the names must come in the write that raises for them, a migration that
+    takes over a VM's unchanged room must be named too, and none may outlive the rooms."""
+    first_vm, first_source = running_vm("vm1")
+    second_vm, second_source = running_vm("vm2")
+    first, second = migration_of("m1", first_vm), migration_of("m2", second_vm)
+    raised = plan([first, second], [first_vm, second_vm], [first_source, second_source])
+    uids = {first["metadata"]["uid"], second["metadata"]["uid"]}
+    assert room_migrations(raised.annotations) == uids
+    assert ANNOTATION_ROOM_MIGRATIONS in raised.annotations, "in the same write as the raise"
+    quota = managed_quota("ns", HARD, dict(raised.annotations))
+    again = migration_of("m1-again", first_vm)
+    taken_over = plan([again, second], [first_vm, second_vm], [first_source, second_source], quota)
+    named = {again["metadata"]["uid"], second["metadata"]["uid"]}
+    assert room_migrations(taken_over.annotations) == named
+    released = plan([], [first_vm, second_vm], [first_source, second_source], quota)
+    assert ANNOTATION_ROOM_MIGRATIONS in released.remove_annotations
 
 
 def test_a_recorded_moment_that_is_not_a_timestamp_is_replaced() -> None:

@@ -12,6 +12,7 @@ from harvester_quota.generic import errors
 from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.resource import Object
 from harvester_quota.util.annotations import (
+    ANNOTATION_ROOM_MIGRATIONS,
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
     migrating_vm_annotation_key,
 )
@@ -331,6 +332,55 @@ async def test_a_live_quota_newer_than_the_cache_that_fits_costs_the_lister_grac
     await clock.advance(LISTER_GRACE)
     await settle()
     assert task.done() and task.result().outcome == "fitted-after-wait"
+
+
+def naming(quota_copy: Object, *migrations: str) -> Object:
+    """`quota_copy` as the controller's raise records it: holding room for `migrations`."""
+    quota_copy["metadata"]["annotations"][ANNOTATION_ROOM_MIGRATIONS] = ",".join(migrations)
+    return quota_copy
+
+
+async def test_a_cached_raise_that_names_the_pods_migration_is_not_read_live() -> None:
+    """The raise was written on a plan that read m1, and m1's room goes only once m1 is done:
+    no release of it can be newer than the cached copy, so the pod is let through at once
+    without a GET (here the live read would even answer a release, to show it is not asked)."""
+    clock = FakeClock()
+    cached = naming(quota(RAISED, RAISED, room=True, version="7"), "m0", "m1")
+    lookups = FakeLookups(quotas={"ns": cached})
+    released = LiveQuota(quota(BASE, BASE, version="8"))
+    task = await admitting(lookups, clock, QuotaChanges(clock), live=released)
+    assert task.done() and task.result().outcome == "fits"
+    assert released.reads == 0
+
+
+async def test_a_cached_raise_for_another_migration_of_the_vm_is_still_read_live() -> None:
+    """v170-test4's second migration: the cache names the first one (m0), whose room the
+    controller may just have given back, so the pod is judged on the live quota and waits."""
+    clock = FakeClock()
+    cached = naming(quota(RAISED, RAISED, room=True, version="7"), "m0")
+    lookups = FakeLookups(quotas={"ns": cached})
+    released = LiveQuota(quota(BASE, BASE, version="8"))
+    task = await admitting(lookups, clock, QuotaChanges(clock), live=released)
+    assert released.reads == 1
+    assert not task.done(), "let through on a raise the API server no longer has"
+    task.cancel()
+
+
+async def test_a_tenants_pod_labelled_as_a_named_migrations_target_is_held_to_the_base() -> None:
+    """The skip trusts the record only for KubeVirt's own target pods: a tenant that labels
+    its pod (or calls the webhook) as the target of the migration the raise names is decided by
+    the pod rules, and refused where it would take that room."""
+    clock = FakeClock()
+    lookups = FakeLookups()
+    room_held(lookups)
+    held = lookups.migration_list[0]["metadata"]["uid"]
+    naming(lookups.quotas["ns"], held)
+    server = server_with(lookups, clock, wait=8.0)
+    pod = plain_pod("tenant-pod", "2015m", "4797464313", **{"kubevirt.io/migrationJobUID": held})
+    answer = await server.review("pods", pod_review(pod, "tenant"))
+    response = json.loads(answer.body)["response"]  # type: ignore[arg-type]
+    assert response["allowed"] is False
+    assert "would take room reserved for the live migration of vm1" in response["status"]["message"]
 
 
 @pytest.mark.parametrize("broken", ["refused", "slow"])

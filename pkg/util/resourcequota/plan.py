@@ -67,6 +67,7 @@ from .. import resources
 from ..annotations import (
     ANNOTATION_ADOPTED,
     ANNOTATION_MIGRATING_UID_PREFIX,
+    ANNOTATION_ROOM_MIGRATIONS,
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
     LABEL_PAUSED,
     MIGRATING_PREFIX,
@@ -372,6 +373,10 @@ def _same(text: str, value: Quantity) -> bool:
         return False
 
 
+_RECORDS = (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE, ANNOTATION_ROOM_MIGRATIONS)
+"""Our records on the quota besides the per-VM keys: removed once no plan wants them."""
+
+
 def _annotation_changes(
     quota: Mapping[str, Any],
     base: Base,
@@ -382,7 +387,8 @@ def _annotation_changes(
     adoption: _AdoptionChanges,
 ) -> tuple[dict[str, str], list[str]]:
     """(annotations to set, annotation keys to remove) for the quota: a per-VM key for each
-    VM whose migration holds room (Harvester's `AddMigratingVM`), and every migrating key no
+    VM whose migration holds room (Harvester's `AddMigratingVM`), the uids of those migrations
+    (ANNOTATION_ROOM_MIGRATIONS, in the same write as the raise), and every migrating key no
     room needs removed (`DeleteMigratingVM`), a compensation or resync flag Harvester left among
     them (we never write a compensation: `AddMigratingCompensation` has no twin, and
     `DeleteMigratingCompensation` is this removal)."""
@@ -399,13 +405,11 @@ def _annotation_changes(
             wanted[ANNOTATION_APPLIED] = resources.dumps(managed_hard)
     if rooms and since is not None:
         wanted[ANNOTATION_ROOMS_SINCE] = since
+    if rooms:
+        uids = sorted({room.migration_uid for room in rooms})
+        wanted[ANNOTATION_ROOM_MIGRATIONS] = ",".join(uids)
     current = annotations_of(quota)
-    ours = [
-        key
-        for key in current
-        if key.startswith(MIGRATING_PREFIX)
-        or key in (ANNOTATION_BASE, ANNOTATION_APPLIED, ANNOTATION_ROOMS_SINCE)
-    ]
+    ours = [key for key in current if key.startswith(MIGRATING_PREFIX) or key in _RECORDS]
     ours += [key for key in adoption.remove if key in current]
     remove = sorted(key for key in ours if key not in wanted and key not in adoption.keep)
     changed = {key: value for key, value in wanted.items() if current.get(key) != value}

@@ -26,14 +26,22 @@ A pod that fits on the first look is judged once more by what quota admission wi
 as the API server has it now (`LiveQuotas`, one GET). Our cache can lag a write the controller has
 just made, and the write that matters here is a release: the second migration of a VM created as
 the first one's source pod went, whose room the controller briefly gave back before its cache
-showed the new migration. The cache still showed the first raise, the pod was let through at
-once, and quota admission, which had the release, refused it (seen once in a CI run of the
-v170-test4 scenario). Now the pod waits for the next change as any pod that does not fit; if the
-live quota is newer than the cache and fits, the pod pays the lister grace, since quota admission's
-own cache may lag the live object as ours did. The window between that GET and quota admission
-is closed on the controller's side: it writes a release only once the API server shows no
-migration its plan did not read (controller/resourcequota/writes.py, ReleaseCheck). Should the GET
-fail, the cached decision stands (the webhook never denies a target pod).
+showed the new migration. The cache still showed the first raise, the pod was let through at once,
+and quota admission, which had the release, refused it (seen once in a CI run of the v170-test4
+scenario). Now the pod waits for the next change as any pod that does not fit; if the live quota is
+newer than the cache and fits, the pod pays the lister grace, since quota admission's own cache may
+lag the live object as ours did. The read is skipped when the cached copy itself names the pod's
+migration among those whose room it holds (ANNOTATION_ROOM_MIGRATIONS, written with the raise): the
+controller had read that migration when it wrote the raise, and gives its room back only once the
+migration is done, so no release of it can be newer than the copy (the second migration's pod above
+finds the first one named, not its own, and is read live). The record is trusted because a tenant
+cannot write a quota (administrators and controllers only), and only for a pod virt-controller
+creates (`is_room_target`); a target pod is allowed here in every case, so the skip changes when a
+pod is answered, never whether: quota admission still judges it on the API server's quota. The
+window between that GET and quota admission is closed on the controller's side: it writes a release
+only once the API server shows no migration its plan did not read
+(controller/resourcequota/writes.py, ReleaseCheck). Should the GET fail, the cached decision stands
+(the webhook never denies a target pod).
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ from ....generic.meta import annotations_of, labels, metadata
 from ....generic.meta import name as name_of
 from ....generic.meta import namespace as namespace_of
 from ....generic.resource import RESOURCE_QUOTAS, Object
-from ....util.annotations import opted_out, parse_migration_annotations
+from ....util.annotations import opted_out, parse_migration_annotations, room_migrations
 from ....util.podusage import pod_quota_usage
 from ....util.quotascope import applies_to
 from ....util.resourcequota.base import Shortfall, shortfalls
@@ -190,8 +198,8 @@ async def admit_target(
 ) -> TargetAdmission:
     """Returns once the target pod fits under the managed quota's `status.hard` as the cache
     shows it (at once if its scopes do not charge the pod; on the first look, as `live` shows it
-    too, when given), at once if no raise will come, or after `wait` seconds (see module
-    docstring)."""
+    too, when given and the cached quota is not `raised_for` the pod's migration), at once if no
+    raise will come, or after `wait` seconds (see module docstring)."""
     pod = request.obj or {}
     try:
         needed = pod_quota_usage(pod, features=lookups.quota_features())
@@ -216,7 +224,8 @@ async def admit_target(
             return TargetAdmission("no-managed-quota", waited)
         charged = applies_to(quota, pod)
         short = _short(quota, needed) if charged else []
-        if charged and not short and changes_awaited == 0 and live is not None:
+        first_look = charged and not short and changes_awaited == 0
+        if first_look and live is not None and not raised_for(quota, migration):
             seen = await _live_view(live, quota, needed, clock)
             if seen == "stale":
                 await changes.next_change(request.namespace, max(wait - waited, 0.0))
@@ -240,6 +249,14 @@ async def admit_target(
             return TargetAdmission("timed-out", waited, short)
         await changes.next_change(request.namespace, wait - waited)
         changes_awaited += 1
+
+
+def raised_for(quota: Object, migration_uid: str) -> bool:
+    """Whether `quota`, as this copy shows it, was raised on a plan that held the room of the
+    migration `migration_uid` (ANNOTATION_ROOM_MIGRATIONS names it): no release of that room
+    can be newer than this copy while the migration's target pod is being created, so the
+    live read has nothing to add (module docstring)."""
+    return migration_uid in room_migrations(annotations_of(quota))
 
 
 def no_raise_coming(quota: Object, namespace: Object | None) -> bool:
