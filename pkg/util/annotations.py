@@ -92,9 +92,10 @@ Only administrators and controllers may write a ResourceQuota (Kubernetes' edit 
 only read them), so a tenant can set neither."""
 
 ANNOTATION_ROOM_MIGRATIONS: Final = "harvester-quota.io/room-migrations"
-"""Written by our controller in the same write as the raise it records, removed with the last
-room: the uids of the migrations whose room spec.hard holds, sorted, comma-separated. A quota
-whose copy names a migration was raised on a plan that read it; the controller gives that room
+"""Written by our controller in the same write as the rooms it records (raised above the base
+or not), removed with the last room: the uids of the migrations whose room the plan holds, sorted,
+comma-separated. A quota whose copy names a migration was written by a plan that read it; the
+controller gives that room
 back only once the migration is done (util/resourcequota/rooms.py), so while its target pod is
 being created no release of it can be newer than that copy (webhook/resources/pod/targets.py).
 Only administrators and controllers may write a ResourceQuota: a tenant cannot set it."""

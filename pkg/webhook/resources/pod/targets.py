@@ -252,10 +252,11 @@ async def admit_target(
 
 
 def raised_for(quota: Object, migration_uid: str) -> bool:
-    """Whether `quota`, as this copy shows it, was raised on a plan that held the room of the
-    migration `migration_uid` (ANNOTATION_ROOM_MIGRATIONS names it): no release of that room
-    can be newer than this copy while the migration's target pod is being created, so the
-    live read has nothing to add (module docstring)."""
+    """Whether `quota`, as this copy shows it, was written by a plan that held the room of the
+    migration `migration_uid` (ANNOTATION_ROOM_MIGRATIONS names it; written whenever the plan
+    holds that room, raised above the base or not): no release of that room can be newer than
+    this copy while the migration's target pod is being created, so the live read has nothing
+    to add (module docstring)."""
     return migration_uid in room_migrations(annotations_of(quota))
 
 
