@@ -616,11 +616,29 @@ def _plan_with(
     `evacuations` beside its migrations under way, a namespace with a live VMMRQ deferred to
     MTQ mode as the controller defers (projectorder.PlanWith). None, its launcher settings not
     rendered, where no raise of ours could go through Rancher's annotation (no managed quota,
-    no Rancher annotation)."""
+    no Rancher annotation). A member whose plan fails (an object of its own that cannot be read)
+    is None with a warning: it claims nothing, as the controller's ProjectSiblingsView skips it,
+    and the rest of its project is still ordered."""
     ns_name = name(ns)
     quotas = cluster.quotas.get(ns_name, [])
     if managed_quota(quotas) is None or rancher_base_text(ns) is None:
         return None
+    try:
+        return _member_plan(cluster, now, ns, evacuations)
+    except Exception as error:  # contained per member: one namespace never drops its project
+        cluster.warnings.append(
+            f"{ns_name}: not planned for its Rancher project's order "
+            f"({type(error).__name__}: {error}); it claims none of the project's room"
+        )
+        return None
+
+
+def _member_plan(
+    cluster: _Cluster, now: datetime.datetime, ns: Object, evacuations: list[Object]
+) -> QuotaPlan | None:
+    """`_plan_with`'s plan of a member with a managed quota and Rancher's annotation."""
+    ns_name = name(ns)
+    quotas = cluster.quotas.get(ns_name, [])
     source = ListedSource(
         quota_list=quotas,
         migrations=[*cluster.migrations.get(ns_name, []), *evacuations],

@@ -12,7 +12,15 @@ import datetime
 import json
 from typing import Any
 
-from harvester_quota.preflight import ClusterState, Plan, PreflightReport, VmVerdict, preflight
+import pytest
+from harvester_quota.preflight import (
+    ClusterState,
+    Plan,
+    PreflightReport,
+    VmVerdict,
+    compute,
+    preflight,
+)
 from harvester_quota.preflight.report import render_json, render_text
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.podusage import pod_quota_usage
@@ -310,3 +318,30 @@ def test_a_state_without_its_reading_time_creates_the_evacuations_after_every_mi
     state = project.state(now=None)
     vm = verdict(preflight(state, Plan("drain", ["n1"])), "a/vm-a")
     assert vm.delay is not None and [b.split(" ")[0] for b in vm.delay.behind] == ["b/evacuation-b"]
+
+
+def test_a_member_whose_plan_fails_claims_nothing_and_its_project_is_still_ordered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A third namespace of the project whose plan raises (an object of its own that cannot be
+    read) is named in a warning and skipped, as the controller skips such a sibling: a's wait
+    behind b's earlier evacuation still stands, instead of the whole project's order dropped."""
+    project = Project(ROOM_FOR_ONE)
+    project.namespace("a", "n1")
+    project.namespace("b", "n2")
+    project.namespace("c", "n2", base={"limitsCpu": "100m", "limitsMemory": "100Mi"})
+    project.migrate("b", "evacuation-b", LATER, "system-critical")
+    real_plan = compute.NamespacePlanner.plan
+
+    def plan(self: compute.NamespacePlanner, namespace: dict[str, Any]) -> Any:
+        if namespace["metadata"]["name"] == "c":
+            raise ValueError("a quantity c's tenant wrote that cannot be read")
+        return real_plan(self, namespace)
+
+    monkeypatch.setattr(compute.NamespacePlanner, "plan", plan)
+    report = project.drain("n1")
+    vm = verdict(report, "a/vm-a")
+    assert vm.delay is not None and [b.split(" ")[0] for b in vm.delay.behind] == ["b/evacuation-b"]
+    assert any(
+        w.startswith("c: not planned for its Rancher project's order") for w in report.warnings
+    )
