@@ -403,7 +403,7 @@ def _harvester_rooms(
 
 
 @dataclass(frozen=True)
-class HarvesterRoom:
+class _HarvesterRoom:
     """What Harvester raises for one migration: on which quota, by how much per key, whether it
     compensates limits.memory after a refusal, and if it raises nothing, why."""
 
@@ -469,16 +469,16 @@ def harvester_room(
     *,
     ratio: str,
     kubevirt_version: str | KubeVirtVersion,
-) -> HarvesterRoom:
+) -> _HarvesterRoom:
     """Harvester's raise for a migration of `vmi` in `namespace` with these quotas."""
     quota = managed_quota(quotas)
     if quota is None:
-        return HarvesterRoom(None, why_none="no quota labelled as Rancher's default")
+        return _HarvesterRoom(None, why_none="no quota labelled as Rancher's default")
     quota_name = str((quota.get("metadata") or {}).get("name"))
     limits = _vmi_limits(vmi)
     why = _why_no_room(namespace, quota, limits)
     if why is not None:
-        return HarvesterRoom(quota_name, why_none=why)
+        return _HarvesterRoom(quota_name, why_none=why)
     hard = parse_resource_list_leniently((quota.get("spec") or {}).get("hard"))
     share: ResourceList = {}
     if _positive(limits, "cpu") and LIMITS_CPU in hard:
@@ -492,4 +492,4 @@ def harvester_room(
         and _positive(hard, LIMITS_MEMORY)
         and _positive(base, LIMITS_MEMORY)
     )
-    return HarvesterRoom(quota_name, share, compensates_memory=compensates)
+    return _HarvesterRoom(quota_name, share, compensates_memory=compensates)

@@ -667,7 +667,7 @@ def _mtq_mode(vmmrqs: Sequence[Object]) -> bool:
 def _wait_behind(
     cluster: _Cluster, verdict: VmVerdict, behind: Sequence[ProjectStep], bandwidth: int
 ) -> None:
-    """`verdict` delayed behind `behind` (projectorder.ProjectWait), named in KubeVirt's
+    """`verdict` delayed behind `behind` (projectorder.project_order), named in KubeVirt's
     order, for up to the sum of their copies and source launchers' grace, combined with a
     quota delay it has already (the waits add up)."""
     ordered = sorted(behind, key=lambda step: step.order)

@@ -24,7 +24,7 @@ product's own code, when the step's evacuations arrive:
   rule the controller's ProjectSiblingsView applies to its siblings).
 - For each evacuation, its namespace's raise up to its room (`rancherpath.ladder`: rooms given
   first, then KubeVirt's order) is judged as the controller judges a write's step: where it fits
-  the project as it stands but waits behind siblings' rooms, the VM is delayed (`ProjectWait`),
+  the project as it stands but waits behind siblings' rooms, the VM is delayed (`_ProjectWait`),
   naming each migration it waits behind with its priority; where it takes the room ahead of a
   sibling's waiting migration later in KubeVirt's order, the VM's note names that migration (a
   tenant's migration the drain will hold back).
@@ -74,7 +74,7 @@ evacuations beside its migrations under way (None: no managed quota, or MTQ mode
 
 
 @dataclass
-class ProjectWait:
+class _ProjectWait:
     """What the order means for one evacuation: the sibling namespaces' migrations its room
     goes to first (`behind`: the first waiting one of each sibling that claims room ahead of
     it), or, where none, the siblings' waiting migrations it takes the room ahead of
@@ -129,7 +129,7 @@ def project_order(
     namespaces: Mapping[str, Object],
     plan_with: PlanWith,
     now: datetime.datetime,
-) -> dict[tuple[str, str], ProjectWait]:
+) -> dict[tuple[str, str], _ProjectWait]:
     """Per evacuation (namespace, VM) that waits behind, or goes ahead of, a sibling
     namespace's migration for its Rancher project's room: who (module docstring).
     `evacuations`: the step's that fit alone, in the step's order (their wave set); `contexts`:
@@ -143,7 +143,7 @@ def project_order(
         project = contexts[evacuation.namespace].project
         if project is not None and project.limit is not None:
             projects.setdefault(project.id, project)
-    out: dict[tuple[str, str], ProjectWait] = {}
+    out: dict[tuple[str, str], _ProjectWait] = {}
     for project in projects.values():
         members = [
             ns
@@ -183,9 +183,9 @@ def _one_project(
     members: Sequence[Object],
     plans: Mapping[str, tuple[Object, QuotaPlan]],
     evacuated: set[str],
-) -> dict[tuple[str, str], ProjectWait]:
+) -> dict[tuple[str, str], _ProjectWait]:
     laddered = {ns_name: project_steps(ns, plan) for ns_name, (ns, plan) in plans.items()}
-    out: dict[tuple[str, str], ProjectWait] = {}
+    out: dict[tuple[str, str], _ProjectWait] = {}
     for ns_name, (ns, plan) in plans.items():
         if ns_name not in evacuated:
             continue
@@ -201,7 +201,7 @@ def _judge(
     ns: Object,
     plan: QuotaPlan,
     siblings: Sequence[Step],
-) -> dict[str, ProjectWait]:
+) -> dict[str, _ProjectWait]:
     """Per simulated evacuation of `ns` (by VM), the rooms it waits behind and goes ahead of,
     its namespace's raise up to its room judged as the controller judges a write's step
     (controller/resourcequota/rancher.py `_WhatFits.write`), by the same two functions: against the project as it
@@ -213,13 +213,13 @@ def _judge(
     flags = given(ns, steps)
     keeps, own_given = kept_raise(ns, steps, flags)
     totals = MemberTotals(project, namespaces, name(ns), keeps)
-    out: dict[str, ProjectWait] = {}
+    out: dict[str, _ProjectWait] = {}
     for index, step in enumerate(steps):
         ahead_of = last_waiting(steps[: index + 1], flags)
         if not simulated(step) or ahead_of is None or lacks_alone(totals, step.annotation):
             continue
         judged_with = [*siblings, *own_given]
-        wait = ProjectWait(behind=waits_behind(judged_with, ahead_of, totals, step.annotation))
+        wait = _ProjectWait(behind=waits_behind(judged_with, ahead_of, totals, step.annotation))
         if not wait.behind:
             raised = MemberTotals(project, namespaces, name(ns), step.annotation)
             wait.ahead_of = _pushed_back(step, siblings, totals, raised)

@@ -4,9 +4,9 @@ now, and what the room-held label does.
 Harvester sizes one VMI's raise with `CalculateScaleResourceQuotaWithVMI` (calculator.go) and
 adds it to the quota in its vmim controller's scaling (`scaleResourceQuotaWithVMI`); here one
 plan of the whole namespace does both (`plan_quota`, util/resourcequota/plan.py). A
-`NamespacePlanner` makes that plan from a `PlanSource`: the controller's caches with our writes
-they do not show yet (`PlanInputs`), or objects listed from the API server (`ListedSource`:
-`explain`, `preflight`). The reconcile, the stale-raise sweep and a Rancher project's sibling
+`NamespacePlanner` makes that plan from a plan source (`_PlanSource`): the controller's caches
+with our writes they do not show yet (`PlanInputs`), or objects listed from the API server
+(`ListedSource`: `explain`, `preflight`). The reconcile, the stale-raise sweep and a Rancher project's sibling
 judgment hold the same planner, so each reads a namespace as the others do.
 
 The caches' migrations, VMIs and pods are read through views the stores derive once per change
@@ -55,7 +55,6 @@ __all__ = [
     "NamespacePlan",
     "NamespacePlanner",
     "PlanInputs",
-    "PlanSource",
     "label_policy",
 ]
 
@@ -65,7 +64,7 @@ PLAN_VIEW = "quota-plan"
 """The migration and VMI store views the room mode keeps (planviews.py)."""
 
 
-class PlanSource(Protocol):
+class _PlanSource(Protocol):
     """What a plan of one namespace reads."""
 
     def quotas_of(self, key: str) -> tuple[Object | None, list[Object]]:
@@ -156,7 +155,7 @@ class NamespacePlanner:
 
     def __init__(
         self,
-        source: PlanSource,
+        source: _PlanSource,
         *,
         through: Callable[[Object, QuotaPlan], bool] = lambda _ns, plan: rancher_base(plan),
         defer_to: Callable[[str], bool] = never,
@@ -218,7 +217,7 @@ class NamespacePlanner:
 
 class PlanInputs:
     """The informers and views a plan reads; `changed(namespace)` is called when they change.
-    The reconcile's `PlanSource`: the caches read through our namespace and quota writes they
+    The reconcile's `_PlanSource`: the caches read through our namespace and quota writes they
     do not show yet (`namespaces`, `quotas`: generic/pendingwrites.py)."""
 
     def __init__(self, management: Management, changed: Callable[[str], None]) -> None:
@@ -261,7 +260,7 @@ class PlanInputs:
         """Finished migrations planned without room, set aside from plans after a grace
         (planviews.SettledMigrations)."""
 
-    # The PlanSource of the reconcile: the caches, our writes they do not show yet applied --------
+    # The _PlanSource of the reconcile: the caches, our writes they do not show yet applied --------
 
     def quotas_of(self, key: str) -> tuple[Object | None, list[Object]]:
         quotas = self.quotas.by_index("namespace", key)

@@ -182,7 +182,7 @@ and `agent`: the API server takes a user agent's first part as the field manager
 
 
 @dataclass(frozen=True)
-class Writer:
+class _Writer:
     """One managedFields entry that owns keys of spec.hard."""
 
     manager: str
@@ -202,11 +202,11 @@ def _hard_keys(fields_v1: object) -> tuple[str, ...]:
     return tuple(sorted(k[2:] for k in hard if isinstance(k, str) and k.startswith("f:")))
 
 
-def _writer(entry: object) -> Writer | None:
+def _writer(entry: object) -> _Writer | None:
     if not isinstance(entry, Mapping) or entry.get("subresource"):
         return None
     keys = entry.get("keys")
-    found = Writer(
+    found = _Writer(
         manager=str(entry.get("manager") or ""),
         operation=str(entry.get("operation") or ""),
         time=str(entry.get("time") or ""),
@@ -215,7 +215,7 @@ def _writer(entry: object) -> Writer | None:
     return found if found.keys else None
 
 
-def hard_writers(quota: Mapping[str, Any]) -> list[Writer]:
+def hard_writers(quota: Mapping[str, Any]) -> list[_Writer]:
     """The quota's writers of spec.hard in managedFields order: from its managedFields as the
     API server returns them, or from WRITERS on a cached quota. Malformed entries are passed
     over."""
@@ -228,7 +228,7 @@ def hard_writers(quota: Mapping[str, Any]) -> list[Writer]:
 
 def change_writers(
     old: Mapping[str, Any], new: Mapping[str, Any], keys: Iterable[str]
-) -> list[Writer]:
+) -> list[_Writer]:
     """Who may have made the change of spec.hard's `keys` between `old` and `new`: of `new`'s
     writers that own one of `keys` (a write that changes a field takes its ownership: an Update
     always, an Apply when forced, which a changed value needs), or, where none does (a key

@@ -196,7 +196,7 @@ def _deadline(meta: Mapping[str, Any]) -> datetime.datetime | None:
 
 
 @dataclass
-class Tally:
+class _Tally:
     """A running sum of ResourceLists that can take one back exactly: per key, the sum in
     nano-units and how many of the summed lists had the key in each format. The counts are
     plain dicts, not Counters: a plan copies the namespace's tally (`copy`) once or twice, and
@@ -218,7 +218,7 @@ class Tally:
     def remove(self, usage: Mapping[str, Quantity]) -> None:
         self.add(usage, -1)
 
-    def merge(self, other: Tally) -> None:
+    def merge(self, other: _Tally) -> None:
         """Adds everything `other` summed (as if each of its lists were added here)."""
         for key, nanos in other.nanos.items():
             self.nanos[key] = self.nanos.get(key, 0) + nanos
@@ -226,8 +226,8 @@ class Tally:
             for fmt, count in other.formats[key].items():
                 mine[fmt] = mine.get(fmt, 0) + count
 
-    def copy(self) -> Tally:
-        return Tally(dict(self.nanos), {key: dict(f) for key, f in self.formats.items()})
+    def copy(self) -> _Tally:
+        return _Tally(dict(self.nanos), {key: dict(f) for key, f in self.formats.items()})
 
     def result(self) -> ResourceList:
         """The sum, each key in its lists' format where they share one, else DecimalSI."""
@@ -245,8 +245,8 @@ class NamespacePods:
 
     def __init__(self, views: Iterable[PodView] = ()) -> None:
         self._views: dict[str, PodView] = {}
-        self._steady = Tally()
-        self._steady_by_scope: dict[PodScopeFacts, Tally] = {}
+        self._steady = _Tally()
+        self._steady_by_scope: dict[PodScopeFacts, _Tally] = {}
         """The steady total split by what quota scopes read of the pods (a handful of facts)."""
         self._by_migration: dict[str, set[str]] = {}
         self._by_vmi: dict[str, set[str]] = {}
@@ -275,7 +275,7 @@ class NamespacePods:
         self._views[view.name] = view
         if view.steady:
             self._steady.add(view.usage)
-            self._steady_by_scope.setdefault(view.scope, Tally()).add(view.usage)
+            self._steady_by_scope.setdefault(view.scope, _Tally()).add(view.usage)
         else:
             self._changing.add(view.name)
         if view.error is not None:
@@ -361,8 +361,8 @@ class NamespacePods:
                 tally.add(view.usage_at(now))
         return tally.result()
 
-    def _steady_within(self, scope: QuotaScope) -> Tally:
-        tally = Tally()
+    def _steady_within(self, scope: QuotaScope) -> _Tally:
+        tally = _Tally()
         for facts, scoped in self._steady_by_scope.items():
             if scope.matches(facts):
                 tally.merge(scoped)

@@ -10,7 +10,7 @@ as a pure function of what the cluster shows now:
   is why a second migration in a full namespace was refused in the v1.2.1 seed.
 - The room is the real quota usage, on every key (all containers, requests and limits, pods,
   ephemeral storage, ...), of every pod the migration creates on the target side, one
-  `RoomPart` per kind registered in launcher/parts.py: the target launcher pod and, for a VMI
+  `_RoomPart` per kind registered in launcher/parts.py: the target launcher pod and, for a VMI
   with hotplugged volumes, the hotplug attachment pod virt-controller creates beside it
   (`pods_beside`). A pod that does not exist yet is counted as KubeVirt would render it for
   the VMI now, with the settings in force now (launcher/render.py, launcher/attachment.py).
@@ -95,7 +95,7 @@ def vmi_pod_index(pod: Object) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class RoomPart:
+class _RoomPart:
     """One kind of pod of a migration's target side, as its room holds it (launcher/parts.py)."""
 
     kind: str
@@ -106,7 +106,7 @@ class RoomPart:
     facts: PodScopeFacts
     """What quota scopes read of it: a real pod's own facts, else the rendered pod's."""
 
-    def masked(self, keys: Iterable[str]) -> RoomPart:
+    def masked(self, keys: Iterable[str]) -> _RoomPart:
         return dataclasses.replace(self, room=resources.mask(self.room, keys))
 
 
@@ -129,7 +129,7 @@ class MigrationRoom:
     priority: int = DEFAULT_PRIORITY
     """KubeVirt's queue priority of the migration (util/migrationpriority.py): where room is
     scarce, it goes in KubeVirt's order (`scarce_room_order`)."""
-    parts: tuple[RoomPart, ...] = ()
+    parts: tuple[_RoomPart, ...] = ()
     """Every pod of the target side that makes up `room`, the launcher first (launcher/parts.py;
     () for a room made by hand: all of it the launcher's, of plain facts)."""
 
@@ -520,7 +520,7 @@ def _room(
     compute container's overhead instead, on limits.cpu and limits.memory only."""
     real = target if target is not None and _still_counts(target, inputs.now) else None
     under_way = str(status(migration).get("phase") or "") not in (PHASE_SUCCEEDED, PHASE_FAILED)
-    parts: list[RoomPart] = []
+    parts: list[_RoomPart] = []
     for kind in target_part_kinds():
         part = _part(kind, migration, vmi, real, under_way, inputs=inputs, pods=pods)
         if part is not None:
@@ -550,7 +550,7 @@ def _part(
     *,
     inputs: RoomInputs,
     pods: NamespacePods,
-) -> RoomPart | None:
+) -> _RoomPart | None:
     """The part of `kind` given the real target launcher pod (None: not made, or gone): its
     real pods, else its rendered pod; None for a part beside the launcher that holds nothing."""
     if kind.primary:
@@ -571,7 +571,7 @@ def _part(
         room = resources.mask(room, inputs.keys)
     if not (kind.primary or real or room):
         return None
-    return RoomPart(kind.name, tuple(pod.name for pod in real), room, facts)
+    return _RoomPart(kind.name, tuple(pod.name for pod in real), room, facts)
 
 
 def pods_beside(
@@ -629,7 +629,7 @@ MEMORY_KEYS: Final = ("requests.memory", "limits.memory", "memory")
 
 
 @dataclass(frozen=True)
-class TargetGrowth:
+class _TargetGrowth:
     """How much a room asks beyond its source pod, and the overhead the target is rendered with."""
 
     source_pod: str
@@ -671,7 +671,7 @@ def target_growth(
     vmi: SpecSource,
     source: PodView,
     settings: LauncherSettings,
-) -> TargetGrowth | None:
+) -> _TargetGrowth | None:
     """How `room` exceeds what `source` charges, or None when it does not (nothing grew)."""
     grown: ResourceList = {}
     for key, needed in room.items():
@@ -680,7 +680,7 @@ def target_growth(
             grown[key] = needed - had if had is not None else needed
     if not grown:
         return None
-    return TargetGrowth(
+    return _TargetGrowth(
         source_pod=source.name,
         grown=dict(sorted(grown.items())),
         overhead_now=rendered_memory_overhead(vmi, settings),
