@@ -56,7 +56,6 @@ from harvester_quota.testbench.sim.kubevirt.objects import (
 from harvester_quota.util.launcher import VmiView
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
 from harvester_quota.util.resourcequota.planviews import (
-    NamespaceVmis,
     RenderedUsages,
     SettledMigrations,
     migration_plan_view,
@@ -208,7 +207,7 @@ def read_views(caches: Caches, quota: Object) -> NamespaceSnapshot:
         namespace={"metadata": {"name": NAMESPACE}},
         quota=quota,
         migrations=caches.migration_views.namespace(NAMESPACE),
-        vmis=NamespaceVmis(caches.facts, NAMESPACE),
+        vmis=caches.facts.by_name(NAMESPACE),
         pods=caches.index.namespace(NAMESPACE),
         now=NOW,
         launcher=settings_from(None, None, configured_version=VERSION),

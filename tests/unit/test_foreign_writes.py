@@ -19,7 +19,6 @@ from harvester_quota.controller.resourcequota.reports import (
     FOREIGN_WRITE_NEXT,
     FOREIGN_WRITE_REASON,
     ForeignWriteReports,
-    PerKeyInterval,
     hard_changes,
     sets_rancher_base,
 )
@@ -28,6 +27,7 @@ from harvester_quota.generic.client import ApiClient, WatchEvent
 from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.metrics import OTHER, CappedLabelValues
+from harvester_quota.generic.perkeyinterval import PerKeyInterval
 from harvester_quota.generic.rest import FIELD_MANAGER, USER_AGENT
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE

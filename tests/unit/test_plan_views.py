@@ -13,7 +13,6 @@ from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.util.launcher import LauncherSettings, VmiView
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from harvester_quota.util.resourcequota.planviews import (
-    NamespaceVmis,
     RenderedUsages,
     migration_plan_view,
     plan_acted_on,
@@ -60,7 +59,7 @@ class Caches:
             namespace=full.namespace,
             quota=full.quota,
             migrations=self.migrations.namespace("ns"),
-            vmis=NamespaceVmis(self.facts, "ns"),
+            vmis=self.facts.by_name("ns"),
             pods=full.pods,
             now=full.now,
             launcher=full.launcher,

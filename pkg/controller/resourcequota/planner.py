@@ -38,7 +38,6 @@ from ...util.launcher import LauncherSettings, VmiSource, VmiView
 from ...util.resourcequota.base import RANCHER, Mode, is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from ...util.resourcequota.planviews import (
-    NamespaceVmis,
     RenderedUsages,
     SettledMigrations,
     migration_plan_view,
@@ -351,7 +350,7 @@ class PlanInputs:
             namespace=namespace,
             quota=quota,
             migrations=self.migration_views.namespace(key),
-            vmis=NamespaceVmis(self.vmi_facts, key),
+            vmis=self.vmi_facts.by_name(key),
             pods=self.pod_index.namespace(key),
             now=self.management.clock.now(),
             launcher=self.cluster_settings().for_namespace(

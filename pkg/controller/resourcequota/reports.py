@@ -55,7 +55,6 @@ and is told it is one (`standby`, set by ControllerApp as the refusals' is).
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -69,6 +68,7 @@ from ...generic.clock import Clock
 from ...generic.events import WARNING, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import has_condition, metadata, status
+from ...generic.perkeyinterval import PerKeyInterval
 from ...generic.resource import Object
 from ...generic.rest import FIELD_MANAGER
 from ...util.launcher import as_view
@@ -408,35 +408,6 @@ FOREIGN_WRITE_NEXT: Final = (
 )
 
 
-class PerKeyInterval:
-    """At most one admission per key per `interval` seconds of `clock`; the refused ones are
-    counted and handed to the next admission of the key. Bounded to `max_keys` keys: past that
-    the key admitted longest ago is forgotten (with the count it held; one whose interval ended
-    is older than any whose did not), and an admission of it then is as if it were new."""
-
-    def __init__(self, clock: Clock, interval: float, max_keys: int = MAX_QUOTAS) -> None:
-        self.clock = clock
-        self.interval = interval
-        self.max_keys = max_keys
-        self._last: OrderedDict[str, tuple[float, int]] = OrderedDict()
-        """Key -> (when it was last admitted, how many were refused since), in the order of
-        their last admission: the first is the one to forget."""
-
-    def admit(self, key: str) -> int | None:
-        """The number of refusals of `key` since its last admission if it is admitted now
-        (counted from then), else None (and this one is counted)."""
-        now = self.clock.monotonic()
-        last = self._last.get(key)
-        if last is not None and now - last[0] < self.interval:
-            self._last[key] = (last[0], last[1] + 1)
-            return None
-        self._last[key] = (now, 0)
-        self._last.move_to_end(key)
-        while len(self._last) > self.max_keys:
-            self._last.popitem(last=False)
-        return 0 if last is None else last[1]
-
-
 @dataclass
 class ForeignWriteReports:
     """The quota informer's update handler that tells foreign writes of spec.hard (`on_update`)."""
@@ -452,7 +423,7 @@ class ForeignWriteReports:
     nothing is reported then; the leader reports."""
 
     def __post_init__(self) -> None:
-        self.events = PerKeyInterval(self.clock, self.interval)
+        self.events = PerKeyInterval(self.clock, self.interval, max_keys=MAX_QUOTAS)
 
     def on_update(self, old: Object, new: Object) -> None:
         """Tells the write between `old` and `new` of a managed quota if it changed spec.hard

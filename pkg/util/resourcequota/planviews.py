@@ -44,7 +44,7 @@ import datetime
 import hashlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -53,7 +53,6 @@ from cachetools import LRUCache
 from ...apis.kubevirt import CONDITION_REJECTED_BY_QUOTA, FINAL_PHASES, PHASE_PENDING
 from ...generic.meta import metadata, status
 from ...generic.resource import Object
-from ...generic.views import NamespaceViews
 from ..launcher import LauncherSettings, VmiView, spec_of, target_quota_usage, vmi_view
 from ..resources import ResourceList
 from ..vmispec import parse_time
@@ -170,27 +169,11 @@ def _render_key(vmi: Object) -> bytes:
     return hashlib.blake2b(encoded, digest_size=16).digest()
 
 
-class NamespaceVmis(Mapping[str, VmiView]):
-    """A namespace's VMIs by name, as the narrow views the caches keep."""
-
-    def __init__(self, views: NamespaceViews[VmiView], namespace: str) -> None:
-        self._views = views.by_name(namespace)
-
-    def __getitem__(self, name: str) -> VmiView:
-        return self._views[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._views)
-
-    def __len__(self) -> int:
-        return len(self._views)
-
-
 class RenderedUsages:
     """Launcher quota usages by VMI fingerprint and launcher settings (an LRU of
     RENDERED_USAGES). `usage` is the launcher part's renderer (parts.PartRender) for the narrow
-    views of `NamespaceVmis`: it reads the view's `render_key` and, on a miss only, decodes the
-    full VMI `full(key)` once to render it. A view with its spec (or its spec's error) is
+    VMI views the caches keep (`vmi_facts`): it reads the view's `render_key` and, on a miss
+    only, decodes the full VMI `full(key)` once to render it. A view with its spec (or its spec's error) is
     rendered as given.
     Not thread-safe: event loop only."""
 
