@@ -54,13 +54,13 @@ from .util.annotations import (
     LABEL_ROOM_HELD,
     TRUE,
 )
+from .util.mtq import ANNOTATION_LOCK, ANNOTATION_RAISED, FINALIZER, LABEL_LOCKED
 from .util.resourcequota.base import (
     ANNOTATION_APPLIED,
     ANNOTATION_RANCHER_APPLIED,
     ANNOTATION_RANCHER_BASE,
     ANNOTATION_RANCHER_GIVEN,
 )
-from .util.resourcequota.mtq import ANNOTATION_LOCK, ANNOTATION_RAISED, FINALIZER, LABEL_LOCKED
 from .util.resourcequota.raises import ANNOTATION_ROOMS_SINCE
 
 log = logging.getLogger(__name__)

@@ -45,6 +45,7 @@ from ..util.annotations import (
 )
 from ..util.kubevirtversion import KubeVirtVersion
 from ..util.launcher.parts import RenderedPart
+from ..util.mtq import budget_of, quota_view, raise_hard
 from ..util.overhead import HARVESTER_RATIO_DEFAULT, go_parse_float, memory_overhead
 from ..util.podusage import (
     KUBERNETES_1_36,
@@ -65,7 +66,6 @@ from ..util.resourcequota.base import (
     resolve_base,
     shortfalls,
 )
-from ..util.resourcequota.mtq import budget_of, quota_view, raise_hard
 from ..util.resourcequota.plan import desired_hard
 from ..util.resourcequota.raises import raise_records
 from ..util.resourcequota.rancherpath import raised_annotation

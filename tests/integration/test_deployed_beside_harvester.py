@@ -42,8 +42,8 @@ from harvester_quota.util.annotations import (
     ANNOTATION_ADOPTED,
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
 )
+from harvester_quota.util.mtq import FINALIZER
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.mtq import FINALIZER
 
 from tests.helpers import eventually
 from tests.integration.conftest import admin_config, fresh_namespace_async

@@ -44,10 +44,7 @@ from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.testbench.sim.rancher.twin import RancherWebhookTwin
 from harvester_quota.testbench.virtcontroller import EXCEEDED_QUOTA, VirtControllerDriver
 from harvester_quota.util import resources
-from harvester_quota.util.mtqlock import REASON as LEFTOVER_REASON
-from harvester_quota.util.podusage import pod_quota_usage
-from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.mtq import (
+from harvester_quota.util.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
     NOT_ENOUGH_REASON,
@@ -55,6 +52,9 @@ from harvester_quota.util.resourcequota.mtq import (
     Lock,
     parse_lock,
 )
+from harvester_quota.util.mtqlock import REASON as LEFTOVER_REASON
+from harvester_quota.util.podusage import pod_quota_usage
+from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resources import parse_resource_list_leniently
 from harvester_quota.webhook.server import WebhookServer
 from prometheus_client import CollectorRegistry

@@ -54,11 +54,13 @@ UTIL_LAYERS: dict[str, float] = {
     f"{UTIL}.launcher": 3.3,
     f"{UTIL}.rancher": 3.3,
     f"{UTIL}.resourcequota": 3.5,
+    f"{UTIL}.mtq": 3.6,
 }
 """util/'s modules and sub-packages -> layer, all within util's layer 3: quantities; then the
 facts of one object (a resource list, a quota's scopes, a VMI's spec, KubeVirt's version); then
 what is read from them (annotations, a pod's usage, KubeVirt's overhead); then the launcher pod
-KubeVirt renders and Rancher's model (its annotation, projects and project room); the room model (resourcequota/).
+KubeVirt renders and Rancher's model (its annotation, projects and project room); the room model
+(resourcequota/); MTQ mode's model (mtq), which reports the room model's shortfalls.
 A module of util/ not named here fails the layer test until it is placed."""
 
 BENCH = "testbench"

@@ -17,8 +17,8 @@ from harvester_quota.util.launcher.limitrange import (
     apply_defaults,
     container_defaults,
 )
+from harvester_quota.util.mtq import parse_lock
 from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.mtq import parse_lock
 
 from tests.objects import migration, plain_namespace, vmi
 from tests.unit.mtq_fakes import harness

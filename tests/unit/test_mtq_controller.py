@@ -20,8 +20,7 @@ from harvester_quota.controller.mtq.writes import FINALIZER
 from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS
 from harvester_quota.util.annotations import LABEL_PAUSED
 from harvester_quota.util.launcher import target_quota_usage
-from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.resourcequota.mtq import (
+from harvester_quota.util.mtq import (
     ANNOTATION_LOCK,
     ANNOTATION_RAISED,
     LABEL_LOCKED,
@@ -29,6 +28,7 @@ from harvester_quota.util.resourcequota.mtq import (
     Lock,
     parse_lock,
 )
+from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resources import ResourceList, to_json_dict
 
 from tests.objects import migration, plain_namespace, vmi

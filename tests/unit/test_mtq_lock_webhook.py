@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
-from harvester_quota.util.resourcequota.mtq import ANNOTATION_LOCK, FINALIZER, LABEL_LOCKED, Lock
+from harvester_quota.util.mtq import ANNOTATION_LOCK, FINALIZER, LABEL_LOCKED, Lock
 from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.mtq.validator import validate_locked

@@ -7,9 +7,7 @@ import datetime
 from typing import Any
 
 from harvester_quota.apis.mtq import OriginalQuota, decode_vmmrq
-from harvester_quota.util.quantity import Quantity
-from harvester_quota.util.quotascope import PLAIN_FACTS, PodScopeFacts
-from harvester_quota.util.resourcequota.mtq import (
+from harvester_quota.util.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
     Blocked,
@@ -26,6 +24,8 @@ from harvester_quota.util.resourcequota.mtq import (
     restore_action,
     restored_hard,
 )
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.quotascope import PLAIN_FACTS, PodScopeFacts
 from harvester_quota.util.resources import ResourceList, parse_resource_list
 from hypothesis import given
 from hypothesis import strategies as st

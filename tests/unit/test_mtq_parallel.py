@@ -20,7 +20,7 @@ from harvester_quota.util.migrationlimits import (
     held_back,
     migration_limits,
 )
-from harvester_quota.util.resourcequota.mtq import parse_lock
+from harvester_quota.util.mtq import parse_lock
 
 from tests.objects import migration, vmi
 from tests.unit.mtq_fakes import Harness, harness

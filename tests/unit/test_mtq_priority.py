@@ -1,5 +1,5 @@
 """Scarce MTQ budget goes to migrations in KubeVirt's priority order, and explain shows each
-migration's priority (issue 41, item 3): util/resourcequota/mtq.py `prioritized`,
+migration's priority (issue 41, item 3): util/mtq.py `prioritized`,
 util/migrationpriority.py."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from harvester_quota.util.migrationpriority import (
     migration_priority,
     priority_name,
 )
-from harvester_quota.util.resourcequota.mtq import Blocked, QuotaView, plan_namespace, quota_view
+from harvester_quota.util.mtq import Blocked, QuotaView, plan_namespace, quota_view
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
 from tests.unit.test_quota_plan import V170_HARD, V170_LIMIT

@@ -12,7 +12,7 @@ import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Resource
 from harvester_quota.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
-from harvester_quota.util.resourcequota.mtq import (
+from harvester_quota.util.mtq import (
     ANNOTATION_LOCK,
     LABEL_LOCKED,
     RANCHER_PROTECTED_REASON,

@@ -34,7 +34,7 @@ from ...util.migrationlimits import (
     takes_slot,
 )
 from ...util.migrationpriority import migration_priority
-from ...util.resourcequota.mtq import Blocked
+from ...util.mtq import Blocked
 from ...util.resourcequota.rooms import decentralized_side
 from ...util.resources import total
 from ..informers import TARGET_INDEX, QuotaInformers, target_index

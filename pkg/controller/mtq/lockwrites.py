@@ -23,8 +23,8 @@ from ...generic.informer import SharedInformer
 from ...generic.logformat import fields
 from ...generic.meta import labels, metadata
 from ...generic.resource import NAMESPACES, Object
+from ...util.mtq import ANNOTATION_LOCK, LABEL_LOCKED, Lock, NamespacePlan
 from ...util.resourcequota import conditional
-from ...util.resourcequota.mtq import ANNOTATION_LOCK, LABEL_LOCKED, Lock, NamespacePlan
 from .writes import MtqStats
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Rancher 2.14.6+/2.15.2+ refuses every write of its labelled default quota but its own. Before the
 first lock of a namespace whose plan would raise such a quota, the raise is sent as a dry run; if
 Rancher refuses it (or a real raise is refused later), the namespace's Rancher quotas are left
-out of every plan from then on (util/resourcequota/mtq.py: protected): no lock is taken for a
+out of every plan from then on (util/mtq.py: protected): no lock is taken for a
 raise that cannot happen, and none again. Per namespace, in this process, while the namespace
 exists (learned again after a restart, or for a namespace created again under the name, by one
 dry run). Not thread-safe: event loop only.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from ...generic import errors
-from ...util.resourcequota.mtq import NamespacePlan, raise_action
+from ...util.mtq import NamespacePlan, raise_action
 from .writes import MtqStats, MtqWrites
 
 log = logging.getLogger(__name__)

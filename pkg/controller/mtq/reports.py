@@ -2,7 +2,7 @@
 
 NotEnoughResourceToRelease on each migration the budget cannot release;
 WaitingForHigherPriorityMigrations on each it holds back for migrations of higher priority
-(KubeVirt's order, util/resourcequota/mtq.py `prioritized`); QuotaProtectedByRancher
+(KubeVirt's order, util/mtq.py `prioritized`); QuotaProtectedByRancher
 on the VMMRQ once a migration is held by a quota only Rancher may raise;
 MultipleMigrationResourceQuotas on a VMMRQ beside the one used. Not thread-safe: event loop only.
 """
@@ -18,7 +18,7 @@ from ...generic.events import WARNING, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
-from ...util.resourcequota.mtq import (
+from ...util.mtq import (
     NOT_ENOUGH_REASON,
     RANCHER_PROTECTED_REASON,
     Lock,

@@ -2,7 +2,7 @@
 
 A namespace with a VMMRQ is handled here (the room mode leaves it alone). One level-triggered
 reconcile per namespace, on the namespace controller's queue, computes the plan from the caches
-(util/resourcequota/mtq.py) and moves the cluster one step at a time, in an order that a crash
+(util/mtq.py) and moves the cluster one step at a time, in an order that a crash
 at any point leaves recoverable from what is written:
 
 1. lock: the namespace label and annotation, with an absolute deadline (never extended); the
@@ -53,13 +53,13 @@ from ...generic.meta import labels, metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...util.annotations import opted_out
-from ...util.resourcequota.base import managed_quota
-from ...util.resourcequota.mtq import (
+from ...util.mtq import (
     Lock,
     NamespacePlan,
     parse_lock,
     plan_namespace,
 )
+from ...util.resourcequota.base import managed_quota
 from ...util.resourcequota.raises import raise_records
 from ..quotawriter import QuotaWriter
 from .blocked import BlockedMigrations

@@ -18,7 +18,7 @@ from ...generic.clock import Clock
 from ...generic.logformat import migration_fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
-from ...util.resourcequota.mtq import Lock
+from ...util.mtq import Lock
 
 log = logging.getLogger(__name__)
 

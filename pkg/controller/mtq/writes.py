@@ -22,7 +22,7 @@ from ...generic.informer import SharedInformer
 from ...generic.logformat import fields
 from ...generic.meta import metadata
 from ...generic.resource import Object
-from ...util.resourcequota.mtq import (
+from ...util.mtq import (
     ANNOTATION_RAISED,
     FINALIZER,
     NamespacePlan,

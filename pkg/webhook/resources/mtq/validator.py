@@ -4,7 +4,7 @@ creates and deletes, writes of its status subresource (the originals and budget 
 used to read, since a tenant may write that status), and removals of the VMMRQ's restore finalizer are refused, except our
 controller's. Each denial says why and until when.
 
-The lock is read from the Namespace (util/resourcequota/mtq.py): its label selects the webhook
+The lock is read from the Namespace (util/mtq.py): its label selects the webhook
 rule in deploy/ (failure policy Fail: with the webhook down, nothing but our controller changes a
 locked namespace), its annotation carries the deadline and the migrations. The lock is enforced
 for as long as the namespace carries it, past its deadline too: the deadline ends the window in
@@ -23,8 +23,8 @@ from ....apis.kubevirt import LABEL_MIGRATION_JOB
 from ....apis.mtq import KIND as VMMRQ_KIND
 from ....generic.meta import labels as labels_of
 from ....generic.meta import metadata
+from ....util.mtq import FINALIZER, Lock, format_time, parse_lock
 from ....util.podusage import QuotaFeatures
-from ....util.resourcequota.mtq import FINALIZER, Lock, format_time, parse_lock
 from ...admission import Denied, Request
 from ..common import Identities, Lookups
 from ..pod.validator import RESIZE, requested_usage

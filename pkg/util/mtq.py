@@ -34,16 +34,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ...apis.mtq import OriginalQuota, Vmmrq
-from ...generic.meta import annotations_of, labels
-from .. import resources
-from ..annotations import LABEL_DEFAULT_RESOURCE_QUOTA
-from ..migrationpriority import DEFAULT as DEFAULT_PRIORITY
-from ..migrationpriority import scarce_room_order
-from ..quantity import Quantity
-from ..quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, quota_scope
-from ..resources import ResourceList, parse_resource_list, parse_resource_list_leniently
-from .base import Shortfall
+from ..apis.mtq import OriginalQuota, Vmmrq
+from ..generic.meta import annotations_of, labels
+from . import resources
+from .annotations import LABEL_DEFAULT_RESOURCE_QUOTA
+from .migrationpriority import DEFAULT as DEFAULT_PRIORITY
+from .migrationpriority import scarce_room_order
+from .quantity import Quantity
+from .quotascope import PLAIN_FACTS, UNSCOPED, PodScopeFacts, QuotaScope, quota_scope
+from .resourcequota.base import Shortfall
+from .resources import ResourceList, parse_resource_list, parse_resource_list_leniently
 
 LABEL_LOCKED: Final = "mtq.harvester-quota.io/locked"
 """On a Namespace while MTQ mode holds its lock: "true"."""
