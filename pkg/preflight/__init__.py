@@ -15,17 +15,17 @@ Rancher project's room across its namespaces, in the controller's order).
 
 from .admission import STRATEGIES, NamespaceContext, Strategy
 from .compute import ClusterState, Plan, UnknownNode, preflight, upgrade_order
-from .report import Blocker, PreflightReport, QuotaShortfall, Step, VmVerdict
+from .report import Blocker, DrainStep, PreflightReport, QuotaShortfall, VmVerdict
 
 __all__ = [
     "STRATEGIES",
     "Blocker",
     "ClusterState",
+    "DrainStep",
     "NamespaceContext",
     "Plan",
     "PreflightReport",
     "QuotaShortfall",
-    "Step",
     "Strategy",
     "UnknownNode",
     "VmVerdict",

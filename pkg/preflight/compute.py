@@ -89,8 +89,8 @@ from .report import (
     Action,
     Blocker,
     Delay,
+    DrainStep,
     PreflightReport,
-    Step,
     VmVerdict,
 )
 
@@ -420,8 +420,8 @@ def _key(vmi: Object) -> str:
     return f"{namespace(vmi)}/{name(vmi)}"
 
 
-def _step(cluster: _Cluster, drained: list[str]) -> Step:
-    step = Step(nodes=drained)
+def _step(cluster: _Cluster, drained: list[str]) -> DrainStep:
+    step = DrainStep(nodes=drained)
     leaving = frozenset(drained)
     candidates = [cluster.rooms[n] for n in sorted(cluster.rooms) if n not in leaving]
     for key, vmi in cluster.running:

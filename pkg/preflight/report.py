@@ -130,7 +130,7 @@ class VmVerdict:
 
 
 @dataclass
-class Step:
+class DrainStep:
     """One drain: the nodes drained together, their VMs, and the migrations in waves."""
 
     nodes: list[str]
@@ -149,7 +149,7 @@ class PreflightReport:
     strategy_reason: str
     order_reason: str
     limits: dict[str, Any]
-    steps: list[Step] = field(default_factory=list)
+    steps: list[DrainStep] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
@@ -305,7 +305,7 @@ def render_text(report: PreflightReport, *, colour: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _step_lines(step: Step, operation: str) -> list[str]:
+def _step_lines(step: DrainStep, operation: str) -> list[str]:
     title = ", ".join(step.nodes)
     if not step.vms:
         return [f"{operation} {title}: no running VMs"]
