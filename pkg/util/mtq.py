@@ -331,8 +331,8 @@ class Blocked:
 
 
 @dataclass(frozen=True)
-class NamespacePlan:
-    """What the namespace's quotas and status should be now."""
+class MtqPlan:
+    """MTQ mode's plan of a namespace: what its quotas and its VMMRQ's status should be now."""
 
     budget: ResourceList
     migrations: Mapping[str, tuple[str, ...]]
@@ -376,7 +376,7 @@ def plan_namespace(
     *,
     excluded: frozenset[str] = frozenset(),
     protected: frozenset[str] = frozenset(),
-) -> NamespacePlan:
+) -> MtqPlan:
     """The namespace's plan from its VMMRQ, its blocked migrations and its quotas.
 
     `excluded` names migrations not to release now (their last window expired; they wait for a
@@ -421,7 +421,7 @@ def plan_namespace(
         if name in recorded or name in live
     )
     restore = tuple(o for name, o in sorted(recorded.items()) if name not in needed)
-    return NamespacePlan(budget, migrations, uids, refused, held, originals, restore, waiting)
+    return MtqPlan(budget, migrations, uids, refused, held, originals, restore, waiting)
 
 
 def prioritized(

@@ -12,7 +12,7 @@ from harvester_quota.apis.mtq import decode_vmmrq
 from harvester_quota.controller.mtq.reports import MtqWarnings
 from harvester_quota.controller.mtq.windows import RETRY_AFTER_EXPIRY, RETRY_CAP, ExpiredWindows
 from harvester_quota.generic.clock import FakeClock
-from harvester_quota.util.mtq import Lock, NamespacePlan
+from harvester_quota.util.mtq import Lock, MtqPlan
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.base import Shortfall
 
@@ -100,10 +100,10 @@ def test_warnings_forget_deleted_migrations_and_namespaces_without_a_budget() ->
     for round_ in range(10):
         listed = [migration(f"u{round_}-{i}") for i in range(100)]
         refused = {str(m["metadata"]["name"]): short for m in listed}
-        plan = NamespacePlan({}, {}, {}, refused, {}, (), ())
+        plan = MtqPlan({}, {}, {}, refused, {}, (), ())
         warnings.not_enough(budget, plan, listed, None)
     assert len(warnings) == 100, "only the migrations still listed are remembered"
-    warnings.not_enough(budget, NamespacePlan({}, {}, {}, {}, {}, (), ()), [], None)
+    warnings.not_enough(budget, MtqPlan({}, {}, {}, {}, {}, (), ()), [], None)
     assert len(warnings) == 0
     warnings.once("rancher/budget", {"metadata": {"namespace": "tenant"}}, "R", "m")
     warnings.forget("tenant")

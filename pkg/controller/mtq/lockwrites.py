@@ -23,7 +23,7 @@ from ...generic.informer import SharedInformer
 from ...generic.logformat import fields
 from ...generic.meta import labels, metadata
 from ...generic.resource import NAMESPACES, Object
-from ...util.mtq import ANNOTATION_LOCK, LABEL_LOCKED, Lock, NamespacePlan
+from ...util.mtq import ANNOTATION_LOCK, LABEL_LOCKED, Lock, MtqPlan
 from ...util.resourcequota import conditional
 from .writes import MtqStats
 
@@ -45,7 +45,7 @@ class LockWrites:
         self,
         namespace: Object,
         vmmrq: Vmmrq,
-        plan: NamespacePlan,
+        plan: MtqPlan,
         lock: Lock | None,
         now: datetime.datetime,
     ) -> Object:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from ...generic import errors
-from ...util.mtq import NamespacePlan, raise_action
+from ...util.mtq import MtqPlan, raise_action
 from .writes import MtqStats, MtqWrites
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class RancherGuard:
         self._writable: set[str] = set()
         """Namespaces whose Rancher quota took a dry-run raise: not asked again."""
 
-    async def refuses(self, namespace: str, plan: NamespacePlan) -> bool:
+    async def refuses(self, namespace: str, plan: MtqPlan) -> bool:
         """Whether Rancher refuses a dry run of the plan's raise of its default quota (asked
         before the namespace's first lock in this process, so a quota only Rancher may write
         costs no lock window). Another answer leaves it to the real raise."""

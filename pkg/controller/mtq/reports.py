@@ -22,7 +22,7 @@ from ...util.mtq import (
     NOT_ENOUGH_REASON,
     RANCHER_PROTECTED_REASON,
     Lock,
-    NamespacePlan,
+    MtqPlan,
     not_enough_message,
     rancher_held_message,
 )
@@ -65,7 +65,7 @@ class MtqWarnings:
     def not_enough(
         self,
         vmmrq: Vmmrq,
-        plan: NamespacePlan,
+        plan: MtqPlan,
         migrations: Sequence[Object],
         lock: Lock | None,
     ) -> None:
@@ -95,7 +95,7 @@ class MtqWarnings:
             self.once(uid, migration, NOT_ENOUGH_REASON, message)
 
     def rancher_held(
-        self, vmmrq: Vmmrq, obj: Object | None, plan: NamespacePlan, refusal: str | None
+        self, vmmrq: Vmmrq, obj: Object | None, plan: MtqPlan, refusal: str | None
     ) -> None:
         """One Warning QuotaProtectedByRancher on the VMMRQ (`obj`) once a migration is held by
         a quota only Rancher may raise (per VMMRQ and set of quotas, not per migration)."""

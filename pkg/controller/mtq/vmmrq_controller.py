@@ -55,7 +55,7 @@ from ...generic.store import namespace_index
 from ...util.annotations import opted_out
 from ...util.mtq import (
     Lock,
-    NamespacePlan,
+    MtqPlan,
     parse_lock,
     plan_namespace,
 )
@@ -226,7 +226,7 @@ class MtqReconciler:
 
     def _plan(
         self, vmmrq: Vmmrq, namespace: str, lock: Lock | None, now: datetime.datetime
-    ) -> NamespacePlan:
+    ) -> MtqPlan:
         """The plan, after ending a window whose deadline passed (its migrations wait)."""
         migrations = self.migrations.store.by_index("namespace", namespace)
         if lock is not None and not lock.active(now):
@@ -260,7 +260,7 @@ class MtqReconciler:
 
     # Events and timers ------------------------------------------------------------------------
 
-    def _report(self, vmmrq: Vmmrq, plan: NamespacePlan, lock: Lock | None) -> None:
+    def _report(self, vmmrq: Vmmrq, plan: MtqPlan, lock: Lock | None) -> None:
         """The plan's Warnings (reports.py): migrations the budget cannot release, quotas only
         Rancher may raise."""
         migrations = self.migrations.store.by_index("namespace", vmmrq.namespace)
@@ -279,7 +279,7 @@ class MtqReconciler:
         self.namespaces.enqueue_after(None, key, max(0.0, remaining) + 0.05)
 
 
-def _covers(lock: Lock | None, plan: NamespacePlan, now: datetime.datetime) -> bool:
+def _covers(lock: Lock | None, plan: MtqPlan, now: datetime.datetime) -> bool:
     """Whether `lock`, as the watch delivered it, is in force for every planned migration."""
     return lock is not None and lock.active(now) and set(plan.uids) <= set(lock.migrations)
 

@@ -25,7 +25,7 @@ from ...generic.resource import Object
 from ...util.mtq import (
     ANNOTATION_RAISED,
     FINALIZER,
-    NamespacePlan,
+    MtqPlan,
     QuotaView,
     hard_json,
     original_hard,
@@ -83,20 +83,20 @@ class MtqWrites:
 
     # The steps ------------------------------------------------------------------------------
 
-    async def record_and_raise(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
+    async def record_and_raise(self, vmmrq: Vmmrq, plan: MtqPlan) -> None:
         """Finalizer, originals recorded in status, then the raise: each only if not done yet."""
         await self.ensure_finalizer(vmmrq, present=True)
         restored = await self._restore(vmmrq, plan)
         await self.write_status(vmmrq, plan, restored)
         await self.bring_each(vmmrq.namespace, plan.originals, plan.budget, raise_action, "raised")
 
-    async def release(self, vmmrq: Vmmrq, plan: NamespacePlan) -> None:
+    async def release(self, vmmrq: Vmmrq, plan: MtqPlan) -> None:
         """Restore, forget the originals, drop the finalizer (the unlock follows)."""
         restored = await self._restore(vmmrq, plan)
         await self.write_status(vmmrq, plan, restored)
         await self.ensure_finalizer(vmmrq, present=False)
 
-    async def _restore(self, vmmrq: Vmmrq, plan: NamespacePlan) -> set[str]:
+    async def _restore(self, vmmrq: Vmmrq, plan: MtqPlan) -> set[str]:
         """Restores each quota the plan gives back by the restore rule (from the quota's raise
         record where it carries one), and each other quota with a record the plan does not hold
         raised (its status, a tenant's to write, may leave it out); returns the names now
@@ -128,7 +128,7 @@ class MtqWrites:
             return
         self.vmmrqs.pending.wrote(written)
 
-    async def write_status(self, vmmrq: Vmmrq, plan: NamespacePlan, restored: set[str]) -> None:
+    async def write_status(self, vmmrq: Vmmrq, plan: MtqPlan, restored: set[str]) -> None:
         """The status the plan implies: the budget, the releasable migrations and the originals
         (those to restore stay recorded until restored); nothing if it is there already."""
         keep = {o.name for o in plan.originals}
