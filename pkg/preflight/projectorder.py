@@ -204,11 +204,12 @@ def _judge(
 ) -> dict[str, _ProjectWait]:
     """Per simulated evacuation of `ns` (by VM), the rooms it waits behind and goes ahead of,
     its namespace's raise up to its room judged as the controller judges a write's step
-    (controller/resourcequota/rancher.py `_WhatFits.write`), by the same two functions: against the project as it
-    stands first (rancherpath.lacks_alone); fitting, the siblings' claims ahead of it
-    (rancherpath.waits_behind). `siblings` holds the siblings'
-    given steps too (`project_steps`): with the namespace's own given steps they are what
-    `EventualFit` reads, as in the controller (controller/resourcequota/rancher.py `ProjectRoom._behind_siblings`)."""
+    (controller/resourcequota/rancher.py `_WhatFits.write`), by the same two functions: against
+    the project as it stands first (rancherpath.lacks_alone); fitting, the siblings' claims
+    ahead of it (rancherpath.waits_behind). `siblings` holds the siblings' given steps too
+    (`project_steps`): with the namespace's own given steps they are what
+    `MemberTotals.eventual` reads, as in the controller (controller/resourcequota/rancher.py
+    `ProjectRoom._behind_siblings`)."""
     steps = ladder(ns, plan)
     flags = given(ns, steps)
     keeps, own_given = kept_raise(ns, steps, flags)

@@ -622,9 +622,9 @@ class ProjectRoom:
         """Whom the project's wave judges after the judged namespace, which still waits
         (projectdemands.py): no one where it waits behind a sibling's earlier room, or where
         its own first waiting room could fit once the rooms given to later migrations are back
-        (it holds every later room back: rancherpath.EventualFit); else the first in KubeVirt's
-        order of `firsts` (the waves's others, by their first waiting room) whose first room
-        fits the project as it stands. One planning of the siblings at most (the judgment's)."""
+        (it holds every later room back: rancherpath.MemberTotals.eventual); else the first in
+        KubeVirt's order of `firsts` (the waves's others, by their first waiting room) whose
+        first room fits the project as it stands. One planning of the siblings at most (the judgment's)."""
         if no_room.first or not waiting:
             return None
         project = await self.reader.project_of(judgment.namespace)
@@ -698,7 +698,7 @@ class _Judgment:
     ) -> None:
         self.room = room
         self.own = [step for step in own if step.given]
-        """The namespace's own given steps (rancherpath.EventualFit reads when each was
+        """The namespace's own given steps (rancherpath.MemberTotals.eventual reads when each was
         given)."""
         self.namespace = namespace
         self.name = str(metadata(namespace).get("name"))
@@ -728,7 +728,7 @@ class _Judgment:
 
     async def siblings_waiting(self, project: str) -> list[Step]:
         """The project's other namespaces' steps, `given` marked (planned once): the rooms
-        they have not been given, and those they have (rancherpath.EventualFit)."""
+        they have not been given, and those they have (rancherpath.MemberTotals.eventual)."""
         if self._waiting is None:
             self._waiting = await self.room.siblings_waiting(project, self.name)
         return self._waiting

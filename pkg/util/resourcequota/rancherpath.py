@@ -50,7 +50,7 @@ evacuation (system-critical) in another is waiting for.
   is O(members + waiting steps) fit tests).
 - `claims_ahead`: per sibling namespace, the furthest of its waiting steps earlier in KubeVirt's
   order than the room being judged that could fit the project once the rooms given to
-  migrations later than it are given back (`EventualFit`), whether or not it fits now: room
+  migrations later than it are given back (`_EventualFit`), whether or not it fits now: room
   freeing a bit at a time is not taken by later, smaller rooms. A step bigger than the project
   limit less the bases and the rooms given to earlier migrations holds no one back (no one
   starves behind a room the project can never give). Steps are tried from the furthest down and
@@ -364,7 +364,7 @@ def kept_raise(
     """What a judgment of `namespace` against its project starts from, its ladder `steps` and
     `flags` (`given`): the raise it keeps for the rooms given to it (the annotation of its last
     leading given step; without one its base text, None where it has none), and its given
-    steps marked `given` (`EventualFit` reads when each was given). The controller's judgment
+    steps marked `given` (`_EventualFit` reads when each was given). The controller's judgment
     of a write and preflight's prediction of it both take it from here."""
     count = kept(flags)
     keeps = steps[count - 1].annotation if count else rancher_base_text(namespace)
@@ -384,7 +384,7 @@ def last_waiting(steps: Sequence[Step], flags: Sequence[bool]) -> OrderKey | Non
 
 def project_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
     """The namespace's ladder, each step marked `given` or not (what a sibling's judge reads:
-    its waiting steps, and its given ones for `EventualFit`)."""
+    its waiting steps, and its given ones for `_EventualFit`)."""
     steps = ladder(namespace, plan)
     return [
         dataclasses.replace(step, given=done)
@@ -510,13 +510,13 @@ class MemberTotals:
             self.keeps = {}
         self.others = total(self.limits.values())
         self._fits: dict[tuple[str, str], bool] = {}
-        self._eventual: EventualFit | None = None
+        self._eventual: _EventualFit | None = None
 
-    def eventual(self, steps: Sequence[Step]) -> EventualFit:
-        """The `EventualFit` of these members and `steps`, built once: a judgment passes the
+    def eventual(self, steps: Sequence[Step]) -> _EventualFit:
+        """The `_EventualFit` of these members and `steps`, built once: a judgment passes the
         same steps (its siblings' and its own) to every claims_ahead of its totals."""
         if self._eventual is None:
-            self._eventual = EventualFit(self, steps)
+            self._eventual = _EventualFit(self, steps)
         return self._eventual
 
     def fit(self, name: str, annotation: str, claims: Sequence[Step] = ()) -> Fit | None:
@@ -552,7 +552,7 @@ def _hard(annotation: str | None) -> ResourceList:
     return (namespace_limit(annotation) or RancherLimit()).hard()
 
 
-class EventualFit:
+class _EventualFit:
     """Whether a sibling's waiting step could fit the project once the rooms given to
     migrations later than it in KubeVirt's order are given back (they will be: each ends):
     the step's namespace at the step, its rooms given to later migrations taken out, beside
@@ -640,9 +640,9 @@ class EventualFit:
 def claims_ahead(waiting: Iterable[Step], ahead_of: OrderKey, totals: MemberTotals) -> list[Step]:
     """Per sibling namespace, the furthest of its `waiting` steps earlier than `ahead_of` that
     could fit the project once the rooms given to later migrations are given back
-    (`EventualFit`), tried from the furthest down; a sibling not among the members `totals`
+    (`_EventualFit`), tried from the furthest down; a sibling not among the members `totals`
     counts claims nothing. `waiting` may hold given steps too (`Step.given`): they are never
-    claims, only read for `EventualFit` (built at the first call for `totals`: pass the same
+    claims, only read for `_EventualFit` (built at the first call for `totals`: pass the same
     steps for one `totals`)."""
     listed = list(waiting)
     eventual = totals.eventual(listed)
