@@ -13,18 +13,16 @@ watchstream.py decodes watch streams. `WatchEvent` and `ListResult` are importab
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 import aiohttp
 
-from .clock import REAL_CLOCK, Clock
 from .config import ClientConfig
 from .pager import ListPager, ListResult
 from .resource import Object, Resource
 from .rest import (
-    DEFAULT_TIMEOUT,
-    USER_AGENT,
     RestClient,
+    RestOptions,
     add_selectors,
     list_params,
     raise_for_status,
@@ -67,18 +65,12 @@ class ApiClient:
     defined on the subclass would be shadowed by the attribute.
     """
 
-    def __init__(
-        self,
-        config: ClientConfig,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        clock: Clock = REAL_CLOCK,
-        user_agent: str = USER_AGENT,
-    ) -> None:
-        self.rest = RestClient(config, timeout=timeout, clock=clock, user_agent=user_agent)
-        """The session, request sending and decoding; `clock` paces the retries the server asks
-        for, `timeout` is a request's total timeout unless it names one; `user_agent` is sent
-        with every request (the product's own unless a test bench's simulator names another)."""
+    def __init__(self, config: ClientConfig, **options: Unpack[RestOptions]) -> None:
+        self.rest = RestClient(config, **options)
+        """The session, request sending and decoding, made with `options` (RestClient's keywords
+        and defaults): `clock` paces the retries the server asks for, `timeout` is a request's
+        total timeout unless it names one; `user_agent` is sent with every request (the
+        product's own unless a test bench's simulator names another)."""
         self.pager = ListPager(self.rest)
         self.config = self.rest.config
         self.request = self.rest.request

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import aiohttp
 import orjson
@@ -37,6 +37,15 @@ FIELD_MANAGER = USER_AGENT.split("/", 1)[0]
 """The field manager the API server records for our writes ("harvester-quota"): a write that
 names none gets its user agent's part before the first "/" (the API server's
 prefixFromUserAgent), and ours name none."""
+
+
+class RestOptions(TypedDict, total=False):
+    """RestClient's keyword options, for a class that builds one from its own keywords (ApiClient):
+    the defaults are RestClient's alone."""
+
+    timeout: float
+    clock: Clock
+    user_agent: str
 
 
 class RequestObservers:
