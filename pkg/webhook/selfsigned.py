@@ -24,6 +24,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 RENEW_FRACTION = 0.8
@@ -221,7 +222,7 @@ def new_ca(now: datetime.datetime, policy: Policy) -> Pair:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
     cert = (
-        _builder(name, name, key.public_key(), now, now + policy.ca_lifetime)
+        certificate_builder(name, name, key.public_key(), now - BACKDATE, now + policy.ca_lifetime)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(_key_usage(cert_sign=True), critical=True)
         .add_extension(
@@ -243,7 +244,7 @@ def issue(ca: Pair, now: datetime.datetime, policy: Policy) -> Pair:
     expires = min(now + policy.cert_lifetime, ca_cert.not_valid_after_utc)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, policy.hosts[0])])
     cert = (
-        _builder(subject, ca_cert.subject, key.public_key(), now, expires)
+        certificate_builder(subject, ca_cert.subject, key.public_key(), now - BACKDATE, expires)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -257,21 +258,25 @@ def issue(ca: Pair, now: datetime.datetime, policy: Policy) -> Pair:
     return Pair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def _builder(
+def certificate_builder(
     subject: x509.Name,
     issuer: x509.Name,
-    public_key: ec.EllipticCurvePublicKey,
-    now: datetime.datetime,
-    expires: datetime.datetime,
+    public_key: CertificatePublicKeyTypes,
+    not_before: datetime.datetime,
+    not_after: datetime.datetime,
 ) -> x509.CertificateBuilder:
+    """What every certificate made here and by the test bench's local cluster carries: its
+    names, key, a random serial, its validity (`not_before` already back-dated by the caller)
+    and a Subject Key Identifier; the caller adds its constraints, usages and the Authority
+    Key Identifier, and signs."""
     return (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(issuer)
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(expires)
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
     )
 

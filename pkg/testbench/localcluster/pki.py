@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ...webhook.selfsigned import certificate_builder
+
 # RSA keys under 1024 bits are refused by Go >= 1.24; 2048 is the usual size and quick to make.
 KEY_BITS = 2048
 VALIDITY = datetime.timedelta(days=365)
@@ -110,19 +112,14 @@ def _certificate(
     *,
     ca: bool,
 ) -> x509.CertificateBuilder:
-    """What every certificate here carries: a random serial, a validity back-dated by BACKDATE,
-    basic constraints, key usage (CA_KEY_USAGE or LEAF_KEY_USAGE) and both key identifiers."""
+    """What every certificate here carries: the webhook's `certificate_builder` (a random
+    serial, a Subject Key Identifier) with a validity back-dated by BACKDATE, basic constraints,
+    key usage (CA_KEY_USAGE or LEAF_KEY_USAGE) and the Authority Key Identifier."""
+    now = _now()
     return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(_now() - BACKDATE)
-        .not_valid_after(_now() + validity)
+        certificate_builder(subject, issuer, public_key, now - BACKDATE, now + validity)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(CA_KEY_USAGE if ca else LEAF_KEY_USAGE, critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
             critical=False,
