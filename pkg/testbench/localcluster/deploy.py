@@ -22,7 +22,14 @@ import yaml
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
-from ...generic.resource import CRDS, NAMESPACES, SECRETS, Object, Resource
+from ...generic.resource import (
+    CRDS,
+    NAMESPACES,
+    SECRETS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    Object,
+    Resource,
+)
 from .chart import MANIFEST
 from .cluster import ClusterInfo
 from .errors import ClusterError
@@ -66,13 +73,7 @@ KINDS: Final = {
         "ValidatingAdmissionPolicyBinding",
         False,
     ),
-    "ValidatingWebhookConfiguration": Resource(
-        "admissionregistration.k8s.io",
-        "v1",
-        "validatingwebhookconfigurations",
-        "ValidatingWebhookConfiguration",
-        False,
-    ),
+    "ValidatingWebhookConfiguration": VALIDATING_WEBHOOK_CONFIGURATIONS,
 }
 RBAC_KINDS: Final = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 API_SERVER_CLIENT_NAMES: Final = frozenset({WEBHOOK_CLIENT_NAME})

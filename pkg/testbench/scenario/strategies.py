@@ -23,7 +23,7 @@ from ...config.management import Options
 from ...generic import errors
 from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
-from ...generic.resource import Object, Resource
+from ...generic.resource import VALIDATING_WEBHOOK_CONFIGURATIONS, Object
 from ...webhook.caches import WebhookCaches
 from ...webhook.resources.common import DEFAULT_TARGET_CREATORS, Identities
 from ...webhook.resources.pod.targets import live_quotas
@@ -39,13 +39,6 @@ from .writers import OURS_IN_SCENARIOS
 
 STRATEGIES = ("ours", "harvester", "harvester-port")
 HARVESTER_STRATEGIES = HARVESTER_STRATEGY_NAMES
-WEBHOOK_CONFIGURATIONS = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration",
-    False,
-)
 
 
 class Strategy(Protocol):
@@ -191,7 +184,7 @@ class OurStrategy:
         await self._caches.factory.wait_for_cache_sync(60)
         port = await self._webhook.start()
         configuration = _webhook_configuration(port, ca.cert_pem, self.namespaces)
-        created = await self.api.create(WEBHOOK_CONFIGURATIONS, configuration)
+        created = await self.api.create(VALIDATING_WEBHOOK_CONFIGURATIONS, configuration)
         self._configuration = str(created["metadata"]["name"])
 
     async def stop(self) -> None:
@@ -201,7 +194,7 @@ class OurStrategy:
         self._apps.clear()
         if self._configuration is not None:
             with contextlib.suppress(errors.ApiError):
-                await self.api.delete(WEBHOOK_CONFIGURATIONS, self._configuration)
+                await self.api.delete(VALIDATING_WEBHOOK_CONFIGURATIONS, self._configuration)
         if self._webhook is not None:
             await self._webhook.stop()
         if self._caches is not None:

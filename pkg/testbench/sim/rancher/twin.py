@@ -38,7 +38,7 @@ from aiohttp import web
 from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.config import ClientConfig
-from ....generic.resource import RESOURCE_QUOTAS, Resource
+from ....generic.resource import RESOURCE_QUOTAS, VALIDATING_WEBHOOK_CONFIGURATIONS
 from ...localcluster import ClusterInfo
 from ...localcluster.deploy import webhook_client_ca
 from .admission import (
@@ -59,14 +59,6 @@ WEBHOOK_QUALIFIER: Final = "rancher.cattle.io"
 ENFORCE_TIMEOUT: Final = 15.0
 ENFORCE_POLL: Final = 0.1
 MAX_BODY: Final = 4 * 1024 * 1024
-
-VALIDATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration",
-    namespaced=False,
-)
 
 
 def webhook_name(kind: Kind) -> str:
