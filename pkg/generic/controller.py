@@ -50,6 +50,7 @@ from .resourcecache import ResourceCache
 from .resourceclient import ResourceClient
 from .sharedhandler import Handler, Ignore, RetryAfter, SharedHandler
 from .store import Tombstone
+from .tasks import cancel_and_wait
 from .workqueue import RateLimiter, RateLimitingQueue
 
 __all__ = [
@@ -215,9 +216,7 @@ class Controller(ResourceClient, ResourceCache):
         """Shuts the queue down and waits for the workers to end; a handler in progress is
         cancelled. Idempotent."""
         self.queue.shut_down()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
     async def _worker(self, index: int) -> None:

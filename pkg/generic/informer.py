@@ -77,6 +77,7 @@ from .store import (
     Transform,
     strip_unread_fields,
 )
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -393,10 +394,7 @@ class SharedInformer:
 
     async def stop(self) -> None:
         """Stops the reflector and every handler task; the store keeps its contents. Idempotent."""
-        tasks = self._tasks + [x.task for x in self._listeners if x.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks + [x.task for x in self._listeners if x.task is not None])
         self._tasks.clear()
         for listener in self._listeners:
             listener.task = None

@@ -22,6 +22,7 @@ from . import errors
 from .client import ApiClient
 from .clock import REAL_CLOCK, Clock, wait_at_most
 from .resource import LEASES, Object
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +178,7 @@ class LeaderElector:
         try:
             await asyncio.wait({work, renew}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (work, renew):
-                task.cancel()
-            await asyncio.gather(work, renew, return_exceptions=True)
+            await cancel_and_wait((work, renew))
             self.leading = False
             self._on_stopped()
             if self.config.release_on_cancel:

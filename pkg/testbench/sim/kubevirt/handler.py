@@ -55,6 +55,7 @@ from ....generic.informer import ResourceEventHandler, SharedInformerFactory
 from ....generic.reconcileloop import run_reconcile_loop
 from ....generic.resource import PODS, Object, key_of
 from ....generic.store import Tombstone
+from ....generic.tasks import cancel_and_wait
 from ....generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from .objects import (
     ANNOTATION_EVICTION_SOURCE,
@@ -183,10 +184,7 @@ class VirtHandler:
 
     async def stop(self) -> None:
         self.queue.shut_down()
-        tasks = [*self._tasks, *self._finalizing]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait([*self._tasks, *self._finalizing])
         self._tasks.clear()
         await self._factory.stop()
 

@@ -38,6 +38,7 @@ from ....generic.informer import ResourceEventHandler
 from ....generic.reconcileloop import run_reconcile_loop
 from ....generic.resource import PODS, Object, key_of
 from ....generic.store import Tombstone
+from ....generic.tasks import cancel_and_wait
 from ....generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from ....util.launcher import LauncherSettings
 from .limits import InFlight, limit_reached
@@ -246,9 +247,7 @@ class MigrationController:
 
     async def stop(self) -> None:
         self.queue.shut_down()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
     # Reconcile --------------------------------------------------------------------------------

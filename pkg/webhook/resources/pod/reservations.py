@@ -47,6 +47,7 @@ from ....generic import errors
 from ....generic.client import ApiClient, WatchEvent, status_error
 from ....generic.clock import Clock
 from ....generic.resource import LEASES, PODS, Object
+from ....generic.tasks import cancel_and_wait
 from ....util.quantity import Quantity
 from ....util.resources import ResourceList
 from ...admission import Denied
@@ -462,10 +463,7 @@ class PodReleaseWatch:
 
     async def stop(self) -> None:
         """Ends every watch."""
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks.values()))
 
     def _ended(self, namespace: str, task: asyncio.Task[None]) -> None:
         if self._tasks.get(namespace) is task:
