@@ -39,9 +39,7 @@ def start(state_dir: Path, *, reuse: bool) -> tuple[LocalCluster, ClusterInfo]:
 
 
 def client_config(info: ClusterInfo) -> ClientConfig:
-    return ClientConfig.from_files(
-        info.server, ca_file=info.ca_file, cert_file=info.client_cert, key_file=info.client_key
-    )
+    return info.admin_config()
 
 
 def api_client(info: ClusterInfo, timeout: float = 60.0) -> ApiClient:

@@ -147,9 +147,7 @@ async def _has_default_account(api: ApiClient, namespace: str) -> bool:
 
 
 def admin_config(info: ClusterInfo) -> ClientConfig:
-    return ClientConfig.from_files(
-        info.server, ca_file=info.ca_file, cert_file=info.client_cert, key_file=info.client_key
-    )
+    return info.admin_config()
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from ...generic.config import ClientConfig
 from . import audit, harvester, process
 from .binaries import (
     HARVESTER_CONTROLLERS,
@@ -232,6 +233,12 @@ class ClusterInfo:
             cert=self.client_cert,
             key=self.client_key,
             timeout=timeout,
+        )
+
+    def admin_config(self) -> ClientConfig:
+        """The admin client's configuration (group system:masters) for the product's ApiClient."""
+        return ClientConfig.from_files(
+            self.server, ca_file=self.ca_file, cert_file=self.client_cert, key_file=self.client_key
         )
 
     def certificate_authority(self) -> CertificateAuthority:

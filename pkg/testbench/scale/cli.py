@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ...generic.client import ApiClient
-from ...generic.config import ClientConfig
 from .plan import HARVESTER_VERSION, PRESETS, STRATEGIES, ScalePlan, parse_namespaces
 from .product import ProcessArgs
 
@@ -223,13 +222,7 @@ async def _run(
 ) -> Any:
     from .run import ScaleRun  # noqa: PLC0415 - only `scale` needs the run
 
-    config = ClientConfig.from_files(
-        cluster.server,
-        ca_file=cluster.ca_file,
-        cert_file=cluster.client_cert,
-        key_file=cluster.client_key,
-    )
-    async with ApiClient(config, timeout=120.0) as api:
+    async with ApiClient(cluster.admin_config(), timeout=120.0) as api:
         run = ScaleRun(
             api,
             cluster,

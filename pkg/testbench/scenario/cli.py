@@ -10,7 +10,6 @@ from typing import Any
 
 from ...generic import config
 from ...generic.client import ApiClient
-from ...generic.config import ClientConfig
 from ..localcluster import ClusterInfo, LocalCluster, binaries
 from . import report
 from .progress import ProgressTable, comparison_table
@@ -44,14 +43,7 @@ def check(paths: list[str]) -> int:
 
 
 def admin_client(cluster: ClusterInfo) -> ApiClient:
-    return ApiClient(
-        ClientConfig.from_files(
-            cluster.server,
-            ca_file=cluster.ca_file,
-            cert_file=cluster.client_cert,
-            key_file=cluster.client_key,
-        )
-    )
+    return ApiClient(cluster.admin_config())
 
 
 async def run_scenario(
