@@ -35,6 +35,8 @@ from .generic.client import ApiClient
 from .generic.commandline import (
     accept_logging_flags_everywhere,
     command_parser,
+    non_negative_seconds,
+    positive_seconds,
     run_command_line,
 )
 from .util.kubevirtversion import parse_kubevirt_version
@@ -452,7 +454,7 @@ def _add_run_command(commands: Any) -> None:
     )
     run.add_argument(
         "--mtq-lock-seconds",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=30.0,
         help="the longest an MTQ namespace lock and its raise last (default 30)",
     )
@@ -539,23 +541,6 @@ def _add_preflight_command(commands: Any) -> None:
     upgrade.set_defaults(nodes=[])
 
 
-def _non_negative_seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not seconds >= 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, finite: {text!r}")
-    return seconds
-
-
-def _positive_seconds(text: str) -> float:
-    seconds = _non_negative_seconds(text)
-    if seconds == 0:
-        raise argparse.ArgumentTypeError("must be more than 0 seconds")
-    return seconds
-
-
 def _add_webhook_endpoint_flags(hook: argparse.ArgumentParser) -> None:
     """Who may call the admission port, and where /metrics is served instead."""
     hook.add_argument(
@@ -638,20 +623,20 @@ def _add_release_command(commands: Any) -> None:
     command.add_argument("--no-mtq", action="store_true", help="the controller's --no-mtq")
     command.add_argument(
         "--mtq-lock-seconds",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=30.0,
         help="the controller's --mtq-lock-seconds",
     )
     command.add_argument(
         "--grace",
-        type=_non_negative_seconds,
+        type=non_negative_seconds,
         default=60.0,
         help="seconds to let migrations holding room end first, while the controllers run "
         "(default 60; 0: give back at once)",
     )
     command.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=180.0,
         help="seconds to wait, after the controllers stopped, for nothing of ours to be left "
         "(default 180)",
@@ -699,7 +684,7 @@ def _add_webhook_command(commands: Any) -> None:
     )
     hook.add_argument(
         "--target-room-wait",
-        type=_non_negative_seconds,
+        type=non_negative_seconds,
         default=TARGET_ROOM_WAIT,
         help="seconds a migration target pod's admission may wait for the controller's raise "
         f"(default {TARGET_ROOM_WAIT:g}; 0: never wait); keep it below the rule's timeoutSeconds",

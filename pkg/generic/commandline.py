@@ -34,6 +34,25 @@ def command_parser(
     return parser, parser.add_subparsers(dest="command", required=True)
 
 
+def non_negative_seconds(text: str) -> float:
+    """An argparse `type`: a finite number of seconds, 0 or more (argparse's error otherwise)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, finite: {text!r}")
+    return seconds
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse `type`: a finite number of seconds above 0 (argparse's error otherwise)."""
+    seconds = non_negative_seconds(text)
+    if seconds == 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return seconds
+
+
 VERBOSITY_FLAGS = ("-v", "--verbose")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ...generic.client import ApiClient
+from ...generic.commandline import positive_seconds
 from .plan import HARVESTER_VERSION, PRESETS, STRATEGIES, ScalePlan, parse_namespaces
 from .product import ProcessArgs
 
@@ -82,7 +83,7 @@ def add_command(commands: Any) -> None:
     )
     scale.add_argument(
         "--step-timeout",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=None,
         metavar="SECONDS",
         help="how long a step waits at most for every migration's outcome, and again for the "
@@ -103,17 +104,6 @@ def add_command(commands: Any) -> None:
         "--webhook-arg=--target-room-wait=4",
     )
     scale.set_defaults(handler=cmd_scale)
-
-
-def _positive_seconds(text: str) -> float:
-    """A `--step-timeout` value: seconds above 0 (argparse's error otherwise)."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0 seconds: {text!r}")
-    return seconds
 
 
 def plan_from(args: argparse.Namespace) -> ScalePlan:
