@@ -333,12 +333,7 @@ class VirtControllerDriver(KubeVirtDriver):
         KubeVirt's drain taint; virt-controller's evacuation controller then creates the
         migrations, within its parallel limits. Returns no keys: the migrations are created
         over time (see `evacuating`)."""
-        node_obj = await self.client.get(NODES, node)
-        taints = [
-            t
-            for t in (node_obj.get("spec") or {}).get("taints") or []
-            if t.get("key") != DRAIN_TAINT_KEY
-        ]
+        taints = await self._taints_but_drain(node)
         taints.append({"key": DRAIN_TAINT_KEY, "effect": "NoSchedule", "value": "draining"})
         body: Object = {"spec": {"taints": taints}}
         if cordon:
@@ -349,16 +344,21 @@ class VirtControllerDriver(KubeVirtDriver):
 
     async def uncordon(self, node: str) -> None:
         """Undoes `drain`: schedulable again, without the drain taint."""
-        node_obj = await self.client.get(NODES, node)
-        taints = [
-            t
-            for t in (node_obj.get("spec") or {}).get("taints") or []
-            if t.get("key") != DRAIN_TAINT_KEY
-        ]
+        taints = await self._taints_but_drain(node)
         await self.client.patch(
             NODES, node, {"spec": {"unschedulable": None, "taints": taints or None}}
         )
         self._drained.discard(node)
+
+    async def _taints_but_drain(self, node: str) -> list[Object]:
+        """`node`'s taints as the API server has them now (one GET), KubeVirt's drain taint left
+        out."""
+        node_obj = await self.client.get(NODES, node)
+        return [
+            t
+            for t in (node_obj.get("spec") or {}).get("taints") or []
+            if t.get("key") != DRAIN_TAINT_KEY
+        ]
 
     async def evacuating(self) -> list[str]:
         """Running LiveMigrate VMIs (in scope) still on a drained node: migrations the
