@@ -643,23 +643,10 @@ class LocalCluster:
         """A client certificate naming KubeVirt's service account (x509 authentication takes the
         name as is), bound to cluster-admin: virt-operator's ClusterRole for it is narrower, and
         this cluster only needs the identity to be KubeVirt's."""
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "harvester-quota-local-kubevirt-controller"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "cluster-admin",
-            },
-            "subjects": [
-                {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "User",
-                    "name": VIRT_CONTROLLER_USER,
-                }
-            ],
-        }
+        binding = harvester.cluster_admin_binding(
+            "harvester-quota-local-kubevirt-controller",
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": VIRT_CONTROLLER_USER},
+        )
         try:
             rest.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
         except ApiError as error:

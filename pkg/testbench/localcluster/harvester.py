@@ -87,21 +87,28 @@ def kubevirt_controller_vmi_role() -> list[dict[str, Any]]:
     return [role, binding]
 
 
-def harvester_account_binding() -> dict[str, Any]:
-    """Harvester's chart's ClusterRoleBinding `harvester`: its service account is cluster-admin."""
+def cluster_admin_binding(name: str, subject: dict[str, Any]) -> dict[str, Any]:
+    """The ClusterRoleBinding `name` that makes `subject` (a User or a ServiceAccount, as RBAC
+    spells a subject) cluster-admin."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
-        "metadata": {"name": "harvester"},
+        "metadata": {"name": name},
         "roleRef": {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "ClusterRole",
             "name": "cluster-admin",
         },
-        "subjects": [
-            {"kind": "ServiceAccount", "name": HARVESTER_ACCOUNT, "namespace": HARVESTER_NAMESPACE}
-        ],
+        "subjects": [subject],
     }
+
+
+def harvester_account_binding() -> dict[str, Any]:
+    """Harvester's chart's ClusterRoleBinding `harvester`: its service account is cluster-admin."""
+    return cluster_admin_binding(
+        "harvester",
+        {"kind": "ServiceAccount", "name": HARVESTER_ACCOUNT, "namespace": HARVESTER_NAMESPACE},
+    )
 
 
 POD_SECURITY_SETTING: dict[str, Any] = {
