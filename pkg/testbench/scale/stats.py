@@ -119,14 +119,14 @@ class StepResult:
     """Summed over those, seconds from the first failed create until the target pod was
     admitted (or the migration ended)."""
     since_request: tuple[float, ...] = ()
+    """Seconds from each migration's create request being sent to its room seen on the quota:
+    the create and the raise together, whichever writes the room."""
     target_admitted: tuple[float, ...] = ()
     """Seconds from each migration's create request being sent to its target pod admitted (as
     the run's KubeVirt watch saw it): what a migration waits for, end to end."""
     succeeded_after: tuple[float, ...] = ()
     """Seconds from each successful migration's create request being sent to its Succeeded
     phase (as the run's KubeVirt watch saw it)."""
-    """Seconds from each migration's create request being sent to its room seen on the quota:
-    the create and the raise together, whichever writes the room."""
     conflicted: int = 0
     """Migrations whose target pod create failed at least once on quota admission's Conflict
     (virt-controller's FailedCreate events, `record.is_conflict`), refused by quota or not."""
