@@ -37,6 +37,7 @@ from .controller.resourcequota.planner import ListedSource, NamespacePlanner
 from .controller.resourcequota.rancher import PROJECT_QUEUED_REASON, RANCHER_DENIAL_REASON
 from .generic import errors
 from .generic.client import ApiClient
+from .generic.discovery import list_if_served
 from .generic.meta import annotations_of, has_condition, metadata, name, spec, status
 from .generic.resource import (
     EVENTS,
@@ -123,15 +124,6 @@ class Explanation:
         return dataclasses.asdict(self)
 
 
-async def _list(client: ApiClient, resource: Resource, namespace: str | None) -> list[Object]:
-    """Every object, or [] for a kind the server does not serve (an optional CRD)."""
-    try:
-        result = await client.list_all(resource, namespace)
-    except errors.NotFound:
-        return []
-    return list(result.items)
-
-
 async def explain(
     client: ApiClient,
     namespace: str,
@@ -149,18 +141,18 @@ async def explain(
     `controller_namespace` (unreadable: not paused, with a warning)."""
     ns = await client.get(NAMESPACES, namespace)
     locks, lock_warnings = await _mtq_locks(client, namespace)
-    quotas = await _list(client, RESOURCE_QUOTAS, namespace)
+    quotas = await list_if_served(client, RESOURCE_QUOTAS, namespace)
     quota = managed_quota(quotas)
     if quota is None:
         warnings = ["no managed ResourceQuota", *lock_warnings]
         return Explanation(namespace, None, managed=False, mtq_locks=locks, warnings=warnings)
-    kubevirts = await _list(client, KUBEVIRTS, None)
-    settings = [s for s in await _list(client, SETTINGS, None) if name(s) == RATIO_SETTING]
+    kubevirts = await list_if_served(client, KUBEVIRTS, None)
+    settings = [s for s in await list_if_served(client, SETTINGS, None) if name(s) == RATIO_SETTING]
     launcher = settings_from(
         kubevirts[0] if kubevirts else None,
         settings[0] if settings else None,
         configured_version=kubevirt_version,
-    ).for_namespace(quotas, ns, await _list(client, LIMIT_RANGES, namespace))
+    ).for_namespace(quotas, ns, await list_if_served(client, LIMIT_RANGES, namespace))
     listed = await _screened_lists(client, namespace, quota_features)
     paused, lease_warnings = await controller_paused(client, controller_namespace, lease_name)
     migrations = listed.migrations
@@ -181,7 +173,7 @@ async def explain(
         warnings = ["the planner found no managed ResourceQuota", *lock_warnings]
         return Explanation(namespace, None, managed=False, mtq_locks=locks, warnings=warnings)
     plan, snapshot = planned.plan, planned.snapshot
-    events = await _list(client, EVENTS, namespace)
+    events = await list_if_served(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)
     _add_growth(result, plan, snapshot)
     result.rancher_project = await _rancher_project(client, ns, plan)
@@ -225,17 +217,17 @@ async def _screened_lists(client: ApiClient, namespace: str, features: QuotaFeat
     controller's caches derive (migration_plan_view, vmi_facts, pod_view): one that raises is
     skipped and named instead of failing the whole command (util/screen.py)."""
     migrations, skipped_migrations = screened(
-        await _list(client, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace),
+        await list_if_served(client, VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, namespace),
         migration_plan_view,
         "VirtualMachineInstanceMigration",
     )
     vmis, skipped_vmis = screened(
-        await _list(client, VIRTUAL_MACHINE_INSTANCES, namespace),
+        await list_if_served(client, VIRTUAL_MACHINE_INSTANCES, namespace),
         vmi_facts,
         "VirtualMachineInstance",
     )
     pods, skipped_pods = screened(
-        await _list(client, PODS, namespace), partial(pod_view, features=features), "Pod"
+        await list_if_served(client, PODS, namespace), partial(pod_view, features=features), "Pod"
     )
     return _Listed(
         [m for m, _ in migrations],
@@ -329,7 +321,7 @@ def _ours(event: Object) -> bool:
 async def _readable(client: ApiClient, resource: Resource) -> list[Object]:
     """Every object of a cluster-wide kind, or [] where this kubeconfig may not list it."""
     try:
-        return await _list(client, resource, None)
+        return await list_if_served(client, resource, None)
     except errors.Forbidden:
         return []
 
@@ -337,7 +329,7 @@ async def _readable(client: ApiClient, resource: Resource) -> list[Object]:
 async def _mtq_locks(client: ApiClient, namespace: str) -> tuple[list[dict[str, str]], list[str]]:
     """KubeVirt MTQ's locks of the namespace, and a warning if they could not be read."""
     try:
-        configurations = await _list(client, VALIDATING_WEBHOOK_CONFIGURATIONS, None)
+        configurations = await list_if_served(client, VALIDATING_WEBHOOK_CONFIGURATIONS, None)
     except errors.Forbidden as error:
         return [], [f"cannot look for KubeVirt MTQ's namespace locks: {error}"]
     return [

@@ -43,6 +43,7 @@ from .config.management import Options
 from .generic import errors
 from .generic.client import ApiClient
 from .generic.clock import REAL_CLOCK, Clock
+from .generic.discovery import list_if_served
 from .generic.leader import LeaderElectionConfig, LeaderElector
 from .generic.meta import annotations_of, labels, metadata
 from .generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object, Resource
@@ -153,14 +154,6 @@ def vmmrq_leftovers(vmmrq: Object) -> list[Leftover]:
     return [Leftover(VMMRQS.kind, *at, f"finalizer {FINALIZER} (original quotas recorded)")]
 
 
-async def _list(client: ApiClient, resource: Resource) -> list[Object]:
-    """Every object of `resource` in the cluster; [] for a kind not served (MTQ's CRD absent)."""
-    try:
-        return list((await client.list_all(resource)).items)
-    except errors.NotFound:
-        return []
-
-
 async def leftovers(client: ApiClient) -> list[Leftover]:
     """Every record of ours in the cluster, from three cluster-wide lists (quotas, namespaces,
     VMMRQs), read at about the same moment (not one snapshot: a write between the lists may be
@@ -171,7 +164,9 @@ async def leftovers(client: ApiClient) -> list[Leftover]:
     namespace, it holds the namespace's deletion until a controller of ours removes it, so it
     counts wherever it is."""
     quotas, namespaces, vmmrqs = await asyncio.gather(
-        _list(client, RESOURCE_QUOTAS), _list(client, NAMESPACES), _list(client, VMMRQS)
+        list_if_served(client, RESOURCE_QUOTAS),
+        list_if_served(client, NAMESPACES),
+        list_if_served(client, VMMRQS),
     )
     found = [leftover for quota in quotas for leftover in quota_leftovers(quota)]
     found += [leftover for ns in namespaces for leftover in namespace_leftovers(ns)]

@@ -1,6 +1,7 @@
 """Which resources the API server serves: the discovery client's one question, asked per group.
 
-An optional kind (a CRD that may not be installed: Harvester's Settings on a plain KubeVirt
+`list_if_served` reads an optional kind in one go, a kind not served being an empty list. An
+optional kind (a CRD that may not be installed: Harvester's Settings on a plain KubeVirt
 cluster, the KubeVirt CR where KubeVirt runs without its operator) is looked up here before an
 informer lists it, and again periodically, so a CRD installed or removed later is noticed.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from . import errors
 from .client import ApiClient
-from .resource import Resource
+from .resource import Object, Resource
 
 
 async def serves(client: ApiClient, resource: Resource) -> bool:
@@ -27,3 +28,15 @@ async def serves(client: ApiClient, resource: Resource) -> bool:
     if not isinstance(listed, list):
         return False
     return any(isinstance(r, dict) and r.get("name") == resource.plural for r in listed)
+
+
+async def list_if_served(
+    client: ApiClient, resource: Resource, namespace: str | None = None
+) -> list[Object]:
+    """Every object of `resource` in `namespace` (None: cluster-wide), page by page; [] when the
+    API server does not serve the kind (the list is a 404: an optional CRD not installed). Any
+    other error propagates."""
+    try:
+        return list((await client.list_all(resource, namespace)).items)
+    except errors.NotFound:
+        return []
