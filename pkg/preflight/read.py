@@ -21,6 +21,7 @@ from ..apis.kubevirt import (
 from ..apis.mtq import VMMRQS
 from ..generic import errors
 from ..generic.client import ApiClient
+from ..generic.discovery import list_if_served
 from ..generic.meta import name
 from ..generic.resource import (
     LIMIT_RANGES,
@@ -41,17 +42,9 @@ OUR_WEBHOOK_NAME = "harvester-quota"
 """The chart's ValidatingWebhookConfiguration is named after the release (`hq.name`)."""
 
 
-async def _list(client: ApiClient, resource: Resource) -> list[Object]:
-    """Every object cluster-wide, or [] for a kind the server does not serve."""
-    try:
-        return list((await client.list_all(resource)).items)
-    except errors.NotFound:
-        return []
-
-
 async def _optional(client: ApiClient, resource: Resource, warnings: list[str]) -> list[Object]:
     try:
-        return await _list(client, resource)
+        return await list_if_served(client, resource)
     except errors.Forbidden as error:
         warnings.append(f"cannot list {resource.name}: {error}; read as none")
         return []
@@ -74,15 +67,15 @@ async def read_cluster(
         vmis = []
         warnings.append("the cluster serves no KubeVirt VirtualMachineInstances: no VM to judge")
     pods = (await client.list_all(PODS, each=lambda p: strip_pod_to_quota_fields(dict(p)))).items
-    kubevirts = await _list(client, KUBEVIRTS)
+    kubevirts = await list_if_served(client, KUBEVIRTS)
     settings = await _optional(client, SETTINGS, warnings)
     state = ClusterState(
-        nodes=await _list(client, NODES),
+        nodes=await list_if_served(client, NODES),
         vmis=vmis,
         pods=list(pods),
-        quotas=await _list(client, RESOURCE_QUOTAS),
-        limit_ranges=await _list(client, LIMIT_RANGES),
-        namespaces=await _list(client, NAMESPACES),
+        quotas=await list_if_served(client, RESOURCE_QUOTAS),
+        limit_ranges=await list_if_served(client, LIMIT_RANGES),
+        namespaces=await list_if_served(client, NAMESPACES),
         kubevirt=kubevirts[0] if kubevirts else None,
         vmmrqs=await _optional(client, VMMRQS, warnings),
         projects=await _optional(client, PROJECTS, warnings),
@@ -101,7 +94,7 @@ async def detect_strategy(client: ApiClient, state: ClusterState) -> tuple[Strat
     """What raises quotas for migrations in this cluster: our webhook's configuration means
     ours; else Harvester's settings mean Harvester's controllers; else nothing (plain KubeVirt)."""
     try:
-        configurations = await _list(client, VALIDATING_WEBHOOK_CONFIGURATIONS)
+        configurations = await list_if_served(client, VALIDATING_WEBHOOK_CONFIGURATIONS)
     except errors.Forbidden:
         configurations = []
     ours = [name(c) for c in configurations if OUR_WEBHOOK_NAME in name(c)]
