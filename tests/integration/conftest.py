@@ -86,9 +86,14 @@ def _harvester_cluster(suffix: str, *, virt_controller: bool) -> Iterator[Cluste
 @pytest.fixture(scope="session", params=binaries.supported_kubevirt_versions())
 def versioned_kubevirt_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
     """A cluster running virt-controller of one KubeVirt version, shared by the modules that
-    bind `real_kubevirt.kubevirt_cluster` (see tests/integration/real_kubevirt.py)."""
+    bind `real_kubevirt.kubevirt_cluster` (see tests/integration/real_kubevirt.py). For
+    REAL_KUBEVIRT_VERSION it is the session's `kubevirt_cluster` (one cluster start less), left
+    running for the tests after."""
     from tests.integration.real_kubevirt import cluster_of_version  # it imports this module
 
+    if request.param == REAL_KUBEVIRT_VERSION:
+        yield request.getfixturevalue("kubevirt_cluster")
+        return
     yield from cluster_of_version(request.param)
 
 

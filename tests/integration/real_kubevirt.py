@@ -4,11 +4,13 @@ One extra cluster per KubeVirt version, in a state directory beside the session'
 every module that tests against it: `versioned_kubevirt_cluster` (tests/integration/conftest.py)
 is session-scoped and parametrized by version, so pytest runs the tests of one version together,
 across modules, and stops that version's cluster before it starts the next one's (one cluster at
-a time, one start per version: three modules used to start twelve). It never runs the KubeVirt
-simulator, which would fight the real controller. Every version with a wrapper module is a
-parameter; one that is not built yet is skipped with the command that builds it (the default
-version is built on demand, as `up` does). A module that changes the cluster's KubeVirt CR or
-nodes puts them back before it ends: the next module of that version shares them.
+a time, one start per version: three modules used to start twelve). The version of the session's
+`kubevirt_cluster` (REAL_KUBEVIRT_VERSION) plays on that cluster, started no second time and
+shared with every test on it. It never runs the KubeVirt simulator, which would fight the real
+controller. Every version with a wrapper module is a parameter; one that is not built yet is
+skipped with the command that builds it (the default version is built on demand, as `up` does).
+A module that changes the cluster's KubeVirt CR or nodes puts them back before it ends: the next
+module of that version shares them.
 
 A module uses the fixtures by binding them at module level, e.g.
 `kubevirt_cluster = real_kubevirt.kubevirt_cluster` (module scope over the session's cluster of
