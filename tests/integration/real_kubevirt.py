@@ -38,6 +38,8 @@ VMIS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances"
 VMS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"
 # A launcher pod starts in seconds; the budget covers a loaded 2-core machine.
 START_TIMEOUT = 60.0
+NODES = 3
+"""A drained node, a user's VM's and one for the targets (test_mtq_priority_competition.py)."""
 
 
 def state_dir(version: str) -> Path:
@@ -69,7 +71,7 @@ def cluster_of_version(version: str) -> Iterator[ClusterInfo]:
     when the session's tests of that version are done."""
     require_built(version)
     local = LocalCluster(state_dir(version))
-    info = local.up(nodes=2, virt_controller=True, kubevirt=version)
+    info = local.up(nodes=NODES, virt_controller=True, kubevirt=version)
     try:
         yield info
     finally:
