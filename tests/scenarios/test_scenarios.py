@@ -21,13 +21,21 @@ from tests.integration.conftest import REAL_KUBEVIRT_VERSION, admin_config
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.yaml"))
-RUN_BESIDE_HARVESTER = ("v121-evacuation-kubevirt-1.6",)
-"""Scenarios whose run with our strategy is test_beside_harvester.py's only (it asserts their
-expectations, no target pod refused and the quota back at its base, on the virt-controller
-Harvester ships, which renders their launcher pods alike): the v1.2.1 evacuation on KubeVirt 1.6
-took 39 s here too, and its seed with our controller alone runs here on the simulator
-(v121-evacuation). The runner's other checks (no stale annotation, every migration finished,
-the timeline and the metric dump) are every other scenario's."""
+RUN_BESIDE_HARVESTER = (
+    "v121-evacuation-kubevirt-1.6",
+    "v170-test2-ratio-raised",
+    "long-vm-name",
+    "vmi-deleted-mid-migration",
+    "rancher-protected-quota",
+)
+"""Scenarios whose run with our strategy is test_beside_harvester.py's only: it asserts their
+expectations, the runner's invariants, no step error and no target pod refused, on the
+virt-controller Harvester ships (which renders their launcher pods alike). Our controller alone
+meets each elsewhere: the v1.2.1 evacuation's seed here on the simulator (v121-evacuation); the
+ratio raised, a 61-character VM name and a VMI deleted mid-migration in
+tests/integration/test_controllers_on_kubevirt.py; Rancher's protected quota in
+tests/integration/test_rancher_protection.py. The timeline and the metric dump are every other
+scenario's."""
 OURS_HERE = [p for p in SCENARIOS if p.stem not in RUN_BESIDE_HARVESTER]
 
 
