@@ -48,10 +48,11 @@ def cluster() -> Iterator[ClusterInfo]:
 
 
 @pytest.fixture(scope="session")
-def kubevirt_cluster() -> Iterator[ClusterInfo]:
+def session_kubevirt_cluster() -> Iterator[ClusterInfo]:
     """A second cluster, running KubeVirt's real virt-controller (REAL_KUBEVIRT_VERSION), for
     everything that migrates. virt-controller acts on every VMI and migration of its cluster, so
-    the tests that play KubeVirt by hand keep the first one."""
+    the tests that play KubeVirt by hand keep the first one. Under a name no module rebinds
+    (modules rebind `kubevirt_cluster`), so `versioned_kubevirt_cluster` can share it."""
     state = session_state_dir()
     local = LocalCluster(state.with_name(f"{state.name}-kubevirt"))
     info = local.up(virt_controller=True, kubevirt=REAL_KUBEVIRT_VERSION)
@@ -59,6 +60,12 @@ def kubevirt_cluster() -> Iterator[ClusterInfo]:
         yield info
     finally:
         local.down()
+
+
+@pytest.fixture(scope="session")
+def kubevirt_cluster(session_kubevirt_cluster: ClusterInfo) -> ClusterInfo:
+    """The session's virt-controller cluster (`session_kubevirt_cluster`)."""
+    return session_kubevirt_cluster
 
 
 def _harvester_cluster(suffix: str, *, virt_controller: bool) -> Iterator[ClusterInfo]:
@@ -86,9 +93,14 @@ def _harvester_cluster(suffix: str, *, virt_controller: bool) -> Iterator[Cluste
 @pytest.fixture(scope="session", params=binaries.supported_kubevirt_versions())
 def versioned_kubevirt_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
     """A cluster running virt-controller of one KubeVirt version, shared by the modules that
-    bind `real_kubevirt.kubevirt_cluster` (see tests/integration/real_kubevirt.py)."""
+    bind `real_kubevirt.kubevirt_cluster` (see tests/integration/real_kubevirt.py). For
+    REAL_KUBEVIRT_VERSION it is `session_kubevirt_cluster` (one cluster start less), left running
+    for the tests after."""
     from tests.integration.real_kubevirt import cluster_of_version  # it imports this module
 
+    if request.param == REAL_KUBEVIRT_VERSION:
+        yield request.getfixturevalue("session_kubevirt_cluster")
+        return
     yield from cluster_of_version(request.param)
 
 

@@ -4,11 +4,13 @@ One extra cluster per KubeVirt version, in a state directory beside the session'
 every module that tests against it: `versioned_kubevirt_cluster` (tests/integration/conftest.py)
 is session-scoped and parametrized by version, so pytest runs the tests of one version together,
 across modules, and stops that version's cluster before it starts the next one's (one cluster at
-a time, one start per version: three modules used to start twelve). It never runs the KubeVirt
-simulator, which would fight the real controller. Every version with a wrapper module is a
-parameter; one that is not built yet is skipped with the command that builds it (the default
-version is built on demand, as `up` does). A module that changes the cluster's KubeVirt CR or
-nodes puts them back before it ends: the next module of that version shares them.
+a time, one start per version: three modules used to start twelve). The version of the session's
+`kubevirt_cluster` (REAL_KUBEVIRT_VERSION) plays on that cluster, started no second time and
+shared with every test on it. It never runs the KubeVirt simulator, which would fight the real
+controller. Every version with a wrapper module is a parameter; one that is not built yet is
+skipped with the command that builds it (the default version is built on demand, as `up` does).
+A module that changes the cluster's KubeVirt CR or nodes puts them back before it ends: the next
+module of that version shares them.
 
 A module uses the fixtures by binding them at module level, e.g.
 `kubevirt_cluster = real_kubevirt.kubevirt_cluster` (module scope over the session's cluster of
@@ -36,6 +38,8 @@ VMIS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances"
 VMS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"
 # A launcher pod starts in seconds; the budget covers a loaded 2-core machine.
 START_TIMEOUT = 60.0
+NODES = 3
+"""A drained node, a user's VM's and one for the targets (test_mtq_priority_competition.py)."""
 
 
 def state_dir(version: str) -> Path:
@@ -67,7 +71,7 @@ def cluster_of_version(version: str) -> Iterator[ClusterInfo]:
     when the session's tests of that version are done."""
     require_built(version)
     local = LocalCluster(state_dir(version))
-    info = local.up(nodes=2, virt_controller=True, kubevirt=version)
+    info = local.up(nodes=NODES, virt_controller=True, kubevirt=version)
     try:
         yield info
     finally:

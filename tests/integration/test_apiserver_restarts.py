@@ -75,23 +75,30 @@ async def test_two_restarts_a_lasting_watch_apart_then_the_room_is_given_back_pr
     await peers_caught_up(probe)
 
 
-async def peers_caught_up(probe: KubeVirtByHand, cycles: int = 8) -> None:
+RECOUNT_WAIT = 5.0
+"""How long one probe pod's usage may take to leave status.used. A probe deleted while
+kube-controller-manager did not watch is never recounted (until its 5-minute resync), so a
+longer wait on it is lost: the next probe follows instead."""
+
+
+async def peers_caught_up(probe: KubeVirtByHand, cycles: int = 32) -> None:
     """Waits until kwok and kube-controller-manager watch pods again after the restarts, so the
     tests after this one meet a whole cluster. Their client-go reflectors back off for up to 30 s
     after losing the server, and a pod created and deleted meanwhile is never seen by them: kube-
     controller-manager then recounts its usage only at its 5-minute resync (a later test once
     waited 30 s in vain). So, in `probe.namespace` (a quota with room), a probe pod is created,
-    run and deleted by kwok, and its usage must leave status.used within 20 s; if it does not,
-    another probe pod follows, up to `cycles` of them."""
+    run and deleted by kwok, and its usage must leave status.used within RECOUNT_WAIT; if it does
+    not, another probe pod follows, up to `cycles` of them (160 s of waits in all)."""
     for cycle in range(cycles):
         if await _recounted(probe, f"peers-probe-{cycle}"):
             return
-        print(f"peers-probe-{cycle}: not recounted within 20 s; another probe follows")
+        print(f"peers-probe-{cycle}: not recounted within {RECOUNT_WAIT:.0f} s; another follows")
     raise AssertionError(f"kube-controller-manager recounted none of {cycles} probe pods")
 
 
 async def _recounted(probe: KubeVirtByHand, name: str) -> bool:
-    """One probe pod created, run and deleted; True if its usage left status.used within 20 s."""
+    """One probe pod created, run and deleted; True if its usage left status.used within
+    RECOUNT_WAIT."""
     pod = {
         "metadata": {"name": name},
         "spec": {
@@ -109,7 +116,7 @@ async def _recounted(probe: KubeVirtByHand, name: str) -> bool:
     await probe.delete_pod(name, grace=1)
     await eventually(lambda: probe.pod_gone(name), timeout=90, what=f"kwok deleting {name}")
     try:
-        await eventually(lambda: _at_most(_used_cpu(probe), released), timeout=20)
+        await eventually(lambda: _at_most(_used_cpu(probe), released), timeout=RECOUNT_WAIT)
     except AssertionError:
         return False
     return True

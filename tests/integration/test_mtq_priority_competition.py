@@ -5,8 +5,8 @@ evacuation compete for them.
 KubeVirt v1.9.0's own virt-controller (its migration priority queue is GA there) creates the
 evacuation, with the spec.priority it gives a drain's migration; our controller runs in MTQ mode
 as its service account under deploy/'s RBAC, our webhook holds the lock, real quota admission
-decides every target pod. The cluster is this module's own (v1.9.0, three nodes: the drained
-one, the user's VM's, and one for the targets to land on).
+decides every target pod. The cluster is the session's v1.9.0 one (`versioned_kubevirt_cluster`,
+three nodes: the drained one, the user's VM's, and one for the targets to land on).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from harvester_quota.controller.resourcequota.rancher import (
 )
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.resource import EVENTS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
-from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
+from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
 from harvester_quota.testbench.sim.kubevirt.record import MigrationRecord
@@ -48,8 +48,7 @@ from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.server import WebhookServer
 
 from tests.helpers import eventually
-from tests.integration import deployment
-from tests.integration.conftest import session_state_dir
+from tests.integration import deployment, real_kubevirt
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.test_controllers_on_kubevirt import MIGRATION_TIMEOUT, wait_refused
 from tests.integration.test_mtq import (
@@ -68,28 +67,20 @@ from tests.integration.test_sim_rancher import (
     seed_project,
 )
 
-pytestmark = pytest.mark.integration
 __all__ = ["controllers"]  # the fixture
 
 KUBEVIRT_VERSION = "v1.9.0"
-"""The first KubeVirt whose priority queue is GA: every drain's evacuation is system-critical."""
+"""The first KubeVirt whose priority queue is GA: every drain's evacuation is system-critical (the
+session's virt-controller cluster runs v1.6.0, which gives an evacuation no priority)."""
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.parametrize("versioned_kubevirt_cluster", [KUBEVIRT_VERSION], indirect=True),
+]
+kubevirt_cluster = real_kubevirt.kubevirt_cluster
 DRAINED, USERS_NODE = "kwok-node-0", "kwok-node-1"
 KEY = "requests.memory"
 MARGIN = Quantity.parse("256Mi")
 """Over one target pod's usage, far under a second one's (each launcher asks over 1Gi)."""
-
-
-@pytest.fixture(scope="module")
-def kubevirt_cluster() -> Iterator[ClusterInfo]:
-    """This module's cluster: virt-controller v1.9.0 on three nodes (the session's virt-controller
-    cluster runs v1.6.0, which gives an evacuation no priority)."""
-    state = session_state_dir()
-    local = LocalCluster(state.with_name(f"{state.name}-kubevirt-{KUBEVIRT_VERSION}"))
-    info = local.up(nodes=3, virt_controller=True, kubevirt=KUBEVIRT_VERSION)
-    try:
-        yield info
-    finally:
-        local.down()
 
 
 @pytest.fixture

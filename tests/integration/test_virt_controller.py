@@ -58,7 +58,9 @@ def test_virt_controller_holds_its_lease(
 
 def test_up_again_keeps_the_running_virt_controller(kubevirt_cluster: ClusterInfo) -> None:
     again = LocalCluster(kubevirt_cluster.state_dir).up(
-        nodes=2, virt_controller=True, kubevirt=kubevirt_cluster.kubevirt_version
+        nodes=len(kubevirt_cluster.nodes),
+        virt_controller=True,
+        kubevirt=kubevirt_cluster.kubevirt_version,
     )
     assert _virt_controller(again).pid == _virt_controller(kubevirt_cluster).pid
 

@@ -10,4 +10,5 @@ from tests.integration.conftest import (  # noqa: F401
     local_cluster,
     namespace,
     rest,
+    session_kubevirt_cluster,
 )
