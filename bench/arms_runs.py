@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Final
 
 from harvester_quota.generic.clock import REAL_CLOCK, Clock
+from harvester_quota.generic.commandline import positive_seconds
 from harvester_quota.testbench.scale.report import source_commit
 
 from bench import scaleruns
@@ -253,7 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--idle-wait", type=float, default=IDLE_WAIT_SECONDS)
     parser.add_argument("--keep-cluster", action="store_true")
     parser.add_argument(
-        "--harvester-step-timeout", type=float, default=HARVESTER_STEP_TIMEOUT, metavar="SECONDS"
+        "--harvester-step-timeout",
+        type=positive_seconds,
+        default=HARVESTER_STEP_TIMEOUT,
+        metavar="SECONDS",
     )
     parser.add_argument("scale_args", nargs="*", help="more `scale` arguments, after --")
     args = parser.parse_args(argv)

@@ -47,9 +47,12 @@ def non_negative_seconds(text: str) -> float:
 
 def positive_seconds(text: str) -> float:
     """An argparse `type`: a finite number of seconds above 0 (argparse's error otherwise)."""
-    seconds = non_negative_seconds(text)
-    if seconds == 0:
-        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, finite: {text!r}")
     return seconds
 
 

@@ -59,7 +59,7 @@ from ..util.quotascope import launcher_scope_facts
 from ..util.rancher.project import ProjectQuota, project_reference
 from ..util.resourcequota.base import Mode, managed_quota, rancher_base_text
 from ..util.resourcequota.plan import QuotaPlan
-from ..util.resourcequota.rancherpath import Step as ProjectStep
+from ..util.resourcequota.rancherpath import Step
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, harvester_ratio, quota_blockers
@@ -665,7 +665,7 @@ def _mtq_mode(vmmrqs: Sequence[Object]) -> bool:
 
 
 def _wait_behind(
-    cluster: _Cluster, verdict: VmVerdict, behind: Sequence[ProjectStep], bandwidth: int
+    cluster: _Cluster, verdict: VmVerdict, behind: Sequence[Step], bandwidth: int
 ) -> None:
     """`verdict` delayed behind `behind` (projectorder.project_order), named in KubeVirt's
     order, for up to the sum of their copies and source launchers' grace, combined with a
@@ -696,7 +696,7 @@ def _managed(cluster: _Cluster, verdict: VmVerdict) -> list[str]:
     return [name(quota)] if quota is not None else []
 
 
-def _copy_and_exit(cluster: _Cluster, step: ProjectStep, bandwidth: int) -> float:
+def _copy_and_exit(cluster: _Cluster, step: Step, bandwidth: int) -> float:
     """The longest `step`'s migration takes to give its room back once it has it: its guest's
     copy at `bandwidth` and its source launcher's grace (0 for a VMI no longer listed)."""
     vmi = next(

@@ -265,9 +265,8 @@ def certificate_builder(
     not_before: datetime.datetime,
     not_after: datetime.datetime,
 ) -> x509.CertificateBuilder:
-    """What every certificate made here and by the test bench's local cluster carries: its
-    names, key, a random serial, its validity (`not_before` already back-dated by the caller)
-    and a Subject Key Identifier; the caller adds its constraints, usages and the Authority
+    """What every certificate made with it carries: its names, key, a random serial, its
+    validity (`not_before` already back-dated by the caller) and a Subject Key Identifier; the caller adds its constraints, usages and the Authority
     Key Identifier, and signs."""
     return (
         x509.CertificateBuilder()

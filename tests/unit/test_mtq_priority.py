@@ -1,5 +1,5 @@
 """Scarce MTQ budget goes to migrations in KubeVirt's priority order, and explain shows each
-migration's priority (issue 41, item 3): util/mtq.py `prioritized`,
+migration's priority: util/mtq.py `prioritized`,
 util/migrationpriority.py."""
 
 from __future__ import annotations

@@ -173,7 +173,7 @@ def test_the_evacuation_waits_behind_an_earlier_evacuation_in_a_sibling_named_wi
 def test_an_earlier_evacuation_that_fits_once_a_later_given_room_is_back_holds_the_drain_back() -> (
     None
 ):
-    """The controller's rule since review 51 (rancherpath.MemberTotals.eventual), predicted: b's
+    """The controller's rule (rancherpath.MemberTotals.eventual), predicted: b's
     evacuation (created before the drain, 8Gi) does not fit the project now, but would once c's
     room, given to a user migration created after it, is back; so it holds vm-a's evacuation
     (4Gi, which fits now) back, and preflight says vm-a waits behind it. Without c's given room

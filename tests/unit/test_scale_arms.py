@@ -436,7 +436,7 @@ def test_a_step_waits_the_step_timeout_asked_for_or_two_minutes_and_two_seconds_
     parse = build_parser().parse_args
     assert parse(["scale"]).step_timeout is None
     assert parse(["scale", "--step-timeout", "90"]).step_timeout == 90.0
-    for bad in ("0", "-5", "soon"):
+    for bad in ("0", "-5", "soon", "inf", "nan"):
         with pytest.raises(SystemExit):
             parse(["scale", "--step-timeout", bad])
     assert step_wait_seconds(ScaleOptions(), 100) == 320.0
