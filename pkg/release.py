@@ -47,6 +47,7 @@ from .generic.discovery import list_if_served
 from .generic.leader import LeaderElectionConfig, LeaderElector
 from .generic.meta import annotations_of, labels, metadata
 from .generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object, Resource
+from .generic.tasks import cancel_and_wait
 from .util.annotations import (
     ANNOTATION_ADOPTED,
     ANNOTATION_MIGRATING_NAME_PREFIX,
@@ -341,8 +342,7 @@ async def paused_controllers(
     try:
         yield elector
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait([task])
         with contextlib.suppress(Exception):
             await controllers.stop()
 

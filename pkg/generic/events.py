@@ -25,6 +25,7 @@ from .client import ApiClient
 from .clock import REAL_CLOCK, Clock
 from .fairqueue import FairQueue
 from .resource import EVENTS, Object
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 K = TypeVar("K")
@@ -168,8 +169,7 @@ class EventRecorder:
         """Writes what is queued, then stops the background task."""
         if self._task is not None:
             await self._queue.join()
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
 
     # Internals ----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import errors
 from .clock import Clock
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,5 @@ class PresenceFollower:
 
     async def _stop_reflecting(self) -> None:
         if self._reflecting is not None:
-            self._reflecting.cancel()
-            await asyncio.gather(self._reflecting, return_exceptions=True)
+            await cancel_and_wait([self._reflecting])
             self._reflecting = None

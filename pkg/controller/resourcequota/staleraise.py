@@ -36,6 +36,7 @@ from ...generic.events import WARNING, EventRecorder
 from ...generic.logformat import fields
 from ...generic.meta import annotations_of
 from ...generic.resource import Object
+from ...generic.tasks import cancel_and_wait
 from ...util import resources
 from ...util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ...util.resourcequota.base import (
@@ -192,8 +193,7 @@ class StaleRaiseSweep:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
 
     async def _loop(self) -> None:

@@ -31,6 +31,7 @@ from ...generic.client import ApiClient
 from ...generic.config import ClientConfig
 from ...generic.meta import annotations_of
 from ...generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, Object
+from ...generic.tasks import cancel_and_wait
 from ...preflight import Plan, Strategy, preflight
 from ...preflight.read import read_cluster
 from ...preflight.report import summary
@@ -501,8 +502,7 @@ class ScenarioRun:
 
     async def _teardown(self) -> None:
         if self._sampler is not None:
-            self._sampler.cancel()
-            await asyncio.gather(self._sampler, return_exceptions=True)
+            await cancel_and_wait([self._sampler])
         if self.strategy is not None:
             await self.strategy.stop()
         if self.kubevirt is not None:
