@@ -34,6 +34,7 @@ from .clock import REAL_CLOCK, Clock
 from .finalizers import finalizer_guard
 from .frameworkmetrics import HandlerObserver
 from .informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
+from .meta import namespace as namespace_of
 from .pendingruns import PendingRuns
 from .reconcileloop import RetryRateLimited, run_reconcile_loop
 from .resource import (
@@ -142,6 +143,7 @@ class Controller(ResourceClient, ResourceCache):
         *,
         name: str = "related",
         relevant: Callable[[Object, Object], bool] | None = None,
+        updates_in: Callable[[str], bool] | None = None,
     ) -> None:
         """Enqueues this controller's keys for every change of another kind (wrangler's
         relatedresource.Watch): ``resolve(obj)`` names the keys an object of that kind affects.
@@ -149,7 +151,9 @@ class Controller(ResourceClient, ResourceCache):
         Deletes pass the last known object (or a tombstone's), so the keys it affected are
         re-reconciled when it goes away too. With `relevant`, an update enqueues only when
         ``relevant(old, new)`` is true (controller-runtime's update predicate): for kinds that
-        change often in ways the reconcile never reads. Adds and deletes always enqueue.
+        change often in ways the reconcile never reads. Adds and deletes always enqueue. With
+        `updates_in`, an update of an object whose namespace it refuses is dropped before its
+        old object is decoded: for a `resolve` that names no key for such an object, old or new.
         """
 
         def enqueue_for(obj: Object | Tombstone) -> None:
@@ -168,6 +172,9 @@ class Controller(ResourceClient, ResourceCache):
                 on_add=lambda obj, _initial: enqueue_for(obj),
                 on_update=enqueue_both,
                 on_delete=enqueue_for,
+                updates_wanted=None
+                if updates_in is None
+                else lambda new: updates_in(namespace_of(new)),
             ),
             name=f"{self.name} {name}",
         )

@@ -88,11 +88,18 @@ SLOW_LISTENER_BACKLOG = 10_000
 
 @dataclass
 class ResourceEventHandler:
-    """Callbacks for one consumer; any may be None. They may be plain functions or coroutines."""
+    """Callbacks for one consumer; any may be None. They may be plain functions or coroutines.
+
+    An update goes to `on_update_new` when it is set (the new object alone: the old one, which
+    the store holds encoded, is then never decoded for this consumer), else to `on_update`;
+    with `updates_wanted`, only an update whose new object it accepts goes to either (the old
+    object of one it refuses is never decoded). Adds and deletes are always told."""
 
     on_add: Callable[[Object, bool], HandlerResult] | None = None
     on_update: Callable[[Object, Object], HandlerResult] | None = None
     on_delete: Callable[[Object | Tombstone], HandlerResult] | None = None
+    on_update_new: Callable[[Object], HandlerResult] | None = None
+    updates_wanted: Callable[[Object], bool] | None = None
 
     @classmethod
     def of_latest(
@@ -101,12 +108,10 @@ class ResourceEventHandler:
         deleted: Callable[[Object | Tombstone], HandlerResult] | None = None,
     ) -> ResourceEventHandler:
         """Handlers for a consumer that reads only the object as it is now: ``changed`` gets it on
-        every add (initial list or not) and update (the old object dropped); ``deleted`` gets the
-        deleted object or its Tombstone."""
+        every add (initial list or not) and update (the old object never decoded); ``deleted``
+        gets the deleted object or its Tombstone."""
         return cls(
-            on_add=lambda obj, _initial: changed(obj),
-            on_update=lambda _old, new: changed(new),
-            on_delete=deleted,
+            on_add=lambda obj, _initial: changed(obj), on_delete=deleted, on_update_new=changed
         )
 
 
@@ -184,11 +189,7 @@ class _Listener:
                     else None
                 )
             elif notification.kind == "update":
-                result = (
-                    handler.on_update(notification.old_object(), notification.new_object())
-                    if handler.on_update
-                    else None
-                )
+                result = self._updated(notification)
             else:
                 result = handler.on_delete(notification.old_object()) if handler.on_delete else None
             if inspect.isawaitable(result):
@@ -201,6 +202,18 @@ class _Listener:
             )
             if self.failed is not None:
                 self.failed(_subject(notification), error)
+
+    def _updated(self, notification: _Notification) -> HandlerResult:
+        """An update told to the handler: the old object decoded only for `on_update`."""
+        handler = self.handler
+        wanted = handler.updates_wanted
+        if wanted is not None and not wanted(notification.new_object()):
+            return None
+        if handler.on_update_new is not None:
+            return handler.on_update_new(notification.new_object())
+        if handler.on_update is not None:
+            return handler.on_update(notification.old_object(), notification.new_object())
+        return None
 
 
 def _subject(notification: _Notification) -> Any:

@@ -91,7 +91,8 @@ class Intake:
         """Applies one watch event to the store; what to tell handlers (None: nothing). A
         skipped object's cached version is removed and told as a Tombstone's delete. Handlers
         get the object transformed, as the store has it (and as `old` is): never a raw new beside
-        a transformed old."""
+        a transformed old. An update's `old` is the store's Encoded, decoded only when a
+        handler reads it."""
         if event_type == "DELETED":
             return self._deleted(obj)
         taken = self._taken(obj)

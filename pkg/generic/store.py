@@ -307,14 +307,16 @@ class Store:
     def upsert(self, obj: Object) -> Object | None:
         """Adds or replaces ``obj``; returns the previous object (decoded) or None. Raises
         StageFailed, the store unchanged, when ``obj`` cannot be prepared (see `prepare`)."""
-        return self.put(self.prepare(obj))
+        old = self.put(self.prepare(obj))
+        return None if old is None else old.get()
 
-    def put(self, entry: Prepared) -> Object | None:
+    def put(self, entry: Prepared) -> Encoded | None:
         """Stores a prepared object (its key's objects, indexes and views together); returns
-        the previous object (decoded) or None."""
+        the previous object as it was stored, decoded only when asked for (a watch event's
+        update whose handlers never read the old object costs no decode), or None."""
         key = entry.key
         stored = self._items.get(key)
-        old = None if stored is None else self._codec.decode(stored)
+        old = None if stored is None else Encoded(stored, self._codec)
         self._items[key] = entry.stored
         self._versions[key] = entry.resource_version
         decode = partial(self._codec.decode, entry.stored)  # only for what was not prepared

@@ -12,8 +12,20 @@ from typing import Any
 from harvester_quota.generic.client import ListResult, WatchEvent
 from harvester_quota.generic.reflector import ItemHook
 from harvester_quota.generic.resource import Object
+from harvester_quota.generic.store import JsonCodec
 
 HANG = "hang"
+
+
+class CountingCodec(JsonCodec):
+    """The JSON codec, counting the store's decodes."""
+
+    def __init__(self) -> None:
+        self.decoded = 0
+
+    def decode(self, stored: Any) -> Object:
+        self.decoded += 1
+        return super().decode(stored)
 
 
 def pod(name: str, rv: str, namespace: str = "ns", **extra: Any) -> Object:

@@ -9,13 +9,13 @@ from typing import Any, cast
 
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.client import ApiClient, WatchEvent
 from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.controller import Controller, Ignore, RetryAfter
 from harvester_quota.generic.informer import SharedInformer
 from harvester_quota.generic.resource import PODS, Object
 
-from tests.unit.fakes import HANG, FakeApi, ScriptedListerWatcher, pod
+from tests.unit.fakes import HANG, CountingCodec, FakeApi, ScriptedListerWatcher, event, pod
 
 
 @pytest.fixture
@@ -350,3 +350,33 @@ async def test_a_held_controller_queues_nothing_then_every_cached_key_once_start
     assert sorted(runs) == ["ns/a", "ns/c"]
     await controller.stop()
     await informer.stop()
+
+
+async def test_related_updates_outside_the_namespaces_asked_for_queue_nothing_and_decode_nothing(
+    clock: FakeClock,
+) -> None:
+    controller, _, informer = await started(clock)
+    lw = ScriptedListerWatcher()
+    lw.add_list(pod("a", "1"), pod("b", "2", namespace="other"), rv="2")
+    lw.add_watch(
+        event("MODIFIED", "a", "3"), WatchEvent("MODIFIED", pod("b", "4", namespace="other")), HANG
+    )
+    codec = CountingCodec()
+    related = SharedInformer(lw, name="related", clock=clock, codec=codec)
+    runs: list[str] = []
+
+    async def record(key: str, obj: Object | None) -> None:
+        runs.append(key)
+
+    def by_version(obj: Object) -> list[str]:
+        return [f"{obj['metadata']['namespace']}/{obj['metadata']['resourceVersion']}"]
+
+    controller.watch_related(related, by_version, updates_in=lambda ns: ns == "ns")
+    controller.on_change("record", record)
+    related.start()
+    await run(controller, informer)
+    assert sorted(runs) == ["ns/1", "ns/3", "other/2"], "adds anywhere, updates in ns only"
+    assert codec.decoded == 3, "the two listed adds, and the old object of the update in ns"
+    await controller.stop()
+    await informer.stop()
+    await related.stop()

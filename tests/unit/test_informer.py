@@ -13,7 +13,7 @@ from harvester_quota.generic.informer import ResourceEventHandler, SharedInforme
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Encoded, Store, Tombstone
 
-from tests.unit.fakes import HANG, ScriptedListerWatcher, error_event, event, pod
+from tests.unit.fakes import HANG, CountingCodec, ScriptedListerWatcher, error_event, event, pod
 
 
 class Recorder:
@@ -337,12 +337,62 @@ def test_of_latest_hands_the_current_object_on_add_and_update_and_deletes_to_del
     changed: list[Object] = []
     deleted: list[Object | Tombstone] = []
     handler = ResourceEventHandler.of_latest(changed.append, deleted.append)
-    assert handler.on_add is not None and handler.on_update is not None
-    assert handler.on_delete is not None
+    assert handler.on_add is not None and handler.on_update_new is not None
+    assert handler.on_delete is not None and handler.on_update is None
     handler.on_add(pod("a", "1"), True)
-    handler.on_update(pod("a", "1"), pod("a", "2"))
+    handler.on_update_new(pod("a", "2"))
     gone = Tombstone("ns/a", pod("a", "2"))
     handler.on_delete(gone)
     assert [p["metadata"]["resourceVersion"] for p in changed] == ["1", "2"]
     assert deleted == [gone]
     assert ResourceEventHandler.of_latest(changed.append).on_delete is None
+
+
+def watched_update(clock: FakeClock, codec: CountingCodec) -> SharedInformer:
+    """An informer whose watch adds pod a at version 1, then updates it to 2."""
+    lw = ScriptedListerWatcher()
+    lw.add_list(rv="0")
+    lw.add_watch(event("ADDED", "a", "1"), event("MODIFIED", "a", "2"), HANG)
+    return informer(lw, clock, codec=codec)
+
+
+async def test_an_update_decodes_no_old_object_for_handlers_that_read_only_the_new_one(
+    clock: FakeClock,
+) -> None:
+    codec = CountingCodec()
+    shared = watched_update(clock, codec)
+    latest: list[Object] = []
+    shared.add_event_handler(ResourceEventHandler.of_latest(latest.append))
+    shared.add_event_handler(
+        ResourceEventHandler(on_update=lambda *_: latest.append({}), updates_wanted=lambda _: False)
+    )
+    shared.start()
+    await settle(200)
+    assert [p["metadata"]["resourceVersion"] for p in latest] == ["1", "2"]
+    assert codec.decoded == 0, "nobody read version 1 back from the store"
+    await shared.stop()
+
+
+async def test_handlers_that_read_the_old_object_share_one_decode_of_what_was_stored(
+    clock: FakeClock,
+) -> None:
+    codec = CountingCodec()
+    shared = watched_update(clock, codec)
+    first, second = Recorder(), Recorder()
+    shared.add_event_handler(first.handler())
+    shared.add_event_handler(second.handler())
+    shared.start()
+    await settle(200)
+    told = [("add", "a", "1", False), ("update", "a", "1", "2")]
+    assert first.seen == second.seen == told
+    assert codec.decoded == 1
+    await shared.stop()
+
+
+def test_a_stores_put_returns_the_previous_object_as_stored_and_decodes_it_when_asked() -> None:
+    store = Store(codec=CountingCodec())
+    assert store.put(store.prepare(pod("a", "1"))) is None
+    old = store.put(store.prepare(pod("a", "2")))
+    assert isinstance(old, Encoded) and old._object is None
+    assert old.get()["metadata"]["resourceVersion"] == "1"
+    assert store.upsert(pod("a", "3")) == pod("a", "2")

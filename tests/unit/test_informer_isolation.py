@@ -403,6 +403,7 @@ def test_intake_tells_handlers_the_transformed_object_beside_a_transformed_old()
     assert added[2] == {"metadata": {"namespace": "ns", "name": "a"}, "kept": 1}
     updated = intake.applied("MODIFIED", {**raw, "kept": 2})
     assert updated is not None and updated[0] == "update"
-    _, old, new = updated
+    _, stored, new = updated
+    old = stored.get()
     assert "dropped" not in new and new["kept"] == 2
     assert set(old) == set(new), (old, new)

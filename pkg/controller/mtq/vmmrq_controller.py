@@ -134,16 +134,21 @@ class MtqReconciler:
         controller.watch_related(self.vmmrqs, namespace_index, name=f"mtq {self.vmmrqs.name}")
         # Quotas, migrations and target pods matter only where a VMMRQ is: elsewhere their
         # events (virt-controller's status writes, several a second per migration) would queue
-        # namespace reconciles that MTQ leaves at once and the room mode does not need.
+        # namespace reconciles that MTQ leaves at once and the room mode does not need; their
+        # updates elsewhere are dropped before the old object is decoded (`updates_in`).
         for informer in (self.quotas, self.migrations, self.blocked.informers.limit_ranges):
             controller.watch_related(
-                informer, self._where_managed(namespace_index), name=f"mtq {informer.name}"
+                informer,
+                self._where_managed(namespace_index),
+                name=f"mtq {informer.name}",
+                updates_in=self.manages,
             )
         controller.watch_related(
             self.blocked.informers.pods,
             self._where_managed(_targets_namespace),
             name="mtq target pods",
             relevant=_labels_changed,
+            updates_in=self.manages,
         )
         controller.on_change(HANDLER, self.reconcile)
 
