@@ -286,10 +286,10 @@ class Quantity:
     # ----------------------------------------------------------------- rendering
 
     def __str__(self) -> str:
-        """Go's `String()`: the input text when Go keeps it, else the canonical form."""
-        if self._text is not None:
-            return self._text
-        return self.canonical()
+        """Go's `String()`: the input text when Go keeps it, else the canonical form (kept)."""
+        if self._text is None:
+            self._text = self.canonical()
+        return self._text
 
     def canonical(self) -> str:
         """Go's `CanonicalizeBytes`: the largest suffix that loses nothing, no fractional digits."""

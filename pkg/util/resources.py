@@ -8,6 +8,7 @@ that way (`{"limits.cpu":"2","limits.memory":"4531245057"}`) and its readers mus
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -109,6 +110,21 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(parse_int=str, parse_float=str, parse_constant=_reject_constant)
+
+
+def _json(text: str) -> object:
+    """`json.loads(text, parse_int=str, parse_float=str, parse_constant=_reject_constant)` with
+    one decoder for every call (json.loads makes one a call when given those arguments); what
+    json.loads checks before decoding (input other than str, a leading BOM) it still checks."""
+    if isinstance(text, str) and not text.startswith("\ufeff"):
+        return _DECODER.decode(text)
+    decoded: object = json.loads(
+        text, parse_int=str, parse_float=str, parse_constant=_reject_constant
+    )
+    return decoded
+
+
 def loads(text: str) -> ResourceList:
     """A ResourceList from JSON, as Go's `json.Unmarshal` into a `corev1.ResourceList`.
 
@@ -118,12 +134,7 @@ def loads(text: str) -> ResourceList:
     as \\u0031 inside a quantity is an error for Go and a digit for us.)
     """
     try:
-        decoded: object = json.loads(
-            text,
-            parse_int=str,
-            parse_float=str,
-            parse_constant=_reject_constant,
-        )
+        decoded = _json(text)
     except ValueError as err:  # json.JSONDecodeError is a ValueError
         raise ValueError(f"invalid resource list JSON {text!r}: not valid JSON: {err}") from None
     if decoded is None:
@@ -166,12 +177,23 @@ def go_json_dumps(value: object) -> str:
     return encoded
 
 
+_DUMPED_SIZE = 1024
+"""Distinct ResourceLists whose text `dumps` keeps: a cluster's VM shapes and bases."""
+
+
 def dumps(resources: Mapping[str, Quantity]) -> str:
     """The exact text Go's `json.Marshal(corev1.ResourceList)` would produce: keys sorted.
 
-    Identical text matters: Harvester (and we) compare annotation values as strings.
-    """
-    return go_json_dumps(to_json_dict(resources))
+    Identical text matters: Harvester (and we) compare annotation values as strings. The same
+    few lists recur in every plan (a VM shape's room), so the text of each is kept
+    (`_dumped`, bounded)."""
+    return _dumped(tuple((key, str(resources[key])) for key in sorted(resources)))
+
+
+@functools.lru_cache(maxsize=_DUMPED_SIZE)
+def _dumped(items: tuple[tuple[str, str], ...]) -> str:
+    """`dumps` of the list whose sorted (name, quantity text) pairs are `items`."""
+    return go_json_dumps(dict(items))
 
 
 # --------------------------------------------------------------------------- arithmetic

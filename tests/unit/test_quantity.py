@@ -680,6 +680,14 @@ def test_json_round_trip_matches_go() -> None:
     assert resources.dumps(odd) == '{"a\\u003cb\\u003e\\u0026c":"1","é":"2"}'
 
 
+def test_dumps_of_equal_lists_written_differently_gives_each_its_own_text() -> None:
+    gib, plain = {"memory": Quantity.parse("1Gi")}, {"memory": Quantity.parse("1073741824")}
+    assert gib == plain
+    assert resources.dumps(gib) == '{"memory":"1Gi"}'
+    assert resources.dumps(plain) == '{"memory":"1073741824"}'
+    assert resources.dumps(gib) == '{"memory":"1Gi"}'
+
+
 def test_loads_reads_what_go_reads() -> None:
     assert resources.loads('{ "cpu" : 2 , "memory": 1.5e3, "x": " 1Gi ", "y": null }') == rl(
         cpu="2", memory="1500", x="1Gi", y="0"
@@ -706,6 +714,7 @@ def test_loads_reads_what_go_reads() -> None:
         '{"cpu": Infinity}',
         '{"cpu": {"a": 1}}',
         '{"cpu": "1"} x',
+        '\ufeff{"cpu": "1"}',
     ],
 )
 def test_loads_rejects_bad_json_with_the_text(text: str) -> None:

@@ -174,8 +174,10 @@ class MigrationRoom:
         return next((part.pods for part in self.parts if part.kind == kind), ())
 
     def masked(self, keys: Iterable[str]) -> MigrationRoom:
-        """The room and its parts on `keys` only."""
-        wanted = list(keys)
+        """The room and its parts on `keys` only (itself when they hold no other key)."""
+        wanted = set(keys)
+        if wanted.issuperset(self.room) and all(wanted.issuperset(p.room) for p in self.parts):
+            return self
         return dataclasses.replace(
             self,
             room=resources.mask(self.room, wanted),
