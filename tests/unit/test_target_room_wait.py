@@ -445,3 +445,17 @@ async def test_a_target_pod_whose_quota_changed_longer_ago_than_the_grace_is_not
     task = await admitting(lookups, clock, changes)
     assert task.done() and task.result().outcome == "fits"
     assert changes.settling("other") == 0.0
+
+
+async def test_quota_changes_forget_each_namespace_once_its_grace_has_passed() -> None:
+    """A cluster's churn of namespaces (each quota seen once, then deleted) leaves nothing kept:
+    a change forgets every namespace whose grace has passed."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    for index in range(1000):
+        changes.changed(f"gone-{index}")
+    assert changes.remembered() == 1000, "all changed within the grace"
+    await clock.advance(LISTER_GRACE)
+    changes.changed("live")
+    assert changes.remembered() == 1
+    assert changes.settling("live") == pytest.approx(LISTER_GRACE)

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -105,18 +105,23 @@ class QuotaChanges:
 
     `changed` is called from the quota informer's handler, after the cache holds the change.
     Event loop only; a waiter that starts after a change waits for the next one. It also keeps,
-    per namespace, when the last change was seen, until LISTER_GRACE has passed and it is asked
-    (`settling`): at most one entry a namespace with a managed quota.
+    per namespace, when the last change was seen (`settling`), for the namespaces changed within
+    the last LISTER_GRACE only: each change forgets those whose grace has passed, so a cluster's
+    churn of namespaces leaves nothing behind.
     """
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._events: dict[str, asyncio.Event] = {}
         self._waiters: Counter[str] = Counter()
-        self._seen: dict[str, float] = {}
+        self._seen: OrderedDict[str, float] = OrderedDict()
+        """Namespace -> when its quota last changed, oldest change first."""
 
     def changed(self, namespace: str) -> None:
-        self._seen[namespace] = self._clock.monotonic()
+        now = self._clock.monotonic()
+        self._seen[namespace] = now
+        self._seen.move_to_end(namespace)
+        self._forget_settled(now)
         event = self._events.pop(namespace, None)
         if event is not None:
             event.set()
@@ -136,6 +141,18 @@ class QuotaChanges:
     def waiting(self) -> int:
         """Namespaces someone waits on now."""
         return len(self._waiters)
+
+    def remembered(self) -> int:
+        """Namespaces whose last change is kept (at most those changed within LISTER_GRACE of
+        the latest change)."""
+        return len(self._seen)
+
+    def _forget_settled(self, now: float) -> None:
+        while self._seen:
+            oldest = next(iter(self._seen))
+            if now - self._seen[oldest] < LISTER_GRACE:
+                return  # the rest changed later still
+            del self._seen[oldest]
 
     async def next_change(self, namespace: str, seconds: float) -> bool:
         """Waits for the namespace's next quota change, at most `seconds` (by the clock); True
