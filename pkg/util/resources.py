@@ -136,15 +136,30 @@ def loads(text: str) -> ResourceList:
     try:
         decoded = _json(text)
     except ValueError as err:  # json.JSONDecodeError is a ValueError
-        raise ValueError(f"invalid resource list JSON {text!r}: not valid JSON: {err}") from None
+        raise ValueError(
+            f"invalid resource list JSON {_quoted(text)}: not valid JSON: {err}"
+        ) from None
+    except RecursionError:  # arrays or objects nested deeper than the decoder's stack
+        raise ValueError(f"invalid resource list JSON {_quoted(text)}: nested too deep") from None
     if decoded is None:
         return {}
     if not isinstance(decoded, dict):
-        raise ValueError(f"invalid resource list JSON {text!r}: not a JSON object")
+        raise ValueError(f"invalid resource list JSON {_quoted(text)}: not a JSON object")
     try:
         return parse_resource_list(decoded)
     except ValueError as err:
-        raise ValueError(f"invalid resource list JSON {text!r}: {err}") from None
+        raise ValueError(f"invalid resource list JSON {_quoted(text)}: {err}") from None
+
+
+_QUOTED_AT_MOST = 200
+"""Characters of a bad text an error quotes: an annotation may hold 256 KiB."""
+
+
+def _quoted(text: str) -> str:
+    """`text` as an error quotes it: whole when short, else its start and its length."""
+    if len(text) <= _QUOTED_AT_MOST:
+        return repr(text)
+    return f"{text[:_QUOTED_AT_MOST]!r}... ({len(text)} characters)"
 
 
 # --------------------------------------------------------------------------- encoding

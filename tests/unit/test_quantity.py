@@ -723,6 +723,16 @@ def test_loads_rejects_bad_json_with_the_text(text: str) -> None:
     assert repr(text) in str(caught.value)
 
 
+def test_loads_refuses_json_nested_too_deep_with_a_value_error_quoting_its_start() -> None:
+    """Deeper than the decoder's stack is a RecursionError inside json: it must be the same
+    ValueError as any bad list (its readers skip the object), quoting only the text's start."""
+    text = '{"cpu": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    with pytest.raises(ValueError, match=r"invalid resource list JSON .*nested too deep") as caught:
+        resources.loads(text)
+    assert f"({len(text)} characters)" in str(caught.value)
+    assert len(str(caught.value)) < 400
+
+
 @given(st.dictionaries(st.sampled_from(["cpu", "memory", "pods", "limits.cpu"]), quantities()))
 def test_resource_list_json_round_trip(values: ResourceList) -> None:
     assert resources.equal(resources.loads(resources.dumps(values)), values)
