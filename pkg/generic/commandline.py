@@ -36,23 +36,23 @@ def command_parser(
 
 def non_negative_seconds(text: str) -> float:
     """An argparse `type`: a finite number of seconds, 0 or more (argparse's error otherwise)."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not seconds >= 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, finite: {text!r}")
-    return seconds
+    return _seconds(text, zero_allowed=True)
 
 
 def positive_seconds(text: str) -> float:
     """An argparse `type`: a finite number of seconds above 0 (argparse's error otherwise)."""
+    return _seconds(text, zero_allowed=False)
+
+
+def _seconds(text: str, *, zero_allowed: bool) -> float:
     try:
         seconds = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, finite: {text!r}")
+    in_range = seconds >= 0 if zero_allowed else seconds > 0  # NaN is in no range
+    if not in_range or seconds == float("inf"):
+        least = "0 or more" if zero_allowed else "more than 0"
+        raise argparse.ArgumentTypeError(f"must be {least} seconds, finite: {text!r}")
     return seconds
 
 

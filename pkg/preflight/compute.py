@@ -624,7 +624,7 @@ def _plan_with(
     if managed_quota(quotas) is None or rancher_base_text(ns) is None:
         return None
     try:
-        return _member_plan(cluster, now, ns, evacuations)
+        return _member_plan(cluster, now, ns, quotas, evacuations)
     except Exception as error:  # contained per member: one namespace never drops its project
         cluster.warnings.append(
             f"{ns_name}: not planned for its Rancher project's order "
@@ -634,11 +634,15 @@ def _plan_with(
 
 
 def _member_plan(
-    cluster: _Cluster, now: datetime.datetime, ns: Object, evacuations: list[Object]
+    cluster: _Cluster,
+    now: datetime.datetime,
+    ns: Object,
+    quotas: list[Object],
+    evacuations: list[Object],
 ) -> QuotaPlan | None:
-    """`_plan_with`'s plan of a member with a managed quota and Rancher's annotation."""
+    """`_plan_with`'s plan of a member with a managed quota (among `quotas`, its namespace's)
+    and Rancher's annotation."""
     ns_name = name(ns)
-    quotas = cluster.quotas.get(ns_name, [])
     source = ListedSource(
         quota_list=quotas,
         migrations=[*cluster.migrations.get(ns_name, []), *evacuations],
