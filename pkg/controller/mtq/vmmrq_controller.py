@@ -135,20 +135,21 @@ class MtqReconciler:
         # Quotas, migrations and target pods matter only where a VMMRQ is: elsewhere their
         # events (virt-controller's status writes, several a second per migration) would queue
         # namespace reconciles that MTQ leaves at once and the room mode does not need; their
-        # updates elsewhere are dropped before the old object is decoded (`updates_in`).
+        # updates where no VMMRQ is are dropped before the old object is decoded (`updates_in`:
+        # the cheap half of `manages`, which the resolver then applies whole).
         for informer in (self.quotas, self.migrations, self.blocked.informers.limit_ranges):
             controller.watch_related(
                 informer,
                 self._where_managed(namespace_index),
                 name=f"mtq {informer.name}",
-                updates_in=self.manages,
+                updates_in=self.has_budget,
             )
         controller.watch_related(
             self.blocked.informers.pods,
             self._where_managed(_targets_namespace),
             name="mtq target pods",
             relevant=_labels_changed,
-            updates_in=self.manages,
+            updates_in=self.has_budget,
         )
         controller.on_change(HANDLER, self.reconcile)
 
