@@ -44,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import eventually
 from tests.integration import deployment
-from tests.integration.conftest import admin_config, fresh_namespace
+from tests.integration.conftest import fresh_namespace
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.test_deployed_processes import process, ready, token_kubeconfig
 from tests.integration.test_monitoring import alerts, rendered
@@ -304,7 +304,7 @@ async def clear_the_refusal(api: ApiClient, cluster: ClusterInfo, namespace: str
 
 async def record(cluster: ClusterInfo, namespace: str, workdir: Path) -> Recording:
     async with (
-        ApiClient(admin_config(cluster)) as api,
+        ApiClient(cluster.admin_config()) as api,
         running_product(api, cluster, namespace, workdir) as product,
     ):
         ports = product.ports

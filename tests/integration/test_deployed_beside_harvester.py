@@ -46,7 +46,7 @@ from harvester_quota.util.mtq import FINALIZER
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import eventually
-from tests.integration.conftest import admin_config, fresh_namespace_async
+from tests.integration.conftest import fresh_namespace_async
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.test_deployed_processes import (
     V170_HARD,
@@ -65,7 +65,7 @@ ADOPT = ("--adopt-harvester-quotas",)
 
 @pytest.fixture
 async def harvester_api(harvester_kubevirt_cluster: ClusterInfo) -> ApiClient:
-    return ApiClient(admin_config(harvester_kubevirt_cluster))
+    return ApiClient(harvester_kubevirt_cluster.admin_config())
 
 
 def adopted(quota: Object) -> bool:

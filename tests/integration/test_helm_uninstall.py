@@ -31,7 +31,7 @@ from harvester_quota.testbench.localcluster.chart import CHART, NAMESPACE, RELEA
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 
 from tests.helpers import eventually
-from tests.integration.conftest import admin_config, session_state_dir
+from tests.integration.conftest import session_state_dir
 from tests.integration.test_deployed_processes import token_kubeconfig
 from tests.objects import managed_quota, rancher_namespace
 
@@ -75,7 +75,7 @@ def helm_cluster() -> Iterator[ClusterInfo]:
 
 @pytest.fixture
 async def api(helm_cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
-    async with ApiClient(admin_config(helm_cluster)) as client:
+    async with ApiClient(helm_cluster.admin_config()) as client:
         yield client
 
 
