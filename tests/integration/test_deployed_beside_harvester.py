@@ -53,7 +53,6 @@ from tests.integration.test_deployed_processes import (
     V170_LIMIT,
     assert_no_refusal_logged,
     deployed,
-    token_kubeconfig,
 )
 
 pytestmark = pytest.mark.integration
@@ -378,7 +377,9 @@ async def test_the_charts_pre_delete_hook_mid_migration_waits_for_the_room_then_
         for document in rbac:
             await deployment_module.apply(api, document)
         await deployment_module.apply(api, controller_deployment())
-        kubeconfig = await token_kubeconfig(api, cluster, "harvester-quota", tmp_path / "hook")
+        kubeconfig = await deployment_module.write_token_kubeconfig(
+            api, cluster, "harvester-quota", tmp_path / "hook"
+        )
         lease = f"--lease-name=deployed-{namespace[-6:]}"  # the deployed controller's Lease
         hook_args = [*args, f"--kubeconfig={kubeconfig}", lease, "--output=json"]
         async with kubevirt:
