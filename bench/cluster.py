@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.config import ClientConfig
 from harvester_quota.testbench import localcluster
 from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.testbench.scale.observe import ProcessSample
@@ -38,12 +37,8 @@ def start(state_dir: Path, *, reuse: bool) -> tuple[LocalCluster, ClusterInfo]:
     return local, local.up(nodes=NODES, node_pods=NODE_PODS)
 
 
-def client_config(info: ClusterInfo) -> ClientConfig:
-    return info.admin_config()
-
-
 def api_client(info: ClusterInfo, timeout: float = 60.0) -> ApiClient:
-    return ApiClient(client_config(info), timeout=timeout)
+    return ApiClient(info.admin_config(), timeout=timeout)
 
 
 def _cpu_seconds(pid: int) -> float:

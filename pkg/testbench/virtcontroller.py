@@ -55,6 +55,7 @@ from .sim.kubevirt.objects import (
     LABEL_CREATED_BY,
     LABEL_MIGRATION_JOB_UID,
     LAUNCHER,
+    POD_CREATE_FAILED,
     VMSpec,
     meta,
     render_vm,
@@ -72,8 +73,6 @@ DRAIN_TAINT_KEY: Final = "kubevirt.io/drain"
 """KubeVirt's default migrations.nodeDrainTaintKey: the evacuation controller migrates every
 LiveMigrate VMI off a node with this NoSchedule taint."""
 EXCEEDED_QUOTA: Final = "exceeded quota"
-POD_CREATE_FAILED: Final = "Error creating pod: "
-"""How virt-controller's FailedCreate Event on a VMI begins when a pod create failed."""
 START_TIMEOUT: Final = 60.0
 """Seconds a VM start may take on a loaded 2-core machine (pod created, bound, Running)."""
 POLL: Final = 0.1
@@ -315,7 +314,7 @@ class VirtControllerDriver(KubeVirtDriver):
         for event in events.items:
             message = str(event.get("message") or "")
             if EXCEEDED_QUOTA in message or "forbidden" in message:
-                return message.removeprefix("Error creating pod: ")
+                return message.removeprefix(POD_CREATE_FAILED)
         return None
 
     # Migrations ---------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import NAMESPACES, Resource
 from harvester_quota.testbench.localcluster import ClusterError, ClusterInfo, LocalCluster, binaries
 from harvester_quota.testbench.localcluster.cluster import default_state_dir
@@ -120,7 +119,7 @@ def harvester_kubevirt_cluster() -> Iterator[ClusterInfo]:
 @pytest.fixture
 async def kubevirt_api(kubevirt_cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
     """An admin client of the virt-controller cluster, for this test's event loop."""
-    async with ApiClient(admin_config(kubevirt_cluster)) as client:
+    async with ApiClient(kubevirt_cluster.admin_config()) as client:
         yield client
 
 
@@ -156,10 +155,6 @@ async def _has_default_account(api: ApiClient, namespace: str) -> bool:
     except errors.NotFound:
         return False
     return True
-
-
-def admin_config(info: ClusterInfo) -> ClientConfig:
-    return info.admin_config()
 
 
 @pytest.fixture
@@ -201,7 +196,7 @@ def local_cluster(cluster: ClusterInfo) -> LocalCluster:
 @pytest.fixture
 async def api(cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
     """An asyncio client with the admin certificate, for this test's event loop."""
-    async with ApiClient(admin_config(cluster)) as client:
+    async with ApiClient(cluster.admin_config()) as client:
         yield client
 
 

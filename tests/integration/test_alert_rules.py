@@ -37,16 +37,19 @@ from harvester_quota.apis.kubevirt import (
 )
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.testbench.localcluster import ClusterInfo
-from harvester_quota.testbench.localcluster.deploy import webhook_client_flags
+from harvester_quota.testbench.localcluster.deploy import (
+    webhook_client_flags,
+    write_token_kubeconfig,
+)
 from harvester_quota.testbench.localcluster.process import free_port
 from harvester_quota.testbench.promql import Evaluator, SeriesDatabase, Target, parse_duration
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import eventually
 from tests.integration import deployment
-from tests.integration.conftest import admin_config, fresh_namespace
+from tests.integration.conftest import fresh_namespace
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
-from tests.integration.test_deployed_processes import process, ready, token_kubeconfig
+from tests.integration.test_deployed_processes import process, ready
 from tests.integration.test_monitoring import alerts, rendered
 
 pytestmark = pytest.mark.integration
@@ -199,7 +202,7 @@ async def running_product(
     """test_deployed_processes.deployed's controller and webhook, their metrics ports kept."""
     await deployment.apply_rbac(api)
     kubeconfigs = [
-        await token_kubeconfig(api, cluster, account, workdir / f"{account}.kubeconfig")
+        await write_token_kubeconfig(api, cluster, account, workdir / f"{account}.kubeconfig")
         for account in ("harvester-quota", "harvester-quota-webhook")
     ]
     await deployment.reset_ca_secret(api)
@@ -304,7 +307,7 @@ async def clear_the_refusal(api: ApiClient, cluster: ClusterInfo, namespace: str
 
 async def record(cluster: ClusterInfo, namespace: str, workdir: Path) -> Recording:
     async with (
-        ApiClient(admin_config(cluster)) as api,
+        ApiClient(cluster.admin_config()) as api,
         running_product(api, cluster, namespace, workdir) as product,
     ):
         ports = product.ports

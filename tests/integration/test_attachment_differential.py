@@ -58,7 +58,6 @@ from harvester_quota.util.resources import total
 
 from tests.helpers import eventually
 from tests.integration import real_kubevirt
-from tests.integration.conftest import admin_config
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +81,7 @@ OVERRIDE = [
 
 @pytest.fixture
 async def api(kubevirt_cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
-    async with ApiClient(admin_config(kubevirt_cluster)) as client:
+    async with ApiClient(kubevirt_cluster.admin_config()) as client:
         yield client
 
 

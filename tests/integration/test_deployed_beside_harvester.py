@@ -46,14 +46,13 @@ from harvester_quota.util.mtq import FINALIZER
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import eventually
-from tests.integration.conftest import admin_config, fresh_namespace_async
+from tests.integration.conftest import fresh_namespace_async
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 from tests.integration.test_deployed_processes import (
     V170_HARD,
     V170_LIMIT,
     assert_no_refusal_logged,
     deployed,
-    token_kubeconfig,
 )
 
 pytestmark = pytest.mark.integration
@@ -65,7 +64,7 @@ ADOPT = ("--adopt-harvester-quotas",)
 
 @pytest.fixture
 async def harvester_api(harvester_kubevirt_cluster: ClusterInfo) -> ApiClient:
-    return ApiClient(admin_config(harvester_kubevirt_cluster))
+    return ApiClient(harvester_kubevirt_cluster.admin_config())
 
 
 def adopted(quota: Object) -> bool:
@@ -378,7 +377,9 @@ async def test_the_charts_pre_delete_hook_mid_migration_waits_for_the_room_then_
         for document in rbac:
             await deployment_module.apply(api, document)
         await deployment_module.apply(api, controller_deployment())
-        kubeconfig = await token_kubeconfig(api, cluster, "harvester-quota", tmp_path / "hook")
+        kubeconfig = await deployment_module.write_token_kubeconfig(
+            api, cluster, "harvester-quota", tmp_path / "hook"
+        )
         lease = f"--lease-name=deployed-{namespace[-6:]}"  # the deployed controller's Lease
         hook_args = [*args, f"--kubeconfig={kubeconfig}", lease, "--output=json"]
         async with kubevirt:

@@ -29,7 +29,10 @@ from harvester_quota.generic.discovery import serves
 from harvester_quota.generic.resource import CRDS, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.testbench.localcluster.cluster import CRDS_FILE, VIRT_CONTROLLER_USER
-from harvester_quota.testbench.localcluster.deploy import webhook_client_flags
+from harvester_quota.testbench.localcluster.deploy import (
+    webhook_client_flags,
+    write_token_kubeconfig,
+)
 from harvester_quota.testbench.localcluster.process import free_port
 from harvester_quota.testbench.sim.kubevirt import Outcome, VMSpec
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
@@ -71,40 +74,6 @@ async def without_harvester(api: ApiClient) -> AsyncIterator[None]:
 
 async def _not(check: object) -> bool:
     return not await check  # type: ignore[misc]
-
-
-async def token_kubeconfig(api: ApiClient, cluster: ClusterInfo, account: str, path: Path) -> Path:
-    answer = await api.request(
-        "POST",
-        f"/api/v1/namespaces/{deployment.SYSTEM_NAMESPACE}/serviceaccounts/{account}/token",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    write_text(
-        path,
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "c",
-                        "cluster": {
-                            "server": cluster.server,
-                            "certificate-authority": str(cluster.ca_file),
-                        },
-                    }
-                ],
-                "users": [{"name": account, "user": {"token": answer["status"]["token"]}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": account}}],
-                "current-context": "c",
-            }
-        ),
-    )
-    return path
-
-
-def write_text(path: Path, text: str) -> None:
-    path.write_text(text)
 
 
 @contextlib.contextmanager
@@ -182,10 +151,10 @@ async def deployed(
     log files.
     `controller_flags` are added to `run`'s."""
     await deployment.apply_rbac(api)
-    controller_kubeconfig = await token_kubeconfig(
+    controller_kubeconfig = await write_token_kubeconfig(
         api, cluster, "harvester-quota", tmp_path / "controller.kubeconfig"
     )
-    webhook_kubeconfig = await token_kubeconfig(
+    webhook_kubeconfig = await write_token_kubeconfig(
         api, cluster, "harvester-quota-webhook", tmp_path / "webhook.kubeconfig"
     )
     # The chart's default certificates: its empty CA Secret; the webhook makes the rest.

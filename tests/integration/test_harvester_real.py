@@ -25,7 +25,7 @@ from harvester_quota.testbench.scale.product import Metrics
 from harvester_quota.util.quantity import Quantity
 
 from tests.helpers import eventually
-from tests.integration.conftest import admin_config, fresh_namespace_async
+from tests.integration.conftest import fresh_namespace_async
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ UID_KEY_PREFIX = "harvesterhci.io/migratingUID-"
 
 @pytest.fixture
 async def harvester_api(harvester_cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
-    async with ApiClient(admin_config(harvester_cluster)) as client:
+    async with ApiClient(harvester_cluster.admin_config()) as client:
         yield client
 
 

@@ -28,11 +28,11 @@ from harvester_quota.release import leftovers
 from harvester_quota.testbench.localcluster import ClusterInfo, LocalCluster
 from harvester_quota.testbench.localcluster.binaries import build_helm
 from harvester_quota.testbench.localcluster.chart import CHART, NAMESPACE, RELEASE
+from harvester_quota.testbench.localcluster.deploy import write_token_kubeconfig
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 
 from tests.helpers import eventually
-from tests.integration.conftest import admin_config, session_state_dir
-from tests.integration.test_deployed_processes import token_kubeconfig
+from tests.integration.conftest import session_state_dir
 from tests.objects import managed_quota, rancher_namespace
 
 pytestmark = pytest.mark.integration
@@ -75,7 +75,7 @@ def helm_cluster() -> Iterator[ClusterInfo]:
 
 @pytest.fixture
 async def api(helm_cluster: ClusterInfo) -> AsyncIterator[ApiClient]:
-    async with ApiClient(admin_config(helm_cluster)) as client:
+    async with ApiClient(helm_cluster.admin_config()) as client:
         yield client
 
 
@@ -116,7 +116,7 @@ async def play_kubelet_for_the_hook(api: ApiClient, cluster: ClusterInfo, workdi
     """Waits for the hook Job's pod, runs its container's arguments as a process as the pod's
     service account (a kubeconfig with a token from the TokenRequest API, as the kubelet mounts
     one), and writes the exit into the pod's status (the kubelet's part); returns the exit
-    code. The pod's namespace is harvester-system, where `token_kubeconfig` asks."""
+    code. The pod's namespace is harvester-system, where `write_token_kubeconfig` asks."""
 
     async def hook_pod() -> Object | None:
         pods = await api.list(PODS, NAMESPACE, label_selector=f"job-name={HOOK}")
@@ -130,7 +130,7 @@ async def play_kubelet_for_the_hook(api: ApiClient, cluster: ClusterInfo, workdi
     spec = pod["spec"]
     (container,) = spec["containers"]
     account = spec["serviceAccountName"]
-    kubeconfig = await token_kubeconfig(api, cluster, account, workdir / "hook-kubeconfig")
+    kubeconfig = await write_token_kubeconfig(api, cluster, account, workdir / "hook-kubeconfig")
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

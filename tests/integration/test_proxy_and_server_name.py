@@ -16,8 +16,6 @@ from harvester_quota.generic import config, errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.testbench.localcluster.cluster import ClusterInfo
 
-from tests.integration.conftest import admin_config
-
 pytestmark = pytest.mark.integration
 
 
@@ -90,7 +88,7 @@ async def test_a_kubeconfigs_proxy_url_carries_every_request_through_the_proxy(
 async def test_a_tls_server_name_is_what_the_certificate_is_checked_against(
     cluster: ClusterInfo,
 ) -> None:
-    named = dataclasses.replace(admin_config(cluster), tls_server_name="kubernetes.default.svc")
+    named = dataclasses.replace(cluster.admin_config(), tls_server_name="kubernetes.default.svc")
     async with ApiClient(named) as client:
         assert (await client.request("GET", "/version")).get("gitVersion")
     wrong = dataclasses.replace(named, tls_server_name="not-in-the-certificate.example")

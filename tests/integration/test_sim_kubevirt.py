@@ -16,7 +16,7 @@ from harvester_quota.apis.kubevirt import (
 )
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.resource import PODS, RESOURCE_QUOTAS, Object
+from harvester_quota.generic.resource import EVENTS, PODS, RESOURCE_QUOTAS, Object
 from harvester_quota.testbench.sim.kubevirt import (
     KubeVirtConfig,
     KubeVirtSimulator,
@@ -79,6 +79,21 @@ async def create_quota(api: ApiClient, namespace: str, hard: dict[str, str]) -> 
     return await eventually(ready, what=f"status of quota {name}")
 
 
+async def failed_create_message(api: ApiClient, namespace: str, vmi: str) -> str:
+    """The message of the FailedCreate Event on VMI `vmi`, once one is written."""
+
+    async def written() -> str | None:
+        listed = await api.list(
+            EVENTS,
+            namespace,
+            field_selector=f"involvedObject.kind=VirtualMachineInstance,"
+            f"involvedObject.name={vmi},reason=FailedCreate",
+        )
+        return next((str(e["message"]) for e in listed["items"]), None)
+
+    return await eventually(written, what=f"a FailedCreate Event on VMI {vmi}")
+
+
 async def quota_used(api: ApiClient, namespace: str, name: str) -> dict[str, str]:
     return dict((await api.get(RESOURCE_QUOTAS, name, namespace)).get("status", {}).get("used", {}))
 
@@ -127,6 +142,8 @@ async def test_vm_launcher_pod_counts_as_in_the_v170_seed(api: ApiClient, namesp
         vmi2 = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm2", namespace)
         assert vmi2["status"]["phase"] == "Pending"
         assert "exceeded quota" in vmi2["status"]["conditions"][0]["message"]
+        message = await failed_create_message(api, namespace, "vm2")
+        assert message.startswith("Error creating pod: ") and "exceeded quota" in message
 
 
 async def test_v054_counts_as_in_the_v121_seed_and_flags_nothing(
@@ -225,6 +242,8 @@ async def test_blocked_migration_proceeds_after_a_quota_raise(
         assert record is not None and record.admitted is None and record.blocked_seconds is None
         assert "exceeded quota: " + quota_name in record.refusal_messages[0]
         assert "limits.memory=5682461313" in record.refusal_messages[0]
+        message = await failed_create_message(api, namespace, "vm1")
+        assert message.startswith("Error creating pod: ") and quota_name in message
 
         # Raised by hand to the seed's values: the next quota event retries at once, long before
         # the rate limiter (now seconds apart) would have.

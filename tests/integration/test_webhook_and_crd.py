@@ -129,11 +129,7 @@ def test_custom_resources_can_be_created_and_listed(rest: RestClient, namespace:
     crd_name = "widgets.test.harvester-quota.io"
     crd = widget_crd("test.harvester-quota.io")
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    try:
-        rest.post(crds, crd)
-    except ApiError as error:
-        if error.status != 409:
-            raise
+    rest.post_unless_exists(crds, crd, f"creating CRD {crd_name}")
 
     def established() -> bool:
         conditions = (rest.get(f"{crds}/{crd_name}").get("status") or {}).get("conditions") or []

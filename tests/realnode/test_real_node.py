@@ -45,7 +45,7 @@ from harvester_quota.testbench.localcluster.cluster import ENV_STATE_DIR
 from harvester_quota.testbench.localcluster.rest import RestClient
 
 from tests.helpers import eventually, succeed_migration, wait_until
-from tests.integration.conftest import admin_config, session_state_dir
+from tests.integration.conftest import session_state_dir
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
 
 RBAC = "rbac.authorization.k8s.io"
@@ -132,7 +132,7 @@ def rest(installed: ClusterInfo) -> RestClient:
 
 @pytest.fixture
 async def api(installed: ClusterInfo) -> AsyncIterator[ApiClient]:
-    async with ApiClient(admin_config(installed)) as client:
+    async with ApiClient(installed.admin_config()) as client:
         yield client
 
 

@@ -31,7 +31,7 @@ from harvester_quota.testbench.scenario.versions import listed_release
 from harvester_quota.testbench.scenario.writers import identity_totals
 
 from tests.helpers import eventually
-from tests.integration.conftest import HARVESTER_KUBEVIRT_VERSION, admin_config
+from tests.integration.conftest import HARVESTER_KUBEVIRT_VERSION
 from tests.scenarios.test_scenarios import (
     RUN_BESIDE_HARVESTER,
     SCENARIOS,
@@ -106,7 +106,7 @@ async def run(name: str, strategy: str, request: pytest.FixtureRequest, tmp_path
     cluster: ClusterInfo = request.getfixturevalue(
         "harvester_kubevirt_cluster" if real else "harvester_cluster"
     )
-    async with ApiClient(admin_config(cluster)) as api:
+    async with ApiClient(cluster.admin_config()) as api:
         if strategy == "harvester" and name in HARVESTER_SHOWS:
             await earlier_vms_going(api)
         scenario = suite_scenario(path)
@@ -197,7 +197,7 @@ async def test_our_port_and_harvesters_own_code_differ_only_as_documented(
     assert beside_real_kubevirt(path) and runs_on_real_kubevirt(path)
     real = await run(name, "harvester", request, tmp_path)
     plain: ClusterInfo = request.getfixturevalue("kubevirt_cluster")
-    async with ApiClient(admin_config(plain)) as api:
+    async with ApiClient(plain.admin_config()) as api:
         scenario = suite_scenario(path)
         ported = ScenarioRun(scenario, api, plain, strategy="harvester-port", workdir=tmp_path)
         port = report.write(await ported.run(), tmp_path / "harvester-port")

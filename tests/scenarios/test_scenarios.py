@@ -16,7 +16,7 @@ from harvester_quota.testbench.scenario.runner import ScenarioRun, uses_real_kub
 from harvester_quota.testbench.scenario.schema import Scenario, load
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import REAL_KUBEVIRT_VERSION, admin_config
+from tests.integration.conftest import REAL_KUBEVIRT_VERSION
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 
@@ -67,7 +67,7 @@ async def run(path: Path, strategy: str, request: pytest.FixtureRequest, tmp_pat
     scenario = suite_scenario(path)
     real = runs_on_real_kubevirt(path)
     cluster: ClusterInfo = request.getfixturevalue("kubevirt_cluster" if real else "cluster")
-    async with ApiClient(admin_config(cluster)) as api:
+    async with ApiClient(cluster.admin_config()) as api:
         run = ScenarioRun(scenario, api, cluster, strategy=strategy, workdir=tmp_path / "work")
         assert uses_real_kubevirt(scenario, cluster) is real
         result = await run.run()

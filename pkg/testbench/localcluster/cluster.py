@@ -132,6 +132,22 @@ KUBEVIRT_NODE_LABELS = {
 }
 
 
+def kubeconfig_document(
+    cluster: dict[str, str], user: str, credentials: dict[str, str]
+) -> dict[str, Any]:
+    """A kubeconfig of one cluster (``cluster``: its server and certificate authority fields)
+    and one user ``user`` (``credentials``: a client certificate or a token, as files or
+    inline), joined by the context CONTEXT_NAME, the current one."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT_NAME, "cluster": cluster}],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": user}}],
+        "current-context": CONTEXT_NAME,
+    }
+
+
 def launcher_image(kubevirt: str) -> str:
     """The virt-launcher image virt-controller of KubeVirt ``kubevirt`` renders launcher pods
     with."""
@@ -647,11 +663,11 @@ class LocalCluster:
             "harvester-quota-local-kubevirt-controller",
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": VIRT_CONTROLLER_USER},
         )
-        try:
-            rest.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
-        except ApiError as error:
-            if error.status != 409:
-                raise
+        rest.post_unless_exists(
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            binding,
+            "binding virt-controller's identity",
+        )
         cert, key = self.pki_dir / "virt-controller.crt", self.pki_dir / "virt-controller.key"
         info.certificate_authority().issue(
             VIRT_CONTROLLER_USER, organizations=VIRT_CONTROLLER_GROUPS, client=True
@@ -870,32 +886,14 @@ class LocalCluster:
         def b64(path: Path) -> str:
             return base64.b64encode(path.read_bytes()).decode()
 
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": CONTEXT_NAME,
-                    "cluster": {
-                        "server": info.server,
-                        "certificate-authority-data": b64(info.ca_file),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": user,
-                    "user": {
-                        "client-certificate-data": b64(cert or info.client_cert),
-                        "client-key-data": b64(key or info.client_key),
-                    },
-                }
-            ],
-            "contexts": [
-                {"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": user}}
-            ],
-            "current-context": CONTEXT_NAME,
-        }
+        config = kubeconfig_document(
+            {"server": info.server, "certificate-authority-data": b64(info.ca_file)},
+            user,
+            {
+                "client-certificate-data": b64(cert or info.client_cert),
+                "client-key-data": b64(key or info.client_key),
+            },
+        )
         target = path or self.kubeconfig_path
         target.touch(mode=0o600)
         target.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -908,7 +906,7 @@ class LocalCluster:
             node = _fake_node(name, pods)
             if kubevirt:
                 node = _kubevirt_node(node)
-            _post_unless_exists(rest, "/api/v1/nodes", node, f"creating fake node {name}")
+            rest.post_unless_exists("/api/v1/nodes", node, f"creating fake node {name}")
         return names
 
     # State ------------------------------------------------------------------------------------
@@ -1053,7 +1051,7 @@ def _install_crds(
     for document in crd_documents(generated):
         name = document["metadata"]["name"]
         names.append(name)
-        created = _post_unless_exists(rest, CRDS_PATH, document, f"installing CRD {name}")
+        created = rest.post_unless_exists(CRDS_PATH, document, f"installing CRD {name}")
         if created is None and replace:
             _replace_crd(rest, document)
     return names
@@ -1138,21 +1136,8 @@ def _set_kubevirt_status(rest: RestClient, version: str) -> None:
 def _create(rest: RestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """POSTs ``body``; if it already exists, returns the stored object instead."""
     name = body["metadata"]["name"]
-    created = _post_unless_exists(rest, path, body, f"creating {path}/{name}")
+    created = rest.post_unless_exists(path, body, f"creating {path}/{name}")
     return created if created is not None else rest.get(f"{path}/{name}")
-
-
-def _post_unless_exists(
-    rest: RestClient, path: str, body: dict[str, Any], what: str
-) -> dict[str, Any] | None:
-    """POSTs ``body`` to ``path``: the created object, or None if it exists already (409). Any
-    other refusal raises ClusterError("<what> failed: ...")."""
-    try:
-        return rest.post(path, body)
-    except ApiError as error:
-        if error.status != 409:
-            raise ClusterError(f"{what} failed: {error}") from error
-    return None
 
 
 def _virt_controller_record(info: ClusterInfo | None) -> ProcessRecord | None:

@@ -31,7 +31,7 @@ from ...generic.resource import (
     Resource,
 )
 from .chart import MANIFEST
-from .cluster import ClusterInfo
+from .cluster import ClusterInfo, kubeconfig_document
 from .errors import ClusterError
 from .pki import WEBHOOK_CLIENT_NAME
 
@@ -265,19 +265,11 @@ def token_kubeconfig(cluster: ClusterInfo, user: str, token: str, path: Path) ->
     token_file.touch(mode=0o600)
     token_file.write_text(token)
     ca = base64.b64encode(cluster.ca_file.read_bytes()).decode()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {"server": cluster.server, "certificate-authority-data": ca},
-            }
-        ],
-        "users": [{"name": user, "user": {"tokenFile": str(token_file.resolve())}}],
-        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
-        "current-context": user,
-    }
+    config = kubeconfig_document(
+        {"server": cluster.server, "certificate-authority-data": ca},
+        user,
+        {"tokenFile": str(token_file.resolve())},
+    )
     path.touch(mode=0o600)
     path.write_text(yaml.safe_dump(config))
 

@@ -26,8 +26,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from .errors import ClusterError
-from .rest import ApiError, RestClient
+from .rest import RestClient
 
 HARVESTER_NAMESPACE = "harvester-system"
 """Harvester's --namespace: its management namespace, where KubeVirt runs on a Harvester."""
@@ -140,13 +139,7 @@ def install_rbac(rest: RestClient) -> None:
         ("/apis/harvesterhci.io/v1beta1/settings", POD_SECURITY_SETTING),
     )
     for path, body in bodies:
-        try:
-            rest.post(path, body)
-        except ApiError as error:
-            if error.status != 409:
-                raise ClusterError(
-                    f"creating {path}/{body['metadata']['name']}: {error}"
-                ) from error
+        rest.post_unless_exists(path, body, f"creating {path}/{body['metadata']['name']}")
 
 
 def controllers_args(
@@ -206,11 +199,7 @@ def register_webhook(rest: RestClient, port: int, ca_bundle: bytes) -> None:
     """Creates or replaces ``validating_webhook_configuration``."""
     path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
     body = validating_webhook_configuration(port, ca_bundle)
-    try:
-        rest.post(path, body)
-    except ApiError as error:
-        if error.status != 409:
-            raise ClusterError(f"registering Harvester's validator: {error}") from error
+    if rest.post_unless_exists(path, body, "registering Harvester's validator") is None:
         current = rest.get(f"{path}/{VALIDATING_WEBHOOK_NAME}")
         body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         rest.put(f"{path}/{VALIDATING_WEBHOOK_NAME}", body)

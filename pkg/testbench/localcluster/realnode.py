@@ -43,7 +43,7 @@ import yaml
 
 from . import process
 from .binaries import KUBE_PROXY, KUBELET, build_node, node_bin_dir
-from .cluster import CONTEXT_NAME, ClusterInfo, LocalCluster
+from .cluster import ClusterInfo, LocalCluster, kubeconfig_document
 from .errors import ClusterError
 from .image import SANDBOX_IMAGE, build_image
 from .process import ProcessRecord
@@ -333,26 +333,11 @@ class RealNode:
         authority = self.cluster.certificate_authority()
         authority.issue(user, organizations=groups, client=True).write(cert, key)
         path = cert.with_suffix(".kubeconfig")
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": CONTEXT_NAME,
-                    "cluster": {
-                        "server": self.cluster.server,
-                        "certificate-authority": str(self.cluster.ca_file),
-                    },
-                }
-            ],
-            "users": [
-                {"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}
-            ],
-            "contexts": [
-                {"name": CONTEXT_NAME, "context": {"cluster": CONTEXT_NAME, "user": user}}
-            ],
-            "current-context": CONTEXT_NAME,
-        }
+        config = kubeconfig_document(
+            {"server": self.cluster.server, "certificate-authority": str(self.cluster.ca_file)},
+            user,
+            {"client-certificate": str(cert), "client-key": str(key)},
+        )
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         path.chmod(0o600)
         return path

@@ -17,6 +17,8 @@ from urllib.parse import urlencode
 
 import orjson
 
+from .errors import ClusterError
+
 DEFAULT_TIMEOUT = 10.0
 
 
@@ -103,6 +105,18 @@ class RestClient:
 
     def delete(self, path: str, **query: str) -> dict[str, Any]:
         return self.request("DELETE", path, query=query or None)
+
+    def post_unless_exists(
+        self, path: str, body: dict[str, Any], what: str
+    ) -> dict[str, Any] | None:
+        """POSTs ``body`` to ``path``: the created object, or None if it exists already (409). Any
+        other refusal raises ClusterError("<what> failed: ...")."""
+        try:
+            return self.post(path, body)
+        except ApiError as error:
+            if error.status != 409:
+                raise ClusterError(f"{what} failed: {error}") from error
+        return None
 
     def exists(self, path: str) -> bool:
         """True if GET ``path`` succeeds, False on 404 (other errors propagate)."""

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ....apis.kubevirt import VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, VIRTUAL_MACHINE_INSTANCES
 from ....config.kubevirt import host_architecture
 from ....generic import errors
-from ....generic.events import NORMAL, WARNING
+from ....generic.events import NORMAL
 from ....generic.informer import ResourceEventHandler
 from ....generic.reconcileloop import run_reconcile_loop
 from ....generic.resource import PODS, Object, key_of
@@ -529,12 +529,7 @@ class MigrationController:
     async def _creation_refused(self, flight: Flight, vmi: Object, error: errors.ApiError) -> None:
         """Records the refusal and, for quota, adds the condition once (KubeVirt v0.59+)."""
         message = error.message
-        self._event(
-            {**vmi, "apiVersion": API_VERSION, "kind": "VirtualMachineInstance"},
-            WARNING,
-            "FailedCreate",
-            f"Error creating pod: {message}",
-        )
+        self._sim.pod_refused_event(vmi, message)
         if EXCEEDED_QUOTA not in message:
             flight.record.failure_reason = message
             self._sim.records.changed()

@@ -54,6 +54,8 @@ CONDITION_REJECTED_BY_QUOTA: Final = "migrationRejectedByResourceQuota"
 CONDITION_ABORT_REQUESTED: Final = "migrationAbortRequested"
 EVACUATION_GENERATE_NAME: Final = "kubevirt-evacuation-"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+POD_CREATE_FAILED: Final = "Error creating pod: "
+"""How virt-controller's FailedCreate Event on a VMI begins when a pod create failed."""
 
 SETTING_OVERHEAD_RATIO: Final = "additional-guest-memory-overhead-ratio"
 """The Harvester setting Harvester copies into the KubeVirt CR's additionalGuestMemoryOverheadRatio."""

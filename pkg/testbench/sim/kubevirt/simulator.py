@@ -45,6 +45,7 @@ from .objects import (
     LABEL_NODE_NAME,
     LIVE_MIGRATE,
     MIGRATION_FINALIZER,
+    POD_CREATE_FAILED,
     SETTING_OVERHEAD_RATIO,
     VMSpec,
     launcher_image,
@@ -352,14 +353,20 @@ class KubeVirtSimulator(KubeVirtDriver):
             created=True,
             conditions=[{**condition, "type": "Failure", "status": "True"}],
         )
+        self.pod_refused_event(vmi, message)
+        log.info("VM %s/%s could not start: %s", ns, name, message)
+
+    def pod_refused_event(self, vmi: Object, message: str) -> None:
+        """Queues virt-controller's Warning Event on ``vmi`` for a pod of it the API server
+        refused with ``message`` (a launcher or a migration target pod): reason FailedCreate,
+        POD_CREATE_FAILED before the message. None without `config.record_events`."""
         if self.events is not None:
             self.events.event(
                 {**vmi, "apiVersion": API_VERSION, "kind": "VirtualMachineInstance"},
                 WARNING,
                 "FailedCreate",
-                f"Error creating pod: {message}",
+                f"{POD_CREATE_FAILED}{message}",
             )
-        log.info("VM %s/%s could not start: %s", ns, name, message)
 
     async def _patch_vmi_status(self, vmi: Object, body: Object) -> Object:
         return await self.client.patch(
