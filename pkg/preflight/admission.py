@@ -167,39 +167,13 @@ def quota_blockers(
     return blockers
 
 
-@dataclass(frozen=True)
-class QuotaRoom:
-    """One quota a target pod is charged against, as it is now, and the room the strategy adds
-    to its spec.hard for that one migration (raised minus hard, key by key, never below 0)."""
-
-    quota: str
-    hard: ResourceList
-    used: ResourceList
-    room: ResourceList
-    charge: ResourceList
-    """What the target side charges this quota: its pods the quota's scope matches."""
-
-
-def quota_rooms(
+def strategy_raise(
     strategy: Strategy, context: NamespaceContext, target: TargetPod
-) -> list[QuotaRoom]:
-    """The quotas charging `target`, by name, with the strategy's room for its migration:
-    what delays.py stacks when several targets of a namespace arrive while the sources count."""
-    rooms = _rooms(strategy, context, target.vmi, target.total)
-    out = []
-    for quota in sorted(context.quotas, key=name):
-        view = quota_view(quota)
-        charge = target.charged(view.scope)
-        if charge is None:
-            continue
-        raised = rooms.raised.get(view.name, {})
-        room = {
-            key: raised[key] - value
-            for key, value in view.hard.items()
-            if key in raised and raised[key] > value
-        }
-        out.append(QuotaRoom(view.name, view.hard, view.used, room, charge))
-    return out
+) -> dict[str, ResourceList]:
+    """The spec.hard `strategy` gives each quota of the namespace for `target`'s migration
+    alone, by quota name (quotas it does not raise absent): what delays.py stacks when several
+    targets of a namespace arrive while the sources count."""
+    return _rooms(strategy, context, target.vmi, target.total).raised
 
 
 def _constraint_blockers(

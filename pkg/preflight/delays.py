@@ -41,12 +41,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..generic.meta import name
 from ..util import resources
 from ..util.migrationlimits import MigrationLimits
+from ..util.mtq import quota_view
 from ..util.quantity import Quantity
 from ..util.resourcequota.base import shortfalls
 from ..util.resources import ResourceList
-from .admission import NamespaceContext, QuotaRoom, Strategy, TargetPod, quota_rooms, readable
+from .admission import NamespaceContext, Strategy, TargetPod, readable, strategy_raise
 from .report import Delay, VmVerdict
 
 DEFAULT_BANDWIDTH: Final = 64 << 20
@@ -71,6 +73,39 @@ class QueuedTarget:
     verdict: VmVerdict
     target: TargetPod
     context: NamespaceContext
+
+
+@dataclass(frozen=True)
+class _QuotaRoom:
+    """One quota a target pod is charged against, as it is now, and the room the strategy adds
+    to its spec.hard for that one migration (raised minus hard, key by key, never below 0)."""
+
+    quota: str
+    hard: ResourceList
+    used: ResourceList
+    room: ResourceList
+    charge: ResourceList
+    """What the target side charges this quota: its pods the quota's scope matches."""
+
+
+def _quota_rooms(strategy: Strategy, item: QueuedTarget) -> list[_QuotaRoom]:
+    """The quotas charging the item's target, by name, with the strategy's room for its
+    migration alone."""
+    raised_by_quota = strategy_raise(strategy, item.context, item.target)
+    out = []
+    for quota in sorted(item.context.quotas, key=name):
+        view = quota_view(quota)
+        charge = item.target.charged(view.scope)
+        if charge is None:
+            continue
+        raised = raised_by_quota.get(view.name, {})
+        room = {
+            key: raised[key] - value
+            for key, value in view.hard.items()
+            if key in raised and raised[key] > value
+        }
+        out.append(_QuotaRoom(view.name, view.hard, view.used, room, charge))
+    return out
 
 
 @dataclass(frozen=True)
@@ -178,7 +213,7 @@ def _namespace_delays(
     # In the order the targets start: by wave, then by name (waves skip a mover whose node is
     # full, so a later name may start in an earlier wave).
     for item in sorted(group, key=lambda i: (_start(i.verdict, starts), i.verdict.key)):
-        quotas = quota_rooms(strategy, item.context, item.target)
+        quotas = _quota_rooms(strategy, item)
         at = _start(item.verdict, starts)
         charged = _charged(strategy, item.verdict.wave, at, admitted)
         refusal = _refusal(item, quotas, charged)
@@ -234,7 +269,7 @@ def _charged(
 
 
 def _refusal(
-    item: QueuedTarget, quotas: list[QuotaRoom], charged: _Charged
+    item: QueuedTarget, quotas: list[_QuotaRoom], charged: _Charged
 ) -> tuple[str, list[str]] | None:
     """Why the target is refused next to the earlier targets still counted; None if it fits."""
     parts, names = [], []

@@ -53,7 +53,7 @@ from harvester_quota.util.launcher import (
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.plan import desired_hard
-from harvester_quota.util.resourcequota.rooms import RoomInputs, plan_rooms
+from harvester_quota.util.resourcequota.rooms import plan_rooms
 from harvester_quota.util.resources import total
 
 from tests.helpers import eventually
@@ -348,13 +348,11 @@ async def _attachment_case(
     pods = (await api.list(PODS, namespace)).get("items", [])
     vmi_now = await api.get(VIRTUAL_MACHINE_INSTANCES, "vm1", namespace)
     plan = plan_rooms(
-        RoomInputs(
-            migrations=[await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, migration, namespace)],
-            vmis={"vm1": vmi_now},
-            pods=pods,
-            now=datetime.datetime.now(datetime.UTC),
-            launcher=settings,
-        )
+        migrations=[await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, migration, namespace)],
+        vmis={"vm1": vmi_now},
+        pods=pods,
+        now=datetime.datetime.now(datetime.UTC),
+        launcher=settings,
     )
     (room,) = plan.rooms
     target = next(p for p in pods if p["metadata"]["name"] == room.target_pod)
@@ -509,17 +507,13 @@ async def _volume_migration_target(
     assert_reported_overhead_is_ours(target, vmi, settings, reported)
     pods = (await api.list(PODS, namespace)).get("items", [])
     plan = plan_rooms(
-        RoomInputs(
-            migrations=[
-                await api.get(
-                    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, mig["metadata"]["name"], namespace
-                )
-            ],
-            vmis={"vm1": vmi},
-            pods=pods,
-            now=datetime.datetime.now(datetime.UTC),
-            launcher=settings,
-        )
+        migrations=[
+            await api.get(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS, mig["metadata"]["name"], namespace)
+        ],
+        vmis={"vm1": vmi},
+        pods=pods,
+        now=datetime.datetime.now(datetime.UTC),
+        launcher=settings,
     )
     (room,) = plan.rooms
     assert room.target_pod == target["metadata"]["name"] and room.pods_of("attachment") == ()
@@ -618,13 +612,11 @@ async def test_a_vgpu_vms_migration_target_asks_its_vgpu_and_the_room_raises_a_q
         assert real == target_quota_usage(vmi, settings)
         pods = (await api.list(PODS, namespace)).get("items", [])
         plan = plan_rooms(
-            RoomInputs(
-                migrations=[mig],
-                vmis={"vm1": vmi},
-                pods=pods,
-                now=datetime.datetime.now(datetime.UTC),
-                launcher=settings,
-            )
+            migrations=[mig],
+            vmis={"vm1": vmi},
+            pods=pods,
+            now=datetime.datetime.now(datetime.UTC),
+            launcher=settings,
         )
         (room,) = plan.rooms
         assert room.room == real

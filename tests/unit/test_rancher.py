@@ -11,7 +11,7 @@ import pytest
 from harvester_quota.util.quantity import Format, Quantity
 from harvester_quota.util.rancher.annotation import (
     LIMIT_FIELDS,
-    NamespaceResourceQuota,
+    RancherLimit,
     format_namespace_resource_quota,
     parse_namespace_resource_quota,
     parse_namespace_resource_quota_details,
@@ -85,7 +85,7 @@ def test_every_field_maps_to_its_resource_quota_key() -> None:
 @pytest.mark.parametrize("text", ["", "null", "{}", '{"limit":{}}', '{"limit":null}'])
 def test_empty_annotations_are_an_empty_base(text: str) -> None:
     assert parse_namespace_resource_quota(text) == {}
-    assert parse_namespace_resource_quota_details(text) == NamespaceResourceQuota()
+    assert parse_namespace_resource_quota_details(text) == RancherLimit()
 
 
 # (annotation, the text Go's json.Marshal prints after json.Unmarshal into Rancher's struct)
@@ -140,7 +140,7 @@ def test_extended_is_kept_apart_from_the_base() -> None:
         '"count/deployments.apps":"5","limits.cpu":"100"}}}'
     )
     details = parse_namespace_resource_quota_details(text)
-    assert details.limit == rl(limits_cpu="2")
+    assert details.limit() == rl(limits_cpu="2")
     assert parse_namespace_resource_quota(text) == rl(limits_cpu="2")
     assert details.extended == {
         "requests.nvidia.com/gpu": "2",
@@ -168,7 +168,7 @@ def test_malformed_extended_does_not_break_the_base(extended: str) -> None:
     # Harvester's vendored Rancher API has no `extended` and ignores it whatever it holds.
     text = f'{{"limit":{{"limitsCpu":"2","extended":{extended}}}}}'
     details = parse_namespace_resource_quota_details(text)
-    assert details.limit == rl(limits_cpu="2")
+    assert details.limit() == rl(limits_cpu="2")
     assert details.extended_error is not None
     assert "extended" in details.extended_error
     with pytest.raises(ValueError, match="extended"):
@@ -179,7 +179,7 @@ def test_invalid_extended_quantity_is_only_an_error_for_rancher_semantics() -> N
     details = parse_namespace_resource_quota_details(
         '{"limit":{"limitsCpu":"2","extended":{"requests.nvidia.com/gpu":"two"}}}'
     )
-    assert details.limit == rl(limits_cpu="2")
+    assert details.limit() == rl(limits_cpu="2")
     with pytest.raises(ValueError, match=r"requests\.nvidia\.com/gpu"):
         details.extended_resources()
 
@@ -214,8 +214,8 @@ def test_details_keep_the_original_text() -> None:
     details = parse_namespace_resource_quota_details(
         '{"limit":{"limitsMemory":"10240Mi", "limitsCpu":"10000m"}}'
     )
-    assert details.raw_limit == {"limits.cpu": "10000m", "limits.memory": "10240Mi"}
-    assert list(details.limit) == ["limits.cpu", "limits.memory"]  # Go field order
+    assert details.fixed == {"limits.cpu": "10000m", "limits.memory": "10240Mi"}
+    assert list(details.limit()) == ["limits.cpu", "limits.memory"]  # Go field order
     assert details.canonical_text() == '{"limit":{"limitsCpu":"10000m","limitsMemory":"10240Mi"}}'
 
 

@@ -30,10 +30,10 @@ from harvester_quota.generic.store import Store
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.rancher.annotation import RancherLimit
 from harvester_quota.util.rancher.project import (
     NO_ROOM,
     ProjectQuota,
-    RancherLimit,
     lacks_room,
     namespace_fit,
     raise_verdict,

@@ -25,7 +25,6 @@ from harvester_quota.util.quotascope import QuotaScope, ScopeRequirement
 from harvester_quota.util.resourcequota.plan import desired_hard
 from harvester_quota.util.resourcequota.planviews import vmi_facts
 from harvester_quota.util.resourcequota.rooms import (
-    RoomInputs,
     RoomPlan,
     decentralized_side,
     plan_rooms,
@@ -95,13 +94,7 @@ def rooms(
     migrations: list[dict[str, Any]], vmis: list[dict[str, Any]], pods: list[dict[str, Any]]
 ) -> RoomPlan:
     return plan_rooms(
-        RoomInputs(
-            migrations=migrations,
-            vmis={v["metadata"]["name"]: v for v in vmis},
-            pods=pods,
-            now=NOW,
-            launcher=SETTINGS,
-        )
+        migrations, {v["metadata"]["name"]: v for v in vmis}, pods, NOW, launcher=SETTINGS
     )
 
 

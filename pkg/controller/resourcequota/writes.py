@@ -418,7 +418,7 @@ def write_lowers(quota: Object, rancher: Object | None, plan: QuotaPlan) -> bool
         return False
     try:
         limits = parse_namespace_resource_quota_details
-        return lowers(limits(current).raw_limit, limits(wanted).raw_limit)
+        return lowers(limits(current).fixed, limits(wanted).fixed)
     except ValueError:
         return True
 

@@ -13,6 +13,11 @@ with Go's `ParseQuantity` (no surrounding spaces).
 
 `extended` (Rancher v2.14+: resource name -> quantity) is kept apart and does not enter the base:
 Harvester's vendored Rancher API has no such field and ignores it, whatever it holds.
+
+The annotation's value is a Rancher `ResourceQuotaLimit`, the same limit a project's
+``spec.resourceQuota.limit`` and ``namespaceDefaultResourceQuota.limit`` hold: `RancherLimit` is
+that limit, read from the annotation (`parse_namespace_resource_quota_details`) or from a
+project's JSON fields (`RancherLimit.from_fields`), with the field mapping between the two.
 """
 
 from __future__ import annotations
@@ -20,17 +25,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..quantity import Quantity
-from ..resources import ResourceList, go_json_dumps
+from ..resources import ResourceList, go_json_dumps, parse_resource_list
 
 __all__ = [
     "EXTENDED_FIELD",
     "LIMIT_FIELDS",
-    "NamespaceResourceQuota",
+    "RancherLimit",
     "format_namespace_resource_quota",
+    "json_object",
     "parse_namespace_resource_quota",
     "parse_namespace_resource_quota_details",
 ]
@@ -75,17 +81,65 @@ _FOLDED_EXTENDED: Final = go_fold(EXTENDED_FIELD)
 
 
 @dataclass(frozen=True)
-class NamespaceResourceQuota:
-    """The annotation, read. `limit` is the base; the rest is for callers that need more."""
+class RancherLimit:
+    """Rancher's ResourceQuotaLimit, as a namespace's annotation or a project's quota fields
+    hold it: its fixed fields (by quota key, the text as written, in Go field order when read
+    from the annotation) and ``extended`` (resource name -> text), kept apart."""
 
-    limit: ResourceList = field(default_factory=dict)
-    """ResourceQuota `hard` key -> quantity, from the fixed fields only, in Go field order."""
-    raw_limit: dict[str, str] = field(default_factory=dict)
-    """ResourceQuota `hard` key -> the exact text in the annotation (e.g. "10000m")."""
+    fixed: dict[str, str] = field(default_factory=dict)
     extended: dict[str, str] = field(default_factory=dict)
-    """`extended` entries as written (resource name -> quantity text); not in `limit`."""
     extended_error: str | None = None
-    """Why `extended` could not be read (not an object of strings); Harvester ignores it anyway."""
+    """Why the annotation's `extended` could not be read (not an object of strings); Harvester
+    ignores it anyway."""
+
+    @classmethod
+    def from_keys(cls, keys: Mapping[str, str]) -> RancherLimit:
+        """From quota keys: those with a Rancher field are fixed, the rest extended (as Rancher
+        converts a ResourceList back)."""
+        fixed = {k: str(v) for k, v in keys.items() if k in _FIELD_BY_RESOURCE}
+        extended = {k: str(v) for k, v in keys.items() if k not in _FIELD_BY_RESOURCE}
+        return cls(fixed, extended)
+
+    @classmethod
+    def from_fields(cls, fields: Any) -> RancherLimit:
+        """From Rancher's JSON object (``limitsCpu``, ``extended``...); unknown fields ignored,
+        and so is what is not an object where one belongs (nothing of it can be read). A value
+        that is not a quantity is kept as written: `hard` names it."""
+        fields = json_object(fields)
+        fixed = {
+            _RESOURCE_BY_FIELD[name]: str(value)
+            for name, value in fields.items()
+            if name in _RESOURCE_BY_FIELD and value not in (None, "")
+        }
+        extended = {str(k): str(v) for k, v in json_object(fields.get(EXTENDED_FIELD)).items()}
+        return cls(fixed, extended)
+
+    def field_names(self) -> set[str]:
+        """Rancher's top-level fields present (``extended`` counts as one)."""
+        names = {_FIELD_BY_RESOURCE[key] for key in self.fixed}
+        return names | ({EXTENDED_FIELD} if self.extended else set())
+
+    def keys(self) -> dict[str, str]:
+        """As quota keys: ``extended`` first, the fixed fields winning over it."""
+        return {**self.extended, **self.fixed}
+
+    def hard(self) -> ResourceList:
+        """As quantities; ValueError naming a value that is not one."""
+        return parse_resource_list(self.keys())
+
+    def as_fields(self) -> dict[str, Any]:
+        """Rancher's JSON object for it (fixed fields in Go order, then ``extended``)."""
+        fields: dict[str, Any] = {
+            json_field: self.fixed[key] for json_field, key in LIMIT_FIELDS if key in self.fixed
+        }
+        if self.extended:
+            fields[EXTENDED_FIELD] = dict(sorted(self.extended.items()))
+        return fields
+
+    def limit(self) -> ResourceList:
+        """The fixed fields as quantities (the annotation's base: `extended` apart); ValueError
+        naming a value that is not one."""
+        return {key: Quantity.parse(text) for key, text in self.fixed.items()}
 
     def extended_resources(self) -> ResourceList:
         """`extended` as quantities, or ValueError naming the entry (as Rancher v2.14+ fails)."""
@@ -101,11 +155,16 @@ class NamespaceResourceQuota:
 
     def rancher_hard(self) -> ResourceList:
         """The `spec.hard` Rancher v2.14+ derives: `extended`, then the fixed fields (they win)."""
-        return {**self.extended_resources(), **self.limit}
+        return {**self.extended_resources(), **self.limit()}
 
     def canonical_text(self) -> str:
         """The annotation as Rancher rewrites it: compact, Go field order, the values' own text."""
-        return _format_annotation(self.raw_limit, self.extended)
+        return _format_annotation(self.fixed, self.extended)
+
+
+def json_object(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a JSON object, else an empty one."""
+    return value if isinstance(value, Mapping) else {}
 
 
 class _JsonObject(list[tuple[str, object]]):
@@ -120,13 +179,13 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_namespace_resource_quota_details(text: str) -> NamespaceResourceQuota:
+def parse_namespace_resource_quota_details(text: str) -> RancherLimit:
     """Read the annotation; ValueError (quoting the text and naming the field) if it is invalid.
 
     An empty annotation (and JSON null) is an empty quota, as for Rancher and Harvester.
     """
     if text == "":
-        return NamespaceResourceQuota()
+        return RancherLimit()
     try:
         decoded: object = json.loads(
             text, object_pairs_hook=_JsonObject, parse_constant=_reject_constant
@@ -134,7 +193,7 @@ def parse_namespace_resource_quota_details(text: str) -> NamespaceResourceQuota:
     except ValueError as err:
         _invalid(text, f"not valid JSON: {err}")
     if decoded is None:
-        return NamespaceResourceQuota()
+        return RancherLimit()
     if not isinstance(decoded, _JsonObject):
         _invalid(text, "not a JSON object")
 
@@ -145,23 +204,17 @@ def parse_namespace_resource_quota_details(text: str) -> NamespaceResourceQuota:
         if go_fold(key) == _FOLDED_LIMIT:
             _decode_limit(text, value, strings, extended, extended_errors)
 
-    limit: ResourceList = {}
     raw_limit: dict[str, str] = {}
     for json_field, resource_name in LIMIT_FIELDS:
         value_text = strings.get(json_field, "")
         if value_text == "":  # Rancher's omitempty: an empty field is no field
             continue
         try:
-            limit[resource_name] = Quantity.parse(value_text)
+            Quantity.parse(value_text)
         except ValueError as err:
             _invalid(text, f"field {_LIMIT_FIELD}.{json_field}: {err}")
         raw_limit[resource_name] = value_text
-    return NamespaceResourceQuota(
-        limit=limit,
-        raw_limit=raw_limit,
-        extended=extended,
-        extended_error="; ".join(extended_errors) or None,
-    )
+    return RancherLimit(raw_limit, extended, "; ".join(extended_errors) or None)
 
 
 def _decode_limit(
@@ -212,7 +265,7 @@ def parse_namespace_resource_quota(text: str) -> ResourceList:
 
     "" -> {}. Invalid JSON or an invalid quantity ("10000m invalid") -> ValueError naming the field.
     """
-    return parse_namespace_resource_quota_details(text).limit
+    return parse_namespace_resource_quota_details(text).limit()
 
 
 def format_namespace_resource_quota(resources: Mapping[str, Quantity | str]) -> str:

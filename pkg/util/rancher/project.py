@@ -19,10 +19,10 @@ released in v2.14 and v2.15):
 
 The project's ``usedLimit`` is the sum of the annotations of its validated namespaces.
 
-Here: the field mapping between Rancher's JSON and quota keys (`RancherLimit`), the completion,
-the fit and the shortfall (`fit`), the project as read from its object (`ProjectQuota`), the
-namespace condition as Rancher records it in ``cattle.io/status``, and our verdict on a raise
-(`NoRoom`, below).
+Here (the limit itself, `RancherLimit`, is annotation.py's, whichever object it is read from):
+the completion, the fit and the shortfall (`fit`), the project as read from its object
+(`ProjectQuota`), the namespace condition as Rancher records it in ``cattle.io/status``, and our
+verdict on a raise (`NoRoom`, below).
 
 Whether a raise through Rancher's annotation fits the namespace's Rancher project:
 
@@ -55,7 +55,11 @@ from .. import resources
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..quantity import Quantity
 from ..resources import ResourceList
-from .annotation import EXTENDED_FIELD, LIMIT_FIELDS, parse_namespace_resource_quota_details
+from .annotation import (
+    RancherLimit,
+    json_object,
+    parse_namespace_resource_quota_details,
+)
 
 PROJECTS: Final = Resource("management.cattle.io", "v3", "projects", "Project")
 PROJECT_ID_ANNOTATION: Final = "field.cattle.io/projectId"
@@ -65,67 +69,6 @@ STATUS_ANNOTATION: Final = "cattle.io/status"
 CONDITION_VALIDATED: Final = "ResourceQuotaValidated"
 EXCEEDS: Final = "exceeds project limit"
 
-_RESOURCE_BY_FIELD: Final = dict(LIMIT_FIELDS)
-_FIELD_BY_RESOURCE: Final = {resource: json_field for json_field, resource in LIMIT_FIELDS}
-
-
-@dataclass(frozen=True)
-class RancherLimit:
-    """Rancher's ResourceQuotaLimit: its fixed fields (by quota key, the text as written) and
-    ``extended`` (resource name -> text)."""
-
-    fixed: dict[str, str] = field(default_factory=dict)
-    extended: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_keys(cls, keys: Mapping[str, str]) -> RancherLimit:
-        """From quota keys: those with a Rancher field are fixed, the rest extended (as Rancher
-        converts a ResourceList back)."""
-        fixed = {k: str(v) for k, v in keys.items() if k in _FIELD_BY_RESOURCE}
-        extended = {k: str(v) for k, v in keys.items() if k not in _FIELD_BY_RESOURCE}
-        return cls(fixed, extended)
-
-    @classmethod
-    def from_fields(cls, fields: Any) -> RancherLimit:
-        """From Rancher's JSON object (``limitsCpu``, ``extended``...); unknown fields ignored,
-        and so is what is not an object where one belongs (nothing of it can be read). A value
-        that is not a quantity is kept as written: `hard` names it."""
-        fields = _object(fields)
-        fixed = {
-            _RESOURCE_BY_FIELD[name]: str(value)
-            for name, value in fields.items()
-            if name in _RESOURCE_BY_FIELD and value not in (None, "")
-        }
-        extended = {str(k): str(v) for k, v in _object(fields.get(EXTENDED_FIELD)).items()}
-        return cls(fixed, extended)
-
-    def field_names(self) -> set[str]:
-        """Rancher's top-level fields present (``extended`` counts as one)."""
-        names = {_FIELD_BY_RESOURCE[key] for key in self.fixed}
-        return names | ({EXTENDED_FIELD} if self.extended else set())
-
-    def keys(self) -> dict[str, str]:
-        """As quota keys: ``extended`` first, the fixed fields winning over it."""
-        return {**self.extended, **self.fixed}
-
-    def hard(self) -> ResourceList:
-        """As quantities; ValueError naming a value that is not one."""
-        return resources.parse_resource_list(self.keys())
-
-    def as_fields(self) -> dict[str, Any]:
-        """Rancher's JSON object for it (fixed fields in Go order, then ``extended``)."""
-        fields: dict[str, Any] = {
-            json_field: self.fixed[key] for json_field, key in LIMIT_FIELDS if key in self.fixed
-        }
-        if self.extended:
-            fields[EXTENDED_FIELD] = dict(sorted(self.extended.items()))
-        return fields
-
-
-def _object(value: Any) -> Mapping[str, Any]:
-    """`value` if it is a JSON object, else an empty one."""
-    return value if isinstance(value, Mapping) else {}
-
 
 def namespace_limit(annotation: str | None, *, extended: bool = True) -> RancherLimit | None:
     """The limit a namespace's ``field.cattle.io/resourceQuota`` requests; None without one.
@@ -133,7 +76,7 @@ def namespace_limit(annotation: str | None, *, extended: bool = True) -> Rancher
     if not annotation or annotation == "null":
         return None
     details = parse_namespace_resource_quota_details(annotation)
-    return RancherLimit(dict(details.raw_limit), dict(details.extended) if extended else {})
+    return RancherLimit(dict(details.fixed), dict(details.extended) if extended else {})
 
 
 def complete_quota(requested: RancherLimit, default: RancherLimit) -> RancherLimit:
@@ -199,15 +142,15 @@ class ProjectQuota:
         """Never raises: a field that is not an object where one belongs reads as absent (a
         quota field so as no quota), since a raise here failed the project's reconciles, its
         preflight and explain with an AttributeError that named nothing."""
-        meta = _object(project.get("metadata"))
-        spec = _object(project.get("spec"))
+        meta = json_object(project.get("metadata"))
+        spec = json_object(project.get("spec"))
         quota = spec.get("resourceQuota")
         default = spec.get("namespaceDefaultResourceQuota")
         return cls(
             id=f"{meta.get('namespace', '')}:{meta.get('name', '')}",
             limit=_limit_of(quota),
             namespace_default=_limit_of(default),
-            used_limit=RancherLimit.from_fields(_object(quota).get("usedLimit")),
+            used_limit=RancherLimit.from_fields(json_object(quota).get("usedLimit")),
         )
 
 

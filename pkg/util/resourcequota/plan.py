@@ -96,7 +96,6 @@ from .podindex import NamespacePods, namespace_pods
 from .raises import ANNOTATION_ROOMS_SINCE, floor_of, raise_records, rooms_since
 from .rooms import (
     MigrationRoom,
-    RoomInputs,
     RoomPlan,
     VmiUsage,
     decentralized_side,
@@ -121,7 +120,7 @@ class NamespaceSnapshot:
     launcher: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
     mode: Mode = "auto"
     usage: VmiUsage = LAUNCHER_PART.render
-    """How rooms are estimated from `vmis` (RoomInputs.usage)."""
+    """How rooms are estimated from `vmis` (rooms.plan_rooms `usage`)."""
     settled: Sequence[Object] = ()
     """Finished migrations set aside from planning (planviews.SettledMigrations): read only to
     tell whose target pods replace a launcher pod (raises.py), since they still exist."""
@@ -170,14 +169,12 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     pods = namespace_pods(snapshot.pods)
     scope = quota_scope(snapshot.quota)
     room_plan = plan_rooms(
-        RoomInputs(
-            migrations=snapshot.migrations,
-            vmis=snapshot.vmis,
-            pods=pods,
-            now=snapshot.now,
-            launcher=snapshot.launcher,
-            usage=snapshot.usage,
-        )
+        snapshot.migrations,
+        snapshot.vmis,
+        pods,
+        snapshot.now,
+        launcher=snapshot.launcher,
+        usage=snapshot.usage,
     ).within(scope)
     warnings += [
         f"cannot size the room of migration {m}: {why}"

@@ -87,13 +87,12 @@ from ...generic.meta import annotations_of, metadata
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..migrationpriority import priority_name, scarce_room_order
 from ..quantity import Quantity
-from ..rancher.annotation import NamespaceResourceQuota, parse_namespace_resource_quota_details
+from ..rancher.annotation import RancherLimit, parse_namespace_resource_quota_details
 from ..rancher.project import (
     PROJECT_ID_ANNOTATION,
     Fit,
     NoRoom,
     ProjectQuota,
-    RancherLimit,
     complete_quota,
     fit,
     fit_verdict,
@@ -115,14 +114,14 @@ def raised_annotation(base_text: str, hard: Mapping[str, str]) -> str:
     """The base annotation with the plan's values on the keys the base limits (the same text
     as the base when the values are the base's)."""
     details = parse_namespace_resource_quota_details(base_text)
-    fixed = dict(details.raw_limit)
-    for key, current in details.limit.items():
+    fixed = dict(details.fixed)
+    for key, current in details.limit().items():
         wanted = hard.get(key)
         if wanted is not None and Quantity.parse(wanted) != current:
             fixed[key] = wanted
-    if fixed == details.raw_limit:
+    if fixed == details.fixed:
         return base_text
-    return NamespaceResourceQuota(raw_limit=fixed, extended=details.extended).canonical_text()
+    return RancherLimit(fixed, details.extended).canonical_text()
 
 
 def annotation_patch(namespace: Mapping[str, Any], plan: QuotaPlan) -> dict[str, Any] | None:

@@ -48,6 +48,7 @@ import datetime
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from ...apis.kubevirt import (
@@ -250,40 +251,37 @@ VmiUsage = PartRender
 the migration target pod rendered for a VMI."""
 
 
-@dataclass
-class RoomInputs:
-    """Everything about one namespace that decides its rooms."""
-
-    migrations: Sequence[Object]
-    vmis: Mapping[str, VmiSource]
-    """VMIs of the namespace by name, as views or full objects (only those migrations name are
-    looked up, each adapted once: launcher.as_view)."""
-    pods: Iterable[Object] | NamespacePods
-    """Every pod of the namespace (the quota charges all of them), as objects or as the views a
-    PodIndex keeps."""
-    now: datetime.datetime
-    launcher: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
-    """The settings in force for this namespace (room estimates before a target pod exists)."""
-    keys: Iterable[str] | None = None
-    """The quota keys rooms are reported on (None: every key the pod uses)."""
-    usage: VmiUsage = LAUNCHER_PART.render
-    """How a VMI's target launcher pod is estimated before it exists (planviews.RenderedUsages
-    for the narrow VMIs a controller keeps); the other parts render as their PartKind says
-    (they read only what narrow VMIs keep)."""
-
-
-def plan_rooms(inputs: RoomInputs) -> RoomPlan:
+def plan_rooms(
+    migrations: Sequence[Object],
+    vmis: Mapping[str, VmiSource],
+    pods: Iterable[Object] | NamespacePods,
+    now: datetime.datetime,
+    *,
+    launcher: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS,
+    usage: VmiUsage = LAUNCHER_PART.render,
+) -> RoomPlan:
     """Every migration of the namespace that holds room, with its room, at most one migration
     under way per VMI (`_one_under_way_per_vmi`). Costs the migrations and their pods, not the
     namespace's other pods (given NamespacePods). With `plan_quota`, Harvester's
-    `scaleResourceQuotaWithVMI`, for every migration at once."""
-    pods = namespace_pods(inputs.pods)
+    `scaleResourceQuotaWithVMI`, for every migration at once.
+
+    `vmis`: the namespace's VMIs by name, as views or full objects (only those migrations name
+    are looked up, each adapted once: launcher.as_view). `pods`: every pod of the namespace (the
+    quota charges all of them), as objects or as the views a PodIndex keeps. `launcher`: the
+    settings in force for this namespace (room estimates before a target pod exists). `usage`:
+    how a VMI's target launcher pod is estimated before it exists (planviews.RenderedUsages for
+    the narrow VMIs a controller keeps); the other parts render as their PartKind says (they
+    read only what narrow VMIs keep)."""
+    indexed = namespace_pods(pods)
+    estimate = partial(_estimate, usage=usage, launcher=launcher)
     rooms: list[MigrationRoom] = []
     errors: dict[str, str] = {}
     views: dict[str, VmiView] = {}
-    for migration in inputs.migrations:
+    for migration in migrations:
         try:
-            room = _room_of(migration, inputs, pods, views)
+            room = _room_of(
+                migration, vmis=vmis, now=now, estimate=estimate, pods=indexed, views=views
+            )
         except ValueError as error:
             errors[str(metadata(migration).get("name"))] = str(error)
             continue
@@ -343,8 +341,18 @@ def decentralized_side(migration: Mapping[str, Any]) -> str | None:
     return "source" if send else "target"
 
 
+_Estimate = Callable[[PartKind, VmiView], ResourceList]
+"""`_estimate` with the plan's launcher usage and settings."""
+
+
 def _room_of(
-    migration: Object, inputs: RoomInputs, pods: NamespacePods, views: dict[str, VmiView]
+    migration: Object,
+    *,
+    vmis: Mapping[str, VmiSource],
+    now: datetime.datetime,
+    estimate: _Estimate,
+    pods: NamespacePods,
+    views: dict[str, VmiView],
 ) -> MigrationRoom | None:
     """The room `migration` holds, or None; `views` keeps each VMI's view once adapted (one
     plan: twenty migrations of one VMI adapt it once)."""
@@ -354,14 +362,12 @@ def _room_of(
     phase = str(status(migration).get("phase") or "")
     candidates = pods.labelled_targets(str(meta.get("uid", "")))
     labelled = _likeliest_target(candidates, migration)
-    if phase in (PHASE_SUCCEEDED, PHASE_FAILED) and not _may_hold_room(
-        phase, labelled, pods, inputs.now
-    ):
+    if phase in (PHASE_SUCCEEDED, PHASE_FAILED) and not _may_hold_room(phase, labelled, pods, now):
         # Most of the finished migrations a namespace keeps are decided here, without reading
         # their VMI (`_finished_reason` decides the rest).
         return None
     vmi_name = str((migration.get("spec") or {}).get("vmiName", ""))
-    found = inputs.vmis.get(vmi_name)
+    found = vmis.get(vmi_name)
     if found is None:
         # Nothing can be migrated, nothing will be admitted: the migration holds no room.
         return None
@@ -371,10 +377,10 @@ def _room_of(
     if _of_an_earlier_instance(migration, vmi):
         return None
     target = next((pod for pod in candidates if is_target_of(pod, migration, vmi)), None)
-    reason = _holding_reason(migration, vmi, target, inputs.now, pods)
+    reason = _holding_reason(migration, vmi, target, now, pods)
     if reason is None:
         return None
-    return _room(migration, vmi, target, reason, inputs=inputs, pods=pods)
+    return _room(migration, vmi, target, reason, now=now, estimate=estimate, pods=pods)
 
 
 def _likeliest_target(candidates: list[PodView], migration: Object) -> PodView | None:
@@ -483,14 +489,16 @@ def _can_migrate(
     )
 
 
-def _estimate(kind: PartKind, vmi: VmiView, inputs: RoomInputs) -> ResourceList:
+def _estimate(
+    kind: PartKind, vmi: VmiView, *, usage: VmiUsage, launcher: LauncherSettings
+) -> ResourceList:
     """The rendered pod of `kind` for `vmi` ({}: the VMI gets none; the launcher through
-    `inputs.usage`, which may keep renders). Any failure of the estimate is a ValueError (an
+    `usage`, which may keep renders). Any failure of the estimate is a ValueError (an
     estimate error: that migration gets no room and a Warning, the rest is planned), whatever
     raised it: the VMI's spec and annotations are the tenant's to write, and a plan that fails
     on them leaves every migration of the namespace without room and the webhook answering 500."""
     try:
-        return (inputs.usage if kind.primary else kind.render)(vmi, inputs.launcher)
+        return (usage if kind.primary else kind.render)(vmi, launcher)
     except ValueError:
         raise
     except Exception as error:
@@ -512,7 +520,8 @@ def _room(
     target: PodView | None,
     reason: str,
     *,
-    inputs: RoomInputs,
+    now: datetime.datetime,
+    estimate: _Estimate,
     pods: NamespacePods,
 ) -> MigrationRoom:
     """The room: one part per kind of pod the target side charges (launcher/parts.py), each
@@ -520,11 +529,11 @@ def _room(
     KubeVirt would render for the VMI now (a finished migration's missing parts hold nothing).
     Harvester's `CalculateScaleResourceQuotaWithVMI` sizes it from the VMI's limits and the
     compute container's overhead instead, on limits.cpu and limits.memory only."""
-    real = target if target is not None and _still_counts(target, inputs.now) else None
+    real = target if target is not None and _still_counts(target, now) else None
     under_way = str(status(migration).get("phase") or "") not in (PHASE_SUCCEEDED, PHASE_FAILED)
     parts: list[_RoomPart] = []
     for kind in target_part_kinds():
-        part = _part(kind, migration, vmi, real, under_way, inputs=inputs, pods=pods)
+        part = _part(kind, migration, vmi, real, under_way, now=now, estimate=estimate, pods=pods)
         if part is not None:
             parts.append(part)
     return MigrationRoom(
@@ -550,7 +559,8 @@ def _part(
     target: PodView | None,
     under_way: bool,
     *,
-    inputs: RoomInputs,
+    now: datetime.datetime,
+    estimate: _Estimate,
     pods: NamespacePods,
 ) -> _RoomPart | None:
     """The part of `kind` given the real target launcher pod (None: not made, or gone): its
@@ -558,19 +568,17 @@ def _part(
     if kind.primary:
         real = [target] if target is not None else []
     elif target is not None:
-        real = pods_beside(migration, target, pods, inputs.now, kind.label)
+        real = pods_beside(migration, target, pods, now, kind.label)
     else:
         real = []
     if real:
-        room = resources.total(pod.usage_at(inputs.now) for pod in real)
+        room = resources.total(pod.usage_at(now) for pod in real)
         facts = real[0].scope
     elif kind.primary or under_way:
-        room = _estimate(kind, vmi, inputs)
+        room = estimate(kind, vmi)
         facts = kind.facts(vmi, room)
     else:
         return None
-    if inputs.keys is not None:
-        room = resources.mask(room, inputs.keys)
     if not (kind.primary or real or room):
         return None
     return _RoomPart(kind.name, tuple(pod.name for pod in real), room, facts)

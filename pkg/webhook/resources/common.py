@@ -38,7 +38,7 @@ from ...util.rancher.annotation import LIMIT_FIELDS
 from ...util.resourcequota.base import BaseError, Mode, rancher_base, shortfalls, standalone_base
 from ...util.resourcequota.podindex import NamespacePods
 from ...util.resourcequota.raises import raise_records
-from ...util.resourcequota.rooms import RoomInputs, RoomPlan, plan_rooms
+from ...util.resourcequota.rooms import RoomPlan, plan_rooms
 from ...util.resources import ResourceList, parse_resource_list_leniently
 from ..admission import Denied
 
@@ -145,14 +145,12 @@ def view_of(lookups: Lookups, namespace: str, quota: Object) -> NamespaceView:
     """The namespace as the validators read it: rooms are those of migrations whose target pod
     the quota's scopes charge (as the controller's plan holds them)."""
     rooms = plan_rooms(
-        RoomInputs(
-            migrations=lookups.migrations(namespace),
-            vmis=lookups.vmis(namespace),
-            pods=lookups.launcher_pods(namespace),
-            now=lookups.now(),
-            launcher=launcher_settings(lookups, namespace, quota),
-            usage=lookups.launcher_usage,
-        )
+        lookups.migrations(namespace),
+        lookups.vmis(namespace),
+        lookups.launcher_pods(namespace),
+        lookups.now(),
+        launcher=launcher_settings(lookups, namespace, quota),
+        usage=lookups.launcher_usage,
     ).within(quota_scope(quota))
     recorded = parse_migration_annotations(annotations_of(quota))
     return NamespaceView(

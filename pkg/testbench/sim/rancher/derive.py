@@ -32,13 +32,12 @@ from typing import Any, Final
 from ....util import resources
 from ....util.quantity import Quantity
 from ....util.rancher import project as rancherproject
-from ....util.rancher.annotation import NamespaceResourceQuota
+from ....util.rancher.annotation import RancherLimit
 from ....util.rancher.project import (
     CONDITION_VALIDATED,
     PROJECT_ID_ANNOTATION,
     QUOTA_PROJECT_ID_ANNOTATION,
     STATUS_ANNOTATION,
-    RancherLimit,
     complete_quota,
     format_resource_list,
 )
@@ -235,7 +234,7 @@ def spec_hard(hard: Mapping[str, Quantity]) -> dict[str, str]:
 
 def annotation_text(limit: RancherLimit) -> str:
     """The annotation Rancher writes back: `{"limit":{...}}` in Go field order, `extended` last."""
-    return NamespaceResourceQuota(raw_limit=limit.fixed, extended=limit.extended).canonical_text()
+    return RancherLimit(limit.fixed, limit.extended).canonical_text()
 
 
 def is_quota_fit(

@@ -18,7 +18,8 @@ from typing import Any, Final
 from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.resource import CRDS, NAMESPACES, Object
-from ....util.rancher.project import PROJECTS, RancherLimit
+from ....util.rancher.annotation import RancherLimit
+from ....util.rancher.project import PROJECTS
 from .derive import Project
 
 CRD_NAME: Final = f"{PROJECTS.plural}.{PROJECTS.group}"
