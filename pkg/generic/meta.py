@@ -21,33 +21,35 @@ def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a JSON object (a mapping), else an empty mapping: any field of an
+    object read without trusting its type."""
     return value if _is_mapping(value) else _EMPTY
 
 
 def metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """``metadata``, or an empty mapping."""
-    return _mapping(obj.get("metadata")) if _is_mapping(obj) else _EMPTY
+    return as_mapping(obj.get("metadata")) if _is_mapping(obj) else _EMPTY
 
 
 def labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     """``metadata.labels``, or an empty mapping."""
-    return _mapping(metadata(obj).get("labels"))
+    return as_mapping(metadata(obj).get("labels"))
 
 
 def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     """``metadata.annotations``, or an empty mapping."""
-    return _mapping(metadata(obj).get("annotations"))
+    return as_mapping(metadata(obj).get("annotations"))
 
 
 def spec(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """``spec``, or an empty mapping."""
-    return _mapping(obj.get("spec")) if _is_mapping(obj) else _EMPTY
+    return as_mapping(obj.get("spec")) if _is_mapping(obj) else _EMPTY
 
 
 def status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """``status``, or an empty mapping."""
-    return _mapping(obj.get("status")) if _is_mapping(obj) else _EMPTY
+    return as_mapping(obj.get("status")) if _is_mapping(obj) else _EMPTY
 
 
 def name(obj: Mapping[str, Any] | None) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
+from ...generic.meta import as_mapping
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..quantity import Quantity
 from ..resources import ResourceList, go_json_dumps, parse_resource_list
@@ -36,7 +37,6 @@ __all__ = [
     "LIMIT_FIELDS",
     "RancherLimit",
     "format_namespace_resource_quota",
-    "json_object",
     "parse_namespace_resource_quota",
     "parse_namespace_resource_quota_details",
 ]
@@ -105,13 +105,13 @@ class RancherLimit:
         """From Rancher's JSON object (``limitsCpu``, ``extended``...); unknown fields ignored,
         and so is what is not an object where one belongs (nothing of it can be read). A value
         that is not a quantity is kept as written: `hard` names it."""
-        fields = json_object(fields)
+        fields = as_mapping(fields)
         fixed = {
             _RESOURCE_BY_FIELD[name]: str(value)
             for name, value in fields.items()
             if name in _RESOURCE_BY_FIELD and value not in (None, "")
         }
-        extended = {str(k): str(v) for k, v in json_object(fields.get(EXTENDED_FIELD)).items()}
+        extended = {str(k): str(v) for k, v in as_mapping(fields.get(EXTENDED_FIELD)).items()}
         return cls(fixed, extended)
 
     def field_names(self) -> set[str]:
@@ -160,11 +160,6 @@ class RancherLimit:
     def canonical_text(self) -> str:
         """The annotation as Rancher rewrites it: compact, Go field order, the values' own text."""
         return _format_annotation(self.fixed, self.extended)
-
-
-def json_object(value: Any) -> Mapping[str, Any]:
-    """`value` if it is a JSON object, else an empty one."""
-    return value if isinstance(value, Mapping) else {}
 
 
 class _JsonObject(list[tuple[str, object]]):

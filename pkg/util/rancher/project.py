@@ -49,17 +49,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ...generic.meta import annotations_of
+from ...generic.meta import annotations_of, as_mapping, metadata, spec
 from ...generic.resource import Object, Resource
 from .. import resources
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from ..quantity import Quantity
 from ..resources import ResourceList
-from .annotation import (
-    RancherLimit,
-    json_object,
-    parse_namespace_resource_quota_details,
-)
+from .annotation import RancherLimit, parse_namespace_resource_quota_details
 
 PROJECTS: Final = Resource("management.cattle.io", "v3", "projects", "Project")
 PROJECT_ID_ANNOTATION: Final = "field.cattle.io/projectId"
@@ -142,15 +138,14 @@ class ProjectQuota:
         """Never raises: a field that is not an object where one belongs reads as absent (a
         quota field so as no quota), since a raise here failed the project's reconciles, its
         preflight and explain with an AttributeError that named nothing."""
-        meta = json_object(project.get("metadata"))
-        spec = json_object(project.get("spec"))
-        quota = spec.get("resourceQuota")
-        default = spec.get("namespaceDefaultResourceQuota")
+        meta, fields = metadata(project), spec(project)
+        quota = fields.get("resourceQuota")
+        default = fields.get("namespaceDefaultResourceQuota")
         return cls(
             id=f"{meta.get('namespace', '')}:{meta.get('name', '')}",
             limit=_limit_of(quota),
             namespace_default=_limit_of(default),
-            used_limit=RancherLimit.from_fields(json_object(quota).get("usedLimit")),
+            used_limit=RancherLimit.from_fields(as_mapping(quota).get("usedLimit")),
         )
 
 
