@@ -1,10 +1,10 @@
 """``python -m bench.watchevent``: what one watch event costs the controller, socket to handlers.
 
-Recorded-style MODIFIED lines of a launcher pod, a VMI and a migration (rendered as the scale
-run's simulated KubeVirt renders them, with the status KubeVirt and kwok write and the
-managedFields the API server adds, each event a new resourceVersion and one of a few states, as
-KubeVirt's status writes alternate) are fed, one chunk a line, through what a watch response
-goes through in the controller: `watchstream.split_lines`, `decode_watch_line`, the reflector's
+MODIFIED lines of a launcher pod and a VMI recorded from a scale run's cluster (`OBJECTS`) and
+of a migration rendered as the test bench's KubeVirt renders it (with managedFields in the API
+server's shape), each event a new resourceVersion and one of a few states, as KubeVirt's status
+writes alternate, are fed, one chunk a line, through what a watch response goes through in the
+controller: `watchstream.split_lines`, `decode_watch_line`, the reflector's
 `_consume` (a turn of the loop after each event), the informer's intake (transform, the store's
 key, codec, indexes and views with their listeners) and the handlers every controller of
 `ControllerApp` registered (default Options: CPU accounting off, as in the chart), drained
@@ -42,25 +42,17 @@ from typing import Any, cast
 
 import orjson
 from harvester_quota.app import ControllerApp
-from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.informer import SharedInformer
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.watchstream import WatchEvent, decode_watch_line, split_lines
 from harvester_quota.testbench.sim.kubevirt.objects import (
-    VMSpec,
-    parse_version,
-    render_launcher_pod,
     render_migration,
-    render_vm,
-    render_vmi,
-    vm_resources,
 )
 from prometheus_client import CollectorRegistry
 
 NAMESPACE = "tenant"
-VERSION = "1.6"
 KINDS = (
     "pods",
     "virtualmachineinstances.kubevirt.io",
@@ -94,109 +86,15 @@ def managed_fields(obj: Object, managers: tuple[str, ...]) -> list[Object]:
     ]
 
 
-def _condition(kind: str, status: str = "True") -> Object:
-    return {
-        "type": kind,
-        "status": status,
-        "lastProbeTime": None,
-        "lastTransitionTime": STAMP,
-    }
+OBJECTS = Path(__file__).with_name("watchevent-objects.json")
+"""A launcher pod and its VMI as a scale run's cluster served them (KubeVirt v1.8.4's
+virt-controller, kwok's pod status, the API server's managedFields), recorded with kubectl."""
 
 
-def launcher_pod(vmi: Object) -> Object:
-    settings = settings_from(None, None, configured_version=VERSION)
-    pod = render_launcher_pod(vmi, node="node-7", settings=settings)
-    pod["metadata"].update(
-        name="virt-launcher-vm-00000-abcde",
-        uid="pod-00000000-0000-0000-0000-000000000000",
-        creationTimestamp=STAMP,
-    )
-    containers = pod["spec"]["containers"]
-    pod["status"] = {
-        "phase": "Running",
-        "conditions": [
-            _condition(c) for c in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
-        ],
-        "hostIP": "10.0.0.7",
-        "podIP": "10.52.3.17",
-        "podIPs": [{"ip": "10.52.3.17"}],
-        "startTime": STAMP,
-        "qosClass": "Burstable",
-        "containerStatuses": [
-            {
-                "name": c["name"],
-                "image": c["image"],
-                "imageID": f"docker-pullable://{c['image']}@sha256:{'0' * 64}",
-                "containerID": f"containerd://{'1' * 64}",
-                "ready": True,
-                "restartCount": 0,
-                "started": True,
-                "state": {"running": {"startedAt": STAMP}},
-                "lastState": {},
-            }
-            for c in containers
-        ],
-    }
-    pod["metadata"]["managedFields"] = managed_fields(pod, ("virt-controller", "kwok-status"))
-    return pod
-
-
-def vmi_with_status() -> Object:
-    version = parse_version(VERSION)
-    spec = VMSpec("vm-00000", cores=2, memory="4Gi")
-    vmi = render_vmi(render_vm(spec, NAMESPACE, vm_resources(spec, version, "1.5"), running=True))
-    vmi["metadata"].update(
-        uid="vmi-00000000-0000-0000-0000-000000000000",
-        creationTimestamp=STAMP,
-        finalizers=[
-            "kubevirt.io/virtualMachineControllerFinalize",
-            "foregroundDeleteVirtualMachine",
-        ],
-    )
-    phases = ("Pending", "Scheduling", "Scheduled", "Running")
-    vmi["status"] = {
-        "phase": "Running",
-        "nodeName": "node-7",
-        "qosClass": "Burstable",
-        "launcherContainerImageVersion": f"registry/virt-launcher:v{VERSION}.0",
-        "conditions": [_condition(c) for c in ("Ready", "LiveMigratable", "AgentConnected")],
-        "phaseTransitionTimestamps": [
-            {"phase": p, "phaseTransitionTimestamp": STAMP} for p in phases
-        ],
-        "interfaces": [
-            {
-                "name": "default",
-                "ipAddress": "10.52.3.17",
-                "ipAddresses": ["10.52.3.17"],
-                "mac": "52:54:00:12:34:56",
-                "interfaceName": "eth0",
-                "infoSource": "domain, guest-agent",
-                "queueCount": 1,
-            }
-        ],
-        "guestOSInfo": {
-            "id": "ubuntu",
-            "name": "Ubuntu",
-            "version": "22.04",
-            "kernelRelease": "5.15",
-        },
-        "machine": {"type": "q35"},
-        "currentCPUTopology": {"cores": 2, "sockets": 1, "threads": 1},
-        "memory": {"guestAtBoot": "4Gi", "guestCurrent": "4Gi", "guestRequested": "4Gi"},
-        "activePods": {"pod-00000000-0000-0000-0000-000000000000": "node-7"},
-        "volumeStatus": [
-            {
-                "name": "disk-0",
-                "target": "vda",
-                "persistentVolumeClaimInfo": {"capacity": {"storage": "10Gi"}},
-            }
-        ],
-        "migrationMethod": "BlockMigration",
-        "migrationTransport": "Unix",
-        "selinuxContext": "none",
-    }
-    vmi["metadata"]["managedFields"] = managed_fields(vmi, ("virt-controller", "virt-handler"))
-    return vmi
+def recorded(name: str) -> Object:
+    """`pod` or `vmi` of OBJECTS, a fresh copy."""
+    result: Object = orjson.loads(OBJECTS.read_bytes())[name]
+    return result
 
 
 def migration() -> Object:
@@ -221,13 +119,15 @@ MIGRATION_PHASES = (
 
 def states(kind: str) -> list[Object]:
     """A few states of one object of `kind`, each as KubeVirt's or kwok's status writes leave it."""
-    vmi = vmi_with_status()
     if kind == "pods":
-        pod = launcher_pod(vmi)
-        ready = json.loads(json.dumps(pod))
-        ready["status"]["conditions"][1]["status"] = "False"
+        pod = recorded("pod")
+        ready = recorded("pod")
+        for condition in ready["status"]["conditions"]:
+            if condition["type"] == "Ready":
+                condition["status"] = "False"
         return [pod, ready]
     if kind == "virtualmachineinstances.kubevirt.io":
+        vmi = recorded("vmi")
         result = []
         for step, phase in enumerate(("Scheduling", "PreparingTarget", "Running", "Succeeded")):
             state = json.loads(json.dumps(vmi))
