@@ -446,25 +446,30 @@ def pod_usage_inputs(pod: Mapping[str, Any]) -> bytes | None:
     other conditions). None for a pod whose parts are not of the types those reads take (the
     charge then raises, or is made of what can be read: compute it)."""
     spec, state = pod.get("spec"), pod.get("status")
-    if not all(
-        part is None or isinstance(part, Mapping) for part in (pod.get("metadata"), spec, state)
+    if not (
+        _object_or_none(pod.get("metadata")) and _object_or_none(spec) and _object_or_none(state)
     ):
         return None
     spec, state = spec or {}, state or {}
     conditions = state.get("conditions")
-    if not (conditions is None or isinstance(conditions, list)):
+    if not (conditions is None or type(conditions) is list):
         return None
     read = [
         state.get("phase"),
         [spec.get(key) for key in ("containers", "initContainers", "resources", "overhead")],
         [state.get(key) for key in ("containerStatuses", "initContainerStatuses")],
-        [c for c in conditions or () if not isinstance(c, Mapping) or c.get("type") == _RESIZE],
+        [c for c in conditions or () if type(c) is not dict or c.get("type") == _RESIZE],
     ]
     try:
         encoded = orjson.dumps(read)
     except TypeError:  # orjson.JSONEncodeError: a value decoded JSON cannot hold
         return None
     return hashlib.blake2b(encoded, digest_size=16).digest()
+
+
+def _object_or_none(value: Any) -> bool:
+    """A JSON object or absent (the dicts decoded objects are made of checked first: cheaper)."""
+    return value is None or type(value) is dict or isinstance(value, Mapping)
 
 
 _SPEC_QUANTITIES: Final = (("resources", "requests"), ("resources", "limits"), ("overhead",))
