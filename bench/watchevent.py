@@ -50,6 +50,7 @@ from harvester_quota.generic.watchstream import WatchEvent, decode_watch_line, s
 from harvester_quota.testbench.sim.kubevirt.objects import (
     render_migration,
 )
+from harvester_quota.testbench.sim.kubevirt.phases import Phase
 from prometheus_client import CollectorRegistry
 
 NAMESPACE = "tenant"
@@ -107,14 +108,8 @@ def migration() -> Object:
     return vmim
 
 
-MIGRATION_PHASES = (
-    "Pending",
-    "Scheduling",
-    "Scheduled",
-    "PreparingTarget",
-    "TargetReady",
-    "Running",
-)
+MIGRATION_PHASES = [str(p) for p in Phase if p not in (Phase.UNSET, Phase.FAILED)]
+"""KubeVirt's steps of a migration that succeeds, Pending to Succeeded."""
 
 
 def states(kind: str) -> list[Object]:
