@@ -168,11 +168,11 @@ async def explain(
         # The controller's option is not known here: an adopted quota is explained as kept so.
         adopt_harvester=parse_migration_annotations(annotations_of(quota)).adopted,
     )
-    planned = NamespacePlanner(source).plan(ns)
-    if planned is None:  # the planner found no managed quota where the list had one
+    plan = NamespacePlanner(source).plan(ns)
+    if plan is None:  # the planner found no managed quota where the list had one
         warnings = ["the planner found no managed ResourceQuota", *lock_warnings]
         return Explanation(namespace, None, managed=False, mtq_locks=locks, warnings=warnings)
-    plan, snapshot = planned.plan, planned.snapshot
+    snapshot = plan.snapshot
     events = await list_if_served(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)
     _add_growth(result, plan, snapshot)

@@ -653,8 +653,7 @@ def _member_plan(
         mode=cluster.plan.mode,
     )
     mtq = _mtq_mode(cluster.vmmrqs.get(ns_name, []))
-    planned = NamespacePlanner(source, defer_to=lambda _key: mtq).plan(ns)
-    return None if planned is None else planned.plan
+    return NamespacePlanner(source, defer_to=lambda _key: mtq).plan(ns)
 
 
 def _mtq_mode(vmmrqs: Sequence[Object]) -> bool:

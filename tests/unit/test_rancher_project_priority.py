@@ -779,7 +779,7 @@ async def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_on
         made = plan_quota(project.snapshot(name)[0])
         if name == "direct":
             made = dataclasses.replace(made, base=dataclasses.replace(made.base, source="quota"))
-        return SimpleNamespace(namespace=namespace, plan=made)
+        return made
 
     project.path.protected.update({"sibling", "direct", "broken"})
     planner: Any = SimpleNamespace(defer_to=lambda name: name == "mtq", plan=plan)

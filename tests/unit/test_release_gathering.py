@@ -140,10 +140,11 @@ async def test_the_reconcile_holds_a_gathering_release_back_then_writes_it() -> 
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
         return SimpleNamespace(
-            namespace=ns,
-            quota={},
-            snapshot=None,
-            plan=SimpleNamespace(holds_room=True, requeue_after=None, hard={}, gathers=gathers[0]),
+            snapshot=SimpleNamespace(namespace=ns, quota={}),
+            holds_room=True,
+            requeue_after=None,
+            hard={},
+            gathers=gathers[0],
             labels_room=False,
             labelled_for_good=False,
             label_writes_wait=True,

@@ -310,12 +310,12 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
         return SimpleNamespace(
-            namespace=ns,
-            quota={},
-            snapshot=None,
-            plan=SimpleNamespace(
-                name=next(plans), holds_room=True, requeue_after=None, hard={}, gathers=False
-            ),
+            snapshot=SimpleNamespace(namespace=ns, quota={}),
+            name=next(plans),
+            holds_room=True,
+            requeue_after=None,
+            hard={},
+            gathers=False,
             labels_room=True,
             labelled_for_good=False,
             label_writes_wait=False,
@@ -422,12 +422,12 @@ def lingering_reconciler(
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
         held = holding[0]
         return SimpleNamespace(
-            namespace=ns,
-            quota=quota or {},
-            snapshot=SimpleNamespace(migrations=[], settled=[]),
-            plan=SimpleNamespace(
-                holds_room=held, requeue_after=None, hard=hard or {}, gathers=False, skipped=False
-            ),
+            snapshot=SimpleNamespace(namespace=ns, quota=quota or {}, migrations=[], settled=[]),
+            holds_room=held,
+            requeue_after=None,
+            hard=hard or {},
+            gathers=False,
+            skipped=False,
             labels_room=held,
             labelled_for_good=False,
             label_writes_wait=False,
@@ -558,11 +558,11 @@ def test_the_label_policy_keeps_rancher_direct_labels_and_removes_none_under_a_r
         raise_stands=raise_stands,
         fail_closed=fail_closed,
     )
-    assert (policy.labels_room, policy.for_good, policy.waits) == expected
+    assert policy == expected
     elsewhere = label_policy(
         managed=True, holds_room=True, may_label=True, raise_stands=True, fail_closed=True
     )
-    assert (elsewhere.labels_room, elsewhere.for_good, elsewhere.waits) == (True, False, False)
+    assert elsewhere == (True, False, False)
 
 
 def rancher_direct_reconciler(
@@ -576,7 +576,7 @@ def rancher_direct_reconciler(
     instance = bare_reconciler(clock, client, linger)
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
-        label = label_policy(
+        labels_room, for_good, waits = label_policy(
             managed=True,
             holds_room=state["room"],
             may_label=False,
@@ -584,15 +584,14 @@ def rancher_direct_reconciler(
             fail_closed=fail_closed,
         )
         return SimpleNamespace(
-            namespace=ns,
-            quota={},
-            snapshot=None,
-            plan=SimpleNamespace(
-                holds_room=state["room"], requeue_after=None, hard={}, gathers=False
-            ),
-            labels_room=label.labels_room,
-            labelled_for_good=label.for_good,
-            label_writes_wait=label.waits,
+            snapshot=SimpleNamespace(namespace=ns, quota={}),
+            holds_room=state["room"],
+            requeue_after=None,
+            hard={},
+            gathers=False,
+            labels_room=labels_room,
+            labelled_for_good=for_good,
+            label_writes_wait=waits,
         )
 
     async def write(*_: Any) -> None:
@@ -655,7 +654,7 @@ def test_the_plan_of_a_rancher_direct_namespace_keeps_the_label_and_knows_a_stan
     namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
     raised = managed_quota("ns", {"limits.cpu": "5"}, {"harvesterhci.io/migrating-vm1": "{}"})
     planned = real_planner(raised).plan(namespace)
-    assert planned is not None and planned.plan.managed
+    assert planned is not None and planned.managed
     assert (planned.labels_room, planned.labelled_for_good, planned.label_writes_wait) == (
         False,
         True,
@@ -700,9 +699,9 @@ def test_a_handed_over_namespace_labelled_for_good_gets_no_raise() -> None:
 
     planned = planner(True).plan(namespace)
     assert planned is not None and planned.labelled_for_good
-    assert planned.plan.hard == V170_HARD and not planned.plan.holds_room
+    assert planned.hard == V170_HARD and not planned.holds_room
     kept = planner(False).plan(namespace)
-    assert kept is not None and kept.plan.holds_room and kept.plan.hard != V170_HARD
+    assert kept is not None and kept.holds_room and kept.hard != V170_HARD
 
 
 async def test_a_refused_label_of_a_rancher_direct_namespace_is_tried_again_after_the_backoff() -> (

@@ -51,7 +51,6 @@ from .reports import RefusalTracker
 
 __all__ = [
     "ListedSource",
-    "NamespacePlan",
     "NamespacePlanner",
     "PlanInputs",
     "label_policy",
@@ -80,53 +79,24 @@ class _PlanSource(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class NamespacePlan:
-    """One plan of a namespace and what it was made from."""
-
-    namespace: Object
-    """The namespace as planned (our writes the source did not show yet applied)."""
-    quota: Object
-    snapshot: NamespaceSnapshot
-    plan: QuotaPlan
-    labels_room: bool
-    """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`_may_label`)."""
-    labelled_for_good: bool
-    """The namespace carries LABEL_ROOM_HELD whether or not room is held (`label_policy`)."""
-    label_writes_wait: bool
-    """No label write now: one would have Rancher's agent reset the raise standing here."""
-
-
-@dataclass(frozen=True)
-class _LabelPolicy:
-    """What one plan of a namespace does with its label (`label_policy`)."""
-
-    labels_room: bool
-    """Set it now: the plan holds room and a namespace write is safe."""
-    for_good: bool
-    """Keep it whether or not room is held: set whenever it is missing, never removed."""
-    waits: bool
-    """A namespace write now would have Rancher's agent reset a standing raise: a label this
-    policy does not keep for good is not removed now."""
-
-
 def label_policy(
     *, managed: bool, holds_room: bool, may_label: bool, raise_stands: bool, fail_closed: bool
-) -> _LabelPolicy:
-    """The label's policy for a plan. Where a namespace write is safe during a room
-    (`may_label`), the label is set for the room and lingers after it. Where it is not (a
-    Rancher quota raised directly), a label per room could never be written, which left those
-    rooms on the pods rule that fails open; with `fail_closed` the label is kept there for
-    good instead. It is written once, normally when the namespace is first planned, before any
-    raise; found missing while a raise stands (an upgrade from a version that did not keep it,
-    the write refused until then), it is written all the same: Rancher's agent may then reset
-    the raise once, which the next plan raises again, where leaving the room on the fail-open
-    rule would let pods in for as long as it lasts. A label not kept for good there is only
-    removed while no raise of ours `raise_stands`."""
-    return _LabelPolicy(
-        labels_room=managed and holds_room and may_label,
-        for_good=managed and not may_label and fail_closed,
-        waits=not may_label and (holds_room or raise_stands),
+) -> tuple[bool, bool, bool]:
+    """The label's policy for a plan: its QuotaPlan flags (`labels_room`, `labelled_for_good`,
+    `label_writes_wait`). Where a namespace write is safe during a room (`may_label`), the label
+    is set for the room and lingers after it. Where it is not (a Rancher quota raised
+    directly), a label per room could never be written, which left those rooms on the pods
+    rule that fails open; with `fail_closed` the label is kept there for good instead. It is
+    written once, normally when the namespace is first planned, before any raise; found
+    missing while a raise stands (an upgrade from a version that did not keep it, the write
+    refused until then), it is written all the same: Rancher's agent may then reset the raise
+    once, which the next plan raises again, where leaving the room on the fail-open rule would
+    let pods in for as long as it lasts. A label not kept for good there is only removed while
+    no raise of ours `raise_stands`."""
+    return (
+        managed and holds_room and may_label,
+        managed and not may_label and fail_closed,
+        not may_label and (holds_room or raise_stands),
     )
 
 
@@ -165,8 +135,9 @@ class NamespacePlanner:
         self.defer_to = defer_to
         self.fail_closed = fail_closed
 
-    def plan(self, namespace: Object) -> NamespacePlan | None:
-        """The namespace's plan now; None without a managed quota, or where another mode
+    def plan(self, namespace: Object) -> QuotaPlan | None:
+        """The namespace's plan now (what it was made from in its `snapshot`, the room-held
+        label's flags set by `label_policy`); None without a managed quota, or where another mode
         handles the namespace and no raise of ours stands there any more (`defer_to`)."""
         key = name(namespace)
         handing_over = self.defer_to(key)
@@ -180,7 +151,7 @@ class NamespacePlanner:
         quota, _quotas = self.source.quotas_of(key)
         return raise_records(quota, self.source.newest(namespace))
 
-    def _plan(self, key: str, namespace: Object, *, release: bool) -> NamespacePlan | None:
+    def _plan(self, key: str, namespace: Object, *, release: bool) -> QuotaPlan | None:
         """With `release`, the plan of the namespace with no migration (every room given
         back: a namespace handed over to MTQ mode)."""
         quota, quotas = self.source.quotas_of(key)
@@ -192,15 +163,15 @@ class NamespacePlanner:
             snapshot = dataclasses.replace(snapshot, migrations=[])
         plan = plan_quota(snapshot)
         may_label = self._may_label(namespace, plan)
-        label = label_policy(
+        labels_room, for_good, waits = label_policy(
             managed=plan.managed,
             holds_room=plan.holds_room,
             may_label=may_label,
             raise_stands=not may_label and raise_records(quota, namespace),
             fail_closed=self.fail_closed,
         )
-        return NamespacePlan(
-            namespace, quota, snapshot, plan, label.labels_room, label.for_good, label.waits
+        return dataclasses.replace(
+            plan, labels_room=labels_room, labelled_for_good=for_good, label_writes_wait=waits
         )
 
     def _may_label(self, namespace: Object, plan: QuotaPlan) -> bool:

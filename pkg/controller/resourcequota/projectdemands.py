@@ -360,7 +360,7 @@ class ProjectSiblingsView:
         """The sibling's rooms not given, [] where it asks nothing of the project."""
         if self.planner.defer_to(sibling) or not self.migrations(sibling):
             return []
-        planned = self.planner.plan(cached)
-        if planned is None or not asks_project(cached, planned.plan):
+        plan = self.planner.plan(cached)
+        if plan is None or not asks_project(cached, plan):
             return []
-        return self.ladders.steps(planned.namespace, planned.plan, project)
+        return self.ladders.steps(plan.snapshot.namespace, plan, project)
