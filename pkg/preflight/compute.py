@@ -617,7 +617,7 @@ def _plan_with(
     MTQ mode as the controller defers (projectorder.PlanWith). None, its launcher settings not
     rendered, where no raise of ours could go through Rancher's annotation (no managed quota,
     no Rancher annotation). A member whose plan fails (an object of its own that cannot be read)
-    is None with a warning: it claims nothing, as the controller's ProjectSiblingsView skips it,
+    is None with a warning: it claims nothing, as the controller's siblings_waiting skips it,
     and the rest of its project is still ordered."""
     ns_name = name(ns)
     quotas = cluster.quotas.get(ns_name, [])

@@ -34,7 +34,7 @@ from ...util.quantity import Quantity
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
 from .planner import NamespacePlanner, PlanInputs
-from .projectdemands import ProjectDemands, ProjectSiblingsView
+from .projectdemands import ProjectDemands, siblings_waiting
 from .rancher import (
     PROJECT_INDEX,
     ProjectReader,
@@ -329,7 +329,7 @@ def _project_room(
     management: Management, namespaces: Controller, planner: NamespacePlanner, inputs: PlanInputs
 ) -> ProjectRoom:
     """Rancher projects' room (rancher.py), its judge counting the siblings' rooms
-    `planner` plans (projectdemands.ProjectSiblingsView) over the namespaces of each project
+    `planner` plans (projectdemands.siblings_waiting) over the namespaces of each project
     (the namespace cache's project index, added here), our writes the cache does not show yet
     applied."""
     cache = inputs.namespaces.store
@@ -339,8 +339,12 @@ def _project_room(
     reader = ProjectReader(management.client, management.clock)
     demands = ProjectDemands(namespaces.enqueue_key)
     room = ProjectRoom(reader, management.recorder, members, demands)
-    room.siblings_waiting = ProjectSiblingsView(
-        planner, members, demands.ladders, inputs.migration_views.namespace
+    room.siblings_waiting = partial(
+        siblings_waiting,
+        planner=planner,
+        members=members,
+        ladders=demands.ladders,
+        migrations=inputs.migration_views.namespace,
     )
     return room
 
