@@ -2,7 +2,7 @@
 
 Reads the namespace as the controller would (its quotas, migrations, VMIs, pods, the KubeVirt
 CR and Harvester's ratio setting when present) straight from the API server, plans it with the
-controller's planner (`NamespacePlanner` over a `ListedSource`), and reports: the base and where it comes from, each migration holding
+controller's planner (`NamespacePlanner` over a `NamespaceSnapshot`), and reports: the base and where it comes from, each migration holding
 room (why, since when, how much, which pod), usage without migration targets, desired versus
 actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
 any write Rancher denied, for a namespace of a Rancher project whether Rancher validates it and
@@ -33,7 +33,7 @@ from .apis.kubevirt import (
 )
 from .config.kubevirt import settings_from
 from .config.management import COMPONENT
-from .controller.resourcequota.planner import ListedSource, NamespacePlanner
+from .controller.resourcequota.planner import NamespacePlanner
 from .controller.resourcequota.rancher import PROJECT_QUEUED_REASON, RANCHER_DENIAL_REASON
 from .generic import errors
 from .generic.client import ApiClient
@@ -156,8 +156,9 @@ async def explain(
     listed = await _screened_lists(client, namespace, quota_features)
     paused, lease_warnings = await controller_paused(client, controller_namespace, lease_name)
     migrations = listed.migrations
-    source = ListedSource(
-        quota_list=quotas,
+    source = NamespaceSnapshot(
+        namespace=ns,
+        quota=quota,
         migrations=migrations,
         vmis={name(v): v for v in listed.vmis},
         pods=listed.pods,

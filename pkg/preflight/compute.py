@@ -46,7 +46,7 @@ from typing import Any, Final
 from ..apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LAUNCHER
 from ..apis.mtq import Vmmrq, VmmrqError, decode_vmmrq
 from ..config.kubevirt import settings_from
-from ..controller.resourcequota.planner import ListedSource, NamespacePlanner
+from ..controller.resourcequota.planner import NamespacePlanner
 from ..generic.meta import labels, metadata, name, namespace, spec, status
 from ..generic.resource import Object
 from ..util.launcher import LauncherSettings, launcher_pod_resources
@@ -58,7 +58,7 @@ from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancher.project import ProjectQuota, project_reference
 from ..util.resourcequota.base import Mode, managed_quota, rancher_base_text
-from ..util.resourcequota.plan import QuotaPlan
+from ..util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ..util.resourcequota.rancherpath import Step
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
@@ -620,11 +620,11 @@ def _plan_with(
     is None with a warning: it claims nothing, as the controller's siblings_waiting skips it,
     and the rest of its project is still ordered."""
     ns_name = name(ns)
-    quotas = cluster.quotas.get(ns_name, [])
-    if managed_quota(quotas) is None or rancher_base_text(ns) is None:
+    quota = managed_quota(cluster.quotas.get(ns_name, []))
+    if quota is None or rancher_base_text(ns) is None:
         return None
     try:
-        return _member_plan(cluster, now, ns, quotas, evacuations)
+        return _member_plan(cluster, now, ns, quota, evacuations)
     except Exception as error:  # contained per member: one namespace never drops its project
         cluster.warnings.append(
             f"{ns_name}: not planned for its Rancher project's order "
@@ -637,14 +637,14 @@ def _member_plan(
     cluster: _Cluster,
     now: datetime.datetime,
     ns: Object,
-    quotas: list[Object],
+    quota: Object,
     evacuations: list[Object],
 ) -> QuotaPlan | None:
-    """`_plan_with`'s plan of a member with a managed quota (among `quotas`, its namespace's)
-    and Rancher's annotation."""
+    """`_plan_with`'s plan of a member with a managed `quota` and Rancher's annotation."""
     ns_name = name(ns)
-    source = ListedSource(
-        quota_list=quotas,
+    source = NamespaceSnapshot(
+        namespace=ns,
+        quota=quota,
         migrations=[*cluster.migrations.get(ns_name, []), *evacuations],
         vmis={name(v): v for v in cluster.vmis.get(ns_name, [])},
         pods=list(cluster.pods.get(ns_name, [])),

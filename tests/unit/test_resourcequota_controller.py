@@ -15,7 +15,6 @@ import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.controller.resourcequota.planner import (
-    ListedSource,
     NamespacePlanner,
     label_policy,
 )
@@ -383,7 +382,9 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     namespaces = PendingWrites(Store(), clock)
     instance.room_label = RoomHeldLabel(QuotaWriter(client, clock), clock, linger, namespaces)
     instance.planner = NamespacePlanner(
-        ListedSource([], [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS)
+        NamespaceSnapshot(
+            {"metadata": {"name": "ns"}}, {}, [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS
+        )
     )
     nothing = SimpleNamespace(
         warnings=lambda *_: None,
@@ -638,7 +639,9 @@ def real_planner(quota: dict[str, Any], *, fail_closed: bool = True) -> Namespac
     """A planner of one namespace's `quota` with no migration, on the direct Rancher path
     (Rancher has refused nothing)."""
     return NamespacePlanner(
-        ListedSource([quota], [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS),
+        NamespaceSnapshot(
+            {"metadata": {"name": "ns"}}, quota, [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS
+        ),
         through=lambda _ns, _plan: False,
         fail_closed=fail_closed,
     )
@@ -680,8 +683,9 @@ def test_a_handed_over_namespace_labelled_for_good_gets_no_raise() -> None:
         {"limits.cpu": "5015m", "limits.memory": "10040344313"},
         {migrating_vm_annotation_key("vm1"): ROOM},
     )
-    source = ListedSource(
-        [raised],
+    source = NamespaceSnapshot(
+        namespace,
+        raised,
         [migration("m", vm)],
         {"vm1": vm},
         [launcher_pod(vm, "src")],

@@ -6,7 +6,7 @@ adds it to the quota in its vmim controller's scaling (`scaleResourceQuotaWithVM
 plan of the whole namespace does both (`plan_quota`, util/resourcequota/plan.py). A
 `NamespacePlanner` makes that plan from a plan source (`_PlanSource`): the controller's caches
 with our writes they do not show yet (`PlanInputs`), or objects listed from the API server
-(`ListedSource`: `explain`, `preflight`). The reconcile, the stale-raise sweep and a Rancher project's sibling
+(a `NamespaceSnapshot` of them, its own source: `explain`, `preflight`). The reconcile, the stale-raise sweep and a Rancher project's sibling
 judgment hold the same planner, so each reads a namespace as the others do.
 
 The caches' migrations, VMIs and pods are read through views the stores derive once per change
@@ -22,10 +22,8 @@ namespace keeps thousands of them. Planning is pure but for reading; event loop 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Protocol
 
@@ -34,8 +32,8 @@ from ...generic.meta import metadata, name
 from ...generic.resource import NAMESPACES, Object
 from ...generic.store import namespace_index
 from ...generic.views import NamespaceViews
-from ...util.launcher import LauncherSettings, VmiSource, VmiView
-from ...util.resourcequota.base import RANCHER, Mode, is_managed_quota, managed_quota
+from ...util.launcher import LauncherSettings, VmiView
+from ...util.resourcequota.base import RANCHER, is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from ...util.resourcequota.planviews import (
     RenderedUsages,
@@ -44,13 +42,12 @@ from ...util.resourcequota.planviews import (
     plan_acted_on,
     vmi_facts,
 )
-from ...util.resourcequota.podindex import NamespacePods, PodIndex, PodView, pod_view
+from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
 from ...util.resourcequota.raises import raise_records
 from ..informers import QuotaInformers
 from .reports import RefusalTracker
 
 __all__ = [
-    "ListedSource",
     "NamespacePlanner",
     "PlanInputs",
     "label_policy",
@@ -337,39 +334,3 @@ class PlanInputs:
 
 def _nothing(_obj: Object) -> None:
     """The view of the KubeVirt CR and Harvester's setting: only that they changed matters."""
-
-
-@dataclass(frozen=True)
-class ListedSource:
-    """One namespace's objects as listed from the API server (or simulated on top of them);
-    nothing of ours is pending, so `newest` is the namespace itself."""
-
-    quota_list: Sequence[Object]
-    migrations: Sequence[Object]
-    vmis: Mapping[str, VmiSource]
-    pods: Iterable[Object] | NamespacePods
-    now: datetime.datetime
-    launcher: LauncherSettings
-    mode: Mode = "auto"
-    paused: bool = False
-    adopt_harvester: bool = False
-
-    def quotas_of(self, key: str) -> tuple[Object | None, list[Object]]:
-        return managed_quota(self.quota_list), list(self.quota_list)
-
-    def newest(self, namespace: Object) -> Object:
-        return namespace
-
-    def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
-        return NamespaceSnapshot(
-            namespace=namespace,
-            quota=quota,
-            migrations=self.migrations,
-            vmis=self.vmis,
-            pods=self.pods,
-            now=self.now,
-            launcher=self.launcher,
-            mode=self.mode,
-            paused=self.paused,
-            adopt_harvester=self.adopt_harvester,
-        )

@@ -90,6 +90,7 @@ from .base import (
     Base,
     BaseError,
     Mode,
+    managed_quota,
     resolve_base,
 )
 from .podindex import NamespacePods, namespace_pods
@@ -107,7 +108,9 @@ from .rooms import (
 
 @dataclass
 class NamespaceSnapshot:
-    """One namespace as the caches show it now."""
+    """One namespace as the caches show it now. Also the plan source of its own namespace
+    (controller/resourcequota/planner.py's `_PlanSource`) where it holds objects listed from the
+    API server or simulated on top of them (`explain`, `preflight`): nothing of ours pending."""
 
     namespace: Object
     quota: Object
@@ -128,6 +131,19 @@ class NamespaceSnapshot:
     """The controller's global switch (`run --paused`): every plan gives every room back."""
     adopt_harvester: bool = False
     """Adopt the quota from Harvester's resourcequota controller (`adoption_changes`)."""
+
+    def quotas_of(self, _key: str) -> tuple[Object | None, list[Object]]:
+        """Its quota where that is a managed one (else None), and it alone as the list."""
+        return managed_quota([self.quota]), [self.quota]
+
+    def newest(self, namespace: Object) -> Object:
+        return namespace
+
+    def snapshot(
+        self, namespace: Object, quota: Object, _quotas: list[Object]
+    ) -> NamespaceSnapshot:
+        """This snapshot, of `namespace` and `quota`."""
+        return dataclasses.replace(self, namespace=namespace, quota=quota)
 
 
 @dataclass
