@@ -65,7 +65,6 @@ from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, harvester_ratio, quota_blockers
 from .delays import (
     LAUNCHER_GRACE_PADDING,
-    QueuedTarget,
     bandwidth_per_migration,
     estimate_seconds,
     grace_seconds,
@@ -259,8 +258,9 @@ class _Cluster:
     pods: dict[str, list[Object]] = field(default_factory=dict)
     vmis: dict[str, list[Object]] = field(default_factory=dict)
     """The pods and VMIs the screen kept, by namespace (a project's namespaces are planned)."""
-    queued: list[QueuedTarget] = field(default_factory=list)
-    """The current step's migrations whose target pod fits alone, in the step's order."""
+    queued: list[tuple[VmVerdict, TargetPod]] = field(default_factory=list)
+    """The current step's migrations whose target pod fits alone, each verdict with its target
+    pod, in the step's order."""
 
     @classmethod
     def indexed(cls, state: ClusterState, plan: Plan) -> _Cluster:
@@ -341,7 +341,7 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
                 mover.wave = number
         step.waves = [[m.key for m in wave] for wave in waves]
         copies = [[m.memory_bytes / bandwidth for m in wave] for wave in waves]
-        plan_delays(plan.strategy, cluster.queued, bandwidth, wave_starts(copies))
+        plan_delays(plan.strategy, cluster.queued, cluster.contexts, bandwidth, wave_starts(copies))
         if plan.strategy == "ours":
             _project_waits(cluster, bandwidth)
         step.estimated_seconds = estimate_seconds(waves, bandwidth)
@@ -500,7 +500,7 @@ def _judge_target(
         return
     verdict.target_node = room.name
     if not verdict.blocked:
-        cluster.queued.append(QueuedTarget(verdict, target, context))
+        cluster.queued.append((verdict, target))
         source = cluster.rooms.get(verdict.node)
         if source is not None:
             source.take({k: -v for k, v in requests.items()})
@@ -584,7 +584,7 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
     """The step's evacuations on Rancher's path judged in their projects' order across
     namespaces (projectorder.py): a Delay naming the migrations one waits behind, a note naming
     those it goes ahead of."""
-    evacuations = [item.verdict for item in cluster.queued]
+    evacuations = [verdict for verdict, _target in cluster.queued]
     by_key = {verdict.key: verdict for verdict in evacuations}
     contexts = {e.namespace: _context(cluster, e.namespace) for e in evacuations}
     now = _state_now(cluster.state)
