@@ -308,17 +308,7 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
     written: list[str] = []
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
-        return SimpleNamespace(
-            snapshot=SimpleNamespace(namespace=ns, quota={}),
-            name=next(plans),
-            holds_room=True,
-            requeue_after=None,
-            hard={},
-            gathers=False,
-            labels_room=True,
-            labelled_for_good=False,
-            label_writes_wait=False,
-        )
+        return stub_plan(ns, holds_room=True, labels_room=True, name=next(plans))
 
     async def label(_ns: dict[str, Any], held: bool) -> dict[str, Any]:
         assert held
@@ -406,6 +396,26 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     return instance
 
 
+def stub_plan(
+    ns: dict[str, Any], quota: dict[str, Any] | None = None, **fields: Any
+) -> SimpleNamespace:
+    """A plan of `ns` and `quota` (a managed quota of no migration, no room, no label write
+    unless `fields` say otherwise: `holds_room`, `labels_room`, `hard`, ...) as the reconcile
+    reads one."""
+    defaults: dict[str, Any] = {
+        "holds_room": False,
+        "requeue_after": None,
+        "hard": {},
+        "gathers": False,
+        "skipped": False,
+        "labels_room": False,
+        "labelled_for_good": False,
+        "label_writes_wait": False,
+    }
+    snapshot = SimpleNamespace(namespace=ns, quota=quota or {}, migrations=[], settled=[])
+    return SimpleNamespace(snapshot=snapshot, **{**defaults, **fields})
+
+
 def plans_with(instance: QuotaReconciler, plan: Callable[..., Any]) -> None:
     """Has `instance`'s planner answer `plan(key, namespace)`."""
     instance.planner.plan = lambda ns: plan(ns["metadata"]["name"], ns)  # type: ignore[method-assign]
@@ -422,17 +432,7 @@ def lingering_reconciler(
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
         held = holding[0]
-        return SimpleNamespace(
-            snapshot=SimpleNamespace(namespace=ns, quota=quota or {}, migrations=[], settled=[]),
-            holds_room=held,
-            requeue_after=None,
-            hard=hard or {},
-            gathers=False,
-            skipped=False,
-            labels_room=held,
-            labelled_for_good=False,
-            label_writes_wait=False,
-        )
+        return stub_plan(ns, quota, holds_room=held, labels_room=held, hard=hard or {})
 
     async def write(*_: Any) -> None:
         return None
@@ -584,12 +584,9 @@ def rancher_direct_reconciler(
             raise_stands=state["raise"],
             fail_closed=fail_closed,
         )
-        return SimpleNamespace(
-            snapshot=SimpleNamespace(namespace=ns, quota={}),
+        return stub_plan(
+            ns,
             holds_room=state["room"],
-            requeue_after=None,
-            hard={},
-            gathers=False,
             labels_room=labels_room,
             labelled_for_good=for_good,
             label_writes_wait=waits,
