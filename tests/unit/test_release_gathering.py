@@ -29,7 +29,7 @@ from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.common import Identities
 
 from tests.objects import launcher_pod, managed_quota, migration, rancher_namespace, vmi
-from tests.unit.test_resourcequota_controller import bare_reconciler, plans_with
+from tests.unit.test_resourcequota_controller import bare_reconciler, plans_with, stub_plan
 from tests.unit.test_webhook import FakeLookups, plain_pod, request, validate_pod
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -139,15 +139,7 @@ async def test_the_reconcile_holds_a_gathering_release_back_then_writes_it() -> 
     gathers, writes = [True], []
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
-        return SimpleNamespace(
-            namespace=ns,
-            quota={},
-            snapshot=None,
-            plan=SimpleNamespace(holds_room=True, requeue_after=None, hard={}, gathers=gathers[0]),
-            labels_room=False,
-            labelled_for_good=False,
-            label_writes_wait=True,
-        )
+        return stub_plan(ns, holds_room=True, gathers=gathers[0], label_writes_wait=True)
 
     start = clock.monotonic()
 
