@@ -53,12 +53,6 @@ class KubeVirtControllers:
     def __init__(self, factory: ControllerFactory) -> None:
         self._factory = factory
 
-    def virtual_machines(self) -> Controller:
-        """The one shared controller of virtual machines. Unused by the product (no cache holds
-        VMs): one that came to use it should strip the VM's unread unknown fields (the template's
-        clock, vmispec.UNREAD_UNKNOWN_FIELDS) in its transform, as the VMI caches do."""
-        return self._factory.for_resource(VIRTUAL_MACHINES)
-
     def virtual_machine_instances(self) -> Controller:
         """The one shared controller of virtual machine instances."""
         return self._factory.for_resource(VIRTUAL_MACHINE_INSTANCES)

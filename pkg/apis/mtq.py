@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
-from ..generic.controller import Controller, ControllerFactory
 from ..generic.resource import Object, Resource
 
 GROUP: Final = "mtq.kubevirt.io"
@@ -182,14 +181,3 @@ def decode_vmmrq(obj: Object) -> Vmmrq:
         )
     except VmmrqError as error:
         raise VmmrqError(f"{where}: {error}") from None
-
-
-class MtqControllers:
-    """Typed access to MTQ's kind on a controller factory (see KubeVirtControllers)."""
-
-    def __init__(self, factory: ControllerFactory) -> None:
-        self._factory = factory
-
-    def virtual_machine_migration_resource_quotas(self) -> Controller:
-        """The one shared controller of VMMRQs."""
-        return self._factory.for_resource(VMMRQS)
