@@ -60,8 +60,8 @@ from typing import Any, Final
 from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.scale.stats import percentile
 from harvester_quota.testbench.sim.kubevirt.objects import (
     VMSpec,

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import Object
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_ROOM_HELD, TRUE
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.raises import ANNOTATION_ROOMS_SINCE

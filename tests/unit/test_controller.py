@@ -10,10 +10,10 @@ from typing import Any, cast
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient, WatchEvent
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.controller import Controller, Ignore, RetryAfter
 from harvester_quota.generic.informer import SharedInformer
 from harvester_quota.generic.resource import PODS, Object
+from harvester_quota.testbench.clock import FakeClock, settle
 
 from tests.unit.fakes import HANG, CountingCodec, FakeApi, ScriptedListerWatcher, event, pod
 

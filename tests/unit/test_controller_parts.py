@@ -11,7 +11,6 @@ from typing import Any, cast
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import SharedInformer
 from harvester_quota.generic.pendingruns import PendingRuns
 from harvester_quota.generic.resource import PODS, Object
@@ -25,6 +24,7 @@ from harvester_quota.generic.sharedhandler import (
 )
 from harvester_quota.generic.store import Store
 from harvester_quota.generic.workqueue import Queue
+from harvester_quota.testbench.clock import FakeClock, settle
 
 from tests.unit.fakes import pod
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic.client import WatchEvent
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Encoded, Store, Tombstone
+from harvester_quota.testbench.clock import FakeClock, settle
 
 from tests.unit.fakes import HANG, CountingCodec, ScriptedListerWatcher, error_event, event, pod
 

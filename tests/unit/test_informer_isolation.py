@@ -23,7 +23,6 @@ import orjson
 import pytest
 from harvester_quota.generic import deepjson
 from harvester_quota.generic.client import ListResult, WatchEvent
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.intake import SkippedObject
 from harvester_quota.generic.listdecode import split_list
@@ -31,6 +30,7 @@ from harvester_quota.generic.reflector import ItemHook
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Tombstone
 from harvester_quota.generic.watchstream import decode_watch_line
+from harvester_quota.testbench.clock import FakeClock, settle
 from harvester_quota.util.resourcequota.podindex import PodIndex, pod_view
 
 from tests.unit.fakes import HANG, ScriptedListerWatcher, pod

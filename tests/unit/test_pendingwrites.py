@@ -6,11 +6,11 @@ from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.mtq.vmmrq_controller import MtqReconciler
 from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from prometheus_client import CollectorRegistry
 
 

@@ -9,8 +9,8 @@ from typing import Any
 from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
+from harvester_quota.testbench.clock import FakeClock
 from prometheus_client import CollectorRegistry
 
 from tests.objects import launcher_pod, migration, vmi

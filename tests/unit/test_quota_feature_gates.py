@@ -20,10 +20,10 @@ from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.preflight import ClusterState, Plan, read
 from harvester_quota.preflight.nodes import free_on_nodes
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.podusage import (
     KUBERNETES_1_36,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import Object
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
 from harvester_quota.util.resourcequota.raises import (
     ANNOTATION_ROOMS_SINCE,

@@ -38,9 +38,9 @@ from harvester_quota.controller.resourcequota.reports import NamespaceReports, R
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.rancher.project import queued_verdict

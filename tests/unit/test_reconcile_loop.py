@@ -7,9 +7,9 @@ import logging
 
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.reconcileloop import run_reconcile_loop
 from harvester_quota.generic.workqueue import RateLimitingQueue, default_controller_rate_limiter
+from harvester_quota.testbench.clock import FakeClock
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from harvester_quota.controller.resourcequota.reports import (
     RefusalTracker,
     refused_by_quota,
 )
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.resourcequota.planviews import migration_plan_view, plan_acted_on
 from prometheus_client import CollectorRegistry
 

@@ -17,10 +17,10 @@ from harvester_quota.controller.resourcequota.writes import (
     SpecWrites,
     raise_waits_on_status,
 )
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.sharedhandler import RetryAfter
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota

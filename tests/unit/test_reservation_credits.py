@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import WatchEvent
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.resource import LEASES, Object
+from harvester_quota.testbench.clock import FakeClock, settle
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.common import Identities

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import LEASES, Object
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.common import Identities

@@ -8,8 +8,8 @@ from typing import Any
 
 from harvester_quota.config.management import Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import plan_quota
 from harvester_quota.util.resourcequota.planviews import (

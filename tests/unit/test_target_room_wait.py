@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.resource import Object
+from harvester_quota.testbench.clock import FakeClock, settle
 from harvester_quota.util.annotations import (
     ANNOTATION_ROOM_MIGRATIONS,
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.sim.kubevirt.handler import (
     DEFAULT_VMI_GRACE_SECONDS,
     VirtHandler,

@@ -16,8 +16,8 @@ import pytest
 from cryptography import x509
 from harvester_quota.apis.kubevirt import FINAL_PHASES
 from harvester_quota.config.kubevirt import settings_from
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import Object
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.launcher import (

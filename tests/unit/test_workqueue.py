@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.workqueue import (
     MAX_WAIT,
     DelayingQueue,
@@ -16,6 +15,7 @@ from harvester_quota.generic.workqueue import (
     Queue,
     RateLimitingQueue,
 )
+from harvester_quota.testbench.clock import FakeClock, settle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

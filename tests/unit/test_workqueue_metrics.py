@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.workqueue import (
     UNFINISHED_WORK_UPDATE_PERIOD,
     DelayingQueue,
@@ -13,6 +12,7 @@ from harvester_quota.generic.workqueue import (
     Queue,
     RateLimitingQueue,
 )
+from harvester_quota.testbench.clock import FakeClock, settle
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge, generate_latest
 
 

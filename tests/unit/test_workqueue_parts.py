@@ -8,7 +8,6 @@ import asyncio
 import logging
 
 import pytest
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.workqueue.background import BackgroundTasks
 from harvester_quota.generic.workqueue.fifo import Fifo
 from harvester_quota.generic.workqueue.metrics import QueueMetrics
@@ -16,6 +15,7 @@ from harvester_quota.generic.workqueue.unfinished_work import (
     UNFINISHED_WORK_UPDATE_PERIOD,
     UnfinishedWorkRefresher,
 )
+from harvester_quota.testbench.clock import FakeClock, settle
 from prometheus_client import CollectorRegistry
 
 LOG = logging.getLogger("test.workqueue.parts")
