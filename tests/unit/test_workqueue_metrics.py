@@ -227,18 +227,6 @@ async def test_the_refresher_starts_on_first_use_and_stops_on_shutdown(
     queue.done(item)
 
 
-async def test_the_refresher_stops_after_a_drain(registry: CollectorRegistry) -> None:
-    clock = FakeClock()
-    queue: Queue[str] = Queue(name="test", clock=clock, registry=registry)
-    queue.add("ns/a")
-    item = await get_item(queue)
-    drain = asyncio.create_task(queue.shut_down_with_drain())
-    await settle()
-    queue.done(item)
-    await drain
-    assert background_tasks() == set()
-
-
 def test_a_named_queue_used_before_the_loop_runs_starts_its_refresher_later(
     registry: CollectorRegistry,
 ) -> None:

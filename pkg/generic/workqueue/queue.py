@@ -13,7 +13,7 @@ Everything runs on one event loop, so there is no lock: each method body is atom
 ``add``, ``get`` (when an item is ready) and ``done`` are O(1) and do not allocate beyond the deque
 and set entries; a blocked ``get`` costs one future.
 
-As in client-go, ``Queue`` keeps only those two sets, the shutdown state and the drain; its
+As in client-go, ``Queue`` keeps only those two sets and the shutdown state; its
 collaborators hold the rest: the FIFO and its parked getters (``fifo.Fifo``, client-go's ``Queue``
 interface), the metrics bookkeeping (``metrics.QueueMetrics``, client-go's ``queueMetrics``), the
 refresh of the unfinished-work gauges (``unfinished_work.UnfinishedWorkRefresher``) and the
@@ -22,8 +22,6 @@ background tasks that shutdown ends (``background.BackgroundTasks``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Hashable
 from types import TracebackType
@@ -71,8 +69,6 @@ class Queue(Generic[T]):
         "_background",
         "_clock",
         "_dirty",
-        "_drain",
-        "_drain_waiters",
         "_fifo",
         "_metrics",
         "_name",
@@ -94,8 +90,6 @@ class Queue(Generic[T]):
         self._dirty: set[T] = set()
         self._processing: set[T] = set()
         self._shutting_down = False
-        self._drain = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
         self._metrics: QueueMetrics[T] | None = new_queue_metrics(name, clock, registry)
         self._background = BackgroundTasks(name, _log)
         self._refresher = UnfinishedWorkRefresher(
@@ -174,42 +168,11 @@ class Queue(Generic[T]):
             self._metrics.done(item)
         if item in self._dirty:
             self._fifo.push(item)
-        elif not self._processing and self._drain_waiters:
-            self._wake_drainers()
 
     def shut_down(self) -> None:
-        """Ignores further adds; workers get the queued items, then ``(None, True)``.
-
-        Also ends a ``shut_down_with_drain`` that is waiting (a second Ctrl-C), and stops the
-        queue's background tasks.
-        """
-        self._drain = False
+        """Ignores further adds; workers get the queued items, then ``(None, True)``; stops the
+        queue's background tasks."""
         self._begin_shutdown()
-        self._wake_drainers()
-
-    async def shut_down_with_drain(self) -> None:
-        """Shuts down like ``shut_down``, then waits until no item is being processed.
-
-        As in client-go, the wait is on the items in progress: an item a worker takes while the drain
-        waits is waited for too. Workers must call ``done`` or this never returns (unless
-        ``shut_down`` is called).
-        """
-        self._drain = True
-        self._begin_shutdown()
-        loop = asyncio.get_running_loop()
-        while self._processing and self._drain:
-            waiter = loop.create_future()
-            self._drain_waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._drain_waiters.remove(waiter)
-        await self._background.wait_ended()
-
-    def shutting_down(self) -> bool:
-        """Whether shutdown has begun."""
-        return self._shutting_down
 
     async def __aenter__(self) -> Self:
         """Starts the background work now rather than on first use."""
@@ -230,11 +193,6 @@ class Queue(Generic[T]):
         self._shutting_down = True
         self._fifo.wake_all()
         self._stop_background()
-
-    def _wake_drainers(self) -> None:
-        for waiter in self._drain_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
 
     def _stop_background(self) -> None:
         """Ends the background work at shutdown (extended by subclasses to drop their own)."""
