@@ -48,7 +48,6 @@ __all__ = [
     "legacy_migrating_vm_annotation_key",
     "migrating_uid_annotation_key",
     "migrating_vm_annotation_key",
-    "migrating_vm_annotation_keys",
     "parse_migration_annotations",
     "room_migrations",
 ]
@@ -268,17 +267,6 @@ def migrating_uid_annotation_key(vmi_uid: str) -> str:
     return ANNOTATION_MIGRATING_UID_PREFIX + vmi_uid
 
 
-def migrating_vm_annotation_keys(vm_name: str, vmi_uid: str | None = None) -> frozenset[str]:
-    """Every key that can hold room for this VM: ours, Harvester's name key, and its UID key."""
-    keys = {legacy_migrating_vm_annotation_key(vm_name)}
-    if vm_name:
-        keys.add(migrating_vm_annotation_key(vm_name))
-        keys.add(adopted_migrating_vm_annotation_key(vm_name))
-    if vmi_uid:
-        keys.add(migrating_uid_annotation_key(vmi_uid))
-    return frozenset(keys)
-
-
 # --- reading a ResourceQuota's annotations ---------------------------------------------------------
 
 
@@ -320,18 +308,6 @@ class MigrationAnnotations:
     """Annotation key -> why its value was not understood."""
     migrating_keys: frozenset[str] = frozenset()
     """Every per-VM key present (name or UID), valid or not."""
-
-    @property
-    def has_migrating_vm(self) -> bool:
-        """Harvester's `HasMigratingVM`: any per-VM key present, whatever its value."""
-        return bool(self.migrating_keys)
-
-    def vm_entries(self, vm_name: str, vmi_uid: str | None = None) -> dict[str, ResourceList]:
-        """The readable per-VM entries that belong to this VM (by name, hashed name or UID)."""
-        wanted = migrating_vm_annotation_keys(vm_name, vmi_uid)
-        found = {key: value for key, value in self.name_keyed.items() if key in wanted}
-        found.update((key, value) for key, value in self.uid_keyed.items() if key in wanted)
-        return found
 
     def migrating_total(self) -> ResourceList:
         """The sum of all readable per-VM entries (what Harvester adds to the base): Harvester's

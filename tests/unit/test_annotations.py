@@ -13,7 +13,6 @@ from harvester_quota.util.annotations import (
     legacy_migrating_vm_annotation_key,
     migrating_uid_annotation_key,
     migrating_vm_annotation_key,
-    migrating_vm_annotation_keys,
     parse_migration_annotations,
 )
 from harvester_quota.util.quantity import Quantity
@@ -201,7 +200,6 @@ def test_every_vm_name_gets_a_valid_stable_key(name: str) -> None:
     key = migrating_vm_annotation_key(name)
     assert is_valid_annotation_key(key)
     assert key == migrating_vm_annotation_key(name)
-    assert key in migrating_vm_annotation_keys(name)
     if len(name) <= 53:
         assert key == legacy_migrating_vm_annotation_key(name)
 
@@ -216,18 +214,9 @@ def test_different_names_get_different_keys(names: set[str]) -> None:
     assert len({migrating_vm_annotation_key(name) for name in names}) == len(names)
 
 
-def test_uid_key_and_key_set() -> None:
+def test_the_uid_key_is_harvesters_and_valid() -> None:
     assert migrating_uid_annotation_key(UID) == f"harvesterhci.io/migratingUID-{UID}"
     assert is_valid_annotation_key(migrating_uid_annotation_key(UID))
-    assert migrating_vm_annotation_keys("vm1", UID) == {
-        "harvesterhci.io/migrating-vm1",
-        adopted_migrating_vm_annotation_key("vm1"),
-        f"harvesterhci.io/migratingUID-{UID}",
-    }
-    assert migrating_vm_annotation_keys(LONG_NAME) == {
-        legacy_migrating_vm_annotation_key(LONG_NAME),
-        migrating_vm_annotation_key(LONG_NAME),
-    }
 
 
 def test_the_adopted_key_is_never_harvesters_name_key_and_still_a_migrating_key() -> None:
@@ -255,7 +244,7 @@ def test_empty_annotations() -> None:
     for empty in (None, {}):
         parsed = parse_migration_annotations(empty)
         assert parsed == MigrationAnnotations()
-        assert not parsed.has_migrating_vm
+        assert not parsed.migrating_keys
         assert parsed.migrating_total() == {}
         assert not parsed.skip_auto_scaling
         assert not parsed.resync_needed
@@ -292,19 +281,12 @@ def test_every_historic_key_is_classified() -> None:
     assert parsed.resync_needed
     assert parsed.resync_flag == "true"
     assert parsed.skip_auto_scaling
-    assert parsed.has_migrating_vm
     assert parsed.migrating_keys == {
         "harvesterhci.io/migrating-vm1",
         f"harvesterhci.io/migratingUID-{UID}",
         hashed,
     }
     assert parsed.migrating_total() == rl(limits_cpu="4", limits_memory="7283754945")
-    assert parsed.vm_entries(LONG_NAME) == {hashed: rl(limits_cpu="2", limits_memory="4531245057")}
-    assert parsed.vm_entries("vm1") == {
-        "harvesterhci.io/migrating-vm1": rl(limits_cpu="1", limits_memory="1236Mi")
-    }
-    assert list(parsed.vm_entries("other", UID)) == [f"harvesterhci.io/migratingUID-{UID}"]
-    assert parsed.vm_entries("vm2") == {}
 
 
 @pytest.mark.parametrize(
@@ -366,7 +348,7 @@ def test_compensation_empty_is_absent() -> None:
     parsed = parse_migration_annotations({"harvesterhci.io/migratingCompensation": ""})
     assert parsed.compensation is None
     assert parsed.invalid == {}
-    assert not parsed.has_migrating_vm  # compensation is not a per-VM key
+    assert not parsed.migrating_keys  # compensation is not a per-VM key
 
 
 @pytest.mark.parametrize(
