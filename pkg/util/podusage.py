@@ -61,10 +61,6 @@ def _one() -> Quantity:
     return Quantity.from_int(1)
 
 
-def _zero() -> Quantity:
-    return Quantity.from_int(0)
-
-
 def _is_native(name: str) -> bool:
     """Unprefixed names and names in the kubernetes.io/ namespace (helper.IsNativeResource)."""
     return "/" not in name or _NATIVE_NAMESPACE in name
