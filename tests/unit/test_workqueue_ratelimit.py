@@ -9,12 +9,12 @@ import pytest
 from harvester_quota.generic.workqueue import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
-    ItemFastSlowRateLimiter,
     MaxOfRateLimiter,
     RateLimiter,
     default_controller_rate_limiter,
 )
 from harvester_quota.testbench.clock import FakeClock
+from harvester_quota.testbench.strategy.harvester.strategy import ItemFastSlowRateLimiter
 
 # 5 ms * 2**n for n = 0..17 (5 ms ... 655.36 s), then the 1000 s cap from the 19th failure on.
 EXPONENTIAL_5MS_TO_1000S = [5 * 2**n / 1000 for n in range(18)] + [1000.0] * 3

@@ -29,7 +29,6 @@ from .queue import Queue
 from .rate_limiters import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
-    ItemFastSlowRateLimiter,
     MaxOfRateLimiter,
     RateLimiter,
     default_controller_rate_limiter,
@@ -43,7 +42,6 @@ __all__ = [
     "BucketRateLimiter",
     "DelayingQueue",
     "ItemExponentialFailureRateLimiter",
-    "ItemFastSlowRateLimiter",
     "MaxOfRateLimiter",
     "Queue",
     "RateLimiter",

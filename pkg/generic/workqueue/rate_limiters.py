@@ -94,31 +94,6 @@ class ItemExponentialFailureRateLimiter(Generic[T]):
         self._failures.pop(item, None)
 
 
-class ItemFastSlowRateLimiter(Generic[T]):
-    """Per item: ``fast_delay`` for the first ``max_fast_attempts`` failures, ``slow_delay`` after."""
-
-    __slots__ = ("_failures", "_fast", "_max_fast_attempts", "_slow")
-
-    def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
-        self._fast = _to_nanoseconds(fast_delay, "fast_delay") / _NANOSECONDS
-        self._slow = _to_nanoseconds(slow_delay, "slow_delay") / _NANOSECONDS
-        if max_fast_attempts < 0:
-            raise ValueError(f"max_fast_attempts must be >= 0, got {max_fast_attempts!r}")
-        self._max_fast_attempts = max_fast_attempts
-        self._failures: dict[T, int] = {}
-
-    def when(self, item: T) -> float:
-        failures = self._failures.get(item, 0) + 1
-        self._failures[item] = failures
-        return self._fast if failures <= self._max_fast_attempts else self._slow
-
-    def num_requeues(self, item: T) -> int:
-        return self._failures.get(item, 0)
-
-    def forget(self, item: T) -> None:
-        self._failures.pop(item, None)
-
-
 class BucketRateLimiter(Generic[T]):
     """One token bucket for all items: ``burst`` retries at once, then ``qps`` per second.
 
