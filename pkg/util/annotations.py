@@ -43,7 +43,6 @@ __all__ = [
     "TRUE",
     "MigrationAnnotations",
     "adopted_migrating_vm_annotation_key",
-    "is_valid_annotation_key",
     "is_valid_qualified_name_part",
     "legacy_migrating_vm_annotation_key",
     "migrating_uid_annotation_key",
@@ -163,35 +162,13 @@ def opted_out(namespace: Mapping[str, Any] | None) -> bool:
 # --- key validation --------------------------------------------------------------------------------
 
 _QUALIFIED_NAME_MAX_LENGTH: Final = 63
-_DNS1123_SUBDOMAIN_MAX_LENGTH: Final = 253
 _QUALIFIED_NAME_RE: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS1123_SUBDOMAIN_RE: Final = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-)
 _NAME_PART_CHAR_RE: Final = re.compile(r"[^-A-Za-z0-9_.]")
 
 
 def is_valid_qualified_name_part(name: str) -> bool:
     """The name part of a label or annotation key: 1..63 chars, alphanumeric at both ends."""
     return len(name) <= _QUALIFIED_NAME_MAX_LENGTH and bool(_QUALIFIED_NAME_RE.fullmatch(name))
-
-
-def is_valid_annotation_key(key: str) -> bool:
-    """Whether the API server accepts `key` as an annotation key (ValidateAnnotations).
-
-    A qualified name: an optional DNS-1123 subdomain prefix (at most 253 chars) and '/', then a name
-    part (see `is_valid_qualified_name_part`). Kubernetes lower-cases annotation keys before this
-    check, so capitals are fine in the prefix too.
-    """
-    lowered = key.lower()
-    prefix, slash, name = lowered.rpartition("/")
-    if slash and (
-        "/" in prefix
-        or len(prefix) > _DNS1123_SUBDOMAIN_MAX_LENGTH
-        or not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix)
-    ):
-        return False
-    return is_valid_qualified_name_part(name)
 
 
 # --- per-VM keys -----------------------------------------------------------------------------------

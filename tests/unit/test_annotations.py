@@ -9,7 +9,6 @@ from harvester_quota.util import annotations as ann
 from harvester_quota.util.annotations import (
     MigrationAnnotations,
     adopted_migrating_vm_annotation_key,
-    is_valid_annotation_key,
     legacy_migrating_vm_annotation_key,
     migrating_uid_annotation_key,
     migrating_vm_annotation_key,
@@ -19,6 +18,8 @@ from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resources import ResourceList
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.unit.annotationkeys import is_valid_annotation_key
 
 # Harvester's fixture for issue #7464 (vmim_controller_test.go): 75 characters.
 LONG_NAME = "a-very-long-name-exceeds-the-63-length-and-it-reports-error-in-old-version"
