@@ -7,7 +7,7 @@ bound PersistentVolume/PersistentVolumeClaim pair (the local kube-controller-man
 added to the VMI's spec as virt-api's addvolume leaves it. virt-controller's VMI controller then
 creates the attachment pod beside the launcher; a migration makes it create the target's own
 beside the target launcher pod. Each pod's quota usage must equal, key for key,
-`attachment_quota_usage` with the settings read from the KubeVirt CR, under KubeVirt's defaults
+`attachment_usage` with the settings read from the KubeVirt CR, under KubeVirt's defaults
 and under a CR whose supportContainerResources override the attachment container (type
 hotplug-disk); and the room the plan holds for the migration must be made of exactly the target
 launcher pod and that attachment pod.
@@ -46,10 +46,11 @@ from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.kubevirtversion import parse_kubevirt_version
 from harvester_quota.util.launcher import (
     LauncherSettings,
-    attachment_quota_usage,
     rendered_memory_overhead,
     target_quota_usage,
+    vmi_view,
 )
+from harvester_quota.util.launcher.attachment import attachment_usage
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.plan import desired_hard
@@ -328,7 +329,7 @@ async def _attachment_case(
 
     await eventually(source_attachment, what="virt-controller's attachment pod", timeout=TIMEOUT)
     settings = await settings_now(api)
-    ours = attachment_quota_usage(vmi, settings)
+    ours = attachment_usage(vmi_view(vmi), settings)
     (source_pod,) = await attachment_pods(api, namespace)
     assert pod_quota_usage(source_pod) == ours, "the VMI's attachment pod"
 
