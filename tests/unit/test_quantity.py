@@ -641,7 +641,6 @@ def test_maximum_mask_and_zero() -> None:
     assert resources.is_zero(rl(cpu="0", memory="0Gi"))
     assert not resources.is_zero(rl(cpu="0", memory="1n"))
     assert resources.negative_keys(rl(a="-1", b="1", c="-1n")) == ["a", "c"]
-    assert resources.remove_zeros(rl(a="0", b="1")) == rl(b="1")
 
 
 def test_less_or_equal_only_constrains_keys_of_b() -> None:
