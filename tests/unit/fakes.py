@@ -13,6 +13,9 @@ from harvester_quota.generic.client import ListResult, WatchEvent
 from harvester_quota.generic.reflector import ItemHook
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import JsonCodec
+from harvester_quota.webhook.admission import Request
+from harvester_quota.webhook.resources.common import Identities, Lookups
+from harvester_quota.webhook.resources.pod.validator import PodCheck, check_rooms, rooms_question
 
 HANG = "hang"
 
@@ -245,3 +248,10 @@ class FakeApi:
             raise errors.NotFound(f"{name} not found")
         current.update(copy.deepcopy(patch))
         return copy.deepcopy(self._bump(current))
+
+
+def pod_check(request: Request, lookups: Lookups, identities: Identities) -> PodCheck | None:
+    """The check the webhook makes of a pod create or resize (webhook/pods.py), or None:
+    `rooms_question`, then, where it asks, `check_rooms` (the costly part)."""
+    question = rooms_question(request, lookups, identities)
+    return None if question is None else check_rooms(request, lookups, question)

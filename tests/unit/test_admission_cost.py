@@ -24,7 +24,6 @@ from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.caches import WebhookCaches
 from harvester_quota.webhook.renders import LauncherRenders
 from harvester_quota.webhook.resources.common import Identities
-from harvester_quota.webhook.resources.pod.validator import pod_check
 
 from tests.objects import (
     launcher_pod,
@@ -34,6 +33,7 @@ from tests.objects import (
     rancher_namespace,
     vmi,
 )
+from tests.unit.fakes import pod_check
 from tests.unit.test_webhook import FakeLookups, plain_pod, quota_with, running_vm
 
 BASE = {"limits.cpu": "3", "limits.memory": "5000Mi"}

@@ -34,9 +34,9 @@ from harvester_quota.webhook.resources.pod.reservations import (
     Reservation,
     lease_name,
 )
-from harvester_quota.webhook.resources.pod.validator import PodCheck, admit_locally, pod_check
+from harvester_quota.webhook.resources.pod.validator import PodCheck, admit_locally
 
-from tests.unit.fakes import FakeApi
+from tests.unit.fakes import FakeApi, pod_check
 from tests.unit.test_reservations import SYSTEM, check
 from tests.unit.test_webhook import FakeLookups, create_pod, room_held
 

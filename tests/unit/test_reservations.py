@@ -24,12 +24,12 @@ from harvester_quota.webhook.resources.pod.reservations import (
     Reservation,
     lease_name,
 )
-from harvester_quota.webhook.resources.pod.validator import PodCheck, pod_check
+from harvester_quota.webhook.resources.pod.validator import PodCheck
 from harvester_quota.webhook.server import WebhookServer
 from harvester_quota.webhook.serving import RoomSharing
 from prometheus_client import CollectorRegistry
 
-from tests.unit.fakes import FakeApi
+from tests.unit.fakes import FakeApi, pod_check
 from tests.unit.test_webhook import FakeLookups, create_pod, room_held
 from tests.unit.test_webhook import review as webhook_review
 
