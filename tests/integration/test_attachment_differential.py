@@ -59,6 +59,7 @@ from harvester_quota.util.resources import total
 
 from tests.helpers import eventually
 from tests.integration import real_kubevirt
+from tests.objects import pods_of
 
 pytestmark = pytest.mark.integration
 
@@ -358,7 +359,7 @@ async def _attachment_case(
     (room,) = plan.rooms
     target = next(p for p in pods if p["metadata"]["name"] == room.target_pod)
     assert_reported_overhead_is_ours(target, vmi_now, settings, declarative)
-    assert room.pods_of("attachment") == (target_attachment_pod["metadata"]["name"],)
+    assert pods_of(room, "attachment") == (target_attachment_pod["metadata"]["name"],)
     assert room.room == total([pod_quota_usage(target), pod_quota_usage(target_attachment_pod)])
     kubevirt.end_migration_now("vm1")
     record = await kubevirt.wait_migration(migration, timeout=TIMEOUT)
@@ -517,7 +518,7 @@ async def _volume_migration_target(
         launcher=settings,
     )
     (room,) = plan.rooms
-    assert room.target_pod == target["metadata"]["name"] and room.pods_of("attachment") == ()
+    assert room.target_pod == target["metadata"]["name"] and pods_of(room, "attachment") == ()
     assert room.room == pod_quota_usage(target)
     kubevirt.end_migration_now("vm1")
     record = await kubevirt.wait_migration(mig["metadata"]["name"], timeout=TIMEOUT)

@@ -119,7 +119,7 @@ def test_a_namespace_total_counts_steady_pods_and_asks_the_clock_for_terminating
     assert indexed(index) == summed(pods)
     assert indexed(index)["limits.cpu"] == "3200m"
     assert indexed(index, frozenset({"target"})) == summed(pods, frozenset({"target"}))
-    assert index.target_of("m1") is not None and index.target_of("m1").name == "target"  # type: ignore[union-attr]
+    assert [view.name for view in index.labelled_targets("m1")] == ["target"]
     assert next_release(index, NOW) == 20.0
 
 

@@ -31,7 +31,7 @@ from harvester_quota.util.resourcequota.rooms import (
 )
 from harvester_quota.util.resources import total
 
-from tests.objects import launcher_pod, migration, vmi
+from tests.objects import launcher_pod, migration, pods_of, vmi
 
 NOW = datetime.datetime(2026, 1, 1, 12, tzinfo=datetime.UTC)
 VM_STARTED = "2026-01-01T09:00:00Z"
@@ -199,7 +199,7 @@ def test_kubevirts_attachment_pod_is_part_of_the_room_and_not_of_the_base() -> N
     attachment = attachment_pod("hp-volume-abcde", target, mig)
     planned = rooms([mig], [instance], [source, target, attachment])
     (room,) = planned.rooms
-    assert room.pods_of("attachment") == ("hp-volume-abcde",)
+    assert pods_of(room, "attachment") == ("hp-volume-abcde",)
     assert planned.target_pods == {"virt-launcher-vm1-dst", "hp-volume-abcde"}
     assert room.room["pods"] == q("2")
     assert room.in_use == room.room, "both pods exist and count"
@@ -269,7 +269,7 @@ def test_a_forged_attachment_pod_is_charged_to_the_base(forgery: str) -> None:
         forged["metadata"]["labels"]["kubevirt.io"] = "virt-launcher"
     planned = rooms([mig], [instance], [source, target, forged])
     (room,) = planned.rooms
-    assert room.pods_of("attachment") == ()
+    assert pods_of(room, "attachment") == ()
     assert "hp-volume-x" not in planned.target_pods
     assert room.room["pods"] == q("2"), "the rendered attachment pod still stands in the room"
 

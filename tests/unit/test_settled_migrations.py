@@ -71,10 +71,12 @@ def test_a_finished_migration_without_room_settles_only_after_the_grace() -> Non
     done, running = finished("done"), migration_plan_view(migration("run", vmi("vm-run")))
     running["status"]["phase"] = "Running"
     assert settled.settled("ns", [done, running], RoomPlan(), 100.0, NOW) == []
-    assert settled.remembered("ns") == 1
+    assert len(settled._idle_since.get("ns", {})) == 1
     assert settled.settled("ns", [done, running], RoomPlan(), 159.9, NOW) == []
     assert settled.settled("ns", [done, running], RoomPlan(), 160.0, NOW) == ["done"]
-    assert settled.remembered("ns") == 0, "a settled migration is the caller's from then on"
+    assert len(settled._idle_since.get("ns", {})) == 0, (
+        "a settled migration is the caller's from then on"
+    )
     assert settled.settled("ns", [running], RoomPlan(), 1e6, NOW) == [], "never one in flight"
 
 
@@ -98,7 +100,7 @@ def test_one_recorded_finished_long_ago_settles_at_once_and_a_recent_one_waits()
     recent = finished("recent", at="2025-12-31T23:59:30Z")
     odd = finished("odd", at="yesterday")
     assert settled.settled("ns", [old, recent, odd], RoomPlan(), 0.0, NOW) == ["old"]
-    assert settled.remembered("ns") == 2
+    assert len(settled._idle_since.get("ns", {})) == 2
 
 
 def test_forgotten_are_the_namespace_and_migrations_no_longer_read() -> None:
@@ -106,10 +108,10 @@ def test_forgotten_are_the_namespace_and_migrations_no_longer_read() -> None:
     a, b = finished("a"), finished("b")
     settled.settled("ns", [a, b], RoomPlan(), 0.0, NOW)
     settled.settled("ns", [a], RoomPlan(), 30.0, NOW)
-    assert settled.remembered("ns") == 1
+    assert len(settled._idle_since.get("ns", {})) == 1
     assert settled.settled("ns", [a, b], RoomPlan(), 61.0, NOW) == ["a"], "b starts again"
     settled.forget("ns")
-    assert settled.remembered("ns") == 0
+    assert len(settled._idle_since.get("ns", {})) == 0
 
 
 @settings(max_examples=60, deadline=None)
