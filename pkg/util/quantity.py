@@ -196,14 +196,6 @@ class Quantity:
             return self._nanos * _pow10(-shift)
         return _ceil_div_magnitude(self._nanos, _pow10(shift))
 
-    def round_up(self, scale: int) -> Quantity:
-        """Go's `RoundUp(scale)`: the value rounded away from zero to a multiple of 10^scale."""
-        shift = 9 + scale
-        if shift <= 0:
-            return self
-        step = _pow10(shift)
-        return Quantity._make(_ceil_div_magnitude(self._nanos, step) * step, self._format)
-
     def is_zero(self) -> bool:
         return self._nanos == 0
 

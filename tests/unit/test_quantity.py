@@ -404,15 +404,6 @@ def test_value_rounds_away_from_zero() -> None:
     assert Quantity.parse("15k").scaled_value(3) == 15
 
 
-def test_round_up() -> None:
-    assert str(Quantity.parse("1234567n").round_up(-3)) == "2m"
-    assert str(Quantity.parse("1100m").round_up(0)) == "2"
-    assert str(Quantity.parse("-1100m").round_up(0)) == "-2"
-    exact = Quantity.parse("1500m")
-    assert exact.round_up(-3) == exact
-    assert exact.round_up(-9) is exact
-
-
 def test_from_scaled_rounds_below_a_nano_up() -> None:
     # Go would keep 5e-10 in its int64 form and print the suffix-less "500"; we keep 1n.
     assert str(Quantity.from_scaled(5, -10)) == "1n"

@@ -34,11 +34,6 @@ class RateLimitingQueue(DelayingQueue[T]):
             rate_limiter = default_controller_rate_limiter(clock=self._clock)
         self._rate_limiter = rate_limiter
 
-    @property
-    def rate_limiter(self) -> RateLimiter[T]:
-        """The limiter that spaces this queue's retries."""
-        return self._rate_limiter
-
     def add_rate_limited(self, item: T) -> None:
         """Adds ``item`` after the delay the rate limiter gives it (and counts one failure)."""
         self.add_after(item, self._rate_limiter.when(item))
