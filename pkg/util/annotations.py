@@ -284,7 +284,8 @@ class MigrationAnnotations:
     invalid: dict[str, str] = field(default_factory=dict)
     """Annotation key -> why its value was not understood."""
     migrating_keys: frozenset[str] = frozenset()
-    """Every per-VM key present (name or UID), valid or not."""
+    """Every per-VM key present (name or UID), valid or not; any at all is Harvester's
+    `HasMigratingVM`, whatever its value."""
 
     def migrating_total(self) -> ResourceList:
         """The sum of all readable per-VM entries (what Harvester adds to the base): Harvester's
