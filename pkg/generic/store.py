@@ -3,29 +3,24 @@
 A decoded pod costs about 12 KB as Python dicts; the same pod re-encoded as JSON bytes about
 5-6 KB, compressed at zlib level 1 about 2 KB, and with zstd and a dictionary trained on the
 cache's own objects a few hundred bytes. Caches therefore store bytes and hand out a fresh dict
-on every read, which callers may mutate freely. The default, ``ZstdCodec`` (zstdcodec.py), is
-the smallest of the codecs that store bytes and, after ``JsonCodec``, the fastest to write
-(bench/RESULTS.md): a few µs per write and per read more than plain JSON. ``ZlibCodec`` is the
-previous default; ``JsonCodec`` trades memory for speed; small caches can keep the dicts
-themselves (``DictCodec``), and then readers must treat them as read-only, as client-go's
-listers require.
+on every read, which callers may mutate freely. The codec, ``ZstdCodec`` (zstdcodec.py), is the
+smallest of the codecs measured that store bytes and, after plain JSON, the fastest to write
+(bench/RESULTS.md): a few µs per write and per read more than plain JSON. The others measured
+(JSON, zlib, the dicts themselves) are the bench's, in ``harvester_quota.testbench.codecs``.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-import orjson
-
 from . import deepjson
 from .resource import Object, key_of
 from .storeindex import IndexFunc, StoreIndex
 from .storeviews import StoreViews, ViewFailed, ViewListener
-from .zstdcodec import ZstdCodec, exact_bytes
+from .zstdcodec import ZstdCodec
 
 __all__ = [
     "CODECS",
@@ -34,10 +29,8 @@ __all__ = [
     "NAMESPACE_INDEX",
     "Change",
     "Codec",
-    "DictCodec",
     "Encoded",
     "IndexFunc",
-    "JsonCodec",
     "NamespaceObjects",
     "Prepared",
     "StageFailed",
@@ -45,7 +38,6 @@ __all__ = [
     "Tombstone",
     "Transform",
     "ViewListener",
-    "ZlibCodec",
     "ZstdCodec",
     "namespace_index",
     "strip_unread_fields",
@@ -93,45 +85,7 @@ class Codec(Protocol):
     def decode(self, stored: Any) -> Object: ...
 
 
-class DictCodec:
-    """Keeps the dicts: fastest reads, most memory; readers must not mutate what they get."""
-
-    def encode(self, obj: Object) -> Any:
-        return obj
-
-    def decode(self, stored: Any) -> Object:
-        result: Object = stored
-        return result
-
-
-class JsonCodec:
-    """Exact-size JSON bytes (orjson over-allocates its output buffer, so it is copied once)."""
-
-    def encode(self, obj: Object) -> Any:
-        return exact_bytes(orjson.dumps(obj))
-
-    def decode(self, stored: Any) -> Object:
-        result: Object = orjson.loads(stored)
-        return result
-
-
-class ZlibCodec:
-    """JSON compressed at level 1 (the default): about 40 % of JsonCodec's memory."""
-
-    def encode(self, obj: Object) -> Any:
-        return zlib.compress(orjson.dumps(obj), 1)
-
-    def decode(self, stored: Any) -> Object:
-        result: Object = orjson.loads(zlib.decompress(stored))
-        return result
-
-
-CODECS: dict[str, Callable[[], Codec]] = {
-    "dict": DictCodec,
-    "json": JsonCodec,
-    "zlib": ZlibCodec,
-    "zstd": ZstdCodec,
-}
+CODECS: dict[str, Callable[[], Codec]] = {"zstd": ZstdCodec}
 """The codecs by name; a store makes its own instance (a zstd dictionary fits one cache)."""
 DEFAULT_CODEC = "zstd"
 

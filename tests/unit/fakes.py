@@ -12,7 +12,7 @@ from typing import Any
 from harvester_quota.generic.client import ListResult, WatchEvent
 from harvester_quota.generic.reflector import ItemHook
 from harvester_quota.generic.resource import Object
-from harvester_quota.generic.store import JsonCodec
+from harvester_quota.testbench.codecs import JsonCodec
 from harvester_quota.webhook.admission import Request
 from harvester_quota.webhook.resources.common import Identities, Lookups
 from harvester_quota.webhook.resources.pod.validator import PodCheck, check_rooms, rooms_question

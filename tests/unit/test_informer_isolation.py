@@ -30,6 +30,7 @@ from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Tombstone
 from harvester_quota.generic.watchstream import decode_watch_line
 from harvester_quota.testbench.clock import FakeClock, settle
+from harvester_quota.testbench.codecs import JsonCodec
 from harvester_quota.testbench.decoding import depth_of, split_list
 from harvester_quota.util.resourcequota.podindex import PodIndex, pod_view
 
@@ -396,7 +397,7 @@ def test_intake_tells_handlers_the_transformed_object_beside_a_transformed_old()
     def slim(obj: Object) -> Object:
         return {"metadata": obj["metadata"], "kept": obj.get("kept")}
 
-    intake = Intake("pods", Store(codec="json"), slim, None)
+    intake = Intake("pods", Store(codec=JsonCodec()), slim, None)
     raw = {"metadata": {"namespace": "ns", "name": "a"}, "kept": 1, "dropped": "x" * 100}
     added = intake.applied("ADDED", raw)
     assert added is not None and added[0] == "add"

@@ -67,6 +67,7 @@ BENCH = "testbench"
 BENCH_LAYERS: dict[str, int] = {
     BENCH: 10,
     f"{BENCH}.clock": 10,
+    f"{BENCH}.codecs": 10,
     f"{BENCH}.decoding": 10,
     f"{BENCH}.harvestervm": 10,
     f"{BENCH}.promql": 10,

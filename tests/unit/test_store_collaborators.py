@@ -13,6 +13,7 @@ from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Store
 from harvester_quota.generic.storeindex import StoreIndex
 from harvester_quota.generic.storeviews import StoreViews
+from harvester_quota.testbench.codecs import JsonCodec
 
 from tests.unit.fakes import pod
 
@@ -149,7 +150,7 @@ def test_prepared_views_are_told_as_derived_and_a_later_view_derives_from_one_de
 def test_the_store_keeps_objects_indexes_and_views_in_step_through_a_relist() -> None:
     """What each write of the store hands its index and views, seen from outside."""
     heard: dict[str, Any] = {}
-    store = Store(indexers={"labels": labels}, codec="json")
+    store = Store(indexers={"labels": labels}, codec=JsonCodec())
     store.add_view("rv", lambda o: o["metadata"]["resourceVersion"], heard.__setitem__)
     store.upsert(pod("gone", "1", labels={"x": "v"}))
     store.upsert(pod("kept", "2", labels={"x": "v"}))
@@ -188,7 +189,7 @@ def test_a_listener_that_raises_leaves_no_write_half_applied() -> None:
     failed: list[tuple[str, str, str]] = []
     store = Store(
         indexers={"labels": labels},
-        codec="json",
+        codec=JsonCodec(),
         view_failed=lambda view, key, error: failed.append((view, key, str(error))),
     )
     store.add_view("first", lambda o: o["metadata"]["resourceVersion"], Heard("first", log))
