@@ -215,33 +215,6 @@ async def test_enqueue_is_a_plain_add(clock: FakeClock) -> None:
     await informer.stop()
 
 
-async def test_on_remove_adds_a_finalizer_then_runs_once_and_removes_it(clock: FakeClock) -> None:
-    api = FakeApi()
-    created = await api.create(PODS, pod("a", "0"))
-    controller, _, informer = await started(clock, created, api=api)
-    removed: list[str] = []
-
-    async def cleanup(key: str, obj: Object | None) -> None:
-        removed.append(key)
-
-    controller.on_remove("cleanup", cleanup)
-    await run(controller, informer)
-    stored = api.objects[("pods", "ns", "a")]
-    assert stored["metadata"]["finalizers"] == ["wrangler.cattle.io/cleanup"]
-    assert removed == []
-    deleting = {
-        **stored,
-        "metadata": {**stored["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"},
-    }
-    api.objects[("pods", "ns", "a")] = deleting
-    informer.on_event("MODIFIED", deleting)
-    await settle(200)
-    assert removed == ["ns/a"]
-    assert api.objects[("pods", "ns", "a")]["metadata"]["finalizers"] == []
-    await controller.stop()
-    await informer.stop()
-
-
 async def test_a_key_is_never_handled_by_two_workers_at_once(clock: FakeClock) -> None:
     controller, _lw, informer = await started(clock, workers=4)
     running: set[str] = set()
