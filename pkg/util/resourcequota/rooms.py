@@ -214,10 +214,6 @@ migrationTargetNodeName): written by our own migration controllers, read by Harv
 by the plan or the launcher rendering."""
 
 
-LazyVmi = Callable[[], Object | None]
-"""The migration's VMI, looked up only when called (None: gone)."""
-
-
 def _still_counts(pod: PodView | None, now: datetime.datetime) -> bool:
     return pod is not None and pod.counts(now)
 
