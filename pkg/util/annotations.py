@@ -75,7 +75,9 @@ ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED: Final = (
     f"{HARVESTER_PREFIX}/migratingScalingResyncNeeded"
 )
 """Harvester v1.9's ping-pong flag between its VMIM and RQ controllers: "true" until the RQ
-controller has applied the scale-up, then "false" (the key stays)."""
+controller has applied the scale-up, then "false" (the key stays). Never written or read here:
+`SetAnnotationMigratingScalingResyncNeeded`, `ClearAnnotationMigratingScalingResyncNeeded` and
+`IsMigratingScalingResyncNeeded` have no twin (one writer needs no flag); a plan removes it."""
 
 ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: Final = (
     f"{HARVESTER_PREFIX}/skipResourceQuotaAutoScaling"
@@ -266,21 +268,12 @@ class MigrationAnnotations:
     `HasMigratingCompensation`, `getResourceListOfMigratingCompensation` and
     `GetCompensationFromResourceQuota` read it; here it is read only to be removed (a plan's
     floor is the compensation, resourcequota/raises.py)."""
-    resync_needed: bool = False
-    """The resync flag is exactly "true" (Harvester's `IsMigratingScalingResyncNeeded`). Its
-    writers, `SetAnnotationMigratingScalingResyncNeeded` and
-    `ClearAnnotationMigratingScalingResyncNeeded`, have no twin: one writer needs no flag, and a
-    flag left behind is removed."""
-    resync_flag: str | None = None
-    """The raw resync flag, None when absent ("false" is left behind by Harvester)."""
     skip_auto_scaling: bool = False
     """The skip switch is exactly "true" (Harvester's `IsResourceQuotaAutoScalingDisabled`; "True"
     does not count) and it is an opt-out: not ours (`adopted`)."""
     adopted: bool = False
     """The skip switch is exactly "true" and carries our marker ANNOTATION_ADOPTED: we set it to
     stop Harvester's resourcequota controller, and the quota is ours to raise."""
-    skip_auto_scaling_value: str | None = None
-    """The raw skip switch, None when absent, so a near miss like "True" can be reported."""
     invalid: dict[str, str] = field(default_factory=dict)
     """Annotation key -> why its value was not understood."""
     migrating_keys: frozenset[str] = frozenset()
@@ -323,18 +316,14 @@ def parse_migration_annotations(annotations: Mapping[str, str] | None) -> Migrat
         if parsed is not None:
             target[key] = parsed
 
-    resync_flag = annotations.get(ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED)
     skip_value = annotations.get(ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING)
     adopted = skip_value == TRUE and annotations.get(ANNOTATION_ADOPTED) == TRUE
     return MigrationAnnotations(
         name_keyed=name_keyed,
         uid_keyed=uid_keyed,
         compensation=compensation,
-        resync_needed=resync_flag == TRUE,
-        resync_flag=resync_flag,
         skip_auto_scaling=skip_value == TRUE and not adopted,
         adopted=adopted,
-        skip_auto_scaling_value=skip_value,
         invalid=invalid,
         migrating_keys=frozenset(migrating_keys),
     )

@@ -248,7 +248,6 @@ def test_empty_annotations() -> None:
         assert not parsed.migrating_keys
         assert parsed.migrating_total() == {}
         assert not parsed.skip_auto_scaling
-        assert not parsed.resync_needed
         assert parsed.compensation is None
 
 
@@ -279,8 +278,6 @@ def test_every_historic_key_is_classified() -> None:
         f"harvesterhci.io/migratingUID-{UID}": rl(limits_cpu="1", limits_memory="1456469952"),
     }
     assert parsed.compensation == rl(limits_memory="128Mi")
-    assert parsed.resync_needed
-    assert parsed.resync_flag == "true"
     assert parsed.skip_auto_scaling
     assert parsed.migrating_keys == {
         "harvesterhci.io/migrating-vm1",
@@ -364,12 +361,8 @@ def test_flags_compare_to_exactly_true_like_harvester(value: str, expected: bool
         }
     )
     assert parsed.skip_auto_scaling is expected
-    assert parsed.resync_needed is expected
-    assert parsed.skip_auto_scaling_value == value
-    assert parsed.resync_flag == value
 
 
 def test_absent_flags() -> None:
     parsed = parse_migration_annotations({"other": "x"})
-    assert parsed.resync_flag is None
-    assert parsed.skip_auto_scaling_value is None
+    assert not parsed.skip_auto_scaling and not parsed.adopted
