@@ -87,9 +87,6 @@ class RancherLimit:
 
     fixed: dict[str, str] = field(default_factory=dict)
     extended: dict[str, str] = field(default_factory=dict)
-    extended_error: str | None = None
-    """Why the annotation's `extended` could not be read (not an object of strings); Harvester
-    ignores it anyway."""
 
     @classmethod
     def from_fields(cls, fields: Any) -> RancherLimit:
@@ -155,10 +152,9 @@ def parse_namespace_resource_quota_details(text: str) -> RancherLimit:
 
     strings: dict[str, str] = {}  # JSON field -> text, last one wins
     extended: dict[str, str] = {}
-    extended_errors: list[str] = []
     for key, value in decoded:
         if go_fold(key) == _FOLDED_LIMIT:
-            _decode_limit(text, value, strings, extended, extended_errors)
+            _decode_limit(text, value, strings, extended)
 
     raw_limit: dict[str, str] = {}
     for json_field, resource_name in LIMIT_FIELDS:
@@ -170,15 +166,11 @@ def parse_namespace_resource_quota_details(text: str) -> RancherLimit:
         except ValueError as err:
             _invalid(text, f"field {_LIMIT_FIELD}.{json_field}: {err}")
         raw_limit[resource_name] = value_text
-    return RancherLimit(raw_limit, extended, "; ".join(extended_errors) or None)
+    return RancherLimit(raw_limit, extended)
 
 
 def _decode_limit(
-    text: str,
-    value: object,
-    strings: dict[str, str],
-    extended: dict[str, str],
-    extended_errors: list[str],
+    text: str, value: object, strings: dict[str, str], extended: dict[str, str]
 ) -> None:
     if value is None:  # Go leaves the struct as it is
         return
@@ -187,7 +179,7 @@ def _decode_limit(
     for key, item in value:
         folded = go_fold(key)
         if folded == _FOLDED_EXTENDED:
-            _decode_extended(item, extended, extended_errors)
+            _decode_extended(item, extended)
             continue
         json_field = _FIELD_BY_FOLDED_NAME.get(folded)
         if json_field is None or item is None:  # unknown keys are skipped; null changes nothing
@@ -197,18 +189,13 @@ def _decode_limit(
         strings[json_field] = item
 
 
-def _decode_extended(value: object, extended: dict[str, str], errors: list[str]) -> None:
+def _decode_extended(value: object, extended: dict[str, str]) -> None:
+    """What of `extended` is a map of strings; the rest is skipped (Harvester ignores it all)."""
     if value is None:  # Go sets a map to nil on null
         extended.clear()
         return
-    if not isinstance(value, _JsonObject):
-        errors.append(f"field {_LIMIT_FIELD}.{EXTENDED_FIELD} must be a JSON object, not {value!r}")
-        return
-    for name, item in value:
-        if isinstance(item, str):
-            extended[name] = item
-        elif item is not None:
-            errors.append(f"field {_LIMIT_FIELD}.{EXTENDED_FIELD}[{name!r}] must be a string")
+    if isinstance(value, _JsonObject):
+        extended.update((name, item) for name, item in value if isinstance(item, str))
 
 
 def parse_namespace_resource_quota(text: str) -> ResourceList:
