@@ -104,7 +104,6 @@ def hard(**values: str) -> dict[str, Any]:
 def test_a_project_is_read_from_its_object_with_rancher_s_fields() -> None:
     assert PROJECT.id == "local:p-abcde"
     assert PROJECT.limit == RancherLimit({"limits.cpu": "8", "limits.memory": "20000Mi"})
-    assert PROJECT.used_limit == RancherLimit({"limits.cpu": "3"})
     extended = ProjectQuota.from_object(
         project_object(
             {"limitsCpu": "8", "extended": {"requests.nvidia.com/gpu": "4"}},
