@@ -258,12 +258,6 @@ class Store:
         the key, and `view_failed` is told."""
         self._views.add(name, derive, listener, self._decoded_items())
 
-    def upsert(self, obj: Object) -> Object | None:
-        """Adds or replaces ``obj``; returns the previous object (decoded) or None. Raises
-        StageFailed, the store unchanged, when ``obj`` cannot be prepared (see `prepare`)."""
-        old = self.put(self.prepare(obj))
-        return None if old is None else old.get()
-
     def put(self, entry: Prepared) -> Encoded | None:
         """Stores a prepared object (its key's objects, indexes and views together); returns
         the previous object as it was stored, decoded only when asked for (a watch event's

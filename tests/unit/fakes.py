@@ -12,6 +12,7 @@ from typing import Any
 from harvester_quota.generic.client import ListResult, WatchEvent
 from harvester_quota.generic.reflector import ItemHook
 from harvester_quota.generic.resource import Object
+from harvester_quota.generic.store import Store
 from harvester_quota.testbench.codecs import JsonCodec
 from harvester_quota.webhook.admission import Request
 from harvester_quota.webhook.resources.common import Identities, Lookups
@@ -255,3 +256,10 @@ def pod_check(request: Request, lookups: Lookups, identities: Identities) -> Pod
     `rooms_question`, then, where it asks, `check_rooms` (the costly part)."""
     question = rooms_question(request, lookups, identities)
     return None if question is None else check_rooms(request, lookups, question)
+
+
+def upsert(store: Store, obj: Object) -> Object | None:
+    """Adds or replaces `obj` in `store` as the informer's intake does (prepare, then put);
+    returns the previous object, decoded, or None."""
+    old = store.put(store.prepare(obj))
+    return None if old is None else old.get()

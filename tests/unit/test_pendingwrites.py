@@ -13,6 +13,8 @@ from harvester_quota.generic.store import Store
 from harvester_quota.testbench.clock import FakeClock
 from prometheus_client import CollectorRegistry
 
+from tests.unit.fakes import upsert
+
 
 def obj(version: str, uid: str = "u1", value: str = "", name: str = "ns") -> Object:
     return {
@@ -24,7 +26,7 @@ def obj(version: str, uid: str = "u1", value: str = "", name: str = "ns") -> Obj
 def pending(*cached: Object) -> tuple[PendingWrites, FakeClock]:
     store, clock = Store(indexers={"p": lambda o: [o["metadata"]["labels"]["p"]]}), FakeClock()
     for each in cached:
-        store.upsert(each)
+        upsert(store, each)
     return PendingWrites(store, clock, ttl=60.0), clock
 
 

@@ -15,7 +15,7 @@ from harvester_quota.generic.storeindex import StoreIndex
 from harvester_quota.generic.storeviews import StoreViews
 from harvester_quota.testbench.codecs import JsonCodec
 
-from tests.unit.fakes import pod
+from tests.unit.fakes import pod, upsert
 
 
 def labels(obj: Object) -> list[str]:
@@ -152,8 +152,8 @@ def test_the_store_keeps_objects_indexes_and_views_in_step_through_a_relist() ->
     heard: dict[str, Any] = {}
     store = Store(indexers={"labels": labels}, codec=JsonCodec())
     store.add_view("rv", lambda o: o["metadata"]["resourceVersion"], heard.__setitem__)
-    store.upsert(pod("gone", "1", labels={"x": "v"}))
-    store.upsert(pod("kept", "2", labels={"x": "v"}))
+    upsert(store, pod("gone", "1", labels={"x": "v"}))
+    upsert(store, pod("kept", "2", labels={"x": "v"}))
 
     changes = store.replace([pod("kept", "3", labels={"x": "w"}), pod("new", "4")])
 
@@ -196,8 +196,8 @@ def test_a_listener_that_raises_leaves_no_write_half_applied() -> None:
     store.add_view("raises", lambda o: o["metadata"]["resourceVersion"], Raises("ns/bad", log))
     store.add_view("last", lambda o: o["metadata"]["resourceVersion"], Heard("last", log))
 
-    assert store.upsert(pod("bad", "1", labels={"x": "v"})) is None
-    store.upsert(pod("good", "2"))
+    assert upsert(store, pod("bad", "1", labels={"x": "v"})) is None
+    upsert(store, pod("good", "2"))
 
     assert sorted(store.list_keys()) == ["ns/bad", "ns/good"]
     assert store.index_keys("labels", "v") == ["ns/bad"]

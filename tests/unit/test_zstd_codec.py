@@ -16,6 +16,8 @@ from harvester_quota.generic.zstdcodec import MIN_SAMPLES, TRAINING_SAMPLES, Zst
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.fakes import upsert
+
 
 def launcher_pod(index: int) -> dict[str, Any]:
     """A pod shaped like KubeVirt's launcher pods: the objects a Harvester cache holds most."""
@@ -208,7 +210,7 @@ def test_each_store_trains_its_own_dictionary() -> None:
     assert DEFAULT_CODEC == "zstd"
     pods, vmis = Store(), Store()
     for i in range(TRAINING_SAMPLES):
-        pods.upsert(launcher_pod(i))
+        upsert(pods, launcher_pod(i))
     assert pods.get(f"tenant-0/virt-launcher-vm-{0:05d}-abcde") == launcher_pod(0)
     assert vmis._codec is not pods._codec
     assert pods._codec.trained and not vmis._codec.trained  # type: ignore[attr-defined]
@@ -219,7 +221,7 @@ def test_a_relist_across_the_training_finds_nothing_changed_by_resource_version(
     pods = [launcher_pod(i) for i in range(5)]
     assert all(c.new is not None for c in store.replace(pods)), "five added, before the training"
     for i in range(5, 12):
-        store.upsert(launcher_pod(i))
+        upsert(store, launcher_pod(i))
     assert store._codec.trained  # type: ignore[attr-defined]
     changes = store.replace([launcher_pod(i) for i in range(12)])
     assert all(change.unchanged for change in changes), (
