@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable
-from types import TracebackType
-from typing import Generic, Literal, Self, TypedDict, TypeVar
+from typing import Generic, Literal, TypedDict, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -58,7 +57,7 @@ class Queue(Generic[T]):
     ``get`` returns ``(item, False)`` or, once the queue is shut down and empty, ``(None, True)``.
     ``None`` is therefore not a valid item. A named queue records Prometheus metrics (see
     ``harvester_quota.generic.workqueue.metrics``) and refreshes its unfinished-work gauges from a background
-    task, started on first use (or on ``async with``), idle while nothing is in progress, and
+    task, started on first use, idle while nothing is in progress, and
     stopped by shutdown.
 
     Subclasses run their own background work through ``self._background`` and extend
@@ -173,21 +172,6 @@ class Queue(Generic[T]):
         """Ignores further adds; workers get the queued items, then ``(None, True)``; stops the
         queue's background tasks."""
         self._begin_shutdown()
-
-    async def __aenter__(self) -> Self:
-        """Starts the background work now rather than on first use."""
-        self._refresher.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Shuts the queue down and waits for its background tasks to end."""
-        self.shut_down()
-        await self._background.wait_ended()
 
     def _begin_shutdown(self) -> None:
         self._shutting_down = True
