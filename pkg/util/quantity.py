@@ -37,7 +37,6 @@ class Format(enum.StrEnum):
 
 # Go stores 10^-9 as the smallest step: anything finer is rounded up (away from zero) to 1n.
 _NANO: Final = 10**9
-_MILLI_PER_NANO: Final = 10**6
 
 # Go caps BinarySI input at the largest int64 (there is no cap for the decimal formats).
 _MAX_INT64: Final = (1 << 63) - 1
@@ -139,11 +138,6 @@ class Quantity:
     def from_int(cls, value: int, fmt: Format | str = Format.DECIMAL_SI) -> Quantity:
         """Go's `NewQuantity(value, format)`."""
         return cls(nanos=value * _NANO, fmt=fmt)
-
-    @classmethod
-    def from_milli(cls, value: int, fmt: Format | str = Format.DECIMAL_SI) -> Quantity:
-        """Go's `NewMilliQuantity(value, format)`: value / 1000."""
-        return cls(nanos=value * _MILLI_PER_NANO, fmt=fmt)
 
     @classmethod
     def from_scaled(cls, value: int, scale: int) -> Quantity:

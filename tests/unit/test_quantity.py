@@ -265,7 +265,7 @@ def _apply(operation: str, a: str, b: str) -> Quantity:
     if operation == "int":
         return Quantity.from_int(int(a), b)
     if operation == "milli":
-        return Quantity.from_milli(int(a), b)
+        return Quantity(nanos=int(a) * 1_000_000, fmt=b)  # Go's NewMilliQuantity
     assert operation == "scaled"
     return Quantity.from_scaled(int(a), int(b))
 
@@ -280,7 +280,7 @@ def test_operations_match_go(operation: str, a: str, b: str, expected: str, fmt:
 def test_brief_examples() -> None:
     assert str(Quantity.from_int(68719476736, "BinarySI")) == "64Gi"
     assert str(Quantity.from_int(4531245057, "BinarySI")) == "4531245057"
-    assert str(Quantity.from_milli(500)) == "500m"
+    assert str(Quantity(nanos=500_000_000)) == "500m"
     assert str(Quantity.parse("1000m")) == "1"
     assert str(Quantity.parse("0.1")) == "100m"
     assert str(Quantity.parse("1.5Gi")) == "1536Mi"
@@ -660,7 +660,7 @@ def test_json_round_trip_matches_go() -> None:
     }
     assert resources.dumps(parsed) == text
     # Sorted keys, Go's String() per value, compact.
-    built = {"memory": Quantity.from_int(68719476736, BIN), "cpu": Quantity.from_milli(500)}
+    built = {"memory": Quantity.from_int(68719476736, BIN), "cpu": Quantity(nanos=500_000_000)}
     assert resources.dumps(built) == '{"cpu":"500m","memory":"64Gi"}'
     assert resources.to_json_dict(built) == {"cpu": "500m", "memory": "64Gi"}
     assert list(resources.to_json_dict(built)) == ["cpu", "memory"]

@@ -217,7 +217,7 @@ def test_format_in_rancher_canonical_form() -> None:
         format_namespace_resource_quota(
             {
                 "limits.memory": Quantity.from_int(10737418240, Format.BINARY_SI),
-                "limits.cpu": Quantity.from_milli(10000),
+                "limits.cpu": Quantity.from_int(10),
             }
         )
         == '{"limit":{"limitsCpu":"10","limitsMemory":"10Gi"}}'
