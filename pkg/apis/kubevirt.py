@@ -38,8 +38,6 @@ PHASE_FAILED: Final = "Failed"
 PHASE_PENDING: Final = "Pending"
 PHASE_WAITING_FOR_SYNC: Final = "WaitingForSync"
 """A decentralized migration's side waiting for its peer (KubeVirt v1.6+)."""
-PHASE_SYNCHRONIZING: Final = "Synchronizing"
-"""A decentralized migration's two sides exchanging the migration's state (KubeVirt v1.6+)."""
 FINAL_PHASES: Final = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 
 

@@ -26,7 +26,6 @@ VERSION: Final = "v1alpha1"
 KIND: Final = "VirtualMachineMigrationResourceQuota"
 VMMRQS: Final = Resource(GROUP, VERSION, "virtualmachinemigrationresourcequotas", KIND)
 """Namespaced; absent on a cluster that never installed the CRD (an optional kind)."""
-CRD_NAME: Final = VMMRQS.name
 
 LOCK_LABEL: Final = "mtq-lock-server"
 """KubeVirt MTQ labels each namespace lock it creates (a ValidatingWebhookConfiguration named

@@ -29,7 +29,6 @@ from .vmiview import VmiView
 
 HOTPLUG_ATTACHMENT: Final = "hotplug-disk"
 """supportContainerResources type of the attachment pod's container."""
-ATTACHMENT_GENERATE_NAME: Final = "hp-volume-"
 
 _LIMITS: Final = {"cpu": "100m", "memory": "80M"}
 _REQUESTS: Final = {"cpu": "10m", "memory": "2M"}
