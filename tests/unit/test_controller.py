@@ -81,12 +81,11 @@ async def test_errors_retry_with_growing_backoff_and_success_forgets(clock: Fake
     controller.on_change("flaky", flaky)
     await run(controller, informer)
     assert len(attempts) == 1
-    assert controller.queue.num_requeues("ns/a") == 1
     await clock.advance(1.0)
     assert len(attempts) == 4
     gaps = [round(b - a, 3) for a, b in itertools.pairwise(attempts)]
     assert gaps == [0.005, 0.01, 0.02], "client-go's per-item exponential backoff from 5 ms"
-    assert controller.queue.num_requeues("ns/a") == 0
+    assert controller.queue._rate_limiter.when("ns/a") == 0.005, "forgotten once it succeeded"
     await controller.stop()
     await informer.stop()
 
@@ -155,7 +154,6 @@ async def test_a_cache_that_cannot_be_read_is_retried_and_the_worker_survives(
     await run(controller, informer)
     assert handled == ["ns/b"], "the one worker lived on to handle the next key"
     assert "ns/a failed, retrying" in caplog.text
-    assert controller.queue.num_requeues("ns/a") == 1
     monkeypatch.setattr(informer.store, "get", real_get)
     await clock.advance(1.0)
     await settle(200)
@@ -187,7 +185,7 @@ async def test_retry_after_and_ignore(clock: FakeClock) -> None:
     assert len(runs) == 2
     assert runs[1] - runs[0] == pytest.approx(30)
     assert after == ["ns/a"], "RetryAfter does not skip later handlers, Ignore does"
-    assert controller.queue.num_requeues("ns/a") == 0
+    assert controller.queue._rate_limiter.when("ns/a") == 0.005, "no failure counted"
     await controller.stop()
     await informer.stop()
 
@@ -205,7 +203,7 @@ async def test_enqueue_is_a_plain_add(clock: FakeClock) -> None:
         controller.enqueue("ns", "x")
         await settle(50)
     assert runs == ["ns/x"] * 5
-    assert controller.queue.num_requeues("ns/x") == 0
+    assert controller.queue._rate_limiter.when("ns/x") == 0.005, "no failure counted"
     controller.enqueue_after("ns", "y", 10)
     await clock.advance(9)
     assert "ns/y" not in runs

@@ -43,10 +43,6 @@ class RateLimiter(Protocol[T_contra]):
         """Stops tracking ``item`` (it succeeded, or it is given up on)."""
         ...
 
-    def num_requeues(self, item: T_contra) -> int:
-        """How many failures ``item`` has had since it was last forgotten."""
-        ...
-
 
 def _to_nanoseconds(seconds: float, what: str) -> int:
     if not 0 <= seconds < _DURATION_LIMIT / _NANOSECONDS:
@@ -86,9 +82,6 @@ class ItemExponentialFailureRateLimiter(Generic[T]):
         if backoff >= _DURATION_LIMIT:
             return self._max_ns
         return min(int(backoff), self._max_ns)
-
-    def num_requeues(self, item: T) -> int:
-        return self._failures.get(item, 0)
 
     def forget(self, item: T) -> None:
         self._failures.pop(item, None)
@@ -137,15 +130,12 @@ class BucketRateLimiter(Generic[T]):
         tokens = self._tokens + elapsed_ns / _NANOSECONDS * self._qps
         return min(tokens, float(self._burst))
 
-    def num_requeues(self, item: T) -> int:
-        return 0
-
     def forget(self, item: T) -> None:
         return None
 
 
 class MaxOfRateLimiter(Generic[T]):
-    """The worst case of several limiters: the longest delay and the highest failure count.
+    """The worst case of several limiters: the longest delay.
 
     Every limiter's ``when`` is called (each counts the failure); ``forget`` forgets on all. With a
     token bucket inside, the burst can seem exceeded when some items were delayed longer by another
@@ -162,12 +152,6 @@ class MaxOfRateLimiter(Generic[T]):
         for limiter in self._limiters:
             longest = max(longest, limiter.when(item))
         return longest
-
-    def num_requeues(self, item: T) -> int:
-        most = 0
-        for limiter in self._limiters:
-            most = max(most, limiter.num_requeues(item))
-        return most
 
     def forget(self, item: T) -> None:
         for limiter in self._limiters:

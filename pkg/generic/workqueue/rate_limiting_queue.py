@@ -19,7 +19,7 @@ T = TypeVar("T", bound=Hashable)
 
 
 class RateLimitingQueue(DelayingQueue[T]):
-    """A ``DelayingQueue`` with ``add_rate_limited``, ``forget`` and ``num_requeues``.
+    """A ``DelayingQueue`` with ``add_rate_limited`` and ``forget``.
 
     Without a ``rate_limiter``, the queue uses ``default_controller_rate_limiter`` on its own clock.
     """
@@ -42,7 +42,3 @@ class RateLimitingQueue(DelayingQueue[T]):
         """Stops tracking ``item``'s failures (after a success or a final give-up); still call
         ``done``."""
         self._rate_limiter.forget(item)
-
-    def num_requeues(self, item: T) -> int:
-        """How many times ``item`` was re-added with ``add_rate_limited`` since its last forget."""
-        return self._rate_limiter.num_requeues(item)

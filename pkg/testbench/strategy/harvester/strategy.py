@@ -68,9 +68,6 @@ class ItemFastSlowRateLimiter(Generic[T]):
         self._failures[item] = failures
         return self._fast if failures <= self._max_fast_attempts else self._slow
 
-    def num_requeues(self, item: T) -> int:
-        return self._failures.get(item, 0)
-
     def forget(self, item: T) -> None:
         self._failures.pop(item, None)
 
