@@ -13,6 +13,7 @@ from harvester_quota.generic.client import ListResult, WatchEvent
 from harvester_quota.generic.reflector import ItemHook
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Store
+from harvester_quota.generic.views import NamespaceViews
 from harvester_quota.testbench.codecs import JsonCodec
 from harvester_quota.webhook.admission import Request
 from harvester_quota.webhook.resources.common import Identities, Lookups
@@ -263,3 +264,8 @@ def upsert(store: Store, obj: Object) -> Object | None:
     returns the previous object, decoded, or None."""
     old = store.put(store.prepare(obj))
     return None if old is None else old.get()
+
+
+def set_aside(views: NamespaceViews[Any], namespace: str) -> int:
+    """How many of the namespace's views `views` has set aside."""
+    return len(views._aside.get(namespace) or {})
