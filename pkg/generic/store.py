@@ -23,8 +23,6 @@ from .storeviews import StoreViews, ViewFailed, ViewListener
 from .zstdcodec import ZstdCodec
 
 __all__ = [
-    "CODECS",
-    "DEFAULT_CODEC",
     "LAST_APPLIED",
     "NAMESPACE_INDEX",
     "Change",
@@ -83,11 +81,6 @@ class Codec(Protocol):
     def encode(self, obj: Object) -> Any: ...
 
     def decode(self, stored: Any) -> Object: ...
-
-
-CODECS: dict[str, Callable[[], Codec]] = {"zstd": ZstdCodec}
-"""The codecs by name; a store makes its own instance (a zstd dictionary fits one cache)."""
-DEFAULT_CODEC = "zstd"
 
 
 class Encoded:
@@ -177,12 +170,13 @@ class Store:
         self,
         *,
         indexers: dict[str, IndexFunc] | None = None,
-        codec: Codec | str = DEFAULT_CODEC,
+        codec: Codec | None = None,
         view_failed: ViewFailed | None = None,
     ) -> None:
-        """`view_failed`: told when a view's listener raised (StoreViews isolates it: the write
+        """`codec`: None for a ZstdCodec of its own (a zstd dictionary fits one cache).
+        `view_failed`: told when a view's listener raised (StoreViews isolates it: the write
         completes whole); None: logged only."""
-        self._codec: Codec = CODECS[codec]() if isinstance(codec, str) else codec
+        self._codec: Codec = ZstdCodec() if codec is None else codec
         self._items: dict[str, Any] = {}
         self._versions: dict[str, str] = {}
         """key -> metadata.resourceVersion of what is stored (to tell an unchanged relist item)."""
