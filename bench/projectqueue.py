@@ -62,10 +62,10 @@ from harvester_quota.controller.resourcequota.rancher import (
     project_index,
 )
 from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.sim.kubevirt.objects import (
     VMSpec,
     parse_version,

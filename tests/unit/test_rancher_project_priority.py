@@ -38,9 +38,9 @@ from harvester_quota.controller.resourcequota.reports import NamespaceReports, R
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.rancher.project import queued_verdict
@@ -54,7 +54,6 @@ from harvester_quota.util.resourcequota.rancherpath import (
     Step,
     WaitingCache,
     project_steps,
-    waiting_steps,
 )
 
 from tests.objects import (
@@ -564,7 +563,8 @@ def test_a_move_in_a_big_project_logs_one_bounded_line(caplog: Any) -> None:
     project = Project(ROOM_FOR_ONE)
     project.namespace("a")
     project.migrate("a", "m")
-    step = waiting_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))[0]
+    steps = project_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))
+    step = next(step for step in steps if not step.given)
     for index in range(200):
         demands.record(PROJECT_ID, f"ns{index:03d}", [dataclasses.replace(step, namespace="x")])
     caplog.set_level("INFO")
@@ -995,7 +995,8 @@ async def test_a_namespace_moved_to_another_project_keeps_no_room_given_by_the_f
     project.cluster.project["metadata"]["name"] = "p-other"  # as big as the first
     project.pending.forget("a")
     project.clock.step(10)
-    assert waiting_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))
+    steps = project_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))
+    assert any(not step.given for step in steps)
     assert await project.reconcile("a") == PROJECT_RECHECK
     assert not project.cluster.raised("a"), "given back: the new project gave it nothing"
 

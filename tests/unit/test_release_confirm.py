@@ -20,8 +20,8 @@ from harvester_quota.controller.resourcequota.writes import (
     write_lowers,
 )
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.sharedhandler import RetryAfter
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage

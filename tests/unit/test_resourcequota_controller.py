@@ -31,11 +31,11 @@ from harvester_quota.controller.resourcequota.writes import (
     SpecWrites,
 )
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.controller import RetryAfter
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.permission import FIRST_RETRY
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_ROOM_HELD, migrating_vm_annotation_key
 from harvester_quota.util.launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota

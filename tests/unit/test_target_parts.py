@@ -23,7 +23,7 @@ from harvester_quota.util.resources import ResourceList, add
 from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.virtualmachine.validator import validate_vm_start
 
-from tests.objects import launcher_pod, vmi
+from tests.objects import launcher_pod, pods_of, vmi
 from tests.unit.mtq_fakes import harness
 from tests.unit.test_mtq_controller import NOT_ENOUGH_REASON, namespace_labels, setup
 from tests.unit.test_preflight import only_vm, quota, state
@@ -101,7 +101,7 @@ def test_a_registered_kinds_real_pod_is_the_room_and_a_forged_one_is_the_base() 
     forged = sidecar_pod("side-forged", source, mig)  # controlled by the source, not the target
     planned = rooms([mig], [instance], [source, target, real, forged])
     (room,) = planned.rooms
-    assert room.pods_of("sidecar") == ("side-real",)
+    assert pods_of(room, "sidecar") == ("side-real",)
     assert planned.target_pods == {"virt-launcher-vm1-dst", "side-real"}
     assert room.in_use == room.room
 

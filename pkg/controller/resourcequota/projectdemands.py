@@ -138,10 +138,6 @@ class ProjectDemands:
                 _bounded(moved),
             )
 
-    def waiters(self, project: str) -> list[str]:
-        """The project's namespaces known to wait for room, sorted."""
-        return sorted(self._waiting.get(project, {}))
-
     def forget(self, namespace: str) -> None:
         """The namespace no longer asks its project for anything (no raise through Rancher's
         annotation, or no longer ours): its waiting rooms go, and its siblings are queued."""

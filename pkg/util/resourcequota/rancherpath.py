@@ -404,11 +404,6 @@ def asks_project(namespace: Mapping[str, Any], plan: QuotaPlan | None) -> bool:
     return plan.base is not None and plan.base.source == RANCHER
 
 
-def waiting_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
-    """The steps of the namespace's ladder the project has not given it (module docstring)."""
-    return [step for step in project_steps(namespace, plan) if not step.given]
-
-
 class WaitingCache:
     """Per namespace, its `project_steps` for the last (annotations, plan) they were computed
     from: a sibling whose annotations and plan did not change since the last write of its
