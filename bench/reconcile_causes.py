@@ -130,13 +130,28 @@ def _patch_causes() -> None:
     def add_view_named(self: Any, name: str, derive: Any, listener: Any) -> None:
         derived = getattr(derive, "func", derive)
         kind = f"view {getattr(derived, '__name__', name)}"
+        raw: dict[str, str] = {}
+        """Per key, what changed in the object's annotations and spec at its last write."""
+
+        def derive_noting(obj: Any) -> Any:
+            meta = obj.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            now = {"annotations": meta.get("annotations"), "spec": obj.get("spec")}
+            before = _last.get(("raw " + kind, key))
+            _last[("raw " + kind, key)] = now
+            raw[key] = "" if before is None else diff(before, now)
+            return derive(obj)
 
         def describe(key: str, view: Any) -> str:
             old = _last.get((kind, key))
             _last[(kind, key)] = view
-            return diff(old, view)
+            told = diff(old, view)
+            if told == "render_key":
+                told += f" ({raw.get(key, '')})"
+            return told
 
-        add_view(self, name, derive, _named(kind, describe, listener))
+        noting = derive_noting if kind == "view vmi_facts" else derive
+        add_view(self, name, noting, _named(kind, describe, listener))
 
     store.Store.add_view = add_view_named  # type: ignore[method-assign]
 
