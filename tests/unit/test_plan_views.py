@@ -252,17 +252,9 @@ def test_a_plan_is_the_same_whichever_step_under_way_each_migration_is_at(
     assert plan_outputs(plan_quota(full_snapshot(moved, vmis, pods))) == baseline
 
 
-KUBEVIRT_STEPS = (
-    "",
-    "Pending",
-    "Scheduling",
-    "Scheduled",
-    "PreparingTarget",
-    "TargetReady",
-    "Running",
-    "Succeeded",
-)
-"""A migration's phases in the order virt-controller writes them ("": none yet)."""
+KUBEVIRT_STEPS = ("", "Pending", *UNDER_WAY_PHASES[:5], "Succeeded")
+"""A migration's phases in the order virt-controller writes them ("": none yet; the steps
+under way of a migration that is not decentralized)."""
 
 
 def plan_writes(plan: QuotaPlan) -> tuple[Any, ...]:
