@@ -60,8 +60,8 @@ from typing import Any, Final
 from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
 from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.scale.stats import percentile
 from harvester_quota.testbench.sim.kubevirt.objects import (
     VMSpec,
@@ -130,20 +130,24 @@ def populate(caches: WebhookCaches, namespace: str, pending: int) -> None:
     """`namespace` with an open managed quota (its base: 100k CPU) and `pending` running VMs,
     each with a migration waiting for its target pod (labelled room-held when there is one)."""
     labels = {LABEL_ROOM_HELD: TRUE} if pending else {}
-    caches.namespaces.store.upsert({"metadata": {"name": namespace, "labels": labels}})
+    caches.namespaces.store.put(
+        caches.namespaces.store.prepare({"metadata": {"name": namespace, "labels": labels}})
+    )
     hard = {"limits.cpu": "100k", "limits.memory": "100Pi", "requests.memory": "100Pi"}
-    caches.quotas.store.upsert(
-        {
-            "metadata": {
-                "name": "default-quota",
-                "namespace": namespace,
-                "uid": f"quota-{namespace}",
-                "resourceVersion": "1",
-                "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"},
-            },
-            "spec": {"hard": hard},
-            "status": {"hard": hard, "used": {"limits.cpu": "1"}},
-        }
+    caches.quotas.store.put(
+        caches.quotas.store.prepare(
+            {
+                "metadata": {
+                    "name": "default-quota",
+                    "namespace": namespace,
+                    "uid": f"quota-{namespace}",
+                    "resourceVersion": "1",
+                    "labels": {LABEL_DEFAULT_RESOURCE_QUOTA: "true"},
+                },
+                "spec": {"hard": hard},
+                "status": {"hard": hard, "used": {"limits.cpu": "1"}},
+            }
+        )
     )
     settings = settings_from(None, None, configured_version=VERSION)
     for index in range(pending):
@@ -171,9 +175,9 @@ def _running_vm_migrating(
     migration["metadata"].update(uid=migration_uid(namespace, index), resourceVersion="1")
     migration["metadata"]["creationTimestamp"] = "2026-11-22T11:00:00Z"
     migration["status"] = {"phase": "Pending"}
-    caches._vmis.store.upsert(vmi)
-    caches.pods.store.upsert(pod)
-    caches._migrations.store.upsert(migration)
+    caches._vmis.store.put(caches._vmis.store.prepare(vmi))
+    caches.pods.store.put(caches.pods.store.prepare(pod))
+    caches._migrations.store.put(caches._migrations.store.prepare(migration))
 
 
 def _review(request: dict[str, Any]) -> bytes:

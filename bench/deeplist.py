@@ -13,7 +13,7 @@ import time
 
 import orjson
 from harvester_quota.generic import deepjson
-from harvester_quota.generic.listdecode import split_list
+from harvester_quota.testbench.decoding import split_list
 
 
 def deep_and_wide_vmi(levels: int = 1100, groups: int = 170, brackets: int = 1500) -> bytes:

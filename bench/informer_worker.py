@@ -128,21 +128,18 @@ def _ours(codec: str, *, transform: bool = True) -> Callable[..., Any]:
 
 async def _run_ours(candidate: str, target: Target, codec: str, transform: bool) -> Measurement:
     from harvester_quota.generic.client import ApiClient
-    from harvester_quota.generic.config import ClientConfig
+    from harvester_quota.generic.config import ClientConfig, client_ssl_context
     from harvester_quota.generic.informer import ResourceEventHandler, SharedInformerFactory
     from harvester_quota.generic.resource import PODS, Object
     from harvester_quota.generic.store import strip_unread_fields
+    from harvester_quota.testbench.codecs import BY_NAME
 
-    config = ClientConfig.from_files(
-        target.server,
-        ca_file=target.ca_file,
-        cert_file=target.cert_file,
-        key_file=target.key_file,
-    )
+    context = client_ssl_context(target.ca_file, target.cert_file, target.key_file, verify=True)
+    config = ClientConfig(host=target.server.rstrip("/"), ssl_context=context)
     client = ApiClient(config, timeout=600)
     factory = SharedInformerFactory(client)
     informer = factory.informer(
-        PODS, codec=codec, transform=strip_unread_fields if transform else None
+        PODS, codec=BY_NAME[codec](), transform=strip_unread_fields if transform else None
     )
     clock = _Clock()
     done = asyncio.Event()

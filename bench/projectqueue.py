@@ -16,7 +16,7 @@ ways in the same run:
 - ``planned``: the siblings planned within the judgment, from their objects (`plan_quota` of
   each, then `project_steps`);
 - ``cached``: the same, each sibling's ladder taken from a `WaitingCache` filled by an earlier
-  write (its inputs unchanged), as ProjectSiblingsView does once per write (it plans from the
+  write (its inputs unchanged), as siblings_waiting does once per write (it plans from the
   informers' views, which render a launcher once per VM shape: cheaper than here).
 
 It prints milliseconds per judgment (median of `--repeat`) for each size, and the ratio of
@@ -62,10 +62,10 @@ from harvester_quota.controller.resourcequota.rancher import (
     project_index,
 )
 from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.sim.kubevirt.objects import (
     VMSpec,
     parse_version,
@@ -200,7 +200,7 @@ class Project:
 
     async def cached(self, _project: str, besides: str) -> list[Step]:
         """Every other namespace planned now, its ladder from the last write where its inputs
-        did not change, as ProjectSiblingsView does once per write (WaitingCache)."""
+        did not change, as siblings_waiting does once per write (WaitingCache)."""
         steps: list[Step] = []
         for name, snapshot in self.snapshots.items():
             if name != besides:
@@ -318,7 +318,7 @@ class FreedRoom:
         return dataclasses.replace(self.snapshots[name], namespace=copy.deepcopy(namespace))
 
     async def siblings(self, _project: str, besides: str) -> list[Step]:
-        """Every other namespace planned now, its ladder cached (ProjectSiblingsView)."""
+        """Every other namespace planned now, its ladder cached (siblings_waiting)."""
         self.plannings += 1
         steps: list[Step] = []
         for name in self.snapshots:

@@ -47,6 +47,7 @@ from harvester_quota.config.kubevirt import settings_from
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import NamespaceObjects, Store
 from harvester_quota.generic.views import NamespaceViews
+from harvester_quota.testbench.codecs import BY_NAME
 from harvester_quota.testbench.sim.kubevirt.objects import (
     MigrationRef,
     VMSpec,
@@ -77,9 +78,9 @@ class Caches:
 
     def __init__(self, codec: str) -> None:
         self.pods, self.vmis, self.migrations = (
-            Store(codec=codec),
-            Store(codec=codec),
-            Store(codec=codec),
+            Store(codec=BY_NAME[codec]()),
+            Store(codec=BY_NAME[codec]()),
+            Store(codec=BY_NAME[codec]()),
         )
         self.index = PodIndex()
         self.pods.add_view(PodIndex.VIEW, pod_view, self.index.changed)

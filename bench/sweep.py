@@ -30,10 +30,10 @@ from harvester_quota.controller.resourcequota.staleraise import (
     StaleRaiseSweep,
     left_to_give_back,
 )
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.events import EventRecorder
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_DEFAULT_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_APPLIED,

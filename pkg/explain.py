@@ -2,7 +2,7 @@
 
 Reads the namespace as the controller would (its quotas, migrations, VMIs, pods, the KubeVirt
 CR and Harvester's ratio setting when present) straight from the API server, plans it with the
-controller's planner (`NamespacePlanner` over a `ListedSource`), and reports: the base and where it comes from, each migration holding
+controller's planner (`NamespacePlanner` over a `NamespaceSnapshot`), and reports: the base and where it comes from, each migration holding
 room (why, since when, how much, which pod), usage without migration targets, desired versus
 actual spec.hard per key, what the webhook would deny now, the last refusal KubeVirt reported,
 any write Rancher denied, for a namespace of a Rancher project whether Rancher validates it and
@@ -33,7 +33,7 @@ from .apis.kubevirt import (
 )
 from .config.kubevirt import settings_from
 from .config.management import COMPONENT
-from .controller.resourcequota.planner import ListedSource, NamespacePlanner
+from .controller.resourcequota.planner import NamespacePlanner
 from .controller.resourcequota.rancher import PROJECT_QUEUED_REASON, RANCHER_DENIAL_REASON
 from .generic import errors
 from .generic.client import ApiClient
@@ -156,8 +156,9 @@ async def explain(
     listed = await _screened_lists(client, namespace, quota_features)
     paused, lease_warnings = await controller_paused(client, controller_namespace, lease_name)
     migrations = listed.migrations
-    source = ListedSource(
-        quota_list=quotas,
+    source = NamespaceSnapshot(
+        namespace=ns,
+        quota=quota,
         migrations=migrations,
         vmis={name(v): v for v in listed.vmis},
         pods=listed.pods,
@@ -168,11 +169,11 @@ async def explain(
         # The controller's option is not known here: an adopted quota is explained as kept so.
         adopt_harvester=parse_migration_annotations(annotations_of(quota)).adopted,
     )
-    planned = NamespacePlanner(source).plan(ns)
-    if planned is None:  # the planner found no managed quota where the list had one
+    plan = NamespacePlanner(source).plan(ns)
+    if plan is None:  # the planner found no managed quota where the list had one
         warnings = ["the planner found no managed ResourceQuota", *lock_warnings]
         return Explanation(namespace, None, managed=False, mtq_locks=locks, warnings=warnings)
-    plan, snapshot = planned.plan, planned.snapshot
+    snapshot = plan.snapshot
     events = await list_if_served(client, EVENTS, namespace)
     result = _explanation(namespace, quota, plan, migrations, events)
     _add_growth(result, plan, snapshot)

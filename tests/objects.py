@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from harvester_quota.apis.kubevirt import LABEL_VM_NAME
+from harvester_quota.apis.kubevirt import LABEL_CREATED_BY, LABEL_MIGRATION_JOB, LABEL_VM_NAME
 from harvester_quota.testbench.harvestervm import (
     HARVESTER_DEFAULT_OVERCOMMIT,
     harvester_guest_memory,
@@ -23,7 +23,7 @@ from harvester_quota.util.annotations import (
     LABEL_DEFAULT_RESOURCE_QUOTA,
 )
 from harvester_quota.util.launcher import LauncherSettings, launcher_pod_resources
-from harvester_quota.util.resourcequota.rooms import LABEL_CREATED_BY, LABEL_MIGRATION_JOB
+from harvester_quota.util.resourcequota.rooms import MigrationRoom
 
 Object = dict[str, Any]
 _EPOCH_2026 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -251,3 +251,8 @@ def kubevirt_mtq_lock(
         },
         "webhooks": [webhook],
     }
+
+
+def pods_of(room: MigrationRoom, kind: str) -> tuple[str, ...]:
+    """The real pods of the room's part of `kind` (a PartKind's name), () while there are none."""
+    return next((part.pods for part in room.parts if part.kind == kind), ())

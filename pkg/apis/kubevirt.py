@@ -38,8 +38,6 @@ PHASE_FAILED: Final = "Failed"
 PHASE_PENDING: Final = "Pending"
 PHASE_WAITING_FOR_SYNC: Final = "WaitingForSync"
 """A decentralized migration's side waiting for its peer (KubeVirt v1.6+)."""
-PHASE_SYNCHRONIZING: Final = "Synchronizing"
-"""A decentralized migration's two sides exchanging the migration's state (KubeVirt v1.6+)."""
 FINAL_PHASES: Final = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 
 
@@ -52,12 +50,6 @@ class KubeVirtControllers:
 
     def __init__(self, factory: ControllerFactory) -> None:
         self._factory = factory
-
-    def virtual_machines(self) -> Controller:
-        """The one shared controller of virtual machines. Unused by the product (no cache holds
-        VMs): one that came to use it should strip the VM's unread unknown fields (the template's
-        clock, vmispec.UNREAD_UNKNOWN_FIELDS) in its transform, as the VMI caches do."""
-        return self._factory.for_resource(VIRTUAL_MACHINES)
 
     def virtual_machine_instances(self) -> Controller:
         """The one shared controller of virtual machine instances."""

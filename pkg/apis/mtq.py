@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
-from ..generic.controller import Controller, ControllerFactory
 from ..generic.resource import Object, Resource
 
 GROUP: Final = "mtq.kubevirt.io"
@@ -27,7 +26,6 @@ VERSION: Final = "v1alpha1"
 KIND: Final = "VirtualMachineMigrationResourceQuota"
 VMMRQS: Final = Resource(GROUP, VERSION, "virtualmachinemigrationresourcequotas", KIND)
 """Namespaced; absent on a cluster that never installed the CRD (an optional kind)."""
-CRD_NAME: Final = VMMRQS.name
 
 LOCK_LABEL: Final = "mtq-lock-server"
 """KubeVirt MTQ labels each namespace lock it creates (a ValidatingWebhookConfiguration named
@@ -182,14 +180,3 @@ def decode_vmmrq(obj: Object) -> Vmmrq:
         )
     except VmmrqError as error:
         raise VmmrqError(f"{where}: {error}") from None
-
-
-class MtqControllers:
-    """Typed access to MTQ's kind on a controller factory (see KubeVirtControllers)."""
-
-    def __init__(self, factory: ControllerFactory) -> None:
-        self._factory = factory
-
-    def virtual_machine_migration_resource_quotas(self) -> Controller:
-        """The one shared controller of VMMRQs."""
-        return self._factory.for_resource(VMMRQS)

@@ -51,29 +51,15 @@ class ClientConfig:
     proxy: str | None = None
     tls_server_name: str | None = None
 
-    @classmethod
-    def from_files(
-        cls,
-        host: str,
-        *,
-        ca_file: str | Path | None,
-        cert_file: str | Path | None = None,
-        key_file: str | Path | None = None,
-        token: str | None = None,
-        verify: bool = True,
-    ) -> ClientConfig:
-        """A config from plain files: what the local cluster and most tests use."""
-        context = _ssl_context(ca_file, cert_file, key_file, verify)
-        bearer = f"Bearer {token}" if token else None
-        return cls(host=host.rstrip("/"), ssl_context=context, authorization=lambda: bearer)
 
-
-def _ssl_context(
+def client_ssl_context(
     ca_file: str | Path | None,
     cert_file: str | Path | None,
     key_file: str | Path | None,
     verify: bool,
 ) -> ssl.SSLContext:
+    """A TLS 1.2+ client context trusting ``ca_file`` (the system's CAs when None), presenting
+    the client certificate when both files are given; ``verify=False`` checks no server."""
     context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if not verify:
@@ -138,7 +124,7 @@ def _from_kubernetes_configuration(
 ) -> ClientConfig:
     """Turns the `kubernetes` package's Configuration into ours, keeping its token refresh
     (exec plugins, auth providers and the in-cluster token file refresh through its hook)."""
-    context = _ssl_context(
+    context = client_ssl_context(
         configuration.ssl_ca_cert,
         configuration.cert_file,
         configuration.key_file,

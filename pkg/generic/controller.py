@@ -5,8 +5,6 @@ key, by a fixed number of workers fed from a rate-limited workqueue:
 
 - ``on_change(name, handler)``: ``handler(key, obj)`` gets the cached object, or ``None`` once it
   is gone; it may return the object it wrote, which the next handler then receives (chaining).
-- ``on_remove(name, handler)``: backed by the finalizer ``<prefix>/<name>``, so the handler sees
-  the object before it disappears, even if the controller was down when it was deleted.
 - ``enqueue`` is a plain add, never rate-limited: counting events as failures inflates backoff to
   minutes (kubernetes/kubernetes#75577, rancher/lasso#5). ``enqueue_after`` delays one key.
 - A handler error re-queues the key through the rate limiter and re-runs every handler; a conflict
@@ -16,7 +14,7 @@ key, by a fixed number of workers fed from a rate-limited workqueue:
 
 As in wrangler, the controller is its run loop (workers over the queue) and the registration that
 feeds it; its collaborators hold the rest: the handler list and one run of it
-(``sharedhandler.SharedHandler``), the finalizer behind ``on_remove`` (``finalizers``), the
+(``sharedhandler.SharedHandler``), the
 callers of ``wait_pending_runs`` (``pendingruns``), and the client verbs and cache reads bound to its resource, which it inherits as wrangler's controller
 embeds its client (``resourceclient.ResourceClient``, ``resourcecache.ResourceCache``).
 """
@@ -31,7 +29,6 @@ from prometheus_client import CollectorRegistry
 
 from .client import ApiClient
 from .clock import REAL_CLOCK, Clock
-from .finalizers import finalizer_guard
 from .frameworkmetrics import HandlerObserver
 from .informer import ResourceEventHandler, SharedInformer, SharedInformerFactory
 from .meta import namespace as namespace_of
@@ -39,10 +36,8 @@ from .pendingruns import PendingRuns
 from .reconcileloop import RetryRateLimited, run_reconcile_loop
 from .resource import (
     EVENTS,
-    LEASES,
     NAMESPACES,
     PODS,
-    RESOURCE_QUOTAS,
     Object,
     Resource,
     key_of,
@@ -55,7 +50,6 @@ from .tasks import cancel_and_wait
 from .workqueue import RateLimiter, RateLimitingQueue
 
 __all__ = [
-    "DEFAULT_FINALIZER_PREFIX",
     "DEFAULT_WORKERS",
     "Controller",
     "ControllerFactory",
@@ -67,7 +61,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_WORKERS = 5
-DEFAULT_FINALIZER_PREFIX = "wrangler.cattle.io"
 
 
 class Controller(ResourceClient, ResourceCache):
@@ -89,7 +82,6 @@ class Controller(ResourceClient, ResourceCache):
         workers: int = DEFAULT_WORKERS,
         rate_limiter: RateLimiter[str] | None = None,
         clock: Clock = REAL_CLOCK,
-        finalizer_prefix: str = DEFAULT_FINALIZER_PREFIX,
         registry: CollectorRegistry | None = None,
         observer: HandlerObserver | None = None,
     ) -> None:
@@ -97,7 +89,6 @@ class Controller(ResourceClient, ResourceCache):
         ResourceCache.__init__(self, informer)
         self.name = name or resource.name
         self.workers = workers
-        self.finalizer_prefix = finalizer_prefix
         self.clock = clock
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             rate_limiter, name=self.name, clock=clock, registry=registry
@@ -117,11 +108,6 @@ class Controller(ResourceClient, ResourceCache):
         if self._tasks:
             for key in self.informer.store.list_keys():
                 self.queue.add(key)
-
-    def on_remove(self, name: str, handler: Handler) -> None:
-        """Runs ``handler(key, obj)`` once when an object is being deleted, via a finalizer."""
-        guarded = finalizer_guard(f"{self.finalizer_prefix}/{name}", handler, self.update)
-        self.on_change(name, guarded)
 
     def _watch_informer(self) -> None:
         if self._watching:
@@ -276,7 +262,6 @@ class ControllerFactory:
         *,
         clock: Clock = REAL_CLOCK,
         workers: int = DEFAULT_WORKERS,
-        finalizer_prefix: str = DEFAULT_FINALIZER_PREFIX,
         registry: CollectorRegistry | None = None,
         observer: HandlerObserver | None = None,
     ) -> None:
@@ -287,7 +272,6 @@ class ControllerFactory:
         self._observer = observer
         self._clock = clock
         self._workers = workers
-        self._finalizer_prefix = finalizer_prefix
         self._registry = registry
         self._controllers: dict[Resource, Controller] = {}
 
@@ -301,7 +285,6 @@ class ControllerFactory:
                 resource,
                 workers=workers or self._workers,
                 clock=self._clock,
-                finalizer_prefix=self._finalizer_prefix,
                 registry=self._registry,
                 observer=self._observer,
             )
@@ -321,17 +304,9 @@ class ControllerFactory:
         """The one shared controller of namespaces."""
         return self.for_resource(NAMESPACES)
 
-    def resource_quotas(self) -> Controller:
-        """The one shared controller of resource quotas."""
-        return self.for_resource(RESOURCE_QUOTAS)
-
     def events(self) -> Controller:
         """The one shared controller of events."""
         return self.for_resource(EVENTS)
-
-    def leases(self) -> Controller:
-        """The one shared controller of leases."""
-        return self.for_resource(LEASES)
 
     def warm(self) -> None:
         """Starts the informers and holds every controller (`Controller.hold`): caches fill,

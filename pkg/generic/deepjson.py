@@ -156,23 +156,6 @@ def cut_deep(value: Any, max_depth: int = MAX_DEPTH) -> int:
     return cut
 
 
-def depth_of(value: Any) -> int:
-    """How many levels of dicts and lists `value` has (0 for a scalar); iterative."""
-    deepest = 0
-    pending: list[tuple[Any, int]] = [(value, 1)]
-    while pending:
-        current, depth = pending.pop()
-        if isinstance(current, dict):
-            children: Any = current.values()
-        elif isinstance(current, list):
-            children = current
-        else:
-            continue
-        deepest = max(deepest, depth)
-        pending.extend((child, depth + 1) for child in children)
-    return deepest
-
-
 def describe(obj: Any) -> str:
     """An object as logs and Events name it: ``Kind namespace/name (uid)``, what can be read."""
     if not isinstance(obj, dict):

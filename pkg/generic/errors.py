@@ -165,16 +165,6 @@ def is_resource_version_too_large(error: ApiError) -> bool:
     return isinstance(error, ServerTimeout) and "Too large resource version" in error.message
 
 
-def denied_by_admission(error: BaseException) -> bool:
-    """Whether a 403 came from an admission plugin (a webhook or a ValidatingAdmissionPolicy
-    refusing this object) rather than from RBAC: admission denials say "denied", RBAC says
-    "cannot <verb> resource"."""
-    text = str(error)
-    return isinstance(error, Forbidden) and (
-        "denied request" in text or "denied the request" in text
-    )
-
-
 RANCHER_DENIAL: Final = "managed by Rancher"
 """What rancher-webhook says when it refuses a write to a quota it protects ("users are
 forbidden from changing resources managed by Rancher")."""

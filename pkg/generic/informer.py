@@ -67,7 +67,6 @@ from .reflector import (
 )
 from .resource import Object, Resource, key_of
 from .store import (
-    DEFAULT_CODEC,
     Codec,
     Encoded,
     IndexFunc,
@@ -257,7 +256,7 @@ class SharedInformer:
         clock: Clock = REAL_CLOCK,
         transform: Transform | None = strip_unread_fields,
         indexers: dict[str, IndexFunc] | None = None,
-        codec: Codec | str = DEFAULT_CODEC,
+        codec: Codec | None = None,
         resync_period: float = 0.0,
         inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
         rng: random.Random | None = None,
@@ -472,7 +471,7 @@ class SharedInformerFactory:
         field_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
         transform: Transform | None = strip_unread_fields,
-        codec: Codec | str = DEFAULT_CODEC,
+        codec: Codec | None = None,
         optional: bool = False,
         presence: Presence | None = None,
     ) -> SharedInformer:

@@ -159,11 +159,6 @@ class LeaderElector:
         self._seen = LeaseObservation(clock, on_new_leader)
         self.leading = False
 
-    @property
-    def leader(self) -> str:
-        """The holder this replica last saw ("" before any look)."""
-        return self._seen.holder
-
     def healthy(self) -> bool:
         """True while this replica has read or written the Lease within the lease duration: a
         standby that can reach the API server is ready to take over; one that cannot is not."""

@@ -339,13 +339,3 @@ def _is_top_level(head: bytes) -> bool:
     structure = _STRING.sub(b"", head)
     opened = structure.count(b"{") + structure.count(b"[")
     return opened - structure.count(b"}") - structure.count(b"]") == 1
-
-
-def split_list(
-    raw: bytes, each: Callable[[dict[str, Any]], Any] | None = None, *, chunk: int = 1 << 16
-) -> tuple[dict[str, Any], list[Any]]:
-    """A whole response, fed in chunks: (the List without items, its items through ``each``)."""
-    splitter = ListSplitter(each)
-    for start in range(0, len(raw), chunk):
-        splitter.feed(raw[start : start + chunk])
-    return splitter.finish(), splitter.items

@@ -54,12 +54,6 @@ def key_of(obj: Object) -> str:
     return f"{namespace}/{name}" if namespace else str(name)
 
 
-def split_key(key: str) -> tuple[str | None, str]:
-    """``namespace/name`` → (namespace, name); ``name`` → (None, name)."""
-    namespace, _, name = key.rpartition("/")
-    return (namespace or None), name
-
-
 # Kubernetes' own kinds the framework and the controllers use. Other API groups are declared
 # above the framework (harvester_quota.apis), which knows no KubeVirt or Harvester kind.
 PODS = Resource("", "v1", "pods", "Pod")

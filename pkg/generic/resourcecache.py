@@ -23,12 +23,6 @@ class ResourceCache:
         API server; never blocks."""
         return self.informer.store.get(f"{namespace}/{name}" if namespace else name)
 
-    def cached_list(self, namespace: str | None = None) -> list[Object]:
-        """Every cached object, or those of one namespace, in no particular order."""
-        if namespace is None:
-            return self.informer.store.objects()
-        return self.informer.store.by_index("namespace", namespace)
-
     def by_index(self, index: str, value: str) -> list[Object]:
         """Cached objects whose `index` function yields `value`; KeyError for an unknown index."""
         return self.informer.store.by_index(index, value)

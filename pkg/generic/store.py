@@ -3,41 +3,32 @@
 A decoded pod costs about 12 KB as Python dicts; the same pod re-encoded as JSON bytes about
 5-6 KB, compressed at zlib level 1 about 2 KB, and with zstd and a dictionary trained on the
 cache's own objects a few hundred bytes. Caches therefore store bytes and hand out a fresh dict
-on every read, which callers may mutate freely. The default, ``ZstdCodec`` (zstdcodec.py), is
-the smallest of the codecs that store bytes and, after ``JsonCodec``, the fastest to write
-(bench/RESULTS.md): a few µs per write and per read more than plain JSON. ``ZlibCodec`` is the
-previous default; ``JsonCodec`` trades memory for speed; small caches can keep the dicts
-themselves (``DictCodec``), and then readers must treat them as read-only, as client-go's
-listers require.
+on every read, which callers may mutate freely. The codec, ``ZstdCodec`` (zstdcodec.py), is the
+smallest of the codecs measured that store bytes and, after plain JSON, the fastest to write
+(bench/RESULTS.md): a few µs per write and per read more than plain JSON. The others measured
+(JSON, zlib, the dicts themselves) are the bench's, in ``harvester_quota.testbench.codecs``.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-import orjson
-
 from . import deepjson
 from .resource import Object, key_of
 from .storeindex import IndexFunc, StoreIndex
 from .storeviews import StoreViews, ViewFailed, ViewListener
-from .zstdcodec import ZstdCodec, exact_bytes
+from .zstdcodec import ZstdCodec
 
 __all__ = [
-    "CODECS",
-    "DEFAULT_CODEC",
     "LAST_APPLIED",
     "NAMESPACE_INDEX",
     "Change",
     "Codec",
-    "DictCodec",
     "Encoded",
     "IndexFunc",
-    "JsonCodec",
     "NamespaceObjects",
     "Prepared",
     "StageFailed",
@@ -45,7 +36,6 @@ __all__ = [
     "Tombstone",
     "Transform",
     "ViewListener",
-    "ZlibCodec",
     "ZstdCodec",
     "namespace_index",
     "strip_unread_fields",
@@ -91,49 +81,6 @@ class Codec(Protocol):
     def encode(self, obj: Object) -> Any: ...
 
     def decode(self, stored: Any) -> Object: ...
-
-
-class DictCodec:
-    """Keeps the dicts: fastest reads, most memory; readers must not mutate what they get."""
-
-    def encode(self, obj: Object) -> Any:
-        return obj
-
-    def decode(self, stored: Any) -> Object:
-        result: Object = stored
-        return result
-
-
-class JsonCodec:
-    """Exact-size JSON bytes (orjson over-allocates its output buffer, so it is copied once)."""
-
-    def encode(self, obj: Object) -> Any:
-        return exact_bytes(orjson.dumps(obj))
-
-    def decode(self, stored: Any) -> Object:
-        result: Object = orjson.loads(stored)
-        return result
-
-
-class ZlibCodec:
-    """JSON compressed at level 1 (the default): about 40 % of JsonCodec's memory."""
-
-    def encode(self, obj: Object) -> Any:
-        return zlib.compress(orjson.dumps(obj), 1)
-
-    def decode(self, stored: Any) -> Object:
-        result: Object = orjson.loads(zlib.decompress(stored))
-        return result
-
-
-CODECS: dict[str, Callable[[], Codec]] = {
-    "dict": DictCodec,
-    "json": JsonCodec,
-    "zlib": ZlibCodec,
-    "zstd": ZstdCodec,
-}
-"""The codecs by name; a store makes its own instance (a zstd dictionary fits one cache)."""
-DEFAULT_CODEC = "zstd"
 
 
 class Encoded:
@@ -223,12 +170,13 @@ class Store:
         self,
         *,
         indexers: dict[str, IndexFunc] | None = None,
-        codec: Codec | str = DEFAULT_CODEC,
+        codec: Codec | None = None,
         view_failed: ViewFailed | None = None,
     ) -> None:
-        """`view_failed`: told when a view's listener raised (StoreViews isolates it: the write
+        """`codec`: None for a ZstdCodec of its own (a zstd dictionary fits one cache).
+        `view_failed`: told when a view's listener raised (StoreViews isolates it: the write
         completes whole); None: logged only."""
-        self._codec: Codec = CODECS[codec]() if isinstance(codec, str) else codec
+        self._codec: Codec = ZstdCodec() if codec is None else codec
         self._items: dict[str, Any] = {}
         self._versions: dict[str, str] = {}
         """key -> metadata.resourceVersion of what is stored (to tell an unchanged relist item)."""
@@ -303,12 +251,6 @@ class Store:
         raises never leaves a write half-applied: it is isolated (StoreViews), told None for
         the key, and `view_failed` is told."""
         self._views.add(name, derive, listener, self._decoded_items())
-
-    def upsert(self, obj: Object) -> Object | None:
-        """Adds or replaces ``obj``; returns the previous object (decoded) or None. Raises
-        StageFailed, the store unchanged, when ``obj`` cannot be prepared (see `prepare`)."""
-        old = self.put(self.prepare(obj))
-        return None if old is None else old.get()
 
     def put(self, entry: Prepared) -> Encoded | None:
         """Stores a prepared object (its key's objects, indexes and views together); returns

@@ -98,10 +98,6 @@ class NamespaceViews(Generic[V]):
             del self._namespaces[namespace]
         return True
 
-    def aside(self, namespace: str) -> int:
-        """How many of the namespace's views are set aside."""
-        return len(self._aside.get(namespace) or {})
-
     def set_aside_views(self, namespace: str) -> list[V]:
         """The namespace's views set aside (a new list; the views are shared, not to mutate)."""
         return list((self._aside.get(namespace) or {}).values())

@@ -94,11 +94,6 @@ class ZstdCodec:
         self._trained: zstandard.ZstdCompressor | None = None
         self._trained_decoder: zstandard.ZstdDecompressor | None = None
 
-    @property
-    def trained(self) -> bool:
-        """Whether objects are now written with a dictionary."""
-        return self._trained is not None
-
     def encode(self, obj: Object) -> Any:
         raw = orjson.dumps(obj)
         if self._trained is None and self._samples is not None:

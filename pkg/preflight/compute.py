@@ -46,7 +46,7 @@ from typing import Any, Final
 from ..apis.kubevirt import LABEL_CREATED_BY, LABEL_KUBEVIRT, LAUNCHER
 from ..apis.mtq import Vmmrq, VmmrqError, decode_vmmrq
 from ..config.kubevirt import settings_from
-from ..controller.resourcequota.planner import ListedSource, NamespacePlanner
+from ..controller.resourcequota.planner import NamespacePlanner
 from ..generic.meta import labels, metadata, name, namespace, spec, status
 from ..generic.resource import Object
 from ..util.launcher import LauncherSettings, launcher_pod_resources
@@ -58,14 +58,13 @@ from ..util.quantity import Quantity
 from ..util.quotascope import launcher_scope_facts
 from ..util.rancher.project import ProjectQuota, project_reference
 from ..util.resourcequota.base import Mode, managed_quota, rancher_base_text
-from ..util.resourcequota.plan import QuotaPlan
+from ..util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from ..util.resourcequota.rancherpath import Step
 from ..util.resources import to_json_dict
 from ..util.screen import named, screened
 from .admission import NamespaceContext, Strategy, TargetPod, harvester_ratio, quota_blockers
 from .delays import (
     LAUNCHER_GRACE_PADDING,
-    QueuedTarget,
     bandwidth_per_migration,
     estimate_seconds,
     grace_seconds,
@@ -259,8 +258,9 @@ class _Cluster:
     pods: dict[str, list[Object]] = field(default_factory=dict)
     vmis: dict[str, list[Object]] = field(default_factory=dict)
     """The pods and VMIs the screen kept, by namespace (a project's namespaces are planned)."""
-    queued: list[QueuedTarget] = field(default_factory=list)
-    """The current step's migrations whose target pod fits alone, in the step's order."""
+    queued: list[tuple[VmVerdict, TargetPod]] = field(default_factory=list)
+    """The current step's migrations whose target pod fits alone, each verdict with its target
+    pod, in the step's order."""
 
     @classmethod
     def indexed(cls, state: ClusterState, plan: Plan) -> _Cluster:
@@ -341,7 +341,7 @@ def preflight(state: ClusterState, plan: Plan) -> PreflightReport:
                 mover.wave = number
         step.waves = [[m.key for m in wave] for wave in waves]
         copies = [[m.memory_bytes / bandwidth for m in wave] for wave in waves]
-        plan_delays(plan.strategy, cluster.queued, bandwidth, wave_starts(copies))
+        plan_delays(plan.strategy, cluster.queued, cluster.contexts, bandwidth, wave_starts(copies))
         if plan.strategy == "ours":
             _project_waits(cluster, bandwidth)
         step.estimated_seconds = estimate_seconds(waves, bandwidth)
@@ -500,7 +500,7 @@ def _judge_target(
         return
     verdict.target_node = room.name
     if not verdict.blocked:
-        cluster.queued.append(QueuedTarget(verdict, target, context))
+        cluster.queued.append((verdict, target))
         source = cluster.rooms.get(verdict.node)
         if source is not None:
             source.take({k: -v for k, v in requests.items()})
@@ -584,7 +584,7 @@ def _project_waits(cluster: _Cluster, bandwidth: int) -> None:
     """The step's evacuations on Rancher's path judged in their projects' order across
     namespaces (projectorder.py): a Delay naming the migrations one waits behind, a note naming
     those it goes ahead of."""
-    evacuations = [item.verdict for item in cluster.queued]
+    evacuations = [verdict for verdict, _target in cluster.queued]
     by_key = {verdict.key: verdict for verdict in evacuations}
     contexts = {e.namespace: _context(cluster, e.namespace) for e in evacuations}
     now = _state_now(cluster.state)
@@ -617,14 +617,14 @@ def _plan_with(
     MTQ mode as the controller defers (projectorder.PlanWith). None, its launcher settings not
     rendered, where no raise of ours could go through Rancher's annotation (no managed quota,
     no Rancher annotation). A member whose plan fails (an object of its own that cannot be read)
-    is None with a warning: it claims nothing, as the controller's ProjectSiblingsView skips it,
+    is None with a warning: it claims nothing, as the controller's siblings_waiting skips it,
     and the rest of its project is still ordered."""
     ns_name = name(ns)
-    quotas = cluster.quotas.get(ns_name, [])
-    if managed_quota(quotas) is None or rancher_base_text(ns) is None:
+    quota = managed_quota(cluster.quotas.get(ns_name, []))
+    if quota is None or rancher_base_text(ns) is None:
         return None
     try:
-        return _member_plan(cluster, now, ns, quotas, evacuations)
+        return _member_plan(cluster, now, ns, quota, evacuations)
     except Exception as error:  # contained per member: one namespace never drops its project
         cluster.warnings.append(
             f"{ns_name}: not planned for its Rancher project's order "
@@ -637,14 +637,14 @@ def _member_plan(
     cluster: _Cluster,
     now: datetime.datetime,
     ns: Object,
-    quotas: list[Object],
+    quota: Object,
     evacuations: list[Object],
 ) -> QuotaPlan | None:
-    """`_plan_with`'s plan of a member with a managed quota (among `quotas`, its namespace's)
-    and Rancher's annotation."""
+    """`_plan_with`'s plan of a member with a managed `quota` and Rancher's annotation."""
     ns_name = name(ns)
-    source = ListedSource(
-        quota_list=quotas,
+    source = NamespaceSnapshot(
+        namespace=ns,
+        quota=quota,
         migrations=[*cluster.migrations.get(ns_name, []), *evacuations],
         vmis={name(v): v for v in cluster.vmis.get(ns_name, [])},
         pods=list(cluster.pods.get(ns_name, [])),
@@ -653,8 +653,7 @@ def _member_plan(
         mode=cluster.plan.mode,
     )
     mtq = _mtq_mode(cluster.vmmrqs.get(ns_name, []))
-    planned = NamespacePlanner(source, defer_to=lambda _key: mtq).plan(ns)
-    return None if planned is None else planned.plan
+    return NamespacePlanner(source, defer_to=lambda _key: mtq).plan(ns)
 
 
 def _mtq_mode(vmmrqs: Sequence[Object]) -> bool:

@@ -67,15 +67,6 @@ wave, and one with the v1.2.1 incident's 31 s does."""
 
 
 @dataclass(frozen=True)
-class QueuedTarget:
-    """One migration of a drain whose target pod fits alone: its verdict, pod and namespace."""
-
-    verdict: VmVerdict
-    target: TargetPod
-    context: NamespaceContext
-
-
-@dataclass(frozen=True)
 class _QuotaRoom:
     """One quota a target pod is charged against, as it is now, and the room the strategy adds
     to its spec.hard for that one migration (raised minus hard, key by key, never below 0)."""
@@ -88,14 +79,16 @@ class _QuotaRoom:
     """What the target side charges this quota: its pods the quota's scope matches."""
 
 
-def _quota_rooms(strategy: Strategy, item: QueuedTarget) -> list[_QuotaRoom]:
-    """The quotas charging the item's target, by name, with the strategy's room for its
-    migration alone."""
-    raised_by_quota = strategy_raise(strategy, item.context, item.target)
+def _quota_rooms(
+    strategy: Strategy, context: NamespaceContext, target: TargetPod
+) -> list[_QuotaRoom]:
+    """The quotas of the namespace (`context`) charging `target`, by name, with the strategy's
+    room for its migration alone."""
+    raised_by_quota = strategy_raise(strategy, context, target)
     out = []
-    for quota in sorted(item.context.quotas, key=name):
+    for quota in sorted(context.quotas, key=name):
         view = quota_view(quota)
-        charge = item.target.charged(view.scope)
+        charge = target.charged(view.scope)
         if charge is None:
             continue
         raised = raised_by_quota.get(view.name, {})
@@ -187,17 +180,23 @@ def wave_starts(waves: Sequence[Sequence[float]]) -> list[float]:
 
 
 def plan_delays(
-    strategy: Strategy, queued: Sequence[QueuedTarget], bandwidth: int, starts: Sequence[float]
+    strategy: Strategy,
+    queued: Sequence[tuple[VmVerdict, TargetPod]],
+    contexts: Mapping[str, NamespaceContext],
+    bandwidth: int,
+    starts: Sequence[float],
 ) -> None:
     """Sets `verdict.delay` on every queued target that waits for quota (module docstring).
 
-    `queued` is in the step's order; namespaces are independent (quotas are per namespace);
-    `starts` are the waves' start seconds (wave_starts), wave 1 first."""
-    by_namespace: dict[str, list[QueuedTarget]] = {}
-    for item in queued:
-        by_namespace.setdefault(item.verdict.namespace, []).append(item)
-    for group in by_namespace.values():
-        _namespace_delays(strategy, group, bandwidth, starts)
+    `queued`: the step's migrations whose target pod fits alone, each verdict with its target
+    pod, in the step's order; `contexts`: each of their namespaces' (admission.py), by name.
+    Namespaces are independent (quotas are per namespace); `starts` are the waves' start
+    seconds (wave_starts), wave 1 first."""
+    by_namespace: dict[str, list[tuple[VmVerdict, TargetPod]]] = {}
+    for verdict, target in queued:
+        by_namespace.setdefault(verdict.namespace, []).append((verdict, target))
+    for namespace, group in by_namespace.items():
+        _namespace_delays(strategy, contexts[namespace], group, bandwidth, starts)
 
 
 def _start(verdict: VmVerdict, starts: Sequence[float]) -> float:
@@ -206,32 +205,36 @@ def _start(verdict: VmVerdict, starts: Sequence[float]) -> float:
 
 
 def _namespace_delays(
-    strategy: Strategy, group: list[QueuedTarget], bandwidth: int, starts: Sequence[float]
+    strategy: Strategy,
+    context: NamespaceContext,
+    group: list[tuple[VmVerdict, TargetPod]],
+    bandwidth: int,
+    starts: Sequence[float],
 ) -> None:
     admitted: list[_Admitted] = []
-    waiting: list[tuple[QueuedTarget, str, list[str]]] = []
+    waiting: list[tuple[VmVerdict, str, list[str]]] = []
     # In the order the targets start: by wave, then by name (waves skip a mover whose node is
     # full, so a later name may start in an earlier wave).
-    for item in sorted(group, key=lambda i: (_start(i.verdict, starts), i.verdict.key)):
-        quotas = _quota_rooms(strategy, item)
-        at = _start(item.verdict, starts)
-        charged = _charged(strategy, item.verdict.wave, at, admitted)
-        refusal = _refusal(item, quotas, charged)
+    for verdict, target in sorted(group, key=lambda pair: (_start(pair[0], starts), pair[0].key)):
+        quotas = _quota_rooms(strategy, context, target)
+        at = _start(verdict, starts)
+        charged = _charged(strategy, verdict.wave, at, admitted)
+        refusal = _refusal(quotas, charged)
         if refusal is None:
-            until = at + _copy_seconds(item.verdict, bandwidth) + vmi_grace_seconds(item.target)
+            until = at + _copy_seconds(verdict, bandwidth) + vmi_grace_seconds(target)
             rooms = {q.quota: q.room for q in quotas}
             used = {q.quota: q.charge for q in quotas}
-            admitted.append(_Admitted(item.verdict.wave, until, rooms, used))
+            admitted.append(_Admitted(verdict.wave, until, rooms, used))
         else:
-            waiting.append((item, *refusal))
+            waiting.append((verdict, *refusal))
     slots = max(len(admitted), 1)
     rounds_seconds = max(
-        (_copy_seconds(i.verdict, bandwidth) + source_exit_seconds(i.target) for i in group),
+        (_copy_seconds(v, bandwidth) + source_exit_seconds(t) for v, t in group),
         default=0.0,
     )
-    for number, (item, message, names) in enumerate(waiting, start=1):
+    for number, (verdict, message, names) in enumerate(waiting, start=1):
         rounds = math.ceil(number / slots)
-        item.verdict.delay = Delay(
+        verdict.delay = Delay(
             message=message,
             quotas=names,
             rounds=rounds,
@@ -268,9 +271,7 @@ def _charged(
     return charged
 
 
-def _refusal(
-    item: QueuedTarget, quotas: list[_QuotaRoom], charged: _Charged
-) -> tuple[str, list[str]] | None:
+def _refusal(quotas: list[_QuotaRoom], charged: _Charged) -> tuple[str, list[str]] | None:
     """Why the target is refused next to the earlier targets still counted; None if it fits."""
     parts, names = [], []
     for quota in quotas:

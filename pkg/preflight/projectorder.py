@@ -21,7 +21,7 @@ product's own code, when the step's evacuations arrive:
   preflight's guess, not KubeVirt's promise.
 - A namespace whose plan does not go through Rancher's annotation (another base, MTQ mode, a
   namespace being deleted, no managed quota) takes no part (`rancherpath.asks_project`: the
-  rule the controller's ProjectSiblingsView applies to its siblings).
+  rule the controller's siblings_waiting applies to its siblings).
 - For each evacuation, its namespace's raise up to its room (`rancherpath.ladder`: rooms given
   first, then KubeVirt's order) is judged as the controller judges a write's step: where it fits
   the project as it stands but waits behind siblings' rooms, the VM is delayed (`_ProjectWait`),

@@ -87,7 +87,7 @@ def harvester_vm_requests(
             milli = cpu.milli_value()
             if not dedicated_cpu:
                 milli = milli * 100 // _overcommit_percent(values, "cpu")
-            requests["cpu"] = Quantity.from_milli(milli, cpu.format)
+            requests["cpu"] = Quantity(nanos=milli * 1_000_000, fmt=cpu.format)  # NewMilliQuantity
     if limits_memory is not None:
         memory = quantity_of(limits_memory, "limits.memory")
         if not memory.is_zero():

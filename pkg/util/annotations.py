@@ -43,12 +43,10 @@ __all__ = [
     "TRUE",
     "MigrationAnnotations",
     "adopted_migrating_vm_annotation_key",
-    "is_valid_annotation_key",
     "is_valid_qualified_name_part",
     "legacy_migrating_vm_annotation_key",
     "migrating_uid_annotation_key",
     "migrating_vm_annotation_key",
-    "migrating_vm_annotation_keys",
     "parse_migration_annotations",
     "room_migrations",
 ]
@@ -77,7 +75,9 @@ ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED: Final = (
     f"{HARVESTER_PREFIX}/migratingScalingResyncNeeded"
 )
 """Harvester v1.9's ping-pong flag between its VMIM and RQ controllers: "true" until the RQ
-controller has applied the scale-up, then "false" (the key stays)."""
+controller has applied the scale-up, then "false" (the key stays). Never written or read here:
+`SetAnnotationMigratingScalingResyncNeeded`, `ClearAnnotationMigratingScalingResyncNeeded` and
+`IsMigratingScalingResyncNeeded` have no twin (one writer needs no flag); a plan removes it."""
 
 ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING: Final = (
     f"{HARVESTER_PREFIX}/skipResourceQuotaAutoScaling"
@@ -164,35 +164,13 @@ def opted_out(namespace: Mapping[str, Any] | None) -> bool:
 # --- key validation --------------------------------------------------------------------------------
 
 _QUALIFIED_NAME_MAX_LENGTH: Final = 63
-_DNS1123_SUBDOMAIN_MAX_LENGTH: Final = 253
 _QUALIFIED_NAME_RE: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS1123_SUBDOMAIN_RE: Final = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-)
 _NAME_PART_CHAR_RE: Final = re.compile(r"[^-A-Za-z0-9_.]")
 
 
 def is_valid_qualified_name_part(name: str) -> bool:
     """The name part of a label or annotation key: 1..63 chars, alphanumeric at both ends."""
     return len(name) <= _QUALIFIED_NAME_MAX_LENGTH and bool(_QUALIFIED_NAME_RE.fullmatch(name))
-
-
-def is_valid_annotation_key(key: str) -> bool:
-    """Whether the API server accepts `key` as an annotation key (ValidateAnnotations).
-
-    A qualified name: an optional DNS-1123 subdomain prefix (at most 253 chars) and '/', then a name
-    part (see `is_valid_qualified_name_part`). Kubernetes lower-cases annotation keys before this
-    check, so capitals are fine in the prefix too.
-    """
-    lowered = key.lower()
-    prefix, slash, name = lowered.rpartition("/")
-    if slash and (
-        "/" in prefix
-        or len(prefix) > _DNS1123_SUBDOMAIN_MAX_LENGTH
-        or not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix)
-    ):
-        return False
-    return is_valid_qualified_name_part(name)
 
 
 # --- per-VM keys -----------------------------------------------------------------------------------
@@ -268,17 +246,6 @@ def migrating_uid_annotation_key(vmi_uid: str) -> str:
     return ANNOTATION_MIGRATING_UID_PREFIX + vmi_uid
 
 
-def migrating_vm_annotation_keys(vm_name: str, vmi_uid: str | None = None) -> frozenset[str]:
-    """Every key that can hold room for this VM: ours, Harvester's name key, and its UID key."""
-    keys = {legacy_migrating_vm_annotation_key(vm_name)}
-    if vm_name:
-        keys.add(migrating_vm_annotation_key(vm_name))
-        keys.add(adopted_migrating_vm_annotation_key(vm_name))
-    if vmi_uid:
-        keys.add(migrating_uid_annotation_key(vmi_uid))
-    return frozenset(keys)
-
-
 # --- reading a ResourceQuota's annotations ---------------------------------------------------------
 
 
@@ -301,37 +268,17 @@ class MigrationAnnotations:
     `HasMigratingCompensation`, `getResourceListOfMigratingCompensation` and
     `GetCompensationFromResourceQuota` read it; here it is read only to be removed (a plan's
     floor is the compensation, resourcequota/raises.py)."""
-    resync_needed: bool = False
-    """The resync flag is exactly "true" (Harvester's `IsMigratingScalingResyncNeeded`). Its
-    writers, `SetAnnotationMigratingScalingResyncNeeded` and
-    `ClearAnnotationMigratingScalingResyncNeeded`, have no twin: one writer needs no flag, and a
-    flag left behind is removed."""
-    resync_flag: str | None = None
-    """The raw resync flag, None when absent ("false" is left behind by Harvester)."""
     skip_auto_scaling: bool = False
     """The skip switch is exactly "true" (Harvester's `IsResourceQuotaAutoScalingDisabled`; "True"
     does not count) and it is an opt-out: not ours (`adopted`)."""
     adopted: bool = False
     """The skip switch is exactly "true" and carries our marker ANNOTATION_ADOPTED: we set it to
     stop Harvester's resourcequota controller, and the quota is ours to raise."""
-    skip_auto_scaling_value: str | None = None
-    """The raw skip switch, None when absent, so a near miss like "True" can be reported."""
     invalid: dict[str, str] = field(default_factory=dict)
     """Annotation key -> why its value was not understood."""
     migrating_keys: frozenset[str] = frozenset()
-    """Every per-VM key present (name or UID), valid or not."""
-
-    @property
-    def has_migrating_vm(self) -> bool:
-        """Harvester's `HasMigratingVM`: any per-VM key present, whatever its value."""
-        return bool(self.migrating_keys)
-
-    def vm_entries(self, vm_name: str, vmi_uid: str | None = None) -> dict[str, ResourceList]:
-        """The readable per-VM entries that belong to this VM (by name, hashed name or UID)."""
-        wanted = migrating_vm_annotation_keys(vm_name, vmi_uid)
-        found = {key: value for key, value in self.name_keyed.items() if key in wanted}
-        found.update((key, value) for key, value in self.uid_keyed.items() if key in wanted)
-        return found
+    """Every per-VM key present (name or UID), valid or not; any at all is Harvester's
+    `HasMigratingVM`, whatever its value."""
 
     def migrating_total(self) -> ResourceList:
         """The sum of all readable per-VM entries (what Harvester adds to the base): Harvester's
@@ -369,18 +316,14 @@ def parse_migration_annotations(annotations: Mapping[str, str] | None) -> Migrat
         if parsed is not None:
             target[key] = parsed
 
-    resync_flag = annotations.get(ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED)
     skip_value = annotations.get(ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING)
     adopted = skip_value == TRUE and annotations.get(ANNOTATION_ADOPTED) == TRUE
     return MigrationAnnotations(
         name_keyed=name_keyed,
         uid_keyed=uid_keyed,
         compensation=compensation,
-        resync_needed=resync_flag == TRUE,
-        resync_flag=resync_flag,
         skip_auto_scaling=skip_value == TRUE and not adopted,
         adopted=adopted,
-        skip_auto_scaling_value=skip_value,
         invalid=invalid,
         migrating_keys=frozenset(migrating_keys),
     )

@@ -34,7 +34,6 @@ __all__ = [
     "pod_without_unreadable_quantities",
     "quota_constraint_violations",
     "quota_features_from_gates",
-    "quota_usage_for",
     "strip_pod_to_quota_fields",
 ]
 
@@ -59,10 +58,6 @@ _QUALIFIED_NAME_RE: Final = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0
 
 def _one() -> Quantity:
     return Quantity.from_int(1)
-
-
-def _zero() -> Quantity:
-    return Quantity.from_int(0)
 
 
 def _is_native(name: str) -> bool:
@@ -498,18 +493,6 @@ def _readable(value: Any, where: str, dropped: list[str]) -> bool:
         dropped.append(str(error))
         return False
     return True
-
-
-def quota_usage_for(
-    pod: Mapping[str, Any],
-    quota_hard_keys: Iterable[str],
-    *,
-    now: datetime.datetime | None = None,
-    features: QuotaFeatures = KUBERNETES_1_36,
-) -> ResourceList:
-    """The pod's usage restricted to the resources a quota limits (the keys of its spec.hard)."""
-    usage = pod_quota_usage(pod, now=now, features=features)
-    return {name: usage[name] for name in quota_hard_keys if name in usage}
 
 
 _CONSTRAINED: Final = frozenset(

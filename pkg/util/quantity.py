@@ -37,7 +37,6 @@ class Format(enum.StrEnum):
 
 # Go stores 10^-9 as the smallest step: anything finer is rounded up (away from zero) to 1n.
 _NANO: Final = 10**9
-_MILLI_PER_NANO: Final = 10**6
 
 # Go caps BinarySI input at the largest int64 (there is no cap for the decimal formats).
 _MAX_INT64: Final = (1 << 63) - 1
@@ -141,11 +140,6 @@ class Quantity:
         return cls(nanos=value * _NANO, fmt=fmt)
 
     @classmethod
-    def from_milli(cls, value: int, fmt: Format | str = Format.DECIMAL_SI) -> Quantity:
-        """Go's `NewMilliQuantity(value, format)`: value / 1000."""
-        return cls(nanos=value * _MILLI_PER_NANO, fmt=fmt)
-
-    @classmethod
     def from_scaled(cls, value: int, scale: int) -> Quantity:
         """Go's `NewScaledQuantity(value, scale)`: value * 10^scale, DecimalSI, rounded up to 1n."""
         shift = scale + 9
@@ -195,14 +189,6 @@ class Quantity:
         if shift <= 0:
             return self._nanos * _pow10(-shift)
         return _ceil_div_magnitude(self._nanos, _pow10(shift))
-
-    def round_up(self, scale: int) -> Quantity:
-        """Go's `RoundUp(scale)`: the value rounded away from zero to a multiple of 10^scale."""
-        shift = 9 + scale
-        if shift <= 0:
-            return self
-        step = _pow10(shift)
-        return Quantity._make(_ceil_div_magnitude(self._nanos, step) * step, self._format)
 
     def is_zero(self) -> bool:
         return self._nanos == 0

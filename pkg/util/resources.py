@@ -30,7 +30,6 @@ __all__ = [
     "negative_keys",
     "parse_quantity_value",
     "parse_resource_list",
-    "remove_zeros",
     "subtract",
     "subtract_non_negative",
     "to_json_dict",
@@ -287,8 +286,3 @@ def is_zero(resources: Mapping[str, Quantity]) -> bool:
 def negative_keys(resources: Mapping[str, Quantity]) -> list[str]:
     """The keys whose value is below zero, sorted."""
     return sorted(key for key, value in resources.items() if value.sign() < 0)
-
-
-def remove_zeros(resources: Mapping[str, Quantity]) -> ResourceList:
-    """Without the zero values."""
-    return {key: value for key, value in resources.items() if not value.is_zero()}

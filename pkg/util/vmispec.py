@@ -97,14 +97,6 @@ def vmi_devices(vmi: Mapping[str, Any]) -> Mapping[str, Any]:
     return mapping_at(vmi_domain(vmi), "devices", "spec.domain")
 
 
-def vmi_cpu(vmi: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """spec.domain.cpu, or None when the VMI has no cpu section (Go's nil pointer)."""
-    domain = vmi_domain(vmi)
-    if domain.get("cpu") is None:
-        return None
-    return mapping_at(domain, "cpu", "spec.domain")
-
-
 def vmi_interfaces(vmi: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     result = []
     for index, iface in enumerate(

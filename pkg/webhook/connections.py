@@ -108,11 +108,6 @@ class AdmissionSlots:
     def waiting(self) -> int:
         return sum(1 for waiter in self._waiters if not waiter.done())
 
-    def longest_wait(self) -> float:
-        """Seconds the request waiting longest for a slot has waited so far (0 with none)."""
-        now = self._clock.monotonic()
-        return max((now - t for w, t in self._since.items() if not w.done()), default=0.0)
-
     async def acquire(self) -> bool:
         """True once a slot is held (give it back with `release`), False after `wait` seconds
         without one."""

@@ -45,7 +45,6 @@ class ReloadingTLS:
         self.context.sni_callback = self._hand_over
         self._current = self.context
         self._stamp: tuple[float, ...] | None = None
-        self.reloads = 0
         self.not_before = self.not_after = 0.0
         """When the certificate being served became valid and expires (Unix seconds); 0 if it
         cannot be read."""
@@ -90,7 +89,6 @@ class ReloadingTLS:
             return False
         self._current = context
         self._stamp = stamp
-        self.reloads += 1
         self.not_before, self.not_after = _validity(self.cert_file)
         log.info(
             "serving certificate loaded from %s%s",

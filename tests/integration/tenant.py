@@ -27,9 +27,9 @@ from harvester_quota.apis.kubevirt import (
 )
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import PODS, Object, Resource
 from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import client_config_from_files
 from harvester_quota.testbench.localcluster.deploy import KINDS, service_account_token
 from harvester_quota.testbench.sim.kubevirt import VMSpec, vm_resources
 from harvester_quota.testbench.sim.kubevirt.objects import (
@@ -203,7 +203,7 @@ async def tenant(
         await _bind(admin, namespace, name, "ClusterRole", role)
     token = await token_for(admin, namespace, name)
     client = ApiClient(
-        ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file, token=token)
+        client_config_from_files(cluster.server, ca_file=cluster.ca_file, token=token)
     )
     try:
         found = Tenant(client, namespace, name)

@@ -39,9 +39,9 @@ import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINES
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import NAMESPACES, PODS, Object
 from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import client_config_from_files
 from harvester_quota.testbench.localcluster.deploy import KINDS, apply
 from harvester_quota.testbench.localcluster.deploy import (
     webhook_configuration as shipped_webhook_configuration,
@@ -150,7 +150,7 @@ async def _flood_main(server: str, ca_file: str, token: str, namespace: str) -> 
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    config = ClientConfig.from_files(server, ca_file=ca_file, token=token)
+    config = client_config_from_files(server, ca_file=ca_file, token=token)
     async with ApiClient(config) as api:
         while line := await reader.readline():
             run = FloodRun(api, namespace, Flood(**json.loads(line)))

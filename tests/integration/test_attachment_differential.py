@@ -7,7 +7,7 @@ bound PersistentVolume/PersistentVolumeClaim pair (the local kube-controller-man
 added to the VMI's spec as virt-api's addvolume leaves it. virt-controller's VMI controller then
 creates the attachment pod beside the launcher; a migration makes it create the target's own
 beside the target launcher pod. Each pod's quota usage must equal, key for key,
-`attachment_quota_usage` with the settings read from the KubeVirt CR, under KubeVirt's defaults
+`attachment_usage` with the settings read from the KubeVirt CR, under KubeVirt's defaults
 and under a CR whose supportContainerResources override the attachment container (type
 hotplug-disk); and the room the plan holds for the migration must be made of exactly the target
 launcher pod and that attachment pod.
@@ -46,10 +46,11 @@ from harvester_quota.testbench.virtcontroller import VirtControllerDriver
 from harvester_quota.util.kubevirtversion import parse_kubevirt_version
 from harvester_quota.util.launcher import (
     LauncherSettings,
-    attachment_quota_usage,
     rendered_memory_overhead,
     target_quota_usage,
+    vmi_view,
 )
+from harvester_quota.util.launcher.attachment import attachment_usage
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.plan import desired_hard
@@ -58,6 +59,7 @@ from harvester_quota.util.resources import total
 
 from tests.helpers import eventually
 from tests.integration import real_kubevirt
+from tests.objects import pods_of
 
 pytestmark = pytest.mark.integration
 
@@ -328,7 +330,7 @@ async def _attachment_case(
 
     await eventually(source_attachment, what="virt-controller's attachment pod", timeout=TIMEOUT)
     settings = await settings_now(api)
-    ours = attachment_quota_usage(vmi, settings)
+    ours = attachment_usage(vmi_view(vmi), settings)
     (source_pod,) = await attachment_pods(api, namespace)
     assert pod_quota_usage(source_pod) == ours, "the VMI's attachment pod"
 
@@ -357,7 +359,7 @@ async def _attachment_case(
     (room,) = plan.rooms
     target = next(p for p in pods if p["metadata"]["name"] == room.target_pod)
     assert_reported_overhead_is_ours(target, vmi_now, settings, declarative)
-    assert room.pods_of("attachment") == (target_attachment_pod["metadata"]["name"],)
+    assert pods_of(room, "attachment") == (target_attachment_pod["metadata"]["name"],)
     assert room.room == total([pod_quota_usage(target), pod_quota_usage(target_attachment_pod)])
     kubevirt.end_migration_now("vm1")
     record = await kubevirt.wait_migration(migration, timeout=TIMEOUT)
@@ -516,7 +518,7 @@ async def _volume_migration_target(
         launcher=settings,
     )
     (room,) = plan.rooms
-    assert room.target_pod == target["metadata"]["name"] and room.pods_of("attachment") == ()
+    assert room.target_pod == target["metadata"]["name"] and pods_of(room, "attachment") == ()
     assert room.room == pod_quota_usage(target)
     kubevirt.end_migration_now("vm1")
     record = await kubevirt.wait_migration(mig["metadata"]["name"], timeout=TIMEOUT)

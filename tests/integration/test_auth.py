@@ -21,6 +21,7 @@ from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import PODS, Object, Resource
 from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import client_config_from_files
 
 pytestmark = pytest.mark.integration
 
@@ -181,7 +182,7 @@ async def test_a_rotated_token_file_is_read_again(
     token_path = tmp_path / "token"
     token_path.write_text(account.token)
     source = config.TokenFile(token_path, period=0.0)
-    client_config = ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file)
+    client_config = client_config_from_files(cluster.server, ca_file=cluster.ca_file)
     client_config.authorization = source.header
     assert await whoami(client_config) == account.username
     token_path.write_text(await request_token(api, account.namespace, other))

@@ -20,7 +20,6 @@ from harvester_quota.apis.kubevirt import (
 from harvester_quota.apis.mtq import VMMRQS
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import (
     CRDS,
     NAMESPACES,
@@ -39,7 +38,11 @@ from harvester_quota.testbench.localcluster.chart import (
     manifest_text,
     render,
 )
-from harvester_quota.testbench.localcluster.cluster import VIRT_CONTROLLER_USER, ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import (
+    VIRT_CONTROLLER_USER,
+    ClusterInfo,
+    client_config_from_files,
+)
 from harvester_quota.testbench.sim.kubevirt import Outcome, ParallelLimits, VMSpec
 from harvester_quota.testbench.sim.kubevirt.handler import HandlerTimings
 from harvester_quota.testbench.virtcontroller import VirtControllerDriver
@@ -708,7 +711,7 @@ async def account_client(
         },
     )
     token = await deploy_module.service_account_token(api, name, namespace)
-    return ApiClient(ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file, token=token))
+    return ApiClient(client_config_from_files(cluster.server, ca_file=cluster.ca_file, token=token))
 
 
 async def write_vmi_status(client: ApiClient, namespace: str, vmi: str, value: str) -> None:

@@ -25,10 +25,11 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES
-from harvester_quota.generic import deepjson, errors
+from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.informer import SharedInformerFactory
 from harvester_quota.generic.intake import SkippedObject
+from harvester_quota.testbench.decoding import depth_of
 from harvester_quota.testbench.localcluster import ClusterInfo
 from harvester_quota.util.vmispec import strip_vmi_unread_unknown
 
@@ -195,7 +196,7 @@ async def _deep_vmi_stops_no_vmi_cache(
         assert await factory.wait_for_cache_sync(60), "a fresh replica syncs"
         cached = vmis.store.get(f"{kubevirt_namespace}/deep-{depth}")
         assert cached is not None and "clock" not in cached["spec"]["domain"]
-        assert deepjson.depth_of(cached) < 20
+        assert depth_of(cached) < 20
         assert await create_raw(the_tenant, vmi_bytes("deep-later", depth)) == 201
         assert await create_raw(the_tenant, vmi_bytes("shallow-later", 3)) == 201
         await eventually(

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import NAMESPACES, PODS, RESOURCE_QUOTAS, Object, Resource
 from harvester_quota.testbench.localcluster import ClusterInfo
+from harvester_quota.testbench.localcluster.cluster import client_config_from_files
 from harvester_quota.testbench.localcluster.deploy import service_account_token
 from harvester_quota.testbench.sim.rancher import Operation, Project, RancherQuotaSync
 from harvester_quota.testbench.sim.rancher.admission import (
@@ -264,7 +264,7 @@ async def test_only_the_sudo_user_in_system_masters_passes_and_status_is_the_con
         await apply_sudo_service_account(api)
         token = await service_account_token(api, SUDO_ACCOUNT, SUDO_NAMESPACE)
         async with ApiClient(
-            ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file, token=token)
+            client_config_from_files(cluster.server, ca_file=cluster.ca_file, token=token)
         ) as impostor:
 
             async def impostor_refused() -> errors.BadRequest | None:

@@ -293,7 +293,7 @@ async def usage_above_base(stack: Stack) -> ResourceList:
     )
     base = parse_resource_list_leniently(BASE)
     above = resources.subtract_non_negative(resources.mask(used, base), base)
-    return resources.remove_zeros(above)
+    return {key: value for key, value in above.items() if not value.is_zero()}
 
 
 async def within_base(stack: Stack) -> None:

@@ -12,7 +12,12 @@ from typing import Any
 from harvester_quota.generic.client import ListResult, WatchEvent
 from harvester_quota.generic.reflector import ItemHook
 from harvester_quota.generic.resource import Object
-from harvester_quota.generic.store import JsonCodec
+from harvester_quota.generic.store import Store
+from harvester_quota.generic.views import NamespaceViews
+from harvester_quota.testbench.codecs import JsonCodec
+from harvester_quota.webhook.admission import Request
+from harvester_quota.webhook.resources.common import Identities, Lookups
+from harvester_quota.webhook.resources.pod.validator import PodCheck, check_rooms, rooms_question
 
 HANG = "hang"
 
@@ -245,3 +250,22 @@ class FakeApi:
             raise errors.NotFound(f"{name} not found")
         current.update(copy.deepcopy(patch))
         return copy.deepcopy(self._bump(current))
+
+
+def pod_check(request: Request, lookups: Lookups, identities: Identities) -> PodCheck | None:
+    """The check the webhook makes of a pod create or resize (webhook/pods.py), or None:
+    `rooms_question`, then, where it asks, `check_rooms` (the costly part)."""
+    question = rooms_question(request, lookups, identities)
+    return None if question is None else check_rooms(request, lookups, question)
+
+
+def upsert(store: Store, obj: Object) -> Object | None:
+    """Adds or replaces `obj` in `store` as the informer's intake does (prepare, then put);
+    returns the previous object, decoded, or None."""
+    old = store.put(store.prepare(obj))
+    return None if old is None else old.get()
+
+
+def set_aside(views: NamespaceViews[Any], namespace: str) -> int:
+    """How many of the namespace's views `views` has set aside."""
+    return len(views._aside.get(namespace) or {})

@@ -17,9 +17,9 @@ from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.mtq.blocked import TARGET_INDEX
 from harvester_quota.controller.mtq.vmmrq_controller import MtqReconciler
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.resource import NAMESPACES, Object, Resource
+from harvester_quota.testbench.clock import FakeClock
 
 Obj = dict[str, Any]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import Object
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_ROOM_HELD, TRUE
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.raises import ANNOTATION_ROOMS_SINCE
@@ -24,7 +24,6 @@ from harvester_quota.webhook.admission import Denied, Request
 from harvester_quota.webhook.caches import WebhookCaches
 from harvester_quota.webhook.renders import LauncherRenders
 from harvester_quota.webhook.resources.common import Identities
-from harvester_quota.webhook.resources.pod.validator import pod_check
 
 from tests.objects import (
     launcher_pod,
@@ -34,6 +33,7 @@ from tests.objects import (
     rancher_namespace,
     vmi,
 )
+from tests.unit.fakes import pod_check, upsert
 from tests.unit.test_webhook import FakeLookups, plain_pod, quota_with, running_vm
 
 BASE = {"limits.cpu": "3", "limits.memory": "5000Mi"}
@@ -163,12 +163,12 @@ def pending_migration_namespace(webhook: WebhookCaches) -> Object:
     """ns: a raised quota, vm1 running with a migration waiting for its target; the VMI."""
     quota = managed_quota("ns", {"limits.cpu": "100", "limits.memory": "100Gi"})
     quota["status"] = {"used": {"limits.cpu": "1"}, "hard": quota["spec"]["hard"]}
-    webhook.quotas.store.upsert(quota)
-    webhook.namespaces.store.upsert(plain_namespace("ns"))
+    upsert(webhook.quotas.store, quota)
+    upsert(webhook.namespaces.store, plain_namespace("ns"))
     instance = versioned(vmi("vm1"), 1)
-    webhook.pods.store.upsert(launcher_pod(instance, "vm1-src"))
-    webhook._migrations.store.upsert(migration("m1", instance))
-    webhook._vmis.store.upsert(instance)
+    upsert(webhook.pods.store, launcher_pod(instance, "vm1-src"))
+    upsert(webhook._migrations.store, migration("m1", instance))
+    upsert(webhook._vmis.store, instance)
     return instance
 
 
@@ -190,18 +190,19 @@ def test_a_vmis_launcher_is_rendered_once_per_version_and_again_when_it_changes(
     assert webhook.renders.renders == 1
     bigger = versioned(instance, 2)
     bigger["spec"]["domain"]["resources"]["limits"]["cpu"] = "8"
-    webhook._vmis.store.upsert(bigger)
+    upsert(webhook._vmis.store, bigger)
     grown = room_cpu(webhook)
     assert webhook.renders.renders == 2
     assert grown != first
-    webhook.kubevirts.store.upsert(
+    upsert(
+        webhook.kubevirts.store,
         {
             "apiVersion": "kubevirt.io/v1",
             "kind": "KubeVirt",
             "metadata": {"name": "kubevirt", "namespace": "kubevirt", "resourceVersion": "9"},
             "spec": {"configuration": {"additionalGuestMemoryOverheadRatio": "3.0"}},
             "status": {"observedKubeVirtVersion": "v1.6.0"},
-        }
+        },
     )
     room_cpu(webhook)
     assert webhook.renders.renders == 3, "new cluster settings render anew"
@@ -225,10 +226,10 @@ def test_the_index_of_migrations_under_way_follows_the_cache() -> None:
     webhook = caches()
     instance = vmi("vm1")
     assert not webhook.migrations_under_way("ns")
-    webhook._migrations.store.upsert(migration("m1", instance, phase="Running"))
+    upsert(webhook._migrations.store, migration("m1", instance, phase="Running"))
     assert webhook.migrations_under_way("ns") and not webhook.migrations_under_way("other")
-    webhook._migrations.store.upsert(migration("m1", instance, phase="Succeeded"))
+    upsert(webhook._migrations.store, migration("m1", instance, phase="Succeeded"))
     assert not webhook.migrations_under_way("ns")
-    webhook._migrations.store.upsert(migration("m1", instance, phase="Pending"))
+    upsert(webhook._migrations.store, migration("m1", instance, phase="Pending"))
     webhook._migrations.store.delete("ns/m1")
     assert not webhook.migrations_under_way("ns")

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from harvester_quota.generic.clock import REAL_CLOCK, FakeClock
+from harvester_quota.generic.clock import REAL_CLOCK
 from harvester_quota.generic.resource import Object
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_ROOM_HELD, TRUE
 from harvester_quota.webhook.admission import parse_review
 from harvester_quota.webhook.limiter import AdmissionLimiter

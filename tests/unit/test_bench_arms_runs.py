@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 
 from bench import arms_runs
 from bench.arms_runs import HARVESTER, OURS, ArmsRuns, Options, order, wait_idle

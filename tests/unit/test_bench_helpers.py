@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench import informer, populate, webhook, workqueue
+from tests.unit.fakes import set_aside
 
 
 def test_pod_identity_is_stable_and_spread() -> None:
@@ -81,7 +82,9 @@ def test_the_reconcile_bench_measures_every_path_on_the_same_namespace() -> None
         caches = reconcile.build_caches(vms, "dict", pending=3, finished=4)
         assert reconcile.same_plan(caches, vms), "every path plans the same quota"
         assert len(caches.migrations) == 7
-        assert caches.settled_views.aside(reconcile.NAMESPACE) == 4, "the finished ones settled"
+        assert set_aside(caches.settled_views, reconcile.NAMESPACE) == 4, (
+            "the finished ones settled"
+        )
         assert len(caches.settled_views.namespace(reconcile.NAMESPACE)) == 3
         rows += [reconcile.measure(caches, vms, "dict", path, repeat=1) for path in reconcile.PATHS]
     assert all(row.read >= 0 and row.plan > 0 for row in rows)

@@ -10,12 +10,12 @@ import aiohttp
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient, decode_watch_line
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.health import HealthServer
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.resource import PODS, Object
 from harvester_quota.generic.watchstream import split_lines
+from harvester_quota.testbench.clock import FakeClock, settle
 from prometheus_client import CollectorRegistry, Counter
 
 from tests.unit.fakes import HANG, ScriptedListerWatcher, pod

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from harvester_quota.generic.clock import FakeClock, settle, wait_at_most
+from harvester_quota.generic.clock import wait_at_most
+from harvester_quota.testbench.clock import FakeClock, settle
 
 
 async def test_a_task_that_finishes_first_is_reported_done_and_the_timer_is_dropped() -> None:

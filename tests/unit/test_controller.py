@@ -10,10 +10,10 @@ from typing import Any, cast
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient, WatchEvent
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.controller import Controller, Ignore, RetryAfter
 from harvester_quota.generic.informer import SharedInformer
 from harvester_quota.generic.resource import PODS, Object
+from harvester_quota.testbench.clock import FakeClock, settle
 
 from tests.unit.fakes import HANG, CountingCodec, FakeApi, ScriptedListerWatcher, event, pod
 
@@ -81,12 +81,11 @@ async def test_errors_retry_with_growing_backoff_and_success_forgets(clock: Fake
     controller.on_change("flaky", flaky)
     await run(controller, informer)
     assert len(attempts) == 1
-    assert controller.queue.num_requeues("ns/a") == 1
     await clock.advance(1.0)
     assert len(attempts) == 4
     gaps = [round(b - a, 3) for a, b in itertools.pairwise(attempts)]
     assert gaps == [0.005, 0.01, 0.02], "client-go's per-item exponential backoff from 5 ms"
-    assert controller.queue.num_requeues("ns/a") == 0
+    assert controller.queue._rate_limiter.when("ns/a") == 0.005, "forgotten once it succeeded"
     await controller.stop()
     await informer.stop()
 
@@ -155,7 +154,6 @@ async def test_a_cache_that_cannot_be_read_is_retried_and_the_worker_survives(
     await run(controller, informer)
     assert handled == ["ns/b"], "the one worker lived on to handle the next key"
     assert "ns/a failed, retrying" in caplog.text
-    assert controller.queue.num_requeues("ns/a") == 1
     monkeypatch.setattr(informer.store, "get", real_get)
     await clock.advance(1.0)
     await settle(200)
@@ -187,7 +185,7 @@ async def test_retry_after_and_ignore(clock: FakeClock) -> None:
     assert len(runs) == 2
     assert runs[1] - runs[0] == pytest.approx(30)
     assert after == ["ns/a"], "RetryAfter does not skip later handlers, Ignore does"
-    assert controller.queue.num_requeues("ns/a") == 0
+    assert controller.queue._rate_limiter.when("ns/a") == 0.005, "no failure counted"
     await controller.stop()
     await informer.stop()
 
@@ -205,39 +203,12 @@ async def test_enqueue_is_a_plain_add(clock: FakeClock) -> None:
         controller.enqueue("ns", "x")
         await settle(50)
     assert runs == ["ns/x"] * 5
-    assert controller.queue.num_requeues("ns/x") == 0
+    assert controller.queue._rate_limiter.when("ns/x") == 0.005, "no failure counted"
     controller.enqueue_after("ns", "y", 10)
     await clock.advance(9)
     assert "ns/y" not in runs
     await clock.advance(2)
     assert runs[-1] == "ns/y"
-    await controller.stop()
-    await informer.stop()
-
-
-async def test_on_remove_adds_a_finalizer_then_runs_once_and_removes_it(clock: FakeClock) -> None:
-    api = FakeApi()
-    created = await api.create(PODS, pod("a", "0"))
-    controller, _, informer = await started(clock, created, api=api)
-    removed: list[str] = []
-
-    async def cleanup(key: str, obj: Object | None) -> None:
-        removed.append(key)
-
-    controller.on_remove("cleanup", cleanup)
-    await run(controller, informer)
-    stored = api.objects[("pods", "ns", "a")]
-    assert stored["metadata"]["finalizers"] == ["wrangler.cattle.io/cleanup"]
-    assert removed == []
-    deleting = {
-        **stored,
-        "metadata": {**stored["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"},
-    }
-    api.objects[("pods", "ns", "a")] = deleting
-    informer.on_event("MODIFIED", deleting)
-    await settle(200)
-    assert removed == ["ns/a"]
-    assert api.objects[("pods", "ns", "a")]["metadata"]["finalizers"] == []
     await controller.stop()
     await informer.stop()
 

@@ -11,7 +11,6 @@ from typing import Any, cast
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import SharedInformer
 from harvester_quota.generic.pendingruns import PendingRuns
 from harvester_quota.generic.resource import PODS, Object
@@ -25,6 +24,7 @@ from harvester_quota.generic.sharedhandler import (
 )
 from harvester_quota.generic.store import Store
 from harvester_quota.generic.workqueue import Queue
+from harvester_quota.testbench.clock import FakeClock, settle
 
 from tests.unit.fakes import pod
 
@@ -206,8 +206,7 @@ def test_the_resource_cache_reads_the_informers_store() -> None:
     found = cache.cached("ns", "a")
     assert found is not None and found["metadata"]["name"] == "a"
     assert cache.cached("ns", "missing") is None
-    assert sorted(o["metadata"]["name"] for o in cache.cached_list()) == ["a", "b", "c"]
-    assert sorted(o["metadata"]["name"] for o in cache.cached_list("ns")) == ["a", "c"]
+    assert sorted(o["metadata"]["name"] for o in cache.by_index("namespace", "ns")) == ["a", "c"]
 
 
 def test_add_indexer_registers_a_name_once() -> None:

@@ -149,7 +149,7 @@ def test_a_missing_path_glob_or_name_is_reported(tmp_path: Path) -> None:
 
 def test_a_python_name_that_does_not_import_is_reported() -> None:
     text = (
-        "`harvester_quota.util.quantity.Quantity`, harvester_quota.generic.clock.FakeClock,\n"
+        "`harvester_quota.util.quantity.Quantity`, harvester_quota.testbench.clock.FakeClock,\n"
         "`harvester_quota.util.quantity.Gone`, `harvester_quota.nowhere.Thing`\n"
     )
     assert unresolved_names(python_names(text)) == [

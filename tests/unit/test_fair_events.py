@@ -7,10 +7,10 @@ from typing import cast
 
 import pytest
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.events import QUEUE_SIZE, WARNING, EventRecorder
 from harvester_quota.generic.fairqueue import PER_KEY, FairQueue
 from harvester_quota.generic.resource import EVENTS
+from harvester_quota.testbench.clock import FakeClock
 
 from tests.unit.fakes import FakeApi
 

@@ -10,12 +10,12 @@ import datetime
 from typing import Any
 
 import pytest
+from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
 from harvester_quota.util.quotascope import UNSCOPED, QuotaScope
 from harvester_quota.util.resourcequota import plan as plan_module
 from harvester_quota.util.resourcequota.plan import QuotaPlan
 from harvester_quota.util.resourcequota.podindex import NamespacePods, pod_view
 from harvester_quota.util.resourcequota.raises import arrivals, floor_of
-from harvester_quota.util.resourcequota.rooms import LABEL_MIGRATION_JOB
 from harvester_quota.util.resources import ResourceList
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -24,11 +24,11 @@ from harvester_quota.controller.resourcequota.reports import (
 )
 from harvester_quota.explain import explain, render_json, render_text
 from harvester_quota.generic.client import ApiClient, WatchEvent
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.metrics import OTHER, CappedLabelValues
 from harvester_quota.generic.perkeyinterval import PerKeyInterval
 from harvester_quota.generic.rest import FIELD_MANAGER, USER_AGENT
+from harvester_quota.testbench.clock import FakeClock, settle
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
 from harvester_quota.util.resourcequota.conditional import (

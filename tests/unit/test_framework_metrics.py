@@ -17,12 +17,12 @@ from harvester_quota.config.management import Options
 from harvester_quota.generic import reflector as reflector_module
 from harvester_quota.generic import sharedhandler as sharedhandler_module
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.cputime import cpu_metered, cpu_timed
 from harvester_quota.generic.frameworkmetrics import FrameworkMetrics
 from harvester_quota.generic.reflector import Reflector
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.sharedhandler import SharedHandler
+from harvester_quota.testbench.clock import FakeClock, settle
 from prometheus_client import CollectorRegistry
 
 from tests.unit.fakes import HANG, RecordingSink, ScriptedListerWatcher, event, pod

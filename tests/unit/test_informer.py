@@ -8,12 +8,21 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic.client import WatchEvent
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Encoded, Store, Tombstone
+from harvester_quota.testbench.clock import FakeClock, settle
+from harvester_quota.testbench.codecs import BY_NAME, JsonCodec
 
-from tests.unit.fakes import HANG, CountingCodec, ScriptedListerWatcher, error_event, event, pod
+from tests.unit.fakes import (
+    HANG,
+    CountingCodec,
+    ScriptedListerWatcher,
+    error_event,
+    event,
+    pod,
+    upsert,
+)
 
 
 class Recorder:
@@ -189,21 +198,21 @@ async def test_default_transform_strips_fields_nobody_reads(clock: FakeClock) ->
     await shared.stop()
 
 
-@pytest.mark.parametrize("codec", ["dict", "json", "zlib"])
+@pytest.mark.parametrize("codec", ["zstd", "dict", "json", "zlib"])
 def test_store_indexes_follow_updates_and_deletes(codec: str) -> None:
     def by_vmi(obj: Object) -> list[str]:
         label = obj["metadata"].get("labels", {}).get("kubevirt.io/created-by")
         return [label] if label else []
 
-    store = Store(indexers={"vmi": by_vmi}, codec=codec)
-    store.upsert(pod("source", "1", labels={"kubevirt.io/created-by": "uid-1"}))
-    store.upsert(pod("target", "2", labels={"kubevirt.io/created-by": "uid-1"}))
-    store.upsert(
-        pod("other", "3", namespace="elsewhere", labels={"kubevirt.io/created-by": "uid-2"})
+    store = Store(indexers={"vmi": by_vmi}, codec=BY_NAME[codec]())
+    upsert(store, pod("source", "1", labels={"kubevirt.io/created-by": "uid-1"}))
+    upsert(store, pod("target", "2", labels={"kubevirt.io/created-by": "uid-1"}))
+    upsert(
+        store, pod("other", "3", namespace="elsewhere", labels={"kubevirt.io/created-by": "uid-2"})
     )
     assert store.index_keys("vmi", "uid-1") == ["ns/source", "ns/target"]
     assert [p["metadata"]["name"] for p in store.by_index("namespace", "elsewhere")] == ["other"]
-    store.upsert(pod("target", "4", labels={"kubevirt.io/created-by": "uid-2"}))
+    upsert(store, pod("target", "4", labels={"kubevirt.io/created-by": "uid-2"}))
     assert store.index_keys("vmi", "uid-1") == ["ns/source"]
     assert store.index_keys("vmi", "uid-2") == ["elsewhere/other", "ns/target"]
     store.delete("ns/source")
@@ -212,8 +221,8 @@ def test_store_indexes_follow_updates_and_deletes(codec: str) -> None:
 
 
 def test_json_store_hands_out_copies_that_callers_may_change() -> None:
-    store = Store(codec="json")
-    store.upsert(pod("a", "1"))
+    store = Store(codec=JsonCodec())
+    upsert(store, pod("a", "1"))
     first = store.get("ns/a")
     assert first is not None
     first["metadata"]["name"] = "changed"
@@ -223,7 +232,7 @@ def test_json_store_hands_out_copies_that_callers_may_change() -> None:
 
 def test_indexers_added_later_index_what_is_cached() -> None:
     store = Store()
-    store.upsert(pod("a", "1", labels={"app": "x"}))
+    upsert(store, pod("a", "1", labels={"app": "x"}))
     store.add_indexers({"app": lambda o: [o["metadata"]["labels"]["app"]]})
     assert store.index_keys("app", "x") == ["ns/a"]
     with pytest.raises(ValueError, match="exists already"):
@@ -242,9 +251,9 @@ def test_an_index_added_between_prepare_and_replace_is_still_built() -> None:
     assert store.index_keys("app", "x") == ["ns/a"]
 
 
-@pytest.mark.parametrize("codec", ["dict", "json", "zlib"])
+@pytest.mark.parametrize("codec", ["zstd", "dict", "json", "zlib"])
 def test_replace_reports_only_what_changed(codec: str) -> None:
-    store = Store(codec=codec)
+    store = Store(codec=BY_NAME[codec]())
     store.replace([pod("same", "1"), pod("changed", "2"), pod("gone", "3")])
 
     changes = {
@@ -395,4 +404,4 @@ def test_a_stores_put_returns_the_previous_object_as_stored_and_decodes_it_when_
     old = store.put(store.prepare(pod("a", "2")))
     assert isinstance(old, Encoded) and old._object is None
     assert old.get()["metadata"]["resourceVersion"] == "1"
-    assert store.upsert(pod("a", "3")) == pod("a", "2")
+    assert upsert(store, pod("a", "3")) == pod("a", "2")

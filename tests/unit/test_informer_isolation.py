@@ -23,14 +23,15 @@ import orjson
 import pytest
 from harvester_quota.generic import deepjson
 from harvester_quota.generic.client import ListResult, WatchEvent
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.informer import ResourceEventHandler, SharedInformer
 from harvester_quota.generic.intake import SkippedObject
-from harvester_quota.generic.listdecode import split_list
 from harvester_quota.generic.reflector import ItemHook
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Tombstone
 from harvester_quota.generic.watchstream import decode_watch_line
+from harvester_quota.testbench.clock import FakeClock, settle
+from harvester_quota.testbench.codecs import JsonCodec
+from harvester_quota.testbench.decoding import depth_of, split_list
 from harvester_quota.util.resourcequota.podindex import PodIndex, pod_view
 
 from tests.unit.fakes import HANG, ScriptedListerWatcher, pod
@@ -147,7 +148,7 @@ async def test_decode_a_vmi_nested_past_orjsons_limit_is_cut_and_cached_beside_t
     assert shared.reflector.lists == 1, "no relist"
     kept = shared.store.get("ns/deep")
     assert kept is not None and kept["metadata"]["resourceVersion"] == "6"
-    assert deepjson.depth_of(kept) <= deepjson.MAX_DEPTH
+    assert depth_of(kept) <= deepjson.MAX_DEPTH
     assert "VirtualMachineInstance ns/deep (uid deep)" in caplog.text
     assert "nested deeper than 100 levels cut" in caplog.text
     await shared.stop()
@@ -240,7 +241,7 @@ async def test_encode_an_object_too_deep_for_the_codec_is_cut_and_one_it_refuses
     assert shared.has_synced()
     assert names(shared) == ["ns/a", "ns/b", "ns/c", "ns/refused"]
     cached = shared.store.get("ns/a")
-    assert cached is not None and deepjson.depth_of(cached) == deepjson.MAX_DEPTH
+    assert cached is not None and depth_of(cached) == deepjson.MAX_DEPTH
     assert skips.named() == [("encode", "object ns/refused (uid uid-refused)")]
     assert "values nested deeper than 100 levels cut before storing it" in caplog.text
     await shared.stop()
@@ -396,7 +397,7 @@ def test_intake_tells_handlers_the_transformed_object_beside_a_transformed_old()
     def slim(obj: Object) -> Object:
         return {"metadata": obj["metadata"], "kept": obj.get("kept")}
 
-    intake = Intake("pods", Store(codec="json"), slim, None)
+    intake = Intake("pods", Store(codec=JsonCodec()), slim, None)
     raw = {"metadata": {"namespace": "ns", "name": "a"}, "kept": 1, "dropped": "x" * 100}
     added = intake.applied("ADDED", raw)
     assert added is not None and added[0] == "add"

@@ -66,6 +66,9 @@ A module of util/ not named here fails the layer test until it is placed."""
 BENCH = "testbench"
 BENCH_LAYERS: dict[str, int] = {
     BENCH: 10,
+    f"{BENCH}.clock": 10,
+    f"{BENCH}.codecs": 10,
+    f"{BENCH}.decoding": 10,
     f"{BENCH}.harvestervm": 10,
     f"{BENCH}.promql": 10,
     f"{BENCH}.localcluster": 11,

@@ -9,10 +9,10 @@ from typing import cast
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.events import AGGREGATE_PREFIX, WARNING, EventRecorder
 from harvester_quota.generic.leader import LeaderElectionConfig, LeaderElector
 from harvester_quota.generic.resource import EVENTS, LEASES
+from harvester_quota.testbench.clock import FakeClock, settle
 
 from tests.unit.fakes import FakeApi
 

@@ -10,7 +10,7 @@ import pytest
 from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Options
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from prometheus_client import CollectorRegistry
 
 

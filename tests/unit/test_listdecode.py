@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 from harvester_quota.generic import listdecode
-from harvester_quota.generic.listdecode import ListDecodeError, ListSplitter, split_list
+from harvester_quota.generic.listdecode import ListDecodeError, ListSplitter
+from harvester_quota.testbench.decoding import split_list
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

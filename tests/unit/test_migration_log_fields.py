@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from harvester_quota.controller.mtq.windows import ExpiredWindows
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.logformat import JsonFormatter, TextFormatter
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.mtq import Lock
 from harvester_quota.webhook.resources.pod.targets import QuotaChanges, admit_target
 

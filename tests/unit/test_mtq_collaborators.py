@@ -11,7 +11,7 @@ from typing import Any
 from harvester_quota.apis.mtq import decode_vmmrq
 from harvester_quota.controller.mtq.reports import MtqWarnings
 from harvester_quota.controller.mtq.windows import RETRY_AFTER_EXPIRY, RETRY_CAP, ExpiredWindows
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.mtq import Lock, MtqPlan
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.base import Shortfall

@@ -11,7 +11,7 @@ from typing import Any, cast
 from harvester_quota.config.management import Management
 from harvester_quota.controller.mtq.leftover_lock import INDEX, LeftoverLockReporter
 from harvester_quota.explain import Explanation, render_text
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.mtqlock import (
     LEFTOVER_AFTER,
     REASON,

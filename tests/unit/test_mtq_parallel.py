@@ -23,6 +23,7 @@ from harvester_quota.util.migrationlimits import (
 from harvester_quota.util.mtq import parse_lock
 
 from tests.objects import migration, vmi
+from tests.unit.fakes import upsert
 from tests.unit.mtq_fakes import Harness, harness
 from tests.unit.test_mtq_controller import setup
 
@@ -100,18 +101,18 @@ def test_the_slots_are_counted_from_the_unfinished_migrations_alone() -> None:
     instead of decoding the whole migration cache per reconcile."""
     store = Store(indexers={UNFINISHED_INDEX: unfinished_index})
     running = migration("running", vmi("a", "tenant"), phase="Running")
-    store.upsert(running)
-    store.upsert(migration("pending", vmi("b", "tenant"), phase="Pending"))
-    store.upsert(migration("new", vmi("c", "tenant")))  # no phase yet: Pending
-    store.upsert(migration("done", vmi("d", "tenant"), phase="Succeeded"))
-    store.upsert(migration("failed", vmi("e", "tenant"), phase="Failed"))
+    upsert(store, running)
+    upsert(store, migration("pending", vmi("b", "tenant"), phase="Pending"))
+    upsert(store, migration("new", vmi("c", "tenant")))  # no phase yet: Pending
+    upsert(store, migration("done", vmi("d", "tenant"), phase="Succeeded"))
+    upsert(store, migration("failed", vmi("e", "tenant"), phase="Failed"))
 
     def names() -> list[str]:
         return sorted(m["metadata"]["name"] for m in store.by_index(UNFINISHED_INDEX, UNFINISHED))
 
     assert names() == ["new", "pending", "running"]
     running["status"] = {"phase": "Succeeded"}
-    store.upsert(running)
+    upsert(store, running)
     assert names() == ["new", "pending"], "a migration that finished leaves the index"
 
 

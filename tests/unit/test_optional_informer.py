@@ -6,7 +6,6 @@ import random
 
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.informer import (
     ResourceEventHandler,
@@ -15,6 +14,7 @@ from harvester_quota.generic.informer import (
 )
 from harvester_quota.generic.resource import EVENTS, Object
 from harvester_quota.generic.store import Tombstone
+from harvester_quota.testbench.clock import FakeClock
 
 from tests.unit.fakes import ScriptedListerWatcher, pod
 

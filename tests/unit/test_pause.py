@@ -12,9 +12,9 @@ import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.explain import Explanation, explain, render_text
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.leader import lease_metadata
 from harvester_quota.main import build_parser
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import (
     ANNOTATION_PAUSED,
     LABEL_PAUSED,

@@ -6,12 +6,14 @@ from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.mtq.vmmrq_controller import MtqReconciler
 from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS, Object
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from prometheus_client import CollectorRegistry
+
+from tests.unit.fakes import upsert
 
 
 def obj(version: str, uid: str = "u1", value: str = "", name: str = "ns") -> Object:
@@ -24,7 +26,7 @@ def obj(version: str, uid: str = "u1", value: str = "", name: str = "ns") -> Obj
 def pending(*cached: Object) -> tuple[PendingWrites, FakeClock]:
     store, clock = Store(indexers={"p": lambda o: [o["metadata"]["labels"]["p"]]}), FakeClock()
     for each in cached:
-        store.upsert(each)
+        upsert(store, each)
     return PendingWrites(store, clock, ttl=60.0), clock
 
 

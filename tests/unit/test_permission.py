@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.permission import Permission
+from harvester_quota.testbench.clock import FakeClock
 
 REFUSAL = RuntimeError('403 Forbidden: clusterrole "x" not found')
 

@@ -9,11 +9,12 @@ from typing import Any
 from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
+from harvester_quota.testbench.clock import FakeClock
 from prometheus_client import CollectorRegistry
 
 from tests.objects import launcher_pod, migration, vmi
+from tests.unit.fakes import upsert
 
 
 def inputs() -> tuple[PlanInputs, list[str]]:
@@ -64,7 +65,7 @@ def test_a_migration_queues_its_namespace_at_each_phase_class_and_each_refusal()
                 {"type": "migrationRejectedByResourceQuota", "status": "True"}
             ]
         before = len(queued)
-        store.upsert(step)
+        upsert(store, step)
         seen.append(len(queued) > before)
     assert seen == queues
     assert plan_inputs.refusals.settle("ns").new_refusals == 1
@@ -76,24 +77,24 @@ def test_a_pod_whose_view_is_unchanged_queues_nothing() -> None:
     plan_inputs, queued = inputs()
     store = plan_inputs.informers.pods.store
     pod = launcher_pod(vmi("vm1"), "virt-launcher-vm1", phase="Pending")
-    store.upsert(copy.deepcopy(pod))
+    upsert(store, copy.deepcopy(pod))
     assert queued == ["ns"]
     pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    store.upsert(copy.deepcopy(pod))
+    upsert(store, copy.deepcopy(pod))
     assert queued == ["ns"]
     pod["status"]["phase"] = "Running"
-    store.upsert(copy.deepcopy(pod))
+    upsert(store, copy.deepcopy(pod))
     assert queued == ["ns", "ns"]
 
 
 def test_the_cluster_settings_are_derived_again_only_when_their_objects_change() -> None:
     plan_inputs, _queued = inputs()
     store = plan_inputs.informers.kubevirts.store
-    store.upsert(kubevirt("1.5"))
+    upsert(store, kubevirt("1.5"))
     first = plan_inputs.cluster_settings()
     assert first == plan_inputs.informers.kubevirt_settings() and first.ratio == "1.5"
     assert plan_inputs.cluster_settings() is first, "kept while nothing changed"
-    store.upsert(kubevirt("2"))
+    upsert(store, kubevirt("2"))
     assert plan_inputs.cluster_settings().ratio == "2"
     store.delete("kubevirt/kubevirt")
     assert plan_inputs.cluster_settings() == plan_inputs.informers.kubevirt_settings()
@@ -105,7 +106,7 @@ def test_a_relist_of_the_kubevirt_cr_derives_the_settings_again() -> None:
     follow it like an upsert."""
     plan_inputs, _queued = inputs()
     store = plan_inputs.informers.kubevirts.store
-    store.upsert(kubevirt("1.5"))
+    upsert(store, kubevirt("1.5"))
     assert plan_inputs.cluster_settings().ratio == "1.5"
     store.replace([kubevirt("2.5")])
     assert plan_inputs.cluster_settings().ratio == "2.5"
@@ -127,9 +128,9 @@ def test_without_a_kubevirt_cr_the_settings_follow_harvesters_setting_as_it_chan
     KubeVirt CR (a cluster where the CR is not visible reads the ratio from the setting)."""
     plan_inputs, _queued = inputs()
     store = plan_inputs.informers.settings.store
-    store.upsert(harvester_setting("2"))
+    upsert(store, harvester_setting("2"))
     first = plan_inputs.cluster_settings().ratio
-    store.upsert({**harvester_setting("3"), "metadata": {**harvester_setting("3")["metadata"]}})
+    upsert(store, {**harvester_setting("3"), "metadata": {**harvester_setting("3")["metadata"]}})
     assert first == "2"
     assert plan_inputs.cluster_settings().ratio == "3"
     assert plan_inputs.cluster_settings() == plan_inputs.informers.kubevirt_settings()

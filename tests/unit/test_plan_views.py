@@ -31,6 +31,7 @@ from tests.objects import (
     rancher_namespace,
     vmi,
 )
+from tests.unit.fakes import upsert
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 SETTINGS = LauncherSettings(ratio="1.5", kubevirt_version="1.6")
@@ -164,12 +165,12 @@ def test_a_spec_change_renders_again_and_status_noise_does_not() -> None:
     noisy["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     noisy["metadata"].setdefault("labels", {})["kubevirt.io/nodeName"] = "kwok-node-7"
     noisy["metadata"].setdefault("annotations", {})["harvesterhci.io/migrationState"] = "Migrating"
-    caches.vmi_store.upsert(noisy)
+    upsert(caches.vmi_store, noisy)
     assert caches.changed == [], "the plan reads none of it: no reconcile"
     grown = copy.deepcopy(vm)
     grown["spec"]["domain"]["resources"]["limits"]["memory"] = "8Gi"
     grown["spec"]["domain"]["memory"] = {"guest": "8Gi"}
-    caches.vmi_store.upsert(grown)
+    upsert(caches.vmi_store, grown)
     assert caches.changed == ["ns"]
     grown_full = full_snapshot([mig], [grown], [bare_launcher(grown, "src")])
     after = plan_quota(caches.snapshot(grown_full)).rooms.rooms[0].room
@@ -187,15 +188,15 @@ def test_migration_status_noise_and_steps_under_way_queue_nothing_and_an_end_doe
     noisy["metadata"]["resourceVersion"] = "77"
     noisy["status"]["phaseTransitionTimestamps"] = [{"phase": "Scheduling"}]
     noisy["status"]["migrationState"] = {"targetNode": "kwok-node-2"}
-    caches.migration_store.upsert(noisy)
+    upsert(caches.migration_store, noisy)
     assert caches.changed == []
     for phase in ("Scheduled", "PreparingTarget", "TargetReady", "Running"):
         noisy["status"]["phase"] = phase
-        caches.migration_store.upsert(copy.deepcopy(noisy))
+        upsert(caches.migration_store, copy.deepcopy(noisy))
     assert caches.changed == []
     assert caches.migrations.namespace("ns")[0]["status"]["phase"] == "Running"
     noisy["status"]["phase"] = "Succeeded"
-    caches.migration_store.upsert(copy.deepcopy(noisy))
+    upsert(caches.migration_store, copy.deepcopy(noisy))
     assert caches.changed == ["ns"]
     caches.migration_store.delete("ns/m1")
     assert caches.changed == ["ns", "ns"] and caches.migrations.namespace("ns") == []

@@ -27,6 +27,8 @@ from harvester_quota.util.resourcequota.rooms import next_release
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.fakes import upsert
+
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 
 
@@ -82,14 +84,14 @@ NOT_BATCH = QuotaScope((ScopeRequirement("PriorityClass", "NotIn", ("batch",)),)
 def test_views_follow_every_write_of_the_store_and_are_heard_inside_it() -> None:
     heard: list[tuple[str, str | None]] = []
     store = Store()
-    store.upsert(pod("before"))
+    upsert(store, pod("before"))
     store.add_view(
         "name",
         lambda obj: obj["metadata"]["name"].upper(),
         lambda key, value: heard.append((key, value)),
     )
     assert heard == [("ns/before", "BEFORE")], "what is cached is viewed when added"
-    store.upsert(pod("p1"))
+    upsert(store, pod("p1"))
     store.delete("ns/before")
     store.replace_prepared([store.prepare(pod("p2"))])
     assert heard[1:] == [("ns/p1", "P1"), ("ns/before", None), ("ns/p2", "P2"), ("ns/p1", None)]
@@ -100,8 +102,8 @@ def test_views_follow_every_write_of_the_store_and_are_heard_inside_it() -> None
 def test_namespace_objects_decode_only_what_is_looked_up() -> None:
     store = Store()
     for name in ("a", "b"):
-        store.upsert(pod(name))
-    store.upsert(pod("c", namespace="other"))
+        upsert(store, pod(name))
+    upsert(store, pod("c", namespace="other"))
     objects = NamespaceObjects(store, "ns")
     assert sorted(objects) == ["a", "b"] and len(objects) == 2
     assert objects["a"]["metadata"]["name"] == "a" and objects.get("c") is None
@@ -119,7 +121,7 @@ def test_a_namespace_total_counts_steady_pods_and_asks_the_clock_for_terminating
     assert indexed(index) == summed(pods)
     assert indexed(index)["limits.cpu"] == "3200m"
     assert indexed(index, frozenset({"target"})) == summed(pods, frozenset({"target"}))
-    assert index.target_of("m1") is not None and index.target_of("m1").name == "target"  # type: ignore[union-attr]
+    assert [view.name for view in index.labelled_targets("m1")] == ["target"]
     assert next_release(index, NOW) == 20.0
 
 
@@ -222,7 +224,7 @@ def test_the_index_always_equals_summing_the_cached_pods_a_quotas_scopes_charge(
             **labels,
         )
         if action == "upsert":
-            store.upsert(obj)
+            upsert(store, obj)
         elif action == "delete":
             store.delete(f"{namespace}/{name}")
         else:

@@ -17,13 +17,11 @@ from harvester_quota.util.podusage import (
     pod_quota_usage,
     pod_requests,
     quota_constraint_violations,
-    quota_usage_for,
 )
 
 from tests.unit.vmis import (
     UTC,
     V170_VM,
-    as_strings,
     q,
     strip_requests,
 )
@@ -309,14 +307,6 @@ def test_naive_clock_is_rejected() -> None:
         pod_counts_against_quota(
             terminating("2024-12-13T12:39:00Z", 30), datetime.datetime(2024, 1, 1)
         )
-
-
-def test_quota_usage_for_masks_to_the_quota_keys() -> None:
-    usage = quota_usage_for(
-        launcher_pod_resources(V170_VM, LauncherSettings(ratio="1.5")),
-        ["limits.cpu", "limits.memory", "requests.storage", "configmaps"],
-    )
-    assert as_strings(usage) == {"limits.cpu": "2015m", "limits.memory": "4797464313"}
 
 
 @pytest.mark.parametrize(

@@ -20,10 +20,10 @@ from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.explain import explain
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.preflight import ClusterState, Plan, read
 from harvester_quota.preflight.nodes import free_on_nodes
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import migrating_vm_annotation_key
 from harvester_quota.util.podusage import (
     KUBERNETES_1_36,
@@ -39,6 +39,7 @@ from harvester_quota.webhook.resources.common import Identities
 from prometheus_client import CollectorRegistry
 
 from tests.objects import managed_quota, migration, rancher_namespace, vmi
+from tests.unit.fakes import upsert
 from tests.unit.test_quota_scopes_in_fit_checks import ReadOnlyCluster
 from tests.unit.test_webhook import FakeLookups, request, running_vm, validate_pod
 
@@ -202,7 +203,7 @@ def test_the_controllers_pod_index_charges_pod_level_ephemeral_storage_only_behi
         registry=CollectorRegistry(),
     )
     inputs = PlanInputs(management, lambda _: None)
-    inputs.informers.pods.store.upsert(scratch_pod())
+    upsert(inputs.informers.pods.store, scratch_pod())
     used = inputs.pod_index.namespace("ns").used_without(frozenset(), NOW)
     assert used[SCRATCH] == charged(features)
 
@@ -214,7 +215,7 @@ def test_the_webhooks_pod_index_charges_pod_level_ephemeral_storage_only_behind_
     client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
     caches = WebhookCaches(client, quota_features=features)
     assert caches.quota_features() == features
-    caches.pods.store.upsert(scratch_pod("launcher", **{"kubevirt.io": "virt-launcher"}))
+    upsert(caches.pods.store, scratch_pod("launcher", **{"kubevirt.io": "virt-launcher"}))
     used = caches.launcher_pods("ns").used_without(frozenset(), NOW)
     assert used[SCRATCH] == charged(features)
 

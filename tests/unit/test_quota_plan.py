@@ -13,7 +13,6 @@ from harvester_quota.util.annotations import (
     ANNOTATION_MIGRATING_COMPENSATION,
     ANNOTATION_MIGRATING_SCALING_RESYNC_NEEDED,
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
-    is_valid_annotation_key,
     migrating_uid_annotation_key,
     migrating_vm_annotation_key,
 )
@@ -36,6 +35,7 @@ from tests.objects import (
     rancher_namespace,
     vmi,
 )
+from tests.unit.annotationkeys import is_valid_annotation_key
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 V170_LIMIT = {"limitsCpu": "3000m", "limitsMemory": "5000Mi"}

@@ -16,7 +16,7 @@ import pytest
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.resourcequota.plan import plan_quota
 from harvester_quota.webhook.admission import Denied

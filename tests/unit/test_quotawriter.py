@@ -12,8 +12,8 @@ from harvester_quota.config.metrics import WRITE_KINDS, QuotaMetrics
 from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.permission import FIRST_RETRY
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from prometheus_client import CollectorRegistry
 

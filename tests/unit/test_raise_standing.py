@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import Object
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.resourcequota.base import ANNOTATION_BASE
 from harvester_quota.util.resourcequota.raises import (
     ANNOTATION_ROOMS_SINCE,
@@ -20,6 +20,7 @@ from harvester_quota.util.resources import parse_resource_list
 from harvester_quota.webhook.caches import WebhookCaches
 
 from tests.objects import managed_quota
+from tests.unit.fakes import upsert
 
 BASE = {"limits.cpu": "3"}
 RAISED = {"limits.cpu": "5"}
@@ -44,8 +45,8 @@ def caches_with(found: Object) -> WebhookCaches:
     client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
     caches = WebhookCaches(client, clock=FakeClock(), mtq=True)
     assert caches.vmmrqs is not None
-    caches.vmmrqs.store.upsert(vmmrq())
-    caches.quotas.store.upsert(found)
+    upsert(caches.vmmrqs.store, vmmrq())
+    upsert(caches.quotas.store, found)
     return caches
 
 
@@ -105,10 +106,10 @@ def test_on_rancher_s_path_a_budgeted_namespace_keeps_the_room_rules_until_ranch
     raised = managed_quota("ns", {"limits.cpu": "5"}, {})
     raised["status"] = {"hard": {"limits.cpu": "5"}, "used": {"limits.cpu": "3"}}
     caches = caches_with(raised)
-    caches.namespaces.store.upsert(rancher_namespace("ns", {"limitsCpu": "3"}))
+    upsert(caches.namespaces.store, rancher_namespace("ns", {"limitsCpu": "3"}))
     assert caches.managed_quota("ns") is not None
     copied = managed_quota("ns", {"limits.cpu": "3"}, {})
     copied["status"] = {"hard": {"limits.cpu": "3"}, "used": {"limits.cpu": "3"}}
     caches = caches_with(copied)
-    caches.namespaces.store.upsert(rancher_namespace("ns", {"limitsCpu": "3"}))
+    upsert(caches.namespaces.store, rancher_namespace("ns", {"limitsCpu": "3"}))
     assert caches.managed_quota("ns") is None

@@ -23,7 +23,7 @@ from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.controller.resourcequota.projectdemands import (
     SIBLINGS_SLICE,
     ProjectDemands,
-    ProjectSiblingsView,
+    siblings_waiting,
 )
 from harvester_quota.controller.resourcequota.rancher import (
     PROJECT_NO_ROOM_REASON,
@@ -38,9 +38,9 @@ from harvester_quota.controller.resourcequota.reports import NamespaceReports, R
 from harvester_quota.explain import explain, render_text
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.rancher.project import queued_verdict
@@ -54,7 +54,6 @@ from harvester_quota.util.resourcequota.rancherpath import (
     Step,
     WaitingCache,
     project_steps,
-    waiting_steps,
 )
 
 from tests.objects import (
@@ -564,7 +563,8 @@ def test_a_move_in_a_big_project_logs_one_bounded_line(caplog: Any) -> None:
     project = Project(ROOM_FOR_ONE)
     project.namespace("a")
     project.migrate("a", "m")
-    step = waiting_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))[0]
+    steps = project_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))
+    step = next(step for step in steps if not step.given)
     for index in range(200):
         demands.record(PROJECT_ID, f"ns{index:03d}", [dataclasses.replace(step, namespace="x")])
     caplog.set_level("INFO")
@@ -588,15 +588,16 @@ async def test_planning_siblings_yields_to_the_event_loop_between_siblings() -> 
     async def other_task() -> None:
         ran.append(next(ticks))
 
-    view = ProjectSiblingsView(
-        planner,
-        project.members,
-        project.path.project_room.demands.ladders,
-        lambda _name: [],
+    task = asyncio.ensure_future(other_task())
+    await siblings_waiting(
+        PROJECT_ID,
+        "none",
+        planner=planner,
+        members=project.members,
+        ladders=project.path.project_room.demands.ladders,
+        migrations=lambda _name: [],
         clock=lambda: next(ticks) * SIBLINGS_SLICE,
     )
-    task = asyncio.ensure_future(other_task())
-    await view(PROJECT_ID, "none")
     assert ran and task.done(), "another task ran while the siblings were planned"
 
 
@@ -612,7 +613,7 @@ def test_a_queued_verdict_names_a_few_migrations_and_counts_the_rest() -> None:
 
 
 async def test_a_siblings_ladder_is_reused_only_while_its_annotations_and_plan_stand() -> None:
-    """Major 2: ProjectSiblingsView ladders a sibling again only when what a ladder reads
+    """Major 2: siblings_waiting ladders a sibling again only when what a ladder reads
     changed: the same annotations and an equal plan (made anew) give the same steps without
     laddering; a room that changed size, or the sibling's annotation written, ladder again."""
     project = Project(ROOM_FOR_ONE)
@@ -756,7 +757,7 @@ async def test_explain_shows_the_controllers_last_word_on_the_siblings_that_go_f
 
 
 async def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_only() -> None:
-    """ProjectSiblingsView plans, from the caches, each other namespace of the project with
+    """siblings_waiting plans, from the caches, each other namespace of the project with
     migrations whose base is Rancher's annotation: not the namespace judged, not one MTQ mode
     handles, not one without migrations (never planned), not one whose base is not Rancher's,
     not a Terminating one (never planned); one not refused by Rancher in this process yet is
@@ -779,17 +780,18 @@ async def test_the_reconciler_plans_the_waiting_rooms_of_its_rancher_siblings_on
         made = plan_quota(project.snapshot(name)[0])
         if name == "direct":
             made = dataclasses.replace(made, base=dataclasses.replace(made.base, source="quota"))
-        return SimpleNamespace(namespace=namespace, plan=made)
+        return made
 
     project.path.protected.update({"sibling", "direct", "broken"})
     planner: Any = SimpleNamespace(defer_to=lambda name: name == "mtq", plan=plan)
-    view = ProjectSiblingsView(
-        planner,
-        project.members,
-        project.path.project_room.demands.ladders,
-        lambda name: project.migrations[name],
+    steps = await siblings_waiting(
+        PROJECT_ID,
+        "judged",
+        planner=planner,
+        members=project.members,
+        ladders=project.path.project_room.demands.ladders,
+        migrations=lambda name: project.migrations[name],
     )
-    steps = await view(PROJECT_ID, "judged")
     assert sorted((s.namespace, s.room.migration) for s in steps) == [
         ("sibling", "sibling-mig"),
         ("unrefused", "unrefused-mig"),
@@ -993,7 +995,8 @@ async def test_a_namespace_moved_to_another_project_keeps_no_room_given_by_the_f
     project.cluster.project["metadata"]["name"] = "p-other"  # as big as the first
     project.pending.forget("a")
     project.clock.step(10)
-    assert waiting_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))
+    steps = project_steps(project.cluster.cache["a"], plan_quota(project.snapshot("a")[0]))
+    assert any(not step.given for step in steps)
     assert await project.reconcile("a") == PROJECT_RECHECK
     assert not project.cluster.raised("a"), "given back: the new project gave it nothing"
 

@@ -24,9 +24,9 @@ from harvester_quota.controller.resourcequota.rancher import (
 )
 from harvester_quota.controller.resourcequota.reports import NamespaceReports, RefusalTracker
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.quantity import Quantity
@@ -104,7 +104,6 @@ def hard(**values: str) -> dict[str, Any]:
 def test_a_project_is_read_from_its_object_with_rancher_s_fields() -> None:
     assert PROJECT.id == "local:p-abcde"
     assert PROJECT.limit == RancherLimit({"limits.cpu": "8", "limits.memory": "20000Mi"})
-    assert PROJECT.used_limit == RancherLimit({"limits.cpu": "3"})
     extended = ProjectQuota.from_object(
         project_object(
             {"limitsCpu": "8", "extended": {"requests.nvidia.com/gpu": "4"}},

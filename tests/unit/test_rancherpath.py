@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA as CATTLE
@@ -16,7 +17,7 @@ from harvester_quota.util.resourcequota.base import (
     ANNOTATION_RANCHER_GIVEN as GIVEN,
 )
 from harvester_quota.util.resourcequota.base import Base, rancher_base
-from harvester_quota.util.resourcequota.plan import QuotaPlan
+from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from harvester_quota.util.resourcequota.rancherpath import (
     annotation_patch,
     given_migrations,
@@ -42,7 +43,11 @@ def plan(hard: dict[str, str], holding: bool) -> QuotaPlan:
         hard={"limits.cpu": Quantity.parse("3"), "limits.memory": Quantity.parse("5000Mi")},
         source="rancher",
     )
-    return QuotaPlan(managed=True, base=base, hard=hard, rooms=RoomPlan(rooms=rooms))
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    snapshot = NamespaceSnapshot(namespace(), {}, [], {}, [], now)
+    return QuotaPlan(
+        managed=True, snapshot=snapshot, base=base, hard=hard, rooms=RoomPlan(rooms=rooms)
+    )
 
 
 RAISE = {"limits.cpu": "5015m", "limits.memory": "10040344313"}

@@ -8,8 +8,8 @@ from typing import cast
 
 import pytest
 from harvester_quota.app import ControllerApp, readiness
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.leader import LeaderElector
+from harvester_quota.testbench.clock import FakeClock
 
 from tests.unit.test_leader_and_events import FreezingApi, elector
 

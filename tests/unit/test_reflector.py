@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.backoff import Backoff
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.reflector import Reflector, page_size
 from harvester_quota.generic.relistwaits import REFUSED_BACKOFF_CAP
+from harvester_quota.testbench.clock import FakeClock, settle
 
 from tests.unit.fakes import HANG, RecordingSink, ScriptedListerWatcher, error_event, event, pod
 

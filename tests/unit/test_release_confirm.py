@@ -20,8 +20,8 @@ from harvester_quota.controller.resourcequota.writes import (
     write_lowers,
 )
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.sharedhandler import RetryAfter
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.podusage import pod_quota_usage
@@ -65,11 +65,7 @@ def _first_migration_over() -> tuple[Any, list[Any]]:
         launcher=LauncherSettings(ratio="1.5", kubevirt_version="1.6"),
         mode="auto",
     )
-    plan = plan_quota(snapshot)
-    planned = SimpleNamespace(
-        quota=quota, plan=plan, snapshot=snapshot, namespace=snapshot.namespace
-    )
-    return planned, [first, second]
+    return plan_quota(snapshot), [first, second]
 
 
 class ApiServer:
@@ -106,25 +102,17 @@ def _created(item: Any, seconds_before: float, now: datetime.datetime = NOW) -> 
 
 def test_the_cached_plan_of_that_moment_gives_the_room_back() -> None:
     planned, _ = _first_migration_over()
-    assert not planned.plan.holds_room
-    assert write_lowers(planned.quota, None, planned.plan), "the cache's plan is a release"
+    assert not planned.holds_room
+    assert write_lowers(planned.snapshot.quota, None, planned), "the cache's plan is a release"
 
 
 async def test_a_release_waits_while_the_api_server_has_a_migration_the_cache_lacks() -> None:
     planned, live = _first_migration_over()
-    reconciler, _client, _clock, _holding = lingering_reconciler(0.0, planned.quota)
+    reconciler, _client, _clock, _holding = lingering_reconciler(0.0, planned.snapshot.quota)
     written: list[Any] = []
 
-    def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
-        return SimpleNamespace(
-            namespace=ns,
-            quota=planned.quota,
-            snapshot=planned.snapshot,
-            plan=planned.plan,
-            labels_room=False,
-            labelled_for_good=False,
-            label_writes_wait=False,
-        )
+    def plan(_key: str, _ns: dict[str, Any], **_options: Any) -> Any:
+        return planned
 
     async def write(*args: Any) -> None:
         written.append(args)
@@ -165,7 +153,7 @@ async def test_a_release_is_written_when_the_migrations_cannot_be_listed_and_a_w
 
 async def test_a_plan_that_gives_every_room_back_whatever_exists_is_not_held() -> None:
     planned, live = _first_migration_over()
-    planned.plan.skipped = True
+    planned.skipped = True
     await _reconciler(live)[0]._confirm_release("ns", planned)
 
 
@@ -220,9 +208,9 @@ async def test_a_release_through_rancher_is_judged_on_the_annotation_not_on_spec
     )
     await reconciler._confirm_release("ns", planned)
     assert server.limits == [], "the annotation is back at the base: nothing is lowered"
-    annotations = planned.namespace["metadata"]["annotations"]
+    annotations = planned.snapshot.namespace["metadata"]["annotations"]
     base = annotations[CATTLE_ANNOTATION_RESOURCE_QUOTA]
-    raised = raised_annotation(base, planned.quota["spec"]["hard"])
+    raised = raised_annotation(base, planned.snapshot.quota["spec"]["hard"])
     annotations.update(
         {
             CATTLE_ANNOTATION_RESOURCE_QUOTA: raised,

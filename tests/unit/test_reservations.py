@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import LEASES, Object
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.common import Identities
@@ -24,12 +24,12 @@ from harvester_quota.webhook.resources.pod.reservations import (
     Reservation,
     lease_name,
 )
-from harvester_quota.webhook.resources.pod.validator import PodCheck, pod_check
+from harvester_quota.webhook.resources.pod.validator import PodCheck
 from harvester_quota.webhook.server import WebhookServer
 from harvester_quota.webhook.serving import RoomSharing
 from prometheus_client import CollectorRegistry
 
-from tests.unit.fakes import FakeApi
+from tests.unit.fakes import FakeApi, pod_check
 from tests.unit.test_webhook import FakeLookups, create_pod, room_held
 from tests.unit.test_webhook import review as webhook_review
 

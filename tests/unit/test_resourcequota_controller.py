@@ -15,7 +15,6 @@ import pytest
 from harvester_quota.config.metrics import QuotaMetrics
 from harvester_quota.controller.quotawriter import QuotaWriter
 from harvester_quota.controller.resourcequota.planner import (
-    ListedSource,
     NamespacePlanner,
     label_policy,
 )
@@ -32,11 +31,11 @@ from harvester_quota.controller.resourcequota.writes import (
     SpecWrites,
 )
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.controller import RetryAfter
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.permission import FIRST_RETRY
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_ROOM_HELD, migrating_vm_annotation_key
 from harvester_quota.util.launcher import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
 from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, plan_quota
@@ -309,17 +308,7 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
     written: list[str] = []
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
-        return SimpleNamespace(
-            namespace=ns,
-            quota={},
-            snapshot=None,
-            plan=SimpleNamespace(
-                name=next(plans), holds_room=True, requeue_after=None, hard={}, gathers=False
-            ),
-            labels_room=True,
-            labelled_for_good=False,
-            label_writes_wait=False,
-        )
+        return stub_plan(ns, holds_room=True, labels_room=True, name=next(plans))
 
     async def label(_ns: dict[str, Any], held: bool) -> dict[str, Any]:
         assert held
@@ -383,7 +372,9 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     namespaces = PendingWrites(Store(), clock)
     instance.room_label = RoomHeldLabel(QuotaWriter(client, clock), clock, linger, namespaces)
     instance.planner = NamespacePlanner(
-        ListedSource([], [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS)
+        NamespaceSnapshot(
+            {"metadata": {"name": "ns"}}, {}, [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS
+        )
     )
     nothing = SimpleNamespace(
         warnings=lambda *_: None,
@@ -405,6 +396,26 @@ def bare_reconciler(clock: FakeClock, client: Any = None, linger: float = 30.0) 
     return instance
 
 
+def stub_plan(
+    ns: dict[str, Any], quota: dict[str, Any] | None = None, **fields: Any
+) -> SimpleNamespace:
+    """A plan of `ns` and `quota` (a managed quota of no migration, no room, no label write
+    unless `fields` say otherwise: `holds_room`, `labels_room`, `hard`, ...) as the reconcile
+    reads one."""
+    defaults: dict[str, Any] = {
+        "holds_room": False,
+        "requeue_after": None,
+        "hard": {},
+        "gathers": False,
+        "skipped": False,
+        "labels_room": False,
+        "labelled_for_good": False,
+        "label_writes_wait": False,
+    }
+    snapshot = SimpleNamespace(namespace=ns, quota=quota or {}, migrations=[], settled=[])
+    return SimpleNamespace(snapshot=snapshot, **{**defaults, **fields})
+
+
 def plans_with(instance: QuotaReconciler, plan: Callable[..., Any]) -> None:
     """Has `instance`'s planner answer `plan(key, namespace)`."""
     instance.planner.plan = lambda ns: plan(ns["metadata"]["name"], ns)  # type: ignore[method-assign]
@@ -421,17 +432,7 @@ def lingering_reconciler(
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
         held = holding[0]
-        return SimpleNamespace(
-            namespace=ns,
-            quota=quota or {},
-            snapshot=SimpleNamespace(migrations=[], settled=[]),
-            plan=SimpleNamespace(
-                holds_room=held, requeue_after=None, hard=hard or {}, gathers=False, skipped=False
-            ),
-            labels_room=held,
-            labelled_for_good=False,
-            label_writes_wait=False,
-        )
+        return stub_plan(ns, quota, holds_room=held, labels_room=held, hard=hard or {})
 
     async def write(*_: Any) -> None:
         return None
@@ -558,11 +559,11 @@ def test_the_label_policy_keeps_rancher_direct_labels_and_removes_none_under_a_r
         raise_stands=raise_stands,
         fail_closed=fail_closed,
     )
-    assert (policy.labels_room, policy.for_good, policy.waits) == expected
+    assert policy == expected
     elsewhere = label_policy(
         managed=True, holds_room=True, may_label=True, raise_stands=True, fail_closed=True
     )
-    assert (elsewhere.labels_room, elsewhere.for_good, elsewhere.waits) == (True, False, False)
+    assert elsewhere == (True, False, False)
 
 
 def rancher_direct_reconciler(
@@ -576,23 +577,19 @@ def rancher_direct_reconciler(
     instance = bare_reconciler(clock, client, linger)
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
-        label = label_policy(
+        labels_room, for_good, waits = label_policy(
             managed=True,
             holds_room=state["room"],
             may_label=False,
             raise_stands=state["raise"],
             fail_closed=fail_closed,
         )
-        return SimpleNamespace(
-            namespace=ns,
-            quota={},
-            snapshot=None,
-            plan=SimpleNamespace(
-                holds_room=state["room"], requeue_after=None, hard={}, gathers=False
-            ),
-            labels_room=label.labels_room,
-            labelled_for_good=label.for_good,
-            label_writes_wait=label.waits,
+        return stub_plan(
+            ns,
+            holds_room=state["room"],
+            labels_room=labels_room,
+            labelled_for_good=for_good,
+            label_writes_wait=waits,
         )
 
     async def write(*_: Any) -> None:
@@ -639,7 +636,9 @@ def real_planner(quota: dict[str, Any], *, fail_closed: bool = True) -> Namespac
     """A planner of one namespace's `quota` with no migration, on the direct Rancher path
     (Rancher has refused nothing)."""
     return NamespacePlanner(
-        ListedSource([quota], [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS),
+        NamespaceSnapshot(
+            {"metadata": {"name": "ns"}}, quota, [], {}, [], NOW, DEFAULT_LAUNCHER_SETTINGS
+        ),
         through=lambda _ns, _plan: False,
         fail_closed=fail_closed,
     )
@@ -655,7 +654,7 @@ def test_the_plan_of_a_rancher_direct_namespace_keeps_the_label_and_knows_a_stan
     namespace = rancher_namespace("ns", {"limitsCpu": "3000m"})
     raised = managed_quota("ns", {"limits.cpu": "5"}, {"harvesterhci.io/migrating-vm1": "{}"})
     planned = real_planner(raised).plan(namespace)
-    assert planned is not None and planned.plan.managed
+    assert planned is not None and planned.managed
     assert (planned.labels_room, planned.labelled_for_good, planned.label_writes_wait) == (
         False,
         True,
@@ -681,8 +680,9 @@ def test_a_handed_over_namespace_labelled_for_good_gets_no_raise() -> None:
         {"limits.cpu": "5015m", "limits.memory": "10040344313"},
         {migrating_vm_annotation_key("vm1"): ROOM},
     )
-    source = ListedSource(
-        [raised],
+    source = NamespaceSnapshot(
+        namespace,
+        raised,
         [migration("m", vm)],
         {"vm1": vm},
         [launcher_pod(vm, "src")],
@@ -700,9 +700,9 @@ def test_a_handed_over_namespace_labelled_for_good_gets_no_raise() -> None:
 
     planned = planner(True).plan(namespace)
     assert planned is not None and planned.labelled_for_good
-    assert planned.plan.hard == V170_HARD and not planned.plan.holds_room
+    assert planned.hard == V170_HARD and not planned.holds_room
     kept = planner(False).plan(namespace)
-    assert kept is not None and kept.plan.holds_room and kept.plan.hard != V170_HARD
+    assert kept is not None and kept.holds_room and kept.hard != V170_HARD
 
 
 async def test_a_refused_label_of_a_rancher_direct_namespace_is_tried_again_after_the_backoff() -> (

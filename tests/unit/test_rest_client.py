@@ -12,11 +12,11 @@ import pytest
 from aiohttp import web
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.requestmetrics import TRANSPORT_ERROR
 from harvester_quota.generic.resource import PODS
 from harvester_quota.generic.rest import RequestObservers
+from harvester_quota.testbench.clock import FakeClock
 
 from tests.unit.fakes import RequestRecorder, pod
 

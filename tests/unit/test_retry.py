@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.retry import (
     JITTER,
     MAX_RETRY_AFTER,
@@ -14,6 +13,7 @@ from harvester_quota.generic.retry import (
     call_with_server_retries,
     server_asked_to_retry,
 )
+from harvester_quota.testbench.clock import FakeClock
 
 
 class Script:

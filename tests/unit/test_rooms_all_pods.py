@@ -14,9 +14,9 @@ from harvester_quota.apis.kubevirt import LABEL_MIGRATION_JOB
 from harvester_quota.util.launcher import (
     LauncherSettings,
     attachment_pod_resources,
-    attachment_quota_usage,
     has_hotplug_volumes,
     launcher_quota_usage,
+    vmi_view,
 )
 from harvester_quota.util.launcher.attachment import attachment_usage
 from harvester_quota.util.launcher.limitrange import container_defaults
@@ -31,7 +31,7 @@ from harvester_quota.util.resourcequota.rooms import (
 )
 from harvester_quota.util.resources import total
 
-from tests.objects import launcher_pod, migration, vmi
+from tests.objects import launcher_pod, migration, pods_of, vmi
 
 NOW = datetime.datetime(2026, 1, 1, 12, tzinfo=datetime.UTC)
 VM_STARTED = "2026-01-01T09:00:00Z"
@@ -113,9 +113,9 @@ ATTACHMENT = {
 def test_the_attachment_pod_is_kubevirts_support_container_whatever_the_volume_count() -> None:
     one, three = hotplugged("one", "a"), hotplugged("three", "a", "b", "c")
     expected = {key: q(value) for key, value in ATTACHMENT.items()}
-    assert attachment_quota_usage(one, SETTINGS) == expected
-    assert attachment_quota_usage(three, SETTINGS) == expected
-    assert attachment_quota_usage(vmi("plain"), SETTINGS) == {}
+    assert attachment_usage(vmi_view(one), SETTINGS) == expected
+    assert attachment_usage(vmi_view(three), SETTINGS) == expected
+    assert attachment_usage(vmi_view(vmi("plain")), SETTINGS) == {}
 
 
 def test_the_kubevirt_crs_hotplug_attachment_resources_and_limitrange_defaults_shape_it() -> None:
@@ -132,7 +132,7 @@ def test_the_kubevirt_crs_hotplug_attachment_resources_and_limitrange_defaults_s
             [{"spec": {"limits": [{"type": "Container", "default": {"ephemeral-storage": "1Gi"}}]}}]
         ),
     )
-    usage = attachment_quota_usage(hotplugged("vm", "a"), settings)
+    usage = attachment_usage(vmi_view(hotplugged("vm", "a")), settings)
     assert usage["limits.cpu"] == q("300m") and usage["requests.cpu"] == q("10m")
     assert usage["limits.memory"] == q("80M") and usage["requests.memory"] == q("5M")
     assert usage["limits.ephemeral-storage"] == q("1Gi")
@@ -169,7 +169,7 @@ def test_before_any_target_pod_the_room_includes_the_rendered_attachment_pod() -
     (room,) = planned.rooms
     assert room.estimated
     assert room.room == total(
-        [launcher_quota_usage(instance, SETTINGS), attachment_quota_usage(instance, SETTINGS)]
+        [launcher_quota_usage(instance, SETTINGS), attachment_usage(vmi_view(instance), SETTINGS)]
     )
 
 
@@ -199,7 +199,7 @@ def test_kubevirts_attachment_pod_is_part_of_the_room_and_not_of_the_base() -> N
     attachment = attachment_pod("hp-volume-abcde", target, mig)
     planned = rooms([mig], [instance], [source, target, attachment])
     (room,) = planned.rooms
-    assert room.pods_of("attachment") == ("hp-volume-abcde",)
+    assert pods_of(room, "attachment") == ("hp-volume-abcde",)
     assert planned.target_pods == {"virt-launcher-vm1-dst", "hp-volume-abcde"}
     assert room.room["pods"] == q("2")
     assert room.in_use == room.room, "both pods exist and count"
@@ -222,7 +222,7 @@ def test_a_scoped_quota_is_raised_only_for_the_target_pods_its_scopes_charge() -
     target = launcher_pod(instance, "virt-launcher-vm1-dst", migration=mig)
     target["spec"]["priorityClassName"] = "vm"
     launcher = launcher_quota_usage(instance, SETTINGS)
-    attachment = attachment_quota_usage(instance, SETTINGS)
+    attachment = attachment_usage(vmi_view(instance), SETTINGS)
     for pods in (
         [source],
         [source, target],
@@ -269,7 +269,7 @@ def test_a_forged_attachment_pod_is_charged_to_the_base(forgery: str) -> None:
         forged["metadata"]["labels"]["kubevirt.io"] = "virt-launcher"
     planned = rooms([mig], [instance], [source, target, forged])
     (room,) = planned.rooms
-    assert room.pods_of("attachment") == ()
+    assert pods_of(room, "attachment") == ()
     assert "hp-volume-x" not in planned.target_pods
     assert room.room["pods"] == q("2"), "the rendered attachment pod still stands in the room"
 

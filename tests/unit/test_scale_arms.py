@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.resource import NAMESPACES, RESOURCE_QUOTAS
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.scale.observe import count_pod_create_conflicts
 from harvester_quota.testbench.scale.plan import PRESETS, Step
 from harvester_quota.testbench.scale.product import Metrics, parse_metrics

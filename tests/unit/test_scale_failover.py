@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 from harvester_quota.generic import errors
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.scale import failover
 from harvester_quota.testbench.scale.failover import FailoverTimes, first_after
 from harvester_quota.testbench.scale.run import ScaleOptions

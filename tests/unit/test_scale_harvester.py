@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.localcluster.audit import AuditLog, AuditMark
 from harvester_quota.testbench.localcluster.cluster import ClusterInfo, Ports
 from harvester_quota.testbench.localcluster.harvester import HARVESTER_USER

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.scale.plan import PRESETS, ScalePlan, Step, parse_namespaces
 from harvester_quota.testbench.scale.product import Metrics, parse_metrics
 from harvester_quota.testbench.scale.run import is_quota_drain_wave, step_wall_seconds

@@ -15,8 +15,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.main import build_parser, self_signed_options
+from harvester_quota.testbench.clock import FakeClock, settle
 from harvester_quota.webhook.certkeeper import CertificateKeeper, authority_of, parse_duration
 from harvester_quota.webhook.selfsigned import (
     BACKDATE,

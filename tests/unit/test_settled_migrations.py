@@ -8,8 +8,8 @@ from typing import Any
 
 from harvester_quota.config.management import Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.views import NamespaceViews
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.launcher import LauncherSettings
 from harvester_quota.util.resourcequota.plan import plan_quota
 from harvester_quota.util.resourcequota.planviews import (
@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.objects import managed_quota, migration, vmi
+from tests.unit.fakes import set_aside
 from tests.unit.test_plan_views import NOW, STATES, Caches, full_snapshot, one_vm, summary
 
 FINISHED_WITHOUT_ROOM = {
@@ -53,15 +54,15 @@ def test_namespace_views_set_aside_leaves_the_listing_until_the_object_changes()
     assert views.set_aside("a", "x") and not views.set_aside("a", "x")
     assert not views.set_aside("a", "missing")
     assert views.namespace("a") == [2] and dict(views.by_name("a")) == {"y": 2}
-    assert views.get("a", "x") == 1 and views.aside("a") == 1
+    assert views.get("a", "x") == 1 and set_aside(views, "a") == 1
     assert not views.changed("a/x", 1), "an equal update leaves it aside, queueing nothing"
     assert views.namespace("a") == [2] and changed == ["a", "a"]
     assert views.changed("a/x", 3), "a change lists it again and queues the namespace"
-    assert sorted(views.namespace("a")) == [2, 3] and views.aside("a") == 0
+    assert sorted(views.namespace("a")) == [2, 3] and set_aside(views, "a") == 0
     assert changed == ["a", "a", "a"]
     views.set_aside("a", "x")
     assert not views.changed("a/x", None), "a deletion of one aside changes no listing"
-    assert views.get("a", "x") is None and views.aside("a") == 0 and changed == ["a", "a", "a"]
+    assert views.get("a", "x") is None and set_aside(views, "a") == 0 and changed == ["a", "a", "a"]
     views.set_aside("a", "y")
     assert views.namespace("a") == [] and views.get("a", "y") == 2
 
@@ -71,10 +72,12 @@ def test_a_finished_migration_without_room_settles_only_after_the_grace() -> Non
     done, running = finished("done"), migration_plan_view(migration("run", vmi("vm-run")))
     running["status"]["phase"] = "Running"
     assert settled.settled("ns", [done, running], RoomPlan(), 100.0, NOW) == []
-    assert settled.remembered("ns") == 1
+    assert len(settled._idle_since.get("ns", {})) == 1
     assert settled.settled("ns", [done, running], RoomPlan(), 159.9, NOW) == []
     assert settled.settled("ns", [done, running], RoomPlan(), 160.0, NOW) == ["done"]
-    assert settled.remembered("ns") == 0, "a settled migration is the caller's from then on"
+    assert len(settled._idle_since.get("ns", {})) == 0, (
+        "a settled migration is the caller's from then on"
+    )
     assert settled.settled("ns", [running], RoomPlan(), 1e6, NOW) == [], "never one in flight"
 
 
@@ -98,7 +101,7 @@ def test_one_recorded_finished_long_ago_settles_at_once_and_a_recent_one_waits()
     recent = finished("recent", at="2025-12-31T23:59:30Z")
     odd = finished("odd", at="yesterday")
     assert settled.settled("ns", [old, recent, odd], RoomPlan(), 0.0, NOW) == ["old"]
-    assert settled.remembered("ns") == 2
+    assert len(settled._idle_since.get("ns", {})) == 2
 
 
 def test_forgotten_are_the_namespace_and_migrations_no_longer_read() -> None:
@@ -106,10 +109,10 @@ def test_forgotten_are_the_namespace_and_migrations_no_longer_read() -> None:
     a, b = finished("a"), finished("b")
     settled.settled("ns", [a, b], RoomPlan(), 0.0, NOW)
     settled.settled("ns", [a], RoomPlan(), 30.0, NOW)
-    assert settled.remembered("ns") == 1
+    assert len(settled._idle_since.get("ns", {})) == 1
     assert settled.settled("ns", [a, b], RoomPlan(), 61.0, NOW) == ["a"], "b starts again"
     settled.forget("ns")
-    assert settled.remembered("ns") == 0
+    assert len(settled._idle_since.get("ns", {})) == 0
 
 
 @settings(max_examples=60, deadline=None)
@@ -134,7 +137,7 @@ def test_setting_settled_migrations_aside_plans_what_planning_them_all_does(
             caches.migrations.set_aside("ns", name)
     expected = {f"m{i}" for i, state in enumerate(states) if state in FINISHED_WITHOUT_ROOM}
     listed = {m["metadata"]["name"] for m in caches.migrations.namespace("ns")}
-    assert caches.migrations.aside("ns") == len(expected)
+    assert set_aside(caches.migrations, "ns") == len(expected)
     assert not listed & expected
     assert summary(plan_quota(caches.snapshot(full))) == summary(plan_quota(full))
 
@@ -173,7 +176,7 @@ def test_the_plan_inputs_set_settled_migrations_aside_on_its_clock() -> None:
     clock.step(60)
     instance.set_aside_settled("ns", planned.snapshot, planned.plan)
     assert instance.migration_views.namespace("ns") == []
-    assert instance.migration_views.aside("ns") == 1
+    assert set_aside(instance.migration_views, "ns") == 1
 
 
 def test_nothing_is_set_aside_before_the_caches_a_room_depends_on_have_synced() -> None:
@@ -190,7 +193,7 @@ def test_nothing_is_set_aside_before_the_caches_a_room_depends_on_have_synced() 
     instance.set_aside_settled("ns", planned.snapshot, planned.plan)
     clock.step(60)
     instance.set_aside_settled("ns", planned.snapshot, planned.plan)
-    assert instance.migration_views.aside("ns") == 1
+    assert set_aside(instance.migration_views, "ns") == 1
 
 
 def test_the_plan_view_keeps_only_the_final_phase_transitions() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.sim.kubevirt import (
     InFlight,
     KubeVirtConfig,

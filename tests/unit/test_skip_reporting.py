@@ -15,13 +15,13 @@ from harvester_quota.config.management import (
     skipped_event_target,
 )
 from harvester_quota.generic.client import ApiClient
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.events import WARNING
 from harvester_quota.generic.frameworkmetrics import SkipMetrics
 from harvester_quota.generic.informer import SharedInformer
 from harvester_quota.generic.intake import SkippedObject
 from harvester_quota.generic.resource import EVENTS, Object
+from harvester_quota.testbench.clock import FakeClock, settle
 from harvester_quota.webhook.caches import WebhookCaches, counted_skips
 from prometheus_client import CollectorRegistry
 

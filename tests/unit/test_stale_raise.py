@@ -22,7 +22,7 @@ from harvester_quota.controller.resourcequota.staleraise import (
     raise_shows,
 )
 from harvester_quota.controller.resourcequota.writes import is_labelled
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.util.annotations import LABEL_ROOM_HELD
 from harvester_quota.util.resourcequota.base import (
     ANNOTATION_APPLIED,

@@ -13,8 +13,9 @@ from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import Store
 from harvester_quota.generic.storeindex import StoreIndex
 from harvester_quota.generic.storeviews import StoreViews
+from harvester_quota.testbench.codecs import JsonCodec
 
-from tests.unit.fakes import pod
+from tests.unit.fakes import pod, upsert
 
 
 def labels(obj: Object) -> list[str]:
@@ -149,10 +150,10 @@ def test_prepared_views_are_told_as_derived_and_a_later_view_derives_from_one_de
 def test_the_store_keeps_objects_indexes_and_views_in_step_through_a_relist() -> None:
     """What each write of the store hands its index and views, seen from outside."""
     heard: dict[str, Any] = {}
-    store = Store(indexers={"labels": labels}, codec="json")
+    store = Store(indexers={"labels": labels}, codec=JsonCodec())
     store.add_view("rv", lambda o: o["metadata"]["resourceVersion"], heard.__setitem__)
-    store.upsert(pod("gone", "1", labels={"x": "v"}))
-    store.upsert(pod("kept", "2", labels={"x": "v"}))
+    upsert(store, pod("gone", "1", labels={"x": "v"}))
+    upsert(store, pod("kept", "2", labels={"x": "v"}))
 
     changes = store.replace([pod("kept", "3", labels={"x": "w"}), pod("new", "4")])
 
@@ -188,15 +189,15 @@ def test_a_listener_that_raises_leaves_no_write_half_applied() -> None:
     failed: list[tuple[str, str, str]] = []
     store = Store(
         indexers={"labels": labels},
-        codec="json",
+        codec=JsonCodec(),
         view_failed=lambda view, key, error: failed.append((view, key, str(error))),
     )
     store.add_view("first", lambda o: o["metadata"]["resourceVersion"], Heard("first", log))
     store.add_view("raises", lambda o: o["metadata"]["resourceVersion"], Raises("ns/bad", log))
     store.add_view("last", lambda o: o["metadata"]["resourceVersion"], Heard("last", log))
 
-    assert store.upsert(pod("bad", "1", labels={"x": "v"})) is None
-    store.upsert(pod("good", "2"))
+    assert upsert(store, pod("bad", "1", labels={"x": "v"})) is None
+    upsert(store, pod("good", "2"))
 
     assert sorted(store.list_keys()) == ["ns/bad", "ns/good"]
     assert store.index_keys("labels", "v") == ["ns/bad"]

@@ -1649,7 +1649,7 @@ async def test_the_strategy_registers_harvesters_three_handlers() -> None:
         "virtualmachineinstancemigrations": ["migrationAnnotationController"],
     }
     for resource in (RESOURCE_QUOTAS, VIRTUAL_MACHINE_INSTANCES):
-        assert isinstance(controllers.for_resource(resource).queue.rate_limiter, MaxOfRateLimiter)
+        assert isinstance(controllers.for_resource(resource).queue._rate_limiter, MaxOfRateLimiter)
     assert strategy.writes == Counter()
     assert strategy.cluster.kubevirt_version() == "1.6"
     assert not strategy.ready()

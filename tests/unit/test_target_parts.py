@@ -18,17 +18,17 @@ from harvester_quota.util.launcher.parts import PartKind
 from harvester_quota.util.podusage import pod_quota_usage
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.quotascope import PLAIN_FACTS, PodScopeFacts
-from harvester_quota.util.resourcequota.plan import QuotaPlan
+from harvester_quota.util.resourcequota.plan import NamespaceSnapshot, QuotaPlan
 from harvester_quota.util.resources import ResourceList, add
 from harvester_quota.webhook.admission import Denied
 from harvester_quota.webhook.resources.virtualmachine.validator import validate_vm_start
 
-from tests.objects import launcher_pod, vmi
+from tests.objects import launcher_pod, pods_of, vmi
 from tests.unit.mtq_fakes import harness
 from tests.unit.test_mtq_controller import NOT_ENOUGH_REASON, namespace_labels, setup
 from tests.unit.test_preflight import only_vm, quota, state
 from tests.unit.test_preflight import running as preflight_running
-from tests.unit.test_rooms_all_pods import migration_of, rooms
+from tests.unit.test_rooms_all_pods import NOW, migration_of, rooms
 from tests.unit.test_webhook import FakeLookups, quota_with, request, vm_object
 
 SIDECAR_LABEL = "test-sidecar"
@@ -101,7 +101,7 @@ def test_a_registered_kinds_real_pod_is_the_room_and_a_forged_one_is_the_base() 
     forged = sidecar_pod("side-forged", source, mig)  # controlled by the source, not the target
     planned = rooms([mig], [instance], [source, target, real, forged])
     (room,) = planned.rooms
-    assert room.pods_of("sidecar") == ("side-real",)
+    assert pods_of(room, "sidecar") == ("side-real",)
     assert planned.target_pods == {"virt-launcher-vm1-dst", "side-real"}
     assert room.in_use == room.room
 
@@ -134,8 +134,9 @@ def test_explain_lists_a_registered_kinds_pods() -> None:
     target = launcher_pod(instance, "virt-launcher-vm1-dst", migration=mig)
     planned = rooms([mig], [instance], [source, target, sidecar_pod("side-real", target, mig)])
     quota = {"metadata": {"name": "rq", "namespace": "ns"}, "spec": {"hard": {}}}
+    snapshot = NamespaceSnapshot({}, quota, [mig], {}, [], NOW)
     explained = explain_module._explanation(
-        "ns", quota, QuotaPlan(managed=True, rooms=planned), [mig], []
+        "ns", quota, QuotaPlan(managed=True, snapshot=snapshot, rooms=planned), [mig], []
     )
     (room,) = explained.rooms
     assert [part["kind"] for part in room["parts"]] == ["launcher", "sidecar"]

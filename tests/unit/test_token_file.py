@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.config import TOKEN_FILE_REREAD, TokenFile, _bearer
+from harvester_quota.testbench.clock import FakeClock
 
 
 def test_rotation_is_picked_up_after_the_period(tmp_path: Path) -> None:

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic import errors
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.sim.kubevirt.handler import (
     DEFAULT_VMI_GRACE_SECONDS,
     VirtHandler,
     vmi_grace_seconds,
 )
+
+from tests.unit.fakes import upsert
 
 UID = "vmi-uid-1"
 
@@ -114,7 +116,7 @@ async def test_a_deleted_vmis_launchers_exit_once_its_grace_is_over() -> None:
     )
     clock = FakeClock()
     handler = VirtHandler(api, clock=clock)  # type: ignore[arg-type]
-    handler.vmis.store.upsert(deleted_vmi(3))
+    upsert(handler.vmis.store, deleted_vmi(3))
     assert await handler.reconcile("ns/vm1") == pytest.approx(3.0)
     assert api.patched == [], "the domain still shuts down"
     clock.step(3.0)
@@ -134,7 +136,7 @@ async def test_a_launcher_pod_removed_before_it_exits_is_nothing_to_exit() -> No
 
     api.patch = gone  # type: ignore[method-assign]
     handler = VirtHandler(api, clock=FakeClock())  # type: ignore[arg-type]
-    handler.vmis.store.upsert(deleted_vmi(0))
+    upsert(handler.vmis.store, deleted_vmi(0))
     assert await handler.reconcile("ns/vm1") is None
 
 

@@ -19,9 +19,9 @@ from harvester_quota.apis.kubevirt import VIRTUAL_MACHINE_INSTANCES, VIRTUAL_MAC
 from harvester_quota.config.management import Management
 from harvester_quota.controller.migration.common import QUOTA_FIRST_SECONDS, VmiAnnotator
 from harvester_quota.controller.migration.vmim_controller import VmimController, migration_state
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.store import Store
+from harvester_quota.testbench.clock import FakeClock, settle
 from harvester_quota.util.annotations import ANNOTATION_MIGRATION_STATE, ANNOTATION_MIGRATION_UID
 
 

@@ -16,7 +16,7 @@ from harvester_quota.controller.migration.vmi_controller import (
     DELETE_EXPECTATION_TTL,
     VmiController,
 )
-from harvester_quota.generic.clock import FakeClock
+from harvester_quota.testbench.clock import FakeClock
 
 
 class PodStore:

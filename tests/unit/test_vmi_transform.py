@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from harvester_quota.generic import deepjson
+from harvester_quota.testbench.decoding import depth_of
 from harvester_quota.util.launcher.render import launcher_quota_usage
 from harvester_quota.util.vmispec import strip_vmi_unread_unknown
 
@@ -29,7 +29,7 @@ def test_a_tenants_deep_clock_is_dropped_and_nothing_read_changes() -> None:
     stripped = strip_vmi_unread_unknown(planted)
 
     assert "clock" not in stripped["spec"]["domain"]
-    assert deepjson.depth_of(stripped) < 10
+    assert depth_of(stripped) < 10
     assert planted == before, "the object given is not changed"
     without = copy.deepcopy(before)
     del without["spec"]["domain"]["clock"]

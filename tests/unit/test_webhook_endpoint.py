@@ -24,8 +24,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from harvester_quota.generic.clock import REAL_CLOCK, Clock, FakeClock
+from harvester_quota.generic.clock import REAL_CLOCK, Clock
 from harvester_quota.main import _client_auth, build_parser
+from harvester_quota.testbench.clock import FakeClock
 from harvester_quota.testbench.localcluster.pki import CertificateAuthority
 from harvester_quota.webhook.admission import Request
 from harvester_quota.webhook.connections import (

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.workqueue import (
     UNFINISHED_WORK_UPDATE_PERIOD,
     DelayingQueue,
@@ -13,6 +12,7 @@ from harvester_quota.generic.workqueue import (
     Queue,
     RateLimitingQueue,
 )
+from harvester_quota.testbench.clock import FakeClock, settle
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge, generate_latest
 
 
@@ -110,17 +110,17 @@ async def test_durations_land_in_the_right_buckets(registry: CollectorRegistry) 
 async def test_several_items_in_progress_sum_and_max(registry: CollectorRegistry) -> None:
     clock = FakeClock()
     queue: Queue[str] = Queue(name="test", clock=clock, registry=registry)
-    async with queue:
-        await settle()  # the refresher begins its 0.5 s period now
-        queue.add("ns/a")
-        queue.add("ns/b")
-        await get_item(queue)
-        await settle()  # work is in progress: the refresher begins its period
-        clock.step(0.1)
-        await get_item(queue)
-        await clock.advance(0.4)  # ns/a for 0.5 s, ns/b for 0.4 s at the first refresh
-        assert sample(registry, "workqueue_unfinished_work_seconds") == pytest.approx(0.9)
-        assert sample(registry, "workqueue_longest_running_processor_seconds") == pytest.approx(0.5)
+    queue.add("ns/a")  # the first use starts the refresher
+    queue.add("ns/b")
+    await get_item(queue)
+    await settle()  # work is in progress: the refresher begins its period
+    clock.step(0.1)
+    await get_item(queue)
+    await clock.advance(0.4)  # ns/a for 0.5 s, ns/b for 0.4 s at the first refresh
+    assert sample(registry, "workqueue_unfinished_work_seconds") == pytest.approx(0.9)
+    assert sample(registry, "workqueue_longest_running_processor_seconds") == pytest.approx(0.5)
+    queue.shut_down()
+    await settle()
     assert not background_tasks()
 
 
@@ -227,18 +227,6 @@ async def test_the_refresher_starts_on_first_use_and_stops_on_shutdown(
     queue.done(item)
 
 
-async def test_the_refresher_stops_after_a_drain(registry: CollectorRegistry) -> None:
-    clock = FakeClock()
-    queue: Queue[str] = Queue(name="test", clock=clock, registry=registry)
-    queue.add("ns/a")
-    item = await get_item(queue)
-    drain = asyncio.create_task(queue.shut_down_with_drain())
-    await settle()
-    queue.done(item)
-    await drain
-    assert background_tasks() == set()
-
-
 def test_a_named_queue_used_before_the_loop_runs_starts_its_refresher_later(
     registry: CollectorRegistry,
 ) -> None:
@@ -252,8 +240,8 @@ def test_a_named_queue_used_before_the_loop_runs_starts_its_refresher_later(
         await clock.advance(UNFINISHED_WORK_UPDATE_PERIOD)
         assert sample(registry, "workqueue_unfinished_work_seconds") == pytest.approx(0.5)
         queue.done(item)
-        async with queue:
-            pass
+        queue.shut_down()
+        await settle()
         assert not background_tasks()
 
     asyncio.run(scenario())

@@ -8,7 +8,6 @@ import asyncio
 import logging
 
 import pytest
-from harvester_quota.generic.clock import FakeClock, settle
 from harvester_quota.generic.workqueue.background import BackgroundTasks
 from harvester_quota.generic.workqueue.fifo import Fifo
 from harvester_quota.generic.workqueue.metrics import QueueMetrics
@@ -16,6 +15,7 @@ from harvester_quota.generic.workqueue.unfinished_work import (
     UNFINISHED_WORK_UPDATE_PERIOD,
     UnfinishedWorkRefresher,
 )
+from harvester_quota.testbench.clock import FakeClock, settle
 from prometheus_client import CollectorRegistry
 
 LOG = logging.getLogger("test.workqueue.parts")
@@ -87,6 +87,12 @@ async def test_wake_all_wakes_every_parked_getter() -> None:
 # BackgroundTasks --------------------------------------------------------------------------------
 
 
+async def ended(background: BackgroundTasks) -> None:
+    """Waits until every task `background` runs now has ended (at once if none runs)."""
+    if background._tasks:
+        await asyncio.wait(set(background._tasks))
+
+
 async def test_a_spawned_task_is_named_after_the_queue_and_forgotten_when_it_ends() -> None:
     background = BackgroundTasks("vmim", LOG)
     release = asyncio.Event()
@@ -96,12 +102,12 @@ async def test_a_spawned_task_is_named_after_the_queue_and_forgotten_when_it_end
 
     task = background.spawn(asyncio.get_running_loop(), work(), "waiting loop")
     assert task.get_name() == "workqueue vmim: waiting loop"
-    waiter = asyncio.ensure_future(background.wait_ended())
+    waiter = asyncio.ensure_future(ended(background))
     await settle()
     assert not waiter.done()
     release.set()
     await asyncio.wait_for(waiter, 5)
-    await asyncio.wait_for(background.wait_ended(), 5)  # none left: returns at once
+    await asyncio.wait_for(ended(background), 5)  # none left: returns at once
 
 
 async def test_cancel_all_ends_every_running_task() -> None:
@@ -109,7 +115,7 @@ async def test_cancel_all_ends_every_running_task() -> None:
     loop = asyncio.get_running_loop()
     tasks = [background.spawn(loop, asyncio.Event().wait(), f"waiter {i}") for i in range(2)]
     background.cancel_all()
-    await asyncio.wait_for(background.wait_ended(), 5)
+    await asyncio.wait_for(ended(background), 5)
     assert all(task.cancelled() for task in tasks)
 
 
@@ -123,7 +129,7 @@ async def test_a_failed_task_is_logged_with_the_queue_name_and_raises_to_nobody(
 
     with caplog.at_level(logging.ERROR, logger=LOG.name):
         background.spawn(asyncio.get_running_loop(), broken(), "broken")
-        await asyncio.wait_for(background.wait_ended(), 5)
+        await asyncio.wait_for(ended(background), 5)
         await settle()
     [record] = [r for r in caplog.records if r.name == LOG.name]
     assert record.getMessage() == "work queue 'vmim': background task workqueue vmim: broken failed"
@@ -156,7 +162,7 @@ async def test_the_refresher_starts_once_inside_the_loop_and_never_unnamed_or_st
     assert made.started
     assert len([t for t in asyncio.all_tasks() if "unfinished work" in t.get_name()]) == 1
     background.cancel_all()
-    await background.wait_ended()
+    await ended(background)
 
     unnamed, _, _ = refresher(clock, set(), named=False)
     unnamed.start()
@@ -190,4 +196,4 @@ async def test_an_idle_refresher_sleeps_on_no_timer_until_resumed() -> None:
 
     made.stop()
     background.cancel_all()
-    await asyncio.wait_for(background.wait_ended(), 5)
+    await asyncio.wait_for(ended(background), 5)

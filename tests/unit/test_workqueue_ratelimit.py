@@ -6,15 +6,15 @@ import itertools
 import math
 
 import pytest
-from harvester_quota.generic.clock import FakeClock
 from harvester_quota.generic.workqueue import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
-    ItemFastSlowRateLimiter,
     MaxOfRateLimiter,
     RateLimiter,
     default_controller_rate_limiter,
 )
+from harvester_quota.testbench.clock import FakeClock
+from harvester_quota.testbench.strategy.harvester.strategy import ItemFastSlowRateLimiter
 
 # 5 ms * 2**n for n = 0..17 (5 ms ... 655.36 s), then the 1000 s cap from the 19th failure on.
 EXPONENTIAL_5MS_TO_1000S = [5 * 2**n / 1000 for n in range(18)] + [1000.0] * 3
@@ -28,19 +28,15 @@ def test_exponential_doubles_from_5ms_and_caps_at_1000s() -> None:
     assert delays == EXPONENTIAL_5MS_TO_1000S
     assert delays[:4] == [0.005, 0.01, 0.02, 0.04]
     assert delays[17] == 655.36
-    assert limiter.num_requeues("ns/a") == len(EXPONENTIAL_5MS_TO_1000S)
 
 
 def test_exponential_counts_each_item_separately_and_forget_resets() -> None:
     limiter: ItemExponentialFailureRateLimiter[str] = ItemExponentialFailureRateLimiter(0.001, 1.0)
     assert [limiter.when("ns/a") for _ in range(3)] == [0.001, 0.002, 0.004]
     assert limiter.when("ns/b") == 0.001
-    assert limiter.num_requeues("ns/a") == 3
-    assert limiter.num_requeues("ns/b") == 1
     limiter.forget("ns/a")
-    assert limiter.num_requeues("ns/a") == 0
     assert limiter.when("ns/a") == 0.001
-    assert limiter.num_requeues("ns/never") == 0
+    assert limiter.when("ns/b") == 0.002, "ns/b's count is its own"
     limiter.forget("ns/never")  # forgetting an unknown item is fine
 
 
@@ -67,9 +63,7 @@ def test_fast_slow_switches_after_the_fast_attempts() -> None:
     limiter: ItemFastSlowRateLimiter[str] = ItemFastSlowRateLimiter(0.005, 10.0, 3)
     assert [limiter.when("ns/a") for _ in range(5)] == [0.005, 0.005, 0.005, 10.0, 10.0]
     assert limiter.when("ns/b") == 0.005
-    assert limiter.num_requeues("ns/a") == 5
     limiter.forget("ns/a")
-    assert limiter.num_requeues("ns/a") == 0
     assert limiter.when("ns/a") == 0.005
 
 
@@ -112,7 +106,6 @@ def test_bucket_ready_times_are_100ms_apart_while_callers_keep_coming() -> None:
 def test_bucket_tracks_no_item() -> None:
     limiter: BucketRateLimiter[str] = BucketRateLimiter(10.0, 1, clock=FakeClock())
     limiter.when("ns/a")
-    assert limiter.num_requeues("ns/a") == 0
     limiter.forget("ns/a")
     assert limiter.when("ns/a") == 0.1, "forget does not give a token back"
 
@@ -130,25 +123,23 @@ def test_bucket_rejects_settings_that_would_never_let_anything_through(
         BucketRateLimiter[str](qps, burst)
 
 
-def test_max_of_takes_the_longest_delay_and_the_most_requeues() -> None:
+def test_max_of_takes_the_longest_delay_and_every_limiter_counts() -> None:
     fast_slow: ItemFastSlowRateLimiter[str] = ItemFastSlowRateLimiter(0.005, 3.0, 3)
     exponential: ItemExponentialFailureRateLimiter[str] = ItemExponentialFailureRateLimiter(
         0.001, 1.0
     )
     limiter: MaxOfRateLimiter[str] = MaxOfRateLimiter(fast_slow, exponential)
     assert [limiter.when("ns/a") for _ in range(5)] == [0.005, 0.005, 0.005, 3.0, 3.0]
-    assert limiter.num_requeues("ns/a") == 5
-    assert exponential.num_requeues("ns/a") == 5, "every limiter counts the failure"
+    assert exponential.when("ns/b") == 0.001
+    assert exponential.when("ns/a") == 0.032, "every limiter counted the five failures"
     limiter.forget("ns/a")
-    assert fast_slow.num_requeues("ns/a") == 0
-    assert exponential.num_requeues("ns/a") == 0
+    assert exponential.when("ns/a") == 0.001, "forget forgets on all"
     assert limiter.when("ns/a") == 0.005
 
 
 def test_max_of_nothing_never_waits() -> None:
     limiter: MaxOfRateLimiter[str] = MaxOfRateLimiter()
     assert limiter.when("ns/a") == 0.0
-    assert limiter.num_requeues("ns/a") == 0
 
 
 def test_default_controller_limiter_per_item_backoff() -> None:
@@ -159,9 +150,7 @@ def test_default_controller_limiter_per_item_backoff() -> None:
         delays.append(limiter.when("ns/a"))
         clock.step(1000.0)  # keep the bucket full: only the per-item backoff shows
     assert delays == EXPONENTIAL_5MS_TO_1000S
-    assert limiter.num_requeues("ns/a") == len(EXPONENTIAL_5MS_TO_1000S)
     limiter.forget("ns/a")
-    assert limiter.num_requeues("ns/a") == 0
     assert limiter.when("ns/a") == 0.005
 
 

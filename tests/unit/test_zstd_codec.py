@@ -11,10 +11,12 @@ from typing import Any
 
 import orjson
 import pytest
-from harvester_quota.generic.store import DEFAULT_CODEC, Store
+from harvester_quota.generic.store import Store
 from harvester_quota.generic.zstdcodec import MIN_SAMPLES, TRAINING_SAMPLES, ZstdCodec
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.unit.fakes import upsert
 
 
 def launcher_pod(index: int) -> dict[str, Any]:
@@ -54,7 +56,7 @@ def launcher_pod(index: int) -> dict[str, Any]:
 def test_objects_stored_before_the_dictionary_still_decode_after_it() -> None:
     codec = ZstdCodec()
     before = [codec.encode(launcher_pod(i)) for i in range(TRAINING_SAMPLES)]
-    assert codec.trained, "the encode that reached the samples trained a dictionary"
+    assert codec._trained is not None, "the encode that reached the samples trained a dictionary"
     assert codec._plain is None, "the compressor without the dictionary is dropped"
     after = [codec.encode(launcher_pod(i)) for i in range(TRAINING_SAMPLES, 2 * TRAINING_SAMPLES)]
     assert [codec.decode(v) for v in before] == [launcher_pod(i) for i in range(TRAINING_SAMPLES)]
@@ -76,29 +78,31 @@ def test_a_cache_of_small_objects_trains_on_their_bytes_and_one_below_both_keeps
     by_bytes = ZstdCodec(sample_bytes=20_000)
     for i in range(40):
         by_bytes.encode(launcher_pod(i))
-    assert by_bytes.trained, "40 pods of ~640 B passed the byte bound (with 16 samples or more)"
+    assert by_bytes._trained is not None, (
+        "40 pods of ~640 B passed the byte bound (with 16 samples or more)"
+    )
     small = ZstdCodec(sample_bytes=1 << 30)
     for i in range(TRAINING_SAMPLES - 1):
         small.encode(launcher_pod(i))
-    assert not small.trained
+    assert small._trained is None
 
 
 def test_a_byte_bound_reached_by_a_few_objects_waits_for_min_samples() -> None:
     codec = ZstdCodec(sample_bytes=1_000)  # two launcher pods of ~640 B reach it
     for i in range(MIN_SAMPLES - 1):
         codec.encode(launcher_pod(i))
-    assert not codec.trained, "fewer than MIN_SAMPLES: no training (zstd refuses under 7)"
+    assert codec._trained is None, "fewer than MIN_SAMPLES: no training (zstd refuses under 7)"
     codec.encode(launcher_pod(MIN_SAMPLES))
-    assert codec.trained
+    assert codec._trained is not None
 
 
 def test_huge_first_objects_are_not_trained_on_and_do_not_stop_a_later_training() -> None:
     codec = ZstdCodec()
     huge = [{"metadata": {"name": f"big{i}"}, "data": f"{i:02d}" * 125_000} for i in range(20)]
     stored = [codec.encode(obj) for obj in huge]
-    assert not codec.trained, "objects over MAX_SAMPLE_BYTES are not samples, 5 MB of them"
+    assert codec._trained is None, "objects over MAX_SAMPLE_BYTES are not samples, 5 MB of them"
     stored += [codec.encode(launcher_pod(i)) for i in range(TRAINING_SAMPLES)]
-    assert codec.trained
+    assert codec._trained is not None
     assert [codec.decode(v) for v in stored] == [
         *huge,
         *(launcher_pod(i) for i in range(TRAINING_SAMPLES)),
@@ -111,9 +115,9 @@ def test_a_failed_training_is_tried_again_on_twice_the_samples(
     codec = ZstdCodec(samples=4)  # zstd cannot train on fewer than 7
     with caplog.at_level(logging.INFO):
         stored = [codec.encode(launcher_pod(i)) for i in range(4)]
-        assert not codec.trained and "trying again" in caplog.text
+        assert codec._trained is None and "trying again" in caplog.text
         stored += [codec.encode(launcher_pod(i)) for i in range(4, 12)]
-    assert codec.trained, "the retry on 8 samples trained"
+    assert codec._trained is not None, "the retry on 8 samples trained"
     assert [codec.decode(v) for v in stored] == [launcher_pod(i) for i in range(12)]
 
 
@@ -124,10 +128,10 @@ def test_a_training_that_fails_twice_leaves_the_codec_compressing_without_a_dict
     tiny = [{"a": i} for i in range(6)]
     with caplog.at_level(logging.INFO):
         stored = [codec.encode(obj) for obj in tiny]
-    assert not codec.trained
+    assert codec._trained is None
     assert "compressing without" in caplog.text
     stored += [codec.encode(launcher_pod(i)) for i in range(20)]
-    assert not codec.trained, "no third training"
+    assert codec._trained is None, "no third training"
     assert [codec.decode(v) for v in stored] == [*tiny, *(launcher_pod(i) for i in range(20))]
 
 
@@ -151,7 +155,7 @@ def test_a_stored_value_holds_no_more_memory_than_its_bytes() -> None:
     codec = ZstdCodec()
     for i in range(TRAINING_SAMPLES):
         codec.encode(launcher_pod(i))
-    assert codec.trained
+    assert codec._trained is not None
     pod = launcher_pod(7)
     size = len(codec.encode(pod))
     per_value = traced_per_call(lambda: codec.encode(pod), 500)
@@ -177,7 +181,7 @@ def test_a_dictionary_trained_on_a_tenants_odd_objects_costs_size_never_correctn
         for i in range(TRAINING_SAMPLES)
     ]
     stored = [codec.encode(obj) for obj in odd]
-    assert codec.trained
+    assert codec._trained is not None
     pods = [launcher_pod(i) for i in range(50)]
     stored += [codec.encode(pod) for pod in pods]
     assert [codec.decode(v) for v in stored] == [*odd, *pods]
@@ -205,13 +209,13 @@ def test_every_object_decodes_to_what_was_encoded_whenever_the_dictionary_came(
 
 
 def test_each_store_trains_its_own_dictionary() -> None:
-    assert DEFAULT_CODEC == "zstd"
     pods, vmis = Store(), Store()
+    assert isinstance(pods._codec, ZstdCodec), "the one codec of the product"
     for i in range(TRAINING_SAMPLES):
-        pods.upsert(launcher_pod(i))
+        upsert(pods, launcher_pod(i))
     assert pods.get(f"tenant-0/virt-launcher-vm-{0:05d}-abcde") == launcher_pod(0)
     assert vmis._codec is not pods._codec
-    assert pods._codec.trained and not vmis._codec.trained  # type: ignore[attr-defined]
+    assert pods._codec._trained is not None and vmis._codec._trained is None  # type: ignore[attr-defined]
 
 
 def test_a_relist_across_the_training_finds_nothing_changed_by_resource_version() -> None:
@@ -219,8 +223,8 @@ def test_a_relist_across_the_training_finds_nothing_changed_by_resource_version(
     pods = [launcher_pod(i) for i in range(5)]
     assert all(c.new is not None for c in store.replace(pods)), "five added, before the training"
     for i in range(5, 12):
-        store.upsert(launcher_pod(i))
-    assert store._codec.trained  # type: ignore[attr-defined]
+        upsert(store, launcher_pod(i))
+    assert store._codec._trained is not None  # type: ignore[attr-defined]
     changes = store.replace([launcher_pod(i) for i in range(12)])
     assert all(change.unchanged for change in changes), (
         "the same resourceVersions, stored as other bytes since the training, are unchanged"

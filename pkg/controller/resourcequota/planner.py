@@ -6,7 +6,7 @@ adds it to the quota in its vmim controller's scaling (`scaleResourceQuotaWithVM
 plan of the whole namespace does both (`plan_quota`, util/resourcequota/plan.py). A
 `NamespacePlanner` makes that plan from a plan source (`_PlanSource`): the controller's caches
 with our writes they do not show yet (`PlanInputs`), or objects listed from the API server
-(`ListedSource`: `explain`, `preflight`). The reconcile, the stale-raise sweep and a Rancher project's sibling
+(a `NamespaceSnapshot` of them, its own source: `explain`, `preflight`). The reconcile, the stale-raise sweep and a Rancher project's sibling
 judgment hold the same planner, so each reads a namespace as the others do.
 
 The caches' migrations, VMIs and pods are read through views the stores derive once per change
@@ -22,10 +22,8 @@ namespace keeps thousands of them. Planning is pure but for reading; event loop 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Protocol
 
@@ -34,8 +32,8 @@ from ...generic.meta import metadata, name
 from ...generic.resource import NAMESPACES, Object
 from ...generic.store import namespace_index
 from ...generic.views import NamespaceViews
-from ...util.launcher import LauncherSettings, VmiSource, VmiView
-from ...util.resourcequota.base import RANCHER, Mode, is_managed_quota, managed_quota
+from ...util.launcher import LauncherSettings, VmiView
+from ...util.resourcequota.base import RANCHER, is_managed_quota, managed_quota
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, plan_quota
 from ...util.resourcequota.planviews import (
     RenderedUsages,
@@ -44,14 +42,12 @@ from ...util.resourcequota.planviews import (
     plan_acted_on,
     vmi_facts,
 )
-from ...util.resourcequota.podindex import NamespacePods, PodIndex, PodView, pod_view
+from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
 from ...util.resourcequota.raises import raise_records
 from ..informers import QuotaInformers
 from .reports import RefusalTracker
 
 __all__ = [
-    "ListedSource",
-    "NamespacePlan",
     "NamespacePlanner",
     "PlanInputs",
     "label_policy",
@@ -80,53 +76,24 @@ class _PlanSource(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class NamespacePlan:
-    """One plan of a namespace and what it was made from."""
-
-    namespace: Object
-    """The namespace as planned (our writes the source did not show yet applied)."""
-    quota: Object
-    snapshot: NamespaceSnapshot
-    plan: QuotaPlan
-    labels_room: bool
-    """The plan holds room and the namespace may carry LABEL_ROOM_HELD (`_may_label`)."""
-    labelled_for_good: bool
-    """The namespace carries LABEL_ROOM_HELD whether or not room is held (`label_policy`)."""
-    label_writes_wait: bool
-    """No label write now: one would have Rancher's agent reset the raise standing here."""
-
-
-@dataclass(frozen=True)
-class _LabelPolicy:
-    """What one plan of a namespace does with its label (`label_policy`)."""
-
-    labels_room: bool
-    """Set it now: the plan holds room and a namespace write is safe."""
-    for_good: bool
-    """Keep it whether or not room is held: set whenever it is missing, never removed."""
-    waits: bool
-    """A namespace write now would have Rancher's agent reset a standing raise: a label this
-    policy does not keep for good is not removed now."""
-
-
 def label_policy(
     *, managed: bool, holds_room: bool, may_label: bool, raise_stands: bool, fail_closed: bool
-) -> _LabelPolicy:
-    """The label's policy for a plan. Where a namespace write is safe during a room
-    (`may_label`), the label is set for the room and lingers after it. Where it is not (a
-    Rancher quota raised directly), a label per room could never be written, which left those
-    rooms on the pods rule that fails open; with `fail_closed` the label is kept there for
-    good instead. It is written once, normally when the namespace is first planned, before any
-    raise; found missing while a raise stands (an upgrade from a version that did not keep it,
-    the write refused until then), it is written all the same: Rancher's agent may then reset
-    the raise once, which the next plan raises again, where leaving the room on the fail-open
-    rule would let pods in for as long as it lasts. A label not kept for good there is only
-    removed while no raise of ours `raise_stands`."""
-    return _LabelPolicy(
-        labels_room=managed and holds_room and may_label,
-        for_good=managed and not may_label and fail_closed,
-        waits=not may_label and (holds_room or raise_stands),
+) -> tuple[bool, bool, bool]:
+    """The label's policy for a plan: its QuotaPlan flags (`labels_room`, `labelled_for_good`,
+    `label_writes_wait`). Where a namespace write is safe during a room (`may_label`), the label
+    is set for the room and lingers after it. Where it is not (a Rancher quota raised
+    directly), a label per room could never be written, which left those rooms on the pods
+    rule that fails open; with `fail_closed` the label is kept there for good instead. It is
+    written once, normally when the namespace is first planned, before any raise; found
+    missing while a raise stands (an upgrade from a version that did not keep it, the write
+    refused until then), it is written all the same: Rancher's agent may then reset the raise
+    once, which the next plan raises again, where leaving the room on the fail-open rule would
+    let pods in for as long as it lasts. A label not kept for good there is only removed while
+    no raise of ours `raise_stands`."""
+    return (
+        managed and holds_room and may_label,
+        managed and not may_label and fail_closed,
+        not may_label and (holds_room or raise_stands),
     )
 
 
@@ -165,8 +132,9 @@ class NamespacePlanner:
         self.defer_to = defer_to
         self.fail_closed = fail_closed
 
-    def plan(self, namespace: Object) -> NamespacePlan | None:
-        """The namespace's plan now; None without a managed quota, or where another mode
+    def plan(self, namespace: Object) -> QuotaPlan | None:
+        """The namespace's plan now (what it was made from in its `snapshot`, the room-held
+        label's flags set by `label_policy`); None without a managed quota, or where another mode
         handles the namespace and no raise of ours stands there any more (`defer_to`)."""
         key = name(namespace)
         handing_over = self.defer_to(key)
@@ -180,7 +148,7 @@ class NamespacePlanner:
         quota, _quotas = self.source.quotas_of(key)
         return raise_records(quota, self.source.newest(namespace))
 
-    def _plan(self, key: str, namespace: Object, *, release: bool) -> NamespacePlan | None:
+    def _plan(self, key: str, namespace: Object, *, release: bool) -> QuotaPlan | None:
         """With `release`, the plan of the namespace with no migration (every room given
         back: a namespace handed over to MTQ mode)."""
         quota, quotas = self.source.quotas_of(key)
@@ -192,15 +160,15 @@ class NamespacePlanner:
             snapshot = dataclasses.replace(snapshot, migrations=[])
         plan = plan_quota(snapshot)
         may_label = self._may_label(namespace, plan)
-        label = label_policy(
+        labels_room, for_good, waits = label_policy(
             managed=plan.managed,
             holds_room=plan.holds_room,
             may_label=may_label,
             raise_stands=not may_label and raise_records(quota, namespace),
             fail_closed=self.fail_closed,
         )
-        return NamespacePlan(
-            namespace, quota, snapshot, plan, label.labels_room, label.for_good, label.waits
+        return dataclasses.replace(
+            plan, labels_room=labels_room, labelled_for_good=for_good, label_writes_wait=waits
         )
 
     def _may_label(self, namespace: Object, plan: QuotaPlan) -> bool:
@@ -366,39 +334,3 @@ class PlanInputs:
 
 def _nothing(_obj: Object) -> None:
     """The view of the KubeVirt CR and Harvester's setting: only that they changed matters."""
-
-
-@dataclass(frozen=True)
-class ListedSource:
-    """One namespace's objects as listed from the API server (or simulated on top of them);
-    nothing of ours is pending, so `newest` is the namespace itself."""
-
-    quota_list: Sequence[Object]
-    migrations: Sequence[Object]
-    vmis: Mapping[str, VmiSource]
-    pods: Iterable[Object] | NamespacePods
-    now: datetime.datetime
-    launcher: LauncherSettings
-    mode: Mode = "auto"
-    paused: bool = False
-    adopt_harvester: bool = False
-
-    def quotas_of(self, key: str) -> tuple[Object | None, list[Object]]:
-        return managed_quota(self.quota_list), list(self.quota_list)
-
-    def newest(self, namespace: Object) -> Object:
-        return namespace
-
-    def snapshot(self, namespace: Object, quota: Object, quotas: list[Object]) -> NamespaceSnapshot:
-        return NamespaceSnapshot(
-            namespace=namespace,
-            quota=quota,
-            migrations=self.migrations,
-            vmis=self.vmis,
-            pods=self.pods,
-            now=self.now,
-            launcher=self.launcher,
-            mode=self.mode,
-            paused=self.paused,
-            adopt_harvester=self.adopt_harvester,
-        )

@@ -3,7 +3,7 @@
 A namespace's raise on Rancher's protected path is judged against its project counting as taken
 the rooms its sibling namespaces have not been given yet that come earlier in KubeVirt's order
 (rancher.ProjectRoom, util/resourcequota/rancherpath.py): those are planned from the
-caches at the judgment (`ProjectSiblingsView`, the judge's `siblings_waiting`), whichever namespace reconciled
+caches at the judgment (`siblings_waiting`, the judge's), whichever namespace reconciled
 first. What this registry keeps is who waits: each reconcile on the Rancher path records the
 namespace's rooms not given (none once given), and when a namespace of the project writes its
 annotation (a raise given, a room given back) or a room it waited for goes (its migration ended
@@ -68,7 +68,7 @@ class ProjectDemands:
         """Project -> the waiting namespace the wave queued last, whose judgment it awaits."""
         self.ladders = WaitingCache()
         """Each namespace's steps as its siblings' judges planned them
-        (ProjectSiblingsView), laddered again only when its inputs change; dropped with the rest
+        (`siblings_waiting`), laddered again only when its inputs change; dropped with the rest
         when the namespace is forgotten."""
         self._users: dict[str, int] = {}
         """Project -> how many writes hold or wait for its lock (`judging`)."""
@@ -137,10 +137,6 @@ class ProjectDemands:
                 namespace,
                 _bounded(moved),
             )
-
-    def waiters(self, project: str) -> list[str]:
-        """The project's namespaces known to wait for room, sorted."""
-        return sorted(self._waiting.get(project, {}))
 
     def forget(self, namespace: str) -> None:
         """The namespace no longer asks its project for anything (no raise through Rancher's
@@ -294,73 +290,57 @@ def _bounded(names: Sequence[str]) -> str:
 
 
 SIBLINGS_SLICE: Final = 0.005
-"""Seconds ProjectSiblingsView plans siblings before it lets the event loop run others."""
+"""Seconds `siblings_waiting` plans siblings before it lets the event loop run others."""
 
 
-class ProjectSiblingsView:
-    """What a Rancher project's judge (rancher.ProjectRoom) counts as taken: the rooms
-    the project's other namespaces have not been given yet, planned by `planner`. `members`:
-    the namespaces of a project, our writes the cache does not show yet applied (the
-    namespaces' pending writes); `ladders`: each sibling's steps (ProjectDemands');
-    `migrations`: a namespace's cached migrations."""
-
-    def __init__(
-        self,
-        planner: NamespacePlanner,
-        members: Callable[[str], list[Object]],
-        ladders: WaitingCache,
-        migrations: Callable[[str], Sequence[Object]],
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.planner = planner
-        self.members = members
-        self.ladders = ladders
-        """Each sibling's steps, laddered again only when its inputs change (the registry's:
-        a namespace no longer ours drops its entry with the rest of what it waited for)."""
-        self.migrations = migrations
-        self.clock = clock
-        """Seconds, monotonic: when planning has held the event loop for SIBLINGS_SLICE."""
-
-    async def __call__(self, project: str, besides: str) -> list[Step]:
-        """The steps of the namespaces of Rancher project `project` but `besides`, each marked
-        whether the project gave its room (rancherpath.project_steps: those not given wait;
-        the given ones say when each was given), planned from the caches now, our writes the
-        caches do not show yet applied: the judge of a raise on Rancher's protected path counts
-        those earlier in KubeVirt's order as taken. Planned: a namespace with migrations cached,
-        not Terminating (its rooms will never be given), whose base is Rancher's annotation,
-        whether or not Rancher refused a quota write there in this process yet
-        (RancherPath.through): a judge runs only where Rancher refused one, and Rancher's
-        protection is its webhook's, for every namespace's default quota alike, so each such
-        sibling's raise goes through the project too; waiting for its refusal would let the
-        namespace reconciled first after a restart take the room ahead of a sibling's earlier
-        migration. A sibling whose plan fails is logged and
-        skipped (it claims nothing; its own reconcile reports it), never a failed judgment.
-        Pure but for reading; called once per write (rancher.py's judgment of a write); yields to the
-        event loop between siblings once it has held it SIBLINGS_SLICE seconds (/healthz and
-        the Lease renewal run on it), so each sibling is read as the caches stand then."""
-        steps: list[Step] = []
-        since = self.clock()
-        members = self.members(project)
-        self.ladders.keep(project, {str(metadata(m).get("name", "")) for m in members})
-        for cached in members:
-            if self.clock() - since > SIBLINGS_SLICE:
-                await asyncio.sleep(0)
-                since = self.clock()
-            sibling = str(metadata(cached).get("name", ""))
-            if sibling == besides or metadata(cached).get("deletionTimestamp"):
-                continue  # a Terminating one is not worth planning: asks_project refuses it
-            try:
-                steps += self._waiting(project, sibling, cached)
-            except Exception:  # contained per sibling, logged
-                log.exception("project %s: %s's waiting rooms not planned", project, sibling)
-        return steps
-
-    def _waiting(self, project: str, sibling: str, cached: Object) -> list[Step]:
-        """The sibling's rooms not given, [] where it asks nothing of the project."""
-        if self.planner.defer_to(sibling) or not self.migrations(sibling):
-            return []
-        planned = self.planner.plan(cached)
-        if planned is None or not asks_project(cached, planned.plan):
-            return []
-        return self.ladders.steps(planned.namespace, planned.plan, project)
+async def siblings_waiting(
+    project: str,
+    besides: str,
+    *,
+    planner: NamespacePlanner,
+    members: Callable[[str], list[Object]],
+    ladders: WaitingCache,
+    migrations: Callable[[str], Sequence[Object]],
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Step]:
+    """What a Rancher project's judge (rancher.ProjectRoom's `siblings_waiting`, the rest bound
+    with functools.partial) counts as taken: the steps of the namespaces of Rancher project
+    `project` but `besides`, planned by `planner`, each marked whether the project gave its room
+    (rancherpath.project_steps: those not given wait; the given ones say when each was given),
+    planned from the caches now, our writes the caches do not show yet applied: the judge of a
+    raise on Rancher's protected path counts those earlier in KubeVirt's order as taken.
+    `members`: the namespaces of a project, our writes the cache does not show yet applied (the
+    namespaces' pending writes); `ladders`: each sibling's steps, laddered again only when its
+    inputs change (ProjectDemands': a namespace no longer ours drops its entry with the rest of
+    what it waited for); `migrations`: a namespace's cached migrations. Planned: a namespace
+    with migrations cached, not Terminating (its rooms will never be given), whose base is
+    Rancher's annotation, whether or not Rancher refused a quota write there in this process yet
+    (RancherPath.through): a judge runs only where Rancher refused one, and Rancher's protection
+    is its webhook's, for every namespace's default quota alike, so each such sibling's raise
+    goes through the project too; waiting for its refusal would let the namespace reconciled
+    first after a restart take the room ahead of a sibling's earlier migration. A sibling whose
+    plan fails is logged and skipped (it claims nothing; its own reconcile reports it), never a
+    failed judgment. Pure but for reading; called once per write (rancher.py's judgment of a
+    write); yields to the event loop between siblings once it has held it SIBLINGS_SLICE seconds
+    of `clock` (monotonic: /healthz and the Lease renewal run on the loop), so each sibling is
+    read as the caches stand then."""
+    steps: list[Step] = []
+    since = clock()
+    cached_members = members(project)
+    ladders.keep(project, {str(metadata(m).get("name", "")) for m in cached_members})
+    for cached in cached_members:
+        if clock() - since > SIBLINGS_SLICE:
+            await asyncio.sleep(0)
+            since = clock()
+        sibling = str(metadata(cached).get("name", ""))
+        if sibling == besides or metadata(cached).get("deletionTimestamp"):
+            continue  # a Terminating one is not worth planning: asks_project refuses it
+        try:
+            if planner.defer_to(sibling) or not migrations(sibling):
+                continue  # it asks nothing of the project
+            plan = planner.plan(cached)
+            if plan is not None and asks_project(cached, plan):
+                steps += ladders.steps(plan.snapshot.namespace, plan, project)
+        except Exception:  # contained per sibling, logged
+            log.exception("project %s: %s's waiting rooms not planned", project, sibling)
+    return steps

@@ -27,7 +27,7 @@ backoff (permission.py), logged once.
 A raise that fits the project is judged again with the rooms the project's other namespaces
 have not been given counted as taken, those earlier in KubeVirt's order that could fit once
 the rooms given to later migrations are back
-(util/resourcequota/rancherpath.py, planned by projectdemands.ProjectSiblingsView): where it
+(util/resourcequota/rancherpath.py, planned by projectdemands.siblings_waiting): where it
 no longer fits, it waits for them, and the Warning names the first of each
 (PROJECT_QUEUED_REASON).
 """

@@ -210,15 +210,6 @@ class RefusalTracker(Collector):
         """Drops the namespace's notes without counting them (it is no longer ours to report)."""
         self._by_namespace.pop(namespace, None)
 
-    def standing(self) -> int:
-        """Migrations refused now, in all namespaces (for tests and debugging)."""
-        return sum(
-            1
-            for tracked in self._by_namespace.values()
-            for r in tracked.pending.values()
-            if r.ended is None
-        )
-
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             STANDING_SINCE,

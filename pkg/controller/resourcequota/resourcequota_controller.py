@@ -33,8 +33,8 @@ from ...generic.store import namespace_index
 from ...util.quantity import Quantity
 from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
-from .planner import NamespacePlan, NamespacePlanner, PlanInputs
-from .projectdemands import ProjectDemands, ProjectSiblingsView
+from .planner import NamespacePlanner, PlanInputs
+from .projectdemands import ProjectDemands, siblings_waiting
 from .rancher import (
     PROJECT_INDEX,
     ProjectReader,
@@ -174,73 +174,73 @@ class QuotaReconciler:
         if namespace is None or metadata(namespace).get("deletionTimestamp"):
             self._forget(key)
             return namespace
-        planned = self.planner.plan(namespace)
-        if planned is not None and (planned.labels_room or planned.labelled_for_good):
-            planned = await self._label_first(key, planned)
+        plan = self.planner.plan(namespace)
+        if plan is not None and (plan.labels_room or plan.labelled_for_good):
+            plan = await self._label_first(key, plan)
             # The namespace as labelled, also when the quota went meanwhile (let go below).
-            namespace = planned.namespace if planned else self.inputs.namespaces.newest(namespace)
-        if planned is None:
+            namespace = (
+                plan.snapshot.namespace if plan else self.inputs.namespaces.newest(namespace)
+            )
+        if plan is None:
             # No longer ours (no managed quota, or handed over): forgotten, its label removed.
             self._forget(key)
             return await self.room_label.remove(namespace)
-        self.reports.warnings(planned.namespace, planned.quota, planned.plan)
-        self.reports.export(key, planned.snapshot, planned.plan)
-        self.inputs.set_aside_settled(key, planned.snapshot, planned.plan)
+        snapshot = plan.snapshot
+        self.reports.warnings(snapshot.namespace, snapshot.quota, plan)
+        self.reports.export(key, snapshot, plan)
+        self.inputs.set_aside_settled(key, snapshot, plan)
         # Not through Rancher's annotation: the plan compares with spec.hard, which lags the
         # annotation until Rancher's agent copies it.
-        gathers = planned.plan.gathers and not self.rancher.through(namespace, planned.plan)
+        gathers = plan.gathers and not self.rancher.through(namespace, plan)
         held = self.gathering.hold(key, gathers)
         recheck = None
         if held is None:
-            await self._confirm_release(key, planned)
-            recheck = await self._write_plan(
-                planned.namespace, planned.quota, planned.plan, planned.snapshot
-            )
-        namespace = planned.namespace
-        if planned.labelled_for_good:
+            await self._confirm_release(key, plan)
+            recheck = await self._write_plan(snapshot.namespace, snapshot.quota, plan, snapshot)
+        namespace = snapshot.namespace
+        if plan.labelled_for_good:
             relabel = self.room_label.retry_labelling(namespace)
-            return requeue(namespace, planned.plan, None, recheck, relabel=relabel, gather=held)
-        if planned.label_writes_wait:
-            return requeue(namespace, planned.plan, None, recheck, gather=held)
+            return requeue(namespace, plan, None, recheck, relabel=relabel, gather=held)
+        if plan.label_writes_wait:
+            return requeue(namespace, plan, None, recheck, gather=held)
         lingers = unlabel = None
-        if not planned.labels_room:
-            lingers = self.room_label.lingers(key, namespace, planned.plan.holds_room)
-            quota = self.inputs.quotas.newest(planned.quota)
-            if lingers is None and raise_down(quota, planned.plan):
+        if not plan.labels_room:
+            lingers = self.room_label.lingers(key, namespace, plan.holds_room)
+            quota = self.inputs.quotas.newest(snapshot.quota)
+            if lingers is None and raise_down(quota, plan):
                 namespace = await self.room_label.set(namespace, False)
                 unlabel = self.room_label.retry_removal(namespace)
-        return requeue(namespace, planned.plan, lingers, recheck, unlabel=unlabel, gather=held)
+        return requeue(namespace, plan, lingers, recheck, unlabel=unlabel, gather=held)
 
-    async def _confirm_release(self, key: str, planned: NamespacePlan) -> None:
+    async def _confirm_release(self, key: str, plan: QuotaPlan) -> None:
         """Raises RetryAfter, writing nothing, while a plan whose write lowers something (what
         `_write_plan` writes: Rancher's annotation where the plan goes through it, else
         spec.hard) was made without a migration the API server already has (writes.py).
         Not for a plan that gives every room back whatever migrations exist (skipped, paused,
         handed over)."""
-        plan = planned.plan
-        through = self.rancher.through(planned.namespace, plan)
-        rancher = self.rancher.pending.newest(planned.namespace) if through else None
-        if not write_lowers(planned.quota, rancher, plan) or plan.skipped:
+        snapshot = plan.snapshot
+        through = self.rancher.through(snapshot.namespace, plan)
+        rancher = self.rancher.pending.newest(snapshot.namespace) if through else None
+        if not write_lowers(snapshot.quota, rancher, plan) or plan.skipped:
             return
         if self.planner.defer_to(key):
             return
-        snapshot = planned.snapshot
         known = [*snapshot.migrations, *snapshot.settled]
         waiting = await self.release_check.waits(key, known)
         if waiting:
             log.info("%s: release held until the cache shows migrations %s", key, waiting)
             raise RetryAfter(RELEASE_RETRY_AFTER, RELEASE_RETRY)
 
-    async def _label_first(self, key: str, planned: NamespacePlan) -> NamespacePlan | None:
+    async def _label_first(self, key: str, plan: QuotaPlan) -> QuotaPlan | None:
         """Sets the label before the plan is written; if that took a write, plans again from
         the labelled namespace: in its round trip a burst's other migrations arrive, and the
         raise then covers them instead of waiting for another run."""
-        if planned.labels_room:
+        if plan.labels_room:
             self.room_label.held_now(key)
-        labelled = await self.room_label.set(planned.namespace, True)
-        if labelled is planned.namespace:
-            return planned
-        if planned.label_writes_wait:
+        labelled = await self.room_label.set(plan.snapshot.namespace, True)
+        if labelled is plan.snapshot.namespace:
+            return plan
+        if plan.label_writes_wait:
             log.info(LABELLED_UNDER_A_RAISE, key)
         return self.planner.plan(labelled)
 
@@ -329,7 +329,7 @@ def _project_room(
     management: Management, namespaces: Controller, planner: NamespacePlanner, inputs: PlanInputs
 ) -> ProjectRoom:
     """Rancher projects' room (rancher.py), its judge counting the siblings' rooms
-    `planner` plans (projectdemands.ProjectSiblingsView) over the namespaces of each project
+    `planner` plans (projectdemands.siblings_waiting) over the namespaces of each project
     (the namespace cache's project index, added here), our writes the cache does not show yet
     applied."""
     cache = inputs.namespaces.store
@@ -339,8 +339,12 @@ def _project_room(
     reader = ProjectReader(management.client, management.clock)
     demands = ProjectDemands(namespaces.enqueue_key)
     room = ProjectRoom(reader, management.recorder, members, demands)
-    room.siblings_waiting = ProjectSiblingsView(
-        planner, members, demands.ladders, inputs.migration_views.namespace
+    room.siblings_waiting = partial(
+        siblings_waiting,
+        planner=planner,
+        members=members,
+        ladders=demands.ladders,
+        migrations=inputs.migration_views.namespace,
     )
     return room
 

@@ -132,16 +132,17 @@ def left_behind(
     `key`'s namespace planned now, and what it still has to give back (`left_to_give_back`).
     `label_due(key, namespace, holds_room)`: whether a room-held label outstayed its room
     (RoomHeldLabel.due)."""
-    planned = planner.plan(namespace)
-    if planned is None:
+    plan = planner.plan(namespace)
+    if plan is None:
         return None  # not ours, or MTQ mode's once our raise is given back
-    keeps_label = planned.labelled_for_good or planned.label_writes_wait
-    due = label_due(key, planned.namespace, planned.plan.holds_room)
+    keeps_label = plan.labelled_for_good or plan.label_writes_wait
+    namespace = plan.snapshot.namespace
+    due = label_due(key, namespace, plan.holds_room)
     return left_to_give_back(
-        planned.quota,
-        planned.namespace,
-        planned.plan,
-        through_rancher=planner.through(planned.namespace, planned.plan),
+        plan.snapshot.quota,
+        namespace,
+        plan,
+        through_rancher=planner.through(namespace, plan),
         label_due=due and not keeps_label,
     )
 

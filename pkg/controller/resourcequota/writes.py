@@ -350,10 +350,6 @@ class ReleaseGathering:
         # held for a new window.
         return left if left > 0 else None
 
-    def holding(self, namespace: str) -> bool:
-        """Whether a release of the namespace is held back now."""
-        return namespace in self._held_since
-
     def forget(self, namespace: str) -> None:
         """The namespace is no longer ours."""
         self._held_since.pop(namespace, None)

@@ -3,7 +3,7 @@
 * ``Queue``: FIFO of keys; repeated adds collapse, a key is never processed by two workers at once,
   and a key added while processed is queued again on ``done``.
 * ``DelayingQueue``: adds ``add_after(item, delay)``; a key parked twice keeps the earlier time.
-* ``RateLimitingQueue``: adds ``add_rate_limited``, ``forget`` and ``num_requeues`` over a
+* ``RateLimitingQueue``: adds ``add_rate_limited`` and ``forget`` over a
   ``RateLimiter`` (default: ``default_controller_rate_limiter()``, as client-go's).
 
 A typical worker::
@@ -29,7 +29,6 @@ from .queue import Queue
 from .rate_limiters import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
-    ItemFastSlowRateLimiter,
     MaxOfRateLimiter,
     RateLimiter,
     default_controller_rate_limiter,
@@ -43,7 +42,6 @@ __all__ = [
     "BucketRateLimiter",
     "DelayingQueue",
     "ItemExponentialFailureRateLimiter",
-    "ItemFastSlowRateLimiter",
     "MaxOfRateLimiter",
     "Queue",
     "RateLimiter",

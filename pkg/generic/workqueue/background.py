@@ -2,7 +2,7 @@
 
 client-go starts them as goroutines tied to the queue's stop channel (the unfinished-work loop,
 the delaying queue's waiting loop); here they are asyncio tasks, tracked so that shutdown can
-cancel them and a caller can wait until they have ended.
+cancel them and a failure is logged with the queue's name.
 """
 
 from __future__ import annotations
@@ -41,11 +41,6 @@ class BackgroundTasks:
         """Cancels every task still running (they end at their next await)."""
         for task in self._tasks:
             task.cancel()
-
-    async def wait_ended(self) -> None:
-        """Waits until every task running now has ended (returns at once if none runs)."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks))
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

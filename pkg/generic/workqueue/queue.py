@@ -13,7 +13,7 @@ Everything runs on one event loop, so there is no lock: each method body is atom
 ``add``, ``get`` (when an item is ready) and ``done`` are O(1) and do not allocate beyond the deque
 and set entries; a blocked ``get`` costs one future.
 
-As in client-go, ``Queue`` keeps only those two sets, the shutdown state and the drain; its
+As in client-go, ``Queue`` keeps only those two sets and the shutdown state; its
 collaborators hold the rest: the FIFO and its parked getters (``fifo.Fifo``, client-go's ``Queue``
 interface), the metrics bookkeeping (``metrics.QueueMetrics``, client-go's ``queueMetrics``), the
 refresh of the unfinished-work gauges (``unfinished_work.UnfinishedWorkRefresher``) and the
@@ -22,12 +22,9 @@ background tasks that shutdown ends (``background.BackgroundTasks``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Hashable
-from types import TracebackType
-from typing import Generic, Literal, Self, TypedDict, TypeVar
+from typing import Generic, Literal, TypedDict, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -60,7 +57,7 @@ class Queue(Generic[T]):
     ``get`` returns ``(item, False)`` or, once the queue is shut down and empty, ``(None, True)``.
     ``None`` is therefore not a valid item. A named queue records Prometheus metrics (see
     ``harvester_quota.generic.workqueue.metrics``) and refreshes its unfinished-work gauges from a background
-    task, started on first use (or on ``async with``), idle while nothing is in progress, and
+    task, started on first use, idle while nothing is in progress, and
     stopped by shutdown.
 
     Subclasses run their own background work through ``self._background`` and extend
@@ -71,8 +68,6 @@ class Queue(Generic[T]):
         "_background",
         "_clock",
         "_dirty",
-        "_drain",
-        "_drain_waiters",
         "_fifo",
         "_metrics",
         "_name",
@@ -94,8 +89,6 @@ class Queue(Generic[T]):
         self._dirty: set[T] = set()
         self._processing: set[T] = set()
         self._shutting_down = False
-        self._drain = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
         self._metrics: QueueMetrics[T] | None = new_queue_metrics(name, clock, registry)
         self._background = BackgroundTasks(name, _log)
         self._refresher = UnfinishedWorkRefresher(
@@ -174,67 +167,16 @@ class Queue(Generic[T]):
             self._metrics.done(item)
         if item in self._dirty:
             self._fifo.push(item)
-        elif not self._processing and self._drain_waiters:
-            self._wake_drainers()
 
     def shut_down(self) -> None:
-        """Ignores further adds; workers get the queued items, then ``(None, True)``.
-
-        Also ends a ``shut_down_with_drain`` that is waiting (a second Ctrl-C), and stops the
-        queue's background tasks.
-        """
-        self._drain = False
+        """Ignores further adds; workers get the queued items, then ``(None, True)``; stops the
+        queue's background tasks."""
         self._begin_shutdown()
-        self._wake_drainers()
-
-    async def shut_down_with_drain(self) -> None:
-        """Shuts down like ``shut_down``, then waits until no item is being processed.
-
-        As in client-go, the wait is on the items in progress: an item a worker takes while the drain
-        waits is waited for too. Workers must call ``done`` or this never returns (unless
-        ``shut_down`` is called).
-        """
-        self._drain = True
-        self._begin_shutdown()
-        loop = asyncio.get_running_loop()
-        while self._processing and self._drain:
-            waiter = loop.create_future()
-            self._drain_waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._drain_waiters.remove(waiter)
-        await self._background.wait_ended()
-
-    def shutting_down(self) -> bool:
-        """Whether shutdown has begun."""
-        return self._shutting_down
-
-    async def __aenter__(self) -> Self:
-        """Starts the background work now rather than on first use."""
-        self._refresher.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Shuts the queue down and waits for its background tasks to end."""
-        self.shut_down()
-        await self._background.wait_ended()
 
     def _begin_shutdown(self) -> None:
         self._shutting_down = True
         self._fifo.wake_all()
         self._stop_background()
-
-    def _wake_drainers(self) -> None:
-        for waiter in self._drain_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
 
     def _stop_background(self) -> None:
         """Ends the background work at shutdown (extended by subclasses to drop their own)."""

@@ -43,10 +43,6 @@ class RateLimiter(Protocol[T_contra]):
         """Stops tracking ``item`` (it succeeded, or it is given up on)."""
         ...
 
-    def num_requeues(self, item: T_contra) -> int:
-        """How many failures ``item`` has had since it was last forgotten."""
-        ...
-
 
 def _to_nanoseconds(seconds: float, what: str) -> int:
     if not 0 <= seconds < _DURATION_LIMIT / _NANOSECONDS:
@@ -86,34 +82,6 @@ class ItemExponentialFailureRateLimiter(Generic[T]):
         if backoff >= _DURATION_LIMIT:
             return self._max_ns
         return min(int(backoff), self._max_ns)
-
-    def num_requeues(self, item: T) -> int:
-        return self._failures.get(item, 0)
-
-    def forget(self, item: T) -> None:
-        self._failures.pop(item, None)
-
-
-class ItemFastSlowRateLimiter(Generic[T]):
-    """Per item: ``fast_delay`` for the first ``max_fast_attempts`` failures, ``slow_delay`` after."""
-
-    __slots__ = ("_failures", "_fast", "_max_fast_attempts", "_slow")
-
-    def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
-        self._fast = _to_nanoseconds(fast_delay, "fast_delay") / _NANOSECONDS
-        self._slow = _to_nanoseconds(slow_delay, "slow_delay") / _NANOSECONDS
-        if max_fast_attempts < 0:
-            raise ValueError(f"max_fast_attempts must be >= 0, got {max_fast_attempts!r}")
-        self._max_fast_attempts = max_fast_attempts
-        self._failures: dict[T, int] = {}
-
-    def when(self, item: T) -> float:
-        failures = self._failures.get(item, 0) + 1
-        self._failures[item] = failures
-        return self._fast if failures <= self._max_fast_attempts else self._slow
-
-    def num_requeues(self, item: T) -> int:
-        return self._failures.get(item, 0)
 
     def forget(self, item: T) -> None:
         self._failures.pop(item, None)
@@ -162,15 +130,12 @@ class BucketRateLimiter(Generic[T]):
         tokens = self._tokens + elapsed_ns / _NANOSECONDS * self._qps
         return min(tokens, float(self._burst))
 
-    def num_requeues(self, item: T) -> int:
-        return 0
-
     def forget(self, item: T) -> None:
         return None
 
 
 class MaxOfRateLimiter(Generic[T]):
-    """The worst case of several limiters: the longest delay and the highest failure count.
+    """The worst case of several limiters: the longest delay.
 
     Every limiter's ``when`` is called (each counts the failure); ``forget`` forgets on all. With a
     token bucket inside, the burst can seem exceeded when some items were delayed longer by another
@@ -187,12 +152,6 @@ class MaxOfRateLimiter(Generic[T]):
         for limiter in self._limiters:
             longest = max(longest, limiter.when(item))
         return longest
-
-    def num_requeues(self, item: T) -> int:
-        most = 0
-        for limiter in self._limiters:
-            most = max(most, limiter.num_requeues(item))
-        return most
 
     def forget(self, item: T) -> None:
         for limiter in self._limiters:

@@ -19,7 +19,7 @@ T = TypeVar("T", bound=Hashable)
 
 
 class RateLimitingQueue(DelayingQueue[T]):
-    """A ``DelayingQueue`` with ``add_rate_limited``, ``forget`` and ``num_requeues``.
+    """A ``DelayingQueue`` with ``add_rate_limited`` and ``forget``.
 
     Without a ``rate_limiter``, the queue uses ``default_controller_rate_limiter`` on its own clock.
     """
@@ -34,11 +34,6 @@ class RateLimitingQueue(DelayingQueue[T]):
             rate_limiter = default_controller_rate_limiter(clock=self._clock)
         self._rate_limiter = rate_limiter
 
-    @property
-    def rate_limiter(self) -> RateLimiter[T]:
-        """The limiter that spaces this queue's retries."""
-        return self._rate_limiter
-
     def add_rate_limited(self, item: T) -> None:
         """Adds ``item`` after the delay the rate limiter gives it (and counts one failure)."""
         self.add_after(item, self._rate_limiter.when(item))
@@ -47,7 +42,3 @@ class RateLimitingQueue(DelayingQueue[T]):
         """Stops tracking ``item``'s failures (after a success or a final give-up); still call
         ``done``."""
         self._rate_limiter.forget(item)
-
-    def num_requeues(self, item: T) -> int:
-        """How many times ``item`` was re-added with ``add_rate_limited`` since its last forget."""
-        return self._rate_limiter.num_requeues(item)

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from ...generic.config import ClientConfig
+from ...generic.config import ClientConfig, client_ssl_context
 from . import audit, harvester, process
 from .binaries import (
     HARVESTER_CONTROLLERS,
@@ -253,7 +253,7 @@ class ClusterInfo:
 
     def admin_config(self) -> ClientConfig:
         """The admin client's configuration (group system:masters) for the product's ApiClient."""
-        return ClientConfig.from_files(
+        return client_config_from_files(
             self.server, ca_file=self.ca_file, cert_file=self.client_cert, key_file=self.client_key
         )
 
@@ -1227,3 +1227,21 @@ def _nodes_ready(rest: RestClient, names: list[str]) -> bool:
         if condition.get("type") == "Ready" and condition.get("status") == "True"
     }
     return set(names) <= ready
+
+
+def client_config_from_files(
+    host: str,
+    *,
+    ca_file: str | Path | None,
+    cert_file: str | Path | None = None,
+    key_file: str | Path | None = None,
+    token: str | None = None,
+) -> ClientConfig:
+    """A client config from plain files (a CA, a client certificate or a bearer token): what the
+    bench and the tests connect to the local cluster with."""
+    bearer = f"Bearer {token}" if token else None
+    return ClientConfig(
+        host=host.rstrip("/"),
+        ssl_context=client_ssl_context(ca_file, cert_file, key_file, verify=True),
+        authorization=lambda: bearer,
+    )

@@ -21,7 +21,6 @@ import yaml
 
 from ...generic import errors
 from ...generic.client import ApiClient
-from ...generic.config import ClientConfig
 from ...generic.resource import (
     CRDS,
     NAMESPACES,
@@ -31,7 +30,7 @@ from ...generic.resource import (
     Resource,
 )
 from .chart import MANIFEST
-from .cluster import ClusterInfo, kubeconfig_document
+from .cluster import ClusterInfo, client_config_from_files, kubeconfig_document
 from .errors import ClusterError
 from .pki import WEBHOOK_CLIENT_NAME
 
@@ -228,7 +227,7 @@ async def service_account_token(
 async def client_as(api: ApiClient, cluster: ClusterInfo, service_account: str) -> ApiClient:
     """An ApiClient authenticated as a service account of the system namespace."""
     token = await service_account_token(api, service_account)
-    return ApiClient(ClientConfig.from_files(cluster.server, ca_file=cluster.ca_file, token=token))
+    return ApiClient(client_config_from_files(cluster.server, ca_file=cluster.ca_file, token=token))
 
 
 def webhook_client_ca(cluster: ClusterInfo) -> Path:

@@ -77,7 +77,6 @@ from ...util.annotations import (
     LABEL_DEFAULT_RESOURCE_QUOTA,
     MIGRATING_PREFIX,
 )
-from ...util.rancher.annotation import format_namespace_resource_quota
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
 from ..localcluster.audit import WRITE_VERBS, AuditLog, AuditMark, AuditRecord
@@ -88,6 +87,7 @@ from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
 from ..sim.kubevirt.objects import VMSpec
 from ..sim.kubevirt.record import MigrationRecord, Outcome
+from ..sim.rancher.derive import format_namespace_resource_quota
 from ..virtcontroller import VirtControllerDriver
 from . import failover, timeline
 from .harvester import HarvesterRealProduct

@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 from ...apis.harvester import SETTINGS
 from ...generic import errors
 from ...generic.client import ApiClient
-from ...generic.config import ClientConfig
 from ...generic.meta import annotations_of
 from ...generic.resource import NAMESPACES, NODES, RESOURCE_QUOTAS, Object
 from ...generic.tasks import cancel_and_wait
@@ -48,6 +47,7 @@ from ...util.rancher.annotation import LIMIT_FIELDS, parse_namespace_resource_qu
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE, rancher_base_text
 from ...util.resources import ResourceList
 from ..localcluster import ClusterInfo
+from ..localcluster.cluster import client_config_from_files
 from ..sim.kubevirt.config import KubeVirtConfig, VMStart
 from ..sim.kubevirt.handler import HandlerTimings
 from ..sim.kubevirt.limits import ParallelLimits
@@ -334,7 +334,7 @@ class ScenarioRun:
         cert, key = self.workdir / "tenant.crt", self.workdir / "tenant.key"
         pair.write(cert, key)
         return ApiClient(
-            ClientConfig.from_files(
+            client_config_from_files(
                 self.cluster.server, ca_file=self.cluster.ca_file, cert_file=cert, key_file=key
             )
         )

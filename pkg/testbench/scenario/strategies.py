@@ -22,7 +22,6 @@ from ...app import ControllerApp
 from ...config.management import Options
 from ...generic import errors
 from ...generic.client import ApiClient
-from ...generic.config import ClientConfig
 from ...generic.resource import VALIDATING_WEBHOOK_CONFIGURATIONS, Object
 from ...webhook.caches import WebhookCaches
 from ...webhook.resources.common import DEFAULT_TARGET_CREATORS, Identities
@@ -31,6 +30,7 @@ from ...webhook.server import WebhookServer
 from ...webhook.serving import Listening, RoomSharing
 from ...webhook.tls import ClientAuth, ReloadingTLS
 from ..localcluster import ClusterInfo
+from ..localcluster.cluster import client_config_from_files
 from ..localcluster.deploy import API_SERVER_CLIENT_NAMES, webhook_client_ca
 from ..localcluster.harvester import lease_holder
 from .exposition import exposition
@@ -132,7 +132,7 @@ class OurStrategy:
             cert, key = self.workdir / "ours.crt", self.workdir / "ours.key"
             pair.write(cert, key)
             self._own = ApiClient(
-                ClientConfig.from_files(
+                client_config_from_files(
                     self.cluster.server, ca_file=self.cluster.ca_file, cert_file=cert, key_file=key
                 )
             )

@@ -6,7 +6,7 @@
   (`launcher_quota_usage`; `target_quota_usage` for a migration's target pod).
 - `featuregates`: the KubeVirt feature gates that change the pod, per KubeVirt version.
 - `attachment`: the hotplug attachment pod beside it (`attachment_pod_resources`,
-  `attachment_quota_usage`), for a VMI with hotplugged volumes.
+  `attachment.attachment_usage`), for a VMI with hotplugged volumes.
 - `vmiview`: `VmiView`, a VMI as the room model and the part renderers read it, and its one
   adapter from a full object (`vmi_view`, `as_view`); its `spec` (util/vmispecview.py
   `SpecView`) is every field the launcher renderer reads (`spec_of`).
@@ -14,7 +14,7 @@
   `target_parts`), which the room model, MTQ mode, the VM validator and explain read.
 """
 
-from .attachment import attachment_pod_resources, attachment_quota_usage
+from .attachment import attachment_pod_resources
 from .render import (
     launcher_pod_resources,
     launcher_quota_usage,
@@ -31,7 +31,6 @@ __all__ = [
     "VmiView",
     "as_view",
     "attachment_pod_resources",
-    "attachment_quota_usage",
     "has_hotplug_volumes",
     "launcher_pod_resources",
     "launcher_quota_usage",

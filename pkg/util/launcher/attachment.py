@@ -25,11 +25,10 @@ from ...apis.kubevirt import HOTPLUG_DISK
 from ..podusage import ResourceList, pod_quota_usage
 from .limitrange import apply_defaults
 from .settings import DEFAULT_LAUNCHER_SETTINGS, LauncherSettings
-from .vmiview import VmiView, has_hotplug_volumes
+from .vmiview import VmiView
 
 HOTPLUG_ATTACHMENT: Final = "hotplug-disk"
 """supportContainerResources type of the attachment pod's container."""
-ATTACHMENT_GENERATE_NAME: Final = "hp-volume-"
 
 _LIMITS: Final = {"cpu": "100m", "memory": "80M"}
 _REQUESTS: Final = {"cpu": "10m", "memory": "2M"}
@@ -60,19 +59,10 @@ def attachment_pod_resources(
     return apply_defaults({"spec": {"containers": [container]}}, settings.container_defaults)
 
 
-def attachment_quota_usage(
-    vmi: Mapping[str, Any], settings: LauncherSettings = DEFAULT_LAUNCHER_SETTINGS
-) -> ResourceList:
-    """The quota usage of the attachment pod virt-controller creates for `vmi` on a migration's
-    target side, or {} when the VMI has no hotplugged volume (no attachment pod); ValueError for
-    volumes that cannot be read."""
-    if not has_hotplug_volumes(vmi):
-        return {}
-    return pod_quota_usage(attachment_pod_resources(settings))
-
-
 def attachment_usage(vmi: VmiView, settings: LauncherSettings) -> ResourceList:
-    """attachment_quota_usage for a view (the attachment part's renderer, parts.py)."""
+    """The quota usage of the attachment pod virt-controller creates for `vmi` on a migration's
+    target side, or {} when the VMI has no hotplugged volume (no attachment pod): the attachment
+    part's renderer (parts.py)."""
     if not vmi.hotplug:
         return {}
     return pod_quota_usage(attachment_pod_resources(settings))

@@ -36,7 +36,6 @@ __all__ = [
     "EXTENDED_FIELD",
     "LIMIT_FIELDS",
     "RancherLimit",
-    "format_namespace_resource_quota",
     "parse_namespace_resource_quota",
     "parse_namespace_resource_quota_details",
 ]
@@ -88,17 +87,6 @@ class RancherLimit:
 
     fixed: dict[str, str] = field(default_factory=dict)
     extended: dict[str, str] = field(default_factory=dict)
-    extended_error: str | None = None
-    """Why the annotation's `extended` could not be read (not an object of strings); Harvester
-    ignores it anyway."""
-
-    @classmethod
-    def from_keys(cls, keys: Mapping[str, str]) -> RancherLimit:
-        """From quota keys: those with a Rancher field are fixed, the rest extended (as Rancher
-        converts a ResourceList back)."""
-        fixed = {k: str(v) for k, v in keys.items() if k in _FIELD_BY_RESOURCE}
-        extended = {k: str(v) for k, v in keys.items() if k not in _FIELD_BY_RESOURCE}
-        return cls(fixed, extended)
 
     @classmethod
     def from_fields(cls, fields: Any) -> RancherLimit:
@@ -114,11 +102,6 @@ class RancherLimit:
         extended = {str(k): str(v) for k, v in as_mapping(fields.get(EXTENDED_FIELD)).items()}
         return cls(fixed, extended)
 
-    def field_names(self) -> set[str]:
-        """Rancher's top-level fields present (``extended`` counts as one)."""
-        names = {_FIELD_BY_RESOURCE[key] for key in self.fixed}
-        return names | ({EXTENDED_FIELD} if self.extended else set())
-
     def keys(self) -> dict[str, str]:
         """As quota keys: ``extended`` first, the fixed fields winning over it."""
         return {**self.extended, **self.fixed}
@@ -127,35 +110,10 @@ class RancherLimit:
         """As quantities; ValueError naming a value that is not one."""
         return parse_resource_list(self.keys())
 
-    def as_fields(self) -> dict[str, Any]:
-        """Rancher's JSON object for it (fixed fields in Go order, then ``extended``)."""
-        fields: dict[str, Any] = {
-            json_field: self.fixed[key] for json_field, key in LIMIT_FIELDS if key in self.fixed
-        }
-        if self.extended:
-            fields[EXTENDED_FIELD] = dict(sorted(self.extended.items()))
-        return fields
-
     def limit(self) -> ResourceList:
         """The fixed fields as quantities (the annotation's base: `extended` apart); ValueError
         naming a value that is not one."""
         return {key: Quantity.parse(text) for key, text in self.fixed.items()}
-
-    def extended_resources(self) -> ResourceList:
-        """`extended` as quantities, or ValueError naming the entry (as Rancher v2.14+ fails)."""
-        if self.extended_error is not None:
-            raise ValueError(self.extended_error)
-        result: ResourceList = {}
-        for name, text in self.extended.items():
-            try:
-                result[name] = Quantity.parse(text)
-            except ValueError as err:
-                raise ValueError(f"{_LIMIT_FIELD}.{EXTENDED_FIELD}[{name!r}]: {err}") from None
-        return result
-
-    def rancher_hard(self) -> ResourceList:
-        """The `spec.hard` Rancher v2.14+ derives: `extended`, then the fixed fields (they win)."""
-        return {**self.extended_resources(), **self.limit()}
 
     def canonical_text(self) -> str:
         """The annotation as Rancher rewrites it: compact, Go field order, the values' own text."""
@@ -194,10 +152,9 @@ def parse_namespace_resource_quota_details(text: str) -> RancherLimit:
 
     strings: dict[str, str] = {}  # JSON field -> text, last one wins
     extended: dict[str, str] = {}
-    extended_errors: list[str] = []
     for key, value in decoded:
         if go_fold(key) == _FOLDED_LIMIT:
-            _decode_limit(text, value, strings, extended, extended_errors)
+            _decode_limit(text, value, strings, extended)
 
     raw_limit: dict[str, str] = {}
     for json_field, resource_name in LIMIT_FIELDS:
@@ -209,15 +166,11 @@ def parse_namespace_resource_quota_details(text: str) -> RancherLimit:
         except ValueError as err:
             _invalid(text, f"field {_LIMIT_FIELD}.{json_field}: {err}")
         raw_limit[resource_name] = value_text
-    return RancherLimit(raw_limit, extended, "; ".join(extended_errors) or None)
+    return RancherLimit(raw_limit, extended)
 
 
 def _decode_limit(
-    text: str,
-    value: object,
-    strings: dict[str, str],
-    extended: dict[str, str],
-    extended_errors: list[str],
+    text: str, value: object, strings: dict[str, str], extended: dict[str, str]
 ) -> None:
     if value is None:  # Go leaves the struct as it is
         return
@@ -226,7 +179,7 @@ def _decode_limit(
     for key, item in value:
         folded = go_fold(key)
         if folded == _FOLDED_EXTENDED:
-            _decode_extended(item, extended, extended_errors)
+            _decode_extended(item, extended)
             continue
         json_field = _FIELD_BY_FOLDED_NAME.get(folded)
         if json_field is None or item is None:  # unknown keys are skipped; null changes nothing
@@ -236,18 +189,13 @@ def _decode_limit(
         strings[json_field] = item
 
 
-def _decode_extended(value: object, extended: dict[str, str], errors: list[str]) -> None:
+def _decode_extended(value: object, extended: dict[str, str]) -> None:
+    """What of `extended` is a map of strings; the rest is skipped (Harvester ignores it all)."""
     if value is None:  # Go sets a map to nil on null
         extended.clear()
         return
-    if not isinstance(value, _JsonObject):
-        errors.append(f"field {_LIMIT_FIELD}.{EXTENDED_FIELD} must be a JSON object, not {value!r}")
-        return
-    for name, item in value:
-        if isinstance(item, str):
-            extended[name] = item
-        elif item is not None:
-            errors.append(f"field {_LIMIT_FIELD}.{EXTENDED_FIELD}[{name!r}] must be a string")
+    if isinstance(value, _JsonObject):
+        extended.update((name, item) for name, item in value if isinstance(item, str))
 
 
 def parse_namespace_resource_quota(text: str) -> ResourceList:
@@ -261,25 +209,6 @@ def parse_namespace_resource_quota(text: str) -> ResourceList:
     "" -> {}. Invalid JSON or an invalid quantity ("10000m invalid") -> ValueError naming the field.
     """
     return parse_namespace_resource_quota_details(text).limit()
-
-
-def format_namespace_resource_quota(resources: Mapping[str, Quantity | str]) -> str:
-    """The annotation text Rancher writes for these ResourceQuota keys.
-
-    `{"limit":{...}}`, compact, fields in Go order; keys without a Rancher field go to `extended`
-    (sorted), as Rancher's reverse conversion does. A Quantity is written as Go's `String()`; a str
-    is written verbatim (to keep e.g. "10000m") once it is checked to be a valid quantity.
-    """
-    texts: dict[str, str] = {}
-    for name, value in resources.items():
-        if isinstance(value, str):
-            Quantity.parse(value)  # refuse to write what neither Rancher nor we could read back
-            texts[name] = value
-        else:
-            texts[name] = str(value)
-    fixed = {name: text for name, text in texts.items() if name in _FIELD_BY_RESOURCE}
-    extended = {name: text for name, text in texts.items() if name not in _FIELD_BY_RESOURCE}
-    return _format_annotation(fixed, extended)
 
 
 def _format_annotation(fixed: Mapping[str, str], extended: Mapping[str, str]) -> str:

@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
-from ...generic.meta import annotations_of, as_mapping, metadata, spec
+from ...generic.meta import annotations_of, metadata, spec
 from ...generic.resource import Object, Resource
 from .. import resources
 from ..annotations import CATTLE_ANNOTATION_RESOURCE_QUOTA
@@ -131,7 +131,6 @@ class ProjectQuota:
     limit: RancherLimit | None
     """``spec.resourceQuota.limit``; None: the project has no quota."""
     namespace_default: RancherLimit | None
-    used_limit: RancherLimit = field(default_factory=RancherLimit)
 
     @classmethod
     def from_object(cls, project: Object) -> ProjectQuota:
@@ -145,7 +144,6 @@ class ProjectQuota:
             id=f"{meta.get('namespace', '')}:{meta.get('name', '')}",
             limit=_limit_of(quota),
             namespace_default=_limit_of(default),
-            used_limit=RancherLimit.from_fields(as_mapping(quota).get("usedLimit")),
         )
 
 

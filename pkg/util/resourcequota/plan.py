@@ -90,6 +90,7 @@ from .base import (
     Base,
     BaseError,
     Mode,
+    managed_quota,
     resolve_base,
 )
 from .podindex import NamespacePods, namespace_pods
@@ -107,7 +108,9 @@ from .rooms import (
 
 @dataclass
 class NamespaceSnapshot:
-    """One namespace as the caches show it now."""
+    """One namespace as the caches show it now. Also the plan source of its own namespace
+    (controller/resourcequota/planner.py's `_PlanSource`) where it holds objects listed from the
+    API server or simulated on top of them (`explain`, `preflight`): nothing of ours pending."""
 
     namespace: Object
     quota: Object
@@ -129,12 +132,28 @@ class NamespaceSnapshot:
     adopt_harvester: bool = False
     """Adopt the quota from Harvester's resourcequota controller (`adoption_changes`)."""
 
+    def quotas_of(self, _key: str) -> tuple[Object | None, list[Object]]:
+        """Its quota where that is a managed one (else None), and it alone as the list."""
+        return managed_quota([self.quota]), [self.quota]
+
+    def newest(self, namespace: Object) -> Object:
+        return namespace
+
+    def snapshot(
+        self, namespace: Object, quota: Object, _quotas: list[Object]
+    ) -> NamespaceSnapshot:
+        """This snapshot, of `namespace` and `quota`."""
+        return dataclasses.replace(self, namespace=namespace, quota=quota)
+
 
 @dataclass
 class QuotaPlan:
-    """What the managed quota should be; ``managed`` False means leave it entirely alone."""
+    """What the managed quota should be, and what it was made from; ``managed`` False means leave
+    it entirely alone."""
 
     managed: bool
+    snapshot: NamespaceSnapshot = field(repr=False, compare=False)
+    """The namespace as planned: its namespace, quota and what the plan read (`plan_quota`)."""
     base: Base | None = None
     hard: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
@@ -152,6 +171,16 @@ class QuotaPlan:
     """The write would only give room back while a migration of the namespace still holds room
     for a target pod that does not exist yet (`release_gathers`): a release the writer may hold
     back a moment, to give it back with the next ones (controller/resourcequota/writes.py, ReleaseGathering)."""
+    labels_room: bool = False
+    """Set LABEL_ROOM_HELD now: the plan holds room and a namespace write is safe. This flag and
+    the next two are the room-held label's policy, which the reconcile's planner sets
+    (controller/resourcequota/planner.py, `label_policy`); `plan_quota` leaves them False."""
+    labelled_for_good: bool = False
+    """The namespace keeps LABEL_ROOM_HELD whether or not room is held: set whenever it is
+    missing, never removed."""
+    label_writes_wait: bool = False
+    """No label write now: one would have Rancher's agent reset the raise standing here (a
+    label not kept for good is not removed now)."""
 
     @property
     def holds_room(self) -> bool:
@@ -198,9 +227,11 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
             recorded_rooms=resources.total(list(recorded.name_keyed.values())),
         )
     except BaseError as error:
-        return QuotaPlan(managed=False, warnings=[*warnings, str(error)], rooms=room_plan)
+        return QuotaPlan(
+            managed=False, snapshot=snapshot, warnings=[*warnings, str(error)], rooms=room_plan
+        )
     if base is None:
-        return QuotaPlan(managed=False, warnings=warnings, rooms=room_plan)
+        return QuotaPlan(managed=False, snapshot=snapshot, warnings=warnings, rooms=room_plan)
     warnings += list(base.notes)
     rooms = RoomPlan(target_pods=room_plan.target_pods) if skipped else room_plan
     rooms = _mask_rooms(rooms, base.hard.keys())
@@ -225,6 +256,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
     managed_hard = desired_hard(base.hard, floor, rooms.total())
     plan = QuotaPlan(
         managed=True,
+        snapshot=snapshot,
         base=base,
         rooms=rooms,
         used=used,

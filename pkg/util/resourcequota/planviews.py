@@ -271,10 +271,6 @@ class SettledMigrations:
         """Drops what is known of the namespace (deleted, or no longer ours)."""
         self._idle_since.pop(namespace, None)
 
-    def remembered(self, namespace: str) -> int:
-        """Finished migrations of the namespace within their grace now (for tests)."""
-        return len(self._idle_since.get(namespace, {}))
-
 
 def _finished_before(migration: Object, wall: datetime.datetime, seconds: float) -> bool:
     """Whether KubeVirt recorded the migration reaching a final phase at least `seconds` before

@@ -316,11 +316,6 @@ class NamespacePods:
     def get(self, name: str) -> PodView | None:
         return self._views.get(name)
 
-    def target_of(self, migration_uid: str) -> PodView | None:
-        """The target pod made for the migration (the first by name if there were several)."""
-        names = sorted(self._by_migration.get(migration_uid, ()))
-        return self._views[names[0]] if names else None
-
     def labelled_targets(self, migration_uid: str) -> list[PodView]:
         """Every pod labelled as the migration's target, by name: KubeVirt's, and any a
         tenant labelled so before the labels were protected (rooms.is_target_of tells them

@@ -396,17 +396,12 @@ def asks_project(namespace: Mapping[str, Any], plan: QuotaPlan | None) -> bool:
     `project_steps` count for its siblings' judges and its own): not Terminating (its rooms
     will never be given), planned (None: no managed quota, or handed over to MTQ mode), and its
     plan's base Rancher's annotation (else its raise does not go through the project): the rule
-    the controller's ProjectSiblingsView applies to its siblings, planned over its caches;
+    the controller's siblings_waiting applies to its siblings, planned over its caches;
     preflight plans over the state it listed, the step's evacuations added. A namespace MTQ
     mode handles is planned with no room (NamespacePlanner's `defer_to`): it asks nothing."""
     if plan is None or metadata(namespace).get("deletionTimestamp"):
         return False
     return plan.base is not None and plan.base.source == RANCHER
-
-
-def waiting_steps(namespace: Mapping[str, Any], plan: QuotaPlan) -> list[Step]:
-    """The steps of the namespace's ladder the project has not given it (module docstring)."""
-    return [step for step in project_steps(namespace, plan) if not step.given]
 
 
 class WaitingCache:

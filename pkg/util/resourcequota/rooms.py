@@ -52,16 +52,12 @@ from functools import partial
 from typing import Any, Final
 
 from ...apis.kubevirt import (
-    LABEL_CREATED_BY,
-    LABEL_KUBEVIRT,
-    LABEL_MIGRATION_JOB,
-    LAUNCHER,
     PHASE_FAILED,
     PHASE_PENDING,
     PHASE_SUCCEEDED,
 )
 from ...generic.logformat import migration_fields
-from ...generic.meta import labels, metadata, status
+from ...generic.meta import metadata, status
 from ...generic.resource import Object
 from .. import resources
 from ..kubevirtversion import KubeVirtVersion
@@ -77,22 +73,6 @@ from ..resources import ResourceList
 from .podindex import NamespacePods, PodView, namespace_pods
 
 log = logging.getLogger(__name__)
-
-
-def is_launcher(pod: Mapping[str, Any]) -> bool:
-    return labels(pod).get(LABEL_KUBEVIRT) == LAUNCHER
-
-
-def target_pod_index(pod: Object) -> list[str]:
-    """Pods by the migration that created them (kubevirt.io/migrationJobUID)."""
-    uid = labels(pod).get(LABEL_MIGRATION_JOB)
-    return [uid] if uid else []
-
-
-def vmi_pod_index(pod: Object) -> list[str]:
-    """Launcher pods by the VMI that owns them (kubevirt.io/created-by = VMI uid)."""
-    uid = labels(pod).get(LABEL_CREATED_BY)
-    return [uid] if uid and is_launcher(pod) else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,10 +150,6 @@ class MigrationRoom:
             return dataclasses.replace(self, room=resources.total(p.room for p in charged))
         return None
 
-    def pods_of(self, kind: str) -> tuple[str, ...]:
-        """The real pods of its part of `kind` (a PartKind's name), () while there are none."""
-        return next((part.pods for part in self.parts if part.kind == kind), ())
-
     def masked(self, keys: Iterable[str]) -> MigrationRoom:
         """The room and its parts on `keys` only (itself when they hold no other key)."""
         wanted = set(keys)
@@ -236,10 +212,6 @@ HARVESTER_MIGRATION_PREFIX = "harvesterhci.io/migration"
 """Harvester's migration annotations on a VMI (migrationUID, migrationState,
 migrationTargetNodeName): written by our own migration controllers, read by Harvester's UI, never
 by the plan or the launcher rendering."""
-
-
-LazyVmi = Callable[[], Object | None]
-"""The migration's VMI, looked up only when called (None: gone)."""
 
 
 def _still_counts(pod: PodView | None, now: datetime.datetime) -> bool:
@@ -309,23 +281,6 @@ def _one_under_way_per_vmi(rooms: list[MigrationRoom]) -> list[MigrationRoom]:
 
 def _preferred(room: MigrationRoom) -> tuple[bool, str, str]:
     return (room.target_pod is None, room.created, room.migration)
-
-
-class _Once:
-    """A lookup made at the first call and remembered (functools.cache's wrapper cost more to
-    build, once per migration and plan, than the lookups it saved)."""
-
-    __slots__ = ("_done", "_lookup", "_value")
-
-    def __init__(self, lookup: LazyVmi) -> None:
-        self._lookup = lookup
-        self._done = False
-        self._value: Object | None = None
-
-    def __call__(self) -> Object | None:
-        if not self._done:
-            self._value, self._done = self._lookup(), True
-        return self._value
 
 
 def decentralized_side(migration: Mapping[str, Any]) -> str | None:

@@ -32,7 +32,7 @@ from typing import Any, Final
 from ....util import resources
 from ....util.quantity import Quantity
 from ....util.rancher import project as rancherproject
-from ....util.rancher.annotation import RancherLimit
+from ....util.rancher.annotation import EXTENDED_FIELD, LIMIT_FIELDS, RancherLimit
 from ....util.rancher.project import (
     CONDITION_VALIDATED,
     PROJECT_ID_ANNOTATION,
@@ -49,9 +49,57 @@ __all__ = [
     "QUOTA_PROJECT_ID_ANNOTATION",
     "STATUS_ANNOTATION",
     "RancherLimit",
+    "as_fields",
     "complete_quota",
+    "field_names",
+    "format_namespace_resource_quota",
     "format_resource_list",
+    "limit_from_keys",
 ]
+
+_FIELD_BY_RESOURCE: Final = {resource: json_field for json_field, resource in LIMIT_FIELDS}
+
+
+def limit_from_keys(keys: Mapping[str, str]) -> RancherLimit:
+    """A limit from quota keys: those with a Rancher field are fixed, the rest extended (as
+    Rancher converts a ResourceList back)."""
+    fixed = {k: str(v) for k, v in keys.items() if k in _FIELD_BY_RESOURCE}
+    extended = {k: str(v) for k, v in keys.items() if k not in _FIELD_BY_RESOURCE}
+    return RancherLimit(fixed, extended)
+
+
+def field_names(limit: RancherLimit) -> set[str]:
+    """Rancher's top-level fields present in `limit` (``extended`` counts as one)."""
+    names = {_FIELD_BY_RESOURCE[key] for key in limit.fixed}
+    return names | ({EXTENDED_FIELD} if limit.extended else set())
+
+
+def as_fields(limit: RancherLimit) -> dict[str, Any]:
+    """Rancher's JSON object for `limit` (fixed fields in Go order, then ``extended``)."""
+    fields: dict[str, Any] = {
+        json_field: limit.fixed[key] for json_field, key in LIMIT_FIELDS if key in limit.fixed
+    }
+    if limit.extended:
+        fields[EXTENDED_FIELD] = dict(sorted(limit.extended.items()))
+    return fields
+
+
+def format_namespace_resource_quota(resources: Mapping[str, Quantity | str]) -> str:
+    """The annotation text Rancher writes for these ResourceQuota keys.
+
+    `{"limit":{...}}`, compact, fields in Go order; keys without a Rancher field go to `extended`
+    (sorted), as Rancher's reverse conversion does. A Quantity is written as Go's `String()`; a str
+    is written verbatim (to keep e.g. "10000m") once it is checked to be a valid quantity.
+    """
+    texts: dict[str, str] = {}
+    for name, value in resources.items():
+        if isinstance(value, str):
+            Quantity.parse(value)  # refuse to write what neither Rancher nor we could read back
+            texts[name] = value
+        else:
+            texts[name] = str(value)
+    return limit_from_keys(texts).canonical_text()
+
 
 CREATOR_LABEL: Final = "cattle.io/creator"
 CONDITION_INIT: Final = "ResourceQuotaInit"
@@ -127,22 +175,20 @@ class Project:
 
     @property
     def quota_limit(self) -> RancherLimit | None:
-        return None if self.limit is None else RancherLimit.from_keys(self.limit)
+        return None if self.limit is None else limit_from_keys(self.limit)
 
     @property
     def default_limit(self) -> RancherLimit | None:
         if self.namespace_default is None:
             return None
-        return RancherLimit.from_keys(self.namespace_default)
+        return limit_from_keys(self.namespace_default)
 
     def namespace_annotations(self, quota: Mapping[str, str] | None = None) -> dict[str, str]:
         """Annotations for a namespace of this project, with `quota` (ResourceQuota keys) as its
         `field.cattle.io/resourceQuota` if given."""
         annotations = {PROJECT_ID_ANNOTATION: self.annotation_id}
         if quota is not None:
-            annotations["field.cattle.io/resourceQuota"] = annotation_text(
-                RancherLimit.from_keys(quota)
-            )
+            annotations["field.cattle.io/resourceQuota"] = annotation_text(limit_from_keys(quota))
         return annotations
 
 
@@ -156,8 +202,8 @@ def project_problem(
         return "resourceQuota is required when namespaceDefaultResourceQuota is set"
     if default is None:
         return "namespaceDefaultResourceQuota is required when resourceQuota is set"
-    project_fields = RancherLimit.from_keys(limit).field_names()
-    default_fields = RancherLimit.from_keys(default).field_names()
+    project_fields = field_names(limit_from_keys(limit))
+    default_fields = field_names(limit_from_keys(default))
     if project_fields != default_fields:
         return "resource quota and namespace default quota do not have the same resources defined"
     over = rancherproject.fit(
@@ -252,7 +298,7 @@ def zero_out(limit: RancherLimit, bad: Iterable[str]) -> RancherLimit:
     (through a ResourceList and back, as zeroOutResourceQuotaLimit does)."""
     offending = set(bad)
     keys = {key: ("0" if key in offending else str(value)) for key, value in limit.hard().items()}
-    return RancherLimit.from_keys(keys)
+    return limit_from_keys(keys)
 
 
 def _conditions(status_annotation: str | None) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from ....generic.client import ApiClient
 from ....generic.resource import CRDS, NAMESPACES, Object
 from ....util.rancher.annotation import RancherLimit
 from ....util.rancher.project import PROJECTS
-from .derive import Project
+from .derive import Project, as_fields
 
 CRD_NAME: Final = f"{PROJECTS.plural}.{PROJECTS.group}"
 ESTABLISH_TIMEOUT: Final = 30.0
@@ -60,11 +60,11 @@ def project_object(project: Project, used: RancherLimit | None = None) -> Object
     quota, default = project.quota_limit, project.default_limit
     if quota is not None:
         spec["resourceQuota"] = {
-            "limit": quota.as_fields(),
-            "usedLimit": (used or RancherLimit()).as_fields(),
+            "limit": as_fields(quota),
+            "usedLimit": as_fields(used or RancherLimit()),
         }
     if default is not None:
-        spec["namespaceDefaultResourceQuota"] = {"limit": default.as_fields()}
+        spec["namespaceDefaultResourceQuota"] = {"limit": as_fields(default)}
     return {
         "apiVersion": f"{PROJECTS.group}/{PROJECTS.version}",
         "kind": PROJECTS.kind,
@@ -138,8 +138,8 @@ class ProjectObjects:
         except errors.NotFound:
             return False
         quota = (current.get("spec") or {}).get("resourceQuota")
-        if quota is None or quota.get("usedLimit") == used.as_fields():
+        if quota is None or quota.get("usedLimit") == as_fields(used):
             return False
-        quota["usedLimit"] = used.as_fields()
+        quota["usedLimit"] = as_fields(used)
         await self.client.update(PROJECTS, current)
         return True

@@ -60,6 +60,7 @@ from .derive import (
     condition_is_set,
     derive,
     is_quota_fit,
+    limit_from_keys,
     operation,
     requested_limit,
     set_condition,
@@ -410,7 +411,7 @@ class RancherQuotaSync:
             )
             if requested is not None:
                 total = resources.add(total, requested.hard())
-        used = RancherLimit.from_keys({key: str(value) for key, value in total.items()})
+        used = limit_from_keys({key: str(value) for key, value in total.items()})
         if self.used_limits.get(annotation_id) == used:
             return
         self.used_limits[annotation_id] = used

@@ -37,9 +37,9 @@ from aiohttp import web
 
 from ....generic import errors
 from ....generic.client import ApiClient
-from ....generic.config import ClientConfig
 from ....generic.resource import RESOURCE_QUOTAS, VALIDATING_WEBHOOK_CONFIGURATIONS
 from ...localcluster import ClusterInfo
+from ...localcluster.cluster import client_config_from_files
 from ...localcluster.deploy import webhook_client_ca
 from .admission import (
     BYPASS_GROUP,
@@ -266,7 +266,7 @@ def _sudo_client(cluster: ClusterInfo, root: Path) -> ApiClient:
     )
     pair.write(root / "sudo.crt", root / "sudo.key")
     return ApiClient(
-        ClientConfig.from_files(
+        client_config_from_files(
             cluster.server,
             ca_file=cluster.ca_file,
             cert_file=root / "sudo.crt",

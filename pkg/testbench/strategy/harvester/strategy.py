@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Final
+from collections.abc import Hashable
+from typing import Final, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -23,16 +24,22 @@ from ....generic.resource import RESOURCE_QUOTAS, Resource
 from ....generic.workqueue import RateLimitingQueue
 from ....generic.workqueue.rate_limiters import (
     ItemExponentialFailureRateLimiter,
-    ItemFastSlowRateLimiter,
     MaxOfRateLimiter,
 )
 from .cluster import InformerCluster
 from .migration import MigrationHandler
 from .resourcequota import ResourceQuotaHandler
 
-__all__ = ["CACHE_SYNC_TIMEOUT", "HarvesterStrategy", "lasso_rate_limiter"]
+__all__ = [
+    "CACHE_SYNC_TIMEOUT",
+    "HarvesterStrategy",
+    "ItemFastSlowRateLimiter",
+    "lasso_rate_limiter",
+]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=Hashable)
 
 CACHE_SYNC_TIMEOUT: Final = 120.0
 """As ControllerApp: how long `start` waits for the caches before running with what it has."""
@@ -40,6 +47,29 @@ CACHE_SYNC_TIMEOUT: Final = 120.0
 VMI_CONTROLLER: Final = "migrationTargetController"
 VMIM_CONTROLLER: Final = "migrationAnnotationController"
 RESOURCE_QUOTA_CONTROLLER: Final = "resourceQuotaController"
+
+
+class ItemFastSlowRateLimiter(Generic[T]):
+    """Per item: ``fast_delay`` seconds for the first ``max_fast_attempts`` failures, ``slow_delay``
+    after (client-go's ``ItemFastSlowRateLimiter``, lasso's default with the exponential one)."""
+
+    __slots__ = ("_failures", "_fast", "_max_fast_attempts", "_slow")
+
+    def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
+        if max_fast_attempts < 0:
+            raise ValueError(f"max_fast_attempts must be >= 0, got {max_fast_attempts!r}")
+        self._fast = fast_delay
+        self._slow = slow_delay
+        self._max_fast_attempts = max_fast_attempts
+        self._failures: dict[T, int] = {}
+
+    def when(self, item: T) -> float:
+        failures = self._failures.get(item, 0) + 1
+        self._failures[item] = failures
+        return self._fast if failures <= self._max_fast_attempts else self._slow
+
+    def forget(self, item: T) -> None:
+        self._failures.pop(item, None)
 
 
 def lasso_rate_limiter() -> MaxOfRateLimiter[str]:

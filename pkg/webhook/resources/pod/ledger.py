@@ -214,8 +214,3 @@ class AdmissionLedger:
             return None
         reservation.tally = reservation.tally.without(self.releases.gone(namespace))
         return reservation
-
-    def reserved_namespaces(self) -> int:
-        """Namespaces with a live reservation."""
-        now = self._clock.monotonic()
-        return sum(1 for kept in self._reservations.values() if kept.expires > now)

@@ -2,7 +2,7 @@
 namespace alone.
 
 The pod rule holds a pod to the base while room is held or a raise is still enforced
-(validator.py `pod_check`). Working that out plans every migration's room, and that cost grew with
+(validator.py `check_rooms`). Working that out plans every migration's room, and that cost grew with
 what the tenant created. Most namespaces hold nothing, and there quota admission at a hard no
 higher than the base already refuses everything the rule would (it charges targets too, so it is
 the stricter of the two). So the rooms are computed only where one of these says room may be

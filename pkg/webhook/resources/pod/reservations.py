@@ -457,10 +457,6 @@ class PodReleaseWatch:
             self._tasks[namespace] = task
             task.add_done_callback(lambda done: self._ended(namespace, done))
 
-    def followed(self) -> int:
-        """Namespaces being watched."""
-        return sum(1 for task in self._tasks.values() if not task.done())
-
     async def stop(self) -> None:
         """Ends every watch."""
         await cancel_and_wait(list(self._tasks.values()))

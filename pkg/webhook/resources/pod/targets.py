@@ -142,11 +142,6 @@ class QuotaChanges:
         """Namespaces someone waits on now."""
         return len(self._waiters)
 
-    def remembered(self) -> int:
-        """Namespaces whose last change is kept (at most those changed within LISTER_GRACE of
-        the latest change)."""
-        return len(self._seen)
-
     def _forget_settled(self, now: float) -> None:
         while self._seen:
             oldest = next(iter(self._seen))

@@ -100,13 +100,6 @@ class PodCheck:
         check_fits_base(self.subject, self.needed, self.base, self.view, in_use=in_use)
 
 
-def pod_check(request: Request, lookups: Lookups, identities: Identities) -> PodCheck | None:
-    """The check a pod create or resize needs, or None: `rooms_question`, then, where it asks,
-    `check_rooms` (the costly part)."""
-    question = rooms_question(request, lookups, identities)
-    return None if question is None else check_rooms(request, lookups, question)
-
-
 @dataclass(frozen=True)
 class RoomsQuestion:
     """A pod whose namespace may hold room: its managed quota and Rancher's base, as read."""
