@@ -303,7 +303,7 @@ def test_each_step_of_a_migration_plans_from_the_views_what_the_objects_plan(
         if source_recorded and phase:
             step["status"]["migrationState"] = {"sourcePod": source["metadata"]["name"]}
         caches.changed.clear()
-        caches.migration_store.upsert(step)
+        upsert(caches.migration_store, step)
         at_step = [*pods, source]
         if index >= target_at:
             target_phase = "Running" if target_runs else "Pending"
