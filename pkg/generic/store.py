@@ -159,7 +159,7 @@ class Store:
 
     Single event loop, so no locking: no method awaits, and each write updates the objects, the
     indexes and the views together, so a reader never sees one without the others. Reads hand
-    out private copies (with DictCodec, the stored dicts, read-only); listings come in no
+    out private copies (ZstdCodec decodes a fresh one at each read); listings come in no
     particular order, index lookups sorted by key.
 
     `has_index`, `index_keys` and `indexed_values` are the StoreIndex's own methods, bound at

@@ -155,7 +155,7 @@ in the CRDs of KubeVirt v1.6 and v1.8: spec.domain.clock only) and no rule of th
 guest's clock).
 
 VirtualMachines need no such transform: no cache of the product holds VMs (nothing in the
-controller or the webhook calls KubeVirtControllers.virtual_machines); the webhook sees a VM only
+controller or the webhook informs on VMs); the webhook sees a VM only
 in an AdmissionReview, decoded with deepjson's depth cut (admission.parse_review) and not kept.
 The VM CRD keeps unknown spec.template.spec.domain.clock and the metadata of spec.template and of
 spec.dataVolumeTemplates (KubeVirt v1.6 and v1.8): a cache that came to hold VMs would drop the

@@ -612,8 +612,13 @@ def test_a_queued_verdict_names_a_few_migrations_and_counts_the_rest() -> None:
     assert len(verdict.behind) == 99 and len(verdict.message) < 400
 
 
+def _waiting(steps: list[Step]) -> list[Step]:
+    """The steps of a namespace's ladder its project has not given it (they wait)."""
+    return [step for step in steps if not step.given]
+
+
 async def test_a_siblings_ladder_is_reused_only_while_its_annotations_and_plan_stand() -> None:
-    """Major 2: siblings_waiting ladders a sibling again only when what a ladder reads
+    """siblings_waiting ladders a sibling again only when what a ladder reads
     changed: the same annotations and an equal plan (made anew) give the same steps without
     laddering; a room that changed size, or the sibling's annotation written, ladder again."""
     project = Project(ROOM_FOR_ONE)
@@ -622,21 +627,25 @@ async def test_a_siblings_ladder_is_reused_only_while_its_annotations_and_plan_s
     project.migrate("b", "b2", vm=1, created=T5)
     cache = WaitingCache()
     cached = project.cluster.cache["b"]
-    first = cache.waiting(cached, plan_quota(project.snapshot("b")[0]), PROJECT_ID)
-    assert len(first) == 2
-    assert cache.waiting(cached, plan_quota(project.snapshot("b")[0]), PROJECT_ID) is first
+
+    def ladder(namespace: dict[str, Any]) -> list[Step]:
+        return cache.steps(namespace, plan_quota(project.snapshot("b")[0]), PROJECT_ID)
+
+    first = ladder(cached)
+    assert len(_waiting(first)) == 2
+    assert ladder(cached) is first
     project.vms["b-vm1"] = vmi("b-vm1", namespace="b", cores=4, memory="8Gi")
-    bigger = cache.waiting(cached, plan_quota(project.snapshot("b")[0]), PROJECT_ID)
+    bigger = ladder(cached)
     assert bigger is not first and bigger[-1].annotation != first[-1].annotation
     await project.reconcile("b")  # the project has room for b1's: b's annotation written
     assert project.cluster.raised("b")
     written = project.cluster.cache["b"]
-    given = cache.waiting(written, plan_quota(project.snapshot("b")[0]), PROJECT_ID)
-    assert [step.room.migration for step in given] == ["b2"], "b1's room given now"
+    given = ladder(written)
+    assert [step.room.migration for step in _waiting(given)] == ["b2"], "b1's room given now"
     cache.keep(PROJECT_ID, {"b"})
-    assert cache.waiting(written, plan_quota(project.snapshot("b")[0]), PROJECT_ID) is given
+    assert ladder(written) is given
     cache.keep(PROJECT_ID, {"a"})  # b deleted or moved: its entry goes
-    assert cache.waiting(written, plan_quota(project.snapshot("b")[0]), PROJECT_ID) is not given
+    assert ladder(written) is not given
 
 
 async def test_a_sibling_queued_before_the_cache_shows_a_room_given_back_is_raised_at_once() -> (
@@ -1109,7 +1118,7 @@ async def test_a_projects_lock_and_a_forgotten_siblings_ladder_are_not_kept() ->
     project.namespace("b")
     project.migrate("b", "b1")
     cache = WaitingCache()
-    first = cache.waiting(project.cluster.cache["b"], plan_quota(project.snapshot("b")[0]), "p")
+    first = cache.steps(project.cluster.cache["b"], plan_quota(project.snapshot("b")[0]), "p")
     cache.forget("b")
-    again = cache.waiting(project.cluster.cache["b"], plan_quota(project.snapshot("b")[0]), "p")
+    again = cache.steps(project.cluster.cache["b"], plan_quota(project.snapshot("b")[0]), "p")
     assert again == first and again is not first

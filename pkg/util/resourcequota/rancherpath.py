@@ -41,7 +41,7 @@ evacuation (system-critical) in another is waiting for.
   given; only its growth is judged, against the project alone). A room the annotation would
   cover but that was not given for it (a new migration taking the room of one that ended) is
   not given: it waits in the project's order like any other. Without a record (a raise of an
-  older version, until the next write records it), the rooms the annotation covers (`covered`). `waiting_steps`: the rest; `kept`:
+  older version, until the next write records it), the rooms the annotation covers (`covered`); the steps not given wait; `kept`:
   how many leading steps are given (the raise the namespace keeps: `kept_raise`, with its given
   steps, where every judgment starts); `last_waiting`: the order of
   the furthest room a raise to a step asks the project for anew.
@@ -413,27 +413,23 @@ class WaitingCache:
     or the namespace is no longer ours (`forget`). Event loop only."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[str, str, list[Step], list[Step]]] = {}
-        """Namespace -> (its project id, the fingerprint, its steps, its waiting steps)."""
+        self._entries: dict[str, tuple[str, str, list[Step]]] = {}
+        """Namespace -> (its project id, the fingerprint, its steps)."""
 
     def steps(self, namespace: Mapping[str, Any], plan: QuotaPlan, project: str) -> list[Step]:
         """`project_steps(namespace, plan)`, computed again only where its inputs changed."""
         return self._entry(namespace, plan, project)[2]
 
-    def waiting(self, namespace: Mapping[str, Any], plan: QuotaPlan, project: str) -> list[Step]:
-        """`waiting_steps(namespace, plan)`, computed again only where its inputs changed."""
-        return self._entry(namespace, plan, project)[3]
-
     def _entry(
         self, namespace: Mapping[str, Any], plan: QuotaPlan, project: str
-    ) -> tuple[str, str, list[Step], list[Step]]:
+    ) -> tuple[str, str, list[Step]]:
         name = _name(namespace)
         key = _fingerprint(namespace, plan)
         known = self._entries.get(name)
         if known is not None and known[1] == key:
             return known
         steps = project_steps(namespace, plan)
-        entry = (project, key, steps, [step for step in steps if not step.given])
+        entry = (project, key, steps)
         self._entries[name] = entry
         return entry
 
