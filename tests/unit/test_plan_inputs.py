@@ -38,9 +38,9 @@ def kubevirt(ratio: str) -> dict[str, Any]:
 
 
 def test_a_migration_queues_its_namespace_at_each_phase_class_and_each_refusal() -> None:
-    """Pending, a refusal set and cleared, the first step under way and the end each queue;
-    KubeVirt's further steps under way (PreparingTarget, TargetReady, Running) do not: no plan
-    reads them apart (planviews.plan_acted_on)."""
+    """The migration's first sight, a refusal set and cleared and the end each queue;
+    KubeVirt's steps before the end (Pending, Scheduling, PreparingTarget, TargetReady,
+    Running) do not: no plan reads them apart (planviews.plan_acted_on)."""
     plan_inputs, queued = inputs()
     store = plan_inputs.informers.migrations.store
     vm = vmi("vm1")
@@ -55,7 +55,7 @@ def test_a_migration_queues_its_namespace_at_each_phase_class_and_each_refusal()
         ("Running", False),
         ("Succeeded", False),
     ]
-    queues = [True, True, True, True, False, False, False, True]
+    queues = [True, True, True, False, False, False, False, True]
     seen = []
     for phase, rejected in steps:
         step = copy.deepcopy(mig)

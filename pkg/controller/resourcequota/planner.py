@@ -11,8 +11,8 @@ judgment hold the same planner, so each reads a namespace as the others do.
 
 The caches' migrations, VMIs and pods are read through views the stores derive once per change
 (util/resourcequota/planviews.py, podindex.py); a change of a view (not every status write of
-virt-controller, virt-handler or the kubelet, nor a migration's step between Pending and a final
-phase: planviews.plan_acted_on) queues its namespace. The listeners run inside the
+virt-controller, virt-handler or the kubelet, nor a migration's step before a final phase:
+planviews.plan_acted_on) queues its namespace. The listeners run inside the
 store's write, so the reconcile they queue reads the views with the change in them. Quota
 refusals are noted as the migrations change (reports.py), not when a reconcile happens to run.
 Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
@@ -207,7 +207,7 @@ class PlanInputs:
             changed, acted_on=plan_acted_on
         )
         """Every namespace's migrations as the plan reads them (planviews.migration_plan_view);
-        KubeVirt's steps between Pending and a final phase queue nothing (plan_acted_on)."""
+        KubeVirt's steps before a final phase queue nothing (plan_acted_on)."""
         self.refusals = RefusalTracker(management.clock)
         """Quota refusals as the migrations' changes showed them (reports.py), exported at each
         scrape of `management`'s registry."""

@@ -51,7 +51,7 @@ import orjson
 from cachetools import LRUCache
 
 from ...apis.kubevirt import CONDITION_REJECTED_BY_QUOTA, FINAL_PHASES, PHASE_PENDING
-from ...generic.meta import metadata, status
+from ...generic.meta import has_condition, metadata, status
 from ...generic.resource import Object
 from ..launcher import LauncherSettings, VmiView, spec_of, target_quota_usage, vmi_view
 from ..resources import ResourceList
@@ -67,10 +67,12 @@ def migration_plan_view(migration: Object) -> Object:
     for Events), creation and deletion times, the VMI, which side of a decentralized migration
     it is (spec.sendTo and spec.receive kept as {} where set: `rooms.decentralized_side` reads
     only their presence), the phase, the conditions' type and status (and the quota refusal's
-    lastProbeTime), the source pod KubeVirt
-    recorded and when it reached a final phase (phaseTransitionTimestamps of Succeeded and
-    Failed only, for `SettledMigrations`). Never raises; a malformed field is kept as it is and
-    judged by the reader, as on the full object."""
+    lastProbeTime) and when it reached a final phase (phaseTransitionTimestamps of Succeeded
+    and Failed only, for `SettledMigrations`). Not status.migrationState: rooms find a
+    migration's pods from the pods' own labels, never from a status, and KubeVirt's first
+    status write (phase Pending with the source pod) would otherwise queue a plan that reads
+    nothing new (`plan_acted_on`). Never raises; a malformed field is kept as it is and judged
+    by the reader, as on the full object."""
     meta = metadata(migration)
     state = status(migration)
     narrow: dict[str, Any] = {
@@ -91,9 +93,6 @@ def migration_plan_view(migration: Object) -> Object:
         narrow["status"]["conditions"] = [
             _narrow_condition(c) for c in conditions if isinstance(c, Mapping)
         ]
-    own = state.get("migrationState")
-    if isinstance(own, Mapping) and own.get("sourcePod"):
-        narrow["status"]["migrationState"] = {"sourcePod": own["sourcePod"]}
     transitions = state.get("phaseTransitionTimestamps")
     if isinstance(transitions, list):
         final = [
@@ -114,23 +113,32 @@ def _narrow_condition(condition: Mapping[str, Any]) -> dict[str, Any]:
     return narrow
 
 
-UNDER_WAY: Final = "(under way)"
-"""What `plan_acted_on` makes of every phase between Pending and a final one."""
+UNDER_WAY: Final = "(not finished)"
+"""What `plan_acted_on` makes of every phase but a final one (none and Pending included),
+unless the migration carries KubeVirt's quota refusal."""
 
 
 def plan_acted_on(view: Object) -> Object:
     """The part of a `migration_plan_view` a plan acts on: the view with its phase reduced to
-    the classes the room model tells apart (none, Pending, under way, Succeeded, Failed).
-    KubeVirt steps an admitted migration through Scheduling, Scheduled, PreparingTarget,
-    TargetReady and Running (WaitingForSync and Synchronizing when decentralized); a room,
-    its reason ("migrating"), a refusal and a release read none of those apart, and the
-    changes that do matter at those moments come as changes of their own (the target pod's
-    view, the source pod KubeVirt records, a condition). So the steps between queue no plan;
-    the view stored keeps the exact phase for whatever reads it next (`explain`)."""
-    phase = status(view).get("phase")
-    if phase in (None, "", PHASE_PENDING) or phase in FINAL_PHASES:
+    the classes the room model tells apart. A final phase (Succeeded, Failed) is kept: a
+    finished migration holds room only while its pods count. Every other phase, none and
+    Pending included, is UNDER_WAY: a migration not finished holds the same room whatever its
+    step (rooms.py: `_holding_reason` and `_room` read the phase only as final or not, besides
+    the room's reason, "pending" or "migrating", which only the log line and Event of a write
+    show, and a write reads the view stored, which keeps the exact phase). So KubeVirt's steps
+    from none to Pending, Scheduling, Scheduled, PreparingTarget, TargetReady and Running
+    queue no plan; the changes that matter at those moments come as changes of their own (the
+    target pod's view, a condition). One reader tells Pending apart: a quota refusal counts
+    while the migration is Pending (reports.py `refused_by_quota`, whose end a reconcile
+    settles), so a migration carrying the refusal condition keeps its phase as none-or-Pending
+    or UNDER_WAY. The view stored keeps the exact phase for whatever reads it next."""
+    state = status(view)
+    phase = state.get("phase")
+    if phase in FINAL_PHASES:
         return view
-    return {**view, "status": {**status(view), "phase": UNDER_WAY}}
+    if phase in (None, "", PHASE_PENDING) and has_condition(view, CONDITION_REJECTED_BY_QUOTA):
+        return {**view, "status": {**state, "phase": PHASE_PENDING}}
+    return {**view, "status": {**state, "phase": UNDER_WAY}}
 
 
 def _narrow_spec(spec: object) -> dict[str, Any]:
