@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import orjson
 
 from .quantity import Quantity
 from .quotascope import reduced_affinity
@@ -31,6 +34,7 @@ __all__ = [
     "pod_limits",
     "pod_quota_usage",
     "pod_requests",
+    "pod_usage_inputs",
     "pod_without_unreadable_quantities",
     "quota_constraint_violations",
     "quota_features_from_gates",
@@ -50,6 +54,7 @@ _NATIVE_NAMESPACE: Final = "kubernetes.io/"
 _POD_LEVEL_RESOURCES: Final = frozenset({"cpu", "memory"})
 _EPHEMERAL_STORAGE: Final = "ephemeral-storage"
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+_RESIZE: Final = "PodResizePending"
 
 _DNS1123_LABEL: Final = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN_RE: Final = re.compile(rf"{_DNS1123_LABEL}(?:\.{_DNS1123_LABEL})*")
@@ -242,7 +247,7 @@ def _parse_pod(pod: Mapping[str, Any], features: QuotaFeatures = KUBERNETES_1_36
             )
     resize_infeasible = False
     for condition in sequence_at(status, "conditions", "status"):
-        if isinstance(condition, Mapping) and condition.get("type") == "PodResizePending":
+        if isinstance(condition, Mapping) and condition.get("type") == _RESIZE:
             resize_infeasible = condition.get("reason") == "Infeasible"
             break
     pod_requests: ResourceList | None = None
@@ -426,6 +431,40 @@ def pod_quota_usage(
     view = _parse_pod(pod, features)
     _add_into(usage, _compute_usage(_pod_requests(view), _pod_limits(view)))
     return usage
+
+
+def pod_usage_inputs(pod: Mapping[str, Any]) -> bytes | None:
+    """A digest of everything of `pod` that `pod_quota_usage` reads with ``now=None`` (its
+    phase, the containers, init containers, pod resources and overhead of its spec, its
+    container statuses and its PodResizePending conditions): two pods with the same digest are
+    charged the same under the same features, whatever else differs (names, nodes, IPs, the
+    other conditions). None for a pod whose parts are not of the types those reads take (the
+    charge then raises, or is made of what can be read: compute it)."""
+    spec, state = pod.get("spec"), pod.get("status")
+    if not (
+        _object_or_none(pod.get("metadata")) and _object_or_none(spec) and _object_or_none(state)
+    ):
+        return None
+    spec, state = spec or {}, state or {}
+    conditions = state.get("conditions")
+    if not (conditions is None or type(conditions) is list):
+        return None
+    read = [
+        state.get("phase"),
+        [spec.get(key) for key in ("containers", "initContainers", "resources", "overhead")],
+        [state.get(key) for key in ("containerStatuses", "initContainerStatuses")],
+        [c for c in conditions or () if type(c) is not dict or c.get("type") == _RESIZE],
+    ]
+    try:
+        encoded = orjson.dumps(read)
+    except TypeError:  # orjson.JSONEncodeError: a value decoded JSON cannot hold
+        return None
+    return hashlib.blake2b(encoded, digest_size=16).digest()
+
+
+def _object_or_none(value: Any) -> bool:
+    """A JSON object or absent (the dicts decoded objects are made of checked first: cheaper)."""
+    return value is None or type(value) is dict or isinstance(value, Mapping)
 
 
 _SPEC_QUANTITIES: Final = (("resources", "requests"), ("resources", "limits"), ("overhead",))

@@ -3,9 +3,12 @@ and relists, each namespace's figures are exactly what summing its cached pods g
 
 from __future__ import annotations
 
+import copy
 import datetime
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import NamespaceObjects, Store
 from harvester_quota.util import resources
@@ -17,6 +20,7 @@ from harvester_quota.util.quotascope import (
     ScopeRequirement,
     pod_scope_facts,
 )
+from harvester_quota.util.resourcequota import podindex
 from harvester_quota.util.resourcequota.podindex import (
     NamespacePods,
     PodIndex,
@@ -171,6 +175,67 @@ def test_a_pod_with_one_unreadable_quantity_still_charges_its_readable_keys() ->
     assert view.usage["requests.memory"] == Quantity.parse("2Gi")
     assert NamespacePods([view]).used_without(frozenset(), NOW)["limits.cpu"] == Quantity.parse("2")
     assert tenant["spec"]["containers"][0]["resources"]["limits"]["example.com/x"] == "1" * 1001
+
+
+def test_a_pods_status_writes_that_leave_its_quantities_cost_no_parse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """KubeVirt's and the kubelet's status writes (conditions, IPs, the phase's next step
+    aside) leave what a pod charges as it was: its next view reuses the usage, parsed once for
+    it and for every pod of the same shape."""
+    parses: list[str] = []
+
+    def counted(pod: Object, **kwargs: Any) -> dict[str, Quantity]:
+        parses.append(pod["metadata"]["name"])
+        return pod_quota_usage(pod, **kwargs)
+
+    monkeypatch.setattr(podindex, "pod_quota_usage", counted)
+    first = pod("shape-a", cpu="317m")
+    first["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    written = copy.deepcopy(first)
+    written["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    written["status"]["podIP"] = "10.0.0.1"
+    twin = pod("shape-a-twin", cpu="317m")
+    twin["spec"]["nodeName"] = "elsewhere"
+    views = [pod_view(first), pod_view(written), pod_view(twin)]
+    assert parses == ["shape-a"]
+    assert views[1].usage == views[2].usage == pod_quota_usage(first)
+
+
+def _resized(pod: Object) -> None:
+    pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "2"
+
+
+def _resizing(pod: Object) -> None:
+    pod["status"]["containerStatuses"] = [
+        {"name": "c", "resources": {"requests": {"cpu": "3"}, "limits": {"cpu": "3"}}}
+    ]
+
+
+def _overhead(pod: Object) -> None:
+    pod["spec"]["overhead"] = {"cpu": "250m"}
+
+
+def _init_container(pod: Object) -> None:
+    pod["spec"]["initContainers"] = [{"name": "i", "resources": {"requests": {"cpu": "4"}}}]
+
+
+def _pod_level(pod: Object) -> None:
+    pod["spec"]["resources"] = {"limits": {"cpu": "5"}}
+
+
+@pytest.mark.parametrize("change", [_resized, _resizing, _overhead, _init_container, _pod_level])
+def test_a_pod_seen_before_is_charged_anew_once_what_quota_reads_of_it_changed(
+    change: Callable[[Object], None],
+) -> None:
+    """Every field the charge reads is part of what a reused usage is looked up by: an in-place
+    resize (spec or status), an overhead, an init container, pod-level resources."""
+    before = pod("resized", cpu="421m")
+    old = pod_view(before).usage
+    after = copy.deepcopy(before)
+    change(after)
+    assert pod_quota_usage(after) != old, "the change is one quota charges"
+    assert pod_view(after).usage == pod_quota_usage(after)
 
 
 def test_an_unreadable_pod_stops_counting_once_terminal_or_past_its_grace_period() -> None:

@@ -43,6 +43,7 @@ from ..podusage import (
     KUBERNETES_1_36,
     QuotaFeatures,
     pod_quota_usage,
+    pod_usage_inputs,
     pod_without_unreadable_quantities,
 )
 from ..quantity import Format, Quantity
@@ -156,15 +157,25 @@ def _controller_uid(meta: Mapping[str, Any]) -> str | None:
 
 
 def _with_usage(pod: Object, common: dict[str, Any], features: QuotaFeatures) -> PodView:
-    """The view with the pod's usage. A pod that reads whole (all but a crafted one) is parsed
-    once; only one that does not is filtered (a second parse) to charge what can be read."""
+    """The view with the pod's usage. A pod charged as one seen lately (`_USAGES`) is not
+    parsed; one that reads whole (all but a crafted one) is parsed once; only one that does not
+    is filtered (a second parse) to charge what can be read."""
+    inputs = pod_usage_inputs(pod)
+    key = None if inputs is None else (features, inputs)
+    shared = None if key is None else _USAGES.get(key)
+    if shared is not None:
+        return PodView(usage=shared, **common)
     try:
-        return PodView(usage=_interned(pod_quota_usage(pod, now=None, features=features)), **common)
+        usage = pod_quota_usage(pod, now=None, features=features)
     except (ValueError, TypeError, AttributeError):
         pass
+    else:
+        if key is not None:
+            _USAGES[key] = usage
+        return PodView(usage=usage, **common)
     readable, dropped = pod_without_unreadable_quantities(pod)
     try:
-        usage = _interned(pod_quota_usage(readable, now=None, features=features))
+        usage = pod_quota_usage(readable, now=None, features=features)
     except (ValueError, TypeError, AttributeError) as error:
         return PodView(
             usage=_EMPTY, error=f"pod {common['name']} cannot be read: {error}", **common
@@ -176,18 +187,13 @@ def _with_usage(pod: Object, common: dict[str, Any], features: QuotaFeatures) ->
 
 
 _EMPTY: ResourceList = {}
-_USAGES: LRUCache[tuple[tuple[str, str], ...], ResourceList] = LRUCache(maxsize=4096)
-"""Usages seen lately, shared by the views that charge the same: the pods of VMs of one size
-all charge the same, and a usage of a dozen Quantities is most of a view's memory (an
-unshared one took 1.8 KB a view at 10,000 VMs). A view's usage is never mutated (see `usage_at`)."""
-
-
-def _interned(usage: ResourceList) -> ResourceList:
-    key = tuple(sorted((name, repr(quantity)) for name, quantity in usage.items()))
-    shared = _USAGES.get(key)
-    if shared is None:
-        _USAGES[key] = shared = usage
-    return shared
+_USAGES: LRUCache[tuple[QuotaFeatures, bytes], ResourceList] = LRUCache(maxsize=4096)
+"""Usages seen lately by what they were computed from (`pod_usage_inputs`), shared by the
+views that charge the same: a pod's status writes (its conditions, IPs, container states)
+leave its inputs as they were, so its next view costs no parse, and the pods of VMs of one
+size read alike, so a usage of a dozen Quantities, most of a view's memory (an unshared one
+took 1.8 KB a view at 10,000 VMs), is held once. A view's usage is never mutated (see
+`usage_at`)."""
 
 
 def _deadline(meta: Mapping[str, Any]) -> datetime.datetime | None:
