@@ -435,8 +435,9 @@ def pod_quota_usage(
 
 def pod_usage_inputs(pod: Mapping[str, Any]) -> bytes | None:
     """A digest of everything of `pod` that `pod_quota_usage` reads with ``now=None`` (its
-    phase, the containers, init containers, pod resources and overhead of its spec, its
-    container statuses and its PodResizePending conditions): two pods with the same digest are
+    phase, the containers, init containers, pod resources and overhead of its spec, the names,
+    resources and allocated resources of its container statuses and its PodResizePending
+    conditions): two pods with the same digest are
     charged the same under the same features, whatever else differs (names, nodes, IPs, the
     other conditions). None for a pod whose parts are not of the types those reads take (the
     charge then raises, or is made of what can be read: compute it)."""
@@ -452,7 +453,7 @@ def pod_usage_inputs(pod: Mapping[str, Any]) -> bytes | None:
     read = [
         state.get("phase"),
         [spec.get(key) for key in ("containers", "initContainers", "resources", "overhead")],
-        [state.get(key) for key in ("containerStatuses", "initContainerStatuses")],
+        [_status_inputs(state.get(key)) for key in ("containerStatuses", "initContainerStatuses")],
         [c for c in conditions or () if type(c) is not dict or c.get("type") == _RESIZE],
     ]
     try:
@@ -460,6 +461,19 @@ def pod_usage_inputs(pod: Mapping[str, Any]) -> bytes | None:
     except TypeError:  # orjson.JSONEncodeError: a value decoded JSON cannot hold
         return None
     return hashlib.blake2b(encoded, digest_size=16).digest()
+
+
+def _status_inputs(statuses: Any) -> Any:
+    """What the charge reads of a pod's container statuses: each entry's name, resources and
+    allocatedResources (not its id, state, readiness or restart count, which the kubelet
+    rewrites while the pod runs, nor anything else that tells two pods of one shape apart).
+    An entry or list of another type is kept whole, so the charge reads it and raises."""
+    if type(statuses) is not list:
+        return statuses
+    return [
+        (e.get("name"), e.get("resources"), e.get("allocatedResources")) if type(e) is dict else e
+        for e in statuses
+    ]
 
 
 def _object_or_none(value: Any) -> bool:

@@ -180,9 +180,9 @@ def test_a_pod_with_one_unreadable_quantity_still_charges_its_readable_keys() ->
 def test_a_pods_status_writes_that_leave_its_quantities_cost_no_parse(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """KubeVirt's and the kubelet's status writes (conditions, IPs, the phase's next step
-    aside) leave what a pod charges as it was: its next view reuses the usage, parsed once for
-    it and for every pod of the same shape."""
+    """KubeVirt's and the kubelet's status writes (conditions, IPs, container ids, states and
+    readiness; the phase's next step aside) leave what a pod charges as it was: its next view
+    reuses the usage, parsed once for it and held once for every pod of the same shape."""
     parses: list[str] = []
 
     def counted(pod: Object, **kwargs: Any) -> dict[str, Quantity]:
@@ -195,11 +195,26 @@ def test_a_pods_status_writes_that_leave_its_quantities_cost_no_parse(
     written = copy.deepcopy(first)
     written["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     written["status"]["podIP"] = "10.0.0.1"
+    first["status"]["containerStatuses"] = [_running("c", "containerd://1", ready=False)]
+    written["status"]["containerStatuses"] = [_running("c", "containerd://1", ready=True)]
     twin = pod("shape-a-twin", cpu="317m")
     twin["spec"]["nodeName"] = "elsewhere"
+    twin["status"]["containerStatuses"] = [_running("c", "containerd://2", ready=True)]
     views = [pod_view(first), pod_view(written), pod_view(twin)]
     assert parses == ["shape-a"]
-    assert views[1].usage == views[2].usage == pod_quota_usage(first)
+    assert views[0].usage is views[1].usage is views[2].usage
+    assert views[2].usage == pod_quota_usage(first)
+
+
+def _running(name: str, container_id: str, *, ready: bool) -> dict[str, Any]:
+    """A container status as the kubelet writes it for a running container."""
+    return {
+        "name": name,
+        "containerID": container_id,
+        "ready": ready,
+        "restartCount": 0,
+        "state": {"running": {"startedAt": f"2026-01-01T00:00:0{container_id[-1]}Z"}},
+    }
 
 
 def _resized(pod: Object) -> None:
