@@ -466,12 +466,13 @@ def pod_usage_inputs(pod: Mapping[str, Any]) -> bytes | None:
 def _status_inputs(statuses: Any) -> Any:
     """What the charge reads of a pod's container statuses: each entry's name, resources and
     allocatedResources (not its id, state, readiness or restart count, which the kubelet
-    rewrites while the pod runs, nor anything else that tells two pods of one shape apart).
-    An entry or list of another type is kept whole, so the charge reads it and raises."""
+    rewrites while the pod runs, nor anything else that tells two pods of one shape apart),
+    kept as an object: a key absent stays apart from one set to null, and an entry that is no
+    object from one that is. A list or entry of another type is kept whole."""
     if type(statuses) is not list:
         return statuses
     return [
-        (e.get("name"), e.get("resources"), e.get("allocatedResources")) if type(e) is dict else e
+        {key: e[key] for key in _CONTAINER_STATUS_READ if key in e} if type(e) is dict else e
         for e in statuses
     ]
 

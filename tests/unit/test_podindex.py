@@ -12,7 +12,11 @@ import pytest
 from harvester_quota.generic.resource import Object
 from harvester_quota.generic.store import NamespaceObjects, Store
 from harvester_quota.util import resources
-from harvester_quota.util.podusage import pod_counts_against_quota, pod_quota_usage
+from harvester_quota.util.podusage import (
+    pod_counts_against_quota,
+    pod_quota_usage,
+    pod_usage_inputs,
+)
 from harvester_quota.util.quantity import Quantity
 from harvester_quota.util.quotascope import (
     UNSCOPED,
@@ -251,6 +255,75 @@ def test_a_pod_seen_before_is_charged_anew_once_what_quota_reads_of_it_changed(
     change(after)
     assert pod_quota_usage(after) != old, "the change is one quota charges"
     assert pod_view(after).usage == pod_quota_usage(after)
+
+
+def _with_statuses(name: str, statuses: list[Any]) -> Object:
+    """A running pod of one container `c` (1 CPU requested) with `statuses` as its
+    containerStatuses."""
+    made = pod(name, cpu="1")
+    made["spec"]["containers"][0]["name"] = "c"
+    made["status"]["containerStatuses"] = statuses
+    return made
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            {"name": "c", "resources": {"requests": {"cpu": "3"}}},
+            {"name": "c", "resources": {"requests": {"cpu": "5"}}},
+        ),
+        (
+            {
+                "name": "c",
+                "resources": {"requests": {"cpu": "1"}},
+                "allocatedResources": {"cpu": "1"},
+            },
+            {
+                "name": "c",
+                "resources": {"requests": {"cpu": "1"}},
+                "allocatedResources": {"cpu": "6"},
+            },
+        ),
+        (
+            {"name": "x", "resources": {"requests": {"cpu": "7"}}},
+            {"name": "c", "resources": {"requests": {"cpu": "7"}}},
+        ),
+    ],
+    ids=["resources", "allocated", "name"],
+)
+def test_a_container_status_change_the_charge_reads_is_charged_anew(
+    before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    """A second resize, the allocated resources, the status entry's name coming to match the
+    container: each is read by the charge, so a pod seen before is charged anew."""
+    first, second = _with_statuses("p", [before]), _with_statuses("p", [after])
+    assert pod_quota_usage(first) != pod_quota_usage(second), "the change is one quota charges"
+    pod_view(first)
+    assert pod_view(second).usage == pod_quota_usage(second)
+
+
+def test_container_statuses_the_charge_reads_apart_are_looked_up_apart() -> None:
+    """An entry that is no object (skipped by the charge) and an object with the same values
+    (read), or a status name absent and one set to null (charged as "" and as "None"), never
+    share a usage; and a pod whose charge cannot be read is never handed another's success."""
+    resources = {"requests": {"cpu": "4"}}
+    as_list = _with_statuses("a", [["c", resources, None]])
+    as_object = _with_statuses("b", [{"name": "c", "resources": resources}])
+    assert pod_quota_usage(as_list) != pod_quota_usage(as_object)
+    assert pod_usage_inputs(as_list) != pod_usage_inputs(as_object)
+    null, absent = (
+        _with_statuses(n, [dict(resources=resources, **named)])
+        for n, named in (("n", {"name": None}), ("m", {}))
+    )
+    for named_none in (null, absent):
+        named_none["spec"]["containers"][0]["name"] = "None"
+    assert pod_quota_usage(null) != pod_quota_usage(absent)
+    assert pod_usage_inputs(null) != pod_usage_inputs(absent)
+    readable = _with_statuses("ok", [["c", "not-an-object", None]])
+    unreadable = _with_statuses("bad", [{"name": "c", "resources": "not-an-object"}])
+    assert pod_view(readable).error is None
+    assert pod_view(unreadable).error is not None
 
 
 def test_an_unreadable_pod_stops_counting_once_terminal_or_past_its_grace_period() -> None:

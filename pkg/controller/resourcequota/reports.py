@@ -133,10 +133,10 @@ class _Namespace:
 
 class RefusalTracker(Collector):
     """Refused migrations per namespace, kept until a settle or forget of their namespace reads
-    them. A refusal's start and a migration's end or deletion are changes of the plan's migration
-    view, which queue the namespace; a refusal cleared by a status write that leaves the migration
-    before its final phase queues nothing by itself (KubeVirt clears it in the write that moves
-    the migration on), so its end is read by the namespace's next reconcile, whatever queued it.
+    them. Every change noted here is a change of the plan's migration view (which keeps the
+    refusal condition's type and status, and a refused migration's phase apart from one under
+    way: planviews.py `plan_acted_on`), which queues the namespace, so each is read by that
+    namespace's next reconcile.
 
     Registered as a collector, it exports STANDING_SINCE at each scrape
     (`harvester_quota_migration_refused_since_timestamp_seconds{namespace}`): per namespace,
