@@ -559,11 +559,20 @@ def test_the_label_policy_keeps_rancher_direct_labels_and_removes_none_under_a_r
         raise_stands=raise_stands,
         fail_closed=fail_closed,
     )
-    assert policy == expected
+    assert (
+        policy["labels_room"],
+        policy["labelled_for_good"],
+        policy["label_writes_wait"],
+    ) == expected
+    assert len(policy) == 3
     elsewhere = label_policy(
         managed=True, holds_room=True, may_label=True, raise_stands=True, fail_closed=True
     )
-    assert elsewhere == (True, False, False)
+    assert elsewhere == {
+        "labels_room": True,
+        "labelled_for_good": False,
+        "label_writes_wait": False,
+    }
 
 
 def rancher_direct_reconciler(
@@ -577,20 +586,14 @@ def rancher_direct_reconciler(
     instance = bare_reconciler(clock, client, linger)
 
     def plan(_key: str, ns: dict[str, Any], **_options: Any) -> Any:
-        labels_room, for_good, waits = label_policy(
+        policy = label_policy(
             managed=True,
             holds_room=state["room"],
             may_label=False,
             raise_stands=state["raise"],
             fail_closed=fail_closed,
         )
-        return stub_plan(
-            ns,
-            holds_room=state["room"],
-            labels_room=labels_room,
-            labelled_for_good=for_good,
-            label_writes_wait=waits,
-        )
+        return stub_plan(ns, holds_room=state["room"], **policy)
 
     async def write(*_: Any) -> None:
         return None

@@ -25,7 +25,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from ...config.management import Management
 from ...generic.meta import metadata, name
@@ -76,11 +76,19 @@ class _PlanSource(Protocol):
         ...
 
 
+class _LabelFlags(TypedDict):
+    """The room-held label's three QuotaPlan flags, by their field names."""
+
+    labels_room: bool
+    labelled_for_good: bool
+    label_writes_wait: bool
+
+
 def label_policy(
     *, managed: bool, holds_room: bool, may_label: bool, raise_stands: bool, fail_closed: bool
-) -> tuple[bool, bool, bool]:
-    """The label's policy for a plan: its QuotaPlan flags (`labels_room`, `labelled_for_good`,
-    `label_writes_wait`). Where a namespace write is safe during a room (`may_label`), the label
+) -> _LabelFlags:
+    """The label's policy for a plan: its QuotaPlan flags by field name (`labels_room`,
+    `labelled_for_good`, `label_writes_wait`), for `dataclasses.replace`. Where a namespace write is safe during a room (`may_label`), the label
     is set for the room and lingers after it. Where it is not (a Rancher quota raised
     directly), a label per room could never be written, which left those rooms on the pods
     rule that fails open; with `fail_closed` the label is kept there for good instead. It is
@@ -90,10 +98,10 @@ def label_policy(
     once, which the next plan raises again, where leaving the room on the fail-open rule would
     let pods in for as long as it lasts. A label not kept for good there is only removed while
     no raise of ours `raise_stands`."""
-    return (
-        managed and holds_room and may_label,
-        managed and not may_label and fail_closed,
-        not may_label and (holds_room or raise_stands),
+    return _LabelFlags(
+        labels_room=managed and holds_room and may_label,
+        labelled_for_good=managed and not may_label and fail_closed,
+        label_writes_wait=not may_label and (holds_room or raise_stands),
     )
 
 
@@ -160,16 +168,14 @@ class NamespacePlanner:
             snapshot = dataclasses.replace(snapshot, migrations=[])
         plan = plan_quota(snapshot)
         may_label = self._may_label(namespace, plan)
-        labels_room, for_good, waits = label_policy(
+        policy = label_policy(
             managed=plan.managed,
             holds_room=plan.holds_room,
             may_label=may_label,
             raise_stands=not may_label and raise_records(quota, namespace),
             fail_closed=self.fail_closed,
         )
-        return dataclasses.replace(
-            plan, labels_room=labels_room, labelled_for_good=for_good, label_writes_wait=waits
-        )
+        return dataclasses.replace(plan, **policy)
 
     def _may_label(self, namespace: Object, plan: QuotaPlan) -> bool:
         """Whether a namespace write is safe while room is held. Rancher's agent re-derives the
