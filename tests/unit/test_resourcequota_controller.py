@@ -314,7 +314,7 @@ async def test_a_raise_after_the_room_held_label_covers_migrations_seen_during_t
         assert held
         return labelled
 
-    async def write(_ns: dict[str, Any], _quota: Any, plan: Any, _snapshot: Any) -> None:
+    async def write(plan: Any) -> None:
         written.append(plan.name)
 
     instance = bare_reconciler(FakeClock())

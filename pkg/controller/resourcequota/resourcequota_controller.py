@@ -31,7 +31,7 @@ from ...generic.meta import metadata
 from ...generic.resource import Object
 from ...generic.store import namespace_index
 from ...util.quantity import Quantity
-from ...util.resourcequota.plan import NamespaceSnapshot, QuotaPlan, patch_for
+from ...util.resourcequota.plan import QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
 from .planner import NamespacePlanner, PlanInputs
 from .projectdemands import ProjectDemands, siblings_waiting
@@ -196,7 +196,7 @@ class QuotaReconciler:
         recheck = None
         if held is None:
             await self._confirm_release(key, plan)
-            recheck = await self._write_plan(snapshot.namespace, snapshot.quota, plan, snapshot)
+            recheck = await self._write_plan(plan)
         namespace = snapshot.namespace
         if plan.labelled_for_good:
             relabel = self.room_label.retry_labelling(namespace)
@@ -244,11 +244,12 @@ class QuotaReconciler:
             log.info(LABELLED_UNDER_A_RAISE, key)
         return self.planner.plan(labelled)
 
-    async def _write_plan(
-        self, namespace: Object, quota: Object, plan: QuotaPlan, snapshot: NamespaceSnapshot
-    ) -> float | None:
-        """At most one write bringing the quota (or Rancher's annotation) to the plan. Returns
-        the seconds until the plan must be tried again for its Rancher project's room, or None."""
+    async def _write_plan(self, plan: QuotaPlan) -> float | None:
+        """At most one write bringing the quota (or Rancher's annotation) to the plan, made
+        from its snapshot's namespace and quota. Returns the seconds until the plan must be
+        tried again for its Rancher project's room, or None."""
+        snapshot = plan.snapshot
+        namespace, quota = snapshot.namespace, snapshot.quota
         if self.rancher.through(namespace, plan):
             return await self.rancher.write(namespace, quota, plan, snapshot)
         self.rancher.asks_nothing(str(metadata(namespace).get("name")))
