@@ -245,9 +245,8 @@ class QuotaReconciler:
         return self.planner.plan(labelled)
 
     async def _write_plan(self, plan: QuotaPlan) -> float | None:
-        """At most one write bringing the quota (or Rancher's annotation) to the plan, made
-        from its snapshot's namespace and quota. Returns the seconds until the plan must be
-        tried again for its Rancher project's room, or None."""
+        """At most one write bringing the snapshot's quota (or Rancher's annotation) to the
+        plan. Returns the seconds until it must be tried again for its project's room, or None."""
         snapshot = plan.snapshot
         namespace, quota = snapshot.namespace, snapshot.quota
         if self.rancher.through(namespace, plan):
