@@ -122,8 +122,10 @@ class Options:
     """`scale --step-timeout` for Harvester's runs (None: the scale run's default)."""
 
 
-def scale_command(strategy: str, report: Path, options: Options) -> list[str]:
-    """One run's command: the shared size and waves, the kept cluster, its own report."""
+def scale_command(strategy: str, report: Path, options: Options, *, place: int) -> list[str]:
+    """One run's command: the shared size and waves, the kept cluster, its own report, and its
+    arms' order rotated by `place` (its place in the sequence, from 0: `scale --arm-offset`), so
+    that over three runs each arm runs first, second and last in every step."""
     return [
         *BENCH,
         "scale",
@@ -136,6 +138,8 @@ def scale_command(strategy: str, report: Path, options: Options) -> list[str]:
         str(options.state_dir),
         "--report",
         str(report),
+        "--arm-offset",
+        str(place),
         *(["--strategy", HARVESTER] if strategy == HARVESTER else []),
         *_step_timeout(strategy, options),
         *options.scale_args,
@@ -172,7 +176,7 @@ class ArmsRuns:
         made = []
         for index, strategy in enumerate(sequence, start=1):
             report = self.options.reports / f"{index:02d}-{strategy}"
-            await self._one(strategy, report)
+            await self._one(strategy, report, place=index - 1)
             if (report / "report.json").exists():
                 made.append(report)
             else:
@@ -182,7 +186,7 @@ class ArmsRuns:
             self.runner(down, self.options.reports / "cluster-down.log")
         return made
 
-    async def _one(self, strategy: str, report: Path) -> None:
+    async def _one(self, strategy: str, report: Path, *, place: int) -> None:
         wait = await wait_idle(
             self.load,
             self.clock,
@@ -195,7 +199,7 @@ class ArmsRuns:
                 f"{wait.load:.2f} >= {self.options.idle_load}): running anyway"
             )
         started, commit = self.clock.now(), self.commit()
-        command = scale_command(strategy, report, self.options)
+        command = scale_command(strategy, report, self.options, place=place)
         code = await asyncio.to_thread(self.runner, command, report.with_suffix(".log"))
         log: dict[str, object] = {
             "strategy": strategy,

@@ -96,6 +96,9 @@ async def test_the_runs_share_one_kept_cluster_each_logs_its_load_and_commit_the
             "--waves",
             "2",
         ]
+    assert [c[c.index("--arm-offset") + 1] for c in (harvester, ours)] == ["0", "1"], (
+        "each run starts the arms' rotation one place further than the run before it"
+    )
     assert harvester[harvester.index("--strategy") + 1] == HARVESTER
     assert "--strategy" not in ours
     assert harvester[harvester.index("--step-timeout") + 1] == "120"

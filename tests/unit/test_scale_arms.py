@@ -78,6 +78,43 @@ def test_the_arms_order_rotates_so_each_arm_goes_first_in_turn() -> None:
     assert rotated([], 3) == []
 
 
+async def test_a_runs_arm_offset_shifts_which_arm_goes_first_in_every_step() -> None:
+    """Runs made one after the other would otherwise put the same arm in the same place of a
+    step every time: `arm_offset` starts each run's rotation where the run asks."""
+    plan = PRESETS["tiny"]
+    arm_of: dict[str, str] = {}
+    for i in range(len(plan.namespaces)):
+        arm_of[plan.namespace(i)] = "ours"
+        arm_of[plan.baseline_namespace(i)] = "no quota"
+        arm_of[plan.headroom_namespace(i)] = ARM_HEADROOM
+
+    class Ran:
+        def line(self) -> str:
+            return ""
+
+    async def order_of_arms(offset: int, index: int) -> list[str]:
+        ran: list[str] = []
+        run = object.__new__(ScaleRun)
+        run.options = ScaleOptions(arm_offset=offset)
+        run.plan = plan
+        run.report = ScaleReport(plan, cpu_accounting=False)
+        run.say = lambda _line: None  # type: ignore[method-assign]
+        run.headroom_namespaces = [plan.headroom_namespace(0)]
+
+        async def step(arm: Step, _index: int) -> Any:
+            ran.extend(arm_of[namespace] for namespace, _ in arm.migrations[:1])
+            return Ran()
+
+        run._step = step  # type: ignore[method-assign]
+        await run._step_and_baseline(index, plan.steps()[index])
+        return ran
+
+    assert await order_of_arms(0, 0) == ["ours", "no quota", ARM_HEADROOM]
+    assert await order_of_arms(1, 0) == await order_of_arms(0, 1), "the offset adds to the step"
+    assert await order_of_arms(1, 0) == ["no quota", ARM_HEADROOM, "ours"]
+    assert await order_of_arms(2, 1) == ["ours", "no quota", ARM_HEADROOM]
+
+
 async def test_a_headroom_namespace_s_quota_is_open_on_the_same_keys_and_marked_for_nobody() -> (
     None
 ):

@@ -76,6 +76,15 @@ def add_command(commands: Any) -> None:
         "drain wave starts: prints the time to the standby's takeover and its first raise",
     )
     scale.add_argument(
+        "--arm-offset",
+        type=int,
+        default=0,
+        metavar="N",
+        help="rotate the arms' order by N places before the first step (it rotates by one each "
+        "step): runs made one after the other give each its own N, so each arm takes each "
+        "place in every step over the runs",
+    )
+    scale.add_argument(
         "--no-cpu-accounting",
         action="store_true",
         help="run our controller without --cpu-accounting, as the chart deploys it by default: "
@@ -191,6 +200,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
                     strategy=args.strategy,
                     failover=args.failover,
                     cpu_accounting=not args.no_cpu_accounting,
+                    arm_offset=args.arm_offset,
                     step_timeout=args.step_timeout,
                     process_args=ProcessArgs(tuple(args.controller_arg), tuple(args.webhook_arg)),
                 ),

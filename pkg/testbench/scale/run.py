@@ -264,6 +264,10 @@ class ScaleOptions:
     """Seconds a step waits at most for every migration's outcome, and again at most for the
     quotas to settle; None: 120 s plus 2 s a migration of the step. A run whose arm leaves
     migrations Pending for good (Harvester's, see bench/SCALE.md) waits both out in every step."""
+    arm_offset: int = 0
+    """How far the arms' order is rotated before the first step (`rotated`): the step's index
+    plus this. Runs made one after the other (bench/arms_runs.py) give each its own, so that
+    over the runs each arm takes each place in every step, not the same place in all of them."""
     cpu_accounting: bool = True
     """Run our controller with `--cpu-accounting`, for the breakdown of its CPU (breakdown.py);
     off, it runs as the chart deploys it by default, and the run has no breakdown (an A/B of the
@@ -399,15 +403,15 @@ class ScaleRun:
 
     async def _step_and_baseline(self, index: int, step: Step) -> None:
         """`step` in the quota namespaces and, with a baseline, in their twins (and headroom
-        twins); the order is rotated by one each step (`rotated`), so that no arm always runs
-        on another's tail."""
+        twins); the order is rotated by one each step, from `ScaleOptions.arm_offset`
+        (`rotated`), so that no arm always runs on another's tail."""
         arms: list[tuple[list[StepResult], Step, str]] = [(self.report.steps, step, "")]
         if self.options.baseline:
             arms.append((self.report.baseline_steps, self.plan.baseline_of(step), "no quota: "))
         if self.headroom_namespaces:
             label = f"{ARM_HEADROOM}: "
             arms.append((self.report.headroom_steps, self.plan.headroom_of(step), label))
-        for results, arm, label in rotated(arms, index):
+        for results, arm, label in rotated(arms, index + self.options.arm_offset):
             results.append(await self._step(arm, index))
             self.say(label + results[-1].line())
             if self.report.has_breakdown:
