@@ -23,7 +23,12 @@ c. per drain wave, our p99 Succeeded over the same run's no-quota p99, the media
    at most DRAIN_P99_RATIO.
 
 A run that lacks an arm or a step is named, and a verdict it leaves without its figures says
-"incomplete" (not met). Exit code 0 when all three are met, 1 otherwise.
+"incomplete" (not met). Exit code 0 when all three are met, 1 otherwise. Issue 55's three
+verdicts follow, each on the median over our runs (not in the exit code): (d) per drain wave, our
+median and p99 Succeeded within 1.10x of no quota; (e) per step, our target-admitted p50 within
+1.2x of no quota's; (f) per step, the controller's CPU at or under 20 ms a migration. A table of
+each measured process's CPU a migration (the API server's, etcd's, KubeVirt's ...) comes before
+them.
 """
 
 from __future__ import annotations
@@ -61,9 +66,12 @@ IDLE_LOAD: Final = 1.0
 ARM_ORDER: Final = (ARM_NONE, ARM_HEADROOM, ARM_OURS, ARM_HARVESTER)
 RUN_ARMS: Final = {"ours": ARM_OURS, "harvester": ARM_HARVESTER}
 ARM_KEYS: Final = ((ARM_NONE, "baseline_steps"), (ARM_HEADROOM, "headroom_steps"))
-RUN_OWN_OPTIONS: Final = frozenset({"--report", "--state-dir", "--strategy", "--step-timeout"})
+RUN_OWN_OPTIONS: Final = frozenset(
+    {"--report", "--state-dir", "--strategy", "--step-timeout", "--arm-offset"}
+)
 """Options that differ between runs of one comparison (each takes a value): `--step-timeout`
-only bounds how long a step waits for migrations that never end (Harvester's runs)."""
+only bounds how long a step waits for migrations that never end (Harvester's runs);
+`--arm-offset` only where a run's rotation of the arms starts (bench/arms_runs.py)."""
 RUN_OWN_FLAGS: Final = frozenset({"--keep"})
 RUNNER_LOG: Final = "runner.json"
 """What bench/arms_runs.py writes beside each run's report.json (load, commit, times)."""
@@ -234,6 +242,12 @@ def succeeded_s(step: Mapping[str, Any], which: str) -> float | None:
     return None if value is None else value / 1000
 
 
+def admitted_s(step: Mapping[str, Any], which: str) -> float | None:
+    """The step's p50 or p99 (`which`) target pod admitted, seconds from each create sent."""
+    value = step.get("target_admitted_after_create_sent_ms", {}).get(which)
+    return None if value is None else value / 1000
+
+
 def _ratio(value: float | None, baseline: float | None) -> float | None:
     return None if value is None or baseline is None or baseline <= 0 else value / baseline
 
@@ -247,12 +261,16 @@ def figures(run: Run, arm: str, name: str) -> dict[str, float | None] | None:
     none = run.step(ARM_NONE, name)
     p50, p99 = succeeded_s(step, "p50"), succeeded_s(step, "p99")
     writes = step.get("writes_per_migration_by_kind", {})
+    cpu = step.get("cpu_seconds", {})
     return {
         "done": step["succeeded"] / step["migrations"] if step["migrations"] else None,
         "p50": p50,
         "p99": p99,
         "ratio p50": None if none is None else _ratio(p50, succeeded_s(none, "p50")),
         "ratio p99": None if none is None else _ratio(p99, succeeded_s(none, "p99")),
+        "ratio admitted p50": None
+        if none is None
+        else _ratio(admitted_s(step, "p50"), admitted_s(none, "p50")),
         "conflict events": step.get("conflict_events"),
         "conflicted": step.get("conflicted"),
         "409": step.get("pod_create_409"),
@@ -260,6 +278,12 @@ def figures(run: Run, arm: str, name: str) -> dict[str, float | None] | None:
         **{kind: writes.get(kind, 0.0) for kind in WRITE_COLUMNS},
         "requests": sum(step.get("api_requests_per_migration_by_verb", {}).values()),
         "cpu": step.get("controller_cpu_ms_per_migration"),
+        **{
+            f"cpu {process}": 1000 * cpu[process] / step["migrations"]
+            if process in cpu and step["migrations"]
+            else None
+            for process in PROCESSES
+        },
     }
 
 
@@ -287,10 +311,21 @@ FELT: Final = (
     ("p99", "Succeeded p99 s", 2),
     ("ratio p50", "ratio to no quota p50", 2),
     ("ratio p99", "ratio to no quota p99", 2),
+    ("ratio admitted p50", "target admitted p50, ratio to no quota", 2),
     ("conflict events", "failed creates on a conflict", 0),
     ("409", "409 pod creates (API server)", 0),
     ("stall", "stall s (sum)", 1),
 )
+PROCESSES: Final = (
+    "controller",
+    "webhook",
+    "kube-apiserver",
+    "etcd",
+    "kube-controller-manager",
+    "virt-controller",
+)
+"""The processes whose CPU a scale step measures (report.json's ``cpu_seconds``)."""
+PROCESS_CPU: Final = tuple((f"cpu {p}", f"{p} CPU ms/mig", 1) for p in PROCESSES)
 COST: Final = (
     *((kind, f"writes/mig {kind}", 2) for kind in WRITE_COLUMNS),
     ("requests", "requests/mig", 2),
@@ -607,6 +642,50 @@ def verdicts(runs: Sequence[Run]) -> list[Verdict]:
     return [conflicts_verdict(runs), wait_verdict(runs), drain_verdict(runs)]
 
 
+DRAIN_RATIO_55: Final = 1.10
+"""Issue 55: the drain's median and p99 Succeeded within 1.10x of no quota (median of runs)."""
+ADMITTED_RATIO_55: Final = 1.2
+"""Issue 55: the target-admitted p50 within 1.2x of no quota (median of runs)."""
+CPU_MS_55: Final = 20.0
+"""Issue 55: the controller's CPU at or under 20 ms a migration (median of runs)."""
+
+
+def _bounded(
+    runs: Sequence[Run], names: Sequence[str], key: str, bound: float, digits: int
+) -> tuple[bool, list[str]]:
+    """Per step of `names`, the median over our runs of figure `key` at most `bound`."""
+    met, lines = bool(names), []
+    for name in names:
+        values = [
+            None if (f := figures(run, ARM_OURS, name)) is None else f[key] for run in ours(runs)
+        ]
+        middle = median(values)
+        ok = middle is not None and None not in values and middle <= bound
+        met = met and ok
+        lines.append(f"{name}: {key} {cell(values, digits)} vs {bound:g}: {'ok' if ok else 'OVER'}")
+    return met, lines
+
+
+def issue55_verdicts(runs: Sequence[Run]) -> list[Verdict]:
+    """Issue 55's "done when", each on the median over our runs: (d) per drain wave, our median
+    and p99 Succeeded over the same run's no quota; (e) per step, our target-admitted p50 over
+    no quota's; (f) per step, the controller's CPU a migration."""
+    drains, steps = drain_steps(runs), step_names(runs)
+    p50_met, p50_lines = _bounded(runs, drains, "ratio p50", DRAIN_RATIO_55, 2)
+    p99_met, p99_lines = _bounded(runs, drains, "ratio p99", DRAIN_RATIO_55, 2)
+    admitted = _bounded(runs, steps, "ratio admitted p50", ADMITTED_RATIO_55, 2)
+    cpu = _bounded(runs, steps, "cpu", CPU_MS_55, 1)
+    return [
+        Verdict(
+            "(d) the drain's median and p99 Succeeded within 1.10x of no quota",
+            p50_met and p99_met,
+            p50_lines + p99_lines,
+        ),
+        Verdict("(e) the target-admitted p50 within 1.2x of no quota", *admitted),
+        Verdict("(f) the controller's CPU at or under 20 ms a migration", *cpu),
+    ]
+
+
 # The report ---------------------------------------------------------------------------------------
 
 
@@ -632,6 +711,11 @@ def render(runs: Sequence[Run]) -> str:
             "",
             table(runs, COST),
             "",
+            "CPU a migration by process, per step and arm (each process's CPU over the step, "
+            "the cluster's background included, over the step's migrations):",
+            "",
+            table(runs, PROCESS_CPU),
+            "",
             *_hops_section(runs),
             "Per migration over every step, totals of the arm's runs (the closing note's figures):",
             "",
@@ -640,6 +724,10 @@ def render(runs: Sequence[Run]) -> str:
             'Issue 40\'s "done when":',
             "",
             *(v.markdown() for v in judged),
+            "",
+            'Issue 55\'s "done when" (not in the exit code):',
+            "",
+            *(v.markdown() for v in issue55_verdicts(runs)),
             "",
         ]
     )

@@ -228,6 +228,50 @@ def test_the_drain_verdict_is_the_median_over_runs_of_each_run_s_own_p99_ratio(
     assert over.lines == [f"{DRAIN}: p99 ratio 1.15 [1.00, 1.30] vs 1.10: OVER"]
 
 
+def test_issue_55_judges_the_drain_median_and_p99_admission_and_cpu_on_medians_over_runs(
+    tmp_path: Path,
+) -> None:
+    def run(name: str, *, p99: float, admitted_ms: float, cpu: float) -> Path:
+        quota = [step(SPOT, p99=10.0), step(DRAIN, p99=p99)]
+        for data in quota:
+            data["target_admitted_after_create_sent_ms"] = {"p50": admitted_ms, "p99": 1.0}
+            data["controller_cpu_ms_per_migration"] = cpu
+        none = [step(SPOT, p99=10.0), step(DRAIN, p99=10.0)]
+        for data in none:
+            data["target_admitted_after_create_sent_ms"] = {"p50": 1000.0, "p99": 1.0}
+        return write_run(tmp_path, name, quota=quota, none=none)
+
+    within = scaleruns.issue55_verdicts(
+        runs(
+            run("a", p99=10.0, admitted_ms=1000, cpu=18.0),
+            run("b", p99=12.0, admitted_ms=1400, cpu=22.0),
+        )
+    )
+    assert [v.met for v in within] == [True, True, True], "medians 1.10, 1.20 and 20 ms"
+    over = scaleruns.issue55_verdicts(
+        runs(
+            run("c", p99=11.0, admitted_ms=1300, cpu=21.0),
+            run("d", p99=11.4, admitted_ms=1300, cpu=20.0),
+        )
+    )
+    assert [v.met for v in over] == [False, False, False]
+    drain, admitted, cpu = (v.lines for v in over)
+    assert drain == [
+        f"{DRAIN}: ratio p50 1.12 [1.10, 1.14] vs 1.1: OVER",
+        f"{DRAIN}: ratio p99 1.12 [1.10, 1.14] vs 1.1: OVER",
+    ], "the median migration is judged as well as the p99"
+    assert admitted[0] == f"{SPOT}: ratio admitted p50 1.30 [1.30, 1.30] vs 1.2: OVER"
+    assert cpu[1] == f"{DRAIN}: cpu 20.5 [21.0, 20.0] vs 20: OVER"
+
+
+def test_the_process_table_gives_each_process_s_cpu_a_migration(tmp_path: Path) -> None:
+    text = render(runs(write_run(tmp_path, "a")))
+    seconds = REAL["steps"][0]["cpu_seconds"]["kube-apiserver"]
+    per_migration = 1000 * seconds / REAL["steps"][0]["migrations"]
+    assert f"{per_migration:.1f} [{per_migration:.1f}]" in text
+    assert "kube-apiserver CPU ms/mig" in text
+
+
 def test_the_median_of_an_even_count_is_the_mean_of_the_middle_two() -> None:
     assert median([10.0, 1.0, 3.0, 2.0]) == 2.5
     assert median([None, 4.0, None, 2.0]) == 3.0, "unknown values are left out"
@@ -264,9 +308,11 @@ def test_runs_of_other_commits_commands_or_plans_are_refused_and_run_own_options
         tmp_path,
         "harvester",
         strategy="harvester",
-        options="--size small --waves 2 --step-timeout 90",
+        options="--size small --waves 2 --step-timeout 90 --arm-offset 1",
     )
-    assert refusals(runs(one, harvester)) == [], "report, state dir, strategy, step timeout differ"
+    assert refusals(runs(one, harvester)) == [], (
+        "report, state dir, strategy, step timeout and the arms' rotation differ"
+    )
     other_commit = write_run(tmp_path, "other-commit", commit="fedcba98")
     unknown = write_run(tmp_path, "unknown", commit=None)
     bigger = write_run(tmp_path, "bigger", options="--size small --waves 3")
@@ -359,7 +405,10 @@ def test_the_command_line_expands_globs_prints_the_verdicts_and_exits_by_them(
     (tmp_path / "1-ours.log").write_text("a runner's log beside the runs is no run\n")
     assert scaleruns.main([f"{tmp_path}/*-ours*"]) == 0
     out = capsys.readouterr().out
-    assert out.count("**met**") == 3
+    assert out.count("**met**") == 5, "issue 40's three, and issue 55's (d) and (e)"
+    assert "- (f) the controller's CPU at or under 20 ms a migration: **not met**" in out, (
+        "the real step's 32.8 ms a migration; issue 55's verdicts leave the exit code alone"
+    )
     assert (
         f"| {tmp_path / '1-ours'} | ours | 0123abcd | 2026-11-28T01:00:00Z | 0.4 / 1.9 | 1 |" in out
     )
