@@ -36,9 +36,7 @@ from ..util.resources import ResourceList
 from ..util.vmispec import strip_vmi_unread_unknown
 from .renders import LauncherRenders
 from .resources.common import rancher_base_of
-from .resources.pod.targets import (
-    QuotaChanges,
-)
+from .resources.pod.targets import QuotaChanges
 from .underway import VIEW as UNDER_WAY_VIEW
 from .underway import MigrationsUnderWay, under_way
 
@@ -130,12 +128,17 @@ class WebhookCaches:
         self.quota_changes = QuotaChanges(clock)
         """Wakes target pods waiting for their room (pod/targets.py)."""
         self.quotas.add_event_handler(
-            ResourceEventHandler.of_latest(self._quota_changed),
+            ResourceEventHandler(
+                on_add=lambda quota, _initial: self._quota_changed(None, quota),
+                on_update=self._quota_changed,
+            ),
             name="target-room",
         )
 
-    def _quota_changed(self, quota: Object) -> None:
-        self.quota_changes.changed(str((quota.get("metadata") or {}).get("namespace")))
+    def _quota_changed(self, old: Object | None, new: Object) -> None:
+        """Tells the target pods' waits of a managed quota's change, with both copies (`old`
+        None for an add)."""
+        self.quota_changes.changed(str(metadata(new).get("namespace")), old, new)
 
     def managed_quota(self, namespace: str) -> Object | None:
         quota = managed_quota(self.quotas.store.by_index("namespace", namespace))

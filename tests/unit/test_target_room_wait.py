@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from harvester_quota.generic import errors
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.resource import Object
 from harvester_quota.testbench.clock import FakeClock, settle
 from harvester_quota.util.annotations import (
@@ -16,6 +18,7 @@ from harvester_quota.util.annotations import (
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
     migrating_vm_annotation_key,
 )
+from harvester_quota.webhook.caches import WebhookCaches
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.targets import (
     LISTER_GRACE,
@@ -117,6 +120,77 @@ async def test_a_target_pod_that_fits_is_let_through_at_once() -> None:
     lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True)})
     task = await admitting(lookups, clock, QuotaChanges(clock))
     assert task.done() and task.result().outcome == "fits"
+
+
+def with_used(copy: Object, **used: str) -> Object:
+    changed = json.loads(json.dumps(copy))
+    changed["status"]["used"] = {**USED, **used}
+    return changed
+
+
+async def test_a_target_pod_is_held_only_while_quota_admission_may_read_a_copy_it_does_not_fit() -> (
+    None
+):
+    """Quota admission's cache may lag ours by LISTER_GRACE: a pod is held while a copy our cache
+    held within that window leaves it no room, and only until that copy is out of the window."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    raised = quota(RAISED, RAISED, room=True)
+    lookups = FakeLookups(quotas={"ns": raised})
+    changes.changed("ns", quota(BASE, BASE), raised)  # the raise
+    await clock.advance(LISTER_GRACE / 2)
+    counted = with_used(raised, **{"limits.cpu": "2100m"})
+    changes.changed("ns", raised, counted)  # another pod counted just after it
+    lookups.quotas["ns"] = counted
+    task = await admitting(lookups, clock, changes)
+    assert not task.done(), "quota admission may still read the copy before the raise"
+    await clock.advance(LISTER_GRACE / 2)
+    await settle()
+    assert task.done() and task.result().waited == pytest.approx(LISTER_GRACE / 2), (
+        "held until the copy without room is out of the window, not since the last change"
+    )
+    task = await admitting(lookups, clock, changes)
+    assert task.done() and task.result().waited == 0, "the copy without room is out of it"
+
+
+async def test_a_target_pod_whose_room_every_recent_copy_holds_is_not_held() -> None:
+    """A change that raised room for other migrations, or gave none (another pod counted, our
+    status copy), leaves the pod fitting every copy quota admission may read."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    raised = quota(RAISED, RAISED, room=True)
+    more = {"limits.cpu": "8", "limits.memory": "20Gi"}
+    raised_more = quota(more, more, room=True)
+    changes.changed("ns", raised, raised_more)
+    changes.changed("ns", raised_more, with_used(raised_more, **{"limits.cpu": "2500m"}))
+    lookups = FakeLookups(quotas={"ns": with_used(raised_more, **{"limits.cpu": "2500m"})})
+    task = await admitting(lookups, clock, changes)
+    assert task.done() and task.result().waited == 0
+
+
+async def test_a_change_without_its_copies_holds_a_fitting_pod_for_the_whole_grace() -> None:
+    """Where the copies are not known (an add: no copy before it), the pod is taken not to fit
+    the one before, as every target pod was before the copies were kept."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True)})
+    changes.changed("ns", new=quota(RAISED, RAISED, room=True))
+    task = await admitting(lookups, clock, changes)
+    assert not task.done()
+    await clock.advance(LISTER_GRACE)
+    await settle()
+    assert task.done() and task.result().waited == pytest.approx(LISTER_GRACE)
+
+
+def test_the_webhooks_quota_handler_keeps_both_copies_of_an_update() -> None:
+    clock = FakeClock()
+    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    caches = WebhookCaches(client, clock=clock)
+    raised = quota(RAISED, RAISED, room=True)
+    caches._quota_changed(quota(BASE, BASE), raised)
+    held = caches.quota_changes.settling("ns", lambda copy: copy["status"]["hard"] == RAISED)
+    assert held == pytest.approx(LISTER_GRACE), "the copy before the raise is kept"
+    assert caches.quota_changes.settling("ns", lambda _copy: True) == 0
 
 
 async def test_a_target_pod_waits_for_the_raise_to_reach_status_and_no_longer() -> None:
@@ -444,7 +518,7 @@ async def test_a_target_pod_whose_quota_changed_longer_ago_than_the_grace_is_not
     await clock.advance(LISTER_GRACE)
     task = await admitting(lookups, clock, changes)
     assert task.done() and task.result().outcome == "fits"
-    assert changes.settling("other") == 0.0
+    assert changes.settling("other", lambda _copy: False) == 0.0
 
 
 async def test_quota_changes_forget_each_namespace_once_its_grace_has_passed() -> None:
@@ -458,4 +532,17 @@ async def test_quota_changes_forget_each_namespace_once_its_grace_has_passed() -
     await clock.advance(LISTER_GRACE)
     changes.changed("live")
     assert list(changes._seen) == ["live"]
-    assert changes.settling("live") == pytest.approx(LISTER_GRACE)
+    assert list(changes._copies) == ["live"], "no namespace's copies are kept past the grace"
+    assert changes.settling("live", lambda _copy: False) == pytest.approx(LISTER_GRACE)
+
+
+async def test_a_quota_that_never_stops_changing_keeps_only_the_copies_of_the_grace() -> None:
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    for index in range(1000):
+        changes.changed("busy", {"n": index - 1}, {"n": index})
+        await clock.advance(LISTER_GRACE / 10)
+    kept = [copy["n"] for _, copy in changes._copies["busy"] if copy is not None]
+    assert kept == list(range(kept[0], 1000)) and 10 <= len(kept) <= 12, (
+        "the copies current within the last LISTER_GRACE (ten changes), and the one before"
+    )

@@ -47,6 +47,7 @@ only once the API server shows no migration its plan did not read
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -79,13 +80,15 @@ leaves room for a far busier control plane and stays below the 10 s the rules ca
 pods give the webhook (deploy/) before the API server stops waiting for it."""
 
 LISTER_GRACE = 0.1
-"""Seconds a target pod is held after its namespace's quota last changed in our cache: quota
-admission reads the API server's own cache of quotas, which hears of the same change from the
-same watch cache as ours, usually first, but on a loaded machine not always (seen once in seven
-runs of the loaded test without it, and in a loaded drain of 20 VMs for a pod that fitted on its
-first look, the quota's raise having reached our cache just before virt-controller sent the pod).
-Paid by a pod that waited, and by a pod that fits on its first look only for what is left of the
-grace since the change (`QuotaChanges.settling`); a pod whose room showed earlier pays nothing."""
+"""Seconds quota admission's cache may lag ours: it reads the API server's own cache of quotas,
+which hears of the same change from the same watch cache as ours, usually first, but on a loaded
+machine not always (seen once in seven runs of the loaded test without a grace, and in a loaded
+drain of 20 VMs for a pod that fitted on its first look, the quota's raise having reached our
+cache just before virt-controller sent the pod). A pod that waited is held this long once it
+fits; a pod that fits on its first look is held only while a copy it does not fit may still be
+quota admission's (`QuotaChanges.settling`): not after a change that gave room to other
+migrations only, nor after one that gave none (another pod counted, a release, our status copy).
+A pod whose room showed earlier pays nothing."""
 
 Outcome = Literal[
     "fits", "fitted-after-wait", "no-raise-coming", "timed-out", "no-managed-quota", "unreadable"
@@ -101,13 +104,16 @@ OUTCOMES: tuple[Outcome, ...] = (
 
 
 class QuotaChanges:
-    """Wakes whoever waits on a namespace when its managed quota changes in the webhook's cache.
+    """Wakes whoever waits on a namespace when its managed quota changes in the webhook's cache,
+    and keeps the copies of it quota admission may still read (`settling`).
 
     `changed` is called from the quota informer's handler, after the cache holds the change.
-    Event loop only; a waiter that starts after a change waits for the next one. It also keeps,
-    per namespace, when the last change was seen (`settling`), for the namespaces changed within
-    the last LISTER_GRACE only: each change forgets those whose grace has passed, so a cluster's
-    churn of namespaces leaves nothing behind.
+    Event loop only; a waiter that starts after a change waits for the next one. Per namespace
+    whose quota changed within the last LISTER_GRACE it keeps each copy that was current in our
+    cache at some moment of that window (`_copies`: when each became current, and the copy; None
+    where `changed` was not told it, taken as one no pod fits), and forgets the namespaces whose
+    last change is older at each change, so a cluster's churn of namespaces leaves nothing
+    behind.
     """
 
     def __init__(self, clock: Clock) -> None:
@@ -116,26 +122,37 @@ class QuotaChanges:
         self._waiters: Counter[str] = Counter()
         self._seen: OrderedDict[str, float] = OrderedDict()
         """Namespace -> when its quota last changed, oldest change first."""
+        self._copies: dict[str, list[tuple[float, Object | None]]] = {}
+        """Namespace -> (when it became current, copy) in order, the current copy last."""
 
-    def changed(self, namespace: str) -> None:
+    def changed(self, namespace: str, old: Object | None = None, new: Object | None = None) -> None:
+        """The namespace's managed quota changed from `old` to `new` in the cache (None: not
+        told, or none before an add): wakes its waiters and keeps both copies for `settling`."""
         now = self._clock.monotonic()
+        self._forget_settled(now)
+        copies = self._copies.setdefault(namespace, [(float("-inf"), old)])
+        copies.append((now, new))
+        del copies[: _superseded(copies, now)]
         self._seen[namespace] = now
         self._seen.move_to_end(namespace)
-        self._forget_settled(now)
         event = self._events.pop(namespace, None)
         if event is not None:
             event.set()
 
-    def settling(self, namespace: str) -> float:
-        """Seconds left of LISTER_GRACE since the namespace's quota last changed in the cache
-        (0 when it changed longer ago, or not since this process started)."""
-        seen = self._seen.get(namespace)
-        if seen is None:
+    def settling(self, namespace: str, fits: Callable[[Object], bool]) -> float:
+        """Seconds a pod that `fits` the current copy is held so that quota admission, whose
+        cache may lag ours by up to LISTER_GRACE, holds a copy it fits too: until LISTER_GRACE
+        after the last copy it does not fit was replaced in ours (0 when it fits every copy of
+        the window, or the namespace's quota did not change within it)."""
+        copies = self._copies.get(namespace)
+        if not copies:
             return 0.0
-        left = LISTER_GRACE - (self._clock.monotonic() - seen)
-        if left <= 0:
-            del self._seen[namespace]
-            return 0.0
+        now = self._clock.monotonic()
+        left = 0.0
+        for (_, copy), (replaced, _) in itertools.pairwise(copies):
+            until = replaced + LISTER_GRACE - now
+            if until > left and (copy is None or not fits(copy)):
+                left = until
         return left
 
     def waiting(self) -> int:
@@ -148,6 +165,7 @@ class QuotaChanges:
             if now - self._seen[oldest] < LISTER_GRACE:
                 return  # the rest changed later still
             del self._seen[oldest]
+            self._copies.pop(oldest, None)
 
     async def next_change(self, namespace: str, seconds: float) -> bool:
         """Waits for the namespace's next quota change, at most `seconds` (by the clock); True
@@ -165,6 +183,15 @@ class QuotaChanges:
                 if self._events.get(namespace) is event:
                     del self._events[namespace]
         return came
+
+
+def _superseded(copies: list[tuple[float, Object | None]], now: float) -> int:
+    """How many of the oldest `copies` were replaced in our cache before the last LISTER_GRACE
+    began: quota admission's cache, no further behind, can hold none of them."""
+    count = 0
+    while count + 1 < len(copies) and copies[count + 1][0] <= now - LISTER_GRACE:
+        count += 1
+    return count
 
 
 LIVE_READ_TIMEOUT = 2.0
@@ -265,7 +292,18 @@ async def admit_target(
             if seen == "newer":
                 changes_awaited += 1  # fits on a quota our cache has not seen: pay the grace
         if not short:
-            return await _fitted(request.namespace, changes, clock, started, changes_awaited)
+
+            def fits(copy: Object) -> bool:
+                return not applies_to(copy, pod) or not _short(copy, needed)
+
+            return await _fitted(
+                request.namespace,
+                changes,
+                clock,
+                started=started,
+                changes_awaited=changes_awaited,
+                fits=fits,
+            )
         if no_raise_coming(quota, lookups.namespace(request.namespace)):
             return TargetAdmission("no-raise-coming", waited, short)
         if waited >= wait:
@@ -277,16 +315,22 @@ async def admit_target(
 
 
 async def _fitted(
-    namespace: str, changes: QuotaChanges, clock: Clock, started: float, changes_awaited: int
+    namespace: str,
+    changes: QuotaChanges,
+    clock: Clock,
+    *,
+    started: float,
+    changes_awaited: int,
+    fits: Callable[[Object], bool],
 ) -> TargetAdmission:
-    """A pod that fits, held until quota admission's cache may be taken to show what ours does:
-    LISTER_GRACE after a wait, else what is left of it since the quota's last change."""
+    """A pod that fits, held until quota admission's cache may be taken to hold a copy it fits:
+    LISTER_GRACE after a wait, else `QuotaChanges.settling`."""
     if changes_awaited == 0:
         # Fitted on the first look: nothing was waited for. (Not `waited == 0`: on a real clock
         # two readings a microsecond apart differ, so every target pod paid the full grace; the
-        # scale run counted 50 of 50 held 0.1 s.) Only a change our cache saw a moment ago may
-        # not have reached quota admission's cache yet.
-        left = changes.settling(namespace)
+        # scale run counted 50 of 50 held 0.1 s.) Only a copy our cache replaced a moment ago
+        # may still be quota admission's, and it matters only if the pod does not fit it.
+        left = changes.settling(namespace, fits)
         if left > 0:
             await clock.sleep(left)
         return TargetAdmission("fits", clock.monotonic() - started)
