@@ -21,7 +21,7 @@ from ..config.kubevirt import settings_from
 from ..generic.client import ApiClient
 from ..generic.clock import REAL_CLOCK, Clock
 from ..generic.frameworkmetrics import SkipMetrics
-from ..generic.informer import ResourceEventHandler, SharedInformerFactory
+from ..generic.informer import SharedInformerFactory
 from ..generic.intake import SkipReporter
 from ..generic.meta import metadata
 from ..generic.resource import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Object
@@ -36,7 +36,7 @@ from ..util.resources import ResourceList
 from ..util.vmispec import strip_vmi_unread_unknown
 from .renders import LauncherRenders
 from .resources.common import rancher_base_of
-from .resources.pod.targets import QuotaChanges
+from .resources.pod.targets import COPY_VIEW, QuotaChanges, quota_copy
 from .underway import VIEW as UNDER_WAY_VIEW
 from .underway import MigrationsUnderWay, under_way
 
@@ -126,19 +126,9 @@ class WebhookCaches:
         self._limit_ranges = self.factory.informer(LIMIT_RANGES)
         self.vmmrqs = self.factory.informer(VMMRQS, optional=True) if mtq else None
         self.quota_changes = QuotaChanges(clock)
-        """Wakes target pods waiting for their room (pod/targets.py)."""
-        self.quotas.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda quota, _initial: self._quota_changed(None, quota),
-                on_update=self._quota_changed,
-            ),
-            name="target-room",
-        )
-
-    def _quota_changed(self, old: Object | None, new: Object) -> None:
-        """Tells the target pods' waits of a managed quota's change, with both copies (`old`
-        None for an add)."""
-        self.quota_changes.changed(str(metadata(new).get("namespace")), old, new)
+        """Wakes target pods waiting for their room, and keeps the quotas' recent copies
+        (pod/targets.py)."""
+        self.quotas.store.add_view(COPY_VIEW, quota_copy, self.quota_changes.stored)
 
     def managed_quota(self, namespace: str) -> Object | None:
         quota = managed_quota(self.quotas.store.by_index("namespace", namespace))

@@ -16,6 +16,7 @@ from harvester_quota.testbench.clock import FakeClock, settle
 from harvester_quota.util.annotations import (
     ANNOTATION_ROOM_MIGRATIONS,
     ANNOTATION_SKIP_RESOURCE_QUOTA_AUTO_SCALING,
+    LABEL_DEFAULT_RESOURCE_QUOTA,
     migrating_vm_annotation_key,
 )
 from harvester_quota.webhook.caches import WebhookCaches
@@ -43,6 +44,8 @@ from tests.unit.test_webhook import (
 )
 
 KUBEVIRT = "system:serviceaccount:kubevirt:kubevirt-controller"
+KEY = "ns/default-quota"
+"""The store key of the namespace's managed quota (`quota`)."""
 BASE = {"limits.cpu": "3", "limits.memory": "5000Mi"}
 RAISED = {"limits.cpu": "5015m", "limits.memory": "10039344313"}
 USED = {"limits.cpu": "2015m", "limits.memory": "4797464313"}
@@ -137,10 +140,12 @@ async def test_a_target_pod_is_held_only_while_quota_admission_may_read_a_copy_i
     changes = QuotaChanges(clock)
     raised = quota(RAISED, RAISED, room=True)
     lookups = FakeLookups(quotas={"ns": raised})
-    changes.changed("ns", quota(BASE, BASE), raised)  # the raise
+    changes.stored(KEY, quota(BASE, BASE))
+    await clock.advance(LISTER_GRACE)
+    changes.stored(KEY, raised)  # the raise
     await clock.advance(LISTER_GRACE / 2)
     counted = with_used(raised, **{"limits.cpu": "2100m"})
-    changes.changed("ns", raised, counted)  # another pod counted just after it
+    changes.stored(KEY, counted)  # another pod counted just after it
     lookups.quotas["ns"] = counted
     task = await admitting(lookups, clock, changes)
     assert not task.done(), "quota admission may still read the copy before the raise"
@@ -161,20 +166,37 @@ async def test_a_target_pod_whose_room_every_recent_copy_holds_is_not_held() -> 
     raised = quota(RAISED, RAISED, room=True)
     more = {"limits.cpu": "8", "limits.memory": "20Gi"}
     raised_more = quota(more, more, room=True)
-    changes.changed("ns", raised, raised_more)
-    changes.changed("ns", raised_more, with_used(raised_more, **{"limits.cpu": "2500m"}))
+    changes.stored(KEY, raised)
+    await clock.advance(LISTER_GRACE)
+    changes.stored(KEY, raised_more)
+    changes.stored(KEY, with_used(raised_more, **{"limits.cpu": "2500m"}))
     lookups = FakeLookups(quotas={"ns": with_used(raised_more, **{"limits.cpu": "2500m"})})
     task = await admitting(lookups, clock, changes)
     assert task.done() and task.result().waited == 0
 
 
-async def test_a_change_without_its_copies_holds_a_fitting_pod_for_the_whole_grace() -> None:
-    """Where the copies are not known (an add: no copy before it), the pod is taken not to fit
-    the one before, as every target pod was before the copies were kept."""
+async def test_a_copy_whose_scopes_do_not_charge_the_pod_does_not_hold_it() -> None:
+    """The copy before is judged as quota admission would judge it: scoped to terminating pods,
+    it charges no launcher pod, so its lower limits hold nothing."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    scoped = quota(BASE, BASE)
+    scoped["spec"]["scopes"] = ["Terminating"]
+    changes.stored(KEY, scoped)
+    await clock.advance(LISTER_GRACE)
+    raised = quota(RAISED, RAISED, room=True)
+    changes.stored(KEY, raised)
+    task = await admitting(FakeLookups(quotas={"ns": raised}), clock, changes)
+    assert task.done() and task.result().waited == 0
+
+
+async def test_a_quota_first_seen_holds_a_fitting_pod_for_the_whole_grace() -> None:
+    """Before the first copy this process saw (the initial list, a new quota) nothing is known:
+    the pod is taken not to fit it, as every target pod was before the copies were kept."""
     clock = FakeClock()
     changes = QuotaChanges(clock)
     lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True)})
-    changes.changed("ns", new=quota(RAISED, RAISED, room=True))
+    changes.stored(KEY, quota(RAISED, RAISED, room=True))
     task = await admitting(lookups, clock, changes)
     assert not task.done()
     await clock.advance(LISTER_GRACE)
@@ -182,15 +204,48 @@ async def test_a_change_without_its_copies_holds_a_fitting_pod_for_the_whole_gra
     assert task.done() and task.result().waited == pytest.approx(LISTER_GRACE)
 
 
-def test_the_webhooks_quota_handler_keeps_both_copies_of_an_update() -> None:
+def test_the_webhooks_quota_store_tells_each_copy_inside_its_write() -> None:
+    """What a reader of the store sees is never newer than the copies kept: the view's listener
+    runs inside the write, before any task could read the store."""
     clock = FakeClock()
     client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
     caches = WebhookCaches(client, clock=clock)
-    raised = quota(RAISED, RAISED, room=True)
-    caches._quota_changed(quota(BASE, BASE), raised)
-    held = caches.quota_changes.settling("ns", lambda copy: copy["status"]["hard"] == RAISED)
-    assert held == pytest.approx(LISTER_GRACE), "the copy before the raise is kept"
-    assert caches.quota_changes.settling("ns", lambda _copy: True) == 0
+    base = {**quota(BASE, BASE), "apiVersion": "v1", "kind": "ResourceQuota"}
+    base["metadata"]["labels"] = {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}
+    caches.quotas.on_event("ADDED", base)
+    clock.step(LISTER_GRACE)
+    raised = json.loads(json.dumps(base))
+    raised["status"]["hard"], raised["metadata"]["resourceVersion"] = RAISED, "2"
+    caches.quotas.on_event("MODIFIED", raised)
+    assert caches.managed_quota("ns") is not None
+
+    def fits_raised(copy: Object) -> bool:
+        return bool(copy["status"]["hard"] == RAISED)
+
+    assert caches.quota_changes.settling(KEY, fits_raised) == pytest.approx(LISTER_GRACE)
+    clock.step(LISTER_GRACE)
+    assert caches.quota_changes.settling(KEY, fits_raised) == 0
+    caches.quotas.on_event("DELETED", raised)
+    assert caches.quota_changes.settling(KEY, fits_raised) == 0, "a deleted quota charges nothing"
+
+
+async def test_copies_are_kept_per_quota_not_per_namespace() -> None:
+    """Another labelled quota's changes in the namespace neither hide the managed one's copy
+    before its raise nor hold a pod the managed one has room for."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    small = quota(BASE, BASE)
+    changes.stored(KEY, small)
+    changes.stored("ns/other", small)
+    await clock.advance(LISTER_GRACE)
+    changes.stored("ns/other", with_used(small, **{"limits.cpu": "2500m"}))
+    changes.stored(KEY, quota(RAISED, RAISED, room=True))
+
+    def fits(copy: Object) -> bool:
+        return bool(copy["status"]["hard"] == RAISED)
+
+    assert changes.settling(KEY, fits) == pytest.approx(LISTER_GRACE)
+    assert changes.settling("ns/other", lambda _copy: True) == 0
 
 
 async def test_a_target_pod_waits_for_the_raise_to_reach_status_and_no_longer() -> None:
@@ -202,13 +257,13 @@ async def test_a_target_pod_waits_for_the_raise_to_reach_status_and_no_longer() 
 
     await clock.advance(0.3)
     lookups.quotas["ns"] = quota(RAISED, BASE, room=True)  # spec raised, status not yet
-    changes.changed("ns")
+    changes.stored(KEY, lookups.quotas["ns"])
     await settle()
     assert not task.done(), "status.hard is what quota admission checks"
 
     await clock.advance(0.2)
     lookups.quotas["ns"] = quota(RAISED, RAISED, room=True)
-    changes.changed("ns")
+    changes.stored(KEY, lookups.quotas["ns"])
     await settle()
     assert not task.done(), "held a moment for the API server's own cache"
     await clock.advance(LISTER_GRACE)
@@ -288,7 +343,7 @@ async def test_the_server_answers_a_waiting_target_pod_once_its_room_is_there() 
 
     await clock.advance(1.0)
     lookups.quotas["ns"] = quota(RAISED, RAISED, room=True)
-    server.quota_changes.changed("ns")
+    server.quota_changes.stored(KEY, lookups.quotas["ns"])
     await settle()
     await clock.advance(LISTER_GRACE)
     assert json.loads((await answer).body)["response"]["allowed"] is True  # type: ignore[arg-type]
@@ -322,7 +377,7 @@ async def test_a_waiter_that_gives_up_does_not_leave_the_others_deaf() -> None:
     await settle()
     assert short.done() and short.result() is False
     assert not long.done() and changes.waiting() == 1
-    changes.changed("ns")
+    changes.stored(KEY, quota(RAISED, RAISED))
     await settle()
     assert long.done() and long.result() is True
     assert changes.waiting() == 0
@@ -376,11 +431,11 @@ async def test_a_target_pod_that_fits_only_on_a_stale_cache_waits_for_the_next_r
     assert not task.done(), "let through on a raise the API server no longer has"
 
     lookups.quotas["ns"] = quota(BASE, BASE, version="8")  # our cache catches up: the release
-    changes.changed("ns")
+    changes.stored(KEY, lookups.quotas["ns"])
     await settle()
     assert not task.done()
     lookups.quotas["ns"] = quota(RAISED, RAISED, room=True, version="9")  # the second raise
-    changes.changed("ns")
+    changes.stored(KEY, lookups.quotas["ns"])
     await settle()
     await clock.advance(LISTER_GRACE)
     await settle()
@@ -499,7 +554,7 @@ async def test_a_target_pod_that_fits_just_after_its_quota_changed_is_held_for_w
     clock = FakeClock()
     changes = QuotaChanges(clock)
     lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True)})
-    changes.changed("ns")
+    changes.stored(KEY, lookups.quotas["ns"])
     await clock.advance(0.03)
     task = await admitting(lookups, clock, changes)
     assert not task.done(), "let through while quota admission's cache may still lag"
@@ -513,36 +568,45 @@ async def test_a_target_pod_whose_quota_changed_longer_ago_than_the_grace_is_not
     clock = FakeClock()
     changes = QuotaChanges(clock)
     lookups = FakeLookups(quotas={"ns": quota(RAISED, RAISED, room=True)})
-    changes.changed("ns")
-    changes.changed("other")
+    changes.stored(KEY, lookups.quotas["ns"])
+    changes.stored("other/default-quota", lookups.quotas["ns"])
     await clock.advance(LISTER_GRACE)
     task = await admitting(lookups, clock, changes)
     assert task.done() and task.result().outcome == "fits"
-    assert changes.settling("other", lambda _copy: False) == 0.0
+    assert changes.settling("other/default-quota", lambda _copy: False) == 0.0
 
 
 async def test_quota_changes_forget_each_namespace_once_its_grace_has_passed() -> None:
-    """A cluster's churn of namespaces (each quota seen once, then deleted) leaves nothing kept:
-    a change forgets every namespace whose grace has passed."""
+    """A cluster's churn of namespaces (each quota seen once, then deleted) leaves nothing kept,
+    and a quota that stopped changing keeps its current copy alone: a change cuts down every
+    quota whose grace has passed."""
     clock = FakeClock()
     changes = QuotaChanges(clock)
+    changes.stored("kept/q", {"n": 1})
+    changes.stored("kept/q", {"n": 2})
     for index in range(1000):
-        changes.changed(f"gone-{index}")
-    assert len(changes._seen) == 1000, "all changed within the grace"
+        changes.stored(f"gone-{index}/q", {})
+        changes.stored(f"gone-{index}/q", None)
+    assert len(changes._seen) == 1001, "all changed within the grace"
     await clock.advance(LISTER_GRACE)
-    changes.changed("live")
-    assert list(changes._seen) == ["live"]
-    assert list(changes._copies) == ["live"], "no namespace's copies are kept past the grace"
-    assert changes.settling("live", lambda _copy: False) == pytest.approx(LISTER_GRACE)
+    changes.stored("live/q", {})
+    assert list(changes._seen) == ["live/q"]
+    assert sorted(changes._copies) == ["kept/q", "live/q"], "no deleted quota's copies are kept"
+    assert [copy for _, copy in changes._copies["kept/q"]] == [{"n": 2}], "the current one"
+    assert changes.settling("live/q", lambda _copy: False) == pytest.approx(LISTER_GRACE)
+    changes.stored("kept/q", {"n": 3})
+    assert changes.settling("kept/q", lambda copy: copy != {"n": 2}) == pytest.approx(
+        LISTER_GRACE
+    ), "the copy before its next change is the one it kept"
 
 
 async def test_a_quota_that_never_stops_changing_keeps_only_the_copies_of_the_grace() -> None:
     clock = FakeClock()
     changes = QuotaChanges(clock)
     for index in range(1000):
-        changes.changed("busy", {"n": index - 1}, {"n": index})
+        changes.stored("busy/q", {"n": index})
         await clock.advance(LISTER_GRACE / 10)
-    kept = [copy["n"] for _, copy in changes._copies["busy"] if copy is not None]
+    kept = [copy["n"] for _, copy in changes._copies["busy/q"] if copy is not None]
     assert kept == list(range(kept[0], 1000)) and 10 <= len(kept) <= 12, (
         "the copies current within the last LISTER_GRACE (ten changes), and the one before"
     )

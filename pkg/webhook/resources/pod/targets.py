@@ -103,17 +103,35 @@ OUTCOMES: tuple[Outcome, ...] = (
 )
 
 
-class QuotaChanges:
-    """Wakes whoever waits on a namespace when its managed quota changes in the webhook's cache,
-    and keeps the copies of it quota admission may still read (`settling`).
+COPY_VIEW = "target-room-copy"
+"""The name of the quota store's view `QuotaChanges.stored` listens to (`quota_copy`)."""
+_GONE: Object = {}
+"""The copy of a deleted quota: it charges no pod, so every pod fits it."""
 
-    `changed` is called from the quota informer's handler, after the cache holds the change.
-    Event loop only; a waiter that starts after a change waits for the next one. Per namespace
-    whose quota changed within the last LISTER_GRACE it keeps each copy that was current in our
-    cache at some moment of that window (`_copies`: when each became current, and the copy; None
-    where `changed` was not told it, taken as one no pod fits), and forgets the namespaces whose
-    last change is older at each change, so a cluster's churn of namespaces leaves nothing
-    behind.
+
+def quota_copy(quota: Object) -> Object:
+    """What a target pod's fit reads of a quota (its scopes and status), as a quota object."""
+    spec, status = quota.get("spec") or {}, quota.get("status") or {}
+    return {
+        "spec": {k: spec[k] for k in ("scopes", "scopeSelector") if k in spec},
+        "status": {k: status[k] for k in ("hard", "used") if k in status},
+    }
+
+
+class QuotaChanges:
+    """Wakes whoever waits on a namespace when one of its managed quotas changes in the webhook's
+    cache, and keeps the copies of each quota that quota admission may still read (`settling`).
+
+    `stored` is the listener of the quota store's view `COPY_VIEW`: it is told each quota's copy
+    inside the store's write, so what it keeps is never behind what a reader of the store sees.
+    Event loop only; a waiter that starts after a change waits for the next one. Per quota
+    (store key "namespace/name") that changed within the last LISTER_GRACE it keeps each copy that
+    was current in the cache at some moment of that window, and the one before (None before the
+    first this process saw: taken as one no pod fits); each change cuts the quotas whose last
+    change is older down to their current copy, and forgets the deleted ones, so what is kept is
+    one small copy a quota (`quota_copy`) and a cluster's churn of namespaces leaves nothing
+    behind. Copies a broken watch never delivered are not known (the relist goes from the last
+    copy to the new one).
     """
 
     def __init__(self, clock: Clock) -> None:
@@ -121,30 +139,30 @@ class QuotaChanges:
         self._events: dict[str, asyncio.Event] = {}
         self._waiters: Counter[str] = Counter()
         self._seen: OrderedDict[str, float] = OrderedDict()
-        """Namespace -> when its quota last changed, oldest change first."""
+        """Quota key -> when it last changed, oldest change first."""
         self._copies: dict[str, list[tuple[float, Object | None]]] = {}
-        """Namespace -> (when it became current, copy) in order, the current copy last."""
+        """Quota key -> (when it became current, copy) in order, the current copy last."""
 
-    def changed(self, namespace: str, old: Object | None = None, new: Object | None = None) -> None:
-        """The namespace's managed quota changed from `old` to `new` in the cache (None: not
-        told, or none before an add): wakes its waiters and keeps both copies for `settling`."""
+    def stored(self, key: str, copy: Object | None) -> None:
+        """The quota under `key` ("namespace/name") is now `copy` in the cache (None: deleted):
+        wakes the namespace's waiters and keeps the copy for `settling`."""
         now = self._clock.monotonic()
         self._forget_settled(now)
-        copies = self._copies.setdefault(namespace, [(float("-inf"), old)])
-        copies.append((now, new))
+        copies = self._copies.setdefault(key, [(float("-inf"), None)])
+        copies.append((now, _GONE if copy is None else copy))
         del copies[: _superseded(copies, now)]
-        self._seen[namespace] = now
-        self._seen.move_to_end(namespace)
-        event = self._events.pop(namespace, None)
+        self._seen[key] = now
+        self._seen.move_to_end(key)
+        event = self._events.pop(key.partition("/")[0], None)
         if event is not None:
             event.set()
 
-    def settling(self, namespace: str, fits: Callable[[Object], bool]) -> float:
-        """Seconds a pod that `fits` the current copy is held so that quota admission, whose
-        cache may lag ours by up to LISTER_GRACE, holds a copy it fits too: until LISTER_GRACE
-        after the last copy it does not fit was replaced in ours (0 when it fits every copy of
-        the window, or the namespace's quota did not change within it)."""
-        copies = self._copies.get(namespace)
+    def settling(self, key: str, fits: Callable[[Object], bool]) -> float:
+        """Seconds a pod that `fits` the quota `key`'s current copy is held so that quota
+        admission, whose cache may lag ours by up to LISTER_GRACE, holds a copy it fits too:
+        until LISTER_GRACE after the last copy it does not fit was replaced in ours (0 when it
+        fits every copy of the window, or the quota did not change within it)."""
+        copies = self._copies.get(key)
         if not copies:
             return 0.0
         now = self._clock.monotonic()
@@ -160,12 +178,16 @@ class QuotaChanges:
         return len(self._waiters)
 
     def _forget_settled(self, now: float) -> None:
+        """Each quota whose last change is LISTER_GRACE old or more keeps its current copy alone
+        (the one before its next change), and a deleted one nothing."""
         while self._seen:
             oldest = next(iter(self._seen))
             if now - self._seen[oldest] < LISTER_GRACE:
                 return  # the rest changed later still
             del self._seen[oldest]
-            self._copies.pop(oldest, None)
+            current = self._copies.pop(oldest)[-1][1]
+            if current is not _GONE:
+                self._copies[oldest] = [(float("-inf"), current)]
 
     async def next_change(self, namespace: str, seconds: float) -> bool:
         """Waits for the namespace's next quota change, at most `seconds` (by the clock); True
@@ -297,7 +319,7 @@ async def admit_target(
                 return not applies_to(copy, pod) or not _short(copy, needed)
 
             return await _fitted(
-                request.namespace,
+                f"{request.namespace}/{name_of(quota)}",
                 changes,
                 clock,
                 started=started,
@@ -315,7 +337,7 @@ async def admit_target(
 
 
 async def _fitted(
-    namespace: str,
+    quota_key: str,
     changes: QuotaChanges,
     clock: Clock,
     *,
@@ -330,7 +352,7 @@ async def _fitted(
         # two readings a microsecond apart differ, so every target pod paid the full grace; the
         # scale run counted 50 of 50 held 0.1 s.) Only a copy our cache replaced a moment ago
         # may still be quota admission's, and it matters only if the pod does not fit it.
-        left = changes.settling(namespace, fits)
+        left = changes.settling(quota_key, fits)
         if left > 0:
             await clock.sleep(left)
         return TargetAdmission("fits", clock.monotonic() - started)
