@@ -19,6 +19,10 @@ from harvester_quota.util.annotations import (
     LABEL_DEFAULT_RESOURCE_QUOTA,
     migrating_vm_annotation_key,
 )
+from harvester_quota.util.quantity import Quantity
+from harvester_quota.util.quotascope import applies_to
+from harvester_quota.util.resourcequota.base import shortfalls
+from harvester_quota.util.resources import parse_resource_list
 from harvester_quota.webhook.caches import WebhookCaches
 from harvester_quota.webhook.resources.common import Identities
 from harvester_quota.webhook.resources.pod.targets import (
@@ -226,7 +230,87 @@ def test_the_webhooks_quota_store_tells_each_copy_inside_its_write() -> None:
     clock.step(LISTER_GRACE)
     assert caches.quota_changes.settling(KEY, fits_raised) == 0
     caches.quotas.on_event("DELETED", raised)
-    assert caches.quota_changes.settling(KEY, fits_raised) == 0, "a deleted quota charges nothing"
+    caches.quotas.on_event("ADDED", raised)
+    assert caches.quota_changes.settling(KEY, fits_raised) == pytest.approx(LISTER_GRACE), (
+        "back at once: quota admission may still hold the deletion's state, taken as no room"
+    )
+
+
+async def test_a_copy_it_does_not_fit_that_comes_during_the_hold_makes_the_pod_wait() -> None:
+    """The hold ends with another look: a release or another pod counted meanwhile is what
+    quota admission will read, so the pod waits for its room again."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    raised = quota(RAISED, RAISED, room=True)
+    changes.stored(KEY, quota(BASE, BASE))
+    await clock.advance(LISTER_GRACE)
+    changes.stored(KEY, raised)
+    lookups = FakeLookups(quotas={"ns": raised})
+    task = await admitting(lookups, clock, changes)
+    await clock.advance(LISTER_GRACE / 2)
+    lookups.quotas["ns"] = quota(BASE, BASE)  # released meanwhile
+    changes.stored(KEY, lookups.quotas["ns"])
+    await clock.advance(LISTER_GRACE / 2)
+    await settle()
+    assert not task.done(), "let through on a copy quota admission no longer has"
+    lookups.quotas["ns"] = raised
+    changes.stored(KEY, raised)
+    await clock.advance(LISTER_GRACE)
+    await settle()
+    assert task.done() and task.result().outcome == "fitted-after-wait"
+
+
+def store_event(caches: WebhookCaches, kind: str, found: Object, version: str) -> None:
+    """The quota informer's watch event of `found` (labelled managed, at `version`)."""
+    event = json.loads(json.dumps({**found, "apiVersion": "v1", "kind": "ResourceQuota"}))
+    event["metadata"]["labels"] = {LABEL_DEFAULT_RESOURCE_QUOTA: "true"}
+    event["metadata"]["resourceVersion"] = version
+    caches.quotas.on_event(kind, event)
+
+
+def test_the_kept_copy_holds_what_quota_admission_reads_usage_and_scopes() -> None:
+    """Through the store's view: a copy whose usage leaves no room holds the pod, and one whose
+    scopes do not charge it does not."""
+    clock = FakeClock()
+    caches = WebhookCaches(
+        ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False)), clock=clock
+    )
+    pod, needed = (
+        target(),
+        {"limits.cpu": Quantity.parse("2015m"), "limits.memory": Quantity.parse("4797464313")},
+    )
+
+    def fits(copy: Object) -> bool:
+        return not applies_to(copy, pod) or not shortfalls(
+            needed,
+            parse_resource_list(copy["status"]["hard"]),
+            parse_resource_list(copy["status"]["used"]),
+        )
+
+    store_event(caches, "ADDED", with_used(quota(RAISED, RAISED), **{"limits.cpu": "4"}), "1")
+    clock.step(LISTER_GRACE)
+    store_event(caches, "MODIFIED", quota(RAISED, RAISED), "2")  # a pod's usage given back
+    assert caches.quota_changes.settling(KEY, fits) == pytest.approx(LISTER_GRACE)
+    scoped = with_used(quota(RAISED, RAISED), **{"limits.cpu": "4"})
+    scoped["spec"]["scopes"] = ["Terminating"]
+    clock.step(LISTER_GRACE)
+    store_event(caches, "MODIFIED", scoped, "3")
+    clock.step(LISTER_GRACE)
+    store_event(caches, "MODIFIED", quota(RAISED, RAISED), "4")
+    assert caches.quota_changes.settling(KEY, fits) == 0, "the scoped copy charges no launcher"
+
+
+async def test_a_quota_deleted_and_back_within_the_grace_holds_its_pods() -> None:
+    """A deletion (or its label removed) is kept as a copy no pod fits: quota admission may
+    still enforce the quota as it was."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    raised = quota(RAISED, RAISED, room=True)
+    changes.stored(KEY, raised)
+    await clock.advance(LISTER_GRACE)
+    changes.stored(KEY, None)
+    changes.stored(KEY, raised)
+    assert changes.settling(KEY, lambda _copy: True) == pytest.approx(LISTER_GRACE)
 
 
 async def test_copies_are_kept_per_quota_not_per_namespace() -> None:
@@ -416,6 +500,26 @@ class LiveQuota:
         return self.quota
 
 
+async def test_a_release_our_cache_hears_of_during_the_live_read_makes_the_pod_wait() -> None:
+    """The live read answers the copy the pod fits, but meanwhile our cache stored the release:
+    the pod looks again after the read, and waits for room."""
+    clock = FakeClock()
+    changes = QuotaChanges(clock)
+    raised = quota(RAISED, RAISED, room=True, version="7")
+    changes.stored(KEY, raised)
+    await clock.advance(LISTER_GRACE)  # raised long ago: nothing holds the pod but the release
+    lookups = FakeLookups(quotas={"ns": raised})
+    slow = LiveQuota(raised)
+    slow.answer = asyncio.get_running_loop().create_future()
+    task = await admitting(lookups, clock, changes, live=slow)
+    lookups.quotas["ns"] = quota(BASE, BASE, version="8")
+    changes.stored(KEY, lookups.quotas["ns"])
+    slow.answer.set_result(None)
+    await settle()
+    assert not task.done(), "let through on the copy before the release"
+    task.cancel()
+
+
 async def test_a_target_pod_that_fits_only_on_a_stale_cache_waits_for_the_next_raise() -> None:
     """v170-test4 in CI: vm1's second migration was created as its first one's source pod went.
     The controller gave the first room back (its cache did not show the second migration yet);
@@ -460,7 +564,8 @@ async def test_a_live_quota_newer_than_the_cache_that_fits_costs_the_lister_grac
     assert not task.done()
     await clock.advance(LISTER_GRACE)
     await settle()
-    assert task.done() and task.result().outcome == "fitted-after-wait"
+    assert task.done() and task.result().outcome == "fits", "held, but it waited for no change"
+    assert task.result().waited == pytest.approx(LISTER_GRACE)
 
 
 def naming(quota_copy: Object, *migrations: str) -> Object:

@@ -47,6 +47,7 @@ only once the API server shows no migration its plan did not read
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import logging
 from collections import Counter, OrderedDict
@@ -90,6 +91,10 @@ quota admission's (`QuotaChanges.settling`): not after a change that gave room t
 migrations only, nor after one that gave none (another pod counted, a release, our status copy).
 A pod whose room showed earlier pays nothing."""
 
+SHORTEST_HOLD = 0.001
+"""A hold shorter than this is none: it is the rounding of the clock's readings, and a loop
+that slept it would look again at the same moment."""
+
 Outcome = Literal[
     "fits", "fitted-after-wait", "no-raise-coming", "timed-out", "no-managed-quota", "unreadable"
 ]
@@ -105,16 +110,15 @@ OUTCOMES: tuple[Outcome, ...] = (
 
 COPY_VIEW = "target-room-copy"
 """The name of the quota store's view `QuotaChanges.stored` listens to (`quota_copy`)."""
-_GONE: Object = {}
-"""The copy of a deleted quota: it charges no pod, so every pod fits it."""
 
 
 def quota_copy(quota: Object) -> Object:
-    """What a target pod's fit reads of a quota (its scopes and status), as a quota object."""
+    """What a target pod's fit reads of a quota (its scopes and status), as a quota object of
+    its own (deep enough that no handler of the stored object can change it)."""
     spec, status = quota.get("spec") or {}, quota.get("status") or {}
     return {
-        "spec": {k: spec[k] for k in ("scopes", "scopeSelector") if k in spec},
-        "status": {k: status[k] for k in ("hard", "used") if k in status},
+        "spec": {k: copy.deepcopy(spec[k]) for k in ("scopes", "scopeSelector") if k in spec},
+        "status": {k: dict(status[k] or {}) for k in ("hard", "used") if k in status},
     }
 
 
@@ -127,11 +131,12 @@ class QuotaChanges:
     Event loop only; a waiter that starts after a change waits for the next one. Per quota
     (store key "namespace/name") that changed within the last LISTER_GRACE it keeps each copy that
     was current in the cache at some moment of that window, and the one before (None before the
-    first this process saw: taken as one no pod fits); each change cuts the quotas whose last
-    change is older down to their current copy, and forgets the deleted ones, so what is kept is
-    one small copy a quota (`quota_copy`) and a cluster's churn of namespaces leaves nothing
-    behind. Copies a broken watch never delivered are not known (the relist goes from the last
-    copy to the new one).
+    first this process saw, and for a deletion: taken as one no pod fits); each change cuts the
+    quotas whose last change is older down to their current copy, and forgets the deleted ones,
+    so what is kept is one small copy a quota (`quota_copy`) and a cluster's churn of namespaces
+    leaves nothing behind. Copies a broken watch never delivered are not known (the relist goes
+    from the last copy to the new one); a relist tells every quota again, unchanged ones too,
+    which keeps a copy equal to the current one and wakes the waiters to look again.
     """
 
     def __init__(self, clock: Clock) -> None:
@@ -144,12 +149,14 @@ class QuotaChanges:
         """Quota key -> (when it became current, copy) in order, the current copy last."""
 
     def stored(self, key: str, copy: Object | None) -> None:
-        """The quota under `key` ("namespace/name") is now `copy` in the cache (None: deleted):
-        wakes the namespace's waiters and keeps the copy for `settling`."""
+        """The quota under `key` ("namespace/name") is now `copy` in the cache (None: deleted,
+        its label removed, or the store's listener isolation: kept as a copy no pod fits, so a
+        quota back within LISTER_GRACE holds its pods that long): wakes the namespace's waiters
+        and keeps the copy for `settling`. Never raises."""
         now = self._clock.monotonic()
         self._forget_settled(now)
         copies = self._copies.setdefault(key, [(float("-inf"), None)])
-        copies.append((now, _GONE if copy is None else copy))
+        copies.append((now, copy))
         del copies[: _superseded(copies, now)]
         self._seen[key] = now
         self._seen.move_to_end(key)
@@ -167,9 +174,9 @@ class QuotaChanges:
             return 0.0
         now = self._clock.monotonic()
         left = 0.0
-        for (_, copy), (replaced, _) in itertools.pairwise(copies):
+        for (_, kept), (replaced, _) in itertools.pairwise(copies):
             until = replaced + LISTER_GRACE - now
-            if until > left and (copy is None or not fits(copy)):
+            if until > left and (kept is None or not fits(kept)):
                 left = until
         return left
 
@@ -186,7 +193,7 @@ class QuotaChanges:
                 return  # the rest changed later still
             del self._seen[oldest]
             current = self._copies.pop(oldest)[-1][1]
-            if current is not _GONE:
+            if current is not None:
                 self._copies[oldest] = [(float("-inf"), current)]
 
     async def next_change(self, namespace: str, seconds: float) -> bool:
@@ -278,8 +285,9 @@ async def admit_target(
 ) -> TargetAdmission:
     """Returns once the target pod fits under the managed quota's `status.hard` as the cache
     shows it (at once if its scopes do not charge the pod; on the first look, as `live` shows it
-    too, when given and the cached quota is not `raised_for` the pod's migration), at once if no
-    raise will come, or after `wait` seconds (see module docstring)."""
+    too, when given and the cached quota is not `raised_for` the pod's migration) and every copy
+    quota admission may still read (`QuotaChanges.settling`), at once if no raise will come, or
+    after `wait` seconds (see module docstring). After each await it looks at the cache again."""
     pod = request.obj or {}
     try:
         needed = pod_quota_usage(pod, features=lookups.quota_features())
@@ -295,37 +303,34 @@ async def admit_target(
     migration = labels(pod).get(LABEL_MIGRATION_JOB, "")
     if gave_up is not None and gave_up.recently(migration):
         wait = 0.0
-    started = clock.monotonic()
-    changes_awaited = 0
+
+    def fits(copy: Object) -> bool:
+        return not applies_to(copy, pod) or not _short(copy, needed)
+
+    look = _Look(clock.monotonic())
     while True:
-        waited = clock.monotonic() - started
+        waited = clock.monotonic() - look.started
         quota = lookups.managed_quota(request.namespace)
         if quota is None:
             return TargetAdmission("no-managed-quota", waited)
-        charged = applies_to(quota, pod)
-        short = _short(quota, needed) if charged else []
-        first_look = charged and not short and changes_awaited == 0
-        if first_look and live is not None and not raised_for(quota, migration):
-            seen = await _live_view(live, quota, needed, clock)
-            if seen == "stale":
-                await changes.next_change(request.namespace, max(wait - waited, 0.0))
-                changes_awaited += 1
-                continue
-            if seen == "newer":
-                changes_awaited += 1  # fits on a quota our cache has not seen: pay the grace
+        short = [] if fits(quota) else _short(quota, needed)
         if not short:
-
-            def fits(copy: Object) -> bool:
-                return not applies_to(copy, pod) or not _short(copy, needed)
-
-            return await _fitted(
-                f"{request.namespace}/{name_of(quota)}",
-                changes,
-                clock,
-                started=started,
-                changes_awaited=changes_awaited,
-                fits=fits,
+            if live is not None and look.reads_live(quota, pod, migration):
+                seen = await _live_view(live, quota, needed, clock)
+                if seen == "stale":
+                    await changes.next_change(request.namespace, max(wait - waited, 0.0))
+                    look.changes_awaited += 1
+                elif seen == "newer":  # quota admission may lag it as ours did: the grace
+                    look.live_grace_until = clock.monotonic() + LISTER_GRACE
+                continue  # the cache may have changed meanwhile: look again
+            hold = max(
+                changes.settling(f"{request.namespace}/{name_of(quota)}", fits),
+                look.live_grace_until - clock.monotonic(),
             )
+            if hold < SHORTEST_HOLD or waited >= wait + LISTER_GRACE:
+                return look.fitted(clock)
+            await clock.sleep(hold)
+            continue  # a copy it does not fit may have come meanwhile: look again
         if no_raise_coming(quota, lookups.namespace(request.namespace)):
             return TargetAdmission("no-raise-coming", waited, short)
         if waited >= wait:
@@ -333,31 +338,31 @@ async def admit_target(
                 gave_up.note(migration, wait)
             return TargetAdmission("timed-out", waited, short)
         await changes.next_change(request.namespace, wait - waited)
-        changes_awaited += 1
+        look.changes_awaited += 1
 
 
-async def _fitted(
-    quota_key: str,
-    changes: QuotaChanges,
-    clock: Clock,
-    *,
-    started: float,
-    changes_awaited: int,
-    fits: Callable[[Object], bool],
-) -> TargetAdmission:
-    """A pod that fits, held until quota admission's cache may be taken to hold a copy it fits:
-    LISTER_GRACE after a wait, else `QuotaChanges.settling`."""
-    if changes_awaited == 0:
-        # Fitted on the first look: nothing was waited for. (Not `waited == 0`: on a real clock
-        # two readings a microsecond apart differ, so every target pod paid the full grace; the
-        # scale run counted 50 of 50 held 0.1 s.) Only a copy our cache replaced a moment ago
-        # may still be quota admission's, and it matters only if the pod does not fit it.
-        left = changes.settling(quota_key, fits)
-        if left > 0:
-            await clock.sleep(left)
-        return TargetAdmission("fits", clock.monotonic() - started)
-    await clock.sleep(LISTER_GRACE)
-    return TargetAdmission("fitted-after-wait", clock.monotonic() - started)
+@dataclass
+class _Look:
+    """What one target pod's admission has done so far (`admit_target`)."""
+
+    started: float
+    changes_awaited: int = 0
+    live_read: bool = False
+    live_grace_until: float = float("-inf")
+    """Until when quota admission may still lag a live copy newer than our cache."""
+
+    def reads_live(self, quota: Object, pod: Object, migration: str) -> bool:
+        """Whether the quota is read live now: once, on the first look, where it charges the
+        pod and does not name the pod's migration (`raised_for`); marks it read."""
+        if self.live_read or self.changes_awaited or not applies_to(quota, pod):
+            return False
+        self.live_read = True
+        return not raised_for(quota, migration)
+
+    def fitted(self, clock: Clock) -> TargetAdmission:
+        """The pod fits, and every copy quota admission may still read does too."""
+        outcome: Outcome = "fits" if self.changes_awaited == 0 else "fitted-after-wait"
+        return TargetAdmission(outcome, clock.monotonic() - self.started)
 
 
 def raised_for(quota: Object, migration_uid: str) -> bool:
