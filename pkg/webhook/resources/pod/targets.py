@@ -148,15 +148,15 @@ class QuotaChanges:
         self._copies: dict[str, list[tuple[float, Object | None]]] = {}
         """Quota key -> (when it became current, copy) in order, the current copy last."""
 
-    def stored(self, key: str, copy: Object | None) -> None:
-        """The quota under `key` ("namespace/name") is now `copy` in the cache (None: deleted,
+    def stored(self, key: str, value: Object | None) -> None:
+        """The quota under `key` ("namespace/name") is now `value` in the cache (None: deleted,
         its label removed, or the store's listener isolation: kept as a copy no pod fits, so a
         quota back within LISTER_GRACE holds its pods that long): wakes the namespace's waiters
         and keeps the copy for `settling`. Never raises."""
         now = self._clock.monotonic()
         self._forget_settled(now)
         copies = self._copies.setdefault(key, [(float("-inf"), None)])
-        copies.append((now, copy))
+        copies.append((now, value))
         del copies[: _superseded(copies, now)]
         self._seen[key] = now
         self._seen.move_to_end(key)
