@@ -33,6 +33,7 @@ from harvester_quota.webhook.resources.pod.targets import (
     QuotaChanges,
     TargetAdmission,
     admit_target,
+    quota_copy,
 )
 from harvester_quota.webhook.server import WebhookServer
 from harvester_quota.webhook.serving import RoomSharing
@@ -298,6 +299,22 @@ def test_the_kept_copy_holds_what_quota_admission_reads_usage_and_scopes() -> No
     clock.step(LISTER_GRACE)
     store_event(caches, "MODIFIED", quota(RAISED, RAISED), "4")
     assert caches.quota_changes.settling(KEY, fits) == 0, "the scoped copy charges no launcher"
+
+
+def test_a_malformed_quota_is_copied_as_the_fit_reads_it_and_never_refused() -> None:
+    """A view that raised would keep the whole quota out of the webhook's cache: fields of the
+    wrong type read as absent, as `_short` reads them."""
+    odd: Object = {"spec": ["not", "a", "spec"], "status": {"hard": "abc", "used": 7}}
+    assert quota_copy(odd) == {"spec": {}, "status": {"hard": {}, "used": {}}}
+    assert quota_copy({"status": None}) == {"spec": {}, "status": {}}
+    scoped = json.loads(json.dumps(quota(RAISED, RAISED)))  # dicts of its own, not RAISED
+    scoped["spec"]["scopes"] = ["NotTerminating"]
+    kept = quota_copy(scoped)
+    scoped["spec"]["scopes"].append("Terminating")
+    scoped["status"]["hard"]["limits.cpu"] = "1"
+    assert kept["spec"]["scopes"] == ["NotTerminating"] and kept["status"]["hard"] == RAISED, (
+        "the copy is its own: a later change of the stored object's dicts does not reach it"
+    )
 
 
 async def test_a_quota_deleted_and_back_within_the_grace_holds_its_pods() -> None:

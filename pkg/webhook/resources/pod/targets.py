@@ -60,7 +60,7 @@ from ....generic import errors
 from ....generic.client import ApiClient
 from ....generic.clock import Clock, wait_at_most
 from ....generic.logformat import migration_fields
-from ....generic.meta import annotations_of, labels, metadata
+from ....generic.meta import annotations_of, as_mapping, labels, metadata
 from ....generic.meta import name as name_of
 from ....generic.meta import namespace as namespace_of
 from ....generic.resource import RESOURCE_QUOTAS, Object
@@ -114,11 +114,13 @@ COPY_VIEW = "target-room-copy"
 
 def quota_copy(quota: Object) -> Object:
     """What a target pod's fit reads of a quota (its scopes and status), as a quota object of
-    its own (deep enough that no handler of the stored object can change it)."""
-    spec, status = quota.get("spec") or {}, quota.get("status") or {}
+    its own (deep enough that no handler of the stored object can change it). Never raises: a
+    field of the wrong type reads as absent, as the fit itself reads it (`_short`), since a
+    store view that raised would keep the whole quota out of the webhook's cache."""
+    spec, status = as_mapping(quota.get("spec")), as_mapping(quota.get("status"))
     return {
         "spec": {k: copy.deepcopy(spec[k]) for k in ("scopes", "scopeSelector") if k in spec},
-        "status": {k: dict(status[k] or {}) for k in ("hard", "used") if k in status},
+        "status": {k: dict(as_mapping(status[k])) for k in ("hard", "used") if k in status},
     }
 
 
@@ -313,7 +315,7 @@ async def admit_target(
         quota = lookups.managed_quota(request.namespace)
         if quota is None:
             return TargetAdmission("no-managed-quota", waited)
-        short = [] if fits(quota) else _short(quota, needed)
+        short = _short(quota, needed) if applies_to(quota, pod) else []
         if not short:
             if live is not None and look.reads_live(quota, pod, migration):
                 seen = await _live_view(live, quota, needed, clock)
