@@ -180,11 +180,42 @@ def _patch_causes() -> None:
     add = queue.Queue.add
 
     def add_noted(self: Any, item: Any) -> None:
-        if self.name == QUEUE:
+        if self.name == QUEUE and _Now.cause != _SOON_TIMER:
             _pending[item].append(_Now.cause or _caller())
         add(self, item)
 
     queue.Queue.add = add_noted  # type: ignore[method-assign]
+    _patch_soon()
+
+
+_SOON_TIMER = "the soon timer"
+"""The cause in force while a soon run's timer adds its key: already noted when it was asked."""
+
+
+def _patch_soon() -> None:
+    """A change queued soon (Controller.enqueue_soon) is noted when it is asked for, and the
+    timer's add later notes nothing more."""
+    from harvester_quota.generic import controller, soonruns
+
+    enqueue_soon = controller.Controller.enqueue_soon
+
+    def soon_noted(self: Any, key: str) -> None:
+        if self.name == QUEUE and self._soon.window > 0:
+            _pending[key].append("soon " + (_Now.cause or _caller()))
+        enqueue_soon(self, key)
+
+    controller.Controller.enqueue_soon = soon_noted  # type: ignore[method-assign]
+
+    async def add_at_quiet(self: Any, key: str, deadline: float) -> None:
+        await self.clock.sleep(deadline - self.clock.monotonic())
+        outer, _Now.cause = _Now.cause, _SOON_TIMER
+        try:
+            del self._timers[key]
+            self._add(key)
+        finally:
+            _Now.cause = outer
+
+    soonruns.SoonRuns._add_at = add_at_quiet  # type: ignore[method-assign]
 
 
 def _patch_reconcile(path: Path) -> None:

@@ -6,7 +6,9 @@ key, by a fixed number of workers fed from a rate-limited workqueue:
 - ``on_change(name, handler)``: ``handler(key, obj)`` gets the cached object, or ``None`` once it
   is gone; it may return the object it wrote, which the next handler then receives (chaining).
 - ``enqueue`` is a plain add, never rate-limited: counting events as failures inflates backoff to
-  minutes (kubernetes/kubernetes#75577, rancher/lasso#5). ``enqueue_after`` delays one key.
+  minutes (kubernetes/kubernetes#75577, rancher/lasso#5). ``enqueue_after`` delays one key;
+  ``enqueue_soon`` queues one within the controller's soon window, a burst of changes read by
+  one run (``soonruns``).
 - A handler error re-queues the key through the rate limiter and re-runs every handler; a conflict
   (someone wrote the object first) does the same but is only logged at debug level, because it is
   routine; any exception is logged with the key and the handler name and never kills a worker.
@@ -45,6 +47,7 @@ from .resource import (
 from .resourcecache import ResourceCache
 from .resourceclient import ResourceClient
 from .sharedhandler import Handler, Ignore, RetryAfter, SharedHandler
+from .soonruns import SoonRuns
 from .store import Tombstone
 from .tasks import cancel_and_wait
 from .workqueue import RateLimiter, RateLimitingQueue
@@ -98,6 +101,7 @@ class Controller(ResourceClient, ResourceCache):
         self._watching = False
         self._held = False
         self._pending_runs = PendingRuns(self.queue, clock)
+        self._soon = SoonRuns(clock, 0.0, self._add, self.queue.queued)
 
     # Registration -------------------------------------------------------------------------------
 
@@ -130,6 +134,7 @@ class Controller(ResourceClient, ResourceCache):
         name: str = "related",
         relevant: Callable[[Object, Object], bool] | None = None,
         updates_in: Callable[[str], bool] | None = None,
+        may_wait: Callable[[Object, Object], bool] | None = None,
     ) -> None:
         """Enqueues this controller's keys for every change of another kind (wrangler's
         relatedresource.Watch): ``resolve(obj)`` names the keys an object of that kind affects.
@@ -140,30 +145,15 @@ class Controller(ResourceClient, ResourceCache):
         change often in ways the reconcile never reads. Adds and deletes always enqueue. With
         `updates_in`, an update of an object whose namespace it refuses is dropped before its
         old object is decoded: for a `resolve` that names no key for such an object, old or new.
+        With `may_wait`, an update for which ``may_wait(old, new)`` is true queues its keys by
+        `enqueue_soon`, not at once.
         """
-
-        def enqueue_for(obj: Object | Tombstone) -> None:
-            subject = obj.obj if isinstance(obj, Tombstone) else obj
-            for key in resolve(subject):
-                self._add(key)
-
-        def enqueue_both(old: Object, new: Object) -> None:
-            if relevant is not None and not relevant(old, new):
-                return
-            enqueue_for(old)
-            enqueue_for(new)
-
-        informer.add_event_handler(
-            ResourceEventHandler(
-                on_add=lambda obj, _initial: enqueue_for(obj),
-                on_update=enqueue_both,
-                on_delete=enqueue_for,
-                updates_wanted=None
-                if updates_in is None
-                else lambda new: updates_in(namespace_of(new)),
-            ),
-            name=f"{self.name} {name}",
+        handler = _related_handler(
+            resolve, (self._add, self.enqueue_soon), relevant=relevant, may_wait=may_wait
         )
+        if updates_in is not None:
+            handler.updates_wanted = lambda new: updates_in(namespace_of(new))
+        informer.add_event_handler(handler, name=f"{self.name} {name}")
 
     # Enqueueing -----------------------------------------------------------------------------------
 
@@ -175,6 +165,20 @@ class Controller(ResourceClient, ResourceCache):
     def enqueue_key(self, key: str) -> None:
         """`enqueue` by cache key (``namespace/name`` or ``name``)."""
         self._add(key)
+
+    def enqueue_soon(self, key: str) -> None:
+        """Queues `key` at most the soon window's seconds from now (`set_soon_window`; 0 by
+        default: at once), for changes that need no run of their own: every change asked for
+        until a run of the key starts is read by that one run (generic/soonruns.py)."""
+        if not self._held:
+            self._soon.ask(key)
+
+    def set_soon_window(self, seconds: float) -> None:
+        """How long `enqueue_soon` may hold a key back; set before the controller starts
+        (RuntimeError after)."""
+        if self._tasks:
+            raise RuntimeError(f"controller {self.name}: the soon window is set before start")
+        self._soon = SoonRuns(self.clock, seconds, self._add, self.queue.queued)
 
     def _add(self, key: str) -> None:
         if not self._held:
@@ -209,6 +213,7 @@ class Controller(ResourceClient, ResourceCache):
         """Shuts the queue down and waits for the workers to end; a handler in progress is
         cancelled. Idempotent."""
         self.queue.shut_down()
+        self._soon.stop()
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
@@ -233,8 +238,10 @@ class Controller(ResourceClient, ResourceCache):
         For writes that should not compete with this controller's: the caller lets the key's
         current work go first. Runs queued after the call are not waited for, so a key kept
         busy delays a caller by two runs at most; a retry waiting out its backoff is not queued
-        and holds nobody. Event loop only.
+        and holds nobody. A run asked for soon (`enqueue_soon`) is queued at once by the call,
+        so it is waited for too. Event loop only.
         """
+        self._soon.now(key)
         return await self._pending_runs.wait(key, seconds)
 
     async def reconcile(self, key: str) -> float | None:
@@ -242,10 +249,38 @@ class Controller(ResourceClient, ResourceCache):
         (the shortest any handler asked for with `RetryAfter`), or None for its next change.
         Raises `RetryRateLimited` when a handler failed (each failure is reported where it
         happened): the loop then retries the key rate limited, else forgets its failures."""
+        self._soon.started(key)
         run = await self._handlers.on_change(key, self.informer.store.get(key))
         if run.failed:
             raise RetryRateLimited(key)
         return run.retry_after
+
+
+def _related_handler(
+    resolve: Callable[[Object], Iterable[str]],
+    adds: tuple[Callable[[str], None], Callable[[str], None]],
+    *,
+    relevant: Callable[[Object, Object], bool] | None,
+    may_wait: Callable[[Object, Object], bool] | None,
+) -> ResourceEventHandler:
+    """Controller.watch_related's handler: `adds` queue a key (at once, soon)."""
+    at_once, soon = adds
+
+    def enqueue_for(obj: Object | Tombstone, add: Callable[[str], None] = at_once) -> None:
+        subject = obj.obj if isinstance(obj, Tombstone) else obj
+        for key in resolve(subject):
+            add(key)
+
+    def enqueue_both(old: Object, new: Object) -> None:
+        if relevant is not None and not relevant(old, new):
+            return
+        add = soon if may_wait is not None and may_wait(old, new) else at_once
+        enqueue_for(old, add)
+        enqueue_for(new, add)
+
+    return ResourceEventHandler(
+        on_add=lambda obj, _initial: enqueue_for(obj), on_update=enqueue_both, on_delete=enqueue_for
+    )
 
 
 class ControllerFactory:

@@ -59,6 +59,18 @@ class PendingWrites:
         """Drops the write recorded for `key` (the cache is the authority again)."""
         self._written.pop(key, None)
 
+    def is_ours(self, obj: Object) -> bool:
+        """Whether `obj` is the very version our last recorded write of its key returned (the
+        cache showing our own write), while that write is recorded."""
+        entry = self._written.get(key_of(obj))
+        if entry is None:
+            return False
+        ours = entry[1]
+        return (
+            metadata(ours).get("uid") == metadata(obj).get("uid")
+            and _version(ours) == _version(obj) >= 0
+        )
+
     def get(self, key: str) -> Object | None:
         """The cached object of `key` or our newer write of it; None if the cache has none."""
         cached = self.store.get(key)

@@ -28,6 +28,8 @@ class NamespaceViews(Generic[V]):
     can enqueue its reconcile there instead of on every event of the kind. With `acted_on`, a
     change is told only if it changes `acted_on(view)` (the part the consumer acts on): the
     new view is stored either way, so a later read sees it, but nothing is queued for it.
+    `on_change_of(namespace, old, new)` is told the same changes with the listed view before
+    (None: not listed) and after (None: removed), after the listing changed.
     """
 
     def __init__(
@@ -35,11 +37,13 @@ class NamespaceViews(Generic[V]):
         on_change: Callable[[str], object] | None = None,
         *,
         acted_on: Callable[[V], object] | None = None,
+        on_change_of: Callable[[str, V | None, V | None], object] | None = None,
     ) -> None:
         self._namespaces: dict[str, dict[str, V]] = {}
         self._aside: dict[str, dict[str, V]] = {}
         """Views set aside, by namespace and name (never also in `_namespaces`)."""
         self._on_change = on_change
+        self._on_change_of = on_change_of
         self._acted_on = acted_on
 
     def changed(self, key: str, view: V | None) -> bool:
@@ -52,7 +56,8 @@ class NamespaceViews(Generic[V]):
             return False
         views = self._namespaces.get(namespace)
         if view is None:
-            if views is None or views.pop(name, None) is None:
+            old = None if views is None else views.pop(name, None)
+            if old is None:
                 return False
             if not views:
                 del self._namespaces[namespace]
@@ -67,6 +72,8 @@ class NamespaceViews(Generic[V]):
                 return True
         if self._on_change is not None:
             self._on_change(namespace)
+        if self._on_change_of is not None:
+            self._on_change_of(namespace, old, view)
         return True
 
     def _unremarkable(self, old: V, new: V) -> bool:

@@ -8,8 +8,12 @@ from typing import Any
 
 from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
+from harvester_quota.controller.resourcequota.planqueue import SOON_WINDOW, quota_may_wait
+from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
+from harvester_quota.generic.pendingwrites import PendingWrites
+from harvester_quota.generic.store import Store
 from harvester_quota.testbench.clock import FakeClock
 from prometheus_client import CollectorRegistry
 
@@ -134,3 +138,152 @@ def test_without_a_kubevirt_cr_the_settings_follow_harvesters_setting_as_it_chan
     assert first == "2"
     assert plan_inputs.cluster_settings().ratio == "3"
     assert plan_inputs.cluster_settings() == plan_inputs.informers.kubevirt_settings()
+
+
+def routed_inputs() -> tuple[PlanInputs, list[tuple[str, str]]]:
+    """PlanInputs whose two queues (at once, soon) record into one list, in order."""
+    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    management = Management(
+        client=client, options=Options(), clock=FakeClock(), registry=CollectorRegistry()
+    )
+    queued: list[tuple[str, str]] = []
+    plan_inputs = PlanInputs(
+        management,
+        lambda ns: queued.append(("now", ns)),
+        lambda ns: queued.append(("soon", ns)),
+    )
+    return plan_inputs, queued
+
+
+def at(phase: str, mig: dict[str, Any], *, rejected: bool = False) -> dict[str, Any]:
+    step = copy.deepcopy(mig)
+    step["status"]["phase"] = phase
+    if rejected:
+        step["status"]["conditions"] = [
+            {"type": "migrationRejectedByResourceQuota", "status": "True"}
+        ]
+    return step
+
+
+def test_a_migration_not_finished_is_planned_at_once_and_its_end_and_removal_soon() -> None:
+    """Its arrival and a quota refusal's start and end may make room a target pod waits for; its
+    end and removal with no other migration of its VMI waiting can only give room back."""
+    plan_inputs, queued = routed_inputs()
+    migrations = plan_inputs.informers.migrations.store
+    mig = migration("m1", vmi("vm1"), phase="Pending")
+    for step in (mig, at("Pending", mig, rejected=True), at("Pending", mig)):
+        upsert(migrations, step)
+    assert queued == [("now", "ns")] * 3
+    upsert(migrations, at("Succeeded", mig))
+    migrations.delete("ns/m1")
+    assert queued[3:] == [("soon", "ns")] * 2
+
+
+def test_a_migrations_end_is_planned_at_once_while_another_of_its_vmi_waits() -> None:
+    """A VMI's next migration may hold room only once the earlier one stops: that end can
+    raise. Another VMI's waiting migration does not make this one's end urgent."""
+    plan_inputs, queued = routed_inputs()
+    migrations = plan_inputs.informers.migrations.store
+    first = migration("m1", vmi("vm1"), phase="Running", uid="u1")
+    upsert(migrations, first)
+    upsert(migrations, migration("other", vmi("vm2"), phase="Pending", uid="u2"))
+    upsert(migrations, at("Failed", first))
+    assert queued[-1] == ("soon", "ns"), "only another VMI's migration waits"
+    upsert(migrations, migration("m2", vmi("vm1"), phase="Pending", uid="u3"))
+    upsert(migrations, at("Running", first))
+    upsert(migrations, at("Failed", first))
+    assert queued[-1] == ("now", "ns"), "m2 of the same VMI waits for m1's end"
+    migrations.delete("ns/m1")
+    assert queued[-1] == ("now", "ns"), "and for its removal"
+
+
+def test_a_vmi_change_is_planned_at_once_only_while_a_migration_of_it_is_not_finished() -> None:
+    plan_inputs, queued = routed_inputs()
+    vmis, migrations = plan_inputs.informers.vmis.store, plan_inputs.informers.migrations.store
+    upsert(vmis, vmi("vm1"))
+    assert queued == [("soon", "ns")], "no migration of it"
+    mig = migration("m1", vmi("vm1"), phase="Pending")
+    upsert(migrations, mig)
+    upsert(vmis, vmi("vm1", cores=4))
+    assert queued[-1] == ("now", "ns"), "a VMI grown while its migration waits raises"
+    upsert(migrations, at("Succeeded", mig))
+    upsert(vmis, vmi("vm1", cores=8))
+    assert queued[-1] == ("soon", "ns")
+
+
+def test_a_launcher_that_starts_running_is_planned_at_once_unless_it_is_a_waiting_target() -> None:
+    """A VMI's pod starting to run lets its waiting migration hold room; a migration's own
+    target pod never makes its room, and a tenant's pod labelled as one waits the window at
+    most; any other pod change (an arrival, an end) only gives room back."""
+    plan_inputs, queued = routed_inputs()
+    pods, migrations = plan_inputs.informers.pods.store, plan_inputs.informers.migrations.store
+    vm = vmi("vm1")
+    source = launcher_pod(vm, "virt-launcher-vm1-a", phase="Pending")
+    upsert(pods, source)
+    assert queued == [("soon", "ns")], "a pod that does not run"
+    upsert(pods, launcher_pod(vm, "virt-launcher-vm1-a"))
+    assert queued[-1] == ("now", "ns"), "the source starts running"
+    mig = migration("m1", vm, phase="Running", uid="u1")
+    upsert(migrations, mig)
+    target = launcher_pod(vm, "virt-launcher-vm1-b", migration=mig, phase="Pending")
+    upsert(pods, target)
+    assert queued[-1] == ("soon", "ns"), "a target pod's arrival"
+    upsert(pods, launcher_pod(vm, "virt-launcher-vm1-b", migration=mig))
+    assert queued[-1] == ("soon", "ns"), "the target of a migration under way runs"
+    upsert(pods, launcher_pod(vm, "virt-launcher-vm1-a", phase="Succeeded"))
+    assert queued[-1] == ("soon", "ns"), "the source ends"
+    upsert(migrations, at("Succeeded", mig))
+    upsert(pods, launcher_pod(vm, "virt-launcher-vm1-c", migration=mig))
+    assert queued[-1] == ("now", "ns"), "a running pod whose migration is over: a source again"
+
+
+async def test_the_room_mode_plans_a_migrations_arrival_at_once_and_a_pod_step_within_the_window() -> (
+    None
+):
+    """As registered (QuotaReconciler): the namespaces controller's queue holds the namespace at
+    once for a migration's arrival, and only after SOON_WINDOW for a target pod's arrival."""
+    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    clock = FakeClock()
+    management = Management(
+        client=client, options=Options(), clock=clock, registry=CollectorRegistry()
+    )
+    reconciler = QuotaReconciler(management)
+    reconciler.register()
+    queue, informers = reconciler.namespaces.queue, reconciler.inputs.informers
+    vm = vmi("vm1")
+    mig = migration("m1", vm, phase="Running", uid="u1")
+    upsert(informers.migrations.store, mig)
+    assert queue.queued("ns"), "a migration's arrival is queued at once"
+    await queue.get()
+    queue.done("ns")
+    upsert(informers.pods.store, launcher_pod(vm, "virt-launcher-vm1-b", migration=mig))
+    assert not queue.queued("ns")
+    await clock.advance(SOON_WINDOW / 2)
+    assert not queue.queued("ns"), "a target pod's arrival waits within the window"
+    await clock.advance(SOON_WINDOW / 2)
+    assert queue.queued("ns"), "and is queued at its end"
+    await reconciler.namespaces.stop()
+    await client.close()
+
+
+def test_a_quota_update_waits_only_for_status_writes_and_our_own_write_coming_back() -> None:
+    """Anyone else's spec.hard write (Rancher's agent resetting a raise, an administrator) may
+    have taken a raise away: planned at once. Quota admission's and kube-controller-manager's
+    status writes, and our own write seen again, cannot."""
+    ours = PendingWrites(Store(), FakeClock())
+    may_wait = quota_may_wait(ours)
+
+    def quota(version: str, cpu: str, used: str = "1") -> dict[str, Any]:
+        return {
+            "metadata": {"name": "q", "namespace": "ns", "uid": "u", "resourceVersion": version},
+            "spec": {"hard": {"limits.cpu": cpu}},
+            "status": {"hard": {"limits.cpu": cpu}, "used": {"limits.cpu": used}},
+        }
+
+    assert may_wait(quota("1", "10"), quota("2", "10", used="3")), "a status write"
+    assert not may_wait(quota("2", "12"), quota("3", "10")), "someone else lowered spec.hard"
+    assert not may_wait(quota("3", "10"), quota("4", "12")), "someone else raised it"
+    ours.wrote(quota("5", "14"))
+    assert may_wait(quota("4", "12"), quota("5", "14")), "our own write coming back"
+    assert not may_wait(quota("5", "14"), quota("6", "10")), "a reset of our raise after it"
+    assert not may_wait({"metadata": {}, "spec": []}, quota("7", "10")), "an odd spec"

@@ -12,7 +12,8 @@ judgment hold the same planner, so each reads a namespace as the others do.
 The caches' migrations, VMIs and pods are read through views the stores derive once per change
 (util/resourcequota/planviews.py, podindex.py); a change of a view (not every status write of
 virt-controller, virt-handler or the kubelet, nor a migration's step before a final phase:
-planviews.plan_acted_on) queues its namespace. The listeners run inside the
+planviews.plan_acted_on) queues its namespace, at once or soon by what it can change
+(planqueue.py). The listeners run inside the
 store's write, so the reconcile they queue reads the views with the change in them. Quota
 refusals are noted as the migrations change (reports.py), not when a reconcile happens to run.
 Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
@@ -45,6 +46,7 @@ from ...util.resourcequota.planviews import (
 from ...util.resourcequota.podindex import PodIndex, PodView, pod_view
 from ...util.resourcequota.raises import raise_records
 from ..informers import QuotaInformers
+from .planqueue import PlanQueue
 from .reports import RefusalTracker
 
 __all__ = [
@@ -189,13 +191,18 @@ class NamespacePlanner:
 
 
 class PlanInputs:
-    """The informers and views a plan reads; `changed(namespace)` is called when they change.
+    """The informers and views a plan reads; `changed(namespace)` (at once) or `soon(namespace)`
+    is called when they change (planqueue.py: which is which).
     The reconcile's `_PlanSource`: the caches read through our namespace and quota writes they
     do not show yet (`namespaces`, `quotas`: generic/pendingwrites.py)."""
 
-    def __init__(self, management: Management, changed: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        management: Management,
+        changed: Callable[[str], None],
+        soon: Callable[[str], None] | None = None,
+    ) -> None:
         self.management = management
-        self.changed = changed
         self.informers = QuotaInformers.of(management)
         informers = self.informers
         self.namespaces = management.informers.informer(NAMESPACES).pending
@@ -210,16 +217,18 @@ class PlanInputs:
             PodIndex.VIEW, partial(pod_view, features=features), self._pod_changed
         )
         self.migration_views: NamespaceViews[Object] = NamespaceViews(
-            changed, acted_on=plan_acted_on
+            acted_on=plan_acted_on, on_change_of=self._migration_listed
         )
         """Every namespace's migrations as the plan reads them (planviews.migration_plan_view);
         KubeVirt's steps before a final phase queue nothing (plan_acted_on)."""
+        self.queue = PlanQueue(changed, soon or changed, self.migration_views)
+        """Queues a namespace's plan at once or soon by what changed (planqueue.py)."""
         self.refusals = RefusalTracker(management.clock)
         """Quota refusals as the migrations' changes showed them (reports.py), exported at each
         scrape of `management`'s registry."""
         management.registry.register(self.refusals)
         informers.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)
-        self.vmi_facts: NamespaceViews[VmiView] = NamespaceViews(changed)
+        self.vmi_facts: NamespaceViews[VmiView] = NamespaceViews(on_change_of=self._vmi_listed)
         """Every namespace's VMIs as the plan reads them (launcher.VmiView, narrow)."""
         informers.vmis.store.add_view(PLAN_VIEW, vmi_facts, self.vmi_facts.changed)
         self.usages = RenderedUsages(informers.vmis.store.get)
@@ -271,8 +280,10 @@ class PlanInputs:
         """The pod store's view listener: the namespace is reconciled when its pods changed as
         the plan sees them, not on every pod update (kwok's and the kubelet's status writes
         leave most views equal)."""
+        namespace, name = key.split("/", 1)
+        old = self.pod_index.namespace(namespace).get(name)
         if self.pod_index.changed(key, view):
-            self.changed(key.split("/", 1)[0])
+            self.queue.pod(namespace, old, view)
 
     def _migration_changed(self, key: str, view: Object | None) -> None:
         """The migration store's view listener: notes a quota refusal's start or end as it
@@ -281,6 +292,14 @@ class PlanInputs:
         queues its namespace."""
         self.refusals.seen(key, view)
         self.migration_views.changed(key, view)
+
+    def _migration_listed(self, namespace: str, old: Object | None, new: Object | None) -> None:
+        self.queue.migration(namespace, old, new)
+
+    def _vmi_listed(self, namespace: str, old: VmiView | None, new: VmiView | None) -> None:
+        changed = new or old
+        if changed is not None:
+            self.queue.vmi(namespace, changed.name)
 
     def managed_namespaces(self, _changed: Object) -> list[str]:
         """A cluster-wide setting changed: every namespace with a managed quota is affected."""

@@ -34,6 +34,7 @@ from ...util.quantity import Quantity
 from ...util.resourcequota.plan import QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
 from .planner import NamespacePlanner, PlanInputs
+from .planqueue import SOON_WINDOW, quota_may_wait
 from .projectdemands import ProjectDemands, siblings_waiting
 from .rancher import (
     PROJECT_INDEX,
@@ -75,8 +76,8 @@ class QuotaReconciler:
 
     def __init__(self, management: Management) -> None:
         self.management = management
-        self.namespaces = management.controllers.namespaces()
-        self.inputs = PlanInputs(management, self.namespaces.enqueue_key)
+        self.namespaces = namespaces = management.controllers.namespaces()
+        self.inputs = PlanInputs(management, namespaces.enqueue_key, namespaces.enqueue_soon)
         """The informers and views plans read, the planner's source (planner.py)."""
         self.metrics = QuotaMetrics(management.registry)
         self.writer = QuotaWriter(management.client, management.clock, self.metrics.count_write)
@@ -92,16 +93,13 @@ class QuotaReconciler:
         """Quota writes per namespace (tests and the scenario report read it)."""
         self.publisher = self.spec_writes.publisher
         management.on_stop(self.publisher.stop)
+        options = management.options
         self.room_label = RoomHeldLabel(
-            self.writer,
-            management.clock,
-            management.options.room_held_linger,
-            self.inputs.namespaces,
+            self.writer, management.clock, options.room_held_linger, self.inputs.namespaces
         )
         """The room-held label and its linger (writes.py)."""
         self.release_check = ReleaseCheck(list_page(management.client), management.clock)
-        """The namespace's migrations from the API server, read before a release
-        (writes.py)."""
+        """The namespace's migrations from the API server, read before a release (writes.py)."""
         self.planner = NamespacePlanner(
             self.inputs, fail_closed=management.options.rancher_direct_fail_closed
         )
@@ -142,10 +140,13 @@ class QuotaReconciler:
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
-        for informer in (informers.quotas, informers.limit_ranges):
-            controller.watch_related(informer, namespace_index, name=informer.name)
-        # Migrations and VMIs queue their namespace from their views (planner.py): only changes
-        # the plan reads, not virt-controller's and virt-handler's status writes.
+        controller.set_soon_window(SOON_WINDOW)
+        quotas, may_wait = informers.quotas, quota_may_wait(inputs.quotas)
+        controller.watch_related(quotas, namespace_index, name=quotas.name, may_wait=may_wait)
+        limits = informers.limit_ranges
+        controller.watch_related(limits, namespace_index, name=limits.name)
+        # Migrations, VMIs and pods queue their namespace from their views (planqueue.py): only
+        # changes the plan reads, not virt-controller's and virt-handler's status writes.
         for informer in (informers.settings, informers.kubevirts):
             controller.watch_related(informer, inputs.managed_namespaces, name=informer.name)
         controller.on_change(HANDLER, self.reconcile)

@@ -1,0 +1,129 @@
+"""Which changes of a plan's inputs queue the namespace's plan at once, and which soon.
+
+A plan reads every migration, VMI and pod of its namespace and its quota, and each change of
+what it reads queues it. Most of those changes can only give room back or change nothing (a
+target pod's arrival, a migration's end, quota admission's and kube-controller-manager's status
+writes, our own writes coming back): queued at once, each made a plan of its own, 8 a migration,
+84 % writing nothing (bench/SCALE.md). Those are queued soon (Controller.enqueue_soon, at most
+`SOON_WINDOW` later), so a wave's burst of them is read by one plan. A change that can make a
+room a target pod may be waiting for is queued at once:
+
+- a migration not finished changed (its arrival, a quota refusal's start or end, its deletion);
+- a migration finished or went while another migration of its VMI is not finished (the VMI's
+  next migration may hold room only once the earlier one stops: rooms.py `_one_under_way_per_vmi`);
+- a VMI changed (added, its rendered shape, whether it can migrate) while a migration of it is
+  not finished;
+- a launcher pod started Running, unless it is the target of a migration not finished (a
+  migration's own target never makes its room: rooms.py `_can_migrate`);
+- a quota added or removed, or its spec.hard written by anyone but us (Rancher's agent copying
+  or resetting, an administrator): the raise may be gone;
+- a LimitRange, the KubeVirt CR, Harvester's overhead setting (they size every room).
+
+Whatever is queued soon is planned at most `SOON_WINDOW` after it; a tenant can make its own
+namespace's plans come sooner (a migration) or later (by at most the window), never another's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from ...apis.kubevirt import FINAL_PHASES
+from ...generic.meta import metadata, status
+from ...generic.pendingwrites import PendingWrites
+from ...generic.resource import Object
+from ...generic.views import NamespaceViews
+from ...util.resourcequota.podindex import PodView
+
+SOON_WINDOW: Final = 0.1
+"""Seconds a change that cannot make room may wait for its plan (see the module docstring)."""
+
+
+class PlanQueue:
+    """Queues a namespace's plan at once (`at_once`) or soon (`soon`) by what changed, reading
+    the namespace's migration views as they stand (`migrations`). Event loop only."""
+
+    def __init__(
+        self,
+        at_once: Callable[[str], None],
+        soon: Callable[[str], None],
+        migrations: NamespaceViews[Object],
+    ) -> None:
+        self.at_once = at_once
+        self.soon = soon
+        self._migrations = migrations
+
+    def migration(self, namespace: str, old: Object | None, new: Object | None) -> None:
+        """A migration's view changed in a way a plan acts on (`new` None: it went)."""
+        if new is not None and not finished(new):
+            self.at_once(namespace)
+            return
+        gone = new or old
+        vmi = vmi_name(gone) if gone is not None else None
+        but = str(metadata(gone).get("name")) if gone is not None else None
+        self._by_vmi(namespace, vmi, but=but)
+
+    def vmi(self, namespace: str, name: str) -> None:
+        """A VMI's view changed, or it was added or went."""
+        self._by_vmi(namespace, name)
+
+    def pod(self, namespace: str, old: PodView | None, new: PodView | None) -> None:
+        """A pod's view changed, or it was added or went."""
+        if new is not None and _starts(old, new) and not self._targets(new, namespace):
+            self.at_once(namespace)
+        else:
+            self.soon(namespace)
+
+    def _by_vmi(self, namespace: str, vmi: str | None, *, but: str | None = None) -> None:
+        """At once if a migration not finished of `vmi` (other than `but`) is listed, else
+        soon."""
+        views = self._migrations.by_name(namespace)
+        waiting = vmi is not None and any(
+            name != but and vmi_name(view) == vmi and not finished(view)
+            for name, view in views.items()
+        )
+        (self.at_once if waiting else self.soon)(namespace)
+
+    def _targets(self, pod: PodView, namespace: str) -> bool:
+        """Whether `pod` is the target pod of a migration not finished (its label names it)."""
+        if not pod.migration_uid:
+            return False
+        views = self._migrations.by_name(namespace)
+        return any(
+            metadata(view).get("uid") == pod.migration_uid and not finished(view)
+            for view in views.values()
+        )
+
+
+def _starts(old: PodView | None, new: PodView) -> bool:
+    """Whether `new` is a launcher pod that runs and `old` (its view before) did not."""
+    return new.launcher and new.running and not (old is not None and old.running)
+
+
+def quota_may_wait(ours: PendingWrites) -> Callable[[Object, Object], bool]:
+    """Controller.watch_related's `may_wait` for quotas: an update that leaves spec.hard as it
+    was (status writes, annotations) or that is our own write coming back (`ours`, the writes
+    the room mode records). Anyone else's spec.hard write is at once, as are adds and deletes
+    (watch_related's own)."""
+
+    def may_wait(old: Object, new: Object) -> bool:
+        return _hard(old) == _hard(new) or ours.is_ours(new)
+
+    return may_wait
+
+
+def _hard(quota: Object) -> object:
+    spec = quota.get("spec")
+    return spec.get("hard") if isinstance(spec, dict) else None
+
+
+def finished(migration: Object) -> bool:
+    """Whether the migration's view is in a final phase."""
+    return status(migration).get("phase") in FINAL_PHASES
+
+
+def vmi_name(migration: Object) -> str | None:
+    """The VMI the migration's view names (spec.vmiName), None if it names none."""
+    spec = migration.get("spec")
+    name = spec.get("vmiName") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) else None
