@@ -101,7 +101,7 @@ class Controller(ResourceClient, ResourceCache):
         self._watching = False
         self._held = False
         self._pending_runs = PendingRuns(self.queue, clock)
-        self._soon = SoonRuns(clock, 0.0, self._add, self.queue.queued)
+        self._soon = SoonRuns(clock, 0.0, self.enqueue_key, self.queue.queued)
 
     # Registration -------------------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ class Controller(ResourceClient, ResourceCache):
         (RuntimeError after)."""
         if self._tasks:
             raise RuntimeError(f"controller {self.name}: the soon window is set before start")
-        self._soon = SoonRuns(self.clock, seconds, self._add, self.queue.queued)
+        self._soon = SoonRuns(self.clock, seconds, self.enqueue_key, self.queue.queued)
 
     def _add(self, key: str) -> None:
         if not self._held:
