@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from ..generic.controller import Controller, ControllerFactory
+from ..generic.meta import status
 from ..generic.resource import Resource
 
 GROUP: Final = "kubevirt.io"
@@ -39,6 +41,13 @@ PHASE_PENDING: Final = "Pending"
 PHASE_WAITING_FOR_SYNC: Final = "WaitingForSync"
 """A decentralized migration's side waiting for its peer (KubeVirt v1.6+)."""
 FINAL_PHASES: Final = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
+
+
+def is_finished(migration: Mapping[str, Any]) -> bool:
+    """Whether a migration's status.phase (virt-controller's) is final. A phase that is not a
+    string (a tenant may write a VMIM's status) is not final."""
+    phase = status(migration).get("phase")
+    return isinstance(phase, str) and phase in FINAL_PHASES
 
 
 class KubeVirtControllers:

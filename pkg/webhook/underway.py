@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..apis.kubevirt import FINAL_PHASES
-from ..generic.meta import status
+from ..apis.kubevirt import is_finished
 from ..generic.resource import Object
 
 VIEW: Final = "under-way"
@@ -20,7 +19,7 @@ VIEW: Final = "under-way"
 
 def under_way(migration: Object) -> bool:
     """The store view: the migration has not finished (no phase yet counts as under way)."""
-    return status(migration).get("phase") not in FINAL_PHASES
+    return not is_finished(migration)
 
 
 class MigrationsUnderWay:

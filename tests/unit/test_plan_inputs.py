@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from harvester_quota.apis.kubevirt import is_finished
 from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.controller.resourcequota.planqueue import SOON_WINDOW, quota_may_wait
@@ -281,9 +282,26 @@ def test_a_quota_update_waits_only_for_status_writes_and_our_own_write_coming_ba
         }
 
     assert may_wait(quota("1", "10"), quota("2", "10", used="3")), "a status write"
+    assert may_wait(quota("2", "10"), quota("3", "10000m")), "the same quantity written anew"
     assert not may_wait(quota("2", "12"), quota("3", "10")), "someone else lowered spec.hard"
     assert not may_wait(quota("3", "10"), quota("4", "12")), "someone else raised it"
     ours.wrote(quota("5", "14"))
     assert may_wait(quota("4", "12"), quota("5", "14")), "our own write coming back"
     assert not may_wait(quota("5", "14"), quota("6", "10")), "a reset of our raise after it"
     assert not may_wait({"metadata": {}, "spec": []}, quota("7", "10")), "an odd spec"
+
+
+def test_a_migration_whose_phase_is_no_string_counts_as_not_finished_and_breaks_no_listener() -> (
+    None
+):
+    """A tenant may write a VMIM's status: a phase that is a list or a number is read as not
+    final (planned at once, as a migration under way), never raised on."""
+    plan_inputs, queued = routed_inputs()
+    migrations = plan_inputs.informers.migrations.store
+    odd = migration("m1", vmi("vm1"), phase="Pending")
+    for phase in (["Succeeded"], 7):
+        step = copy.deepcopy(odd)
+        step["status"]["phase"] = phase
+        upsert(migrations, step)
+        assert not is_finished(step) and queued[-1] == ("now", "ns")
+    assert is_finished(at("Failed", odd)) and not is_finished({"status": []})

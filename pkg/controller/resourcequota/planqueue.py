@@ -28,12 +28,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from ...apis.kubevirt import FINAL_PHASES
-from ...generic.meta import metadata, status
+from ...apis.kubevirt import is_finished
+from ...generic.meta import metadata, spec
 from ...generic.pendingwrites import PendingWrites
 from ...generic.resource import Object
 from ...generic.views import NamespaceViews
 from ...util.resourcequota.podindex import PodView
+from .reports import hard_changes
 
 SOON_WINDOW: Final = 0.1
 """Seconds a change that cannot make room may wait for its plan (see the module docstring)."""
@@ -55,7 +56,7 @@ class PlanQueue:
 
     def migration(self, namespace: str, old: Object | None, new: Object | None) -> None:
         """A migration's view changed in a way a plan acts on (`new` None: it went)."""
-        if new is not None and not finished(new):
+        if new is not None and not is_finished(new):
             self.at_once(namespace)
             return
         gone = new or old
@@ -79,7 +80,7 @@ class PlanQueue:
         soon."""
         views = self._migrations.by_name(namespace)
         waiting = vmi is not None and any(
-            name != but and vmi_name(view) == vmi and not finished(view)
+            name != but and vmi_name(view) == vmi and not is_finished(view)
             for name, view in views.items()
         )
         (self.at_once if waiting else self.soon)(namespace)
@@ -90,7 +91,7 @@ class PlanQueue:
             return False
         views = self._migrations.by_name(namespace)
         return any(
-            metadata(view).get("uid") == pod.migration_uid and not finished(view)
+            metadata(view).get("uid") == pod.migration_uid and not is_finished(view)
             for view in views.values()
         )
 
@@ -102,28 +103,17 @@ def _starts(old: PodView | None, new: PodView) -> bool:
 
 def quota_may_wait(ours: PendingWrites) -> Callable[[Object, Object], bool]:
     """Controller.watch_related's `may_wait` for quotas: an update that leaves spec.hard as it
-    was (status writes, annotations) or that is our own write coming back (`ours`, the writes
+    was, quantities compared by value (status writes, annotations) or that is our own write coming back (`ours`, the writes
     the room mode records). Anyone else's spec.hard write is at once, as are adds and deletes
     (watch_related's own)."""
 
     def may_wait(old: Object, new: Object) -> bool:
-        return _hard(old) == _hard(new) or ours.is_ours(new)
+        return not hard_changes(old, new) or ours.is_ours(new)
 
     return may_wait
 
 
-def _hard(quota: Object) -> object:
-    spec = quota.get("spec")
-    return spec.get("hard") if isinstance(spec, dict) else None
-
-
-def finished(migration: Object) -> bool:
-    """Whether the migration's view is in a final phase."""
-    return status(migration).get("phase") in FINAL_PHASES
-
-
 def vmi_name(migration: Object) -> str | None:
     """The VMI the migration's view names (spec.vmiName), None if it names none."""
-    spec = migration.get("spec")
-    name = spec.get("vmiName") if isinstance(spec, dict) else None
+    name = spec(migration).get("vmiName")
     return name if isinstance(name, str) else None

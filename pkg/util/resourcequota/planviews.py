@@ -50,7 +50,12 @@ from typing import Any, Final
 import orjson
 from cachetools import LRUCache
 
-from ...apis.kubevirt import CONDITION_REJECTED_BY_QUOTA, FINAL_PHASES, PHASE_PENDING
+from ...apis.kubevirt import (
+    CONDITION_REJECTED_BY_QUOTA,
+    FINAL_PHASES,
+    PHASE_PENDING,
+    is_finished,
+)
 from ...generic.meta import has_condition, metadata, status
 from ...generic.resource import Object
 from ..launcher import LauncherSettings, VmiView, spec_of, target_quota_usage, vmi_view
@@ -134,7 +139,7 @@ def plan_acted_on(view: Object) -> Object:
     or UNDER_WAY. The view stored keeps the exact phase for whatever reads it next."""
     state = status(view)
     phase = state.get("phase")
-    if phase in FINAL_PHASES:
+    if is_finished(view):
         return view
     if phase in (None, "", PHASE_PENDING) and has_condition(view, CONDITION_REJECTED_BY_QUOTA):
         return {**view, "status": {**state, "phase": PHASE_PENDING}}
