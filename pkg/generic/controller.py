@@ -148,9 +148,7 @@ class Controller(ResourceClient, ResourceCache):
         With `may_wait`, an update for which ``may_wait(old, new)`` is true queues its keys by
         `enqueue_soon`, not at once.
         """
-        handler = _related_handler(
-            resolve, (self._add, self.enqueue_soon), relevant=relevant, may_wait=may_wait
-        )
+        handler = _related_handler(resolve, self, relevant=relevant, may_wait=may_wait)
         if updates_in is not None:
             handler.updates_wanted = lambda new: updates_in(namespace_of(new))
         informer.add_event_handler(handler, name=f"{self.name} {name}")
@@ -258,25 +256,26 @@ class Controller(ResourceClient, ResourceCache):
 
 def _related_handler(
     resolve: Callable[[Object], Iterable[str]],
-    adds: tuple[Callable[[str], None], Callable[[str], None]],
+    controller: Controller,
     *,
     relevant: Callable[[Object, Object], bool] | None,
     may_wait: Callable[[Object, Object], bool] | None,
 ) -> ResourceEventHandler:
-    """Controller.watch_related's handler: `adds` queue a key (at once, soon)."""
-    at_once, soon = adds
+    """Controller.watch_related's handler: it queues keys through `controller`'s enqueue_key
+    or enqueue_soon, looked up at each call."""
 
-    def enqueue_for(obj: Object | Tombstone, add: Callable[[str], None] = at_once) -> None:
+    def enqueue_for(obj: Object | Tombstone, soon: bool = False) -> None:
         subject = obj.obj if isinstance(obj, Tombstone) else obj
+        add = controller.enqueue_soon if soon else controller.enqueue_key
         for key in resolve(subject):
             add(key)
 
     def enqueue_both(old: Object, new: Object) -> None:
         if relevant is not None and not relevant(old, new):
             return
-        add = soon if may_wait is not None and may_wait(old, new) else at_once
-        enqueue_for(old, add)
-        enqueue_for(new, add)
+        soon = may_wait is not None and may_wait(old, new)
+        enqueue_for(old, soon)
+        enqueue_for(new, soon)
 
     return ResourceEventHandler(
         on_add=lambda obj, _initial: enqueue_for(obj), on_update=enqueue_both, on_delete=enqueue_for
