@@ -1,8 +1,8 @@
-"""Issue 40, item 2: fewer quota writes while a namespace's target pods are being created.
+"""Fewer quota writes while a namespace's migrations go on.
 
-A release that only gives room back while another migration of the namespace still waits for
-its target pod is held back (at most a window), and a release is never copied into
-status.hard; neither lets a tenant pod into the room being given back.
+A release that only gives room back while another migration of the namespace still holds room
+(its target pod to come or already there) is held back (at most a window), and a release is
+never copied into status.hard; neither lets a tenant pod into the room being given back.
 """
 
 from __future__ import annotations
@@ -83,9 +83,19 @@ def test_a_release_while_a_target_pod_is_still_to_come_gathers() -> None:
     assert plan.gathers, "vm1's room goes while vm2's target pod is still to be created"
 
 
-def test_a_release_once_every_target_pod_exists_is_written_at_once() -> None:
+def test_a_release_while_another_migration_runs_with_its_target_pod_gathers_too() -> None:
     plan = _plan(*_two_migrations(vm2_target=True))
-    assert plan.holds_room and not plan.gathers
+    assert plan.holds_room and [r.vm_name for r in plan.rooms.rooms] == ["vm2"]
+    assert plan.gathers, "vm1's room goes while vm2 still holds room, its target pod there"
+
+
+def test_the_last_release_is_never_gathered() -> None:
+    quota, migrations, vmis, pods, base = _two_migrations(vm2_target=True)
+    vm2_done = migration("m2", vmis[1], phase="Succeeded", source_pod="src2")
+    targets = [pod for pod in pods if pod["metadata"]["name"] != "src2"]
+    plan = _plan(quota, [migrations[0], vm2_done], vmis, targets, base)
+    assert not plan.holds_room and plan.hard != quota["spec"]["hard"], "every room goes back"
+    assert not plan.gathers, "no room held after it: the release is written at once"
 
 
 def test_a_plan_that_raises_never_gathers() -> None:
@@ -153,7 +163,7 @@ async def test_the_reconcile_holds_a_gathering_release_back_then_writes_it() -> 
         await instance._reconcile("ns", namespace)
     assert writes == [] and held.value.seconds == pytest.approx(3.0)
     clock.step(1.0)
-    gathers[0] = False  # the target pod arrived: the release goes at once
+    gathers[0] = False  # a raise, or the last release: written at once
     await instance._reconcile("ns", namespace)
     assert writes == [1.0]
     gathers[0] = True
@@ -212,11 +222,13 @@ async def test_spec_writes_hand_only_raises_to_the_status_publisher() -> None:
     assert submitted == ["ns"], "the raise is copied at once"
 
 
-def test_a_tenant_pod_is_held_to_the_base_while_a_release_is_held_back() -> None:
-    """The abuse: vm1's room stays in spec.hard and status.hard while its release is held for
-    vm2's target pod; a tenant pod that fits what is raised, less vm2's room, but not the base
-    must be denied."""
-    quota, migrations, vmis, pods, base = _two_migrations(vm2_target=False)
+@pytest.mark.parametrize("vm2_target", [False, True], ids=["target-to-come", "target-there"])
+def test_a_tenant_pod_is_held_to_the_base_while_a_release_is_held_back(vm2_target: bool) -> None:
+    """The abuse: vm1's room stays in spec.hard and status.hard while its release is held as
+    vm2 migrates (its target pod still to come, or there); a tenant pod that fits what is raised,
+    less vm2's room, but not the base must be denied."""
+    quota, migrations, vmis, pods, base = _two_migrations(vm2_target=vm2_target)
+    assert _plan(quota, migrations, vmis, pods, base).gathers, "the release is held here"
     one = _one_launcher()
     lookups = FakeLookups(
         quotas={"ns": quota},

@@ -25,18 +25,18 @@ may be made while a raise stands, keeps it for good instead (planner.py's label 
 itself, and its permission gate, are the QuotaWriter's (controller/quotawriter.py); this keeps the
 linger and records each label write in the namespaces' pending writes (generic/pendingwrites.py).
 
-A release held back a moment while a namespace's next target pod is being created
-(`ReleaseGathering`), so that our write does not make that pod's quota admission conflict. A
-migration's end is when KubeVirt creates the next target pod of the namespace (its parallel
-limits free a slot) and when the room mode gives the ended migration's room back. Quota
-admission updates the quota's status.used for the pod and, on a conflict, retries three times at
-once against its own cache; a release of ours landing in the same milliseconds used those
-retries up, the target pod create failed with a Conflict, and KubeVirt's rate limiter held the
-migration for up to minutes (bench/SCALE.md). So a plan that only gives room back while a room
-is still waiting for its target pod (`QuotaPlan.gathers`) is held back: the target pod's
-creation queues the namespace again and the release is written then, with every release due
-meanwhile, in one write. At most `window` seconds after the first hold, the release is written
-whatever still waits (a migration queued behind KubeVirt's limits waits for minutes).
+A release held back a moment while the namespace still holds room (`ReleaseGathering`), so
+that the ends of a drain's migrations are given back several in one write. Each spec.hard
+write makes kube-controller-manager recount the namespace (300 pods cost it 60-80 ms on the
+bench's machine), and one landing as KubeVirt creates the next target pod (a migration's end
+frees a slot of its parallel limits) can make that pod's quota admission conflict: admission
+updates the quota's status.used and, on a conflict, retries three times at once against its own
+cache; a release of ours landing in the same milliseconds used those retries up, the target pod
+create failed with a Conflict, and KubeVirt's rate limiter held the migration for up to minutes
+(bench/SCALE.md). So a plan that only gives room back while another migration still holds room
+(`QuotaPlan.gathers`) is held back, at most `window` seconds from the first hold, and written
+then with every release due meanwhile; a plan that raises, or the last release (no room held
+after it), ends the hold and is written at once.
 
 What a hold keeps from a tenant: nothing. Room is held while a release waits, so the webhook
 holds the namespace's pods to the base and the room-held label stays (docs/security.md, 1c).
@@ -310,9 +310,9 @@ class RoomHeldLabel:
         self._last_held.pop(key, None)
 
 
-# A release gathered with the next target pod's creation -------------------------------------------
+# A release gathered with the next ones -----------------------------------------------------------
 
-GATHER_RETRY = "a release held back for the namespace's target pods is written then"
+GATHER_RETRY = "a release held back while other migrations of the namespace hold room goes then"
 
 
 class ReleaseGathering:

@@ -168,9 +168,9 @@ class QuotaPlan:
     warnings: list[str] = field(default_factory=list)
     requeue_after: float | None = None
     gathers: bool = False
-    """The write would only give room back while a migration of the namespace still holds room
-    for a target pod that does not exist yet (`release_gathers`): a release the writer may hold
-    back a moment, to give it back with the next ones (controller/resourcequota/writes.py, ReleaseGathering)."""
+    """The write would only give room back while another migration of the namespace still holds
+    room (`release_gathers`): a release the writer may hold back a moment, to give it back with
+    the next ones (controller/resourcequota/writes.py, ReleaseGathering)."""
     labels_room: bool = False
     """Set LABEL_ROOM_HELD now: the plan holds room and a namespace write is safe. This flag and
     the next two are the room-held label's policy, which the reconcile's planner sets
@@ -270,7 +270,7 @@ def plan_quota(snapshot: NamespaceSnapshot) -> QuotaPlan:
         plan.hard = {str(key): str(value) for key, value in current.items()}
         return plan  # no annotation changes either: the write waits whole
     plan.hard = _full_hard(snapshot.quota, base, managed_hard)
-    plan.gathers = plan.holds_room and release_gathers(managed_hard, snapshot.quota, rooms)
+    plan.gathers = plan.holds_room and release_gathers(managed_hard, snapshot.quota)
     adoption = adoption_changes(
         adopt=snapshot.adopt_harvester,
         holds_room=bool(rooms.rooms),
@@ -359,19 +359,18 @@ def lowering_waits(hard: ResourceList, quota: Mapping[str, Any], rooms: RoomPlan
     )
 
 
-def release_gathers(hard: ResourceList, quota: Mapping[str, Any], rooms: RoomPlan) -> bool:
-    """Whether bringing the quota to `hard` only gives room back (lowers some key of spec.hard,
-    raises none) while a target pod is still to be admitted (a room is `estimated`).
+def release_gathers(hard: ResourceList, quota: Mapping[str, Any]) -> bool:
+    """Whether bringing the quota to `hard` only gives room back: lowers some key of spec.hard
+    and raises none (a key of `hard` spec.hard lacks counts as a raise).
 
-    Such a release is what a migration's end writes, and a migration's end is when KubeVirt
-    creates the next target pod (its parallel limits free a slot): quota admission updates the
-    quota's status.used for that pod, and a write of ours landing in the same milliseconds makes
-    its update conflict. Holding the release until the target exists, or a few
-    seconds, moves it out of that moment and gives several releases back in one write. Holding
-    it keeps nothing from a tenant's pods: room is held, so the webhook holds them to the base
-    (webhook/resources/pod/validator.py). A key of `hard` spec.hard lacks counts as a raise."""
-    if not any(room.estimated for room in rooms.rooms):
-        return False
+    The plan's `gathers` is this while the plan still holds room (`QuotaPlan.holds_room`): a
+    migration's end while others of the namespace go on. The writer may hold such a release
+    a few seconds (controller/resourcequota/writes.py, ReleaseGathering), so that the ends of a
+    drain's migrations are given back several in one write: each spec.hard write makes
+    kube-controller-manager recount the namespace, and one written as the next target pod is
+    created can make that pod's quota admission conflict. Holding it keeps nothing from a
+    tenant's pods: room is held, so the webhook holds them to the base
+    (webhook/resources/pod/validator.py)."""
     current = parse_resource_list_leniently((quota.get("spec") or {}).get("hard"))
     if any(key not in current or value > current[key] for key, value in hard.items()):
         return False
