@@ -97,6 +97,8 @@ class Controller(ResourceClient, ResourceCache):
             rate_limiter, name=self.name, clock=clock, registry=registry
         )
         self._handlers = SharedHandler(self.name, log, observer)
+        self._updates_wanted: list[Callable[[Object], bool] | None] = []
+        """Each handler's update filter (`on_change`), None for one that wants every update."""
         self._tasks: list[asyncio.Task[None]] = []
         self._watching = False
         self._held = False
@@ -105,9 +107,23 @@ class Controller(ResourceClient, ResourceCache):
 
     # Registration -------------------------------------------------------------------------------
 
-    def on_change(self, name: str, handler: Handler) -> None:
-        """Runs ``handler(key, obj or None)`` for every change of every object of this kind."""
+    def on_change(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        updates_wanted: Callable[[Object], bool] | None = None,
+    ) -> None:
+        """Runs ``handler(key, obj or None)`` for every change of every object of this kind.
+
+        With `updates_wanted`, an update whose new object it refuses queues no run for this
+        handler's sake (client-go's update filter): for a handler that acts on objects in some
+        state only. Adds, deletes, and updates another handler wants (or one registered without
+        a filter) still queue the key, and a run runs every handler whatever queued it: a
+        handler must do nothing on an object its filter refuses. The filter runs on the event
+        loop at each update and must not raise (an update it raises on queues nothing)."""
         self._handlers.register(name, handler)
+        self._updates_wanted.append(updates_wanted)
         self._watch_informer()
         if self._tasks:
             for key in self.informer.store.list_keys():
@@ -121,10 +137,14 @@ class Controller(ResourceClient, ResourceCache):
         def enqueue_object(obj: Object | Tombstone) -> None:
             self._add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
 
-        self.informer.add_event_handler(
-            ResourceEventHandler.of_latest(enqueue_object, enqueue_object),
-            name=f"controller {self.name}",
-        )
+        filters = self._updates_wanted
+
+        def wanted(obj: Object) -> bool:
+            return any(accepts is None or accepts(obj) for accepts in filters)
+
+        handler = ResourceEventHandler.of_latest(enqueue_object, enqueue_object)
+        handler.updates_wanted = wanted
+        self.informer.add_event_handler(handler, name=f"controller {self.name}")
 
     def watch_related(
         self,

@@ -351,3 +351,57 @@ async def test_related_updates_outside_the_namespaces_asked_for_queue_nothing_an
     await controller.stop()
     await informer.stop()
     await related.stop()
+
+
+async def test_an_update_no_handler_wants_queues_no_run_and_one_any_handler_wants_runs_all(
+    clock: FakeClock,
+) -> None:
+    controller, _, informer = await started(clock, pod("a", "1"))
+    runs: list[tuple[str, str]] = []
+
+    def recorder(name: str) -> Any:
+        async def record(key: str, obj: Object | None) -> None:
+            runs.append((name, obj["metadata"]["resourceVersion"] if obj else "gone"))
+
+        return record
+
+    def flagged(obj: Object) -> bool:
+        return bool(obj["metadata"].get("flag"))
+
+    controller.on_change("first", recorder("first"), updates_wanted=flagged)
+    controller.on_change("second", recorder("second"), updates_wanted=lambda _o: False)
+    await run(controller, informer)
+    assert runs == [("first", "1"), ("second", "1")], "an add queues whatever the filters say"
+    runs.clear()
+    informer.on_event("MODIFIED", pod("a", "2"))
+    await settle(200)
+    assert runs == [], "an update neither filter wants queues no run"
+    informer.on_event("MODIFIED", pod("a", "3", flag=True))
+    await settle(200)
+    assert runs == [("first", "3"), ("second", "3")], "one filter wants it: every handler runs"
+    runs.clear()
+    informer.on_event("DELETED", pod("a", "4"))
+    await settle(200)
+    assert runs == [("first", "gone"), ("second", "gone")], "a delete queues whatever they say"
+    await controller.stop()
+    await informer.stop()
+
+
+async def test_a_handler_registered_without_an_update_filter_runs_on_every_update(
+    clock: FakeClock,
+) -> None:
+    controller, _, informer = await started(clock, pod("a", "1"))
+    runs: list[str] = []
+
+    async def record(key: str, obj: Object | None) -> None:
+        runs.append(obj["metadata"]["resourceVersion"] if obj else "gone")
+
+    controller.on_change("picky", record, updates_wanted=lambda _o: False)
+    controller.on_change("every", record)
+    await run(controller, informer)
+    runs.clear()
+    informer.on_event("MODIFIED", pod("a", "2"))
+    await settle(200)
+    assert runs == ["2", "2"], "the unfiltered handler's update runs both"
+    await controller.stop()
+    await informer.stop()

@@ -120,3 +120,31 @@ async def test_without_an_annotator_a_finished_migrations_annotations_are_left_a
     }
     await vmi_controller.on_changed("ns/vm1", finished)  # RecordingClient has no patch
     assert client.deleted == [("ns", "virt-launcher-vm-target")]
+
+
+async def test_the_update_filter_refuses_exactly_the_vmis_the_handler_does_nothing_for() -> None:
+    registered: dict[str, Any] = {}
+    pods = [target_pod("uid-1")]
+    vmi_controller, client, _ = controller(pods)
+    vmi_controller.vmis = SimpleNamespace(  # type: ignore[assignment]
+        on_change=lambda name, handler, *, updates_wanted: registered.update(
+            name=name, wanted=updates_wanted
+        )
+    )
+    vmi_controller.register()
+    wanted = registered["wanted"]
+    in_progress = aborted_vmi()
+    in_progress["status"]["migrationState"]["completed"] = False
+    odd: list[dict[str, Any]] = [
+        in_progress,
+        {"metadata": {"name": "vm", "namespace": "ns"}},
+        {"metadata": {"name": "vm", "namespace": "ns"}, "status": ["not", "a", "mapping"]},
+        {"metadata": {"name": "vm", "namespace": "ns"}, "status": {"migrationState": "done"}},
+    ]
+    for vmi in odd:
+        assert not wanted(vmi), vmi
+        await vmi_controller.on_changed("ns/vm", vmi)
+    assert client.deleted == [], "nothing done for a VMI the filter refuses"
+    assert wanted(aborted_vmi())
+    await vmi_controller.on_changed("ns/vm", aborted_vmi())
+    assert client.deleted == [("ns", "virt-launcher-vm-target")], "and acted on what it wants"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Final
+from typing import Any, Final
 
 from cachetools import TTLCache
 
@@ -58,15 +58,19 @@ class VmiController:
         )
 
     def register(self) -> None:
-        self.vmis.on_change(HANDLER, self.on_changed)
+        """Runs `on_changed` on the VMIs' changes; an update of a VMI whose migration state is
+        not completed queues nothing (most of a migration's VMI updates)."""
+        self.vmis.on_change(
+            HANDLER, self.on_changed, updates_wanted=lambda vmi: completed_state(vmi) is not None
+        )
 
     async def on_changed(self, key: str, vmi: Object | None) -> Object | None:
         """Clears a completed migration's annotations and deletes an aborted one's target pod:
         Harvester's `OnVmiChanged`."""
         if vmi is None or is_deleting(vmi):
             return vmi
-        state = status(vmi).get("migrationState")
-        if not isinstance(state, dict) or not state.get("completed"):
+        state = completed_state(vmi)
+        if state is None:
             return vmi
         if self.annotator is not None and annotations_of(vmi).get(
             ANNOTATION_MIGRATION_UID
@@ -110,6 +114,15 @@ class VmiController:
             with contextlib.suppress(errors.NotFound):
                 await self.management.client.delete(PODS, pod_name, pod_namespace)
             self.pending_deletes[str((pod.get("metadata") or {}).get("uid"))] = True
+
+
+def completed_state(vmi: Object) -> dict[str, Any] | None:
+    """The VMI's status.migrationState when it says its migration completed, else None (also
+    for a missing or malformed one)."""
+    state = status(vmi).get("migrationState")
+    if not isinstance(state, dict) or not state.get("completed"):
+        return None
+    return state
 
 
 def register(management: Management, annotator: VmiAnnotator | None = None) -> VmiController:
