@@ -81,9 +81,10 @@ class Options:
     removed with the room), so that the next migration of a drain is raised without labelling
     first. Measured, it saves label writes but no time a migration feels (bench/SCALE.md)."""
     release_gather: float = 3.0
-    """The longest a release is held back while the namespace's next migration target pod is
-    being created (controller/resourcequota/writes.py; 0: never held), so that our write does
-    not land in quota admission's update of status.used for that pod and make it conflict."""
+    """The longest a release is held back while other migrations of the namespace hold room
+    (controller/resourcequota/writes.py; 0: never held), so that several go back in one write:
+    fewer writes meet quota admission's update of status.used for a target pod (a conflict), and
+    each spares kube-controller-manager a recount."""
     stale_raise_sweep: float = 30.0
     """Seconds between the safety net's looks for a raise standing with no migration holding
     room (controller/resourcequota/staleraise.py): one that stood a whole interval is reported

@@ -125,8 +125,8 @@ class QuotaMetrics:
         )
         self.releases_held = declare.counter(
             "releases_held",
-            "Releases held back while the namespace's next migration target pod was being "
-            "created (controller/resourcequota/writes.py), one per hold.",
+            "Releases held back while other migrations of the namespace held room "
+            "(controller/resourcequota/writes.py), one per hold.",
         )
         self._room_keys: dict[str, set[str]] = {}
         self._above_keys: dict[str, set[str]] = {}

@@ -172,6 +172,11 @@ async def test_the_reconcile_holds_a_gathering_release_back_then_writes_it() -> 
     clock.step(3.0)
     await instance._reconcile("ns", namespace)
     assert writes == [1.0, 4.0], "written when the window ends, whatever still waits"
+    with pytest.raises(RetryAfter) as again:
+        await instance._reconcile("ns", namespace)
+    assert writes == [1.0, 4.0] and again.value.seconds == pytest.approx(3.0), (
+        "the next release of a drain that goes on is held a whole window again"
+    )
 
 
 RAISED = {"limits.cpu": "6", "limits.memory": "12Gi"}

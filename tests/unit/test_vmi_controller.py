@@ -122,7 +122,7 @@ async def test_without_an_annotator_a_finished_migrations_annotations_are_left_a
     assert client.deleted == [("ns", "virt-launcher-vm-target")]
 
 
-async def test_the_update_filter_refuses_exactly_the_vmis_the_handler_does_nothing_for() -> None:
+async def test_the_update_filter_refuses_only_vmis_the_handler_does_nothing_for() -> None:
     registered: dict[str, Any] = {}
     pods = [target_pod("uid-1")]
     vmi_controller, client, _ = controller(pods)

@@ -136,7 +136,7 @@ class QuotaReconciler:
         self.gathering = ReleaseGathering(
             management.clock, management.options.release_gather, self.metrics.releases_held.inc
         )
-        """Releases held back while a target pod is being created (writes.py)."""
+        """Releases held back while other rooms of the namespace stand (writes.py)."""
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
@@ -198,6 +198,7 @@ class QuotaReconciler:
         if held is None:
             await self._confirm_release(key, plan)
             recheck = await self._write_plan(plan)
+            self.gathering.written(key)
         namespace = snapshot.namespace
         if plan.labelled_for_good:
             relabel = self.room_label.retry_labelling(namespace)
@@ -307,7 +308,7 @@ def requeue(
     """Returns `namespace`, or raises RetryAfter to run it again when a terminating pod stops
     counting, the room-held label's linger ends, a refused removal of it or a refused label may
     be tried again, a raise held back for its Rancher project's room is checked again, or a
-    release held back for the namespace's target pods is due, whichever comes first."""
+    release held back while other rooms stand is due, whichever comes first."""
     waits = []
     if gather is not None:
         waits.append((gather, GATHER_RETRY))

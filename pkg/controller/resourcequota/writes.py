@@ -1,7 +1,7 @@
 """How the room mode's writes of a namespace are made: the plan written into the quota (and its
 copy into status.hard), the room-held label set before a raise and removed after the release,
-and the two waits a release passes before it is written (gathered with the next target pod's
-creation, confirmed against the API server's migrations).
+and the two waits a release passes before it is written (gathered with the next releases,
+confirmed against the API server's migrations).
 
 Every write goes through the QuotaWriter (controller/quotawriter.py) and is recorded in the
 pending writes of its kind (generic/pendingwrites.py); nothing here plans. Not thread-safe:
@@ -335,7 +335,8 @@ class ReleaseGathering:
         `gathers` is the plan's `QuotaPlan.gathers`. A plan that does not gather ends the
         namespace's hold (its write goes now); one that gathers is held until `window` seconds
         after its namespace's first hold, then written, again at once while it still gathers
-        (its write failed); the next hold starts afresh once a plan did not gather."""
+        and its write failed; the next hold starts afresh once a plan did not gather or the
+        namespace's plan was written (`written`)."""
         if not gathers or self.window == 0:
             self._held_since.pop(namespace, None)
             return None
@@ -352,6 +353,12 @@ class ReleaseGathering:
 
     def forget(self, namespace: str) -> None:
         """The namespace is no longer ours."""
+        self._held_since.pop(namespace, None)
+
+    def written(self, namespace: str) -> None:
+        """The namespace's plan was written (or had nothing to write): its hold, if any, is
+        over, and the next release that gathers starts a hold of a whole window. (A write that
+        raised never gets here: it is tried again at once.)"""
         self._held_since.pop(namespace, None)
 
 
