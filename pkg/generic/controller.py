@@ -97,8 +97,7 @@ class Controller(ResourceClient, ResourceCache):
             rate_limiter, name=self.name, clock=clock, registry=registry
         )
         self._handlers = SharedHandler(self.name, log, observer)
-        self._updates_wanted: list[Callable[[Object], bool] | None] = []
-        """Each handler's update filter (`on_change`), None for one that wants every update."""
+        self._updates_wanted: list[Callable[[Object], bool] | None] = []  # None: wants all
         self._tasks: list[asyncio.Task[None]] = []
         self._watching = False
         self._held = False
@@ -115,13 +114,10 @@ class Controller(ResourceClient, ResourceCache):
         updates_wanted: Callable[[Object], bool] | None = None,
     ) -> None:
         """Runs ``handler(key, obj or None)`` for every change of every object of this kind.
-
-        With `updates_wanted`, an update whose new object it refuses queues no run for this
-        handler's sake (client-go's update filter): for a handler that acts on objects in some
-        state only. Adds, deletes, and updates another handler wants (or one registered without
-        a filter) still queue the key, and a run runs every handler whatever queued it: a
-        handler must do nothing on an object its filter refuses. The filter runs on the event
-        loop at each update and must not raise (an update it raises on queues nothing)."""
+        With `updates_wanted` (client-go's update filter), an update whose new object it refuses
+        queues no run for this handler's sake; adds, deletes and updates another handler wants
+        (or one without a filter) still do, and a run runs every handler: a handler must do
+        nothing on what its filter refuses. The filter must not raise (then nothing queues)."""
         self._handlers.register(name, handler)
         self._updates_wanted.append(updates_wanted)
         self._watch_informer()
@@ -137,10 +133,8 @@ class Controller(ResourceClient, ResourceCache):
         def enqueue_object(obj: Object | Tombstone) -> None:
             self._add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
 
-        filters = self._updates_wanted
-
         def wanted(obj: Object) -> bool:
-            return any(accepts is None or accepts(obj) for accepts in filters)
+            return any(accepts is None or accepts(obj) for accepts in self._updates_wanted)
 
         handler = ResourceEventHandler.of_latest(enqueue_object, enqueue_object)
         handler.updates_wanted = wanted

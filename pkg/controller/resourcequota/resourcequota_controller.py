@@ -190,8 +190,7 @@ class QuotaReconciler:
         self.reports.warnings(snapshot.namespace, snapshot.quota, plan)
         self.reports.export(key, snapshot, plan)
         self.inputs.set_aside_settled(key, snapshot, plan)
-        # Not through Rancher's annotation: the plan compares with spec.hard, which lags the
-        # annotation until Rancher's agent copies it.
+        # Not on Rancher's annotation path: spec.hard lags it until Rancher's agent copies it.
         gathers = plan.gathers and not self.rancher.through(namespace, plan)
         held = self.gathering.hold(key, gathers)
         recheck = None
