@@ -117,7 +117,7 @@ class Controller(ResourceClient, ResourceCache):
         With `updates_wanted` (client-go's update filter), an update whose new object it refuses
         queues no run for this handler's sake; adds, deletes and updates another handler wants
         (or one without a filter) still do, and a run runs every handler: a handler must do
-        nothing on what its filter refuses. The filter must not raise (then nothing queues)."""
+        nothing on what its filter refuses. A filter that raises counts as wanting the update."""
         self._handlers.register(name, handler)
         self._updates_wanted.append(updates_wanted)
         self._watch_informer()
@@ -134,7 +134,7 @@ class Controller(ResourceClient, ResourceCache):
             self._add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
 
         def wanted(obj: Object) -> bool:
-            return any(accepts is None or accepts(obj) for accepts in self._updates_wanted)
+            return any(_accepts(accepts, obj) for accepts in self._updates_wanted)
 
         handler = ResourceEventHandler.of_latest(enqueue_object, enqueue_object)
         handler.updates_wanted = wanted
@@ -266,6 +266,16 @@ class Controller(ResourceClient, ResourceCache):
         if run.failed:
             raise RetryRateLimited(key)
         return run.retry_after
+
+
+def _accepts(accepts: Callable[[Object], bool] | None, obj: Object) -> bool:
+    """Whether an update filter wants `obj`'s update: yes without a filter, or when the filter
+    raises (an object it cannot read costs a run, never a lost update)."""
+    try:
+        return accepts is None or accepts(obj)
+    except Exception:
+        log.debug("update filter failed on %s: queued", key_of(obj), exc_info=True)
+        return True
 
 
 def _related_handler(

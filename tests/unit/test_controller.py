@@ -405,3 +405,25 @@ async def test_a_handler_registered_without_an_update_filter_runs_on_every_updat
     assert runs == ["2", "2"], "the unfiltered handler's update runs both"
     await controller.stop()
     await informer.stop()
+
+
+async def test_an_update_filter_that_raises_queues_the_update_instead_of_losing_it(
+    clock: FakeClock,
+) -> None:
+    controller, _, informer = await started(clock, pod("a", "1"))
+    runs: list[str] = []
+
+    async def record(key: str, obj: Object | None) -> None:
+        runs.append(obj["metadata"]["resourceVersion"] if obj else "gone")
+
+    def unreadable(obj: Object) -> bool:
+        return bool(obj["status"]["nested"])  # KeyError on every test pod
+
+    controller.on_change("picky", record, updates_wanted=unreadable)
+    await run(controller, informer)
+    runs.clear()
+    informer.on_event("MODIFIED", pod("a", "2"))
+    await settle(200)
+    assert runs == ["2"], "an object the filter cannot read is run, not dropped"
+    await controller.stop()
+    await informer.stop()
