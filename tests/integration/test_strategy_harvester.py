@@ -161,6 +161,14 @@ async def hard_is(kv: KubeVirtByHand, expected: dict[str, str | int], name: str)
     return as_quantities(quota["spec"]["hard"]) == as_quantities(expected)
 
 
+async def enforced_hard_is(kv: KubeVirtByHand, expected: dict[str, str | int], name: str) -> bool:
+    """Whether status.hard, the hard quota admission enforces, is `expected`: it follows spec.hard
+    once kube-controller-manager has copied it, so a refusal that names the new limit waits on it."""
+    quota = await kv.api.get(RESOURCE_QUOTAS, name, kv.namespace)
+    hard = quota.get("status", {}).get("hard", {})
+    return as_quantities(hard) == as_quantities(expected)
+
+
 # --- (a) seed v1.7.0 ----------------------------------------------------------------------------
 
 
@@ -343,6 +351,7 @@ async def test_v121_four_migrations_a_target_is_refused_while_a_succeeded_source
         )  # 4 sources + 3 targets = 7 <= 7
         await succeed_migration(kv, migrations["vm2"], sources["vm2"], targets["vm2"])
         await eventually(lambda: hard_is(kv, shares(6), name), what="vm2's share removed")
+        await eventually(lambda: enforced_hard_is(kv, shares(6), name), what="6 shares enforced")
 
         with pytest.raises(errors.Forbidden) as refused:
             await kv.create_target(
