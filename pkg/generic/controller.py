@@ -185,9 +185,9 @@ class Controller(ResourceClient, ResourceCache):
         if not self._held:
             self._soon.ask(key)
 
-    def set_soon_window(self, seconds: float) -> None:
-        """How long `enqueue_soon` may hold a key back; set before the controller starts
-        (RuntimeError after)."""
+    def set_soon_window(self, seconds: float | Callable[[str], float]) -> None:
+        """How long `enqueue_soon` may hold a key back, the same for every key or by key (read
+        at each ask); set before the controller starts (RuntimeError after)."""
         if self._tasks:
             raise RuntimeError(f"controller {self.name}: the soon window is set before start")
         self._soon = SoonRuns(self.clock, seconds, self.enqueue_key, self.queue.queued)

@@ -15,32 +15,36 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from functools import partial
 
 from .clock import Clock
 
 
 class SoonRuns:
-    """Per key, at most one pending "run soon"; `window` 0 queues at once.
+    """Per key, at most one pending "run soon"; a window of 0 queues at once.
 
-    Contract: `ask(key)` makes the key queued no later than `window` seconds of `clock` after
-    the call: either a run is queued already (`queued(key)`: it starts after the call, so it
-    reads the change), or a timer adds the key at that deadline (`now` adds it at once). A
-    run that starts (`started`) ends the key's timer, since it reads every change asked for
-    before it; a change asked for after that starts a new timer. After `stop`, `ask` queues
+    Contract: `ask(key)` makes the key queued no later than its window's seconds of `clock`
+    after the call (`window`: the same for every key, or a function of the key read at each
+    `ask`, whose answer below 0 or not finite counts as 0): either a run is queued already
+    (`queued(key)`: it starts after the call, so it reads the change), or a timer adds the key at
+    that deadline (`now` adds it at once). A run that starts (`started`) ends the key's timer,
+    since it reads every change asked for before it; a change asked for after that starts a new
+    timer, and a pending timer keeps the deadline it was given. After `stop`, `ask` queues
     nothing. Event loop only, no lock.
     """
 
     def __init__(
         self,
         clock: Clock,
-        window: float,
+        window: float | Callable[[str], float],
         add: Callable[[str], None],
         queued: Callable[[str], bool],
     ) -> None:
-        if not (window >= 0 and math.isfinite(window)):
+        if not callable(window) and not (window >= 0 and math.isfinite(window)):
             raise ValueError(f"a soon-run window must be a finite number >= 0 s, not {window!r}")
         self.clock = clock
-        self.window = window
+        self.window = window if callable(window) else partial(_same, window)
+        """The seconds a key asked for may wait, by key."""
         self._add = add
         self._queued = queued
         self._timers: dict[str, asyncio.Task[None]] = {}
@@ -50,12 +54,13 @@ class SoonRuns:
         """Queues `key` at most `window` seconds from now (see the class's contract)."""
         if self._stopped:
             return
-        if self.window == 0:
-            self._add(key)
-            return
         if key in self._timers or self._queued(key):
             return
-        deadline = self.clock.monotonic() + self.window
+        window = self.window(key)
+        if not window > 0 or not math.isfinite(window):
+            self._add(key)
+            return
+        deadline = self.clock.monotonic() + window
         self._timers[key] = asyncio.ensure_future(self._add_at(key, deadline))
 
     def now(self, key: str) -> None:
@@ -86,3 +91,7 @@ class SoonRuns:
         await self.clock.sleep(deadline - self.clock.monotonic())
         del self._timers[key]
         self._add(key)
+
+
+def _same(seconds: float, _key: str) -> float:
+    return seconds

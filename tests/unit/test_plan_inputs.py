@@ -9,16 +9,27 @@ from typing import Any
 from harvester_quota.apis.kubevirt import is_finished
 from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
-from harvester_quota.controller.resourcequota.planqueue import SOON_WINDOW, quota_may_wait
+from harvester_quota.controller.resourcequota.planqueue import (
+    RANCHER_SOON_WINDOW,
+    SOON_WINDOW,
+    quota_may_wait,
+)
 from harvester_quota.controller.resourcequota.resourcequota_controller import QuotaReconciler
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.store import Store
 from harvester_quota.testbench.clock import FakeClock
+from harvester_quota.util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from prometheus_client import CollectorRegistry
 
-from tests.objects import launcher_pod, migration, vmi
+from tests.objects import (
+    launcher_pod,
+    migration,
+    plain_namespace,
+    rancher_namespace,
+    vmi,
+)
 from tests.unit.fakes import upsert
 
 
@@ -265,6 +276,59 @@ async def test_the_room_mode_plans_a_migrations_arrival_at_once_and_a_pod_step_w
     assert queue.queued("ns"), "and is queued at its end"
     await reconciler.namespaces.stop()
     await client.close()
+
+
+async def test_while_a_raise_through_rancher_stands_a_soon_change_waits_a_moment_only() -> None:
+    """As registered: while a namespace's raise through Rancher's annotation stands (it carries
+    harvester-quota.io/rancher-base), its release is not gathered and may be what a sibling's
+    raise waits for within the project's room: whatever the controller queues soon there (a pod's
+    step through the plan queue, a quota status write through enqueue_soon) is planned within
+    RANCHER_SOON_WINDOW. A Rancher namespace raised directly or not raised, and a plain one, wait
+    up to SOON_WINDOW, and so does the first once given back. A namespace's own annotations set
+    only its own window."""
+    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
+    clock = FakeClock()
+    management = Management(
+        client=client, options=Options(), clock=clock, registry=CollectorRegistry()
+    )
+    reconciler = QuotaReconciler(management)
+    reconciler.register()
+    queue, informers = reconciler.namespaces.queue, reconciler.inputs.informers
+    store = reconciler.inputs.namespaces.store
+    raised = rancher_namespace("raised", {"limitsCpu": "4"})
+    raised["metadata"]["annotations"][ANNOTATION_RANCHER_BASE] = '{"limit":{"limitsCpu":"2"}}'
+    namespaces = [raised, rancher_namespace("rancher", {"limitsCpu": "4"}), plain_namespace("p")]
+
+    async def queued_after(seconds: float) -> list[str]:
+        await clock.advance(seconds)
+        keys = []
+        while queue.len():
+            key, _ = await queue.get()
+            queue.done(key)
+            keys.append(key)
+        return sorted(keys)
+
+    try:
+        for cached in namespaces:
+            upsert(store, cached)
+        for name in ("raised", "rancher", "p"):
+            pending = launcher_pod(vmi("vm1", namespace=name), "p1", phase="Pending")
+            upsert(informers.pods.store, pending)
+        assert await queued_after(0) == []
+        assert await queued_after(RANCHER_SOON_WINDOW) == ["raised"]
+        assert await queued_after(SOON_WINDOW - RANCHER_SOON_WINDOW) == ["p", "rancher"]
+        reconciler.namespaces.enqueue_soon("raised")  # a quota status write's route
+        assert await queued_after(RANCHER_SOON_WINDOW) == ["raised"]
+        given_back = copy.deepcopy(raised)
+        del given_back["metadata"]["annotations"][ANNOTATION_RANCHER_BASE]
+        given_back["metadata"]["resourceVersion"] = "2"
+        upsert(store, given_back)
+        reconciler.namespaces.enqueue_soon("raised")
+        assert await queued_after(RANCHER_SOON_WINDOW) == [], "given back: the whole window"
+        assert await queued_after(SOON_WINDOW) == ["raised"]
+    finally:
+        await reconciler.namespaces.stop()
+        await client.close()
 
 
 def test_a_quota_update_waits_only_for_status_writes_and_our_own_write_coming_back() -> None:

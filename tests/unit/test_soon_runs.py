@@ -140,6 +140,28 @@ async def test_a_window_of_zero_queues_at_once_and_a_negative_one_is_refused(
         SoonRuns(clock, float("nan"), added.append, lambda _key: False)
 
 
+async def test_a_window_by_key_holds_each_key_its_own_time_and_a_bad_answer_queues_at_once(
+    clock: FakeClock,
+) -> None:
+    """A window that is a function of the key, read at each ask: each key waits its own
+    window; an answer of 0, below 0, not finite or not a number above 0 queues at once (never a
+    run lost nor one held for ever)."""
+    added: list[str] = []
+    windows = {"slow": 1.0, "quick": 0.1, "zero": 0.0, "negative": -1.0, "nan": float("nan")}
+    windows["endless"] = float("inf")
+    soon = SoonRuns(clock, windows.__getitem__, added.append, lambda _key: False)
+    for key in windows:
+        soon.ask(key)
+    assert added == ["zero", "negative", "nan", "endless"], "queued at once"
+    await clock.advance(0.1)
+    assert added[4:] == ["quick"]
+    windows["slow"] = 0.0
+    soon.ask("slow")
+    assert added[5:] == [], "a pending timer keeps its deadline"
+    await clock.advance(0.9)
+    assert added[5:] == ["slow"] and soon.pending() == 0
+
+
 async def test_a_stopped_controller_drops_its_soon_runs(clock: FakeClock) -> None:
     runs: list[str] = []
     controller, informer = await running(clock, runs)

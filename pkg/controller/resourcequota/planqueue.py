@@ -19,8 +19,9 @@ room a target pod may be waiting for is queued at once:
   or resetting, an administrator): the raise may be gone;
 - a LimitRange, the KubeVirt CR, Harvester's overhead setting (they size every room).
 
-Whatever is queued soon is planned at most `SOON_WINDOW` after it; a tenant can make its own
-namespace's plans come sooner (a migration) or later (by at most the window), never another's.
+Whatever is queued soon is planned at most `SOON_WINDOW` after it (`RANCHER_SOON_WINDOW` while
+a raise of the namespace through Rancher's annotation stands); a tenant can make its own namespace's plans come sooner (a
+migration) or later (by at most the window), never another's.
 """
 
 from __future__ import annotations
@@ -29,15 +30,50 @@ from collections.abc import Callable
 from typing import Final
 
 from ...apis.kubevirt import is_finished
-from ...generic.meta import metadata, spec
+from ...generic.meta import annotations_of, metadata, spec
 from ...generic.pendingwrites import PendingWrites
 from ...generic.resource import Object
+from ...generic.store import Store
 from ...generic.views import NamespaceViews
+from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.podindex import PodView
 from .reports import hard_changes
 
-SOON_WINDOW: Final = 0.1
-"""Seconds a change that cannot make room may wait for its plan (see the module docstring)."""
+SOON_WINDOW: Final = 1.0
+"""Seconds a change that cannot make room may wait for its plan (see the module docstring). What
+waits is a release (held up to `Options.release_gather` anyway while other rooms stand, and the
+webhook holds the namespace's pods to the base until it is written) or nothing: a second merges
+a drain's quota status writes, pod steps and migration ends into a plan or two."""
+RANCHER_SOON_WINDOW: Final = 0.1
+"""`SOON_WINDOW` for a namespace whose raise went through Rancher's annotation and is not given
+back yet (it carries ANNOTATION_RANCHER_BASE): its release is not gathered and may be what lets
+a sibling's raise through within the Rancher project's room (projectdemands.py), so it waits no
+longer than a moment."""
+
+RAISED_THROUGH_RANCHER_VIEW: Final = "raised-through-rancher"
+
+
+def soon_window(namespaces: Store) -> Callable[[str], float]:
+    """The namespaces controller's soon window (Controller.set_soon_window) by namespace:
+    `RANCHER_SOON_WINDOW` while the namespace as cached carries a raise through Rancher's
+    annotation, `SOON_WINDOW` otherwise (one not cached included). Registers a view on
+    `namespaces` (the namespace cache) that keeps the set of such namespaces as the cache
+    changes, so an ask reads a set, not the namespace. Event loop only."""
+    raised: set[str] = set()
+
+    def listen(key: str, carries: bool | None) -> None:
+        (raised.add if carries else raised.discard)(key)
+
+    namespaces.add_view(RAISED_THROUGH_RANCHER_VIEW, _raised_through_rancher, listen)
+
+    def window(namespace: str) -> float:
+        return RANCHER_SOON_WINDOW if namespace in raised else SOON_WINDOW
+
+    return window
+
+
+def _raised_through_rancher(namespace: Object) -> bool:
+    return ANNOTATION_RANCHER_BASE in annotations_of(namespace)
 
 
 class PlanQueue:

@@ -34,7 +34,7 @@ from ...util.quantity import Quantity
 from ...util.resourcequota.plan import QuotaPlan, patch_for
 from ..quotawriter import QuotaWriter
 from .planner import NamespacePlanner, PlanInputs
-from .planqueue import SOON_WINDOW, quota_may_wait
+from .planqueue import quota_may_wait, soon_window
 from .projectdemands import ProjectDemands, siblings_waiting
 from .rancher import (
     PROJECT_INDEX,
@@ -140,7 +140,7 @@ class QuotaReconciler:
 
     def register(self) -> None:
         controller, inputs, informers = self.namespaces, self.inputs, self.inputs.informers
-        controller.set_soon_window(SOON_WINDOW)
+        controller.set_soon_window(soon_window(inputs.namespaces.store))
         quotas, may_wait = informers.quotas, quota_may_wait(inputs.quotas)
         controller.watch_related(quotas, namespace_index, name=quotas.name, may_wait=may_wait)
         limits = informers.limit_ranges
