@@ -20,6 +20,7 @@ from harvester_quota.generic.config import ClientConfig
 from harvester_quota.generic.pendingwrites import PendingWrites
 from harvester_quota.generic.store import Store
 from harvester_quota.testbench.clock import FakeClock
+from harvester_quota.util.annotations import migrating_uid_annotation_key
 from harvester_quota.util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from prometheus_client import CollectorRegistry
 
@@ -249,18 +250,24 @@ def test_a_launcher_that_starts_running_is_planned_at_once_unless_it_is_a_waitin
     assert queued[-1] == ("now", "ns"), "a running pod whose migration is over: a source again"
 
 
-async def test_the_room_mode_plans_a_migrations_arrival_at_once_and_a_pod_step_within_the_window() -> (
-    None
-):
-    """As registered (QuotaReconciler): the namespaces controller's queue holds the namespace at
-    once for a migration's arrival, and only after SOON_WINDOW for a target pod's arrival."""
+def registered(clock: FakeClock) -> tuple[QuotaReconciler, ApiClient]:
+    """The room mode's reconcile registered on a Management whose client never connects."""
     client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
-    clock = FakeClock()
     management = Management(
         client=client, options=Options(), clock=clock, registry=CollectorRegistry()
     )
     reconciler = QuotaReconciler(management)
     reconciler.register()
+    return reconciler, client
+
+
+async def test_the_room_mode_plans_a_migrations_arrival_at_once_and_a_pod_step_within_the_window() -> (
+    None
+):
+    """As registered (QuotaReconciler): the namespaces controller's queue holds the namespace at
+    once for a migration's arrival, and only after SOON_WINDOW for a target pod's arrival."""
+    clock = FakeClock()
+    reconciler, client = registered(clock)
     queue, informers = reconciler.namespaces.queue, reconciler.inputs.informers
     vm = vmi("vm1")
     mig = migration("m1", vm, phase="Running", uid="u1")
@@ -286,13 +293,8 @@ async def test_while_a_raise_through_rancher_stands_a_soon_change_waits_a_moment
     RANCHER_SOON_WINDOW. A Rancher namespace raised directly or not raised, and a plain one, wait
     up to SOON_WINDOW, and so does the first once given back. A namespace's own annotations set
     only its own window."""
-    client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
     clock = FakeClock()
-    management = Management(
-        client=client, options=Options(), clock=clock, registry=CollectorRegistry()
-    )
-    reconciler = QuotaReconciler(management)
-    reconciler.register()
+    reconciler, client = registered(clock)
     queue, informers = reconciler.namespaces.queue, reconciler.inputs.informers
     store = reconciler.inputs.namespaces.store
     raised = rancher_namespace("raised", {"limitsCpu": "4"})
@@ -353,6 +355,46 @@ def test_a_quota_update_waits_only_for_status_writes_and_our_own_write_coming_ba
     assert may_wait(quota("4", "12"), quota("5", "14")), "our own write coming back"
     assert not may_wait(quota("5", "14"), quota("6", "10")), "a reset of our raise after it"
     assert not may_wait({"metadata": {}, "spec": []}, quota("7", "10")), "an odd spec"
+
+
+def test_the_last_release_published_in_status_hard_is_planned_at_once() -> None:
+    """status.hard lowered on a quota that carries no record of a raise any more (the last
+    release published, by our copy or kube-controller-manager's) is when the room-held label may
+    go, and with the webhook down its fail-closed rule refuses the namespace's pods while it
+    stands: planned at once, our own write coming back included. A release published while a
+    room's record stays (the label stays for it), status.hard raised, or only status.used moving
+    may wait; a key gone or a value that cannot be read is at once."""
+    ours = PendingWrites(Store(), FakeClock())
+    may_wait = quota_may_wait(ours)
+
+    def quota(
+        version: str, published: dict[str, Any], used: str = "1", room: bool = False
+    ) -> dict[str, Any]:
+        annotations = {migrating_uid_annotation_key("u1"): '{"limits.cpu":"2"}'} if room else {}
+        return {
+            "metadata": {
+                "name": "q",
+                "namespace": "ns",
+                "uid": "u",
+                "resourceVersion": version,
+                "annotations": annotations,
+            },
+            "spec": {"hard": {"limits.cpu": "10", "pods": "20"}},
+            "status": {"hard": published, "used": {"limits.cpu": used}},
+        }
+
+    both = {"limits.cpu": "12", "pods": "20"}
+    lowered = {"limits.cpu": "10", "pods": "20"}
+    assert not may_wait(quota("1", both), quota("2", lowered))
+    assert not may_wait(quota("1", both), quota("2", {"limits.cpu": "11500m", "pods": "20"}))
+    assert may_wait(quota("1", both, room=True), quota("2", lowered, room=True)), "a room stays"
+    assert may_wait(quota("1", {"limits.cpu": "10"}), quota("2", {"limits.cpu": "12"})), "a raise"
+    assert may_wait(quota("1", both), quota("2", {"limits.cpu": "12000m", "pods": 20}, used="4"))
+    assert not may_wait(quota("1", both), quota("2", {"limits.cpu": "12"})), "a key gone"
+    assert not may_wait(quota("1", both), quota("2", {"limits.cpu": "twelve", "pods": "20"}))
+    assert may_wait(quota("1", {}), quota("2", {"limits.cpu": "12"})), "first published"
+    ours.wrote(quota("3", lowered))
+    assert not may_wait(quota("2", both), quota("3", lowered)), "our own copy of the last release"
 
 
 def test_a_migration_whose_phase_is_no_string_counts_as_not_finished_and_breaks_no_listener() -> (

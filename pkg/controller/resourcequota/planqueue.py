@@ -3,10 +3,10 @@
 A plan reads every migration, VMI and pod of its namespace and its quota, and each change of
 what it reads queues it. Most of those changes can only give room back or change nothing (a
 target pod's arrival, a migration's end, quota admission's and kube-controller-manager's status
-writes, our own writes coming back): queued at once, each made a plan of its own, 8 a migration,
+writes, our own writes coming back, unless they publish the last release): queued at once, each made a plan of its own, 8 a migration,
 84 % writing nothing (bench/SCALE.md). Those are queued soon (Controller.enqueue_soon, at most
 `SOON_WINDOW` later), so a wave's burst of them is read by one plan. A change that can make a
-room a target pod may be waiting for is queued at once:
+room a target pod may be waiting for, or let the room-held label go, is queued at once:
 
 - a migration not finished changed (its arrival, a quota refusal's start or end, its deletion);
 - a migration finished or went while another migration of its VMI is not finished (the VMI's
@@ -16,12 +16,13 @@ room a target pod may be waiting for is queued at once:
 - a launcher pod started Running, unless it is the target of a migration not finished (a
   migration's own target never makes its room: rooms.py `_can_migrate`);
 - a quota added or removed, or its spec.hard written by anyone but us (Rancher's agent copying
-  or resetting, an administrator): the raise may be gone;
+  or resetting, an administrator): the raise may be gone; or the last release published
+  (status.hard lowered, by our copy or kube-controller-manager's): the room-held label may go;
 - a LimitRange, the KubeVirt CR, Harvester's overhead setting (they size every room).
 
 Whatever is queued soon is planned at most `SOON_WINDOW` after it (`RANCHER_SOON_WINDOW` while
-a raise of the namespace through Rancher's annotation stands); a tenant can make its own namespace's plans come sooner (a
-migration) or later (by at most the window), never another's.
+a raise of the namespace through Rancher's annotation stands); a tenant can make its own
+namespace's plans come sooner (a migration) or later (by at most the window), never another's.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ from collections.abc import Callable
 from typing import Final
 
 from ...apis.kubevirt import is_finished
-from ...generic.meta import annotations_of, metadata, spec
+from ...generic.meta import annotations_of, as_mapping, metadata, spec, status
 from ...generic.pendingwrites import PendingWrites
 from ...generic.resource import Object
 from ...generic.store import Store
 from ...generic.views import NamespaceViews
+from ...util.quantity import Quantity
 from ...util.resourcequota.base import ANNOTATION_RANCHER_BASE
 from ...util.resourcequota.podindex import PodView
+from ...util.resourcequota.raises import raise_records
 from .reports import hard_changes
 
 SOON_WINDOW: Final = 1.0
@@ -139,14 +142,41 @@ def _starts(old: PodView | None, new: PodView) -> bool:
 
 def quota_may_wait(ours: PendingWrites) -> Callable[[Object, Object], bool]:
     """Controller.watch_related's `may_wait` for quotas: an update that leaves spec.hard as it
-    was, quantities compared by value (status writes, annotations) or that is our own write coming back (`ours`, the writes
-    the room mode records). Anyone else's spec.hard write is at once, as are adds and deletes
-    (watch_related's own)."""
+    was, quantities compared by value (status writes, annotations), or that is our own write
+    coming back (`ours`, the writes the room mode records), unless it publishes the last
+    release. Anyone else's spec.hard write is at once, as are adds and deletes (watch_related's
+    own), and the last release published (status.hard lowered, by our copy or by
+    kube-controller-manager, on a quota that carries no record of a raise any more): the
+    room-held label goes only then (resourcequota_controller.raise_down), and while it stands
+    with the webhook down, its fail-closed rule refuses the namespace's pods. A release
+    published while other rooms stand may wait: the label stays for them."""
 
     def may_wait(old: Object, new: Object) -> bool:
+        if status_hard_lowers(old, new) and not raise_records(new, None):
+            return False
         return not hard_changes(old, new) or ours.is_ours(new)
 
     return may_wait
+
+
+def status_hard_lowers(old: Object, new: Object) -> bool:
+    """Whether `new`'s status.hard is below `old`'s on some key, or lacks one it had; a value
+    that cannot be read counts as lowered (the side that plans at once)."""
+    before, after = _status_hard(old), _status_hard(new)
+    if before == after:
+        return False
+    try:
+        return any(
+            key not in after or Quantity.parse(after[key]) < Quantity.parse(value)
+            for key, value in before.items()
+        )
+    except ValueError:
+        return True
+
+
+def _status_hard(quota: Object) -> dict[str, str]:
+    hard = as_mapping(status(quota).get("hard"))
+    return {str(key): str(value) for key, value in hard.items()}
 
 
 def vmi_name(migration: Object) -> str | None:
