@@ -211,7 +211,10 @@ async def test_migrations_in_three_namespaces_each_with_three_blocking_quotas(
     for namespace in three_namespaces:
         await create_vmmrq(KubeVirtByHand(kubevirt_api, namespace), full[namespace])
     for namespace, name in names.items():
-        record = await kubevirt.wait_migration(name, namespace, timeout=MIGRATION_TIMEOUT)
+        # virt-controller's backoff grew while the three were refused one after another: a lock
+        # window may end before its next try, and the next window opens 60 s later
+        # (windows.RETRY_AFTER_EXPIRY), as in the test above.
+        record = await kubevirt.wait_migration(name, namespace, timeout=MIGRATION_TIMEOUT * 3)
         assert record.outcome is Outcome.SUCCEEDED, record.as_dict()
     for namespace in three_namespaces:
         kv = KubeVirtByHand(kubevirt_api, namespace)
