@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -387,43 +388,40 @@ async def test_an_update_no_handler_wants_queues_no_run_and_one_any_handler_want
     await informer.stop()
 
 
-async def test_a_handler_registered_without_an_update_filter_runs_on_every_update(
-    clock: FakeClock,
-) -> None:
+async def versions_run_after_an_update(
+    clock: FakeClock, filters: list[Callable[[Object], bool] | None]
+) -> list[str]:
+    """The resourceVersions the handlers read after one update of a started controller with
+    one recording handler per filter in `filters` (None: registered without one)."""
     controller, _, informer = await started(clock, pod("a", "1"))
     runs: list[str] = []
 
     async def record(key: str, obj: Object | None) -> None:
         runs.append(obj["metadata"]["resourceVersion"] if obj else "gone")
 
-    controller.on_change("picky", record, updates_wanted=lambda _o: False)
-    controller.on_change("every", record)
+    for index, accepts in enumerate(filters):
+        controller.on_change(f"handler-{index}", record, updates_wanted=accepts)
     await run(controller, informer)
     runs.clear()
     informer.on_event("MODIFIED", pod("a", "2"))
     await settle(200)
-    assert runs == ["2", "2"], "the unfiltered handler's update runs both"
     await controller.stop()
     await informer.stop()
+    return runs
+
+
+async def test_a_handler_registered_without_an_update_filter_runs_on_every_update(
+    clock: FakeClock,
+) -> None:
+    runs = await versions_run_after_an_update(clock, [lambda _o: False, None])
+    assert runs == ["2", "2"], "the unfiltered handler's update runs both"
 
 
 async def test_an_update_filter_that_raises_queues_the_update_instead_of_losing_it(
     clock: FakeClock,
 ) -> None:
-    controller, _, informer = await started(clock, pod("a", "1"))
-    runs: list[str] = []
-
-    async def record(key: str, obj: Object | None) -> None:
-        runs.append(obj["metadata"]["resourceVersion"] if obj else "gone")
-
     def unreadable(obj: Object) -> bool:
         return bool(obj["status"]["nested"])  # KeyError on every test pod
 
-    controller.on_change("picky", record, updates_wanted=unreadable)
-    await run(controller, informer)
-    runs.clear()
-    informer.on_event("MODIFIED", pod("a", "2"))
-    await settle(200)
+    runs = await versions_run_after_an_update(clock, [unreadable])
     assert runs == ["2"], "an object the filter cannot read is run, not dropped"
-    await controller.stop()
-    await informer.stop()
