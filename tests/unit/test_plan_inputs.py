@@ -392,6 +392,8 @@ def test_the_last_release_published_in_status_hard_is_planned_at_once() -> None:
     assert may_wait(quota("1", both), quota("2", {"limits.cpu": "12000m", "pods": 20}, used="4"))
     assert not may_wait(quota("1", both), quota("2", {"limits.cpu": "12"})), "a key gone"
     assert not may_wait(quota("1", both), quota("2", {"limits.cpu": "twelve", "pods": "20"}))
+    too_long = {"limits.cpu": 10**5000, "pods": "20"}  # str() refuses it: a ValueError
+    assert not may_wait(quota("1", both), quota("2", too_long)), "unreadable: at once, no error"
     assert may_wait(quota("1", {}), quota("2", {"limits.cpu": "12"})), "first published"
     ours.wrote(quota("3", lowered))
     assert not may_wait(quota("2", both), quota("3", lowered)), "our own copy of the last release"

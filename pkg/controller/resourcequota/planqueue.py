@@ -3,8 +3,8 @@
 A plan reads every migration, VMI and pod of its namespace and its quota, and each change of
 what it reads queues it. Most of those changes can only give room back or change nothing (a
 target pod's arrival, a migration's end, quota admission's and kube-controller-manager's status
-writes, our own writes coming back, unless they publish the last release): queued at once, each made a plan of its own, 8 a migration,
-84 % writing nothing (bench/SCALE.md). Those are queued soon (Controller.enqueue_soon, at most
+writes, our own writes coming back): queued at once, they made a plan each, 8 a migration, 84 %
+writing nothing (bench/SCALE.md). They are queued soon (Controller.enqueue_soon, at most
 `SOON_WINDOW` later), so a wave's burst of them is read by one plan. A change that can make a
 room a target pod may be waiting for, or let the room-held label go, is queued at once:
 
@@ -161,11 +161,12 @@ def quota_may_wait(ours: PendingWrites) -> Callable[[Object, Object], bool]:
 
 def status_hard_lowers(old: Object, new: Object) -> bool:
     """Whether `new`'s status.hard is below `old`'s on some key, or lacks one it had; a value
-    that cannot be read counts as lowered (the side that plans at once)."""
-    before, after = _status_hard(old), _status_hard(new)
-    if before == after:
-        return False
+    that cannot be read (not a quantity, an integer too long to print) counts as lowered: the
+    side that plans at once, never an error in the informer's handler."""
     try:
+        before, after = _status_hard(old), _status_hard(new)
+        if before == after:
+            return False
         return any(
             key not in after or Quantity.parse(after[key]) < Quantity.parse(value)
             for key, value in before.items()

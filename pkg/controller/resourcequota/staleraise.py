@@ -56,9 +56,8 @@ log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL: Final = 30.0
 """Seconds between sweeps. A release takes a reconcile (queued at most SOON_WINDOW, 1 s, after
-its event) and, through Rancher, the agent's copy (milliseconds more): an interval is tens
-of times that, and a sweep of 10,000
-namespaces costs little (bench/SCALE.md)."""
+its event) and, through Rancher, the agent's copy (milliseconds more): an interval is tens of
+times that, and a sweep of 10,000 namespaces costs little (bench/SCALE.md)."""
 STALE_AFTER: Final = 30.0
 """Seconds a raise must stand with no room held before it counts as stale."""
 REASON: Final = "StaleRaiseGivenBack"
