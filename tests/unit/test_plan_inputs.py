@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.objects import (
     launcher_pod,
+    managed_quota,
     migration,
     plain_namespace,
     rancher_namespace,
@@ -41,7 +42,15 @@ def inputs() -> tuple[PlanInputs, list[str]]:
         client=client, options=Options(), clock=FakeClock(), registry=CollectorRegistry()
     )
     queued: list[str] = []
-    return PlanInputs(management, queued.append), queued
+    plan_inputs = PlanInputs(management, queued.append)
+    with_managed_quotas(plan_inputs, "ns")
+    return plan_inputs, queued
+
+
+def with_managed_quotas(plan_inputs: PlanInputs, *namespaces: str) -> None:
+    """Caches a managed quota in each of `namespaces`: only their changes are planned."""
+    for namespace in namespaces:
+        upsert(plan_inputs.informers.quotas.store, managed_quota(namespace, {"limits.cpu": "4"}))
 
 
 def kubevirt(ratio: str) -> dict[str, Any]:
@@ -102,6 +111,43 @@ def test_a_pod_whose_view_is_unchanged_queues_nothing() -> None:
     pod["status"]["phase"] = "Running"
     upsert(store, copy.deepcopy(pod))
     assert queued == ["ns", "ns"]
+
+
+def test_a_namespace_is_planned_by_its_workloads_only_while_it_has_a_managed_quota() -> None:
+    """A namespace without a managed quota has no plan, so its migrations, VMIs and pods queue
+    nothing: none at all, one without the managed label, one being deleted. Once a managed quota
+    is cached they queue it, and no longer once it is being deleted or has gone."""
+    plan_inputs, queued = routed_inputs()
+    quotas = plan_inputs.informers.quotas.store
+    vm = vmi("vm1", namespace="other")
+    mig = migration("m1", vm, phase="Pending", uid="u1")
+
+    def workloads_change(step: int) -> list[tuple[str, str]]:
+        before = len(queued)
+        upsert(plan_inputs.informers.vmis.store, vm)
+        pod = launcher_pod(vm, "virt-launcher-vm1", phase="Running" if step % 2 else "Pending")
+        pod["metadata"]["resourceVersion"] = str(step)
+        upsert(plan_inputs.informers.pods.store, pod)
+        step_mig = at("Failed" if step % 2 else "Pending", mig)
+        step_mig["metadata"]["resourceVersion"] = str(step)
+        upsert(plan_inputs.informers.migrations.store, step_mig)
+        return [entry for entry in queued[before:] if entry[1] == "other"]
+
+    assert workloads_change(1) == [], "no quota at all"
+    unlabelled = managed_quota("other", {"limits.cpu": "4"})
+    unlabelled["metadata"]["labels"] = {}
+    upsert(quotas, unlabelled)
+    assert workloads_change(2) == [], "a quota that is not managed"
+    labelled = managed_quota("other", {"limits.cpu": "4"}, name="managed")
+    labelled["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    upsert(quotas, labelled)
+    assert workloads_change(3) == [], "a managed quota being deleted"
+    del labelled["metadata"]["deletionTimestamp"]
+    labelled["metadata"]["resourceVersion"] = "2"
+    upsert(quotas, labelled)
+    assert ("now", "other") in workloads_change(4), "a managed quota: its changes are planned"
+    quotas.delete("other/managed")
+    assert workloads_change(5) == [], "its quota gone: nothing again"
 
 
 def test_the_cluster_settings_are_derived_again_only_when_their_objects_change() -> None:
@@ -165,6 +211,7 @@ def routed_inputs() -> tuple[PlanInputs, list[tuple[str, str]]]:
         lambda ns: queued.append(("now", ns)),
         lambda ns: queued.append(("soon", ns)),
     )
+    with_managed_quotas(plan_inputs, "ns")
     return plan_inputs, queued
 
 
@@ -250,14 +297,16 @@ def test_a_launcher_that_starts_running_is_planned_at_once_unless_it_is_a_waitin
     assert queued[-1] == ("now", "ns"), "a running pod whose migration is over: a source again"
 
 
-def registered(clock: FakeClock) -> tuple[QuotaReconciler, ApiClient]:
-    """The room mode's reconcile registered on a Management whose client never connects."""
+def registered(clock: FakeClock, *managed: str) -> tuple[QuotaReconciler, ApiClient]:
+    """The room mode's reconcile registered on a Management whose client never connects, a
+    managed quota cached in namespace ns and each of `managed`."""
     client = ApiClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=False))
     management = Management(
         client=client, options=Options(), clock=clock, registry=CollectorRegistry()
     )
     reconciler = QuotaReconciler(management)
     reconciler.register()
+    with_managed_quotas(reconciler.inputs, "ns", *managed)
     return reconciler, client
 
 
@@ -294,7 +343,7 @@ async def test_while_a_raise_through_rancher_stands_a_soon_change_waits_a_moment
     up to SOON_WINDOW, and so does the first once given back. A namespace's own annotations set
     only its own window."""
     clock = FakeClock()
-    reconciler, client = registered(clock)
+    reconciler, client = registered(clock, "raised", "rancher", "p")
     queue, informers = reconciler.namespaces.queue, reconciler.inputs.informers
     store = reconciler.inputs.namespaces.store
     raised = rancher_namespace("raised", {"limitsCpu": "4"})

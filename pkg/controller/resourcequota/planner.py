@@ -29,7 +29,7 @@ from functools import partial
 from typing import Protocol, TypedDict
 
 from ...config.management import Management
-from ...generic.meta import metadata, name
+from ...generic.meta import is_deleting, metadata, name
 from ...generic.resource import NAMESPACES, Object
 from ...generic.store import namespace_index
 from ...generic.views import NamespaceViews
@@ -59,6 +59,15 @@ log = logging.getLogger(__name__)
 
 PLAN_VIEW = "quota-plan"
 """The migration and VMI store views the room mode keeps (planviews.py)."""
+MANAGED_QUOTA_INDEX = "managed-quota"
+"""The quota cache's index of managed quotas (`managed_quota` could pick) by namespace."""
+
+
+def managed_quota_index(quota: Object) -> list[str]:
+    """The quota's namespace if it is a managed quota not being deleted, else none."""
+    if not is_managed_quota(quota) or is_deleting(quota):
+        return []
+    return namespace_index(quota)
 
 
 class _PlanSource(Protocol):
@@ -210,6 +219,9 @@ class PlanInputs:
         """Our namespace and quota writes the caches do not show yet: every writer of the room
         mode records into them, and plans read the two kinds through them
         (generic/pendingwrites.py)."""
+        quotas = informers.quotas.store
+        if not quotas.has_index(MANAGED_QUOTA_INDEX):
+            quotas.add_indexers({MANAGED_QUOTA_INDEX: managed_quota_index})
         self.pod_index = PodIndex()
         """Every namespace's pods as the plan reads them, kept as pods change (podindex.py)."""
         features = management.options.quota_features
@@ -221,7 +233,9 @@ class PlanInputs:
         )
         """Every namespace's migrations as the plan reads them (planviews.migration_plan_view);
         KubeVirt's steps before a final phase queue nothing (plan_acted_on)."""
-        self.queue = PlanQueue(changed, soon or changed, self.migration_views)
+        self.queue = PlanQueue(
+            changed, soon or changed, self.migration_views, managed=self.has_managed_quota
+        )
         """Queues a namespace's plan at once or soon by what changed (planqueue.py)."""
         self.refusals = RefusalTracker(management.clock)
         """Quota refusals as the migrations' changes showed them (reports.py), exported at each
@@ -250,6 +264,12 @@ class PlanInputs:
 
     def newest(self, namespace: Object) -> Object:
         return self.namespaces.newest(namespace)
+
+    def has_managed_quota(self, key: str) -> bool:
+        """Whether the quota cache holds a managed quota of namespace `key` (the plan's
+        `quotas_of` finds one), by an index: nothing is decoded. Read from the cache as it
+        stands: what makes a quota managed (its label, not deleting) is never written by us."""
+        return bool(self.informers.quotas.store.index_keys(MANAGED_QUOTA_INDEX, key))
 
     def candidates(self) -> Iterable[tuple[str, Object, Object]]:
         """(key, namespace, managed quota) of every namespace cached when the call began and not

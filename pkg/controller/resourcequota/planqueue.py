@@ -20,6 +20,10 @@ room a target pod may be waiting for, or let the room-held label go, is queued a
   (status.hard lowered, by our copy or kube-controller-manager's): the room-held label may go;
 - a LimitRange, the KubeVirt CR, Harvester's overhead setting (they size every room).
 
+A namespace without a managed quota is not queued by any of these: its plan is none whatever
+its migrations, VMIs and pods do. Its quota's arrival, or the managed label's, queues it
+(Controller.watch_related on quotas), and the plan then reads them as they stand.
+
 Whatever is queued soon is planned at most `SOON_WINDOW` after it (`RANCHER_SOON_WINDOW` while
 a raise of the namespace through Rancher's annotation stands); a tenant can make its own
 namespace's plans come sooner (a migration) or later (by at most the window), never another's.
@@ -81,20 +85,25 @@ def _raised_through_rancher(namespace: Object) -> bool:
 
 class PlanQueue:
     """Queues a namespace's plan at once (`at_once`) or soon (`soon`) by what changed, reading
-    the namespace's migration views as they stand (`migrations`). Event loop only."""
+    the namespace's migration views as they stand (`migrations`); a namespace for which
+    `managed` is false (it has no managed quota) is not queued. Event loop only."""
 
     def __init__(
         self,
         at_once: Callable[[str], None],
         soon: Callable[[str], None],
         migrations: NamespaceViews[Object],
+        managed: Callable[[str], bool],
     ) -> None:
         self.at_once = at_once
         self.soon = soon
         self._migrations = migrations
+        self._managed = managed
 
     def migration(self, namespace: str, old: Object | None, new: Object | None) -> None:
         """A migration's view changed in a way a plan acts on (`new` None: it went)."""
+        if not self._managed(namespace):
+            return
         if new is not None and not is_finished(new):
             self.at_once(namespace)
             return
@@ -105,10 +114,13 @@ class PlanQueue:
 
     def vmi(self, namespace: str, name: str) -> None:
         """A VMI's view changed, or it was added or went."""
-        self._by_vmi(namespace, name)
+        if self._managed(namespace):
+            self._by_vmi(namespace, name)
 
     def pod(self, namespace: str, old: PodView | None, new: PodView | None) -> None:
         """A pod's view changed, or it was added or went."""
+        if not self._managed(namespace):
+            return
         if new is not None and _starts(old, new) and not self._targets(new, namespace):
             self.at_once(namespace)
         else:
