@@ -94,6 +94,7 @@ class ControllerApp:
                 writer=self.reconciler.writer,
             )
             self.reconciler.planner.defer_to = self.mtq.has_budget
+            self.reconciler.inputs.also_queued = self.mtq.has_budget
         self.leftover_locks = leftover_lock.register(self.management)
         if self.options.harvester_compat:
             annotator = None

@@ -115,39 +115,74 @@ def test_a_pod_whose_view_is_unchanged_queues_nothing() -> None:
 
 def test_a_namespace_is_planned_by_its_workloads_only_while_it_has_a_managed_quota() -> None:
     """A namespace without a managed quota has no plan, so its migrations, VMIs and pods queue
-    nothing: none at all, one without the managed label, one being deleted. Once a managed quota
-    is cached they queue it, and no longer once it is being deleted or has gone."""
+    nothing, and its quota refusals are not noted: none at all, one without the managed label,
+    one created being deleted. Once a managed quota is cached each of the three queues it, and
+    no longer once that quota is being deleted or has gone."""
     plan_inputs, queued = routed_inputs()
     quotas = plan_inputs.informers.quotas.store
-    vm = vmi("vm1", namespace="other")
-    mig = migration("m1", vm, phase="Pending", uid="u1")
+    steps = iter(range(1, 100))
 
-    def workloads_change(step: int) -> list[tuple[str, str]]:
-        before = len(queued)
-        upsert(plan_inputs.informers.vmis.store, vm)
+    def workloads_change() -> set[str]:
+        """A VMI reshaped, its launcher pod's step and its migration refused, each alone: which
+        of the three queued namespace other."""
+        step = next(steps)
+        plan_inputs.informers.migrations.store.delete("other/m1")  # refused anew below
+        vm = vmi("vm1", namespace="other", cores=1 + step)
+        mig = at("Pending", migration("m1", vm, uid="u1"), rejected=True)
+        mig["metadata"]["resourceVersion"] = str(step)
         pod = launcher_pod(vm, "virt-launcher-vm1", phase="Running" if step % 2 else "Pending")
         pod["metadata"]["resourceVersion"] = str(step)
-        upsert(plan_inputs.informers.pods.store, pod)
-        step_mig = at("Failed" if step % 2 else "Pending", mig)
-        step_mig["metadata"]["resourceVersion"] = str(step)
-        upsert(plan_inputs.informers.migrations.store, step_mig)
-        return [entry for entry in queued[before:] if entry[1] == "other"]
+        queuing = set()
+        for what, store, obj in (
+            ("migration", plan_inputs.informers.migrations.store, mig),
+            ("vmi", plan_inputs.informers.vmis.store, vm),
+            ("pod", plan_inputs.informers.pods.store, pod),
+        ):
+            before = len(queued)
+            upsert(store, obj)
+            if "other" in (ns for _, ns in queued[before:]):
+                queuing.add(what)
+        return queuing
 
-    assert workloads_change(1) == [], "no quota at all"
+    def refusals_noted() -> int:
+        return len(plan_inputs.refusals.standing_since())
+
+    assert workloads_change() == set() and refusals_noted() == 0, "no quota at all"
     unlabelled = managed_quota("other", {"limits.cpu": "4"})
     unlabelled["metadata"]["labels"] = {}
     upsert(quotas, unlabelled)
-    assert workloads_change(2) == [], "a quota that is not managed"
+    assert workloads_change() == set() and refusals_noted() == 0, "a quota not managed"
+    deleting = managed_quota("other", {"limits.cpu": "4"}, name="deleting")
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    upsert(quotas, deleting)
+    assert workloads_change() == set(), "a managed quota created being deleted"
     labelled = managed_quota("other", {"limits.cpu": "4"}, name="managed")
-    labelled["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
     upsert(quotas, labelled)
-    assert workloads_change(3) == [], "a managed quota being deleted"
-    del labelled["metadata"]["deletionTimestamp"]
+    assert workloads_change() == {"migration", "vmi", "pod"}, "a managed quota"
+    assert refusals_noted() == 1
+    labelled["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
     labelled["metadata"]["resourceVersion"] = "2"
     upsert(quotas, labelled)
-    assert ("now", "other") in workloads_change(4), "a managed quota: its changes are planned"
+    assert workloads_change() == set(), "its quota being deleted: nothing again"
     quotas.delete("other/managed")
-    assert workloads_change(5) == [], "its quota gone: nothing again"
+    assert workloads_change() == set(), "its quota gone: nothing again"
+
+
+def test_mtq_modes_namespaces_are_queued_by_their_workloads_without_a_managed_quota() -> None:
+    """MTQ mode's handler runs on the same namespaces controller and sizes a blocked target
+    from the VMI, which it does not watch: a namespace `also_queued` names is queued by its
+    workloads without a managed quota, and its refusals are still not noted (not the room
+    mode's to count)."""
+    plan_inputs, queued = routed_inputs()
+    plan_inputs.also_queued = lambda namespace: namespace == "mtq"
+    vm = vmi("vm1", namespace="mtq")
+    upsert(
+        plan_inputs.informers.migrations.store, at("Pending", migration("m1", vm), rejected=True)
+    )
+    upsert(plan_inputs.informers.vmis.store, vm)
+    upsert(plan_inputs.informers.vmis.store, vmi("other-vm", namespace="elsewhere"))
+    assert queued == [("now", "mtq"), ("now", "mtq")]
+    assert plan_inputs.refusals.standing_since() == {}
 
 
 def test_the_cluster_settings_are_derived_again_only_when_their_objects_change() -> None:

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from harvester_quota.config.metrics import QuotaMetrics
-from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.controller.resourcequota.reports import (
     STANDING_SINCE,
     NamespaceReports,
@@ -20,6 +19,7 @@ from harvester_quota.util.resourcequota.planviews import migration_plan_view, pl
 from prometheus_client import CollectorRegistry
 
 from tests.objects import migration, vmi
+from tests.unit.test_plan_inputs import inputs as plan_inputs
 
 KEY = "ns/m1"
 
@@ -141,11 +141,10 @@ def test_the_reconcile_counts_a_refusal_its_run_came_too_late_to_see() -> None:
     """On a busy control plane the workqueue folds "refused" and "cleared" into one reconcile,
     which sees a migration no longer refused: it still counts the refusal (failed in a loaded
     CI-equivalent when counted from what the reconcile saw)."""
-    clock = FakeClock()
+    inputs, _queued = plan_inputs()  # namespace ns has a managed quota
+    clock = inputs.management.clock
+    assert isinstance(clock, FakeClock)
     registry = CollectorRegistry()
-    inputs = object.__new__(PlanInputs)
-    inputs.refusals = RefusalTracker(clock)
-    inputs.migration_views = NamespaceViews()
     reports = NamespaceReports(QuotaMetrics(registry), None, inputs.refusals)  # type: ignore[arg-type]
     inputs._migration_changed(KEY, refused())
     clock.step(0.5)

@@ -12,11 +12,11 @@ judgment hold the same planner, so each reads a namespace as the others do.
 The caches' migrations, VMIs and pods are read through views the stores derive once per change
 (util/resourcequota/planviews.py, podindex.py); a change of a view (not every status write of
 virt-controller, virt-handler or the kubelet, nor a migration's step before a final phase:
-planviews.plan_acted_on) queues its namespace, at once or soon by what it can change
-(planqueue.py). The listeners run inside the
-store's write, so the reconcile they queue reads the views with the change in them. Quota
-refusals are noted as the migrations change (reports.py), not when a reconcile happens to run.
-Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
+planviews.plan_acted_on) queues its namespace, at once or soon by what it can change, if it
+has a managed quota (planqueue.py). The listeners run inside the store's write, so the
+reconcile they queue reads the views with the change in them. Quota refusals in a namespace
+with a managed quota are noted as the migrations change (reports.py), not when a reconcile
+happens to run. Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
 namespace keeps thousands of them. Planning is pure but for reading; event loop only.
 """
 
@@ -31,7 +31,7 @@ from typing import Protocol, TypedDict
 from ...config.management import Management
 from ...generic.meta import is_deleting, metadata, name
 from ...generic.resource import NAMESPACES, Object
-from ...generic.store import namespace_index
+from ...generic.store import Store, namespace_index
 from ...generic.views import NamespaceViews
 from ...util.launcher import LauncherSettings, VmiView
 from ...util.resourcequota.base import RANCHER, is_managed_quota, managed_quota
@@ -68,6 +68,14 @@ def managed_quota_index(quota: Object) -> list[str]:
     if not is_managed_quota(quota) or is_deleting(quota):
         return []
     return namespace_index(quota)
+
+
+def has_managed_quota(quotas: Store, namespace: str) -> bool:
+    """Whether the quota cache `quotas` (with MANAGED_QUOTA_INDEX) holds a managed quota of
+    `namespace` (the plan's `quotas_of` finds one), by its index: nothing is decoded. Read from
+    the cache as it stands: what makes a quota managed (its label, not deleting) is never
+    written by us."""
+    return bool(quotas.index_keys(MANAGED_QUOTA_INDEX, namespace))
 
 
 class _PlanSource(Protocol):
@@ -233,8 +241,12 @@ class PlanInputs:
         )
         """Every namespace's migrations as the plan reads them (planviews.migration_plan_view);
         KubeVirt's steps before a final phase queue nothing (plan_acted_on)."""
+        self.also_queued: Callable[[str], bool] = _none
+        """Namespaces whose workloads' changes queue them though they have no managed quota:
+        MTQ mode's where it runs (app.py), whose handler runs on the same namespaces controller
+        and sizes a blocked migration's target pod from the VMI, which it does not watch."""
         self.queue = PlanQueue(
-            changed, soon or changed, self.migration_views, managed=self.has_managed_quota
+            changed, soon or changed, self.migration_views, managed=self.queues_namespace
         )
         """Queues a namespace's plan at once or soon by what changed (planqueue.py)."""
         self.refusals = RefusalTracker(management.clock)
@@ -265,11 +277,10 @@ class PlanInputs:
     def newest(self, namespace: Object) -> Object:
         return self.namespaces.newest(namespace)
 
-    def has_managed_quota(self, key: str) -> bool:
-        """Whether the quota cache holds a managed quota of namespace `key` (the plan's
-        `quotas_of` finds one), by an index: nothing is decoded. Read from the cache as it
-        stands: what makes a quota managed (its label, not deleting) is never written by us."""
-        return bool(self.informers.quotas.store.index_keys(MANAGED_QUOTA_INDEX, key))
+    def queues_namespace(self, key: str) -> bool:
+        """Whether changes of namespace `key`'s migrations, VMIs and pods queue it (planqueue.py):
+        it has a managed quota, or `also_queued` names it."""
+        return has_managed_quota(self.informers.quotas.store, key) or self.also_queued(key)
 
     def candidates(self) -> Iterable[tuple[str, Object, Object]]:
         """(key, namespace, managed quota) of every namespace cached when the call began and not
@@ -307,10 +318,13 @@ class PlanInputs:
 
     def _migration_changed(self, key: str, view: Object | None) -> None:
         """The migration store's view listener: notes a quota refusal's start or end as it
-        happens (a reconcile may come only after both), then lists the view for the plan. The
+        happens (a reconcile may come only after both), in a namespace with a managed quota
+        only (the room mode's refusals: the reconcile the change queues reads them, and the
+        namespace's records are dropped when its quota goes), then lists the view for the plan. The
         quota side of Harvester's `OnVmimChanged`: a migration's change that the plan acts on
         queues its namespace."""
-        self.refusals.seen(key, view)
+        if has_managed_quota(self.informers.quotas.store, key.partition("/")[0]):
+            self.refusals.seen(key, view)
         self.migration_views.changed(key, view)
 
     def _migration_listed(self, namespace: str, old: Object | None, new: Object | None) -> None:
@@ -375,6 +389,11 @@ class PlanInputs:
             paused=self.management.options.paused,
             adopt_harvester=self.management.options.adopt_harvester_quotas,
         )
+
+
+def _none(_key: str) -> bool:
+    """No namespace (the default `also_queued`)."""
+    return False
 
 
 def _nothing(_obj: Object) -> None:

@@ -135,7 +135,8 @@ class RefusalTracker(Collector):
     """Refused migrations per namespace, kept until a settle or forget of their namespace reads
     them. Every change noted here is a change of the plan's migration view (which keeps the
     refusal condition's type and status, and a refused migration's phase apart from one under
-    way: planviews.py `plan_acted_on`), which queues the namespace, so each is read by that
+    way: planviews.py `plan_acted_on`) in a namespace with a managed quota (the caller notes no
+    other: PlanInputs._migration_changed), which queues the namespace, so each is read by that
     namespace's next reconcile.
 
     Registered as a collector, it exports STANDING_SINCE at each scrape
