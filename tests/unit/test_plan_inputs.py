@@ -4,9 +4,10 @@ that never connects: which changes queue a namespace, and what is derived once p
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 from harvester_quota.apis.kubevirt import is_finished
+from harvester_quota.app import ControllerApp
 from harvester_quota.config.management import Management, Options
 from harvester_quota.controller.resourcequota.planner import PlanInputs
 from harvester_quota.controller.resourcequota.planqueue import (
@@ -115,9 +116,9 @@ def test_a_pod_whose_view_is_unchanged_queues_nothing() -> None:
 
 def test_a_namespace_is_planned_by_its_workloads_only_while_it_has_a_managed_quota() -> None:
     """A namespace without a managed quota has no plan, so its migrations, VMIs and pods queue
-    nothing, and its quota refusals are not noted: none at all, one without the managed label,
-    one created being deleted. Once a managed quota is cached each of the three queues it, and
-    no longer once that quota is being deleted or has gone."""
+    nothing, and its quota refusals are not exported: none at all, one without the managed
+    label, one created being deleted. Once a managed quota is cached each of the three queues
+    it, and no longer once that quota is being deleted or has gone."""
     plan_inputs, queued = routed_inputs()
     quotas = plan_inputs.informers.quotas.store
     steps = iter(range(1, 100))
@@ -155,7 +156,7 @@ def test_a_namespace_is_planned_by_its_workloads_only_while_it_has_a_managed_quo
     deleting = managed_quota("other", {"limits.cpu": "4"}, name="deleting")
     deleting["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
     upsert(quotas, deleting)
-    assert workloads_change() == set(), "a managed quota created being deleted"
+    assert workloads_change() == set() and refusals_noted() == 0, "a quota being deleted"
     labelled = managed_quota("other", {"limits.cpu": "4"}, name="managed")
     upsert(quotas, labelled)
     assert workloads_change() == {"migration", "vmi", "pod"}, "a managed quota"
@@ -170,9 +171,14 @@ def test_a_namespace_is_planned_by_its_workloads_only_while_it_has_a_managed_quo
 
 def test_mtq_modes_namespaces_are_queued_by_their_workloads_without_a_managed_quota() -> None:
     """MTQ mode's handler runs on the same namespaces controller and sizes a blocked target
-    from the VMI, which it does not watch: a namespace `also_queued` names is queued by its
-    workloads without a managed quota, and its refusals are still not noted (not the room
-    mode's to count)."""
+    from the VMI, which it does not watch: a namespace `also_queued` names (MTQ's, as the
+    controller wires it) is queued by its workloads without a managed quota, and its refusals
+    are still not exported (not the room mode's to count)."""
+    app = ControllerApp(
+        cast(ApiClient, object()), Options(), clock=FakeClock(), registry=CollectorRegistry()
+    )
+    assert app.mtq is not None
+    assert app.reconciler.inputs.also_queued == app.mtq.has_budget
     plan_inputs, queued = routed_inputs()
     plan_inputs.also_queued = lambda namespace: namespace == "mtq"
     vm = vmi("vm1", namespace="mtq")
@@ -180,9 +186,23 @@ def test_mtq_modes_namespaces_are_queued_by_their_workloads_without_a_managed_qu
         plan_inputs.informers.migrations.store, at("Pending", migration("m1", vm), rejected=True)
     )
     upsert(plan_inputs.informers.vmis.store, vm)
+    upsert(plan_inputs.informers.pods.store, launcher_pod(vm, "virt-launcher-vm1"))
     upsert(plan_inputs.informers.vmis.store, vmi("other-vm", namespace="elsewhere"))
-    assert queued == [("now", "mtq"), ("now", "mtq")]
+    assert queued == [("now", "mtq"), ("now", "mtq"), ("now", "mtq")]
     assert plan_inputs.refusals.standing_since() == {}
+
+
+def test_a_refusal_cached_before_its_namespaces_quota_is_exported_once_the_quota_is() -> None:
+    """At a start the migrations may be listed before the quotas: a block standing then is
+    noted all the same, and exported (the block alert's gauge) once the managed quota is
+    cached, with the moment virt-controller refused it."""
+    plan_inputs, _queued = routed_inputs()
+    refused = at("Pending", migration("m1", vmi("vm1", namespace="late")), rejected=True)
+    refused["status"]["conditions"][0]["lastProbeTime"] = "2025-12-31T23:00:00Z"
+    upsert(plan_inputs.informers.migrations.store, refused)
+    assert plan_inputs.refusals.standing_since() == {}
+    upsert(plan_inputs.informers.quotas.store, managed_quota("late", {"limits.cpu": "4"}))
+    assert plan_inputs.refusals.standing_since() == {"late": 1767222000.0}
 
 
 def test_the_cluster_settings_are_derived_again_only_when_their_objects_change() -> None:

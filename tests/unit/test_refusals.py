@@ -292,3 +292,41 @@ def test_a_refusal_and_its_end_each_queue_the_namespace_through_the_phase_classe
         told.append(len(queued) > before)
     assert told == [True, True, True]
     assert tracker.standing_since() == {}
+
+
+def test_outside_the_room_mode_a_refusal_is_kept_only_while_it_stands_and_never_exported() -> None:
+    """A namespace without a managed quota (not `counted`: MTQ mode's, or nobody's) is never
+    reconciled by the room mode, so nothing would settle it: a tenant refused there again and
+    again leaves no record once each migration goes, and none is exported. One standing when
+    the namespace gains a managed quota is counted then, with its true start."""
+    clock = FakeClock(wall=WALL)
+    room = {"ns"}
+    tracker = RefusalTracker(clock, counted=lambda namespace: namespace in room)
+    for n in range(1000):
+        tracker.seen("other/m1", refused(f"u{n}"))
+        assert tracker.standing_since() == {}, "not exported"
+        tracker.seen("other/m1", None)
+    assert tracker.settle("other").new_refusals == 0, "nothing left behind"
+    tracker.seen("other/m2", refused_at("2026-11-26T11:59:00Z", uid="v1"))
+    clock.step(5)
+    room.add("other")
+    assert tracker.standing_since() == {"other": WALL.timestamp() - 60}
+    tracker.seen("other/m2", started())
+    settled = tracker.settle("other")
+    assert (settled.new_refusals, settled.blocked_seconds) == (1, [5])
+
+
+def test_a_refusal_that_ends_while_its_namespace_has_no_managed_quota_leaves_no_record() -> None:
+    """The quota deleted and made again before any reconcile (a GitOps tool, Rancher restoring
+    its default quota): a refusal that ended in between is dropped, not held standing, so the
+    block alert does not fire for it once the quota is back."""
+    clock = FakeClock()
+    managed = [True]
+    tracker = RefusalTracker(clock, counted=lambda _namespace: managed[0])
+    tracker.seen(KEY, refused())
+    managed[0] = False
+    tracker.seen(KEY, started())
+    tracker.seen(KEY, None)
+    managed[0] = True
+    assert tracker.standing_since() == {}
+    assert tracker.settle("ns").new_refusals == 0

@@ -14,9 +14,9 @@ The caches' migrations, VMIs and pods are read through views the stores derive o
 virt-controller, virt-handler or the kubelet, nor a migration's step before a final phase:
 planviews.plan_acted_on) queues its namespace, at once or soon by what it can change, if it
 has a managed quota (planqueue.py). The listeners run inside the store's write, so the
-reconcile they queue reads the views with the change in them. Quota refusals in a namespace
-with a managed quota are noted as the migrations change (reports.py), not when a reconcile
-happens to run. Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
+reconcile they queue reads the views with the change in them. Quota refusals are noted as the
+migrations change (reports.py), not when a reconcile happens to run, and counted and exported
+only where a managed quota is. Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
 namespace keeps thousands of them. Planning is pure but for reading; event loop only.
 """
 
@@ -249,7 +249,9 @@ class PlanInputs:
             changed, soon or changed, self.migration_views, managed=self.queues_namespace
         )
         """Queues a namespace's plan at once or soon by what changed (planqueue.py)."""
-        self.refusals = RefusalTracker(management.clock)
+        self.refusals = RefusalTracker(
+            management.clock, counted=partial(has_managed_quota, informers.quotas.store)
+        )
         """Quota refusals as the migrations' changes showed them (reports.py), exported at each
         scrape of `management`'s registry."""
         management.registry.register(self.refusals)
@@ -318,13 +320,10 @@ class PlanInputs:
 
     def _migration_changed(self, key: str, view: Object | None) -> None:
         """The migration store's view listener: notes a quota refusal's start or end as it
-        happens (a reconcile may come only after both), in a namespace with a managed quota
-        only (the room mode's refusals: the reconcile the change queues reads them, and the
-        namespace's records are dropped when its quota goes), then lists the view for the plan. The
+        happens (a reconcile may come only after both), then lists the view for the plan. The
         quota side of Harvester's `OnVmimChanged`: a migration's change that the plan acts on
         queues its namespace."""
-        if has_managed_quota(self.informers.quotas.store, key.partition("/")[0]):
-            self.refusals.seen(key, view)
+        self.refusals.seen(key, view)
         self.migration_views.changed(key, view)
 
     def _migration_listed(self, namespace: str, old: Object | None, new: Object | None) -> None:

@@ -23,8 +23,8 @@ room a target pod may be waiting for, or let the room-held label go, is queued a
 A namespace without a managed quota is not queued by any of these: its plan is none whatever
 its migrations, VMIs and pods do. Its quota's arrival, or the managed label's, queues it
 (Controller.watch_related on quotas), and the plan then reads them as they stand. MTQ mode's
-namespaces are queued all the same (PlanInputs.also_queued): its handler runs on the same
-controller and reads their VMIs, which it does not watch.
+namespaces are queued by their migrations, VMIs and pods all the same (PlanInputs.also_queued):
+its handler runs on the same controller and reads their VMIs, which it does not watch.
 
 Whatever is queued soon is planned at most `SOON_WINDOW` after it (`RANCHER_SOON_WINDOW` while
 a raise of the namespace through Rancher's annotation stands); a tenant can make its own

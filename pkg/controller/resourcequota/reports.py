@@ -135,9 +135,12 @@ class RefusalTracker(Collector):
     """Refused migrations per namespace, kept until a settle or forget of their namespace reads
     them. Every change noted here is a change of the plan's migration view (which keeps the
     refusal condition's type and status, and a refused migration's phase apart from one under
-    way: planviews.py `plan_acted_on`) in a namespace with a managed quota (the caller notes no
-    other: PlanInputs._migration_changed), which queues the namespace, so each is read by that
-    namespace's next reconcile.
+    way: planviews.py `plan_acted_on`), which queues the namespace if it has a managed quota, so
+    each is read by that namespace's next reconcile. Refusals are noted in every namespace (at a
+    start, a namespace's migrations may be cached before its quota), but only where `counted`
+    (the room mode's namespaces: a managed quota) is an ended one kept for a settle and a
+    standing one exported; elsewhere an ended one is dropped, so what is kept there is what
+    stands, one record per refused migration that exists.
 
     Registered as a collector, it exports STANDING_SINCE at each scrape
     (`harvester_quota_migration_refused_since_timestamp_seconds{namespace}`): per namespace,
@@ -147,8 +150,11 @@ class RefusalTracker(Collector):
     (generic/health.py), like everything that changes the tracker.
     """
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(
+        self, clock: Clock, counted: Callable[[str], bool] = lambda _namespace: True
+    ) -> None:
         self._clock = clock
+        self._counted = counted
         self._by_namespace: dict[str, _Namespace] = {}
         self.standby = False
         """True while nothing settles (a warm standby): a refusal that ends then is dropped,
@@ -166,7 +172,7 @@ class RefusalTracker(Collector):
             if migration is None or uid != noted.uid or not _pending(migration):
                 noted.ended = noted.ended if noted.ended is not None else now
                 ended = tracked.pending.pop(name)
-                if not self.standby:
+                if not self.standby and self._counted(namespace):
                     tracked.closed.append(ended)
                 elif not tracked.pending and not tracked.closed:
                     del self._by_namespace[namespace]
@@ -201,11 +207,11 @@ class RefusalTracker(Collector):
 
     def standing_since(self) -> dict[str, float]:
         """Namespace -> Unix time the longest-standing refusal refused now began (namespaces
-        with none left out)."""
+        with none, and those not `counted`, left out)."""
         found: dict[str, float] = {}
         for namespace, tracked in self._by_namespace.items():
             began = [r.began for r in tracked.pending.values() if r.ended is None]
-            if began:
+            if began and self._counted(namespace):
                 found[namespace] = min(began)
         return found
 
