@@ -189,7 +189,8 @@ def test_mtq_modes_namespaces_are_queued_by_their_workloads_without_a_managed_qu
     upsert(plan_inputs.informers.pods.store, launcher_pod(vm, "virt-launcher-vm1"))
     upsert(plan_inputs.informers.vmis.store, vmi("other-vm", namespace="elsewhere"))
     assert queued == [("now", "mtq"), ("now", "mtq"), ("now", "mtq")]
-    assert plan_inputs.refusals.standing_since() == {}
+    upsert(plan_inputs.informers.quotas.store, managed_quota("mtq", {"limits.cpu": "4"}))
+    assert plan_inputs.refusals.standing_since() == {}, "not with a managed quota either"
 
 
 def test_a_refusal_cached_before_its_namespaces_quota_is_exported_once_the_quota_is() -> None:

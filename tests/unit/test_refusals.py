@@ -128,13 +128,42 @@ def test_a_migration_recreated_under_the_same_name_is_another_refusal() -> None:
 
 
 def test_namespaces_are_settled_and_forgotten_apart() -> None:
-    tracker = RefusalTracker(FakeClock())
+    """Forgetting a namespace drops its ended refusals uncounted and keeps those standing, as
+    counted: never counted later, still exported while they stand, gone when they end."""
+    tracker = RefusalTracker(FakeClock(wall=WALL))
     tracker.seen("a/m1", refused())
+    tracker.seen("a/m2", refused())
+    tracker.seen("a/m2", None)
     tracker.seen("b/m1", refused())
     tracker.forget("a")
-    assert tracker.settle("a").new_refusals == 0
+    assert tracker.settle("a").new_refusals == 0 and tracker.settle("a").blocked_seconds == []
     assert tracker.settle("b").new_refusals == 1
-    assert standing(tracker) == 1
+    assert set(tracker.standing_since()) == {"a", "b"}
+    tracker.seen("a/m1", started())
+    assert tracker.settle("a").new_refusals == 0
+    assert set(tracker.standing_since()) == {"b"}
+
+
+def test_a_block_standing_when_its_namespace_is_ours_again_is_exported_and_counted_once() -> None:
+    """The managed quota deleted (the reconcile forgets the namespace) and made again while a
+    migration stands refused: its block is exported at once, though the migration does not
+    change, and neither a refusal cleared and come back nor its end counts it twice."""
+    clock = FakeClock(wall=WALL)
+    managed = [True]
+    tracker = RefusalTracker(clock, counted=lambda _namespace: managed[0])
+    tracker.seen(KEY, refused())
+    assert tracker.settle("ns").new_refusals == 1
+    managed[0] = False
+    tracker.forget("ns")
+    assert tracker.standing_since() == {}
+    managed[0] = True
+    assert set(tracker.standing_since()) == {"ns"}
+    tracker.seen(KEY, pending())
+    tracker.seen(KEY, refused())
+    clock.step(2)
+    tracker.seen(KEY, started())
+    settled = tracker.settle("ns")
+    assert (settled.new_refusals, settled.blocked_seconds) == (0, [2])
 
 
 def test_the_reconcile_counts_a_refusal_its_run_came_too_late_to_see() -> None:
@@ -295,10 +324,10 @@ def test_a_refusal_and_its_end_each_queue_the_namespace_through_the_phase_classe
 
 
 def test_outside_the_room_mode_a_refusal_is_kept_only_while_it_stands_and_never_exported() -> None:
-    """A namespace without a managed quota (not `counted`: MTQ mode's, or nobody's) is never
-    reconciled by the room mode, so nothing would settle it: a tenant refused there again and
-    again leaves no record once each migration goes, and none is exported. One standing when
-    the namespace gains a managed quota is counted then, with its true start."""
+    """A namespace not `counted` (no managed quota, or MTQ mode's) is never settled by the room
+    mode: a tenant refused there again and again leaves no record once each migration goes,
+    and none is exported. One standing when the namespace becomes the room mode's is counted
+    then, its blocked time from our first sight of it."""
     clock = FakeClock(wall=WALL)
     room = {"ns"}
     tracker = RefusalTracker(clock, counted=lambda namespace: namespace in room)

@@ -13,10 +13,10 @@ The caches' migrations, VMIs and pods are read through views the stores derive o
 (util/resourcequota/planviews.py, podindex.py); a change of a view (not every status write of
 virt-controller, virt-handler or the kubelet, nor a migration's step before a final phase:
 planviews.plan_acted_on) queues its namespace, at once or soon by what it can change, if it
-has a managed quota (planqueue.py). The listeners run inside the store's write, so the
+has a managed quota or is MTQ mode's (planqueue.py). The listeners run inside the store's write, so the
 reconcile they queue reads the views with the change in them. Quota refusals are noted as the
 migrations change (reports.py), not when a reconcile happens to run, and counted and exported
-only where a managed quota is. Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
+only where a managed quota is and no MTQ budget. Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
 namespace keeps thousands of them. Planning is pure but for reading; event loop only.
 """
 
@@ -250,10 +250,12 @@ class PlanInputs:
         )
         """Queues a namespace's plan at once or soon by what changed (planqueue.py)."""
         self.refusals = RefusalTracker(
-            management.clock, counted=partial(has_managed_quota, informers.quotas.store)
+            management.clock,
+            counted=lambda ns: has_managed_quota(quotas, ns) and not self.also_queued(ns),
         )
         """Quota refusals as the migrations' changes showed them (reports.py), exported at each
-        scrape of `management`'s registry."""
+        scrape of `management`'s registry; counted and exported where the room mode plans (a
+        managed quota, not MTQ mode's)."""
         management.registry.register(self.refusals)
         informers.migrations.store.add_view(PLAN_VIEW, migration_plan_view, self._migration_changed)
         self.vmi_facts: NamespaceViews[VmiView] = NamespaceViews(on_change_of=self._vmi_listed)

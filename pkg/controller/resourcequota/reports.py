@@ -138,9 +138,9 @@ class RefusalTracker(Collector):
     way: planviews.py `plan_acted_on`), which queues the namespace if it has a managed quota, so
     each is read by that namespace's next reconcile. Refusals are noted in every namespace (at a
     start, a namespace's migrations may be cached before its quota), but only where `counted`
-    (the room mode's namespaces: a managed quota) is an ended one kept for a settle and a
-    standing one exported; elsewhere an ended one is dropped, so what is kept there is what
-    stands, one record per refused migration that exists.
+    (the room mode's namespaces: a managed quota, no MTQ budget) is an ended one kept for a
+    settle and a standing one exported; elsewhere an ended one is dropped, so what is kept
+    there is one record per refused migration that exists and is Pending.
 
     Registered as a collector, it exports STANDING_SINCE at each scrape
     (`harvester_quota_migration_refused_since_timestamp_seconds{namespace}`): per namespace,
@@ -216,8 +216,18 @@ class RefusalTracker(Collector):
         return found
 
     def forget(self, namespace: str) -> None:
-        """Drops the namespace's notes without counting them (it is no longer ours to report)."""
-        self._by_namespace.pop(namespace, None)
+        """The namespace is no longer ours to report: its ended refusals are dropped uncounted,
+        and those standing are kept, as counted, until they end. So a block that still stands
+        when the namespace is ours again (its managed quota deleted and made again) is exported
+        at once, and a migration is never counted twice."""
+        tracked = self._by_namespace.get(namespace)
+        if tracked is None:
+            return
+        tracked.closed.clear()
+        for refusal in tracked.pending.values():
+            refusal.counted = True
+        if not tracked.pending:
+            del self._by_namespace[namespace]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
