@@ -13,11 +13,12 @@ The caches' migrations, VMIs and pods are read through views the stores derive o
 (util/resourcequota/planviews.py, podindex.py); a change of a view (not every status write of
 virt-controller, virt-handler or the kubelet, nor a migration's step before a final phase:
 planviews.plan_acted_on) queues its namespace, at once or soon by what it can change, if it
-has a managed quota or is MTQ mode's (planqueue.py). The listeners run inside the store's write, so the
-reconcile they queue reads the views with the change in them. Quota refusals are noted as the
-migrations change (reports.py), not when a reconcile happens to run, and counted and exported
-only where a managed quota is and no MTQ budget. Finished migrations that settled are set aside from the views (util/resourcequota/planviews.py): a
-namespace keeps thousands of them. Planning is pure but for reading; event loop only.
+has a managed quota or is MTQ mode's (planqueue.py). The listeners run inside the store's
+write, so the reconcile they queue reads the views with the change in them. Quota refusals are
+noted as the migrations change (reports.py), not when a reconcile happens to run, and counted
+and exported only where a managed quota is and no MTQ budget. Finished migrations that settled
+are set aside from the views (util/resourcequota/planviews.py): a namespace keeps thousands of
+them. Planning is pure but for reading; event loop only.
 """
 
 from __future__ import annotations
@@ -246,7 +247,7 @@ class PlanInputs:
         MTQ mode's where it runs (app.py), whose handler runs on the same namespaces controller
         and sizes a blocked migration's target pod from the VMI, which it does not watch."""
         self.queue = PlanQueue(
-            changed, soon or changed, self.migration_views, managed=self.queues_namespace
+            changed, soon or changed, self.migration_views, queues=self.queues_namespace
         )
         """Queues a namespace's plan at once or soon by what changed (planqueue.py)."""
         self.refusals = RefusalTracker(

@@ -88,23 +88,24 @@ def _raised_through_rancher(namespace: Object) -> bool:
 class PlanQueue:
     """Queues a namespace's plan at once (`at_once`) or soon (`soon`) by what changed, reading
     the namespace's migration views as they stand (`migrations`); a namespace for which
-    `managed` is false (it has no managed quota) is not queued. Event loop only."""
+    `queues` is false (no managed quota, not MTQ mode's: PlanInputs.queues_namespace) is not
+    queued. Event loop only."""
 
     def __init__(
         self,
         at_once: Callable[[str], None],
         soon: Callable[[str], None],
         migrations: NamespaceViews[Object],
-        managed: Callable[[str], bool],
+        queues: Callable[[str], bool],
     ) -> None:
         self.at_once = at_once
         self.soon = soon
         self._migrations = migrations
-        self._managed = managed
+        self._queues = queues
 
     def migration(self, namespace: str, old: Object | None, new: Object | None) -> None:
         """A migration's view changed in a way a plan acts on (`new` None: it went)."""
-        if not self._managed(namespace):
+        if not self._queues(namespace):
             return
         if new is not None and not is_finished(new):
             self.at_once(namespace)
@@ -116,12 +117,12 @@ class PlanQueue:
 
     def vmi(self, namespace: str, name: str) -> None:
         """A VMI's view changed, or it was added or went."""
-        if self._managed(namespace):
+        if self._queues(namespace):
             self._by_vmi(namespace, name)
 
     def pod(self, namespace: str, old: PodView | None, new: PodView | None) -> None:
         """A pod's view changed, or it was added or went."""
-        if not self._managed(namespace):
+        if not self._queues(namespace):
             return
         if new is not None and _starts(old, new) and not self._targets(new, namespace):
             self.at_once(namespace)

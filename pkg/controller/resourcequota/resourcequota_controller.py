@@ -6,9 +6,9 @@ spec.hard, coordinated by a resync flag the two toggle. Here one reconcile, keye
 reads the whole namespace from the caches (its quota, migrations, VMIs, pods, the overhead ratio
 in force), computes the desired quota (plan.py) and writes it once if it differs.
 Every change of an input it reads re-queues the namespace (its migrations', VMIs' and pods'
-only while it has a managed quota, without which it has no plan, or is MTQ mode's); nothing is remembered between runs that is not
-learned again, so a restart, a lost watch or Rancher resetting spec.hard all converge on the next
-run.
+only while it has a managed quota, without which it has no plan, or is MTQ mode's); nothing is
+remembered between runs that is not learned again, so a restart, a lost watch or Rancher
+resetting spec.hard all converge on the next run.
 
 The reconcile wires collaborators, one concern each: what the plan reads (planner.py), how our
 writes are made (writes.py: the quota and status.hard through controller/quotawriter.py, the
