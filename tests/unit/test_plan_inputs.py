@@ -169,6 +169,22 @@ def test_a_namespace_is_planned_by_its_workloads_only_while_it_has_a_managed_quo
     assert workloads_change() == set(), "its quota gone: nothing again"
 
 
+def test_a_cluster_wide_setting_queues_every_namespace_with_a_managed_quota_and_no_other() -> None:
+    """The KubeVirt CR or Harvester's setting sizes every room: its change names each namespace
+    with a managed quota once, and none whose quota is unlabelled or being deleted."""
+    plan_inputs, _queued = routed_inputs()
+    quotas = plan_inputs.informers.quotas.store
+    upsert(quotas, managed_quota("ns", {"limits.cpu": "4"}, name="second"))
+    upsert(quotas, managed_quota("b", {"limits.cpu": "4"}))
+    unlabelled = managed_quota("c", {"limits.cpu": "4"})
+    unlabelled["metadata"]["labels"] = {}
+    upsert(quotas, unlabelled)
+    deleting = managed_quota("d", {"limits.cpu": "4"})
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    upsert(quotas, deleting)
+    assert plan_inputs.managed_namespaces(kubevirt("2")) == ["b", "ns"]
+
+
 def test_mtq_modes_namespaces_are_queued_by_their_workloads_without_a_managed_quota() -> None:
     """MTQ mode's handler runs on the same namespaces controller and sizes a blocked target
     from the VMI, which it does not watch: a namespace `also_queued` names (MTQ's, as the

@@ -338,15 +338,9 @@ class PlanInputs:
             self.queue.vmi(namespace, changed.name)
 
     def managed_namespaces(self, _changed: Object) -> list[str]:
-        """A cluster-wide setting changed: every namespace with a managed quota is affected."""
-        return sorted(
-            {
-                ns
-                for q in self.informers.quotas.store.objects()
-                if is_managed_quota(q)
-                for ns in namespace_index(q)
-            }
-        )
+        """A cluster-wide setting changed: every namespace with a managed quota is affected (by
+        the quota cache's index: no quota is decoded)."""
+        return sorted(self.informers.quotas.store.indexed_values(MANAGED_QUOTA_INDEX))
 
     def synced(self) -> bool:
         """Whether the caches a room depends on (migrations, VMIs, pods) have synced."""
