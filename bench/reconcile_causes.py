@@ -200,7 +200,7 @@ def _patch_soon() -> None:
     enqueue_soon = controller.Controller.enqueue_soon
 
     def soon_noted(self: Any, key: str) -> None:
-        if self.name == QUEUE and self._soon.window > 0:
+        if self.name == QUEUE and self._soon.window(key) > 0:
             _pending[key].append("soon " + (_Now.cause or _caller()))
         enqueue_soon(self, key)
 
