@@ -25,7 +25,7 @@ from ..generic.resource import LIMIT_RANGES, PODS, RESOURCE_QUOTAS, Object
 from ..util.launcher import LauncherSettings
 from ..util.podusage import strip_pod_to_quota_fields
 from ..util.resourcequota.conditional import keep_writers
-from ..util.vmispec import strip_vmi_unread_unknown
+from ..util.vmispec import strip_vmi_unread
 
 TARGET_INDEX: Final = "mtq-migration-target"
 """The pod store's index of migration target pods by their migration's uid (MTQ mode's blocked
@@ -41,11 +41,11 @@ def target_index(pod: Object) -> list[str]:
 @dataclass(frozen=True)
 class QuotaInformers:
     """Quotas (their managedFields reduced to the writers of spec.hard:
-    writers.keep_writers), migrations, VMIs (without the unknown fields no rule reads:
-    vmispec.strip_vmi_unread_unknown) and pods (stripped to what quota usage reads), and what sizes a
-    room besides the VMI: Harvester's overhead-ratio setting and the KubeVirt CR (both optional
-    kinds), and the LimitRanges, whose defaults fill what a launcher container leaves unset, as
-    admission does (util/launcher/limitrange.py)."""
+    writers.keep_writers), migrations, VMIs (without managedFields and the unknown fields no
+    rule reads: vmispec.strip_vmi_unread) and pods (stripped to what quota usage reads), and
+    what sizes a room besides the VMI: Harvester's overhead-ratio setting and the KubeVirt CR
+    (both optional kinds), and the LimitRanges, whose defaults fill what a launcher container
+    leaves unset, as admission does (util/launcher/limitrange.py)."""
 
     quotas: SharedInformer
     migrations: SharedInformer
@@ -64,7 +64,7 @@ class QuotaInformers:
         return cls(
             quotas=factory.informer(RESOURCE_QUOTAS, transform=keep_writers),
             migrations=factory.informer(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS),
-            vmis=factory.informer(VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread_unknown),
+            vmis=factory.informer(VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread),
             pods=factory.informer(PODS, transform=strip_pod_to_quota_fields),
             settings=factory.informer(
                 SETTINGS, field_selector=f"metadata.name={RATIO_SETTING}", optional=True

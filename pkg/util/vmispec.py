@@ -162,14 +162,21 @@ spec.dataVolumeTemplates (KubeVirt v1.6 and v1.8): a cache that came to hold VMs
 clock as this does for VMIs (the VM rule reads the template's metadata, so that stays)."""
 
 
-def strip_vmi_unread_unknown(vmi: Mapping[str, Any]) -> dict[str, Any]:
-    """The VMI without UNREAD_UNKNOWN_FIELDS: the VMI caches' transform (controller and webhook),
-    so that a tenant's JSON there, however deep or large, is dropped before it is encoded and
-    kept. Everything else is kept as it is: the launcher rendering reads most of the
-    spec, the metadata and the status. The VMI given is not changed (the dicts on the path to a
-    dropped field are copied)."""
+UNREAD_SERVER_FIELDS: Final = (("metadata", "managedFields"),)
+"""What the API server writes into every VMI and no rule reads: its record of which writer owns
+which field (about two fifths of a VMI's JSON as virt-controller and virt-handler write it; only
+the quota cache reads managedFields, its quotas', util/resourcequota/conditional.py)."""
+
+
+def strip_vmi_unread(vmi: Mapping[str, Any]) -> dict[str, Any]:
+    """The VMI without UNREAD_SERVER_FIELDS and UNREAD_UNKNOWN_FIELDS: the VMI caches' transform
+    (controller and webhook), so that neither the API server's field ownership nor a tenant's
+    JSON in an unknown field, however deep or large, is encoded and kept. Everything else is
+    kept as it is, the annotations included: the launcher rendering reads most of the spec, the
+    metadata and the status. The VMI given is not changed (the dicts on the path to a dropped
+    field are copied)."""
     result = dict(vmi)
-    for path in UNREAD_UNKNOWN_FIELDS:
+    for path in (*UNREAD_SERVER_FIELDS, *UNREAD_UNKNOWN_FIELDS):
         _drop(result, path)
     return result
 

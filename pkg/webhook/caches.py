@@ -33,7 +33,7 @@ from ..util.resourcequota.base import Mode, managed_quota
 from ..util.resourcequota.podindex import NamespacePods, PodIndex, pod_view
 from ..util.resourcequota.raises import raise_stands
 from ..util.resources import ResourceList
-from ..util.vmispec import strip_vmi_unread_unknown
+from ..util.vmispec import strip_vmi_unread
 from .renders import LauncherRenders
 from .resources.common import rancher_base_of
 from .resources.pod.targets import COPY_VIEW, QuotaChanges, quota_copy
@@ -102,10 +102,8 @@ class WebhookCaches:
         self.under_way = MigrationsUnderWay()
         """Namespaces with a migration under way (underway.py), kept as migrations change."""
         self._migrations.store.add_view(UNDER_WAY_VIEW, under_way, self.under_way.changed)
-        self._vmis = self.factory.informer(
-            VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread_unknown
-        )
-        """Without the unknown fields no rule reads (vmispec.strip_vmi_unread_unknown)."""
+        self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread)
+        """Without managedFields and the unknown fields no rule reads (vmispec.strip_vmi_unread)."""
         self.renders = LauncherRenders()
         """Launcher usages rendered once per VMI version and settings (renders.py)."""
         self.pods = self.factory.informer(

@@ -31,7 +31,7 @@ from harvester_quota.generic.informer import SharedInformerFactory
 from harvester_quota.generic.intake import SkippedObject
 from harvester_quota.testbench.decoding import depth_of
 from harvester_quota.testbench.localcluster import ClusterInfo
-from harvester_quota.util.vmispec import strip_vmi_unread_unknown
+from harvester_quota.util.vmispec import strip_vmi_unread
 
 from tests.helpers import eventually
 from tests.integration.tenant import Tenant, tenant
@@ -190,7 +190,7 @@ async def _deep_vmi_stops_no_vmi_cache(
         orjson.loads(body)
     skips: list[SkippedObject] = []
     factory = SharedInformerFactory(kubevirt_api, namespace=kubevirt_namespace, skips=skips.append)
-    vmis = factory.informer(VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread_unknown)
+    vmis = factory.informer(VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread)
     factory.start()
     try:
         assert await factory.wait_for_cache_sync(60), "a fresh replica syncs"
