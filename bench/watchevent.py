@@ -8,16 +8,18 @@ controller: `watchstream.split_lines`, `decode_watch_line`, the reflector's
 `_consume` (a turn of the loop after each event), the informer's intake (transform, the store's
 key, codec, indexes and views with their listeners) and the handlers every controller of
 `ControllerApp` registered (default Options: CPU accounting off, as in the chart), drained
-before the clock stops. No worker runs: what a handler queues stays queued. Two stages a kind:
+before the clock stops. No worker runs: what a handler queues stays queued. Three stages a kind:
 
 - ``decode``: split_lines and decode_watch_line alone;
 - ``event``: the whole path, event after event;
-- ``cold``: the whole path, each event alone after the CPU's caches were filled with other
-  data (`evict_caches`, not counted), as in a cluster, where the API server, etcd and the other
-  processes run on the same cores between two events: bench/SCALE.md measured the same paths
-  about three times dearer so, which is what a scale run's CPU a watch event shows.
+- ``cold``: the whole path, each event alone after the CPU's own caches (L1, L2) were filled
+  with other data (`evict_caches`, not counted), nearer a cluster, where the API server, etcd
+  and the other processes run on the same cores between two events: bench/SCALE.md measured
+  the same paths two to three times dearer so, and a scale run's watch CPU an event higher
+  still (a model of the cluster, not the cluster).
 
-It prints CPU µs an event (process time, the fastest of ``--repeat`` rounds of ``--events``).
+It prints CPU µs an event (process time, the fastest of ``--repeat`` rounds of ``--events``;
+of its first `COLD_EVENTS` for ``cold``).
 ``--profile`` prints cProfile's top functions for the whole path instead. ``--a DIR`` runs A
 (``PYTHONPATH=DIR``: a directory holding a ``harvester_quota`` copy of another tree's ``pkg``)
 and B (this tree) as subprocesses, alternated round by round, on the same lines, and prints
@@ -67,7 +69,8 @@ STAGES = ("decode", "event", "cold")
 COLD_EVENTS = 100
 """Events a round of the ``cold`` stage (each one pays an eviction)."""
 EVICTION_BYTES = 16 << 20
-"""What `evict_caches` copies: four times this machine's 4 MiB L2 cache a core."""
+"""What `evict_caches` copies: eight times the 2 MiB L2 cache of one of this machine's cores
+(its shared 260 MiB L3 keeps more than that: the copy evicts the core's own caches)."""
 STAMP = "2026-11-22T10:00:00Z"
 
 

@@ -9,6 +9,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from ..generic.store import LAST_APPLIED
 from .quantity import Quantity
 
 
@@ -162,21 +163,26 @@ spec.dataVolumeTemplates (KubeVirt v1.6 and v1.8): a cache that came to hold VMs
 clock as this does for VMIs (the VM rule reads the template's metadata, so that stays)."""
 
 
-UNREAD_SERVER_FIELDS: Final = (("metadata", "managedFields"),)
-"""What the API server writes into every VMI and no rule reads: its record of which writer owns
-which field (about two fifths of a VMI's JSON as virt-controller and virt-handler write it; only
-the quota cache reads managedFields, its quotas', util/resourcequota/conditional.py)."""
+UNREAD_METADATA: Final = (
+    ("metadata", "managedFields"),
+    ("metadata", "annotations", LAST_APPLIED),
+)
+"""What every other cache drops too (generic/store.py `strip_unread_fields`, the default
+transform) and no rule reads of a VMI: managedFields, the record of which writer owns which
+field (the API server's, though any writer may send entries of its own; about two fifths of a
+VMI's JSON as KubeVirt writes it), and kubectl's last-applied copy of the object (the launcher
+rendering reads two annotations, neither this one: util/vmispecview.py `spec_view`)."""
 
 
 def strip_vmi_unread(vmi: Mapping[str, Any]) -> dict[str, Any]:
-    """The VMI without UNREAD_SERVER_FIELDS and UNREAD_UNKNOWN_FIELDS: the VMI caches' transform
-    (controller and webhook), so that neither the API server's field ownership nor a tenant's
-    JSON in an unknown field, however deep or large, is encoded and kept. Everything else is
-    kept as it is, the annotations included: the launcher rendering reads most of the spec, the
-    metadata and the status. The VMI given is not changed (the dicts on the path to a dropped
-    field are copied)."""
+    """The VMI without UNREAD_METADATA and UNREAD_UNKNOWN_FIELDS: the VMI caches' transform
+    (controller and webhook), so that neither managedFields, kubectl's last-applied copy nor a
+    tenant's JSON in an unknown field, however deep or large, is encoded and kept. Everything
+    else is kept as it is: the launcher rendering reads most of the spec, the metadata and the
+    status. The VMI given is not changed (the dicts on the path to a dropped field are
+    copied)."""
     result = dict(vmi)
-    for path in (*UNREAD_SERVER_FIELDS, *UNREAD_UNKNOWN_FIELDS):
+    for path in (*UNREAD_METADATA, *UNREAD_UNKNOWN_FIELDS):
         _drop(result, path)
     return result
 
