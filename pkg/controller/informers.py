@@ -41,11 +41,11 @@ def target_index(pod: Object) -> list[str]:
 @dataclass(frozen=True)
 class QuotaInformers:
     """Quotas (their managedFields reduced to the writers of spec.hard:
-    writers.keep_writers), migrations, VMIs (without managedFields and the unknown fields no
-    rule reads: vmispec.strip_vmi_unread) and pods (stripped to what quota usage reads), and
-    what sizes a room besides the VMI: Harvester's overhead-ratio setting and the KubeVirt CR
-    (both optional kinds), and the LimitRanges, whose defaults fill what a launcher container
-    leaves unset, as admission does (util/launcher/limitrange.py)."""
+    writers.keep_writers), migrations, VMIs (without managedFields, kubectl's last-applied copy
+    and the unknown fields no rule reads: vmispec.strip_vmi_unread) and pods (stripped to what
+    quota usage reads), and what sizes a room besides the VMI: Harvester's overhead-ratio
+    setting and the KubeVirt CR (both optional kinds), and the LimitRanges, whose defaults fill
+    what a launcher container leaves unset, as admission does (util/launcher/limitrange.py)."""
 
     quotas: SharedInformer
     migrations: SharedInformer

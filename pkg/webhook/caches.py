@@ -103,7 +103,8 @@ class WebhookCaches:
         """Namespaces with a migration under way (underway.py), kept as migrations change."""
         self._migrations.store.add_view(UNDER_WAY_VIEW, under_way, self.under_way.changed)
         self._vmis = self.factory.informer(VIRTUAL_MACHINE_INSTANCES, transform=strip_vmi_unread)
-        """Without managedFields and the unknown fields no rule reads (vmispec.strip_vmi_unread)."""
+        """Without managedFields, kubectl's last-applied copy and the unknown fields no rule
+        reads (vmispec.strip_vmi_unread)."""
         self.renders = LauncherRenders()
         """Launcher usages rendered once per VMI version and settings (renders.py)."""
         self.pods = self.factory.informer(
