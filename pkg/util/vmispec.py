@@ -9,7 +9,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ..generic.store import LAST_APPLIED
+from ..generic.store import strip_unread_fields
 from .quantity import Quantity
 
 
@@ -163,36 +163,36 @@ spec.dataVolumeTemplates (KubeVirt v1.6 and v1.8): a cache that came to hold VMs
 clock as this does for VMIs (the VM rule reads the template's metadata, so that stays)."""
 
 
-UNREAD_METADATA: Final = (
-    ("metadata", "managedFields"),
-    ("metadata", "annotations", LAST_APPLIED),
-)
-"""What every other cache drops too (generic/store.py `strip_unread_fields`, the default
-transform) and no rule reads of a VMI: managedFields, the record of which writer owns which
-field (the API server's, though any writer may send entries of its own; about two fifths of a
-VMI's JSON as KubeVirt writes it), and kubectl's last-applied copy of the object (the launcher
-rendering reads two annotations, neither this one: util/vmispecview.py `spec_view`)."""
-
-
 def strip_vmi_unread(vmi: Mapping[str, Any]) -> dict[str, Any]:
-    """The VMI without UNREAD_METADATA and UNREAD_UNKNOWN_FIELDS: the VMI caches' transform
-    (controller and webhook), so that neither managedFields, kubectl's last-applied copy nor a
-    tenant's JSON in an unknown field, however deep or large, is encoded and kept. Everything
-    else is kept as it is: the launcher rendering reads most of the spec, the metadata and the
-    status. The VMI given is not changed (the dicts on the path to a dropped field are
-    copied)."""
+    """The VMI without UNREAD_UNKNOWN_FIELDS and without what every cache drops
+    (generic/store.py `strip_unread_fields`: managedFields and kubectl's last-applied copy, of
+    which no rule reads a VMI's; the launcher rendering reads two other annotations,
+    util/vmispecview.py `spec_view`): the VMI caches' transform (controller and webhook), so
+    that none of these, however deep or large, is encoded and kept. Everything else is kept as
+    it is: the launcher rendering reads most of the spec, the metadata and the status. The VMI
+    given is not changed (the dicts on the path to a dropped field are copied)."""
     result = dict(vmi)
-    for path in (*UNREAD_METADATA, *UNREAD_UNKNOWN_FIELDS):
+    for path in UNREAD_UNKNOWN_FIELDS:
         _drop(result, path)
-    return result
+    _copied(result, ("metadata", "annotations"))  # what strip_unread_fields changes in place
+    return strip_unread_fields(result)
 
 
 def _drop(parent: dict[str, Any], path: tuple[str, ...]) -> None:
     """Removes `path` below `parent`, copying each dict on the way (nothing if it is absent)."""
-    head, rest = path[0], path[1:]
-    child = parent.get(head)
-    if not rest:
-        parent.pop(head, None)
-    elif isinstance(child, Mapping):
-        parent[head] = dict(child)
-        _drop(parent[head], rest)
+    holder = _copied(parent, path[:-1])
+    if holder is not None:
+        holder.pop(path[-1], None)
+
+
+def _copied(parent: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+    """The dict at `path` below `parent`, each mapping on the way (that one included) replaced
+    by a copy of its own; None where the path stops at something that is not a mapping."""
+    holder = parent
+    for key in path:
+        child = holder.get(key)
+        if not isinstance(child, Mapping):
+            return None
+        holder[key] = dict(child)
+        holder = holder[key]
+    return holder
