@@ -189,14 +189,17 @@ async def _events(chunks: list[bytes]) -> AsyncIterator[WatchEvent]:
 
 
 class Controller:
-    """ControllerApp's informers and handlers, its listeners running, no worker, no reflector."""
+    """ControllerApp's informers and handlers, no worker, no reflector. A tree whose informers
+    give each handler a task of its own (before handlers were called in the watch's turn, for
+    `--a`) gets those tasks started."""
 
     def __init__(self) -> None:
         self.app = ControllerApp(cast(ApiClient, object()), Options(), registry=CollectorRegistry())
         self.informers = {i.name: i for i in self.app.management.informers.informers}
         for informer in self.informers.values():
             for listener in informer._listeners:
-                listener.task = asyncio.ensure_future(listener.run())
+                if hasattr(listener, "run"):
+                    listener.task = asyncio.ensure_future(listener.run())
 
     def listed(self, kind: str, obj: Object) -> SharedInformer:
         informer = self.informers[kind]
@@ -204,10 +207,13 @@ class Controller:
         return informer
 
     async def drained(self) -> None:
-        """Returns once every listener's queue is empty (their handlers ran)."""
+        """Returns once every listener's queue is empty (their handlers ran): at once where
+        handlers are called in the watch's turn."""
         for _ in range(100_000):
             if not any(
-                listener.queue for i in self.informers.values() for listener in i._listeners
+                getattr(listener, "queue", ())
+                for i in self.informers.values()
+                for listener in i._listeners
             ):
                 return
             await asyncio.sleep(0)

@@ -7,7 +7,7 @@ An operator asking where a controller's CPU goes wants it split the way the fram
   BOOKMARK); every one of them except bookmarks was stored in the informer's cache;
 - `harvester_quota_watch_cpu_seconds_total{resource}`: the CPU of the watch streams' own task:
   reading and splitting the stream, decoding each event, storing it (views included) and
-  handing it to the handlers' queues;
+  calling the informer's handlers, which hand keys to the workqueues;
 - `harvester_quota_informer_objects_skipped_total{resource, stage}` (`SkipMetrics`, its own
   class because the webhook counts it too): objects an informer kept out of its cache, or whose
   notification a handler failed on, by the stage that refused them (informer.py's contract);
@@ -21,7 +21,7 @@ The two CPU metrics are kept only with `cpu=True` (`run --cpu-accounting`; the s
 it on): they read the event loop thread's CPU clock twice per coroutine step
 (`cputime.cpu_metered` for the watch streams, `cputime.cpu_timed` for handler runs), a system
 call each, which a profile of a scale run found to be 8-10 % of the controller's CPU. What
-neither counts (the listeners' tasks that queue keys, the HTTP transport's reading of responses,
+neither counts (the HTTP transport's reading of responses,
 work beside the reconciles, leader election, /metrics) is the process's CPU less these.
 CPython's garbage collector runs inside whichever step allocated when it triggered, so most of
 its cost lands in watch or handler CPU.

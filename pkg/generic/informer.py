@@ -4,8 +4,9 @@ The contract is client-go's SharedInformer contract:
 - the cache is updated first, then handlers are told; each handler sees the notifications of every
   object in the order they happened (per-object ordering), never two at once;
 - a handler added late first receives the current cache as adds;
-- handlers must be quick (hand the key to a workqueue): each runs in its own task behind its own
-  queue, so a slow handler delays only itself, never the watch or the other handlers;
+- handlers are plain functions that must be quick (hand the key to a workqueue): each is called
+  in the watch's own turn, right after the store took the change, so what a handler spends the
+  watch and the other handlers wait for; a handler that must await starts its own task;
 - an object that vanished while the watch was down is reported as a delete with a Tombstone.
 
 One object never stops an informer (otherwise a tenant's pod or VMI that raises on the way into
@@ -48,8 +49,8 @@ import inspect
 import logging
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .client import ApiClient
@@ -81,30 +82,27 @@ from .tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 
-HandlerResult = Awaitable[None] | None
-SLOW_LISTENER_BACKLOG = 10_000
-
-
 @dataclass
 class ResourceEventHandler:
-    """Callbacks for one consumer; any may be None. They may be plain functions or coroutines.
+    """Callbacks for one consumer; any may be None. Plain functions: one that returns anything
+    (a coroutine function's coroutine among them) is reported as a failed handler.
 
     An update goes to `on_update_new` when it is set (the new object alone: the old one, which
     the store holds encoded, is then never decoded for this consumer), else to `on_update`;
     with `updates_wanted`, only an update whose new object it accepts goes to either (the old
     object of one it refuses is never decoded). Adds and deletes are always told."""
 
-    on_add: Callable[[Object, bool], HandlerResult] | None = None
-    on_update: Callable[[Object, Object], HandlerResult] | None = None
-    on_delete: Callable[[Object | Tombstone], HandlerResult] | None = None
-    on_update_new: Callable[[Object], HandlerResult] | None = None
+    on_add: Callable[[Object, bool], None] | None = None
+    on_update: Callable[[Object, Object], None] | None = None
+    on_delete: Callable[[Object | Tombstone], None] | None = None
+    on_update_new: Callable[[Object], None] | None = None
     updates_wanted: Callable[[Object], bool] | None = None
 
     @classmethod
     def of_latest(
         cls,
-        changed: Callable[[Object], HandlerResult],
-        deleted: Callable[[Object | Tombstone], HandlerResult] | None = None,
+        changed: Callable[[Object], None],
+        deleted: Callable[[Object | Tombstone], None] | None = None,
     ) -> ResourceEventHandler:
         """Handlers for a consumer that reads only the object as it is now: ``changed`` gets it on
         every add (initial list or not) and update (the old object never decoded); ``deleted``
@@ -152,49 +150,23 @@ class _Listener:
     handler: ResourceEventHandler
     name: str
     resync: bool = False
-    queue: deque[_Notification] = field(default_factory=deque)
-    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
     synced: bool = False
-    warned: bool = False
+    removed: bool = False
     failed: Callable[[Any, Exception], None] | None = None
     """Told when the handler raised on a notification (the informer reports it as a skip)."""
 
-    def push(self, notification: _Notification) -> None:
-        self.queue.append(notification)
-        self.wakeup.set()
-        if len(self.queue) > SLOW_LISTENER_BACKLOG and not self.warned:
-            self.warned = True
-            log.warning("%s: handler is %d notifications behind", self.name, len(self.queue))
-
-    async def run(self) -> None:
-        while True:
-            while not self.queue:
-                self.wakeup.clear()
-                await self.wakeup.wait()
-            notification = self.queue.popleft()
-            if notification.kind == "synced":
-                self.synced = True
-                continue
-            await self._deliver(notification)
-
-    async def _deliver(self, notification: _Notification) -> None:
-        handler = self.handler
+    def deliver(self, notification: _Notification) -> None:
+        """Calls the handler for `notification`; what it raises is logged and told to
+        `failed`, never raised."""
+        if notification.kind == "synced":
+            self.synced = True
+            return
         try:
-            if notification.kind == "add":
-                result = (
-                    handler.on_add(notification.new_object(), notification.initial)
-                    if handler.on_add
-                    else None
-                )
-            elif notification.kind == "update":
-                result = self._updated(notification)
-            else:
-                result = handler.on_delete(notification.old_object()) if handler.on_delete else None
-            if inspect.isawaitable(result):
-                await result
-        except asyncio.CancelledError:
-            raise
+            returned = self._call(notification)
+            if returned is not None:
+                if inspect.iscoroutine(returned):
+                    returned.close()  # never run: closed, so that no "never awaited" warning
+                raise TypeError("an informer's handler is a plain function and returns None")
         except Exception as error:
             log.exception(
                 "%s: %s handler failed for %s", self.name, notification.kind, _key(notification)
@@ -202,16 +174,32 @@ class _Listener:
             if self.failed is not None:
                 self.failed(_subject(notification), error)
 
-    def _updated(self, notification: _Notification) -> HandlerResult:
+    def _call(self, notification: _Notification) -> object:
+        """Calls the handler's callback for `notification`; what it returned (None from a
+        plain function)."""
+        handler = self.handler
+        if notification.kind == "add":
+            on_add: Callable[[Object, bool], object] | None = handler.on_add
+            return (
+                None if on_add is None else on_add(notification.new_object(), notification.initial)
+            )
+        if notification.kind == "update":
+            return self._updated(notification)
+        on_delete: Callable[[Object | Tombstone], object] | None = handler.on_delete
+        return None if on_delete is None else on_delete(notification.old_object())
+
+    def _updated(self, notification: _Notification) -> object:
         """An update told to the handler: the old object decoded only for `on_update`."""
         handler = self.handler
         wanted = handler.updates_wanted
         if wanted is not None and not wanted(notification.new_object()):
             return None
-        if handler.on_update_new is not None:
-            return handler.on_update_new(notification.new_object())
-        if handler.on_update is not None:
-            return handler.on_update(notification.old_object(), notification.new_object())
+        on_update_new: Callable[[Object], object] | None = handler.on_update_new
+        if on_update_new is not None:
+            return on_update_new(notification.new_object())
+        on_update: Callable[[Object, Object], object] | None = handler.on_update
+        if on_update is not None:
+            return on_update(notification.old_object(), notification.new_object())
         return None
 
 
@@ -232,20 +220,65 @@ def _key(notification: _Notification) -> str:
     return key_of(subject or {})
 
 
+class _Listeners:
+    """The handlers of one informer, in the order they were added, and the delivery of their
+    notifications: in the order told, each delivered before the next, never re-entered (a
+    handler that makes the informer notify again has that notification delivered once the
+    ones before it are). Event loop only."""
+
+    def __init__(self) -> None:
+        self._all: list[_Listener] = []
+        self._undelivered: deque[tuple[_Listener, _Notification]] = deque()
+        self._delivering = False
+
+    def __iter__(self) -> Iterator[_Listener]:
+        return iter(list(self._all))
+
+    def add(self, listener: _Listener) -> None:
+        self._all.append(listener)
+
+    def remove(self, listener: _Listener) -> None:
+        """`listener` is told nothing more, not even what was told before and is undelivered."""
+        listener.removed = True
+        if listener in self._all:
+            self._all.remove(listener)
+
+    def broadcast(self, notification: _Notification) -> None:
+        """`tell` every listener `notification`."""
+        self.tell(*((listener, notification) for listener in self._all))
+
+    def tell(self, *told: tuple[_Listener, _Notification]) -> None:
+        """Delivers each notification to its listener, in order: now, or, while a delivery is
+        under way, once the notifications told before them are delivered."""
+        self._undelivered.extend(told)
+        if self._delivering:
+            return
+        self._delivering = True
+        try:
+            while self._undelivered:
+                listener, notification = self._undelivered.popleft()
+                if not listener.removed:
+                    listener.deliver(notification)
+        finally:
+            self._delivering = False
+
+
 class SharedInformer:
     """A cache of one resource kept by a reflector, fanning notifications out to handlers.
 
     Ordering, for each object the reflector delivers (a list's items, a watch event): the
     transform, then the store's write, and inside that write its indexes and its views
     (`Store.add_view`, storeviews.py) with their listeners, synchronously, before the write
-    returns; only then is the notification queued to each handler (`add_event_handler`). Each
-    handler has a queue and a task of its own, as client-go's processorListener: it is told
-    of one object's changes in the order the store took them, but handlers are not ordered
-    among themselves, and one slow handler delays no other. So a view's listener has seen
-    every write before any handler is told of it, and a handler may find the store (and a
-    view's state) already newer than its notification. A view's listener that raises is
-    isolated and reported as a skip: the store keeps the object and the handlers are still
-    told. Event loop only (not thread-safe).
+    returns; only then is each handler called with the notification (`add_event_handler`), in
+    the order they were added, before the next object is taken. Unlike client-go's
+    processorListener, a handler has no goroutine (task) and no buffer of its own: handlers
+    are plain functions that hand keys to workqueues, so a task hop per handler and event
+    would cost more than the handler. A handler that makes this informer notify again (a
+    write into its store) is not re-entered: that notification is delivered once the ones
+    before it are. So a view's listener has seen every write before any handler is told of
+    it, and every handler is told of the changes in the order the store took them. A view's
+    listener that raises is isolated and reported as a skip: the store keeps the object and
+    the handlers are still told. Event loop only (not thread-safe).
     """
 
     def __init__(
@@ -283,7 +316,7 @@ class SharedInformer:
         """Takes objects into the store, each on its own (intake.py)."""
         self._clock = clock
         self._resync_period = resync_period
-        self._listeners: list[_Listener] = []
+        self._listeners = _Listeners()
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.reflector = Reflector(
@@ -321,27 +354,22 @@ class SharedInformer:
     def add_event_handler(
         self, handler: ResourceEventHandler, *, resync: bool = False, name: str = ""
     ) -> Registration:
-        """Registers ``handler``; if the cache is already filled it first gets it all as adds."""
+        """Registers ``handler``; if the cache is already filled it first gets it all as adds,
+        before this returns."""
         listener = _Listener(handler, name=f"{self.name}/{name or 'handler'}", resync=resync)
         listener.failed = self._intake.handler_failed
-        self._listeners.append(listener)
+        self._listeners.add(listener)
         if self._synced.is_set():
             for stored in self.store.encoded():
-                listener.push(_Notification("add", new=stored, initial=True))
-            listener.push(_Notification("synced"))
-        if self._tasks:
-            listener.task = asyncio.ensure_future(listener.run())
+                self._listeners.tell((listener, _Notification("add", new=stored, initial=True)))
+            self._listeners.tell((listener, _Notification("synced")))
         return Registration(listener, self)
 
     def _remove_listener(self, listener: _Listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-        if listener.task is not None:
-            listener.task.cancel()
+        self._listeners.remove(listener)
 
     def _broadcast(self, notification: _Notification) -> None:
-        for listener in self._listeners:
-            listener.push(notification)
+        self._listeners.broadcast(notification)
 
     # ReflectorSink ------------------------------------------------------------------------------
 
@@ -354,7 +382,10 @@ class SharedInformer:
         """A (re)list from the reflector: replaces the store, notifying adds, updates of objects whose resourceVersion changed, and deletes; the first list marks the informer synced. Skipped items (None) are left out, so a version of them cached before is deleted."""
         first = not self._synced.is_set()
         kept = [item for item in items if item is not None]
-        for change in self.store.replace_prepared(kept):
+        changes = deque(self.store.replace_prepared(kept))
+        del kept
+        while changes:  # each change dropped once told: one decoded object at a time
+            change = changes.popleft()
             if change.new is None:
                 assert change.old is not None
                 tombstone = Tombstone(change.key, change.old.get())
@@ -391,12 +422,9 @@ class SharedInformer:
         return True
 
     def start(self) -> None:
-        """Starts the reflector and the handler tasks (idempotent)."""
+        """Starts the reflector (idempotent)."""
         if self._tasks:
             return
-        for listener in self._listeners:
-            if listener.task is None:
-                listener.task = asyncio.ensure_future(listener.run())
         if self._follower is None:
             self._tasks.append(asyncio.ensure_future(self.reflector.run()))
         else:
@@ -405,11 +433,9 @@ class SharedInformer:
             self._tasks.append(asyncio.ensure_future(self._resync_loop()))
 
     async def stop(self) -> None:
-        """Stops the reflector and every handler task; the store keeps its contents. Idempotent."""
-        await cancel_and_wait(self._tasks + [x.task for x in self._listeners if x.task is not None])
+        """Stops the reflector; the store keeps its contents. Idempotent."""
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
-        for listener in self._listeners:
-            listener.task = None
 
     async def _resync_loop(self) -> None:
         while True:
@@ -419,7 +445,9 @@ class SharedInformer:
             for stored in self.store.encoded():
                 for listener in self._listeners:
                     if listener.resync:
-                        listener.push(_Notification("update", old=stored, new=stored))
+                        self._listeners.tell(
+                            (listener, _Notification("update", old=stored, new=stored))
+                        )
 
 
 @dataclass(frozen=True)

@@ -214,11 +214,14 @@ class Store:
         decode = self._codec.decode
         return [decode(stored) for stored in self._items.values()]
 
-    def encoded(self) -> list[Encoded]:
-        """Every object as stored, each decoded only when asked for: what notifications of the
-        whole cache (a late handler's initial adds, a resync) carry."""
+    def encoded(self) -> Iterator[Encoded]:
+        """Every object stored when iteration began, each decoded only when asked for: what
+        notifications of the whole cache (a late handler's initial adds, a resync) carry. Each
+        is made as it is reached, so a consumer that drops one before the next holds one
+        decoded object at a time, not the cache."""
         codec = self._codec
-        return [Encoded(stored, codec) for stored in self._items.values()]
+        for stored in list(self._items.values()):
+            yield Encoded(stored, codec)
 
     def iter(self) -> Iterator[Object]:
         """Decodes lazily, one object at a time (for scans over large caches); the objects are

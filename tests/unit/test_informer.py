@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,25 +27,18 @@ from tests.unit.fakes import (
 
 
 class Recorder:
-    """Records notifications as (kind, name, version) tuples; can be made slow."""
+    """Records notifications as (kind, name, version) tuples."""
 
-    def __init__(self, delay: asyncio.Event | None = None) -> None:
+    def __init__(self) -> None:
         self.seen: list[tuple[Any, ...]] = []
-        self.delay = delay
-
-    async def _wait(self) -> None:
-        if self.delay is not None:
-            await self.delay.wait()
 
     def handler(self) -> ResourceEventHandler:
-        async def on_add(obj: Object, initial: bool) -> None:
-            await self._wait()
+        def on_add(obj: Object, initial: bool) -> None:
             self.seen.append(
                 ("add", obj["metadata"]["name"], obj["metadata"]["resourceVersion"], initial)
             )
 
-        async def on_update(old: Object, new: Object) -> None:
-            await self._wait()
+        def on_update(old: Object, new: Object) -> None:
             self.seen.append(
                 (
                     "update",
@@ -54,8 +48,7 @@ class Recorder:
                 )
             )
 
-        async def on_delete(obj: Object | Tombstone) -> None:
-            await self._wait()
+        def on_delete(obj: Object | Tombstone) -> None:
             if isinstance(obj, Tombstone):
                 self.seen.append(("tombstone", obj.key, obj.obj["metadata"]["resourceVersion"]))
             else:
@@ -97,7 +90,9 @@ async def test_notifications_follow_the_cache_in_order(clock: FakeClock) -> None
     await shared.stop()
 
 
-async def test_late_handler_first_gets_the_cache_as_adds(clock: FakeClock) -> None:
+async def test_a_late_handler_gets_the_cache_as_adds_before_its_registration_returns(
+    clock: FakeClock,
+) -> None:
     lw = ScriptedListerWatcher()
     lw.add_list(pod("a", "1"), pod("b", "2"), rv="2")
     lw.add_watch(HANG)
@@ -106,8 +101,6 @@ async def test_late_handler_first_gets_the_cache_as_adds(clock: FakeClock) -> No
     await settle(100)
     late = Recorder()
     registration = shared.add_event_handler(late.handler())
-    assert not registration.has_synced()
-    await settle(100)
     assert sorted(late.seen) == [("add", "a", "1", True), ("add", "b", "2", True)]
     assert registration.has_synced()
     await shared.stop()
@@ -136,23 +129,105 @@ async def test_a_delete_missed_while_disconnected_arrives_as_a_tombstone(clock: 
     await shared.stop()
 
 
-async def test_a_slow_handler_delays_only_itself(clock: FakeClock) -> None:
+async def test_every_handler_is_told_of_an_event_before_the_next_is_taken(clock: FakeClock) -> None:
+    lw = ScriptedListerWatcher()
+    lw.add_list(rv="1")
+    lw.add_watch(event("ADDED", "a", "2"), event("MODIFIED", "a", "3"), HANG)
+    shared = informer(lw, clock)
+    cached_when_told: list[tuple[str, str]] = []
+
+    def record(which: str) -> Callable[[Object], None]:
+        def told(obj: Object) -> None:
+            cached = shared.store.get("ns/a") or {}
+            cached_when_told.append((which, cached["metadata"]["resourceVersion"]))
+            assert obj["metadata"]["resourceVersion"] == cached["metadata"]["resourceVersion"]
+
+        return told
+
+    shared.add_event_handler(ResourceEventHandler.of_latest(record("first")))
+    shared.add_event_handler(ResourceEventHandler.of_latest(record("second")))
+    shared.start()
+    await settle(100)
+    assert cached_when_told == [("first", "2"), ("second", "2"), ("first", "3"), ("second", "3")]
+    await shared.stop()
+
+
+async def test_a_handler_that_makes_the_informer_notify_again_is_not_reentered(
+    clock: FakeClock,
+) -> None:
+    lw = ScriptedListerWatcher()
+    lw.add_list(rv="1")
+    lw.add_watch(event("ADDED", "a", "2"), HANG)
+    shared = informer(lw, clock)
+    told: list[str] = []
+    depth = [0]
+
+    def on_add(obj: Object, _initial: bool) -> None:
+        depth[0] += 1
+        told.append(f"{obj['metadata']['name']} at depth {depth[0]}")
+        if obj["metadata"]["name"] == "a":
+            shared.on_event("ADDED", pod("b", "3"))
+            told.append("a done")
+        depth[0] -= 1
+
+    shared.add_event_handler(ResourceEventHandler(on_add=on_add))
+    second = Recorder()
+    shared.add_event_handler(second.handler())
+    shared.start()
+    await settle(100)
+    assert told == ["a at depth 1", "a done", "b at depth 1"]
+    assert [entry[1] for entry in second.seen] == ["a", "b"]
+    await shared.stop()
+
+
+async def test_a_handler_removed_by_another_during_a_delivery_is_told_nothing_more(
+    clock: FakeClock,
+) -> None:
     lw = ScriptedListerWatcher()
     lw.add_list(rv="1")
     lw.add_watch(event("ADDED", "a", "2"), event("ADDED", "b", "3"), HANG)
-    gate = asyncio.Event()
-    slow, fast = Recorder(delay=gate), Recorder()
     shared = informer(lw, clock)
-    shared.add_event_handler(slow.handler())
-    shared.add_event_handler(fast.handler())
+    removing: list[str] = []
+    removed = Recorder()
+    registrations = []
+
+    def on_add(obj: Object, _initial: bool) -> None:
+        removing.append(obj["metadata"]["name"])
+        registrations[0].remove()
+
+    shared.add_event_handler(ResourceEventHandler(on_add=on_add))
+    registrations.append(shared.add_event_handler(removed.handler()))
     shared.start()
     await settle(100)
-    assert [entry[1] for entry in fast.seen] == ["a", "b"]
-    assert slow.seen == []
-    assert len(shared.store) == 2
-    gate.set()
+    assert removing == ["a", "b"]
+    assert removed.seen == [], "removed while the first add was being told, before its turn"
+    await shared.stop()
+
+
+async def test_a_handler_that_returns_a_coroutine_is_reported_failed_and_others_flow(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    lw = ScriptedListerWatcher()
+    lw.add_list(rv="1")
+    lw.add_watch(event("ADDED", "a", "2"), HANG)
+    failed: list[str] = []
+    shared = SharedInformer(
+        lw, name="pods", clock=clock, rng=random.Random(3), skips=lambda s: failed.append(s.stage)
+    )
+    ran: list[str] = []
+
+    async def awaits(obj: Object, _initial: bool) -> None:
+        ran.append(obj["metadata"]["name"])
+
+    shared.add_event_handler(ResourceEventHandler(on_add=awaits), name="async")  # type: ignore[arg-type]
+    plain = Recorder()
+    shared.add_event_handler(plain.handler())
+    shared.start()
     await settle(100)
-    assert [entry[1] for entry in slow.seen] == ["a", "b"]
+    assert failed == ["handler"]
+    assert ran == [], "the coroutine is closed, never run"
+    assert [entry[1] for entry in plain.seen] == ["a"]
+    assert "handler is a plain function" in caplog.text
     await shared.stop()
 
 
@@ -269,50 +344,63 @@ def test_replace_reports_only_what_changed(codec: str) -> None:
     assert store.list_keys() == ["ns/same", "ns/changed", "ns/new"]
 
 
-async def test_notifications_queued_after_a_list_hold_no_decoded_objects(clock: FakeClock) -> None:
-    """After a big relist every handler has one notification per object queued; they must cost
-    what the cache costs (the stored bytes), not a dict each, until they are delivered."""
+class LiveDecodes(JsonCodec):
+    """The JSON codec, its decoded objects counted while they are alive."""
+
+    def __init__(self) -> None:
+        self.alive = 0
+        self.most_alive = 0
+
+    def decode(self, stored: Any) -> Object:
+        decoded = _Tracked(super().decode(stored))
+        self.alive += 1
+        self.most_alive = max(self.most_alive, self.alive)
+        weakref.finalize(decoded, self._gone)
+        return decoded
+
+    def _gone(self) -> None:
+        self.alive -= 1
+
+
+class _Tracked(dict[str, Any]):
+    """A decoded object that a weak reference can follow."""
+
+
+async def test_a_lists_handlers_are_told_with_one_decoded_object_alive_at_a_time(
+    clock: FakeClock,
+) -> None:
+    """After a big relist every handler is told of every object: what is alive at once must be
+    what the cache costs (the stored bytes) and one object, not a dict each."""
     lw = ScriptedListerWatcher()
     lw.add_list(*(pod(f"p{index}", str(index)) for index in range(50)), rv="50")
     lw.add_watch(HANG)
-    gate = asyncio.Event()
-    slow = Recorder(delay=gate)
-    shared = informer(lw, clock)
-    registration = shared.add_event_handler(slow.handler())
+    codec = LiveDecodes()
+    shared = informer(lw, clock, codec=codec)
+    recorder = Recorder()
+    shared.add_event_handler(recorder.handler())
     shared.start()
     await settle(50)
-
-    queued = list(registration.listener.queue)
-    assert len(queued) >= 49
-    assert all(isinstance(n.new, Encoded) and n.new._object is None for n in queued[:-1])
-
-    gate.set()
-    await settle(200)
-    assert len(slow.seen) == 50
-    assert slow.seen[0] == ("add", "p0", "0", True)
+    assert len(recorder.seen) == 50
+    assert recorder.seen[0] == ("add", "p0", "0", True)
+    assert codec.most_alive <= 2, f"{codec.most_alive} decoded objects alive at once"
     await shared.stop()
 
 
-async def test_a_late_handler_queues_the_cache_undecoded(clock: FakeClock) -> None:
-    """A handler added to a filled 50k-object cache must not decode all of it up front."""
+async def test_a_late_handler_is_told_the_cache_with_one_decoded_object_alive_at_a_time(
+    clock: FakeClock,
+) -> None:
+    """A handler added to a filled 50k-object cache must not decode all of it at once."""
     lw = ScriptedListerWatcher()
     lw.add_list(*(pod(f"p{index}", str(index)) for index in range(20)), rv="20")
     lw.add_watch(HANG)
-    shared = informer(lw, clock)
+    codec = LiveDecodes()
+    shared = informer(lw, clock, codec=codec)
     shared.start()
     await settle(50)
-    gate = asyncio.Event()
-    late = Recorder(delay=gate)
-    registration = shared.add_event_handler(late.handler())
-    await settle(20)
-
-    queued = [n for n in registration.listener.queue if n.kind == "add"]
-    assert len(queued) >= 19
-    assert all(isinstance(n.new, Encoded) and n.new._object is None for n in queued)
-
-    gate.set()
-    await settle(200)
+    late = Recorder()
+    shared.add_event_handler(late.handler())
     assert sorted(late.seen) == sorted(("add", f"p{i}", str(i), True) for i in range(20))
+    assert codec.most_alive <= 2, f"{codec.most_alive} decoded objects alive at once"
     await shared.stop()
 
 

@@ -182,7 +182,8 @@ def _breakdown_section(report: ScaleReport) -> list[str]:
         steps += [replace(s, name=f"{s.name} (no quota)") for s in report.baseline_steps]
     return [
         "Where the controller's CPU went, per migration (watch: its watch streams' read, decode "
-        "and store; handlers: its reconciles and annotations, their requests' client side "
+        "and store, and the informers' handlers queueing keys; handlers: its reconciles and "
+        "annotations, their requests' client side "
         "included; other: the rest of the process):",
         "",
         breakdown_table(steps),

@@ -144,6 +144,8 @@ class MigrationController:
         self._source_pods: dict[str, MigrationRecord] = {}
         self._start_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        self._writes: set[asyncio.Task[None]] = set()
+        """activePods writes under way (stop cancels them)."""
         self._register_handlers()
 
     # Events -----------------------------------------------------------------------------------
@@ -189,8 +191,9 @@ class MigrationController:
         if migration is not None:
             self.queue.add(key_of(migration))
 
-    async def _pod_deleted(self, obj: Object | Tombstone) -> None:
-        """A launcher pod is gone: wake its migration; a migration source leaves activePods."""
+    def _pod_deleted(self, obj: Object | Tombstone) -> None:
+        """A launcher pod is gone: wake its migration; a migration source leaves activePods
+        (written by a task of its own: an informer's handler does not await)."""
         pod = obj.obj if isinstance(obj, Tombstone) else obj
         self._pod_changed(pod)
         record = self._source_pods.pop(key_of(pod), None)
@@ -199,6 +202,11 @@ class MigrationController:
         record.source_pod_gone = Moment.now(self._sim.clock)
         self._sim.records.changed()
         uid = str(meta(pod).get("uid", ""))
+        writing = asyncio.ensure_future(self._drop_active_pod(record, uid))
+        self._writes.add(writing)
+        writing.add_done_callback(self._writes.discard)
+
+    async def _drop_active_pod(self, record: MigrationRecord, uid: str) -> None:
         try:
             await self._sim.client.patch(
                 VIRTUAL_MACHINE_INSTANCES,
@@ -247,7 +255,7 @@ class MigrationController:
 
     async def stop(self) -> None:
         self.queue.shut_down()
-        await cancel_and_wait(self._tasks)
+        await cancel_and_wait([*self._tasks, *self._writes])
         self._tasks.clear()
 
     # Reconcile --------------------------------------------------------------------------------
