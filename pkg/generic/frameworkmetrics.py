@@ -21,8 +21,9 @@ The two CPU metrics are kept only with `cpu=True` (`run --cpu-accounting`; the s
 it on): they read the event loop thread's CPU clock twice per coroutine step
 (`cputime.cpu_metered` for the watch streams, `cputime.cpu_timed` for handler runs), a system
 call each, which a profile of a scale run found to be 8-10 % of the controller's CPU. What
-neither counts (the HTTP transport's reading of responses,
-work beside the reconciles, leader election, /metrics) is the process's CPU less these.
+neither counts (lists and relists with the handlers they call, resyncs, the HTTP transport's
+reading of responses, work beside the reconciles, leader election, /metrics) is the process's
+CPU less these.
 CPython's garbage collector runs inside whichever step allocated when it triggered, so most of
 its cost lands in watch or handler CPU.
 

@@ -163,16 +163,15 @@ class _Listener:
             return
         try:
             returned = self._call(notification)
-            if returned is not None:
+            if inspect.isawaitable(returned):
                 if inspect.iscoroutine(returned):
                     returned.close()  # never run: closed, so that no "never awaited" warning
-                raise TypeError("an informer's handler is a plain function and returns None")
+                raise TypeError("an informer's handler is a plain function: nothing awaits it")
         except Exception as error:
-            log.exception(
-                "%s: %s handler failed for %s", self.name, notification.kind, _key(notification)
-            )
+            key, subject = _told_about(notification)
+            log.exception("%s: %s handler failed for %s", self.name, notification.kind, key)
             if self.failed is not None:
-                self.failed(_subject(notification), error)
+                self.failed(subject, error)
 
     def _call(self, notification: _Notification) -> object:
         """Calls the handler's callback for `notification`; what it returned (None from a
@@ -203,6 +202,16 @@ class _Listener:
         return None
 
 
+def _told_about(notification: _Notification) -> tuple[str, Any]:
+    """The key and the object a notification a handler failed on was about, for the log line
+    and the skip report; never raises (an object whose stored bytes do not decode is named by
+    what is known of it: nothing, so no Event is recorded on it)."""
+    try:
+        return _key(notification), _subject(notification)
+    except Exception:
+        return "an object that does not decode", {}
+
+
 def _subject(notification: _Notification) -> Any:
     """The object a notification is about, decoded (a Tombstone's last known state)."""
     subject = notification.new if notification.new is not None else notification.old
@@ -222,13 +231,13 @@ def _key(notification: _Notification) -> str:
 
 class _Listeners:
     """The handlers of one informer, in the order they were added, and the delivery of their
-    notifications: in the order told, each delivered before the next, never re-entered (a
-    handler that makes the informer notify again has that notification delivered once the
-    ones before it are). Event loop only."""
+    notifications: each delivered to every handler before the next. A handler must not make
+    its informer notify again (write into its store, add a handler to it): that would tell one
+    handler of a later change before another heard of the earlier one, so it is refused with
+    RuntimeError, which the handler's delivery reports as its failure. Event loop only."""
 
     def __init__(self) -> None:
         self._all: list[_Listener] = []
-        self._undelivered: deque[tuple[_Listener, _Notification]] = deque()
         self._delivering = False
 
     def __iter__(self) -> Iterator[_Listener]:
@@ -238,25 +247,23 @@ class _Listeners:
         self._all.append(listener)
 
     def remove(self, listener: _Listener) -> None:
-        """`listener` is told nothing more, not even what was told before and is undelivered."""
+        """`listener` is told nothing more, not even the rest of a delivery under way."""
         listener.removed = True
         if listener in self._all:
             self._all.remove(listener)
 
     def broadcast(self, notification: _Notification) -> None:
-        """`tell` every listener `notification`."""
-        self.tell(*((listener, notification) for listener in self._all))
+        """Delivers `notification` to every listener, in order."""
+        self.tell(tuple(self._all), notification)
 
-    def tell(self, *told: tuple[_Listener, _Notification]) -> None:
-        """Delivers each notification to its listener, in order: now, or, while a delivery is
-        under way, once the notifications told before them are delivered."""
-        self._undelivered.extend(told)
+    def tell(self, listeners: tuple[_Listener, ...], notification: _Notification) -> None:
+        """Delivers `notification` to each of `listeners` still added, in order; RuntimeError
+        when called from inside a delivery."""
         if self._delivering:
-            return
+            raise RuntimeError("an informer's handler made its informer notify again")
         self._delivering = True
         try:
-            while self._undelivered:
-                listener, notification = self._undelivered.popleft()
+            for listener in listeners:
                 if not listener.removed:
                     listener.deliver(notification)
         finally:
@@ -270,15 +277,16 @@ class SharedInformer:
     transform, then the store's write, and inside that write its indexes and its views
     (`Store.add_view`, storeviews.py) with their listeners, synchronously, before the write
     returns; only then is each handler called with the notification (`add_event_handler`), in
-    the order they were added, before the next object is taken. Unlike client-go's
-    processorListener, a handler has no goroutine (task) and no buffer of its own: handlers
-    are plain functions that hand keys to workqueues, so a task hop per handler and event
-    would cost more than the handler. A handler that makes this informer notify again (a
-    write into its store) is not re-entered: that notification is delivered once the ones
-    before it are. So a view's listener has seen every write before any handler is told of
-    it, and every handler is told of the changes in the order the store took them. A view's
-    listener that raises is isolated and reported as a skip: the store keeps the object and
-    the handlers are still told. Event loop only (not thread-safe).
+    the order they were added: a watch event's before the next event is taken, a list's once
+    the whole list is stored, change by change. Unlike client-go's processorListener, a
+    handler has no goroutine (task) and no buffer of its own: handlers are plain functions
+    that hand keys to workqueues, so a task hop per handler and event would cost more than the
+    handler; a slow handler therefore stalls the watch (its CPU shows in the watch's). A
+    handler must not make this informer notify again (write into its store, add a handler):
+    `_Listeners` refuses it. So a view's listener has seen every write before any handler is
+    told of it, and every handler is told of the changes in the order the store took them. A
+    view's listener that raises is isolated and reported as a skip: the store keeps the object
+    and the handlers are still told. Event loop only (not thread-safe).
     """
 
     def __init__(
@@ -355,14 +363,14 @@ class SharedInformer:
         self, handler: ResourceEventHandler, *, resync: bool = False, name: str = ""
     ) -> Registration:
         """Registers ``handler``; if the cache is already filled it first gets it all as adds,
-        before this returns."""
+        before this returns. Not from inside a handler of this informer (RuntimeError)."""
         listener = _Listener(handler, name=f"{self.name}/{name or 'handler'}", resync=resync)
         listener.failed = self._intake.handler_failed
-        self._listeners.add(listener)
         if self._synced.is_set():
             for stored in self.store.encoded():
-                self._listeners.tell((listener, _Notification("add", new=stored, initial=True)))
-            self._listeners.tell((listener, _Notification("synced")))
+                self._listeners.tell((listener,), _Notification("add", new=stored, initial=True))
+            self._listeners.tell((listener,), _Notification("synced"))
+        self._listeners.add(listener)
         return Registration(listener, self)
 
     def _remove_listener(self, listener: _Listener) -> None:
@@ -383,7 +391,6 @@ class SharedInformer:
         first = not self._synced.is_set()
         kept = [item for item in items if item is not None]
         changes = deque(self.store.replace_prepared(kept))
-        del kept
         while changes:  # each change dropped once told: one decoded object at a time
             change = changes.popleft()
             if change.new is None:
@@ -446,7 +453,7 @@ class SharedInformer:
                 for listener in self._listeners:
                     if listener.resync:
                         self._listeners.tell(
-                            (listener, _Notification("update", old=stored, new=stored))
+                            (listener,), _Notification("update", old=stored, new=stored)
                         )
 
 

@@ -86,8 +86,9 @@ class Codec(Protocol):
 class Encoded:
     """An object as the store holds it, decoded when first asked for and then shared.
 
-    Notifications carry these rather than dicts, so that thousands of them queued after a
-    relist cost what the cache costs (the same bytes), not a dict each.
+    Notifications carry these rather than dicts, so that a relist's changes, held until each
+    is told, cost what the cache costs (the same bytes), not a dict each; and a handler that
+    reads only the new object never decodes the old.
     """
 
     __slots__ = ("_codec", "_object", "stored")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import random
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +70,14 @@ def informer(lw: ScriptedListerWatcher, clock: FakeClock, **options: Any) -> Sha
     return SharedInformer(lw, name="pods", clock=clock, rng=random.Random(3), **options)
 
 
+def watching(clock: FakeClock, *events: Any, **options: Any) -> SharedInformer:
+    """An informer over an empty list, then a watch of `events` that hangs after them."""
+    lw = ScriptedListerWatcher()
+    lw.add_list(rv="1")
+    lw.add_watch(*events, HANG)
+    return informer(lw, clock, **options)
+
+
 async def test_notifications_follow_the_cache_in_order(clock: FakeClock) -> None:
     lw = ScriptedListerWatcher()
     lw.add_list(pod("a", "1"), rv="1")
@@ -129,64 +139,62 @@ async def test_a_delete_missed_while_disconnected_arrives_as_a_tombstone(clock: 
     await shared.stop()
 
 
-async def test_every_handler_is_told_of_an_event_before_the_next_is_taken(clock: FakeClock) -> None:
-    lw = ScriptedListerWatcher()
-    lw.add_list(rv="1")
-    lw.add_watch(event("ADDED", "a", "2"), event("MODIFIED", "a", "3"), HANG)
-    shared = informer(lw, clock)
-    cached_when_told: list[tuple[str, str]] = []
+async def test_every_handler_is_told_of_a_watch_event_before_the_next_is_taken(
+    clock: FakeClock,
+) -> None:
+    shared = watching(clock)
+    shared.start()
+    await settle(50)
+    told: list[tuple[str, str, str]] = []
 
     def record(which: str) -> Callable[[Object], None]:
-        def told(obj: Object) -> None:
-            cached = shared.store.get("ns/a") or {}
-            cached_when_told.append((which, cached["metadata"]["resourceVersion"]))
-            assert obj["metadata"]["resourceVersion"] == cached["metadata"]["resourceVersion"]
+        def on_change(obj: Object) -> None:
+            cached = (shared.store.get("ns/a") or {})["metadata"]["resourceVersion"]
+            told.append((which, obj["metadata"]["resourceVersion"], cached))
 
-        return told
+        return on_change
 
     shared.add_event_handler(ResourceEventHandler.of_latest(record("first")))
     shared.add_event_handler(ResourceEventHandler.of_latest(record("second")))
-    shared.start()
-    await settle(100)
-    assert cached_when_told == [("first", "2"), ("second", "2"), ("first", "3"), ("second", "3")]
+    shared.on_event("ADDED", pod("a", "2"))  # two events, no turn of the loop between them
+    shared.on_event("MODIFIED", pod("a", "3"))
+    assert told == [
+        ("first", "2", "2"),
+        ("second", "2", "2"),
+        ("first", "3", "3"),
+        ("second", "3", "3"),
+    ], "each handler told of each version while the store held it, in the order added"
     await shared.stop()
 
 
-async def test_a_handler_that_makes_the_informer_notify_again_is_not_reentered(
+async def test_a_handler_that_makes_its_informer_notify_again_is_refused_and_reported(
     clock: FakeClock,
 ) -> None:
-    lw = ScriptedListerWatcher()
-    lw.add_list(rv="1")
-    lw.add_watch(event("ADDED", "a", "2"), HANG)
-    shared = informer(lw, clock)
+    failed: list[str] = []
+    shared = watching(clock, skips=lambda s: failed.append(f"{s.stage}: {s.reason}"))
+    shared.start()
+    await settle(50)
     told: list[str] = []
-    depth = [0]
 
     def on_add(obj: Object, _initial: bool) -> None:
-        depth[0] += 1
-        told.append(f"{obj['metadata']['name']} at depth {depth[0]}")
+        told.append(obj["metadata"]["name"])
         if obj["metadata"]["name"] == "a":
             shared.on_event("ADDED", pod("b", "3"))
-            told.append("a done")
-        depth[0] -= 1
 
     shared.add_event_handler(ResourceEventHandler(on_add=on_add))
     second = Recorder()
     shared.add_event_handler(second.handler())
-    shared.start()
-    await settle(100)
-    assert told == ["a at depth 1", "a done", "b at depth 1"]
-    assert [entry[1] for entry in second.seen] == ["a", "b"]
+    shared.on_event("ADDED", pod("a", "2"))
+    assert told == ["a"], "not re-entered with b while a is being told"
+    assert [entry[1] for entry in second.seen] == ["a"], "the others still told of a"
+    assert failed == ["handler: RuntimeError: an informer's handler made its informer notify again"]
     await shared.stop()
 
 
 async def test_a_handler_removed_by_another_during_a_delivery_is_told_nothing_more(
     clock: FakeClock,
 ) -> None:
-    lw = ScriptedListerWatcher()
-    lw.add_list(rv="1")
-    lw.add_watch(event("ADDED", "a", "2"), event("ADDED", "b", "3"), HANG)
-    shared = informer(lw, clock)
+    shared = watching(clock, event("ADDED", "a", "2"), event("ADDED", "b", "3"))
     removing: list[str] = []
     removed = Recorder()
     registrations = []
@@ -204,30 +212,56 @@ async def test_a_handler_removed_by_another_during_a_delivery_is_told_nothing_mo
     await shared.stop()
 
 
-async def test_a_handler_that_returns_a_coroutine_is_reported_failed_and_others_flow(
+async def test_a_handler_that_returns_a_coroutine_is_reported_failed_the_coroutine_closed(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    lw = ScriptedListerWatcher()
-    lw.add_list(rv="1")
-    lw.add_watch(event("ADDED", "a", "2"), HANG)
     failed: list[str] = []
-    shared = SharedInformer(
-        lw, name="pods", clock=clock, rng=random.Random(3), skips=lambda s: failed.append(s.stage)
-    )
-    ran: list[str] = []
+    shared = watching(clock, event("ADDED", "a", "2"), skips=lambda s: failed.append(s.stage))
 
-    async def awaits(obj: Object, _initial: bool) -> None:
-        ran.append(obj["metadata"]["name"])
+    async def awaits(_obj: Object, _initial: bool) -> None:
+        return None
 
     shared.add_event_handler(ResourceEventHandler(on_add=awaits), name="async")  # type: ignore[arg-type]
     plain = Recorder()
     shared.add_event_handler(plain.handler())
+    returns_a_value = ResourceEventHandler(on_add=lambda obj, _i: obj["metadata"].pop("labels", 0))
+    shared.add_event_handler(returns_a_value, name="value")  # type: ignore[arg-type]
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        shared.start()
+        await settle(100)
+        gc.collect()
+    assert failed == ["handler"], "the coroutine function alone; a returned value is no failure"
+    assert [entry[1] for entry in plain.seen] == ["a"]
+    assert "nothing awaits it" in caplog.text
+    assert not [w for w in warned if "never awaited" in str(w.message)], "closed, not dropped"
+    await shared.stop()
+
+
+class RefusesPoison(JsonCodec):
+    """The JSON codec, failing to decode what holds the word poison (stored bytes gone bad)."""
+
+    def decode(self, stored: Any) -> Object:
+        if b"poison" in stored:
+            raise ValueError("stored bytes do not decode")
+        return super().decode(stored)
+
+
+async def test_a_listed_object_that_does_not_decode_fails_its_handlers_and_the_list_goes_on(
+    clock: FakeClock,
+) -> None:
+    lw = ScriptedListerWatcher()
+    lw.add_list(pod("a", "1"), pod("poison", "2"), pod("c", "3"), rv="3")
+    lw.add_watch(HANG)
+    failed: list[str] = []
+    shared = informer(lw, clock, codec=RefusesPoison(), skips=lambda s: failed.append(s.stage))
+    recorder = Recorder()
+    shared.add_event_handler(recorder.handler())
     shared.start()
     await settle(100)
+    assert [entry[1] for entry in recorder.seen] == ["a", "c"]
     assert failed == ["handler"]
-    assert ran == [], "the coroutine is closed, never run"
-    assert [entry[1] for entry in plain.seen] == ["a"]
-    assert "handler is a plain function" in caplog.text
+    assert shared.has_synced(), "the list completed: the reflector did not see the failure"
     await shared.stop()
 
 

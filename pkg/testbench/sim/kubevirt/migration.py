@@ -217,6 +217,8 @@ class MigrationController:
             )
         except errors.ApiError as error:
             log.debug("could not drop pod %s from the VMI's activePods: %s", uid, error)
+        except Exception:
+            log.exception("dropping pod %s from the VMI's activePods failed", uid)
 
     def _vmi_changed(self, vmi: Object) -> None:
         namespace = str(meta(vmi).get("namespace", ""))
