@@ -118,9 +118,9 @@ class Controller(ResourceClient, ResourceCache):
         queues no run for this handler's sake; adds, deletes and updates another handler wants
         (or one without a filter) still do, and a run runs every handler: a handler must do
         nothing on what its filter refuses. A filter that raises counts as wanting the update."""
+        self._watch_informer()  # first: a refused registration (informer.py) leaves nothing
         self._handlers.register(name, handler)
         self._updates_wanted.append(updates_wanted)
-        self._watch_informer()
         if self._tasks:
             for key in self.informer.store.list_keys():
                 self.queue.add(key)
@@ -128,7 +128,6 @@ class Controller(ResourceClient, ResourceCache):
     def _watch_informer(self) -> None:
         if self._watching:
             return
-        self._watching = True
 
         def enqueue_object(obj: Object | Tombstone) -> None:
             self._add(obj.key if isinstance(obj, Tombstone) else key_of(obj))
@@ -139,6 +138,7 @@ class Controller(ResourceClient, ResourceCache):
         handler = ResourceEventHandler.of_latest(enqueue_object, enqueue_object)
         handler.updates_wanted = wanted
         self.informer.add_event_handler(handler, name=f"controller {self.name}")
+        self._watching = True  # only once registered: a refused registration is tried again
 
     def watch_related(
         self,

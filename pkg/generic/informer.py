@@ -5,8 +5,9 @@ The contract is client-go's SharedInformer contract:
   object in the order they happened (per-object ordering), never two at once;
 - a handler added late first receives the current cache as adds;
 - handlers are plain functions that must be quick (hand the key to a workqueue): each is called
-  in the watch's own turn, right after the store took the change, so what a handler spends the
-  watch and the other handlers wait for; a handler that must await starts its own task;
+  in the watch's own turn, after the store took the change (a watch event's, or a whole list),
+  so what a handler spends the watch and the other handlers wait for; a handler that must
+  await starts its own task;
 - an object that vanished while the watch was down is reported as a delete with a Tombstone.
 
 One object never stops an informer (otherwise a tenant's pod or VMI that raises on the way into
@@ -84,8 +85,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ResourceEventHandler:
-    """Callbacks for one consumer; any may be None. Plain functions: one that returns anything
-    (a coroutine function's coroutine among them) is reported as a failed handler.
+    """Callbacks for one consumer; any may be None. Plain functions: one that returns an
+    awaitable (a coroutine function's coroutine) is reported as a failed handler, its coroutine
+    closed; any other value returned is ignored.
 
     An update goes to `on_update_new` when it is set (the new object alone: the old one, which
     the store holds encoded, is then never decoded for this consumer), else to `on_update`;
@@ -163,7 +165,7 @@ class _Listener:
             return
         try:
             returned = self._call(notification)
-            if inspect.isawaitable(returned):
+            if returned is not None and inspect.isawaitable(returned):
                 if inspect.iscoroutine(returned):
                     returned.close()  # never run: closed, so that no "never awaited" warning
                 raise TypeError("an informer's handler is a plain function: nothing awaits it")
@@ -171,7 +173,10 @@ class _Listener:
             key, subject = _told_about(notification)
             log.exception("%s: %s handler failed for %s", self.name, notification.kind, key)
             if self.failed is not None:
-                self.failed(subject, error)
+                try:
+                    self.failed(subject, error)
+                except Exception:
+                    log.exception("%s: reporting a handler's failure failed", self.name)
 
     def _call(self, notification: _Notification) -> object:
         """Calls the handler's callback for `notification`; what it returned (None from a
@@ -232,8 +237,9 @@ def _key(notification: _Notification) -> str:
 class _Listeners:
     """The handlers of one informer, in the order they were added, and the delivery of their
     notifications: each delivered to every handler before the next. A handler must not make
-    its informer notify again (write into its store, add a handler to it): that would tell one
-    handler of a later change before another heard of the earlier one, so it is refused with
+    its informer notify again (take a watch event or a list into its store, add a handler to
+    it): that would tell one handler of a later change before another heard of the earlier
+    one. `refuse_inside_delivery`, called by each before it changes anything, raises
     RuntimeError, which the handler's delivery reports as its failure. Event loop only."""
 
     def __init__(self) -> None:
@@ -252,15 +258,18 @@ class _Listeners:
         if listener in self._all:
             self._all.remove(listener)
 
+    def refuse_inside_delivery(self) -> None:
+        """RuntimeError while a notification is being delivered (a handler is running)."""
+        if self._delivering:
+            raise RuntimeError("an informer's handler made its informer notify again")
+
     def broadcast(self, notification: _Notification) -> None:
         """Delivers `notification` to every listener, in order."""
         self.tell(tuple(self._all), notification)
 
     def tell(self, listeners: tuple[_Listener, ...], notification: _Notification) -> None:
-        """Delivers `notification` to each of `listeners` still added, in order; RuntimeError
-        when called from inside a delivery."""
-        if self._delivering:
-            raise RuntimeError("an informer's handler made its informer notify again")
+        """Delivers `notification` to each of `listeners` still added, in order."""
+        self.refuse_inside_delivery()
         self._delivering = True
         try:
             for listener in listeners:
@@ -363,14 +372,17 @@ class SharedInformer:
         self, handler: ResourceEventHandler, *, resync: bool = False, name: str = ""
     ) -> Registration:
         """Registers ``handler``; if the cache is already filled it first gets it all as adds,
-        before this returns. Not from inside a handler of this informer (RuntimeError)."""
+        before this returns. Not from inside a handler of this informer (RuntimeError, nothing
+        registered)."""
+        self._listeners.refuse_inside_delivery()
         listener = _Listener(handler, name=f"{self.name}/{name or 'handler'}", resync=resync)
         listener.failed = self._intake.handler_failed
         if self._synced.is_set():
             for stored in self.store.encoded():
                 self._listeners.tell((listener,), _Notification("add", new=stored, initial=True))
             self._listeners.tell((listener,), _Notification("synced"))
-        self._listeners.add(listener)
+        if not listener.removed:  # a handler may remove itself while told the cache
+            self._listeners.add(listener)
         return Registration(listener, self)
 
     def _remove_listener(self, listener: _Listener) -> None:
@@ -388,6 +400,7 @@ class SharedInformer:
 
     def on_list(self, items: list[Prepared | None], resource_version: str) -> None:
         """A (re)list from the reflector: replaces the store, notifying adds, updates of objects whose resourceVersion changed, and deletes; the first list marks the informer synced. Skipped items (None) are left out, so a version of them cached before is deleted."""
+        self._listeners.refuse_inside_delivery()
         first = not self._synced.is_set()
         kept = [item for item in items if item is not None]
         changes = deque(self.store.replace_prepared(kept))
@@ -409,6 +422,7 @@ class SharedInformer:
         """One watch event from the reflector: applied to the store, then notified in order.
         An object skipped (see the module docstring) is removed from the store instead, its
         cached version, if any, notified as deleted."""
+        self._listeners.refuse_inside_delivery()
         change = self._intake.applied(event_type, obj)
         if change is not None:
             kind, old, new = change

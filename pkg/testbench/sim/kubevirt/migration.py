@@ -145,7 +145,8 @@ class MigrationController:
         self._start_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._writes: set[asyncio.Task[None]] = set()
-        """activePods writes under way (stop cancels them)."""
+        """activePods writes under way (stop cancels them; none starts after stop)."""
+        self._stopped = False
         self._register_handlers()
 
     # Events -----------------------------------------------------------------------------------
@@ -202,6 +203,8 @@ class MigrationController:
         record.source_pod_gone = Moment.now(self._sim.clock)
         self._sim.records.changed()
         uid = str(meta(pod).get("uid", ""))
+        if self._stopped:
+            return  # the simulator's view outlives this controller while it stops
         writing = asyncio.ensure_future(self._drop_active_pod(record, uid))
         self._writes.add(writing)
         writing.add_done_callback(self._writes.discard)
@@ -256,6 +259,7 @@ class MigrationController:
             )
 
     async def stop(self) -> None:
+        self._stopped = True
         self.queue.shut_down()
         await cancel_and_wait([*self._tasks, *self._writes])
         self._tasks.clear()
