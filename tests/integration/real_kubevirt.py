@@ -23,15 +23,24 @@ CPU topology and model, machine type, guest memory, requests and limits all set.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harvester_quota.apis.kubevirt import (
+    VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
+    VIRTUAL_MACHINE_INSTANCES,
+)
+from harvester_quota.generic.client import ApiClient
+from harvester_quota.generic.meta import metadata, status
+from harvester_quota.generic.resource import NODES as NODE_RESOURCE
+from harvester_quota.generic.resource import Object
 from harvester_quota.testbench.localcluster import ClusterError, ClusterInfo, LocalCluster, binaries
 from harvester_quota.testbench.localcluster.rest import ApiError, RestClient
 
-from tests.helpers import wait_until
+from tests.helpers import eventually, wait_until
 from tests.integration.conftest import session_state_dir
 
 VMIS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances"
@@ -40,6 +49,13 @@ VMS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"
 START_TIMEOUT = 60.0
 NODES = 3
 """A drained node, a user's VM's and one for the targets (test_mtq_priority_competition.py)."""
+OUTBOUND_PER_NODE = 2
+"""KubeVirt's parallelOutboundMigrationsPerNode as these clusters leave it (its default)."""
+LEFTOVERS_TIMEOUT = 240.0
+"""Seconds a test waits for an earlier test's namespace deletion to take its VMIs off a node:
+about two minutes on a loaded 2-core machine (virt-controller deletes the launchers with their
+grace, kwok then removes them)."""
+FINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 def state_dir(version: str) -> Path:
@@ -154,3 +170,80 @@ def launcher_pods(rest: RestClient, namespace: str, vmi_uid: str) -> list[dict[s
     listed = rest.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)
     pods: list[dict[str, Any]] = listed.get("items", [])
     return pods
+
+
+async def _kwok_nodes(client: ApiClient) -> list[str]:
+    nodes = (await client.list_all(NODE_RESOURCE)).items
+    return sorted(str(metadata(n).get("name")) for n in nodes if _is_kwok(n))
+
+
+def _is_kwok(node: Object) -> bool:
+    return str(metadata(node).get("name", "")).startswith("kwok-node-")
+
+
+def _foreign(obj: Object, namespace: str) -> bool:
+    return metadata(obj).get("namespace") != namespace
+
+
+async def _foreign_vmis(client: ApiClient, namespace: str) -> list[Object]:
+    vmis = (await client.list_all(VIRTUAL_MACHINE_INSTANCES)).items
+    return [v for v in vmis if _foreign(v, namespace)]
+
+
+async def node_to_drain(client: ApiClient, namespace: str) -> str:
+    """The first kwok node no VMI of another namespace is on, waited for. KubeVirt's evacuation
+    drains a node's VMIs in every namespace: an earlier test's VMI left on the drained node
+    while its namespace is deleted would get a migration no virt-handler stand-in plays, and
+    hold one of the node's outbound migration slots until the deletion takes it away."""
+
+    async def found() -> str | None:
+        busy = {str(status(v).get("nodeName")) for v in await _foreign_vmis(client, namespace)}
+        return next((n for n in await _kwok_nodes(client) if n not in busy), None)
+
+    node = await eventually(
+        found, timeout=LEFTOVERS_TIMEOUT, what="a kwok node with no other namespace's VMI"
+    )
+    return str(node)
+
+
+async def node_to_migrate_from(client: ApiClient, namespace: str) -> str:
+    """The kwok node with the fewest migrations of other namespaces under way from it, waited
+    for until fewer than OUTBOUND_PER_NODE are, so a migration of `namespace` from it starts at
+    once. An earlier test's namespace, deleted mid-migration, keeps its migrations counted
+    against their node's outbound slots until the deletion has taken their VMIs away; a test
+    whose VM landed there waited out its grace for a slot. Counts every migration not finished
+    whose VMI is on the node or leaving it (more than KubeVirt, which leaves out a pending one
+    with no target pod yet)."""
+
+    async def found() -> str | None:
+        vmis = {
+            (metadata(v).get("namespace"), metadata(v).get("name")): v
+            for v in await _foreign_vmis(client, namespace)
+        }
+        under_way: Counter[str] = Counter()
+        for migration in (await client.list_all(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)).items:
+            if status(migration).get("phase") in FINAL_PHASES:
+                continue
+            key = (
+                metadata(migration).get("namespace"),
+                (migration.get("spec") or {}).get("vmiName"),
+            )
+            vmi = vmis.get(key)
+            if vmi is not None:
+                for node in _nodes_of(vmi):
+                    under_way[node] += 1
+        nodes = await _kwok_nodes(client)
+        best = min(nodes, key=under_way.__getitem__)
+        return best if under_way[best] < OUTBOUND_PER_NODE else None
+
+    node = await eventually(
+        found, timeout=LEFTOVERS_TIMEOUT, what="a kwok node with an outbound migration slot free"
+    )
+    return str(node)
+
+
+def _nodes_of(vmi: Object) -> set[str]:
+    """The nodes KubeVirt counts a migration of `vmi` against: where it runs, and the source
+    its migration state names."""
+    state = status(vmi).get("migrationState") or {}
+    return {str(n) for n in (status(vmi).get("nodeName"), state.get("sourceNode")) if n}

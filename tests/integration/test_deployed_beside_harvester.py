@@ -48,6 +48,7 @@ from harvester_quota.util.quantity import Quantity
 from tests.helpers import eventually
 from tests.integration.conftest import fresh_namespace_async
 from tests.integration.kubevirt_by_hand import KubeVirtByHand
+from tests.integration.real_kubevirt import node_to_migrate_from
 from tests.integration.test_deployed_processes import (
     V170_HARD,
     V170_LIMIT,
@@ -111,6 +112,15 @@ async def adopting(
         yield logs
 
 
+async def start_vm(
+    api: ApiClient, kubevirt: VirtControllerDriver, namespace: str, spec: VMSpec
+) -> None:
+    """`spec` running on a node it can migrate from at once (`node_to_migrate_from`): the
+    module's earlier namespaces, deleted mid-migration, hold outbound slots for a while."""
+    node = await node_to_migrate_from(api, namespace)
+    assert (await kubevirt.create_vm(spec, node=node)).started
+
+
 def audit_marks(cluster: ClusterInfo) -> WriterMarks:
     """The audit log and Harvester's log, marked now."""
     marks = WriterMarks.take(cluster)
@@ -152,7 +162,7 @@ async def test_deployed_beside_harvesters_controllers_adopts_silences_them_and_g
         marks = audit_marks(cluster)
         async with adopting(api, cluster, namespace, tmp_path, kubevirt) as logs:
             await eventually(lambda: quota_at_base(adoption=True), what="the quota adopted")
-            assert (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).started
+            await start_vm(api, kubevirt, namespace, VMSpec("vm1", cores=2, memory="4Gi"))
             for _ in range(MIGRATIONS):
                 await migrate(kubevirt)
                 await eventually(lambda: quota_at_base(adoption=True), what="the room given back")
@@ -196,7 +206,7 @@ async def test_harvesters_controllers_restarted_mid_migration_neither_stall_nor_
         marks = audit_marks(cluster)
         async with adopting(api, cluster, namespace, tmp_path, kubevirt) as logs:
             spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=8)
-            assert (await kubevirt.create_vm(spec)).started
+            await start_vm(api, kubevirt, namespace, spec)
             name = await kubevirt.migrate("vm1")
 
             async def raised() -> bool:
@@ -236,7 +246,7 @@ async def migrating_on_an_adopted_quota(
         api, cluster, tenant.namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
     ):
         spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=15)
-        assert (await kubevirt.create_vm(spec)).started
+        await start_vm(api, kubevirt, tenant.namespace, spec)
         name = await kubevirt.migrate("vm1")
 
         async def raised_and_adopted() -> bool:
@@ -298,7 +308,7 @@ async def test_an_administrators_skip_annotation_beside_harvester_is_left_to_the
         kubevirt = driver(api, cluster, namespace)
         marks = audit_marks(cluster)
         async with adopting(api, cluster, namespace, tmp_path, kubevirt) as logs:
-            assert (await kubevirt.create_vm(VMSpec("vm1", cores=2, memory="4Gi"))).started
+            await start_vm(api, kubevirt, namespace, VMSpec("vm1", cores=2, memory="4Gi"))
             await migrate(kubevirt)
         final = await tenant.quota()
         assert final["spec"]["hard"] == {"limits.cpu": "8", "limits.memory": "20Gi"}
@@ -387,7 +397,7 @@ async def test_the_charts_pre_delete_hook_mid_migration_waits_for_the_room_then_
                 api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
             ) as logs:
                 spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=10)
-                assert (await kubevirt.create_vm(spec)).started
+                await start_vm(api, kubevirt, namespace, spec)
                 name = await kubevirt.migrate("vm1")
 
                 async def raised() -> bool:

@@ -7,7 +7,6 @@ cluster.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
@@ -24,6 +23,7 @@ from harvester_quota.testbench.sim.kubevirt.handler import SELINUX_NONE, Handler
 from harvester_quota.testbench.virtcontroller import DRAIN_TAINT_KEY, VirtControllerDriver
 
 from tests.helpers import eventually
+from tests.integration.real_kubevirt import node_to_drain
 from tests.integration.test_target_room import NamespaceWatch
 
 pytestmark = pytest.mark.integration
@@ -193,21 +193,10 @@ async def test_a_vmi_deleted_mid_migration_has_both_launchers_exit_within_its_gr
     assert all(pods.phases[pod][-2:] == ["Running", "Succeeded"] for pod in launchers)
 
 
-async def least_busy_node(client: ApiClient) -> str:
-    """The kwok node running the fewest VMIs of any namespace (the first by name on a tie).
-    KubeVirt's evacuation drains a node's VMIs in every namespace: another test's VMI left on
-    the drained node (its namespace still being deleted) would get a migration no virt-handler
-    stand-in plays, holding one of the node's two outbound migration slots for good."""
-    vmis = (await client.list_all(VIRTUAL_MACHINE_INSTANCES)).items
-    counts = Counter(str((v.get("status") or {}).get("nodeName")) for v in vmis)
-    names = [n["metadata"]["name"] for n in (await client.list_all(NODES)).items]
-    return min(sorted(n for n in names if n.startswith("kwok-node-")), key=counts.__getitem__)
-
-
 async def test_a_drain_evacuates_through_kubevirts_evacuation_controller(
     real: VirtControllerDriver, real_ns: str
 ) -> None:
-    drained = await least_busy_node(real.client)
+    drained = await node_to_drain(real.client, real_ns)
     for name in ("vm1", "vm2", "vm3"):
         started = await real.create_vm(VMSpec(name, cores=1, memory="1Gi"), node=drained)
         assert started.node == drained
