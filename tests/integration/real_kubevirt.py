@@ -51,6 +51,10 @@ NODES = 3
 """A drained node, a user's VM's and one for the targets (test_mtq_priority_competition.py)."""
 OUTBOUND_PER_NODE = 2
 """KubeVirt's parallelOutboundMigrationsPerNode as these clusters leave it (its default)."""
+PER_CLUSTER = 5
+"""KubeVirt's parallelMigrationsPerCluster as these clusters leave it (its default)."""
+POLL = 1.0
+"""Seconds between two looks for a free node: three cluster-wide lists each."""
 LEFTOVERS_TIMEOUT = 240.0
 """Seconds a test waits for an earlier test's namespace deletion to take its VMIs off a node:
 about two minutes on a loaded 2-core machine (virt-controller deletes the launchers with their
@@ -197,19 +201,22 @@ async def node_to_drain(client: ApiClient, namespace: str) -> str:
     hold one of the node's outbound migration slots until the deletion takes it away."""
 
     async def found() -> str | None:
-        busy = {str(status(v).get("nodeName")) for v in await _foreign_vmis(client, namespace)}
+        busy = set().union(*map(_nodes_of, await _foreign_vmis(client, namespace)))
         return next((n for n in await _kwok_nodes(client) if n not in busy), None)
 
     node = await eventually(
-        found, timeout=LEFTOVERS_TIMEOUT, what="a kwok node with no other namespace's VMI"
+        found,
+        timeout=LEFTOVERS_TIMEOUT,
+        interval=POLL,
+        what="a kwok node with no other namespace's VMI",
     )
     return str(node)
 
 
 async def node_to_migrate_from(client: ApiClient, namespace: str) -> str:
     """The kwok node with the fewest migrations of other namespaces under way from it, waited
-    for until fewer than OUTBOUND_PER_NODE are, so a migration of `namespace` from it starts at
-    once. An earlier test's namespace, deleted mid-migration, keeps its migrations counted
+    for until fewer than OUTBOUND_PER_NODE are there and fewer than PER_CLUSTER in all, so a
+    migration of `namespace` from it starts at once. An earlier test's namespace, deleted mid-migration, keeps its migrations counted
     against their node's outbound slots until the deletion has taken their VMIs away; a test
     whose VM landed there waited out its grace for a slot. Counts every migration not finished
     whose VMI is on the node or leaving it (more than KubeVirt, which leaves out a pending one
@@ -221,6 +228,7 @@ async def node_to_migrate_from(client: ApiClient, namespace: str) -> str:
             for v in await _foreign_vmis(client, namespace)
         }
         under_way: Counter[str] = Counter()
+        total = 0
         for migration in (await client.list_all(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)).items:
             if status(migration).get("phase") in FINAL_PHASES:
                 continue
@@ -230,14 +238,18 @@ async def node_to_migrate_from(client: ApiClient, namespace: str) -> str:
             )
             vmi = vmis.get(key)
             if vmi is not None:
-                for node in _nodes_of(vmi):
-                    under_way[node] += 1
+                total += 1
+                under_way.update(_nodes_of(vmi))
         nodes = await _kwok_nodes(client)
         best = min(nodes, key=under_way.__getitem__)
-        return best if under_way[best] < OUTBOUND_PER_NODE else None
+        free = under_way[best] < OUTBOUND_PER_NODE and total < PER_CLUSTER
+        return best if free else None
 
     node = await eventually(
-        found, timeout=LEFTOVERS_TIMEOUT, what="a kwok node with an outbound migration slot free"
+        found,
+        timeout=LEFTOVERS_TIMEOUT,
+        interval=POLL,
+        what="a kwok node with an outbound migration slot free",
     )
     return str(node)
 

@@ -112,13 +112,15 @@ async def adopting(
         yield logs
 
 
-async def start_vm(
+async def run_where_it_can_migrate(
     api: ApiClient, kubevirt: VirtControllerDriver, namespace: str, spec: VMSpec
 ) -> None:
-    """`spec` running on a node it can migrate from at once (`node_to_migrate_from`): the
-    module's earlier namespaces, deleted mid-migration, hold outbound slots for a while."""
+    """`spec` running on a node it can migrate from at once (`node_to_migrate_from`): earlier
+    tests' namespaces, deleted mid-migration, hold outbound slots for a while. Only the VM's
+    first migration is so placed; later ones start wherever it went."""
     node = await node_to_migrate_from(api, namespace)
-    assert (await kubevirt.create_vm(spec, node=node)).started
+    started = await kubevirt.create_vm(spec, node=node)
+    assert started.started and started.node == node, started
 
 
 def audit_marks(cluster: ClusterInfo) -> WriterMarks:
@@ -162,7 +164,9 @@ async def test_deployed_beside_harvesters_controllers_adopts_silences_them_and_g
         marks = audit_marks(cluster)
         async with adopting(api, cluster, namespace, tmp_path, kubevirt) as logs:
             await eventually(lambda: quota_at_base(adoption=True), what="the quota adopted")
-            await start_vm(api, kubevirt, namespace, VMSpec("vm1", cores=2, memory="4Gi"))
+            await run_where_it_can_migrate(
+                api, kubevirt, namespace, VMSpec("vm1", cores=2, memory="4Gi")
+            )
             for _ in range(MIGRATIONS):
                 await migrate(kubevirt)
                 await eventually(lambda: quota_at_base(adoption=True), what="the room given back")
@@ -206,7 +210,7 @@ async def test_harvesters_controllers_restarted_mid_migration_neither_stall_nor_
         marks = audit_marks(cluster)
         async with adopting(api, cluster, namespace, tmp_path, kubevirt) as logs:
             spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=8)
-            await start_vm(api, kubevirt, namespace, spec)
+            await run_where_it_can_migrate(api, kubevirt, namespace, spec)
             name = await kubevirt.migrate("vm1")
 
             async def raised() -> bool:
@@ -246,7 +250,7 @@ async def migrating_on_an_adopted_quota(
         api, cluster, tenant.namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
     ):
         spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=15)
-        await start_vm(api, kubevirt, tenant.namespace, spec)
+        await run_where_it_can_migrate(api, kubevirt, tenant.namespace, spec)
         name = await kubevirt.migrate("vm1")
 
         async def raised_and_adopted() -> bool:
@@ -308,7 +312,9 @@ async def test_an_administrators_skip_annotation_beside_harvester_is_left_to_the
         kubevirt = driver(api, cluster, namespace)
         marks = audit_marks(cluster)
         async with adopting(api, cluster, namespace, tmp_path, kubevirt) as logs:
-            await start_vm(api, kubevirt, namespace, VMSpec("vm1", cores=2, memory="4Gi"))
+            await run_where_it_can_migrate(
+                api, kubevirt, namespace, VMSpec("vm1", cores=2, memory="4Gi")
+            )
             await migrate(kubevirt)
         final = await tenant.quota()
         assert final["spec"]["hard"] == {"limits.cpu": "8", "limits.memory": "20Gi"}
@@ -397,7 +403,7 @@ async def test_the_charts_pre_delete_hook_mid_migration_waits_for_the_room_then_
                 api, cluster, namespace, tmp_path, VIRT_CONTROLLER_USER, controller_flags=ADOPT
             ) as logs:
                 spec = VMSpec("vm1", cores=2, memory="4Gi", migration_duration=10)
-                await start_vm(api, kubevirt, namespace, spec)
+                await run_where_it_can_migrate(api, kubevirt, namespace, spec)
                 name = await kubevirt.migrate("vm1")
 
                 async def raised() -> bool:
