@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -204,13 +204,7 @@ async def node_to_drain(client: ApiClient, namespace: str) -> str:
         busy = set().union(*map(_nodes_of, await _foreign_vmis(client, namespace)))
         return next((n for n in await _kwok_nodes(client) if n not in busy), None)
 
-    node = await eventually(
-        found,
-        timeout=LEFTOVERS_TIMEOUT,
-        interval=POLL,
-        what="a kwok node with no other namespace's VMI",
-    )
-    return str(node)
+    return await _first_node(found, "a kwok node with no other namespace's VMI")
 
 
 async def node_to_migrate_from(client: ApiClient, namespace: str) -> str:
@@ -245,12 +239,12 @@ async def node_to_migrate_from(client: ApiClient, namespace: str) -> str:
         free = under_way[best] < OUTBOUND_PER_NODE and total < PER_CLUSTER
         return best if free else None
 
-    node = await eventually(
-        found,
-        timeout=LEFTOVERS_TIMEOUT,
-        interval=POLL,
-        what="a kwok node with an outbound migration slot free",
-    )
+    return await _first_node(found, "a kwok node with an outbound migration slot free")
+
+
+async def _first_node(found: Callable[[], Awaitable[str | None]], what: str) -> str:
+    """The node `found` gives first, polled every POLL s for up to LEFTOVERS_TIMEOUT s."""
+    node = await eventually(found, timeout=LEFTOVERS_TIMEOUT, interval=POLL, what=what)
     return str(node)
 
 
