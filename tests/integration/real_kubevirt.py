@@ -32,6 +32,7 @@ import pytest
 from harvester_quota.apis.kubevirt import (
     VIRTUAL_MACHINE_INSTANCE_MIGRATIONS,
     VIRTUAL_MACHINE_INSTANCES,
+    is_finished,
 )
 from harvester_quota.generic.client import ApiClient
 from harvester_quota.generic.meta import metadata, status
@@ -59,7 +60,6 @@ LEFTOVERS_TIMEOUT = 240.0
 """Seconds a test waits for an earlier test's namespace deletion to take its VMIs off a node:
 about two minutes on a loaded 2-core machine (virt-controller deletes the launchers with their
 grace, kwok then removes them)."""
-FINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 def state_dir(version: str) -> Path:
@@ -210,11 +210,11 @@ async def node_to_drain(client: ApiClient, namespace: str) -> str:
 async def node_to_migrate_from(client: ApiClient, namespace: str) -> str:
     """The kwok node with the fewest migrations of other namespaces under way from it, waited
     for until fewer than OUTBOUND_PER_NODE are there and fewer than PER_CLUSTER in all, so a
-    migration of `namespace` from it starts at once. An earlier test's namespace, deleted mid-migration, keeps its migrations counted
-    against their node's outbound slots until the deletion has taken their VMIs away; a test
-    whose VM landed there waited out its grace for a slot. Counts every migration not finished
-    whose VMI is on the node or leaving it (more than KubeVirt, which leaves out a pending one
-    with no target pod yet)."""
+    migration of `namespace` from it starts at once. An earlier test's namespace, deleted
+    mid-migration, keeps its migrations counted against their node's outbound slots until the
+    deletion has taken their VMIs away; a test whose VM landed there waited out its grace for a
+    slot. Counts every migration not finished whose VMI is on the node or leaving it (more than
+    KubeVirt, which leaves out a pending one with no target pod yet)."""
 
     async def found() -> str | None:
         vmis = {
@@ -224,7 +224,7 @@ async def node_to_migrate_from(client: ApiClient, namespace: str) -> str:
         under_way: Counter[str] = Counter()
         total = 0
         for migration in (await client.list_all(VIRTUAL_MACHINE_INSTANCE_MIGRATIONS)).items:
-            if status(migration).get("phase") in FINAL_PHASES:
+            if is_finished(migration):
                 continue
             key = (
                 metadata(migration).get("namespace"),
