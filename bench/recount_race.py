@@ -112,10 +112,19 @@ def counting_pods(rest: RestClient) -> list[str]:
     ]
 
 
-def used_pods(rest: RestClient) -> int | None:
+def counted(rest: RestClient) -> int | None:
     """The quota's status.used.pods; None before kube-controller-manager's first count."""
     used = ((rest.get(quota_path()).get("status") or {}).get("used") or {}).get("pods")
     return None if used is None else int(used)
+
+
+def used_pods(rest: RestClient) -> int:
+    """The quota's status.used.pods, once counted; a RuntimeError naming the quota if it is
+    not there (a round must not read a missing count as zero)."""
+    used = counted(rest)
+    if used is None:
+        raise RuntimeError(f"{NAMESPACE}/{QUOTA} has no status.used.pods")
+    return used
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -143,7 +152,7 @@ def set_up(rest: RestClient, hard: int, start: int) -> None:
         },
         "quota",
     )
-    wait_for(lambda: used_pods(rest) is not None, "the quota's first count")
+    wait_for(lambda: counted(rest) is not None, "the quota's first count")
     fill(rest, start)
 
 
@@ -157,7 +166,7 @@ def fill(rest: RestClient, wanted: int) -> None:
     for index in range(len(names), wanted):
         rest.post(pods_path(), pod(f"base-{index}-{time.monotonic_ns()}"))
     wait_for(
-        lambda: len(counting_pods(rest)) == wanted and used_pods(rest) == wanted,
+        lambda: len(counting_pods(rest)) == wanted and counted(rest) == wanted,
         f"{wanted} pods counted",
     )
     time.sleep(SETTLE)  # kube-controller-manager's queue cannot be watched from here
@@ -225,7 +234,7 @@ def play(rest: RestClient, how: str, round_: int, tally: Tally, shape: Shape) ->
     counting, used = len(counting_pods(rest)), used_pods(rest)
     probed = probe(rest, round_, shape.probes)
     after = len(counting_pods(rest))
-    tally.add(short=counting - (used or 0), over=after - shape.hard)
+    tally.add(short=counting - used, over=after - shape.hard)
     print(
         f"round {round_:3} {how:6}: burst admitted {admitted:3}, pods counting {counting:3}, "
         f"status.used {used:3}, probes admitted {probed}, pods after {after:3}, "
@@ -265,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     hows = [h for h in args.trigger.split(",") if h]
     if not hows or set(hows) - set(TRIGGERS):
         parser.error(f"--trigger: one or both of {', '.join(TRIGGERS)}")
+    if args.rounds < 1 or args.burst < 1 or args.probe < 0:
+        parser.error("--rounds and --burst must be at least 1, --probe at least 0")
     shape = Shape(args.hard, args.burst, args.probe)
     if shape.start < 1:
         parser.error("--hard must be above --burst (the namespace starts with pods in it)")
